@@ -1,0 +1,133 @@
+# zinf build. `make` builds build/bin/{zinfc,zinfrun,zinfdump,...};
+# `make test` runs every suite (plain, then under ASan+UBSan, then a clang
+# warnings pass); `make bench` runs the benchmarks; `make deps` installs the
+# Debian packages the build needs (and does nothing when they are there).
+#
+# Layout conventions (so modules can be added without editing this file):
+#   lang/*.c compiler/*.c runtime/*.c   library code, linked into every binary
+#   */main_NAME.c                        the main() of build/bin/NAME
+#   tests/unit/test_NAME.c               a Check suite -> build/tests/test_NAME
+#   tests/bench/bench_NAME.c             a benchmark   -> build/bench/bench_NAME
+#   lang/lexer.re, lang/grammar.y        generated into $(BUILD)/gen
+
+BUILD ?= build
+CC ?= cc
+CUDA ?= /usr/local/cuda
+SAN ?=
+OPT ?= -O2
+
+ifeq ($(SAN),1)
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT := -O1
+endif
+
+PKGS_CFLAGS := $(shell pkg-config --cflags ompi-c openblas check liburing 2>/dev/null)
+PKGS_LIBS := $(shell pkg-config --libs ompi-c openblas liburing 2>/dev/null)
+CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
+
+WARN := -Wall -Wextra -Werror
+INCLUDES := -Ilang -Icompiler -Iruntime -I$(BUILD)/gen -I$(CUDA)/include
+BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -g $(OPT) $(SANFLAGS) -fopenmp $(INCLUDES) $(PKGS_CFLAGS) \
+	-DZINF_STDLIB_DIR='"$(abspath stdlib)"' -DZINF_VERSION='"0.1.0"'
+CFLAGS_ALL := $(BASE_CFLAGS) $(WARN) $(CFLAGS)
+# Generated parsers are not ours to lint beyond what they can bear.
+GEN_CFLAGS := $(BASE_CFLAGS) -Wall -Werror -Wno-unused-parameter -Wno-unused-variable -Wno-unused-but-set-variable $(CFLAGS)
+LDLIBS := $(PKGS_LIBS) -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lnvrtc -ldl -lpthread -lm -fopenmp $(SANFLAGS)
+
+LIB_SRC := $(filter-out %/main_%.c,$(wildcard lang/*.c compiler/*.c runtime/*.c))
+MAIN_SRC := $(wildcard lang/main_*.c compiler/main_*.c runtime/main_*.c)
+GEN_SRC :=
+ifneq ($(wildcard lang/lexer.re),)
+GEN_SRC += $(BUILD)/gen/lexer.c
+endif
+ifneq ($(wildcard lang/grammar.y),)
+GEN_SRC += $(BUILD)/gen/grammar.c
+endif
+TEST_SRC := $(wildcard tests/unit/test_*.c)
+BENCH_SRC := $(wildcard tests/bench/bench_*.c)
+
+LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(GEN_SRC))
+BINS := $(foreach m,$(MAIN_SRC),$(BUILD)/bin/$(patsubst main_%.c,%,$(notdir $(m))))
+TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+BENCHES := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+LIB := $(BUILD)/libzinf.a
+
+.PHONY: all deps test unit check-unit golden golden-update e2e bench clean clang-check asan
+all: $(BINS) $(TESTS) $(BENCHES)
+
+# Objects that include the generated parser header must wait for it.
+$(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC) $(MAIN_SRC)) $(BUILD)/obj/gen/lexer.o: | $(BUILD)/gen/grammar.h
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(GEN_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/gen/lexer.c: lang/lexer.re
+	@mkdir -p $(dir $@)
+	re2c -W --no-generation-date --no-version -o $@ $<
+
+$(BUILD)/gen/grammar.c $(BUILD)/gen/grammar.h: lang/grammar.y
+	@mkdir -p $(BUILD)/gen
+	cp lang/grammar.y $(BUILD)/gen/grammar.y
+	lemon -q -T$$(ls /usr/share/lemon/lempar.c /usr/share/lemon/lempar.tpl 2>/dev/null | head -1) -d$(BUILD)/gen $(BUILD)/gen/grammar.y
+
+ifeq ($(wildcard lang/grammar.y),)
+$(BUILD)/gen/grammar.h:
+	@mkdir -p $(BUILD)/gen && touch $@
+endif
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+define main_rule
+$(BUILD)/bin/$(patsubst main_%.c,%,$(notdir $(1))): $(patsubst %.c,$(BUILD)/obj/%.o,$(1)) $(LIB)
+	@mkdir -p $$(dir $$@)
+	$$(CC) -o $$@ $$^ $$(LDLIBS)
+endef
+$(foreach m,$(MAIN_SRC),$(eval $(call main_rule,$(m))))
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+
+$(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+deps:
+	@sh tests/deps.sh
+
+# The whole suite: plain build, sanitizer build, clang warnings pass.
+test: all
+	@sh tests/run.sh $(BUILD) plain
+	@$(MAKE) --no-print-directory BUILD=build/asan SAN=1 all
+	@sh tests/run.sh build/asan asan
+	@$(MAKE) --no-print-directory clang-check
+	@sh tests/summary.sh $(BUILD) build/asan
+
+unit: all
+	@sh tests/run.sh $(BUILD) plain unit
+
+golden-update: all
+	@sh tests/golden/run.sh $(BUILD) update
+
+bench: all
+	@sh tests/bench/run.sh $(BUILD)
+
+# clang must accept every source with the same warnings as errors.
+clang-check: $(BUILD)/gen/grammar.h $(GEN_SRC)
+	@if command -v clang >/dev/null; then \
+	  for f in $(LIB_SRC) $(MAIN_SRC) $(TEST_SRC) $(BENCH_SRC); do \
+	    clang -std=c11 -D_GNU_SOURCE -fsyntax-only $(WARN) -Wno-unknown-warning-option -Wno-unknown-pragmas $(INCLUDES) $(PKGS_CFLAGS) -DZINF_STDLIB_DIR='"x"' -DZINF_VERSION='"x"' $$f || exit 1; \
+	  done; echo "clang-check: $(words $(LIB_SRC) $(MAIN_SRC) $(TEST_SRC) $(BENCH_SRC)) files clean"; \
+	else echo "clang-check: clang not installed, skipped"; fi
+
+clean:
+	rm -rf build

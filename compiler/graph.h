@@ -1,0 +1,125 @@
+/* graph: the IR every stage after the checker works on.
+ *
+ * A Graph is a flat list of ops over tensors with concrete shapes and dtypes,
+ * in execution order. The checker (sema) builds the forward graph with layers
+ * instantiated; autodiff appends the backward ops and the optimizer; the
+ * memory model and the planner read it. A graph and everything it points to
+ * live in one Arena (the compilation's).
+ *
+ * Every tensor has a class (what kind of state it is), because the memory
+ * model counts bytes per class and the planner places each class.
+ */
+#ifndef ZINF_GRAPH_H
+#define ZINF_GRAPH_H
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "arena.h"
+#include "ast.h"
+
+typedef enum PrimId {
+#define PRIM(id, name, nin_min, nin_max, nout) PRIM_##id,
+#include "prim.def"
+#undef PRIM
+    PRIM_COUNT
+} PrimId;
+
+extern const char *const prim_names[PRIM_COUNT];
+
+enum { GRAPH_MAX_RANK = 6, GRAPH_MAX_IN = 4, GRAPH_MAX_OUT = 8 };
+
+typedef enum TensorClass {
+    TC_INPUT,      /* model inputs (tokens, targets) */
+    TC_PARAM,      /* trainable parameter, in the training dtype */
+    TC_GRAD,       /* gradient of a parameter */
+    TC_MASTER,     /* fp32 master copy of a parameter (mixed precision) */
+    TC_MOMENTUM,   /* Adam first moment, fp32 */
+    TC_VARIANCE,   /* Adam second moment, fp32 */
+    TC_ACT,        /* activation, live inside a layer only */
+    TC_CKPT,       /* activation checkpoint: kept from forward to backward */
+    TC_WORKSPACE,  /* scratch of an op (attention statistics, ...) */
+    TC_CONST,      /* computed from nothing but attributes (arange) */
+    TC_COUNT
+} TensorClass;
+
+extern const char *const tensor_class_names[TC_COUNT];
+
+typedef struct GTensor {
+    const char *name;   /* parameters: hierarchical "block.3.attn.wqkv"; others: "%12" style */
+    DType dtype;
+    int rank;
+    int64_t dims[GRAPH_MAX_RANK];
+    int64_t numel;
+    TensorClass cls;
+    InitKind init;      /* parameters */
+    double init_std;    /* INIT_NORMAL: std; INIT_UNIFORM: half-width */
+    int producer;       /* op index, -1 for inputs and parameters */
+    int param;          /* grad/master/momentum/variance: the parameter's tensor id; else -1 */
+    int grad;           /* parameter: its gradient tensor id (after autodiff), else -1 */
+    int segment;        /* checkpoint segment (a repeat instance) it belongs to, -1 outside */
+    Span span;          /* where it was written in the source */
+} GTensor;
+
+typedef struct GOp {
+    PrimId prim;
+    int nin, nout;
+    int in[GRAPH_MAX_IN];
+    int out[GRAPH_MAX_OUT];
+    /* Attributes; meaning per primitive in docs/primitives.md:
+     * matmul: i[0] transpose_a, i[1] transpose_b
+     * layernorm/rmsnorm: f[0] eps
+     * rope: i[0] heads, f[0] theta
+     * attention: i[0] heads, i[1] kv_heads
+     * split: i[0] number of pieces (sizes are the outputs' last dims)
+     * arange: i[0] n */
+    int64_t iattr[4];
+    double fattr[2];
+    int segment;        /* repeat instance (checkpoint segment), -1 outside any repeat */
+    const char *scope;  /* call path, e.g. "block.3.attn" ("" at model level) */
+    Span span;          /* the .zl expression it lowers */
+} GOp;
+
+typedef struct TrainConfig {
+    int64_t micro_batch;     /* B */
+    int64_t steps;
+    DType dtype;             /* parameter/activation dtype: f32, bf16 or f16 */
+    uint64_t seed;
+    /* AdamW */
+    double lr, beta1, beta2, eps, weight_decay;
+    int64_t warmup_steps;    /* linear warmup from 0 */
+    double min_lr;           /* cosine decay from lr to min_lr over steps; min_lr = lr: constant */
+    bool cosine;
+    double grad_clip;        /* global-norm clipping; 0 = off */
+    double loss_scale;       /* f16: initial dynamic loss scale; else 1 */
+    int64_t checkpoint_every;/* activation checkpoint every N repeat instances; 0 = none */
+    int64_t grad_accum;      /* micro-batches per step */
+} TrainConfig;
+
+typedef struct Graph {
+    Arena *arena;
+    GTensor *tensors;
+    int ntensors, tcap;
+    GOp *ops;
+    int nops, ocap;
+    int nforward;            /* ops[0..nforward) are the forward pass */
+    int loss;                /* tensor id of the scalar loss */
+    int inputs[4];           /* tensor ids of the model's inputs in signature order */
+    int ninputs;
+    int nsegments;           /* number of repeat instances */
+    const char *model_name;
+    TrainConfig train;
+} Graph;
+
+void graph_init(Graph *g, Arena *a);
+/* Adds a tensor and returns its id (-1 on out of memory). */
+int graph_add_tensor(Graph *g, const char *name, DType dt, int rank, const int64_t *dims, TensorClass cls);
+/* Adds an op and returns its index; sets producer of its outputs. */
+int graph_add_op(Graph *g, const GOp *op);
+/* Parameters: total element count over TC_PARAM tensors. */
+int64_t graph_param_count(const Graph *g);
+/* "[4, 64, 768]" */
+const char *graph_shape_str(const Graph *g, int tensor, char *buf, size_t n);
+/* The --emit=graph listing. */
+void graph_dump(const Graph *g, FILE *out);
+
+#endif

@@ -1,0 +1,50 @@
+#!/bin/sh
+# Runs one pass of the suite against a build tree and records the results.
+#   tests/run.sh BUILD MODE [unit]
+# MODE is "plain" or "asan". Every test is a program or script whose exit code
+# is the verdict; results go to BUILD/results (one line per test) and the
+# summary is printed by tests/summary.sh.
+BUILD=$1
+MODE=$2
+ONLY=$3
+RES="$BUILD/results"
+mkdir -p "$BUILD/logs"
+: > "$RES"
+export ZINF_BUILD="$BUILD" ZINF_TEST_MODE="$MODE"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# LeakSanitizer cannot run under ptrace (some sandboxes); leaks are still
+# checked where it can run.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
+
+run_one() { # name command...
+  name=$1; shift
+  log="$BUILD/logs/$(echo "$name" | tr '/' '_').log"
+  start=$(date +%s)
+  if "$@" > "$log" 2>&1; then
+    echo "pass $name" >> "$RES"; status=PASS
+  else
+    echo "fail $name" >> "$RES"; status=FAIL
+  fi
+  end=$(date +%s)
+  printf '%-5s %-40s %4ss  [%s]\n' "$status" "$name" "$((end - start))" "$MODE"
+  if [ $status = FAIL ]; then sed 's/^/    | /' "$log" | tail -40; fi
+}
+
+for t in "$BUILD"/tests/test_*; do
+  [ -x "$t" ] || continue
+  run_one "unit/$(basename "$t")" "$t"
+done
+[ "$ONLY" = unit ] && exit 0
+
+if [ -f tests/golden/run.sh ]; then
+  run_one golden sh tests/golden/run.sh "$BUILD" check
+fi
+for s in tests/e2e/*.sh; do
+  [ -f "$s" ] || continue
+  case "$MODE:$(basename "$s")" in
+    asan:san_*|plain:*) run_one "e2e/$(basename "$s" .sh)" sh "$s" "$BUILD" ;;
+  esac
+done
+exit 0
