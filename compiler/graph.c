@@ -13,6 +13,10 @@ const char *const tensor_class_names[TC_COUNT] = {
     "activation", "checkpoint", "workspace", "const",
 };
 
+const char *const op_kind_names[OP_KIND_COUNT] = {
+    "fwd", "bwd", "recompute", "zero_grad", "loss_grad", "grad_norm", "adam",
+};
+
 void graph_init(Graph *g, Arena *a) {
     memset(g, 0, sizeof *g);
     g->arena = a;
@@ -43,6 +47,8 @@ int graph_add_tensor(Graph *g, const char *name, DType dt, int rank, const int64
     t->producer = -1;
     t->param = -1;
     t->grad = -1;
+    t->grad_of = -1;
+    t->master = t->momentum = t->variance = -1;
     t->segment = -1;
     t->span = SPAN_NONE;
     return g->ntensors++;

@@ -56,11 +56,33 @@ typedef struct GTensor {
     int producer;       /* op index, -1 for inputs and parameters */
     int param;          /* grad/master/momentum/variance: the parameter's tensor id; else -1 */
     int grad;           /* parameter: its gradient tensor id (after autodiff), else -1 */
+    int grad_of;        /* a gradient tensor (TC_GRAD or an activation gradient): whose, else -1 */
+    int master, momentum, variance; /* parameter: its optimizer state tensor ids, else -1 */
     int segment;        /* checkpoint segment (a repeat instance) it belongs to, -1 outside */
     Span span;          /* where it was written in the source */
 } GTensor;
 
+/* What an op does. Forward, backward and recompute ops run a primitive
+ * (prim); the rest are the training step's bookkeeping, added by autodiff. */
+typedef enum OpKind {
+    OP_FWD,        /* forward of prim */
+    OP_BWD,        /* backward of prim: in[] = the forward op's inputs, then its
+                    * outputs, then the outputs' gradients (layout per prim in
+                    * docs/autodiff.md); out[i] = gradient of forward input i or -1.
+                    * Gradients are ACCUMULATED (+=) into zeroed buffers. */
+    OP_RECOMPUTE,  /* forward of prim re-run inside backward (activation checkpointing) */
+    OP_ZERO_GRAD,  /* out[0] := 0 (a gradient buffer, before backward) */
+    OP_LOSS_GRAD,  /* out[0] (gradient of the loss, a scalar) := loss scale */
+    OP_GRAD_NORM,  /* global L2 norm of every parameter gradient -> out[0] (f32 scalar) */
+    OP_ADAM,       /* in: param, grad, master, momentum, variance, grad_norm (or -1);
+                    * updates master/momentum/variance in place and writes param */
+    OP_KIND_COUNT
+} OpKind;
+
+extern const char *const op_kind_names[OP_KIND_COUNT];
+
 typedef struct GOp {
+    OpKind kind;
     PrimId prim;
     int nin, nout;
     int in[GRAPH_MAX_IN];
@@ -101,7 +123,9 @@ typedef struct Graph {
     int ntensors, tcap;
     GOp *ops;
     int nops, ocap;
-    int nforward;            /* ops[0..nforward) are the forward pass */
+    int nforward;            /* ops[0..nforward) are the forward pass; autodiff appends
+                              * backward (with recompute) and then the optimizer ops */
+    int nbackward_end;       /* ops[nforward..nbackward_end) backward; the rest optimizer */
     int loss;                /* tensor id of the scalar loss */
     int inputs[4];           /* tensor ids of the model's inputs in signature order */
     int ninputs;
