@@ -26,7 +26,9 @@ typedef enum PrimId {
 
 extern const char *const prim_names[PRIM_COUNT];
 
-enum { GRAPH_MAX_RANK = 6, GRAPH_MAX_IN = 4, GRAPH_MAX_OUT = 8 };
+enum { GRAPH_MAX_RANK = 6, GRAPH_MAX_IN = 24, GRAPH_MAX_OUT = 8 };
+/* split makes at most GRAPH_MAX_OUT pieces; a backward op lists up to
+ * 3 + 2 * GRAPH_MAX_OUT tensors. */
 
 typedef enum TensorClass {
     TC_INPUT,      /* model inputs (tokens, targets) */
@@ -97,6 +99,8 @@ typedef struct GOp {
     int64_t iattr[4];
     double fattr[2];
     int segment;        /* repeat instance (checkpoint segment), -1 outside any repeat */
+    int fwd;            /* OP_BWD, OP_RECOMPUTE: index of the forward op; else -1 */
+    int nfin;           /* OP_BWD: how many of in[] are the forward op's inputs */
     const char *scope;  /* call path, e.g. "block.3.attn" ("" at model level) */
     Span span;          /* the .zl expression it lowers */
 } GOp;
