@@ -70,12 +70,12 @@ $(BUILD)/gen/lexer.c: lang/lexer.re
 	@mkdir -p $(dir $@)
 	re2c -W --no-generation-date --no-version -o $@ $<
 
+ifneq ($(wildcard lang/grammar.y),)
 $(BUILD)/gen/grammar.c $(BUILD)/gen/grammar.h: lang/grammar.y
 	@mkdir -p $(BUILD)/gen
 	cp lang/grammar.y $(BUILD)/gen/grammar.y
 	lemon -q -T$$(ls /usr/share/lemon/lempar.c /usr/share/lemon/lempar.tpl 2>/dev/null | head -1) -d$(BUILD)/gen $(BUILD)/gen/grammar.y
-
-ifeq ($(wildcard lang/grammar.y),)
+else
 $(BUILD)/gen/grammar.h:
 	@mkdir -p $(BUILD)/gen && touch $@
 endif

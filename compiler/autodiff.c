@@ -1,0 +1,280 @@
+#include "autodiff.h"
+#include <string.h>
+
+/* The VJP rules: which inputs of each primitive receive a gradient. The
+ * arithmetic of each rule is the backward kernel of the primitive
+ * (docs/primitives.md, runtime/hostk.c, stdlib/kernels/); autodiff only
+ * decides which backward ops run, in what order, on which tensors. */
+static const unsigned vjp_inputs[PRIM_COUNT] = {
+    [PRIM_EMBEDDING] = 0x1,      /* table; ids are integers */
+    [PRIM_LINEAR] = 0x7,         /* x, w, b */
+    [PRIM_MATMUL] = 0x3,         /* a, b */
+    [PRIM_ADD] = 0x3,
+    [PRIM_MUL] = 0x3,
+    [PRIM_LAYERNORM] = 0x7,      /* x, g, b */
+    [PRIM_RMSNORM] = 0x3,        /* x, g */
+    [PRIM_GELU] = 0x1,
+    [PRIM_SILU] = 0x1,
+    [PRIM_ROPE] = 0x1,
+    [PRIM_ATTENTION] = 0x7,      /* q, k, v */
+    [PRIM_SPLIT] = 0x1,
+    [PRIM_CROSS_ENTROPY] = 0x1,  /* logits; targets are integers */
+    [PRIM_ARANGE] = 0x0,
+};
+
+unsigned ad_differentiable_inputs(PrimId p) { return p < PRIM_COUNT ? vjp_inputs[p] : 0; }
+
+int ad_group_of(const Graph *g, int segment) {
+    if (segment < 0 || g->train.checkpoint_every <= 0) return -1;
+    return (int)(segment / g->train.checkpoint_every);
+}
+
+static GOp op_blank(OpKind k) {
+    GOp o;
+    memset(&o, 0, sizeof o);
+    o.kind = k;
+    o.segment = -1;
+    o.fwd = -1;
+    o.scope = "";
+    o.span = SPAN_NONE;
+    for (int i = 0; i < GRAPH_MAX_IN; i++) o.in[i] = -1;
+    for (int i = 0; i < GRAPH_MAX_OUT; i++) o.out[i] = -1;
+    return o;
+}
+
+typedef struct AdState {
+    Graph *g;
+    DiagSink *d;
+    int *grad;      /* tensor -> its gradient tensor, -1 */
+    bool *needs;    /* tensor requires a gradient */
+    bool *zeroed;   /* gradient tensor already zeroed in this backward */
+    bool oom;
+} AdState;
+
+static int grad_tensor(AdState *s, int t) {
+    if (s->grad[t] >= 0) return s->grad[t];
+    Graph *g = s->g;
+    GTensor src = g->tensors[t]; /* copy: adding may move the array */
+    const char *name = src.cls == TC_PARAM ? arena_printf(g->arena, "grad.%s", src.name)
+                                           : arena_printf(g->arena, "d%s", src.name ? src.name : "");
+    int id = graph_add_tensor(g, name, src.dtype, src.rank, src.dims,
+                              src.cls == TC_PARAM ? TC_GRAD : TC_ACT);
+    if (id < 0) { s->oom = true; return -1; }
+    g->tensors[id].grad_of = t;
+    g->tensors[id].segment = src.segment;
+    g->tensors[id].span = src.span;
+    s->grad[t] = id;
+    if (src.cls == TC_PARAM) g->tensors[t].grad = id;
+    return id;
+}
+
+static void emit_zero(AdState *s, int gt) {
+    if (gt < 0 || s->zeroed[gt]) return;
+    GOp z = op_blank(OP_ZERO_GRAD);
+    z.nout = 1;
+    z.out[0] = gt;
+    z.segment = s->g->tensors[gt].segment;
+    if (graph_add_op(s->g, &z) < 0) s->oom = true;
+    s->zeroed[gt] = true;
+}
+
+static bool grow(AdState *s, int n) {
+    Arena *a = s->g->arena;
+    int *ng = ARENA_NEWN(a, int, n);
+    bool *nn = ARENA_NEWN(a, bool, n);
+    bool *nz = ARENA_NEWN(a, bool, n);
+    if (!ng || !nn || !nz) return false;
+    for (int i = 0; i < n; i++) ng[i] = -1;
+    s->grad = ng;
+    s->needs = nn;
+    s->zeroed = nz;
+    return true;
+}
+
+static void emit_recompute_group(AdState *s, int first, int last) {
+    for (int k = first; k <= last; k++) {
+        GOp r = s->g->ops[k];
+        r.kind = OP_RECOMPUTE;
+        r.fwd = k;
+        if (graph_add_op(s->g, &r) < 0) { s->oom = true; return; }
+    }
+    /* graph_add_op set the recompute op as producer; the forward op stays the
+     * tensor's producer of record. */
+    for (int k = first; k <= last; k++)
+        for (int j = 0; j < s->g->ops[k].nout; j++) s->g->tensors[s->g->ops[k].out[j]].producer = k;
+}
+
+bool ad_build(Graph *g, DiagSink *d) {
+    AdState s = {.g = g, .d = d};
+    int nf = g->nops;
+    g->nforward = nf;
+    if (g->loss < 0 || g->loss >= g->ntensors) {
+        diag_error(d, SPAN_NONE, "autodiff: the model has no loss");
+        return false;
+    }
+    /* Upper bound on tensors: each tensor may get a gradient, each param 3 states, plus norm. */
+    int nt0 = g->ntensors;
+    int cap = nt0 * 5 + 16;
+    if (!grow(&s, cap)) goto oom;
+
+    /* Which tensors need a gradient: parameters, and anything computed from one
+     * through a differentiable input. */
+    for (int t = 0; t < nt0; t++) s.needs[t] = g->tensors[t].cls == TC_PARAM;
+    for (int k = 0; k < nf; k++) {
+        const GOp *o = &g->ops[k];
+        unsigned m = ad_differentiable_inputs(o->prim);
+        bool any = false;
+        for (int i = 0; i < o->nin; i++)
+            if ((m >> i & 1) && o->in[i] >= 0 && s.needs[o->in[i]]) any = true;
+        for (int j = 0; j < o->nout; j++) s.needs[o->out[j]] = any;
+    }
+    if (!s.needs[g->loss]) {
+        diag_error(d, g->tensors[g->loss].span, "the loss does not depend on any parameter");
+        return false;
+    }
+
+    /* Activation checkpoints: with checkpointing on, an activation produced in
+     * one checkpoint group (or outside all) and read in another is kept from
+     * forward to backward; everything else inside a group is recomputed. */
+    if (g->train.checkpoint_every > 0) {
+        for (int k = 0; k < nf; k++) {
+            const GOp *o = &g->ops[k];
+            int gk = ad_group_of(g, o->segment);
+            for (int i = 0; i < o->nin; i++) {
+                int t = o->in[i];
+                if (t < 0) continue;
+                GTensor *tt = &g->tensors[t];
+                if (tt->cls != TC_ACT || tt->producer < 0) continue;
+                int gp = ad_group_of(g, g->ops[tt->producer].segment);
+                if (gp != gk && (gp >= 0 || gk >= 0)) tt->cls = TC_CKPT;
+            }
+        }
+    }
+
+    /* Backward. */
+    int lg = grad_tensor(&s, g->loss);
+    if (lg < 0) goto oom;
+    GOp l = op_blank(OP_LOSS_GRAD);
+    l.nout = 1;
+    l.out[0] = lg;
+    l.in[0] = g->loss;
+    l.nin = 1;
+    if (graph_add_op(g, &l) < 0) goto oom;
+    s.zeroed[lg] = true;
+
+    int cur_group = -1;
+    for (int k = nf - 1; k >= 0; k--) {
+        GOp fo = g->ops[k];
+        bool any_out = false;
+        for (int j = 0; j < fo.nout; j++) any_out |= s.needs[fo.out[j]];
+        if (!any_out) continue;
+        int gk = ad_group_of(g, fo.segment);
+        if (gk >= 0 && gk != cur_group) {
+            int first = k;
+            while (first > 0 && ad_group_of(g, g->ops[first - 1].segment) == gk) first--;
+            emit_recompute_group(&s, first, k);
+            cur_group = gk;
+        }
+        if (s.oom) goto oom;
+        GOp b = op_blank(OP_BWD);
+        b.prim = fo.prim;
+        b.fwd = k;
+        b.segment = fo.segment;
+        b.scope = fo.scope;
+        b.span = fo.span;
+        memcpy(b.iattr, fo.iattr, sizeof b.iattr);
+        memcpy(b.fattr, fo.fattr, sizeof b.fattr);
+        if (fo.nin + 2 * fo.nout > GRAPH_MAX_IN) {
+            diag_error(d, fo.span, "autodiff: %s has too many operands for a backward op", prim_names[fo.prim]);
+            return false;
+        }
+        int n = 0;
+        for (int i = 0; i < fo.nin; i++) b.in[n++] = fo.in[i];
+        b.nfin = fo.nin;
+        for (int j = 0; j < fo.nout; j++) b.in[n++] = fo.out[j];
+        for (int j = 0; j < fo.nout; j++) {
+            int gt = grad_tensor(&s, fo.out[j]);
+            if (gt < 0) goto oom;
+            emit_zero(&s, gt); /* an output nothing downstream differentiated */
+            b.in[n++] = gt;
+        }
+        b.nin = n;
+        unsigned m = ad_differentiable_inputs(fo.prim);
+        b.nout = fo.nin;
+        for (int i = 0; i < fo.nin; i++) {
+            int t = fo.in[i];
+            if (!(m >> i & 1) || t < 0 || !s.needs[t]) { b.out[i] = -1; continue; }
+            int gt = grad_tensor(&s, t);
+            if (gt < 0) goto oom;
+            if (g->tensors[t].cls != TC_PARAM) emit_zero(&s, gt);
+            b.out[i] = gt;
+        }
+        if (s.oom || graph_add_op(g, &b) < 0) goto oom;
+    }
+    g->nbackward_end = g->nops;
+
+    /* Optimizer. */
+    DType dt = g->train.dtype ? g->train.dtype : DT_F32;
+    bool need_norm = g->train.grad_clip > 0 || dt == DT_F16;
+    int norm = -1;
+    if (need_norm) {
+        int64_t one = 1;
+        norm = graph_add_tensor(g, "grad_norm", DT_F32, 0, &one, TC_WORKSPACE);
+        if (norm < 0) goto oom;
+        GOp n = op_blank(OP_GRAD_NORM);
+        /* Operands are implicit (every parameter gradient): the list would not fit. */
+        n.nin = 0;
+        n.nout = 1;
+        n.out[0] = norm;
+        if (graph_add_op(g, &n) < 0) goto oom;
+    }
+    for (int t = 0; t < nt0; t++) {
+        if (g->tensors[t].cls != TC_PARAM) continue;
+        GTensor p = g->tensors[t];
+        int gt = p.grad;
+        if (gt < 0) {
+            /* A parameter the loss does not reach still gets a (zero) gradient
+             * so that every parameter has the same optimizer state. */
+            gt = grad_tensor(&s, t);
+            if (gt < 0) goto oom;
+        }
+        int ms = -1;
+        if (p.dtype != DT_F32) {
+            ms = graph_add_tensor(g, arena_printf(g->arena, "master.%s", p.name), DT_F32, p.rank, p.dims, TC_MASTER);
+            if (ms < 0) goto oom;
+            g->tensors[ms].param = t;
+        }
+        int mo = graph_add_tensor(g, arena_printf(g->arena, "m.%s", p.name), DT_F32, p.rank, p.dims, TC_MOMENTUM);
+        int va = graph_add_tensor(g, arena_printf(g->arena, "v.%s", p.name), DT_F32, p.rank, p.dims, TC_VARIANCE);
+        if (mo < 0 || va < 0) goto oom;
+        g->tensors[gt].param = t;
+        g->tensors[mo].param = t;
+        g->tensors[va].param = t;
+        g->tensors[t].master = ms;
+        g->tensors[t].momentum = mo;
+        g->tensors[t].variance = va;
+        GOp a = op_blank(OP_ADAM);
+        a.nin = 6;
+        a.in[0] = t;
+        a.in[1] = gt;
+        a.in[2] = ms;
+        a.in[3] = mo;
+        a.in[4] = va;
+        a.in[5] = norm;
+        a.nout = 0;
+        a.segment = p.segment;
+        a.span = p.span;
+        if (graph_add_op(g, &a) < 0) goto oom;
+    }
+    for (int t = 0; t < nt0; t++) {
+        if (g->tensors[t].cls != TC_PARAM) continue;
+        GOp z = op_blank(OP_ZERO_GRAD);
+        z.nout = 1;
+        z.out[0] = g->tensors[t].grad;
+        if (graph_add_op(g, &z) < 0) goto oom;
+    }
+    return true;
+oom:
+    diag_error(d, SPAN_NONE, "autodiff: out of memory");
+    return false;
+}
