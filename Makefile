@@ -11,6 +11,8 @@
 #   lang/lexer.re, lang/grammar.y        generated into $(BUILD)/gen
 
 BUILD ?= build
+# `make V=1` shows every command.
+Q := $(if $(V),,@)
 CC ?= cc
 CUDA ?= /usr/local/cuda
 SAN ?=
@@ -60,11 +62,13 @@ $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC) $(MAIN_SRC)) $(BUILD)/obj/gen/lexer.o
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+	@echo "  CC    $<"
+	$(Q)$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(GEN_CFLAGS) -MMD -MP -c $< -o $@
+	@echo "  CC    $<"
+	$(Q)$(CC) $(GEN_CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/gen/lexer.c: lang/lexer.re
 	@mkdir -p $(dir $@)

@@ -1,0 +1,193 @@
+#include "comm.h"
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static MPI_Comm world_of(const Comm *c) { return (MPI_Comm)c->world; }
+
+static CommStatus mpi_fail(Comm *c, const char *what, int rc) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    snprintf(c->err, sizeof c->err, "rank %d: %.40s failed: %.180s", c->rank, what, msg);
+    return COMM_EMPI;
+}
+
+/* Polls a request until it completes or the deadline passes. */
+static CommStatus wait_req(Comm *c, MPI_Request *req, const char *what) {
+    double deadline = now_s() + c->timeout_s;
+    int done = 0;
+    struct timespec nap = {0, 50000}; /* 50 us: cheap on idle cores, fast enough to notice completion */
+    for (;;) {
+        int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, what, rc);
+        if (done) return COMM_OK;
+        if (now_s() > deadline) {
+            snprintf(c->err, sizeof c->err,
+                     "rank %d: %s did not complete within %.0f s: another rank died or hangs",
+                     c->rank, what, c->timeout_s);
+            return COMM_ETIMEDOUT;
+        }
+        nanosleep(&nap, NULL);
+    }
+}
+
+static bool launched_by_mpi(void) {
+    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        if (getenv(vars[i])) return true;
+    return false;
+}
+
+CommStatus comm_init(Comm *c, int *argc, char ***argv, bool force_mpi) {
+    memset(c, 0, sizeof *c);
+    c->size = 1;
+    c->local_size = 1;
+    c->timeout_s = 300;
+    const char *t = getenv("ZINF_COMM_TIMEOUT");
+    if (t && atof(t) > 0) c->timeout_s = atof(t);
+    if (!force_mpi && !launched_by_mpi()) return COMM_OK;
+    int provided = 0;
+    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, "MPI_Init_thread", rc);
+    c->mpi = true;
+    /* Errors come back as codes so they can be reported with the rank. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    c->world = (void *)MPI_COMM_WORLD;
+    MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+    MPI_Comm node;
+    rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, "MPI_Comm_split_type", rc);
+    MPI_Comm_rank(node, &c->local_rank);
+    MPI_Comm_size(node, &c->local_size);
+    c->node = (void *)node;
+    return COMM_OK;
+}
+
+void comm_finalize(Comm *c) {
+    if (!c->mpi) return;
+    MPI_Comm node = (MPI_Comm)c->node;
+    if (node != MPI_COMM_NULL && c->node) MPI_Comm_free(&node);
+    MPI_Finalize();
+    c->mpi = false;
+}
+
+void comm_abort(Comm *c, int code) {
+    if (c->mpi) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+const char *comm_last_error(const Comm *c) { return c->err[0] ? c->err : "no error"; }
+
+CommStatus comm_barrier(Comm *c) {
+    if (!c->mpi || c->size == 1) return COMM_OK;
+    MPI_Request r;
+    int rc = MPI_Ibarrier(world_of(c), &r);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, "MPI_Ibarrier", rc);
+    return wait_req(c, &r, "barrier");
+}
+
+/* MPI counts are int: move big buffers in chunks of at most 1 GiB. */
+enum { CHUNK = 1 << 30 };
+
+CommStatus comm_allgather(Comm *c, const void *send, void *recv, size_t bytes) {
+    if (!c->mpi || c->size == 1) {
+        if (recv != send) memmove(recv, send, bytes);
+        return COMM_OK;
+    }
+    if (bytes > (size_t)CHUNK) {
+        /* Gather piecewise into a strided layout: one chunk of every rank at a time. */
+        for (size_t off = 0; off < bytes; off += CHUNK) {
+            size_t n = bytes - off < (size_t)CHUNK ? bytes - off : (size_t)CHUNK;
+            /* Each rank broadcasts its piece (rare: shards over 1 GiB). */
+            for (int r = 0; r < c->size; r++) {
+                char *dst = (char *)recv + (size_t)r * bytes + off;
+                if (r == c->rank) memmove(dst, (const char *)send + off, n);
+                CommStatus s = comm_bcast(c, dst, n, r);
+                if (s) return s;
+            }
+        }
+        return COMM_OK;
+    }
+    MPI_Request req;
+    int rc = MPI_Iallgather(send == recv ? MPI_IN_PLACE : send, (int)bytes, MPI_BYTE, recv, (int)bytes,
+                            MPI_BYTE, world_of(c), &req);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, "MPI_Iallgather", rc);
+    return wait_req(c, &req, "all-gather");
+}
+
+CommStatus comm_reduce_scatter_f32(Comm *c, const float *send, float *recv, size_t count) {
+    if (!c->mpi || c->size == 1) {
+        memmove(recv, send, count * sizeof(float));
+        return COMM_OK;
+    }
+    if (count > (size_t)CHUNK / sizeof(float)) {
+        snprintf(c->err, sizeof c->err, "rank %d: reduce-scatter of %zu floats per rank is too large", c->rank, count);
+        return COMM_EARG;
+    }
+    /* Deterministic order: gather every rank's block r to rank r with an
+     * all-to-all, then sum in rank order. MPI's own reduction order is
+     * unspecified, which would make losses depend on the world's timing. */
+    size_t bytes = count * sizeof(float);
+    float *tmp = malloc(bytes * (size_t)c->size);
+    if (!tmp) {
+        snprintf(c->err, sizeof c->err, "rank %d: out of memory in reduce-scatter", c->rank);
+        return COMM_EARG;
+    }
+    MPI_Request req;
+    int rc = MPI_Ialltoall(send, (int)count, MPI_FLOAT, tmp, (int)count, MPI_FLOAT, world_of(c), &req);
+    if (rc != MPI_SUCCESS) { free(tmp); return mpi_fail(c, "MPI_Ialltoall", rc); }
+    CommStatus s = wait_req(c, &req, "reduce-scatter");
+    if (s == COMM_OK) {
+        for (size_t i = 0; i < count; i++) {
+            float acc = tmp[i];
+            for (int r = 1; r < c->size; r++) acc += tmp[(size_t)r * count + i];
+            recv[i] = acc;
+        }
+    }
+    free(tmp);
+    return s;
+}
+
+static CommStatus allreduce(Comm *c, void *buf, size_t count, MPI_Datatype dt, size_t esz, MPI_Op op, const char *what) {
+    if (!c->mpi || c->size == 1) return COMM_OK;
+    if (count * esz > (size_t)CHUNK) {
+        snprintf(c->err, sizeof c->err, "rank %d: %s of %zu elements is too large", c->rank, what, count);
+        return COMM_EARG;
+    }
+    MPI_Request req;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, dt, op, world_of(c), &req);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, "MPI_Iallreduce", rc);
+    return wait_req(c, &req, what);
+}
+
+CommStatus comm_allreduce_sum_f32(Comm *c, float *buf, size_t count) {
+    return allreduce(c, buf, count, MPI_FLOAT, sizeof(float), MPI_SUM, "all-reduce");
+}
+CommStatus comm_allreduce_sum_f64(Comm *c, double *buf, size_t count) {
+    return allreduce(c, buf, count, MPI_DOUBLE, sizeof(double), MPI_SUM, "all-reduce");
+}
+CommStatus comm_allreduce_max_i64(Comm *c, int64_t *v) {
+    return allreduce(c, v, 1, MPI_INT64_T, sizeof(int64_t), MPI_MAX, "all-reduce");
+}
+
+CommStatus comm_bcast(Comm *c, void *buf, size_t bytes, int root) {
+    if (!c->mpi || c->size == 1) return COMM_OK;
+    for (size_t off = 0; off < bytes; off += CHUNK) {
+        size_t n = bytes - off < (size_t)CHUNK ? bytes - off : (size_t)CHUNK;
+        MPI_Request req;
+        int rc = MPI_Ibcast((char *)buf + off, (int)n, MPI_BYTE, root, world_of(c), &req);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, "MPI_Ibcast", rc);
+        CommStatus s = wait_req(c, &req, "broadcast");
+        if (s) return s;
+    }
+    return COMM_OK;
+}

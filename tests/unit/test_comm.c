@@ -1,0 +1,94 @@
+/* comm: collectives give the closed-form results for any world size. Run
+ * alone it tests the world of one; tests/e2e/comm_mpi.sh runs it under
+ * mpirun with 3 ranks, and with a rank that dies. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include "comm.h"
+
+static Comm C;
+
+START_TEST(test_allgather) {
+    int n = 5;
+    int *send = malloc(sizeof(int) * (size_t)n);
+    int *recv = malloc(sizeof(int) * (size_t)n * (size_t)C.size);
+    for (int i = 0; i < n; i++) send[i] = C.rank * 100 + i;
+    ck_assert_int_eq(comm_allgather(&C, send, recv, sizeof(int) * (size_t)n), COMM_OK);
+    for (int r = 0; r < C.size; r++)
+        for (int i = 0; i < n; i++) ck_assert_int_eq(recv[r * n + i], r * 100 + i);
+    free(send);
+    free(recv);
+}
+END_TEST
+
+START_TEST(test_reduce_scatter) {
+    size_t n = 7;
+    float *send = malloc(sizeof(float) * n * (size_t)C.size);
+    float recv[7];
+    for (int r = 0; r < C.size; r++)
+        for (size_t i = 0; i < n; i++) send[(size_t)r * n + i] = (float)(C.rank + 1) * (float)(r * 10 + (int)i);
+    ck_assert_int_eq(comm_reduce_scatter_f32(&C, send, recv, n), COMM_OK);
+    /* Block `rank` summed over ranks: sum_q (q+1) * (rank*10+i). */
+    float f = (float)(C.size * (C.size + 1) / 2);
+    for (size_t i = 0; i < n; i++) ck_assert_float_eq_tol(recv[i], f * (float)(C.rank * 10 + (int)i), 1e-4f);
+    free(send);
+}
+END_TEST
+
+START_TEST(test_allreduce) {
+    float v[3] = {1.0f, (float)C.rank, 2.5f};
+    ck_assert_int_eq(comm_allreduce_sum_f32(&C, v, 3), COMM_OK);
+    ck_assert_float_eq(v[0], (float)C.size);
+    ck_assert_float_eq(v[1], (float)(C.size * (C.size - 1) / 2));
+    ck_assert_float_eq(v[2], 2.5f * (float)C.size);
+    int64_t m = C.rank * 7;
+    ck_assert_int_eq(comm_allreduce_max_i64(&C, &m), COMM_OK);
+    ck_assert_int_eq(m, (C.size - 1) * 7);
+    double d = 0.25;
+    ck_assert_int_eq(comm_allreduce_sum_f64(&C, &d, 1), COMM_OK);
+    ck_assert_double_eq(d, 0.25 * C.size);
+}
+END_TEST
+
+START_TEST(test_bcast_barrier) {
+    char buf[32] = "xxxxxxxxxxxxxxx";
+    if (C.rank == C.size - 1) snprintf(buf, sizeof buf, "from %d", C.rank);
+    ck_assert_int_eq(comm_bcast(&C, buf, sizeof buf, C.size - 1), COMM_OK);
+    char want[32];
+    snprintf(want, sizeof want, "from %d", C.size - 1);
+    ck_assert_str_eq(buf, want);
+    ck_assert_int_eq(comm_barrier(&C), COMM_OK);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+    if (comm_init(&C, &argc, &argv, false) != COMM_OK) {
+        fprintf(stderr, "%s\n", comm_last_error(&C));
+        return 1;
+    }
+    if (getenv("ZINF_TEST_COMM_DIE")) {
+        /* The dead-rank drill: the last rank dies before a collective the others wait in. */
+        if (C.rank == C.size - 1) raise(SIGKILL);
+        float v = 1;
+        CommStatus s = comm_allreduce_sum_f32(&C, &v, 1);
+        fprintf(stderr, "rank %d: all-reduce returned %d: %s\n", C.rank, s, comm_last_error(&C));
+        comm_abort(&C, 3);
+        return 3;
+    }
+    Suite *s = suite_create("comm");
+    TCase *tc = tcase_create("collectives");
+    tcase_add_test(tc, test_allgather);
+    tcase_add_test(tc, test_reduce_scatter);
+    tcase_add_test(tc, test_allreduce);
+    tcase_add_test(tc, test_bcast_barrier);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    if (C.mpi) srunner_set_fork_status(sr, CK_NOFORK); /* MPI state does not survive fork */
+    srunner_run_all(sr, C.rank == 0 ? CK_NORMAL : CK_SILENT);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    comm_finalize(&C);
+    return failed ? 1 : 0;
+}
