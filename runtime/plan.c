@@ -1,0 +1,706 @@
+#include "plan.h"
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const plan_queue_names[PLAN_NQUEUES] = {"nvme", "h2d", "d2h", "comm", "compute", "cpu"};
+const char *const plan_opcode_names[PI_COUNT] = {
+#define OP(id, name, queue, operands) name,
+#include "sched.def"
+#undef OP
+};
+const uint8_t plan_opcode_queue[PI_COUNT] = {
+#define OP(id, name, queue, operands) queue,
+#include "sched.def"
+#undef OP
+};
+const char *const plan_opcode_operands[PI_COUNT] = {
+#define OP(id, name, queue, operands) operands,
+#include "sched.def"
+#undef OP
+};
+const char *const plan_tier_names[PLAN_NTIERS] = {"gpu", "cpu", "nvme"};
+const char *const plan_arena_names[PLAN_NARENAS] = {"gpu", "pinned", "cpu", "nvme"};
+
+Plan *plan_new(void) {
+    Plan *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    arena_init(&p->arena);
+    p->loss = -1;
+    p->model_name = p->source = "";
+    p->target.name = p->target.backend = p->target.gpu_arch = "";
+    for (int i = 0; i < PLAN_NARENAS; i++) {
+        p->arenas[i].kind = (uint8_t)i;
+        p->arenas[i].align = 1;
+    }
+    return p;
+}
+
+void plan_free(Plan *p) {
+    if (!p) return;
+    arena_free(&p->arena);
+    free(p);
+}
+
+int plan_dtype_size(int dtype) {
+    switch (dtype) { /* DType of lang/ast.h: NONE, F32, BF16, F16, I32 */
+    case 1: return 4;
+    case 2: return 2;
+    case 3: return 2;
+    case 4: return 4;
+    default: return 0;
+    }
+}
+
+uint64_t plan_fnv1a64(const void *data, size_t n) {
+    const uint8_t *b = data;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+const char *plan_bytes_str(uint64_t bytes, char *buf, size_t n) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 6) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0) snprintf(buf, n, "%" PRIu64 " B", bytes);
+    else snprintf(buf, n, "%.2f %s", v, units[u]);
+    return buf;
+}
+
+/* ---- the codec: one description of each section, run to write or to read ---- */
+
+typedef struct Codec {
+    bool reading;
+    /* writing */
+    uint8_t *buf;
+    size_t len, cap;
+    bool oom;
+    /* reading */
+    const uint8_t *in;
+    size_t inlen, pos;
+    bool bad;          /* truncated or malformed */
+    const char *why;   /* what was malformed */
+    Arena *arena;
+} Codec;
+
+static void put(Codec *c, const void *d, size_t n) {
+    if (c->oom) return;
+    if (c->len + n > c->cap) {
+        size_t nc = c->cap ? c->cap * 2 : 4096;
+        while (nc < c->len + n) nc *= 2;
+        uint8_t *nb = realloc(c->buf, nc);
+        if (!nb) {
+            c->oom = true;
+            return;
+        }
+        c->buf = nb;
+        c->cap = nc;
+    }
+    memcpy(c->buf + c->len, d, n);
+    c->len += n;
+}
+
+static bool take(Codec *c, void *d, size_t n) {
+    if (c->bad || n > c->inlen - c->pos) {
+        if (!c->bad) c->why = "truncated";
+        c->bad = true;
+        memset(d, 0, n);
+        return false;
+    }
+    memcpy(d, c->in + c->pos, n);
+    c->pos += n;
+    return true;
+}
+
+static void c_u64(Codec *c, uint64_t *v) {
+    uint8_t b[8];
+    if (c->reading) {
+        take(c, b, 8);
+        uint64_t x = 0;
+        for (int i = 7; i >= 0; i--) x = x << 8 | b[i];
+        *v = x;
+    } else {
+        for (int i = 0; i < 8; i++) b[i] = (uint8_t)(*v >> (8 * i));
+        put(c, b, 8);
+    }
+}
+static void c_u32(Codec *c, uint32_t *v) {
+    uint64_t x = *v;
+    if (c->reading) {
+        uint8_t b[4];
+        take(c, b, 4);
+        *v = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+        return;
+    }
+    uint8_t b[4] = {(uint8_t)x, (uint8_t)(x >> 8), (uint8_t)(x >> 16), (uint8_t)(x >> 24)};
+    put(c, b, 4);
+}
+static void c_i32(Codec *c, int32_t *v) {
+    uint32_t x = (uint32_t)*v;
+    c_u32(c, &x);
+    *v = (int32_t)x;
+}
+static void c_i64(Codec *c, int64_t *v) {
+    uint64_t x = (uint64_t)*v;
+    c_u64(c, &x);
+    *v = (int64_t)x;
+}
+static void c_u8(Codec *c, uint8_t *v) {
+    if (c->reading) take(c, v, 1);
+    else put(c, v, 1);
+}
+static void c_f64(Codec *c, double *v) {
+    uint64_t x;
+    memcpy(&x, v, 8);
+    c_u64(c, &x);
+    memcpy(v, &x, 8);
+}
+static void c_blob(Codec *c, const uint8_t **data, uint64_t *n) {
+    c_u64(c, n);
+    if (!c->reading) {
+        put(c, *data, (size_t)*n);
+        return;
+    }
+    if (c->bad) return;
+    if (*n > c->inlen - c->pos) {
+        c->bad = true;
+        c->why = "a length runs past the section";
+        *data = NULL;
+        *n = 0;
+        return;
+    }
+    uint8_t *d = arena_alloc(c->arena, (size_t)*n + 1);
+    if (!d) {
+        c->bad = true;
+        c->why = "out of memory";
+        return;
+    }
+    memcpy(d, c->in + c->pos, (size_t)*n);
+    c->pos += (size_t)*n;
+    *data = d;
+}
+static void c_str(Codec *c, const char **s) {
+    uint64_t n = c->reading ? 0 : strlen(*s ? *s : "");
+    const uint8_t *d = (const uint8_t *)(*s ? *s : "");
+    c_blob(c, &d, &n);
+    if (c->reading) {
+        if (c->bad) {
+            *s = "";
+            return;
+        }
+        if (memchr(d, 0, (size_t)n)) {
+            c->bad = true;
+            c->why = "a name contains a NUL byte";
+        }
+        *s = (const char *)d; /* arena_alloc zeroed the terminator */
+    }
+}
+/* An array count: on read, at least min_bytes per element must remain, so a
+ * forged count cannot make the reader allocate more than the file holds. */
+static bool c_count(Codec *c, uint32_t *n, size_t min_bytes, void **arr, size_t elem) {
+    c_u32(c, n);
+    if (!c->reading) return true;
+    if (c->bad) return false;
+    if ((uint64_t)*n * min_bytes > c->inlen - c->pos) {
+        c->bad = true;
+        c->why = "a count exceeds what the section holds";
+        *n = 0;
+        return false;
+    }
+    *arr = *n ? arena_alloc(c->arena, elem * *n) : NULL;
+    if (*n && !*arr) {
+        c->bad = true;
+        c->why = "out of memory";
+        return false;
+    }
+    return true;
+}
+
+/* ---- sections ---- */
+
+static void sec_meta(Codec *c, Plan *p) {
+    c_str(c, &p->model_name);
+    c_str(c, &p->source);
+    c_i32(c, &p->ranks);
+    c_i32(c, &p->loss);
+    c_i32(c, &p->ninputs);
+    for (int i = 0; i < 4; i++) c_i32(c, &p->inputs[i]);
+    c_u32(c, &p->opt_begin);
+}
+
+static void sec_target(Codec *c, Plan *p) {
+    PlanTarget *t = &p->target;
+    c_str(c, &t->name);
+    c_str(c, &t->backend);
+    c_i32(c, &t->nodes);
+    c_i32(c, &t->gpus_per_node);
+    c_u64(c, &t->gpu_memory);
+    c_f64(c, &t->gpu_flops);
+    c_f64(c, &t->gpu_hbm);
+    c_f64(c, &t->gpu_pcie);
+    c_str(c, &t->gpu_arch);
+    c_i32(c, &t->gpu_sms);
+    c_u64(c, &t->cpu_memory);
+    c_f64(c, &t->cpu_bandwidth);
+    c_i32(c, &t->cpu_cores);
+    uint32_t np = (uint32_t)t->nvme_npaths;
+    void *arr = (void *)t->nvme_paths;
+    c_count(c, &np, 8, &arr, sizeof(char *));
+    t->nvme_paths = arr;
+    t->nvme_npaths = (int32_t)np;
+    for (uint32_t i = 0; i < np && !c->bad; i++) c_str(c, &t->nvme_paths[i]);
+    c_f64(c, &t->nvme_read);
+    c_f64(c, &t->nvme_write);
+    c_u64(c, &t->nvme_capacity);
+    c_f64(c, &t->net_bandwidth);
+    c_f64(c, &t->net_latency);
+}
+
+static void sec_train(Codec *c, Plan *p) {
+    PlanTrain *t = &p->train;
+    c_i64(c, &t->micro_batch);
+    c_i64(c, &t->steps);
+    c_i64(c, &t->warmup_steps);
+    c_i64(c, &t->checkpoint_every);
+    c_i64(c, &t->grad_accum);
+    c_u64(c, &t->seed);
+    c_u8(c, &t->dtype);
+    c_u8(c, &t->cosine);
+    c_f64(c, &t->lr);
+    c_f64(c, &t->beta1);
+    c_f64(c, &t->beta2);
+    c_f64(c, &t->eps);
+    c_f64(c, &t->weight_decay);
+    c_f64(c, &t->min_lr);
+    c_f64(c, &t->grad_clip);
+    c_f64(c, &t->loss_scale);
+}
+
+static void sec_tensors(Codec *c, Plan *p) {
+    void *arr = p->tensors;
+    if (!c_count(c, &p->ntensors, 8 + 4 + 8 + 8 + 7 * 4, &arr, sizeof(PlanTensor))) return;
+    p->tensors = arr;
+    for (uint32_t i = 0; i < p->ntensors && !c->bad; i++) {
+        PlanTensor *t = &p->tensors[i];
+        c_str(c, &t->name);
+        c_u8(c, &t->dtype);
+        c_u8(c, &t->cls);
+        c_u8(c, &t->init);
+        c_u8(c, &t->rank);
+        if (c->reading && t->rank > PLAN_MAX_RANK) {
+            c->bad = true;
+            c->why = "a tensor's rank exceeds 6";
+            return;
+        }
+        for (int d = 0; d < t->rank; d++) c_i64(c, &t->dims[d]);
+        c_i64(c, &t->numel);
+        c_f64(c, &t->init_std);
+        c_i32(c, &t->param);
+        c_i32(c, &t->grad);
+        c_i32(c, &t->master);
+        c_i32(c, &t->momentum);
+        c_i32(c, &t->variance);
+        c_i32(c, &t->segment);
+        c_i32(c, &t->shard);
+    }
+}
+
+static void sec_ops(Codec *c, Plan *p) {
+    void *arr = p->ops;
+    if (!c_count(c, &p->nops, 4 + 8 * 3 + 12 + 8, &arr, sizeof(PlanOp))) return;
+    p->ops = arr;
+    for (uint32_t i = 0; i < p->nops && !c->bad; i++) {
+        PlanOp *o = &p->ops[i];
+        c_u8(c, &o->kind);
+        c_u8(c, &o->prim);
+        c_u8(c, &o->nin);
+        c_u8(c, &o->nout);
+        if (c->reading && (o->nin > PLAN_MAX_IN || o->nout > PLAN_MAX_OUT)) {
+            c->bad = true;
+            c->why = "an op has too many operands";
+            return;
+        }
+        for (int k = 0; k < o->nin; k++) c_i32(c, &o->in[k]);
+        for (int k = 0; k < o->nout; k++) c_i32(c, &o->out[k]);
+        for (int k = o->nin; c->reading && k < PLAN_MAX_IN; k++) o->in[k] = -1;
+        for (int k = o->nout; c->reading && k < PLAN_MAX_OUT; k++) o->out[k] = -1;
+        for (int k = 0; k < 4; k++) c_i64(c, &o->iattr[k]);
+        for (int k = 0; k < 2; k++) c_f64(c, &o->fattr[k]);
+        c_i32(c, &o->segment);
+        c_i32(c, &o->fwd);
+        c_i32(c, &o->nfin);
+        c_str(c, &o->scope);
+    }
+}
+
+static void sec_shards(Codec *c, Plan *p) {
+    void *arr = p->shards;
+    if (!c_count(c, &p->nshards, 4 + 2 + 4 + 8 * 3 + 4, &arr, sizeof(PlanShard))) return;
+    p->shards = arr;
+    for (uint32_t i = 0; i < p->nshards && !c->bad; i++) {
+        PlanShard *s = &p->shards[i];
+        c_i32(c, &s->tensor);
+        c_u8(c, &s->home);
+        c_u8(c, &s->partitioned);
+        c_i32(c, &s->ntiles);
+        c_i64(c, &s->tile_elems);
+        c_i64(c, &s->tile_shard);
+        c_u64(c, &s->bytes);
+        c_i32(c, &s->buffer);
+    }
+}
+
+static void sec_arenas(Codec *c, Plan *p) {
+    for (int i = 0; i < PLAN_NARENAS; i++) {
+        PlanArena *a = &p->arenas[i];
+        c_u8(c, &a->kind);
+        c_u64(c, &a->capacity);
+        c_u64(c, &a->size);
+        c_u64(c, &a->align);
+    }
+}
+
+static void sec_buffers(Codec *c, Plan *p) {
+    void *arr = p->buffers;
+    if (!c_count(c, &p->nbuffers, 8 + 2 + 4 + 16, &arr, sizeof(PlanBuffer))) return;
+    p->buffers = arr;
+    for (uint32_t i = 0; i < p->nbuffers && !c->bad; i++) {
+        PlanBuffer *b = &p->buffers[i];
+        c_str(c, &b->name);
+        c_u8(c, &b->arena);
+        c_u8(c, &b->flags);
+        c_i32(c, &b->tensor);
+        c_u64(c, &b->offset);
+        c_u64(c, &b->bytes);
+    }
+}
+
+static void sec_operands(Codec *c, Plan *p) {
+    void *arr = p->operands;
+    if (!c_count(c, &p->noperands, 21, &arr, sizeof(PlanOperand))) return;
+    p->operands = arr;
+    for (uint32_t i = 0; i < p->noperands && !c->bad; i++) {
+        PlanOperand *o = &p->operands[i];
+        c_i32(c, &o->buffer);
+        c_u8(c, &o->mode);
+        c_u64(c, &o->offset);
+        c_u64(c, &o->bytes);
+    }
+}
+
+static void sec_schedule(Codec *c, Plan *p) {
+    void *arr = p->instrs;
+    if (!c_count(c, &p->ninstrs, 2 + 12 + 16 + 16, &arr, sizeof(PlanInstr))) return;
+    p->instrs = arr;
+    for (uint32_t i = 0; i < p->ninstrs && !c->bad; i++) {
+        PlanInstr *s = &p->instrs[i];
+        c_u8(c, &s->op);
+        c_u8(c, &s->queue);
+        c_i32(c, &s->arg);
+        c_i32(c, &s->tile);
+        c_i32(c, &s->ntiles);
+        c_u32(c, &s->opnd);
+        c_u32(c, &s->nopnd);
+        c_u32(c, &s->dep);
+        c_u32(c, &s->ndeps);
+        c_f64(c, &s->flops);
+        c_u64(c, &s->bytes);
+    }
+}
+
+static void sec_deps(Codec *c, Plan *p) {
+    void *arr = p->deps;
+    if (!c_count(c, &p->ndeps, 4, &arr, sizeof(uint32_t))) return;
+    p->deps = arr;
+    for (uint32_t i = 0; i < p->ndeps && !c->bad; i++) c_u32(c, &p->deps[i]);
+}
+
+static void sec_kernels(Codec *c, Plan *p) {
+    void *arr = p->kernels;
+    if (!c_count(c, &p->nkernels, 32, &arr, sizeof(PlanKernel))) return;
+    p->kernels = arr;
+    for (uint32_t i = 0; i < p->nkernels && !c->bad; i++) {
+        PlanKernel *k = &p->kernels[i];
+        c_str(c, &k->name);
+        c_str(c, &k->arch);
+        c_str(c, &k->resources);
+        c_blob(c, &k->data, &k->size);
+    }
+}
+
+typedef struct Section {
+    const char *name;
+    void (*codec)(Codec *, Plan *);
+} Section;
+
+static const Section sections[] = {
+    {"meta", sec_meta},       {"target", sec_target},     {"train", sec_train},
+    {"tensors", sec_tensors}, {"ops", sec_ops},           {"shards", sec_shards},
+    {"arenas", sec_arenas},   {"buffers", sec_buffers},   {"operands", sec_operands},
+    {"schedule", sec_schedule}, {"deps", sec_deps},       {"kernels", sec_kernels},
+};
+enum { NSECTIONS = sizeof sections / sizeof sections[0], HEADER_BYTES = 24, SECHDR_BYTES = 24 };
+
+static void errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void errf(char *err, size_t n, const char *fmt, ...) {
+    if (!err || !n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+}
+
+static void put_le(uint8_t *b, uint64_t v, int n) {
+    for (int i = 0; i < n; i++) b[i] = (uint8_t)(v >> (8 * i));
+}
+static uint64_t get_le(const uint8_t *b, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--) v = v << 8 | b[i];
+    return v;
+}
+
+bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t errlen) {
+    Codec c = {0};
+    uint8_t hdr[HEADER_BYTES];
+    memcpy(hdr, PLAN_MAGIC, 8);
+    put_le(hdr + 8, PLAN_VERSION, 4);
+    put_le(hdr + 12, NSECTIONS, 4);
+    put_le(hdr + 16, plan_fnv1a64(hdr, 16), 8);
+    put(&c, hdr, sizeof hdr);
+    for (int s = 0; s < NSECTIONS; s++) {
+        size_t at = c.len;
+        uint8_t sh[SECHDR_BYTES] = {0};
+        put(&c, sh, sizeof sh);
+        sections[s].codec(&c, (Plan *)p); /* writing only reads *p */
+        if (c.oom) break;
+        size_t plen = c.len - at - SECHDR_BYTES;
+        put_le(c.buf + at, (uint64_t)s, 4);
+        put_le(c.buf + at + 4, 0, 4);
+        put_le(c.buf + at + 8, plen, 8);
+        put_le(c.buf + at + 16, plan_fnv1a64(c.buf + at + SECHDR_BYTES, plen), 8);
+    }
+    if (c.oom) {
+        free(c.buf);
+        errf(err, errlen, "out of memory encoding the plan");
+        return false;
+    }
+    *out = c.buf;
+    *len = c.len;
+    return true;
+}
+
+/* Every index the reader hands on must be in range, so nothing downstream
+ * can be made to read out of bounds by a forged file. */
+static bool check_indices(const Plan *p, const char *name, char *err, size_t errlen) {
+#define BAD(...) do { char m_[200]; snprintf(m_, sizeof m_, __VA_ARGS__); \
+        errf(err, errlen, "%s: %s (file corrupt?)", name, m_); return false; } while (0)
+    int64_t nt = p->ntensors;
+#define TID(x) ((x) >= -1 && (x) < nt)
+    if (p->ranks < 1) BAD("rank count %d", p->ranks);
+    if (!TID(p->loss)) BAD("loss tensor %d out of range", p->loss);
+    if (p->ninputs < 0 || p->ninputs > 4) BAD("input count %d", p->ninputs);
+    for (int i = 0; i < p->ninputs; i++)
+        if (!TID(p->inputs[i])) BAD("input tensor %d out of range", p->inputs[i]);
+    if (p->opt_begin > p->ninstrs) BAD("optimizer start %u past the schedule", p->opt_begin);
+    for (uint32_t i = 0; i < p->ntensors; i++) {
+        const PlanTensor *t = &p->tensors[i];
+        if (!TID(t->param) || !TID(t->grad) || !TID(t->master) || !TID(t->momentum) || !TID(t->variance))
+            BAD("tensor %u '%s' refers to a tensor out of range", i, t->name);
+        if (t->shard < -1 || t->shard >= (int64_t)p->nshards) BAD("tensor %u '%s': shard %d out of range", i, t->name, t->shard);
+        if (!plan_dtype_size(t->dtype)) BAD("tensor %u '%s': unknown dtype %u", i, t->name, t->dtype);
+        int64_t n = 1;
+        for (int d = 0; d < t->rank; d++) {
+            if (t->dims[d] < 0 || (t->dims[d] && n > INT64_MAX / 16 / t->dims[d]))
+                BAD("tensor %u '%s': bad shape", i, t->name);
+            n *= t->dims[d];
+        }
+        if (n != t->numel) BAD("tensor %u '%s': element count %" PRId64 " does not match its shape", i, t->name, t->numel);
+    }
+    for (uint32_t i = 0; i < p->nops; i++) {
+        const PlanOp *o = &p->ops[i];
+        for (int k = 0; k < o->nin; k++) if (!TID(o->in[k])) BAD("op %u: input tensor %d out of range", i, o->in[k]);
+        for (int k = 0; k < o->nout; k++) if (!TID(o->out[k])) BAD("op %u: output tensor %d out of range", i, o->out[k]);
+        if (o->fwd < -1 || o->fwd >= (int64_t)p->nops) BAD("op %u: forward op %d out of range", i, o->fwd);
+        if (o->nfin < 0 || o->nfin > o->nin) BAD("op %u: forward input count %d", i, o->nfin);
+    }
+    for (uint32_t i = 0; i < p->nshards; i++) {
+        const PlanShard *s = &p->shards[i];
+        if (s->tensor < 0 || s->tensor >= nt) BAD("shard %u: tensor %d out of range", i, s->tensor);
+        if (s->buffer < 0 || s->buffer >= (int64_t)p->nbuffers) BAD("shard %u: buffer %d out of range", i, s->buffer);
+        if (s->home >= PLAN_NTIERS) BAD("shard %u: home tier %u", i, s->home);
+        if (s->ntiles < 1 || s->tile_elems < 0 || s->tile_shard < 0) BAD("shard %u: bad tiling", i);
+    }
+    for (int i = 0; i < PLAN_NARENAS; i++)
+        if (p->arenas[i].kind != i || p->arenas[i].align == 0) BAD("arena %d malformed", i);
+    for (uint32_t i = 0; i < p->nbuffers; i++) {
+        const PlanBuffer *b = &p->buffers[i];
+        if (b->arena >= PLAN_NARENAS) BAD("buffer %u '%s': arena %u out of range", i, b->name, b->arena);
+        if (!TID(b->tensor)) BAD("buffer %u '%s': tensor %d out of range", i, b->name, b->tensor);
+        if (b->offset > UINT64_MAX - b->bytes) BAD("buffer %u '%s': offset overflows", i, b->name);
+    }
+    for (uint32_t i = 0; i < p->noperands; i++) {
+        const PlanOperand *o = &p->operands[i];
+        if (o->buffer < -1 || o->buffer >= (int64_t)p->nbuffers) BAD("operand %u: buffer %d out of range", i, o->buffer);
+        if (o->mode < PLAN_R || o->mode > PLAN_M) BAD("operand %u: access mode %u", i, o->mode);
+        if (o->offset > UINT64_MAX - o->bytes) BAD("operand %u: range overflows", i);
+    }
+    for (uint32_t i = 0; i < p->ninstrs; i++) {
+        const PlanInstr *s = &p->instrs[i];
+        if (s->op >= PI_COUNT) BAD("instruction %u: unknown opcode %u", i, s->op);
+        if (s->queue >= PLAN_NQUEUES) BAD("instruction %u: queue %u out of range", i, s->queue);
+        if ((uint64_t)s->opnd + s->nopnd > p->noperands) BAD("instruction %u: operands out of range", i);
+        if ((uint64_t)s->dep + s->ndeps > p->ndeps) BAD("instruction %u: dependencies out of range", i);
+        if (s->op == PI_KERNEL && (s->arg < 0 || s->arg >= (int64_t)p->nops)) BAD("instruction %u: op %d out of range", i, s->arg);
+        if (s->ntiles < 1 || s->tile < 0 || s->tile >= s->ntiles) BAD("instruction %u: tile %d of %d", i, s->tile, s->ntiles);
+    }
+    for (uint32_t i = 0; i < p->ndeps; i++)
+        if (p->deps[i] >= p->ninstrs) BAD("dependency %u: instruction %u out of range", i, p->deps[i]);
+    return true;
+#undef TID
+#undef BAD
+}
+
+Plan *plan_decode(const uint8_t *buf, size_t len, const char *name, char *err, size_t errlen) {
+    if (len < HEADER_BYTES || memcmp(buf, PLAN_MAGIC, 8) != 0) {
+        errf(err, errlen, "%s: not a zinf plan (bad magic)", name);
+        return NULL;
+    }
+    uint32_t ver = (uint32_t)get_le(buf + 8, 4), nsec = (uint32_t)get_le(buf + 12, 4);
+    if (get_le(buf + 16, 8) != plan_fnv1a64(buf, 16)) {
+        errf(err, errlen, "%s: header checksum mismatch (file corrupt?)", name);
+        return NULL;
+    }
+    if (ver != PLAN_VERSION) {
+        errf(err, errlen, "%s: plan format version %u, this build reads version %d (recompile the model)", name, ver, PLAN_VERSION);
+        return NULL;
+    }
+    if (nsec != NSECTIONS) {
+        errf(err, errlen, "%s: %u sections, expected %d (file corrupt?)", name, nsec, NSECTIONS);
+        return NULL;
+    }
+    Plan *p = plan_new();
+    if (!p) {
+        errf(err, errlen, "%s: out of memory", name);
+        return NULL;
+    }
+    size_t pos = HEADER_BYTES;
+    for (int s = 0; s < NSECTIONS; s++) {
+        if (len - pos < SECHDR_BYTES) {
+            errf(err, errlen, "%s: truncated before section '%s'", name, sections[s].name);
+            goto fail;
+        }
+        uint32_t id = (uint32_t)get_le(buf + pos, 4), pad = (uint32_t)get_le(buf + pos + 4, 4);
+        uint64_t plen = get_le(buf + pos + 8, 8), sum = get_le(buf + pos + 16, 8);
+        if (id != (uint32_t)s || pad != 0) {
+            errf(err, errlen, "%s: expected section '%s', found id %u (file corrupt?)", name, sections[s].name, id);
+            goto fail;
+        }
+        pos += SECHDR_BYTES;
+        if (plen > len - pos) {
+            errf(err, errlen, "%s: section '%s' runs past the end of the file (truncated?)", name, sections[s].name);
+            goto fail;
+        }
+        if (plan_fnv1a64(buf + pos, (size_t)plen) != sum) {
+            errf(err, errlen, "%s: section '%s' checksum mismatch (file corrupt?)", name, sections[s].name);
+            goto fail;
+        }
+        Codec c = {.reading = true, .in = buf + pos, .inlen = (size_t)plen, .arena = &p->arena};
+        sections[s].codec(&c, p);
+        if (c.bad || c.pos != c.inlen) {
+            errf(err, errlen, "%s: section '%s' malformed: %s", name, sections[s].name,
+                 c.bad ? c.why : "trailing bytes");
+            goto fail;
+        }
+        pos += (size_t)plen;
+    }
+    if (pos != len) {
+        errf(err, errlen, "%s: %zu bytes after the last section (file corrupt?)", name, len - pos);
+        goto fail;
+    }
+    if (!check_indices(p, name, err, errlen)) goto fail;
+    return p;
+fail:
+    plan_free(p);
+    return NULL;
+}
+
+bool plan_write(const Plan *p, const char *path, char *err, size_t errlen) {
+    uint8_t *buf;
+    size_t len;
+    if (!plan_encode(p, &buf, &len, err, errlen)) return false;
+    /* Write beside the destination and rename: a crash never leaves half a plan. */
+    size_t pl = strlen(path) + 8;
+    char *tmp = malloc(pl);
+    if (!tmp) {
+        free(buf);
+        errf(err, errlen, "%s: out of memory", path);
+        return false;
+    }
+    snprintf(tmp, pl, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    bool ok = f && fwrite(buf, 1, len, f) == len;
+    int e = errno;
+    if (f && fclose(f) != 0 && ok) {
+        ok = false;
+        e = errno;
+    }
+    if (ok && rename(tmp, path) != 0) {
+        ok = false;
+        e = errno;
+    }
+    if (!ok) {
+        errf(err, errlen, "%s: cannot write: %s", path, strerror(e));
+        remove(tmp);
+    }
+    free(tmp);
+    free(buf);
+    return ok;
+}
+
+Plan *plan_read(const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    uint8_t *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len == cap) {
+            size_t nc = cap ? cap * 2 : 1 << 16;
+            uint8_t *nb = realloc(buf, nc);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                errf(err, errlen, "%s: out of memory", path);
+                return NULL;
+            }
+            buf = nb;
+            cap = nc;
+        }
+        size_t n = fread(buf + len, 1, cap - len, f);
+        len += n;
+        if (n == 0) break;
+    }
+    bool rerr = ferror(f);
+    fclose(f);
+    if (rerr) {
+        free(buf);
+        errf(err, errlen, "%s: read error", path);
+        return NULL;
+    }
+    Plan *p = plan_decode(buf, len, path, err, errlen);
+    free(buf);
+    return p;
+}

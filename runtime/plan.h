@@ -1,0 +1,201 @@
+/* plan: the data model of a compiled training plan and its file format.
+ *
+ * This is the ONLY code the compiler (zinfc writes a plan) and the runtime
+ * (zinfrun executes one, zinfdump shows one) share. A Plan owns all of its
+ * memory (one Arena); plan_free releases it.
+ *
+ * The schedule is one instruction stream, the same for every rank: operands
+ * name buffers in per-rank arenas (rank-relative), shards describe "this
+ * rank's slice" of each tensor, so a plan's size does not depend on how many
+ * ranks run it. The file format (docs/plan-format.md): a header (magic
+ * "ZINFPLAN", version, section count, checksum), then sections, each with an
+ * id, a length and an FNV-1a-64 checksum of its payload; all integers little
+ * endian. The reader treats the file as untrusted: every count, offset, size
+ * and index is bounds-checked and each section's checksum verified.
+ */
+#ifndef ZINF_PLAN_H
+#define ZINF_PLAN_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "arena.h"
+
+enum { PLAN_VERSION = 1, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 8 };
+#define PLAN_MAGIC "ZINFPLAN"
+
+/* Queues: each runs its instructions in stream order, one at a time. */
+typedef enum PlanQueue { Q_NVME, Q_H2D, Q_D2H, Q_COMM, Q_COMPUTE, Q_CPU, PLAN_NQUEUES, Q_ANY = 255 } PlanQueue;
+extern const char *const plan_queue_names[PLAN_NQUEUES];
+
+typedef enum PlanOpcode {
+#define OP(id, name, queue, operands) PI_##id,
+#include "sched.def"
+#undef OP
+    PI_COUNT
+} PlanOpcode;
+extern const char *const plan_opcode_names[PI_COUNT];
+/* The opcode's fixed queue, or Q_ANY when the plan chooses. */
+extern const uint8_t plan_opcode_queue[PI_COUNT];
+/* The opcode's operand layout from sched.def ("RW", "*" = variable). */
+extern const char *const plan_opcode_operands[PI_COUNT];
+
+/* Where a shard lives between uses (its home). */
+typedef enum PlanTier { TIER_GPU, TIER_CPU, TIER_NVME, PLAN_NTIERS } PlanTier;
+extern const char *const plan_tier_names[PLAN_NTIERS];
+
+/* The per-rank arenas. Pinned staging and CPU homes are both carved from
+ * the rank's share of host memory. */
+typedef enum PlanArenaKind { ARENA_GPU, ARENA_PINNED, ARENA_CPU, ARENA_NVME, PLAN_NARENAS } PlanArenaKind;
+extern const char *const plan_arena_names[PLAN_NARENAS];
+
+/* The machine a plan is for (compiler/target.h fills it from a .zl target). */
+typedef struct PlanTarget {
+    const char *name;
+    const char *backend;       /* "cuda" or "host" */
+    int32_t nodes, gpus_per_node; /* host backend: ranks = gpus_per_node, nodes = 1 */
+    uint64_t gpu_memory;       /* bytes per GPU (host: the per-rank budget) */
+    double gpu_flops;          /* FLOP/s per GPU (peak, the training dtype) */
+    double gpu_hbm;            /* bytes/s, device memory */
+    double gpu_pcie;           /* bytes/s per GPU, each direction */
+    const char *gpu_arch;      /* "sm_70", "" for host */
+    int32_t gpu_sms;
+    uint64_t cpu_memory;       /* bytes per node */
+    double cpu_bandwidth;      /* bytes/s per node */
+    int32_t cpu_cores;         /* per node */
+    int32_t nvme_npaths;
+    const char **nvme_paths;
+    double nvme_read, nvme_write; /* bytes/s per node, all drives */
+    uint64_t nvme_capacity;    /* bytes per node, 0 = no NVMe */
+    double net_bandwidth;      /* bytes/s per rank for collectives */
+    double net_latency;        /* seconds per collective step */
+} PlanTarget;
+
+/* The training settings the runtime needs (from the model's train block). */
+typedef struct PlanTrain {
+    int64_t micro_batch, steps, warmup_steps, checkpoint_every, grad_accum;
+    uint64_t seed;
+    uint8_t dtype;             /* DType of lang/ast.h */
+    uint8_t cosine;
+    double lr, beta1, beta2, eps, weight_decay, min_lr, grad_clip, loss_scale;
+} PlanTrain;
+
+typedef struct PlanTensor {
+    const char *name;
+    uint8_t dtype, cls, init, rank; /* DType, TensorClass, InitKind */
+    int64_t dims[PLAN_MAX_RANK];
+    int64_t numel;
+    double init_std;
+    int32_t param, grad, master, momentum, variance, segment; /* -1 = none */
+    int32_t shard;             /* index into shards, -1 for non-state tensors */
+} PlanTensor;
+
+/* A graph op, as the executor's KERNEL instructions need it. */
+typedef struct PlanOp {
+    uint8_t kind, prim, nin, nout; /* OpKind, PrimId of compiler/graph.h */
+    int32_t in[PLAN_MAX_IN], out[PLAN_MAX_OUT]; /* tensor ids, -1 = none */
+    int64_t iattr[4];
+    double fattr[2];
+    int32_t segment, fwd, nfin;
+    const char *scope;
+} PlanOp;
+
+/* This rank's slice of a persistent tensor (parameter, gradient, optimizer
+ * state). The tensor's elements are cut into ntiles equal tiles of
+ * tile_elems; when partitioned, rank r holds elements
+ * [t*tile_elems + r*tile_shard, ...+tile_shard) of tile t (the last rank's
+ * slice is padded), stored at t*tile_shard in its buffer. Unpartitioned:
+ * the whole tensor on every rank (tile_shard = tile_elems). */
+typedef struct PlanShard {
+    int32_t tensor;
+    uint8_t home;              /* PlanTier */
+    uint8_t partitioned;
+    int32_t ntiles;
+    int64_t tile_elems;
+    int64_t tile_shard;        /* elements per rank per tile, padded to the I/O alignment */
+    uint64_t bytes;            /* ntiles * tile_shard * dtype size */
+    int32_t buffer;            /* its home buffer */
+} PlanShard;
+
+typedef struct PlanArena {
+    uint8_t kind;              /* PlanArenaKind */
+    uint64_t capacity;         /* what the target allows per rank */
+    uint64_t size;             /* what the plan uses: the peak, exactly */
+    uint64_t align;
+} PlanArena;
+
+enum { PLAN_BUF_PERSISTENT = 1 }; /* valid at the start of a step (a home) */
+
+typedef struct PlanBuffer {
+    const char *name;
+    uint8_t arena;
+    uint8_t flags;
+    int32_t tensor;            /* -1 when not one tensor's */
+    uint64_t offset, bytes;
+} PlanBuffer;
+
+enum { PLAN_R = 1, PLAN_W = 2, PLAN_M = 3 }; /* operand access */
+
+typedef struct PlanOperand {
+    int32_t buffer;            /* -1: absent (KERNEL inputs that are not there) */
+    uint8_t mode;
+    uint64_t offset, bytes;    /* the range of the buffer accessed */
+} PlanOperand;
+
+typedef struct PlanInstr {
+    uint8_t op, queue;
+    int32_t arg;               /* KERNEL: op index; transfers: tensor id; INPUT: input index */
+    int32_t tile, ntiles;      /* KERNEL and tile transfers: tile t of n; else 0 of 1 */
+    uint32_t opnd, nopnd;      /* operands[opnd .. opnd+nopnd) */
+    uint32_t dep, ndeps;       /* deps[dep .. dep+ndeps): instructions it waits for */
+    double flops;              /* for the cost model */
+    uint64_t bytes;            /* bytes moved (transfers) or touched (kernels) */
+} PlanInstr;
+
+/* A compiled kernel (filled by codegen): opaque bytes with a name. */
+typedef struct PlanKernel {
+    const char *name, *arch, *resources;
+    const uint8_t *data;
+    uint64_t size;
+} PlanKernel;
+
+typedef struct Plan {
+    Arena arena;               /* owns everything below */
+    const char *model_name;
+    const char *source;        /* the .zl file it was compiled from */
+    PlanTarget target;
+    PlanTrain train;
+    int32_t ranks;             /* data-parallel world size */
+    int32_t loss;              /* tensor id of the loss */
+    int32_t ninputs;
+    int32_t inputs[4];
+    uint32_t opt_begin;        /* instrs[0..opt_begin) run once per micro-batch, the rest once per step */
+    PlanTensor *tensors; uint32_t ntensors;
+    PlanOp *ops; uint32_t nops;
+    PlanShard *shards; uint32_t nshards;
+    PlanArena arenas[PLAN_NARENAS];
+    PlanBuffer *buffers; uint32_t nbuffers;
+    PlanOperand *operands; uint32_t noperands;
+    PlanInstr *instrs; uint32_t ninstrs;
+    uint32_t *deps; uint32_t ndeps;
+    PlanKernel *kernels; uint32_t nkernels;
+} Plan;
+
+/* A new empty plan (NULL on out of memory). */
+Plan *plan_new(void);
+void plan_free(Plan *p);
+/* Bytes per element of a DType code (0 if unknown). */
+int plan_dtype_size(int dtype);
+
+/* Serialises into a malloc'd buffer the caller frees. */
+bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t errlen);
+/* Parses an untrusted buffer; name is used in messages ("model.plan: ..."). */
+Plan *plan_decode(const uint8_t *buf, size_t len, const char *name, char *err, size_t errlen);
+bool plan_write(const Plan *p, const char *path, char *err, size_t errlen);
+Plan *plan_read(const char *path, char *err, size_t errlen);
+
+/* FNV-1a 64-bit hash, the sections' checksum. */
+uint64_t plan_fnv1a64(const void *data, size_t n);
+/* "1.50 GiB" */
+const char *plan_bytes_str(uint64_t bytes, char *buf, size_t n);
+
+#endif
