@@ -1,0 +1,460 @@
+#include "verify.h"
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "graph.h" /* TensorClass codes stored in PlanTensor.cls */
+
+enum { MAX_PROBLEMS = 20 };
+
+typedef struct V {
+    const Plan *p;
+    char *msgs;
+    size_t n, used;
+    int problems;
+    /* derived */
+    uint32_t *qpos;   /* 1-based position of each instruction in its queue */
+    uint32_t *vc;     /* ninstrs x PLAN_NQUEUES vector clocks */
+    uint32_t *order;  /* a topological order */
+    /* per buffer: uses */
+    uint32_t *use_start, *use_list; /* CSR: instructions using each buffer */
+    uint8_t *use_mode;
+} V;
+
+static void problem(V *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void problem(V *v, const char *fmt, ...) {
+    v->problems++;
+    if (v->problems > MAX_PROBLEMS || !v->msgs || v->used + 1 >= v->n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(v->msgs + v->used, v->n - v->used, fmt, ap);
+    va_end(ap);
+    if (w < 0) return;
+    v->used += (size_t)w;
+    if (v->used + 1 >= v->n) {
+        v->used = v->n - 1;
+        return;
+    }
+    v->msgs[v->used++] = '\n';
+    v->msgs[v->used] = 0;
+}
+#define STOP(v) ((v)->problems >= MAX_PROBLEMS)
+
+static const char *iname(const Plan *p, uint32_t i) {
+    return p->instrs[i].op < PI_COUNT ? plan_opcode_names[p->instrs[i].op] : "?";
+}
+static const char *bname(const Plan *p, int32_t b) {
+    return p->buffers[b].name ? p->buffers[b].name : "";
+}
+
+/* ---- 1. ranges ---- */
+static bool check_ranges(V *v) {
+    const Plan *p = v->p;
+    int before = v->problems;
+    int64_t nt = p->ntensors;
+    if (p->ranks < 1) problem(v, "plan has %d ranks", p->ranks);
+    for (uint32_t i = 0; i < p->ntensors; i++) {
+        const PlanTensor *t = &p->tensors[i];
+        int32_t refs[] = {t->param, t->grad, t->master, t->momentum, t->variance};
+        for (int k = 0; k < 5; k++)
+            if (refs[k] < -1 || refs[k] >= nt) problem(v, "tensor %u '%s' refers to tensor %d, out of range", i, t->name, refs[k]);
+        if (t->shard < -1 || t->shard >= (int64_t)p->nshards) problem(v, "tensor %u '%s': shard %d out of range", i, t->name, t->shard);
+        if (t->rank > PLAN_MAX_RANK) problem(v, "tensor %u '%s': rank %u", i, t->name, t->rank);
+    }
+    for (uint32_t i = 0; i < p->nops; i++) {
+        const PlanOp *o = &p->ops[i];
+        if (o->nin > PLAN_MAX_IN || o->nout > PLAN_MAX_OUT) {
+            problem(v, "op %u: %u inputs, %u outputs", i, o->nin, o->nout);
+            continue;
+        }
+        for (int k = 0; k < o->nin; k++) if (o->in[k] < -1 || o->in[k] >= nt) problem(v, "op %u: input tensor %d out of range", i, o->in[k]);
+        for (int k = 0; k < o->nout; k++) if (o->out[k] < -1 || o->out[k] >= nt) problem(v, "op %u: output tensor %d out of range", i, o->out[k]);
+    }
+    for (uint32_t i = 0; i < p->nshards; i++) {
+        const PlanShard *s = &p->shards[i];
+        if (s->tensor < 0 || s->tensor >= nt) problem(v, "shard %u: tensor %d out of range", i, s->tensor);
+        if (s->buffer < 0 || s->buffer >= (int64_t)p->nbuffers) problem(v, "shard %u: buffer %d out of range", i, s->buffer);
+        if (s->home >= PLAN_NTIERS) problem(v, "shard %u: home tier %u out of range", i, s->home);
+    }
+    for (uint32_t i = 0; i < p->nbuffers; i++) {
+        const PlanBuffer *b = &p->buffers[i];
+        if (b->arena >= PLAN_NARENAS) problem(v, "buffer %u '%s': arena %u out of range", i, bname(p, (int32_t)i), b->arena);
+        if (b->tensor < -1 || b->tensor >= nt) problem(v, "buffer %u '%s': tensor %d out of range", i, bname(p, (int32_t)i), b->tensor);
+    }
+    for (uint32_t i = 0; i < p->noperands; i++) {
+        const PlanOperand *o = &p->operands[i];
+        if (o->buffer < -1 || o->buffer >= (int64_t)p->nbuffers) problem(v, "operand %u: buffer %d out of range", i, o->buffer);
+        else if (o->mode < PLAN_R || o->mode > PLAN_M) problem(v, "operand %u: access mode %u", i, o->mode);
+    }
+    for (uint32_t i = 0; i < p->ninstrs; i++) {
+        const PlanInstr *s = &p->instrs[i];
+        if (s->op >= PI_COUNT) {
+            problem(v, "instruction %u: unknown opcode %u", i, s->op);
+            continue;
+        }
+        if (s->queue >= PLAN_NQUEUES) problem(v, "instruction %u (%s): queue %u out of range", i, iname(p, i), s->queue);
+        else if (plan_opcode_queue[s->op] != Q_ANY && plan_opcode_queue[s->op] != s->queue)
+            problem(v, "instruction %u (%s) is on queue %s, its opcode runs on %s", i, iname(p, i),
+                    plan_queue_names[s->queue], plan_queue_names[plan_opcode_queue[s->op]]);
+        if ((uint64_t)s->opnd + s->nopnd > p->noperands) problem(v, "instruction %u (%s): operands out of range", i, iname(p, i));
+        if ((uint64_t)s->dep + s->ndeps > p->ndeps) problem(v, "instruction %u (%s): dependencies out of range", i, iname(p, i));
+        if (s->op == PI_KERNEL && (s->arg < 0 || s->arg >= (int64_t)p->nops)) problem(v, "instruction %u (kernel): op %d out of range", i, s->arg);
+    }
+    for (uint32_t i = 0; i < p->ndeps; i++)
+        if (p->deps[i] >= p->ninstrs) problem(v, "dependency %u names instruction %u, out of range", i, p->deps[i]);
+    if (p->opt_begin > p->ninstrs) problem(v, "optimizer start %u is past the schedule's %u instructions", p->opt_begin, p->ninstrs);
+    return v->problems == before;
+}
+
+/* ---- 2. arenas, buffers, operands ---- */
+static void check_memory(V *v) {
+    const Plan *p = v->p;
+    char a[32], b[32];
+    for (int i = 0; i < PLAN_NARENAS; i++) {
+        const PlanArena *ar = &p->arenas[i];
+        if (ar->size > ar->capacity)
+            problem(v, "arena %s uses %s per rank, more than its capacity %s", plan_arena_names[i],
+                    plan_bytes_str(ar->size, a, sizeof a), plan_bytes_str(ar->capacity, b, sizeof b));
+    }
+    int rpn = p->target.gpus_per_node > 0 ? p->target.gpus_per_node : 1;
+    uint64_t host = p->target.cpu_memory / (uint64_t)rpn;
+    uint64_t used = p->arenas[ARENA_PINNED].size + p->arenas[ARENA_CPU].size;
+    if (used > host)
+        problem(v, "pinned staging and CPU homes take %s per rank, more than the rank's share of host memory %s",
+                plan_bytes_str(used, a, sizeof a), plan_bytes_str(host, b, sizeof b));
+    for (uint32_t i = 0; i < p->nbuffers && !STOP(v); i++) {
+        const PlanBuffer *bf = &p->buffers[i];
+        const PlanArena *ar = &p->arenas[bf->arena];
+        if (bf->offset > ar->size || bf->bytes > ar->size - bf->offset)
+            problem(v, "buffer '%s' [%" PRIu64 ", +%" PRIu64 ") lies outside arena %s of %" PRIu64 " bytes", bname(p, (int32_t)i),
+                    bf->offset, bf->bytes, plan_arena_names[bf->arena], ar->size);
+        else if (ar->align > 1 && bf->offset % ar->align)
+            problem(v, "buffer '%s' at offset %" PRIu64 " is not aligned to %" PRIu64 " in arena %s", bname(p, (int32_t)i),
+                    bf->offset, ar->align, plan_arena_names[bf->arena]);
+    }
+    for (uint32_t i = 0; i < p->ninstrs && !STOP(v); i++) {
+        const PlanInstr *s = &p->instrs[i];
+        for (uint32_t k = 0; k < s->nopnd; k++) {
+            const PlanOperand *o = &p->operands[s->opnd + k];
+            if (o->buffer < 0) {
+                if (s->op != PI_KERNEL) problem(v, "instruction %u (%s): operand %u names no buffer", i, iname(p, i), k);
+                continue;
+            }
+            const PlanBuffer *bf = &p->buffers[o->buffer];
+            if (o->offset > bf->bytes || o->bytes > bf->bytes - o->offset)
+                problem(v, "instruction %u (%s) accesses [%" PRIu64 ", +%" PRIu64 ") of buffer '%s', which has %" PRIu64 " bytes",
+                        i, iname(p, i), o->offset, o->bytes, bname(p, o->buffer), bf->bytes);
+        }
+    }
+}
+
+/* ---- 3. shards ---- */
+static bool is_state(uint8_t cls) {
+    return cls == TC_PARAM || cls == TC_GRAD || cls == TC_MASTER || cls == TC_MOMENTUM || cls == TC_VARIANCE;
+}
+
+static void check_shards(V *v) {
+    const Plan *p = v->p;
+    int *count = calloc(p->ntensors ? p->ntensors : 1, sizeof *count);
+    if (!count) {
+        problem(v, "out of memory verifying shards");
+        return;
+    }
+    static const uint8_t tier_arena[PLAN_NTIERS] = {ARENA_GPU, ARENA_CPU, ARENA_NVME};
+    for (uint32_t i = 0; i < p->nshards && !STOP(v); i++) {
+        const PlanShard *s = &p->shards[i];
+        const PlanTensor *t = &p->tensors[s->tensor];
+        count[s->tensor]++;
+        int ds = plan_dtype_size(t->dtype);
+        if (s->ntiles < 1 || s->tile_elems < 0 || s->tile_shard < 0 || s->tile_elems * s->ntiles != t->numel) {
+            problem(v, "shard of '%s': %d tiles of %" PRId64 " elements do not make its %" PRId64 " elements", t->name,
+                    s->ntiles, s->tile_elems, t->numel);
+            continue;
+        }
+        if (s->partitioned ? s->tile_shard * p->ranks < s->tile_elems : s->tile_shard != s->tile_elems)
+            problem(v, "shard of '%s': %d ranks x %" PRId64 " elements do not cover a tile of %" PRId64, t->name, p->ranks,
+                    s->tile_shard, s->tile_elems);
+        if ((uint64_t)s->ntiles * (uint64_t)s->tile_shard * (uint64_t)ds != s->bytes)
+            problem(v, "shard of '%s': %" PRIu64 " bytes does not match its tiles", t->name, s->bytes);
+        const PlanBuffer *b = &p->buffers[s->buffer];
+        if (b->bytes < s->bytes)
+            problem(v, "shard of '%s' (%" PRIu64 " bytes) does not fit its buffer '%s' (%" PRIu64 " bytes)", t->name, s->bytes,
+                    bname(p, s->buffer), b->bytes);
+        if (!(b->flags & PLAN_BUF_PERSISTENT)) problem(v, "shard of '%s' lives in buffer '%s', which is not persistent", t->name, bname(p, s->buffer));
+        if (b->arena != tier_arena[s->home])
+            problem(v, "shard of '%s' has home %s but its buffer is in arena %s", t->name, plan_tier_names[s->home], plan_arena_names[b->arena]);
+        if (t->shard != (int32_t)i) problem(v, "tensor '%s' does not name its shard %u", t->name, i);
+    }
+    for (uint32_t i = 0; i < p->ntensors && !STOP(v); i++) {
+        const PlanTensor *t = &p->tensors[i];
+        bool want = t->cls == TC_PARAM || (is_state(t->cls) && t->param >= 0);
+        if (want && count[i] == 0) problem(v, "%s '%s' has no shard on any rank", tensor_class_names[t->cls < TC_COUNT ? t->cls : 0], t->name);
+        if (count[i] > 1) problem(v, "tensor '%s' has %d shards per rank, expected exactly one", t->name, count[i]);
+        if (!is_state(t->cls) && count[i]) problem(v, "tensor '%s' is not model state but has a shard", t->name);
+    }
+    free(count);
+}
+
+/* ---- 4. order: topological sort and vector clocks ---- */
+static bool build_order(V *v) {
+    const Plan *p = v->p;
+    uint32_t n = p->ninstrs;
+    uint32_t *indeg = calloc(n + 1, sizeof *indeg), *succ_start = calloc(n + 2, sizeof *succ_start);
+    uint32_t *prevq = malloc((n + 1) * sizeof *prevq), *succ = NULL;
+    v->qpos = calloc(n + 1, sizeof *v->qpos);
+    v->order = malloc((n + 1) * sizeof *v->order);
+    v->vc = calloc((size_t)(n + 1) * PLAN_NQUEUES, sizeof *v->vc);
+    bool ok = false;
+    if (!indeg || !succ_start || !prevq || !v->qpos || !v->order || !v->vc) goto oom;
+    uint32_t last[PLAN_NQUEUES], cnt[PLAN_NQUEUES] = {0};
+    for (int q = 0; q < PLAN_NQUEUES; q++) last[q] = UINT32_MAX;
+    uint64_t nedges = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const PlanInstr *s = &p->instrs[i];
+        prevq[i] = last[s->queue];
+        last[s->queue] = i;
+        v->qpos[i] = ++cnt[s->queue];
+        nedges += s->ndeps + (prevq[i] != UINT32_MAX);
+    }
+    succ = malloc((nedges + 1) * sizeof *succ);
+    if (!succ) goto oom;
+    for (uint32_t i = 0; i < n; i++) {
+        const PlanInstr *s = &p->instrs[i];
+        for (uint32_t k = 0; k < s->ndeps; k++) succ_start[p->deps[s->dep + k] + 1]++;
+        if (prevq[i] != UINT32_MAX) succ_start[prevq[i] + 1]++;
+        indeg[i] = s->ndeps + (prevq[i] != UINT32_MAX);
+    }
+    for (uint32_t i = 0; i < n; i++) succ_start[i + 1] += succ_start[i];
+    uint32_t *fill = malloc((n + 1) * sizeof *fill);
+    if (!fill) goto oom;
+    memcpy(fill, succ_start, n * sizeof *fill);
+    for (uint32_t i = 0; i < n; i++) {
+        const PlanInstr *s = &p->instrs[i];
+        for (uint32_t k = 0; k < s->ndeps; k++) succ[fill[p->deps[s->dep + k]]++] = i;
+        if (prevq[i] != UINT32_MAX) succ[fill[prevq[i]]++] = i;
+    }
+    free(fill);
+    uint32_t head = 0, tail = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (!indeg[i]) v->order[tail++] = i;
+    while (head < tail) {
+        uint32_t i = v->order[head++];
+        for (uint32_t e = succ_start[i]; e < succ_start[i + 1]; e++)
+            if (--indeg[succ[e]] == 0) v->order[tail++] = succ[e];
+    }
+    if (tail < n) {
+        char list[160];
+        size_t used = 0;
+        int shown = 0;
+        for (uint32_t i = 0; i < n && shown < 6; i++)
+            if (indeg[i]) {
+                int w = snprintf(list + used, sizeof list - used, "%s%u (%s)", shown ? ", " : "", i, iname(p, i));
+                if (w > 0 && (size_t)w < sizeof list - used) used += (size_t)w;
+                shown++;
+            }
+        problem(v, "dependency cycle: %u instructions wait on each other, among them %s", n - tail, list);
+        goto done;
+    }
+    /* vector clocks in topological order: vc[i][q] = the highest position on
+     * queue q of an instruction ordered before or equal to i */
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t i = v->order[k];
+        const PlanInstr *s = &p->instrs[i];
+        uint32_t *c = v->vc + (size_t)i * PLAN_NQUEUES;
+        for (uint32_t d = 0; d < s->ndeps; d++) {
+            const uint32_t *o = v->vc + (size_t)p->deps[s->dep + d] * PLAN_NQUEUES;
+            for (int q = 0; q < PLAN_NQUEUES; q++) if (o[q] > c[q]) c[q] = o[q];
+        }
+        if (prevq[i] != UINT32_MAX) {
+            const uint32_t *o = v->vc + (size_t)prevq[i] * PLAN_NQUEUES;
+            for (int q = 0; q < PLAN_NQUEUES; q++) if (o[q] > c[q]) c[q] = o[q];
+        }
+        c[s->queue] = v->qpos[i];
+    }
+    ok = true;
+    goto done;
+oom:
+    problem(v, "out of memory verifying the schedule's order");
+done:
+    free(indeg);
+    free(succ_start);
+    free(prevq);
+    free(succ);
+    return ok;
+}
+
+/* a happens before b (a != b) */
+static bool before(const V *v, uint32_t a, uint32_t b) {
+    if (a == b) return false;
+    return v->vc[(size_t)b * PLAN_NQUEUES + v->p->instrs[a].queue] >= v->qpos[a];
+}
+
+/* ---- 5. uses of each buffer ---- */
+static bool build_uses(V *v) {
+    const Plan *p = v->p;
+    uint32_t nb = p->nbuffers;
+    v->use_start = calloc(nb + 2, sizeof *v->use_start);
+    v->use_list = malloc((p->noperands + 1) * sizeof *v->use_list);
+    v->use_mode = malloc(p->noperands + 1);
+    uint32_t *fill = malloc((nb + 1) * sizeof *fill);
+    if (!v->use_start || !v->use_list || !v->use_mode || !fill) {
+        free(fill);
+        problem(v, "out of memory verifying buffer uses");
+        return false;
+    }
+    for (uint32_t i = 0; i < p->ninstrs; i++)
+        for (uint32_t k = 0; k < p->instrs[i].nopnd; k++) {
+            int32_t b = p->operands[p->instrs[i].opnd + k].buffer;
+            if (b >= 0) v->use_start[b + 1]++;
+        }
+    for (uint32_t b = 0; b < nb; b++) v->use_start[b + 1] += v->use_start[b];
+    memcpy(fill, v->use_start, nb * sizeof *fill);
+    for (uint32_t i = 0; i < p->ninstrs; i++)
+        for (uint32_t k = 0; k < p->instrs[i].nopnd; k++) {
+            const PlanOperand *o = &p->operands[p->instrs[i].opnd + k];
+            if (o->buffer < 0) continue;
+            v->use_list[fill[o->buffer]] = i;
+            v->use_mode[fill[o->buffer]++] = o->mode;
+        }
+    free(fill);
+    return true;
+}
+
+static void check_dataflow(V *v) {
+    const Plan *p = v->p;
+    for (uint32_t b = 0; b < p->nbuffers && !STOP(v); b++) {
+        uint32_t s = v->use_start[b], e = v->use_start[b + 1];
+        bool persistent = p->buffers[b].flags & PLAN_BUF_PERSISTENT;
+        for (uint32_t r = s; r < e && !STOP(v); r++) {
+            uint32_t ri = v->use_list[r];
+            bool reads = v->use_mode[r] & PLAN_R, writes = v->use_mode[r] & PLAN_W;
+            bool filled = persistent;
+            for (uint32_t w = s; w < e; w++) {
+                uint32_t wi = v->use_list[w];
+                if (!(v->use_mode[w] & PLAN_W) || wi == ri) continue;
+                if (before(v, wi, ri)) filled = true;
+                else if (!before(v, ri, wi) && (reads || (writes && w > r))) {
+                    problem(v, "instruction %u (%s) writes buffer '%s' unordered with instruction %u (%s), which %s it (race)",
+                            wi, iname(p, wi), bname(p, (int32_t)b), ri, iname(p, ri), reads ? "reads" : "writes");
+                    break;
+                }
+            }
+            if (reads && !filled)
+                problem(v, "instruction %u (%s) reads buffer '%s' before anything writes it (missing fetch?)", ri, iname(p, ri),
+                        bname(p, (int32_t)b));
+        }
+    }
+}
+
+typedef struct Ext {
+    uint32_t first[PLAN_NQUEUES], last[PLAN_NQUEUES];
+    bool used;
+} Ext;
+
+static void extent(const V *v, uint32_t b, Ext *x) {
+    x->used = false;
+    for (int q = 0; q < PLAN_NQUEUES; q++) x->first[q] = x->last[q] = UINT32_MAX;
+    for (uint32_t u = v->use_start[b]; u < v->use_start[b + 1]; u++) {
+        uint32_t i = v->use_list[u];
+        int q = v->p->instrs[i].queue;
+        if (x->first[q] == UINT32_MAX || i < x->first[q]) x->first[q] = i;
+        if (x->last[q] == UINT32_MAX || i > x->last[q]) x->last[q] = i;
+        x->used = true;
+    }
+}
+
+/* every use of a precedes every use of b; on failure *wa, *wb are a pair that is not ordered */
+static bool all_before(const V *v, const Ext *a, const Ext *b, uint32_t *wa, uint32_t *wb) {
+    for (int qa = 0; qa < PLAN_NQUEUES; qa++) {
+        if (a->last[qa] == UINT32_MAX) continue;
+        for (int qb = 0; qb < PLAN_NQUEUES; qb++) {
+            if (b->first[qb] == UINT32_MAX) continue;
+            if (!before(v, a->last[qa], b->first[qb])) {
+                *wa = a->last[qa];
+                *wb = b->first[qb];
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+typedef struct Key {
+    uint64_t arena, offset;
+    uint32_t buf;
+} Key;
+static int by_offset(const void *x, const void *y) {
+    const Key *a = x, *b = y;
+    if (a->arena != b->arena) return a->arena < b->arena ? -1 : 1;
+    if (a->offset != b->offset) return a->offset < b->offset ? -1 : 1;
+    return a->buf < b->buf ? -1 : 1;
+}
+
+static void check_overlap(V *v) {
+    const Plan *p = v->p;
+    uint32_t nb = p->nbuffers;
+    Key *key = malloc((nb + 1) * sizeof *key);
+    uint32_t *idx = malloc((nb + 1) * sizeof *idx);
+    Ext *ext = malloc((nb + 1) * sizeof *ext);
+    if (!idx || !ext || !key) {
+        free(key);
+        free(idx);
+        free(ext);
+        problem(v, "out of memory verifying buffer overlap");
+        return;
+    }
+    for (uint32_t b = 0; b < nb; b++) {
+        key[b] = (Key){p->buffers[b].arena, p->buffers[b].offset, b};
+        extent(v, b, &ext[b]);
+    }
+    qsort(key, nb, sizeof *key, by_offset);
+    for (uint32_t b = 0; b < nb; b++) idx[b] = key[b].buf;
+    free(key);
+    for (uint32_t i = 0; i < nb && !STOP(v); i++) {
+        const PlanBuffer *a = &p->buffers[idx[i]];
+        if (!a->bytes) continue;
+        for (uint32_t j = i + 1; j < nb && !STOP(v); j++) {
+            const PlanBuffer *b = &p->buffers[idx[j]];
+            if (b->arena != a->arena || b->offset >= a->offset + a->bytes) break;
+            if (!b->bytes) continue;
+            bool pa = a->flags & PLAN_BUF_PERSISTENT, pb = b->flags & PLAN_BUF_PERSISTENT;
+            if (pa || pb) {
+                problem(v, "buffers '%s' and '%s' overlap in arena %s, and '%s' is persistent", a->name, b->name,
+                        plan_arena_names[a->arena], pa ? a->name : b->name);
+                continue;
+            }
+            const Ext *ea = &ext[idx[i]], *eb = &ext[idx[j]];
+            if (!ea->used || !eb->used) continue;
+            uint32_t x1, y1, x2, y2;
+            if (all_before(v, ea, eb, &x1, &y1) || all_before(v, eb, ea, &x2, &y2)) continue;
+            problem(v, "buffers '%s' [%" PRIu64 ", +%" PRIu64 ") and '%s' [%" PRIu64 ", +%" PRIu64 ") overlap in arena %s while both are live: "
+                    "instruction %u (%s) and instruction %u (%s) are not ordered",
+                    a->name, a->offset, a->bytes, b->name, b->offset, b->bytes, plan_arena_names[a->arena], x1, iname(p, x1), y1,
+                    iname(p, y1));
+        }
+    }
+    free(idx);
+    free(ext);
+}
+
+int verify_plan(const Plan *p, char *msgs, size_t n) {
+    V v = {.p = p, .msgs = msgs, .n = n};
+    if (msgs && n) msgs[0] = 0;
+    if (check_ranges(&v)) {
+        check_memory(&v);
+        check_shards(&v);
+        if (build_order(&v) && build_uses(&v)) {
+            check_dataflow(&v);
+            check_overlap(&v);
+        }
+    }
+    free(v.qpos);
+    free(v.vc);
+    free(v.order);
+    free(v.use_start);
+    free(v.use_list);
+    free(v.use_mode);
+    return v.problems;
+}
