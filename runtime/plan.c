@@ -264,6 +264,7 @@ static void sec_target(Codec *c, Plan *p) {
     c_f64(c, &t->nvme_write);
     c_u64(c, &t->nvme_capacity);
     c_f64(c, &t->net_bandwidth);
+    c_f64(c, &t->net_inter);
     c_f64(c, &t->net_latency);
 }
 

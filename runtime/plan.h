@@ -66,7 +66,8 @@ typedef struct PlanTarget {
     const char **nvme_paths;
     double nvme_read, nvme_write; /* bytes/s per node, all drives */
     uint64_t nvme_capacity;    /* bytes per node, 0 = no NVMe */
-    double net_bandwidth;      /* bytes/s per rank for collectives */
+    double net_bandwidth;      /* bytes/s per rank for collectives inside a node */
+    double net_inter;          /* bytes/s per rank for collectives across nodes */
     double net_latency;        /* seconds per collective step */
 } PlanTarget;
 
