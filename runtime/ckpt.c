@@ -1,0 +1,492 @@
+#include "ckpt.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { CKPT_VERSION = 1 };
+static const char ckpt_magic[8] = {'Z', 'I', 'N', 'F', 'C', 'K', 'P', 'T'};
+
+static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t n, const char *fmt, ...) {
+    if (err && n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static uint64_t fnv_update(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+#define FNV_INIT 14695981039346656037ull
+
+const char *ckpt_step_dir(const char *root, int64_t step, char *buf, size_t n) {
+    snprintf(buf, n, "%s/step-%08" PRId64, root, step);
+    return buf;
+}
+
+static int mkdir_p(const char *path, char *err, size_t errlen) {
+    char tmp[4096];
+    if (strlen(path) >= sizeof tmp) return fail(err, errlen, "%s: path too long", path);
+    strcpy(tmp, path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+            return fail(err, errlen, "cannot create directory %s: %s", tmp, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        return fail(err, errlen, "cannot create directory %s: %s", tmp, strerror(errno));
+    struct stat st;
+    if (stat(tmp, &st) != 0 || !S_ISDIR(st.st_mode))
+        return fail(err, errlen, "%s is not a directory", tmp);
+    return 0;
+}
+
+static int fsync_dir_of(const char *path) {
+    char d[4096];
+    snprintf(d, sizeof d, "%s", path);
+    char *s = strrchr(d, '/');
+    if (s) *s = 0; else strcpy(d, ".");
+    int fd = open(d, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+int ckpt_write_file_atomic(const char *path, const void *const *parts, const size_t *lens, int nparts,
+                           char *err, size_t errlen) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return fail(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+    for (int i = 0; i < nparts; i++) {
+        const char *p = parts[i];
+        size_t left = lens[i];
+        while (left) {
+            ssize_t w = write(fd, p, left > (1u << 30) ? (1u << 30) : left);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) {
+                int e = w < 0 ? errno : EIO;
+                close(fd);
+                unlink(tmp);
+                return fail(err, errlen, "write to %s failed: %s (the previous checkpoint is untouched)", tmp, strerror(e));
+            }
+            p += w;
+            left -= (size_t)w;
+        }
+    }
+    if (fsync(fd) != 0) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        return fail(err, errlen, "fsync of %s failed: %s", tmp, strerror(e));
+    }
+    if (close(fd) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return fail(err, errlen, "close of %s failed: %s", tmp, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return fail(err, errlen, "rename %s -> %s failed: %s", tmp, path, strerror(e));
+    }
+    if (fsync_dir_of(path) != 0) return fail(err, errlen, "fsync of the directory of %s failed: %s", path, strerror(errno));
+    return 0;
+}
+
+/* A little-endian byte builder for headers. */
+typedef struct Buf {
+    unsigned char *p;
+    size_t len, cap;
+    bool oom;
+} Buf;
+
+static void buf_put(Buf *b, const void *d, size_t n) {
+    if (b->oom) return;
+    if (b->len + n > b->cap) {
+        size_t nc = b->cap ? b->cap * 2 : 256;
+        while (nc < b->len + n) nc *= 2;
+        unsigned char *np = realloc(b->p, nc);
+        if (!np) { b->oom = true; return; }
+        b->p = np;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->len, d, n);
+    b->len += n;
+}
+static void put_u8(Buf *b, uint8_t v) { buf_put(b, &v, 1); }
+static void put_u16(Buf *b, uint16_t v) { unsigned char c[2] = {(unsigned char)v, (unsigned char)(v >> 8)}; buf_put(b, c, 2); }
+static void put_u32(Buf *b, uint32_t v) {
+    unsigned char c[4];
+    for (int i = 0; i < 4; i++) c[i] = (unsigned char)(v >> (8 * i));
+    buf_put(b, c, 4);
+}
+static void put_u64(Buf *b, uint64_t v) {
+    unsigned char c[8];
+    for (int i = 0; i < 8; i++) c[i] = (unsigned char)(v >> (8 * i));
+    buf_put(b, c, 8);
+}
+static uint64_t get_le(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+int ckpt_write_shard(const char *root, int64_t step, int rank, int world, uint64_t plan_hash,
+                     const CkptEntry *e, int n, char *err, size_t errlen) {
+    char dir[4096], path[4200];
+    ckpt_step_dir(root, step, dir, sizeof dir);
+    if (mkdir_p(dir, err, errlen)) return -1;
+    snprintf(path, sizeof path, "%s/rank-%05d.zck", dir, rank);
+    /* Layout: header, then per entry a small header followed by its bytes;
+     * written as a list of parts so the tensors are not copied. */
+    int nparts = 2 + 2 * n;
+    const void **parts = calloc((size_t)nparts, sizeof *parts);
+    size_t *lens = calloc((size_t)nparts, sizeof *lens);
+    Buf *hdrs = calloc((size_t)n + 2, sizeof *hdrs);
+    if (!parts || !lens || !hdrs) { free(parts); free(lens); free(hdrs); return fail(err, errlen, "out of memory writing %s", path); }
+    uint64_t h = FNV_INIT;
+    Buf *hb = &hdrs[0];
+    buf_put(hb, ckpt_magic, 8);
+    put_u32(hb, CKPT_VERSION);
+    put_u32(hb, (uint32_t)rank);
+    put_u32(hb, (uint32_t)world);
+    put_u64(hb, (uint64_t)step);
+    put_u64(hb, plan_hash);
+    put_u32(hb, (uint32_t)n);
+    int k = 0;
+    parts[k] = hb->p; lens[k] = hb->len; k++;
+    for (int i = 0; i < n; i++) {
+        Buf *eb = &hdrs[1 + i];
+        size_t nl = strlen(e[i].name);
+        if (nl > 65535) nl = 65535;
+        put_u16(eb, (uint16_t)nl);
+        buf_put(eb, e[i].name, nl);
+        put_u8(eb, e[i].dtype);
+        put_u64(eb, e[i].bytes);
+        put_u64(eb, fnv_update(FNV_INIT, e[i].data, e[i].bytes));
+        parts[k] = eb->p; lens[k] = eb->len; k++;
+        parts[k] = e[i].data; lens[k] = e[i].bytes; k++;
+    }
+    bool oom = false;
+    for (int i = 0; i < n + 1; i++) oom |= hdrs[i].oom;
+    int rc;
+    if (oom) {
+        rc = fail(err, errlen, "out of memory writing %s", path);
+    } else {
+        for (int i = 0; i < k; i++) h = fnv_update(h, parts[i], lens[i]);
+        Buf *tb = &hdrs[n + 1];
+        put_u64(tb, h);
+        parts[k] = tb->p; lens[k] = tb->len; k++;
+        rc = tb->oom ? fail(err, errlen, "out of memory writing %s", path)
+                     : ckpt_write_file_atomic(path, parts, lens, k, err, errlen);
+    }
+    for (int i = 0; i < n + 2; i++) free(hdrs[i].p);
+    free(hdrs);
+    free(parts);
+    free(lens);
+    return rc;
+}
+
+/* JSON string escaping for names we write. */
+static void json_str(Buf *b, const char *s) {
+    put_u8(b, '"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') { put_u8(b, '\\'); put_u8(b, c); }
+        else if (c < 0x20) { char u[8]; snprintf(u, sizeof u, "\\u%04x", c); buf_put(b, u, 6); }
+        else put_u8(b, c);
+    }
+    put_u8(b, '"');
+}
+
+static void bprintf(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void bprintf(Buf *b, const char *fmt, ...) {
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0) buf_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+int ckpt_write_manifest(const char *root, int64_t step, int world, uint64_t plan_hash,
+                        const char *model, const char *state_json, char *err, size_t errlen) {
+    char dir[4096], path[4200];
+    ckpt_step_dir(root, step, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    /* Every shard must be there before the checkpoint is declared complete. */
+    for (int r = 0; r < world; r++) {
+        char sp[4200];
+        snprintf(sp, sizeof sp, "%s/rank-%05d.zck", dir, r);
+        if (access(sp, R_OK) != 0) return fail(err, errlen, "checkpoint %s is missing %s", dir, sp);
+    }
+    Buf b = {0};
+    bprintf(&b, "{\n  \"format\": \"zinf-checkpoint\",\n  \"version\": %d,\n  \"model\": ", CKPT_VERSION);
+    json_str(&b, model ? model : "");
+    bprintf(&b, ",\n  \"step\": %" PRId64 ",\n  \"world\": %d,\n  \"plan_hash\": \"%016" PRIx64 "\",\n  \"state\": %s\n}\n",
+            step, world, plan_hash, state_json && *state_json ? state_json : "{}");
+    if (b.oom) { free(b.p); return fail(err, errlen, "out of memory"); }
+    const void *parts[1] = {b.p};
+    size_t lens[1] = {b.len};
+    int rc = ckpt_write_file_atomic(path, parts, lens, 1, err, errlen);
+    free(b.p);
+    return rc;
+}
+
+static char *read_small_file(const char *path, size_t max, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = malloc(max + 1);
+    if (!buf) { fclose(f); return NULL; }
+    size_t n = fread(buf, 1, max, f);
+    fclose(f);
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
+/* Minimal field lookups in our own manifest (we wrote it; still, bounds-safe). */
+static bool manifest_field(const char *m, const char *key, char *out, size_t n) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(m, pat);
+    if (!p) return false;
+    p += strlen(pat);
+    while (*p == ' ') p++;
+    size_t i = 0;
+    if (*p == '"') {
+        p++;
+        while (*p && *p != '"' && i + 1 < n) out[i++] = *p++;
+    } else {
+        while (*p && *p != ',' && *p != '\n' && *p != '}' && i + 1 < n) out[i++] = *p++;
+    }
+    out[i] = 0;
+    return true;
+}
+
+int ckpt_find_latest(const char *root, int world, uint64_t plan_hash, int64_t *step,
+                     char *why, size_t whylen, char *err, size_t errlen) {
+    if (why && whylen) why[0] = 0;
+    DIR *d = opendir(root);
+    if (!d) {
+        if (errno == ENOENT) return 0;
+        return fail(err, errlen, "cannot open checkpoint directory %s: %s", root, strerror(errno));
+    }
+    int64_t best = -1;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        int64_t s;
+        char tail;
+        if (sscanf(de->d_name, "step-%" SCNd64 "%c", &s, &tail) != 1 || s < 0) continue;
+        if (s <= best) continue;
+        char mpath[4200];
+        snprintf(mpath, sizeof mpath, "%s/%s/manifest.json", root, de->d_name);
+        char *m = read_small_file(mpath, 1 << 20, NULL);
+        if (!m) {
+            if (why && whylen) snprintf(why, whylen, "%s/%s has no manifest (incomplete): skipped", root, de->d_name);
+            continue;
+        }
+        char w[32] = "", ph[32] = "", st[32] = "";
+        bool ok = manifest_field(m, "world", w, sizeof w) && manifest_field(m, "plan_hash", ph, sizeof ph) &&
+                  manifest_field(m, "step", st, sizeof st);
+        free(m);
+        if (!ok || atoi(w) != world || strtoull(ph, NULL, 16) != plan_hash || atoll(st) != s) {
+            if (why && whylen)
+                snprintf(why, whylen, "%s/%s is for another plan or world size (world %s): skipped", root, de->d_name, w);
+            continue;
+        }
+        best = s;
+    }
+    closedir(d);
+    if (best < 0) return 0;
+    *step = best;
+    return 1;
+}
+
+int ckpt_read_shard(const char *root, int64_t step, int rank, int world, uint64_t plan_hash,
+                    CkptEntry *e, int n, char *err, size_t errlen) {
+    char dir[4096], path[4200];
+    ckpt_step_dir(root, step, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/rank-%05d.zck", dir, rank);
+    FILE *f = fopen(path, "rb");
+    if (!f) return fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    uint64_t h = FNV_INIT;
+    unsigned char hdr[36];
+    int rc = -1;
+    if (fread(hdr, 1, 36, f) != 36) { fail(err, errlen, "%s: truncated header", path); goto out; }
+    h = fnv_update(h, hdr, 36);
+    if (memcmp(hdr, ckpt_magic, 8) != 0) { fail(err, errlen, "%s: not a zinf checkpoint shard (bad magic)", path); goto out; }
+    if (get_le(hdr + 8, 4) != CKPT_VERSION) { fail(err, errlen, "%s: unsupported version %u", path, (unsigned)get_le(hdr + 8, 4)); goto out; }
+    if ((int)get_le(hdr + 12, 4) != rank || (int)get_le(hdr + 16, 4) != world) {
+        fail(err, errlen, "%s: shard of rank %u of %u, expected rank %d of %d", path, (unsigned)get_le(hdr + 12, 4),
+             (unsigned)get_le(hdr + 16, 4), rank, world);
+        goto out;
+    }
+    if ((int64_t)get_le(hdr + 20, 8) != step || get_le(hdr + 28, 8) != plan_hash) {
+        fail(err, errlen, "%s: shard is for another step or plan", path);
+        goto out;
+    }
+    unsigned char nb[4];
+    if (fread(nb, 1, 4, f) != 4) { fail(err, errlen, "%s: truncated", path); goto out; }
+    h = fnv_update(h, nb, 4);
+    if ((int)get_le(nb, 4) != n) { fail(err, errlen, "%s: holds %u tensors, the plan has %d", path, (unsigned)get_le(nb, 4), n); goto out; }
+    for (int i = 0; i < n; i++) {
+        unsigned char l2[2];
+        if (fread(l2, 1, 2, f) != 2) { fail(err, errlen, "%s: truncated", path); goto out; }
+        h = fnv_update(h, l2, 2);
+        size_t nl = (size_t)get_le(l2, 2);
+        char name[65536];
+        if (fread(name, 1, nl, f) != nl) { fail(err, errlen, "%s: truncated", path); goto out; }
+        h = fnv_update(h, name, nl);
+        name[nl] = 0;
+        unsigned char eh[17];
+        if (fread(eh, 1, 17, f) != 17) { fail(err, errlen, "%s: truncated", path); goto out; }
+        h = fnv_update(h, eh, 17);
+        if (strcmp(name, e[i].name) != 0 || eh[0] != e[i].dtype || get_le(eh + 1, 8) != e[i].bytes) {
+            fail(err, errlen, "%s: entry %d is '%s' (%" PRIu64 " bytes), the plan expects '%s' (%" PRIu64 " bytes)", path, i,
+                 name, get_le(eh + 1, 8), e[i].name, e[i].bytes);
+            goto out;
+        }
+        if (fread(e[i].data, 1, e[i].bytes, f) != e[i].bytes) { fail(err, errlen, "%s: truncated in '%s'", path, name); goto out; }
+        h = fnv_update(h, e[i].data, e[i].bytes);
+        if (fnv_update(FNV_INIT, e[i].data, e[i].bytes) != get_le(eh + 9, 8)) {
+            fail(err, errlen, "%s: checksum mismatch in '%s' (file corrupt)", path, name);
+            goto out;
+        }
+    }
+    unsigned char tail[8];
+    if (fread(tail, 1, 8, f) != 8) { fail(err, errlen, "%s: truncated", path); goto out; }
+    if (get_le(tail, 8) != h) { fail(err, errlen, "%s: file checksum mismatch (file corrupt)", path); goto out; }
+    if (fgetc(f) != EOF) { fail(err, errlen, "%s: trailing bytes after the shard", path); goto out; }
+    rc = 0;
+out:
+    fclose(f);
+    return rc;
+}
+
+char *ckpt_read_state(const char *root, int64_t step, char *err, size_t errlen) {
+    char dir[4096], path[4200];
+    ckpt_step_dir(root, step, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    char *m = read_small_file(path, 1 << 20, NULL);
+    if (!m) { fail(err, errlen, "cannot read %s: %s", path, strerror(errno)); return NULL; }
+    char *p = strstr(m, "\"state\":");
+    if (!p) { free(m); fail(err, errlen, "%s: no state", path); return NULL; }
+    p += 8;
+    while (*p == ' ') p++;
+    /* The state object runs to the matching brace. */
+    int depth = 0;
+    char *q = p;
+    for (; *q; q++) {
+        if (*q == '{') depth++;
+        else if (*q == '}' && --depth == 0) { q++; break; }
+    }
+    size_t n = (size_t)(q - p);
+    char *s = malloc(n + 1);
+    if (s) { memcpy(s, p, n); s[n] = 0; }
+    free(m);
+    return s;
+}
+
+int ckpt_prune(const char *root, int keep, char *err, size_t errlen) {
+    DIR *d = opendir(root);
+    if (!d) return errno == ENOENT ? 0 : fail(err, errlen, "cannot open %s: %s", root, strerror(errno));
+    int64_t steps[4096];
+    int ns = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && ns < 4096) {
+        int64_t s;
+        char tail;
+        if (sscanf(de->d_name, "step-%" SCNd64 "%c", &s, &tail) == 1) {
+            char mp[4200];
+            snprintf(mp, sizeof mp, "%s/%s/manifest.json", root, de->d_name);
+            if (access(mp, R_OK) == 0) steps[ns++] = s;
+        }
+    }
+    closedir(d);
+    for (int i = 0; i < ns; i++) {
+        int newer = 0;
+        for (int j = 0; j < ns; j++) newer += steps[j] > steps[i];
+        if (newer < keep) continue;
+        char dir[4096];
+        ckpt_step_dir(root, steps[i], dir, sizeof dir);
+        /* Manifest first: from that moment the checkpoint is not complete. */
+        char p[4400];
+        snprintf(p, sizeof p, "%s/manifest.json", dir);
+        unlink(p);
+        DIR *sd = opendir(dir);
+        if (sd) {
+            while ((de = readdir(sd))) {
+                if (de->d_name[0] == '.') continue;
+                snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+                unlink(p);
+            }
+            closedir(sd);
+        }
+        rmdir(dir);
+    }
+    return 0;
+}
+
+static const char *st_dtype(uint8_t dt) {
+    switch (dt) {
+    case 1: return "F32";
+    case 2: return "BF16";
+    case 3: return "F16";
+    case 4: return "I32";
+    default: return "U8";
+    }
+}
+
+int safetensors_write(const char *path, const StTensor *t, int n, const char *model, char *err, size_t errlen) {
+    Buf h = {0};
+    put_u8(&h, '{');
+    bprintf(&h, "\"__metadata__\":{\"format\":\"pt\",\"producer\":\"zinf\",\"model\":");
+    json_str(&h, model ? model : "");
+    put_u8(&h, '}');
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        put_u8(&h, ',');
+        json_str(&h, t[i].name);
+        bprintf(&h, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype(t[i].dtype));
+        for (int d = 0; d < t[i].rank; d++) bprintf(&h, "%s%" PRId64, d ? "," : "", t[i].dims[d]);
+        bprintf(&h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + t[i].bytes);
+        off += t[i].bytes;
+    }
+    put_u8(&h, '}');
+    /* The header is padded with spaces to a multiple of 8 bytes. */
+    while (h.len % 8) put_u8(&h, ' ');
+    if (h.oom) { free(h.p); return fail(err, errlen, "out of memory"); }
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
+    const void **parts = calloc((size_t)n + 2, sizeof *parts);
+    size_t *lens = calloc((size_t)n + 2, sizeof *lens);
+    if (!parts || !lens) { free(parts); free(lens); free(h.p); return fail(err, errlen, "out of memory"); }
+    parts[0] = len8; lens[0] = 8;
+    parts[1] = h.p; lens[1] = h.len;
+    for (int i = 0; i < n; i++) { parts[2 + i] = t[i].data; lens[2 + i] = t[i].bytes; }
+    int rc = ckpt_write_file_atomic(path, parts, lens, n + 2, err, errlen);
+    free(parts);
+    free(lens);
+    free(h.p);
+    return rc;
+}

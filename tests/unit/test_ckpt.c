@@ -1,0 +1,211 @@
+/* ckpt: shards round-trip, corruption and truncation are caught, incomplete
+ * checkpoints are skipped, a full disk leaves the previous one loadable, and
+ * the safetensors layout is right. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "ckpt.h"
+
+static char root[256];
+
+static void setup(void) {
+    snprintf(root, sizeof root, "/tmp/zinf-test-ckpt-%d", (int)getpid());
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    ck_assert_int_eq(system(cmd), 0);
+}
+static void teardown(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    if (system(cmd) != 0) fprintf(stderr, "cleanup of %s failed\n", root);
+}
+
+static float A[1000], Bv[37];
+static void fill(int step) {
+    for (int i = 0; i < 1000; i++) A[i] = (float)(i * step) * 0.5f;
+    for (int i = 0; i < 37; i++) Bv[i] = (float)-i - (float)step;
+}
+
+static int write_ckpt(int step, int world) {
+    char err[512];
+    fill(step);
+    CkptEntry e[2] = {{"w", 1, sizeof A, A}, {"master.w", 1, sizeof Bv, Bv}};
+    for (int r = 0; r < world; r++)
+        if (ckpt_write_shard(root, step, r, world, 0xabcdef, e, 2, err, sizeof err)) return -1;
+    return ckpt_write_manifest(root, step, world, 0xabcdef, "tiny", "{\"loss_scale\": 1, \"tokens\": 42}", err, sizeof err);
+}
+
+static int read_ckpt(int step, int rank, int world, char *err, size_t n) {
+    memset(A, 0, sizeof A);
+    memset(Bv, 0, sizeof Bv);
+    CkptEntry e[2] = {{"w", 1, sizeof A, A}, {"master.w", 1, sizeof Bv, Bv}};
+    return ckpt_read_shard(root, step, rank, world, 0xabcdef, e, 2, err, n);
+}
+
+static char *shard_path(int step, int rank) {
+    static char p[512], d[400];
+    ckpt_step_dir(root, step, d, sizeof d);
+    snprintf(p, sizeof p, "%s/rank-%05d.zck", d, rank);
+    return p;
+}
+
+START_TEST(test_round_trip) {
+    ck_assert_int_eq(write_ckpt(10, 2), 0);
+    char err[512];
+    ck_assert_int_eq(read_ckpt(10, 1, 2, err, sizeof err), 0);
+    ck_assert_float_eq(A[999], 999 * 10 * 0.5f);
+    ck_assert_float_eq(Bv[36], -46.0f);
+    int64_t s = -1;
+    ck_assert_int_eq(ckpt_find_latest(root, 2, 0xabcdef, &s, NULL, 0, err, sizeof err), 1);
+    ck_assert_int_eq(s, 10);
+    char *st = ckpt_read_state(root, 10, err, sizeof err);
+    ck_assert_ptr_nonnull(st);
+    ck_assert_str_eq(st, "{\"loss_scale\": 1, \"tokens\": 42}");
+    free(st);
+    /* A different world size or plan finds nothing. */
+    ck_assert_int_eq(ckpt_find_latest(root, 4, 0xabcdef, &s, NULL, 0, err, sizeof err), 0);
+    ck_assert_int_eq(ckpt_find_latest(root, 2, 0x1234, &s, NULL, 0, err, sizeof err), 0);
+}
+END_TEST
+
+START_TEST(test_corruption) {
+    ck_assert_int_eq(write_ckpt(5, 1), 0);
+    char *p = shard_path(5, 0);
+    struct stat st;
+    ck_assert_int_eq(stat(p, &st), 0);
+    /* Flip one byte at several places: header, entry header, data, trailer. */
+    long where[] = {3, 45, 60, 2000, (long)st.st_size - 1};
+    for (size_t k = 0; k < sizeof where / sizeof *where; k++) {
+        FILE *f = fopen(p, "r+b");
+        ck_assert_ptr_nonnull(f);
+        fseek(f, where[k], SEEK_SET);
+        int c = fgetc(f);
+        fseek(f, where[k], SEEK_SET);
+        fputc(c ^ 0x40, f);
+        fclose(f);
+        char err[512] = "";
+        ck_assert_int_eq(read_ckpt(5, 0, 1, err, sizeof err), -1);
+        ck_assert_msg(strstr(err, p) != NULL, "message names the file: %s", err);
+        f = fopen(p, "r+b");
+        fseek(f, where[k], SEEK_SET);
+        fputc(c, f);
+        fclose(f);
+    }
+    char err[512];
+    ck_assert_int_eq(read_ckpt(5, 0, 1, err, sizeof err), 0);
+    /* Truncation. */
+    ck_assert_int_eq(truncate(p, st.st_size - 100), 0);
+    ck_assert_int_eq(read_ckpt(5, 0, 1, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "truncated") != NULL || strstr(err, "checksum") != NULL, "%s", err);
+}
+END_TEST
+
+START_TEST(test_incomplete_skipped) {
+    ck_assert_int_eq(write_ckpt(3, 2), 0);
+    /* Step 7: shards but no manifest (a crash before it was written). */
+    char err[512];
+    fill(7);
+    CkptEntry e[2] = {{"w", 1, sizeof A, A}, {"master.w", 1, sizeof Bv, Bv}};
+    ck_assert_int_eq(ckpt_write_shard(root, 7, 0, 2, 0xabcdef, e, 2, err, sizeof err), 0);
+    /* The manifest refuses while a shard is missing. */
+    ck_assert_int_eq(ckpt_write_manifest(root, 7, 2, 0xabcdef, "tiny", "{}", err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "missing") != NULL, "%s", err);
+    int64_t s = -1;
+    char why[512];
+    ck_assert_int_eq(ckpt_find_latest(root, 2, 0xabcdef, &s, why, sizeof why, err, sizeof err), 1);
+    ck_assert_int_eq(s, 3);
+    ck_assert_msg(strstr(why, "incomplete") != NULL, "%s", why);
+}
+END_TEST
+
+START_TEST(test_full_disk_keeps_previous) {
+    ck_assert_int_eq(write_ckpt(1, 1), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* A disk that fills: writes beyond 2 KiB fail with EFBIG. */
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {2048, 2048};
+        setrlimit(RLIMIT_FSIZE, &rl);
+        int rc = write_ckpt(2, 1);
+        _exit(rc == -1 ? 0 : 1);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    char err[512];
+    int64_t s = -1;
+    ck_assert_int_eq(ckpt_find_latest(root, 1, 0xabcdef, &s, NULL, 0, err, sizeof err), 1);
+    ck_assert_int_eq(s, 1);
+    ck_assert_int_eq(read_ckpt(1, 0, 1, err, sizeof err), 0);
+    ck_assert_float_eq(A[2], 1.0f);
+    /* No temporary file was left behind. */
+    char d[400], cmd[600];
+    ckpt_step_dir(root, 2, d, sizeof d);
+    snprintf(cmd, sizeof cmd, "ls %s 2>/dev/null | grep -q tmp", d);
+    ck_assert_int_ne(system(cmd), 0);
+}
+END_TEST
+
+START_TEST(test_prune) {
+    for (int s = 1; s <= 4; s++) ck_assert_int_eq(write_ckpt(s, 1), 0);
+    char err[512];
+    ck_assert_int_eq(ckpt_prune(root, 2, err, sizeof err), 0);
+    char d[400];
+    struct stat st;
+    ck_assert_int_ne(stat(ckpt_step_dir(root, 1, d, sizeof d), &st), 0);
+    ck_assert_int_ne(stat(ckpt_step_dir(root, 2, d, sizeof d), &st), 0);
+    ck_assert_int_eq(stat(ckpt_step_dir(root, 3, d, sizeof d), &st), 0);
+    ck_assert_int_eq(stat(ckpt_step_dir(root, 4, d, sizeof d), &st), 0);
+}
+END_TEST
+
+START_TEST(test_safetensors_layout) {
+    char path[300], err[512];
+    snprintf(path, sizeof path, "%s.safetensors", root);
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    uint16_t b[2] = {0x3f80, 0x4000};
+    StTensor t[2] = {{"wte", 1, 2, {2, 3}, w, sizeof w}, {"ln.g", 2, 1, {2}, b, sizeof b}};
+    ck_assert_int_eq(safetensors_write(path, t, 2, "tiny", err, sizeof err), 0);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    unsigned char l8[8];
+    ck_assert_int_eq(fread(l8, 1, 8, f), 8);
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = hl << 8 | l8[i];
+    ck_assert_int_eq(hl % 8, 0);
+    char *h = calloc(1, hl + 1);
+    ck_assert_int_eq(fread(h, 1, hl, f), hl);
+    ck_assert_msg(strstr(h, "\"wte\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}") != NULL, "%s", h);
+    ck_assert_msg(strstr(h, "\"ln.g\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[24,28]}") != NULL, "%s", h);
+    float back[6];
+    ck_assert_int_eq(fread(back, 1, sizeof back, f), sizeof back);
+    ck_assert_float_eq(back[5], 6.0f);
+    free(h);
+    fclose(f);
+    unlink(path);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("ckpt");
+    TCase *tc = tcase_create("ckpt");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_round_trip);
+    tcase_add_test(tc, test_corruption);
+    tcase_add_test(tc, test_incomplete_skipped);
+    tcase_add_test(tc, test_full_disk_keeps_previous);
+    tcase_add_test(tc, test_prune);
+    tcase_add_test(tc, test_safetensors_layout);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
