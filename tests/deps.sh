@@ -7,12 +7,17 @@ missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
-if [ -z "$missing" ]; then
-  echo "deps: all present"
-  exit 0
-fi
-echo "deps: installing$missing"
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO=sudo
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+if [ -z "$missing" ]; then
+  echo "deps: Debian packages all present"
+else
+  echo "deps: installing$missing"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+fi
+# The safetensors export is checked with the reference Python reader.
+if ! python3 -c 'import safetensors, numpy' 2>/dev/null; then
+  echo "deps: installing safetensors and numpy from PyPI"
+  python3 -m pip install -q safetensors numpy || echo "deps: pip install failed; the safetensors check will be skipped"
+fi
