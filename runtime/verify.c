@@ -139,7 +139,7 @@ static void check_memory(V *v) {
         for (uint32_t k = 0; k < s->nopnd; k++) {
             const PlanOperand *o = &p->operands[s->opnd + k];
             if (o->buffer < 0) {
-                if (s->op != PI_KERNEL) problem(v, "instruction %u (%s): operand %u names no buffer", i, iname(p, i), k);
+                if (strcmp(plan_opcode_operands[s->op], "*")) problem(v, "instruction %u (%s): operand %u names no buffer", i, iname(p, i), k);
                 continue;
             }
             const PlanBuffer *bf = &p->buffers[o->buffer];

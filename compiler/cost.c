@@ -1,0 +1,112 @@
+#include "cost.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double per_node_share(const Plan *p, double rate) {
+    int rpn = p->target.gpus_per_node > 0 ? p->target.gpus_per_node : 1;
+    return rate / rpn;
+}
+
+static double collective(const Plan *p, double bytes, double factor) {
+    int r = p->ranks;
+    if (r <= 1) return 0;
+    double bw = p->target.nodes > 1 ? p->target.net_inter : p->target.net_bandwidth;
+    if (bw <= 0) bw = 1e9;
+    return factor * (double)(r - 1) / r * bytes / bw + (r - 1) * p->target.net_latency;
+}
+
+double cost_instr_time(const Plan *p, const PlanInstr *s) {
+    const PlanTarget *t = &p->target;
+    double b = (double)s->bytes;
+    double cpu_bw = per_node_share(p, t->cpu_bandwidth > 0 ? t->cpu_bandwidth : 1e10);
+    double hbm = t->gpu_hbm > 0 ? t->gpu_hbm : 1e11;
+    double pcie = t->gpu_pcie > 0 ? t->gpu_pcie : 1e10;
+    switch ((PlanOpcode)s->op) {
+    case PI_NVME_READ: return b / per_node_share(p, t->nvme_read > 0 ? t->nvme_read : 1e9);
+    case PI_NVME_WRITE: return b / per_node_share(p, t->nvme_write > 0 ? t->nvme_write : 1e9);
+    case PI_INPUT:
+    case PI_H2D:
+    case PI_D2H: return b / pcie;
+    case PI_ALLGATHER:
+    case PI_REDUCE_SCATTER: return collective(p, b, 1.0);
+    case PI_ALLREDUCE: return collective(p, b, 2.0);
+    case PI_KERNEL: {
+        double c = s->flops / (t->gpu_flops > 0 ? t->gpu_flops : 1e12), m = b / hbm;
+        return c > m ? c : m;
+    }
+    case PI_GPU_ADAM: return b / hbm;
+    case PI_ZERO:
+    case PI_ACCUM:
+    case PI_CPU_ADAM: return b / (s->queue == Q_CPU ? cpu_bw : hbm);
+    case PI_GRAD_NORM: return b / (s->queue == Q_CPU ? cpu_bw : hbm) + collective(p, 8, 2.0);
+    case PI_STEP_END:
+    case PI_COUNT: break;
+    }
+    return 0;
+}
+
+bool cost_simulate(const Plan *p, CostResult *r) {
+    memset(r, 0, sizeof *r);
+    size_t n = p->ninstrs ? p->ninstrs : 1;
+    r->start = calloc(n, sizeof *r->start);
+    r->end = calloc(n, sizeof *r->end);
+    if (!r->start || !r->end) {
+        cost_free(r);
+        return false;
+    }
+    double qfree[PLAN_NQUEUES] = {0}, boundary = 0;
+    for (uint32_t i = 0; i < p->ninstrs; i++) {
+        const PlanInstr *s = &p->instrs[i];
+        if (i == p->opt_begin) {
+            boundary = 0;
+            for (uint32_t k = 0; k < i; k++) if (r->end[k] > boundary) boundary = r->end[k];
+        }
+        double st = s->queue < PLAN_NQUEUES ? qfree[s->queue] : 0;
+        for (uint32_t d = 0; d < s->ndeps; d++) {
+            uint32_t j = p->deps[s->dep + d];
+            /* deps point backwards in a planner's stream; a forged forward one counts from 0 */
+            if (j < i && r->end[j] > st) st = r->end[j];
+        }
+        double dur = cost_instr_time(p, s);
+        r->start[i] = st;
+        r->end[i] = st + dur;
+        if (s->queue < PLAN_NQUEUES) {
+            qfree[s->queue] = st + dur;
+            r->busy[s->queue] += dur;
+        }
+        if (r->end[i] > r->pass_time) r->pass_time = r->end[i];
+    }
+    if (p->opt_begin >= p->ninstrs) boundary = r->pass_time;
+    int64_t acc = p->train.grad_accum > 1 ? p->train.grad_accum : 1;
+    r->step_time = r->pass_time + (double)(acc - 1) * boundary;
+    r->bottleneck = Q_COMPUTE;
+    for (int q = 0; q < PLAN_NQUEUES; q++)
+        if (r->busy[q] > r->busy[r->bottleneck]) r->bottleneck = q;
+    return true;
+}
+
+void cost_free(CostResult *r) {
+    free(r->start);
+    free(r->end);
+    r->start = r->end = NULL;
+}
+
+void cost_bottleneck_sentence(const Plan *p, const CostResult *r, char *buf, size_t n) {
+    static const char *const what[PLAN_NQUEUES] = {
+        "NVMe reads and writes", "host-to-device copies over PCIe", "device-to-host copies over PCIe",
+        "collectives on the network", "GPU compute", "the CPU optimizer and gradient accumulation"};
+    double t = r->pass_time > 0 ? r->pass_time : 1;
+    int b = r->bottleneck;
+    double compute = r->busy[Q_COMPUTE] / t * 100;
+    if (b == Q_COMPUTE)
+        snprintf(buf, n, "The step is bound by %s (busy %.0f%% of the step); transfers are hidden behind it.", what[b], compute);
+    else
+        snprintf(buf, n, "The step is bound by %s (busy %.0f%% of the step, compute %.0f%%): %s.", what[b],
+                 r->busy[b] / t * 100, compute,
+                 b == Q_NVME ? "move state to CPU memory or add drives" :
+                 b == Q_COMM ? "a larger micro-batch amortises the all-gathers" :
+                 b == Q_CPU ? "keep optimizer state on the GPU or add CPU bandwidth" :
+                 "raise the micro-batch or keep more state on the GPU");
+    (void)p;
+}

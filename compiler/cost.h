@@ -1,0 +1,30 @@
+/* cost: discrete-event simulation of a plan's schedule on its target.
+ *
+ * Every queue runs its instructions in stream order, one at a time; an
+ * instruction starts when its queue is free and every instruction it waits
+ * for has ended. Durations come from the plan's copy of the target
+ * (docs/schedule.md, "Cost model"). It reads nothing but the Plan, so
+ * zinfdump can recompute a plan's timeline without the compiler's data.
+ */
+#ifndef ZINF_COST_H
+#define ZINF_COST_H
+#include <stdbool.h>
+#include "plan.h"
+
+typedef struct CostResult {
+    double step_time;              /* seconds per optimizer step (grad_accum micro-batches) */
+    double pass_time;              /* seconds for one pass of the stream */
+    double busy[PLAN_NQUEUES];     /* seconds each queue is busy in one pass */
+    int bottleneck;                /* the busiest queue */
+    double *start, *end;           /* per instruction (malloc'd; cost_free) */
+} CostResult;
+
+/* Duration of one instruction on the plan's target, in seconds. */
+double cost_instr_time(const Plan *p, const PlanInstr *s);
+/* Simulates the schedule; false only on out of memory. */
+bool cost_simulate(const Plan *p, CostResult *r);
+void cost_free(CostResult *r);
+/* One sentence naming what limits the step ("the step is bound by ..."). */
+void cost_bottleneck_sentence(const Plan *p, const CostResult *r, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,63 @@
+/* planner: training Graph + Target -> Plan.
+ *
+ * The steps (docs/schedule.md, docs/tuning.md):
+ *   1 partition every parameter and its gradient and optimizer state over
+ *     all ranks (ZeRO-3), each rank's slice padded to 4096 bytes; tensors
+ *     below whole_below elements stay whole on every rank;
+ *   2 tile a parameter whose gathered copy would take more than 1/16 of GPU
+ *     memory into tiles fetched and run one after another;
+ *   3 place parameters, gradients, optimizer state and activation
+ *     checkpoints in GPU, CPU or NVMe, the fastest predicted placement that
+ *     fits the target;
+ *   4 schedule one instruction stream for every rank on the queues nvme,
+ *     h2d, d2h, comm, compute, cpu, fetches hoisted `prefetch` fetches ahead;
+ *   5 allocate every arena from the buffers' lifetimes in the schedule;
+ *   6 cost it (compiler/cost.h).
+ * A `plan { }` block pins any choice. Problems (infeasible placement, bad
+ * pins) go to the DiagSink.
+ */
+#ifndef ZINF_PLANNER_H
+#define ZINF_PLANNER_H
+#include <stdbool.h>
+#include <stdint.h>
+#include "ast.h"
+#include "diag.h"
+#include "graph.h"
+#include "plan.h"
+#include "target.h"
+
+/* The classes of state the planner places. */
+typedef enum PlanClass { PC_PARAMS, PC_GRADS, PC_OPTIMIZER, PC_CHECKPOINTS, PC_COUNT } PlanClass;
+extern const char *const planner_class_names[PC_COUNT];
+
+typedef struct TilePin {
+    const char *pattern; /* a parameter name, a prefix of one ("block.3.mlp"), or a glob with '*' */
+    int tiles;
+    Span span;
+} TilePin;
+
+typedef struct PlannerOptions {
+    int tier[PC_COUNT];    /* PlanTier, or -1: the planner chooses */
+    int prefetch;          /* fetches in flight ahead of use; 0: the planner chooses */
+    int64_t whole_below;   /* tensors with fewer elements stay whole on every rank (default 100000) */
+    TilePin *tiles;
+    int ntiles;
+    int ranks;             /* 0: the target's; else overrides it (host targets, tests) */
+} PlannerOptions;
+
+void planner_options_default(PlannerOptions *o);
+/* Reads a `plan { params = "nvme"; optimizer = "cpu"; checkpoints = "cpu";
+ * grads = "cpu"; prefetch = 3; whole_below = 100000; tiles "block.*.mlp" = 4 }`
+ * declaration into o (which holds the defaults). */
+bool planner_options_from_decl(const Decl *decl, Arena *a, DiagSink *d, PlannerOptions *o);
+
+typedef struct PlannerResult {
+    Plan *plan;            /* owned by the caller: plan_free */
+    const char *explain;   /* the choices and why, several lines (in the arena) */
+    double step_time;      /* predicted seconds per step */
+} PlannerResult;
+
+/* Plans g for t. Returns false with diagnostics in d when no plan fits. */
+bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena *a, DiagSink *d, PlannerResult *out);
+
+#endif

@@ -1,0 +1,253 @@
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cost.h"
+#include "planner.h"
+#include "plan_fixture.h"
+#include "verify.h"
+
+typedef struct Ctx {
+    Arena a;
+    DiagSink d;
+    Graph g;
+    Target t;
+    PlannerOptions o;
+    PlannerResult r;
+    char msgs[4096];
+} Ctx;
+
+static Ctx *ctx_new(FixtureShape s, const char *target, int ranks) {
+    Ctx *c = calloc(1, sizeof *c);
+    arena_init(&c->a);
+    diag_init(&c->d);
+    ck_assert(fx_build(&c->g, &c->a, &c->d, s));
+    ck_assert(target_builtin(target, &c->t));
+    planner_options_default(&c->o);
+    c->o.ranks = ranks;
+    return c;
+}
+
+static void ctx_free(Ctx *c) {
+    plan_free(c->r.plan);
+    diag_free(&c->d);
+    arena_free(&c->a);
+    free(c);
+}
+
+static const char *first_error(const Ctx *c) {
+    for (int i = 0; i < c->d.len; i++)
+        if (c->d.items[i].level == DIAG_ERROR) return c->d.items[i].msg;
+    return "";
+}
+
+static void plan_ok(Ctx *c) {
+    bool ok = planner_run(&c->g, &c->t, &c->o, &c->a, &c->d, &c->r);
+    ck_assert_msg(ok, "planner failed: %s", first_error(c));
+    int n = verify_plan(c->r.plan, c->msgs, sizeof c->msgs);
+    ck_assert_msg(n == 0, "verifier: %d problems:\n%s", n, c->msgs);
+}
+
+START_TEST(host_one_rank) {
+    Ctx *c = ctx_new(fx_small(), "host", 1);
+    plan_ok(c);
+    const Plan *p = c->r.plan;
+    ck_assert_int_eq(p->ranks, 1);
+    for (uint32_t i = 0; i < p->nshards; i++) ck_assert(!p->shards[i].partitioned);
+    ck_assert(c->r.step_time > 0);
+    ck_assert_ptr_nonnull(strstr(c->r.explain, "chosen:"));
+    ctx_free(c);
+}
+END_TEST
+
+
+START_TEST(host_four_ranks) {
+    Ctx *c = ctx_new(fx_small(), "host", 4);
+    c->o.whole_below = 1000;
+    plan_ok(c);
+    const Plan *p = c->r.plan;
+    ck_assert_int_eq(p->ranks, 4);
+    int split = 0, whole = 0;
+    for (uint32_t i = 0; i < p->nshards; i++) {
+        const PlanShard *sh = &p->shards[i];
+        const PlanTensor *t = &p->tensors[sh->tensor];
+        if (sh->partitioned) {
+            split++;
+            ck_assert_int_ge(sh->tile_shard * 4, sh->tile_elems);
+            ck_assert_int_eq((sh->tile_shard * plan_dtype_size(t->dtype)) % 4096, 0);
+        } else {
+            whole++;
+            ck_assert_int_lt(t->numel, 1000);
+        }
+    }
+    ck_assert_int_gt(split, 0);
+    ck_assert_int_gt(whole, 0);
+    /* the schedule all-gathers and reduce-scatters */
+    int ag = 0, rs = 0;
+    for (uint32_t i = 0; i < p->ninstrs; i++) {
+        ag += p->instrs[i].op == PI_ALLGATHER;
+        rs += p->instrs[i].op == PI_REDUCE_SCATTER;
+    }
+    ck_assert_int_gt(ag, 0);
+    ck_assert_int_gt(rs, 0);
+    ctx_free(c);
+}
+END_TEST
+
+START_TEST(every_builtin_target) {
+    for (int k = 0; k < target_nbuiltins; k++) {
+        FixtureShape s = fx_small();
+        s.grad_clip = 1.0;
+        Ctx *c = ctx_new(s, target_builtin_names[k], 0);
+        plan_ok(c);
+        ck_assert_int_eq(c->r.plan->ranks, target_ranks(&c->t));
+        ctx_free(c);
+    }
+}
+END_TEST
+
+START_TEST(every_pinned_placement) {
+    static const char *const tiers[] = {"gpu", "cpu", "nvme"};
+    for (int pp = 0; pp < 3; pp++)
+        for (int op = 0; op < 3; op++)
+            for (int cp = 0; cp < 2; cp++)
+                for (int r = 1; r <= 4; r += 3) {
+                    FixtureShape s = fx_small();
+                    s.grad_clip = cp ? 1.0 : 0;
+                    s.dtype = op == 1 ? DT_F32 : DT_BF16;
+                    Ctx *c = ctx_new(s, "host", r);
+                    c->o.whole_below = 2000;
+                    c->o.tier[PC_PARAMS] = pp;
+                    c->o.tier[PC_OPTIMIZER] = op;
+                    c->o.tier[PC_CHECKPOINTS] = cp;
+                    c->o.prefetch = 1 + pp;
+                    bool ok = planner_run(&c->g, &c->t, &c->o, &c->a, &c->d, &c->r);
+                    ck_assert_msg(ok, "params=%s optimizer=%s: %s", tiers[pp], tiers[op], first_error(c));
+                    int n = verify_plan(c->r.plan, c->msgs, sizeof c->msgs);
+                    ck_assert_msg(n == 0, "params=%s optimizer=%s ckpt=%s ranks=%d: %s", tiers[pp], tiers[op], tiers[cp], r, c->msgs);
+                    const Plan *p = c->r.plan;
+                    for (uint32_t i = 0; i < p->nshards; i++) {
+                        const PlanTensor *t = &p->tensors[p->shards[i].tensor];
+                        if (t->cls == TC_PARAM) ck_assert_int_eq(p->shards[i].home, pp);
+                        if (t->cls == TC_MOMENTUM) ck_assert_int_eq(p->shards[i].home, op);
+                    }
+                    ctx_free(c);
+                }
+}
+END_TEST
+
+START_TEST(tiles_pinned) {
+    Ctx *c = ctx_new(fx_small(), "host", 2);
+    c->o.whole_below = 1000;
+    TilePin pin = {"block.*.mlp.w1", 4, SPAN_NONE};
+    c->o.tiles = &pin;
+    c->o.ntiles = 1;
+    plan_ok(c);
+    const Plan *p = c->r.plan;
+    int tiled = 0, tiled_kernels = 0;
+    for (uint32_t i = 0; i < p->nshards; i++) {
+        const char *nm = p->tensors[p->shards[i].tensor].name;
+        if (strstr(nm, "mlp.w1")) {
+            ck_assert_int_eq(p->shards[i].ntiles, 4);
+            tiled++;
+        } else {
+            ck_assert_int_eq(p->shards[i].ntiles, 1);
+        }
+    }
+    for (uint32_t i = 0; i < p->ninstrs; i++) tiled_kernels += p->instrs[i].op == PI_KERNEL && p->instrs[i].ntiles == 4;
+    ck_assert_int_eq(tiled, 2 * 5); /* w1 of two layers, with grad, master, m, v */
+    ck_assert_int_gt(tiled_kernels, 2 * 4 * 2);
+    ctx_free(c);
+}
+END_TEST
+
+START_TEST(automatic_tiling) {
+    /* a weight of more than 1/16 of GPU memory is tiled */
+    FixtureShape s = fx_small();
+    s.hidden = 1024;
+    s.vocab = 512;
+    s.layers = 1;
+    Ctx *c = ctx_new(s, "host", 1);
+    c->t.gpu_memory = 64u << 20; /* 64 MiB: w1 (8 MiB) is over 4 MiB */
+    c->t.cpu_memory = 4ull << 30;
+    plan_ok(c);
+    const Plan *p = c->r.plan;
+    for (uint32_t i = 0; i < p->ntensors; i++)
+        if (!strcmp(p->tensors[i].name, "block.0.mlp.w1")) ck_assert_int_eq(p->shards[p->tensors[i].shard].ntiles, 2);
+    ck_assert_ptr_nonnull(strstr(c->r.explain, "tile block.0.mlp.w1"));
+    ctx_free(c);
+}
+END_TEST
+
+START_TEST(bad_tile_pin) {
+    Ctx *c = ctx_new(fx_small(), "host", 1);
+    TilePin pin = {"block.0.mlp.w1", 3, SPAN_NONE};
+    c->o.tiles = &pin;
+    c->o.ntiles = 1;
+    ck_assert(!planner_run(&c->g, &c->t, &c->o, &c->a, &c->d, &c->r));
+    ck_assert_str_eq(first_error(c), "cannot cut 'block.0.mlp.w1' into 3 tiles: 3 does not divide its 64 rows");
+    TilePin pin2 = {"block.0.mlp.b1", 2, SPAN_NONE};
+    c->o.tiles = &pin2;
+    diag_free(&c->d);
+    diag_init(&c->d);
+    ck_assert(!planner_run(&c->g, &c->t, &c->o, &c->a, &c->d, &c->r));
+    ck_assert_str_eq(first_error(c), "cannot tile 'block.0.mlp.b1': only 2-D weights of linear, matmul and embedding are tiled");
+    ctx_free(c);
+}
+END_TEST
+
+START_TEST(infeasible_states) {
+    FixtureShape s = fx_small();
+    s.hidden = 2048;
+    s.vocab = 1024;
+    s.layers = 8;
+    Ctx *c = ctx_new(s, "host", 1);
+    c->t.cpu_memory = 1ull << 30;
+    c->t.gpu_memory = 256u << 20;
+    c->t.nvme_capacity = 0;
+    ck_assert(!planner_run(&c->g, &c->t, &c->o, &c->a, &c->d, &c->r));
+    ck_assert_str_eq(first_error(c), "model states need 4.06 GiB (4.06 GiB per rank over 1 rank); the target has 256.00 MiB "
+                                     "GPU memory, 768.00 MiB CPU memory and no NVMe");
+    ctx_free(c);
+}
+END_TEST
+
+START_TEST(size_independent_of_ranks) {
+    uint32_t n[3];
+    int ranks[3] = {2, 16, 256};
+    for (int k = 0; k < 3; k++) {
+        Ctx *c = ctx_new(fx_small(), "dgx2", ranks[k]);
+        c->o.whole_below = 100;
+        c->o.prefetch = 2;
+        c->o.tier[PC_PARAMS] = TIER_CPU;
+        c->o.tier[PC_OPTIMIZER] = TIER_CPU;
+        c->o.tier[PC_CHECKPOINTS] = TIER_GPU;
+        plan_ok(c);
+        n[k] = c->r.plan->ninstrs;
+        ctx_free(c);
+    }
+    ck_assert_uint_eq(n[0], n[1]);
+    ck_assert_uint_eq(n[1], n[2]);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("planner");
+    TCase *t = tcase_create("plan");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, host_one_rank);
+    tcase_add_test(t, host_four_ranks);
+    tcase_add_test(t, every_builtin_target);
+    tcase_add_test(t, every_pinned_placement);
+    tcase_add_test(t, tiles_pinned);
+    tcase_add_test(t, automatic_tiling);
+    tcase_add_test(t, bad_tile_pin);
+    tcase_add_test(t, infeasible_states);
+    tcase_add_test(t, size_independent_of_ranks);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int f = srunner_ntests_failed(r);
+    srunner_free(r);
+    return f ? 1 : 0;
+}
