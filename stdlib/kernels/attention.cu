@@ -17,7 +17,7 @@
  * Backward = 4 launches: zk_attn_fwd with write_o = 0 recomputes the
  * log-sum-exp (base 2, scaled domain) into lse[B, H, T]; zk_attn_bwd_pre
  * writes delta = rowsum(dO * O) [B, H, T]; zk_attn_bwd_dq; zk_attn_bwd_dkdv.
- * Gradients accumulate (+=). */
+ * Gradients accumulate (+=); dk or dv may be NULL (not wanted). */
 #include "common.cuh"
 
 #define ZK_NW 4
@@ -287,8 +287,8 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
 #pragma unroll
         for (int c = 0; c < ZK_DPL; c++) {
             long long off = ((b * Tn + tk[r]) * KV + kvh) * ZK_HD + lane + 32 * c;
-            zk_st(dk + off, zk_ld(dk + off) + dka[r][c] * ZK_LN2);
-            zk_st(dv + off, zk_ld(dv + off) + dva[r][c]);
+            if (dk) zk_st(dk + off, zk_ld(dk + off) + dka[r][c] * ZK_LN2);
+            if (dv) zk_st(dv + off, zk_ld(dv + off) + dva[r][c]);
         }
     }
 }

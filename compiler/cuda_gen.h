@@ -1,0 +1,133 @@
+/* cuda_gen: graph op -> specialised CUDA kernels and their launches.
+ *
+ * The kernel sources live in stdlib/kernels/<family>.cu (docs/kernels.md).
+ * A compile unit is one family specialised by a few #defines (storage dtype;
+ * for gemm the transposes and tile shape; for attention the head dim): every
+ * op with the same specialisation gets the byte-identical unit source, so a
+ * whole model needs a handful of NVRTC compilations (dedupe by the source's
+ * SHA-256). Plain sizes are kernel arguments. A launch (CudaKernel) names
+ * its unit, entry point, grid/block, and arguments as tensor ids, workspace
+ * offsets and values, so the executor can marshal them without knowing the
+ * kernel. Generated text is deterministic (no pointers, times, hash order);
+ * each launch carries a comment naming its op and the .zl line it lowers,
+ * and cuda_module_dump lists every unit with the ops that use it.
+ *
+ * Kernel parameters are pointers (8 bytes), `long long` (CARG_I64) or
+ * `float` (CARG_F32, CARG_RT), in args[] order.
+ */
+#ifndef ZINF_CUDA_GEN_H
+#define ZINF_CUDA_GEN_H
+#include <stdint.h>
+#include <stdio.h>
+#include "arena.h"
+#include "diag.h"
+#include "graph.h"
+
+typedef enum CudaArgKind {
+    CARG_TENSOR, /* device address of tensor `tensor` */
+    CARG_WS,     /* device address of the op's workspace + ws_off bytes */
+    CARG_NULL,   /* a NULL pointer (optional operand absent) */
+    CARG_I64,    /* long long i */
+    CARG_F32,    /* float f */
+    CARG_RT,     /* float the executor supplies at run time: rt */
+} CudaArgKind;
+
+typedef enum CudaRtValue {
+    CRT_LR,             /* this step's learning rate (warmup, decay) */
+    CRT_BC1,            /* Adam bias correction 1 - beta1^t */
+    CRT_BC2,            /* 1 - beta2^t */
+    CRT_INV_LOSS_SCALE, /* 1 / loss scale (1 unless f16) */
+    CRT_LOSS_GRAD,      /* the loss gradient seed: loss scale / micro-batches */
+    CRT_COUNT
+} CudaRtValue;
+
+extern const char *const cuda_rt_names[CRT_COUNT];
+
+typedef struct CudaArg {
+    CudaArgKind kind;
+    int tensor;      /* CARG_TENSOR */
+    int64_t ws_off;  /* CARG_WS */
+    int64_t i;       /* CARG_I64 */
+    float f;         /* CARG_F32 */
+    CudaRtValue rt;  /* CARG_RT */
+} CudaArg;
+
+enum { CUDA_MAX_ARGS = 20, CUDA_OP_MAX_KERNELS = 8 };
+
+typedef struct CudaKernel {
+    const char *entry;     /* extern "C" function in the unit */
+    const char *family;    /* "gemm", "attention", ... (stdlib/kernels/<family>.cu) */
+    const char *spec;      /* the specialisation: "bf16 ta=0 tb=1 tile=128x128x32" */
+    const char *source;    /* the unit's full text, what NVRTC compiles */
+    char hash[65];         /* SHA-256 of source, hex: identical units dedupe */
+    const char *comment;   /* "op 12 fwd linear (block.3.mlp) at gpt2.zl:14:7: y = x*w + b" */
+    unsigned grid[3], block[3];
+    unsigned smem;         /* dynamic shared memory bytes (the kernels use static smem: 0) */
+    int tile_m, tile_n, tile_k; /* gemm tile chosen, else 0 */
+    int nargs;
+    CudaArg args[CUDA_MAX_ARGS];
+    int op;                /* graph op index */
+    int unit;              /* index into CudaModule.units (cuda_gen_graph), else -1 */
+    Span span;             /* the .zl expression of the op */
+} CudaKernel;
+
+/* What an op's launches need besides tensors. */
+typedef struct CudaOpInfo {
+    int64_t ws_bytes;      /* scratch the op's launches share (slices 256-aligned); 0: none.
+                            * The launches initialise what they read. */
+    int64_t err_off;       /* >= 0: int32 err[3] in the workspace. After the op, err[0] != 0
+                            * is a run-time error: err[1] the bad value, err[2] its position */
+    const char *err_what;  /* what err reports: "embedding id", "cross_entropy target" */
+} CudaOpInfo;
+
+typedef struct CudaGenOptions {
+    const char *kernel_dir;    /* NULL: $ZINF_KERNEL_DIR, else ZINF_STDLIB_DIR/kernels */
+    const SourceSet *sources;  /* to turn spans into file:line:col; NULL: file#offset */
+} CudaGenOptions;
+
+typedef struct CudaUnitCache CudaUnitCache;
+typedef struct CudaGen {
+    Arena *arena;
+    CudaGenOptions opt;
+    char kernel_dir[1024];
+    const char *common;         /* common.cuh, loaded on first use */
+    const char *family_text[16];
+    CudaUnitCache *units;       /* built unit sources, by (family, spec) */
+} CudaGen;
+
+/* Options are copied; opt may be NULL. */
+void cuda_gen_init(CudaGen *cg, Arena *a, const CudaGenOptions *opt);
+
+/* The launches of op `op`, in order, into out[0..max_out). Returns how many
+ * the op needs (if more than max_out, only max_out were written: call again
+ * with room; OP_GRAD_NORM needs one per parameter plus one), or -1 with
+ * errors in d (unsupported shape, dtype or attribute; unreadable kernel
+ * source). info may be NULL. */
+int cuda_gen_op(CudaGen *cg, const Graph *g, int op, CudaKernel *out, int max_out, CudaOpInfo *info,
+                DiagSink *d);
+
+typedef struct CudaUnit {
+    const char *family, *spec, *source;
+    char hash[65];
+    int nlaunches;        /* launches that use it */
+    int first_kernel;     /* index of its first launch in CudaModule.kernels */
+} CudaUnit;
+
+typedef struct CudaModule {
+    CudaKernel *kernels;  /* every launch of the graph, op by op in graph order */
+    int nkernels;
+    int *op_first, *op_count; /* per op: kernels[op_first[i] .. + op_count[i]) */
+    CudaOpInfo *op_info;      /* per op */
+    CudaUnit *units;          /* distinct sources, in order of first use */
+    int nunits;
+} CudaModule;
+
+/* Every op of g. Returns 0, or -1 with errors in d (every failing op reported). */
+int cuda_gen_graph(CudaGen *cg, const Graph *g, CudaModule *m, DiagSink *d);
+/* Listing: each unit's users (the launch comments), then every launch with
+ * geometry and arguments. Deterministic. */
+void cuda_module_dump(const CudaModule *m, const Graph *g, FILE *out);
+
+const char *cuda_dtype_name(DType dt);
+
+#endif
