@@ -1002,7 +1002,8 @@ static bool build(B *b, Arena *a) {
         int upto = st->req0 + st->nreq + k;
         while (f < b->nreqs && (f < st->req0 + st->nreq || f < upto)) {
             /* a checkpoint can only come back once it has been saved */
-            if (b->reqs[f].ckpt && b->ckpt_cpu[b->reqs[f].tensor] < 0 && b->reqs[f].step > s) break;
+            /* and comes back only once the backward has begun */
+            if (b->reqs[f].ckpt && b->reqs[f].step > s && (b->ckpt_cpu[b->reqs[f].tensor] < 0 || st->op < g->nforward)) break;
             emit_fetch(b, &b->reqs[f++]);
         }
         emit_step(b, st);

@@ -231,7 +231,34 @@ START_TEST(size_independent_of_ranks) {
 }
 END_TEST
 
-int main(void) {
+/* test_planner --write-plan OUT TARGET RANKS: plans the fixture and writes
+ * it (for tests/e2e/golden_schedule.sh and the zinfdump tests). */
+static int write_fixture(const char *out, const char *target, int ranks) {
+    Arena a;
+    DiagSink d;
+    Graph g;
+    Target t;
+    arena_init(&a);
+    diag_init(&d);
+    PlannerOptions o;
+    planner_options_default(&o);
+    o.ranks = ranks;
+    o.whole_below = 1000;
+    PlannerResult r = {0};
+    int rc = 1;
+    char err[512];
+    if (!target_builtin(target, &t)) fprintf(stderr, "unknown target %s\n", target);
+    else if (!fx_build(&g, &a, &d, fx_small()) || !planner_run(&g, &t, &o, &a, &d, &r)) diag_render(&d, NULL, stderr, false);
+    else if (!plan_write(r.plan, out, err, sizeof err)) fprintf(stderr, "%s\n", err);
+    else rc = 0;
+    plan_free(r.plan);
+    diag_free(&d);
+    arena_free(&a);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 5 && !strcmp(argv[1], "--write-plan")) return write_fixture(argv[2], argv[3], atoi(argv[4]));
     Suite *s = suite_create("planner");
     TCase *t = tcase_create("plan");
     tcase_set_timeout(t, 60);

@@ -1,0 +1,231 @@
+#include "plandump.h"
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include "graph.h" /* names of op kinds, primitives and tensor classes */
+
+static const char *instr_what(const Plan *p, const PlanInstr *s, char *buf, size_t n) {
+    if (s->op == PI_KERNEL && s->arg >= 0 && (uint32_t)s->arg < p->nops) {
+        const PlanOp *o = &p->ops[s->arg];
+        const char *out = o->nout > 0 && o->out[0] >= 0 ? p->tensors[o->out[0]].name : "";
+        bool prim = o->kind == OP_FWD || o->kind == OP_BWD || o->kind == OP_RECOMPUTE;
+        snprintf(buf, n, "%s%s%s%s%s -> %s", o->kind < OP_KIND_COUNT ? op_kind_names[o->kind] : "?", prim ? " " : "",
+                 prim && o->prim < PRIM_COUNT ? prim_names[o->prim] : "", *o->scope ? " @" : "", o->scope, out);
+    } else if (s->op == PI_INPUT) {
+        snprintf(buf, n, "input %d", s->arg);
+    } else if (s->arg >= 0 && (uint32_t)s->arg < p->ntensors && s->op != PI_STEP_END) {
+        snprintf(buf, n, "%s", p->tensors[s->arg].name);
+    } else {
+        buf[0] = 0;
+    }
+    return buf;
+}
+
+static void operand_str(const Plan *p, const PlanOperand *o, char *buf, size_t n) {
+    if (o->buffer < 0 || (uint32_t)o->buffer >= p->nbuffers) {
+        snprintf(buf, n, "-");
+        return;
+    }
+    const PlanBuffer *b = &p->buffers[o->buffer];
+    snprintf(buf, n, "%s%s:%s@%" PRIu64 "+%" PRIu64, o->mode == PLAN_R ? "" : o->mode == PLAN_W ? "=" : "+",
+             b->arena < PLAN_NARENAS ? plan_arena_names[b->arena] : "?", b->name, b->offset + o->offset, o->bytes);
+}
+
+void plandump_schedule(const Plan *p, int rank, FILE *out) {
+    fprintf(out, "# schedule of %s for %s: %d rank%s, %u instructions (%u per micro-batch, then the optimizer)\n",
+            p->model_name, p->target.name, p->ranks, p->ranks > 1 ? "s" : "", p->ninstrs, p->opt_begin);
+    fprintf(out, "# idx queue   opcode         tile  what | operands (=written +updated) | waits\n");
+    char what[256], od[256];
+    for (uint32_t i = 0; i < p->ninstrs; i++) {
+        const PlanInstr *s = &p->instrs[i];
+        if (i == p->opt_begin) fprintf(out, "# --- optimizer (once per step) ---\n");
+        char tile[24] = "";
+        if (s->ntiles > 1) snprintf(tile, sizeof tile, "%d/%d", s->tile, s->ntiles);
+        fprintf(out, "%5u %-7s %-14s %-5s %s |", i, s->queue < PLAN_NQUEUES ? plan_queue_names[s->queue] : "?",
+                s->op < PI_COUNT ? plan_opcode_names[s->op] : "?", tile, instr_what(p, s, what, sizeof what));
+        for (uint32_t k = 0; k < s->nopnd && s->opnd + k < p->noperands; k++) {
+            operand_str(p, &p->operands[s->opnd + k], od, sizeof od);
+            fprintf(out, " %s", od);
+        }
+        fprintf(out, " |");
+        for (uint32_t d = 0; d < s->ndeps && s->dep + d < p->ndeps; d++) fprintf(out, "%s%u", d ? "," : " ", p->deps[s->dep + d]);
+        if (rank >= 0 && (s->op == PI_ALLGATHER || s->op == PI_REDUCE_SCATTER || s->op == PI_NVME_READ || s->op == PI_NVME_WRITE ||
+                          s->op == PI_H2D || s->op == PI_D2H) &&
+            s->arg >= 0 && (uint32_t)s->arg < p->ntensors && p->tensors[s->arg].shard >= 0) {
+            const PlanShard *sh = &p->shards[p->tensors[s->arg].shard];
+            if (sh->partitioned) {
+                int64_t lo = (int64_t)s->tile * sh->tile_elems + (int64_t)rank * sh->tile_shard;
+                int64_t hi = lo + sh->tile_shard, end = ((int64_t)s->tile + 1) * sh->tile_elems;
+                if (hi > end) hi = end;
+                if (lo > end) lo = end;
+                fprintf(out, " | rank %d: elements [%" PRId64 ", %" PRId64 ")", rank, lo, hi);
+            }
+        }
+        fputc('\n', out);
+    }
+}
+
+void plandump_summary(const Plan *p, const CostResult *c, FILE *out) {
+    char a[32], b[32];
+    const PlanTarget *t = &p->target;
+    fprintf(out, "plan: model %s%s%s, target %s (%s), %d rank%s\n", p->model_name, *p->source ? " from " : "", p->source,
+            t->name, t->backend, p->ranks, p->ranks > 1 ? "s" : "");
+    fprintf(out, "tensors %u, shards %u, buffers %u, instructions %u, kernels %u\n", p->ntensors, p->nshards, p->nbuffers,
+            p->ninstrs, p->nkernels);
+    uint64_t home[PLAN_NTIERS] = {0}, total_params = 0;
+    for (uint32_t i = 0; i < p->nshards; i++) home[p->shards[i].home < PLAN_NTIERS ? p->shards[i].home : 0] += p->shards[i].bytes;
+    for (uint32_t i = 0; i < p->ntensors; i++) if (p->tensors[i].cls == TC_PARAM) total_params += (uint64_t)p->tensors[i].numel;
+    fprintf(out, "parameters: %" PRIu64 " (%.3g B)\n", total_params, (double)total_params / 1e9);
+    fprintf(out, "memory per rank (peak = the allocation):\n");
+    for (int k = 0; k < PLAN_NARENAS; k++)
+        fprintf(out, "  %-7s %12s of %12s\n", plan_arena_names[k], plan_bytes_str(p->arenas[k].size, a, sizeof a),
+                plan_bytes_str(p->arenas[k].capacity, b, sizeof b));
+    fprintf(out, "model state homes per rank: gpu %s, cpu %s, nvme %s\n", plan_bytes_str(home[TIER_GPU], a, sizeof a),
+            plan_bytes_str(home[TIER_CPU], b, sizeof b), plan_bytes_str(home[TIER_NVME], (char[32]){0}, 32));
+    if (!c) return;
+    fprintf(out, "predicted step time: %.6g s", c->step_time);
+    if (p->train.grad_accum > 1) fprintf(out, " (%" PRId64 " micro-batches)", p->train.grad_accum);
+    double flops = 0;
+    for (uint32_t i = 0; i < p->ninstrs; i++) if (p->instrs[i].op == PI_KERNEL) flops += p->instrs[i].flops;
+    if (c->pass_time > 0) fprintf(out, ", %.3g TFLOP/s per rank", flops / c->pass_time / 1e12);
+    fprintf(out, "\nqueue busy time per pass:\n");
+    for (int q = 0; q < PLAN_NQUEUES; q++)
+        fprintf(out, "  %-7s %10.6g s  %5.1f%%\n", plan_queue_names[q], c->busy[q], c->pass_time > 0 ? 100 * c->busy[q] / c->pass_time : 0);
+    char sent[256];
+    cost_bottleneck_sentence(p, c, sent, sizeof sent);
+    fprintf(out, "%s\n", sent);
+}
+
+static void lifetimes(const Plan *p, int32_t *first, int32_t *last) {
+    for (uint32_t b = 0; b < p->nbuffers; b++) first[b] = last[b] = -1;
+    for (uint32_t i = 0; i < p->ninstrs; i++)
+        for (uint32_t k = 0; k < p->instrs[i].nopnd && p->instrs[i].opnd + k < p->noperands; k++) {
+            int32_t b = p->operands[p->instrs[i].opnd + k].buffer;
+            if (b < 0 || (uint32_t)b >= p->nbuffers) continue;
+            if (first[b] < 0) first[b] = (int32_t)i;
+            last[b] = (int32_t)i;
+        }
+}
+
+typedef struct Row {
+    uint64_t off;
+    uint32_t buf;
+} Row;
+static int by_off(const void *x, const void *y) {
+    const Row *a = x, *b = y;
+    return a->off < b->off ? -1 : a->off > b->off ? 1 : (a->buf < b->buf ? -1 : 1);
+}
+
+void plandump_memory(const Plan *p, FILE *out) {
+    int32_t *first = malloc(sizeof(int32_t) * (p->nbuffers + 1)), *last = malloc(sizeof(int32_t) * (p->nbuffers + 1));
+    Row *rows = malloc(sizeof(Row) * (p->nbuffers + 1));
+    if (!first || !last || !rows) {
+        fprintf(out, "out of memory\n");
+        goto done;
+    }
+    lifetimes(p, first, last);
+    char a[32], b[32];
+    for (int k = 0; k < PLAN_NARENAS; k++) {
+        int n = 0;
+        for (uint32_t i = 0; i < p->nbuffers; i++)
+            if (p->buffers[i].arena == k) rows[n++] = (Row){p->buffers[i].offset, i};
+        qsort(rows, (size_t)n, sizeof *rows, by_off);
+        fprintf(out, "arena %s: %s of %s, %d buffers\n", plan_arena_names[k], plan_bytes_str(p->arenas[k].size, a, sizeof a),
+                plan_bytes_str(p->arenas[k].capacity, b, sizeof b), n);
+        for (int r = 0; r < n; r++) {
+            const PlanBuffer *bf = &p->buffers[rows[r].buf];
+            fprintf(out, "  %14" PRIu64 " %12" PRIu64 "  ", bf->offset, bf->bytes);
+            if (bf->flags & PLAN_BUF_PERSISTENT) fprintf(out, "%-13s", "persistent");
+            else fprintf(out, "[%5d,%5d] ", first[rows[r].buf], last[rows[r].buf]);
+            fprintf(out, " %s\n", bf->name);
+        }
+    }
+done:
+    free(first);
+    free(last);
+    free(rows);
+}
+
+static void json_str(FILE *out, const char *s) {
+    fputc('"', out);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fprintf(out, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20) fprintf(out, "\\u%04x", *s);
+        else fputc(*s, out);
+    }
+    fputc('"', out);
+}
+
+void plandump_trace(const Plan *p, const CostResult *c, FILE *out) {
+    fprintf(out, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+    for (int q = 0; q < PLAN_NQUEUES; q++)
+        fprintf(out, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n", q, plan_queue_names[q]);
+    char what[256];
+    for (uint32_t i = 0; i < p->ninstrs; i++) {
+        const PlanInstr *s = &p->instrs[i];
+        fprintf(out, "{\"name\":");
+        json_str(out, s->op < PI_COUNT ? plan_opcode_names[s->op] : "?");
+        fprintf(out, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"i\":%u,\"what\":",
+                s->queue < PLAN_NQUEUES ? plan_queue_names[s->queue] : "?", s->queue, c->start[i] * 1e6,
+                (c->end[i] - c->start[i]) * 1e6, i);
+        json_str(out, instr_what(p, s, what, sizeof what));
+        fprintf(out, ",\"bytes\":%" PRIu64 "}}%s\n", s->bytes, i + 1 < p->ninstrs ? "," : "");
+    }
+    fprintf(out, "]}\n");
+}
+
+void plandump_svg(const Plan *p, const CostResult *c, FILE *out) {
+    static const char *const colour[PLAN_NQUEUES] = {"#8c564b", "#1f77b4", "#17becf", "#d62728", "#2ca02c", "#ff7f0e"};
+    const double W = 1200, lane = 28, left = 80, mem_h = 160;
+    double T = c->pass_time > 0 ? c->pass_time : 1;
+    double top_mem = 40 + PLAN_NQUEUES * lane + 40;
+    double H = top_mem + mem_h + 40;
+    fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"11\">\n",
+            W + 20, H);
+    fprintf(out, "<text x=\"10\" y=\"20\" font-size=\"14\">%s on %s: %.4g s per pass, %d ranks</text>\n", p->model_name,
+            p->target.name, c->pass_time, p->ranks);
+    for (int q = 0; q < PLAN_NQUEUES; q++) {
+        double y = 40 + q * lane;
+        fprintf(out, "<text x=\"10\" y=\"%.1f\">%s</text>\n", y + lane * 0.6, plan_queue_names[q]);
+        fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f4f4f4\"/>\n", left, y, W - left, lane - 4);
+    }
+    for (uint32_t i = 0; i < p->ninstrs; i++) {
+        const PlanInstr *s = &p->instrs[i];
+        if (s->queue >= PLAN_NQUEUES || c->end[i] <= c->start[i]) continue;
+        double x = left + (W - left) * c->start[i] / T, w = (W - left) * (c->end[i] - c->start[i]) / T;
+        fprintf(out, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"><title>%u %s</title></rect>\n", x,
+                40 + s->queue * lane, w < 0.3 ? 0.3 : w, lane - 4, colour[s->queue], i, plan_opcode_names[s->op]);
+    }
+    /* GPU memory in use: each buffer from its first use's start to its last use's end */
+    int32_t *first = malloc(sizeof(int32_t) * (p->nbuffers + 1)), *last = malloc(sizeof(int32_t) * (p->nbuffers + 1));
+    enum { NB = 400 };
+    double use[NB] = {0}, peak = 0;
+    if (first && last) {
+        lifetimes(p, first, last);
+        for (uint32_t b = 0; b < p->nbuffers; b++) {
+            if (p->buffers[b].arena != ARENA_GPU) continue;
+            double t0 = 0, t1 = T;
+            if (!(p->buffers[b].flags & PLAN_BUF_PERSISTENT)) {
+                if (first[b] < 0) continue;
+                t0 = c->start[first[b]];
+                t1 = c->end[last[b]];
+            }
+            int k0 = (int)(t0 / T * NB), k1 = (int)(t1 / T * NB);
+            if (k1 >= NB) k1 = NB - 1;
+            for (int k = k0 < 0 ? 0 : k0; k <= k1; k++) use[k] += (double)p->buffers[b].bytes;
+        }
+        for (int k = 0; k < NB; k++) if (use[k] > peak) peak = use[k];
+    }
+    free(first);
+    free(last);
+    double cap = p->arenas[ARENA_GPU].capacity ? (double)p->arenas[ARENA_GPU].capacity : (peak > 0 ? peak : 1);
+    if (peak > cap) cap = peak;
+    char a[32], b[32];
+    fprintf(out, "<text x=\"10\" y=\"%.1f\">GPU memory in use (peak %s of %s)</text>\n", top_mem - 8,
+            plan_bytes_str((uint64_t)peak, a, sizeof a), plan_bytes_str((uint64_t)cap, b, sizeof b));
+    fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#999\"/>\n", left, top_mem, W - left, mem_h);
+    fprintf(out, "<polyline fill=\"none\" stroke=\"#9467bd\" stroke-width=\"1.5\" points=\"");
+    for (int k = 0; k < NB; k++)
+        fprintf(out, "%.1f,%.1f ", left + (W - left) * k / NB, top_mem + mem_h * (1 - use[k] / cap));
+    fprintf(out, "\"/>\n</svg>\n");
+}

@@ -1,0 +1,21 @@
+/* plandump: a plan in words and pictures, for zinfdump and the golden
+ * schedule tests. Each function prints to the FILE* it is given. */
+#ifndef ZINF_PLANDUMP_H
+#define ZINF_PLANDUMP_H
+#include <stdio.h>
+#include "cost.h"
+#include "plan.h"
+
+/* Memory per tier and rank, predicted step time, queue busy times, the bottleneck. */
+void plandump_summary(const Plan *p, const CostResult *c, FILE *out);
+/* One instruction per line. rank >= 0 also shows that rank's slice of each
+ * partitioned tensor an instruction moves. */
+void plandump_schedule(const Plan *p, int rank, FILE *out);
+/* Each arena's buffers by offset, with lifetimes in instructions. */
+void plandump_memory(const Plan *p, FILE *out);
+/* The predicted timeline as Chrome trace JSON (chrome://tracing, Perfetto). */
+void plandump_trace(const Plan *p, const CostResult *c, FILE *out);
+/* The predicted timeline and GPU memory in use over the step, as SVG. */
+void plandump_svg(const Plan *p, const CostResult *c, FILE *out);
+
+#endif
