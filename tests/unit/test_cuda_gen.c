@@ -1,0 +1,531 @@
+/* cuda_gen: op -> units and launches. No GPU and no NVRTC needed: the gemm
+ * launches are checked by running the zk_gemm contract (stdlib/kernels/gemm.cu
+ * header) on the host with the generated arguments, against independent
+ * index-by-index references of the primitives' forward and backward. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cuda_gen.h"
+#include "cuda_models.h"
+
+#define KDIR ZINF_STDLIB_DIR "/kernels"
+
+static CudaGenOptions opts(void) {
+    CudaGenOptions o = {.kernel_dir = KDIR};
+    return o;
+}
+
+static int count_entry(const CudaModule *m, const char *entry) {
+    int n = 0;
+    for (int i = 0; i < m->nkernels; i++) n += !strcmp(m->kernels[i].entry, entry);
+    return n;
+}
+
+START_TEST(gpt2_module_is_complete) {
+    Arena a;
+    arena_init(&a);
+    DiagSink d;
+    diag_init(&d);
+    Graph g;
+    ck_assert(cm_build(&g, &a, &cm_gpt2_tiny, &d));
+    CudaGen cg;
+    CudaGenOptions o = opts();
+    cuda_gen_init(&cg, &a, &o);
+    CudaModule m;
+    ck_assert_int_eq(cuda_gen_graph(&cg, &g, &m, &d), 0);
+    ck_assert_int_eq(d.errors, 0);
+    for (int i = 0; i < g.nops; i++) {
+        const GOp *op = &g.ops[i];
+        if (op->kind == OP_FWD || op->kind == OP_ADAM || op->kind == OP_ZERO_GRAD) ck_assert_int_gt(m.op_count[i], 0);
+    }
+    for (int i = 0; i < m.nkernels; i++) {
+        const CudaKernel *k = &m.kernels[i];
+        ck_assert_ptr_nonnull(strstr(k->source, k->entry));
+        unsigned threads = k->block[0] * k->block[1] * k->block[2];
+        ck_assert_uint_ge(threads, 32);
+        ck_assert_uint_le(threads, 1024);
+        ck_assert_uint_ge(k->grid[0], 1);
+        ck_assert_uint_le(k->grid[1], 65535);
+        ck_assert_uint_le(k->grid[2], 65535);
+        for (int j = 0; j < k->nargs; j++)
+            if (k->args[j].kind == CARG_TENSOR) ck_assert(k->args[j].tensor >= 0 && k->args[j].tensor < g.ntensors);
+            else if (k->args[j].kind == CARG_WS) ck_assert_int_lt(k->args[j].ws_off, m.op_info[k->op].ws_bytes);
+        ck_assert_int_ge(k->unit, 0);
+        ck_assert_int_lt(k->unit, m.nunits);
+    }
+    /* the distinct compilations stay few: units dedupe across ops and layers */
+    ck_assert_int_le(m.nunits, 14);
+    ck_assert_int_ge(m.nunits, 8);
+    ck_assert_int_eq(count_entry(&m, "zk_attn_bwd_dkdv"), cm_gpt2_tiny.layers);
+    ck_assert_int_eq(count_entry(&m, "zk_norm_final"), 1);
+    diag_free(&d);
+    arena_free(&a);
+}
+END_TEST
+
+static char *dump_of(const CmShape *s) {
+    Arena a;
+    arena_init(&a);
+    DiagSink d;
+    diag_init(&d);
+    Graph g;
+    ck_assert(cm_build(&g, &a, s, &d));
+    CudaGen cg;
+    CudaGenOptions o = opts();
+    cuda_gen_init(&cg, &a, &o);
+    CudaModule m;
+    ck_assert_int_eq(cuda_gen_graph(&cg, &g, &m, &d), 0);
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    cuda_module_dump(&m, &g, f);
+    for (int u = 0; u < m.nunits; u++) fputs(m.units[u].source, f);
+    fclose(f);
+    diag_free(&d);
+    arena_free(&a);
+    return buf;
+}
+
+START_TEST(generation_is_deterministic) {
+    char *x = dump_of(&cm_llama_gqa), *y = dump_of(&cm_llama_gqa);
+    ck_assert_str_eq(x, y);
+    ck_assert_ptr_nonnull(strstr(x, "zk_rope"));
+    free(x);
+    free(y);
+}
+END_TEST
+
+/* One op graph helper. */
+typedef struct One {
+    Arena a;
+    DiagSink d;
+    Graph g;
+    CudaGen cg;
+    CudaKernel k[64];
+    CudaOpInfo info;
+} One;
+
+static void one_init(One *o) {
+    arena_init(&o->a);
+    diag_init(&o->d);
+    graph_init(&o->g, &o->a);
+    o->g.train.dtype = DT_BF16;
+    CudaGenOptions op = opts();
+    cuda_gen_init(&o->cg, &o->a, &op);
+}
+static void one_free(One *o) {
+    diag_free(&o->d);
+    arena_free(&o->a);
+}
+
+static int linear_op(One *o, DType dt, int64_t M, int64_t I, int64_t N) {
+    int x = cm_t(&o->g, "x", dt, TC_ACT, 2, M, I, 0), w = cm_t(&o->g, "w", dt, TC_PARAM, 2, I, N, 0);
+    int y = cm_t(&o->g, "y", dt, TC_ACT, 2, M, N, 0);
+    GOp op = cm_op(PRIM_LINEAR);
+    op.nin = 2;
+    op.in[0] = x;
+    op.in[1] = w;
+    op.nout = 1;
+    op.out[0] = y;
+    return graph_add_op(&o->g, &op);
+}
+
+START_TEST(gemm_tile_rule) {
+    One o;
+    one_init(&o);
+    int big = linear_op(&o, DT_BF16, 8192, 768, 3072), small = linear_op(&o, DT_BF16, 256, 256, 256);
+    int f32 = linear_op(&o, DT_F32, 8192, 768, 768);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, big, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(o.k[0].tile_m, 128);
+    ck_assert_int_eq(o.k[0].block[0], 256);
+    ck_assert_uint_eq(o.k[0].grid[0], 3072 / 128);
+    ck_assert_uint_eq(o.k[0].grid[1], 8192 / 128);
+    char h1[65];
+    memcpy(h1, o.k[0].hash, 65);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, small, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(o.k[0].tile_m, 64);
+    ck_assert_int_eq(o.k[0].block[0], 128);
+    ck_assert_str_ne(h1, o.k[0].hash);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, f32, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(o.k[0].tile_k, 16);
+    ck_assert_ptr_nonnull(strstr(o.k[0].spec, "simt"));
+    ck_assert_ptr_nonnull(strstr(o.k[0].source, "#define ZK_TC 0"));
+    ck_assert_int_eq(o.d.errors, 0);
+    one_free(&o);
+}
+END_TEST
+
+START_TEST(comment_names_op_and_line) {
+    One o;
+    one_init(&o);
+    SourceSet ss;
+    source_set_init(&ss);
+    const char *text = "model m() {\n  x = 1\n  y = linear(x, w)\n}\n";
+    ck_assert_int_eq(source_add(&ss, "m.zl", text, strlen(text)), 0);
+    int op = linear_op(&o, DT_BF16, 64, 64, 64);
+    o.g.ops[op].span = (Span){0, (uint32_t)(strstr(text, "linear") - text), 6};
+    o.g.ops[op].scope = "block.3.mlp";
+    CudaGenOptions go = opts();
+    go.sources = &ss;
+    cuda_gen_init(&o.cg, &o.a, &go);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, op, o.k, 64, NULL, &o.d), 1);
+    ck_assert_str_eq(o.k[0].comment, "op 0 fwd linear (block.3.mlp) at m.zl:3:7: y = x*w");
+    /* without a SourceSet: the offset */
+    cuda_gen_init(&o.cg, &o.a, NULL);
+    CudaGenOptions go2 = opts();
+    cuda_gen_init(&o.cg, &o.a, &go2);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, op, o.k, 64, NULL, &o.d), 1);
+    ck_assert_ptr_nonnull(strstr(o.k[0].comment, "at file 0 offset 26: y = x*w"));
+    source_set_free(&ss);
+    one_free(&o);
+}
+END_TEST
+
+START_TEST(unsupported_input_is_an_error) {
+    One o;
+    one_init(&o);
+    /* head dim 80 */
+    int q = cm_t(&o.g, "q", DT_BF16, TC_ACT, 3, 2, 16, 160), y = cm_t(&o.g, "y", DT_BF16, TC_ACT, 3, 2, 16, 160);
+    GOp op = cm_op(PRIM_ATTENTION);
+    op.nin = 3;
+    op.in[0] = op.in[1] = op.in[2] = q;
+    op.nout = 1;
+    op.out[0] = y;
+    op.iattr[0] = 2;
+    int at = graph_add_op(&o.g, &op);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, at, o.k, 64, NULL, &o.d), -1);
+    ck_assert_int_eq(o.d.errors, 1);
+    ck_assert_ptr_nonnull(strstr(o.d.items[0].msg, "head dim 80"));
+    /* mixed dtypes */
+    int a = cm_t(&o.g, "a", DT_BF16, TC_ACT, 1, 8, 0, 0), b = cm_t(&o.g, "b", DT_F32, TC_ACT, 1, 8, 0, 0);
+    GOp ad = cm_op(PRIM_ADD);
+    ad.nin = 2;
+    ad.in[0] = a;
+    ad.in[1] = b;
+    ad.nout = 1;
+    ad.out[0] = a;
+    int ai = graph_add_op(&o.g, &ad);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, ai, o.k, 64, NULL, &o.d), -1);
+    ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "mixed dtypes (bf16 and f32)"));
+    /* malformed: a missing operand */
+    GOp bad = cm_op(PRIM_GELU);
+    bad.nin = 1;
+    bad.nout = 1;
+    bad.out[0] = a;
+    int bi = graph_add_op(&o.g, &bad);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, bi, o.k, 64, NULL, &o.d), -1);
+    ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "operand 0 is missing"));
+    /* kernel sources missing */
+    CudaGenOptions go = {.kernel_dir = "/nonexistent/kernels"};
+    cuda_gen_init(&o.cg, &o.a, &go);
+    int li = linear_op(&o, DT_BF16, 64, 64, 64);
+    int e0 = o.d.errors;
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, li, o.k, 64, NULL, &o.d), -1);
+    ck_assert_int_gt(o.d.errors, e0);
+    ck_assert_ptr_nonnull(strstr(o.d.items[e0 < o.d.len ? o.d.len - 2 : 0].msg, "cannot read kernel source /nonexistent/kernels/"));
+    one_free(&o);
+}
+END_TEST
+
+START_TEST(workspace_and_error_words) {
+    Arena a;
+    arena_init(&a);
+    DiagSink d;
+    diag_init(&d);
+    Graph g;
+    ck_assert(cm_build(&g, &a, &cm_gpt2_tiny, &d));
+    CudaGen cg;
+    CudaGenOptions o = opts();
+    cuda_gen_init(&cg, &a, &o);
+    CudaKernel k[CUDA_OP_MAX_KERNELS];
+    int seen_emb_bwd = 0, seen_norm = 0, seen_gn = 0;
+    for (int i = 0; i < g.nops; i++) {
+        const GOp *op = &g.ops[i];
+        CudaOpInfo info;
+        int n = cuda_gen_op(&cg, &g, i, k, CUDA_OP_MAX_KERNELS, &info, &d);
+        ck_assert_int_ge(n, 0);
+        if (op->kind == OP_FWD && op->prim == PRIM_EMBEDDING) {
+            ck_assert_int_ge(info.err_off, 0);
+            ck_assert_str_eq(info.err_what, "embedding id");
+        }
+        if (op->kind == OP_BWD && op->prim == PRIM_EMBEDDING && g.tensors[op->in[0]].dims[0] == cm_gpt2_tiny.V) {
+            /* bf16 table: fp32 accumulator, zeroed, atomics, then added into the gradient */
+            ck_assert_int_eq(n, 3);
+            ck_assert_int_ge(info.ws_bytes, cm_gpt2_tiny.V * cm_gpt2_tiny.D * 4);
+            ck_assert_str_eq(k[0].entry, "zk_fill_f32");
+            ck_assert_str_eq(k[1].entry, "zk_embed_bwd");
+            ck_assert_str_eq(k[2].entry, "zk_cast_from_f32");
+            seen_emb_bwd++;
+        }
+        if (op->kind == OP_BWD && op->prim == PRIM_LAYERNORM) {
+            ck_assert_int_eq(n, 4); /* zero partials, bwd, dg, db */
+            ck_assert_int_eq(info.ws_bytes, 2 * 128 * cm_gpt2_tiny.D * 4);
+            seen_norm++;
+        }
+        if (op->kind == OP_GRAD_NORM) {
+            int np = 0;
+            for (int t = 0; t < g.ntensors; t++) np += g.tensors[t].cls == TC_PARAM;
+            ck_assert_int_eq(n, np + 1); /* more than fits: the count says how many */
+            CudaKernel *all = malloc(sizeof *all * (size_t)n);
+            ck_assert_int_eq(cuda_gen_op(&cg, &g, i, all, n, &info, &d), n);
+            ck_assert_str_eq(all[n - 1].entry, "zk_norm_final");
+            ck_assert_int_eq(all[n - 1].args[2].i, (int64_t)np * 64);
+            free(all);
+            seen_gn++;
+        }
+    }
+    ck_assert_int_eq(seen_emb_bwd, 1);
+    ck_assert_int_eq(seen_norm, 2 * cm_gpt2_tiny.layers + 1);
+    ck_assert_int_eq(seen_gn, 1);
+    ck_assert_int_eq(d.errors, 0);
+    diag_free(&d);
+    arena_free(&a);
+}
+END_TEST
+
+/* ---- host emulation of the zk_gemm and column-sum contracts ---------------- */
+
+typedef struct Bufs {
+    float *t[64];
+    float *ws;
+} Bufs;
+
+static float *argp(const CudaKernel *k, int j, Bufs *b) {
+    const CudaArg *a = &k->args[j];
+    if (a->kind == CARG_TENSOR) return b->t[a->tensor];
+    if (a->kind == CARG_WS) return b->ws + a->ws_off / 4;
+    return NULL;
+}
+
+static void emu(const CudaKernel *k, Bufs *b) {
+    if (!strcmp(k->entry, "zk_gemm")) {
+        int ta = strstr(k->spec, "ta=1") != NULL, tb = strstr(k->spec, "tb=1") != NULL;
+        float *C = argp(k, 0, b), *A = argp(k, 1, b), *B = argp(k, 2, b), *bias = argp(k, 3, b);
+        int64_t M = k->args[4].i, N = k->args[5].i, K = k->args[6].i, lda = k->args[7].i, ldb = k->args[8].i;
+        int64_t ldc = k->args[9].i, sA = k->args[10].i, sB = k->args[11].i, sC = k->args[12].i;
+        int64_t rb = k->args[13].i, rsA = k->args[14].i, rsB = k->args[15].i;
+        float alpha = k->args[16].f, beta = k->args[17].f;
+        for (unsigned z = 0; z < k->grid[2]; z++)
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t n = 0; n < N; n++) {
+                    double acc = 0;
+                    for (int64_t r = 0; r < rb; r++)
+                        for (int64_t kk = 0; kk < K; kk++) {
+                            const float *Ab = A + z * sA + r * rsA, *Bb = B + z * sB + r * rsB;
+                            acc += (double)(ta ? Ab[kk * lda + m] : Ab[m * lda + kk]) * (tb ? Bb[n * ldb + kk] : Bb[kk * ldb + n]);
+                        }
+                    float *c = C + z * sC + m * ldc + n;
+                    *c = (float)(alpha * acc + (beta != 0 ? beta * *c : 0) + (bias ? bias[n] : 0));
+                }
+    } else if (!strcmp(k->entry, "zk_colsum_partial")) {
+        float *ws = argp(k, 0, b), *x = argp(k, 1, b), *mul = argp(k, 2, b);
+        int64_t rows = k->args[3].i, cols = k->args[4].i, rpp = k->args[5].i;
+        for (unsigned p = 0; p < k->grid[1]; p++)
+            for (int64_t c = 0; c < cols; c++) {
+                double s = 0;
+                for (int64_t r = p * rpp; r < rows && r < (p + 1) * rpp; r++) s += x[r * cols + c] * (mul ? mul[r * cols + c] : 1);
+                ws[p * cols + c] = (float)s;
+            }
+    } else if (!strcmp(k->entry, "zk_colsum_final")) {
+        float *out = argp(k, 0, b), *ws = argp(k, 1, b);
+        int64_t parts = k->args[2].i, cols = k->args[3].i;
+        for (int64_t c = 0; c < cols; c++) {
+            double s = 0;
+            for (int64_t p = 0; p < parts; p++) s += ws[p * cols + c];
+            out[c] = (float)((k->args[5].i ? out[c] : 0) + k->args[4].f * s);
+        }
+    } else {
+        ck_abort_msg("no emulation of %s", k->entry);
+    }
+}
+
+static float *rnd(int64_t n, unsigned *seed) {
+    float *p = malloc(sizeof *p * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        *seed = *seed * 1103515245u + 12345u;
+        p[i] = (float)((*seed >> 8) & 0xffff) / 65536.0f - 0.5f;
+    }
+    return p;
+}
+
+static void run_op(One *o, int op, Bufs *b) {
+    CudaOpInfo info;
+    int n = cuda_gen_op(&o->cg, &o->g, op, o->k, 64, &info, &o->d);
+    ck_assert_int_gt(n, 0);
+    b->ws = calloc((size_t)(info.ws_bytes / 4 + 1), sizeof(float));
+    for (int i = 0; i < n; i++) emu(&o->k[i], b);
+    free(b->ws);
+}
+
+/* matmul [S, M, K] x [K, N] (and every transposition), forward and backward,
+ * against the definitions written index by index. */
+START_TEST(matmul_launches_compute_the_products) {
+    int ta = _i & 1, tb = _i >> 1;
+    const int64_t S = 2, M = 3, K = 4, N = 5;
+    One o;
+    one_init(&o);
+    o.g.train.dtype = DT_F32;
+    int a = ta ? cm_t(&o.g, "a", DT_F32, TC_ACT, 3, S, K, M) : cm_t(&o.g, "a", DT_F32, TC_ACT, 3, S, M, K);
+    int b = tb ? cm_t(&o.g, "b", DT_F32, TC_PARAM, 2, N, K, 0) : cm_t(&o.g, "b", DT_F32, TC_PARAM, 2, K, N, 0);
+    int c = cm_t(&o.g, "c", DT_F32, TC_ACT, 3, S, M, N), dc = cm_t(&o.g, "dc", DT_F32, TC_ACT, 3, S, M, N);
+    int da = cm_t(&o.g, "da", DT_F32, TC_ACT, 3, 1, 1, S * M * K), db = cm_t(&o.g, "db", DT_F32, TC_GRAD, 2, K, N, 0);
+    GOp f = cm_op(PRIM_MATMUL);
+    f.nin = 2;
+    f.in[0] = a;
+    f.in[1] = b;
+    f.nout = 1;
+    f.out[0] = c;
+    f.iattr[0] = ta;
+    f.iattr[1] = tb;
+    int fi = graph_add_op(&o.g, &f);
+    GOp bw = f;
+    bw.kind = OP_BWD;
+    bw.fwd = fi;
+    bw.nfin = 2;
+    bw.nin = 4;
+    bw.in[2] = c;
+    bw.in[3] = dc;
+    bw.nout = 2;
+    bw.out[0] = da;
+    bw.out[1] = db;
+    int bi = graph_add_op(&o.g, &bw);
+    unsigned seed = 7 + (unsigned)_i;
+    Bufs B;
+    memset(&B, 0, sizeof B);
+    B.t[a] = rnd(S * M * K, &seed);
+    B.t[b] = rnd(K * N, &seed);
+    B.t[c] = rnd(S * M * N, &seed); /* poison: the forward overwrites */
+    B.t[dc] = rnd(S * M * N, &seed);
+    B.t[da] = rnd(S * M * K, &seed); /* backward accumulates onto these */
+    B.t[db] = rnd(K * N, &seed);
+    float *da0 = malloc(sizeof(float) * (size_t)(S * M * K)), *db0 = malloc(sizeof(float) * (size_t)(K * N));
+    memcpy(da0, B.t[da], sizeof(float) * (size_t)(S * M * K));
+    memcpy(db0, B.t[db], sizeof(float) * (size_t)(K * N));
+#define AI(s, m, k) (ta ? ((s) * K + (k)) * M + (m) : ((s) * M + (m)) * K + (k))
+#define BI(k, n) (tb ? (n) * K + (k) : (k) * N + (n))
+    run_op(&o, fi, &B);
+    for (int64_t s = 0; s < S; s++)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                double r = 0;
+                for (int64_t k = 0; k < K; k++) r += (double)B.t[a][AI(s, m, k)] * B.t[b][BI(k, n)];
+                ck_assert_double_eq_tol(B.t[c][(s * M + m) * N + n], r, 1e-5);
+            }
+    run_op(&o, bi, &B);
+    for (int64_t s = 0; s < S; s++)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t k = 0; k < K; k++) {
+                double r = da0[AI(s, m, k)];
+                for (int64_t n = 0; n < N; n++) r += (double)B.t[dc][(s * M + m) * N + n] * B.t[b][BI(k, n)];
+                ck_assert_double_eq_tol(B.t[da][AI(s, m, k)], r, 1e-5);
+            }
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t n = 0; n < N; n++) {
+            double r = db0[BI(k, n)];
+            for (int64_t s = 0; s < S; s++)
+                for (int64_t m = 0; m < M; m++) r += (double)B.t[a][AI(s, m, k)] * B.t[dc][(s * M + m) * N + n];
+            ck_assert_double_eq_tol(B.t[db][BI(k, n)], r, 1e-5);
+        }
+#undef AI
+#undef BI
+    for (int i = 0; i < 64; i++) free(B.t[i]);
+    free(da0);
+    free(db0);
+    ck_assert_int_eq(o.d.errors, 0);
+    one_free(&o);
+}
+END_TEST
+
+/* linear with bias: y = x w + b; dx, dw, db accumulate. */
+START_TEST(linear_launches_compute_the_products) {
+    const int64_t R = 70, I = 6, O = 5; /* R > 64: the bias gradient takes several partial sums */
+    One o;
+    one_init(&o);
+    o.g.train.dtype = DT_F32;
+    int x = cm_t(&o.g, "x", DT_F32, TC_ACT, 2, R, I, 0), w = cm_t(&o.g, "w", DT_F32, TC_PARAM, 2, I, O, 0);
+    int bb = cm_t(&o.g, "b", DT_F32, TC_PARAM, 1, O, 0, 0), y = cm_t(&o.g, "y", DT_F32, TC_ACT, 2, R, O, 0);
+    int dy = cm_t(&o.g, "dy", DT_F32, TC_ACT, 2, R, O, 0), dx = cm_t(&o.g, "dx", DT_F32, TC_ACT, 2, R, I, 0);
+    int dw = cm_t(&o.g, "dw", DT_F32, TC_GRAD, 2, I, O, 0), db = cm_t(&o.g, "db", DT_F32, TC_GRAD, 1, O, 0, 0);
+    GOp f = cm_op(PRIM_LINEAR);
+    f.nin = 3;
+    f.in[0] = x;
+    f.in[1] = w;
+    f.in[2] = bb;
+    f.nout = 1;
+    f.out[0] = y;
+    int fi = graph_add_op(&o.g, &f);
+    GOp bw = f;
+    bw.kind = OP_BWD;
+    bw.nfin = 3;
+    bw.nin = 5;
+    bw.in[3] = y;
+    bw.in[4] = dy;
+    bw.nout = 3;
+    bw.out[0] = dx;
+    bw.out[1] = dw;
+    bw.out[2] = db;
+    int bi = graph_add_op(&o.g, &bw);
+    unsigned seed = 3;
+    Bufs B;
+    memset(&B, 0, sizeof B);
+    B.t[x] = rnd(R * I, &seed);
+    B.t[w] = rnd(I * O, &seed);
+    B.t[bb] = rnd(O, &seed);
+    B.t[y] = rnd(R * O, &seed);
+    B.t[dy] = rnd(R * O, &seed);
+    B.t[dx] = calloc((size_t)(R * I), sizeof(float));
+    B.t[dw] = calloc((size_t)(I * O), sizeof(float));
+    B.t[db] = rnd(O, &seed);
+    float db0[5];
+    memcpy(db0, B.t[db], sizeof db0);
+    run_op(&o, fi, &B);
+    run_op(&o, bi, &B);
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t j = 0; j < O; j++) {
+            double s = B.t[bb][j];
+            for (int64_t i = 0; i < I; i++) s += (double)B.t[x][r * I + i] * B.t[w][i * O + j];
+            ck_assert_double_eq_tol(B.t[y][r * O + j], s, 1e-5);
+        }
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t i = 0; i < I; i++) {
+            double s = 0;
+            for (int64_t j = 0; j < O; j++) s += (double)B.t[dy][r * O + j] * B.t[w][i * O + j];
+            ck_assert_double_eq_tol(B.t[dx][r * I + i], s, 1e-5);
+        }
+    for (int64_t i = 0; i < I; i++)
+        for (int64_t j = 0; j < O; j++) {
+            double s = 0;
+            for (int64_t r = 0; r < R; r++) s += (double)B.t[x][r * I + i] * B.t[dy][r * O + j];
+            ck_assert_double_eq_tol(B.t[dw][i * O + j], s, 1e-5);
+        }
+    for (int64_t j = 0; j < O; j++) {
+        double s = db0[j];
+        for (int64_t r = 0; r < R; r++) s += B.t[dy][r * O + j];
+        ck_assert_double_eq_tol(B.t[db][j], s, 1e-4);
+    }
+    for (int i = 0; i < 64; i++) free(B.t[i]);
+    one_free(&o);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("cuda_gen");
+    TCase *t = tcase_create("core");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, gpt2_module_is_complete);
+    tcase_add_test(t, generation_is_deterministic);
+    tcase_add_test(t, gemm_tile_rule);
+    tcase_add_test(t, comment_names_op_and_line);
+    tcase_add_test(t, unsupported_input_is_an_error);
+    tcase_add_test(t, workspace_and_error_words);
+    tcase_add_loop_test(t, matmul_launches_compute_the_products, 0, 4);
+    tcase_add_test(t, linear_launches_compute_the_products);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int nf = srunner_ntests_failed(r);
+    srunner_free(r);
+    return nf ? 1 : 0;
+}
