@@ -1,0 +1,218 @@
+#include "refexec.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "half.h"
+#include "hostk.h"
+#include "initrng.h"
+
+static int fail(RefExec *r, const char *fmt, const char *a) {
+    snprintf(r->err, sizeof r->err, fmt, a ? a : "");
+    return -1;
+}
+
+static size_t tensor_bytes(const GTensor *t) {
+    int es = dtype_size(t->dtype);
+    return (size_t)(t->numel > 0 ? t->numel : 1) * (size_t)(es ? es : 4);
+}
+
+double ref_get(const RefExec *r, int t, int64_t i) {
+    const GTensor *gt = &r->g->tensors[t];
+    const void *p = r->buf[t];
+    switch (gt->dtype) {
+    case DT_BF16: return half_bf16_to_f32(((const uint16_t *)p)[i]);
+    case DT_F16: return half_f16_to_f32(((const uint16_t *)p)[i]);
+    case DT_I32: return ((const int32_t *)p)[i];
+    default: return ((const float *)p)[i];
+    }
+}
+
+void ref_set(RefExec *r, int t, int64_t i, double v) {
+    const GTensor *gt = &r->g->tensors[t];
+    void *p = r->buf[t];
+    switch (gt->dtype) {
+    case DT_BF16: ((uint16_t *)p)[i] = half_f32_to_bf16((float)v); break;
+    case DT_F16: ((uint16_t *)p)[i] = half_f32_to_f16((float)v); break;
+    case DT_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    default: ((float *)p)[i] = (float)v; break;
+    }
+}
+
+int ref_init(RefExec *r, const Graph *g, uint64_t seed) {
+    memset(r, 0, sizeof *r);
+    r->g = g;
+    r->loss_scale = g->train.dtype == DT_F16 ? (g->train.loss_scale > 0 ? g->train.loss_scale : 65536.0) : 1.0;
+    r->buf = calloc((size_t)g->ntensors, sizeof *r->buf);
+    r->ws = calloc((size_t)(g->nops ? g->nops : 1), sizeof *r->ws);
+    r->ws_bytes = calloc((size_t)(g->nops ? g->nops : 1), sizeof *r->ws_bytes);
+    if (!r->buf || !r->ws || !r->ws_bytes) return fail(r, "out of memory%s", NULL);
+    for (int t = 0; t < g->ntensors; t++) {
+        r->buf[t] = calloc(1, tensor_bytes(&g->tensors[t]));
+        if (!r->buf[t]) return fail(r, "out of memory for tensor %s", g->tensors[t].name);
+    }
+    /* Workspace per forward op, big enough for its forward and backward. */
+    for (int k = 0; k < g->nforward; k++) {
+        size_t b = hk_op_workspace_bytes(g, k);
+        if (b) {
+            r->ws[k] = calloc(1, b);
+            if (!r->ws[k]) return fail(r, "out of memory for workspace of %s", prim_names[g->ops[k].prim]);
+            r->ws_bytes[k] = b;
+        }
+    }
+    /* Parameters from (seed, name, index); masters start equal to them. */
+    float *tmp = NULL;
+    size_t tmpn = 0;
+    for (int t = 0; t < g->ntensors; t++) {
+        const GTensor *p = &g->tensors[t];
+        if (p->cls != TC_PARAM) continue;
+        if ((size_t)p->numel > tmpn) {
+            free(tmp);
+            tmpn = (size_t)p->numel;
+            tmp = malloc(tmpn * sizeof *tmp);
+            if (!tmp) return fail(r, "out of memory initialising %s", p->name);
+        }
+        init_fill_f32(tmp, 0, p->numel, seed, p->name, p->init, p->init_std);
+        for (int64_t i = 0; i < p->numel; i++) ref_set(r, t, i, tmp[i]);
+        if (p->master >= 0)
+            for (int64_t i = 0; i < p->numel; i++) ((float *)r->buf[p->master])[i] = (float)ref_get(r, t, i);
+    }
+    free(tmp);
+    return 0;
+}
+
+void ref_free(RefExec *r) {
+    if (r->buf)
+        for (int t = 0; t < r->g->ntensors; t++) free(r->buf[t]);
+    if (r->ws)
+        for (int k = 0; k < r->g->nops; k++) free(r->ws[k]);
+    free(r->buf);
+    free(r->ws);
+    free(r->ws_bytes);
+    memset(r, 0, sizeof *r);
+}
+
+double ref_lr(const TrainConfig *t, int64_t s) {
+    if (t->warmup_steps > 0 && s <= t->warmup_steps) return t->lr * (double)s / (double)t->warmup_steps;
+    if (t->cosine) {
+        double span = (double)(t->steps - t->warmup_steps);
+        if (span < 1) span = 1;
+        double p = (double)(s - t->warmup_steps) / span;
+        if (p > 1) p = 1;
+        return t->min_lr + (t->lr - t->min_lr) * (1 + cos(M_PI * p)) / 2;
+    }
+    return t->lr;
+}
+
+static int run_ops(RefExec *r, int begin, int end, float grad_scale) {
+    const Graph *g = r->g;
+    for (int k = begin; k < end; k++) {
+        const GOp *o = &g->ops[k];
+        int rc = 0;
+        switch (o->kind) {
+        case OP_FWD:
+        case OP_RECOMPUTE: {
+            int f = o->kind == OP_FWD ? k : o->fwd;
+            rc = hk_op_forward(g, o, r->buf, r->ws[f], r->ws_bytes[f]);
+            break;
+        }
+        case OP_BWD:
+            rc = hk_op_backward(g, o, r->buf, r->ws[o->fwd], r->ws_bytes[o->fwd]);
+            break;
+        case OP_ZERO_GRAD:
+            memset(r->buf[o->out[0]], 0, tensor_bytes(&g->tensors[o->out[0]]));
+            break;
+        case OP_LOSS_GRAD:
+            ref_set(r, o->out[0], 0, grad_scale * r->loss_scale);
+            break;
+        default:
+            break; /* optimizer ops run in ref_optimizer_step */
+        }
+        if (rc != 0) {
+            snprintf(r->err, sizeof r->err, "%s %s (op %d): %s", op_kind_names[o->kind], prim_names[o->prim], k,
+                     hk_strerror(rc));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void set_inputs(RefExec *r, const int32_t *tokens, const int32_t *targets) {
+    const Graph *g = r->g;
+    const int32_t *src[2] = {tokens, targets};
+    for (int i = 0; i < g->ninputs && i < 2; i++)
+        if (src[i]) memcpy(r->buf[g->inputs[i]], src[i], tensor_bytes(&g->tensors[g->inputs[i]]));
+}
+
+int ref_forward(RefExec *r, const int32_t *tokens, const int32_t *targets, float *loss) {
+    set_inputs(r, tokens, targets);
+    if (run_ops(r, 0, r->g->nforward, 1)) return -1;
+    *loss = (float)ref_get(r, r->g->loss, 0);
+    return 0;
+}
+
+int ref_forward_backward(RefExec *r, const int32_t *tokens, const int32_t *targets, float grad_scale, float *loss) {
+    set_inputs(r, tokens, targets);
+    if (run_ops(r, 0, r->g->nbackward_end, grad_scale)) return -1;
+    *loss = (float)ref_get(r, r->g->loss, 0);
+    return 0;
+}
+
+int ref_optimizer_step(RefExec *r) {
+    const Graph *g = r->g;
+    const TrainConfig *tc = &g->train;
+    /* Global gradient norm, unscaled, in double. */
+    double ss = 0;
+    for (int t = 0; t < g->ntensors; t++) {
+        const GTensor *p = &g->tensors[t];
+        if (p->cls != TC_PARAM || p->grad < 0) continue;
+        for (int64_t i = 0; i < p->numel; i++) {
+            double v = ref_get(r, p->grad, i) / r->loss_scale;
+            ss += v * v;
+        }
+    }
+    double norm = sqrt(ss);
+    r->last_grad_norm = norm;
+    r->skipped = false;
+    if (!isfinite(norm)) {
+        if (tc->dtype == DT_F16) {
+            r->loss_scale /= 2;
+            r->good_steps = 0;
+            r->skipped = true;
+        } else {
+            snprintf(r->err, sizeof r->err, "the gradient norm is not finite (%g): training diverged", norm);
+            return -1;
+        }
+    }
+    if (!r->skipped) {
+        r->step++;
+        double lr = ref_lr(tc, r->step);
+        double clip = tc->grad_clip > 0 ? fmin(1.0, tc->grad_clip / (norm + 1e-6)) : 1.0;
+        double gscale = clip / r->loss_scale;
+        double b1 = tc->beta1, b2 = tc->beta2;
+        double bc1 = 1 - pow(b1, (double)r->step), bc2 = 1 - pow(b2, (double)r->step);
+        for (int t = 0; t < g->ntensors; t++) {
+            const GTensor *p = &g->tensors[t];
+            if (p->cls != TC_PARAM || p->grad < 0) continue;
+            float *m = r->buf[p->momentum], *v = r->buf[p->variance];
+            float *w = p->master >= 0 ? r->buf[p->master] : r->buf[t];
+            for (int64_t i = 0; i < p->numel; i++) {
+                float gi = (float)(ref_get(r, p->grad, i) * gscale);
+                m[i] = (float)(b1 * m[i] + (1 - b1) * gi);
+                v[i] = (float)(b2 * v[i] + (1 - b2) * (double)gi * gi);
+                double upd = (m[i] / bc1) / (sqrt(v[i] / bc2) + tc->eps) + tc->weight_decay * w[i];
+                w[i] = (float)(w[i] - lr * upd);
+                if (p->master >= 0) ref_set(r, t, i, w[i]);
+            }
+        }
+        if (tc->dtype == DT_F16 && ++r->good_steps >= 1000) {
+            r->loss_scale *= 2;
+            r->good_steps = 0;
+        }
+    }
+    for (int t = 0; t < g->ntensors; t++) {
+        const GTensor *p = &g->tensors[t];
+        if (p->cls == TC_PARAM && p->grad >= 0) memset(r->buf[p->grad], 0, tensor_bytes(&g->tensors[p->grad]));
+    }
+    return 0;
+}
