@@ -1,0 +1,99 @@
+/* bench_nvrtc: cold NVRTC compile time of the kernels each example model
+ * needs, per family and in total, for sm_80 and sm_90 (a fresh cache), then
+ * the warm (cache hit) time of the same set. Printed beside the budget the
+ * test suite holds it to (the cold compile of test_nvrtc: 60-90 s on 2 cores). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "../unit/cuda_models.h"
+#include "cuda_gen.h"
+#include "nvrtc.h"
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int bench_model(const CmShape *s, const char *root) {
+    char cdir[512];
+    snprintf(cdir, sizeof cdir, "%s/%s", root, s->name);
+    setenv("ZINF_CACHE_DIR", cdir, 1); /* a cold cache per model */
+    Arena a;
+    arena_init(&a);
+    DiagSink d;
+    diag_init(&d);
+    Graph g;
+    if (!cm_build(&g, &a, s, &d)) {
+        fprintf(stderr, "bench_nvrtc: cannot build %s\n", s->name);
+        return 1;
+    }
+    CudaGen cg;
+    CudaGenOptions o = {.kernel_dir = ZINF_STDLIB_DIR "/kernels"};
+    cuda_gen_init(&cg, &a, &o);
+    CudaModule m;
+    if (cuda_gen_graph(&cg, &g, &m, &d) != 0) {
+        diag_render(&d, NULL, stderr, false);
+        return 1;
+    }
+    const char *archs[2] = {"sm_80", "sm_90"};
+    const char *fams[16];
+    double famt[16] = {0};
+    int famn[16] = {0}, nf = 0;
+    double total = 0, warm = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int u = 0; u < m.nunits; u++)
+            for (int ai = 0; ai < 2; ai++) {
+                NvrtcResult r;
+                double t0 = now();
+                if (nvrtc_compile(m.units[u].source, m.units[u].family, archs[ai], NULL, &r) != 0) {
+                    fprintf(stderr, "bench_nvrtc: %s\n", r.error);
+                    nvrtc_result_free(&r);
+                    return 1;
+                }
+                double dt = now() - t0;
+                nvrtc_result_free(&r);
+                if (pass) {
+                    warm += dt;
+                    continue;
+                }
+                total += dt;
+                int f = 0;
+                while (f < nf && strcmp(fams[f], m.units[u].family)) f++;
+                if (f == nf) fams[nf++] = m.units[u].family;
+                famt[f] += dt;
+                famn[f]++;
+            }
+    printf("%s (%s): %d launches, %d units, %d cold compilations\n", s->name, cuda_dtype_name(s->dt), m.nkernels,
+           m.nunits, 2 * m.nunits);
+    for (int f = 0; f < nf; f++) printf("  %-12s %2d compilations  %7.2f s\n", fams[f], famn[f], famt[f]);
+    printf("  total cold   %7.2f s (sm_80 + sm_90)   warm (cache hits) %.3f s\n", total, warm);
+    diag_free(&d);
+    arena_free(&a);
+    return 0;
+}
+
+int main(void) {
+    char why[512];
+    if (!nvrtc_available(why, sizeof why)) {
+        fprintf(stderr, "bench_nvrtc: %s\n", why);
+        return 1;
+    }
+    char dir[] = "/tmp/zinf-bench-nvrtc-XXXXXX";
+    if (!mkdtemp(dir)) {
+        perror("bench_nvrtc: mkdtemp");
+        return 1;
+    }
+    int maj = 0, min = 0;
+    nvrtc_version(&maj, &min);
+    printf("bench_nvrtc: NVRTC %d.%d, cold cache %s\n", maj, min, dir);
+    double t0 = now();
+    int rc = bench_model(&cm_gpt2_tiny, dir) || bench_model(&cm_llama2_7b, dir);
+    printf("all models: %.2f s cold+warm   (test budget: 60-90 s for the whole cold compile of test_nvrtc)\n",
+           now() - t0);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) rc = 1;
+    return rc;
+}
