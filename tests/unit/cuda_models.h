@@ -22,7 +22,7 @@ static const CmShape cm_gpt2_tiny = {"gpt2-tiny", DT_BF16, 4, 64, 256, 4, 4, 102
 static const CmShape cm_llama2_7b = {"llama2-7b", DT_BF16, 1, 4096, 4096, 32, 32, 32000, 11008, 1, true, 1.0};
 static const CmShape cm_llama_gqa = {"llama-gqa", DT_BF16, 2, 256, 1024, 16, 4, 4096, 2816, 1, true, 0.0};
 
-static int cm_t(Graph *g, const char *name, DType dt, TensorClass cls, int rank, int64_t d0, int64_t d1, int64_t d2) {
+static inline int cm_t(Graph *g, const char *name, DType dt, TensorClass cls, int rank, int64_t d0, int64_t d1, int64_t d2) {
     int64_t dims[3] = {d0, d1, d2};
     int t = graph_add_tensor(g, name, dt, rank, dims, cls);
     if (t >= 0 && cls == TC_PARAM) {
@@ -32,7 +32,7 @@ static int cm_t(Graph *g, const char *name, DType dt, TensorClass cls, int rank,
     return t;
 }
 
-static GOp cm_op(PrimId p) {
+static inline GOp cm_op(PrimId p) {
     GOp o;
     memset(&o, 0, sizeof o);
     o.kind = OP_FWD;
@@ -47,7 +47,7 @@ static GOp cm_op(PrimId p) {
 }
 
 /* y = prim(ins...) with one result of the given shape; returns y. */
-static int cm_apply(Graph *g, PrimId p, const int *ins, int nin, DType dt, int rank, int64_t d0, int64_t d1, int64_t d2,
+static inline int cm_apply(Graph *g, PrimId p, const int *ins, int nin, DType dt, int rank, int64_t d0, int64_t d1, int64_t d2,
                     int64_t i0, int64_t i1, double f0, int seg) {
     int y = cm_t(g, NULL, dt, TC_ACT, rank, d0, d1, d2);
     g->tensors[y].name = arena_printf(g->arena, "%%%d", y);
@@ -66,13 +66,13 @@ static int cm_apply(Graph *g, PrimId p, const int *ins, int nin, DType dt, int r
     return y;
 }
 
-static int cm_param(Graph *g, const char *name, int layer, int rank, int64_t d0, int64_t d1, DType dt) {
+static inline int cm_param(Graph *g, const char *name, int layer, int rank, int64_t d0, int64_t d1, DType dt) {
     const char *n = layer >= 0 ? arena_printf(g->arena, "blocks.%d.%s", layer, name) : name;
     return cm_t(g, n, dt, TC_PARAM, rank, d0, d1, 0);
 }
 
 /* Builds the training graph (forward, ad_build's backward and AdamW). */
-static bool cm_build(Graph *g, Arena *a, const CmShape *s, DiagSink *d) {
+static inline bool cm_build(Graph *g, Arena *a, const CmShape *s, DiagSink *d) {
     graph_init(g, a);
     g->model_name = s->name;
     g->train.micro_batch = s->B;

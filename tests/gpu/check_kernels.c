@@ -1,0 +1,941 @@
+/* check_kernels: runs every CUDA kernel family on the GPU against the host
+ * reference (runtime/hostk), then times the GEMMs against cuBLAS and the
+ * attention against cuBLAS doing the same products, and prints one table.
+ *
+ *   check_kernels [--dry] [--arch sm_90] [--no-timing]
+ *
+ * Each case is a small graph of ops (forward, then backward) built by hand;
+ * cuda_gen lowers every op, NVRTC compiles the units for the device's
+ * architecture, the driver API (libcuda, dlopen'd) runs the launches.
+ * Inputs are fresh random values (never all zero: uniform in [-1, 1], ids
+ * uniform in [0, V)); every tensor an op overwrites is poisoned with NaN on
+ * both sides before it runs; gradients start from random values (the
+ * kernels accumulate). Verdict per case: the largest normwise relative
+ * error max|gpu - ref| / max|ref| over every tensor written, against
+ * 1e-5 for f32 and 1e-2 for bf16/f16.
+ *
+ * --dry (or no GPU): compiles every unit and runs the host references, so
+ * the harness itself is checked on a machine without a GPU; exit 3.
+ * Exit 0: every case passed; 1: a case failed; 2: setup error. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "../unit/cuda_models.h"
+#include "cuda_gen.h"
+#include "hostk.h"
+#include "nvrtc.h"
+
+/* ---- driver API and cuBLAS, loaded at run time ------------------------------ */
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUcontext, *CUmodule, *CUfunction, *CUevent, *CUstream;
+
+static struct {
+    void *dl, *blas;
+    CUresult (*Init)(unsigned);
+    CUresult (*DeviceGet)(int *, int);
+    CUresult (*DeviceGetAttribute)(int *, int, int);
+    CUresult (*DeviceGetName)(char *, int, int);
+    CUresult (*PrimaryCtxRetain)(CUcontext *, int);
+    CUresult (*CtxSetCurrent)(CUcontext);
+    CUresult (*ModuleLoadData)(CUmodule *, const void *);
+    CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
+    CUresult (*MemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*MemFree)(CUdeviceptr);
+    CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
+    CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
+    CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t);
+    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             CUstream, void **, void **);
+    CUresult (*CtxSynchronize)(void);
+    CUresult (*EventCreate)(CUevent *, unsigned);
+    CUresult (*EventRecord)(CUevent, CUstream);
+    CUresult (*EventSynchronize)(CUevent);
+    CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
+    CUresult (*GetErrorString)(CUresult, const char **);
+    /* cuBLAS */
+    int (*blasCreate)(void **);
+    int (*GemmEx)(void *, int, int, int, int, int, const void *, const void *, int, int, const void *, int, int,
+                  const void *, void *, int, int, int, int);
+    int (*GemmStridedBatchedEx)(void *, int, int, int, int, int, const void *, const void *, int, int, long long,
+                                const void *, int, int, long long, const void *, void *, int, int, long long, int,
+                                int, int);
+    void *blas_handle;
+} cu;
+
+static void *sym(void *dl, const char *const *names) {
+    for (; *names; names++) {
+        void *p = dlsym(dl, *names);
+        if (p) return p;
+    }
+    return NULL;
+}
+#define SYM(field, ...)                                                                     \
+    do {                                                                                    \
+        const char *n_[] = {__VA_ARGS__, NULL};                                             \
+        *(void **)&cu.field = sym(cu.dl, n_);                                               \
+        if (!cu.field) {                                                                    \
+            snprintf(why, nwhy, "libcuda lacks %s", n_[0]);                                 \
+            return false;                                                                   \
+        }                                                                                   \
+    } while (0)
+
+static bool cu_load(char *why, size_t nwhy) {
+    const char *libs[] = {"libcuda.so.1", "libcuda.so", "/usr/local/nvidia/lib64/libcuda.so.1",
+                          "/usr/lib/x86_64-linux-gnu/libcuda.so.1", NULL};
+    for (int i = 0; libs[i] && !cu.dl; i++) cu.dl = dlopen(libs[i], RTLD_NOW | RTLD_GLOBAL);
+    if (!cu.dl) {
+        snprintf(why, nwhy, "no CUDA driver (libcuda.so.1 not found)");
+        return false;
+    }
+    SYM(Init, "cuInit");
+    SYM(DeviceGet, "cuDeviceGet");
+    SYM(DeviceGetAttribute, "cuDeviceGetAttribute");
+    SYM(DeviceGetName, "cuDeviceGetName");
+    SYM(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    SYM(CtxSetCurrent, "cuCtxSetCurrent");
+    SYM(ModuleLoadData, "cuModuleLoadData");
+    SYM(ModuleGetFunction, "cuModuleGetFunction");
+    SYM(MemAlloc, "cuMemAlloc_v2", "cuMemAlloc");
+    SYM(MemFree, "cuMemFree_v2", "cuMemFree");
+    SYM(MemcpyHtoD, "cuMemcpyHtoD_v2", "cuMemcpyHtoD");
+    SYM(MemcpyDtoH, "cuMemcpyDtoH_v2", "cuMemcpyDtoH");
+    SYM(MemsetD8, "cuMemsetD8_v2", "cuMemsetD8");
+    SYM(LaunchKernel, "cuLaunchKernel");
+    SYM(CtxSynchronize, "cuCtxSynchronize");
+    SYM(EventCreate, "cuEventCreate");
+    SYM(EventRecord, "cuEventRecord");
+    SYM(EventSynchronize, "cuEventSynchronize");
+    SYM(EventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime");
+    SYM(GetErrorString, "cuGetErrorString");
+    return true;
+}
+
+static const char *cu_err(CUresult r) {
+    const char *s = NULL;
+    if (cu.GetErrorString && cu.GetErrorString(r, &s) == 0 && s) return s;
+    return "unknown CUDA error";
+}
+
+#define CK(call)                                                                                 \
+    do {                                                                                         \
+        CUresult r_ = (call);                                                                    \
+        if (r_ != 0) {                                                                           \
+            fprintf(stderr, "%s:%d: %s: %s (%d)\n", __FILE__, __LINE__, #call, cu_err(r_), r_); \
+            exit(2);                                                                             \
+        }                                                                                        \
+    } while (0)
+
+static void blas_load(void) {
+    const char *libs[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so", "/usr/local/cuda/lib64/libcublas.so",
+                          NULL};
+    for (int i = 0; libs[i] && !cu.blas; i++) cu.blas = dlopen(libs[i], RTLD_NOW | RTLD_GLOBAL);
+    if (!cu.blas) return;
+    *(void **)&cu.blasCreate = dlsym(cu.blas, "cublasCreate_v2");
+    *(void **)&cu.GemmEx = dlsym(cu.blas, "cublasGemmEx");
+    *(void **)&cu.GemmStridedBatchedEx = dlsym(cu.blas, "cublasGemmStridedBatchedEx");
+    if (!cu.blasCreate || !cu.GemmEx || cu.blasCreate(&cu.blas_handle) != 0) cu.blas_handle = NULL;
+}
+
+/* ---- cases -------------------------------------------------------------------- */
+
+static int gpu = 0, verbose = 0;
+static char arch[16] = "sm_90";
+static CudaGen cg;
+static Arena garena;
+
+typedef struct Mod {
+    char hash[65];
+    CUmodule mod;
+} Mod;
+static Mod mods[256];
+static int nmods, ncompiled;
+
+static CUmodule unit_module(const CudaKernel *k) {
+    for (int i = 0; i < nmods; i++)
+        if (!strcmp(mods[i].hash, k->hash)) return mods[i].mod;
+    NvrtcResult r;
+    if (nvrtc_compile(k->source, k->family, arch, NULL, &r) != 0) {
+        fprintf(stderr, "check_kernels: %s\n", r.error);
+        exit(2);
+    }
+    ncompiled++;
+    CUmodule m = NULL;
+    if (gpu) CK(cu.ModuleLoadData(&m, r.cubin));
+    nvrtc_result_free(&r);
+    if (nmods < 256) {
+        memcpy(mods[nmods].hash, k->hash, 65);
+        mods[nmods++].mod = m;
+    }
+    return m;
+}
+
+static const float rt_values[CRT_COUNT] = {[CRT_LR] = 1e-3f, [CRT_BC1] = 0.1f, [CRT_BC2] = 0.05f,
+                                           [CRT_INV_LOSS_SCALE] = 1.0f, [CRT_LOSS_GRAD] = 1.0f};
+
+typedef struct Case {
+    const char *name;
+    Arena a;
+    Graph g;
+    void *h[128];         /* host storage per tensor (dtype bytes) */
+    CUdeviceptr d[128];
+    int64_t irange[128];  /* i32 tensors: values in [0, irange) */
+    bool positive[128];
+    bool written[128];
+    bool poisoned[128];
+    int nkernels;
+} Case;
+
+static size_t tbytes(const GTensor *t) { return (size_t)t->numel * hk_dtype_size(t->dtype); }
+
+static void case_init(Case *c, const char *name, DType dt) {
+    memset(c, 0, sizeof *c);
+    c->name = name;
+    arena_init(&c->a);
+    graph_init(&c->g, &c->a);
+    c->g.train.dtype = dt;
+    c->g.train.beta1 = 0.9;
+    c->g.train.beta2 = 0.95;
+    c->g.train.eps = 1e-8;
+    c->g.train.weight_decay = 0.1;
+    c->g.train.grad_clip = 0.5;
+}
+
+static int tn(Case *c, const char *name, DType dt, TensorClass cls, int rank, int64_t d0, int64_t d1, int64_t d2) {
+    int t = cm_t(&c->g, name, dt, cls, rank, d0, d1, d2);
+    if (t < 0 || t >= 128) {
+        fprintf(stderr, "check_kernels: too many tensors in %s\n", c->name);
+        exit(2);
+    }
+    return t;
+}
+
+static int fwd(Case *c, PrimId p, const int *ins, int nin, const int *outs, int nout, int64_t i0, int64_t i1, double f0) {
+    GOp o = cm_op(p);
+    o.nin = nin;
+    for (int i = 0; i < nin; i++) o.in[i] = ins[i];
+    o.nout = nout;
+    for (int i = 0; i < nout; i++) o.out[i] = outs[i];
+    o.iattr[0] = i0;
+    o.iattr[1] = i1;
+    o.fattr[0] = f0;
+    return graph_add_op(&c->g, &o);
+}
+
+/* The backward op of forward op f: output gradients (inputs) dy, and a
+ * gradient for every differentiable float input. */
+static int bwd(Case *c, int f) {
+    GOp fo = c->g.ops[f];
+    GOp b = fo;
+    b.kind = OP_BWD;
+    b.fwd = f;
+    b.nfin = fo.nin;
+    int n = 0;
+    for (int i = 0; i < fo.nin; i++) b.in[n++] = fo.in[i];
+    for (int j = 0; j < fo.nout; j++) b.in[n++] = fo.out[j];
+    for (int j = 0; j < fo.nout; j++) {
+        const GTensor *y = &c->g.tensors[fo.out[j]];
+        b.in[n++] = tn(c, arena_printf(&c->a, "d%s", y->name), y->dtype, TC_ACT, y->rank, y->dims[0], y->dims[1], y->dims[2]);
+        if (y->rank == 0) c->g.tensors[b.in[n - 1]].rank = 0;
+    }
+    b.nin = n;
+    b.nout = fo.nin;
+    unsigned m = ad_differentiable_inputs(fo.prim);
+    for (int i = 0; i < fo.nin; i++) {
+        const GTensor *x = &c->g.tensors[fo.in[i]];
+        if (!(m >> i & 1) || x->dtype == DT_I32) {
+            b.out[i] = -1;
+            continue;
+        }
+        GTensor xc = *x;
+        int gt = tn(c, arena_printf(&c->a, "d%s", xc.name), xc.dtype, TC_ACT, xc.rank, xc.dims[0], xc.dims[1], xc.dims[2]);
+        b.out[i] = gt;
+    }
+    return graph_add_op(&c->g, &b);
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static double urand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static HkTensor ht(Case *c, int t) {
+    if (t < 0) {
+        HkTensor z;
+        memset(&z, 0, sizeof z);
+        return z;
+    }
+    const GTensor *x = &c->g.tensors[t];
+    return hk_tensor(c->h[t], x->dtype, x->rank, x->dims);
+}
+
+/* ---- host reference of one op ---- */
+
+static double norm_of_grads(Case *c) {
+    double s = 0;
+    for (int t = 0; t < c->g.ntensors; t++) {
+        const GTensor *p = &c->g.tensors[t];
+        if (p->cls != TC_PARAM || p->grad < 0) continue;
+        HkTensor g = ht(c, p->grad);
+        for (int64_t i = 0; i < p->numel; i++) {
+            double v = hk_get(&g, i);
+            s += v * v;
+        }
+    }
+    return sqrt(s);
+}
+
+static void ref_op(Case *c, int op, void **ws) {
+    const GOp *o = &c->g.ops[op];
+    HkTensor in[GRAPH_MAX_IN], out[GRAPH_MAX_OUT];
+    for (int i = 0; i < GRAPH_MAX_IN; i++) in[i] = ht(c, i < o->nin ? o->in[i] : -1);
+    for (int i = 0; i < GRAPH_MAX_OUT; i++) out[i] = ht(c, i < o->nout ? o->out[i] : -1);
+    int rc = 0;
+    int f = o->kind == OP_BWD ? o->fwd : op;
+    void *w = ws[f];
+    double eps = o->fattr[0] > 0 ? o->fattr[0] : 1e-5, theta = o->fattr[0] > 0 ? o->fattr[0] : 10000.0;
+    if (o->kind == OP_FWD) {
+        switch (o->prim) {
+        case PRIM_EMBEDDING: rc = hk_embedding_fwd(&in[0], &in[1], &out[0]); break;
+        case PRIM_LINEAR: rc = hk_linear_fwd(&in[0], &in[1], o->nin > 2 ? &in[2] : NULL, &out[0], w); break;
+        case PRIM_MATMUL: rc = hk_matmul_fwd(&in[0], &in[1], &out[0], o->iattr[0], o->iattr[1], w); break;
+        case PRIM_ADD: rc = hk_add_fwd(&in[0], &in[1], &out[0]); break;
+        case PRIM_MUL: rc = hk_mul_fwd(&in[0], &in[1], &out[0]); break;
+        case PRIM_LAYERNORM:
+            rc = hk_layernorm_fwd(&in[0], o->nin > 1 ? &in[1] : NULL, o->nin > 2 ? &in[2] : NULL, &out[0], eps, w);
+            break;
+        case PRIM_RMSNORM: rc = hk_rmsnorm_fwd(&in[0], o->nin > 1 ? &in[1] : NULL, &out[0], eps, w); break;
+        case PRIM_GELU: rc = hk_gelu_fwd(&in[0], &out[0]); break;
+        case PRIM_SILU: rc = hk_silu_fwd(&in[0], &out[0]); break;
+        case PRIM_ROPE: rc = hk_rope_fwd(&in[0], &out[0], o->iattr[0], theta); break;
+        case PRIM_ATTENTION:
+            rc = hk_attention_fwd(&in[0], &in[1], &in[2], &out[0], o->iattr[0], o->iattr[1] ? o->iattr[1] : o->iattr[0], w);
+            break;
+        case PRIM_SPLIT: rc = hk_split_fwd(&in[0], out, o->nout); break;
+        case PRIM_CROSS_ENTROPY: rc = hk_cross_entropy_fwd(&in[0], &in[1], &out[0], w); break;
+        case PRIM_ARANGE: rc = hk_arange_fwd(&out[0], o->iattr[0]); break;
+        default: rc = -99;
+        }
+    } else if (o->kind == OP_BWD) {
+        int nf = o->nfin, nout = o->nin - nf;
+        nout /= 2;
+        HkTensor *dy = &in[nf + nout];
+        HkTensor *d0 = o->out[0] >= 0 ? &out[0] : NULL, *d1 = o->nout > 1 && o->out[1] >= 0 ? &out[1] : NULL;
+        HkTensor *d2 = o->nout > 2 && o->out[2] >= 0 ? &out[2] : NULL;
+        switch (o->prim) {
+        case PRIM_EMBEDDING: rc = hk_embedding_bwd(&in[1], dy, d0); break;
+        case PRIM_LINEAR: rc = hk_linear_bwd(&in[0], &in[1], dy, d0, d1, d2, w); break;
+        case PRIM_MATMUL: rc = hk_matmul_bwd(&in[0], &in[1], dy, d0, d1, o->iattr[0], o->iattr[1], w); break;
+        case PRIM_ADD: rc = hk_add_bwd(&in[0], &in[1], dy, d0, d1); break;
+        case PRIM_MUL: rc = hk_mul_bwd(&in[0], &in[1], dy, d0, d1); break;
+        case PRIM_LAYERNORM: rc = hk_layernorm_bwd(&in[0], nf > 1 ? &in[1] : NULL, dy, d0, d1, d2, w); break;
+        case PRIM_RMSNORM: rc = hk_rmsnorm_bwd(&in[0], nf > 1 ? &in[1] : NULL, dy, d0, d1, w); break;
+        case PRIM_GELU: rc = hk_gelu_bwd(&in[0], dy, d0); break;
+        case PRIM_SILU: rc = hk_silu_bwd(&in[0], dy, d0); break;
+        case PRIM_ROPE: rc = hk_rope_bwd(dy, d0, o->iattr[0], theta); break;
+        case PRIM_ATTENTION:
+            rc = hk_attention_bwd(&in[0], &in[1], &in[2], dy, d0, d1, d2, o->iattr[0],
+                                  o->iattr[1] ? o->iattr[1] : o->iattr[0], w);
+            break;
+        case PRIM_SPLIT: rc = hk_split_bwd(dy, nout, d0); break;
+        case PRIM_CROSS_ENTROPY: rc = hk_cross_entropy_bwd(&in[0], &in[1], dy, d0, w); break;
+        default: rc = -99;
+        }
+    } else if (o->kind == OP_ZERO_GRAD) {
+        memset(c->h[o->out[0]], 0, tbytes(&c->g.tensors[o->out[0]]));
+    } else if (o->kind == OP_GRAD_NORM) {
+        ((float *)c->h[o->out[0]])[0] = (float)norm_of_grads(c);
+    } else if (o->kind == OP_ADAM) {
+        const TrainConfig *tc = &c->g.train;
+        HkTensor p = ht(c, o->in[0]), g = ht(c, o->in[1]);
+        float *ms = o->in[2] >= 0 ? c->h[o->in[2]] : NULL, *m = c->h[o->in[3]], *v = c->h[o->in[4]];
+        double scale = rt_values[CRT_INV_LOSS_SCALE];
+        if (o->in[5] >= 0) {
+            double nr = ((float *)c->h[o->in[5]])[0] * scale;
+            if (tc->grad_clip > 0 && nr > 0) scale *= fmin(1.0, tc->grad_clip / (nr + 1e-6));
+        }
+        for (int64_t i = 0; i < hk_numel(&p); i++) {
+            double gi = hk_get(&g, i) * scale;
+            m[i] = (float)(tc->beta1 * m[i] + (1 - tc->beta1) * gi);
+            v[i] = (float)(tc->beta2 * v[i] + (1 - tc->beta2) * gi * gi);
+            double w0 = ms ? ms[i] : hk_get(&p, i);
+            double wn = w0 - rt_values[CRT_LR] * ((m[i] / rt_values[CRT_BC1]) / (sqrt(v[i] / rt_values[CRT_BC2]) + tc->eps) +
+                                                  tc->weight_decay * w0);
+            if (ms) ms[i] = (float)wn;
+            hk_set(&p, i, (float)wn);
+        }
+    }
+    if (rc != 0) {
+        fprintf(stderr, "check_kernels: %s: host reference of op %d (%s %s) failed: %s\n", c->name, op,
+                op_kind_names[o->kind], prim_names[o->prim], rc == -99 ? "no reference" : hk_strerror(rc));
+        exit(2);
+    }
+}
+
+static size_t ref_ws_bytes(Case *c, int op) {
+    const GOp *o = &c->g.ops[op];
+    if (o->kind != OP_FWD) return 0;
+    HkTensor in0 = ht(c, o->in[0]), in1 = ht(c, o->nin > 1 ? o->in[1] : -1), out0 = ht(c, o->out[0]);
+    switch (o->prim) {
+    case PRIM_LINEAR: return hk_linear_workspace_bytes(&in0, &in1, &out0);
+    case PRIM_MATMUL: return hk_matmul_workspace_bytes(&in0, &in1, &out0);
+    case PRIM_LAYERNORM: return hk_layernorm_workspace_bytes(&in0);
+    case PRIM_RMSNORM: return hk_rmsnorm_workspace_bytes(&in0);
+    case PRIM_ATTENTION: return hk_attention_workspace_bytes(&in0, o->iattr[0]);
+    case PRIM_CROSS_ENTROPY: return hk_cross_entropy_workspace_bytes(&in0);
+    default: return 0;
+    }
+}
+
+/* ---- device execution of one op ---- */
+
+static void dev_op(Case *c, int op) {
+    CudaKernel ks[256];
+    CudaOpInfo info;
+    DiagSink d;
+    diag_init(&d);
+    int n = cuda_gen_op(&cg, &c->g, op, ks, 256, &info, &d);
+    if (n < 0 || n > 256) {
+        fprintf(stderr, "check_kernels: %s: cuda_gen failed on op %d:\n", c->name, op);
+        diag_render(&d, NULL, stderr, false);
+        exit(2);
+    }
+    diag_free(&d);
+    c->nkernels += n;
+    CUdeviceptr ws = 0;
+    if (gpu && info.ws_bytes) {
+        CK(cu.MemAlloc(&ws, (size_t)info.ws_bytes));
+        CK(cu.MemsetD8(ws, 0xff, (size_t)info.ws_bytes)); /* the kernels must initialise what they read */
+    }
+    for (int i = 0; i < n; i++) {
+        const CudaKernel *k = &ks[i];
+        CUmodule m = unit_module(k);
+        if (!gpu) continue;
+        CUfunction fn;
+        CK(cu.ModuleGetFunction(&fn, m, k->entry));
+        CUdeviceptr ptrs[CUDA_MAX_ARGS];
+        long long ints[CUDA_MAX_ARGS];
+        float flts[CUDA_MAX_ARGS];
+        void *params[CUDA_MAX_ARGS];
+        for (int j = 0; j < k->nargs; j++) {
+            const CudaArg *a = &k->args[j];
+            switch (a->kind) {
+            case CARG_TENSOR: ptrs[j] = c->d[a->tensor]; params[j] = &ptrs[j]; break;
+            case CARG_WS: ptrs[j] = ws + (CUdeviceptr)a->ws_off; params[j] = &ptrs[j]; break;
+            case CARG_NULL: ptrs[j] = 0; params[j] = &ptrs[j]; break;
+            case CARG_I64: ints[j] = a->i; params[j] = &ints[j]; break;
+            case CARG_F32: flts[j] = a->f; params[j] = &flts[j]; break;
+            case CARG_RT: flts[j] = rt_values[a->rt]; params[j] = &flts[j]; break;
+            }
+        }
+        CK(cu.LaunchKernel(fn, k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2], k->smem,
+                           NULL, params, NULL));
+        CK(cu.CtxSynchronize());
+    }
+    if (gpu && info.err_off >= 0) {
+        int err[3];
+        CK(cu.MemcpyDtoH(err, ws + (CUdeviceptr)info.err_off, sizeof err));
+        if (err[0]) {
+            fprintf(stderr, "check_kernels: %s: the kernel reported a bad %s %d at %d\n", c->name, info.err_what, err[1], err[2]);
+            exit(2);
+        }
+    }
+    if (ws) CK(cu.MemFree(ws));
+}
+
+typedef struct Row {
+    char name[48];
+    char dtype[8];
+    int kernels;
+    double err, limit;
+    char worst[48];
+    bool pass;
+} Row;
+static Row rows[64];
+static int nrows;
+
+static double limit_of(DType dt) { return dt == DT_F32 ? 1e-5 : 1e-2; }
+
+/* Runs every op of the case on both sides and compares what was written. */
+static void case_run(Case *c) {
+    Graph *g = &c->g;
+    for (int k = 0; k < g->nops; k++) {
+        const GOp *o = &g->ops[k];
+        for (int j = 0; j < o->nout; j++)
+            if (o->out[j] >= 0) {
+                c->written[o->out[j]] = true;
+                if (o->kind != OP_BWD) c->poisoned[o->out[j]] = true;
+            }
+        if (o->kind == OP_ADAM)
+            for (int j = 0; j < 5; j++)
+                if (j != 1 && o->in[j] >= 0) c->written[o->in[j]] = true;
+    }
+    for (int t = 0; t < g->ntensors; t++) {
+        const GTensor *x = &g->tensors[t];
+        size_t nb = tbytes(x);
+        c->h[t] = malloc(nb ? nb : 4);
+        HkTensor h = ht(c, t);
+        if (c->poisoned[t]) memset(c->h[t], 0xff, nb);
+        else if (x->dtype == DT_I32)
+            for (int64_t i = 0; i < x->numel; i++) ((int32_t *)c->h[t])[i] = (int32_t)(urand() * (double)c->irange[t]);
+        else
+            for (int64_t i = 0; i < x->numel; i++) {
+                double v = 2 * urand() - 1;
+                if (c->positive[t]) v = fabs(v) * 0.01;
+                if (v == 0) v = 0.5;
+                hk_set(&h, i, (float)v);
+            }
+        if (gpu) {
+            CK(cu.MemAlloc(&c->d[t], nb ? nb : 4));
+            CK(cu.MemcpyHtoD(c->d[t], c->h[t], nb ? nb : 4));
+        }
+    }
+    void *ws[64] = {0};
+    for (int k = 0; k < g->nops && k < 64; k++) {
+        size_t b = ref_ws_bytes(c, k);
+        if (b) ws[k] = malloc(b);
+    }
+    for (int k = 0; k < g->nops; k++) {
+        dev_op(c, k);
+        ref_op(c, k, ws);
+    }
+    Row *r = &rows[nrows++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", c->name);
+    snprintf(r->dtype, sizeof r->dtype, "%s", cuda_dtype_name(g->train.dtype));
+    r->kernels = c->nkernels;
+    r->limit = limit_of(g->train.dtype);
+    r->pass = true;
+    for (int t = 0; t < g->ntensors; t++) {
+        const GTensor *x = &g->tensors[t];
+        if (!c->written[t]) continue;
+        if (gpu) {
+            size_t nb = tbytes(x);
+            void *dv = malloc(nb ? nb : 4);
+            CK(cu.MemcpyDtoH(dv, c->d[t], nb ? nb : 4));
+            HkTensor hd = hk_tensor(dv, x->dtype, x->rank, x->dims), hr = ht(c, t);
+            double md = 0, mr = 0;
+            bool nan = false;
+            for (int64_t i = 0; i < x->numel; i++) {
+                double a = hk_get(&hd, i), b = hk_get(&hr, i);
+                if (!isfinite(a) || !isfinite(b)) nan = true;
+                md = fmax(md, fabs(a - b));
+                mr = fmax(mr, fabs(b));
+            }
+            double e = nan ? INFINITY : md / (mr > 0 ? mr : 1);
+            if (verbose) printf("    %-20s %-12s rel err %.3g\n", c->name, x->name, e);
+            if (e > r->err || nan) {
+                r->err = e;
+                snprintf(r->worst, sizeof r->worst, "%s", x->name ? x->name : "?");
+            }
+            free(dv);
+        }
+    }
+    if (gpu && !(r->err <= r->limit)) r->pass = false;
+    for (int t = 0; t < g->ntensors; t++) {
+        free(c->h[t]);
+        if (gpu && c->d[t]) CK(cu.MemFree(c->d[t]));
+    }
+    for (int k = 0; k < 64; k++) free(ws[k]);
+    arena_free(&c->a);
+}
+
+/* ---- the cases ---- */
+
+static void case_linear(DType dt, int64_t M, int64_t I, int64_t O, bool bias) {
+    Case c;
+    case_init(&c, arena_printf(&garena, "linear %ldx%ldx%ld%s", (long)M, (long)I, (long)O, bias ? "+b" : ""), dt);
+    int x = tn(&c, "x", dt, TC_ACT, 2, M, I, 0), w = tn(&c, "w", dt, TC_PARAM, 2, I, O, 0);
+    int b = tn(&c, "b", dt, TC_PARAM, 1, O, 0, 0), y = tn(&c, "y", dt, TC_ACT, 2, M, O, 0);
+    int ins[3] = {x, w, b};
+    int f = fwd(&c, PRIM_LINEAR, ins, bias ? 3 : 2, &y, 1, 0, 0, 0);
+    bwd(&c, f);
+    case_run(&c);
+}
+
+static void case_matmul(DType dt, bool ta, bool tb) {
+    const int64_t S = 3, M = 70, K = 40, N = 50;
+    Case c;
+    case_init(&c, arena_printf(&garena, "matmul ta=%d tb=%d [3,70,40]", ta, tb), dt);
+    int a = ta ? tn(&c, "a", dt, TC_ACT, 3, S, K, M) : tn(&c, "a", dt, TC_ACT, 3, S, M, K);
+    int b = tb ? tn(&c, "b", dt, TC_PARAM, 2, N, K, 0) : tn(&c, "b", dt, TC_PARAM, 2, K, N, 0);
+    int y = tn(&c, "y", dt, TC_ACT, 3, S, M, N);
+    int ins[2] = {a, b};
+    int f = fwd(&c, PRIM_MATMUL, ins, 2, &y, 1, ta, tb, 0);
+    bwd(&c, f);
+    case_run(&c);
+}
+
+static void case_attention(DType dt, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd) {
+    Case c;
+    case_init(&c, arena_printf(&garena, "attention B%ld T%ld H%ld KV%ld hd%ld", (long)B, (long)T, (long)H, (long)KV, (long)hd), dt);
+    int q = tn(&c, "q", dt, TC_ACT, 3, B, T, H * hd), k = tn(&c, "k", dt, TC_ACT, 3, B, T, KV * hd);
+    int v = tn(&c, "v", dt, TC_ACT, 3, B, T, KV * hd), y = tn(&c, "o", dt, TC_ACT, 3, B, T, H * hd);
+    int ins[3] = {q, k, v};
+    int f = fwd(&c, PRIM_ATTENTION, ins, 3, &y, 1, H, KV, 0);
+    bwd(&c, f);
+    case_run(&c);
+}
+
+static void case_norm(DType dt, bool ln, int64_t R, int64_t D) {
+    Case c;
+    case_init(&c, arena_printf(&garena, "%s [%ld,%ld]", ln ? "layernorm" : "rmsnorm", (long)R, (long)D), dt);
+    int x = tn(&c, "x", dt, TC_ACT, 2, R, D, 0), g = tn(&c, "g", dt, TC_PARAM, 1, D, 0, 0);
+    int b = tn(&c, "b", dt, TC_PARAM, 1, D, 0, 0), y = tn(&c, "y", dt, TC_ACT, 2, R, D, 0);
+    int ins[3] = {x, g, b};
+    int f = fwd(&c, ln ? PRIM_LAYERNORM : PRIM_RMSNORM, ins, ln ? 3 : 2, &y, 1, 0, 0, 1e-5);
+    bwd(&c, f);
+    case_run(&c);
+}
+
+static void case_unary(DType dt, PrimId p) {
+    Case c;
+    case_init(&c, arena_printf(&garena, "%s [7,333]", prim_names[p]), dt);
+    int x = tn(&c, "x", dt, TC_ACT, 2, 7, 333, 0), y = tn(&c, "y", dt, TC_ACT, 2, 7, 333, 0);
+    int f = fwd(&c, p, &x, 1, &y, 1, 0, 0, 0);
+    bwd(&c, f);
+    case_run(&c);
+}
+
+static void case_binary(DType dt, PrimId p, bool bcast) {
+    Case c;
+    case_init(&c, arena_printf(&garena, "%s [4,30,20]%s", prim_names[p], bcast ? " + [20]" : ""), dt);
+    int a = tn(&c, "a", dt, TC_ACT, 3, 4, 30, 20);
+    int b = bcast ? tn(&c, "b", dt, TC_PARAM, 1, 20, 0, 0) : tn(&c, "b", dt, TC_ACT, 3, 4, 30, 20);
+    int y = tn(&c, "y", dt, TC_ACT, 3, 4, 30, 20);
+    int ins[2] = {a, b};
+    int f = fwd(&c, p, ins, 2, &y, 1, 0, 0, 0);
+    bwd(&c, f);
+    case_run(&c);
+}
+
+static void case_rope(DType dt) {
+    Case c;
+    case_init(&c, "rope [2,300,3*32]", dt);
+    int x = tn(&c, "x", dt, TC_ACT, 3, 2, 300, 96), y = tn(&c, "y", dt, TC_ACT, 3, 2, 300, 96);
+    int f = fwd(&c, PRIM_ROPE, &x, 1, &y, 1, 3, 0, 10000.0);
+    bwd(&c, f);
+    case_run(&c);
+}
+
+static void case_embedding(DType dt) {
+    Case c;
+    case_init(&c, "embedding V100 D64 ids[3,40]", dt);
+    int tab = tn(&c, "table", dt, TC_PARAM, 2, 100, 64, 0), ids = tn(&c, "ids", DT_I32, TC_INPUT, 2, 3, 40, 0);
+    int y = tn(&c, "y", dt, TC_ACT, 3, 3, 40, 64);
+    c.irange[ids] = 100;
+    int ins[2] = {tab, ids};
+    int f = fwd(&c, PRIM_EMBEDDING, ins, 2, &y, 1, 0, 0, 0);
+    bwd(&c, f);
+    case_run(&c);
+}
+
+static void case_xent(DType dt) {
+    Case c;
+    case_init(&c, "cross_entropy [64,1000]", dt);
+    int lg = tn(&c, "logits", dt, TC_ACT, 2, 64, 1000, 0), tg = tn(&c, "targets", DT_I32, TC_INPUT, 1, 64, 0, 0);
+    int loss = tn(&c, "loss", DT_F32, TC_ACT, 0, 0, 0, 0);
+    c.irange[tg] = 1000;
+    int ins[2] = {lg, tg};
+    int f = fwd(&c, PRIM_CROSS_ENTROPY, ins, 2, &loss, 1, 0, 0, 0);
+    bwd(&c, f);
+    case_run(&c);
+}
+
+static void case_split(DType dt) {
+    Case c;
+    case_init(&c, "split [4,10,96] -> 3", dt);
+    int x = tn(&c, "x", dt, TC_ACT, 3, 4, 10, 96);
+    int p[3] = {tn(&c, "p0", dt, TC_ACT, 3, 4, 10, 32), tn(&c, "p1", dt, TC_ACT, 3, 4, 10, 32),
+                tn(&c, "p2", dt, TC_ACT, 3, 4, 10, 32)};
+    int f = fwd(&c, PRIM_SPLIT, &x, 1, p, 3, 3, 0, 0);
+    bwd(&c, f);
+    case_run(&c);
+}
+
+/* grad norm over two parameters' gradients, clipping, AdamW of each. */
+static void case_adam(DType dt) {
+    Case c;
+    case_init(&c, "grad_norm + clip + adamw", dt);
+    Graph *g = &c.g;
+    int ps[2] = {tn(&c, "p0", dt, TC_PARAM, 2, 100, 77, 0), tn(&c, "p1", dt, TC_PARAM, 1, 1000, 0, 0)};
+    int norm = tn(&c, "grad_norm", DT_F32, TC_WORKSPACE, 0, 0, 0, 0);
+    for (int i = 0; i < 2; i++) {
+        GTensor p = g->tensors[ps[i]];
+        int gr = tn(&c, arena_printf(&c.a, "grad.%s", p.name), dt, TC_GRAD, p.rank, p.dims[0], p.dims[1], 0);
+        g->tensors[ps[i]].grad = gr;
+    }
+    GOp n = cm_op(PRIM_ARANGE);
+    n.kind = OP_GRAD_NORM;
+    n.nout = 1;
+    n.out[0] = norm;
+    graph_add_op(g, &n);
+    for (int i = 0; i < 2; i++) {
+        GTensor p = g->tensors[ps[i]];
+        int ms = dt == DT_F32 ? -1 : tn(&c, "master", DT_F32, TC_MASTER, p.rank, p.dims[0], p.dims[1], 0);
+        int m = tn(&c, "m", DT_F32, TC_MOMENTUM, p.rank, p.dims[0], p.dims[1], 0);
+        int v = tn(&c, "v", DT_F32, TC_VARIANCE, p.rank, p.dims[0], p.dims[1], 0);
+        c.positive[v] = true;
+        GOp a = cm_op(PRIM_ARANGE);
+        a.kind = OP_ADAM;
+        a.nin = 6;
+        a.in[0] = ps[i];
+        a.in[1] = g->tensors[ps[i]].grad;
+        a.in[2] = ms;
+        a.in[3] = m;
+        a.in[4] = v;
+        a.in[5] = norm;
+        graph_add_op(g, &a);
+    }
+    case_run(&c);
+}
+
+/* ---- timing ---- */
+
+static double time_launches(const CudaKernel *ks, int n, CUdeviceptr *bufs, CUdeviceptr ws, int reps) {
+    CUfunction fns[16];
+    void *params[16][CUDA_MAX_ARGS];
+    CUdeviceptr ptrs[16][CUDA_MAX_ARGS];
+    long long ints[16][CUDA_MAX_ARGS];
+    float flts[16][CUDA_MAX_ARGS];
+    for (int i = 0; i < n; i++) {
+        CK(cu.ModuleGetFunction(&fns[i], unit_module(&ks[i]), ks[i].entry));
+        for (int j = 0; j < ks[i].nargs; j++) {
+            const CudaArg *a = &ks[i].args[j];
+            switch (a->kind) {
+            case CARG_TENSOR: ptrs[i][j] = bufs[a->tensor]; params[i][j] = &ptrs[i][j]; break;
+            case CARG_WS: ptrs[i][j] = ws + (CUdeviceptr)a->ws_off; params[i][j] = &ptrs[i][j]; break;
+            case CARG_NULL: ptrs[i][j] = 0; params[i][j] = &ptrs[i][j]; break;
+            case CARG_I64: ints[i][j] = a->i; params[i][j] = &ints[i][j]; break;
+            case CARG_F32: flts[i][j] = a->f; params[i][j] = &flts[i][j]; break;
+            case CARG_RT: flts[i][j] = rt_values[a->rt]; params[i][j] = &flts[i][j]; break;
+            }
+        }
+    }
+    CUevent e0, e1;
+    CK(cu.EventCreate(&e0, 0));
+    CK(cu.EventCreate(&e1, 0));
+    for (int r = -3; r < reps; r++) {
+        if (r == 0) CK(cu.EventRecord(e0, NULL));
+        for (int i = 0; i < n; i++)
+            CK(cu.LaunchKernel(fns[i], ks[i].grid[0], ks[i].grid[1], ks[i].grid[2], ks[i].block[0], ks[i].block[1],
+                               ks[i].block[2], 0, NULL, params[i], NULL));
+    }
+    CK(cu.EventRecord(e1, NULL));
+    CK(cu.EventSynchronize(e1));
+    float ms = 0;
+    CK(cu.EventElapsedTime(&ms, e0, e1));
+    return ms / reps;
+}
+
+enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14, CUBLAS_COMPUTE_32F = 68, CUBLAS_GEMM_DEFAULT = -1 };
+
+/* cuBLAS doing row-major C[M,N] = A[M,K] B[K,N] (as column-major C^T = B^T A^T). */
+static double time_cublas(int64_t M, int64_t N, int64_t K, DType dt, CUdeviceptr A, CUdeviceptr B, CUdeviceptr C,
+                          int64_t batch, int reps) {
+    if (!cu.blas_handle) return -1;
+    int ty = dt == DT_BF16 ? CUDA_R_16BF : dt == DT_F16 ? CUDA_R_16F : CUDA_R_32F;
+    float one = 1, zero = 0;
+    CUevent e0, e1;
+    CK(cu.EventCreate(&e0, 0));
+    CK(cu.EventCreate(&e1, 0));
+    for (int r = -3; r < reps; r++) {
+        if (r == 0) CK(cu.EventRecord(e0, NULL));
+        int st;
+        if (batch == 1)
+            st = cu.GemmEx(cu.blas_handle, 0, 0, (int)N, (int)M, (int)K, &one, (void *)B, ty, (int)N, (void *)A, ty,
+                           (int)K, &zero, (void *)C, ty, (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        else
+            st = cu.GemmStridedBatchedEx(cu.blas_handle, 0, 0, (int)N, (int)M, (int)K, &one, (void *)B, ty, (int)N,
+                                         K * N, (void *)A, ty, (int)K, M * K, &zero, (void *)C, ty, (int)N, M * N,
+                                         (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (st != 0) return -1;
+    }
+    CK(cu.EventRecord(e1, NULL));
+    CK(cu.EventSynchronize(e1));
+    float ms = 0;
+    CK(cu.EventElapsedTime(&ms, e0, e1));
+    return ms / reps;
+}
+
+static CUdeviceptr dev_random(size_t bytes) {
+    CUdeviceptr p;
+    CK(cu.MemAlloc(&p, bytes));
+    unsigned short *h = malloc(bytes);
+    for (size_t i = 0; i < bytes / 2; i++) h[i] = (unsigned short)(0x3c00 + (urand() * 0x300)); /* ~1..2 as f16, ~0.01 as bf16 */
+    CK(cu.MemcpyHtoD(p, h, bytes));
+    free(h);
+    return p;
+}
+
+static void timing(void) {
+    printf("\n%-44s %10s %9s %12s %9s %7s\n", "timing (bf16)", "zinf ms", "TFLOP/s", "cuBLAS ms", "TFLOP/s", "ratio");
+    const int64_t shapes[][3] = {{8192, 3072, 768}, {8192, 768, 3072}, {4096, 4096, 4096}, {512, 512, 512}};
+    for (int s = 0; s < 4; s++) {
+        int64_t M = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
+        Case c;
+        case_init(&c, "t", DT_BF16);
+        int x = tn(&c, "x", DT_BF16, TC_ACT, 2, M, K, 0), w = tn(&c, "w", DT_BF16, TC_PARAM, 2, K, N, 0);
+        int y = tn(&c, "y", DT_BF16, TC_ACT, 2, M, N, 0);
+        int ins[2] = {x, w};
+        int f = fwd(&c, PRIM_LINEAR, ins, 2, &y, 1, 0, 0, 0);
+        CudaKernel ks[4];
+        DiagSink d;
+        diag_init(&d);
+        int n = cuda_gen_op(&cg, &c.g, f, ks, 4, NULL, &d);
+        diag_free(&d);
+        CUdeviceptr bufs[3] = {dev_random((size_t)(M * K * 2)), dev_random((size_t)(K * N * 2)), dev_random((size_t)(M * N * 2))};
+        double ms = time_launches(ks, n, bufs, 0, 20);
+        double bms = time_cublas(M, N, K, DT_BF16, bufs[0], bufs[1], bufs[2], 1, 20);
+        double fl = 2.0 * M * N * K;
+        char label[64];
+        snprintf(label, sizeof label, "gemm %ldx%ldx%ld tile %dx%d", (long)M, (long)N, (long)K, ks[0].tile_m, ks[0].tile_n);
+        if (bms > 0)
+            printf("%-44s %10.3f %9.1f %12.3f %9.1f %7.2f\n", label, ms, fl / ms * 1e-9, bms, fl / bms * 1e-9, bms / ms);
+        else
+            printf("%-44s %10.3f %9.1f %12s %9s %7s\n", label, ms, fl / ms * 1e-9, "n/a", "", "");
+        for (int i = 0; i < 3; i++) CK(cu.MemFree(bufs[i]));
+        arena_free(&c.a);
+    }
+    /* attention: fused causal forward, and the backward's 4 launches; the
+     * reference is cuBLAS running the two products q k^T and p v (all
+     * T x T blocks, no softmax, no mask) as strided batched GEMMs */
+    const int64_t ash[][4] = {{4, 1024, 12, 64}, {1, 4096, 32, 128}};
+    for (int s = 0; s < 2; s++) {
+        int64_t B = ash[s][0], T = ash[s][1], H = ash[s][2], hd = ash[s][3];
+        Case c;
+        case_init(&c, "t", DT_BF16);
+        int q = tn(&c, "q", DT_BF16, TC_ACT, 3, B, T, H * hd), k = tn(&c, "k", DT_BF16, TC_ACT, 3, B, T, H * hd);
+        int v = tn(&c, "v", DT_BF16, TC_ACT, 3, B, T, H * hd), y = tn(&c, "o", DT_BF16, TC_ACT, 3, B, T, H * hd);
+        int ins[3] = {q, k, v};
+        int f = fwd(&c, PRIM_ATTENTION, ins, 3, &y, 1, H, H, 0);
+        int b = bwd(&c, f);
+        CudaKernel kf[4], kb[8];
+        CudaOpInfo info;
+        DiagSink d;
+        diag_init(&d);
+        int nf = cuda_gen_op(&cg, &c.g, f, kf, 4, NULL, &d), nb = cuda_gen_op(&cg, &c.g, b, kb, 8, &info, &d);
+        diag_free(&d);
+        CUdeviceptr bufs[16];
+        size_t tb = (size_t)(B * T * H * hd * 2);
+        for (int t = 0; t < c.g.ntensors; t++) bufs[t] = dev_random(tb);
+        CUdeviceptr ws;
+        CK(cu.MemAlloc(&ws, (size_t)info.ws_bytes));
+        double fms = time_launches(kf, nf, bufs, 0, 10), bms = time_launches(kb, nb, bufs, ws, 10);
+        double fl = 4.0 * B * H * T * T * hd / 2; /* causal: half of the two products */
+        CUdeviceptr S;
+        CK(cu.MemAlloc(&S, (size_t)(B * H) * (size_t)(T * T) * 2));
+        /* per (b, h) as a batch: S = q k^T (M=T, N=T, K=hd) then o = S v (M=T, N=hd, K=T) */
+        double r1 = time_cublas(T, T, hd, DT_BF16, bufs[q], bufs[k], S, B * H, 10);
+        double r2 = time_cublas(T, hd, T, DT_BF16, S, bufs[v], bufs[y], B * H, 10);
+        char label[64];
+        snprintf(label, sizeof label, "attention fwd B%ld T%ld H%ld hd%ld", (long)B, (long)T, (long)H, (long)hd);
+        if (r1 > 0 && r2 > 0)
+            printf("%-44s %10.3f %9.1f %12.3f %9.1f %7.2f\n", label, fms, fl / fms * 1e-9, r1 + r2, 2 * fl / (r1 + r2) * 1e-9,
+                   (r1 + r2) / fms);
+        else
+            printf("%-44s %10.3f %9.1f %12s\n", label, fms, fl / fms * 1e-9, "n/a");
+        snprintf(label, sizeof label, "attention bwd (4 launches)");
+        printf("%-44s %10.3f %9.1f %12s\n", label, bms, 2.5 * fl / bms * 1e-9, "");
+        CK(cu.MemFree(S));
+        CK(cu.MemFree(ws));
+        for (int t = 0; t < c.g.ntensors; t++) CK(cu.MemFree(bufs[t]));
+        arena_free(&c.a);
+    }
+    printf("(attention reference: cuBLAS strided-batched q k^T and p v over every T x T block, no mask or softmax;\n"
+           " FLOP/s of zinf count the causal half; the bwd rate counts 2.5x the forward's products)\n");
+}
+
+int main(int argc, char **argv) {
+    bool dry = false, timed = true;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--dry")) dry = true;
+        else if (!strcmp(argv[i], "--no-timing")) timed = false;
+        else if (!strcmp(argv[i], "-v")) verbose = 1;
+        else if (!strcmp(argv[i], "--arch") && i + 1 < argc) snprintf(arch, sizeof arch, "%s", argv[++i]);
+        else {
+            fprintf(stderr, "usage: check_kernels [--dry] [--no-timing] [-v] [--arch sm_90]\n");
+            return 2;
+        }
+    }
+    char why[512];
+    if (!nvrtc_available(why, sizeof why)) {
+        fprintf(stderr, "check_kernels: %s\n", why);
+        return 2;
+    }
+    char devname[128] = "none";
+    if (!dry && cu_load(why, sizeof why)) {
+        int dev, ma = 0, mi = 0;
+        CUresult r = cu.Init(0);
+        if (r == 0 && cu.DeviceGet(&dev, 0) == 0) {
+            CK(cu.DeviceGetAttribute(&ma, 75, dev));
+            CK(cu.DeviceGetAttribute(&mi, 76, dev));
+            CK(cu.DeviceGetName(devname, sizeof devname, dev));
+            CUcontext ctx;
+            CK(cu.PrimaryCtxRetain(&ctx, dev));
+            CK(cu.CtxSetCurrent(ctx));
+            snprintf(arch, sizeof arch, "sm_%d%d", ma, mi);
+            gpu = 1;
+            blas_load();
+        } else {
+            snprintf(why, sizeof why, "cuInit: %s", cu_err(r));
+        }
+    }
+    if (!gpu) printf("check_kernels: no GPU (%s): dry run, kernels compiled for %s, host references run\n", dry ? "--dry" : why, arch);
+    else printf("check_kernels: %s (%s), cuBLAS %s\n", devname, arch, cu.blas_handle ? "loaded" : "not found");
+    arena_init(&garena);
+    CudaGenOptions o = {0};
+    cuda_gen_init(&cg, &garena, &o);
+
+    double t0 = (double)clock();
+    DType dts[2] = {DT_F32, DT_BF16};
+    for (int di = 0; di < 2; di++) {
+        DType dt = dts[di];
+        case_linear(dt, 300, 200, 130, true);
+        case_linear(dt, 1024, 256, 1536, false);
+        for (int t = 0; t < 4; t++) case_matmul(dt, t & 1, t >> 1);
+        case_attention(dt, 2, 100, 4, 2, 64);
+        case_attention(dt, 1, 70, 2, 2, 128);
+        case_attention(dt, 1, 33, 2, 1, 32);
+        case_norm(dt, true, 50, 300);
+        case_norm(dt, false, 50, 300);
+        case_unary(dt, PRIM_GELU);
+        case_unary(dt, PRIM_SILU);
+        case_binary(dt, PRIM_ADD, false);
+        case_binary(dt, PRIM_ADD, true);
+        case_binary(dt, PRIM_MUL, true);
+        case_rope(dt);
+        case_embedding(dt);
+        case_xent(dt);
+        case_split(dt);
+        case_adam(dt);
+    }
+    case_linear(DT_F16, 300, 200, 130, true);
+    case_attention(DT_F16, 2, 100, 4, 2, 64);
+    case_adam(DT_F16);
+
+    int fails = 0;
+    printf("\n%-40s %-5s %7s %11s %8s  %-6s %s\n", "case", "dtype", "kernels", "max relerr", "limit", "result", "worst tensor");
+    for (int i = 0; i < nrows; i++) {
+        Row *r = &rows[i];
+        fails += !r->pass;
+        if (gpu)
+            printf("%-40s %-5s %7d %11.3g %8.0e  %-6s %s\n", r->name, r->dtype, r->kernels, r->err, r->limit,
+                   r->pass ? "PASS" : "FAIL", r->worst);
+        else
+            printf("%-40s %-5s %7d %11s %8.0e  %-6s\n", r->name, r->dtype, r->kernels, "-", r->limit, "(dry)");
+    }
+    printf("%d cases, %d units compiled for %s, %d failed (host time %.1f s)\n", nrows, ncompiled, arch, fails,
+           ((double)clock() - t0) / CLOCKS_PER_SEC);
+    if (gpu && timed) timing();
+    arena_free(&garena);
+    if (!gpu) return 3;
+    return fails ? 1 : 0;
+}

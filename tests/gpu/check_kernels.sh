@@ -1,0 +1,49 @@
+#!/bin/sh
+# tests/gpu/check_kernels.sh [--make] [--dry] [--no-timing] [-v]
+#
+# Builds the GPU kernel check harness (tests/gpu/check_kernels.c) from the
+# sources it needs, with any C compiler, and runs it: every CUDA kernel family
+# against the host reference (runtime/hostk), then GEMM timings against
+# cuBLAS and attention timings, one table. Needs: cc, libnvrtc (CUDA toolkit),
+# and for the run a GPU with its driver (libcuda.so.1); no nvcc, no
+# OpenBLAS (a naive cblas_sgemm stands in when cblas.h is missing), no Check.
+# --make also builds the whole project with make first (needs its packages).
+# Without a GPU (or with --dry) it compiles every kernel and runs the host
+# references only, and exits 3. Exit 0 = every case passed.
+# A GPU session runs it in one call, e.g.:  sh tests/gpu/check_kernels.sh
+set -u
+cd "$(dirname "$0")/../.." || exit 2
+BUILD=${BUILD:-build}
+OUTD=$BUILD/gpu
+mkdir -p "$OUTD" || exit 2
+CC=${CC:-cc}
+CUDA=${CUDA_HOME:-/usr/local/cuda}
+args=""
+for a in "$@"; do
+    case "$a" in
+    --make) MAKE_ALL=1 ;;
+    *) args="$args $a" ;;
+    esac
+done
+if [ "${MAKE_ALL:-0}" = 1 ]; then
+    if make -j"$(nproc)" all >"$OUTD/make.log" 2>&1; then echo "make: ok"; else echo "make: failed (see $OUTD/make.log); the harness does not need it"; fi
+fi
+blas="tests/gpu/cblas_shim.c"
+blasinc="-Itests/gpu/shim"
+bloblibs=""
+if [ "${ZINF_CBLAS_SHIM:-0}" != 1 ] && printf '#include <cblas.h>\nint main(void){return 0;}\n' | $CC -x c - -o "$OUTD/cblas_probe" -lopenblas >/dev/null 2>&1; then
+    blas=""; blasinc=""; bloblibs="-lopenblas"
+fi
+omp="-fopenmp"
+printf 'int main(void){return 0;}\n' | $CC -x c - -fopenmp -o "$OUTD/omp_probe" >/dev/null 2>&1 || omp=""
+srcs="tests/gpu/check_kernels.c lang/arena.c lang/diag.c compiler/graph.c compiler/autodiff.c compiler/cuda_gen.c compiler/nvrtc.c $(ls runtime/hostk*.c) $blas"
+# shellcheck disable=SC2086
+if ! $CC -std=c11 -D_GNU_SOURCE -O2 -g $omp -Wall -Wextra -Werror -Wno-unknown-pragmas -Ilang -Icompiler -Iruntime $blasinc \
+    -DZINF_STDLIB_DIR="\"$(pwd)/stdlib\"" $srcs -o "$OUTD/check_kernels" $bloblibs -ldl -lm -lpthread; then
+    echo "check_kernels.sh: the harness did not build" >&2
+    exit 2
+fi
+echo "built $OUTD/check_kernels ($( [ -n "$blas" ] && echo "cblas shim" || echo "OpenBLAS" ))"
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$CUDA/lib64"
+# shellcheck disable=SC2086
+exec "$OUTD/check_kernels" $args
