@@ -1,0 +1,128 @@
+#include <check.h>
+#include <math.h>
+#include <string.h>
+#include "cost.h"
+#include "plan_fixture_plan.h"
+
+/* A plan of a few instructions on a target with round numbers. */
+static Plan *hand_plan(int ranks) {
+    Plan *p = plan_new();
+    p->ranks = ranks;
+    p->target.name = "round";
+    p->target.nodes = 1;
+    p->target.gpus_per_node = ranks;
+    p->target.gpu_pcie = 10e9;     /* 1 GB in 0.1 s */
+    p->target.gpu_flops = 10e12;   /* 1 TFLOP in 0.1 s */
+    p->target.gpu_hbm = 1e12;
+    p->target.net_bandwidth = 10e9;
+    p->target.net_inter = 10e9;
+    p->target.net_latency = 0;
+    p->target.nvme_read = 2e9 * ranks; /* per rank: 2 GB/s */
+    p->target.nvme_write = 1e9 * ranks;
+    p->target.cpu_bandwidth = 20e9 * ranks;
+    static PlanInstr ins[8];
+    static uint32_t deps[8];
+    memset(ins, 0, sizeof ins);
+    /* 0 h2d 1 GB; 1 h2d 1 GB; 2 kernel 1 TFLOP after 0; 3 kernel 1 TFLOP after 1;
+     * 4 allgather 1 GB after 3; 5 nvme_read 1 GB; 6 cpu_adam 2 GB after 5; 7 step_end after 4, 6 */
+    ins[0] = (PlanInstr){.op = PI_H2D, .queue = Q_H2D, .bytes = 1000000000, .ntiles = 1};
+    ins[1] = ins[0];
+    ins[2] = (PlanInstr){.op = PI_KERNEL, .queue = Q_COMPUTE, .flops = 1e12, .bytes = 1000, .ntiles = 1, .dep = 0, .ndeps = 1};
+    deps[0] = 0;
+    ins[3] = ins[2];
+    ins[3].dep = 1;
+    deps[1] = 1;
+    ins[4] = (PlanInstr){.op = PI_ALLGATHER, .queue = Q_COMM, .bytes = 1000000000, .ntiles = 1, .dep = 2, .ndeps = 1};
+    deps[2] = 3;
+    ins[5] = (PlanInstr){.op = PI_NVME_READ, .queue = Q_NVME, .bytes = 1000000000, .ntiles = 1};
+    ins[6] = (PlanInstr){.op = PI_CPU_ADAM, .queue = Q_CPU, .bytes = 2000000000, .ntiles = 1, .dep = 3, .ndeps = 1};
+    deps[3] = 5;
+    ins[7] = (PlanInstr){.op = PI_STEP_END, .queue = Q_COMPUTE, .ntiles = 1, .dep = 4, .ndeps = 2};
+    deps[4] = 4;
+    deps[5] = 6;
+    p->instrs = ins;
+    p->ninstrs = 8;
+    p->deps = deps;
+    p->ndeps = 6;
+    p->opt_begin = 5;
+    p->train.grad_accum = 1;
+    return p;
+}
+
+static void release(Plan *p) {
+    p->instrs = NULL;
+    p->deps = NULL;
+    plan_free(p);
+}
+
+#define NEAR(a, b) ck_assert_msg(fabs((a) - (b)) < 1e-9, "%.12g != %.12g", (double)(a), (double)(b))
+
+START_TEST(hand_computed) {
+    Plan *p = hand_plan(4);
+    CostResult r;
+    ck_assert(cost_simulate(p, &r));
+    /* h2d 0: [0, .1]; h2d 1: [.1, .2]; kernel 2: [.1, .2]; kernel 3: [.2, .3];
+     * allgather of 1 GB over 4 ranks: 3/4 * 0.1 = .075 -> [.3, .375];
+     * nvme_read at 2 GB/s per rank: [0, .5]; cpu_adam 2 GB at 20 GB/s: [.5, .6]; step end at .6 */
+    NEAR(r.start[2], 0.1);
+    NEAR(r.end[3], 0.3);
+    NEAR(r.start[4], 0.3);
+    NEAR(r.end[4], 0.375);
+    NEAR(r.end[5], 0.5);
+    NEAR(r.end[6], 0.6);
+    NEAR(r.step_time, 0.6);
+    NEAR(r.busy[Q_H2D], 0.2);
+    NEAR(r.busy[Q_COMPUTE], 0.2);
+    NEAR(r.busy[Q_NVME], 0.5);
+    ck_assert_int_eq(r.bottleneck, Q_NVME);
+    char s[256];
+    cost_bottleneck_sentence(p, &r, s, sizeof s);
+    ck_assert_str_eq(s, "The step is bound by NVMe reads and writes (busy 83% of the step, compute 33%): move state to CPU memory or add drives.");
+    cost_free(&r);
+    /* four micro-batches: the part before the optimizer (instructions 0-4, ending at .375) runs four times */
+    p->train.grad_accum = 4;
+    ck_assert(cost_simulate(p, &r));
+    NEAR(r.step_time, 0.6 + 3 * 0.375);
+    cost_free(&r);
+    /* on one rank collectives are free */
+    PlanInstr ag = p->instrs[4];
+    p->ranks = 1;
+    NEAR(cost_instr_time(p, &ag), 0);
+    release(p);
+}
+END_TEST
+
+START_TEST(planned_step_is_consistent) {
+    /* the predicted step of a real plan is at least each queue's busy time and
+     * at most their sum */
+    Plan *p = fx_plan("dgx2", 0, 2, 2, TIER_NVME);
+    CostResult r;
+    ck_assert(cost_simulate(p, &r));
+    double sum = 0;
+    for (int q = 0; q < PLAN_NQUEUES; q++) {
+        ck_assert(r.busy[q] <= r.pass_time + 1e-12);
+        sum += r.busy[q];
+    }
+    ck_assert(r.pass_time <= sum + 1e-12);
+    ck_assert(r.busy[Q_NVME] > 0 && r.busy[Q_COMM] > 0);
+    for (uint32_t i = 0; i < p->ninstrs; i++) {
+        ck_assert(r.end[i] >= r.start[i]);
+        for (uint32_t d = 0; d < p->instrs[i].ndeps; d++) ck_assert(r.start[i] >= r.end[p->deps[p->instrs[i].dep + d]] - 1e-15);
+    }
+    cost_free(&r);
+    plan_free(p);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("cost");
+    TCase *t = tcase_create("cost");
+    tcase_add_test(t, hand_computed);
+    tcase_add_test(t, planned_step_is_consistent);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int f = srunner_ntests_failed(r);
+    srunner_free(r);
+    return f ? 1 : 0;
+}

@@ -1,0 +1,231 @@
+#include <check.h>
+#include <math.h>
+#include <string.h>
+#include "target.h"
+
+/* AST pieces built by hand, as the parser would */
+static Arena A;
+static Expr *num(double v, UnitKind k, uint64_t scale, bool is_float) {
+    Expr *e = ARENA_NEW(&A, Expr);
+    e->kind = is_float ? EX_FLOAT : EX_INT;
+    e->ival = (int64_t)v;
+    e->fval = v;
+    e->unit = (Unit){k, k == UNIT_NONE ? 1 : scale};
+    e->span = SPAN_NONE;
+    return e;
+}
+static Expr *str(const char *s) {
+    Expr *e = ARENA_NEW(&A, Expr);
+    e->kind = EX_STR;
+    e->str = s;
+    e->slen = strlen(s);
+    e->span = SPAN_NONE;
+    return e;
+}
+static Setting *set(const char *key, Expr *v) {
+    Setting *s = ARENA_NEW(&A, Setting);
+    s->key = key;
+    s->value = v;
+    s->span = s->selector_span = SPAN_NONE;
+    return s;
+}
+static void push(SettingList *l, Setting *s) {
+    Setting **n = ARENA_NEWN(&A, Setting *, l->len + 1);
+    if (l->len) memcpy(n, l->items, sizeof *n * (size_t)l->len);
+    n[l->len++] = s;
+    l->items = n;
+    l->cap = l->len;
+}
+static Setting *block(const char *key) {
+    Setting *s = set(key, NULL);
+    s->is_block = true;
+    return s;
+}
+static Decl *decl(const char *name) {
+    Decl *d = ARENA_NEW(&A, Decl);
+    d->kind = DL_TARGET;
+    d->name = name;
+    d->span = d->name_span = SPAN_NONE;
+    return d;
+}
+
+static const char *msg(const DiagSink *d, int level, int nth) {
+    for (int i = 0; i < d->len; i++)
+        if ((int)d->items[i].level == level && nth-- == 0) return d->items[i].msg;
+    return "";
+}
+
+/* target dgx2 { nodes = 2; gpus_per_node = 16; gpu { memory = 32 GiB; flops = 125 T; pcie = 12 GB/s; arch = "sm_70" }
+ *               cpu { memory = 1.5 TiB }  nvme { paths = ["/a", "/b"]; read = 25 GB/s; capacity = 30 TB } net { latency_us = 5 } } */
+static Decl *dgx2_decl(Setting **gpu_out) {
+    Decl *d = decl("dgx2");
+    push(&d->settings, set("nodes", num(2, UNIT_NONE, 1, false)));
+    push(&d->settings, set("gpus_per_node", num(16, UNIT_NONE, 1, false)));
+    Setting *gpu = block("gpu");
+    push(&gpu->block, set("memory", num(32, UNIT_BYTES, 1ull << 30, false)));
+    push(&gpu->block, set("flops", num(125, UNIT_COUNT, 1000000000000ull, false)));
+    push(&gpu->block, set("pcie", num(12, UNIT_RATE, 1000000000ull, false)));
+    push(&gpu->block, set("arch", str("sm_70")));
+    push(&d->settings, gpu);
+    Setting *cpu = block("cpu");
+    push(&cpu->block, set("memory", num(1.5, UNIT_BYTES, 1ull << 40, true)));
+    push(&d->settings, cpu);
+    Setting *nv = block("nvme");
+    Expr *paths = ARENA_NEW(&A, Expr);
+    paths->kind = EX_LIST;
+    paths->span = SPAN_NONE;
+    Arg *args = ARENA_NEWN(&A, Arg, 2);
+    args[0].value = str("/a");
+    args[1].value = str("/b");
+    paths->args = (ArgList){args, 2, 2};
+    push(&nv->block, set("paths", paths));
+    push(&nv->block, set("read", num(25, UNIT_RATE, 1000000000ull, false)));
+    push(&nv->block, set("capacity", num(30, UNIT_BYTES, 1000000000000ull, false)));
+    push(&d->settings, nv);
+    Setting *net = block("net");
+    push(&net->block, set("latency_us", num(5, UNIT_NONE, 1, false)));
+    push(&d->settings, net);
+    if (gpu_out) *gpu_out = gpu;
+    return d;
+}
+
+START_TEST(from_decl) {
+    arena_init(&A);
+    DiagSink d;
+    diag_init(&d);
+    Target t;
+    ck_assert(target_from_decl(dgx2_decl(NULL), &A, &d, &t));
+    ck_assert_int_eq(d.errors, 0);
+    ck_assert_str_eq(t.name, "dgx2");
+    ck_assert_str_eq(t.backend, "cuda");
+    ck_assert_int_eq(target_ranks(&t), 32);
+    ck_assert_uint_eq(t.gpu_memory, 32ull << 30);
+    ck_assert(t.gpu_flops == 125e12);
+    ck_assert(t.gpu_pcie == 12e9);
+    ck_assert_str_eq(t.gpu_arch, "sm_70");
+    ck_assert_uint_eq(t.cpu_memory, 3ull << 39);
+    ck_assert_int_eq(t.nvme_npaths, 2);
+    ck_assert_str_eq(t.nvme_paths[1], "/b");
+    ck_assert(t.nvme_read == 25e9);
+    ck_assert(t.nvme_write == 12.5e9); /* default: half the read rate */
+    ck_assert(fabs(t.net_latency - 5e-6) < 1e-12);
+    ck_assert(t.net_inter == t.net_bandwidth);
+    ck_assert_uint_eq(target_cpu_per_rank(&t), (3ull << 39) / 16);
+    diag_free(&d);
+    arena_free(&A);
+}
+END_TEST
+
+START_TEST(errors) {
+    arena_init(&A);
+    DiagSink d;
+    diag_init(&d);
+    Target t;
+    Setting *gpu;
+    Decl *dl = dgx2_decl(&gpu);
+    gpu->block.items[0]->key = "memroy";
+    push(&gpu->block, set("hbm", num(32, UNIT_BYTES, 1ull << 30, false)));
+    push(&dl->settings, set("gpus_per_nod", num(4, UNIT_NONE, 1, false)));
+    push(&dl->settings, set("nodes", num(-1, UNIT_NONE, 1, false)));
+    dl->settings.items[dl->settings.len - 1]->value->kind = EX_INT;
+    dl->settings.items[dl->settings.len - 1]->value->ival = 0;
+    push(&dl->settings, block("disk"));
+    ck_assert(!target_from_decl(dl, &A, &d, &t));
+    ck_assert_str_eq(msg(&d, DIAG_ERROR, 0), "unknown key 'memroy' in target block 'gpu'");
+    ck_assert_str_eq(msg(&d, DIAG_HINT, 0), "did you mean 'memory'?");
+    ck_assert_str_eq(msg(&d, DIAG_ERROR, 1), "'hbm' must be a rate in bytes per second (e.g. 12 GB/s), not a size in bytes");
+    ck_assert_str_eq(msg(&d, DIAG_ERROR, 2), "unknown target key 'gpus_per_nod'");
+    ck_assert_str_eq(msg(&d, DIAG_HINT, 1), "did you mean 'gpus_per_node'?");
+    ck_assert_str_eq(msg(&d, DIAG_ERROR, 3), "'nodes' must be positive");
+    ck_assert_str_eq(msg(&d, DIAG_ERROR, 4), "unknown target block 'disk'");
+    ck_assert_int_eq(d.errors, 5);
+    diag_free(&d);
+
+    /* missing required keys */
+    diag_init(&d);
+    Decl *e = decl("tiny");
+    push(&e->settings, set("gpus_per_node", num(1, UNIT_NONE, 1, false)));
+    ck_assert(!target_from_decl(e, &A, &d, &t));
+    ck_assert_str_eq(msg(&d, DIAG_ERROR, 0), "target 'tiny' needs 'memory' in its gpu block");
+    diag_free(&d);
+
+    diag_init(&d);
+    Decl *h = decl("laptop");
+    push(&h->settings, set("backend", str("host")));
+    push(&h->settings, set("ranks", num(2, UNIT_NONE, 1, false)));
+    ck_assert(!target_from_decl(h, &A, &d, &t));
+    ck_assert_str_eq(msg(&d, DIAG_ERROR, 0), "target 'laptop' needs 'budget'");
+    diag_free(&d);
+
+    diag_init(&d);
+    push(&h->settings, set("budget", num(1, UNIT_BYTES, 1ull << 30, false)));
+    Setting *cpu = block("cpu");
+    push(&cpu->block, set("memory", num(8, UNIT_BYTES, 1ull << 30, false)));
+    push(&cpu->block, set("cores", str("four")));
+    push(&h->settings, cpu);
+    ck_assert(!target_from_decl(h, &A, &d, &t));
+    ck_assert_str_eq(msg(&d, DIAG_ERROR, 0), "'cores' must be a whole number");
+    diag_free(&d);
+
+    diag_init(&d);
+    cpu->block.len = 1;
+    ck_assert(target_from_decl(h, &A, &d, &t));
+    ck_assert_str_eq(t.backend, "host");
+    ck_assert_int_eq(target_ranks(&t), 2);
+    ck_assert_uint_eq(t.gpu_memory, 1ull << 30);
+    diag_free(&d);
+    arena_free(&A);
+}
+END_TEST
+
+START_TEST(builtins) {
+    Target t;
+    for (int i = 0; i < target_nbuiltins; i++) {
+        ck_assert(target_builtin(target_builtin_names[i], &t));
+        ck_assert_str_eq(t.name, target_builtin_names[i]);
+        ck_assert_int_gt(target_ranks(&t), 0);
+        ck_assert_uint_gt(t.gpu_memory, 0);
+        ck_assert(t.net_inter > 0 && t.gpu_hbm > 0 && t.gpu_pcie > 0);
+    }
+    ck_assert(target_builtin("dgx2", &t));
+    ck_assert_int_eq(target_ranks(&t), 16);
+    ck_assert_uint_eq(t.gpu_memory, 32ull << 30);
+    ck_assert_uint_eq(t.cpu_memory, 3ull << 39);
+    ck_assert_uint_eq(t.nvme_capacity, 30000000000000ull);
+    ck_assert(target_builtin("h200", &t));
+    ck_assert_uint_eq(t.gpu_memory, 139ull << 30);
+    ck_assert_uint_eq(t.cpu_memory, 128ull << 30);
+    ck_assert_uint_eq(t.nvme_capacity, 64ull << 30);
+    ck_assert(!target_builtin("dgx-9000", &t));
+}
+END_TEST
+
+START_TEST(detect) {
+    Arena a;
+    arena_init(&a);
+    Target t;
+    const char *how = NULL;
+    ck_assert(target_detect(&a, &t, &how));
+    ck_assert_ptr_nonnull(how);
+    ck_assert(strstr(how, "libcuda") || strstr(how, "host target from sysconf"));
+    ck_assert_int_gt(target_ranks(&t), 0);
+    ck_assert_uint_gt(t.cpu_memory, 0);
+    ck_assert_uint_gt(t.gpu_memory, 0);
+    arena_free(&a);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("target");
+    TCase *t = tcase_create("target");
+    tcase_add_test(t, from_decl);
+    tcase_add_test(t, errors);
+    tcase_add_test(t, builtins);
+    tcase_add_test(t, detect);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int f = srunner_ntests_failed(r);
+    srunner_free(r);
+    return f ? 1 : 0;
+}
