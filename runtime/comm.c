@@ -56,7 +56,7 @@ CommStatus comm_init(Comm *c, int *argc, char ***argv, bool force_mpi) {
     if (t && atof(t) > 0) c->timeout_s = atof(t);
     if (!force_mpi && !launched_by_mpi()) return COMM_OK;
     int provided = 0;
-    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     if (rc != MPI_SUCCESS) return mpi_fail(c, "MPI_Init_thread", rc);
     c->mpi = true;
     /* Errors come back as codes so they can be reported with the rank. */

@@ -13,7 +13,7 @@ static int fail(RefExec *r, const char *fmt, const char *a) {
 }
 
 static size_t tensor_bytes(const GTensor *t) {
-    int es = dtype_size(t->dtype);
+    int es = (int)hk_dtype_size(t->dtype);
     return (size_t)(t->numel > 0 ? t->numel : 1) * (size_t)(es ? es : 4);
 }
 

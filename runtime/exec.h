@@ -1,0 +1,67 @@
+/* exec: the host backend of zinfrun — executes a verified plan.
+ *
+ * Allocates every arena of the plan once, at exactly the planned size (GPU
+ * arena: host memory standing for the device; pinned staging and CPU homes;
+ * the NVMe arena as swap files through runtime/nvme), initialises this
+ * rank's shards of every parameter from (seed, name, element) and zeroes
+ * the optimizer state, then runs the plan's instruction stream step after
+ * step on one worker per queue (runtime/queues): kernels through the host
+ * kernels, collectives through runtime/comm, NVMe through io_uring, the
+ * optimizer through the vectorised CPU Adam.
+ *
+ * Memory outside the plan's arenas: the host kernels' saved statistics
+ * (layernorm mean/rstd, logsumexp rows; kernel workspace) and the scratch of
+ * tiled kernels and padded collectives. Both are reported beside the arenas
+ * (rt_memory_report), so the total is still known before the first step. */
+#ifndef ZINF_EXEC_H
+#define ZINF_EXEC_H
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "comm.h"
+#include "graph.h"
+#include "plan.h"
+#include "queues.h"
+
+typedef struct RtOptions {
+    const char *nvme_dir;   /* overrides the plan target's NVMe paths (tests, demos) */
+    int queue_depth;        /* io_uring depth (default 32) */
+    bool trace;             /* keep per-step timings for --trace */
+} RtOptions;
+
+typedef struct RtStepStats {
+    double loss;            /* mean over ranks and micro-batches */
+    double seconds;
+    double grad_norm;
+    uint64_t bytes[PLAN_NQUEUES]; /* bytes moved per queue this step */
+    bool skipped;
+} RtStepStats;
+
+typedef struct Rt Rt;
+
+/* Builds the executor for plan p on this rank; returns NULL with err set. */
+Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t errlen);
+void rt_destroy(Rt *r);
+/* Writes "arena gpu: N bytes (planned N)" lines and the extra memory. */
+void rt_memory_report(const Rt *r, FILE *out);
+/* Bytes allocated for arena kind k (equals the plan's arenas[k].size). */
+uint64_t rt_arena_bytes(const Rt *r, int k);
+
+/* One optimizer step over `accum` micro-batches of inputs: tokens[a] and
+ * targets[a] each hold micro_batch*T int32 for micro-batch a. */
+int rt_step(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, int accum, RtStepStats *st,
+            char *err, size_t errlen);
+int64_t rt_steps_done(const Rt *r);
+
+/* Checkpoint this rank's persistent state (collective: every rank calls). */
+int rt_checkpoint_save(Rt *r, const char *dir, const char *state_json, char *err, size_t errlen);
+int rt_checkpoint_load(Rt *r, const char *dir, int64_t step, char *err, size_t errlen);
+/* Consolidated parameters to a safetensors file (collective; rank 0 writes). */
+int rt_export_safetensors(Rt *r, const char *path, char *err, size_t errlen);
+/* A hash identifying the plan's persistent layout (checkpoint compatibility). */
+uint64_t rt_plan_hash(const Rt *r);
+
+/* The measured timeline of the last step, Chrome trace JSON. */
+int rt_write_trace(const Rt *r, FILE *out);
+
+#endif
