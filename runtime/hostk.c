@@ -1,0 +1,315 @@
+/* hostk: tensor helpers, workspace carving, the GEMM-based kernels (linear,
+ * matmul), and the generic entries. The other primitives are in
+ * hostk_nn.c, the optimizer helpers in hostk_opt.c. */
+#include "hostk.h"
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+#include "hostk_impl.h"
+
+const char *hk_strerror(int rc) {
+    switch (rc) {
+    case HK_OK: return "ok";
+    case HK_ERR_ARG: return "a required tensor is missing or an operand count is wrong";
+    case HK_ERR_DTYPE: return "unsupported dtype for this operand";
+    case HK_ERR_SHAPE: return "operand shapes do not agree";
+    case HK_ERR_ATTR: return "attribute out of range";
+    case HK_ERR_INDEX: return "an index (embedding id or target) is outside [0, V)";
+    case HK_ERR_WORKSPACE: return "workspace missing or smaller than declared";
+    case HK_ERR_PRIM: return "not a primitive these kernels run";
+    default: return "unknown host kernel error";
+    }
+}
+
+HkTensor hk_tensor(void *data, DType dt, int rank, const int64_t *dims) {
+    HkTensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.dtype = dt;
+    t.rank = rank < 0 ? 0 : rank > HK_MAX_RANK ? HK_MAX_RANK : rank;
+    for (int i = 0; i < t.rank; i++) t.dims[i] = dims[i];
+    return t;
+}
+
+int64_t hk_numel(const HkTensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++) n *= t->dims[i];
+    return n;
+}
+
+size_t hk_dtype_size(DType dt) {
+    switch (dt) {
+    case DT_F32: case DT_I32: return 4;
+    case DT_BF16: case DT_F16: return 2;
+    default: return 0;
+    }
+}
+
+float hk_get(const HkTensor *t, int64_t i) {
+    if (t->dtype == DT_I32) return (float)((const int32_t *)t->data)[i];
+    return hk_ld(t->data, t->dtype, i);
+}
+
+void hk_set(HkTensor *t, int64_t i, float v) {
+    if (t->dtype == DT_I32) ((int32_t *)t->data)[i] = (int32_t)v;
+    else hk_st(t->data, t->dtype, i, v);
+}
+
+/* ---- workspace carving ---- */
+
+size_t hk_align(size_t n) { return (n + 63) & ~(size_t)63; }
+
+float *hk_ws_take(HkWs *w, int64_t n) {
+    char *p = w->base + w->used;
+    w->used += hk_align((size_t)n * sizeof(float));
+    return (float *)p;
+}
+
+/* Bytes of an fp32 copy of t, 0 when t is already f32 (or absent). */
+size_t hk_f32_copy_bytes(const HkTensor *t) {
+    if (!t || !t->data || t->dtype == DT_F32) return 0;
+    return hk_align((size_t)hk_numel(t) * sizeof(float));
+}
+
+void hk_load_f32(const HkTensor *t, float *dst) {
+    int64_t n = hk_numel(t);
+#pragma omp parallel for if (n > HK_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++) dst[i] = hk_ld(t->data, t->dtype, i);
+}
+
+void hk_store_f32(HkTensor *t, const float *src) {
+    int64_t n = hk_numel(t);
+#pragma omp parallel for if (n > HK_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++) hk_st(t->data, t->dtype, i, src[i]);
+}
+
+/* An fp32 view of an input: its own data when f32, else a converted copy. */
+const float *hk_view_in(const HkTensor *t, HkWs *w) {
+    if (t->dtype == DT_F32) return (const float *)t->data;
+    float *p = hk_ws_take(w, hk_numel(t));
+    hk_load_f32(t, p);
+    return p;
+}
+
+/* An fp32 view of an output; `load` brings in the current values (accumulation). */
+float *hk_view_out(HkTensor *t, HkWs *w, bool load) {
+    if (t->dtype == DT_F32) return (float *)t->data;
+    float *p = hk_ws_take(w, hk_numel(t));
+    if (load) hk_load_f32(t, p);
+    return p;
+}
+
+void hk_view_done(HkTensor *t, const float *p) {
+    if (t->dtype != DT_F32) hk_store_f32(t, p);
+}
+
+bool hk_is_float(const HkTensor *t) {
+    return t && (t->dtype == DT_F32 || t->dtype == DT_BF16 || t->dtype == DT_F16);
+}
+
+bool hk_present(const HkTensor *t) { return t && t->data; }
+
+/* ---- GEMM kernels ---- */
+
+static void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B, float beta,
+                  float *C) {
+    if (M == 0 || N == 0) return;
+    if (K == 0) {
+        if (beta == 0.0f) memset(C, 0, sizeof(float) * (size_t)(M * N));
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)M,
+                (blasint)N, (blasint)K, 1.0f, A, (blasint)(ta ? M : K), B, (blasint)(tb ? K : N), beta, C,
+                (blasint)N);
+}
+
+/* The shapes of a matmul, checked: nb batches of op(A_s) [M,K] x op(B_s) [K,N];
+ * b is shared over batches (bstride 0) or batched with a. */
+typedef struct MmShape {
+    int64_t nb, M, N, K, astride, bstride, ystride;
+} MmShape;
+
+static int mm_shape(const HkTensor *a, const HkTensor *b, const HkTensor *y, bool ta, bool tb, MmShape *s) {
+    if (!hk_present(a) || !hk_present(b) || !hk_present(y)) return HK_ERR_ARG;
+    if (!hk_is_float(a) || !hk_is_float(b) || !hk_is_float(y)) return HK_ERR_DTYPE;
+    if (a->rank < 1 || b->rank < 2 || (ta && a->rank < 2)) return HK_ERR_SHAPE;
+    int64_t bk = tb ? b->dims[b->rank - 1] : b->dims[b->rank - 2];
+    int64_t bn = tb ? b->dims[b->rank - 2] : b->dims[b->rank - 1];
+    s->K = bk;
+    s->N = bn;
+    if (b->rank == 2) {
+        s->bstride = 0;
+        if (!ta) {
+            if (a->dims[a->rank - 1] != bk) return HK_ERR_SHAPE;
+            s->nb = 1;
+            s->M = 1;
+            for (int i = 0; i < a->rank - 1; i++) s->M *= a->dims[i];
+        } else {
+            if (a->dims[a->rank - 2] != bk) return HK_ERR_SHAPE;
+            s->M = a->dims[a->rank - 1];
+            s->nb = 1;
+            for (int i = 0; i < a->rank - 2; i++) s->nb *= a->dims[i];
+        }
+    } else {
+        if (a->rank != b->rank) return HK_ERR_SHAPE;
+        for (int i = 0; i < a->rank - 2; i++)
+            if (a->dims[i] != b->dims[i]) return HK_ERR_SHAPE;
+        int64_t ak = ta ? a->dims[a->rank - 2] : a->dims[a->rank - 1];
+        if (ak != bk) return HK_ERR_SHAPE;
+        s->M = ta ? a->dims[a->rank - 1] : a->dims[a->rank - 2];
+        s->nb = 1;
+        for (int i = 0; i < a->rank - 2; i++) s->nb *= a->dims[i];
+        s->bstride = bk * bn;
+    }
+    s->astride = s->M * s->K;
+    s->ystride = s->M * s->N;
+    /* y: a's dims with the last (or, transposed, the last two) replaced: [S..., M, N] or [S..., N]. */
+    if (y->rank != a->rank || y->dims[y->rank - 1] != s->N) return HK_ERR_SHAPE;
+    for (int i = 0; i < a->rank - 1; i++) {
+        int64_t want = (ta && i == a->rank - 2) ? s->M : a->dims[i];
+        if (y->dims[i] != want) return HK_ERR_SHAPE;
+    }
+    return HK_OK;
+}
+
+size_t hk_matmul_workspace_bytes(const HkTensor *a, const HkTensor *b, const HkTensor *y) {
+    /* backward: fp32 copies of a, b, dy and of the gradients da, db */
+    return 2 * hk_f32_copy_bytes(a) + 2 * hk_f32_copy_bytes(b) + hk_f32_copy_bytes(y);
+}
+
+size_t hk_linear_workspace_bytes(const HkTensor *x, const HkTensor *w, const HkTensor *y) {
+    return hk_matmul_workspace_bytes(x, w, y);
+}
+
+static void mm_fwd(const MmShape *s, const float *A, const float *B, float *Y, bool ta, bool tb) {
+    for (int64_t i = 0; i < s->nb; i++)
+        sgemm(ta, tb, s->M, s->N, s->K, A + i * s->astride, B + i * s->bstride, 0.0f, Y + i * s->ystride);
+}
+
+/* dA += dY op(B)^T (per batch), dB += op(A)^T dY (summed over batches when shared). */
+static void mm_bwd(const MmShape *s, const float *A, const float *B, const float *dY, float *dA, float *dB, bool ta,
+                   bool tb) {
+    for (int64_t i = 0; i < s->nb; i++) {
+        const float *Ai = A + i * s->astride, *Bi = B + i * s->bstride, *dYi = dY + i * s->ystride;
+        if (dA) {
+            float *dAi = dA + i * s->astride;
+            if (!ta) sgemm(false, !tb, s->M, s->K, s->N, dYi, Bi, 1.0f, dAi); /* [M,K] */
+            else sgemm(tb, true, s->K, s->M, s->N, Bi, dYi, 1.0f, dAi);       /* [K,M] = op(B) dY^T */
+        }
+        if (dB) {
+            float *dBi = dB + i * s->bstride;
+            if (!tb) sgemm(!ta, false, s->K, s->N, s->M, Ai, dYi, 1.0f, dBi); /* [K,N] = op(A)^T dY */
+            else sgemm(true, ta, s->N, s->K, s->M, dYi, Ai, 1.0f, dBi);       /* [N,K] = dY^T op(A) */
+        }
+    }
+}
+
+int hk_matmul_fwd(const HkTensor *a, const HkTensor *b, HkTensor *y, bool ta, bool tb, void *ws) {
+    MmShape s;
+    int rc = mm_shape(a, b, y, ta, tb, &s);
+    if (rc) return rc;
+    if (hk_matmul_workspace_bytes(a, b, y) && !ws) return HK_ERR_WORKSPACE;
+    HkWs w = {ws, 0};
+    const float *A = hk_view_in(a, &w), *B = hk_view_in(b, &w);
+    float *Y = hk_view_out(y, &w, false);
+    mm_fwd(&s, A, B, Y, ta, tb);
+    hk_view_done(y, Y);
+    return HK_OK;
+}
+
+static int grad_like(const HkTensor *g, const HkTensor *t) {
+    if (!hk_present(g)) return HK_OK;
+    if (!hk_is_float(g)) return HK_ERR_DTYPE;
+    if (hk_numel(g) != hk_numel(t)) return HK_ERR_SHAPE;
+    return HK_OK;
+}
+
+int hk_matmul_bwd(const HkTensor *a, const HkTensor *b, const HkTensor *dy, HkTensor *da, HkTensor *db, bool ta,
+                  bool tb, void *ws) {
+    MmShape s;
+    int rc = mm_shape(a, b, dy, ta, tb, &s);
+    if (rc) return rc;
+    if ((rc = grad_like(da, a)) || (rc = grad_like(db, b))) return rc;
+    if (hk_matmul_workspace_bytes(a, b, dy) && !ws) return HK_ERR_WORKSPACE;
+    bool wa = hk_present(da), wb = hk_present(db);
+    if (!wa && !wb) return HK_OK;
+    HkWs w = {ws, 0};
+    const float *A = hk_view_in(a, &w), *B = hk_view_in(b, &w), *dY = hk_view_in(dy, &w);
+    float *dA = wa ? hk_view_out(da, &w, true) : NULL;
+    float *dB = wb ? hk_view_out(db, &w, true) : NULL;
+    mm_bwd(&s, A, B, dY, dA, dB, ta, tb);
+    if (wa) hk_view_done(da, dA);
+    if (wb) hk_view_done(db, dB);
+    return HK_OK;
+}
+
+static int linear_check(const HkTensor *x, const HkTensor *w, const HkTensor *y) {
+    if (!hk_present(x) || !hk_present(w) || !hk_present(y)) return HK_ERR_ARG;
+    if (w->rank != 2 || x->rank < 1 || y->rank != x->rank) return HK_ERR_SHAPE;
+    for (int i = 0; i < x->rank - 1; i++)
+        if (x->dims[i] != y->dims[i]) return HK_ERR_SHAPE;
+    return HK_OK;
+}
+
+int hk_linear_fwd(const HkTensor *x, const HkTensor *w, const HkTensor *b, HkTensor *y, void *ws) {
+    int rc = linear_check(x, w, y);
+    if (rc) return rc;
+    MmShape s;
+    if ((rc = mm_shape(x, w, y, false, false, &s))) return rc;
+    if (hk_present(b)) {
+        if (!hk_is_float(b)) return HK_ERR_DTYPE;
+        if (hk_numel(b) != s.N || b->rank != 1) return HK_ERR_SHAPE;
+    }
+    if (hk_linear_workspace_bytes(x, w, y) && !ws) return HK_ERR_WORKSPACE;
+    HkWs wk = {ws, 0};
+    const float *X = hk_view_in(x, &wk), *W = hk_view_in(w, &wk);
+    float *Y = hk_view_out(y, &wk, false);
+    mm_fwd(&s, X, W, Y, false, false);
+    if (hk_present(b)) {
+        int64_t R = s.M, N = s.N;
+#pragma omp parallel for if (R * N > HK_PAR_MIN) schedule(static)
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t j = 0; j < N; j++) Y[r * N + j] += hk_ld(b->data, b->dtype, j);
+    }
+    hk_view_done(y, Y);
+    return HK_OK;
+}
+
+/* Column sums of dy [R,N] accumulated into g [N] (double accumulation, one column block per thread). */
+void hk_colsum_acc(const float *dy, int64_t R, int64_t N, HkTensor *g) {
+    int64_t nblk = (N + 63) / 64;
+#pragma omp parallel for if (R * N > HK_PAR_MIN) schedule(static)
+    for (int64_t bk = 0; bk < nblk; bk++) {
+        double acc[64] = {0};
+        int64_t j0 = bk * 64, j1 = j0 + 64 < N ? j0 + 64 : N;
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t j = j0; j < j1; j++) acc[j - j0] += dy[r * N + j];
+        for (int64_t j = j0; j < j1; j++) hk_st(g->data, g->dtype, j, hk_ld(g->data, g->dtype, j) + (float)acc[j - j0]);
+    }
+}
+
+int hk_linear_bwd(const HkTensor *x, const HkTensor *w, const HkTensor *dy, HkTensor *dx, HkTensor *dw,
+                  HkTensor *db, void *ws) {
+    int rc = linear_check(x, w, dy);
+    if (rc) return rc;
+    MmShape s;
+    if ((rc = mm_shape(x, w, dy, false, false, &s))) return rc;
+    if (hk_present(db)) {
+        if (!hk_is_float(db)) return HK_ERR_DTYPE;
+        if (hk_numel(db) != s.N) return HK_ERR_SHAPE;
+    }
+    if ((rc = grad_like(dx, x)) || (rc = grad_like(dw, w))) return rc;
+    if (hk_linear_workspace_bytes(x, w, dy) && !ws) return HK_ERR_WORKSPACE;
+    HkWs wk = {ws, 0};
+    bool wx = hk_present(dx), ww = hk_present(dw);
+    const float *dY = hk_view_in(dy, &wk);
+    if (hk_present(db)) hk_colsum_acc(dY, s.M, s.N, db);
+    if (!wx && !ww) return HK_OK;
+    const float *X = hk_view_in(x, &wk), *W = hk_view_in(w, &wk);
+    float *dX = wx ? hk_view_out(dx, &wk, true) : NULL;
+    float *dW = ww ? hk_view_out(dw, &wk, true) : NULL;
+    mm_bwd(&s, X, W, dY, dX, dW, false, false);
+    if (wx) hk_view_done(dx, dX);
+    if (ww) hk_view_done(dw, dW);
+    return HK_OK;
+}

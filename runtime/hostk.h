@@ -1,0 +1,177 @@
+/* hostk: the host kernels, the numerical reference of the project.
+ *
+ * One forward and one backward kernel per primitive of compiler/prim.def
+ * (semantics: docs/primitives.md; this module: docs/host-kernels.md), plus
+ * the plain fp32 optimizer helpers of the reference executor.
+ *
+ * Conventions, uniform over every kernel:
+ * - A tensor is an HkTensor: row-major, contiguous, dtype f32, bf16 or f16
+ *   for values and i32 for ids/targets. Kernels read every value into fp32,
+ *   compute in fp32 (long reductions of the non-GEMM kernels accumulate in
+ *   double) and round once into the output's dtype. GEMMs go through
+ *   cblas_sgemm; operands that are not f32 are converted into the workspace.
+ * - Forward kernels OVERWRITE their outputs.
+ * - Backward kernels ACCUMULATE (+=) into their gradient outputs, which the
+ *   caller zeroes first (the graph's convention, OP_BWD in compiler/graph.h).
+ *   A gradient argument that is NULL (or whose data is NULL) is not wanted
+ *   and not computed.
+ * - No kernel allocates. A kernel that needs scratch takes `ws`, of at least
+ *   the bytes its hk_*_workspace_bytes() returns (64-byte aligned is best;
+ *   malloc's alignment is enough). One workspace serves a primitive's forward
+ *   and its backward: what the forward saves for the backward (layernorm
+ *   mean/rstd, rmsnorm rstd, attention row logsumexp, cross-entropy row
+ *   logsumexp) sits at the start of it, so a backward must be given the
+ *   workspace its forward (or a recompute of it on the same inputs) filled.
+ * - Every kernel returns HK_OK (0) or a negative HK_ERR_* (hk_strerror) and
+ *   checks shapes, dtypes, attributes and indices before writing anything.
+ *
+ * Executors call the generic entries: hk_run_fwd / hk_run_bwd on HkTensors
+ * with the op's attributes (GOp iattr/fattr conventions of graph.h), or
+ * hk_op_forward / hk_op_backward directly on a Graph op and one buffer per
+ * tensor.
+ */
+#ifndef ZINF_HOSTK_H
+#define ZINF_HOSTK_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "ast.h"
+#include "graph.h"
+
+enum { HK_MAX_RANK = 6 };
+
+typedef struct HkTensor {
+    void *data;
+    DType dtype;
+    int rank;                 /* 0 = scalar */
+    int64_t dims[HK_MAX_RANK];
+} HkTensor;
+
+enum {
+    HK_OK = 0,
+    HK_ERR_ARG = -1,       /* a required tensor is missing (NULL data) or a count is wrong */
+    HK_ERR_DTYPE = -2,     /* a dtype the kernel does not take there */
+    HK_ERR_SHAPE = -3,     /* shapes do not agree */
+    HK_ERR_ATTR = -4,      /* an attribute out of range (heads, eps, pieces, n) */
+    HK_ERR_INDEX = -5,     /* an embedding id or a cross-entropy target outside [0, V) */
+    HK_ERR_WORKSPACE = -6, /* workspace missing or smaller than declared */
+    HK_ERR_PRIM = -7,      /* not a primitive / op kind these entries run */
+};
+const char *hk_strerror(int rc);
+
+/* Tensor helpers. */
+HkTensor hk_tensor(void *data, DType dt, int rank, const int64_t *dims);
+int64_t hk_numel(const HkTensor *t);
+size_t hk_dtype_size(DType dt); /* 0 for DT_NONE */
+float hk_get(const HkTensor *t, int64_t i);          /* element i as fp32 (i32 converted) */
+void hk_set(HkTensor *t, int64_t i, float v);         /* rounded to the dtype */
+
+/* ---- Primitives: forward and backward. Shapes as in docs/primitives.md. ---- */
+
+/* embedding: table [V,D], ids i32 [S...] -> y [S...,D]. */
+int hk_embedding_fwd(const HkTensor *table, const HkTensor *ids, HkTensor *y);
+int hk_embedding_bwd(const HkTensor *ids, const HkTensor *dy, HkTensor *dtable);
+
+/* linear: x [S...,I], w [I,O], b [O] (nullable) -> y [S...,O]. */
+size_t hk_linear_workspace_bytes(const HkTensor *x, const HkTensor *w, const HkTensor *y);
+int hk_linear_fwd(const HkTensor *x, const HkTensor *w, const HkTensor *b, HkTensor *y, void *ws);
+int hk_linear_bwd(const HkTensor *x, const HkTensor *w, const HkTensor *dy, HkTensor *dx, HkTensor *dw,
+                  HkTensor *db, void *ws);
+
+/* matmul: a [S...,M,K] (or [S...,K] without transpose_a), b [K,N] (or [N,K] with
+ * transpose_b), or b batched with a's leading dims [S...,K,N] -> y [S...,M,N]. */
+size_t hk_matmul_workspace_bytes(const HkTensor *a, const HkTensor *b, const HkTensor *y);
+int hk_matmul_fwd(const HkTensor *a, const HkTensor *b, HkTensor *y, bool ta, bool tb, void *ws);
+int hk_matmul_bwd(const HkTensor *a, const HkTensor *b, const HkTensor *dy, HkTensor *da, HkTensor *db, bool ta,
+                  bool tb, void *ws);
+
+/* add, mul: one operand's shape a suffix of the other's; y has the larger. */
+int hk_add_fwd(const HkTensor *a, const HkTensor *b, HkTensor *y);
+int hk_add_bwd(const HkTensor *a, const HkTensor *b, const HkTensor *dy, HkTensor *da, HkTensor *db);
+int hk_mul_fwd(const HkTensor *a, const HkTensor *b, HkTensor *y);
+int hk_mul_bwd(const HkTensor *a, const HkTensor *b, const HkTensor *dy, HkTensor *da, HkTensor *db);
+
+/* layernorm: x [S...,D], g, b [D] (nullable: 1 and 0). Workspace: mean, rstd per row. */
+size_t hk_layernorm_workspace_bytes(const HkTensor *x);
+int hk_layernorm_fwd(const HkTensor *x, const HkTensor *g, const HkTensor *b, HkTensor *y, double eps, void *ws);
+int hk_layernorm_bwd(const HkTensor *x, const HkTensor *g, const HkTensor *dy, HkTensor *dx, HkTensor *dg,
+                     HkTensor *db, void *ws);
+
+/* rmsnorm: x [S...,D], g [D] (nullable). Workspace: rstd per row. */
+size_t hk_rmsnorm_workspace_bytes(const HkTensor *x);
+int hk_rmsnorm_fwd(const HkTensor *x, const HkTensor *g, HkTensor *y, double eps, void *ws);
+int hk_rmsnorm_bwd(const HkTensor *x, const HkTensor *g, const HkTensor *dy, HkTensor *dx, HkTensor *dg, void *ws);
+
+/* gelu (tanh approximation), silu: elementwise, any shape. */
+int hk_gelu_fwd(const HkTensor *x, HkTensor *y);
+int hk_gelu_bwd(const HkTensor *x, const HkTensor *dy, HkTensor *dx);
+int hk_silu_fwd(const HkTensor *x, HkTensor *y);
+int hk_silu_bwd(const HkTensor *x, const HkTensor *dy, HkTensor *dx);
+
+/* rope: x [B,T,H*hd], hd even, rotate-half; theta > 0. */
+int hk_rope_fwd(const HkTensor *x, HkTensor *y, int64_t heads, double theta);
+int hk_rope_bwd(const HkTensor *dy, HkTensor *dx, int64_t heads, double theta);
+
+/* attention: causal, q [B,T,H*hd], k, v [B,T,KV*hd] -> y [B,T,H*hd].
+ * Workspace: row logsumexp [B,H,T] (saved by forward), then two T x T and
+ * eight T x hd fp32 blocks of scratch. */
+size_t hk_attention_workspace_bytes(const HkTensor *q, int64_t heads);
+int hk_attention_fwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
+                     int64_t kv_heads, void *ws);
+int hk_attention_bwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
+                     HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, void *ws);
+
+/* split: x [S...,N] -> n pieces [S...,n_i] (sizes: the pieces' last dims, summing to N). */
+int hk_split_fwd(const HkTensor *x, HkTensor *pieces, int n);
+int hk_split_bwd(const HkTensor *dpieces, int n, HkTensor *dx); /* a piece with NULL data contributes 0 */
+
+/* cross_entropy: logits [S...,V], targets i32 [S...] -> loss (one element, f32):
+ * mean over positions of lse - logit[target]. Workspace: row logsumexp. */
+size_t hk_cross_entropy_workspace_bytes(const HkTensor *logits);
+int hk_cross_entropy_fwd(const HkTensor *logits, const HkTensor *targets, HkTensor *loss, void *ws);
+int hk_cross_entropy_bwd(const HkTensor *logits, const HkTensor *targets, const HkTensor *dloss,
+                         HkTensor *dlogits, void *ws);
+
+/* arange: y i32 [n] = 0..n-1 (no backward). */
+int hk_arange_fwd(HkTensor *y, int64_t n);
+
+/* ---- Generic entries (what the executors call). ----
+ * in[0, nin): the op's tensor inputs (data NULL or index >= nin: an absent
+ * optional input); out[0, nout): its outputs. iattr/fattr as GOp (graph.h);
+ * fattr[0] == 0 means the default (eps 1e-5, theta 10000), iattr[1] == 0 for
+ * attention means kv_heads = heads. Backward: dout[j] is the gradient of
+ * out[j]; din[i] the gradient of in[i] (data NULL: not wanted). */
+size_t hk_workspace_bytes(PrimId p, const HkTensor *in, int nin, const HkTensor *out, int nout,
+                          const int64_t *iattr);
+int hk_run_fwd(PrimId p, const HkTensor *in, int nin, HkTensor *out, int nout, const int64_t *iattr,
+               const double *fattr, void *ws, size_t ws_bytes);
+int hk_run_bwd(PrimId p, const HkTensor *in, int nin, const HkTensor *out, const HkTensor *dout, int nout,
+               HkTensor *din, const int64_t *iattr, const double *fattr, void *ws, size_t ws_bytes);
+
+/* On a Graph: buf[t] is tensor t's storage. hk_op_workspace_bytes takes a
+ * forward op's index; forward takes an OP_FWD or OP_RECOMPUTE op and
+ * backward an OP_BWD op (operand layout in docs/autodiff.md), each with the
+ * workspace of the forward op. */
+HkTensor hk_graph_tensor(const Graph *g, int t, void *const *buf);
+size_t hk_op_workspace_bytes(const Graph *g, int fwd_op);
+int hk_op_forward(const Graph *g, const GOp *o, void *const *buf, void *ws, size_t ws_bytes);
+int hk_op_backward(const Graph *g, const GOp *o, void *const *buf, void *ws, size_t ws_bytes);
+
+/* ---- Optimizer-side helpers (plain fp32 reference). ---- */
+typedef struct HkAdam {
+    double lr, beta1, beta2, eps, weight_decay;
+    int64_t step;        /* 1-based step, for the bias corrections */
+    double grad_scale;   /* the gradient is multiplied by this first (clip / loss scale) */
+} HkAdam;
+/* AdamW on one tensor: g = grad * grad_scale; m = b1 m + (1-b1) g;
+ * v = b2 v + (1-b2) g^2; w -= lr (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd w).
+ * w is `master` (fp32, numel of param) when given, then rounded into param;
+ * else param itself, which must then be f32. m, v: fp32, numel of param. */
+int hk_adamw(HkTensor *param, const HkTensor *grad, float *master, float *m, float *v, const HkAdam *a);
+double hk_sum_squares(const HkTensor *t);  /* in double */
+bool hk_all_finite(const HkTensor *t);
+int hk_scale(HkTensor *t, double s);       /* t *= s */
+int hk_cast(const HkTensor *src, HkTensor *dst); /* same numel, any dtypes */
+void hk_zero(HkTensor *t);
+
+#endif
