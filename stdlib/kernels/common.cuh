@@ -18,12 +18,17 @@ struct zk_f16 { unsigned short x; };
 
 __device__ __forceinline__ float zk_ld(const float *p) { return *p; }
 __device__ __forceinline__ float zk_ld(const zk_bf16 *p) { return __uint_as_float(((unsigned)p->x) << 16); }
+#ifndef ZK_EMU
 __device__ __forceinline__ float zk_ld(const zk_f16 *p) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(p->x));
     return f;
 }
+#else /* the host emulator of tests/gpu (emu.h supplies the conversions) */
+__device__ __forceinline__ float zk_ld(const zk_f16 *p) { return emu_f16_to_f32(p->x); }
+#endif
 __device__ __forceinline__ void zk_st(float *p, float v) { *p = v; }
+#ifndef ZK_EMU
 __device__ __forceinline__ void zk_st(zk_bf16 *p, float v) {
     unsigned short h;
     asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
@@ -34,6 +39,10 @@ __device__ __forceinline__ void zk_st(zk_f16 *p, float v) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
     p->x = h;
 }
+#else
+__device__ __forceinline__ void zk_st(zk_bf16 *p, float v) { p->x = emu_f32_to_bf16(v); }
+__device__ __forceinline__ void zk_st(zk_f16 *p, float v) { p->x = emu_f32_to_f16(v); }
+#endif
 /* y = v, or y += v when acc (gradients accumulate into zeroed buffers). */
 template <typename T> __device__ __forceinline__ void zk_put(T *p, float v, long long acc) {
     zk_st(p, acc ? zk_ld(p) + v : v);

@@ -26,7 +26,9 @@
 #define ZK_LB (ZK_BN * ZK_BK / ZK_NTHREADS)
 
 __device__ __forceinline__ void zk_mma(float *c, const unsigned *a, const unsigned *b) {
-#if ZK_DT == 2
+#if defined(ZK_EMU)
+    emu_mma_m16n8k16(c, a, b, ZK_DT == 2);
+#elif ZK_DT == 2
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));

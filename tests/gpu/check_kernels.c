@@ -2,7 +2,7 @@
  * reference (runtime/hostk), then times the GEMMs against cuBLAS and the
  * attention against cuBLAS doing the same products, and prints one table.
  *
- *   check_kernels [--dry] [--arch sm_90] [--no-timing]
+ *   check_kernels [--dry | --emu] [--arch sm_90] [--no-timing] [-v]
  *
  * Each case is a small graph of ops (forward, then backward) built by hand;
  * cuda_gen lowers every op, NVRTC compiles the units for the device's
@@ -16,8 +16,12 @@
  *
  * --dry (or no GPU): compiles every unit and runs the host references, so
  * the harness itself is checked on a machine without a GPU; exit 3.
+ * --emu: no GPU either, but the kernels RUN, compiled as C++ for the host
+ * emulator (emu.h, emu.c: blocks of coroutine threads, mma.sync from the PTX
+ * fragment layout); checks the kernels' logic here. Slow: small cases only.
  * Exit 0: every case passed; 1: a case failed; 2: setup error. */
 #include <dlfcn.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,9 +145,151 @@ static void blas_load(void) {
     if (!cu.blasCreate || !cu.GemmEx || cu.blasCreate(&cu.blas_handle) != 0) cu.blas_handle = NULL;
 }
 
+/* ---- device memory and launches: the GPU, or host memory under --emu ---- */
+
+static int gpu = 0, emu = 0, verbose = 0; /* gpu: kernels run (on the GPU, or emulated when emu) */
+
+int emu_launch(void (*fn)(void **), void **params, const unsigned grid[3], const unsigned block[3], char *err,
+               size_t nerr);
+
+static void d_alloc(CUdeviceptr *p, size_t n) {
+    if (emu) {
+        void *h = malloc(n ? n : 4);
+        if (!h) exit(2);
+        *p = (CUdeviceptr)(uintptr_t)h;
+    } else {
+        CK(cu.MemAlloc(p, n ? n : 4));
+    }
+}
+static void d_h2d(CUdeviceptr d, const void *h, size_t n) {
+    if (emu) memcpy((void *)(uintptr_t)d, h, n);
+    else CK(cu.MemcpyHtoD(d, h, n));
+}
+static void d_d2h(void *h, CUdeviceptr d, size_t n) {
+    if (emu) memcpy(h, (void *)(uintptr_t)d, n);
+    else CK(cu.MemcpyDtoH(h, d, n));
+}
+static void d_memset(CUdeviceptr d, int v, size_t n) {
+    if (emu) memset((void *)(uintptr_t)d, v, n);
+    else CK(cu.MemsetD8(d, (unsigned char)v, n));
+}
+static void d_free(CUdeviceptr d) {
+    if (emu) free((void *)(uintptr_t)d);
+    else CK(cu.MemFree(d));
+}
+
+/* Under --emu a unit is compiled by the host C++ compiler into a shared
+ * object with a trampoline per entry point: emu_tramp_NAME(void **params). */
+static char *emu_wrappers(const char *src) {
+    size_t cap = strlen(src) + 4096, len = 0;
+    char *out = malloc(cap);
+    if (!out) exit(2);
+    out[0] = 0;
+    const char *key = "extern \"C\" __global__ void";
+    for (const char *p = strstr(src, key); p; p = strstr(p + 1, key)) {
+        const char *q = p + strlen(key);
+        while (*q == ' ' || *q == '\n') q++;
+        if (!strncmp(q, "__launch_bounds__", 17)) {
+            q = strchr(q, ')') + 1;
+            while (*q == ' ' || *q == '\n') q++;
+        }
+        const char *name = q;
+        while (*q == '_' || (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9')) q++;
+        int nlen = (int)(q - name);
+        const char *lp = strchr(q, '('), *rp = lp ? strchr(lp, ')') : NULL;
+        if (!lp || !rp) continue;
+        char line[4096];
+        int n = snprintf(line, sizeof line, "extern \"C\" void emu_tramp_%.*s(void **p) { %.*s(", nlen, name, nlen, name);
+        if (strstr(out, line)) continue; /* the same entry under another #if branch */
+        const char *a = lp + 1;
+        for (int i = 0; a < rp; i++) {
+            const char *e = a;
+            while (e < rp && *e != ',') e++;
+            const char *t1 = e;
+            while (t1 > a && (t1[-1] == ' ' || t1[-1] == '\n')) t1--;
+            const char *t0 = t1;
+            while (t0 > a && (t0[-1] == '_' || (t0[-1] >= 'a' && t0[-1] <= 'z') || (t0[-1] >= 'A' && t0[-1] <= 'Z') ||
+                              (t0[-1] >= '0' && t0[-1] <= '9')))
+                t0--;
+            const char *ts = a;
+            while (ts < t0 && (*ts == ' ' || *ts == '\n')) ts++;
+            char ty[256];
+            int tl = 0;
+            for (const char *c = ts; c < t0 && tl < 250; c++) ty[tl++] = *c == '\n' ? ' ' : *c;
+            ty[tl] = 0;
+            n += snprintf(line + n, sizeof line - (size_t)n, "%s*(%s*)p[%d]", i ? ", " : "", ty, i);
+            a = e + 1;
+        }
+        n += snprintf(line + n, sizeof line - (size_t)n, "); }\n");
+        if (len + (size_t)n + 1 > cap) {
+            cap = (len + (size_t)n + 1) * 2;
+            out = realloc(out, cap);
+            if (!out) exit(2);
+        }
+        memcpy(out + len, line, (size_t)n + 1);
+        len += (size_t)n;
+    }
+    return out;
+}
+
+static void *emu_build(const CudaKernel *k) {
+    char dir[256], cu_path[320], so[320], cmd[4096];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/zinf-emu", tmp && *tmp ? tmp : "/tmp");
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    if (system(cmd) != 0) exit(2);
+    snprintf(cu_path, sizeof cu_path, "%s/%.24s.cu", dir, k->hash);
+    snprintf(so, sizeof so, "%s/%.24s.so", dir, k->hash);
+    FILE *f = fopen(so, "r");
+    if (f) fclose(f);
+    else {
+        f = fopen(cu_path, "w");
+        if (!f) exit(2);
+        char *w = emu_wrappers(k->source);
+        fprintf(f, "%s\n%s", k->source, w);
+        free(w);
+        fclose(f);
+        const char *cxx = getenv("CXX");
+        snprintf(cmd, sizeof cmd, "%s -std=c++17 -O1 -w -fPIC -shared -DZK_EMU -include '%s' -x c++ '%s' -o '%s.tmp' && mv '%s.tmp' '%s'",
+                 cxx && *cxx ? cxx : "c++", ZINF_EMU_HEADER, cu_path, so, so, so);
+        if (system(cmd) != 0) {
+            fprintf(stderr, "check_kernels: emulator build of %s failed: %s\n", k->family, cmd);
+            exit(2);
+        }
+    }
+    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "check_kernels: %s\n", dlerror());
+        exit(2);
+    }
+    return h;
+}
+
+static void d_launch(CUmodule m, const CudaKernel *k, void **params) {
+    if (emu) {
+        char name[160], err[256];
+        snprintf(name, sizeof name, "emu_tramp_%s", k->entry);
+        void (*fn)(void **);
+        *(void **)&fn = dlsym(m, name);
+        if (!fn) {
+            fprintf(stderr, "check_kernels: no %s in the emulated unit\n", name);
+            exit(2);
+        }
+        if (emu_launch(fn, params, k->grid, k->block, err, sizeof err) != 0) {
+            fprintf(stderr, "check_kernels: %s: %s\n", k->comment, err);
+            exit(1);
+        }
+        return;
+    }
+    CUfunction fn;
+    CK(cu.ModuleGetFunction(&fn, m, k->entry));
+    CK(cu.LaunchKernel(fn, k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2], k->smem, NULL,
+                       params, NULL));
+    CK(cu.CtxSynchronize());
+}
+
 /* ---- cases -------------------------------------------------------------------- */
 
-static int gpu = 0, verbose = 0;
 static char arch[16] = "sm_90";
 static CudaGen cg;
 static Arena garena;
@@ -159,6 +305,15 @@ static CUmodule unit_module(const CudaKernel *k) {
     for (int i = 0; i < nmods; i++)
         if (!strcmp(mods[i].hash, k->hash)) return mods[i].mod;
     NvrtcResult r;
+    if (emu) {
+        CUmodule m = emu_build(k);
+        if (nmods < 256) {
+            memcpy(mods[nmods].hash, k->hash, 65);
+            mods[nmods++].mod = m;
+        }
+        ncompiled++;
+        return m;
+    }
     if (nvrtc_compile(k->source, k->family, arch, NULL, &r) != 0) {
         fprintf(stderr, "check_kernels: %s\n", r.error);
         exit(2);
@@ -411,15 +566,13 @@ static void dev_op(Case *c, int op) {
     c->nkernels += n;
     CUdeviceptr ws = 0;
     if (gpu && info.ws_bytes) {
-        CK(cu.MemAlloc(&ws, (size_t)info.ws_bytes));
-        CK(cu.MemsetD8(ws, 0xff, (size_t)info.ws_bytes)); /* the kernels must initialise what they read */
+        d_alloc(&ws, (size_t)info.ws_bytes);
+        d_memset(ws, 0xff, (size_t)info.ws_bytes); /* the kernels must initialise what they read */
     }
     for (int i = 0; i < n; i++) {
         const CudaKernel *k = &ks[i];
         CUmodule m = unit_module(k);
         if (!gpu) continue;
-        CUfunction fn;
-        CK(cu.ModuleGetFunction(&fn, m, k->entry));
         CUdeviceptr ptrs[CUDA_MAX_ARGS];
         long long ints[CUDA_MAX_ARGS];
         float flts[CUDA_MAX_ARGS];
@@ -435,19 +588,17 @@ static void dev_op(Case *c, int op) {
             case CARG_RT: flts[j] = rt_values[a->rt]; params[j] = &flts[j]; break;
             }
         }
-        CK(cu.LaunchKernel(fn, k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2], k->smem,
-                           NULL, params, NULL));
-        CK(cu.CtxSynchronize());
+        d_launch(m, k, params);
     }
     if (gpu && info.err_off >= 0) {
         int err[3];
-        CK(cu.MemcpyDtoH(err, ws + (CUdeviceptr)info.err_off, sizeof err));
+        d_d2h(err, ws + (CUdeviceptr)info.err_off, sizeof err);
         if (err[0]) {
             fprintf(stderr, "check_kernels: %s: the kernel reported a bad %s %d at %d\n", c->name, info.err_what, err[1], err[2]);
             exit(2);
         }
     }
-    if (ws) CK(cu.MemFree(ws));
+    if (ws) d_free(ws);
 }
 
 typedef struct Row {
@@ -493,8 +644,8 @@ static void case_run(Case *c) {
                 hk_set(&h, i, (float)v);
             }
         if (gpu) {
-            CK(cu.MemAlloc(&c->d[t], nb ? nb : 4));
-            CK(cu.MemcpyHtoD(c->d[t], c->h[t], nb ? nb : 4));
+            d_alloc(&c->d[t], nb);
+            d_h2d(c->d[t], c->h[t], nb ? nb : 4);
         }
     }
     void *ws[64] = {0};
@@ -519,7 +670,7 @@ static void case_run(Case *c) {
         if (gpu) {
             size_t nb = tbytes(x);
             void *dv = malloc(nb ? nb : 4);
-            CK(cu.MemcpyDtoH(dv, c->d[t], nb ? nb : 4));
+            d_d2h(dv, c->d[t], nb ? nb : 4);
             HkTensor hd = hk_tensor(dv, x->dtype, x->rank, x->dims), hr = ht(c, t);
             double md = 0, mr = 0;
             bool nan = false;
@@ -541,7 +692,7 @@ static void case_run(Case *c) {
     if (gpu && !(r->err <= r->limit)) r->pass = false;
     for (int t = 0; t < g->ntensors; t++) {
         free(c->h[t]);
-        if (gpu && c->d[t]) CK(cu.MemFree(c->d[t]));
+        if (gpu && c->d[t]) d_free(c->d[t]);
     }
     for (int k = 0; k < 64; k++) free(ws[k]);
     arena_free(&c->a);
@@ -857,11 +1008,12 @@ int main(int argc, char **argv) {
     bool dry = false, timed = true;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dry")) dry = true;
+        else if (!strcmp(argv[i], "--emu")) emu = 1;
         else if (!strcmp(argv[i], "--no-timing")) timed = false;
         else if (!strcmp(argv[i], "-v")) verbose = 1;
         else if (!strcmp(argv[i], "--arch") && i + 1 < argc) snprintf(arch, sizeof arch, "%s", argv[++i]);
         else {
-            fprintf(stderr, "usage: check_kernels [--dry] [--no-timing] [-v] [--arch sm_90]\n");
+            fprintf(stderr, "usage: check_kernels [--dry | --emu] [--no-timing] [-v] [--arch sm_90]\n");
             return 2;
         }
     }
@@ -871,7 +1023,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     char devname[128] = "none";
-    if (!dry && cu_load(why, sizeof why)) {
+    if (emu) {
+        gpu = 1;
+        snprintf(devname, sizeof devname, "host emulator (tests/gpu/emu.c)");
+    } else if (!dry && cu_load(why, sizeof why)) {
         int dev, ma = 0, mi = 0;
         CUresult r = cu.Init(0);
         if (r == 0 && cu.DeviceGet(&dev, 0) == 0) {
@@ -934,8 +1089,8 @@ int main(int argc, char **argv) {
     }
     printf("%d cases, %d units compiled for %s, %d failed (host time %.1f s)\n", nrows, ncompiled, arch, fails,
            ((double)clock() - t0) / CLOCKS_PER_SEC);
-    if (gpu && timed) timing();
+    if (gpu && !emu && timed) timing();
     arena_free(&garena);
-    if (!gpu) return 3;
+    if (!gpu || emu) return fails ? 1 : (emu ? 0 : 3);
     return fails ? 1 : 0;
 }

@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/gpu/check_kernels.sh [--make] [--dry] [--no-timing] [-v]
+# tests/gpu/check_kernels.sh [--make] [--dry | --emu] [--no-timing] [-v]
 #
 # Builds the GPU kernel check harness (tests/gpu/check_kernels.c) from the
 # sources it needs, with any C compiler, and runs it: every CUDA kernel family
@@ -9,7 +9,8 @@
 # OpenBLAS (a naive cblas_sgemm stands in when cblas.h is missing), no Check.
 # --make also builds the whole project with make first (needs its packages).
 # Without a GPU (or with --dry) it compiles every kernel and runs the host
-# references only, and exits 3. Exit 0 = every case passed.
+# references only, and exits 3. --emu runs the kernels on the host emulator
+# (tests/gpu/emu.c; needs c++), no GPU needed. Exit 0 = every case passed.
 # A GPU session runs it in one call, e.g.:  sh tests/gpu/check_kernels.sh
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -36,10 +37,10 @@ if [ "${ZINF_CBLAS_SHIM:-0}" != 1 ] && printf '#include <cblas.h>\nint main(void
 fi
 omp="-fopenmp"
 printf 'int main(void){return 0;}\n' | $CC -x c - -fopenmp -o "$OUTD/omp_probe" >/dev/null 2>&1 || omp=""
-srcs="tests/gpu/check_kernels.c lang/arena.c lang/diag.c compiler/graph.c compiler/autodiff.c compiler/cuda_gen.c compiler/nvrtc.c $(ls runtime/hostk*.c) $blas"
+srcs="tests/gpu/check_kernels.c tests/gpu/emu.c lang/arena.c lang/diag.c compiler/graph.c compiler/autodiff.c compiler/cuda_gen.c compiler/nvrtc.c $(ls runtime/hostk*.c) $blas"
 # shellcheck disable=SC2086
 if ! $CC -std=c11 -D_GNU_SOURCE -O2 -g $omp -Wall -Wextra -Werror -Wno-unknown-pragmas -Ilang -Icompiler -Iruntime $blasinc \
-    -DZINF_STDLIB_DIR="\"$(pwd)/stdlib\"" $srcs -o "$OUTD/check_kernels" $bloblibs -ldl -lm -lpthread; then
+    -DZINF_STDLIB_DIR="\"$(pwd)/stdlib\"" -DZINF_EMU_HEADER="\"$(pwd)/tests/gpu/emu.h\"" -rdynamic $srcs -o "$OUTD/check_kernels" $bloblibs -ldl -lm -lpthread; then
     echo "check_kernels.sh: the harness did not build" >&2
     exit 2
 fi
