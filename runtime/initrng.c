@@ -2,6 +2,7 @@
 #include <math.h>
 
 #define INIT_GAMMA 0x9E3779B97F4A7C15ull
+#define INIT_TWO_PI 6.283185307179586 /* the double nearest 2 pi */
 
 uint64_t init_mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -28,7 +29,7 @@ double init_normal(uint64_t key, int64_t i) {
     uint64_t c = (uint64_t)i * 2;
     double u1 = 1.0 - init_uniform01(key, c); /* (0, 1]: the log is finite */
     double u2 = init_uniform01(key, c + 1);
-    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+    return sqrt(-2.0 * log(u1)) * cos(INIT_TWO_PI * u2);
 }
 
 void init_fill_f32(float *dst, int64_t first, int64_t n, uint64_t seed, const char *name, InitKind kind,
