@@ -1286,7 +1286,13 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
                 any_state_fit = true;
                 int kmax = o->prefetch > 0 ? o->prefetch : o->prefetch < 0 ? 0 : 4;
                 int kmin = o->prefetch ? kmax : 0;
-                for (int k = kmax; k >= kmin; k--) {
+                /* the least look-ahead first: if that does not fit, nothing does;
+                 * then the deepest that fits */
+                int ks[66], nk = 0;
+                ks[nk++] = kmin;
+                for (int k = kmax; k > kmin; k--) ks[nk++] = k;
+                for (int ki = 0; ki < nk; ki++) {
+                    int k = ks[ki];
                     cand.prefetch = k;
                     b.pl = cand;
                     if (!build(&b, a)) {
@@ -1299,7 +1305,10 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
                     char why[256];
                     if (!fits(&b, why, sizeof why)) {
                         snprintf(last_why, sizeof last_why, "%s (%s, prefetch %d)", why, place_str(&cand, s4, sizeof s4), k);
-                        if (k == kmin) say(&ex, "  %s: does not fit: %s", place_str(&cand, s4, sizeof s4), why);
+                        if (ki == 0) {
+                            say(&ex, "  %s: does not fit: %s", place_str(&cand, s4, sizeof s4), why);
+                            break;
+                        }
                         continue;
                     }
                     Plan *p = emit_plan(&b);
@@ -1321,7 +1330,7 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
                         plan_free(p);
                     }
                     cost_free(&cr);
-                    break;
+                    if (ki > 0 || nk == 1) break;
                 }
             }
     if (!out->plan) {

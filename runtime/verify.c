@@ -381,62 +381,133 @@ static bool all_before(const V *v, const Ext *a, const Ext *b, uint32_t *wa, uin
     return true;
 }
 
-typedef struct Key {
-    uint64_t arena, offset;
+/* Overlap in time of buffers that share addresses. Buffers are taken in the
+ * order of their first use in a topological order of the schedule; an
+ * interval map keeps, for every address of each arena, the buffer that
+ * occupied it last. Each buffer must come after (every use ordered after
+ * every use of) each buffer it displaces. Checking only these neighbours is
+ * enough: if A was displaced from an address by C and C by B, then A
+ * precedes C precedes B. Two buffers that are properly ordered are always
+ * met in their order, because the first use of the earlier one comes first
+ * in every topological order. */
+typedef struct Seg {
+    uint64_t lo, hi;
     uint32_t buf;
-} Key;
-static int by_offset(const void *x, const void *y) {
-    const Key *a = x, *b = y;
-    if (a->arena != b->arena) return a->arena < b->arena ? -1 : 1;
-    if (a->offset != b->offset) return a->offset < b->offset ? -1 : 1;
-    return a->buf < b->buf ? -1 : 1;
+} Seg;
+
+typedef struct Map {
+    Seg *s;
+    uint32_t n, cap;
+} Map;
+
+typedef struct Item {
+    uint64_t key; /* persistent buffers first, then by first use */
+    uint32_t buf;
+} Item;
+
+static int by_key(const void *x, const void *y) {
+    const Item *a = x, *b = y;
+    if (a->key != b->key) return a->key < b->key ? -1 : 1;
+    return a->buf < b->buf ? -1 : a->buf > b->buf;
+}
+
+static void overlap_problem(V *v, uint32_t x, uint32_t y, uint32_t ix, uint32_t iy) {
+    const Plan *p = v->p;
+    const PlanBuffer *a = &p->buffers[x], *b = &p->buffers[y];
+    if ((a->flags | b->flags) & PLAN_BUF_PERSISTENT) {
+        problem(v, "buffers '%s' and '%s' overlap in arena %s, and '%s' is persistent", a->name, b->name,
+                plan_arena_names[a->arena], a->flags & PLAN_BUF_PERSISTENT ? a->name : b->name);
+        return;
+    }
+    problem(v, "buffers '%s' [%" PRIu64 ", +%" PRIu64 ") and '%s' [%" PRIu64 ", +%" PRIu64 ") overlap in arena %s while both are live: "
+            "instruction %u (%s) and instruction %u (%s) are not ordered",
+            a->name, a->offset, a->bytes, b->name, b->offset, b->bytes, plan_arena_names[a->arena], ix, iname(p, ix), iy, iname(p, iy));
+}
+
+/* Places buffer b over [lo, hi) in m, checking it against what it displaces. */
+static bool map_place(V *v, Map *m, const Ext *ext, uint32_t b, uint64_t lo, uint64_t hi) {
+    uint32_t need = m->n + 3;
+    if (need > m->cap) {
+        uint32_t nc = m->cap ? m->cap * 2 : 64;
+        while (nc < need) nc *= 2;
+        Seg *ns = realloc(m->s, sizeof(Seg) * nc);
+        if (!ns) return false;
+        m->s = ns;
+        m->cap = nc;
+    }
+    /* segments are sorted and disjoint: find the first that ends after lo */
+    uint32_t l = 0, r = m->n;
+    while (l < r) {
+        uint32_t mid = (l + r) / 2;
+        if (m->s[mid].hi <= lo) l = mid + 1;
+        else r = mid;
+    }
+    uint32_t first = l, last = l;
+    Seg keep[2];
+    int nkeep = 0;
+    uint32_t reported = UINT32_MAX;
+    bool persistent = v->p->buffers[b].flags & PLAN_BUF_PERSISTENT;
+    while (last < m->n && m->s[last].lo < hi) {
+        Seg sg = m->s[last];
+        uint32_t a = sg.buf, ia = 0, ib = 0;
+        bool ok = !persistent && !(v->p->buffers[a].flags & PLAN_BUF_PERSISTENT) && all_before(v, &ext[a], &ext[b], &ia, &ib);
+        if (!ok && a != reported && !STOP(v)) {
+            overlap_problem(v, a, b, ia, ib);
+            reported = a;
+        }
+        if (sg.lo < lo) keep[nkeep++] = (Seg){sg.lo, lo, a};
+        if (sg.hi > hi) keep[nkeep++] = (Seg){hi, sg.hi, a};
+        last++;
+    }
+    /* replace segments [first, last) by keep[0]?, [lo, hi), keep[1]? in address order */
+    Seg repl[3];
+    int nr = 0;
+    if (nkeep && keep[0].lo < lo) repl[nr++] = keep[0];
+    repl[nr++] = (Seg){lo, hi, b};
+    for (int k = 0; k < nkeep; k++)
+        if (keep[k].lo >= hi) repl[nr++] = keep[k];
+    uint32_t removed = last - first;
+    memmove(&m->s[first + (uint32_t)nr], &m->s[last], sizeof(Seg) * (m->n - last));
+    memcpy(&m->s[first], repl, sizeof(Seg) * (size_t)nr);
+    m->n = m->n - removed + (uint32_t)nr;
+    return true;
 }
 
 static void check_overlap(V *v) {
     const Plan *p = v->p;
-    uint32_t nb = p->nbuffers;
-    Key *key = malloc((nb + 1) * sizeof *key);
-    uint32_t *idx = malloc((nb + 1) * sizeof *idx);
+    uint32_t nb = p->nbuffers, n = p->ninstrs;
+    Item *items = malloc((nb + 1) * sizeof *items);
     Ext *ext = malloc((nb + 1) * sizeof *ext);
-    if (!idx || !ext || !key) {
-        free(key);
-        free(idx);
-        free(ext);
+    uint32_t *topo = malloc((n + 1) * sizeof *topo);
+    Map maps[PLAN_NARENAS] = {{0}};
+    if (!items || !ext || !topo) {
         problem(v, "out of memory verifying buffer overlap");
-        return;
+        goto done;
     }
+    for (uint32_t k = 0; k < n; k++) topo[v->order[k]] = k;
+    uint32_t m = 0;
     for (uint32_t b = 0; b < nb; b++) {
-        key[b] = (Key){p->buffers[b].arena, p->buffers[b].offset, b};
         extent(v, b, &ext[b]);
+        bool persistent = p->buffers[b].flags & PLAN_BUF_PERSISTENT;
+        if (!p->buffers[b].bytes || (!persistent && !ext[b].used)) continue;
+        uint64_t first = UINT64_MAX;
+        for (uint32_t u = v->use_start[b]; u < v->use_start[b + 1]; u++)
+            if (topo[v->use_list[u]] < first) first = topo[v->use_list[u]];
+        items[m++] = (Item){persistent ? 0 : first + 1, b};
     }
-    qsort(key, nb, sizeof *key, by_offset);
-    for (uint32_t b = 0; b < nb; b++) idx[b] = key[b].buf;
-    free(key);
-    for (uint32_t i = 0; i < nb && !STOP(v); i++) {
-        const PlanBuffer *a = &p->buffers[idx[i]];
-        if (!a->bytes) continue;
-        for (uint32_t j = i + 1; j < nb && !STOP(v); j++) {
-            const PlanBuffer *b = &p->buffers[idx[j]];
-            if (b->arena != a->arena || b->offset >= a->offset + a->bytes) break;
-            if (!b->bytes) continue;
-            bool pa = a->flags & PLAN_BUF_PERSISTENT, pb = b->flags & PLAN_BUF_PERSISTENT;
-            if (pa || pb) {
-                problem(v, "buffers '%s' and '%s' overlap in arena %s, and '%s' is persistent", a->name, b->name,
-                        plan_arena_names[a->arena], pa ? a->name : b->name);
-                continue;
-            }
-            const Ext *ea = &ext[idx[i]], *eb = &ext[idx[j]];
-            if (!ea->used || !eb->used) continue;
-            uint32_t x1, y1, x2, y2;
-            if (all_before(v, ea, eb, &x1, &y1) || all_before(v, eb, ea, &x2, &y2)) continue;
-            problem(v, "buffers '%s' [%" PRIu64 ", +%" PRIu64 ") and '%s' [%" PRIu64 ", +%" PRIu64 ") overlap in arena %s while both are live: "
-                    "instruction %u (%s) and instruction %u (%s) are not ordered",
-                    a->name, a->offset, a->bytes, b->name, b->offset, b->bytes, plan_arena_names[a->arena], x1, iname(p, x1), y1,
-                    iname(p, y1));
+    qsort(items, m, sizeof *items, by_key);
+    for (uint32_t k = 0; k < m && !STOP(v); k++) {
+        const PlanBuffer *bf = &p->buffers[items[k].buf];
+        if (!map_place(v, &maps[bf->arena], ext, items[k].buf, bf->offset, bf->offset + bf->bytes)) {
+            problem(v, "out of memory verifying buffer overlap");
+            break;
         }
     }
-    free(idx);
+done:
+    for (int a = 0; a < PLAN_NARENAS; a++) free(maps[a].s);
+    free(items);
     free(ext);
+    free(topo);
 }
 
 int verify_plan(const Plan *p, char *msgs, size_t n) {
