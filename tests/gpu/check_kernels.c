@@ -2,7 +2,7 @@
  * reference (runtime/hostk), then times the GEMMs against cuBLAS and the
  * attention against cuBLAS doing the same products, and prints one table.
  *
- *   check_kernels [--dry | --emu] [--arch sm_90] [--no-timing] [-v]
+ *   check_kernels [--dry | --emu] [--only NAME] [--arch sm_90] [--no-timing] [-v]
  *
  * Each case is a small graph of ops (forward, then backward) built by hand;
  * cuda_gen lowers every op, NVRTC compiles the units for the device's
@@ -238,8 +238,30 @@ static void *emu_build(const CudaKernel *k) {
     snprintf(dir, sizeof dir, "%s/zinf-emu", tmp && *tmp ? tmp : "/tmp");
     snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
     if (system(cmd) != 0) exit(2);
-    snprintf(cu_path, sizeof cu_path, "%s/%.24s.cu", dir, k->hash);
-    snprintf(so, sizeof so, "%s/%.24s.so", dir, k->hash);
+    /* named by the hash of the unit and of emu.h, so an edit of either rebuilds */
+    static char *hdr;
+    if (!hdr) {
+        FILE *hf = fopen(ZINF_EMU_HEADER, "rb");
+        if (!hf) {
+            fprintf(stderr, "check_kernels: cannot read %s\n", ZINF_EMU_HEADER);
+            exit(2);
+        }
+        hdr = calloc(1, 1 << 16);
+        if (!hdr || fread(hdr, 1, (1 << 16) - 1, hf) == 0) exit(2);
+        fclose(hf);
+    }
+    size_t ls = strlen(k->source), lh = strlen(hdr);
+    char *both = malloc(ls + lh + 1);
+    if (!both) exit(2);
+    memcpy(both, k->source, ls);
+    memcpy(both + ls, hdr, lh + 1);
+    unsigned char dg[32];
+    char hex[65];
+    nvrtc_sha256(both, ls + lh, dg);
+    nvrtc_hex(dg, 32, hex);
+    free(both);
+    snprintf(cu_path, sizeof cu_path, "%s/%.24s.cu", dir, hex);
+    snprintf(so, sizeof so, "%s/%.24s.so", dir, hex);
     FILE *f = fopen(so, "r");
     if (f) fclose(f);
     else {
@@ -615,8 +637,23 @@ static int nrows;
 static double limit_of(DType dt) { return dt == DT_F32 ? 1e-5 : 1e-2; }
 
 /* Runs every op of the case on both sides and compares what was written. */
+static const char *only; /* --only A,B: run the cases whose name contains A or B */
+
 static void case_run(Case *c) {
     Graph *g = &c->g;
+    if (only) {
+        bool hit = false;
+        for (const char *p = only; *p && !hit;) {
+            const char *e = strchr(p, ',');
+            size_t n = e ? (size_t)(e - p) : strlen(p);
+            for (const char *q = c->name; *q && !hit; q++) hit = !strncmp(q, p, n);
+            p += n + (e ? 1 : 0);
+        }
+        if (!hit) {
+            arena_free(&c->a);
+            return;
+        }
+    }
     for (int k = 0; k < g->nops; k++) {
         const GOp *o = &g->ops[k];
         for (int j = 0; j < o->nout; j++)
@@ -681,7 +718,9 @@ static void case_run(Case *c) {
                 mr = fmax(mr, fabs(b));
             }
             double e = nan ? INFINITY : md / (mr > 0 ? mr : 1);
-            if (verbose) printf("    %-20s %-12s rel err %.3g\n", c->name, x->name, e);
+            if (verbose)
+                printf("    %-20s %-12s rel err %.3g   [0] gpu %.6g ref %.6g   [last] gpu %.6g ref %.6g\n", c->name,
+                       x->name, e, hk_get(&hd, 0), hk_get(&hr, 0), hk_get(&hd, x->numel - 1), hk_get(&hr, x->numel - 1));
             if (e > r->err || nan) {
                 r->err = e;
                 snprintf(r->worst, sizeof r->worst, "%s", x->name ? x->name : "?");
@@ -1009,11 +1048,12 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dry")) dry = true;
         else if (!strcmp(argv[i], "--emu")) emu = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--no-timing")) timed = false;
         else if (!strcmp(argv[i], "-v")) verbose = 1;
         else if (!strcmp(argv[i], "--arch") && i + 1 < argc) snprintf(arch, sizeof arch, "%s", argv[++i]);
         else {
-            fprintf(stderr, "usage: check_kernels [--dry | --emu] [--no-timing] [-v] [--arch sm_90]\n");
+            fprintf(stderr, "usage: check_kernels [--dry | --emu] [--only NAME] [--no-timing] [-v] [--arch sm_90]\n");
             return 2;
         }
     }

@@ -19,14 +19,12 @@ OUTD=$BUILD/gpu
 mkdir -p "$OUTD" || exit 2
 CC=${CC:-cc}
 CUDA=${CUDA_HOME:-/usr/local/cuda}
-args=""
+MAKE_ALL=0
 for a in "$@"; do
-    case "$a" in
-    --make) MAKE_ALL=1 ;;
-    *) args="$args $a" ;;
-    esac
+    shift
+    if [ "$a" = --make ]; then MAKE_ALL=1; else set -- "$@" "$a"; fi
 done
-if [ "${MAKE_ALL:-0}" = 1 ]; then
+if [ "$MAKE_ALL" = 1 ]; then
     if make -j"$(nproc)" all >"$OUTD/make.log" 2>&1; then echo "make: ok"; else echo "make: failed (see $OUTD/make.log); the harness does not need it"; fi
 fi
 blas="tests/gpu/cblas_shim.c"
@@ -46,5 +44,4 @@ if ! $CC -std=c11 -D_GNU_SOURCE -O2 -g $omp -Wall -Wextra -Werror -Wno-unknown-p
 fi
 echo "built $OUTD/check_kernels ($( [ -n "$blas" ] && echo "cblas shim" || echo "OpenBLAS" ))"
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$CUDA/lib64"
-# shellcheck disable=SC2086
-exec "$OUTD/check_kernels" $args
+exec "$OUTD/check_kernels" "$@"
