@@ -328,7 +328,7 @@ static const PlanTarget builtins[] = {
     {.name = "host", .backend = "host", .nodes = 1, .gpus_per_node = 4, .gpu_memory = (uint64_t)(2 * GiB),
      .gpu_flops = 20e9, .gpu_arch = "", .cpu_memory = (uint64_t)(16 * GiB), .cpu_bandwidth = 20 * GB, .cpu_cores = 2,
      .nvme_npaths = 1, .nvme_paths = (const char **)host_paths, .nvme_read = 1 * GB, .nvme_write = 1 * GB,
-     .nvme_capacity = (uint64_t)(16 * GiB), .net_latency = 20e-6},
+     .nvme_capacity = (uint64_t)(16 * GiB), .net_latency = 10e-6},
 };
 const char *const target_builtin_names[] = {"dgx2", "dgx-a100", "dgx-h100", "h200", "host"};
 const int target_nbuiltins = sizeof builtins / sizeof builtins[0];
