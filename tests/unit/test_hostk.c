@@ -1,0 +1,755 @@
+/* hostk: every primitive's forward against a float64 reference written
+ * plainly here, and its backward against central finite differences of that
+ * reference (so the kernels are checked against nothing of their own).
+ *
+ * Error measure (normwise relative): max_i |got_i - want_i| / max_i |want_i|.
+ * Tolerances, by storage dtype of the float tensors:
+ *   f32 : forward 1e-5, backward 1e-5 (fp32 kernels against float64 FD;
+ *         observed <= 4e-7 on these shapes)
+ *   f16 : forward 1e-3, backward 1.5e-3 (the output rounded once to 11 bits:
+ *         2^-11 = 4.9e-4 relative per element; observed <= 4.2e-4)
+ *   bf16: forward 8e-3, backward 1e-2 (8 bits: 2^-8 = 3.9e-3; observed <= 3.6e-3)
+ * The inputs are rounded to the storage dtype first and the reference runs on
+ * the rounded values, so the tolerances measure the kernel, not the format.
+ * Backward kernels accumulate: f32 gradients start from random values and
+ * the test checks the increment. FD step h = 1e-4 on the float64 reference:
+ * truncation ~1e-8, far below every tolerance. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "half.h"
+#include "arena.h"
+#include "graph.h"
+#include "hostk.h"
+
+/* ---- deterministic random numbers ---- */
+static uint64_t rng_state;
+static void rng_seed(uint64_t s) { rng_state = s * 2654435761u + 12345; }
+static uint64_t rng_next(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+static double rng_unif(void) { return (double)(rng_next() >> 11) / 9007199254740992.0 * 2.0 - 1.0; }
+
+/* ---- test cases ---- */
+enum { MAXT = 8 };
+typedef struct Case {
+    const char *name;
+    PrimId prim;
+    int nin, nout;
+    int rank[3];
+    int64_t dims[3][6];
+    int64_t int_hi[3];  /* > 0: an i32 input with values in [0, int_hi) */
+    int orank[MAXT];
+    int64_t odims[MAXT][6];
+    int64_t iattr[4];
+    double fattr[2];
+    unsigned diff;      /* differentiable inputs */
+} Case;
+
+static int64_t numel(int rank, const int64_t *d) {
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) n *= d[i];
+    return n;
+}
+
+/* ---- float64 reference forwards ---- */
+
+static void ref_matmul(const Case *c, double *const *in, double **out) {
+    int ra = c->rank[0], rb = c->rank[1];
+    const int64_t *da = c->dims[0], *db = c->dims[1];
+    int ta = (int)c->iattr[0], tb = (int)c->iattr[1];
+    int64_t K = tb ? db[rb - 1] : db[rb - 2], N = tb ? db[rb - 2] : db[rb - 1], M, nb = 1;
+    /* a is [S..., M, K] ([K, M] transposed), or a vector [K] */
+    M = ra == 1 ? 1 : ta ? da[ra - 1] : da[ra - 2];
+    for (int i = 0; i < ra - 2; i++) nb *= da[i];
+    for (int64_t s = 0; s < nb; s++)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                double acc = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    double a = ta ? in[0][s * K * M + k * M + m] : in[0][s * M * K + m * K + k];
+                    int64_t bs = rb == 2 ? 0 : s * K * N;
+                    double b = tb ? in[1][bs + n * K + k] : in[1][bs + k * N + n];
+                    acc += a * b;
+                }
+                out[0][s * M * N + m * N + n] = acc;
+            }
+}
+
+static void ref_linear(const Case *c, double *const *in, double **out) {
+    int64_t I = c->dims[1][0], O = c->dims[1][1], R = numel(c->rank[0], c->dims[0]) / I;
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t o = 0; o < O; o++) {
+            double acc = c->nin > 2 ? in[2][o] : 0;
+            for (int64_t i = 0; i < I; i++) acc += in[0][r * I + i] * in[1][i * O + o];
+            out[0][r * O + o] = acc;
+        }
+}
+
+static void ref_embedding(const Case *c, double *const *in, double **out) {
+    int64_t D = c->dims[0][1], n = numel(c->rank[1], c->dims[1]);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t d = 0; d < D; d++) out[0][i * D + d] = in[0][(int64_t)in[1][i] * D + d];
+}
+
+static void ref_binary(const Case *c, double *const *in, double **out) {
+    int64_t na = numel(c->rank[0], c->dims[0]), nb = numel(c->rank[1], c->dims[1]);
+    int64_t n = na > nb ? na : nb;
+    for (int64_t i = 0; i < n; i++) {
+        double a = in[0][i % na], b = in[1][i % nb];
+        out[0][i] = c->prim == PRIM_MUL ? a * b : a + b;
+    }
+}
+
+static void ref_layernorm(const Case *c, double *const *in, double **out) {
+    int r0 = c->rank[0];
+    int64_t D = c->dims[0][r0 - 1], R = numel(r0, c->dims[0]) / D;
+    double eps = c->fattr[0];
+    for (int64_t r = 0; r < R; r++) {
+        const double *x = in[0] + r * D;
+        double mu = 0, var = 0, ms = 0;
+        for (int64_t j = 0; j < D; j++) mu += x[j] / (double)D;
+        for (int64_t j = 0; j < D; j++) var += (x[j] - mu) * (x[j] - mu) / (double)D;
+        for (int64_t j = 0; j < D; j++) ms += x[j] * x[j] / (double)D;
+        for (int64_t j = 0; j < D; j++) {
+            double g = c->nin > 1 ? in[1][j] : 1;
+            if (c->prim == PRIM_LAYERNORM)
+                out[0][r * D + j] = (x[j] - mu) / sqrt(var + eps) * g + (c->nin > 2 ? in[2][j] : 0);
+            else
+                out[0][r * D + j] = x[j] / sqrt(ms + eps) * g;
+        }
+    }
+}
+
+static void ref_unary(const Case *c, double *const *in, double **out) {
+    int64_t n = numel(c->rank[0], c->dims[0]);
+    for (int64_t i = 0; i < n; i++) {
+        double x = in[0][i];
+        out[0][i] = c->prim == PRIM_GELU ? 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)))
+                                         : x / (1 + exp(-x));
+    }
+}
+
+static void ref_rope(const Case *c, double *const *in, double **out) {
+    int64_t B = c->dims[0][0], T = c->dims[0][1], C = c->dims[0][2], H = c->iattr[0], hd = C / H;
+    double theta = c->fattr[0];
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t j = 0; j < hd / 2; j++) {
+                    int64_t i0 = (b * T + t) * C + h * hd + j, i1 = i0 + hd / 2;
+                    double a = (double)t * pow(theta, -2.0 * (double)j / (double)hd);
+                    out[0][i0] = in[0][i0] * cos(a) - in[0][i1] * sin(a);
+                    out[0][i1] = in[0][i0] * sin(a) + in[0][i1] * cos(a);
+                }
+}
+
+static void ref_attention(const Case *c, double *const *in, double **out) {
+    int64_t B = c->dims[0][0], T = c->dims[0][1], H = c->iattr[0], KV = c->iattr[1];
+    int64_t hd = c->dims[0][2] / H, qc = H * hd, kc = KV * hd;
+    double p[64];
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            int64_t g = h / (H / KV);
+            for (int64_t t = 0; t < T; t++) {
+                double m = -1e300, sum = 0;
+                for (int64_t s = 0; s <= t; s++) {
+                    double d = 0;
+                    for (int64_t e = 0; e < hd; e++)
+                        d += in[0][(b * T + t) * qc + h * hd + e] * in[1][(b * T + s) * kc + g * hd + e];
+                    p[s] = d / sqrt((double)hd);
+                    if (p[s] > m) m = p[s];
+                }
+                for (int64_t s = 0; s <= t; s++) sum += p[s] = exp(p[s] - m);
+                for (int64_t e = 0; e < hd; e++) {
+                    double acc = 0;
+                    for (int64_t s = 0; s <= t; s++) acc += p[s] / sum * in[2][(b * T + s) * kc + g * hd + e];
+                    out[0][(b * T + t) * qc + h * hd + e] = acc;
+                }
+            }
+        }
+}
+
+static void ref_split(const Case *c, double *const *in, double **out) {
+    int r = c->rank[0];
+    int64_t N = c->dims[0][r - 1], R = numel(r, c->dims[0]) / N, off = 0;
+    for (int k = 0; k < c->nout; k++) {
+        int64_t w = c->odims[k][r - 1];
+        for (int64_t i = 0; i < R; i++)
+            for (int64_t j = 0; j < w; j++) out[k][i * w + j] = in[0][i * N + off + j];
+        off += w;
+    }
+}
+
+static void ref_cross_entropy(const Case *c, double *const *in, double **out) {
+    int r = c->rank[0];
+    int64_t V = c->dims[0][r - 1], R = numel(r, c->dims[0]) / V;
+    double tot = 0;
+    for (int64_t i = 0; i < R; i++) {
+        double m = -1e300, s = 0;
+        for (int64_t j = 0; j < V; j++) m = fmax(m, in[0][i * V + j]);
+        for (int64_t j = 0; j < V; j++) s += exp(in[0][i * V + j] - m);
+        tot += m + log(s) - in[0][i * V + (int64_t)in[1][i]];
+    }
+    out[0][0] = tot / (double)R;
+}
+
+static void ref_forward(const Case *c, double *const *in, double **out) {
+    switch (c->prim) {
+    case PRIM_EMBEDDING: ref_embedding(c, in, out); break;
+    case PRIM_LINEAR: ref_linear(c, in, out); break;
+    case PRIM_MATMUL: ref_matmul(c, in, out); break;
+    case PRIM_ADD: case PRIM_MUL: ref_binary(c, in, out); break;
+    case PRIM_LAYERNORM: case PRIM_RMSNORM: ref_layernorm(c, in, out); break;
+    case PRIM_GELU: case PRIM_SILU: ref_unary(c, in, out); break;
+    case PRIM_ROPE: ref_rope(c, in, out); break;
+    case PRIM_ATTENTION: ref_attention(c, in, out); break;
+    case PRIM_SPLIT: ref_split(c, in, out); break;
+    case PRIM_CROSS_ENTROPY: ref_cross_entropy(c, in, out); break;
+    default: ck_abort_msg("no reference for %s", c->name);
+    }
+}
+
+/* ---- the driver ---- */
+
+static double store_round(DType dt, double v) {
+    switch (dt) {
+    case DT_BF16: return half_bf16_to_f32(half_f32_to_bf16((float)v));
+    case DT_F16: return half_f16_to_f32(half_f32_to_f16((float)v));
+    default: return (float)v;
+    }
+}
+
+static void *alloc_tensor(HkTensor *t, DType dt, int rank, const int64_t *dims) {
+    int64_t n = numel(rank, dims);
+    void *p = calloc((size_t)(n ? n : 1), 4);
+    ck_assert_ptr_nonnull(p);
+    *t = hk_tensor(p, dt, rank, dims);
+    return p;
+}
+
+static double norm_err(const double *got, const double *want, int64_t n) {
+    double md = 0, mw = 0;
+    for (int64_t i = 0; i < n; i++) {
+        md = fmax(md, fabs(got[i] - want[i]));
+        mw = fmax(mw, fabs(want[i]));
+    }
+    return md / (mw > 1e-30 ? mw : 1e-30);
+}
+
+/* L = sum_j <ref_out_j(x), dy_j> */
+static double ref_loss(const Case *c, double *const *in, double **ro, double *const *dy) {
+    ref_forward(c, in, ro);
+    double L = 0;
+    for (int j = 0; j < c->nout; j++) {
+        int64_t n = numel(c->orank[j], c->odims[j]);
+        for (int64_t i = 0; i < n; i++) L += ro[j][i] * dy[j][i];
+    }
+    return L;
+}
+
+static double tol_fwd(DType dt) { return dt == DT_F32 ? 1e-5 : dt == DT_F16 ? 1e-3 : 8e-3; }
+static double tol_bwd(DType dt) { return dt == DT_F32 ? 1e-5 : dt == DT_F16 ? 1.5e-3 : 1e-2; }
+static const char *dt_name(DType dt) { return dt == DT_F32 ? "f32" : dt == DT_F16 ? "f16" : "bf16"; }
+
+static void run_case(const Case *c, DType dt, uint64_t seed) {
+    rng_seed(seed);
+    HkTensor in[3], out[MAXT], dout[MAXT], din[3];
+    double *xin[3], *yref[MAXT], *ytmp[MAXT], *dyv[MAXT], *prior[3] = {0};
+    void *mem[32];
+    int nm = 0;
+    memset(din, 0, sizeof din);
+    for (int i = 0; i < c->nin; i++) {
+        int64_t n = numel(c->rank[i], c->dims[i]);
+        xin[i] = malloc(sizeof(double) * (size_t)(n ? n : 1));
+        mem[nm++] = xin[i];
+        mem[nm++] = alloc_tensor(&in[i], c->int_hi[i] ? DT_I32 : dt, c->rank[i], c->dims[i]);
+        for (int64_t e = 0; e < n; e++) {
+            if (c->int_hi[i]) {
+                int32_t v = (int32_t)(rng_next() % (uint64_t)c->int_hi[i]);
+                ((int32_t *)in[i].data)[e] = v;
+                xin[i][e] = v;
+            } else {
+                xin[i][e] = store_round(dt, rng_unif() * 1.5);
+                hk_set(&in[i], e, (float)xin[i][e]);
+            }
+        }
+    }
+    for (int j = 0; j < c->nout; j++) {
+        int64_t n = numel(c->orank[j], c->odims[j]);
+        DType odt = c->prim == PRIM_CROSS_ENTROPY ? DT_F32 : dt;
+        mem[nm++] = alloc_tensor(&out[j], odt, c->orank[j], c->odims[j]);
+        mem[nm++] = alloc_tensor(&dout[j], odt, c->orank[j], c->odims[j]);
+        yref[j] = malloc(sizeof(double) * (size_t)n);
+        ytmp[j] = malloc(sizeof(double) * (size_t)n);
+        dyv[j] = malloc(sizeof(double) * (size_t)n);
+        mem[nm++] = yref[j];
+        mem[nm++] = ytmp[j];
+        mem[nm++] = dyv[j];
+        for (int64_t e = 0; e < n; e++) {
+            dyv[j][e] = store_round(odt, rng_unif());
+            hk_set(&dout[j], e, (float)dyv[j][e]);
+        }
+    }
+    size_t wsb = hk_workspace_bytes(c->prim, in, c->nin, out, c->nout, c->iattr);
+    void *ws = malloc(wsb ? wsb : 1);
+    mem[nm++] = ws;
+    int rc = hk_run_fwd(c->prim, in, c->nin, out, c->nout, c->iattr, c->fattr, ws, wsb);
+    ck_assert_msg(rc == HK_OK, "%s/%s forward: %s", c->name, dt_name(dt), hk_strerror(rc));
+    ref_forward(c, xin, yref);
+    double fe = 0;
+    for (int j = 0; j < c->nout; j++) {
+        int64_t n = numel(c->orank[j], c->odims[j]);
+        for (int64_t e = 0; e < n; e++) ytmp[j][e] = hk_get(&out[j], e);
+        fe = fmax(fe, norm_err(ytmp[j], yref[j], n));
+    }
+    ck_assert_msg(fe <= tol_fwd(dt), "%s/%s forward error %.3g > %.3g", c->name, dt_name(dt), fe, tol_fwd(dt));
+
+    /* backward: gradients start at random values (f32) or zero, and accumulate */
+    for (int i = 0; i < c->nin; i++) {
+        if (!(c->diff >> i & 1)) continue;
+        int64_t n = numel(c->rank[i], c->dims[i]);
+        mem[nm++] = alloc_tensor(&din[i], dt, c->rank[i], c->dims[i]);
+        prior[i] = calloc((size_t)(n ? n : 1), sizeof(double));
+        mem[nm++] = prior[i];
+        for (int64_t e = 0; e < n; e++) {
+            prior[i][e] = dt == DT_F32 ? rng_unif() : 0;
+            hk_set(&din[i], e, (float)prior[i][e]);
+        }
+    }
+    rc = hk_run_bwd(c->prim, in, c->nin, out, dout, c->nout, din, c->iattr, c->fattr, ws, wsb);
+    ck_assert_msg(rc == HK_OK, "%s/%s backward: %s", c->name, dt_name(dt), hk_strerror(rc));
+    double be = 0;
+    for (int i = 0; i < c->nin; i++) {
+        if (!(c->diff >> i & 1)) continue;
+        int64_t n = numel(c->rank[i], c->dims[i]);
+        double *fd = malloc(sizeof(double) * (size_t)n), *got = malloc(sizeof(double) * (size_t)n);
+        for (int64_t e = 0; e < n; e++) {
+            double x0 = xin[i][e], h = 1e-4;
+            xin[i][e] = x0 + h;
+            double lp = ref_loss(c, xin, ytmp, dyv);
+            xin[i][e] = x0 - h;
+            double lm = ref_loss(c, xin, ytmp, dyv);
+            xin[i][e] = x0;
+            fd[e] = (lp - lm) / (2 * h);
+            got[e] = hk_get(&din[i], e) - prior[i][e];
+        }
+        double err = norm_err(got, fd, n);
+        be = fmax(be, err);
+        ck_assert_msg(err <= tol_bwd(dt), "%s/%s backward of input %d: error %.3g > %.3g", c->name, dt_name(dt), i,
+                      err, tol_bwd(dt));
+        free(fd);
+        free(got);
+    }
+    printf("%-28s %-4s forward %.2e  backward %.2e\n", c->name, dt_name(dt), fe, be);
+    for (int k = 0; k < nm; k++) free(mem[k]);
+}
+
+#define D(...) {__VA_ARGS__}
+static const Case cases[] = {
+    {"embedding", PRIM_EMBEDDING, 2, 1, {2, 2}, {D(7, 5), D(2, 3)}, {0, 7}, {3}, {D(2, 3, 5)}, {0}, {0}, 0x1},
+    {"linear+bias", PRIM_LINEAR, 3, 1, {3, 2, 1}, {D(2, 3, 5), D(5, 4), D(4)}, {0}, {3}, {D(2, 3, 4)}, {0}, {0}, 0x7},
+    {"linear", PRIM_LINEAR, 2, 1, {2, 2}, {D(7, 3), D(3, 6)}, {0}, {2}, {D(7, 6)}, {0}, {0}, 0x3},
+    {"matmul", PRIM_MATMUL, 2, 1, {3, 2}, {D(2, 3, 5), D(5, 4)}, {0}, {3}, {D(2, 3, 4)}, {0, 0}, {0}, 0x3},
+    {"matmul ta", PRIM_MATMUL, 2, 1, {3, 2}, {D(2, 5, 3), D(5, 4)}, {0}, {3}, {D(2, 3, 4)}, {1, 0}, {0}, 0x3},
+    {"matmul tb", PRIM_MATMUL, 2, 1, {2, 2}, {D(3, 5), D(4, 5)}, {0}, {2}, {D(3, 4)}, {0, 1}, {0}, 0x3},
+    {"matmul ta tb", PRIM_MATMUL, 2, 1, {3, 2}, {D(2, 5, 3), D(4, 5)}, {0}, {3}, {D(2, 3, 4)}, {1, 1}, {0}, 0x3},
+    {"matmul batched b", PRIM_MATMUL, 2, 1, {3, 3}, {D(2, 3, 5), D(2, 5, 4)}, {0}, {3}, {D(2, 3, 4)}, {0, 0}, {0}, 0x3},
+    {"matmul batched ta tb", PRIM_MATMUL, 2, 1, {3, 3}, {D(2, 5, 3), D(2, 4, 5)}, {0}, {3}, {D(2, 3, 4)}, {1, 1}, {0}, 0x3},
+    {"matmul vector", PRIM_MATMUL, 2, 1, {1, 2}, {D(5), D(5, 3)}, {0}, {1}, {D(3)}, {0, 0}, {0}, 0x3},
+    {"add bcast b", PRIM_ADD, 2, 1, {3, 1}, {D(2, 3, 4), D(4)}, {0}, {3}, {D(2, 3, 4)}, {0}, {0}, 0x3},
+    {"add bcast a", PRIM_ADD, 2, 1, {2, 3}, {D(3, 4), D(2, 3, 4)}, {0}, {3}, {D(2, 3, 4)}, {0}, {0}, 0x3},
+    {"add same", PRIM_ADD, 2, 1, {2, 2}, {D(3, 5), D(3, 5)}, {0}, {2}, {D(3, 5)}, {0}, {0}, 0x3},
+    {"mul bcast b", PRIM_MUL, 2, 1, {3, 2}, {D(2, 3, 5), D(3, 5)}, {0}, {3}, {D(2, 3, 5)}, {0}, {0}, 0x3},
+    {"mul bcast a", PRIM_MUL, 2, 1, {1, 2}, {D(5), D(3, 5)}, {0}, {2}, {D(3, 5)}, {0}, {0}, 0x3},
+    {"layernorm g b", PRIM_LAYERNORM, 3, 1, {3, 1, 1}, {D(2, 3, 7), D(7), D(7)}, {0}, {3}, {D(2, 3, 7)}, {0}, {1e-5}, 0x7},
+    {"layernorm bare", PRIM_LAYERNORM, 1, 1, {2}, {D(5, 6)}, {0}, {2}, {D(5, 6)}, {0}, {1e-3}, 0x1},
+    {"rmsnorm g", PRIM_RMSNORM, 2, 1, {3, 1}, {D(2, 3, 7), D(7)}, {0}, {3}, {D(2, 3, 7)}, {0}, {1e-5}, 0x3},
+    {"rmsnorm bare", PRIM_RMSNORM, 1, 1, {2}, {D(4, 5)}, {0}, {2}, {D(4, 5)}, {0}, {1e-5}, 0x1},
+    {"gelu", PRIM_GELU, 1, 1, {2}, {D(3, 7)}, {0}, {2}, {D(3, 7)}, {0}, {0}, 0x1},
+    {"silu", PRIM_SILU, 1, 1, {3}, {D(2, 3, 5)}, {0}, {3}, {D(2, 3, 5)}, {0}, {0}, 0x1},
+    {"rope h2 hd6", PRIM_ROPE, 1, 1, {3}, {D(2, 5, 12)}, {0}, {3}, {D(2, 5, 12)}, {2}, {10000}, 0x1},
+    {"rope h3 hd4 theta500", PRIM_ROPE, 1, 1, {3}, {D(1, 7, 12)}, {0}, {3}, {D(1, 7, 12)}, {3}, {500}, 0x1},
+    {"attention H4 KV2", PRIM_ATTENTION, 3, 1, {3, 3, 3}, {D(2, 5, 12), D(2, 5, 6), D(2, 5, 6)}, {0}, {3},
+     {D(2, 5, 12)}, {4, 2}, {0}, 0x7},
+    {"attention H2 KV2", PRIM_ATTENTION, 3, 1, {3, 3, 3}, {D(1, 6, 8), D(1, 6, 8), D(1, 6, 8)}, {0}, {3},
+     {D(1, 6, 8)}, {2, 2}, {0}, 0x7},
+    {"attention H3 KV1", PRIM_ATTENTION, 3, 1, {3, 3, 3}, {D(2, 3, 6), D(2, 3, 2), D(2, 3, 2)}, {0}, {3},
+     {D(2, 3, 6)}, {3, 1}, {0}, 0x7},
+    {"split unequal", PRIM_SPLIT, 1, 3, {3}, {D(2, 3, 9)}, {0}, {3, 3, 3}, {D(2, 3, 2), D(2, 3, 4), D(2, 3, 3)},
+     {3}, {0}, 0x1},
+    {"split equal", PRIM_SPLIT, 1, 2, {2}, {D(3, 8)}, {0}, {2, 2}, {D(3, 4), D(3, 4)}, {2}, {0}, 0x1},
+    {"cross_entropy 3d", PRIM_CROSS_ENTROPY, 2, 1, {3, 2}, {D(2, 3, 7), D(2, 3)}, {0, 7}, {0}, {D(0)}, {0}, {0}, 0x1},
+    {"cross_entropy 2d", PRIM_CROSS_ENTROPY, 2, 1, {2, 1}, {D(4, 11), D(4)}, {0, 11}, {0}, {D(0)}, {0}, {0}, 0x1},
+};
+enum { NCASES = sizeof cases / sizeof cases[0] };
+
+START_TEST(test_prim_f32) { run_case(&cases[_i], DT_F32, 100 + (uint64_t)_i); }
+END_TEST
+START_TEST(test_prim_bf16) { run_case(&cases[_i], DT_BF16, 200 + (uint64_t)_i); }
+END_TEST
+START_TEST(test_prim_f16) { run_case(&cases[_i], DT_F16, 300 + (uint64_t)_i); }
+END_TEST
+
+/* Larger shapes for the paths that only run above the OpenMP threshold and
+ * GEMMs bigger than a register tile: forward only, checked against the same
+ * references (f32, 1e-5). */
+START_TEST(test_larger_forward) {
+    static const Case big[] = {
+        {"linear big", PRIM_LINEAR, 3, 1, {2, 2, 1}, {D(130, 67), D(67, 301), D(301)}, {0}, {2}, {D(130, 301)}, {0}, {0}, 0},
+        {"attention big", PRIM_ATTENTION, 3, 1, {3, 3, 3}, {D(1, 40, 64), D(1, 40, 32), D(1, 40, 32)}, {0}, {3},
+         {D(1, 40, 64)}, {4, 2}, {0}, 0},
+        {"layernorm big", PRIM_LAYERNORM, 3, 1, {2, 1, 1}, {D(300, 129), D(129), D(129)}, {0}, {2}, {D(300, 129)}, {0}, {1e-5}, 0},
+        {"gelu big", PRIM_GELU, 1, 1, {1}, {D(70001)}, {0}, {1}, {D(70001)}, {0}, {0}, 0},
+    };
+    for (size_t k = 0; k < sizeof big / sizeof big[0]; k++) run_case(&big[k], DT_F32, 900 + k);
+}
+END_TEST
+
+/* ---- arange, errors, graph-free helpers ---- */
+
+START_TEST(test_arange) {
+    int32_t v[6] = {9, 9, 9, 9, 9, 9};
+    int64_t d[1] = {6};
+    HkTensor y = hk_tensor(v, DT_I32, 1, d);
+    int64_t ia[4] = {6};
+    ck_assert_int_eq(hk_run_fwd(PRIM_ARANGE, NULL, 0, &y, 1, ia, NULL, NULL, 0), HK_OK);
+    for (int i = 0; i < 6; i++) ck_assert_int_eq(v[i], i);
+    ia[0] = 5;
+    ck_assert_int_eq(hk_run_fwd(PRIM_ARANGE, NULL, 0, &y, 1, ia, NULL, NULL, 0), HK_ERR_SHAPE);
+    y.dtype = DT_F32;
+    ck_assert_int_eq(hk_arange_fwd(&y, 6), HK_ERR_DTYPE);
+    ck_assert_int_eq(hk_run_bwd(PRIM_ARANGE, NULL, 0, &y, &y, 1, NULL, ia, NULL, NULL, 0), HK_ERR_PRIM);
+}
+END_TEST
+
+START_TEST(test_errors) {
+    float a[24] = {0}, b[24] = {0}, y[24];
+    int32_t ids[4] = {0, 1, 7, 2};
+    int64_t d23[2] = {2, 3}, d32[2] = {3, 2}, d24[2] = {2, 4}, d4[1] = {4}, d34[2] = {3, 4};
+    HkTensor A = hk_tensor(a, DT_F32, 2, d23), B = hk_tensor(b, DT_F32, 2, d24), Y = hk_tensor(y, DT_F32, 2, d24);
+    /* matmul [2,3] x [2,4]: K mismatch */
+    ck_assert_int_eq(hk_matmul_fwd(&A, &B, &Y, false, false, NULL), HK_ERR_SHAPE);
+    /* add: [2,3] + [2,4] is not a suffix broadcast */
+    ck_assert_int_eq(hk_add_fwd(&A, &B, &Y), HK_ERR_SHAPE);
+    /* embedding: id 7 outside [0, 3): nothing written */
+    HkTensor T = hk_tensor(a, DT_F32, 2, d32), I = hk_tensor(ids, DT_I32, 1, d4);
+    int64_t d42[2] = {4, 2};
+    HkTensor E = hk_tensor(y, DT_F32, 2, d42);
+    for (int i = 0; i < 8; i++) y[i] = 5;
+    ck_assert_int_eq(hk_embedding_fwd(&T, &I, &E), HK_ERR_INDEX);
+    for (int i = 0; i < 8; i++) ck_assert_float_eq(y[i], 5);
+    /* ids must be i32 */
+    HkTensor If = hk_tensor(b, DT_F32, 1, d4);
+    ck_assert_int_eq(hk_embedding_fwd(&T, &If, &E), HK_ERR_DTYPE);
+    /* cross entropy: target 7 outside [0, 4) */
+    float loss;
+    HkTensor L = hk_tensor(&loss, DT_F32, 0, NULL), LG = hk_tensor(a, DT_F32, 2, d34);
+    int32_t tg[3] = {0, 7, 1};
+    int64_t d3[1] = {3};
+    HkTensor TG = hk_tensor(tg, DT_I32, 1, d3);
+    char ws[256];
+    ck_assert_int_eq(hk_cross_entropy_fwd(&LG, &TG, &L, ws), HK_ERR_INDEX);
+    tg[1] = 3;
+    ck_assert_int_eq(hk_cross_entropy_fwd(&LG, &TG, &L, ws), HK_OK);
+    ck_assert_float_eq_tol(loss, logf(4.0f), 1e-6f); /* all-zero logits: log V */
+    /* workspace: declared but not given, or too small */
+    HkTensor in2[2] = {LG, TG};
+    ck_assert_int_eq(hk_run_fwd(PRIM_CROSS_ENTROPY, in2, 2, &L, 1, NULL, NULL, NULL, 0), HK_ERR_WORKSPACE);
+    ck_assert_int_eq(hk_run_fwd(PRIM_CROSS_ENTROPY, in2, 2, &L, 1, NULL, NULL, ws, 4), HK_ERR_WORKSPACE);
+    /* rope: hd odd; heads not dividing */
+    int64_t d113[3] = {1, 1, 6};
+    HkTensor R = hk_tensor(a, DT_F32, 3, d113), RY = hk_tensor(y, DT_F32, 3, d113);
+    ck_assert_int_eq(hk_rope_fwd(&R, &RY, 2, 10000), HK_ERR_ATTR); /* hd 3 */
+    ck_assert_int_eq(hk_rope_fwd(&R, &RY, 4, 10000), HK_ERR_ATTR);
+    ck_assert_int_eq(hk_rope_fwd(&R, &RY, 3, 10000), HK_OK);
+    /* attention: H not a multiple of KV; k's width wrong */
+    int64_t dk[3] = {1, 1, 4};
+    HkTensor K = hk_tensor(b, DT_F32, 3, dk);
+    ck_assert_int_eq(hk_attention_fwd(&R, &R, &R, &RY, 3, 2, ws), HK_ERR_ATTR);
+    ck_assert_int_eq(hk_attention_fwd(&R, &K, &K, &RY, 3, 3, ws), HK_ERR_SHAPE);
+    /* split: sizes not summing to N */
+    HkTensor P[2] = {hk_tensor(y, DT_F32, 2, d23), hk_tensor(y + 6, DT_F32, 2, d23)};
+    HkTensor X = hk_tensor(a, DT_F32, 2, d24);
+    ck_assert_int_eq(hk_split_fwd(&X, P, 2), HK_ERR_SHAPE);
+    /* missing operands, unknown primitive */
+    ck_assert_int_eq(hk_gelu_fwd(NULL, &Y), HK_ERR_ARG);
+    ck_assert_int_eq(hk_run_fwd((PrimId)99, &A, 1, &Y, 1, NULL, NULL, NULL, 0), HK_ERR_PRIM);
+    ck_assert_int_eq(hk_run_fwd(PRIM_GELU, &A, 1, &Y, 2, NULL, NULL, NULL, 0), HK_ERR_ARG);
+    /* every code has its own message */
+    for (int c = 0; c >= -7; c--)
+        for (int e = c - 1; e >= -7; e--) ck_assert_str_ne(hk_strerror(c), hk_strerror(e));
+    ck_assert_str_eq(hk_strerror(-1000), "unknown host kernel error");
+}
+END_TEST
+
+START_TEST(test_optimizer_helpers) {
+    /* AdamW against the formula evaluated by hand in double. */
+    float p[3] = {0.5f, -1.0f, 2.0f}, g[3] = {0.1f, -0.2f, 0.0f}, m[3] = {0}, v[3] = {0};
+    int64_t d3[1] = {3};
+    HkTensor P = hk_tensor(p, DT_F32, 1, d3), G = hk_tensor(g, DT_F32, 1, d3);
+    HkAdam a = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .step = 1, .grad_scale = 2};
+    double w0[3] = {0.5, -1.0, 2.0}, mm[3] = {0}, vv[3] = {0};
+    for (int s = 1; s <= 3; s++) {
+        a.step = s;
+        ck_assert_int_eq(hk_adamw(&P, &G, NULL, m, v, &a), HK_OK);
+        for (int i = 0; i < 3; i++) {
+            double gi = (double)g[i] * 2;
+            mm[i] = 0.9 * mm[i] + 0.1 * gi;
+            vv[i] = 0.95 * vv[i] + 0.05 * gi * gi;
+            double mh = mm[i] / (1 - pow(0.9, s)), vh = vv[i] / (1 - pow(0.95, s));
+            w0[i] -= 0.01 * (mh / (sqrt(vh) + 1e-8) + 0.1 * w0[i]);
+            ck_assert_double_eq_tol(p[i], w0[i], 1e-6);
+        }
+    }
+    /* mixed precision: master fp32, param bf16 rounded from it */
+    uint16_t pb[3];
+    float master[3] = {0.5f, -1.0f, 2.0f}, m2[3] = {0}, v2[3] = {0};
+    HkTensor PB = hk_tensor(pb, DT_BF16, 1, d3);
+    a.step = 1;
+    ck_assert_int_eq(hk_adamw(&PB, &G, master, m2, v2, &a), HK_OK);
+    for (int i = 0; i < 3; i++) ck_assert_uint_eq(pb[i], half_f32_to_bf16(master[i]));
+    ck_assert_int_eq(hk_adamw(&PB, &G, NULL, m2, v2, &a), HK_ERR_DTYPE); /* bf16 needs a master */
+    a.step = 0;
+    ck_assert_int_eq(hk_adamw(&P, &G, NULL, m, v, &a), HK_ERR_ATTR);
+
+    float s[4] = {1, -2, 3, 0.5f};
+    int64_t d4[1] = {4};
+    HkTensor S = hk_tensor(s, DT_F32, 1, d4);
+    ck_assert_double_eq_tol(hk_sum_squares(&S), 14.25, 1e-12);
+    ck_assert_int_eq(hk_scale(&S, -2), HK_OK);
+    ck_assert_float_eq(s[1], 4.0f);
+    ck_assert(hk_all_finite(&S));
+    s[2] = INFINITY;
+    ck_assert(!hk_all_finite(&S));
+    s[2] = NAN;
+    ck_assert(!hk_all_finite(&S));
+    uint16_t h[4];
+    float back[4];
+    s[2] = 1.0f / 3;
+    HkTensor H = hk_tensor(h, DT_F16, 1, d4), Bk = hk_tensor(back, DT_F32, 1, d4);
+    ck_assert_int_eq(hk_cast(&S, &H), HK_OK);
+    ck_assert_int_eq(hk_cast(&H, &Bk), HK_OK);
+    ck_assert_float_eq(back[0], -2.0f);
+    ck_assert_float_eq(back[2], half_f16_to_f32(half_f32_to_f16(1.0f / 3)));
+    int32_t iv[4];
+    HkTensor IV = hk_tensor(iv, DT_I32, 1, d4);
+    ck_assert_int_eq(hk_cast(&Bk, &IV), HK_OK);
+    ck_assert_int_eq(iv[1], 4);
+    HkTensor S3 = hk_tensor(s, DT_F32, 1, d3);
+    ck_assert_int_eq(hk_cast(&S3, &H), HK_ERR_SHAPE);
+    hk_zero(&H);
+    for (int i = 0; i < 4; i++) ck_assert_uint_eq(h[i], 0);
+}
+END_TEST
+
+
+/* The graph-level entries run an OP_FWD / OP_BWD with the operand layout of
+ * docs/autodiff.md and give what the direct kernels give. */
+START_TEST(test_graph_ops) {
+    Arena ar;
+    arena_init(&ar);
+    Graph g;
+    graph_init(&g, &ar);
+    int64_t dx[2] = {3, 5}, dgm[1] = {5};
+    int x = graph_add_tensor(&g, "x", DT_F32, 2, dx, TC_ACT);
+    int gm = graph_add_tensor(&g, "ln.g", DT_F32, 1, dgm, TC_PARAM);
+    int y = graph_add_tensor(&g, "y", DT_F32, 2, dx, TC_ACT);
+    int dy = graph_add_tensor(&g, "dy", DT_F32, 2, dx, TC_ACT);
+    int gx = graph_add_tensor(&g, "dx", DT_F32, 2, dx, TC_ACT);
+    int gg = graph_add_tensor(&g, "grad.ln.g", DT_F32, 1, dgm, TC_GRAD);
+    ck_assert_int_ge(gg, 0);
+    GOp f;
+    memset(&f, 0, sizeof f);
+    f.kind = OP_FWD;
+    f.prim = PRIM_LAYERNORM;
+    f.nin = 2;
+    f.in[0] = x;
+    f.in[1] = gm;
+    f.nout = 1;
+    f.out[0] = y;
+    f.fattr[0] = 1e-5;
+    f.fwd = -1;
+    ck_assert_int_eq(graph_add_op(&g, &f), 0);
+    GOp b = f;
+    b.kind = OP_BWD;
+    b.fwd = 0;
+    b.nfin = 2;
+    b.nin = 4;
+    b.in[2] = y;
+    b.in[3] = dy;
+    b.nout = 2;
+    b.out[0] = gx;
+    b.out[1] = gg;
+    ck_assert_int_eq(graph_add_op(&g, &b), 1);
+
+    float bx[15], bg[5], by[15], bdy[15], bdx[15] = {0}, bdg[5] = {0};
+    rng_seed(77);
+    for (int i = 0; i < 15; i++) bx[i] = (float)rng_unif(), bdy[i] = (float)rng_unif();
+    for (int i = 0; i < 5; i++) bg[i] = (float)rng_unif();
+    void *buf[6] = {bx, bg, by, bdy, bdx, bdg};
+    size_t wsb = hk_op_workspace_bytes(&g, 0);
+    ck_assert_uint_eq(wsb, 2 * 64); /* mean and rstd of 3 rows, each block 64-byte aligned */
+    void *ws = malloc(wsb);
+    ck_assert_int_eq(hk_op_forward(&g, &g.ops[0], buf, ws, wsb), HK_OK);
+    ck_assert_int_eq(hk_op_backward(&g, &g.ops[1], buf, ws, wsb), HK_OK);
+    ck_assert_int_eq(hk_op_forward(&g, &g.ops[1], buf, ws, wsb), HK_ERR_PRIM);
+    ck_assert_int_eq(hk_op_backward(&g, &g.ops[0], buf, ws, wsb), HK_ERR_PRIM);
+    ck_assert_int_eq(hk_op_forward(&g, &g.ops[0], buf, ws, wsb - 1), HK_ERR_WORKSPACE);
+
+    float ry[15], rdx[15] = {0}, rdg[5] = {0};
+    HkTensor X = hk_tensor(bx, DT_F32, 2, dx), G = hk_tensor(bg, DT_F32, 1, dgm), Y = hk_tensor(ry, DT_F32, 2, dx);
+    HkTensor DY = hk_tensor(bdy, DT_F32, 2, dx), DX = hk_tensor(rdx, DT_F32, 2, dx), DG = hk_tensor(rdg, DT_F32, 1, dgm);
+    void *ws2 = malloc(hk_layernorm_workspace_bytes(&X));
+    ck_assert_int_eq(hk_layernorm_fwd(&X, &G, NULL, &Y, 1e-5, ws2), HK_OK);
+    ck_assert_int_eq(hk_layernorm_bwd(&X, &G, &DY, &DX, &DG, NULL, ws2), HK_OK);
+    ck_assert_int_eq(memcmp(ry, by, sizeof ry), 0);
+    ck_assert_int_eq(memcmp(rdx, bdx, sizeof rdx), 0);
+    ck_assert_int_eq(memcmp(rdg, bdg, sizeof rdg), 0);
+    float s = 0;
+    for (int i = 0; i < 15; i++) s += fabsf(bdx[i]);
+    ck_assert(s > 0.1f); /* something was computed */
+    free(ws);
+    free(ws2);
+    arena_free(&ar);
+}
+END_TEST
+
+/* ---- half: conversions ---- */
+
+static float bits(uint32_t u) { return half_bits_f32(u); }
+
+START_TEST(test_bf16) {
+    ck_assert_uint_eq(half_f32_to_bf16(1.0f), 0x3f80);
+    ck_assert_uint_eq(half_f32_to_bf16(-2.0f), 0xc000);
+    /* exact halfway cases round to even */
+    ck_assert_uint_eq(half_f32_to_bf16(bits(0x3f808000)), 0x3f80);
+    ck_assert_uint_eq(half_f32_to_bf16(bits(0x3f818000)), 0x3f82);
+    ck_assert_uint_eq(half_f32_to_bf16(bits(0x3f808001)), 0x3f81);
+    ck_assert_uint_eq(half_f32_to_bf16(bits(0x3f807fff)), 0x3f80);
+    /* inf, overflow, NaN (even a NaN whose payload is in the dropped bits) */
+    ck_assert_uint_eq(half_f32_to_bf16(INFINITY), 0x7f80);
+    ck_assert_uint_eq(half_f32_to_bf16(-INFINITY), 0xff80);
+    ck_assert_uint_eq(half_f32_to_bf16(bits(0x7f7fffff)), 0x7f80);
+    ck_assert(isnan(half_bf16_to_f32(half_f32_to_bf16(NAN))));
+    ck_assert(isnan(half_bf16_to_f32(half_f32_to_bf16(bits(0x7f800001)))));
+    ck_assert(isnan(half_bf16_to_f32(half_f32_to_bf16(bits(0xff800001)))));
+    /* denormals */
+    ck_assert_uint_eq(half_f32_to_bf16(bits(0x00000001)), 0x0000);
+    ck_assert_uint_eq(half_f32_to_bf16(bits(0x00008000)), 0x0000);
+    ck_assert_uint_eq(half_f32_to_bf16(bits(0x00018000)), 0x0002);
+    ck_assert_uint_eq(half_f32_to_bf16(bits(0x00010000)), 0x0001);
+    ck_assert_uint_eq(half_f32_to_bf16(-0.0f), 0x8000);
+    /* every bf16 round-trips exactly */
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = half_bf16_to_f32((uint16_t)h);
+        ck_assert_uint_eq(half_f32_bits(f), h << 16);
+        if (!isnan(f)) ck_assert_uint_eq(half_f32_to_bf16(f), h);
+    }
+    /* random floats: the result is a nearest bf16, ties to even */
+    rng_seed(5);
+    for (int k = 0; k < 200000; k++) {
+        uint32_t u = (uint32_t)rng_next();
+        float f = bits(u);
+        if (!isfinite(f) || fabsf(f) >= bits(0x7f7f0000)) continue;
+        uint16_t h = half_f32_to_bf16(f);
+        double d = f, r = half_bf16_to_f32(h);
+        uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u; /* the two bf16 neighbours (same sign) */
+        double dl = fabs(d - half_bits_f32(lo)), dh = fabs(d - half_bits_f32(hi));
+        ck_assert(fabs(d - r) == fmin(dl, dh));
+        if (dl == dh) ck_assert_uint_eq(h & 1, 0);
+    }
+}
+END_TEST
+
+/* An independent decoder for f16. */
+static double f16_value(uint16_t h) {
+    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
+    return s ? -v : v;
+}
+
+START_TEST(test_f16) {
+    ck_assert_uint_eq(half_f32_to_f16(1.0f), 0x3c00);
+    ck_assert_uint_eq(half_f32_to_f16(-2.0f), 0xc000);
+    ck_assert_uint_eq(half_f32_to_f16(65504.0f), 0x7bff);
+    ck_assert_uint_eq(half_f32_to_f16(65519.99f), 0x7bff);
+    ck_assert_uint_eq(half_f32_to_f16(65520.0f), 0x7c00); /* halfway to 65536: even is inf */
+    ck_assert_uint_eq(half_f32_to_f16(1e10f), 0x7c00);
+    ck_assert_uint_eq(half_f32_to_f16(-1e10f), 0xfc00);
+    ck_assert_uint_eq(half_f32_to_f16(INFINITY), 0x7c00);
+    ck_assert_uint_eq(half_f32_to_f16(-INFINITY), 0xfc00);
+    ck_assert(isnan(half_f16_to_f32(half_f32_to_f16(NAN))));
+    ck_assert(isnan(half_f16_to_f32(half_f32_to_f16(bits(0x7f800001)))));
+    ck_assert_uint_eq(half_f32_to_f16(-0.0f), 0x8000);
+    /* normal halfway cases */
+    ck_assert_uint_eq(half_f32_to_f16(1.0f + ldexpf(1, -11)), 0x3c00);
+    ck_assert_uint_eq(half_f32_to_f16(1.0f + 3 * ldexpf(1, -11)), 0x3c02);
+    ck_assert_uint_eq(half_f32_to_f16(nextafterf(1.0f + ldexpf(1, -11), 2)), 0x3c01);
+    /* subnormals */
+    ck_assert_uint_eq(half_f32_to_f16(ldexpf(1, -24)), 0x0001);
+    ck_assert_uint_eq(half_f32_to_f16(ldexpf(1, -25)), 0x0000);  /* tie: to even (0) */
+    ck_assert_uint_eq(half_f32_to_f16(nextafterf(ldexpf(1, -25), 1)), 0x0001);
+    ck_assert_uint_eq(half_f32_to_f16(3 * ldexpf(1, -25)), 0x0002); /* tie between 1 and 2 */
+    ck_assert_uint_eq(half_f32_to_f16(ldexpf(1, -26)), 0x0000);
+    ck_assert_uint_eq(half_f32_to_f16(-ldexpf(1, -24)), 0x8001);
+    ck_assert_uint_eq(half_f32_to_f16(1023 * ldexpf(1, -24)), 0x03ff);
+    ck_assert_uint_eq(half_f32_to_f16(ldexpf(1, -14) - ldexpf(1, -25)), 0x0400); /* tie: to even, the normal */
+    ck_assert_uint_eq(half_f32_to_f16(ldexpf(1, -14)), 0x0400);
+    ck_assert_uint_eq(half_f32_to_f16(bits(0x00000001)), 0x0000); /* f32 denormal */
+    /* every f16 decodes exactly and round-trips */
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = half_f16_to_f32((uint16_t)h);
+        if (((h >> 10) & 31) == 31) {
+            ck_assert(((h & 1023) != 0) == (isnan(f) != 0));
+            if (h & 1023) continue;
+        } else {
+            ck_assert((double)f == f16_value((uint16_t)h));
+        }
+        ck_assert_uint_eq(half_f32_to_f16(f), h);
+    }
+    /* random floats in range: the result is a nearest f16, ties to even */
+    rng_seed(6);
+    for (int k = 0; k < 200000; k++) {
+        double d = (float)(ldexp(rng_unif(), (int)(rng_next() % 44) - 28));
+        if (fabs(d) >= 65504) continue;
+        uint16_t h = half_f32_to_f16((float)d);
+        double r = f16_value(h);
+        uint16_t mag = h & 0x7fff;
+        double up = f16_value((uint16_t)((h & 0x8000) | (mag + 1)));
+        double dn = mag ? f16_value((uint16_t)((h & 0x8000) | (mag - 1))) : r;
+        double e = fabs(d - r);
+        ck_assert(e <= fabs(d - up) && e <= fabs(d - dn));
+        if (e == fabs(d - up) || (mag && e == fabs(d - dn))) ck_assert(e == 0 || (h & 1) == 0);
+    }
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("hostk");
+    TCase *tc = tcase_create("prims");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_prim_f32, 0, NCASES);
+    tcase_add_loop_test(tc, test_prim_bf16, 0, NCASES);
+    tcase_add_loop_test(tc, test_prim_f16, 0, NCASES);
+    tcase_add_test(tc, test_larger_forward);
+    suite_add_tcase(s, tc);
+    TCase *tm = tcase_create("misc");
+    tcase_add_test(tm, test_arange);
+    tcase_add_test(tm, test_graph_ops);
+    tcase_add_test(tm, test_errors);
+    tcase_add_test(tm, test_optimizer_helpers);
+    tcase_add_test(tm, test_bf16);
+    tcase_add_test(tm, test_f16);
+    suite_add_tcase(s, tm);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+}
