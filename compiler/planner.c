@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cost.h"
+#include "verify.h"
 
 const char *const planner_class_names[PC_COUNT] = {"params", "grads", "optimizer", "checkpoints"};
 
@@ -149,6 +150,7 @@ typedef struct B {
     int *ntiles;
     bool *part;
     int64_t *tile_shard;
+    bool *tile_pinned;
     /* per build */
     int *home;                     /* state tensor -> home buffer */
     int *cur;                      /* tensor -> current GPU buffer version */
@@ -283,7 +285,8 @@ static bool partition(B *b, Arena *a) {
     b->part = ARENA_NEWN(a, bool, n + 1);
     b->tile_shard = ARENA_NEWN(a, int64_t, n + 1);
     bool *untileable = ARENA_NEWN(a, bool, n + 1);
-    if (!b->ntiles || !b->part || !b->tile_shard || !untileable) return false;
+    b->tile_pinned = ARENA_NEWN(a, bool, n + 1);
+    if (!b->ntiles || !b->part || !b->tile_shard || !untileable || !b->tile_pinned) return false;
     for (int i = 0; i < g->nops; i++) {
         const GOp *op = &g->ops[i];
         if (op->kind != OP_FWD && op->kind != OP_BWD && op->kind != OP_RECOMPUTE) continue;
@@ -320,6 +323,7 @@ static bool partition(B *b, Arena *a) {
                 continue;
             }
             b->ntiles[i] = want;
+            b->tile_pinned[i] = true;
         } else if (!want && !untileable[i] && t->rank == 2 && bytes > limit) {
             int64_t need = (int64_t)((bytes + limit - 1) / limit);
             int64_t nt = need;
@@ -1240,10 +1244,10 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
         else nwhole++;
         if (b.ntiles[i] > 1) {
             if (ntiled < 6)
-                say(&ex, "tile %s %s in %d tiles of %" PRId64 " rows: %s gathered %s", tname(&b, i),
+                say(&ex, "tile %s %s in %d tiles of %" PRId64 " rows: %s whole, %s", tname(&b, i),
                     graph_shape_str(g, i, s4, sizeof s4), b.ntiles[i], g->tensors[i].dims[0] / b.ntiles[i],
                     plan_bytes_str((uint64_t)g->tensors[i].numel * (uint64_t)dsz(&b, i), s1, sizeof s1),
-                    "is more than 1/16 of GPU memory (or pinned)");
+                    b.tile_pinned[i] ? "pinned by the plan block" : "more than 1/16 of GPU memory");
             ntiled++;
         }
     }
@@ -1355,6 +1359,19 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
     }
     say(&ex, "chosen: %s, prefetch %d (of %d builds): %.4g s/step predicted", place_str(&best, s4, sizeof s4), best.prefetch, tried,
         best_time);
+    {
+        /* the independent check of what is handed on (runtime/verify.c) */
+        char vm[1024];
+        int problems = verify_plan(out->plan, vm, sizeof vm);
+        if (problems) {
+            char *nl = strchr(vm, '\n');
+            if (nl) *nl = 0;
+            diag_error(d, SPAN_NONE, "internal planner error: the plan fails verification (%d problem%s): %s", problems,
+                       problems > 1 ? "s" : "", vm);
+            free(ex.s);
+            goto fail;
+        }
+    }
     out->step_time = best_time;
     out->explain = arena_strdup(a, ex.s ? ex.s : "");
     free(ex.s);
