@@ -125,6 +125,7 @@ typedef struct Ins {
 typedef struct Req {               /* a fetch a step needs */
     int step, tensor, tile;        /* tile -1: every tile into one buffer */
     bool ckpt;                     /* a checkpoint reload rather than a parameter */
+    int alias;                     /* >= 0: reuse that earlier fetch's buffer (recompute -> backward) */
     int buf;
     uint64_t off;
 } Req;
@@ -137,6 +138,7 @@ typedef struct Step {
 typedef struct Place {
     int tier[PC_COUNT];
     int prefetch;
+    bool reuse;                    /* keep weights gathered for a recompute until their backward */
 } Place;
 
 typedef struct B {
@@ -407,6 +409,7 @@ static bool build_steps(B *b, Arena *a, int bwd_end) {
     }
     b->steps = ARENA_NEWN(a, Step, cap + 1);
     bool *reloaded = ARENA_NEWN(a, bool, g->ntensors + 1);
+    int *last_req = ARENA_NEWN(a, int, g->ntensors + 1);
     int rcap = 0;
     for (int i = 0; i < bwd_end; i++) {
         int tp = is_kernel_op(g->ops[i].kind) ? tiled_param_of(b, &g->ops[i]) : -1;
@@ -414,7 +417,8 @@ static bool build_steps(B *b, Arena *a, int bwd_end) {
     }
     free(b->reqs);
     b->reqs = malloc(sizeof(Req) * (size_t)(rcap + 1));
-    if (!b->steps || !reloaded || !b->reqs) return false;
+    if (!b->steps || !reloaded || !b->reqs || !last_req) return false;
+    for (int i = 0; i < g->ntensors; i++) last_req[i] = -1;
     b->nsteps = b->nreqs = 0;
     for (int i = 0; i < bwd_end; i++) {
         const GOp *op = &g->ops[i];
@@ -433,11 +437,20 @@ static bool build_steps(B *b, Arena *a, int bwd_end) {
                         bool dup = false;
                         for (int r = s->req0; r < b->nreqs; r++) dup |= b->reqs[r].tensor == x && !b->reqs[r].ckpt;
                         if (dup) continue;
-                        if (x == tp && k < nfin && tileable_use(op, k)) b->reqs[b->nreqs++] = (Req){b->nsteps, x, t, false, -1, 0};
-                        else if (t == 0) b->reqs[b->nreqs++] = (Req){b->nsteps, x, b->ntiles[x] > 1 ? -1 : 0, false, -1, 0};
+                        if (x == tp && k < nfin && tileable_use(op, k)) b->reqs[b->nreqs++] = (Req){b->nsteps, x, t, false, -1, -1, 0};
+                        else if (t == 0) {
+                            int alias = -1, prev = last_req[x];
+                            /* the weights a recompute gathered serve the backward of the same layer */
+                            if (b->pl.reuse && prev >= 0 && b->ntiles[x] == 1 && op->kind == OP_BWD) {
+                                const GOp *po = &g->ops[b->steps[b->reqs[prev].step].op];
+                                if (po->kind == OP_RECOMPUTE && po->segment == op->segment) alias = prev;
+                            }
+                            last_req[x] = b->nreqs;
+                            b->reqs[b->nreqs++] = (Req){b->nsteps, x, b->ntiles[x] > 1 ? -1 : 0, false, alias, -1, 0};
+                        }
                     } else if (xt->cls == TC_CKPT && b->pl.tier[PC_CHECKPOINTS] == TIER_CPU && i >= g->nforward && !reloaded[x]) {
                         reloaded[x] = true;
-                        b->reqs[b->nreqs++] = (Req){b->nsteps, x, 0, true, -1, 0};
+                        b->reqs[b->nreqs++] = (Req){b->nsteps, x, 0, true, -1, -1, 0};
                     }
                 }
             }
@@ -453,6 +466,11 @@ static bool build_steps(B *b, Arena *a, int bwd_end) {
 static void emit_fetch(B *b, Req *r) {
     int p = r->tensor;
     uint64_t ds = (uint64_t)dsz(b, p);
+    if (r->alias >= 0) {
+        r->buf = b->reqs[r->alias].buf;
+        r->off = b->reqs[r->alias].off;
+        return;
+    }
     if (r->ckpt) {
         uint64_t bytes = (uint64_t)b->g->tensors[p].numel * ds;
         int src = b->ckpt_cpu[p];
@@ -1295,9 +1313,10 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
                 int ks[66], nk = 0;
                 ks[nk++] = kmin;
                 for (int k = kmax; k > kmin; k--) ks[nk++] = k;
-                for (int ki = 0; ki < nk; ki++) {
+                for (int ki = 0, reuse = 1; ki < nk; ki++) {
                     int k = ks[ki];
                     cand.prefetch = k;
+                    cand.reuse = reuse;
                     b.pl = cand;
                     if (!build(&b, a)) {
                         if (b.internal) diag_error(d, SPAN_NONE, "internal planner error: %s", b.why);
@@ -1309,6 +1328,11 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
                     char why[256];
                     if (!fits(&b, why, sizeof why)) {
                         snprintf(last_why, sizeof last_why, "%s (%s, prefetch %d)", why, place_str(&cand, s4, sizeof s4), k);
+                        if (ki == 0 && reuse) { /* again without holding weights from recompute to backward */
+                            reuse = 0;
+                            ki--;
+                            continue;
+                        }
                         if (ki == 0) {
                             say(&ex, "  %s: does not fit: %s", place_str(&cand, s4, sizeof s4), why);
                             break;
@@ -1323,7 +1347,8 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
                         free(ex.s);
                         goto fail;
                     }
-                    say(&ex, "  %s prefetch %d: %.4g s/step, GPU peak %s", place_str(&cand, s4, sizeof s4), k, cr.step_time,
+                    say(&ex, "  %s prefetch %d%s: %.4g s/step, GPU peak %s", place_str(&cand, s4, sizeof s4), k,
+                        cand.reuse ? ", weights kept from recompute to backward" : "", cr.step_time,
                         plan_bytes_str(b.size[ARENA_GPU], s1, sizeof s1));
                     if (cr.step_time < best_time * 0.999) {
                         best_time = cr.step_time;
@@ -1357,8 +1382,8 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
         free(ex.s);
         goto fail;
     }
-    say(&ex, "chosen: %s, prefetch %d (of %d builds): %.4g s/step predicted", place_str(&best, s4, sizeof s4), best.prefetch, tried,
-        best_time);
+    say(&ex, "chosen: %s, prefetch %d%s (of %d builds): %.4g s/step predicted", place_str(&best, s4, sizeof s4), best.prefetch,
+        best.reuse ? ", weights kept from recompute to backward" : "", tried, best_time);
     {
         /* the independent check of what is handed on (runtime/verify.c) */
         char vm[1024];
