@@ -1248,6 +1248,12 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
     b.cap[ARENA_GPU] = gpu_capacity(t);
     b.cap[ARENA_CPU] = b.cap[ARENA_PINNED] = cpu_capacity(t);
     b.cap[ARENA_NVME] = t->nvme_capacity / (uint64_t)(t->gpus_per_node > 0 ? t->gpus_per_node : 1);
+    for (int c = 0; c < PC_COUNT; c++)
+        if (o->tier[c] == TIER_NVME && !b.cap[ARENA_NVME]) {
+            diag_error(d, SPAN_NONE, "the plan block puts %s on \"nvme\", but target '%s' has no NVMe", planner_class_names[c], t->name);
+            diag_hint(d, "add an nvme { paths = [...]; capacity = ... } block to the target, or pin \"cpu\"");
+            return false;
+        }
     if (!partition(&b, a)) return false;
     Text ex = {0};
     char s1[32], s2[32], s3[32], s4[160];

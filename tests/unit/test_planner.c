@@ -231,6 +231,106 @@ START_TEST(size_independent_of_ranks) {
 }
 END_TEST
 
+
+static Setting *mk_setting(Arena *a, const char *key, const char *sel, Expr *v) {
+    Setting *s = ARENA_NEW(a, Setting);
+    s->key = key;
+    s->selector = sel;
+    s->value = v;
+    s->span = s->selector_span = SPAN_NONE;
+    return s;
+}
+static Expr *mk_str(Arena *a, const char *v) {
+    Expr *e = ARENA_NEW(a, Expr);
+    e->kind = EX_STR;
+    e->str = v;
+    e->slen = strlen(v);
+    e->span = SPAN_NONE;
+    return e;
+}
+static Expr *mk_int(Arena *a, int64_t v) {
+    Expr *e = ARENA_NEW(a, Expr);
+    e->kind = EX_INT;
+    e->ival = v;
+    e->span = SPAN_NONE;
+    return e;
+}
+
+START_TEST(plan_block) {
+    Arena a;
+    arena_init(&a);
+    DiagSink d;
+    diag_init(&d);
+    Decl *dl = ARENA_NEW(&a, Decl);
+    dl->kind = DL_PLAN;
+    Setting *items[] = {mk_setting(&a, "params", NULL, mk_str(&a, "nvme")), mk_setting(&a, "optimizer", NULL, mk_str(&a, "cpu")),
+                        mk_setting(&a, "checkpoints", NULL, mk_str(&a, "cpu")), mk_setting(&a, "prefetch", NULL, mk_int(&a, 3)),
+                        mk_setting(&a, "whole_below", NULL, mk_int(&a, 5000)),
+                        mk_setting(&a, "tiles", "block.*.mlp.w1", mk_int(&a, 4))};
+    dl->settings = (SettingList){items, 6, 6};
+    PlannerOptions o;
+    planner_options_default(&o);
+    ck_assert(planner_options_from_decl(dl, &a, &d, &o));
+    ck_assert_int_eq(o.tier[PC_PARAMS], TIER_NVME);
+    ck_assert_int_eq(o.tier[PC_OPTIMIZER], TIER_CPU);
+    ck_assert_int_eq(o.tier[PC_CHECKPOINTS], TIER_CPU);
+    ck_assert_int_eq(o.tier[PC_GRADS], -1);
+    ck_assert_int_eq(o.prefetch, 3);
+    ck_assert_int_eq(o.whole_below, 5000);
+    ck_assert_int_eq(o.ntiles, 1);
+    ck_assert_str_eq(o.tiles[0].pattern, "block.*.mlp.w1");
+    ck_assert_int_eq(o.tiles[0].tiles, 4);
+
+    Setting *bad[] = {mk_setting(&a, "parms", NULL, mk_str(&a, "gpu")), mk_setting(&a, "checkpoints", NULL, mk_str(&a, "nvme")),
+                      mk_setting(&a, "prefetch", NULL, mk_str(&a, "3")), mk_setting(&a, "tiles", NULL, mk_int(&a, 2))};
+    dl->settings = (SettingList){bad, 4, 4};
+    ck_assert(!planner_options_from_decl(dl, &a, &d, &o));
+    ck_assert_int_eq(d.errors, 4);
+    ck_assert_str_eq(d.items[0].msg, "unknown plan setting 'parms'");
+    ck_assert_str_eq(d.items[1].msg, "did you mean 'params'?");
+    ck_assert_str_eq(d.items[2].msg, "'checkpoints' must be \"gpu\" or \"cpu\"");
+    ck_assert_str_eq(d.items[3].msg, "'prefetch' must be a whole number");
+    ck_assert_str_eq(d.items[4].msg, "tiles needs a parameter pattern: tiles \"block.*.mlp.w1\" = 4");
+    diag_free(&d);
+    arena_free(&a);
+}
+END_TEST
+
+START_TEST(pins_are_obeyed) {
+    Ctx *c = ctx_new(fx_small(), "dgx2", 0);
+    c->o.tier[PC_PARAMS] = TIER_NVME;
+    c->o.tier[PC_OPTIMIZER] = TIER_NVME;
+    c->o.prefetch = 3;
+    plan_ok(c);
+    ck_assert_ptr_nonnull(strstr(c->r.explain, "chosen: params=nvme grads=cpu optimizer=nvme"));
+    ck_assert_ptr_nonnull(strstr(c->r.explain, "prefetch 3"));
+    int nvme = 0, adam = 0;
+    for (uint32_t i = 0; i < c->r.plan->ninstrs; i++) {
+        nvme += c->r.plan->instrs[i].queue == Q_NVME;
+        adam += c->r.plan->instrs[i].op == PI_CPU_ADAM;
+    }
+    ck_assert_int_gt(nvme, 0);
+    ck_assert_int_gt(adam, 0);
+    ctx_free(c);
+    /* a pin the target cannot honour */
+    c = ctx_new(fx_small(), "dgx2", 0);
+    c->t.nvme_capacity = 0;
+    c->o.tier[PC_PARAMS] = TIER_NVME;
+    ck_assert(!planner_run(&c->g, &c->t, &c->o, &c->a, &c->d, &c->r));
+    ck_assert_str_eq(first_error(c), "the plan block puts params on \"nvme\", but target 'dgx2' has no NVMe");
+    ctx_free(c);
+    /* pins that make the states too big for what is left */
+    c = ctx_new(fx_small(), "host", 1);
+    c->t.gpu_memory = 1 << 20;
+    c->o.tier[PC_PARAMS] = TIER_GPU;
+    c->o.tier[PC_OPTIMIZER] = TIER_GPU;
+    ck_assert(!planner_run(&c->g, &c->t, &c->o, &c->a, &c->d, &c->r));
+    ck_assert_msg(strstr(first_error(c), "model states need 1.51 MiB (1.51 MiB per rank over 1 rank); the target has 1.00 MiB GPU memory"), "%s", first_error(c));
+    ck_assert_str_eq(c->d.items[1].msg, "the plan block pins where state lives; unpin it to let the planner use every tier");
+    ctx_free(c);
+}
+END_TEST
+
 /* test_planner --write-plan OUT TARGET RANKS: plans the fixture and writes
  * it (for tests/e2e/golden_schedule.sh and the zinfdump tests). */
 static int write_fixture(const char *out, const char *target, int ranks) {
@@ -263,6 +363,8 @@ int main(int argc, char **argv) {
     TCase *t = tcase_create("plan");
     tcase_set_timeout(t, 60);
     tcase_add_test(t, host_one_rank);
+    tcase_add_test(t, plan_block);
+    tcase_add_test(t, pins_are_obeyed);
     tcase_add_test(t, host_four_ranks);
     tcase_add_test(t, every_builtin_target);
     tcase_add_test(t, every_pinned_placement);
