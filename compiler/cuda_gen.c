@@ -301,6 +301,16 @@ static void fail(Ctx *c, const char *fmtstr, ...) {
     c->failed = true;
 }
 
+/* A grid dimension, or a diagnostic when it exceeds the launch limit. */
+static unsigned gdim(Ctx *c, int64_t v, int64_t lim) {
+    if (v < 1) return 1;
+    if (v > lim) {
+        fail(c, "a launch needs %" PRId64 " blocks along one grid axis (limit %" PRId64 ")", v, lim);
+        return 1;
+    }
+    return (unsigned)v;
+}
+
 /* Specialisation of the families that take only a dtype. */
 static void dt_spec(Ctx *c, DType dt, const char **spec, const char **defines) {
     if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) dt = DT_F32;
@@ -427,9 +437,9 @@ static void k_gemm(Ctx *c, const Gemm *p, const char *role) {
     k->tile_m = bm;
     k->tile_n = bn;
     k->tile_k = bk;
-    k->grid[0] = (unsigned)((p->N + bn - 1) / bn);
-    k->grid[1] = (unsigned)((p->M + bm - 1) / bm);
-    k->grid[2] = (unsigned)p->batch;
+    k->grid[0] = gdim(c, ((p->N + bn - 1) / bn), 0x7fffffff);
+    k->grid[1] = gdim(c, ((p->M + bm - 1) / bm), 65535);
+    k->grid[2] = gdim(c, p->batch, 65535);
     k->block[0] = tc ? (unsigned)((bm / wm) * (bn / wn) * 32) : 256;
     arg_t(k, p->C);
     arg_t(k, p->A);
@@ -471,8 +481,8 @@ static void k_colsum(Ctx *c, int out, int x, int mulby, int64_t rows, int64_t co
     if (parts < 1) parts = 1;
     int64_t off = ws_alloc(c, parts * cols * 4);
     CudaKernel *k = kdt(c, "reduce", dt, "zk_colsum_partial", role);
-    k->grid[0] = (unsigned)((cols + 31) / 32);
-    k->grid[1] = (unsigned)parts;
+    k->grid[0] = gdim(c, ((cols + 31) / 32), 0x7fffffff);
+    k->grid[1] = gdim(c, parts, 65535);
     k->block[0] = 32;
     k->block[1] = 8;
     arg_ws(k, off);
@@ -752,7 +762,7 @@ static void gen_norm(Ctx *c, bool bwd) {
         if (!same_dtype(c, dt, ts, 4)) return;
         CudaKernel *k = kdt(c, "norm", dt, ln ? "zk_layernorm_fwd" : "zk_rmsnorm_fwd",
                             ln ? "y = (x - mean)/sqrt(var + eps)*g + b" : "y = x/sqrt(mean(x^2) + eps)*g");
-        k->grid[0] = (unsigned)(rows > 0 ? rows : 1);
+        k->grid[0] = gdim(c, (rows > 0 ? rows : 1), 0x7fffffff);
         k->block[0] = 256;
         arg_t(k, o->out[0]);
         arg_t(k, x);
@@ -777,7 +787,7 @@ static void gen_norm(Ctx *c, bool bwd) {
     }
     CudaKernel *k = kdt(c, "norm", dt, ln ? "zk_layernorm_bwd" : "zk_rmsnorm_bwd",
                         ln ? "dx += layernorm vjp; partials of dg, db" : "dx += rmsnorm vjp; partials of dg");
-    k->grid[0] = (unsigned)P;
+    k->grid[0] = gdim(c, P, 0x7fffffff);
     k->block[0] = 256;
     arg_t(k, dx);
     arg_ws(k, off);
@@ -897,9 +907,9 @@ static void gen_attention(Ctx *c, bool bwd) {
         int ts[4] = {q, kk, v, o->out[0]};
         if (!same_dtype(c, dt, ts, 4)) return;
         CudaKernel *k = kbegin(c, "attention", spec, defs, "zk_attn_fwd", "o = causal softmax(q k^T / sqrt(hd)) v");
-        k->grid[0] = (unsigned)((Tn + qbf - 1) / qbf);
-        k->grid[1] = (unsigned)H;
-        k->grid[2] = (unsigned)B;
+        k->grid[0] = gdim(c, ((Tn + qbf - 1) / qbf), 0x7fffffff);
+        k->grid[1] = gdim(c, H, 65535);
+        k->grid[2] = gdim(c, B, 65535);
         k->block[0] = 128;
         arg_t(k, o->out[0]);
         arg_t(k, -1);
@@ -921,9 +931,9 @@ static void gen_attention(Ctx *c, bool bwd) {
     int64_t nst = B * H * Tn;
     int64_t lse = ws_alloc(c, nst * 4), delta = ws_alloc(c, nst * 4);
     CudaKernel *k = kbegin(c, "attention", spec, defs, "zk_attn_fwd", "recompute the log-sum-exp of each query row");
-    k->grid[0] = (unsigned)((Tn + qbf - 1) / qbf);
-    k->grid[1] = (unsigned)H;
-    k->grid[2] = (unsigned)B;
+    k->grid[0] = gdim(c, ((Tn + qbf - 1) / qbf), 0x7fffffff);
+    k->grid[1] = gdim(c, H, 65535);
+    k->grid[2] = gdim(c, B, 65535);
     k->block[0] = 128;
     arg_t(k, -1);
     arg_ws(k, lse);
@@ -937,7 +947,7 @@ static void gen_attention(Ctx *c, bool bwd) {
     arg_i(k, KV);
     arg_f(k, scale);
     k = kbegin(c, "attention", spec, defs, "zk_attn_bwd_pre", "delta = rowsum(dO * O)");
-    k->grid[0] = (unsigned)((nst + 7) / 8);
+    k->grid[0] = gdim(c, ((nst + 7) / 8), 0x7fffffff);
     k->block[0] = 256;
     arg_ws(k, delta);
     arg_t(k, out);
@@ -950,9 +960,9 @@ static void gen_attention(Ctx *c, bool bwd) {
         if (pass == 1 && dk < 0 && dv < 0) continue;
         k = kbegin(c, "attention", spec, defs, pass ? "zk_attn_bwd_dkdv" : "zk_attn_bwd_dq",
                    pass ? "dk, dv += (summed over the query heads of each kv head)" : "dq += ds k * scale");
-        k->grid[0] = (unsigned)((Tn + qbb - 1) / qbb);
-        k->grid[1] = (unsigned)(pass ? KV : H);
-        k->grid[2] = (unsigned)B;
+        k->grid[0] = gdim(c, ((Tn + qbb - 1) / qbb), 0x7fffffff);
+        k->grid[1] = gdim(c, (pass ? KV : H), 65535);
+        k->grid[2] = gdim(c, B, 65535);
         k->block[0] = 128;
         if (pass) {
             arg_t(k, dk);
@@ -1059,7 +1069,7 @@ static void gen_xent(Ctx *c, bool bwd) {
         int64_t err = k_err_word(c, dt, "cross_entropy target");
         int64_t rl = ws_alloc(c, N * 4);
         CudaKernel *k = kdt(c, "xent", dt, "zk_xent_fwd", "row_loss = logsumexp(logits) - logits[target]");
-        k->grid[0] = (unsigned)(N > 0 ? N : 1);
+        k->grid[0] = gdim(c, (N > 0 ? N : 1), 0x7fffffff);
         k->block[0] = 256;
         arg_ws(k, rl);
         arg_t(k, lg);
@@ -1079,7 +1089,7 @@ static void gen_xent(Ctx *c, bool bwd) {
     int ts[2] = {lg, dl};
     if (!same_dtype(c, dt, ts, 2)) return;
     CudaKernel *k = kdt(c, "xent", dt, "zk_xent_bwd", "dlogits += (softmax - onehot(target)) * dloss / N");
-    k->grid[0] = (unsigned)(N > 0 ? N : 1);
+    k->grid[0] = gdim(c, (N > 0 ? N : 1), 0x7fffffff);
     k->block[0] = 256;
     arg_t(k, dl);
     arg_t(k, lg);

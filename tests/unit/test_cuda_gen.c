@@ -217,6 +217,16 @@ START_TEST(unsupported_input_is_an_error) {
     int bi = graph_add_op(&o.g, &bad);
     ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, bi, o.k, 64, NULL, &o.d), -1);
     ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "operand 0 is missing"));
+    /* a grid beyond the launch limits */
+    int hx = cm_t(&o.g, "hx", DT_BF16, TC_ACT, 2, 3000000000LL, 2, 0), hy = cm_t(&o.g, "hy", DT_BF16, TC_ACT, 2, 3000000000LL, 2, 0);
+    GOp ln = cm_op(PRIM_RMSNORM);
+    ln.nin = 1;
+    ln.in[0] = hx;
+    ln.nout = 1;
+    ln.out[0] = hy;
+    int lni = graph_add_op(&o.g, &ln);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, lni, o.k, 64, NULL, &o.d), -1);
+    ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "needs 3000000000 blocks along one grid axis"));
     /* kernel sources missing */
     CudaGenOptions go = {.kernel_dir = "/nonexistent/kernels"};
     cuda_gen_init(&o.cg, &o.a, &go);
