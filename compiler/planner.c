@@ -96,6 +96,14 @@ bool planner_options_from_decl(const Decl *decl, Arena *a, DiagSink *d, PlannerO
     return ok;
 }
 
+bool planner_options_from_program(const Program *prog, Arena *a, DiagSink *d, PlannerOptions *o) {
+    bool ok = true;
+    for (int f = 0; f < prog->nfiles; f++)
+        for (int i = 0; i < prog->files[f]->decls.len; i++)
+            if (prog->files[f]->decls.items[i]->kind == DL_PLAN) ok &= planner_options_from_decl(prog->files[f]->decls.items[i], a, d, o);
+    return ok;
+}
+
 /* glob with '*' (any run of characters) */
 static bool glob(const char *p, const char *s) {
     if (!*p) return !*s;

@@ -50,6 +50,8 @@ void planner_options_default(PlannerOptions *o);
  * grads = "cpu"; prefetch = 3; whole_below = 100000; tiles "block.*.mlp" = 4 }`
  * declaration into o (which holds the defaults). */
 bool planner_options_from_decl(const Decl *decl, Arena *a, DiagSink *d, PlannerOptions *o);
+/* Every plan block of the program, in order (later settings win). */
+bool planner_options_from_program(const Program *prog, Arena *a, DiagSink *d, PlannerOptions *o);
 
 typedef struct PlannerResult {
     Plan *plan;            /* owned by the caller: plan_free */

@@ -295,6 +295,16 @@ const Decl *target_find(const Program *prog, const char *name) {
     return NULL;
 }
 
+bool target_from_program(const Program *prog, const char *name, Arena *a, DiagSink *d, Target *out) {
+    const Decl *dl = target_find(prog, name);
+    if (!dl) {
+        if (name) diag_error(d, SPAN_NONE, "no target named '%s' is declared", name);
+        else diag_error(d, SPAN_NONE, "no target declaration (target NAME { ... }) found");
+        return false;
+    }
+    return target_from_decl(dl, a, d, out);
+}
+
 /* ---- built-in targets (the same numbers as the files in examples/targets) ---- */
 
 static const char *const dgx_paths[] = {"/local_nvme"};

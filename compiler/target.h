@@ -31,6 +31,9 @@ bool target_from_decl(const Decl *decl, Arena *a, DiagSink *d, Target *out);
 /* The target declaration named name in the program (any target if name is
  * NULL); NULL when there is none. */
 const Decl *target_find(const Program *prog, const char *name);
+/* target_find + target_from_decl; an error (no location) when the program
+ * declares no such target. */
+bool target_from_program(const Program *prog, const char *name, Arena *a, DiagSink *d, Target *out);
 
 /* Built-in descriptions: "dgx2", "dgx-a100", "dgx-h100", "h200", "host".
  * Returns false for an unknown name. */

@@ -178,6 +178,30 @@ START_TEST(errors) {
 }
 END_TEST
 
+START_TEST(from_program) {
+    arena_init(&A);
+    DiagSink d;
+    diag_init(&d);
+    Decl *other = decl("x");
+    other->kind = DL_CONST;
+    Decl *items[] = {other, dgx2_decl(NULL)};
+    AstFile f = {0, {items, 2, 2}};
+    AstFile *files[] = {&f};
+    Program prog = {files, 1, 1};
+    Target t;
+    ck_assert(target_from_program(&prog, NULL, &A, &d, &t));
+    ck_assert_str_eq(t.name, "dgx2");
+    ck_assert(target_from_program(&prog, "dgx2", &A, &d, &t));
+    ck_assert(!target_from_program(&prog, "dgx3", &A, &d, &t));
+    ck_assert_str_eq(msg(&d, DIAG_ERROR, 0), "no target named 'dgx3' is declared");
+    f.decls.len = 1;
+    ck_assert(!target_from_program(&prog, NULL, &A, &d, &t));
+    ck_assert_str_eq(msg(&d, DIAG_ERROR, 1), "no target declaration (target NAME { ... }) found");
+    diag_free(&d);
+    arena_free(&A);
+}
+END_TEST
+
 START_TEST(builtins) {
     Target t;
     for (int i = 0; i < target_nbuiltins; i++) {
@@ -221,6 +245,7 @@ int main(void) {
     tcase_add_test(t, from_decl);
     tcase_add_test(t, errors);
     tcase_add_test(t, builtins);
+    tcase_add_test(t, from_program);
     tcase_add_test(t, detect);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
