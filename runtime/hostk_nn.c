@@ -679,8 +679,7 @@ int hk_cross_entropy_fwd(const HkTensor *logits, const HkTensor *targets, HkTens
     HkWs w = {ws, 0};
     float *lse = hk_ws_take(&w, R);
     const int32_t *tg = targets->data;
-    double total = 0;
-#pragma omp parallel for if (R * V > HK_PAR_MIN) schedule(static) reduction(+ : total)
+#pragma omp parallel for if (R * V > HK_PAR_MIN) schedule(static)
     for (int64_t r = 0; r < R; r++) {
         float m = -INFINITY;
         for (int64_t j = 0; j < V; j++) {
@@ -689,10 +688,11 @@ int hk_cross_entropy_fwd(const HkTensor *logits, const HkTensor *targets, HkTens
         }
         double s = 0;
         for (int64_t j = 0; j < V; j++) s += exp((double)(LD(logits, r * V + j) - m));
-        double l = (double)m + log(s);
-        lse[r] = (float)l;
-        total += l - LD(logits, r * V + tg[r]);
+        lse[r] = (float)((double)m + log(s));
     }
+    /* the mean in row order, so the loss does not depend on the thread count */
+    double total = 0;
+    for (int64_t r = 0; r < R; r++) total += (double)lse[r] - LD(logits, r * V + tg[r]);
     ST(loss, 0, R ? (float)(total / (double)R) : 0.0f);
     return HK_OK;
 }

@@ -165,15 +165,24 @@ int hk_adamw(HkTensor *param, const HkTensor *grad, float *master, float *m, flo
     return HK_OK;
 }
 
+/* Fixed chunks summed in order, then the chunks in order: the result does
+ * not depend on the thread count. */
 double hk_sum_squares(const HkTensor *t) {
     if (!hk_present(t) || !hk_is_float(t)) return 0;
+    enum { CHUNKS = 64 };
     int64_t n = hk_numel(t);
-    double s = 0;
-#pragma omp parallel for if (n > HK_PAR_MIN) schedule(static) reduction(+ : s)
-    for (int64_t i = 0; i < n; i++) {
-        double x = hk_ld(t->data, t->dtype, i);
-        s += x * x;
+    double part[CHUNKS];
+#pragma omp parallel for if (n > HK_PAR_MIN) schedule(static)
+    for (int c = 0; c < CHUNKS; c++) {
+        double s = 0;
+        for (int64_t i = n * c / CHUNKS; i < n * (c + 1) / CHUNKS; i++) {
+            double x = hk_ld(t->data, t->dtype, i);
+            s += x * x;
+        }
+        part[c] = s;
     }
+    double s = 0;
+    for (int c = 0; c < CHUNKS; c++) s += part[c];
     return s;
 }
 

@@ -16,6 +16,7 @@
  * truncation ~1e-8, far below every tolerance. */
 #include <check.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -620,6 +621,40 @@ START_TEST(test_graph_ops) {
 }
 END_TEST
 
+
+/* Results are bit-identical whatever the OpenMP thread count (shapes above
+ * the parallel threshold): what makes the reference deterministic. */
+START_TEST(test_thread_invariance) {
+    enum { R = 700, V = 97 };
+    float *lg = malloc(sizeof(float) * R * V), *dl[2];
+    int32_t *tg = malloc(sizeof(int32_t) * R);
+    rng_seed(11);
+    for (int i = 0; i < R * V; i++) lg[i] = (float)(3 * rng_unif());
+    for (int i = 0; i < R; i++) tg[i] = (int32_t)(rng_next() % V);
+    int64_t d2[2] = {R, V}, d1[1] = {R};
+    HkTensor L = hk_tensor(lg, DT_F32, 2, d2), T = hk_tensor(tg, DT_I32, 1, d1);
+    float loss[2], one = 1;
+    HkTensor DL1 = hk_tensor(&one, DT_F32, 0, NULL);
+    double ss[2];
+    void *ws = malloc(hk_cross_entropy_workspace_bytes(&L));
+    int threads[2] = {1, 3};
+    for (int k = 0; k < 2; k++) {
+        omp_set_num_threads(threads[k]);
+        HkTensor LS = hk_tensor(&loss[k], DT_F32, 0, NULL);
+        dl[k] = calloc((size_t)R * V, sizeof(float));
+        HkTensor DLG = hk_tensor(dl[k], DT_F32, 2, d2);
+        ck_assert_int_eq(hk_cross_entropy_fwd(&L, &T, &LS, ws), HK_OK);
+        ck_assert_int_eq(hk_cross_entropy_bwd(&L, &T, &DL1, &DLG, ws), HK_OK);
+        ss[k] = hk_sum_squares(&L);
+    }
+    omp_set_num_threads(2);
+    ck_assert_uint_eq(half_f32_bits(loss[0]), half_f32_bits(loss[1]));
+    ck_assert_int_eq(memcmp(dl[0], dl[1], sizeof(float) * R * V), 0);
+    ck_assert(ss[0] == ss[1]);
+    free(lg), free(tg), free(dl[0]), free(dl[1]), free(ws);
+}
+END_TEST
+
 /* ---- half: conversions ---- */
 
 static float bits(uint32_t u) { return half_bits_f32(u); }
@@ -742,6 +777,7 @@ int main(void) {
     TCase *tm = tcase_create("misc");
     tcase_add_test(tm, test_arange);
     tcase_add_test(tm, test_graph_ops);
+    tcase_add_test(tm, test_thread_invariance);
     tcase_add_test(tm, test_errors);
     tcase_add_test(tm, test_optimizer_helpers);
     tcase_add_test(tm, test_bf16);
