@@ -555,3 +555,45 @@ void nvrtc_result_free(NvrtcResult *r) {
     free(r->error);
     memset(r, 0, sizeof *r);
 }
+
+/* ---- batches -------------------------------------------------------------- */
+
+typedef struct Batch {
+    NvrtcJob *jobs;
+    int n;
+    const NvrtcOptions *opt;
+    int next; /* atomic */
+} Batch;
+
+static void *batch_worker(void *arg) {
+    Batch *b = arg;
+    for (;;) {
+        int i = __atomic_fetch_add(&b->next, 1, __ATOMIC_RELAXED);
+        if (i >= b->n) break;
+        NvrtcJob *j = &b->jobs[i];
+        j->rc = nvrtc_compile(j->source, j->name, j->arch, b->opt, &j->result);
+    }
+    return NULL;
+}
+
+int nvrtc_compile_many(NvrtcJob *jobs, int n, const NvrtcOptions *opt, int threads) {
+    if (n <= 0) return 0;
+    if (threads <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = c > 0 ? (int)c : 1;
+    }
+    if (threads > n) threads = n;
+    if (threads > 64) threads = 64;
+    Batch b = {.jobs = jobs, .n = n, .opt = opt, .next = 0};
+    pthread_t tid[64];
+    int started = 0;
+    for (int i = 1; i < threads; i++) {
+        if (pthread_create(&tid[started], NULL, batch_worker, &b) != 0) break;
+        started++;
+    }
+    batch_worker(&b); /* this thread works too; with no thread started it does all */
+    for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+    int failed = 0;
+    for (int i = 0; i < n; i++) failed += jobs[i].rc != 0;
+    return failed;
+}

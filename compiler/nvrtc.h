@@ -60,6 +60,16 @@ int nvrtc_compile(const char *source, const char *name, const char *arch, const 
                   NvrtcResult *out);
 void nvrtc_result_free(NvrtcResult *r);
 
+/* A batch of compilations (every unit of a module, for every arch of a plan). */
+typedef struct NvrtcJob {
+    const char *source, *name, *arch;
+    NvrtcResult result;  /* filled; free each with nvrtc_result_free */
+    int rc;              /* nvrtc_compile's return */
+} NvrtcJob;
+/* Runs jobs[0..n) on up to `threads` threads (0: one per online CPU); the
+ * results do not depend on the thread count. Returns how many failed. */
+int nvrtc_compile_many(NvrtcJob *jobs, int n, const NvrtcOptions *opt, int threads);
+
 /* Whether libnvrtc can be loaded; if not, why (into err). */
 bool nvrtc_available(char *err, size_t n);
 /* NVRTC's version; -1 when it cannot be loaded. */

@@ -134,11 +134,20 @@ START_TEST(every_unit_compiles_cold_then_hits) {
     unsigned char *first[64][2];
     size_t firstn[64][2];
     int compiled = 0;
+    /* cold: every (unit, arch) as one batch on two threads */
+    NvrtcJob jobs[128];
+    memset(jobs, 0, sizeof jobs);
     for (int i = 0; i < u.n; i++)
         for (int a = 0; a < 2; a++) {
-            NvrtcResult r;
-            int rc = nvrtc_compile(u.src[i], u.name[i], archs[a], NULL, &r);
-            ck_assert_msg(rc == 0, "%s %s: %s", u.name[i], archs[a], r.error ? r.error : "");
+            jobs[2 * i + a].source = u.src[i];
+            jobs[2 * i + a].name = u.name[i];
+            jobs[2 * i + a].arch = archs[a];
+        }
+    ck_assert_int_eq(nvrtc_compile_many(jobs, 2 * u.n, NULL, 2), 0);
+    for (int i = 0; i < u.n; i++)
+        for (int a = 0; a < 2; a++) {
+            NvrtcResult r = jobs[2 * i + a].result;
+            ck_assert_msg(jobs[2 * i + a].rc == 0, "%s %s: %s", u.name[i], archs[a], r.error ? r.error : "");
             ck_assert(!r.cached);
             compiled++;
             ck_assert_int_ge(r.cubin_size, 64);
@@ -151,8 +160,8 @@ START_TEST(every_unit_compiles_cold_then_hits) {
             ck_assert_ptr_nonnull(strstr(r.log, archs[a]));
             first[i][a] = r.cubin;
             firstn[i][a] = r.cubin_size;
-            r.cubin = NULL;
-            nvrtc_result_free(&r);
+            jobs[2 * i + a].result.cubin = NULL;
+            nvrtc_result_free(&jobs[2 * i + a].result);
         }
     ck_assert_int_eq(compiled, 2 * u.n);
     /* second pass: all hits, identical bytes, the report kept */
