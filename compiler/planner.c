@@ -59,9 +59,9 @@ bool planner_options_from_decl(const Decl *decl, Arena *a, DiagSink *d, PlannerO
         if (k < PC_COUNT) {
             const Expr *e = s->value;
             int t = e && e->kind == EX_STR ? tier_of(e->str) : -1;
-            if (t < 0 || (k == PC_CHECKPOINTS && t == TIER_NVME) || (k == PC_GRADS && t == TIER_NVME)) {
+            if (t < 0 || (k == PC_GRADS && t == TIER_NVME)) {
                 diag_error(d, e ? e->span : s->span, "'%s' must be %s", s->key,
-                           k == PC_CHECKPOINTS || k == PC_GRADS ? "\"gpu\" or \"cpu\"" : "\"gpu\", \"cpu\" or \"nvme\"");
+                           k == PC_GRADS ? "\"gpu\" or \"cpu\"" : "\"gpu\", \"cpu\" or \"nvme\"");
                 ok = false;
                 continue;
             }
@@ -456,7 +456,7 @@ static bool build_steps(B *b, Arena *a, int bwd_end) {
                             last_req[x] = b->nreqs;
                             b->reqs[b->nreqs++] = (Req){b->nsteps, x, b->ntiles[x] > 1 ? -1 : 0, false, alias, -1, 0};
                         }
-                    } else if (xt->cls == TC_CKPT && b->pl.tier[PC_CHECKPOINTS] == TIER_CPU && i >= g->nforward && !reloaded[x]) {
+                    } else if (xt->cls == TC_CKPT && b->pl.tier[PC_CHECKPOINTS] != TIER_GPU && i >= g->nforward && !reloaded[x]) {
                         reloaded[x] = true;
                         b->reqs[b->nreqs++] = (Req){b->nsteps, x, 0, true, -1, -1, 0};
                     }
@@ -486,6 +486,13 @@ static void emit_fetch(B *b, Req *r) {
             b->internal = true;
             snprintf(b->why, sizeof b->why, "checkpoint '%s' reloaded but never saved", tname(b, p));
             return;
+        }
+        if (b->bufs[src].b.arena == ARENA_NVME) {
+            int stg = newbuf(b, ARENA_PINNED, bytes, p, tname(b, p), false);
+            int rd = ins(b, PI_NVME_READ, Q_NVME, p, 0, 1, 0);
+            opnd(b, rd, src, PLAN_R, 0, bytes);
+            opnd(b, rd, stg, PLAN_W, 0, bytes);
+            src = stg;
         }
         int dst = newbuf(b, ARENA_GPU, bytes, p, tname(b, p), false);
         int i = ins(b, PI_H2D, Q_H2D, p, 0, 1, 0);
@@ -708,15 +715,23 @@ static void emit_step(B *b, const Step *s) {
     for (int k = 0; k < np; k++) opnd(b, i, pend[k].buf, pend[k].mode, pend[k].off, pend[k].bytes);
     for (int k = 0; k < ng; k++) grad_flush(b, gflush[k], gtile[k], gbuf[k]);
     /* checkpoints leave the GPU as soon as the forward has made them */
-    if (op->kind == OP_FWD && s->tile == s->ntiles - 1 && b->pl.tier[PC_CHECKPOINTS] == TIER_CPU)
+    if (op->kind == OP_FWD && s->tile == s->ntiles - 1 && b->pl.tier[PC_CHECKPOINTS] != TIER_GPU)
         for (int k = 0; k < op->nout; k++) {
             int y = op->out[k];
             if (y < 0 || g->tensors[y].cls != TC_CKPT) continue;
             uint64_t bytes = (uint64_t)g->tensors[y].numel * (uint64_t)dsz(b, y);
-            int cpu = newbuf(b, ARENA_CPU, bytes, y, tname(b, y), false);
+            bool nvme = b->pl.tier[PC_CHECKPOINTS] == TIER_NVME;
+            int cpu = newbuf(b, nvme ? ARENA_PINNED : ARENA_CPU, bytes, y, tname(b, y), false);
             int c = ins(b, PI_D2H, Q_D2H, y, 0, 1, 0);
             opnd(b, c, b->cur[y], PLAN_R, 0, bytes);
             opnd(b, c, cpu, PLAN_W, 0, bytes);
+            if (nvme) { /* through pinned staging to the swap space */
+                int sw = newbuf(b, ARENA_NVME, bytes, y, tname(b, y), false);
+                int w = ins(b, PI_NVME_WRITE, Q_NVME, y, 0, 1, 0);
+                opnd(b, w, cpu, PLAN_R, 0, bytes);
+                opnd(b, w, sw, PLAN_W, 0, bytes);
+                cpu = sw;
+            }
             b->ckpt_cpu[y] = cpu;
         }
 }
@@ -1305,15 +1320,17 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
     int tried = 0;
     for (int ip = 0; ip < 3; ip++)
         for (int io = 0; io < 3; io++)
-            for (int ic = 0; ic < 2; ic++) {
+            for (int ic = 0; ic < 3; ic++) {
                 cand.tier[PC_PARAMS] = order_p[ip];
                 cand.tier[PC_OPTIMIZER] = order_p[io];
                 cand.tier[PC_GRADS] = cand.tier[PC_OPTIMIZER] == TIER_GPU ? TIER_GPU : TIER_CPU;
-                cand.tier[PC_CHECKPOINTS] = ic ? TIER_CPU : TIER_GPU;
+                cand.tier[PC_CHECKPOINTS] = order_p[ic];
                 bool pinned_out = false;
                 for (int c = 0; c < PC_COUNT; c++) pinned_out |= o->tier[c] >= 0 && o->tier[c] != cand.tier[c];
                 if (pinned_out) continue;
-                if (!b.cap[ARENA_NVME] && (cand.tier[PC_PARAMS] == TIER_NVME || cand.tier[PC_OPTIMIZER] == TIER_NVME)) continue;
+                if (!b.cap[ARENA_NVME] && (cand.tier[PC_PARAMS] == TIER_NVME || cand.tier[PC_OPTIMIZER] == TIER_NVME ||
+                                           cand.tier[PC_CHECKPOINTS] == TIER_NVME))
+                    continue;
                 uint64_t tier_use[PLAN_NTIERS] = {0};
                 for (int c = 0; c < PC_CHECKPOINTS; c++) tier_use[cand.tier[c]] += need[c];
                 if (tier_use[TIER_GPU] > b.cap[ARENA_GPU] || tier_use[TIER_CPU] > b.cap[ARENA_CPU] ||

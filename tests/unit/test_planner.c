@@ -110,7 +110,7 @@ START_TEST(every_pinned_placement) {
     static const char *const tiers[] = {"gpu", "cpu", "nvme"};
     for (int pp = 0; pp < 3; pp++)
         for (int op = 0; op < 3; op++)
-            for (int cp = 0; cp < 2; cp++)
+            for (int cp = 0; cp < 3; cp++)
                 for (int r = 1; r <= 4; r += 3) {
                     FixtureShape s = fx_small();
                     s.grad_clip = cp ? 1.0 : 0;
@@ -281,14 +281,14 @@ START_TEST(plan_block) {
     ck_assert_str_eq(o.tiles[0].pattern, "block.*.mlp.w1");
     ck_assert_int_eq(o.tiles[0].tiles, 4);
 
-    Setting *bad[] = {mk_setting(&a, "parms", NULL, mk_str(&a, "gpu")), mk_setting(&a, "checkpoints", NULL, mk_str(&a, "nvme")),
+    Setting *bad[] = {mk_setting(&a, "parms", NULL, mk_str(&a, "gpu")), mk_setting(&a, "grads", NULL, mk_str(&a, "nvme")),
                       mk_setting(&a, "prefetch", NULL, mk_str(&a, "3")), mk_setting(&a, "tiles", NULL, mk_int(&a, 2))};
     dl->settings = (SettingList){bad, 4, 4};
     ck_assert(!planner_options_from_decl(dl, &a, &d, &o));
     ck_assert_int_eq(d.errors, 4);
     ck_assert_str_eq(d.items[0].msg, "unknown plan setting 'parms'");
     ck_assert_str_eq(d.items[1].msg, "did you mean 'params'?");
-    ck_assert_str_eq(d.items[2].msg, "'checkpoints' must be \"gpu\" or \"cpu\"");
+    ck_assert_str_eq(d.items[2].msg, "'grads' must be \"gpu\" or \"cpu\"");
     ck_assert_str_eq(d.items[3].msg, "'prefetch' must be a whole number");
     ck_assert_str_eq(d.items[4].msg, "tiles needs a parameter pattern: tiles \"block.*.mlp.w1\" = 4");
     diag_free(&d);
