@@ -173,8 +173,9 @@ static int mm_shape(const HkTensor *a, const HkTensor *b, const HkTensor *y, boo
 }
 
 size_t hk_matmul_workspace_bytes(const HkTensor *a, const HkTensor *b, const HkTensor *y) {
-    /* backward: fp32 copies of a, b, dy and of the gradients da, db */
-    return 2 * hk_f32_copy_bytes(a) + 2 * hk_f32_copy_bytes(b) + hk_f32_copy_bytes(y);
+    /* backward: fp32 copies of a, b, dy, then of one gradient at a time (da, then db) */
+    size_t ga = hk_f32_copy_bytes(a), gb = hk_f32_copy_bytes(b);
+    return ga + gb + hk_f32_copy_bytes(y) + (ga > gb ? ga : gb);
 }
 
 size_t hk_linear_workspace_bytes(const HkTensor *x, const HkTensor *w, const HkTensor *y) {
@@ -235,11 +236,19 @@ int hk_matmul_bwd(const HkTensor *a, const HkTensor *b, const HkTensor *dy, HkTe
     if (!wa && !wb) return HK_OK;
     HkWs w = {ws, 0};
     const float *A = hk_view_in(a, &w), *B = hk_view_in(b, &w), *dY = hk_view_in(dy, &w);
-    float *dA = wa ? hk_view_out(da, &w, true) : NULL;
-    float *dB = wb ? hk_view_out(db, &w, true) : NULL;
-    mm_bwd(&s, A, B, dY, dA, dB, ta, tb);
-    if (wa) hk_view_done(da, dA);
-    if (wb) hk_view_done(db, dB);
+    /* one gradient after the other, so that da and db may be one buffer (matmul(x, x)) */
+    size_t mark = w.used;
+    if (wa) {
+        float *dA = hk_view_out(da, &w, true);
+        mm_bwd(&s, A, B, dY, dA, NULL, ta, tb);
+        hk_view_done(da, dA);
+    }
+    w.used = mark;
+    if (wb) {
+        float *dB = hk_view_out(db, &w, true);
+        mm_bwd(&s, A, B, dY, NULL, dB, ta, tb);
+        hk_view_done(db, dB);
+    }
     return HK_OK;
 }
 
@@ -306,10 +315,17 @@ int hk_linear_bwd(const HkTensor *x, const HkTensor *w, const HkTensor *dy, HkTe
     if (hk_present(db)) hk_colsum_acc(dY, s.M, s.N, db);
     if (!wx && !ww) return HK_OK;
     const float *X = hk_view_in(x, &wk), *W = hk_view_in(w, &wk);
-    float *dX = wx ? hk_view_out(dx, &wk, true) : NULL;
-    float *dW = ww ? hk_view_out(dw, &wk, true) : NULL;
-    mm_bwd(&s, X, W, dY, dX, dW, false, false);
-    if (wx) hk_view_done(dx, dX);
-    if (ww) hk_view_done(dw, dW);
+    size_t mark = wk.used;
+    if (wx) {
+        float *dX = hk_view_out(dx, &wk, true);
+        mm_bwd(&s, X, W, dY, dX, NULL, false, false);
+        hk_view_done(dx, dX);
+    }
+    wk.used = mark;
+    if (ww) {
+        float *dW = hk_view_out(dw, &wk, true);
+        mm_bwd(&s, X, W, dY, NULL, dW, false, false);
+        hk_view_done(dw, dW);
+    }
     return HK_OK;
 }

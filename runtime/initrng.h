@@ -10,7 +10,7 @@
  *   bits(c)  = splitmix64_mix(key + (c + 1) * 0x9E3779B97F4A7C15)   (mod 2^64)
  *   u(c)     = (bits(c) >> 11) * 2^-53                             in [0, 1)
  *   uniform  : x_i = std * (2 u(i) - 1)                            (std = half-width)
- *   normal   : x_i = std * sqrt(-2 ln(1 - u(2i))) * cos(2 pi u(2i+1))
+ *   normal   : x_i = std * (sqrt(-2 ln(1 - u(2i))) * cos(2 pi u(2i+1)))
  *   zeros, ones, none (= zeros) : constants
  *
  * computed in double and rounded to fp32 once.

@@ -655,6 +655,43 @@ START_TEST(test_thread_invariance) {
 }
 END_TEST
 
+
+/* matmul(x, x): both gradients land in one buffer, in every dtype. */
+START_TEST(test_matmul_aliased_grads) {
+    enum { n = 5 };
+    DType dts[3] = {DT_F32, DT_BF16, DT_F16};
+    for (int k = 0; k < 3; k++) {
+        float xs[n * n], dys[n * n], gs[n * n] = {0}, ys[n * n];
+        double x[n * n], dy[n * n];
+        int64_t d[2] = {n, n};
+        HkTensor X = hk_tensor(xs, dts[k], 2, d), DY = hk_tensor(dys, dts[k], 2, d), G = hk_tensor(gs, dts[k], 2, d),
+                 Y = hk_tensor(ys, dts[k], 2, d);
+        rng_seed(40 + (uint64_t)k);
+        for (int i = 0; i < n * n; i++) {
+            x[i] = store_round(dts[k], rng_unif());
+            dy[i] = store_round(dts[k], rng_unif());
+            hk_set(&X, i, (float)x[i]);
+            hk_set(&DY, i, (float)dy[i]);
+        }
+        hk_zero(&G);
+        void *ws = malloc(hk_matmul_workspace_bytes(&X, &X, &Y) + 1);
+        ck_assert_int_eq(hk_matmul_bwd(&X, &X, &DY, &G, &G, false, false, ws), HK_OK);
+        /* d/dx <x x, dy> = dy x^T + x^T dy */
+        double want[n * n], got[n * n];
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++) {
+                double s = 0;
+                for (int m = 0; m < n; m++) s += dy[i * n + m] * x[j * n + m] + x[m * n + i] * dy[m * n + j];
+                want[i * n + j] = s;
+                got[i * n + j] = hk_get(&G, i * n + j);
+            }
+        double e = norm_err(got, want, n * n);
+        ck_assert_msg(e <= tol_bwd(dts[k]), "%s: error %.3g", dt_name(dts[k]), e);
+        free(ws);
+    }
+}
+END_TEST
+
 /* ---- half: conversions ---- */
 
 static float bits(uint32_t u) { return half_bits_f32(u); }
@@ -777,6 +814,7 @@ int main(void) {
     TCase *tm = tcase_create("misc");
     tcase_add_test(tm, test_arange);
     tcase_add_test(tm, test_graph_ops);
+    tcase_add_test(tm, test_matmul_aliased_grads);
     tcase_add_test(tm, test_thread_invariance);
     tcase_add_test(tm, test_errors);
     tcase_add_test(tm, test_optimizer_helpers);
