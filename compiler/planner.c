@@ -1307,6 +1307,9 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
     uint64_t need[PC_COUNT];
     state_bytes(&b, need);
     uint64_t total = need[PC_PARAMS] + need[PC_GRADS] + need[PC_OPTIMIZER];
+    uint64_t ckpt_bytes = 0;
+    for (int i = 0; i < g->ntensors; i++)
+        if (g->tensors[i].cls == TC_CKPT) ckpt_bytes += (uint64_t)g->tensors[i].numel * (uint64_t)dsz(&b, i);
     say(&ex, "model states per rank: params %s, grads %s, optimizer %s", plan_bytes_str(need[PC_PARAMS], s1, sizeof s1),
         plan_bytes_str(need[PC_GRADS], s2, sizeof s2), plan_bytes_str(need[PC_OPTIMIZER], s3, sizeof s3));
 
@@ -1337,13 +1340,30 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
                     tier_use[TIER_NVME] > b.cap[ARENA_NVME])
                     continue;
                 any_state_fit = true;
+                /* every checkpoint is live at the end of the forward: a lower bound */
+                tier_use[cand.tier[PC_CHECKPOINTS]] += ckpt_bytes;
+                static const int tier_arena[PLAN_NTIERS] = {ARENA_GPU, ARENA_CPU, ARENA_NVME};
+                int over = -1;
+                for (int k = 0; k < PLAN_NTIERS; k++)
+                    if (tier_use[k] > b.cap[tier_arena[k]]) over = k;
+                if (over >= 0) {
+                    say(&ex, "  %s: does not fit: model states and checkpoints need %s of %s per rank, it has %s",
+                        place_str(&cand, s4, sizeof s4), plan_bytes_str(tier_use[over], s1, sizeof s1), plan_tier_names[over],
+                        plan_bytes_str(b.cap[tier_arena[over]], s2, sizeof s2));
+                    snprintf(last_why, sizeof last_why, "model states and checkpoints need %s of %s per rank, it has %s (%s)",
+                             plan_bytes_str(tier_use[over], s1, sizeof s1), plan_tier_names[over],
+                             plan_bytes_str(b.cap[tier_arena[over]], s2, sizeof s2), place_str(&cand, s4, sizeof s4));
+                    continue;
+                }
                 int kmax = o->prefetch > 0 ? o->prefetch : o->prefetch < 0 ? 0 : 4;
                 int kmin = o->prefetch ? kmax : 0;
-                /* the least look-ahead first: if that does not fit, nothing does;
-                 * then the deepest that fits */
+                /* the deepest look-ahead first; if it does not fit, the least (if
+                 * that does not fit, nothing does), then the ones between */
                 int ks[66], nk = 0;
-                ks[nk++] = kmin;
-                for (int k = kmax; k > kmin; k--) ks[nk++] = k;
+                ks[nk++] = kmax;
+                if (kmin < kmax) ks[nk++] = kmin;
+                for (int k = kmax - 1; k > kmin; k--) ks[nk++] = k;
+                int floor_i = nk > 1 ? 1 : 0;
                 for (int ki = 0, reuse = 1; ki < nk; ki++) {
                     int k = ks[ki];
                     cand.prefetch = k;
@@ -1359,12 +1379,13 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
                     char why[256];
                     if (!fits(&b, why, sizeof why)) {
                         snprintf(last_why, sizeof last_why, "%s (%s, prefetch %d)", why, place_str(&cand, s4, sizeof s4), k);
-                        if (ki == 0 && reuse) { /* again without holding weights from recompute to backward */
+                        if (ki < floor_i) continue;
+                        if (ki == floor_i && reuse) { /* again without holding weights from recompute to backward */
                             reuse = 0;
                             ki--;
                             continue;
                         }
-                        if (ki == 0) {
+                        if (ki == floor_i) {
                             say(&ex, "  %s: does not fit: %s", place_str(&cand, s4, sizeof s4), why);
                             break;
                         }
@@ -1390,7 +1411,7 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
                         plan_free(p);
                     }
                     cost_free(&cr);
-                    if (ki > 0 || nk == 1) break;
+                    if (ki != floor_i || nk == 1) break;
                 }
             }
     if (!out->plan) {
