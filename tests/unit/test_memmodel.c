@@ -7,6 +7,8 @@
 #include <string.h>
 #include "autodiff.h"
 #include "memmodel.h"
+#include "planner.h"
+#include "target.h"
 
 static const double TiB = 1099511627776.0, GiB = 1073741824.0;
 
@@ -636,6 +638,53 @@ START_TEST(print_table) {
 }
 END_TEST
 
+/* The planner partitions by the same rule: for an untiled plan, its shards'
+ * bytes per class are exactly memmodel's per-rank figures. */
+START_TEST(planner_shards_agree) {
+    Arena a;
+    arena_init(&a);
+    Graph g;
+    Gpt s = small();
+    s.D = 256;
+    s.L = 2;
+    s.T = 8;
+    build_gpt(&g, &a, s);
+    DiagSink d;
+    diag_init(&d);
+    ck_assert(ad_build(&g, &d));
+    Target t;
+    ck_assert(target_builtin("host", &t));
+    PlannerOptions po;
+    planner_options_default(&po);
+    po.ranks = 3;
+    PlannerResult r;
+    memset(&r, 0, sizeof r);
+    bool ok = planner_run(&g, &t, &po, &a, &d, &r);
+    ck_assert_msg(ok, "planner failed: %s", d.len ? d.items[0].msg : "");
+    MemOptions o;
+    memmodel_options_default(&o);
+    o.ranks = 3;
+    o.whole_below = po.whole_below;
+    MemModel m;
+    compute_ok(&g, &o, &m);
+    int64_t by[TC_COUNT] = {0};
+    int nsplit = 0;
+    for (uint32_t i = 0; i < r.plan->nshards; i++) {
+        const PlanShard *sh = &r.plan->shards[i];
+        ck_assert_int_eq(sh->ntiles, 1); /* the premise: nothing tiled */
+        TensorClass c = g.tensors[sh->tensor].cls;
+        if (c >= TC_PARAM && c <= TC_VARIANCE) by[c] += (int64_t)sh->bytes;
+        nsplit += c == TC_PARAM && sh->partitioned;
+    }
+    ck_assert_int_eq(nsplit, m.nsharded);
+    ck_assert_int_gt(m.nsharded, 0);
+    for (int c = TC_PARAM; c <= TC_VARIANCE; c++) ck_assert_int_eq(by[c], m.rank[c]);
+    plan_free(r.plan);
+    diag_free(&d);
+    arena_free(&a);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("memmodel");
     TCase *t = tcase_create("table1");
@@ -657,6 +706,7 @@ static Suite *suite(void) {
     tcase_add_test(c, training_graph_agrees);
     tcase_add_test(c, bad_options_and_graphs);
     tcase_add_test(c, print_table);
+    tcase_add_test(c, planner_shards_agree);
     suite_add_tcase(s, c);
     return s;
 }
