@@ -85,3 +85,88 @@ const char *graph_shape_str(const Graph *g, int tensor, char *buf, size_t n) {
     if (o < n) snprintf(buf + o, n - o, "]");
     return buf;
 }
+
+/* ---- the --emit=graph listing ----
+ * Stable text, one item a line:
+ *   graph NAME
+ *   input NAME DTYPE SHAPE
+ *   param NAME DTYPE SHAPE NUMEL INIT
+ *   op INDEX [KIND] PRIM IN, IN -> OUT DTYPE SHAPE[, OUT ...] [ATTRS] [@SCOPE] [seg N]
+ *   loss NAME
+ *   total parameters N (in K tensors)
+ */
+#include "prim.h"
+
+static void dump_init(const GTensor *t, FILE *out) {
+    switch (t->init) {
+    case INIT_NORMAL: fprintf(out, "normal(%g)", t->init_std); break;
+    case INIT_UNIFORM: fprintf(out, "uniform(%g)", t->init_std); break;
+    case INIT_ZEROS: fputs("zeros", out); break;
+    case INIT_ONES: fputs("ones", out); break;
+    default: fputs("none", out); break;
+    }
+}
+
+static const char *tname(const Graph *g, int id, char *buf, size_t n) {
+    if (id < 0 || id >= g->ntensors) return "-";
+    if (g->tensors[id].name) return g->tensors[id].name;
+    snprintf(buf, n, "%%%d", id);
+    return buf;
+}
+
+static void dump_attrs(const GOp *o, FILE *out) {
+    switch (o->prim) {
+    case PRIM_MATMUL:
+        if (o->iattr[0]) fputs(" transpose_a", out);
+        if (o->iattr[1]) fputs(" transpose_b", out);
+        break;
+    case PRIM_LAYERNORM:
+    case PRIM_RMSNORM: fprintf(out, " eps=%g", o->fattr[0]); break;
+    case PRIM_ROPE: fprintf(out, " heads=%" PRId64 " theta=%g", o->iattr[0], o->fattr[0]); break;
+    case PRIM_ATTENTION: fprintf(out, " heads=%" PRId64 " kv_heads=%" PRId64, o->iattr[0], o->iattr[1]); break;
+    case PRIM_SPLIT: fprintf(out, " pieces=%" PRId64, o->iattr[0]); break;
+    case PRIM_ARANGE: fprintf(out, " n=%" PRId64, o->iattr[0]); break;
+    default: break;
+    }
+}
+
+void graph_dump(const Graph *g, FILE *out) {
+    char b1[64], sh[160];
+    fprintf(out, "graph %s\n", g->model_name ? g->model_name : "?");
+    for (int i = 0; i < g->ntensors; i++) {
+        const GTensor *t = &g->tensors[i];
+        if (t->cls != TC_INPUT) continue;
+        fprintf(out, "input %s %s %s\n", tname(g, i, b1, sizeof b1), prim_dtype_str(t->dtype),
+                graph_shape_str(g, i, sh, sizeof sh));
+    }
+    int nparams = 0;
+    for (int i = 0; i < g->ntensors; i++) {
+        const GTensor *t = &g->tensors[i];
+        if (t->cls != TC_PARAM) continue;
+        nparams++;
+        fprintf(out, "param %s %s %s %" PRId64 " ", tname(g, i, b1, sizeof b1), prim_dtype_str(t->dtype),
+                graph_shape_str(g, i, sh, sizeof sh), t->numel);
+        dump_init(t, out);
+        fputc('\n', out);
+    }
+    for (int k = 0; k < g->nops; k++) {
+        const GOp *o = &g->ops[k];
+        fprintf(out, "op %d ", k);
+        if (o->kind != OP_FWD && o->kind >= 0 && o->kind < OP_KIND_COUNT) fprintf(out, "%s ", op_kind_names[o->kind]);
+        fputs(o->prim >= 0 && o->prim < PRIM_COUNT ? prim_names[o->prim] : "?", out);
+        for (int i = 0; i < o->nin; i++) fprintf(out, "%s%s", i ? ", " : " ", tname(g, o->in[i], b1, sizeof b1));
+        fputs(" ->", out);
+        for (int i = 0; i < o->nout; i++) {
+            int t = o->out[i];
+            fprintf(out, "%s %s", i ? "," : "", tname(g, t, b1, sizeof b1));
+            if (t >= 0 && t < g->ntensors)
+                fprintf(out, " %s %s", prim_dtype_str(g->tensors[t].dtype), graph_shape_str(g, t, sh, sizeof sh));
+        }
+        dump_attrs(o, out);
+        if (o->scope && o->scope[0]) fprintf(out, " @%s", o->scope);
+        if (o->segment >= 0) fprintf(out, " seg %d", o->segment);
+        fputc('\n', out);
+    }
+    if (g->loss >= 0) fprintf(out, "loss %s\n", tname(g, g->loss, b1, sizeof b1));
+    fprintf(out, "total parameters %" PRId64 " (in %d tensors)\n", graph_param_count(g), nparams);
+}

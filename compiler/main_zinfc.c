@@ -1,0 +1,164 @@
+/* zinfc: the compiler driver.
+ *
+ *   zinfc [--check] [-I dir]... model.zl      check; prints "ok: MODEL: N parameters"
+ *   zinfc --emit=graph model.zl               the forward graph listing
+ *   zinfc --emit=ast model.zl                 the syntax tree
+ *
+ * Options live in ZincOptions; the pipeline is zinfc_run (load, check, emit),
+ * so further stages (--target, -o model.plan, --explain) slot in as fields and
+ * steps. Diagnostics are rendered once, at the end, to stderr (coloured when
+ * stderr is a terminal). Exit: 0 ok, 1 errors in the input, 2 usage.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "arena.h"
+#include "ast.h"
+#include "diag.h"
+#include "graph.h"
+#include "loader.h"
+#include "sema.h"
+
+#ifndef ZINF_STDLIB_DIR
+#define ZINF_STDLIB_DIR "stdlib"
+#endif
+#ifndef ZINF_VERSION
+#define ZINF_VERSION "dev"
+#endif
+
+typedef enum Emit { EMIT_NONE, EMIT_AST, EMIT_GRAPH } Emit;
+
+typedef struct ZincOptions {
+    const char *input;
+    const char **includes;
+    int ninclude;
+    const char *stdlib_dir;
+    Emit emit;
+    bool check;
+    bool color;
+} ZincOptions;
+
+static const char *const known_options[] = {"--check", "--emit=graph", "--emit=ast", "--help", "--version", "-I"};
+enum { NKNOWN = sizeof known_options / sizeof known_options[0] };
+
+static void usage(FILE *out) {
+    fputs("usage: zinfc [options] model.zl\n"
+          "  --check         check the model; print \"ok: MODEL: N parameters\" (the default action)\n"
+          "  --emit=graph    print the forward graph: ops with shapes and dtypes, parameters, total\n"
+          "  --emit=ast      print the syntax tree of the main file\n"
+          "  -I DIR          look for imports in DIR (repeatable; before the stdlib)\n"
+          "  --help          this text\n"
+          "  --version       the version\n"
+          "environment: ZINF_STDLIB overrides the stdlib directory (" ZINF_STDLIB_DIR ")\n"
+          "exit status: 0 ok, 1 errors in the input, 2 usage\n",
+          out);
+}
+
+/* Returns 0 to go on, or an exit code + 100 (help/version: 100, error: 102). */
+static int parse_args(int argc, char **argv, ZincOptions *o) {
+    o->includes = calloc((size_t)argc, sizeof *o->includes);
+    if (!o->includes) {
+        fprintf(stderr, "zinfc: out of memory\n");
+        return 102;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--check") == 0) {
+            o->check = true;
+        } else if (strncmp(a, "--emit=", 7) == 0) {
+            if (strcmp(a + 7, "graph") == 0) o->emit = EMIT_GRAPH;
+            else if (strcmp(a + 7, "ast") == 0) o->emit = EMIT_AST;
+            else {
+                fprintf(stderr, "zinfc: unknown --emit kind '%s' (graph or ast)\n", a + 7);
+                return 102;
+            }
+        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 100;
+        } else if (strcmp(a, "--version") == 0) {
+            printf("zinfc %s\n", ZINF_VERSION);
+            return 100;
+        } else if (strncmp(a, "-I", 2) == 0) {
+            const char *dir = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!dir) {
+                fprintf(stderr, "zinfc: -I needs a directory\n");
+                return 102;
+            }
+            o->includes[o->ninclude++] = dir;
+        } else if (a[0] == '-' && a[1]) {
+            const char *near = diag_nearest(a, known_options, NKNOWN);
+            if (near) fprintf(stderr, "zinfc: unknown option '%s'; did you mean '%s'?\n", a, near);
+            else fprintf(stderr, "zinfc: unknown option '%s' (see zinfc --help)\n", a);
+            return 102;
+        } else if (o->input) {
+            fprintf(stderr, "zinfc: more than one input file ('%s' and '%s')\n", o->input, a);
+            return 102;
+        } else {
+            o->input = a;
+        }
+    }
+    if (!o->input) {
+        fprintf(stderr, "zinfc: no input file (see zinfc --help)\n");
+        return 102;
+    }
+    return 0;
+}
+
+/* Load, check, emit. Diagnostics go to d; returns the exit code. */
+static int zinfc_run(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *d) {
+    LoadOptions lo = {o->includes, o->ninclude, o->stdlib_dir};
+    Program prog;
+    memset(&prog, 0, sizeof prog);
+    if (!program_load(a, src, d, o->input, &lo, &prog)) return 1;
+    if (o->emit == EMIT_AST) {
+        if (prog.nfiles > 0) ast_dump(prog.files[0], stdout);
+        return d->errors ? 1 : 0;
+    }
+    if (d->errors) {
+        /* syntax errors: still check what parsed, for more errors, but do not emit */
+        Graph g;
+        sema_build(a, &prog, src, d, &g);
+        return 1;
+    }
+    Graph g;
+    bool ok = sema_build(a, &prog, src, d, &g);
+    if (!ok || d->errors) return 1;
+    if (a->failed) {
+        diag_error(d, SPAN_NONE, "out of memory");
+        return 1;
+    }
+    if (o->emit == EMIT_GRAPH) graph_dump(&g, stdout);
+    else printf("ok: %s: %" PRId64 " parameters\n", g.model_name, graph_param_count(&g));
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    ZincOptions o;
+    memset(&o, 0, sizeof o);
+    const char *env = getenv("ZINF_STDLIB");
+    o.stdlib_dir = env && env[0] ? env : ZINF_STDLIB_DIR;
+    o.color = isatty(fileno(stderr)) && !getenv("NO_COLOR");
+    int rc = parse_args(argc, argv, &o);
+    if (rc) {
+        free(o.includes);
+        return rc - 100;
+    }
+    Arena a;
+    arena_init(&a);
+    SourceSet src;
+    source_set_init(&src);
+    DiagSink d;
+    diag_init(&d);
+    rc = zinfc_run(&o, &a, &src, &d);
+    diag_render(&d, &src, stderr, o.color);
+    if (rc == 0 && d.errors) rc = 1;
+    diag_free(&d);
+    source_set_free(&src);
+    arena_free(&a);
+    free(o.includes);
+    fflush(stdout);
+    return rc;
+}

@@ -1,0 +1,372 @@
+#include "prim.h"
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The table. Attribute slots follow the GOp comment in graph.h. */
+static const PrimInfo prim_table[PRIM_COUNT] = {
+    [PRIM_EMBEDDING] = {PRIM_EMBEDDING, "embedding", 2, 2, 1, {"table", "ids"}, 0, {{0}},
+                        "embedding(table[V, D], ids i32[S...]) -> [S..., D]"},
+    [PRIM_LINEAR] = {PRIM_LINEAR, "linear", 2, 3, 1, {"x", "w", "b"}, 0, {{0}},
+                     "linear(x[S..., I], w[I, O], b[O]?) -> [S..., O]"},
+    [PRIM_MATMUL] = {PRIM_MATMUL, "matmul", 2, 2, 1, {"a", "b"}, 2,
+                     {{"transpose_a", PA_FLAG, 0, false, false, 0}, {"transpose_b", PA_FLAG, 1, false, false, 0}},
+                     "matmul(a[S..., M, K], b[K, N]; transpose_a, transpose_b) -> [S..., M, N]"},
+    [PRIM_ADD] = {PRIM_ADD, "add", 2, 2, 1, {"a", "b"}, 0, {{0}},
+                  "add(a[S], b[S']) with S' a suffix of S (or S of S') -> the larger shape"},
+    [PRIM_MUL] = {PRIM_MUL, "mul", 2, 2, 1, {"a", "b"}, 0, {{0}},
+                  "mul(a[S], b[S']) with S' a suffix of S (or S of S') -> the larger shape"},
+    [PRIM_LAYERNORM] = {PRIM_LAYERNORM, "layernorm", 1, 3, 1, {"x", "g", "b"}, 1,
+                        {{"eps", PA_FLOAT, 0, false, true, 1e-5}},
+                        "layernorm(x[S..., D], g[D]?, b[D]?; eps = 1e-5) -> [S..., D]"},
+    [PRIM_RMSNORM] = {PRIM_RMSNORM, "rmsnorm", 1, 2, 1, {"x", "g"}, 1,
+                      {{"eps", PA_FLOAT, 0, false, true, 1e-5}},
+                      "rmsnorm(x[S..., D], g[D]?; eps = 1e-5) -> [S..., D]"},
+    [PRIM_GELU] = {PRIM_GELU, "gelu", 1, 1, 1, {"x"}, 0, {{0}}, "gelu(x) -> same shape"},
+    [PRIM_SILU] = {PRIM_SILU, "silu", 1, 1, 1, {"x"}, 0, {{0}}, "silu(x) -> same shape"},
+    [PRIM_ROPE] = {PRIM_ROPE, "rope", 1, 1, 1, {"x"}, 2,
+                   {{"heads", PA_INT, 0, true, true, 0}, {"theta", PA_FLOAT, 0, false, true, 10000.0}},
+                   "rope(x[B, T, H*hd]; heads, theta = 10000) -> [B, T, H*hd]"},
+    [PRIM_ATTENTION] = {PRIM_ATTENTION, "attention", 3, 3, 1, {"q", "k", "v"}, 2,
+                        {{"heads", PA_INT, 0, true, true, 0}, {"kv_heads", PA_INT, 1, false, true, 0}},
+                        "attention(q[B, T, H*hd], k[B, T, KV*hd], v[B, T, KV*hd]; heads, kv_heads = heads) -> [B, T, H*hd]"},
+    [PRIM_SPLIT] = {PRIM_SPLIT, "split", 1, 1, -1, {"x"}, 1,
+                    {{"n", PA_SIZES, 0, true, true, 0}},
+                    "split(x[S..., N], n | [s0, s1, ...]) -> a tuple of pieces of the last dimension"},
+    [PRIM_CROSS_ENTROPY] = {PRIM_CROSS_ENTROPY, "cross_entropy", 2, 2, 1, {"logits", "targets"}, 0, {{0}},
+                            "cross_entropy(logits[S..., V], targets i32[S...]) -> f32 scalar"},
+    [PRIM_ARANGE] = {PRIM_ARANGE, "arange", 0, 0, 1, {NULL}, 1,
+                     {{"n", PA_INT, 0, true, true, 0}}, "arange(n) -> i32[n]"},
+};
+
+const PrimInfo *prim_info(PrimId id) {
+    if ((int)id < 0 || id >= PRIM_COUNT) return NULL;
+    return &prim_table[id];
+}
+
+const PrimInfo *prim_lookup(const char *name) {
+    for (int i = 0; i < PRIM_COUNT; i++)
+        if (strcmp(prim_table[i].name, name) == 0) return &prim_table[i];
+    return NULL;
+}
+
+const PrimAttr *prim_attr(const PrimInfo *p, const char *name) {
+    for (int i = 0; i < p->nattr; i++)
+        if (strcmp(p->attrs[i].name, name) == 0) return &p->attrs[i];
+    return NULL;
+}
+
+void prim_defaults(PrimCall *c) {
+    const PrimInfo *p = prim_info(c->prim);
+    if (!p) return;
+    for (int i = 0; i < p->nattr; i++) {
+        const PrimAttr *a = &p->attrs[i];
+        if (c->attr_set[i] || a->required) continue;
+        if (a->kind == PA_FLOAT) c->fattr[a->slot] = a->def;
+        else c->iattr[a->slot] = (int64_t)a->def;
+    }
+    /* kv_heads defaults to heads */
+    if (c->prim == PRIM_ATTENTION && !c->attr_set[1]) c->iattr[1] = c->iattr[0];
+}
+
+const char *prim_dtype_str(DType t) {
+    switch (t) {
+    case DT_F32: return "f32";
+    case DT_BF16: return "bf16";
+    case DT_F16: return "f16";
+    case DT_I32: return "i32";
+    default: return "none";
+    }
+}
+
+const char *prim_shape_str(const PrimShape *s, char *buf, size_t n) {
+    size_t o = 0;
+    if (n == 0) return buf;
+    buf[0] = 0;
+    o += (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < s->rank && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%" PRId64, i ? ", " : "", s->dims[i]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+    return buf;
+}
+
+/* ---- rule helpers ---- */
+
+static bool fail(PrimError *e, unsigned blame, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool fail(PrimError *e, unsigned blame, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    e->blame = blame;
+    return false;
+}
+
+#define SH(i) prim_shape_str(&c->in[i], sb[i], sizeof sb[i])
+#define NAME(i) (p->in_names[i])
+#define LAST(s) ((s).dims[(s).rank - 1])
+
+static bool is_float(DType t) { return t == DT_F32 || t == DT_BF16 || t == DT_F16; }
+
+/* Every tensor input named in mask must be floating point. */
+static bool need_float(const PrimCall *c, const PrimInfo *p, unsigned mask, PrimError *e) {
+    for (int i = 0; i < c->nin; i++)
+        if ((mask >> i & 1) && !is_float(c->in[i].dtype))
+            return fail(e, 1u << i, "%s: %s is %s, expected a floating-point tensor (f32, bf16 or f16)", p->name,
+                        NAME(i), prim_dtype_str(c->in[i].dtype));
+    return true;
+}
+
+static bool need_rank(const PrimCall *c, const PrimInfo *p, int i, int lo, int hi, PrimError *e) {
+    char sb[1][96];
+    int r = c->in[i].rank;
+    if (r >= lo && r <= hi) return true;
+    prim_shape_str(&c->in[i], sb[0], sizeof sb[0]);
+    if (lo == hi)
+        return fail(e, 1u << i, "%s: %s must have rank %d, but it is %s (rank %d)", p->name, NAME(i), lo, sb[0], r);
+    if (hi >= GRAPH_MAX_RANK)
+        return fail(e, 1u << i, "%s: %s must have rank at least %d, but it is %s (rank %d)", p->name, NAME(i), lo,
+                    sb[0], r);
+    return fail(e, 1u << i, "%s: %s must have rank %d to %d, but it is %s (rank %d)", p->name, NAME(i), lo, hi, sb[0],
+                r);
+}
+
+static void copy_shape(PrimShape *o, const PrimShape *s, DType dt) {
+    *o = *s;
+    o->dtype = dt;
+}
+
+/* ---- rules ---- */
+
+static bool rule_embedding(const PrimCall *c, const PrimInfo *p, PrimShape *out, PrimError *e) {
+    char sb[2][96];
+    if (!need_rank(c, p, 0, 2, 2, e)) return false;
+    if (!need_float(c, p, 1, e)) return false;
+    if (c->in[1].dtype != DT_I32)
+        return fail(e, 2, "embedding: ids must be i32, but they are %s", prim_dtype_str(c->in[1].dtype));
+    if (c->in[1].rank + 1 > GRAPH_MAX_RANK)
+        return fail(e, 2, "embedding: ids %s have too many dimensions (at most %d)", SH(1), GRAPH_MAX_RANK - 1);
+    (void)sb;
+    out->dtype = c->act_dtype;
+    out->rank = c->in[1].rank + 1;
+    for (int i = 0; i < c->in[1].rank; i++) out->dims[i] = c->in[1].dims[i];
+    out->dims[out->rank - 1] = c->in[0].dims[1];
+    return true;
+}
+
+static bool rule_linear(const PrimCall *c, const PrimInfo *p, PrimShape *out, PrimError *e) {
+    char sb[3][96];
+    if (!need_rank(c, p, 0, 1, GRAPH_MAX_RANK, e) || !need_rank(c, p, 1, 2, 2, e)) return false;
+    if (c->nin == 3 && !need_rank(c, p, 2, 1, 1, e)) return false;
+    if (!need_float(c, p, 7, e)) return false;
+    const PrimShape *x = &c->in[0], *w = &c->in[1];
+    if (LAST(*x) != w->dims[0])
+        return fail(e, 3, "linear: x has last dimension %" PRId64 " but w has %" PRId64 " rows (x is %s, w is %s)",
+                    LAST(*x), w->dims[0], SH(0), SH(1));
+    if (c->nin == 3 && c->in[2].dims[0] != w->dims[1])
+        return fail(e, 6, "linear: b has %" PRId64 " elements but w has %" PRId64 " columns (b is %s, w is %s)",
+                    c->in[2].dims[0], w->dims[1], SH(2), SH(1));
+    copy_shape(out, x, c->act_dtype);
+    out->dims[out->rank - 1] = w->dims[1];
+    return true;
+}
+
+static bool rule_matmul(const PrimCall *c, const PrimInfo *p, PrimShape *out, PrimError *e) {
+    char sb[2][96];
+    bool ta = c->iattr[0] != 0, tb = c->iattr[1] != 0;
+    if (!need_rank(c, p, 0, ta ? 2 : 1, GRAPH_MAX_RANK, e) || !need_rank(c, p, 1, 2, 2, e)) return false;
+    if (!need_float(c, p, 3, e)) return false;
+    const PrimShape *a = &c->in[0], *b = &c->in[1];
+    int64_t k = ta ? a->dims[a->rank - 2] : LAST(*a);
+    int64_t bk = tb ? b->dims[1] : b->dims[0], n = tb ? b->dims[0] : b->dims[1];
+    if (k != bk)
+        return fail(e, 3,
+                    "matmul: a has inner dimension %" PRId64 " but b%s has %" PRId64 " %s (a is %s%s, b is %s)", k,
+                    tb ? " (transposed)" : "", bk, tb ? "columns" : "rows", SH(0), ta ? ", transposed" : "", SH(1));
+    copy_shape(out, a, c->act_dtype);
+    if (ta) out->dims[a->rank - 2] = a->dims[a->rank - 1];
+    out->dims[out->rank - 1] = n;
+    return true;
+}
+
+static bool rule_elementwise2(const PrimCall *c, const PrimInfo *p, PrimShape *out, PrimError *e) {
+    char sb[2][96];
+    if (!need_float(c, p, 3, e)) return false;
+    const PrimShape *a = &c->in[0], *b = &c->in[1];
+    const PrimShape *big = a->rank >= b->rank ? a : b, *small = a->rank >= b->rank ? b : a;
+    int off = big->rank - small->rank;
+    for (int i = 0; i < small->rank; i++)
+        if (small->dims[i] != big->dims[off + i])
+            return fail(e, 3,
+                        "%s: shapes %s and %s do not broadcast (the smaller must be a suffix of the larger: "
+                        "dimension %d is %" PRId64 " against %" PRId64 ")",
+                        p->name, SH(0), SH(1), off + i, big->dims[off + i], small->dims[i]);
+    copy_shape(out, big, c->act_dtype);
+    return true;
+}
+
+static bool rule_norm(const PrimCall *c, const PrimInfo *p, PrimShape *out, PrimError *e) {
+    char sb[3][96];
+    if (!need_rank(c, p, 0, 1, GRAPH_MAX_RANK, e)) return false;
+    if (!need_float(c, p, 7, e)) return false;
+    for (int i = 1; i < c->nin; i++) {
+        if (!need_rank(c, p, i, 1, 1, e)) return false;
+        if (c->in[i].dims[0] != LAST(c->in[0]))
+            return fail(e, 1u | 1u << i, "%s: %s has %" PRId64 " elements but x has last dimension %" PRId64
+                        " (x is %s, %s is %s)", p->name, NAME(i), c->in[i].dims[0], LAST(c->in[0]), SH(0), NAME(i),
+                        SH(i));
+    }
+    if (!(c->fattr[0] > 0)) return fail(e, 0, "%s: eps must be positive, got %g", p->name, c->fattr[0]);
+    copy_shape(out, &c->in[0], c->act_dtype);
+    return true;
+}
+
+static bool rule_unary(const PrimCall *c, const PrimInfo *p, PrimShape *out, PrimError *e) {
+    if (!need_float(c, p, 1, e)) return false;
+    copy_shape(out, &c->in[0], c->act_dtype);
+    return true;
+}
+
+static bool rule_rope(const PrimCall *c, const PrimInfo *p, PrimShape *out, PrimError *e) {
+    char sb[1][96];
+    if (!need_rank(c, p, 0, 3, 3, e) || !need_float(c, p, 1, e)) return false;
+    int64_t h = c->iattr[0], n = LAST(c->in[0]);
+    if (h <= 0) return fail(e, 0, "rope: heads must be positive, got %" PRId64, h);
+    if (n % h != 0)
+        return fail(e, 1, "rope: x's last dimension %" PRId64 " is not a multiple of heads = %" PRId64 " (x is %s)", n,
+                    h, SH(0));
+    if ((n / h) % 2 != 0)
+        return fail(e, 1, "rope: the head dimension %" PRId64 " / %" PRId64 " = %" PRId64 " must be even", n, h, n / h);
+    if (!(c->fattr[0] > 0)) return fail(e, 0, "rope: theta must be positive, got %g", c->fattr[0]);
+    copy_shape(out, &c->in[0], c->act_dtype);
+    return true;
+}
+
+static bool rule_attention(const PrimCall *c, const PrimInfo *p, PrimShape *out, PrimError *e) {
+    char sb[3][96];
+    for (int i = 0; i < 3; i++)
+        if (!need_rank(c, p, i, 3, 3, e)) return false;
+    if (!need_float(c, p, 7, e)) return false;
+    const PrimShape *q = &c->in[0], *k = &c->in[1], *v = &c->in[2];
+    int64_t h = c->iattr[0], kv = c->iattr[1];
+    if (h <= 0) return fail(e, 0, "attention: heads must be positive, got %" PRId64, h);
+    if (kv <= 0) return fail(e, 0, "attention: kv_heads must be positive, got %" PRId64, kv);
+    if (h % kv != 0)
+        return fail(e, 0, "attention: heads = %" PRId64 " is not a multiple of kv_heads = %" PRId64, h, kv);
+    if (k->dims[0] != v->dims[0] || k->dims[1] != v->dims[1] || k->dims[2] != v->dims[2])
+        return fail(e, 6, "attention: k and v must have the same shape, but k is %s and v is %s", SH(1), SH(2));
+    if (q->dims[0] != k->dims[0] || q->dims[1] != k->dims[1])
+        return fail(e, 3, "attention: q and k must agree in batch and sequence ([B, T, ...]), but q is %s and k is %s",
+                    SH(0), SH(1));
+    if (q->dims[2] % h != 0)
+        return fail(e, 1, "attention: q's last dimension %" PRId64 " is not a multiple of heads = %" PRId64 " (q is %s)",
+                    q->dims[2], h, SH(0));
+    int64_t hd = q->dims[2] / h;
+    if (k->dims[2] != kv * hd)
+        return fail(e, 3,
+                    "attention: k has last dimension %" PRId64 " but kv_heads * head dimension = %" PRId64 " * %" PRId64
+                    " = %" PRId64 " (q is %s, k is %s)",
+                    k->dims[2], kv, hd, kv * hd, SH(0), SH(1));
+    copy_shape(out, q, c->act_dtype);
+    return true;
+}
+
+static bool rule_split(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
+    char sb[1][96];
+    if (!need_rank(c, p, 0, 1, GRAPH_MAX_RANK, e) || !need_float(c, p, 1, e)) return false;
+    int64_t n = LAST(c->in[0]);
+    if (c->nsizes == 0) {
+        int64_t k = c->iattr[0];
+        if (k < 1 || k > GRAPH_MAX_OUT)
+            return fail(e, 0, "split: the number of pieces must be 1 to %d, got %" PRId64, GRAPH_MAX_OUT, k);
+        if (n % k != 0)
+            return fail(e, 1, "split: x's last dimension %" PRId64 " does not divide into %" PRId64
+                        " equal pieces (x is %s)", n, k, SH(0));
+        for (int i = 0; i < k; i++) {
+            copy_shape(&out[i], &c->in[0], c->act_dtype);
+            out[i].dims[out[i].rank - 1] = n / k;
+        }
+        *nout = (int)k;
+        return true;
+    }
+    if (c->nsizes > GRAPH_MAX_OUT)
+        return fail(e, 0, "split: at most %d pieces, got %d", GRAPH_MAX_OUT, c->nsizes);
+    int64_t sum = 0;
+    for (int i = 0; i < c->nsizes; i++) {
+        if (c->sizes[i] <= 0) return fail(e, 0, "split: piece %d has size %" PRId64 "; sizes must be positive", i,
+                                          c->sizes[i]);
+        if (c->sizes[i] > INT64_MAX - sum) return fail(e, 0, "split: the sizes overflow");
+        sum += c->sizes[i];
+    }
+    if (sum != n)
+        return fail(e, 1, "split: the sizes sum to %" PRId64 " but x's last dimension is %" PRId64 " (x is %s)", sum, n,
+                    SH(0));
+    for (int i = 0; i < c->nsizes; i++) {
+        copy_shape(&out[i], &c->in[0], c->act_dtype);
+        out[i].dims[out[i].rank - 1] = c->sizes[i];
+    }
+    *nout = c->nsizes;
+    return true;
+}
+
+static bool rule_xent(const PrimCall *c, const PrimInfo *p, PrimShape *out, PrimError *e) {
+    char sb[2][96];
+    if (!need_rank(c, p, 0, 1, GRAPH_MAX_RANK, e) || !need_float(c, p, 1, e)) return false;
+    if (c->in[1].dtype != DT_I32)
+        return fail(e, 2, "cross_entropy: targets must be i32, but they are %s", prim_dtype_str(c->in[1].dtype));
+    const PrimShape *l = &c->in[0], *t = &c->in[1];
+    bool ok = t->rank == l->rank - 1;
+    for (int i = 0; ok && i < t->rank; i++) ok = t->dims[i] == l->dims[i];
+    if (!ok)
+        return fail(e, 3, "cross_entropy: targets must have the shape of logits without its last dimension, "
+                    "but logits are %s and targets %s", SH(0), SH(1));
+    out->dtype = DT_F32;
+    out->rank = 0;
+    return true;
+}
+
+static bool rule_arange(const PrimCall *c, PrimShape *out, PrimError *e) {
+    if (c->iattr[0] <= 0) return fail(e, 0, "arange: n must be positive, got %" PRId64, c->iattr[0]);
+    if (c->iattr[0] > INT32_MAX) return fail(e, 0, "arange: n = %" PRId64 " does not fit in i32", c->iattr[0]);
+    out->dtype = DT_I32;
+    out->rank = 1;
+    out->dims[0] = c->iattr[0];
+    return true;
+}
+
+bool prim_infer(const PrimCall *c, PrimShape *out, int *nout, PrimError *err) {
+    const PrimInfo *p = prim_info(c->prim);
+    err->msg[0] = 0;
+    err->blame = 0;
+    *nout = 0;
+    if (!p) return fail(err, 0, "unknown primitive %d", (int)c->prim);
+    if (c->nin < p->nin_min || c->nin > p->nin_max)
+        return fail(err, 0, "%s takes %d to %d tensor inputs, got %d", p->name, p->nin_min, p->nin_max, c->nin);
+    for (int i = 0; i < p->nattr; i++)
+        if (p->attrs[i].required && !c->attr_set[i] && !(p->attrs[i].kind == PA_SIZES && c->nsizes))
+            return fail(err, 0, "%s: missing attribute '%s'", p->name, p->attrs[i].name);
+    for (int i = 0; i < c->nin; i++)
+        if (c->in[i].rank < 0 || c->in[i].rank > GRAPH_MAX_RANK) return fail(err, 1u << i, "%s: bad rank", p->name);
+    bool ok;
+    *nout = 1;
+    switch (c->prim) {
+    case PRIM_EMBEDDING: ok = rule_embedding(c, p, out, err); break;
+    case PRIM_LINEAR: ok = rule_linear(c, p, out, err); break;
+    case PRIM_MATMUL: ok = rule_matmul(c, p, out, err); break;
+    case PRIM_ADD:
+    case PRIM_MUL: ok = rule_elementwise2(c, p, out, err); break;
+    case PRIM_LAYERNORM:
+    case PRIM_RMSNORM: ok = rule_norm(c, p, out, err); break;
+    case PRIM_GELU:
+    case PRIM_SILU: ok = rule_unary(c, p, out, err); break;
+    case PRIM_ROPE: ok = rule_rope(c, p, out, err); break;
+    case PRIM_ATTENTION: ok = rule_attention(c, p, out, err); break;
+    case PRIM_SPLIT: ok = rule_split(c, p, out, nout, err); break;
+    case PRIM_CROSS_ENTROPY: ok = rule_xent(c, p, out, err); break;
+    case PRIM_ARANGE: ok = rule_arange(c, out, err); break;
+    default: ok = fail(err, 0, "%s has no shape rule", p->name);
+    }
+    if (!ok) *nout = 0;
+    return ok;
+}
