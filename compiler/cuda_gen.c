@@ -14,7 +14,8 @@ const char *const cuda_rt_names[CRT_COUNT] = {"lr", "bc1", "bc2", "inv_loss_scal
 
 /* Tile rule constants (docs/kernels.md). */
 enum {
-    GEMM_BIG_TILES_MIN = 96,  /* 128x128 tiles when there are at least this many of them */
+    GEMM_BIG_TILES_MIN = 96,  /* 128x128 tiles when there are at least this many of them
+                               * (3/4 of the SMs when CudaGenOptions.sm_count is given) */
     NORM_PARTS = 128,         /* blocks (partial sums) of a norm backward */
     SUMSQ_PARTS = 64,         /* partial sums per gradient in the grad norm */
     EW_MAX_BLOCKS = 16384,    /* grid cap of grid-stride loops */
@@ -412,7 +413,8 @@ static void k_gemm(Ctx *c, const Gemm *p, const char *role) {
         bk = 16;
     } else {
         int64_t tiles = ((p->M + 127) / 128) * ((p->N + 127) / 128) * p->batch;
-        if (p->M >= 128 && p->N >= 128 && tiles >= GEMM_BIG_TILES_MIN) {
+        int64_t min_tiles = c->cg->opt.sm_count > 0 ? (int64_t)c->cg->opt.sm_count * 3 / 4 : GEMM_BIG_TILES_MIN;
+        if (p->M >= 128 && p->N >= 128 && tiles >= min_tiles) {
             bm = bn = 128;
             bk = 32;
             wm = 64;
@@ -1351,6 +1353,90 @@ int cuda_gen_op(CudaGen *cg, const Graph *g, int op, CudaKernel *out, int max_ou
     if (c.failed || d->errors > errs0) return -1;
     if (info) *info = c.info;
     return c.n;
+}
+
+/* ---- launches outside the graph's ops ---------------------------------------- */
+
+static int util_begin(Ctx *c, CudaGen *cg, const Graph *g, CudaKernel *out, DiagSink *d, const char *what,
+                      const int *ts, int nt) {
+    static const GOp util_op = {.kind = OP_ZERO_GRAD, .segment = -1, .fwd = -1, .span = {-1, 0, 0}};
+    memset(c, 0, sizeof *c);
+    c->cg = cg;
+    c->g = g;
+    c->o = &util_op;
+    c->op = -1;
+    c->out = out;
+    c->max = out ? 1 : 0;
+    c->d = d;
+    c->info.err_off = -1;
+    c->where = arena_printf(cg->arena, "%s", what);
+    for (int i = 0; i < nt; i++)
+        if (ts[i] < 0 || ts[i] >= g->ntensors) {
+            diag_error(d, SPAN_NONE, "cuda_gen: %s: tensor %d does not exist", what, ts[i]);
+            return -1;
+        }
+    return 0;
+}
+
+static int util_end(Ctx *c) {
+    if (c->cg->arena->failed) {
+        diag_error(c->d, SPAN_NONE, "cuda_gen: out of memory");
+        return -1;
+    }
+    return c->failed ? -1 : 0;
+}
+
+int cuda_gen_cast(CudaGen *cg, const Graph *g, int dst, int src, CudaKernel *out, DiagSink *d) {
+    Ctx c;
+    int ts[2] = {dst, src};
+    if (util_begin(&c, cg, g, out, d, "cast", ts, 2) != 0) return -1;
+    const GTensor *D = T_(&c, dst), *S = T_(&c, src);
+    if (D->numel != S->numel) fail(&c, "%s and %s differ in size", D->name ? D->name : "?", S->name ? S->name : "?");
+    else if (!float_dtype(D->dtype) || !float_dtype(S->dtype) || (D->dtype != DT_F32 && S->dtype != DT_F32))
+        fail(&c, "casts go between f32 and a float dtype (not %s to %s)", cuda_dtype_name(S->dtype), cuda_dtype_name(D->dtype));
+    else {
+        bool to32 = D->dtype == DT_F32;
+        CudaKernel *k = kdt(&c, "elementwise", to32 ? S->dtype : D->dtype, to32 ? "zk_cast_to_f32" : "zk_cast_from_f32",
+                            "dst = src (cast)");
+        elementwise_grid(k, D->numel);
+        arg_t(k, dst);
+        arg_t(k, src);
+        arg_i(k, D->numel);
+        arg_f(k, 1.0);
+        arg_i(k, 0);
+    }
+    return util_end(&c);
+}
+
+int cuda_gen_axpy(CudaGen *cg, const Graph *g, int y, int x, double alpha, CudaKernel *out, DiagSink *d) {
+    Ctx c;
+    int ts[2] = {y, x};
+    if (util_begin(&c, cg, g, out, d, "axpy", ts, 2) != 0) return -1;
+    const GTensor *Y = T_(&c, y);
+    if (Y->numel != T_(&c, x)->numel) fail(&c, "y and x differ in size");
+    else if (same_dtype(&c, Y->dtype, ts, 2)) {
+        CudaKernel *k = kdt(&c, "elementwise", Y->dtype, "zk_axpy", "y += alpha * x");
+        elementwise_grid(k, Y->numel);
+        arg_t(k, y);
+        arg_t(k, x);
+        arg_i(k, Y->numel);
+        arg_f(k, alpha);
+    }
+    return util_end(&c);
+}
+
+int cuda_gen_scale(CudaGen *cg, const Graph *g, int y, double alpha, CudaKernel *out, DiagSink *d) {
+    Ctx c;
+    if (util_begin(&c, cg, g, out, d, "scale", &y, 1) != 0) return -1;
+    const GTensor *Y = T_(&c, y);
+    if (same_dtype(&c, Y->dtype, &y, 1)) {
+        CudaKernel *k = kdt(&c, "elementwise", Y->dtype, "zk_scale", "y *= alpha");
+        elementwise_grid(k, Y->numel);
+        arg_t(k, y);
+        arg_i(k, Y->numel);
+        arg_f(k, alpha);
+    }
+    return util_end(&c);
 }
 
 /* ---- whole graph ------------------------------------------------------------- */

@@ -83,6 +83,7 @@ typedef struct CudaOpInfo {
 typedef struct CudaGenOptions {
     const char *kernel_dir;    /* NULL: $ZINF_KERNEL_DIR, else ZINF_STDLIB_DIR/kernels */
     const SourceSet *sources;  /* to turn spans into file:line:col; NULL: file#offset */
+    int sm_count;              /* the target GPU's SMs, for the gemm tile rule; 0: 128 */
 } CudaGenOptions;
 
 typedef struct CudaUnitCache CudaUnitCache;
@@ -105,6 +106,15 @@ void cuda_gen_init(CudaGen *cg, Arena *a, const CudaGenOptions *opt);
  * source). info may be NULL. */
 int cuda_gen_op(CudaGen *cg, const Graph *g, int op, CudaKernel *out, int max_out, CudaOpInfo *info,
                 DiagSink *d);
+
+/* Launches the executor needs outside the graph's ops (one each into *out;
+ * 0, or -1 with a diagnostic). Tensors are the graph's.
+ *   cast:  dst = src, between f32 and another float dtype (either way)
+ *   axpy:  y += alpha * x (same dtype: gradient accumulation)
+ *   scale: y *= alpha (gradient scaling, e.g. 1/micro-batches) */
+int cuda_gen_cast(CudaGen *cg, const Graph *g, int dst, int src, CudaKernel *out, DiagSink *d);
+int cuda_gen_axpy(CudaGen *cg, const Graph *g, int y, int x, double alpha, CudaKernel *out, DiagSink *d);
+int cuda_gen_scale(CudaGen *cg, const Graph *g, int y, double alpha, CudaKernel *out, DiagSink *d);
 
 typedef struct CudaUnit {
     const char *family, *spec, *source;

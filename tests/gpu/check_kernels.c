@@ -639,20 +639,23 @@ static double limit_of(DType dt) { return dt == DT_F32 ? 1e-5 : 1e-2; }
 /* Runs every op of the case on both sides and compares what was written. */
 static const char *only; /* --only A,B: run the cases whose name contains A or B */
 
+static bool wanted(const char *name) {
+    if (!only) return true;
+    for (const char *p = only; *p;) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        for (const char *q = name; *q; q++)
+            if (!strncmp(q, p, n)) return true;
+        p += n + (e ? 1 : 0);
+    }
+    return false;
+}
+
 static void case_run(Case *c) {
     Graph *g = &c->g;
-    if (only) {
-        bool hit = false;
-        for (const char *p = only; *p && !hit;) {
-            const char *e = strchr(p, ',');
-            size_t n = e ? (size_t)(e - p) : strlen(p);
-            for (const char *q = c->name; *q && !hit; q++) hit = !strncmp(q, p, n);
-            p += n + (e ? 1 : 0);
-        }
-        if (!hit) {
-            arena_free(&c->a);
-            return;
-        }
+    if (!wanted(c->name)) {
+        arena_free(&c->a);
+        return;
     }
     for (int k = 0; k < g->nops; k++) {
         const GOp *o = &g->ops[k];
@@ -887,6 +890,98 @@ static void case_adam(DType dt) {
     case_run(&c);
 }
 
+
+/* The launches outside the graph's ops: cast both ways, axpy, scale. Run
+ * directly (not through case_run): f = cast(a); a2 = cast(f); a2 += 0.5 a; a2 *= 0.25. */
+static void case_util(DType dt) {
+    Case c;
+    case_init(&c, "cast + axpy + scale [33,77]", dt);
+    if (!wanted(c.name)) {
+        arena_free(&c.a);
+        return;
+    }
+    int a = tn(&c, "a", dt, TC_ACT, 2, 33, 77, 0), f = tn(&c, "f", DT_F32, TC_ACT, 2, 33, 77, 0);
+    int a2 = tn(&c, "a2", dt, TC_ACT, 2, 33, 77, 0);
+    int64_t n = 33 * 77;
+    size_t es = hk_dtype_size(dt);
+    for (int t = 0; t < 3; t++) c.h[t] = malloc((size_t)n * 4);
+    HkTensor ha = ht(&c, a), ha2 = ht(&c, a2);
+    for (int64_t i = 0; i < n; i++) hk_set(&ha, i, (float)(2 * urand() - 1 + 1e-3));
+    memset(c.h[f], 0xff, (size_t)n * 4);
+    memset(c.h[a2], 0xff, (size_t)n * es);
+    CudaKernel ks[4];
+    DiagSink d;
+    diag_init(&d);
+    int rc = cuda_gen_cast(&cg, &c.g, f, a, &ks[0], &d) | cuda_gen_cast(&cg, &c.g, a2, f, &ks[1], &d) |
+             cuda_gen_axpy(&cg, &c.g, a2, a, 0.5, &ks[2], &d) | cuda_gen_scale(&cg, &c.g, a2, 0.25, &ks[3], &d);
+    if (rc) {
+        diag_render(&d, NULL, stderr, false);
+        exit(2);
+    }
+    diag_free(&d);
+    Row *r = &rows[nrows++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", c.name);
+    snprintf(r->dtype, sizeof r->dtype, "%s", cuda_dtype_name(dt));
+    r->kernels = 4;
+    r->limit = limit_of(dt);
+    r->pass = true;
+    if (gpu) {
+        for (int t = 0; t < 3; t++) {
+            d_alloc(&c.d[t], (size_t)n * 4);
+            d_h2d(c.d[t], c.h[t], (size_t)n * 4);
+        }
+        for (int i = 0; i < 4; i++) {
+            CUmodule m = unit_module(&ks[i]);
+            CUdeviceptr ptrs[CUDA_MAX_ARGS];
+            long long ints[CUDA_MAX_ARGS];
+            float flts[CUDA_MAX_ARGS];
+            void *params[CUDA_MAX_ARGS];
+            for (int j = 0; j < ks[i].nargs; j++) {
+                const CudaArg *ag = &ks[i].args[j];
+                if (ag->kind == CARG_TENSOR) { ptrs[j] = c.d[ag->tensor]; params[j] = &ptrs[j]; }
+                else if (ag->kind == CARG_I64) { ints[j] = ag->i; params[j] = &ints[j]; }
+                else { flts[j] = ag->f; params[j] = &flts[j]; }
+            }
+            d_launch(m, &ks[i], params);
+        }
+    } else {
+        for (int i = 0; i < 4; i++) unit_module(&ks[i]);
+    }
+    /* host reference */
+    float *ref_f = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) {
+        ref_f[i] = hk_get(&ha, i);
+        hk_set(&ha2, i, ref_f[i]);
+        hk_set(&ha2, i, hk_get(&ha2, i) + 0.5f * hk_get(&ha, i));
+        hk_set(&ha2, i, 0.25f * hk_get(&ha2, i));
+    }
+    if (gpu) {
+        void *df = malloc((size_t)n * 4), *da2 = malloc((size_t)n * 4);
+        d_d2h(df, c.d[f], (size_t)n * 4);
+        d_d2h(da2, c.d[a2], (size_t)n * es);
+        HkTensor tf = hk_tensor(df, DT_F32, 2, c.g.tensors[f].dims), ta2 = hk_tensor(da2, dt, 2, c.g.tensors[a2].dims);
+        double m1 = 0, r1 = 0, m2 = 0, r2 = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double x = hk_get(&tf, i), y = hk_get(&ta2, i), rf = ref_f[i], ry = hk_get(&ha2, i);
+            m1 = fmax(m1, isfinite(x) ? fabs(x - rf) : INFINITY);
+            r1 = fmax(r1, fabs(rf));
+            m2 = fmax(m2, isfinite(y) ? fabs(y - ry) : INFINITY);
+            r2 = fmax(r2, fabs(ry));
+        }
+        double e1 = m1 / r1, e2 = m2 / r2;
+        r->err = fmax(e1, e2);
+        snprintf(r->worst, sizeof r->worst, "%s", e1 > e2 ? "f" : "a2");
+        r->pass = r->err <= r->limit;
+        free(df);
+        free(da2);
+        for (int t = 0; t < 3; t++) d_free(c.d[t]);
+    }
+    free(ref_f);
+    for (int t = 0; t < 3; t++) free(c.h[t]);
+    arena_free(&c.a);
+}
+
 /* ---- timing ---- */
 
 static double time_launches(const CudaKernel *ks, int n, CUdeviceptr *bufs, CUdeviceptr ws, int reps) {
@@ -1111,6 +1206,7 @@ int main(int argc, char **argv) {
         case_xent(dt);
         case_split(dt);
         case_adam(dt);
+        case_util(dt == DT_F32 ? DT_F16 : dt);
     }
     case_linear(DT_F16, 300, 200, 130, true);
     case_attention(DT_F16, 2, 100, 4, 2, 64);

@@ -152,6 +152,15 @@ START_TEST(gemm_tile_rule) {
     ck_assert_int_eq(o.k[0].tile_k, 16);
     ck_assert_ptr_nonnull(strstr(o.k[0].spec, "simt"));
     ck_assert_ptr_nonnull(strstr(o.k[0].source, "#define ZK_TC 0"));
+    /* 96 tiles of 128x128: big by default, small for a GPU of 200 SMs */
+    int mid = linear_op(&o, DT_BF16, 1024, 512, 1536);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, mid, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(o.k[0].tile_m, 128);
+    CudaGenOptions many = opts();
+    many.sm_count = 200;
+    cuda_gen_init(&o.cg, &o.a, &many);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, mid, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(o.k[0].tile_m, 64);
     ck_assert_int_eq(o.d.errors, 0);
     one_free(&o);
 }
@@ -520,6 +529,37 @@ START_TEST(linear_launches_compute_the_products) {
 }
 END_TEST
 
+
+START_TEST(utility_launches) {
+    One o;
+    one_init(&o);
+    int b = cm_t(&o.g, "b", DT_BF16, TC_GRAD, 2, 10, 30, 0), f = cm_t(&o.g, "f", DT_F32, TC_ACT, 2, 10, 30, 0);
+    int h = cm_t(&o.g, "h", DT_F16, TC_ACT, 2, 10, 30, 0), b2 = cm_t(&o.g, "b2", DT_BF16, TC_GRAD, 2, 10, 30, 0);
+    ck_assert_int_eq(cuda_gen_cast(&o.cg, &o.g, f, b, &o.k[0], &o.d), 0);
+    ck_assert_str_eq(o.k[0].entry, "zk_cast_to_f32");
+    ck_assert_str_eq(o.k[0].spec, "bf16");
+    ck_assert_int_eq(o.k[0].args[0].tensor, f);
+    ck_assert_int_eq(o.k[0].args[2].i, 300);
+    ck_assert_int_eq(o.k[0].args[4].i, 0); /* overwrite */
+    ck_assert_int_eq(cuda_gen_cast(&o.cg, &o.g, h, f, &o.k[0], &o.d), 0);
+    ck_assert_str_eq(o.k[0].entry, "zk_cast_from_f32");
+    ck_assert_str_eq(o.k[0].spec, "f16");
+    ck_assert_int_eq(cuda_gen_axpy(&o.cg, &o.g, b, b2, 0.5, &o.k[0], &o.d), 0);
+    ck_assert_str_eq(o.k[0].entry, "zk_axpy");
+    ck_assert_double_eq(o.k[0].args[3].f, 0.5);
+    ck_assert_int_eq(cuda_gen_scale(&o.cg, &o.g, b, 0.25, &o.k[0], &o.d), 0);
+    ck_assert_str_eq(o.k[0].entry, "zk_scale");
+    ck_assert_int_eq(o.d.errors, 0);
+    ck_assert_int_eq(cuda_gen_cast(&o.cg, &o.g, h, b, &o.k[0], &o.d), -1);
+    ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "casts go between f32 and a float dtype (not bf16 to f16)"));
+    ck_assert_int_eq(cuda_gen_axpy(&o.cg, &o.g, b, f, 1.0, &o.k[0], &o.d), -1);
+    ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "mixed dtypes"));
+    ck_assert_int_eq(cuda_gen_scale(&o.cg, &o.g, 99, 1.0, &o.k[0], &o.d), -1);
+    ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "tensor 99 does not exist"));
+    one_free(&o);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cuda_gen");
     TCase *t = tcase_create("core");
@@ -530,6 +570,7 @@ int main(void) {
     tcase_add_test(t, comment_names_op_and_line);
     tcase_add_test(t, unsupported_input_is_an_error);
     tcase_add_test(t, workspace_and_error_words);
+    tcase_add_test(t, utility_launches);
     tcase_add_loop_test(t, matmul_launches_compute_the_products, 0, 4);
     tcase_add_test(t, linear_launches_compute_the_products);
     suite_add_tcase(s, t);
