@@ -51,8 +51,13 @@ float hk_get(const HkTensor *t, int64_t i) {
 }
 
 void hk_set(HkTensor *t, int64_t i, float v) {
-    if (t->dtype == DT_I32) ((int32_t *)t->data)[i] = (int32_t)v;
-    else hk_st(t->data, t->dtype, i, v);
+    if (t->dtype != DT_I32) {
+        hk_st(t->data, t->dtype, i, v);
+        return;
+    }
+    /* to i32: truncation, saturating, NaN -> 0 (a plain cast would be undefined there) */
+    int32_t x = v != v ? 0 : v >= 2147483648.0f ? INT32_MAX : v < -2147483648.0f ? INT32_MIN : (int32_t)v;
+    ((int32_t *)t->data)[i] = x;
 }
 
 /* ---- workspace carving ---- */

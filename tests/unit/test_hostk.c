@@ -554,6 +554,14 @@ START_TEST(test_optimizer_helpers) {
     HkTensor IV = hk_tensor(iv, DT_I32, 1, d4);
     ck_assert_int_eq(hk_cast(&Bk, &IV), HK_OK);
     ck_assert_int_eq(iv[1], 4);
+    hk_set(&IV, 0, 3e10f);
+    hk_set(&IV, 1, -3e10f);
+    hk_set(&IV, 2, NAN);
+    hk_set(&IV, 3, -2.7f);
+    ck_assert_int_eq(iv[0], INT32_MAX);
+    ck_assert_int_eq(iv[1], INT32_MIN);
+    ck_assert_int_eq(iv[2], 0);
+    ck_assert_int_eq(iv[3], -2);
     HkTensor S3 = hk_tensor(s, DT_F32, 1, d3);
     ck_assert_int_eq(hk_cast(&S3, &H), HK_ERR_SHAPE);
     hk_zero(&H);
