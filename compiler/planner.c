@@ -738,12 +738,22 @@ static void emit_step(B *b, const Step *s) {
 
 /* ---- optimizer ---- */
 
+/* The optimizer works on sub-groups: at most ADAM_CHUNK elements of one
+ * parameter's shard at a time, so its staging stays bounded however large
+ * the shard (a multiple of 2048 elements, so NVMe ranges stay aligned). */
+enum { ADAM_CHUNK = 1 << 25 };
+
 typedef struct AdamViews {
     int op;                     /* the graph's OP_ADAM */
-    int state[3], sview[3];     /* master (or -1), momentum, variance */
+    int64_t e0, ne;             /* the sub-group: elements [e0, e0+ne) of the shard */
+    int state[3], sview[3];     /* master (or -1), momentum, variance; their views */
+    uint64_t soff[3];           /* offset of the sub-group in each view */
     int pview;
+    uint64_t poff;
     bool pread;
 } AdamViews;
+
+static uint64_t ebytes(const B *b, int t, int64_t ne) { return (uint64_t)ne * (uint64_t)dsz(b, t); }
 
 static void adam_load(B *b, AdamViews *v) {
     const Graph *g = b->g;
@@ -756,40 +766,47 @@ static void adam_load(B *b, AdamViews *v) {
     for (int k = 0; k < 3; k++) {
         int st = v->state[k];
         v->sview[k] = -1;
+        v->soff[k] = 0;
         if (st < 0) continue;
         v->sview[k] = b->home[st];
+        v->soff[k] = ebytes(b, st, v->e0);
         if (O == TIER_NVME) {
-            uint64_t bytes = shard_bytes(b, st);
+            uint64_t bytes = ebytes(b, st, v->ne);
             int stg = newbuf(b, ARENA_PINNED, bytes, st, tname(b, st), false);
             int i = ins(b, PI_NVME_READ, Q_NVME, st, 0, 1, 0);
-            opnd(b, i, b->home[st], PLAN_R, 0, bytes);
+            opnd(b, i, b->home[st], PLAN_R, v->soff[k], bytes);
             opnd(b, i, stg, PLAN_W, 0, bytes);
             v->sview[k] = stg;
+            v->soff[k] = 0;
         }
     }
     v->pread = v->state[0] < 0; /* no master: the parameter is the fp32 state */
     bool gpu = O == TIER_GPU;
-    uint64_t pb = shard_bytes(b, p);
+    uint64_t pb = ebytes(b, p, v->ne), po = ebytes(b, p, v->e0);
     if ((gpu && P == TIER_GPU) || (!gpu && P == TIER_CPU)) {
         v->pview = b->home[p];
+        v->poff = po;
         return;
     }
     v->pview = newbuf(b, gpu ? ARENA_GPU : ARENA_PINNED, pb, p, tname(b, p), false);
+    v->poff = 0;
     if (!v->pread) return;
     if (gpu) {
         int from = b->home[p];
+        uint64_t fo = po;
         if (P == TIER_NVME) {
             from = newbuf(b, ARENA_PINNED, pb, p, tname(b, p), false);
+            fo = 0;
             int i = ins(b, PI_NVME_READ, Q_NVME, p, 0, 1, 0);
-            opnd(b, i, b->home[p], PLAN_R, 0, pb);
+            opnd(b, i, b->home[p], PLAN_R, po, pb);
             opnd(b, i, from, PLAN_W, 0, pb);
         }
         int i = ins(b, PI_H2D, Q_H2D, p, 0, 1, 0);
-        opnd(b, i, from, PLAN_R, 0, pb);
+        opnd(b, i, from, PLAN_R, fo, pb);
         opnd(b, i, v->pview, PLAN_W, 0, pb);
     } else {
         int i = P == TIER_NVME ? ins(b, PI_NVME_READ, Q_NVME, p, 0, 1, 0) : ins(b, PI_D2H, Q_D2H, p, 0, 1, 0);
-        opnd(b, i, b->home[p], PLAN_R, 0, pb);
+        opnd(b, i, b->home[p], PLAN_R, po, pb);
         opnd(b, i, v->pview, PLAN_W, 0, pb);
     }
 }
@@ -800,21 +817,21 @@ static void adam_step(B *b, const AdamViews *v) {
     int p = op->in[0], gr = op->in[1], gn = op->in[5];
     int O = b->pl.tier[PC_OPTIMIZER], P = b->pl.tier[PC_PARAMS];
     bool gpu = O == TIER_GPU;
-    uint64_t pb = shard_bytes(b, p);
-    int i = ins(b, gpu ? PI_GPU_ADAM : PI_CPU_ADAM, gpu ? Q_COMPUTE : Q_CPU, p, 0, 1, 10.0 * (double)(pb / (uint64_t)dsz(b, p)));
-    opnd(b, i, v->pview, v->pread ? PLAN_M : PLAN_W, 0, pb);
-    opnd(b, i, gr >= 0 ? b->home[gr] : -1, PLAN_R, 0, gr >= 0 ? shard_bytes(b, gr) : 0);
+    uint64_t pb = ebytes(b, p, v->ne), po = ebytes(b, p, v->e0);
+    int i = ins(b, gpu ? PI_GPU_ADAM : PI_CPU_ADAM, gpu ? Q_COMPUTE : Q_CPU, p, 0, 1, 10.0 * (double)v->ne);
+    opnd(b, i, v->pview, v->pread ? PLAN_M : PLAN_W, v->poff, pb);
+    opnd(b, i, gr >= 0 ? b->home[gr] : -1, PLAN_R, gr >= 0 ? ebytes(b, gr, v->e0) : 0, gr >= 0 ? ebytes(b, gr, v->ne) : 0);
     for (int k = 0; k < 3; k++)
-        opnd(b, i, v->sview[k], PLAN_M, 0, v->state[k] >= 0 ? shard_bytes(b, v->state[k]) : 0);
+        opnd(b, i, v->sview[k], PLAN_M, v->soff[k], v->state[k] >= 0 ? ebytes(b, v->state[k], v->ne) : 0);
     opnd(b, i, gn >= 0 ? b->cur[gn] : -1, PLAN_R, 0, gn >= 0 ? 4 : 0);
     if (O == TIER_NVME)
         for (int k = 0; k < 3; k++) {
             int st = v->state[k];
             if (st < 0) continue;
-            uint64_t bytes = shard_bytes(b, st);
+            uint64_t bytes = ebytes(b, st, v->ne);
             int w = ins(b, PI_NVME_WRITE, Q_NVME, st, 0, 1, 0);
             opnd(b, w, v->sview[k], PLAN_R, 0, bytes);
-            opnd(b, w, b->home[st], PLAN_W, 0, bytes);
+            opnd(b, w, b->home[st], PLAN_W, ebytes(b, st, v->e0), bytes);
         }
     if (v->pview == b->home[p]) return;
     if (gpu) {
@@ -826,24 +843,47 @@ static void adam_step(B *b, const AdamViews *v) {
             opnd(b, c, stg, PLAN_W, 0, pb);
             int w = ins(b, PI_NVME_WRITE, Q_NVME, p, 0, 1, 0);
             opnd(b, w, stg, PLAN_R, 0, pb);
-            opnd(b, w, b->home[p], PLAN_W, 0, pb);
+            opnd(b, w, b->home[p], PLAN_W, po, pb);
         } else {
             int c = ins(b, PI_D2H, Q_D2H, p, 0, 1, 0);
             opnd(b, c, from, PLAN_R, 0, pb);
-            opnd(b, c, b->home[p], PLAN_W, 0, pb);
+            opnd(b, c, b->home[p], PLAN_W, po, pb);
         }
     } else {
         int w = P == TIER_NVME ? ins(b, PI_NVME_WRITE, Q_NVME, p, 0, 1, 0) : ins(b, PI_H2D, Q_H2D, p, 0, 1, 0);
         opnd(b, w, v->pview, PLAN_R, 0, pb);
-        opnd(b, w, b->home[p], PLAN_W, 0, pb);
+        opnd(b, w, b->home[p], PLAN_W, po, pb);
     }
+}
+
+/* The next sub-group after (j, e0) among the optimizer's Adam ops: false at the end. */
+static bool adam_next(const B *b, int *j, int64_t *e0, int64_t *ne) {
+    const Graph *g = b->g;
+    if (*j >= 0 && g->ops[*j].kind == OP_ADAM) {
+        int p = g->ops[*j].in[0];
+        int64_t total = (int64_t)b->ntiles[p] * b->tile_shard[p];
+        if (*e0 + *ne < total) {
+            *e0 += *ne;
+            *ne = total - *e0 < ADAM_CHUNK ? total - *e0 : ADAM_CHUNK;
+            return true;
+        }
+    }
+    for (int k = *j + 1; k < g->nops; k++) {
+        if (g->ops[k].kind != OP_ADAM) continue;
+        int p = g->ops[k].in[0];
+        int64_t total = (int64_t)b->ntiles[p] * b->tile_shard[p];
+        *j = k;
+        *e0 = 0;
+        *ne = total < ADAM_CHUNK ? total : ADAM_CHUNK;
+        return true;
+    }
+    return false;
 }
 
 static void emit_optimizer(B *b, int bwd_end) {
     const Graph *g = b->g;
     int O = b->pl.tier[PC_OPTIMIZER];
-    AdamViews next = {0}, curv;
-    bool have_next = false;
+    bool adam_done = false;
     for (int j = bwd_end; j < g->nops && !b->oom; j++) {
         const GOp *op = &g->ops[j];
         if (op->kind == OP_GRAD_NORM) {
@@ -855,23 +895,32 @@ static void emit_optimizer(B *b, int bwd_end) {
                 if (g->tensors[t].cls == TC_GRAD && b->home[t] >= 0) opnd(b, i, b->home[t], PLAN_R, 0, shard_bytes(b, t));
             opnd(b, i, buf, PLAN_W, 0, 4);
             if (y >= 0) b->cur[y] = buf;
-        } else if (op->kind == OP_ADAM) {
-            if (!have_next) {
-                next = (AdamViews){.op = j};
-                adam_load(b, &next);
+        } else if (op->kind == OP_ADAM && !adam_done) {
+            /* every Adam, in sub-groups; for NVMe state the next sub-group's
+             * reads are issued before this one steps */
+            adam_done = true;
+            int cj = j - 1;
+            int64_t e0 = 0, ne = 0;
+            AdamViews cur, next;
+            bool have = adam_next(b, &cj, &e0, &ne);
+            if (have) {
+                cur = (AdamViews){.op = cj, .e0 = e0, .ne = ne};
+                adam_load(b, &cur);
             }
-            curv = next;
-            have_next = false;
-            /* read ahead the next sub-group's state while this one steps */
-            if (O == TIER_NVME)
-                for (int k = j + 1; k < g->nops; k++)
-                    if (g->ops[k].kind == OP_ADAM) {
-                        next = (AdamViews){.op = k};
-                        adam_load(b, &next);
-                        have_next = true;
-                        break;
-                    }
-            adam_step(b, &curv);
+            while (have && !b->oom) {
+                bool more = adam_next(b, &cj, &e0, &ne);
+                if (more && O == TIER_NVME) {
+                    next = (AdamViews){.op = cj, .e0 = e0, .ne = ne};
+                    adam_load(b, &next);
+                }
+                adam_step(b, &cur);
+                if (more && O != TIER_NVME) {
+                    next = (AdamViews){.op = cj, .e0 = e0, .ne = ne};
+                    adam_load(b, &next);
+                }
+                cur = next;
+                have = more;
+            }
         } else if (op->kind == OP_ZERO_GRAD) {
             Step s = {j, 0, 1, 0, 0};
             emit_step(b, &s);

@@ -331,6 +331,38 @@ START_TEST(pins_are_obeyed) {
 }
 END_TEST
 
+
+START_TEST(optimizer_sub_groups) {
+    /* a shard of more than 2^25 elements is stepped in sub-groups */
+    FixtureShape s = fx_small();
+    s.vocab = 600000; /* wte and head: 38.4M elements */
+    s.layers = 1;
+    s.batch = 1;
+    s.seq = 4;
+    Ctx *c = ctx_new(s, "h200", 0);
+    c->o.tier[PC_OPTIMIZER] = TIER_NVME;
+    plan_ok(c);
+    const Plan *p = c->r.plan;
+    int wte = -1, adams = 0, reads = 0;
+    for (uint32_t i = 0; i < p->ntensors; i++)
+        if (!strcmp(p->tensors[i].name, "wte")) wte = (int)i;
+    uint64_t covered = 0;
+    for (uint32_t i = 0; i < p->ninstrs; i++) {
+        const PlanInstr *in = &p->instrs[i];
+        if (in->op == PI_CPU_ADAM && in->arg == wte) {
+            adams++;
+            covered += p->operands[in->opnd].bytes;
+            ck_assert_uint_le(p->operands[in->opnd].bytes, (1u << 25) * 2);
+        }
+        reads += in->op == PI_NVME_READ && in->arg >= 0 && p->tensors[in->arg].param == wte;
+    }
+    ck_assert_int_eq(adams, 2);
+    ck_assert_uint_eq(covered, 38400000ull * 2);
+    ck_assert_int_eq(reads, 2 * 3); /* master, m, v of each sub-group */
+    ctx_free(c);
+}
+END_TEST
+
 /* test_planner --write-plan OUT TARGET RANKS: plans the fixture and writes
  * it (for tests/e2e/golden_schedule.sh and the zinfdump tests). */
 static int write_fixture(const char *out, const char *target, int ranks) {
@@ -363,6 +395,7 @@ int main(int argc, char **argv) {
     TCase *t = tcase_create("plan");
     tcase_set_timeout(t, 60);
     tcase_add_test(t, host_one_rank);
+    tcase_add_test(t, optimizer_sub_groups);
     tcase_add_test(t, plan_block);
     tcase_add_test(t, pins_are_obeyed);
     tcase_add_test(t, host_four_ranks);
