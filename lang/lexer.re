@@ -1,0 +1,301 @@
+/* The .zl lexer (re2c). See lexer.h. One rule per line; an error token for
+ * anything else; line and column are worked out only for diagnostics. */
+#include "lexer.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "grammar.h"
+
+void lex_init(Lexer *L, const char *src, uint32_t len, int file, Arena *a, DiagSink *d) {
+    memset(L, 0, sizeof *L);
+    L->src = src;
+    L->len = len;
+    L->file = file;
+    L->arena = a;
+    L->d = d;
+    L->last = TK_NL;
+}
+
+static Span sp(const Lexer *L, uint32_t a, uint32_t b) { return (Span){L->file, a, b - a}; }
+
+const char *lex_token_name(int k) {
+    switch (k) {
+    case 0: return "end of file";
+    case TK_NL: return "newline";
+    case TK_SEMI: return "';'";
+    case TK_COMMA: return "','";
+    case TK_LPAREN: return "'('";
+    case TK_RPAREN: return "')'";
+    case TK_LBRACK: return "'['";
+    case TK_RBRACK: return "']'";
+    case TK_LBRACE: return "'{'";
+    case TK_RBRACE: return "'}'";
+    case TK_ASSIGN: return "'='";
+    case TK_COLON: return "':'";
+    case TK_PLUS: return "'+'";
+    case TK_MINUS: return "'-'";
+    case TK_STAR: return "'*'";
+    case TK_SLASH: return "'/'";
+    case TK_PERCENT: return "'%'";
+    case TK_IDENT: return "a name";
+    case TK_INT: return "an integer";
+    case TK_FLOAT: return "a number";
+    case TK_STRING: return "a string";
+    case TK_DTYPE: return "a type";
+    case TK_IMPORT: return "'import'";
+    case TK_CONST: return "'const'";
+    case TK_LAYER: return "'layer'";
+    case TK_MODEL: return "'model'";
+    case TK_TRAIN: return "'train'";
+    case TK_TARGET: return "'target'";
+    case TK_PLAN: return "'plan'";
+    case TK_REPEAT: return "'repeat'";
+    case TK_AS: return "'as'";
+    case TK_RETURN: return "'return'";
+    case TK_LOSS: return "'loss'";
+    case TK_PARAM: return "'param'";
+    case TK_INIT: return "'init'";
+    default: return "a token";
+    }
+}
+
+static const struct { const char *w; int k; DType dt; } keywords[] = {
+    {"import", TK_IMPORT, DT_NONE}, {"const", TK_CONST, DT_NONE},   {"layer", TK_LAYER, DT_NONE},
+    {"model", TK_MODEL, DT_NONE},   {"train", TK_TRAIN, DT_NONE},   {"target", TK_TARGET, DT_NONE},
+    {"plan", TK_PLAN, DT_NONE},     {"repeat", TK_REPEAT, DT_NONE}, {"as", TK_AS, DT_NONE},
+    {"return", TK_RETURN, DT_NONE}, {"loss", TK_LOSS, DT_NONE},     {"param", TK_PARAM, DT_NONE},
+    {"init", TK_INIT, DT_NONE},     {"i32", TK_DTYPE, DT_I32},      {"f32", TK_DTYPE, DT_F32},
+    {"f16", TK_DTYPE, DT_F16},      {"bf16", TK_DTYPE, DT_BF16},
+};
+
+static const struct { const char *w; UnitKind k; uint64_t scale; } units[] = {
+    {"KiB/s", UNIT_RATE, 1ull << 10}, {"MiB/s", UNIT_RATE, 1ull << 20}, {"GiB/s", UNIT_RATE, 1ull << 30},
+    {"TiB/s", UNIT_RATE, 1ull << 40}, {"KB/s", UNIT_RATE, 1000ull},     {"MB/s", UNIT_RATE, 1000000ull},
+    {"GB/s", UNIT_RATE, 1000000000ull}, {"TB/s", UNIT_RATE, 1000000000000ull},
+    {"KiB", UNIT_BYTES, 1ull << 10},  {"MiB", UNIT_BYTES, 1ull << 20},  {"GiB", UNIT_BYTES, 1ull << 30},
+    {"TiB", UNIT_BYTES, 1ull << 40},  {"KB", UNIT_BYTES, 1000ull},      {"MB", UNIT_BYTES, 1000000ull},
+    {"GB", UNIT_BYTES, 1000000000ull}, {"TB", UNIT_BYTES, 1000000000000ull},
+    {"K", UNIT_COUNT, 1000ull},       {"M", UNIT_COUNT, 1000000ull},    {"G", UNIT_COUNT, 1000000000ull},
+    {"T", UNIT_COUNT, 1000000000000ull},
+};
+
+static bool ident_char(int c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
+
+/* A unit word after a number, optionally after spaces or tabs, when the word
+ * is not the start of a longer name. */
+static void lex_unit(Lexer *L, Token *t) {
+    t->unit = (Unit){UNIT_NONE, 1};
+    uint32_t p = L->pos;
+    while (p < L->len && (L->src[p] == ' ' || L->src[p] == '\t')) p++;
+    for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
+        size_t n = strlen(units[i].w);
+        if (p + n > L->len || memcmp(L->src + p, units[i].w, n) != 0) continue;
+        if (p + n < L->len && ident_char((unsigned char)L->src[p + n])) continue;
+        t->unit = (Unit){units[i].k, units[i].scale};
+        L->pos = (uint32_t)(p + n);
+        t->span = sp(L, t->span.off, L->pos);
+        return;
+    }
+}
+
+static void lex_int(Lexer *L, Token *t, uint32_t a, uint32_t b, int base) {
+    uint64_t v = 0;
+    bool over = false;
+    for (uint32_t i = a; i < b; i++) {
+        int c = (unsigned char)L->src[i], dg;
+        if (c == '_') continue;
+        if (c >= '0' && c <= '9') dg = c - '0';
+        else if (c >= 'a' && c <= 'f') dg = c - 'a' + 10;
+        else dg = c - 'A' + 10;
+        if (v > (UINT64_MAX - (uint64_t)dg) / (uint64_t)base) over = true;
+        v = v * (uint64_t)base + (uint64_t)dg;
+    }
+    if (v > (uint64_t)INT64_MAX) over = true;
+    t->ival = over ? INT64_MAX : (int64_t)v;
+    t->overflow = over;
+}
+
+static void lex_float(Lexer *L, Token *t, uint32_t a, uint32_t b) {
+    char buf[128];
+    size_t n = 0;
+    for (uint32_t i = a; i < b && n + 1 < sizeof buf; i++)
+        if (L->src[i] != '_') buf[n++] = L->src[i];
+    buf[n] = 0;
+    t->fval = strtod(buf, NULL);
+}
+
+/* A string literal from the opening quote at a; escapes decoded. */
+static void lex_string(Lexer *L, Token *t, uint32_t a) {
+    uint32_t p = a + 1;
+    char *out = arena_alloc(L->arena, L->len - a + 1);
+    size_t n = 0;
+    for (;;) {
+        if (p >= L->len || L->src[p] == '\n') {
+            diag_error(L->d, sp(L, a, p), "unterminated string");
+            diag_hint(L->d, "a string ends with '\"' on the line where it starts");
+            L->errors++;
+            break;
+        }
+        char c = L->src[p];
+        if (c == '"') { p++; break; }
+        if (c == '\\') {
+            char e = p + 1 < L->len ? L->src[p + 1] : 0;
+            int hv = -1;
+            switch (e) {
+            case 'n': if (out) out[n++] = '\n'; p += 2; continue;
+            case 't': if (out) out[n++] = '\t'; p += 2; continue;
+            case '\\': if (out) out[n++] = '\\'; p += 2; continue;
+            case '"': if (out) out[n++] = '"'; p += 2; continue;
+            case 'x': {
+                int h1 = p + 2 < L->len ? L->src[p + 2] : 0, h2 = p + 3 < L->len ? L->src[p + 3] : 0;
+                int d1 = h1 >= '0' && h1 <= '9' ? h1 - '0' : (h1 | 32) >= 'a' && (h1 | 32) <= 'f' ? (h1 | 32) - 'a' + 10 : -1;
+                int d2 = h2 >= '0' && h2 <= '9' ? h2 - '0' : (h2 | 32) >= 'a' && (h2 | 32) <= 'f' ? (h2 | 32) - 'a' + 10 : -1;
+                if (d1 >= 0 && d2 >= 0) hv = d1 * 16 + d2;
+                if (hv >= 0) { if (out) out[n++] = (char)hv; p += 4; continue; }
+                diag_error(L->d, sp(L, p, p + 2), "bad escape: \\x needs two hex digits");
+                L->errors++;
+                p += 2;
+                continue;
+            }
+            default:
+                diag_error(L->d, sp(L, p, p + 2), "unknown escape '\\%c' in string", e >= 0x20 && e < 0x7f ? e : '?');
+                diag_hint(L->d, "the escapes are \\n \\t \\\\ \\\" and \\xHH");
+                L->errors++;
+                p += e ? 2 : 1;
+                continue;
+            }
+        }
+        if (out) out[n++] = c;
+        p++;
+    }
+    if (out) out[n] = 0;
+    t->str = out ? out : "";
+    t->slen = n;
+    L->pos = p;
+}
+
+static void push_open(Lexer *L, char k, Span s) {
+    if (L->depth < LEX_MAX_DEPTH) {
+        L->open_kind[L->depth] = k;
+        L->open_span[L->depth] = s;
+    }
+    L->depth++;
+}
+
+/* A closing bracket closes the innermost open one of its kind; a '}' also
+ * closes any '(' or '[' left open inside its block, so that one missing ')'
+ * does not swallow every newline after it. */
+static void pop_close(Lexer *L, char k) {
+    if (L->depth <= 0) return;
+    if (k != '{') {
+        int top = L->depth <= LEX_MAX_DEPTH ? L->depth - 1 : -1;
+        if (top < 0 || L->open_kind[top] == k) L->depth--;
+        return;
+    }
+    while (L->depth > 0) {
+        int top = L->depth <= LEX_MAX_DEPTH ? L->depth - 1 : -1;
+        L->depth--;
+        if (top < 0 || L->open_kind[top] == '{') break;
+    }
+}
+
+static bool inside_parens(const Lexer *L) {
+    if (L->depth == 0) return false;
+    int top = L->depth <= LEX_MAX_DEPTH ? L->depth - 1 : LEX_MAX_DEPTH - 1;
+    return L->open_kind[top] == '(' || L->open_kind[top] == '[';
+}
+
+static bool ends_statement(int k) {
+    return k == TK_IDENT || k == TK_INT || k == TK_FLOAT || k == TK_STRING || k == TK_RPAREN || k == TK_RBRACK ||
+           k == TK_RBRACE || k == TK_RETURN || k == TK_DTYPE;
+}
+
+#define YYCTYPE unsigned char
+
+void lex_next(Lexer *L, Token *t) {
+    memset(t, 0, sizeof *t);
+    for (;;) {
+        if (L->done) { t->kind = 0; t->span = sp(L, L->len, L->len); return; }
+        uint32_t start = L->pos;
+        const YYCTYPE *YYCURSOR = (const YYCTYPE *)L->src + L->pos, *YYMARKER = YYCURSOR;
+        const YYCTYPE *base = (const YYCTYPE *)L->src;
+        int k = -1;
+#define TOK(x) do { k = (x); goto done; } while (0)
+        /*!re2c
+            re2c:yyfill:enable = 0;
+
+            dec   = [0-9][0-9_]*;
+            hex   = "0" [xX] [0-9a-fA-F_]+;
+            exp   = [eE] [+-]? [0-9]+;
+            flt   = dec "." [0-9_]* exp? | dec exp;
+            ident = [A-Za-z_][A-Za-z0-9_]*;
+
+            "\x00"         { if ((uint32_t)(YYCURSOR - base) > L->len) goto eof;
+                             diag_error(L->d, sp(L, start, start + 1), "unexpected NUL byte in the source");
+                             L->errors++; L->pos = (uint32_t)(YYCURSOR - base); continue; }
+            [ \t\r\v\f]+   { L->pos = (uint32_t)(YYCURSOR - base); continue; }
+            "#" [^\n\x00]* { L->pos = (uint32_t)(YYCURSOR - base); continue; }
+            "\n"           { L->pos = (uint32_t)(YYCURSOR - base);
+                             if (!inside_parens(L) && ends_statement(L->last)) {
+                                 t->kind = TK_NL; t->span = sp(L, start, start + 1); L->last = TK_NL; return; }
+                             continue; }
+            hex            { L->pos = (uint32_t)(YYCURSOR - base); lex_int(L, t, start + 2, L->pos, 16); TOK(TK_INT); }
+            flt            { L->pos = (uint32_t)(YYCURSOR - base); lex_float(L, t, start, L->pos); TOK(TK_FLOAT); }
+            dec            { L->pos = (uint32_t)(YYCURSOR - base); lex_int(L, t, start, L->pos, 10); TOK(TK_INT); }
+            ident          { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_IDENT); }
+            "\""           { lex_string(L, t, start); TOK(TK_STRING); }
+            ";"            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_SEMI); }
+            ","            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_COMMA); }
+            "("            { L->pos = (uint32_t)(YYCURSOR - base); push_open(L, '(', sp(L, start, start + 1)); TOK(TK_LPAREN); }
+            ")"            { L->pos = (uint32_t)(YYCURSOR - base); pop_close(L, '('); TOK(TK_RPAREN); }
+            "["            { L->pos = (uint32_t)(YYCURSOR - base); push_open(L, '[', sp(L, start, start + 1)); TOK(TK_LBRACK); }
+            "]"            { L->pos = (uint32_t)(YYCURSOR - base); pop_close(L, '['); TOK(TK_RBRACK); }
+            "{"            { L->pos = (uint32_t)(YYCURSOR - base); push_open(L, '{', sp(L, start, start + 1)); TOK(TK_LBRACE); }
+            "}"            { L->pos = (uint32_t)(YYCURSOR - base); pop_close(L, '{'); TOK(TK_RBRACE); }
+            "="            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_ASSIGN); }
+            ":"            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_COLON); }
+            "+"            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_PLUS); }
+            "-"            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_MINUS); }
+            "*"            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_STAR); }
+            "/"            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_SLASH); }
+            "%"            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_PERCENT); }
+            [\x80-\xff]+   { L->pos = (uint32_t)(YYCURSOR - base);
+                             diag_error(L->d, sp(L, start, L->pos), "unexpected non-ASCII text");
+                             diag_hint(L->d, "names and operators are ASCII; other text belongs in strings or comments");
+                             L->errors++; continue; }
+            *              { L->pos = (uint32_t)(YYCURSOR - base);
+                             unsigned char c = (unsigned char)L->src[start];
+                             if (c >= 0x20 && c < 0x7f) diag_error(L->d, sp(L, start, L->pos), "unexpected character '%c'", c);
+                             else diag_error(L->d, sp(L, start, L->pos), "unexpected byte 0x%02x", c);
+                             L->errors++; continue; }
+        */
+    eof:
+        L->pos = L->len;
+        if (ends_statement(L->last)) {
+            t->kind = TK_NL;
+            t->span = sp(L, L->len, L->len);
+            L->last = TK_NL;
+            return;
+        }
+        L->done = true;
+        continue;
+    done:
+        t->kind = k;
+        if (t->span.len == 0) t->span = sp(L, start, L->pos);
+        if (k == TK_INT || k == TK_FLOAT) lex_unit(L, t);
+        if (k == TK_IDENT) {
+            size_t n = L->pos - start;
+            for (size_t i = 0; i < sizeof keywords / sizeof *keywords; i++)
+                if (strlen(keywords[i].w) == n && !memcmp(L->src + start, keywords[i].w, n)) {
+                    t->kind = keywords[i].k;
+                    t->dtype = keywords[i].dt;
+                    break;
+                }
+            t->str = arena_strndup(L->arena, L->src + start, n);
+            t->slen = n;
+        }
+        L->last = t->kind;
+        return;
+#undef TOK
+    }
+}

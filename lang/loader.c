@@ -1,0 +1,104 @@
+#include "loader.h"
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "parse.h"
+
+static void program_push(Arena *a, Program *p, AstFile *f) {
+    if (p->nfiles == p->cap) {
+        int nc = p->cap ? p->cap * 2 : 8;
+        AstFile **nf = ARENA_NEWN(a, AstFile *, nc);
+        if (!nf) return;
+        if (p->nfiles) memcpy(nf, p->files, sizeof *nf * (size_t)p->nfiles);
+        p->files = nf;
+        p->cap = nc;
+    }
+    p->files[p->nfiles++] = f;
+}
+
+static bool is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* The directory part of a path ("." when none). */
+static const char *dir_of(Arena *a, const char *path) {
+    const char *s = strrchr(path, '/');
+    if (!s) return ".";
+    return arena_strndup(a, path, (size_t)(s - path) ? (size_t)(s - path) : 1);
+}
+
+static int already_loaded(const SourceSet *src, const Program *p, const char *path) {
+    for (int i = 0; i < p->nfiles; i++)
+        if (!strcmp(src->files[p->files[i]->file].path, path)) return i;
+    return -1;
+}
+
+bool program_load(Arena *a, SourceSet *src, DiagSink *d, const char *main_path, const LoadOptions *opt, Program *out) {
+    memset(out, 0, sizeof *out);
+    int err = 0;
+    int id = source_load(src, main_path, &err);
+    if (id < 0) {
+        diag_error(d, SPAN_NONE, "cannot read %s: %s", main_path, strerror(err));
+        return false;
+    }
+    AstFile *f = parse_source(a, src, id, d);
+    if (!f) {
+        diag_error(d, SPAN_NONE, "out of memory parsing %s", main_path);
+        return false;
+    }
+    program_push(a, out, f);
+    const char *stdlib = opt && opt->stdlib_dir ? opt->stdlib_dir : ZINF_STDLIB_DIR;
+    /* Breadth-first over imports; files[] grows as we go. */
+    for (int fi = 0; fi < out->nfiles; fi++) {
+        AstFile *cur = out->files[fi];
+        const char *here = dir_of(a, src->files[cur->file].path);
+        for (int k = 0; k < cur->decls.len; k++) {
+            Decl *dc = cur->decls.items[k];
+            if (dc->kind != DL_IMPORT || !dc->name) continue;
+            const char *name = dc->name;
+            size_t nl = strlen(name);
+            if (nl == 0 || memchr(name, 0, nl) != NULL) {
+                diag_error(d, dc->name_span, "empty import name");
+                continue;
+            }
+            bool has_ext = nl > 3 && !strcmp(name + nl - 3, ".zl");
+            const char *file = has_ext ? name : arena_printf(a, "%s.zl", name);
+            /* Where to look, in order: relative to the importing file, -I dirs, stdlib. */
+            int ndirs = 0;
+            const char *dirs[64];
+            dirs[ndirs++] = here;
+            for (int i = 0; opt && i < opt->ninclude && ndirs < 63; i++) dirs[ndirs++] = opt->include_dirs[i];
+            dirs[ndirs++] = stdlib;
+            const char *found = NULL;
+            if (file[0] == '/') {
+                if (is_file(file)) found = file;
+            } else {
+                for (int i = 0; i < ndirs && !found; i++) {
+                    const char *cand = arena_printf(a, "%s/%s", dirs[i], file);
+                    if (cand && is_file(cand)) found = cand;
+                }
+            }
+            if (!found) {
+                diag_error(d, dc->name_span, "cannot find import \"%s\"", name);
+                char buf[2048];
+                size_t o = 0;
+                for (int i = 0; i < ndirs && o < sizeof buf; i++)
+                    o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%s", i ? ", " : "", dirs[i]);
+                diag_note(d, dc->name_span, "looked for %s in %s", file, buf);
+                continue;
+            }
+            if (already_loaded(src, out, found) >= 0) continue;
+            int e2 = 0;
+            int nid = source_load(src, found, &e2);
+            if (nid < 0) {
+                diag_error(d, dc->name_span, "cannot read import %s: %s", found, strerror(e2));
+                continue;
+            }
+            AstFile *nf = parse_source(a, src, nid, d);
+            if (nf) program_push(a, out, nf);
+        }
+    }
+    return true;
+}

@@ -1,0 +1,49 @@
+/* parse_ctx: the parser's context and the AST builder calls of the grammar
+ * actions (lang/grammar.y). Internal to lang/: parse.c implements it. */
+#ifndef ZINF_PARSE_CTX_H
+#define ZINF_PARSE_CTX_H
+#include "ast.h"
+#include "diag.h"
+#include "lexer.h"
+
+typedef struct PCtx {
+    Arena *arena;
+    DiagSink *d;
+    Lexer *lex;
+    AstFile *out;
+    int file;
+    int failed;
+    int too_deep;
+} PCtx;
+
+typedef struct ArgTail {
+    int present;
+    ArgList args;
+    Span end;
+} ArgTail;
+
+void parse_syntax_error(PCtx *c, int major, const Token *t);
+void parse_too_deep(PCtx *c);
+
+void ast_import(PCtx *c, const Token *kw, const Token *s);
+void ast_const(PCtx *c, const Token *name, Expr *e);
+void ast_fn(PCtx *c, DeclKind k, const Token *kw, const Token *name, const ParamList *p, const StmtList *body);
+void ast_block_decl(PCtx *c, DeclKind k, const Token *kw, const Token *name, const SettingList *s);
+ParamDecl ast_param(PCtx *c, const Token *name, const TypeExpr *t, Expr *def);
+TypeExpr ast_type(PCtx *c, const Token *dt, const Token *lb, const ExprList *dims, const Token *end);
+Stmt *ast_assign(PCtx *c, const NameList *n, Expr *e);
+Stmt *ast_repeat(PCtx *c, const Token *kw, Expr *count, const Token *index, const Token *open, const StmtList *body);
+Stmt *ast_return(PCtx *c, const Token *kw, const ExprList *v);
+Stmt *ast_loss(PCtx *c, const Token *kw, Expr *e);
+Setting *ast_set_value(PCtx *c, const Token *key, const Token *sel, Expr *e);
+Setting *ast_set_block(PCtx *c, const Token *key, const SettingList *b);
+Expr *ast_binary(PCtx *c, int op, Expr *l, Expr *r);
+Expr *ast_unary(PCtx *c, const Token *minus, Expr *e);
+Expr *ast_number(PCtx *c, const Token *t, ExprKind k);
+Expr *ast_string(PCtx *c, const Token *t);
+Expr *ast_name(PCtx *c, const Token *t);
+Expr *ast_list(PCtx *c, const Token *lb, const ArgList *items, const Token *rb);
+Expr *ast_call(PCtx *c, const Token *name, const ArgList *args, const Token *rp);
+Expr *ast_param_expr(PCtx *c, const Token *kw, const Token *dt, const ExprList *dims, const Token *init, const ArgTail *t);
+
+#endif
