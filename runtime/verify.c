@@ -150,6 +150,57 @@ static void check_memory(V *v) {
     }
 }
 
+/* ---- 2b. operand layouts and transfer sizes ---- */
+static void check_layouts(V *v) {
+    const Plan *p = v->p;
+    for (uint32_t i = 0; i < p->ninstrs && !STOP(v); i++) {
+        const PlanInstr *s = &p->instrs[i];
+        const char *lay = plan_opcode_operands[s->op];
+        const PlanOperand *o = &p->operands[s->opnd];
+        if (!strcmp(lay, "*")) {
+            if ((s->op == PI_CPU_ADAM || s->op == PI_GPU_ADAM) && s->nopnd != 6)
+                problem(v, "instruction %u (%s) has %u operands, expected 6", i, iname(p, i), s->nopnd);
+            if (s->op == PI_KERNEL && s->arg >= 0 && (uint32_t)s->arg < p->nops &&
+                s->nopnd != (uint32_t)p->ops[s->arg].nin + p->ops[s->arg].nout)
+                problem(v, "instruction %u (kernel) has %u operands, its op %d has %u", i, s->nopnd, s->arg,
+                        p->ops[s->arg].nin + p->ops[s->arg].nout);
+            continue;
+        }
+        size_t n = strlen(lay);
+        if (s->nopnd != n) {
+            problem(v, "instruction %u (%s) has %u operands, expected %zu (%s)", i, iname(p, i), s->nopnd, n, lay);
+            continue;
+        }
+        for (size_t k = 0; k < n; k++) {
+            int want = lay[k] == 'R' ? PLAN_R : lay[k] == 'W' ? PLAN_W : PLAN_M;
+            if (o[k].mode != want)
+                problem(v, "instruction %u (%s): operand %zu is %s, its opcode %s it", i, iname(p, i), k,
+                        o[k].mode == PLAN_R ? "read" : o[k].mode == PLAN_W ? "written" : "updated",
+                        want == PLAN_R ? "reads" : want == PLAN_W ? "writes" : "updates");
+        }
+        uint64_t r = (uint64_t)p->ranks;
+        switch ((PlanOpcode)s->op) {
+        case PI_NVME_READ:
+        case PI_NVME_WRITE:
+        case PI_H2D:
+        case PI_D2H:
+        case PI_ACCUM:
+            if (o[0].bytes != o[1].bytes)
+                problem(v, "instruction %u (%s) moves %" PRIu64 " bytes into a range of %" PRIu64, i, iname(p, i), o[0].bytes, o[1].bytes);
+            break;
+        case PI_ALLGATHER:
+            if (o[1].bytes > r * o[0].bytes)
+                problem(v, "instruction %u (allgather): %d ranks x %" PRIu64 " bytes cannot fill %" PRIu64, i, p->ranks, o[0].bytes, o[1].bytes);
+            break;
+        case PI_REDUCE_SCATTER:
+            if (o[0].bytes > r * o[1].bytes)
+                problem(v, "instruction %u (reduce_scatter): %" PRIu64 " bytes do not fit %d ranks x %" PRIu64, i, o[0].bytes, p->ranks, o[1].bytes);
+            break;
+        default: break;
+        }
+    }
+}
+
 /* ---- 3. shards ---- */
 static bool is_state(uint8_t cls) {
     return cls == TC_PARAM || cls == TC_GRAD || cls == TC_MASTER || cls == TC_MOMENTUM || cls == TC_VARIANCE;
@@ -515,6 +566,7 @@ int verify_plan(const Plan *p, char *msgs, size_t n) {
     if (msgs && n) msgs[0] = 0;
     if (check_ranges(&v)) {
         check_memory(&v);
+        check_layouts(&v);
         check_shards(&v);
         if (build_order(&v) && build_uses(&v)) {
             check_dataflow(&v);

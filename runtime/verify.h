@@ -2,7 +2,9 @@
  * by zinfrun and zinfdump on what they load. It shares no logic with the
  * planner: it re-derives the order of the schedule from the instructions'
  * dependencies and queues, and checks that
- *   - every index is in range and every opcode runs on its queue;
+ *   - every index is in range, every opcode runs on its queue with the
+ *     operands its layout in sched.def says (count, read/write), and copies
+ *     and collectives move consistent sizes;
  *   - the dependency graph (waits plus each queue's stream order) is acyclic;
  *   - every buffer lies inside its arena, every arena within its capacity
  *     (pinned staging and CPU homes together within the rank's host memory);

@@ -143,6 +143,22 @@ START_TEST(ranges_and_queues) {
 }
 END_TEST
 
+START_TEST(layouts) {
+    Plan *p = fresh();
+    int h = find_op(p, PI_ALLGATHER, 0);
+    p->operands[p->instrs[h].opnd + 1].bytes *= 8;
+    expect(p, "(allgather): 4 ranks x");
+    p = fresh();
+    int k = find_op(p, PI_KERNEL, 0);
+    p->instrs[k].nopnd--;
+    expect(p, "(kernel) has");
+    p = fresh();
+    int z = find_op(p, PI_ZERO, 0);
+    p->operands[p->instrs[z].opnd].mode = PLAN_R;
+    expect(p, "operand 0 is read, its opcode writes it");
+}
+END_TEST
+
 START_TEST(message_cap) {
     Plan *p = fresh();
     for (uint32_t i = 0; i < p->nbuffers; i++) p->buffers[i].offset = 0;
@@ -166,6 +182,7 @@ int main(void) {
     tcase_add_test(t, race);
     tcase_add_test(t, shards);
     tcase_add_test(t, ranges_and_queues);
+    tcase_add_test(t, layouts);
     tcase_add_test(t, message_cap);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
