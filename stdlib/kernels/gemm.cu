@@ -14,7 +14,10 @@
  * memory in one canonical k-contiguous layout (As[m][k], Bs[n][k], rows
  * padded by 8 halves, conflict-free fragment loads) whatever the operands'
  * transposition, double buffered: the next tile's global loads are in flight
- * while the current tile is multiplied.
+ * while the current tile is multiplied. Global loads are 16 bytes (8
+ * elements along the operand's contiguous dimension) when its leading dim
+ * and base are 8-element aligned, element by element otherwise and at the
+ * edges.
  * ZK_TC = 0 (f32): SIMT, 256 threads, each a 4 x 4 block of C. */
 #include "common.cuh"
 
@@ -24,6 +27,31 @@
 #define ZK_NT (ZK_WN / 8)
 #define ZK_LA (ZK_BM * ZK_BK / ZK_NTHREADS)
 #define ZK_LB (ZK_BN * ZK_BK / ZK_NTHREADS)
+#define ZK_VA (ZK_LA / 8)
+#define ZK_VB (ZK_LB / 8)
+
+/* Eight 16-bit elements, as one 16-byte load or store. */
+struct __align__(16) zk_v8 { unsigned w[4]; };
+
+__device__ __forceinline__ unsigned short zk_half(const zk_v8 &v, int j) {
+    return (unsigned short)(v.w[j >> 1] >> ((j & 1) * 16));
+}
+
+/* Elements (r, c .. c+7) of a row-major [R, Cn] matrix with leading dim ld,
+ * zero outside it: one 16-byte load when vec (ld and base 8-aligned) and the
+ * eight are inside, else one by one. */
+__device__ __forceinline__ zk_v8 zk_load8(const T *base, long long r, long long c, long long ld, long long R,
+                                          long long Cn, bool vec) {
+    zk_v8 v;
+    if (vec && r < R && c + 7 < Cn) return *(const zk_v8 *)(base + r * ld + c);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        unsigned lo = (r < R && c + 2 * j < Cn) ? base[r * ld + c + 2 * j].x : 0u;
+        unsigned hi = (r < R && c + 2 * j + 1 < Cn) ? base[r * ld + c + 2 * j + 1].x : 0u;
+        v.w[j] = lo | (hi << 16);
+    }
+    return v;
+}
 
 __device__ __forceinline__ void zk_mma(float *c, const unsigned *a, const unsigned *b) {
 #if defined(ZK_EMU)
@@ -53,7 +81,10 @@ zk_gemm(T *C, const T *A, const T *B, const T *bias, long long M, long long N, l
     B += blockIdx.z * sB;
     C += blockIdx.z * sC;
     const long long nkt = (K + ZK_BK - 1) / ZK_BK, ntiles = nkt * rbatch;
-    unsigned short ra[ZK_LA], rb[ZK_LB];
+    /* 16-byte global loads when the operand's contiguous dimension allows */
+    const bool vecA = (lda & 7) == 0 && (rsA & 7) == 0 && ((unsigned long long)(const void *)A & 15) == 0;
+    const bool vecB = (ldb & 7) == 0 && (rsB & 7) == 0 && ((unsigned long long)(const void *)B & 15) == 0;
+    zk_v8 ra[ZK_VA], rb[ZK_VB];
     float acc[ZK_MT][ZK_NT][4];
 #pragma unroll
     for (int i = 0; i < ZK_MT; i++)
@@ -62,29 +93,34 @@ zk_gemm(T *C, const T *A, const T *B, const T *bias, long long M, long long N, l
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[i][j][c] = 0.f;
 
-/* element e of the A (B) tile: its (m or n, k) position in the tile; the
- * contiguous global dimension runs across consecutive threads. */
-#define ZK_A_POS(e, mm, kk) do { if (ZK_TA) { mm = (e) % ZK_BM; kk = (e) / ZK_BM; } \
-                                 else { mm = (e) / ZK_BK; kk = (e) % ZK_BK; } } while (0)
-#define ZK_B_POS(e, nn, kk) do { if (ZK_TB) { nn = (e) / ZK_BK; kk = (e) % ZK_BK; } \
-                                 else { nn = (e) % ZK_BN; kk = (e) / ZK_BN; } } while (0)
+/* vector v of the A (B) tile: 8 consecutive elements along the operand's
+ * contiguous global dimension, starting at tile position (m or n, k);
+ * consecutive threads take consecutive vectors. */
+#define ZK_A_VPOS(v, mm, kk) do { if (ZK_TA) { mm = ((v) % (ZK_BM / 8)) * 8; kk = (v) / (ZK_BM / 8); } \
+                                  else { mm = (v) / (ZK_BK / 8); kk = ((v) % (ZK_BK / 8)) * 8; } } while (0)
+#define ZK_B_VPOS(v, nn, kk) do { if (ZK_TB) { nn = (v) / (ZK_BK / 8); kk = ((v) % (ZK_BK / 8)) * 8; } \
+                                  else { nn = ((v) % (ZK_BN / 8)) * 8; kk = (v) / (ZK_BN / 8); } } while (0)
 #define ZK_LOAD(t) do { \
         long long r_ = (t) / nkt, k0_ = ((t) % nkt) * ZK_BK; \
         const T *Ab_ = A + r_ * rsA, *Bb_ = B + r_ * rsB; \
-        _Pragma("unroll") for (int i = 0; i < ZK_LA; i++) { \
-            int e = tid + i * ZK_NTHREADS, mm, kk; ZK_A_POS(e, mm, kk); \
+        _Pragma("unroll") for (int i = 0; i < ZK_VA; i++) { \
+            int v = tid + i * ZK_NTHREADS, mm, kk; ZK_A_VPOS(v, mm, kk); \
             long long gm = m0 + mm, gk = k0_ + kk; \
-            ra[i] = (gm < M && gk < K) ? Ab_[ZK_TA ? gk * lda + gm : gm * lda + gk].x : (unsigned short)0; } \
-        _Pragma("unroll") for (int i = 0; i < ZK_LB; i++) { \
-            int e = tid + i * ZK_NTHREADS, nn, kk; ZK_B_POS(e, nn, kk); \
+            ra[i] = ZK_TA ? zk_load8(Ab_, gk, gm, lda, K, M, vecA) : zk_load8(Ab_, gm, gk, lda, M, K, vecA); } \
+        _Pragma("unroll") for (int i = 0; i < ZK_VB; i++) { \
+            int v = tid + i * ZK_NTHREADS, nn, kk; ZK_B_VPOS(v, nn, kk); \
             long long gn = n0 + nn, gk = k0_ + kk; \
-            rb[i] = (gn < N && gk < K) ? Bb_[ZK_TB ? gn * ldb + gk : gk * ldb + gn].x : (unsigned short)0; } \
+            rb[i] = ZK_TB ? zk_load8(Bb_, gn, gk, ldb, N, K, vecB) : zk_load8(Bb_, gk, gn, ldb, K, N, vecB); } \
     } while (0)
 #define ZK_STORE(buf) do { \
-        _Pragma("unroll") for (int i = 0; i < ZK_LA; i++) { \
-            int e = tid + i * ZK_NTHREADS, mm, kk; ZK_A_POS(e, mm, kk); As[buf][mm][kk] = ra[i]; } \
-        _Pragma("unroll") for (int i = 0; i < ZK_LB; i++) { \
-            int e = tid + i * ZK_NTHREADS, nn, kk; ZK_B_POS(e, nn, kk); Bs[buf][nn][kk] = rb[i]; } \
+        _Pragma("unroll") for (int i = 0; i < ZK_VA; i++) { \
+            int v = tid + i * ZK_NTHREADS, mm, kk; ZK_A_VPOS(v, mm, kk); \
+            if (ZK_TA) { _Pragma("unroll") for (int j = 0; j < 8; j++) As[buf][mm + j][kk] = zk_half(ra[i], j); } \
+            else *(zk_v8 *)&As[buf][mm][kk] = ra[i]; } \
+        _Pragma("unroll") for (int i = 0; i < ZK_VB; i++) { \
+            int v = tid + i * ZK_NTHREADS, nn, kk; ZK_B_VPOS(v, nn, kk); \
+            if (ZK_TB) *(zk_v8 *)&Bs[buf][nn][kk] = rb[i]; \
+            else { _Pragma("unroll") for (int j = 0; j < 8; j++) Bs[buf][nn + j][kk] = zk_half(rb[i], j); } } \
     } while (0)
 
     if (ntiles > 0) {
