@@ -1,0 +1,291 @@
+/* prim: the shape and dtype rule of every primitive, accepted and rejected,
+ * against shapes worked out by hand from docs/primitives.md. */
+#include <check.h>
+#include <string.h>
+#include "prim.h"
+
+static PrimShape S(DType dt, int rank, int64_t d0, int64_t d1, int64_t d2) {
+    PrimShape s;
+    memset(&s, 0, sizeof s);
+    s.dtype = dt;
+    s.rank = rank;
+    s.dims[0] = d0;
+    s.dims[1] = d1;
+    s.dims[2] = d2;
+    return s;
+}
+
+static PrimCall C(PrimId p, int nin, PrimShape a, PrimShape b, PrimShape c) {
+    PrimCall k;
+    memset(&k, 0, sizeof k);
+    k.prim = p;
+    k.nin = nin;
+    k.in[0] = a;
+    k.in[1] = b;
+    k.in[2] = c;
+    k.act_dtype = DT_BF16;
+    return k;
+}
+
+static PrimShape out[GRAPH_MAX_OUT];
+static int nout;
+static PrimError err;
+
+static bool infer(PrimCall *c) {
+    prim_defaults(c);
+    return prim_infer(c, out, &nout, &err);
+}
+
+static void expect_shape(int i, DType dt, int rank, int64_t d0, int64_t d1, int64_t d2) {
+    ck_assert_int_eq(out[i].dtype, dt);
+    ck_assert_int_eq(out[i].rank, rank);
+    int64_t d[3] = {d0, d1, d2};
+    for (int k = 0; k < rank && k < 3; k++) ck_assert_int_eq(out[i].dims[k], d[k]);
+}
+
+static const PrimShape NO = {0};
+
+START_TEST(table_matches_def) {
+    /* every primitive of prim.def has an entry with the same name and arity */
+    for (int i = 0; i < PRIM_COUNT; i++) {
+        const PrimInfo *p = prim_info((PrimId)i);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_int_eq(p->id, i);
+        ck_assert_str_eq(p->name, prim_names[i]);
+        ck_assert_ptr_eq(prim_lookup(p->name), p);
+    }
+    ck_assert_int_eq(prim_info(PRIM_LINEAR)->nin_min, 2);
+    ck_assert_int_eq(prim_info(PRIM_LINEAR)->nin_max, 3);
+    ck_assert_int_eq(prim_info(PRIM_SPLIT)->nout, -1);
+    ck_assert_ptr_null(prim_lookup("softmax"));
+    ck_assert_ptr_null(prim_info(PRIM_COUNT));
+    const PrimAttr *a = prim_attr(prim_info(PRIM_ROPE), "theta");
+    ck_assert_ptr_nonnull(a);
+    ck_assert_double_eq(a->def, 10000.0);
+    ck_assert_ptr_null(prim_attr(prim_info(PRIM_ROPE), "eps"));
+}
+END_TEST
+
+START_TEST(embedding_rule) {
+    PrimCall c = C(PRIM_EMBEDDING, 2, S(DT_F32, 2, 256, 64, 0), S(DT_I32, 2, 4, 16, 0), NO);
+    ck_assert(infer(&c));
+    ck_assert_int_eq(nout, 1);
+    expect_shape(0, DT_BF16, 3, 4, 16, 64); /* activations take the training dtype */
+    c = C(PRIM_EMBEDDING, 2, S(DT_F32, 2, 256, 64, 0), S(DT_F32, 2, 4, 16, 0), NO);
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "embedding: ids must be i32, but they are f32");
+    ck_assert_int_eq(err.blame, 2);
+    c = C(PRIM_EMBEDDING, 2, S(DT_F32, 1, 256, 0, 0), S(DT_I32, 1, 16, 0, 0), NO);
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "embedding: table must have rank 2, but it is [256] (rank 1)");
+}
+END_TEST
+
+START_TEST(linear_rule) {
+    PrimCall c = C(PRIM_LINEAR, 3, S(DT_F32, 3, 8, 64, 768), S(DT_F32, 2, 768, 3072, 0), S(DT_F32, 1, 3072, 0, 0));
+    ck_assert(infer(&c));
+    expect_shape(0, DT_BF16, 3, 8, 64, 3072);
+    c = C(PRIM_LINEAR, 2, S(DT_F32, 3, 8, 64, 768), S(DT_F32, 2, 1024, 3072, 0), NO);
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "linear: x has last dimension 768 but w has 1024 rows (x is [8, 64, 768], w is [1024, 3072])");
+    ck_assert_int_eq(err.blame, 3);
+    c = C(PRIM_LINEAR, 3, S(DT_F32, 3, 8, 64, 768), S(DT_F32, 2, 768, 3072, 0), S(DT_F32, 1, 768, 0, 0));
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "linear: b has 768 elements but w has 3072 columns (b is [768], w is [768, 3072])");
+    c = C(PRIM_LINEAR, 2, S(DT_I32, 2, 8, 4, 0), S(DT_F32, 2, 4, 4, 0), NO);
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "linear: x is i32, expected a floating-point tensor (f32, bf16 or f16)");
+    c = C(PRIM_LINEAR, 1, S(DT_F32, 2, 8, 4, 0), NO, NO);
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "linear takes 2 to 3 tensor inputs, got 1");
+}
+END_TEST
+
+START_TEST(matmul_rule) {
+    PrimCall c = C(PRIM_MATMUL, 2, S(DT_F32, 3, 2, 16, 64), S(DT_F32, 2, 256, 64, 0), NO);
+    c.iattr[1] = 1; /* transpose_b: b is [N, K] */
+    c.attr_set[1] = true;
+    ck_assert(infer(&c));
+    expect_shape(0, DT_BF16, 3, 2, 16, 256);
+    c = C(PRIM_MATMUL, 2, S(DT_F32, 3, 2, 16, 64), S(DT_F32, 2, 256, 64, 0), NO);
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "matmul: a has inner dimension 64 but b has 256 rows (a is [2, 16, 64], b is [256, 64])");
+    /* transpose_a swaps a's last two dims: [2, 64, 16]^T . [64, 8] -> [2, 16, 8] */
+    c = C(PRIM_MATMUL, 2, S(DT_F32, 3, 2, 64, 16), S(DT_F32, 2, 64, 8, 0), NO);
+    c.iattr[0] = 1;
+    c.attr_set[0] = true;
+    ck_assert(infer(&c));
+    expect_shape(0, DT_BF16, 3, 2, 16, 8);
+    /* a 1-D a: [K] . [K, N] -> [N]; transpose_a needs rank 2 */
+    c = C(PRIM_MATMUL, 2, S(DT_F32, 1, 64, 0, 0), S(DT_F32, 2, 64, 8, 0), NO);
+    ck_assert(infer(&c));
+    expect_shape(0, DT_BF16, 1, 8, 0, 0);
+    c.iattr[0] = 1;
+    c.attr_set[0] = true;
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "matmul: a must have rank at least 2, but it is [64] (rank 1)");
+}
+END_TEST
+
+START_TEST(add_mul_rule) {
+    PrimCall c = C(PRIM_ADD, 2, S(DT_F32, 3, 4, 16, 64), S(DT_F32, 2, 16, 64, 0), NO);
+    ck_assert(infer(&c));
+    expect_shape(0, DT_BF16, 3, 4, 16, 64);
+    c = C(PRIM_MUL, 2, S(DT_F32, 1, 64, 0, 0), S(DT_F32, 3, 4, 16, 64), NO); /* either side may be the smaller */
+    ck_assert(infer(&c));
+    expect_shape(0, DT_BF16, 3, 4, 16, 64);
+    c = C(PRIM_ADD, 2, S(DT_F32, 3, 4, 16, 64), S(DT_F32, 2, 32, 64, 0), NO);
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "add: shapes [4, 16, 64] and [32, 64] do not broadcast (the smaller must be a suffix "
+                              "of the larger: dimension 1 is 16 against 32)");
+}
+END_TEST
+
+START_TEST(norm_rules) {
+    PrimCall c = C(PRIM_LAYERNORM, 3, S(DT_F32, 3, 4, 16, 64), S(DT_F32, 1, 64, 0, 0), S(DT_F32, 1, 64, 0, 0));
+    ck_assert(infer(&c));
+    ck_assert_double_eq(c.fattr[0], 1e-5); /* default eps */
+    expect_shape(0, DT_BF16, 3, 4, 16, 64);
+    c = C(PRIM_LAYERNORM, 1, S(DT_F32, 3, 4, 16, 64), NO, NO);
+    ck_assert(infer(&c));
+    c = C(PRIM_RMSNORM, 2, S(DT_F32, 3, 4, 16, 64), S(DT_F32, 1, 32, 0, 0), NO);
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "rmsnorm: g has 32 elements but x has last dimension 64 (x is [4, 16, 64], g is [32])");
+    c = C(PRIM_RMSNORM, 1, S(DT_F32, 3, 4, 16, 64), NO, NO);
+    c.fattr[0] = -1;
+    c.attr_set[0] = true;
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "rmsnorm: eps must be positive, got -1");
+}
+END_TEST
+
+START_TEST(unary_rules) {
+    PrimCall c = C(PRIM_GELU, 1, S(DT_F16, 2, 3, 5, 0), NO, NO);
+    ck_assert(infer(&c));
+    expect_shape(0, DT_BF16, 2, 3, 5, 0);
+    c = C(PRIM_SILU, 1, S(DT_I32, 2, 3, 5, 0), NO, NO);
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "silu: x is i32, expected a floating-point tensor (f32, bf16 or f16)");
+}
+END_TEST
+
+START_TEST(rope_rule) {
+    PrimCall c = C(PRIM_ROPE, 1, S(DT_F32, 3, 2, 16, 64), NO, NO);
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "rope: missing attribute 'heads'");
+    c.iattr[0] = 4;
+    c.attr_set[0] = true;
+    ck_assert(infer(&c));
+    ck_assert_double_eq(c.fattr[0], 10000.0);
+    expect_shape(0, DT_BF16, 3, 2, 16, 64);
+    c.iattr[0] = 5;
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "rope: x's last dimension 64 is not a multiple of heads = 5 (x is [2, 16, 64])");
+    c.iattr[0] = 64; /* head dim 1: odd */
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "rope: the head dimension 64 / 64 = 1 must be even");
+}
+END_TEST
+
+START_TEST(attention_rule) {
+    /* GQA: 8 query heads of 16, 2 kv heads */
+    PrimCall c = C(PRIM_ATTENTION, 3, S(DT_F32, 3, 2, 16, 128), S(DT_F32, 3, 2, 16, 32), S(DT_F32, 3, 2, 16, 32));
+    c.iattr[0] = 8;
+    c.attr_set[0] = true;
+    c.iattr[1] = 2;
+    c.attr_set[1] = true;
+    ck_assert(infer(&c));
+    expect_shape(0, DT_BF16, 3, 2, 16, 128);
+    /* kv_heads defaults to heads: k must then be as wide as q */
+    c.attr_set[1] = false;
+    ck_assert(!infer(&c));
+    ck_assert_int_eq(c.iattr[1], 8);
+    ck_assert_str_eq(err.msg, "attention: k has last dimension 32 but kv_heads * head dimension = 8 * 16 = 128 (q is "
+                              "[2, 16, 128], k is [2, 16, 32])");
+    c.iattr[1] = 3;
+    c.attr_set[1] = true;
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "attention: heads = 8 is not a multiple of kv_heads = 3");
+    c = C(PRIM_ATTENTION, 3, S(DT_F32, 3, 2, 16, 128), S(DT_F32, 3, 2, 16, 128), S(DT_F32, 3, 2, 8, 128));
+    c.iattr[0] = 8;
+    c.attr_set[0] = true;
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "attention: k and v must have the same shape, but k is [2, 16, 128] and v is [2, 8, 128]");
+}
+END_TEST
+
+START_TEST(split_rule) {
+    PrimCall c = C(PRIM_SPLIT, 1, S(DT_F32, 3, 2, 16, 192), NO, NO);
+    c.iattr[0] = 3;
+    c.attr_set[0] = true;
+    ck_assert(infer(&c));
+    ck_assert_int_eq(nout, 3);
+    for (int i = 0; i < 3; i++) expect_shape(i, DT_BF16, 3, 2, 16, 64);
+    c.iattr[0] = 5;
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "split: x's last dimension 192 does not divide into 5 equal pieces (x is [2, 16, 192])");
+    c.iattr[0] = 2;
+    c.nsizes = 2;
+    c.sizes[0] = 128;
+    c.sizes[1] = 64;
+    ck_assert(infer(&c));
+    ck_assert_int_eq(nout, 2);
+    expect_shape(0, DT_BF16, 3, 2, 16, 128);
+    expect_shape(1, DT_BF16, 3, 2, 16, 64);
+    c.sizes[1] = 32;
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "split: the sizes sum to 160 but x's last dimension is 192 (x is [2, 16, 192])");
+    c.nsizes = 0;
+    c.iattr[0] = GRAPH_MAX_OUT + 1;
+    ck_assert(!infer(&c));
+}
+END_TEST
+
+START_TEST(xent_rule) {
+    PrimCall c = C(PRIM_CROSS_ENTROPY, 2, S(DT_BF16, 3, 2, 16, 256), S(DT_I32, 2, 2, 16, 0), NO);
+    ck_assert(infer(&c));
+    ck_assert_int_eq(out[0].dtype, DT_F32);
+    ck_assert_int_eq(out[0].rank, 0);
+    c = C(PRIM_CROSS_ENTROPY, 2, S(DT_BF16, 3, 2, 16, 256), S(DT_I32, 2, 2, 8, 0), NO);
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "cross_entropy: targets must have the shape of logits without its last dimension, but "
+                              "logits are [2, 16, 256] and targets [2, 8]");
+    c = C(PRIM_CROSS_ENTROPY, 2, S(DT_BF16, 3, 2, 16, 256), S(DT_F32, 2, 2, 16, 0), NO);
+    ck_assert(!infer(&c));
+}
+END_TEST
+
+START_TEST(arange_rule) {
+    PrimCall c = C(PRIM_ARANGE, 0, NO, NO, NO);
+    c.iattr[0] = 64;
+    c.attr_set[0] = true;
+    ck_assert(infer(&c));
+    expect_shape(0, DT_I32, 1, 64, 0, 0);
+    c.iattr[0] = 0;
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "arange: n must be positive, got 0");
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("prim");
+    TCase *t = tcase_create("rules");
+    tcase_add_test(t, table_matches_def);
+    tcase_add_test(t, embedding_rule);
+    tcase_add_test(t, linear_rule);
+    tcase_add_test(t, matmul_rule);
+    tcase_add_test(t, add_mul_rule);
+    tcase_add_test(t, norm_rules);
+    tcase_add_test(t, unary_rules);
+    tcase_add_test(t, rope_rule);
+    tcase_add_test(t, attention_rule);
+    tcase_add_test(t, split_rule);
+    tcase_add_test(t, xent_rule);
+    tcase_add_test(t, arange_rule);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+}
