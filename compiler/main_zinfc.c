@@ -3,6 +3,8 @@
  *   zinfc [--check] [-I dir]... model.zl      check; prints "ok: MODEL: N parameters"
  *   zinfc --emit=graph model.zl               the forward graph listing
  *   zinfc --emit=ast model.zl                 the syntax tree
+ *   zinfc model.zl --target t.zl -o m.plan    plan for a target and write the plan
+ *         [--explain]                         (and print the planner's choices)
  *
  * Options live in ZincOptions; the pipeline is zinfc_run (load, check, emit),
  * so further stages (--target, -o model.plan, --explain) slot in as fields and
@@ -21,6 +23,11 @@
 #include "graph.h"
 #include "loader.h"
 #include "sema.h"
+/* planning (compiler/planner.h) */
+#include "autodiff.h"
+#include "plan.h"
+#include "planner.h"
+#include "target.h"
 
 #ifndef ZINF_STDLIB_DIR
 #define ZINF_STDLIB_DIR "stdlib"
@@ -39,9 +46,14 @@ typedef struct ZincOptions {
     Emit emit;
     bool check;
     bool color;
+    /* planning */
+    const char *target;   /* --target FILE or a built-in name (dgx2, host, ...) */
+    const char *output;   /* -o model.plan */
+    bool explain;         /* --explain */
 } ZincOptions;
 
-static const char *const known_options[] = {"--check", "--emit=graph", "--emit=ast", "--help", "--version", "-I"};
+static const char *const known_options[] = {"--check", "--emit=graph", "--emit=ast", "--help", "--version", "-I",
+                                            "--target", "-o", "--explain"};
 enum { NKNOWN = sizeof known_options / sizeof known_options[0] };
 
 static void usage(FILE *out) {
@@ -50,6 +62,10 @@ static void usage(FILE *out) {
           "  --emit=graph    print the forward graph: ops with shapes and dtypes, parameters, total\n"
           "  --emit=ast      print the syntax tree of the main file\n"
           "  -I DIR          look for imports in DIR (repeatable; before the stdlib)\n"
+          "  --target T      plan for target T: a .zl file with a target block, or dgx2, dgx-a100,\n"
+          "                  dgx-h100, h200, host (default: the model's target block, else this machine)\n"
+          "  -o FILE         plan and write the plan to FILE (verified first)\n"
+          "  --explain       plan and print what the planner chose and why\n"
           "  --help          this text\n"
           "  --version       the version\n"
           "environment: ZINF_STDLIB overrides the stdlib directory (" ZINF_STDLIB_DIR ")\n"
@@ -88,6 +104,15 @@ static int parse_args(int argc, char **argv, ZincOptions *o) {
                 return 102;
             }
             o->includes[o->ninclude++] = dir;
+        } else if (strcmp(a, "--target") == 0 || strcmp(a, "-o") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "zinfc: %s needs a value\n", a);
+                return 102;
+            }
+            if (a[1] == 'o') o->output = argv[++i];
+            else o->target = argv[++i];
+        } else if (strcmp(a, "--explain") == 0) {
+            o->explain = true;
         } else if (a[0] == '-' && a[1]) {
             const char *near = diag_nearest(a, known_options, NKNOWN);
             if (near) fprintf(stderr, "zinfc: unknown option '%s'; did you mean '%s'?\n", a, near);
@@ -105,6 +130,47 @@ static int parse_args(int argc, char **argv, ZincOptions *o) {
         return 102;
     }
     return 0;
+}
+
+/* ---- planning: autodiff, target, planner, plan file ---- */
+static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *d, const Program *prog, Graph *g) {
+    if (!ad_build(g, d)) return 1;
+    Target t;
+    const char *how = NULL;
+    if (o->target && target_builtin(o->target, &t)) {
+        how = arena_printf(a, "the built-in target %s", o->target);
+    } else if (o->target) {
+        LoadOptions lo = {o->includes, o->ninclude, o->stdlib_dir};
+        Program tp;
+        memset(&tp, 0, sizeof tp);
+        if (!program_load(a, src, d, o->target, &lo, &tp) || d->errors) return 1;
+        if (!target_from_program(&tp, NULL, a, d, &t)) return 1;
+        how = arena_printf(a, "target %s from %s", t.name, o->target);
+    } else if (target_find(prog, NULL)) {
+        if (!target_from_program(prog, NULL, a, d, &t)) return 1;
+        how = arena_printf(a, "the model's target %s", t.name);
+    } else {
+        target_detect(a, &t, &how);
+    }
+    PlannerOptions po;
+    planner_options_default(&po);
+    if (!planner_options_from_program(prog, a, d, &po)) return 1;
+    PlannerResult r;
+    if (!planner_run(g, &t, &po, a, d, &r)) return 1;
+    r.plan->source = o->input;
+    if (o->explain) printf("planning for %s\n%s", how, r.explain);
+    int rc = 0;
+    char err[512], gb[32];
+    if (o->output && !plan_write(r.plan, o->output, err, sizeof err)) {
+        diag_error(d, SPAN_NONE, "%s", err);
+        rc = 1;
+    } else if (o->output) {
+        printf("wrote %s: %s on %s, %d rank%s, %u instructions, GPU peak %s per rank, predicted %.4g s/step\n", o->output,
+               g->model_name, t.name, r.plan->ranks, r.plan->ranks > 1 ? "s" : "", r.plan->ninstrs,
+               plan_bytes_str(r.plan->arenas[ARENA_GPU].size, gb, sizeof gb), r.step_time);
+    }
+    plan_free(r.plan);
+    return rc;
 }
 
 /* Load, check, emit. Diagnostics go to d; returns the exit code. */
@@ -131,6 +197,7 @@ static int zinfc_run(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *d
         return 1;
     }
     if (o->emit == EMIT_GRAPH) graph_dump(&g, stdout);
+    else if (o->output || o->target || o->explain) return zinfc_plan(o, a, src, d, &prog, &g);
     else printf("ok: %s: %" PRId64 " parameters\n", g.model_name, graph_param_count(&g));
     return 0;
 }
