@@ -18,6 +18,10 @@ BUILD=${BUILD:-build}
 OUTD=$BUILD/gpu
 mkdir -p "$OUTD" || exit 2
 CC=${CC:-cc}
+if [ -z "${CUDA_HOME:-}" ] && [ ! -d /usr/local/cuda ] && command -v nvcc >/dev/null 2>&1; then
+    CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc)")")
+    export CUDA_HOME
+fi
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 MAKE_ALL=0
 for a in "$@"; do
