@@ -55,6 +55,7 @@ static int fail(char *err, size_t n, const char *fmt, ...) {
 }
 
 int64_t rt_steps_done(const Rt *r) { return r->step; }
+double rt_busy_seconds(const Rt *r, int q) { return q >= 0 && q < PLAN_NQUEUES ? r->q.busy[q] : 0; }
 uint64_t rt_arena_bytes(const Rt *r, int k) { return r->arena_bytes[k]; }
 
 /* ---- the graph the host kernels read ---- */

@@ -52,6 +52,8 @@ uint64_t rt_arena_bytes(const Rt *r, int k);
 int rt_step(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, int accum, RtStepStats *st,
             char *err, size_t errlen);
 int64_t rt_steps_done(const Rt *r);
+/* Seconds queue q has spent executing, over every step so far. */
+double rt_busy_seconds(const Rt *r, int q);
 
 /* Checkpoint this rank's persistent state (collective: every rank calls). */
 int rt_checkpoint_save(Rt *r, const char *dir, const char *state_json, char *err, size_t errlen);

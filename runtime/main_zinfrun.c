@@ -1,0 +1,262 @@
+/* zinfrun: executes a plan. Run alone it is one rank; under mpirun (or srun)
+ * every process is a rank. Only this file prints and picks exit codes:
+ * 0 done, 1 a runtime error (bad plan, data, I/O, a failed rank), 2 bad usage. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "ckpt.h"
+#include "comm.h"
+#include "cost.h"
+#include "exec.h"
+#include "plan.h"
+#include "tokens.h"
+#include "verify.h"
+
+typedef struct Opts {
+    const char *plan, *data, *backend, *ckpt_dir, *trace, *nvme, *export_path;
+    int64_t steps, ckpt_every;
+    bool resume, quiet;
+} Opts;
+
+static const char *const flags[] = {"--data", "--steps", "--backend", "--checkpoint-dir", "--checkpoint-every",
+                                    "--resume", "--trace", "--nvme", "--export", "--quiet", "--help", "--version"};
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: zinfrun MODEL.plan --data TRAIN.bin [options]\n"
+            "       mpirun -np N zinfrun MODEL.plan --data TRAIN.bin [options]\n"
+            "  --steps N              optimizer steps to run (default: the plan's train { steps })\n"
+            "  --backend auto|host|cuda   where to run (auto: cuda when a GPU is there, else host)\n"
+            "  --checkpoint-dir D     write checkpoints under D (atomically; the newest two are kept)\n"
+            "  --checkpoint-every N   every N steps (default: only at the end)\n"
+            "  --resume               continue from the newest complete checkpoint in D\n"
+            "  --nvme DIR             use DIR for the plan's NVMe swap space instead of the target's paths\n"
+            "  --trace FILE           write the measured timeline of the last step (Chrome trace JSON)\n"
+            "  --export FILE          after training, write the parameters as one safetensors file\n"
+            "  --quiet                only the final summary\n");
+}
+
+static int nearest_flag(const char *a) {
+    int best = -1, bd = 99;
+    for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
+        int d = 0;
+        const char *x = a, *y = flags[i];
+        while (*x || *y) { d += (*x != *y); if (*x) x++; if (*y) y++; }
+        if (d < bd) { bd = d; best = (int)i; }
+    }
+    return bd <= 3 ? best : -1;
+}
+
+static int parse(int argc, char **argv, Opts *o) {
+    memset(o, 0, sizeof *o);
+    o->backend = "auto";
+    o->steps = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+#define VAL() (i + 1 < argc ? argv[++i] : (fprintf(stderr, "zinfrun: %s needs a value\n", a), (char *)NULL))
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
+        else if (!strcmp(a, "--version")) { printf("zinfrun %s\n", ZINF_VERSION); exit(0); }
+        else if (!strcmp(a, "--data")) { if (!(o->data = VAL())) return 2; }
+        else if (!strcmp(a, "--backend")) { if (!(o->backend = VAL())) return 2; }
+        else if (!strcmp(a, "--checkpoint-dir")) { if (!(o->ckpt_dir = VAL())) return 2; }
+        else if (!strcmp(a, "--trace")) { if (!(o->trace = VAL())) return 2; }
+        else if (!strcmp(a, "--nvme")) { if (!(o->nvme = VAL())) return 2; }
+        else if (!strcmp(a, "--export")) { if (!(o->export_path = VAL())) return 2; }
+        else if (!strcmp(a, "--resume")) o->resume = true;
+        else if (!strcmp(a, "--quiet")) o->quiet = true;
+        else if (!strcmp(a, "--steps") || !strcmp(a, "--checkpoint-every")) {
+            const char *v = VAL();
+            if (!v) return 2;
+            char *end;
+            long long x = strtoll(v, &end, 10);
+            if (*end || x < 0) { fprintf(stderr, "zinfrun: %s needs a non-negative integer, not '%s'\n", a, v); return 2; }
+            if (!strcmp(a, "--steps")) o->steps = x; else o->ckpt_every = x;
+        } else if (a[0] == '-') {
+            int k = nearest_flag(a);
+            if (k >= 0) fprintf(stderr, "zinfrun: unknown option '%s'; did you mean '%s'?\n", a, flags[k]);
+            else fprintf(stderr, "zinfrun: unknown option '%s' (see --help)\n", a);
+            return 2;
+        } else if (!o->plan) o->plan = a;
+        else { fprintf(stderr, "zinfrun: more than one plan given ('%s' and '%s')\n", o->plan, a); return 2; }
+#undef VAL
+    }
+    if (!o->plan) { fprintf(stderr, "zinfrun: no plan given\n"); usage(stderr); return 2; }
+    if (strcmp(o->backend, "auto") && strcmp(o->backend, "host") && strcmp(o->backend, "cuda")) {
+        fprintf(stderr, "zinfrun: --backend must be auto, host or cuda, not '%s'\n", o->backend);
+        return 2;
+    }
+    if (o->resume && !o->ckpt_dir) { fprintf(stderr, "zinfrun: --resume needs --checkpoint-dir\n"); return 2; }
+    if (!o->data && (o->steps != 0)) { fprintf(stderr, "zinfrun: --data TRAIN.bin is required to train (or --steps 0)\n"); return 2; }
+    return 0;
+}
+
+static Comm C;
+
+/* Every error ends here: printed with the rank, and in a job of several
+ * ranks the job is aborted so that no other rank waits in a collective. */
+static int die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (C.size > 1) fprintf(stderr, "zinfrun: rank %d: ", C.rank);
+    else fprintf(stderr, "zinfrun: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fflush(stderr);
+    if (C.size > 1) comm_abort(&C, 1);
+    return 1;
+}
+
+static int64_t plan_vocab(const Plan *p) {
+    for (uint32_t k = 0; k < p->nops; k++)
+        if (p->ops[k].kind == 0 /* OP_FWD */ && p->ops[k].prim == 0 /* PRIM_EMBEDDING */ && p->ops[k].in[0] >= 0)
+            return p->tensors[p->ops[k].in[0]].dims[0];
+    return 0;
+}
+
+static const char *human(double bytes, char *buf, size_t n) {
+    const char *u[] = {"B", "KB", "MB", "GB", "TB"};
+    int k = 0;
+    while (bytes >= 1000 && k < 4) { bytes /= 1000; k++; }
+    snprintf(buf, n, k ? "%.1f %s" : "%.0f %s", bytes, u[k]);
+    return buf;
+}
+
+int main(int argc, char **argv) {
+    Opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc;
+    if (comm_init(&C, &argc, &argv, false) != COMM_OK) {
+        fprintf(stderr, "zinfrun: %s\n", comm_last_error(&C));
+        return 1;
+    }
+    bool lead = C.rank == 0, tty = isatty(1);
+    if (!strcmp(o.backend, "cuda"))
+        return die("--backend cuda: this zinfrun has no CUDA backend yet (it runs plans on the host backend); use --backend host");
+    if (lead && !o.quiet && !strcmp(o.backend, "auto")) printf("backend: host (%d rank%s)\n", C.size, C.size == 1 ? "" : "s");
+
+    char err[1024];
+    Plan *p = plan_read(o.plan, err, sizeof err);
+    if (!p) return die("%s", err);
+    char vm[4096];
+    int nv = verify_plan(p, vm, sizeof vm);
+    if (nv) return die("%s: the plan fails verification (%d problem%s):\n%s", o.plan, nv, nv == 1 ? "" : "s", vm);
+    RtOptions ro = {.nvme_dir = o.nvme, .queue_depth = 32, .trace = o.trace != NULL};
+    Rt *r = rt_create(p, &C, &ro, err, sizeof err);
+    if (!r) return die("%s", err);
+    if (lead && !o.quiet) {
+        printf("plan %s: model %s, %d rank%s, %u instructions per step\n", o.plan, p->model_name ? p->model_name : "?",
+               p->ranks, p->ranks == 1 ? "" : "s", p->ninstrs);
+        printf("memory per rank (allocated once, as planned):\n");
+        rt_memory_report(r, stdout);
+    }
+    CostResult cr;
+    memset(&cr, 0, sizeof cr);
+    bool have_cost = cost_simulate(p, &cr);
+
+    int64_t total = o.steps >= 0 ? o.steps : p->train.steps;
+    int64_t start = 0;
+    if (o.resume) {
+        int64_t step = 0;
+        char why[512] = "";
+        int f = ckpt_find_latest(o.ckpt_dir, C.size, rt_plan_hash(r), &step, why, sizeof why, err, sizeof err);
+        if (f < 0) return die("%s", err);
+        if (f == 0) {
+            if (lead) printf("resume: no complete checkpoint in %s%s%s; starting from step 0\n", o.ckpt_dir, why[0] ? ": " : "", why);
+        } else {
+            if (rt_checkpoint_load(r, o.ckpt_dir, step, err, sizeof err)) return die("%s", err);
+            start = rt_steps_done(r);
+            if (lead) printf("resume: from step %" PRId64 " (%s/step-%08" PRId64 ")\n", start, o.ckpt_dir, step);
+        }
+    }
+
+    TokReader tr;
+    bool have_data = false;
+    int64_t B = p->train.micro_batch > 0 ? p->train.micro_batch : 1;
+    int64_t T = p->ninputs > 0 ? p->tensors[p->inputs[0]].dims[p->tensors[p->inputs[0]].rank - 1] : 0;
+    int accum = p->train.grad_accum > 0 ? (int)p->train.grad_accum : 1;
+    int32_t *tok[64], *tgt[64];
+    if (accum > 64) return die("grad_accum %d is more than 64", accum);
+    if (start < total) {
+        if (tok_open(&tr, o.data, plan_vocab(p), err, sizeof err)) return die("%s", err);
+        have_data = true;
+        for (int a = 0; a < accum; a++) {
+            tok[a] = malloc(sizeof(int32_t) * (size_t)(B * T));
+            tgt[a] = malloc(sizeof(int32_t) * (size_t)(B * T));
+            if (!tok[a] || !tgt[a]) return die("out of memory for batches");
+        }
+    }
+    double first_loss = NAN, last_loss = NAN, time_sum = 0;
+    uint64_t bytes_sum[PLAN_NQUEUES] = {0};
+    int64_t ran = 0;
+    for (int64_t s = start; s < total; s++) {
+        for (int a = 0; a < accum; a++)
+            if (tok_batch(&tr, C.rank, C.size, s * accum + a, B, T, tok[a], tgt[a], err, sizeof err)) return die("%s", err);
+        RtStepStats st;
+        if (rt_step(r, (const int32_t *const *)tok, (const int32_t *const *)tgt, accum, &st, err, sizeof err))
+            return die("%s", err);
+        ran++;
+        if (isnan(first_loss)) first_loss = st.loss;
+        last_loss = st.loss;
+        time_sum += st.seconds;
+        uint64_t moved = 0;
+        for (int q = 0; q < PLAN_NQUEUES; q++) { bytes_sum[q] += st.bytes[q]; moved += st.bytes[q]; }
+        if (lead && !o.quiet) {
+            char b1[32], b2[32], b3[32];
+            double tps = (double)(B * T * accum * C.size) / st.seconds;
+            printf("%sstep %4" PRId64 "/%" PRId64 "  loss %.4f  %8.0f tok/s  %7.1f ms/step (predicted %.1f)  nvme %s  h2d %s  comm %s%s%s",
+                   tty ? "\r" : "", s + 1, total, st.loss, tps, st.seconds * 1e3, have_cost ? cr.step_time * 1e3 : 0.0,
+                   human((double)st.bytes[Q_NVME], b1, sizeof b1), human((double)st.bytes[Q_H2D], b2, sizeof b2),
+                   human((double)st.bytes[Q_COMM], b3, sizeof b3), st.skipped ? "  (skipped: overflow)" : "",
+                   tty ? "\033[K" : "\n");
+            if (tty && (s + 1 == total || (s + 1) % 10 == 0)) printf("\n");
+            fflush(stdout);
+            (void)moved;
+        }
+        if (o.ckpt_dir && o.ckpt_every > 0 && (s + 1) % o.ckpt_every == 0 && s + 1 < total) {
+            if (rt_checkpoint_save(r, o.ckpt_dir, "{}", err, sizeof err)) return die("%s", err);
+        }
+    }
+    if (o.ckpt_dir && ran > 0 && rt_checkpoint_save(r, o.ckpt_dir, "{}", err, sizeof err)) return die("%s", err);
+    if (o.export_path) {
+        if (rt_export_safetensors(r, o.export_path, err, sizeof err)) return die("%s", err);
+        if (lead && !o.quiet) printf("exported the parameters to %s\n", o.export_path);
+    }
+    if (o.trace) {
+        char path[1024];
+        if (C.size > 1) snprintf(path, sizeof path, "%s.rank%d", o.trace, C.rank);
+        else snprintf(path, sizeof path, "%s", o.trace);
+        if (C.size > 1 && lead) snprintf(path, sizeof path, "%s", o.trace);
+        FILE *f = fopen(path, "w");
+        if (!f || rt_write_trace(r, f) || fclose(f)) return die("cannot write the trace %s: %s", path, strerror(errno));
+    }
+    if (lead) {
+        if (ran > 0) {
+            printf("done: %" PRId64 " steps, loss %.4f -> %.4f, %.1f ms/step measured, %.1f ms/step predicted\n", ran,
+                   first_loss, last_loss, time_sum / (double)ran * 1e3, have_cost ? cr.step_time * 1e3 : 0.0);
+            printf("queue busy per step, measured (predicted):");
+            for (int q = 0; q < PLAN_NQUEUES; q++)
+                printf(" %s %.1f (%.1f)", plan_queue_names[q], rt_busy_seconds(r, q) / (double)ran * 1e3,
+                       have_cost ? cr.busy[q] * accum * 1e3 : 0.0);
+            printf(" ms");
+            printf("\n");
+        } else {
+            printf("done: nothing to train (%" PRId64 " of %" PRId64 " steps already done)\n", start, total);
+        }
+    }
+    if (have_data) {
+        tok_close(&tr);
+        for (int a = 0; a < accum; a++) { free(tok[a]); free(tgt[a]); }
+    }
+    if (have_cost) cost_free(&cr);
+    rt_destroy(r);
+    plan_free(p);
+    comm_finalize(&C);
+    return 0;
+}
