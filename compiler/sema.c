@@ -371,6 +371,7 @@ static const char *opname(int op) {
 
 static Val prim_call(Sema *s, Ctx *c, const PrimInfo *p, const Expr *call, const Val *tin, const Expr *const *tin_e,
                      int nin, PrimCall *pc);
+static bool name_known(Sema *s, Ctx *c, const char *n);
 
 static Val eval_binary(Sema *s, Ctx *c, const Expr *e) {
     Val a = eval(s, c, e->lhs), b = eval(s, c, e->rhs);
@@ -588,10 +589,10 @@ static bool set_attr(Sema *s, const PrimInfo *p, PrimCall *pc, int ai, Val v, Sp
 }
 
 static const char *attr_list(Sema *s, const PrimInfo *p) {
-    if (p->nattr == 0) return "it has none";
+    if (p->nattr == 0) return "none";
     const char *l = "";
     for (int i = 0; i < p->nattr; i++) l = arena_printf(s->a, "%s%s%s", l, i ? ", " : "", p->attrs[i].name);
-    return arena_printf(s->a, "valid: %s", l);
+    return l;
 }
 
 static Val eval_prim(Sema *s, Ctx *c, const PrimInfo *p, const Expr *e) {
@@ -600,7 +601,7 @@ static Val eval_prim(Sema *s, Ctx *c, const PrimInfo *p, const Expr *e) {
     Val tin[PRIM_MAX_IN];
     const Expr *tin_e[PRIM_MAX_IN];
     int nin = 0, ntensor_args = 0;
-    bool bad = false;
+    bool bad = false, poisoned = false;
     for (int k = 0; k < e->args.len; k++) {
         const Arg *arg = &e->args.items[k];
         if (arg->name) {
@@ -613,7 +614,7 @@ static Val eval_prim(Sema *s, Ctx *c, const PrimInfo *p, const Expr *e) {
                 if (near)
                     error(s, arg->name_span, "%s has no attribute '%s'; did you mean '%s'?", p->name, arg->name, near);
                 else if (error(s, arg->name_span, "%s has no attribute '%s'", p->name, arg->name))
-                    diag_hint(s->d, "%s: %s", p->doc, attr_list(s, p));
+                    diag_hint(s->d, "attributes of %s: %s", p->name, attr_list(s, p));
                 bad = true;
                 continue;
             }
@@ -627,11 +628,21 @@ static Val eval_prim(Sema *s, Ctx *c, const PrimInfo *p, const Expr *e) {
                 if (!set_attr(s, p, &pc, (int)(a - p->attrs), vint(1), ve->span)) bad = true;
                 continue;
             }
+            /* an unknown bare name where flags go: most likely a misspelt flag */
+            const char *flags[PRIM_MAX_ATTR];
+            int nf = 0;
+            for (int i = 0; i < p->nattr; i++)
+                if (p->attrs[i].kind == PA_FLAG) flags[nf++] = p->attrs[i].name;
+            const char *near = nf && !name_known(s, c, ve->str) ? diag_nearest(ve->str, flags, nf) : NULL;
+            if (near) {
+                error(s, ve->span, "%s has no flag '%s'; did you mean '%s'?", p->name, ve->str, near);
+                bad = true;
+                continue;
+            }
         }
         Val v = eval(s, c, ve);
         if (v.k == V_POISON) {
-            bad = true;
-            ntensor_args++;
+            bad = poisoned = true;
             continue;
         }
         if (v.k == V_TENSOR) {
@@ -665,7 +676,7 @@ static Val eval_prim(Sema *s, Ctx *c, const PrimInfo *p, const Expr *e) {
         }
         if (!set_attr(s, p, &pc, ai, v, ve->span)) bad = true;
     }
-    if (ntensor_args < p->nin_min || ntensor_args > p->nin_max) {
+    if (!poisoned && (ntensor_args < p->nin_min || ntensor_args > p->nin_max)) {
         const char *names = "";
         for (int i = 0; i < p->nin_max; i++) names = arena_printf(s->a, "%s%s%s", names, i ? ", " : "", p->in_names[i]);
         if (p->nin_max == 0)
@@ -1166,7 +1177,9 @@ static void exec_repeat(Sema *s, Ctx *c, const Stmt *st, bool *returned, Val *re
     if (cv.k == V_POISON) {
         poison = true;
     } else if (cv.k != V_INT || cv.i < 1 || cv.i > SEMA_MAX_REPEAT) {
-        if (cv.k != V_INT)
+        if (cv.k == V_FLOAT)
+            error(s, st->count->span, "a repeat count must be a positive integer constant, got %g", cv.f);
+        else if (cv.k != V_INT)
             error(s, st->count->span, "a repeat count must be a positive integer constant, got %s", vkind_name(cv.k));
         else if (cv.i < 1)
             error(s, st->count->span, "a repeat count must be a positive integer, got %" PRId64, cv.i);
@@ -1712,9 +1725,11 @@ Sema *sema_new(Arena *a, const Program *prog, const SourceSet *src, DiagSink *d)
             s->train_scope = fi;
         }
     }
-    read_train(s);
-    for (int fi = 0; fi < s->nfiles; fi++)
+    /* imported files' constants first, then the main file's, then train:
+     * diagnostics come out roughly in source order */
+    for (int fi = s->nfiles - 1; fi >= 0; fi--)
         for (int i = 0; i < s->files[fi].nconsts; i++) eval_const_entry(s, fi, i);
+    read_train(s);
     return a->failed ? NULL : s;
 }
 
