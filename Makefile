@@ -54,7 +54,7 @@ TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 BENCHES := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 LIB := $(BUILD)/libzinf.a
 
-.PHONY: all deps test unit check-unit golden golden-update e2e bench clean clang-check asan
+.PHONY: demo all deps test unit check-unit golden golden-update e2e bench clean clang-check asan
 all: $(BINS) $(TESTS) $(BENCHES)
 
 # Objects that include the generated parser header must wait for it.
@@ -132,6 +132,20 @@ clang-check: $(BUILD)/gen/grammar.h $(GEN_SRC)
 	    clang -std=c11 -D_GNU_SOURCE -fsyntax-only $(WARN) -Wno-unknown-warning-option -Wno-unknown-pragmas $(INCLUDES) $(PKGS_CFLAGS) -DZINF_STDLIB_DIR='"x"' -DZINF_VERSION='"x"' $$f || exit 1; \
 	  done; echo "clang-check: $(words $(LIB_SRC) $(MAIN_SRC) $(TEST_SRC) $(BENCH_SRC)) files clean"; \
 	else echo "clang-check: clang not installed, skipped"; fi
+
+# The main job: gpt2-tiny, 2 MPI ranks, parameters and optimizer state on
+# an NVMe directory, trained on a token file made from a text every Debian
+# machine has. Prints the plan's memory and the falling loss.
+DEMO := $(BUILD)/demo
+DEMO_TEXT := $(firstword $(wildcard /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0 README.md))
+DEMO_STEPS ?= 40
+demo: all
+	@mkdir -p $(DEMO)/nvme
+	$(BUILD)/bin/zinftok $(DEMO_TEXT) -o $(DEMO)/train.bin
+	$(BUILD)/bin/zinfc examples/gpt2-tiny-offload.zl -o $(DEMO)/tiny.plan --explain
+	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1 \
+	  mpirun -np 2 --oversubscribe $(BUILD)/bin/zinfrun $(DEMO)/tiny.plan --data $(DEMO)/train.bin \
+	  --steps $(DEMO_STEPS) --nvme $(DEMO)/nvme --checkpoint-dir $(DEMO)/ckpt --export $(DEMO)/tiny.safetensors
 
 clean:
 	rm -rf build

@@ -136,7 +136,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "zinfrun: %s\n", comm_last_error(&C));
         return 1;
     }
-    bool lead = C.rank == 0, tty = isatty(1);
+    /* Under mpirun stdout is often a pseudo-terminal shared by every rank: plain lines then. */
+    bool lead = C.rank == 0, tty = isatty(1) && C.size == 1 && !getenv("ZINF_PLAIN");
     if (!strcmp(o.backend, "cuda"))
         return die("--backend cuda: this zinfrun has no CUDA backend yet (it runs plans on the host backend); use --backend host");
     if (lead && !o.quiet && !strcmp(o.backend, "auto")) printf("backend: host (%d rank%s)\n", C.size, C.size == 1 ? "" : "s");
