@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "arena.h"
+#include "memmodel.h"
 #include "ast.h"
 #include "diag.h"
 #include "graph.h"
@@ -132,6 +133,18 @@ static int parse_args(int argc, char **argv, ZincOptions *o) {
     return 0;
 }
 
+/* ---- --explain: the memory model's table (compiler/memmodel.h, docs/memory-model.md) ---- */
+static void explain_memory(const Graph *g, const Target *t, const PlannerOptions *po, DiagSink *d) {
+    MemOptions mo;
+    memmodel_options_default(&mo);
+    mo.ranks = po->ranks > 0 ? po->ranks : target_ranks(t);
+    mo.nodes = t->nodes > 0 && mo.ranks % t->nodes == 0 && po->ranks <= 0 ? t->nodes : 1;
+    mo.whole_below = po->whole_below;
+    MemModel m;
+    if (memmodel_compute(g, &mo, &m) != 0) diag_warning(d, SPAN_NONE, "%s", m.err);
+    else memmodel_print(&m, stdout);
+}
+
 /* ---- planning: autodiff, target, planner, plan file ---- */
 static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *d, const Program *prog, Graph *g) {
     if (!ad_build(g, d)) return 1;
@@ -155,6 +168,7 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
     PlannerOptions po;
     planner_options_default(&po);
     if (!planner_options_from_program(prog, a, d, &po)) return 1;
+    if (o->explain) explain_memory(g, &t, &po, d);
     PlannerResult r;
     if (!planner_run(g, &t, &po, a, d, &r)) return 1;
     r.plan->source = o->input;
