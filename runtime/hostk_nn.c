@@ -181,7 +181,7 @@ int hk_layernorm_fwd(const HkTensor *x, const HkTensor *g, const HkTensor *b, Hk
     int rc = norm_check(x, g, b, y);
     if (rc) return rc;
     if (!(eps >= 0)) return HK_ERR_ATTR;
-    if (!ws) return HK_ERR_WORKSPACE;
+    if (!ws && hk_layernorm_workspace_bytes(x)) return HK_ERR_WORKSPACE;
     int64_t R = rows_of(x), D = last_dim(x);
     HkWs w = {ws, 0};
     float *mean = hk_ws_take(&w, R), *rstd = hk_ws_take(&w, R);
@@ -219,7 +219,7 @@ int hk_layernorm_bwd(const HkTensor *x, const HkTensor *g, const HkTensor *dy, H
             if (!hk_is_float(gd[i])) return HK_ERR_DTYPE;
             if (hk_numel(gd[i]) != last_dim(x)) return HK_ERR_SHAPE;
         }
-    if (!ws) return HK_ERR_WORKSPACE;
+    if (!ws && hk_layernorm_workspace_bytes(x)) return HK_ERR_WORKSPACE;
     int64_t R = rows_of(x), D = last_dim(x);
     HkWs w = {ws, 0};
     const float *mean = hk_ws_take(&w, R), *rstd = hk_ws_take(&w, R);
@@ -268,7 +268,7 @@ int hk_rmsnorm_fwd(const HkTensor *x, const HkTensor *g, HkTensor *y, double eps
     int rc = norm_check(x, g, NULL, y);
     if (rc) return rc;
     if (!(eps >= 0)) return HK_ERR_ATTR;
-    if (!ws) return HK_ERR_WORKSPACE;
+    if (!ws && hk_rmsnorm_workspace_bytes(x)) return HK_ERR_WORKSPACE;
     int64_t R = rows_of(x), D = last_dim(x);
     HkWs w = {ws, 0};
     float *rstd = hk_ws_take(&w, R);
@@ -295,7 +295,7 @@ int hk_rmsnorm_bwd(const HkTensor *x, const HkTensor *g, const HkTensor *dy, HkT
         if (!hk_is_float(dg)) return HK_ERR_DTYPE;
         if (hk_numel(dg) != last_dim(x)) return HK_ERR_SHAPE;
     }
-    if (!ws) return HK_ERR_WORKSPACE;
+    if (!ws && hk_rmsnorm_workspace_bytes(x)) return HK_ERR_WORKSPACE;
     int64_t R = rows_of(x), D = last_dim(x);
     HkWs w = {ws, 0};
     const float *rstd = hk_ws_take(&w, R);
@@ -517,7 +517,7 @@ int hk_attention_fwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, Hk
     AttnShape s;
     int rc = attn_check(q, k, v, y, heads, kv_heads, &s);
     if (rc) return rc;
-    if (!ws) return HK_ERR_WORKSPACE;
+    if (!ws && hk_attention_workspace_bytes(q, heads)) return HK_ERR_WORKSPACE;
     if (s.T == 0 || s.hd == 0 || s.B == 0) return HK_OK;
     AttnWs a = attn_ws(ws, &s);
     int64_t T = s.T, hd = s.hd, grp = s.H / s.KV;
@@ -559,7 +559,7 @@ int hk_attention_bwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, co
     int rc = attn_check(q, k, v, dy, heads, kv_heads, &s);
     if (rc) return rc;
     if ((rc = check_grad(dq, q)) || (rc = check_grad(dk, k)) || (rc = check_grad(dv, v))) return rc;
-    if (!ws) return HK_ERR_WORKSPACE;
+    if (!ws && hk_attention_workspace_bytes(q, heads)) return HK_ERR_WORKSPACE;
     if (s.T == 0 || s.hd == 0 || s.B == 0) return HK_OK;
     AttnWs a = attn_ws(ws, &s);
     int64_t T = s.T, hd = s.hd, grp = s.H / s.KV;
@@ -674,7 +674,7 @@ size_t hk_cross_entropy_workspace_bytes(const HkTensor *logits) {
 int hk_cross_entropy_fwd(const HkTensor *logits, const HkTensor *targets, HkTensor *loss, void *ws) {
     int rc = ce_check(logits, targets, loss);
     if (rc) return rc;
-    if (!ws) return HK_ERR_WORKSPACE;
+    if (!ws && hk_cross_entropy_workspace_bytes(logits)) return HK_ERR_WORKSPACE;
     int64_t R = rows_of(logits), V = last_dim(logits);
     HkWs w = {ws, 0};
     float *lse = hk_ws_take(&w, R);
@@ -703,7 +703,7 @@ int hk_cross_entropy_bwd(const HkTensor *logits, const HkTensor *targets, const 
     if (rc) return rc;
     if (!hk_present(dlogits)) return HK_OK;
     if ((rc = check_grad(dlogits, logits))) return rc;
-    if (!ws) return HK_ERR_WORKSPACE;
+    if (!ws && hk_cross_entropy_workspace_bytes(logits)) return HK_ERR_WORKSPACE;
     int64_t R = rows_of(logits), V = last_dim(logits);
     if (R == 0) return HK_OK;
     HkWs w = {ws, 0};

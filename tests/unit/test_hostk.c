@@ -510,6 +510,14 @@ START_TEST(test_errors) {
     ck_assert_int_eq(hk_gelu_fwd(NULL, &Y), HK_ERR_ARG);
     ck_assert_int_eq(hk_run_fwd((PrimId)99, &A, 1, &Y, 1, NULL, NULL, NULL, 0), HK_ERR_PRIM);
     ck_assert_int_eq(hk_run_fwd(PRIM_GELU, &A, 1, &Y, 2, NULL, NULL, NULL, 0), HK_ERR_ARG);
+    /* empty tensors: nothing to do, no workspace needed */
+    int64_t d05[2] = {0, 5}, d0[1] = {0};
+    HkTensor Z = hk_tensor(a, DT_F32, 2, d05), ZY = hk_tensor(y, DT_F32, 2, d05), ZT = hk_tensor(tg, DT_I32, 1, d0);
+    ck_assert_int_eq(hk_layernorm_fwd(&Z, NULL, NULL, &ZY, 1e-5, NULL), HK_OK);
+    ck_assert_int_eq(hk_rmsnorm_bwd(&Z, NULL, &ZY, &ZY, NULL, NULL), HK_OK);
+    loss = 7;
+    ck_assert_int_eq(hk_cross_entropy_fwd(&Z, &ZT, &L, NULL), HK_OK);
+    ck_assert_float_eq(loss, 0.0f);
     /* every code has its own message */
     for (int c = 0; c >= -7; c--)
         for (int e = c - 1; e >= -7; e--) ck_assert_str_ne(hk_strerror(c), hk_strerror(e));
