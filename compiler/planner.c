@@ -59,9 +59,8 @@ bool planner_options_from_decl(const Decl *decl, Arena *a, DiagSink *d, PlannerO
         if (k < PC_COUNT) {
             const Expr *e = s->value;
             int t = e && e->kind == EX_STR ? tier_of(e->str) : -1;
-            if (t < 0 || (k == PC_GRADS && t == TIER_NVME)) {
-                diag_error(d, e ? e->span : s->span, "'%s' must be %s", s->key,
-                           k == PC_GRADS ? "\"gpu\" or \"cpu\"" : "\"gpu\", \"cpu\" or \"nvme\"");
+            if (t < 0) {
+                diag_error(d, e ? e->span : s->span, "'%s' must be \"gpu\", \"cpu\" or \"nvme\"", s->key);
                 ok = false;
                 continue;
             }
@@ -165,6 +164,8 @@ typedef struct B {
     int *home;                     /* state tensor -> home buffer */
     int *cur;                      /* tensor -> current GPU buffer version */
     int *ckpt_cpu;
+    uint64_t *gflushed;            /* grad tensor -> tiles already flushed this micro-batch (NVMe grads) */
+    bool *grad_rmw;                /* grad tensor -> accumulated on NVMe (zeroed after its Adam) */
     Buf *bufs;
     int nbufs, cbufs;
     Ins *ins;
@@ -250,7 +251,12 @@ static void opnd(B *b, int i, int buf, int mode, uint64_t off, uint64_t bytes) {
     }
     b->opnds[b->nopnds++] = (PlanOperand){buf, (uint8_t)mode, off, bytes};
     b->ins[i].s.nopnd++;
-    b->ins[i].s.bytes += bytes * (mode == PLAN_M ? 2 : 1);
+    int op = b->ins[i].s.op;
+    if (op == PI_NVME_READ || op == PI_NVME_WRITE || op == PI_H2D || op == PI_D2H || op == PI_INPUT) {
+        if (bytes > b->ins[i].s.bytes) b->ins[i].s.bytes = bytes; /* a copy moves its bytes once */
+    } else {
+        b->ins[i].s.bytes += bytes * (mode == PLAN_M ? 2 : 1);   /* memory touched */
+    }
     if (buf < 0) return;
     Buf *x = &b->bufs[buf];
     int q = b->ins[i].s.queue;
@@ -566,6 +572,38 @@ static int grad_target(B *b, int p, int tile, uint64_t *off) {
     return tmp;
 }
 
+/* Adds a gradient slice now in pinned staging to its home (CPU or NVMe) for
+ * tiles [t0, t1) of n. On NVMe, the first flush of a tile in a step without
+ * accumulation overwrites the home; every other one reads, adds and writes. */
+static void grad_to_home(B *b, int gt, int stg, int home, uint64_t hoff, uint64_t bytes, int t0, int t1, int n) {
+    int tq = t1 - t0 == 1 ? t0 : 0, tn = t1 - t0 == 1 ? n : 1;
+    if (b->pl.tier[PC_GRADS] != TIER_NVME) {
+        int a = ins(b, PI_ACCUM, Q_CPU, gt, tq, tn, 0);
+        opnd(b, a, stg, PLAN_R, 0, bytes);
+        opnd(b, a, home, PLAN_M, hoff, bytes);
+        return;
+    }
+    uint64_t mask = 0;
+    for (int u = t0; u < t1 && u < 64; u++) mask |= 1ull << u;
+    bool first = n <= 64 && b->g->train.grad_accum <= 1 && !(b->gflushed[gt] & mask);
+    b->gflushed[gt] |= mask;
+    int src = stg;
+    if (!first) {
+        b->grad_rmw[gt] = true;
+        int old = newbuf(b, ARENA_PINNED, bytes, gt, tname(b, gt), false);
+        int r = ins(b, PI_NVME_READ, Q_NVME, gt, tq, tn, 0);
+        opnd(b, r, home, PLAN_R, hoff, bytes);
+        opnd(b, r, old, PLAN_W, 0, bytes);
+        int a = ins(b, PI_ACCUM, Q_CPU, gt, tq, tn, 0);
+        opnd(b, a, stg, PLAN_R, 0, bytes);
+        opnd(b, a, old, PLAN_M, 0, bytes);
+        src = old;
+    }
+    int w = ins(b, PI_NVME_WRITE, Q_NVME, gt, tq, tn, 0);
+    opnd(b, w, src, PLAN_R, 0, bytes);
+    opnd(b, w, home, PLAN_W, hoff, bytes);
+}
+
 static void grad_flush(B *b, int p, int tile, int tmp) {
     int gt = b->g->tensors[p].grad;
     int home = b->home[gt];
@@ -595,9 +633,7 @@ static void grad_flush(B *b, int p, int tile, int tmp) {
                 int c = ins(b, PI_D2H, Q_D2H, gt, u, n, 0);
                 opnd(b, c, dst, PLAN_R, 0, sb);
                 opnd(b, c, stg, PLAN_W, 0, sb);
-                int a = ins(b, PI_ACCUM, Q_CPU, gt, u, n, 0);
-                opnd(b, a, stg, PLAN_R, 0, sb);
-                opnd(b, a, home, PLAN_M, (uint64_t)u * sb, sb);
+                grad_to_home(b, gt, stg, home, (uint64_t)u * sb, sb, u, u + 1, n);
             }
         }
         return;
@@ -615,7 +651,11 @@ static void grad_flush(B *b, int p, int tile, int tmp) {
         opnd(b, c, tmp, PLAN_R, 0, bytes);
         opnd(b, c, src, PLAN_W, 0, bytes);
     }
-    int a = ins(b, PI_ACCUM, gpu ? Q_COMPUTE : Q_CPU, gt, t0, tile < 0 ? 1 : n, 0);
+    if (!gpu) {
+        grad_to_home(b, gt, src, home, hoff, bytes, t0, t1, n);
+        return;
+    }
+    int a = ins(b, PI_ACCUM, Q_COMPUTE, gt, t0, tile < 0 ? 1 : n, 0);
     opnd(b, a, src, PLAN_R, 0, bytes);
     opnd(b, a, home, PLAN_M, hoff, bytes);
 }
@@ -635,6 +675,7 @@ static void emit_step(B *b, const Step *s) {
         int buf;
         if (g->tensors[y].cls == TC_GRAD) {
             buf = b->home[y];
+            if (buf < 0 || b->bufs[buf].b.arena == ARENA_NVME) return; /* NVMe: zeroed by its optimizer sub-group */
         } else {
             buf = newbuf(b, ARENA_GPU, bytes, y, tname(b, y), false);
             b->cur[y] = buf;
@@ -751,6 +792,8 @@ typedef struct AdamViews {
     int pview;
     uint64_t poff;
     bool pread;
+    int gview;                  /* the gradient's sub-group (NVMe grads: staged) */
+    uint64_t goff;
 } AdamViews;
 
 static uint64_t ebytes(const B *b, int t, int64_t ne) { return (uint64_t)ne * (uint64_t)dsz(b, t); }
@@ -779,6 +822,18 @@ static void adam_load(B *b, AdamViews *v) {
             v->sview[k] = stg;
             v->soff[k] = 0;
         }
+    }
+    int gr = op->in[1];
+    v->gview = gr >= 0 ? b->home[gr] : -1;
+    v->goff = gr >= 0 ? ebytes(b, gr, v->e0) : 0;
+    if (gr >= 0 && b->pl.tier[PC_GRADS] == TIER_NVME) {
+        uint64_t gb = ebytes(b, gr, v->ne);
+        int stg = newbuf(b, ARENA_PINNED, gb, gr, tname(b, gr), false);
+        int i = ins(b, PI_NVME_READ, Q_NVME, gr, 0, 1, 0);
+        opnd(b, i, b->home[gr], PLAN_R, v->goff, gb);
+        opnd(b, i, stg, PLAN_W, 0, gb);
+        v->gview = stg;
+        v->goff = 0;
     }
     v->pread = v->state[0] < 0; /* no master: the parameter is the fp32 state */
     bool gpu = O == TIER_GPU;
@@ -820,7 +875,7 @@ static void adam_step(B *b, const AdamViews *v) {
     uint64_t pb = ebytes(b, p, v->ne), po = ebytes(b, p, v->e0);
     int i = ins(b, gpu ? PI_GPU_ADAM : PI_CPU_ADAM, gpu ? Q_COMPUTE : Q_CPU, p, 0, 1, 10.0 * (double)v->ne);
     opnd(b, i, v->pview, v->pread ? PLAN_M : PLAN_W, v->poff, pb);
-    opnd(b, i, gr >= 0 ? b->home[gr] : -1, PLAN_R, gr >= 0 ? ebytes(b, gr, v->e0) : 0, gr >= 0 ? ebytes(b, gr, v->ne) : 0);
+    opnd(b, i, v->gview, PLAN_R, v->goff, gr >= 0 ? ebytes(b, gr, v->ne) : 0);
     for (int k = 0; k < 3; k++)
         opnd(b, i, v->sview[k], PLAN_M, v->soff[k], v->state[k] >= 0 ? ebytes(b, v->state[k], v->ne) : 0);
     opnd(b, i, gn >= 0 ? b->cur[gn] : -1, PLAN_R, 0, gn >= 0 ? 4 : 0);
@@ -833,6 +888,15 @@ static void adam_step(B *b, const AdamViews *v) {
             opnd(b, w, v->sview[k], PLAN_R, 0, bytes);
             opnd(b, w, b->home[st], PLAN_W, ebytes(b, st, v->e0), bytes);
         }
+    if (gr >= 0 && b->pl.tier[PC_GRADS] == TIER_NVME && (b->grad_rmw[gr] || b->g->train.grad_accum > 1)) {
+        /* the next step accumulates into zeros */
+        uint64_t gb = ebytes(b, gr, v->ne);
+        int z = ins(b, PI_ZERO, Q_CPU, gr, 0, 1, 0);
+        opnd(b, z, v->gview, PLAN_W, 0, gb);
+        int w = ins(b, PI_NVME_WRITE, Q_NVME, gr, 0, 1, 0);
+        opnd(b, w, v->gview, PLAN_R, 0, gb);
+        opnd(b, w, b->home[gr], PLAN_W, ebytes(b, gr, v->e0), gb);
+    }
     if (v->pview == b->home[p]) return;
     if (gpu) {
         int from = v->pview;
@@ -1066,12 +1130,16 @@ static bool build(B *b, Arena *a) {
         b->home = ARENA_NEWN(a, int, nt + 1);
         b->cur = ARENA_NEWN(a, int, nt + 1);
         b->ckpt_cpu = ARENA_NEWN(a, int, nt + 1);
-        if (!b->home || !b->cur || !b->ckpt_cpu) return false;
+        b->gflushed = ARENA_NEWN(a, uint64_t, nt + 1);
+        b->grad_rmw = ARENA_NEWN(a, bool, nt + 1);
+        if (!b->home || !b->cur || !b->ckpt_cpu || !b->gflushed || !b->grad_rmw) return false;
     }
     if (!build_steps(b, a, bwd_end)) return false;
     static const uint8_t arena_of_tier[PLAN_NTIERS] = {ARENA_GPU, ARENA_CPU, ARENA_NVME};
     for (int i = 0; i < nt; i++) {
         b->home[i] = b->cur[i] = b->ckpt_cpu[i] = -1;
+        b->gflushed[i] = 0;
+        b->grad_rmw[i] = false;
         const GTensor *t = &g->tensors[i];
         int cls = -1;
         if (t->cls == TC_PARAM) cls = PC_PARAMS;
@@ -1375,7 +1443,8 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
             for (int ic = 0; ic < 3; ic++) {
                 cand.tier[PC_PARAMS] = order_p[ip];
                 cand.tier[PC_OPTIMIZER] = order_p[io];
-                cand.tier[PC_GRADS] = cand.tier[PC_OPTIMIZER] == TIER_GPU ? TIER_GPU : TIER_CPU;
+                cand.tier[PC_GRADS] = cand.tier[PC_OPTIMIZER] == TIER_GPU ? TIER_GPU
+                                      : o->tier[PC_GRADS] == TIER_NVME ? TIER_NVME : TIER_CPU;
                 cand.tier[PC_CHECKPOINTS] = order_p[ic];
                 bool pinned_out = false;
                 for (int c = 0; c < PC_COUNT; c++) pinned_out |= o->tier[c] >= 0 && o->tier[c] != cand.tier[c];
@@ -1385,6 +1454,13 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
                     continue;
                 uint64_t tier_use[PLAN_NTIERS] = {0};
                 for (int c = 0; c < PC_CHECKPOINTS; c++) tier_use[cand.tier[c]] += need[c];
+                if (tier_use[TIER_CPU] > b.cap[ARENA_CPU] && cand.tier[PC_GRADS] == TIER_CPU && b.cap[ARENA_NVME] &&
+                    o->tier[PC_GRADS] < 0) {
+                    /* gradients go to NVMe only when CPU memory is short */
+                    cand.tier[PC_GRADS] = TIER_NVME;
+                    tier_use[TIER_CPU] -= need[PC_GRADS];
+                    tier_use[TIER_NVME] += need[PC_GRADS];
+                }
                 if (tier_use[TIER_GPU] > b.cap[ARENA_GPU] || tier_use[TIER_CPU] > b.cap[ARENA_CPU] ||
                     tier_use[TIER_NVME] > b.cap[ARENA_NVME])
                     continue;

@@ -75,7 +75,14 @@ void plandump_summary(const Plan *p, const CostResult *c, FILE *out) {
     uint64_t home[PLAN_NTIERS] = {0}, total_params = 0;
     for (uint32_t i = 0; i < p->nshards; i++) home[p->shards[i].home < PLAN_NTIERS ? p->shards[i].home : 0] += p->shards[i].bytes;
     for (uint32_t i = 0; i < p->ntensors; i++) if (p->tensors[i].cls == TC_PARAM) total_params += (uint64_t)p->tensors[i].numel;
-    fprintf(out, "parameters: %" PRIu64 " (%.3g B)\n", total_params, (double)total_params / 1e9);
+    static const char *const sfx[] = {"", " thousand", " million", " billion", " trillion"};
+    double pv = (double)total_params;
+    int si = 0;
+    while (pv >= 1000 && si < 4) {
+        pv /= 1000;
+        si++;
+    }
+    fprintf(out, "parameters: %" PRIu64 " (%.4g%s)\n", total_params, pv, sfx[si]);
     fprintf(out, "memory per rank (peak = the allocation):\n");
     for (int k = 0; k < PLAN_NARENAS; k++)
         fprintf(out, "  %-7s %12s of %12s\n", plan_arena_names[k], plan_bytes_str(p->arenas[k].size, a, sizeof a),

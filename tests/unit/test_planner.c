@@ -120,6 +120,7 @@ START_TEST(every_pinned_placement) {
                     c->o.tier[PC_PARAMS] = pp;
                     c->o.tier[PC_OPTIMIZER] = op;
                     c->o.tier[PC_CHECKPOINTS] = cp;
+                    if (op != TIER_GPU && (pp + cp + r) % 2) c->o.tier[PC_GRADS] = TIER_NVME; /* half the cases */
                     c->o.prefetch = 1 + pp;
                     bool ok = planner_run(&c->g, &c->t, &c->o, &c->a, &c->d, &c->r);
                     ck_assert_msg(ok, "params=%s optimizer=%s: %s", tiers[pp], tiers[op], first_error(c));
@@ -281,14 +282,14 @@ START_TEST(plan_block) {
     ck_assert_str_eq(o.tiles[0].pattern, "block.*.mlp.w1");
     ck_assert_int_eq(o.tiles[0].tiles, 4);
 
-    Setting *bad[] = {mk_setting(&a, "parms", NULL, mk_str(&a, "gpu")), mk_setting(&a, "grads", NULL, mk_str(&a, "nvme")),
+    Setting *bad[] = {mk_setting(&a, "parms", NULL, mk_str(&a, "gpu")), mk_setting(&a, "grads", NULL, mk_str(&a, "disk")),
                       mk_setting(&a, "prefetch", NULL, mk_str(&a, "3")), mk_setting(&a, "tiles", NULL, mk_int(&a, 2))};
     dl->settings = (SettingList){bad, 4, 4};
     ck_assert(!planner_options_from_decl(dl, &a, &d, &o));
     ck_assert_int_eq(d.errors, 4);
     ck_assert_str_eq(d.items[0].msg, "unknown plan setting 'parms'");
     ck_assert_str_eq(d.items[1].msg, "did you mean 'params'?");
-    ck_assert_str_eq(d.items[2].msg, "'grads' must be \"gpu\" or \"cpu\"");
+    ck_assert_str_eq(d.items[2].msg, "'grads' must be \"gpu\", \"cpu\" or \"nvme\"");
     ck_assert_str_eq(d.items[3].msg, "'prefetch' must be a whole number");
     ck_assert_str_eq(d.items[4].msg, "tiles needs a parameter pattern: tiles \"block.*.mlp.w1\" = 4");
     diag_free(&d);
