@@ -578,6 +578,10 @@ static void gen_matmul(Ctx *c, bool bwd) {
         fail(c, "matmul: b must be 2-D (got rank %d)", Bt->rank);
         return;
     }
+    if (A->rank < 1) {
+        fail(c, "matmul: a must have rank >= 1");
+        return;
+    }
     if (ta && A->rank < 2) {
         fail(c, "matmul: transpose_a needs a of rank >= 2");
         return;
@@ -1284,6 +1288,17 @@ int cuda_gen_op(CudaGen *cg, const Graph *g, int op, CudaKernel *out, int max_ou
             fail(&c, "result %d is not a tensor", i);
             return -1;
         }
+    for (int i = 0; i < o->nin + o->nout; i++) {
+        int t = i < o->nin ? o->in[i] : o->out[i - o->nin];
+        if (t < 0) continue;
+        const GTensor *x = &g->tensors[t];
+        bool ok = x->numel >= 1 && x->rank >= 0 && x->rank <= GRAPH_MAX_RANK;
+        for (int j = 0; ok && j < x->rank; j++) ok = x->dims[j] >= 1;
+        if (!ok) {
+            fail(&c, "tensor %s has no elements (or a bad shape)", x->name ? x->name : "?");
+            return -1;
+        }
+    }
     bool prim_op = o->kind == OP_FWD || o->kind == OP_RECOMPUTE || o->kind == OP_BWD;
     if (prim_op && (o->prim < 0 || o->prim >= PRIM_COUNT)) {
         fail(&c, "unknown primitive");

@@ -560,6 +560,60 @@ START_TEST(utility_launches) {
 }
 END_TEST
 
+static int rnd_int(unsigned *s, int n) {
+    *s = *s * 1103515245u + 12345u;
+    return (int)((*s >> 8) % (unsigned)n);
+}
+
+/* Random ops over random tensors: every call either lowers the op or reports
+ * an error; none crashes (the suite also runs under ASan and UBSan). */
+START_TEST(random_ops_never_crash) {
+    One o;
+    one_init(&o);
+    unsigned seed = 12345;
+#define RND(n) rnd_int(&seed, (n))
+    const DType dts[] = {DT_F32, DT_BF16, DT_F16, DT_I32, DT_NONE};
+    int pool[40];
+    for (int i = 0; i < 40; i++) {
+        int rank = RND(4);
+        int64_t dims[3];
+        dims[0] = 1 + RND(4) * (RND(3) ? 32 : 1);
+        dims[1] = 1 + RND(70);
+        dims[2] = 1 + RND(3) * 64;
+        if (RND(10) == 0) dims[RND(3)] = 0;
+        pool[i] = graph_add_tensor(&o.g, "t", dts[RND(5)], rank, dims, TC_ACT);
+    }
+    int lowered = 0, refused = 0;
+    for (int it = 0; it < 3000; it++) {
+        GOp op = cm_op((PrimId)RND(PRIM_COUNT + 1));
+        op.kind = (OpKind)RND(OP_KIND_COUNT);
+        op.nin = RND(7);
+        op.nout = RND(4);
+        for (int i = 0; i < op.nin; i++) op.in[i] = RND(8) ? pool[RND(40)] : (RND(2) ? -1 : 1000);
+        for (int i = 0; i < op.nout; i++) op.out[i] = RND(8) ? pool[RND(40)] : -1;
+        op.nfin = RND(5);
+        op.iattr[0] = RND(5) - 1;
+        op.iattr[1] = RND(5) - 1;
+        op.fattr[0] = RND(3) ? 1e-5 : -1;
+        int id = graph_add_op(&o.g, &op);
+        int e0 = o.d.errors;
+        int n = cuda_gen_op(&o.cg, &o.g, id, o.k, 64, NULL, &o.d);
+        if (n < 0) {
+            ck_assert_int_gt(o.d.errors, e0);
+            refused++;
+        } else {
+            ck_assert_int_eq(o.d.errors, e0);
+            for (int k = 0; k < n && k < 64; k++) ck_assert_ptr_nonnull(strstr(o.k[k].source, o.k[k].entry));
+            lowered++;
+        }
+    }
+#undef RND
+    ck_assert_int_gt(lowered, 50);
+    ck_assert_int_gt(refused, 50);
+    one_free(&o);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cuda_gen");
     TCase *t = tcase_create("core");
@@ -571,6 +625,7 @@ int main(void) {
     tcase_add_test(t, unsupported_input_is_an_error);
     tcase_add_test(t, workspace_and_error_words);
     tcase_add_test(t, utility_launches);
+    tcase_add_test(t, random_ops_never_crash);
     tcase_add_loop_test(t, matmul_launches_compute_the_products, 0, 4);
     tcase_add_test(t, linear_launches_compute_the_products);
     suite_add_tcase(s, t);
