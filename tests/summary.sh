@@ -1,11 +1,12 @@
 #!/bin/sh
 # Prints the closing line of `make test` and fails if anything failed.
+#   tests/summary.sh RESULTS-FILE...
 pass=0; fail=0
-for b in "$@"; do
-  [ -f "$b/results" ] || continue
-  p=$(grep -c '^pass' "$b/results"); f=$(grep -c '^fail' "$b/results")
+for r in "$@"; do
+  if [ ! -f "$r" ]; then echo "FAILED: no results in $r"; fail=$((fail + 1)); continue; fi
+  p=$(grep -c '^pass' "$r"); f=$(grep -c '^fail' "$r")
   pass=$((pass + p)); fail=$((fail + f))
-  grep '^fail' "$b/results" | sed "s|^fail |FAILED ($b): |"
+  grep '^fail' "$r" | sed "s|^fail |FAILED ($(dirname "$r")): |"
 done
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]
