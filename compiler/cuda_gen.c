@@ -1564,3 +1564,31 @@ void cuda_module_dump(const CudaModule *m, const Graph *g, FILE *out) {
                     m->op_info[i].err_off >= 0 ? ", error word for " : "",
                     m->op_info[i].err_off >= 0 ? m->op_info[i].err_what : "");
 }
+
+void cuda_module_write_unit(const CudaModule *m, int u, FILE *out) {
+    if (u < 0 || u >= m->nunits) return;
+    const CudaUnit *cu = &m->units[u];
+    fprintf(out, "// unit %d: %s (%s), sha256 %s\n// launched by %d op(s):\n", u, cu->family, cu->spec, cu->hash,
+            cu->nlaunches);
+    for (int i = 0; i < m->nkernels; i++)
+        if (m->kernels[i].unit == u) fprintf(out, "//   %s [%s]\n", m->kernels[i].comment, m->kernels[i].entry);
+    fputs(cu->source, out);
+}
+
+int cuda_module_write_sources(const CudaModule *m, const char *dir, DiagSink *d) {
+    for (int u = 0; u < m->nunits; u++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s-%.12s.cu", dir, m->units[u].family, m->units[u].hash);
+        FILE *f = fopen(path, "w");
+        if (!f) {
+            diag_error(d, SPAN_NONE, "cannot write %s: %s", path, strerror(errno));
+            return -1;
+        }
+        cuda_module_write_unit(m, u, f);
+        if (fclose(f) != 0) {
+            diag_error(d, SPAN_NONE, "cannot write %s: %s", path, strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}

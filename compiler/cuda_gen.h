@@ -138,6 +138,12 @@ int cuda_gen_graph(CudaGen *cg, const Graph *g, CudaModule *m, DiagSink *d);
  * geometry and arguments. Deterministic. */
 void cuda_module_dump(const CudaModule *m, const Graph *g, FILE *out);
 
+/* Unit u as a reader wants it: a comment line per launch that uses it (op,
+ * .zl line, role), then the exact text NVRTC compiles. */
+void cuda_module_write_unit(const CudaModule *m, int u, FILE *out);
+/* Every unit into dir/<family>-<hash12>.cu. Returns 0, or -1 with an error in d. */
+int cuda_module_write_sources(const CudaModule *m, const char *dir, DiagSink *d);
+
 const char *cuda_dtype_name(DType dt);
 
 #endif

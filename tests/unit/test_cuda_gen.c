@@ -60,6 +60,28 @@ START_TEST(gpt2_module_is_complete) {
     ck_assert_int_ge(m.nunits, 8);
     ck_assert_int_eq(count_entry(&m, "zk_attn_bwd_dkdv"), cm_gpt2_tiny.layers);
     ck_assert_int_eq(count_entry(&m, "zk_norm_final"), 1);
+    /* the sources as written for a reader: users first, then the compiled text */
+    char dir[] = "/tmp/zinf-cuda-gen-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(cuda_module_write_sources(&m, dir, &d), 0);
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s-%.12s.cu", dir, m.units[0].family, m.units[0].hash);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char head[256] = {0};
+    ck_assert_ptr_nonnull(fgets(head, sizeof head, f));
+    ck_assert_ptr_nonnull(strstr(head, "// unit 0: "));
+    ck_assert_ptr_nonnull(fgets(head, sizeof head, f));
+    ck_assert_ptr_nonnull(strstr(head, "launched by"));
+    ck_assert_ptr_nonnull(fgets(head, sizeof head, f));
+    ck_assert_ptr_nonnull(strstr(head, "//   op "));
+    fclose(f);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(cuda_module_write_sources(&m, "/nonexistent/dir", &d), -1);
+    ck_assert_ptr_nonnull(strstr(d.items[d.len - 1].msg, "cannot write /nonexistent/dir/"));
+    d.errors = 0;
     diag_free(&d);
     arena_free(&a);
 }
