@@ -5,7 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include "autodiff.h"
+#include "loader.h"
+#include "sema.h"
 #include "memmodel.h"
 #include "planner.h"
 #include "target.h"
@@ -685,6 +688,63 @@ START_TEST(planner_shards_agree) {
 }
 END_TEST
 
+/* The real Table 1 models, the .zl files of examples/zero-infinity, through the front
+ * end: each one's counted parameters within 1% of 12 * nl * hd^2 and model
+ * states within 1% of the paper's cell. */
+START_TEST(table1_example_files) {
+    const char *dir = ZINF_STDLIB_DIR "/../examples/zero-infinity";
+    DIR *dp = opendir(dir);
+    ck_assert_msg(dp != NULL, "cannot open %s", dir);
+    bool seen[MEM_TABLE1_ROWS] = {false};
+    int nfiles = 0;
+    Table1Assume as;
+    memmodel_table1_assume_default(&as);
+    struct dirent *e;
+    while ((e = readdir(dp))) {
+        size_t n = strlen(e->d_name);
+        if (n < 4 || strcmp(e->d_name + n - 3, ".zl")) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        Arena a;
+        arena_init(&a);
+        SourceSet src;
+        source_set_init(&src);
+        DiagSink d;
+        diag_init(&d);
+        LoadOptions lo = {NULL, 0, ZINF_STDLIB_DIR};
+        Program prog;
+        memset(&prog, 0, sizeof prog);
+        ck_assert_msg(program_load(&a, &src, &d, path, &lo, &prog) && d.errors == 0, "%s does not load", path);
+        Graph g;
+        ck_assert_msg(sema_build(&a, &prog, &src, &d, &g) && d.errors == 0, "%s does not check: %s", path, d.len ? d.items[0].msg : "");
+        MemOptions o;
+        memmodel_options_default(&o);
+        o.ranks = 16;
+        MemModel m;
+        compute_ok(&g, &o, &m);
+        int row = -1;
+        for (int i = 0; i < MEM_TABLE1_ROWS; i++)
+            if (memmodel_table1_shapes[i].layers == g.nsegments) row = i;
+        ck_assert_msg(row >= 0, "%s: %d layers is no Table 1 shape", path, g.nsegments);
+        ck_assert_msg(!seen[row], "%s: a second file for row %d", path, row);
+        seen[row] = true;
+        Table1Row r;
+        ck_assert(memmodel_table1_row(&memmodel_table1_shapes[row], &as, &r));
+        double dp_ = (double)m.params / (double)r.params - 1, ds = (double)m.model_states / (double)r.model_states - 1;
+        ck_assert_msg(dp_ > -0.01 && dp_ < 0.01, "%s: %lld parameters, 12 nl hd^2 = %lld", path, (long long)m.params, (long long)r.params);
+        ck_assert_msg(ds > -0.01 && ds < 0.01, "%s: model states %lld, paper %lld", path, (long long)m.model_states, (long long)r.model_states);
+        ck_assert(m.mixed);
+        ck_assert_int_eq(m.model_states, 20 * m.params);
+        nfiles++;
+        diag_free(&d);
+        source_set_free(&src);
+        arena_free(&a);
+    }
+    closedir(dp);
+    ck_assert_int_eq(nfiles, MEM_TABLE1_ROWS);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("memmodel");
     TCase *t = tcase_create("table1");
@@ -707,6 +767,7 @@ static Suite *suite(void) {
     tcase_add_test(c, bad_options_and_graphs);
     tcase_add_test(c, print_table);
     tcase_add_test(c, planner_shards_agree);
+    tcase_add_test(c, table1_example_files);
     suite_add_tcase(s, c);
     return s;
 }
