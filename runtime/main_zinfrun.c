@@ -18,13 +18,13 @@
 #include "verify.h"
 
 typedef struct Opts {
-    const char *plan, *data, *backend, *ckpt_dir, *trace, *nvme, *export_path;
+    const char *plan, *data, *backend, *ckpt_dir, *trace, *nvme, *export_path, *losses;
     int64_t steps, ckpt_every;
     bool resume, quiet;
 } Opts;
 
 static const char *const flags[] = {"--data", "--steps", "--backend", "--checkpoint-dir", "--checkpoint-every",
-                                    "--resume", "--trace", "--nvme", "--export", "--quiet", "--help", "--version"};
+                                    "--resume", "--trace", "--nvme", "--export", "--losses", "--quiet", "--help", "--version"};
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -38,6 +38,7 @@ static void usage(FILE *f) {
             "  --nvme DIR             use DIR for the plan's NVMe swap space instead of the target's paths\n"
             "  --trace FILE           write the measured timeline of the last step (Chrome trace JSON)\n"
             "  --export FILE          after training, write the parameters as one safetensors file\n"
+            "  --losses FILE          append \"step N loss L\" lines (full precision) to FILE\n"
             "  --quiet                only the final summary\n");
 }
 
@@ -67,6 +68,7 @@ static int parse(int argc, char **argv, Opts *o) {
         else if (!strcmp(a, "--trace")) { if (!(o->trace = VAL())) return 2; }
         else if (!strcmp(a, "--nvme")) { if (!(o->nvme = VAL())) return 2; }
         else if (!strcmp(a, "--export")) { if (!(o->export_path = VAL())) return 2; }
+        else if (!strcmp(a, "--losses")) { if (!(o->losses = VAL())) return 2; }
         else if (!strcmp(a, "--resume")) o->resume = true;
         else if (!strcmp(a, "--quiet")) o->quiet = true;
         else if (!strcmp(a, "--steps") || !strcmp(a, "--checkpoint-every")) {
@@ -193,6 +195,8 @@ int main(int argc, char **argv) {
             if (!tok[a] || !tgt[a]) return die("out of memory for batches");
         }
     }
+    FILE *lossf = NULL;
+    if (o.losses && lead && !(lossf = fopen(o.losses, "a"))) return die("cannot open %s: %s", o.losses, strerror(errno));
     double first_loss = NAN, last_loss = NAN, time_sum = 0;
     uint64_t bytes_sum[PLAN_NQUEUES] = {0};
     int64_t ran = 0;
@@ -203,6 +207,10 @@ int main(int argc, char **argv) {
         if (rt_step(r, (const int32_t *const *)tok, (const int32_t *const *)tgt, accum, &st, err, sizeof err))
             return die("%s", err);
         ran++;
+        if (lossf) {
+            fprintf(lossf, "step %" PRId64 " loss %.9g\n", s + 1, st.loss);
+            fflush(lossf);
+        }
         if (isnan(first_loss)) first_loss = st.loss;
         last_loss = st.loss;
         time_sum += st.seconds;
@@ -255,6 +263,7 @@ int main(int argc, char **argv) {
         tok_close(&tr);
         for (int a = 0; a < accum; a++) { free(tok[a]); free(tgt[a]); }
     }
+    if (lossf) fclose(lossf);
     if (have_cost) cost_free(&cr);
     rt_destroy(r);
     plan_free(p);
