@@ -745,6 +745,46 @@ START_TEST(table1_example_files) {
 }
 END_TEST
 
+static char *print_to_string(const MemModel *m) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    memmodel_print(m, f);
+    fclose(f);
+    return buf;
+}
+
+/* f32, one rank, no checkpointing: no master or fp32-gradient rows, one
+ * activation row, no per-node column. */
+START_TEST(print_variants) {
+    Arena a;
+    arena_init(&a);
+    Graph g;
+    Gpt s = small();
+    s.dt = DT_F32;
+    s.ckpt_every = 0;
+    build_gpt(&g, &a, s);
+    MemModel m;
+    compute_ok(&g, NULL, &m);
+    char *buf = print_to_string(&m);
+    ck_assert_msg(strstr(buf, "1 rank: nothing partitioned\n") != NULL, "%s", buf);
+    ck_assert(strstr(buf, "no activation checkpointing\n") != NULL);
+    ck_assert(strstr(buf, "f32 Adam (forward graph)") != NULL);
+    ck_assert(strstr(buf, "master") == NULL);
+    ck_assert(strstr(buf, "fp32 gradients") == NULL);
+    ck_assert(strstr(buf, "per node") == NULL);
+    ck_assert(strstr(buf, "activation checkpoints") == NULL);
+    char line[256];
+    snprintf(line, sizeof line, "%-36s %7s  %11s %17lld  %11s %17lld\n", "activations (all kept)", "", memmodel_human(m.act_kept, (char[32]){0}, 32),
+             (long long)m.act_kept, memmodel_human(m.act_kept, (char[32]){0}, 32), (long long)m.act_kept);
+    ck_assert_msg(strstr(buf, line) != NULL, "no '%s' in:\n%s", line, buf);
+    snprintf(line, sizeof line, "%-36s %7s", "model states (paper's count)", "16");
+    ck_assert(strstr(buf, line) != NULL);
+    free(buf);
+    arena_free(&a);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("memmodel");
     TCase *t = tcase_create("table1");
@@ -766,6 +806,7 @@ static Suite *suite(void) {
     tcase_add_test(c, training_graph_agrees);
     tcase_add_test(c, bad_options_and_graphs);
     tcase_add_test(c, print_table);
+    tcase_add_test(c, print_variants);
     tcase_add_test(c, planner_shards_agree);
     tcase_add_test(c, table1_example_files);
     suite_add_tcase(s, c);
