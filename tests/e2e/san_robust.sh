@@ -1,0 +1,87 @@
+#!/bin/sh
+# Robustness of zinfc --check on damaged sources: every example (and the
+# stdlib files it imports) truncated at many points and with single bytes
+# replaced, at deterministic positions (an LCG with a fixed seed). Each run
+# must end within 10 s with exit 0 or 1, exit 1 must print an "error:" line,
+# and no sanitizer report may appear. Runs in the plain and the asan builds.
+#   tests/e2e/san_robust.sh BUILD
+B=${1:-build}
+Z="$B/bin/zinfc"
+[ -x "$Z" ] || { echo "FAIL: $Z not built"; exit 1; }
+T=$(mktemp -d /tmp/zinf_robust.XXXXXX) || exit 1
+trap 'rm -rf "$T"' EXIT INT TERM
+mkdir -p "$T/inc"
+
+seed=12345
+rnd() { # rnd N -> $r in [0, N)
+  seed=$(( (seed * 1103515245 + 12345) % 2147483648 ))
+  r=$(( (seed / 65536) % $1 ))
+}
+
+# bytes to plant: structure, digits, quotes, a newline, NUL-ish and high bytes
+nbytes=20
+byte_at() { # byte_at K -> octal of the K-th planted byte
+  j=0
+  for b in 173 175 050 051 133 135 054 075 072 042 043 060 071 012 170 055 000 377 056 052; do
+    [ $j -eq "$1" ] && { oct=$b; return; }
+    j=$((j + 1))
+  done
+}
+
+fail=0
+n=0
+check() { # check FILE [-I dir] : one run
+  n=$((n + 1))
+  timeout 10 "$Z" --check "$@" > "$T/out" 2> "$T/err"
+  rc=$?; [ -n "$ROBUST_DEBUG" ] && echo "rc=$rc $VARIANT"
+  if grep -q "AddressSanitizer\|LeakSanitizer\|runtime error:" "$T/err"; then
+    echo "FAIL: sanitizer report on variant $n ($VARIANT)"; head -20 "$T/err"; fail=1
+  elif [ $rc -ne 0 ] && [ $rc -ne 1 ]; then
+    echo "FAIL: exit $rc on variant $n ($VARIANT)"; tail -5 "$T/err"; fail=1
+  elif [ $rc -eq 1 ] && ! grep -q "error:" "$T/err"; then
+    echo "FAIL: exit 1 without an error line on variant $n ($VARIANT)"; cat "$T/err"; fail=1
+  fi
+}
+
+mutate() { # mutate SRC DST: truncation or byte replacement, chosen by the LCG
+  len=$(wc -c < "$1")
+  [ "$len" -gt 1 ] || { cp "$1" "$2"; return; }
+  rnd "$len"; k=$r
+  if [ "$MODE" = trunc ]; then
+    head -c "$k" "$1" > "$2"
+    VARIANT="$(basename "$1") cut at $k"
+  else
+    rnd "$nbytes"; byte_at "$r"
+    { head -c "$k" "$1"; printf "\\$oct"; tail -c +"$((k + 2))" "$1"; } > "$2"
+    VARIANT="$(basename "$1") byte $k := \\$oct"
+  fi
+}
+
+PER=${ZINF_ROBUST_PER:-12}
+for f in examples/*.zl examples/zero-infinity/*.zl stdlib/nn.zl stdlib/llama.zl; do
+  [ -f "$f" ] || continue
+  for MODE in trunc byte; do
+    i=0
+    while [ $i -lt "$PER" ]; do
+      case "$f" in
+        stdlib/*)
+          # a damaged stdlib file, imported by a tiny model
+          mutate "$f" "$T/inc/$(basename "$f")"
+          case "$f" in *llama*) m=examples/llama-tiny.zl ;; *) m=examples/gpt2-tiny.zl ;; esac
+          check "$m" -I "$T/inc"
+          rm -f "$T/inc/$(basename "$f")" ;;
+        *)
+          mutate "$f" "$T/v.zl"
+          check "$T/v.zl" ;;
+      esac
+      i=$((i + 1))
+    done
+  done
+done
+# the unharmed examples pass
+for f in examples/*.zl examples/zero-infinity/*.zl; do
+  VARIANT="$f as is"
+  timeout 10 "$Z" --check "$f" > /dev/null 2> "$T/err" || { echo "FAIL: $f does not check"; cat "$T/err"; fail=1; }
+done
+echo "san_robust: $n variants"
+exit $fail

@@ -1,0 +1,70 @@
+#!/bin/sh
+# zinfc's command line: --check, --emit=graph, -I, --help, --version, bad
+# options and missing files, with their exit codes and messages.
+#   tests/e2e/zinfc_cli.sh BUILD
+B=${1:-build}
+Z="$B/bin/zinfc"
+[ -x "$Z" ] || { echo "FAIL: $Z not built"; exit 1; }
+T=$(mktemp -d /tmp/zinf_cli.XXXXXX) || exit 1
+trap 'rm -rf "$T"' EXIT INT TERM
+fail=0
+expect() { # expect RC WHAT COMMAND... ; stdout+stderr in $T/o
+  want=$1; what=$2; shift 2
+  "$@" > "$T/o" 2>&1
+  rc=$?
+  [ $rc -eq "$want" ] || { echo "FAIL: $what: exit $rc, want $want"; cat "$T/o"; fail=1; }
+}
+has() { grep -qF -- "$1" "$T/o" || { echo "FAIL: output lacks '$1'"; cat "$T/o"; fail=1; }; }
+
+expect 0 "check gpt2-small" "$Z" --check examples/gpt2-small.zl
+has "ok: gpt2_small: 124439808 parameters"
+expect 0 "check llama2-7b" "$Z" --check examples/llama2-7b.zl
+has "ok: llama2_7b: 6738415616 parameters"
+expect 0 "help" "$Z" --help
+has "usage: zinfc"
+expect 0 "version" "$Z" --version
+has "zinfc "
+expect 2 "misspelt option" "$Z" --chek examples/gpt2-tiny.zl
+has "zinfc: unknown option '--chek'; did you mean '--check'?"
+expect 2 "no input" "$Z" --check
+has "zinfc: no input file"
+expect 1 "missing file" "$Z" --check "$T/none.zl"
+has "error: cannot read $T/none.zl"
+
+# the graph listing: stable, with shapes, dtypes, names and the total
+expect 0 "emit graph" "$Z" --emit=graph examples/gpt2-tiny.zl
+cp "$T/o" "$T/g1"
+has "graph gpt2_tiny"
+has "input tokens i32 [4, 64]"
+has "param block.3.attn.wqkv f32 [128, 384] 49152 normal(0.02)"
+has "attention %16, %17, %18 -> %19 f32 [4, 64, 128] heads=4 kv_heads=4 @block.0.attn seg 0"
+has "total parameters 834304 (in 52 tensors)"
+"$Z" --emit=graph examples/gpt2-tiny.zl > "$T/g2" 2>&1
+cmp -s "$T/g1" "$T/g2" || { echo "FAIL: --emit=graph is not deterministic"; fail=1; }
+
+# -I: a local layer library shadows nothing but is found first
+mkdir -p "$T/lib"
+printf 'layer twice(x: [B, T, D]) { return x + x }\n' > "$T/lib/mine.zl"
+cat > "$T/m.zl" <<'ZL'
+import "mine"
+const V = 16, T = 4, D = 8
+model m(tokens: i32[B, T], targets: i32[B, T]) {
+  e = param [V, D] init normal(0.02)
+  x = twice(embedding(e, tokens))
+  loss cross_entropy(matmul(x, e, transpose_b), targets)
+}
+ZL
+expect 1 "import not found without -I" "$Z" --check "$T/m.zl"
+has "error:"
+expect 0 "import found with -I" "$Z" -I "$T/lib" --check "$T/m.zl"
+has "ok: m: 128 parameters"
+# ZINF_STDLIB points the stdlib elsewhere
+expect 1 "ZINF_STDLIB honoured" env ZINF_STDLIB="$T/lib" "$Z" --check examples/gpt2-tiny.zl
+has "error:"
+
+# errors: exit 1, every error listed, never colour into a file
+printf 'model m(t: i32[B, 4]) {\n  y = gelu(tt)\n  z = silu(uu)\n  loss y\n}\n' > "$T/bad.zl"
+expect 1 "two errors" "$Z" --check "$T/bad.zl"
+[ "$(grep -c 'error:' "$T/o")" -eq 2 ] || { echo "FAIL: want 2 errors"; cat "$T/o"; fail=1; }
+grep -q "$(printf '\033')" "$T/o" && { echo "FAIL: colour codes in a file"; fail=1; }
+exit $fail
