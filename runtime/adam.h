@@ -1,0 +1,60 @@
+/* adam: AdamW on the CPU for optimizer state held off the GPU.
+ *
+ * One pass over n elements reads the gradient (f32, bf16 or f16) and the
+ * fp32 master weight, momentum and variance, and writes the new master, m, v
+ * and, when asked, the low-precision parameter copy (f32, bf16 or f16,
+ * rounded to nearest even from the new master). With t = step (1-based):
+ *     g  = grad * grad_scale
+ *     m  = beta1 * m + (1 - beta1) * g
+ *     v  = beta2 * v + (1 - beta2) * g * g
+ *     w  = w * (1 - lr * weight_decay)                       (decoupled decay)
+ *          - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+ * which is torch.optim.AdamW's update.
+ *
+ * Instruction set: AVX-512F, AVX2+FMA+F16C or plain C, chosen per call:
+ * p->isa, or when that is ADAM_ISA_AUTO the environment variable
+ * ZINF_ADAM_ISA=scalar|avx2|avx512, or else the best the processor has
+ * (__builtin_cpu_supports). Threads: OpenMP over 64 KiB-element blocks;
+ * p->threads (0: the OpenMP default, OMP_NUM_THREADS). Small tensors run on
+ * the calling thread. Results do not depend on the thread count. adam_step
+ * is reentrant; it keeps no state. */
+#ifndef ZINF_ADAM_H
+#define ZINF_ADAM_H
+
+#include <stdint.h>
+#include "ast.h"
+
+typedef enum AdamIsa { ADAM_ISA_AUTO = 0, ADAM_ISA_SCALAR, ADAM_ISA_AVX2, ADAM_ISA_AVX512 } AdamIsa;
+
+typedef struct AdamParams {
+    float lr, beta1, beta2, eps, weight_decay;
+    AdamIsa isa;  /* ADAM_ISA_AUTO: environment, else the best available */
+    int threads;  /* 0: OpenMP default */
+} AdamParams;
+
+typedef enum AdamStatus {
+    ADAM_OK = 0,
+    ADAM_EDTYPE,  /* gradient or parameter dtype not f32/bf16/f16 */
+    ADAM_EISA,    /* the ISA asked for (argument or ZINF_ADAM_ISA) is not available */
+    ADAM_EARG,    /* n < 0, step < 1, or a NULL array */
+} AdamStatus;
+
+/* One AdamW step (see above). param_out may be NULL (param_dt ignored). */
+AdamStatus adam_step(const AdamParams *p, int64_t step, float *master, float *m, float *v,
+                     const void *grad, DType grad_dt, void *param_out, DType param_dt, int64_t n,
+                     float grad_scale);
+
+/* The best ISA this processor runs. */
+AdamIsa adam_isa_best(void);
+/* 1 when this processor runs isa (AUTO and SCALAR always). */
+int adam_isa_supported(AdamIsa isa);
+/* What adam_step would use for `requested`; ADAM_ISA_AUTO if ZINF_ADAM_ISA
+ * names an unknown or unsupported ISA (adam_step then fails with EISA). */
+AdamIsa adam_isa_resolve(AdamIsa requested);
+/* "scalar", "avx2", "avx512"; "auto" for ADAM_ISA_AUTO. */
+const char *adam_isa_name(AdamIsa isa);
+/* Parse a name as printed by adam_isa_name; returns 0 on success. */
+int adam_isa_parse(const char *name, AdamIsa *out);
+const char *adam_status_str(AdamStatus s);
+
+#endif

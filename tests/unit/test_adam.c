@@ -1,0 +1,378 @@
+/* adam: every ISA this machine has, for every gradient and parameter dtype,
+ * on odd lengths and over several steps, against a double-precision AdamW
+ * written here; low-precision parameter copies equal to this file's own
+ * round-to-nearest-even of the new master. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "adam.h"
+
+/* Per-element checks: Check records every passing assertion (a write to its
+ * pipe), so element loops only call into Check on failure. */
+#define EXPECT(cond, ...) \
+    do { \
+        if (!(cond)) ck_abort_msg(__VA_ARGS__); \
+    } while (0)
+
+/* ---- independent reference conversions ---- */
+
+static double ref_f16_decode(uint16_t h) {
+    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    double x;
+    if (e == 0) x = ldexp((double)m, -24);
+    else if (e == 31) x = m ? NAN : INFINITY;
+    else x = ldexp(1.0 + m / 1024.0, e - 15);
+    return s ? -x : x;
+}
+
+static float ref_bf16_decode(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Nearest bf16 by comparing the two neighbours in double; ties to even. */
+static uint16_t ref_bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if (isinf(x)) return (uint16_t)(u >> 16);
+    uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
+    double vl = ref_bf16_decode((uint16_t)(lo >> 16)), vh = ref_bf16_decode((uint16_t)(hi >> 16));
+    if (isinf(vh)) vh = copysign(ldexp(1.0, 128), vh); /* overflow rounds as if to 2^128 */
+    double dl = fabs((double)x - vl), dh = fabs((double)x - vh);
+    if (dl < dh) return (uint16_t)(lo >> 16);
+    if (dh < dl) return (uint16_t)(hi >> 16);
+    return (uint16_t)((lo >> 16) & 1 ? hi >> 16 : lo >> 16);
+}
+
+/* Nearest f16 by binary search over the table of all finite positive f16
+ * values; ties to even; beyond 65520 (halfway past the largest) infinity. */
+static double f16_table[0x7c00];
+static void f16_table_init(void) {
+    for (int i = 0; i < 0x7c00; i++) f16_table[i] = ref_f16_decode((uint16_t)i);
+}
+static uint16_t ref_f16_round(float xf) {
+    double x = xf;
+    uint16_t sign = signbit(x) ? 0x8000 : 0;
+    double a = fabs(x);
+    if (a >= 65520.0) return sign | 0x7c00;
+    int lo = 0, hi = 0x7bff;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (f16_table[mid] <= a) lo = mid;
+        else hi = mid;
+    }
+    if (f16_table[hi] <= a) lo = hi;
+    int best = lo;
+    if (lo < 0x7bff) {
+        double dl = a - f16_table[lo], dh = f16_table[lo + 1] - a;
+        if (dh < dl || (dh == dl && (lo & 1))) best = lo + 1;
+    }
+    return (uint16_t)(sign | best);
+}
+
+/* ---- data ---- */
+
+static uint64_t rs = 88172645463325252ull;
+static double urand(void) { /* [0, 1) */
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (double)(rs >> 11) / 9007199254740992.0;
+}
+
+static const AdamParams BASE = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                                .weight_decay = 0.1f, .isa = ADAM_ISA_SCALAR, .threads = 1};
+
+static int dsize(DType t) { return t == DT_F32 ? 4 : 2; }
+static const char *dtn(DType t) {
+    return t == DT_F32 ? "f32" : t == DT_BF16 ? "bf16" : t == DT_F16 ? "f16" : "none";
+}
+
+/* Gradient in dtype gdt (raw) and its exact value as double. */
+static void make_grad(DType gdt, int64_t n, void *raw, double *val) {
+    for (int64_t i = 0; i < n; i++) {
+        float f = (float)((urand() * 2 - 1) * pow(10.0, -3.0 * urand()));
+        if (gdt == DT_F32) {
+            ((float *)raw)[i] = f;
+            val[i] = f;
+        } else if (gdt == DT_BF16) {
+            uint16_t h = ref_bf16_round(f);
+            ((uint16_t *)raw)[i] = h;
+            val[i] = ref_bf16_decode(h);
+        } else {
+            uint16_t h = ref_f16_round(f);
+            ((uint16_t *)raw)[i] = h;
+            val[i] = ref_f16_decode(h);
+        }
+    }
+}
+
+/* Runs `steps` steps with isa and checks each against the double reference
+ * computed from the same pre-step state. */
+static void check_case(AdamIsa isa, DType gdt, DType pdt, int64_t n, int steps, int threads,
+                       float scale) {
+    AdamParams p = BASE;
+    p.isa = isa;
+    p.threads = threads;
+    float *w = malloc(sizeof(float) * (size_t)n), *m = malloc(sizeof(float) * (size_t)n);
+    float *v = malloc(sizeof(float) * (size_t)n);
+    void *g = malloc((size_t)n * 4);
+    double *gv = malloc(sizeof(double) * (size_t)n);
+    void *po = pdt == DT_NONE ? NULL : malloc((size_t)n * 4);
+    float *w0 = malloc(sizeof(float) * (size_t)n), *m0 = malloc(sizeof(float) * (size_t)n);
+    float *v0 = malloc(sizeof(float) * (size_t)n);
+    /* Masters span f16's range edges: overflow, subnormals, underflow. */
+    static const float special[] = {65519.0f, 65520.0f, 70000.0f, 1e-6f, 6e-8f, 3e-8f, -2.5e-5f, 0.0f};
+    for (int64_t i = 0; i < n; i++) {
+        w[i] = (float)((urand() * 2 - 1) * 2.0);
+        if (i < 8 && n > 8) w[i] = special[i];
+        m[i] = 0.0f;
+        v[i] = 0.0f;
+    }
+    for (int t = 1; t <= steps; t++) {
+        make_grad(gdt, n, g, gv);
+        memcpy(w0, w, sizeof(float) * (size_t)n);
+        memcpy(m0, m, sizeof(float) * (size_t)n);
+        memcpy(v0, v, sizeof(float) * (size_t)n);
+        AdamStatus st = adam_step(&p, t, w, m, v, g, gdt, po, pdt, n, scale);
+        ck_assert_msg(st == ADAM_OK, "%s", adam_status_str(st));
+        double b1 = p.beta1, b2 = p.beta2, lr = p.lr, eps = p.eps, wd = p.weight_decay;
+        double bc1 = 1 - pow(b1, t), bc2 = 1 - pow(b2, t);
+        for (int64_t i = 0; i < n; i++) {
+            double gi = gv[i] * scale;
+            double mt1 = b1 * m0[i], mt2 = (1 - b1) * gi;
+            double mr = mt1 + mt2;
+            double vr = b2 * v0[i] + (1 - b2) * gi * gi;
+            double den = sqrt(vr) / sqrt(bc2) + eps;
+            double upd = (lr / bc1) * mr / den;
+            double wr = w0[i] * (1 - lr * wd) - upd;
+            double mscale = fabs(mt1) + fabs(mt2);
+            double wscale = fabs((double)w0[i]) + (lr / bc1) * mscale / den;
+            EXPECT(fabs(m[i] - mr) <= 1e-6 * mscale + 1e-30,
+                          "%s g=%s p=%s n=%lld step %d: m[%lld] = %.9g, reference %.9g",
+                          adam_isa_name(isa), dtn(gdt), dtn(pdt), (long long)n, t,
+                          (long long)i, m[i], mr);
+            EXPECT(fabs(v[i] - vr) <= 1e-6 * vr + 1e-30, "%s step %d: v[%lld] = %.9g, reference %.9g",
+                          adam_isa_name(isa), t, (long long)i, v[i], vr);
+            EXPECT(fabs(w[i] - wr) <= 1e-6 * wscale,
+                          "%s g=%s p=%s n=%lld step %d: w[%lld] = %.9g, reference %.9g",
+                          adam_isa_name(isa), dtn(gdt), dtn(pdt), (long long)n, t,
+                          (long long)i, w[i], wr);
+            if (pdt == DT_F32) EXPECT(((float *)po)[i] == w[i], "f32 copy differs at %lld", (long long)i);
+            if (pdt == DT_BF16)
+                EXPECT(((uint16_t *)po)[i] == ref_bf16_round(w[i]),
+                              "%s: bf16 copy of %.9g is 0x%04x, expected 0x%04x", adam_isa_name(isa),
+                              w[i], ((uint16_t *)po)[i], ref_bf16_round(w[i]));
+            if (pdt == DT_F16)
+                EXPECT(((uint16_t *)po)[i] == ref_f16_round(w[i]),
+                              "%s: f16 copy of %.9g is 0x%04x, expected 0x%04x", adam_isa_name(isa),
+                              w[i], ((uint16_t *)po)[i], ref_f16_round(w[i]));
+        }
+    }
+    free(w); free(m); free(v); free(g); free(gv); free(po); free(w0); free(m0); free(v0);
+}
+
+static const AdamIsa ISAS[] = {ADAM_ISA_SCALAR, ADAM_ISA_AVX2, ADAM_ISA_AVX512};
+static const DType GDTS[] = {DT_F32, DT_BF16, DT_F16};
+static const DType PDTS[] = {DT_NONE, DT_F32, DT_BF16, DT_F16};
+
+START_TEST(test_all_isas_dtypes_tails) {
+    f16_table_init();
+    static const int64_t lens[] = {1, 7, 15, 17, 33, 1001};
+    int ran = 0;
+    for (size_t a = 0; a < 3; a++) {
+        if (!adam_isa_supported(ISAS[a])) {
+            fprintf(stderr, "note: %s not available on this processor; not tested\n", adam_isa_name(ISAS[a]));
+            continue;
+        }
+        ran++;
+        for (size_t gi = 0; gi < 3; gi++)
+            for (size_t pi = 0; pi < 4; pi++)
+                for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+                    check_case(ISAS[a], GDTS[gi], PDTS[pi], lens[li], 3, 1, 1.0f);
+    }
+    ck_assert_int_ge(ran, 1);
+}
+END_TEST
+
+/* Large tensors go through the OpenMP path, with a gradient scale. */
+START_TEST(test_threaded_scaled) {
+    f16_table_init();
+    for (size_t a = 0; a < 3; a++) {
+        if (!adam_isa_supported(ISAS[a])) continue;
+        check_case(ISAS[a], DT_BF16, DT_BF16, 3 * 65536 + 5, 2, 2, 0.25f);
+        check_case(ISAS[a], DT_F32, DT_F16, 2 * 65536 + 1, 2, 3, 4.0f);
+    }
+}
+END_TEST
+
+/* The same inputs give bit-identical outputs for 1 and 4 threads, and the
+ * AVX2 and AVX-512 kernels (same operation sequence) agree bitwise. */
+START_TEST(test_deterministic) {
+    int64_t n = 4 * 65536 + 3;
+    float *w[3], *m[3], *v[3];
+    uint16_t *po[3];
+    uint16_t *g = malloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) g[i] = ref_bf16_round((float)(urand() - 0.5));
+    for (int k = 0; k < 3; k++) {
+        w[k] = malloc(sizeof(float) * (size_t)n);
+        m[k] = calloc((size_t)n, sizeof(float));
+        v[k] = calloc((size_t)n, sizeof(float));
+        po[k] = malloc((size_t)n * 2);
+        for (int64_t i = 0; i < n; i++) w[k][i] = (float)i * 1e-5f;
+    }
+    AdamParams p = BASE;
+    p.isa = adam_isa_best();
+    p.threads = 1;
+    ck_assert_int_eq(adam_step(&p, 1, w[0], m[0], v[0], g, DT_BF16, po[0], DT_BF16, n, 1.0f), ADAM_OK);
+    p.threads = 4;
+    ck_assert_int_eq(adam_step(&p, 1, w[1], m[1], v[1], g, DT_BF16, po[1], DT_BF16, n, 1.0f), ADAM_OK);
+    ck_assert(memcmp(w[0], w[1], sizeof(float) * (size_t)n) == 0);
+    ck_assert(memcmp(v[0], v[1], sizeof(float) * (size_t)n) == 0);
+    ck_assert(memcmp(po[0], po[1], (size_t)n * 2) == 0);
+    if (adam_isa_supported(ADAM_ISA_AVX2) && adam_isa_supported(ADAM_ISA_AVX512)) {
+        p.isa = ADAM_ISA_AVX2;
+        ck_assert_int_eq(adam_step(&p, 1, w[2], m[2], v[2], g, DT_BF16, po[2], DT_BF16, n, 1.0f), ADAM_OK);
+        ck_assert(memcmp(w[0], w[2], sizeof(float) * (size_t)n) == 0);
+        ck_assert(memcmp(m[0], m[2], sizeof(float) * (size_t)n) == 0);
+    }
+    for (int k = 0; k < 3; k++) { free(w[k]); free(m[k]); free(v[k]); free(po[k]); }
+    free(g);
+}
+END_TEST
+
+START_TEST(test_isa_selection) {
+    AdamIsa isa;
+    ck_assert_int_eq(adam_isa_parse("avx2", &isa), 0);
+    ck_assert_int_eq(isa, ADAM_ISA_AVX2);
+    ck_assert_int_ne(adam_isa_parse("sse9", &isa), 0);
+    ck_assert_str_eq(adam_isa_name(ADAM_ISA_AVX512), "avx512");
+    ck_assert(adam_isa_supported(adam_isa_best()));
+    setenv("ZINF_ADAM_ISA", "scalar", 1);
+    ck_assert_int_eq(adam_isa_resolve(ADAM_ISA_AUTO), ADAM_ISA_SCALAR);
+    /* An explicit argument wins over the environment. */
+    ck_assert_int_eq(adam_isa_resolve(ADAM_ISA_AVX2), adam_isa_supported(ADAM_ISA_AVX2) ? ADAM_ISA_AVX2 : ADAM_ISA_AUTO);
+    setenv("ZINF_ADAM_ISA", "bogus", 1);
+    float w = 1, m = 0, v = 0, g = 1;
+    AdamParams p = BASE;
+    p.isa = ADAM_ISA_AUTO;
+    ck_assert_int_eq(adam_step(&p, 1, &w, &m, &v, &g, DT_F32, NULL, DT_NONE, 1, 1.0f), ADAM_EISA);
+    ck_assert_float_eq(w, 1.0f); /* nothing written on failure */
+    ck_assert_ptr_nonnull(strstr(adam_status_str(ADAM_EISA), "ZINF_ADAM_ISA"));
+    unsetenv("ZINF_ADAM_ISA");
+    ck_assert_int_eq(adam_isa_resolve(ADAM_ISA_AUTO), adam_isa_best());
+}
+END_TEST
+
+START_TEST(test_bad_arguments) {
+    float w = 1, m = 0, v = 0, g = 1;
+    AdamParams p = BASE;
+    ck_assert_int_eq(adam_step(&p, 1, &w, &m, &v, &g, DT_I32, NULL, DT_NONE, 1, 1.0f), ADAM_EDTYPE);
+    ck_assert_int_eq(adam_step(&p, 1, &w, &m, &v, &g, DT_F32, &g, DT_I32, 1, 1.0f), ADAM_EDTYPE);
+    ck_assert_int_eq(adam_step(&p, 0, &w, &m, &v, &g, DT_F32, NULL, DT_NONE, 1, 1.0f), ADAM_EARG);
+    ck_assert_int_eq(adam_step(&p, 1, &w, &m, &v, &g, DT_F32, NULL, DT_NONE, -1, 1.0f), ADAM_EARG);
+    ck_assert_int_eq(adam_step(&p, 1, NULL, &m, &v, &g, DT_F32, NULL, DT_NONE, 1, 1.0f), ADAM_EARG);
+    ck_assert_int_eq(adam_step(&p, 1, NULL, NULL, NULL, NULL, DT_F32, NULL, DT_NONE, 0, 1.0f), ADAM_OK);
+    ck_assert_float_eq(w, 1.0f);
+    ck_assert_int_eq(dsize(DT_F32), 4);
+}
+END_TEST
+
+/* First step of Adam moves every weight by lr * sign(g) (plus decay): a
+ * closed form independent of the reference above. */
+START_TEST(test_first_step_closed_form) {
+    for (size_t a = 0; a < 3; a++) {
+        if (!adam_isa_supported(ISAS[a])) continue;
+        float w[19], m[19] = {0}, v[19] = {0}, g[19];
+        for (int i = 0; i < 19; i++) {
+            w[i] = 1.0f;
+            g[i] = (i % 2 ? 1.0f : -1.0f) * (float)(i + 1);
+        }
+        AdamParams p = BASE;
+        p.isa = ISAS[a];
+        p.weight_decay = 0.0f;
+        p.eps = 0.0f;
+        ck_assert_int_eq(adam_step(&p, 1, w, m, v, g, DT_F32, NULL, DT_NONE, 19, 1.0f), ADAM_OK);
+        for (int i = 0; i < 19; i++)
+            ck_assert_float_eq_tol(w[i], 1.0f - 1e-3f * (i % 2 ? 1.0f : -1.0f), 1e-7f);
+    }
+}
+END_TEST
+
+/* With lr = 0 the master is unchanged, so the parameter copy is the
+ * conversion alone: sweep ties, near-ties, NaN, infinities, subnormals and
+ * random bit patterns through every ISA. */
+START_TEST(test_conversion_sweep) {
+    f16_table_init();
+    int64_t n = 1 << 18;
+    float *w = malloc(sizeof(float) * (size_t)n), *m = calloc((size_t)n, 4), *v = calloc((size_t)n, 4);
+    float *g = calloc((size_t)n, 4);
+    uint16_t *po = malloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)(urand() * 4294967296.0);
+        switch (i % 8) {
+        case 0: u = (u & 0xffff0000u) | 0x8000u; break;          /* bf16 tie */
+        case 1: u = (u & 0xffff0000u) | 0x7fffu; break;          /* just below a bf16 tie */
+        case 2: u = (u & 0x87ffe000u) | 0x38001000u; break;      /* f16 tie, normal range */
+        case 3: u = (u & 0x807fffffu) | 0x33000000u; break;      /* f16 subnormal range */
+        case 4: u = (u & 0x80001fffu) | 0x477fe000u; break;      /* around 65504..65536 */
+        default: break;
+        }
+        if (i == 5) u = 0x7fc00001u; /* NaN */
+        if (i == 6) u = 0xff800000u; /* -inf */
+        if (i == 7) u = 0x00000001u; /* smallest float subnormal */
+        memcpy(&w[i], &u, 4);
+    }
+    AdamParams p = BASE;
+    p.lr = 0.0f;
+    p.weight_decay = 0.0f;
+    for (size_t a = 0; a < 3; a++) {
+        if (!adam_isa_supported(ISAS[a])) continue;
+        p.isa = ISAS[a];
+        ck_assert_int_eq(adam_step(&p, 1, w, m, v, g, DT_F32, po, DT_BF16, n, 1.0f), ADAM_OK);
+        for (int64_t i = 0; i < n; i++) {
+            if (isnan(w[i])) {
+                EXPECT((po[i] & 0x7f80) == 0x7f80 && (po[i] & 0x7f), "%s: bf16 of NaN is 0x%04x",
+                       adam_isa_name(ISAS[a]), po[i]);
+                continue;
+            }
+            EXPECT(po[i] == ref_bf16_round(w[i]), "%s: bf16 of %a is 0x%04x, expected 0x%04x",
+                   adam_isa_name(ISAS[a]), (double)w[i], po[i], ref_bf16_round(w[i]));
+        }
+        ck_assert_int_eq(adam_step(&p, 1, w, m, v, g, DT_F32, po, DT_F16, n, 1.0f), ADAM_OK);
+        for (int64_t i = 0; i < n; i++) {
+            if (isnan(w[i])) {
+                EXPECT((po[i] & 0x7c00) == 0x7c00 && (po[i] & 0x3ff), "%s: f16 of NaN is 0x%04x",
+                       adam_isa_name(ISAS[a]), po[i]);
+                continue;
+            }
+            EXPECT(po[i] == ref_f16_round(w[i]), "%s: f16 of %a is 0x%04x, expected 0x%04x",
+                   adam_isa_name(ISAS[a]), (double)w[i], po[i], ref_f16_round(w[i]));
+        }
+    }
+    free(w); free(m); free(v); free(g); free(po);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("adam");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_all_isas_dtypes_tails);
+    tcase_add_test(tc, test_threaded_scaled);
+    tcase_add_test(tc, test_deterministic);
+    tcase_add_test(tc, test_isa_selection);
+    tcase_add_test(tc, test_bad_arguments);
+    tcase_add_test(tc, test_first_step_closed_form);
+    tcase_add_test(tc, test_conversion_sweep);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
