@@ -1233,6 +1233,8 @@ static void exec_repeat(Sema *s, Ctx *c, const Stmt *st, bool *returned, Val *re
 static void exec_stmts(Sema *s, Ctx *c, const StmtList *body, bool *returned, Val *ret) {
     for (int k = 0; k < body->len; k++) {
         const Stmt *st = body->items[k];
+        if (!st || ((st->kind == ST_ASSIGN || st->kind == ST_LOSS) && !st->value) || (st->kind == ST_REPEAT && !st->count))
+            continue; /* only after a syntax error or out of memory, already reported */
         if (*returned) {
             error(s, st->span, "statement after return");
             return;
