@@ -904,11 +904,14 @@ static void gen_attention(Ctx *c, bool bwd) {
     }
     DType dt = Q->dtype;
     int rf = hd <= 64 ? 8 : 4, rb = hd <= 64 ? 4 : 2;
-    const char *spec = arena_printf(c->cg->arena, "%s hd=%" PRId64 " rows/warp=%d/%d", cuda_dtype_name(dt), hd, rf, rb);
-    const char *defs = arena_printf(c->cg->arena, "ZK_T %s\nZK_DT %d\nZK_HD %" PRId64 "\nZK_RPW_FWD %d\nZK_RPW_BWD %d",
-                                    dtype_ctype(dt), dtype_code(dt), hd, rf, rb);
+    bool tca = dt != DT_F32; /* forward on the tensor cores: 64 query rows per block */
+    const char *spec = arena_printf(c->cg->arena, "%s hd=%" PRId64 " %s rows/warp=%d/%d", cuda_dtype_name(dt), hd,
+                                    tca ? "fwd=mma.sync" : "fwd=simt", rf, rb);
+    const char *defs = arena_printf(c->cg->arena,
+                                    "ZK_T %s\nZK_DT %d\nZK_HD %" PRId64 "\nZK_RPW_FWD %d\nZK_RPW_BWD %d\nZK_TC_ATTN %d",
+                                    dtype_ctype(dt), dtype_code(dt), hd, rf, rb, tca);
     float scale = (float)(1.0 / __builtin_sqrt((double)hd));
-    int qbf = 4 * rf, qbb = 4 * rb;
+    int qbf = tca ? 64 : 4 * rf, qbb = 4 * rb;
     if (!bwd) {
         int ts[4] = {q, kk, v, o->out[0]};
         if (!same_dtype(c, dt, ts, 4)) return;

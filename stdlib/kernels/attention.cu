@@ -1,11 +1,14 @@
-/* attention: fused causal attention, FlashAttention-style, fp32 arithmetic
- * on the SIMT cores (no tensor cores yet), never storing T x T.
+/* attention: fused causal attention, FlashAttention-style, never storing
+ * T x T; softmax statistics and accumulation in fp32.
  *
  * q [B, T, H*HD], k and v [B, T, KV*HD]; query head h reads kv head
  * h / (H/KV). Specialised on ZK_HD (head dim, a multiple of 32, <= 128) and
  * rows per warp ZK_RPW_FWD / ZK_RPW_BWD; sizes are arguments.
  *
- * Mapping (forward and dq): a block of ZK_NW warps owns ZK_NW*RPW query rows
+ * bf16/f16 units (ZK_TC_ATTN) run the forward on the tensor cores (below);
+ * the backward and f32 stay on the SIMT cores.
+ *
+ * Mapping (SIMT forward and dq): a block of ZK_NW warps owns ZK_NW*RPW query rows
  * of one (b, h); key/value tiles of 32 rows are staged in shared memory; lane
  * j scores key j of the tile for each of its warp's rows, the online softmax
  * (running max m, sum l, base-2 exponent with q prescaled by scale*log2 e)
@@ -24,6 +27,176 @@
 #define ZK_KB 32
 #define ZK_DPL (ZK_HD / 32)
 
+#if ZK_TC_ATTN
+/* Forward on the tensor cores (bf16/f16 units): a block of 4 warps owns 64
+ * query rows (16 per warp) of one (b, h); key tiles of 32 rows. S = Q K^T
+ * and O += P V are mma.sync m16n8k16 with fp32 accumulation; the online
+ * softmax runs on the S accumulators (a row's values live in the 4 lanes of
+ * a quad), and P's accumulators are repacked in registers as the A operand
+ * of P V (the C layout of two n8 tiles is the A layout of one k16 step).
+ * V is staged transposed so that its fragments are 32-bit loads. */
+#define ZK_QB 64
+#define ZK_TKB 32
+#define ZK_HP (ZK_HD + 8)
+
+__device__ __forceinline__ void zk_mma16816(float *c, const unsigned *a, const unsigned *b) {
+#if defined(ZK_EMU)
+    emu_mma_m16n8k16(c, a, b, ZK_DT == 2);
+#elif ZK_DT == 2
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+/* two fp32 values as one 32-bit pair of the storage dtype (lo first) */
+__device__ __forceinline__ unsigned zk_pack2(float lo, float hi) {
+    T a, b;
+    zk_st(&a, lo);
+    zk_st(&b, hi);
+    return (unsigned)a.x | ((unsigned)b.x << 16);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long write_o, long long B,
+            long long Tn, long long H, long long KV, float scale) {
+    __shared__ __align__(16) unsigned short Qs[ZK_QB][ZK_HP];
+    __shared__ __align__(16) unsigned short Ks[ZK_TKB][ZK_HP];
+    __shared__ __align__(16) unsigned short Vt[ZK_HD][ZK_TKB + 8];
+    (void)B;
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
+    const long long b = blockIdx.z, h = blockIdx.y, q0 = (long long)blockIdx.x * ZK_QB;
+    const long long kvh = h / (H / KV);
+    const float sc = scale * ZK_LOG2E;
+    for (int e = threadIdx.x; e < ZK_QB * ZK_HD; e += blockDim.x) {
+        int r = e / ZK_HD, d = e % ZK_HD;
+        long long t = q0 + r;
+        Qs[r][d] = t < Tn ? q[((b * Tn + t) * H + h) * ZK_HD + d].x : (unsigned short)0;
+    }
+    /* this lane's two rows: r0 = q0 + 16w + g and r0 + 8 */
+    const long long r0 = q0 + w * 16 + g, r1 = r0 + 8;
+    const long long m0 = r0 < Tn ? r0 : Tn - 1, m1 = r1 < Tn ? r1 : Tn - 1;
+    float mx[2] = {-ZK_INF, -ZK_INF}, l[2] = {0.f, 0.f};
+    float acc[ZK_HD / 8][4];
+#pragma unroll
+    for (int j = 0; j < ZK_HD / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    const long long kend = q0 + ZK_QB < Tn ? q0 + ZK_QB : Tn;
+    for (long long k0 = 0; k0 < kend; k0 += ZK_TKB) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < ZK_TKB * ZK_HD; e += blockDim.x) {
+            int j = e / ZK_HD, d = e % ZK_HD;
+            long long t = k0 + j, off = ((b * Tn + t) * KV + kvh) * ZK_HD + d;
+            Ks[j][d] = t < Tn ? k[off].x : (unsigned short)0;
+            Vt[d][j] = t < Tn ? v[off].x : (unsigned short)0;
+        }
+        __syncthreads();
+        /* S = Q K^T for the warp's 16 rows and the tile's 32 keys */
+        float s[ZK_TKB / 8][4];
+#pragma unroll
+        for (int j = 0; j < ZK_TKB / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < ZK_HD; kk += 16) {
+            unsigned a[4];
+            a[0] = *(const unsigned *)&Qs[w * 16 + g][kk + 2 * tg];
+            a[1] = *(const unsigned *)&Qs[w * 16 + g + 8][kk + 2 * tg];
+            a[2] = *(const unsigned *)&Qs[w * 16 + g][kk + 8 + 2 * tg];
+            a[3] = *(const unsigned *)&Qs[w * 16 + g + 8][kk + 8 + 2 * tg];
+#pragma unroll
+            for (int j = 0; j < ZK_TKB / 8; j++) {
+                unsigned bb[2];
+                bb[0] = *(const unsigned *)&Ks[j * 8 + g][kk + 2 * tg];
+                bb[1] = *(const unsigned *)&Ks[j * 8 + g][kk + 8 + 2 * tg];
+                zk_mma16816(s[j], a, bb);
+            }
+        }
+        /* scale, mask, online softmax per row (the row's values are spread
+         * over the 4 lanes of the quad: reduce with xor 1 and 2) */
+        float tmax[2] = {-ZK_INF, -ZK_INF};
+#pragma unroll
+        for (int j = 0; j < ZK_TKB / 8; j++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                long long key = k0 + j * 8 + 2 * tg + (c & 1);
+                long long row = c < 2 ? m0 : m1;
+                float x = key > row ? -ZK_INF : s[j][c] * sc;
+                s[j][c] = x;
+                tmax[c >> 1] = fmaxf(tmax[c >> 1], x);
+            }
+        float alpha[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
+            tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
+            float mn = fmaxf(mx[r], tmax[r]);
+            alpha[r] = exp2f(mx[r] - mn);
+            mx[r] = mn;
+        }
+        float rs[2] = {0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < ZK_TKB / 8; j++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                float p = exp2f(s[j][c] - mx[c >> 1]);
+                s[j][c] = p;
+                rs[c >> 1] += p;
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            rs[r] += __shfl_xor_sync(0xffffffffu, rs[r], 1);
+            rs[r] += __shfl_xor_sync(0xffffffffu, rs[r], 2);
+            l[r] = l[r] * alpha[r] + rs[r];
+        }
+#pragma unroll
+        for (int j = 0; j < ZK_HD / 8; j++) {
+            acc[j][0] *= alpha[0];
+            acc[j][1] *= alpha[0];
+            acc[j][2] *= alpha[1];
+            acc[j][3] *= alpha[1];
+        }
+        /* O += P V: P's accumulators repacked as A fragments, one k16 step per
+         * two n8 tiles of S; V^T rows give the B fragments */
+#pragma unroll
+        for (int ks = 0; ks < ZK_TKB / 16; ks++) {
+            unsigned a[4];
+            a[0] = zk_pack2(s[2 * ks][0], s[2 * ks][1]);
+            a[1] = zk_pack2(s[2 * ks][2], s[2 * ks][3]);
+            a[2] = zk_pack2(s[2 * ks + 1][0], s[2 * ks + 1][1]);
+            a[3] = zk_pack2(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+#pragma unroll
+            for (int j = 0; j < ZK_HD / 8; j++) {
+                unsigned bb[2];
+                bb[0] = *(const unsigned *)&Vt[j * 8 + g][ks * 16 + 2 * tg];
+                bb[1] = *(const unsigned *)&Vt[j * 8 + g][ks * 16 + 8 + 2 * tg];
+                zk_mma16816(acc[j], a, bb);
+            }
+        }
+    }
+    const float inv0 = 1.f / l[0], inv1 = 1.f / l[1];
+    if (write_o)
+#pragma unroll
+        for (int j = 0; j < ZK_HD / 8; j++) {
+            int d = j * 8 + 2 * tg;
+            if (r0 < Tn) {
+                T *p = o + ((b * Tn + r0) * H + h) * ZK_HD + d;
+                zk_st(p, acc[j][0] * inv0);
+                zk_st(p + 1, acc[j][1] * inv0);
+            }
+            if (r1 < Tn) {
+                T *p = o + ((b * Tn + r1) * H + h) * ZK_HD + d;
+                zk_st(p, acc[j][2] * inv1);
+                zk_st(p + 1, acc[j][3] * inv1);
+            }
+        }
+    if (lse && tg == 0) {
+        if (r0 < Tn) lse[(b * H + h) * Tn + r0] = mx[0] + log2f(l[0]);
+        if (r1 < Tn) lse[(b * H + h) * Tn + r1] = mx[1] + log2f(l[1]);
+    }
+}
+#else
 extern "C" __global__ void __launch_bounds__(ZK_NW * 32)
 zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long write_o, long long B,
             long long Tn, long long H, long long KV, float scale) {
@@ -105,6 +278,8 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
         if (lse && lane == 0) lse[(b * H + h) * Tn + tq[r]] = m[r] + log2f(l[r]);
     }
 }
+
+#endif /* ZK_TC_ATTN */
 
 /* delta[b, h, t] = sum_d dO[b, t, h, d] * O[b, t, h, d]; one warp per row. */
 extern "C" __global__ void zk_attn_bwd_pre(float *delta, const T *o, const T *dout, long long B, long long Tn,
