@@ -342,7 +342,9 @@ void memmodel_print(const MemModel *m, FILE *out) {
                 m->ranks, m->nodes, m->nodes == 1 ? "" : "s", m->nsharded, m->nparam_tensors, MEM_SHARD_ALIGN, m->whole_below);
     else
         fprintf(out, "1 rank: nothing partitioned\n");
-    fprintf(out, "activations per rank for micro-batch %" PRId64 ", seq %" PRId64 ", ", m->micro_batch, m->seq);
+    fprintf(out, "activations per rank for micro-batch %" PRId64, m->micro_batch);
+    if (m->seq > 0) fprintf(out, ", seq %" PRId64, m->seq);
+    fputs(", ", out);
     if (m->ci > 0) fprintf(out, "a checkpoint every %" PRId64 " repeat instance%s (%d group%s)\n", m->ci, m->ci == 1 ? "" : "s", m->ngroups, m->ngroups == 1 ? "" : "s");
     else fprintf(out, "no activation checkpointing\n");
     fprintf(out, "\n%-36s %7s  %29s", "class", "B/param", "whole model (all ranks)");
