@@ -1,6 +1,7 @@
 #include "cuda_gen.h"
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,7 +243,7 @@ static CudaKernel *kbegin(Ctx *c, const char *fam, const char *spec, const char 
 }
 
 static CudaArg *arg_new(CudaKernel *k) {
-    static CudaArg sink;
+    static CudaArg sink; /* never reached: the longest signature (zk_gemm) has 18 of CUDA_MAX_ARGS */
     if (k->nargs >= CUDA_MAX_ARGS) return &sink;
     CudaArg *a = &k->args[k->nargs++];
     memset(a, 0, sizeof *a);
@@ -860,7 +861,7 @@ static void gen_rope(Ctx *c, bool bwd) {
         return;
     }
     int64_t C = last_dim(X), Tn = X->dims[X->rank - 2], B = X->numel / (C * Tn), hd = C / H;
-    int y = bwd ? o->out[0] : o->out[0];
+    int y = o->out[0];
     int src = bwd ? o->in[o->nfin + 1] : x;
     if (y < 0) return;
     int ts[3] = {x, y, src};
@@ -910,7 +911,7 @@ static void gen_attention(Ctx *c, bool bwd) {
     const char *defs = arena_printf(c->cg->arena,
                                     "ZK_T %s\nZK_DT %d\nZK_HD %" PRId64 "\nZK_RPW_FWD %d\nZK_RPW_BWD %d\nZK_TC_ATTN %d",
                                     dtype_ctype(dt), dtype_code(dt), hd, rf, rb, tca);
-    float scale = (float)(1.0 / __builtin_sqrt((double)hd));
+    float scale = (float)(1.0 / sqrt((double)hd));
     int qbf = tca ? 64 : 4 * rf, qbb = 4 * rb;
     if (!bwd) {
         int ts[4] = {q, kk, v, o->out[0]};
@@ -1316,7 +1317,7 @@ int cuda_gen_op(CudaGen *cg, const Graph *g, int op, CudaKernel *out, int max_ou
 #undef PRIM
         };
         need_in = min_in[o->prim];
-        need_out = o->kind == OP_BWD ? 0 : (o->prim == PRIM_SPLIT ? 1 : 1);
+        need_out = o->kind == OP_BWD ? 0 : 1;
         if (o->kind == OP_BWD) need_in = o->nfin + 2;
         if (o->kind == OP_BWD && (o->nfin < min_in[o->prim] || o->nfin > o->nin)) {
             fail(&c, "malformed backward op (nfin %d)", o->nfin);
