@@ -159,7 +159,8 @@ int memmodel_compute(const Graph *g, const MemOptions *opt, MemModel *m) {
     for (int i = 0; i < g->ntensors; i++) {
         const GTensor *t = &g->tensors[i];
         if ((unsigned)t->cls >= TC_COUNT) return fail(m, "memory model: tensor %d has class %d", i, (int)t->cls);
-        if (t->numel < 0) return fail(m, "memory model: tensor %d has %" PRId64 " elements", i, t->numel);
+        if (t->numel < 0 || t->rank < 0 || t->rank > GRAPH_MAX_RANK)
+            return fail(m, "memory model: malformed graph: tensor %d has rank %d, %" PRId64 " elements", i, t->rank, t->numel);
         if (t->cls != TC_PARAM && !is_state(t->cls)) continue;
         int64_t ds = dsize(t->dtype);
         if (!ds) return fail(m, "memory model: tensor '%s' has no dtype", t->name ? t->name : "?");

@@ -590,6 +590,13 @@ START_TEST(bad_options_and_graphs) {
     graph_add_tensor(&g3, "w", DT_BF16, 2, dh, TC_PARAM);
     ck_assert_int_eq(memmodel_compute(&g3, NULL, &m), -1);
     ck_assert_str_eq(m.err, "memory model: byte counts of 'huge' overflow 63 bits");
+    /* a tensor of rank 9 */
+    Graph g4;
+    graph_init(&g4, &a);
+    graph_add_tensor(&g4, "w", DT_BF16, 1, d1, TC_PARAM);
+    g4.tensors[0].rank = 9;
+    ck_assert_int_eq(memmodel_compute(&g4, NULL, &m), -1);
+    ck_assert_str_eq(m.err, "memory model: malformed graph: tensor 0 has rank 9, 10 elements");
     /* an op pointing past the tensors */
     g.ops[3].in[0] = g.ntensors + 7;
     ck_assert_int_eq(memmodel_compute(&g, NULL, &m), -1);
