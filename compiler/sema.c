@@ -8,7 +8,7 @@
 #include <string.h>
 #include "prim.h"
 
-enum { SEMA_MAX_DEPTH = 64, SEMA_MAX_REPEAT = 1 << 20 };
+enum { SEMA_MAX_DEPTH = 64, SEMA_MAX_REPEAT = 1 << 20, SEMA_MAX_EXPR_DEPTH = 1000 };
 
 /* ---- values ---- */
 
@@ -95,6 +95,8 @@ struct Sema {
     int segment;        /* current checkpoint segment, -1 outside */
     const Decl *stack[SEMA_MAX_DEPTH];
     int depth;
+    int eval_depth;
+    bool too_deep;
     Seen *seen;
     int nseen, capseen;
     /* parameter names already used */
@@ -922,8 +924,24 @@ static Val eval_call(Sema *s, Ctx *c, const Expr *e) {
     return POISON;
 }
 
+static Val eval_expr(Sema *s, Ctx *c, const Expr *e);
+
+/* Evaluation recurses over the tree: bound its depth so that no source,
+ * however deep its expressions, can exhaust the stack. */
 static Val eval(Sema *s, Ctx *c, const Expr *e) {
     if (!e) return POISON;
+    if (s->eval_depth >= SEMA_MAX_EXPR_DEPTH) {
+        if (!s->too_deep) error(s, e->span, "expression nested too deeply (more than %d levels)", SEMA_MAX_EXPR_DEPTH);
+        s->too_deep = true; /* once per outermost expression */
+        return POISON;
+    }
+    s->eval_depth++;
+    Val v = eval_expr(s, c, e);
+    if (--s->eval_depth == 0) s->too_deep = false;
+    return v;
+}
+
+static Val eval_expr(Sema *s, Ctx *c, const Expr *e) {
     switch (e->kind) {
     case EX_INT:
     case EX_FLOAT: return eval_literal(s, e);

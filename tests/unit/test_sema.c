@@ -161,6 +161,28 @@ START_TEST(const_errors) {
 }
 END_TEST
 
+START_TEST(deep_expression_is_an_error_not_a_crash) {
+    Run r;
+    size_t n = 20000;
+    char *src = malloc(n * 2 + 256);
+    ck_assert_ptr_nonnull(src);
+    strcpy(src, "const X = 1");
+    size_t o = strlen(src);
+    for (size_t i = 0; i < n; i++) {
+        src[o++] = '+';
+        src[o++] = '1';
+    }
+    src[o] = 0;
+    strcat(src, "\n" MODEL_HEAD MODEL_TAIL);
+    run_src(&r, src);
+    free(src);
+    ck_assert(!r.ok);
+    expect_has(&r, "error: expression nested too deeply (more than 1000 levels)");
+    ck_assert_int_eq(r.d.errors, 1);
+    run_free(&r);
+}
+END_TEST
+
 START_TEST(imports_and_duplicates) {
     Run r;
     write_file("lib.zl", "const W = 3 * 4\nlayer twice(x: [B, T, D]) { return x + x }\n");
@@ -508,6 +530,7 @@ int main(void) {
     tcase_set_timeout(t, 60);
     tcase_add_test(t, const_units_and_arithmetic);
     tcase_add_test(t, const_errors);
+    tcase_add_test(t, deep_expression_is_an_error_not_a_crash);
     tcase_add_test(t, imports_and_duplicates);
     tcase_add_test(t, gpt2_tiny_graph);
     tcase_add_test(t, dtype_rules);
