@@ -13,10 +13,11 @@
 #include "ast.h"
 #include "lexer.h"
 #include "parse_ctx.h"
+static uint64_t zl_expected(void *parser);
 }
 
 %syntax_error {
-    parse_syntax_error(ctx, yymajor, &TOKEN);
+    parse_syntax_error(ctx, yymajor, &TOKEN, zl_expected(yypParser));
 }
 %parse_failure {
     ctx->failed = 1;
@@ -24,7 +25,7 @@
 %stack_overflow {
     parse_too_deep(ctx);
 }
-%stack_size 1000
+%stack_size 2000
 
 %left PLUS MINUS.
 %left STAR SLASH PERCENT.
@@ -34,13 +35,15 @@
 %token NL SEMI COMMA LPAREN RPAREN LBRACK RBRACK LBRACE RBRACE ASSIGN COLON.
 %token IDENT INT FLOAT STRING DTYPE.
 %token IMPORT CONST LAYER MODEL TRAIN TARGET PLAN REPEAT AS RETURN LOSS PARAM INIT.
+/* BAD is in no rule: the driver feeds it to force error recovery. */
+%token BAD.
 
 program ::= decls.
 
 decls ::= .
 decls ::= decls sep.
 decls ::= decls decl sep.
-decls ::= decls error sep.
+decls ::= decls error sep.                          { yypParser->yyerrcnt = -1; }
 
 sep ::= NL.
 sep ::= SEMI.
@@ -74,34 +77,40 @@ type(A) ::= LBRACK(L) exprs(X) RBRACK(R).           { A = ast_type(ctx, NULL, &L
 type(A) ::= DTYPE(D).                               { A = ast_type(ctx, &D, NULL, NULL, &D); }
 
 %type block {StmtList}
+%type body {StmtList}
 %type stmts {StmtList}
-block(A) ::= LBRACE stmts(S) RBRACE.                { A = S; }
-block(A) ::= LBRACE stmts(S) error RBRACE.          { A = S; }
+/* A statement ends at a separator, or at the '}' of its block. */
+block(A) ::= LBRACE body(S).                        { A = S; }
+body(A) ::= stmts(S) RBRACE.                        { A = S; }
+body(A) ::= stmts(S) stmt(T) RBRACE.                { A = S; ast_stmts_push(ctx->arena, &A, T); }
+body(A) ::= stmts(S) error RBRACE.                  { A = S; yypParser->yyerrcnt = -1; }
 stmts(A) ::= .                                      { memset(&A, 0, sizeof A); }
 stmts(A) ::= stmts(S) sep.                          { A = S; }
-stmts(A) ::= stmts(S) stmt(T).                      { A = S; ast_stmts_push(ctx->arena, &A, T); }
-stmts(A) ::= stmts(S) error sep.                    { A = S; }
+stmts(A) ::= stmts(S) stmt(T) sep.                  { A = S; ast_stmts_push(ctx->arena, &A, T); }
+stmts(A) ::= stmts(S) error sep.                    { A = S; yypParser->yyerrcnt = -1; }
 
 %type stmt {Stmt *}
 %type names {NameList}
 stmt(A) ::= names(N) ASSIGN expr(E).                { A = ast_assign(ctx, &N, E); }
-stmt(A) ::= REPEAT(K) expr(C) LBRACE(O) stmts(S) RBRACE.             { A = ast_repeat(ctx, &K, C, NULL, &O, &S); }
-stmt(A) ::= REPEAT(K) expr(C) LBRACE(O) stmts(S) error RBRACE.       { A = ast_repeat(ctx, &K, C, NULL, &O, &S); }
-stmt(A) ::= REPEAT(K) expr(C) AS IDENT(I) LBRACE(O) stmts(S) RBRACE. { A = ast_repeat(ctx, &K, C, &I, &O, &S); }
+stmt(A) ::= REPEAT(K) expr(C) LBRACE(O) body(S).    { A = ast_repeat(ctx, &K, C, NULL, &O, &S); }
+stmt(A) ::= REPEAT(K) expr(C) AS IDENT(I) LBRACE(O) body(S). { A = ast_repeat(ctx, &K, C, &I, &O, &S); }
 stmt(A) ::= RETURN(K) exprs(X).                     { A = ast_return(ctx, &K, &X); }
 stmt(A) ::= LOSS(K) expr(E).                        { A = ast_loss(ctx, &K, E); }
 names(A) ::= IDENT(N).                              { memset(&A, 0, sizeof A); ast_names_push(ctx->arena, &A, N.str, N.span); }
 names(A) ::= names(L) COMMA IDENT(N).               { A = L; ast_names_push(ctx->arena, &A, N.str, N.span); }
 
 %type sblock {SettingList}
+%type sbody {SettingList}
 %type settings {SettingList}
 %type setting {Setting *}
-sblock(A) ::= LBRACE settings(S) RBRACE.            { A = S; }
-sblock(A) ::= LBRACE settings(S) error RBRACE.      { A = S; }
+sblock(A) ::= LBRACE sbody(S).                      { A = S; }
+sbody(A) ::= settings(S) RBRACE.                    { A = S; }
+sbody(A) ::= settings(S) setting(T) RBRACE.         { A = S; ast_settings_push(ctx->arena, &A, T); }
+sbody(A) ::= settings(S) error RBRACE.              { A = S; yypParser->yyerrcnt = -1; }
 settings(A) ::= .                                   { memset(&A, 0, sizeof A); }
 settings(A) ::= settings(S) sep.                    { A = S; }
-settings(A) ::= settings(S) setting(T).             { A = S; ast_settings_push(ctx->arena, &A, T); }
-settings(A) ::= settings(S) error sep.              { A = S; }
+settings(A) ::= settings(S) setting(T) sep.         { A = S; ast_settings_push(ctx->arena, &A, T); }
+settings(A) ::= settings(S) error sep.              { A = S; yypParser->yyerrcnt = -1; }
 setting(A) ::= IDENT(K) ASSIGN expr(E).             { A = ast_set_value(ctx, &K, NULL, E); }
 setting(A) ::= IDENT(K) STRING(S) ASSIGN expr(E).   { A = ast_set_value(ctx, &K, &S, E); }
 setting(A) ::= IDENT(K) sblock(B).                  { A = ast_set_block(ctx, &K, &B); }
@@ -141,3 +150,42 @@ arglist(A) ::= arg(X).                              { memset(&A, 0, sizeof A); a
 arglist(A) ::= arglist(L) COMMA arg(X).             { A = L; ast_args_push(ctx->arena, &A, X); }
 arg(A) ::= expr(E).                                 { A = (Arg){NULL, SPAN_NONE, E}; }
 arg(A) ::= IDENT(N) ASSIGN expr(E).                 { A = (Arg){N.str, N.span, E}; }
+
+%code {
+/* The terminals the parser would accept in its current state: each one is
+ * tried on a copy of the state stack, following the reductions it causes
+ * (Lemon's tables are LALR with default reductions, so a token is accepted
+ * only if it reaches a shift). Bit k set: token kind k. */
+static int zl_accepts(yyParser *p, int tok) {
+    enum { CAP = 2100 };
+    YYACTIONTYPE st[CAP];
+    int n = (int)(p->yytos - p->yystack) + 1;
+    if (n > CAP - 64) return 1;
+    for (int i = 0; i < n; i++) st[i] = p->yystack[i].stateno;
+    int top = n - 1;
+    for (int guard = 0; guard < 10000; guard++) {
+        YYACTIONTYPE act = yy_find_shift_action((YYCODETYPE)tok, st[top]);
+        if (act >= YY_MIN_REDUCE) {
+            unsigned rule = act - YY_MIN_REDUCE;
+            top += yyRuleInfoNRhs[rule];
+            if (top < 0) return 0;
+            YYACTIONTYPE g = yy_find_reduce_action(st[top], yyRuleInfoLhs[rule]);
+            if (g > YY_MAX_SHIFT) g += YY_MIN_REDUCE - YY_MIN_SHIFTREDUCE;
+            if (top + 1 >= CAP) return 1;
+            st[++top] = g;
+        } else if (act <= YY_MAX_SHIFTREDUCE || act == YY_ACCEPT_ACTION) {
+            return 1;
+        } else {
+            return 0;
+        }
+    }
+    return 0;
+}
+
+static uint64_t zl_expected(void *parser) {
+    uint64_t set = 0;
+    for (int t = 0; t < YYNTOKEN && t < 64; t++)
+        if (zl_accepts((yyParser *)parser, t)) set |= (uint64_t)1 << t;
+    return set;
+}
+}

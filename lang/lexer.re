@@ -1,6 +1,7 @@
 /* The .zl lexer (re2c). See lexer.h. One rule per line; an error token for
  * anything else; line and column are worked out only for diagnostics. */
 #include "lexer.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,9 @@ void lex_init(Lexer *L, const char *src, uint32_t len, int file, Arena *a, DiagS
     L->file = file;
     L->arena = a;
     L->d = d;
-    L->last = TK_NL;
+    L->last = L->last2 = TK_NL;
+    L->last_span = SPAN_NONE;
+    L->decl_kw = 0;
 }
 
 static Span sp(const Lexer *L, uint32_t a, uint32_t b) { return (Span){L->file, a, b - a}; }
@@ -174,11 +177,33 @@ static void lex_string(Lexer *L, Token *t, uint32_t a) {
     L->pos = p;
 }
 
-static void push_open(Lexer *L, char k, Span s) {
-    if (L->depth < LEX_MAX_DEPTH) {
-        L->open_kind[L->depth] = k;
-        L->open_span[L->depth] = s;
+/* What the bracket at `at` opens, from the tokens before it. */
+static LexBracket describe_open(const Lexer *L, char k, Span at) {
+    LexBracket b;
+    memset(&b, 0, sizeof b);
+    b.ch = k;
+    b.at = at;
+    b.key = SPAN_NONE;
+    if (k == '(') {
+        if (L->last == TK_IDENT && (L->last2 == TK_LAYER || L->last2 == TK_MODEL)) b.what = LO_PARAMS;
+        else if (L->last == TK_IDENT) { b.what = LO_CALL; b.key = L->last_span; }
+        else b.what = LO_GROUP;
+    } else if (k == '[') {
+        b.what = L->last == TK_PARAM || L->last == TK_DTYPE || L->last == TK_COLON ? LO_DIMS : LO_LIST;
+    } else if (L->repeat_pending) {
+        b.what = LO_REPEAT;
+    } else if (L->depth == 0) {
+        b.what = LO_DECL;
+        b.decl_kw = L->decl_kw;
+    } else {
+        b.what = LO_BLOCK;
+        if (L->last == TK_IDENT) b.key = L->last_span;
     }
+    return b;
+}
+
+static void push_open(Lexer *L, const LexBracket *b) {
+    if (L->depth < LEX_MAX_DEPTH) L->open[L->depth] = *b;
     L->depth++;
 }
 
@@ -189,20 +214,93 @@ static void pop_close(Lexer *L, char k) {
     if (L->depth <= 0) return;
     if (k != '{') {
         int top = L->depth <= LEX_MAX_DEPTH ? L->depth - 1 : -1;
-        if (top < 0 || L->open_kind[top] == k) L->depth--;
+        if (top < 0 || L->open[top].ch == k) L->depth--;
         return;
     }
     while (L->depth > 0) {
         int top = L->depth <= LEX_MAX_DEPTH ? L->depth - 1 : -1;
         L->depth--;
-        if (top < 0 || L->open_kind[top] == '{') break;
+        if (top < 0 || L->open[top].ch == '{') break;
     }
+}
+
+static void apply_pending(Lexer *L) {
+    int k = L->pending;
+    L->pending = 0;
+    if (k == '(' || k == '[' || k == '{') push_open(L, &L->pending_open);
+    else if (k == ')') pop_close(L, '(');
+    else if (k == ']') pop_close(L, '[');
+    else if (k == '}') pop_close(L, '{');
+}
+
+const LexBracket *lex_open(const Lexer *L) {
+    if (L->depth <= 0 || L->depth > LEX_MAX_DEPTH) return NULL;
+    return &L->open[L->depth - 1];
+}
+
+void lex_pop(Lexer *L) {
+    if (L->depth > 0) L->depth--;
+}
+
+void lex_drop_parens(Lexer *L) {
+    while (L->depth > 0 && L->depth <= LEX_MAX_DEPTH && L->open[L->depth - 1].ch != '{') L->depth--;
+}
+
+const char *lex_open_what(const Lexer *L, const LexBracket *b) {
+    if (!b) return "the block";
+    switch (b->what) {
+    case LO_GROUP: return "the parenthesis";
+    case LO_CALL:
+        return arena_printf(L->arena, "the call to '%.*s'", (int)(b->key.len > 40 ? 40 : b->key.len), L->src + b->key.off);
+    case LO_PARAMS: return "the parameter list";
+    case LO_LIST: return "the list";
+    case LO_DIMS: return "the dimensions";
+    case LO_REPEAT: return "the repeat body";
+    case LO_BLOCK:
+        if (b->key.file < 0) return "the block";
+        return arena_printf(L->arena, "the '%.*s' block", (int)(b->key.len > 40 ? 40 : b->key.len), L->src + b->key.off);
+    case LO_DECL:
+        switch (b->decl_kw) {
+        case TK_LAYER: return "the layer body";
+        case TK_MODEL: return "the model body";
+        case TK_TRAIN: return "the train block";
+        case TK_TARGET: return "the target block";
+        case TK_PLAN: return "the plan block";
+        default: return "the block";
+        }
+    }
+    return "the block";
 }
 
 static bool inside_parens(const Lexer *L) {
     if (L->depth == 0) return false;
     int top = L->depth <= LEX_MAX_DEPTH ? L->depth - 1 : LEX_MAX_DEPTH - 1;
-    return L->open_kind[top] == '(' || L->open_kind[top] == '[';
+    return L->open[top].ch == '(' || L->open[top].ch == '[';
+}
+
+static bool is_ident_char(int c) { return ident_char(c) || c == '.'; }
+
+/* A number directly followed by letters, digits, '_' or '.' that are not a
+ * unit (12abc, 1.5.3, 0x, 1e): one error for the whole run. */
+static void lex_number_tail(Lexer *L, Token *t, uint32_t start, uint32_t nend) {
+    const char *s = L->src;
+    uint32_t p = L->pos;
+    bool bad_us = false;
+    for (uint32_t i = start; i < nend; i++)
+        if (s[i] == '_' && (i + 1 >= L->len || !ident_char((unsigned char)s[i + 1]) || s[i + 1] == '_' || s[i - 1] == '.'))
+            bad_us = true;
+    if (t->unit.kind == UNIT_NONE && p < L->len && is_ident_char((unsigned char)s[p])) {
+        while (p < L->len && is_ident_char((unsigned char)s[p])) p++;
+        L->pos = p;
+        t->span = sp(L, start, p);
+        diag_error(L->d, t->span, "invalid number '%.*s'", (int)(p - start > 40 ? 40 : p - start), s + start);
+        diag_hint(L->d, "numbers are like 42, 1_000_000, 0x1F, 0.02 or 6e-4, optionally followed by a unit (32 GiB)");
+        L->errors++;
+    } else if (bad_us) {
+        diag_error(L->d, sp(L, start, nend), "misplaced '_' in number '%.*s'", (int)(nend - start > 40 ? 40 : nend - start), s + start);
+        diag_hint(L->d, "'_' goes between digits: 1_000_000");
+        L->errors++;
+    }
 }
 
 static bool ends_statement(int k) {
@@ -210,10 +308,15 @@ static bool ends_statement(int k) {
            k == TK_RBRACE || k == TK_RETURN || k == TK_DTYPE;
 }
 
+static bool ends_statement_here(const Lexer *L) { return L->last_bad || ends_statement(L->last);
+}
+
 #define YYCTYPE unsigned char
 
 void lex_next(Lexer *L, Token *t) {
     memset(t, 0, sizeof *t);
+    t->nl = SPAN_NONE;
+    apply_pending(L);
     for (;;) {
         if (L->done) { t->kind = 0; t->span = sp(L, L->len, L->len); return; }
         uint32_t start = L->pos;
@@ -232,12 +335,15 @@ void lex_next(Lexer *L, Token *t) {
 
             "\x00"         { if ((uint32_t)(YYCURSOR - base) > L->len) goto eof;
                              diag_error(L->d, sp(L, start, start + 1), "unexpected NUL byte in the source");
-                             L->errors++; L->pos = (uint32_t)(YYCURSOR - base); continue; }
+                             L->errors++; L->last_bad = true; L->pos = (uint32_t)(YYCURSOR - base); continue; }
             [ \t\r\v\f]+   { L->pos = (uint32_t)(YYCURSOR - base); continue; }
             "#" [^\n\x00]* { L->pos = (uint32_t)(YYCURSOR - base); continue; }
             "\n"           { L->pos = (uint32_t)(YYCURSOR - base);
-                             if (!inside_parens(L) && ends_statement(L->last)) {
-                                 t->kind = TK_NL; t->span = sp(L, start, start + 1); L->last = TK_NL; return; }
+                             if (!inside_parens(L) && ends_statement_here(L)) {
+                                 t->kind = TK_NL; t->span = sp(L, start, start + 1);
+                                 L->last2 = L->last; L->last = TK_NL; L->last_bad = false; L->repeat_pending = false;
+                                 return; }
+                             if (inside_parens(L) && t->nl.file < 0) t->nl = sp(L, start, start + 1);
                              continue; }
             hex            { L->pos = (uint32_t)(YYCURSOR - base); lex_int(L, t, start + 2, L->pos, 16); TOK(TK_INT); }
             flt            { L->pos = (uint32_t)(YYCURSOR - base); lex_float(L, t, start, L->pos); TOK(TK_FLOAT); }
@@ -246,12 +352,12 @@ void lex_next(Lexer *L, Token *t) {
             "\""           { lex_string(L, t, start); TOK(TK_STRING); }
             ";"            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_SEMI); }
             ","            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_COMMA); }
-            "("            { L->pos = (uint32_t)(YYCURSOR - base); push_open(L, '(', sp(L, start, start + 1)); TOK(TK_LPAREN); }
-            ")"            { L->pos = (uint32_t)(YYCURSOR - base); pop_close(L, '('); TOK(TK_RPAREN); }
-            "["            { L->pos = (uint32_t)(YYCURSOR - base); push_open(L, '[', sp(L, start, start + 1)); TOK(TK_LBRACK); }
-            "]"            { L->pos = (uint32_t)(YYCURSOR - base); pop_close(L, '['); TOK(TK_RBRACK); }
-            "{"            { L->pos = (uint32_t)(YYCURSOR - base); push_open(L, '{', sp(L, start, start + 1)); TOK(TK_LBRACE); }
-            "}"            { L->pos = (uint32_t)(YYCURSOR - base); pop_close(L, '{'); TOK(TK_RBRACE); }
+            "("            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_LPAREN); }
+            ")"            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_RPAREN); }
+            "["            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_LBRACK); }
+            "]"            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_RBRACK); }
+            "{"            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_LBRACE); }
+            "}"            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_RBRACE); }
             "="            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_ASSIGN); }
             ":"            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_COLON); }
             "+"            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_PLUS); }
@@ -262,19 +368,21 @@ void lex_next(Lexer *L, Token *t) {
             [\x80-\xff]+   { L->pos = (uint32_t)(YYCURSOR - base);
                              diag_error(L->d, sp(L, start, L->pos), "unexpected non-ASCII text");
                              diag_hint(L->d, "names and operators are ASCII; other text belongs in strings or comments");
-                             L->errors++; continue; }
+                             L->errors++; L->last_bad = true; continue; }
             *              { L->pos = (uint32_t)(YYCURSOR - base);
                              unsigned char c = (unsigned char)L->src[start];
                              if (c >= 0x20 && c < 0x7f) diag_error(L->d, sp(L, start, L->pos), "unexpected character '%c'", c);
                              else diag_error(L->d, sp(L, start, L->pos), "unexpected byte 0x%02x", c);
-                             L->errors++; continue; }
+                             L->errors++; L->last_bad = true; continue; }
         */
     eof:
         L->pos = L->len;
-        if (ends_statement(L->last)) {
+        if (ends_statement_here(L)) {
             t->kind = TK_NL;
             t->span = sp(L, L->len, L->len);
+            L->last2 = L->last;
             L->last = TK_NL;
+            L->last_bad = false;
             return;
         }
         L->done = true;
@@ -282,7 +390,16 @@ void lex_next(Lexer *L, Token *t) {
     done:
         t->kind = k;
         if (t->span.len == 0) t->span = sp(L, start, L->pos);
-        if (k == TK_INT || k == TK_FLOAT) lex_unit(L, t);
+        if (k == TK_INT || k == TK_FLOAT) {
+            uint32_t nend = L->pos;
+            lex_unit(L, t);
+            lex_number_tail(L, t, start, nend);
+            if (k == TK_FLOAT && !isfinite(t->fval)) {
+                diag_error(L->d, t->span, "number '%.*s' is too large", (int)(t->span.len > 40 ? 40 : t->span.len), L->src + start);
+                L->errors++;
+                t->fval = 0;
+            }
+        }
         if (k == TK_IDENT) {
             size_t n = L->pos - start;
             for (size_t i = 0; i < sizeof keywords / sizeof *keywords; i++)
@@ -294,7 +411,22 @@ void lex_next(Lexer *L, Token *t) {
             t->str = arena_strndup(L->arena, L->src + start, n);
             t->slen = n;
         }
+        if (t->kind == TK_LPAREN || t->kind == TK_LBRACK || t->kind == TK_LBRACE || t->kind == TK_RPAREN ||
+            t->kind == TK_RBRACK || t->kind == TK_RBRACE) {
+            L->pending = L->src[start];
+            if (t->kind == TK_LPAREN || t->kind == TK_LBRACK || t->kind == TK_LBRACE)
+                L->pending_open = describe_open(L, L->src[start], t->span);
+            if (t->kind == TK_LBRACE) L->repeat_pending = false;
+        }
+        if (L->depth == 0 && (t->kind == TK_LAYER || t->kind == TK_MODEL || t->kind == TK_TRAIN ||
+                              t->kind == TK_TARGET || t->kind == TK_PLAN || t->kind == TK_IMPORT || t->kind == TK_CONST))
+            L->decl_kw = t->kind;
+        if (t->kind == TK_REPEAT) L->repeat_pending = true;
+        if (t->kind == TK_SEMI) L->repeat_pending = false;
+        L->last2 = L->last;
         L->last = t->kind;
+        L->last_span = t->span;
+        L->last_bad = false;
         return;
 #undef TOK
     }

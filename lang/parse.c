@@ -1,4 +1,5 @@
 #include "parse.h"
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "grammar.h"
@@ -14,57 +15,116 @@ static Span tok_span(const Token *t) { return t ? t->span : SPAN_NONE; }
 
 /* ---- diagnostics ---- */
 
+enum {
+    PARSE_MAX_DEPTH = 100, /* open brackets */
+    PARSE_MAX_OPS = 500,   /* operators and brackets in one statement: bounds the tree's depth */
+};
+
+#define BIT(k) ((uint64_t)1 << (k))
+
+static bool is_decl_kw(int k) { return k >= TK_IMPORT && k <= TK_PLAN; }
+static bool is_closer(int k) { return k == TK_RPAREN || k == TK_RBRACK || k == TK_RBRACE; }
+
+static const char *excerpt(PCtx *c, const Token *t) {
+    int n = (int)(t->span.len > 40 ? 40 : t->span.len);
+    return arena_printf(c->arena, "%.*s%s", n, c->lex->src + t->span.off, t->span.len > 40 ? "..." : "");
+}
+
 static const char *describe(PCtx *c, int major, const Token *t) {
     switch (major) {
     case 0: return "end of file";
     case TK_NL: return "newline";
-    case TK_IDENT: return arena_printf(c->arena, "name '%.40s'", t->str ? t->str : "");
+    case TK_IDENT: return arena_printf(c->arena, "name '%s'", excerpt(c, t));
     case TK_INT:
-    case TK_FLOAT: {
-        const char *s = c->lex->src + t->span.off;
-        return arena_printf(c->arena, "number '%.*s'", (int)(t->span.len > 40 ? 40 : t->span.len), s);
-    }
-    case TK_STRING: return "a string";
+    case TK_FLOAT: return arena_printf(c->arena, "number '%s'", excerpt(c, t));
+    case TK_STRING: return arena_printf(c->arena, "string %s", excerpt(c, t));
     case TK_DTYPE: return arena_printf(c->arena, "type '%s'", dtype_name(t->dtype));
-    default: {
-        const char *n = lex_token_name(major);
-        if (major >= TK_IMPORT && major <= TK_INIT) return arena_printf(c->arena, "keyword %s", n);
-        return n;
-    }
+    default:
+        if (major >= TK_IMPORT && major <= TK_INIT) return arena_printf(c->arena, "keyword %s", lex_token_name(major));
+        return lex_token_name(major);
     }
 }
 
-static int line_of(PCtx *c, Span s) {
-    int l = 1;
-    for (uint32_t i = 0; i < s.off && i < c->lex->len; i++) l += c->lex->src[i] == '\n';
-    return l;
+static const char *const unit_words[] = {"K", "M", "G", "T", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB",
+                                         "KB/s", "MB/s", "GB/s", "TB/s", "KiB/s", "MiB/s", "GiB/s", "TiB/s"};
+
+/* "expected A, B or C" from the expected set, separators last. */
+static const char *list_expected(PCtx *c, uint64_t e) {
+    const char *names[8];
+    int n = 0;
+    for (int k = 1; k < 64 && n < 8; k++)
+        if ((e & BIT(k)) && k != TK_NL && k != TK_SEMI && k != TK_UMINUS && k != TK_BAD) names[n++] = lex_token_name(k);
+    if (e & (BIT(TK_NL) | BIT(TK_SEMI))) {
+        if (n < 8) names[n++] = "newline";
+    }
+    if (n == 0 || n > 4) return NULL;
+    const char *s = names[0];
+    for (int i = 1; i < n; i++) s = arena_printf(c->arena, "%s%s%s", s, i == n - 1 ? " or " : ", ", names[i]);
+    return s;
 }
 
-void parse_syntax_error(PCtx *c, int major, const Token *t) {
+void parse_syntax_error(PCtx *c, int major, const Token *t, uint64_t e) {
+    c->syntax_errors++;
     Lexer *L = c->lex;
-    if (major == TK_NL && t->span.len == 0) major = 0; /* the separator the lexer adds at the end */
+    if (c->silent) return;
+    if (L->errors > c->lex_errors_at_sep) return; /* a bad character in this statement was reported */
+    bool eof = major == 0 || (major == TK_NL && t->span.len == 0);
+    if (eof) major = 0;
     const char *found = describe(c, major, t);
-    Span at = major == 0 ? (Span){c->file, L->len, 0} : t->span;
-    if (L->depth > 0 && L->depth <= LEX_MAX_DEPTH) {
-        char open = L->open_kind[L->depth - 1];
-        Span os = L->open_span[L->depth - 1];
-        char close = open == '(' ? ')' : open == '[' ? ']' : '}';
-        bool closing_token = major == TK_RPAREN || major == TK_RBRACK || major == TK_RBRACE;
-        if (major == 0 || (!closing_token && line_of(c, at) > line_of(c, os) && open != '{')) {
-            if (major == 0)
-                diag_error(c->d, at, "expected '%c' before end of file", close);
-            else
-                diag_error(c->d, at, "expected '%c', found %s", close, found);
-            diag_note(c->d, os, "the '%c' opened here", open);
-            return;
+    Span at = eof ? (Span){c->file, L->len, 0} : t->span;
+    const LexBracket *b = lex_open(L);
+    bool expr_ok = e & BIT(TK_INT), name_ok = e & BIT(TK_IDENT), end_ok = e & BIT(TK_NL);
+    if (b) {
+        char close = b->ch == '(' ? ')' : b->ch == '[' ? ']' : '}';
+        int ck = b->ch == '(' ? TK_RPAREN : b->ch == '[' ? TK_RBRACK : TK_RBRACE;
+        if (e & BIT(ck)) {
+            bool nl = t->nl.file >= 0 && b->ch != '{' && !expr_ok;
+            if (nl) {
+                at = t->nl;
+                found = "newline";
+            }
+            if (eof || is_decl_kw(major) || (!expr_ok && !name_ok && !(b->ch == '{' && end_ok))) {
+                diag_error(c->d, at, "expected '%c' to close %s, found %s", close, lex_open_what(L, b), found);
+                diag_note(c->d, b->at, "the '%c' opened here", b->ch);
+                c->reported_open = b->at;
+                return;
+            }
+            if (expr_ok) {
+                diag_error(c->d, at, "expected %s or '%c', found %s",
+                           b->what == LO_CALL ? "an argument" : "an expression", close, found);
+                return;
+            }
+            if (name_ok && b->ch == '{') {
+                diag_error(c->d, at, "expected %s or '}', found %s",
+                           e & BIT(TK_REPEAT) ? "a statement" : "a setting", found);
+                if (e & BIT(TK_REPEAT))
+                    diag_hint(c->d, "a statement is NAME = EXPR, A, B = EXPR, repeat N { ... }, return EXPR or loss EXPR");
+                else
+                    diag_hint(c->d, "a setting is KEY = EXPR, KEY \"selector\" = EXPR or KEY { settings }");
+                return;
+            }
         }
     }
-    if (major == TK_RPAREN || major == TK_RBRACK || major == TK_RBRACE) {
-        diag_error(c->d, at, "unexpected %s", found);
+    if (!b && is_closer(major)) {
+        diag_error(c->d, at, "unmatched %s", found);
         return;
     }
-    diag_error(c->d, at, "syntax error: unexpected %s", found);
-    if (major == TK_INT || major == TK_FLOAT || major == TK_STRING) diag_hint(c->d, "is an operator or a '=' missing before it?");
+    if (expr_ok) {
+        diag_error(c->d, at, "expected an expression, found %s", found);
+    } else if (e & BIT(TK_LAYER)) {
+        diag_error(c->d, at, "expected a declaration, found %s", found);
+        diag_hint(c->d, "a declaration starts with import, const, layer, model, train, target or plan");
+    } else if (end_ok && (e & BIT(TK_PLUS))) {
+        diag_error(c->d, at, "expected an operator or the end of the statement, found %s", found);
+    } else {
+        const char *x = list_expected(c, e);
+        if (x) diag_error(c->d, at, "expected %s, found %s", x, found);
+        else diag_error(c->d, at, "unexpected %s", found);
+    }
+    if (major == TK_IDENT && t->str && (L->last2 == TK_INT || L->last2 == TK_FLOAT)) {
+        const char *u = diag_nearest(t->str, unit_words, (int)(sizeof unit_words / sizeof *unit_words));
+        if (u) diag_hint(c->d, "did you mean the unit '%s'? (units are case-sensitive)", u);
+    }
 }
 
 void parse_too_deep(PCtx *c) {
@@ -291,21 +351,115 @@ Expr *ast_param_expr(PCtx *c, const Token *kw, const Token *dt, const ExprList *
 
 /* ---- the driver ---- */
 
+/* Closes every open bracket with tokens the parser does not report on, so
+ * that the declaration being parsed is kept (with its errors reported). */
+static void close_all(PCtx *c, void *p, const Token *at) {
+    Lexer *L = c->lex;
+    Token t = *at;
+    t.nl = SPAN_NONE;
+    t.span.len = 0;
+    c->silent = true;
+    while (L->depth > 0) {
+        const LexBracket *b = lex_open(L);
+        char ch = b ? b->ch : '{';
+        if (ch == '{') zlParse(p, TK_NL, t);
+        zlParse(p, ch == '(' ? TK_RPAREN : ch == '[' ? TK_RBRACK : TK_RBRACE, t);
+        lex_pop(L);
+    }
+    zlParse(p, TK_NL, t);
+    c->silent = false;
+}
+
+static bool same_span(Span a, Span b) { return a.file == b.file && a.off == b.off && a.len == b.len; }
+
+/* Index of the innermost open '{', or -1. */
+static int innermost_brace(const Lexer *L) {
+    for (int i = (L->depth < LEX_MAX_DEPTH ? L->depth : LEX_MAX_DEPTH) - 1; i >= 0; i--)
+        if (L->open[i].ch == '{') return i;
+    return -1;
+}
+
 AstFile *parse_source(Arena *a, const SourceSet *src, int file, DiagSink *d) {
     AstFile *f = ARENA_NEW(a, AstFile);
     if (!f || file < 0 || file >= src->nfiles) return NULL;
     f->file = file;
     const SourceFile *sf = &src->files[file];
+    if (sf->len > UINT32_MAX - 1) {
+        diag_error(d, SPAN_NONE, "%s: file too large", sf->path);
+        return f;
+    }
     Lexer L;
     lex_init(&L, sf->text, (uint32_t)sf->len, file, a, d);
-    PCtx c = {.arena = a, .d = d, .lex = &L, .out = f, .file = file};
+    PCtx c = {.arena = a, .d = d, .lex = &L, .out = f, .file = file, .reported_open = SPAN_NONE};
     void *p = zlParseAlloc(malloc, &c);
     if (!p) return NULL;
     Token t;
-    do {
+    bool skipping = false; /* after a syntax error: tokens up to the next separator are dropped */
+    int rlevel = -1;       /* ... the separator of the block whose innermost '{' is this one */
+    int ops = 0;
+    for (;;) {
         lex_next(&L, &t);
-        zlParse(p, t.kind, t);
-    } while (t.kind != 0 && !c.failed);
+        int depth = L.depth; /* the brackets t is inside */
+        if ((t.kind == 0 || is_decl_kw(t.kind)) && depth > 0) {
+            /* A declaration keyword or the end inside brackets: a closer is missing. */
+            const LexBracket *b = lex_open(&L);
+            if (b && !same_span(b->at, c.reported_open)) {
+                char close = b->ch == '(' ? ')' : b->ch == '[' ? ']' : '}';
+                Span at = t.kind == 0 ? (Span){file, L.len, 0} : t.span;
+                diag_error(d, at, "expected '%c' to close %s, found %s", close, lex_open_what(&L, b), describe(&c, t.kind, &t));
+                diag_note(d, b->at, "the '%c' opened here", b->ch);
+            }
+            close_all(&c, p, &t);
+            skipping = false;
+            depth = 0;
+        } else if (skipping) {
+            bool stop = t.kind == 0 || is_decl_kw(t.kind);
+            if ((t.kind == TK_NL || t.kind == TK_SEMI || t.kind == TK_RBRACE) && innermost_brace(&L) == rlevel &&
+                (t.kind == TK_RBRACE || depth == rlevel + 1))
+                stop = true;
+            if (!stop) continue;
+            skipping = false;
+            if (is_decl_kw(t.kind)) {
+                c.silent = true;
+                zlParse(p, TK_NL, t);
+                c.silent = false;
+            }
+        }
+        if (t.kind == TK_NL || t.kind == TK_SEMI || t.kind == TK_LBRACE || t.kind == TK_RBRACE) ops = 0;
+        else if (t.kind == TK_PLUS || t.kind == TK_MINUS || t.kind == TK_STAR || t.kind == TK_SLASH ||
+                 t.kind == TK_PERCENT || t.kind == TK_LPAREN || t.kind == TK_LBRACK)
+            ops++;
+        if ((t.kind == TK_LPAREN || t.kind == TK_LBRACK || t.kind == TK_LBRACE) && depth >= PARSE_MAX_DEPTH) {
+            diag_error(d, t.span, "brackets nested too deeply (more than %d)", PARSE_MAX_DEPTH);
+            break;
+        }
+        int before = c.syntax_errors;
+        if (ops > PARSE_MAX_OPS) {
+            diag_error(d, t.span, "statement too long: more than %d operators", PARSE_MAX_OPS);
+            diag_hint(d, "split it into several assignments");
+            c.silent = true;
+            zlParse(p, TK_BAD, t);
+            c.silent = false;
+            ops = 0;
+        } else {
+            zlParse(p, t.kind, t);
+        }
+        if (c.too_deep || t.kind == 0) break;
+        if (c.syntax_errors > before) {
+            lex_drop_parens(&L);
+            if (is_decl_kw(t.kind) && depth == 0) {
+                /* `const V =` then `layer ...`: start the declaration afresh */
+                c.silent = true;
+                zlParse(p, TK_NL, t);
+                c.silent = false;
+                zlParse(p, t.kind, t);
+            } else if (!(t.kind == TK_NL || t.kind == TK_SEMI || t.kind == TK_RBRACE) || (t.kind == TK_RBRACE && depth == 0)) {
+                skipping = true;
+                rlevel = innermost_brace(&L);
+            }
+        }
+        if (t.kind == TK_NL || t.kind == TK_SEMI) c.lex_errors_at_sep = L.errors;
+    }
     zlParseFree(p, free);
     return a->failed ? NULL : f;
 }

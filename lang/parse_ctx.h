@@ -14,6 +14,10 @@ typedef struct PCtx {
     int file;
     int failed;
     int too_deep;
+    bool silent;          /* do not report syntax errors (the driver forces a recovery) */
+    int syntax_errors;    /* syntax errors seen (reported or not) */
+    int lex_errors_at_sep; /* L->errors when the current statement began */
+    Span reported_open;   /* the bracket whose missing closer was last reported */
 } PCtx;
 
 typedef struct ArgTail {
@@ -22,7 +26,8 @@ typedef struct ArgTail {
     Span end;
 } ArgTail;
 
-void parse_syntax_error(PCtx *c, int major, const Token *t);
+/* Called by the grammar on a syntax error; expected: bit k set if token kind k would do. */
+void parse_syntax_error(PCtx *c, int major, const Token *t, uint64_t expected);
 void parse_too_deep(PCtx *c);
 
 void ast_import(PCtx *c, const Token *kw, const Token *s);
