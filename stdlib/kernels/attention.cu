@@ -295,6 +295,119 @@ extern "C" __global__ void zk_attn_bwd_pre(float *delta, const T *o, const T *do
     if (lane == 0) delta[(b * H + h) * Tn + t] = s;
 }
 
+#if ZK_TC_ATTN
+/* dq on the tensor cores: a block of 4 warps owns 64 query rows (16 per
+ * warp) of one (b, h); per key tile of 32: S = Q K^T and dP = dO V^T
+ * (Q and dO fragments held in registers), dS = P (dP - delta) with
+ * P = 2^(S scale log2e - lse), then dQ += dS K with dS repacked as the A
+ * operand and K staged transposed for its B fragments. */
+__device__ __forceinline__ unsigned zk_pair(const T *p, bool ok) {
+    return ok ? ((unsigned)p[0].x | ((unsigned)p[1].x << 16)) : 0u;
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const float *lse, const float *delta,
+               long long B, long long Tn, long long H, long long KV, float scale) {
+    __shared__ __align__(16) unsigned short Ks[ZK_TKB][ZK_HP];
+    __shared__ __align__(16) unsigned short Vs[ZK_TKB][ZK_HP];
+    __shared__ __align__(16) unsigned short Kt[ZK_HD][ZK_TKB + 8];
+    (void)B;
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
+    const long long b = blockIdx.z, h = blockIdx.y, q0 = (long long)blockIdx.x * ZK_QB;
+    const long long kvh = h / (H / KV);
+    const float sc = scale * ZK_LOG2E;
+    const long long r0 = q0 + w * 16 + g, r1 = r0 + 8;
+    const long long m0 = r0 < Tn ? r0 : Tn - 1, m1 = r1 < Tn ? r1 : Tn - 1;
+    const T *q0p = q + ((b * Tn + m0) * H + h) * ZK_HD, *q1p = q + ((b * Tn + m1) * H + h) * ZK_HD;
+    const T *o0p = dout + ((b * Tn + m0) * H + h) * ZK_HD, *o1p = dout + ((b * Tn + m1) * H + h) * ZK_HD;
+    unsigned qa[ZK_HD / 16][4], oa[ZK_HD / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < ZK_HD / 16; kk++) {
+        int d = kk * 16 + 2 * tg;
+        qa[kk][0] = zk_pair(q0p + d, r0 < Tn);
+        qa[kk][1] = zk_pair(q1p + d, r1 < Tn);
+        qa[kk][2] = zk_pair(q0p + d + 8, r0 < Tn);
+        qa[kk][3] = zk_pair(q1p + d + 8, r1 < Tn);
+        oa[kk][0] = zk_pair(o0p + d, r0 < Tn);
+        oa[kk][1] = zk_pair(o1p + d, r1 < Tn);
+        oa[kk][2] = zk_pair(o0p + d + 8, r0 < Tn);
+        oa[kk][3] = zk_pair(o1p + d + 8, r1 < Tn);
+    }
+    const float L[2] = {lse[(b * H + h) * Tn + m0], lse[(b * H + h) * Tn + m1]};
+    const float Dl[2] = {delta[(b * H + h) * Tn + m0], delta[(b * H + h) * Tn + m1]};
+    float acc[ZK_HD / 8][4];
+#pragma unroll
+    for (int j = 0; j < ZK_HD / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    const long long kend = q0 + ZK_QB < Tn ? q0 + ZK_QB : Tn;
+    for (long long k0 = 0; k0 < kend; k0 += ZK_TKB) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < ZK_TKB * ZK_HD; e += blockDim.x) {
+            int j = e / ZK_HD, d = e % ZK_HD;
+            long long t = k0 + j, off = ((b * Tn + t) * KV + kvh) * ZK_HD + d;
+            unsigned short kx = t < Tn ? k[off].x : (unsigned short)0;
+            Ks[j][d] = kx;
+            Kt[d][j] = kx;
+            Vs[j][d] = t < Tn ? v[off].x : (unsigned short)0;
+        }
+        __syncthreads();
+        float s[ZK_TKB / 8][4], dp[ZK_TKB / 8][4];
+#pragma unroll
+        for (int j = 0; j < ZK_TKB / 8; j++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) s[j][c] = dp[j][c] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < ZK_HD / 16; kk++)
+#pragma unroll
+            for (int j = 0; j < ZK_TKB / 8; j++) {
+                unsigned bk[2], bv[2];
+                bk[0] = *(const unsigned *)&Ks[j * 8 + g][kk * 16 + 2 * tg];
+                bk[1] = *(const unsigned *)&Ks[j * 8 + g][kk * 16 + 8 + 2 * tg];
+                bv[0] = *(const unsigned *)&Vs[j * 8 + g][kk * 16 + 2 * tg];
+                bv[1] = *(const unsigned *)&Vs[j * 8 + g][kk * 16 + 8 + 2 * tg];
+                zk_mma16816(s[j], qa[kk], bk);
+                zk_mma16816(dp[j], oa[kk], bv);
+            }
+#pragma unroll
+        for (int j = 0; j < ZK_TKB / 8; j++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                long long key = k0 + j * 8 + 2 * tg + (c & 1), row = c < 2 ? m0 : m1;
+                bool live = c < 2 ? r0 < Tn : r1 < Tn;
+                float p = (key <= row && live) ? exp2f(s[j][c] * sc - L[c >> 1]) : 0.f;
+                s[j][c] = p * (dp[j][c] - Dl[c >> 1]); /* dS */
+            }
+#pragma unroll
+        for (int ks = 0; ks < ZK_TKB / 16; ks++) {
+            unsigned a[4];
+            a[0] = zk_pack2(s[2 * ks][0], s[2 * ks][1]);
+            a[1] = zk_pack2(s[2 * ks][2], s[2 * ks][3]);
+            a[2] = zk_pack2(s[2 * ks + 1][0], s[2 * ks + 1][1]);
+            a[3] = zk_pack2(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+#pragma unroll
+            for (int j = 0; j < ZK_HD / 8; j++) {
+                unsigned bb[2];
+                bb[0] = *(const unsigned *)&Kt[j * 8 + g][ks * 16 + 2 * tg];
+                bb[1] = *(const unsigned *)&Kt[j * 8 + g][ks * 16 + 8 + 2 * tg];
+                zk_mma16816(acc[j], a, bb);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < ZK_HD / 8; j++) {
+        int d = j * 8 + 2 * tg;
+        if (r0 < Tn) {
+            T *p = dq + ((b * Tn + r0) * H + h) * ZK_HD + d;
+            zk_st(p, zk_ld(p) + acc[j][0] * scale);
+            zk_st(p + 1, zk_ld(p + 1) + acc[j][1] * scale);
+        }
+        if (r1 < Tn) {
+            T *p = dq + ((b * Tn + r1) * H + h) * ZK_HD + d;
+            zk_st(p, zk_ld(p) + acc[j][2] * scale);
+            zk_st(p + 1, zk_ld(p + 1) + acc[j][3] * scale);
+        }
+    }
+}
+#else
 /* dq[b, t, h] += scale * sum_j ds_j k_j, ds = p (dp - delta), dp = dO . v_j. */
 extern "C" __global__ void __launch_bounds__(ZK_NW * 32)
 zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const float *lse, const float *delta,
@@ -374,6 +487,8 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
         }
     }
 }
+
+#endif /* ZK_TC_ATTN */
 
 /* dv[j] += sum_i p_ij dO_i, dk[j] += scale * sum_i ds_ij q_i over i >= j and
  * every query head of the kv head. */
