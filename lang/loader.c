@@ -1,5 +1,7 @@
 #include "loader.h"
 #include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -29,9 +31,17 @@ static const char *dir_of(Arena *a, const char *path) {
     return arena_strndup(a, path, (size_t)(s - path) ? (size_t)(s - path) : 1);
 }
 
-static int already_loaded(const SourceSet *src, const Program *p, const char *path) {
-    for (int i = 0; i < p->nfiles; i++)
-        if (!strcmp(src->files[p->files[i]->file].path, path)) return i;
+/* Files are the same when their resolved paths are (so ./a.zl, a.zl and a
+ * symbolic link to it are loaded once). */
+static const char *canonical(Arena *a, const char *path) {
+    char buf[PATH_MAX];
+    if (realpath(path, buf)) return arena_strdup(a, buf);
+    return path;
+}
+
+static int already_loaded(const char *const *canon, int n, const char *path) {
+    for (int i = 0; i < n; i++)
+        if (canon[i] && !strcmp(canon[i], path)) return i;
     return -1;
 }
 
@@ -49,6 +59,8 @@ bool program_load(Arena *a, SourceSet *src, DiagSink *d, const char *main_path, 
         return false;
     }
     program_push(a, out, f);
+    PtrVec canon = {0};
+    ptrvec_push(a, &canon, (void *)canonical(a, main_path));
     const char *stdlib = opt && opt->stdlib_dir ? opt->stdlib_dir : ZINF_STDLIB_DIR;
     /* Breadth-first over imports; files[] grows as we go. */
     for (int fi = 0; fi < out->nfiles; fi++) {
@@ -89,7 +101,8 @@ bool program_load(Arena *a, SourceSet *src, DiagSink *d, const char *main_path, 
                 diag_note(d, dc->name_span, "looked for %s in %s", file, buf);
                 continue;
             }
-            if (already_loaded(src, out, found) >= 0) continue;
+            const char *cfound = canonical(a, found);
+            if (already_loaded((const char *const *)canon.items, canon.len, cfound) >= 0) continue;
             int e2 = 0;
             int nid = source_load(src, found, &e2);
             if (nid < 0) {
@@ -97,7 +110,10 @@ bool program_load(Arena *a, SourceSet *src, DiagSink *d, const char *main_path, 
                 continue;
             }
             AstFile *nf = parse_source(a, src, nid, d);
-            if (nf) program_push(a, out, nf);
+            if (nf) {
+                program_push(a, out, nf);
+                ptrvec_push(a, &canon, (void *)cfound);
+            }
         }
     }
     return true;
