@@ -19,6 +19,11 @@ int main(int argc, char **argv) {
     int nin = 0;
     double frac = 0.1;
     for (int i = 1; i < argc; i++) {
+        if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--val") || !strcmp(argv[i], "--val-fraction")) &&
+            i + 1 == argc) {
+            fprintf(stderr, "zinftok: option '%s' needs an argument\n", argv[i]);
+            return 2;
+        }
         if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--val") && i + 1 < argc) val = argv[++i];
         else if (!strcmp(argv[i], "--val-fraction") && i + 1 < argc) {
@@ -27,7 +32,8 @@ int main(int argc, char **argv) {
             if (*end || frac <= 0 || frac >= 1) { fprintf(stderr, "zinftok: --val-fraction must be between 0 and 1\n"); return 2; }
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(stdout); return 0; }
         else if (argv[i][0] == '-' && argv[i][1]) { fprintf(stderr, "zinftok: unknown option '%s'\n", argv[i]); usage(stderr); return 2; }
-        else if (nin < 64) inputs[nin++] = argv[i];
+        else if (nin == 64) { fprintf(stderr, "zinftok: at most 64 inputs\n"); return 2; }
+        else inputs[nin++] = argv[i];
     }
     if (!out || nin == 0) { usage(stderr); return 2; }
     size_t cap = 1 << 20, len = 0;

@@ -1,112 +1,212 @@
+/* tokens: token-file reader and atomic writer; see tokens.h. */
 #include "tokens.h"
+
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "ckpt.h"
 
-static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...) {
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0) return -1;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
+    vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
     return -1;
 }
 
-static int32_t le32(const unsigned char *p) {
-    return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+/* Read exactly n bytes at off; returns bytes read (< n at end of file) or -1. */
+static ssize_t pread_full(int fd, void *buf, size_t n, off_t off) {
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pread(fd, (char *)buf + done, n - done, off + (off_t)done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) break;
+        done += (size_t)r;
+    }
+    return (ssize_t)done;
 }
 
-int tok_open(TokReader *r, const char *path, int64_t vocab, char *err, size_t n) {
+int tok_open(TokReader *r, const char *path, int64_t vocab, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
+    r->fd = -1;
+    if (vocab < 0 || vocab > 65536)
+        return fail(err, errlen, "%s: vocabulary size %lld is not 0 (unchecked) or 1..65536 (tokens are uint16)", path,
+                    (long long)vocab);
     snprintf(r->path, sizeof r->path, "%s", path);
-    r->vocab = vocab;
-    r->f = fopen(path, "rb");
-    if (!r->f) return fail(err, n, "%s: cannot open the data file: %s", path, strerror(errno));
-    unsigned char h[TOK_HEADER_INTS * 4];
-    size_t got = fread(h, 1, sizeof h, r->f);
-    if (got < sizeof h) {
-        tok_close(r);
-        return fail(err, n, "%s: %zu bytes, shorter than the %zu-byte header of a token file", path, got, sizeof h);
-    }
-    int32_t magic = le32(h), version = le32(h + 4), count = le32(h + 8);
-    if (magic != TOK_MAGIC) {
-        tok_close(r);
-        return fail(err, n, "%s: bad magic %d (expected %d): not a token file (make one with zinftok)", path, magic, TOK_MAGIC);
-    }
-    if (version != TOK_VERSION) {
-        tok_close(r);
-        return fail(err, n, "%s: token file version %d; this zinfrun reads version %d", path, version, TOK_VERSION);
-    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fail(err, errlen, "%s: cannot open token file: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fileno(r->f), &st) != 0) {
-        tok_close(r);
-        return fail(err, n, "%s: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        int no = errno;
+        close(fd);
+        return fail(err, errlen, "%s: cannot stat token file: %s", path, strerror(no));
     }
-    int64_t expect = (int64_t)sizeof h + 2 * (int64_t)count;
-    if (count < 0 || (int64_t)st.st_size != expect) {
-        tok_close(r);
-        return fail(err, n, "%s: the header says %d tokens (%lld bytes) but the file has %lld bytes: truncated or corrupt",
-                    path, count, (long long)expect, (long long)st.st_size);
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return fail(err, errlen, "%s: not a regular file", path);
     }
-    r->ntokens = count;
+    int32_t h[TOK_HEADER_INTS];
+    ssize_t got = pread_full(fd, h, sizeof h, 0);
+    if (got < 0) {
+        int no = errno;
+        close(fd);
+        return fail(err, errlen, "%s: cannot read header: %s", path, strerror(no));
+    }
+    if ((size_t)got < sizeof h) {
+        close(fd);
+        return fail(err, errlen, "%s: truncated header: the file has %lld bytes, a token file starts with a %d-byte header",
+                    path, (long long)got, TOK_HEADER_BYTES);
+    }
+    if (h[0] != TOK_MAGIC) {
+        close(fd);
+        return fail(err, errlen, "%s: bad magic 0x%x (expected %d): not a token file", path, (unsigned)h[0], TOK_MAGIC);
+    }
+    if (h[1] != TOK_VERSION) {
+        close(fd);
+        return fail(err, errlen, "%s: unsupported version %d (expected %d: uint16 tokens)", path, h[1], TOK_VERSION);
+    }
+    if (h[2] < 0) {
+        close(fd);
+        return fail(err, errlen, "%s: negative token count %d in the header", path, h[2]);
+    }
+    int64_t want = TOK_HEADER_BYTES + 2 * (int64_t)h[2];
+    if ((int64_t)st.st_size != want) {
+        close(fd);
+        return fail(err, errlen, "%s: %s: the header says %d tokens (%lld bytes) but the file has %lld bytes", path,
+                    (int64_t)st.st_size < want ? "truncated" : "token count mismatch", h[2], (long long)want,
+                    (long long)st.st_size);
+    }
+    r->fd = fd;
+    r->ntokens = h[2];
+    r->vocab = vocab;
     return 0;
+}
+
+int64_t tok_windows(int64_t ntokens, int64_t B, int64_t T) {
+    if (B < 1 || T < 1 || ntokens < 1 || B > (INT64_C(1) << 31) || T > (INT64_C(1) << 31)) return 0;
+    return (ntokens - 1) / (B * T);
+}
+
+int64_t tok_window_offset(int64_t ntokens, int64_t m, int64_t B, int64_t T) {
+    int64_t w = tok_windows(ntokens, B, T);
+    if (w < 1 || m < 0) return -1;
+    return (m % w) * B * T;
+}
+
+int tok_window(TokReader *r, int64_t m, int64_t B, int64_t T, int32_t *tokens, int32_t *targets,
+               char *err, size_t errlen) {
+    if (r->fd < 0) return fail(err, errlen, "%s: token file is not open", r->path);
+    if (B < 1 || T < 1 || B > (INT64_C(1) << 31) || T > (INT64_C(1) << 31))
+        return fail(err, errlen, "%s: bad micro-batch shape B=%lld T=%lld", r->path, (long long)B, (long long)T);
+    if (m < 0) return fail(err, errlen, "%s: negative window number %lld", r->path, (long long)m);
+    int64_t bt = B * T;
+    if (r->ntokens < bt + 1)
+        return fail(err, errlen, "%s: %lld tokens is too short for one window of B*T+1 = %lld tokens (B=%lld, T=%lld)",
+                    r->path, (long long)r->ntokens, (long long)(bt + 1), (long long)B, (long long)T);
+    int64_t off = tok_window_offset(r->ntokens, m, B, T);
+    size_t need = (size_t)bt + 1;
+    if (r->buf_cap < need) {
+        uint16_t *nb = realloc(r->buf, need * sizeof *nb);
+        if (!nb) return fail(err, errlen, "%s: out of memory for a window of %zu tokens", r->path, need);
+        r->buf = nb;
+        r->buf_cap = need;
+    }
+    off_t pos = (off_t)TOK_HEADER_BYTES + (off_t)off * 2;
+    ssize_t got = pread_full(r->fd, r->buf, need * 2, pos);
+    if (got < 0)
+        return fail(err, errlen, "%s: read of %zu tokens at token %lld failed: %s", r->path, need, (long long)off,
+                    strerror(errno));
+    if ((size_t)got < need * 2)
+        return fail(err, errlen, "%s: read of %zu tokens at token %lld came back short (%lld bytes): file changed?",
+                    r->path, need, (long long)off, (long long)got);
+    if (r->vocab > 0)
+        for (size_t i = 0; i < need; i++)
+            if (r->buf[i] >= r->vocab)
+                return fail(err, errlen, "%s: token %u at position %lld is not below the vocabulary size %lld",
+                            r->path, (unsigned)r->buf[i], (long long)(off + (int64_t)i), (long long)r->vocab);
+    for (int64_t i = 0; i < bt; i++) {
+        tokens[i] = r->buf[i];
+        targets[i] = r->buf[i + 1];
+    }
+    return 0;
+}
+
+int tok_batch(TokReader *r, int rank, int world, int64_t g, int64_t B, int64_t T, int32_t *tokens,
+              int32_t *targets, char *err, size_t errlen) {
+    if (world < 1 || rank < 0 || rank >= world)
+        return fail(err, errlen, "%s: rank %d is not in a world of %d", r->path, rank, world);
+    if (g < 0) return fail(err, errlen, "%s: negative micro-batch index %lld", r->path, (long long)g);
+    int64_t w = tok_windows(r->ntokens, B, T);
+    if (w >= 1 && w < world)
+        return fail(err, errlen, "%s: %lld tokens hold %lld disjoint windows of B*T+1 = %lld tokens, fewer than the %d ranks",
+                    r->path, (long long)r->ntokens, (long long)w, (long long)(B * T + 1), world);
+    if (g > (INT64_MAX - rank) / world) g %= w > 0 ? w : 1; /* same window: (g*world + rank) mod W */
+    return tok_window(r, g * world + rank, B, T, tokens, targets, err, errlen);
 }
 
 void tok_close(TokReader *r) {
-    if (r->f) fclose(r->f);
-    r->f = NULL;
+    if (r->fd >= 0) close(r->fd);
+    free(r->buf);
+    memset(r, 0, sizeof *r);
+    r->fd = -1;
 }
 
-int tok_window(TokReader *r, int64_t m, int64_t B, int64_t T, int32_t *tokens, int32_t *targets, char *err, size_t n) {
-    int64_t need = B * T + 1;
-    if (r->ntokens < need + 1)
-        return fail(err, n, "%s: %lld tokens, too few for one micro-batch of %lld x %lld (+1) tokens", r->path,
-                    (long long)r->ntokens, (long long)B, (long long)T);
-    int64_t span = r->ntokens - need;
-    int64_t start = (int64_t)(((__int128)m * (B * T)) % span);
-    uint16_t buf[4096];
-    int64_t done = 0;
-    if (fseeko(r->f, (off_t)(TOK_HEADER_INTS * 4 + 2 * start), SEEK_SET) != 0)
-        return fail(err, n, "%s: seek failed: %s", r->path, strerror(errno));
-    int32_t prev = 0;
-    while (done < need) {
-        int64_t k = need - done < 4096 ? need - done : 4096;
-        if (fread(buf, 2, (size_t)k, r->f) != (size_t)k)
-            return fail(err, n, "%s: read failed at token %lld: %s", r->path, (long long)(start + done),
-                        ferror(r->f) ? strerror(errno) : "unexpected end of file");
-        for (int64_t i = 0; i < k; i++) {
-            int32_t v = (int32_t)(uint16_t)(((const unsigned char *)buf)[2 * i] | ((const unsigned char *)buf)[2 * i + 1] << 8);
-            if (r->vocab > 0 && v >= r->vocab)
-                return fail(err, n, "%s: token %d at position %lld is outside the model's vocabulary of %lld", r->path, v,
-                            (long long)(start + done + i), (long long)r->vocab);
-            int64_t j = done + i;
-            if (j < need - 1) tokens[j] = v;
-            if (j > 0) targets[j - 1] = v;
-            prev = v;
-        }
-        done += k;
+static int write_full(int fd, const void *buf, size_t n) {
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = write(fd, (const char *)buf + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return -1;
+        done += (size_t)w;
     }
-    (void)prev;
     return 0;
 }
 
-int tok_batch(TokReader *r, int rank, int world, int64_t g, int64_t B, int64_t T, int32_t *tokens, int32_t *targets,
-              char *err, size_t n) {
-    return tok_window(r, g * world + rank, B, T, tokens, targets, err, n);
-}
-
-int tok_write(const char *path, const uint16_t *tokens, int64_t ntok, char *err, size_t n) {
-    if (ntok > INT32_MAX) return fail(err, n, "%s: %lld tokens do not fit the format's 32-bit count", path, (long long)ntok);
-    unsigned char h[TOK_HEADER_INTS * 4];
+int tok_write(const char *path, const uint16_t *tokens, int64_t n, char *err, size_t errlen) {
+    if (n < 0 || n > INT32_MAX)
+        return fail(err, errlen, "%s: %lld tokens do not fit the int32 count of the header", path, (long long)n);
+    char tmp[600];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
+        return fail(err, errlen, "%s: path too long", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return fail(err, errlen, "%s: cannot create %s: %s", path, tmp, strerror(errno));
+    int32_t h[TOK_HEADER_INTS];
     memset(h, 0, sizeof h);
-    int32_t v[3] = {TOK_MAGIC, TOK_VERSION, (int32_t)ntok};
-    for (int i = 0; i < 3; i++)
-        for (int b = 0; b < 4; b++) h[4 * i + b] = (unsigned char)((uint32_t)v[i] >> (8 * b));
-    const void *parts[2] = {h, tokens};
-    size_t lens[2] = {sizeof h, (size_t)ntok * 2};
-    return ckpt_write_file_atomic(path, parts, lens, 2, err, n);
+    h[0] = TOK_MAGIC;
+    h[1] = TOK_VERSION;
+    h[2] = (int32_t)n;
+    const char *what = "write";
+    if (write_full(fd, h, sizeof h) != 0 || write_full(fd, tokens, (size_t)n * 2) != 0) goto bad;
+    what = "fsync";
+    if (fsync(fd) != 0) goto bad;
+    what = "close";
+    if (close(fd) != 0) {
+        fd = -1;
+        goto bad;
+    }
+    fd = -1;
+    what = "rename";
+    if (rename(tmp, path) != 0) goto bad;
+    /* Make the rename durable. */
+    char dirbuf[600];
+    snprintf(dirbuf, sizeof dirbuf, "%s", path);
+    int dfd = open(dirname(dirbuf), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return 0;
+bad: {
+    int no = errno;
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+    return fail(err, errlen, "%s: %s failed: %s", path, what, strerror(no));
+}
 }

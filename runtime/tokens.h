@@ -1,44 +1,66 @@
-/* tokens: training data in the llm.c / nanoGPT token-file layout.
+/* tokens: training data as token files, the llm.c / nanoGPT .bin layout:
+ *   header: 256 little-endian int32: [0] magic 20240520, [1] version 1,
+ *           [2] token count N, the rest zero
+ *   body:   N little-endian uint16 token ids
+ * so a valid file is exactly 1024 + 2*N bytes.
  *
- * A file is a header of 256 little-endian int32 — [0] magic 20240520,
- * [1] version 1, [2] the token count N — then N uint16 tokens. The reader
- * validates the header against the file's size and the model's vocabulary,
- * and serves micro-batches by a fixed formula, so every rank reads its own
- * disjoint windows in a deterministic order:
+ * Batches. A micro-batch is one window of B*T+1 consecutive tokens;
+ * inputs are its first B*T tokens (row-major [B, T]) and targets the same
+ * shifted by one. Windows start at multiples of B*T, so the file holds
+ *     W = (N - 1) / (B*T)
+ * windows whose inputs are disjoint. Window number m starts at token
+ *     offset(m) = (m mod W) * B*T
+ * and micro-batch g (counted over the run: step s, accumulation a of A
+ * gives g = s*A + a) of rank r of R is window m = g*R + r. So the ranks of
+ * one global batch read R different, disjoint windows (R <= W is
+ * required), consecutive micro-batches walk the file in order, and after W
+ * windows the walk wraps to the start: a pure function of its arguments,
+ * the same on every run and every rank.
  *
- *   window w of B*T+1 consecutive tokens starts at token
- *       (w * B * T) mod (N - B*T - 1)
- *   micro-batch number m (counted over the whole run, all ranks: step s,
- *   accumulation a of A, rank r of R gives m = (s*A + a)*R + r) is window m;
- *   inputs are its first B*T tokens, targets the same shifted by one.
- *
- * With R ranks the global batch of a step is windows sR..sR+R-1: exactly
- * what one rank with micro-batch R*B would read as its rows (row-major),
- * so data parallelism changes nothing but who computes what. */
+ * Errors are returned as one line "PATH: what is wrong" in the caller's
+ * buffer, e.g.
+ *   train.bin: bad magic 0x1234 (expected 20240520): not a token file */
 #ifndef ZINF_TOKENS_H
 #define ZINF_TOKENS_H
+
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
-enum { TOK_MAGIC = 20240520, TOK_VERSION = 1, TOK_HEADER_INTS = 256 };
+enum { TOK_MAGIC = 20240520, TOK_VERSION = 1, TOK_HEADER_INTS = 256, TOK_HEADER_BYTES = 1024 };
 
 typedef struct TokReader {
-    FILE *f;
+    int fd;
     char path[512];
     int64_t ntokens;
-    int64_t vocab;      /* 0: unchecked */
+    int64_t vocab;   /* 0: token ids unchecked */
+    uint16_t *buf;   /* one window, owned by the reader */
+    size_t buf_cap;  /* in tokens */
 } TokReader;
 
-/* Opens and validates a token file; vocab > 0 checks every token read. */
+/* Open and validate a token file (magic, version, count against the file
+ * size). vocab > 0 (at most 65536) makes every read check ids < vocab.
+ * Returns 0, or -1 with the message in err[errlen]. */
 int tok_open(TokReader *r, const char *path, int64_t vocab, char *err, size_t errlen);
 void tok_close(TokReader *r);
-/* Micro-batch number m (see above) of B rows of T tokens. */
-int tok_window(TokReader *r, int64_t m, int64_t B, int64_t T, int32_t *tokens, int32_t *targets, char *err, size_t errlen);
-/* The micro-batch of rank r of R at global micro-batch index g (= s*A + a). */
-int tok_batch(TokReader *r, int rank, int world, int64_t g, int64_t B, int64_t T, int32_t *tokens, int32_t *targets,
-              char *err, size_t errlen);
-/* Writes a token file atomically (temp name, fsync, rename). */
+
+/* Number of windows W of B*T+1 tokens in ntokens (see above); 0 when too
+ * short or B, T < 1. */
+int64_t tok_windows(int64_t ntokens, int64_t B, int64_t T);
+/* Token index where window m starts; -1 when W = 0 or m < 0. */
+int64_t tok_window_offset(int64_t ntokens, int64_t m, int64_t B, int64_t T);
+
+/* Window m into tokens[B*T] and targets[B*T]. Returns 0, or -1 with err
+ * (file too short for one window, token id >= vocab, read error). */
+int tok_window(TokReader *r, int64_t m, int64_t B, int64_t T, int32_t *tokens, int32_t *targets,
+               char *err, size_t errlen);
+/* The micro-batch of rank of world at global micro-batch index g: window
+ * g*world + rank. Also fails when the file holds fewer than world windows. */
+int tok_batch(TokReader *r, int rank, int world, int64_t g, int64_t B, int64_t T, int32_t *tokens,
+              int32_t *targets, char *err, size_t errlen);
+
+/* Write n tokens to path atomically: a temporary file beside it, fsync,
+ * rename over path, fsync of the directory. n must fit the int32 count.
+ * Returns 0, or -1 with err (and no file left behind). */
 int tok_write(const char *path, const uint16_t *tokens, int64_t n, char *err, size_t errlen);
 
 #endif
