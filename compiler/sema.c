@@ -832,8 +832,11 @@ static Val call_layer(Sema *s, Ctx *c, const Decl *L, const Expr *e) {
             while (pos < np && given[pos]) pos++;
             idx = pos;
             if (idx >= np) {
-                if (error(s, arg->value->span, "layer '%s' takes %d argument%s, got %d", L->name, np,
-                          np == 1 ? "" : "s", e->args.len))
+                const char *names = "";
+                for (int i = 0; i < np; i++)
+                    names = arena_printf(s->a, "%s%s%s", names, i ? ", " : "", L->params.items[i].name);
+                if (error(s, arg->value->span, "layer '%s' takes %d argument%s (%s), got %d", L->name, np,
+                          np == 1 ? "" : "s", names, e->args.len))
                     diag_note(s->d, L->name_span, "'%s' defined here", L->name);
                 bad = true;
                 eval(s, c, arg->value);

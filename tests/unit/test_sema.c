@@ -369,7 +369,7 @@ START_TEST(layer_binding) {
     /* a is [1, 8, 24]: D is the const 16 in this scope, so the dim is checked */
     expect_has(&r, "error: same: argument 'x' has dimension 2 of size 24, but [B, T, D] expects D = 16 (x is [1, 8, 24])");
     expect_has(&r, "error: layer 'need': missing argument 'heads'");
-    expect_has(&r, "error: layer 'need' takes 2 arguments, got 3");
+    expect_has(&r, "error: layer 'need' takes 2 arguments (x, heads), got 3");
     expect_has(&r, "error: need: argument 'x' must have rank 3 ([B, T, D]), but it is [32, 16]");
     expect_has(&r, "error: layer 'noret' has no return statement");
     expect_has(&r, "error: same: argument 'y' must be a tensor [B, T, D], got an integer");
