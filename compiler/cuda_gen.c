@@ -970,7 +970,7 @@ static void gen_attention(Ctx *c, bool bwd) {
         if (pass == 1 && dk < 0 && dv < 0) continue;
         k = kbegin(c, "attention", spec, defs, pass ? "zk_attn_bwd_dkdv" : "zk_attn_bwd_dq",
                    pass ? "dk, dv += (summed over the query heads of each kv head)" : "dq += ds k * scale");
-        int rows_per_block = pass == 0 && tca ? 64 : qbb; /* the tensor-core dq owns 64 query rows */
+        int rows_per_block = tca ? 64 : qbb; /* the tensor-core dq and dk/dv own 64 rows */
         k->grid[0] = gdim(c, ((Tn + rows_per_block - 1) / rows_per_block), 0x7fffffff);
         k->grid[1] = gdim(c, (pass ? KV : H), 65535);
         k->grid[2] = gdim(c, B, 65535);

@@ -5,8 +5,9 @@
  * h / (H/KV). Specialised on ZK_HD (head dim, a multiple of 32, <= 128) and
  * rows per warp ZK_RPW_FWD / ZK_RPW_BWD; sizes are arguments.
  *
- * bf16/f16 units (ZK_TC_ATTN) run the forward on the tensor cores (below);
- * the backward and f32 stay on the SIMT cores.
+ * bf16/f16 units (ZK_TC_ATTN = 1) run all four kernels' products on the
+ * tensor cores (mma.sync m16n8k16, fp32 accumulation; 64 rows per block of
+ * 4 warps); f32 units use the SIMT versions, mapped as follows.
  *
  * Mapping (SIMT forward and dq): a block of ZK_NW warps owns ZK_NW*RPW query rows
  * of one (b, h); key/value tiles of 32 rows are staged in shared memory; lane
@@ -490,6 +491,145 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
 
 #endif /* ZK_TC_ATTN */
 
+#if ZK_TC_ATTN
+/* dk, dv on the tensor cores: a block of 4 warps owns 64 key rows (16 per
+ * warp) of one (b, kv head) and walks, for every query head of the group,
+ * the query tiles of 16 at or after its keys: S^T = K Q^T (K fragments in
+ * registers), dP^T = V dO^T, P^T = 2^(S^T scale log2e - lse), dS^T =
+ * P^T (dP^T - delta); dV += P^T dO and dK += dS^T Q with P^T, dS^T repacked
+ * as A operands and Q, dO staged both ways for their B fragments. */
+#define ZK_QT 16
+
+extern "C" __global__ void __launch_bounds__(128)
+zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout, const float *lse,
+                 const float *delta, long long B, long long Tn, long long H, long long KV, float scale) {
+    __shared__ __align__(16) unsigned short Vr[ZK_QB][ZK_HP];
+    __shared__ __align__(16) unsigned short Qs[ZK_QT][ZK_HP];
+    __shared__ __align__(16) unsigned short Os[ZK_QT][ZK_HP];
+    __shared__ __align__(16) unsigned short Qt[ZK_HD][ZK_QT + 8];
+    __shared__ __align__(16) unsigned short Ot[ZK_HD][ZK_QT + 8];
+    __shared__ float Ls[ZK_QT], Ds[ZK_QT];
+    (void)B;
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
+    const long long b = blockIdx.z, kvh = blockIdx.y, k0 = (long long)blockIdx.x * ZK_QB;
+    const long long G = H / KV;
+    const float sc = scale * ZK_LOG2E;
+    const long long r0 = k0 + w * 16 + g, r1 = r0 + 8; /* this lane's two key rows */
+    const long long c0 = r0 < Tn ? r0 : Tn - 1, c1 = r1 < Tn ? r1 : Tn - 1;
+    const T *k0p = k + ((b * Tn + c0) * KV + kvh) * ZK_HD, *k1p = k + ((b * Tn + c1) * KV + kvh) * ZK_HD;
+    unsigned ka[ZK_HD / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < ZK_HD / 16; kk++) {
+        int d = kk * 16 + 2 * tg;
+        ka[kk][0] = zk_pair(k0p + d, r0 < Tn);
+        ka[kk][1] = zk_pair(k1p + d, r1 < Tn);
+        ka[kk][2] = zk_pair(k0p + d + 8, r0 < Tn);
+        ka[kk][3] = zk_pair(k1p + d + 8, r1 < Tn);
+    }
+    for (int e = threadIdx.x; e < ZK_QB * ZK_HD; e += blockDim.x) {
+        int j = e / ZK_HD, d = e % ZK_HD;
+        long long t = k0 + j;
+        Vr[j][d] = t < Tn ? v[((b * Tn + t) * KV + kvh) * ZK_HD + d].x : (unsigned short)0;
+    }
+    float adk[ZK_HD / 8][4], adv[ZK_HD / 8][4];
+#pragma unroll
+    for (int j = 0; j < ZK_HD / 8; j++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) adk[j][c] = adv[j][c] = 0.f;
+    for (long long hh = 0; hh < G; hh++) {
+        const long long h = kvh * G + hh;
+        for (long long qt = k0; qt < Tn; qt += ZK_QT) {
+            __syncthreads();
+            for (int e = threadIdx.x; e < ZK_QT * ZK_HD; e += blockDim.x) {
+                int i = e / ZK_HD, d = e % ZK_HD;
+                long long t = qt + i, off = ((b * Tn + t) * H + h) * ZK_HD + d;
+                unsigned short qx = t < Tn ? q[off].x : (unsigned short)0;
+                unsigned short ox = t < Tn ? dout[off].x : (unsigned short)0;
+                Qs[i][d] = qx;
+                Qt[d][i] = qx;
+                Os[i][d] = ox;
+                Ot[d][i] = ox;
+            }
+            if (threadIdx.x < ZK_QT) {
+                long long t = qt + threadIdx.x;
+                Ls[threadIdx.x] = t < Tn ? lse[(b * H + h) * Tn + t] : 0.f;
+                Ds[threadIdx.x] = t < Tn ? delta[(b * H + h) * Tn + t] : 0.f;
+            }
+            __syncthreads();
+            float s[ZK_QT / 8][4], dp[ZK_QT / 8][4];
+#pragma unroll
+            for (int j = 0; j < ZK_QT / 8; j++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) s[j][c] = dp[j][c] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < ZK_HD / 16; kk++) {
+                unsigned va[4];
+                va[0] = *(const unsigned *)&Vr[w * 16 + g][kk * 16 + 2 * tg];
+                va[1] = *(const unsigned *)&Vr[w * 16 + g + 8][kk * 16 + 2 * tg];
+                va[2] = *(const unsigned *)&Vr[w * 16 + g][kk * 16 + 8 + 2 * tg];
+                va[3] = *(const unsigned *)&Vr[w * 16 + g + 8][kk * 16 + 8 + 2 * tg];
+#pragma unroll
+                for (int j = 0; j < ZK_QT / 8; j++) {
+                    unsigned bq[2], bo[2];
+                    bq[0] = *(const unsigned *)&Qs[j * 8 + g][kk * 16 + 2 * tg];
+                    bq[1] = *(const unsigned *)&Qs[j * 8 + g][kk * 16 + 8 + 2 * tg];
+                    bo[0] = *(const unsigned *)&Os[j * 8 + g][kk * 16 + 2 * tg];
+                    bo[1] = *(const unsigned *)&Os[j * 8 + g][kk * 16 + 8 + 2 * tg];
+                    zk_mma16816(s[j], ka[kk], bq);
+                    zk_mma16816(dp[j], va, bo);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < ZK_QT / 8; j++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    int qi = j * 8 + 2 * tg + (c & 1);
+                    long long query = qt + qi, key = c < 2 ? r0 : r1;
+                    bool ok = query < Tn && key < Tn && query >= key;
+                    float p = ok ? exp2f(s[j][c] * sc - Ls[qi]) : 0.f;
+                    s[j][c] = p;
+                    dp[j][c] = p * (dp[j][c] - Ds[qi]); /* dS^T */
+                }
+            unsigned pa[4], da[4];
+            pa[0] = zk_pack2(s[0][0], s[0][1]);
+            pa[1] = zk_pack2(s[0][2], s[0][3]);
+            pa[2] = zk_pack2(s[1][0], s[1][1]);
+            pa[3] = zk_pack2(s[1][2], s[1][3]);
+            da[0] = zk_pack2(dp[0][0], dp[0][1]);
+            da[1] = zk_pack2(dp[0][2], dp[0][3]);
+            da[2] = zk_pack2(dp[1][0], dp[1][1]);
+            da[3] = zk_pack2(dp[1][2], dp[1][3]);
+#pragma unroll
+            for (int j = 0; j < ZK_HD / 8; j++) {
+                unsigned bo[2], bq[2];
+                bo[0] = *(const unsigned *)&Ot[j * 8 + g][2 * tg];
+                bo[1] = *(const unsigned *)&Ot[j * 8 + g][8 + 2 * tg];
+                bq[0] = *(const unsigned *)&Qt[j * 8 + g][2 * tg];
+                bq[1] = *(const unsigned *)&Qt[j * 8 + g][8 + 2 * tg];
+                zk_mma16816(adv[j], pa, bo);
+                zk_mma16816(adk[j], da, bq);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < ZK_HD / 8; j++) {
+        int d = j * 8 + 2 * tg;
+        for (int r = 0; r < 2; r++) {
+            long long key = r ? r1 : r0;
+            if (key >= Tn) continue;
+            long long off = ((b * Tn + key) * KV + kvh) * ZK_HD + d;
+            if (dk) {
+                zk_st(dk + off, zk_ld(dk + off) + adk[j][2 * r] * scale);
+                zk_st(dk + off + 1, zk_ld(dk + off + 1) + adk[j][2 * r + 1] * scale);
+            }
+            if (dv) {
+                zk_st(dv + off, zk_ld(dv + off) + adv[j][2 * r]);
+                zk_st(dv + off + 1, zk_ld(dv + off + 1) + adv[j][2 * r + 1]);
+            }
+        }
+    }
+}
+#else
 /* dv[j] += sum_i p_ij dO_i, dk[j] += scale * sum_i ds_ij q_i over i >= j and
  * every query head of the kv head. */
 extern "C" __global__ void __launch_bounds__(ZK_NW * 32)
@@ -582,3 +722,4 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
         }
     }
 }
+#endif /* ZK_TC_ATTN */
