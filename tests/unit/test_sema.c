@@ -13,6 +13,8 @@
 #include "graph.h"
 #include "loader.h"
 #include "sema.h"
+#include "autodiff.h"
+#include "prim.h"
 
 #ifndef ZINF_STDLIB_DIR
 #define ZINF_STDLIB_DIR "stdlib"
@@ -485,6 +487,63 @@ START_TEST(train_settings) {
 }
 END_TEST
 
+/* Every forward op's outputs re-derived through the shared prim table agree
+ * with the graph, and autodiff accepts the graph. */
+static void graph_contract(const char *path) {
+    Run r;
+    run_path(&r, path);
+    ck_assert_msg(r.ok, "%s: %.2000s", path, r.text);
+    Graph *g = &r.g;
+    for (int k = 0; k < g->nforward; k++) {
+        const GOp *o = &g->ops[k];
+        PrimCall c;
+        memset(&c, 0, sizeof c);
+        c.prim = o->prim;
+        c.nin = o->nin;
+        for (int i = 0; i < o->nin; i++) {
+            const GTensor *t = &g->tensors[o->in[i]];
+            c.in[i].dtype = t->dtype;
+            c.in[i].rank = t->rank;
+            memcpy(c.in[i].dims, t->dims, sizeof t->dims);
+        }
+        memcpy(c.iattr, o->iattr, sizeof c.iattr);
+        memcpy(c.fattr, o->fattr, sizeof c.fattr);
+        const PrimInfo *p = prim_info(o->prim);
+        for (int i = 0; i < p->nattr; i++) c.attr_set[i] = true;
+        if (o->prim == PRIM_SPLIT) { /* sizes are the outputs' last dims */
+            c.nsizes = o->nout;
+            for (int i = 0; i < o->nout; i++) {
+                const GTensor *t = &g->tensors[o->out[i]];
+                c.sizes[i] = t->dims[t->rank - 1];
+            }
+        }
+        c.act_dtype = g->train.dtype;
+        PrimShape out[GRAPH_MAX_OUT];
+        int nout;
+        PrimError err;
+        ck_assert_msg(prim_infer(&c, out, &nout, &err), "%s op %d: %s", path, k, err.msg);
+        ck_assert_int_eq(nout, o->nout);
+        for (int i = 0; i < nout; i++) {
+            const GTensor *t = &g->tensors[o->out[i]];
+            ck_assert_int_eq(out[i].dtype, t->dtype);
+            ck_assert_int_eq(out[i].rank, t->rank);
+            for (int j = 0; j < t->rank; j++) ck_assert_int_eq(out[i].dims[j], t->dims[j]);
+            ck_assert_int_eq(t->producer, k);
+        }
+    }
+    ck_assert_msg(ad_build(g, &r.d), "%s: autodiff refused the graph", path);
+    ck_assert_int_gt(g->nops, g->nforward);
+    run_free(&r);
+}
+
+START_TEST(graphs_satisfy_the_prim_table_and_autodiff) {
+    graph_contract("examples/gpt2-tiny.zl");
+    graph_contract("examples/llama-tiny.zl");
+    graph_contract("examples/gpt2-small.zl");
+    graph_contract("examples/llama2-70b.zl");
+}
+END_TEST
+
 /* ---- parameter counts of the real example files ---- */
 
 static int64_t count_of(const char *path, Graph *keep_name_check) {
@@ -543,6 +602,7 @@ int main(void) {
     tcase_add_test(t, every_error_reported_without_cascade);
     tcase_add_test(t, model_rules);
     tcase_add_test(t, train_settings);
+    tcase_add_test(t, graphs_satisfy_the_prim_table_and_autodiff);
     tcase_add_test(t, exact_counts);
     tcase_add_test(t, zero_infinity_table1);
     suite_add_tcase(s, t);
