@@ -97,6 +97,7 @@ struct Sema {
     int depth;
     int eval_depth;
     bool too_deep;
+    bool after_syntax_errors; /* the sink had errors before checking: absences may be their cascade */
     Seen *seen;
     int nseen, capseen;
     /* parameter names already used */
@@ -896,7 +897,7 @@ static Val call_layer(Sema *s, Ctx *c, const Decl *L, const Expr *e) {
     Val r = exec_body(s, &callee, &L->body, &returned);
     s->depth--;
     if (!returned) {
-        error(s, L->name_span, "layer '%s' has no return statement", L->name);
+        if (!s->after_syntax_errors) error(s, L->name_span, "layer '%s' has no return statement", L->name);
         return POISON;
     }
     return r;
@@ -1725,6 +1726,7 @@ Sema *sema_new(Arena *a, const Program *prog, const SourceSet *src, DiagSink *d)
     s->d = d;
     s->segment = -1;
     s->train_scope = 0;
+    s->after_syntax_errors = d->errors > 0;
     s->nfiles = prog->nfiles;
     s->files = ARENA_NEWN(a, FileScope, prog->nfiles ? prog->nfiles : 1);
     if (!s->files) return NULL;
@@ -1780,6 +1782,7 @@ bool sema_check(Sema *s, Graph *g) {
         }
     }
     if (!model) {
+        if (s->after_syntax_errors) return false; /* most likely lost to a syntax error */
         Span sp = {s->nfiles ? s->files[0].file : -1, 0, 0};
         if (error(s, sp, "no model in this program"))
             diag_hint(s->d, "declare one: model NAME(tokens: i32[B, T], targets: i32[B, T]) { ... loss ... }");
@@ -1846,7 +1849,7 @@ bool sema_check(Sema *s, Graph *g) {
     }
     bool returned = false;
     exec_body(s, &c, &model->body, &returned);
-    if (g->loss == -1) {
+    if (g->loss == -1 && !s->after_syntax_errors) {
         if (error(s, model->name_span, "model '%s' has no loss statement", model->name))
             diag_hint(s->d, "end the model with: loss cross_entropy(logits, targets)");
     }

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Robustness of zinfc --check on damaged sources: every example (and the
-# stdlib files it imports) truncated at many points and with single bytes
-# replaced, at deterministic positions (an LCG with a fixed seed). Each run
+# stdlib files it imports) truncated at many points, with single bytes
+# replaced, and with one word or number replaced by another (which mostly
+# parses, so the checker sees it), at deterministic positions (an LCG with a fixed seed). Each run
 # must end within 10 s with exit 0 or 1, exit 1 must print an "error:" line,
 # and no sanitizer report may appear. Runs in the plain and the asan builds.
 #   tests/e2e/san_robust.sh BUILD
@@ -51,7 +52,29 @@ mutate() { # mutate SRC DST: truncation or byte replacement, chosen by the LCG
   len=$(wc -c < "$1")
   [ "$len" -gt 1 ] || { cp "$1" "$2"; return; }
   rnd "$len"; k=$r
-  if [ "$MODE" = trunc ]; then
+  if [ "$MODE" = token ]; then
+    # replace the k-th word or number with another that parses: exercises the checker
+    rnd 1000000; k=$r
+    rnd 14; w=$(echo "0 -1 3 9223372036854775807 1.5 x D B heads block wte param T 4096" | cut -d' ' -f$((r + 1)))
+    awk -v k="$k" -v w="$w" '
+      { lines[NR] = $0 }
+      END {
+        n = 0
+        for (i = 1; i <= NR; i++) { s = lines[i]; while (match(s, /[A-Za-z_0-9.]+/)) { n++; s = substr(s, RSTART + RLENGTH) } }
+        if (n == 0) { for (i = 1; i <= NR; i++) print lines[i]; exit }
+        t = k % n; c = 0
+        for (i = 1; i <= NR; i++) {
+          s = lines[i]; out = ""
+          while (match(s, /[A-Za-z_0-9.]+/)) {
+            tok = substr(s, RSTART, RLENGTH)
+            out = out substr(s, 1, RSTART - 1) (c == t ? w : tok)
+            c++; s = substr(s, RSTART + RLENGTH)
+          }
+          print out s
+        }
+      }' "$1" > "$2"
+    VARIANT="$(basename "$1") token $k := $w"
+  elif [ "$MODE" = trunc ]; then
     head -c "$k" "$1" > "$2"
     VARIANT="$(basename "$1") cut at $k"
   else
@@ -61,10 +84,10 @@ mutate() { # mutate SRC DST: truncation or byte replacement, chosen by the LCG
   fi
 }
 
-PER=${ZINF_ROBUST_PER:-12}
+PER=${ZINF_ROBUST_PER:-8}
 for f in examples/*.zl examples/zero-infinity/*.zl stdlib/nn.zl stdlib/llama.zl; do
   [ -f "$f" ] || continue
-  for MODE in trunc byte; do
+  for MODE in trunc byte token; do
     i=0
     while [ $i -lt "$PER" ]; do
       case "$f" in

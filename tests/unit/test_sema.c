@@ -434,6 +434,12 @@ START_TEST(model_rules) {
     run_src(&r, "const T = 4\n");
     expect_has(&r, "error: no model in this program");
     run_free(&r);
+    /* after a syntax error, a missing loss (or return, or model) is its cascade: not reported */
+    run_src(&r, "const V = 3\nmodel m(t: i32[B, 4]) {\n  w = param [V] init zeros\n  loss = 3\n}\n"
+                "layer f(x) {\n  return = 2\n}\n");
+    ck_assert_int_eq(r.d.errors, 2);
+    ck_assert_ptr_null(strstr(r.text, "no loss"));
+    run_free(&r);
     run_src(&r, "layer f(x) { return g(x) }\nlayer g(x) { return f(x) }\n" MODEL_HEAD "  y = f(x)\n" MODEL_TAIL);
     expect_has(&r, "error: layer 'f' calls itself (f -> g -> f)");
     ck_assert_int_eq(r.d.errors, 1);
