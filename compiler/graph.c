@@ -41,7 +41,7 @@ int graph_add_tensor(Graph *g, const char *name, DType dt, int rank, const int64
     t->numel = 1;
     for (int i = 0; i < rank; i++) {
         t->dims[i] = dims[i];
-        t->numel *= dims[i];
+        if (dims[i] < 0 || __builtin_mul_overflow(t->numel, dims[i], &t->numel)) return -1; /* no such tensor */
     }
     t->cls = cls;
     t->producer = -1;

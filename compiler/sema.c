@@ -501,6 +501,16 @@ static Val prim_call(Sema *s, Ctx *c, const PrimInfo *p, const Expr *call, const
         if (error(s, call->span, "%s", pe.msg)) blame_notes(s, c, p, pe.blame, tin, tin_e, nin);
         return POISON;
     }
+    for (int i = 0; i < nout; i++) {
+        int64_t n = 1;
+        for (int j = 0; j < out[i].rank; j++)
+            if (__builtin_mul_overflow(n, out[i].dims[j], &n)) {
+                char b[160];
+                error(s, call->span, "%s: the result %s has more than 2^63 elements", p->name,
+                      prim_shape_str(&out[i], b, sizeof b));
+                return POISON;
+            }
+    }
     GOp op;
     memset(&op, 0, sizeof op);
     op.kind = OP_FWD;
@@ -1640,6 +1650,7 @@ static void build_scopes(Sema *s) {
         for (int k = 0; k < dl->len; k++) {
             const Decl *d = dl->items[k];
             if (d->kind == DL_IMPORT) {
+                if (!d->name) continue;
                 int imp = resolve_import(s, d->name);
                 if (imp >= 0 && imp != fi) {
                     bool dup = false;
@@ -1836,6 +1847,12 @@ bool sema_check(Sema *s, Graph *g) {
             error(s, pd->span, "a model has at most 4 inputs");
             bad = true;
         }
+        int64_t numel = 1;
+        for (int j = 0; !bad && j < pd->type.dims.len; j++)
+            if (__builtin_mul_overflow(numel, dims[j], &numel)) {
+                error(s, pd->type.span, "input '%s' has more than 2^63 elements", pd->name);
+                bad = true;
+            }
         if (bad) {
             bind(s, &c, pd->name, POISON, pd->span);
             continue;

@@ -399,6 +399,28 @@ START_TEST(operators_and_misc_errors) {
 }
 END_TEST
 
+START_TEST(element_counts_past_64_bits) {
+    Run r;
+    run_src(&r, "const G = 4611686018427387904\n"
+                "model m(tokens: i32[B, G], big: i32[G, 4], targets: i32[B, G]) {\n"
+                "  w = param [G, 4] init zeros\n  e = param [8, G] init zeros\n"
+                "  x = embedding(e, tokens)\n  loss cross_entropy(x, targets)\n}\n");
+    ck_assert(!r.ok);
+    expect_has(&r, "error: input 'big' has more than 2^63 elements");
+    expect_has(&r, "main.zl:3:7: error: the param's element count overflows 64 bits");
+    expect_has(&r, "main.zl:4:7: error: the param's element count overflows 64 bits");
+    ck_assert_int_eq(r.d.errors, 3); /* x and the loss are poison: nothing more */
+    run_free(&r);
+    run_src(&r, "const G = 4611686018427387904\n"
+                "model m(tokens: i32[B, G], targets: i32[B, G]) {\n"
+                "  e = param [8, 4] init zeros\n"
+                "  x = embedding(e, tokens)\n  loss cross_entropy(x, targets)\n}\n");
+    expect_has(&r, "error: embedding: the result [1, 4611686018427387904, 4] has more than 2^63 elements");
+    ck_assert_int_eq(r.d.errors, 1);
+    run_free(&r);
+}
+END_TEST
+
 START_TEST(every_error_reported_without_cascade) {
     Run r;
     /* three independent mistakes; the poisoned values raise nothing further */
@@ -605,6 +627,7 @@ int main(void) {
     tcase_add_test(t, naming_of_repeats_and_second_calls);
     tcase_add_test(t, layer_binding);
     tcase_add_test(t, operators_and_misc_errors);
+    tcase_add_test(t, element_counts_past_64_bits);
     tcase_add_test(t, every_error_reported_without_cascade);
     tcase_add_test(t, model_rules);
     tcase_add_test(t, train_settings);
