@@ -271,6 +271,20 @@ START_TEST(gpt2_tiny_graph) {
 }
 END_TEST
 
+START_TEST(stdlib_gpt_layer) {
+    /* the whole model as one stdlib layer: same parameters as examples/gpt2-tiny.zl, one level deeper */
+    Run r;
+    run_src(&r, "import \"gpt\"\nconst T = 64\nmodel tiny(tokens: i32[B, T], targets: i32[B, T]) {\n"
+                "  loss cross_entropy(gpt(tokens, 256, 128, 4, 4), targets)\n}\ntrain { micro_batch = 4 }\n");
+    ck_assert_msg(r.ok, "%s", r.text);
+    ck_assert_int_eq(graph_param_count(&r.g), 834304);
+    ck_assert_int_ge(find_tensor(&r.g, "gpt.block.3.attn.wqkv"), 0);
+    ck_assert_int_ge(find_tensor(&r.g, "gpt.ln.g"), 0);
+    ck_assert_int_eq(r.g.nsegments, 4);
+    run_free(&r);
+}
+END_TEST
+
 START_TEST(dtype_rules) {
     Run r;
     run_src(&r, MODEL_HEAD "  g = param f32 [D] init ones\n  x = rmsnorm(x, g)\n" MODEL_TAIL
@@ -622,6 +636,7 @@ int main(void) {
     tcase_add_test(t, deep_expression_is_an_error_not_a_crash);
     tcase_add_test(t, imports_and_duplicates);
     tcase_add_test(t, gpt2_tiny_graph);
+    tcase_add_test(t, stdlib_gpt_layer);
     tcase_add_test(t, dtype_rules);
     tcase_add_test(t, tuple_split_and_repeat_index);
     tcase_add_test(t, naming_of_repeats_and_second_calls);
