@@ -8,7 +8,7 @@
 #include <string.h>
 #include "prim.h"
 
-enum { SEMA_MAX_DEPTH = 64, SEMA_MAX_REPEAT = 1 << 20, SEMA_MAX_EXPR_DEPTH = 1000 };
+enum { SEMA_MAX_DEPTH = 64, SEMA_MAX_REPEAT = 1 << 16, SEMA_MAX_EXPR_DEPTH = 1000, SEMA_MAX_TENSORS = 1 << 18 };
 
 /* ---- values ---- */
 
@@ -97,6 +97,7 @@ struct Sema {
     int depth;
     int eval_depth;
     bool too_deep;
+    bool too_big;             /* the tensor limit was hit: stop expanding */
     bool after_syntax_errors; /* the sink had errors before checking: absences may be their cascade */
     Seen *seen;
     int nseen, capseen;
@@ -471,7 +472,17 @@ static void blame_notes(Sema *s, Ctx *c, const PrimInfo *p, unsigned blame, cons
     }
 }
 
+/* The graph is bounded: a typo in a repeat count must not take the machine. */
+static bool room(Sema *s, Span sp) {
+    if (s->g->ntensors < SEMA_MAX_TENSORS) return true;
+    if (!s->too_big)
+        error(s, sp, "the model is too large: more than %d tensors (is a repeat count too large?)", SEMA_MAX_TENSORS);
+    s->too_big = true;
+    return false;
+}
+
 static int add_act(Sema *s, const PrimShape *sh, TensorClass cls, Span sp) {
+    if (!room(s, sp)) return -1;
     int id = graph_add_tensor(s->g, NULL, sh->dtype, sh->rank, sh->dims, cls);
     if (id < 0) return -1;
     s->g->tensors[id].name = arena_printf(s->a, "%%%d", id);
@@ -1022,28 +1033,35 @@ static Val eval_expr(Sema *s, Ctx *c, const Expr *e) {
 
 /* ---- params ---- */
 
+/* Parameter names used so far: an open-addressing hash set (slots hold
+ * names; cappnames is a power of two, kept at most half full). */
 static bool pname_add(Sema *s, const char *name, Span sp) {
-    for (int i = 0; i < s->npnames; i++)
-        if (strcmp(s->pnames[i], name) == 0) {
-            if (error(s, sp, "parameter '%s' is defined twice", name))
-                diag_note(s->d, s->pspans[i], "first defined here");
-            return false;
-        }
-    if (s->npnames == s->cappnames) {
-        int nc = s->cappnames ? s->cappnames * 2 : 256;
+    if (2 * (s->npnames + 1) > s->cappnames) {
+        int nc = s->cappnames ? s->cappnames * 2 : 512;
         const char **nn = ARENA_NEWN(s->a, const char *, nc);
         Span *ns = ARENA_NEWN(s->a, Span, nc);
         if (!nn || !ns) return false;
-        if (s->npnames) {
-            memcpy(nn, s->pnames, sizeof *nn * (size_t)s->npnames);
-            memcpy(ns, s->pspans, sizeof *ns * (size_t)s->npnames);
+        for (int i = 0; i < s->cappnames; i++) {
+            if (!s->pnames[i]) continue;
+            uint64_t h = hash_str(s->pnames[i]) & (uint64_t)(nc - 1);
+            while (nn[h]) h = (h + 1) & (uint64_t)(nc - 1);
+            nn[h] = s->pnames[i];
+            ns[h] = s->pspans[i];
         }
         s->pnames = nn;
         s->pspans = ns;
         s->cappnames = nc;
     }
-    s->pnames[s->npnames] = name;
-    s->pspans[s->npnames++] = sp;
+    uint64_t mask = (uint64_t)(s->cappnames - 1), h = hash_str(name) & mask;
+    for (; s->pnames[h]; h = (h + 1) & mask)
+        if (strcmp(s->pnames[h], name) == 0) {
+            if (error(s, sp, "parameter '%s' is defined twice", name))
+                diag_note(s->d, s->pspans[h], "first defined here");
+            return false;
+        }
+    s->pnames[h] = name;
+    s->pspans[h] = sp;
+    s->npnames++;
     return true;
 }
 
@@ -1119,6 +1137,7 @@ static Val make_param(Sema *s, Ctx *c, const char *var, const Expr *e) {
     const char *name = c->path[0] ? arena_printf(s->a, "%s.%s", c->path, comp) : comp;
     if (!pname_add(s, name, e->span)) return POISON;
     DType dt = e->dtype != DT_NONE ? e->dtype : s->train.dtype;
+    if (!room(s, e->span)) return POISON;
     int id = graph_add_tensor(s->g, name, dt, e->dims.len, dims, TC_PARAM);
     if (id < 0) return POISON;
     GTensor *t = &s->g->tensors[id];
@@ -1255,7 +1274,7 @@ static void exec_repeat(Sema *s, Ctx *c, const Stmt *st, bool *returned, Val *re
         if (ib) unbind(c, ib);
         if (owns) s->segment = -1;
         after = c->counts;
-        if (s->d->truncated) break;
+        if (s->d->truncated || s->too_big) break;
     }
     c->in_repeat--;
     c->counts = after;

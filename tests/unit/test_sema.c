@@ -435,6 +435,19 @@ START_TEST(element_counts_past_64_bits) {
 }
 END_TEST
 
+START_TEST(runaway_repeats_are_bounded) {
+    Run r;
+    run_src(&r, "layer l(x: [B, T, D]) { w = param [D, D] init zeros\n v = param [D, D] init zeros\n"
+                " return gelu(linear(linear(x, w), v)) }\n" MODEL_HEAD
+                "  repeat 65536 { x = l(x) }\n  repeat 65537 { x = l(x) }\n" MODEL_TAIL);
+    ck_assert(!r.ok);
+    expect_has(&r, "error: the model is too large: more than 262144 tensors (is a repeat count too large?)");
+    expect_has(&r, "error: repeat count 65537 is too large (at most 65536)");
+    ck_assert_int_eq(r.d.errors, 2);
+    run_free(&r);
+}
+END_TEST
+
 START_TEST(every_error_reported_without_cascade) {
     Run r;
     /* three independent mistakes; the poisoned values raise nothing further */
@@ -643,6 +656,7 @@ int main(void) {
     tcase_add_test(t, layer_binding);
     tcase_add_test(t, operators_and_misc_errors);
     tcase_add_test(t, element_counts_past_64_bits);
+    tcase_add_test(t, runaway_repeats_are_bounded);
     tcase_add_test(t, every_error_reported_without_cascade);
     tcase_add_test(t, model_rules);
     tcase_add_test(t, train_settings);
