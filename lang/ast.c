@@ -1,6 +1,7 @@
 #include "ast.h"
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 Expr *ast_expr(Arena *a, ExprKind k, Span sp) {
@@ -143,10 +144,17 @@ static void dump_expr(const Expr *e, FILE *out) {
         else fprintf(out, "%" PRId64, e->ival);
         if (e->unit.kind != UNIT_NONE) fprintf(out, " %s", unit_name(e->unit));
         break;
-    case EX_FLOAT:
-        fprintf(out, "%.17g", e->fval);
+    case EX_FLOAT: {
+        /* the shortest form that reads back as the same double */
+        char buf[40];
+        for (int prec = 1; prec <= 17; prec++) {
+            snprintf(buf, sizeof buf, "%.*g", prec, e->fval);
+            if (strtod(buf, NULL) == e->fval) break;
+        }
+        fputs(buf, out);
         if (e->unit.kind != UNIT_NONE) fprintf(out, " %s", unit_name(e->unit));
         break;
+    }
     case EX_STR:
         fputc('"', out);
         for (size_t i = 0; i < e->slen; i++) {

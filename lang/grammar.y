@@ -1,7 +1,7 @@
 /* The .zl grammar (Lemon). Every action is one call into the AST builder
  * (lang/ast.c); syntax errors are recorded in the parse context, never
  * printed. docs/language.md has the same grammar in EBNF. */
-%name zlParse
+%name parse_zl
 %token_prefix TK_
 %token_type {Token}
 %default_type {Expr *}
@@ -13,11 +13,10 @@
 #include "ast.h"
 #include "lexer.h"
 #include "parse_ctx.h"
-static uint64_t zl_expected(void *parser);
 }
 
 %syntax_error {
-    parse_syntax_error(ctx, yymajor, &TOKEN, zl_expected(yypParser));
+    parse_syntax_error(ctx, yymajor, &TOKEN);
 }
 %parse_failure {
     ctx->failed = 1;
@@ -156,7 +155,8 @@ arg(A) ::= IDENT(N) ASSIGN expr(E).                 { A = (Arg){N.str, N.span, E
  * tried on a copy of the state stack, following the reductions it causes
  * (Lemon's tables are LALR with default reductions, so a token is accepted
  * only if it reaches a shift). Bit k set: token kind k. */
-static int zl_accepts(yyParser *p, int tok) {
+int parse_zl_accepts(void *parser, int tok) {
+    yyParser *p = parser;
     enum { CAP = 2100 };
     YYACTIONTYPE st[CAP];
     int n = (int)(p->yytos - p->yystack) + 1;
@@ -167,10 +167,13 @@ static int zl_accepts(yyParser *p, int tok) {
         YYACTIONTYPE act = yy_find_shift_action((YYCODETYPE)tok, st[top]);
         if (act >= YY_MIN_REDUCE) {
             unsigned rule = act - YY_MIN_REDUCE;
+            if (rule >= sizeof yyRuleInfoLhs / sizeof yyRuleInfoLhs[0]) return 0;
             top += yyRuleInfoNRhs[rule];
             if (top < 0) return 0;
             YYACTIONTYPE g = yy_find_reduce_action(st[top], yyRuleInfoLhs[rule]);
-            if (g > YY_MAX_SHIFT) g += YY_MIN_REDUCE - YY_MIN_SHIFTREDUCE;
+            /* A goto may be a plain state, a shift-reduce or (simplified by
+             * Lemon) a pure reduce; only the shift-reduce needs renumbering. */
+            if (g >= YY_MIN_SHIFTREDUCE && g <= YY_MAX_SHIFTREDUCE) g += YY_MIN_REDUCE - YY_MIN_SHIFTREDUCE;
             if (top + 1 >= CAP) return 1;
             st[++top] = g;
         } else if (act <= YY_MAX_SHIFTREDUCE || act == YY_ACCEPT_ACTION) {
@@ -182,10 +185,10 @@ static int zl_accepts(yyParser *p, int tok) {
     return 0;
 }
 
-static uint64_t zl_expected(void *parser) {
+uint64_t parse_zl_expected(void *parser) {
     uint64_t set = 0;
     for (int t = 0; t < YYNTOKEN && t < 64; t++)
-        if (zl_accepts((yyParser *)parser, t)) set |= (uint64_t)1 << t;
+        if (parse_zl_accepts(parser, t)) set |= (uint64_t)1 << t;
     return set;
 }
 }

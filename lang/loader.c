@@ -83,6 +83,14 @@ bool program_load(Arena *a, SourceSet *src, DiagSink *d, const char *main_path, 
             dirs[ndirs++] = here;
             for (int i = 0; opt && i < opt->ninclude && ndirs < 63; i++) dirs[ndirs++] = opt->include_dirs[i];
             dirs[ndirs++] = stdlib;
+            /* each directory once, in its first place */
+            int nd = 0;
+            for (int i = 0; i < ndirs; i++) {
+                bool dup = false;
+                for (int j = 0; j < nd; j++) dup |= !strcmp(dirs[j], dirs[i]);
+                if (!dup) dirs[nd++] = dirs[i];
+            }
+            ndirs = nd;
             const char *found = NULL;
             if (file[0] == '/') {
                 if (is_file(file)) found = file;

@@ -6,10 +6,6 @@
 #include "lexer.h"
 #include "parse_ctx.h"
 
-/* The Lemon parser's entry points (generated into grammar.c). */
-void *zlParseAlloc(void *(*alloc)(size_t), PCtx *ctx);
-void zlParse(void *p, int major, Token minor);
-void zlParseFree(void *p, void (*dealloc)(void *));
 
 static Span tok_span(const Token *t) { return t ? t->span : SPAN_NONE; }
 
@@ -63,8 +59,9 @@ static const char *list_expected(PCtx *c, uint64_t e) {
     return s;
 }
 
-void parse_syntax_error(PCtx *c, int major, const Token *t, uint64_t e) {
+void parse_syntax_error(PCtx *c, int major, const Token *t) {
     c->syntax_errors++;
+    uint64_t e = c->expected;
     Lexer *L = c->lex;
     if (c->silent) return;
     if (L->errors > c->lex_errors_at_sep) return; /* a bad character in this statement was reported */
@@ -78,7 +75,7 @@ void parse_syntax_error(PCtx *c, int major, const Token *t, uint64_t e) {
         char close = b->ch == '(' ? ')' : b->ch == '[' ? ']' : '}';
         int ck = b->ch == '(' ? TK_RPAREN : b->ch == '[' ? TK_RBRACK : TK_RBRACE;
         if (e & BIT(ck)) {
-            bool nl = t->nl.file >= 0 && b->ch != '{' && !expr_ok;
+            bool nl = !eof && t->nl.file >= 0 && b->ch != '{' && !expr_ok;
             if (nl) {
                 at = t->nl;
                 found = "newline";
@@ -362,11 +359,11 @@ static void close_all(PCtx *c, void *p, const Token *at) {
     while (L->depth > 0) {
         const LexBracket *b = lex_open(L);
         char ch = b ? b->ch : '{';
-        if (ch == '{') zlParse(p, TK_NL, t);
-        zlParse(p, ch == '(' ? TK_RPAREN : ch == '[' ? TK_RBRACK : TK_RBRACE, t);
+        if (ch == '{') parse_zl(p, TK_NL, t);
+        parse_zl(p, ch == '(' ? TK_RPAREN : ch == '[' ? TK_RBRACK : TK_RBRACE, t);
         lex_pop(L);
     }
-    zlParse(p, TK_NL, t);
+    parse_zl(p, TK_NL, t);
     c->silent = false;
 }
 
@@ -391,7 +388,7 @@ AstFile *parse_source(Arena *a, const SourceSet *src, int file, DiagSink *d) {
     Lexer L;
     lex_init(&L, sf->text, (uint32_t)sf->len, file, a, d);
     PCtx c = {.arena = a, .d = d, .lex = &L, .out = f, .file = file, .reported_open = SPAN_NONE};
-    void *p = zlParseAlloc(malloc, &c);
+    void *p = parse_zlAlloc(malloc, &c);
     if (!p) return NULL;
     Token t;
     bool skipping = false; /* after a syntax error: tokens up to the next separator are dropped */
@@ -421,7 +418,7 @@ AstFile *parse_source(Arena *a, const SourceSet *src, int file, DiagSink *d) {
             skipping = false;
             if (is_decl_kw(t.kind)) {
                 c.silent = true;
-                zlParse(p, TK_NL, t);
+                parse_zl(p, TK_NL, t);
                 c.silent = false;
             }
         }
@@ -438,11 +435,14 @@ AstFile *parse_source(Arena *a, const SourceSet *src, int file, DiagSink *d) {
             diag_error(d, t.span, "statement too long: more than %d operators", PARSE_MAX_OPS);
             diag_hint(d, "split it into several assignments");
             c.silent = true;
-            zlParse(p, TK_BAD, t);
+            parse_zl(p, TK_BAD, t);
             c.silent = false;
             ops = 0;
         } else {
-            zlParse(p, t.kind, t);
+            /* The expected set is taken before the token is fed: once the
+             * parser has made its default reductions it knows less. */
+            if (!parse_zl_accepts(p, t.kind)) c.expected = parse_zl_expected(p);
+            parse_zl(p, t.kind, t);
         }
         if (c.too_deep || t.kind == 0) break;
         if (c.syntax_errors > before) {
@@ -450,9 +450,9 @@ AstFile *parse_source(Arena *a, const SourceSet *src, int file, DiagSink *d) {
             if (is_decl_kw(t.kind) && depth == 0) {
                 /* `const V =` then `layer ...`: start the declaration afresh */
                 c.silent = true;
-                zlParse(p, TK_NL, t);
+                parse_zl(p, TK_NL, t);
                 c.silent = false;
-                zlParse(p, t.kind, t);
+                parse_zl(p, t.kind, t);
             } else if (!(t.kind == TK_NL || t.kind == TK_SEMI || t.kind == TK_RBRACE) || (t.kind == TK_RBRACE && depth == 0)) {
                 skipping = true;
                 rlevel = innermost_brace(&L);
@@ -460,6 +460,6 @@ AstFile *parse_source(Arena *a, const SourceSet *src, int file, DiagSink *d) {
         }
         if (t.kind == TK_NL || t.kind == TK_SEMI) c.lex_errors_at_sep = L.errors;
     }
-    zlParseFree(p, free);
+    parse_zlFree(p, free);
     return a->failed ? NULL : f;
 }

@@ -18,6 +18,7 @@ typedef struct PCtx {
     int syntax_errors;    /* syntax errors seen (reported or not) */
     int lex_errors_at_sep; /* L->errors when the current statement began */
     Span reported_open;   /* the bracket whose missing closer was last reported */
+    uint64_t expected;    /* what the parser accepted before the token it failed on */
 } PCtx;
 
 typedef struct ArgTail {
@@ -26,8 +27,17 @@ typedef struct ArgTail {
     Span end;
 } ArgTail;
 
-/* Called by the grammar on a syntax error; expected: bit k set if token kind k would do. */
-void parse_syntax_error(PCtx *c, int major, const Token *t, uint64_t expected);
+/* Called by the grammar on a syntax error. */
+void parse_syntax_error(PCtx *c, int major, const Token *t);
+
+/* The Lemon parser (generated into grammar.c, %name parse_zl). */
+void *parse_zlAlloc(void *(*alloc)(size_t), PCtx *ctx);
+void parse_zl(void *p, int major, Token minor);
+void parse_zlFree(void *p, void (*dealloc)(void *));
+/* Whether the parser in its current state would shift token kind tok
+ * (following the reductions it causes), and the set of such kinds (bit k). */
+int parse_zl_accepts(void *p, int tok);
+uint64_t parse_zl_expected(void *p);
 void parse_too_deep(PCtx *c);
 
 void ast_import(PCtx *c, const Token *kw, const Token *s);

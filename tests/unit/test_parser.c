@@ -1,0 +1,603 @@
+/* test_parser: every declaration, statement and expression form (through
+ * ast_dump and direct AST checks), precedence, syntax errors to the letter
+ * (rendered), recovery, robustness on hostile input, and the import loader. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "loader.h"
+#include "parse.h"
+
+static Arena A;
+static DiagSink D;
+static SourceSet S;
+
+static void setup(void) {
+    arena_init(&A);
+    diag_init(&D);
+    source_set_init(&S);
+}
+static void teardown(void) {
+    source_set_free(&S);
+    diag_free(&D);
+    arena_free(&A);
+}
+
+static AstFile *parse_n(const char *src, size_t n) {
+    int id = source_add(&S, "t.zl", src, n);
+    ck_assert_int_ge(id, 0);
+    AstFile *f = parse_source(&A, &S, id, &D);
+    ck_assert_ptr_nonnull(f);
+    return f;
+}
+static AstFile *parse(const char *src) { return parse_n(src, strlen(src)); }
+
+static char *dump(const AstFile *f) {
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&buf, &n);
+    ast_dump(f, m);
+    fclose(m);
+    char *r = arena_strdup(&A, buf);
+    free(buf);
+    return r;
+}
+static char *rendered(void) {
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&buf, &n);
+    diag_render(&D, &S, m, false);
+    fclose(m);
+    char *r = arena_strdup(&A, buf);
+    free(buf);
+    return r;
+}
+/* Parses src, asserting no diagnostics, and compares the dump. */
+static void roundtrip(const char *src, const char *want) {
+    AstFile *f = parse(src);
+    ck_assert_msg(D.len == 0, "%s: unexpected diagnostics:\n%s", src, rendered());
+    ck_assert_str_eq(dump(f), want);
+}
+
+static const char *design_example =
+    "import \"nn\"                                   # stdlib/nn.zl\n"
+    "\n"
+    "const V = 50304, T = 1024, D = 768, H = 12, L = 12\n"
+    "\n"
+    "model gpt2(tokens: i32[B, T], targets: i32[B, T]) {\n"
+    "  wte = param [V, D] init normal(0.02)\n"
+    "  wpe = param [T, D] init normal(0.02)\n"
+    "  x = embedding(wte, tokens) + embedding(wpe, arange(T))\n"
+    "  repeat L { x = block(x, H) }                # params instantiated per repeat\n"
+    "  loss cross_entropy(matmul(layernorm(x), wte, transpose_b), targets)\n"
+    "}\n"
+    "\n"
+    "train { micro_batch = 8; steps = 1000; dtype = bf16\n"
+    "        optimizer = adam(lr = 6e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1) }\n"
+    "\n"
+    "layer mlp(x: [B, T, D], hidden) {\n"
+    "  w1 = param [D, hidden] init normal(0.02);  b1 = param [hidden] init zeros\n"
+    "  w2 = param [hidden, D] init normal(0.02);  b2 = param [D] init zeros\n"
+    "  return linear(gelu(linear(x, w1, b1)), w2, b2)\n"
+    "}\n"
+    "\n"
+    "target dgx2 {\n"
+    "  nodes = 1; gpus_per_node = 16\n"
+    "  gpu  { memory = 32 GiB; flops = 125 T; hbm = 900 GB/s; pcie = 12 GB/s }\n"
+    "  cpu  { memory = 1.5 TiB; bandwidth = 100 GB/s }\n"
+    "  nvme { paths = [\"/local_nvme\"]; read = 25 GB/s; write = 12 GB/s; capacity = 28 TB }\n"
+    "  net  { bandwidth = 100 GB/s }\n"
+    "}\n"
+    "plan { offload \"params\" = \"nvme\"; tiles \"block.*.mlp.w1\" = 4 }\n";
+
+START_TEST(design_example_parses) {
+    roundtrip(design_example,
+              "import \"nn\"\n"
+              "const V = 50304\nconst T = 1024\nconst D = 768\nconst H = 12\nconst L = 12\n"
+              "model gpt2(tokens: i32[B, T], targets: i32[B, T]) {\n"
+              "  wte = param [V, D] init normal(0.02)\n"
+              "  wpe = param [T, D] init normal(0.02)\n"
+              "  x = (embedding(wte, tokens) + embedding(wpe, arange(T)))\n"
+              "  repeat L {\n"
+              "    x = block(x, H)\n"
+              "  }\n"
+              "  loss cross_entropy(matmul(layernorm(x), wte, transpose_b), targets)\n"
+              "}\n"
+              "train {\n"
+              "  micro_batch = 8\n  steps = 1000\n  dtype = bf16\n"
+              "  optimizer = adam(lr=0.0006, beta1=0.9, beta2=0.95, eps=1e-08, weight_decay=0.1)\n"
+              "}\n"
+              "layer mlp(x: [B, T, D], hidden) {\n"
+              "  w1 = param [D, hidden] init normal(0.02)\n"
+              "  b1 = param [hidden] init zeros\n"
+              "  w2 = param [hidden, D] init normal(0.02)\n"
+              "  b2 = param [D] init zeros\n"
+              "  return linear(gelu(linear(x, w1, b1)), w2, b2)\n"
+              "}\n"
+              "target dgx2 {\n"
+              "  nodes = 1\n  gpus_per_node = 16\n"
+              "  gpu {\n    memory = 32 GiB\n    flops = 125 T\n    hbm = 900 GB/s\n    pcie = 12 GB/s\n  }\n"
+              "  cpu {\n    memory = 1.5 TiB\n    bandwidth = 100 GB/s\n  }\n"
+              "  nvme {\n    paths = [\"/local_nvme\"]\n    read = 25 GB/s\n    write = 12 GB/s\n    capacity = 28 TB\n  }\n"
+              "  net {\n    bandwidth = 100 GB/s\n  }\n"
+              "}\n"
+              "plan {\n  offload \"params\" = \"nvme\"\n  tiles \"block.*.mlp.w1\" = 4\n}\n");
+}
+END_TEST
+
+START_TEST(decl_fields) {
+    AstFile *f = parse(design_example);
+    ck_assert_int_eq(f->decls.len, 11);
+    const Decl *imp = f->decls.items[0];
+    ck_assert_int_eq(imp->kind, DL_IMPORT);
+    ck_assert_str_eq(imp->name, "nn");
+    ck_assert_uint_eq(imp->name_span.off, 7);
+    ck_assert_uint_eq(imp->name_span.len, 4);
+    const Decl *c = f->decls.items[2];
+    ck_assert_int_eq(c->kind, DL_CONST);
+    ck_assert_str_eq(c->name, "T");
+    ck_assert_int_eq(c->value->kind, EX_INT);
+    ck_assert_int_eq(c->value->ival, 1024);
+    const Decl *m = f->decls.items[6];
+    ck_assert_int_eq(m->kind, DL_MODEL);
+    ck_assert_str_eq(m->name, "gpt2");
+    ck_assert_int_eq(m->file, f->file);
+    ck_assert_int_eq(m->params.len, 2);
+    ck_assert(m->params.items[0].type.present);
+    ck_assert_int_eq(m->params.items[0].type.dtype, DT_I32);
+    ck_assert_int_eq(m->params.items[0].type.dims.len, 2);
+    ck_assert_int_eq(m->body.len, 5);
+    const Stmt *rep = m->body.items[3];
+    ck_assert_int_eq(rep->kind, ST_REPEAT);
+    ck_assert_int_eq(rep->count->kind, EX_NAME);
+    ck_assert_ptr_null(rep->index);
+    ck_assert_int_eq(rep->body.len, 1);
+    ck_assert_int_eq(S.files[0].text[rep->open_brace.off], '{');
+    ck_assert_uint_eq(rep->open_brace.len, 1);
+    const Expr *p = m->body.items[0]->value;
+    ck_assert_int_eq(p->kind, EX_PARAM);
+    ck_assert_int_eq(p->init, INIT_NORMAL);
+    ck_assert_int_eq(p->dtype, DT_NONE);
+    ck_assert_int_eq(p->dims.len, 2);
+    ck_assert_int_eq(p->args.len, 1);
+    ck_assert_double_eq(p->args.items[0].value->fval, 0.02);
+    const Decl *l = f->decls.items[8];
+    ck_assert_int_eq(l->kind, DL_LAYER);
+    ck_assert(!l->params.items[1].type.present);
+    const Decl *t = f->decls.items[8 + 1];
+    ck_assert_int_eq(t->kind, DL_TARGET);
+    const Setting *gpu = t->settings.items[2];
+    ck_assert(gpu->is_block);
+    ck_assert_str_eq(gpu->key, "gpu");
+    ck_assert_int_eq(gpu->block.len, 4);
+    const Expr *mem = gpu->block.items[0]->value;
+    ck_assert_int_eq(mem->unit.kind, UNIT_BYTES);
+    ck_assert_uint_eq(mem->unit.scale, 1ull << 30);
+    ck_assert_int_eq(mem->ival, 32);
+}
+END_TEST
+
+START_TEST(precedence) {
+    roundtrip("const a = 1 + 2 * -3 - 4 % 5 / x\n", "const a = ((1 + (2 * (-3))) - ((4 % 5) / x))\n");
+    roundtrip("const a = -(1 + 2) * 3\n", "const a = ((-(1 + 2)) * 3)\n");
+    roundtrip("const a = 1 - 2 - 3\n", "const a = ((1 - 2) - 3)\n");
+    roundtrip("const a = - - f(x) * 2\n", "const a = ((-(-f(x))) * 2)\n");
+}
+END_TEST
+
+START_TEST(statements) {
+    roundtrip("layer attn(x: [B, T, D], heads, kv_heads = heads) {\n"
+              "  q, k, v = split(qkv(x), 3)\n"
+              "  repeat heads as i { y = f(i) }\n"
+              "  repeat 2 {\n  }\n"
+              "  ;;\n"
+              "  return q, k\n"
+              "}\n",
+              "layer attn(x: [B, T, D], heads, kv_heads = heads) {\n"
+              "  q, k, v = split(qkv(x), 3)\n"
+              "  repeat heads as i {\n    y = f(i)\n  }\n"
+              "  repeat 2 {\n  }\n"
+              "  return q, k\n"
+              "}\n");
+    AstFile *f = parse("layer l(x) { a, b = s(x); repeat n as j { } ; return a }");
+    const Decl *d = f->decls.items[0];
+    ck_assert_int_eq(D.errors, 0);
+    ck_assert_int_eq(d->body.items[0]->targets.len, 2);
+    ck_assert_str_eq(d->body.items[0]->targets.items[1], "b");
+    ck_assert_str_eq(d->body.items[1]->index, "j");
+    ck_assert_int_eq(d->body.items[2]->kind, ST_RETURN);
+    ck_assert_int_eq(d->body.items[2]->values.len, 1);
+}
+END_TEST
+
+START_TEST(expressions) {
+    roundtrip("const a = [1, \"s\", x, f(y = 2, z), []]\n", "const a = [1, \"s\", x, f(y=2, z), []]\n");
+    roundtrip("const a = f(\n  1,\n  2,\n)\n", "const a = f(1, 2)\n");
+    roundtrip("model m(t: bf16[D], u: f32) { w = param f32[D] init ones\n  v = param [D, 2] init uniform(0.1)\n  loss w }\n",
+              "model m(t: bf16[D], u: f32[]) {\n  w = param f32[D] init ones\n  v = param [D, 2] init uniform(0.1)\n"
+              "  loss w\n}\n");
+    roundtrip("const s = \"a\\tb\\x41\"\n", "const s = \"a\\x09bA\"\n");
+    roundtrip("train { dtype = f16 }\n", "train {\n  dtype = f16\n}\n");
+    AstFile *f = parse("const big = 99999999999999999999\nconst h = 0xff\n");
+    ck_assert(f->decls.items[0]->value->overflow);
+    ck_assert_int_eq(f->decls.items[1]->value->ival, 255);
+    ck_assert_int_eq(D.errors, 0);
+}
+END_TEST
+
+START_TEST(spans) {
+    AstFile *f = parse("const x = a + f(b, 2)\n");
+    const Expr *e = f->decls.items[0]->value;
+    ck_assert_int_eq(e->kind, EX_BINARY);
+    ck_assert_uint_eq(e->span.off, 10);
+    ck_assert_uint_eq(e->span.len, 11);
+    ck_assert_uint_eq(e->rhs->span.off, 14);
+    ck_assert_uint_eq(e->rhs->name_span.len, 1);
+    ck_assert_str_eq(e->rhs->str, "f");
+}
+END_TEST
+
+/* ---- errors, to the letter ---- */
+
+static void expect_errors(const char *src, const char *want) {
+    parse(src);
+    ck_assert_str_eq(rendered(), want);
+}
+
+START_TEST(error_missing_paren) {
+    expect_errors("layer f(x) {\n  y = g(x, 2\n  return y\n}\n",
+                  "t.zl:2:13: error: expected ')' to close the call to 'g', found newline\n"
+                  " 2 |   y = g(x, 2\n"
+                  "   |             ^\n"
+                  "t.zl:2:8: note: the '(' opened here\n"
+                  " 2 |   y = g(x, 2\n"
+                  "   |        ^\n");
+}
+END_TEST
+
+START_TEST(error_unclosed_brace) {
+    expect_errors("model m(x) {\n  loss x\n",
+                  "t.zl:3:1: error: expected '}' to close the model body, found end of file\n"
+                  " 3 | \n"
+                  "   | ^\n"
+                  "t.zl:1:12: note: the '{' opened here\n"
+                  " 1 | model m(x) {\n"
+                  "   |            ^\n");
+    /* the model is kept */
+    ck_assert_int_eq(D.errors, 1);
+}
+END_TEST
+
+START_TEST(error_unclosed_before_decl) {
+    AstFile *f = parse("layer a(x) {\n  return x\n\nmodel m(t) {\n  loss a(t)\n}\n");
+    ck_assert_int_eq(D.errors, 1);
+    ck_assert_str_eq(D.items[0].msg, "expected '}' to close the layer body, found keyword 'model'");
+    ck_assert_int_eq(D.items[1].level, DIAG_NOTE);
+    ck_assert_int_eq(f->decls.len, 2); /* both declarations survive */
+    ck_assert_int_eq(f->decls.items[0]->body.len, 1);
+    ck_assert_str_eq(f->decls.items[1]->name, "m");
+}
+END_TEST
+
+START_TEST(error_messages) {
+    static const struct { const char *src, *msg; } cases[] = {
+        {"const V 50304\n", "expected '=', found number '50304'"},
+        {"x = 1\n", "expected a declaration, found name 'x'"},
+        {"}\n", "unmatched '}'"},
+        {"const a = \n", "expected an expression, found end of file"},
+        {"const a = 1 2\n", "expected an operator or the end of the statement, found number '2'"},
+        {"layer f x\n", "expected '(', found name 'x'"},
+        {"layer f(x) { = 2 }\n", "expected a statement or '}', found '='"},
+        {"train { 3 }\n", "expected a setting or '}', found number '3'"},
+        {"const a = f(1 2)\n", "expected ')' to close the call to 'f', found number '2'"},
+        {"const a = [1 2]\n", "expected ']' to close the list, found number '2'"},
+        {"const a = (1\n", "expected ')' to close the parenthesis, found end of file"},
+        {"const a = f(=)\n", "expected an argument or ')', found '='"},
+        {"model m(x) { w = param [4] init gauss(1) }\n", "unknown initialiser 'gauss'"},
+        {"model m(x) { w = param [4] init zero }\n", "unknown initialiser 'zero'"},
+        {"model m(x) { return\n }\n", "expected an expression, found newline"},
+        {"import nn\n", "expected a string, found name 'nn'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        diag_free(&D);
+        diag_init(&D);
+        parse(cases[i].src);
+        ck_assert_msg(D.errors >= 1, "%s: no error", cases[i].src);
+        ck_assert_msg(!strcmp(D.items[0].msg, cases[i].msg), "%s: got \"%s\", want \"%s\"", cases[i].src, D.items[0].msg,
+                      cases[i].msg);
+    }
+}
+END_TEST
+
+START_TEST(error_hints) {
+    parse("target t { gpu { memory = 32 Gib } }\n");
+    ck_assert_int_eq(D.errors, 1);
+    ck_assert_str_eq(D.items[1].msg, "did you mean the unit 'GiB'? (units are case-sensitive)");
+    diag_free(&D);
+    diag_init(&D);
+    parse("model m(x) { w = param [4] init zero }\n");
+    ck_assert_str_eq(D.items[1].msg, "did you mean 'zeros'?");
+}
+END_TEST
+
+START_TEST(recovery_reports_each_error_once) {
+    /* one error per broken statement; good statements between them still parse */
+    AstFile *f = parse("const a = 1 +\n"
+                       "const b = 2\n"
+                       "layer l(x) {\n"
+                       "  y = f(x,, 1)\n"
+                       "  z = x\n"
+                       "  w = (x\n"
+                       "  v = x )\n"
+                       "  u = x\n"
+                       "}\n"
+                       "train { steps = ; lr = 1 }\n"
+                       "model m(t) { loss t }\n");
+    char *r = rendered();
+    ck_assert_msg(D.errors == 4, "%d errors:\n%s", D.errors, r);
+    ck_assert_str_eq(D.items[0].msg, "expected an expression, found keyword 'const'");
+    ck_assert_str_eq(D.items[1].msg, "expected an argument or ')', found ','");
+    ck_assert_str_eq(D.items[2].msg, "expected ')' to close the parenthesis, found newline");
+    int last = D.len - 1;
+    ck_assert_str_eq(D.items[last].msg, "expected an expression, found ';'");
+    /* declarations kept: const b, layer l, train, model m */
+    ck_assert_int_eq(f->decls.len, 4);
+    ck_assert_str_eq(f->decls.items[0]->name, "b");
+    const Decl *l = f->decls.items[1];
+    ck_assert_int_eq(l->body.len, 2); /* z = x and u = x */
+    ck_assert_str_eq(l->body.items[0]->targets.items[0], "z");
+    ck_assert_str_eq(l->body.items[1]->targets.items[0], "u");
+    ck_assert_int_eq(f->decls.items[2]->settings.len, 1);
+    ck_assert_str_eq(f->decls.items[3]->name, "m");
+}
+END_TEST
+
+START_TEST(recovery_nested_junk_braces) {
+    /* the '{' of a broken statement is matched inside the skipped text */
+    AstFile *f = parse("layer l(x) {\n  y = f { a = 1 }\n  z = x\n}\nmodel m(t) { loss t }\n");
+    ck_assert_int_eq(D.errors, 1);
+    ck_assert_int_eq(f->decls.len, 2);
+    ck_assert_int_eq(f->decls.items[0]->body.len, 1);
+}
+END_TEST
+
+START_TEST(bad_character_costs_one_error) {
+    AstFile *f = parse("model m(t) {\n  x = 1 @ 2\n  y = $\n  loss t\n}\n");
+    ck_assert_int_eq(D.errors, 2);
+    ck_assert_str_eq(D.items[0].msg, "unexpected character '@'");
+    ck_assert_str_eq(D.items[1].msg, "unexpected character '$'");
+    ck_assert_int_eq(f->decls.items[0]->body.len, 1);
+}
+END_TEST
+
+/* ---- robustness ---- */
+
+static char *repeat_str(const char *a, int n, const char *mid, const char *b, int m) {
+    size_t la = strlen(a), lb = strlen(b), lm = strlen(mid);
+    char *s = malloc(la * (size_t)n + lm + lb * (size_t)m + 1);
+    char *p = s;
+    for (int i = 0; i < n; i++, p += la) memcpy(p, a, la);
+    memcpy(p, mid, lm);
+    p += lm;
+    for (int i = 0; i < m; i++, p += lb) memcpy(p, b, lb);
+    *p = 0;
+    return s;
+}
+
+START_TEST(deep_parentheses) {
+    char *s = repeat_str("(", 100000, "const a = 1", ")", 100000);
+    char *t = repeat_str("", 0, "const a = ", "(", 100000);
+    parse(s);
+    ck_assert_int_ge(D.errors, 1);
+    diag_free(&D);
+    diag_init(&D);
+    parse(t);
+    ck_assert_int_eq(D.errors, 1);
+    ck_assert_str_eq(D.items[0].msg, "brackets nested too deeply (more than 100)");
+    free(s);
+    free(t);
+}
+END_TEST
+
+START_TEST(deep_nesting_allowed_up_to_limit) {
+    char *s = repeat_str("", 0, "const a = ", "(", 99);
+    char *all = malloc(strlen(s) + 200);
+    sprintf(all, "%s1", s);
+    for (int i = 0; i < 99; i++) strcat(all, ")");
+    strcat(all, "\n");
+    AstFile *f = parse(all);
+    ck_assert_int_eq(D.errors, 0);
+    ck_assert_int_eq(f->decls.len, 1);
+    free(s);
+    free(all);
+}
+END_TEST
+
+START_TEST(long_expressions) {
+    char *minus = repeat_str("", 0, "const a = ", "-", 200000);
+    parse(minus);
+    ck_assert_int_ge(D.errors, 1);
+    char *sum = repeat_str("", 0, "const a = 1", " + 1", 200000);
+    parse(sum);
+    ck_assert_int_ge(D.errors, 2);
+    ck_assert_str_eq(D.items[D.len - 2].msg, "statement too long: more than 500 operators");
+    char *ok = repeat_str("", 0, "const a = 1", " + 1", 400);
+    AstFile *f = parse(ok);
+    ck_assert_int_eq(f->decls.len, 1);
+    free(minus);
+    free(sum);
+    free(ok);
+}
+END_TEST
+
+START_TEST(hostile_bytes) {
+    static const char nul[] = "const a = 1\0const b = 2\n";
+    AstFile *f = parse_n(nul, sizeof nul - 1);
+    ck_assert_int_eq(D.errors, 1);
+    ck_assert_str_eq(D.items[0].msg, "unexpected NUL byte in the source");
+    ck_assert_int_ge(f->decls.len, 1);
+    parse("const s = \"\xff\xfe\"\nconst \xc3\xa9 = 1\n\x80\x81\n");
+    ck_assert_int_ge(D.errors, 2);
+    f = parse("");
+    ck_assert_int_eq(f->decls.len, 0);
+    parse("\n\n# nothing\n");
+    parse("const huge = 123456789012345678901234567890123456789012345678901234567890 GiB\n");
+    /* every byte value on its own line */
+    char all[512];
+    for (int i = 0; i < 256; i++) {
+        all[2 * i] = (char)(i ? i : ' ');
+        all[2 * i + 1] = '\n';
+    }
+    parse_n(all, 512);
+}
+END_TEST
+
+START_TEST(every_prefix) {
+    /* a file cut off anywhere: no crash, no hang, and an error unless the cut is clean */
+    size_t n = strlen(design_example);
+    for (size_t k = 0; k <= n; k++) {
+        diag_free(&D);
+        diag_init(&D);
+        parse_n(design_example, k);
+    }
+}
+END_TEST
+
+START_TEST(every_token_removed) {
+    /* a stray or missing token anywhere: still no crash */
+    size_t n = strlen(design_example);
+    char *buf = malloc(n + 1);
+    for (size_t k = 0; k < n; k += 3) {
+        memcpy(buf, design_example, k);
+        memcpy(buf + k, design_example + k + 1, n - k - 1);
+        diag_free(&D);
+        diag_init(&D);
+        parse_n(buf, n - 1);
+    }
+    free(buf);
+}
+END_TEST
+
+/* ---- loader ---- */
+
+static char tmpdir[64];
+static void write_file(const char *name, const char *text) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+static void mk_tmp(void) {
+    strcpy(tmpdir, "/tmp/zinf-parser-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    char lib[128];
+    snprintf(lib, sizeof lib, "%s/lib", tmpdir);
+    mkdir(lib, 0700);
+}
+static void rm_tmp(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(loader_imports_once_in_order) {
+    mk_tmp();
+    write_file("main.zl", "import \"a\"\nimport \"b.zl\"\nimport \"a\"\nmodel m(t) { loss t }\n");
+    write_file("lib/a.zl", "import \"b\"\nlayer la(x) { return x }\n");
+    write_file("lib/b.zl", "import \"a\"\nimport \"b\"\nconst B1 = 1\n");
+    char main[128], lib[128];
+    snprintf(main, sizeof main, "%s/main.zl", tmpdir);
+    snprintf(lib, sizeof lib, "%s/lib", tmpdir);
+    const char *dirs[] = {lib};
+    LoadOptions o = {dirs, 1, "/nonexistent"};
+    Program p;
+    ck_assert(program_load(&A, &S, &D, main, &o, &p));
+    ck_assert_msg(D.len == 0, "%s", rendered());
+    ck_assert_int_eq(p.nfiles, 3); /* main, a, b: each once, cycles harmless */
+    ck_assert_str_eq(p.files[0]->decls.items[3]->name, "m");
+    ck_assert_str_eq(p.files[1]->decls.items[1]->name, "la");
+    ck_assert_str_eq(p.files[2]->decls.items[2]->name, "B1");
+    ck_assert_int_eq(p.files[2]->decls.items[2]->file, p.files[2]->file);
+    ck_assert_ptr_nonnull(strstr(S.files[p.files[1]->file].path, "lib/a.zl"));
+    rm_tmp();
+}
+END_TEST
+
+START_TEST(loader_missing_import) {
+    mk_tmp();
+    write_file("main.zl", "import \"nope\"\n");
+    char main[128];
+    snprintf(main, sizeof main, "%s/main.zl", tmpdir);
+    const char *dirs[] = {"/inc1"};
+    LoadOptions o = {dirs, 1, "/std"};
+    Program p;
+    ck_assert(program_load(&A, &S, &D, main, &o, &p));
+    ck_assert_int_eq(D.errors, 1);
+    ck_assert_str_eq(D.items[0].msg, "cannot find import \"nope\"");
+    ck_assert_uint_eq(D.items[0].span.off, 7);
+    ck_assert_int_eq(D.items[1].level, DIAG_NOTE);
+    char want[256];
+    snprintf(want, sizeof want, "looked for nope.zl in %s, /inc1, /std", tmpdir);
+    ck_assert_str_eq(D.items[1].msg, want);
+    rm_tmp();
+}
+END_TEST
+
+START_TEST(loader_stdlib_and_unreadable_main) {
+    Program p;
+    LoadOptions o = {NULL, 0, NULL};
+    ck_assert(!program_load(&A, &S, &D, "/nonexistent/x.zl", &o, &p));
+    ck_assert_str_eq(D.items[0].msg, "cannot read /nonexistent/x.zl: No such file or directory");
+    ck_assert_int_eq(D.items[0].span.file, -1);
+    diag_free(&D);
+    diag_init(&D);
+    mk_tmp();
+    write_file("m.zl", "import \"nn\"\n");
+    char main[128];
+    snprintf(main, sizeof main, "%s/m.zl", tmpdir);
+    ck_assert(program_load(&A, &S, &D, main, &o, &p)); /* the real stdlib */
+    ck_assert_msg(D.errors == 0, "%s", rendered());
+    ck_assert_int_ge(p.nfiles, 2);
+    rm_tmp();
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("parser");
+    TCase *tc = tcase_create("parser");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, design_example_parses);
+    tcase_add_test(tc, decl_fields);
+    tcase_add_test(tc, precedence);
+    tcase_add_test(tc, statements);
+    tcase_add_test(tc, expressions);
+    tcase_add_test(tc, spans);
+    tcase_add_test(tc, error_missing_paren);
+    tcase_add_test(tc, error_unclosed_brace);
+    tcase_add_test(tc, error_unclosed_before_decl);
+    tcase_add_test(tc, error_messages);
+    tcase_add_test(tc, error_hints);
+    tcase_add_test(tc, recovery_reports_each_error_once);
+    tcase_add_test(tc, recovery_nested_junk_braces);
+    tcase_add_test(tc, bad_character_costs_one_error);
+    tcase_add_test(tc, deep_parentheses);
+    tcase_add_test(tc, deep_nesting_allowed_up_to_limit);
+    tcase_add_test(tc, long_expressions);
+    tcase_add_test(tc, hostile_bytes);
+    tcase_add_test(tc, every_prefix);
+    tcase_add_test(tc, every_token_removed);
+    tcase_add_test(tc, loader_imports_once_in_order);
+    tcase_add_test(tc, loader_missing_import);
+    tcase_add_test(tc, loader_stdlib_and_unreadable_main);
+    suite_add_tcase(s, tc);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+}
