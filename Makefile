@@ -36,7 +36,7 @@ CFLAGS_ALL := $(BASE_CFLAGS) $(WARN) $(CFLAGS)
 GEN_CFLAGS := $(BASE_CFLAGS) -Wall -Werror -Wno-unused-parameter -Wno-unused-variable -Wno-unused-but-set-variable $(CFLAGS)
 LDLIBS := $(PKGS_LIBS) -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lnvrtc -ldl -lpthread -lm -fopenmp $(SANFLAGS)
 
-LIB_SRC := $(filter-out %/main_%.c,$(wildcard lang/*.c compiler/*.c runtime/*.c))
+LIB_SRC := $(foreach f,$(wildcard lang/*.c compiler/*.c runtime/*.c),$(if $(findstring /main_,$(f)),,$(f)))
 MAIN_SRC := $(wildcard lang/main_*.c compiler/main_*.c runtime/main_*.c)
 GEN_SRC :=
 ifneq ($(wildcard lang/lexer.re),)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <unistd.h>
 #include "ckpt.h"
 #include "comm.h"
@@ -131,6 +132,9 @@ static const char *human(double bytes, char *buf, size_t n) {
 }
 
 int main(int argc, char **argv) {
+    /* A full disk or a file size limit must be an error we report, not a signal. */
+    signal(SIGXFSZ, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN);
     Opts o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc;
