@@ -1,6 +1,7 @@
 #include <check.h>
 #include <math.h>
 #include <string.h>
+#include "loader.h"
 #include "target.h"
 
 /* AST pieces built by hand, as the parser would */
@@ -224,6 +225,44 @@ START_TEST(builtins) {
 }
 END_TEST
 
+/* examples/targets/NAME.zl describe the same machines as the built-ins */
+START_TEST(example_files_match_builtins) {
+    static const char *const files[][2] = {{"examples/targets/dgx2.zl", "dgx2"}, {"examples/targets/dgx-a100.zl", "dgx-a100"},
+                                           {"examples/targets/dgx-h100.zl", "dgx-h100"}, {"examples/targets/h200.zl", "h200"},
+                                           {"examples/targets/host.zl", "host"}};
+    for (int i = 0; i < 5; i++) {
+        Arena a;
+        arena_init(&a);
+        SourceSet src;
+        source_set_init(&src);
+        DiagSink d;
+        diag_init(&d);
+        LoadOptions lo = {NULL, 0, "stdlib"};
+        Program prog;
+        memset(&prog, 0, sizeof prog);
+        ck_assert_msg(program_load(&a, &src, &d, files[i][0], &lo, &prog) && d.errors == 0, "%s does not load", files[i][0]);
+        Target t, bt;
+        ck_assert_msg(target_from_program(&prog, NULL, &a, &d, &t), "%s: %s", files[i][0], d.len ? d.items[0].msg : "");
+        ck_assert(target_builtin(files[i][1], &bt));
+        ck_assert_str_eq(t.backend, bt.backend);
+        ck_assert_int_eq(target_ranks(&t), target_ranks(&bt));
+        ck_assert_uint_eq(t.gpu_memory, bt.gpu_memory);
+        ck_assert_msg(t.gpu_flops == bt.gpu_flops && t.gpu_hbm == bt.gpu_hbm && t.gpu_pcie == bt.gpu_pcie, "%s: gpu rates", files[i][0]);
+        ck_assert_str_eq(t.gpu_arch, bt.gpu_arch);
+        ck_assert_uint_eq(t.cpu_memory, bt.cpu_memory);
+        ck_assert(t.cpu_bandwidth == bt.cpu_bandwidth);
+        ck_assert_uint_eq(t.nvme_capacity, bt.nvme_capacity);
+        ck_assert(t.nvme_read == bt.nvme_read && t.nvme_write == bt.nvme_write);
+        ck_assert_msg(t.net_bandwidth == bt.net_bandwidth && t.net_inter == bt.net_inter, "%s: net", files[i][0]);
+        ck_assert_msg(fabs(t.net_latency - bt.net_latency) < 1e-12, "%s: latency", files[i][0]);
+        ck_assert_str_eq(t.nvme_paths[0], bt.nvme_paths[0]);
+        diag_free(&d);
+        source_set_free(&src);
+        arena_free(&a);
+    }
+}
+END_TEST
+
 START_TEST(detect) {
     Arena a;
     arena_init(&a);
@@ -246,6 +285,7 @@ int main(void) {
     tcase_add_test(t, errors);
     tcase_add_test(t, builtins);
     tcase_add_test(t, from_program);
+    tcase_add_test(t, example_files_match_builtins);
     tcase_add_test(t, detect);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
