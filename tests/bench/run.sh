@@ -1,0 +1,27 @@
+#!/bin/sh
+# Runs every benchmark of a build tree, one table each:  tests/bench/run.sh BUILD
+# Benchmarks with known arguments get them here; others run with none.
+# A benchmark that fails is reported and the rest still run; the exit code
+# says whether all of them ran.
+BUILD=${1:-build}
+status=0
+if ! command -v fio >/dev/null 2>&1; then
+  echo "note: fio is not installed (make deps installs it); bench_nvme prints no peer figure"
+fi
+for b in "$BUILD"/bench/bench_*; do
+  [ -x "$b" ] || continue
+  name=$(basename "$b")
+  case "$name" in
+    bench_nvme) set -- --dir "$BUILD/bench-nvme" --size 1G --bs 1M --qd 32 ;;
+    bench_adam) set -- --n 67108864 --reps 3 ;;
+    *) set -- ;;
+  esac
+  echo "== $name $*"
+  if ! "$b" "$@"; then
+    echo "== $name FAILED"
+    status=1
+  fi
+  echo
+done
+rm -rf "$BUILD/bench-nvme"
+exit $status
