@@ -63,7 +63,7 @@ typedef struct Lexer {
     Arena *arena;
     DiagSink *d;
     int last, last2;          /* kinds of the two previous tokens */
-    Span last_span;
+    Span last_span, last2_span; /* their spans */
     bool last_bad;            /* the previous thing was a bad character */
     bool done;
     int decl_kw;              /* the last declaration keyword seen outside brackets */

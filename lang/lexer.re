@@ -15,7 +15,7 @@ void lex_init(Lexer *L, const char *src, uint32_t len, int file, Arena *a, DiagS
     L->arena = a;
     L->d = d;
     L->last = L->last2 = TK_NL;
-    L->last_span = SPAN_NONE;
+    L->last_span = L->last2_span = SPAN_NONE;
     L->decl_kw = 0;
 }
 
@@ -424,6 +424,7 @@ void lex_next(Lexer *L, Token *t) {
         if (t->kind == TK_REPEAT) L->repeat_pending = true;
         if (t->kind == TK_SEMI) L->repeat_pending = false;
         L->last2 = L->last;
+        L->last2_span = L->last_span;
         L->last = t->kind;
         L->last_span = t->span;
         L->last_bad = false;

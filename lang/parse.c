@@ -122,6 +122,14 @@ void parse_syntax_error(PCtx *c, int major, const Token *t) {
         const char *u = diag_nearest(t->str, unit_words, (int)(sizeof unit_words / sizeof *unit_words));
         if (u) diag_hint(c->d, "did you mean the unit '%s'? (units are case-sensitive)", u);
     }
+    if ((major == TK_INT || major == TK_FLOAT) && L->last2 == TK_IDENT && L->last2_span.file >= 0) {
+        const char *w = arena_strndup(c->arena, L->src + L->last2_span.off, L->last2_span.len);
+        for (size_t i = 0; w && i < sizeof unit_words / sizeof *unit_words; i++)
+            if (!strcmp(w, unit_words[i])) {
+                diag_hint(c->d, "a unit goes after its number: %s %s", excerpt(c, t), w);
+                break;
+            }
+    }
 }
 
 void parse_too_deep(PCtx *c) {
