@@ -24,6 +24,7 @@ static double now(void) {
 
 /* STREAM triad a = b + s*c over n floats: 12 bytes per element. */
 static double triad_gbs(float *a, const float *b, const float *c, int64_t n, int threads, int reps) {
+    (void)threads; /* used by the OpenMP pragma only */
     double best = 1e30;
     for (int r = 0; r < reps + 1; r++) {
         double t0 = now();
@@ -42,6 +43,7 @@ static double triad_gbs(float *a, const float *b, const float *c, int64_t n, int
  * peer). */
 static double stream_rmw_gbs(float *w, float *m, float *v, const uint16_t *g, uint16_t *p, int64_t n,
                              int threads, int reps) {
+    (void)threads; /* used by the OpenMP pragma only */
     double best = 1e30;
     for (int r = 0; r < reps + 1; r++) {
         double t0 = now();
