@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
     for (int64_t st = 0; st < n && !rc; st++) {
         double sum = 0;
         for (int64_t k = 0; k < A && !rc; k++) {
-            float loss;
+            float loss = 0;
             if (tok_batch(&tr, 0, 1, st * A + k, B, T, tok, tgt, err, sizeof err)) {
                 fprintf(stderr, "zinfref: %s\n", err);
                 rc = 1;
