@@ -2,6 +2,7 @@
  * ast_dump and direct AST checks), precedence, syntax errors to the letter
  * (rendered), recovery, robustness on hostile input, and the import loader. */
 #include <check.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -480,6 +481,31 @@ START_TEST(every_token_removed) {
 }
 END_TEST
 
+START_TEST(random_mutations) {
+    /* 3000 copies of the example, each with a few bytes replaced by bytes
+     * that matter to the lexer (a fixed LCG, so failures reproduce) */
+    static const char pool[] = "(){}[],;:=+-*/%\"\\#\n\t 0x9e_.aZ\xff\x00";
+    size_t n = strlen(design_example);
+    char *buf = malloc(n);
+    uint64_t x = 12345;
+    for (int k = 0; k < 3000; k++) {
+        memcpy(buf, design_example, n);
+        for (int m = 0; m < 1 + k % 5; m++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            size_t at = (size_t)(x >> 33) % n;
+            buf[at] = pool[(x >> 20) % (sizeof pool - 1)];
+        }
+        diag_free(&D);
+        diag_init(&D);
+        parse_n(buf, n);
+        /* every error is located in this file */
+        for (int i = 0; i < D.len; i++)
+            if (D.items[i].level == DIAG_ERROR) ck_assert_int_eq(D.items[i].span.file, S.nfiles - 1);
+    }
+    free(buf);
+}
+END_TEST
+
 /* ---- loader ---- */
 
 static char tmpdir[64];
@@ -591,6 +617,7 @@ int main(void) {
     tcase_add_test(tc, hostile_bytes);
     tcase_add_test(tc, every_prefix);
     tcase_add_test(tc, every_token_removed);
+    tcase_add_test(tc, random_mutations);
     tcase_add_test(tc, loader_imports_once_in_order);
     tcase_add_test(tc, loader_missing_import);
     tcase_add_test(tc, loader_stdlib_and_unreadable_main);
