@@ -1,6 +1,7 @@
 /* loader: the main file and its imports -> Program.
  * `import "nn"` looks for nn.zl (or the name as written if it ends in .zl)
- * in each -I directory in order, then in the stdlib directory. Each file is
+ * in the importing file's directory, then in each -I directory in order,
+ * then in the stdlib directory (an absolute path is used as is). Each file is
  * parsed once; import cycles are harmless. A missing import is an error at
  * the import's string, with a note listing where it looked. */
 #ifndef ZINF_LOADER_H
