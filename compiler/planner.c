@@ -1441,102 +1441,117 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
     for (int ip = 0; ip < 3; ip++)
         for (int io = 0; io < 3; io++)
             for (int ic = 0; ic < 3; ic++) {
-                cand.tier[PC_PARAMS] = order_p[ip];
-                cand.tier[PC_OPTIMIZER] = order_p[io];
-                cand.tier[PC_GRADS] = cand.tier[PC_OPTIMIZER] == TIER_GPU ? TIER_GPU
-                                      : o->tier[PC_GRADS] == TIER_NVME ? TIER_NVME : TIER_CPU;
-                cand.tier[PC_CHECKPOINTS] = order_p[ic];
-                bool pinned_out = false;
-                for (int c = 0; c < PC_COUNT; c++) pinned_out |= o->tier[c] >= 0 && o->tier[c] != cand.tier[c];
-                if (pinned_out) continue;
-                if (!b.cap[ARENA_NVME] && (cand.tier[PC_PARAMS] == TIER_NVME || cand.tier[PC_OPTIMIZER] == TIER_NVME ||
-                                           cand.tier[PC_CHECKPOINTS] == TIER_NVME))
-                    continue;
-                uint64_t tier_use[PLAN_NTIERS] = {0};
-                for (int c = 0; c < PC_CHECKPOINTS; c++) tier_use[cand.tier[c]] += need[c];
-                if (tier_use[TIER_CPU] > b.cap[ARENA_CPU] && cand.tier[PC_GRADS] == TIER_CPU && b.cap[ARENA_NVME] &&
-                    o->tier[PC_GRADS] < 0) {
-                    /* gradients go to NVMe only when CPU memory is short */
-                    cand.tier[PC_GRADS] = TIER_NVME;
-                    tier_use[TIER_CPU] -= need[PC_GRADS];
-                    tier_use[TIER_NVME] += need[PC_GRADS];
-                }
-                if (tier_use[TIER_GPU] > b.cap[ARENA_GPU] || tier_use[TIER_CPU] > b.cap[ARENA_CPU] ||
-                    tier_use[TIER_NVME] > b.cap[ARENA_NVME])
-                    continue;
-                any_state_fit = true;
-                /* every checkpoint is live at the end of the forward: a lower bound */
-                tier_use[cand.tier[PC_CHECKPOINTS]] += ckpt_bytes;
-                static const int tier_arena[PLAN_NTIERS] = {ARENA_GPU, ARENA_CPU, ARENA_NVME};
-                int over = -1;
-                for (int k = 0; k < PLAN_NTIERS; k++)
-                    if (tier_use[k] > b.cap[tier_arena[k]]) over = k;
-                if (over >= 0) {
-                    say(&ex, "  %s: does not fit: model states and checkpoints need %s of %s per rank, it has %s",
-                        place_str(&cand, s4, sizeof s4), plan_bytes_str(tier_use[over], s1, sizeof s1), plan_tier_names[over],
-                        plan_bytes_str(b.cap[tier_arena[over]], s2, sizeof s2));
-                    snprintf(last_why, sizeof last_why, "model states and checkpoints need %s of %s per rank, it has %s (%s)",
-                             plan_bytes_str(tier_use[over], s1, sizeof s1), plan_tier_names[over],
-                             plan_bytes_str(b.cap[tier_arena[over]], s2, sizeof s2), place_str(&cand, s4, sizeof s4));
-                    continue;
-                }
-                int kmax = o->prefetch > 0 ? o->prefetch : o->prefetch < 0 ? 0 : 4;
-                int kmin = o->prefetch ? kmax : 0;
-                /* the deepest look-ahead first; if it does not fit, the least (if
-                 * that does not fit, nothing does), then the ones between */
-                int ks[66], nk = 0;
-                ks[nk++] = kmax;
-                if (kmin < kmax) ks[nk++] = kmin;
-                for (int k = kmax - 1; k > kmin; k--) ks[nk++] = k;
-                int floor_i = nk > 1 ? 1 : 0;
-                for (int ki = 0, reuse = 1; ki < nk; ki++) {
-                    int k = ks[ki];
-                    cand.prefetch = k;
-                    cand.reuse = reuse;
-                    b.pl = cand;
-                    if (!build(&b, a)) {
-                        if (b.internal) diag_error(d, SPAN_NONE, "internal planner error: %s", b.why);
-                        else diag_error(d, SPAN_NONE, "out of memory while planning");
-                        free(ex.s);
-                        goto fail;
-                    }
-                    tried++;
-                    char why[256];
-                    if (!fits(&b, why, sizeof why)) {
-                        snprintf(last_why, sizeof last_why, "%s (%s, prefetch %d)", why, place_str(&cand, s4, sizeof s4), k);
-                        if (ki < floor_i) continue;
-                        if (ki == floor_i && reuse) { /* again without holding weights from recompute to backward */
-                            reuse = 0;
-                            ki--;
-                            continue;
-                        }
-                        if (ki == floor_i) {
-                            say(&ex, "  %s: does not fit: %s", place_str(&cand, s4, sizeof s4), why);
+                bool placed = false, grads_nvme_tried = false, cpu_short = false;
+                for (int gtry = 0; gtry < 2 && !placed; gtry++) {
+                    /* a placement whose gradients do not fit in CPU memory (homes or staging) is
+                     * tried again with the gradients on NVMe */
+                    cand.tier[PC_PARAMS] = order_p[ip];
+                    cand.tier[PC_OPTIMIZER] = order_p[io];
+                    cand.tier[PC_GRADS] = cand.tier[PC_OPTIMIZER] == TIER_GPU ? TIER_GPU
+                                          : o->tier[PC_GRADS] == TIER_NVME ? TIER_NVME : TIER_CPU;
+                    cand.tier[PC_CHECKPOINTS] = order_p[ic];
+                    if (gtry == 1) {
+                        if (!cpu_short || grads_nvme_tried || cand.tier[PC_GRADS] != TIER_CPU || o->tier[PC_GRADS] >= 0 ||
+                            !b.cap[ARENA_NVME])
                             break;
-                        }
+                        cand.tier[PC_GRADS] = TIER_NVME;
+                    }
+                    bool pinned_out = false;
+                    for (int c = 0; c < PC_COUNT; c++) pinned_out |= o->tier[c] >= 0 && o->tier[c] != cand.tier[c];
+                    if (pinned_out) continue;
+                    if (!b.cap[ARENA_NVME] && (cand.tier[PC_PARAMS] == TIER_NVME || cand.tier[PC_OPTIMIZER] == TIER_NVME ||
+                                               cand.tier[PC_CHECKPOINTS] == TIER_NVME))
+                        continue;
+                    uint64_t tier_use[PLAN_NTIERS] = {0};
+                    for (int c = 0; c < PC_CHECKPOINTS; c++) tier_use[cand.tier[c]] += need[c];
+                    if (tier_use[TIER_CPU] > b.cap[ARENA_CPU] && cand.tier[PC_GRADS] == TIER_CPU && b.cap[ARENA_NVME] &&
+                        o->tier[PC_GRADS] < 0) {
+                        /* gradients go to NVMe only when CPU memory is short */
+                        cand.tier[PC_GRADS] = TIER_NVME;
+                        grads_nvme_tried = true;
+                        tier_use[TIER_CPU] -= need[PC_GRADS];
+                        tier_use[TIER_NVME] += need[PC_GRADS];
+                    }
+                    if (tier_use[TIER_GPU] > b.cap[ARENA_GPU] || tier_use[TIER_CPU] > b.cap[ARENA_CPU] ||
+                        tier_use[TIER_NVME] > b.cap[ARENA_NVME])
+                        continue;
+                    any_state_fit = true;
+                    /* every checkpoint is live at the end of the forward: a lower bound */
+                    tier_use[cand.tier[PC_CHECKPOINTS]] += ckpt_bytes;
+                    static const int tier_arena[PLAN_NTIERS] = {ARENA_GPU, ARENA_CPU, ARENA_NVME};
+                    int over = -1;
+                    for (int k = 0; k < PLAN_NTIERS; k++)
+                        if (tier_use[k] > b.cap[tier_arena[k]]) over = k;
+                    if (over >= 0) {
+                        cpu_short |= over == TIER_CPU;
+                        say(&ex, "  %s: does not fit: model states and checkpoints need %s of %s per rank, it has %s",
+                            place_str(&cand, s4, sizeof s4), plan_bytes_str(tier_use[over], s1, sizeof s1), plan_tier_names[over],
+                            plan_bytes_str(b.cap[tier_arena[over]], s2, sizeof s2));
+                        snprintf(last_why, sizeof last_why, "model states and checkpoints need %s of %s per rank, it has %s (%s)",
+                                 plan_bytes_str(tier_use[over], s1, sizeof s1), plan_tier_names[over],
+                                 plan_bytes_str(b.cap[tier_arena[over]], s2, sizeof s2), place_str(&cand, s4, sizeof s4));
                         continue;
                     }
-                    Plan *p = emit_plan(&b);
-                    CostResult cr;
-                    if (!p || !cost_simulate(p, &cr)) {
-                        plan_free(p);
-                        diag_error(d, SPAN_NONE, "out of memory while planning");
-                        free(ex.s);
-                        goto fail;
+                    int kmax = o->prefetch > 0 ? o->prefetch : o->prefetch < 0 ? 0 : 4;
+                    int kmin = o->prefetch ? kmax : 0;
+                    /* the deepest look-ahead first; if it does not fit, the least (if
+                     * that does not fit, nothing does), then the ones between */
+                    int ks[66], nk = 0;
+                    ks[nk++] = kmax;
+                    if (kmin < kmax) ks[nk++] = kmin;
+                    for (int k = kmax - 1; k > kmin; k--) ks[nk++] = k;
+                    int floor_i = nk > 1 ? 1 : 0;
+                    for (int ki = 0, reuse = 1; ki < nk; ki++) {
+                        int k = ks[ki];
+                        cand.prefetch = k;
+                        cand.reuse = reuse;
+                        b.pl = cand;
+                        if (!build(&b, a)) {
+                            if (b.internal) diag_error(d, SPAN_NONE, "internal planner error: %s", b.why);
+                            else diag_error(d, SPAN_NONE, "out of memory while planning");
+                            free(ex.s);
+                            goto fail;
+                        }
+                        tried++;
+                        char why[256];
+                        if (!fits(&b, why, sizeof why)) {
+                            cpu_short |= !strncmp(why, "CPU memory", 10);
+                            snprintf(last_why, sizeof last_why, "%s (%s, prefetch %d)", why, place_str(&cand, s4, sizeof s4), k);
+                            if (ki < floor_i) continue;
+                            if (ki == floor_i && reuse) { /* again without holding weights from recompute to backward */
+                                reuse = 0;
+                                ki--;
+                                continue;
+                            }
+                            if (ki == floor_i) {
+                                say(&ex, "  %s: does not fit: %s", place_str(&cand, s4, sizeof s4), why);
+                                break;
+                            }
+                            continue;
+                        }
+                        Plan *p = emit_plan(&b);
+                        CostResult cr;
+                        if (!p || !cost_simulate(p, &cr)) {
+                            plan_free(p);
+                            diag_error(d, SPAN_NONE, "out of memory while planning");
+                            free(ex.s);
+                            goto fail;
+                        }
+                        say(&ex, "  %s prefetch %d%s: %.4g s/step, GPU peak %s", place_str(&cand, s4, sizeof s4), k,
+                            cand.reuse ? ", weights kept from recompute to backward" : "", cr.step_time,
+                            plan_bytes_str(b.size[ARENA_GPU], s1, sizeof s1));
+                        placed = true;
+                        if (cr.step_time < best_time * 0.999) {
+                            best_time = cr.step_time;
+                            best = cand;
+                            plan_free(out->plan);
+                            out->plan = p;
+                        } else {
+                            plan_free(p);
+                        }
+                        cost_free(&cr);
+                        if (ki != floor_i || nk == 1) break;
                     }
-                    say(&ex, "  %s prefetch %d%s: %.4g s/step, GPU peak %s", place_str(&cand, s4, sizeof s4), k,
-                        cand.reuse ? ", weights kept from recompute to backward" : "", cr.step_time,
-                        plan_bytes_str(b.size[ARENA_GPU], s1, sizeof s1));
-                    if (cr.step_time < best_time * 0.999) {
-                        best_time = cr.step_time;
-                        best = cand;
-                        plan_free(out->plan);
-                        out->plan = p;
-                    } else {
-                        plan_free(p);
-                    }
-                    cost_free(&cr);
-                    if (ki != floor_i || nk == 1) break;
                 }
             }
     if (!out->plan) {

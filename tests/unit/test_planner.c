@@ -364,6 +364,30 @@ START_TEST(optimizer_sub_groups) {
 }
 END_TEST
 
+
+START_TEST(grads_to_nvme_when_cpu_is_short) {
+    FixtureShape s = fx_small();
+    s.hidden = 512;
+    s.vocab = 512;
+    s.layers = 2;
+    s.grad_clip = 1.0;
+    Ctx *c = ctx_new(s, "host", 1);
+    /* 4.7M parameters: 9 MiB of bf16 gradients; 24 MiB of host memory for homes and staging: the
+     * gradients fit as homes but not beside the optimizer's staging */
+    c->t.gpu_memory = 24u << 20;
+    c->t.cpu_memory = 48u << 20;
+    c->o.tier[PC_PARAMS] = TIER_NVME;
+    c->o.tier[PC_OPTIMIZER] = TIER_NVME;
+    plan_ok(c);
+    ck_assert_ptr_nonnull(strstr(c->r.explain, "chosen: params=nvme grads=nvme optimizer=nvme"));
+    const Plan *p = c->r.plan;
+    for (uint32_t i = 0; i < p->nshards; i++)
+        if (p->tensors[p->shards[i].tensor].cls == TC_GRAD) ck_assert_int_eq(p->shards[i].home, TIER_NVME);
+    ck_assert_uint_lt(p->arenas[ARENA_CPU].size, 9u << 20);
+    ctx_free(c);
+}
+END_TEST
+
 /* test_planner --write-plan OUT TARGET RANKS: plans the fixture and writes
  * it (for tests/e2e/golden_schedule.sh and the zinfdump tests). */
 static int write_fixture(const char *out, const char *target, int ranks) {
@@ -396,6 +420,7 @@ int main(int argc, char **argv) {
     TCase *t = tcase_create("plan");
     tcase_set_timeout(t, 60);
     tcase_add_test(t, host_one_rank);
+    tcase_add_test(t, grads_to_nvme_when_cpu_is_short);
     tcase_add_test(t, optimizer_sub_groups);
     tcase_add_test(t, plan_block);
     tcase_add_test(t, pins_are_obeyed);
