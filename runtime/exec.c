@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "adam.h"
 #include "ckpt.h"
 #include "half.h"
 #include "hostk.h"
@@ -505,14 +506,16 @@ static int exec_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
     int64_t ne = (int64_t)(po->bytes / dsz(pdt));
     int gt = r->p->tensors[pt].grad;
     int gdt = gt >= 0 ? r->p->tensors[gt].dtype : pdt;
-    HkTensor P = {pp, (DType)pdt, 1, {ne}}, G = {gp, (DType)gdt, 1, {ne}};
     double clip = t->grad_clip > 0 ? fmin(1.0, t->grad_clip / (r->grad_norm + 1e-6)) : 1.0;
-    HkAdam a = {.lr = 0, .beta1 = t->beta1, .beta2 = t->beta2, .eps = t->eps, .weight_decay = t->weight_decay,
-                .step = r->step + 1, .grad_scale = clip / r->loss_scale};
     TrainConfig tc = {.lr = t->lr, .warmup_steps = t->warmup_steps, .cosine = t->cosine, .min_lr = t->min_lr, .steps = t->steps};
-    a.lr = ref_lr(&tc, r->step + 1);
-    int rc = hk_adamw(&P, &G, mp ? (float *)mp : NULL, (float *)m1p, (float *)v1p, &a);
-    if (rc) return fail(err, n, "adam on '%s': %s", r->p->tensors[pt].name, hk_strerror(rc));
+    AdamParams ap = {.lr = (float)ref_lr(&tc, r->step + 1), .beta1 = (float)t->beta1, .beta2 = (float)t->beta2,
+                     .eps = (float)t->eps, .weight_decay = (float)t->weight_decay, .isa = ADAM_ISA_AUTO, .threads = 0};
+    /* Without an fp32 master (f32 training) the parameter is the master. */
+    if (!mp && pdt != DT_F32) return fail(err, n, "adam on '%s': a %s parameter needs an fp32 master", r->p->tensors[pt].name, dtype_name((DType)pdt));
+    float *master = mp ? (float *)mp : (float *)pp;
+    AdamStatus as = adam_step(&ap, r->step + 1, master, (float *)m1p, (float *)v1p, gp, (DType)gdt, mp ? pp : NULL,
+                              (DType)pdt, ne, (float)(clip / r->loss_scale));
+    if (as != ADAM_OK) return fail(err, n, "adam on '%s': %s", r->p->tensors[pt].name, adam_status_str(as));
     return 0;
 }
 
@@ -646,8 +649,11 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
         else
             for (int i = 0; i < p->target.nvme_npaths && nd < 16; i++) dirs[nd++] = p->target.nvme_paths[i];
         if (!nd) { fail(err, n, "the plan keeps state on NVMe but names no NVMe path: pass --nvme DIR"); goto bad; }
-        if (rtio_open(&r->io, dirs, nd, c->rank, p->arenas[ARENA_NVME].size, 1u << 20, err, n)) goto bad;
+        if (rtio_open(&r->io, dirs, nd, c->rank, p->arenas[ARENA_NVME].size, r->o.queue_depth, err, n)) goto bad;
         r->io_open = true;
+        if (r->arena[ARENA_PINNED] &&
+            rtio_register(&r->io, r->arena[ARENA_PINNED], (p->arenas[ARENA_PINNED].size + 4095) / 4096 * 4096, err, n))
+            goto bad;
         r->arena_bytes[ARENA_NVME] = p->arenas[ARENA_NVME].size;
     }
     r->ws = calloc(p->nops ? p->nops : 1, sizeof *r->ws);
@@ -706,6 +712,11 @@ void rt_memory_report(const Rt *r, FILE *out) {
                 (unsigned long long)r->p->arenas[k].size, plan_bytes_str(r->p->arenas[k].size, b, sizeof b),
                 r->arena_bytes[k] == r->p->arenas[k].size ? "" : "  MISMATCH");
     }
+    if (r->io_open) {
+        char m[256];
+        fprintf(out, "  nvme staging: %s\n", rtio_mode(&r->io, m, sizeof m));
+    }
+    fprintf(out, "  cpu adam: %s\n", adam_isa_name(adam_isa_resolve(ADAM_ISA_AUTO)));
     fprintf(out, "  host kernel workspace %llu bytes (%s), scratch %llu bytes x %d queues\n",
             (unsigned long long)r->ws_total, plan_bytes_str(r->ws_total, a, sizeof a),
             (unsigned long long)r->scratch_bytes, PLAN_NQUEUES);

@@ -1,107 +1,123 @@
 #include "rtio.h"
-#include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
+enum { STRIPE = 1u << 20, BOUNCE = 4u << 20 };
+
+static int fail_nvme(const NvmeError *ne, char *err, size_t n) {
+    char b[1024];
+    snprintf(err, n, "%s", nvme_error_format(ne, b, sizeof b));
     return -1;
 }
 
-int rtio_open(RtIo *io, const char *const *dirs, int ndirs, int rank, uint64_t bytes, uint64_t stripe,
-              char *err, size_t errlen) {
+int rtio_open(RtIo *io, const char *const *dirs, int ndirs, int rank, uint64_t bytes, int queue_depth,
+              char *err, size_t n) {
     memset(io, 0, sizeof *io);
-    for (int i = 0; i < 16; i++) io->fd[i] = -1;
-    if (ndirs < 1 || ndirs > 16) return fail(err, errlen, "nvme: %d paths (1 to 16 are supported)", ndirs);
-    io->npaths = ndirs;
-    io->bytes = bytes;
-    io->stripe = stripe ? stripe : (1u << 20);
-    uint64_t per = (bytes / io->stripe + (uint64_t)ndirs) / (uint64_t)ndirs * io->stripe;
-    for (int i = 0; i < ndirs; i++) {
-        struct stat st;
-        if (stat(dirs[i], &st) != 0)
-            return fail(err, errlen, "nvme: path %s: %s", dirs[i], strerror(errno));
-        if (!S_ISDIR(st.st_mode)) return fail(err, errlen, "nvme: path %s is not a directory", dirs[i]);
-        snprintf(io->path[i], sizeof io->path[i], "%s/zinf-rank-%d.swap", dirs[i], rank);
-        io->fd[i] = open(io->path[i], O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-        if (io->fd[i] < 0) {
-            int e = errno;
-            rtio_close(io, 0);
-            return fail(err, errlen, "nvme: cannot open swap file %s: %s", io->path[i], strerror(e));
-        }
-        if (per) {
-            int rc = posix_fallocate(io->fd[i], 0, (off_t)per);
-            if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
-                char p[512];
-                snprintf(p, sizeof p, "%s", io->path[i]);
-                rtio_close(io, 1);
-                return fail(err, errlen, "nvme: cannot reserve %llu bytes for swap file %s: %s",
-                            (unsigned long long)per, p, strerror(rc));
-            }
-        }
+    if (ndirs < 1 || ndirs > NVME_MAX_PATHS) {
+        snprintf(err, n, "nvme: %d paths (1 to %d are supported)", ndirs, NVME_MAX_PATHS);
+        return -1;
     }
+    io->bytes = bytes;
+    /* Each file holds a whole number of stripe units; together at least `bytes`. */
+    uint64_t units = (bytes + STRIPE - 1) / STRIPE;
+    uint64_t per = (units + (uint64_t)ndirs - 1) / (uint64_t)ndirs * STRIPE;
+    if (per == 0) per = STRIPE;
+    NvmeError ne;
+    if (nvme_open(&io->e, dirs, ndirs, rank, per, STRIPE, queue_depth > 0 ? queue_depth : 32, &ne) != NVME_OK)
+        return fail_nvme(&ne, err, n);
+    io->bounce_bytes = BOUNCE;
+    io->bounce = aligned_alloc(NVME_ALIGN, io->bounce_bytes);
+    if (!io->bounce) {
+        nvme_close(&io->e, 1);
+        snprintf(err, n, "nvme: out of memory for the bounce buffer");
+        return -1;
+    }
+    pthread_mutex_init(&io->mu, NULL);
+    io->open = 1;
     return 0;
+}
+
+int rtio_register(RtIo *io, void *buf, size_t len, char *err, size_t n) {
+    if (((uintptr_t)buf % NVME_ALIGN) || (len % NVME_ALIGN) || !len) return 0; /* plain I/O then */
+    NvmeError ne;
+    void *bufs[1] = {buf};
+    size_t lens[1] = {len};
+    pthread_mutex_lock(&io->mu);
+    NvmeStatus s = nvme_register_buffers(&io->e, bufs, lens, 1, &ne);
+    pthread_mutex_unlock(&io->mu);
+    return s == NVME_OK ? 0 : fail_nvme(&ne, err, n);
 }
 
 void rtio_close(RtIo *io, int remove_files) {
-    for (int i = 0; i < io->npaths; i++) {
-        if (io->fd[i] >= 0) close(io->fd[i]);
-        if (remove_files && io->path[i][0]) unlink(io->path[i]);
-        io->fd[i] = -1;
-    }
+    if (!io->open) return;
+    nvme_close(&io->e, remove_files);
+    free(io->bounce);
+    pthread_mutex_destroy(&io->mu);
+    io->open = 0;
 }
 
-/* Logical offset -> (path, file offset), one stripe unit at a time. */
-static int xfer(RtIo *io, uint64_t off, void *buf, uint64_t bytes, int write, char *err, size_t errlen) {
-    if (off + bytes > io->bytes || off + bytes < off)
-        return fail(err, errlen, "nvme: %s of %llu bytes at %llu is outside the %llu-byte swap space",
-                    write ? "write" : "read", (unsigned long long)bytes, (unsigned long long)off,
-                    (unsigned long long)io->bytes);
-    uint8_t *p = buf;
-    while (bytes) {
-        uint64_t unit = off / io->stripe, in = off % io->stripe;
-        int path = (int)(unit % (uint64_t)io->npaths);
-        uint64_t foff = unit / (uint64_t)io->npaths * io->stripe + in;
-        uint64_t n = io->stripe - in;
-        if (n > bytes) n = bytes;
-        uint64_t done = 0;
-        while (done < n) {
-            ssize_t k = write ? pwrite(io->fd[path], p + done, n - done, (off_t)(foff + done))
-                              : pread(io->fd[path], p + done, n - done, (off_t)(foff + done));
-            if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-            if (k < 0)
-                return fail(err, errlen, "nvme: %s of %llu bytes at offset %llu in %s failed: %s",
-                            write ? "write" : "read", (unsigned long long)(n - done),
-                            (unsigned long long)(foff + done), io->path[path], strerror(errno));
-            if (k == 0) {
-                if (write)
-                    return fail(err, errlen, "nvme: write at offset %llu in %s wrote nothing",
-                                (unsigned long long)(foff + done), io->path[path]);
-                /* Past the end of a sparse file: zeros. */
-                memset(p + done, 0, n - done);
-                break;
+const char *rtio_mode(const RtIo *io, char *buf, size_t n) {
+    if (io->e.sync) snprintf(buf, n, "pread/pwrite (%s)", io->e.sync_reason);
+    else snprintf(buf, n, "io_uring, O_DIRECT, queue depth %d, %d path%s", io->e.queue_depth, io->e.npaths,
+                  io->e.npaths == 1 ? "" : "s");
+    return buf;
+}
+
+static bool aligned(uint64_t off, uint64_t len, const void *p) {
+    return off % NVME_ALIGN == 0 && len % NVME_ALIGN == 0 && (uintptr_t)p % NVME_ALIGN == 0;
+}
+
+static int xfer_direct(RtIo *io, uint64_t off, void *buf, uint64_t len, int write, char *err, size_t n) {
+    NvmeError ne;
+    NvmeStatus s = write ? nvme_submit_write(&io->e, off, len, buf, 1, &ne) : nvme_submit_read(&io->e, off, len, buf, 1, &ne);
+    if (s == NVME_OK) s = nvme_wait(&io->e, 1, &ne);
+    return s == NVME_OK ? 0 : fail_nvme(&ne, err, n);
+}
+
+static int xfer(RtIo *io, uint64_t off, void *buf, uint64_t len, int write, char *err, size_t n) {
+    if (off + len > io->bytes || off + len < off) {
+        snprintf(err, n, "nvme: %s of %llu bytes at %llu is outside the %llu-byte swap space", write ? "write" : "read",
+                 (unsigned long long)len, (unsigned long long)off, (unsigned long long)io->bytes);
+        return -1;
+    }
+    if (!len) return 0;
+    pthread_mutex_lock(&io->mu);
+    int rc = 0;
+    if (aligned(off, len, buf)) {
+        rc = xfer_direct(io, off, buf, len, write, err, n);
+    } else {
+        /* Through the bounce buffer, one aligned window at a time. */
+        uint8_t *p = buf;
+        while (len && !rc) {
+            uint64_t a0 = off / NVME_ALIGN * NVME_ALIGN;
+            uint64_t span = io->bounce_bytes;
+            uint64_t take = a0 + span - off;
+            if (take > len) take = len;
+            uint64_t a1 = (off + take + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN;
+            uint64_t win = a1 - a0;
+            /* A write that does not cover whole blocks keeps the rest of them. */
+            if (!write || off != a0 || off + take != a1) rc = xfer_direct(io, a0, io->bounce, win, 0, err, n);
+            if (rc) break;
+            if (write) {
+                memcpy(io->bounce + (off - a0), p, take);
+                rc = xfer_direct(io, a0, io->bounce, win, 1, err, n);
+            } else {
+                memcpy(p, io->bounce + (off - a0), take);
             }
-            done += (uint64_t)k; /* short transfers resume */
+            p += take;
+            off += take;
+            len -= take;
         }
-        p += n;
-        off += n;
-        bytes -= n;
     }
-    return 0;
+    pthread_mutex_unlock(&io->mu);
+    return rc;
 }
 
-int rtio_read(RtIo *io, uint64_t off, void *dst, uint64_t bytes, char *err, size_t errlen) {
-    return xfer(io, off, dst, bytes, 0, err, errlen);
+int rtio_read(RtIo *io, uint64_t off, void *dst, uint64_t bytes, char *err, size_t n) {
+    return xfer(io, off, dst, bytes, 0, err, n);
 }
-int rtio_write(RtIo *io, uint64_t off, const void *src, uint64_t bytes, char *err, size_t errlen) {
-    return xfer(io, off, (void *)src, bytes, 1, err, errlen);
+int rtio_write(RtIo *io, uint64_t off, const void *src, uint64_t bytes, char *err, size_t n) {
+    return xfer(io, off, (void *)src, bytes, 1, err, n);
 }

@@ -1,27 +1,39 @@
 /* rtio: the executor's view of its NVMe arena — one logical byte range per
- * rank, backed by one swap file per NVMe path (DIR/zinf-rank-R.swap),
- * striped round-robin in units of `stripe` bytes. Reads and writes are
- * synchronous from the caller's side (the nvme queue's worker); underneath
- * they go through the io_uring staging engine (runtime/nvme). Errors name
- * the file, the operation and the offset. */
+ * rank, on the io_uring staging engine (runtime/nvme: one swap file per rank
+ * per NVMe path, PATH/zinf-rankR.swap, striped round-robin in 1 MiB units,
+ * O_DIRECT). Reads and writes are synchronous for the caller (the nvme
+ * queue's worker keeps its own transfers in flight inside the engine).
+ *
+ * The engine needs every offset, length and buffer address aligned to
+ * NVME_ALIGN; the plan aligns its NVMe buffers and pinned staging, so
+ * transfers go straight through (registered buffers for the pinned arena).
+ * Anything unaligned (small tensors at odd offsets) goes through an aligned
+ * bounce buffer, with read-modify-write of the partial blocks. One lock
+ * serialises callers: the engine is single-threaded. */
 #ifndef ZINF_RTIO_H
 #define ZINF_RTIO_H
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "nvme.h"
 
 typedef struct RtIo {
-    int npaths;
-    int fd[16];
-    char path[16][512];
-    uint64_t bytes;     /* logical size */
-    uint64_t stripe;
-    void *engine;       /* the staging engine, when io_uring is available */
+    NvmeEngine e;
+    pthread_mutex_t mu;
+    uint64_t bytes;       /* logical size asked for */
+    uint8_t *bounce;      /* NVME_ALIGN-aligned */
+    size_t bounce_bytes;
+    int open;
 } RtIo;
 
-int rtio_open(RtIo *io, const char *const *dirs, int ndirs, int rank, uint64_t bytes, uint64_t stripe,
+int rtio_open(RtIo *io, const char *const *dirs, int ndirs, int rank, uint64_t bytes, int queue_depth,
               char *err, size_t errlen);
+/* Registers one host region (the pinned arena) for fixed-buffer I/O. */
+int rtio_register(RtIo *io, void *buf, size_t len, char *err, size_t errlen);
 void rtio_close(RtIo *io, int remove_files);
 int rtio_read(RtIo *io, uint64_t off, void *dst, uint64_t bytes, char *err, size_t errlen);
 int rtio_write(RtIo *io, uint64_t off, const void *src, uint64_t bytes, char *err, size_t errlen);
+/* "io_uring, queue depth 32" or "pread/pwrite (why)". */
+const char *rtio_mode(const RtIo *io, char *buf, size_t n);
 
 #endif
