@@ -148,6 +148,7 @@ static void render_snippet(const SourceSet *s, Span sp, FILE *out, bool color) {
     while (ls > 0 && f->text[ls - 1] != '\n') ls--;
     uint32_t le = off;
     while (le < f->len && f->text[le] != '\n') le++;
+    if (le > ls && f->text[le - 1] == '\r') le--; /* CR LF line ends */
     int line, col;
     source_line_col(s, sp.file, off, &line, &col);
     char num[16];

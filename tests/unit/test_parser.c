@@ -213,6 +213,13 @@ START_TEST(statements) {
 }
 END_TEST
 
+START_TEST(newlines_in_brackets) {
+    roundtrip("const a = f(x\n  , y)\nconst b = [\n  1\n  ,2\n]\n", "const a = f(x, y)\nconst b = [1, 2]\n");
+    roundtrip("const a = 1 +\n  2 *\n  3\n", "const a = (1 + (2 * 3))\n");
+    roundtrip("\n\n;;const a = 1;;\n;\n", "const a = 1\n");
+}
+END_TEST
+
 START_TEST(expressions) {
     roundtrip("const a = [1, \"s\", x, f(y = 2, z), []]\n", "const a = [1, \"s\", x, f(y=2, z), []]\n");
     roundtrip("const a = f(\n  1,\n  2,\n)\n", "const a = f(1, 2)\n");
@@ -258,6 +265,14 @@ START_TEST(error_missing_paren) {
 }
 END_TEST
 
+START_TEST(error_crlf) {
+    expect_errors("const a = 1\r\nconst b = 1 2\r\n",
+                  "t.zl:2:13: error: expected an operator or the end of the statement, found number '2'\n"
+                  " 2 | const b = 1 2\n"
+                  "   |             ^\n");
+}
+END_TEST
+
 START_TEST(error_unclosed_brace) {
     expect_errors("model m(x) {\n  loss x\n",
                   "t.zl:3:1: error: expected '}' to close the model body, found end of file\n"
@@ -300,6 +315,13 @@ START_TEST(error_messages) {
         {"model m(x) { w = param [4] init zero }\n", "unknown initialiser 'zero'"},
         {"model m(x) { return\n }\n", "expected an expression, found newline"},
         {"import nn\n", "expected a string, found name 'nn'"},
+        {"model m(x) { w = param [4]\n }\n", "expected 'init', found newline"},
+        {"model m(x) { w = param [4] init\n }\n", "expected a name, found '}'"},
+        {"model m(x) { repeat { } }\n", "expected an expression, found '{'"},
+        {"model m(x) { repeat 2 as { } }\n", "expected a name, found '{'"},
+        {"model m(x) { a, = 1 }\n", "expected a name, found '='"},
+        {"layer f(x: ) { }\n", "expected '[' or a type, found ')'"},
+        {"train { k \"s\" 3 }\n", "expected '=', found number '3'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         diag_free(&D);
@@ -601,9 +623,11 @@ int main(void) {
     tcase_add_test(tc, decl_fields);
     tcase_add_test(tc, precedence);
     tcase_add_test(tc, statements);
+    tcase_add_test(tc, newlines_in_brackets);
     tcase_add_test(tc, expressions);
     tcase_add_test(tc, spans);
     tcase_add_test(tc, error_missing_paren);
+    tcase_add_test(tc, error_crlf);
     tcase_add_test(tc, error_unclosed_brace);
     tcase_add_test(tc, error_unclosed_before_decl);
     tcase_add_test(tc, error_messages);
