@@ -2,6 +2,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include "grammar.h"
 #include "lexer.h"
 #include "parse_ctx.h"
@@ -43,6 +44,28 @@ static const char *describe(PCtx *c, int major, const Token *t) {
 
 static const char *const unit_words[] = {"K", "M", "G", "T", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB",
                                          "KB/s", "MB/s", "GB/s", "TB/s", "KiB/s", "MiB/s", "GiB/s", "TiB/s"};
+
+/* A name right after a number that looks like a unit: a unit in the wrong
+ * case ("gib"), a rate without its slash ("GBs", "MBps"), or a unit one
+ * edit away ("GiBB"). Nothing for names that are no unit ("2 b"). */
+static void unit_hint(PCtx *c, const char *w) {
+    size_t n = strlen(w), nu = sizeof unit_words / sizeof *unit_words;
+    for (size_t i = 0; i < nu; i++)
+        if (!strcasecmp(w, unit_words[i])) {
+            diag_hint(c->d, "did you mean the unit '%s'? (units are case-sensitive)", unit_words[i]);
+            return;
+        }
+    for (size_t i = 4; i < 12; i++) { /* the byte units: "GiBs", "GBps" */
+        size_t k = strlen(unit_words[i]);
+        if (n > k && !strncasecmp(w, unit_words[i], k) && (!strcmp(w + k, "s") || !strcmp(w + k, "ps"))) {
+            diag_hint(c->d, "did you mean the unit '%s' or the rate '%s/s'?", unit_words[i], unit_words[i]);
+            return;
+        }
+    }
+    if (n < 3) return;
+    const char *u = diag_nearest(w, unit_words, (int)nu);
+    if (u && diag_edit_distance(w, u) <= 1) diag_hint(c->d, "did you mean the unit '%s'?", u);
+}
 
 /* "expected A, B or C" from the expected set, separators last. */
 static const char *list_expected(PCtx *c, uint64_t e) {
@@ -118,10 +141,7 @@ void parse_syntax_error(PCtx *c, int major, const Token *t) {
         if (x) diag_error(c->d, at, "expected %s, found %s", x, found);
         else diag_error(c->d, at, "unexpected %s", found);
     }
-    if (major == TK_IDENT && t->str && (L->last2 == TK_INT || L->last2 == TK_FLOAT)) {
-        const char *u = diag_nearest(t->str, unit_words, (int)(sizeof unit_words / sizeof *unit_words));
-        if (u) diag_hint(c->d, "did you mean the unit '%s'? (units are case-sensitive)", u);
-    }
+    if (major == TK_IDENT && t->str && (L->last2 == TK_INT || L->last2 == TK_FLOAT)) unit_hint(c, t->str);
     if ((major == TK_INT || major == TK_FLOAT) && L->last2 == TK_IDENT && L->last2_span.file >= 0) {
         const char *w = arena_strndup(c->arena, L->src + L->last2_span.off, L->last2_span.len);
         for (size_t i = 0; w && i < sizeof unit_words / sizeof *unit_words; i++)
