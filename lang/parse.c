@@ -141,6 +141,10 @@ void parse_syntax_error(PCtx *c, int major, const Token *t) {
         if (x) diag_error(c->d, at, "expected %s, found %s", x, found);
         else diag_error(c->d, at, "unexpected %s", found);
     }
+    if (major == TK_LPAREN && (e & BIT(TK_ASSIGN)) && (e & BIT(TK_COMMA)))
+        diag_hint(c->d, "a call is not a statement: assign its result (y = f(x))");
+    if (major == TK_ASSIGN && L->last2 >= TK_IMPORT && L->last2 <= TK_INIT)
+        diag_hint(c->d, "%s is a keyword; it cannot be used as a name", lex_token_name(L->last2));
     if (major == TK_IDENT && t->str && (L->last2 == TK_INT || L->last2 == TK_FLOAT)) unit_hint(c, t->str);
     if ((major == TK_INT || major == TK_FLOAT) && L->last2 == TK_IDENT && L->last2_span.file >= 0) {
         const char *w = arena_strndup(c->arena, L->src + L->last2_span.off, L->last2_span.len);

@@ -342,6 +342,30 @@ START_TEST(error_hints) {
     diag_init(&D);
     parse("model m(x) { w = param [4] init zero }\n");
     ck_assert_str_eq(D.items[1].msg, "did you mean 'zeros'?");
+    static const struct { const char *src, *hint; } units[] = {
+        {"const a = 32 mb\n", "did you mean the unit 'MB'? (units are case-sensitive)"},
+        {"const a = 32 GiBs\n", "did you mean the unit 'GiB' or the rate 'GiB/s'?"},
+        {"const a = 32 GiBB\n", "did you mean the unit 'GiB'?"},
+        {"const a = 2 b\n", NULL},
+    };
+    for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
+        diag_free(&D);
+        diag_init(&D);
+        parse(units[i].src);
+        ck_assert_int_eq(D.errors, 1);
+        if (units[i].hint) ck_assert_str_eq(D.items[1].msg, units[i].hint);
+        else ck_assert_int_eq(D.len, 1);
+    }
+    diag_free(&D);
+    diag_init(&D);
+    parse("model m(x) { f(x) }\n");
+    ck_assert_str_eq(D.items[0].msg, "expected ',' or '=', found '('");
+    ck_assert_str_eq(D.items[1].msg, "a call is not a statement: assign its result (y = f(x))");
+    diag_free(&D);
+    diag_init(&D);
+    parse("model m(x) { loss = 3 }\n");
+    ck_assert_str_eq(D.items[0].msg, "expected an expression, found '='");
+    ck_assert_str_eq(D.items[1].msg, "'loss' is a keyword; it cannot be used as a name");
 }
 END_TEST
 
