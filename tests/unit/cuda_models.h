@@ -8,6 +8,8 @@
 #include "arena.h"
 #include "autodiff.h"
 #include "graph.h"
+#include "loader.h"
+#include "sema.h"
 
 typedef struct CmShape {
     const char *name;
@@ -249,6 +251,17 @@ static inline bool cm_build(Graph *g, Arena *a, const CmShape *s, DiagSink *d) {
     int loss = cm_apply(g, PRIM_CROSS_ENTROPY, ins, 2, DT_F32, 0, 0, 0, 0, 0, 0, 0, -1);
     g->loss = loss;
     return ad_build(g, d);
+}
+
+/* The training graph of a .zl file (loader, checker, autodiff), its sources
+ * in src (source_set_init'ed by the caller). false with diagnostics in d. */
+static inline bool cm_load_zl(Graph *g, Arena *a, SourceSet *src, const char *path, DiagSink *d) {
+    LoadOptions lo = {NULL, 0, ZINF_STDLIB_DIR};
+    Program prog;
+    memset(&prog, 0, sizeof prog);
+    if (!program_load(a, src, d, path, &lo, &prog) || d->errors) return false;
+    if (!sema_build(a, &prog, src, d, g) || d->errors) return false;
+    return ad_build(g, d) && !d->errors;
 }
 
 #endif

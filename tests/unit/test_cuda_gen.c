@@ -636,6 +636,49 @@ START_TEST(random_ops_never_crash) {
 }
 END_TEST
 
+/* Every example model, through the real front end: every op lowers, and the
+ * launches of forward ops name their .zl line. */
+START_TEST(example_models_lower) {
+    const char *ex[] = {"gpt2-tiny", "gpt2-small", "gpt2-tiny-offload", "gpt3-175b", "llama-tiny", "llama2-7b", "llama2-70b"};
+    for (size_t e = 0; e < sizeof ex / sizeof *ex; e++) {
+        Arena a;
+        arena_init(&a);
+        DiagSink d;
+        diag_init(&d);
+        SourceSet src;
+        source_set_init(&src);
+        char path[512];
+        snprintf(path, sizeof path, "%s/../examples/%s.zl", ZINF_STDLIB_DIR, ex[e]);
+        Graph g;
+        if (!cm_load_zl(&g, &a, &src, path, &d)) {
+            diag_render(&d, &src, stderr, false);
+            ck_abort_msg("%s does not check", path);
+        }
+        CudaGen cg;
+        CudaGenOptions o = opts();
+        o.sources = &src;
+        cuda_gen_init(&cg, &a, &o);
+        CudaModule m;
+        if (cuda_gen_graph(&cg, &g, &m, &d) != 0) {
+            diag_render(&d, &src, stderr, false);
+            ck_abort_msg("%s: cuda_gen failed", ex[e]);
+        }
+        ck_assert_int_gt(m.nkernels, 10);
+        ck_assert_int_le(m.nunits, 16);
+        int named = 0;
+        for (int i = 0; i < m.nkernels; i++)
+            if (g.ops[m.kernels[i].op].kind == OP_FWD) {
+                ck_assert_msg(strstr(m.kernels[i].comment, ".zl:") != NULL, "%s: %s", ex[e], m.kernels[i].comment);
+                named++;
+            }
+        ck_assert_int_gt(named, 0);
+        source_set_free(&src);
+        diag_free(&d);
+        arena_free(&a);
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cuda_gen");
     TCase *t = tcase_create("core");
@@ -648,6 +691,7 @@ int main(void) {
     tcase_add_test(t, workspace_and_error_words);
     tcase_add_test(t, utility_launches);
     tcase_add_test(t, random_ops_never_crash);
+    tcase_add_test(t, example_models_lower);
     tcase_add_loop_test(t, matmul_launches_compute_the_products, 0, 4);
     tcase_add_test(t, linear_launches_compute_the_products);
     suite_add_tcase(s, t);

@@ -85,6 +85,7 @@ typedef struct Units {
     Arena a;
     const char *src[64];
     const char *name[64];
+    char hash[64][65];
     int n;
 } Units;
 
@@ -92,7 +93,6 @@ typedef struct Units {
 static void collect(Units *u, const CmShape *const *shapes, int nshapes) {
     arena_init(&u->a);
     u->n = 0;
-    char seen[64][65];
     for (int s = 0; s < nshapes; s++) {
         DiagSink d;
         diag_init(&d);
@@ -105,10 +105,10 @@ static void collect(Units *u, const CmShape *const *shapes, int nshapes) {
         ck_assert_int_eq(cuda_gen_graph(&cg, &g, &m, &d), 0);
         for (int i = 0; i < m.nunits; i++) {
             int dup = 0;
-            for (int j = 0; j < u->n; j++) dup |= !strcmp(seen[j], m.units[i].hash);
+            for (int j = 0; j < u->n; j++) dup |= !strcmp(u->hash[j], m.units[i].hash);
             if (dup) continue;
             ck_assert_int_lt(u->n, 64);
-            memcpy(seen[u->n], m.units[i].hash, 65);
+            memcpy(u->hash[u->n], m.units[i].hash, 65);
             u->src[u->n] = m.units[i].source;
             u->name[u->n] = arena_printf(&u->a, "%s-%.12s.cu", m.units[i].family, m.units[i].hash);
             u->n++;
@@ -117,10 +117,40 @@ static void collect(Units *u, const CmShape *const *shapes, int nshapes) {
     }
 }
 
+/* Adds the distinct units of an example .zl model (the real front end). */
+static void collect_zl(Units *u, const char *example) {
+    DiagSink d;
+    diag_init(&d);
+    SourceSet src;
+    source_set_init(&src);
+    char path[512];
+    snprintf(path, sizeof path, "%s/../examples/%s.zl", ZINF_STDLIB_DIR, example);
+    Graph g;
+    ck_assert_msg(cm_load_zl(&g, &u->a, &src, path, &d), "%s does not check", path);
+    CudaGen cg;
+    CudaGenOptions o = {.kernel_dir = ZINF_STDLIB_DIR "/kernels", .sources = &src};
+    cuda_gen_init(&cg, &u->a, &o);
+    CudaModule m;
+    ck_assert_int_eq(cuda_gen_graph(&cg, &g, &m, &d), 0);
+    for (int i = 0; i < m.nunits; i++) {
+        int dup = 0;
+        for (int j = 0; j < u->n; j++) dup |= !strcmp(u->hash[j], m.units[i].hash);
+        if (dup) continue;
+        ck_assert_int_lt(u->n, 64);
+        memcpy(u->hash[u->n], m.units[i].hash, 65);
+        u->src[u->n] = m.units[i].source;
+        u->name[u->n] = arena_printf(&u->a, "%s-%.12s.cu", m.units[i].family, m.units[i].hash);
+        u->n++;
+    }
+    source_set_free(&src);
+    diag_free(&d);
+}
+
 static const CmShape cm_gpt2_f32 = {"gpt2-tiny-f32", DT_F32, 2, 64, 128, 2, 2, 512, 512, 1, false, 0.0};
 static const CmShape cm_llama_f16 = {"llama-f16", DT_F16, 2, 128, 512, 4, 2, 1024, 1024, 1, true, 1.0};
 
-/* Every unit of gpt2-tiny and llama2-7b (bf16), plus f32 and f16 variants,
+/* Every unit of gpt2-tiny and llama2-7b (bf16, hand-built), f32 and f16
+ * variants, and of examples/gpt2-tiny.zl and examples/llama2-7b.zl,
  * compiles for sm_80 and sm_90 from a cold cache; every entry point has a
  * register count; a second pass is served from the cache byte for byte. */
 START_TEST(every_unit_compiles_cold_then_hits) {
@@ -129,7 +159,11 @@ START_TEST(every_unit_compiles_cold_then_hits) {
     const CmShape *shapes[] = {&cm_gpt2_tiny, &cm_llama2_7b, &cm_llama_gqa, &cm_gpt2_f32, &cm_llama_f16};
     Units u;
     collect(&u, shapes, 5);
-    ck_assert_int_ge(u.n, 20);
+    int hand = u.n;
+    collect_zl(&u, "gpt2-tiny");
+    collect_zl(&u, "llama2-7b");
+    ck_assert_int_ge(hand, 20);
+    ck_assert_int_le(u.n, 64);
     const char *archs[2] = {"sm_80", "sm_90"};
     unsigned char *first[64][2];
     size_t firstn[64][2];
