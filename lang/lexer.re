@@ -130,7 +130,12 @@ static void lex_float(Lexer *L, Token *t, uint32_t a, uint32_t b) {
 /* A string literal from the opening quote at a; escapes decoded. */
 static void lex_string(Lexer *L, Token *t, uint32_t a) {
     uint32_t p = a + 1;
-    char *out = arena_alloc(L->arena, L->len - a + 1);
+    /* The decoded text is no longer than the raw text up to the closing
+     * quote or the end of the line (never the rest of the file: a file of
+     * many strings would cost quadratic memory). */
+    uint32_t q = p;
+    while (q < L->len && L->src[q] != '"' && L->src[q] != '\n') q += L->src[q] == '\\' && q + 1 < L->len ? 2 : 1;
+    char *out = arena_alloc(L->arena, q - a + 1);
     size_t n = 0;
     for (;;) {
         if (p >= L->len || L->src[p] == '\n') {
@@ -308,8 +313,8 @@ static bool ends_statement(int k) {
            k == TK_RBRACE || k == TK_RETURN || k == TK_DTYPE;
 }
 
-static bool ends_statement_here(const Lexer *L) { return L->last_bad || ends_statement(L->last);
-}
+/* A bad character counts as an operand, so the newline after it ends the statement. */
+static bool ends_statement_here(const Lexer *L) { return L->last_bad || ends_statement(L->last); }
 
 #define YYCTYPE unsigned char
 
