@@ -24,4 +24,10 @@ for b in "$BUILD"/bench/bench_*; do
   echo
 done
 rm -rf "$BUILD/bench-nvme"
+for s in tests/bench/bench_*.sh; do
+  [ -f "$s" ] || continue
+  echo "== $(basename "$s" .sh)"
+  if ! sh "$s" "$BUILD"; then echo "== $(basename "$s" .sh) FAILED"; status=1; fi
+  echo
+done
 exit $status
