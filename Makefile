@@ -11,6 +11,8 @@
 #   lang/lexer.re, lang/grammar.y        generated into $(BUILD)/gen
 
 BUILD ?= build
+# Two jobs by default (the machines this is built on have 2 cores).
+MAKEFLAGS += -j2
 # `make V=1` shows every command.
 Q := $(if $(V),,@)
 CC ?= cc

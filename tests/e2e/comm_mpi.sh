@@ -3,9 +3,9 @@
 # must end with an error within the comm timeout, not hang.
 B=${1:-build}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1
-timeout 120 mpirun -np 3 --oversubscribe "$B/tests/test_comm" || { echo "FAIL: collectives under mpirun"; exit 1; }
+timeout 120 mpirun -np 3 --oversubscribe "$B/tests/test_comm" < /dev/null || { echo "FAIL: collectives under mpirun"; exit 1; }
 start=$(date +%s)
-ZINF_TEST_COMM_DIE=1 ZINF_COMM_TIMEOUT=5 timeout 60 mpirun -np 3 --oversubscribe -x ZINF_TEST_COMM_DIE -x ZINF_COMM_TIMEOUT "$B/tests/test_comm" > /tmp/zinf-comm-die.$$ 2>&1
+ZINF_TEST_COMM_DIE=1 ZINF_COMM_TIMEOUT=5 timeout 60 mpirun -np 3 --oversubscribe -x ZINF_TEST_COMM_DIE -x ZINF_COMM_TIMEOUT "$B/tests/test_comm" < /dev/null > /tmp/zinf-comm-die.$$ 2>&1
 rc=$?
 end=$(date +%s)
 cat /tmp/zinf-comm-die.$$; rm -f /tmp/zinf-comm-die.$$
