@@ -71,7 +71,7 @@ bool program_load(Arena *a, SourceSet *src, DiagSink *d, const char *main_path, 
             if (dc->kind != DL_IMPORT || !dc->name) continue;
             const char *name = dc->name;
             size_t nl = strlen(name);
-            if (nl == 0 || memchr(name, 0, nl) != NULL) {
+            if (nl == 0) {
                 diag_error(d, dc->name_span, "empty import name");
                 continue;
             }

@@ -175,6 +175,10 @@ static Decl *decl(PCtx *c, DeclKind k, const Token *kw) {
 }
 
 void ast_import(PCtx *c, const Token *kw, const Token *s) {
+    if (s->str && strlen(s->str) != s->slen) {
+        diag_error(c->d, s->span, "an import name cannot contain a NUL byte");
+        return;
+    }
     Decl *d = decl(c, DL_IMPORT, kw);
     if (!d) return;
     d->name = s->str;

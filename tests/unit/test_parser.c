@@ -619,6 +619,25 @@ START_TEST(loader_missing_import) {
 }
 END_TEST
 
+START_TEST(loader_bad_names) {
+    mk_tmp();
+    write_file("main.zl", "import \"\"\nimport \"a\\x00b\"\nimport \"d.zl\"\n");
+    char main[128];
+    snprintf(main, sizeof main, "%s/d.zl", tmpdir);
+    mkdir(main, 0700);
+    snprintf(main, sizeof main, "%s/main.zl", tmpdir);
+    LoadOptions o = {NULL, 0, "/std"};
+    Program p;
+    ck_assert(program_load(&A, &S, &D, main, &o, &p));
+    ck_assert_int_eq(D.errors, 3);
+    ck_assert_str_eq(D.items[0].msg, "an import name cannot contain a NUL byte");
+    ck_assert_str_eq(D.items[1].msg, "empty import name");
+    ck_assert_str_eq(D.items[2].msg, "cannot find import \"d.zl\""); /* d.zl is a directory */
+    ck_assert_int_eq(p.nfiles, 1);
+    rm_tmp();
+}
+END_TEST
+
 START_TEST(loader_stdlib_and_unreadable_main) {
     Program p;
     LoadOptions o = {NULL, 0, NULL};
@@ -668,6 +687,7 @@ int main(void) {
     tcase_add_test(tc, random_mutations);
     tcase_add_test(tc, loader_imports_once_in_order);
     tcase_add_test(tc, loader_missing_import);
+    tcase_add_test(tc, loader_bad_names);
     tcase_add_test(tc, loader_stdlib_and_unreadable_main);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
