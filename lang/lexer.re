@@ -62,14 +62,6 @@ const char *lex_token_name(int k) {
     }
 }
 
-static const struct { const char *w; int k; DType dt; } keywords[] = {
-    {"import", TK_IMPORT, DT_NONE}, {"const", TK_CONST, DT_NONE},   {"layer", TK_LAYER, DT_NONE},
-    {"model", TK_MODEL, DT_NONE},   {"train", TK_TRAIN, DT_NONE},   {"target", TK_TARGET, DT_NONE},
-    {"plan", TK_PLAN, DT_NONE},     {"repeat", TK_REPEAT, DT_NONE}, {"as", TK_AS, DT_NONE},
-    {"return", TK_RETURN, DT_NONE}, {"loss", TK_LOSS, DT_NONE},     {"param", TK_PARAM, DT_NONE},
-    {"init", TK_INIT, DT_NONE},     {"i32", TK_DTYPE, DT_I32},      {"f32", TK_DTYPE, DT_F32},
-    {"f16", TK_DTYPE, DT_F16},      {"bf16", TK_DTYPE, DT_BF16},
-};
 
 static const struct { const char *w; UnitKind k; uint64_t scale; } units[] = {
     {"KiB/s", UNIT_RATE, 1ull << 10}, {"MiB/s", UNIT_RATE, 1ull << 20}, {"GiB/s", UNIT_RATE, 1ull << 30},
@@ -353,6 +345,23 @@ void lex_next(Lexer *L, Token *t) {
             hex            { L->pos = (uint32_t)(YYCURSOR - base); lex_int(L, t, start + 2, L->pos, 16); TOK(TK_INT); }
             flt            { L->pos = (uint32_t)(YYCURSOR - base); lex_float(L, t, start, L->pos); TOK(TK_FLOAT); }
             dec            { L->pos = (uint32_t)(YYCURSOR - base); lex_int(L, t, start, L->pos, 10); TOK(TK_INT); }
+            "import"       { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_IMPORT); }
+            "const"        { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_CONST); }
+            "layer"        { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_LAYER); }
+            "model"        { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_MODEL); }
+            "train"        { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_TRAIN); }
+            "target"       { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_TARGET); }
+            "plan"         { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_PLAN); }
+            "repeat"       { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_REPEAT); }
+            "as"           { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_AS); }
+            "return"       { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_RETURN); }
+            "loss"         { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_LOSS); }
+            "param"        { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_PARAM); }
+            "init"         { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_INIT); }
+            "i32"          { L->pos = (uint32_t)(YYCURSOR - base); t->dtype = DT_I32; TOK(TK_DTYPE); }
+            "f32"          { L->pos = (uint32_t)(YYCURSOR - base); t->dtype = DT_F32; TOK(TK_DTYPE); }
+            "f16"          { L->pos = (uint32_t)(YYCURSOR - base); t->dtype = DT_F16; TOK(TK_DTYPE); }
+            "bf16"         { L->pos = (uint32_t)(YYCURSOR - base); t->dtype = DT_BF16; TOK(TK_DTYPE); }
             ident          { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_IDENT); }
             "\""           { lex_string(L, t, start); TOK(TK_STRING); }
             ";"            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_SEMI); }
@@ -405,14 +414,8 @@ void lex_next(Lexer *L, Token *t) {
                 t->fval = 0;
             }
         }
-        if (k == TK_IDENT) {
+        if (k == TK_IDENT || k == TK_DTYPE || (k >= TK_IMPORT && k <= TK_INIT)) {
             size_t n = L->pos - start;
-            for (size_t i = 0; i < sizeof keywords / sizeof *keywords; i++)
-                if (strlen(keywords[i].w) == n && !memcmp(L->src + start, keywords[i].w, n)) {
-                    t->kind = keywords[i].k;
-                    t->dtype = keywords[i].dt;
-                    break;
-                }
             t->str = arena_strndup(L->arena, L->src + start, n);
             t->slen = n;
         }
