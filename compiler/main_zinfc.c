@@ -28,6 +28,7 @@
 #include "autodiff.h"
 #include "plan.h"
 #include "planner.h"
+#include "kernels_embed.h"
 #include "target.h"
 
 #ifndef ZINF_STDLIB_DIR
@@ -51,10 +52,11 @@ typedef struct ZincOptions {
     const char *target;   /* --target FILE or a built-in name (dgx2, host, ...) */
     const char *output;   /* -o model.plan */
     bool explain;         /* --explain */
+    const char *kernels;  /* --kernels=auto|none|sm_80,sm_90 */
 } ZincOptions;
 
 static const char *const known_options[] = {"--check", "--emit=graph", "--emit=ast", "--help", "--version", "-I",
-                                            "--target", "-o", "--explain"};
+                                            "--target", "-o", "--explain", "--kernels="};
 enum { NKNOWN = sizeof known_options / sizeof known_options[0] };
 
 static void usage(FILE *out) {
@@ -67,6 +69,8 @@ static void usage(FILE *out) {
           "                  dgx-h100, h200, host (default: the model's target block, else this machine)\n"
           "  -o FILE         plan and write the plan to FILE (verified first)\n"
           "  --explain       print the memory model (bytes per class and per rank), then plan\n"
+          "  --kernels=K     CUDA code in the plan: auto (sm_80,sm_90 for GPU targets, none for host),\n"
+          "                  none, or a list such as sm_90 (compiled by NVRTC, cached on disk)\n"
           "                  and print what the planner chose and why\n"
           "  --help          this text\n"
           "  --version       the version\n"
@@ -115,6 +119,8 @@ static int parse_args(int argc, char **argv, ZincOptions *o) {
             else o->target = argv[++i];
         } else if (strcmp(a, "--explain") == 0) {
             o->explain = true;
+        } else if (strncmp(a, "--kernels=", 10) == 0) {
+            o->kernels = a + 10;
         } else if (a[0] == '-' && a[1]) {
             const char *near = diag_nearest(a, known_options, NKNOWN);
             if (near) fprintf(stderr, "zinfc: unknown option '%s'; did you mean '%s'?\n", a, near);
@@ -176,6 +182,16 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
     if (o->explain) printf("planning for %s\n%s", how, r.explain);
     int rc = 0;
     char err[512], gb[32];
+    const char *archs = o->kernels && strcmp(o->kernels, "auto") ? o->kernels : (strcmp(t.backend, "host") ? "sm_80,sm_90" : "none");
+    if (o->output && strcmp(archs, "none")) {
+        EmbedStats es;
+        if (!kernels_embed(r.plan, g, archs, src, t.gpu_sms, d, &es)) {
+            plan_free(r.plan);
+            return 1;
+        }
+        printf("kernels: %d units x %d archs (%s): %d compiled in %.1f s, %d from the cache, %llu bytes of cubin\n",
+               es.units, es.archs, archs, es.compiled, es.seconds, es.cached, (unsigned long long)es.bytes);
+    }
     if (o->output && !plan_write(r.plan, o->output, err, sizeof err)) {
         diag_error(d, SPAN_NONE, "%s", err);
         rc = 1;

@@ -3,6 +3,7 @@
  *                                       busy time per queue, the bottleneck
  *   zinfdump model.plan --schedule [--rank R]   one instruction per line
  *   zinfdump model.plan --memory        each arena's buffers
+ *   zinfdump model.plan --kernels       the embedded CUDA kernels and their ptxas resource reports
  *   zinfdump model.plan --trace out.json  predicted timeline (Chrome trace / Perfetto)
  *   zinfdump model.plan --svg out.svg   timeline and GPU memory in use, drawn
  * Every plan is verified first; a plan that fails is reported and not shown. */
@@ -16,7 +17,7 @@
 #include "verify.h"
 
 static int usage(FILE *f, int rc) {
-    fprintf(f, "usage: zinfdump PLAN [--schedule [--rank R]] [--memory] [--trace OUT.json] [--svg OUT.svg]\n");
+    fprintf(f, "usage: zinfdump PLAN [--schedule [--rank R]] [--memory] [--kernels] [--trace OUT.json] [--svg OUT.svg]\n");
     return rc;
 }
 
@@ -36,12 +37,13 @@ static int write_file(const char *path, const Plan *p, const CostResult *c, void
 
 int main(int argc, char **argv) {
     const char *path = NULL, *trace = NULL, *svg = NULL;
-    bool schedule = false, memory = false;
+    bool schedule = false, memory = false, kernels = false;
     int rank = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--schedule")) schedule = true;
         else if (!strcmp(a, "--memory")) memory = true;
+        else if (!strcmp(a, "--kernels")) kernels = true;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout, 0);
         else if (!strcmp(a, "--rank") || !strcmp(a, "--trace") || !strcmp(a, "--svg")) {
             if (i + 1 >= argc) {
@@ -100,7 +102,17 @@ int main(int argc, char **argv) {
     if (memory) plandump_memory(p, stdout);
     if (trace) rc |= write_file(trace, p, &c, plandump_trace);
     if (svg) rc |= write_file(svg, p, &c, plandump_svg);
-    if (!schedule && !memory && !trace && !svg) plandump_summary(p, &c, stdout);
+    if (kernels) {
+        uint64_t total = 0;
+        for (uint32_t k = 0; k < p->nkernels; k++) total += p->kernels[k].size;
+        printf("%u kernel%s embedded, %llu bytes of cubin\n", p->nkernels, p->nkernels == 1 ? "" : "s", (unsigned long long)total);
+        for (uint32_t k = 0; k < p->nkernels; k++)
+            printf("  %-28s %-6s %8llu B  %s\n", p->kernels[k].name ? p->kernels[k].name : "?",
+                   p->kernels[k].arch ? p->kernels[k].arch : "?", (unsigned long long)p->kernels[k].size,
+                   p->kernels[k].resources ? p->kernels[k].resources : "");
+        if (!p->nkernels) printf("  (a plan for the host backend, or compiled with --kernels=none)\n");
+    }
+    if (!schedule && !memory && !trace && !svg && !kernels) plandump_summary(p, &c, stdout);
     cost_free(&c);
     plan_free(p);
     if (fflush(stdout) != 0) rc = 1;
