@@ -331,8 +331,11 @@ void lex_next(Lexer *L, Token *t) {
             ident = [A-Za-z_][A-Za-z0-9_]*;
 
             "\x00"         { if ((uint32_t)(YYCURSOR - base) > L->len) goto eof;
-                             diag_error(L->d, sp(L, start, start + 1), "unexpected NUL byte in the source");
-                             L->errors++; L->last_bad = true; L->pos = (uint32_t)(YYCURSOR - base); continue; }
+                             /* a run of NULs is one error */
+                             L->pos = (uint32_t)(YYCURSOR - base);
+                             while (L->pos < L->len && L->src[L->pos] == 0) L->pos++;
+                             diag_error(L->d, sp(L, start, L->pos), "unexpected NUL byte in the source");
+                             L->errors++; L->last_bad = true; continue; }
             [ \t\r\v\f]+   { L->pos = (uint32_t)(YYCURSOR - base); continue; }
             "#" [^\n\x00]* { L->pos = (uint32_t)(YYCURSOR - base); continue; }
             "\n"           { L->pos = (uint32_t)(YYCURSOR - base);
