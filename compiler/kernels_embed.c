@@ -28,7 +28,22 @@ bool kernels_embed(Plan *p, const Graph *g, const char *archs, const SourceSet *
     CudaGenOptions co = {.sources = src, .sm_count = sm_count};
     cuda_gen_init(&cg, &a, &co);
     CudaModule m;
-    if (cuda_gen_graph(&cg, g, &m, d) != 0) {
+    /* A shape the kernels cannot serve fails every layer alike: show the
+     * first few, then the way out. */
+    DiagSink gd;
+    diag_init(&gd);
+    gd.max_errors = 3;
+    int grc = cuda_gen_graph(&cg, g, &m, &gd);
+    for (int i = 0; i < gd.len; i++) {
+        const Diag *x = &gd.items[i];
+        if (x->level == DIAG_ERROR) diag_error(d, x->span, "%s", x->msg);
+        else if (x->level == DIAG_NOTE) diag_note(d, x->span, "%s", x->msg);
+        else if (x->level == DIAG_HINT) diag_hint(d, "%s", x->msg);
+        else diag_warning(d, x->span, "%s", x->msg);
+    }
+    if (gd.truncated) diag_note(d, SPAN_NONE, "%d more ops fail the same way", gd.errors - gd.max_errors);
+    diag_free(&gd);
+    if (grc != 0) {
         diag_hint(d, "zinfc --kernels=none writes the plan without GPU code (for the host backend, or to inspect it)");
         arena_free(&a);
         return false;
