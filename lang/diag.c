@@ -153,20 +153,36 @@ static void render_snippet(const SourceSet *s, Span sp, FILE *out, bool color) {
     source_line_col(s, sp.file, off, &line, &col);
     char num[16];
     int w = snprintf(num, sizeof num, "%d", line);
-    fprintf(out, " %s | ", num);
+    /* A long line is shown as a window of DIAG_SNIPPET_MAX bytes around the
+     * span, with "..." where it is cut (a minified or binary file has
+     * megabyte lines). */
+    enum { DIAG_SNIPPET_MAX = 160 };
+    bool cut_left = false, cut_right = false;
+    if (le - ls > DIAG_SNIPPET_MAX) {
+        uint32_t ws = off - ls > DIAG_SNIPPET_MAX / 2 ? off - DIAG_SNIPPET_MAX / 2 : ls;
+        if (le - ws < DIAG_SNIPPET_MAX) ws = le - DIAG_SNIPPET_MAX;
+        cut_left = ws > ls;
+        cut_right = ws + DIAG_SNIPPET_MAX < le;
+        ls = ws;
+        le = ws + DIAG_SNIPPET_MAX;
+    }
+    fprintf(out, " %s | %s", num, cut_left ? "..." : "");
     for (uint32_t i = ls; i < le; i++) {
         unsigned char c = (unsigned char)f->text[i];
         /* Tabs are kept so the caret lines up; other control bytes shown as '?'. */
         fputc(c == '\t' || c >= 0x20 ? c : '?', out);
     }
-    fputc('\n', out);
-    fprintf(out, " %*s | ", w, "");
-    for (uint32_t i = ls; i < off; i++) fputc(f->text[i] == '\t' ? '\t' : ' ', out);
+    fprintf(out, "%s\n", cut_right ? "..." : "");
+    fprintf(out, " %*s | %s", w, "", cut_left ? "   " : "");
+    /* UTF-8 continuation bytes take no column of their own */
+    for (uint32_t i = ls; i < off; i++)
+        if (((unsigned char)f->text[i] & 0xC0) != 0x80) fputc(f->text[i] == '\t' ? '\t' : ' ', out);
     if (color) fputs("\033[1;32m", out);
     fputc('^', out);
     uint32_t end = off + (sp.len ? sp.len : 1);
     if (end > le) end = le;
-    for (uint32_t i = off + 1; i < end; i++) fputc('~', out);
+    for (uint32_t i = off + 1; i < end; i++)
+        if (((unsigned char)f->text[i] & 0xC0) != 0x80) fputc('~', out);
     if (color) fputs("\033[0m", out);
     fputc('\n', out);
 }
