@@ -351,6 +351,20 @@ START_TEST(nul_bytes) {
 }
 END_TEST
 
+START_TEST(nul_run) {
+    /* a run of NULs is one error spanning the run, and lexing goes on */
+    const char src[] = "a\0\0\0\0b";
+    start_n(src, 6);
+    ck_assert_int_eq(next().kind, TK_IDENT);
+    Token t = next();
+    ck_assert_int_eq(t.kind, TK_IDENT);
+    ck_assert_uint_eq(t.span.off, 5);
+    ck_assert_int_eq(D.errors, 1);
+    ck_assert_uint_eq(D.items[0].span.off, 1);
+    ck_assert_uint_eq(D.items[0].span.len, 4);
+}
+END_TEST
+
 START_TEST(spans) {
     start("const  V = 0x10\n  layer");
     Token t = next();
@@ -403,6 +417,7 @@ int main(void) {
     tcase_add_test(tc, brackets);
     tcase_add_test(tc, error_tokens);
     tcase_add_test(tc, nul_bytes);
+    tcase_add_test(tc, nul_run);
     tcase_add_test(tc, spans);
     tcase_add_test(tc, token_names);
     suite_add_tcase(s, tc);

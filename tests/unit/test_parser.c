@@ -552,6 +552,82 @@ START_TEST(random_mutations) {
 }
 END_TEST
 
+START_TEST(random_megabytes) {
+    /* 10 MB of random bytes (a fixed LCG): errors, capped, and a bounded
+     * rendering (long lines are shown as a window around the span) */
+    size_t n = 10u << 20;
+    char *buf = malloc(n);
+    ck_assert_ptr_nonnull(buf);
+    uint64_t x = 99;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        buf[i] = (char)(x >> 56);
+    }
+    parse_n(buf, n);
+    ck_assert_int_gt(D.errors, 0);
+    ck_assert_int_le(D.len, 2 * D.max_errors + 2);
+    char *r = rendered();
+    ck_assert_uint_lt(strlen(r), 100000);
+    ck_assert_ptr_nonnull(strstr(r, "too many errors"));
+    free(buf);
+}
+END_TEST
+
+START_TEST(long_line_window) {
+    /* a 3200-byte line: the snippet is the 160 bytes from 80 before the
+     * error, cut with "..." on both sides, the caret under the error */
+    char src[3300];
+    int n = snprintf(src, sizeof src, "const a = ");
+    for (int i = 0; i < 400; i++) n += snprintf(src + n, sizeof src - (size_t)n, "1 + ");
+    int at = n;
+    n += snprintf(src + n, sizeof src - (size_t)n, "@");
+    for (int i = 0; i < 400; i++) n += snprintf(src + n, sizeof src - (size_t)n, " + 2");
+    snprintf(src + n, sizeof src - (size_t)n, "\n");
+    parse(src);
+    ck_assert_int_eq(D.errors, 1);
+    char want[600];
+    snprintf(want, sizeof want, "t.zl:1:%d: error: unexpected character '@'\n 1 | ...%.160s...\n   |    %80s^\n", at + 1,
+             src + at - 80, "");
+    ck_assert_str_eq(rendered(), want);
+    ck_assert_ptr_nonnull(strstr(want, "1 + 1 + @ + 2 + 2"));
+}
+END_TEST
+
+START_TEST(utf8_caret_columns) {
+    /* multi-byte characters before the error take one column each under the caret */
+    parse("const s = \"\xce\xbb\xce\xbb\" @\n");
+    ck_assert_str_eq(rendered(), "t.zl:1:18: error: unexpected character '@'\n"
+                                 " 1 | const s = \"\xce\xbb\xce\xbb\" @\n"
+                                 "   |                ^\n");
+}
+END_TEST
+
+START_TEST(example_truncations) {
+    /* examples/gpt2-tiny.zl cut at every 7th byte: an error or a clean
+     * parse, never a crash (also run under ASan/UBSan) */
+    FILE *fp = fopen("examples/gpt2-tiny.zl", "rb");
+    ck_assert_msg(fp != NULL, "run from the repository root");
+    char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text, fp);
+    fclose(fp);
+    ck_assert_uint_gt(n, 100);
+    int with_errors = 0, cuts = 0;
+    for (size_t k = 0; k <= n; k += 7) {
+        diag_free(&D);
+        diag_init(&D);
+        parse_n(text, k);
+        cuts++;
+        with_errors += D.errors > 0;
+        for (int i = 0; i < D.len; i++) ck_assert_ptr_nonnull(D.items[i].msg);
+    }
+    ck_assert_int_gt(with_errors, cuts / 2); /* most cuts leave a bracket or statement open */
+    diag_free(&D);
+    diag_init(&D);
+    parse_n(text, n);
+    ck_assert_msg(D.errors == 0, "%s", rendered());
+}
+END_TEST
+
 /* ---- loader ---- */
 
 static char tmpdir[64];
@@ -685,6 +761,10 @@ int main(void) {
     tcase_add_test(tc, every_prefix);
     tcase_add_test(tc, every_token_removed);
     tcase_add_test(tc, random_mutations);
+    tcase_add_test(tc, random_megabytes);
+    tcase_add_test(tc, long_line_window);
+    tcase_add_test(tc, utf8_caret_columns);
+    tcase_add_test(tc, example_truncations);
     tcase_add_test(tc, loader_imports_once_in_order);
     tcase_add_test(tc, loader_missing_import);
     tcase_add_test(tc, loader_bad_names);
