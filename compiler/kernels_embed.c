@@ -75,8 +75,10 @@ bool kernels_embed(Plan *p, const Graph *g, const char *archs, const SourceSet *
             if (j->result.failed_source) diag_note(d, SPAN_NONE, "the generated source is saved in %s", j->result.failed_source);
         } else if (ok) {
             /* The resource report: one line per entry point. */
+            /* The specialisation first (dtype, transposes, the planner's gemm tile), then ptxas. */
             char res[1024] = "";
-            size_t o = 0;
+            size_t o = (size_t)snprintf(res, sizeof res, "[%s] ", m.units[i / na].spec ? m.units[i / na].spec : "");
+            if (o >= sizeof res) o = sizeof res - 1;
             for (int f = 0; f < j->result.nfuncs && o < sizeof res; f++) {
                 const NvrtcFuncRes *fr = &j->result.funcs[f];
                 o += (size_t)snprintf(res + o, sizeof res - o, "%s%s: %d registers, %d B smem, %d B stack, %d/%d spill",

@@ -89,11 +89,13 @@ static double now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static int shape_layers = 195, shape_hidden = 65536, shape_heads = 512;
+
 static int plan_once(int nodes, bool pinned, double *secs, size_t *bytes, PlannerResult *res, Arena *a) {
     DiagSink d;
     Graph g;
     diag_init(&d);
-    if (!build(&g, a, &d, 195, 65536, 512, 1, 1024, 50304)) {
+    if (!build(&g, a, &d, shape_layers, shape_hidden, shape_heads, 1, 1024, 50304)) {
         diag_render(&d, NULL, stderr, false);
         return 1;
     }
@@ -149,6 +151,22 @@ int main(void) {
     printf("plan size, same placement: 2048 ranks %zu bytes   vs 512 ranks %zu bytes (must not grow)\n", sp2, sp1);
     printf("predicted step, 2048 ranks: %.3f s\n", big.step_time);
     printf("%s", big.explain);
+    /* The largest row of Table 1: 315 layers, hidden 160K (101T parameters). */
+    shape_layers = 315, shape_hidden = 163840, shape_heads = 1024;
+    Arena a3;
+    arena_init(&a3);
+    PlannerResult huge = {0};
+    double th;
+    size_t sh;
+    printf("bench_planner: 315 layers x hidden 163840 x 1024 heads (the 101T row) on 128 DGX-2 nodes\n");
+    if (plan_once(128, false, &th, &sh, &huge, &a3) == 0) {
+        printf("planning time, 101T on 2048 ranks: %.3f s   (aim: < 2 s), plan size %zu bytes, predicted step %.1f s\n", th,
+               sh, huge.step_time);
+        plan_free(huge.plan);
+    } else {
+        printf("the 101T row does not fit 128 DGX-2 nodes (the diagnostics above say why)\n");
+    }
+    arena_free(&a3);
     plan_free(big.plan);
     plan_free(pin512.plan);
     plan_free(pin2048.plan);
