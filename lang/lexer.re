@@ -119,6 +119,53 @@ static void lex_float(Lexer *L, Token *t, uint32_t a, uint32_t b) {
     t->fval = strtod(buf, NULL);
 }
 
+/* Length of the valid UTF-8 sequence at s[0..n), or 0. */
+static uint32_t utf8_len(const unsigned char *s, uint32_t n) {
+    uint32_t k = s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 && s[0] < 0xE0 ? 2 : 0;
+    if (s[0] > 0xF4 || k == 0 || k > n) return 0;
+    for (uint32_t i = 1; i < k; i++)
+        if ((s[i] & 0xC0) != 0x80) return 0;
+    if (k == 3 && s[0] == 0xE0 && s[1] < 0xA0) return 0; /* overlong */
+    if (k == 3 && s[0] == 0xED && s[1] >= 0xA0) return 0; /* surrogate */
+    if (k == 4 && ((s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] >= 0x90))) return 0;
+    return k;
+}
+
+/* Bytes 0x80-0xFF in [a, b) outside strings and comments: quoted when they
+ * are UTF-8 (with the ASCII to use for look-alikes pasted from documents),
+ * the first bad byte when they are not. */
+static void lex_non_ascii(Lexer *L, uint32_t a, uint32_t b) {
+    static const struct { const char *u, *ascii; } alike[] = {
+        {"\xc3\x97", "*"}, {"\xc3\xb7", "/"}, {"\xe2\x88\x92", "-"}, {"\xe2\x80\x93", "-"}, {"\xe2\x80\x94", "-"},
+        {"\xe2\x80\x9c", "\""}, {"\xe2\x80\x9d", "\""}, {"\xc2\xa0", "  (a plain space)"}, {"\xe2\x80\x89", "  (a plain space)"},
+    };
+    const unsigned char *s = (const unsigned char *)L->src;
+    uint32_t p = a;
+    while (p < b) {
+        uint32_t k = utf8_len(s + p, b - p);
+        if (!k) break;
+        p += k;
+    }
+    L->errors++;
+    L->last_bad = true;
+    if (p < b) {
+        diag_error(L->d, sp(L, p, p + 1), "invalid UTF-8 byte 0x%02x in the source", s[p]);
+        diag_hint(L->d, "the source is ASCII, with UTF-8 allowed in strings and comments");
+        return;
+    }
+    uint32_t n = b - a > 40 ? 40 : b - a;
+    while (n < b - a && (s[a + n] & 0xC0) == 0x80) n--; /* cut on a character boundary */
+    diag_error(L->d, sp(L, a, b), "unexpected non-ASCII text '%.*s'%s", (int)n, L->src + a, n < b - a ? "..." : "");
+    for (size_t i = 0; i < sizeof alike / sizeof *alike; i++) {
+        size_t k = strlen(alike[i].u);
+        if (b - a >= k && !memcmp(L->src + a, alike[i].u, k)) {
+            diag_hint(L->d, "did you mean '%c'%s?", alike[i].ascii[0], alike[i].ascii + 1);
+            return;
+        }
+    }
+    diag_hint(L->d, "names and operators are ASCII; other text belongs in strings or comments");
+}
+
 /* A string literal from the opening quote at a; escapes decoded. */
 static void lex_string(Lexer *L, Token *t, uint32_t a) {
     uint32_t p = a + 1;
@@ -382,10 +429,7 @@ void lex_next(Lexer *L, Token *t) {
             "*"            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_STAR); }
             "/"            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_SLASH); }
             "%"            { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_PERCENT); }
-            [\x80-\xff]+   { L->pos = (uint32_t)(YYCURSOR - base);
-                             diag_error(L->d, sp(L, start, L->pos), "unexpected non-ASCII text");
-                             diag_hint(L->d, "names and operators are ASCII; other text belongs in strings or comments");
-                             L->errors++; L->last_bad = true; continue; }
+            [\x80-\xff]+   { L->pos = (uint32_t)(YYCURSOR - base); lex_non_ascii(L, start, L->pos); continue; }
             *              { L->pos = (uint32_t)(YYCURSOR - base);
                              unsigned char c = (unsigned char)L->src[start];
                              if (c >= 0x20 && c < 0x7f) diag_error(L->d, sp(L, start, L->pos), "unexpected character '%c'", c);

@@ -331,8 +331,36 @@ START_TEST(error_tokens) {
     ck_assert_int_eq(next().kind, TK_IDENT);
     ck_assert_int_eq(D.errors, 3);
     ck_assert_str_eq(D.items[0].msg, "unexpected byte 0x01");
-    ck_assert_str_eq(D.items[1].msg, "unexpected non-ASCII text");
+    ck_assert_str_eq(D.items[1].msg, "unexpected non-ASCII text '\xc3\xa9'");
     ck_assert_uint_eq(D.items[1].span.len, 2);
+    ck_assert_str_eq(D.items[3].msg, "invalid UTF-8 byte 0xff in the source");
+    ck_assert_uint_eq(D.items[3].span.off, 5);
+    ck_assert_uint_eq(D.items[3].span.len, 1);
+
+    /* look-alikes pasted from documents get the ASCII to use */
+    static const struct { const char *src, *hint; } alike[] = {
+        {"2 \xc3\x97 3", "did you mean '*'?"},
+        {"2 \xe2\x88\x92 3", "did you mean '-'?"},
+        {"\xe2\x80\x9cs", "did you mean '\"'?"},
+        {"a\xc2\xa0" "b", "did you mean ' ' (a plain space)?"},
+        {"\xce\xbb", "names and operators are ASCII; other text belongs in strings or comments"},
+    };
+    for (size_t i = 0; i < sizeof alike / sizeof *alike; i++) {
+        diag_free(&D);
+        diag_init(&D);
+        start(alike[i].src);
+        while (next().kind) {}
+        ck_assert_int_eq(D.errors, 1);
+        ck_assert_str_eq(D.items[1].msg, alike[i].hint);
+    }
+    /* overlong and truncated sequences are invalid, not text */
+    diag_free(&D);
+    diag_init(&D);
+    start("\xc0\xaf \xe2\x88");
+    while (next().kind) {}
+    ck_assert_int_eq(D.errors, 2);
+    ck_assert_str_eq(D.items[0].msg, "invalid UTF-8 byte 0xc0 in the source");
+    ck_assert_str_eq(D.items[2].msg, "invalid UTF-8 byte 0xe2 in the source");
 }
 END_TEST
 
