@@ -11,8 +11,13 @@
 #   lang/lexer.re, lang/grammar.y        generated into $(BUILD)/gen
 
 BUILD ?= build
-# Two jobs by default (the machines this is built on have 2 cores).
+# Two jobs by default (the machines this is built on have 2 cores), unless
+# the caller chose; sub-makes share the top one's job server.
+ifeq ($(MAKELEVEL),0)
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
 MAKEFLAGS += -j2
+endif
+endif
 # `make V=1` shows every command.
 Q := $(if $(V),,@)
 CC ?= cc
