@@ -93,22 +93,26 @@ endif
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	@echo "  AR    $@"
+	$(Q)ar rcs $@ $^
 
 define main_rule
 $(BUILD)/bin/$(patsubst main_%.c,%,$(notdir $(1))): $(patsubst %.c,$(BUILD)/obj/%.o,$(1)) $(LIB)
 	@mkdir -p $$(dir $$@)
-	$$(CC) -o $$@ $$^ $$(LDLIBS)
+	@echo "  LINK  $$@"
+	$$(Q)$$(CC) -o $$@ $$^ $$(LDLIBS)
 endef
 $(foreach m,$(MAIN_SRC),$(eval $(call main_rule,$(m))))
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+	@echo "  LINK  $@"
+	$(Q)$(CC) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^ $(LDLIBS)
+	@echo "  LINK  $@"
+	$(Q)$(CC) -o $@ $^ $(LDLIBS)
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
