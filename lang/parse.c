@@ -134,6 +134,9 @@ void parse_syntax_error(PCtx *c, int major, const Token *t) {
     } else if (e & BIT(TK_LAYER)) {
         diag_error(c->d, at, "expected a declaration, found %s", found);
         diag_hint(c->d, "a declaration starts with import, const, layer, model, train, target or plan");
+    } else if ((e & BIT(TK_AS)) && (e & BIT(TK_LBRACE))) {
+        diag_error(c->d, at, "expected '{' to start the repeat body, found %s", found);
+        diag_hint(c->d, "repeat N { ... } or repeat N as i { ... }, the '{' on the line of the repeat");
     } else if (end_ok && (e & BIT(TK_PLUS))) {
         diag_error(c->d, at, "expected an operator or the end of the statement, found %s", found);
     } else {
@@ -430,8 +433,27 @@ AstFile *parse_source(Arena *a, const SourceSet *src, int file, DiagSink *d) {
     bool skipping = false; /* after a syntax error: tokens up to the next separator are dropped */
     int rlevel = -1;       /* ... the separator of the block whose innermost '{' is this one */
     int ops = 0;
+    /* A newline where '{' would do (`layer f(x)` then `{` on the next line)
+     * is held back until the next token: if that is the '{', one error and
+     * the block parses as if it were on the line; if not, the newline is fed
+     * and reported as usual. */
+    bool held_nl = false;
+    Token nl_tok;
     for (;;) {
         lex_next(&L, &t);
+        if (held_nl) {
+            held_nl = false;
+            if (t.kind == TK_LBRACE) {
+                diag_error(d, nl_tok.span, "expected '{' on this line, found newline");
+                diag_hint(d, "a '{' goes on the line of what it opens, as in Go: layer f(x) {");
+                c.syntax_errors++;
+            } else {
+                c.expected = parse_zl_expected(p);
+                parse_zl(p, TK_NL, nl_tok);
+                lex_drop_parens(&L);
+                c.lex_errors_at_sep = L.errors;
+            }
+        }
         int depth = L.depth; /* the brackets t is inside */
         if ((t.kind == 0 || is_decl_kw(t.kind)) && depth > 0) {
             /* A declaration keyword or the end inside brackets: a closer is missing. */
@@ -474,6 +496,10 @@ AstFile *parse_source(Arena *a, const SourceSet *src, int file, DiagSink *d) {
             parse_zl(p, TK_BAD, t);
             c.silent = false;
             ops = 0;
+        } else if (t.kind == TK_NL && !parse_zl_accepts(p, TK_NL) && parse_zl_accepts(p, TK_LBRACE)) {
+            held_nl = true;
+            nl_tok = t;
+            continue;
         } else {
             /* The expected set is taken before the token is fed: once the
              * parser has made its default reductions it knows less. */

@@ -273,6 +273,32 @@ START_TEST(error_crlf) {
 }
 END_TEST
 
+START_TEST(error_brace_on_next_line) {
+    /* one error, and the block still parses (its statements are in the tree) */
+    AstFile *f = parse("layer f(x)\n{\n  return x\n}\nconst c = 1\n");
+    ck_assert_str_eq(rendered(), "t.zl:1:11: error: expected '{' on this line, found newline\n"
+                                 " 1 | layer f(x)\n"
+                                 "   |           ^\n"
+                                 "hint: a '{' goes on the line of what it opens, as in Go: layer f(x) {\n");
+    ck_assert_int_eq(f->decls.len, 2);
+    ck_assert_int_eq(f->decls.items[0]->kind, DL_LAYER);
+    ck_assert_int_eq(f->decls.items[0]->body.len, 1);
+    diag_free(&D);
+    diag_init(&D);
+    /* a newline where '{' would do, then no '{': the usual message */
+    expect_errors("model m(x) {\n  repeat 3\n  x = x\n  loss x\n}\n",
+                  "t.zl:2:11: error: expected '{' to start the repeat body, found newline\n"
+                  " 2 |   repeat 3\n"
+                  "   |           ^\n"
+                  "hint: repeat N { ... } or repeat N as i { ... }, the '{' on the line of the repeat\n");
+    diag_free(&D);
+    diag_init(&D);
+    parse("layer f(x)");
+    ck_assert_int_eq(D.errors, 1);
+    ck_assert_str_eq(D.items[0].msg, "expected '{', found end of file");
+}
+END_TEST
+
 START_TEST(error_unclosed_brace) {
     expect_errors("model m(x) {\n  loss x\n",
                   "t.zl:3:1: error: expected '}' to close the model body, found end of file\n"
@@ -747,6 +773,7 @@ int main(void) {
     tcase_add_test(tc, spans);
     tcase_add_test(tc, error_missing_paren);
     tcase_add_test(tc, error_crlf);
+    tcase_add_test(tc, error_brace_on_next_line);
     tcase_add_test(tc, error_unclosed_brace);
     tcase_add_test(tc, error_unclosed_before_decl);
     tcase_add_test(tc, error_messages);
