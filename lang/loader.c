@@ -102,11 +102,16 @@ bool program_load(Arena *a, SourceSet *src, DiagSink *d, const char *main_path, 
             }
             if (!found) {
                 diag_error(d, dc->name_span, "cannot find import \"%s\"", name);
+                /* the note has no location: the error's snippet shows the import */
+                if (file[0] == '/') {
+                    diag_note(d, SPAN_NONE, "looked for %s only (an absolute import is not searched for)", file);
+                    continue;
+                }
                 char buf[2048];
                 size_t o = 0;
                 for (int i = 0; i < ndirs && o < sizeof buf; i++)
                     o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%s", i ? ", " : "", dirs[i]);
-                diag_note(d, dc->name_span, "looked for %s in %s", file, buf);
+                diag_note(d, SPAN_NONE, "looked for %s in %s", file, buf);
                 continue;
             }
             const char *cfound = canonical(a, found);

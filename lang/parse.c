@@ -182,6 +182,13 @@ void ast_import(PCtx *c, const Token *kw, const Token *s) {
         diag_error(c->d, s->span, "an import name cannot contain a NUL byte");
         return;
     }
+    for (size_t i = 0; s->str && i < s->slen; i++)
+        if ((unsigned char)s->str[i] < 0x20 || s->str[i] == 0x7f) {
+            /* it would be printed raw in "cannot find" and its note */
+            diag_error(c->d, s->span, "an import name cannot contain a control character (byte 0x%02x)",
+                       (unsigned char)s->str[i]);
+            return;
+        }
     Decl *d = decl(c, DL_IMPORT, kw);
     if (!d) return;
     d->name = s->str;

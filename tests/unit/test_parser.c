@@ -717,6 +717,16 @@ START_TEST(loader_missing_import) {
     char want[256];
     snprintf(want, sizeof want, "looked for nope.zl in %s, /inc1, /std", tmpdir);
     ck_assert_str_eq(D.items[1].msg, want);
+    ck_assert_int_eq(D.items[1].span.file, -1); /* no second snippet of the same import */
+    diag_free(&D);
+    diag_init(&D);
+    write_file("abs.zl", "import \"/nonexistent/x\"\nimport \"a\\tb\"\n");
+    snprintf(main, sizeof main, "%s/abs.zl", tmpdir);
+    ck_assert(program_load(&A, &S, &D, main, &o, &p));
+    ck_assert_int_eq(D.errors, 2);
+    ck_assert_str_eq(D.items[0].msg, "an import name cannot contain a control character (byte 0x09)");
+    ck_assert_str_eq(D.items[1].msg, "cannot find import \"/nonexistent/x\"");
+    ck_assert_str_eq(D.items[2].msg, "looked for /nonexistent/x.zl only (an absolute import is not searched for)");
     rm_tmp();
 }
 END_TEST
