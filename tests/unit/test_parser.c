@@ -628,6 +628,32 @@ START_TEST(utf8_caret_columns) {
 }
 END_TEST
 
+START_TEST(dump_reparses_to_itself) {
+    /* ast_dump prints .zl: parsing the dump gives the same dump, for the
+     * design example and every example and stdlib file */
+    const char *files[] = {"examples/gpt2-tiny.zl", "examples/llama-tiny.zl", "examples/gpt3-175b.zl",
+                           "examples/targets/dgx2.zl", "stdlib/nn.zl", "stdlib/llama.zl", "stdlib/gpt.zl"};
+    for (size_t i = 0; i <= sizeof files / sizeof *files; i++) {
+        const char *text = design_example;
+        char buf[1 << 16];
+        if (i > 0) {
+            FILE *fp = fopen(files[i - 1], "rb");
+            ck_assert_msg(fp != NULL, "%s: run from the repository root", files[i - 1]);
+            size_t n = fread(buf, 1, sizeof buf - 1, fp);
+            fclose(fp);
+            buf[n] = 0;
+            text = buf;
+        }
+        char *d1 = dump(parse(text));
+        ck_assert_msg(D.errors == 0, "%s", rendered());
+        ck_assert_uint_gt(strlen(d1), 100);
+        char *d2 = dump(parse(d1));
+        ck_assert_msg(D.errors == 0, "dump of %s: %s", i ? files[i - 1] : "design example", rendered());
+        ck_assert_str_eq(d2, d1);
+    }
+}
+END_TEST
+
 START_TEST(example_truncations) {
     /* examples/gpt2-tiny.zl cut at every 7th byte: an error or a clean
      * parse, never a crash (also run under ASan/UBSan) */
@@ -802,6 +828,7 @@ int main(void) {
     tcase_add_test(tc, long_line_window);
     tcase_add_test(tc, utf8_caret_columns);
     tcase_add_test(tc, example_truncations);
+    tcase_add_test(tc, dump_reparses_to_itself);
     tcase_add_test(tc, loader_imports_once_in_order);
     tcase_add_test(tc, loader_missing_import);
     tcase_add_test(tc, loader_bad_names);
