@@ -149,6 +149,10 @@ void parse_syntax_error(PCtx *c, int major, const Token *t) {
     if (major == TK_ASSIGN && L->last2 >= TK_IMPORT && L->last2 <= TK_INIT)
         diag_hint(c->d, "%s is a keyword; it cannot be used as a name", lex_token_name(L->last2));
     if (major == TK_IDENT && t->str && (L->last2 == TK_INT || L->last2 == TK_FLOAT)) unit_hint(c, t->str);
+    if (L->last2 == TK_COMMA && (is_decl_kw(major) || major == 0))
+        diag_hint(c->d, "a ',' at the end of a line continues the list on the next line: remove it");
+    if (major == TK_COLON && (e & BIT(TK_ASSIGN)) && t->span.off + 1 < L->len && L->src[t->span.off + 1] == '=')
+        diag_hint(c->d, "assignment is NAME = EXPR, without ':'");
     if ((major == TK_INT || major == TK_FLOAT) && L->last2 == TK_IDENT && L->last2_span.file >= 0) {
         const char *w = arena_strndup(c->arena, L->src + L->last2_span.off, L->last2_span.len);
         for (size_t i = 0; w && i < sizeof unit_words / sizeof *unit_words; i++)

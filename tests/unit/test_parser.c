@@ -273,6 +273,24 @@ START_TEST(error_crlf) {
 }
 END_TEST
 
+START_TEST(error_hints_common_slips) {
+    parse("const a = 1,\nconst b = 2\n");
+    ck_assert_int_eq(D.errors, 1);
+    ck_assert_str_eq(D.items[0].msg, "expected a name, found keyword 'const'");
+    ck_assert_str_eq(D.items[1].msg, "a ',' at the end of a line continues the list on the next line: remove it");
+    diag_free(&D);
+    diag_init(&D);
+    parse("layer g(x) { y := x }\n");
+    ck_assert_int_eq(D.errors, 1);
+    ck_assert_str_eq(D.items[0].msg, "expected ',' or '=', found ':'");
+    ck_assert_str_eq(D.items[1].msg, "assignment is NAME = EXPR, without ':'");
+    diag_free(&D);
+    diag_init(&D);
+    parse("layer g(x: i32) { y = x }\n"); /* a ':' in its place: no hint */
+    ck_assert_int_eq(D.len, 0);
+}
+END_TEST
+
 START_TEST(error_brace_on_next_line) {
     /* one error, and the block still parses (its statements are in the tree) */
     AstFile *f = parse("layer f(x)\n{\n  return x\n}\nconst c = 1\n");
@@ -809,6 +827,7 @@ int main(void) {
     tcase_add_test(tc, spans);
     tcase_add_test(tc, error_missing_paren);
     tcase_add_test(tc, error_crlf);
+    tcase_add_test(tc, error_hints_common_slips);
     tcase_add_test(tc, error_brace_on_next_line);
     tcase_add_test(tc, error_unclosed_brace);
     tcase_add_test(tc, error_unclosed_before_decl);
