@@ -61,6 +61,9 @@ TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 BENCHES := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 LIB := $(BUILD)/libzinf.a
 
+# Objects of tests and benchmarks are intermediates of pattern rules: keep them.
+.SECONDARY:
+
 .PHONY: demo all deps test unit check-unit golden golden-update e2e bench clean clang-check asan
 all: $(BINS) $(TESTS) $(BENCHES)
 
