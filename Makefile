@@ -82,13 +82,18 @@ $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 
 $(BUILD)/gen/lexer.c: lang/lexer.re
 	@mkdir -p $(dir $@)
-	re2c -W --no-generation-date --no-version -o $@ $<
+	@echo "  RE2C  $<"
+	$(Q)re2c -W --no-generation-date --no-version -o $@ $<
 
 ifneq ($(wildcard lang/grammar.y),)
-$(BUILD)/gen/grammar.c $(BUILD)/gen/grammar.h: lang/grammar.y
+# One run of lemon makes both files (a grouped target, so parallel make runs
+# it once); lemon leaves an unchanged header's time alone, so touch both.
+$(BUILD)/gen/grammar.c $(BUILD)/gen/grammar.h &: lang/grammar.y
 	@mkdir -p $(BUILD)/gen
-	cp lang/grammar.y $(BUILD)/gen/grammar.y
-	lemon -q -T$$(ls /usr/share/lemon/lempar.c /usr/share/lemon/lempar.tpl 2>/dev/null | head -1) -d$(BUILD)/gen $(BUILD)/gen/grammar.y
+	@echo "  LEMON $<"
+	$(Q)cp lang/grammar.y $(BUILD)/gen/grammar.y
+	$(Q)lemon -q -T$$(ls /usr/share/lemon/lempar.c /usr/share/lemon/lempar.tpl 2>/dev/null | head -1) -d$(BUILD)/gen $(BUILD)/gen/grammar.y
+	@touch $(BUILD)/gen/grammar.c $(BUILD)/gen/grammar.h
 else
 $(BUILD)/gen/grammar.h:
 	@mkdir -p $(BUILD)/gen && touch $@
