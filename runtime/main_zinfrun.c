@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <unistd.h>
 #include "ckpt.h"
+#include "cudrv.h"
 #include "comm.h"
 #include "cost.h"
 #include "exec.h"
@@ -144,9 +145,26 @@ int main(int argc, char **argv) {
     }
     /* Under mpirun stdout is often a pseudo-terminal shared by every rank: plain lines then. */
     bool lead = C.rank == 0, tty = isatty(1) && C.size == 1 && !getenv("ZINF_PLAIN");
-    if (!strcmp(o.backend, "cuda"))
-        return die("--backend cuda: this zinfrun has no CUDA backend yet (it runs plans on the host backend); use --backend host");
-    if (lead && !o.quiet && !strcmp(o.backend, "auto")) printf("backend: host (%d rank%s)\n", C.size, C.size == 1 ? "" : "s");
+    /* Backend selection: the driver is loaded at run time, so this binary
+     * starts on machines with and without GPUs. */
+    if (strcmp(o.backend, "host")) {
+        CudaDrv drv;
+        char why[512], gpu[128] = "", arch[16] = "";
+        size_t mem = 0;
+        int have = cudrv_open(&drv, why, sizeof why) == 0 &&
+                   cudrv_describe(&drv, C.local_rank % (drv.ndevices ? drv.ndevices : 1), gpu, sizeof gpu, &mem, arch,
+                                  sizeof arch, why, sizeof why) == 0;
+        if (drv.lib) cudrv_close(&drv);
+        if (!strcmp(o.backend, "cuda")) {
+            if (!have) return die("--backend cuda: %s; use --backend host", why);
+            return die("--backend cuda: found %s (%s), but this zinfrun has no CUDA backend yet; use --backend host", gpu, arch);
+        }
+        if (lead && !o.quiet) {
+            if (have) printf("backend: host (%d rank%s; %s (%s) found, but plans run on the host backend only so far)\n",
+                             C.size, C.size == 1 ? "" : "s", gpu, arch);
+            else printf("backend: host (%d rank%s; %s)\n", C.size, C.size == 1 ? "" : "s", why);
+        }
+    }
 
     char err[1024];
     Plan *p = plan_read(o.plan, err, sizeof err);

@@ -65,6 +65,12 @@ expect "text as data" "bad magic" "$RUN" "$W/m.plan" --data "$ROOT/README.md" --
 # usage
 expect "unknown option" "did you mean '--steps'" "$RUN" "$W/m.plan" --stpes 3
 expect "cuda backend without a GPU" "--backend host" "$RUN" "$W/m.plan" --data "$W/train.bin" --backend cuda
+for stub in /usr/local/cuda/lib64/stubs "${CUDA_HOME:-/nonexistent}/lib64/stubs"; do
+  if [ -f "$stub/libcuda.so" ]; then
+    expect "cuda backend on the toolkit's stub driver" "stub library" env LD_LIBRARY_PATH="$stub" "$RUN" "$W/m.plan" --data "$W/train.bin" --backend cuda
+    break
+  fi
+done
 
 # NVMe: missing, a file in place of the directory, full
 expect "missing nvme dir" "$W/gone" "$RUN" "$W/m.plan" --data "$W/train.bin" --steps 1 --nvme "$W/gone"
