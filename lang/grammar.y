@@ -11,7 +11,7 @@
 #include <assert.h>
 #include <string.h>
 #include "ast.h"
-#include "lexer.h"
+#include "lex.h"
 #include "parse_ctx.h"
 }
 

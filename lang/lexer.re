@@ -1,6 +1,6 @@
-/* The .zl lexer (re2c). See lexer.h. One rule per line; an error token for
+/* The .zl lexer (re2c). See lex.h. One rule per line; an error token for
  * anything else; line and column are worked out only for diagnostics. */
-#include "lexer.h"
+#include "lex.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

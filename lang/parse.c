@@ -4,7 +4,7 @@
 #include <string.h>
 #include <strings.h>
 #include "grammar.h"
-#include "lexer.h"
+#include "lex.h"
 #include "parse_ctx.h"
 
 

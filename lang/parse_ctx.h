@@ -4,7 +4,7 @@
 #define ZINF_PARSE_CTX_H
 #include "ast.h"
 #include "diag.h"
-#include "lexer.h"
+#include "lex.h"
 
 typedef struct PCtx {
     Arena *arena;

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 #include "grammar.h"
-#include "lexer.h"
+#include "lex.h"
 #include "parse.h"
 
 static double now(void) {

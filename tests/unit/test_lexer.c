@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "grammar.h"
-#include "lexer.h"
+#include "lex.h"
 
 static Arena A;
 static DiagSink D;

@@ -1,4 +1,5 @@
-/* lexer: .zl source text -> tokens (re2c, lang/lexer.re).
+/* lex: the lexer's interface (hand-written; the scanner itself is lang/lexer.re,
+ * generated into the build tree by re2c). .zl source text -> tokens (re2c, lang/lexer.re).
  *
  * Tokens are slices of the NUL-terminated source (offset and length).
  * Numbers carry their value and unit; strings their decoded text (in the
@@ -13,8 +14,8 @@
  * missing and where it opened. A bracket token changes the stack when the
  * next token is read: while the parser looks at a token, the stack is the
  * one that token is in. */
-#ifndef ZINF_LEXER_H
-#define ZINF_LEXER_H
+#ifndef ZINF_LEX_H
+#define ZINF_LEX_H
 #include <stdbool.h>
 #include <stdint.h>
 #include "arena.h"
