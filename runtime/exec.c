@@ -244,7 +244,7 @@ static void *bump(Bump *b, size_t n) {
 
 /* Tile t of n of an op whose 2-D weight (linear w, matmul b, embedding
  * table) is cut by rows: the weight operand holds only those rows. */
-static int run_tiled(Rt *r, const GOp *o, const GOp *fo, void **tb, int tile, int ntiles, void *ws, size_t wsb, int worker,
+static int run_tiled(Rt *r, const GOp *o, const GOp *fo, void **tb, int tile, int ntiles, void *ws, int worker,
                      char *err, size_t n) {
     const Graph *g = &r->g;
     Bump sc = {r->scratch[worker], 0, r->scratch_bytes};
@@ -260,7 +260,6 @@ static int run_tiled(Rt *r, const GOp *o, const GOp *fo, void **tb, int tile, in
         int ids = fo->in[1], y = fo->out[0];
         const int32_t *id = tb[ids];
         int64_t npos = g->tensors[ids].numel;
-        size_t es = dsz(W->dtype);
         if (!bwd) {
             uint8_t *yp = tb[y];
             size_t ye = dsz(g->tensors[y].dtype);
@@ -276,7 +275,6 @@ static int run_tiled(Rt *r, const GOp *o, const GOp *fo, void **tb, int tile, in
             if (dw < 0) return 0;
             uint8_t *dwp = tb[dw];
             int dwdt = g->tensors[dw].dtype;
-            (void)es;
             for (int64_t i = 0; i < npos; i++) {
                 int64_t v = id[i] - r0;
                 if (v < 0 || v >= rows) continue;
@@ -326,8 +324,6 @@ static int run_tiled(Rt *r, const GOp *o, const GOp *fo, void **tb, int tile, in
             if (rc) return fail(err, n, "%s", hk_strerror(rc));
             if (dx >= 0) cols_add_back(tb[dx], g->tensors[dx].dtype, dxs.data, xr, xc, r0, rows);
         }
-        (void)yr;
-        (void)yc;
         return 0;
     }
     /* matmul(a, b, transpose_b): b is [N, K] and its rows are output columns [r0, r0+rows). */
@@ -352,7 +348,6 @@ static int run_tiled(Rt *r, const GOp *o, const GOp *fo, void **tb, int tile, in
     HkTensor dwt = view(r, wt, dw >= 0 ? tb[dw] : NULL);
     dwt.dims[0] = rows;
     rc = hk_matmul_bwd(&xa, &w, &dys, dx >= 0 ? &dxt : NULL, dw >= 0 ? &dwt : NULL, false, true, ws);
-    (void)wsb;
     if (rc) return fail(err, n, "%s", hk_strerror(rc));
     return 0;
 }
@@ -378,7 +373,7 @@ static int exec_kernel(Rt *r, const PlanInstr *in, int worker, char *err, size_t
     if (f < 0 || f >= r->g.nops) return fail(err, n, "op %d names no forward op", in->arg);
     const GOp *fo = &r->g.ops[f];
     if (in->ntiles > 1) {
-        rc = run_tiled(r, o, fo, tb, in->tile, in->ntiles, r->ws[f], r->ws_bytes[f], worker, err, n);
+        rc = run_tiled(r, o, fo, tb, in->tile, in->ntiles, r->ws[f], worker, err, n);
         if (rc) return rc;
     } else if (o->kind == OP_BWD) {
         rc = hk_op_backward(&r->g, o, tb, r->ws[f], r->ws_bytes[f]);

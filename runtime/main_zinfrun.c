@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include "ckpt.h"
 #include "cudrv.h"
+#include "diag.h"
 #include "comm.h"
 #include "cost.h"
 #include "exec.h"
@@ -44,17 +45,6 @@ static void usage(FILE *f) {
             "  --quiet                only the final summary\n");
 }
 
-static int nearest_flag(const char *a) {
-    int best = -1, bd = 99;
-    for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
-        int d = 0;
-        const char *x = a, *y = flags[i];
-        while (*x || *y) { d += (*x != *y); if (*x) x++; if (*y) y++; }
-        if (d < bd) { bd = d; best = (int)i; }
-    }
-    return bd <= 3 ? best : -1;
-}
-
 static int parse(int argc, char **argv, Opts *o) {
     memset(o, 0, sizeof *o);
     o->backend = "auto";
@@ -81,8 +71,8 @@ static int parse(int argc, char **argv, Opts *o) {
             if (*end || x < 0) { fprintf(stderr, "zinfrun: %s needs a non-negative integer, not '%s'\n", a, v); return 2; }
             if (!strcmp(a, "--steps")) o->steps = x; else o->ckpt_every = x;
         } else if (a[0] == '-') {
-            int k = nearest_flag(a);
-            if (k >= 0) fprintf(stderr, "zinfrun: unknown option '%s'; did you mean '%s'?\n", a, flags[k]);
+            const char *near = diag_nearest(a, flags, (int)(sizeof flags / sizeof *flags));
+            if (near) fprintf(stderr, "zinfrun: unknown option '%s'; did you mean '%s'?\n", a, near);
             else fprintf(stderr, "zinfrun: unknown option '%s' (see --help)\n", a);
             return 2;
         } else if (!o->plan) o->plan = a;
@@ -122,14 +112,6 @@ static int64_t plan_vocab(const Plan *p) {
         if (p->ops[k].kind == 0 /* OP_FWD */ && p->ops[k].prim == 0 /* PRIM_EMBEDDING */ && p->ops[k].in[0] >= 0)
             return p->tensors[p->ops[k].in[0]].dims[0];
     return 0;
-}
-
-static const char *human(double bytes, char *buf, size_t n) {
-    const char *u[] = {"B", "KB", "MB", "GB", "TB"};
-    int k = 0;
-    while (bytes >= 1000 && k < 4) { bytes /= 1000; k++; }
-    snprintf(buf, n, k ? "%.1f %s" : "%.0f %s", bytes, u[k]);
-    return buf;
 }
 
 int main(int argc, char **argv) {
@@ -236,19 +218,17 @@ int main(int argc, char **argv) {
         if (isnan(first_loss)) first_loss = st.loss;
         last_loss = st.loss;
         time_sum += st.seconds;
-        uint64_t moved = 0;
-        for (int q = 0; q < PLAN_NQUEUES; q++) { bytes_sum[q] += st.bytes[q]; moved += st.bytes[q]; }
+        for (int q = 0; q < PLAN_NQUEUES; q++) bytes_sum[q] += st.bytes[q];
         if (lead && !o.quiet) {
             char b1[32], b2[32], b3[32];
             double tps = (double)(B * T * accum * C.size) / st.seconds;
             printf("%sstep %4" PRId64 "/%" PRId64 "  loss %.4f  %8.0f tok/s  %7.1f ms/step (predicted %.1f)  nvme %s  h2d %s  comm %s%s%s",
                    tty ? "\r" : "", s + 1, total, st.loss, tps, st.seconds * 1e3, have_cost ? cr.step_time * 1e3 : 0.0,
-                   human((double)st.bytes[Q_NVME], b1, sizeof b1), human((double)st.bytes[Q_H2D], b2, sizeof b2),
-                   human((double)st.bytes[Q_COMM], b3, sizeof b3), st.skipped ? "  (skipped: overflow)" : "",
+                   plan_bytes_str(st.bytes[Q_NVME], b1, sizeof b1), plan_bytes_str(st.bytes[Q_H2D], b2, sizeof b2),
+                   plan_bytes_str(st.bytes[Q_COMM], b3, sizeof b3), st.skipped ? "  (skipped: overflow)" : "",
                    tty ? "\033[K" : "\n");
             if (tty && (s + 1 == total || (s + 1) % 10 == 0)) printf("\n");
             fflush(stdout);
-            (void)moved;
         }
         if (o.ckpt_dir && o.ckpt_every > 0 && (s + 1) % o.ckpt_every == 0 && s + 1 < total) {
             if (rt_checkpoint_save(r, o.ckpt_dir, "{}", err, sizeof err)) return die("%s", err);
@@ -260,10 +240,10 @@ int main(int argc, char **argv) {
         if (lead && !o.quiet) printf("exported the parameters to %s\n", o.export_path);
     }
     if (o.trace) {
+        /* Rank 0 writes FILE, every other rank FILE.rankR. */
         char path[1024];
-        if (C.size > 1) snprintf(path, sizeof path, "%s.rank%d", o.trace, C.rank);
-        else snprintf(path, sizeof path, "%s", o.trace);
-        if (C.size > 1 && lead) snprintf(path, sizeof path, "%s", o.trace);
+        if (lead) snprintf(path, sizeof path, "%s", o.trace);
+        else snprintf(path, sizeof path, "%s.rank%d", o.trace, C.rank);
         FILE *f = fopen(path, "w");
         if (!f || rt_write_trace(r, f) || fclose(f)) return die("cannot write the trace %s: %s", path, strerror(errno));
     }

@@ -166,11 +166,10 @@ int ref_optimizer_step(RefExec *r) {
     for (int t = 0; t < g->ntensors; t++) {
         const GTensor *p = &g->tensors[t];
         if (p->cls != TC_PARAM || p->grad < 0) continue;
-        for (int64_t i = 0; i < p->numel; i++) {
-            double v = ref_get(r, p->grad, i) / r->loss_scale;
-            ss += v * v;
-        }
+        HkTensor gt = hk_graph_tensor(g, p->grad, r->buf);
+        ss += hk_sum_squares(&gt);
     }
+    ss /= r->loss_scale * r->loss_scale;
     double norm = sqrt(ss);
     r->last_grad_norm = norm;
     r->skipped = false;
@@ -188,21 +187,17 @@ int ref_optimizer_step(RefExec *r) {
         r->step++;
         double lr = ref_lr(tc, r->step);
         double clip = tc->grad_clip > 0 ? fmin(1.0, tc->grad_clip / (norm + 1e-6)) : 1.0;
-        double gscale = clip / r->loss_scale;
-        double b1 = tc->beta1, b2 = tc->beta2;
-        double bc1 = 1 - pow(b1, (double)r->step), bc2 = 1 - pow(b2, (double)r->step);
+        HkAdam ad = {.lr = lr, .beta1 = tc->beta1, .beta2 = tc->beta2, .eps = tc->eps,
+                     .weight_decay = tc->weight_decay, .step = r->step, .grad_scale = clip / r->loss_scale};
         for (int t = 0; t < g->ntensors; t++) {
             const GTensor *p = &g->tensors[t];
             if (p->cls != TC_PARAM || p->grad < 0) continue;
-            float *m = r->buf[p->momentum], *v = r->buf[p->variance];
-            float *w = p->master >= 0 ? r->buf[p->master] : r->buf[t];
-            for (int64_t i = 0; i < p->numel; i++) {
-                float gi = (float)(ref_get(r, p->grad, i) * gscale);
-                m[i] = (float)(b1 * m[i] + (1 - b1) * gi);
-                v[i] = (float)(b2 * v[i] + (1 - b2) * (double)gi * gi);
-                double upd = (m[i] / bc1) / (sqrt(v[i] / bc2) + tc->eps) + tc->weight_decay * w[i];
-                w[i] = (float)(w[i] - lr * upd);
-                if (p->master >= 0) ref_set(r, t, i, w[i]);
+            HkTensor pt = hk_graph_tensor(g, t, r->buf), gt = hk_graph_tensor(g, p->grad, r->buf);
+            int rc = hk_adamw(&pt, &gt, p->master >= 0 ? r->buf[p->master] : NULL, r->buf[p->momentum],
+                              r->buf[p->variance], &ad);
+            if (rc) {
+                snprintf(r->err, sizeof r->err, "adamw on %s: %s", p->name, hk_strerror(rc));
+                return -1;
             }
         }
         if (tc->dtype == DT_F16 && ++r->good_steps >= 1000) {
