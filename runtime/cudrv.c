@@ -65,6 +65,16 @@ int cudrv_open(CudaDrv *d, char *err, size_t n) {
     SYM(ModuleUnload, "cuModuleUnload");
     SYM(ModuleGetFunction, "cuModuleGetFunction");
     SYM(LaunchKernel, "cuLaunchKernel");
+    SYM(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+    SYM(MemsetD8Async, "cuMemsetD8Async");
+    SYM(MemGetInfo, "cuMemGetInfo_v2");
+    SYM(CtxSynchronize, "cuCtxSynchronize");
+    SYM(EventSynchronize, "cuEventSynchronize");
+    SYM(EventQuery, "cuEventQuery");
+    /* v1 in every driver; CUDA 13 headers name the _v2 (same signature) */
+    *(void **)&d->EventElapsedTime = dlsym(d->lib, "cuEventElapsedTime");
+    if (!d->EventElapsedTime) SYM(EventElapsedTime, "cuEventElapsedTime_v2");
+    SYM(StreamQuery, "cuStreamQuery");
     SYM(GetErrorName, "cuGetErrorName");
     SYM(GetErrorString, "cuGetErrorString");
     CUresult rc = d->Init(0);

@@ -159,6 +159,55 @@ typedef struct PlanKernel {
     uint64_t size;
 } PlanKernel;
 
+/* CUDA launches (filled by compiler/kernels_embed from compiler/cuda_gen;
+ * run by runtime/cuexec). A launch names its unit by the PlanKernel name
+ * ("gemm-0123456789ab.cu", one PlanKernel per architecture), its entry
+ * point, geometry, and arguments in kernel-parameter order. Argument kinds
+ * mirror CudaArgKind, plus PARG_NUMEL: the element count of the operand
+ * bound to `tensor` (the executor's shard of it, for Adam and the gradient
+ * norm, which run on this rank's slice). */
+typedef enum PlanArgKind {
+    PARG_TENSOR, /* device address bound to tensor id `tensor` */
+    PARG_WS,     /* the op's workspace + i bytes */
+    PARG_NULL,   /* a NULL pointer */
+    PARG_I64,    /* long long i */
+    PARG_F32,    /* float f */
+    PARG_RT,     /* float supplied each step: rt (CudaRtValue order: lr, bc1, bc2, 1/loss scale, loss grad) */
+    PARG_NUMEL,  /* long long: elements of the operand bound to `tensor` */
+    PLAN_NARGKINDS
+} PlanArgKind;
+enum { PLAN_RT_LR, PLAN_RT_BC1, PLAN_RT_BC2, PLAN_RT_INV_LOSS_SCALE, PLAN_RT_LOSS_GRAD, PLAN_NRT };
+
+typedef struct PlanLaunchArg {
+    uint8_t kind, rt;          /* PlanArgKind; for PARG_RT the value */
+    int32_t tensor;            /* PARG_TENSOR, PARG_NUMEL; -1 = the executor binds it (utility launches) */
+    int64_t i;                 /* PARG_I64 value, PARG_WS byte offset */
+    float f;                   /* PARG_F32 */
+} PlanLaunchArg;
+
+typedef struct PlanLaunch {
+    const char *unit;          /* PlanKernel name */
+    const char *entry;         /* extern "C" entry point */
+    uint32_t grid[3], block[3], smem;
+    int32_t op;                /* graph op, -1 for a utility launch */
+    uint32_t arg, nargs;       /* launch_args[arg .. arg+nargs) */
+} PlanLaunch;
+
+/* Per graph op: its launches, in order, and what they share. */
+typedef struct PlanOpCode {
+    uint32_t first, count;     /* launches[first .. first+count) */
+    int64_t ws_bytes;          /* device workspace the launches share, 0: none */
+    int64_t err_off;           /* >= 0: int32 err[3] in the workspace; err[0] != 0 after the op is a
+                                * run-time error: err[1] the bad value, err[2] its position */
+    const char *err_what;      /* "embedding id", "" */
+} PlanOpCode;
+
+/* Utility launches the executor binds itself (arguments with tensor -1):
+ *   PLAN_UTIL_AXPY: zk_axpy(y, x, n, alpha): y += alpha * x, same dtype
+ *     (arguments: y, x, PARG_I64 n, PARG_F32 alpha), for accumulation on
+ *     the GPU (ACCUM, reduce-scatter into a gradient shard). */
+enum { PLAN_UTIL_AXPY, PLAN_NUTIL, PLAN_NDTYPES = 5 };
+
 typedef struct Plan {
     Arena arena;               /* owns everything below */
     const char *model_name;
@@ -179,6 +228,11 @@ typedef struct Plan {
     PlanInstr *instrs; uint32_t ninstrs;
     uint32_t *deps; uint32_t ndeps;
     PlanKernel *kernels; uint32_t nkernels;
+    /* CUDA launches: empty in a plan without GPU code (--kernels=none). */
+    PlanLaunch *launches; uint32_t nlaunches;
+    PlanLaunchArg *launch_args; uint32_t nlaunch_args;
+    PlanOpCode *op_code;       /* nops entries when nlaunches > 0, else NULL */
+    int32_t util[PLAN_NUTIL][PLAN_NDTYPES]; /* launch index per utility and DType code, -1: none */
 } Plan;
 
 /* A new empty plan (NULL on out of memory). */
