@@ -4,8 +4,185 @@
 #include "cuda_gen.h"
 #include "nvrtc.h"
 
-bool kernels_embed(Plan *p, const Graph *g, const char *archs, const SourceSet *src, int sm_count, DiagSink *d,
-                   EmbedStats *st) {
+const char *kernels_unit_name(const CudaModule *m, int u, char *buf, size_t n) {
+    snprintf(buf, n, "%s-%.12s.cu", m->units[u].family, m->units[u].hash);
+    return buf;
+}
+
+/* Kinds and run-time values are stored by the plan's codes; the two enums
+ * must keep one meaning. */
+_Static_assert((int)CRT_LR == PLAN_RT_LR && (int)CRT_BC1 == PLAN_RT_BC1 && (int)CRT_BC2 == PLAN_RT_BC2 &&
+                   (int)CRT_INV_LOSS_SCALE == PLAN_RT_INV_LOSS_SCALE && (int)CRT_LOSS_GRAD == PLAN_RT_LOSS_GRAD &&
+                   (int)CRT_COUNT == PLAN_NRT,
+               "CudaRtValue and the plan's run-time values differ");
+_Static_assert((int)DT_F32 < PLAN_NDTYPES && (int)DT_BF16 < PLAN_NDTYPES && (int)DT_F16 < PLAN_NDTYPES, "DType codes exceed PLAN_NDTYPES");
+
+static PlanLaunchArg plan_arg(const CudaArg *a) {
+    PlanLaunchArg r = {.tensor = -1};
+    switch (a->kind) {
+    case CARG_TENSOR: r.kind = PARG_TENSOR; r.tensor = a->tensor; break;
+    case CARG_WS: r.kind = PARG_WS; r.i = a->ws_off; break;
+    case CARG_NULL: r.kind = PARG_NULL; break;
+    case CARG_I64: r.kind = PARG_I64; r.i = a->i; break;
+    case CARG_F32: r.kind = PARG_F32; r.f = a->f; break;
+    case CARG_RT: r.kind = PARG_RT; r.rt = (uint8_t)a->rt; break;
+    }
+    return r;
+}
+
+/* Adam and the gradient norm run on this rank's shard: their element count
+ * argument becomes PARG_NUMEL of the tensor it counts. cuda_gen's argument
+ * order is checked, not assumed: a changed kernel signature fails here. */
+static bool shard_counts(const Graph *g, const CudaKernel *k, PlanLaunchArg *args, DiagSink *d) {
+    const GOp *o = &g->ops[k->op];
+    int at = -1, tensor = -1;
+    if (o->kind == OP_ADAM) {
+        if (strcmp(k->entry, "zk_adam")) {
+            diag_error(d, o->span, "kernels: the adam op launches %s, expected zk_adam (cuda_gen changed?)", k->entry);
+            return false;
+        }
+        at = 6;
+        tensor = o->in[0];
+    } else if (o->kind == OP_GRAD_NORM && !strcmp(k->entry, "zk_sumsq_partial")) {
+        if (k->nargs < 3 || k->args[1].kind != CARG_TENSOR) {
+            diag_error(d, o->span, "kernels: zk_sumsq_partial's argument 1 is not its gradient (cuda_gen changed?)");
+            return false;
+        }
+        at = 2;
+        tensor = k->args[1].tensor;
+    } else {
+        return true;
+    }
+    if (tensor < 0 || tensor >= g->ntensors || k->nargs <= at || k->args[at].kind != CARG_I64 ||
+        k->args[at].i != g->tensors[tensor].numel) {
+        diag_error(d, o->span, "kernels: %s's argument %d is not the element count of %s (cuda_gen changed?)", k->entry, at,
+                   tensor >= 0 && tensor < g->ntensors && g->tensors[tensor].name ? g->tensors[tensor].name : "its tensor");
+        return false;
+    }
+    args[at] = (PlanLaunchArg){.kind = PARG_NUMEL, .tensor = tensor};
+    return true;
+}
+
+/* One zk_axpy per float dtype that a parameter or gradient has, appended to
+ * m (with its unit when it is not among m's). util[dt] gets its index. */
+static bool add_utility(CudaGen *cg, const Graph *g, CudaModule *m, int util[PLAN_NDTYPES], DiagSink *d) {
+    static const DType dts[] = {DT_F32, DT_BF16, DT_F16};
+    enum { NDT = sizeof dts / sizeof dts[0] };
+    Arena *a = cg->arena;
+    CudaKernel *ks = ARENA_NEWN(a, CudaKernel, m->nkernels + NDT);
+    CudaUnit *us = ARENA_NEWN(a, CudaUnit, m->nunits + NDT);
+    if (!ks || !us) {
+        diag_error(d, SPAN_NONE, "out of memory");
+        return false;
+    }
+    memcpy(ks, m->kernels, sizeof *ks * (size_t)m->nkernels);
+    memcpy(us, m->units, sizeof *us * (size_t)m->nunits);
+    m->kernels = ks;
+    m->units = us;
+    for (int k = 0; k < NDT; k++) {
+        int t = -1;
+        for (int i = 0; i < g->ntensors && t < 0; i++)
+            if ((g->tensors[i].cls == TC_GRAD || g->tensors[i].cls == TC_PARAM) && g->tensors[i].dtype == dts[k]) t = i;
+        if (t < 0) continue;
+        /* Any two tensors of the dtype give the unit and the argument
+         * layout; the executor binds y, x and n itself. */
+        CudaKernel *kn = &ks[m->nkernels];
+        if (cuda_gen_axpy(cg, g, t, t, 1.0, kn, d) != 0) return false;
+        if (strcmp(kn->entry, "zk_axpy") || kn->nargs != 4 || kn->args[0].kind != CARG_TENSOR ||
+            kn->args[1].kind != CARG_TENSOR || kn->args[2].kind != CARG_I64 || kn->args[3].kind != CARG_F32) {
+            diag_error(d, SPAN_NONE, "kernels: cuda_gen_axpy is not zk_axpy(y, x, n, alpha) (cuda_gen changed?)");
+            return false;
+        }
+        int u = -1;
+        for (int j = 0; j < m->nunits && u < 0; j++)
+            if (!strcmp(us[j].hash, kn->hash)) u = j;
+        if (u < 0) {
+            u = m->nunits++;
+            us[u] = (CudaUnit){.family = kn->family, .spec = kn->spec, .source = kn->source, .first_kernel = m->nkernels};
+            memcpy(us[u].hash, kn->hash, sizeof us[u].hash);
+        }
+        us[u].nlaunches++;
+        kn->unit = u;
+        kn->op = -1;
+        util[dts[k]] = m->nkernels++;
+    }
+    return true;
+}
+
+bool kernels_embed_launches(Plan *p, const Graph *g, CudaGen *cg, CudaModule *m, DiagSink *d) {
+    int util[PLAN_NDTYPES];
+    for (int t = 0; t < PLAN_NDTYPES; t++) util[t] = -1;
+    if (!add_utility(cg, g, m, util, d)) return false;
+    if ((uint32_t)g->nops != p->nops) {
+        diag_error(d, SPAN_NONE, "kernels: the graph has %d ops, the plan %u", g->nops, p->nops);
+        return false;
+    }
+    uint32_t nargs = 0;
+    for (int i = 0; i < m->nkernels; i++) nargs += (uint32_t)m->kernels[i].nargs;
+    Arena *pa = &p->arena;
+    PlanLaunch *ls = ARENA_NEWN(pa, PlanLaunch, m->nkernels + 1);
+    PlanLaunchArg *as = ARENA_NEWN(pa, PlanLaunchArg, nargs + 1);
+    PlanOpCode *oc = ARENA_NEWN(pa, PlanOpCode, g->nops + 1);
+    const char **names = ARENA_NEWN(cg->arena, const char *, m->nunits + 1);
+    if (!ls || !as || !oc || !names) {
+        diag_error(d, SPAN_NONE, "out of memory");
+        return false;
+    }
+    char nb[96];
+    for (int u = 0; u < m->nunits; u++) names[u] = arena_strdup(pa, kernels_unit_name(m, u, nb, sizeof nb));
+    uint32_t na = 0;
+    for (int i = 0; i < m->nkernels; i++) {
+        const CudaKernel *k = &m->kernels[i];
+        if (k->unit < 0 || k->unit >= m->nunits || k->op < -1 || k->op >= g->nops) {
+            diag_error(d, SPAN_NONE, "kernels: launch %d (%s) has unit %d, op %d", i, k->entry, k->unit, k->op);
+            return false;
+        }
+        PlanLaunch *l = &ls[i];
+        *l = (PlanLaunch){.unit = names[k->unit], .entry = arena_strdup(pa, k->entry), .smem = k->smem, .op = k->op,
+                          .arg = na, .nargs = (uint32_t)k->nargs};
+        memcpy(l->grid, k->grid, sizeof l->grid);
+        memcpy(l->block, k->block, sizeof l->block);
+        for (int j = 0; j < k->nargs; j++) {
+            as[na + (uint32_t)j] = plan_arg(&k->args[j]);
+            /* A utility launch's tensors are the executor's to bind. */
+            if (k->op < 0 && as[na + (uint32_t)j].kind == PARG_TENSOR) as[na + (uint32_t)j].tensor = -1;
+        }
+        if (k->op >= 0 && !shard_counts(g, k, as + na, d)) return false;
+        na += (uint32_t)k->nargs;
+    }
+    for (int o = 0; o < g->nops; o++) {
+        const CudaOpInfo *in = &m->op_info[o];
+        oc[o] = (PlanOpCode){.first = (uint32_t)m->op_first[o], .count = (uint32_t)m->op_count[o], .ws_bytes = in->ws_bytes,
+                             .err_off = in->err_off, .err_what = arena_strdup(pa, in->err_what ? in->err_what : "")};
+    }
+    if (pa->failed) {
+        diag_error(d, SPAN_NONE, "out of memory");
+        return false;
+    }
+    p->launches = ls;
+    p->nlaunches = (uint32_t)m->nkernels;
+    p->launch_args = as;
+    p->nlaunch_args = na;
+    p->op_code = oc;
+    for (int t = 0; t < PLAN_NDTYPES; t++) p->util[PLAN_UTIL_AXPY][t] = util[t];
+    return true;
+}
+
+
+/* A plan whose kernels failed to compile keeps no launches (they would name
+ * units it does not have). */
+static void drop_launches(Plan *p) {
+    p->launches = NULL;
+    p->nlaunches = 0;
+    p->launch_args = NULL;
+    p->nlaunch_args = 0;
+    p->op_code = NULL;
+    for (int u = 0; u < PLAN_NUTIL; u++)
+        for (int t = 0; t < PLAN_NDTYPES; t++) p->util[u][t] = -1;
+}
+
+bool kernels_embed(Plan *p, const Graph *g, const char *archs, const char *source_dir, const SourceSet *src,
+                   int sm_count, DiagSink *d, EmbedStats *st) {
     memset(st, 0, sizeof *st);
     char why[512];
     if (!nvrtc_available(why, sizeof why)) {
@@ -48,9 +225,17 @@ bool kernels_embed(Plan *p, const Graph *g, const char *archs, const SourceSet *
         arena_free(&a);
         return false;
     }
+    /* The launches first: they add the utility units, which are compiled
+     * and written like the others. */
+    if (!kernels_embed_launches(p, g, &cg, &m, d) || (source_dir && cuda_module_write_sources(&m, source_dir, d) != 0)) {
+        drop_launches(p);
+        arena_free(&a);
+        return false;
+    }
     int nj = m.nunits * na;
     NvrtcJob *jobs = calloc((size_t)(nj ? nj : 1), sizeof *jobs);
     if (!jobs) {
+        drop_launches(p);
         arena_free(&a);
         diag_error(d, SPAN_NONE, "out of memory");
         return false;
@@ -59,7 +244,8 @@ bool kernels_embed(Plan *p, const Graph *g, const char *archs, const SourceSet *
         for (int k = 0; k < na; k++) {
             NvrtcJob *j = &jobs[u * na + k];
             j->source = m.units[u].source;
-            j->name = arena_printf(&a, "%s-%.12s.cu", m.units[u].family, m.units[u].hash);
+            char nb[96];
+            j->name = arena_strdup(&a, kernels_unit_name(&m, u, nb, sizeof nb));
             j->arch = list[k];
         }
     NvrtcOptions no = {0};
@@ -102,6 +288,8 @@ bool kernels_embed(Plan *p, const Graph *g, const char *archs, const SourceSet *
         p->nkernels = (uint32_t)nj;
         st->units = m.nunits;
         st->archs = na;
+    } else {
+        drop_launches(p);
     }
     free(jobs);
     arena_free(&a);

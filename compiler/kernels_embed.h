@@ -2,11 +2,14 @@
  * the training graph (compiler/cuda_gen), compiles each distinct unit with
  * NVRTC for every architecture asked for (compiler/nvrtc, cached on disk)
  * and stores the cubins, with their ptxas resource reports, in the plan's
- * kernels section, so zinfrun on a cluster needs no compiler. */
+ * kernels section, and the launches (entry, geometry, arguments per op, and
+ * the utility launches the executor binds itself) in its launch sections,
+ * so zinfrun on a cluster needs no compiler. */
 #ifndef ZINF_KERNELS_EMBED_H
 #define ZINF_KERNELS_EMBED_H
 #include <stdbool.h>
 #include <stdio.h>
+#include "cuda_gen.h"
 #include "diag.h"
 #include "graph.h"
 #include "plan.h"
@@ -17,9 +20,24 @@ typedef struct EmbedStats {
     uint64_t bytes;     /* cubin bytes embedded */
 } EmbedStats;
 
-/* archs: "sm_80,sm_90" style list. Returns false with diagnostics (the NVRTC
- * log and the saved source of a failing unit) in d. */
-bool kernels_embed(Plan *p, const Graph *g, const char *archs, const SourceSet *src, int sm_count, DiagSink *d,
-                   EmbedStats *st);
+/* archs: "sm_80,sm_90" style list. source_dir: when not NULL, every unit's
+ * source is also written to source_dir/<PlanKernel name> (the names the
+ * plan's launches use). Returns false with diagnostics (the NVRTC log and
+ * the saved source of a failing unit) in d. */
+bool kernels_embed(Plan *p, const Graph *g, const char *archs, const char *source_dir, const SourceSet *src,
+                   int sm_count, DiagSink *d, EmbedStats *st);
+
+/* The launch half of kernels_embed, which needs no NVRTC: appends the
+ * utility launches (one zk_axpy per float dtype of the graph's parameters
+ * and gradients) to m, their units too when new, then fills p's launches,
+ * launch_args, op_code and util from m. Adam's and the gradient norm's
+ * element counts become PARG_NUMEL (the executor runs them on its shard).
+ * Returns false with a diagnostic when cuda_gen's launches are not the
+ * shape this expects. */
+bool kernels_embed_launches(Plan *p, const Graph *g, CudaGen *cg, CudaModule *m, DiagSink *d);
+
+/* The PlanKernel name of unit u of m: "<family>-<hash12>.cu", as
+ * cuda_module_write_sources names its files. */
+const char *kernels_unit_name(const CudaModule *m, int u, char *buf, size_t n);
 
 #endif

@@ -5,6 +5,7 @@
  *   zinfc --emit=ast model.zl                 the syntax tree
  *   zinfc model.zl --target t.zl -o m.plan    plan for a target and write the plan
  *         [--explain]                         (and print the planner's choices)
+ *         [--kernels=sm_80,sm_90] [--kernel-src=DIR]  (CUDA code; its sources into DIR)
  *
  * Options live in ZincOptions; the pipeline is zinfc_run (load, check, emit),
  * so further stages (--target, -o model.plan, --explain) slot in as fields and
@@ -30,6 +31,7 @@
 #include "planner.h"
 #include "kernels_embed.h"
 #include "target.h"
+#include "verify.h"
 
 #ifndef ZINF_STDLIB_DIR
 #define ZINF_STDLIB_DIR "stdlib"
@@ -53,10 +55,11 @@ typedef struct ZincOptions {
     const char *output;   /* -o model.plan */
     bool explain;         /* --explain */
     const char *kernels;  /* --kernels=auto|none|sm_80,sm_90 */
+    const char *kernel_src; /* --kernel-src=DIR: each unit's source as DIR/<PlanKernel name> */
 } ZincOptions;
 
 static const char *const known_options[] = {"--check", "--emit=graph", "--emit=ast", "--help", "--version", "-I",
-                                            "--target", "-o", "--explain", "--kernels="};
+                                            "--target", "-o", "--explain", "--kernels=", "--kernel-src="};
 enum { NKNOWN = sizeof known_options / sizeof known_options[0] };
 
 static void usage(FILE *out) {
@@ -69,9 +72,11 @@ static void usage(FILE *out) {
           "                  dgx-h100, h200, host (default: the model's target block, else this machine)\n"
           "  -o FILE         plan and write the plan to FILE (verified first)\n"
           "  --explain       print the memory model (bytes per class and per rank), then plan\n"
+          "                  and print what the planner chose and why\n"
           "  --kernels=K     CUDA code in the plan: auto (sm_80,sm_90 for GPU targets, none for host),\n"
           "                  none, or a list such as sm_90 (compiled by NVRTC, cached on disk)\n"
-          "                  and print what the planner chose and why\n"
+          "  --kernel-src=DIR  also write each kernel unit's source to DIR/<unit name> (the names\n"
+          "                  zinfdump --kernels lists), when the plan gets CUDA code\n"
           "  --help          this text\n"
           "  --version       the version\n"
           "environment: ZINF_STDLIB overrides the stdlib directory (" ZINF_STDLIB_DIR ")\n"
@@ -121,6 +126,12 @@ static int parse_args(int argc, char **argv, ZincOptions *o) {
             o->explain = true;
         } else if (strncmp(a, "--kernels=", 10) == 0) {
             o->kernels = a + 10;
+        } else if (strncmp(a, "--kernel-src=", 13) == 0) {
+            if (!a[13]) {
+                fprintf(stderr, "zinfc: --kernel-src= needs a directory\n");
+                return 102;
+            }
+            o->kernel_src = a + 13;
         } else if (a[0] == '-' && a[1]) {
             const char *near = diag_nearest(a, known_options, NKNOWN);
             if (near) fprintf(stderr, "zinfc: unknown option '%s'; did you mean '%s'?\n", a, near);
@@ -185,7 +196,16 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
     const char *archs = o->kernels && strcmp(o->kernels, "auto") ? o->kernels : (strcmp(t.backend, "host") ? "sm_80,sm_90" : "none");
     if (o->output && strcmp(archs, "none")) {
         EmbedStats es;
-        if (!kernels_embed(r.plan, g, archs, src, t.gpu_sms, d, &es)) {
+        if (!kernels_embed(r.plan, g, archs, o->kernel_src, src, t.gpu_sms, d, &es)) {
+            plan_free(r.plan);
+            return 1;
+        }
+        /* The planner verified the schedule; the launches are new. */
+        char vm[4096];
+        int problems = verify_plan(r.plan, vm, sizeof vm);
+        if (problems) {
+            diag_error(d, SPAN_NONE, "internal error: the plan's CUDA launches fail verification (%d problem%s):\n%s", problems,
+                       problems > 1 ? "s" : "", vm);
             plan_free(r.plan);
             return 1;
         }

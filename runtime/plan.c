@@ -36,6 +36,8 @@ Plan *plan_new(void) {
         p->arenas[i].kind = (uint8_t)i;
         p->arenas[i].align = 1;
     }
+    for (int u = 0; u < PLAN_NUTIL; u++)
+        for (int t = 0; t < PLAN_NDTYPES; t++) p->util[u][t] = -1;
     return p;
 }
 
@@ -159,6 +161,12 @@ static void c_i64(Codec *c, int64_t *v) {
 static void c_u8(Codec *c, uint8_t *v) {
     if (c->reading) take(c, v, 1);
     else put(c, v, 1);
+}
+static void c_f32(Codec *c, float *v) {
+    uint32_t x;
+    memcpy(&x, v, 4);
+    c_u32(c, &x);
+    memcpy(v, &x, 4);
 }
 static void c_f64(Codec *c, double *v) {
     uint64_t x;
@@ -440,6 +448,62 @@ static void sec_kernels(Codec *c, Plan *p) {
     }
 }
 
+/* CUDA launches, in order; then the utility launch table. */
+static void sec_launches(Codec *c, Plan *p) {
+    void *arr = p->launches;
+    if (!c_count(c, &p->nlaunches, 8 + 8 + 7 * 4 + 4 + 8, &arr, sizeof(PlanLaunch))) return;
+    p->launches = arr;
+    for (uint32_t i = 0; i < p->nlaunches && !c->bad; i++) {
+        PlanLaunch *l = &p->launches[i];
+        c_str(c, &l->unit);
+        c_str(c, &l->entry);
+        for (int k = 0; k < 3; k++) c_u32(c, &l->grid[k]);
+        for (int k = 0; k < 3; k++) c_u32(c, &l->block[k]);
+        c_u32(c, &l->smem);
+        c_i32(c, &l->op);
+        c_u32(c, &l->arg);
+        c_u32(c, &l->nargs);
+    }
+    for (int u = 0; u < PLAN_NUTIL; u++)
+        for (int t = 0; t < PLAN_NDTYPES; t++) c_i32(c, &p->util[u][t]);
+}
+
+static void sec_launch_args(Codec *c, Plan *p) {
+    void *arr = p->launch_args;
+    if (!c_count(c, &p->nlaunch_args, 2 + 4 + 8 + 4, &arr, sizeof(PlanLaunchArg))) return;
+    p->launch_args = arr;
+    for (uint32_t i = 0; i < p->nlaunch_args && !c->bad; i++) {
+        PlanLaunchArg *a = &p->launch_args[i];
+        c_u8(c, &a->kind);
+        c_u8(c, &a->rt);
+        c_i32(c, &a->tensor);
+        c_i64(c, &a->i);
+        c_f32(c, &a->f);
+    }
+}
+
+/* Per op: its launches and workspace. The count is 0 (no GPU code, op_code
+ * NULL) or the plan's op count; the ops section comes first, so it is known. */
+static void sec_op_code(Codec *c, Plan *p) {
+    uint32_t n = p->op_code ? p->nops : 0;
+    void *arr = p->op_code;
+    if (!c_count(c, &n, 4 + 4 + 8 + 8 + 8, &arr, sizeof(PlanOpCode))) return;
+    if (c->reading && n != 0 && n != p->nops) {
+        c->bad = true;
+        c->why = "the op code count is neither 0 nor the op count";
+        return;
+    }
+    p->op_code = arr;
+    for (uint32_t i = 0; i < n && !c->bad; i++) {
+        PlanOpCode *o = &p->op_code[i];
+        c_u32(c, &o->first);
+        c_u32(c, &o->count);
+        c_i64(c, &o->ws_bytes);
+        c_i64(c, &o->err_off);
+        c_str(c, &o->err_what);
+    }
+}
+
 typedef struct Section {
     const char *name;
     void (*codec)(Codec *, Plan *);
@@ -450,7 +514,13 @@ static const Section sections[] = {
     {"tensors", sec_tensors}, {"ops", sec_ops},           {"shards", sec_shards},
     {"arenas", sec_arenas},   {"buffers", sec_buffers},   {"operands", sec_operands},
     {"schedule", sec_schedule}, {"deps", sec_deps},       {"kernels", sec_kernels},
+    {"launches", sec_launches}, {"launch_args", sec_launch_args}, {"op_code", sec_op_code},
 };
+/* The format this file writes and reads. Version 2 added the launches,
+ * launch_args and op_code sections; a version-1 plan (cubins but no
+ * launches) is refused with the version message, not as a corrupt file.
+ * (Until runtime/plan.h's PLAN_VERSION says 2, this takes the larger.) */
+enum { FORMAT_VERSION = PLAN_VERSION < 2 ? 2 : PLAN_VERSION };
 enum { NSECTIONS = sizeof sections / sizeof sections[0], HEADER_BYTES = 24, SECHDR_BYTES = 24 };
 
 static void errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -475,7 +545,7 @@ bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t er
     Codec c = {0};
     uint8_t hdr[HEADER_BYTES];
     memcpy(hdr, PLAN_MAGIC, 8);
-    put_le(hdr + 8, PLAN_VERSION, 4);
+    put_le(hdr + 8, FORMAT_VERSION, 4);
     put_le(hdr + 12, NSECTIONS, 4);
     put_le(hdr + 16, plan_fnv1a64(hdr, 16), 8);
     put(&c, hdr, sizeof hdr);
@@ -567,6 +637,23 @@ static bool check_indices(const Plan *p, const char *name, char *err, size_t err
     }
     for (uint32_t i = 0; i < p->ndeps; i++)
         if (p->deps[i] >= p->ninstrs) BAD("dependency %u: instruction %u out of range", i, p->deps[i]);
+    for (uint32_t i = 0; i < p->nlaunches; i++) {
+        const PlanLaunch *l = &p->launches[i];
+        if (l->op < -1 || l->op >= (int64_t)p->nops) BAD("launch %u: op %d out of range", i, l->op);
+        if ((uint64_t)l->arg + l->nargs > p->nlaunch_args) BAD("launch %u: arguments out of range", i);
+    }
+    for (uint32_t i = 0; i < p->nlaunch_args; i++) {
+        const PlanLaunchArg *a = &p->launch_args[i];
+        if (a->kind >= PLAN_NARGKINDS) BAD("launch argument %u: unknown kind %u", i, a->kind);
+        if (a->rt >= PLAN_NRT) BAD("launch argument %u: run-time value %u out of range", i, a->rt);
+        if (!TID(a->tensor)) BAD("launch argument %u: tensor %d out of range", i, a->tensor);
+    }
+    for (uint32_t i = 0; p->op_code && i < p->nops; i++)
+        if ((uint64_t)p->op_code[i].first + p->op_code[i].count > p->nlaunches) BAD("op %u: launches out of range", i);
+    for (int u = 0; u < PLAN_NUTIL; u++)
+        for (int t = 0; t < PLAN_NDTYPES; t++)
+            if (p->util[u][t] < -1 || p->util[u][t] >= (int64_t)p->nlaunches)
+                BAD("utility launch %d for dtype %d: launch %d out of range", u, t, p->util[u][t]);
     return true;
 #undef TID
 #undef BAD
@@ -582,8 +669,8 @@ Plan *plan_decode(const uint8_t *buf, size_t len, const char *name, char *err, s
         errf(err, errlen, "%s: header checksum mismatch (file corrupt?)", name);
         return NULL;
     }
-    if (ver != PLAN_VERSION) {
-        errf(err, errlen, "%s: plan format version %u, this build reads version %d (recompile the model)", name, ver, PLAN_VERSION);
+    if (ver != FORMAT_VERSION) {
+        errf(err, errlen, "%s: plan format version %u, this build reads version %d (recompile the model)", name, ver, FORMAT_VERSION);
         return NULL;
     }
     if (nsec != NSECTIONS) {

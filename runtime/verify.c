@@ -108,6 +108,91 @@ static bool check_ranges(V *v) {
     return v->problems == before;
 }
 
+/* ---- 1b. CUDA launches (docs/plan-format.md): what the executor indexes
+ * and hands to the driver must be in range and launchable ---- */
+static const char *lentry(const Plan *p, uint32_t i) {
+    return p->launches[i].entry ? p->launches[i].entry : "";
+}
+
+static void check_launch(V *v, uint32_t i) {
+    const Plan *p = v->p;
+    const PlanLaunch *l = &p->launches[i];
+    const char *e = lentry(p, i);
+    bool unit = false;
+    for (uint32_t k = 0; k < p->nkernels && !unit; k++)
+        unit = l->unit && p->kernels[k].name && !strcmp(l->unit, p->kernels[k].name);
+    if (!unit) problem(v, "launch %u (%s) names unit '%s', which the plan does not embed", i, e, l->unit ? l->unit : "");
+    if (!*e) problem(v, "launch %u has no entry point", i);
+    if (l->op < -1 || l->op >= (int64_t)p->nops) problem(v, "launch %u (%s): op %d out of range", i, e, l->op);
+    if (!l->grid[0] || !l->grid[1] || !l->grid[2] || !l->block[0] || !l->block[1] || !l->block[2])
+        problem(v, "launch %u (%s): empty grid (%u,%u,%u) or block (%u,%u,%u)", i, e, l->grid[0], l->grid[1], l->grid[2],
+                l->block[0], l->block[1], l->block[2]);
+    else if ((uint64_t)l->block[0] * l->block[1] * l->block[2] > 1024 || l->block[2] > 64)
+        problem(v, "launch %u (%s): block (%u,%u,%u) exceeds CUDA's 1024 threads (z at most 64)", i, e, l->block[0],
+                l->block[1], l->block[2]);
+    else if (l->grid[0] > INT32_MAX || l->grid[1] > 65535 || l->grid[2] > 65535)
+        problem(v, "launch %u (%s): grid (%u,%u,%u) exceeds CUDA's limits", i, e, l->grid[0], l->grid[1], l->grid[2]);
+    if ((uint64_t)l->arg + l->nargs > p->nlaunch_args) {
+        problem(v, "launch %u (%s): arguments [%u, +%u) out of range (%u arguments)", i, e, l->arg, l->nargs, p->nlaunch_args);
+        return;
+    }
+    bool has_op = l->op >= 0 && l->op < (int64_t)p->nops;
+    int64_t ws = has_op && p->op_code ? p->op_code[l->op].ws_bytes : 0;
+    for (uint32_t k = 0; k < l->nargs; k++) {
+        const PlanLaunchArg *a = &p->launch_args[l->arg + k];
+        if (a->kind >= PLAN_NARGKINDS) {
+            problem(v, "launch %u (%s): argument %u has unknown kind %u", i, e, k, a->kind);
+            continue;
+        }
+        if (a->rt >= PLAN_NRT) problem(v, "launch %u (%s): argument %u: run-time value %u out of range", i, e, k, a->rt);
+        if (a->tensor < -1 || a->tensor >= (int64_t)p->ntensors)
+            problem(v, "launch %u (%s): argument %u: tensor %d out of range", i, e, k, a->tensor);
+        else if ((a->kind == PARG_TENSOR || a->kind == PARG_NUMEL) && a->tensor < 0 && l->op >= 0)
+            problem(v, "launch %u (%s) of op %d: argument %u binds no tensor", i, e, l->op, k);
+        if (a->kind == PARG_WS && (a->i < 0 || a->i >= ws))
+            problem(v, "launch %u (%s): argument %u: workspace offset %" PRId64 " outside the op's %" PRId64 " bytes", i, e, k,
+                    a->i, ws);
+    }
+}
+
+static void check_launches(V *v) {
+    const Plan *p = v->p;
+    for (uint32_t i = 0; i < p->nlaunches && !STOP(v); i++) check_launch(v, i);
+    for (uint32_t o = 0; p->op_code && o < p->nops && !STOP(v); o++) {
+        const PlanOpCode *c = &p->op_code[o];
+        if ((uint64_t)c->first + c->count > p->nlaunches) {
+            problem(v, "op %u: launches [%u, +%u) out of range (%u launches)", o, c->first, c->count, p->nlaunches);
+            continue;
+        }
+        for (uint32_t k = c->first; k < c->first + c->count; k++)
+            if (p->launches[k].op != (int32_t)o) {
+                problem(v, "op %u: its launch %u (%s) belongs to op %d", o, k, lentry(p, k), p->launches[k].op);
+                break;
+            }
+        if (c->ws_bytes < 0) problem(v, "op %u: workspace of %" PRId64 " bytes", o, c->ws_bytes);
+        if (c->err_off < -1 || (c->err_off >= 0 && (c->err_off > INT64_MAX - 12 || c->err_off + 12 > c->ws_bytes)))
+            problem(v, "op %u: error word at %" PRId64 " does not fit its %" PRId64 "-byte workspace", o, c->err_off, c->ws_bytes);
+    }
+    for (int u = 0; u < PLAN_NUTIL; u++)
+        for (int t = 0; t < PLAN_NDTYPES; t++) {
+            int32_t l = p->util[u][t];
+            if (l < -1 || l >= (int64_t)p->nlaunches) problem(v, "utility launch %d for dtype %d: launch %d out of range", u, t, l);
+            else if (l >= 0 && p->launches[l].op != -1)
+                problem(v, "utility launch %d for dtype %d: launch %d (%s) belongs to op %d", u, t, l, lentry(p, (uint32_t)l),
+                        p->launches[l].op);
+        }
+    if (!p->nlaunches) return;
+    if (!p->op_code) {
+        problem(v, "the plan has %u launches but no op code table", p->nlaunches);
+        return;
+    }
+    for (uint32_t i = 0; i < p->ninstrs && !STOP(v); i++) {
+        const PlanInstr *s = &p->instrs[i];
+        if (s->op == PI_KERNEL && s->arg >= 0 && (uint32_t)s->arg < p->nops && !p->op_code[s->arg].count)
+            problem(v, "instruction %u (kernel) runs op %d, which has no launches", i, s->arg);
+    }
+}
+
 /* ---- 2. arenas, buffers, operands ---- */
 static void check_memory(V *v) {
     const Plan *p = v->p;
@@ -565,6 +650,7 @@ int verify_plan(const Plan *p, char *msgs, size_t n) {
     V v = {.p = p, .msgs = msgs, .n = n};
     if (msgs && n) msgs[0] = 0;
     if (check_ranges(&v)) {
+        check_launches(&v);
         check_memory(&v);
         check_layouts(&v);
         check_shards(&v);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include "plan.h"
 #include "plan_fixture_plan.h"
+#include "plan_fixture_launches.h"
 
 static uint64_t rd64(const uint8_t *b) {
     uint64_t v = 0;
@@ -21,7 +22,8 @@ static size_t section_at(const uint8_t *buf, int s) {
     for (int i = 0; i < s; i++) pos += 24 + rd64(buf + pos + 8);
     return pos;
 }
-enum { S_META, S_TARGET, S_TRAIN, S_TENSORS, S_OPS, S_SHARDS, S_ARENAS, S_BUFFERS, S_OPERANDS, S_SCHEDULE, S_DEPS, S_KERNELS };
+enum { S_META, S_TARGET, S_TRAIN, S_TENSORS, S_OPS, S_SHARDS, S_ARENAS, S_BUFFERS, S_OPERANDS, S_SCHEDULE, S_DEPS, S_KERNELS,
+       S_LAUNCHES, S_LAUNCH_ARGS, S_OP_CODE, S_COUNT };
 
 static void encode(const Plan *p, uint8_t **buf, size_t *len) {
     char err[256];
@@ -135,7 +137,7 @@ START_TEST(messages) {
     ck_assert_str_eq(err, "model.plan: not a zinf plan (bad magic)");
     a[0] = 'Z';
     ck_assert_ptr_null(plan_decode(a, n - 1, "model.plan", err, sizeof err));
-    ck_assert_str_eq(err, "model.plan: section 'kernels' runs past the end of the file (truncated?)");
+    ck_assert_str_eq(err, "model.plan: section 'op_code' runs past the end of the file (truncated?)");
     /* a forged count with a valid checksum */
     size_t t = section_at(a, S_TENSORS);
     uint64_t len = rd64(a + t + 8);
@@ -172,7 +174,12 @@ START_TEST(version_and_helpers) {
     a[8] = 7;
     wr64(a + 16, plan_fnv1a64(a, 16));
     ck_assert_ptr_null(plan_decode(a, n, "e.plan", err, sizeof err));
-    ck_assert_str_eq(err, "e.plan: plan format version 7, this build reads version 1 (recompile the model)");
+    ck_assert_str_eq(err, "e.plan: plan format version 7, this build reads version 2 (recompile the model)");
+    /* a plan from before the launch sections */
+    a[8] = 1;
+    wr64(a + 16, plan_fnv1a64(a, 16));
+    ck_assert_ptr_null(plan_decode(a, n, "old.plan", err, sizeof err));
+    ck_assert_str_eq(err, "old.plan: plan format version 1, this build reads version 2 (recompile the model)");
     free(a);
     plan_free(p);
     char b[32];
@@ -185,6 +192,178 @@ START_TEST(version_and_helpers) {
 }
 END_TEST
 
+/* A GPU plan: every launch, argument, op code and utility entry survives. */
+START_TEST(round_trip_launches) {
+    Plan *p = fx_plan_launches("h200", 1, 2);
+    ck_assert_uint_gt(p->nlaunches, 0);
+    ck_assert_ptr_nonnull(p->op_code);
+    uint8_t *a, *b;
+    size_t na, nb;
+    encode(p, &a, &na);
+    char err[256];
+    Plan *q = plan_decode(a, na, "g.plan", err, sizeof err);
+    ck_assert_msg(q != NULL, "%s", err);
+    encode(q, &b, &nb);
+    ck_assert(na == nb && memcmp(a, b, na) == 0);
+    ck_assert_uint_eq(q->nlaunches, p->nlaunches);
+    ck_assert_uint_eq(q->nlaunch_args, p->nlaunch_args);
+    for (uint32_t i = 0; i < p->nlaunches; i++) {
+        const PlanLaunch *x = &p->launches[i], *y = &q->launches[i];
+        ck_assert_str_eq(y->unit, x->unit);
+        ck_assert_str_eq(y->entry, x->entry);
+        for (int k = 0; k < 3; k++) {
+            ck_assert_uint_eq(y->grid[k], x->grid[k]);
+            ck_assert_uint_eq(y->block[k], x->block[k]);
+        }
+        ck_assert_uint_eq(y->smem, x->smem);
+        ck_assert_int_eq(y->op, x->op);
+        ck_assert_uint_eq(y->arg, x->arg);
+        ck_assert_uint_eq(y->nargs, x->nargs);
+    }
+    for (uint32_t i = 0; i < p->nlaunch_args; i++) {
+        const PlanLaunchArg *x = &p->launch_args[i], *y = &q->launch_args[i];
+        ck_assert_uint_eq(y->kind, x->kind);
+        ck_assert_uint_eq(y->rt, x->rt);
+        ck_assert_int_eq(y->tensor, x->tensor);
+        ck_assert_int_eq(y->i, x->i);
+        ck_assert(memcmp(&y->f, &x->f, sizeof x->f) == 0);
+    }
+    for (uint32_t o = 0; o < p->nops; o++) {
+        const PlanOpCode *x = &p->op_code[o], *y = &q->op_code[o];
+        ck_assert_uint_eq(y->first, x->first);
+        ck_assert_uint_eq(y->count, x->count);
+        ck_assert_int_eq(y->ws_bytes, x->ws_bytes);
+        ck_assert_int_eq(y->err_off, x->err_off);
+        ck_assert_str_eq(y->err_what, x->err_what);
+    }
+    for (int u = 0; u < PLAN_NUTIL; u++)
+        for (int t = 0; t < PLAN_NDTYPES; t++) ck_assert_int_eq(q->util[u][t], p->util[u][t]);
+    /* the fixture is bf16: one utility axpy, for bf16 */
+    ck_assert_int_ge(q->util[PLAN_UTIL_AXPY][DT_BF16], 0);
+    ck_assert_int_eq(q->util[PLAN_UTIL_AXPY][DT_F16], -1);
+    ck_assert_str_eq(q->launches[q->util[PLAN_UTIL_AXPY][DT_BF16]].entry, "zk_axpy");
+    /* an error word survives with its name */
+    bool err_word = false;
+    for (uint32_t o = 0; o < q->nops; o++)
+        if (q->op_code[o].err_off >= 0) err_word = !strcmp(q->op_code[o].err_what, "embedding id") || err_word;
+    ck_assert(err_word);
+    free(a);
+    free(b);
+    plan_free(p);
+    plan_free(q);
+}
+END_TEST
+
+/* A plan without GPU code keeps none: no launches, no op code table, every
+ * utility entry -1. */
+START_TEST(round_trip_no_launches) {
+    Plan *p = fx_plan("host", 2, 1, 1, -1);
+    for (int u = 0; u < PLAN_NUTIL; u++)
+        for (int t = 0; t < PLAN_NDTYPES; t++) ck_assert_int_eq(p->util[u][t], -1);
+    uint8_t *a;
+    size_t n;
+    encode(p, &a, &n);
+    char err[256];
+    Plan *q = plan_decode(a, n, "h.plan", err, sizeof err);
+    ck_assert_msg(q != NULL, "%s", err);
+    ck_assert_uint_eq(q->nlaunches, 0);
+    ck_assert_uint_eq(q->nlaunch_args, 0);
+    ck_assert_ptr_null(q->launches);
+    ck_assert_ptr_null(q->op_code);
+    for (int u = 0; u < PLAN_NUTIL; u++)
+        for (int t = 0; t < PLAN_NDTYPES; t++) ck_assert_int_eq(q->util[u][t], -1);
+    free(a);
+    plan_free(p);
+    plan_free(q);
+}
+END_TEST
+
+/* Every byte of the launch sections of a GPU plan, flipped, is caught. */
+START_TEST(every_flipped_launch_byte_is_caught) {
+    Plan *p = fx_plan_launches("h200", 1, 1);
+    uint8_t *a;
+    size_t n;
+    encode(p, &a, &n);
+    char err[256];
+    size_t from = section_at(a, S_LAUNCHES);
+    ck_assert_uint_gt(n - from, 1000);
+    for (size_t i = from; i < n; i++) {
+        a[i] ^= 0x10;
+        Plan *q = plan_decode(a, n, "m.plan", err, sizeof err);
+        if (q) {
+            plan_free(q);
+            ck_abort_msg("a flipped byte at %zu of %zu (launch sections from %zu) was not noticed", i, n, from);
+        }
+        ck_assert(strstr(err, "m.plan: ") == err);
+        a[i] ^= 0x10;
+    }
+    free(a);
+    plan_free(p);
+}
+END_TEST
+
+/* Forged launch data with valid checksums: each index is refused by name. */
+START_TEST(launch_messages) {
+    Plan *p = fx_plan_launches("h200", 1, 1);
+    uint8_t *a;
+    size_t n;
+    char err[256];
+    char want[128];
+    uint32_t keep = p->launches[3].nargs;
+    p->launches[3].nargs = p->nlaunch_args + 1;
+    encode(p, &a, &n);
+    ck_assert_ptr_null(plan_decode(a, n, "g.plan", err, sizeof err));
+    ck_assert_str_eq(err, "g.plan: launch 3: arguments out of range (file corrupt?)");
+    free(a);
+    p->launches[3].nargs = keep;
+    int32_t op2 = p->launches[2].op;
+    p->launches[2].op = (int32_t)p->nops;
+    encode(p, &a, &n);
+    ck_assert_ptr_null(plan_decode(a, n, "g.plan", err, sizeof err));
+    snprintf(want, sizeof want, "g.plan: launch 2: op %u out of range (file corrupt?)", p->nops);
+    ck_assert_str_eq(err, want);
+    free(a);
+    p->launches[2].op = op2;
+    uint8_t kind5 = p->launch_args[5].kind;
+    p->launch_args[5].kind = PLAN_NARGKINDS;
+    encode(p, &a, &n);
+    ck_assert_ptr_null(plan_decode(a, n, "g.plan", err, sizeof err));
+    ck_assert_str_eq(err, "g.plan: launch argument 5: unknown kind 7 (file corrupt?)");
+    free(a);
+    p->launch_args[5].kind = kind5;
+    int32_t t6 = p->launch_args[6].tensor;
+    p->launch_args[6].tensor = (int32_t)p->ntensors;
+    encode(p, &a, &n);
+    ck_assert_ptr_null(plan_decode(a, n, "g.plan", err, sizeof err));
+    ck_assert_ptr_nonnull(strstr(err, "launch argument 6: tensor "));
+    free(a);
+    p->launch_args[6].tensor = t6;
+    uint32_t count4 = p->op_code[4].count;
+    p->op_code[4].count = p->nlaunches;
+    encode(p, &a, &n);
+    ck_assert_ptr_null(plan_decode(a, n, "g.plan", err, sizeof err));
+    ck_assert_str_eq(err, "g.plan: op 4: launches out of range (file corrupt?)");
+    free(a);
+    p->op_code[4].count = count4;
+    p->util[PLAN_UTIL_AXPY][DT_F32] = (int32_t)p->nlaunches;
+    encode(p, &a, &n);
+    ck_assert_ptr_null(plan_decode(a, n, "g.plan", err, sizeof err));
+    ck_assert_ptr_nonnull(strstr(err, "utility launch 0 for dtype 1: launch "));
+    free(a);
+    p->util[PLAN_UTIL_AXPY][DT_F32] = -1;
+    /* an op code count that is neither 0 nor the op count */
+    encode(p, &a, &n);
+    size_t s = section_at(a, S_OP_CODE);
+    uint64_t len = rd64(a + s + 8);
+    a[s + 24] ^= 1;
+    wr64(a + s + 16, plan_fnv1a64(a + s + 24, len));
+    ck_assert_ptr_null(plan_decode(a, n, "g.plan", err, sizeof err));
+    ck_assert_str_eq(err, "g.plan: section 'op_code' malformed: the op code count is neither 0 nor the op count");
+    free(a);
+    plan_free(p);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("plan");
     TCase *t = tcase_create("file");
@@ -194,6 +373,10 @@ int main(void) {
     tcase_add_test(t, every_flipped_byte_is_caught);
     tcase_add_test(t, messages);
     tcase_add_test(t, version_and_helpers);
+    tcase_add_test(t, round_trip_launches);
+    tcase_add_test(t, round_trip_no_launches);
+    tcase_add_test(t, every_flipped_launch_byte_is_caught);
+    tcase_add_test(t, launch_messages);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
