@@ -3,7 +3,7 @@
  *                                       busy time per queue, the bottleneck
  *   zinfdump model.plan --schedule [--rank R]   one instruction per line
  *   zinfdump model.plan --memory        each arena's buffers
- *   zinfdump model.plan --kernels       the embedded CUDA kernels and their ptxas resource reports
+ *   zinfdump model.plan --kernels       the embedded CUDA kernels, their ptxas resource reports, the launches
  *   zinfdump model.plan --trace out.json  predicted timeline (Chrome trace / Perfetto)
  *   zinfdump model.plan --svg out.svg   timeline and GPU memory in use, drawn
  * Every plan is verified first; a plan that fails is reported and not shown. */
@@ -102,16 +102,7 @@ int main(int argc, char **argv) {
     if (memory) plandump_memory(p, stdout);
     if (trace) rc |= write_file(trace, p, &c, plandump_trace);
     if (svg) rc |= write_file(svg, p, &c, plandump_svg);
-    if (kernels) {
-        uint64_t total = 0;
-        for (uint32_t k = 0; k < p->nkernels; k++) total += p->kernels[k].size;
-        printf("%u kernel%s embedded, %llu bytes of cubin\n", p->nkernels, p->nkernels == 1 ? "" : "s", (unsigned long long)total);
-        for (uint32_t k = 0; k < p->nkernels; k++)
-            printf("  %-28s %-6s %8llu B  %s\n", p->kernels[k].name ? p->kernels[k].name : "?",
-                   p->kernels[k].arch ? p->kernels[k].arch : "?", (unsigned long long)p->kernels[k].size,
-                   p->kernels[k].resources ? p->kernels[k].resources : "");
-        if (!p->nkernels) printf("  (a plan for the host backend, or compiled with --kernels=none)\n");
-    }
+    if (kernels) plandump_kernels(p, stdout);
     if (!schedule && !memory && !trace && !svg && !kernels) plandump_summary(p, &c, stdout);
     cost_free(&c);
     plan_free(p);

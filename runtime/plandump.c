@@ -236,3 +236,69 @@ void plandump_svg(const Plan *p, const CostResult *c, FILE *out) {
         fprintf(out, "%.1f,%.1f ", left + (W - left) * k / NB, top_mem + mem_h * (1 - use[k] / cap));
     fprintf(out, "\"/>\n</svg>\n");
 }
+
+/* ---- --kernels: embedded units, then the launches per op ---- */
+
+static const char *const rt_names[PLAN_NRT] = {"lr", "bc1", "bc2", "inv_loss_scale", "loss_grad"};
+
+static const char *tname(const Plan *p, int32_t t) {
+    return t >= 0 && (uint32_t)t < p->ntensors && p->tensors[t].name ? p->tensors[t].name : "?";
+}
+
+static void launch_arg_str(const Plan *p, const PlanLaunchArg *a, FILE *out) {
+    switch (a->kind) {
+    case PARG_TENSOR: fprintf(out, "%s", a->tensor < 0 ? "_" : tname(p, a->tensor)); break;
+    case PARG_WS: fprintf(out, "ws+%" PRId64, a->i); break;
+    case PARG_NULL: fprintf(out, "NULL"); break;
+    case PARG_I64: fprintf(out, "%" PRId64, a->i); break;
+    case PARG_F32: fprintf(out, "%.9g", (double)a->f); break;
+    case PARG_RT: fprintf(out, "$%s", a->rt < PLAN_NRT ? rt_names[a->rt] : "?"); break;
+    case PARG_NUMEL: fprintf(out, "numel(%s)", a->tensor < 0 ? "_" : tname(p, a->tensor)); break;
+    default: fprintf(out, "?%u", a->kind); break;
+    }
+}
+
+static void launch_line(const Plan *p, uint32_t i, FILE *out) {
+    const PlanLaunch *l = &p->launches[i];
+    fprintf(out, "    %u: %s <<<(%u,%u,%u), (%u,%u,%u), %u>>> (", i, l->entry, l->grid[0], l->grid[1], l->grid[2],
+            l->block[0], l->block[1], l->block[2], l->smem);
+    for (uint32_t k = 0; k < l->nargs && (uint64_t)l->arg + k < p->nlaunch_args; k++) {
+        if (k) fprintf(out, ", ");
+        launch_arg_str(p, &p->launch_args[l->arg + k], out);
+    }
+    fprintf(out, ") %s\n", l->unit);
+}
+
+void plandump_kernels(const Plan *p, FILE *out) {
+    uint64_t total = 0;
+    for (uint32_t k = 0; k < p->nkernels; k++) total += p->kernels[k].size;
+    fprintf(out, "%u kernel%s embedded, %" PRIu64 " bytes of cubin\n", p->nkernels, p->nkernels == 1 ? "" : "s", total);
+    for (uint32_t k = 0; k < p->nkernels; k++)
+        fprintf(out, "  %-28s %-6s %8" PRIu64 " B  %s\n", p->kernels[k].name ? p->kernels[k].name : "?",
+                p->kernels[k].arch ? p->kernels[k].arch : "?", p->kernels[k].size,
+                p->kernels[k].resources ? p->kernels[k].resources : "");
+    if (!p->nkernels) fprintf(out, "  (a plan for the host backend, or compiled with --kernels=none)\n");
+    if (!p->nlaunches) return;
+    uint32_t nutil = 0;
+    for (uint32_t i = 0; i < p->nlaunches; i++) nutil += p->launches[i].op < 0;
+    fprintf(out, "%u launches: %u for %u ops, %u utility\n", p->nlaunches, p->nlaunches - nutil, p->nops, nutil);
+    for (uint32_t o = 0; p->op_code && o < p->nops; o++) {
+        const PlanOp *op = &p->ops[o];
+        const PlanOpCode *c = &p->op_code[o];
+        bool prim = op->kind == OP_FWD || op->kind == OP_BWD || op->kind == OP_RECOMPUTE;
+        fprintf(out, "  op %u %s%s%s%s%s", o, op->kind < OP_KIND_COUNT ? op_kind_names[op->kind] : "?", prim ? " " : "",
+                prim && op->prim < PRIM_COUNT ? prim_names[op->prim] : "", *op->scope ? " @" : "", op->scope);
+        if (c->ws_bytes) fprintf(out, ", workspace %" PRId64 " B", c->ws_bytes);
+        if (c->err_off >= 0) fprintf(out, ", error word at ws+%" PRId64 " (%s)", c->err_off, c->err_what);
+        fprintf(out, ": %u launch%s\n", c->count, c->count == 1 ? "" : "es");
+        for (uint32_t k = 0; k < c->count && (uint64_t)c->first + k < p->nlaunches; k++) launch_line(p, c->first + k, out);
+    }
+    static const char *const util_names[PLAN_NUTIL] = {"axpy"};
+    static const char *const dtype_names[PLAN_NDTYPES] = {"none", "f32", "bf16", "f16", "i32"};
+    for (int u = 0; u < PLAN_NUTIL; u++)
+        for (int t = 0; t < PLAN_NDTYPES; t++)
+            if (p->util[u][t] >= 0 && (uint32_t)p->util[u][t] < p->nlaunches) {
+                fprintf(out, "  utility %s %s:\n", util_names[u], dtype_names[t]);
+                launch_line(p, (uint32_t)p->util[u][t], out);
+            }
+}

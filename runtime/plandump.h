@@ -13,6 +13,10 @@ void plandump_summary(const Plan *p, const CostResult *c, FILE *out);
 void plandump_schedule(const Plan *p, int rank, FILE *out);
 /* Each arena's buffers by offset, with lifetimes in instructions. */
 void plandump_memory(const Plan *p, FILE *out);
+/* The embedded CUDA units with their ptxas reports, then every op's
+ * launches (entry <<<grid, block, smem>>> (arguments) unit) and the
+ * utility launches. */
+void plandump_kernels(const Plan *p, FILE *out);
 /* The predicted timeline as Chrome trace JSON (chrome://tracing, Perfetto). */
 void plandump_trace(const Plan *p, const CostResult *c, FILE *out);
 /* The predicted timeline and GPU memory in use over the step, as SVG. */
