@@ -1,4 +1,4 @@
-#include "exec.h"
+#include "exec_impl.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -16,35 +16,6 @@
 #include "refexec.h"
 #include "rtio.h"
 
-struct Rt {
-    const Plan *p;
-    Comm *c;
-    RtOptions o;
-    Arena ga;               /* the graph rebuilt from the plan, for the host kernels */
-    Graph g;
-    uint8_t *arena[PLAN_NARENAS];
-    uint64_t arena_bytes[PLAN_NARENAS];
-    RtIo io;                /* the NVMe arena */
-    bool io_open;
-    void **ws;              /* per forward op: kernel workspace kept from forward to backward */
-    size_t *ws_bytes;
-    size_t ws_total;
-    void **table[PLAN_NQUEUES]; /* per worker: tensor id -> storage of the instruction at hand */
-    uint8_t *scratch[PLAN_NQUEUES];
-    size_t scratch_bytes;
-    Qrun q;
-    /* the step in flight */
-    const int32_t *tokens, *targets;
-    float loss_grad;
-    double loss_sum;
-    int loss_n;
-    double grad_norm;       /* unscaled */
-    bool skip;              /* f16: gradients not finite, step skipped */
-    int64_t step;           /* optimizer steps done */
-    double loss_scale;
-    int good_steps;
-    uint64_t bytes[PLAN_NQUEUES];
-};
 
 static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t n, const char *fmt, ...) {
@@ -56,7 +27,10 @@ static int fail(char *err, size_t n, const char *fmt, ...) {
 }
 
 int64_t rt_steps_done(const Rt *r) { return r->step; }
-double rt_busy_seconds(const Rt *r, int q) { return q >= 0 && q < PLAN_NQUEUES ? r->q.busy[q] : 0; }
+double rt_busy_seconds(const Rt *r, int q) {
+    if (q < 0 || q >= PLAN_NQUEUES) return 0;
+    return r->cu ? rtc_busy_seconds(r, q) : r->q.busy[q];
+}
 uint64_t rt_arena_bytes(const Rt *r, int k) { return r->arena_bytes[k]; }
 
 /* ---- the graph the host kernels read ---- */
@@ -107,15 +81,15 @@ static bool rebuild_graph(Rt *r) {
 
 /* ---- memory ---- */
 
-static size_t dsz(int dt) {
+size_t rt_dsz(int dt) {
     int s = plan_dtype_size(dt);
     return (size_t)(s > 0 ? s : 4);
 }
 
-static uint8_t *opnd_ptr(const Rt *r, const PlanOperand *o) {
+uint8_t *rt_opnd_ptr(const Rt *r, const PlanOperand *o) {
     if (o->buffer < 0) return NULL;
     const PlanBuffer *b = &r->p->buffers[o->buffer];
-    if (b->arena == ARENA_NVME) return NULL;
+    if (b->arena == ARENA_NVME || !r->arena[b->arena]) return NULL; /* NULL: device memory under CUDA */
     return r->arena[b->arena] + b->offset + o->offset;
 }
 
@@ -123,11 +97,11 @@ static uint64_t nvme_off(const Rt *r, const PlanOperand *o) {
     return r->p->buffers[o->buffer].offset + o->offset;
 }
 
-static const PlanOperand *opnd(const Rt *r, const PlanInstr *in, uint32_t k) {
+const PlanOperand *rt_opnd(const Rt *r, const PlanInstr *in, uint32_t k) {
     return &r->p->operands[in->opnd + k];
 }
 
-static double elem_get(const void *p, int dt, int64_t i) {
+double rt_elem_get(const void *p, int dt, int64_t i) {
     switch (dt) {
     case DT_BF16: return half_bf16_to_f32(((const uint16_t *)p)[i]);
     case DT_F16: return half_f16_to_f32(((const uint16_t *)p)[i]);
@@ -136,7 +110,7 @@ static double elem_get(const void *p, int dt, int64_t i) {
     }
 }
 
-static void elem_set(void *p, int dt, int64_t i, double v) {
+void rt_elem_set(void *p, int dt, int64_t i, double v) {
     switch (dt) {
     case DT_BF16: ((uint16_t *)p)[i] = half_f32_to_bf16((float)v); break;
     case DT_F16: ((uint16_t *)p)[i] = half_f32_to_f16((float)v); break;
@@ -148,6 +122,7 @@ static void elem_set(void *p, int dt, int64_t i, double v) {
 /* Reads or writes bytes of a shard's home, wherever it lives. */
 static int home_read(Rt *r, int buffer, uint64_t off, void *dst, uint64_t bytes, char *err, size_t n) {
     const PlanBuffer *b = &r->p->buffers[buffer];
+    if (b->arena == ARENA_GPU && r->cu) return rtc_home_read(r, b->offset + off, dst, bytes, err, n);
     if (b->arena != ARENA_NVME) {
         memcpy(dst, r->arena[b->arena] + b->offset + off, bytes);
         return 0;
@@ -157,6 +132,7 @@ static int home_read(Rt *r, int buffer, uint64_t off, void *dst, uint64_t bytes,
 
 static int home_write(Rt *r, int buffer, uint64_t off, const void *src, uint64_t bytes, char *err, size_t n) {
     const PlanBuffer *b = &r->p->buffers[buffer];
+    if (b->arena == ARENA_GPU && r->cu) return rtc_home_write(r, b->offset + off, src, bytes, err, n);
     if (b->arena != ARENA_NVME) {
         memcpy(r->arena[b->arena] + b->offset + off, src, bytes);
         return 0;
@@ -189,7 +165,7 @@ static int init_state(Rt *r, char *err, size_t n) {
                     double v = vals[k];
                     if (src->dtype == DT_BF16) v = half_bf16_to_f32(half_f32_to_bf16(vals[k]));
                     else if (src->dtype == DT_F16) v = half_f16_to_f32(half_f32_to_f16(vals[k]));
-                    elem_set(tmp, t->dtype, (int64_t)u * s->tile_shard + k, v);
+                    rt_elem_set(tmp, t->dtype, (int64_t)u * s->tile_shard + k, v);
                 }
             }
         }
@@ -218,14 +194,14 @@ static void cols_add_back(uint8_t *dst, int dt, const uint8_t *src, int64_t rows
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < w; j++) {
             int64_t d = i * cols + c0 + j;
-            elem_set(dst, dt, d, elem_get(dst, dt, d) + elem_get(src, dt, i * w + j));
+            rt_elem_set(dst, dt, d, rt_elem_get(dst, dt, d) + rt_elem_get(src, dt, i * w + j));
         }
 }
 static void cols_put_back(uint8_t *dst, const uint8_t *src, int64_t rows, int64_t cols, int64_t c0, int64_t w, size_t es) {
     for (int64_t i = 0; i < rows; i++) memcpy(dst + (size_t)(i * cols + c0) * es, src + (size_t)(i * w) * es, (size_t)w * es);
 }
 static void add_into(uint8_t *dst, int dt, const uint8_t *src, int64_t n) {
-    for (int64_t i = 0; i < n; i++) elem_set(dst, dt, i, elem_get(dst, dt, i) + elem_get(src, dt, i));
+    for (int64_t i = 0; i < n; i++) rt_elem_set(dst, dt, i, rt_elem_get(dst, dt, i) + rt_elem_get(src, dt, i));
 }
 
 /* Scratch for tiled kernels: a bump allocator over the worker's scratch. */
@@ -262,13 +238,13 @@ static int run_tiled(Rt *r, const GOp *o, const GOp *fo, void **tb, int tile, in
         int64_t npos = g->tensors[ids].numel;
         if (!bwd) {
             uint8_t *yp = tb[y];
-            size_t ye = dsz(g->tensors[y].dtype);
+            size_t ye = rt_dsz(g->tensors[y].dtype);
             if (tile == 0) memset(yp, 0, (size_t)g->tensors[y].numel * ye);
             for (int64_t i = 0; i < npos; i++) {
                 int64_t v = id[i] - r0;
                 if (id[i] < 0 || id[i] >= W->dims[0]) return fail(err, n, "embedding: id %d outside [0, %" PRId64 ")", id[i], W->dims[0]);
                 if (v < 0 || v >= rows) continue;
-                for (int64_t j = 0; j < cols; j++) elem_set(yp, g->tensors[y].dtype, i * cols + j, elem_get(tb[wt], W->dtype, v * cols + j));
+                for (int64_t j = 0; j < cols; j++) rt_elem_set(yp, g->tensors[y].dtype, i * cols + j, rt_elem_get(tb[wt], W->dtype, v * cols + j));
             }
         } else {
             int dy = o->in[fo->nin + fo->nout], dw = o->out[0];
@@ -279,7 +255,7 @@ static int run_tiled(Rt *r, const GOp *o, const GOp *fo, void **tb, int tile, in
                 int64_t v = id[i] - r0;
                 if (v < 0 || v >= rows) continue;
                 for (int64_t j = 0; j < cols; j++)
-                    elem_set(dwp, dwdt, v * cols + j, elem_get(dwp, dwdt, v * cols + j) + elem_get(tb[dy], g->tensors[dy].dtype, i * cols + j));
+                    rt_elem_set(dwp, dwdt, v * cols + j, rt_elem_get(dwp, dwdt, v * cols + j) + rt_elem_get(tb[dy], g->tensors[dy].dtype, i * cols + j));
             }
         }
         return 0;
@@ -290,7 +266,7 @@ static int run_tiled(Rt *r, const GOp *o, const GOp *fo, void **tb, int tile, in
     const GTensor *X = &g->tensors[x], *Y = &g->tensors[y];
     int64_t xr = X->numel / X->dims[X->rank - 1], xc = X->dims[X->rank - 1];
     int64_t yr = Y->numel / Y->dims[Y->rank - 1], yc = Y->dims[Y->rank - 1];
-    size_t xe = dsz(X->dtype), ye = dsz(Y->dtype);
+    size_t xe = rt_dsz(X->dtype), ye = rt_dsz(Y->dtype);
     HkTensor xs = view(r, x, NULL), ys = view(r, y, NULL);
     int bias = fo->prim == PRIM_LINEAR && fo->nin > 2 ? fo->in[2] : -1;
     HkTensor bt = bias >= 0 && tile == 0 ? view(r, bias, tb[bias]) : (HkTensor){0};
@@ -359,14 +335,14 @@ static int exec_kernel(Rt *r, const PlanInstr *in, int worker, char *err, size_t
     void **tb = r->table[worker];
     uint32_t k = 0;
     for (int i = 0; i < o->nin; i++, k++)
-        if (o->in[i] >= 0) tb[o->in[i]] = k < in->nopnd ? opnd_ptr(r, opnd(r, in, k)) : NULL;
+        if (o->in[i] >= 0) tb[o->in[i]] = k < in->nopnd ? rt_opnd_ptr(r, rt_opnd(r, in, k)) : NULL;
     for (int i = 0; i < o->nout; i++, k++)
-        if (o->out[i] >= 0) tb[o->out[i]] = k < in->nopnd ? opnd_ptr(r, opnd(r, in, k)) : NULL;
+        if (o->out[i] >= 0) tb[o->out[i]] = k < in->nopnd ? rt_opnd_ptr(r, rt_opnd(r, in, k)) : NULL;
     int rc = 0;
     if (o->kind == OP_LOSS_GRAD) {
         void *d = tb[o->out[0]];
         if (!d) return fail(err, n, "loss_grad without its output");
-        elem_set(d, r->g.tensors[o->out[0]].dtype, 0, (double)r->loss_grad * r->loss_scale);
+        rt_elem_set(d, r->g.tensors[o->out[0]].dtype, 0, (double)r->loss_grad * r->loss_scale);
         return 0;
     }
     int f = o->kind == OP_FWD ? in->arg : o->fwd;
@@ -385,7 +361,7 @@ static int exec_kernel(Rt *r, const PlanInstr *in, int worker, char *err, size_t
                     o->scope && *o->scope ? " in " : "", o->scope ? o->scope : "", hk_strerror(rc));
     }
     if (o->kind == OP_FWD && o->out[0] == p->loss && tb[p->loss] && in->tile == in->ntiles - 1) {
-        r->loss_sum += elem_get(tb[p->loss], r->g.tensors[p->loss].dtype, 0);
+        r->loss_sum += rt_elem_get(tb[p->loss], r->g.tensors[p->loss].dtype, 0);
         r->loss_n++;
     }
     return 0;
@@ -394,15 +370,15 @@ static int exec_kernel(Rt *r, const PlanInstr *in, int worker, char *err, size_t
 /* ---- collectives over a tile, with padding ---- */
 
 static int to_f32(float *dst, const void *src, int dt, int64_t n) {
-    for (int64_t i = 0; i < n; i++) dst[i] = (float)elem_get(src, dt, i);
+    for (int64_t i = 0; i < n; i++) dst[i] = (float)rt_elem_get(src, dt, i);
     return 0;
 }
 
 static int comm_err(Rt *r, char *err, size_t n) { return fail(err, n, "%s", comm_last_error(r->c)); }
 
 static int exec_allgather(Rt *r, const PlanInstr *in, int worker, char *err, size_t n) {
-    const PlanOperand *s = opnd(r, in, 0), *d = opnd(r, in, 1);
-    uint8_t *sp = opnd_ptr(r, s), *dp = opnd_ptr(r, d);
+    const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
+    uint8_t *sp = rt_opnd_ptr(r, s), *dp = rt_opnd_ptr(r, d);
     if (!sp || !dp) return fail(err, n, "allgather operands must be in memory");
     uint64_t sb = s->bytes, tb = d->bytes, R = (uint64_t)r->c->size;
     if (sb * R == tb) {
@@ -417,11 +393,11 @@ static int exec_allgather(Rt *r, const PlanInstr *in, int worker, char *err, siz
 }
 
 static int exec_reduce_scatter(Rt *r, const PlanInstr *in, int worker, char *err, size_t n) {
-    const PlanOperand *s = opnd(r, in, 0), *d = opnd(r, in, 1);
-    uint8_t *sp = opnd_ptr(r, s), *dp = opnd_ptr(r, d);
+    const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
+    uint8_t *sp = rt_opnd_ptr(r, s), *dp = rt_opnd_ptr(r, d);
     if (!sp || !dp) return fail(err, n, "reduce_scatter operands must be in memory");
     int dt = r->p->tensors[in->arg].dtype;
-    size_t es = dsz(dt);
+    size_t es = rt_dsz(dt);
     int64_t te = (int64_t)(s->bytes / es), se = (int64_t)(d->bytes / es), R = r->c->size;
     size_t need = sizeof(float) * (size_t)(se * R + se);
     if (need > r->scratch_bytes) return fail(err, n, "reduce_scatter scratch too small");
@@ -429,28 +405,28 @@ static int exec_reduce_scatter(Rt *r, const PlanInstr *in, int worker, char *err
     memset(send, 0, sizeof(float) * (size_t)(se * R));
     to_f32(send, sp, dt, te < se * R ? te : se * R);
     if (comm_reduce_scatter_f32(r->c, send, recv, (size_t)se)) return comm_err(r, err, n);
-    for (int64_t i = 0; i < se; i++) elem_set(dp, dt, i, elem_get(dp, dt, i) + recv[i]);
+    for (int64_t i = 0; i < se; i++) rt_elem_set(dp, dt, i, rt_elem_get(dp, dt, i) + recv[i]);
     return 0;
 }
 
 static int exec_allreduce(Rt *r, const PlanInstr *in, int worker, char *err, size_t n) {
-    const PlanOperand *m = opnd(r, in, 0);
-    uint8_t *mp = opnd_ptr(r, m);
+    const PlanOperand *m = rt_opnd(r, in, 0);
+    uint8_t *mp = rt_opnd_ptr(r, m);
     if (!mp) return fail(err, n, "allreduce operand must be in memory");
     int dt = r->p->tensors[in->arg].dtype;
-    int64_t ne = (int64_t)(m->bytes / dsz(dt));
+    int64_t ne = (int64_t)(m->bytes / rt_dsz(dt));
     if (dt == DT_F32) return comm_allreduce_sum_f32(r->c, (float *)mp, (size_t)ne) ? comm_err(r, err, n) : 0;
     if ((size_t)ne * sizeof(float) > r->scratch_bytes) return fail(err, n, "allreduce scratch too small");
     float *f = (float *)r->scratch[worker];
     to_f32(f, mp, dt, ne);
     if (comm_allreduce_sum_f32(r->c, f, (size_t)ne)) return comm_err(r, err, n);
-    for (int64_t i = 0; i < ne; i++) elem_set(mp, dt, i, f[i]);
+    for (int64_t i = 0; i < ne; i++) rt_elem_set(mp, dt, i, f[i]);
     return 0;
 }
 
 /* ---- optimizer ---- */
 
-static bool tensor_partitioned(const Rt *r, int t) {
+bool rt_tensor_partitioned(const Rt *r, int t) {
     int s = r->p->tensors[t].shard;
     return s >= 0 && r->p->shards[s].partitioned;
 }
@@ -458,22 +434,22 @@ static bool tensor_partitioned(const Rt *r, int t) {
 static int exec_grad_norm(Rt *r, const PlanInstr *in, int worker, char *err, size_t n) {
     double ss = 0;
     for (uint32_t k = 0; k + 1 < in->nopnd; k++) {
-        const PlanOperand *o = opnd(r, in, k);
+        const PlanOperand *o = rt_opnd(r, in, k);
         if (o->buffer < 0) continue;
         int t = r->p->buffers[o->buffer].tensor;
         if (t < 0) continue;
         /* A whole (unpartitioned) gradient is the same on every rank: count it once. */
-        if (!tensor_partitioned(r, t) && r->c->rank != 0) continue;
+        if (!rt_tensor_partitioned(r, t) && r->c->rank != 0) continue;
         int dt = r->p->tensors[t].dtype;
-        int64_t ne = (int64_t)(o->bytes / dsz(dt));
-        const uint8_t *gp = opnd_ptr(r, o);
+        int64_t ne = (int64_t)(o->bytes / rt_dsz(dt));
+        const uint8_t *gp = rt_opnd_ptr(r, o);
         if (!gp) {
             if (o->bytes > r->scratch_bytes) return fail(err, n, "grad_norm scratch too small");
             if (rtio_read(&r->io, nvme_off(r, o), r->scratch[worker], o->bytes, err, n)) return -1;
             gp = r->scratch[worker];
         }
         for (int64_t i = 0; i < ne; i++) {
-            double v = elem_get(gp, dt, i);
+            double v = rt_elem_get(gp, dt, i);
             ss += v * v;
         }
     }
@@ -481,8 +457,8 @@ static int exec_grad_norm(Rt *r, const PlanInstr *in, int worker, char *err, siz
     double norm = sqrt(ss) / r->loss_scale;
     r->grad_norm = norm;
     r->skip = !isfinite(norm);
-    const PlanOperand *o = opnd(r, in, in->nopnd - 1);
-    uint8_t *np = opnd_ptr(r, o);
+    const PlanOperand *o = rt_opnd(r, in, in->nopnd - 1);
+    uint8_t *np = rt_opnd_ptr(r, o);
     if (np) ((float *)np)[0] = (float)norm;
     return 0;
 }
@@ -493,12 +469,12 @@ static int exec_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
     const PlanTrain *t = &r->p->train;
     int pt = in->arg;
     int pdt = r->p->tensors[pt].dtype;
-    const PlanOperand *po = opnd(r, in, 0), *go = opnd(r, in, 1), *mo = opnd(r, in, 2), *m1 = opnd(r, in, 3),
-                      *v1 = opnd(r, in, 4);
-    uint8_t *pp = opnd_ptr(r, po), *gp = opnd_ptr(r, go), *mp = opnd_ptr(r, mo), *m1p = opnd_ptr(r, m1),
-            *v1p = opnd_ptr(r, v1);
+    const PlanOperand *po = rt_opnd(r, in, 0), *go = rt_opnd(r, in, 1), *mo = rt_opnd(r, in, 2), *m1 = rt_opnd(r, in, 3),
+                      *v1 = rt_opnd(r, in, 4);
+    uint8_t *pp = rt_opnd_ptr(r, po), *gp = rt_opnd_ptr(r, go), *mp = rt_opnd_ptr(r, mo), *m1p = rt_opnd_ptr(r, m1),
+            *v1p = rt_opnd_ptr(r, v1);
     if (!pp || !gp || !m1p || !v1p) return fail(err, n, "adam on '%s': an operand is not in memory", r->p->tensors[pt].name);
-    int64_t ne = (int64_t)(po->bytes / dsz(pdt));
+    int64_t ne = (int64_t)(po->bytes / rt_dsz(pdt));
     int gt = r->p->tensors[pt].grad;
     int gdt = gt >= 0 ? r->p->tensors[gt].dtype : pdt;
     double clip = t->grad_clip > 0 ? fmin(1.0, t->grad_clip / (r->grad_norm + 1e-6)) : 1.0;
@@ -516,14 +492,13 @@ static int exec_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
 
 /* ---- the instruction dispatcher ---- */
 
-static int exec_instr(void *ctx, uint32_t i, int worker, char *err, size_t n) {
-    Rt *r = ctx;
+int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t n) {
     const Plan *p = r->p;
     const PlanInstr *in = &p->instrs[i];
     switch ((PlanOpcode)in->op) {
     case PI_INPUT: {
-        const PlanOperand *o = opnd(r, in, 0);
-        uint8_t *d = opnd_ptr(r, o);
+        const PlanOperand *o = rt_opnd(r, in, 0);
+        uint8_t *d = rt_opnd_ptr(r, o);
         const int32_t *src = in->arg == 0 ? r->tokens : r->targets;
         if (!d || !src) return fail(err, n, "input %d has no data", in->arg);
         memcpy(d, src, o->bytes);
@@ -531,42 +506,42 @@ static int exec_instr(void *ctx, uint32_t i, int worker, char *err, size_t n) {
         return 0;
     }
     case PI_NVME_READ: {
-        const PlanOperand *s = opnd(r, in, 0), *d = opnd(r, in, 1);
+        const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
         r->bytes[in->queue] += s->bytes;
-        return rtio_read(&r->io, nvme_off(r, s), opnd_ptr(r, d), s->bytes, err, n);
+        return rtio_read(&r->io, nvme_off(r, s), rt_opnd_ptr(r, d), s->bytes, err, n);
     }
     case PI_NVME_WRITE: {
-        const PlanOperand *s = opnd(r, in, 0), *d = opnd(r, in, 1);
+        const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
         r->bytes[in->queue] += s->bytes;
-        return rtio_write(&r->io, nvme_off(r, d), opnd_ptr(r, s), s->bytes, err, n);
+        return rtio_write(&r->io, nvme_off(r, d), rt_opnd_ptr(r, s), s->bytes, err, n);
     }
     case PI_H2D:
     case PI_D2H: {
-        const PlanOperand *s = opnd(r, in, 0), *d = opnd(r, in, 1);
-        uint8_t *sp = opnd_ptr(r, s), *dp = opnd_ptr(r, d);
+        const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
+        uint8_t *sp = rt_opnd_ptr(r, s), *dp = rt_opnd_ptr(r, d);
         if (!sp || !dp) return fail(err, n, "%s operands must be in memory", plan_opcode_names[in->op]);
         memcpy(dp, sp, s->bytes < d->bytes ? s->bytes : d->bytes);
         r->bytes[in->queue] += s->bytes;
         return 0;
     }
-    case PI_ALLGATHER: r->bytes[in->queue] += opnd(r, in, 1)->bytes; return exec_allgather(r, in, worker, err, n);
-    case PI_REDUCE_SCATTER: r->bytes[in->queue] += opnd(r, in, 0)->bytes; return exec_reduce_scatter(r, in, worker, err, n);
-    case PI_ALLREDUCE: r->bytes[in->queue] += opnd(r, in, 0)->bytes; return exec_allreduce(r, in, worker, err, n);
+    case PI_ALLGATHER: r->bytes[in->queue] += rt_opnd(r, in, 1)->bytes; return exec_allgather(r, in, worker, err, n);
+    case PI_REDUCE_SCATTER: r->bytes[in->queue] += rt_opnd(r, in, 0)->bytes; return exec_reduce_scatter(r, in, worker, err, n);
+    case PI_ALLREDUCE: r->bytes[in->queue] += rt_opnd(r, in, 0)->bytes; return exec_allreduce(r, in, worker, err, n);
     case PI_KERNEL: return exec_kernel(r, in, worker, err, n);
     case PI_ZERO: {
-        const PlanOperand *o = opnd(r, in, 0);
-        uint8_t *d = opnd_ptr(r, o);
+        const PlanOperand *o = rt_opnd(r, in, 0);
+        uint8_t *d = rt_opnd_ptr(r, o);
         if (d) { memset(d, 0, o->bytes); return 0; }
         if (o->bytes > r->scratch_bytes) return fail(err, n, "zero scratch too small");
         memset(r->scratch[worker], 0, o->bytes);
         return rtio_write(&r->io, nvme_off(r, o), r->scratch[worker], o->bytes, err, n);
     }
     case PI_ACCUM: {
-        const PlanOperand *s = opnd(r, in, 0), *d = opnd(r, in, 1);
-        uint8_t *sp = opnd_ptr(r, s), *dp = opnd_ptr(r, d);
+        const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
+        uint8_t *sp = rt_opnd_ptr(r, s), *dp = rt_opnd_ptr(r, d);
         if (!sp || !dp) return fail(err, n, "accum operands must be in memory");
         int dt = p->tensors[in->arg].dtype;
-        add_into(dp, dt, sp, (int64_t)(s->bytes / dsz(dt)));
+        add_into(dp, dt, sp, (int64_t)(s->bytes / rt_dsz(dt)));
         return 0;
     }
     case PI_GRAD_NORM: return exec_grad_norm(r, in, worker, err, n);
@@ -577,6 +552,8 @@ static int exec_instr(void *ctx, uint32_t i, int worker, char *err, size_t n) {
     }
 }
 
+static int exec_instr(void *ctx, uint32_t i, int worker, char *err, size_t n) { return rt_host_instr(ctx, i, worker, err, n); }
+
 /* ---- life cycle ---- */
 
 static size_t instr_scratch(const Rt *r, const PlanInstr *in) {
@@ -586,11 +563,11 @@ static size_t instr_scratch(const Rt *r, const PlanInstr *in) {
     case PI_ALLGATHER: return in->nopnd > 0 ? (size_t)(R * p->operands[in->opnd].bytes) : 0;
     case PI_REDUCE_SCATTER: {
         if (in->nopnd < 2) return 0;
-        uint64_t se = p->operands[in->opnd + 1].bytes / dsz(p->tensors[in->arg].dtype);
+        uint64_t se = p->operands[in->opnd + 1].bytes / rt_dsz(p->tensors[in->arg].dtype);
         return (size_t)(sizeof(float) * (R + 1) * se);
     }
     case PI_ALLREDUCE:
-        return in->nopnd > 0 ? (size_t)(sizeof(float) * (p->operands[in->opnd].bytes / dsz(p->tensors[in->arg].dtype))) : 0;
+        return in->nopnd > 0 ? (size_t)(sizeof(float) * (p->operands[in->opnd].bytes / rt_dsz(p->tensors[in->arg].dtype))) : 0;
     case PI_ZERO:
     case PI_GRAD_NORM: {
         size_t m = 0;
@@ -603,8 +580,8 @@ static size_t instr_scratch(const Rt *r, const PlanInstr *in) {
         const GOp *o = &r->g.ops[in->arg];
         const GOp *fo = o->kind == OP_FWD ? o : &r->g.ops[o->fwd];
         size_t b = 256;
-        if (fo->in[0] >= 0) b += 2 * (size_t)r->g.tensors[fo->in[0]].numel * dsz(r->g.tensors[fo->in[0]].dtype);
-        if (fo->out[0] >= 0) b += 2 * (size_t)r->g.tensors[fo->out[0]].numel * dsz(r->g.tensors[fo->out[0]].dtype);
+        if (fo->in[0] >= 0) b += 2 * (size_t)r->g.tensors[fo->in[0]].numel * rt_dsz(r->g.tensors[fo->in[0]].dtype);
+        if (fo->out[0] >= 0) b += 2 * (size_t)r->g.tensors[fo->out[0]].numel * rt_dsz(r->g.tensors[fo->out[0]].dtype);
         return b;
     }
     default: return 0;
@@ -624,7 +601,8 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
     if (o) r->o = *o;
     r->loss_scale = p->train.dtype == DT_F16 ? (p->train.loss_scale > 0 ? p->train.loss_scale : 65536.0) : 1.0;
     if (!rebuild_graph(r)) { fail(err, n, "out of memory building the kernel graph"); goto bad; }
-    for (int k = 0; k < PLAN_NARENAS; k++) {
+    if (r->o.backend == RT_BACKEND_CUDA && rtc_create(r, err, n)) goto bad;
+    for (int k = 0; k < PLAN_NARENAS && !r->cu; k++) {
         if (k == ARENA_NVME) continue;
         uint64_t sz = p->arenas[k].size;
         if (!sz) continue;
@@ -654,7 +632,7 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
     r->ws = calloc(p->nops ? p->nops : 1, sizeof *r->ws);
     r->ws_bytes = calloc(p->nops ? p->nops : 1, sizeof *r->ws_bytes);
     if (!r->ws || !r->ws_bytes) { fail(err, n, "out of memory"); goto bad; }
-    for (int k = 0; k < r->g.nops; k++) {
+    for (int k = 0; k < r->g.nops && !r->cu; k++) { /* the GPU kernels keep no host state */
         if (r->g.ops[k].kind != OP_FWD) continue;
         size_t b = hk_op_workspace_bytes(&r->g, k);
         if (!b) continue;
@@ -674,7 +652,7 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
         if (!r->table[q] || (r->scratch_bytes && !r->scratch[q])) { fail(err, n, "out of memory for scratch"); goto bad; }
     }
     if (init_state(r, err, n)) goto bad;
-    if (qrun_init(&r->q, p, exec_instr, r)) { fail(err, n, "out of memory"); goto bad; }
+    if (qrun_init(&r->q, p, r->cu ? rtc_instr : exec_instr, r)) { fail(err, n, "out of memory"); goto bad; }
     return r;
 bad:
     rt_destroy(r);
@@ -683,8 +661,10 @@ bad:
 
 void rt_destroy(Rt *r) {
     if (!r) return;
-    for (int k = 0; k < PLAN_NARENAS; k++) free(r->arena[k]);
     if (r->io_open) rtio_close(&r->io, 1);
+    if (r->cu) rtc_destroy(r); /* its host arenas are page-locked: freed there */
+    else
+        for (int k = 0; k < PLAN_NARENAS; k++) free(r->arena[k]);
     if (r->ws)
         for (uint32_t k = 0; k < r->p->nops; k++) free(r->ws[k]);
     free(r->ws);
@@ -712,6 +692,10 @@ void rt_memory_report(const Rt *r, FILE *out) {
         fprintf(out, "  nvme staging: %s\n", rtio_mode(&r->io, m, sizeof m));
     }
     fprintf(out, "  cpu adam: %s\n", adam_isa_name(adam_isa_resolve(ADAM_ISA_AUTO)));
+    if (r->cu) {
+        rtc_memory_report(r, out);
+        return;
+    }
     fprintf(out, "  host kernel workspace %llu bytes (%s), scratch %llu bytes x %d queues\n",
             (unsigned long long)r->ws_total, plan_bytes_str(r->ws_total, a, sizeof a),
             (unsigned long long)r->scratch_bytes, PLAN_NQUEUES);
@@ -729,12 +713,26 @@ int rt_step(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, 
     if (accum < 1) accum = 1;
     r->loss_grad = (float)(1.0 / ((double)accum * r->c->size));
     uint32_t ob = p->opt_begin <= p->ninstrs ? p->opt_begin : p->ninstrs;
-    for (int a = 0; a < accum; a++) {
-        r->tokens = tokens[a];
-        r->targets = targets[a];
-        if (qrun_range(&r->q, 0, ob)) return fail(err, n, "rank %d, step %lld: %s", r->c->rank, (long long)r->step + 1, r->q.err);
+    if (r->cu) rtc_step_begin(r);
+    for (int a = 0; a <= accum; a++) {
+        /* ranges: one per micro-batch, then the optimizer */
+        uint32_t b0 = a < accum ? 0 : ob, b1 = a < accum ? ob : p->ninstrs;
+        if (a < accum) {
+            r->tokens = tokens[a];
+            r->targets = targets[a];
+        }
+        if (qrun_range(&r->q, b0, b1)) {
+            if (r->cu) rtc_abort(r); /* before anything waits on the GPU */
+            return fail(err, n, "rank %d, step %lld: %s", r->c->rank, (long long)r->step + 1, r->q.err);
+        }
+        /* Under CUDA the range has been enqueued, not run: wait for it (and
+         * collect its losses and error words) before the next reuses buffers. */
+        char cerr[512];
+        if (r->cu && rtc_range_end(r, b0, b1, cerr, sizeof cerr)) {
+            rtc_abort(r);
+            return fail(err, n, "rank %d, step %lld: %s", r->c->rank, (long long)r->step + 1, cerr);
+        }
     }
-    if (qrun_range(&r->q, ob, p->ninstrs)) return fail(err, n, "rank %d, step %lld: %s", r->c->rank, (long long)r->step + 1, r->q.err);
     double loss[2] = {r->loss_sum, (double)r->loss_n};
     if (comm_allreduce_sum_f64(r->c, loss, 2)) return comm_err(r, err, n);
     if (r->skip && p->train.dtype != DT_F16)
@@ -871,7 +869,7 @@ int rt_export_safetensors(Rt *r, const char *path, char *err, size_t n) {
         const PlanTensor *pt = &p->tensors[t];
         if (pt->cls != TC_PARAM || pt->shard < 0) continue;
         const PlanShard *sh = &p->shards[pt->shard];
-        size_t es = dsz(pt->dtype);
+        size_t es = rt_dsz(pt->dtype);
         uint8_t *mine = malloc(sh->bytes ? sh->bytes : 1);
         uint8_t *all = malloc((size_t)sh->tile_shard * es * (size_t)r->c->size + 1);
         uint8_t *full = r->c->rank == 0 ? malloc((size_t)pt->numel * es + 1) : NULL;

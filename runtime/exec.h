@@ -1,4 +1,6 @@
-/* exec: the host backend of zinfrun — executes a verified plan.
+/* exec: zinfrun's executor of a verified plan: the host backend here, and
+ * the CUDA backend (RtOptions.backend) in runtime/exec_cuda.c behind the
+ * same interface.
  *
  * Allocates every arena of the plan once, at exactly the planned size (GPU
  * arena: host memory standing for the device; pinned staging and CPU homes;
@@ -23,7 +25,10 @@
 #include "plan.h"
 #include "queues.h"
 
+typedef enum RtBackend { RT_BACKEND_HOST, RT_BACKEND_CUDA } RtBackend;
+
 typedef struct RtOptions {
+    RtBackend backend;      /* CUDA: runtime/exec_cuda.c on this rank's GPU */
     const char *nvme_dir;   /* overrides the plan target's NVMe paths (tests, demos) */
     int queue_depth;        /* io_uring depth (default 32) */
     bool trace;             /* keep per-step timings for --trace */

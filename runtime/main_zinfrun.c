@@ -127,8 +127,17 @@ int main(int argc, char **argv) {
     }
     /* Under mpirun stdout is often a pseudo-terminal shared by every rank: plain lines then. */
     bool lead = C.rank == 0, tty = isatty(1) && C.size == 1 && !getenv("ZINF_PLAIN");
+    char err[1024];
+    Plan *p = plan_read(o.plan, err, sizeof err);
+    if (!p) return die("%s", err);
+    char vm[4096];
+    int nv = verify_plan(p, vm, sizeof vm);
+    if (nv) return die("%s: the plan fails verification (%d problem%s):\n%s", o.plan, nv, nv == 1 ? "" : "s", vm);
+
     /* Backend selection: the driver is loaded at run time, so this binary
-     * starts on machines with and without GPUs. */
+     * starts on machines with and without GPUs. Every rank must choose the
+     * same: a rank without a usable GPU makes auto choose the host for all. */
+    RtBackend backend = RT_BACKEND_HOST;
     if (strcmp(o.backend, "host")) {
         CudaDrv drv;
         char why[512], gpu[128] = "", arch[16] = "";
@@ -137,24 +146,33 @@ int main(int argc, char **argv) {
                    cudrv_describe(&drv, C.local_rank % (drv.ndevices ? drv.ndevices : 1), gpu, sizeof gpu, &mem, arch,
                                   sizeof arch, why, sizeof why) == 0;
         if (drv.lib) cudrv_close(&drv);
+        bool code = p->nlaunches > 0;
+        int64_t missing = !have;
+        if (comm_allreduce_max_i64(&C, &missing) != COMM_OK) return die("%s", comm_last_error(&C));
         if (!strcmp(o.backend, "cuda")) {
             if (!have) return die("--backend cuda: %s; use --backend host", why);
-            return die("--backend cuda: found %s (%s), but this zinfrun has no CUDA backend yet; use --backend host", gpu, arch);
+            if (missing) return die("--backend cuda: another rank has no usable GPU; use --backend host");
+            if (!code)
+                return die("--backend cuda: %s has no GPU code (compiled for the host target or with --kernels=none): "
+                           "compile it for a GPU target, e.g. zinfc --target h200, or use --backend host",
+                           o.plan);
+            backend = RT_BACKEND_CUDA;
+        } else if (have && !missing && code) {
+            backend = RT_BACKEND_CUDA;
         }
         if (lead && !o.quiet) {
-            if (have) printf("backend: host (%d rank%s; %s (%s) found, but plans run on the host backend only so far)\n",
-                             C.size, C.size == 1 ? "" : "s", gpu, arch);
+            if (backend == RT_BACKEND_CUDA)
+                printf("backend: cuda (%d rank%s, one GPU each; rank 0 has %s, %s)\n", C.size, C.size == 1 ? "" : "s",
+                       gpu, arch);
+            else if (have && !missing)
+                printf("backend: host (%d rank%s; %s (%s) found, but the plan has no GPU code)\n", C.size,
+                       C.size == 1 ? "" : "s", gpu, arch);
+            else if (have)
+                printf("backend: host (%d rank%s; another rank has no usable GPU)\n", C.size, C.size == 1 ? "" : "s");
             else printf("backend: host (%d rank%s; %s)\n", C.size, C.size == 1 ? "" : "s", why);
         }
     }
-
-    char err[1024];
-    Plan *p = plan_read(o.plan, err, sizeof err);
-    if (!p) return die("%s", err);
-    char vm[4096];
-    int nv = verify_plan(p, vm, sizeof vm);
-    if (nv) return die("%s: the plan fails verification (%d problem%s):\n%s", o.plan, nv, nv == 1 ? "" : "s", vm);
-    RtOptions ro = {.nvme_dir = o.nvme, .queue_depth = 32, .trace = o.trace != NULL};
+    RtOptions ro = {.backend = backend, .nvme_dir = o.nvme, .queue_depth = 32, .trace = o.trace != NULL};
     Rt *r = rt_create(p, &C, &ro, err, sizeof err);
     if (!r) return die("%s", err);
     if (lead && !o.quiet) {

@@ -1,0 +1,270 @@
+#include "cuexec.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int cux_bind_thread(Cux *x, char *err, size_t n) {
+    CUX_CHECK(x, x->drv.CtxSetCurrent(x->ctx), err, n);
+    return 0;
+}
+
+/* "sm_80, sm_90" */
+static void plan_archs(const Plan *p, char *out, size_t n) {
+    size_t o = 0;
+    out[0] = 0;
+    for (uint32_t k = 0; k < p->nkernels; k++) {
+        const char *a = p->kernels[k].arch;
+        bool seen = false;
+        for (uint32_t j = 0; j < k && !seen; j++) seen = !strcmp(p->kernels[j].arch, a);
+        if (seen || o >= n) continue;
+        o += (size_t)snprintf(out + o, n - o, "%s%s", o ? ", " : "", a);
+    }
+}
+
+static int load_code(Cux *x, const Plan *p, char *err, size_t n) {
+    if (p->nlaunches == 0 || p->nkernels == 0)
+        return fail(err, n,
+                    "rank %d: the plan has no GPU code (compiled for the host target, or with --kernels=none): "
+                    "compile it for a GPU target (zinfc --target h200), or run it with --backend host",
+                    x->rank);
+    bool any = false;
+    for (uint32_t k = 0; k < p->nkernels && !any; k++) any = !strcmp(p->kernels[k].arch, x->arch);
+    if (!any) {
+        char have[128];
+        plan_archs(p, have, sizeof have);
+        return fail(err, n,
+                    "rank %d: the plan has GPU code for %s but this GPU (%s) is %s: recompile with zinfc --kernels=%s",
+                    x->rank, have, x->name, x->arch, x->arch);
+    }
+    x->modules = calloc(p->nkernels, sizeof *x->modules);
+    x->funcs = calloc(p->nlaunches, sizeof *x->funcs);
+    if (!x->modules || !x->funcs) return fail(err, n, "rank %d: out of memory", x->rank);
+    x->nlaunches = p->nlaunches;
+    x->nmodules = p->nkernels;
+    for (uint32_t k = 0; k < p->nkernels; k++) {
+        if (strcmp(p->kernels[k].arch, x->arch)) continue;
+        CUresult rc = x->drv.ModuleLoadData(&x->modules[k], p->kernels[k].data);
+        if (rc != CUDA_SUCCESS) {
+            x->modules[k] = NULL;
+            char why[384];
+            cudrv_fail(&x->drv, rc, "cuModuleLoadData", __FILE__, __LINE__, x->rank, why, sizeof why);
+            return fail(err, n, "%s, loading %s for %s", why, p->kernels[k].name, x->arch);
+        }
+    }
+    for (uint32_t li = 0; li < p->nlaunches; li++) {
+        const PlanLaunch *l = &p->launches[li];
+        CUmodule m = NULL;
+        for (uint32_t k = 0; k < p->nkernels && !m; k++)
+            if (x->modules[k] && !strcmp(p->kernels[k].name, l->unit)) m = x->modules[k];
+        if (!m)
+            return fail(err, n, "rank %d: launch %u (%s) names unit %s, which the plan has no %s code for", x->rank, li,
+                        l->entry, l->unit, x->arch);
+        CUresult rc = x->drv.ModuleGetFunction(&x->funcs[li], m, l->entry);
+        if (rc != CUDA_SUCCESS) {
+            char why[384];
+            cudrv_fail(&x->drv, rc, "cuModuleGetFunction", __FILE__, __LINE__, x->rank, why, sizeof why);
+            return fail(err, n, "%s: entry %s of %s", why, l->entry, l->unit);
+        }
+    }
+    return 0;
+}
+
+int cux_open(Cux *x, const Plan *p, const Comm *c, char *err, size_t n) {
+    memset(x, 0, sizeof *x);
+    x->rank = c->rank;
+    char why[512];
+    if (cudrv_open(&x->drv, why, sizeof why)) return fail(err, n, "rank %d: %s", c->rank, why);
+    int local = c->local_rank, nlocal = c->local_size > 0 ? c->local_size : 1;
+    if (nlocal > x->drv.ndevices) {
+        fail(err, n,
+             "rank %d: %d ranks run on this node but it has %d GPU%s: each rank needs its own "
+             "(start %d ranks per node, or plan for fewer)",
+             c->rank, nlocal, x->drv.ndevices, x->drv.ndevices == 1 ? "" : "s", x->drv.ndevices);
+        goto bad;
+    }
+    x->ordinal = local;
+    if (cudrv_describe(&x->drv, x->ordinal, x->name, sizeof x->name, &x->mem_total, x->arch, sizeof x->arch, why,
+                       sizeof why)) {
+        fail(err, n, "rank %d: GPU %d: %s", c->rank, x->ordinal, why);
+        goto bad;
+    }
+    CUresult rc = x->drv.DeviceGet(&x->dev, x->ordinal);
+    if (rc == CUDA_SUCCESS) rc = x->drv.DevicePrimaryCtxRetain(&x->ctx, x->dev);
+    if (rc != CUDA_SUCCESS) {
+        x->ctx = NULL;
+        cudrv_fail(&x->drv, rc, "cuDevicePrimaryCtxRetain", __FILE__, __LINE__, x->rank, err, n);
+        goto bad;
+    }
+    if (cux_bind_thread(x, err, n)) goto bad;
+    size_t total = 0;
+    if (x->drv.MemGetInfo(&x->mem_free_at_open, &total) != CUDA_SUCCESS) x->mem_free_at_open = 0;
+    if (load_code(x, p, err, n)) goto bad;
+    for (int q = 0; q < PLAN_NQUEUES; q++) {
+        rc = x->drv.StreamCreate(&x->stream[q], CU_STREAM_NON_BLOCKING);
+        if (rc != CUDA_SUCCESS) {
+            x->stream[q] = NULL;
+            cudrv_fail(&x->drv, rc, "cuStreamCreate", __FILE__, __LINE__, x->rank, err, n);
+            goto bad;
+        }
+    }
+    x->ninstrs = p->ninstrs;
+    x->ev_begin = calloc(p->ninstrs ? p->ninstrs : 1, sizeof *x->ev_begin);
+    x->ev_end = calloc(p->ninstrs ? p->ninstrs : 1, sizeof *x->ev_end);
+    if (!x->ev_begin || !x->ev_end) {
+        fail(err, n, "rank %d: out of memory", x->rank);
+        goto bad;
+    }
+    rc = x->drv.EventCreate(&x->epoch, CU_EVENT_DEFAULT);
+    for (uint32_t i = 0; i < p->ninstrs && rc == CUDA_SUCCESS; i++) {
+        rc = x->drv.EventCreate(&x->ev_begin[i], CU_EVENT_DEFAULT);
+        if (rc == CUDA_SUCCESS) rc = x->drv.EventCreate(&x->ev_end[i], CU_EVENT_DEFAULT);
+    }
+    if (rc != CUDA_SUCCESS) {
+        cudrv_fail(&x->drv, rc, "cuEventCreate", __FILE__, __LINE__, x->rank, err, n);
+        goto bad;
+    }
+    return 0;
+bad:
+    cux_close(x);
+    return -1;
+}
+
+void cux_close(Cux *x) {
+    if (!x->drv.lib) return;
+    if (x->ctx) {
+        x->drv.CtxSetCurrent(x->ctx);
+        x->drv.CtxSynchronize();
+        for (uint32_t i = 0; i < x->ninstrs; i++) {
+            if (x->ev_begin && x->ev_begin[i]) x->drv.EventDestroy(x->ev_begin[i]);
+            if (x->ev_end && x->ev_end[i]) x->drv.EventDestroy(x->ev_end[i]);
+        }
+        if (x->epoch) x->drv.EventDestroy(x->epoch);
+        for (int q = 0; q < PLAN_NQUEUES; q++)
+            if (x->stream[q]) x->drv.StreamDestroy(x->stream[q]);
+        for (uint32_t k = 0; x->modules && k < x->nmodules; k++)
+            if (x->modules[k]) x->drv.ModuleUnload(x->modules[k]);
+        for (int i = 0; i < x->ndev; i++) x->drv.MemFree(x->dev_alloc[i]);
+        for (int i = 0; i < x->nhost; i++) x->drv.MemFreeHost(x->host_alloc[i]);
+        x->drv.DevicePrimaryCtxRelease(x->dev);
+    }
+    free(x->ev_begin);
+    free(x->ev_end);
+    free(x->modules);
+    free(x->funcs);
+    cudrv_close(&x->drv);
+    memset(x, 0, sizeof *x);
+}
+
+int cux_alloc_device(Cux *x, size_t bytes, const char *what, CUdeviceptr *out, char *err, size_t n) {
+    *out = 0;
+    if (!bytes) return 0;
+    if (x->ndev >= (int)(sizeof x->dev_alloc / sizeof *x->dev_alloc))
+        return fail(err, n, "rank %d: too many device allocations", x->rank);
+    CUresult rc = x->drv.MemAlloc(out, bytes);
+    if (rc != CUDA_SUCCESS) {
+        *out = 0;
+        char why[384], b[32], f[32];
+        cudrv_fail(&x->drv, rc, "cuMemAlloc", __FILE__, __LINE__, x->rank, why, sizeof why);
+        size_t fr = 0, tot = 0;
+        if (x->drv.MemGetInfo(&fr, &tot) != CUDA_SUCCESS) fr = 0;
+        return fail(err, n, "%s: %s (%s) on %s, %s free", why, what, plan_bytes_str(bytes, b, sizeof b), x->name,
+                    plan_bytes_str(fr, f, sizeof f));
+    }
+    x->dev_alloc[x->ndev] = *out;
+    x->dev_bytes[x->ndev++] = bytes;
+    x->dev_total += bytes;
+    return 0;
+}
+
+int cux_alloc_host(Cux *x, size_t bytes, const char *what, void **out, char *err, size_t n) {
+    *out = NULL;
+    if (!bytes) return 0;
+    if (x->nhost >= (int)(sizeof x->host_alloc / sizeof *x->host_alloc))
+        return fail(err, n, "rank %d: too many pinned allocations", x->rank);
+    CUresult rc = x->drv.MemHostAlloc(out, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+    if (rc != CUDA_SUCCESS) {
+        *out = NULL;
+        char why[384], b[32];
+        cudrv_fail(&x->drv, rc, "cuMemHostAlloc", __FILE__, __LINE__, x->rank, why, sizeof why);
+        return fail(err, n, "%s: %s (%s of page-locked host memory)", why, what, plan_bytes_str(bytes, b, sizeof b));
+    }
+    memset(*out, 0, bytes);
+    x->host_alloc[x->nhost] = *out;
+    x->host_bytes[x->nhost++] = bytes;
+    return 0;
+}
+
+int cux_launch(Cux *x, const Plan *p, uint32_t li, const CuxBind *b, CUstream s, char *err, size_t n) {
+    if (li >= p->nlaunches) return fail(err, n, "rank %d: launch %u outside the plan", x->rank, li);
+    const PlanLaunch *l = &p->launches[li];
+    union {
+        void *ptr;
+        long long i;
+        float f;
+    } val[32];
+    void *params[32];
+    if (l->nargs > 32) return fail(err, n, "rank %d: %s has %u arguments", x->rank, l->entry, l->nargs);
+    int pos = 0, i64 = 0, f32 = 0;
+    for (uint32_t k = 0; k < l->nargs; k++) {
+        const PlanLaunchArg *a = &p->launch_args[l->arg + k];
+        memset(&val[k], 0, sizeof val[k]);
+        switch ((PlanArgKind)a->kind) {
+        case PARG_TENSOR: {
+            CUdeviceptr d = 0;
+            if (a->tensor < 0) d = pos < b->npos ? b->pos[pos++] : 0;
+            else if ((uint32_t)a->tensor < p->ntensors && b->tensor) d = b->tensor[a->tensor];
+            if (!d)
+                return fail(err, n, "rank %d: %s argument %u: tensor %s is not bound to device memory", x->rank,
+                            l->entry, k, a->tensor >= 0 ? p->tensors[a->tensor].name : "(utility operand)");
+            val[k].ptr = (void *)(uintptr_t)d;
+            break;
+        }
+        case PARG_WS:
+            if (!b->ws) return fail(err, n, "rank %d: %s needs a workspace", x->rank, l->entry);
+            val[k].ptr = (void *)(uintptr_t)(b->ws + (CUdeviceptr)a->i);
+            break;
+        case PARG_NULL: val[k].ptr = NULL; break;
+        case PARG_I64: val[k].i = i64 < b->ni64 ? b->i64[i64] : a->i; i64++; break;
+        case PARG_F32: val[k].f = f32 < b->nf32 ? b->f32[f32] : a->f; f32++; break;
+        case PARG_RT: val[k].f = a->rt < PLAN_NRT && b->rt ? b->rt->v[a->rt] : 0.f; break;
+        case PARG_NUMEL:
+            val[k].i = a->tensor >= 0 && (uint32_t)a->tensor < p->ntensors && b->elems ? b->elems[a->tensor] : 0;
+            break;
+        default: return fail(err, n, "rank %d: %s argument %u has unknown kind %u", x->rank, l->entry, k, a->kind);
+        }
+        params[k] = &val[k];
+    }
+    CUresult rc = x->drv.LaunchKernel(x->funcs[li], l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
+                                      l->block[2], l->smem, s, params, NULL);
+    if (rc != CUDA_SUCCESS) {
+        char why[384];
+        cudrv_fail(&x->drv, rc, "cuLaunchKernel", __FILE__, __LINE__, x->rank, why, sizeof why);
+        return fail(err, n, "%s: %s of %s <<<%u,%u,%u / %u,%u,%u>>>", why, l->entry, l->unit, l->grid[0], l->grid[1],
+                    l->grid[2], l->block[0], l->block[1], l->block[2]);
+    }
+    return 0;
+}
+
+int cux_h2d_sync(Cux *x, CUdeviceptr dst, const void *src, size_t bytes, char *err, size_t n) {
+    if (!bytes) return 0;
+    CUX_CHECK(x, x->drv.MemcpyHtoDAsync(dst, src, bytes, x->stream[Q_H2D]), err, n);
+    CUX_CHECK(x, x->drv.StreamSynchronize(x->stream[Q_H2D]), err, n);
+    return 0;
+}
+
+int cux_d2h_sync(Cux *x, void *dst, CUdeviceptr src, size_t bytes, char *err, size_t n) {
+    if (!bytes) return 0;
+    CUX_CHECK(x, x->drv.MemcpyDtoHAsync(dst, src, bytes, x->stream[Q_D2H]), err, n);
+    CUX_CHECK(x, x->drv.StreamSynchronize(x->stream[Q_D2H]), err, n);
+    return 0;
+}

@@ -1,0 +1,89 @@
+/* cuexec: the device half of zinfrun's CUDA backend.
+ *
+ * Owns one GPU for this rank: the driver (runtime/cudrv), the device chosen
+ * by the node-local rank, its primary context, one stream per plan queue,
+ * two events per instruction (its begin and end on its queue's stream), the
+ * plan's cubins for this device's architecture loaded once, and a function
+ * handle per launch. Marshals a plan launch (runtime/plan.h, PlanLaunch) into
+ * cuLaunchKernel parameters from a binding of tensor ids to device
+ * addresses. Device and pinned allocations made here are freed by
+ * cux_close. The instruction semantics (what each opcode does on the GPU)
+ * are runtime/exec_cuda.c's. */
+#ifndef ZINF_CUEXEC_H
+#define ZINF_CUEXEC_H
+#include <stdbool.h>
+#include <stdint.h>
+#include "comm.h"
+#include "cudrv.h"
+#include "plan.h"
+
+typedef struct Cux {
+    CudaDrv drv;
+    CUdevice dev;
+    CUcontext ctx;
+    int ordinal, rank;
+    char name[128], arch[16];
+    size_t mem_total, mem_free_at_open;
+    CUstream stream[PLAN_NQUEUES];
+    CUevent *ev_begin, *ev_end;  /* per instruction */
+    CUevent epoch;               /* recorded at the start of each step */
+    uint32_t ninstrs;
+    CUmodule *modules;           /* per plan kernel of this architecture (NULL for others) */
+    uint32_t nmodules;
+    CUfunction *funcs;           /* per launch */
+    uint32_t nlaunches;
+    /* every allocation, freed at close */
+    CUdeviceptr dev_alloc[16];
+    size_t dev_bytes[16];
+    int ndev;
+    void *host_alloc[16];
+    size_t host_bytes[16];
+    int nhost;
+    size_t dev_total;            /* bytes allocated on the device */
+} Cux;
+
+/* Opens the driver, picks device (local rank) of c's node, makes its context
+ * current, loads every cubin of p for the device's architecture, resolves
+ * every launch, creates streams and events. Errors name the device and the
+ * architectures when the plan has no code for this GPU. */
+int cux_open(Cux *x, const Plan *p, const Comm *c, char *err, size_t errlen);
+void cux_close(Cux *x);
+/* Makes the context current on the calling thread (each queue's worker). */
+int cux_bind_thread(Cux *x, char *err, size_t errlen);
+
+/* Device memory; *out = 0 for 0 bytes. Freed by cux_close. */
+int cux_alloc_device(Cux *x, size_t bytes, const char *what, CUdeviceptr *out, char *err, size_t errlen);
+/* Page-locked host memory, device-mapped (its address is valid on the GPU). */
+int cux_alloc_host(Cux *x, size_t bytes, const char *what, void **out, char *err, size_t errlen);
+
+/* The runtime values of PARG_RT arguments, this step. */
+typedef struct CuxRt {
+    float v[PLAN_NRT];
+} CuxRt;
+
+/* Enqueues launch li of p on stream s. bind[t]: device address bound to
+ * tensor t (0: not bound); elems[t]: elements bound to t (PARG_NUMEL);
+ * bind_pos[k] (k < nbind_pos) overrides the k-th argument whose tensor is -1
+ * (utility launches) and i64_pos likewise the PARG_I64 arguments when >= 0. */
+typedef struct CuxBind {
+    const CUdeviceptr *tensor;   /* per tensor id */
+    const int64_t *elems;        /* per tensor id */
+    CUdeviceptr ws;              /* the op's workspace */
+    const CuxRt *rt;
+    CUdeviceptr pos[4];          /* utility launches: pointer arguments in order */
+    int npos;
+    int64_t i64[4];              /* utility launches: PARG_I64 values in order (when set) */
+    int ni64;
+    float f32[4];                /* utility launches: PARG_F32 values in order */
+    int nf32;
+} CuxBind;
+int cux_launch(Cux *x, const Plan *p, uint32_t li, const CuxBind *b, CUstream s, char *err, size_t errlen);
+
+/* Synchronous copies for state loading and checkpoints (stream: the
+ * compute queue's; the device is idle between steps). */
+int cux_h2d_sync(Cux *x, CUdeviceptr dst, const void *src, size_t bytes, char *err, size_t errlen);
+int cux_d2h_sync(Cux *x, void *dst, CUdeviceptr src, size_t bytes, char *err, size_t errlen);
+
+#define CUX_CHECK(x, call, err, n) CUDRV_CHECK(&(x)->drv, (x)->rank, call, err, n)
+
+#endif
