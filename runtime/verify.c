@@ -149,7 +149,7 @@ static void check_launch(V *v, uint32_t i) {
             problem(v, "launch %u (%s): argument %u: tensor %d out of range", i, e, k, a->tensor);
         else if ((a->kind == PARG_TENSOR || a->kind == PARG_NUMEL) && a->tensor < 0 && l->op >= 0)
             problem(v, "launch %u (%s) of op %d: argument %u binds no tensor", i, e, l->op, k);
-        if (a->kind == PARG_WS && (a->i < 0 || a->i >= ws))
+        if (a->kind == PARG_WS && p->op_code && (a->i < 0 || a->i >= ws))
             problem(v, "launch %u (%s): argument %u: workspace offset %" PRId64 " outside the op's %" PRId64 " bytes", i, e, k,
                     a->i, ws);
     }
@@ -157,6 +157,7 @@ static void check_launch(V *v, uint32_t i) {
 
 static void check_launches(V *v) {
     const Plan *p = v->p;
+    if (p->nlaunches && !p->op_code) problem(v, "the plan has %u launches but no op code table", p->nlaunches);
     for (uint32_t i = 0; i < p->nlaunches && !STOP(v); i++) check_launch(v, i);
     for (uint32_t o = 0; p->op_code && o < p->nops && !STOP(v); o++) {
         const PlanOpCode *c = &p->op_code[o];
@@ -181,11 +182,7 @@ static void check_launches(V *v) {
                 problem(v, "utility launch %d for dtype %d: launch %d (%s) belongs to op %d", u, t, l, lentry(p, (uint32_t)l),
                         p->launches[l].op);
         }
-    if (!p->nlaunches) return;
-    if (!p->op_code) {
-        problem(v, "the plan has %u launches but no op code table", p->nlaunches);
-        return;
-    }
+    if (!p->nlaunches || !p->op_code) return;
     for (uint32_t i = 0; i < p->ninstrs && !STOP(v); i++) {
         const PlanInstr *s = &p->instrs[i];
         if (s->op == PI_KERNEL && s->arg >= 0 && (uint32_t)s->arg < p->nops && !p->op_code[s->arg].count)

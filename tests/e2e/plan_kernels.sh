@@ -1,15 +1,17 @@
 #!/bin/sh
 # zinfc embeds the CUDA kernels of a GPU plan: every unit compiled by NVRTC
 # for sm_80 and sm_90 (no GPU needed), listed by zinfdump --kernels with
-# the ptxas report; two compilations give byte-identical plans (the second
-# from the cache); a model the kernels cannot serve is a clear error with
-# the way out.
+# the ptxas report and every op's launches; --kernel-src writes each unit's
+# source under the name the launches use; two compilations give
+# byte-identical plans (the second from the cache); a model the kernels
+# cannot serve is a clear error with the way out.
 B=${1:-build}
 W=$(mktemp -d /tmp/zinf-kernels.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 export ZINF_CACHE_DIR="$W/cache"
 fail=0
-"$B/bin/zinfc" examples/gpt2-tiny.zl --target h200 -o "$W/a.plan" > "$W/out" 2>&1 || { echo "FAIL: zinfc"; cat "$W/out"; exit 1; }
+mkdir "$W/src"
+"$B/bin/zinfc" examples/gpt2-tiny.zl --target h200 -o "$W/a.plan" --kernel-src="$W/src" > "$W/out" 2>&1 || { echo "FAIL: zinfc"; cat "$W/out"; exit 1; }
 grep "^kernels:" "$W/out"
 "$B/bin/zinfc" examples/gpt2-tiny.zl --target h200 -o "$W/b.plan" > "$W/out2" 2>&1 || { echo "FAIL: zinfc again"; exit 1; }
 grep -q "0 compiled" "$W/out2" || { echo "FAIL: the second compilation did not come from the cache"; cat "$W/out2"; fail=1; }
@@ -19,6 +21,23 @@ n80=$(grep -c " sm_80 " "$W/k"); n90=$(grep -c " sm_90 " "$W/k")
 if [ "$n80" -ge 8 ] && [ "$n80" -eq "$n90" ] && grep -q "zk_gemm: [1-9][0-9]* registers" "$W/k"; then
   echo "ok   $n80 units for sm_80 and for sm_90, with ptxas resource reports"
 else echo "FAIL: kernels listing"; head -5 "$W/k"; fail=1; fi
+# launches per op: a linear op runs zk_gemm on its tensors; gpt2-tiny is f32: one utility axpy for f32
+if awk '/^  op [0-9]+ fwd linear @block.0.attn: 1 launch$/ { getline; print; exit }' "$W/k" |
+   grep -q "^    [0-9]*: zk_gemm <<<([0-9]*,[0-9]*,1), (256,1,1), 0>>> (%[0-9]*, %[0-9]*, block.0.attn.wqkv, block.0.attn.bqkv, 256, " &&
+   grep -q "^  op [0-9]* adam: 1 launch" "$W/k" && grep -q "zk_adam <<<.*(wte, NULL, grad.wte, m.wte, v.wte, grad_norm, numel(wte), \$lr," "$W/k" &&
+   grep -q "zk_sumsq_partial <<<.*(ws+0, grad.wte, numel(grad.wte))" "$W/k"; then
+  echo "ok   launches per op: linear, adam and grad norm (shard element counts)"
+else echo "FAIL: launches listing"; grep -A1 "fwd linear @block.0.attn\| adam:" "$W/k" | head -6; fail=1; fi
+if grep -A1 "^  utility axpy f32:" "$W/k" | grep -q "zk_axpy <<<.*>>> (_, _, [0-9]*, 1) elementwise-" &&
+   ! grep -q "^  utility axpy bf16:" "$W/k"; then echo "ok   one utility axpy, for f32"
+else echo "FAIL: utility axpy"; grep -A1 "utility" "$W/k"; fail=1; fi
+# --kernel-src: exactly the units the plan embeds and its launches name, by the same names
+grep " sm_80 " "$W/k" | awk '{print $1}' | sort > "$W/units"
+ls "$W/src" | sort > "$W/files"
+grep "^    [0-9]*: " "$W/k" | awk '{print $NF}' | sort -u > "$W/used"
+if [ -s "$W/files" ] && cmp -s "$W/units" "$W/files" && cmp -s "$W/units" "$W/used" && grep -q "zk_axpy" "$W/src"/elementwise-*.cu; then
+  echo "ok   --kernel-src wrote the $(wc -l < "$W/files") units the launches name"
+else echo "FAIL: --kernel-src files differ from the units"; diff "$W/units" "$W/files"; diff "$W/units" "$W/used"; fail=1; fi
 "$B/bin/zinfc" examples/gpt2-tiny.zl --target host -o "$W/h.plan" > /dev/null 2>&1 && "$B/bin/zinfdump" "$W/h.plan" --kernels | grep -q "^0 kernels" \
   && echo "ok   a host plan carries no GPU code" || { echo "FAIL: host plan kernels"; fail=1; }
 "$B/bin/zinfc" examples/zero-infinity/zi-1t.zl --target dgx2 -o "$W/z.plan" > "$W/zo" 2>&1

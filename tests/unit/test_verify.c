@@ -1,9 +1,11 @@
 #include <check.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "plan.h"
 #include "plan_fixture_plan.h"
+#include "plan_fixture_launches.h"
 #include "verify.h"
 
 static char msgs[8192];
@@ -170,6 +172,145 @@ START_TEST(message_cap) {
 }
 END_TEST
 
+/* ---- CUDA launches ---- */
+
+/* a fresh, valid GPU plan to break: the fixture with its launches */
+static Plan *fresh_gpu(void) {
+    Plan *p = fx_plan_launches("h200", 2, 1);
+    ck_assert_msg(verify_plan(p, msgs, sizeof msgs) == 0, "the unbroken GPU plan fails: %s", msgs);
+    return p;
+}
+
+/* the first launch of an op with a workspace argument; *op its op */
+static uint32_t ws_launch(const Plan *p, uint32_t *arg) {
+    for (uint32_t i = 0; i < p->nlaunches; i++)
+        for (uint32_t k = 0; k < p->launches[i].nargs; k++)
+            if (p->launch_args[p->launches[i].arg + k].kind == PARG_WS) {
+                *arg = k;
+                return i;
+            }
+    ck_abort_msg("no launch with a workspace argument");
+    return 0;
+}
+
+static void expectf(Plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void expectf(Plan *p, const char *fmt, ...) {
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    expect(p, what);
+}
+
+START_TEST(gpu_plan_launches) {
+    Plan *p = fresh_gpu();
+    /* Adam and the gradient norm count this rank's shard */
+    int adam = 0, sumsq = 0;
+    for (uint32_t i = 0; i < p->nlaunches; i++) {
+        const PlanLaunch *l = &p->launches[i];
+        const PlanLaunchArg *a = &p->launch_args[l->arg];
+        if (!strcmp(l->entry, "zk_adam")) {
+            ck_assert_int_eq(a[6].kind, PARG_NUMEL);
+            ck_assert_int_eq(a[6].tensor, p->ops[l->op].in[0]);
+            adam++;
+        } else if (!strcmp(l->entry, "zk_sumsq_partial")) {
+            ck_assert_int_eq(a[1].kind, PARG_TENSOR);
+            ck_assert_int_eq(a[2].kind, PARG_NUMEL);
+            ck_assert_int_eq(a[2].tensor, a[1].tensor);
+            sumsq++;
+        }
+    }
+    ck_assert_int_gt(adam, 0);
+    ck_assert_int_eq(adam, sumsq);
+    /* the utility axpy: y, x bound by the executor, then n and alpha */
+    int32_t u = p->util[PLAN_UTIL_AXPY][DT_BF16];
+    ck_assert_int_ge(u, 0);
+    const PlanLaunch *l = &p->launches[u];
+    ck_assert_int_eq(l->op, -1);
+    ck_assert_uint_eq(l->nargs, 4);
+    const PlanLaunchArg *a = &p->launch_args[l->arg];
+    ck_assert(a[0].kind == PARG_TENSOR && a[0].tensor == -1 && a[1].kind == PARG_TENSOR && a[1].tensor == -1);
+    ck_assert(a[2].kind == PARG_I64 && a[3].kind == PARG_F32);
+    plan_free(p);
+}
+END_TEST
+
+START_TEST(launch_names_and_ranges) {
+    Plan *p = fresh_gpu();
+    p->launches[1].unit = "gemm-000000000000.cu";
+    expectf(p, "launch 1 (%s) names unit 'gemm-000000000000.cu', which the plan does not embed", "zk_embed_fwd");
+    p = fresh_gpu();
+    p->launches[2].entry = "";
+    expect(p, "launch 2 has no entry point");
+    p = fresh_gpu();
+    p->launches[0].op = (int32_t)p->nops;
+    expectf(p, "launch 0 (zk_fill_i32): op %u out of range", p->nops);
+    p = fresh_gpu();
+    p->launches[1].nargs = p->nlaunch_args;
+    expectf(p, "launch 1 (zk_embed_fwd): arguments [%u, +%u) out of range (%u arguments)", p->launches[1].arg,
+            p->nlaunch_args, p->nlaunch_args);
+    p = fresh_gpu();
+    p->launch_args[p->launches[1].arg + 2].kind = 9;
+    expect(p, "launch 1 (zk_embed_fwd): argument 2 has unknown kind 9");
+    p = fresh_gpu();
+    p->launch_args[p->launches[1].arg + 3].rt = PLAN_NRT;
+    expect(p, "launch 1 (zk_embed_fwd): argument 3: run-time value 5 out of range");
+    p = fresh_gpu();
+    p->launch_args[p->launches[1].arg + 1].tensor = (int32_t)p->ntensors + 3;
+    expectf(p, "launch 1 (zk_embed_fwd): argument 1: tensor %u out of range", p->ntensors + 3);
+    p = fresh_gpu();
+    p->launch_args[p->launches[1].arg + 1].tensor = -1;
+    expect(p, "launch 1 (zk_embed_fwd) of op 0: argument 1 binds no tensor");
+}
+END_TEST
+
+START_TEST(launch_geometry_and_workspace) {
+    Plan *p = fresh_gpu();
+    p->launches[1].grid[1] = 0;
+    expect(p, "launch 1 (zk_embed_fwd): empty grid (");
+    p = fresh_gpu();
+    p->launches[1].block[0] = 1024;
+    p->launches[1].block[1] = 2;
+    expect(p, "launch 1 (zk_embed_fwd): block (1024,2,1) exceeds CUDA's 1024 threads (z at most 64)");
+    p = fresh_gpu();
+    uint32_t k, i = ws_launch(p, &k);
+    int64_t ws = p->op_code[p->launches[i].op].ws_bytes;
+    p->launch_args[p->launches[i].arg + k].i = ws;
+    expectf(p, "launch %u (%s): argument %u: workspace offset %lld outside the op's %lld bytes", i, p->launches[i].entry, k,
+            (long long)ws, (long long)ws);
+    p = fresh_gpu();
+    i = ws_launch(p, &k);
+    int32_t op = p->launches[i].op;
+    p->op_code[op].err_off = p->op_code[op].ws_bytes - 8;
+    expectf(p, "op %d: error word at %lld does not fit its %lld-byte workspace", op, (long long)p->op_code[op].err_off,
+            (long long)p->op_code[op].ws_bytes);
+}
+END_TEST
+
+START_TEST(op_code_and_utility) {
+    Plan *p = fresh_gpu();
+    p->op_code[3].count = p->nlaunches;
+    expectf(p, "op 3: launches [%u, +%u) out of range (%u launches)", p->op_code[3].first, p->nlaunches, p->nlaunches);
+    p = fresh_gpu();
+    p->op_code[3].first = p->op_code[4].first;
+    expectf(p, "op 3: its launch %u (%s) belongs to op 4", p->op_code[4].first, p->launches[p->op_code[4].first].entry);
+    p = fresh_gpu();
+    p->util[PLAN_UTIL_AXPY][DT_F16] = 0;
+    expect(p, "utility launch 0 for dtype 3: launch 0 (zk_fill_i32) belongs to op 0");
+    p = fresh_gpu();
+    p->util[PLAN_UTIL_AXPY][DT_F32] = (int32_t)p->nlaunches;
+    expectf(p, "utility launch 0 for dtype 1: launch %u out of range", p->nlaunches);
+    p = fresh_gpu();
+    int k = find_op(p, PI_KERNEL, 0);
+    p->op_code[p->instrs[k].arg].count = 0;
+    expectf(p, "instruction %d (kernel) runs op %d, which has no launches", k, p->instrs[k].arg);
+    p = fresh_gpu();
+    p->op_code = NULL;
+    expectf(p, "the plan has %u launches but no op code table", p->nlaunches);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("verify");
     TCase *t = tcase_create("verify");
@@ -184,6 +325,10 @@ int main(void) {
     tcase_add_test(t, ranges_and_queues);
     tcase_add_test(t, layouts);
     tcase_add_test(t, message_cap);
+    tcase_add_test(t, gpu_plan_launches);
+    tcase_add_test(t, launch_names_and_ranges);
+    tcase_add_test(t, launch_geometry_and_workspace);
+    tcase_add_test(t, op_code_and_utility);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
