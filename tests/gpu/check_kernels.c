@@ -28,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 #include "../unit/cuda_models.h"
+#include "emu_wrap.h"
 #include "cuda_gen.h"
 #include "hostk.h"
 #include "nvrtc.h"
@@ -179,59 +180,8 @@ static void d_free(CUdeviceptr d) {
 }
 
 /* Under --emu a unit is compiled by the host C++ compiler into a shared
- * object with a trampoline per entry point: emu_tramp_NAME(void **params). */
-static char *emu_wrappers(const char *src) {
-    size_t cap = strlen(src) + 4096, len = 0;
-    char *out = malloc(cap);
-    if (!out) exit(2);
-    out[0] = 0;
-    const char *key = "extern \"C\" __global__ void";
-    for (const char *p = strstr(src, key); p; p = strstr(p + 1, key)) {
-        const char *q = p + strlen(key);
-        while (*q == ' ' || *q == '\n') q++;
-        if (!strncmp(q, "__launch_bounds__", 17)) {
-            q = strchr(q, ')') + 1;
-            while (*q == ' ' || *q == '\n') q++;
-        }
-        const char *name = q;
-        while (*q == '_' || (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9')) q++;
-        int nlen = (int)(q - name);
-        const char *lp = strchr(q, '('), *rp = lp ? strchr(lp, ')') : NULL;
-        if (!lp || !rp) continue;
-        char line[4096];
-        int n = snprintf(line, sizeof line, "extern \"C\" void emu_tramp_%.*s(void **p) { %.*s(", nlen, name, nlen, name);
-        if (strstr(out, line)) continue; /* the same entry under another #if branch */
-        const char *a = lp + 1;
-        for (int i = 0; a < rp; i++) {
-            const char *e = a;
-            while (e < rp && *e != ',') e++;
-            const char *t1 = e;
-            while (t1 > a && (t1[-1] == ' ' || t1[-1] == '\n')) t1--;
-            const char *t0 = t1;
-            while (t0 > a && (t0[-1] == '_' || (t0[-1] >= 'a' && t0[-1] <= 'z') || (t0[-1] >= 'A' && t0[-1] <= 'Z') ||
-                              (t0[-1] >= '0' && t0[-1] <= '9')))
-                t0--;
-            const char *ts = a;
-            while (ts < t0 && (*ts == ' ' || *ts == '\n')) ts++;
-            char ty[256];
-            int tl = 0;
-            for (const char *c = ts; c < t0 && tl < 250; c++) ty[tl++] = *c == '\n' ? ' ' : *c;
-            ty[tl] = 0;
-            n += snprintf(line + n, sizeof line - (size_t)n, "%s*(%s*)p[%d]", i ? ", " : "", ty, i);
-            a = e + 1;
-        }
-        n += snprintf(line + n, sizeof line - (size_t)n, "); }\n");
-        if (len + (size_t)n + 1 > cap) {
-            cap = (len + (size_t)n + 1) * 2;
-            out = realloc(out, cap);
-            if (!out) exit(2);
-        }
-        memcpy(out + len, line, (size_t)n + 1);
-        len += (size_t)n;
-    }
-    return out;
-}
-
+ * object with a trampoline per entry point: emu_tramp_NAME(void **params)
+ * (tests/gpu/emu_wrap.c, shared with the fake CUDA driver's unit builder). */
 static void *emu_build(const CudaKernel *k) {
     char dir[256], cu_path[320], so[320], cmd[4096];
     const char *tmp = getenv("TMPDIR");
@@ -265,17 +215,9 @@ static void *emu_build(const CudaKernel *k) {
     FILE *f = fopen(so, "r");
     if (f) fclose(f);
     else {
-        f = fopen(cu_path, "w");
-        if (!f) exit(2);
-        char *w = emu_wrappers(k->source);
-        fprintf(f, "%s\n%s", k->source, w);
-        free(w);
-        fclose(f);
-        const char *cxx = getenv("CXX");
-        snprintf(cmd, sizeof cmd, "%s -std=c++17 -O1 -w -fPIC -shared -DZK_EMU -include '%s' -x c++ '%s' -o '%s.tmp' && mv '%s.tmp' '%s'",
-                 cxx && *cxx ? cxx : "c++", ZINF_EMU_HEADER, cu_path, so, so, so);
-        if (system(cmd) != 0) {
-            fprintf(stderr, "check_kernels: emulator build of %s failed: %s\n", k->family, cmd);
+        char why[1024];
+        if (emu_compile_unit(k->source, cu_path, so, ZINF_EMU_HEADER, why, sizeof why) != 0) {
+            fprintf(stderr, "check_kernels: emulator build of %s failed: %s\n", k->family, why);
             exit(2);
         }
     }

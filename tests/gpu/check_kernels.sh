@@ -39,7 +39,7 @@ if [ "${ZINF_CBLAS_SHIM:-0}" != 1 ] && printf '#include <cblas.h>\nint main(void
 fi
 omp="-fopenmp"
 printf 'int main(void){return 0;}\n' | $CC -x c - -fopenmp -o "$OUTD/omp_probe" >/dev/null 2>&1 || omp=""
-harness="tests/gpu/check_kernels.c tests/gpu/emu.c $blas"
+harness="tests/gpu/check_kernels.c tests/gpu/emu.c tests/gpu/emu_wrap.c $blas"
 lib="lang/arena.c lang/diag.c compiler/graph.c $(ls compiler/prim.c 2>/dev/null) compiler/autodiff.c compiler/cuda_gen.c compiler/nvrtc.c $(ls runtime/hostk*.c)"
 cflags="-std=c11 -D_GNU_SOURCE -O2 -g $omp -Wall -Wextra -Werror -Wno-unknown-pragmas -Ilang -Icompiler -Iruntime -I$BUILD/gen $blasinc"
 ROOT=$(pwd)

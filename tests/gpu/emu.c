@@ -25,6 +25,7 @@ unsigned short emu_f32_to_f16(float f);
 unsigned short emu_f32_to_bf16(float f);
 int emu_launch(void (*fn)(void **), void **params, const unsigned grid[3], const unsigned block[3], char *err,
                size_t nerr);
+void emu_reset(void);
 
 enum { ST_READY, ST_WARP, ST_BLOCK, ST_DONE, EMU_STACK = 256 * 1024, EMU_MAXT = 1024 };
 
@@ -194,4 +195,14 @@ int emu_launch(void (*fn)(void **), void **params, const unsigned grid[3], const
                 }
             }
     return 0;
+}
+
+/* Frees the coroutine stacks: a host that unloads the emulator (the fake
+ * CUDA driver of tests/fakecuda, when its last context goes) calls it, so
+ * nothing is left allocated and unreachable. The next launch allocates anew. */
+void emu_reset(void) {
+    for (int i = 0; i < EMU_MAXT; i++) {
+        free(th[i].stack);
+        th[i].stack = NULL;
+    }
 }
