@@ -32,6 +32,16 @@ double rt_busy_seconds(const Rt *r, int q) {
     return r->cu ? rtc_busy_seconds(r, q) : r->q.busy[q];
 }
 uint64_t rt_arena_bytes(const Rt *r, int k) { return r->arena_bytes[k]; }
+const char *rt_backend_name(const Rt *r) { return r->cu ? "cuda" : "host"; }
+uint64_t rt_gpu_memory_used(const Rt *r) { return r->cu ? rtc_gpu_memory_used(r) : 0; }
+
+double rt_step_flops(const Rt *r, int accum) {
+    const Plan *p = r->p;
+    double f = 0;
+    for (uint32_t i = 0; i < p->ninstrs; i++)
+        if (p->instrs[i].op == PI_KERNEL) f += p->instrs[i].flops * (i < p->opt_begin ? (accum > 0 ? accum : 1) : 1);
+    return f;
+}
 
 /* ---- the graph the host kernels read ---- */
 

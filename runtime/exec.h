@@ -60,6 +60,16 @@ int64_t rt_steps_done(const Rt *r);
 /* Seconds queue q has spent executing, over every step so far. */
 double rt_busy_seconds(const Rt *r, int q);
 
+/* Floating-point work of one optimizer step on this rank: the plan's kernel
+ * FLOPs, micro-batch ranges counted `accum` times. */
+double rt_step_flops(const Rt *r, int accum);
+/* CUDA backend: device memory in use by this process now (what the driver
+ * reports used since zinfrun started: arenas, workspace, NCCL's buffers);
+ * 0 on the host backend. */
+uint64_t rt_gpu_memory_used(const Rt *r);
+/* "cuda" or "host" */
+const char *rt_backend_name(const Rt *r);
+
 /* Checkpoint this rank's persistent state (collective: every rank calls). */
 int rt_checkpoint_save(Rt *r, const char *dir, const char *state_json, char *err, size_t errlen);
 int rt_checkpoint_load(Rt *r, const char *dir, int64_t step, char *err, size_t errlen);

@@ -645,3 +645,10 @@ void rtc_memory_report(const Rt *r, FILE *out) {
             plan_bytes_str(cu->cs_bytes, a, sizeof a));
     if (cu->g_open) fprintf(out, "  nccl %d.%d.%d, %d ranks\n", cu->g.version / 10000, cu->g.version / 100 % 100, cu->g.version % 100, cu->g.size);
 }
+
+uint64_t rtc_gpu_memory_used(const Rt *r) {
+    const RtCuda *cu = r->cu;
+    size_t fr = 0, tot = 0;
+    if (cu->x.drv.MemGetInfo(&fr, &tot) != CUDA_SUCCESS || fr > cu->x.mem_free_at_open) return cu->x.dev_total;
+    return cu->x.mem_free_at_open - fr;
+}

@@ -65,6 +65,7 @@ void rtc_step_begin(Rt *r);
 int rtc_range_end(Rt *r, uint32_t begin, uint32_t end, char *err, size_t errlen);
 double rtc_busy_seconds(const Rt *r, int q);
 void rtc_memory_report(const Rt *r, FILE *out);
+uint64_t rtc_gpu_memory_used(const Rt *r);
 /* After a failure: abort NCCL so no peer waits, before anything synchronises. */
 void rtc_abort(Rt *r);
 
