@@ -20,7 +20,7 @@
 #include <stdint.h>
 #include "arena.h"
 
-enum { PLAN_VERSION = 1, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 8 };
+enum { PLAN_VERSION = 2, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 8 };
 #define PLAN_MAGIC "ZINFPLAN"
 
 /* Queues: each runs its instructions in stream order, one at a time. */
@@ -167,7 +167,7 @@ typedef struct PlanKernel {
  * bound to `tensor` (the executor's shard of it, for Adam and the gradient
  * norm, which run on this rank's slice). */
 typedef enum PlanArgKind {
-    PARG_TENSOR, /* device address bound to tensor id `tensor` */
+    PARG_TENSOR, /* device address bound to tensor id `tensor`, plus i bytes (a tile's columns) */
     PARG_WS,     /* the op's workspace + i bytes */
     PARG_NULL,   /* a NULL pointer */
     PARG_I64,    /* long long i */
@@ -202,6 +202,17 @@ typedef struct PlanOpCode {
     const char *err_what;      /* "embedding id", "" */
 } PlanOpCode;
 
+/* A tiled KERNEL instruction (memory-centric tiling: the op's 2-D weight
+ * cut by rows into ntiles, the instruction's weight operand holding only
+ * tile `tile`'s rows) runs these launches instead of the op's; the other
+ * operands are the op's whole tensors, addressed at an offset (PARG_TENSOR
+ * with i bytes) where the tile touches only some columns. */
+typedef struct PlanTileCode {
+    int32_t op, tile, ntiles;
+    uint32_t first, count;     /* launches[first .. first+count), their op = op */
+    int64_t ws_bytes;          /* device workspace they share */
+} PlanTileCode;
+
 /* Utility launches the executor binds itself (arguments with tensor -1):
  *   PLAN_UTIL_AXPY: zk_axpy(y, x, n, alpha): y += alpha * x, same dtype
  *     (arguments: y, x, PARG_I64 n, PARG_F32 alpha), for accumulation on
@@ -232,6 +243,7 @@ typedef struct Plan {
     PlanLaunch *launches; uint32_t nlaunches;
     PlanLaunchArg *launch_args; uint32_t nlaunch_args;
     PlanOpCode *op_code;       /* nops entries when nlaunches > 0, else NULL */
+    PlanTileCode *tile_code; uint32_t ntile_code; /* one per (op, tile, ntiles) of a tiled KERNEL instruction */
     int32_t util[PLAN_NUTIL][PLAN_NDTYPES]; /* launch index per utility and DType code, -1: none */
 } Plan;
 
