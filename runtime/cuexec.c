@@ -226,7 +226,7 @@ int cux_launch(Cux *x, const Plan *p, uint32_t li, const CuxBind *b, CUstream s,
             if (!d)
                 return fail(err, n, "rank %d: %s argument %u: tensor %s is not bound to device memory", x->rank,
                             l->entry, k, a->tensor >= 0 ? p->tensors[a->tensor].name : "(utility operand)");
-            val[k].ptr = (void *)(uintptr_t)d;
+            val[k].ptr = (void *)(uintptr_t)(d + (CUdeviceptr)a->i); /* i: a tile's byte offset */
             break;
         }
         case PARG_WS:

@@ -39,6 +39,7 @@ struct RtCuda {
     uint8_t *dev;                 /* per instruction: 1 = enqueued on a stream */
     int32_t *adam_op;             /* per tensor: its OP_ADAM, -1 */
     int32_t *err_slot;            /* per instruction: index into errw, -1 */
+    int32_t *tile_code;           /* per instruction: its PlanTileCode, -1 */
     int32_t *errw;                /* pinned: 3 int32 per slot */
     int nerr;
     float *loss;                  /* pinned: one per loss kernel of the step */
@@ -169,13 +170,26 @@ static void bind_op(Rt *r, const PlanOp *o, const PlanInstr *in, int worker) {
         }
 }
 
-static int run_op_code(Rt *r, int op, int worker, CUstream s, char *err, size_t n) {
+static int run_launches(Rt *r, uint32_t first, uint32_t count, int worker, CUstream s, char *err, size_t n) {
     RtCuda *cu = r->cu;
-    const PlanOpCode *oc = &r->p->op_code[op];
     CuxBind b = {.tensor = cu->bind[worker], .elems = cu->elems[worker], .ws = cu->ws[worker], .rt = &cu->rt};
-    for (uint32_t li = oc->first; li < oc->first + oc->count; li++)
+    for (uint32_t li = first; li < first + count; li++)
         if (cux_launch(&cu->x, r->p, li, &b, s, err, n)) return -1;
     return 0;
+}
+
+static int run_op_code(Rt *r, int op, int worker, CUstream s, char *err, size_t n) {
+    const PlanOpCode *oc = &r->p->op_code[op];
+    return run_launches(r, oc->first, oc->count, worker, s, err, n);
+}
+
+/* The launches of one tile of a tiled kernel, -1 when the plan has none. */
+static int tile_code_of(const Plan *p, int op, int tile, int ntiles) {
+    for (uint32_t k = 0; k < p->ntile_code; k++) {
+        const PlanTileCode *t = &p->tile_code[k];
+        if (t->op == op && t->tile == tile && t->ntiles == ntiles) return (int)k;
+    }
+    return -1;
 }
 
 static int dev_kernel(Rt *r, uint32_t i, const PlanInstr *in, int worker, CUstream s, char *err, size_t n) {
@@ -183,13 +197,18 @@ static int dev_kernel(Rt *r, uint32_t i, const PlanInstr *in, int worker, CUstre
     const Plan *p = r->p;
     const PlanOp *o = &p->ops[in->arg];
     bind_op(r, o, in, worker);
-    if (run_op_code(r, in->arg, worker, s, err, n)) return -1;
+    if (in->ntiles > 1) {
+        const PlanTileCode *tc = &p->tile_code[cu->tile_code[i]];
+        if (run_launches(r, tc->first, tc->count, worker, s, err, n)) return -1;
+    } else if (run_op_code(r, in->arg, worker, s, err, n)) {
+        return -1;
+    }
     const PlanOpCode *oc = &p->op_code[in->arg];
     if (oc->err_off >= 0 && cu->err_slot[i] >= 0)
         CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(cu->errw + 3 * cu->err_slot[i], cu->ws[worker] + (CUdeviceptr)oc->err_off,
                                                    12, s),
                   err, n);
-    if (o->kind == OP_FWD && o->nout > 0 && o->out[0] == p->loss) {
+    if (o->kind == OP_FWD && o->nout > 0 && o->out[0] == p->loss && in->tile == in->ntiles - 1) {
         if (cu->nloss >= LOSS_SLOTS) return fail(err, n, "rank %d: more than %d loss values in one step", r->c->rank, LOSS_SLOTS);
         CUdeviceptr lp = cu->bind[worker][p->loss];
         CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(cu->loss + cu->nloss, lp, sizeof(float), s), err, n);
@@ -393,11 +412,9 @@ static int classify(Rt *r, char *err, size_t n) {
             dev = true;
             if (in->arg < 0 || (uint32_t)in->arg >= p->nops || !p->op_code || p->op_code[in->arg].count == 0)
                 return fail(err, n, "instruction %u: kernel of op %d has no GPU code in the plan", i, in->arg);
-            if (in->ntiles > 1)
-                return fail(err, n,
-                            "instruction %u: op %d (%s) is split into %d tiles; the CUDA backend runs whole kernels "
-                            "only so far: plan it without tiling for this target, or run it with --backend host",
-                            i, in->arg, p->ops[in->arg].scope ? p->ops[in->arg].scope : "", in->ntiles);
+            if (in->ntiles > 1 && (cu->tile_code[i] = tile_code_of(p, in->arg, in->tile, in->ntiles)) < 0)
+                return fail(err, n, "instruction %u: tile %d of %d of op %d (%s) has no GPU code in the plan", i, in->tile,
+                            in->ntiles, in->arg, p->ops[in->arg].scope ? p->ops[in->arg].scope : "");
             break;
         case PI_ALLGATHER:
         case PI_REDUCE_SCATTER:
@@ -450,7 +467,9 @@ int rtc_create(Rt *r, char *err, size_t n) {
     cu->dev = calloc(p->ninstrs ? p->ninstrs : 1, 1);
     cu->adam_op = malloc(sizeof *cu->adam_op * (p->ntensors ? p->ntensors : 1));
     cu->err_slot = malloc(sizeof *cu->err_slot * (p->ninstrs ? p->ninstrs : 1));
-    if (!cu->dev || !cu->adam_op || !cu->err_slot) return fail(err, n, "out of memory");
+    cu->tile_code = malloc(sizeof *cu->tile_code * (p->ninstrs ? p->ninstrs : 1));
+    if (!cu->dev || !cu->adam_op || !cu->err_slot || !cu->tile_code) return fail(err, n, "out of memory");
+    for (uint32_t i = 0; i < p->ninstrs; i++) cu->tile_code[i] = -1;
     for (uint32_t t = 0; t < p->ntensors; t++) cu->adam_op[t] = -1;
     for (uint32_t k = 0; k < p->nops; k++)
         if (p->ops[k].kind == OP_ADAM && p->ops[k].nin > 0 && p->ops[k].in[0] >= 0) cu->adam_op[p->ops[k].in[0]] = (int32_t)k;
@@ -468,7 +487,7 @@ int rtc_create(Rt *r, char *err, size_t n) {
         cu->err_slot[i] = -1;
         if (!cu->dev[i]) continue;
         if (in->op == PI_KERNEL || in->op == PI_GPU_ADAM || in->op == PI_ACCUM) launches[in->queue] = true;
-        if (in->op == PI_KERNEL && p->op_code[in->arg].err_off >= 0) cu->err_slot[i] = cu->nerr++;
+        if (in->op == PI_KERNEL && in->ntiles <= 1 && p->op_code[in->arg].err_off >= 0) cu->err_slot[i] = cu->nerr++;
         if (in->op == PI_ALLGATHER || in->op == PI_REDUCE_SCATTER) {
             nccl[in->queue] = true;
             launches[in->queue] = true; /* the accumulation after a reduce-scatter */
@@ -480,6 +499,8 @@ int rtc_create(Rt *r, char *err, size_t n) {
     }
     for (uint32_t k = 0; k < p->nops && p->op_code; k++)
         if ((uint64_t)p->op_code[k].ws_bytes > cu->ws_bytes) cu->ws_bytes = (uint64_t)p->op_code[k].ws_bytes;
+    for (uint32_t k = 0; k < p->ntile_code; k++)
+        if ((uint64_t)p->tile_code[k].ws_bytes > cu->ws_bytes) cu->ws_bytes = (uint64_t)p->tile_code[k].ws_bytes;
     cu->ws_bytes = (cu->ws_bytes + 255) & ~(uint64_t)255;
     cu->cs_bytes = (cu->cs_bytes + 255) & ~(uint64_t)255;
     for (int q = 0; q < PLAN_NQUEUES; q++) {
@@ -558,6 +579,7 @@ void rtc_destroy(Rt *r) {
     free(cu->dev);
     free(cu->adam_op);
     free(cu->err_slot);
+    free(cu->tile_code);
     free(cu);
     r->cu = NULL;
 }
