@@ -1528,3 +1528,14 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int
     enqueue(s, op);
     return CUDA_SUCCESS;
 }
+
+/* ---- for other users of libcuda in the process ------------------------------------------ */
+
+/* NVRTC (zinfc's kernel compiles, with this directory in LD_LIBRARY_PATH)
+ * opens libcuda.so.1 and asks for the driver's private export tables; the
+ * fake has none, and says so, as a driver without the table does. */
+EXPORT CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId) {
+    (void)pExportTableId;
+    if (ppExportTable) *ppExportTable = NULL;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
