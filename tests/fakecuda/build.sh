@@ -68,7 +68,7 @@ make_one() {
 # the driver: no sanitizer (it is a stand-in for a system library; its
 # threads and the emulator's coroutine stacks are not ASan's business)
 cuda_cmd() { $CC $F -fPIC -shared -Wl,-soname,libcuda.so.1 $INC "$S/fake_cuda.c" tests/gpu/emu.c -o "$TMP" -lpthread -ldl; }
-make_one "$O/libcuda.so.1" "$S/fake_cuda.c $S/fakecuda_elf.h tests/gpu/emu.c" cuda_cmd
+make_one "$O/libcuda.so.1" "$S/fake_cuda.c $S/fakecuda_elf.h tests/gpu/emu.c runtime/half.h" cuda_cmd
 # shellcheck disable=SC2086
 nccl_cmd() { $CC $F -fPIC -shared -Wl,-soname,libnccl.so.2 $INC $MPI_CFLAGS "$S/fake_nccl.c" -o "$TMP" $MPI_LIBS -lpthread -ldl; }
 make_one "$O/libnccl.so.2" "$S/fake_nccl.c runtime/half.h" nccl_cmd

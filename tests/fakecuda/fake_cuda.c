@@ -488,18 +488,20 @@ static void enqueue(Stream *s, Op *op) {
         return;
     }
     op->next = NULL;
-    if (op->kind == OP_RECORD) pthread_mutex_lock(&ev_mu);
+    /* once queued, the worker may run and free op: read nothing of it after */
+    Event *ev = op->kind == OP_RECORD ? op->u.rec.ev : NULL;
+    if (ev) pthread_mutex_lock(&ev_mu);
     pthread_mutex_lock(&s->mu);
-    op->seq = ++s->enq;
+    uint64_t seq = op->seq = ++s->enq;
     if (s->tail) s->tail->next = op;
     else s->head = op;
     s->tail = op;
     pthread_cond_signal(&s->work);
     pthread_mutex_unlock(&s->mu);
-    if (op->kind == OP_RECORD) {
-        op->u.rec.ev->s = s;
-        op->u.rec.ev->seq = op->seq;
-        op->u.rec.ev->have_t = 0;
+    if (ev) { /* the worker's record waits for ev_mu, so it sees these */
+        ev->s = s;
+        ev->seq = seq;
+        ev->have_t = 0;
         pthread_mutex_unlock(&ev_mu);
     }
 }

@@ -166,7 +166,9 @@ static void check_ordering(void) {
     free(pg);
     /* out of an allocation: refused */
     CHECK(d.MemcpyDtoDAsync(b, a + 16, N, s1) == CUDA_ERROR_INVALID_VALUE, "copy past an allocation accepted");
-    CHECK(d.MemsetD8Async(a + N, 0, 1, s1) == CUDA_ERROR_INVALID_VALUE, "memset past an allocation accepted");
+    unsigned char local[16];
+    CHECK(d.MemsetD8Async((CUdeviceptr)(uintptr_t)local, 0, sizeof local, s1) == CUDA_ERROR_INVALID_VALUE,
+          "memset of host memory accepted");
     size_t fr, tot;
     OK(d.MemGetInfo(&fr, &tot));
     CHECK(tot - fr == 3 * (size_t)N, "used %zu", tot - fr);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <ucontext.h>
+#include "half.h"
 typedef struct emu_dim3 {
     unsigned x, y, z;
 } emu_dim3; /* as in emu.h */
@@ -65,17 +66,10 @@ float emu_shfl(float v, int arg, int xor_mode) {
     return r;
 }
 
-float emu_f16_to_f32(unsigned short h) {
-    _Float16 x;
-    memcpy(&x, &h, 2);
-    return (float)x;
-}
-unsigned short emu_f32_to_f16(float f) {
-    _Float16 x = (_Float16)f;
-    unsigned short h;
-    memcpy(&h, &x, 2);
-    return h;
-}
+/* runtime/half.h, not _Float16: the same rounding, and every C compiler
+ * (clang on some targets has no _Float16) */
+float emu_f16_to_f32(unsigned short h) { return half_f16_to_f32(h); }
+unsigned short emu_f32_to_f16(float f) { return half_f32_to_f16(f); }
 unsigned short emu_f32_to_bf16(float f) {
     unsigned u;
     memcpy(&u, &f, 4);
