@@ -282,6 +282,43 @@ static void check_kernels(const char *plan_path) {
     for (int i = 0; i < N; i++) bad += h[i] != 2.0f + 0.5f * (float)i;
     CHECK(!bad, "%d of %d values of fill + axpy wrong (h[1] = %g)", bad, N, (double)h[1]);
     CHECK(d.LaunchKernel(fill, 1, 1, 1, 2048, 1, 1, 0, s, pf, NULL) == CUDA_ERROR_INVALID_VALUE, "2048 threads accepted");
+    /* a kernel with barriers and warp shuffles (the gradient norm's two
+     * passes), on a second stream while the first runs fill launches: the
+     * emulator is shared under one lock */
+    const PlanKernel *rk = NULL;
+    for (uint32_t i = 0; i < p->nkernels; i++)
+        if (!strncmp(p->kernels[i].name, "reduce-", 7) && !strcmp(p->kernels[i].arch, "sm_90")) rk = &p->kernels[i];
+    CHECK(rk, "no reduce unit in the plan");
+    CUmodule rm;
+    CUfunction sumsq, norm;
+    if (rk && d.ModuleLoadData(&rm, rk->data) == CUDA_SUCCESS) {
+        OK(d.ModuleGetFunction(&sumsq, rm, "zk_sumsq_partial"));
+        OK(d.ModuleGetFunction(&norm, rm, "zk_norm_final"));
+        CUstream s2;
+        CUdeviceptr slot, out;
+        OK(d.StreamCreate(&s2, 0));
+        OK(d.MemAlloc(&slot, 4 * 4));
+        OK(d.MemAlloc(&out, 4));
+        long long nn = N, parts = 4, sq = 1;
+        void *p1[] = {&slot, &x, &nn};
+        void *p2[] = {&out, &slot, &parts, &sq};
+        for (int r = 0; r < 8; r++) OK(d.LaunchKernel(fill, 12, 1, 1, 256, 1, 1, 0, s, pf, NULL));
+        OK(d.LaunchKernel(sumsq, 4, 1, 1, 256, 1, 1, 0, s2, p1, NULL));
+        OK(d.LaunchKernel(norm, 1, 1, 1, 256, 1, 1, 0, s2, p2, NULL));
+        float got = 0;
+        OK(d.MemcpyDtoHAsync(h, out, 4, s2));
+        OK(d.StreamSynchronize(s2));
+        got = h[0];
+        double want = 0;
+        for (int i = 0; i < N; i++) want += (double)i * i;
+        want = sqrt(want);
+        CHECK(fabs(got - want) <= 1e-5 * want, "norm %g, want %g", (double)got, want);
+        OK(d.StreamSynchronize(s));
+        OK(d.MemFree(slot));
+        OK(d.MemFree(out));
+        OK(d.StreamDestroy(s2));
+        OK(d.ModuleUnload(rm));
+    }
     OK(d.ModuleUnload(m));
     OK(d.MemFree(x));
     OK(d.MemFree(y));
