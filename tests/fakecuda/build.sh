@@ -12,6 +12,8 @@
 # concurrent runs do not see half a file. Exit 0, or 1 with a message.
 # Use from an e2e script:  sh tests/fakecuda/build.sh "$B" || exit 1
 set -u
+# word splitting of the flag variables is meant; the *_cmd functions run through make_one
+# shellcheck disable=SC2086,SC2317
 B=${1:-}
 [ -n "$B" ] || { echo "usage: tests/fakecuda/build.sh BUILD" >&2; exit 1; }
 cd "$(dirname "$0")/../.." || exit 1
