@@ -203,6 +203,7 @@ typedef struct Ctx {
     CudaOpInfo info;
     DiagSink *d;
     const char *where;    /* "op 12 fwd linear (block.3.mlp) at f.zl:3:9" */
+    int tile, ntiles;     /* the launches of one tile of a tiled op (cuda_gen_op_tile); ntiles 0: the whole op */
     bool failed;
 } Ctx;
 
@@ -257,6 +258,11 @@ static void arg_t(CudaKernel *k, int t) {
         a->kind = CARG_TENSOR;
         a->tensor = t;
     }
+}
+/* Tensor t's address plus off bytes (a column slice of a row-major tensor). */
+static void arg_t_off(CudaKernel *k, int t, int64_t off) {
+    arg_t(k, t);
+    if (t >= 0) k->args[k->nargs - 1].off = off;
 }
 static void arg_ws(CudaKernel *k, int64_t off) {
     CudaArg *a = arg_new(k);
@@ -392,6 +398,7 @@ static int64_t k_err_word(Ctx *c, DType unit_dt, const char *what) {
 
 typedef struct Gemm {
     int C, A, B, bias;           /* tensor ids (bias -1) */
+    int64_t offC, offA, offB;    /* elements past each operand's start (a tile's columns) */
     bool ta, tb;
     int64_t M, N, K, lda, ldb, ldc;
     int64_t batch, sA, sB, sC;   /* output batches (grid.z) */
@@ -444,9 +451,10 @@ static void k_gemm(Ctx *c, const Gemm *p, const char *role) {
     k->grid[1] = gdim(c, ((p->M + bm - 1) / bm), 65535);
     k->grid[2] = gdim(c, p->batch, 65535);
     k->block[0] = tc ? (unsigned)((bm / wm) * (bn / wn) * 32) : 256;
-    arg_t(k, p->C);
-    arg_t(k, p->A);
-    arg_t(k, p->B);
+    int64_t es = dt == DT_F32 ? 4 : 2;
+    arg_t_off(k, p->C, p->offC * es);
+    arg_t_off(k, p->A, p->offA * es);
+    arg_t_off(k, p->B, p->offB * es);
     arg_t(k, p->bias);
     arg_i(k, p->M);
     arg_i(k, p->N);
@@ -1175,6 +1183,280 @@ static void gen_prim(Ctx *c, bool bwd) {
     }
 }
 
+/* ---- one tile of a tiled op (cuda_gen_op_tile) --------------------------------
+ * The weight operand holds only the tile's rows [r0, r0 + rows) (row 0 of
+ * the bound tensor is row r0 of the weight); every other operand is whole,
+ * so the columns a tile touches are a tensor's address plus r0 elements,
+ * with the full width as the leading dimension. The semantics are the host
+ * executor's run_tiled (runtime/exec.c), tile by tile, so the two backends
+ * agree to rounding. */
+
+/* The tile's rows of weight w: false (with a diagnostic) when w is not 2-D
+ * or ntiles does not divide its rows (the planner refuses both). */
+static bool tile_rows(Ctx *c, int w, int64_t *rows, int64_t *r0) {
+    const GTensor *W = T_(c, w);
+    const char *name = W->name ? W->name : "?";
+    if (W->rank != 2) {
+        fail(c, "tile %d of %d: the tiled weight %s must be 2-D (rank %d)", c->tile, c->ntiles, name, W->rank);
+        return false;
+    }
+    if (W->dims[0] % c->ntiles) {
+        fail(c, "%d tiles do not divide the %" PRId64 " rows of %s", c->ntiles, W->dims[0], name);
+        return false;
+    }
+    *rows = W->dims[0] / c->ntiles;
+    *r0 = (int64_t)c->tile * *rows;
+    return true;
+}
+
+/* y[M, N] = x[M, K] w[K, N] (+ bias) with w's rows (the reduction dim) tiled:
+ * this tile adds x[:, r0:r0+rows] w_t; tile 0 overwrites y and adds the
+ * bias. Backward: dx[:, r0:r0+rows] += dy w_t^T, dw_t += x[:, r0:r0+rows]^T
+ * dy, db += column sums of dy at tile 0 only (each tile's dy is the whole
+ * dy: summing it every tile would count it ntiles times). Linear, and
+ * matmul without transposes. */
+static void tile_reduction_rows(Ctx *c, bool bwd, int x, int w, int bias, int y, int dy, int dx, int dw, int db,
+                                int64_t M, int64_t K, int64_t N, int64_t rows, int64_t r0) {
+    int64_t r1 = r0 + rows;
+    bool first = c->tile == 0;
+    if (!bwd) {
+        Gemm p = gemm0();
+        p.C = y;
+        p.A = x;
+        p.offA = r0;
+        p.B = w;
+        p.bias = first ? bias : -1;
+        p.M = M;
+        p.N = N;
+        p.K = rows;
+        p.lda = K;
+        p.ldb = N;
+        p.ldc = N;
+        p.beta = first ? 0 : 1;
+        k_gemm(c, &p,
+               arena_printf(c->cg->arena, "y %s x[:, %" PRId64 ":%" PRId64 "]*w_t%s", first ? "=" : "+=", r0, r1,
+                            first && bias >= 0 ? " + b" : ""));
+        return;
+    }
+    if (dx >= 0) {
+        Gemm p = gemm0();
+        p.C = dx;
+        p.offC = r0;
+        p.A = dy;
+        p.B = w;
+        p.tb = true;
+        p.M = M;
+        p.N = rows;
+        p.K = N;
+        p.lda = N;
+        p.ldb = N;
+        p.ldc = K;
+        p.beta = 1;
+        k_gemm(c, &p, arena_printf(c->cg->arena, "dx[:, %" PRId64 ":%" PRId64 "] += dy*w_t^T", r0, r1));
+    }
+    if (dw >= 0) {
+        Gemm p = gemm0();
+        p.C = dw;
+        p.A = x;
+        p.offA = r0;
+        p.ta = true;
+        p.B = dy;
+        p.M = rows;
+        p.N = N;
+        p.K = M;
+        p.lda = K;
+        p.ldb = N;
+        p.ldc = N;
+        p.beta = 1;
+        k_gemm(c, &p, arena_printf(c->cg->arena, "dw_t += x[:, %" PRId64 ":%" PRId64 "]^T*dy", r0, r1));
+    }
+    if (db >= 0 && first) k_colsum(c, db, dy, -1, M, N, "db += sum_rows dy (tile 0 only)");
+}
+
+static void gen_linear_tile(Ctx *c, bool bwd) {
+    const GOp *o = c->o;
+    int nfin = bwd ? o->nfin : o->nin;
+    int x = o->in[0], w = o->in[1], b = nfin >= 3 ? o->in[2] : -1;
+    int64_t rows, r0;
+    if (!tile_rows(c, w, &rows, &r0)) return;
+    const GTensor *X = T_(c, x), *W = T_(c, w);
+    int64_t I = W->dims[0], O = W->dims[1];
+    if (last_dim(X) != I) {
+        fail(c, "linear: x's last dim %" PRId64 " != weight's rows %" PRId64, last_dim(X), I);
+        return;
+    }
+    int64_t R = X->numel / I;
+    if (!bwd) {
+        tile_reduction_rows(c, false, x, w, b, o->out[0], -1, -1, -1, -1, R, I, O, rows, r0);
+        return;
+    }
+    tile_reduction_rows(c, true, x, w, -1, -1, o->in[nfin + 1], o->out[0], o->nout > 1 ? o->out[1] : -1,
+                        o->nout > 2 ? o->out[2] : -1, R, I, O, rows, r0);
+}
+
+static void gen_matmul_tile(Ctx *c, bool bwd) {
+    const GOp *o = c->o;
+    int a = o->in[0], b = o->in[1];
+    const GTensor *A = T_(c, a), *Bt = T_(c, b);
+    bool tb = o->iattr[1] != 0;
+    if (o->iattr[0]) {
+        fail(c, "a tiled matmul with transpose_a is not supported (tile b only when a is not transposed)");
+        return;
+    }
+    if (A->rank < 1) {
+        fail(c, "matmul: a must have rank >= 1");
+        return;
+    }
+    int64_t rows, r0;
+    if (!tile_rows(c, b, &rows, &r0)) return;
+    int64_t K = A->dims[A->rank - 1], M = A->numel / K;
+    int64_t Kb = tb ? Bt->dims[1] : Bt->dims[0], N = tb ? Bt->dims[0] : Bt->dims[1];
+    if (Kb != K) {
+        fail(c, "matmul: inner dims differ (%" PRId64 " and %" PRId64 ")", K, Kb);
+        return;
+    }
+    int dc = bwd ? o->in[o->nfin + 1] : -1;
+    int da = bwd ? o->out[0] : -1, db = bwd && o->nout > 1 ? o->out[1] : -1;
+    if (!tb) {
+        tile_reduction_rows(c, bwd, a, b, -1, bwd ? -1 : o->out[0], dc, da, db, -1, M, K, N, rows, r0);
+        return;
+    }
+    /* b is [N, K]: its rows are the output's columns [r0, r0+rows). */
+    int64_t r1 = r0 + rows;
+    if (!bwd) {
+        Gemm p = gemm0();
+        p.C = o->out[0];
+        p.offC = r0;
+        p.A = a;
+        p.B = b;
+        p.tb = true;
+        p.M = M;
+        p.N = rows;
+        p.K = K;
+        p.lda = K;
+        p.ldb = K;
+        p.ldc = N;
+        k_gemm(c, &p, arena_printf(c->cg->arena, "c[:, %" PRId64 ":%" PRId64 "] = a*b_t^T", r0, r1));
+        return;
+    }
+    if (da >= 0) {
+        Gemm p = gemm0();
+        p.C = da;
+        p.A = dc;
+        p.offA = r0;
+        p.B = b;
+        p.M = M;
+        p.N = K;
+        p.K = rows;
+        p.lda = N;
+        p.ldb = K;
+        p.ldc = K;
+        p.beta = 1;
+        k_gemm(c, &p, arena_printf(c->cg->arena, "da += dc[:, %" PRId64 ":%" PRId64 "]*b_t", r0, r1));
+    }
+    if (db >= 0) {
+        Gemm p = gemm0();
+        p.C = db;
+        p.A = dc;
+        p.offA = r0;
+        p.ta = true;
+        p.B = a;
+        p.M = rows;
+        p.N = K;
+        p.K = M;
+        p.lda = N;
+        p.ldb = K;
+        p.ldc = K;
+        p.beta = 1;
+        k_gemm(c, &p, arena_printf(c->cg->arena, "db_t += dc[:, %" PRId64 ":%" PRId64 "]^T*a", r0, r1));
+    }
+}
+
+/* Forward: tile 0 zeroes y and every tile copies the rows of the ids in its
+ * range (an id outside the whole table is the op's error word, at the op's
+ * offset). Backward: dtable_t[id - r0] += dy[i] for the ids in range. */
+static void gen_embedding_tile(Ctx *c, bool bwd) {
+    const GOp *o = c->o;
+    int table = o->in[0], ids = o->in[1];
+    const GTensor *Tb = T_(c, table), *I = T_(c, ids);
+    if (Tb->rank != 2 || I->dtype != DT_I32) {
+        fail(c, "embedding needs a 2-D table and i32 ids");
+        return;
+    }
+    int64_t rows, r0;
+    if (!tile_rows(c, table, &rows, &r0)) return;
+    int64_t V = Tb->dims[0], D = Tb->dims[1], n = I->numel, r1 = r0 + rows;
+    DType dt = Tb->dtype;
+    unsigned blocks = (unsigned)(n < 65535 * 16 ? (n > 0 ? n : 1) : 65535 * 16);
+    if (!bwd) {
+        int ts[2] = {table, o->out[0]};
+        if (!same_dtype(c, dt, ts, 2)) return;
+        int64_t err = k_err_word(c, dt, "embedding id");
+        CudaKernel *k = kdt(c, "embedding", dt, "zk_embed_fwd_tile",
+                            arena_printf(c->cg->arena, "y[i] = table_t[ids[i] - %" PRId64 "] for ids in [%" PRId64 ", %" PRId64 ")%s",
+                                         r0, r0, r1, c->tile == 0 ? ", zeros elsewhere" : ""));
+        k->grid[0] = blocks;
+        k->block[0] = 128;
+        arg_t(k, o->out[0]);
+        arg_t(k, table);
+        arg_t(k, ids);
+        arg_i(k, n);
+        arg_i(k, r0);
+        arg_i(k, rows);
+        arg_i(k, V);
+        arg_i(k, D);
+        arg_i(k, c->tile == 0);
+        arg_ws(k, err);
+        return;
+    }
+    int dtab = o->out[0], dy = o->in[o->nfin + 1];
+    if (dtab < 0) return;
+    int ts[3] = {table, dy, dtab};
+    if (!same_dtype(c, dt, ts, 3)) return;
+    int64_t acc = -1;
+    if (dt != DT_F32) {
+        acc = ws_alloc(c, rows * D * 4);
+        k_fill_ws_f32(c, dt, acc, rows * D, "zero the fp32 accumulator of the tile's table gradient");
+    }
+    CudaKernel *k = kdt(c, "embedding", dt, "zk_embed_bwd_tile",
+                        arena_printf(c->cg->arena, "%s[ids[i] - %" PRId64 "] += dy[i] for ids in [%" PRId64 ", %" PRId64 ") (fp32 atomics)",
+                                     dt == DT_F32 ? "dtable_t" : "acc", r0, r0, r1));
+    k->grid[0] = blocks;
+    k->block[0] = 128;
+    if (dt == DT_F32) arg_t(k, dtab);
+    else arg_ws(k, acc);
+    arg_t(k, dy);
+    arg_t(k, ids);
+    arg_i(k, n);
+    arg_i(k, r0);
+    arg_i(k, rows);
+    arg_i(k, D);
+    if (dt != DT_F32) {
+        k = kdt(c, "elementwise", dt, "zk_cast_from_f32", "dtable_t += acc");
+        elementwise_grid(k, rows * D);
+        arg_t(k, dtab);
+        arg_ws(k, acc);
+        arg_i(k, rows * D);
+        arg_f(k, 1.0);
+        arg_i(k, 1);
+    }
+}
+
+static void gen_tile(Ctx *c) {
+    const GOp *o = c->o;
+    bool bwd = o->kind == OP_BWD;
+    if (o->kind != OP_FWD && o->kind != OP_RECOMPUTE && !bwd) {
+        fail(c, "tile %d of %d: only forward, recompute and backward ops are tiled", c->tile, c->ntiles);
+        return;
+    }
+    switch (o->prim) {
+    case PRIM_LINEAR: gen_linear_tile(c, bwd); break;
+    case PRIM_MATMUL: gen_matmul_tile(c, bwd); break;
+    case PRIM_EMBEDDING: gen_embedding_tile(c, bwd); break;
+    default: fail(c, "tile %d of %d: only linear, matmul and embedding ops are tiled", c->tile, c->ntiles); break;
+    }
+}
+
 static void gen_grad_norm(Ctx *c) {
     const Graph *g = c->g;
     int nslots = 0;
@@ -1248,8 +1530,9 @@ static void gen_adam(Ctx *c) {
 
 static bool tensor_ok(const Graph *g, int t) { return t >= -1 && t < g->ntensors; }
 
-int cuda_gen_op(CudaGen *cg, const Graph *g, int op, CudaKernel *out, int max_out, CudaOpInfo *info,
-                DiagSink *d) {
+/* The whole op (ntiles 0) or one tile of it. */
+static int gen_op(CudaGen *cg, const Graph *g, int op, int tile, int ntiles, CudaKernel *out, int max_out,
+                  CudaOpInfo *info, DiagSink *d) {
     if (op < 0 || op >= g->nops) {
         diag_error(d, SPAN_NONE, "cuda_gen: op %d out of range", op);
         return -1;
@@ -1264,6 +1547,8 @@ int cuda_gen_op(CudaGen *cg, const Graph *g, int op, CudaKernel *out, int max_ou
     c.max = out ? max_out : 0;
     c.d = d;
     c.info.err_off = -1;
+    c.tile = tile;
+    c.ntiles = ntiles;
     int errs0 = d->errors;
     c.where = where_str(&c);
     /* locate the op in the source for the comments */
@@ -1277,6 +1562,11 @@ int cuda_gen_op(CudaGen *cg, const Graph *g, int op, CudaKernel *out, int max_ou
         } else if (o->span.file >= 0) {
             c.where = arena_printf(cg->arena, "%s at file %d offset %u", c.where, (int)o->span.file, o->span.off);
         }
+        if (ntiles) c.where = arena_printf(cg->arena, "%s, tile %d of %d", c.where, tile, ntiles);
+    }
+    if (ntiles && (ntiles < 2 || tile < 0 || tile >= ntiles)) {
+        fail(&c, "tile %d of %d does not exist", tile, ntiles);
+        return -1;
     }
     const GOp *o = c.o;
     if (o->nin < 0 || o->nin > GRAPH_MAX_IN || o->nout < 0 || o->nout > GRAPH_MAX_OUT) {
@@ -1344,7 +1634,8 @@ int cuda_gen_op(CudaGen *cg, const Graph *g, int op, CudaKernel *out, int max_ou
             return -1;
         }
 
-    switch (o->kind) {
+    if (ntiles) gen_tile(&c);
+    else switch (o->kind) {
     case OP_FWD:
     case OP_RECOMPUTE: gen_prim(&c, false); break;
     case OP_BWD: gen_prim(&c, true); break;
@@ -1373,6 +1664,21 @@ int cuda_gen_op(CudaGen *cg, const Graph *g, int op, CudaKernel *out, int max_ou
     if (c.failed || d->errors > errs0) return -1;
     if (info) *info = c.info;
     return c.n;
+}
+
+int cuda_gen_op(CudaGen *cg, const Graph *g, int op, CudaKernel *out, int max_out, CudaOpInfo *info,
+                DiagSink *d) {
+    return gen_op(cg, g, op, 0, 0, out, max_out, info, d);
+}
+
+int cuda_gen_op_tile(CudaGen *cg, const Graph *g, int op, int tile, int ntiles, CudaKernel *out, int max_out,
+                     CudaOpInfo *info, DiagSink *d) {
+    if (ntiles < 2) {
+        diag_error(d, op >= 0 && op < g->nops ? g->ops[op].span : SPAN_NONE,
+                   "cuda_gen: op %d: tile %d of %d: a tiled op has at least 2 tiles", op, tile, ntiles);
+        return -1;
+    }
+    return gen_op(cg, g, op, tile, ntiles, out, max_out, info, d);
 }
 
 /* ---- launches outside the graph's ops ---------------------------------------- */

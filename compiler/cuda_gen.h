@@ -24,7 +24,7 @@
 #include "graph.h"
 
 typedef enum CudaArgKind {
-    CARG_TENSOR, /* device address of tensor `tensor` */
+    CARG_TENSOR, /* device address of tensor `tensor`, plus off bytes */
     CARG_WS,     /* device address of the op's workspace + ws_off bytes */
     CARG_NULL,   /* a NULL pointer (optional operand absent) */
     CARG_I64,    /* long long i */
@@ -46,6 +46,7 @@ extern const char *const cuda_rt_names[CRT_COUNT];
 typedef struct CudaArg {
     CudaArgKind kind;
     int tensor;      /* CARG_TENSOR */
+    int64_t off;     /* CARG_TENSOR: bytes past the tensor's address (a tile's columns); 0 otherwise */
     int64_t ws_off;  /* CARG_WS */
     int64_t i;       /* CARG_I64 */
     float f;         /* CARG_F32 */
@@ -106,6 +107,21 @@ void cuda_gen_init(CudaGen *cg, Arena *a, const CudaGenOptions *opt);
  * source). info may be NULL. */
 int cuda_gen_op(CudaGen *cg, const Graph *g, int op, CudaKernel *out, int max_out, CudaOpInfo *info,
                 DiagSink *d);
+
+/* The launches of tile `tile` of `ntiles` of op `op` under memory-centric
+ * tiling (docs/kernels.md, "Tile launches"): the op's 2-D weight (linear w,
+ * matmul b, embedding table) cut by rows into ntiles equal tiles, the
+ * launches computing that tile's share of the op as the host executor's
+ * run_tiled does. Tensor arguments are the op's tensor ids; the executor
+ * binds the weight (and, backward, its gradient) to the tile's rows and
+ * every other tensor whole, so a column slice of an activation is the
+ * tensor's address plus CudaArg.off bytes. Forward (and recompute) ops and
+ * their backward ops of linear, matmul (not transpose_a) and embedding
+ * only; anything else, or a weight whose rows ntiles does not divide, is -1
+ * with a diagnostic naming the op. Return value and info as cuda_gen_op;
+ * info->err_off, when >= 0, is the op's (the same workspace offset). */
+int cuda_gen_op_tile(CudaGen *cg, const Graph *g, int op, int tile, int ntiles, CudaKernel *out, int max_out,
+                     CudaOpInfo *info, DiagSink *d);
 
 /* Launches the executor needs outside the graph's ops (one each into *out;
  * 0, or -1 with a diagnostic). Tensors are the graph's.

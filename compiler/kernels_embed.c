@@ -1,4 +1,5 @@
 #include "kernels_embed.h"
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cuda_gen.h"
@@ -20,7 +21,7 @@ _Static_assert((int)DT_F32 < PLAN_NDTYPES && (int)DT_BF16 < PLAN_NDTYPES && (int
 static PlanLaunchArg plan_arg(const CudaArg *a) {
     PlanLaunchArg r = {.tensor = -1};
     switch (a->kind) {
-    case CARG_TENSOR: r.kind = PARG_TENSOR; r.tensor = a->tensor; break;
+    case CARG_TENSOR: r.kind = PARG_TENSOR; r.tensor = a->tensor; r.i = a->off; break;
     case CARG_WS: r.kind = PARG_WS; r.i = a->ws_off; break;
     case CARG_NULL: r.kind = PARG_NULL; break;
     case CARG_I64: r.kind = PARG_I64; r.i = a->i; break;
@@ -109,6 +110,126 @@ static bool add_utility(CudaGen *cg, const Graph *g, CudaModule *m, int util[PLA
     return true;
 }
 
+/* Appends launches ks[0..n) (of one tile) to m, adding their units when new. */
+static bool module_append(CudaGen *cg, CudaModule *m, int *cap, const CudaKernel *ks, int n, DiagSink *d) {
+    Arena *a = cg->arena;
+    if (m->nkernels + n > *cap) {
+        int nc = *cap * 2 > m->nkernels + n ? *cap * 2 : m->nkernels + n;
+        CudaKernel *nk = ARENA_NEWN(a, CudaKernel, nc);
+        CudaUnit *nu = ARENA_NEWN(a, CudaUnit, nc); /* a unit has a launch: never more units than launches */
+        if (!nk || !nu) {
+            diag_error(d, SPAN_NONE, "out of memory");
+            return false;
+        }
+        memcpy(nk, m->kernels, sizeof *nk * (size_t)m->nkernels);
+        memcpy(nu, m->units, sizeof *nu * (size_t)m->nunits);
+        m->kernels = nk;
+        m->units = nu;
+        *cap = nc;
+    }
+    for (int i = 0; i < n; i++) {
+        CudaKernel *kn = &m->kernels[m->nkernels];
+        *kn = ks[i];
+        int u = -1;
+        for (int j = 0; j < m->nunits && u < 0; j++)
+            if (!strcmp(m->units[j].hash, kn->hash)) u = j;
+        if (u < 0) {
+            u = m->nunits++;
+            m->units[u] = (CudaUnit){.family = kn->family, .spec = kn->spec, .source = kn->source, .first_kernel = m->nkernels};
+            memcpy(m->units[u].hash, kn->hash, sizeof m->units[u].hash);
+        }
+        m->units[u].nlaunches++;
+        kn->unit = u;
+        m->nkernels++;
+    }
+    return true;
+}
+
+typedef struct TileKey {
+    int32_t op, tile, ntiles;
+} TileKey;
+
+static int tile_key_cmp(const void *a, const void *b) {
+    const TileKey *x = a, *y = b;
+    if (x->op != y->op) return x->op < y->op ? -1 : 1;
+    if (x->tile != y->tile) return x->tile < y->tile ? -1 : 1;
+    return x->ntiles < y->ntiles ? -1 : x->ntiles > y->ntiles;
+}
+
+/* The tile launches of every distinct (op, tile, ntiles) of p's tiled KERNEL
+ * instructions, appended to m (after the op and utility launches), with
+ * their PlanTileCode entries sorted by op, then tile. Their units are m's
+ * when the specialisation is one the ops already use (most: a tile's gemm
+ * differs only in sizes, which are arguments), else new ones in m. */
+static bool add_tiles(CudaGen *cg, const Graph *g, CudaModule *m, const Plan *p, PlanTileCode **out, uint32_t *nout,
+                      DiagSink *d) {
+    *out = NULL;
+    *nout = 0;
+    uint32_t nk = 0;
+    for (uint32_t i = 0; i < p->ninstrs; i++) nk += p->instrs[i].op == PI_KERNEL && p->instrs[i].ntiles > 1;
+    if (!nk) return true;
+    Arena *a = cg->arena;
+    TileKey *keys = ARENA_NEWN(a, TileKey, nk);
+    if (!keys) {
+        diag_error(d, SPAN_NONE, "out of memory");
+        return false;
+    }
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < p->ninstrs; i++) {
+        const PlanInstr *s = &p->instrs[i];
+        if (s->op != PI_KERNEL || s->ntiles <= 1) continue;
+        if (s->arg < 0 || s->arg >= g->nops || s->tile < 0 || s->tile >= s->ntiles) {
+            diag_error(d, SPAN_NONE, "kernels: instruction %u runs tile %d of %d of op %d, which does not exist", i, s->tile,
+                       s->ntiles, s->arg);
+            return false;
+        }
+        keys[n++] = (TileKey){s->arg, s->tile, s->ntiles};
+    }
+    qsort(keys, n, sizeof *keys, tile_key_cmp);
+    uint32_t u = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (!i || tile_key_cmp(&keys[i], &keys[u - 1])) keys[u++] = keys[i];
+    n = u;
+    PlanTileCode *tc = ARENA_NEWN(a, PlanTileCode, n);
+    if (!tc) {
+        diag_error(d, SPAN_NONE, "out of memory");
+        return false;
+    }
+    int cap = m->nkernels;
+    bool ok = true;
+    for (uint32_t i = 0; i < n; i++) {
+        const TileKey *k = &keys[i];
+        CudaKernel tmp[CUDA_OP_MAX_KERNELS];
+        CudaOpInfo info;
+        int need = cuda_gen_op_tile(cg, g, k->op, k->tile, k->ntiles, tmp, CUDA_OP_MAX_KERNELS, &info, d);
+        if (need < 0) {
+            ok = false; /* every failing tile is reported */
+            continue;
+        }
+        if (need > CUDA_OP_MAX_KERNELS) {
+            diag_error(d, g->ops[k->op].span, "kernels: tile %d of %d of op %d needs %d launches (cuda_gen changed?)", k->tile,
+                       k->ntiles, k->op, need);
+            return false;
+        }
+        /* The executor reads a tile's error word where the op's is: the
+         * launches must agree (the same workspace layout up to it). */
+        const CudaOpInfo *whole = &m->op_info[k->op];
+        if (info.err_off != whole->err_off) {
+            diag_error(d, g->ops[k->op].span,
+                       "kernels: tile %d of %d of op %d has its error word at %" PRId64 ", the op at %" PRId64 " (cuda_gen changed?)",
+                       k->tile, k->ntiles, k->op, info.err_off, whole->err_off);
+            return false;
+        }
+        tc[i] = (PlanTileCode){.op = k->op, .tile = k->tile, .ntiles = k->ntiles, .first = (uint32_t)m->nkernels,
+                               .count = (uint32_t)need, .ws_bytes = info.ws_bytes};
+        if (!module_append(cg, m, &cap, tmp, need, d)) return false;
+    }
+    if (!ok) return false;
+    *out = tc;
+    *nout = n;
+    return true;
+}
+
 bool kernels_embed_launches(Plan *p, const Graph *g, CudaGen *cg, CudaModule *m, DiagSink *d) {
     int util[PLAN_NDTYPES];
     for (int t = 0; t < PLAN_NDTYPES; t++) util[t] = -1;
@@ -117,6 +238,9 @@ bool kernels_embed_launches(Plan *p, const Graph *g, CudaGen *cg, CudaModule *m,
         diag_error(d, SPAN_NONE, "kernels: the graph has %d ops, the plan %u", g->nops, p->nops);
         return false;
     }
+    PlanTileCode *tiles;
+    uint32_t ntiles;
+    if (!add_tiles(cg, g, m, p, &tiles, &ntiles, d)) return false;
     uint32_t nargs = 0;
     for (int i = 0; i < m->nkernels; i++) nargs += (uint32_t)m->kernels[i].nargs;
     Arena *pa = &p->arena;
@@ -155,10 +279,14 @@ bool kernels_embed_launches(Plan *p, const Graph *g, CudaGen *cg, CudaModule *m,
         oc[o] = (PlanOpCode){.first = (uint32_t)m->op_first[o], .count = (uint32_t)m->op_count[o], .ws_bytes = in->ws_bytes,
                              .err_off = in->err_off, .err_what = arena_strdup(pa, in->err_what ? in->err_what : "")};
     }
+    PlanTileCode *ptc = ntiles ? ARENA_NEWN(pa, PlanTileCode, ntiles) : NULL;
+    if (ntiles && ptc) memcpy(ptc, tiles, sizeof *ptc * ntiles);
     if (pa->failed) {
         diag_error(d, SPAN_NONE, "out of memory");
         return false;
     }
+    p->tile_code = ptc;
+    p->ntile_code = ntiles;
     p->launches = ls;
     p->nlaunches = (uint32_t)m->nkernels;
     p->launch_args = as;
@@ -177,6 +305,8 @@ static void drop_launches(Plan *p) {
     p->launch_args = NULL;
     p->nlaunch_args = 0;
     p->op_code = NULL;
+    p->tile_code = NULL;
+    p->ntile_code = 0;
     for (int u = 0; u < PLAN_NUTIL; u++)
         for (int t = 0; t < PLAN_NDTYPES; t++) p->util[u][t] = -1;
 }

@@ -29,11 +29,13 @@ bool kernels_embed(Plan *p, const Graph *g, const char *archs, const char *sourc
 
 /* The launch half of kernels_embed, which needs no NVRTC: appends the
  * utility launches (one zk_axpy per float dtype of the graph's parameters
- * and gradients) to m, their units too when new, then fills p's launches,
- * launch_args, op_code and util from m. Adam's and the gradient norm's
- * element counts become PARG_NUMEL (the executor runs them on its shard).
- * Returns false with a diagnostic when cuda_gen's launches are not the
- * shape this expects. */
+ * and gradients) to m, then the tile launches of every distinct (op, tile,
+ * ntiles) of p's KERNEL instructions with ntiles > 1 (cuda_gen_op_tile),
+ * their units too when new, then fills p's launches, launch_args, op_code,
+ * tile_code (sorted by op, then tile) and util from m. Adam's and the
+ * gradient norm's element counts become PARG_NUMEL (the executor runs them
+ * on its shard). Returns false with a diagnostic when cuda_gen's launches
+ * are not the shape this expects or an op cannot be tiled on the GPU. */
 bool kernels_embed_launches(Plan *p, const Graph *g, CudaGen *cg, CudaModule *m, DiagSink *d);
 
 /* The PlanKernel name of unit u of m: "<family>-<hash12>.cu", as

@@ -504,6 +504,23 @@ static void sec_op_code(Codec *c, Plan *p) {
     }
 }
 
+/* The launches of each tile of a tiled KERNEL instruction, sorted by op,
+ * then tile (empty in a plan without GPU code or without tiling). */
+static void sec_tile_code(Codec *c, Plan *p) {
+    void *arr = p->tile_code;
+    if (!c_count(c, &p->ntile_code, 3 * 4 + 2 * 4 + 8, &arr, sizeof(PlanTileCode))) return;
+    p->tile_code = arr;
+    for (uint32_t i = 0; i < p->ntile_code && !c->bad; i++) {
+        PlanTileCode *t = &p->tile_code[i];
+        c_i32(c, &t->op);
+        c_i32(c, &t->tile);
+        c_i32(c, &t->ntiles);
+        c_u32(c, &t->first);
+        c_u32(c, &t->count);
+        c_i64(c, &t->ws_bytes);
+    }
+}
+
 typedef struct Section {
     const char *name;
     void (*codec)(Codec *, Plan *);
@@ -515,10 +532,13 @@ static const Section sections[] = {
     {"arenas", sec_arenas},   {"buffers", sec_buffers},   {"operands", sec_operands},
     {"schedule", sec_schedule}, {"deps", sec_deps},       {"kernels", sec_kernels},
     {"launches", sec_launches}, {"launch_args", sec_launch_args}, {"op_code", sec_op_code},
+    {"tile_code", sec_tile_code},
 };
 /* The format this file writes and reads. Version 2 added the launches,
- * launch_args and op_code sections; a version-1 plan (cubins but no
- * launches) is refused with the version message, not as a corrupt file.
+ * launch_args, op_code and tile_code sections; a version-1 plan (cubins but
+ * no launches) is refused with the version message, not as a corrupt file.
+ * (tile_code joined version 2 before any version-2 plan was released: a
+ * plan written without it fails the section count and is recompiled.)
  * (Until runtime/plan.h's PLAN_VERSION says 2, this takes the larger.) */
 enum { FORMAT_VERSION = PLAN_VERSION < 2 ? 2 : PLAN_VERSION };
 enum { NSECTIONS = sizeof sections / sizeof sections[0], HEADER_BYTES = 24, SECHDR_BYTES = 24 };
@@ -650,6 +670,13 @@ static bool check_indices(const Plan *p, const char *name, char *err, size_t err
     }
     for (uint32_t i = 0; p->op_code && i < p->nops; i++)
         if ((uint64_t)p->op_code[i].first + p->op_code[i].count > p->nlaunches) BAD("op %u: launches out of range", i);
+    for (uint32_t i = 0; i < p->ntile_code; i++) {
+        const PlanTileCode *t = &p->tile_code[i];
+        if (t->op < 0 || t->op >= (int64_t)p->nops) BAD("tile code %u: op %d out of range", i, t->op);
+        if (t->ntiles < 2 || t->tile < 0 || t->tile >= t->ntiles) BAD("tile code %u: tile %d of %d", i, t->tile, t->ntiles);
+        if ((uint64_t)t->first + t->count > p->nlaunches) BAD("tile code %u: launches out of range", i);
+        if (t->ws_bytes < 0) BAD("tile code %u: workspace of %" PRId64 " bytes", i, t->ws_bytes);
+    }
     for (int u = 0; u < PLAN_NUTIL; u++)
         for (int t = 0; t < PLAN_NDTYPES; t++)
             if (p->util[u][t] < -1 || p->util[u][t] >= (int64_t)p->nlaunches)
@@ -674,7 +701,9 @@ Plan *plan_decode(const uint8_t *buf, size_t len, const char *name, char *err, s
         return NULL;
     }
     if (nsec != NSECTIONS) {
-        errf(err, errlen, "%s: %u sections, expected %d (file corrupt?)", name, nsec, NSECTIONS);
+        /* fewer: a version-2 plan from before the tile_code section */
+        errf(err, errlen, "%s: %u sections, expected %d (%s)", name, nsec, NSECTIONS,
+             nsec < NSECTIONS ? "written by an older build? recompile the model" : "file corrupt?");
         return NULL;
     }
     Plan *p = plan_new();

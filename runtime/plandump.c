@@ -247,7 +247,10 @@ static const char *tname(const Plan *p, int32_t t) {
 
 static void launch_arg_str(const Plan *p, const PlanLaunchArg *a, FILE *out) {
     switch (a->kind) {
-    case PARG_TENSOR: fprintf(out, "%s", a->tensor < 0 ? "_" : tname(p, a->tensor)); break;
+    case PARG_TENSOR:
+        fprintf(out, "%s", a->tensor < 0 ? "_" : tname(p, a->tensor));
+        if (a->i) fprintf(out, "+%" PRId64 "B", a->i); /* a tile's columns: bytes past the address */
+        break;
     case PARG_WS: fprintf(out, "ws+%" PRId64, a->i); break;
     case PARG_NULL: fprintf(out, "NULL"); break;
     case PARG_I64: fprintf(out, "%" PRId64, a->i); break;
@@ -279,9 +282,12 @@ void plandump_kernels(const Plan *p, FILE *out) {
                 p->kernels[k].resources ? p->kernels[k].resources : "");
     if (!p->nkernels) fprintf(out, "  (a plan for the host backend, or compiled with --kernels=none)\n");
     if (!p->nlaunches) return;
-    uint32_t nutil = 0;
+    uint32_t nutil = 0, ntile = 0;
     for (uint32_t i = 0; i < p->nlaunches; i++) nutil += p->launches[i].op < 0;
-    fprintf(out, "%u launches: %u for %u ops, %u utility\n", p->nlaunches, p->nlaunches - nutil, p->nops, nutil);
+    for (uint32_t k = 0; k < p->ntile_code; k++) ntile += p->tile_code[k].count;
+    if (ntile > p->nlaunches - nutil) ntile = p->nlaunches - nutil; /* a forged file: keep the counts sane */
+    fprintf(out, "%u launches: %u for %u ops, %u for %u tiles of tiled ops, %u utility\n", p->nlaunches,
+            p->nlaunches - nutil - ntile, p->nops, ntile, p->ntile_code, nutil);
     for (uint32_t o = 0; p->op_code && o < p->nops; o++) {
         const PlanOp *op = &p->ops[o];
         const PlanOpCode *c = &p->op_code[o];
@@ -292,6 +298,18 @@ void plandump_kernels(const Plan *p, FILE *out) {
         if (c->err_off >= 0) fprintf(out, ", error word at ws+%" PRId64 " (%s)", c->err_off, c->err_what);
         fprintf(out, ": %u launch%s\n", c->count, c->count == 1 ? "" : "es");
         for (uint32_t k = 0; k < c->count && (uint64_t)c->first + k < p->nlaunches; k++) launch_line(p, c->first + k, out);
+        /* its tiles (tile_code is sorted by op): what a tiled KERNEL instruction runs instead */
+        for (uint32_t t = 0; t < p->ntile_code; t++) {
+            const PlanTileCode *tc = &p->tile_code[t];
+            if (tc->op != (int32_t)o) continue;
+            fprintf(out, "    tile %d of %d", tc->tile, tc->ntiles);
+            if (tc->ws_bytes) fprintf(out, ", workspace %" PRId64 " B", tc->ws_bytes);
+            fprintf(out, ": %u launch%s\n", tc->count, tc->count == 1 ? "" : "es");
+            for (uint32_t k = 0; k < tc->count && (uint64_t)tc->first + k < p->nlaunches; k++) {
+                fprintf(out, "  ");
+                launch_line(p, tc->first + k, out);
+            }
+        }
     }
     static const char *const util_names[PLAN_NUTIL] = {"axpy"};
     static const char *const dtype_names[PLAN_NDTYPES] = {"none", "f32", "bf16", "f16", "i32"};

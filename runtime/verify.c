@@ -114,7 +114,8 @@ static const char *lentry(const Plan *p, uint32_t i) {
     return p->launches[i].entry ? p->launches[i].entry : "";
 }
 
-static void check_launch(V *v, uint32_t i) {
+/* ws: the bytes of the workspace the launch shares (its op's, or its tile's when tile). */
+static void check_launch(V *v, uint32_t i, int64_t ws, bool tile) {
     const Plan *p = v->p;
     const PlanLaunch *l = &p->launches[i];
     const char *e = lentry(p, i);
@@ -136,8 +137,6 @@ static void check_launch(V *v, uint32_t i) {
         problem(v, "launch %u (%s): arguments [%u, +%u) out of range (%u arguments)", i, e, l->arg, l->nargs, p->nlaunch_args);
         return;
     }
-    bool has_op = l->op >= 0 && l->op < (int64_t)p->nops;
-    int64_t ws = has_op && p->op_code ? p->op_code[l->op].ws_bytes : 0;
     for (uint32_t k = 0; k < l->nargs; k++) {
         const PlanLaunchArg *a = &p->launch_args[l->arg + k];
         if (a->kind >= PLAN_NARGKINDS) {
@@ -150,15 +149,89 @@ static void check_launch(V *v, uint32_t i) {
         else if ((a->kind == PARG_TENSOR || a->kind == PARG_NUMEL) && a->tensor < 0 && l->op >= 0)
             problem(v, "launch %u (%s) of op %d: argument %u binds no tensor", i, e, l->op, k);
         if (a->kind == PARG_WS && p->op_code && (a->i < 0 || a->i >= ws))
-            problem(v, "launch %u (%s): argument %u: workspace offset %" PRId64 " outside the op's %" PRId64 " bytes", i, e, k,
-                    a->i, ws);
+            problem(v, "launch %u (%s): argument %u: workspace offset %" PRId64 " outside the %s's %" PRId64 " bytes", i, e, k,
+                    a->i, tile ? "tile" : "op", ws);
+    }
+}
+
+/* The tile code entry of (op, tile, ntiles): binary search (entries are
+ * sorted, check_tile_code says so when they are not); -1 when none. */
+static int64_t tile_code_find(const Plan *p, int32_t op, int32_t tile, int32_t ntiles) {
+    uint32_t lo = 0, hi = p->ntile_code;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        const PlanTileCode *t = &p->tile_code[mid];
+        int c = t->op != op ? (t->op < op ? -1 : 1) : t->tile != tile ? (t->tile < tile ? -1 : 1)
+                                                  : t->ntiles != ntiles ? (t->ntiles < ntiles ? -1 : 1) : 0;
+        if (!c) return mid;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return -1;
+}
+
+/* Tile launches (docs/plan-format.md, tile_code): each entry names a tile
+ * of a real op, its launches are that op's, entries are sorted by (op,
+ * tile, ntiles) and distinct (so the executor's lookup finds the one), and
+ * the op's error word, which the executor reads after the tile, fits the
+ * tile's workspace. */
+static void check_tile_code(V *v) {
+    const Plan *p = v->p;
+    if (p->ntile_code && !p->op_code) problem(v, "the plan has %u tile code entries but no op code table", p->ntile_code);
+    for (uint32_t k = 0; k < p->ntile_code && !STOP(v); k++) {
+        const PlanTileCode *t = &p->tile_code[k];
+        if (t->op < 0 || t->op >= (int64_t)p->nops) {
+            problem(v, "tile code %u: op %d out of range", k, t->op);
+            continue;
+        }
+        if (t->ntiles < 2 || t->tile < 0 || t->tile >= t->ntiles)
+            problem(v, "tile code %u (op %d): tile %d of %d does not exist", k, t->op, t->tile, t->ntiles);
+        if ((uint64_t)t->first + t->count > p->nlaunches) {
+            problem(v, "tile code %u (op %d): launches [%u, +%u) out of range (%u launches)", k, t->op, t->first, t->count,
+                    p->nlaunches);
+            continue;
+        }
+        for (uint32_t i = t->first; i < t->first + t->count; i++)
+            if (p->launches[i].op != t->op) {
+                problem(v, "tile code %u (op %d): its launch %u (%s) belongs to op %d", k, t->op, i, lentry(p, i),
+                        p->launches[i].op);
+                break;
+            }
+        if (t->ws_bytes < 0) problem(v, "tile code %u (op %d): workspace of %" PRId64 " bytes", k, t->op, t->ws_bytes);
+        else if (p->op_code && p->op_code[t->op].err_off >= 0 && p->op_code[t->op].err_off <= INT64_MAX - 12 &&
+                 p->op_code[t->op].err_off + 12 > t->ws_bytes)
+            problem(v, "tile code %u (op %d): the op's error word at %" PRId64 " does not fit the tile's %" PRId64 "-byte workspace",
+                    k, t->op, p->op_code[t->op].err_off, t->ws_bytes);
+        if (k > 0) {
+            const PlanTileCode *q = &p->tile_code[k - 1];
+            if (q->op > t->op || (q->op == t->op && (q->tile > t->tile || (q->tile == t->tile && q->ntiles >= t->ntiles))))
+                problem(v, "tile code %u (op %d, tile %d of %d) is not after entry %u (op %d, tile %d of %d): entries are sorted and distinct",
+                        k, t->op, t->tile, t->ntiles, k - 1, q->op, q->tile, q->ntiles);
+        }
     }
 }
 
 static void check_launches(V *v) {
     const Plan *p = v->p;
     if (p->nlaunches && !p->op_code) problem(v, "the plan has %u launches but no op code table", p->nlaunches);
-    for (uint32_t i = 0; i < p->nlaunches && !STOP(v); i++) check_launch(v, i);
+    /* A tile's launches share the tile's workspace, the others their op's. */
+    int32_t *tile_of = malloc(sizeof *tile_of * (p->nlaunches ? p->nlaunches : 1));
+    if (!tile_of) {
+        problem(v, "out of memory verifying the launches");
+        return;
+    }
+    for (uint32_t i = 0; i < p->nlaunches; i++) tile_of[i] = -1;
+    for (uint32_t k = 0; k < p->ntile_code; k++) {
+        const PlanTileCode *t = &p->tile_code[k];
+        for (uint64_t i = t->first; i < (uint64_t)t->first + t->count && i < p->nlaunches; i++) tile_of[i] = (int32_t)k;
+    }
+    for (uint32_t i = 0; i < p->nlaunches && !STOP(v); i++) {
+        const PlanLaunch *l = &p->launches[i];
+        int64_t ws = l->op >= 0 && l->op < (int64_t)p->nops && p->op_code ? p->op_code[l->op].ws_bytes : 0;
+        if (tile_of[i] >= 0) ws = p->tile_code[tile_of[i]].ws_bytes;
+        check_launch(v, i, ws, tile_of[i] >= 0);
+    }
+    free(tile_of);
     for (uint32_t o = 0; p->op_code && o < p->nops && !STOP(v); o++) {
         const PlanOpCode *c = &p->op_code[o];
         if ((uint64_t)c->first + c->count > p->nlaunches) {
@@ -182,11 +255,16 @@ static void check_launches(V *v) {
                 problem(v, "utility launch %d for dtype %d: launch %d (%s) belongs to op %d", u, t, l, lentry(p, (uint32_t)l),
                         p->launches[l].op);
         }
+    check_tile_code(v);
     if (!p->nlaunches || !p->op_code) return;
     for (uint32_t i = 0; i < p->ninstrs && !STOP(v); i++) {
         const PlanInstr *s = &p->instrs[i];
-        if (s->op == PI_KERNEL && s->arg >= 0 && (uint32_t)s->arg < p->nops && !p->op_code[s->arg].count)
+        if (s->op != PI_KERNEL || s->arg < 0 || (uint32_t)s->arg >= p->nops) continue;
+        if (s->ntiles <= 1 && !p->op_code[s->arg].count)
             problem(v, "instruction %u (kernel) runs op %d, which has no launches", i, s->arg);
+        else if (s->ntiles > 1 && tile_code_find(p, s->arg, s->tile, s->ntiles) < 0)
+            problem(v, "instruction %u (kernel) runs tile %d of %d of op %d, which has no tile launches", i, s->tile,
+                    s->ntiles, s->arg);
     }
 }
 

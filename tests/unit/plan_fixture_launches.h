@@ -1,7 +1,9 @@
 /* The fixture model planned, with its CUDA launches filled the way zinfc
  * fills them (cuda_gen, then kernels_embed_launches) and one stand-in
  * PlanKernel per unit (no NVRTC): a GPU plan for the plan-file and verifier
- * suites. */
+ * suites. fx_plan_launches_tiled also cuts the MLP weights and the
+ * embedding table into `tiles` tiles (tile launches for linear forward and
+ * backward and embedding forward and backward). */
 #ifndef ZINF_TEST_PLAN_FIXTURE_LAUNCHES_H
 #define ZINF_TEST_PLAN_FIXTURE_LAUNCHES_H
 #include <check.h>
@@ -10,7 +12,7 @@
 #include "planner.h"
 #include "plan_fixture.h"
 
-static Plan *fx_plan_launches(const char *target, int ranks, int layers) {
+static Plan *fx_plan_launches_tiled(const char *target, int ranks, int layers, int tiles) {
     Arena a;
     DiagSink d;
     Graph g;
@@ -26,6 +28,11 @@ static Plan *fx_plan_launches(const char *target, int ranks, int layers) {
     planner_options_default(&o);
     o.ranks = ranks;
     o.whole_below = 1000;
+    TilePin pins[2] = {{"block.*.mlp.w*", tiles, SPAN_NONE}, {"wte", tiles, SPAN_NONE}};
+    if (tiles > 1) {
+        o.tiles = pins;
+        o.ntiles = 2;
+    }
     PlannerResult r = {0};
     ck_assert_msg(planner_run(&g, &t, &o, &a, &d, &r), "planning the fixture failed");
     CudaGen cg;
@@ -47,5 +54,9 @@ static Plan *fx_plan_launches(const char *target, int ranks, int layers) {
     diag_free(&d);
     arena_free(&a);
     return p;
+}
+
+static Plan *fx_plan_launches(const char *target, int ranks, int layers) {
+    return fx_plan_launches_tiled(target, ranks, layers, 1);
 }
 #endif

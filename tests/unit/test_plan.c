@@ -23,7 +23,7 @@ static size_t section_at(const uint8_t *buf, int s) {
     return pos;
 }
 enum { S_META, S_TARGET, S_TRAIN, S_TENSORS, S_OPS, S_SHARDS, S_ARENAS, S_BUFFERS, S_OPERANDS, S_SCHEDULE, S_DEPS, S_KERNELS,
-       S_LAUNCHES, S_LAUNCH_ARGS, S_OP_CODE, S_COUNT };
+       S_LAUNCHES, S_LAUNCH_ARGS, S_OP_CODE, S_TILE_CODE, S_COUNT };
 
 static void encode(const Plan *p, uint8_t **buf, size_t *len) {
     char err[256];
@@ -137,7 +137,7 @@ START_TEST(messages) {
     ck_assert_str_eq(err, "model.plan: not a zinf plan (bad magic)");
     a[0] = 'Z';
     ck_assert_ptr_null(plan_decode(a, n - 1, "model.plan", err, sizeof err));
-    ck_assert_str_eq(err, "model.plan: section 'op_code' runs past the end of the file (truncated?)");
+    ck_assert_str_eq(err, "model.plan: section 'tile_code' runs past the end of the file (truncated?)");
     /* a forged count with a valid checksum */
     size_t t = section_at(a, S_TENSORS);
     uint64_t len = rd64(a + t + 8);
@@ -278,9 +278,70 @@ START_TEST(round_trip_no_launches) {
 }
 END_TEST
 
-/* Every byte of the launch sections of a GPU plan, flipped, is caught. */
+/* A tiled GPU plan: one tile code entry per (op, tile, ntiles) of its tiled
+ * kernel instructions, sorted, each naming launches of its op, and all of
+ * it survives the file. */
+START_TEST(round_trip_tile_code) {
+    Plan *p = fx_plan_launches_tiled("h200", 1, 2, 2);
+    ck_assert_uint_gt(p->ntile_code, 0);
+    uint32_t tiled = 0;
+    for (uint32_t i = 0; i < p->ninstrs; i++) {
+        const PlanInstr *s = &p->instrs[i];
+        if (s->op != PI_KERNEL || s->ntiles <= 1) continue;
+        tiled++;
+        uint32_t found = 0;
+        for (uint32_t k = 0; k < p->ntile_code; k++) {
+            const PlanTileCode *t = &p->tile_code[k];
+            found += t->op == s->arg && t->tile == s->tile && t->ntiles == s->ntiles;
+        }
+        ck_assert_msg(found == 1, "instruction %u (tile %d of %d of op %d) has %u tile code entries", i, s->tile, s->ntiles,
+                      s->arg, found);
+    }
+    ck_assert_uint_gt(tiled, 0);
+    bool embedding = false, linear = false;
+    for (uint32_t k = 0; k < p->ntile_code; k++) {
+        const PlanTileCode *t = &p->tile_code[k];
+        if (k) {
+            const PlanTileCode *q = &p->tile_code[k - 1];
+            ck_assert(q->op < t->op || (q->op == t->op && q->tile < t->tile));
+        }
+        ck_assert_int_eq(t->ntiles, 2);
+        ck_assert_uint_le(t->first + t->count, p->nlaunches);
+        for (uint32_t i = t->first; i < t->first + t->count; i++) ck_assert_int_eq(p->launches[i].op, t->op);
+        /* the tile launches come after the ops' own */
+        ck_assert_uint_ge(t->first, p->op_code[p->nops - 1].first + p->op_code[p->nops - 1].count);
+        embedding = embedding || p->ops[t->op].prim == PRIM_EMBEDDING;
+        linear = linear || p->ops[t->op].prim == PRIM_LINEAR;
+    }
+    ck_assert(embedding && linear);
+    uint8_t *a, *b;
+    size_t na, nb;
+    encode(p, &a, &na);
+    char err[256];
+    Plan *q = plan_decode(a, na, "t.plan", err, sizeof err);
+    ck_assert_msg(q != NULL, "%s", err);
+    encode(q, &b, &nb);
+    ck_assert(na == nb && memcmp(a, b, na) == 0);
+    ck_assert_uint_eq(q->ntile_code, p->ntile_code);
+    for (uint32_t k = 0; k < p->ntile_code; k++) {
+        const PlanTileCode *x = &p->tile_code[k], *y = &q->tile_code[k];
+        ck_assert_int_eq(y->op, x->op);
+        ck_assert_int_eq(y->tile, x->tile);
+        ck_assert_int_eq(y->ntiles, x->ntiles);
+        ck_assert_uint_eq(y->first, x->first);
+        ck_assert_uint_eq(y->count, x->count);
+        ck_assert_int_eq(y->ws_bytes, x->ws_bytes);
+    }
+    free(a);
+    free(b);
+    plan_free(p);
+    plan_free(q);
+}
+END_TEST
+
+/* Every byte of the launch sections of a (tiled) GPU plan, flipped, is caught. */
 START_TEST(every_flipped_launch_byte_is_caught) {
-    Plan *p = fx_plan_launches("h200", 1, 1);
+    Plan *p = fx_plan_launches_tiled("h200", 1, 1, 2);
     uint8_t *a;
     size_t n;
     encode(p, &a, &n);
@@ -364,6 +425,73 @@ START_TEST(launch_messages) {
 }
 END_TEST
 
+/* Forged tile code with valid checksums: each index is refused by name. */
+START_TEST(tile_code_messages) {
+    Plan *p = fx_plan_launches_tiled("h200", 1, 1, 2);
+    ck_assert_uint_gt(p->ntile_code, 1);
+    uint8_t *a;
+    size_t n;
+    char err[256], want[160];
+    PlanTileCode *t = &p->tile_code[1], keep = *t;
+    t->op = (int32_t)p->nops;
+    encode(p, &a, &n);
+    ck_assert_ptr_null(plan_decode(a, n, "g.plan", err, sizeof err));
+    snprintf(want, sizeof want, "g.plan: tile code 1: op %u out of range (file corrupt?)", p->nops);
+    ck_assert_str_eq(err, want);
+    free(a);
+    *t = keep;
+    t->tile = t->ntiles;
+    encode(p, &a, &n);
+    ck_assert_ptr_null(plan_decode(a, n, "g.plan", err, sizeof err));
+    ck_assert_str_eq(err, "g.plan: tile code 1: tile 2 of 2 (file corrupt?)");
+    free(a);
+    *t = keep;
+    t->ntiles = 1;
+    t->tile = 0;
+    encode(p, &a, &n);
+    ck_assert_ptr_null(plan_decode(a, n, "g.plan", err, sizeof err));
+    ck_assert_str_eq(err, "g.plan: tile code 1: tile 0 of 1 (file corrupt?)");
+    free(a);
+    *t = keep;
+    t->count = p->nlaunches - t->first + 1;
+    encode(p, &a, &n);
+    ck_assert_ptr_null(plan_decode(a, n, "g.plan", err, sizeof err));
+    ck_assert_str_eq(err, "g.plan: tile code 1: launches out of range (file corrupt?)");
+    free(a);
+    *t = keep;
+    t->first = UINT32_MAX;
+    encode(p, &a, &n);
+    ck_assert_ptr_null(plan_decode(a, n, "g.plan", err, sizeof err));
+    ck_assert_str_eq(err, "g.plan: tile code 1: launches out of range (file corrupt?)");
+    free(a);
+    *t = keep;
+    t->ws_bytes = -256;
+    encode(p, &a, &n);
+    ck_assert_ptr_null(plan_decode(a, n, "g.plan", err, sizeof err));
+    ck_assert_str_eq(err, "g.plan: tile code 1: workspace of -256 bytes (file corrupt?)");
+    free(a);
+    *t = keep;
+    /* a count larger than the section holds */
+    encode(p, &a, &n);
+    size_t s = section_at(a, S_TILE_CODE);
+    uint64_t len = rd64(a + s + 8);
+    a[s + 24 + 3] = 0x7f;
+    wr64(a + s + 16, plan_fnv1a64(a + s + 24, len));
+    ck_assert_ptr_null(plan_decode(a, n, "g.plan", err, sizeof err));
+    ck_assert_str_eq(err, "g.plan: section 'tile_code' malformed: a count exceeds what the section holds");
+    free(a);
+    /* a plan written before the tile_code section: one section short */
+    encode(p, &a, &n);
+    s = section_at(a, S_TILE_CODE);
+    a[12] = S_TILE_CODE;
+    wr64(a + 16, plan_fnv1a64(a, 16));
+    ck_assert_ptr_null(plan_decode(a, s, "old.plan", err, sizeof err));
+    ck_assert_str_eq(err, "old.plan: 15 sections, expected 16 (written by an older build? recompile the model)");
+    free(a);
+    plan_free(p);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("plan");
     TCase *t = tcase_create("file");
@@ -375,6 +503,8 @@ int main(void) {
     tcase_add_test(t, version_and_helpers);
     tcase_add_test(t, round_trip_launches);
     tcase_add_test(t, round_trip_no_launches);
+    tcase_add_test(t, round_trip_tile_code);
+    tcase_add_test(t, tile_code_messages);
     tcase_add_test(t, every_flipped_launch_byte_is_caught);
     tcase_add_test(t, launch_messages);
     suite_add_tcase(s, t);
