@@ -311,6 +311,123 @@ START_TEST(op_code_and_utility) {
 }
 END_TEST
 
+/* ---- tile launches ---- */
+
+static Plan *fresh_tiled(void) {
+    Plan *p = fx_plan_launches_tiled("h200", 2, 1, 2);
+    ck_assert_msg(verify_plan(p, msgs, sizeof msgs) == 0, "the unbroken tiled GPU plan fails: %s", msgs);
+    ck_assert_uint_gt(p->ntile_code, 2);
+    return p;
+}
+
+/* the first tile code entry of an op of prim (kind fwd when fwd, else bwd), tile tile */
+static uint32_t tile_entry(const Plan *p, int prim, bool fwd, int tile) {
+    for (uint32_t k = 0; k < p->ntile_code; k++) {
+        const PlanOp *o = &p->ops[p->tile_code[k].op];
+        if (o->prim == prim && (o->kind == OP_FWD) == fwd && o->kind != OP_RECOMPUTE && p->tile_code[k].tile == tile) return k;
+    }
+    ck_abort_msg("no tile %d of a %s %s op", tile, fwd ? "forward" : "backward", prim_names[prim]);
+    return 0;
+}
+
+static const PlanLaunchArg *targ(const Plan *p, uint32_t launch, uint32_t k) {
+    ck_assert_uint_lt(k, p->launches[launch].nargs);
+    return &p->launch_args[p->launches[launch].arg + k];
+}
+
+/* The tile launches bind the op's tensors: the weight whole (the executor
+ * binds it to the tile's rows), activations at the tile's column offset. */
+START_TEST(tile_launch_arguments) {
+    Plan *p = fresh_tiled();
+    /* linear forward, tile 1 of 2 (the fixture's MLP: x [32, 64] * w1 [64, 256], bf16): y += x[:, 32:64] * w_t */
+    uint32_t k = tile_entry(p, PRIM_LINEAR, true, 1);
+    const PlanTileCode *t = &p->tile_code[k];
+    const PlanOp *o = &p->ops[t->op];
+    ck_assert_uint_eq(t->count, 1);
+    ck_assert_str_eq(p->launches[t->first].entry, "zk_gemm");
+    int64_t rows = p->tensors[o->in[1]].dims[0] / 2, K = p->tensors[o->in[1]].dims[0];
+    ck_assert(targ(p, t->first, 0)->tensor == o->out[0] && targ(p, t->first, 0)->i == 0);
+    ck_assert(targ(p, t->first, 1)->tensor == o->in[0] && targ(p, t->first, 1)->i == rows * 2);
+    ck_assert(targ(p, t->first, 2)->tensor == o->in[1] && targ(p, t->first, 2)->i == 0);
+    ck_assert_int_eq(targ(p, t->first, 3)->kind, PARG_NULL); /* the bias: tile 0's */
+    ck_assert_int_eq(targ(p, t->first, 6)->i, rows);         /* K */
+    ck_assert_int_eq(targ(p, t->first, 7)->i, K);            /* lda: x's full width */
+    ck_assert_double_eq(targ(p, t->first, 17)->f, 1.0);      /* beta: accumulate onto tile 0 */
+    k = tile_entry(p, PRIM_LINEAR, true, 0);
+    t = &p->tile_code[k];
+    ck_assert_int_eq(targ(p, t->first, 3)->tensor, p->ops[t->op].in[2]);
+    ck_assert_double_eq(targ(p, t->first, 17)->f, 0.0);
+    /* embedding: forward clears the error word then copies the tile's rows; backward (bf16) through fp32 */
+    k = tile_entry(p, PRIM_EMBEDDING, true, 1);
+    t = &p->tile_code[k];
+    ck_assert_uint_eq(t->count, 2);
+    ck_assert_str_eq(p->launches[t->first + 1].entry, "zk_embed_fwd_tile");
+    ck_assert_int_eq(targ(p, t->first + 1, 4)->i, p->tensors[p->ops[t->op].in[0]].dims[0] / 2); /* r0 */
+    ck_assert_int_eq(targ(p, t->first + 1, 8)->i, 0);                                           /* zero: tile 0 only */
+    ck_assert_int_eq(targ(p, t->first + 1, 9)->i, p->op_code[t->op].err_off);
+    k = tile_entry(p, PRIM_EMBEDDING, false, 0);
+    t = &p->tile_code[k];
+    ck_assert_uint_eq(t->count, 3);
+    ck_assert_str_eq(p->launches[t->first + 1].entry, "zk_embed_bwd_tile");
+    ck_assert_str_eq(p->launches[t->first + 2].entry, "zk_cast_from_f32");
+    plan_free(p);
+}
+END_TEST
+
+START_TEST(tile_code_rules) {
+    Plan *p = fresh_tiled();
+    p->tile_code[1].op = (int32_t)p->nops;
+    expectf(p, "tile code 1: op %u out of range", p->nops);
+    p = fresh_tiled();
+    p->tile_code[1].tile = 2;
+    expectf(p, "tile code 1 (op %d): tile 2 of 2 does not exist", p->tile_code[1].op);
+    p = fresh_tiled();
+    p->tile_code[1].count = p->nlaunches;
+    expectf(p, "tile code 1 (op %d): launches [%u, +%u) out of range (%u launches)", p->tile_code[1].op, p->tile_code[1].first,
+            p->nlaunches, p->nlaunches);
+    p = fresh_tiled();
+    int32_t op0 = p->launches[0].op;
+    ck_assert_int_ne(p->tile_code[2].op, op0);
+    p->tile_code[2].first = 0;
+    expectf(p, "tile code 2 (op %d): its launch 0 (%s) belongs to op %d", p->tile_code[2].op, p->launches[0].entry, op0);
+    p = fresh_tiled();
+    PlanTileCode x = p->tile_code[0];
+    p->tile_code[0] = p->tile_code[1];
+    p->tile_code[1] = x;
+    expectf(p, "tile code 1 (op %d, tile %d of 2) is not after entry 0 (op %d, tile %d of 2): entries are sorted and distinct",
+            x.op, x.tile, p->tile_code[0].op, p->tile_code[0].tile);
+    p = fresh_tiled();
+    p->tile_code[1] = p->tile_code[0];
+    expect(p, "tile code 1 (op ");
+    /* a tiled kernel instruction without its tile launches */
+    p = fresh_tiled();
+    const PlanTileCode *last = &p->tile_code[--p->ntile_code];
+    int i = -1;
+    for (uint32_t k = 0; k < p->ninstrs && i < 0; k++)
+        if (p->instrs[k].op == PI_KERNEL && p->instrs[k].arg == last->op && p->instrs[k].tile == last->tile &&
+            p->instrs[k].ntiles == last->ntiles)
+            i = (int)k;
+    ck_assert_int_ge(i, 0);
+    expectf(p, "instruction %d (kernel) runs tile %d of 2 of op %d, which has no tile launches", i, last->tile, last->op);
+    /* the op's error word, read after each tile, and the tile's workspace arguments fit the tile's workspace */
+    p = fresh_tiled();
+    uint32_t k = tile_entry(p, PRIM_EMBEDDING, true, 0);
+    p->tile_code[k].ws_bytes = 8;
+    expectf(p, "tile code %u (op %d): the op's error word at 0 does not fit the tile's 8-byte workspace", k, p->tile_code[k].op);
+    p = fresh_tiled();
+    k = tile_entry(p, PRIM_EMBEDDING, true, 0);
+    p->tile_code[k].ws_bytes = 0;
+    expectf(p, "launch %u (zk_fill_i32): argument 0: workspace offset 0 outside the tile's 0 bytes", p->tile_code[k].first);
+    p = fresh_tiled();
+    k = tile_entry(p, PRIM_EMBEDDING, true, 0);
+    p->tile_code[k].ws_bytes = -1;
+    expectf(p, "tile code %u (op %d): workspace of -1 bytes", k, p->tile_code[k].op);
+    p = fresh_tiled();
+    p->op_code = NULL;
+    expectf(p, "the plan has %u tile code entries but no op code table", p->ntile_code);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("verify");
     TCase *t = tcase_create("verify");
@@ -329,6 +446,8 @@ int main(void) {
     tcase_add_test(t, launch_names_and_ranges);
     tcase_add_test(t, launch_geometry_and_workspace);
     tcase_add_test(t, op_code_and_utility);
+    tcase_add_test(t, tile_launch_arguments);
+    tcase_add_test(t, tile_code_rules);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
