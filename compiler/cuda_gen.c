@@ -1127,6 +1127,12 @@ static void gen_split(Ctx *c, bool bwd) {
     int64_t off = 0;
     for (int i = 0; i < npieces; i++) {
         int piece = bwd ? o->in[1 + i] : o->out[i];
+        int gp = bwd ? o->in[1 + npieces + i] : -1;
+        /* a malformed op (the checks above cover only operand 0 and result 0) */
+        if (piece < 0 || (bwd && o->out[0] >= 0 && gp < 0)) {
+            fail(c, "split: piece %d is missing", i);
+            return;
+        }
         int64_t w = last_dim(T_(c, piece));
         int ts[2] = {x, piece};
         if (!same_dtype(c, X->dtype, ts, 2)) return;
@@ -1140,7 +1146,6 @@ static void gen_split(Ctx *c, bool bwd) {
             arg_i(k, off);
             arg_i(k, w);
         } else if (o->out[0] >= 0) {
-            int gp = o->in[1 + npieces + i];
             CudaKernel *k = kdt(c, "elementwise", X->dtype, "zk_unslice_cols", "dx[..., off:off+w] += dpiece");
             elementwise_grid(k, rows * w);
             arg_t(k, o->out[0]);
@@ -1197,7 +1202,7 @@ static bool tile_rows(Ctx *c, int w, int64_t *rows, int64_t *r0) {
     const GTensor *W = T_(c, w);
     const char *name = W->name ? W->name : "?";
     if (W->rank != 2) {
-        fail(c, "tile %d of %d: the tiled weight %s must be 2-D (rank %d)", c->tile, c->ntiles, name, W->rank);
+        fail(c, "the tiled weight %s must be 2-D (rank %d)", name, W->rank);
         return false;
     }
     if (W->dims[0] % c->ntiles) {
@@ -1446,14 +1451,14 @@ static void gen_tile(Ctx *c) {
     const GOp *o = c->o;
     bool bwd = o->kind == OP_BWD;
     if (o->kind != OP_FWD && o->kind != OP_RECOMPUTE && !bwd) {
-        fail(c, "tile %d of %d: only forward, recompute and backward ops are tiled", c->tile, c->ntiles);
+        fail(c, "only forward, recompute and backward ops are tiled");
         return;
     }
     switch (o->prim) {
     case PRIM_LINEAR: gen_linear_tile(c, bwd); break;
     case PRIM_MATMUL: gen_matmul_tile(c, bwd); break;
     case PRIM_EMBEDDING: gen_embedding_tile(c, bwd); break;
-    default: fail(c, "tile %d of %d: only linear, matmul and embedding ops are tiled", c->tile, c->ntiles); break;
+    default: fail(c, "only linear, matmul and embedding ops are tiled"); break;
     }
 }
 
@@ -1565,7 +1570,7 @@ static int gen_op(CudaGen *cg, const Graph *g, int op, int tile, int ntiles, Cud
         if (ntiles) c.where = arena_printf(cg->arena, "%s, tile %d of %d", c.where, tile, ntiles);
     }
     if (ntiles && (ntiles < 2 || tile < 0 || tile >= ntiles)) {
-        fail(&c, "tile %d of %d does not exist", tile, ntiles);
+        fail(&c, "no such tile");
         return -1;
     }
     const GOp *o = c.o;

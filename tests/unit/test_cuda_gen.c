@@ -335,7 +335,7 @@ typedef struct Bufs {
 
 static float *argp(const CudaKernel *k, int j, Bufs *b) {
     const CudaArg *a = &k->args[j];
-    if (a->kind == CARG_TENSOR) return b->t[a->tensor];
+    if (a->kind == CARG_TENSOR) return b->t[a->tensor] + a->off / 4; /* f32 here: off is whole elements */
     if (a->kind == CARG_WS) return b->ws + a->ws_off / 4;
     return NULL;
 }
@@ -377,6 +377,44 @@ static void emu(const CudaKernel *k, Bufs *b) {
             for (int64_t p = 0; p < parts; p++) s += ws[p * cols + c];
             out[c] = (float)((k->args[5].i ? out[c] : 0) + k->args[4].f * s);
         }
+    } else if (!strcmp(k->entry, "zk_fill_i32")) {
+        int32_t *p = (int32_t *)argp(k, 0, b);
+        for (int64_t i = 0; i < k->args[1].i; i++) p[i] = (int32_t)k->args[2].i;
+    } else if (!strcmp(k->entry, "zk_embed_fwd")) {
+        float *y = argp(k, 0, b), *tab = argp(k, 1, b);
+        const int32_t *ids = (const int32_t *)argp(k, 2, b);
+        int64_t n = k->args[3].i, V = k->args[4].i, D = k->args[5].i;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t c = 0; c < D; c++) y[i * D + c] = ids[i] >= 0 && ids[i] < V ? tab[ids[i] * D + c] : 0.f;
+    } else if (!strcmp(k->entry, "zk_embed_bwd")) {
+        float *dtab = argp(k, 0, b), *dy = argp(k, 1, b);
+        const int32_t *ids = (const int32_t *)argp(k, 2, b);
+        int64_t n = k->args[3].i, V = k->args[4].i, D = k->args[5].i;
+        for (int64_t i = 0; i < n; i++)
+            if (ids[i] >= 0 && ids[i] < V)
+                for (int64_t c = 0; c < D; c++) dtab[ids[i] * D + c] += dy[i * D + c];
+    } else if (!strcmp(k->entry, "zk_embed_fwd_tile")) {
+        /* stdlib/kernels/embedding.cu's contract */
+        float *y = argp(k, 0, b), *tab = argp(k, 1, b);
+        const int32_t *ids = (const int32_t *)argp(k, 2, b);
+        int32_t *err = (int32_t *)argp(k, 9, b);
+        int64_t n = k->args[3].i, r0 = k->args[4].i, rows = k->args[5].i, V = k->args[6].i, D = k->args[7].i;
+        for (int64_t i = 0; i < n; i++) {
+            if ((ids[i] < 0 || ids[i] >= V) && !err[0]) {
+                err[0] = 1;
+                err[1] = ids[i];
+                err[2] = (int32_t)i;
+            }
+            bool in = ids[i] >= r0 && ids[i] < r0 + rows;
+            for (int64_t c = 0; c < D && (in || k->args[8].i); c++) y[i * D + c] = in ? tab[(ids[i] - r0) * D + c] : 0.f;
+        }
+    } else if (!strcmp(k->entry, "zk_embed_bwd_tile")) {
+        float *dtab = argp(k, 0, b), *dy = argp(k, 1, b);
+        const int32_t *ids = (const int32_t *)argp(k, 2, b);
+        int64_t n = k->args[3].i, r0 = k->args[4].i, rows = k->args[5].i, D = k->args[6].i;
+        for (int64_t i = 0; i < n; i++)
+            if (ids[i] >= r0 && ids[i] < r0 + rows)
+                for (int64_t c = 0; c < D; c++) dtab[(ids[i] - r0) * D + c] += dy[i * D + c];
     } else {
         ck_abort_msg("no emulation of %s", k->entry);
     }
@@ -552,6 +590,229 @@ START_TEST(linear_launches_compute_the_products) {
 END_TEST
 
 
+static int rnd_int(unsigned *s, int n) {
+    *s = *s * 1103515245u + 12345u;
+    return (int)((*s >> 8) % (unsigned)n);
+}
+
+/* ---- tile launches: tile by tile, the same as the whole op ------------------ */
+
+enum { TC_MAXT = 12 };
+typedef struct TileCase {
+    One o;
+    int fwd, bwd;          /* op ids */
+    int w, gw;             /* the tiled weight and its gradient (-1: none) */
+    int64_t wrow;          /* elements per weight row */
+    int ntiles;
+    int ts[TC_MAXT];       /* every tensor, with its element count */
+    int64_t tn[TC_MAXT];
+    int nts;
+    int ids;               /* an i32 tensor (embedding ids), -1 */
+    int64_t V;             /* ids are drawn from [0, V) */
+} TileCase;
+
+static int tc_t(TileCase *c, const char *name, TensorClass cls, int rank, int64_t d0, int64_t d1, int64_t d2, DType dt) {
+    int t = cm_t(&c->o.g, name, dt, cls, rank, d0, d1, d2);
+    c->ts[c->nts] = t;
+    c->tn[c->nts++] = c->o.g.tensors[t].numel;
+    return t;
+}
+
+static void tc_fill(TileCase *c, Bufs *b, unsigned seed) {
+    memset(b, 0, sizeof *b);
+    for (int i = 0; i < c->nts; i++) {
+        b->t[c->ts[i]] = rnd(c->tn[i], &seed);
+        if (c->ts[i] == c->ids)
+            for (int64_t j = 0; j < c->tn[i]; j++) ((int32_t *)b->t[c->ts[i]])[j] = rnd_int(&seed, (int)c->V);
+    }
+}
+
+/* The launches of op (whole: tiles 0) on b, with the weight and its
+ * gradient bound to the tile's rows as the executor binds them. */
+static void tc_run(TileCase *c, int op, int tile, Bufs *b) {
+    CudaOpInfo info;
+    int n = c->ntiles ? cuda_gen_op_tile(&c->o.cg, &c->o.g, op, tile, c->ntiles, c->o.k, 64, &info, &c->o.d)
+                      : cuda_gen_op(&c->o.cg, &c->o.g, op, c->o.k, 64, &info, &c->o.d);
+    ck_assert_msg(n >= 0, "%s", c->o.d.len ? c->o.d.items[c->o.d.len - 1].msg : "");
+    float *w = b->t[c->w], *gw = c->gw >= 0 ? b->t[c->gw] : NULL;
+    if (c->ntiles) {
+        int64_t r0 = (int64_t)tile * (c->o.g.tensors[c->w].dims[0] / c->ntiles);
+        b->t[c->w] = w + r0 * c->wrow;
+        if (gw) b->t[c->gw] = gw + r0 * c->wrow;
+    }
+    b->ws = calloc((size_t)(info.ws_bytes / 4 + 1), sizeof(float));
+    for (int i = 0; i < n; i++) emu(&c->o.k[i], b);
+    if (info.err_off >= 0) ck_assert_int_eq(((int32_t *)b->ws)[info.err_off / 4], 0);
+    free(b->ws);
+    b->t[c->w] = w;
+    if (gw) b->t[c->gw] = gw;
+}
+
+/* Runs the case whole and tiled from the same values; every tensor agrees. */
+static void tc_check(TileCase *c, int ntiles, const char *what) {
+    Bufs whole, tiled;
+    tc_fill(c, &whole, 11);
+    tc_fill(c, &tiled, 11);
+    c->ntiles = 0;
+    tc_run(c, c->fwd, 0, &whole);
+    tc_run(c, c->bwd, 0, &whole);
+    c->ntiles = ntiles;
+    for (int t = 0; t < ntiles; t++) tc_run(c, c->fwd, t, &tiled);
+    for (int t = 0; t < ntiles; t++) tc_run(c, c->bwd, t, &tiled);
+    for (int i = 0; i < c->nts; i++) {
+        int t = c->ts[i];
+        if (t == c->ids) continue;
+        for (int64_t j = 0; j < c->tn[i]; j++)
+            ck_assert_msg(fabsf(whole.t[t][j] - tiled.t[t][j]) <= 1e-5f * (1 + fabsf(whole.t[t][j])),
+                          "%s, %d tiles: %s[%lld] whole %g, tiled %g", what, ntiles, c->o.g.tensors[t].name, (long long)j,
+                          (double)whole.t[t][j], (double)tiled.t[t][j]);
+    }
+    for (int i = 0; i < 64; i++) {
+        free(whole.t[i]);
+        free(tiled.t[i]);
+    }
+    ck_assert_int_eq(c->o.d.errors, 0);
+}
+
+static int tc_bwd_of(TileCase *c, int fi, int nfin, int nin_extra, const int *extra, int nout, const int *outs) {
+    GOp bw = c->o.g.ops[fi];
+    bw.kind = OP_BWD;
+    bw.fwd = fi;
+    bw.nfin = nfin;
+    for (int i = 0; i < nin_extra; i++) bw.in[nfin + i] = extra[i];
+    bw.nin = nfin + nin_extra;
+    bw.nout = nout;
+    for (int i = 0; i < nout; i++) bw.out[i] = outs[i];
+    return graph_add_op(&c->o.g, &bw);
+}
+
+/* linear with bias (x [R, I] * w [I, O]; w's rows, I, are the reduction dim) */
+START_TEST(tile_launches_linear) {
+    const int64_t R = 70, I = 6, O = 5;
+    TileCase c = {.ids = -1};
+    one_init(&c.o);
+    c.o.g.train.dtype = DT_F32;
+    int x = tc_t(&c, "x", TC_ACT, 2, R, I, 0, DT_F32), w = tc_t(&c, "w", TC_PARAM, 2, I, O, 0, DT_F32);
+    int bb = tc_t(&c, "b", TC_PARAM, 1, O, 0, 0, DT_F32), y = tc_t(&c, "y", TC_ACT, 2, R, O, 0, DT_F32);
+    int dy = tc_t(&c, "dy", TC_ACT, 2, R, O, 0, DT_F32), dx = tc_t(&c, "dx", TC_ACT, 2, R, I, 0, DT_F32);
+    int dw = tc_t(&c, "dw", TC_GRAD, 2, I, O, 0, DT_F32), db = tc_t(&c, "db", TC_GRAD, 1, O, 0, 0, DT_F32);
+    GOp f = cm_op(PRIM_LINEAR);
+    f.nin = 3;
+    f.in[0] = x;
+    f.in[1] = w;
+    f.in[2] = bb;
+    f.nout = 1;
+    f.out[0] = y;
+    c.fwd = graph_add_op(&c.o.g, &f);
+    int extra[2] = {y, dy}, outs[3] = {dx, dw, db};
+    c.bwd = tc_bwd_of(&c, c.fwd, 3, 2, extra, 3, outs);
+    c.w = w;
+    c.gw = dw;
+    c.wrow = O;
+    tc_check(&c, 2, "linear");
+    tc_check(&c, 3, "linear");
+    tc_check(&c, 6, "linear");
+    /* tile 1's launches: the columns of x and dx start at r0 = 3 elements, the bias is tile 0's */
+    ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, c.fwd, 1, 2, c.o.k, 64, NULL, &c.o.d), 1);
+    ck_assert_int_eq(c.o.k[0].args[1].off, 3 * 4);
+    ck_assert_int_eq(c.o.k[0].args[3].kind, CARG_NULL);
+    ck_assert_ptr_nonnull(strstr(c.o.k[0].comment, ", tile 1 of 2: y += x[:, 3:6]*w_t"));
+    ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, c.bwd, 1, 2, c.o.k, 64, NULL, &c.o.d), 2); /* db at tile 0 only */
+    ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, c.bwd, 0, 2, c.o.k, 64, NULL, &c.o.d), 4);
+    one_free(&c.o);
+}
+END_TEST
+
+/* matmul a [S, M, K] * b, b [K, N] (rows: the reduction dim) or [N, K] with
+ * transpose_b (rows: output columns) */
+START_TEST(tile_launches_matmul) {
+    int tb = _i;
+    const int64_t S = 2, M = 3, K = 4, N = 6;
+    TileCase c = {.ids = -1};
+    one_init(&c.o);
+    c.o.g.train.dtype = DT_F32;
+    int a = tc_t(&c, "a", TC_ACT, 3, S, M, K, DT_F32);
+    int b = tb ? tc_t(&c, "b", TC_PARAM, 2, N, K, 0, DT_F32) : tc_t(&c, "b", TC_PARAM, 2, K, N, 0, DT_F32);
+    int y = tc_t(&c, "c", TC_ACT, 3, S, M, N, DT_F32), dc = tc_t(&c, "dc", TC_ACT, 3, S, M, N, DT_F32);
+    int da = tc_t(&c, "da", TC_ACT, 3, S, M, K, DT_F32);
+    int db = tb ? tc_t(&c, "db", TC_GRAD, 2, N, K, 0, DT_F32) : tc_t(&c, "db", TC_GRAD, 2, K, N, 0, DT_F32);
+    GOp f = cm_op(PRIM_MATMUL);
+    f.nin = 2;
+    f.in[0] = a;
+    f.in[1] = b;
+    f.nout = 1;
+    f.out[0] = y;
+    f.iattr[1] = tb;
+    c.fwd = graph_add_op(&c.o.g, &f);
+    int extra[2] = {y, dc}, outs[2] = {da, db};
+    c.bwd = tc_bwd_of(&c, c.fwd, 2, 2, extra, 2, outs);
+    c.w = b;
+    c.gw = db;
+    c.wrow = tb ? K : N;
+    tc_check(&c, 2, tb ? "matmul transpose_b" : "matmul");
+    tc_check(&c, tb ? 3 : 4, tb ? "matmul transpose_b" : "matmul");
+    /* a tiled matmul with transpose_a is refused, naming the op */
+    c.o.g.ops[c.fwd].iattr[0] = 1;
+    int e0 = c.o.d.errors;
+    ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, c.fwd, 0, 2, c.o.k, 64, NULL, &c.o.d), -1);
+    ck_assert_int_eq(c.o.d.errors, e0 + 1);
+    ck_assert_ptr_nonnull(strstr(c.o.d.items[c.o.d.len - 1].msg, "op 0 fwd matmul, tile 0 of 2: a tiled matmul with transpose_a is not supported"));
+    one_free(&c.o);
+}
+END_TEST
+
+/* embedding (table [V, D] cut by vocabulary rows) */
+START_TEST(tile_launches_embedding) {
+    const int64_t V = 12, D = 5, B = 3, T = 7;
+    TileCase c = {0};
+    one_init(&c.o);
+    c.o.g.train.dtype = DT_F32;
+    int tab = tc_t(&c, "table", TC_PARAM, 2, V, D, 0, DT_F32), ids = tc_t(&c, "ids", TC_INPUT, 2, B, T, 0, DT_I32);
+    int y = tc_t(&c, "y", TC_ACT, 3, B, T, D, DT_F32), dy = tc_t(&c, "dy", TC_ACT, 3, B, T, D, DT_F32);
+    int dt = tc_t(&c, "dtable", TC_GRAD, 2, V, D, 0, DT_F32);
+    c.ids = ids;
+    c.V = V;
+    GOp f = cm_op(PRIM_EMBEDDING);
+    f.nin = 2;
+    f.in[0] = tab;
+    f.in[1] = ids;
+    f.nout = 1;
+    f.out[0] = y;
+    c.fwd = graph_add_op(&c.o.g, &f);
+    int extra[2] = {y, dy}, outs[1] = {dt};
+    c.bwd = tc_bwd_of(&c, c.fwd, 2, 2, extra, 1, outs);
+    c.w = tab;
+    c.gw = dt;
+    c.wrow = D;
+    tc_check(&c, 2, "embedding");
+    tc_check(&c, 3, "embedding");
+    tc_check(&c, 4, "embedding");
+    /* the forward's error word is where the whole op's is */
+    CudaOpInfo wi, ti;
+    ck_assert_int_eq(cuda_gen_op(&c.o.cg, &c.o.g, c.fwd, c.o.k, 64, &wi, &c.o.d), 2);
+    ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, c.fwd, 2, 3, c.o.k, 64, &ti, &c.o.d), 2);
+    ck_assert_int_eq(ti.err_off, wi.err_off);
+    ck_assert_str_eq(ti.err_what, "embedding id");
+    /* 5 tiles do not divide 12 rows; a gelu is not tiled */
+    int e0 = c.o.d.errors;
+    ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, c.fwd, 0, 5, c.o.k, 64, NULL, &c.o.d), -1);
+    ck_assert_ptr_nonnull(strstr(c.o.d.items[c.o.d.len - 1].msg, "5 tiles do not divide the 12 rows of table"));
+    GOp g = cm_op(PRIM_GELU);
+    g.nin = 1;
+    g.in[0] = y;
+    g.nout = 1;
+    g.out[0] = dy;
+    int gi = graph_add_op(&c.o.g, &g);
+    ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, gi, 0, 2, c.o.k, 64, NULL, &c.o.d), -1);
+    ck_assert_msg(strstr(c.o.d.items[c.o.d.len - 1].msg, "fwd gelu, tile 0 of 2: only linear, matmul and embedding ops are tiled"), "%s", c.o.d.items[c.o.d.len - 1].msg);
+    ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, c.fwd, 2, 2, c.o.k, 64, NULL, &c.o.d), -1);
+    ck_assert_ptr_nonnull(strstr(c.o.d.items[c.o.d.len - 1].msg, "tile 2 of 2: no such tile"));
+    ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, c.fwd, 0, 1, c.o.k, 64, NULL, &c.o.d), -1);
+    ck_assert_int_eq(c.o.d.errors, e0 + 4);
+    one_free(&c.o);
+}
+END_TEST
+
 START_TEST(utility_launches) {
     One o;
     one_init(&o);
@@ -581,11 +842,6 @@ START_TEST(utility_launches) {
     one_free(&o);
 }
 END_TEST
-
-static int rnd_int(unsigned *s, int n) {
-    *s = *s * 1103515245u + 12345u;
-    return (int)((*s >> 8) % (unsigned)n);
-}
 
 /* Random ops over random tensors: every call either lowers the op or reports
  * an error; none crashes (the suite also runs under ASan and UBSan). */
@@ -628,6 +884,9 @@ START_TEST(random_ops_never_crash) {
             for (int k = 0; k < n && k < 64; k++) ck_assert_ptr_nonnull(strstr(o.k[k].source, o.k[k].entry));
             lowered++;
         }
+        /* and one tile of it, as a tiled kernel instruction would ask (crash-free; these rarely tile) */
+        int e1 = o.d.errors, tn = cuda_gen_op_tile(&o.cg, &o.g, id, RND(3), 1 + RND(3), o.k, 64, NULL, &o.d);
+        ck_assert(tn < 0 ? o.d.errors > e1 : o.d.errors == e1);
     }
 #undef RND
     ck_assert_int_gt(lowered, 50);
@@ -694,6 +953,9 @@ int main(void) {
     tcase_add_test(t, example_models_lower);
     tcase_add_loop_test(t, matmul_launches_compute_the_products, 0, 4);
     tcase_add_test(t, linear_launches_compute_the_products);
+    tcase_add_test(t, tile_launches_linear);
+    tcase_add_loop_test(t, tile_launches_matmul, 0, 2);
+    tcase_add_test(t, tile_launches_embedding);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
