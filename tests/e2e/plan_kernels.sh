@@ -1,7 +1,8 @@
 #!/bin/sh
 # zinfc embeds the CUDA kernels of a GPU plan: every unit compiled by NVRTC
 # for sm_80 and sm_90 (no GPU needed), listed by zinfdump --kernels with
-# the ptxas report and every op's launches; --kernel-src writes each unit's
+# the ptxas report and every op's launches (and a tiled plan's tile
+# launches); --kernel-src writes each unit's
 # source under the name the launches use; two compilations give
 # byte-identical plans (the second from the cache); a model the kernels
 # cannot serve is a clear error with the way out.
@@ -31,6 +32,28 @@ else echo "FAIL: launches listing"; grep -A1 "fwd linear @block.0.attn\| adam:" 
 if grep -A1 "^  utility axpy f32:" "$W/k" | grep -q "zk_axpy <<<.*>>> (_, _, [0-9]*, 1) elementwise-" &&
    ! grep -q "^  utility axpy bf16:" "$W/k"; then echo "ok   one utility axpy, for f32"
 else echo "FAIL: utility axpy"; grep -A1 "utility" "$W/k"; fail=1; fi
+# tiled weights: each tiled kernel instruction's tile gets its launches, listed after its op's, with
+# the tile's columns as byte offsets; the tiles need no units the untiled plan lacks
+cat > "$W/tiled.zl" <<ZL
+import "$(pwd)/examples/gpt2-tiny"
+plan { whole_below = 1000; tiles "*.mlp.w*" = 2; tiles "wte" = 4 }
+ZL
+if "$B/bin/zinfc" "$W/tiled.zl" --target h200 -o "$W/t.plan" > "$W/tout" 2>&1 && "$B/bin/zinfdump" "$W/t.plan" --kernels > "$W/tk"; then
+  ntc=$(sed -n 's/^[0-9]* launches: [0-9]* for [0-9]* ops, [0-9]* for \([0-9]*\) tiles of tiled ops, .*/\1/p' "$W/tk")
+  nt=$(grep -c "^    tile [0-9]* of [0-9]*" "$W/tk")
+  # gpt2-tiny: 4 layers x 2 MLP linears x 2 tiles x (fwd, recompute, bwd) = 48, and wte's embedding and head matmul x 4 tiles x (fwd, bwd) = 16
+  if [ "$ntc" = "$nt" ] && [ "$nt" -eq 64 ] &&
+     awk '/^  op [0-9]+ fwd linear @block.0.mlp: 1 launch$/ { for (i = 0; i < 5; i++) { getline; print } exit }' "$W/tk" > "$W/tl" &&
+     sed -n 2p "$W/tl" | grep -q "^    tile 0 of 2: 1 launch$" &&
+     sed -n 3p "$W/tl" | grep -q "^      [0-9]*: zk_gemm <<<.*>>> (%[0-9]*, %[0-9]*, block.0.mlp.w1, block.0.mlp.b1, 256, 512, 64, 128, 512, 512, .*, 1, 0) gemm-" &&
+     grep -A4 "^    tile 1 of 2: 1 launch$" "$W/tl" | grep -q "^      [0-9]*: zk_gemm <<<.*>>> (%[0-9]*, %[0-9]*+256B, block.0.mlp.w1, NULL, 256, 512, 64, .*, 1, 1) gemm-" &&
+     grep -q "^      [0-9]*: zk_embed_fwd_tile <<<.*>>> (%[0-9]*, wte, tokens, 256, 192, 64, 256, 128, 0, ws+0) embedding-" "$W/tk" &&
+     grep -q "^      [0-9]*: zk_embed_bwd_tile <<<.*>>> (grad.wte, d%[0-9]*, tokens, 256, 64, 64, 128) embedding-" "$W/tk" &&
+     grep -q "^      [0-9]*: zk_gemm <<<.*>>> (%[0-9]*+512B, %[0-9]*, wte, NULL, 256, 64, 128, " "$W/tk" &&
+     [ "$(grep -c " sm_80 " "$W/tk")" = "$n80" ]; then
+    echo "ok   $nt tile launch lists (MLP linears by 2, wte's embedding and head by 4), no extra units"
+  else echo "FAIL: tile launches listing ($ntc tile entries, $nt listed)"; cat "$W/tl"; grep -m3 "tile\|_tile" "$W/tk"; fail=1; fi
+else echo "FAIL: zinfc or zinfdump on a tiled plan"; cat "$W/tout"; fail=1; fi
 # --kernel-src: exactly the units the plan embeds and its launches name, by the same names
 grep " sm_80 " "$W/k" | awk '{print $1}' | sort > "$W/units"
 ls "$W/src" | sort > "$W/files"
