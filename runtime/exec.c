@@ -711,6 +711,13 @@ void rt_memory_report(const Rt *r, FILE *out) {
             (unsigned long long)r->scratch_bytes, PLAN_NQUEUES);
 }
 
+/* m without a leading "rank R: " of this rank (the caller names it). */
+static const char *unranked(const Rt *r, const char *m) {
+    char own[32];
+    int ol = snprintf(own, sizeof own, "rank %d: ", r->c->rank);
+    return strncmp(m, own, (size_t)ol) ? m : m + ol;
+}
+
 int rt_step(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, int accum, RtStepStats *st,
             char *err, size_t n) {
     const Plan *p = r->p;
@@ -733,14 +740,14 @@ int rt_step(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, 
         }
         if (qrun_range(&r->q, b0, b1)) {
             if (r->cu) rtc_abort(r); /* before anything waits on the GPU */
-            return fail(err, n, "rank %d, step %lld: %s", r->c->rank, (long long)r->step + 1, r->q.err);
+            return fail(err, n, "rank %d, step %lld: %s", r->c->rank, (long long)r->step + 1, unranked(r, r->q.err));
         }
         /* Under CUDA the range has been enqueued, not run: wait for it (and
          * collect its losses and error words) before the next reuses buffers. */
         char cerr[512];
         if (r->cu && rtc_range_end(r, b0, b1, cerr, sizeof cerr)) {
             rtc_abort(r);
-            return fail(err, n, "rank %d, step %lld: %s", r->c->rank, (long long)r->step + 1, cerr);
+            return fail(err, n, "rank %d, step %lld: %s", r->c->rank, (long long)r->step + 1, unranked(r, cerr));
         }
     }
     double loss[2] = {r->loss_sum, (double)r->loss_n};

@@ -115,8 +115,13 @@ static int wait_streams(Rt *r, char *err, size_t n) {
         for (unsigned spin = 0;; spin++) {
             CUresult rc = cu->x.drv.StreamQuery(cu->x.stream[q]);
             if (rc == CUDA_SUCCESS) break;
-            if (rc != CUDA_ERROR_NOT_READY)
-                return cudrv_fail(&cu->x.drv, rc, "cuStreamQuery", __FILE__, __LINE__, r->c->rank, err, n);
+            if (rc != CUDA_ERROR_NOT_READY) {
+                char why[384];
+                cudrv_fail(&cu->x.drv, rc, "cuStreamQuery", __FILE__, __LINE__, r->c->rank, why, sizeof why);
+                /* errors of asynchronous work surface here, not at their launch */
+                return fail(err, n, "%s: work queued on the %s stream in this range failed (compute-sanitizer zinfrun ... names the kernel)",
+                            why, plan_queue_names[q]);
+            }
             if (cu->g_open && gpucomm_check(&cu->g, err, n)) return -1;
             if (now_s() - t0 > cu->timeout_s)
                 return fail(err, n,
@@ -141,8 +146,11 @@ static int order_deps(Rt *r, const PlanInstr *in, bool on_stream, char *err, siz
             if (r->p->instrs[j].queue == in->queue) continue; /* stream order */
             CUX_CHECK(&cu->x, cu->x.drv.StreamWaitEvent(cu->x.stream[in->queue], cu->x.ev_end[j], 0), err, n);
         } else {
-            char what[96];
-            snprintf(what, sizeof what, "instruction %u (%s)", j, plan_opcode_names[r->p->instrs[j].op]);
+            char what[160];
+            const PlanInstr *dj = &r->p->instrs[j];
+            bool named = dj->op != PI_KERNEL && dj->arg >= 0 && (uint32_t)dj->arg < r->p->ntensors;
+            snprintf(what, sizeof what, "instruction %u (%s%s%s on the %s stream)", j, plan_opcode_names[dj->op],
+                     named ? " " : "", named ? r->p->tensors[dj->arg].name : "", plan_queue_names[dj->queue]);
             if (wait_event(r, cu->x.ev_end[j], what, err, n)) return -1;
         }
     }

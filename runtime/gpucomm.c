@@ -101,7 +101,9 @@ void gpucomm_close(GpuComm *g, bool abort) {
         if (abort) g->CommAbort(g->comm);
         else g->CommDestroy(g->comm);
     }
-    if (g->lib) dlclose(g->lib);
+    /* After an abort NCCL's own threads (and collectives the abort released)
+     * may still be running its code: the library stays mapped until exit. */
+    if (g->lib && !abort) dlclose(g->lib);
     int rank = g->rank, size = g->size;
     memset(g, 0, sizeof *g);
     g->rank = rank;

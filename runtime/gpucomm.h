@@ -40,7 +40,8 @@ typedef struct GpuComm {
  * ("rank 1: NCCL is not installed: libnccl.so.2: cannot open shared object
  * file"). On failure nothing stays open. */
 int gpucomm_open(GpuComm *g, Comm *c, char *err, size_t errlen);
-/* abort: ncclCommAbort (a peer failed, or a wait timed out), else destroy. */
+/* abort: ncclCommAbort (a peer failed, or a wait timed out; the library then
+ * stays loaded), else ncclCommDestroy and dlclose. */
 void gpucomm_close(GpuComm *g, bool abort);
 /* ncclCommGetAsyncError: 0, or -1 with NCCL's text. */
 int gpucomm_check(GpuComm *g, char *err, size_t errlen);

@@ -97,11 +97,15 @@ static int die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    if (C.size > 1) fprintf(stderr, "zinfrun: rank %d: ", C.rank);
-    else fprintf(stderr, "zinfrun: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    char m[2048];
+    vsnprintf(m, sizeof m, fmt, ap);
     va_end(ap);
+    /* messages from below may already name the rank: say it once */
+    char own[32];
+    int ol = snprintf(own, sizeof own, "rank %d", C.rank);
+    bool named = !strncmp(m, own, (size_t)ol) && (m[ol] == ':' || m[ol] == ',');
+    if (C.size > 1 && !named) fprintf(stderr, "zinfrun: rank %d: %s\n", C.rank, m);
+    else fprintf(stderr, "zinfrun: %s\n", m);
     fflush(stderr);
     if (C.size > 1) comm_abort(&C, 1);
     return 1;
