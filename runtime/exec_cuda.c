@@ -40,6 +40,7 @@ struct RtCuda {
     int32_t *adam_op;             /* per tensor: its OP_ADAM, -1 */
     int32_t *err_slot;            /* per instruction: index into errw, -1 */
     int32_t *tile_code;           /* per instruction: its PlanTileCode, -1 */
+    double *hstart;               /* per host instruction: when its waits for the GPU ended */
     int32_t *errw;                /* pinned: 3 int32 per slot */
     int nerr;
     float *loss;                  /* pinned: one per loss kernel of the step */
@@ -393,6 +394,7 @@ int rtc_instr(void *ctx, uint32_t i, int worker, char *err, size_t n) {
     bool on_stream = cu->dev[i];
     if (order_deps(r, in, on_stream, err, n)) return -1;
     if (!on_stream) {
+        cu->hstart[i] = qrun_now(&r->q); /* busy from here: waiting for the GPU is not the queue's work */
         if (in->op == PI_INPUT && in_gpu(r, rt_opnd(r, in, 0))) return host_input(r, in, err, n);
         if (in->op == PI_GRAD_NORM) return host_grad_norm(r, in, worker, err, n);
         return rt_host_instr(r, i, worker, err, n);
@@ -476,7 +478,8 @@ int rtc_create(Rt *r, char *err, size_t n) {
     cu->adam_op = malloc(sizeof *cu->adam_op * (p->ntensors ? p->ntensors : 1));
     cu->err_slot = malloc(sizeof *cu->err_slot * (p->ninstrs ? p->ninstrs : 1));
     cu->tile_code = malloc(sizeof *cu->tile_code * (p->ninstrs ? p->ninstrs : 1));
-    if (!cu->dev || !cu->adam_op || !cu->err_slot || !cu->tile_code) return fail(err, n, "out of memory");
+    cu->hstart = calloc(p->ninstrs ? p->ninstrs : 1, sizeof *cu->hstart);
+    if (!cu->dev || !cu->adam_op || !cu->err_slot || !cu->tile_code || !cu->hstart) return fail(err, n, "out of memory");
     for (uint32_t i = 0; i < p->ninstrs; i++) cu->tile_code[i] = -1;
     for (uint32_t t = 0; t < p->ntensors; t++) cu->adam_op[t] = -1;
     for (uint32_t k = 0; k < p->nops; k++)
@@ -495,7 +498,7 @@ int rtc_create(Rt *r, char *err, size_t n) {
         cu->err_slot[i] = -1;
         if (!cu->dev[i]) continue;
         if (in->op == PI_KERNEL || in->op == PI_GPU_ADAM || in->op == PI_ACCUM) launches[in->queue] = true;
-        if (in->op == PI_KERNEL && in->ntiles <= 1 && p->op_code[in->arg].err_off >= 0) cu->err_slot[i] = cu->nerr++;
+        if (in->op == PI_KERNEL && p->op_code[in->arg].err_off >= 0) cu->err_slot[i] = cu->nerr++;
         if (in->op == PI_ALLGATHER || in->op == PI_REDUCE_SCATTER) {
             nccl[in->queue] = true;
             launches[in->queue] = true; /* the accumulation after a reduce-scatter */
@@ -588,6 +591,7 @@ void rtc_destroy(Rt *r) {
     free(cu->adam_op);
     free(cu->err_slot);
     free(cu->tile_code);
+    free(cu->hstart);
     free(cu);
     r->cu = NULL;
 }
@@ -648,6 +652,7 @@ int rtc_range_end(Rt *r, uint32_t b0, uint32_t b1, char *err, size_t n) {
         const PlanInstr *in = &p->instrs[i];
         if (!cu->dev[i]) {
             QrunTiming *t = &r->q.timing[i];
+            if (cu->hstart[i] > t->start && cu->hstart[i] <= t->end) t->start = cu->hstart[i];
             if (in->queue < PLAN_NQUEUES && t->end > t->start) cu->busy[in->queue] += t->end - t->start;
             continue;
         }

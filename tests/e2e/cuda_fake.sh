@@ -4,7 +4,8 @@
 # fake NCCL of tests/fakecuda (streams with their own threads, events, copies
 # when the stream reaches them, NCCL over MPI) and the plan's own CUDA
 # kernels on the host emulator of tests/gpu/emu.c. Each configuration's
-# losses must match the host backend running the same plan (f32, relative
+# losses must match the host backend running the same plan (untiled, and
+# with the MLP weights and the embedding table cut into tiles) (f32, relative
 # 2e-4 per step: the GPU kernels sum in another order). Then the error paths:
 # a plan without code for the device, a failing allocation, a hung NCCL peer.
 # $1: the build directory.
@@ -28,10 +29,12 @@ runfake() { # ranks args...
     -x FAKECUDA_FAIL -x FAKECUDA_ARCH -x FAKENCCL_HANG -x FAKENCCL_ASYNC_ERROR -x ZINF_COMM_TIMEOUT "$B/bin/zinfrun" "$@" < /dev/null
 }
 export FAKECUDA_FAIL="" FAKENCCL_HANG="" FAKENCCL_ASYNC_ERROR="" ZINF_COMM_TIMEOUT=300
-# model ranks params optimizer grads
-while read -r model ranks params opt grads; do
+# model ranks params optimizer grads tiles
+while read -r model ranks params opt grads tiles; do
   [ -z "$model" ] && continue
   name="$model-$ranks-$params-$opt-$grads"
+  tl=""
+  if [ "${tiles:-1}" -gt 1 ]; then name="$name-t$tiles"; tl="tiles \"*.mlp.w*\" = $tiles; tiles \"wte\" = $tiles"; fi
   cat > "$W/$name.zl" <<ZL
 import "$ROOT/tests/e2e/models/$model"
 target fake { nodes = 1; gpus_per_node = $ranks
@@ -39,7 +42,7 @@ target fake { nodes = 1; gpus_per_node = $ranks
   cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2 }
   nvme { paths = ["$W"]; read = 1 GB/s; write = 1 GB/s; capacity = 4 GiB }
   net { bandwidth = 10 GB/s; latency_us = 5 } }
-plan { params = "$params"; optimizer = "$opt"; grads = "$grads"; whole_below = 1000 }
+plan { params = "$params"; optimizer = "$opt"; grads = "$grads"; whole_below = 1000; $tl }
 ZL
   mkdir -p "$W/src-$name"
   if ! "$B/bin/zinfc" "$W/$name.zl" --kernels=sm_90 --kernel-src="$W/src-$name" -o "$W/$name.plan" > "$W/$name.zinfc" 2>&1; then
@@ -68,9 +71,10 @@ sys.exit(0 if ok else 1)
 PY
   then echo "ok   $name"; else echo "FAIL $name: cuda losses differ from the host backend's (host/cuda above)"; fail=1; fi
 done <<EOF2
-gpt-micro 1 gpu gpu gpu
-gpt-micro 2 nvme nvme cpu
-llama-micro 2 gpu gpu gpu
+gpt-micro 1 gpu gpu gpu 1
+gpt-micro 2 nvme nvme cpu 1
+llama-micro 2 gpu gpu gpu 1
+gpt-micro 2 cpu cpu cpu 2
 EOF2
 
 P="$W/gpt-micro-1-gpu-gpu-gpu.plan"

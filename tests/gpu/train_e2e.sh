@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/gpu/train_e2e.sh [--bundle DIR] [--model NAME] [--steps N] [--compare K]
+# tests/gpu/train_e2e.sh [--bundle DIR] [--model NAME] [--steps N] [--compare K] [--fake BUILD]
 #
 # zinfrun's CUDA backend end to end on one GPU (an H200 by default; the
 # target is examples/targets/h200.zl with this machine's arch):
@@ -15,22 +15,29 @@
 # The binaries come from `make` when it works here, else from a bundle that
 # tests/gpu/bundle.sh packed on the development machine (carry it). Exit 0 =
 # every step ran and the losses agree. Budget: under 8 minutes on one H200.
+# --fake BUILD rehearses the script without a GPU: the fake driver and NCCL
+# of tests/fakecuda (built in BUILD) stand in, each plan's kernels are
+# prepared for the host emulator; use a small model (tests/e2e/gpu_script.sh
+# runs it so, with --model ../tests/e2e/models/gpt-micro).
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 ROOT=$(pwd)
-BUNDLE="" MODEL=gpt2-small STEPS=20 K=3
+BUNDLE="" MODEL=gpt2-small STEPS=20 K=3 FAKE=
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE=$2; shift 2 ;;
     --model) MODEL=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --compare) K=$2; shift 2 ;;
+    --fake) FAKE=$2; shift 2 ;;
     *) echo "train_e2e: unknown option $1" >&2; exit 2 ;;
   esac
 done
 if [ -n "$BUNDLE" ]; then
   BIN="$BUNDLE/bin"
   export LD_LIBRARY_PATH="$ROOT/$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+elif [ -n "$FAKE" ]; then
+  BIN="$FAKE/bin"
 else
   make -j"$(nproc)" all > /tmp/zinf-make.log 2>&1 || { tail -20 /tmp/zinf-make.log; echo "train_e2e: make failed; pack a bundle with tests/gpu/bundle.sh"; exit 2; }
   BIN=build/bin
@@ -50,6 +57,10 @@ arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | he
 arch=sm_${arch:-90}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
 "$BIN/zinftok" /usr/share/common-licenses/GPL-3 "$ROOT/README.md" "$ROOT"/docs/*.md -o "$W/train.bin" > /dev/null || exit 2
+RUNCUDA=""
+if [ -n "$FAKE" ]; then
+  RUNCUDA="env LD_LIBRARY_PATH=$ROOT/$FAKE/fakecuda:$LD_LIBRARY_PATH FAKECUDA_UNITS=$ROOT/$FAKE/fakecuda/units"
+fi
 fail=0
 for where in cpu nvme; do
   sed "s#/tmp/zinf-nvme#$W/nvme#; s#arch = \"sm_90\"#arch = \"$arch\"#" examples/targets/h200.zl > "$W/t.zl"
@@ -60,12 +71,17 @@ $(grep -v '^#' "$W/t.zl")
 plan { params = "$where"; optimizer = "$where"; grads = "cpu" }
 ZL
   t0=$(date +%s)
-  if ! "$BIN/zinfc" "$W/$where.zl" --kernels="$arch" -o "$W/$where.plan" > "$W/$where.zinfc" 2>&1; then
+  mkdir -p "$W/src"
+  if ! "$BIN/zinfc" "$W/$where.zl" --kernels="$arch" --kernel-src="$W/src" -o "$W/$where.plan" > "$W/$where.zinfc" 2>&1; then
     echo "FAIL $where: zinfc"; tail -20 "$W/$where.zinfc"; fail=1; continue
+  fi
+  if [ -n "$FAKE" ]; then
+    "$FAKE/fakecuda/fakecuda_prep" "$W/$where.plan" "$W/src" "$arch" "$FAKE/fakecuda/units" > "$W/prep.log" 2>&1 ||
+      { cat "$W/prep.log"; fail=1; continue; }
   fi
   echo "== $MODEL, parameters and optimizer state in $where memory: compiled in $(( $(date +%s) - t0 )) s"
   "$BIN/zinfdump" "$W/$where.plan" | head -12
-  if ! timeout 240 "$BIN/zinfrun" "$W/$where.plan" --data "$W/train.bin" --backend cuda --steps "$STEPS" --nvme "$W/nvme" \
+  if ! timeout 240 $RUNCUDA "$BIN/zinfrun" "$W/$where.plan" --data "$W/train.bin" --backend cuda --steps "$STEPS" --nvme "$W/nvme" \
        --losses "$W/$where.cuda" --trace "$W/$where.trace.json" > "$W/$where.out" 2>&1 < /dev/null; then
     echo "FAIL $where: zinfrun --backend cuda"; tail -30 "$W/$where.out"; fail=1; continue
   fi
