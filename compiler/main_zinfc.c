@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "arena.h"
 #include "memmodel.h"
@@ -196,6 +197,12 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
     const char *archs = o->kernels && strcmp(o->kernels, "auto") ? o->kernels : (strcmp(t.backend, "host") ? "sm_80,sm_90" : "none");
     if (o->output && strcmp(archs, "none")) {
         EmbedStats es;
+        /* --kernel-src names a directory to fill: make it (one level), as -o makes its file */
+        if (o->kernel_src && mkdir(o->kernel_src, 0777) != 0 && errno != EEXIST) {
+            fprintf(stderr, "zinfc: --kernel-src=%s: cannot create the directory: %s\n", o->kernel_src, strerror(errno));
+            plan_free(r.plan);
+            return 1;
+        }
         if (!kernels_embed(r.plan, g, archs, o->kernel_src, src, t.gpu_sms, d, &es)) {
             plan_free(r.plan);
             return 1;

@@ -62,6 +62,20 @@ has "ok: m: 128 parameters"
 expect 1 "ZINF_STDLIB honoured" env ZINF_STDLIB="$T/lib" "$Z" --check examples/gpt2-tiny.zl
 has "error:"
 
+# --kernel-src makes its directory; one it cannot make is a clear error
+cat > "$T/k.zl" <<ZL
+import "$(pwd)/tests/e2e/models/gpt-micro"
+target g { nodes = 1; gpus_per_node = 1; gpu { memory = 1 GiB; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "sm_90"; sms = 8 }
+  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2 }
+  net { bandwidth = 10 GB/s; latency_us = 5 } }
+ZL
+if [ -e /usr/local/cuda/lib64/libnvrtc.so ] || command -v nvcc > /dev/null 2>&1; then
+  expect 0 "--kernel-src makes its directory" "$Z" "$T/k.zl" --kernels=sm_90 --kernel-src="$T/ksrc" -o "$T/k.plan"
+  [ "$(ls "$T/ksrc" | grep -c '\.cu$')" -ge 5 ] || { echo "FAIL: --kernel-src wrote $(ls "$T/ksrc" | wc -l) files"; fail=1; }
+  expect 1 "--kernel-src in a missing parent" "$Z" "$T/k.zl" --kernels=sm_90 --kernel-src="$T/no/such" -o "$T/k.plan"
+  has "cannot create the directory"
+fi
+
 # errors: exit 1, every error listed, never colour into a file
 printf 'model m(t: i32[B, 4]) {\n  y = gelu(tt)\n  z = silu(uu)\n  loss y\n}\n' > "$T/bad.zl"
 expect 1 "two errors" "$Z" --check "$T/bad.zl"
