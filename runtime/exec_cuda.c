@@ -109,30 +109,38 @@ static int wait_event(Rt *r, CUevent ev, const char *what, char *err, size_t n) 
     }
 }
 
-static int wait_streams(Rt *r, char *err, size_t n) {
+/* Polls stream q until it drains, NCCL reports an error, or the deadline
+ * (never cuStreamSynchronize mid-step: a stream waiting on a collective of a
+ * dead peer would block forever). */
+static int wait_stream(Rt *r, int q, double t0, char *err, size_t n) {
     RtCuda *cu = r->cu;
-    double t0 = now_s();
-    for (int q = 0; q < PLAN_NQUEUES; q++) {
-        for (unsigned spin = 0;; spin++) {
-            CUresult rc = cu->x.drv.StreamQuery(cu->x.stream[q]);
-            if (rc == CUDA_SUCCESS) break;
-            if (rc != CUDA_ERROR_NOT_READY) {
-                char why[384];
-                cudrv_fail(&cu->x.drv, rc, "cuStreamQuery", __FILE__, __LINE__, r->c->rank, why, sizeof why);
-                /* errors of asynchronous work surface here, not at their launch */
-                return fail(err, n, "%s: work queued on the %s stream in this range failed (compute-sanitizer zinfrun ... names the kernel)",
-                            why, plan_queue_names[q]);
-            }
-            if (cu->g_open && gpucomm_check(&cu->g, err, n)) return -1;
-            if (now_s() - t0 > cu->timeout_s)
-                return fail(err, n,
-                            "rank %d: the %s stream did not drain in %.0f s (a peer rank died or hangs?); set "
-                            "ZINF_COMM_TIMEOUT to wait longer",
-                            r->c->rank, plan_queue_names[q], cu->timeout_s);
-            struct timespec ts = {0, spin < 100 ? 20000 : 500000};
-            nanosleep(&ts, NULL);
+    for (unsigned spin = 0;; spin++) {
+        CUresult rc = cu->x.drv.StreamQuery(cu->x.stream[q]);
+        if (rc == CUDA_SUCCESS) return 0;
+        if (rc != CUDA_ERROR_NOT_READY) {
+            char why[384];
+            cudrv_fail(&cu->x.drv, rc, "cuStreamQuery", __FILE__, __LINE__, r->c->rank, why, sizeof why);
+            /* errors of asynchronous work surface here, not at their launch */
+            return fail(err, n,
+                        "%s: work queued on the %s stream in this range failed (compute-sanitizer zinfrun ... names "
+                        "the kernel)",
+                        why, plan_queue_names[q]);
         }
+        if (cu->g_open && gpucomm_check(&cu->g, err, n)) return -1;
+        if (now_s() - t0 > cu->timeout_s)
+            return fail(err, n,
+                        "rank %d: the %s stream did not drain in %.0f s (a peer rank died or hangs?); set "
+                        "ZINF_COMM_TIMEOUT to wait longer",
+                        r->c->rank, plan_queue_names[q], cu->timeout_s);
+        struct timespec ts = {0, spin < 100 ? 20000 : 500000};
+        nanosleep(&ts, NULL);
     }
+}
+
+static int wait_streams(Rt *r, char *err, size_t n) {
+    double t0 = now_s();
+    for (int q = 0; q < PLAN_NQUEUES; q++)
+        if (wait_stream(r, q, t0, err, n)) return -1;
     return 0;
 }
 
@@ -337,7 +345,7 @@ static int host_input(Rt *r, const PlanInstr *in, char *err, size_t n) {
     memcpy(cu->input, src, o->bytes);
     CUstream s = cu->x.stream[in->queue];
     CUX_CHECK(&cu->x, cu->x.drv.MemcpyHtoDAsync(dev_addr(r, o), cu->input, o->bytes, s), err, n);
-    CUX_CHECK(&cu->x, cu->x.drv.StreamSynchronize(s), err, n); /* the staging is reused by the next input */
+    if (wait_stream(r, in->queue, now_s(), err, n)) return -1; /* the staging is reused by the next input */
     r->bytes[in->queue] += o->bytes;
     return 0;
 }
@@ -361,7 +369,10 @@ static int host_grad_norm(Rt *r, const PlanInstr *in, int worker, char *err, siz
         if (!gp) {
             if (o->bytes > r->scratch_bytes) return fail(err, n, "grad_norm scratch too small");
             if (in_gpu(r, o)) {
-                if (cux_d2h_sync(&cu->x, r->scratch[worker], dev_addr(r, o), o->bytes, err, n)) return -1;
+                /* pageable destination: the copy is synchronous, its stream idle (the waits are done) */
+                CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(r->scratch[worker], dev_addr(r, o), o->bytes, cu->x.stream[in->queue]),
+                          err, n);
+                if (wait_stream(r, in->queue, now_s(), err, n)) return -1;
             } else if (rtio_read(&r->io, r->p->buffers[o->buffer].offset + o->offset, r->scratch[worker], o->bytes, err, n)) {
                 return -1;
             }
@@ -378,7 +389,10 @@ static int host_grad_norm(Rt *r, const PlanInstr *in, int worker, char *err, siz
     r->skip = !isfinite(r->grad_norm);
     const PlanOperand *o = rt_opnd(r, in, in->nopnd - 1);
     float v = (float)scaled;
-    if (in_gpu(r, o)) return cux_h2d_sync(&cu->x, dev_addr(r, o), &v, sizeof v, err, n);
+    if (in_gpu(r, o)) {
+        CUX_CHECK(&cu->x, cu->x.drv.MemcpyHtoDAsync(dev_addr(r, o), &v, sizeof v, cu->x.stream[in->queue]), err, n);
+        return wait_stream(r, in->queue, now_s(), err, n);
+    }
     uint8_t *np = rt_opnd_ptr(r, o);
     if (np) memcpy(np, &v, sizeof v);
     return 0;
