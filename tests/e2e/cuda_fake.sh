@@ -6,7 +6,8 @@
 # kernels on the host emulator of tests/gpu/emu.c. Each configuration's
 # losses must match the host backend running the same plan (untiled, and
 # with the MLP weights and the embedding table cut into tiles) (f32, relative
-# 2e-4 per step: the GPU kernels sum in another order). Then the error paths:
+# 2e-4 per step: the GPU kernels sum in another order), on micro models and
+# on examples/gpt2-tiny. Then the error paths:
 # a plan without code for the device, a failing allocation, a hung NCCL peer.
 # $1: the build directory.
 B=${1:-build}
@@ -35,8 +36,10 @@ while read -r model ranks params opt grads tiles; do
   name="$model-$ranks-$params-$opt-$grads"
   tl=""
   if [ "${tiles:-1}" -gt 1 ]; then name="$name-t$tiles"; tl="tiles \"*.mlp.w*\" = $tiles; tiles \"wte\" = $tiles"; fi
+  src="$ROOT/tests/e2e/models/$model"
+  [ -f "$src.zl" ] || src="$ROOT/examples/$model"
   cat > "$W/$name.zl" <<ZL
-import "$ROOT/tests/e2e/models/$model"
+import "$src"
 target fake { nodes = 1; gpus_per_node = $ranks
   gpu { memory = 1 GiB; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "sm_90"; sms = 8 }
   cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2 }
@@ -75,6 +78,7 @@ gpt-micro 1 gpu gpu gpu 1
 gpt-micro 2 nvme nvme cpu 1
 llama-micro 2 gpu gpu gpu 1
 gpt-micro 2 cpu cpu cpu 2
+gpt2-tiny 1 cpu gpu gpu 1
 EOF2
 
 P="$W/gpt-micro-1-gpu-gpu-gpu.plan"
