@@ -455,7 +455,10 @@ static int exec_grad_norm(Rt *r, const PlanInstr *in, int worker, char *err, siz
         const uint8_t *gp = rt_opnd_ptr(r, o);
         if (!gp) {
             if (o->bytes > r->scratch_bytes) return fail(err, n, "grad_norm scratch too small");
-            if (rtio_read(&r->io, nvme_off(r, o), r->scratch[worker], o->bytes, err, n)) return -1;
+            bool dev = r->cu && r->p->buffers[o->buffer].arena == ARENA_GPU;
+            if (dev ? rtc_copy_from_gpu(r, in->queue, o, r->scratch[worker], err, n)
+                    : rtio_read(&r->io, nvme_off(r, o), r->scratch[worker], o->bytes, err, n))
+                return -1;
             gp = r->scratch[worker];
         }
         for (int64_t i = 0; i < ne; i++) {
@@ -468,8 +471,13 @@ static int exec_grad_norm(Rt *r, const PlanInstr *in, int worker, char *err, siz
     r->grad_norm = norm;
     r->skip = !isfinite(norm);
     const PlanOperand *o = rt_opnd(r, in, in->nopnd - 1);
+    /* The GPU Adam (zk_adam) reads the norm of the scaled gradients; the
+     * CPU Adam takes r->grad_norm. */
+    float v = (float)(r->cu ? sqrt(ss) : norm);
+    if (r->cu && o->buffer >= 0 && r->p->buffers[o->buffer].arena == ARENA_GPU)
+        return rtc_copy_to_gpu(r, in->queue, o, &v, sizeof v, err, n);
     uint8_t *np = rt_opnd_ptr(r, o);
-    if (np) ((float *)np)[0] = (float)norm;
+    if (np) memcpy(np, &v, sizeof v);
     return 0;
 }
 

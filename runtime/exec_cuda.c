@@ -343,59 +343,21 @@ static int host_input(Rt *r, const PlanInstr *in, char *err, size_t n) {
     if (!src) return fail(err, n, "input %d has no data", in->arg);
     if (o->bytes > cu->input_bytes) return fail(err, n, "input staging too small");
     memcpy(cu->input, src, o->bytes);
-    CUstream s = cu->x.stream[in->queue];
-    CUX_CHECK(&cu->x, cu->x.drv.MemcpyHtoDAsync(dev_addr(r, o), cu->input, o->bytes, s), err, n);
-    if (wait_stream(r, in->queue, now_s(), err, n)) return -1; /* the staging is reused by the next input */
     r->bytes[in->queue] += o->bytes;
-    return 0;
+    /* waited for: the staging is reused by the next input */
+    return rtc_copy_to_gpu(r, in->queue, o, cu->input, o->bytes, err, n);
 }
 
-/* The global gradient norm, as the host backend computes it (squares summed
- * in f64 over this rank's shards, whole tensors counted on rank 0, then
- * all-reduced), with device-resident gradients copied out first. The GPU
- * Adam reads the norm of the scaled gradients. */
-static int host_grad_norm(Rt *r, const PlanInstr *in, int worker, char *err, size_t n) {
+int rtc_copy_from_gpu(Rt *r, int q, const PlanOperand *o, void *dst, char *err, size_t n) {
     RtCuda *cu = r->cu;
-    double ss = 0;
-    for (uint32_t k = 0; k + 1 < in->nopnd; k++) {
-        const PlanOperand *o = rt_opnd(r, in, k);
-        if (o->buffer < 0) continue;
-        int t = r->p->buffers[o->buffer].tensor;
-        if (t < 0) continue;
-        if (!rt_tensor_partitioned(r, t) && r->c->rank != 0) continue;
-        int dt = r->p->tensors[t].dtype;
-        int64_t ne = (int64_t)(o->bytes / rt_dsz(dt));
-        const uint8_t *gp = rt_opnd_ptr(r, o);
-        if (!gp) {
-            if (o->bytes > r->scratch_bytes) return fail(err, n, "grad_norm scratch too small");
-            if (in_gpu(r, o)) {
-                /* pageable destination: the copy is synchronous, its stream idle (the waits are done) */
-                CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(r->scratch[worker], dev_addr(r, o), o->bytes, cu->x.stream[in->queue]),
-                          err, n);
-                if (wait_stream(r, in->queue, now_s(), err, n)) return -1;
-            } else if (rtio_read(&r->io, r->p->buffers[o->buffer].offset + o->offset, r->scratch[worker], o->bytes, err, n)) {
-                return -1;
-            }
-            gp = r->scratch[worker];
-        }
-        for (int64_t e = 0; e < ne; e++) {
-            double v = rt_elem_get(gp, dt, e);
-            ss += v * v;
-        }
-    }
-    if (comm_allreduce_sum_f64(r->c, &ss, 1)) return fail(err, n, "%s", comm_last_error(r->c));
-    double scaled = sqrt(ss);
-    r->grad_norm = scaled / r->loss_scale;
-    r->skip = !isfinite(r->grad_norm);
-    const PlanOperand *o = rt_opnd(r, in, in->nopnd - 1);
-    float v = (float)scaled;
-    if (in_gpu(r, o)) {
-        CUX_CHECK(&cu->x, cu->x.drv.MemcpyHtoDAsync(dev_addr(r, o), &v, sizeof v, cu->x.stream[in->queue]), err, n);
-        return wait_stream(r, in->queue, now_s(), err, n);
-    }
-    uint8_t *np = rt_opnd_ptr(r, o);
-    if (np) memcpy(np, &v, sizeof v);
-    return 0;
+    CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(dst, dev_addr(r, o), o->bytes, cu->x.stream[q]), err, n);
+    return wait_stream(r, q, now_s(), err, n);
+}
+
+int rtc_copy_to_gpu(Rt *r, int q, const PlanOperand *o, const void *src, size_t bytes, char *err, size_t n) {
+    RtCuda *cu = r->cu;
+    CUX_CHECK(&cu->x, cu->x.drv.MemcpyHtoDAsync(dev_addr(r, o), src, bytes, cu->x.stream[q]), err, n);
+    return wait_stream(r, q, now_s(), err, n);
 }
 
 /* ---- dispatch ---- */
@@ -410,7 +372,6 @@ int rtc_instr(void *ctx, uint32_t i, int worker, char *err, size_t n) {
     if (!on_stream) {
         cu->hstart[i] = qrun_now(&r->q); /* busy from here: waiting for the GPU is not the queue's work */
         if (in->op == PI_INPUT && in_gpu(r, rt_opnd(r, in, 0))) return host_input(r, in, err, n);
-        if (in->op == PI_GRAD_NORM) return host_grad_norm(r, in, worker, err, n);
         return rt_host_instr(r, i, worker, err, n);
     }
     CUstream s = cu->x.stream[in->queue];

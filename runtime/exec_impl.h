@@ -61,6 +61,10 @@ int rtc_instr(void *ctx, uint32_t i, int worker, char *err, size_t errlen);
 int rtc_home_read(Rt *r, uint64_t addr, void *dst, uint64_t bytes, char *err, size_t errlen);
 int rtc_home_write(Rt *r, uint64_t addr, const void *src, uint64_t bytes, char *err, size_t errlen);
 void rtc_step_begin(Rt *r);
+/* Mid-step copies between an operand in GPU memory and host memory, on
+ * queue q's stream, waited for against the job's deadline. */
+int rtc_copy_from_gpu(Rt *r, int q, const PlanOperand *o, void *dst, char *err, size_t errlen);
+int rtc_copy_to_gpu(Rt *r, int q, const PlanOperand *o, const void *src, size_t bytes, char *err, size_t errlen);
 /* After a range of the stream: waits for the GPU, collects losses, error words, timings. */
 int rtc_range_end(Rt *r, uint32_t begin, uint32_t end, char *err, size_t errlen);
 double rtc_busy_seconds(const Rt *r, int q);
