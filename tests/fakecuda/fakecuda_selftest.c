@@ -476,12 +476,14 @@ static void check_hang(int R) {
     CHECK(ae == (rank == 0 ? ncclRemoteError : ncclSuccess), "async error %d after collective 1", ae);
     NOK(nc.AllGather((void *)(buf + (size_t)rank * 4096), (void *)buf, 1024, ncclFloat32, comm, s)); /* in place */
     OK(d.EventRecord(ev, s));
-    int pending = 1;
-    for (int t = 0; t < 40 && pending; t++) { /* 400 ms: the executor's timeout, in small */
-        pending = d.EventQuery(ev) == CUDA_ERROR_NOT_READY;
+    int pending = 1, t = 0;
+    CUresult q = CUDA_ERROR_NOT_READY;
+    for (; t < 40 && pending; t++) { /* 400 ms: the executor's timeout, in small */
+        q = d.EventQuery(ev);
+        pending = q == CUDA_ERROR_NOT_READY;
         sleep_ms(10);
     }
-    CHECK(pending, "the hung collective completed");
+    CHECK(pending, "the hung collective completed (cuEventQuery %d after %d polls)", (int)q, t);
     double t0 = MPI_Wtime();
     NOK(nc.CommAbort(comm));
     OK(d.EventSynchronize(ev));
