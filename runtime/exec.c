@@ -443,9 +443,12 @@ bool rt_tensor_partitioned(const Rt *r, int t) {
 
 static int exec_grad_norm(Rt *r, const PlanInstr *in, int worker, char *err, size_t n) {
     double ss = 0;
+    int on_gpu = r->cu ? rtc_grad_sumsq(r, in, worker, &ss, err, n) : 0; /* the GPU-resident shards, summed there */
+    if (on_gpu < 0) return -1;
     for (uint32_t k = 0; k + 1 < in->nopnd; k++) {
         const PlanOperand *o = rt_opnd(r, in, k);
         if (o->buffer < 0) continue;
+        if (on_gpu && r->p->buffers[o->buffer].arena == ARENA_GPU) continue;
         int t = r->p->buffers[o->buffer].tensor;
         if (t < 0) continue;
         /* A whole (unpartitioned) gradient is the same on every rank: count it once. */

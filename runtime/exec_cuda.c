@@ -38,6 +38,7 @@ struct RtCuda {
     uint64_t cs_bytes;
     uint8_t *dev;                 /* per instruction: 1 = enqueued on a stream */
     int32_t *adam_op;             /* per tensor: its OP_ADAM, -1 */
+    int32_t gnorm_op;             /* the OP_GRAD_NORM, -1 */
     int32_t *err_slot;            /* per instruction: index into errw, -1 */
     int32_t *tile_code;           /* per instruction: its PlanTileCode, -1 */
     double *hstart;               /* per host instruction: when its waits for the GPU ended */
@@ -348,6 +349,57 @@ static int host_input(Rt *r, const PlanInstr *in, char *err, size_t n) {
     return rtc_copy_to_gpu(r, in->queue, o, cu->input, o->bytes, err, n);
 }
 
+/* The squares of the gradient shards in GPU memory, summed on the GPU by
+ * the plan's zk_sumsq_partial launches (one per gradient, SUMSQ blocks
+ * each, into the workspace), the partials then added in f64 here: the
+ * gradients never cross PCIe. Shards not in GPU memory, and whole tensors
+ * on ranks other than 0 (counted once), are bound with no elements. 1 when
+ * done, 0 when the plan has no such launches (the caller copies out). */
+int rtc_grad_sumsq(Rt *r, const PlanInstr *in, int worker, double *ss, char *err, size_t n) {
+    RtCuda *cu = r->cu;
+    const Plan *p = r->p;
+    if (cu->gnorm_op < 0 || !cu->ws[worker]) return 0;
+    CUdeviceptr *bt = cu->bind[worker];
+    int64_t *el = cu->elems[worker];
+    for (uint32_t t = 0; t < p->ntensors; t++)
+        if (p->tensors[t].cls == TC_GRAD) {
+            bt[t] = cu->ws[worker]; /* a valid address that nothing reads */
+            el[t] = 0;
+        }
+    for (uint32_t k = 0; k + 1 < in->nopnd; k++) {
+        const PlanOperand *o = rt_opnd(r, in, k);
+        if (!in_gpu(r, o)) continue;
+        int t = p->buffers[o->buffer].tensor;
+        if (t < 0) continue;
+        bt[t] = dev_addr(r, o);
+        el[t] = !rt_tensor_partitioned(r, t) && r->c->rank != 0 ? 0 : (int64_t)(o->bytes / rt_dsz(p->tensors[t].dtype));
+    }
+    const PlanOpCode *oc = &p->op_code[cu->gnorm_op];
+    CuxBind b = {.tensor = bt, .elems = el, .ws = cu->ws[worker], .rt = &cu->rt};
+    uint64_t end = 0;
+    CUstream s = cu->x.stream[in->queue];
+    for (uint32_t li = oc->first; li < oc->first + oc->count; li++) {
+        const PlanLaunch *l = &p->launches[li];
+        if (strcmp(l->entry, "zk_sumsq_partial")) continue; /* the final pass is this function's */
+        const PlanLaunchArg *slot = &p->launch_args[l->arg];
+        if (l->nargs < 3 || slot->kind != PARG_WS) return fail(err, n, "the plan's gradient norm launches have an unknown shape");
+        uint64_t e = (uint64_t)slot->i + 4ull * l->grid[0];
+        if (e > end) end = e;
+        if (cux_launch(&cu->x, p, li, &b, s, err, n)) return -1;
+    }
+    if (end > r->scratch_bytes) return 0;
+    float *part = (float *)r->scratch[worker];
+    CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(part, cu->ws[worker], end, s), err, n);
+    if (wait_stream(r, in->queue, now_s(), err, n)) return -1;
+    for (uint32_t li = oc->first; li < oc->first + oc->count; li++) {
+        const PlanLaunch *l = &p->launches[li];
+        if (strcmp(l->entry, "zk_sumsq_partial")) continue;
+        const float *q = part + p->launch_args[l->arg].i / 4;
+        for (uint32_t k = 0; k < l->grid[0]; k++) *ss += q[k];
+    }
+    return 1;
+}
+
 int rtc_copy_from_gpu(Rt *r, int q, const PlanOperand *o, void *dst, char *err, size_t n) {
     RtCuda *cu = r->cu;
     CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(dst, dev_addr(r, o), o->bytes, cu->x.stream[q]), err, n);
@@ -457,8 +509,11 @@ int rtc_create(Rt *r, char *err, size_t n) {
     if (!cu->dev || !cu->adam_op || !cu->err_slot || !cu->tile_code || !cu->hstart) return fail(err, n, "out of memory");
     for (uint32_t i = 0; i < p->ninstrs; i++) cu->tile_code[i] = -1;
     for (uint32_t t = 0; t < p->ntensors; t++) cu->adam_op[t] = -1;
-    for (uint32_t k = 0; k < p->nops; k++)
+    cu->gnorm_op = -1;
+    for (uint32_t k = 0; k < p->nops; k++) {
         if (p->ops[k].kind == OP_ADAM && p->ops[k].nin > 0 && p->ops[k].in[0] >= 0) cu->adam_op[p->ops[k].in[0]] = (int32_t)k;
+        if (p->ops[k].kind == OP_GRAD_NORM && p->op_code && p->op_code[k].count) cu->gnorm_op = (int32_t)k;
+    }
     for (int q = 0; q < PLAN_NQUEUES; q++) {
         cu->bind[q] = calloc(p->ntensors ? p->ntensors : 1, sizeof **cu->bind);
         cu->elems[q] = calloc(p->ntensors ? p->ntensors : 1, sizeof **cu->elems);

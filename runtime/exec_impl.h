@@ -63,6 +63,9 @@ int rtc_home_write(Rt *r, uint64_t addr, const void *src, uint64_t bytes, char *
 void rtc_step_begin(Rt *r);
 /* Mid-step copies between an operand in GPU memory and host memory, on
  * queue q's stream, waited for against the job's deadline. */
+/* Adds the squares of the GPU-resident gradient shards of a GRAD_NORM to
+ * *ss on the GPU: 1 done, 0 not possible (copy them out), -1 error. */
+int rtc_grad_sumsq(Rt *r, const PlanInstr *in, int worker, double *ss, char *err, size_t errlen);
 int rtc_copy_from_gpu(Rt *r, int q, const PlanOperand *o, void *dst, char *err, size_t errlen);
 int rtc_copy_to_gpu(Rt *r, int q, const PlanOperand *o, const void *src, size_t bytes, char *err, size_t errlen);
 /* After a range of the stream: waits for the GPU, collects losses, error words, timings. */

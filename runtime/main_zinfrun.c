@@ -234,7 +234,7 @@ int main(int argc, char **argv) {
             return die("%s", err);
         ran++;
         if (lossf) {
-            fprintf(lossf, "step %" PRId64 " loss %.9g\n", s + 1, st.loss);
+            fprintf(lossf, "step %" PRId64 " loss %.9g grad_norm %.9g\n", s + 1, st.loss, st.grad_norm);
             fflush(lossf);
         }
         if (isnan(first_loss)) first_loss = st.loss;

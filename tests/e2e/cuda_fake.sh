@@ -4,7 +4,7 @@
 # fake NCCL of tests/fakecuda (streams with their own threads, events, copies
 # when the stream reaches them, NCCL over MPI) and the plan's own CUDA
 # kernels on the host emulator of tests/gpu/emu.c. Each configuration's
-# losses must match the host backend running the same plan (untiled, and
+# losses and gradient norms must match the host backend running the same plan (untiled, and
 # with the MLP weights and the embedding table cut into tiles) (f32, relative
 # 2e-4 per step: the GPU kernels sum in another order), on micro models and
 # on examples/gpt2-tiny. Then the error paths:
@@ -66,10 +66,12 @@ ZL
   if [ "$ranks" -gt 1 ]; then grep -q "nccl" "$W/$name.cout" || { echo "FAIL $name: no NCCL line in the memory report"; fail=1; }; fi
   if python3 - "$W/$name.host" "$W/$name.cuda" <<'PY'
 import sys
-ref = [float(l.split()[3]) for l in open(sys.argv[1])]
-got = [float(l.split()[3]) for l in open(sys.argv[2])]
-ok = len(ref) == len(got) == 3 and all(abs(a - b) <= 2e-4 * abs(a) for a, b in zip(ref, got))
-print(" ".join("%.7f/%.7f" % (a, b) for a, b in zip(ref, got)))
+ref = [l.split() for l in open(sys.argv[1])]
+got = [l.split() for l in open(sys.argv[2])]
+# the loss (field 4) and the global gradient norm (field 6, clipping at 1.0 acts on it)
+ok = len(ref) == len(got) == 3 and all(abs(float(a[i]) - float(b[i])) <= 2e-4 * abs(float(a[i]))
+                                      for a, b in zip(ref, got) for i in (3, 5))
+print(" ".join("%.7f/%.7f (norm %.5f/%.5f)" % (float(a[3]), float(b[3]), float(a[5]), float(b[5])) for a, b in zip(ref, got)))
 sys.exit(0 if ok else 1)
 PY
   then echo "ok   $name"; else echo "FAIL $name: cuda losses differ from the host backend's (host/cuda above)"; fail=1; fi
