@@ -1434,7 +1434,7 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
     memset(&best, 0, sizeof best);
     memset(&cand, 0, sizeof cand);
     double best_time = INFINITY;
-    bool any_state_fit = false;
+    bool any_state_fit = false, any_pins_met = false;
     char last_why[512] = "";
     static const int order_p[] = {TIER_GPU, TIER_CPU, TIER_NVME};
     int tried = 0;
@@ -1459,6 +1459,7 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
                     bool pinned_out = false;
                     for (int c = 0; c < PC_COUNT; c++) pinned_out |= o->tier[c] >= 0 && o->tier[c] != cand.tier[c];
                     if (pinned_out) continue;
+                    any_pins_met = true;
                     if (!b.cap[ARENA_NVME] && (cand.tier[PC_PARAMS] == TIER_NVME || cand.tier[PC_OPTIMIZER] == TIER_NVME ||
                                                cand.tier[PC_CHECKPOINTS] == TIER_NVME))
                         continue;
@@ -1555,6 +1556,21 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
                 }
             }
     if (!out->plan) {
+        if (!any_pins_met) {
+            /* Gradients live where the optimizer steps: a pin against that
+             * rule leaves no candidate at all, whatever the memory. */
+            const char *gt = o->tier[PC_GRADS] >= 0 ? plan_tier_names[o->tier[PC_GRADS]] : NULL;
+            const char *ot = o->tier[PC_OPTIMIZER] >= 0 ? plan_tier_names[o->tier[PC_OPTIMIZER]] : NULL;
+            if (gt && o->tier[PC_GRADS] == TIER_GPU)
+                diag_error(d, SPAN_NONE, "grads = \"gpu\" needs optimizer = \"gpu\"%s%s%s: gradients stay where the optimizer steps",
+                           ot ? " (the plan block says \"" : "", ot ? ot : "", ot ? "\")" : "");
+            else if (gt && ot && o->tier[PC_OPTIMIZER] == TIER_GPU)
+                diag_error(d, SPAN_NONE, "optimizer = \"gpu\" keeps the gradients in GPU memory, but the plan block says grads = \"%s\"", gt);
+            else diag_error(d, SPAN_NONE, "no placement satisfies the plan block's pins");
+            diag_hint(d, "pin fewer classes in the plan block and let the planner choose the rest");
+            free(ex.s);
+            goto fail;
+        }
         if (!any_state_fit) {
             uint64_t gpu_all = b.cap[ARENA_GPU] * (uint64_t)b.R, cpu_all = b.cap[ARENA_CPU] * (uint64_t)b.R,
                      nvme_all = b.cap[ARENA_NVME] * (uint64_t)b.R;

@@ -197,6 +197,25 @@ START_TEST(bad_tile_pin) {
 }
 END_TEST
 
+/* Gradients live where the optimizer steps: pins against that are named as
+ * such, not reported as a shortage of memory. */
+START_TEST(contradictory_pins) {
+    Ctx *c = ctx_new(fx_small(), "host", 1);
+    c->o.tier[PC_OPTIMIZER] = TIER_CPU;
+    c->o.tier[PC_GRADS] = TIER_GPU;
+    ck_assert(!planner_run(&c->g, &c->t, &c->o, &c->a, &c->d, &c->r));
+    ck_assert_str_eq(first_error(c), "grads = \"gpu\" needs optimizer = \"gpu\" (the plan block says \"cpu\"): gradients "
+                                     "stay where the optimizer steps");
+    diag_free(&c->d);
+    diag_init(&c->d);
+    c->o.tier[PC_OPTIMIZER] = TIER_GPU;
+    c->o.tier[PC_GRADS] = TIER_NVME;
+    ck_assert(!planner_run(&c->g, &c->t, &c->o, &c->a, &c->d, &c->r));
+    ck_assert_str_eq(first_error(c), "optimizer = \"gpu\" keeps the gradients in GPU memory, but the plan block says grads = \"nvme\"");
+    ctx_free(c);
+}
+END_TEST
+
 START_TEST(infeasible_states) {
     FixtureShape s = fx_small();
     s.hidden = 2048;
@@ -430,6 +449,7 @@ int main(int argc, char **argv) {
     tcase_add_test(t, tiles_pinned);
     tcase_add_test(t, automatic_tiling);
     tcase_add_test(t, bad_tile_pin);
+    tcase_add_test(t, contradictory_pins);
     tcase_add_test(t, infeasible_states);
     tcase_add_test(t, size_independent_of_ranks);
     suite_add_tcase(s, t);
