@@ -23,11 +23,15 @@ export ZINF_CACHE_DIR="$B/fakecuda/nvrtc-cache"
 STEPS=3
 "$B/bin/zinftok" /usr/share/common-licenses/GPL-3 -o "$W/train.bin" > /dev/null || exit 1
 fail=0
+# Every stream operation first waits a random 0..200 us: an instruction
+# enqueued without the wait for a dependency on another stream then reads
+# stale data and the losses differ.
+JITTER=${ZINF_FAKE_JITTER_US:-200}
 runfake() { # ranks args...
   np=$1; shift
-  env LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$UNITS" FAKECUDA_DEVICES=2 \
+  env LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$UNITS" FAKECUDA_DEVICES=2 FAKECUDA_JITTER_US="$JITTER" \
     timeout 600 mpirun -np "$np" --oversubscribe -x LD_LIBRARY_PATH -x FAKECUDA_UNITS -x FAKECUDA_DEVICES \
-    -x FAKECUDA_FAIL -x FAKECUDA_ARCH -x FAKENCCL_HANG -x FAKENCCL_ASYNC_ERROR -x ZINF_COMM_TIMEOUT "$B/bin/zinfrun" "$@" < /dev/null
+    -x FAKECUDA_FAIL -x FAKECUDA_JITTER_US -x FAKECUDA_ARCH -x FAKENCCL_HANG -x FAKENCCL_ASYNC_ERROR -x ZINF_COMM_TIMEOUT "$B/bin/zinfrun" "$@" < /dev/null
 }
 export FAKECUDA_FAIL="" FAKENCCL_HANG="" FAKENCCL_ASYNC_ERROR="" ZINF_COMM_TIMEOUT=300
 # model ranks params optimizer grads tiles
