@@ -88,8 +88,9 @@ int cux_open(Cux *x, const Plan *p, const Comm *c, char *err, size_t n) {
     if (nlocal > x->drv.ndevices) {
         fail(err, n,
              "rank %d: %d ranks run on this node but it has %d GPU%s: each rank needs its own "
-             "(start %d ranks per node, or plan for fewer)",
-             c->rank, nlocal, x->drv.ndevices, x->drv.ndevices == 1 ? "" : "s", x->drv.ndevices);
+             "(start %d rank%s per node, or plan for fewer)",
+             c->rank, nlocal, x->drv.ndevices, x->drv.ndevices == 1 ? "" : "s", x->drv.ndevices,
+             x->drv.ndevices == 1 ? "" : "s");
         goto bad;
     }
     x->ordinal = local;

@@ -29,7 +29,7 @@ fail=0
 JITTER=${ZINF_FAKE_JITTER_US:-200}
 runfake() { # ranks args...
   np=$1; shift
-  env LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$UNITS" FAKECUDA_DEVICES=2 FAKECUDA_JITTER_US="$JITTER" \
+  env LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$UNITS" FAKECUDA_DEVICES="${DEVICES:-2}" FAKECUDA_JITTER_US="$JITTER" \
     timeout 600 mpirun -np "$np" --oversubscribe -x LD_LIBRARY_PATH -x FAKECUDA_UNITS -x FAKECUDA_DEVICES \
     -x FAKECUDA_FAIL -x FAKECUDA_JITTER_US -x FAKECUDA_ARCH -x FAKENCCL_HANG -x FAKENCCL_ASYNC_ERROR -x ZINF_COMM_TIMEOUT "$B/bin/zinfrun" "$@" < /dev/null
 }
@@ -120,6 +120,10 @@ if [ -f "$H" ]; then
     "$FAKE" "$UNITS" "$B/bin/zinfrun" "$H" "$W/train.bin" "$W"
   t1=$(date +%s)
   [ $((t1 - t0)) -lt 100 ] || { echo "FAIL the hung peer took $((t1 - t0)) s to end the job"; fail=1; }
+  DEVICES=1
+  expect "more ranks on a node than GPUs" "zinfrun: .*2 ranks run on this node but it has 1 GPU" runfake 2 "$H" \
+    --data "$W/train.bin" --nvme "$W" --backend cuda --steps 1
+  DEVICES=2
   FAKENCCL_ASYNC_ERROR=0:2
   expect "NCCL reports an asynchronous error" "zinfrun: .*ncclCommGetAsyncError" runfake 2 "$H" --data "$W/train.bin" --nvme "$W" \
     --backend cuda --steps 2
