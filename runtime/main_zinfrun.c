@@ -177,17 +177,29 @@ int main(int argc, char **argv) {
         }
     }
     RtOptions ro = {.backend = backend, .nvme_dir = o.nvme, .queue_depth = 32, .trace = o.trace != NULL};
+    /* From here every failure goes through `out`, which frees what exists. */
+    int status = 0;
+    TokReader tr;
+    bool have_data = false, have_cost = false;
+    int32_t *tok[64] = {0}, *tgt[64] = {0};
+    FILE *lossf = NULL;
+    CostResult cr;
+    memset(&cr, 0, sizeof cr);
+    int accum = p->train.grad_accum > 0 ? (int)p->train.grad_accum : 1;
+#define FAIL_RUN(...)                \
+    do {                             \
+        status = die(__VA_ARGS__);   \
+        goto out;                    \
+    } while (0)
     Rt *r = rt_create(p, &C, &ro, err, sizeof err);
-    if (!r) return die("%s", err);
+    if (!r) FAIL_RUN("%s", err);
     if (lead && !o.quiet) {
         printf("plan %s: model %s, %d rank%s, %u instructions per step\n", o.plan, p->model_name ? p->model_name : "?",
                p->ranks, p->ranks == 1 ? "" : "s", p->ninstrs);
         printf("memory per rank (allocated once, as planned):\n");
         rt_memory_report(r, stdout);
     }
-    CostResult cr;
-    memset(&cr, 0, sizeof cr);
-    bool have_cost = cost_simulate(p, &cr);
+    have_cost = cost_simulate(p, &cr);
 
     int64_t total = o.steps >= 0 ? o.steps : p->train.steps;
     int64_t start = 0;
@@ -195,43 +207,38 @@ int main(int argc, char **argv) {
         int64_t step = 0;
         char why[512] = "";
         int f = ckpt_find_latest(o.ckpt_dir, C.size, rt_plan_hash(r), &step, why, sizeof why, err, sizeof err);
-        if (f < 0) return die("%s", err);
+        if (f < 0) FAIL_RUN("%s", err);
         if (f == 0) {
             if (lead) printf("resume: no complete checkpoint in %s%s%s; starting from step 0\n", o.ckpt_dir, why[0] ? ": " : "", why);
         } else {
-            if (rt_checkpoint_load(r, o.ckpt_dir, step, err, sizeof err)) return die("%s", err);
+            if (rt_checkpoint_load(r, o.ckpt_dir, step, err, sizeof err)) FAIL_RUN("%s", err);
             start = rt_steps_done(r);
             if (lead) printf("resume: from step %" PRId64 " (%s/step-%08" PRId64 ")\n", start, o.ckpt_dir, step);
         }
     }
 
-    TokReader tr;
-    bool have_data = false;
     int64_t B = p->train.micro_batch > 0 ? p->train.micro_batch : 1;
     int64_t T = p->ninputs > 0 ? p->tensors[p->inputs[0]].dims[p->tensors[p->inputs[0]].rank - 1] : 0;
-    int accum = p->train.grad_accum > 0 ? (int)p->train.grad_accum : 1;
-    int32_t *tok[64], *tgt[64];
-    if (accum > 64) return die("grad_accum %d is more than 64", accum);
+    if (accum > 64) FAIL_RUN("grad_accum %d is more than 64", accum);
     if (start < total) {
-        if (tok_open(&tr, o.data, plan_vocab(p), err, sizeof err)) return die("%s", err);
+        if (tok_open(&tr, o.data, plan_vocab(p), err, sizeof err)) FAIL_RUN("%s", err);
         have_data = true;
         for (int a = 0; a < accum; a++) {
             tok[a] = malloc(sizeof(int32_t) * (size_t)(B * T));
             tgt[a] = malloc(sizeof(int32_t) * (size_t)(B * T));
-            if (!tok[a] || !tgt[a]) return die("out of memory for batches");
+            if (!tok[a] || !tgt[a]) FAIL_RUN("out of memory for batches");
         }
     }
-    FILE *lossf = NULL;
-    if (o.losses && lead && !(lossf = fopen(o.losses, "a"))) return die("cannot open %s: %s", o.losses, strerror(errno));
+    if (o.losses && lead && !(lossf = fopen(o.losses, "a"))) FAIL_RUN("cannot open %s: %s", o.losses, strerror(errno));
     double first_loss = NAN, last_loss = NAN, time_sum = 0;
     uint64_t bytes_sum[PLAN_NQUEUES] = {0};
     int64_t ran = 0;
     for (int64_t s = start; s < total; s++) {
         for (int a = 0; a < accum; a++)
-            if (tok_batch(&tr, C.rank, C.size, s * accum + a, B, T, tok[a], tgt[a], err, sizeof err)) return die("%s", err);
+            if (tok_batch(&tr, C.rank, C.size, s * accum + a, B, T, tok[a], tgt[a], err, sizeof err)) FAIL_RUN("%s", err);
         RtStepStats st;
         if (rt_step(r, (const int32_t *const *)tok, (const int32_t *const *)tgt, accum, &st, err, sizeof err))
-            return die("%s", err);
+            FAIL_RUN("%s", err);
         ran++;
         if (lossf) {
             fprintf(lossf, "step %" PRId64 " loss %.9g grad_norm %.9g\n", s + 1, st.loss, st.grad_norm);
@@ -253,12 +260,12 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
         if (o.ckpt_dir && o.ckpt_every > 0 && (s + 1) % o.ckpt_every == 0 && s + 1 < total) {
-            if (rt_checkpoint_save(r, o.ckpt_dir, "{}", err, sizeof err)) return die("%s", err);
+            if (rt_checkpoint_save(r, o.ckpt_dir, "{}", err, sizeof err)) FAIL_RUN("%s", err);
         }
     }
-    if (o.ckpt_dir && ran > 0 && rt_checkpoint_save(r, o.ckpt_dir, "{}", err, sizeof err)) return die("%s", err);
+    if (o.ckpt_dir && ran > 0 && rt_checkpoint_save(r, o.ckpt_dir, "{}", err, sizeof err)) FAIL_RUN("%s", err);
     if (o.export_path) {
-        if (rt_export_safetensors(r, o.export_path, err, sizeof err)) return die("%s", err);
+        if (rt_export_safetensors(r, o.export_path, err, sizeof err)) FAIL_RUN("%s", err);
         if (lead && !o.quiet) printf("exported the parameters to %s\n", o.export_path);
     }
     if (o.trace) {
@@ -267,7 +274,9 @@ int main(int argc, char **argv) {
         if (lead) snprintf(path, sizeof path, "%s", o.trace);
         else snprintf(path, sizeof path, "%s.rank%d", o.trace, C.rank);
         FILE *f = fopen(path, "w");
-        if (!f || rt_write_trace(r, f) || fclose(f)) return die("cannot write the trace %s: %s", path, strerror(errno));
+        if (!f) FAIL_RUN("cannot write the trace %s: %s", path, strerror(errno));
+        int bad = rt_write_trace(r, f);
+        if (fclose(f) || bad) FAIL_RUN("cannot write the trace %s: %s", path, strerror(errno));
     }
     if (lead) {
         if (ran > 0) {
@@ -292,14 +301,17 @@ int main(int argc, char **argv) {
             printf("done: nothing to train (%" PRId64 " of %" PRId64 " steps already done)\n", start, total);
         }
     }
-    if (have_data) {
-        tok_close(&tr);
-        for (int a = 0; a < accum; a++) { free(tok[a]); free(tgt[a]); }
+out:
+#undef FAIL_RUN
+    if (have_data) tok_close(&tr);
+    for (int a = 0; a < accum && a < 64; a++) {
+        free(tok[a]);
+        free(tgt[a]);
     }
     if (lossf) fclose(lossf);
     if (have_cost) cost_free(&cr);
     rt_destroy(r);
     plan_free(p);
     comm_finalize(&C);
-    return 0;
+    return status;
 }

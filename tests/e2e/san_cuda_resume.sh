@@ -2,7 +2,8 @@
 # The CUDA backend on one rank of the fake driver (tests/fakecuda), also run
 # under AddressSanitizer (san_*): checkpoints read and write state homes in
 # GPU memory; a run stopped after 2 steps and resumed gives step 3's loss bit
-# for bit as an uninterrupted run does, and --export writes the parameters.
+# for bit as an uninterrupted run does, and --export writes the parameters;
+# a kernel fault ends the run with its message and frees everything.
 # $1: the build directory.
 B=${1:-build}
 ROOT=$(pwd)
@@ -39,4 +40,10 @@ t = load_file(sys.argv[1])
 assert t['wte'].shape == (256, 64), t['wte'].shape
 assert abs(float(t['wte'].std()) - 0.02) < 0.005, t['wte'].std()
 " "$W/m.safetensors" || { echo "FAIL: the export does not load"; exit 1; }
-echo "san_cuda_resume: ok (step 3 loss $got, resumed = uninterrupted)"
+# A kernel fault mid-step: exit 1 with the driver's words, and (under the
+# sanitizers) nothing leaked on the way out (LeakSanitizer would exit 23).
+FAKECUDA_FAIL=kernel:7 run --steps 1 > "$W/k.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "zinfrun: .*CUDA_ERROR_LAUNCH_FAILED" "$W/k.out" ||
+  { cat "$W/k.out"; echo "FAIL: a kernel fault gave exit $rc"; exit 1; }
+echo "san_cuda_resume: ok (step 3 loss $got, resumed = uninterrupted; a kernel fault exits 1 cleanly)"
