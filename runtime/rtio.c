@@ -1,4 +1,5 @@
 #include "rtio.h"
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +48,17 @@ int rtio_register(RtIo *io, void *buf, size_t len, char *err, size_t n) {
     pthread_mutex_lock(&io->mu);
     NvmeStatus s = nvme_register_buffers(&io->e, bufs, lens, 1, &ne);
     pthread_mutex_unlock(&io->mu);
-    return s == NVME_OK ? 0 : fail_nvme(&ne, err, n);
+    if (s == NVME_OK) return 0;
+    if (ne.err == ENOMEM || ne.err == EPERM || ne.err == EFAULT || ne.err == EOPNOTSUPP) {
+        /* registration only saves the kernel pinning pages per request */
+        char m[sizeof io->unregistered];
+        fail_nvme(&ne, m, sizeof m);
+        const char *hint = ne.err == ENOMEM ? " (ulimit -l too low for the pinned arena?)" : "";
+        size_t keep = sizeof io->unregistered - strlen(hint) - 1;
+        snprintf(io->unregistered, sizeof io->unregistered, "%.*s%s", (int)keep, m, hint);
+        return 0;
+    }
+    return fail_nvme(&ne, err, n);
 }
 
 void rtio_close(RtIo *io, int remove_files) {
@@ -60,8 +71,9 @@ void rtio_close(RtIo *io, int remove_files) {
 
 const char *rtio_mode(const RtIo *io, char *buf, size_t n) {
     if (io->e.sync) snprintf(buf, n, "pread/pwrite (%s)", io->e.sync_reason);
-    else snprintf(buf, n, "io_uring, O_DIRECT, queue depth %d, %d path%s", io->e.queue_depth, io->e.npaths,
-                  io->e.npaths == 1 ? "" : "s");
+    else snprintf(buf, n, "io_uring, O_DIRECT, queue depth %d, %d path%s%s%s", io->e.queue_depth, io->e.npaths,
+                  io->e.npaths == 1 ? "" : "s", io->unregistered[0] ? "; pinned arena not registered: " : "",
+                  io->unregistered);
     return buf;
 }
 

@@ -24,11 +24,15 @@ typedef struct RtIo {
     uint8_t *bounce;      /* NVME_ALIGN-aligned */
     size_t bounce_bytes;
     int open;
+    char unregistered[192]; /* why the pinned arena is not registered (plain I/O then), "" */
 } RtIo;
 
 int rtio_open(RtIo *io, const char *const *dirs, int ndirs, int rank, uint64_t bytes, int queue_depth,
               char *err, size_t errlen);
-/* Registers one host region (the pinned arena) for fixed-buffer I/O. */
+/* Registers one host region (the pinned arena) for fixed-buffer I/O. A
+ * refusal by the kernel (RLIMIT_MEMLOCK for a non-root user, ENOMEM) is not
+ * an error: the same transfers then use plain reads and writes, and
+ * rtio_mode says so and why. */
 int rtio_register(RtIo *io, void *buf, size_t len, char *err, size_t errlen);
 void rtio_close(RtIo *io, int remove_files);
 int rtio_read(RtIo *io, uint64_t off, void *dst, uint64_t bytes, char *err, size_t errlen);

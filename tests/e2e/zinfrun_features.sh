@@ -45,4 +45,26 @@ import numpy as np
 assert all(np.array_equal(a[k], b[k]) for k in a), "resumed export differs from the straight one"
 print("ok   export: %d tensors load with safetensors; resumed and straight runs export the same values" % len(a))
 PY
+
+# An ordinary user's locked-memory limit refuses io_uring buffer
+# registration: the run goes on with plain O_DIRECT reads and writes and
+# says so (as root, checked as user nobody with ulimit -l 64).
+if [ "$(id -u)" = 0 ] && command -v su > /dev/null && su nobody -s /bin/sh -c "test -x '$B/bin/zinfrun'" 2> /dev/null; then
+  U=$(mktemp -d /tmp/zinf-memlock.XXXXXX) && chmod 777 "$U"
+  cat > "$U/m.zl" <<ZL
+import "$ROOT/tests/e2e/models/gpt-micro"
+target t { backend = "host"; ranks = 1; budget = 1 GiB
+  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2; flops = 20 G }
+  nvme { paths = ["$U"]; read = 1 GB/s; write = 1 GB/s; capacity = 4 GiB } }
+plan { params = "nvme"; optimizer = "nvme"; grads = "cpu" }
+ZL
+  "$B/bin/zinfc" "$U/m.zl" -o "$U/m.plan" > /dev/null && cp "$W/train.bin" "$U/" && chmod 644 "$U"/*
+  out=$(su nobody -s /bin/sh -c "ulimit -l 64; '$B/bin/zinfrun' '$U/m.plan' --data '$U/train.bin' --nvme '$U' --steps 1" 2>&1)
+  rc=$?
+  if [ $rc -eq 0 ] && echo "$out" | grep -q "pinned arena not registered: .*ulimit -l"; then echo "ok   memlock limit: plain O_DIRECT I/O, said so"
+  else echo "FAIL memlock limit: exit $rc"; echo "$out" | tail -5; fail=1; fi
+  rm -rf "$U"
+else
+  echo "skip memlock limit: needs root, su and a build user nobody can run"
+fi
 exit $fail
