@@ -181,8 +181,7 @@ int cux_alloc_device(Cux *x, size_t bytes, const char *what, CUdeviceptr *out, c
         return fail(err, n, "%s: %s (%s) on %s, %s free", why, what, plan_bytes_str(bytes, b, sizeof b), x->name,
                     plan_bytes_str(fr, f, sizeof f));
     }
-    x->dev_alloc[x->ndev] = *out;
-    x->dev_bytes[x->ndev++] = bytes;
+    x->dev_alloc[x->ndev++] = *out;
     x->dev_total += bytes;
     return 0;
 }
@@ -200,8 +199,7 @@ int cux_alloc_host(Cux *x, size_t bytes, const char *what, void **out, char *err
         return fail(err, n, "%s: %s (%s of page-locked host memory)", why, what, plan_bytes_str(bytes, b, sizeof b));
     }
     memset(*out, 0, bytes);
-    x->host_alloc[x->nhost] = *out;
-    x->host_bytes[x->nhost++] = bytes;
+    x->host_alloc[x->nhost++] = *out;
     return 0;
 }
 
@@ -253,19 +251,5 @@ int cux_launch(Cux *x, const Plan *p, uint32_t li, const CuxBind *b, CUstream s,
         return fail(err, n, "%s: %s of %s <<<%u,%u,%u / %u,%u,%u>>>", why, l->entry, l->unit, l->grid[0], l->grid[1],
                     l->grid[2], l->block[0], l->block[1], l->block[2]);
     }
-    return 0;
-}
-
-int cux_h2d_sync(Cux *x, CUdeviceptr dst, const void *src, size_t bytes, char *err, size_t n) {
-    if (!bytes) return 0;
-    CUX_CHECK(x, x->drv.MemcpyHtoDAsync(dst, src, bytes, x->stream[Q_H2D]), err, n);
-    CUX_CHECK(x, x->drv.StreamSynchronize(x->stream[Q_H2D]), err, n);
-    return 0;
-}
-
-int cux_d2h_sync(Cux *x, void *dst, CUdeviceptr src, size_t bytes, char *err, size_t n) {
-    if (!bytes) return 0;
-    CUX_CHECK(x, x->drv.MemcpyDtoHAsync(dst, src, bytes, x->stream[Q_D2H]), err, n);
-    CUX_CHECK(x, x->drv.StreamSynchronize(x->stream[Q_D2H]), err, n);
     return 0;
 }

@@ -34,10 +34,8 @@ typedef struct Cux {
     uint32_t nlaunches;
     /* every allocation, freed at close */
     CUdeviceptr dev_alloc[16];
-    size_t dev_bytes[16];
     int ndev;
     void *host_alloc[16];
-    size_t host_bytes[16];
     int nhost;
     size_t dev_total;            /* bytes allocated on the device */
 } Cux;
@@ -78,11 +76,6 @@ typedef struct CuxBind {
     int nf32;
 } CuxBind;
 int cux_launch(Cux *x, const Plan *p, uint32_t li, const CuxBind *b, CUstream s, char *err, size_t errlen);
-
-/* Synchronous copies for state loading and checkpoints (stream: the
- * compute queue's; the device is idle between steps). */
-int cux_h2d_sync(Cux *x, CUdeviceptr dst, const void *src, size_t bytes, char *err, size_t errlen);
-int cux_d2h_sync(Cux *x, void *dst, CUdeviceptr src, size_t bytes, char *err, size_t errlen);
 
 #define CUX_CHECK(x, call, err, n) CUDRV_CHECK(&(x)->drv, (x)->rank, call, err, n)
 

@@ -17,8 +17,7 @@
 #include "rtio.h"
 
 
-static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...) {
+int rt_fail(char *err, size_t n, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, n, fmt, ap);
@@ -32,7 +31,6 @@ double rt_busy_seconds(const Rt *r, int q) {
     return r->cu ? rtc_busy_seconds(r, q) : r->q.busy[q];
 }
 uint64_t rt_arena_bytes(const Rt *r, int k) { return r->arena_bytes[k]; }
-const char *rt_backend_name(const Rt *r) { return r->cu ? "cuda" : "host"; }
 uint64_t rt_gpu_memory_used(const Rt *r) { return r->cu ? rtc_gpu_memory_used(r) : 0; }
 
 double rt_step_flops(const Rt *r, int accum) {
@@ -159,7 +157,7 @@ static int init_state(Rt *r, char *err, size_t n) {
         const PlanTensor *t = &p->tensors[s->tensor];
         uint8_t *tmp = calloc(1, s->bytes ? s->bytes : 1);
         float *vals = malloc(sizeof(float) * (size_t)(s->tile_shard > 0 ? s->tile_shard : 1));
-        if (!tmp || !vals) { free(tmp); free(vals); return fail(err, n, "out of memory initialising %s", t->name); }
+        if (!tmp || !vals) { free(tmp); free(vals); return rt_fail(err, n, "out of memory initialising %s", t->name); }
         const PlanTensor *src = t;
         if (t->cls == TC_MASTER && t->param >= 0) src = &p->tensors[t->param];
         if (t->cls == TC_PARAM || t->cls == TC_MASTER) {
@@ -252,7 +250,7 @@ static int run_tiled(Rt *r, const GOp *o, const GOp *fo, void **tb, int tile, in
             if (tile == 0) memset(yp, 0, (size_t)g->tensors[y].numel * ye);
             for (int64_t i = 0; i < npos; i++) {
                 int64_t v = id[i] - r0;
-                if (id[i] < 0 || id[i] >= W->dims[0]) return fail(err, n, "embedding: id %d outside [0, %" PRId64 ")", id[i], W->dims[0]);
+                if (id[i] < 0 || id[i] >= W->dims[0]) return rt_fail(err, n, "embedding: id %d outside [0, %" PRId64 ")", id[i], W->dims[0]);
                 if (v < 0 || v >= rows) continue;
                 for (int64_t j = 0; j < cols; j++) rt_elem_set(yp, g->tensors[y].dtype, i * cols + j, rt_elem_get(tb[wt], W->dtype, v * cols + j));
             }
@@ -271,7 +269,7 @@ static int run_tiled(Rt *r, const GOp *o, const GOp *fo, void **tb, int tile, in
         return 0;
     }
     bool tb_flag = fo->prim == PRIM_MATMUL && fo->iattr[1];
-    if (fo->prim == PRIM_MATMUL && fo->iattr[0]) return fail(err, n, "tiled matmul with transpose_a is not supported");
+    if (fo->prim == PRIM_MATMUL && fo->iattr[0]) return rt_fail(err, n, "tiled matmul with transpose_a is not supported");
     int x = fo->in[0], y = fo->out[0];
     const GTensor *X = &g->tensors[x], *Y = &g->tensors[y];
     int64_t xr = X->numel / X->dims[X->rank - 1], xc = X->dims[X->rank - 1];
@@ -284,14 +282,14 @@ static int run_tiled(Rt *r, const GOp *o, const GOp *fo, void **tb, int tile, in
         /* The weight's rows are the reduction dim: this tile sees columns [r0, r0+rows) of x. */
         xs.dims[xs.rank - 1] = rows;
         xs.data = bump(&sc, (size_t)(xr * rows) * xe);
-        if (!xs.data) return fail(err, n, "tile scratch too small");
+        if (!xs.data) return rt_fail(err, n, "tile scratch too small");
         cols_copy(xs.data, tb[x], xr, xc, r0, rows, xe);
         if (!bwd) {
             ys.data = bump(&sc, (size_t)Y->numel * ye);
-            if (!ys.data) return fail(err, n, "tile scratch too small");
+            if (!ys.data) return rt_fail(err, n, "tile scratch too small");
             rc = fo->prim == PRIM_LINEAR ? hk_linear_fwd(&xs, &w, bias >= 0 && tile == 0 ? &bt : NULL, &ys, ws)
                                          : hk_matmul_fwd(&xs, &w, &ys, false, false, ws);
-            if (rc) return fail(err, n, "%s", hk_strerror(rc));
+            if (rc) return rt_fail(err, n, "%s", hk_strerror(rc));
             if (tile == 0) memcpy(tb[y], ys.data, (size_t)Y->numel * ye);
             else add_into(tb[y], Y->dtype, ys.data, Y->numel);
         } else {
@@ -302,12 +300,12 @@ static int run_tiled(Rt *r, const GOp *o, const GOp *fo, void **tb, int tile, in
             HkTensor dxs = xs, dwt = view(r, wt, dw >= 0 ? tb[dw] : NULL), dbt = {0};
             dwt.dims[0] = rows;
             dxs.data = dx >= 0 ? bump(&sc, (size_t)(xr * rows) * xe) : NULL;
-            if (dx >= 0 && !dxs.data) return fail(err, n, "tile scratch too small");
+            if (dx >= 0 && !dxs.data) return rt_fail(err, n, "tile scratch too small");
             if (db >= 0 && tile == 0 && tb[db]) dbt = view(r, db, tb[db]);
             rc = fo->prim == PRIM_LINEAR
                      ? hk_linear_bwd(&xs, &w, &dyt, dx >= 0 ? &dxs : NULL, dw >= 0 ? &dwt : NULL, dbt.data ? &dbt : NULL, ws)
                      : hk_matmul_bwd(&xs, &w, &dyt, dx >= 0 ? &dxs : NULL, dw >= 0 ? &dwt : NULL, false, false, ws);
-            if (rc) return fail(err, n, "%s", hk_strerror(rc));
+            if (rc) return rt_fail(err, n, "%s", hk_strerror(rc));
             if (dx >= 0) cols_add_back(tb[dx], g->tensors[dx].dtype, dxs.data, xr, xc, r0, rows);
         }
         return 0;
@@ -316,17 +314,17 @@ static int run_tiled(Rt *r, const GOp *o, const GOp *fo, void **tb, int tile, in
     ys.dims[ys.rank - 1] = rows;
     if (!bwd) {
         ys.data = bump(&sc, (size_t)(yr * rows) * ye);
-        if (!ys.data) return fail(err, n, "tile scratch too small");
+        if (!ys.data) return rt_fail(err, n, "tile scratch too small");
         HkTensor xa = view(r, x, tb[x]);
         rc = hk_matmul_fwd(&xa, &w, &ys, false, true, ws);
-        if (rc) return fail(err, n, "%s", hk_strerror(rc));
+        if (rc) return rt_fail(err, n, "%s", hk_strerror(rc));
         cols_put_back(tb[y], ys.data, yr, yc, r0, rows, ye);
         return 0;
     }
     int dy = o->in[fo->nin + fo->nout];
     HkTensor dys = ys;
     dys.data = bump(&sc, (size_t)(yr * rows) * ye);
-    if (!dys.data) return fail(err, n, "tile scratch too small");
+    if (!dys.data) return rt_fail(err, n, "tile scratch too small");
     cols_copy(dys.data, tb[dy], yr, yc, r0, rows, ye);
     int dx = o->out[0], dw = o->out[1];
     HkTensor xa = view(r, x, tb[x]);
@@ -334,13 +332,13 @@ static int run_tiled(Rt *r, const GOp *o, const GOp *fo, void **tb, int tile, in
     HkTensor dwt = view(r, wt, dw >= 0 ? tb[dw] : NULL);
     dwt.dims[0] = rows;
     rc = hk_matmul_bwd(&xa, &w, &dys, dx >= 0 ? &dxt : NULL, dw >= 0 ? &dwt : NULL, false, true, ws);
-    if (rc) return fail(err, n, "%s", hk_strerror(rc));
+    if (rc) return rt_fail(err, n, "%s", hk_strerror(rc));
     return 0;
 }
 
 static int exec_kernel(Rt *r, const PlanInstr *in, int worker, char *err, size_t n) {
     const Plan *p = r->p;
-    if (in->arg < 0 || (uint32_t)in->arg >= p->nops) return fail(err, n, "kernel of op %d outside the plan", in->arg);
+    if (in->arg < 0 || (uint32_t)in->arg >= p->nops) return rt_fail(err, n, "kernel of op %d outside the plan", in->arg);
     const GOp *o = &r->g.ops[in->arg];
     void **tb = r->table[worker];
     uint32_t k = 0;
@@ -351,12 +349,12 @@ static int exec_kernel(Rt *r, const PlanInstr *in, int worker, char *err, size_t
     int rc = 0;
     if (o->kind == OP_LOSS_GRAD) {
         void *d = tb[o->out[0]];
-        if (!d) return fail(err, n, "loss_grad without its output");
+        if (!d) return rt_fail(err, n, "loss_grad without its output");
         rt_elem_set(d, r->g.tensors[o->out[0]].dtype, 0, (double)r->loss_grad * r->loss_scale);
         return 0;
     }
     int f = o->kind == OP_FWD ? in->arg : o->fwd;
-    if (f < 0 || f >= r->g.nops) return fail(err, n, "op %d names no forward op", in->arg);
+    if (f < 0 || f >= r->g.nops) return rt_fail(err, n, "op %d names no forward op", in->arg);
     const GOp *fo = &r->g.ops[f];
     if (in->ntiles > 1) {
         rc = run_tiled(r, o, fo, tb, in->tile, in->ntiles, r->ws[f], worker, err, n);
@@ -367,7 +365,7 @@ static int exec_kernel(Rt *r, const PlanInstr *in, int worker, char *err, size_t
         rc = hk_op_forward(&r->g, o, tb, r->ws[f], r->ws_bytes[f]);
     }
     if (rc) {
-        return fail(err, n, "%s %s (op %d%s%s): %s", op_kind_names[o->kind], prim_names[o->prim], in->arg,
+        return rt_fail(err, n, "%s %s (op %d%s%s): %s", op_kind_names[o->kind], prim_names[o->prim], in->arg,
                     o->scope && *o->scope ? " in " : "", o->scope ? o->scope : "", hk_strerror(rc));
     }
     if (o->kind == OP_FWD && o->out[0] == p->loss && tb[p->loss] && in->tile == in->ntiles - 1) {
@@ -384,18 +382,18 @@ static int to_f32(float *dst, const void *src, int dt, int64_t n) {
     return 0;
 }
 
-static int comm_err(Rt *r, char *err, size_t n) { return fail(err, n, "%s", comm_last_error(r->c)); }
+static int comm_err(Rt *r, char *err, size_t n) { return rt_fail(err, n, "%s", comm_last_error(r->c)); }
 
 static int exec_allgather(Rt *r, const PlanInstr *in, int worker, char *err, size_t n) {
     const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
     uint8_t *sp = rt_opnd_ptr(r, s), *dp = rt_opnd_ptr(r, d);
-    if (!sp || !dp) return fail(err, n, "allgather operands must be in memory");
+    if (!sp || !dp) return rt_fail(err, n, "allgather operands must be in memory");
     uint64_t sb = s->bytes, tb = d->bytes, R = (uint64_t)r->c->size;
     if (sb * R == tb) {
         if (comm_allgather(r->c, sp, dp, sb)) return comm_err(r, err, n);
     } else {
         /* The last rank's slice is padded: gather into scratch, keep the tile's bytes. */
-        if (sb * R > r->scratch_bytes) return fail(err, n, "allgather scratch too small");
+        if (sb * R > r->scratch_bytes) return rt_fail(err, n, "allgather scratch too small");
         if (comm_allgather(r->c, sp, r->scratch[worker], sb)) return comm_err(r, err, n);
         memcpy(dp, r->scratch[worker], tb);
     }
@@ -405,12 +403,12 @@ static int exec_allgather(Rt *r, const PlanInstr *in, int worker, char *err, siz
 static int exec_reduce_scatter(Rt *r, const PlanInstr *in, int worker, char *err, size_t n) {
     const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
     uint8_t *sp = rt_opnd_ptr(r, s), *dp = rt_opnd_ptr(r, d);
-    if (!sp || !dp) return fail(err, n, "reduce_scatter operands must be in memory");
+    if (!sp || !dp) return rt_fail(err, n, "reduce_scatter operands must be in memory");
     int dt = r->p->tensors[in->arg].dtype;
     size_t es = rt_dsz(dt);
     int64_t te = (int64_t)(s->bytes / es), se = (int64_t)(d->bytes / es), R = r->c->size;
     size_t need = sizeof(float) * (size_t)(se * R + se);
-    if (need > r->scratch_bytes) return fail(err, n, "reduce_scatter scratch too small");
+    if (need > r->scratch_bytes) return rt_fail(err, n, "reduce_scatter scratch too small");
     float *send = (float *)r->scratch[worker], *recv = send + se * R;
     memset(send, 0, sizeof(float) * (size_t)(se * R));
     to_f32(send, sp, dt, te < se * R ? te : se * R);
@@ -422,11 +420,11 @@ static int exec_reduce_scatter(Rt *r, const PlanInstr *in, int worker, char *err
 static int exec_allreduce(Rt *r, const PlanInstr *in, int worker, char *err, size_t n) {
     const PlanOperand *m = rt_opnd(r, in, 0);
     uint8_t *mp = rt_opnd_ptr(r, m);
-    if (!mp) return fail(err, n, "allreduce operand must be in memory");
+    if (!mp) return rt_fail(err, n, "allreduce operand must be in memory");
     int dt = r->p->tensors[in->arg].dtype;
     int64_t ne = (int64_t)(m->bytes / rt_dsz(dt));
     if (dt == DT_F32) return comm_allreduce_sum_f32(r->c, (float *)mp, (size_t)ne) ? comm_err(r, err, n) : 0;
-    if ((size_t)ne * sizeof(float) > r->scratch_bytes) return fail(err, n, "allreduce scratch too small");
+    if ((size_t)ne * sizeof(float) > r->scratch_bytes) return rt_fail(err, n, "allreduce scratch too small");
     float *f = (float *)r->scratch[worker];
     to_f32(f, mp, dt, ne);
     if (comm_allreduce_sum_f32(r->c, f, (size_t)ne)) return comm_err(r, err, n);
@@ -457,7 +455,7 @@ static int exec_grad_norm(Rt *r, const PlanInstr *in, int worker, char *err, siz
         int64_t ne = (int64_t)(o->bytes / rt_dsz(dt));
         const uint8_t *gp = rt_opnd_ptr(r, o);
         if (!gp) {
-            if (o->bytes > r->scratch_bytes) return fail(err, n, "grad_norm scratch too small");
+            if (o->bytes > r->scratch_bytes) return rt_fail(err, n, "grad_norm scratch too small");
             bool dev = r->cu && r->p->buffers[o->buffer].arena == ARENA_GPU;
             if (dev ? rtc_copy_from_gpu(r, in->queue, o, r->scratch[worker], err, n)
                     : rtio_read(&r->io, nvme_off(r, o), r->scratch[worker], o->bytes, err, n))
@@ -485,7 +483,7 @@ static int exec_grad_norm(Rt *r, const PlanInstr *in, int worker, char *err, siz
 }
 
 static int exec_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
-    if (in->nopnd < 6) return fail(err, n, "adam needs 6 operands, has %u", in->nopnd);
+    if (in->nopnd < 6) return rt_fail(err, n, "adam needs 6 operands, has %u", in->nopnd);
     if (r->skip) return 0;
     const PlanTrain *t = &r->p->train;
     int pt = in->arg;
@@ -494,7 +492,7 @@ static int exec_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
                       *v1 = rt_opnd(r, in, 4);
     uint8_t *pp = rt_opnd_ptr(r, po), *gp = rt_opnd_ptr(r, go), *mp = rt_opnd_ptr(r, mo), *m1p = rt_opnd_ptr(r, m1),
             *v1p = rt_opnd_ptr(r, v1);
-    if (!pp || !gp || !m1p || !v1p) return fail(err, n, "adam on '%s': an operand is not in memory", r->p->tensors[pt].name);
+    if (!pp || !gp || !m1p || !v1p) return rt_fail(err, n, "adam on '%s': an operand is not in memory", r->p->tensors[pt].name);
     int64_t ne = (int64_t)(po->bytes / rt_dsz(pdt));
     int gt = r->p->tensors[pt].grad;
     int gdt = gt >= 0 ? r->p->tensors[gt].dtype : pdt;
@@ -503,11 +501,11 @@ static int exec_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
     AdamParams ap = {.lr = (float)ref_lr(&tc, r->step + 1), .beta1 = (float)t->beta1, .beta2 = (float)t->beta2,
                      .eps = (float)t->eps, .weight_decay = (float)t->weight_decay, .isa = ADAM_ISA_AUTO, .threads = 0};
     /* Without an fp32 master (f32 training) the parameter is the master. */
-    if (!mp && pdt != DT_F32) return fail(err, n, "adam on '%s': a %s parameter needs an fp32 master", r->p->tensors[pt].name, dtype_name((DType)pdt));
+    if (!mp && pdt != DT_F32) return rt_fail(err, n, "adam on '%s': a %s parameter needs an fp32 master", r->p->tensors[pt].name, dtype_name((DType)pdt));
     float *master = mp ? (float *)mp : (float *)pp;
     AdamStatus as = adam_step(&ap, r->step + 1, master, (float *)m1p, (float *)v1p, gp, (DType)gdt, mp ? pp : NULL,
                               (DType)pdt, ne, (float)(clip / r->loss_scale));
-    if (as != ADAM_OK) return fail(err, n, "adam on '%s': %s", r->p->tensors[pt].name, adam_status_str(as));
+    if (as != ADAM_OK) return rt_fail(err, n, "adam on '%s': %s", r->p->tensors[pt].name, adam_status_str(as));
     return 0;
 }
 
@@ -521,7 +519,7 @@ int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t n) {
         const PlanOperand *o = rt_opnd(r, in, 0);
         uint8_t *d = rt_opnd_ptr(r, o);
         const int32_t *src = in->arg == 0 ? r->tokens : r->targets;
-        if (!d || !src) return fail(err, n, "input %d has no data", in->arg);
+        if (!d || !src) return rt_fail(err, n, "input %d has no data", in->arg);
         memcpy(d, src, o->bytes);
         r->bytes[in->queue] += o->bytes;
         return 0;
@@ -540,7 +538,7 @@ int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t n) {
     case PI_D2H: {
         const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
         uint8_t *sp = rt_opnd_ptr(r, s), *dp = rt_opnd_ptr(r, d);
-        if (!sp || !dp) return fail(err, n, "%s operands must be in memory", plan_opcode_names[in->op]);
+        if (!sp || !dp) return rt_fail(err, n, "%s operands must be in memory", plan_opcode_names[in->op]);
         memcpy(dp, sp, s->bytes < d->bytes ? s->bytes : d->bytes);
         r->bytes[in->queue] += s->bytes;
         return 0;
@@ -553,14 +551,14 @@ int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t n) {
         const PlanOperand *o = rt_opnd(r, in, 0);
         uint8_t *d = rt_opnd_ptr(r, o);
         if (d) { memset(d, 0, o->bytes); return 0; }
-        if (o->bytes > r->scratch_bytes) return fail(err, n, "zero scratch too small");
+        if (o->bytes > r->scratch_bytes) return rt_fail(err, n, "zero scratch too small");
         memset(r->scratch[worker], 0, o->bytes);
         return rtio_write(&r->io, nvme_off(r, o), r->scratch[worker], o->bytes, err, n);
     }
     case PI_ACCUM: {
         const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
         uint8_t *sp = rt_opnd_ptr(r, s), *dp = rt_opnd_ptr(r, d);
-        if (!sp || !dp) return fail(err, n, "accum operands must be in memory");
+        if (!sp || !dp) return rt_fail(err, n, "accum operands must be in memory");
         int dt = p->tensors[in->arg].dtype;
         add_into(dp, dt, sp, (int64_t)(s->bytes / rt_dsz(dt)));
         return 0;
@@ -569,7 +567,7 @@ int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t n) {
     case PI_CPU_ADAM:
     case PI_GPU_ADAM: return exec_adam(r, in, err, n);
     case PI_STEP_END: return 0;
-    default: return fail(err, n, "instruction %u: unknown opcode %u", i, in->op);
+    default: return rt_fail(err, n, "instruction %u: unknown opcode %u", i, in->op);
     }
 }
 
@@ -611,17 +609,17 @@ static size_t instr_scratch(const Rt *r, const PlanInstr *in) {
 
 Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
     if (p->ranks != c->size) {
-        fail(err, n, "the plan is for %d rank%s but this job has %d: run it with mpirun -np %d (or recompile for %d ranks)",
+        rt_fail(err, n, "the plan is for %d rank%s but this job has %d: run it with mpirun -np %d (or recompile for %d ranks)",
              p->ranks, p->ranks == 1 ? "" : "s", c->size, p->ranks, c->size);
         return NULL;
     }
     Rt *r = calloc(1, sizeof *r);
-    if (!r) { fail(err, n, "out of memory"); return NULL; }
+    if (!r) { rt_fail(err, n, "out of memory"); return NULL; }
     r->p = p;
     r->c = c;
     if (o) r->o = *o;
     r->loss_scale = p->train.dtype == DT_F16 ? (p->train.loss_scale > 0 ? p->train.loss_scale : 65536.0) : 1.0;
-    if (!rebuild_graph(r)) { fail(err, n, "out of memory building the kernel graph"); goto bad; }
+    if (!rebuild_graph(r)) { rt_fail(err, n, "out of memory building the kernel graph"); goto bad; }
     if (r->o.backend == RT_BACKEND_CUDA && rtc_create(r, err, n)) goto bad;
     for (int k = 0; k < PLAN_NARENAS && !r->cu; k++) {
         if (k == ARENA_NVME) continue;
@@ -630,7 +628,7 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
         uint64_t rounded = (sz + 4095) / 4096 * 4096;
         r->arena[k] = aligned_alloc(4096, rounded);
         if (!r->arena[k]) {
-            fail(err, n, "cannot allocate the %s arena (%llu bytes)", plan_arena_names[k], (unsigned long long)sz);
+            rt_fail(err, n, "cannot allocate the %s arena (%llu bytes)", plan_arena_names[k], (unsigned long long)sz);
             goto bad;
         }
         memset(r->arena[k], 0, rounded);
@@ -642,7 +640,7 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
         if (r->o.nvme_dir) dirs[nd++] = r->o.nvme_dir;
         else
             for (int i = 0; i < p->target.nvme_npaths && nd < 16; i++) dirs[nd++] = p->target.nvme_paths[i];
-        if (!nd) { fail(err, n, "the plan keeps state on NVMe but names no NVMe path: pass --nvme DIR"); goto bad; }
+        if (!nd) { rt_fail(err, n, "the plan keeps state on NVMe but names no NVMe path: pass --nvme DIR"); goto bad; }
         if (rtio_open(&r->io, dirs, nd, c->rank, p->arenas[ARENA_NVME].size, r->o.queue_depth, err, n)) goto bad;
         r->io_open = true;
         if (r->arena[ARENA_PINNED] &&
@@ -652,13 +650,13 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
     }
     r->ws = calloc(p->nops ? p->nops : 1, sizeof *r->ws);
     r->ws_bytes = calloc(p->nops ? p->nops : 1, sizeof *r->ws_bytes);
-    if (!r->ws || !r->ws_bytes) { fail(err, n, "out of memory"); goto bad; }
+    if (!r->ws || !r->ws_bytes) { rt_fail(err, n, "out of memory"); goto bad; }
     for (int k = 0; k < r->g.nops && !r->cu; k++) { /* the GPU kernels keep no host state */
         if (r->g.ops[k].kind != OP_FWD) continue;
         size_t b = hk_op_workspace_bytes(&r->g, k);
         if (!b) continue;
         r->ws[k] = calloc(1, b);
-        if (!r->ws[k]) { fail(err, n, "out of memory for kernel workspace"); goto bad; }
+        if (!r->ws[k]) { rt_fail(err, n, "out of memory for kernel workspace"); goto bad; }
         r->ws_bytes[k] = b;
         r->ws_total += b;
     }
@@ -670,10 +668,10 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
     for (int q = 0; q < PLAN_NQUEUES; q++) {
         r->table[q] = calloc(p->ntensors ? p->ntensors : 1, sizeof(void *));
         r->scratch[q] = r->scratch_bytes ? aligned_alloc(64, r->scratch_bytes) : NULL;
-        if (!r->table[q] || (r->scratch_bytes && !r->scratch[q])) { fail(err, n, "out of memory for scratch"); goto bad; }
+        if (!r->table[q] || (r->scratch_bytes && !r->scratch[q])) { rt_fail(err, n, "out of memory for scratch"); goto bad; }
     }
     if (init_state(r, err, n)) goto bad;
-    if (qrun_init(&r->q, p, r->cu ? rtc_instr : exec_instr, r)) { fail(err, n, "out of memory"); goto bad; }
+    if (qrun_init(&r->q, p, r->cu ? rtc_instr : exec_instr, r)) { rt_fail(err, n, "out of memory"); goto bad; }
     return r;
 bad:
     rt_destroy(r);
@@ -751,20 +749,20 @@ int rt_step(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, 
         }
         if (qrun_range(&r->q, b0, b1)) {
             if (r->cu) rtc_abort(r); /* before anything waits on the GPU */
-            return fail(err, n, "rank %d, step %lld: %s", r->c->rank, (long long)r->step + 1, unranked(r, r->q.err));
+            return rt_fail(err, n, "rank %d, step %lld: %s", r->c->rank, (long long)r->step + 1, unranked(r, r->q.err));
         }
         /* Under CUDA the range has been enqueued, not run: wait for it (and
          * collect its losses and error words) before the next reuses buffers. */
         char cerr[512];
         if (r->cu && rtc_range_end(r, b0, b1, cerr, sizeof cerr)) {
             rtc_abort(r);
-            return fail(err, n, "rank %d, step %lld: %s", r->c->rank, (long long)r->step + 1, unranked(r, cerr));
+            return rt_fail(err, n, "rank %d, step %lld: %s", r->c->rank, (long long)r->step + 1, unranked(r, cerr));
         }
     }
     double loss[2] = {r->loss_sum, (double)r->loss_n};
     if (comm_allreduce_sum_f64(r->c, loss, 2)) return comm_err(r, err, n);
     if (r->skip && p->train.dtype != DT_F16)
-        return fail(err, n, "step %lld: the gradient norm is not finite: training diverged", (long long)r->step + 1);
+        return rt_fail(err, n, "step %lld: the gradient norm is not finite: training diverged", (long long)r->step + 1);
     if (r->skip) {
         r->loss_scale /= 2;
         r->good_steps = 0;
@@ -821,13 +819,13 @@ int rt_checkpoint_save(Rt *r, const char *dir, const char *state_json, char *err
     const Plan *p = r->p;
     CkptEntry *e = calloc(p->nshards ? p->nshards : 1, sizeof *e);
     int ne = 0, rc = 0;
-    if (!e) rc = fail(err, n, "out of memory");
+    if (!e) rc = rt_fail(err, n, "out of memory");
     for (uint32_t s = 0; s < p->nshards && !rc; s++) {
         const PlanShard *sh = &p->shards[s];
         const PlanTensor *t = &p->tensors[sh->tensor];
         if (!ckpt_class(t->cls)) continue;
         void *d = malloc(sh->bytes ? sh->bytes : 1);
-        if (!d) { rc = fail(err, n, "out of memory"); break; }
+        if (!d) { rc = rt_fail(err, n, "out of memory"); break; }
         e[ne] = (CkptEntry){t->name, t->dtype, sh->bytes, d};
         ne++;
         rc = home_read(r, sh->buffer, 0, d, sh->bytes, err, n);
@@ -837,7 +835,7 @@ int rt_checkpoint_save(Rt *r, const char *dir, const char *state_json, char *err
     if (!rc) rc = ckpt_write_shard(dir, next, r->c->rank, r->c->size, h, e, ne, err, n);
     for (int i = 0; i < ne; i++) free(e[i].data);
     free(e);
-    if (agree(r, rc)) return rc ? rc : fail(err, n, "another rank failed to write its checkpoint shard; the previous checkpoint is kept");
+    if (agree(r, rc)) return rc ? rc : rt_fail(err, n, "another rank failed to write its checkpoint shard; the previous checkpoint is kept");
     rc = 0;
     if (r->c->rank == 0) {
         char st[1024];
@@ -846,7 +844,7 @@ int rt_checkpoint_save(Rt *r, const char *dir, const char *state_json, char *err
         rc = ckpt_write_manifest(dir, next, r->c->size, h, p->model_name, st, err, n);
         if (!rc) rc = ckpt_prune(dir, 2, err, n);
     }
-    if (agree(r, rc)) return rc ? rc : fail(err, n, "rank 0 failed to write the checkpoint manifest; the previous checkpoint is kept");
+    if (agree(r, rc)) return rc ? rc : rt_fail(err, n, "rank 0 failed to write the checkpoint manifest; the previous checkpoint is kept");
     return 0;
 }
 
@@ -855,13 +853,13 @@ int rt_checkpoint_load(Rt *r, const char *dir, int64_t step, char *err, size_t n
     CkptEntry *e = calloc(p->nshards ? p->nshards : 1, sizeof *e);
     int *buf = calloc(p->nshards ? p->nshards : 1, sizeof *buf);
     int ne = 0, rc = 0;
-    if (!e || !buf) rc = fail(err, n, "out of memory");
+    if (!e || !buf) rc = rt_fail(err, n, "out of memory");
     for (uint32_t s = 0; s < p->nshards && !rc; s++) {
         const PlanShard *sh = &p->shards[s];
         const PlanTensor *t = &p->tensors[sh->tensor];
         if (!ckpt_class(t->cls)) continue;
         void *d = malloc(sh->bytes ? sh->bytes : 1);
-        if (!d) { rc = fail(err, n, "out of memory"); break; }
+        if (!d) { rc = rt_fail(err, n, "out of memory"); break; }
         e[ne] = (CkptEntry){t->name, t->dtype, sh->bytes, d};
         buf[ne++] = sh->buffer;
     }
@@ -883,7 +881,7 @@ int rt_checkpoint_load(Rt *r, const char *dir, int64_t step, char *err, size_t n
             free(st);
         }
     }
-    if (agree(r, rc)) return rc ? rc : fail(err, n, "another rank could not load its checkpoint shard");
+    if (agree(r, rc)) return rc ? rc : rt_fail(err, n, "another rank could not load its checkpoint shard");
     return 0;
 }
 
@@ -892,7 +890,7 @@ int rt_export_safetensors(Rt *r, const char *path, char *err, size_t n) {
     int np = 0;
     for (uint32_t t = 0; t < p->ntensors; t++) np += p->tensors[t].cls == TC_PARAM && p->tensors[t].shard >= 0;
     StTensor *st = calloc((size_t)np + 1, sizeof *st);
-    int k = 0, rc = st ? 0 : fail(err, n, "out of memory");
+    int k = 0, rc = st ? 0 : rt_fail(err, n, "out of memory");
     for (uint32_t t = 0; t < p->ntensors && !rc; t++) {
         const PlanTensor *pt = &p->tensors[t];
         if (pt->cls != TC_PARAM || pt->shard < 0) continue;
@@ -901,7 +899,7 @@ int rt_export_safetensors(Rt *r, const char *path, char *err, size_t n) {
         uint8_t *mine = malloc(sh->bytes ? sh->bytes : 1);
         uint8_t *all = malloc((size_t)sh->tile_shard * es * (size_t)r->c->size + 1);
         uint8_t *full = r->c->rank == 0 ? malloc((size_t)pt->numel * es + 1) : NULL;
-        if (!mine || !all || (r->c->rank == 0 && !full)) rc = fail(err, n, "out of memory exporting %s", pt->name);
+        if (!mine || !all || (r->c->rank == 0 && !full)) rc = rt_fail(err, n, "out of memory exporting %s", pt->name);
         if (!rc) rc = home_read(r, sh->buffer, 0, mine, sh->bytes, err, n);
         for (int32_t u = 0; u < sh->ntiles && !rc; u++) {
             size_t sb = (size_t)sh->tile_shard * es;
@@ -921,7 +919,7 @@ int rt_export_safetensors(Rt *r, const char *path, char *err, size_t n) {
     if (!rc && r->c->rank == 0) rc = safetensors_write(path, st, k, p->model_name, err, n);
     for (int i = 0; i < k; i++) free((void *)st[i].data);
     free(st);
-    if (agree(r, rc)) return rc ? rc : fail(err, n, "the export failed on another rank");
+    if (agree(r, rc)) return rc ? rc : rt_fail(err, n, "the export failed on another rank");
     return 0;
 }
 

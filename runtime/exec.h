@@ -67,8 +67,6 @@ double rt_step_flops(const Rt *r, int accum);
  * reports used since zinfrun started: arenas, workspace, NCCL's buffers);
  * 0 on the host backend. */
 uint64_t rt_gpu_memory_used(const Rt *r);
-/* "cuda" or "host" */
-const char *rt_backend_name(const Rt *r);
 
 /* Checkpoint this rank's persistent state (collective: every rank calls). */
 int rt_checkpoint_save(Rt *r, const char *dir, const char *state_json, char *err, size_t errlen);

@@ -56,15 +56,6 @@ struct RtCuda {
     double timeout_s;
 };
 
-static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -90,52 +81,50 @@ static CUdeviceptr dev_addr(const Rt *r, const PlanOperand *o) {
 
 /* ---- waiting ---- */
 
-/* Polls ev until it completes, NCCL reports an error, or the deadline. */
-static int wait_event(Rt *r, CUevent ev, const char *what, char *err, size_t n) {
+/* Polls an event (stream == NULL) or a stream until it is done, NCCL
+ * reports an error, or the job's deadline passes. Never cuEventSynchronize
+ * or cuStreamSynchronize mid-step: work waiting on a collective of a dead
+ * peer would block forever. `what` names it for the timeout message. */
+static int poll_done(Rt *r, CUevent ev, CUstream stream, const char *what, double t0, char *err, size_t n) {
     RtCuda *cu = r->cu;
-    double t0 = now_s();
     for (unsigned spin = 0;; spin++) {
-        CUresult rc = cu->x.drv.EventQuery(ev);
+        CUresult rc = stream ? cu->x.drv.StreamQuery(stream) : cu->x.drv.EventQuery(ev);
         if (rc == CUDA_SUCCESS) return 0;
-        if (rc != CUDA_ERROR_NOT_READY)
-            return cudrv_fail(&cu->x.drv, rc, "cuEventQuery", __FILE__, __LINE__, r->c->rank, err, n);
+        if (rc != CUDA_ERROR_NOT_READY) {
+            char why[384];
+            cudrv_fail(&cu->x.drv, rc, stream ? "cuStreamQuery" : "cuEventQuery", __FILE__, __LINE__, r->c->rank, why,
+                       sizeof why);
+            /* errors of asynchronous work surface here, not at their launch */
+            return rt_fail(err, n, "%s: %s failed (compute-sanitizer zinfrun ... names the kernel)", why, what);
+        }
         if (cu->g_open && gpucomm_check(&cu->g, err, n)) return -1;
         if (now_s() - t0 > cu->timeout_s)
-            return fail(err, n,
-                        "rank %d: %s did not complete in %.0f s (a peer rank died or hangs?); set ZINF_COMM_TIMEOUT "
-                        "to wait longer",
-                        r->c->rank, what, cu->timeout_s);
+            return rt_fail(err, n,
+                           "rank %d: %s did not complete in %.0f s (a peer rank died or hangs?); set ZINF_COMM_TIMEOUT "
+                           "to wait longer",
+                           r->c->rank, what, cu->timeout_s);
         struct timespec ts = {0, spin < 100 ? 20000 : 500000};
         nanosleep(&ts, NULL);
     }
 }
 
-/* Polls stream q until it drains, NCCL reports an error, or the deadline
- * (never cuStreamSynchronize mid-step: a stream waiting on a collective of a
- * dead peer would block forever). */
 static int wait_stream(Rt *r, int q, double t0, char *err, size_t n) {
+    char what[64];
+    snprintf(what, sizeof what, "work queued on the %s stream", plan_queue_names[q]);
+    return poll_done(r, NULL, r->cu->x.stream[q], what, t0, err, n);
+}
+
+/* Copies between device and host memory on queue q's stream, waited for. */
+static int copy_d2h(Rt *r, int q, void *dst, CUdeviceptr src, size_t bytes, char *err, size_t n) {
     RtCuda *cu = r->cu;
-    for (unsigned spin = 0;; spin++) {
-        CUresult rc = cu->x.drv.StreamQuery(cu->x.stream[q]);
-        if (rc == CUDA_SUCCESS) return 0;
-        if (rc != CUDA_ERROR_NOT_READY) {
-            char why[384];
-            cudrv_fail(&cu->x.drv, rc, "cuStreamQuery", __FILE__, __LINE__, r->c->rank, why, sizeof why);
-            /* errors of asynchronous work surface here, not at their launch */
-            return fail(err, n,
-                        "%s: work queued on the %s stream in this range failed (compute-sanitizer zinfrun ... names "
-                        "the kernel)",
-                        why, plan_queue_names[q]);
-        }
-        if (cu->g_open && gpucomm_check(&cu->g, err, n)) return -1;
-        if (now_s() - t0 > cu->timeout_s)
-            return fail(err, n,
-                        "rank %d: the %s stream did not drain in %.0f s (a peer rank died or hangs?); set "
-                        "ZINF_COMM_TIMEOUT to wait longer",
-                        r->c->rank, plan_queue_names[q], cu->timeout_s);
-        struct timespec ts = {0, spin < 100 ? 20000 : 500000};
-        nanosleep(&ts, NULL);
-    }
+    CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(dst, src, bytes, cu->x.stream[q]), err, n);
+    return wait_stream(r, q, now_s(), err, n);
+}
+
+static int copy_h2d(Rt *r, int q, CUdeviceptr dst, const void *src, size_t bytes, char *err, size_t n) {
+    RtCuda *cu = r->cu;
+    CUX_CHECK(&cu->x, cu->x.drv.MemcpyHtoDAsync(dst, src, bytes, cu->x.stream[q]), err, n);
+    return wait_stream(r, q, now_s(), err, n);
 }
 
 static int wait_streams(Rt *r, char *err, size_t n) {
@@ -161,7 +150,7 @@ static int order_deps(Rt *r, const PlanInstr *in, bool on_stream, char *err, siz
             bool named = dj->op != PI_KERNEL && dj->arg >= 0 && (uint32_t)dj->arg < r->p->ntensors;
             snprintf(what, sizeof what, "instruction %u (%s%s%s on the %s stream)", j, plan_opcode_names[dj->op],
                      named ? " " : "", named ? r->p->tensors[dj->arg].name : "", plan_queue_names[dj->queue]);
-            if (wait_event(r, cu->x.ev_end[j], what, err, n)) return -1;
+            if (poll_done(r, cu->x.ev_end[j], NULL, what, now_s(), err, n)) return -1;
         }
     }
     return 0;
@@ -227,7 +216,7 @@ static int dev_kernel(Rt *r, uint32_t i, const PlanInstr *in, int worker, CUstre
                                                    12, s),
                   err, n);
     if (o->kind == OP_FWD && o->nout > 0 && o->out[0] == p->loss && in->tile == in->ntiles - 1) {
-        if (cu->nloss >= LOSS_SLOTS) return fail(err, n, "rank %d: more than %d loss values in one step", r->c->rank, LOSS_SLOTS);
+        if (cu->nloss >= LOSS_SLOTS) return rt_fail(err, n, "rank %d: more than %d loss values in one step", r->c->rank, LOSS_SLOTS);
         CUdeviceptr lp = cu->bind[worker][p->loss];
         CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(cu->loss + cu->nloss, lp, sizeof(float), s), err, n);
         cu->nloss++;
@@ -238,7 +227,7 @@ static int dev_kernel(Rt *r, uint32_t i, const PlanInstr *in, int worker, CUstre
 static int dev_axpy(Rt *r, int dt, CUdeviceptr y, CUdeviceptr x, int64_t ne, CUstream s, char *err, size_t n) {
     RtCuda *cu = r->cu;
     int li = dt >= 0 && dt < PLAN_NDTYPES ? r->p->util[PLAN_UTIL_AXPY][dt] : -1;
-    if (li < 0) return fail(err, n, "rank %d: the plan has no GPU accumulation kernel for %s", r->c->rank, dtype_name((DType)dt));
+    if (li < 0) return rt_fail(err, n, "rank %d: the plan has no GPU accumulation kernel for %s", r->c->rank, dtype_name((DType)dt));
     CuxBind b = {.rt = &cu->rt, .pos = {y, x}, .npos = 2, .i64 = {ne}, .ni64 = 1, .f32 = {1.0f}, .nf32 = 1};
     return cux_launch(&cu->x, r->p, (uint32_t)li, &b, s, err, n);
 }
@@ -277,7 +266,7 @@ static int dev_collective(Rt *r, const PlanInstr *in, int worker, CUstream s, ch
         int dt = r->p->tensors[in->arg].dtype;
         return gpucomm_allreduce(&cu->g, dev_addr(r, m), m->bytes / rt_dsz(dt), dt, s, err, n);
     }
-    default: return fail(err, n, "not a collective");
+    default: return rt_fail(err, n, "not a collective");
     }
 }
 
@@ -285,7 +274,7 @@ static int dev_adam(Rt *r, const PlanInstr *in, int worker, CUstream s, char *er
     RtCuda *cu = r->cu;
     if (r->skip) return 0;
     int op = in->arg >= 0 && (uint32_t)in->arg < r->p->ntensors ? cu->adam_op[in->arg] : -1;
-    if (op < 0) return fail(err, n, "rank %d: no Adam op for '%s'", r->c->rank, r->p->tensors[in->arg].name);
+    if (op < 0) return rt_fail(err, n, "rank %d: no Adam op for '%s'", r->c->rank, r->p->tensors[in->arg].name);
     const PlanOp *o = &r->p->ops[op];
     CUdeviceptr *bt = cu->bind[worker];
     int64_t *el = cu->elems[worker];
@@ -331,7 +320,7 @@ static int dev_instr(Rt *r, uint32_t i, const PlanInstr *in, int worker, CUstrea
         return dev_axpy(r, dt, dev_addr(r, d), dev_addr(r, so), (int64_t)(so->bytes / rt_dsz(dt)), s, err, n);
     }
     case PI_GPU_ADAM: return dev_adam(r, in, worker, s, err, n);
-    default: return fail(err, n, "instruction %u: %s is not a device instruction", i, plan_opcode_names[in->op]);
+    default: return rt_fail(err, n, "instruction %u: %s is not a device instruction", i, plan_opcode_names[in->op]);
     }
 }
 
@@ -341,8 +330,8 @@ static int host_input(Rt *r, const PlanInstr *in, char *err, size_t n) {
     RtCuda *cu = r->cu;
     const PlanOperand *o = rt_opnd(r, in, 0);
     const int32_t *src = in->arg == 0 ? r->tokens : r->targets;
-    if (!src) return fail(err, n, "input %d has no data", in->arg);
-    if (o->bytes > cu->input_bytes) return fail(err, n, "input staging too small");
+    if (!src) return rt_fail(err, n, "input %d has no data", in->arg);
+    if (o->bytes > cu->input_bytes) return rt_fail(err, n, "input staging too small");
     memcpy(cu->input, src, o->bytes);
     r->bytes[in->queue] += o->bytes;
     /* waited for: the staging is reused by the next input */
@@ -382,15 +371,14 @@ int rtc_grad_sumsq(Rt *r, const PlanInstr *in, int worker, double *ss, char *err
         const PlanLaunch *l = &p->launches[li];
         if (strcmp(l->entry, "zk_sumsq_partial")) continue; /* the final pass is this function's */
         const PlanLaunchArg *slot = &p->launch_args[l->arg];
-        if (l->nargs < 3 || slot->kind != PARG_WS) return fail(err, n, "the plan's gradient norm launches have an unknown shape");
+        if (l->nargs < 3 || slot->kind != PARG_WS) return rt_fail(err, n, "the plan's gradient norm launches have an unknown shape");
         uint64_t e = (uint64_t)slot->i + 4ull * l->grid[0];
         if (e > end) end = e;
         if (cux_launch(&cu->x, p, li, &b, s, err, n)) return -1;
     }
     if (end > r->scratch_bytes) return 0;
     float *part = (float *)r->scratch[worker];
-    CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(part, cu->ws[worker], end, s), err, n);
-    if (wait_stream(r, in->queue, now_s(), err, n)) return -1;
+    if (copy_d2h(r, in->queue, part, cu->ws[worker], end, err, n)) return -1;
     for (uint32_t li = oc->first; li < oc->first + oc->count; li++) {
         const PlanLaunch *l = &p->launches[li];
         if (strcmp(l->entry, "zk_sumsq_partial")) continue;
@@ -401,15 +389,11 @@ int rtc_grad_sumsq(Rt *r, const PlanInstr *in, int worker, double *ss, char *err
 }
 
 int rtc_copy_from_gpu(Rt *r, int q, const PlanOperand *o, void *dst, char *err, size_t n) {
-    RtCuda *cu = r->cu;
-    CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(dst, dev_addr(r, o), o->bytes, cu->x.stream[q]), err, n);
-    return wait_stream(r, q, now_s(), err, n);
+    return copy_d2h(r, q, dst, dev_addr(r, o), o->bytes, err, n);
 }
 
 int rtc_copy_to_gpu(Rt *r, int q, const PlanOperand *o, const void *src, size_t bytes, char *err, size_t n) {
-    RtCuda *cu = r->cu;
-    CUX_CHECK(&cu->x, cu->x.drv.MemcpyHtoDAsync(dev_addr(r, o), src, bytes, cu->x.stream[q]), err, n);
-    return wait_stream(r, q, now_s(), err, n);
+    return copy_h2d(r, q, dev_addr(r, o), src, bytes, err, n);
 }
 
 /* ---- dispatch ---- */
@@ -448,41 +432,41 @@ static int classify(Rt *r, char *err, size_t n) {
         case PI_KERNEL:
             dev = true;
             if (in->arg < 0 || (uint32_t)in->arg >= p->nops || !p->op_code || p->op_code[in->arg].count == 0)
-                return fail(err, n, "instruction %u: kernel of op %d has no GPU code in the plan", i, in->arg);
+                return rt_fail(err, n, "instruction %u: kernel of op %d has no GPU code in the plan", i, in->arg);
             if (in->ntiles > 1 && (cu->tile_code[i] = tile_code_of(p, in->arg, in->tile, in->ntiles)) < 0)
-                return fail(err, n, "instruction %u: tile %d of %d of op %d (%s) has no GPU code in the plan", i, in->tile,
+                return rt_fail(err, n, "instruction %u: tile %d of %d of op %d (%s) has no GPU code in the plan", i, in->tile,
                             in->ntiles, in->arg, p->ops[in->arg].scope ? p->ops[in->arg].scope : "");
             break;
         case PI_ALLGATHER:
         case PI_REDUCE_SCATTER:
-            if (g0 != g1) return fail(err, n, "instruction %u: %s between device and host memory", i, plan_opcode_names[in->op]);
+            if (g0 != g1) return rt_fail(err, n, "instruction %u: %s between device and host memory", i, plan_opcode_names[in->op]);
             dev = g0;
             break;
         case PI_ALLREDUCE:
         case PI_ZERO: dev = g0; break;
         case PI_ACCUM:
-            if (g0 != g1) return fail(err, n, "instruction %u: accum between device and host memory", i);
+            if (g0 != g1) return rt_fail(err, n, "instruction %u: accum between device and host memory", i);
             dev = g0;
             break;
         case PI_GPU_ADAM:
             dev = true;
             if (in->arg < 0 || (uint32_t)in->arg >= p->ntensors || cu->adam_op[in->arg] < 0)
-                return fail(err, n, "instruction %u: GPU Adam of a tensor without an Adam op", i);
+                return rt_fail(err, n, "instruction %u: GPU Adam of a tensor without an Adam op", i);
             break;
         case PI_CPU_ADAM:
             for (uint32_t k = 0; k < in->nopnd; k++)
                 if (in_gpu(r, rt_opnd(r, in, k)))
-                    return fail(err, n, "instruction %u: CPU Adam on an operand in GPU memory", i);
+                    return rt_fail(err, n, "instruction %u: CPU Adam on an operand in GPU memory", i);
             break;
         case PI_NVME_READ:
         case PI_NVME_WRITE:
-            if (g0 || g1) return fail(err, n, "instruction %u: NVMe transfer to GPU memory (it goes through pinned buffers)", i);
+            if (g0 || g1) return rt_fail(err, n, "instruction %u: NVMe transfer to GPU memory (it goes through pinned buffers)", i);
             break;
         default: break;
         }
         cu->dev[i] = dev;
         if (dev && (in->op == PI_ALLGATHER || in->op == PI_REDUCE_SCATTER || in->op == PI_ALLREDUCE) && in->queue != Q_COMM)
-            return fail(err, n, "instruction %u: a collective on the %s queue (NCCL runs on the comm stream)", i,
+            return rt_fail(err, n, "instruction %u: a collective on the %s queue (NCCL runs on the comm stream)", i,
                         plan_queue_names[in->queue]);
     }
     return 0;
@@ -493,7 +477,7 @@ static int classify(Rt *r, char *err, size_t n) {
 int rtc_create(Rt *r, char *err, size_t n) {
     const Plan *p = r->p;
     RtCuda *cu = calloc(1, sizeof *cu);
-    if (!cu) return fail(err, n, "out of memory");
+    if (!cu) return rt_fail(err, n, "out of memory");
     r->cu = cu;
     cu->timeout_s = r->c->timeout_s > 0 ? r->c->timeout_s : 300;
     if (cux_open(&cu->x, p, r->c, err, n)) {
@@ -506,7 +490,7 @@ int rtc_create(Rt *r, char *err, size_t n) {
     cu->err_slot = malloc(sizeof *cu->err_slot * (p->ninstrs ? p->ninstrs : 1));
     cu->tile_code = malloc(sizeof *cu->tile_code * (p->ninstrs ? p->ninstrs : 1));
     cu->hstart = calloc(p->ninstrs ? p->ninstrs : 1, sizeof *cu->hstart);
-    if (!cu->dev || !cu->adam_op || !cu->err_slot || !cu->tile_code || !cu->hstart) return fail(err, n, "out of memory");
+    if (!cu->dev || !cu->adam_op || !cu->err_slot || !cu->tile_code || !cu->hstart) return rt_fail(err, n, "out of memory");
     for (uint32_t i = 0; i < p->ninstrs; i++) cu->tile_code[i] = -1;
     for (uint32_t t = 0; t < p->ntensors; t++) cu->adam_op[t] = -1;
     cu->gnorm_op = -1;
@@ -517,7 +501,7 @@ int rtc_create(Rt *r, char *err, size_t n) {
     for (int q = 0; q < PLAN_NQUEUES; q++) {
         cu->bind[q] = calloc(p->ntensors ? p->ntensors : 1, sizeof **cu->bind);
         cu->elems[q] = calloc(p->ntensors ? p->ntensors : 1, sizeof **cu->elems);
-        if (!cu->bind[q] || !cu->elems[q]) return fail(err, n, "out of memory");
+        if (!cu->bind[q] || !cu->elems[q]) return rt_fail(err, n, "out of memory");
     }
     if (rtc_alloc_arenas(r, err, n)) return -1;
     if (classify(r, err, n)) return -1;
@@ -628,12 +612,12 @@ void rtc_destroy(Rt *r) {
 
 int rtc_home_read(Rt *r, uint64_t addr, void *dst, uint64_t bytes, char *err, size_t n) {
     if (cux_bind_thread(&r->cu->x, err, n)) return -1;
-    return cux_d2h_sync(&r->cu->x, dst, r->cu->gpu + addr, bytes, err, n);
+    return copy_d2h(r, Q_D2H, dst, r->cu->gpu + addr, bytes, err, n);
 }
 
 int rtc_home_write(Rt *r, uint64_t addr, const void *src, uint64_t bytes, char *err, size_t n) {
     if (cux_bind_thread(&r->cu->x, err, n)) return -1;
-    return cux_h2d_sync(&r->cu->x, r->cu->gpu + addr, src, bytes, err, n);
+    return copy_h2d(r, Q_H2D, r->cu->gpu + addr, src, bytes, err, n);
 }
 
 static void range_begin(Rt *r) {
@@ -674,7 +658,7 @@ int rtc_range_end(Rt *r, uint32_t b0, uint32_t b1, char *err, size_t n) {
         const PlanOpCode *oc = &p->op_code[in->arg];
         int v = cu->errw[3 * s + 1], at = cu->errw[3 * s + 2];
         memset(cu->errw + 3 * s, 0, 12);
-        return fail(err, n, "rank %d: op %d (%s): %s %d at position %d is out of range", r->c->rank, in->arg,
+        return rt_fail(err, n, "rank %d: op %d (%s): %s %d at position %d is out of range", r->c->rank, in->arg,
                     o->scope && *o->scope ? o->scope : "?", oc->err_what && *oc->err_what ? oc->err_what : "value", v, at);
     }
     /* device times of the range, on the host clock of its start */

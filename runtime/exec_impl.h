@@ -42,6 +42,8 @@ struct Rt {
     RtCuda *cu;             /* the CUDA backend (runtime/exec_cuda.c), NULL on the host backend */
 };
 
+/* Formats into err; returns -1 (the executor's error convention). */
+int rt_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 size_t rt_dsz(int dt);
 /* Host address of an operand; NULL for NVMe, absent, or device memory. */
 uint8_t *rt_opnd_ptr(const Rt *r, const PlanOperand *o);

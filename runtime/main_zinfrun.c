@@ -291,7 +291,7 @@ int main(int argc, char **argv) {
             double sec = time_sum / (double)ran;
             printf("compute: %.2f TFLOP/s per rank achieved (the plan's %.3g kernel FLOPs per step / measured time)\n",
                    sec > 0 ? rt_step_flops(r, accum) / sec * 1e-12 : 0.0, rt_step_flops(r, accum));
-            if (!strcmp(rt_backend_name(r), "cuda")) {
+            if (backend == RT_BACKEND_CUDA) {
                 char a1[32], a2[32];
                 printf("gpu memory: %s in use by zinfrun on rank 0 after the last step; the plan's gpu arena is %s\n",
                        plan_bytes_str(rt_gpu_memory_used(r), a1, sizeof a1),

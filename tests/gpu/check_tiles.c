@@ -12,8 +12,9 @@
  * the tile's rows as the executor binds them (here: pointers into the
  * whole weight, row r0 on).
  *
- * No GPU, no NVRTC, no Check; needs c++ for the units. Build and run from
- * the repository root (after make, for build/gen):
+ * No GPU, no NVRTC, no Check; needs c++ for the units. make test runs it
+ * through tests/e2e/gpu_tiles_emu.sh; by hand, from the repository root
+ * (after make, for build/gen):
  *   mkdir -p build/gpu && cc -std=c11 -D_GNU_SOURCE -O1 -rdynamic -Ilang -Icompiler -Iruntime -Ibuild/gen \
  *     -DZINF_STDLIB_DIR="\"$PWD/stdlib\"" -DZINF_EMU_HEADER="\"$PWD/tests/gpu/emu.h\"" \
  *     tests/gpu/check_tiles.c tests/gpu/emu.c tests/gpu/emu_wrap.c lang/arena.c lang/diag.c \
