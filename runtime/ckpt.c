@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -283,45 +284,219 @@ static bool manifest_field(const char *m, const char *key, char *out, size_t n) 
     return true;
 }
 
-int ckpt_find_latest(const char *root, int world, uint64_t plan_hash, int64_t *step,
-                     char *why, size_t whylen, char *err, size_t errlen) {
-    if (why && whylen) why[0] = 0;
+/* The manifest's identity, strictly: a file we did not write, or one cut
+ * short, is garbage and said to be, never taken for another run's. */
+static bool manifest_parse(const char *m, int64_t dir_step, CkptInfo *ci) {
+    char fmt[32] = "", w[32] = "", ph[32] = "", st[32] = "";
+    if (!manifest_field(m, "format", fmt, sizeof fmt) || strcmp(fmt, "zinf-checkpoint")) {
+        snprintf(ci->why, sizeof ci->why, "manifest.json is not a zinf checkpoint manifest");
+        return false;
+    }
+    if (!manifest_field(m, "world", w, sizeof w) || !manifest_field(m, "plan_hash", ph, sizeof ph) ||
+        !manifest_field(m, "step", st, sizeof st) || !strstr(m, "\"state\":") || !strrchr(m, '}')) {
+        snprintf(ci->why, sizeof ci->why, "manifest.json lacks a field (world, plan_hash, step or state)");
+        return false;
+    }
+    char *e1, *e2, *e3;
+    long long wv = strtoll(w, &e1, 10), sv = strtoll(st, &e2, 10);
+    unsigned long long hv = strtoull(ph, &e3, 16);
+    if (*e1 || *e2 || *e3 || strlen(ph) != 16 || wv < 1 || wv > (1 << 24) || sv != dir_step) {
+        snprintf(ci->why, sizeof ci->why, "manifest.json has a bad world '%.8s', plan_hash '%.20s' or step '%.20s'", w, ph, st);
+        return false;
+    }
+    ci->world = (int)wv;
+    ci->plan_hash = hv;
+    ci->ident_known = true;
+    return true;
+}
+
+/* A shard's identity from its header (a shard file or a temporary one). */
+static bool shard_ident(const char *path, int *world, uint64_t *plan_hash) {
+    unsigned char hdr[36];
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    size_t n = fread(hdr, 1, sizeof hdr, f);
+    fclose(f);
+    if (n != sizeof hdr || memcmp(hdr, ckpt_magic, 8) != 0) return false;
+    *world = (int)get_le(hdr + 16, 4);
+    *plan_hash = get_le(hdr + 28, 8);
+    return true;
+}
+
+static bool step_name(const char *name, int64_t *step) {
+    char tail;
+    return sscanf(name, "step-%" SCNd64 "%c", step, &tail) == 1 && *step >= 0;
+}
+
+/* "NAME.tmp.PID": the PID of the process that was writing it, or 0. */
+static long tmp_owner(const char *name) {
+    const char *t = strstr(name, ".tmp.");
+    if (!t) return 0;
+    char *end;
+    long pid = strtol(t + 5, &end, 10);
+    return *end || pid <= 0 ? 0 : pid;
+}
+
+static bool pid_alive(long pid) { return kill((pid_t)pid, 0) == 0 || errno == EPERM; }
+
+static int by_step_desc(const void *a, const void *b) {
+    const CkptInfo *x = a, *y = b;
+    return x->step < y->step ? 1 : x->step > y->step ? -1 : 0;
+}
+
+int ckpt_scan(const char *root, CkptInfo **out, int *count, char *err, size_t errlen) {
+    *out = NULL;
+    *count = 0;
     DIR *d = opendir(root);
     if (!d) {
         if (errno == ENOENT) return 0;
         return fail(err, errlen, "cannot open checkpoint directory %s: %s", root, strerror(errno));
     }
-    int64_t best = -1;
+    CkptInfo *v = NULL;
+    int n = 0, cap = 0, rc = 0;
     struct dirent *de;
     while ((de = readdir(d))) {
         int64_t s;
-        char tail;
-        if (sscanf(de->d_name, "step-%" SCNd64 "%c", &s, &tail) != 1 || s < 0) continue;
-        if (s <= best) continue;
-        char mpath[4200];
-        snprintf(mpath, sizeof mpath, "%s/%s/manifest.json", root, de->d_name);
-        char *m = read_small_file(mpath, 1 << 20, NULL);
-        if (!m) {
-            if (why && whylen) snprintf(why, whylen, "%s/%s has no manifest (incomplete): skipped", root, de->d_name);
+        if (!step_name(de->d_name, &s)) continue;
+        if (n == cap) {
+            CkptInfo *nv = realloc(v, sizeof *v * (size_t)(cap = cap ? 2 * cap : 16));
+            if (!nv) { rc = fail(err, errlen, "out of memory listing %s", root); break; }
+            v = nv;
+        }
+        CkptInfo *ci = &v[n++];
+        memset(ci, 0, sizeof *ci);
+        ci->step = s;
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s/manifest.json", root, de->d_name);
+        size_t len = 0;
+        char *m = read_small_file(path, 1 << 20, &len);
+        if (m) {
+            ci->state = manifest_parse(m, s, ci) ? CKPT_COMPLETE : CKPT_BAD_MANIFEST;
+            free(m);
             continue;
         }
-        char w[32] = "", ph[32] = "", st[32] = "";
-        bool ok = manifest_field(m, "world", w, sizeof w) && manifest_field(m, "plan_hash", ph, sizeof ph) &&
-                  manifest_field(m, "step", st, sizeof st);
-        free(m);
-        if (!ok || atoi(w) != world || strtoull(ph, NULL, 16) != plan_hash || atoll(st) != s) {
-            if (why && whylen)
-                snprintf(why, whylen, "%s/%s is for another plan or world size (world %s): skipped", root, de->d_name, w);
-            continue;
+        /* incomplete: who was writing it, from any shard or temporary shard */
+        ci->state = CKPT_INCOMPLETE;
+        snprintf(path, sizeof path, "%s/%s", root, de->d_name);
+        DIR *sd = opendir(path);
+        struct dirent *fe;
+        while (sd && (fe = readdir(sd)) && !ci->ident_known) {
+            if (strncmp(fe->d_name, "rank-", 5)) continue;
+            char fp[4700];
+            snprintf(fp, sizeof fp, "%s/%s", path, fe->d_name);
+            ci->ident_known = shard_ident(fp, &ci->world, &ci->plan_hash);
         }
-        best = s;
+        if (sd) closedir(sd);
     }
     closedir(d);
-    if (best < 0) return 0;
-    *step = best;
-    return 1;
+    if (rc) { free(v); return rc; }
+    if (n > 1) qsort(v, (size_t)n, sizeof *v, by_step_desc);
+    *out = v;
+    *count = n;
+    return 0;
 }
 
+bool ckpt_is_own(const CkptInfo *ci, int world, uint64_t plan_hash) {
+    return ci->ident_known && ci->world == world && ci->plan_hash == plan_hash;
+}
+
+int ckpt_find_latest(const char *root, int world, uint64_t plan_hash, int64_t *step,
+                     char *why, size_t whylen, char *err, size_t errlen) {
+    if (why && whylen) why[0] = 0;
+    CkptInfo *v;
+    int n, found = 0;
+    if (ckpt_scan(root, &v, &n, err, errlen)) return -1;
+    for (int i = 0; i < n && !found; i++) {
+        if (v[i].state == CKPT_COMPLETE && ckpt_is_own(&v[i], world, plan_hash)) {
+            *step = v[i].step;
+            found = 1;
+        } else if (why && whylen && !why[0]) {
+            snprintf(why, whylen, "%s/step-%08" PRId64 " %s: skipped", root, v[i].step,
+                     v[i].state == CKPT_INCOMPLETE     ? "has no manifest (incomplete)"
+                     : v[i].state == CKPT_BAD_MANIFEST ? v[i].why
+                                                       : "is for another plan or world size");
+        }
+    }
+    free(v);
+    return found;
+}
+
+/* Removes a step directory: manifest first (from that moment it is not
+ * complete), then every file, then the directory. */
+static int remove_step(const char *root, int64_t step, char *err, size_t errlen) {
+    char dir[4096], p[4400];
+    ckpt_step_dir(root, step, dir, sizeof dir);
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    if (unlink(p) != 0 && errno != ENOENT) return fail(err, errlen, "cannot remove %s: %s", p, strerror(errno));
+    DIR *sd = opendir(dir);
+    if (sd) {
+        struct dirent *de;
+        while ((de = readdir(sd))) {
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+            if (unlink(p) != 0 && errno != ENOENT) {
+                int e = errno;
+                closedir(sd);
+                return fail(err, errlen, "cannot remove %s: %s", p, strerror(e));
+            }
+        }
+        closedir(sd);
+    }
+    if (rmdir(dir) != 0 && errno != ENOENT) return fail(err, errlen, "cannot remove %s: %s", dir, strerror(errno));
+    return 0;
+}
+
+int ckpt_clean_debris(const char *root, int world, uint64_t plan_hash, char *report, size_t replen, char *err, size_t errlen) {
+    if (report && replen) report[0] = 0;
+    size_t used = 0;
+    CkptInfo *v;
+    int n;
+    if (ckpt_scan(root, &v, &n, err, errlen)) return -1;
+    int removed = 0, rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        char dir[4096];
+        ckpt_step_dir(root, v[i].step, dir, sizeof dir);
+        /* temporaries whose writer is gone; a live writer keeps its whole directory */
+        bool live = false, mine = ckpt_is_own(&v[i], world, plan_hash);
+        int tmps = 0;
+        DIR *sd = opendir(dir);
+        struct dirent *de;
+        while (sd && (de = readdir(sd))) {
+            long pid = tmp_owner(de->d_name);
+            if (!pid) continue;
+            if (pid_alive(pid)) { live = true; continue; }
+            char fp[4400];
+            snprintf(fp, sizeof fp, "%s/%s", dir, de->d_name);
+            int w = 0;
+            uint64_t h = 0;
+            /* a temporary shard names its run; a temporary manifest or one
+             * cut before its header belongs to its directory's run */
+            bool known = shard_ident(fp, &w, &h);
+            if (known ? (w == world && h == plan_hash) : mine) {
+                if (unlink(fp) != 0 && errno != ENOENT) rc = fail(err, errlen, "cannot remove %s: %s", fp, strerror(errno));
+                else tmps++;
+                if (!v[i].ident_known && known) mine = true;
+            }
+        }
+        if (sd) closedir(sd);
+        const char *what = NULL;
+        if (v[i].state == CKPT_INCOMPLETE && mine && !live && !rc) {
+            rc = remove_step(root, v[i].step, err, errlen);
+            what = "incomplete checkpoint";
+        } else if (tmps) {
+            what = "temporary files";
+        }
+        if (what && !rc) {
+            removed++;
+            if (report && used + 1 < replen) {
+                int w = snprintf(report + used, replen - used, "%s%s (%s)", used ? ", " : "", dir, what);
+                if (w > 0) used = (size_t)w < replen - used ? used + (size_t)w : replen - 1;
+            }
+        }
+    }
+    free(v);
+    return rc ? rc : removed;
+}
 int ckpt_read_shard(const char *root, int64_t step, int rank, int world, uint64_t plan_hash,
                     CkptEntry *e, int n, char *err, size_t errlen) {
     char dir[4096], path[4200];
@@ -407,44 +582,19 @@ char *ckpt_read_state(const char *root, int64_t step, char *err, size_t errlen) 
     return s;
 }
 
-int ckpt_prune(const char *root, int keep, char *err, size_t errlen) {
-    DIR *d = opendir(root);
-    if (!d) return errno == ENOENT ? 0 : fail(err, errlen, "cannot open %s: %s", root, strerror(errno));
-    int64_t steps[4096];
-    int ns = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) && ns < 4096) {
-        int64_t s;
-        char tail;
-        if (sscanf(de->d_name, "step-%" SCNd64 "%c", &s, &tail) == 1) {
-            char mp[4200];
-            snprintf(mp, sizeof mp, "%s/%s/manifest.json", root, de->d_name);
-            if (access(mp, R_OK) == 0) steps[ns++] = s;
-        }
+int ckpt_prune(const char *root, int world, uint64_t plan_hash, int64_t upto, int keep, char *err, size_t errlen) {
+    CkptInfo *v;
+    int n;
+    if (ckpt_scan(root, &v, &n, err, errlen)) return -1;
+    int kept = 0, rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        /* another run's, or a later one of this run's that a user started over from: not ours to judge */
+        if (v[i].state != CKPT_COMPLETE || !ckpt_is_own(&v[i], world, plan_hash) || v[i].step > upto) continue;
+        if (kept++ < keep) continue;
+        rc = remove_step(root, v[i].step, err, errlen);
     }
-    closedir(d);
-    for (int i = 0; i < ns; i++) {
-        int newer = 0;
-        for (int j = 0; j < ns; j++) newer += steps[j] > steps[i];
-        if (newer < keep) continue;
-        char dir[4096];
-        ckpt_step_dir(root, steps[i], dir, sizeof dir);
-        /* Manifest first: from that moment the checkpoint is not complete. */
-        char p[4400];
-        snprintf(p, sizeof p, "%s/manifest.json", dir);
-        unlink(p);
-        DIR *sd = opendir(dir);
-        if (sd) {
-            while ((de = readdir(sd))) {
-                if (de->d_name[0] == '.') continue;
-                snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-                unlink(p);
-            }
-            closedir(sd);
-        }
-        rmdir(dir);
-    }
-    return 0;
+    free(v);
+    return rc;
 }
 
 static const char *st_dtype(uint8_t dt) {

@@ -38,19 +38,50 @@ int ckpt_write_shard(const char *root, int64_t step, int rank, int world, uint64
  * (loss scale, data position...), copied verbatim under "state". */
 int ckpt_write_manifest(const char *root, int64_t step, int world, uint64_t plan_hash,
                         const char *model, const char *state_json, char *err, size_t errlen);
-/* The newest complete checkpoint under root for this world size and plan:
- * returns 1 and sets *step, 0 if there is none, -1 on error. Incomplete or
- * mismatched ones are skipped; `why` (optional) says what was skipped. */
+/* A checkpoint belongs to the run identity that wrote it: the plan hash
+ * (which covers the world size) and the world size. What a step-* directory
+ * under a checkpoint root holds: */
+typedef enum CkptState {
+    CKPT_COMPLETE,     /* its manifest parses: every shard was durable when it was written */
+    CKPT_INCOMPLETE,   /* no manifest: a write was cut short (or is under way) */
+    CKPT_BAD_MANIFEST, /* a manifest that is not ours or is damaged: `why` */
+} CkptState;
+
+typedef struct CkptInfo {
+    int64_t step;          /* from the directory's name */
+    CkptState state;
+    bool ident_known;      /* complete: always; incomplete: when a shard header was readable */
+    int world;
+    uint64_t plan_hash;
+    char why[160];
+} CkptInfo;
+
+/* Every step-* directory under root, newest first, into a malloc'd array
+ * the caller frees (none when root does not exist). 0, or -1 on error. */
+int ckpt_scan(const char *root, CkptInfo **out, int *n, char *err, size_t errlen);
+/* The newest complete checkpoint of this run identity: returns 1 and sets
+ * *step, 0 if there is none, -1 on error; `why` (optional) names the first
+ * newer one skipped and why. */
 int ckpt_find_latest(const char *root, int world, uint64_t plan_hash, int64_t *step,
                      char *why, size_t whylen, char *err, size_t errlen);
+/* Whether the run identity (world, plan_hash) wrote it. */
+bool ckpt_is_own(const CkptInfo *ci, int world, uint64_t plan_hash);
+/* Debris of this run identity left by a killed writer: temporary files
+ * (NAME.tmp.PID) whose process is gone, and incomplete step directories
+ * that no live process is writing. Returns how many directories it cleaned
+ * (their names in report), or -1 on error. Other runs' files are left alone.
+ * The PID test is this host's: on a checkpoint root shared between
+ * machines, only start a run when no other run of the same plan writes there. */
+int ckpt_clean_debris(const char *root, int world, uint64_t plan_hash, char *report, size_t replen, char *err, size_t errlen);
 /* Reads this rank's shard into the entries' buffers, checking that names,
  * dtypes and sizes match and every checksum holds. */
 int ckpt_read_shard(const char *root, int64_t step, int rank, int world, uint64_t plan_hash,
                     CkptEntry *e, int n, char *err, size_t errlen);
 /* The manifest's "state" object (malloc'd; caller frees), or NULL. */
 char *ckpt_read_state(const char *root, int64_t step, char *err, size_t errlen);
-/* Removes complete checkpoints older than the newest `keep`. */
-int ckpt_prune(const char *root, int keep, char *err, size_t errlen);
+/* Removes this run identity's complete checkpoints of step <= upto beyond
+ * the newest `keep` of them. Never another run's, never a later one. */
+int ckpt_prune(const char *root, int world, uint64_t plan_hash, int64_t upto, int keep, char *err, size_t errlen);
 
 typedef struct StTensor {
     const char *name;

@@ -842,7 +842,7 @@ int rt_checkpoint_save(Rt *r, const char *dir, const char *state_json, char *err
         snprintf(st, sizeof st, "{\"step\": %lld, \"loss_scale\": %.17g, \"good_steps\": %d, \"run\": %s}",
                  (long long)r->step, r->loss_scale, r->good_steps, state_json && *state_json ? state_json : "{}");
         rc = ckpt_write_manifest(dir, next, r->c->size, h, p->model_name, st, err, n);
-        if (!rc) rc = ckpt_prune(dir, 2, err, n);
+        if (!rc) rc = ckpt_prune(dir, r->c->size, h, next, 2, err, n);
     }
     if (agree(r, rc)) return rc ? rc : rt_fail(err, n, "rank 0 failed to write the checkpoint manifest; the previous checkpoint is kept");
     return 0;
@@ -881,7 +881,11 @@ int rt_checkpoint_load(Rt *r, const char *dir, int64_t step, char *err, size_t n
             free(st);
         }
     }
-    if (agree(r, rc)) return rc ? rc : rt_fail(err, n, "another rank could not load its checkpoint shard");
+    if (agree(r, rc)) {
+        if (rc) return -1;
+        rt_fail(err, n, "another rank could not load its checkpoint shard");
+        return -2;
+    }
     return 0;
 }
 

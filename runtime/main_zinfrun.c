@@ -23,11 +23,11 @@
 typedef struct Opts {
     const char *plan, *data, *backend, *ckpt_dir, *trace, *nvme, *export_path, *losses;
     int64_t steps, ckpt_every;
-    bool resume, quiet;
+    bool resume, quiet, start_over;
 } Opts;
 
 static const char *const flags[] = {"--data", "--steps", "--backend", "--checkpoint-dir", "--checkpoint-every",
-                                    "--resume", "--trace", "--nvme", "--export", "--losses", "--quiet", "--help", "--version"};
+                                    "--resume", "--start-over", "--trace", "--nvme", "--export", "--losses", "--quiet", "--help", "--version"};
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -37,7 +37,8 @@ static void usage(FILE *f) {
             "  --backend auto|host|cuda   where to run (auto: cuda when a GPU is there, else host)\n"
             "  --checkpoint-dir D     write checkpoints under D (atomically; the newest two are kept)\n"
             "  --checkpoint-every N   every N steps (default: only at the end)\n"
-            "  --resume               continue from the newest complete checkpoint in D\n"
+            "  --resume               continue from the newest checkpoint of this plan in D that loads\n"
+            "  --start-over           train from step 0 although D holds checkpoints (they are kept)\n"
             "  --nvme DIR             use DIR for the plan's NVMe swap space instead of the target's paths\n"
             "  --trace FILE           write the measured timeline of the last step (Chrome trace JSON)\n"
             "  --export FILE          after training, write the parameters as one safetensors file\n"
@@ -62,6 +63,7 @@ static int parse(int argc, char **argv, Opts *o) {
         else if (!strcmp(a, "--export")) { if (!(o->export_path = VAL())) return 2; }
         else if (!strcmp(a, "--losses")) { if (!(o->losses = VAL())) return 2; }
         else if (!strcmp(a, "--resume")) o->resume = true;
+        else if (!strcmp(a, "--start-over")) o->start_over = true;
         else if (!strcmp(a, "--quiet")) o->quiet = true;
         else if (!strcmp(a, "--steps") || !strcmp(a, "--checkpoint-every")) {
             const char *v = VAL();
@@ -85,6 +87,8 @@ static int parse(int argc, char **argv, Opts *o) {
         return 2;
     }
     if (o->resume && !o->ckpt_dir) { fprintf(stderr, "zinfrun: --resume needs --checkpoint-dir\n"); return 2; }
+    if (o->start_over && !o->ckpt_dir) { fprintf(stderr, "zinfrun: --start-over needs --checkpoint-dir\n"); return 2; }
+    if (o->resume && o->start_over) { fprintf(stderr, "zinfrun: --resume and --start-over contradict each other\n"); return 2; }
     if (!o->data && (o->steps != 0)) { fprintf(stderr, "zinfrun: --data TRAIN.bin is required to train (or --steps 0)\n"); return 2; }
     return 0;
 }
@@ -111,6 +115,115 @@ static int die(const char *fmt, ...) {
     return 1;
 }
 
+/* "step-00000040 (another plan or world: 4 ranks), ..." for the step
+ * directories that are not (world, hash)'s complete checkpoints. */
+static void list_others(const CkptInfo *v, int n, int world, uint64_t hash, bool incomplete_too, char *out, size_t len) {
+    size_t used = 0;
+    int shown = 0, more = 0;
+    out[0] = 0;
+    for (int i = 0; i < n; i++) {
+        const CkptInfo *c = &v[i];
+        bool own = ckpt_is_own(c, world, hash);
+        if ((c->state == CKPT_COMPLETE && own) || (c->state == CKPT_INCOMPLETE && !incomplete_too)) continue;
+        if (shown == 4) { more++; continue; }
+        char what[200];
+        if (c->state == CKPT_BAD_MANIFEST) snprintf(what, sizeof what, "%s", c->why);
+        else if (c->state == CKPT_INCOMPLETE) snprintf(what, sizeof what, "incomplete");
+        else if (own) snprintf(what, sizeof what, "this plan");
+        else snprintf(what, sizeof what, "another plan or world: %d rank%s", c->world, c->world == 1 ? "" : "s");
+        int w = snprintf(out + used, len - used, "%sstep-%08" PRId64 " (%s)", shown ? ", " : "", c->step, what);
+        if (w > 0) used = (size_t)w < len - used ? used + (size_t)w : len - 1;
+        shown++;
+    }
+    if (more && used + 1 < len) snprintf(out + used, len - used, " and %d more", more);
+}
+
+/* The checkpoint directory at start: rank 0 removes this run's debris and
+ * decides, every rank loads. A fresh run never writes beside checkpoints
+ * it did not make unless told to; --resume falls back to the newest
+ * checkpoint of this plan that loads and never quietly starts over when
+ * the directory holds only other runs' checkpoints. */
+static int checkpoint_start(Rt *r, const Opts *o, bool lead, int64_t *start, char *err, size_t n) {
+    enum { MAXC = 64 };
+    int64_t cand[MAXC + 1] = {0}; /* [0] = count, or -1: rank 0 failed (err) */
+    uint64_t hash = rt_plan_hash(r);
+    char msg[512];
+    if (lead) {
+        char report[1024];
+        int cleaned = ckpt_clean_debris(o->ckpt_dir, C.size, hash, report, sizeof report, err, n);
+        CkptInfo *v = NULL;
+        int nv = 0;
+        if (cleaned < 0 || ckpt_scan(o->ckpt_dir, &v, &nv, err, n)) {
+            cand[0] = -1;
+        } else {
+            if (cleaned > 0 && !o->quiet) printf("checkpoints: removed what a killed run left: %s\n", report);
+            int own = 0, other = 0;
+            for (int i = 0; i < nv; i++) {
+                if (v[i].state == CKPT_COMPLETE && ckpt_is_own(&v[i], C.size, hash)) {
+                    if (own < MAXC) cand[1 + own] = v[i].step;
+                    own++;
+                } else if (v[i].state != CKPT_INCOMPLETE) {
+                    other++;
+                }
+            }
+            cand[0] = own < MAXC ? own : MAXC;
+            if (!o->resume && !o->start_over && own + other > 0) {
+                list_others(v, nv, C.size, hash, false, msg, sizeof msg);
+                char mine[64] = "";
+                if (own) snprintf(mine, sizeof mine, "%sstep-%08" PRId64 " (this plan)", other ? ", " : "", cand[1]);
+                snprintf(err, n,
+                         "%s already holds checkpoints: %s%s; add --resume to continue this plan's newest, "
+                         "--start-over to train from step 0 beside them (other runs' are never pruned), "
+                         "or choose another --checkpoint-dir",
+                         o->ckpt_dir, msg, mine);
+                cand[0] = -1;
+            } else if (o->resume && own == 0 && other > 0) {
+                list_others(v, nv, C.size, hash, false, msg, sizeof msg);
+                snprintf(err, n, "--resume: %s holds no checkpoint of this plan on %d rank%s, only %s; nothing was loaded",
+                         o->ckpt_dir, C.size, C.size == 1 ? "" : "s", msg);
+                cand[0] = -1;
+            } else if (o->resume && !o->quiet) {
+                list_others(v, nv, C.size, hash, false, msg, sizeof msg);
+                if (msg[0]) printf("resume: not this plan's, skipped: %s\n", msg);
+            }
+            free(v);
+        }
+    }
+    if (comm_bcast(&C, cand, sizeof cand, 0) != COMM_OK) {
+        snprintf(err, n, "%s", comm_last_error(&C));
+        return -1;
+    }
+    if (cand[0] < 0) {
+        if (!lead) snprintf(err, n, "rank 0 refused the checkpoint directory %s", o->ckpt_dir);
+        return -1;
+    }
+    if (!o->resume) return 0;
+    if (cand[0] == 0) {
+        if (lead && !o->quiet) printf("resume: no checkpoint in %s; starting from step 0\n", o->ckpt_dir);
+        return 0;
+    }
+    for (int64_t k = 1; k <= cand[0]; k++) {
+        int rc = rt_checkpoint_load(r, o->ckpt_dir, cand[k], msg, sizeof msg);
+        if (rc == 0) {
+            *start = rt_steps_done(r);
+            if (lead && !o->quiet)
+                printf("resume: from step %" PRId64 " (%s/step-%08" PRId64 ")\n", *start, o->ckpt_dir, cand[k]);
+            return 0;
+        }
+        /* the rank that failed says why; every rank moves on together */
+        if (rc == -1) {
+            if (C.size > 1) fprintf(stderr, "zinfrun: rank %d: resume: step-%08" PRId64 " skipped: %s\n", C.rank, cand[k], msg);
+            else fprintf(stderr, "zinfrun: resume: step-%08" PRId64 " skipped: %s\n", cand[k], msg);
+            fflush(stderr);
+        }
+        if (lead && k < cand[0] && !o->quiet)
+            printf("resume: step-%08" PRId64 " does not load; trying step-%08" PRId64 "\n", cand[k], cand[k + 1]);
+    }
+    snprintf(err, n, "--resume: none of the %" PRId64 " checkpoint%s of this plan in %s loads (see above); nothing to resume from",
+             cand[0], cand[0] == 1 ? "" : "s", o->ckpt_dir);
+    return -1;
+}
+
 static int64_t plan_vocab(const Plan *p) {
     for (uint32_t k = 0; k < p->nops; k++)
         if (p->ops[k].kind == 0 /* OP_FWD */ && p->ops[k].prim == 0 /* PRIM_EMBEDDING */ && p->ops[k].in[0] >= 0)
@@ -131,7 +244,7 @@ int main(int argc, char **argv) {
     }
     /* Under mpirun stdout is often a pseudo-terminal shared by every rank: plain lines then. */
     bool lead = C.rank == 0, tty = isatty(1) && C.size == 1 && !getenv("ZINF_PLAIN");
-    char err[1024];
+    char err[2048];
     Plan *p = plan_read(o.plan, err, sizeof err);
     if (!p) return die("%s", err);
     char vm[4096];
@@ -203,22 +316,11 @@ int main(int argc, char **argv) {
 
     int64_t total = o.steps >= 0 ? o.steps : p->train.steps;
     int64_t start = 0;
-    if (o.resume) {
-        int64_t step = 0;
-        char why[512] = "";
-        int f = ckpt_find_latest(o.ckpt_dir, C.size, rt_plan_hash(r), &step, why, sizeof why, err, sizeof err);
-        if (f < 0) FAIL_RUN("%s", err);
-        if (f == 0) {
-            if (lead) printf("resume: no complete checkpoint in %s%s%s; starting from step 0\n", o.ckpt_dir, why[0] ? ": " : "", why);
-        } else {
-            if (rt_checkpoint_load(r, o.ckpt_dir, step, err, sizeof err)) FAIL_RUN("%s", err);
-            start = rt_steps_done(r);
-            if (lead) printf("resume: from step %" PRId64 " (%s/step-%08" PRId64 ")\n", start, o.ckpt_dir, step);
-        }
-    }
+    if (o.ckpt_dir && checkpoint_start(r, &o, lead, &start, err, sizeof err)) FAIL_RUN("%s", err);
 
-    int64_t B = p->train.micro_batch > 0 ? p->train.micro_batch : 1;
-    int64_t T = p->ninputs > 0 ? p->tensors[p->inputs[0]].dims[p->tensors[p->inputs[0]].rank - 1] : 0;
+    /* the verifier tied every INPUT copy to this shape */
+    int64_t B = 0, T = 0;
+    if (!plan_batch_shape(p, &B, &T)) FAIL_RUN("%s: the plan has no token input", o.plan);
     if (accum > 64) FAIL_RUN("grad_accum %d is more than 64", accum);
     if (start < total) {
         if (tok_open(&tr, o.data, plan_vocab(p), err, sizeof err)) FAIL_RUN("%s", err);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -201,6 +202,19 @@ NvmeStatus nvme_open(NvmeEngine *e, const char *const *paths, int npaths, int ra
             return NVME_FAIL;
         }
         e->fds[i] = fd;
+        /* One owner per swap file: two runs sharing a directory and a rank
+         * would silently overwrite each other's parameters. The lock goes
+         * with the process, so a killed run's file is taken over (and later
+         * removed) by the next run, never by a live one's neighbour. */
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int no = errno;
+            err_set(err, no, "open", e->files[i], 0, 0, "%s",
+                    no == EWOULDBLOCK ? "the swap file is in use by another live process (a run sharing this NVMe "
+                                        "directory and rank): give each run its own --nvme directory"
+                                      : "cannot lock the swap file");
+            close_files(e, i + 1, created, 0);
+            return NVME_FAIL;
+        }
         if (fstat(fd, &st) == 0 && (uint64_t)st.st_size < bytes_per_path) {
             int rc;
             do rc = fallocate(fd, 0, 0, (off_t)bytes_per_path);

@@ -57,6 +57,18 @@ int plan_dtype_size(int dtype) {
     }
 }
 
+bool plan_batch_shape(const Plan *p, int64_t *B, int64_t *T) {
+    if (p->ninputs < 1 || p->inputs[0] < 0 || (uint32_t)p->inputs[0] >= p->ntensors) return false;
+    const PlanTensor *t = &p->tensors[p->inputs[0]];
+    if (t->rank < 1 || t->rank > PLAN_MAX_RANK) return false;
+    int64_t b = p->train.micro_batch, n = t->dims[t->rank - 1], ids;
+    /* the runtime allocates B*T ids and reads windows of B*T+1 tokens */
+    if (b < 1 || n < 1 || __builtin_mul_overflow(b, n, &ids) || ids > (INT64_MAX / 16) / (int64_t)sizeof(int32_t)) return false;
+    *B = b;
+    *T = n;
+    return true;
+}
+
 uint64_t plan_fnv1a64(const void *data, size_t n) {
     const uint8_t *b = data;
     uint64_t h = 0xcbf29ce484222325ull;

@@ -260,6 +260,13 @@ Plan *plan_decode(const uint8_t *buf, size_t len, const char *name, char *err, s
 bool plan_write(const Plan *p, const char *path, char *err, size_t errlen);
 Plan *plan_read(const char *path, char *err, size_t errlen);
 
+/* The token batch the runtime feeds each micro-batch and rank: B =
+ * train.micro_batch rows of T token ids, T the last dimension of input 0.
+ * False when the plan defines none: no input, an input id out of range, a
+ * scalar input, B or T below 1, or B*T int32 ids beyond what memory can
+ * address. The verifier ties every INPUT instruction to it. */
+bool plan_batch_shape(const Plan *p, int64_t *B, int64_t *T);
+
 /* FNV-1a 64-bit hash, the sections' checksum. */
 uint64_t plan_fnv1a64(const void *data, size_t n);
 /* "1.50 GiB" */

@@ -102,6 +102,22 @@ static bool check_ranges(V *v) {
         if ((uint64_t)s->dep + s->ndeps > p->ndeps) problem(v, "instruction %u (%s): dependencies out of range", i, iname(p, i));
         if (s->op == PI_KERNEL && (s->arg < 0 || s->arg >= (int64_t)p->nops)) problem(v, "instruction %u (kernel): op %d out of range", i, s->arg);
     }
+    /* Each instruction's operand and dependency ranges come after the
+     * previous instruction's (gaps allowed, overlap not): the per-buffer use
+     * lists and the dependency graph are then bounded by the arrays' sizes. */
+    uint64_t opnd_end = 0, dep_end = 0;
+    for (uint32_t i = 0; i < p->ninstrs; i++) {
+        const PlanInstr *s = &p->instrs[i];
+        if (s->op >= PI_COUNT) continue;
+        if (s->nopnd && s->opnd < opnd_end)
+            problem(v, "instruction %u (%s): operands [%u, +%u) overlap the previous instruction's, which end at %" PRIu64, i,
+                    iname(p, i), s->opnd, s->nopnd, opnd_end);
+        else if (s->nopnd) opnd_end = (uint64_t)s->opnd + s->nopnd;
+        if (s->ndeps && s->dep < dep_end)
+            problem(v, "instruction %u (%s): dependencies [%u, +%u) overlap the previous instruction's, which end at %" PRIu64, i,
+                    iname(p, i), s->dep, s->ndeps, dep_end);
+        else if (s->ndeps) dep_end = (uint64_t)s->dep + s->ndeps;
+    }
     for (uint32_t i = 0; i < p->ndeps; i++)
         if (p->deps[i] >= p->ninstrs) problem(v, "dependency %u names instruction %u, out of range", i, p->deps[i]);
     if (p->opt_begin > p->ninstrs) problem(v, "optimizer start %u is past the schedule's %u instructions", p->opt_begin, p->ninstrs);
@@ -358,6 +374,48 @@ static void check_layouts(V *v) {
             break;
         default: break;
         }
+    }
+}
+
+/* ---- 2c. training settings and the token batch: what zinfrun sizes its
+ * batches, loops and the INPUT copies by ---- */
+static void check_train(V *v) {
+    const Plan *p = v->p;
+    const PlanTrain *t = &p->train;
+    if (t->micro_batch < 1) problem(v, "micro_batch is %" PRId64 ", must be at least 1", t->micro_batch);
+    if (t->grad_accum < 1 || t->grad_accum > INT32_MAX) problem(v, "grad_accum is %" PRId64 ", must be 1 to 2^31-1", t->grad_accum);
+    if (t->steps < 0 || t->steps > (INT64_MAX >> 8)) problem(v, "steps is %" PRId64 ", out of range", t->steps);
+    if (t->warmup_steps < 0) problem(v, "warmup_steps is %" PRId64 ", must not be negative", t->warmup_steps);
+    if (t->checkpoint_every < 0) problem(v, "checkpoint_every is %" PRId64 ", must not be negative", t->checkpoint_every);
+    if (!plan_dtype_size(t->dtype)) problem(v, "training dtype %u is unknown", t->dtype);
+    for (int k = 0; k < p->ninputs; k++) {
+        int32_t id = p->inputs[k];
+        if (id < 0 || (uint32_t)id >= p->ntensors) problem(v, "input %d: tensor %d out of range", k, id);
+        else if (p->tensors[id].dtype != 4 /* i32 */)
+            problem(v, "input %d '%s' is not i32: the runtime feeds token ids", k, p->tensors[id].name);
+    }
+    int64_t B = 0, T = 0;
+    bool batch = plan_batch_shape(p, &B, &T);
+    for (uint32_t i = 0; i < p->ninstrs && !STOP(v); i++) {
+        const PlanInstr *s = &p->instrs[i];
+        if (s->op != PI_INPUT || s->nopnd < 1) continue;
+        if (s->arg < 0 || s->arg >= p->ninputs || p->inputs[s->arg] < 0 || (uint32_t)p->inputs[s->arg] >= p->ntensors) {
+            problem(v, "instruction %u (input) feeds input %d, out of range (%d inputs)", i, s->arg, p->ninputs);
+            continue;
+        }
+        if (!batch) {
+            problem(v, "instruction %u (input) feeds a batch the plan does not define (micro_batch %" PRId64 ")", i, t->micro_batch);
+            continue;
+        }
+        const PlanTensor *x = &p->tensors[p->inputs[s->arg]];
+        uint64_t have = (uint64_t)x->numel * (uint64_t)plan_dtype_size(x->dtype), feed = (uint64_t)(B * T) * sizeof(int32_t);
+        const PlanOperand *o = &p->operands[s->opnd];
+        if (o->bytes != have)
+            problem(v, "instruction %u (input) copies %" PRIu64 " bytes into input '%s' of %" PRIu64 " bytes", i, o->bytes, x->name,
+                    have);
+        else if (have != feed)
+            problem(v, "input '%s' holds %" PRIu64 " bytes, but a micro-batch of %" PRId64 " x %" PRId64 " token ids is %" PRIu64
+                    " bytes", x->name, have, B, T, feed);
     }
 }
 
@@ -728,6 +786,7 @@ int verify_plan(const Plan *p, char *msgs, size_t n) {
         check_launches(&v);
         check_memory(&v);
         check_layouts(&v);
+        check_train(&v);
         check_shards(&v);
         if (build_order(&v) && build_uses(&v)) {
             check_dataflow(&v);

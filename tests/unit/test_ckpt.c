@@ -2,6 +2,7 @@
  * checkpoints are skipped, a full disk leaves the previous one loadable, and
  * the safetensors layout is right. */
 #include <check.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,13 +33,23 @@ static void fill(int step) {
     for (int i = 0; i < 37; i++) Bv[i] = (float)-i - (float)step;
 }
 
-static int write_ckpt(int step, int world) {
+static int write_ckpt_of(int step, int world, uint64_t hash) {
     char err[512];
     fill(step);
     CkptEntry e[2] = {{"w", 1, sizeof A, A}, {"master.w", 1, sizeof Bv, Bv}};
     for (int r = 0; r < world; r++)
-        if (ckpt_write_shard(root, step, r, world, 0xabcdef, e, 2, err, sizeof err)) return -1;
-    return ckpt_write_manifest(root, step, world, 0xabcdef, "tiny", "{\"loss_scale\": 1, \"tokens\": 42}", err, sizeof err);
+        if (ckpt_write_shard(root, step, r, world, hash, e, 2, err, sizeof err)) return -1;
+    return ckpt_write_manifest(root, step, world, hash, "tiny", "{\"loss_scale\": 1, \"tokens\": 42}", err, sizeof err);
+}
+static int write_ckpt(int step, int world) { return write_ckpt_of(step, world, 0xabcdef); }
+
+static bool exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+static bool step_exists(int step) {
+    char d[400];
+    return exists(ckpt_step_dir(root, step, d, sizeof d));
 }
 
 static int read_ckpt(int step, int rank, int world, char *err, size_t n) {
@@ -155,13 +166,103 @@ END_TEST
 START_TEST(test_prune) {
     for (int s = 1; s <= 4; s++) ck_assert_int_eq(write_ckpt(s, 1), 0);
     char err[512];
-    ck_assert_int_eq(ckpt_prune(root, 2, err, sizeof err), 0);
-    char d[400];
-    struct stat st;
-    ck_assert_int_ne(stat(ckpt_step_dir(root, 1, d, sizeof d), &st), 0);
-    ck_assert_int_ne(stat(ckpt_step_dir(root, 2, d, sizeof d), &st), 0);
-    ck_assert_int_eq(stat(ckpt_step_dir(root, 3, d, sizeof d), &st), 0);
-    ck_assert_int_eq(stat(ckpt_step_dir(root, 4, d, sizeof d), &st), 0);
+    ck_assert_int_eq(ckpt_prune(root, 1, 0xabcdef, 4, 2, err, sizeof err), 0);
+    ck_assert(!step_exists(1) && !step_exists(2) && step_exists(3) && step_exists(4));
+}
+END_TEST
+
+/* Regression: pruning kept the two highest steps whatever run wrote them,
+ * so a run into a directory with later checkpoints deleted its own. */
+START_TEST(test_prune_by_identity) {
+    ck_assert_int_eq(write_ckpt_of(40, 2, 0x5555), 0); /* another plan, further along */
+    ck_assert_int_eq(write_ckpt_of(30, 1, 0xabcdef), 0); /* this plan, a later run started over from */
+    char err[512];
+    for (int s = 1; s <= 4; s++) {
+        ck_assert_int_eq(write_ckpt(s, 1), 0);
+        ck_assert_int_eq(ckpt_prune(root, 1, 0xabcdef, s, 2, err, sizeof err), 0);
+        ck_assert_msg(step_exists(s), "step %d pruned right after it was written", s);
+    }
+    ck_assert(!step_exists(1) && !step_exists(2) && step_exists(3) && step_exists(4));
+    ck_assert(step_exists(40) && step_exists(30));
+    /* the other plan's, seen from its own identity, is not touched by ours */
+    ck_assert_int_eq(ckpt_prune(root, 2, 0x5555, 40, 1, err, sizeof err), 0);
+    ck_assert(step_exists(40) && step_exists(3) && step_exists(4));
+}
+END_TEST
+
+START_TEST(test_scan_states) {
+    ck_assert_int_eq(write_ckpt(2, 1), 0);
+    ck_assert_int_eq(write_ckpt_of(9, 2, 0x77), 0);
+    char err[512], d[400], p[500];
+    /* step 5: a manifest that is not ours */
+    ck_assert_int_eq(write_ckpt(5, 1), 0);
+    snprintf(p, sizeof p, "%s/manifest.json", ckpt_step_dir(root, 5, d, sizeof d));
+    FILE *f = fopen(p, "w");
+    fputs("{\"hello\": 1}", f);
+    fclose(f);
+    /* step 7: a shard but no manifest */
+    fill(7);
+    CkptEntry e[2] = {{"w", 1, sizeof A, A}, {"master.w", 1, sizeof Bv, Bv}};
+    ck_assert_int_eq(ckpt_write_shard(root, 7, 0, 1, 0xabcdef, e, 2, err, sizeof err), 0);
+    CkptInfo *v;
+    int n;
+    ck_assert_int_eq(ckpt_scan(root, &v, &n, err, sizeof err), 0);
+    ck_assert_int_eq(n, 4);
+    ck_assert(v[0].step == 9 && v[0].state == CKPT_COMPLETE && v[0].world == 2 && v[0].plan_hash == 0x77);
+    ck_assert(!ckpt_is_own(&v[0], 1, 0xabcdef));
+    ck_assert(v[1].step == 7 && v[1].state == CKPT_INCOMPLETE && ckpt_is_own(&v[1], 1, 0xabcdef));
+    ck_assert(v[2].step == 5 && v[2].state == CKPT_BAD_MANIFEST && !v[2].ident_known);
+    ck_assert_msg(strstr(v[2].why, "not a zinf checkpoint manifest") != NULL, "%s", v[2].why);
+    ck_assert(v[3].step == 2 && v[3].state == CKPT_COMPLETE && ckpt_is_own(&v[3], 1, 0xabcdef));
+    free(v);
+    /* a missing root is an empty list */
+    ck_assert_int_eq(ckpt_scan("/nonexistent/zinf", &v, &n, err, sizeof err), 0);
+    ck_assert_int_eq(n, 0);
+}
+END_TEST
+
+/* kill -9 while writing: temporaries and incomplete directories of this
+ * run are removed at the next start, another run's and live ones are not. */
+START_TEST(test_debris) {
+    char err[512], d[400], p[600], rep[1024];
+    ck_assert_int_eq(write_ckpt(1, 1), 0);
+    fill(2);
+    CkptEntry e[2] = {{"w", 1, sizeof A, A}, {"master.w", 1, sizeof Bv, Bv}};
+    /* step 2 of this run: one shard done, the other cut short by a dead writer */
+    ck_assert_int_eq(ckpt_write_shard(root, 2, 0, 2, 0xabcdef, e, 2, err, sizeof err), 0);
+    ckpt_step_dir(root, 2, d, sizeof d);
+    snprintf(p, sizeof p, "%s/rank-00000.zck", d);
+    char tmp[700];
+    pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    snprintf(tmp, sizeof tmp, "%s/rank-00001.zck.tmp.%d", d, (int)dead);
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd, "head -c 100 %s > %s", p, tmp);
+    ck_assert_int_eq(system(cmd), 0);
+    /* step 3: another run's incomplete checkpoint, by a dead writer too */
+    ck_assert_int_eq(ckpt_write_shard(root, 3, 0, 4, 0x99, e, 2, err, sizeof err), 0);
+    /* step 1: a dead writer's temporary manifest beside the complete one */
+    char m[700];
+    snprintf(m, sizeof m, "%s/manifest.json.tmp.%d", ckpt_step_dir(root, 1, d, sizeof d), (int)dead);
+    FILE *f = fopen(m, "w");
+    fputs("{", f);
+    fclose(f);
+    /* step 4: this run's, being written by a live process (us) */
+    ck_assert_int_eq(ckpt_write_shard(root, 4, 0, 2, 0xabcdef, e, 2, err, sizeof err), 0);
+    char live[700];
+    snprintf(live, sizeof live, "%s/rank-00001.zck.tmp.%d", ckpt_step_dir(root, 4, d, sizeof d), (int)getpid());
+    f = fopen(live, "w");
+    fclose(f);
+    int n = ckpt_clean_debris(root, 2, 0xabcdef, rep, sizeof rep, err, sizeof err);
+    ck_assert_msg(n == 1, "%d: %s %s", n, rep, err);
+    ck_assert(!step_exists(2) && step_exists(3) && step_exists(4) && exists(live));
+    ck_assert_msg(strstr(rep, "step-00000002 (incomplete checkpoint)") != NULL, "%s", rep);
+    /* the world-1 run cleans its temporary manifest and keeps its checkpoint */
+    n = ckpt_clean_debris(root, 1, 0xabcdef, rep, sizeof rep, err, sizeof err);
+    ck_assert_msg(n == 1 && !exists(m) && step_exists(1), "%d %s", n, rep);
+    ck_assert_msg(strstr(rep, "step-00000001 (temporary files)") != NULL, "%s", rep);
+    ck_assert_int_eq(read_ckpt(1, 0, 1, err, sizeof err), 0);
 }
 END_TEST
 
@@ -201,6 +302,9 @@ int main(void) {
     tcase_add_test(tc, test_incomplete_skipped);
     tcase_add_test(tc, test_full_disk_keeps_previous);
     tcase_add_test(tc, test_prune);
+    tcase_add_test(tc, test_prune_by_identity);
+    tcase_add_test(tc, test_scan_states);
+    tcase_add_test(tc, test_debris);
     tcase_add_test(tc, test_safetensors_layout);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

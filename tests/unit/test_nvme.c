@@ -427,6 +427,30 @@ START_TEST(test_reopen_keeps_data) {
 }
 END_TEST
 
+/* A swap file has one live owner: a second engine on the same directory
+ * and rank is refused by name, and takes the file over once it is free. */
+START_TEST(test_one_owner) {
+    const char *paths[1] = {g_dirs[0]};
+    NvmeEngine a, b;
+    NvmeError err;
+    ck_assert_int_eq(nvme_open(&a, paths, 1, 3, 256 * KB, 64 * KB, 4, &err), NVME_OK);
+    ck_assert_int_eq(nvme_open(&b, paths, 1, 3, 256 * KB, 64 * KB, 4, &err), NVME_FAIL);
+    char msg[1024];
+    nvme_error_format(&err, msg, sizeof msg);
+    ck_assert_msg(strstr(msg, "zinf-rank3.swap") && strstr(msg, "in use by another live process"), "%s", msg);
+    /* the refused open left the owner's file alone */
+    char path[400];
+    snprintf(path, sizeof path, "%s/zinf-rank3.swap", g_dirs[0]);
+    ck_assert_int_eq(access(path, F_OK), 0);
+    ck_assert_int_eq(nvme_open(&b, paths, 1, 4, 256 * KB, 64 * KB, 4, &err), NVME_OK);
+    nvme_close(&b, 1);
+    nvme_close(&a, 0);
+    ck_assert_int_eq(nvme_open(&b, paths, 1, 3, 256 * KB, 64 * KB, 4, &err), NVME_OK);
+    nvme_close(&b, 1);
+    ck_assert_int_ne(access(path, F_OK), 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("nvme");
     TCase *tc = tcase_create("core");
@@ -447,6 +471,7 @@ int main(void) {
     tcase_add_test(tc, test_error_format);
     tcase_add_test(tc, test_tags_independent);
     tcase_add_test(tc, test_reopen_keeps_data);
+    tcase_add_test(tc, test_one_owner);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

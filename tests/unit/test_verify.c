@@ -24,6 +24,16 @@ static void expect(Plan *p, const char *what) {
     plan_free(p);
 }
 
+static void expectf(Plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void expectf(Plan *p, const char *fmt, ...) {
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    expect(p, what);
+}
+
 static int find_op(const Plan *p, int op, int from) {
     for (uint32_t i = (uint32_t)from; i < p->ninstrs; i++)
         if (p->instrs[i].op == op) return (int)i;
@@ -161,6 +171,71 @@ START_TEST(layouts) {
 }
 END_TEST
 
+/* Regression: overlapping operand ranges made the per-buffer use lists
+ * (sized by the operand count) overflow; now they are refused by name. */
+START_TEST(overlapping_operand_ranges) {
+    Plan *p = fresh();
+    uint32_t k = 1;
+    while (k < p->ninstrs && !(p->instrs[k].nopnd && p->instrs[k - 1].nopnd)) k++;
+    ck_assert_uint_lt(k, p->ninstrs);
+    p->instrs[k].opnd = p->instrs[k - 1].opnd;
+    expectf(p, "instruction %u (%s): operands [", k, plan_opcode_names[p->instrs[k].op]);
+    /* every instruction names every operand: the worst case for the use lists */
+    p = fresh();
+    for (uint32_t i = 0; i < p->ninstrs; i++) {
+        p->instrs[i].opnd = 0;
+        p->instrs[i].nopnd = p->noperands;
+    }
+    expect(p, "overlap the previous instruction's, which end at");
+    p = fresh();
+    k = 1;
+    while (k < p->ninstrs && !(p->instrs[k].ndeps && p->instrs[k - 1].ndeps)) k++;
+    ck_assert_uint_lt(k, p->ninstrs);
+    p->instrs[k].dep = p->instrs[k - 1].dep;
+    expectf(p, "instruction %u (%s): dependencies [", k, plan_opcode_names[p->instrs[k].op]);
+}
+END_TEST
+
+/* Regression: zinfrun sized its token buffers from micro_batch and the
+ * INPUT copies from the input tensors; the verifier now ties them. */
+START_TEST(micro_batch_and_inputs) {
+    Plan *p = fresh();
+    int64_t B = 0, T = 0;
+    ck_assert(plan_batch_shape(p, &B, &T));
+    ck_assert_int_eq(B, 2);
+    ck_assert_int_eq(T, 16);
+    p->train.micro_batch = 1;
+    expect(p, "but a micro-batch of 1 x 16 token ids is 64 bytes");
+    p = fresh();
+    p->train.micro_batch = 0;
+    expect(p, "micro_batch is 0, must be at least 1");
+    p = fresh();
+    p->train.micro_batch = -1;
+    expect(p, "micro_batch is -1, must be at least 1");
+    p = fresh();
+    p->train.micro_batch = (1ll << 57) + 4;
+    ck_assert(!plan_batch_shape(p, &B, &T));
+    expect(p, "(input) feeds a batch the plan does not define");
+    p = fresh();
+    p->inputs[0] = -1;
+    expect(p, "input 0: tensor -1 out of range");
+    p = fresh();
+    int in = find_op(p, PI_INPUT, 0);
+    ck_assert_int_ge(in, 0);
+    p->instrs[in].arg = 7;
+    expectf(p, "instruction %d (input) feeds input 7, out of range", in);
+    p = fresh();
+    p->operands[p->instrs[in].opnd].bytes /= 2;
+    expectf(p, "instruction %d (input) copies", in);
+    p = fresh();
+    p->train.grad_accum = 0;
+    expect(p, "grad_accum is 0, must be 1 to 2^31-1");
+    p = fresh();
+    p->tensors[p->inputs[1]].dtype = 1;
+    expect(p, "input 1 'targets' is not i32");
+}
+END_TEST
+
 START_TEST(message_cap) {
     Plan *p = fresh();
     for (uint32_t i = 0; i < p->nbuffers; i++) p->buffers[i].offset = 0;
@@ -191,16 +266,6 @@ static uint32_t ws_launch(const Plan *p, uint32_t *arg) {
             }
     ck_abort_msg("no launch with a workspace argument");
     return 0;
-}
-
-static void expectf(Plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void expectf(Plan *p, const char *fmt, ...) {
-    char what[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    expect(p, what);
 }
 
 START_TEST(gpu_plan_launches) {
@@ -441,6 +506,8 @@ int main(void) {
     tcase_add_test(t, shards);
     tcase_add_test(t, ranges_and_queues);
     tcase_add_test(t, layouts);
+    tcase_add_test(t, overlapping_operand_ranges);
+    tcase_add_test(t, micro_batch_and_inputs);
     tcase_add_test(t, message_cap);
     tcase_add_test(t, gpu_plan_launches);
     tcase_add_test(t, launch_names_and_ranges);
