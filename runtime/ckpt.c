@@ -582,6 +582,20 @@ char *ckpt_read_state(const char *root, int64_t step, char *err, size_t errlen) 
     return s;
 }
 
+int ckpt_set_aside(const char *root, int64_t step, char *to, size_t ton, char *err, size_t errlen) {
+    char dir[4096];
+    ckpt_step_dir(root, step, dir, sizeof dir);
+    for (int k = 0; k < 100; k++) {
+        if (k) snprintf(to, ton, "%s.bad.%d", dir, k);
+        else snprintf(to, ton, "%s.bad", dir);
+        struct stat st;
+        if (stat(to, &st) == 0) continue;
+        if (rename(dir, to) != 0) return fail(err, errlen, "cannot rename %s to %s: %s", dir, to, strerror(errno));
+        return fsync_dir_of(dir) ? fail(err, errlen, "fsync of %s failed: %s", root, strerror(errno)) : 0;
+    }
+    return fail(err, errlen, "cannot set %s aside: %s.bad to .bad.99 all exist", dir, dir);
+}
+
 int ckpt_prune(const char *root, int world, uint64_t plan_hash, int64_t upto, int keep, char *err, size_t errlen) {
     CkptInfo *v;
     int n;

@@ -79,6 +79,10 @@ int ckpt_read_shard(const char *root, int64_t step, int rank, int world, uint64_
                     CkptEntry *e, int n, char *err, size_t errlen);
 /* The manifest's "state" object (malloc'd; caller frees), or NULL. */
 char *ckpt_read_state(const char *root, int64_t step, char *err, size_t errlen);
+/* Renames step `step`'s directory to step-N.bad (or .bad.K when taken), so
+ * that neither --resume nor pruning sees it again and nothing is lost; the
+ * new path into `to`. */
+int ckpt_set_aside(const char *root, int64_t step, char *to, size_t ton, char *err, size_t errlen);
 /* Removes this run identity's complete checkpoints of step <= upto beyond
  * the newest `keep` of them. Never another run's, never a later one. */
 int ckpt_prune(const char *root, int world, uint64_t plan_hash, int64_t upto, int keep, char *err, size_t errlen);

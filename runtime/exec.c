@@ -848,11 +848,12 @@ int rt_checkpoint_save(Rt *r, const char *dir, const char *state_json, char *err
     return 0;
 }
 
-int rt_checkpoint_load(Rt *r, const char *dir, int64_t step, char *err, size_t n) {
+int rt_checkpoint_load(Rt *r, const char *dir, int64_t step, bool *mine, char *err, size_t n) {
     const Plan *p = r->p;
     CkptEntry *e = calloc(p->nshards ? p->nshards : 1, sizeof *e);
     int *buf = calloc(p->nshards ? p->nshards : 1, sizeof *buf);
     int ne = 0, rc = 0;
+    int64_t why = 0; /* 1: the checkpoint does not load, 2: something else failed */
     if (!e || !buf) rc = rt_fail(err, n, "out of memory");
     for (uint32_t s = 0; s < p->nshards && !rc; s++) {
         const PlanShard *sh = &p->shards[s];
@@ -863,15 +864,19 @@ int rt_checkpoint_load(Rt *r, const char *dir, int64_t step, char *err, size_t n
         e[ne] = (CkptEntry){t->name, t->dtype, sh->bytes, d};
         buf[ne++] = sh->buffer;
     }
-    if (!rc) rc = ckpt_read_shard(dir, step, r->c->rank, r->c->size, rt_plan_hash(r), e, ne, err, n);
-    for (int i = 0; i < ne && !rc; i++) rc = home_write(r, buf[i], 0, e[i].data, e[i].bytes, err, n);
+    if (rc) why = 2;
+    else if ((rc = ckpt_read_shard(dir, step, r->c->rank, r->c->size, rt_plan_hash(r), e, ne, err, n))) why = 1;
+    for (int i = 0; i < ne && !rc; i++)
+        if ((rc = home_write(r, buf[i], 0, e[i].data, e[i].bytes, err, n))) why = 2;
     for (int i = 0; i < ne; i++) free(e[i].data);
     free(e);
     free(buf);
     if (!rc) {
         char *st = ckpt_read_state(dir, step, err, n);
-        if (!st) rc = -1;
-        else {
+        if (!st) {
+            rc = -1;
+            why = 1;
+        } else {
             const char *q = strstr(st, "\"step\":");
             const char *ls = strstr(st, "\"loss_scale\":");
             const char *gs = strstr(st, "\"good_steps\":");
@@ -881,12 +886,16 @@ int rt_checkpoint_load(Rt *r, const char *dir, int64_t step, char *err, size_t n
             free(st);
         }
     }
-    if (agree(r, rc)) {
-        if (rc) return -1;
-        rt_fail(err, n, "another rank could not load its checkpoint shard");
-        return -2;
+    if (mine) *mine = rc != 0;
+    int64_t all = why;
+    if (comm_allreduce_max_i64(r->c, &all)) {
+        if (mine) *mine = true;
+        rt_fail(err, n, "%s", comm_last_error(r->c));
+        return RT_LOAD_FAILED;
     }
-    return 0;
+    if (all && !rc)
+        rt_fail(err, n, "another rank %s step %" PRId64, all == 1 ? "found a defect in its shard of" : "failed loading", step);
+    return all == 0 ? 0 : all == 1 ? RT_LOAD_DEFECT : RT_LOAD_FAILED;
 }
 
 int rt_export_safetensors(Rt *r, const char *path, char *err, size_t n) {

@@ -70,9 +70,13 @@ uint64_t rt_gpu_memory_used(const Rt *r);
 
 /* Checkpoint this rank's persistent state (collective: every rank calls). */
 int rt_checkpoint_save(Rt *r, const char *dir, const char *state_json, char *err, size_t errlen);
-/* Collective: 0 when every rank loaded step `step`; -1 when this rank
- * failed (err says why), -2 when only another rank did. */
-int rt_checkpoint_load(Rt *r, const char *dir, int64_t step, char *err, size_t errlen);
+/* Collective: loads step `step` on every rank. 0 when every rank did;
+ * RT_LOAD_DEFECT when some rank's shard or the manifest does not read back
+ * (missing, truncated, checksum): a reason to fall back to an older
+ * checkpoint; RT_LOAD_FAILED when something else failed (memory, NVMe).
+ * *mine says whether this rank failed (err then says why). */
+enum { RT_LOAD_DEFECT = -1, RT_LOAD_FAILED = -2 };
+int rt_checkpoint_load(Rt *r, const char *dir, int64_t step, bool *mine, char *err, size_t errlen);
 /* Consolidated parameters to a safetensors file (collective; rank 0 writes). */
 int rt_export_safetensors(Rt *r, const char *path, char *err, size_t errlen);
 /* A hash identifying the plan's persistent layout (checkpoint compatibility). */

@@ -156,7 +156,7 @@ static int checkpoint_start(Rt *r, const Opts *o, bool lead, int64_t *start, cha
         if (cleaned < 0 || ckpt_scan(o->ckpt_dir, &v, &nv, err, n)) {
             cand[0] = -1;
         } else {
-            if (cleaned > 0 && !o->quiet) printf("checkpoints: removed what a killed run left: %s\n", report);
+            if (cleaned > 0) printf("checkpoints: removed what a killed run left: %s\n", report);
             int own = 0, other = 0;
             for (int i = 0; i < nv; i++) {
                 if (v[i].state == CKPT_COMPLETE && ckpt_is_own(&v[i], C.size, hash)) {
@@ -182,9 +182,9 @@ static int checkpoint_start(Rt *r, const Opts *o, bool lead, int64_t *start, cha
                 snprintf(err, n, "--resume: %s holds no checkpoint of this plan on %d rank%s, only %s; nothing was loaded",
                          o->ckpt_dir, C.size, C.size == 1 ? "" : "s", msg);
                 cand[0] = -1;
-            } else if (o->resume && !o->quiet) {
+            } else if (o->resume) { /* said even with --quiet: something was not used */
                 list_others(v, nv, C.size, hash, false, msg, sizeof msg);
-                if (msg[0]) printf("resume: not this plan's, skipped: %s\n", msg);
+                if (msg[0]) printf("resume: skipped: %s\n", msg);
             }
             free(v);
         }
@@ -203,21 +203,32 @@ static int checkpoint_start(Rt *r, const Opts *o, bool lead, int64_t *start, cha
         return 0;
     }
     for (int64_t k = 1; k <= cand[0]; k++) {
-        int rc = rt_checkpoint_load(r, o->ckpt_dir, cand[k], msg, sizeof msg);
+        bool mine = false;
+        int rc = rt_checkpoint_load(r, o->ckpt_dir, cand[k], &mine, msg, sizeof msg);
         if (rc == 0) {
             *start = rt_steps_done(r);
             if (lead && !o->quiet)
                 printf("resume: from step %" PRId64 " (%s/step-%08" PRId64 ")\n", *start, o->ckpt_dir, cand[k]);
             return 0;
         }
-        /* the rank that failed says why; every rank moves on together */
-        if (rc == -1) {
+        if (rc == RT_LOAD_FAILED) { /* not the checkpoint's fault: an older one would fail alike */
+            snprintf(err, n, "resume from step-%08" PRId64 ": %s", cand[k], msg);
+            return -1;
+        }
+        /* the rank that found the defect says what it is; every rank moves on together */
+        if (mine) {
             if (C.size > 1) fprintf(stderr, "zinfrun: rank %d: resume: step-%08" PRId64 " skipped: %s\n", C.rank, cand[k], msg);
             else fprintf(stderr, "zinfrun: resume: step-%08" PRId64 " skipped: %s\n", cand[k], msg);
             fflush(stderr);
         }
-        if (lead && k < cand[0] && !o->quiet)
-            printf("resume: step-%08" PRId64 " does not load; trying step-%08" PRId64 "\n", cand[k], cand[k + 1]);
+        if (lead) {
+            char to[4200];
+            if (ckpt_set_aside(o->ckpt_dir, cand[k], to, sizeof to, msg, sizeof msg))
+                fprintf(stderr, "zinfrun: resume: %s\n", msg);
+            else
+                printf("resume: step-%08" PRId64 " does not load; set aside as %s (nothing deleted)%s\n", cand[k], to,
+                       k < cand[0] ? ", trying the one before" : "");
+        }
     }
     snprintf(err, n, "--resume: none of the %" PRId64 " checkpoint%s of this plan in %s loads (see above); nothing to resume from",
              cand[0], cand[0] == 1 ? "" : "s", o->ckpt_dir);

@@ -206,7 +206,14 @@ NvmeStatus nvme_open(NvmeEngine *e, const char *const *paths, int npaths, int ra
          * would silently overwrite each other's parameters. The lock goes
          * with the process, so a killed run's file is taken over (and later
          * removed) by the next run, never by a live one's neighbour. */
-        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int locked = flock(fd, LOCK_EX | LOCK_NB), tries = 0;
+        /* a run that just died lets go only once the kernel has torn down
+         * its io_uring (which holds the file): give that a moment */
+        while (locked != 0 && errno == EWOULDBLOCK && ++tries <= 40) {
+            usleep(50 * 1000);
+            locked = flock(fd, LOCK_EX | LOCK_NB);
+        }
+        if (locked != 0) {
             int no = errno;
             err_set(err, no, "open", e->files[i], 0, 0, "%s",
                     no == EWOULDBLOCK ? "the swap file is in use by another live process (a run sharing this NVMe "

@@ -163,7 +163,7 @@ START_TEST(test_resume_bit_exact) {
                 int64_t step = -1;
                 ck_assert_int_eq(ckpt_find_latest(dir, C.size, rt_plan_hash(r), &step, NULL, 0, err, sizeof err), 1);
                 ck_assert_int_eq(step, STEPS / 2);
-                ck_assert_msg(rt_checkpoint_load(r, dir, step, err, sizeof err) == 0, "%s", err);
+                ck_assert_msg(rt_checkpoint_load(r, dir, step, NULL, err, sizeof err) == 0, "%s", err);
                 ck_assert_int_eq(rt_steps_done(r), STEPS / 2);
             }
             batch(s, B * R, T, 64, tok, tgt);
