@@ -421,16 +421,12 @@ int ckpt_find_latest(const char *root, int world, uint64_t plan_hash, int64_t *s
     return found;
 }
 
-/* Removes a step directory: manifest first (from that moment it is not
- * complete), then every file, then the directory. */
-static int remove_step(const char *root, int64_t step, char *err, size_t errlen) {
-    char dir[4096], p[4400];
-    ckpt_step_dir(root, step, dir, sizeof dir);
-    snprintf(p, sizeof p, "%s/manifest.json", dir);
-    if (unlink(p) != 0 && errno != ENOENT) return fail(err, errlen, "cannot remove %s: %s", p, strerror(errno));
+/* Removes every file of a directory, then the directory. */
+static int remove_dir(const char *dir, char *err, size_t errlen) {
     DIR *sd = opendir(dir);
     if (sd) {
         struct dirent *de;
+        char p[4400];
         while ((de = readdir(sd))) {
             if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
             snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
@@ -446,16 +442,87 @@ static int remove_step(const char *root, int64_t step, char *err, size_t errlen)
     return 0;
 }
 
+/* Removes a step directory: first renamed out of the checkpoints' names
+ * (step-N.deleting.PID), so a kill midway leaves no half checkpoint, only
+ * a name that the next start finishes removing. */
+static int remove_step(const char *root, int64_t step, char *err, size_t errlen) {
+    char dir[4096], gone[4200];
+    ckpt_step_dir(root, step, dir, sizeof dir);
+    snprintf(gone, sizeof gone, "%s.deleting.%d", dir, (int)getpid());
+    if (rename(dir, gone) != 0) return errno == ENOENT ? 0 : fail(err, errlen, "cannot remove %s: %s", dir, strerror(errno));
+    return remove_dir(gone, err, errlen);
+}
+
+/* Whether a directory has no entries but . and .. */
+static bool dir_empty(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return false;
+    struct dirent *de;
+    bool empty = true;
+    while (empty && (de = readdir(d))) empty = !strcmp(de->d_name, ".") || !strcmp(de->d_name, "..");
+    closedir(d);
+    return empty;
+}
+
+static void note(char *report, size_t replen, size_t *used, const char *dir, const char *what) {
+    if (!report || *used + 1 >= replen) return;
+    int w = snprintf(report + *used, replen - *used, "%s%s (%s)", *used ? ", " : "", dir, what);
+    if (w > 0) *used = (size_t)w < replen - *used ? *used + (size_t)w : replen - 1;
+}
+
+/* Root entries "step-N.deleting.PID" whose remover is gone and whose shards
+ * (if any are left) are this run's: finishes their removal. */
+static int finish_removals(const char *root, int world, uint64_t plan_hash, int *removed, char *report, size_t replen,
+                           size_t *used, char *err, size_t errlen) {
+    DIR *d = opendir(root);
+    if (!d) return errno == ENOENT ? 0 : fail(err, errlen, "cannot open checkpoint directory %s: %s", root, strerror(errno));
+    struct dirent *de;
+    int rc = 0;
+    while (!rc && (de = readdir(d))) {
+        const char *t = strstr(de->d_name, ".deleting.");
+        char *end;
+        long pid = t ? strtol(t + 10, &end, 10) : 0;
+        if (strncmp(de->d_name, "step-", 5) || pid <= 0 || *end || pid_alive(pid)) continue;
+        char dir[4400];
+        snprintf(dir, sizeof dir, "%s/%s", root, de->d_name);
+        bool mine = true;
+        DIR *sd = opendir(dir);
+        struct dirent *fe;
+        while (sd && (fe = readdir(sd)) && mine) {
+            char fp[4700];
+            int w;
+            uint64_t h;
+            snprintf(fp, sizeof fp, "%s/%s", dir, fe->d_name);
+            if (!strncmp(fe->d_name, "rank-", 5) && shard_ident(fp, &w, &h)) mine = w == world && h == plan_hash;
+        }
+        if (sd) closedir(sd);
+        if (mine && !(rc = remove_dir(dir, err, errlen))) {
+            (*removed)++;
+            note(report, replen, used, dir, "interrupted removal");
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
 int ckpt_clean_debris(const char *root, int world, uint64_t plan_hash, char *report, size_t replen, char *err, size_t errlen) {
     if (report && replen) report[0] = 0;
     size_t used = 0;
     CkptInfo *v;
     int n;
     if (ckpt_scan(root, &v, &n, err, errlen)) return -1;
-    int removed = 0, rc = 0;
+    int removed = 0, rc = finish_removals(root, world, plan_hash, &removed, report, replen, &used, err, errlen);
     for (int i = 0; i < n && !rc; i++) {
         char dir[4096];
         ckpt_step_dir(root, v[i].step, dir, sizeof dir);
+        /* a writer killed between making the directory and its first file */
+        if (v[i].state == CKPT_INCOMPLETE && dir_empty(dir)) {
+            if (rmdir(dir) == 0) {
+                removed++;
+                note(report, replen, &used, dir, "empty");
+            }
+            continue;
+        }
         /* temporaries whose writer is gone; a live writer keeps its whole directory */
         bool live = false, mine = ckpt_is_own(&v[i], world, plan_hash);
         int tmps = 0;
@@ -488,10 +555,7 @@ int ckpt_clean_debris(const char *root, int world, uint64_t plan_hash, char *rep
         }
         if (what && !rc) {
             removed++;
-            if (report && used + 1 < replen) {
-                int w = snprintf(report + used, replen - used, "%s%s (%s)", used ? ", " : "", dir, what);
-                if (w > 0) used = (size_t)w < replen - used ? used + (size_t)w : replen - 1;
-            }
+            note(report, replen, &used, dir, what);
         }
     }
     free(v);

@@ -206,6 +206,9 @@ static int checkpoint_start(Rt *r, const Opts *o, bool lead, int64_t *start, cha
         bool mine = false;
         int rc = rt_checkpoint_load(r, o->ckpt_dir, cand[k], &mine, msg, sizeof msg);
         if (rc == 0) {
+            /* a run killed before pruning left more than it keeps */
+            if (lead && ckpt_prune(o->ckpt_dir, C.size, hash, cand[k], 2, msg, sizeof msg))
+                fprintf(stderr, "zinfrun: resume: %s\n", msg);
             *start = rt_steps_done(r);
             if (lead && !o->quiet)
                 printf("resume: from step %" PRId64 " (%s/step-%08" PRId64 ")\n", *start, o->ckpt_dir, cand[k]);

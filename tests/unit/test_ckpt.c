@@ -254,8 +254,18 @@ START_TEST(test_debris) {
     snprintf(live, sizeof live, "%s/rank-00001.zck.tmp.%d", ckpt_step_dir(root, 4, d, sizeof d), (int)getpid());
     f = fopen(live, "w");
     fclose(f);
+    /* step 9: a removal of this run's killed midway; step 11: a writer killed after its mkdir */
+    ck_assert_int_eq(ckpt_write_shard(root, 9, 0, 2, 0xabcdef, e, 2, err, sizeof err), 0);
+    char gone[700], from[500];
+    ckpt_step_dir(root, 9, from, sizeof from);
+    snprintf(gone, sizeof gone, "%s.deleting.%d", from, (int)dead);
+    ck_assert_int_eq(rename(from, gone), 0);
+    ckpt_step_dir(root, 11, from, sizeof from);
+    ck_assert_int_eq(mkdir(from, 0755), 0);
     int n = ckpt_clean_debris(root, 2, 0xabcdef, rep, sizeof rep, err, sizeof err);
-    ck_assert_msg(n == 1, "%d: %s %s", n, rep, err);
+    ck_assert_msg(n == 3, "%d: %s %s", n, rep, err);
+    ck_assert(!exists(gone) && !step_exists(11));
+    ck_assert_msg(strstr(rep, "(interrupted removal)") && strstr(rep, "step-00000011 (empty)"), "%s", rep);
     ck_assert(!step_exists(2) && step_exists(3) && step_exists(4) && exists(live));
     ck_assert_msg(strstr(rep, "step-00000002 (incomplete checkpoint)") != NULL, "%s", rep);
     /* the world-1 run cleans its temporary manifest and keeps its checkpoint */
