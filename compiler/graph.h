@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include "arena.h"
 #include "ast.h"
+#include "plan.h" /* PLAN_MAX_IATTR, PLAN_MAX_FATTR: ops carry their attributes into the plan */
 
 typedef enum PrimId {
 #define PRIM(id, name, nin_min, nin_max, nout) PRIM_##id,
@@ -96,8 +97,8 @@ typedef struct GOp {
      * attention: i[0] heads, i[1] kv_heads
      * split: i[0] number of pieces (sizes are the outputs' last dims)
      * arange: i[0] n */
-    int64_t iattr[4];
-    double fattr[2];
+    int64_t iattr[PLAN_MAX_IATTR];
+    double fattr[PLAN_MAX_FATTR];
     int segment;        /* repeat instance (checkpoint segment), -1 outside any repeat */
     int fwd;            /* OP_BWD, OP_RECOMPUTE: index of the forward op; else -1 */
     int nfin;           /* OP_BWD: how many of in[] are the forward op's inputs */

@@ -339,7 +339,7 @@ static void sec_tensors(Codec *c, Plan *p) {
 
 static void sec_ops(Codec *c, Plan *p) {
     void *arr = p->ops;
-    if (!c_count(c, &p->nops, 4 + 8 * 3 + 12 + 8, &arr, sizeof(PlanOp))) return;
+    if (!c_count(c, &p->nops, 4 + 8 * (PLAN_MAX_IATTR + PLAN_MAX_FATTR) + 12 + 8, &arr, sizeof(PlanOp))) return;
     p->ops = arr;
     for (uint32_t i = 0; i < p->nops && !c->bad; i++) {
         PlanOp *o = &p->ops[i];
@@ -356,8 +356,8 @@ static void sec_ops(Codec *c, Plan *p) {
         for (int k = 0; k < o->nout; k++) c_i32(c, &o->out[k]);
         for (int k = o->nin; c->reading && k < PLAN_MAX_IN; k++) o->in[k] = -1;
         for (int k = o->nout; c->reading && k < PLAN_MAX_OUT; k++) o->out[k] = -1;
-        for (int k = 0; k < 4; k++) c_i64(c, &o->iattr[k]);
-        for (int k = 0; k < 2; k++) c_f64(c, &o->fattr[k]);
+        for (int k = 0; k < PLAN_MAX_IATTR; k++) c_i64(c, &o->iattr[k]);
+        for (int k = 0; k < PLAN_MAX_FATTR; k++) c_f64(c, &o->fattr[k]);
         c_i32(c, &o->segment);
         c_i32(c, &o->fwd);
         c_i32(c, &o->nfin);
@@ -533,6 +533,23 @@ static void sec_tile_code(Codec *c, Plan *p) {
     }
 }
 
+/* The Hugging Face mapping: architecture, config.json, pieces. */
+static void sec_hf(Codec *c, Plan *p) {
+    c_str(c, &p->hf.arch);
+    c_str(c, &p->hf.config);
+    void *arr = p->hf.pieces;
+    if (!c_count(c, &p->hf.npieces, 4 + 8 + 1 + 8 + 8, &arr, sizeof(PlanHfPiece))) return;
+    p->hf.pieces = arr;
+    for (uint32_t i = 0; i < p->hf.npieces && !c->bad; i++) {
+        PlanHfPiece *h = &p->hf.pieces[i];
+        c_i32(c, &h->tensor);
+        c_str(c, &h->hf_name);
+        c_u8(c, &h->transpose);
+        c_i64(c, &h->src_col);
+        c_i64(c, &h->cols);
+    }
+}
+
 typedef struct Section {
     const char *name;
     void (*codec)(Codec *, Plan *);
@@ -544,15 +561,13 @@ static const Section sections[] = {
     {"arenas", sec_arenas},   {"buffers", sec_buffers},   {"operands", sec_operands},
     {"schedule", sec_schedule}, {"deps", sec_deps},       {"kernels", sec_kernels},
     {"launches", sec_launches}, {"launch_args", sec_launch_args}, {"op_code", sec_op_code},
-    {"tile_code", sec_tile_code},
+    {"tile_code", sec_tile_code}, {"hf", sec_hf},
 };
 /* The format this file writes and reads. Version 2 added the launches,
- * launch_args, op_code and tile_code sections; a version-1 plan (cubins but
- * no launches) is refused with the version message, not as a corrupt file.
- * (tile_code joined version 2 before any version-2 plan was released: a
- * plan written without it fails the section count and is recompiled.)
- * (Until runtime/plan.h's PLAN_VERSION says 2, this takes the larger.) */
-enum { FORMAT_VERSION = PLAN_VERSION < 2 ? 2 : PLAN_VERSION };
+ * launch_args, op_code and tile_code sections; version 3 six float and six
+ * integer attributes per op and the hf section. An older plan is refused
+ * with the version message, not as a corrupt file. */
+enum { FORMAT_VERSION = PLAN_VERSION };
 enum { NSECTIONS = sizeof sections / sizeof sections[0], HEADER_BYTES = 24, SECHDR_BYTES = 24 };
 
 static void errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -693,6 +708,8 @@ static bool check_indices(const Plan *p, const char *name, char *err, size_t err
         for (int t = 0; t < PLAN_NDTYPES; t++)
             if (p->util[u][t] < -1 || p->util[u][t] >= (int64_t)p->nlaunches)
                 BAD("utility launch %d for dtype %d: launch %d out of range", u, t, p->util[u][t]);
+    for (uint32_t i = 0; i < p->hf.npieces; i++)
+        if (p->hf.pieces[i].tensor < 0 || p->hf.pieces[i].tensor >= nt) BAD("hf piece %u: tensor %d out of range", i, p->hf.pieces[i].tensor);
     return true;
 #undef TID
 #undef BAD

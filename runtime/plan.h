@@ -20,7 +20,7 @@
 #include <stdint.h>
 #include "arena.h"
 
-enum { PLAN_VERSION = 2, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 8 };
+enum { PLAN_VERSION = 3, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 8, PLAN_MAX_IATTR = 6, PLAN_MAX_FATTR = 6 };
 #define PLAN_MAGIC "ZINFPLAN"
 
 /* Queues: each runs its instructions in stream order, one at a time. */
@@ -94,8 +94,8 @@ typedef struct PlanTensor {
 typedef struct PlanOp {
     uint8_t kind, prim, nin, nout; /* OpKind, PrimId of compiler/graph.h */
     int32_t in[PLAN_MAX_IN], out[PLAN_MAX_OUT]; /* tensor ids, -1 = none */
-    int64_t iattr[4];
-    double fattr[2];
+    int64_t iattr[PLAN_MAX_IATTR];
+    double fattr[PLAN_MAX_FATTR];
     int32_t segment, fwd, nfin;
     const char *scope;
 } PlanOp;
@@ -219,6 +219,30 @@ typedef struct PlanTileCode {
  *     the GPU (ACCUM, reduce-scatter into a gradient shard). */
 enum { PLAN_UTIL_AXPY, PLAN_NUTIL, PLAN_NDTYPES = 5 };
 
+/* Hugging Face interchange (docs/huggingface.md): how the model's
+ * parameters map to a Hugging Face checkpoint's tensors, for zinfrun --init
+ * (import) and --export-hf. A parameter is the concatenation, along its
+ * last axis, of its pieces in array order (a parameter's pieces are
+ * adjacent). A piece is columns [src_col, src_col + cols) of the HF tensor
+ * hf_name, that tensor read in zinf's [in, out] layout: transposed first
+ * when `transpose` (nn.Linear stores [out, in]). So a fused zinf weight is
+ * several pieces (cat), and a zinf weight cut from a fused HF one takes a
+ * column range (cols); 1-D tensors have one axis to cut. Parameters with no
+ * piece have no HF counterpart (e.g. adapters). */
+typedef struct PlanHfPiece {
+    int32_t tensor;            /* a TC_PARAM tensor id */
+    const char *hf_name;       /* "model.layers.3.self_attn.q_proj.weight" */
+    uint8_t transpose;
+    int64_t src_col, cols;
+} PlanHfPiece;
+
+typedef struct PlanHf {
+    const char *arch;          /* "LlamaForCausalLM"; NULL or "": the model has no hf block */
+    const char *config;        /* config.json to write on export (JSON text), may be "" */
+    PlanHfPiece *pieces;
+    uint32_t npieces;
+} PlanHf;
+
 typedef struct Plan {
     Arena arena;               /* owns everything below */
     const char *model_name;
@@ -245,6 +269,7 @@ typedef struct Plan {
     PlanOpCode *op_code;       /* nops entries when nlaunches > 0, else NULL */
     PlanTileCode *tile_code; uint32_t ntile_code; /* one per (op, tile, ntiles) of a tiled KERNEL instruction */
     int32_t util[PLAN_NUTIL][PLAN_NDTYPES]; /* launch index per utility and DType code, -1: none */
+    PlanHf hf;                 /* empty when the model has no hf block */
 } Plan;
 
 /* A new empty plan (NULL on out of memory). */

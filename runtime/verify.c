@@ -419,6 +419,39 @@ static void check_train(V *v) {
     }
 }
 
+/* ---- 2d. the Hugging Face mapping: what import and export index by ---- */
+static void check_hf(V *v) {
+    const Plan *p = v->p;
+    const PlanHf *h = &p->hf;
+    if (h->npieces && (!h->arch || !h->arch[0])) problem(v, "the hf mapping has %u pieces but no architecture", h->npieces);
+    uint8_t *seen = calloc(p->ntensors ? p->ntensors : 1, 1);
+    if (!seen) {
+        problem(v, "out of memory verifying the hf mapping");
+        return;
+    }
+    for (uint32_t i = 0; i < h->npieces && !STOP(v);) {
+        int32_t id = h->pieces[i].tensor;
+        const PlanTensor *t = &p->tensors[id];
+        if (t->cls != TC_PARAM || t->rank < 1) problem(v, "hf piece %u maps '%s', which is not a parameter", i, t->name);
+        if (seen[id]) problem(v, "hf pieces of '%s' are not adjacent", t->name);
+        seen[id] = 1;
+        int64_t cols = 0;
+        uint32_t j = i;
+        for (; j < h->npieces && h->pieces[j].tensor == id; j++) {
+            const PlanHfPiece *x = &h->pieces[j];
+            if (!x->hf_name || !x->hf_name[0]) problem(v, "hf piece %u of '%s' names no tensor", j, t->name);
+            if (x->cols < 1 || x->src_col < 0 || x->src_col > INT64_MAX - x->cols || cols > INT64_MAX - x->cols)
+                problem(v, "hf piece %u of '%s': columns [%" PRId64 ", +%" PRId64 ")", j, t->name, x->src_col, x->cols);
+            else cols += x->cols;
+            if (x->transpose && t->rank != 2) problem(v, "hf piece %u of '%s' transposes a tensor of rank %u", j, t->name, t->rank);
+        }
+        if (t->rank >= 1 && cols != t->dims[t->rank - 1])
+            problem(v, "hf pieces of '%s' give %" PRId64 " columns, its last axis has %" PRId64, t->name, cols, t->dims[t->rank - 1]);
+        i = j;
+    }
+    free(seen);
+}
+
 /* ---- 3. shards ---- */
 static bool is_state(uint8_t cls) {
     return cls == TC_PARAM || cls == TC_GRAD || cls == TC_MASTER || cls == TC_MOMENTUM || cls == TC_VARIANCE;
@@ -787,6 +820,7 @@ int verify_plan(const Plan *p, char *msgs, size_t n) {
         check_memory(&v);
         check_layouts(&v);
         check_train(&v);
+        check_hf(&v);
         check_shards(&v);
         if (build_order(&v) && build_uses(&v)) {
             check_dataflow(&v);

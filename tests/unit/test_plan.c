@@ -137,7 +137,7 @@ START_TEST(messages) {
     ck_assert_str_eq(err, "model.plan: not a zinf plan (bad magic)");
     a[0] = 'Z';
     ck_assert_ptr_null(plan_decode(a, n - 1, "model.plan", err, sizeof err));
-    ck_assert_str_eq(err, "model.plan: section 'tile_code' runs past the end of the file (truncated?)");
+    ck_assert_str_eq(err, "model.plan: section 'hf' runs past the end of the file (truncated?)");
     /* a forged count with a valid checksum */
     size_t t = section_at(a, S_TENSORS);
     uint64_t len = rd64(a + t + 8);
@@ -174,12 +174,12 @@ START_TEST(version_and_helpers) {
     a[8] = 7;
     wr64(a + 16, plan_fnv1a64(a, 16));
     ck_assert_ptr_null(plan_decode(a, n, "e.plan", err, sizeof err));
-    ck_assert_str_eq(err, "e.plan: plan format version 7, this build reads version 2 (recompile the model)");
+    ck_assert_str_eq(err, "e.plan: plan format version 7, this build reads version 3 (recompile the model)");
     /* a plan from before the launch sections */
     a[8] = 1;
     wr64(a + 16, plan_fnv1a64(a, 16));
     ck_assert_ptr_null(plan_decode(a, n, "old.plan", err, sizeof err));
-    ck_assert_str_eq(err, "old.plan: plan format version 1, this build reads version 2 (recompile the model)");
+    ck_assert_str_eq(err, "old.plan: plan format version 1, this build reads version 3 (recompile the model)");
     free(a);
     plan_free(p);
     char b[32];
@@ -275,6 +275,40 @@ START_TEST(round_trip_no_launches) {
     free(a);
     plan_free(p);
     plan_free(q);
+}
+END_TEST
+
+/* The Hugging Face mapping survives the file, and a forged tensor index is
+ * refused by the reader. */
+START_TEST(round_trip_hf) {
+    Plan *p = fx_plan("host", 2, 1, 1, -1);
+    ck_assert_uint_eq(p->hf.npieces, 0);
+    p->hf.arch = "LlamaForCausalLM";
+    p->hf.config = "{\"model_type\": \"llama\"}";
+    p->hf.pieces = arena_alloc(&p->arena, 2 * sizeof *p->hf.pieces);
+    p->hf.pieces[0] = (PlanHfPiece){3, "model.layers.0.mlp.gate_proj.weight", 1, 0, 7};
+    p->hf.pieces[1] = (PlanHfPiece){3, "model.layers.0.mlp.up_proj.weight", 1, 5, 9};
+    p->hf.npieces = 2;
+    uint8_t *a;
+    size_t n;
+    encode(p, &a, &n);
+    char err[256];
+    Plan *q = plan_decode(a, n, "h.plan", err, sizeof err);
+    ck_assert_msg(q != NULL, "%s", err);
+    ck_assert_str_eq(q->hf.arch, "LlamaForCausalLM");
+    ck_assert_str_eq(q->hf.config, "{\"model_type\": \"llama\"}");
+    ck_assert_uint_eq(q->hf.npieces, 2);
+    ck_assert_str_eq(q->hf.pieces[1].hf_name, "model.layers.0.mlp.up_proj.weight");
+    ck_assert(q->hf.pieces[1].tensor == 3 && q->hf.pieces[1].transpose == 1 && q->hf.pieces[1].src_col == 5 &&
+              q->hf.pieces[1].cols == 9);
+    plan_free(q);
+    free(a);
+    p->hf.pieces[0].tensor = (int32_t)p->ntensors;
+    encode(p, &a, &n);
+    ck_assert_ptr_null(plan_decode(a, n, "h.plan", err, sizeof err));
+    ck_assert_msg(strstr(err, "hf piece 0: tensor") != NULL, "%s", err);
+    free(a);
+    plan_free(p);
 }
 END_TEST
 
@@ -486,7 +520,7 @@ START_TEST(tile_code_messages) {
     a[12] = S_TILE_CODE;
     wr64(a + 16, plan_fnv1a64(a, 16));
     ck_assert_ptr_null(plan_decode(a, s, "old.plan", err, sizeof err));
-    ck_assert_str_eq(err, "old.plan: 15 sections, expected 16 (written by an older build? recompile the model)");
+    ck_assert_str_eq(err, "old.plan: 15 sections, expected 17 (written by an older build? recompile the model)");
     free(a);
     plan_free(p);
 }
@@ -503,6 +537,7 @@ int main(void) {
     tcase_add_test(t, version_and_helpers);
     tcase_add_test(t, round_trip_launches);
     tcase_add_test(t, round_trip_no_launches);
+    tcase_add_test(t, round_trip_hf);
     tcase_add_test(t, round_trip_tile_code);
     tcase_add_test(t, tile_code_messages);
     tcase_add_test(t, every_flipped_launch_byte_is_caught);

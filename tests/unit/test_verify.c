@@ -236,6 +236,45 @@ START_TEST(micro_batch_and_inputs) {
 }
 END_TEST
 
+/* a mapping of the fixture's first 2-D parameter onto two HF tensors */
+static Plan *with_hf(int32_t *param) {
+    Plan *p = fresh();
+    int32_t w = -1;
+    for (uint32_t i = 0; i < p->ntensors && w < 0; i++)
+        if (p->tensors[i].cls == TC_PARAM && p->tensors[i].rank == 2) w = (int32_t)i;
+    ck_assert_int_ge(w, 0);
+    int64_t n = p->tensors[w].dims[1];
+    p->hf.arch = "GPT2LMHeadModel";
+    p->hf.config = "{}";
+    p->hf.pieces = arena_alloc(&p->arena, 2 * sizeof *p->hf.pieces);
+    p->hf.pieces[0] = (PlanHfPiece){w, "a.weight", 1, 0, n / 2};
+    p->hf.pieces[1] = (PlanHfPiece){w, "b.weight", 1, 4, n - n / 2};
+    p->hf.npieces = 2;
+    ck_assert_msg(verify_plan(p, msgs, sizeof msgs) == 0, "%s", msgs);
+    *param = w;
+    return p;
+}
+
+START_TEST(hf_mapping) {
+    int32_t w;
+    Plan *p = with_hf(&w);
+    p->hf.pieces[1].cols++;
+    expectf(p, "hf pieces of '%s' give", p->tensors[w].name);
+    p = with_hf(&w);
+    p->hf.arch = "";
+    expect(p, "but no architecture");
+    p = with_hf(&w);
+    p->hf.pieces[0].cols = -3;
+    expect(p, "columns [0, +-3)");
+    p = with_hf(&w);
+    p->hf.pieces[1].hf_name = "";
+    expect(p, "names no tensor");
+    p = with_hf(&w);
+    p->hf.pieces[1].tensor = p->inputs[0];
+    expect(p, "which is not a parameter");
+}
+END_TEST
+
 START_TEST(message_cap) {
     Plan *p = fresh();
     for (uint32_t i = 0; i < p->nbuffers; i++) p->buffers[i].offset = 0;
@@ -508,6 +547,7 @@ int main(void) {
     tcase_add_test(t, layouts);
     tcase_add_test(t, overlapping_operand_ranges);
     tcase_add_test(t, micro_batch_and_inputs);
+    tcase_add_test(t, hf_mapping);
     tcase_add_test(t, message_cap);
     tcase_add_test(t, gpu_plan_launches);
     tcase_add_test(t, launch_names_and_ranges);
