@@ -16,8 +16,21 @@ else
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
 fi
-# The safetensors export is checked with the reference Python reader.
-if ! python3 -c 'import safetensors, numpy' 2>/dev/null; then
-  echo "deps: installing safetensors and numpy from PyPI"
-  python3 -m pip install -q safetensors numpy || echo "deps: pip install failed; the safetensors check will be skipped"
+# Python checks (the safetensors export, the Hugging Face bridge, tokenizers,
+# LoRA) run against the libraries people use: one virtual environment in a
+# cache outside the clone, made once and reused by later clones and CI runs
+# (torch is large: it is never installed twice). tests/pyenv.sh finds it.
+ZINF_CACHE=${ZINF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/zinf}
+VENV="$ZINF_CACHE/venv"
+PYPKGS="torch transformers tokenizers safetensors peft numpy"
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import torch, transformers, tokenizers, safetensors, peft, numpy' 2>/dev/null; then
+  echo "deps: Python environment present ($VENV)"
+else
+  echo "deps: making the Python environment $VENV ($PYPKGS; once)"
+  mkdir -p "$ZINF_CACHE"
+  if ! [ -x "$VENV/bin/python" ]; then
+    python3 -m venv "$VENV" || { dpkg-query -W python3-venv > /dev/null 2>&1 || { $SUDO apt-get update -qq; DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv; }; python3 -m venv "$VENV"; }
+  fi
+  "$VENV/bin/python" -m pip install -q --upgrade pip > /dev/null 2>&1 || true
+  "$VENV/bin/python" -m pip install -q $PYPKGS || { echo "deps: pip install into $VENV failed"; exit 1; }
 fi

@@ -6,6 +6,7 @@
 # a kernel fault ends the run with its message and frees everything.
 # $1: the build directory.
 B=${1:-build}
+. tests/pyenv.sh
 ROOT=$(pwd)
 W=$(mktemp -d /tmp/zinf-cudaresume.XXXXXX)
 trap 'rm -rf "$W"' EXIT
@@ -33,7 +34,7 @@ want=$(sed -n 3p "$W/all.loss" | awk '{print $4}')
 got=$(sed -n 1p "$W/b.loss" | awk '{print $4}')
 [ -n "$want" ] && [ "$want" = "$got" ] || { echo "FAIL: step 3 loss $got after resume, $want uninterrupted"; exit 1; }
 [ -s "$W/m.safetensors" ] || { echo "FAIL: no export"; exit 1; }
-python3 -c "
+"${ZINF_PY:-python3}" -c "
 import sys
 from safetensors.numpy import load_file
 t = load_file(sys.argv[1])

@@ -6,6 +6,7 @@
 # safetensors Python package loads, with every parameter's full shape and
 # the values of a fresh export equal across two runs.
 B=${1:-build}
+. tests/pyenv.sh
 ROOT=$(pwd)
 W=$(mktemp -d /tmp/zinf-features.XXXXXX)
 trap 'rm -rf "$W"' EXIT
@@ -24,7 +25,7 @@ $RUN "$W/tiny.plan" --data "$W/train.bin" --steps 6 --nvme "$W/nvme" --losses "$
 grep -q "resume: from step 3" "$W/out" || { echo "FAIL: did not resume from step 3"; cat "$W/out"; fail=1; }
 if cmp -s "$W/straight" "$W/resumed"; then echo "ok   resume: 3 + 3 steps equal 6 straight, bit for bit"
 else echo "FAIL: resumed losses differ"; paste "$W/straight" "$W/resumed"; fail=1; fi
-python3 - "$W" <<'PY' || fail=1
+"${ZINF_PY:-python3}" - "$W" <<'PY' || fail=1
 import json, sys
 w = sys.argv[1]
 t = json.load(open(w + "/run.json"))
