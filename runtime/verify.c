@@ -419,6 +419,98 @@ static void check_train(V *v) {
     }
 }
 
+/* ---- 2e. what the executor addresses: operands it reads and writes as
+ * memory are not in the NVMe arena (and NVMe transfers have their NVMe side
+ * there), a kernel's operand covers the tensor bound to it (a tile's weight
+ * and weight gradient one tile of rows), Adam's operands its shard ---- */
+static bool on_nvme(const Plan *p, const PlanOperand *o) { return o->buffer >= 0 && p->buffers[o->buffer].arena == ARENA_NVME; }
+
+static uint64_t tensor_bytes(const PlanTensor *t) { return (uint64_t)t->numel * (uint64_t)plan_dtype_size(t->dtype); }
+
+static void check_kernel_operands(V *v, uint32_t i) {
+    const Plan *p = v->p;
+    const PlanInstr *s = &p->instrs[i];
+    const PlanOp *o = &p->ops[s->arg];
+    const PlanOp *fo = o;
+    if (o->kind != OP_FWD && o->kind != OP_LOSS_GRAD) {
+        if (o->fwd < 0 || p->ops[o->fwd].kind != OP_FWD || p->ops[o->fwd].prim != o->prim) {
+            problem(v, "instruction %u (kernel): op %d names no forward op of its primitive", i, s->arg);
+            return;
+        }
+        fo = &p->ops[o->fwd];
+    }
+    int32_t wt = -1, dw = -1;
+    int64_t rows = 0;
+    if (s->ntiles > 1) {
+        bool emb = fo->prim == PRIM_EMBEDDING;
+        if ((!emb && fo->prim != PRIM_LINEAR && fo->prim != PRIM_MATMUL) || o->kind == OP_LOSS_GRAD || fo->nin < 2) {
+            problem(v, "instruction %u (kernel) tiles op %d, which is not a linear, matmul or embedding", i, s->arg);
+            return;
+        }
+        wt = fo->in[emb ? 0 : 1];
+        const PlanTensor *w = wt >= 0 ? &p->tensors[wt] : NULL;
+        if (!w || w->rank != 2 || w->dims[0] % s->ntiles) {
+            problem(v, "instruction %u (kernel): %d tiles of a weight that is not 2-D with rows divisible by them", i, s->ntiles);
+            return;
+        }
+        rows = w->dims[0] / s->ntiles;
+        if (o->kind == OP_BWD) dw = o->out[emb ? 0 : 1];
+    }
+    uint32_t k = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        int cnt = pass ? o->nout : o->nin;
+        const int32_t *ids = pass ? o->out : o->in;
+        for (int j = 0; j < cnt && k < s->nopnd; j++, k++) {
+            const PlanOperand *x = &p->operands[s->opnd + k];
+            if (ids[j] < 0 || x->buffer < 0) continue;
+            const PlanTensor *t = &p->tensors[ids[j]];
+            uint64_t need = tensor_bytes(t);
+            if (ids[j] == wt || ids[j] == dw) need = (uint64_t)rows * (uint64_t)t->dims[1] * (uint64_t)plan_dtype_size(t->dtype);
+            if (x->bytes < need)
+                problem(v, "instruction %u (kernel): operand %u holds %" PRIu64 " bytes of '%s', which needs %" PRIu64, i, k,
+                        x->bytes, t->name, need);
+        }
+    }
+}
+
+static void check_adam_operands(V *v, uint32_t i) {
+    const Plan *p = v->p;
+    const PlanInstr *s = &p->instrs[i];
+    if (s->nopnd != 6) return; /* the layout check says so */
+    const PlanTensor *t = &p->tensors[s->arg];
+    const PlanOperand *o = &p->operands[s->opnd];
+    int pdt = plan_dtype_size(t->dtype), gdt = t->grad >= 0 ? plan_dtype_size(p->tensors[t->grad].dtype) : pdt;
+    uint64_t ne = o[0].bytes / (uint64_t)pdt;
+    const uint64_t need[5] = {0, ne * (uint64_t)gdt, ne * 4, ne * 4, ne * 4};
+    for (int k = 1; k < 5; k++)
+        if (o[k].buffer >= 0 && o[k].bytes < need[k])
+            problem(v, "instruction %u (%s) on '%s': operand %d holds %" PRIu64 " bytes, its %" PRIu64 " elements need %" PRIu64, i,
+                    iname(p, i), t->name, k, o[k].bytes, ne, need[k]);
+}
+
+static void check_operands(V *v) {
+    const Plan *p = v->p;
+    for (uint32_t i = 0; i < p->ninstrs && !STOP(v); i++) {
+        const PlanInstr *s = &p->instrs[i];
+        PlanOpcode op = (PlanOpcode)s->op;
+        bool tensor_arg = op == PI_REDUCE_SCATTER || op == PI_ALLREDUCE || op == PI_ACCUM || op == PI_CPU_ADAM || op == PI_GPU_ADAM;
+        if (tensor_arg && (s->arg < 0 || (uint32_t)s->arg >= p->ntensors || !plan_dtype_size(p->tensors[s->arg].dtype))) {
+            problem(v, "instruction %u (%s) names tensor %d, out of range", i, iname(p, i), s->arg);
+            continue;
+        }
+        for (uint32_t k = 0; k < s->nopnd; k++) {
+            const PlanOperand *x = &p->operands[s->opnd + k];
+            bool nvme_side = (op == PI_NVME_READ && k == 0) || (op == PI_NVME_WRITE && k == 1);
+            bool any = op == PI_ZERO || op == PI_GRAD_NORM;
+            if (x->buffer < 0 || any) continue;
+            if (nvme_side != on_nvme(p, x))
+                problem(v, "instruction %u (%s): operand %u is %s the nvme arena", i, iname(p, i), k, nvme_side ? "not in" : "in");
+        }
+        if (op == PI_KERNEL && s->arg >= 0 && (uint32_t)s->arg < p->nops) check_kernel_operands(v, i);
+        if (op == PI_CPU_ADAM || op == PI_GPU_ADAM) check_adam_operands(v, i);
+    }
+}
+
 /* ---- 2d. the Hugging Face mapping: what import and export index by ---- */
 static void check_hf(V *v) {
     const Plan *p = v->p;
@@ -820,6 +912,7 @@ int verify_plan(const Plan *p, char *msgs, size_t n) {
         check_memory(&v);
         check_layouts(&v);
         check_train(&v);
+        check_operands(&v);
         check_hf(&v);
         check_shards(&v);
         if (build_order(&v) && build_uses(&v)) {

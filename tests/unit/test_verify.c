@@ -236,6 +236,38 @@ START_TEST(micro_batch_and_inputs) {
 }
 END_TEST
 
+/* Regressions the fuzzer would find: an executor that indexes by the plan
+ * must find every operand large enough and in memory it can address. */
+START_TEST(operands_the_executor_addresses) {
+    Plan *p = fresh();
+    int k = find_op(p, PI_KERNEL, 0);
+    ck_assert_int_ge(k, 0);
+    PlanOperand *x = &p->operands[p->instrs[k].opnd];
+    ck_assert_int_ge(x->buffer, 0);
+    x->bytes /= 2;
+    expectf(p, "instruction %d (kernel): operand 0 holds", k);
+    p = fresh();
+    int rs = find_op(p, PI_REDUCE_SCATTER, 0);
+    ck_assert_int_ge(rs, 0);
+    p->instrs[rs].arg = -1;
+    expectf(p, "instruction %d (reduce_scatter) names tensor -1, out of range", rs);
+    p = fresh();
+    int a = find_op(p, PI_CPU_ADAM, 0);
+    ck_assert_int_ge(a, 0);
+    p->operands[p->instrs[a].opnd + 3].bytes -= 4;
+    expectf(p, "instruction %d (cpu_adam) on '%s': operand 3 holds", a, p->tensors[p->instrs[a].arg].name);
+    /* a kernel's operand on NVMe: the host kernels cannot address it */
+    p = fx_plan("host", 4, 2, 2, TIER_NVME);
+    int32_t nv = -1;
+    for (uint32_t b = 0; b < p->nbuffers && nv < 0; b++)
+        if (p->buffers[b].arena == ARENA_NVME) nv = (int32_t)b;
+    ck_assert_int_ge(nv, 0);
+    k = find_op(p, PI_KERNEL, 0);
+    p->operands[p->instrs[k].opnd].buffer = nv;
+    expectf(p, "instruction %d (kernel): operand 0 is in the nvme arena", k);
+}
+END_TEST
+
 /* a mapping of the fixture's first 2-D parameter onto two HF tensors */
 static Plan *with_hf(int32_t *param) {
     Plan *p = fresh();
@@ -547,6 +579,7 @@ int main(void) {
     tcase_add_test(t, layouts);
     tcase_add_test(t, overlapping_operand_ranges);
     tcase_add_test(t, micro_batch_and_inputs);
+    tcase_add_test(t, operands_the_executor_addresses);
     tcase_add_test(t, hf_mapping);
     tcase_add_test(t, message_cap);
     tcase_add_test(t, gpu_plan_launches);
