@@ -1,7 +1,8 @@
 # zinf build. `make` builds build/bin/{zinfc,zinfrun,zinfdump,...};
 # `make test` runs every suite (plain, then under ASan+UBSan, then a clang
 # warnings pass); `make bench` runs the benchmarks; `make deps` installs the
-# Debian packages the build needs (and does nothing when they are there).
+# Debian packages the build needs (and does nothing when they are there);
+# `make fuzz` runs the libFuzzer targets of tests/fuzz (docs/testing.md).
 #
 # Layout conventions (so modules can be added without editing this file):
 #   lang/*.c compiler/*.c runtime/*.c   library code, linked into every binary
@@ -27,6 +28,11 @@ OPT ?= -O2
 
 ifeq ($(SAN),1)
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT := -O1
+endif
+# The libFuzzer build (make fuzz, with CC=clang): coverage for libFuzzer plus ASan and UBSan.
+ifeq ($(SAN),fuzz)
+SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 OPT := -O1
 endif
 
@@ -64,7 +70,7 @@ LIB := $(BUILD)/libzinf.a
 # Objects of tests and benchmarks are intermediates of pattern rules: keep them.
 .SECONDARY:
 
-.PHONY: demo all deps test unit check-unit golden golden-update e2e bench clean clang-check asan
+.PHONY: demo all deps test unit check-unit golden golden-update e2e bench clean clang-check asan fuzz fuzz-bins
 all: $(BINS) $(TESTS) $(BENCHES)
 
 # Objects that include the generated parser header must wait for it.
@@ -122,6 +128,48 @@ $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIB)
 	@echo "  LINK  $@"
 	$(Q)$(CC) -o $@ $^ $(LDLIBS)
 
+# ---- fuzzing (tests/fuzz, docs/testing.md) ----
+# Each harness tests/fuzz/fuzz_NAME.c is linked twice: in every build with
+# tests/fuzz/replay_main.c as $(BUILD)/fuzz-replay/NAME, which runs it on the
+# files it is given (tests/e2e/san_fuzz_replay.sh replays the regression and
+# seed corpora under ASan+UBSan), and by `make fuzz` with libFuzzer as
+# $(FUZZ_BUILD)/fuzz_NAME. FUZZ_TARGETS chooses which run, FUZZ_SECONDS how
+# long each; FUZZ_JOBS is libFuzzer's -fork.
+FUZZ_SRC := $(wildcard tests/fuzz/*.c)
+FUZZ_HARNESSES := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_TARGETS ?= $(FUZZ_HARNESSES)
+FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 1
+FUZZ_BUILD := build/fuzz
+# A harness's objects: its own, plus its custom mutator where it has one.
+fuzz_objs = $(BUILD)/obj/tests/fuzz/fuzz_$(1).o $(if $(wildcard tests/fuzz/$(1)_mutator.c),$(BUILD)/obj/tests/fuzz/$(1)_mutator.o)
+REPLAYS := $(patsubst %,$(BUILD)/fuzz-replay/%,$(FUZZ_HARNESSES)) $(BUILD)/fuzz-replay/shrink_kernels
+all: $(REPLAYS)
+
+define fuzz_rule
+$(BUILD)/fuzz-replay/$(1): $(call fuzz_objs,$(1)) $(BUILD)/obj/tests/fuzz/replay_main.o $(LIB)
+	@mkdir -p $$(dir $$@)
+	@echo "  LINK  $$@"
+	$$(Q)$$(CC) -o $$@ $$^ $$(LDLIBS)
+$(BUILD)/fuzz_$(1): $(call fuzz_objs,$(1)) $(LIB)
+	@echo "  LINK  $$@"
+	$$(Q)$$(CC) -fsanitize=fuzzer -o $$@ $$^ $$(LDLIBS)
+endef
+$(foreach h,$(FUZZ_HARNESSES),$(eval $(call fuzz_rule,$(h))))
+
+$(BUILD)/fuzz-replay/shrink_kernels: $(BUILD)/obj/tests/fuzz/shrink_kernels.o $(LIB)
+	@mkdir -p $(dir $@)
+	@echo "  LINK  $@"
+	$(Q)$(CC) -o $@ $^ $(LDLIBS)
+
+fuzz-bins: $(patsubst %,$(BUILD)/fuzz_%,$(FUZZ_HARNESSES))
+
+# Seeds from this build's zinfc, the libFuzzer binaries in their own tree
+# (clang, SAN=fuzz), then each target in turn.
+fuzz: all
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) SAN=fuzz CC=clang fuzz-bins
+	@sh tests/fuzz/run.sh $(BUILD) $(FUZZ_BUILD) "$(FUZZ_TARGETS)" $(FUZZ_SECONDS) $(FUZZ_JOBS)
+
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 deps:
@@ -148,9 +196,9 @@ bench: all
 # clang must accept every source with the same warnings as errors.
 clang-check: $(BUILD)/gen/grammar.h $(GEN_SRC)
 	@if command -v clang >/dev/null; then \
-	  for f in $(LIB_SRC) $(MAIN_SRC) $(TEST_SRC) $(BENCH_SRC); do \
+	  for f in $(LIB_SRC) $(MAIN_SRC) $(TEST_SRC) $(BENCH_SRC) $(FUZZ_SRC); do \
 	    clang -std=c11 -D_GNU_SOURCE -fsyntax-only $(WARN) -Wno-unknown-warning-option -Wno-unknown-pragmas $(INCLUDES) $(PKGS_CFLAGS) -DZINF_STDLIB_DIR='"x"' -DZINF_VERSION='"x"' $$f || exit 1; \
-	  done; echo "clang-check: $(words $(LIB_SRC) $(MAIN_SRC) $(TEST_SRC) $(BENCH_SRC)) files clean"; \
+	  done; echo "clang-check: $(words $(LIB_SRC) $(MAIN_SRC) $(TEST_SRC) $(BENCH_SRC) $(FUZZ_SRC)) files clean"; \
 	else echo "clang-check: clang not installed, skipped"; fi
 
 # The main job: gpt2-tiny, 2 MPI ranks, parameters and optimizer state on

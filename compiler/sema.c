@@ -9,6 +9,11 @@
 #include "prim.h"
 
 enum { SEMA_MAX_DEPTH = 64, SEMA_MAX_REPEAT = 1 << 16, SEMA_MAX_EXPR_DEPTH = 1000, SEMA_MAX_TENSORS = 1 << 18 };
+/* Expansion steps (statements run, repeat iterations, layer calls): nested
+ * repeats, or layers that call a layer twice, grow exponentially even when
+ * they make no tensor, so the tensor limit alone does not bound the work.
+ * Four steps per tensor of the largest graph allowed is ample for a model. */
+enum { SEMA_MAX_STEPS = 4 * SEMA_MAX_TENSORS };
 
 /* ---- values ---- */
 
@@ -97,7 +102,8 @@ struct Sema {
     int depth;
     int eval_depth;
     bool too_deep;
-    bool too_big;             /* the tensor limit was hit: stop expanding */
+    bool too_big;             /* the tensor or step limit was hit: stop expanding */
+    int64_t steps;            /* expansion steps so far (SEMA_MAX_STEPS) */
     bool after_syntax_errors; /* the sink had errors before checking: absences may be their cascade */
     Seen *seen;
     int nseen, capseen;
@@ -481,6 +487,16 @@ static bool room(Sema *s, Span sp) {
     return false;
 }
 
+/* Counts one expansion step; false once the model has grown too large. */
+static bool step(Sema *s, Span sp) {
+    if (s->too_big) return false;
+    if (++s->steps <= SEMA_MAX_STEPS) return true;
+    error(s, sp, "the model is too large: expanding it takes more than %d statements and layer calls (are repeat counts "
+          "or layers that call layers several times too many?)", SEMA_MAX_STEPS);
+    s->too_big = true;
+    return false;
+}
+
 static int add_act(Sema *s, const PrimShape *sh, TensorClass cls, Span sp) {
     if (!room(s, sp)) return -1;
     int id = graph_add_tensor(s->g, NULL, sh->dtype, sh->rank, sh->dims, cls);
@@ -814,6 +830,8 @@ static void bind_param(Sema *s, Ctx *callee, const Decl *L, const ParamDecl *pd,
 }
 
 static Val call_layer(Sema *s, Ctx *c, const Decl *L, const Expr *e) {
+    /* past a limit, expanding more only repeats the error (and can take exponential time) */
+    if (!step(s, e->span)) return POISON;
     for (int i = 0; i < s->depth; i++)
         if (s->stack[i] == L) {
             if (error(s, e->span, "layer '%s' calls itself (%s): layers are expanded at each call, so the recursion "
@@ -918,7 +936,7 @@ static Val call_layer(Sema *s, Ctx *c, const Decl *L, const Expr *e) {
     Val r = exec_body(s, &callee, &L->body, &returned);
     s->depth--;
     if (!returned) {
-        if (!s->after_syntax_errors) error(s, L->name_span, "layer '%s' has no return statement", L->name);
+        if (!s->after_syntax_errors && !s->too_big) error(s, L->name_span, "layer '%s' has no return statement", L->name);
         return POISON;
     }
     return r;
@@ -1245,10 +1263,10 @@ static void exec_repeat(Sema *s, Ctx *c, const Stmt *st, bool *returned, Val *re
         poison = true;
     }
     bool owns = s->segment < 0 && !poison;
-    Count *before = c->counts, *after = NULL;
+    Count *before = c->counts, *after = before; /* unchanged if no iteration runs (past the step limit) */
     const char *rs = c->rsuffix;
     c->in_repeat++;
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n && step(s, st->span); i++) {
         copy_counts(s, &c->counts, before);
         c->rsuffix = arena_printf(s->a, "%s.%" PRId64, rs, i);
         if (owns) s->segment = s->g->nsegments++;
@@ -1290,6 +1308,7 @@ static void exec_stmts(Sema *s, Ctx *c, const StmtList *body, bool *returned, Va
             error(s, st->span, "statement after return");
             return;
         }
+        step(s, st->span); /* counted; what runs after the limit makes no tensors and expands nothing */
         switch (st->kind) {
         case ST_ASSIGN: exec_assign(s, c, st); break;
         case ST_REPEAT: exec_repeat(s, c, st, returned, ret); break;

@@ -1,0 +1,100 @@
+#!/bin/sh
+# Seed corpora for the fuzz targets (tests/fuzz, docs/testing.md), made from
+# the repository and a build's zinfc:
+#   tests/fuzz/seeds.sh BUILD OUT [--kernels]
+#   OUT/frontend/  every .zl under examples/, stdlib/ and tests/
+#   OUT/plan/      host plans (--kernels=none) of tests/fuzz/models/nano.zl,
+#                  tests/e2e/models/*.zl and examples/*.zl (shrunk to one
+#                  layer where the plan would be large), for the built-in host
+#                  target (4 ranks) and for 1- and 2-rank host targets with
+#                  parameters and optimizer state on NVMe or CPU, whole or
+#                  partitioned, and a tiled embedding (examples: one rank,
+#                  one layer); with --kernels first a plan with CUDA launches
+#                  (NVRTC needed; its cubins cut to 64 bytes by shrink_kernels).
+# Plans over MAX_PLAN bytes are left out, and plans stop once the corpus holds
+# MAX_TOTAL bytes (in the order above: nano first), so it stays a few hundred KB.
+# Prints one line per corpus; exit 1 if no plan could be made.
+set -u
+BUILD=${1:?usage: seeds.sh BUILD OUT [--kernels]}
+OUT=${2:?usage: seeds.sh BUILD OUT [--kernels]}
+KERNELS=${3:-}
+ZINFC=$BUILD/bin/zinfc
+MAX_PLAN=${MAX_PLAN:-65536}
+MAX_TOTAL=${MAX_TOTAL:-409600}
+export ZINF_STDLIB="$(pwd)/stdlib"
+
+rm -rf "$OUT/frontend" "$OUT/plan" "$OUT/work"
+mkdir -p "$OUT/frontend" "$OUT/plan" "$OUT/work"
+W=$OUT/work
+
+# ---- frontend: the sources as they are ----
+find examples stdlib tests -name '*.zl' -type f | sort | while read -r f; do
+  cp "$f" "$OUT/frontend/$(echo "$f" | tr '/' '_')"
+done
+
+# ---- plan: targets and pins ----
+target() { # NAME RANKS: a host target file
+  cat > "$W/$1.zl" <<EOF
+target $1 {
+  backend = "host"
+  ranks = $2
+  budget = 256 MiB
+  cpu  { memory = 4 GiB; bandwidth = 20 GB/s; cores = 2; flops = 20 G }
+  nvme { paths = ["/tmp/zinf-nvme"]; read = 1 GB/s; write = 1 GB/s; capacity = 4 GiB }
+}
+EOF
+}
+target host1 1
+target host2 2
+
+# with_plan SRC NAME 'settings': SRC with a plan block appended
+with_plan() {
+  cp "$1" "$W/$2.zl"
+  printf 'plan {\n%s\n}\n' "$3" >> "$W/$2.zl"
+}
+
+made=0 total=0
+keep() { # FILE NAME: into the corpus if it fits
+  size=$(wc -c < "$1")
+  [ "$size" -le "$MAX_PLAN" ] && [ $((total + size)) -le "$MAX_TOTAL" ] || return 1
+  cp "$1" "$OUT/plan/$2.plan"
+  made=$((made + 1)) total=$((total + size))
+}
+compile() { # NAME SRC TARGET: a host plan
+  "$ZINFC" "$2" --target "$3" --kernels=none -o "$W/$1.plan" > "$W/$1.log" 2>&1 && keep "$W/$1.plan" "$1"
+}
+
+NANO=tests/fuzz/models/nano.zl
+if [ "$KERNELS" = --kernels ]; then
+  if ! { "$ZINFC" "$NANO" --target "$W/host1.zl" --kernels=sm_80 -o "$W/nano-cuda.plan" > "$W/nano-cuda.log" 2>&1 &&
+         "$BUILD/fuzz-replay/shrink_kernels" "$W/nano-cuda.plan" "$W/nano-cuda-small.plan" &&
+         keep "$W/nano-cuda-small.plan" nano-cuda-1rank; }; then
+    echo "seeds: no plan with CUDA launches (NVRTC?): $(tail -1 "$W/nano-cuda.log")"
+  fi
+fi
+compile nano-host "$NANO" host
+compile nano-1rank "$NANO" "$W/host1.zl"
+compile nano-2rank "$NANO" "$W/host2.zl"
+with_plan "$NANO" nano-nvme 'params = "nvme"; optimizer = "nvme"; grads = "cpu"; whole_below = 0'
+compile nano-nvme-1rank "$W/nano-nvme.zl" "$W/host1.zl"
+compile nano-nvme-2rank "$W/nano-nvme.zl" "$W/host2.zl"
+with_plan "$NANO" nano-cpu 'params = "cpu"; optimizer = "cpu"; checkpoints = "cpu"; prefetch = 2; whole_below = 1000'
+compile nano-cpu-2rank "$W/nano-cpu.zl" "$W/host2.zl"
+with_plan "$NANO" nano-tiles 'tiles "wte" = 4; whole_below = 0'
+compile nano-tiles-1rank "$W/nano-tiles.zl" "$W/host1.zl"
+compile nano-tiles-2rank "$W/nano-tiles.zl" "$W/host2.zl"
+
+for f in tests/e2e/models/*.zl; do
+  compile "$(basename "$f" .zl)-host" "$f" host
+done
+# the examples with one layer and short sequences: the same models, small
+# enough to be seeds (one rank: no collectives, half the instructions)
+for f in examples/*.zl; do
+  base=$(basename "$f" .zl)
+  sed -e 's/\bL = [0-9]*/L = 1/' -e 's/\bT = [0-9]*/T = 16/' "$f" > "$W/$base-small.zl"
+  compile "$base-small-1rank" "$W/$base-small.zl" "$W/host1.zl"
+done
+
+rm -rf "$W"
+echo "seeds: $(ls "$OUT/frontend" | wc -l) sources in $OUT/frontend, $made plans in $OUT/plan ($(du -sk "$OUT/plan" | cut -f1) KB)"
+[ "$made" -gt 0 ]
