@@ -1,4 +1,5 @@
 #!/bin/sh
+# (Run by make test in the ASan+UBSan pass: every refusal and fallback path leak-free.)
 # What zinfrun does with a checkpoint directory it shares with other runs,
 # and with checkpoints that do not load (docs/runtime.md, "Checkpoints"):
 #   - a fresh run into a directory holding checkpoints is refused, naming
