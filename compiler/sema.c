@@ -1581,7 +1581,12 @@ static void read_train(Sema *s) {
         } else if (strcmp(k, "warmup") == 0 || strcmp(k, "warmup_steps") == 0) {
             if (setting_int(s, st, 0, &iv)) t->warmup_steps = iv;
         } else if (strcmp(k, "grad_accum") == 0) {
-            if (setting_int(s, st, 1, &iv)) t->grad_accum = iv;
+            if (setting_int(s, st, 1, &iv)) {
+                if (iv > PLAN_MAX_ACCUM)
+                    error(s, st->value->span, "grad_accum must be at most %d (micro-batches per step the runtime holds), got %" PRId64,
+                          PLAN_MAX_ACCUM, iv);
+                else t->grad_accum = iv;
+            }
         } else if (strcmp(k, "checkpoint_every") == 0) {
             if (setting_int(s, st, 0, &iv)) t->checkpoint_every = iv;
         } else if (strcmp(k, "dtype") == 0) {

@@ -308,7 +308,7 @@ int main(int argc, char **argv) {
     int status = 0;
     TokReader tr;
     bool have_data = false, have_cost = false;
-    int32_t *tok[64] = {0}, *tgt[64] = {0};
+    int32_t *tok[PLAN_MAX_ACCUM] = {0}, *tgt[PLAN_MAX_ACCUM] = {0};
     FILE *lossf = NULL;
     CostResult cr;
     memset(&cr, 0, sizeof cr);
@@ -335,7 +335,6 @@ int main(int argc, char **argv) {
     /* the verifier tied every INPUT copy to this shape */
     int64_t B = 0, T = 0;
     if (!plan_batch_shape(p, &B, &T)) FAIL_RUN("%s: the plan has no token input", o.plan);
-    if (accum > 64) FAIL_RUN("grad_accum %d is more than 64", accum);
     if (start < total) {
         if (tok_open(&tr, o.data, plan_vocab(p), err, sizeof err)) FAIL_RUN("%s", err);
         have_data = true;
@@ -420,7 +419,7 @@ int main(int argc, char **argv) {
 out:
 #undef FAIL_RUN
     if (have_data) tok_close(&tr);
-    for (int a = 0; a < accum && a < 64; a++) {
+    for (int a = 0; a < accum && a < PLAN_MAX_ACCUM; a++) {
         free(tok[a]);
         free(tgt[a]);
     }

@@ -383,7 +383,8 @@ static void check_train(V *v) {
     const Plan *p = v->p;
     const PlanTrain *t = &p->train;
     if (t->micro_batch < 1) problem(v, "micro_batch is %" PRId64 ", must be at least 1", t->micro_batch);
-    if (t->grad_accum < 1 || t->grad_accum > INT32_MAX) problem(v, "grad_accum is %" PRId64 ", must be 1 to 2^31-1", t->grad_accum);
+    if (t->grad_accum < 1 || t->grad_accum > PLAN_MAX_ACCUM)
+        problem(v, "grad_accum is %" PRId64 ", must be 1 to %d", t->grad_accum, PLAN_MAX_ACCUM);
     if (t->steps < 0 || t->steps > (INT64_MAX >> 8)) problem(v, "steps is %" PRId64 ", out of range", t->steps);
     if (t->warmup_steps < 0) problem(v, "warmup_steps is %" PRId64 ", must not be negative", t->warmup_steps);
     if (t->checkpoint_every < 0) problem(v, "checkpoint_every is %" PRId64 ", must not be negative", t->checkpoint_every);

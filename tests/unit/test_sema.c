@@ -539,6 +539,9 @@ START_TEST(train_settings) {
     expect_has(&r, "error: a program has one train block; this is a second one");
     ck_assert_int_eq(r.g.train.checkpoint_every, 3);
     run_free(&r);
+    run_src(&r, MODEL_HEAD MODEL_TAIL "train { grad_accum = 65 }\n");
+    expect_has(&r, "error: grad_accum must be at most 64 (micro-batches per step the runtime holds), got 65");
+    run_free(&r);
 }
 END_TEST
 

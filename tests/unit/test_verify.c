@@ -229,7 +229,10 @@ START_TEST(micro_batch_and_inputs) {
     expectf(p, "instruction %d (input) copies", in);
     p = fresh();
     p->train.grad_accum = 0;
-    expect(p, "grad_accum is 0, must be 1 to 2^31-1");
+    expect(p, "grad_accum is 0, must be 1 to 64");
+    p = fresh();
+    p->train.grad_accum = 65;
+    expect(p, "grad_accum is 65, must be 1 to 64");
     p = fresh();
     p->tensors[p->inputs[1]].dtype = 1;
     expect(p, "input 1 'targets' is not i32");
