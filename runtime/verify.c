@@ -397,6 +397,9 @@ static void check_train(V *v) {
     }
     int64_t B = 0, T = 0;
     bool batch = plan_batch_shape(p, &B, &T);
+    if (!batch)
+        problem(v, "the plan defines no token batch (micro_batch %" PRId64 ", %d input%s): zinfrun feeds micro_batch rows of input 0's "
+                "last dimension", t->micro_batch, p->ninputs, p->ninputs == 1 ? "" : "s");
     for (uint32_t i = 0; i < p->ninstrs && !STOP(v); i++) {
         const PlanInstr *s = &p->instrs[i];
         if (s->op != PI_INPUT || s->nopnd < 1) continue;
