@@ -28,7 +28,7 @@ mkdir -p "$OUT/frontend" "$OUT/plan" "$OUT/work"
 W=$OUT/work
 
 # ---- frontend: the sources as they are ----
-find examples stdlib tests -name '*.zl' -type f | sort | while read -r f; do
+find examples stdlib tests -path tests/fuzz/regress -prune -o -path tests/fuzz/pending -prune -o -name '*.zl' -type f -print | sort | while read -r f; do
   cp "$f" "$OUT/frontend/$(echo "$f" | tr '/' '_')"
 done
 
