@@ -766,7 +766,13 @@ static void gen_norm(Ctx *c, bool bwd) {
     int nfin = bwd ? o->nfin : o->nin;
     int x = o->in[0], g = nfin >= 2 ? o->in[1] : -1, bb = ln && nfin >= 3 ? o->in[2] : -1;
     const GTensor *X = T_(c, x);
-    int64_t D = last_dim(X), rows = X->numel / (D ? D : 1);
+    /* rmsnorm with heads = H: the same kernels over rows of hd = D/H values */
+    int64_t heads = !ln && o->iattr[0] > 1 ? o->iattr[0] : 1;
+    if (last_dim(X) % heads != 0) {
+        fail(c, "rmsnorm: heads = %" PRId64 " does not divide the last dimension %" PRId64, heads, last_dim(X));
+        return;
+    }
+    int64_t D = last_dim(X) / heads, rows = X->numel / (D ? D : 1);
     DType dt = X->dtype;
     if (g >= 0 && T_(c, g)->numel != D) {
         fail(c, "%s: gain has %" PRId64 " elements, expected %" PRId64, prim_names[o->prim], T_(c, g)->numel, D);
@@ -862,10 +868,14 @@ static void gen_rope(Ctx *c, bool bwd) {
     const GOp *o = c->o;
     int x = o->in[0];
     const GTensor *X = T_(c, x);
-    int64_t H = o->iattr[0];
+    int64_t H = o->iattr[0], scaling = o->iattr[1];
     double theta = o->fattr[0] > 0 ? o->fattr[0] : 10000.0;
     if (X->rank < 2 || H <= 0 || last_dim(X) % H != 0 || (last_dim(X) / H) % 2 != 0) {
         fail(c, "rope needs x [B, T, H*hd] with heads dividing the last dim and hd even");
+        return;
+    }
+    if (scaling < ROPE_NONE || scaling > ROPE_LLAMA3) {
+        fail(c, "rope: unknown scaling %" PRId64, scaling);
         return;
     }
     int64_t C = last_dim(X), Tn = X->dims[X->rank - 2], B = X->numel / (C * Tn), hd = C / H;
@@ -885,6 +895,11 @@ static void gen_rope(Ctx *c, bool bwd) {
     arg_f(k, theta);
     arg_i(k, bwd);
     arg_i(k, bwd);
+    arg_i(k, scaling);
+    arg_f(k, scaling ? o->fattr[1] : 1.0);
+    arg_f(k, scaling == ROPE_LLAMA3 ? o->fattr[2] : 1.0);
+    arg_f(k, scaling == ROPE_LLAMA3 ? o->fattr[3] : 4.0);
+    arg_f(k, scaling == ROPE_LLAMA3 ? (double)o->iattr[2] : 8192.0);
 }
 
 static void gen_attention(Ctx *c, bool bwd) {

@@ -120,9 +120,18 @@ static void dump_attrs(const GOp *o, FILE *out) {
         if (o->iattr[0]) fputs(" transpose_a", out);
         if (o->iattr[1]) fputs(" transpose_b", out);
         break;
-    case PRIM_LAYERNORM:
-    case PRIM_RMSNORM: fprintf(out, " eps=%g", o->fattr[0]); break;
-    case PRIM_ROPE: fprintf(out, " heads=%" PRId64 " theta=%g", o->iattr[0], o->fattr[0]); break;
+    case PRIM_LAYERNORM: fprintf(out, " eps=%g", o->fattr[0]); break;
+    case PRIM_RMSNORM:
+        fprintf(out, " eps=%g", o->fattr[0]);
+        if (o->iattr[0] > 1) fprintf(out, " heads=%" PRId64, o->iattr[0]);
+        break;
+    case PRIM_ROPE:
+        fprintf(out, " heads=%" PRId64 " theta=%g", o->iattr[0], o->fattr[0]);
+        if (o->iattr[1] == ROPE_LINEAR) fprintf(out, " scaling=linear factor=%g", o->fattr[1]);
+        if (o->iattr[1] == ROPE_LLAMA3)
+            fprintf(out, " scaling=llama3 factor=%g low_freq_factor=%g high_freq_factor=%g original_max_positions=%" PRId64,
+                    o->fattr[1], o->fattr[2], o->fattr[3], o->iattr[2]);
+        break;
     case PRIM_ATTENTION: fprintf(out, " heads=%" PRId64 " kv_heads=%" PRId64, o->iattr[0], o->iattr[1]); break;
     case PRIM_SPLIT: fprintf(out, " pieces=%" PRId64, o->iattr[0]); break;
     case PRIM_ARANGE: fprintf(out, " n=%" PRId64, o->iattr[0]); break;

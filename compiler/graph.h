@@ -84,6 +84,11 @@ typedef enum OpKind {
 
 extern const char *const op_kind_names[OP_KIND_COUNT];
 
+/* rope's frequency scaling (docs/primitives.md): none; linear (every
+ * frequency divided by factor); llama3 (low frequencies divided by factor,
+ * high ones kept, a smooth blend between). */
+typedef enum RopeScaling { ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3 } RopeScaling;
+
 typedef struct GOp {
     OpKind kind;
     PrimId prim;
@@ -92,8 +97,10 @@ typedef struct GOp {
     int out[GRAPH_MAX_OUT];
     /* Attributes; meaning per primitive in docs/primitives.md:
      * matmul: i[0] transpose_a, i[1] transpose_b
-     * layernorm/rmsnorm: f[0] eps
-     * rope: i[0] heads, f[0] theta
+     * layernorm/rmsnorm: f[0] eps; rmsnorm: i[0] heads (1: the whole last dim;
+     *   H: each of its H slices, g of the slice's size)
+     * rope: i[0] heads, f[0] theta, i[1] scaling (RopeScaling), f[1] factor,
+     *   f[2] low_freq_factor, f[3] high_freq_factor, i[2] original_max_positions
      * attention: i[0] heads, i[1] kv_heads
      * split: i[0] number of pieces (sizes are the outputs' last dims)
      * arange: i[0] n */

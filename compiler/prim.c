@@ -4,6 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The words of rope's `scaling` attribute, in RopeScaling order (graph.h). */
+static const char *const rope_scalings[] = {"none", "linear", "llama3", NULL};
+
 /* The table. Attribute slots follow the GOp comment in graph.h. */
 static const PrimInfo prim_table[PRIM_COUNT] = {
     [PRIM_EMBEDDING] = {PRIM_EMBEDDING, "embedding", 2, 2, 1, {"table", "ids"}, 0, {{0}},
@@ -20,14 +23,21 @@ static const PrimInfo prim_table[PRIM_COUNT] = {
     [PRIM_LAYERNORM] = {PRIM_LAYERNORM, "layernorm", 1, 3, 1, {"x", "g", "b"}, 1,
                         {{"eps", PA_FLOAT, 0, false, true, 1e-5}},
                         "layernorm(x[S..., D], g[D]?, b[D]?; eps = 1e-5) -> [S..., D]"},
-    [PRIM_RMSNORM] = {PRIM_RMSNORM, "rmsnorm", 1, 2, 1, {"x", "g"}, 1,
-                      {{"eps", PA_FLOAT, 0, false, true, 1e-5}},
-                      "rmsnorm(x[S..., D], g[D]?; eps = 1e-5) -> [S..., D]"},
+    [PRIM_RMSNORM] = {PRIM_RMSNORM, "rmsnorm", 1, 2, 1, {"x", "g"}, 2,
+                      {{"eps", PA_FLOAT, 0, false, true, 1e-5}, {"heads", PA_INT, 0, false, false, 1}},
+                      "rmsnorm(x[S..., H*hd], g[hd]?; eps = 1e-5, heads = 1) -> [S..., H*hd]"},
     [PRIM_GELU] = {PRIM_GELU, "gelu", 1, 1, 1, {"x"}, 0, {{0}}, "gelu(x) -> same shape"},
     [PRIM_SILU] = {PRIM_SILU, "silu", 1, 1, 1, {"x"}, 0, {{0}}, "silu(x) -> same shape"},
-    [PRIM_ROPE] = {PRIM_ROPE, "rope", 1, 1, 1, {"x"}, 2,
-                   {{"heads", PA_INT, 0, true, true, 0}, {"theta", PA_FLOAT, 0, false, true, 10000.0}},
-                   "rope(x[B, T, H*hd]; heads, theta = 10000) -> [B, T, H*hd]"},
+    [PRIM_ROPE] = {PRIM_ROPE, "rope", 1, 1, 1, {"x"}, 7,
+                   {{"heads", PA_INT, 0, true, true, 0},
+                    {"theta", PA_FLOAT, 0, false, true, 10000.0},
+                    {"scaling", PA_WORD, 1, false, false, ROPE_NONE, rope_scalings},
+                    {"factor", PA_FLOAT, 1, false, false, 1.0},
+                    {"low_freq_factor", PA_FLOAT, 2, false, false, 1.0},
+                    {"high_freq_factor", PA_FLOAT, 3, false, false, 4.0},
+                    {"original_max_positions", PA_INT, 2, false, false, 8192}},
+                   "rope(x[B, T, H*hd]; heads, theta = 10000, scaling = \"none\" | \"linear\" | \"llama3\", factor = 1, "
+                   "low_freq_factor = 1, high_freq_factor = 4, original_max_positions = 8192) -> [B, T, H*hd]"},
     [PRIM_ATTENTION] = {PRIM_ATTENTION, "attention", 3, 3, 1, {"q", "k", "v"}, 2,
                         {{"heads", PA_INT, 0, true, true, 0}, {"kv_heads", PA_INT, 1, false, true, 0}},
                         "attention(q[B, T, H*hd], k[B, T, KV*hd], v[B, T, KV*hd]; heads, kv_heads = heads) -> [B, T, H*hd]"},
@@ -210,11 +220,21 @@ static bool rule_norm(const PrimCall *c, const PrimInfo *p, PrimShape *out, Prim
     char sb[3][96];
     if (!need_rank(c, p, 0, 1, GRAPH_MAX_RANK, e)) return false;
     if (!need_float(c, p, 7, e)) return false;
+    /* rmsnorm with heads = H normalises each of the H slices of hd = D/H values */
+    int64_t heads = c->prim == PRIM_RMSNORM ? c->iattr[0] : 1, D = LAST(c->in[0]);
+    if (heads < 1) return fail(e, 0, "%s: heads must be positive, got %" PRId64, p->name, heads);
+    if (D % heads != 0)
+        return fail(e, 1, "%s: x's last dimension %" PRId64 " is not a multiple of heads = %" PRId64 " (x is %s)", p->name,
+                    D, heads, SH(0));
     for (int i = 1; i < c->nin; i++) {
         if (!need_rank(c, p, i, 1, 1, e)) return false;
-        if (c->in[i].dims[0] != LAST(c->in[0]))
+        if (heads > 1 && c->in[i].dims[0] != D / heads)
+            return fail(e, 1u | 1u << i, "%s: %s has %" PRId64 " elements but the head dimension is %" PRId64
+                        " / %" PRId64 " = %" PRId64 " (x is %s, %s is %s)", p->name, NAME(i), c->in[i].dims[0], D,
+                        heads, D / heads, SH(0), NAME(i), SH(i));
+        if (heads == 1 && c->in[i].dims[0] != D)
             return fail(e, 1u | 1u << i, "%s: %s has %" PRId64 " elements but x has last dimension %" PRId64
-                        " (x is %s, %s is %s)", p->name, NAME(i), c->in[i].dims[0], LAST(c->in[0]), SH(0), NAME(i),
+                        " (x is %s, %s is %s)", p->name, NAME(i), c->in[i].dims[0], D, SH(0), NAME(i),
                         SH(i));
     }
     if (!(c->fattr[0] > 0)) return fail(e, 0, "%s: eps must be positive, got %g", p->name, c->fattr[0]);
@@ -225,6 +245,21 @@ static bool rule_norm(const PrimCall *c, const PrimInfo *p, PrimShape *out, Prim
 static bool rule_unary(const PrimCall *c, const PrimInfo *p, PrimShape *out, PrimError *e) {
     if (!need_float(c, p, 1, e)) return false;
     copy_shape(out, &c->in[0], c->act_dtype);
+    return true;
+}
+
+/* The scaling attributes in their ranges. */
+static bool rope_scaling_ok(const PrimCall *c, PrimError *e) {
+    int64_t sc = c->iattr[1];
+    if (sc < ROPE_NONE || sc > ROPE_LLAMA3) return fail(e, 0, "rope: unknown scaling %" PRId64, sc);
+    if (sc == ROPE_NONE) return true;
+    if (!(c->fattr[1] > 0)) return fail(e, 0, "rope: factor must be positive, got %g", c->fattr[1]);
+    if (sc == ROPE_LINEAR) return true;
+    if (!(c->fattr[2] > 0)) return fail(e, 0, "rope: low_freq_factor must be positive, got %g", c->fattr[2]);
+    if (!(c->fattr[3] > c->fattr[2]))
+        return fail(e, 0, "rope: high_freq_factor (%g) must be greater than low_freq_factor (%g)", c->fattr[3], c->fattr[2]);
+    if (c->iattr[2] < 1)
+        return fail(e, 0, "rope: original_max_positions must be positive, got %" PRId64, c->iattr[2]);
     return true;
 }
 
@@ -239,6 +274,7 @@ static bool rule_rope(const PrimCall *c, const PrimInfo *p, PrimShape *out, Prim
     if ((n / h) % 2 != 0)
         return fail(e, 1, "rope: the head dimension %" PRId64 " / %" PRId64 " = %" PRId64 " must be even", n, h, n / h);
     if (!(c->fattr[0] > 0)) return fail(e, 0, "rope: theta must be positive, got %g", c->fattr[0]);
+    if (!rope_scaling_ok(c, e)) return false;
     copy_shape(out, &c->in[0], c->act_dtype);
     return true;
 }
@@ -332,6 +368,22 @@ static bool rule_arange(const PrimCall *c, PrimShape *out, PrimError *e) {
     out->dtype = DT_I32;
     out->rank = 1;
     out->dims[0] = c->iattr[0];
+    return true;
+}
+
+bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
+    err->msg[0] = 0;
+    err->blame = 0;
+    if (c->prim != PRIM_ROPE) return true;
+    /* rope attribute indices: 2 scaling, 3 factor, 4 low_freq_factor, 5 high_freq_factor,
+     * 6 original_max_positions; each is read by the scalings that need it */
+    const PrimInfo *p = prim_info(PRIM_ROPE);
+    int64_t sc = c->iattr[1];
+    if (sc < ROPE_NONE || sc > ROPE_LLAMA3) return true; /* prim_infer reports it */
+    for (int i = 3; i <= 6; i++)
+        if (c->attr_set[i] && (sc == ROPE_NONE || (sc == ROPE_LINEAR && i > 3)))
+            return fail(err, 0, "rope: '%s' is not used with scaling = \"%s\"%s", p->attrs[i].name, rope_scalings[sc],
+                        i == 3 ? " (it takes scaling = \"linear\" or \"llama3\")" : " (it takes scaling = \"llama3\")");
     return true;
 }
 

@@ -19,13 +19,14 @@
 #include "ast.h"
 #include "graph.h"
 
-enum { PRIM_MAX_IN = 3, PRIM_MAX_ATTR = 3 };
+enum { PRIM_MAX_IN = 3, PRIM_MAX_ATTR = 8 };
 
 typedef enum PrimAttrKind {
     PA_INT,   /* integer, stored in iattr[slot] */
     PA_FLOAT, /* number, stored in fattr[slot] */
     PA_FLAG,  /* boolean (bare flag name, or = true/false), iattr[slot] = 0/1 */
     PA_SIZES, /* split: a piece count or a list of sizes (iattr[slot] = pieces) */
+    PA_WORD,  /* one of the strings in words (e.g. scaling = "llama3"): iattr[slot] = its index */
 } PrimAttrKind;
 
 typedef struct PrimAttr {
@@ -35,6 +36,7 @@ typedef struct PrimAttr {
     bool required;
     bool positional;   /* may be given as a positional constant after the tensors */
     double def;        /* default when not required */
+    const char *const *words; /* PA_WORD: the accepted strings, NULL-terminated */
 } PrimAttr;
 
 typedef struct PrimInfo {
@@ -59,8 +61,8 @@ typedef struct PrimCall {
     PrimId prim;
     int nin;
     PrimShape in[PRIM_MAX_IN];
-    int64_t iattr[4];
-    double fattr[2];
+    int64_t iattr[PLAN_MAX_IATTR];
+    double fattr[PLAN_MAX_FATTR];
     bool attr_set[PRIM_MAX_ATTR];      /* which attributes were given */
     int64_t sizes[GRAPH_MAX_OUT];      /* split with a size list */
     int nsizes;                        /* 0: split into iattr[0] equal pieces */
@@ -84,6 +86,11 @@ void prim_defaults(PrimCall *c);
  * to out[0..*nout) and returns true; otherwise fills err and returns false.
  * Attributes must be set (prim_defaults) before. */
 bool prim_infer(const PrimCall *c, PrimShape *out, int *nout, PrimError *err);
+/* Attributes the source gave that the call's other attributes leave unused
+ * (rope's factor without a scaling): false with err filled. The checker
+ * calls it on what was written; prim_infer does not (an op re-derived from a
+ * GOp has every attribute set). */
+bool prim_unused_attrs(const PrimCall *c, PrimError *err);
 /* "[8, 64, 768]" into buf. */
 const char *prim_shape_str(const PrimShape *s, char *buf, size_t n);
 /* "f32", "bf16", "f16", "i32", "none". */

@@ -596,6 +596,21 @@ static bool set_attr(Sema *s, const PrimInfo *p, PrimCall *pc, int ai, Val v, Sp
         }
         pc->iattr[a->slot] = v.i;
         break;
+    case PA_WORD: {
+        int w = -1;
+        for (int i = 0; a->words && a->words[i] && v.k == V_STR; i++)
+            if (!strcmp(a->words[i], v.s)) w = i;
+        if (w < 0) {
+            const char *l = "";
+            for (int i = 0; a->words && a->words[i]; i++)
+                l = arena_printf(s->a, "%s%s\"%s\"", l, i ? ", " : "", a->words[i]);
+            if (v.k == V_STR) error(s, sp, "%s: '%s' must be one of %s, got \"%s\"", p->name, a->name, l, v.s);
+            else error(s, sp, "%s: '%s' must be one of %s, got %s", p->name, a->name, l, vkind_name(v.k));
+            return false;
+        }
+        pc->iattr[a->slot] = w;
+        break;
+    }
     case PA_SIZES:
         if (v.k == V_INT) {
             pc->iattr[a->slot] = v.i;
@@ -736,6 +751,11 @@ static Val eval_prim(Sema *s, Ctx *c, const PrimInfo *p, const Expr *e) {
                 diag_hint(s->d, "%s", p->doc);
             return POISON;
         }
+    PrimError ue;
+    if (!prim_unused_attrs(&pc, &ue)) {
+        error(s, e->span, "%s", ue.msg);
+        return POISON;
+    }
     return prim_call(s, c, p, e, tin, tin_e, nin, &pc);
 }
 

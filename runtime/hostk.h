@@ -97,7 +97,10 @@ int hk_layernorm_fwd(const HkTensor *x, const HkTensor *g, const HkTensor *b, Hk
 int hk_layernorm_bwd(const HkTensor *x, const HkTensor *g, const HkTensor *dy, HkTensor *dx, HkTensor *dg,
                      HkTensor *db, void *ws);
 
-/* rmsnorm: x [S...,D], g [D] (nullable). Workspace: rstd per row. */
+/* rmsnorm: x [S...,D], g [D] (nullable). Workspace: rstd per row. Per head
+ * (the primitive's heads = H): the same kernels on hk_heads_view(x, H), x
+ * seen as [rows*H, D/H], with g [D/H]. */
+HkTensor hk_heads_view(const HkTensor *x, int64_t heads);
 size_t hk_rmsnorm_workspace_bytes(const HkTensor *x);
 int hk_rmsnorm_fwd(const HkTensor *x, const HkTensor *g, HkTensor *y, double eps, void *ws);
 int hk_rmsnorm_bwd(const HkTensor *x, const HkTensor *g, const HkTensor *dy, HkTensor *dx, HkTensor *dg, void *ws);
@@ -108,9 +111,21 @@ int hk_gelu_bwd(const HkTensor *x, const HkTensor *dy, HkTensor *dx);
 int hk_silu_fwd(const HkTensor *x, HkTensor *y);
 int hk_silu_bwd(const HkTensor *x, const HkTensor *dy, HkTensor *dx);
 
-/* rope: x [B,T,H*hd], hd even, rotate-half; theta > 0. */
-int hk_rope_fwd(const HkTensor *x, HkTensor *y, int64_t heads, double theta);
-int hk_rope_bwd(const HkTensor *dy, HkTensor *dx, int64_t heads, double theta);
+/* rope: x [B,T,H*hd], hd even, rotate-half; theta > 0; the frequencies
+ * scaled as `scaling` (RopeScaling of graph.h) says. */
+typedef struct HkRope {
+    int64_t heads;
+    double theta;
+    int scaling;               /* ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3 */
+    double factor, low_freq_factor, high_freq_factor;
+    double original_max;       /* llama3: the context length the model was trained at */
+} HkRope;
+/* From an op's attributes (GOp conventions; fattr[0] == 0: theta 10000). */
+HkRope hk_rope_attrs(const int64_t *iattr, const double *fattr);
+/* The rotation frequency of pair j of a head of hd, scaling applied. */
+double hk_rope_freq(const HkRope *r, int64_t j, int64_t hd);
+int hk_rope_fwd(const HkTensor *x, HkTensor *y, const HkRope *r);
+int hk_rope_bwd(const HkTensor *dy, HkTensor *dx, const HkRope *r);
 
 /* attention: causal, q [B,T,H*hd], k, v [B,T,KV*hd] -> y [B,T,H*hd].
  * Workspace: row logsumexp [B,H,T] (saved by forward), then two T x T and

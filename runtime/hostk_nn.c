@@ -174,6 +174,16 @@ static int norm_check(const HkTensor *x, const HkTensor *g, const HkTensor *b, c
     return HK_OK;
 }
 
+HkTensor hk_heads_view(const HkTensor *x, int64_t heads) {
+    HkTensor v = *x;
+    if (heads <= 1 || x->rank < 1 || x->dims[x->rank - 1] % heads) return v; /* the kernels then reject g's size */
+    int64_t hd = x->dims[x->rank - 1] / heads;
+    v.rank = 2;
+    v.dims[0] = hk_numel(x) / (hd ? hd : 1);
+    v.dims[1] = hd;
+    return v;
+}
+
 size_t hk_layernorm_workspace_bytes(const HkTensor *x) { return 2 * hk_align((size_t)rows_of(x) * sizeof(float)); }
 size_t hk_rmsnorm_workspace_bytes(const HkTensor *x) { return hk_align((size_t)rows_of(x) * sizeof(float)); }
 
@@ -397,22 +407,59 @@ int hk_silu_bwd(const HkTensor *x, const HkTensor *dy, HkTensor *dx) {
 
 /* ---- rope ---- */
 
-static int rope_check(const HkTensor *x, const HkTensor *y, int64_t heads, double theta) {
+HkRope hk_rope_attrs(const int64_t *iattr, const double *fattr) {
+    HkRope r = {0, 10000.0, ROPE_NONE, 1.0, 1.0, 4.0, 8192.0};
+    if (iattr) {
+        r.heads = iattr[0];
+        r.scaling = (int)iattr[1];
+        if (iattr[2] > 0) r.original_max = (double)iattr[2];
+    }
+    if (fattr) {
+        if (fattr[0] != 0) r.theta = fattr[0];
+        r.factor = fattr[1];
+        r.low_freq_factor = fattr[2];
+        r.high_freq_factor = fattr[3];
+    }
+    return r;
+}
+
+/* theta^(-2j/hd), then scaled: linear divides every frequency by factor;
+ * llama3 (Hugging Face's _compute_llama3_parameters) keeps wavelengths
+ * below original_max/high_freq_factor, divides those above
+ * original_max/low_freq_factor, and blends linearly in between. */
+double hk_rope_freq(const HkRope *r, int64_t j, int64_t hd) {
+    double f = pow(r->theta, -2.0 * (double)j / (double)hd);
+    if (r->scaling == ROPE_LINEAR) return f / r->factor;
+    if (r->scaling != ROPE_LLAMA3) return f;
+    double wavelen = 2.0 * M_PI / f;
+    if (wavelen < r->original_max / r->high_freq_factor) return f;
+    if (wavelen > r->original_max / r->low_freq_factor) return f / r->factor;
+    double smooth = (r->original_max / wavelen - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor);
+    return (1.0 - smooth) * f / r->factor + smooth * f;
+}
+
+static int rope_check(const HkTensor *x, const HkTensor *y, const HkRope *r) {
     int rc;
     if ((rc = check_float(x)) || (rc = check_float(y))) return rc;
     if (x->rank != 3 || !same_shape(x, y)) return HK_ERR_SHAPE;
-    if (heads <= 0 || !(theta > 0) || x->dims[2] % heads || (x->dims[2] / heads) % 2) return HK_ERR_ATTR;
+    int64_t heads = r->heads;
+    if (heads <= 0 || !(r->theta > 0) || x->dims[2] % heads || (x->dims[2] / heads) % 2) return HK_ERR_ATTR;
+    if (r->scaling < ROPE_NONE || r->scaling > ROPE_LLAMA3) return HK_ERR_ATTR;
+    if (r->scaling != ROPE_NONE && !(r->factor > 0)) return HK_ERR_ATTR;
+    if (r->scaling == ROPE_LLAMA3 &&
+        !(r->low_freq_factor > 0 && r->high_freq_factor > r->low_freq_factor && r->original_max > 0))
+        return HK_ERR_ATTR;
     return HK_OK;
 }
 
 /* y = R(sign * a) x per pair; forward sign +1, backward (the transpose) -1, accumulating. */
-static void rope_apply(const HkTensor *x, HkTensor *y, int64_t heads, double theta, int sign, bool acc) {
-    int64_t B = x->dims[0], T = x->dims[1], C = x->dims[2], hd = C / heads, half = hd / 2;
+static void rope_apply(const HkTensor *x, HkTensor *y, const HkRope *r, int sign, bool acc) {
+    int64_t B = x->dims[0], T = x->dims[1], C = x->dims[2], heads = r->heads, hd = C / heads, half = hd / 2;
 #pragma omp parallel for if (B * T * C > HK_PAR_MIN) schedule(static)
     for (int64_t bt = 0; bt < B * T; bt++) {
         int64_t t = bt % T;
         for (int64_t j = 0; j < half; j++) {
-            double a = (double)t * pow(theta, -2.0 * (double)j / (double)hd);
+            double a = (double)t * hk_rope_freq(r, j, hd);
             float c = (float)cos(a), s = (float)(sign * sin(a));
             for (int64_t h = 0; h < heads; h++) {
                 int64_t i0 = bt * C + h * hd + j, i1 = i0 + half;
@@ -430,18 +477,18 @@ static void rope_apply(const HkTensor *x, HkTensor *y, int64_t heads, double the
     }
 }
 
-int hk_rope_fwd(const HkTensor *x, HkTensor *y, int64_t heads, double theta) {
-    int rc = rope_check(x, y, heads, theta);
+int hk_rope_fwd(const HkTensor *x, HkTensor *y, const HkRope *r) {
+    int rc = rope_check(x, y, r);
     if (rc) return rc;
-    rope_apply(x, y, heads, theta, 1, false);
+    rope_apply(x, y, r, 1, false);
     return HK_OK;
 }
 
-int hk_rope_bwd(const HkTensor *dy, HkTensor *dx, int64_t heads, double theta) {
+int hk_rope_bwd(const HkTensor *dy, HkTensor *dx, const HkRope *r) {
     if (!hk_present(dx)) return HK_OK;
-    int rc = rope_check(dy, dx, heads, theta);
+    int rc = rope_check(dy, dx, r);
     if (rc) return rc;
-    rope_apply(dy, dx, heads, theta, -1, true);
+    rope_apply(dy, dx, r, -1, true);
     return HK_OK;
 }
 

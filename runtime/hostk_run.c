@@ -9,7 +9,6 @@ static const HkTensor *arg(const HkTensor *t, int n, int i) { return i < n && t 
 static HkTensor *garg(HkTensor *t, int n, int i) { return i < n && t && t[i].data ? &t[i] : NULL; }
 
 static double attr_eps(const double *f) { return f && f[0] != 0 ? f[0] : 1e-5; }
-static double attr_theta(const double *f) { return f && f[0] != 0 ? f[0] : 10000.0; }
 static int64_t attr_i(const int64_t *a, int i) { return a ? a[i] : 0; }
 static int64_t attr_kv(const int64_t *a) { return attr_i(a, 1) ? attr_i(a, 1) : attr_i(a, 0); }
 
@@ -21,7 +20,10 @@ size_t hk_workspace_bytes(PrimId p, const HkTensor *in, int nin, const HkTensor 
     case PRIM_LINEAR:
     case PRIM_MATMUL: return w && y ? hk_matmul_workspace_bytes(x, w, y) : 0;
     case PRIM_LAYERNORM: return hk_layernorm_workspace_bytes(x);
-    case PRIM_RMSNORM: return hk_rmsnorm_workspace_bytes(x);
+    case PRIM_RMSNORM: {
+        HkTensor v = hk_heads_view(x, attr_i(iattr, 0));
+        return hk_rmsnorm_workspace_bytes(&v);
+    }
     case PRIM_ATTENTION: return hk_attention_workspace_bytes(x, attr_i(iattr, 0));
     case PRIM_CROSS_ENTROPY: return hk_cross_entropy_workspace_bytes(x);
     default: return 0;
@@ -49,10 +51,18 @@ int hk_run_fwd(PrimId p, const HkTensor *in, int nin, HkTensor *out, int nout, c
     case PRIM_ADD: return hk_add_fwd(a, b, y);
     case PRIM_MUL: return hk_mul_fwd(a, b, y);
     case PRIM_LAYERNORM: return hk_layernorm_fwd(a, b, c, y, attr_eps(fattr), ws);
-    case PRIM_RMSNORM: return hk_rmsnorm_fwd(a, b, y, attr_eps(fattr), ws);
+    case PRIM_RMSNORM: {
+        if (!a) return HK_ERR_ARG;
+        int64_t h = attr_i(iattr, 0);
+        HkTensor xv = hk_heads_view(a, h), yv = hk_heads_view(y, h);
+        return hk_rmsnorm_fwd(&xv, b, &yv, attr_eps(fattr), ws);
+    }
     case PRIM_GELU: return hk_gelu_fwd(a, y);
     case PRIM_SILU: return hk_silu_fwd(a, y);
-    case PRIM_ROPE: return hk_rope_fwd(a, y, attr_i(iattr, 0), attr_theta(fattr));
+    case PRIM_ROPE: {
+        HkRope r = hk_rope_attrs(iattr, fattr);
+        return hk_rope_fwd(a, y, &r);
+    }
     case PRIM_ATTENTION: return hk_attention_fwd(a, b, c, y, attr_i(iattr, 0), attr_kv(iattr), ws);
     case PRIM_SPLIT:
         if (attr_i(iattr, 0) && attr_i(iattr, 0) != nout) return HK_ERR_ATTR;
@@ -79,10 +89,19 @@ int hk_run_bwd(PrimId p, const HkTensor *in, int nin, const HkTensor *out, const
     case PRIM_ADD: return hk_add_bwd(a, b, dy, da, db);
     case PRIM_MUL: return hk_mul_bwd(a, b, dy, da, db);
     case PRIM_LAYERNORM: return hk_layernorm_bwd(a, b, dy, da, db, dc, ws);
-    case PRIM_RMSNORM: return hk_rmsnorm_bwd(a, b, dy, da, db, ws);
+    case PRIM_RMSNORM: {
+        if (!a) return HK_ERR_ARG;
+        int64_t h = attr_i(iattr, 0);
+        HkTensor xv = hk_heads_view(a, h), dyv = hk_heads_view(dy, h), dav;
+        if (da) dav = hk_heads_view(da, h);
+        return hk_rmsnorm_bwd(&xv, b, &dyv, da ? &dav : NULL, db, ws);
+    }
     case PRIM_GELU: return hk_gelu_bwd(a, dy, da);
     case PRIM_SILU: return hk_silu_bwd(a, dy, da);
-    case PRIM_ROPE: return hk_rope_bwd(dy, da, attr_i(iattr, 0), attr_theta(fattr));
+    case PRIM_ROPE: {
+        HkRope r = hk_rope_attrs(iattr, fattr);
+        return hk_rope_bwd(dy, da, &r);
+    }
     case PRIM_ATTENTION: return hk_attention_bwd(a, b, c, dy, da, db, dc, attr_i(iattr, 0), attr_kv(iattr), ws);
     case PRIM_SPLIT: return hk_split_bwd(dout, nout, da);
     case PRIM_CROSS_ENTROPY: return hk_cross_entropy_bwd(a, b, dy, da, ws);

@@ -1,20 +1,36 @@
 /* rope: rotary position embedding, "rotate half" (Hugging Face LLaMA).
  * x [B, T, H*hd]; for head h, position t, pair j < hd/2, with
  * f = theta^(-2j/hd) and a = t*f, (x[j], x[j+hd/2]) is rotated by a.
+ * Scaling (RopeScaling of compiler/graph.h) changes f: 1 linear, f/factor;
+ * 2 llama3, wavelength 2pi/f below orig/high kept, above orig/low divided by
+ * factor, in between blended with s = (orig/wavelength - low)/(high - low).
  * Backward applies the inverse rotation (-a) to dy and accumulates into dx.
  * The angle and its sine and cosine are computed in fp64: t*f reaches
  * thousands of radians, where an fp32 angle is off by 1e-4. One thread per
  * pair; sizes are arguments. */
 #include "common.cuh"
 
+__device__ double zk_rope_freq(double theta, long long j, long long hd, long long scaling, double factor,
+                               double low, double high, double orig) {
+    double f = pow(theta, -2.0 * (double)j / (double)hd);
+    if (scaling == 1) return f / factor;
+    if (scaling != 2) return f;
+    double wavelen = 6.283185307179586 / f;
+    if (wavelen < orig / high) return f;
+    if (wavelen > orig / low) return f / factor;
+    double s = (orig / wavelen - low) / (high - low);
+    return (1.0 - s) * f / factor + s * f;
+}
+
 extern "C" __global__ void zk_rope(T *y, const T *x, long long B, long long Tn, long long H, long long hd,
-                                   float theta, long long inverse, long long acc) {
+                                   float theta, long long inverse, long long acc, long long scaling, float factor,
+                                   float low, float high, float orig) {
     long long half = hd / 2, n = B * Tn * H * half;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
         long long j = i % half, rest = i / half;  /* rest = (b*T + t)*H + h */
         long long t = (rest / H) % Tn;
-        double f = pow((double)theta, -2.0 * (double)j / (double)hd);
+        double f = zk_rope_freq((double)theta, j, hd, scaling, (double)factor, (double)low, (double)high, (double)orig);
         double sa, ca;
         sincos((double)t * f, &sa, &ca);
         float s = inverse ? -(float)sa : (float)sa, c = (float)ca;

@@ -419,7 +419,11 @@ static void ref_op(Case *c, int op, void **ws) {
     int rc = 0;
     int f = o->kind == OP_BWD ? o->fwd : op;
     void *w = ws[f];
-    double eps = o->fattr[0] > 0 ? o->fattr[0] : 1e-5, theta = o->fattr[0] > 0 ? o->fattr[0] : 10000.0;
+    double eps = o->fattr[0] > 0 ? o->fattr[0] : 1e-5;
+    HkRope rope = hk_rope_attrs(o->iattr, o->fattr);
+    /* rmsnorm per head: the kernels on [rows*H, hd] views */
+    int64_t nh = o->prim == PRIM_RMSNORM ? o->iattr[0] : 1;
+    HkTensor x0 = hk_heads_view(&in[0], nh), y0 = hk_heads_view(&out[0], nh);
     if (o->kind == OP_FWD) {
         switch (o->prim) {
         case PRIM_EMBEDDING: rc = hk_embedding_fwd(&in[0], &in[1], &out[0]); break;
@@ -430,10 +434,10 @@ static void ref_op(Case *c, int op, void **ws) {
         case PRIM_LAYERNORM:
             rc = hk_layernorm_fwd(&in[0], o->nin > 1 ? &in[1] : NULL, o->nin > 2 ? &in[2] : NULL, &out[0], eps, w);
             break;
-        case PRIM_RMSNORM: rc = hk_rmsnorm_fwd(&in[0], o->nin > 1 ? &in[1] : NULL, &out[0], eps, w); break;
+        case PRIM_RMSNORM: rc = hk_rmsnorm_fwd(&x0, o->nin > 1 ? &in[1] : NULL, &y0, eps, w); break;
         case PRIM_GELU: rc = hk_gelu_fwd(&in[0], &out[0]); break;
         case PRIM_SILU: rc = hk_silu_fwd(&in[0], &out[0]); break;
-        case PRIM_ROPE: rc = hk_rope_fwd(&in[0], &out[0], o->iattr[0], theta); break;
+        case PRIM_ROPE: rc = hk_rope_fwd(&in[0], &out[0], &rope); break;
         case PRIM_ATTENTION:
             rc = hk_attention_fwd(&in[0], &in[1], &in[2], &out[0], o->iattr[0], o->iattr[1] ? o->iattr[1] : o->iattr[0], w);
             break;
@@ -455,10 +459,14 @@ static void ref_op(Case *c, int op, void **ws) {
         case PRIM_ADD: rc = hk_add_bwd(&in[0], &in[1], dy, d0, d1); break;
         case PRIM_MUL: rc = hk_mul_bwd(&in[0], &in[1], dy, d0, d1); break;
         case PRIM_LAYERNORM: rc = hk_layernorm_bwd(&in[0], nf > 1 ? &in[1] : NULL, dy, d0, d1, d2, w); break;
-        case PRIM_RMSNORM: rc = hk_rmsnorm_bwd(&in[0], nf > 1 ? &in[1] : NULL, dy, d0, d1, w); break;
+        case PRIM_RMSNORM: {
+            HkTensor dyv = hk_heads_view(dy, nh), d0v = d0 ? hk_heads_view(d0, nh) : x0;
+            rc = hk_rmsnorm_bwd(&x0, nf > 1 ? &in[1] : NULL, &dyv, d0 ? &d0v : NULL, d1, w);
+            break;
+        }
         case PRIM_GELU: rc = hk_gelu_bwd(&in[0], dy, d0); break;
         case PRIM_SILU: rc = hk_silu_bwd(&in[0], dy, d0); break;
-        case PRIM_ROPE: rc = hk_rope_bwd(dy, d0, o->iattr[0], theta); break;
+        case PRIM_ROPE: rc = hk_rope_bwd(dy, d0, &rope); break;
         case PRIM_ATTENTION:
             rc = hk_attention_bwd(&in[0], &in[1], &in[2], dy, d0, d1, d2, o->iattr[0],
                                   o->iattr[1] ? o->iattr[1] : o->iattr[0], w);
@@ -506,7 +514,10 @@ static size_t ref_ws_bytes(Case *c, int op) {
     case PRIM_LINEAR: return hk_linear_workspace_bytes(&in0, &in1, &out0);
     case PRIM_MATMUL: return hk_matmul_workspace_bytes(&in0, &in1, &out0);
     case PRIM_LAYERNORM: return hk_layernorm_workspace_bytes(&in0);
-    case PRIM_RMSNORM: return hk_rmsnorm_workspace_bytes(&in0);
+    case PRIM_RMSNORM: {
+        HkTensor v = hk_heads_view(&in0, o->iattr[0]);
+        return hk_rmsnorm_workspace_bytes(&v);
+    }
     case PRIM_ATTENTION: return hk_attention_workspace_bytes(&in0, o->iattr[0]);
     case PRIM_CROSS_ENTROPY: return hk_cross_entropy_workspace_bytes(&in0);
     default: return 0;
@@ -756,6 +767,34 @@ static void case_rope(DType dt) {
     case_init(&c, "rope [2,300,3*32]", dt);
     int x = tn(&c, "x", dt, TC_ACT, 3, 2, 300, 96), y = tn(&c, "y", dt, TC_ACT, 3, 2, 300, 96);
     int f = fwd(&c, PRIM_ROPE, &x, 1, &y, 1, 3, 0, 10000.0);
+    bwd(&c, f);
+    case_run(&c);
+}
+
+/* llama3 frequency scaling (original context 64: some pairs kept, some
+ * blended, the rest divided by 8) */
+static void case_rope_llama3(DType dt) {
+    Case c;
+    case_init(&c, "rope llama3 [2,80,2*16]", dt);
+    int x = tn(&c, "x", dt, TC_ACT, 3, 2, 80, 32), y = tn(&c, "y", dt, TC_ACT, 3, 2, 80, 32);
+    int f = fwd(&c, PRIM_ROPE, &x, 1, &y, 1, 2, ROPE_LLAMA3, 10000.0);
+    GOp *o = &c.g.ops[f];
+    o->iattr[2] = 64;
+    o->fattr[1] = 8;
+    o->fattr[2] = 1;
+    o->fattr[3] = 4;
+    bwd(&c, f);
+    case_run(&c);
+}
+
+/* rmsnorm per head (Qwen3's q/k norm): 4 heads of 24 over [40, 96], g [24] */
+static void case_rmsnorm_heads(DType dt) {
+    Case c;
+    case_init(&c, "rmsnorm heads [40,4*24]", dt);
+    int x = tn(&c, "x", dt, TC_ACT, 2, 40, 96, 0), g = tn(&c, "g", dt, TC_PARAM, 1, 24, 0, 0);
+    int y = tn(&c, "y", dt, TC_ACT, 2, 40, 96, 0);
+    int ins[2] = {x, g};
+    int f = fwd(&c, PRIM_RMSNORM, ins, 2, &y, 1, 4, 0, 1e-6);
     bwd(&c, f);
     case_run(&c);
 }
@@ -1144,6 +1183,8 @@ int main(int argc, char **argv) {
         case_binary(dt, PRIM_ADD, true);
         case_binary(dt, PRIM_MUL, true);
         case_rope(dt);
+        case_rope_llama3(dt);
+        case_rmsnorm_heads(dt);
         case_embedding(dt);
         case_xent(dt);
         case_split(dt);

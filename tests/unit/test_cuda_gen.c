@@ -188,6 +188,57 @@ START_TEST(gemm_tile_rule) {
 }
 END_TEST
 
+/* rope's scaling travels as the last five arguments (scaling, factor,
+ * low, high, original context); rmsnorm per head runs the same kernels over
+ * rows of hd values. */
+START_TEST(rope_scaling_and_rmsnorm_heads) {
+    One o;
+    one_init(&o);
+    int x = cm_t(&o.g, "x", DT_BF16, TC_ACT, 3, 2, 16, 128), y = cm_t(&o.g, "y", DT_BF16, TC_ACT, 3, 2, 16, 128);
+    GOp op = cm_op(PRIM_ROPE);
+    op.nin = 1;
+    op.in[0] = x;
+    op.nout = 1;
+    op.out[0] = y;
+    op.iattr[0] = 4;
+    op.iattr[1] = ROPE_LLAMA3;
+    op.iattr[2] = 8192;
+    op.fattr[0] = 500000;
+    op.fattr[1] = 32;
+    op.fattr[2] = 1;
+    op.fattr[3] = 4;
+    int r = graph_add_op(&o.g, &op);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, r, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(o.k[0].nargs, 14);
+    ck_assert_int_eq(o.k[0].args[9].i, ROPE_LLAMA3);
+    ck_assert_float_eq(o.k[0].args[10].f, 32.0f);
+    ck_assert_float_eq(o.k[0].args[11].f, 1.0f);
+    ck_assert_float_eq(o.k[0].args[12].f, 4.0f);
+    ck_assert_float_eq(o.k[0].args[13].f, 8192.0f);
+    o.g.ops[r].iattr[1] = 9; /* no such scaling */
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, r, o.k, 64, NULL, &o.d), -1);
+    ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "unknown scaling 9"));
+    int errs = o.d.errors;
+    /* rmsnorm over 4 heads of 32: 2*16*4 rows of 32, g [32] */
+    int g = cm_t(&o.g, "g", DT_BF16, TC_PARAM, 1, 32, 0, 0);
+    GOp nm = cm_op(PRIM_RMSNORM);
+    nm.nin = 2;
+    nm.in[0] = x;
+    nm.in[1] = g;
+    nm.nout = 1;
+    nm.out[0] = y;
+    nm.iattr[0] = 4;
+    nm.fattr[0] = 1e-6;
+    int n = graph_add_op(&o.g, &nm);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, n, o.k, 64, NULL, &o.d), 1);
+    ck_assert_uint_eq(o.k[0].grid[0], 2 * 16 * 4);
+    ck_assert_int_eq(o.k[0].args[3].i, 2 * 16 * 4);
+    ck_assert_int_eq(o.k[0].args[4].i, 32);
+    ck_assert_int_eq(o.d.errors, errs);
+    one_free(&o);
+}
+END_TEST
+
 START_TEST(comment_names_op_and_line) {
     One o;
     one_init(&o);
@@ -946,6 +997,7 @@ int main(void) {
     tcase_add_test(t, generation_is_deterministic);
     tcase_add_test(t, gemm_tile_rule);
     tcase_add_test(t, comment_names_op_and_line);
+    tcase_add_test(t, rope_scaling_and_rmsnorm_heads);
     tcase_add_test(t, unsupported_input_is_an_error);
     tcase_add_test(t, workspace_and_error_words);
     tcase_add_test(t, utility_launches);

@@ -47,8 +47,8 @@ typedef struct Case {
     int64_t int_hi[3];  /* > 0: an i32 input with values in [0, int_hi) */
     int orank[MAXT];
     int64_t odims[MAXT][6];
-    int64_t iattr[4];
-    double fattr[2];
+    int64_t iattr[6];
+    double fattr[6];
     unsigned diff;      /* differentiable inputs */
     DType idt[3];       /* an input's own dtype (DT_NONE: the run's); its gradient has it too */
 } Case;
@@ -110,7 +110,9 @@ static void ref_binary(const Case *c, double *const *in, double **out) {
 
 static void ref_layernorm(const Case *c, double *const *in, double **out) {
     int r0 = c->rank[0];
-    int64_t D = c->dims[0][r0 - 1], R = numel(r0, c->dims[0]) / D;
+    /* rmsnorm with heads = H: rows of D/H values */
+    int64_t H = c->prim == PRIM_RMSNORM && c->iattr[0] > 1 ? c->iattr[0] : 1;
+    int64_t D = c->dims[0][r0 - 1] / H, R = numel(r0, c->dims[0]) / D;
     double eps = c->fattr[0];
     for (int64_t r = 0; r < R; r++) {
         const double *x = in[0] + r * D;
@@ -137,6 +139,20 @@ static void ref_unary(const Case *c, double *const *in, double **out) {
     }
 }
 
+/* The frequency of pair j, written from Hugging Face's rope initialisers:
+ * linear divides by factor; llama3 keeps wavelengths < L/high, divides
+ * those > L/low, and interpolates with s = (L/wavelength - low)/(high - low). */
+static double ref_rope_freq(const Case *c, double theta, int64_t j, int64_t hd) {
+    double f = 1.0 / pow(theta, (double)(2 * j) / (double)hd), factor = c->fattr[1];
+    if (c->iattr[1] == ROPE_LINEAR) return f / factor;
+    if (c->iattr[1] != ROPE_LLAMA3) return f;
+    double L = (double)c->iattr[2], lo = c->fattr[2], hi = c->fattr[3], wl = 2 * M_PI / f;
+    if (wl < L / hi) return f;
+    if (wl > L / lo) return f / factor;
+    double sm = (L / wl - lo) / (hi - lo);
+    return (1 - sm) * f / factor + sm * f;
+}
+
 static void ref_rope(const Case *c, double *const *in, double **out) {
     int64_t B = c->dims[0][0], T = c->dims[0][1], C = c->dims[0][2], H = c->iattr[0], hd = C / H;
     double theta = c->fattr[0];
@@ -145,7 +161,7 @@ static void ref_rope(const Case *c, double *const *in, double **out) {
             for (int64_t h = 0; h < H; h++)
                 for (int64_t j = 0; j < hd / 2; j++) {
                     int64_t i0 = (b * T + t) * C + h * hd + j, i1 = i0 + hd / 2;
-                    double a = (double)t * pow(theta, -2.0 * (double)j / (double)hd);
+                    double a = (double)t * ref_rope_freq(c, theta, j, hd);
                     out[0][i0] = in[0][i0] * cos(a) - in[0][i1] * sin(a);
                     out[0][i1] = in[0][i0] * sin(a) + in[0][i1] * cos(a);
                 }
@@ -386,6 +402,13 @@ static const Case cases[] = {
     {"silu", PRIM_SILU, 1, 1, {3}, {D(2, 3, 5)}, {0}, {3}, {D(2, 3, 5)}, {0}, {0}, 0x1, {0}},
     {"rope h2 hd6", PRIM_ROPE, 1, 1, {3}, {D(2, 5, 12)}, {0}, {3}, {D(2, 5, 12)}, {2}, {10000}, 0x1, {0}},
     {"rope h3 hd4 theta500", PRIM_ROPE, 1, 1, {3}, {D(1, 7, 12)}, {0}, {3}, {D(1, 7, 12)}, {3}, {500}, 0x1, {0}},
+    {"rope linear x4", PRIM_ROPE, 1, 1, {3}, {D(2, 6, 16)}, {0}, {3}, {D(2, 6, 16)}, {2, ROPE_LINEAR}, {10000, 4},
+     0x1, {0}},
+    /* hd 16, L 64: pair 0 kept, pairs 1-2 blended, 3-7 divided by 8 */
+    {"rope llama3", PRIM_ROPE, 1, 1, {3}, {D(2, 9, 32)}, {0}, {3}, {D(2, 9, 32)}, {2, ROPE_LLAMA3, 64},
+     {10000, 8, 1, 4}, 0x1, {0}},
+    {"rmsnorm heads 3", PRIM_RMSNORM, 2, 1, {3, 1}, {D(2, 3, 12), D(4)}, {0}, {3}, {D(2, 3, 12)}, {3}, {1e-6}, 0x3,
+     {0}},
     {"attention H4 KV2", PRIM_ATTENTION, 3, 1, {3, 3, 3}, {D(2, 5, 12), D(2, 5, 6), D(2, 5, 6)}, {0}, {3},
      {D(2, 5, 12)}, {4, 2}, {0}, 0x7, {0}},
     {"attention H2 KV2", PRIM_ATTENTION, 3, 1, {3, 3, 3}, {D(1, 6, 8), D(1, 6, 8), D(1, 6, 8)}, {0}, {3},
@@ -432,6 +455,10 @@ static const Case big[] = {
     {"big gelu", PRIM_GELU, 1, 1, {1}, {D(70001)}, {0}, {1}, {D(70001)}, {0}, {0}, 0x1, {0}},
     {"big silu", PRIM_SILU, 1, 1, {1}, {D(70001)}, {0}, {1}, {D(70001)}, {0}, {0}, 0x1, {0}},
     {"big rope", PRIM_ROPE, 1, 1, {3}, {D(2, 110, 160)}, {0}, {3}, {D(2, 110, 160)}, {4}, {10000}, 0x1, {0}},
+    {"big rope llama3", PRIM_ROPE, 1, 1, {3}, {D(2, 110, 160)}, {0}, {3}, {D(2, 110, 160)}, {4, ROPE_LLAMA3, 32},
+     {500000, 32, 1, 4}, 0x1, {0}},
+    {"big rmsnorm heads", PRIM_RMSNORM, 2, 1, {3, 1}, {D(3, 50, 128), D(32)}, {0}, {3}, {D(3, 50, 128)}, {4}, {1e-6},
+     0x3, {0}},
 };
 enum { NBIG = sizeof big / sizeof big[0] };
 
@@ -494,9 +521,32 @@ START_TEST(test_errors) {
     /* rope: hd odd; heads not dividing */
     int64_t d113[3] = {1, 1, 6};
     HkTensor R = hk_tensor(a, DT_F32, 3, d113), RY = hk_tensor(y, DT_F32, 3, d113);
-    ck_assert_int_eq(hk_rope_fwd(&R, &RY, 2, 10000), HK_ERR_ATTR); /* hd 3 */
-    ck_assert_int_eq(hk_rope_fwd(&R, &RY, 4, 10000), HK_ERR_ATTR);
-    ck_assert_int_eq(hk_rope_fwd(&R, &RY, 3, 10000), HK_OK);
+    HkRope ro = {2, 10000, ROPE_NONE, 1, 1, 4, 8192};
+    ck_assert_int_eq(hk_rope_fwd(&R, &RY, &ro), HK_ERR_ATTR); /* hd 3 */
+    ro.heads = 4;
+    ck_assert_int_eq(hk_rope_fwd(&R, &RY, &ro), HK_ERR_ATTR);
+    ro.heads = 3;
+    ck_assert_int_eq(hk_rope_fwd(&R, &RY, &ro), HK_OK);
+    /* scaling: unknown kind, factor not positive, llama3 with high <= low */
+    ro.scaling = 7;
+    ck_assert_int_eq(hk_rope_fwd(&R, &RY, &ro), HK_ERR_ATTR);
+    ro.scaling = ROPE_LINEAR;
+    ro.factor = 0;
+    ck_assert_int_eq(hk_rope_fwd(&R, &RY, &ro), HK_ERR_ATTR);
+    ro.scaling = ROPE_LLAMA3;
+    ro.factor = 8;
+    ro.high_freq_factor = 1;
+    ck_assert_int_eq(hk_rope_fwd(&R, &RY, &ro), HK_ERR_ATTR);
+    ro.high_freq_factor = 4;
+    ck_assert_int_eq(hk_rope_fwd(&R, &RY, &ro), HK_OK);
+    /* rmsnorm per head: the gain must have the head's size */
+    int64_t d2[1] = {2};
+    HkTensor G4 = hk_tensor(b, DT_F32, 1, d4), G2 = hk_tensor(b, DT_F32, 1, d2), RH[2] = {R, G4};
+    int64_t ih[6] = {3};
+    double fe[6] = {1e-6};
+    ck_assert_int_eq(hk_run_fwd(PRIM_RMSNORM, RH, 2, &RY, 1, ih, fe, ws, sizeof ws), HK_ERR_SHAPE);
+    RH[1] = G2;
+    ck_assert_int_eq(hk_run_fwd(PRIM_RMSNORM, RH, 2, &RY, 1, ih, fe, ws, sizeof ws), HK_OK);
     /* attention: H not a multiple of KV; k's width wrong */
     int64_t dk[3] = {1, 1, 4};
     HkTensor K = hk_tensor(b, DT_F32, 3, dk);

@@ -156,6 +156,24 @@ START_TEST(norm_rules) {
     c.attr_set[0] = true;
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "rmsnorm: eps must be positive, got -1");
+    /* per head: 4 heads of 16, g [16] */
+    c = C(PRIM_RMSNORM, 2, S(DT_F32, 3, 4, 16, 64), S(DT_F32, 1, 16, 0, 0), NO);
+    ck_assert(!infer(&c));
+    ck_assert_int_eq(c.iattr[0], 1); /* default heads: g must cover the whole last dimension */
+    c = C(PRIM_RMSNORM, 2, S(DT_F32, 3, 4, 16, 64), S(DT_F32, 1, 16, 0, 0), NO);
+    c.iattr[0] = 4;
+    c.attr_set[1] = true;
+    ck_assert(infer(&c));
+    expect_shape(0, DT_BF16, 3, 4, 16, 64);
+    c.in[1] = S(DT_F32, 1, 64, 0, 0);
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "rmsnorm: g has 64 elements but the head dimension is 64 / 4 = 16 (x is [4, 16, 64], g is [64])");
+    c.iattr[0] = 5;
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "rmsnorm: x's last dimension 64 is not a multiple of heads = 5 (x is [4, 16, 64])");
+    c.iattr[0] = 0;
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "rmsnorm: heads must be positive, got 0");
 }
 END_TEST
 
@@ -184,6 +202,47 @@ START_TEST(rope_rule) {
     c.iattr[0] = 64; /* head dim 1: odd */
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "rope: the head dimension 64 / 64 = 1 must be even");
+    /* scaling: attribute indices 2 scaling, 3 factor, 4 low, 5 high, 6 original_max_positions */
+    c = C(PRIM_ROPE, 1, S(DT_F32, 3, 2, 16, 64), NO, NO);
+    c.iattr[0] = 4;
+    c.attr_set[0] = true;
+    c.fattr[1] = 8;
+    c.attr_set[3] = true;
+    ck_assert(infer(&c)); /* the shape rule takes it; the checker asks prim_unused_attrs */
+    ck_assert(!prim_unused_attrs(&c, &err));
+    ck_assert_str_eq(err.msg, "rope: 'factor' is not used with scaling = \"none\" (it takes scaling = \"linear\" or \"llama3\")");
+    c.iattr[1] = ROPE_LINEAR;
+    c.attr_set[2] = true;
+    ck_assert(infer(&c));
+    ck_assert(prim_unused_attrs(&c, &err));
+    c.iattr[2] = 4096;
+    c.attr_set[6] = true;
+    ck_assert(!prim_unused_attrs(&c, &err));
+    ck_assert_str_eq(err.msg, "rope: 'original_max_positions' is not used with scaling = \"linear\" (it takes scaling = \"llama3\")");
+    c.iattr[1] = ROPE_LLAMA3;
+    ck_assert(prim_unused_attrs(&c, &err));
+    ck_assert(infer(&c));
+    ck_assert_double_eq(c.fattr[2], 1.0); /* defaults: low 1, high 4 */
+    ck_assert_double_eq(c.fattr[3], 4.0);
+    c.fattr[3] = 0.5;
+    c.attr_set[5] = true;
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "rope: high_freq_factor (0.5) must be greater than low_freq_factor (1)");
+    c.fattr[3] = 4;
+    c.fattr[1] = 0;
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "rope: factor must be positive, got 0");
+    c.fattr[1] = 8;
+    c.iattr[2] = 0;
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "rope: original_max_positions must be positive, got 0");
+    c.iattr[1] = 3;
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "rope: unknown scaling 3");
+    const PrimAttr *sc = prim_attr(prim_info(PRIM_ROPE), "scaling");
+    ck_assert_int_eq(sc->kind, PA_WORD);
+    ck_assert_str_eq(sc->words[ROPE_LLAMA3], "llama3");
+    ck_assert_ptr_null(sc->words[3]);
 }
 END_TEST
 
