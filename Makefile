@@ -58,6 +58,10 @@ endif
 ifneq ($(wildcard lang/grammar.y),)
 GEN_SRC += $(BUILD)/gen/grammar.c
 endif
+# The Unicode class table of runtime/unicode.h (zinftok's pre-tokenizers),
+# generated from Python's unicodedata into the build tree.
+PYTHON ?= python3
+GEN_SRC += $(BUILD)/gen/unicode_table.c
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 BENCH_SRC := $(wildcard tests/bench/bench_*.c)
 
@@ -90,6 +94,11 @@ $(BUILD)/gen/lexer.c: lang/lexer.re
 	@mkdir -p $(dir $@)
 	@echo "  RE2C  $<"
 	$(Q)re2c -W --no-generation-date --no-version -o $@ $<
+
+$(BUILD)/gen/unicode_table.c: tools/gen_unicode_table.py
+	@mkdir -p $(dir $@)
+	@echo "  GEN   $@"
+	$(Q)$(PYTHON) tools/gen_unicode_table.py > $@.tmp && mv $@.tmp $@
 
 ifneq ($(wildcard lang/grammar.y),)
 # One run of lemon makes both files (a grouped target, so parallel make runs

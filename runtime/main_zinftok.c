@@ -1,72 +1,351 @@
-/* zinftok: text -> token file (byte-level vocabulary: token = byte, 256
- * tokens), in the llm.c layout zinfrun reads. So a demo needs nothing
- * downloaded:  zinftok /usr/share/common-licenses/GPL-3 -o train.bin
+/* zinftok: text -> token file in the llm.c layout zinfrun reads, and back.
  *   zinftok INPUT... -o TRAIN.bin [--val VAL.bin --val-fraction F]
- * Several inputs are concatenated. Exit 0, 1 on I/O errors, 2 on usage. */
+ *       byte-level: token = byte, vocabulary 256; inputs concatenated
+ *   zinftok --tokenizer tokenizer.json INPUT... -o TRAIN.bin
+ *           [--bos TOKEN | --no-bos] [--eos TOKEN | --no-eos] [--val ...]
+ *       a Hugging Face tokenizer (hftok.h); each INPUT is one document,
+ *       framed by what the tokenizer's post-processor puts around one
+ *       sequence unless --bos/--eos/--no-bos/--no-eos say otherwise
+ *   zinftok --decode [--tokenizer tokenizer.json] [--skip-special] [TRAIN.bin | -]
+ *       ids back to text on stdout: a token file, or decimal ids on stdin
+ * Exit 0, 1 on bad input or I/O errors, 2 on usage. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include "bpe.h"
+#include "hftok.h"
 #include "tokens.h"
+#include "unicode.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: zinftok INPUT.txt... -o TRAIN.bin [--val VAL.bin] [--val-fraction 0.1]\n"
-               "  byte-level tokens (vocabulary 256) in the llm.c token-file layout\n");
+    fprintf(f,
+            "usage: zinftok INPUT.txt... -o TRAIN.bin [--val VAL.bin] [--val-fraction 0.1]\n"
+            "         byte-level tokens (vocabulary 256) in the llm.c token-file layout\n"
+            "       zinftok --tokenizer tokenizer.json INPUT.txt... -o TRAIN.bin [--bos TOKEN | --no-bos]\n"
+            "               [--eos TOKEN | --no-eos] [--val VAL.bin] [--val-fraction 0.1]\n"
+            "         a Hugging Face tokenizer.json (byte-level BPE as GPT-2, Llama-3, Qwen2; BPE with byte\n"
+            "         fallback as LLaMA-2, Mistral); each input is one document, framed by the tokens the\n"
+            "         tokenizer's post-processor puts around a sequence unless --bos/--eos say otherwise\n"
+            "       zinftok --decode [--tokenizer tokenizer.json] [--skip-special] [TRAIN.bin | -]\n"
+            "         token ids back to text (a token file, or decimal ids on standard input)\n");
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The whole of path (or stdin for "-") into a malloc'd buffer. */
+static int read_all(const char *path, char **out, size_t *outn, char *err, size_t errlen) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    size_t got;
+    while (b && (got = fread(b + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *nb = realloc(b, cap * 2);
+            if (!nb) {
+                free(b);
+                b = NULL;
+                break;
+            }
+            b = nb;
+            cap *= 2;
+        }
+    }
+    int bad = ferror(f);
+    if (f != stdin) fclose(f);
+    if (!b) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    if (bad) {
+        free(b);
+        snprintf(err, errlen, "%s: read error", path);
+        return -1;
+    }
+    *out = b;
+    *outn = n;
+    return 0;
+}
+
+/* A token given on the command line: its text in the tokenizer. */
+static int token_arg(const HfTok *t, const char *opt, const char *s, uint32_t *id, char *err, size_t errlen) {
+    int64_t v = hftok_token_id(t, s, strlen(s));
+    if (v < 0) {
+        snprintf(err, errlen, "%s '%s': no such token in the tokenizer", opt, s);
+        return -1;
+    }
+    *id = (uint32_t)v;
+    return 0;
+}
+
+typedef struct {
+    const char *out, *val, *tokenizer, *bos, *eos;
+    int no_bos, no_eos, decode, skip_special;
+    double frac;
+    const char *inputs[256];
+    int nin;
+} Opts;
+
+/* Writes `s` to stdout; 0 or -1. */
+static int put(const char *s, size_t n) { return fwrite(s, 1, n, stdout) == n ? 0 : -1; }
+
+/* --decode: each run of ordinary tokens is decoded as one sequence, added
+ * tokens between runs are written as their text (or dropped with
+ * --skip-special), so each document of a token file decodes on its own. */
+static int run_decode(const Opts *o, HfTok *t) {
+    char err[1024];
+    const char *src = o->nin ? o->inputs[0] : "-";
+    uint32_t *ids = NULL;
+    size_t n = 0;
+    uint32_t vocab = t ? hftok_vocab_size(t) : 256;
+    if (strcmp(src, "-")) {
+        TokReader r;
+        if (tok_open(&r, src, vocab, err, sizeof err)) {
+            fprintf(stderr, "zinftok: %s\n", err);
+            return 1;
+        }
+        n = (size_t)r.ntokens;
+        ids = malloc((n ? n : 1) * sizeof *ids);
+        if (!ids || tok_read(&r, 0, (int64_t)n, ids, err, sizeof err)) {
+            fprintf(stderr, "zinftok: %s\n", ids ? err : "out of memory");
+            free(ids);
+            tok_close(&r);
+            return 1;
+        }
+        tok_close(&r);
+    } else {
+        char *text;
+        size_t tn;
+        if (read_all("-", &text, &tn, err, sizeof err)) {
+            fprintf(stderr, "zinftok: %s\n", err);
+            return 1;
+        }
+        BpeIds v = {0};
+        size_t i = 0;
+        int rc = 0;
+        while (i < tn && !rc) {
+            while (i < tn && (text[i] == ' ' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r' || text[i] == ',')) i++;
+            if (i == tn) break;
+            uint64_t x = 0;
+            size_t s = i;
+            while (i < tn && text[i] >= '0' && text[i] <= '9' && x <= UINT32_MAX) x = x * 10 + (uint64_t)(text[i++] - '0');
+            if (i == s || x > UINT32_MAX || (i < tn && !strchr(" \n\t\r,", text[i]))) {
+                size_t e = s;
+                while (e < tn && e - s < 20 && !strchr(" \n\t\r,", text[e])) e++;
+                fprintf(stderr, "zinftok: stdin: '%.*s' is not a token id\n", (int)(e - s), text + s);
+                rc = 1;
+            } else if (x >= vocab) {
+                fprintf(stderr, "zinftok: stdin: token %llu at position %zu is not below the vocabulary size %u\n",
+                        (unsigned long long)x, v.n, vocab);
+                rc = 1;
+            } else if (bpe_ids_push(&v, (uint32_t)x)) {
+                fprintf(stderr, "zinftok: out of memory\n");
+                rc = 1;
+            }
+        }
+        free(text);
+        if (rc) {
+            bpe_ids_free(&v);
+            return 1;
+        }
+        ids = v.v;
+        n = v.n;
+    }
+    int rc = 0;
+    if (!t) { /* byte-level: the bytes themselves */
+        for (size_t i = 0; i < n && !rc; i++) rc = putchar((int)ids[i]) == EOF;
+    } else {
+        size_t run = 0;
+        for (size_t i = 0; i <= n && !rc; i++) {
+            if (i < n && !hftok_is_added(t, ids[i])) continue;
+            if (i > run) {
+                char *s;
+                size_t sn;
+                if (hftok_decode(t, ids + run, i - run, 0, &s, &sn, err, sizeof err)) {
+                    fprintf(stderr, "zinftok: %s: %s\n", src, err);
+                    free(ids);
+                    return 1;
+                }
+                rc = put(s, sn);
+                free(s);
+            }
+            if (i < n && !(o->skip_special && hftok_is_special(t, ids[i]))) {
+                size_t tn;
+                const char *s = hftok_token_text(t, ids[i], &tn);
+                rc = rc || put(s, tn);
+            }
+            run = i + 1;
+        }
+    }
+    free(ids);
+    if (rc || fflush(stdout)) {
+        fprintf(stderr, "zinftok: write error on standard output\n");
+        return 1;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv) {
-    const char *out = NULL, *val = NULL, *inputs[64];
-    int nin = 0;
-    double frac = 0.1;
+    Opts o = {.frac = 0.1};
     for (int i = 1; i < argc; i++) {
-        if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--val") || !strcmp(argv[i], "--val-fraction")) &&
-            i + 1 == argc) {
-            fprintf(stderr, "zinftok: option '%s' needs an argument\n", argv[i]);
+        const char *a = argv[i];
+        int takes = !strcmp(a, "-o") || !strcmp(a, "--val") || !strcmp(a, "--val-fraction") || !strcmp(a, "--tokenizer") ||
+                    !strcmp(a, "--bos") || !strcmp(a, "--eos");
+        if (takes && i + 1 == argc) {
+            fprintf(stderr, "zinftok: option '%s' needs an argument\n", a);
             return 2;
         }
-        if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
-        else if (!strcmp(argv[i], "--val") && i + 1 < argc) val = argv[++i];
-        else if (!strcmp(argv[i], "--val-fraction") && i + 1 < argc) {
+        if (!strcmp(a, "-o")) o.out = argv[++i];
+        else if (!strcmp(a, "--val")) o.val = argv[++i];
+        else if (!strcmp(a, "--tokenizer")) o.tokenizer = argv[++i];
+        else if (!strcmp(a, "--bos")) o.bos = argv[++i];
+        else if (!strcmp(a, "--eos")) o.eos = argv[++i];
+        else if (!strcmp(a, "--no-bos")) o.no_bos = 1;
+        else if (!strcmp(a, "--no-eos")) o.no_eos = 1;
+        else if (!strcmp(a, "--decode")) o.decode = 1;
+        else if (!strcmp(a, "--skip-special")) o.skip_special = 1;
+        else if (!strcmp(a, "--val-fraction")) {
             char *end;
-            frac = strtod(argv[++i], &end);
-            if (*end || frac <= 0 || frac >= 1) { fprintf(stderr, "zinftok: --val-fraction must be between 0 and 1\n"); return 2; }
-        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(stdout); return 0; }
-        else if (argv[i][0] == '-' && argv[i][1]) { fprintf(stderr, "zinftok: unknown option '%s'\n", argv[i]); usage(stderr); return 2; }
-        else if (nin == 64) { fprintf(stderr, "zinftok: at most 64 inputs\n"); return 2; }
-        else inputs[nin++] = argv[i];
-    }
-    if (!out || nin == 0) { usage(stderr); return 2; }
-    size_t cap = 1 << 20, len = 0;
-    uint16_t *tok = malloc(cap * sizeof *tok);
-    if (!tok) { fprintf(stderr, "zinftok: out of memory\n"); return 1; }
-    for (int k = 0; k < nin; k++) {
-        FILE *f = fopen(inputs[k], "rb");
-        if (!f) { fprintf(stderr, "zinftok: %s: %s\n", inputs[k], strerror(errno)); free(tok); return 1; }
-        int c;
-        while ((c = fgetc(f)) != EOF) {
-            if (len == cap) {
-                uint16_t *nt = realloc(tok, cap * 2 * sizeof *tok);
-                if (!nt) { fprintf(stderr, "zinftok: out of memory\n"); fclose(f); free(tok); return 1; }
-                tok = nt;
-                cap *= 2;
+            o.frac = strtod(argv[++i], &end);
+            if (*end || o.frac <= 0 || o.frac >= 1) {
+                fprintf(stderr, "zinftok: --val-fraction must be between 0 and 1\n");
+                return 2;
             }
-            tok[len++] = (uint16_t)c;
-        }
-        int bad = ferror(f);
-        fclose(f);
-        if (bad) { fprintf(stderr, "zinftok: %s: read error\n", inputs[k]); free(tok); return 1; }
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "zinftok: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        } else if (o.nin == (int)(sizeof o.inputs / sizeof o.inputs[0])) {
+            fprintf(stderr, "zinftok: at most %d inputs\n", o.nin);
+            return 2;
+        } else
+            o.inputs[o.nin++] = a;
     }
-    size_t nval = val ? (size_t)((double)len * frac) : 0;
+    if ((o.bos && o.no_bos) || (o.eos && o.no_eos)) {
+        fprintf(stderr, "zinftok: --bos with --no-bos (or --eos with --no-eos) makes no sense\n");
+        return 2;
+    }
+    if ((o.bos || o.eos || o.no_bos || o.no_eos) && !o.tokenizer) {
+        fprintf(stderr, "zinftok: --bos, --eos, --no-bos and --no-eos need --tokenizer\n");
+        return 2;
+    }
+    if (o.decode ? (o.out || o.val || o.nin > 1) : (!o.out || o.nin == 0 || o.skip_special)) {
+        usage(stderr);
+        return 2;
+    }
     char err[1024];
-    if (tok_write(out, tok, (int64_t)(len - nval), err, sizeof err) ||
-        (val && tok_write(val, tok + (len - nval), (int64_t)nval, err, sizeof err))) {
-        fprintf(stderr, "zinftok: %s\n", err);
-        free(tok);
-        return 1;
+    HfTok *t = NULL;
+    if (o.tokenizer) {
+        if (hftok_load(&t, o.tokenizer, err, sizeof err)) {
+            fprintf(stderr, "zinftok: %s\n", err);
+            return 1;
+        }
+        const char *notes = hftok_notes(t);
+        while (*notes) {
+            const char *nl = strchr(notes, '\n');
+            size_t l = nl ? (size_t)(nl - notes) : strlen(notes);
+            fprintf(stderr, "zinftok: note: %s: %.*s\n", o.tokenizer, (int)l, notes);
+            notes += l + (nl != NULL);
+        }
     }
-    printf("zinftok: %zu tokens -> %s", len - nval, out);
-    if (val) printf(", %zu -> %s", nval, val);
-    printf(" (byte-level, vocabulary 256)\n");
-    free(tok);
-    return 0;
+    if (o.decode) {
+        int rc = run_decode(&o, t);
+        hftok_free(t);
+        return rc;
+    }
+
+    /* The tokens around each document. */
+    uint32_t pre[16], post[16];
+    size_t npre = 0, npost = 0;
+    if (t) {
+        const uint32_t *p = hftok_prefix(t, &npre), *s = hftok_suffix(t, &npost);
+        memcpy(pre, p, npre * sizeof *pre);
+        memcpy(post, s, npost * sizeof *post);
+        if (o.no_bos) npre = 0;
+        if (o.no_eos) npost = 0;
+        if ((o.bos && token_arg(t, "--bos", o.bos, &pre[0], err, sizeof err)) ||
+            (o.eos && token_arg(t, "--eos", o.eos, &post[0], err, sizeof err))) {
+            fprintf(stderr, "zinftok: %s\n", err);
+            hftok_free(t);
+            return 1;
+        }
+        if (o.bos) npre = 1;
+        if (o.eos) npost = 1;
+    }
+
+    BpeIds ids = {0};
+    size_t bytes = 0;
+    double t0 = now();
+    int rc = 0;
+    for (int k = 0; k < o.nin && !rc; k++) {
+        char *text;
+        size_t n;
+        if (read_all(o.inputs[k], &text, &n, err, sizeof err)) {
+            fprintf(stderr, "zinftok: %s\n", err);
+            rc = 1;
+            break;
+        }
+        bytes += n;
+        if (!t) {
+            for (size_t i = 0; i < n && !rc; i++)
+                if (bpe_ids_push(&ids, (uint8_t)text[i])) rc = 1;
+            if (rc) fprintf(stderr, "zinftok: out of memory\n");
+            free(text);
+            continue;
+        }
+        size_t fixed_n, nbad;
+        char *fixed = uni_utf8_repair((const uint8_t *)text, n, &fixed_n, &nbad);
+        free(text);
+        if (!fixed) {
+            fprintf(stderr, "zinftok: out of memory\n");
+            rc = 1;
+            break;
+        }
+        if (nbad)
+            fprintf(stderr, "zinftok: note: %s: %zu invalid UTF-8 sequence%s replaced by U+FFFD\n", o.inputs[k], nbad,
+                    nbad == 1 ? "" : "s");
+        for (size_t j = 0; j < npre && !rc; j++) rc = bpe_ids_push(&ids, pre[j]) ? 1 : 0;
+        if (!rc && hftok_encode(t, fixed, fixed_n, &ids, err, sizeof err)) {
+            fprintf(stderr, "zinftok: %s: %s\n", o.inputs[k], err);
+            rc = 1;
+        }
+        for (size_t j = 0; j < npost && !rc; j++) rc = bpe_ids_push(&ids, post[j]) ? 1 : 0;
+        free(fixed);
+    }
+    double secs = now() - t0;
+    int64_t vocab = t ? hftok_vocab_size(t) : 256;
+    if (!rc) {
+        size_t nval = o.val ? (size_t)((double)ids.n * o.frac) : 0;
+        if (tok_write_ids(o.out, ids.v, (int64_t)(ids.n - nval), vocab, err, sizeof err) ||
+            (o.val && tok_write_ids(o.val, ids.v + (ids.n - nval), (int64_t)nval, vocab, err, sizeof err))) {
+            fprintf(stderr, "zinftok: %s\n", err);
+            rc = 1;
+        } else {
+            printf("zinftok: %zu tokens -> %s", ids.n - nval, o.out);
+            if (o.val) printf(", %zu -> %s", nval, o.val);
+            if (t)
+                printf(" (%s: %s; %s ids; %d document%s, %.1f MB in %.2f s, %.1f MB/s)\n", o.tokenizer, hftok_describe(t),
+                       vocab > TOK_MAX_VOCAB16 ? "32-bit" : "16-bit", o.nin, o.nin == 1 ? "" : "s", (double)bytes / 1e6,
+                       secs, secs > 0 ? (double)bytes / 1e6 / secs : 0.0);
+            else
+                printf(" (byte-level, vocabulary 256)\n");
+        }
+    }
+    bpe_ids_free(&ids);
+    hftok_free(t);
+    return rc;
 }

@@ -36,9 +36,9 @@ static ssize_t pread_full(int fd, void *buf, size_t n, off_t off) {
 int tok_open(TokReader *r, const char *path, int64_t vocab, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
     r->fd = -1;
-    if (vocab < 0 || vocab > 65536)
-        return fail(err, errlen, "%s: vocabulary size %lld is not 0 (unchecked) or 1..65536 (tokens are uint16)", path,
-                    (long long)vocab);
+    if (vocab < 0 || vocab > INT32_MAX)
+        return fail(err, errlen, "%s: vocabulary size %lld is not 0 (unchecked) or 1..%d", path, (long long)vocab,
+                    INT32_MAX);
     snprintf(r->path, sizeof r->path, "%s", path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return fail(err, errlen, "%s: cannot open token file: %s", path, strerror(errno));
@@ -68,15 +68,26 @@ int tok_open(TokReader *r, const char *path, int64_t vocab, char *err, size_t er
         close(fd);
         return fail(err, errlen, "%s: bad magic 0x%x (expected %d): not a token file", path, (unsigned)h[0], TOK_MAGIC);
     }
-    if (h[1] != TOK_VERSION) {
+    if (h[1] != TOK_VERSION && h[1] != TOK_VERSION32) {
         close(fd);
-        return fail(err, errlen, "%s: unsupported version %d (expected %d: uint16 tokens)", path, h[1], TOK_VERSION);
+        return fail(err, errlen, "%s: unsupported version %d (expected %d: uint16 tokens, or %d: uint32 tokens)", path, h[1],
+                    TOK_VERSION, TOK_VERSION32);
+    }
+    int width = h[1] == TOK_VERSION ? 2 : 4;
+    if (h[3] < 0) {
+        close(fd);
+        return fail(err, errlen, "%s: negative vocabulary size %d in the header", path, h[3]);
+    }
+    if (vocab > 0 && h[3] > vocab) {
+        close(fd);
+        return fail(err, errlen, "%s: made for a vocabulary of %d ids, more than the %lld expected", path, h[3],
+                    (long long)vocab);
     }
     if (h[2] < 0) {
         close(fd);
         return fail(err, errlen, "%s: negative token count %d in the header", path, h[2]);
     }
-    int64_t want = TOK_HEADER_BYTES + 2 * (int64_t)h[2];
+    int64_t want = TOK_HEADER_BYTES + width * (int64_t)h[2];
     if ((int64_t)st.st_size != want) {
         close(fd);
         return fail(err, errlen, "%s: %s: the header says %d tokens (%lld bytes) but the file has %lld bytes", path,
@@ -86,6 +97,8 @@ int tok_open(TokReader *r, const char *path, int64_t vocab, char *err, size_t er
     r->fd = fd;
     r->ntokens = h[2];
     r->vocab = vocab;
+    r->file_vocab = h[3];
+    r->width = width;
     return 0;
 }
 
@@ -112,28 +125,56 @@ int tok_window(TokReader *r, int64_t m, int64_t B, int64_t T, int32_t *tokens, i
                     r->path, (long long)r->ntokens, (long long)(bt + 1), (long long)B, (long long)T);
     int64_t off = tok_window_offset(r->ntokens, m, B, T);
     size_t need = (size_t)bt + 1;
-    if (r->buf_cap < need) {
-        uint16_t *nb = realloc(r->buf, need * sizeof *nb);
+    if (r->buf_cap < need * 4) {
+        unsigned char *nb = realloc(r->buf, need * 4);
         if (!nb) return fail(err, errlen, "%s: out of memory for a window of %zu tokens", r->path, need);
         r->buf = nb;
-        r->buf_cap = need;
+        r->buf_cap = need * 4;
     }
-    off_t pos = (off_t)TOK_HEADER_BYTES + (off_t)off * 2;
-    ssize_t got = pread_full(r->fd, r->buf, need * 2, pos);
-    if (got < 0)
-        return fail(err, errlen, "%s: read of %zu tokens at token %lld failed: %s", r->path, need, (long long)off,
-                    strerror(errno));
-    if ((size_t)got < need * 2)
-        return fail(err, errlen, "%s: read of %zu tokens at token %lld came back short (%lld bytes): file changed?",
-                    r->path, need, (long long)off, (long long)got);
-    if (r->vocab > 0)
-        for (size_t i = 0; i < need; i++)
-            if (r->buf[i] >= r->vocab)
-                return fail(err, errlen, "%s: token %u at position %lld is not below the vocabulary size %lld",
-                            r->path, (unsigned)r->buf[i], (long long)(off + (int64_t)i), (long long)r->vocab);
+    /* The ids land in the window's own buffer (uint32) and are copied out. */
+    uint32_t *ids = (uint32_t *)(void *)r->buf;
+    if (tok_read(r, off, (int64_t)need, ids, err, errlen)) return -1;
     for (int64_t i = 0; i < bt; i++) {
-        tokens[i] = r->buf[i];
-        targets[i] = r->buf[i + 1];
+        tokens[i] = (int32_t)ids[i];
+        targets[i] = (int32_t)ids[i + 1];
+    }
+    return 0;
+}
+
+int tok_read(TokReader *r, int64_t off, int64_t n, uint32_t *ids, char *err, size_t errlen) {
+    if (r->fd < 0) return fail(err, errlen, "%s: token file is not open", r->path);
+    if (off < 0 || n < 0 || off > r->ntokens || n > r->ntokens - off)
+        return fail(err, errlen, "%s: tokens %lld..%lld are outside the file's %lld", r->path, (long long)off,
+                    (long long)(off + n), (long long)r->ntokens);
+    /* Read in chunks into the tail of ids (a uint16 id takes half the room
+     * of the uint32 it becomes, so widening walks forward safely). */
+    const int64_t chunk = 1 << 20;
+    for (int64_t done = 0; done < n;) {
+        int64_t k = n - done < chunk ? n - done : chunk;
+        size_t bytes = (size_t)k * (size_t)r->width;
+        unsigned char *dst = (unsigned char *)(ids + done) + ((size_t)k * 4 - bytes);
+        off_t pos = (off_t)TOK_HEADER_BYTES + (off_t)(off + done) * r->width;
+        ssize_t got = pread_full(r->fd, dst, bytes, pos);
+        if (got < 0)
+            return fail(err, errlen, "%s: read of %lld tokens at token %lld failed: %s", r->path, (long long)k,
+                        (long long)(off + done), strerror(errno));
+        if ((size_t)got < bytes)
+            return fail(err, errlen, "%s: read of %lld tokens at token %lld came back short (%lld bytes): file changed?",
+                        r->path, (long long)k, (long long)(off + done), (long long)got);
+        for (int64_t i = 0; i < k; i++) {
+            uint32_t v;
+            if (r->width == 2) {
+                uint16_t h;
+                memcpy(&h, dst + 2 * i, 2);
+                v = h;
+            } else
+                memcpy(&v, dst + 4 * i, 4);
+            ids[done + i] = v;
+            if (r->vocab > 0 && v >= r->vocab)
+                return fail(err, errlen, "%s: token %u at position %lld is not below the vocabulary size %lld", r->path,
+                            (unsigned)v, (long long)(off + done + i), (long long)r->vocab);
+        }
+        done += k;
     }
     return 0;
 }
@@ -169,7 +210,8 @@ static int write_full(int fd, const void *buf, size_t n) {
     return 0;
 }
 
-int tok_write(const char *path, const uint16_t *tokens, int64_t n, char *err, size_t errlen) {
+static int write_file(const char *path, const void *body, int64_t n, int width, int32_t vocab, char *err,
+                      size_t errlen) {
     if (n < 0 || n > INT32_MAX)
         return fail(err, errlen, "%s: %lld tokens do not fit the int32 count of the header", path, (long long)n);
     char tmp[600];
@@ -180,10 +222,11 @@ int tok_write(const char *path, const uint16_t *tokens, int64_t n, char *err, si
     int32_t h[TOK_HEADER_INTS];
     memset(h, 0, sizeof h);
     h[0] = TOK_MAGIC;
-    h[1] = TOK_VERSION;
+    h[1] = width == 2 ? TOK_VERSION : TOK_VERSION32;
     h[2] = (int32_t)n;
+    h[3] = vocab;
     const char *what = "write";
-    if (write_full(fd, h, sizeof h) != 0 || write_full(fd, tokens, (size_t)n * 2) != 0) goto bad;
+    if (write_full(fd, h, sizeof h) != 0 || write_full(fd, body, (size_t)n * (size_t)width) != 0) goto bad;
     what = "fsync";
     if (fsync(fd) != 0) goto bad;
     what = "close";
@@ -209,4 +252,26 @@ bad: {
     unlink(tmp);
     return fail(err, errlen, "%s: %s failed: %s", path, what, strerror(no));
 }
+}
+
+int tok_write(const char *path, const uint16_t *tokens, int64_t n, char *err, size_t errlen) {
+    return write_file(path, tokens, n, 2, 0, err, errlen);
+}
+
+int tok_write_ids(const char *path, const uint32_t *ids, int64_t n, int64_t vocab, char *err, size_t errlen) {
+    if (vocab < 1 || vocab > INT32_MAX)
+        return fail(err, errlen, "%s: vocabulary size %lld is not 1..%d", path, (long long)vocab, INT32_MAX);
+    if (n < 0 || n > INT32_MAX)
+        return fail(err, errlen, "%s: %lld tokens do not fit the int32 count of the header", path, (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] >= vocab)
+            return fail(err, errlen, "%s: token %u at position %lld is not below the vocabulary size %lld", path,
+                        (unsigned)ids[i], (long long)i, (long long)vocab);
+    if (vocab > TOK_MAX_VOCAB16) return write_file(path, ids, n, 4, (int32_t)vocab, err, errlen);
+    uint16_t *narrow = malloc((size_t)(n ? n : 1) * sizeof *narrow);
+    if (!narrow) return fail(err, errlen, "%s: out of memory", path);
+    for (int64_t i = 0; i < n; i++) narrow[i] = (uint16_t)ids[i];
+    int rc = write_file(path, narrow, n, 2, (int32_t)vocab, err, errlen);
+    free(narrow);
+    return rc;
 }

@@ -1,8 +1,12 @@
 /* tokens: training data as token files, the llm.c / nanoGPT .bin layout:
- *   header: 256 little-endian int32: [0] magic 20240520, [1] version 1,
- *           [2] token count N, the rest zero
- *   body:   N little-endian uint16 token ids
- * so a valid file is exactly 1024 + 2*N bytes.
+ *   header: 256 little-endian int32: [0] magic 20240520, [1] version,
+ *           [2] token count N, [3] vocabulary size (0: not recorded),
+ *           the rest zero
+ *   body:   N little-endian token ids: version 1 uint16 (llm.c's own
+ *           files), version 2 uint32 (written when the vocabulary has more
+ *           than 65536 ids, which llm.c's readers refuse by its version)
+ * so a valid file is exactly 1024 + 2*N (version 1) or 1024 + 4*N
+ * (version 2) bytes. docs/huggingface.md ("Tokenizers") describes it.
  *
  * Batches. A micro-batch is one window of B*T+1 consecutive tokens;
  * inputs are its first B*T tokens (row-major [B, T]) and targets the same
@@ -26,20 +30,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { TOK_MAGIC = 20240520, TOK_VERSION = 1, TOK_HEADER_INTS = 256, TOK_HEADER_BYTES = 1024 };
+enum {
+    TOK_MAGIC = 20240520,
+    TOK_VERSION = 1,    /* uint16 ids */
+    TOK_VERSION32 = 2,  /* uint32 ids */
+    TOK_HEADER_INTS = 256,
+    TOK_HEADER_BYTES = 1024,
+};
+#define TOK_MAX_VOCAB16 65536
 
 typedef struct TokReader {
     int fd;
     char path[512];
     int64_t ntokens;
-    int64_t vocab;   /* 0: token ids unchecked */
-    uint16_t *buf;   /* one window, owned by the reader */
-    size_t buf_cap;  /* in tokens */
+    int64_t vocab;      /* 0: token ids unchecked */
+    int64_t file_vocab; /* header[3]: the vocabulary the file was made for, 0: not recorded */
+    int width;          /* bytes per id: 2 (version 1) or 4 (version 2) */
+    unsigned char *buf; /* one window, owned by the reader */
+    size_t buf_cap;     /* in bytes */
 } TokReader;
 
 /* Open and validate a token file (magic, version, count against the file
- * size). vocab > 0 (at most 65536) makes every read check ids < vocab.
- * Returns 0, or -1 with the message in err[errlen]. */
+ * size, a recorded vocabulary no larger than vocab). vocab > 0 makes every
+ * read check ids < vocab. Returns 0, or -1 with the message in
+ * err[errlen]. */
 int tok_open(TokReader *r, const char *path, int64_t vocab, char *err, size_t errlen);
 void tok_close(TokReader *r);
 
@@ -58,9 +72,18 @@ int tok_window(TokReader *r, int64_t m, int64_t B, int64_t T, int32_t *tokens, i
 int tok_batch(TokReader *r, int rank, int world, int64_t g, int64_t B, int64_t T, int32_t *tokens,
               int32_t *targets, char *err, size_t errlen);
 
+/* Tokens [off, off+n) of the file into ids[n] (ids checked against the
+ * reader's vocab). Returns 0, or -1 with err. */
+int tok_read(TokReader *r, int64_t off, int64_t n, uint32_t *ids, char *err, size_t errlen);
+
 /* Write n tokens to path atomically: a temporary file beside it, fsync,
  * rename over path, fsync of the directory. n must fit the int32 count.
- * Returns 0, or -1 with err (and no file left behind). */
+ * Version 1, vocabulary not recorded. Returns 0, or -1 with err (and no
+ * file left behind). */
 int tok_write(const char *path, const uint16_t *tokens, int64_t n, char *err, size_t errlen);
+/* The same for ids of a vocabulary of `vocab` ids (1..2^31-1), recorded
+ * in the header: version 1 when vocab <= 65536, else version 2. Every id
+ * must be below vocab. */
+int tok_write_ids(const char *path, const uint32_t *ids, int64_t n, int64_t vocab, char *err, size_t errlen);
 
 #endif

@@ -1,6 +1,7 @@
-/* tokens: write/read round trip, the window formula of tokens.h, ranks'
- * windows disjoint and deterministic, and every malformed file refused
- * with a message naming the file and the fault. */
+/* tokens: write/read round trip (uint16 version 1 and uint32 version 2
+ * files), the window formula of tokens.h, ranks' windows disjoint and
+ * deterministic, and every malformed file refused with a message naming
+ * the file and the fault. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,8 +123,8 @@ START_TEST(test_bad_magic) {
 END_TEST
 
 START_TEST(test_bad_version) {
-    write_raw(20240520, 2, 0, 1024, 0);
-    expect_open_error(256, "unsupported version 2 (expected 1: uint16 tokens)");
+    write_raw(20240520, 3, 0, 1024, 0);
+    expect_open_error(256, "unsupported version 3 (expected 1: uint16 tokens, or 2: uint32 tokens)");
 }
 END_TEST
 
@@ -150,7 +151,7 @@ END_TEST
 START_TEST(test_missing_file) {
     expect_open_error(256, "cannot open token file: No such file or directory");
     write_seq(10);
-    expect_open_error(70000, "vocabulary size 70000 is not 0 (unchecked) or 1..65536 (tokens are uint16)");
+    expect_open_error(-1, "vocabulary size -1 is not 0 (unchecked) or 1..2147483647");
 }
 END_TEST
 
@@ -210,6 +211,87 @@ START_TEST(test_write_errors) {
 }
 END_TEST
 
+/* Version 2: uint32 ids above 65535, the vocabulary in the header, windows
+ * and ranges read back exactly. */
+START_TEST(test_uint32_round_trip) {
+    enum { N = 5000 };
+    uint32_t *ids = malloc(N * sizeof *ids);
+    for (int i = 0; i < N; i++) ids[i] = (uint32_t)((i * 7919u + 3u) % 128256u);
+    char err[512];
+    ck_assert_msg(tok_write_ids(g_path, ids, N, 128256, err, sizeof err) == 0, "%s", err);
+    FILE *f = fopen(g_path, "rb");
+    int32_t h[256];
+    ck_assert_uint_eq(fread(h, 4, 256, f), 256);
+    fseek(f, 0, SEEK_END);
+    ck_assert_int_eq(ftell(f), 1024 + 4 * N);
+    fclose(f);
+    ck_assert_int_eq(h[0], 20240520);
+    ck_assert_int_eq(h[1], 2);
+    ck_assert_int_eq(h[2], N);
+    ck_assert_int_eq(h[3], 128256);
+    for (int i = 4; i < 256; i++) ck_assert_int_eq(h[i], 0);
+    TokReader r;
+    ck_assert_msg(tok_open(&r, g_path, 128256, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(r.width, 4);
+    ck_assert_int_eq(r.file_vocab, 128256);
+    int32_t tok[64], tgt[64];
+    for (int64_t m = 0; m < 200; m += 13) {
+        ck_assert_int_eq(tok_window(&r, m, 4, 16, tok, tgt, err, sizeof err), 0);
+        int64_t off = tok_window_offset(N, m, 4, 16);
+        for (int i = 0; i < 64; i++)
+            if ((uint32_t)tok[i] != ids[off + i] || (uint32_t)tgt[i] != ids[off + i + 1]) ck_abort_msg("window %lld", (long long)m);
+    }
+    uint32_t *back = malloc(N * sizeof *back);
+    ck_assert_int_eq(tok_read(&r, 0, N, back, err, sizeof err), 0);
+    ck_assert_int_eq(memcmp(back, ids, N * sizeof *ids), 0);
+    ck_assert_int_eq(tok_read(&r, 4990, 11, back, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "tokens 4990..5001 are outside the file's 5000"));
+    tok_close(&r);
+    /* A model with a smaller vocabulary refuses the file at once. */
+    char want[800];
+    snprintf(want, sizeof want, "%s: made for a vocabulary of 128256 ids, more than the 50000 expected", g_path);
+    ck_assert_int_eq(tok_open(&r, g_path, 50000, err, sizeof err), -1);
+    ck_assert_str_eq(err, want);
+    /* Truncated: the size is checked with 4 bytes an id. */
+    ck_assert_int_eq(truncate(g_path, 1024 + 4 * N - 2), 0);
+    expect_open_error(0, "truncated: the header says 5000 tokens (21024 bytes) but the file has 21022 bytes");
+    free(back);
+    free(ids);
+}
+END_TEST
+
+/* Version 1 from uint32 ids when the vocabulary fits, every id checked. */
+START_TEST(test_write_ids_narrow) {
+    uint32_t ids[300];
+    for (int i = 0; i < 300; i++) ids[i] = (uint32_t)(i * 211 % 65536);
+    char err[512], want[800];
+    ck_assert_msg(tok_write_ids(g_path, ids, 300, 65536, err, sizeof err) == 0, "%s", err);
+    TokReader r;
+    ck_assert_int_eq(tok_open(&r, g_path, 65536, err, sizeof err), 0);
+    ck_assert_int_eq(r.width, 2);
+    ck_assert_int_eq(r.file_vocab, 65536);
+    uint32_t back[300];
+    ck_assert_int_eq(tok_read(&r, 0, 300, back, err, sizeof err), 0);
+    ck_assert_int_eq(memcmp(back, ids, sizeof ids), 0);
+    tok_close(&r);
+    /* ids checked on reading against the caller's vocabulary */
+    ck_assert_int_eq(tok_open(&r, g_path, 0, err, sizeof err), 0);
+    r.vocab = 1000;
+    ck_assert_int_eq(tok_read(&r, 0, 300, back, err, sizeof err), -1);
+    snprintf(want, sizeof want, "%s: token 1055 at position 5 is not below the vocabulary size 1000", g_path);
+    ck_assert_str_eq(err, want);
+    tok_close(&r);
+    unlink(g_path);
+    ids[7] = 70000;
+    ck_assert_int_eq(tok_write_ids(g_path, ids, 300, 65536, err, sizeof err), -1);
+    snprintf(want, sizeof want, "%s: token 70000 at position 7 is not below the vocabulary size 65536", g_path);
+    ck_assert_str_eq(err, want);
+    ck_assert_int_ne(access(g_path, F_OK), 0);
+    ck_assert_int_eq(tok_write_ids(g_path, ids, 300, 0, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "vocabulary size 0 is not 1..2147483647"));
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("tokens");
     TCase *tc = tcase_create("core");
@@ -225,6 +307,8 @@ int main(void) {
     tcase_add_test(tc, test_too_short_and_world);
     tcase_add_test(tc, test_vocab_checked);
     tcase_add_test(tc, test_write_errors);
+    tcase_add_test(tc, test_uint32_round_trip);
+    tcase_add_test(tc, test_write_ids_narrow);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
