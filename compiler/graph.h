@@ -129,6 +129,25 @@ typedef struct TrainConfig {
     int64_t grad_accum;      /* micro-batches per step */
 } TrainConfig;
 
+/* The Hugging Face mapping (compiler/hfmap.h, from the program's hf blocks;
+ * the planner copies it into Plan.hf): a parameter is the concatenation,
+ * along its last axis, of its pieces, which are adjacent and in order; a
+ * piece is columns [src_col, src_col + cols) of HF tensor hf_name read in
+ * zinf's [in, out] layout (transposed first when `transpose`). */
+typedef struct GraphHfPiece {
+    int tensor;              /* a TC_PARAM tensor id */
+    const char *hf_name;
+    bool transpose;
+    int64_t src_col, cols;
+} GraphHfPiece;
+
+typedef struct GraphHf {
+    const char *arch;        /* NULL: the program has no mapping */
+    const char *config;      /* config.json text to write on export ("" if none) */
+    GraphHfPiece *pieces;
+    int npieces;
+} GraphHf;
+
 typedef struct Graph {
     Arena *arena;
     GTensor *tensors;
@@ -144,6 +163,7 @@ typedef struct Graph {
     int nsegments;           /* number of repeat instances */
     const char *model_name;
     TrainConfig train;
+    GraphHf hf;              /* empty unless the main file has an hf block */
 } Graph;
 
 void graph_init(Graph *g, Arena *a);

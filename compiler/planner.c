@@ -1199,6 +1199,21 @@ static bool fits(const B *b, char *why, size_t n) {
 
 /* ---- the Plan ---- */
 
+/* The Hugging Face mapping (tensor ids are the graph's). */
+static void emit_hf(const Graph *g, Plan *p) {
+    Arena *pa = &p->arena;
+    if (!g->hf.arch) return;
+    p->hf.arch = arena_strdup(pa, g->hf.arch);
+    p->hf.config = arena_strdup(pa, g->hf.config ? g->hf.config : "");
+    p->hf.pieces = ARENA_NEWN(pa, PlanHfPiece, g->hf.npieces + 1);
+    if (!p->hf.pieces) return;
+    for (int i = 0; i < g->hf.npieces; i++) {
+        const GraphHfPiece *h = &g->hf.pieces[i];
+        p->hf.pieces[i] = (PlanHfPiece){h->tensor, arena_strdup(pa, h->hf_name), h->transpose, h->src_col, h->cols};
+    }
+    p->hf.npieces = (uint32_t)g->hf.npieces;
+}
+
 static Plan *emit_plan(B *b) {
     const Graph *g = b->g;
     Plan *p = plan_new();
@@ -1250,6 +1265,7 @@ static Plan *emit_plan(B *b) {
                                                   t->numel / b->ntiles[i], b->tile_shard[i], shard_bytes(b, i), b->home[i]};
         }
     }
+    emit_hf(g, p);
     p->nops = (uint32_t)g->nops;
     p->ops = ARENA_NEWN(pa, PlanOp, g->nops + 1);
     for (int i = 0; i < g->nops; i++) {

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include "hfmap.h"
 #include "prim.h"
 
 enum { SEMA_MAX_DEPTH = 64, SEMA_MAX_REPEAT = 1 << 16, SEMA_MAX_EXPR_DEPTH = 1000, SEMA_MAX_TENSORS = 1 << 18 };
@@ -76,6 +77,7 @@ typedef struct Ctx {
     bool const_only;    /* evaluating a const or a setting: no tensors */
     int const_index;    /* const being evaluated in its file (earlier ones visible); -1: all */
     int in_repeat;
+    int in_if;          /* inside the taken branch of an if */
     bool is_model;
 } Ctx;
 
@@ -1319,10 +1321,26 @@ static void exec_repeat(Sema *s, Ctx *c, const Stmt *st, bool *returned, Val *re
     c->rsuffix = rs;
 }
 
+/* if C { ... } else { ... }: C is a constant true or false; only the branch
+ * taken runs (and so is checked); what it assigns stays visible after. */
+static void exec_if(Sema *s, Ctx *c, const Stmt *st, bool *returned, Val *ret) {
+    Val cv = eval(s, c, st->count);
+    if (cv.k == V_POISON) return;
+    if (cv.k != V_BOOL) {
+        if (error(s, st->count->span, "an if condition must be true or false, got %s", vkind_name(cv.k)))
+            diag_hint(s->d, "conditions are constants: a layer parameter such as qkv_bias = false, or true/false");
+        return;
+    }
+    c->in_if++;
+    exec_stmts(s, c, cv.i ? &st->body : &st->else_body, returned, ret);
+    c->in_if--;
+}
+
 static void exec_stmts(Sema *s, Ctx *c, const StmtList *body, bool *returned, Val *ret) {
     for (int k = 0; k < body->len; k++) {
         const Stmt *st = body->items[k];
-        if (!st || ((st->kind == ST_ASSIGN || st->kind == ST_LOSS) && !st->value) || (st->kind == ST_REPEAT && !st->count))
+        if (!st || ((st->kind == ST_ASSIGN || st->kind == ST_LOSS) && !st->value) ||
+            ((st->kind == ST_REPEAT || st->kind == ST_IF) && !st->count))
             continue; /* only after a syntax error or out of memory, already reported */
         if (*returned) {
             error(s, st->span, "statement after return");
@@ -1332,6 +1350,7 @@ static void exec_stmts(Sema *s, Ctx *c, const StmtList *body, bool *returned, Va
         switch (st->kind) {
         case ST_ASSIGN: exec_assign(s, c, st); break;
         case ST_REPEAT: exec_repeat(s, c, st, returned, ret); break;
+        case ST_IF: exec_if(s, c, st, returned, ret); break;
         case ST_RETURN: {
             if (c->is_model) {
                 if (error(s, st->span, "a model does not return; it ends with a loss statement"))
@@ -1340,6 +1359,11 @@ static void exec_stmts(Sema *s, Ctx *c, const StmtList *body, bool *returned, Va
             }
             if (c->in_repeat) {
                 error(s, st->span, "return inside repeat: a layer returns once, after its repeats");
+                break;
+            }
+            if (c->in_if) {
+                if (error(s, st->span, "return inside if: a layer returns once, at its end"))
+                    diag_hint(s->d, "assign the value in each branch, then return it after the if");
                 break;
             }
             Val v;
@@ -1936,6 +1960,8 @@ bool sema_check(Sema *s, Graph *g) {
     if (g->loss < 0) g->loss = -1;
     g->nforward = g->nops;
     g->nbackward_end = g->nops;
+    /* the Hugging Face mapping names the parameters: only once they are all there */
+    if (s->d->errors == errors0 && !s->a->failed) hfmap_build(s, s->prog, g, s->d);
     if (s->a->failed) {
         diag_error(s->d, SPAN_NONE, "out of memory");
         return false;

@@ -106,6 +106,17 @@ int dtype_size(DType t) {
 
 static void dump_expr(const Expr *e, FILE *out);
 
+static void dump_string(const char *str, size_t n, FILE *out) {
+    fputc('"', out);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)str[i];
+        if (c == '"' || c == '\\') fprintf(out, "\\%c", c);
+        else if (c < 0x20 || c >= 0x7f) fprintf(out, "\\x%02x", c);
+        else fputc(c, out);
+    }
+    fputc('"', out);
+}
+
 static const char *unit_name(Unit u) {
     static const struct { UnitKind k; uint64_t s; const char *n; } names[] = {
         {UNIT_COUNT, 1000ull, "K"}, {UNIT_COUNT, 1000000ull, "M"}, {UNIT_COUNT, 1000000000ull, "G"},
@@ -155,16 +166,7 @@ static void dump_expr(const Expr *e, FILE *out) {
         if (e->unit.kind != UNIT_NONE) fprintf(out, " %s", unit_name(e->unit));
         break;
     }
-    case EX_STR:
-        fputc('"', out);
-        for (size_t i = 0; i < e->slen; i++) {
-            unsigned char c = (unsigned char)e->str[i];
-            if (c == '"' || c == '\\') fprintf(out, "\\%c", c);
-            else if (c < 0x20 || c >= 0x7f) fprintf(out, "\\x%02x", c);
-            else fputc(c, out);
-        }
-        fputc('"', out);
-        break;
+    case EX_STR: dump_string(e->str, e->slen, out); break;
     case EX_NAME: fputs(e->str, out); break;
     case EX_UNARY: fputs("(-", out); dump_expr(e->lhs, out); fputc(')', out); break;
     case EX_BINARY:
@@ -211,6 +213,19 @@ static void dump_stmts(const StmtList *l, int depth, FILE *out) {
             indent(depth, out);
             fputs("}\n", out);
             break;
+        case ST_IF:
+            fputs("if ", out);
+            dump_expr(s->count, out);
+            fputs(" {\n", out);
+            dump_stmts(&s->body, depth + 1, out);
+            indent(depth, out);
+            if (s->has_else) {
+                fputs("} else {\n", out);
+                dump_stmts(&s->else_body, depth + 1, out);
+                indent(depth, out);
+            }
+            fputs("}\n", out);
+            break;
         case ST_RETURN: fputs("return ", out); dump_exprs(&s->values, out); fputc('\n', out); break;
         case ST_LOSS: fputs("loss ", out); dump_expr(s->value, out); fputc('\n', out); break;
         }
@@ -221,7 +236,8 @@ static void dump_settings(const SettingList *l, int depth, FILE *out) {
     for (int i = 0; i < l->len; i++) {
         const Setting *s = l->items[i];
         indent(depth, out);
-        fputs(s->key, out);
+        if (s->quoted) dump_string(s->key, strlen(s->key), out);
+        else fputs(s->key, out);
         if (s->selector) fprintf(out, " \"%s\"", s->selector);
         if (s->is_block) {
             fputs(" {\n", out);
@@ -264,6 +280,16 @@ void ast_dump(const AstFile *f, FILE *out) {
         case DL_PLAN:
             fprintf(out, "%s%s%s {\n", d->kind == DL_TRAIN ? "train" : d->kind == DL_TARGET ? "target" : "plan",
                     d->name ? " " : "", d->name ? d->name : "");
+            dump_settings(&d->settings, 1, out);
+            fputs("}\n", out);
+            break;
+        case DL_HF:
+            fputs("hf ", out);
+            if (d->name) {
+                dump_string(d->name, strlen(d->name), out);
+                fputc(' ', out);
+            }
+            fputs("{\n", out);
             dump_settings(&d->settings, 1, out);
             fputs("}\n", out);
             break;

@@ -101,6 +101,7 @@ typedef enum StmtKind {
     ST_REPEAT, /* repeat count [as index] { body } */
     ST_RETURN, /* return values (one or more) */
     ST_LOSS,   /* loss value */
+    ST_IF,     /* if cond { body } [else { else_body }] */
 } StmtKind;
 
 typedef struct Stmt Stmt;
@@ -121,11 +122,13 @@ struct Stmt {
     NameList targets;     /* ST_ASSIGN */
     Expr *value;          /* ST_ASSIGN, ST_LOSS */
     ExprList values;      /* ST_RETURN */
-    Expr *count;          /* ST_REPEAT */
+    Expr *count;          /* ST_REPEAT; ST_IF: the condition */
     const char *index;    /* ST_REPEAT: NULL when no "as i" */
     Span index_span;
-    StmtList body;        /* ST_REPEAT */
-    Span open_brace;      /* ST_REPEAT: where the body's brace opened */
+    StmtList body;        /* ST_REPEAT, ST_IF */
+    Span open_brace;      /* ST_REPEAT, ST_IF: where the body's brace opened */
+    bool has_else;        /* ST_IF */
+    StmtList else_body;   /* ST_IF */
 };
 
 /* key = value, key "selector" = value, or key { settings } inside train,
@@ -144,6 +147,7 @@ struct Setting {
     Expr *value;         /* NULL when this is a block */
     SettingList block;
     bool is_block;
+    bool quoted;         /* the key was a string: an hf block's parameter pattern */
 };
 
 typedef enum DeclKind {
@@ -154,17 +158,18 @@ typedef enum DeclKind {
     DL_TRAIN,
     DL_TARGET,
     DL_PLAN,
+    DL_HF,     /* hf ["Architecture"] { "pattern" = expr; config = expr } */
 } DeclKind;
 
 typedef struct Decl {
     DeclKind kind;
     Span span;           /* the whole declaration head */
-    const char *name;    /* const, layer, model, target; import: the string */
+    const char *name;    /* const, layer, model, target; import: the string; hf: the architecture or NULL */
     Span name_span;
     Expr *value;         /* const */
     ParamList params;    /* layer, model */
     StmtList body;       /* layer, model */
-    SettingList settings; /* train, target, plan */
+    SettingList settings; /* train, target, plan, hf */
     int file;            /* source file index it was declared in */
 } Decl;
 

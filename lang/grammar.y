@@ -33,7 +33,7 @@
 /* Tokens the lexer produces that the rules name only through precedence. */
 %token NL SEMI COMMA LPAREN RPAREN LBRACK RBRACK LBRACE RBRACE ASSIGN COLON.
 %token IDENT INT FLOAT STRING DTYPE.
-%token IMPORT CONST LAYER MODEL TRAIN TARGET PLAN REPEAT AS RETURN LOSS PARAM INIT.
+%token IMPORT CONST LAYER MODEL TRAIN TARGET PLAN HF REPEAT IF ELSE AS RETURN LOSS PARAM INIT.
 /* BAD is in no rule: the driver feeds it to force error recovery. */
 %token BAD.
 
@@ -57,6 +57,8 @@ decl ::= MODEL(K) IDENT(N) LPAREN params(P) RPAREN block(B).   { ast_fn(ctx, DL_
 decl ::= TRAIN(K) sblock(S).                        { ast_block_decl(ctx, DL_TRAIN, &K, NULL, &S); }
 decl ::= TARGET(K) IDENT(N) sblock(S).              { ast_block_decl(ctx, DL_TARGET, &K, &N, &S); }
 decl ::= PLAN(K) sblock(S).                         { ast_block_decl(ctx, DL_PLAN, &K, NULL, &S); }
+decl ::= HF(K) STRING(A) hblock(S).                 { ast_hf(ctx, &K, &A, &S); }
+decl ::= HF(K) hblock(S).                           { ast_hf(ctx, &K, NULL, &S); }
 
 %type params {ParamList}
 %type param_list {ParamList}
@@ -93,6 +95,8 @@ stmts(A) ::= stmts(S) error sep.                    { A = S; yypParser->yyerrcnt
 stmt(A) ::= names(N) ASSIGN expr(E).                { A = ast_assign(ctx, &N, E); }
 stmt(A) ::= REPEAT(K) expr(C) LBRACE(O) body(S).    { A = ast_repeat(ctx, &K, C, NULL, &O, &S); }
 stmt(A) ::= REPEAT(K) expr(C) AS IDENT(I) LBRACE(O) body(S). { A = ast_repeat(ctx, &K, C, &I, &O, &S); }
+stmt(A) ::= IF(K) expr(C) LBRACE(O) body(S).        { A = ast_if(ctx, &K, C, &O, &S, NULL); }
+stmt(A) ::= IF(K) expr(C) LBRACE(O) body(S) ELSE LBRACE body(E). { A = ast_if(ctx, &K, C, &O, &S, &E); }
 stmt(A) ::= RETURN(K) exprs(X).                     { A = ast_return(ctx, &K, &X); }
 stmt(A) ::= LOSS(K) expr(E).                        { A = ast_loss(ctx, &K, E); }
 names(A) ::= IDENT(N).                              { memset(&A, 0, sizeof A); ast_names_push(ctx->arena, &A, N.str, N.span); }
@@ -113,6 +117,22 @@ settings(A) ::= settings(S) error sep.              { A = S; yypParser->yyerrcnt
 setting(A) ::= IDENT(K) ASSIGN expr(E).             { A = ast_set_value(ctx, &K, NULL, E); }
 setting(A) ::= IDENT(K) STRING(S) ASSIGN expr(E).   { A = ast_set_value(ctx, &K, &S, E); }
 setting(A) ::= IDENT(K) sblock(B).                  { A = ast_set_block(ctx, &K, &B); }
+
+/* An hf block: "pattern" = expr entries, and name = expr settings (config). */
+%type hblock {SettingList}
+%type hbody {SettingList}
+%type hitems {SettingList}
+%type hitem {Setting *}
+hblock(A) ::= LBRACE hbody(S).                      { A = S; }
+hbody(A) ::= hitems(S) RBRACE.                      { A = S; }
+hbody(A) ::= hitems(S) hitem(T) RBRACE.             { A = S; ast_settings_push(ctx->arena, &A, T); }
+hbody(A) ::= hitems(S) error RBRACE.                { A = S; yypParser->yyerrcnt = -1; }
+hitems(A) ::= .                                     { memset(&A, 0, sizeof A); }
+hitems(A) ::= hitems(S) sep.                        { A = S; }
+hitems(A) ::= hitems(S) hitem(T) sep.               { A = S; ast_settings_push(ctx->arena, &A, T); }
+hitems(A) ::= hitems(S) error sep.                  { A = S; yypParser->yyerrcnt = -1; }
+hitem(A) ::= STRING(K) ASSIGN expr(E).              { A = ast_hf_entry(ctx, &K, E); }
+hitem(A) ::= IDENT(K) ASSIGN expr(E).               { A = ast_set_value(ctx, &K, NULL, E); }
 
 %type exprs {ExprList}
 exprs(A) ::= expr(E).                               { memset(&A, 0, sizeof A); ast_exprs_push(ctx->arena, &A, E); }

@@ -46,13 +46,14 @@ typedef enum LexOpen {
     LO_DIMS,    /* param [..], i32[..], x: [..] */
     LO_DECL,    /* the body of the declaration `decl_kw` */
     LO_REPEAT,  /* repeat N { */
+    LO_IF,      /* if c { or else { (decl_kw: TK_IF or TK_ELSE) */
     LO_BLOCK,   /* key { settings } */
 } LexOpen;
 
 typedef struct LexBracket {
     char ch;        /* '(' '[' '{' */
     LexOpen what;
-    int decl_kw;    /* LO_DECL: TK_LAYER, TK_MODEL, TK_TRAIN, TK_TARGET, TK_PLAN */
+    int decl_kw;    /* LO_DECL: TK_LAYER, TK_MODEL, TK_TRAIN, TK_TARGET, TK_PLAN, TK_HF; LO_IF: TK_IF, TK_ELSE */
     Span at;        /* the bracket */
     Span key;       /* LO_BLOCK, LO_CALL: the name before it */
 } LexBracket;
@@ -69,6 +70,7 @@ typedef struct Lexer {
     bool done;
     int decl_kw;              /* the last declaration keyword seen outside brackets */
     bool repeat_pending;      /* a 'repeat' waits for its '{' */
+    int cond_pending;         /* an 'if' or 'else' (its token kind) waits for its '{', else 0 */
     int pending;              /* bracket of the last token, applied on the next call: 0 or ( [ { ) ] } */
     LexBracket pending_open;  /* what it opens, worked out when it was read */
     int depth;                /* open brackets (may exceed LEX_MAX_DEPTH; only that many are kept) */

@@ -52,6 +52,9 @@ const char *lex_token_name(int k) {
     case TK_TRAIN: return "'train'";
     case TK_TARGET: return "'target'";
     case TK_PLAN: return "'plan'";
+    case TK_HF: return "'hf'";
+    case TK_IF: return "'if'";
+    case TK_ELSE: return "'else'";
     case TK_REPEAT: return "'repeat'";
     case TK_AS: return "'as'";
     case TK_RETURN: return "'return'";
@@ -236,6 +239,9 @@ static LexBracket describe_open(const Lexer *L, char k, Span at) {
         b.what = L->last == TK_PARAM || L->last == TK_DTYPE || L->last == TK_COLON ? LO_DIMS : LO_LIST;
     } else if (L->repeat_pending) {
         b.what = LO_REPEAT;
+    } else if (L->cond_pending) {
+        b.what = LO_IF;
+        b.decl_kw = L->cond_pending;
     } else if (L->depth == 0) {
         b.what = LO_DECL;
         b.decl_kw = L->decl_kw;
@@ -300,6 +306,7 @@ const char *lex_open_what(const Lexer *L, const LexBracket *b) {
     case LO_LIST: return "the list";
     case LO_DIMS: return "the dimensions";
     case LO_REPEAT: return "the repeat body";
+    case LO_IF: return b->decl_kw == TK_ELSE ? "the else body" : "the if body";
     case LO_BLOCK:
         if (b->key.file < 0) return "the block";
         return arena_printf(L->arena, "the '%.*s' block", (int)(b->key.len > 40 ? 40 : b->key.len), L->src + b->key.off);
@@ -310,6 +317,7 @@ const char *lex_open_what(const Lexer *L, const LexBracket *b) {
         case TK_TRAIN: return "the train block";
         case TK_TARGET: return "the target block";
         case TK_PLAN: return "the plan block";
+        case TK_HF: return "the hf block";
         default: return "the block";
         }
     }
@@ -388,7 +396,7 @@ void lex_next(Lexer *L, Token *t) {
             "\n"           { L->pos = (uint32_t)(YYCURSOR - base);
                              if (!inside_parens(L) && ends_statement_here(L)) {
                                  t->kind = TK_NL; t->span = sp(L, start, start + 1);
-                                 L->last2 = L->last; L->last = TK_NL; L->last_bad = false; L->repeat_pending = false;
+                                 L->last2 = L->last; L->last = TK_NL; L->last_bad = false; L->repeat_pending = false; L->cond_pending = 0;
                                  return; }
                              if (inside_parens(L) && t->nl.file < 0) t->nl = sp(L, start, start + 1);
                              continue; }
@@ -402,6 +410,9 @@ void lex_next(Lexer *L, Token *t) {
             "train"        { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_TRAIN); }
             "target"       { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_TARGET); }
             "plan"         { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_PLAN); }
+            "hf"           { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_HF); }
+            "if"           { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_IF); }
+            "else"         { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_ELSE); }
             "repeat"       { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_REPEAT); }
             "as"           { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_AS); }
             "return"       { L->pos = (uint32_t)(YYCURSOR - base); TOK(TK_RETURN); }
@@ -471,13 +482,21 @@ void lex_next(Lexer *L, Token *t) {
             L->pending = L->src[start];
             if (t->kind == TK_LPAREN || t->kind == TK_LBRACK || t->kind == TK_LBRACE)
                 L->pending_open = describe_open(L, L->src[start], t->span);
-            if (t->kind == TK_LBRACE) L->repeat_pending = false;
+            if (t->kind == TK_LBRACE) {
+                L->repeat_pending = false;
+                L->cond_pending = 0;
+            }
         }
         if (L->depth == 0 && (t->kind == TK_LAYER || t->kind == TK_MODEL || t->kind == TK_TRAIN ||
-                              t->kind == TK_TARGET || t->kind == TK_PLAN || t->kind == TK_IMPORT || t->kind == TK_CONST))
+                              t->kind == TK_TARGET || t->kind == TK_PLAN || t->kind == TK_HF || t->kind == TK_IMPORT ||
+                              t->kind == TK_CONST))
             L->decl_kw = t->kind;
         if (t->kind == TK_REPEAT) L->repeat_pending = true;
-        if (t->kind == TK_SEMI) L->repeat_pending = false;
+        if (t->kind == TK_IF || t->kind == TK_ELSE) L->cond_pending = t->kind;
+        if (t->kind == TK_SEMI) {
+            L->repeat_pending = false;
+            L->cond_pending = 0;
+        }
         L->last2 = L->last;
         L->last2_span = L->last_span;
         L->last = t->kind;

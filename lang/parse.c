@@ -19,7 +19,7 @@ enum {
 
 #define BIT(k) ((uint64_t)1 << (k))
 
-static bool is_decl_kw(int k) { return k >= TK_IMPORT && k <= TK_PLAN; }
+static bool is_decl_kw(int k) { return k >= TK_IMPORT && k <= TK_HF; }
 static bool is_closer(int k) { return k == TK_RPAREN || k == TK_RBRACK || k == TK_RBRACE; }
 
 static const char *excerpt(PCtx *c, const Token *t) {
@@ -114,11 +114,18 @@ void parse_syntax_error(PCtx *c, int major, const Token *t) {
                            b->what == LO_CALL ? "an argument" : "an expression", close, found);
                 return;
             }
+            if (name_ok && b->ch == '{' && b->what == LO_DECL && b->decl_kw == TK_HF) {
+                diag_error(c->d, at, "expected an entry or '}', found %s", found);
+                diag_hint(c->d, "an hf entry is \"PARAMETER PATTERN\" = \"HF TENSOR\" (or transpose, cat, cols of them), "
+                                "or config = \"JSON\"");
+                return;
+            }
             if (name_ok && b->ch == '{') {
                 diag_error(c->d, at, "expected %s or '}', found %s",
                            e & BIT(TK_REPEAT) ? "a statement" : "a setting", found);
                 if (e & BIT(TK_REPEAT))
-                    diag_hint(c->d, "a statement is NAME = EXPR, A, B = EXPR, repeat N { ... }, return EXPR or loss EXPR");
+                    diag_hint(c->d, "a statement is NAME = EXPR, A, B = EXPR, repeat N { ... }, if C { ... } else { ... }, "
+                                    "return EXPR or loss EXPR");
                 else
                     diag_hint(c->d, "a setting is KEY = EXPR, KEY \"selector\" = EXPR or KEY { settings }");
                 return;
@@ -133,7 +140,7 @@ void parse_syntax_error(PCtx *c, int major, const Token *t) {
         diag_error(c->d, at, "expected an expression, found %s", found);
     } else if (e & BIT(TK_LAYER)) {
         diag_error(c->d, at, "expected a declaration, found %s", found);
-        diag_hint(c->d, "a declaration starts with import, const, layer, model, train, target or plan");
+        diag_hint(c->d, "a declaration starts with import, const, layer, model, train, target, plan or hf");
     } else if ((e & BIT(TK_AS)) && (e & BIT(TK_LBRACE))) {
         diag_error(c->d, at, "expected '{' to start the repeat body, found %s", found);
         diag_hint(c->d, "repeat N { ... } or repeat N as i { ... }, the '{' on the line of the repeat");
@@ -144,6 +151,8 @@ void parse_syntax_error(PCtx *c, int major, const Token *t) {
         if (x) diag_error(c->d, at, "expected %s, found %s", x, found);
         else diag_error(c->d, at, "unexpected %s", found);
     }
+    if (major == TK_ELSE && L->last2 == TK_NL)
+        diag_hint(c->d, "else goes on the line of the '}' that closes the if body: } else {");
     if (major == TK_LPAREN && (e & BIT(TK_ASSIGN)) && (e & BIT(TK_COMMA)))
         diag_hint(c->d, "a call is not a statement: assign its result (y = f(x))");
     if (major == TK_ASSIGN && L->last2 >= TK_IMPORT && L->last2 <= TK_INIT)
@@ -273,6 +282,48 @@ Stmt *ast_repeat(PCtx *c, const Token *kw, Expr *count, const Token *index, cons
     }
     s->open_brace = open->span;
     s->body = *body;
+    return s;
+}
+
+Stmt *ast_if(PCtx *c, const Token *kw, Expr *cond, const Token *open, const StmtList *body, const StmtList *else_body) {
+    Stmt *s = ast_stmt(c->arena, ST_IF, kw->span);
+    if (!s) return NULL;
+    s->count = cond;
+    if (cond) s->span = span_join(kw->span, cond->span);
+    s->open_brace = open->span;
+    s->body = *body;
+    if (else_body) {
+        s->has_else = true;
+        s->else_body = *else_body;
+    }
+    return s;
+}
+
+/* A string the AST keeps as a C string: no NUL inside. */
+static bool plain_string(PCtx *c, const Token *s, const char *what) {
+    if (s->str && strlen(s->str) == s->slen) return true;
+    diag_error(c->d, s->span, "%s cannot contain a NUL byte", what);
+    return false;
+}
+
+void ast_hf(PCtx *c, const Token *kw, const Token *arch, const SettingList *s) {
+    if (arch && !plain_string(c, arch, "an architecture name")) return;
+    Decl *d = decl(c, DL_HF, kw);
+    if (!d) return;
+    if (arch) {
+        d->name = arch->str;
+        d->name_span = arch->span;
+        d->span = span_join(kw->span, arch->span);
+    }
+    d->settings = *s;
+}
+
+Setting *ast_hf_entry(PCtx *c, const Token *pattern, Expr *e) {
+    if (!plain_string(c, pattern, "a parameter pattern")) return NULL;
+    Setting *s = ast_setting(c->arena, pattern->str, pattern->span);
+    if (!s) return NULL;
+    s->quoted = true;
+    s->value = e;
     return s;
 }
 

@@ -6,6 +6,8 @@
  *   zinfdump model.plan --kernels       the embedded CUDA kernels, their ptxas resource reports, the launches
  *   zinfdump model.plan --trace out.json  predicted timeline (Chrome trace / Perfetto)
  *   zinfdump model.plan --svg out.svg   timeline and GPU memory in use, drawn
+ *   zinfdump model.plan --hf            the Hugging Face mapping: one line per piece
+ *   zinfdump model.plan --hf-config     the config.json the plan carries, as is
  * Every plan is verified first; a plan that fails is reported and not shown. */
 #include <errno.h>
 #include <stdio.h>
@@ -17,7 +19,8 @@
 #include "verify.h"
 
 static int usage(FILE *f, int rc) {
-    fprintf(f, "usage: zinfdump PLAN [--schedule [--rank R]] [--memory] [--kernels] [--trace OUT.json] [--svg OUT.svg]\n");
+    fprintf(f, "usage: zinfdump PLAN [--schedule [--rank R]] [--memory] [--kernels] [--trace OUT.json] [--svg OUT.svg] [--hf]\n"
+               "                [--hf-config]\n");
     return rc;
 }
 
@@ -37,13 +40,15 @@ static int write_file(const char *path, const Plan *p, const CostResult *c, void
 
 int main(int argc, char **argv) {
     const char *path = NULL, *trace = NULL, *svg = NULL;
-    bool schedule = false, memory = false, kernels = false;
+    bool schedule = false, memory = false, kernels = false, hf = false, hf_config = false;
     int rank = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--schedule")) schedule = true;
         else if (!strcmp(a, "--memory")) memory = true;
         else if (!strcmp(a, "--kernels")) kernels = true;
+        else if (!strcmp(a, "--hf")) hf = true;
+        else if (!strcmp(a, "--hf-config")) hf_config = true;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout, 0);
         else if (!strcmp(a, "--rank") || !strcmp(a, "--trace") || !strcmp(a, "--svg")) {
             if (i + 1 >= argc) {
@@ -103,7 +108,9 @@ int main(int argc, char **argv) {
     if (trace) rc |= write_file(trace, p, &c, plandump_trace);
     if (svg) rc |= write_file(svg, p, &c, plandump_svg);
     if (kernels) plandump_kernels(p, stdout);
-    if (!schedule && !memory && !trace && !svg && !kernels) plandump_summary(p, &c, stdout);
+    if (hf) plandump_hf(p, stdout);
+    if (hf_config) fputs(p->hf.config ? p->hf.config : "", stdout);
+    if (!schedule && !memory && !trace && !svg && !kernels && !hf && !hf_config) plandump_summary(p, &c, stdout);
     cost_free(&c);
     plan_free(p);
     if (fflush(stdout) != 0) rc = 1;

@@ -320,3 +320,22 @@ void plandump_kernels(const Plan *p, FILE *out) {
                 launch_line(p, (uint32_t)p->util[u][t], out);
             }
 }
+
+void plandump_hf(const Plan *p, FILE *out) {
+    const PlanHf *h = &p->hf;
+    if (!h->arch || !h->arch[0]) {
+        fputs("no Hugging Face mapping (the model has no hf block)\n", out);
+        return;
+    }
+    uint32_t nparams = 0;
+    for (uint32_t i = 0; i < h->npieces; i++) nparams += i == 0 || h->pieces[i].tensor != h->pieces[i - 1].tensor;
+    fprintf(out, "hf %s: %u piece%s of %u parameter%s, config.json of %zu bytes\n", h->arch, h->npieces,
+            h->npieces == 1 ? "" : "s", nparams, nparams == 1 ? "" : "s", strlen(h->config ? h->config : ""));
+    for (uint32_t i = 0; i < h->npieces; i++) {
+        const PlanHfPiece *x = &h->pieces[i];
+        const PlanTensor *t = &p->tensors[x->tensor];
+        fprintf(out, "piece %s [", t->name);
+        for (int d = 0; d < t->rank; d++) fprintf(out, "%s%" PRId64, d ? "," : "", t->dims[d]);
+        fprintf(out, "] <- %s %s %" PRId64 " %" PRId64 "\n", x->hf_name, x->transpose ? "T" : "-", x->src_col, x->cols);
+    }
+}

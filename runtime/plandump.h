@@ -17,6 +17,11 @@ void plandump_memory(const Plan *p, FILE *out);
  * launches (entry <<<grid, block, smem>>> (arguments) unit) and the
  * utility launches. */
 void plandump_kernels(const Plan *p, FILE *out);
+/* The Hugging Face mapping: a header line ("hf ARCH: N pieces of M
+ * parameters, config.json of B bytes"), then one line per piece:
+ *   piece PARAM [d0,d1] <- HF_NAME T|- FIRST COUNT
+ * (T: the HF tensor is transposed first; columns FIRST .. FIRST+COUNT). */
+void plandump_hf(const Plan *p, FILE *out);
 /* The predicted timeline as Chrome trace JSON (chrome://tracing, Perfetto). */
 void plandump_trace(const Plan *p, const CostResult *c, FILE *out);
 /* The predicted timeline and GPU memory in use over the step, as SVG. */

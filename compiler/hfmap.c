@@ -1,0 +1,495 @@
+/* hfmap: the hf blocks -> Graph.hf (see hfmap.h; rules in docs/language.md). */
+#include "hfmap.h"
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include "json.h"
+
+/* ---- patterns and names ---- */
+
+static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+static bool name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+static bool name_char(char c) { return name_start(c) || is_digit(c); }
+
+/* A hole "{name}" at p: its length with the braces (0 if p holds none) and
+ * where its name is. */
+static size_t read_hole(const char *p, const char **nm, size_t *nl) {
+    if (p[0] != '{' || !name_start(p[1])) return 0;
+    size_t n = 1;
+    while (name_char(p[n])) n++;
+    if (p[n] != '}') return 0;
+    *nm = p + 1;
+    *nl = n - 1;
+    return n + 1;
+}
+
+const char *hfmap_pattern_error(Arena *a, const char *pat) {
+    if (!pat[0]) return "the pattern is empty";
+    int holes = 0;
+    for (const char *p = pat; *p;) {
+        if (*p == '}') return "a '}' without its '{'";
+        if (*p != '{') {
+            p++;
+            continue;
+        }
+        const char *nm;
+        size_t nl, k = read_hole(p, &nm, &nl);
+        if (!k) return "a placeholder is {NAME}: a letter or '_', then letters, digits or '_', then '}'";
+        if (++holes > HFMAP_MAX_HOLES) return arena_printf(a, "more than %d placeholders", HFMAP_MAX_HOLES);
+        if (p[k] == '{' || is_digit(p[k]))
+            return arena_printf(a, "the placeholder '{%.*s}' is followed by %s: what follows a placeholder must not be "
+                                   "a digit, so that the number it matches ends there", (int)nl, nm,
+                                p[k] == '{' ? "another placeholder" : "a digit");
+        p += k;
+    }
+    return NULL;
+}
+
+bool hfmap_match(Arena *a, const char *pat, const char *name, const char **names, const char **vals, int *nholes) {
+    const char *hn[HFMAP_MAX_HOLES], *hv[HFMAP_MAX_HOLES];
+    size_t hnl[HFMAP_MAX_HOLES], hvl[HFMAP_MAX_HOLES];
+    int n = 0;
+    const char *p = pat, *q = name;
+    while (*p) {
+        const char *nm;
+        size_t nl, k = read_hole(p, &nm, &nl);
+        if (!k) {
+            if (*p++ != *q++) return false;
+            continue;
+        }
+        size_t d = 0;
+        while (is_digit(q[d])) d++;
+        if (!d) return false;
+        int j = 0;
+        while (j < n && !(hnl[j] == nl && !memcmp(hn[j], nm, nl))) j++;
+        if (j < n && (hvl[j] != d || memcmp(hv[j], q, d))) return false; /* a name repeated: the same number */
+        if (j == n) {
+            if (n == HFMAP_MAX_HOLES) return false;
+            hn[n] = nm, hnl[n] = nl, hv[n] = q, hvl[n] = d;
+            n++;
+        }
+        p += k;
+        q += d;
+    }
+    if (*q) return false;
+    for (int i = 0; i < n; i++) {
+        names[i] = arena_strndup(a, hn[i], hnl[i]);
+        vals[i] = arena_strndup(a, hv[i], hvl[i]);
+    }
+    *nholes = n;
+    return true;
+}
+
+const char *hfmap_subst(Arena *a, const char *tmpl, const char *const *names, const char *const *vals, int n,
+                        const char **bad) {
+    size_t len = strlen(tmpl), cap = len + 1;
+    for (int i = 0; i < n; i++) cap += strlen(vals[i]) * len; /* generous: every byte a placeholder */
+    char *out = arena_alloc(a, cap);
+    if (!out) return NULL;
+    size_t o = 0;
+    for (const char *p = tmpl; *p;) {
+        const char *nm;
+        size_t nl, k = read_hole(p, &nm, &nl);
+        if (!k) {
+            out[o++] = *p++;
+            continue;
+        }
+        int j = 0;
+        while (j < n && !(strlen(names[j]) == nl && !memcmp(names[j], nm, nl))) j++;
+        if (j == n) {
+            *bad = arena_strndup(a, nm, nl);
+            return NULL;
+        }
+        size_t vl = strlen(vals[j]);
+        memcpy(out + o, vals[j], vl);
+        o += vl;
+        p += k;
+    }
+    out[o] = 0;
+    return out;
+}
+
+/* ---- entries ---- */
+
+typedef struct Piece {
+    const char *tmpl;     /* the HF tensor name, placeholders unsubstituted */
+    Span span;
+    bool transpose, sized;
+    int64_t first, count; /* sized (cols): the column range */
+} Piece;
+
+typedef struct Entry {
+    const Setting *st;
+    Piece pieces[HFMAP_MAX_PIECES];
+    int npieces;
+    bool ok;              /* well-formed: takes part in matching */
+    int matched;          /* parameters it maps */
+} Entry;
+
+typedef struct Block {
+    const Decl *d;
+    bool main;
+    Entry *entries;
+    int n;
+} Block;
+
+typedef struct HfCtx {
+    Sema *s;
+    Graph *g;
+    DiagSink *d;
+    Arena *a;
+    Block *blocks;
+    int nblocks;
+    bool failed;
+} HfCtx;
+
+static bool err(HfCtx *c, Span sp, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool err(HfCtx *c, Span sp, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    diag_error(c->d, sp, "%s", buf);
+    c->failed = true;
+    return false;
+}
+
+static const char *const hf_funcs[] = {"transpose", "cat", "cols"};
+
+/* One piece: "name", transpose("name"), cols(X, first, count) with X one of
+ * the two. */
+static bool read_piece(HfCtx *c, const Expr *e, Piece *pc) {
+    if (e->kind == EX_STR) {
+        if (strlen(e->str) != e->slen || !e->slen) return err(c, e->span, "an HF tensor name must be a non-empty string without NUL bytes");
+        pc->tmpl = e->str;
+        pc->span = e->span;
+        return true;
+    }
+    if (e->kind != EX_CALL)
+        return err(c, e->span, "expected an HF tensor name (a string), or transpose, cat or cols of names");
+    if (!strcmp(e->str, "transpose")) {
+        if (e->args.len != 1 || e->args.items[0].name || e->args.items[0].value->kind != EX_STR)
+            return err(c, e->span, "transpose takes one HF tensor name: transpose(\"...weight\")");
+        if (!read_piece(c, e->args.items[0].value, pc)) return false;
+        pc->transpose = true;
+        return true;
+    }
+    if (!strcmp(e->str, "cols")) {
+        if (e->args.len != 3 || e->args.items[0].name || e->args.items[1].name || e->args.items[2].name)
+            return err(c, e->span, "cols takes a tensor and a column range: cols(transpose(\"...\"), first, count)");
+        const Expr *x = e->args.items[0].value;
+        if (x->kind == EX_CALL && !strcmp(x->str, "cols")) return err(c, x->span, "cols of cols: give one column range");
+        if (x->kind == EX_CALL && !strcmp(x->str, "cat")) return err(c, x->span, "cols of cat: write the pieces of the cat instead");
+        if (!read_piece(c, x, pc)) return false;
+        int64_t first, count;
+        if (!sema_eval_int(c->s, e->args.items[1].value, &first) || !sema_eval_int(c->s, e->args.items[2].value, &count)) {
+            c->failed = true;
+            return false;
+        }
+        if (first < 0) return err(c, e->args.items[1].value->span, "the first column must be 0 or more, got %" PRId64, first);
+        if (count < 1) return err(c, e->args.items[2].value->span, "the column count must be positive, got %" PRId64, count);
+        if (first > INT64_MAX - count) return err(c, e->span, "the column range overflows");
+        pc->sized = true;
+        pc->first = first;
+        pc->count = count;
+        return true;
+    }
+    if (!strcmp(e->str, "cat")) return err(c, e->span, "cat goes outermost: cat(a, b, ...) of names, transposes and cols");
+    const char *near = diag_nearest(e->str, hf_funcs, 3);
+    if (near) return err(c, e->name_span, "unknown hf function '%s'; did you mean '%s'?", e->str, near);
+    return err(c, e->name_span, "unknown hf function '%s' (the functions are transpose, cat and cols)", e->str);
+}
+
+/* An entry's pieces: one piece, or cat(piece, ...). Each name's
+ * placeholders must be the pattern's. */
+static bool read_entry(HfCtx *c, Entry *en) {
+    const Setting *st = en->st;
+    const char *why = hfmap_pattern_error(c->a, st->key);
+    if (why) return err(c, st->span, "bad parameter pattern \"%s\": %s", st->key, why);
+    const Expr *e = st->value;
+    if (e->kind == EX_CALL && !strcmp(e->str, "cat")) {
+        if (e->args.len < 1 || e->args.len > HFMAP_MAX_PIECES)
+            return err(c, e->span, "cat takes 1 to %d pieces, got %d", HFMAP_MAX_PIECES, e->args.len);
+        for (int i = 0; i < e->args.len; i++) {
+            if (e->args.items[i].name) return err(c, e->args.items[i].name_span, "cat takes no named arguments");
+            memset(&en->pieces[i], 0, sizeof en->pieces[i]);
+            if (!read_piece(c, e->args.items[i].value, &en->pieces[i])) return false;
+        }
+        en->npieces = e->args.len;
+    } else {
+        memset(&en->pieces[0], 0, sizeof en->pieces[0]);
+        if (!read_piece(c, e, &en->pieces[0])) return false;
+        en->npieces = 1;
+    }
+    /* placeholders of the names: each must be one of the pattern's */
+    const char *names[HFMAP_MAX_HOLES], *vals[HFMAP_MAX_HOLES];
+    int n = 0;
+    for (const char *p = st->key; *p && n < HFMAP_MAX_HOLES;) {
+        const char *nm;
+        size_t nl, k = read_hole(p, &nm, &nl);
+        if (!k) {
+            p++;
+            continue;
+        }
+        names[n] = arena_strndup(c->a, nm, nl);
+        vals[n++] = "0";
+        p += k;
+    }
+    for (int i = 0; i < en->npieces; i++) {
+        const char *bad = NULL;
+        if (!hfmap_subst(c->a, en->pieces[i].tmpl, names, vals, n, &bad) && bad)
+            return err(c, en->pieces[i].span, "'{%s}' is not a placeholder of the pattern \"%s\"", bad, st->key);
+    }
+    return true;
+}
+
+/* config = "JSON" or a list of lines: checked to be a JSON object. */
+static bool read_config(HfCtx *c, const Setting *st, const char **out) {
+    const Expr *e = st->value;
+    const char *text = NULL;
+    if (e->kind == EX_LIST) {
+        text = "";
+        for (int i = 0; i < e->args.len; i++) {
+            const char *line;
+            if (e->args.items[i].name || !sema_eval_string(c->s, e->args.items[i].value, &line)) {
+                c->failed = true;
+                return false;
+            }
+            text = arena_printf(c->a, "%s%s\n", text, line);
+        }
+    } else if (!sema_eval_string(c->s, e, &text)) {
+        c->failed = true;
+        return false;
+    }
+    JsonDoc doc;
+    char jerr[256];
+    if (json_parse(text, strlen(text), &doc, jerr, sizeof jerr) != 0) {
+        json_free(&doc);
+        return err(c, e->span, "config is not valid JSON: %s", jerr);
+    }
+    bool obj = doc.root && doc.root->type == JSON_OBJECT;
+    json_free(&doc);
+    if (!obj) return err(c, e->span, "config must be a JSON object ({...}), the config.json Hugging Face reads");
+    *out = text;
+    return true;
+}
+
+/* The entries of one block; config only in the main file's. */
+static void read_block(HfCtx *c, Block *b) {
+    const SettingList *sl = &b->d->settings;
+    b->entries = ARENA_NEWN(c->a, Entry, sl->len ? sl->len : 1);
+    if (!b->entries) return;
+    for (int i = 0; i < sl->len; i++) {
+        const Setting *st = sl->items[i];
+        if (!st || !st->value) continue;
+        if (!st->quoted) {
+            if (strcmp(st->key, "config") != 0) {
+                err(c, st->span, "unknown hf setting '%s'", st->key);
+                diag_hint(c->d, "an hf block holds config = \"JSON\" and \"PARAMETER PATTERN\" = \"HF TENSOR\" entries");
+            } else if (!b->main) {
+                err(c, st->span, "config belongs in the main file's hf block");
+            } else if (c->g->hf.config && c->g->hf.config[0]) {
+                err(c, st->span, "config is given twice");
+            } else {
+                read_config(c, st, &c->g->hf.config);
+            }
+            continue;
+        }
+        Entry *en = &b->entries[b->n++];
+        memset(en, 0, sizeof *en);
+        en->st = st;
+        en->ok = read_entry(c, en);
+    }
+}
+
+/* ---- the blocks of the program ---- */
+
+/* The main file's block, then the imports' of no or the same architecture;
+ * one block per file. */
+static const Decl *collect_blocks(HfCtx *c, const Program *prog) {
+    const Decl *main_decl = NULL;
+    c->blocks = ARENA_NEWN(c->a, Block, prog->nfiles ? prog->nfiles : 1);
+    if (!c->blocks) return NULL;
+    for (int f = 0; f < prog->nfiles; f++) {
+        const Decl *first = NULL;
+        const DeclList *dl = &prog->files[f]->decls;
+        for (int k = 0; k < dl->len; k++) {
+            const Decl *d = dl->items[k];
+            if (d->kind != DL_HF) continue;
+            if (first) {
+                err(c, d->span, "a file has one hf block; this is a second one");
+                diag_note(c->d, first->span, "the first is here");
+                continue;
+            }
+            first = d;
+        }
+        if (!first) continue;
+        if (f == 0) {
+            main_decl = first;
+            if (!first->name) {
+                err(c, first->span, "the main file's hf block names the Hugging Face architecture");
+                diag_hint(c->d, "hf \"LlamaForCausalLM\" { ... }; a block without one is for library files");
+                return NULL;
+            }
+        } else if (!main_decl || (first->name && strcmp(first->name, main_decl->name) != 0)) {
+            continue;
+        }
+        c->blocks[c->nblocks++] = (Block){first, f == 0, NULL, 0};
+    }
+    return main_decl;
+}
+
+/* ---- matching ---- */
+
+typedef struct Pieces {
+    GraphHfPiece *items;
+    int len, cap;
+} Pieces;
+
+static bool push_piece(HfCtx *c, Pieces *ps, GraphHfPiece p) {
+    if (ps->len == ps->cap) {
+        int nc = ps->cap ? ps->cap * 2 : 64;
+        GraphHfPiece *ni = ARENA_NEWN(c->a, GraphHfPiece, nc);
+        if (!ni) return false;
+        if (ps->len) memcpy(ni, ps->items, sizeof *ni * (size_t)ps->len);
+        ps->items = ni;
+        ps->cap = nc;
+    }
+    ps->items[ps->len++] = p;
+    return true;
+}
+
+/* The pieces of parameter t from entry en, its placeholders bound. Column
+ * counts not given share what cols() leaves of the last axis equally. */
+static void emit_pieces(HfCtx *c, Pieces *ps, int t, Entry *en, const char **names, const char **vals, int nh,
+                        bool *reported) {
+    const GTensor *pt = &c->g->tensors[t];
+    int64_t N = pt->dims[pt->rank - 1], given = 0;
+    int unsized = 0;
+    for (int i = 0; i < en->npieces; i++) {
+        const Piece *p = &en->pieces[i];
+        if (p->transpose && pt->rank != 2) {
+            if (!*reported) err(c, p->span, "transpose needs a 2-D parameter, but '%s' has rank %d", pt->name, pt->rank);
+            *reported = true;
+            return;
+        }
+        if (p->sized) given += p->count;
+        else unsized++;
+    }
+    int64_t rest = N - given, each = unsized ? rest / unsized : 0;
+    if ((!unsized && given != N) || (unsized && (rest < unsized || rest % unsized))) {
+        if (!*reported) {
+            if (!unsized)
+                err(c, en->st->span, "the columns of the pieces add up to %" PRId64 ", but '%s' has %" PRId64
+                    " in its last axis", given, pt->name, N);
+            else
+                err(c, en->st->span, "the %" PRId64 " columns of '%s' that cols() leaves do not divide into %d equal pieces",
+                    rest, pt->name, unsized);
+            diag_hint(c->d, "give each piece its columns: cols(\"name\", first, count)");
+        }
+        *reported = true;
+        return;
+    }
+    for (int i = 0; i < en->npieces; i++) {
+        const Piece *p = &en->pieces[i];
+        const char *bad = NULL, *name = hfmap_subst(c->a, p->tmpl, names, vals, nh, &bad);
+        if (!name) return;
+        GraphHfPiece gp = {t, name, p->transpose, p->sized ? p->first : 0, p->sized ? p->count : each};
+        if (!push_piece(c, ps, gp)) return;
+    }
+}
+
+/* The entry of block b matching parameter t (NULL: none); two matching
+ * entries of one block are an error, reported once per pair. */
+static Entry *match_block(HfCtx *c, Block *b, const char *name, const char **names, const char **vals, int *nh) {
+    Entry *hit = NULL;
+    const char *n2[HFMAP_MAX_HOLES], *v2[HFMAP_MAX_HOLES];
+    int k2;
+    for (int i = 0; i < b->n; i++) {
+        Entry *en = &b->entries[i];
+        if (!en->ok) continue;
+        if (!hfmap_match(c->a, en->st->key, name, hit ? n2 : names, hit ? v2 : vals, hit ? &k2 : nh)) continue;
+        if (!hit) {
+            hit = en;
+            continue;
+        }
+        err(c, en->st->span, "parameter '%s' is matched by two entries of this hf block", name);
+        diag_note(c->d, hit->st->span, "the first entry matching it is here");
+        en->ok = false; /* once */
+    }
+    return hit;
+}
+
+static void report_unmatched(HfCtx *c, const Block *b) {
+    const char **cands = ARENA_NEWN(c->a, const char *, c->g->ntensors + 1);
+    int nc = 0;
+    for (int t = 0; cands && t < c->g->ntensors; t++)
+        if (c->g->tensors[t].cls == TC_PARAM) cands[nc++] = c->g->tensors[t].name;
+    for (int i = 0; i < b->n; i++) {
+        const Entry *en = &b->entries[i];
+        if (!en->ok || en->matched) continue;
+        err(c, en->st->span, "the pattern \"%s\" matches no parameter", en->st->key);
+        const char *bad = NULL, *zero[HFMAP_MAX_HOLES], *names[HFMAP_MAX_HOLES];
+        int n = 0;
+        for (const char *p = en->st->key; *p && n < HFMAP_MAX_HOLES;) {
+            const char *nm;
+            size_t nl, k = read_hole(p, &nm, &nl);
+            if (k) names[n] = arena_strndup(c->a, nm, nl), zero[n++] = "0";
+            p += k ? k : 1;
+        }
+        const char *probe = hfmap_subst(c->a, en->st->key, names, zero, n, &bad);
+        const char *near = probe && cands ? diag_nearest(probe, cands, nc) : NULL;
+        if (near) diag_hint(c->d, "did you mean \"%s\"? (parameters are named by their call path: docs/checking.md)", near);
+        else diag_hint(c->d, "zinfc --emit=graph lists the parameters");
+    }
+}
+
+static void warn_unmapped(HfCtx *c, const Decl *main_decl, const bool *mapped) {
+    int n = 0;
+    const char *list = "";
+    for (int t = 0; t < c->g->ntensors; t++) {
+        const GTensor *pt = &c->g->tensors[t];
+        if (pt->cls != TC_PARAM || mapped[t]) continue;
+        if (n < 4) list = arena_printf(c->a, "%s%s%s", list, n ? ", " : "", pt->name);
+        n++;
+    }
+    if (!n) return;
+    diag_warning(c->d, main_decl->span, "%d parameter%s no Hugging Face tensor: %s%s", n, n > 1 ? "s have" : " has", list,
+                 n > 4 ? arena_printf(c->a, " and %d more", n - 4) : "");
+    diag_note(c->d, SPAN_NONE, "an export leaves them out and an import leaves them as initialised");
+}
+
+bool hfmap_build(Sema *s, const Program *prog, Graph *g, DiagSink *d) {
+    HfCtx c = {s, g, d, g->arena, NULL, 0, false};
+    const Decl *main_decl = collect_blocks(&c, prog);
+    if (!main_decl) return !c.failed;
+    for (int i = 0; i < c.nblocks; i++) read_block(&c, &c.blocks[i]);
+    bool *mapped = ARENA_NEWN(c.a, bool, g->ntensors + 1);
+    Pieces ps = {0};
+    for (int t = 0; mapped && t < g->ntensors; t++) {
+        const GTensor *pt = &g->tensors[t];
+        if (pt->cls != TC_PARAM || pt->rank < 1) continue;
+        const char *names[HFMAP_MAX_HOLES], *vals[HFMAP_MAX_HOLES];
+        int nh = 0;
+        for (int b = 0; b < c.nblocks; b++) {
+            Entry *en = match_block(&c, &c.blocks[b], pt->name, names, vals, &nh);
+            if (!en) continue;
+            en->matched++;
+            mapped[t] = true;
+            bool reported = false;
+            emit_pieces(&c, &ps, t, en, names, vals, nh, &reported);
+            if (reported) en->ok = false; /* its other parameters would say the same */
+            break;
+        }
+    }
+    if (c.nblocks > 0 && c.blocks[0].main) report_unmatched(&c, &c.blocks[0]);
+    if (c.failed || c.a->failed) return false;
+    if (mapped) warn_unmapped(&c, main_decl, mapped);
+    g->hf.arch = main_decl->name;
+    if (!g->hf.config) g->hf.config = "";
+    g->hf.pieces = ps.items;
+    g->hf.npieces = ps.len;
+    return true;
+}
