@@ -163,7 +163,7 @@ typedef struct Graph {
     int nsegments;           /* number of repeat instances */
     const char *model_name;
     TrainConfig train;
-    GraphHf hf;              /* empty unless the main file has an hf block */
+    GraphHf hf;              /* empty unless the model's file has an hf block */
 } Graph;
 
 void graph_init(Graph *g, Arena *a);

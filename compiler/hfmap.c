@@ -276,7 +276,7 @@ static bool read_config(HfCtx *c, const Setting *st, const char **out) {
     return true;
 }
 
-/* The entries of one block; config only in the main file's. */
+/* The entries of one block; config only in the model file's. */
 static void read_block(HfCtx *c, Block *b) {
     const SettingList *sl = &b->d->settings;
     b->entries = ARENA_NEWN(c->a, Entry, sl->len ? sl->len : 1);
@@ -289,7 +289,7 @@ static void read_block(HfCtx *c, Block *b) {
                 err(c, st->span, "unknown hf setting '%s'", st->key);
                 diag_hint(c->d, "an hf block holds config = \"JSON\" and \"PARAMETER PATTERN\" = \"HF TENSOR\" entries");
             } else if (!b->main) {
-                err(c, st->span, "config belongs in the main file's hf block");
+                err(c, st->span, "config belongs in the hf block of the model's file");
             } else if (c->g->hf.config && c->g->hf.config[0]) {
                 err(c, st->span, "config is given twice");
             } else {
@@ -306,38 +306,49 @@ static void read_block(HfCtx *c, Block *b) {
 
 /* ---- the blocks of the program ---- */
 
-/* The main file's block, then the imports' of no or the same architecture;
- * one block per file. */
-static const Decl *collect_blocks(HfCtx *c, const Program *prog) {
-    const Decl *main_decl = NULL;
-    c->blocks = ARENA_NEWN(c->a, Block, prog->nfiles ? prog->nfiles : 1);
-    if (!c->blocks) return NULL;
-    for (int f = 0; f < prog->nfiles; f++) {
-        const Decl *first = NULL;
-        const DeclList *dl = &prog->files[f]->decls;
-        for (int k = 0; k < dl->len; k++) {
-            const Decl *d = dl->items[k];
-            if (d->kind != DL_HF) continue;
-            if (first) {
-                err(c, d->span, "a file has one hf block; this is a second one");
-                diag_note(c->d, first->span, "the first is here");
-                continue;
-            }
-            first = d;
-        }
-        if (!first) continue;
-        if (f == 0) {
-            main_decl = first;
-            if (!first->name) {
-                err(c, first->span, "the main file's hf block names the Hugging Face architecture");
-                diag_hint(c->d, "hf \"LlamaForCausalLM\" { ... }; a block without one is for library files");
-                return NULL;
-            }
-        } else if (!main_decl || (first->name && strcmp(first->name, main_decl->name) != 0)) {
+/* The file declaring the model (the first, if several: sema reports those). */
+static int model_file(const Program *prog) {
+    for (int f = 0; f < prog->nfiles; f++)
+        for (int k = 0; k < prog->files[f]->decls.len; k++)
+            if (prog->files[f]->decls.items[k]->kind == DL_MODEL) return f;
+    return 0;
+}
+
+/* The hf block of file f (one per file), or NULL. */
+static const Decl *file_block(HfCtx *c, const AstFile *af) {
+    const Decl *first = NULL;
+    for (int k = 0; k < af->decls.len; k++) {
+        const Decl *d = af->decls.items[k];
+        if (d->kind != DL_HF) continue;
+        if (first) {
+            err(c, d->span, "a file has one hf block; this is a second one");
+            diag_note(c->d, first->span, "the first is here");
             continue;
         }
-        c->blocks[c->nblocks++] = (Block){first, f == 0, NULL, 0};
+        first = d;
     }
+    return first;
+}
+
+/* The model file's block, then the other files' of no or the same
+ * architecture. */
+static const Decl *collect_blocks(HfCtx *c, const Program *prog) {
+    int mf = model_file(prog);
+    c->blocks = ARENA_NEWN(c->a, Block, prog->nfiles ? prog->nfiles : 1);
+    const Decl **per = ARENA_NEWN(c->a, const Decl *, prog->nfiles ? prog->nfiles : 1);
+    if (!c->blocks || !per) return NULL;
+    for (int f = 0; f < prog->nfiles; f++) per[f] = file_block(c, prog->files[f]);
+    const Decl *main_decl = per[mf];
+    if (!main_decl) return NULL;
+    if (!main_decl->name) {
+        err(c, main_decl->span, "the hf block of the model's file names the Hugging Face architecture");
+        diag_hint(c->d, "hf \"LlamaForCausalLM\" { ... }; a block without one is for files of layers");
+        return NULL;
+    }
+    c->blocks[c->nblocks++] = (Block){main_decl, true, NULL, 0};
+    for (int f = 0; f < prog->nfiles; f++)
+        if (f != mf && per[f] && (!per[f]->name || !strcmp(per[f]->name, main_decl->name)))
+            c->blocks[c->nblocks++] = (Block){per[f], false, NULL, 0};
     return main_decl;
 }
 

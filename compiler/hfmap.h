@@ -8,14 +8,14 @@
  *     "x.wk" = cols(transpose("qkv.weight"), 512, 256)
  *   }
  *
- * The main file's hf block names the architecture and makes the mapping;
- * the hf blocks of imported files (the stdlib's layers carry theirs) add
- * entries when they name no architecture or the same one. Every entry's
- * pattern is matched against every parameter: `{name}` matches a decimal
- * number, substituted in the HF names. In the main file's block the first
- * entry matching a parameter wins over the imports'; two matching entries of
- * one block are an error, and so is a main-file pattern matching nothing;
- * parameters left unmapped are a warning. Syntax and rules:
+ * The hf block of the model's file names the architecture and makes the
+ * mapping; the hf blocks of the other files (the stdlib's layers carry
+ * theirs) add entries when they name no architecture or the same one. Every
+ * entry's pattern is matched against every parameter: `{name}` matches a
+ * decimal number, substituted in the HF names. The model file's entries win
+ * over the others'; two matching entries of one block are an error, and so
+ * is a model-file pattern matching nothing; parameters left unmapped are a
+ * warning. Syntax and rules:
  * docs/language.md ("The hf block"). Diagnostics go to the sink; nothing is
  * printed; everything lives in the graph's arena.
  */
@@ -31,7 +31,7 @@ enum { HFMAP_MAX_PIECES = 16, HFMAP_MAX_HOLES = 8 };
 
 /* Fills g->hf from prog's hf blocks (after sema_check built g's parameters;
  * constants in the blocks are evaluated by s in the main file's scope).
- * Returns false when it reported an error. No hf block in the main file:
+ * Returns false when it reported an error. No hf block in the model's file:
  * g->hf stays empty and it returns true. */
 bool hfmap_build(Sema *s, const Program *prog, Graph *g, DiagSink *d);
 

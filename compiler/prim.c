@@ -380,10 +380,14 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     const PrimInfo *p = prim_info(PRIM_ROPE);
     int64_t sc = c->iattr[1];
     if (sc < ROPE_NONE || sc > ROPE_LLAMA3) return true; /* prim_infer reports it */
-    for (int i = 3; i <= 6; i++)
-        if (c->attr_set[i] && (sc == ROPE_NONE || (sc == ROPE_LINEAR && i > 3)))
+    for (int i = 3; i <= 6; i++) {
+        const PrimAttr *a = &p->attrs[i];
+        double v = a->kind == PA_FLOAT ? c->fattr[a->slot] : (double)c->iattr[a->slot];
+        /* a layer passing its defaults through is fine: only a value that would change something */
+        if (c->attr_set[i] && v != a->def && (sc == ROPE_NONE || (sc == ROPE_LINEAR && i > 3)))
             return fail(err, 0, "rope: '%s' is not used with scaling = \"%s\"%s", p->attrs[i].name, rope_scalings[sc],
                         i == 3 ? " (it takes scaling = \"linear\" or \"llama3\")" : " (it takes scaling = \"llama3\")");
+    }
     return true;
 }
 

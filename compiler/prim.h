@@ -86,8 +86,9 @@ void prim_defaults(PrimCall *c);
  * to out[0..*nout) and returns true; otherwise fills err and returns false.
  * Attributes must be set (prim_defaults) before. */
 bool prim_infer(const PrimCall *c, PrimShape *out, int *nout, PrimError *err);
-/* Attributes the source gave that the call's other attributes leave unused
- * (rope's factor without a scaling): false with err filled. The checker
+/* Attributes the source gave, with a value other than their default, that
+ * the call's other attributes leave unused (rope's factor without a
+ * scaling): false with err filled. The checker
  * calls it on what was written; prim_infer does not (an op re-derived from a
  * GOp has every attribute set). */
 bool prim_unused_attrs(const PrimCall *c, PrimError *err);

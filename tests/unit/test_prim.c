@@ -211,6 +211,9 @@ START_TEST(rope_rule) {
     ck_assert(infer(&c)); /* the shape rule takes it; the checker asks prim_unused_attrs */
     ck_assert(!prim_unused_attrs(&c, &err));
     ck_assert_str_eq(err.msg, "rope: 'factor' is not used with scaling = \"none\" (it takes scaling = \"linear\" or \"llama3\")");
+    c.fattr[1] = 1; /* the default, given: changes nothing, accepted */
+    ck_assert(prim_unused_attrs(&c, &err));
+    c.fattr[1] = 8;
     c.iattr[1] = ROPE_LINEAR;
     c.attr_set[2] = true;
     ck_assert(infer(&c));
