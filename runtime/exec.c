@@ -128,7 +128,7 @@ void rt_elem_set(void *p, int dt, int64_t i, double v) {
 }
 
 /* Reads or writes bytes of a shard's home, wherever it lives. */
-static int home_read(Rt *r, int buffer, uint64_t off, void *dst, uint64_t bytes, char *err, size_t n) {
+int rt_home_read(Rt *r, int buffer, uint64_t off, void *dst, uint64_t bytes, char *err, size_t n) {
     const PlanBuffer *b = &r->p->buffers[buffer];
     if (b->arena == ARENA_GPU && r->cu) return rtc_home_read(r, b->offset + off, dst, bytes, err, n);
     if (b->arena != ARENA_NVME) {
@@ -138,7 +138,7 @@ static int home_read(Rt *r, int buffer, uint64_t off, void *dst, uint64_t bytes,
     return rtio_read(&r->io, b->offset + off, dst, bytes, err, n);
 }
 
-static int home_write(Rt *r, int buffer, uint64_t off, const void *src, uint64_t bytes, char *err, size_t n) {
+int rt_home_write(Rt *r, int buffer, uint64_t off, const void *src, uint64_t bytes, char *err, size_t n) {
     const PlanBuffer *b = &r->p->buffers[buffer];
     if (b->arena == ARENA_GPU && r->cu) return rtc_home_write(r, b->offset + off, src, bytes, err, n);
     if (b->arena != ARENA_NVME) {
@@ -177,7 +177,7 @@ static int init_state(Rt *r, char *err, size_t n) {
                 }
             }
         }
-        int rc = home_write(r, s->buffer, 0, tmp, s->bytes, err, n);
+        int rc = rt_home_write(r, s->buffer, 0, tmp, s->bytes, err, n);
         free(tmp);
         free(vals);
         if (rc) return -1;
@@ -828,7 +828,7 @@ int rt_checkpoint_save(Rt *r, const char *dir, const char *state_json, char *err
         if (!d) { rc = rt_fail(err, n, "out of memory"); break; }
         e[ne] = (CkptEntry){t->name, t->dtype, sh->bytes, d};
         ne++;
-        rc = home_read(r, sh->buffer, 0, d, sh->bytes, err, n);
+        rc = rt_home_read(r, sh->buffer, 0, d, sh->bytes, err, n);
     }
     uint64_t h = rt_plan_hash(r);
     int64_t next = r->step;
@@ -867,7 +867,7 @@ int rt_checkpoint_load(Rt *r, const char *dir, int64_t step, bool *mine, char *e
     if (rc) why = 2;
     else if ((rc = ckpt_read_shard(dir, step, r->c->rank, r->c->size, rt_plan_hash(r), e, ne, err, n))) why = 1;
     for (int i = 0; i < ne && !rc; i++)
-        if ((rc = home_write(r, buf[i], 0, e[i].data, e[i].bytes, err, n))) why = 2;
+        if ((rc = rt_home_write(r, buf[i], 0, e[i].data, e[i].bytes, err, n))) why = 2;
     for (int i = 0; i < ne; i++) free(e[i].data);
     free(e);
     free(buf);
@@ -913,7 +913,7 @@ int rt_export_safetensors(Rt *r, const char *path, char *err, size_t n) {
         uint8_t *all = malloc((size_t)sh->tile_shard * es * (size_t)r->c->size + 1);
         uint8_t *full = r->c->rank == 0 ? malloc((size_t)pt->numel * es + 1) : NULL;
         if (!mine || !all || (r->c->rank == 0 && !full)) rc = rt_fail(err, n, "out of memory exporting %s", pt->name);
-        if (!rc) rc = home_read(r, sh->buffer, 0, mine, sh->bytes, err, n);
+        if (!rc) rc = rt_home_read(r, sh->buffer, 0, mine, sh->bytes, err, n);
         for (int32_t u = 0; u < sh->ntiles && !rc; u++) {
             size_t sb = (size_t)sh->tile_shard * es;
             if (sh->partitioned) {

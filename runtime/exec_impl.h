@@ -51,6 +51,10 @@ const PlanOperand *rt_opnd(const Rt *r, const PlanInstr *in, uint32_t k);
 double rt_elem_get(const void *p, int dt, int64_t i);
 void rt_elem_set(void *p, int dt, int64_t i, double v);
 bool rt_tensor_partitioned(const Rt *r, int t);
+/* Bytes [off, off+bytes) of home buffer `buffer` (a shard's home: GPU
+ * arena, CPU arena or NVMe), to or from host memory. */
+int rt_home_read(Rt *r, int buffer, uint64_t off, void *dst, uint64_t bytes, char *err, size_t errlen);
+int rt_home_write(Rt *r, int buffer, uint64_t off, const void *src, uint64_t bytes, char *err, size_t errlen);
 /* Instruction i on the host (the host backend's semantics). */
 int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t errlen);
 

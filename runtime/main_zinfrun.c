@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 #include "ckpt.h"
 #include "cudrv.h"
@@ -16,18 +18,21 @@
 #include "comm.h"
 #include "cost.h"
 #include "exec.h"
+#include "hfio.h"
 #include "plan.h"
 #include "tokens.h"
 #include "verify.h"
 
 typedef struct Opts {
-    const char *plan, *data, *backend, *ckpt_dir, *trace, *nvme, *export_path, *losses;
+    const char *plan, *data, *backend, *ckpt_dir, *trace, *nvme, *export_path, *losses, *init, *export_hf;
     int64_t steps, ckpt_every;
+    uint64_t shard_size;
     bool resume, quiet, start_over;
 } Opts;
 
 static const char *const flags[] = {"--data", "--steps", "--backend", "--checkpoint-dir", "--checkpoint-every",
-                                    "--resume", "--start-over", "--trace", "--nvme", "--export", "--losses", "--quiet", "--help", "--version"};
+                                    "--resume", "--start-over", "--trace", "--nvme", "--export", "--losses", "--quiet", "--help", "--version",
+                                    "--init", "--export-hf", "--export-hf-shard-size"};
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -42,8 +47,34 @@ static void usage(FILE *f) {
             "  --nvme DIR             use DIR for the plan's NVMe swap space instead of the target's paths\n"
             "  --trace FILE           write the measured timeline of the last step (Chrome trace JSON)\n"
             "  --export FILE          after training, write the parameters as one safetensors file\n"
+            "  --init PATH            start from Hugging Face weights: a model directory (model.safetensors, or\n"
+            "                         the shards of model.safetensors.index.json) or one .safetensors file;\n"
+            "                         the plan's hf mapping says which tensors make each parameter\n"
+            "  --export-hf DIR        after training, write DIR (config.json, model*.safetensors) for\n"
+            "                         transformers' from_pretrained; DIR must be new or empty. With --steps 0\n"
+            "                         (and --resume or --init) it exports without training\n"
+            "  --export-hf-shard-size SIZE  largest safetensors file of --export-hf (default 5GB; 500MB, 2GiB, bytes)\n"
             "  --losses FILE          append \"step N loss L\" lines (full precision) to FILE\n"
             "  --quiet                only the final summary\n");
+}
+
+/* "5GB" (powers of 1000, as Hugging Face counts), "2GiB" (powers of 1024), "123". */
+static int parse_size(const char *v, uint64_t *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || errno || !(x > 0)) return -1;
+    static const struct { const char *unit; double mul; } units[] = {
+        {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+        {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+    for (size_t i = 0; i < sizeof units / sizeof *units; i++)
+        if (!strcmp(end, units[i].unit)) {
+            double b = x * units[i].mul;
+            if (b < 1 || b > 1e19) return -1;
+            *out = (uint64_t)b;
+            return 0;
+        }
+    return -1;
 }
 
 static int parse(int argc, char **argv, Opts *o) {
@@ -62,6 +93,16 @@ static int parse(int argc, char **argv, Opts *o) {
         else if (!strcmp(a, "--nvme")) { if (!(o->nvme = VAL())) return 2; }
         else if (!strcmp(a, "--export")) { if (!(o->export_path = VAL())) return 2; }
         else if (!strcmp(a, "--losses")) { if (!(o->losses = VAL())) return 2; }
+        else if (!strcmp(a, "--init")) { if (!(o->init = VAL())) return 2; }
+        else if (!strcmp(a, "--export-hf")) { if (!(o->export_hf = VAL())) return 2; }
+        else if (!strcmp(a, "--export-hf-shard-size")) {
+            const char *v = VAL();
+            if (!v) return 2;
+            if (parse_size(v, &o->shard_size)) {
+                fprintf(stderr, "zinfrun: --export-hf-shard-size needs a size like 5GB, 500MB, 2GiB or a byte count, not '%s'\n", v);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--resume")) o->resume = true;
         else if (!strcmp(a, "--start-over")) o->start_over = true;
         else if (!strcmp(a, "--quiet")) o->quiet = true;
@@ -89,6 +130,7 @@ static int parse(int argc, char **argv, Opts *o) {
     if (o->resume && !o->ckpt_dir) { fprintf(stderr, "zinfrun: --resume needs --checkpoint-dir\n"); return 2; }
     if (o->start_over && !o->ckpt_dir) { fprintf(stderr, "zinfrun: --start-over needs --checkpoint-dir\n"); return 2; }
     if (o->resume && o->start_over) { fprintf(stderr, "zinfrun: --resume and --start-over contradict each other\n"); return 2; }
+    if (o->shard_size && !o->export_hf) { fprintf(stderr, "zinfrun: --export-hf-shard-size needs --export-hf\n"); return 2; }
     if (!o->data && (o->steps != 0)) { fprintf(stderr, "zinfrun: --data TRAIN.bin is required to train (or --steps 0)\n"); return 2; }
     return 0;
 }
@@ -101,7 +143,7 @@ static int die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    char m[2048];
+    char m[16384];
     vsnprintf(m, sizeof m, fmt, ap);
     va_end(ap);
     /* messages from below may already name the rank: say it once */
@@ -238,6 +280,56 @@ static int checkpoint_start(Rt *r, const Opts *o, bool lead, int64_t *start, cha
     return -1;
 }
 
+/* Rank 0 checks that --export-hf's directory is new or empty before any
+ * step is trained; every rank learns the verdict. */
+static int export_dir_ok(const Opts *o, bool lead, char *err, size_t n) {
+    int64_t bad = lead && hfio_check_export_dir(o->export_hf, err, n) ? 1 : 0;
+    if (comm_allreduce_max_i64(&C, &bad) != COMM_OK) {
+        snprintf(err, n, "%s", comm_last_error(&C));
+        return -1;
+    }
+    if (bad && !lead) snprintf(err, n, "rank 0 refused --export-hf %s", o->export_hf);
+    return bad ? -1 : 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double peak_rss_mib(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) ? 0 : (double)ru.ru_maxrss / 1024.0; /* KiB on Linux */
+}
+
+/* --init: the weights from a Hugging Face checkpoint, at step 0. */
+static int import_hf(Rt *r, const Opts *o, const HfioOptions *ho, bool lead, char *err, size_t n) {
+    double t0 = now_s(), rss0 = peak_rss_mib();
+    HfioReport rep;
+    char e[16000];
+    if (hfio_import(r, o->init, ho, &rep, e, sizeof e)) {
+        snprintf(err, n, "--init: %s", e);
+        return -1;
+    }
+    if (!lead) return 0;
+    if (rep.nunused)
+        fprintf(stderr, "zinfrun: init: warning: %d tensor%s in %s map%s to no parameter and %s not used: %s\n", rep.nunused,
+                rep.nunused == 1 ? "" : "s", o->init, rep.nunused == 1 ? "s" : "", rep.nunused == 1 ? "is" : "are", rep.unused);
+    if (o->quiet) return 0;
+    char b1[32];
+    printf("init: %d parameters from %d tensors of %s (%d file%s; rank 0 read %s) in %.2f s; peak RSS %.1f MiB (%.1f before the import)\n",
+           rep.params, rep.tensors, o->init, rep.files, rep.files == 1 ? "" : "s", plan_bytes_str(rep.bytes, b1, sizeof b1),
+           now_s() - t0, peak_rss_mib(), rss0);
+    if (rep.params_kept)
+        printf("init: %d parameter%s with no Hugging Face tensor keep%s the seeded initialisation\n", rep.params_kept,
+               rep.params_kept == 1 ? "" : "s", rep.params_kept == 1 ? "s" : "");
+    if (rep.nignored)
+        printf("init: skipped %d tensor%s with no zinf counterpart (tied lm_head, mask buffers, rotary frequencies): %s\n", rep.nignored,
+               rep.nignored == 1 ? "" : "s", rep.ignored);
+    return 0;
+}
+
 static int64_t plan_vocab(const Plan *p) {
     for (uint32_t k = 0; k < p->nops; k++)
         if (p->ops[k].kind == 0 /* OP_FWD */ && p->ops[k].prim == 0 /* PRIM_EMBEDDING */ && p->ops[k].in[0] >= 0)
@@ -259,6 +351,7 @@ int main(int argc, char **argv) {
     /* Under mpirun stdout is often a pseudo-terminal shared by every rank: plain lines then. */
     bool lead = C.rank == 0, tty = isatty(1) && C.size == 1 && !getenv("ZINF_PLAIN");
     char err[2048];
+    static char big[16384]; /* messages that list tensors */
     Plan *p = plan_read(o.plan, err, sizeof err);
     if (!p) return die("%s", err);
     char vm[4096];
@@ -318,7 +411,12 @@ int main(int argc, char **argv) {
         status = die(__VA_ARGS__);   \
         goto out;                    \
     } while (0)
-    Rt *r = rt_create(p, &C, &ro, err, sizeof err);
+    Rt *r = NULL;
+    HfioOptions ho = {.staging_bytes = HFIO_STAGING_DEFAULT, .max_shard_bytes = o.shard_size};
+    /* Hugging Face weights: the mapping and the target checked before anything is allocated or trained */
+    if ((o.init || o.export_hf) && hfio_check_plan(p, err, sizeof err)) FAIL_RUN("%s: %s", o.plan, err);
+    if (o.export_hf && export_dir_ok(&o, lead, err, sizeof err)) FAIL_RUN("%s", err);
+    r = rt_create(p, &C, &ro, err, sizeof err);
     if (!r) FAIL_RUN("%s", err);
     if (lead && !o.quiet) {
         printf("plan %s: model %s, %d rank%s, %u instructions per step\n", o.plan, p->model_name ? p->model_name : "?",
@@ -331,6 +429,9 @@ int main(int argc, char **argv) {
     int64_t total = o.steps >= 0 ? o.steps : p->train.steps;
     int64_t start = 0;
     if (o.ckpt_dir && checkpoint_start(r, &o, lead, &start, err, sizeof err)) FAIL_RUN("%s", err);
+    if (o.init && start > 0 && lead && !o.quiet)
+        printf("init: not used: resumed from step %" PRId64 " (the checkpoint holds the weights)\n", start);
+    if (o.init && start == 0 && import_hf(r, &o, &ho, lead, big, sizeof big)) FAIL_RUN("%s", big);
 
     /* the verifier tied every INPUT copy to this shape */
     int64_t B = 0, T = 0;
@@ -382,6 +483,14 @@ int main(int argc, char **argv) {
     if (o.export_path) {
         if (rt_export_safetensors(r, o.export_path, err, sizeof err)) FAIL_RUN("%s", err);
         if (lead && !o.quiet) printf("exported the parameters to %s\n", o.export_path);
+    }
+    if (o.export_hf) {
+        HfioReport rep;
+        if (hfio_export(r, o.export_hf, &ho, &rep, big, sizeof big)) FAIL_RUN("--export-hf: %s", big);
+        char b1[32];
+        if (lead && !o.quiet)
+            printf("exported %d Hugging Face tensors at step %" PRId64 " to %s (%d safetensors file%s, %s)\n", rep.tensors,
+                   rt_steps_done(r), o.export_hf, rep.files, rep.files == 1 ? "" : "s", plan_bytes_str(rep.bytes, b1, sizeof b1));
     }
     if (o.trace) {
         /* Rank 0 writes FILE, every other rank FILE.rankR. */

@@ -1,0 +1,92 @@
+/* hfio_impl: what runtime/hfio.c (the mapping, import) and
+ * runtime/hfio_export.c (export, gather) share. Private to them. */
+#ifndef ZINF_HFIO_IMPL_H
+#define ZINF_HFIO_IMPL_H
+#include "hfio.h"
+#include "exec_impl.h"
+#include "safetensors.h"
+
+/* A piece of the mapping, with its geometry: parameter P seen as a
+ * [rows, cols] matrix (cols its last axis); the piece is P's columns
+ * [pc, pc + w), taken from columns [src_col, src_col + w) of the HF tensor
+ * in zinf layout. P's element (i, j) is the HF tensor's element
+ *   i * hstride + src_col + (j - pc)       not transposed (hstride: the HF last axis)
+ *   (src_col + j - pc) * hstride + i       transposed (hstride = rows) */
+typedef struct HfPiece {
+    int tensor;
+    int64_t rows, cols, pc, w, src_col, hstride;
+    bool transpose;
+    int group;
+    bool exported;          /* it writes its group's columns (not a repeat of the same columns, not an alias) */
+} HfPiece;
+
+/* One HF tensor: the pieces that name it with the transpose of the first
+ * define its shape; pieces of the other orientation (a tied weight read
+ * both ways) only read it. */
+typedef struct HfGroup {
+    const char *name;
+    bool transpose;
+    int first;
+    int rank;
+    int64_t shape[ST_MAX_RANK];
+    uint64_t numel;
+    int dtype;              /* plan DType of the first piece's parameter: the exported dtype */
+} HfGroup;
+
+typedef struct HfLayout {
+    HfPiece *pieces;
+    int npieces;
+    HfGroup *groups;
+    int ngroups;
+} HfLayout;
+
+int hf_fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int hf_layout_build(const Plan *p, HfLayout *l, char *err, size_t n);
+void hf_layout_free(HfLayout *l);
+/* "[2, 3]" */
+const char *hf_shape_str(const int64_t *shape, int rank, char *buf, size_t n);
+
+/* The staging memory: ch elements of up to 4 bytes in a and b, ch floats in f. */
+typedef struct HfStage {
+    int64_t ch;
+    uint8_t *a, *b;
+    float *f;
+} HfStage;
+int hf_stage_init(HfStage *s, const HfioOptions *o, char *err, size_t n);
+void hf_stage_free(HfStage *s);
+
+/* Block sizes for a [nrows, ncols] region with ch elements per block: whole
+ * rows where they fit; for a transposed piece square-ish blocks, so that
+ * both its strided side and its contiguous side move long runs. */
+void hf_block_dims(bool transposed, int64_t nrows, int64_t ncols, int64_t ch, int64_t *h, int64_t *w);
+
+/* The segment of P's flat elements [x, y) starting at x that one rank
+ * holds: returns its end; *owner is that rank (-1: every rank holds the
+ * tensor whole) and *off the element offset in the owner's shard. */
+int64_t hf_segment(const PlanShard *s, int nranks, int64_t x, int64_t y, int *owner, int64_t *off);
+
+/* Runs of bytes to move, merged while they continue each other on both
+ * sides: fn(ctx, off, buf, len) moves one. */
+typedef int (*HfRunFn)(void *ctx, uint64_t off, uint8_t *buf, uint64_t len, char *err, size_t n);
+typedef struct HfRuns {
+    HfRunFn fn;
+    void *ctx;
+    uint64_t off, len, total;
+    uint8_t *buf;
+} HfRuns;
+int hf_runs_add(HfRuns *r, uint64_t off, uint8_t *buf, uint64_t len, char *err, size_t n);
+int hf_runs_flush(HfRuns *r, char *err, size_t n);
+
+/* A shard's home as a run target. */
+typedef struct HfHome {
+    Rt *r;
+    int buffer;
+} HfHome;
+int hf_home_read(void *ctx, uint64_t off, uint8_t *buf, uint64_t len, char *err, size_t n);
+int hf_home_write(void *ctx, uint64_t off, uint8_t *buf, uint64_t len, char *err, size_t n);
+
+/* Collective: 0 when every rank's rc is 0, else 1 + the highest failing
+ * rank (-1 when the agreement itself failed: err says why). */
+int hf_agree(Rt *r, int rc, char *err, size_t n);
+
+#endif
