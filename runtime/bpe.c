@@ -477,7 +477,7 @@ static void cache_put(BpeModel *m, const char *w, size_t n, uint64_t h, const ui
     s->ids_n = (uint32_t)k;
     memcpy(m->cbytes + m->cbytes_n, w, n);
     m->cbytes_n += n;
-    memcpy(m->cids + m->cids_n, ids, k * sizeof *ids);
+    if (k) memcpy(m->cids + m->cids_n, ids, k * sizeof *ids);
     m->cids_n += k;
     m->cn++;
 }
@@ -582,6 +582,6 @@ int bpe_encode(BpeModel *m, const char *w, size_t n, BpeIds *out, char *err, siz
     size_t first = out->n;
     for (size_t k = 0; k < ns; k++)
         if (m->sym[k].len && bpe_ids_push(out, m->sym[k].c)) return fail(err, errlen, "out of memory");
-    if (n < CACHE_MAX_WORD) cache_put(m, w, n, h, out->v + first, out->n - first);
+    if (n < CACHE_MAX_WORD) cache_put(m, w, n, h, out->n > first ? out->v + first : NULL, out->n - first);
     return 0;
 }

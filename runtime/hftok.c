@@ -50,6 +50,8 @@ static int buf_printf(Buf *b, const char *fmt, ...) {
 typedef struct {
     char *content;
     size_t n;
+    char *text; /* what the id decodes to: the content, normalized when `normalized` (as the library does) */
+    size_t text_n;
     uint32_t id;
     int special, single_word, lstrip, rstrip, normalized;
 } Added;
@@ -849,8 +851,11 @@ static int build_added(HfTok *t, Ld *l) {
             }
             int rc;
             if (!a->normalized) rc = trie_add(&t->raw, a->content, a->n, a->id);
-            else if (normalize(t, a->content, a->n, &pat)) rc = -1;
-            else rc = trie_add(&t->norm, pat.s, pat.n, a->id);
+            else if (normalize(t, a->content, a->n, &pat) || !(a->text = dupn(pat.s, pat.n))) rc = -1;
+            else {
+                a->text_n = pat.n;
+                rc = trie_add(&t->norm, pat.s, pat.n, a->id);
+            }
             if (rc) {
                 free(pat.s);
                 return lfail(l, "out of memory");
@@ -952,7 +957,10 @@ int hftok_load(HfTok **out, const char *path, char *err, size_t errlen) {
 void hftok_free(HfTok *t) {
     if (!t) return;
     bpe_free(t->bpe);
-    for (size_t k = 0; k < t->nadded; k++) free(t->added[k].content);
+    for (size_t k = 0; k < t->nadded; k++) {
+        free(t->added[k].content);
+        free(t->added[k].text);
+    }
     free(t->added);
     free(t->added_at);
     free(t->special);
@@ -1000,8 +1008,8 @@ const char *hftok_token_text(const HfTok *t, uint32_t id, size_t *n) {
     if (id >= t->vocab_size) return NULL;
     if (t->added_at[id] >= 0) {
         const Added *a = &t->added[t->added_at[id]];
-        *n = a->n;
-        return a->content;
+        *n = a->text ? a->text_n : a->n;
+        return a->text ? a->text : a->content;
     }
     return bpe_token_text(t->bpe, id, n);
 }

@@ -100,9 +100,10 @@ typedef struct {
 /* Writes `s` to stdout; 0 or -1. */
 static int put(const char *s, size_t n) { return fwrite(s, 1, n, stdout) == n ? 0 : -1; }
 
-/* --decode: each run of ordinary tokens is decoded as one sequence, added
- * tokens between runs are written as their text (or dropped with
- * --skip-special), so each document of a token file decodes on its own. */
+/* --decode: each run of tokens between special tokens is decoded as one
+ * sequence, and the special tokens are written as their text (or dropped
+ * with --skip-special), so each document of a token file decodes on its
+ * own, as it was encoded. */
 static int run_decode(const Opts *o, HfTok *t) {
     char err[1024];
     const char *src = o->nin ? o->inputs[0] : "-";
@@ -168,7 +169,7 @@ static int run_decode(const Opts *o, HfTok *t) {
     } else {
         size_t run = 0;
         for (size_t i = 0; i <= n && !rc; i++) {
-            if (i < n && !hftok_is_added(t, ids[i])) continue;
+            if (i < n && !hftok_is_special(t, ids[i])) continue;
             if (i > run) {
                 char *s;
                 size_t sn;

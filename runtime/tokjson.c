@@ -168,7 +168,7 @@ static int parse_string(Parser *p, const char **out, uint32_t *outn) {
             o += uni_encode(cp, dst + o);
             break;
         }
-        default: p->pos -= 1; return fail(p, "bad escape '\\%c'", e >= 0x20 && e < 0x7F ? e : '?');
+        default: p->pos -= 2; return fail(p, "bad escape '\\%c'", e >= 0x20 && e < 0x7F ? e : '?');
         }
     }
     dst[o] = 0;

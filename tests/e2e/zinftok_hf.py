@@ -6,18 +6,20 @@ token files and decodings with the library's.
 
   python zinftok_hf.py corpus DIR [MB]        -> DIR/doc-NNN.txt, one document each
   python zinftok_hf.py train DIR DOC...       -> DIR/{gpt2,llama3,llama2,metaspace}.json
-  python zinftok_hf.py check TOK BIN [--bos T] [--eos T] [--no-bos] DOC...
+  python zinftok_hf.py verify TOK BIN DECODED [--bos T] [--eos T] [--no-bos] [--roundtrip exact|space] DOC...
         the library's ids of each document (its post-processor, or the
-        tokens given) against zinftok's token file BIN
-  python zinftok_hf.py expect-decode TOK OUT DOC...
-        the text `zinftok --decode` should give for BIN made from DOCs
+        tokens given) against zinftok's token file BIN; zinftok's decoding
+        DECODED of BIN against the library's; with --roundtrip, DECODED
+        against the documents themselves
   python zinftok_hf.py decode-ids TOK IDS OUT
-        the library's decode (skip_special_tokens=False) of the ids in IDS
+        what `zinftok --decode` should print for the ids in IDS: the runs
+        between special tokens through the library's decode
   python zinftok_hf.py speed TOK DOC...       the library's single-threaded encode speed
 """
 import json
 import os
 import random
+import re
 import struct
 import sys
 import time
@@ -323,27 +325,53 @@ def reference_ids(tok, docs, bos, eos, no_bos):
     return ids, spans
 
 
-def cmd_check(tokpath, binpath, args):
-    bos = eos = None
-    no_bos = False
-    docs = []
+def parse_flags(args):
+    f = {"bos": None, "eos": None, "no_bos": False, "roundtrip": None, "docs": []}
     i = 0
     while i < len(args):
-        if args[i] == "--bos":
-            bos = args[i + 1]; i += 2
-        elif args[i] == "--eos":
-            eos = args[i + 1]; i += 2
-        elif args[i] == "--no-bos":
-            no_bos = True; i += 1
+        a = args[i]
+        if a in ("--bos", "--eos", "--roundtrip"):
+            f[a[2:]] = args[i + 1]
+            i += 2
+        elif a == "--no-bos":
+            f["no_bos"] = True
+            i += 1
         else:
-            docs.append(args[i]); i += 1
+            f["docs"].append(a)
+            i += 1
+    return f
+
+
+def runs_decode(tok, ids):
+    """What `zinftok --decode` prints: the runs of ids between special
+    tokens through the library's decode, the special tokens as their text."""
+    special = {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
+    parts, run = [], []
+    for x in list(ids) + [None]:
+        if x is None or x in special:
+            if run:
+                parts.append(tok.decode(run, skip_special_tokens=False))
+                run = []
+            if x is not None:
+                parts.append(tok.id_to_token(x))
+        else:
+            run.append(x)
+    return "".join(parts)
+
+
+def cmd_verify(tokpath, binpath, decpath, args):
+    """zinftok's ids against the library's, its decoding against the
+    library's decoding of the same ids, and (--roundtrip exact|space) the
+    decoding against the documents themselves."""
+    f = parse_flags(args)
+    docs = f["docs"]
     tok = Tokenizer.from_file(tokpath)
+    name = os.path.basename(tokpath)
     t0 = time.time()
-    want, spans = reference_ids(tok, docs, bos, eos, no_bos)
+    want, spans = reference_ids(tok, docs, f["bos"], f["eos"], f["no_bos"])
     secs = time.time() - t0
     h, got = read_bin(binpath)
     vocab = tok.get_vocab_size()
-    name = os.path.basename(tokpath)
     if h[3] != vocab:
         print("FAIL %s: header vocabulary %d, the library says %d" % (name, h[3], vocab))
         return 1
@@ -361,32 +389,43 @@ def cmd_check(tokpath, binpath, args):
         print("  zinftok:    %s" % [tok.id_to_token(x) if x < vocab else x for x in got[lo:k + 6]])
         return 1
     nbytes = sum(os.path.getsize(p) for p in docs)
-    print("ok %s: %d tokens of %d documents (%.1f MB) compared with tokenizers %s, 0 mismatches (library: %.2f s)"
-          % (name, len(want), len(docs), nbytes / 1e6, __import__("tokenizers").__version__, secs))
-    return 0
-
-
-def cmd_expect_decode(tokpath, out, docs):
-    """zinftok --decode's text: each document's ids decoded on their own
-    (runs of ordinary tokens through the decoder, added tokens as their
-    text), so compare with the library's decode of each run."""
-    tok = Tokenizer.from_file(tokpath)
-    added = {i for i, t in tok.get_added_tokens_decoder().items()}
-    parts = []
-    for p in docs:
-        ids = tok.encode(read_doc(p)).ids
-        run = []
-        for x in ids + [None]:
-            if x is None or x in added:
-                if run:
-                    parts.append(tok.decode(run, skip_special_tokens=False))
-                    run = []
-                if x is not None:
-                    parts.append(tok.id_to_token(x))
-            else:
-                run.append(x)
-    with open(out, "wb") as f:
-        f.write("".join(parts).encode("utf-8"))
+    print("ok %s: %d tokens of %d documents (%.1f MB, %d-bit ids) compared with tokenizers %s: 0 mismatches "
+          "(the library took %.2f s)" % (name, len(want), len(docs), nbytes / 1e6, 16 if h[1] == 1 else 32,
+                                          __import__("tokenizers").__version__, secs))
+    dec = open(decpath, "rb").read().decode("utf-8")
+    lib = runs_decode(tok, got)
+    if dec != lib:
+        k = next((j for j, (a, b) in enumerate(zip(dec, lib)) if a != b), min(len(dec), len(lib)))
+        print("FAIL %s: zinftok --decode differs from the library's decoding at character %d: %r vs %r"
+              % (name, k, dec[max(0, k - 20):k + 20], lib[max(0, k - 20):k + 20]))
+        return 1
+    print("ok %s: zinftok --decode equals the library's decoding (%d characters)" % (name, len(dec)))
+    if f["roundtrip"]:
+        # added tokens with lstrip/rstrip take the White_Space beside them
+        ws = "[\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*"
+        strip = [(re.compile((ws if t.lstrip else "") + re.escape(t.content) + (ws if t.rstrip else "")), t.content)
+                 for t in tok.get_added_tokens_decoder().values() if t.lstrip or t.rstrip]
+        parts = []
+        for p, start, n in spans:
+            text = read_doc(p)
+            for r, c in strip:
+                text = r.sub(c, text)
+            if f["roundtrip"] == "space":
+                text = text.replace("\u2581", " ")
+            ids = got[start:start + n]
+            enc = tok.encode(read_doc(p), add_special_tokens=False).ids
+            # the framing tokens: what precedes and follows the document's own ids
+            k = next((j for j in range(len(ids) - len(enc) + 1) if ids[j:j + len(enc)] == enc), 0)
+            frame = lambda xs: "".join(tok.id_to_token(x) for x in xs)
+            parts.append(frame(ids[:k]) + text + frame(ids[k + len(enc):]))
+        want_text = "".join(parts)
+        if dec != want_text:
+            k = next((j for j, (a, b) in enumerate(zip(dec, want_text)) if a != b), min(len(dec), len(want_text)))
+            print("FAIL %s: the round trip differs from the documents at character %d: %r vs %r"
+                  % (name, k, dec[max(0, k - 20):k + 20], want_text[max(0, k - 20):k + 20]))
+            return 1
+        print("ok %s: decode(encode(documents)) gives the documents back%s" %
+              (name, " (U+2581 as a space)" if f["roundtrip"] == "space" else ""))
     return 0
 
 
@@ -394,7 +433,7 @@ def cmd_decode_ids(tokpath, idsfile, out):
     tok = Tokenizer.from_file(tokpath)
     ids = [int(x) for x in open(idsfile).read().split()]
     with open(out, "wb") as f:
-        f.write(tok.decode(ids, skip_special_tokens=False).encode("utf-8"))
+        f.write(runs_decode(tok, ids).encode("utf-8"))
     return 0
 
 
@@ -422,10 +461,8 @@ def main(argv):
     if cmd == "train":
         cmd_train(argv[2], argv[3:])
         return 0
-    if cmd == "check":
-        return cmd_check(argv[2], argv[3], argv[4:])
-    if cmd == "expect-decode":
-        return cmd_expect_decode(argv[2], argv[3], argv[4:])
+    if cmd == "verify":
+        return cmd_verify(argv[2], argv[3], argv[4], argv[5:])
     if cmd == "decode-ids":
         return cmd_decode_ids(argv[2], argv[3], argv[4])
     if cmd == "speed":
