@@ -3,6 +3,8 @@
  *   zinfc [--check] [-I dir]... model.zl      check; prints "ok: MODEL: N parameters"
  *   zinfc --emit=graph model.zl               the forward graph listing
  *   zinfc --emit=ast model.zl                 the syntax tree
+ *   zinfc --from-hf DIR [--seq N] --emit=zl   the .zl model of a Hugging Face config.json
+ *   zinfc --from-hf DIR [--seq N] [--target T] -o m.plan   plan it (every other option as for a file)
  *   zinfc model.zl --target t.zl -o m.plan    plan for a target and write the plan
  *         [--explain]                         (and print the planner's choices)
  *         [--kernels=sm_80,sm_90] [--kernel-src=DIR]  (CUDA code; its sources into DIR)
@@ -24,6 +26,7 @@
 #include "ast.h"
 #include "diag.h"
 #include "graph.h"
+#include "hfconfig.h"
 #include "loader.h"
 #include "sema.h"
 /* planning (compiler/planner.h) */
@@ -41,7 +44,7 @@
 #define ZINF_VERSION "dev"
 #endif
 
-typedef enum Emit { EMIT_NONE, EMIT_AST, EMIT_GRAPH } Emit;
+typedef enum Emit { EMIT_NONE, EMIT_AST, EMIT_GRAPH, EMIT_ZL } Emit;
 
 typedef struct ZincOptions {
     const char *input;
@@ -57,17 +60,26 @@ typedef struct ZincOptions {
     bool explain;         /* --explain */
     const char *kernels;  /* --kernels=auto|none|sm_80,sm_90 */
     const char *kernel_src; /* --kernel-src=DIR: each unit's source as DIR/<PlanKernel name> */
+    const char *from_hf;  /* --from-hf DIR: the model is DIR/config.json's (compiler/hfconfig.h) */
+    int64_t seq;          /* --seq N: its training sequence length (0: the default) */
 } ZincOptions;
 
-static const char *const known_options[] = {"--check", "--emit=graph", "--emit=ast", "--help", "--version", "-I",
-                                            "--target", "-o", "--explain", "--kernels=", "--kernel-src="};
+static const char *const known_options[] = {"--check", "--emit=graph", "--emit=ast", "--emit=zl", "--help", "--version",
+                                            "-I", "--target", "-o", "--explain", "--kernels=", "--kernel-src=",
+                                            "--from-hf", "--seq"};
 enum { NKNOWN = sizeof known_options / sizeof known_options[0] };
 
 static void usage(FILE *out) {
     fputs("usage: zinfc [options] model.zl\n"
+          "       zinfc [options] --from-hf DIR\n"
           "  --check         check the model; print \"ok: MODEL: N parameters\" (the default action)\n"
           "  --emit=graph    print the forward graph: ops with shapes and dtypes, parameters, total\n"
           "  --emit=ast      print the syntax tree of the main file\n"
+          "  --from-hf DIR   the model is the Hugging Face model whose config.json is in DIR\n"
+          "                  (GPT-2, LLaMA, Mistral, Qwen2, Qwen3; docs/huggingface.md)\n"
+          "  --emit=zl       with --from-hf: print that model as .zl\n"
+          "  --seq N         with --from-hf: the training sequence length (default: the model's\n"
+          "                  context, at most 1024)\n"
           "  -I DIR          look for imports in DIR (repeatable; before the stdlib)\n"
           "  --target T      plan for target T: a .zl file with a target block, or dgx2, dgx-a100,\n"
           "                  dgx-h100, h200, host (default: the model's target block, else this machine)\n"
@@ -99,8 +111,9 @@ static int parse_args(int argc, char **argv, ZincOptions *o) {
         } else if (strncmp(a, "--emit=", 7) == 0) {
             if (strcmp(a + 7, "graph") == 0) o->emit = EMIT_GRAPH;
             else if (strcmp(a + 7, "ast") == 0) o->emit = EMIT_AST;
+            else if (strcmp(a + 7, "zl") == 0) o->emit = EMIT_ZL;
             else {
-                fprintf(stderr, "zinfc: unknown --emit kind '%s' (graph or ast)\n", a + 7);
+                fprintf(stderr, "zinfc: unknown --emit kind '%s' (graph, ast or zl)\n", a + 7);
                 return 102;
             }
         } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -123,6 +136,24 @@ static int parse_args(int argc, char **argv, ZincOptions *o) {
             }
             if (a[1] == 'o') o->output = argv[++i];
             else o->target = argv[++i];
+        } else if (strcmp(a, "--from-hf") == 0 || strcmp(a, "--seq") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "zinfc: %s needs a value\n", a);
+                return 102;
+            }
+            const char *v = argv[++i];
+            if (a[2] == 'f') {
+                o->from_hf = v;
+                continue;
+            }
+            char *end;
+            errno = 0;
+            long long n = strtoll(v, &end, 10);
+            if (errno || *end || end == v || n < 1 || n > (1LL << 31)) {
+                fprintf(stderr, "zinfc: --seq needs a positive sequence length, not '%s'\n", v);
+                return 102;
+            }
+            o->seq = n;
         } else if (strcmp(a, "--explain") == 0) {
             o->explain = true;
         } else if (strncmp(a, "--kernels=", 10) == 0) {
@@ -145,7 +176,15 @@ static int parse_args(int argc, char **argv, ZincOptions *o) {
             o->input = a;
         }
     }
-    if (!o->input) {
+    if (o->from_hf && o->input) {
+        fprintf(stderr, "zinfc: --from-hf %s and the model file '%s': one model at a time\n", o->from_hf, o->input);
+        return 102;
+    }
+    if (!o->from_hf && (o->emit == EMIT_ZL || o->seq)) {
+        fprintf(stderr, "zinfc: %s goes with --from-hf DIR\n", o->emit == EMIT_ZL ? "--emit=zl" : "--seq");
+        return 102;
+    }
+    if (!o->input && !o->from_hf) {
         fprintf(stderr, "zinfc: no input file (see zinfc --help)\n");
         return 102;
     }
@@ -232,11 +271,23 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
 }
 
 /* Load, check, emit. Diagnostics go to d; returns the exit code. */
-static int zinfc_run(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *d) {
+static int zinfc_run(ZincOptions *o, Arena *a, SourceSet *src, DiagSink *d) {
     LoadOptions lo = {o->includes, o->ninclude, o->stdlib_dir};
     Program prog;
     memset(&prog, 0, sizeof prog);
-    if (!program_load(a, src, d, o->input, &lo, &prog)) return 1;
+    if (o->from_hf) {
+        HfConfigOptions ho = {o->seq};
+        const char *text = hfconfig_to_zl(a, src, d, o->from_hf, &ho);
+        if (!text) return 1;
+        if (o->emit == EMIT_ZL) {
+            fputs(text, stdout);
+            return 0;
+        }
+        o->input = arena_printf(a, "%s/config.json.zl", o->from_hf);
+        if (!o->input || !program_load_text(a, src, d, o->input, text, &lo, &prog)) return 1;
+    } else if (!program_load(a, src, d, o->input, &lo, &prog)) {
+        return 1;
+    }
     if (o->emit == EMIT_AST) {
         if (prog.nfiles > 0) ast_dump(prog.files[0], stdout);
         return d->errors ? 1 : 0;

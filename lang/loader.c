@@ -45,14 +45,9 @@ static int already_loaded(const char *const *canon, int n, const char *path) {
     return -1;
 }
 
-bool program_load(Arena *a, SourceSet *src, DiagSink *d, const char *main_path, const LoadOptions *opt, Program *out) {
-    memset(out, 0, sizeof *out);
-    int err = 0;
-    int id = source_load(src, main_path, &err);
-    if (id < 0) {
-        diag_error(d, SPAN_NONE, "cannot read %s: %s", main_path, strerror(err));
-        return false;
-    }
+/* The main file (source id) and its imports. */
+static bool load_from(Arena *a, SourceSet *src, DiagSink *d, int id, const char *main_path, const LoadOptions *opt,
+                      Program *out) {
     AstFile *f = parse_source(a, src, id, d);
     if (!f) {
         diag_error(d, SPAN_NONE, "out of memory parsing %s", main_path);
@@ -130,4 +125,26 @@ bool program_load(Arena *a, SourceSet *src, DiagSink *d, const char *main_path, 
         }
     }
     return true;
+}
+
+bool program_load(Arena *a, SourceSet *src, DiagSink *d, const char *main_path, const LoadOptions *opt, Program *out) {
+    memset(out, 0, sizeof *out);
+    int err = 0;
+    int id = source_load(src, main_path, &err);
+    if (id < 0) {
+        diag_error(d, SPAN_NONE, "cannot read %s: %s", main_path, strerror(err));
+        return false;
+    }
+    return load_from(a, src, d, id, main_path, opt, out);
+}
+
+bool program_load_text(Arena *a, SourceSet *src, DiagSink *d, const char *path, const char *text, const LoadOptions *opt,
+                       Program *out) {
+    memset(out, 0, sizeof *out);
+    int id = source_add(src, path, text, strlen(text));
+    if (id < 0) {
+        diag_error(d, SPAN_NONE, "out of memory loading %s", path);
+        return false;
+    }
+    return load_from(a, src, d, id, path, opt, out);
 }

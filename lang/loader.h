@@ -22,5 +22,10 @@ typedef struct LoadOptions {
  * syntax errors are recorded in d and do not make it return false. */
 bool program_load(Arena *a, SourceSet *src, DiagSink *d, const char *main_path,
                   const LoadOptions *opt, Program *out);
+/* The same for a main file given as text (a model zinfc made), named path in
+ * diagnostics; its imports are looked for relative to path's directory, then
+ * as above. */
+bool program_load_text(Arena *a, SourceSet *src, DiagSink *d, const char *path, const char *text,
+                       const LoadOptions *opt, Program *out);
 
 #endif

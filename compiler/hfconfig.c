@@ -1,0 +1,718 @@
+/* hfconfig: config.json -> .zl (see hfconfig.h; docs/huggingface.md). */
+#include "hfconfig.h"
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "json.h"
+
+enum { HFC_MAX_CONFIG = 16 << 20 };
+
+typedef enum Family { FAM_GPT2, FAM_LLAMA } Family;
+
+typedef struct ArchInfo {
+    const char *arch, *model_type;
+    Family fam;
+    bool qkv_bias, qk_norm; /* Qwen2: q/k/v biases; Qwen3: per-head q/k RMSNorm */
+    bool window_flag;       /* the sliding window applies only with use_sliding_window (Qwen) */
+    bool attention_bias;    /* reads attention_bias (biases on q, k, v and o: not supported) */
+} ArchInfo;
+
+static const ArchInfo archs[] = {
+    {"GPT2LMHeadModel", "gpt2", FAM_GPT2, false, false, false, false},
+    {"LlamaForCausalLM", "llama", FAM_LLAMA, false, false, false, true},
+    {"MistralForCausalLM", "mistral", FAM_LLAMA, false, false, false, true},
+    {"Qwen2ForCausalLM", "qwen2", FAM_LLAMA, true, false, true, false},
+    {"Qwen3ForCausalLM", "qwen3", FAM_LLAMA, false, true, true, true},
+};
+enum { NARCHS = sizeof archs / sizeof archs[0] };
+
+typedef struct Cfg {
+    Arena *a;
+    const SourceSet *src;
+    int file;
+    DiagSink *d;
+    const char *text;
+    size_t len;
+    const JsonValue *root;
+    bool *handled;          /* per member of the root object */
+    bool failed;
+    const ArchInfo *arch;
+    /* the model */
+    int64_t V, D, L, H, KV, F, hd, ctx, T, seq;
+    double eps, theta;
+    bool tied;
+    int scaling;            /* 0 none, 1 linear, 2 llama3 (RopeScaling) */
+    double factor, low, high;
+    int64_t orig;
+    const char *dtype;
+} Cfg;
+
+/* ---- spans and messages ---- */
+
+/* The span of a value's text in config.json (a whole string or number; the
+ * opening bracket of an object or array). */
+static Span vspan(const Cfg *c, const JsonValue *v) {
+    size_t o = v && v->offset < c->len ? v->offset : 0, e = o;
+    const char *t = c->text;
+    if (!v) return (Span){c->file, (uint32_t)o, 1};
+    if (t[o] == '"') {
+        e = o + 1;
+        while (e < c->len && t[e] != '"') e += t[e] == '\\' ? 2 : 1;
+        e++;
+    } else if (t[o] == '{' || t[o] == '[') {
+        e = o + 1;
+    } else {
+        while (e < c->len && strchr("+-.0123456789eEaflnrstu", t[e]) && t[e]) e++;
+    }
+    if (e > c->len) e = c->len;
+    return (Span){c->file, (uint32_t)o, (uint32_t)(e > o ? e - o : 1)};
+}
+
+/* The value as written, for messages: the JSON text (cut at 60 bytes). */
+static const char *vtext(const Cfg *c, const JsonValue *v) {
+    if (!v) return "(absent)";
+    if (v->type == JSON_OBJECT) return "{...}";
+    if (v->type == JSON_ARRAY) return "[...]";
+    Span sp = vspan(c, v);
+    int n = (int)(sp.len > 60 ? 60 : sp.len);
+    return arena_printf(c->a, "%.*s%s", n, c->text + sp.off, sp.len > 60 ? "..." : "");
+}
+
+static void errf(Cfg *c, const JsonValue *v, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void errf(Cfg *c, const JsonValue *v, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    diag_error(c->d, vspan(c, v ? v : c->root), "%s", buf);
+    c->failed = true;
+}
+
+static void warnf(Cfg *c, const JsonValue *v, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void warnf(Cfg *c, const JsonValue *v, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    diag_warning(c->d, vspan(c, v ? v : c->root), "%s", buf);
+}
+
+/* ---- typed keys of the root object ---- */
+
+/* The first member named key (marking every member of that name read), or
+ * NULL; a null value counts as absent. */
+static const JsonValue *get(Cfg *c, const char *key) {
+    const JsonValue *r = c->root, *found = NULL;
+    for (size_t i = 0; i < r->count; i++)
+        if (!strcmp(r->items[i].key, key)) {
+            c->handled[i] = true;
+            if (!found) found = &r->items[i];
+        }
+    return found && found->type != JSON_NULL ? found : NULL;
+}
+
+static bool is_int(const JsonValue *v) { return v->type == JSON_NUMBER && v->is_integer; }
+
+/* An integer at least lo; absent: an error when required, else *out kept. */
+static void get_int(Cfg *c, const char *key, bool required, int64_t lo, int64_t *out) {
+    const JsonValue *v = get(c, key);
+    if (!v) {
+        if (required) errf(c, NULL, "config.json has no %s", key);
+        return;
+    }
+    if (!is_int(v)) errf(c, v, "%s must be an integer, got %s", key, vtext(c, v));
+    else if (v->integer < lo) errf(c, v, "%s must be at least %" PRId64 ", got %" PRId64, key, lo, v->integer);
+    else *out = v->integer;
+}
+
+/* A positive number; absent: *out kept. */
+static void get_num(Cfg *c, const char *key, double *out) {
+    const JsonValue *v = get(c, key);
+    if (!v) return;
+    if (v->type != JSON_NUMBER || !(v->number > 0) || !isfinite(v->number))
+        errf(c, v, "%s must be a positive number, got %s", key, vtext(c, v));
+    else *out = v->number;
+}
+
+static void get_bool(Cfg *c, const char *key, bool *out) {
+    const JsonValue *v = get(c, key);
+    if (!v) return;
+    if (v->type != JSON_BOOL) errf(c, v, "%s must be true or false, got %s", key, vtext(c, v));
+    else *out = v->boolean;
+}
+
+/* A boolean the model needs to be `want` (an option zinf does not have). */
+static void need_bool(Cfg *c, const char *key, bool want, const char *what) {
+    const JsonValue *v = get(c, key);
+    if (!v) return;
+    if (v->type != JSON_BOOL) errf(c, v, "%s must be true or false, got %s", key, vtext(c, v));
+    else if (v->boolean != want) errf(c, v, "%s = %s is not supported: %s", key, vtext(c, v), what);
+}
+
+/* ---- the architecture ---- */
+
+static void read_arch(Cfg *c) {
+    const JsonValue *av = get(c, "architectures"), *mt = get(c, "model_type");
+    const char *name = NULL;
+    if (av && (av->type != JSON_ARRAY || av->count != 1 || av->items[0].type != JSON_STRING))
+        errf(c, av, "architectures must list one architecture, got %s", vtext(c, av));
+    else if (av)
+        name = av->items[0].string;
+    if (mt && mt->type != JSON_STRING) errf(c, mt, "model_type must be a string, got %s", vtext(c, mt));
+    for (int i = 0; !name && mt && mt->type == JSON_STRING && i < NARCHS; i++)
+        if (!strcmp(archs[i].model_type, mt->string)) name = archs[i].arch;
+    if (!name) {
+        if (!c->failed) errf(c, mt, "config.json names no architecture this zinf knows (architectures or model_type)");
+        return;
+    }
+    for (int i = 0; i < NARCHS; i++)
+        if (!strcmp(archs[i].arch, name)) c->arch = &archs[i];
+    if (!c->arch) {
+        errf(c, av, "architecture \"%s\" is not supported", name);
+        diag_hint(c->d, "supported: GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                        "Qwen3ForCausalLM");
+        return;
+    }
+    if (mt && mt->type == JSON_STRING && strcmp(mt->string, c->arch->model_type))
+        errf(c, mt, "model_type = %s does not go with architecture %s (\"%s\")", vtext(c, mt), name, c->arch->model_type);
+}
+
+/* The training dtype from torch_dtype (or dtype): f32 for float32, else bf16. */
+static void read_dtype(Cfg *c) {
+    const JsonValue *v = get(c, "torch_dtype"), *w = get(c, "dtype");
+    if (!v) v = w;
+    c->dtype = "f32";
+    if (!v) return;
+    if (v->type != JSON_STRING) {
+        errf(c, v, "torch_dtype must be a string, got %s", vtext(c, v));
+        return;
+    }
+    if (!strcmp(v->string, "bfloat16") || !strcmp(v->string, "float16")) c->dtype = "bf16";
+    else if (strcmp(v->string, "float32") != 0)
+        warnf(c, v, "torch_dtype %s: training in f32", vtext(c, v));
+}
+
+/* The sequence: --seq, else min(context, 1024). */
+static void pick_seq(Cfg *c, const JsonValue *ctx_v, const char *ctx_key) {
+    c->T = c->seq > 0 ? c->seq : c->ctx < 1024 ? c->ctx : 1024;
+    if (c->seq <= c->ctx) return;
+    if (c->arch->fam == FAM_GPT2) {
+        errf(c, ctx_v, "--seq %" PRId64 " is longer than %s = %" PRId64 ": GPT-2 has a position embedding per position",
+             c->seq, ctx_key, c->ctx);
+    } else {
+        warnf(c, ctx_v, "--seq %" PRId64 " is longer than %s = %" PRId64 ", the context the model was trained for", c->seq,
+              ctx_key, c->ctx);
+    }
+}
+
+static void read_gpt2(Cfg *c) {
+    get_int(c, "vocab_size", true, 1, &c->V);
+    get_int(c, "n_positions", true, 1, &c->ctx);
+    get_int(c, "n_embd", true, 1, &c->D);
+    get_int(c, "n_layer", true, 1, &c->L);
+    get_int(c, "n_head", true, 1, &c->H);
+    c->F = 4 * c->D;
+    get_int(c, "n_inner", false, 1, &c->F);
+    const JsonValue *nctx = get(c, "n_ctx");
+    if (nctx && !(is_int(nctx) && nctx->integer == c->ctx))
+        errf(c, nctx, "n_ctx = %s differs from n_positions = %" PRId64, vtext(c, nctx), c->ctx);
+    const JsonValue *act = get(c, "activation_function");
+    if (act && (act->type != JSON_STRING || (strcmp(act->string, "gelu_new") && strcmp(act->string, "gelu_pytorch_tanh") &&
+                                             strcmp(act->string, "gelu_fast"))))
+        errf(c, act, "activation_function = %s is not supported (zinf's gelu is the tanh approximation: gelu_new, "
+             "gelu_pytorch_tanh, gelu_fast)", vtext(c, act));
+    c->eps = 1e-5;
+    get_num(c, "layer_norm_epsilon", &c->eps);
+    need_bool(c, "scale_attn_weights", true, "attention scores are always divided by sqrt(head dim)");
+    need_bool(c, "scale_attn_by_inverse_layer_idx", false, "no per-layer attention scaling");
+    need_bool(c, "add_cross_attention", false, "a decoder-only model has no cross-attention");
+    get(c, "reorder_and_upcast_attn"); /* numerics only: zinf's attention computes in fp32 */
+    c->tied = true;
+    get_bool(c, "tie_word_embeddings", &c->tied);
+    if (c->D > 0 && c->H > 0 && c->D % c->H) errf(c, get(c, "n_head"), "n_embd = %" PRId64 " is not a multiple of n_head = %" PRId64, c->D, c->H);
+    c->hd = c->H > 0 ? c->D / c->H : 0;
+}
+
+/* ---- LLaMA family ---- */
+
+/* A member of a nested object (rope_scaling, rope_parameters), NULL if absent or null. */
+static const JsonValue *sub(const JsonValue *obj, const char *key) {
+    const JsonValue *v = json_get(obj, key);
+    return v && v->type != JSON_NULL ? v : NULL;
+}
+
+static double sub_num(Cfg *c, const JsonValue *obj, const char *objname, const char *key, double def, bool required) {
+    const JsonValue *v = sub(obj, key);
+    if (!v) {
+        if (required) errf(c, obj, "%s has no %s", objname, key);
+        return def;
+    }
+    if (v->type != JSON_NUMBER || !(v->number > 0) || !isfinite(v->number)) {
+        errf(c, v, "%s.%s must be a positive number, got %s", objname, key, vtext(c, v));
+        return def;
+    }
+    return v->number;
+}
+
+/* rope_scaling (transformers 4) or rope_parameters (transformers 5): the
+ * type, its parameters, and (rope_parameters) the base. */
+static void read_rope_obj(Cfg *c, const JsonValue *o, const char *name) {
+    static const char *const known[] = {"rope_type", "type", "rope_theta", "factor", "low_freq_factor", "high_freq_factor",
+                                        "original_max_position_embeddings"};
+    if (o->type != JSON_OBJECT) {
+        errf(c, o, "%s must be an object, got %s", name, vtext(c, o));
+        return;
+    }
+    const JsonValue *t = sub(o, "rope_type");
+    if (!t) t = sub(o, "type");
+    const char *kind = t && t->type == JSON_STRING ? t->string : "default";
+    if (t && t->type != JSON_STRING) errf(c, t, "%s.rope_type must be a string, got %s", name, vtext(c, t));
+    if (sub(o, "rope_theta")) c->theta = sub_num(c, o, name, "rope_theta", c->theta, true);
+    if (!strcmp(kind, "default")) {
+        c->scaling = 0;
+    } else if (!strcmp(kind, "linear")) {
+        c->scaling = 1;
+        c->factor = sub_num(c, o, name, "factor", 1, true);
+    } else if (!strcmp(kind, "llama3")) {
+        c->scaling = 2;
+        c->factor = sub_num(c, o, name, "factor", 8, true);
+        c->low = sub_num(c, o, name, "low_freq_factor", 1, true);
+        c->high = sub_num(c, o, name, "high_freq_factor", 4, true);
+        const JsonValue *om = sub(o, "original_max_position_embeddings");
+        if (!om) errf(c, o, "%s has no original_max_position_embeddings", name);
+        else if (!is_int(om) || om->integer < 1)
+            errf(c, om, "%s.original_max_position_embeddings must be a positive integer, got %s", name, vtext(c, om));
+        else c->orig = om->integer;
+        if (!(c->high > c->low)) errf(c, o, "%s: high_freq_factor must be greater than low_freq_factor", name);
+    } else {
+        errf(c, t, "%s.rope_type = %s is not supported (zinf has default, linear and llama3)", name, vtext(c, t));
+        return;
+    }
+    for (size_t i = 0; i < o->count; i++) {
+        const JsonValue *m = &o->items[i];
+        bool k = false;
+        for (size_t j = 0; j < sizeof known / sizeof *known; j++) k |= !strcmp(m->key, known[j]);
+        if (!strcmp(m->key, "partial_rotary_factor") && !(m->type == JSON_NUMBER && m->number == 1.0))
+            errf(c, m, "%s.partial_rotary_factor = %s is not supported (rotary embeddings over the whole head)", name,
+                 vtext(c, m));
+        else if (!k && strcmp(m->key, "partial_rotary_factor") && m->type != JSON_NULL)
+            errf(c, m, "%s.%s = %s is not supported with rope_type %s", name, m->key, vtext(c, m), kind);
+    }
+}
+
+static void read_rope(Cfg *c) {
+    c->theta = 10000.0;
+    get_num(c, "rope_theta", &c->theta);
+    const JsonValue *rs = get(c, "rope_scaling"), *rp = get(c, "rope_parameters");
+    if (rs) read_rope_obj(c, rs, "rope_scaling");
+    if (rp) read_rope_obj(c, rp, "rope_parameters");
+}
+
+/* Sliding-window attention: equivalent to full causal attention when the
+ * window holds the whole training sequence; otherwise an error. */
+static void read_window(Cfg *c) {
+    const JsonValue *sw = get(c, "sliding_window"), *lt = get(c, "layer_types");
+    bool use = !c->arch->window_flag, sliding_layers = false;
+    get_bool(c, "use_sliding_window", &use);
+    get(c, "max_window_layers"); /* which layers slide: only matters when the window is shorter */
+    if (lt && lt->type != JSON_ARRAY) errf(c, lt, "layer_types must be a list, got %s", vtext(c, lt));
+    for (size_t i = 0; lt && lt->type == JSON_ARRAY && i < lt->count; i++) {
+        const JsonValue *x = &lt->items[i];
+        if (x->type == JSON_STRING && !strcmp(x->string, "sliding_attention")) sliding_layers = true;
+        else if (!(x->type == JSON_STRING && !strcmp(x->string, "full_attention")))
+            errf(c, x, "layer_types has %s: zinf has full_attention (and sliding_attention with a window at least the "
+                 "sequence)", vtext(c, x));
+    }
+    if (lt && lt->type == JSON_ARRAY && lt->count != (size_t)c->L && c->L > 0)
+        errf(c, lt, "layer_types lists %zu layers, num_hidden_layers is %" PRId64, lt->count, c->L);
+    if (!sw || !(use || sliding_layers)) return;
+    if (!is_int(sw) || sw->integer < 1) {
+        errf(c, sw, "sliding_window must be a positive integer or null, got %s", vtext(c, sw));
+    } else if (sw->integer < c->T) {
+        errf(c, sw, "sliding_window = %" PRId64 " is shorter than the training sequence T = %" PRId64
+             ": sliding-window attention is not supported", sw->integer, c->T);
+        diag_hint(c->d, "--seq %" PRId64 " (or less) trains sequences the window covers whole", sw->integer);
+    }
+}
+
+static void read_llama(Cfg *c) {
+    get_int(c, "vocab_size", true, 1, &c->V);
+    get_int(c, "hidden_size", true, 1, &c->D);
+    get_int(c, "intermediate_size", true, 1, &c->F);
+    get_int(c, "num_hidden_layers", true, 1, &c->L);
+    get_int(c, "num_attention_heads", true, 1, &c->H);
+    c->KV = c->H;
+    get_int(c, "num_key_value_heads", false, 1, &c->KV);
+    get_int(c, "max_position_embeddings", true, 1, &c->ctx);
+    c->hd = c->H > 0 && c->D % c->H == 0 ? c->D / c->H : 0;
+    const JsonValue *hdv = get(c, "head_dim");
+    if (hdv) get_int(c, "head_dim", false, 2, &c->hd);
+    else if (!c->hd && c->H > 0) errf(c, NULL, "hidden_size = %" PRId64 " is not a multiple of num_attention_heads = %" PRId64
+                                      " and there is no head_dim", c->D, c->H);
+    if (c->hd % 2) errf(c, hdv, "the head dimension %" PRId64 " must be even for rotary embeddings", c->hd);
+    if (c->H > 0 && c->KV > 0 && c->H % c->KV)
+        errf(c, get(c, "num_key_value_heads"), "num_attention_heads = %" PRId64 " is not a multiple of num_key_value_heads = %" PRId64,
+             c->H, c->KV);
+    const JsonValue *act = get(c, "hidden_act");
+    if (act && !(act->type == JSON_STRING && (!strcmp(act->string, "silu") || !strcmp(act->string, "swish"))))
+        errf(c, act, "hidden_act = %s is not supported (the MLP is SwiGLU: silu)", vtext(c, act));
+    c->eps = 1e-6;
+    get_num(c, "rms_norm_eps", &c->eps);
+    c->tied = false;
+    get_bool(c, "tie_word_embeddings", &c->tied);
+    if (c->arch->attention_bias)
+        need_bool(c, "attention_bias", false, "biases on q, k, v and the output projection (Qwen2's q/k/v biases are)");
+    need_bool(c, "mlp_bias", false, "biases in the MLP");
+    get(c, "pretraining_tp"); /* tensor-parallel slicing of the same products: numerics only */
+    read_rope(c);
+}
+
+/* ---- every other key ---- */
+
+typedef enum KeyRule {
+    K_HARMLESS,   /* does not change what is computed */
+    K_DROPOUT,    /* a probability: a warning when above 0 (zinf trains without dropout) */
+    K_NONZERO,    /* an error unless null, 0 or false */
+    K_NOT_ONE,    /* an error unless null or 1 */
+    K_PRESENT,    /* an error unless null */
+} KeyRule;
+
+typedef struct KeyInfo {
+    const char *key;
+    KeyRule rule;
+    const char *what; /* what it is, for the error */
+} KeyInfo;
+
+static const KeyInfo keys[] = {
+    {"_name_or_path", K_HARMLESS, 0}, {"transformers_version", K_HARMLESS, 0}, {"initializer_range", K_HARMLESS, 0},
+    {"use_cache", K_HARMLESS, 0}, {"bos_token_id", K_HARMLESS, 0}, {"eos_token_id", K_HARMLESS, 0},
+    {"pad_token_id", K_HARMLESS, 0}, {"sep_token_id", K_HARMLESS, 0}, {"decoder_start_token_id", K_HARMLESS, 0},
+    {"return_dict", K_HARMLESS, 0}, {"output_hidden_states", K_HARMLESS, 0}, {"output_attentions", K_HARMLESS, 0},
+    {"torchscript", K_HARMLESS, 0}, {"use_bfloat16", K_HARMLESS, 0}, {"tf_legacy_loss", K_HARMLESS, 0},
+    {"pruned_heads", K_HARMLESS, 0}, {"tie_encoder_decoder", K_HARMLESS, 0}, {"is_encoder_decoder", K_HARMLESS, 0},
+    {"is_decoder", K_HARMLESS, 0}, {"chunk_size_feed_forward", K_HARMLESS, 0}, {"finetuning_task", K_HARMLESS, 0},
+    {"id2label", K_HARMLESS, 0}, {"label2id", K_HARMLESS, 0}, {"tokenizer_class", K_HARMLESS, 0},
+    {"prefix", K_HARMLESS, 0}, {"task_specific_params", K_HARMLESS, 0}, {"problem_type", K_HARMLESS, 0},
+    {"_attn_implementation", K_HARMLESS, 0}, {"_attn_implementation_autoset", K_HARMLESS, 0},
+    {"max_length", K_HARMLESS, 0}, {"min_length", K_HARMLESS, 0}, {"do_sample", K_HARMLESS, 0},
+    {"early_stopping", K_HARMLESS, 0}, {"num_beams", K_HARMLESS, 0}, {"temperature", K_HARMLESS, 0},
+    {"top_k", K_HARMLESS, 0}, {"top_p", K_HARMLESS, 0}, {"repetition_penalty", K_HARMLESS, 0},
+    {"length_penalty", K_HARMLESS, 0}, {"no_repeat_ngram_size", K_HARMLESS, 0}, {"num_return_sequences", K_HARMLESS, 0},
+    {"summary_type", K_HARMLESS, 0}, {"summary_use_proj", K_HARMLESS, 0}, {"summary_activation", K_HARMLESS, 0},
+    {"summary_proj_to_labels", K_HARMLESS, 0}, {"summary_first_dropout", K_HARMLESS, 0},
+    {"attn_pdrop", K_DROPOUT, 0}, {"resid_pdrop", K_DROPOUT, 0}, {"embd_pdrop", K_DROPOUT, 0},
+    {"attention_dropout", K_DROPOUT, 0}, {"hidden_dropout", K_DROPOUT, 0},
+    {"num_experts", K_NONZERO, "mixture of experts"}, {"num_local_experts", K_NONZERO, "mixture of experts"},
+    {"num_experts_per_tok", K_NONZERO, "mixture of experts"}, {"n_routed_experts", K_NONZERO, "mixture of experts"},
+    {"moe_intermediate_size", K_NONZERO, "mixture of experts"}, {"decoder_sparse_step", K_NONZERO, "mixture of experts"},
+    {"alibi", K_NONZERO, "ALiBi position biases"}, {"use_alibi", K_NONZERO, "ALiBi position biases"},
+    {"qk_layernorm", K_NONZERO, "layer norms of q and k"}, {"use_qk_norm", K_NONZERO, "layer norms of q and k"},
+    {"use_parallel_residual", K_NONZERO, "parallel attention and MLP"}, {"parallel_attn", K_NONZERO, "parallel attention and MLP"},
+    {"attn_logit_softcapping", K_PRESENT, "soft-capped attention logits"},
+    {"final_logit_softcapping", K_PRESENT, "soft-capped output logits"},
+    {"quantization_config", K_PRESENT, "quantized weights"},
+    {"partial_rotary_factor", K_NOT_ONE, "rotary embeddings over part of a head"},
+    {"rotary_pct", K_NOT_ONE, "rotary embeddings over part of a head"},
+    {"embedding_multiplier", K_NOT_ONE, "a scaled embedding"}, {"logits_scaling", K_NOT_ONE, "scaled logits"},
+    {"residual_multiplier", K_NOT_ONE, "scaled residuals"}, {"attention_multiplier", K_NOT_ONE, "scaled attention"},
+};
+
+static bool zero_like(const JsonValue *v) {
+    return v->type == JSON_NULL || (v->type == JSON_BOOL && !v->boolean) || (v->type == JSON_NUMBER && v->number == 0);
+}
+
+static void check_rest(Cfg *c) {
+    const JsonValue *r = c->root;
+    for (size_t i = 0; i < r->count; i++) {
+        if (c->handled[i]) continue;
+        const JsonValue *m = &r->items[i];
+        const KeyInfo *k = NULL;
+        for (size_t j = 0; j < sizeof keys / sizeof *keys; j++)
+            if (!strcmp(keys[j].key, m->key)) k = &keys[j];
+        if (!k) {
+            warnf(c, m, "%s = %s is a key zinf does not know: it is not read (if it changes the model, zinf computes "
+                  "something else)", m->key, vtext(c, m));
+            continue;
+        }
+        switch (k->rule) {
+        case K_HARMLESS: break;
+        case K_DROPOUT:
+            if (m->type == JSON_NUMBER && m->number > 0)
+                warnf(c, m, "%s = %s: zinf trains without dropout", m->key, vtext(c, m));
+            break;
+        case K_NONZERO:
+            if (!zero_like(m)) errf(c, m, "%s = %s is not supported (%s)", m->key, vtext(c, m), k->what);
+            break;
+        case K_NOT_ONE:
+            if (!(m->type == JSON_NULL || (m->type == JSON_NUMBER && m->number == 1)))
+                errf(c, m, "%s = %s is not supported (%s)", m->key, vtext(c, m), k->what);
+            break;
+        case K_PRESENT:
+            if (m->type != JSON_NULL) errf(c, m, "%s = %s is not supported (%s)", m->key, vtext(c, m), k->what);
+            break;
+        }
+    }
+}
+
+/* ---- the .zl text ---- */
+
+typedef struct Out {
+    Arena *a;
+    char *p;
+    size_t len, cap;
+} Out;
+
+static void put(Out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(Out *o, const char *fmt, ...) {
+    va_list ap, aq;
+    va_start(ap, fmt);
+    va_copy(aq, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || !o->a) {
+        va_end(aq);
+        return;
+    }
+    if (o->len + (size_t)n + 1 > o->cap) {
+        size_t nc = o->cap ? o->cap * 2 : 8192;
+        while (nc < o->len + (size_t)n + 1) nc *= 2;
+        char *np = arena_alloc(o->a, nc);
+        if (!np) {
+            o->a = NULL; /* out of memory: the arena says so */
+            va_end(aq);
+            return;
+        }
+        if (o->len) memcpy(np, o->p, o->len);
+        o->p = np;
+        o->cap = nc;
+    }
+    vsnprintf(o->p + o->len, (size_t)n + 1, fmt, aq);
+    va_end(aq);
+    o->len += (size_t)n;
+}
+
+/* A double as a .zl float literal that reads back the same. */
+static const char *flt(Cfg *c, double v) {
+    char buf[48];
+    if (v == floor(v) && fabs(v) < 1e15) { /* 10000.0, not 1e+04 */
+        snprintf(buf, sizeof buf, "%.1f", v);
+        return arena_strdup(c->a, buf);
+    }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    if (!strpbrk(buf, ".eEn")) strcat(buf, ".0");
+    return arena_strdup(c->a, buf);
+}
+
+/* One line of config.json as a .zl string literal. */
+static void put_line(Out *o, const char *s, size_t n) {
+    put(o, "    \"");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\') put(o, "\\%c", ch);
+        else if (ch == '\t') put(o, "\\t");
+        else if (ch < 0x20 || ch == 0x7f) put(o, "\\x%02x", ch);
+        else put(o, "%c", ch);
+    }
+    put(o, "\"");
+}
+
+/* config = [ "line", ... ]: the text as is, each line followed by a newline. */
+static void put_config(Out *o, const char *text, size_t len) {
+    put(o, "  config = [\n");
+    size_t i = 0;
+    bool first = true;
+    while (i < len) {
+        size_t j = i;
+        while (j < len && text[j] != '\n') j++;
+        if (!first) put(o, ",\n");
+        put_line(o, text + i, j - i);
+        first = false;
+        i = j + 1;
+    }
+    put(o, "\n  ]\n");
+}
+
+static void put_train(Cfg *c, Out *o) {
+    put(o, "\n# Fine-tuning defaults: edit freely (docs/checking.md lists the keys).\n"
+           "train {\n"
+           "  micro_batch = 1\n"
+           "  steps = 1000\n"
+           "  dtype = %s\n"
+           "  optimizer = adam(lr = 2e-5, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0)\n"
+           "  warmup = 20\n"
+           "  schedule = constant\n"
+           "  grad_clip = 1.0\n"
+           "  checkpoint = \"layer\"\n"
+           "}\n",
+        c->dtype);
+}
+
+static void put_gpt2(Cfg *c, Out *o, const char *name) {
+    put(o, "import \"nn\"\n\n");
+    put(o, "const V = %" PRId64 ", T = %" PRId64 ", P = %" PRId64 ", D = %" PRId64 ", H = %" PRId64 ", L = %" PRId64
+           ", F = %" PRId64 "\n\n", c->V, c->T, c->ctx, c->D, c->H, c->L, c->F);
+    put(o, "model %s(tokens: i32[B, T], targets: i32[B, T]) {\n", name);
+    put(o, "  wte = param [V, D] init normal(0.02)\n");
+    put(o, "  # a row per position of the model (n_positions = P); the first T are used\n");
+    put(o, "  wpe = param [P, D] init normal(0.01)\n");
+    put(o, "  x = embedding(wte, tokens) + embedding(wpe, arange(T))\n");
+    put(o, "  repeat L { x = block(x, H, eps = %s, hidden = F) }\n", flt(c, c->eps));
+    put(o, "  x = ln(x, %s)\n", flt(c, c->eps));
+    if (c->tied) {
+        put(o, "  # tied embeddings: the output head is wte transposed\n");
+        put(o, "  loss cross_entropy(matmul(x, wte, transpose_b), targets)\n}\n");
+    } else {
+        put(o, "  head = param [D, V] init normal(0.02)\n");
+        put(o, "  loss cross_entropy(linear(x, head), targets)\n}\n");
+    }
+}
+
+static void put_llama(Cfg *c, Out *o, const char *name) {
+    const ArchInfo *ai = c->arch;
+    bool own_hd = c->H > 0 && c->hd * c->H != c->D;
+    put(o, "import \"llama\"\n\n");
+    put(o, "const V = %" PRId64 ", T = %" PRId64 ", D = %" PRId64 ", H = %" PRId64 ", KV = %" PRId64 ", F = %" PRId64
+           ", L = %" PRId64, c->V, c->T, c->D, c->H, c->KV, c->F, c->L);
+    if (own_hd) put(o, ", HD = %" PRId64, c->hd);
+    put(o, "\n\nmodel %s(tokens: i32[B, T], targets: i32[B, T]) {\n", name);
+    put(o, "  tok = param [V, D] init normal(0.02)\n");
+    put(o, "  x = embedding(tok, tokens)\n");
+    put(o, "  repeat L {\n    x = llama_block(x, H, KV, F, eps = %s, theta = %s", flt(c, c->eps), flt(c, c->theta));
+    if (own_hd) put(o, ", head_dim = HD");
+    if (ai->qkv_bias) put(o, ", qkv_bias = true");
+    if (ai->qk_norm) put(o, ", qk_norm = true");
+    if (c->scaling == 1) put(o, ",\n                    rope_scaling = \"linear\", rope_factor = %s", flt(c, c->factor));
+    if (c->scaling == 2)
+        put(o, ",\n                    rope_scaling = \"llama3\", rope_factor = %s, low_freq_factor = %s,"
+               "\n                    high_freq_factor = %s, original_max_positions = %" PRId64,
+            flt(c, c->factor), flt(c, c->low), flt(c, c->high), c->orig);
+    put(o, ")\n  }\n");
+    put(o, "  x = rms(x, %s)\n", flt(c, c->eps));
+    if (c->tied) {
+        put(o, "  # tied embeddings: the output head is tok transposed\n");
+        put(o, "  loss cross_entropy(matmul(x, tok, transpose_b), targets)\n}\n");
+    } else {
+        put(o, "  head = param [D, V] init normal(0.02)\n");
+        put(o, "  loss cross_entropy(linear(x, head), targets)\n}\n");
+    }
+}
+
+/* Every parameter's Hugging Face tensor (the stdlib's hf blocks say the same
+ * for the blocks; written out here so the file says it all). */
+static void put_map(Cfg *c, Out *o) {
+    if (c->arch->fam == FAM_GPT2) {
+        static const char *const m[][2] = {
+            {"wte", "transformer.wte.weight"}, {"wpe", "transformer.wpe.weight"},
+            {"block.{i}.ln.g", "transformer.h.{i}.ln_1.weight"}, {"block.{i}.ln.b", "transformer.h.{i}.ln_1.bias"},
+            {"block.{i}.attn.wqkv", "transformer.h.{i}.attn.c_attn.weight"},
+            {"block.{i}.attn.bqkv", "transformer.h.{i}.attn.c_attn.bias"},
+            {"block.{i}.attn.wo", "transformer.h.{i}.attn.c_proj.weight"},
+            {"block.{i}.attn.bo", "transformer.h.{i}.attn.c_proj.bias"},
+            {"block.{i}.ln_1.g", "transformer.h.{i}.ln_2.weight"}, {"block.{i}.ln_1.b", "transformer.h.{i}.ln_2.bias"},
+            {"block.{i}.mlp.w1", "transformer.h.{i}.mlp.c_fc.weight"}, {"block.{i}.mlp.b1", "transformer.h.{i}.mlp.c_fc.bias"},
+            {"block.{i}.mlp.w2", "transformer.h.{i}.mlp.c_proj.weight"}, {"block.{i}.mlp.b2", "transformer.h.{i}.mlp.c_proj.bias"},
+            {"ln.g", "transformer.ln_f.weight"}, {"ln.b", "transformer.ln_f.bias"},
+        };
+        for (size_t i = 0; i < sizeof m / sizeof *m; i++) put(o, "  \"%s\" = \"%s\"\n", m[i][0], m[i][1]);
+    } else {
+        const char *p = "llama_block.{i}", *h = "model.layers.{i}";
+        put(o, "  \"tok\" = \"model.embed_tokens.weight\"\n");
+        put(o, "  \"%s.rms.g\" = \"%s.input_layernorm.weight\"\n", p, h);
+        static const char *const w[][2] = {{"wq", "q_proj"}, {"wk", "k_proj"}, {"wv", "v_proj"}, {"wo", "o_proj"}};
+        for (int i = 0; i < 4; i++) put(o, "  \"%s.rope_attn.%s\" = transpose(\"%s.self_attn.%s.weight\")\n", p, w[i][0], h, w[i][1]);
+        for (int i = 0; c->arch->qkv_bias && i < 3; i++)
+            put(o, "  \"%s.rope_attn.b%c\" = \"%s.self_attn.%s.bias\"\n", p, "qkv"[i], h, w[i][1]);
+        if (c->arch->qk_norm) {
+            put(o, "  \"%s.rope_attn.q_norm\" = \"%s.self_attn.q_norm.weight\"\n", p, h);
+            put(o, "  \"%s.rope_attn.k_norm\" = \"%s.self_attn.k_norm.weight\"\n", p, h);
+        }
+        put(o, "  \"%s.rms_1.g\" = \"%s.post_attention_layernorm.weight\"\n", p, h);
+        put(o, "  \"%s.swiglu.w1\" = transpose(\"%s.mlp.gate_proj.weight\")\n", p, h);
+        put(o, "  \"%s.swiglu.w3\" = transpose(\"%s.mlp.up_proj.weight\")\n", p, h);
+        put(o, "  \"%s.swiglu.w2\" = transpose(\"%s.mlp.down_proj.weight\")\n", p, h);
+        put(o, "  \"rms.g\" = \"model.norm.weight\"\n");
+    }
+    if (!c->tied) put(o, "  \"head\" = transpose(\"lm_head.weight\")\n");
+}
+
+static const char *generate(Cfg *c) {
+    Out o = {c->a, NULL, 0, 0};
+    const char *name = c->arch->model_type;
+    const char *path = c->src->files[c->file].path;
+    put(&o, "# %s: %s, generated by zinfc --from-hf from %s.\n", name, c->arch->arch, path);
+    put(&o, "# The layers are the stdlib's; T (the training sequence) and the train block are\n"
+            "# yours to edit. The hf block maps every parameter to its Hugging Face tensor\n"
+            "# and carries config.json, for zinfrun --init and --export-hf.\n");
+    if (c->arch->fam == FAM_GPT2) put_gpt2(c, &o, name);
+    else put_llama(c, &o, name);
+    put_train(c, &o);
+    put(&o, "\nhf \"%s\" {\n", c->arch->arch);
+    put_config(&o, c->text, c->len);
+    put_map(c, &o);
+    put(&o, "}\n");
+    return o.a ? o.p : NULL;
+}
+
+/* ---- entry points ---- */
+
+const char *hfconfig_text_to_zl(Arena *a, const SourceSet *src, int file, DiagSink *d, const HfConfigOptions *o) {
+    Cfg c;
+    memset(&c, 0, sizeof c);
+    c.a = a;
+    c.src = src;
+    c.file = file;
+    c.d = d;
+    c.text = src->files[file].text;
+    c.len = src->files[file].len;
+    c.seq = o ? o->seq : 0;
+    JsonDoc doc;
+    char jerr[256];
+    if (json_parse(c.text, c.len, &doc, jerr, sizeof jerr) != 0) {
+        diag_error(d, (Span){file, 0, 0}, "%s is not valid JSON: %s", src->files[file].path, jerr);
+        json_free(&doc);
+        return NULL;
+    }
+    const char *out = NULL;
+    c.root = doc.root;
+    if (!c.root || c.root->type != JSON_OBJECT) {
+        diag_error(d, (Span){file, 0, 0}, "%s must hold a JSON object", src->files[file].path);
+    } else if ((c.handled = ARENA_NEWN(a, bool, c.root->count + 1))) {
+        read_arch(&c);
+        if (c.arch) {
+            read_dtype(&c);
+            if (c.arch->fam == FAM_GPT2) read_gpt2(&c);
+            else read_llama(&c);
+            if (!c.failed) pick_seq(&c, get(&c, c.arch->fam == FAM_GPT2 ? "n_positions" : "max_position_embeddings"),
+                                    c.arch->fam == FAM_GPT2 ? "n_positions" : "max_position_embeddings");
+            if (c.arch->fam == FAM_LLAMA) read_window(&c); /* T is 0 after errors: no window complaint then */
+            check_rest(&c);
+            if (!c.failed) out = generate(&c);
+        }
+    }
+    json_free(&doc);
+    return c.failed ? NULL : out;
+}
+
+const char *hfconfig_to_zl(Arena *a, SourceSet *src, DiagSink *d, const char *dir, const HfConfigOptions *o) {
+    const char *path = arena_printf(a, "%s/config.json", dir);
+    int err = 0, id = path ? source_load(src, path, &err) : -1;
+    if (id < 0) {
+        diag_error(d, SPAN_NONE, "cannot read %s: %s", path ? path : dir, strerror(err ? err : ENOMEM));
+        if (err == ENOENT) diag_hint(d, "--from-hf takes a model directory, the one save_pretrained writes");
+        return NULL;
+    }
+    if (src->files[id].len > HFC_MAX_CONFIG) {
+        diag_error(d, SPAN_NONE, "%s is larger than %d MiB: not a config.json", path, HFC_MAX_CONFIG >> 20);
+        return NULL;
+    }
+    return hfconfig_text_to_zl(a, src, id, d, o);
+}
