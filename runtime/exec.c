@@ -150,39 +150,54 @@ int rt_home_write(Rt *r, int buffer, uint64_t off, const void *src, uint64_t byt
 
 /* ---- initial state ---- */
 
-static int init_state(Rt *r, char *err, size_t n) {
+/* Parameters from (seed, name, element) and fp32 masters equal to them;
+ * everything else zero. In chunks of INIT_CHUNK elements, so the memory it
+ * takes does not grow with the largest shard (NVMe homes of any size). */
+enum { INIT_CHUNK = 1 << 20 };
+
+static int init_shard(Rt *r, const PlanShard *s, uint8_t *tmp, float *vals, char *err, size_t n) {
     const Plan *p = r->p;
-    for (uint32_t si = 0; si < p->nshards; si++) {
-        const PlanShard *s = &p->shards[si];
-        const PlanTensor *t = &p->tensors[s->tensor];
-        uint8_t *tmp = calloc(1, s->bytes ? s->bytes : 1);
-        float *vals = malloc(sizeof(float) * (size_t)(s->tile_shard > 0 ? s->tile_shard : 1));
-        if (!tmp || !vals) { free(tmp); free(vals); return rt_fail(err, n, "out of memory initialising %s", t->name); }
-        const PlanTensor *src = t;
-        if (t->cls == TC_MASTER && t->param >= 0) src = &p->tensors[t->param];
-        if (t->cls == TC_PARAM || t->cls == TC_MASTER) {
-            for (int32_t u = 0; u < s->ntiles; u++) {
-                int64_t w0 = s->partitioned ? (int64_t)r->c->rank * s->tile_shard : 0;
-                int64_t cnt = s->tile_elems - w0;
-                if (cnt > s->tile_shard) cnt = s->tile_shard;
-                if (cnt <= 0) continue;
-                init_fill_f32(vals, (int64_t)u * s->tile_elems + w0, cnt, p->train.seed, src->name,
-                              (InitKind)src->init, src->init_std);
-                for (int64_t k = 0; k < cnt; k++) {
+    const PlanTensor *t = &p->tensors[s->tensor];
+    const PlanTensor *src = t->cls == TC_MASTER && t->param >= 0 ? &p->tensors[t->param] : t;
+    bool values = t->cls == TC_PARAM || t->cls == TC_MASTER;
+    size_t es = rt_dsz(t->dtype);
+    uint64_t total = s->bytes / es, done = 0;
+    while (done < total) {
+        int64_t m = (int64_t)(total - done < INIT_CHUNK ? total - done : INIT_CHUNK);
+        memset(tmp, 0, (size_t)m * es);
+        for (int64_t k = 0; values && k < m;) {
+            /* element done+k of the buffer: tile u, position j of this rank's slice */
+            int64_t pos = (int64_t)done + k, u = pos / s->tile_shard, j = pos % s->tile_shard;
+            int64_t run = s->tile_shard - j < m - k ? s->tile_shard - j : m - k;
+            int64_t w0 = s->partitioned ? (int64_t)r->c->rank * s->tile_shard : 0;
+            int64_t valid = s->tile_elems - w0 - j; /* the rest of the slice is padding */
+            if (valid > run) valid = run;
+            if (u < s->ntiles && valid > 0) {
+                init_fill_f32(vals, u * s->tile_elems + w0 + j, valid, p->train.seed, src->name, (InitKind)src->init, src->init_std);
+                for (int64_t i = 0; i < valid; i++) {
                     /* The master holds the parameter's value as rounded to the parameter's dtype. */
-                    double v = vals[k];
-                    if (src->dtype == DT_BF16) v = half_bf16_to_f32(half_f32_to_bf16(vals[k]));
-                    else if (src->dtype == DT_F16) v = half_f16_to_f32(half_f32_to_f16(vals[k]));
-                    rt_elem_set(tmp, t->dtype, (int64_t)u * s->tile_shard + k, v);
+                    double v = vals[i];
+                    if (src->dtype == DT_BF16) v = half_bf16_to_f32(half_f32_to_bf16(vals[i]));
+                    else if (src->dtype == DT_F16) v = half_f16_to_f32(half_f32_to_f16(vals[i]));
+                    rt_elem_set(tmp, t->dtype, k + i, v);
                 }
             }
+            k += run;
         }
-        int rc = rt_home_write(r, s->buffer, 0, tmp, s->bytes, err, n);
-        free(tmp);
-        free(vals);
-        if (rc) return -1;
+        if (rt_home_write(r, s->buffer, done * es, tmp, (uint64_t)m * es, err, n)) return -1;
+        done += (uint64_t)m;
     }
     return 0;
+}
+
+static int init_state(Rt *r, char *err, size_t n) {
+    uint8_t *tmp = malloc((size_t)INIT_CHUNK * 4);
+    float *vals = malloc(sizeof(float) * INIT_CHUNK);
+    int rc = tmp && vals ? 0 : rt_fail(err, n, "out of memory initialising the parameters");
+    for (uint32_t si = 0; si < r->p->nshards && !rc; si++) rc = init_shard(r, &r->p->shards[si], tmp, vals, err, n);
+    free(tmp);
+    free(vals);
+    return rc;
 }
 
 /* ---- kernels ---- */
