@@ -367,7 +367,7 @@ static void read_llama(Cfg *c) {
     c->tied = false;
     get_bool(c, "tie_word_embeddings", &c->tied);
     if (c->arch->attention_bias)
-        need_bool(c, "attention_bias", false, "biases on q, k, v and the output projection (Qwen2's q/k/v biases are)");
+        need_bool(c, "attention_bias", false, "zinf has biases on q, k and v (Qwen2), not on the output projection");
     need_bool(c, "mlp_bias", false, "biases in the MLP");
     get(c, "pretraining_tp"); /* tensor-parallel slicing of the same products: numerics only */
     read_rope(c);

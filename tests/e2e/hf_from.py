@@ -1,0 +1,102 @@
+"""hf_from: the Python side of tests/e2e/hf_from.sh (never downloads anything).
+
+    python hf_from.py make ROOT     for every case: ROOT/CASE (save_pretrained of a small random
+                                    model), ROOT/CASE.bin (a token file, llm.c layout, of random
+                                    ids below its vocabulary) and ROOT/CASE.seq (its sequence)
+    python hf_from.py loss ROOT     "CASE LOSS" for every case: the mean cross-entropy transformers
+                                    computes on the first micro-batch zinfrun reads from
+                                    CASE.bin with B = 1 (tokens[0:T+1])
+
+The weights are drawn wider than the models' own initialisation (std 0.3,
+norm gains around 1) so that attention, rotary frequencies and norms move
+the loss by far more than the comparison's 1e-5.
+"""
+import struct
+import sys
+
+import torch
+import transformers as T
+
+# name: (config class, keyword arguments, training sequence)
+CASES = {
+    "gpt2": (T.GPT2Config, dict(vocab_size=101, n_positions=40, n_embd=48, n_layer=2, n_head=3,
+                                bos_token_id=0, eos_token_id=0, attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0), 24),
+    "gpt2-untied": (T.GPT2Config, dict(vocab_size=67, n_positions=32, n_embd=40, n_layer=2, n_head=5, n_inner=72,
+                                       layer_norm_epsilon=1e-6, tie_word_embeddings=False,
+                                       bos_token_id=0, eos_token_id=0,
+                                       attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0), 32),
+    "llama-gqa": (T.LlamaConfig, dict(vocab_size=97, hidden_size=48, intermediate_size=72, num_hidden_layers=2,
+                                      num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64,
+                                      rms_norm_eps=1e-5), 24),
+    "llama3-rope": (T.LlamaConfig, dict(vocab_size=97, hidden_size=32, intermediate_size=40, num_hidden_layers=2,
+                                        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                                        rope_theta=500000.0,
+                                        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                      "high_freq_factor": 4.0,
+                                                      "original_max_position_embeddings": 16}), 24),
+    "llama-linear-tied": (T.LlamaConfig, dict(vocab_size=89, hidden_size=32, intermediate_size=56, num_hidden_layers=1,
+                                              num_attention_heads=4, max_position_embeddings=32,
+                                              rope_scaling={"rope_type": "linear", "factor": 2.0},
+                                              tie_word_embeddings=True), 20),
+    "mistral": (T.MistralConfig, dict(vocab_size=83, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      sliding_window=32), 24),
+    "qwen2": (T.Qwen2Config, dict(vocab_size=79, hidden_size=36, intermediate_size=60, num_hidden_layers=2,
+                                  num_attention_heads=6, num_key_value_heads=1, max_position_embeddings=48,
+                                  rope_theta=1000000.0, tie_word_embeddings=True), 16),
+    "qwen3": (T.Qwen3Config, dict(vocab_size=71, hidden_size=40, intermediate_size=56, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, head_dim=24,
+                                  max_position_embeddings=48), 16),
+}
+
+
+def make(case, d):
+    cls, kw, _ = CASES[case]
+    torch.manual_seed(sum(map(ord, case)))
+    m = T.AutoModelForCausalLM.from_config(cls(**kw), dtype=torch.float32)
+    with torch.no_grad():
+        for _, p in m.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.3)
+            else:
+                p.normal_(1.0, 0.2)
+    m.save_pretrained(d)
+
+
+def tokens(v, n, path):
+    g = torch.Generator().manual_seed(1234)
+    ids = torch.randint(0, v, (n,), generator=g).tolist()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *([20240520, 1, n, v] + [0] * 252)))
+        f.write(struct.pack("<%dH" % n, *ids))
+
+
+def loss(d, path, b, t):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<256i", raw[:1024])[2]
+    ids = torch.tensor(struct.unpack("<%dH" % n, raw[1024:1024 + 2 * n]), dtype=torch.long)
+    x, y = ids[:b * t].view(b, t), ids[1:b * t + 1].view(b, t)
+    m = T.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+    m.eval()
+    with torch.no_grad():
+        lg = m(input_ids=x).logits.double()
+    print("%.10f" % torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1)).item())
+
+
+def main():
+    cmd, root = sys.argv[1], sys.argv[2]
+    for case, (cls, kw, t) in CASES.items():
+        d = "%s/%s" % (root, case)
+        if cmd == "make":
+            make(case, d)
+            tokens(kw["vocab_size"], 4 * t + 1, d + ".bin")
+            open(d + ".seq", "w").write("%d\n" % t)
+        elif cmd == "loss":
+            sys.stdout.write(case + " ")
+            loss(d, d + ".bin", 1, t)
+        else:
+            sys.exit("hf_from.py: unknown command " + cmd)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+#!/bin/sh
+# zinfc --from-hf against transformers (never downloads anything): small
+# random Hugging Face models made here with save_pretrained (GPT-2 tied and
+# untied; LLaMA with GQA, with llama3 rope scaling, with linear scaling and
+# tied embeddings; Mistral with a sliding window the sequence fits in;
+# Qwen2 with q/k/v biases; Qwen3 with per-head q/k norms and a head_dim of
+# its own; odd sizes throughout). For each:
+#   - zinfc --from-hf DIR --emit=zl prints a model, which checks as a file
+#     and plans to the same Hugging Face mapping as -o does directly;
+#   - the plan's mapping (zinfdump --hf) covers the checkpoint exactly: every
+#     tensor, its shape, transposes and columns, and config.json as is
+#     (tests/e2e/hf_check.py);
+#   - zinfrun --init imports the weights and runs one step on a fixed batch:
+#     its loss matches transformers' within 1e-5 relative (f32);
+# then every unsupported config key is an error naming the key and its value.
+#   tests/e2e/hf_from.sh BUILD
+set -u
+B=${1:-build}
+Z=$B/bin
+. tests/pyenv.sh
+if [ -z "$ZINF_PY" ]; then echo "skip hf_from: no Python environment (make deps makes one)"; exit 0; fi
+T=$(mktemp -d /tmp/zinf-hf-from.XXXXXX) || exit 1
+trap 'rm -rf "$T"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+# failures are counted in a file: expect runs at the end of a pipeline (a subshell)
+bad() { echo "FAIL: $*"; echo "$*" >> "$T/failed"; }
+
+cat > "$T/one.zl" <<'EOF'
+target one {
+  backend = "host"
+  ranks = 1
+  budget = 1 GiB
+  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2; flops = 20 G }
+}
+EOF
+
+"$ZINF_PY" tests/e2e/hf_from.py make "$T" > "$T/make.log" 2>&1 || { cat "$T/make.log"; echo "FAIL: making the models"; exit 1; }
+"$ZINF_PY" tests/e2e/hf_from.py loss "$T" > "$T/hf-losses" 2> "$T/loss.log" || { cat "$T/loss.log"; echo "FAIL: transformers' losses"; exit 1; }
+cases=$(cut -d' ' -f1 "$T/hf-losses")
+
+for c in $cases; do
+  d=$T/$c
+  seq=$(cat "$d.seq")
+  # the .zl model, as text and as a file
+  if ! "$Z/zinfc" --from-hf "$d" --seq "$seq" --emit=zl > "$d.zl" 2> "$d.emit.err"; then
+    cat "$d.emit.err"; bad "$c: --emit=zl"; continue
+  fi
+  grep -q "^hf \"" "$d.zl" || bad "$c: the emitted model has no hf block"
+  grep -q "^train {" "$d.zl" || bad "$c: the emitted model has no train block"
+  "$Z/zinfc" "$d.zl" > "$d.check" 2>&1 || { cat "$d.check"; bad "$c: the emitted file does not check"; }
+  # planned directly and from the file: the same mapping
+  "$Z/zinfc" --from-hf "$d" --seq "$seq" --target "$T/one.zl" -o "$d.plan" > "$d.plan.log" 2>&1 ||
+    { cat "$d.plan.log"; bad "$c: -o plan"; continue; }
+  "$Z/zinfc" "$d.zl" --target "$T/one.zl" -o "$d.file.plan" > /dev/null 2>&1 || bad "$c: planning the emitted file"
+  "$Z/zinfdump" "$d.plan" --hf > "$d.hf" || bad "$c: zinfdump --hf"
+  "$Z/zinfdump" "$d.plan" --hf-config > "$d.config" || bad "$c: zinfdump --hf-config"
+  "$Z/zinfdump" "$d.file.plan" --hf > "$d.file.hf" 2>/dev/null
+  cmp -s "$d.hf" "$d.file.hf" || bad "$c: the emitted file maps differently"
+  "$ZINF_PY" tests/e2e/hf_check.py "$d.hf" "$d" "$d.config" || bad "$c: the mapping does not cover the checkpoint"
+  # weights in, one step: the loss transformers computes
+  if "$Z/zinfrun" --help 2>&1 | grep -q -- "--init"; then
+    if ! "$Z/zinfrun" "$d.plan" --backend host --init "$d" --data "$d.bin" --steps 1 --losses "$d.losses" \
+         > "$d.run.log" 2>&1; then
+      cat "$d.run.log"; bad "$c: zinfrun --init"; continue
+    fi
+    got=$(awk '$1 == "step" && $2 == 1 { print $4 }' "$d.losses")
+    want=$(awk -v c="$c" '$1 == c { print $2 }' "$T/hf-losses")
+    if awk -v g="$got" -v w="$want" 'BEGIN { e = (g - w) / w; if (e < 0) e = -e; exit !(g != "" && e <= 1e-5) }'; then
+      echo "ok $c: loss $got, transformers $want"
+    else
+      bad "$c: loss $got, transformers $want (more than 1e-5 apart)"
+    fi
+  else
+    echo "ok $c: mapping (no zinfrun --init here: loss not compared)"
+  fi
+done
+
+# ---- what zinf cannot compute: an error naming the key and its value ----
+# expect NAME SEQ 'message' < config.json text
+expect() {
+  e=$T/err-$1
+  mkdir -p "$e"
+  cat > "$e/config.json"
+  if [ "$2" = - ]; then set -- "$1" "" "$3"; else set -- "$1" "--seq $2" "$3"; fi
+  # shellcheck disable=SC2086
+  "$Z/zinfc" --from-hf "$e" $2 --emit=zl > "$e/out" 2> "$e/err"
+  rc=$?
+  if [ $rc -ne 1 ]; then cat "$e/err"; bad "$1: exit $rc, expected 1"; return; fi
+  grep -qF -- "$3" "$e/err" || { cat "$e/err"; bad "$1: no '$3'"; return; }
+  echo "ok error $1"
+}
+L='"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 32,
+  "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64'
+G='"architectures": ["GPT2LMHeadModel"], "vocab_size": 64, "n_positions": 40, "n_embd": 32, "n_layer": 2, "n_head": 4'
+printf '{\n  %s,\n  "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}\n}\n' "$L" |
+  expect rope-dynamic - 'config.json:4:33: error: rope_scaling.rope_type = "dynamic" is not supported'
+printf '{%s, "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0}}\n' "$L" |
+  expect rope-yarn - 'rope_parameters.rope_type = "yarn" is not supported'
+printf '{%s, "rope_scaling": {"type": "linear", "factor": 2.0, "attention_factor": 1.5}}\n' "$L" |
+  expect rope-extra - 'rope_scaling.attention_factor = 1.5 is not supported with rope_type linear'
+printf '{%s, "num_local_experts": 8, "num_experts_per_tok": 2}\n' "$L" |
+  expect moe - 'num_local_experts = 8 is not supported (mixture of experts)'
+printf '{%s, "attention_bias": true}\n' "$L" |
+  expect attention-bias - 'attention_bias = true is not supported'
+printf '{%s, "mlp_bias": true}\n' "$L" |
+  expect mlp-bias - 'mlp_bias = true is not supported'
+printf '{%s, "partial_rotary_factor": 0.5}\n' "$L" |
+  expect partial-rotary - 'partial_rotary_factor = 0.5 is not supported'
+printf '{%s, "hidden_act": "gelu"}\n' "$L" |
+  expect hidden-act - 'hidden_act = "gelu" is not supported'
+printf '{%s, "num_key_value_heads": 3}\n' "$L" |
+  expect kv-heads - 'num_attention_heads = 4 is not a multiple of num_key_value_heads = 3'
+printf '{%s, "alibi": true}\n' "$L" |
+  expect alibi - 'alibi = true is not supported (ALiBi position biases)'
+echo '{"architectures": ["MistralForCausalLM"], "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
+  "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64, "sliding_window": 8}' |
+  expect sliding-window 16 'sliding_window = 8 is shorter than the training sequence T = 16'
+echo '{"architectures": ["Qwen2ForCausalLM"], "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
+  "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64, "use_sliding_window": true,
+  "sliding_window": 4}' |
+  expect qwen-window - 'sliding_window = 4 is shorter than the training sequence T = 64'
+echo '{"architectures": ["MixtralForCausalLM"], "vocab_size": 64}' |
+  expect arch - 'architecture "MixtralForCausalLM" is not supported'
+printf '{%s, "activation_function": "relu"}\n' "$G" |
+  expect gpt2-act - 'activation_function = "relu" is not supported'
+printf '{%s}\n' "$G" |
+  expect gpt2-seq 100 '--seq 100 is longer than n_positions = 40'
+printf '{%s, "scale_attn_by_inverse_layer_idx": true}\n' "$G" |
+  expect gpt2-scale - 'scale_attn_by_inverse_layer_idx = true is not supported'
+printf '{%s}\n' '"architectures": ["LlamaForCausalLM"], "vocab_size": 64' |
+  expect missing - 'config.json has no hidden_size'
+printf '{"architectures": ["LlamaForCausalLM"], "vocab_size": 64,,}\n' |
+  expect not-json - 'is not valid JSON'
+# a key zinf does not know is a warning, and the model is still made
+w=$T/warn
+mkdir -p "$w"
+printf '{%s, "fancy_new_knob": 3}\n' "$L" > "$w/config.json"
+if "$Z/zinfc" --from-hf "$w" --emit=zl > "$w/out" 2> "$w/err" && grep -qF "warning: fancy_new_knob = 3 is a key zinf does not know" "$w/err"; then
+  echo "ok warning unknown key"
+else
+  cat "$w/err"; bad "unknown key: expected a warning and exit 0"
+fi
+if [ -s "$T/failed" ]; then echo "hf_from: $(wc -l < "$T/failed") failed"; exit 1; fi
+echo "hf_from: ok"
