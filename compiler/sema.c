@@ -754,6 +754,7 @@ static Val eval_prim(Sema *s, Ctx *c, const PrimInfo *p, const Expr *e) {
             return POISON;
         }
     PrimError ue;
+    pc.prim = p->id;
     if (!prim_unused_attrs(&pc, &ue)) {
         error(s, e->span, "%s", ue.msg);
         return POISON;

@@ -123,7 +123,9 @@ void parse_syntax_error(PCtx *c, int major, const Token *t) {
             if (name_ok && b->ch == '{') {
                 diag_error(c->d, at, "expected %s or '}', found %s",
                            e & BIT(TK_REPEAT) ? "a statement" : "a setting", found);
-                if (e & BIT(TK_REPEAT))
+                if (major == TK_ELSE)
+                    diag_hint(c->d, "else goes on the line of the '}' that closes the if body: } else {");
+                else if (e & BIT(TK_REPEAT))
                     diag_hint(c->d, "a statement is NAME = EXPR, A, B = EXPR, repeat N { ... }, if C { ... } else { ... }, "
                                     "return EXPR or loss EXPR");
                 else
@@ -151,8 +153,6 @@ void parse_syntax_error(PCtx *c, int major, const Token *t) {
         if (x) diag_error(c->d, at, "expected %s, found %s", x, found);
         else diag_error(c->d, at, "unexpected %s", found);
     }
-    if (major == TK_ELSE && L->last2 == TK_NL)
-        diag_hint(c->d, "else goes on the line of the '}' that closes the if body: } else {");
     if (major == TK_LPAREN && (e & BIT(TK_ASSIGN)) && (e & BIT(TK_COMMA)))
         diag_hint(c->d, "a call is not a statement: assign its result (y = f(x))");
     if (major == TK_ASSIGN && L->last2 >= TK_IMPORT && L->last2 <= TK_INIT)

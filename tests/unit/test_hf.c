@@ -1,0 +1,499 @@
+/* hf: the model side of Hugging Face interchange. compiler/hfmap (patterns,
+ * matching, the hf blocks of a program -> Graph.hf, every error), the if
+ * statement the stdlib layers' options need, rope scaling and per-head
+ * rmsnorm from .zl, the stdlib layers' options, and compiler/hfconfig
+ * (config.json -> .zl: what it writes checks and maps every parameter; its
+ * errors at config.json:line:col). Run from the repository root. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "arena.h"
+#include "diag.h"
+#include "graph.h"
+#include "hfconfig.h"
+#include "hfmap.h"
+#include "loader.h"
+#include "sema.h"
+
+#ifndef ZINF_STDLIB_DIR
+#define ZINF_STDLIB_DIR "stdlib"
+#endif
+
+typedef struct Run {
+    Arena a;
+    SourceSet src;
+    DiagSink d;
+    Program prog;
+    Graph g;
+    bool ok;
+    char *text; /* rendered diagnostics */
+} Run;
+
+static char tmpdir[64];
+
+static void write_file(const char *name, const char *text) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void render(Run *r) {
+    size_t n = 0;
+    FILE *m = open_memstream(&r->text, &n);
+    diag_render(&r->d, &r->src, m, false);
+    fclose(m);
+}
+
+static void run_init(Run *r) {
+    memset(r, 0, sizeof *r);
+    arena_init(&r->a);
+    source_set_init(&r->src);
+    diag_init(&r->d);
+}
+
+/* Checks text as main.zl (lib.zl and others may be written first). */
+static void run_src(Run *r, const char *text) {
+    write_file("main.zl", text);
+    char path[256];
+    snprintf(path, sizeof path, "%s/main.zl", tmpdir);
+    run_init(r);
+    const char *inc[1] = {tmpdir};
+    LoadOptions lo = {inc, 1, ZINF_STDLIB_DIR};
+    ck_assert(program_load(&r->a, &r->src, &r->d, path, &lo, &r->prog));
+    r->ok = sema_build(&r->a, &r->prog, &r->src, &r->d, &r->g) && r->d.errors == 0;
+    render(r);
+}
+
+static void run_free(Run *r) {
+    free(r->text);
+    diag_free(&r->d);
+    source_set_free(&r->src);
+    arena_free(&r->a);
+}
+
+static void setup(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/test_hf.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) { /* best effort */
+    }
+}
+
+static void expect_has(const Run *r, const char *needle) {
+    if (!strstr(r->text, needle)) ck_abort_msg("diagnostics lack \"%s\"; got:\n%.3000s", needle, r->text);
+}
+
+static int find_tensor(const Graph *g, const char *name) {
+    for (int i = 0; i < g->ntensors; i++)
+        if (g->tensors[i].name && strcmp(g->tensors[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* The pieces of parameter name, in order (NULL if none). */
+static const GraphHfPiece *pieces_of(const Graph *g, const char *name, int *n) {
+    int t = find_tensor(g, name);
+    *n = 0;
+    for (int i = 0; i < g->hf.npieces; i++)
+        if (g->hf.pieces[i].tensor == t) {
+            while (i + *n < g->hf.npieces && g->hf.pieces[i + *n].tensor == t) (*n)++;
+            return &g->hf.pieces[i];
+        }
+    return NULL;
+}
+
+/* A model with a fused qkv [D, 3D] and an MLP [D, F] x2 fused into w13. */
+#define FUSED "const V = 32, T = 8, D = 16, F = 24\n" \
+    "model m(tokens: i32[B, T], targets: i32[B, T]) {\n" \
+    "  tok = param [V, D] init normal(0.02)\n" \
+    "  x = embedding(tok, tokens)\n" \
+    "  repeat 2 { x = blk(x) }\n" \
+    "  loss cross_entropy(matmul(x, tok, transpose_b), targets)\n}\n" \
+    "layer blk(x: [B, T, D]) {\n" \
+    "  wqkv = param [D, 3 * D] init normal(0.02)\n" \
+    "  w13 = param [D, 2 * F] init normal(0.02)\n" \
+    "  g = param [D] init ones\n" \
+    "  w2 = param [F, D] init zeros\n" \
+    "  a, b = split(linear(x, w13), 2)\n" \
+    "  q, k, v = split(linear(x, wqkv), 3)\n" \
+    "  return rmsnorm(x + q + k + v + linear(a * b, w2), g)\n}\n"
+
+/* ---- patterns ---- */
+
+START_TEST(patterns_match_and_substitute) {
+    Arena a;
+    arena_init(&a);
+    ck_assert_ptr_null(hfmap_pattern_error(&a, "block.{i}.attn.wq"));
+    ck_assert_ptr_null(hfmap_pattern_error(&a, "a.{i}.b.{j}.c.{i}"));
+    ck_assert_str_eq(hfmap_pattern_error(&a, ""), "the pattern is empty");
+    ck_assert_str_eq(hfmap_pattern_error(&a, "a}b"), "a '}' without its '{'");
+    ck_assert_str_eq(hfmap_pattern_error(&a, "a.{1x}"),
+                     "a placeholder is {NAME}: a letter or '_', then letters, digits or '_', then '}'");
+    ck_assert_str_eq(hfmap_pattern_error(&a, "a{i}{j}"),
+                     "the placeholder '{i}' is followed by another placeholder: what follows a placeholder must not "
+                     "be a digit, so that the number it matches ends there");
+    ck_assert_ptr_nonnull(strstr(hfmap_pattern_error(&a, "a{i}0"), "is followed by a digit"));
+    ck_assert_str_eq(hfmap_pattern_error(&a, "{a}.{b}.{c}.{d}.{e}.{f}.{g}.{h}.{k}"), "more than 8 placeholders");
+    const char *names[HFMAP_MAX_HOLES], *vals[HFMAP_MAX_HOLES];
+    int n = -1;
+    ck_assert(hfmap_match(&a, "block.{i}.attn.wq", "block.12.attn.wq", names, vals, &n));
+    ck_assert_int_eq(n, 1);
+    ck_assert_str_eq(names[0], "i");
+    ck_assert_str_eq(vals[0], "12");
+    ck_assert(!hfmap_match(&a, "block.{i}.attn.wq", "block.x.attn.wq", names, vals, &n));
+    ck_assert(!hfmap_match(&a, "block.{i}.attn.wq", "block.1.attn.wqkv", names, vals, &n));
+    ck_assert(!hfmap_match(&a, "block.{i}.attn", "block..attn", names, vals, &n));
+    ck_assert(hfmap_match(&a, "f.{i}.g.{j}", "f.3.g.10", names, vals, &n));
+    ck_assert_int_eq(n, 2);
+    ck_assert_str_eq(vals[1], "10");
+    ck_assert(hfmap_match(&a, "a.{i}.b.{i}", "a.4.b.4", names, vals, &n));
+    ck_assert(!hfmap_match(&a, "a.{i}.b.{i}", "a.4.b.5", names, vals, &n)); /* a name repeated: one number */
+    ck_assert(hfmap_match(&a, "wte", "wte", names, vals, &n));
+    ck_assert_int_eq(n, 0);
+    const char *nm[2] = {"i", "j"}, *vl[2] = {"7", "12"}, *bad = NULL;
+    ck_assert_str_eq(hfmap_subst(&a, "model.layers.{i}.x.{j}.{i}", nm, vl, 2, &bad), "model.layers.7.x.12.7");
+    ck_assert_ptr_null(hfmap_subst(&a, "model.{k}", nm, vl, 2, &bad));
+    ck_assert_str_eq(bad, "k");
+    arena_free(&a);
+}
+END_TEST
+
+/* ---- the mapping ---- */
+
+START_TEST(mapping_pieces) {
+    Run r;
+    run_src(&r, FUSED "hf \"Fused\" {\n"
+                "  config = [\"{\", \"  \\\"model_type\\\": \\\"fused\\\"\", \"}\"]\n"
+                "  \"tok\" = \"embed.weight\"\n"
+                "  \"blk.{i}.wqkv\" = cat(transpose(\"l.{i}.q.weight\"), transpose(\"l.{i}.k.weight\"),\n"
+                "                       transpose(\"l.{i}.v.weight\"))\n"
+                "  \"blk.{i}.w13\" = cat(cols(transpose(\"l.{i}.gate_up.weight\"), 24, 24),\n"
+                "                      cols(transpose(\"l.{i}.gate_up.weight\"), 0, 24))\n"
+                "  \"blk.{i}.g\" = \"l.{i}.norm.weight\"\n"
+                "  \"blk.{i}.w2\" = transpose(\"l.{i}.down.weight\")\n"
+                "}\n");
+    ck_assert_msg(r.ok, "%s", r.text);
+    ck_assert_str_eq(r.text, "");
+    const Graph *g = &r.g;
+    ck_assert_str_eq(g->hf.arch, "Fused");
+    ck_assert_str_eq(g->hf.config, "{\n  \"model_type\": \"fused\"\n}\n");
+    int n;
+    const GraphHfPiece *p = pieces_of(g, "blk.1.wqkv", &n);
+    ck_assert_int_eq(n, 3);
+    ck_assert_str_eq(p[1].hf_name, "l.1.k.weight");
+    ck_assert(p[1].transpose);
+    ck_assert_int_eq(p[1].src_col, 0);
+    ck_assert_int_eq(p[1].cols, 16); /* the 48 columns shared equally */
+    p = pieces_of(g, "blk.0.w13", &n);
+    ck_assert_int_eq(n, 2);
+    ck_assert_str_eq(p[0].hf_name, "l.0.gate_up.weight");
+    ck_assert_int_eq(p[0].src_col, 24);
+    ck_assert_int_eq(p[0].cols, 24);
+    ck_assert_int_eq(p[1].src_col, 0);
+    p = pieces_of(g, "tok", &n);
+    ck_assert_int_eq(n, 1);
+    ck_assert(!p[0].transpose);
+    ck_assert_int_eq(p[0].cols, 16);
+    p = pieces_of(g, "blk.0.g", &n);
+    ck_assert_int_eq(n, 1);
+    ck_assert_str_eq(p[0].hf_name, "l.0.norm.weight");
+    /* every parameter's pieces adjacent, in parameter order */
+    ck_assert_int_eq(g->hf.npieces, 1 + 2 * (3 + 2 + 1 + 1));
+    for (int i = 1; i < g->hf.npieces; i++) ck_assert_int_le(g->hf.pieces[i - 1].tensor, g->hf.pieces[i].tensor);
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(mapping_errors) {
+    Run r;
+    run_src(&r, FUSED "hf \"Fused\" {\n"
+                "  \"tok\" = \"embed.weight\"\n"
+                "  \"blk.{i}.wqkv\" = transpose(\"l.{i}.qkv.weight\")\n"
+                "  \"blk.{i}.wqkv\" = \"x\"\n"
+                "  \"blk.{i}.w13\" = cat(cols(\"a\", 0, 40), cols(\"b\", 0, 4))\n"
+                "  \"blk.{i}.g\" = transpose(\"l.{i}.norm.weight\")\n"
+                "  \"blk.{i}.w2\" = transpose(\"l.{j}.down\")\n"
+                "  \"blok.{i}.g\" = \"n\"\n"
+                "  \"x\" = transpose(cat(\"a\"))\n"
+                "  \"y\" = cols(cat(\"a\"), 0, 1)\n"
+                "  \"z\" = transpos(\"a\")\n"
+                "  \"w\" = cat(\"a\", cat(\"b\"))\n"
+                "  \"v\" = cols(\"a\", -1, 2)\n"
+                "  config = \"{oops}\"\n"
+                "  vocab = 3\n"
+                "}\n");
+    ck_assert(!r.ok);
+    expect_has(&r, "main.zl:20:3: error: parameter 'blk.0.wqkv' is matched by two entries of this hf block");
+    expect_has(&r, "main.zl:19:3: note: the first entry matching it is here");
+    expect_has(&r, "main.zl:21:3: error: the columns of the pieces add up to 44, but 'blk.0.w13' has 48 in its last axis");
+    expect_has(&r, "hint: give each piece its columns: cols(\"name\", first, count)");
+    expect_has(&r, "main.zl:22:27: error: transpose needs a 2-D parameter, but 'blk.0.g' has rank 1");
+    expect_has(&r, "main.zl:23:28: error: '{j}' is not a placeholder of the pattern \"blk.{i}.w2\"");
+    expect_has(&r, "main.zl:24:3: error: the pattern \"blok.{i}.g\" matches no parameter");
+    expect_has(&r, "hint: did you mean \"blk.0.g\"? (parameters are named by their call path: docs/checking.md)");
+    expect_has(&r, "main.zl:25:9: error: transpose takes one HF tensor name: transpose(\"...weight\")");
+    expect_has(&r, "main.zl:26:14: error: cols of cat: write the pieces of the cat instead");
+    expect_has(&r, "main.zl:27:9: error: unknown hf function 'transpos'; did you mean 'transpose'?");
+    expect_has(&r, "main.zl:28:18: error: cat goes outermost: cat(a, b, ...) of names, transposes and cols");
+    expect_has(&r, "main.zl:29:19: error: the first column must be 0 or more, got -1");
+    expect_has(&r, "main.zl:30:12: error: config is not valid JSON: line 1, column 2: expected a string key in an object");
+    expect_has(&r, "main.zl:31:3: error: unknown hf setting 'vocab'");
+    expect_has(&r, "hint: an hf block holds config = \"JSON\" and \"PARAMETER PATTERN\" = \"HF TENSOR\" entries");
+    ck_assert_int_eq(r.d.errors, 12);
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(mapping_from_several_files) {
+    /* lib.zl's block names no architecture: it adds entries; other.zl's names
+     * another one: it is left out. The model's file wins over both. */
+    write_file("lib.zl", "hf {\n  \"blk.{i}.g\" = \"lib.{i}.g\"\n  \"blk.{i}.wqkv\" = \"lib.{i}.qkv\"\n"
+                         "  \"never.matches\" = \"n\"\n}\n");
+    write_file("other.zl", "hf \"Other\" {\n  \"blk.{i}.w13\" = \"other.{i}\"\n}\n");
+    Run r;
+    run_src(&r, "import \"lib\"\nimport \"other\"\n" FUSED "hf \"Fused\" {\n  \"blk.{i}.g\" = \"main.{i}.g\"\n}\n");
+    ck_assert_msg(r.ok, "%s", r.text);
+    int n;
+    ck_assert_str_eq(pieces_of(&r.g, "blk.1.g", &n)->hf_name, "main.1.g");
+    ck_assert_str_eq(pieces_of(&r.g, "blk.1.wqkv", &n)->hf_name, "lib.1.qkv");
+    ck_assert_ptr_null(pieces_of(&r.g, "blk.0.w13", &n));
+    /* the unmapped parameters: one warning */
+    expect_has(&r, "main.zl:19:1: warning: 5 parameters have no Hugging Face tensor: tok, blk.0.w13, blk.0.w2, "
+                   "blk.1.w13 and 1 more");
+    expect_has(&r, "note: an export leaves them out and an import leaves them as initialised");
+    ck_assert_int_eq(r.d.warnings, 1);
+    run_free(&r);
+    /* the model's file needs the architecture; one block per file; config only there */
+    write_file("lib2.zl", "hf {\n  config = \"{}\"\n}\n");
+    run_src(&r, "import \"lib2\"\n" FUSED "hf { \"tok\" = \"e\" }\nhf \"B\" { \"tok\" = \"e\" }\n");
+    expect_has(&r, "main.zl:19:1: error: a file has one hf block; this is a second one");
+    expect_has(&r, "main.zl:18:1: note: the first is here");
+    expect_has(&r, "main.zl:18:1: error: the hf block of the model's file names the Hugging Face architecture");
+    run_free(&r);
+    run_src(&r, "import \"lib2\"\n" FUSED "hf \"B\" { \"tok\" = \"e\" }\n");
+    expect_has(&r, "lib2.zl:2:3: error: config belongs in the hf block of the model's file");
+    run_free(&r);
+    /* no hf block in the model's file: no mapping, imports' blocks unused */
+    run_src(&r, "import \"lib\"\n" FUSED);
+    ck_assert_msg(r.ok, "%s", r.text);
+    ck_assert_ptr_null(r.g.hf.arch);
+    ck_assert_int_eq(r.g.hf.npieces, 0);
+    run_free(&r);
+}
+END_TEST
+
+/* ---- if, and the primitives' new attributes from .zl ---- */
+
+#define TINY "const V = 32, T = 8, D = 16\nmodel m(tokens: i32[B, T], targets: i32[B, T]) {\n" \
+             "  wte = param [V, D] init normal(0.02)\n  x = embedding(wte, tokens)\n"
+#define TAIL "  loss cross_entropy(matmul(x, wte, transpose_b), targets)\n}\n"
+
+START_TEST(if_statement) {
+    Run r;
+    run_src(&r, TINY "  x = f(x, true)\n  x = f(x, false)\n" TAIL
+                "layer f(x: [B, T, D], gain) {\n"
+                "  if gain {\n    g = param [D] init ones\n    y = rmsnorm(x, g)\n"
+                "  } else {\n    y = rmsnorm(x)\n    z = no_such_name\n  }\n"
+                "  return y\n}\n");
+    /* the branch not taken is not expanded: no error from it when gain */
+    expect_has(&r, "main.zl:15:9: error: unknown name 'no_such_name'");
+    ck_assert_int_eq(r.d.errors, 1);
+    ck_assert_int_ge(find_tensor(&r.g, "f.g"), 0);
+    ck_assert_int_lt(find_tensor(&r.g, "f_1.g"), 0);
+    run_free(&r);
+    run_src(&r, TINY "  x = f(x, 1)\n" TAIL "layer f(x: [B, T, D], c) {\n  if c { return x }\n  return x\n}\n");
+    expect_has(&r, "main.zl:9:6: error: an if condition must be true or false, got an integer");
+    run_free(&r);
+    run_src(&r, TINY "  x = f(x, true)\n" TAIL "layer f(x: [B, T, D], c) {\n  if c { return x }\n  return x\n}\n");
+    expect_has(&r, "main.zl:9:10: error: return inside if: a layer returns once, at its end");
+    run_free(&r);
+    /* else on the next line */
+    run_src(&r, TINY "  if true { y = x }\n  else { y = x }\n" TAIL);
+    expect_has(&r, "main.zl:6:3: error: expected a statement or '}', found keyword 'else'");
+    expect_has(&r, "hint: else goes on the line of the '}' that closes the if body: } else {");
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(rope_scaling_and_rmsnorm_heads_from_zl) {
+    Run r;
+    run_src(&r, TINY "  g = param [4] init ones\n"
+                "  x = rmsnorm(x, g, eps = 1e-6, heads = 4)\n"
+                "  x = rope(x, heads = 2, theta = 500000.0, scaling = \"llama3\", factor = 8.0,\n"
+                "           low_freq_factor = 1.0, high_freq_factor = 4.0, original_max_positions = 16)\n"
+                "  x = rope(x, heads = 2, scaling = \"linear\", factor = 2.0)\n" TAIL);
+    ck_assert_msg(r.ok, "%s", r.text);
+    const GOp *nm = &r.g.ops[1], *ro = &r.g.ops[2], *li = &r.g.ops[3];
+    ck_assert_int_eq(nm->prim, PRIM_RMSNORM);
+    ck_assert_int_eq(nm->iattr[0], 4);
+    ck_assert_int_eq(ro->iattr[1], ROPE_LLAMA3);
+    ck_assert_int_eq(ro->iattr[2], 16);
+    ck_assert_double_eq(ro->fattr[1], 8.0);
+    ck_assert_double_eq(ro->fattr[3], 4.0);
+    ck_assert_int_eq(li->iattr[1], ROPE_LINEAR);
+    run_free(&r);
+    run_src(&r, TINY "  y = rope(x, heads = 2, scaling = \"yarn\")\n  y = rope(x, heads = 2, factor = 4.0)\n"
+                "  y = rope(x, heads = 2, scaling = 3)\n" TAIL);
+    expect_has(&r, "main.zl:5:36: error: rope: 'scaling' must be one of \"none\", \"linear\", \"llama3\", got \"yarn\"");
+    expect_has(&r, "main.zl:6:7: error: rope: 'factor' is not used with scaling = \"none\" (it takes scaling = "
+                   "\"linear\" or \"llama3\")");
+    expect_has(&r, "main.zl:7:36: error: rope: 'scaling' must be one of \"none\", \"linear\", \"llama3\", got an integer");
+    run_free(&r);
+}
+END_TEST
+
+/* The stdlib's LLaMA options: Qwen2's biases, Qwen3's q/k norms and head_dim. */
+START_TEST(stdlib_llama_options) {
+    Run r;
+    run_src(&r, "import \"llama\"\nconst V = 32, T = 8, D = 16\n"
+                "model m(tokens: i32[B, T], targets: i32[B, T]) {\n"
+                "  tok = param [V, D] init normal(0.02)\n  x = embedding(tok, tokens)\n"
+                "  repeat 1 { x = llama_block(x, 4, 2, 24, eps = 1e-6, theta = 1e6, qkv_bias = true) }\n"
+                "  repeat 1 { x = llama_block(x, 4, 2, 24, head_dim = 6, qk_norm = true, rope_scaling = \"linear\","
+                " rope_factor = 2.0) }\n"
+                "  x = rms(x, 1e-6)\n"
+                "  loss cross_entropy(matmul(x, tok, transpose_b), targets)\n}\n");
+    ck_assert_msg(r.ok, "%s", r.text);
+    const Graph *g = &r.g;
+    ck_assert_int_eq(g->tensors[find_tensor(g, "llama_block.0.rope_attn.bk")].dims[0], 8);
+    ck_assert_int_lt(find_tensor(g, "llama_block.0.rope_attn.q_norm"), 0);
+    ck_assert_int_eq(g->tensors[find_tensor(g, "llama_block_1.0.rope_attn.wq")].dims[1], 24);
+    ck_assert_int_eq(g->tensors[find_tensor(g, "llama_block_1.0.rope_attn.wo")].dims[0], 24);
+    ck_assert_int_eq(g->tensors[find_tensor(g, "llama_block_1.0.rope_attn.k_norm")].dims[0], 6);
+    ck_assert_int_lt(find_tensor(g, "llama_block_1.0.rope_attn.bq"), 0);
+    /* 512 + block 0: 16+256+128+128+256+16+8+8+16+3*384 + block 1: 16+384+192+192+384+6+6+16+3*384 + 16 */
+    ck_assert_int_eq(graph_param_count(g), 512 + 1984 + 2348 + 16);
+    run_free(&r);
+}
+END_TEST
+
+/* ---- config.json -> .zl ---- */
+
+typedef struct Conv {
+    Run r;
+    const char *zl;
+} Conv;
+
+static void convert(Conv *c, const char *config, int64_t seq) {
+    run_init(&c->r);
+    int id = source_add(&c->r.src, "m/config.json", config, strlen(config));
+    ck_assert_int_ge(id, 0);
+    HfConfigOptions o = {seq};
+    c->zl = hfconfig_text_to_zl(&c->r.a, &c->r.src, id, &c->r.d, &o);
+    if (c->zl) {
+        LoadOptions lo = {NULL, 0, ZINF_STDLIB_DIR};
+        ck_assert(program_load_text(&c->r.a, &c->r.src, &c->r.d, "m/config.json.zl", c->zl, &lo, &c->r.prog));
+        c->r.ok = sema_build(&c->r.a, &c->r.prog, &c->r.src, &c->r.d, &c->r.g) && c->r.d.errors == 0;
+    }
+    render(&c->r);
+}
+
+#define QWEN3 "{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"vocab_size\": 100,\n" \
+    " \"hidden_size\": 32, \"intermediate_size\": 48, \"num_hidden_layers\": 3, \"num_attention_heads\": 4,\n" \
+    " \"num_key_value_heads\": 2, \"head_dim\": 16, \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-06,\n" \
+    " \"rope_theta\": 1000000, \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\",\n" \
+    " \"attention_dropout\": 0.0, \"use_sliding_window\": false, \"sliding_window\": 32, \"max_window_layers\": 3,\n" \
+    " \"bos_token_id\": 1, \"eos_token_id\": 2}\n"
+
+START_TEST(config_to_zl) {
+    Conv c;
+    convert(&c, QWEN3, 0);
+    ck_assert_msg(c.r.ok, "%s\n%s", c.r.text, c.zl ? c.zl : "");
+    ck_assert_str_eq(c.r.text, "");
+    ck_assert_ptr_nonnull(strstr(c.zl, "const V = 100, T = 1024, D = 32, H = 4, KV = 2, F = 48, L = 3, HD = 16\n"));
+    ck_assert_ptr_nonnull(strstr(c.zl, "x = llama_block(x, H, KV, F, eps = 1e-06, theta = 1000000.0, head_dim = HD, "
+                                       "qk_norm = true)"));
+    ck_assert_ptr_nonnull(strstr(c.zl, "loss cross_entropy(matmul(x, tok, transpose_b), targets)"));
+    ck_assert_ptr_nonnull(strstr(c.zl, "  dtype = bf16\n"));
+    ck_assert_ptr_nonnull(strstr(c.zl, "hf \"Qwen3ForCausalLM\" {\n  config = [\n    \"{\\\"architectures\\\": "));
+    /* every parameter mapped, config.json carried as is */
+    ck_assert_str_eq(c.r.g.hf.arch, "Qwen3ForCausalLM");
+    ck_assert_str_eq(c.r.g.hf.config, QWEN3);
+    int n;
+    const GraphHfPiece *p = pieces_of(&c.r.g, "llama_block.2.rope_attn.q_norm", &n);
+    ck_assert_int_eq(n, 1);
+    ck_assert_str_eq(p->hf_name, "model.layers.2.self_attn.q_norm.weight");
+    p = pieces_of(&c.r.g, "llama_block.1.swiglu.w2", &n);
+    ck_assert_str_eq(p->hf_name, "model.layers.1.mlp.down_proj.weight");
+    ck_assert(p->transpose);
+    ck_assert_int_eq(c.r.g.hf.npieces, 1 + 3 * 11 + 1);
+    run_free(&c.r);
+    /* --seq: a sliding window as long as the sequence is full attention; longer is fine too */
+    convert(&c, "{\"architectures\": [\"MistralForCausalLM\"], \"vocab_size\": 10, \"hidden_size\": 8,"
+                " \"intermediate_size\": 8, \"num_hidden_layers\": 1, \"num_attention_heads\": 2,"
+                " \"max_position_embeddings\": 64, \"sliding_window\": 16, \"tie_word_embeddings\": false}", 16);
+    ck_assert_msg(c.r.ok, "%s", c.r.text);
+    ck_assert_ptr_nonnull(strstr(c.zl, ", T = 16,"));
+    ck_assert_ptr_nonnull(strstr(c.zl, "\"head\" = transpose(\"lm_head.weight\")"));
+    run_free(&c.r);
+}
+END_TEST
+
+START_TEST(config_errors) {
+    Conv c;
+    convert(&c, "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 10, \"hidden_size\": 8,\n"
+                " \"intermediate_size\": 8, \"num_hidden_layers\": 1, \"num_attention_heads\": 3,\n"
+                " \"max_position_embeddings\": 64, \"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2},\n"
+                " \"hidden_act\": \"gelu\", \"mlp_bias\": true, \"num_experts\": 4, \"resid_pdrop\": 0.1,\n"
+                " \"vocab_size\": 11, \"rms_norm_eps\": -1, \"novel\": [1, 2]}\n",
+            0);
+    ck_assert_ptr_null(c.zl);
+    expect_has(&c.r, "m/config.json:1:1: error: hidden_size = 8 is not a multiple of num_attention_heads = 3 and there is "
+                     "no head_dim");
+    expect_has(&c.r, "m/config.json:3:58: error: rope_scaling.rope_type = \"dynamic\" is not supported (zinf has default, "
+                     "linear and llama3)");
+    expect_has(&c.r, "m/config.json:4:16: error: hidden_act = \"gelu\" is not supported (the MLP is SwiGLU: silu)");
+    expect_has(&c.r, "m/config.json:4:36: error: mlp_bias = true is not supported: biases in the MLP");
+    expect_has(&c.r, "m/config.json:4:57: error: num_experts = 4 is not supported (mixture of experts)");
+    expect_has(&c.r, "m/config.json:5:36: error: rms_norm_eps must be a positive number, got -1");
+    expect_has(&c.r, "m/config.json:4:75: warning: resid_pdrop = 0.1: zinf trains without dropout");
+    expect_has(&c.r, "m/config.json:5:49: warning: novel = [...] is a key zinf does not know");
+    run_free(&c.r);
+    convert(&c, "[1, 2]", 0);
+    expect_has(&c.r, "error: m/config.json must hold a JSON object");
+    run_free(&c.r);
+    convert(&c, "{\"model_type\": \"gpt2\", \"vocab_size\": 10, \"n_positions\": 8, \"n_embd\": 8, \"n_layer\": 1,"
+                " \"n_head\": 2, \"architectures\": [\"GPT2LMHeadModel\", \"X\"]}", 0);
+    expect_has(&c.r, "error: architectures must list one architecture, got [...]");
+    run_free(&c.r);
+    /* model_type alone names the architecture; one that does not go with it is an error */
+    convert(&c, "{\"model_type\": \"gpt2\", \"vocab_size\": 10, \"n_positions\": 8, \"n_embd\": 8, \"n_layer\": 1,"
+                " \"n_head\": 2}", 0);
+    ck_assert_msg(c.r.ok, "%s", c.r.text);
+    ck_assert_ptr_nonnull(strstr(c.zl, "hf \"GPT2LMHeadModel\""));
+    run_free(&c.r);
+    convert(&c, "{\"model_type\": \"llama\", \"architectures\": [\"Qwen2ForCausalLM\"]}", 0);
+    expect_has(&c.r, "error: model_type = \"llama\" does not go with architecture Qwen2ForCausalLM (\"qwen2\")");
+    run_free(&c.r);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("hf");
+    TCase *t = tcase_create("hf");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, patterns_match_and_substitute);
+    tcase_add_test(t, mapping_pieces);
+    tcase_add_test(t, mapping_errors);
+    tcase_add_test(t, mapping_from_several_files);
+    tcase_add_test(t, if_statement);
+    tcase_add_test(t, rope_scaling_and_rmsnorm_heads_from_zl);
+    tcase_add_test(t, stdlib_llama_options);
+    tcase_add_test(t, config_to_zl);
+    tcase_add_test(t, config_errors);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+}
