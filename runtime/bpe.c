@@ -13,6 +13,7 @@
 enum {
     CACHE_MAX_WORD = 256,       /* longer words are not cached (as in the tokenizers library) */
     CACHE_MAX_ENTRIES = 1 << 18,
+    CACHE_FIRST_SLOTS = 1 << 12,  /* the table doubles as it fills, up to 2 * CACHE_MAX_ENTRIES slots */
     CACHE_POOL_LIMIT = 64 << 20, /* bytes of words + ids before the cache starts over */
 };
 
@@ -57,6 +58,8 @@ struct BpeModel {
     /* first symbols */
     int32_t *bmp;        /* text mode: code point < 0x10000 -> id, -1 */
     int32_t byte_id[256]; /* byte mode: byte -> id of its character, -1 */
+    char byte_utf8[256][2]; /* byte mode: its character's UTF-8 */
+    uint8_t byte_utf8_n[256];
     int32_t fb[256];      /* <0xXX> ids, -1 */
     /* scratch */
     Sym *sym;
@@ -237,7 +240,7 @@ int bpe_create(BpeModel **out, const BpeOptions *o, const BpeToken *vocab, size_
     m->vslots = calloc(m->vmask + 1, sizeof *m->vslots);
     m->mmask = pow2_at_least(nmerges * 2 + 1) - 1;
     m->mslots = malloc((m->mmask + 1) * sizeof *m->mslots);
-    m->cmask = CACHE_MAX_ENTRIES * 2 - 1;
+    m->cmask = CACHE_FIRST_SLOTS - 1;
     m->cslots = calloc(m->cmask + 1, sizeof *m->cslots);
     if (!o->byte_level) m->bmp = malloc(0x10000 * sizeof *m->bmp);
     if (!m->pool || !m->off || !m->len || !m->vslots || !m->mslots || !m->cslots || (!o->byte_level && !m->bmp)) {
@@ -330,8 +333,10 @@ int bpe_create(BpeModel **out, const BpeOptions *o, const BpeToken *vocab, size_
         m->fb[b] = (int32_t)vocab_find(m, t, 6);
         if (o->byte_level) {
             char u[4];
-            size_t ul = uni_encode(uni_byte_char((uint8_t)b), u);
+            size_t ul = uni_encode(uni_byte_char((uint8_t)b), u); /* U+0021..U+0143: 1 or 2 bytes */
             m->byte_id[b] = (int32_t)vocab_find(m, u, ul);
+            memcpy(m->byte_utf8[b], u, ul);
+            m->byte_utf8_n[b] = (uint8_t)ul;
         }
     }
     if (!o->byte_level)
@@ -450,6 +455,20 @@ static const CacheSlot *cache_find(const BpeModel *m, const char *w, size_t n, u
 static void cache_put(BpeModel *m, const char *w, size_t n, uint64_t h, const uint32_t *ids, size_t k) {
     if (m->cn >= CACHE_MAX_ENTRIES || m->cbytes_n + n > CACHE_POOL_LIMIT || m->cids_n + k > CACHE_POOL_LIMIT / 4)
         cache_clear(m);
+    if (m->cn * 2 >= m->cmask + 1) { /* half full: double the table (small tables stay in the CPU's caches) */
+        size_t nmask = m->cmask * 2 + 1;
+        CacheSlot *ns = calloc(nmask + 1, sizeof *ns);
+        if (!ns) return;
+        for (size_t j = 0; j <= m->cmask; j++) {
+            if (!m->cslots[j].used) continue;
+            size_t i = (size_t)m->cslots[j].hash & nmask;
+            while (ns[i].used) i = (i + 1) & nmask;
+            ns[i] = m->cslots[j];
+        }
+        free(m->cslots);
+        m->cslots = ns;
+        m->cmask = nmask;
+    }
     if (m->cbytes_n + n > m->cbytes_cap) {
         size_t nc = m->cbytes_cap ? m->cbytes_cap * 2 : 1 << 16;
         while (nc < m->cbytes_n + n) nc *= 2;
@@ -498,7 +517,11 @@ static int spelled(BpeModel *m, const char *w, size_t n, const char **s, size_t 
         m->scratch_cap = nc;
     }
     size_t o = 0;
-    for (size_t i = 0; i < n; i++) o += uni_encode(uni_byte_char((uint8_t)w[i]), m->scratch + o);
+    for (size_t i = 0; i < n; i++) {
+        uint8_t b = (uint8_t)w[i];
+        memcpy(m->scratch + o, m->byte_utf8[b], 2);
+        o += m->byte_utf8_n[b];
+    }
     *s = m->scratch;
     *sn = o;
     return 0;
@@ -531,14 +554,13 @@ int bpe_encode(BpeModel *m, const char *w, size_t n, BpeIds *out, char *err, siz
     size_t i = 0;
     while (i < n) {
         /* One character: its text in vocabulary spelling, and its id. */
-        char cb[4];
         const char *ctext;
         size_t clen, step;
         int64_t id;
         if (m->o.byte_level) {
             uint8_t b = (uint8_t)w[i];
-            clen = uni_encode(uni_byte_char(b), cb);
-            ctext = cb;
+            clen = m->byte_utf8_n[b];
+            ctext = m->byte_utf8[b];
             step = 1;
             id = m->byte_id[b];
         } else {

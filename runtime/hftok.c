@@ -122,6 +122,8 @@ struct HfTok {
     DecStep dec[MAX_STEPS];
     size_t ndec;
     int dec_join_space; /* no decoder: tokens joined by spaces */
+    int cut_at_marks;   /* words may be cut before word marks: see marks_cut_safe() */
+    int ignore_merges;
     char dec_err[300];
     uint32_t prefix[16], suffix[16];
     size_t nprefix, nsuffix;
@@ -335,9 +337,48 @@ static int pre_piece(void *vctx, size_t start, size_t len) {
     return pre_run(c->t, c->k + 1, c->base + start, len, c->orig0 && start == 0, c->out, c->err, c->errlen);
 }
 
+/* SentencePiece's word mark U+2581 '▁'. */
+static const char MARK[] = "\xe2\x96\x81";
+
+/* The model on one word; cut before the word marks that follow another
+ * character when that is safe (marks_cut_safe). */
+static int model_run(HfTok *t, const char *s, size_t n, BpeIds *out, char *err, size_t errlen) {
+    if (!t->cut_at_marks) return bpe_encode(t->bpe, s, n, out, err, errlen);
+    size_t from = 0;
+    for (const char *p = s + 1; p < s + n && (p = memmem(p, (size_t)(s + n - p), MARK, 3)); p += 3) {
+        size_t i = (size_t)(p - s);
+        if (i >= 3 && !memcmp(s + i - 3, MARK, 3)) continue; /* inside a run of marks */
+        if (bpe_encode(t->bpe, s + from, i - from, out, err, errlen)) return -1;
+        from = i;
+    }
+    return bpe_encode(t->bpe, s + from, n - from, out, err, errlen);
+}
+
+/* Without a pre-tokenizer that splits (LLaMA-2's tokenizer.json has
+ * none), the library runs BPE on a whole document as one word. When '▁'
+ * is a token and no token has a '▁' right after another character, no
+ * merge can join anything to a '▁' that follows another character: the
+ * word can be cut before each such '▁' with the same ids, since the
+ * merges on either side happen in the same order either way, and the
+ * short pieces repeat, so the word cache answers most of them. Not with
+ * ignore_merges (which looks at the whole word) nor byte-level models. */
+static int marks_cut_safe(const HfTok *t, int byte_level) {
+    if (byte_level || t->ignore_merges || bpe_token_id(t->bpe, MARK, 3) < 0) return 0;
+    for (uint32_t id = 0; id < bpe_id_limit(t->bpe); id++) {
+        size_t n;
+        const char *s = bpe_token_text(t->bpe, id, &n);
+        if (!s) continue;
+        for (const char *p = s + 1; p < s + n && (p = memmem(p, (size_t)(s + n - p), MARK, 3)); p += 3) {
+            size_t i = (size_t)(p - s);
+            if (i < 3 || memcmp(s + i - 3, MARK, 3)) return 0;
+        }
+    }
+    return 1;
+}
+
 static int pre_run(HfTok *t, size_t k, const char *s, size_t n, int orig0, BpeIds *out, char *err, size_t errlen) {
     if (n == 0) return 0;
-    if (k == t->npre) return bpe_encode(t->bpe, s, n, out, err, errlen);
+    if (k == t->npre) return model_run(t, s, n, out, err, errlen);
     const PreStep *st = &t->pre[k];
     Buf *b = &t->scratch[k];
     PreCtx c = {t, k, s, orig0, out, err, errlen};
@@ -728,6 +769,7 @@ static int load_model(HfTok *t, Ld *l, const TokJson *o, int byte_level) {
     if (bo.fuse_unk < 0 || bo.byte_fallback < 0 || bo.ignore_merges < 0)
         return lfail(l, "model BPE: fuse_unk, byte_fallback and ignore_merges must be booleans");
     bo.byte_level = byte_level;
+    t->ignore_merges = bo.ignore_merges;
     const TokJson *vocab = tokjson_get(o, "vocab"), *merges = tokjson_get(o, "merges");
     if (!vocab || vocab->type != TOKJSON_OBJECT) return lfail(l, "model BPE: 'vocab' must be an object of token: id");
     if (merges && merges->type != TOKJSON_ARRAY && merges->type != TOKJSON_NULL)
@@ -893,6 +935,7 @@ int hftok_from_json(HfTok **out, const char *name, const char *json, size_t n, c
     if (!rc) rc = load_post(t, &l, tokjson_get(root, "post_processor"), 0);
     if (!rc) rc = load_decoder(t, &l, tokjson_get(root, "decoder"), 0);
     if (!rc) rc = build_added(t, &l);
+    if (!rc) t->cut_at_marks = marks_cut_safe(t, byte_level);
     if (!rc) {
         const TokJson *tr = tokjson_get(root, "truncation"), *pd = tokjson_get(root, "padding");
         if ((tr && tr->type != TOKJSON_NULL) || (pd && pd->type != TOKJSON_NULL))

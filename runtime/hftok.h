@@ -54,7 +54,9 @@ const uint32_t *hftok_suffix(const HfTok *t, size_t *n);
 uint32_t hftok_vocab_size(const HfTok *t);
 /* The id of a token's text (added tokens first, then the model), or -1. */
 int64_t hftok_token_id(const HfTok *t, const char *s, size_t n);
-/* The text of id, or NULL (n: its length). */
+/* The text of id, or NULL (n: its length): an added token's content
+ * (normalized when the token is `normalized`, as the library shows it),
+ * else the model's token. */
 const char *hftok_token_text(const HfTok *t, uint32_t id, size_t *n);
 /* Whether id is an added token (special: a special one). */
 int hftok_is_added(const HfTok *t, uint32_t id);

@@ -93,7 +93,7 @@ typedef struct {
     const char *out, *val, *tokenizer, *bos, *eos;
     int no_bos, no_eos, decode, skip_special;
     double frac;
-    const char *inputs[256];
+    const char **inputs; /* into argv */
     int nin;
 } Opts;
 
@@ -199,6 +199,8 @@ static int run_decode(const Opts *o, HfTok *t) {
 
 int main(int argc, char **argv) {
     Opts o = {.frac = 0.1};
+    const char *inputs[argc > 0 ? argc : 1];
+    o.inputs = inputs;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int takes = !strcmp(a, "-o") || !strcmp(a, "--val") || !strcmp(a, "--val-fraction") || !strcmp(a, "--tokenizer") ||
@@ -229,9 +231,6 @@ int main(int argc, char **argv) {
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "zinftok: unknown option '%s'\n", a);
             usage(stderr);
-            return 2;
-        } else if (o.nin == (int)(sizeof o.inputs / sizeof o.inputs[0])) {
-            fprintf(stderr, "zinftok: at most %d inputs\n", o.nin);
             return 2;
         } else
             o.inputs[o.nin++] = a;

@@ -90,22 +90,19 @@ char *uni_utf8_repair(const uint8_t *s, size_t n, size_t *outn, size_t *nbad) {
     return out;
 }
 
-/* GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves,
- * the other 68 for U+0100.. in byte order. */
-static int printable(unsigned b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); }
-
+/* GPT-2's bytes_to_unicode: the printable Latin-1 bytes ('!'..'~',
+ * 0xA1..0xAC, 0xAE..0xFF) stand for themselves, the other 68 for U+0100..
+ * in byte order: 0x00..0x20 (33), 0x7F..0xA0 (34), then 0xAD. */
 uint32_t uni_byte_char(uint8_t b) {
-    if (printable(b)) return b;
-    uint32_t k = 0;
-    for (unsigned x = 0; x < b; x++) k += !printable(x);
-    return 256 + k;
+    if (b <= 0x20) return 256u + b;
+    if (b >= 0x7F && b <= 0xA0) return 256u + 33 + (b - 0x7Fu);
+    if (b == 0xAD) return 256u + 67;
+    return b;
 }
 
 int uni_char_byte(uint32_t cp) {
-    if (cp < 256) return printable(cp) ? (int)cp : -1;
-    if (cp >= 256 + 68) return -1;
-    uint32_t k = cp - 256;
-    for (unsigned x = 0; x < 256; x++)
-        if (!printable(x) && k-- == 0) return (int)x;
-    return -1;
+    if (cp < 256) return (cp > 0x20 && cp < 0x7F) || (cp > 0xA0 && cp != 0xAD) ? (int)cp : -1;
+    if (cp < 256 + 33) return (int)(cp - 256);
+    if (cp < 256 + 67) return (int)(0x7F + (cp - 256 - 33));
+    return cp == 256 + 67 ? 0xAD : -1;
 }
