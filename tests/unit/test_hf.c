@@ -339,6 +339,17 @@ START_TEST(rope_scaling_and_rmsnorm_heads_from_zl) {
     ck_assert_double_eq(ro->fattr[1], 8.0);
     ck_assert_double_eq(ro->fattr[3], 4.0);
     ck_assert_int_eq(li->iattr[1], ROPE_LINEAR);
+    /* the graph listing shows them */
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    graph_dump(&r.g, f);
+    fclose(f);
+    ck_assert_ptr_nonnull(strstr(buf, " rmsnorm %3, g -> %5 f32 [1, 8, 16] eps=1e-06 heads=4\n"));
+    ck_assert_ptr_nonnull(strstr(buf, " heads=2 theta=500000 scaling=llama3 factor=8 low_freq_factor=1 high_freq_factor=4 "
+                                      "original_max_positions=16\n"));
+    ck_assert_ptr_nonnull(strstr(buf, " heads=2 theta=10000 scaling=linear factor=2\n"));
+    free(buf);
     run_free(&r);
     run_src(&r, TINY "  y = rope(x, heads = 2, scaling = \"yarn\")\n  y = rope(x, heads = 2, factor = 4.0)\n"
                 "  y = rope(x, heads = 2, scaling = 3)\n" TAIL);
@@ -346,6 +357,31 @@ START_TEST(rope_scaling_and_rmsnorm_heads_from_zl) {
     expect_has(&r, "main.zl:6:7: error: rope: 'factor' is not used with scaling = \"none\" (it takes scaling = "
                    "\"linear\" or \"llama3\")");
     expect_has(&r, "main.zl:7:36: error: rope: 'scaling' must be one of \"none\", \"linear\", \"llama3\", got an integer");
+    run_free(&r);
+}
+END_TEST
+
+/* The syntax tree of if/else and hf blocks, as --emit=ast prints it. */
+START_TEST(ast_of_if_and_hf) {
+    Run r;
+    write_file("main.zl", "layer f(x, c) {\n  if c { y = x } else {\n    y = x\n  }\n  return y\n}\n"
+                          "hf \"A\" {\n  config = \"{}\"\n  \"a.{i}\" = cat(transpose(\"b.{i}\"), cols(\"c\", 0, 2))\n}\n"
+                          "hf { }\n");
+    char path[256];
+    snprintf(path, sizeof path, "%s/main.zl", tmpdir);
+    run_init(&r);
+    ck_assert(program_load(&r.a, &r.src, &r.d, path, NULL, &r.prog));
+    ck_assert_int_eq(r.d.errors, 0);
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    ast_dump(r.prog.files[0], f);
+    fclose(f);
+    ck_assert_str_eq(buf, "layer f(x, c) {\n  if c {\n    y = x\n  } else {\n    y = x\n  }\n  return y\n}\n"
+                          "hf \"A\" {\n  config = \"{}\"\n  \"a.{i}\" = cat(transpose(\"b.{i}\"), cols(\"c\", 0, 2))\n}\n"
+                          "hf {\n}\n");
+    free(buf);
+    render(&r);
     run_free(&r);
 }
 END_TEST
@@ -486,6 +522,7 @@ int main(void) {
     tcase_add_test(t, mapping_errors);
     tcase_add_test(t, mapping_from_several_files);
     tcase_add_test(t, if_statement);
+    tcase_add_test(t, ast_of_if_and_hf);
     tcase_add_test(t, rope_scaling_and_rmsnorm_heads_from_zl);
     tcase_add_test(t, stdlib_llama_options);
     tcase_add_test(t, config_to_zl);
