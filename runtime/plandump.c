@@ -31,6 +31,21 @@ static void operand_str(const Plan *p, const PlanOperand *o, char *buf, size_t n
              b->arena < PLAN_NARENAS ? plan_arena_names[b->arena] : "?", b->name, b->offset + o->offset, o->bytes);
 }
 
+/* a * b + c for non-negative operands; false when it does not fit in 63 bits */
+static bool mul_add(int64_t a, int64_t b, int64_t c, int64_t *out) {
+    if (a < 0 || b < 0 || c < 0 || (b && a > (INT64_MAX - c) / b)) return false;
+    *out = a * b + c;
+    return true;
+}
+
+/* Rank's elements [lo, hi) of tile `tile` of a partitioned shard, and the
+ * tile's end; false when a forged shard's figures overflow. */
+static bool rank_slice(int32_t tile, int rank, const PlanShard *sh, int64_t *lo, int64_t *hi, int64_t *end) {
+    int64_t mine;
+    return mul_add(rank, sh->tile_shard, 0, &mine) && mul_add(tile, sh->tile_elems, mine, lo) &&
+           mul_add(1, *lo, sh->tile_shard, hi) && mul_add((int64_t)tile + 1, sh->tile_elems, 0, end);
+}
+
 void plandump_schedule(const Plan *p, int rank, FILE *out) {
     fprintf(out, "# schedule of %s for %s: %d rank%s, %u instructions (%u per micro-batch, then the optimizer)\n",
             p->model_name, p->target.name, p->ranks, p->ranks > 1 ? "s" : "", p->ninstrs, p->opt_begin);
@@ -53,12 +68,13 @@ void plandump_schedule(const Plan *p, int rank, FILE *out) {
                           s->op == PI_H2D || s->op == PI_D2H) &&
             s->arg >= 0 && (uint32_t)s->arg < p->ntensors && p->tensors[s->arg].shard >= 0) {
             const PlanShard *sh = &p->shards[p->tensors[s->arg].shard];
-            if (sh->partitioned) {
-                int64_t lo = (int64_t)s->tile * sh->tile_elems + (int64_t)rank * sh->tile_shard;
-                int64_t hi = lo + sh->tile_shard, end = ((int64_t)s->tile + 1) * sh->tile_elems;
+            int64_t lo, hi, end;
+            if (sh->partitioned && rank_slice(s->tile, rank, sh, &lo, &hi, &end)) {
                 if (hi > end) hi = end;
                 if (lo > end) lo = end;
                 fprintf(out, " | rank %d: elements [%" PRId64 ", %" PRId64 ")", rank, lo, hi);
+            } else if (sh->partitioned) {
+                fprintf(out, " | rank %d: elements beyond 2^63", rank);
             }
         }
         fputc('\n', out);
@@ -181,6 +197,22 @@ void plandump_trace(const Plan *p, const CostResult *c, FILE *out) {
     fprintf(out, "]}\n");
 }
 
+/* The bin of [0, n) time t falls in, of a pass of T seconds (n: after the
+ * last). A forged plan's times can be infinite or NaN (infinite FLOPs,
+ * negative latencies): those go to the ends rather than into an int they do
+ * not fit. */
+static int time_bin(double t, double T, int n) {
+    double x = t / T * n;
+    if (!(x > 0)) return 0;
+    return x >= n ? n : (int)x;
+}
+
+/* A sum of buffer sizes as bytes (a forged plan's can pass 2^64). */
+static uint64_t bytes_of(double v) {
+    if (!(v > 0)) return 0;
+    return v >= 18446744073709551616.0 ? UINT64_MAX : (uint64_t)v;
+}
+
 void plandump_svg(const Plan *p, const CostResult *c, FILE *out) {
     static const char *const colour[PLAN_NQUEUES] = {"#8c564b", "#1f77b4", "#17becf", "#d62728", "#2ca02c", "#ff7f0e"};
     const double W = 1200, lane = 28, left = 80, mem_h = 160;
@@ -217,9 +249,9 @@ void plandump_svg(const Plan *p, const CostResult *c, FILE *out) {
                 t0 = c->start[first[b]];
                 t1 = c->end[last[b]];
             }
-            int k0 = (int)(t0 / T * NB), k1 = (int)(t1 / T * NB);
+            int k1 = time_bin(t1, T, NB);
             if (k1 >= NB) k1 = NB - 1;
-            for (int k = k0 < 0 ? 0 : k0; k <= k1; k++) use[k] += (double)p->buffers[b].bytes;
+            for (int k = time_bin(t0, T, NB); k <= k1; k++) use[k] += (double)p->buffers[b].bytes;
         }
         for (int k = 0; k < NB; k++) if (use[k] > peak) peak = use[k];
     }
@@ -229,7 +261,7 @@ void plandump_svg(const Plan *p, const CostResult *c, FILE *out) {
     if (peak > cap) cap = peak;
     char a[32], b[32];
     fprintf(out, "<text x=\"10\" y=\"%.1f\">GPU memory in use (peak %s of %s)</text>\n", top_mem - 8,
-            plan_bytes_str((uint64_t)peak, a, sizeof a), plan_bytes_str((uint64_t)cap, b, sizeof b));
+            plan_bytes_str(bytes_of(peak), a, sizeof a), plan_bytes_str(bytes_of(cap), b, sizeof b));
     fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#999\"/>\n", left, top_mem, W - left, mem_h);
     fprintf(out, "<polyline fill=\"none\" stroke=\"#9467bd\" stroke-width=\"1.5\" points=\"");
     for (int k = 0; k < NB; k++)

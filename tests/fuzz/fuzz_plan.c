@@ -2,7 +2,8 @@
  * training starts. The input is a plan file's bytes:
  *   plan_decode -> verify_plan -> (a sound plan only, as zinfdump and
  *   zinfrun refuse the rest) every zinfdump view (summary, schedule with
- *   and without a rank, memory, kernels, trace and svg) to /dev/null, then
+ *   and without a rank, memory, kernels, the Hugging Face mapping and
+ *   config, trace and svg) to /dev/null, then
  *   the host executor's set-up: rt_create, its memory report, rt_destroy,
  *   i.e. zinfrun up to the first instruction.
  *
@@ -67,6 +68,8 @@ static void dump_views(const Plan *p, FILE *out) {
     plandump_schedule(p, p->ranks - 1, out);
     plandump_memory(p, out);
     plandump_kernels(p, out);
+    plandump_hf(p, out);
+    fputs(p->hf.config ? p->hf.config : "", out); /* --hf-config */
     plandump_trace(p, &c, out);
     plandump_svg(p, &c, out);
     cost_free(&c);

@@ -9,11 +9,14 @@
  * the dumps and the executor. The structural mutations:
  *   - a field of any record: counts, lengths, offsets, enum codes,
  *     cross-references (tensor, op, shard, buffer, operand, instruction,
- *     dependency, launch, argument indices), train fields (micro_batch and
+ *     dependency, launch, argument indices, Hugging Face pieces' tensors
+ *     and column ranges), train fields (micro_batch and
  *     the others set to 0, -1, 1, 2^57+4, ...), the target, arenas, input
  *     tensor ids, dims; values are chosen mostly in range (the index just
  *     past the end, -1 and boundary numbers the rest of the time);
  *   - a tensor's shape with a matching element count (the decoder checks it);
+ *   - a shard's tiling at its extremes (2^62 elements, 65536 tiles, ...)
+ *     with the byte count the verifier computes for it;
  *   - an instruction's operand or dependency range: another instruction's
  *     (overlapping), a random one, or one running past the end;
  *   - a buffer moved onto another's offset, an operand's byte range over
@@ -22,7 +25,9 @@
  *     swapped (the op code table follows the ops);
  *   - a string: empty, long, with quotes and markup, or not UTF-8;
  *   - the op code table added or dropped.
- * Some of the time (and whenever the input does not decode) it mutates the
+ * A third of the time, when the input is a sound plan, the mutant must pass
+ * the verifier too (a few tries), so that values the verifier lets through
+ * reach the dumps and the executor's set-up. Some of the time (and whenever the input does not decode) it mutates the
  * bytes of one section with libFuzzer's own mutator instead and fixes up the
  * lengths and checksums; rarely it mutates raw bytes and leaves them.
  * Cross-over takes one part (meta, target, train, one record array) of the
@@ -38,6 +43,7 @@
 #include "fuzz_common.h"
 #include "graph.h"
 #include "plan.h"
+#include "verify.h"
 
 /* The file's framing (docs/plan-format.md): a 24-byte header, then 24-byte
  * section headers (id, 0, payload length, checksum) each before its payload. */
@@ -111,7 +117,7 @@ static void set_int(const Field *f, int64_t v) {
 }
 
 static double pick_double(Rng *r, double cur) {
-    static const double vals[] = {0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 1e-8, 1e-300, 1e12, 1e300, -1e300};
+    static const double vals[] = {0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 1e-8, 1e-300, 4.9e-324, 1e12, 1e300, -1e300, DBL_MAX, 1.8446744073709552e19};
     switch (below(r, 6)) {
     case 0: return INFINITY;
     case 1: return one_in(r, 2) ? -INFINITY : NAN;
@@ -151,7 +157,7 @@ static void mutate_field(Rng *r, const Field *f) {
 
 typedef enum Entity {
     E_META, E_TARGET, E_TRAIN, E_TENSOR, E_OP, E_SHARD, E_ARENA, E_BUFFER, E_OPERAND, E_INSTR, E_DEP,
-    E_LAUNCH, E_LAUNCH_ARG, E_OP_CODE, E_TILE_CODE, E_UTIL, E_COUNT
+    E_LAUNCH, E_LAUNCH_ARG, E_OP_CODE, E_TILE_CODE, E_UTIL, E_HF_PIECE, E_COUNT
 } Entity;
 
 /* How many records of entity e the plan has. */
@@ -170,6 +176,7 @@ static uint32_t records(const Plan *p, Entity e) {
     case E_LAUNCH_ARG: return p->nlaunch_args;
     case E_OP_CODE: return p->op_code ? p->nops : 0;
     case E_TILE_CODE: return p->ntile_code;
+    case E_HF_PIECE: return p->hf.npieces;
     case E_COUNT: break;
     }
     return 0;
@@ -355,6 +362,14 @@ static void fields_of(Plan *p, Entity e, uint32_t i, Fields *fs) {
         for (int u = 0; u < PLAN_NUTIL; u++)
             for (int t = 0; t < PLAN_NDTYPES; t++) add(fs, &p->util[u][t], K_I32, p->nlaunches);
         break;
+    case E_HF_PIECE: {
+        PlanHfPiece *h = &p->hf.pieces[i];
+        add(fs, &h->tensor, K_I32, nt);
+        add(fs, &h->transpose, K_U8, 2);
+        add(fs, &h->src_col, K_I64, 0);
+        add(fs, &h->cols, K_I64, 0);
+        break;
+    }
     case E_COUNT: break;
     }
 }
@@ -364,7 +379,7 @@ static Entity pick_entity(Rng *r, const Plan *p) {
     static const uint8_t weight[E_COUNT] = {
         [E_META] = 3, [E_TARGET] = 2, [E_TRAIN] = 4, [E_TENSOR] = 6, [E_OP] = 5, [E_SHARD] = 5, [E_ARENA] = 3,
         [E_BUFFER] = 6, [E_OPERAND] = 6, [E_INSTR] = 8, [E_DEP] = 4, [E_LAUNCH] = 2, [E_LAUNCH_ARG] = 2,
-        [E_OP_CODE] = 2, [E_TILE_CODE] = 2, [E_UTIL] = 1,
+        [E_OP_CODE] = 2, [E_TILE_CODE] = 2, [E_UTIL] = 1, [E_HF_PIECE] = 3,
     };
     unsigned total = 0;
     for (int e = 0; e < E_COUNT; e++) total += records(p, (Entity)e) ? weight[e] : 0;
@@ -409,6 +424,32 @@ static bool mutate_shape(Rng *r, Plan *p) {
         n *= t->dims[k];
     }
     t->numel = n;
+    return true;
+}
+
+/* A shard's tiling at its extremes, its byte count kept equal to
+ * ntiles x tile_shard x dtype size as the verifier computes it (in 64 bits,
+ * so a product past 2^64 comes around). */
+static bool mutate_tiling(Rng *r, Plan *p) {
+    if (!p->nshards) return false;
+    PlanShard *s = &p->shards[below(r, p->nshards)];
+    static const int64_t tiles[] = {1, 2, 3, 4, 7, 65536, INT32_MAX};
+    static const int64_t elems[] = {0, 1, 2047, 2048, ((int64_t)1 << 57) + 4, (int64_t)1 << 61, (int64_t)1 << 62, INT64_MAX / 16,
+                                    INT64_MAX};
+    switch (below(r, 4)) {
+    case 0: s->ntiles = (int32_t)tiles[below(r, sizeof tiles / sizeof tiles[0])]; break;
+    case 1: s->tile_elems = elems[below(r, sizeof elems / sizeof elems[0])]; break;
+    case 2: s->tile_shard = elems[below(r, sizeof elems / sizeof elems[0])]; break;
+    default: s->partitioned = !s->partitioned; break;
+    }
+    if (one_in(r, 2) && s->tensor >= 0 && (uint32_t)s->tensor < p->ntensors && s->ntiles > 0)
+        s->tile_elems = p->tensors[s->tensor].numel / s->ntiles; /* still the tensor's elements, mostly */
+    if (!one_in(r, 4)) { /* the rank's slice as the planner cuts it, padding aside */
+        uint64_t ranks = p->ranks > 0 ? (uint64_t)p->ranks : 1;
+        s->tile_shard = s->partitioned ? (int64_t)(((uint64_t)s->tile_elems + ranks - 1) / ranks) : s->tile_elems;
+    }
+    int ds = s->tensor >= 0 && (uint32_t)s->tensor < p->ntensors ? plan_dtype_size(p->tensors[s->tensor].dtype) : 4;
+    s->bytes = (uint64_t)s->ntiles * (uint64_t)s->tile_shard * (uint64_t)ds;
     return true;
 }
 
@@ -490,6 +531,7 @@ static bool mutate_array(Rng *r, Plan *p) {
         {(void **)&p->launches, &p->nlaunches, sizeof *p->launches},
         {(void **)&p->launch_args, &p->nlaunch_args, sizeof *p->launch_args},
         {(void **)&p->tile_code, &p->ntile_code, sizeof *p->tile_code},
+        {(void **)&p->hf.pieces, &p->hf.npieces, sizeof *p->hf.pieces},
     };
     size_t which = below(r, sizeof arrays / sizeof arrays[0]);
     Array a = arrays[which];
@@ -545,7 +587,8 @@ static bool mutate_array(Rng *r, Plan *p) {
 static const char *pick_string(Rng *r, Plan *p) {
     static const char *const vals[] = {
         "", "x", "host", "cuda", "sm_90", "\"quoted\" \\ <svg>&amp; %s %n %%", "line\nbreak\ttab\x01\x1f",
-        "\xff\xfe not utf-8 \xc3", "block.0.attn.wqkv", "gemm-0123456789ab.cu", "zk_adam",
+        "\xff\xfe not utf-8 \xc3", "block.0.attn.wqkv", "gemm-0123456789ab.cu", "zk_adam", "LlamaForCausalLM",
+        "{\"n_embd\": 1e999, \"x\": [[[[", "model.layers.0.self_attn.q_proj.weight",
     };
     if (one_in(r, 5)) { /* long */
         size_t n = 1 + below(r, 600);
@@ -559,8 +602,12 @@ static const char *pick_string(Rng *r, Plan *p) {
 
 static bool mutate_string(Rng *r, Plan *p) {
     const char **slot = NULL;
-    switch (below(r, 10)) {
+    switch (below(r, 11)) {
     case 0: slot = one_in(r, 2) ? &p->model_name : &p->source; break;
+    case 9:
+        if (one_in(r, 3) || !p->hf.npieces) slot = one_in(r, 2) ? &p->hf.arch : &p->hf.config;
+        else slot = &p->hf.pieces[below(r, p->hf.npieces)].hf_name;
+        break;
     case 1: slot = one_in(r, 3) ? &p->target.name : one_in(r, 2) ? &p->target.backend : &p->target.gpu_arch; break;
     case 2: if (p->ntensors) slot = &p->tensors[below(r, p->ntensors)].name; break;
     case 3: if (p->nbuffers) slot = &p->buffers[below(r, p->nbuffers)].name; break;
@@ -612,9 +659,10 @@ static bool mutate_op_code(Rng *r, Plan *p) {
 static void mutate_plan(Rng *r, Plan *p) {
     for (int tries = 0; tries < 8; tries++) {
         bool done;
-        switch (below(r, 20)) {
+        switch (below(r, 21)) {
         case 0: case 1: case 2: case 3: case 4: case 5: case 6: case 7: done = mutate_one_field(r, p); break;
-        case 8: case 9: done = mutate_train_edge(r, p); break;
+        case 8: done = mutate_train_edge(r, p); break;
+        case 9: case 20: done = mutate_tiling(r, p); break;
         case 10: case 11: done = mutate_shape(r, p); break;
         case 12: case 13: done = mutate_range(r, p); break;
         case 14: case 15: done = mutate_overlap(r, p); break;
@@ -707,9 +755,43 @@ static size_t emit(Plan *p, uint8_t *out, size_t max_size) {
     return n;
 }
 
+/* A mutant of a sound plan that is still sound (a few tries), or 0: the
+ * verifier turns most mutants away, and libFuzzer keeps those for the
+ * coverage of its messages, so without these few inputs would reach the
+ * dumps and the executor's set-up with anything but the seeds' values. */
+static size_t sound_mutant(Rng *r, uint8_t *data, size_t size, size_t max_size) {
+    char err[128];
+    Plan *p = plan_decode(data, size, "mutator", err, sizeof err);
+    bool sound = p && verify_plan(p, NULL, 0) == 0;
+    plan_free(p);
+    if (!sound) return 0;
+    uint8_t *mutant = malloc(max_size);
+    size_t out = 0;
+    for (int attempt = 0; mutant && attempt < 6 && !out; attempt++) {
+        p = plan_decode(data, size, "mutator", err, sizeof err);
+        if (!p) break;
+        mutate_plan(r, p);
+        size_t n = emit(p, mutant, max_size);
+        plan_free(p);
+        /* verified as read back: the verifier takes only what the decoder passes */
+        Plan *q = n ? plan_decode(mutant, n, "mutant", err, sizeof err) : NULL;
+        if (q && verify_plan(q, NULL, 0) == 0) {
+            memcpy(data, mutant, n);
+            out = n;
+        }
+        plan_free(q);
+    }
+    free(mutant);
+    return out;
+}
+
 size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned int seed) {
     Rng r = {((uint64_t)seed << 32) ^ seed ^ 0x5a17f00dull};
     if (one_in(&r, 40)) return LLVMFuzzerMutate(data, size, max_size); /* raw: checksums left wrong */
+    if (one_in(&r, 3)) {
+        size_t out = sound_mutant(&r, data, size, max_size);
+        if (out) return out;
+    }
     if (!one_in(&r, 6)) {
         char err[128];
         Plan *p = plan_decode(data, size, "mutator", err, sizeof err);
@@ -733,7 +815,8 @@ size_t LLVMFuzzerCustomCrossOver(const uint8_t *data1, size_t size1, const uint8
     size_t n = 0;
     if (a && b) {
         /* a borrows b's records (b outlives the encoding) */
-        switch (below(&r, 12)) {
+        switch (below(&r, 13)) {
+        case 12: a->hf = b->hf; break;
         case 0: a->ranks = b->ranks; a->loss = b->loss; a->ninputs = b->ninputs;
             memcpy(a->inputs, b->inputs, sizeof a->inputs); a->opt_begin = b->opt_begin; break;
         case 1: a->target = b->target; break;
