@@ -81,6 +81,8 @@ static const Pc MAP[] = {
     {"head.w", "lm_head.weight", 1, 0, V},
 };
 enum { NMAP = sizeof MAP / sizeof *MAP };
+/* The mapping in use (a test may swap in another of NMAP pieces). */
+static const Pc *map = MAP;
 
 static int64_t numel(const HfT *h) {
     int64_t n = 1;
@@ -231,14 +233,14 @@ static Plan *make_plan(const Variant *v) {
 static void expected(const char *name, int64_t rows, int64_t cols, float *out) {
     int64_t pc = 0;
     for (int k = 0; k < NMAP; k++) {
-        if (strcmp(MAP[k].param, name)) continue;
-        const HfT *h = hf_named(MAP[k].hf);
+        if (strcmp(map[k].param, name)) continue;
+        const HfT *h = hf_named(map[k].hf);
         for (int64_t i = 0; i < rows; i++)
-            for (int64_t j = pc; j < pc + MAP[k].cols; j++) {
-                int64_t c = MAP[k].src + j - pc;
-                out[i * cols + j] = MAP[k].transpose ? h->v[c * h->shape[1] + i] : h->v[i * h->shape[h->rank - 1] + c];
+            for (int64_t j = pc; j < pc + map[k].cols; j++) {
+                int64_t c = map[k].src + j - pc;
+                out[i * cols + j] = map[k].transpose ? h->v[c * h->shape[1] + i] : h->v[i * h->shape[h->rank - 1] + c];
             }
-        pc += MAP[k].cols;
+        pc += map[k].cols;
     }
 }
 
@@ -257,8 +259,8 @@ static float *gather_f32(Rt *r, const Plan *p, int t, const HfioOptions *o) {
  * dtype), its master the exact values, its moments zero. */
 static void check_imported(Rt *r, const Plan *p, const HfioOptions *o, const char *what) {
     for (int k = 0; k < NMAP; k++) {
-        if (k && !strcmp(MAP[k - 1].param, MAP[k].param)) continue;
-        int t = tensor_named(p, MAP[k].param);
+        if (k && !strcmp(map[k - 1].param, map[k].param)) continue;
+        int t = tensor_named(p, map[k].param);
         const PlanTensor *pt = &p->tensors[t];
         int64_t cols = pt->dims[pt->rank - 1], rows = pt->numel / cols;
         float *want = malloc(sizeof(float) * (size_t)pt->numel);
@@ -476,6 +478,49 @@ START_TEST(bf16_masters) {
 }
 END_TEST
 
+/* A tied weight read both ways: the head reads the embedding's tensor
+ * transposed. The import sets both from it; the export writes it once, from
+ * the embedding, and no lm_head.weight. */
+START_TEST(tied_alias) {
+    Pc tied[NMAP];
+    memcpy(tied, MAP, sizeof tied);
+    tied[11].hf = "model.embed.weight";
+    map = tied;
+    Variant v = {TIER_NVME, TIER_CPU, 2, DT_F32, 480};
+    Plan *p = make_plan(&v);
+    attach_hf(p, tied, NMAP);
+    RtOptions ro = {.nvme_dir = nvme_dir};
+    HfioOptions ho = {.staging_bytes = v.staging};
+    Rt *r = rt_create(p, &C, &ro, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    HfioReport rep;
+    ck_assert_msg(hfio_import(r, ckpt, &ho, &rep, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(rep.nignored, 2); /* lm_head.weight (tied), h.0.attn.bias */
+    ck_assert_str_eq(rep.ignored, "h.0.attn.bias, lm_head.weight");
+    check_imported(r, p, &ho, "tied");
+    char out[300];
+    snprintf(out, sizeof out, "%s/tied", work);
+    ck_assert_msg(hfio_export(r, out, &ho, &rep, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(rep.tensors, NH - 3);
+    if (C.rank == 0) {
+        StSet s;
+        ck_assert_int_eq(st_set_open(&s, out, err, sizeof err), 0);
+        ck_assert_uint_eq(s.n, NH - 3);
+        ck_assert_ptr_null(st_set_find(&s, "lm_head.weight"));
+        const StEntry *e = st_set_find(&s, "model.embed.weight");
+        float *f = malloc(e->bytes);
+        ck_assert_int_eq(st_read(st_set_file(&s, e), e->offset, f, e->bytes, err, sizeof err), 0);
+        ck_assert(!memcmp(f, hf_named("model.embed.weight")->v, e->bytes));
+        free(f);
+        st_set_close(&s);
+    }
+    map = MAP;
+    rt_destroy(r);
+    plan_free(p);
+    rmrf(out);
+}
+END_TEST
+
 /* ---- refusals ---- */
 
 static void import_refused(Plan *p, const char *path, const char *msg) {
@@ -638,6 +683,7 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, import_train_export, 0, (int)(sizeof variants / sizeof *variants));
     tcase_add_test(tc, bf16_masters);
+    tcase_add_test(tc, tied_alias);
     tcase_add_test(tc, import_refusals);
     tcase_add_test(tc, mapping_refusals);
     tcase_add_test(tc, export_refusals);
