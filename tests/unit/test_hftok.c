@@ -1,7 +1,8 @@
 /* hftok: tiny tokenizer.json files of the four supported styles (GPT-2
  * byte-level with added tokens and their flags, LLaMA-2 Prepend/Replace
  * byte fallback with a normalized added token, Llama-3 Split+ByteLevel
- * with ignore_merges and a Sequence post-processor, Metaspace "first")
+ * with ignore_merges and a Sequence post-processor, Metaspace "first",
+ * a LLaMA-2 vocabulary whose merges cross word marks)
  * against the ids and decodings the tokenizers library (0.23) gives for
  * them; the post-processor's tokens; every unsupported or malformed
  * configuration refused with a message naming it. */
@@ -87,6 +88,27 @@ static const char T4[] =
     "rges\":[[\"\342\226\201\",\"h\"],[\"\342\226\201h\",\"e\"],[\"l\",\"l\"],[\"\342\226\201he\",\"ll\"],[\"\342\226\201hell\",\"o\"],[\"\342\226\201\",\"w\"],[\"o\",\"r\"],[\"\342\226\201w\",\"or\"],[\"\342\226\201"
     "wor\",\"l\"],[\"\342\226\201worl\",\"d\"],[\"\342\226\201\",\"\342\226\201\"]]}}"
     ;
+/* T2 with a merge that joins a character to a following '\342\226\201' ("o\342\226\201"): words must
+ * not be cut before marks. */
+static const char T5[] =
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[{\"id\":0,\"content\":\"<unk>\",\"single_"
+    "word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true},{\"id\":1,\"content\":\"<s>\""
+    ",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true},{\"id\":2,\"conte"
+    "nt\":\"</s>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true}],\"no"
+    "rmalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":\"\342\226\201\"},{\"type\":\"Replace\",\"patt"
+    "ern\":{\"String\":\" \"},\"content\":\"\342\226\201\"}]},\"pre_tokenizer\":null,\"post_processor\":{\"type\":\"TemplateProcessi"
+    "ng\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"pair\":"
+    "[{\"SpecialToken\":{\"id\":\"<s>\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"special_tokens\":{\"<"
+    "s>\":{\"id\":\"<s>\",\"ids\":[1],\"tokens\":[\"<s>\"]}}},\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Repl"
+    "ace\",\"pattern\":{\"String\":\"\342\226\201\"},\"content\":\" \"},{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"},{\"type\":\"Strip\""
+    ",\"content\":\" \",\"start\":1,\"stop\":0}]},\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":\"<unk>\",\"conti"
+    "nuing_subword_prefix\":null,\"end_of_word_suffix\":null,\"fuse_unk\":true,\"byte_fallback\":true,\"ignore_me"
+    "rges\":false,\"vocab\":{\"<unk>\":0,\"<s>\":1,\"</s>\":2,\"<0x0A>\":3,\"<0xE2>\":4,\"<0x82>\":5,\"<0xAC>\":6,\"\342\226\201\":7,\"h"
+    "\":8,\"e\":9,\"l\":10,\"o\":11,\"w\":12,\"r\":13,\"d\":14,\"\342\226\201h\":15,\"\342\226\201he\":16,\"ll\":17,\"\342\226\201hell\":18,\"\342\226\201hello\":19,\"\342\226\201w\":20"
+    ",\"or\":21,\"\342\226\201wor\":22,\"\342\226\201worl\":23,\"\342\226\201world\":24,\"\342\226\201\342\226\201\":25,\"o\342\226\201\":26},\"merges\":[[\"o\",\"\342\226\201\"],[\"\342\226\201\",\"h\"],[\"\342\226\201h\",\"e\"],"
+    "[\"l\",\"l\"],[\"\342\226\201he\",\"ll\"],[\"\342\226\201hell\",\"o\"],[\"\342\226\201\",\"w\"],[\"o\",\"r\"],[\"\342\226\201w\",\"or\"],[\"\342\226\201wor\",\"l\"],[\"\342\226\201worl\",\"d\"],[\"\342\226\201\""
+    ",\"\342\226\201\"]]}}"
+    ;
 
 typedef struct {
     const char *json, *text;
@@ -122,6 +144,8 @@ static const Case CASES[] = {
     /* T4 */ {T4, "\342\202\254x", IDS(7, 4, 5, 6, 0), "<s> <0xE2><0x82><0xAC><unk>", "<0xE2><0x82><0xAC>"},
     /* T4 */ {T4, "hello<s> world", IDS(19, 1, 24), "<s> hello<s> world", "hello world"},
     /* T4: template [1], vocabulary 26 */
+    /* T5 */ {T5, "hello world", IDS(18, 26, 12, 21, 10, 14), "<s> hello world", "hello world"},
+    /* T5 */ {T5, "hello  hello", IDS(18, 26, 19), "<s> hello  hello", "hello  hello"},
 };
 
 static HfTok *load(const char *json) {
