@@ -2,9 +2,9 @@
 with transformers (never downloaded), token files, and the losses
 transformers computes on the batches zinfrun trains on.
 
-  hf_weights.py make W          models, .zl files, token file, broken copies
+  hf_weights.py make W          models, token file, broken copies
   hf_weights.py big W           a larger LLaMA for the import's memory check
-  hf_weights.py check W CASES   per case line "model ranks hf_dir export_dir losses_a losses_b":
+  hf_weights.py check W CASES   per case line "name micro_batch ranks hf_dir export_dir losses_a losses_b":
                                 zinf's step-1 loss against transformers on the
                                 checkpoint it started from, and zinf's step-4
                                 loss (after resuming) against transformers on
@@ -18,8 +18,6 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModelForCausalLM
-
-B = 2  # the .zl files' micro_batch
 
 MODELS = {
     # GPT-2: tied embeddings, odd vocabulary, 3 heads of 16
@@ -36,10 +34,6 @@ BIG = dict(MODELS["llama"], vocab_size=16000, hidden_size=512, intermediate_size
            num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=32)
 
 
-def seq_len(cfg):
-    return cfg.get("n_positions") or cfg["max_position_embeddings"]
-
-
 def make_model(cfg, out, seed):
     c = AutoConfig.for_model(**{k: v for k, v in cfg.items() if k != "architectures"})
     c.architectures = cfg["architectures"]
@@ -49,59 +43,6 @@ def make_model(cfg, out, seed):
         for p in m.parameters():
             p.add_(torch.randn_like(p) * 0.02)
     m.save_pretrained(out)
-
-
-def zl_config(out):
-    text = open(os.path.join(out, "config.json")).read().rstrip("\n").split("\n")
-    return "  config = [\n" + ",\n".join("    " + json.dumps(line) for line in text) + "\n  ]\n"
-
-
-TRAIN = """train {
-  micro_batch = %d
-  steps = 10
-  dtype = f32
-  optimizer = adam(lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1)
-  grad_clip = 1.0
-}
-""" % B
-
-PLACE = {"cpu": 'plan { params = "cpu"; optimizer = "cpu"; grads = "cpu" }\n',
-         "nvme": 'plan { params = "nvme"; optimizer = "nvme"; grads = "cpu" }\n'}
-
-
-def zl(name, cfg, out, place):
-    """The model as .zl with its hf block (what zinfc --from-hf makes)."""
-    if cfg["model_type"] == "gpt2":
-        body = """import "nn"
-const V = %d, T = %d, D = %d, H = %d, L = %d
-model %s(tokens: i32[B, T], targets: i32[B, T]) {
-  wte = param [V, D] init normal(0.02)
-  wpe = param [T, D] init normal(0.01)
-  x = embedding(wte, tokens) + embedding(wpe, arange(T))
-  repeat L { x = block(x, H) }
-  x = ln(x)
-  loss cross_entropy(matmul(x, wte, transpose_b), targets)
-}
-""" % (cfg["vocab_size"], cfg["n_positions"], cfg["n_embd"], cfg["n_head"], cfg["n_layer"], name)
-        maps = ['"wte" = "transformer.wte.weight"', '"wpe" = "transformer.wpe.weight"',
-                '"ln.g" = "transformer.ln_f.weight"', '"ln.b" = "transformer.ln_f.bias"']
-    else:
-        body = """import "llama"
-const V = %d, T = %d, D = %d, H = %d, KV = %d, F = %d, L = %d
-model %s(tokens: i32[B, T], targets: i32[B, T]) {
-  tok = param [V, D] init normal(0.02)
-  x = embedding(tok, tokens)
-  repeat L { x = llama_block(x, H, KV, F) }
-  x = rms(x)
-  head = param [D, V] init normal(0.02)
-  loss cross_entropy(linear(x, head), targets)
-}
-""" % (cfg["vocab_size"], cfg["max_position_embeddings"], cfg["hidden_size"], cfg["num_attention_heads"],
-       cfg["num_key_value_heads"], cfg["intermediate_size"], cfg["num_hidden_layers"], name)
-        maps = ['"tok" = "model.embed_tokens.weight"', '"rms.g" = "model.norm.weight"',
-                '"head" = transpose("lm_head.weight")']
-    hf = 'hf "%s" {\n%s  %s\n}\n' % (cfg["architectures"][0], zl_config(out), "\n  ".join(maps))
-    return body + TRAIN + hf + PLACE[place]
 
 
 def tokens(path, n, vocab, seed):
@@ -132,25 +73,19 @@ def broken(w):
 
 def make(w):
     for i, (name, cfg) in enumerate(MODELS.items()):
-        out = os.path.join(w, name, "hf")
-        make_model(cfg, out, 10 + i)
-        for place in PLACE:
-            with open(os.path.join(w, name, place + ".zl"), "w") as f:
-                f.write(zl(name, cfg, out, place))
+        make_model(cfg, os.path.join(w, name, "hf"), 10 + i)
     tokens(os.path.join(w, "tok.bin"), 4000, 97, 7)
     broken(w)
 
 
 def big(w):
-    out = os.path.join(w, "big", "hf")
-    make_model(BIG, out, 3)
-    with open(os.path.join(w, "big", "nvme.zl"), "w") as f:
-        f.write(zl("big", BIG, out, "nvme").replace('grads = "cpu"', 'grads = "nvme"'))
+    make_model(BIG, os.path.join(w, "big", "hf"), 3)
 
 
-def batch(tok, T, R, step):
-    """The global batch of optimizer step `step` (1-based) on R ranks, as
-    runtime/tokens.h defines it: rank r reads window (step-1)*R + r."""
+def batch(tok, B, T, R, step):
+    """The global batch of optimizer step `step` (1-based) on R ranks of
+    micro-batches of B rows, as runtime/tokens.h defines it: rank r reads
+    window (step-1)*R + r."""
     ids = np.fromfile(tok, np.uint16, offset=1024).astype(np.int64)
     W = (len(ids) - 1) // (B * T)
     xs, ys = [], []
@@ -162,13 +97,13 @@ def batch(tok, T, R, step):
     return torch.tensor(np.concatenate(xs)), torch.tensor(np.concatenate(ys))
 
 
-def hf_loss(d, tok, R, step):
+def hf_loss(d, tok, B, R, step):
     m, info = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, output_loading_info=True)
     problems = {k: v for k, v in info.items() if v}
     if problems:
         raise SystemExit("FAIL %s: from_pretrained reports %s" % (d, problems))
     T = m.config.n_positions if m.config.model_type == "gpt2" else m.config.max_position_embeddings
-    x, y = batch(tok, T, R, step)
+    x, y = batch(tok, B, T, R, step)
     m.eval()
     with torch.no_grad():
         lg = m(x).logits
@@ -187,11 +122,11 @@ def check(w, cases):
     tok = os.path.join(w, "tok.bin")
     fail = 0
     for line in open(cases):
-        name, R, hf, exp, la, lb = line.split()
-        R = int(R)
+        name, B, R, hf, exp, la, lb = line.split()
+        B, R = int(B), int(R)
         za, zb = zinf_losses(la), zinf_losses(lb)
         for what, d, step, z in (("init", hf, 1, za[1]), ("export", exp, 4, zb[4])):
-            t = hf_loss(d, tok, R, step)
+            t = hf_loss(d, tok, B, R, step)
             rel = abs(z - t) / abs(t)
             ok = rel <= 1e-5
             fail |= not ok

@@ -3,9 +3,10 @@
 #
 # Small random models made with transformers and saved with save_pretrained
 # (GPT-2 with tied embeddings and an odd vocabulary; LLaMA with grouped-query
-# attention, an untied head and odd sizes; nothing downloaded) are compiled,
-# then for 1 rank with parameters on CPU and 2 ranks with parameters and Adam
-# state on NVMe: zinfrun --init DIR trains 3 steps (its step-1 loss must be
+# attention, an untied head and odd sizes; nothing downloaded) are compiled
+# with zinfc --from-hf, then for 1 rank (the planner's placement, and
+# parameters on CPU) and 2 ranks with parameters and Adam state on NVMe:
+# zinfrun --init DIR trains 3 steps (its step-1 loss must be
 # transformers' loss on the same batch, f32, 1e-5 relative), checkpoints and
 # --export-hf's; --resume runs step 4, whose loss must be transformers' on the
 # export loaded with from_pretrained (no missing or unexpected keys). Then
@@ -41,16 +42,29 @@ zrun() { # zrun R args...: zinfrun on R ranks
 }
 
 : > "$W/cases"
+# Each model: planned straight from its directory (1 rank, the planner's
+# placement, micro_batch 1 as zinfc --from-hf writes it), and from the .zl
+# that --emit=zl prints, edited (micro_batch 2, a learning rate that moves
+# the weights, a plan block) for 1 rank on CPU and 2 ranks on NVMe.
 for m in gpt2 llama; do
-  for c in "1 cpu" "2 nvme"; do
-    set -- $c; R=$1; place=$2; k="$m-$place"
-    "$B/bin/zinfc" "$W/$m/$place.zl" -I "$ROOT/stdlib" --target "$W/t$R.zl" -o "$W/$k.plan" > "$W/$k.zinfc" 2>&1 || { cat "$W/$k.zinfc"; echo "FAIL: zinfc $k"; fail=1; continue; }
+  "$B/bin/zinfc" --from-hf "$W/$m/hf" --emit=zl > "$W/$m/gen.zl" 2> "$W/$m/gen.err" || { cat "$W/$m/gen.err"; echo "FAIL: zinfc --from-hf $m"; fail=1; continue; }
+  for place in cpu nvme; do
+    case $place in
+      cpu) pin='plan { params = "cpu"; optimizer = "cpu"; grads = "cpu" }' ;;
+      nvme) pin='plan { params = "nvme"; optimizer = "nvme"; grads = "cpu" }' ;;
+    esac
+    { sed -e 's/micro_batch = 1$/micro_batch = 2/' -e 's/lr = 2e-5/lr = 1e-3/' -e 's/warmup = 20$/warmup = 0/' "$W/$m/gen.zl"; echo "$pin"; } > "$W/$m/$place.zl"
+  done
+  for c in "direct 1 1" "cpu 1 2" "nvme 2 2"; do
+    set -- $c; place=$1; R=$2; mb=$3; k="$m-$place"
+    if [ $place = direct ]; then "$B/bin/zinfc" --from-hf "$W/$m/hf" --target "$W/t$R.zl" -o "$W/$k.plan" > "$W/$k.zinfc" 2>&1
+    else "$B/bin/zinfc" "$W/$m/$place.zl" --target "$W/t$R.zl" -o "$W/$k.plan" > "$W/$k.zinfc" 2>&1; fi || { cat "$W/$k.zinfc"; echo "FAIL: zinfc $k"; fail=1; continue; }
     zrun "$R" "$W/$k.plan" --init "$W/$m/hf" --data "$W/tok.bin" --steps 3 --nvme "$W/nvme" --checkpoint-dir "$W/ck-$k" \
         --export-hf "$W/out-$k" --losses "$W/$k.a" > "$W/$k.out" 2>&1 || { cat "$W/$k.out"; echo "FAIL: training $k from its checkpoint"; fail=1; continue; }
     grep -q "^init: " "$W/$k.out" || { cat "$W/$k.out"; echo "FAIL: $k: no init line"; fail=1; }
     zrun "$R" "$W/$k.plan" --data "$W/tok.bin" --steps 4 --nvme "$W/nvme" --checkpoint-dir "$W/ck-$k" --resume \
         --losses "$W/$k.b" > "$W/$k.out" 2>&1 || { cat "$W/$k.out"; echo "FAIL: resuming $k"; fail=1; continue; }
-    echo "$k $R $W/$m/hf $W/out-$k $W/$k.a $W/$k.b" >> "$W/cases"
+    echo "$k $mb $R $W/$m/hf $W/out-$k $W/$k.a $W/$k.b" >> "$W/cases"
   done
 done
 "$ZINF_PY" tests/e2e/hf_weights.py check "$W" "$W/cases" 2> "$W/check.log" || { cat "$W/check.log"; fail=1; }
@@ -86,7 +100,9 @@ else echo "FAIL: gpt2 with lm_head.weight"; cat "$W/r.out"; fail=1; fi
 
 # --- memory: a 142 MB checkpoint into parameters on NVMe: the import adds its staging, not the model ---
 if "$ZINF_PY" tests/e2e/hf_weights.py big "$W" > "$W/big.log" 2>&1 &&
-   "$B/bin/zinfc" "$W/big/nvme.zl" --target "$W/t1.zl" -o "$W/big.plan" > "$W/big.log" 2>&1 &&
+   "$B/bin/zinfc" --from-hf "$W/big/hf" --emit=zl > "$W/big.zl" 2>> "$W/big.log" &&
+   echo 'plan { params = "nvme"; optimizer = "nvme"; grads = "nvme" }' >> "$W/big.zl" &&
+   "$B/bin/zinfc" "$W/big.zl" --target "$W/t1.zl" -o "$W/big.plan" > "$W/big.log" 2>&1 &&
    zrun 1 "$W/big.plan" --init "$W/big/hf" --steps 0 --nvme "$W/nvme" > "$W/big.out" 2>&1; then
   [ -n "${HF_WEIGHTS_VERBOSE:-}" ] && cat "$W/big.out"
   line=$(grep "^init: " "$W/big.out")
