@@ -522,7 +522,9 @@ int main(int argc, char **argv) {
                        plan_bytes_str(p->arenas[ARENA_GPU].size, a2, sizeof a2));
             }
         } else {
-            printf("done: nothing to train (%" PRId64 " of %" PRId64 " steps already done)\n", start, total);
+            if (total > start || start == 0) printf("done: nothing to train (%" PRId64 " steps)\n", total);
+            else if (total == start) printf("done: nothing to train (%" PRId64 " of %" PRId64 " steps already done)\n", start, total);
+            else printf("done: nothing to train (step %" PRId64 " reached; --steps %" PRId64 ")\n", start, total);
         }
     }
 out:
