@@ -48,7 +48,7 @@ typedef struct BpeModel BpeModel;
  * result are not tokens is an error (as in the tokenizers library); a
  * pair listed twice takes the later rank. Returns 0 with *out (free with
  * bpe_free), or -1 with the message in err. */
-enum { BPE_MAX_ID = 1 << 26 };
+enum { BPE_MAX_ID = 1 << 24 };
 int bpe_create(BpeModel **out, const BpeOptions *o, const BpeToken *vocab, size_t nvocab, const BpeMerge *merges,
                size_t nmerges, char *err, size_t errlen);
 void bpe_free(BpeModel *m);
