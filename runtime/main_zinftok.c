@@ -93,7 +93,7 @@ typedef struct {
     const char *out, *val, *tokenizer, *bos, *eos;
     int no_bos, no_eos, decode, skip_special;
     double frac;
-    const char **inputs; /* into argv */
+    const char **inputs; /* argv[1..nin], compacted there while parsing */
     int nin;
 } Opts;
 
@@ -198,9 +198,7 @@ static int run_decode(const Opts *o, HfTok *t) {
 }
 
 int main(int argc, char **argv) {
-    Opts o = {.frac = 0.1};
-    const char *inputs[argc > 0 ? argc : 1];
-    o.inputs = inputs;
+    Opts o = {.frac = 0.1, .inputs = (const char **)argv + 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int takes = !strcmp(a, "-o") || !strcmp(a, "--val") || !strcmp(a, "--val-fraction") || !strcmp(a, "--tokenizer") ||
@@ -233,7 +231,7 @@ int main(int argc, char **argv) {
             usage(stderr);
             return 2;
         } else
-            o.inputs[o.nin++] = a;
+            argv[1 + o.nin++] = argv[i]; /* never ahead of i */
     }
     if ((o.bos && o.no_bos) || (o.eos && o.no_eos)) {
         fprintf(stderr, "zinftok: --bos with --no-bos (or --eos with --no-eos) makes no sense\n");
