@@ -95,10 +95,10 @@ $(BUILD)/gen/lexer.c: lang/lexer.re
 	@echo "  RE2C  $<"
 	$(Q)re2c -W --no-generation-date --no-version -o $@ $<
 
-$(BUILD)/gen/unicode_table.c: tools/gen_unicode_table.py
+$(BUILD)/gen/unicode_table.c: runtime/unicode_table.py
 	@mkdir -p $(dir $@)
 	@echo "  GEN   $@"
-	$(Q)$(PYTHON) tools/gen_unicode_table.py > $@.tmp && mv $@.tmp $@
+	$(Q)$(PYTHON) runtime/unicode_table.py > $@.tmp && mv $@.tmp $@
 
 ifneq ($(wildcard lang/grammar.y),)
 # One run of lemon makes both files (a grouped target, so parallel make runs
@@ -217,6 +217,7 @@ DEMO := $(BUILD)/demo
 DEMO_TEXT := $(firstword $(wildcard /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0 README.md))
 DEMO_STEPS ?= 40
 demo: all
+	@rm -rf $(DEMO)/ckpt
 	@mkdir -p $(DEMO)/nvme
 	$(BUILD)/bin/zinftok $(DEMO_TEXT) -o $(DEMO)/train.bin
 	$(BUILD)/bin/zinfc examples/gpt2-tiny-offload.zl -o $(DEMO)/tiny.plan --explain

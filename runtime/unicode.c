@@ -1,6 +1,6 @@
 /* unicode: UTF-8 encoding, validation and repair, and the byte-level
  * alphabet; see unicode.h. The class table itself is generated
- * (tools/gen_unicode_table.py -> BUILD/gen/unicode_table.c). */
+ * (runtime/unicode_table.py -> BUILD/gen/unicode_table.c). */
 #include "unicode.h"
 
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* unicode: what zinftok's tokenizers need to know about characters.
  * Owns: the Unicode class table (letters, numbers, White_Space, word
- * characters; generated into the build tree by tools/gen_unicode_table.py
+ * characters; generated into the build tree by runtime/unicode_table.py
  * from Python's unicodedata), UTF-8 decoding and repair (invalid bytes
  * replaced by U+FFFD), and GPT-2's byte <-> character map of byte-level
  * BPE. Nothing here allocates except uni_utf8_repair. */
