@@ -4,16 +4,13 @@
  * the same vector body on a zero-padded copy, so every element of a tensor
  * gets bit-identical arithmetic whatever its position or the thread count. */
 #include "adam.h"
+#include "hostk_threads.h"
 
 #include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 /* Elements per thread work unit; a multiple of every vector width. */
 #define ADAM_BLOCK 65536
 
@@ -341,6 +338,25 @@ const char *adam_status_str(AdamStatus s) {
     return "adam: unknown status";
 }
 
+typedef struct AdamJob {
+    AdamIsa isa;
+    const Coef *c;
+    float *w, *m, *v;
+    const void *g;
+    DType gdt;
+    void *p;
+    DType pdt;
+    int64_t n;
+    int gs, ps;
+} AdamJob;
+
+static void adam_unit(void *ctx, int64_t b) {
+    const AdamJob *j = ctx;
+    int64_t lo = b * ADAM_BLOCK, len = j->n - lo < ADAM_BLOCK ? j->n - lo : ADAM_BLOCK;
+    run_range(j->isa, j->c, j->w + lo, j->m + lo, j->v + lo, (const char *)j->g + lo * j->gs, j->gdt,
+              j->p ? (char *)j->p + lo * j->ps : NULL, j->pdt, len);
+}
+
 AdamStatus adam_step(const AdamParams *p, int64_t step, float *master, float *m, float *v,
                      const void *grad, DType grad_dt, void *param_out, DType param_dt, int64_t n,
                      float grad_scale) {
@@ -369,20 +385,13 @@ AdamStatus adam_step(const AdamParams *p, int64_t step, float *master, float *m,
 
     int gs = grad_dt == DT_F32 ? 4 : 2, ps = param_dt == DT_F32 ? 4 : 2;
     int64_t nblocks = (n + ADAM_BLOCK - 1) / ADAM_BLOCK;
-    int threads = 1;
-#ifdef _OPENMP
-    threads = p->threads > 0 ? p->threads : omp_get_max_threads();
-#endif
+    int threads = p->threads > 0 ? p->threads : hk_threads();
     if (nblocks < 2 || threads < 2) {
         run_range(isa, &c, master, m, v, grad, grad_dt, param_out, param_dt, n);
         return ADAM_OK;
     }
-    if (threads > nblocks) threads = (int)nblocks;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t b = 0; b < nblocks; b++) {
-        int64_t lo = b * ADAM_BLOCK, len = n - lo < ADAM_BLOCK ? n - lo : ADAM_BLOCK;
-        run_range(isa, &c, master + lo, m + lo, v + lo, (const char *)grad + lo * gs,
-                  grad_dt, param_out ? (char *)param_out + lo * ps : NULL, param_dt, len);
-    }
+    /* the rank's pool (hostk_threads.h): one team of the rank at a time, kernels or Adam */
+    AdamJob j = {isa, &c, master, m, v, grad, grad_dt, param_out, param_dt, n, gs, ps};
+    hk_parallel(threads, nblocks, adam_unit, &j);
     return ADAM_OK;
 }

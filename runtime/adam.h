@@ -15,7 +15,7 @@
  * p->isa, or when that is ADAM_ISA_AUTO the environment variable
  * ZINF_ADAM_ISA=scalar|avx2|avx512, or else the best the processor has
  * (__builtin_cpu_supports). Threads: OpenMP over 64 KiB-element blocks;
- * p->threads (0: the OpenMP default, OMP_NUM_THREADS). Small tensors run on
+ * p->threads (0: the rank's team, hk_threads() of hostk_threads.h). Small tensors run on
  * the calling thread. Results do not depend on the thread count. adam_step
  * is reentrant; it keeps no state. */
 #ifndef ZINF_ADAM_H
@@ -29,7 +29,7 @@ typedef enum AdamIsa { ADAM_ISA_AUTO = 0, ADAM_ISA_SCALAR, ADAM_ISA_AVX2, ADAM_I
 typedef struct AdamParams {
     float lr, beta1, beta2, eps, weight_decay;
     AdamIsa isa;  /* ADAM_ISA_AUTO: environment, else the best available */
-    int threads;  /* 0: OpenMP default */
+    int threads;  /* 0: the rank's team (hk_threads) */
 } AdamParams;
 
 typedef enum AdamStatus {

@@ -6,6 +6,8 @@
 #include <math.h>
 #include <string.h>
 #include "hostk_impl.h"
+#include "hostk_rows.h"
+#include "hostk_threads.h"
 
 const char *hk_strerror(int rc) {
     switch (rc) {
@@ -76,17 +78,9 @@ size_t hk_f32_copy_bytes(const HkTensor *t) {
     return hk_align((size_t)hk_numel(t) * sizeof(float));
 }
 
-void hk_load_f32(const HkTensor *t, float *dst) {
-    int64_t n = hk_numel(t);
-#pragma omp parallel for if (n > HK_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) dst[i] = hk_ld(t->data, t->dtype, i);
-}
+void hk_load_f32(const HkTensor *t, float *dst) { hk_rows_cast(t->data, t->dtype, dst, DT_F32, hk_numel(t)); }
 
-void hk_store_f32(HkTensor *t, const float *src) {
-    int64_t n = hk_numel(t);
-#pragma omp parallel for if (n > HK_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) hk_st(t->data, t->dtype, i, src[i]);
-}
+void hk_store_f32(HkTensor *t, const float *src) { hk_rows_cast(src, DT_F32, t->data, t->dtype, hk_numel(t)); }
 
 /* An fp32 view of an input: its own data when f32, else a converted copy. */
 const float *hk_view_in(const HkTensor *t, HkWs *w) {
@@ -116,17 +110,8 @@ bool hk_present(const HkTensor *t) { return t && t->data; }
 
 /* ---- GEMM kernels ---- */
 
-static void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B, float beta,
-                  float *C) {
-    if (M == 0 || N == 0) return;
-    if (K == 0) {
-        if (beta == 0.0f) memset(C, 0, sizeof(float) * (size_t)(M * N));
-        return;
-    }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)M,
-                (blasint)N, (blasint)K, 1.0f, A, (blasint)(ta ? M : K), B, (blasint)(tb ? K : N), beta, C,
-                (blasint)N);
-}
+/* GEMMs run as panels on the rank's team (hostk_rows.c). */
+#define sgemm hk_sgemm
 
 /* The shapes of a matmul, checked: nb batches of op(A_s) [M,K] x op(B_s) [K,N];
  * b is shared over batches (bstride 0) or batched with a. */
@@ -279,28 +264,13 @@ int hk_linear_fwd(const HkTensor *x, const HkTensor *w, const HkTensor *b, HkTen
     const float *X = hk_view_in(x, &wk), *W = hk_view_in(w, &wk);
     float *Y = hk_view_out(y, &wk, false);
     mm_fwd(&s, X, W, Y, false, false);
-    if (hk_present(b)) {
-        int64_t R = s.M, N = s.N;
-#pragma omp parallel for if (R * N > HK_PAR_MIN) schedule(static)
-        for (int64_t r = 0; r < R; r++)
-            for (int64_t j = 0; j < N; j++) Y[r * N + j] += hk_ld(b->data, b->dtype, j);
-    }
+    if (hk_present(b)) hk_rows_bias(Y, s.M, s.N, b);
     hk_view_done(y, Y);
     return HK_OK;
 }
 
 /* Column sums of dy [R,N] accumulated into g [N] (double accumulation, one column block per thread). */
-void hk_colsum_acc(const float *dy, int64_t R, int64_t N, HkTensor *g) {
-    int64_t nblk = (N + 63) / 64;
-#pragma omp parallel for if (R * N > HK_PAR_MIN) schedule(static)
-    for (int64_t bk = 0; bk < nblk; bk++) {
-        double acc[64] = {0};
-        int64_t j0 = bk * 64, j1 = j0 + 64 < N ? j0 + 64 : N;
-        for (int64_t r = 0; r < R; r++)
-            for (int64_t j = j0; j < j1; j++) acc[j - j0] += dy[r * N + j];
-        for (int64_t j = j0; j < j1; j++) hk_st(g->data, g->dtype, j, hk_ld(g->data, g->dtype, j) + (float)acc[j - j0]);
-    }
-}
+void hk_colsum_acc(const float *dy, int64_t R, int64_t N, HkTensor *g) { hk_rows_colsum(dy, R, N, g); }
 
 int hk_linear_bwd(const HkTensor *x, const HkTensor *w, const HkTensor *dy, HkTensor *dx, HkTensor *dw,
                   HkTensor *db, void *ws) {

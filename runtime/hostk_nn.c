@@ -1,9 +1,13 @@
-/* hostk_nn: the non-GEMM primitives (and attention, whose GEMMs are per head). */
+/* hostk_nn: the non-GEMM primitives. Layernorm, rmsnorm, gelu, silu and
+ * cross-entropy check their operands here and run through the vectorised
+ * drivers of hostk_rows.c; attention is in hostk_attn.c. */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
 #include "hostk.h"
 #include "hostk_impl.h"
+#include "hostk_rows.h"
+#include "hostk_threads.h"
 
 static int64_t rows_of(const HkTensor *t) {
     int64_t r = 1;
@@ -54,11 +58,7 @@ static int embedding_check(const HkTensor *table, const HkTensor *ids, const HkT
 int hk_embedding_fwd(const HkTensor *table, const HkTensor *ids, HkTensor *y) {
     int rc = embedding_check(table, ids, y);
     if (rc) return rc;
-    int64_t n = hk_numel(ids), D = table->dims[1];
-    const int32_t *id = ids->data;
-#pragma omp parallel for if (n * D > HK_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < D; j++) ST(y, i * D + j, LD(table, (int64_t)id[i] * D + j));
+    hk_rows_embed_fwd(table, ids->data, hk_numel(ids), y);
     return HK_OK;
 }
 
@@ -66,16 +66,8 @@ int hk_embedding_bwd(const HkTensor *ids, const HkTensor *dy, HkTensor *dtable) 
     if (!hk_present(dtable)) return HK_OK;
     int rc = embedding_check(dtable, ids, dy);
     if (rc) return rc;
-    int64_t n = hk_numel(ids), D = dtable->dims[1];
-    const int32_t *id = ids->data;
-    /* ids repeat: each thread owns a block of columns, so no two threads add to one element */
-    int64_t nblk = (D + 63) / 64;
-#pragma omp parallel for if (n * D > HK_PAR_MIN) schedule(static)
-    for (int64_t bk = 0; bk < nblk; bk++) {
-        int64_t j0 = bk * 64, j1 = j0 + 64 < D ? j0 + 64 : D;
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t j = j0; j < j1; j++) ACC(dtable, (int64_t)id[i] * D + j, LD(dy, i * D + j));
-    }
+    /* ids repeat: each unit owns a block of columns, so no two threads add to one element */
+    hk_rows_embed_bwd(ids->data, hk_numel(ids), dy, dtable);
     return HK_OK;
 }
 
@@ -105,14 +97,8 @@ static int binary_fwd(const HkTensor *a, const HkTensor *b, HkTensor *y, bool mu
     Bcast bc;
     int rc = bcast(a, b, y, &bc);
     if (rc) return rc;
-    const HkTensor *B = bc.big, *S = bc.small;
-    int64_t n = bc.n, ns = bc.ns;
-    if (ns == 0) return HK_OK;
-#pragma omp parallel for if (n > HK_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float x = LD(B, i), s = LD(S, i % ns);
-        ST(y, i, mul ? x * s : x + s);
-    }
+    if (bc.ns == 0) return HK_OK;
+    hk_rows_binary_fwd(bc.big, bc.small, y, mul);
     return HK_OK;
 }
 
@@ -128,27 +114,8 @@ static int binary_bwd(const HkTensor *a, const HkTensor *b, const HkTensor *dy, 
     if (rc) return rc;
     if ((rc = check_grad(da, a)) || (rc = check_grad(db, b))) return rc;
     HkTensor *dbig = bc.a_big ? da : db, *dsmall = bc.a_big ? db : da;
-    const HkTensor *B = bc.big, *S = bc.small;
-    int64_t n = bc.n, ns = bc.ns;
-    if (ns == 0) return HK_OK;
-    if (hk_present(dbig)) {
-#pragma omp parallel for if (n > HK_PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++) ACC(dbig, i, mul ? LD(dy, i) * LD(S, i % ns) : LD(dy, i));
-    }
-    if (hk_present(dsmall)) {
-        int64_t R = n / ns, nblk = (ns + 63) / 64;
-#pragma omp parallel for if (n > HK_PAR_MIN) schedule(static)
-        for (int64_t bk = 0; bk < nblk; bk++) {
-            double acc[64] = {0};
-            int64_t j0 = bk * 64, j1 = j0 + 64 < ns ? j0 + 64 : ns;
-            for (int64_t r = 0; r < R; r++)
-                for (int64_t j = j0; j < j1; j++) {
-                    float g = LD(dy, r * ns + j);
-                    acc[j - j0] += mul ? g * LD(B, r * ns + j) : g;
-                }
-            for (int64_t j = j0; j < j1; j++) ACC(dsmall, j, (float)acc[j - j0]);
-        }
-    }
+    if (bc.ns == 0) return HK_OK;
+    hk_rows_binary_bwd(bc.big, bc.small, dy, dbig, dsmall, mul);
     return HK_OK;
 }
 
@@ -184,37 +151,24 @@ HkTensor hk_heads_view(const HkTensor *x, int64_t heads) {
     return v;
 }
 
-size_t hk_layernorm_workspace_bytes(const HkTensor *x) { return 2 * hk_align((size_t)rows_of(x) * sizeof(float)); }
-size_t hk_rmsnorm_workspace_bytes(const HkTensor *x) { return hk_align((size_t)rows_of(x) * sizeof(float)); }
+/* mean, rstd per row (saved by the forward), then the backward's double
+ * partials of dg and db per chunk of rows (hostk_rows.c) */
+size_t hk_layernorm_workspace_bytes(const HkTensor *x) {
+    return 2 * hk_align((size_t)rows_of(x) * sizeof(float)) + hk_norm_partial_bytes(rows_of(x), last_dim(x), 2);
+}
+size_t hk_rmsnorm_workspace_bytes(const HkTensor *x) {
+    return hk_align((size_t)rows_of(x) * sizeof(float)) + hk_norm_partial_bytes(rows_of(x), last_dim(x), 1);
+}
 
 int hk_layernorm_fwd(const HkTensor *x, const HkTensor *g, const HkTensor *b, HkTensor *y, double eps, void *ws) {
     int rc = norm_check(x, g, b, y);
     if (rc) return rc;
     if (!(eps >= 0)) return HK_ERR_ATTR;
     if (!ws && hk_layernorm_workspace_bytes(x)) return HK_ERR_WORKSPACE;
-    int64_t R = rows_of(x), D = last_dim(x);
+    int64_t R = rows_of(x);
     HkWs w = {ws, 0};
     float *mean = hk_ws_take(&w, R), *rstd = hk_ws_take(&w, R);
-    bool hg = hk_present(g), hb = hk_present(b);
-#pragma omp parallel for if (R * D > HK_PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < R; r++) {
-        double s = 0, ss = 0;
-        for (int64_t j = 0; j < D; j++) s += LD(x, r * D + j);
-        double mu = D ? s / (double)D : 0;
-        for (int64_t j = 0; j < D; j++) {
-            double d = LD(x, r * D + j) - mu;
-            ss += d * d;
-        }
-        float m = (float)mu, rs = (float)(1.0 / sqrt((D ? ss / (double)D : 0) + eps));
-        mean[r] = m;
-        rstd[r] = rs;
-        for (int64_t j = 0; j < D; j++) {
-            float v = (LD(x, r * D + j) - m) * rs;
-            if (hg) v *= LD(g, j);
-            if (hb) v += LD(b, j);
-            ST(y, r * D + j, v);
-        }
-    }
+    hk_rows_ln_fwd(x, g, b, y, eps, mean, rstd);
     return HK_OK;
 }
 
@@ -230,47 +184,10 @@ int hk_layernorm_bwd(const HkTensor *x, const HkTensor *g, const HkTensor *dy, H
             if (hk_numel(gd[i]) != last_dim(x)) return HK_ERR_SHAPE;
         }
     if (!ws && hk_layernorm_workspace_bytes(x)) return HK_ERR_WORKSPACE;
-    int64_t R = rows_of(x), D = last_dim(x);
+    int64_t R = rows_of(x);
     HkWs w = {ws, 0};
     const float *mean = hk_ws_take(&w, R), *rstd = hk_ws_take(&w, R);
-    bool hg = hk_present(g);
-    if (hk_present(dx)) {
-#pragma omp parallel for if (R * D > HK_PAR_MIN) schedule(static)
-        for (int64_t r = 0; r < R; r++) {
-            double s1 = 0, s2 = 0;
-            float m = mean[r], rs = rstd[r];
-            for (int64_t j = 0; j < D; j++) {
-                float xh = (LD(x, r * D + j) - m) * rs;
-                float dh = LD(dy, r * D + j) * (hg ? LD(g, j) : 1.0f);
-                s1 += dh;
-                s2 += (double)dh * xh;
-            }
-            float m1 = (float)(s1 / (double)D), m2 = (float)(s2 / (double)D);
-            for (int64_t j = 0; j < D; j++) {
-                float xh = (LD(x, r * D + j) - m) * rs;
-                float dh = LD(dy, r * D + j) * (hg ? LD(g, j) : 1.0f);
-                ACC(dx, r * D + j, rs * (dh - m1 - xh * m2));
-            }
-        }
-    }
-    if (hk_present(dg) || hk_present(db)) {
-        int64_t nblk = (D + 63) / 64;
-#pragma omp parallel for if (R * D > HK_PAR_MIN) schedule(static)
-        for (int64_t bk = 0; bk < nblk; bk++) {
-            double ag[64] = {0}, ab[64] = {0};
-            int64_t j0 = bk * 64, j1 = j0 + 64 < D ? j0 + 64 : D;
-            for (int64_t r = 0; r < R; r++)
-                for (int64_t j = j0; j < j1; j++) {
-                    float d = LD(dy, r * D + j);
-                    ag[j - j0] += d * ((LD(x, r * D + j) - mean[r]) * rstd[r]);
-                    ab[j - j0] += d;
-                }
-            for (int64_t j = j0; j < j1; j++) {
-                if (hk_present(dg)) ACC(dg, j, (float)ag[j - j0]);
-                if (hk_present(db)) ACC(db, j, (float)ab[j - j0]);
-            }
-        }
-    }
+    hk_rows_ln_bwd(x, g, dy, dx, dg, db, mean, rstd, (double *)(void *)((char *)ws + w.used));
     return HK_OK;
 }
 
@@ -279,21 +196,8 @@ int hk_rmsnorm_fwd(const HkTensor *x, const HkTensor *g, HkTensor *y, double eps
     if (rc) return rc;
     if (!(eps >= 0)) return HK_ERR_ATTR;
     if (!ws && hk_rmsnorm_workspace_bytes(x)) return HK_ERR_WORKSPACE;
-    int64_t R = rows_of(x), D = last_dim(x);
     HkWs w = {ws, 0};
-    float *rstd = hk_ws_take(&w, R);
-    bool hg = hk_present(g);
-#pragma omp parallel for if (R * D > HK_PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < R; r++) {
-        double ss = 0;
-        for (int64_t j = 0; j < D; j++) {
-            double v = LD(x, r * D + j);
-            ss += v * v;
-        }
-        float rs = (float)(1.0 / sqrt((D ? ss / (double)D : 0) + eps));
-        rstd[r] = rs;
-        for (int64_t j = 0; j < D; j++) ST(y, r * D + j, LD(x, r * D + j) * rs * (hg ? LD(g, j) : 1.0f));
-    }
+    hk_rows_rms_fwd(x, g, y, eps, hk_ws_take(&w, rows_of(x)));
     return HK_OK;
 }
 
@@ -306,35 +210,9 @@ int hk_rmsnorm_bwd(const HkTensor *x, const HkTensor *g, const HkTensor *dy, HkT
         if (hk_numel(dg) != last_dim(x)) return HK_ERR_SHAPE;
     }
     if (!ws && hk_rmsnorm_workspace_bytes(x)) return HK_ERR_WORKSPACE;
-    int64_t R = rows_of(x), D = last_dim(x);
     HkWs w = {ws, 0};
-    const float *rstd = hk_ws_take(&w, R);
-    bool hg = hk_present(g);
-    if (hk_present(dx)) {
-#pragma omp parallel for if (R * D > HK_PAR_MIN) schedule(static)
-        for (int64_t r = 0; r < R; r++) {
-            double s = 0;
-            float rs = rstd[r];
-            for (int64_t j = 0; j < D; j++)
-                s += (double)(LD(dy, r * D + j) * (hg ? LD(g, j) : 1.0f)) * LD(x, r * D + j);
-            float c = (float)(s / (double)D) * rs * rs;
-            for (int64_t j = 0; j < D; j++) {
-                float dh = LD(dy, r * D + j) * (hg ? LD(g, j) : 1.0f);
-                ACC(dx, r * D + j, rs * (dh - LD(x, r * D + j) * c));
-            }
-        }
-    }
-    if (hk_present(dg)) {
-        int64_t nblk = (D + 63) / 64;
-#pragma omp parallel for if (R * D > HK_PAR_MIN) schedule(static)
-        for (int64_t bk = 0; bk < nblk; bk++) {
-            double ag[64] = {0};
-            int64_t j0 = bk * 64, j1 = j0 + 64 < D ? j0 + 64 : D;
-            for (int64_t r = 0; r < R; r++)
-                for (int64_t j = j0; j < j1; j++) ag[j - j0] += LD(dy, r * D + j) * LD(x, r * D + j) * rstd[r];
-            for (int64_t j = j0; j < j1; j++) ACC(dg, j, (float)ag[j - j0]);
-        }
-    }
+    const float *rstd = hk_ws_take(&w, rows_of(x));
+    hk_rows_rms_bwd(x, g, dy, dx, dg, rstd, (double *)(void *)((char *)ws + w.used));
     return HK_OK;
 }
 
@@ -346,18 +224,10 @@ static int unary_check(const HkTensor *x, const HkTensor *y) {
     return hk_numel(x) == hk_numel(y) ? HK_OK : HK_ERR_SHAPE;
 }
 
-#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_C 0.044715f
-
 int hk_gelu_fwd(const HkTensor *x, HkTensor *y) {
     int rc = unary_check(x, y);
     if (rc) return rc;
-    int64_t n = hk_numel(x);
-#pragma omp parallel for if (n > HK_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float v = LD(x, i);
-        ST(y, i, 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_C * v * v * v))));
-    }
+    hk_rows_unary_fwd(HK_UNARY_GELU, x, y);
     return HK_OK;
 }
 
@@ -366,28 +236,14 @@ int hk_gelu_bwd(const HkTensor *x, const HkTensor *dy, HkTensor *dx) {
     if (rc) return rc;
     if (!hk_present(dx)) return HK_OK;
     if ((rc = unary_check(x, dx))) return rc;
-    int64_t n = hk_numel(x);
-#pragma omp parallel for if (n > HK_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float v = LD(x, i);
-        float t = tanhf(GELU_K * (v + GELU_C * v * v * v));
-        float d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
-        ACC(dx, i, LD(dy, i) * d);
-    }
+    hk_rows_unary_bwd(HK_UNARY_GELU, x, dy, dx);
     return HK_OK;
 }
-
-static inline float sigmoidf(float v) { return 1.0f / (1.0f + expf(-v)); }
 
 int hk_silu_fwd(const HkTensor *x, HkTensor *y) {
     int rc = unary_check(x, y);
     if (rc) return rc;
-    int64_t n = hk_numel(x);
-#pragma omp parallel for if (n > HK_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float v = LD(x, i);
-        ST(y, i, v * sigmoidf(v));
-    }
+    hk_rows_unary_fwd(HK_UNARY_SILU, x, y);
     return HK_OK;
 }
 
@@ -396,12 +252,7 @@ int hk_silu_bwd(const HkTensor *x, const HkTensor *dy, HkTensor *dx) {
     if (rc) return rc;
     if (!hk_present(dx)) return HK_OK;
     if ((rc = unary_check(x, dx))) return rc;
-    int64_t n = hk_numel(x);
-#pragma omp parallel for if (n > HK_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float v = LD(x, i), s = sigmoidf(v);
-        ACC(dx, i, LD(dy, i) * s * (1.0f + v * (1.0f - s)));
-    }
+    hk_rows_unary_bwd(HK_UNARY_SILU, x, dy, dx);
     return HK_OK;
 }
 
@@ -453,10 +304,24 @@ static int rope_check(const HkTensor *x, const HkTensor *y, const HkRope *r) {
 }
 
 /* y = R(sign * a) x per pair; forward sign +1, backward (the transpose) -1, accumulating. */
-static void rope_apply(const HkTensor *x, HkTensor *y, const HkRope *r, int sign, bool acc) {
-    int64_t B = x->dims[0], T = x->dims[1], C = x->dims[2], heads = r->heads, hd = C / heads, half = hd / 2;
-#pragma omp parallel for if (B * T * C > HK_PAR_MIN) schedule(static)
-    for (int64_t bt = 0; bt < B * T; bt++) {
+typedef struct RopeJob {
+    const HkTensor *x;
+    HkTensor *y;
+    const HkRope *r;
+    int sign;
+    bool acc;
+} RopeJob;
+
+/* one position bt of [B*T] (a unit of the rank's pool, hostk_threads.h) */
+static void rope_unit(void *ctx, int64_t bt) {
+    const RopeJob *jb = ctx;
+    const HkTensor *x = jb->x;
+    HkTensor *y = jb->y;
+    const HkRope *r = jb->r;
+    int sign = jb->sign;
+    bool acc = jb->acc;
+    int64_t T = x->dims[1], C = x->dims[2], heads = r->heads, hd = C / heads, half = hd / 2;
+    {
         int64_t t = bt % T;
         for (int64_t j = 0; j < half; j++) {
             double a = (double)t * hk_rope_freq(r, j, hd);
@@ -477,6 +342,12 @@ static void rope_apply(const HkTensor *x, HkTensor *y, const HkRope *r, int sign
     }
 }
 
+static void rope_apply(const HkTensor *x, HkTensor *y, const HkRope *r, int sign, bool acc) {
+    RopeJob jb = {x, y, r, sign, acc};
+    int64_t rows = x->dims[0] * x->dims[1];
+    hk_parallel(hk_team((double)(rows * x->dims[2]) * 2.0), rows, rope_unit, &jb);
+}
+
 int hk_rope_fwd(const HkTensor *x, HkTensor *y, const HkRope *r) {
     int rc = rope_check(x, y, r);
     if (rc) return rc;
@@ -489,161 +360,6 @@ int hk_rope_bwd(const HkTensor *dy, HkTensor *dx, const HkRope *r) {
     int rc = rope_check(dy, dx, r);
     if (rc) return rc;
     rope_apply(dy, dx, r, -1, true);
-    return HK_OK;
-}
-
-/* ---- attention ---- */
-
-typedef struct AttnShape {
-    int64_t B, T, H, KV, hd, qc, kc; /* qc = H*hd, kc = KV*hd: row lengths */
-} AttnShape;
-
-static int attn_check(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *y, int64_t heads,
-                      int64_t kv_heads, AttnShape *s) {
-    int rc;
-    if ((rc = check_float(q)) || (rc = check_float(k)) || (rc = check_float(v)) || (rc = check_float(y))) return rc;
-    if (q->rank != 3 || k->rank != 3 || !same_shape(k, v) || !same_shape(q, y)) return HK_ERR_SHAPE;
-    if (heads <= 0 || kv_heads <= 0 || heads % kv_heads || q->dims[2] % heads) return HK_ERR_ATTR;
-    s->B = q->dims[0];
-    s->T = q->dims[1];
-    s->H = heads;
-    s->KV = kv_heads;
-    s->hd = q->dims[2] / heads;
-    s->qc = q->dims[2];
-    s->kc = kv_heads * s->hd;
-    if (k->dims[0] != s->B || k->dims[1] != s->T || k->dims[2] != s->kc) return HK_ERR_SHAPE;
-    return HK_OK;
-}
-
-size_t hk_attention_workspace_bytes(const HkTensor *q, int64_t heads) {
-    if (!q || q->rank != 3 || heads <= 0) return 0;
-    int64_t B = q->dims[0], T = q->dims[1], hd = q->dims[2] / heads;
-    return hk_align((size_t)(B * heads * T) * 4) + 2 * hk_align((size_t)(T * T) * 4) +
-           8 * hk_align((size_t)(T * hd) * 4);
-}
-
-typedef struct AttnWs {
-    float *lse, *P, *dP, *Q, *K, *V, *O, *dO, *dQ, *dK, *dV;
-} AttnWs;
-
-static AttnWs attn_ws(void *ws, const AttnShape *s) {
-    HkWs w = {ws, 0};
-    AttnWs a;
-    a.lse = hk_ws_take(&w, s->B * s->H * s->T);
-    a.P = hk_ws_take(&w, s->T * s->T);
-    a.dP = hk_ws_take(&w, s->T * s->T);
-    float **blk[8] = {&a.Q, &a.K, &a.V, &a.O, &a.dO, &a.dQ, &a.dK, &a.dV};
-    for (int i = 0; i < 8; i++) *blk[i] = hk_ws_take(&w, s->T * s->hd);
-    return a;
-}
-
-/* dst [T,hd] <- head `h` of t (row length c) in batch b. */
-static void gather(const HkTensor *t, int64_t b, int64_t h, const AttnShape *s, int64_t c, float *dst) {
-    for (int64_t i = 0; i < s->T; i++)
-        for (int64_t d = 0; d < s->hd; d++) dst[i * s->hd + d] = LD(t, (b * s->T + i) * c + h * s->hd + d);
-}
-
-static void scatter(HkTensor *t, int64_t b, int64_t h, const AttnShape *s, int64_t c, const float *src, bool acc) {
-    for (int64_t i = 0; i < s->T; i++)
-        for (int64_t d = 0; d < s->hd; d++) {
-            int64_t o = (b * s->T + i) * c + h * s->hd + d;
-            if (acc) ACC(t, o, src[i * s->hd + d]);
-            else ST(t, o, src[i * s->hd + d]);
-        }
-}
-
-static void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B, float beta,
-                 float *C) {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)M,
-                (blasint)N, (blasint)K, 1.0f, A, (blasint)(ta ? M : K), B, (blasint)(tb ? K : N), beta, C,
-                (blasint)N);
-}
-
-int hk_attention_fwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
-                     int64_t kv_heads, void *ws) {
-    AttnShape s;
-    int rc = attn_check(q, k, v, y, heads, kv_heads, &s);
-    if (rc) return rc;
-    if (!ws && hk_attention_workspace_bytes(q, heads)) return HK_ERR_WORKSPACE;
-    if (s.T == 0 || s.hd == 0 || s.B == 0) return HK_OK;
-    AttnWs a = attn_ws(ws, &s);
-    int64_t T = s.T, hd = s.hd, grp = s.H / s.KV;
-    float scale = (float)(1.0 / sqrt((double)hd));
-    for (int64_t b = 0; b < s.B; b++)
-        for (int64_t h = 0; h < s.H; h++) {
-            int64_t g = h / grp;
-            if (h % grp == 0) {
-                gather(k, b, g, &s, s.kc, a.K);
-                gather(v, b, g, &s, s.kc, a.V);
-            }
-            gather(q, b, h, &s, s.qc, a.Q);
-            gemm(false, true, T, T, hd, a.Q, a.K, 0.0f, a.P); /* S = Q K^T */
-            float *lse = a.lse + (b * s.H + h) * T;
-#pragma omp parallel for if (T * T > HK_PAR_MIN) schedule(static)
-            for (int64_t t = 0; t < T; t++) {
-                float *row = a.P + t * T;
-                float m = -INFINITY;
-                for (int64_t u = 0; u <= t; u++) {
-                    row[u] *= scale;
-                    if (row[u] > m) m = row[u];
-                }
-                double sum = 0;
-                for (int64_t u = 0; u <= t; u++) sum += exp((double)(row[u] - m));
-                float l = m + (float)log(sum);
-                lse[t] = l;
-                for (int64_t u = 0; u <= t; u++) row[u] = expf(row[u] - l);
-                for (int64_t u = t + 1; u < T; u++) row[u] = 0.0f;
-            }
-            gemm(false, false, T, hd, T, a.P, a.V, 0.0f, a.O); /* O = P V */
-            scatter(y, b, h, &s, s.qc, a.O, false);
-        }
-    return HK_OK;
-}
-
-int hk_attention_bwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
-                     HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, void *ws) {
-    AttnShape s;
-    int rc = attn_check(q, k, v, dy, heads, kv_heads, &s);
-    if (rc) return rc;
-    if ((rc = check_grad(dq, q)) || (rc = check_grad(dk, k)) || (rc = check_grad(dv, v))) return rc;
-    if (!ws && hk_attention_workspace_bytes(q, heads)) return HK_ERR_WORKSPACE;
-    if (s.T == 0 || s.hd == 0 || s.B == 0) return HK_OK;
-    AttnWs a = attn_ws(ws, &s);
-    int64_t T = s.T, hd = s.hd, grp = s.H / s.KV;
-    float scale = (float)(1.0 / sqrt((double)hd));
-    for (int64_t b = 0; b < s.B; b++)
-        for (int64_t g = 0; g < s.KV; g++) {
-            gather(k, b, g, &s, s.kc, a.K);
-            gather(v, b, g, &s, s.kc, a.V);
-            memset(a.dK, 0, sizeof(float) * (size_t)(T * hd));
-            memset(a.dV, 0, sizeof(float) * (size_t)(T * hd));
-            for (int64_t h = g * grp; h < (g + 1) * grp; h++) {
-                gather(q, b, h, &s, s.qc, a.Q);
-                gather(dy, b, h, &s, s.qc, a.dO);
-                const float *lse = a.lse + (b * s.H + h) * T;
-                gemm(false, true, T, T, hd, a.Q, a.K, 0.0f, a.P);   /* S = Q K^T */
-                gemm(false, true, T, T, hd, a.dO, a.V, 0.0f, a.dP); /* dP = dO V^T */
-#pragma omp parallel for if (T * T > HK_PAR_MIN) schedule(static)
-                for (int64_t t = 0; t < T; t++) {
-                    float *p = a.P + t * T, *dp = a.dP + t * T;
-                    double D = 0;
-                    for (int64_t u = 0; u <= t; u++) {
-                        p[u] = expf(p[u] * scale - lse[t]);
-                        D += (double)p[u] * dp[u];
-                    }
-                    for (int64_t u = 0; u <= t; u++) dp[u] = p[u] * (dp[u] - (float)D) * scale; /* dS, scaled */
-                    for (int64_t u = t + 1; u < T; u++) p[u] = dp[u] = 0.0f;
-                }
-                gemm(true, false, T, hd, T, a.P, a.dO, 1.0f, a.dV);  /* dV += P^T dO */
-                gemm(true, false, T, hd, T, a.dP, a.Q, 1.0f, a.dK);  /* dK += dS^T Q */
-                if (hk_present(dq)) {
-                    gemm(false, false, T, hd, T, a.dP, a.K, 0.0f, a.dQ); /* dQ = dS K */
-                    scatter(dq, b, h, &s, s.qc, a.dQ, true);
-                }
-            }
-            if (hk_present(dk)) scatter(dk, b, g, &s, s.kc, a.dK, true);
-            if (hk_present(dv)) scatter(dv, b, g, &s, s.kc, a.dV, true);
-        }
     return HK_OK;
 }
 
@@ -669,15 +385,7 @@ static int split_check(const HkTensor *x, const HkTensor *pieces, int n, bool al
 int hk_split_fwd(const HkTensor *x, HkTensor *pieces, int n) {
     int rc = split_check(x, pieces, n, false);
     if (rc) return rc;
-    int64_t R = rows_of(x), N = last_dim(x), off = 0;
-    for (int i = 0; i < n; i++) {
-        HkTensor *p = &pieces[i];
-        int64_t w = last_dim(p);
-#pragma omp parallel for if (R * w > HK_PAR_MIN) schedule(static)
-        for (int64_t r = 0; r < R; r++)
-            for (int64_t j = 0; j < w; j++) ST(p, r * w + j, LD(x, r * N + off + j));
-        off += w;
-    }
+    hk_rows_split_fwd(x, pieces, n);
     return HK_OK;
 }
 
@@ -685,17 +393,7 @@ int hk_split_bwd(const HkTensor *dpieces, int n, HkTensor *dx) {
     if (!hk_present(dx)) return HK_OK;
     int rc = split_check(dx, dpieces, n, true);
     if (rc) return rc;
-    int64_t R = rows_of(dx), N = last_dim(dx), off = 0;
-    for (int i = 0; i < n; i++) {
-        const HkTensor *p = &dpieces[i];
-        int64_t w = last_dim(p);
-        if (p->data) {
-#pragma omp parallel for if (R * w > HK_PAR_MIN) schedule(static)
-            for (int64_t r = 0; r < R; r++)
-                for (int64_t j = 0; j < w; j++) ACC(dx, r * N + off + j, LD(p, r * w + j));
-        }
-        off += w;
-    }
+    hk_rows_split_bwd(dpieces, n, dx);
     return HK_OK;
 }
 
@@ -726,17 +424,7 @@ int hk_cross_entropy_fwd(const HkTensor *logits, const HkTensor *targets, HkTens
     HkWs w = {ws, 0};
     float *lse = hk_ws_take(&w, R);
     const int32_t *tg = targets->data;
-#pragma omp parallel for if (R * V > HK_PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < R; r++) {
-        float m = -INFINITY;
-        for (int64_t j = 0; j < V; j++) {
-            float l = LD(logits, r * V + j);
-            if (l > m) m = l;
-        }
-        double s = 0;
-        for (int64_t j = 0; j < V; j++) s += exp((double)(LD(logits, r * V + j) - m));
-        lse[r] = (float)((double)m + log(s));
-    }
+    hk_rows_ce_lse(logits, lse);
     /* the mean in row order, so the loss does not depend on the thread count */
     double total = 0;
     for (int64_t r = 0; r < R; r++) total += (double)lse[r] - LD(logits, r * V + tg[r]);
@@ -751,18 +439,13 @@ int hk_cross_entropy_bwd(const HkTensor *logits, const HkTensor *targets, const 
     if (!hk_present(dlogits)) return HK_OK;
     if ((rc = check_grad(dlogits, logits))) return rc;
     if (!ws && hk_cross_entropy_workspace_bytes(logits)) return HK_ERR_WORKSPACE;
-    int64_t R = rows_of(logits), V = last_dim(logits);
+    int64_t R = rows_of(logits);
     if (R == 0) return HK_OK;
     HkWs w = {ws, 0};
     const float *lse = hk_ws_take(&w, R);
     const int32_t *tg = targets->data;
     float dl = (float)((double)LD(dloss, 0) / (double)R);
-#pragma omp parallel for if (R * V > HK_PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < R; r++)
-        for (int64_t j = 0; j < V; j++) {
-            float p = expf(LD(logits, r * V + j) - lse[r]);
-            ACC(dlogits, r * V + j, (p - (j == tg[r] ? 1.0f : 0.0f)) * dl);
-        }
+    hk_rows_ce_bwd(logits, tg, lse, dl, dlogits);
     return HK_OK;
 }
 

@@ -4,6 +4,7 @@
 #include <string.h>
 #include "hostk.h"
 #include "hostk_impl.h"
+#include "hostk_threads.h"
 
 static const HkTensor *arg(const HkTensor *t, int n, int i) { return i < n && t && t[i].data ? &t[i] : NULL; }
 static HkTensor *garg(HkTensor *t, int n, int i) { return i < n && t && t[i].data ? &t[i] : NULL; }
@@ -36,8 +37,8 @@ static int ws_ok(PrimId p, const HkTensor *in, int nin, const HkTensor *out, int
     return need && (!ws || ws_bytes < need) ? HK_ERR_WORKSPACE : HK_OK;
 }
 
-int hk_run_fwd(PrimId p, const HkTensor *in, int nin, HkTensor *out, int nout, const int64_t *iattr,
-               const double *fattr, void *ws, size_t ws_bytes) {
+static int run_fwd(PrimId p, const HkTensor *in, int nin, HkTensor *out, int nout, const int64_t *iattr,
+                   const double *fattr, void *ws, size_t ws_bytes) {
     if ((unsigned)p >= PRIM_COUNT) return HK_ERR_PRIM;
     if (nin < 0 || nout < 1 || (p != PRIM_SPLIT && nout != 1) || !out) return HK_ERR_ARG;
     int rc = ws_ok(p, in, nin, out, nout, iattr, ws, ws_bytes);
@@ -73,8 +74,8 @@ int hk_run_fwd(PrimId p, const HkTensor *in, int nin, HkTensor *out, int nout, c
     }
 }
 
-int hk_run_bwd(PrimId p, const HkTensor *in, int nin, const HkTensor *out, const HkTensor *dout, int nout,
-               HkTensor *din, const int64_t *iattr, const double *fattr, void *ws, size_t ws_bytes) {
+static int run_bwd(PrimId p, const HkTensor *in, int nin, const HkTensor *out, const HkTensor *dout, int nout,
+                   HkTensor *din, const int64_t *iattr, const double *fattr, void *ws, size_t ws_bytes) {
     if ((unsigned)p >= PRIM_COUNT) return HK_ERR_PRIM;
     if (nin < 0 || nout < 1 || (p != PRIM_SPLIT && nout != 1) || !dout || !out) return HK_ERR_ARG;
     int rc = ws_ok(p, in, nin, out, nout, iattr, ws, ws_bytes);
@@ -107,6 +108,27 @@ int hk_run_bwd(PrimId p, const HkTensor *in, int nin, const HkTensor *out, const
     case PRIM_CROSS_ENTROPY: return hk_cross_entropy_bwd(a, b, dy, da, ws);
     default: return HK_ERR_PRIM; /* arange has no backward */
     }
+}
+
+/* The executors' entries: the calling thread (a fresh queue thread, say)
+ * takes the rank's team size, and one kernel of the rank runs at a time
+ * (hostk_threads.h). */
+int hk_run_fwd(PrimId p, const HkTensor *in, int nin, HkTensor *out, int nout, const int64_t *iattr,
+               const double *fattr, void *ws, size_t ws_bytes) {
+    hk_threads_adopt();
+    hk_team_enter();
+    int rc = run_fwd(p, in, nin, out, nout, iattr, fattr, ws, ws_bytes);
+    hk_team_leave();
+    return rc;
+}
+
+int hk_run_bwd(PrimId p, const HkTensor *in, int nin, const HkTensor *out, const HkTensor *dout, int nout,
+               HkTensor *din, const int64_t *iattr, const double *fattr, void *ws, size_t ws_bytes) {
+    hk_threads_adopt();
+    hk_team_enter();
+    int rc = run_bwd(p, in, nin, out, dout, nout, din, iattr, fattr, ws, ws_bytes);
+    hk_team_leave();
+    return rc;
 }
 
 /* ---- graph ops ---- */
@@ -186,20 +208,29 @@ int hk_adamw(HkTensor *param, const HkTensor *grad, float *master, float *m, flo
 
 /* Fixed chunks summed in order, then the chunks in order: the result does
  * not depend on the thread count. */
+typedef struct SumSq {
+    const HkTensor *t;
+    int64_t n;
+    double *part;
+} SumSq;
+
+static void sumsq_unit(void *ctx, int64_t c) {
+    const SumSq *j = ctx;
+    enum { CHUNKS = 64 };
+    double s = 0;
+    for (int64_t i = j->n * c / CHUNKS; i < j->n * (c + 1) / CHUNKS; i++) {
+        double x = hk_ld(j->t->data, j->t->dtype, i);
+        s += x * x;
+    }
+    j->part[c] = s;
+}
+
 double hk_sum_squares(const HkTensor *t) {
     if (!hk_present(t) || !hk_is_float(t)) return 0;
     enum { CHUNKS = 64 };
-    int64_t n = hk_numel(t);
     double part[CHUNKS];
-#pragma omp parallel for if (n > HK_PAR_MIN) schedule(static)
-    for (int c = 0; c < CHUNKS; c++) {
-        double s = 0;
-        for (int64_t i = n * c / CHUNKS; i < n * (c + 1) / CHUNKS; i++) {
-            double x = hk_ld(t->data, t->dtype, i);
-            s += x * x;
-        }
-        part[c] = s;
-    }
+    SumSq j = {t, hk_numel(t), part};
+    hk_parallel(hk_team((double)j.n * 0.5), CHUNKS, sumsq_unit, &j);
     double s = 0;
     for (int c = 0; c < CHUNKS; c++) s += part[c];
     return s;

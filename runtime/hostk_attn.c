@@ -1,0 +1,308 @@
+/* hostk_attn: causal attention, forward and backward, in tiles.
+ *
+ * Queries and keys are cut into tiles of t rows (t = 64 for a head of 64,
+ * fewer for larger heads, so that a tile of a head or of scores is at most
+ * 4096 floats): a thread holds one tile of the T x T scores at a time,
+ * never more, in a few tiles of stack (about 150 KiB). The tile products go
+ * through the instruction-set table's register-blocked GEMM (hostk_vec.h),
+ * the softmax through its vector exp.
+ *
+ * Forward, per (batch, head, query tile), key tiles up to the diagonal, an
+ * online softmax (running max m and sum l in double):
+ *     S = Q K^T,  m' = max(m, scale max S),  P = exp(scale S - m'),
+ *     l = l e^(m - m') + sum P,  O = O e^(m - m') + P V;   O /= l,
+ *     lse = m + log l.
+ * The workspace keeps lse and O (f32) for the backward.
+ * Backward, per (batch, kv head): for each key tile j, for each query head
+ * of the group and each query tile i at or after j:
+ *     P = exp(scale S - lse),  dP = dO V^T,  dS = P (dP - D) scale with
+ *     D = rowsum(dO o O) (computed first, in double),
+ *     dV_j += P^T dO,  dK_j += dS^T Q,  dQ_i += dS K_j;
+ * dK_j and dV_j are complete after the group and are added to dk, dv once;
+ * dQ accumulates into dq (f32) or an f32 copy in the workspace (q not f32)
+ * that is added to dq at the end. Every tile is computed the same way
+ * whatever the thread count. */
+#include <math.h>
+#include <string.h>
+#include "hostk.h"
+#include "hostk_impl.h"
+#include "hostk_threads.h"
+#include "hostk_vec.h"
+
+#define TILE_FLOATS 4096
+
+typedef struct AttnShape {
+    int64_t B, T, H, KV, hd, qc, kc; /* qc = H*hd, kc = KV*hd: row lengths */
+    int64_t tile;                    /* rows of a query or key tile */
+} AttnShape;
+
+static bool same_shape(const HkTensor *a, const HkTensor *b) {
+    if (a->rank != b->rank) return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->dims[i] != b->dims[i]) return false;
+    return true;
+}
+
+static int check_float(const HkTensor *t) {
+    if (!hk_present(t)) return HK_ERR_ARG;
+    return hk_is_float(t) ? HK_OK : HK_ERR_DTYPE;
+}
+
+static int check_grad(const HkTensor *g, const HkTensor *t) {
+    if (!hk_present(g)) return HK_OK;
+    if (!hk_is_float(g)) return HK_ERR_DTYPE;
+    return same_shape(g, t) ? HK_OK : HK_ERR_SHAPE;
+}
+
+static int64_t tile_of(int64_t hd) {
+    int64_t t = TILE_FLOATS / (hd > 0 ? hd : 1);
+    if (t > 64) t = 64;
+    if (t >= 16) t -= t % 16;
+    return t < 1 ? 1 : t;
+}
+
+static int attn_check(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *y, int64_t heads,
+                      int64_t kv_heads, AttnShape *s) {
+    int rc;
+    if ((rc = check_float(q)) || (rc = check_float(k)) || (rc = check_float(v)) || (rc = check_float(y))) return rc;
+    if (q->rank != 3 || k->rank != 3 || !same_shape(k, v) || !same_shape(q, y)) return HK_ERR_SHAPE;
+    if (heads <= 0 || kv_heads <= 0 || heads % kv_heads || q->dims[2] % heads) return HK_ERR_ATTR;
+    s->B = q->dims[0];
+    s->T = q->dims[1];
+    s->H = heads;
+    s->KV = kv_heads;
+    s->hd = q->dims[2] / heads;
+    s->qc = q->dims[2];
+    s->kc = kv_heads * s->hd;
+    if (s->hd > TILE_FLOATS) return HK_ERR_ATTR; /* a head wider than a tile */
+    s->tile = tile_of(s->hd);
+    if (k->dims[0] != s->B || k->dims[1] != s->T || k->dims[2] != s->kc) return HK_ERR_SHAPE;
+    return HK_OK;
+}
+
+/* lse [B,H,T], O [B,H,T,hd], D [B,H,T], and dQ [B,H,T,hd] when q is not f32. */
+size_t hk_attention_workspace_bytes(const HkTensor *q, int64_t heads) {
+    if (!q || q->rank != 3 || heads <= 0) return 0;
+    size_t rows = (size_t)(q->dims[0] * heads * q->dims[1]), n = (size_t)hk_numel(q);
+    size_t b = 2 * hk_align(rows * 4) + hk_align(n * 4);
+    if (q->dtype != DT_F32) b += hk_align(n * 4);
+    return b;
+}
+
+typedef struct AttnWs {
+    float *lse, *O, *D, *dQ;
+} AttnWs;
+
+static AttnWs attn_ws(void *ws, const HkTensor *q, const AttnShape *s) {
+    HkWs w = {ws, 0};
+    AttnWs a;
+    a.lse = hk_ws_take(&w, s->B * s->H * s->T);
+    a.O = hk_ws_take(&w, s->B * s->H * s->T * s->hd);
+    a.D = hk_ws_take(&w, s->B * s->H * s->T);
+    a.dQ = q->dtype != DT_F32 ? hk_ws_take(&w, s->B * s->H * s->T * s->hd) : NULL;
+    return a;
+}
+
+/* element offset of (b, t, head h) in a tensor of row length c */
+static int64_t at(const AttnShape *s, int64_t b, int64_t t, int64_t h, int64_t c) { return (b * s->T + t) * c + h * s->hd; }
+static const char *ptr(const HkTensor *x, int64_t off) { return (const char *)x->data + off * (int64_t)hk_dtype_size(x->dtype); }
+static char *wptr(HkTensor *x, int64_t off) { return (char *)x->data + off * (int64_t)hk_dtype_size(x->dtype); }
+
+/* rows [t0, t0+n) of head h as f32 [n, hd] */
+static void pack_rows(const HkVec *V, const HkTensor *x, const AttnShape *s, int64_t c, int64_t b, int64_t h,
+                      int64_t t0, int64_t n, float *dst) {
+    for (int64_t r = 0; r < n; r++) V->cast(ptr(x, at(s, b, t0 + r, h, c)), x->dtype, dst + r * s->hd, DT_F32, s->hd);
+}
+
+/* the transpose: [hd, ld] with column r = row t0+r */
+static void pack_cols(const HkVec *V, const HkTensor *x, const AttnShape *s, int64_t c, int64_t b, int64_t h,
+                      int64_t t0, int64_t n, int64_t ld, float *dst) {
+    float row[TILE_FLOATS];
+    for (int64_t r = 0; r < n; r++) {
+        V->cast(ptr(x, at(s, b, t0 + r, h, c)), x->dtype, row, DT_F32, s->hd);
+        for (int64_t d = 0; d < s->hd; d++) dst[d * ld + r] = row[d];
+    }
+}
+
+/* one exp of the table's function, so the tile updates use the same exp as the rows */
+static float vexp1(const HkVec *V, float x) {
+    float y;
+    V->exp(&x, &y, 1);
+    return y;
+}
+
+/* forward of query tile i of (b, h) */
+static void fwd_tile(const HkVec *V, const AttnShape *s, const HkTensor *q, const HkTensor *k, const HkTensor *v,
+                     HkTensor *y, AttnWs *a, int64_t b, int64_t h, int64_t i, float scale) {
+    int64_t T = s->T, hd = s->hd, ts = s->tile, g = h / (s->H / s->KV);
+    int64_t i0 = i * ts, bq = T - i0 < ts ? T - i0 : ts;
+    float Q[TILE_FLOATS], KT[TILE_FLOATS], Vt[TILE_FLOATS], S[TILE_FLOATS], O[TILE_FLOATS];
+    float mm[64]; /* a tile has at most 64 rows */
+    double l[64];
+    pack_rows(V, q, s, s->qc, b, h, i0, bq, Q);
+    memset(O, 0, sizeof(float) * (size_t)(bq * hd));
+    for (int64_t r = 0; r < bq; r++) mm[r] = -INFINITY, l[r] = 0;
+    for (int64_t j0 = 0; j0 < i0 + bq; j0 += ts) {
+        int64_t bk = T - j0 < ts ? T - j0 : ts;
+        pack_cols(V, k, s, s->kc, b, g, j0, bk, bk, KT);
+        pack_rows(V, v, s, s->kc, b, g, j0, bk, Vt);
+        V->gemm(bq, bk, hd, Q, hd, 1, KT, bk, S, bk, false); /* S = Q K^T */
+        for (int64_t r = 0; r < bq; r++) {
+            float *sr = S + r * bk;
+            int64_t t = i0 + r, n = t - j0 + 1 < bk ? t - j0 + 1 : bk;
+            if (n <= 0) {
+                memset(sr, 0, sizeof(float) * (size_t)bk);
+                continue;
+            }
+            float mx = V->max(sr, DT_F32, n) * scale, mnew = mx > mm[r] ? mx : mm[r];
+            if (mnew != mm[r]) {
+                float corr = vexp1(V, mm[r] - mnew);
+                l[r] *= corr;
+                V->scale(O + r * hd, corr, hd);
+                mm[r] = mnew;
+            }
+            l[r] += V->exp_shift_sum(sr, scale, mnew, n);
+            if (n < bk) memset(sr + n, 0, sizeof(float) * (size_t)(bk - n));
+        }
+        V->gemm(bq, hd, bk, S, bk, 1, Vt, hd, O, hd, true); /* O += P V */
+    }
+    float *lse = a->lse + (b * s->H + h) * T + i0, *Os = a->O + ((b * s->H + h) * T + i0) * hd;
+    for (int64_t r = 0; r < bq; r++) {
+        float inv = (float)(1.0 / l[r]);
+        V->scale(O + r * hd, inv, hd);
+        lse[r] = mm[r] + (float)log(l[r]);
+        memcpy(Os + r * hd, O + r * hd, sizeof(float) * (size_t)hd);
+        V->cast(O + r * hd, DT_F32, wptr(y, at(s, b, i0 + r, h, s->qc)), y->dtype, hd);
+    }
+}
+
+typedef struct AttnJob {
+    const HkVec *V;
+    const AttnShape *s;
+    const HkTensor *q, *k, *v, *dy;
+    HkTensor *y, *dq, *dk, *dv;
+    AttnWs *a;
+    float scale;
+    int64_t ntiles;
+} AttnJob;
+
+/* the costliest tiles (last query tiles) first */
+static void fwd_unit(void *ctx, int64_t task) {
+    const AttnJob *j = ctx;
+    int64_t bh = task % (j->s->B * j->s->H), i = j->ntiles - 1 - task / (j->s->B * j->s->H);
+    fwd_tile(j->V, j->s, j->q, j->k, j->v, j->y, j->a, bh / j->s->H, bh % j->s->H, i, j->scale);
+}
+
+int hk_attention_fwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
+                     int64_t kv_heads, void *ws) {
+    AttnShape s;
+    int rc = attn_check(q, k, v, y, heads, kv_heads, &s);
+    if (rc) return rc;
+    if (!ws && hk_attention_workspace_bytes(q, heads)) return HK_ERR_WORKSPACE;
+    if (s.T == 0 || s.hd == 0 || s.B == 0) return HK_OK;
+    AttnWs a = attn_ws(ws, q, &s);
+    const HkVec *V = hk_vec();
+    float scale = (float)(1.0 / sqrt((double)s.hd));
+    int64_t nt = (s.T + s.tile - 1) / s.tile;
+    /* T^2 hd multiply-adds per (batch, head) over the causal half, about 20 G/s */
+    int th = hk_team((double)(s.B * s.H) * (double)s.T * (double)s.T * (double)s.hd * 0.05);
+    AttnJob j = {V, &s, q, k, v, NULL, y, NULL, NULL, NULL, &a, scale, nt};
+    hk_parallel(th, s.B * s.H * nt, fwd_unit, &j);
+    return HK_OK;
+}
+
+/* backward of (b, kv head g) */
+static void bwd_group(const HkVec *V, const AttnShape *s, const HkTensor *q, const HkTensor *k, const HkTensor *v,
+                      const HkTensor *dy, HkTensor *dq, HkTensor *dk, HkTensor *dv, AttnWs *a, int64_t b, int64_t g,
+                      float scale) {
+    int64_t T = s->T, hd = s->hd, ts = s->tile, grp = s->H / s->KV;
+    bool wq = hk_present(dq), wk = hk_present(dk), wv = hk_present(dv);
+    float Q[TILE_FLOATS], dO[TILE_FLOATS], KT[TILE_FLOATS], Kt[TILE_FLOATS], VT[TILE_FLOATS];
+    float P[TILE_FLOATS], dP[TILE_FLOATS], dK[TILE_FLOATS], dV[TILE_FLOATS];
+    /* D = rowsum(dO o O) for every query row of the group */
+    for (int64_t h = g * grp; h < (g + 1) * grp; h++)
+        for (int64_t t0 = 0; t0 < T; t0 += ts) {
+            int64_t n = T - t0 < ts ? T - t0 : ts;
+            pack_rows(V, dy, s, s->qc, b, h, t0, n, dO);
+            const float *O = a->O + ((b * s->H + h) * T + t0) * hd;
+            for (int64_t r = 0; r < n; r++) a->D[(b * s->H + h) * T + t0 + r] = (float)V->dot(dO + r * hd, O + r * hd, hd);
+        }
+    for (int64_t j0 = 0; j0 < T; j0 += ts) {
+        int64_t bk = T - j0 < ts ? T - j0 : ts;
+        pack_cols(V, k, s, s->kc, b, g, j0, bk, bk, KT);
+        pack_rows(V, k, s, s->kc, b, g, j0, bk, Kt);
+        pack_cols(V, v, s, s->kc, b, g, j0, bk, bk, VT);
+        memset(dK, 0, sizeof(float) * (size_t)(bk * hd));
+        memset(dV, 0, sizeof(float) * (size_t)(bk * hd));
+        for (int64_t h = g * grp; h < (g + 1) * grp; h++) {
+            const float *lse = a->lse + (b * s->H + h) * T, *Dr = a->D + (b * s->H + h) * T;
+            for (int64_t i0 = j0; i0 < T; i0 += ts) {
+                int64_t bq = T - i0 < ts ? T - i0 : ts;
+                pack_rows(V, q, s, s->qc, b, h, i0, bq, Q);
+                pack_rows(V, dy, s, s->qc, b, h, i0, bq, dO);
+                V->gemm(bq, bk, hd, Q, hd, 1, KT, bk, P, bk, false);  /* S = Q K^T */
+                V->gemm(bq, bk, hd, dO, hd, 1, VT, bk, dP, bk, false); /* dP = dO V^T */
+                for (int64_t r = 0; r < bq; r++) {
+                    int64_t t = i0 + r, n = t - j0 + 1 < bk ? t - j0 + 1 : bk;
+                    float *pr = P + r * bk, *dr = dP + r * bk;
+                    if (n < 0) n = 0;
+                    V->exp_shift(pr, scale, lse[t], n);
+                    V->dsoftmax(pr, dr, Dr[t], scale, n);
+                    if (n < bk) {
+                        memset(pr + n, 0, sizeof(float) * (size_t)(bk - n));
+                        memset(dr + n, 0, sizeof(float) * (size_t)(bk - n));
+                    }
+                }
+                if (wv) V->gemm(bk, hd, bq, P, 1, bk, dO, hd, dV, hd, true); /* dV += P^T dO */
+                if (wk) V->gemm(bk, hd, bq, dP, 1, bk, Q, hd, dK, hd, true); /* dK += dS^T Q */
+                if (wq) {
+                    float *dst = a->dQ ? a->dQ + ((b * s->H + h) * T + i0) * hd : NULL;
+                    if (dst) V->gemm(bq, hd, bk, dP, bk, 1, Kt, hd, dst, hd, true); /* dQ += dS K */
+                    else if (dq->dtype == DT_F32)
+                        V->gemm(bq, hd, bk, dP, bk, 1, Kt, hd, (float *)wptr(dq, at(s, b, i0, h, s->qc)), s->qc, true);
+                    else {
+                        /* q is f32 but dq is not: no f32 copy in the workspace; add per tile */
+                        float tmp[TILE_FLOATS];
+                        memset(tmp, 0, sizeof(float) * (size_t)(bq * hd));
+                        V->gemm(bq, hd, bk, dP, bk, 1, Kt, hd, tmp, hd, true);
+                        for (int64_t r = 0; r < bq; r++)
+                            V->acc(tmp + r * hd, DT_F32, wptr(dq, at(s, b, i0 + r, h, s->qc)), dq->dtype, hd);
+                    }
+                }
+            }
+        }
+        for (int64_t r = 0; r < bk; r++) {
+            if (wk) V->acc(dK + r * hd, DT_F32, wptr(dk, at(s, b, j0 + r, g, s->kc)), dk->dtype, hd);
+            if (wv) V->acc(dV + r * hd, DT_F32, wptr(dv, at(s, b, j0 + r, g, s->kc)), dv->dtype, hd);
+        }
+    }
+    if (wq && a->dQ)
+        for (int64_t h = g * grp; h < (g + 1) * grp; h++)
+            for (int64_t t = 0; t < T; t++)
+                V->acc(a->dQ + ((b * s->H + h) * T + t) * hd, DT_F32, wptr(dq, at(s, b, t, h, s->qc)), dq->dtype, hd);
+}
+
+static void bwd_unit(void *ctx, int64_t task) {
+    const AttnJob *j = ctx;
+    bwd_group(j->V, j->s, j->q, j->k, j->v, j->dy, j->dq, j->dk, j->dv, j->a, task / j->s->KV, task % j->s->KV, j->scale);
+}
+
+int hk_attention_bwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
+                     HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, void *ws) {
+    AttnShape s;
+    int rc = attn_check(q, k, v, dy, heads, kv_heads, &s);
+    if (rc) return rc;
+    if ((rc = check_grad(dq, q)) || (rc = check_grad(dk, k)) || (rc = check_grad(dv, v))) return rc;
+    if (!ws && hk_attention_workspace_bytes(q, heads)) return HK_ERR_WORKSPACE;
+    if (s.T == 0 || s.hd == 0 || s.B == 0) return HK_OK;
+    if (!hk_present(dq) && !hk_present(dk) && !hk_present(dv)) return HK_OK;
+    AttnWs a = attn_ws(ws, q, &s);
+    if (a.dQ && hk_present(dq)) memset(a.dQ, 0, sizeof(float) * (size_t)(s.B * s.H * s.T * s.hd));
+    const HkVec *V = hk_vec();
+    float scale = (float)(1.0 / sqrt((double)s.hd));
+    /* 2.5 T^2 hd multiply-adds per (batch, head), about 20 G/s */
+    int th = hk_team((double)(s.B * s.H) * (double)s.T * (double)s.T * (double)s.hd * 0.125);
+    AttnJob j = {V, &s, q, k, v, dy, NULL, dq, dk, dv, &a, scale, 0};
+    hk_parallel(th, s.B * s.KV, bwd_unit, &j);
+    return HK_OK;
+}
