@@ -6,6 +6,7 @@
     python hf_from.py loss ROOT     "CASE LOSS" for every case: the mean cross-entropy transformers
                                     computes on the first micro-batch zinfrun reads from
                                     CASE.bin with B = 1 (tokens[0:T+1])
+    python hf_from.py loss1 DIR TOKENS B T   the same for one model directory, B rows of T
 
 The weights are drawn wider than the models' own initialisation (std 0.3,
 norm gains around 1) so that attention, rotary frequencies and norms move
@@ -85,6 +86,9 @@ def loss(d, path, b, t):
 
 def main():
     cmd, root = sys.argv[1], sys.argv[2]
+    if cmd == "loss1":
+        loss(root, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+        return
     for case, (cls, kw, t) in CASES.items():
         d = "%s/%s" % (root, case)
         if cmd == "make":

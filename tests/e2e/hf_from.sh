@@ -12,7 +12,10 @@
 #     (tests/e2e/hf_check.py);
 #   - zinfrun --init imports the weights and runs one step on a fixed batch:
 #     its loss matches transformers' within 1e-5 relative (f32);
-# then every unsupported config key is an error naming the key and its value.
+# then hand-written models (examples/gpt2-tiny.zl, llama-tiny.zl, their hf
+# blocks and the stdlib's) export weights transformers loads and computes the
+# same first loss with; then every unsupported config key is an error naming
+# the key and its value.
 #   tests/e2e/hf_from.sh BUILD
 set -u
 B=${1:-build}
@@ -72,6 +75,26 @@ for c in $cases; do
     fi
   else
     echo "ok $c: mapping (no zinfrun --init here: loss not compared)"
+  fi
+done
+
+# ---- hand-written models (their hf blocks and the stdlib's): zinfrun exports
+# the initial weights (--steps 0 --export-hf), transformers loads them with
+# from_pretrained and computes the loss zinfrun's first step computes ----
+"$Z/zinftok" README.md -o "$T/bytes.bin" > /dev/null || bad "zinftok"
+for ex in gpt2-tiny llama-tiny; do
+  e=$T/ex-$ex
+  "$Z/zinfc" "examples/$ex.zl" --target "$T/one.zl" -o "$e.plan" > "$e.log" 2>&1 || { cat "$e.log"; bad "$ex: plan"; continue; }
+  "$Z/zinfrun" "$e.plan" --backend host --data "$T/bytes.bin" --steps 0 --export-hf "$e" > "$e.export.log" 2>&1 ||
+    { cat "$e.export.log"; bad "$ex: --export-hf"; continue; }
+  "$Z/zinfrun" "$e.plan" --backend host --data "$T/bytes.bin" --steps 1 --losses "$e.losses" > "$e.run.log" 2>&1 ||
+    { cat "$e.run.log"; bad "$ex: one step"; continue; }
+  got=$(awk '$1 == "step" && $2 == 1 { print $4 }' "$e.losses")
+  want=$("$ZINF_PY" tests/e2e/hf_from.py loss1 "$e" "$T/bytes.bin" 4 64 2> "$e.py.log") || { cat "$e.py.log"; bad "$ex: transformers"; continue; }
+  if awk -v g="$got" -v w="$want" 'BEGIN { e = (g - w) / w; if (e < 0) e = -e; exit !(g != "" && e <= 1e-5) }'; then
+    echo "ok $ex (hand-written): loss $got, transformers on its export $want"
+  else
+    bad "$ex: loss $got, transformers on its export $want"
   fi
 done
 
