@@ -154,6 +154,21 @@ printf '{%s}\n' '"architectures": ["LlamaForCausalLM"], "vocab_size": 64' |
   expect missing - 'config.json has no hidden_size'
 printf '{"architectures": ["LlamaForCausalLM"], "vocab_size": 64,,}\n' |
   expect not-json - 'is not valid JSON'
+# the command line: usage errors exit 2, a directory without config.json 1
+usage() { # WANT_RC 'message' args...
+  want=$1 msg=$2
+  shift 2
+  "$Z/zinfc" "$@" > "$T/cli.out" 2> "$T/cli.err"
+  rc=$?
+  if [ $rc -eq "$want" ] && grep -qF -- "$msg" "$T/cli.err"; then echo "ok cli: $*"; else cat "$T/cli.err"; bad "zinfc $*: exit $rc"; fi
+}
+usage 2 "--emit=zl goes with --from-hf DIR" --emit=zl examples/gpt2-tiny.zl
+usage 2 "--seq goes with --from-hf DIR" --seq 8 examples/gpt2-tiny.zl
+usage 2 "one model at a time" --from-hf "$T/gpt2" examples/gpt2-tiny.zl
+usage 2 "--seq needs a positive sequence length, not '0'" --from-hf "$T/gpt2" --seq 0
+usage 2 "--from-hf needs a value" --from-hf
+usage 1 "$T/none/config.json: No such file or directory" --from-hf "$T/none"
+
 # a key zinf does not know is a warning, and the model is still made
 w=$T/warn
 mkdir -p "$w"
