@@ -241,7 +241,7 @@ static int checkpoint_start(Rt *r, const Opts *o, bool lead, int64_t *start, cha
     }
     if (!o->resume) return 0;
     if (cand[0] == 0) {
-        if (lead && !o->quiet) printf("resume: no checkpoint in %s; starting from step 0\n", o->ckpt_dir);
+        if (lead) printf("resume: no checkpoint in %s; starting from step 0\n", o->ckpt_dir);
         return 0;
     }
     for (int64_t k = 1; k <= cand[0]; k++) {
@@ -252,8 +252,7 @@ static int checkpoint_start(Rt *r, const Opts *o, bool lead, int64_t *start, cha
             if (lead && ckpt_prune(o->ckpt_dir, C.size, hash, cand[k], 2, msg, sizeof msg))
                 fprintf(stderr, "zinfrun: resume: %s\n", msg);
             *start = rt_steps_done(r);
-            if (lead && !o->quiet)
-                printf("resume: from step %" PRId64 " (%s/step-%08" PRId64 ")\n", *start, o->ckpt_dir, cand[k]);
+            if (lead) printf("resume: from step %" PRId64 " (%s/step-%08" PRId64 ")\n", *start, o->ckpt_dir, cand[k]);
             return 0;
         }
         if (rc == RT_LOAD_FAILED) { /* not the checkpoint's fault: an older one would fail alike */

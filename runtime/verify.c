@@ -566,15 +566,20 @@ static void check_shards(V *v) {
         const PlanTensor *t = &p->tensors[s->tensor];
         count[s->tensor]++;
         int ds = plan_dtype_size(t->dtype);
-        if (s->ntiles < 1 || s->tile_elems < 0 || s->tile_shard < 0 || s->tile_elems * s->ntiles != t->numel) {
+        int64_t elems, cover, shard_elems, shard_bytes;
+        if (s->ntiles < 1 || s->tile_elems < 0 || s->tile_shard < 0 || __builtin_mul_overflow(s->tile_elems, (int64_t)s->ntiles, &elems) ||
+            elems != t->numel) {
             problem(v, "shard of '%s': %d tiles of %" PRId64 " elements do not make its %" PRId64 " elements", t->name,
                     s->ntiles, s->tile_elems, t->numel);
             continue;
         }
-        if (s->partitioned ? s->tile_shard * p->ranks < s->tile_elems : s->tile_shard != s->tile_elems)
+        bool covers = s->partitioned ? !__builtin_mul_overflow(s->tile_shard, (int64_t)p->ranks, &cover) && cover >= s->tile_elems
+                                     : s->tile_shard == s->tile_elems;
+        if (!covers)
             problem(v, "shard of '%s': %d ranks x %" PRId64 " elements do not cover a tile of %" PRId64, t->name, p->ranks,
                     s->tile_shard, s->tile_elems);
-        if ((uint64_t)s->ntiles * (uint64_t)s->tile_shard * (uint64_t)ds != s->bytes)
+        if (__builtin_mul_overflow((int64_t)s->ntiles, s->tile_shard, &shard_elems) ||
+            __builtin_mul_overflow(shard_elems, (int64_t)ds, &shard_bytes) || (uint64_t)shard_bytes != s->bytes)
             problem(v, "shard of '%s': %" PRIu64 " bytes does not match its tiles", t->name, s->bytes);
         const PlanBuffer *b = &p->buffers[s->buffer];
         if (b->bytes < s->bytes)
