@@ -117,61 +117,64 @@ static void pack_rows(const HkVec *V, const HkTensor *x, const AttnShape *s, int
 /* the transpose: [hd, ld] with column r = row t0+r */
 static void pack_cols(const HkVec *V, const HkTensor *x, const AttnShape *s, int64_t c, int64_t b, int64_t h,
                       int64_t t0, int64_t n, int64_t ld, float *dst) {
+    int64_t hd = s->hd;
+    if (x->dtype == DT_F32) {
+        const float *src = (const float *)x->data + at(s, b, t0, h, c);
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t d = 0; d < hd; d++) dst[d * ld + r] = src[r * c + d];
+        return;
+    }
     float row[TILE_FLOATS];
     for (int64_t r = 0; r < n; r++) {
-        V->cast(ptr(x, at(s, b, t0 + r, h, c)), x->dtype, row, DT_F32, s->hd);
-        for (int64_t d = 0; d < s->hd; d++) dst[d * ld + r] = row[d];
+        V->cast(ptr(x, at(s, b, t0 + r, h, c)), x->dtype, row, DT_F32, hd);
+        for (int64_t d = 0; d < hd; d++) dst[d * ld + r] = row[d];
     }
 }
 
-/* one exp of the table's function, so the tile updates use the same exp as the rows */
-static float vexp1(const HkVec *V, float x) {
-    float y;
-    V->exp(&x, &y, 1);
-    return y;
+/* Rows [t0, t0+n) of head h as f32 rows: the tensor itself when it is f32
+ * (row stride c), else converted into buf (row stride hd). */
+typedef struct Rows {
+    const float *p;
+    int64_t ld;
+} Rows;
+static Rows rows_f32(const HkVec *V, const HkTensor *x, const AttnShape *s, int64_t c, int64_t b, int64_t h,
+                     int64_t t0, int64_t n, float *buf) {
+    if (x->dtype == DT_F32) return (Rows){(const float *)x->data + at(s, b, t0, h, c), c};
+    pack_rows(V, x, s, c, b, h, t0, n, buf);
+    return (Rows){buf, s->hd};
 }
 
-/* forward of query tile i of (b, h) */
+/* forward of query tile i of (b, h), in the transposed layout: S^T [keys,
+ * queries] = K Q^T, so that the online softmax runs down columns, one
+ * vector of queries at a time, and K, V are read where they are */
 static void fwd_tile(const HkVec *V, const AttnShape *s, const HkTensor *q, const HkTensor *k, const HkTensor *v,
                      HkTensor *y, AttnWs *a, int64_t b, int64_t h, int64_t i, float scale) {
     int64_t T = s->T, hd = s->hd, ts = s->tile, g = h / (s->H / s->KV);
     int64_t i0 = i * ts, bq = T - i0 < ts ? T - i0 : ts;
-    float Q[TILE_FLOATS], KT[TILE_FLOATS], Vt[TILE_FLOATS], S[TILE_FLOATS], O[TILE_FLOATS];
-    float mm[64]; /* a tile has at most 64 rows */
-    double l[64];
-    pack_rows(V, q, s, s->qc, b, h, i0, bq, Q);
+    float QT[TILE_FLOATS], Kb[TILE_FLOATS], Vb[TILE_FLOATS], S[TILE_FLOATS];
+    /* O accumulates where the backward will find it: the workspace's f32 copy */
+    float *O = a->O + ((b * s->H + h) * T + i0) * hd, *lse = a->lse + (b * s->H + h) * T + i0;
+    float m[80], corr[80]; /* a tile has at most 64 rows; rounded up to a vector */
+    double l[80];
+    for (int r = 0; r < 80; r++) m[r] = -INFINITY, corr[r] = 1, l[r] = 0;
+    pack_cols(V, q, s, s->qc, b, h, i0, bq, bq, QT);
     memset(O, 0, sizeof(float) * (size_t)(bq * hd));
-    for (int64_t r = 0; r < bq; r++) mm[r] = -INFINITY, l[r] = 0;
-    for (int64_t j0 = 0; j0 < i0 + bq; j0 += ts) {
+    for (int64_t j0 = 0; j0 <= i0; j0 += ts) {
         int64_t bk = T - j0 < ts ? T - j0 : ts;
-        pack_cols(V, k, s, s->kc, b, g, j0, bk, bk, KT);
-        pack_rows(V, v, s, s->kc, b, g, j0, bk, Vt);
-        V->gemm(bq, bk, hd, Q, hd, 1, KT, bk, S, bk, false); /* S = Q K^T */
-        for (int64_t r = 0; r < bq; r++) {
-            float *sr = S + r * bk;
-            int64_t t = i0 + r, n = t - j0 + 1 < bk ? t - j0 + 1 : bk;
-            if (n <= 0) {
-                memset(sr, 0, sizeof(float) * (size_t)bk);
-                continue;
-            }
-            float mx = V->max(sr, DT_F32, n) * scale, mnew = mx > mm[r] ? mx : mm[r];
-            if (mnew != mm[r]) {
-                float corr = vexp1(V, mm[r] - mnew);
-                l[r] *= corr;
-                V->scale(O + r * hd, corr, hd);
-                mm[r] = mnew;
-            }
-            l[r] += V->exp_shift_sum(sr, scale, mnew, n);
-            if (n < bk) memset(sr + n, 0, sizeof(float) * (size_t)(bk - n));
-        }
-        V->gemm(bq, hd, bk, S, bk, 1, Vt, hd, O, hd, true); /* O += P V */
+        Rows Kr = rows_f32(V, k, s, s->kc, b, g, j0, bk, Kb), Vr = rows_f32(V, v, s, s->kc, b, g, j0, bk, Vb);
+        V->gemm(bk, bq, hd, Kr.p, Kr.ld, 1, QT, bq, S, bq, false); /* S^T = K Q^T */
+        if (j0 == i0) /* the diagonal tile: key u after query r is masked */
+            for (int64_t u = 1; u < bk; u++)
+                for (int64_t r = 0; r < u && r < bq; r++) S[u * bq + r] = -INFINITY;
+        V->softmax_cols(S, bq, bk, bq, scale, m, l, corr);
+        for (int64_t r = 0; r < bq; r++)
+            if (corr[r] != 1.0f) V->scale(O + r * hd, corr[r], hd);
+        V->gemm(bq, hd, bk, S, 1, bq, Vr.p, Vr.ld, O, hd, true); /* O += P V */
     }
-    float *lse = a->lse + (b * s->H + h) * T + i0, *Os = a->O + ((b * s->H + h) * T + i0) * hd;
     for (int64_t r = 0; r < bq; r++) {
         float inv = (float)(1.0 / l[r]);
         V->scale(O + r * hd, inv, hd);
-        lse[r] = mm[r] + (float)log(l[r]);
-        memcpy(Os + r * hd, O + r * hd, sizeof(float) * (size_t)hd);
+        lse[r] = m[r] + (float)log(l[r]);
         V->cast(O + r * hd, DT_F32, wptr(y, at(s, b, i0 + r, h, s->qc)), y->dtype, hd);
     }
 }
@@ -217,31 +220,31 @@ static void bwd_group(const HkVec *V, const AttnShape *s, const HkTensor *q, con
                       float scale) {
     int64_t T = s->T, hd = s->hd, ts = s->tile, grp = s->H / s->KV;
     bool wq = hk_present(dq), wk = hk_present(dk), wv = hk_present(dv);
-    float Q[TILE_FLOATS], dO[TILE_FLOATS], KT[TILE_FLOATS], Kt[TILE_FLOATS], VT[TILE_FLOATS];
+    float Qb[TILE_FLOATS], dOb[TILE_FLOATS], KT[TILE_FLOATS], Kb[TILE_FLOATS], VT[TILE_FLOATS];
     float P[TILE_FLOATS], dP[TILE_FLOATS], dK[TILE_FLOATS], dV[TILE_FLOATS];
     /* D = rowsum(dO o O) for every query row of the group */
     for (int64_t h = g * grp; h < (g + 1) * grp; h++)
         for (int64_t t0 = 0; t0 < T; t0 += ts) {
             int64_t n = T - t0 < ts ? T - t0 : ts;
-            pack_rows(V, dy, s, s->qc, b, h, t0, n, dO);
+            Rows dO = rows_f32(V, dy, s, s->qc, b, h, t0, n, dOb);
             const float *O = a->O + ((b * s->H + h) * T + t0) * hd;
-            for (int64_t r = 0; r < n; r++) a->D[(b * s->H + h) * T + t0 + r] = (float)V->dot(dO + r * hd, O + r * hd, hd);
+            for (int64_t r = 0; r < n; r++)
+                a->D[(b * s->H + h) * T + t0 + r] = (float)V->dot(dO.p + r * dO.ld, O + r * hd, hd);
         }
     for (int64_t j0 = 0; j0 < T; j0 += ts) {
         int64_t bk = T - j0 < ts ? T - j0 : ts;
         pack_cols(V, k, s, s->kc, b, g, j0, bk, bk, KT);
-        pack_rows(V, k, s, s->kc, b, g, j0, bk, Kt);
         pack_cols(V, v, s, s->kc, b, g, j0, bk, bk, VT);
+        Rows Kr = rows_f32(V, k, s, s->kc, b, g, j0, bk, Kb);
         memset(dK, 0, sizeof(float) * (size_t)(bk * hd));
         memset(dV, 0, sizeof(float) * (size_t)(bk * hd));
         for (int64_t h = g * grp; h < (g + 1) * grp; h++) {
             const float *lse = a->lse + (b * s->H + h) * T, *Dr = a->D + (b * s->H + h) * T;
             for (int64_t i0 = j0; i0 < T; i0 += ts) {
                 int64_t bq = T - i0 < ts ? T - i0 : ts;
-                pack_rows(V, q, s, s->qc, b, h, i0, bq, Q);
-                pack_rows(V, dy, s, s->qc, b, h, i0, bq, dO);
-                V->gemm(bq, bk, hd, Q, hd, 1, KT, bk, P, bk, false);  /* S = Q K^T */
-                V->gemm(bq, bk, hd, dO, hd, 1, VT, bk, dP, bk, false); /* dP = dO V^T */
+                Rows Q = rows_f32(V, q, s, s->qc, b, h, i0, bq, Qb), dO = rows_f32(V, dy, s, s->qc, b, h, i0, bq, dOb);
+                V->gemm(bq, bk, hd, Q.p, Q.ld, 1, KT, bk, P, bk, false);   /* S = Q K^T */
+                V->gemm(bq, bk, hd, dO.p, dO.ld, 1, VT, bk, dP, bk, false); /* dP = dO V^T */
                 for (int64_t r = 0; r < bq; r++) {
                     int64_t t = i0 + r, n = t - j0 + 1 < bk ? t - j0 + 1 : bk;
                     float *pr = P + r * bk, *dr = dP + r * bk;
@@ -253,18 +256,18 @@ static void bwd_group(const HkVec *V, const AttnShape *s, const HkTensor *q, con
                         memset(dr + n, 0, sizeof(float) * (size_t)(bk - n));
                     }
                 }
-                if (wv) V->gemm(bk, hd, bq, P, 1, bk, dO, hd, dV, hd, true); /* dV += P^T dO */
-                if (wk) V->gemm(bk, hd, bq, dP, 1, bk, Q, hd, dK, hd, true); /* dK += dS^T Q */
+                if (wv) V->gemm(bk, hd, bq, P, 1, bk, dO.p, dO.ld, dV, hd, true); /* dV += P^T dO */
+                if (wk) V->gemm(bk, hd, bq, dP, 1, bk, Q.p, Q.ld, dK, hd, true); /* dK += dS^T Q */
                 if (wq) {
                     float *dst = a->dQ ? a->dQ + ((b * s->H + h) * T + i0) * hd : NULL;
-                    if (dst) V->gemm(bq, hd, bk, dP, bk, 1, Kt, hd, dst, hd, true); /* dQ += dS K */
+                    if (dst) V->gemm(bq, hd, bk, dP, bk, 1, Kr.p, Kr.ld, dst, hd, true); /* dQ += dS K */
                     else if (dq->dtype == DT_F32)
-                        V->gemm(bq, hd, bk, dP, bk, 1, Kt, hd, (float *)wptr(dq, at(s, b, i0, h, s->qc)), s->qc, true);
+                        V->gemm(bq, hd, bk, dP, bk, 1, Kr.p, Kr.ld, (float *)wptr(dq, at(s, b, i0, h, s->qc)), s->qc, true);
                     else {
                         /* q is f32 but dq is not: no f32 copy in the workspace; add per tile */
                         float tmp[TILE_FLOATS];
                         memset(tmp, 0, sizeof(float) * (size_t)(bq * hd));
-                        V->gemm(bq, hd, bk, dP, bk, 1, Kt, hd, tmp, hd, true);
+                        V->gemm(bq, hd, bk, dP, bk, 1, Kr.p, Kr.ld, tmp, hd, true);
                         for (int64_t r = 0; r < bq; r++)
                             V->acc(tmp + r * hd, DT_F32, wptr(dq, at(s, b, i0 + r, h, s->qc)), dq->dtype, hd);
                     }

@@ -288,7 +288,11 @@ static void bin_dsmall_unit(void *ctx, int64_t u) {
 void hk_rows_binary_bwd(const HkTensor *B, const HkTensor *S, const HkTensor *dy, HkTensor *dB, HkTensor *dS, bool mul) {
     Job j = {.V = hk_vec(), .x = B, .g = S, .dy = dy, .dx = dB, .dg = dS, .n = hk_numel(B), .ns = hk_numel(S), .flag = mul};
     if (hk_present(dB)) hk_parallel(team_copy(j.n), (j.n + UNARY_BLOCK - 1) / UNARY_BLOCK, bin_dbig_unit, &j);
-    if (hk_present(dS)) hk_parallel(team_copy(j.n), (j.ns + 255) / 256, bin_dsmall_unit, &j);
+    if (hk_present(dS) && j.ns == j.n) { /* same shapes: the "sum over rows" is one row */
+        Job k = {.V = j.V, .x = S, .g = B, .dy = dy, .dx = dS, .n = j.n, .ns = j.n, .flag = mul};
+        hk_parallel(team_copy(k.n), (k.n + UNARY_BLOCK - 1) / UNARY_BLOCK, bin_dbig_unit, &k);
+    } else if (hk_present(dS))
+        hk_parallel(team_copy(j.n), (j.ns + 255) / 256, bin_dsmall_unit, &j);
 }
 
 static void split_fwd_unit(void *ctx, int64_t c) {
@@ -425,8 +429,10 @@ static void gemm_unit(void *ctx, int64_t p) {
                g->C + lo * g->N, g->N);
 }
 
-/* Products below this many multiply-adds run whole on the calling thread. */
-#define GEMM_SPLIT_MIN (1 << 21)
+/* Products below this many multiply-adds run whole on the calling thread;
+ * a panel has at least GEMM_PANEL_MIN (about 100 us). */
+#define GEMM_SPLIT_MIN (8.0 * 1024 * 1024)
+#define GEMM_PANEL_MIN (4.0 * 1024 * 1024)
 
 void hk_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B, float beta, float *C) {
     if (M == 0 || N == 0) return;
@@ -439,11 +445,16 @@ void hk_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
     int64_t lda = ta ? M : K, ldb = tb ? K : N;
     bool split_n = N >= M;
     int64_t dim = split_n ? N : M;
-    /* panels of at least 64, at most 16 of them: a function of the shape only */
-    int64_t pw = (dim + 15) / 16;
+    /* panels of at least GEMM_PANEL_MIN multiply-adds and 64 rows or columns,
+     * at most 16 of them: a function of the shape only. Each panel packs
+     * the other operand again, so there are no more than that. */
+    double mnk = (double)M * (double)N * (double)K;
+    int64_t want = (int64_t)(mnk / GEMM_PANEL_MIN);
+    if (want > 16) want = 16;
+    int64_t pw = want > 1 ? (dim + want - 1) / want : dim;
     pw = pw < 64 ? 64 : (pw + 15) / 16 * 16;
     int64_t np = (dim + pw - 1) / pw;
-    if ((double)M * (double)N * (double)K < GEMM_SPLIT_MIN || np < 2) {
+    if (mnk < GEMM_SPLIT_MIN || np < 2) {
         sgemm1(ta, tb, M, N, K, A, lda, B, ldb, beta, C, N);
         return;
     }

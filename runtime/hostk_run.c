@@ -4,6 +4,7 @@
 #include <string.h>
 #include "hostk.h"
 #include "hostk_impl.h"
+#include "hostk_rows.h"
 #include "hostk_threads.h"
 
 static const HkTensor *arg(const HkTensor *t, int n, int i) { return i < n && t && t[i].data ? &t[i] : NULL; }
@@ -267,8 +268,7 @@ int hk_cast(const HkTensor *src, HkTensor *dst) {
         for (int64_t i = 0; i < n; i++) hk_set(dst, i, hk_get(src, i));
         return HK_OK;
     }
-#pragma omp parallel for if (n > HK_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) hk_st(dst->data, dst->dtype, i, hk_ld(src->data, src->dtype, i));
+    hk_rows_cast(src->data, src->dtype, dst->data, dst->dtype, n);
     return HK_OK;
 }
 

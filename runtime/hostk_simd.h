@@ -16,6 +16,7 @@
 #define W 16
 #define FN(n) CAT(n, _avx512)
 #define MR 6
+#define MRX 12 /* rows of a tile one or two vectors wide */
 #define NRMAX 4
 #define VF __m512
 #define VD __m512d /* 8 doubles: a VF is two VDs */
@@ -94,6 +95,7 @@ static inline AI TGT void FN(v_st_f16)(uint16_t *p, VF w) {
 #define W 8
 #define FN(n) CAT(n, _avx2)
 #define MR 4
+#define MRX 4
 #define NRMAX 3
 #define VF __m256
 #define VD __m256d
@@ -173,6 +175,7 @@ static inline AI TGT void FN(v_st_f16)(uint16_t *p, VF w) {
 #define W 1
 #define FN(n) CAT(n, _scalar)
 #define MR 4
+#define MRX 4
 #define NRMAX 4
 #define VF float
 #define VD double
@@ -708,13 +711,44 @@ static TGT void FN(rms_bwd)(const void *x, DType xt, const void *g, DType gt, co
 }
 #undef SAME3
 
+/* One tile of an online softmax over the rows of S [rows, ld] for each
+ * column c < cols (a query; the rows are keys): with m[c] the running max of
+ * scale*S and l[c] the running sum (double),
+ *   m' = max(m, scale max_u S[u][c]),  corr[c] = exp(m - m'),
+ *   S[u][c] = exp(scale S[u][c] - m'),  l = l corr + sum_u S[u][c],  m = m'.
+ * Masked entries hold -inf (exp gives 0); a column must have one that is
+ * not, here or in an earlier tile. m, l, corr hold cols rounded up to W. */
+static TGT void FN(softmax_cols)(float *S, int64_t ld, int64_t rows, int64_t cols, float scale, float *m, double *l,
+                                 float *corr) {
+    VF sc = FN(v_set1)(scale);
+    for (int64_t c = 0; c < cols; c += W) {
+        VM mk = FN(v_mask)(cols - c);
+        VF mx = FN(v_set1)(-INFINITY);
+        for (int64_t u = 0; u < rows; u++) mx = FN(v_max)(FN(v_load_m)(S + u * ld + c, mk), mx);
+        VF mo = FN(v_load)(m + c), mn = FN(v_max)(FN(v_mul)(mx, sc), mo);
+        VF cr = FN(v_exp)(FN(v_sub)(mo, mn));
+        FN(v_store)(m + c, mn);
+        FN(v_store)(corr + c, cr);
+        VF nm = FN(v_sub)(FN(v_zero)(), mn);
+        VD s0 = FN(d_zero)(), s1 = FN(d_zero)();
+        for (int64_t u = 0; u < rows; u++) {
+            VF e = FN(v_exp)(FN(v_fma)(FN(v_load_m)(S + u * ld + c, mk), sc, nm));
+            FN(v_store_m)(S + u * ld + c, mk, e);
+            s0 = FN(d_add)(s0, FN(d_lo)(e));
+            if (W > 1) s1 = FN(d_add)(s1, FN(d_hi)(e));
+        }
+        FN(d_store)(l + c, FN(d_add)(FN(d_mul)(FN(d_load)(l + c), FN(d_lo)(cr)), s0));
+        if (W > 1) FN(d_store)(l + c + DW, FN(d_add)(FN(d_mul)(FN(d_load)(l + c + DW), FN(d_hi)(cr)), s1));
+    }
+}
+
 /* ---- GEMM tiles: C[rows, nv vectors] (+)= A B, the last vector masked ---- */
 
 static inline AI TGT void FN(gemm_tile)(const int rows, const int nv, int64_t K, const float *A, int64_t sam,
                                          int64_t sak, const float *B, int64_t ldb, float *C, int64_t ldc, bool acc,
                                          VM last) {
-    VF c[MR][NRMAX];
-#pragma GCC unroll 8
+    VF c[MRX][NRMAX];
+#pragma GCC unroll 16
     for (int r = 0; r < rows; r++)
 #pragma GCC unroll 8
         for (int v = 0; v < nv; v++) {
@@ -728,14 +762,14 @@ static inline AI TGT void FN(gemm_tile)(const int rows, const int nv, int64_t K,
 #pragma GCC unroll 8
         for (int v = 0; v < nv; v++) b[v] = v == nv - 1 ? FN(v_load_m)(bk + v * W, last) : FN(v_load)(bk + v * W);
         const float *ak = A + k * sak;
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (int r = 0; r < rows; r++) {
             VF a = FN(v_set1)(ak[r * sam]);
 #pragma GCC unroll 8
             for (int v = 0; v < nv; v++) c[r][v] = FN(v_fma)(a, b[v], c[r][v]);
         }
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int r = 0; r < rows; r++)
 #pragma GCC unroll 8
         for (int v = 0; v < nv; v++) {
@@ -752,28 +786,46 @@ static inline AI TGT void FN(gemm_tile)(const int rows, const int nv, int64_t K,
     default: if (NRMAX >= 4) FN(gemm_tile)(R, NRMAX >= 4 ? 4 : 1, K, Am, sam, sak, B + n0, ldb, Cm, ldc, acc, last); break; \
     }
 
+/* rows [m0, M) of one column block in tiles of MR rows */
+static inline AI TGT void FN(gemm_rows)(int64_t m0, int64_t M, int nv, int64_t n0, int64_t K, const float *A,
+                                         int64_t sam, int64_t sak, const float *B, int64_t ldb, float *C, int64_t ldc,
+                                         bool acc, VM last) {
+    for (; m0 < M; m0 += MR) {
+        int rows = M - m0 < MR ? (int)(M - m0) : MR;
+        const float *Am = A + m0 * sam;
+        float *Cm = C + m0 * ldc + n0;
+        switch (rows) {
+        case MR: GEMM_NV(MR) break;
+        case 1: GEMM_NV(1) break;
+        case 2: GEMM_NV(2) break;
+        case 3: GEMM_NV(3) break;
+#if MR > 4
+        case 4: GEMM_NV(4) break;
+        case 5: GEMM_NV(5) break;
+#endif
+        default: break;
+        }
+    }
+}
+
 static TGT void FN(gemm)(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, int64_t sak, const float *B,
                          int64_t ldb, float *C, int64_t ldc, bool acc) {
     for (int64_t n0 = 0; n0 < N; n0 += NRMAX * W) {
         int64_t cols = N - n0 < NRMAX * W ? N - n0 : NRMAX * W;
         int nv = (int)((cols + W - 1) / W);
         VM last = FN(v_mask)(cols - (int64_t)(nv - 1) * W);
-        for (int64_t m0 = 0; m0 < M; m0 += MR) {
-            int rows = M - m0 < MR ? (int)(M - m0) : MR;
-            const float *Am = A + m0 * sam;
-            float *Cm = C + m0 * ldc + n0;
-            switch (rows) {
-            case MR: GEMM_NV(MR) break;
-            case 1: GEMM_NV(1) break;
-            case 2: GEMM_NV(2) break;
-            case 3: GEMM_NV(3) break;
-#if MR > 4
-            case 4: GEMM_NV(4) break;
-            case 5: GEMM_NV(5) break;
-#endif
-            default: break;
+        int64_t m0 = 0;
+#if MRX > MR
+        /* narrow blocks: taller tiles keep the FMA units busy (24 accumulators) */
+        if (nv <= 2)
+            for (; m0 + MRX <= M; m0 += MRX) {
+                const float *Am = A + m0 * sam;
+                float *Cm = C + m0 * ldc + n0;
+                if (nv == 1) FN(gemm_tile)(MRX, 1, K, Am, sam, sak, B + n0, ldb, Cm, ldc, acc, last);
+                else FN(gemm_tile)(MRX, 2, K, Am, sam, sak, B + n0, ldb, Cm, ldc, acc, last);
             }
-        }
+#endif
+        FN(gemm_rows)(m0, M, nv, n0, K, A, sam, sak, B, ldb, C, ldc, acc, last);
     }
 }
 #undef GEMM_NV
@@ -811,6 +863,7 @@ static const HkVec FN(table) = {
     .rms_fwd = FN(rms_fwd),
     .rms_bwd = FN(rms_bwd),
     .gemm = FN(gemm),
+    .softmax_cols = FN(softmax_cols),
 };
 
 #undef AI
@@ -822,6 +875,7 @@ static const HkVec FN(table) = {
 #undef DW
 #undef FN
 #undef MR
+#undef MRX
 #undef NRMAX
 #undef GELU_2K
 #undef GELU_2KC

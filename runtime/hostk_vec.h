@@ -99,6 +99,11 @@ typedef struct HkVec {
     /* C[M,N] = (acc ? C : 0) + A B, A(m, k) = A[m*sam + k*sak], B row-major [K, ldb], C [M, ldc] */
     void (*gemm)(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, int64_t sak, const float *B,
                  int64_t ldb, float *C, int64_t ldc, bool acc);
+    /* one tile of an online softmax down the columns of S [rows, ld] (keys x queries):
+     * m' = max(m, scale max S), corr = exp(m - m'), S = exp(scale S - m'), l = l corr + colsum S;
+     * m, l, corr have cols rounded up to the width; -inf entries are masked */
+    void (*softmax_cols)(float *S, int64_t ld, int64_t rows, int64_t cols, float scale, float *m, double *l,
+                         float *corr);
 } HkVec;
 
 const HkVec *hk_vec(void);             /* the table of hk_isa() */
