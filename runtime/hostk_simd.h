@@ -224,6 +224,17 @@ static inline AI void FN(v_st_f16)(uint16_t *p, VF w) { *p = half_f32_to_f16(w);
 /* doubles in one VD (the scalar path: 1, and d_hi is unused) */
 #define DW (W == 1 ? 1 : W / 2)
 
+/* Prefetch (for writing) the line at element i of a row the next pass
+ * reads and writes, so that a pass streams three rows from memory at once. */
+static inline AI TGT void FN(prefetch_w)(const void *p, DType dt, int64_t i) {
+    if (p) __builtin_prefetch((const char *)p + i * (dt == DT_F32 ? 4 : 2), 1, 3);
+}
+/* Prefetch for reading (the next row, during a pass that reads the cache only;
+ * past the end of a tensor it touches nothing: a prefetch does not fault) */
+static inline AI TGT void FN(prefetch_r)(const void *p, DType dt, int64_t i) {
+    __builtin_prefetch((const char *)p + i * (dt == DT_F32 ? 4 : 2), 0, 3);
+}
+
 /* ---- loads and stores of any float dtype: whole vectors, and n < W elements
  * through a zero-padded copy ---- */
 
@@ -504,6 +515,7 @@ static inline AI TGT void FN(ln_fwd_body)(const void *x, DType xt, const void *g
         VF v = FN(v_ld)(x, xt, i);
         s0 = FN(d_add)(s0, FN(d_lo)(v));
         if (W > 1) s1 = FN(d_add)(s1, FN(d_hi)(v));
+        if ((i & 15) == 0) FN(prefetch_w)(y, yt, i);
     }
     if (T < D) {
         VF v = FN(v_ld_n)(x, xt, T, D - T, 0.0f);
@@ -584,6 +596,7 @@ static inline AI TGT void FN(ln_bwd_body)(const void *x, DType xt, const void *g
         }
         if (pg) FN(d_accum)(pg, i, r, FN(v_mul)(d, xh));
         if (pb) FN(d_accum)(pb, i, r, d);
+        if ((i & 15) == 0) FN(prefetch_w)(dx, dxt, i);
     }
     if (!dx) return;
     double s1 = FN(d_hsum)(FN(d_add)(a0, a1)), s2 = FN(d_hsum)(FN(d_add)(b0, b1));
@@ -595,6 +608,10 @@ static inline AI TGT void FN(ln_bwd_body)(const void *x, DType xt, const void *g
         VF dh = g ? FN(v_mul)(d, FN(v_ldr)(g, gt, i, r)) : d;
         VF v = FN(v_mul)(rv, FN(v_sub)(FN(v_sub)(dh, m1), FN(v_mul)(xh, m2)));
         FN(v_str)(dx, dxt, i, r, FN(v_add)(FN(v_ldr)(dx, dxt, i, r), v));
+        if ((i & 15) == 0) {
+            FN(prefetch_r)(x, xt, i + D);
+            FN(prefetch_r)(dy, dyt, i + D);
+        }
     }
 }
 
@@ -605,6 +622,7 @@ static inline AI TGT void FN(rms_fwd_body)(const void *x, DType xt, const void *
         int64_t r = D - i < W ? D - i : W;
         VF v = FN(v_ldr)(x, xt, i, r);
         VD l = FN(d_lo)(v);
+        if ((i & 15) == 0) FN(prefetch_w)(y, yt, i);
         s0 = FN(d_add)(s0, FN(d_mul)(l, l));
         if (W > 1) {
             VD h = FN(d_hi)(v);
@@ -634,6 +652,7 @@ static inline AI TGT void FN(rms_bwd_body)(const void *x, DType xt, const void *
         s0 = FN(d_add)(s0, FN(d_mul)(FN(d_lo)(dh), FN(d_lo)(xv)));
         if (W > 1) s1 = FN(d_add)(s1, FN(d_mul)(FN(d_hi)(dh), FN(d_hi)(xv)));
         if (pg) FN(d_accum)(pg, i, r, FN(v_mul)(FN(v_mul)(d, xv), rv));
+        if ((i & 15) == 0) FN(prefetch_w)(dx, dxt, i);
     }
     if (!dx) return;
     float c = (float)(FN(d_hsum)(FN(d_add)(s0, s1)) / (double)D) * rs * rs;
@@ -644,6 +663,10 @@ static inline AI TGT void FN(rms_bwd_body)(const void *x, DType xt, const void *
         VF dh = g ? FN(v_mul)(d, FN(v_ldr)(g, gt, i, r)) : d;
         VF v = FN(v_mul)(rv, FN(v_sub)(dh, FN(v_mul)(xv, cv)));
         FN(v_str)(dx, dxt, i, r, FN(v_add)(FN(v_ldr)(dx, dxt, i, r), v));
+        if ((i & 15) == 0) {
+            FN(prefetch_r)(x, xt, i + D);
+            FN(prefetch_r)(dy, dyt, i + D);
+        }
     }
 }
 
