@@ -119,9 +119,7 @@ static void pack_cols(const HkVec *V, const HkTensor *x, const AttnShape *s, int
                       int64_t t0, int64_t n, int64_t ld, float *dst) {
     int64_t hd = s->hd;
     if (x->dtype == DT_F32) {
-        const float *src = (const float *)x->data + at(s, b, t0, h, c);
-        for (int64_t r = 0; r < n; r++)
-            for (int64_t d = 0; d < hd; d++) dst[d * ld + r] = src[r * c + d];
+        V->transpose((const float *)x->data + at(s, b, t0, h, c), c, n, hd, dst, ld);
         return;
     }
     float row[TILE_FLOATS];
@@ -163,10 +161,7 @@ static void fwd_tile(const HkVec *V, const AttnShape *s, const HkTensor *q, cons
         int64_t bk = T - j0 < ts ? T - j0 : ts;
         Rows Kr = rows_f32(V, k, s, s->kc, b, g, j0, bk, Kb), Vr = rows_f32(V, v, s, s->kc, b, g, j0, bk, Vb);
         V->gemm(bk, bq, hd, Kr.p, Kr.ld, 1, QT, bq, S, bq, false); /* S^T = K Q^T */
-        if (j0 == i0) /* the diagonal tile: key u after query r is masked */
-            for (int64_t u = 1; u < bk; u++)
-                for (int64_t r = 0; r < u && r < bq; r++) S[u * bq + r] = -INFINITY;
-        V->softmax_cols(S, bq, bk, bq, scale, m, l, corr);
+        V->softmax_cols(S, bq, bk, bq, scale, m, l, corr, j0 == i0); /* the diagonal tile: key u after query r masked */
         for (int64_t r = 0; r < bq; r++)
             if (corr[r] != 1.0f) V->scale(O + r * hd, corr[r], hd);
         V->gemm(bq, hd, bk, S, 1, bq, Vr.p, Vr.ld, O, hd, true); /* O += P V */

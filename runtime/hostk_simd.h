@@ -734,35 +734,94 @@ static TGT void FN(rms_bwd)(const void *x, DType xt, const void *g, DType gt, co
 }
 #undef SAME3
 
+/* lanes [0, k) of v replaced by -inf */
+static inline AI TGT VF FN(v_ninf_below)(VF v, int64_t k) {
+#if HK_SIMD == 512
+    return _mm512_mask_blend_ps(FN(v_mask)(k), v, _mm512_set1_ps(-INFINITY));
+#elif HK_SIMD == 256
+    return _mm256_blendv_ps(v, _mm256_set1_ps(-INFINITY), _mm256_castsi256_ps(FN(v_mask)(k)));
+#else
+    return k > 0 ? -INFINITY : v;
+#endif
+}
+
 /* One tile of an online softmax over the rows of S [rows, ld] for each
  * column c < cols (a query; the rows are keys): with m[c] the running max of
  * scale*S and l[c] the running sum (double),
  *   m' = max(m, scale max_u S[u][c]),  corr[c] = exp(m - m'),
  *   S[u][c] = exp(scale S[u][c] - m'),  l = l corr + sum_u S[u][c],  m = m'.
- * Masked entries hold -inf (exp gives 0); a column must have one that is
- * not, here or in an earlier tile. m, l, corr hold cols rounded up to W. */
+ * diag: the tile is on the diagonal (row u and column c the same position):
+ * keys after their query (u > c) are masked, and rows past a vector of
+ * columns are only zeroed. A column must have an unmasked entry here or in
+ * an earlier tile. m, l, corr hold cols rounded up to W. */
 static TGT void FN(softmax_cols)(float *S, int64_t ld, int64_t rows, int64_t cols, float scale, float *m, double *l,
-                                 float *corr) {
+                                 float *corr, bool diag) {
     VF sc = FN(v_set1)(scale);
     for (int64_t c = 0; c < cols; c += W) {
         VM mk = FN(v_mask)(cols - c);
+        int64_t end = diag && c + W < rows ? c + W : rows; /* rows [end, rows) are masked for every column here */
         VF mx = FN(v_set1)(-INFINITY);
-        for (int64_t u = 0; u < rows; u++) mx = FN(v_max)(FN(v_load_m)(S + u * ld + c, mk), mx);
+        for (int64_t u = 0; u < end; u++) {
+            VF v = FN(v_load_m)(S + u * ld + c, mk);
+            if (diag && u > c) v = FN(v_ninf_below)(v, u - c);
+            mx = FN(v_max)(v, mx);
+        }
         VF mo = FN(v_load)(m + c), mn = FN(v_max)(FN(v_mul)(mx, sc), mo);
         VF cr = FN(v_exp)(FN(v_sub)(mo, mn));
         FN(v_store)(m + c, mn);
         FN(v_store)(corr + c, cr);
         VF nm = FN(v_sub)(FN(v_zero)(), mn);
         VD s0 = FN(d_zero)(), s1 = FN(d_zero)();
-        for (int64_t u = 0; u < rows; u++) {
-            VF e = FN(v_exp)(FN(v_fma)(FN(v_load_m)(S + u * ld + c, mk), sc, nm));
+        for (int64_t u = 0; u < end; u++) {
+            VF v = FN(v_load_m)(S + u * ld + c, mk);
+            if (diag && u > c) v = FN(v_ninf_below)(v, u - c);
+            VF e = FN(v_exp)(FN(v_fma)(v, sc, nm));
             FN(v_store_m)(S + u * ld + c, mk, e);
             s0 = FN(d_add)(s0, FN(d_lo)(e));
             if (W > 1) s1 = FN(d_add)(s1, FN(d_hi)(e));
         }
+        for (int64_t u = end; u < rows; u++) FN(v_store_m)(S + u * ld + c, mk, FN(v_zero)());
         FN(d_store)(l + c, FN(d_add)(FN(d_mul)(FN(d_load)(l + c), FN(d_lo)(cr)), s0));
         if (W > 1) FN(d_store)(l + c + DW, FN(d_add)(FN(d_mul)(FN(d_load)(l + c + DW), FN(d_hi)(cr)), s1));
     }
+}
+
+/* dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols: 8 x 8 blocks
+ * through AVX shuffles on the vector paths, the edges element by element */
+#if HK_SIMD > 1
+static inline AI TGT void FN(tr8)(const float *s, int64_t lds, float *d, int64_t ldd) {
+    __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + lds), r2 = _mm256_loadu_ps(s + 2 * lds),
+           r3 = _mm256_loadu_ps(s + 3 * lds), r4 = _mm256_loadu_ps(s + 4 * lds), r5 = _mm256_loadu_ps(s + 5 * lds),
+           r6 = _mm256_loadu_ps(s + 6 * lds), r7 = _mm256_loadu_ps(s + 7 * lds);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+           t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+           t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee), u2 = _mm256_shuffle_ps(t1, t3, 0x44),
+           u3 = _mm256_shuffle_ps(t1, t3, 0xee), u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee),
+           u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(d + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(d + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(d + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(d + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(d + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(d + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(d + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+#endif
+
+static TGT void FN(transpose)(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst, int64_t ldd) {
+    int64_t r0 = 0;
+#if HK_SIMD > 1
+    for (; r0 + 8 <= rows; r0 += 8) {
+        int64_t c0 = 0;
+        for (; c0 + 8 <= cols; c0 += 8) FN(tr8)(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
+        for (int64_t r = r0; r < r0 + 8; r++)
+            for (int64_t c = c0; c < cols; c++) dst[c * ldd + r] = src[r * lds + c];
+    }
+#endif
+    for (int64_t r = r0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) dst[c * ldd + r] = src[r * lds + c];
 }
 
 /* ---- GEMM tiles: C[rows, nv vectors] (+)= A B, the last vector masked ---- */
@@ -887,6 +946,7 @@ static const HkVec FN(table) = {
     .rms_bwd = FN(rms_bwd),
     .gemm = FN(gemm),
     .softmax_cols = FN(softmax_cols),
+    .transpose = FN(transpose),
 };
 
 #undef AI

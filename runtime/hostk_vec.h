@@ -101,9 +101,12 @@ typedef struct HkVec {
                  int64_t ldb, float *C, int64_t ldc, bool acc);
     /* one tile of an online softmax down the columns of S [rows, ld] (keys x queries):
      * m' = max(m, scale max S), corr = exp(m - m'), S = exp(scale S - m'), l = l corr + colsum S;
-     * m, l, corr have cols rounded up to the width; -inf entries are masked */
+     * m, l, corr have cols rounded up to the width; diag: a diagonal tile, keys after
+     * their query masked (row u, column c: u > c) */
     void (*softmax_cols)(float *S, int64_t ld, int64_t rows, int64_t cols, float scale, float *m, double *l,
-                         float *corr);
+                         float *corr, bool diag);
+    /* dst[c * ldd + r] = src[r * lds + c], r < rows, c < cols */
+    void (*transpose)(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst, int64_t ldd);
 } HkVec;
 
 const HkVec *hk_vec(void);             /* the table of hk_isa() */

@@ -11,7 +11,8 @@
  *   set; casts are exact replicas of half.h (all 65536 16-bit values, a
  *   sweep of float bit patterns, every tail length).
  * - The register-blocked GEMM against a float64 triple loop (strides,
- *   transposed A, accumulate, every edge size up to two register tiles).
+ *   transposed A, accumulate, every edge size up to two register tiles);
+ *   the blocked transpose at every edge size.
  * - Layernorm, rmsnorm, attention, cross-entropy, gelu on every
  *   instruction set against the default one (normwise 1e-5 in f32; the
  *   float64 references of test_hostk.c check the default one).
@@ -313,6 +314,25 @@ START_TEST(test_gemm_tiles) {
 }
 END_TEST
 
+START_TEST(test_transpose) {
+    float src[37 * 41], dst[41 * 40];
+    for (int i = 0; i < 37 * 41; i++) src[i] = (float)i;
+    for (int k = 0; k < NISA; k++) {
+        const HkVec *V = hk_vec_for(ALL_ISA[k]);
+        if (!V) continue;
+        for (int rows = 0; rows <= 37; rows += (rows < 17 ? 1 : 10))
+            for (int cols = 0; cols <= 35; cols += (cols < 17 ? 1 : 9)) {
+                for (int i = 0; i < 41 * 40; i++) dst[i] = -1;
+                V->transpose(src, 41, rows, cols, dst, 40);
+                for (int c = 0; c < 41; c++)
+                    for (int r = 0; r < 40; r++)
+                        CHECK(dst[c * 40 + r] == (r < rows && c < cols ? src[r * 41 + c] : -1.0f), "%s %dx%d",
+                              hk_isa_name(ALL_ISA[k]), rows, cols);
+            }
+    }
+}
+END_TEST
+
 /* ---- whole kernels on each instruction set against the default ---- */
 
 static double normwise(const float *a, const float *b, int64_t n) {
@@ -525,6 +545,7 @@ static Suite *suite(void) {
     TCase *k = tcase_create("kernels");
     tcase_set_timeout(k, 300);
     tcase_add_test(k, test_gemm_tiles);
+    tcase_add_test(k, test_transpose);
     tcase_add_test(k, test_kernels_every_isa);
     tcase_add_test(k, test_thread_invariance);
     tcase_add_test(k, test_pool);
