@@ -8,10 +8,12 @@
 #include <string.h>
 
 #include "pretok.h"
-#include "tokjson.h"
+#include "json.h"
 #include "unicode.h"
 
 enum { MAX_STEPS = 8 };
+/* Token lengths are 32-bit in the BPE model (bpe.h). */
+#define MAX_TOKEN_BYTES 0xFFFFFFFEu
 
 typedef struct {
     char *s;
@@ -486,67 +488,67 @@ static char *dupn(const char *s, size_t n) {
     return d;
 }
 
-static const char *type_of(const TokJson *o) {
-    const char *ty = tokjson_get_str(o, "type");
+static const char *type_of(const JsonValue *o) {
+    const char *ty = json_get_str(o, "type");
     return ty ? ty : "";
 }
 
 /* A single character given as a JSON string, into out[4]. */
-static int one_char(Ld *l, const TokJson *o, const char *key, const char *what, char *out, size_t *outn) {
-    const TokJson *v = tokjson_get(o, key);
-    if (!v || v->type != TOKJSON_STRING) return lfail(l, "%s: '%s' must be a string", what, key);
+static int one_char(Ld *l, const JsonValue *o, const char *key, const char *what, char *out, size_t *outn) {
+    const JsonValue *v = json_get(o, key);
+    if (!v || v->type != JSON_STRING) return lfail(l, "%s: '%s' must be a string", what, key);
     uint32_t cp;
-    size_t len = v->n ? uni_decode((const uint8_t *)v->str, v->n, &cp) : 0;
-    if (v->n == 0 || len != v->n) return lfail(l, "%s: '%s' must be one character, not \"%s\"", what, key, v->str);
-    memcpy(out, v->str, len);
+    size_t len = v->len ? uni_decode((const uint8_t *)v->string, v->len, &cp) : 0;
+    if (v->len == 0 || len != v->len) return lfail(l, "%s: '%s' must be one character, not \"%s\"", what, key, v->string);
+    memcpy(out, v->string, len);
     *outn = len;
     return 0;
 }
 
 /* The string of a {"String": s} pattern; a {"Regex": r} one is refused. */
-static int string_pattern(Ld *l, const TokJson *o, const char *what, const TokJson **s) {
-    const TokJson *p = tokjson_get(o, "pattern");
-    const TokJson *str = tokjson_get(p, "String");
-    if (str && str->type == TOKJSON_STRING && str->n > 0) {
+static int string_pattern(Ld *l, const JsonValue *o, const char *what, const JsonValue **s) {
+    const JsonValue *p = json_get(o, "pattern");
+    const JsonValue *str = json_get(p, "String");
+    if (str && str->type == JSON_STRING && str->len > 0) {
         *s = str;
         return 0;
     }
-    const TokJson *re = tokjson_get(p, "Regex");
-    if (re && re->type == TOKJSON_STRING)
-        return lfail(l, "%s with the regex pattern \"%s\" is not supported (only a string pattern)", what, re->str);
+    const JsonValue *re = json_get(p, "Regex");
+    if (re && re->type == JSON_STRING)
+        return lfail(l, "%s with the regex pattern \"%s\" is not supported (only a string pattern)", what, re->string);
     return lfail(l, "%s: 'pattern' must be {\"String\": \"...\"} with a non-empty string", what);
 }
 
-static int load_normalizer(HfTok *t, Ld *l, const TokJson *o, int depth) {
-    if (!o || o->type == TOKJSON_NULL) return 0;
-    if (o->type != TOKJSON_OBJECT) return lfail(l, "normalizer must be an object or null");
+static int load_normalizer(HfTok *t, Ld *l, const JsonValue *o, int depth) {
+    if (!o || o->type == JSON_NULL) return 0;
+    if (o->type != JSON_OBJECT) return lfail(l, "normalizer must be an object or null");
     const char *ty = type_of(o);
     if (!strcmp(ty, "Sequence") && depth == 0) {
-        const TokJson *list = tokjson_get(o, "normalizers");
-        if (!list || list->type != TOKJSON_ARRAY) return lfail(l, "normalizer Sequence: 'normalizers' must be an array");
-        for (uint32_t k = 0; k < list->n; k++)
-            if (load_normalizer(t, l, &list->kids[k], depth + 1)) return -1;
+        const JsonValue *list = json_get(o, "normalizers");
+        if (!list || list->type != JSON_ARRAY) return lfail(l, "normalizer Sequence: 'normalizers' must be an array");
+        for (size_t k = 0; k < list->count; k++)
+            if (load_normalizer(t, l, &list->items[k], depth + 1)) return -1;
         return 0;
     }
     if (t->nnorm == MAX_STEPS) return lfail(l, "more than %d normalizers", MAX_STEPS);
     NormStep *st = &t->nsteps[t->nnorm];
     if (!strcmp(ty, "Prepend")) {
-        const TokJson *p = tokjson_get(o, "prepend");
-        if (!p || p->type != TOKJSON_STRING) return lfail(l, "normalizer Prepend: 'prepend' must be a string");
+        const JsonValue *p = json_get(o, "prepend");
+        if (!p || p->type != JSON_STRING) return lfail(l, "normalizer Prepend: 'prepend' must be a string");
         st->kind = NORM_PREPEND;
-        if (!(st->a = dupn(p->str, p->n))) return lfail(l, "out of memory");
-        st->an = p->n;
+        if (!(st->a = dupn(p->string, p->len))) return lfail(l, "out of memory");
+        st->an = p->len;
     } else if (!strcmp(ty, "Replace")) {
-        const TokJson *pat, *c = tokjson_get(o, "content");
+        const JsonValue *pat, *c = json_get(o, "content");
         if (string_pattern(l, o, "normalizer Replace", &pat)) return -1;
-        if (!c || c->type != TOKJSON_STRING) return lfail(l, "normalizer Replace: 'content' must be a string");
+        if (!c || c->type != JSON_STRING) return lfail(l, "normalizer Replace: 'content' must be a string");
         st->kind = NORM_REPLACE;
-        if (!(st->a = dupn(pat->str, pat->n)) || !(st->b = dupn(c->str, c->n))) {
+        if (!(st->a = dupn(pat->string, pat->len)) || !(st->b = dupn(c->string, c->len))) {
             free(st->a);
             return lfail(l, "out of memory");
         }
-        st->an = pat->n;
-        st->bn = c->n;
+        st->an = pat->len;
+        st->bn = c->len;
     } else
         return lfail(l, "normalizer '%s' is not supported (supported: Prepend, Replace with a string pattern, and a "
                      "Sequence of those, as LLaMA-2 and Mistral tokenizers use)", ty);
@@ -554,36 +556,36 @@ static int load_normalizer(HfTok *t, Ld *l, const TokJson *o, int depth) {
     return 0;
 }
 
-static int metaspace_fields(Ld *l, const TokJson *o, const char *what, char *repl, size_t *repl_n, int *scheme,
+static int metaspace_fields(Ld *l, const JsonValue *o, const char *what, char *repl, size_t *repl_n, int *scheme,
                             int *split) {
     if (one_char(l, o, "replacement", what, repl, repl_n)) return -1;
-    const char *ps = tokjson_get_str(o, "prepend_scheme");
+    const char *ps = json_get_str(o, "prepend_scheme");
     if (ps) {
         if (!strcmp(ps, "always")) *scheme = SCHEME_ALWAYS;
         else if (!strcmp(ps, "first")) *scheme = SCHEME_FIRST;
         else if (!strcmp(ps, "never")) *scheme = SCHEME_NEVER;
         else return lfail(l, "%s: unknown prepend_scheme \"%s\"", what, ps);
     } else {
-        int aps = tokjson_get_bool(o, "add_prefix_space", 1);
+        int aps = json_get_bool(o, "add_prefix_space", 1);
         if (aps < 0) return lfail(l, "%s: 'add_prefix_space' must be a boolean", what);
         *scheme = aps ? SCHEME_ALWAYS : SCHEME_NEVER;
     }
     if (split) {
-        *split = tokjson_get_bool(o, "split", 1);
+        *split = json_get_bool(o, "split", 1);
         if (*split < 0) return lfail(l, "%s: 'split' must be a boolean", what);
     }
     return 0;
 }
 
-static int load_pretok(HfTok *t, Ld *l, const TokJson *o, int depth) {
-    if (!o || o->type == TOKJSON_NULL) return 0;
-    if (o->type != TOKJSON_OBJECT) return lfail(l, "pre_tokenizer must be an object or null");
+static int load_pretok(HfTok *t, Ld *l, const JsonValue *o, int depth) {
+    if (!o || o->type == JSON_NULL) return 0;
+    if (o->type != JSON_OBJECT) return lfail(l, "pre_tokenizer must be an object or null");
     const char *ty = type_of(o);
     if (!strcmp(ty, "Sequence") && depth == 0) {
-        const TokJson *list = tokjson_get(o, "pretokenizers");
-        if (!list || list->type != TOKJSON_ARRAY) return lfail(l, "pre_tokenizer Sequence: 'pretokenizers' must be an array");
-        for (uint32_t k = 0; k < list->n; k++)
-            if (load_pretok(t, l, &list->kids[k], depth + 1)) return -1;
+        const JsonValue *list = json_get(o, "pretokenizers");
+        if (!list || list->type != JSON_ARRAY) return lfail(l, "pre_tokenizer Sequence: 'pretokenizers' must be an array");
+        for (size_t k = 0; k < list->count; k++)
+            if (load_pretok(t, l, &list->items[k], depth + 1)) return -1;
         return 0;
     }
     if (t->npre == MAX_STEPS) return lfail(l, "more than %d pre-tokenizers", MAX_STEPS);
@@ -593,29 +595,29 @@ static int load_pretok(HfTok *t, Ld *l, const TokJson *o, int depth) {
     memset(st, 0, sizeof *st);
     if (!strcmp(ty, "ByteLevel")) {
         st->kind = PRE_BYTELEVEL;
-        st->prefix_space = tokjson_get_bool(o, "add_prefix_space", 1);
-        st->use_regex = tokjson_get_bool(o, "use_regex", 1);
+        st->prefix_space = json_get_bool(o, "add_prefix_space", 1);
+        st->use_regex = json_get_bool(o, "use_regex", 1);
         if (st->prefix_space < 0 || st->use_regex < 0)
             return lfail(l, "pre_tokenizer ByteLevel: add_prefix_space and use_regex must be booleans");
     } else if (!strcmp(ty, "Split")) {
-        const TokJson *p = tokjson_get(o, "pattern");
-        const TokJson *re = tokjson_get(p, "Regex");
-        if (!re || re->type != TOKJSON_STRING) {
-            const TokJson *str = tokjson_get(p, "String");
-            if (str && str->type == TOKJSON_STRING)
+        const JsonValue *p = json_get(o, "pattern");
+        const JsonValue *re = json_get(p, "Regex");
+        if (!re || re->type != JSON_STRING) {
+            const JsonValue *str = json_get(p, "String");
+            if (str && str->type == JSON_STRING)
                 return lfail(l, "pre_tokenizer Split on the string \"%s\" is not supported (only the GPT-2, Llama-3 and "
-                             "Qwen2 regexes)", str->str);
+                             "Qwen2 regexes)", str->string);
             return lfail(l, "pre_tokenizer Split: 'pattern' must be {\"Regex\": \"...\"}");
         }
         st->kind = PRE_SPLIT;
-        st->pat = pretok_pattern(re->str, re->n);
+        st->pat = pretok_pattern(re->string, re->len);
         if (st->pat == PRETOK_UNKNOWN)
             return lfail(l, "pre_tokenizer Split: the regex \"%s\" is not one zinftok implements (it knows GPT-2's \"%s\", "
-                         "Llama-3's \"%s\" and Qwen2's)", re->str, pretok_regex(PRETOK_GPT2), pretok_regex(PRETOK_LLAMA3));
-        const char *beh = tokjson_get_str(o, "behavior");
+                         "Llama-3's \"%s\" and Qwen2's)", re->string, pretok_regex(PRETOK_GPT2), pretok_regex(PRETOK_LLAMA3));
+        const char *beh = json_get_str(o, "behavior");
         if (!beh || strcmp(beh, "Isolated"))
             return lfail(l, "pre_tokenizer Split: behavior \"%s\" is not supported (only \"Isolated\")", beh ? beh : "?");
-        if (tokjson_get_bool(o, "invert", 0) != 0) return lfail(l, "pre_tokenizer Split: invert is not supported");
+        if (json_get_bool(o, "invert", 0) != 0) return lfail(l, "pre_tokenizer Split: invert is not supported");
     } else if (!strcmp(ty, "Metaspace")) {
         st->kind = PRE_METASPACE;
         if (metaspace_fields(l, o, "pre_tokenizer Metaspace", st->repl, &st->repl_n, &st->scheme, &st->split)) return -1;
@@ -626,18 +628,18 @@ static int load_pretok(HfTok *t, Ld *l, const TokJson *o, int depth) {
     return 0;
 }
 
-static int load_decoder(HfTok *t, Ld *l, const TokJson *o, int depth) {
-    if (!o || o->type == TOKJSON_NULL) {
+static int load_decoder(HfTok *t, Ld *l, const JsonValue *o, int depth) {
+    if (!o || o->type == JSON_NULL) {
         if (depth == 0) t->dec_join_space = 1;
         return 0;
     }
-    if (o->type != TOKJSON_OBJECT) return lfail(l, "decoder must be an object or null");
+    if (o->type != JSON_OBJECT) return lfail(l, "decoder must be an object or null");
     const char *ty = type_of(o);
     if (!strcmp(ty, "Sequence") && depth == 0) {
-        const TokJson *list = tokjson_get(o, "decoders");
-        if (!list || list->type != TOKJSON_ARRAY) return lfail(l, "decoder Sequence: 'decoders' must be an array");
-        for (uint32_t k = 0; k < list->n; k++)
-            if (load_decoder(t, l, &list->kids[k], depth + 1)) return -1;
+        const JsonValue *list = json_get(o, "decoders");
+        if (!list || list->type != JSON_ARRAY) return lfail(l, "decoder Sequence: 'decoders' must be an array");
+        for (size_t k = 0; k < list->count; k++)
+            if (load_decoder(t, l, &list->items[k], depth + 1)) return -1;
         return 0;
     }
     if (t->ndec == MAX_STEPS) return lfail(l, "more than %d decoders", MAX_STEPS);
@@ -647,24 +649,24 @@ static int load_decoder(HfTok *t, Ld *l, const TokJson *o, int depth) {
     else if (!strcmp(ty, "ByteFallback")) st->kind = DEC_BYTEFALLBACK;
     else if (!strcmp(ty, "Fuse")) st->kind = DEC_FUSE;
     else if (!strcmp(ty, "Replace")) {
-        const TokJson *pat, *c = tokjson_get(o, "content");
+        const JsonValue *pat, *c = json_get(o, "content");
         if (string_pattern(l, o, "decoder Replace", &pat)) return -1;
-        if (!c || c->type != TOKJSON_STRING) return lfail(l, "decoder Replace: 'content' must be a string");
+        if (!c || c->type != JSON_STRING) return lfail(l, "decoder Replace: 'content' must be a string");
         st->kind = DEC_REPLACE;
-        if (!(st->a = dupn(pat->str, pat->n)) || !(st->b = dupn(c->str, c->n))) {
+        if (!(st->a = dupn(pat->string, pat->len)) || !(st->b = dupn(c->string, c->len))) {
             free(st->a);
             return lfail(l, "out of memory");
         }
-        st->an = pat->n;
-        st->bn = c->n;
+        st->an = pat->len;
+        st->bn = c->len;
     } else if (!strcmp(ty, "Strip")) {
         st->kind = DEC_STRIP;
         if (one_char(l, o, "content", "decoder Strip", st->ch, &st->ch_n)) return -1;
-        const TokJson *a = tokjson_get(o, "start"), *b = tokjson_get(o, "stop");
-        if (!a || !b || !a->is_int || !b->is_int || a->i < 0 || b->i < 0)
+        const JsonValue *a = json_get(o, "start"), *b = json_get(o, "stop");
+        if (!a || !b || !a->is_integer || !b->is_integer || a->integer < 0 || b->integer < 0)
             return lfail(l, "decoder Strip: 'start' and 'stop' must be non-negative integers");
-        st->start = (size_t)a->i;
-        st->stop = (size_t)b->i;
+        st->start = (size_t)a->integer;
+        st->stop = (size_t)b->integer;
     } else if (!strcmp(ty, "Metaspace")) {
         st->kind = DEC_METASPACE;
         if (metaspace_fields(l, o, "decoder Metaspace", st->ch, &st->ch_n, &st->scheme, NULL)) return -1;
@@ -679,56 +681,57 @@ static int load_decoder(HfTok *t, Ld *l, const TokJson *o, int depth) {
 }
 
 /* The ids of a template's special token `name`. */
-static int template_ids(Ld *l, const TokJson *specials, const char *name, uint32_t *dst, size_t *nd) {
-    const TokJson *sp = tokjson_get(specials, name);
-    const TokJson *ids = tokjson_get(sp, "ids");
-    if (!ids || ids->type != TOKJSON_ARRAY)
+static int template_ids(Ld *l, const JsonValue *specials, const char *name, uint32_t *dst, size_t *nd) {
+    const JsonValue *sp = json_get(specials, name);
+    const JsonValue *ids = json_get(sp, "ids");
+    if (!ids || ids->type != JSON_ARRAY)
         return lfail(l, "post_processor TemplateProcessing: special token \"%s\" has no 'ids' in 'special_tokens'", name);
-    for (uint32_t k = 0; k < ids->n; k++) {
-        const TokJson *v = &ids->kids[k];
-        if (!v->is_int || v->i < 0 || v->i >= BPE_MAX_ID)
+    for (size_t k = 0; k < ids->count; k++) {
+        const JsonValue *v = &ids->items[k];
+        if (!v->is_integer || v->integer < 0 || v->integer >= BPE_MAX_ID)
             return lfail(l, "post_processor TemplateProcessing: special token \"%s\" has a bad id", name);
         if (*nd == 16) return lfail(l, "post_processor: more than 16 tokens around a sequence");
-        dst[(*nd)++] = (uint32_t)v->i;
+        dst[(*nd)++] = (uint32_t)v->integer;
     }
     return 0;
 }
 
-static int special_pair(Ld *l, const TokJson *o, const char *key, uint32_t *dst, size_t *nd) {
-    const TokJson *p = tokjson_get(o, key);
-    if (!p || p->type != TOKJSON_ARRAY || p->n != 2 || !p->kids[1].is_int || p->kids[1].i < 0 || p->kids[1].i >= BPE_MAX_ID)
+static int special_pair(Ld *l, const JsonValue *o, const char *key, uint32_t *dst, size_t *nd) {
+    const JsonValue *p = json_get(o, key);
+    if (!p || p->type != JSON_ARRAY || p->count != 2 || !p->items[1].is_integer || p->items[1].integer < 0 ||
+        p->items[1].integer >= BPE_MAX_ID)
         return lfail(l, "post_processor %s: '%s' must be [token, id]", type_of(o), key);
-    dst[(*nd)++] = (uint32_t)p->kids[1].i;
+    dst[(*nd)++] = (uint32_t)p->items[1].integer;
     return 0;
 }
 
-static int load_post(HfTok *t, Ld *l, const TokJson *o, int depth) {
-    if (!o || o->type == TOKJSON_NULL) return 0;
-    if (o->type != TOKJSON_OBJECT) return lfail(l, "post_processor must be an object or null");
+static int load_post(HfTok *t, Ld *l, const JsonValue *o, int depth) {
+    if (!o || o->type == JSON_NULL) return 0;
+    if (o->type != JSON_OBJECT) return lfail(l, "post_processor must be an object or null");
     const char *ty = type_of(o);
     if (!strcmp(ty, "Sequence") && depth == 0) {
-        const TokJson *list = tokjson_get(o, "processors");
-        if (!list || list->type != TOKJSON_ARRAY) return lfail(l, "post_processor Sequence: 'processors' must be an array");
-        for (uint32_t k = 0; k < list->n; k++)
-            if (load_post(t, l, &list->kids[k], depth + 1)) return -1;
+        const JsonValue *list = json_get(o, "processors");
+        if (!list || list->type != JSON_ARRAY) return lfail(l, "post_processor Sequence: 'processors' must be an array");
+        for (size_t k = 0; k < list->count; k++)
+            if (load_post(t, l, &list->items[k], depth + 1)) return -1;
         return 0;
     }
     if (!strcmp(ty, "ByteLevel")) return 0; /* offsets only */
     if (t->nprefix || t->nsuffix) return lfail(l, "post_processor: more than one processor adds tokens");
     if (!strcmp(ty, "TemplateProcessing")) {
-        const TokJson *single = tokjson_get(o, "single"), *specials = tokjson_get(o, "special_tokens");
-        if (!single || single->type != TOKJSON_ARRAY) return lfail(l, "post_processor TemplateProcessing: 'single' must be an array");
+        const JsonValue *single = json_get(o, "single"), *specials = json_get(o, "special_tokens");
+        if (!single || single->type != JSON_ARRAY) return lfail(l, "post_processor TemplateProcessing: 'single' must be an array");
         int seen_a = 0;
-        for (uint32_t k = 0; k < single->n; k++) {
-            const TokJson *piece = &single->kids[k];
-            const TokJson *sp = tokjson_get(piece, "SpecialToken"), *sq = tokjson_get(piece, "Sequence");
+        for (size_t k = 0; k < single->count; k++) {
+            const JsonValue *piece = &single->items[k];
+            const JsonValue *sp = json_get(piece, "SpecialToken"), *sq = json_get(piece, "Sequence");
             if (sp) {
-                const char *name = tokjson_get_str(sp, "id");
+                const char *name = json_get_str(sp, "id");
                 if (!name) return lfail(l, "post_processor TemplateProcessing: a SpecialToken without an 'id'");
                 if (template_ids(l, specials, name, seen_a ? t->suffix : t->prefix, seen_a ? &t->nsuffix : &t->nprefix))
                     return -1;
             } else if (sq) {
-                const char *id = tokjson_get_str(sq, "id");
+                const char *id = json_get_str(sq, "id");
                 if (!id || strcmp(id, "A") || seen_a)
                     return lfail(l, "post_processor TemplateProcessing: 'single' must hold the sequence $A once");
                 seen_a = 1;
@@ -744,38 +747,38 @@ static int load_post(HfTok *t, Ld *l, const TokJson *o, int depth) {
                  "RobertaProcessing, ByteLevel, Sequence)", ty);
 }
 
-static int load_model(HfTok *t, Ld *l, const TokJson *o, int byte_level) {
-    if (!o || o->type != TOKJSON_OBJECT) return lfail(l, "'model' must be an object");
-    const char *ty = tokjson_get_str(o, "type");
-    if (!ty && tokjson_get(o, "merges")) ty = "BPE";
+static int load_model(HfTok *t, Ld *l, const JsonValue *o, int byte_level) {
+    if (!o || o->type != JSON_OBJECT) return lfail(l, "'model' must be an object");
+    const char *ty = json_get_str(o, "type");
+    if (!ty && json_get(o, "merges")) ty = "BPE";
     if (!ty || strcmp(ty, "BPE"))
         return lfail(l, "model type '%s' is not supported (only BPE)", ty ? ty : "?");
-    const TokJson *dropout = tokjson_get(o, "dropout");
-    if (dropout && dropout->type != TOKJSON_NULL && !(dropout->type == TOKJSON_NUMBER && dropout->num == 0))
+    const JsonValue *dropout = json_get(o, "dropout");
+    if (dropout && dropout->type != JSON_NULL && !(dropout->type == JSON_NUMBER && dropout->number == 0))
         return lfail(l, "model BPE: dropout is not supported (tokenizing must be deterministic)");
     const char *fix[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (int k = 0; k < 2; k++) {
-        const TokJson *v = tokjson_get(o, fix[k]);
-        if (v && v->type != TOKJSON_NULL && !(v->type == TOKJSON_STRING && v->n == 0))
+        const JsonValue *v = json_get(o, fix[k]);
+        if (v && v->type != JSON_NULL && !(v->type == JSON_STRING && v->len == 0))
             return lfail(l, "model BPE: %s is not supported", fix[k]);
     }
     BpeOptions bo = {0};
-    const TokJson *unk = tokjson_get(o, "unk_token");
-    if (unk && unk->type == TOKJSON_STRING) bo.unk_token = unk->str;
-    else if (unk && unk->type != TOKJSON_NULL) return lfail(l, "model BPE: 'unk_token' must be a string or null");
-    bo.fuse_unk = tokjson_get_bool(o, "fuse_unk", 0);
-    bo.byte_fallback = tokjson_get_bool(o, "byte_fallback", 0);
-    bo.ignore_merges = tokjson_get_bool(o, "ignore_merges", 0);
+    const JsonValue *unk = json_get(o, "unk_token");
+    if (unk && unk->type == JSON_STRING) bo.unk_token = unk->string;
+    else if (unk && unk->type != JSON_NULL) return lfail(l, "model BPE: 'unk_token' must be a string or null");
+    bo.fuse_unk = json_get_bool(o, "fuse_unk", 0);
+    bo.byte_fallback = json_get_bool(o, "byte_fallback", 0);
+    bo.ignore_merges = json_get_bool(o, "ignore_merges", 0);
     if (bo.fuse_unk < 0 || bo.byte_fallback < 0 || bo.ignore_merges < 0)
         return lfail(l, "model BPE: fuse_unk, byte_fallback and ignore_merges must be booleans");
     bo.byte_level = byte_level;
     t->ignore_merges = bo.ignore_merges;
-    const TokJson *vocab = tokjson_get(o, "vocab"), *merges = tokjson_get(o, "merges");
-    if (!vocab || vocab->type != TOKJSON_OBJECT) return lfail(l, "model BPE: 'vocab' must be an object of token: id");
-    if (merges && merges->type != TOKJSON_ARRAY && merges->type != TOKJSON_NULL)
+    const JsonValue *vocab = json_get(o, "vocab"), *merges = json_get(o, "merges");
+    if (!vocab || vocab->type != JSON_OBJECT) return lfail(l, "model BPE: 'vocab' must be an object of token: id");
+    if (merges && merges->type != JSON_ARRAY && merges->type != JSON_NULL)
         return lfail(l, "model BPE: 'merges' must be an array");
-    size_t nm = merges && merges->type == TOKJSON_ARRAY ? merges->n : 0;
-    BpeToken *toks = malloc((vocab->n + 1) * sizeof *toks);
+    size_t nm = merges && merges->type == JSON_ARRAY ? merges->count : 0;
+    BpeToken *toks = malloc((vocab->count + 1) * sizeof *toks);
     BpeMerge *mg = malloc((nm + 1) * sizeof *mg);
     if (!toks || !mg) {
         free(toks);
@@ -783,78 +786,83 @@ static int load_model(HfTok *t, Ld *l, const TokJson *o, int byte_level) {
         return lfail(l, "out of memory");
     }
     int rc = 0;
-    for (uint32_t k = 0; k < vocab->n && !rc; k++) {
-        const TokJson *v = &vocab->kids[k];
-        if (!v->is_int || v->i < 0 || v->i >= BPE_MAX_ID)
+    for (size_t k = 0; k < vocab->count && !rc; k++) {
+        const JsonValue *v = &vocab->items[k];
+        if (!v->is_integer || v->integer < 0 || v->integer >= BPE_MAX_ID)
             rc = lfail(l, "model BPE: vocab entry \"%.60s\" has %s, not an id in 0..%d", v->key,
-                       v->is_int ? "a negative or too large id" : tokjson_type_name(v->type), BPE_MAX_ID - 1);
-        toks[k] = (BpeToken){v->key, v->keylen, (uint32_t)v->i};
+                       v->is_integer ? "a negative or too large id" : json_type_phrase(v->type), BPE_MAX_ID - 1);
+        else if (v->key_len > MAX_TOKEN_BYTES)
+            rc = lfail(l, "model BPE: vocab entry \"%.60s\" is longer than %u bytes", v->key, MAX_TOKEN_BYTES);
+        toks[k] = (BpeToken){v->key, (uint32_t)v->key_len, (uint32_t)v->integer};
     }
     for (size_t k = 0; k < nm && !rc; k++) {
-        const TokJson *m = &merges->kids[k];
-        if (m->type == TOKJSON_STRING) {
-            const char *sp = memchr(m->str, ' ', m->n);
-            if (!sp || memchr(sp + 1, ' ', m->n - (size_t)(sp + 1 - m->str)))
-                rc = lfail(l, "model BPE: merge %zu \"%.60s\" is not two tokens separated by one space", k, m->str);
+        const JsonValue *m = &merges->items[k];
+        if ((m->type == JSON_STRING && m->len > MAX_TOKEN_BYTES) ||
+            (m->type == JSON_ARRAY && m->count == 2 && (m->items[0].len > MAX_TOKEN_BYTES || m->items[1].len > MAX_TOKEN_BYTES)))
+            rc = lfail(l, "model BPE: merge %zu is longer than %u bytes", k, MAX_TOKEN_BYTES);
+        else if (m->type == JSON_STRING) {
+            const char *sp = memchr(m->string, ' ', m->len);
+            if (!sp || memchr(sp + 1, ' ', m->len - (size_t)(sp + 1 - m->string)))
+                rc = lfail(l, "model BPE: merge %zu \"%.60s\" is not two tokens separated by one space", k, m->string);
             else
-                mg[k] = (BpeMerge){m->str, sp + 1, (uint32_t)(sp - m->str), (uint32_t)(m->n - (uint32_t)(sp + 1 - m->str))};
-        } else if (m->type == TOKJSON_ARRAY && m->n == 2 && m->kids[0].type == TOKJSON_STRING &&
-                   m->kids[1].type == TOKJSON_STRING)
-            mg[k] = (BpeMerge){m->kids[0].str, m->kids[1].str, m->kids[0].n, m->kids[1].n};
+                mg[k] = (BpeMerge){m->string, sp + 1, (uint32_t)(sp - m->string), (uint32_t)(m->len - (uint32_t)(sp + 1 - m->string))};
+        } else if (m->type == JSON_ARRAY && m->count == 2 && m->items[0].type == JSON_STRING &&
+                   m->items[1].type == JSON_STRING)
+            mg[k] = (BpeMerge){m->items[0].string, m->items[1].string, (uint32_t)m->items[0].len, (uint32_t)m->items[1].len};
         else
-            rc = lfail(l, "model BPE: merge %zu must be \"a b\" or [\"a\", \"b\"], not %s", k, tokjson_type_name(m->type));
+            rc = lfail(l, "model BPE: merge %zu must be \"a b\" or [\"a\", \"b\"], not %s", k, json_type_phrase(m->type));
     }
     if (!rc) {
         char e[400];
-        if (bpe_create(&t->bpe, &bo, toks, vocab->n, mg, nm, e, sizeof e)) rc = lfail(l, "model BPE: %s", e);
+        if (bpe_create(&t->bpe, &bo, toks, vocab->count, mg, nm, e, sizeof e)) rc = lfail(l, "model BPE: %s", e);
     }
     free(toks);
     free(mg);
     return rc;
 }
 
-static int added_flag(Ld *l, const TokJson *o, const char *key, int dflt, int *out) {
-    int v = tokjson_get_bool(o, key, dflt);
+static int added_flag(Ld *l, const JsonValue *o, const char *key, int dflt, int *out) {
+    int v = json_get_bool(o, key, dflt);
     if (v < 0) return lfail(l, "added_tokens: '%s' must be a boolean", key);
     *out = v;
     return 0;
 }
 
-static int load_added(HfTok *t, Ld *l, const TokJson *list) {
-    if (!list || list->type == TOKJSON_NULL) return 0;
-    if (list->type != TOKJSON_ARRAY) return lfail(l, "'added_tokens' must be an array");
-    t->added = calloc(list->n + 1, sizeof *t->added);
+static int load_added(HfTok *t, Ld *l, const JsonValue *list) {
+    if (!list || list->type == JSON_NULL) return 0;
+    if (list->type != JSON_ARRAY) return lfail(l, "'added_tokens' must be an array");
+    t->added = calloc(list->count + 1, sizeof *t->added);
     if (!t->added) return lfail(l, "out of memory");
     size_t entries = bpe_vocab_entries(t->bpe);
     int64_t max_added = -1;
-    for (uint32_t k = 0; k < list->n; k++) {
-        const TokJson *o = &list->kids[k];
-        const TokJson *c = tokjson_get(o, "content"), *idv = tokjson_get(o, "id");
-        if (!c || c->type != TOKJSON_STRING) return lfail(l, "added_tokens[%u]: 'content' must be a string", k);
+    for (size_t k = 0; k < list->count; k++) {
+        const JsonValue *o = &list->items[k];
+        const JsonValue *c = json_get(o, "content"), *idv = json_get(o, "id");
+        if (!c || c->type != JSON_STRING) return lfail(l, "added_tokens[%zu]: 'content' must be a string", k);
         Added a = {0};
         if (added_flag(l, o, "special", 0, &a.special) || added_flag(l, o, "single_word", 0, &a.single_word) ||
             added_flag(l, o, "lstrip", 0, &a.lstrip) || added_flag(l, o, "rstrip", 0, &a.rstrip) ||
             added_flag(l, o, "normalized", !a.special, &a.normalized))
             return -1;
-        if (c->n == 0) continue;
+        if (c->len == 0) continue;
         /* The id, as the library gives it. */
         size_t at = t->nadded;
         for (size_t j = 0; j < t->nadded; j++)
-            if (t->added[j].n == c->n && !memcmp(t->added[j].content, c->str, c->n)) at = j;
+            if (t->added[j].n == c->len && !memcmp(t->added[j].content, c->string, c->len)) at = j;
         int64_t id;
         if (at < t->nadded) id = t->added[at].id;
-        else if ((id = bpe_token_id(t->bpe, c->str, c->n)) < 0)
+        else if ((id = bpe_token_id(t->bpe, c->string, c->len)) < 0)
             id = max_added < 0 ? (int64_t)entries
                                : (max_added >= (int64_t)entries || entries == 0 ? max_added + 1 : (int64_t)entries);
         if (id >= BPE_MAX_ID) return lfail(l, "added_tokens: too many tokens");
         if (id > max_added) max_added = id;
-        if (idv && idv->is_int && idv->i != id)
+        if (idv && idv->is_integer && idv->integer != id)
             buf_printf(&t->notes, "added token \"%.60s\" has id %lld in the file but gets %lld, as in the tokenizers library\n",
-                       c->str, (long long)idv->i, (long long)id);
+                       c->string, (long long)idv->integer, (long long)id);
         a.id = (uint32_t)id;
         if (at == t->nadded) {
-            if (!(a.content = dupn(c->str, c->n))) return lfail(l, "out of memory");
-            a.n = c->n;
+            if (!(a.content = dupn(c->string, c->len))) return lfail(l, "out of memory");
+            a.n = c->len;
             t->added[t->nadded++] = a;
         } else { /* the later entry's flags */
             a.content = t->added[at].content;
@@ -910,35 +918,35 @@ static int build_added(HfTok *t, Ld *l) {
 int hftok_from_json(HfTok **out, const char *name, const char *json, size_t n, char *err, size_t errlen) {
     *out = NULL;
     Ld l = {name, err, errlen};
-    TokJsonDoc *doc;
+    JsonDoc doc;
     char e[400];
-    if (tokjson_parse(json, n, &doc, e, sizeof e)) return lfail(&l, "malformed JSON: %s", e);
-    const TokJson *root = tokjson_root(doc);
+    if (json_parse(json, n, &doc, e, sizeof e)) return lfail(&l, "malformed JSON: %s", e);
+    const JsonValue *root = doc.root;
     HfTok *t = calloc(1, sizeof *t);
     if (!t) {
-        tokjson_free(doc);
+        json_free(&doc);
         return lfail(&l, "out of memory");
     }
     int rc = 0;
-    if (root->type != TOKJSON_OBJECT) rc = lfail(&l, "not a tokenizer: the JSON is %s, not an object", tokjson_type_name(root->type));
-    const TokJson *ver = rc ? NULL : tokjson_get(root, "version");
-    if (!rc && ver && (ver->type != TOKJSON_STRING || strcmp(ver->str, "1.0")))
-        rc = lfail(&l, "unknown tokenizer.json version %s%s%s (expected \"1.0\")", ver->type == TOKJSON_STRING ? "\"" : "",
-                   ver->type == TOKJSON_STRING ? ver->str : tokjson_type_name(ver->type), ver->type == TOKJSON_STRING ? "\"" : "");
-    if (!rc && !tokjson_get(root, "model")) rc = lfail(&l, "not a tokenizer: no 'model'");
-    if (!rc) rc = load_normalizer(t, &l, tokjson_get(root, "normalizer"), 0);
-    if (!rc) rc = load_pretok(t, &l, tokjson_get(root, "pre_tokenizer"), 0);
+    if (root->type != JSON_OBJECT) rc = lfail(&l, "not a tokenizer: the JSON is %s, not an object", json_type_phrase(root->type));
+    const JsonValue *ver = rc ? NULL : json_get(root, "version");
+    if (!rc && ver && (ver->type != JSON_STRING || strcmp(ver->string, "1.0")))
+        rc = lfail(&l, "unknown tokenizer.json version %s%s%s (expected \"1.0\")", ver->type == JSON_STRING ? "\"" : "",
+                   ver->type == JSON_STRING ? ver->string : json_type_phrase(ver->type), ver->type == JSON_STRING ? "\"" : "");
+    if (!rc && !json_get(root, "model")) rc = lfail(&l, "not a tokenizer: no 'model'");
+    if (!rc) rc = load_normalizer(t, &l, json_get(root, "normalizer"), 0);
+    if (!rc) rc = load_pretok(t, &l, json_get(root, "pre_tokenizer"), 0);
     int byte_level = 0;
     for (size_t k = 0; k < t->npre; k++) byte_level |= t->pre[k].kind == PRE_BYTELEVEL;
-    if (!rc) rc = load_model(t, &l, tokjson_get(root, "model"), byte_level);
-    if (!rc) rc = load_added(t, &l, tokjson_get(root, "added_tokens"));
-    if (!rc) rc = load_post(t, &l, tokjson_get(root, "post_processor"), 0);
-    if (!rc) rc = load_decoder(t, &l, tokjson_get(root, "decoder"), 0);
+    if (!rc) rc = load_model(t, &l, json_get(root, "model"), byte_level);
+    if (!rc) rc = load_added(t, &l, json_get(root, "added_tokens"));
+    if (!rc) rc = load_post(t, &l, json_get(root, "post_processor"), 0);
+    if (!rc) rc = load_decoder(t, &l, json_get(root, "decoder"), 0);
     if (!rc) rc = build_added(t, &l);
     if (!rc) t->cut_at_marks = marks_cut_safe(t, byte_level);
     if (!rc) {
-        const TokJson *tr = tokjson_get(root, "truncation"), *pd = tokjson_get(root, "padding");
-        if ((tr && tr->type != TOKJSON_NULL) || (pd && pd->type != TOKJSON_NULL))
+        const JsonValue *tr = json_get(root, "truncation"), *pd = json_get(root, "padding");
+        if ((tr && tr->type != JSON_NULL) || (pd && pd->type != JSON_NULL))
             buf_printf(&t->notes, "the file's truncation and padding settings are ignored: documents are encoded whole\n");
         const char *pre = "no pre-tokenizer";
         for (size_t k = 0; k < t->npre; k++) {
@@ -956,7 +964,7 @@ int hftok_from_json(HfTok **out, const char *name, const char *json, size_t n, c
                  byte_level ? "byte-level" : (bf ? "byte-fallback" : "character-level"), pre,
                  strcmp(pre, "no pre-tokenizer") ? " pre-tokenizer" : "", t->nadded, t->vocab_size);
     }
-    tokjson_free(doc);
+    json_free(&doc);
     if (rc) {
         hftok_free(t);
         return -1;

@@ -1,5 +1,5 @@
 /* hftok: a Hugging Face tokenizer.json, loaded and run.
- * Owns: reading the file's configuration (through tokjson) into a
+ * Owns: reading the file's configuration (through json.h) into a
  * pipeline, refusing what it does not support with a message naming it,
  * and running that pipeline the way the tokenizers library does:
  *   1. added tokens that are not `normalized` are found in the raw text

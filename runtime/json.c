@@ -5,6 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A growable byte or value buffer for what is being read; copied into the
+ * arena once complete. */
+typedef struct Grow {
+    void *p;
+    size_t len, cap, elem;
+} Grow;
+
 typedef struct Parser {
     const char *s;
     size_t n, i;
@@ -13,14 +20,8 @@ typedef struct Parser {
     size_t errlen;
     bool failed;
     int depth;
+    Grow items; /* elements of the open arrays and objects, innermost last */
 } Parser;
-
-/* A growable byte or value buffer for what is being read; copied into the
- * arena once complete. */
-typedef struct Grow {
-    void *p;
-    size_t len, cap, elem;
-} Grow;
 
 static bool grow_push(Grow *g, const void *x, size_t k) {
     if (g->len + k > g->cap) {
@@ -122,56 +123,86 @@ static size_t utf8_len(const unsigned char *s, size_t left) {
     return k;
 }
 
+/* Moves p->i past bytes that stand for themselves in a string: not '"',
+ * '\\' or a control character, and valid UTF-8. */
+static void skip_plain(Parser *p) {
+    while (p->i < p->n) {
+        unsigned char c = (unsigned char)p->s[p->i];
+        if (c == '"' || c == '\\' || c < 0x20) return;
+        if (c < 0x80) {
+            p->i++;
+            continue;
+        }
+        size_t k = utf8_len((const unsigned char *)p->s + p->i, p->n - p->i);
+        if (!k) return;
+        p->i += k;
+    }
+}
+
 /* A string at p->i (which is '"'): decoded into the arena. */
 static bool parse_string(Parser *p, const char **out, size_t *outlen) {
-    p->i++;
+    size_t start = ++p->i;
+    skip_plain(p);
+    if (p->i < p->n && p->s[p->i] == '"') { /* no escape: copied as it is */
+        size_t len = p->i - start;
+        char *s = arena_alloc(p->a, len + 1);
+        if (!s) return fail(p, "out of memory");
+        memcpy(s, p->s + start, len);
+        *out = s;
+        *outlen = len;
+        p->i++;
+        return true;
+    }
     Grow g = {.elem = 1};
     bool ok = true;
+    size_t run = start;
     for (;;) {
+        if (p->i > run && !grow_push(&g, p->s + run, p->i - run)) { ok = fail(p, "out of memory"); break; }
         if (p->i >= p->n) { ok = fail(p, "a string is not closed"); break; }
         unsigned char c = (unsigned char)p->s[p->i];
         if (c == '"') { p->i++; break; }
         if (c < 0x20) { ok = fail(p, "a control character (0x%02x) inside a string must be escaped", c); break; }
-        if (c == '\\') {
-            if (++p->i >= p->n) { ok = fail(p, "a string is not closed"); break; }
-            char e = p->s[p->i++], b[4];
-            size_t k = 1;
-            switch (e) {
-            case '"': b[0] = '"'; break;
-            case '\\': b[0] = '\\'; break;
-            case '/': b[0] = '/'; break;
-            case 'b': b[0] = '\b'; break;
-            case 'f': b[0] = '\f'; break;
-            case 'n': b[0] = '\n'; break;
-            case 'r': b[0] = '\r'; break;
-            case 't': b[0] = '\t'; break;
-            case 'u': {
-                unsigned cp;
-                if (!(ok = read_u4(p, &cp))) break;
-                if (cp >= 0xD800 && cp <= 0xDBFF) {
-                    unsigned lo;
-                    if (p->n - p->i < 2 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u') { ok = fail(p, "a lone high surrogate \\u%04X", cp); break; }
-                    p->i += 2;
-                    if (!(ok = read_u4(p, &lo))) break;
-                    if (lo < 0xDC00 || lo > 0xDFFF) { ok = fail(p, "\\u%04X is not a low surrogate", lo); break; }
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                    ok = fail(p, "a lone low surrogate \\u%04X", cp);
-                    break;
-                }
-                k = put_utf8(cp, b);
+        if (c != '\\') { ok = fail(p, "invalid UTF-8 in a string"); break; }
+        size_t esc = p->i;
+        if (++p->i >= p->n) { ok = fail(p, "a string is not closed"); break; }
+        char e = p->s[p->i++], b[4];
+        size_t k = 1;
+        switch (e) {
+        case '"': b[0] = '"'; break;
+        case '\\': b[0] = '\\'; break;
+        case '/': b[0] = '/'; break;
+        case 'b': b[0] = '\b'; break;
+        case 'f': b[0] = '\f'; break;
+        case 'n': b[0] = '\n'; break;
+        case 'r': b[0] = '\r'; break;
+        case 't': b[0] = '\t'; break;
+        case 'u': {
+            unsigned cp;
+            if (!(ok = read_u4(p, &cp))) break;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                unsigned lo;
+                if (p->n - p->i < 2 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u') { ok = fail(p, "a lone high surrogate \\u%04X", cp); break; }
+                p->i += 2;
+                if (!(ok = read_u4(p, &lo))) break;
+                if (lo < 0xDC00 || lo > 0xDFFF) { ok = fail(p, "\\u%04X is not a low surrogate", lo); break; }
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+                ok = fail(p, "a lone low surrogate \\u%04X", cp);
                 break;
             }
-            default: ok = fail(p, "unknown escape '\\%c'", e); break;
-            }
-            if (!ok) break;
-            if (!grow_push(&g, b, k)) { ok = fail(p, "out of memory"); break; }
-            continue;
+            k = put_utf8(cp, b);
+            break;
         }
-        size_t k = utf8_len((const unsigned char *)p->s + p->i, p->n - p->i);
-        if (!k) { ok = fail(p, "invalid UTF-8 in a string"); break; }
-        if (!grow_push(&g, p->s + p->i, k)) { ok = fail(p, "out of memory"); break; }
-        p->i += k;
+        default: /* at the backslash */
+            p->i = esc;
+            if (e > 0x20 && e < 0x7F) ok = fail(p, "unknown escape '\\%c'", e);
+            else ok = fail(p, "unknown escape: '\\' followed by the byte 0x%02x", (unsigned char)e);
+            break;
+        }
+        if (!ok) break;
+        if (!grow_push(&g, b, k)) { ok = fail(p, "out of memory"); break; }
+        run = p->i;
+        skip_plain(p);
     }
     if (ok) {
         char *s = arena_alloc(p->a, g.len + 1);
@@ -206,9 +237,19 @@ static bool parse_number(Parser *p, JsonValue *v) {
         if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') return fail(p, "an exponent needs a digit");
         while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
     }
-    char buf[400];
     size_t len = p->i - start;
-    if (len >= sizeof buf) return fail(p, "a number of %zu characters is too long", len);
+    bool neg = p->s[start] == '-';
+    if (!frac && len - neg <= 18) { /* an integer below 10^18: exact in int64, and its double correctly rounded */
+        int64_t x = 0;
+        for (size_t k = start + neg; k < p->i; k++) x = x * 10 + (p->s[k] - '0');
+        v->type = JSON_NUMBER;
+        v->is_integer = true;
+        v->integer = neg ? -x : x;
+        v->number = neg && x == 0 ? -0.0 : (double)v->integer;
+        return true;
+    }
+    char small[64], *buf = small;
+    if (len >= sizeof small && !(buf = malloc(len + 1))) return fail(p, "out of memory");
     memcpy(buf, p->s + start, len);
     buf[len] = 0;
     v->type = JSON_NUMBER;
@@ -221,25 +262,28 @@ static bool parse_number(Parser *p, JsonValue *v) {
             v->integer = x;
         }
     }
+    if (buf != small) free(buf);
     return true;
 }
 
 static bool literal(Parser *p, const char *word) {
     size_t k = strlen(word);
-    if (p->n - p->i < k || memcmp(p->s + p->i, word, k) != 0) return fail(p, "unexpected '%c'", p->s[p->i]);
+    if (p->n - p->i < k || memcmp(p->s + p->i, word, k) != 0) return fail(p, "invalid literal (expected '%s')", word);
     p->i += k;
     return true;
 }
 
 static bool parse_value(Parser *p, JsonValue *v);
 
-/* An array or object at p->i: elements (members with keys) into the arena. */
+/* An array or object at p->i: elements (members with keys) gathered on
+ * p->items, then copied into one block of the arena. */
 static bool parse_container(Parser *p, JsonValue *v, bool object) {
     if (++p->depth > JSON_MAX_DEPTH) return fail(p, "nesting deeper than %d", JSON_MAX_DEPTH);
     char close = object ? '}' : ']';
+    const char *what = object ? "an object" : "an array";
     v->type = object ? JSON_OBJECT : JSON_ARRAY;
     p->i++;
-    Grow g = {.elem = sizeof(JsonValue)};
+    size_t base = p->items.len;
     bool ok = true;
     skip_ws(p);
     if (p->i < p->n && p->s[p->i] == close) {
@@ -257,21 +301,23 @@ static bool parse_container(Parser *p, JsonValue *v, bool object) {
                 p->i++;
             }
             if (!(ok = parse_value(p, &item))) break;
-            if (!grow_push(&g, &item, 1)) { ok = fail(p, "out of memory"); break; }
+            if (!grow_push(&p->items, &item, 1)) { ok = fail(p, "out of memory"); break; }
             skip_ws(p);
-            if (p->i < p->n && p->s[p->i] == ',') { p->i++; continue; }
-            if (p->i < p->n && p->s[p->i] == close) { p->i++; break; }
+            if (p->i >= p->n) { ok = fail(p, "unexpected end of the text in %s", what); break; }
+            if (p->s[p->i] == ',') { p->i++; continue; }
+            if (p->s[p->i] == close) { p->i++; break; }
             ok = fail(p, "expected ',' or '%c'", close);
             break;
         }
     }
-    if (ok && g.len) {
-        v->items = arena_alloc(p->a, g.len * sizeof(JsonValue));
+    size_t count = p->items.len - base;
+    if (ok && count) {
+        v->items = arena_alloc(p->a, count * sizeof(JsonValue));
         if (!v->items) ok = fail(p, "out of memory");
-        else memcpy(v->items, g.p, g.len * sizeof(JsonValue));
-        v->count = g.len;
+        else memcpy(v->items, (JsonValue *)p->items.p + base, count * sizeof(JsonValue));
+        v->count = count;
     }
-    free(g.p);
+    p->items.len = base;
     p->depth--;
     return ok;
 }
@@ -290,7 +336,8 @@ static bool parse_value(Parser *p, JsonValue *v) {
     case 'n': v->type = JSON_NULL; return literal(p, "null");
     default:
         if (c == '-' || (c >= '0' && c <= '9')) return parse_number(p, v);
-        return fail(p, "unexpected '%c'", c);
+        if (c > 0x20 && c < 0x7F) return fail(p, "unexpected '%c'", c);
+        return fail(p, "unexpected byte 0x%02x", (unsigned char)c);
     }
 }
 
@@ -298,7 +345,7 @@ int json_parse(const char *text, size_t len, JsonDoc *doc, char *err, size_t err
     arena_init(&doc->arena);
     doc->root = NULL;
     if (err && errlen) err[0] = 0;
-    Parser p = {.s = text, .n = len, .a = &doc->arena, .err = err, .errlen = errlen};
+    Parser p = {.s = text, .n = len, .a = &doc->arena, .err = err, .errlen = errlen, .items = {.elem = sizeof(JsonValue)}};
     JsonValue *root = arena_alloc(&doc->arena, sizeof *root);
     if (!root) {
         fail(&p, "out of memory");
@@ -306,6 +353,7 @@ int json_parse(const char *text, size_t len, JsonDoc *doc, char *err, size_t err
         skip_ws(&p);
         if (p.i < p.n) fail(&p, "text after the JSON value");
     }
+    free(p.items.p);
     if (p.failed || doc->arena.failed) {
         if (!p.failed) fail(&p, "out of memory");
         arena_free(&doc->arena);
@@ -324,7 +372,7 @@ void json_free(JsonDoc *doc) {
 const JsonValue *json_get(const JsonValue *obj, const char *key) {
     if (!obj || obj->type != JSON_OBJECT) return NULL;
     size_t k = strlen(key);
-    for (size_t i = 0; i < obj->count; i++)
+    for (size_t i = obj->count; i-- > 0;)
         if (obj->items[i].key_len == k && memcmp(obj->items[i].key, key, k) == 0) return &obj->items[i];
     return NULL;
 }
@@ -334,7 +382,23 @@ const JsonValue *json_get_type(const JsonValue *obj, const char *key, JsonType t
     return v && v->type == type ? v : NULL;
 }
 
+const char *json_get_str(const JsonValue *obj, const char *key) {
+    const JsonValue *v = json_get_type(obj, key, JSON_STRING);
+    return v ? v->string : NULL;
+}
+
+int json_get_bool(const JsonValue *obj, const char *key, int dflt) {
+    const JsonValue *v = json_get(obj, key);
+    if (!v || v->type == JSON_NULL) return dflt;
+    return v->type == JSON_BOOL ? v->boolean : -1;
+}
+
 const char *json_type_name(JsonType type) {
     static const char *const names[] = {"null", "boolean", "number", "string", "array", "object"};
+    return (unsigned)type < sizeof names / sizeof *names ? names[type] : "?";
+}
+
+const char *json_type_phrase(JsonType type) {
+    static const char *const names[] = {"null", "a boolean", "a number", "a string", "an array", "an object"};
     return (unsigned)type < sizeof names / sizeof *names ? names[type] : "?";
 }

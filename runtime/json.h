@@ -8,7 +8,8 @@
  * (surrogate pairs joined) decoded, numbers must match the grammar, and
  * nothing may follow the value but white space. An error names the line and
  * column ("line 3, column 14: expected ':' after an object key").
- * Duplicate keys are kept in order; json_get returns the first. */
+ * Duplicate keys are kept in order; json_get returns the last, as Python's
+ * json and serde_json do. */
 #ifndef ZINF_JSON_H
 #define ZINF_JSON_H
 #include <stdbool.h>
@@ -24,8 +25,8 @@ typedef struct JsonValue JsonValue;
 struct JsonValue {
     JsonType type;
     bool boolean;          /* JSON_BOOL */
-    double number;         /* JSON_NUMBER */
     bool is_integer;       /* JSON_NUMBER written without fraction or exponent, and fits int64 */
+    double number;         /* JSON_NUMBER */
     int64_t integer;       /* then its exact value */
     const char *string;    /* JSON_STRING: UTF-8, NUL-terminated (may hold NULs: use len) */
     size_t len;
@@ -46,12 +47,21 @@ typedef struct JsonDoc {
 int json_parse(const char *text, size_t len, JsonDoc *doc, char *err, size_t errlen);
 void json_free(JsonDoc *doc);
 
-/* The first member named key of an object, NULL if absent or obj is not an object. */
+/* The member named key of an object (the last one when the key is repeated),
+ * NULL if absent or obj is not an object. */
 const JsonValue *json_get(const JsonValue *obj, const char *key);
 /* Typed lookups: NULL when absent or of another type. */
 const JsonValue *json_get_type(const JsonValue *obj, const char *key, JsonType type);
+/* The string of member key (NUL-terminated; its length is the member's len),
+ * NULL when absent or not a string. */
+const char *json_get_str(const JsonValue *obj, const char *key);
+/* Member key as a boolean: 1 or 0; dflt when absent or null; -1 when it is
+ * of another type. */
+int json_get_bool(const JsonValue *obj, const char *key, int dflt);
 /* The name of a type, for messages ("object", "string"...). */
 const char *json_type_name(JsonType type);
+/* The same with its article ("an object", "a string", "null"...). */
+const char *json_type_phrase(JsonType type);
 /* 1-based line and column of a byte offset in text. */
 void json_position(const char *text, size_t len, size_t offset, int *line, int *col);
 

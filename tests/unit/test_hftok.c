@@ -247,10 +247,14 @@ static void refused(const char *json, const char *want) {
 }
 
 START_TEST(test_refused) {
-    refused("{\"model\": ", "tok.json: malformed JSON: line 1, column 11: unexpected end of text");
+    refused("{\"model\": ", "tok.json: malformed JSON: line 1, column 11: unexpected end of the text");
+    refused("{\"model\": {\"vocab\": {\"a\": 1", "tok.json: malformed JSON: line 1, column 28: unexpected end of the text in an object");
+    refused("{\"model\": tru}", "tok.json: malformed JSON: line 1, column 11: invalid literal (expected 'true')");
     refused("[1]", "not a tokenizer: the JSON is an array, not an object");
     refused("{}", "not a tokenizer: no 'model'");
     refused(edit(T1, "\"version\":\"1.0\"", "\"version\":\"2.0\""), "unknown tokenizer.json version \"2.0\"");
+    /* a repeated key: the last member counts, as in the library (serde_json) */
+    refused(edit(T1, "\"version\":\"1.0\"", "\"version\":\"1.0\",\"version\":\"2.0\""), "unknown tokenizer.json version \"2.0\"");
     refused(edit(T1, "\"type\":\"BPE\"", "\"type\":\"Unigram\""), "model type 'Unigram' is not supported (only BPE)");
     refused(edit(T1, "\"type\":\"BPE\"", "\"type\":\"WordPiece\""), "model type 'WordPiece' is not supported (only BPE)");
     refused(edit(T1, "\"dropout\":null", "\"dropout\":0.1"), "dropout is not supported");
