@@ -90,7 +90,7 @@ static bool nonneg_int(const JsonValue *v, uint64_t *out) {
 /* One tensor's entry: dtype, shape and offsets, checked against the data size. */
 static int parse_entry(const char *fn, const JsonValue *m, uint64_t data_size, StEntry *e, char *err, size_t n) {
     const char *nm = m->key;
-    if (m->type != JSON_OBJECT) return fail(err, n, "%s: tensor '%s': a %s, not an object", fn, nm, json_type_name(m->type));
+    if (m->type != JSON_OBJECT) return fail(err, n, "%s: tensor '%s': %s, not an object", fn, nm, json_type_phrase(m->type));
     const JsonValue *dt = json_get_type(m, "dtype", JSON_STRING);
     if (!dt) return fail(err, n, "%s: tensor '%s': no \"dtype\" string", fn, nm);
     int d = st_dtype_parse(dt->string, dt->len);
@@ -174,7 +174,7 @@ static int parse_header(StFile *f, const char *fn, const char *text, size_t hlen
     for (size_t i = 0; !rc && i < root->count; i++) {
         const JsonValue *m = &root->items[i];
         if (!strcmp(m->key, "__metadata__")) {
-            if (m->type != JSON_OBJECT) rc = fail(err, n, "%s: header: __metadata__ is a %s, not an object", fn, json_type_name(m->type));
+            if (m->type != JSON_OBJECT) rc = fail(err, n, "%s: header: __metadata__ is %s, not an object", fn, json_type_phrase(m->type));
             continue;
         }
         StEntry *e = &f->entries[cnt];

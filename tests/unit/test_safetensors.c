@@ -166,7 +166,7 @@ END_TEST
 START_TEST(malformed_headers) {
     bad_header("{\"w\": }", 0, "header: line 1, column 7: unexpected '}'");
     bad_header("[1]", 0, "header: a JSON array, not an object");
-    bad_header("{\"__metadata__\": [], \"w\": {}}", 0, "header: __metadata__ is a array, not an object");
+    bad_header("{\"__metadata__\": [], \"w\": {}}", 0, "header: __metadata__ is an array, not an object");
     bad_header("{\"w\": 3}", 0, "tensor 'w': a number, not an object");
     bad_header("{\"w\": {\"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "tensor 'w': no \"dtype\" string");
     bad_header("{\"w\": {\"dtype\": \"Q4\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "tensor 'w': unknown dtype 'Q4'");
