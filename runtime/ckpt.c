@@ -1,4 +1,5 @@
 #include "ckpt.h"
+#include "safetensors.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -675,46 +676,40 @@ int ckpt_prune(const char *root, int world, uint64_t plan_hash, int64_t upto, in
     return rc;
 }
 
-static const char *st_dtype(uint8_t dt) {
-    switch (dt) {
-    case 1: return "F32";
-    case 2: return "BF16";
-    case 3: return "F16";
-    case 4: return "I32";
-    default: return "U8";
-    }
-}
-
 int safetensors_write(const char *path, const StTensor *t, int n, const char *model, char *err, size_t errlen) {
-    Buf h = {0};
-    put_u8(&h, '{');
-    bprintf(&h, "\"__metadata__\":{\"format\":\"pt\",\"producer\":\"zinf\",\"model\":");
-    json_str(&h, model ? model : "");
-    put_u8(&h, '}');
-    uint64_t off = 0;
-    for (int i = 0; i < n; i++) {
-        put_u8(&h, ',');
-        json_str(&h, t[i].name);
-        bprintf(&h, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype(t[i].dtype));
-        for (int d = 0; d < t[i].rank; d++) bprintf(&h, "%s%" PRId64, d ? "," : "", t[i].dims[d]);
-        bprintf(&h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + t[i].bytes);
-        off += t[i].bytes;
+    StOutTensor *out = calloc((size_t)n + 1, sizeof *out);
+    const void **parts = calloc((size_t)n + 1, sizeof *parts);
+    size_t *lens = calloc((size_t)n + 1, sizeof *lens);
+    uint8_t *hdr = NULL;
+    size_t hlen = 0;
+    int rc = 0;
+    if (!out || !parts || !lens) rc = fail(err, errlen, "out of memory writing %s", path);
+    for (int i = 0; i < n && !rc; i++) {
+        int d = st_dtype_from_plan(t[i].dtype);
+        if (d < 0 || t[i].rank < 0 || t[i].rank > ST_MAX_RANK) {
+            rc = fail(err, errlen, "%s: tensor '%s' has no safetensors dtype or too many dimensions", path, t[i].name);
+            break;
+        }
+        out[i] = (StOutTensor){.name = t[i].name, .dtype = (StDtype)d, .rank = t[i].rank};
+        memcpy(out[i].shape, t[i].dims, sizeof(int64_t) * (size_t)t[i].rank);
     }
-    put_u8(&h, '}');
-    /* The header is padded with spaces to a multiple of 8 bytes. */
-    while (h.len % 8) put_u8(&h, ' ');
-    if (h.oom) { free(h.p); return fail(err, errlen, "out of memory"); }
-    unsigned char len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-    const void **parts = calloc((size_t)n + 2, sizeof *parts);
-    size_t *lens = calloc((size_t)n + 2, sizeof *lens);
-    if (!parts || !lens) { free(parts); free(lens); free(h.p); return fail(err, errlen, "out of memory"); }
-    parts[0] = len8; lens[0] = 8;
-    parts[1] = h.p; lens[1] = h.len;
-    for (int i = 0; i < n; i++) { parts[2 + i] = t[i].data; lens[2 + i] = t[i].bytes; }
-    int rc = ckpt_write_file_atomic(path, parts, lens, n + 2, err, errlen);
+    const char *meta[] = {"format", "pt", "producer", "zinf", "model", model ? model : ""};
+    if (!rc) rc = st_header_build(out, (size_t)n, meta, 3, &hdr, &hlen, err, errlen);
+    for (int i = 0; i < n && !rc; i++)
+        if (out[i].bytes != t[i].bytes) rc = fail(err, errlen, "%s: tensor '%s' has %" PRIu64 " bytes, its shape says %" PRIu64, path,
+                                                  t[i].name, t[i].bytes, out[i].bytes);
+    if (!rc) {
+        parts[0] = hdr;
+        lens[0] = hlen;
+        for (int i = 0; i < n; i++) {
+            parts[1 + i] = t[i].data;
+            lens[1 + i] = t[i].bytes;
+        }
+        rc = ckpt_write_file_atomic(path, parts, lens, n + 1, err, errlen);
+    }
+    free(hdr);
+    free(out);
     free(parts);
     free(lens);
-    free(h.p);
     return rc;
 }
