@@ -149,17 +149,19 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Claims and runs units of generation gen until none is left. */
-static void run_units(uint32_t gen) {
+/* Claims and runs units of generation gen until none is left; returns how many this thread ran. */
+static int64_t run_units(uint32_t gen) {
+    int64_t ran = 0;
     for (;;) {
         uint64_t c = atomic_load_explicit(&pool.ticket, memory_order_acquire);
-        if ((uint32_t)(c >> 32) != gen) return;
+        if ((uint32_t)(c >> 32) != gen) return ran;
         uint32_t next = (uint32_t)c;
-        if (next == CLOSED || (int64_t)next >= atomic_load_explicit(&pool.n, memory_order_relaxed)) return;
+        if (next == CLOSED || (int64_t)next >= atomic_load_explicit(&pool.n, memory_order_relaxed)) return ran;
         if (!atomic_compare_exchange_weak(&pool.ticket, &c, c + 1)) continue;
         in_unit = 1;
         pool.fn(pool.ctx, (int64_t)next);
         in_unit = 0;
+        ran++;
         int64_t d = atomic_fetch_add(&pool.done, 1) + 1;
         if (d == atomic_load(&pool.n) && atomic_load(&pool.master_sleeping)) {
             pthread_mutex_lock(&pool.mu);
@@ -210,6 +212,14 @@ static void grow(int want) {
     }
 }
 
+/* Regions in a row whose workers ran nothing (they got no core in time:
+ * the machine's cores are busy with other work), and how many regions then
+ * run on the calling thread alone before the pool is tried again. The units
+ * are the same either way, so results do not change. */
+#define IDLE_STREAK 4
+#define IDLE_SKIP 32
+static int idle_streak, idle_skip; /* under the team lock */
+
 void hk_parallel(int team, int64_t n, HkUnitFn fn, void *ctx) {
     if (n <= 0) return;
     if (team > hk_threads()) team = hk_threads();
@@ -219,6 +229,14 @@ void hk_parallel(int team, int64_t n, HkUnitFn fn, void *ctx) {
         return;
     }
     hk_team_enter();
+    if (idle_skip > 0) {
+        idle_skip--;
+        in_unit = 1;
+        for (int64_t u = 0; u < n; u++) fn(ctx, u);
+        in_unit = 0;
+        hk_team_leave();
+        return;
+    }
     grow(team - 1);
     uint32_t gen = (uint32_t)(atomic_load(&pool.ticket) >> 32) + 1;
     pool.fn = fn;
@@ -232,7 +250,12 @@ void hk_parallel(int team, int64_t n, HkUnitFn fn, void *ctx) {
         pthread_cond_broadcast(&pool.work_cv);
         pthread_mutex_unlock(&pool.mu);
     }
-    run_units(gen);
+    int64_t mine = run_units(gen);
+    if (mine == n) {
+        if (++idle_streak >= IDLE_STREAK) idle_streak = 0, idle_skip = IDLE_SKIP;
+    } else {
+        idle_streak = 0;
+    }
     /* wait for the units workers hold: spin a little, then sleep */
     double t0 = now_ns();
     for (int k = 0; atomic_load(&pool.done) < n; k++) {

@@ -19,9 +19,12 @@
  *    calling thread (hk_parallel), whose waits spin a few microseconds and
  *    then sleep, so that cores shared with other processes or ranks are
  *    not burnt by spinning (what made OpenMP teams 4-5x slower with 2
- *    threads than with 1 on a busy machine). hk_threads_adopt() sets the
- *    calling thread's OpenMP default to 1, so that an OpenMP loop left
- *    anywhere does not start a second team of spinning threads.
+ *    threads than with 1 on a busy machine). When the workers run none of
+ *    the units of a few regions in a row (no core was free for them in
+ *    time), the next regions run on the calling thread alone, then the pool
+ *    is tried again. hk_threads_adopt() sets the calling thread's OpenMP
+ *    default to 1, so that an OpenMP loop left anywhere does not start a
+ *    second team of spinning threads.
  * Nothing here prints; hk_threads_describe() writes the one line zinfrun
  * reports at start-up. */
 #ifndef ZINF_HOSTK_THREADS_H
