@@ -6,6 +6,7 @@
 #include "hostk_impl.h"
 #include "hostk_rows.h"
 #include "hostk_threads.h"
+#include "hostk_vec.h"
 
 static const HkTensor *arg(const HkTensor *t, int n, int i) { return i < n && t && t[i].data ? &t[i] : NULL; }
 static HkTensor *garg(HkTensor *t, int n, int i) { return i < n && t && t[i].data ? &t[i] : NULL; }
@@ -207,8 +208,8 @@ int hk_adamw(HkTensor *param, const HkTensor *grad, float *master, float *m, flo
     return HK_OK;
 }
 
-/* Fixed chunks summed in order, then the chunks in order: the result does
- * not depend on the thread count. */
+/* Fixed chunks (each summed by the vector layer), then the chunks in order:
+ * the result does not depend on the thread count. */
 typedef struct SumSq {
     const HkTensor *t;
     int64_t n;
@@ -218,12 +219,8 @@ typedef struct SumSq {
 static void sumsq_unit(void *ctx, int64_t c) {
     const SumSq *j = ctx;
     enum { CHUNKS = 64 };
-    double s = 0;
-    for (int64_t i = j->n * c / CHUNKS; i < j->n * (c + 1) / CHUNKS; i++) {
-        double x = hk_ld(j->t->data, j->t->dtype, i);
-        s += x * x;
-    }
-    j->part[c] = s;
+    int64_t lo = j->n * c / CHUNKS, hi = j->n * (c + 1) / CHUNKS;
+    j->part[c] = hk_vec()->sumsq((const char *)j->t->data + (size_t)lo * hk_dtype_size(j->t->dtype), j->t->dtype, hi - lo);
 }
 
 double hk_sum_squares(const HkTensor *t) {

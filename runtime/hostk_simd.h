@@ -688,6 +688,22 @@ static TGT void FN(dacc2)(double *acc, const void *a, DType at, const void *b, D
     }
 }
 
+/* sum of x[i]^2 in double (x any float dtype) */
+static TGT double FN(sumsq)(const void *x, DType xt, int64_t n) {
+    VD a0 = FN(d_zero)(), a1 = FN(d_zero)();
+    for (int64_t i = 0; i < n; i += W) {
+        int64_t r = n - i < W ? n - i : W;
+        VF v = FN(v_ldr)(x, xt, i, r);
+        VD l = FN(d_lo)(v);
+        a0 = FN(d_add)(a0, FN(d_mul)(l, l));
+        if (W > 1) {
+            VD h = FN(d_hi)(v);
+            a1 = FN(d_add)(a1, FN(d_mul)(h, h));
+        }
+    }
+    return FN(d_hsum)(FN(d_add)(a0, a1));
+}
+
 /* The dtype switch outside the loops: all operands f32, all bf16, all f16,
  * else run-time dtypes. */
 #define SAME3(a, b, c, T) ((a) == (T) && ((b) == (T) || (b) == DT_NONE) && ((c) == (T) || (c) == DT_NONE))
@@ -938,6 +954,7 @@ static const HkVec FN(table) = {
     .dot = FN(dot),
     .dacc = FN(dacc),
     .dacc2 = FN(dacc2),
+    .sumsq = FN(sumsq),
     .bin = FN(bin),
     .mul_acc = FN(mul_acc),
     .ln_fwd = FN(ln_fwd),

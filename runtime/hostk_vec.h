@@ -83,6 +83,8 @@ typedef struct HkVec {
     /* acc[i] += (double) x[i];  acc[i] += (double)(a[i] * b[i]) (b NULL: a[i]) */
     void (*dacc)(double *acc, const float *x, int64_t n);
     void (*dacc2)(double *acc, const void *a, DType at, const void *b, DType bt, int64_t n);
+    /* sum of x[i]^2 in double */
+    double (*sumsq)(const void *x, DType xt, int64_t n);
     /* y = a + b or a * b;  y += a * b (product rounded, then the sum) */
     void (*bin)(const void *a, DType at, const void *b, DType bt, void *y, DType yt, int64_t n, bool mul);
     void (*mul_acc)(const void *a, DType at, const void *b, DType bt, void *y, DType yt, int64_t n);

@@ -333,6 +333,30 @@ START_TEST(test_transpose) {
 }
 END_TEST
 
+START_TEST(test_sumsq) {
+    enum { N = 1037 };
+    float x[N];
+    uint16_t h[N];
+    double want = 0, wanth = 0;
+    for (int i = 0; i < N; i++) {
+        x[i] = 3 * runif();
+        h[i] = half_f32_to_bf16(x[i]);
+        want += (double)x[i] * x[i];
+        wanth += (double)half_bf16_to_f32(h[i]) * half_bf16_to_f32(h[i]);
+    }
+    for (int k = 0; k < NISA; k++) {
+        const HkVec *V = hk_vec_for(ALL_ISA[k]);
+        if (!V) continue;
+        ck_assert(fabs(V->sumsq(x, DT_F32, N) - want) <= 1e-13 * want);
+        ck_assert(fabs(V->sumsq(h, DT_BF16, N) - wanth) <= 1e-13 * wanth);
+        ck_assert(V->sumsq(x, DT_F32, 0) == 0);
+    }
+    int64_t d1[1] = {N};
+    HkTensor X = hk_tensor(x, DT_F32, 1, d1);
+    ck_assert(fabs(hk_sum_squares(&X) - want) <= 1e-13 * want);
+}
+END_TEST
+
 /* ---- whole kernels on each instruction set against the default ---- */
 
 static double normwise(const float *a, const float *b, int64_t n) {
@@ -546,6 +570,7 @@ static Suite *suite(void) {
     tcase_set_timeout(k, 300);
     tcase_add_test(k, test_gemm_tiles);
     tcase_add_test(k, test_transpose);
+    tcase_add_test(k, test_sumsq);
     tcase_add_test(k, test_kernels_every_isa);
     tcase_add_test(k, test_thread_invariance);
     tcase_add_test(k, test_pool);
