@@ -18,6 +18,7 @@
 #include "comm.h"
 #include "cost.h"
 #include "exec.h"
+#include "hostk_threads.h"
 #include "hfio.h"
 #include "plan.h"
 #include "tokens.h"
@@ -394,6 +395,11 @@ int main(int argc, char **argv) {
                 printf("backend: host (%d rank%s; another rank has no usable GPU)\n", C.size, C.size == 1 ? "" : "s");
             else printf("backend: host (%d rank%s; %s)\n", C.size, C.size == 1 ? "" : "s", why);
         }
+    }
+    if (lead && !o.quiet && backend == RT_BACKEND_HOST) { /* the cores each rank's kernels get, and why */
+        char tl[256];
+        hk_threads_describe(tl, sizeof tl);
+        printf("%s\n", tl);
     }
     RtOptions ro = {.backend = backend, .nvme_dir = o.nvme, .queue_depth = 32, .trace = o.trace != NULL};
     /* From here every failure goes through `out`, which frees what exists. */
