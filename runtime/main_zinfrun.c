@@ -158,21 +158,18 @@ static int die(const char *fmt, ...) {
     return 1;
 }
 
-/* "step-00000040 (another plan or world: 4 ranks), ..." for the step
- * directories that are not (world, hash)'s complete checkpoints. */
-static void list_others(const CkptInfo *v, int n, int world, uint64_t hash, bool incomplete_too, char *out, size_t len) {
+/* "step-00000040 (another plan or world: 4 ranks), ..." for the complete
+ * checkpoints of other runs and the manifests that do not parse. */
+static void list_others(const CkptInfo *v, int n, int world, uint64_t hash, char *out, size_t len) {
     size_t used = 0;
     int shown = 0, more = 0;
     out[0] = 0;
     for (int i = 0; i < n; i++) {
         const CkptInfo *c = &v[i];
-        bool own = ckpt_is_own(c, world, hash);
-        if ((c->state == CKPT_COMPLETE && own) || (c->state == CKPT_INCOMPLETE && !incomplete_too)) continue;
+        if (c->state == CKPT_INCOMPLETE || (c->state == CKPT_COMPLETE && ckpt_is_own(c, world, hash))) continue;
         if (shown == 4) { more++; continue; }
         char what[200];
         if (c->state == CKPT_BAD_MANIFEST) snprintf(what, sizeof what, "%s", c->why);
-        else if (c->state == CKPT_INCOMPLETE) snprintf(what, sizeof what, "incomplete");
-        else if (own) snprintf(what, sizeof what, "this plan");
         else snprintf(what, sizeof what, "another plan or world: %d rank%s", c->world, c->world == 1 ? "" : "s");
         int w = snprintf(out + used, len - used, "%sstep-%08" PRId64 " (%s)", shown ? ", " : "", c->step, what);
         if (w > 0) used = (size_t)w < len - used ? used + (size_t)w : len - 1;
@@ -210,8 +207,8 @@ static int checkpoint_start(Rt *r, const Opts *o, bool lead, int64_t *start, cha
                 }
             }
             cand[0] = own < MAXC ? own : MAXC;
+            list_others(v, nv, C.size, hash, msg, sizeof msg);
             if (!o->resume && !o->start_over && own + other > 0) {
-                list_others(v, nv, C.size, hash, false, msg, sizeof msg);
                 char mine[64] = "";
                 if (own) snprintf(mine, sizeof mine, "%sstep-%08" PRId64 " (this plan)", other ? ", " : "", cand[1]);
                 snprintf(err, n,
@@ -221,13 +218,11 @@ static int checkpoint_start(Rt *r, const Opts *o, bool lead, int64_t *start, cha
                          o->ckpt_dir, msg, mine);
                 cand[0] = -1;
             } else if (o->resume && own == 0 && other > 0) {
-                list_others(v, nv, C.size, hash, false, msg, sizeof msg);
                 snprintf(err, n, "--resume: %s holds no checkpoint of this plan on %d rank%s, only %s; nothing was loaded",
                          o->ckpt_dir, C.size, C.size == 1 ? "" : "s", msg);
                 cand[0] = -1;
-            } else if (o->resume) { /* said even with --quiet: something was not used */
-                list_others(v, nv, C.size, hash, false, msg, sizeof msg);
-                if (msg[0]) printf("resume: skipped: %s\n", msg);
+            } else if (o->resume && msg[0]) { /* said even with --quiet: something was not used */
+                printf("resume: skipped: %s\n", msg);
             }
             free(v);
         }
