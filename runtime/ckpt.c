@@ -329,12 +329,13 @@ static bool step_name(const char *name, int64_t *step) {
     return sscanf(name, "step-%" SCNd64 "%c", step, &tail) == 1 && *step >= 0;
 }
 
-/* "NAME.tmp.PID": the PID of the process that was writing it, or 0. */
-static long tmp_owner(const char *name) {
-    const char *t = strstr(name, ".tmp.");
+/* "NAME<sep>PID" (sep ".tmp." or ".deleting."): the PID of the process
+ * that was writing or removing it, or 0. */
+static long pid_after(const char *name, const char *sep) {
+    const char *t = strstr(name, sep);
     if (!t) return 0;
     char *end;
-    long pid = strtol(t + 5, &end, 10);
+    long pid = strtol(t + strlen(sep), &end, 10);
     return *end || pid <= 0 ? 0 : pid;
 }
 
@@ -480,10 +481,8 @@ static int finish_removals(const char *root, int world, uint64_t plan_hash, int 
     struct dirent *de;
     int rc = 0;
     while (!rc && (de = readdir(d))) {
-        const char *t = strstr(de->d_name, ".deleting.");
-        char *end;
-        long pid = t ? strtol(t + 10, &end, 10) : 0;
-        if (strncmp(de->d_name, "step-", 5) || pid <= 0 || *end || pid_alive(pid)) continue;
+        long pid = pid_after(de->d_name, ".deleting.");
+        if (strncmp(de->d_name, "step-", 5) || !pid || pid_alive(pid)) continue;
         char dir[4400];
         snprintf(dir, sizeof dir, "%s/%s", root, de->d_name);
         bool mine = true;
@@ -530,7 +529,7 @@ int ckpt_clean_debris(const char *root, int world, uint64_t plan_hash, char *rep
         DIR *sd = opendir(dir);
         struct dirent *de;
         while (sd && (de = readdir(sd))) {
-            long pid = tmp_owner(de->d_name);
+            long pid = pid_after(de->d_name, ".tmp.");
             if (!pid) continue;
             if (pid_alive(pid)) { live = true; continue; }
             char fp[4400];
