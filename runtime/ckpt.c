@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -78,6 +79,9 @@ int ckpt_write_file_atomic(const char *path, const void *const *parts, const siz
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return fail(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+    /* Held until the rename: a cleaner that can take it knows the writer is
+     * gone, even when the PID in the name is another machine's. */
+    while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {}
     for (int i = 0; i < nparts; i++) {
         const char *p = parts[i];
         size_t left = lens[i];
@@ -341,6 +345,19 @@ static long pid_after(const char *name, const char *sep) {
 
 static bool pid_alive(long pid) { return kill((pid_t)pid, 0) == 0 || errno == EPERM; }
 
+/* Whether the writer of temporary `path` (PID pid) is gone: its PID is not
+ * alive here and nobody holds the lock it took (ckpt_write_file_atomic).
+ * Unknown (-1) where the file system has no flock. */
+static int writer_gone(const char *path, long pid) {
+    if (pid_alive(pid)) return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? 1 : -1;
+    int got = flock(fd, LOCK_EX | LOCK_NB);
+    int e = errno;
+    close(fd);
+    return got == 0 ? 1 : e == EWOULDBLOCK ? 0 : -1;
+}
+
 static int by_step_desc(const void *a, const void *b) {
     const CkptInfo *x = a, *y = b;
     return x->step < y->step ? 1 : x->step > y->step ? -1 : 0;
@@ -523,7 +540,10 @@ int ckpt_clean_debris(const char *root, int world, uint64_t plan_hash, char *rep
             }
             continue;
         }
-        /* temporaries whose writer is gone; a live writer keeps its whole directory */
+        /* Temporaries whose writer is gone can never become a checkpoint:
+         * removed whoever's they are (a kill before the shard's header
+         * leaves one that names no run). A live writer keeps its whole
+         * directory. Without flock, the old test: this run's only. */
         bool live = false, mine = ckpt_is_own(&v[i], world, plan_hash);
         int tmps = 0;
         DIR *sd = opendir(dir);
@@ -531,23 +551,22 @@ int ckpt_clean_debris(const char *root, int world, uint64_t plan_hash, char *rep
         while (sd && (de = readdir(sd))) {
             long pid = pid_after(de->d_name, ".tmp.");
             if (!pid) continue;
-            if (pid_alive(pid)) { live = true; continue; }
             char fp[4400];
             snprintf(fp, sizeof fp, "%s/%s", dir, de->d_name);
+            int gone = writer_gone(fp, pid);
+            if (!gone) { live = true; continue; }
             int w = 0;
             uint64_t h = 0;
-            /* a temporary shard names its run; a temporary manifest or one
-             * cut before its header belongs to its directory's run */
             bool known = shard_ident(fp, &w, &h);
-            if (known ? (w == world && h == plan_hash) : mine) {
+            if (gone > 0 || (known ? (w == world && h == plan_hash) : mine)) {
                 if (unlink(fp) != 0 && errno != ENOENT) rc = fail(err, errlen, "cannot remove %s: %s", fp, strerror(errno));
                 else tmps++;
-                if (!v[i].ident_known && known) mine = true;
+                if (!v[i].ident_known && known) mine = w == world && h == plan_hash;
             }
         }
         if (sd) closedir(sd);
         const char *what = NULL;
-        if (v[i].state == CKPT_INCOMPLETE && mine && !live && !rc) {
+        if (v[i].state == CKPT_INCOMPLETE && !live && !rc && (mine || dir_empty(dir))) {
             rc = remove_step(root, v[i].step, err, errlen);
             what = "incomplete checkpoint";
         } else if (tmps) {

@@ -66,12 +66,14 @@ int ckpt_find_latest(const char *root, int world, uint64_t plan_hash, int64_t *s
                      char *why, size_t whylen, char *err, size_t errlen);
 /* Whether the run identity (world, plan_hash) wrote it. */
 bool ckpt_is_own(const CkptInfo *ci, int world, uint64_t plan_hash);
-/* Debris of this run identity left by a killed writer: temporary files
- * (NAME.tmp.PID) whose process is gone, and incomplete step directories
- * that no live process is writing. Returns how many directories it cleaned
- * (their names in report), or -1 on error. Other runs' files are left alone.
- * The PID test is this host's: on a checkpoint root shared between
- * machines, only start a run when no other run of the same plan writes there. */
+/* Debris left by a killed writer: temporary files (NAME.tmp.PID) whose
+ * writer is gone (its PID is not alive here and it no longer holds the
+ * file's lock), whoever's they are, and this run identity's incomplete
+ * step directories that no live process is writing (another run's only
+ * once nothing is left in them). Returns how many directories it cleaned
+ * (their names in report), or -1 on error. Other runs' shards are left
+ * alone. Where the file system has no flock, the PID test is this host's
+ * and only this run's temporaries are removed. */
 int ckpt_clean_debris(const char *root, int world, uint64_t plan_hash, char *report, size_t replen, char *err, size_t errlen);
 /* Reads this rank's shard into the entries' buffers, checking that names,
  * dtypes and sizes match and every checksum holds. */

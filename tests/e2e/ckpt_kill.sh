@@ -49,6 +49,7 @@ while read -r us; do
   left=$(find "$ck" -name '*.tmp.*' 2> /dev/null | wc -l)
   for d in "$ck"/step-*; do [ -d "$d" ] && [ ! -f "$d/manifest.json" ] && left=$((left + 1)); done
   [ "$left" -gt 0 ] && debris=$((debris + 1))
+  before=$(cd "$ck" 2> /dev/null && find . | sort | tr '\n' ' ')
   rm -f "$W/resumed"
   if ! run --checkpoint-dir "$ck" --resume --losses "$W/resumed" > "$W/out" 2>&1; then
     echo "FAIL: kill $i (seed $SEED, ${us} us): the resumed run failed"; sed 's/^/    | /' "$W/out"; fail=1; continue
@@ -61,7 +62,8 @@ while read -r us; do
   for d in "$ck"/step-*; do [ -f "$d/manifest.json" ] || stray=$((stray + 1)); done
   kept=$(ls -d "$ck"/step-* | wc -l)
   if [ "$stray" -ne 0 ] || [ "$kept" -gt 2 ] || [ -n "$(ls "$W/nvme")" ]; then
-    echo "FAIL: kill $i (seed $SEED, ${us} us): left behind: $(ls "$ck") | nvme: $(ls "$W/nvme")"; fail=1
+    echo "FAIL: kill $i (seed $SEED, ${us} us): left behind: $(ls "$ck" | tr '\n' ' ')| nvme: $(ls "$W/nvme")"
+    echo "    the kill left: $before"; sed 's/^/    | /' "$W/out"; fail=1
   fi
   rm -rf "$ck"
 done < "$W/delays"

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -222,7 +224,8 @@ START_TEST(test_scan_states) {
 END_TEST
 
 /* kill -9 while writing: temporaries and incomplete directories of this
- * run are removed at the next start, another run's and live ones are not. */
+ * run are removed at the next start, another run's and live ones are not;
+ * a dead writer's temporary goes whoever's it is. */
 START_TEST(test_debris) {
     char err[512], d[400], p[600], rep[1024];
     ck_assert_int_eq(write_ckpt(1, 1), 0);
@@ -262,17 +265,35 @@ START_TEST(test_debris) {
     ck_assert_int_eq(rename(from, gone), 0);
     ckpt_step_dir(root, 11, from, sizeof from);
     ck_assert_int_eq(mkdir(from, 0755), 0);
+    /* step 12: a writer killed before its shard's first byte (an empty
+     * temporary that names no run); step 13: a writer whose PID is not
+     * alive here but which holds its lock (another machine's, live) */
+    char empty[700], remote[700];
+    ckpt_step_dir(root, 12, from, sizeof from);
+    ck_assert_int_eq(mkdir(from, 0755), 0);
+    snprintf(empty, sizeof empty, "%s/rank-00000.zck.tmp.%d", from, (int)dead);
+    fclose(fopen(empty, "w"));
+    ckpt_step_dir(root, 13, from, sizeof from);
+    ck_assert_int_eq(mkdir(from, 0755), 0);
+    snprintf(remote, sizeof remote, "%s/rank-00000.zck.tmp.%d", from, (int)dead);
+    int held = open(remote, O_WRONLY | O_CREAT, 0644);
+    ck_assert_int_ge(held, 0);
+    ck_assert_int_eq(flock(held, LOCK_EX), 0);
     int n = ckpt_clean_debris(root, 2, 0xabcdef, rep, sizeof rep, err, sizeof err);
-    ck_assert_msg(n == 3, "%d: %s %s", n, rep, err);
-    ck_assert(!exists(gone) && !step_exists(11));
+    ck_assert_msg(n == 5, "%d: %s %s", n, rep, err);
+    ck_assert(!exists(gone) && !step_exists(11) && !step_exists(12));
     ck_assert_msg(strstr(rep, "(interrupted removal)") && strstr(rep, "step-00000011 (empty)"), "%s", rep);
-    ck_assert(!step_exists(2) && step_exists(3) && step_exists(4) && exists(live));
+    ck_assert_msg(strstr(rep, "step-00000012 (incomplete checkpoint)"), "%s", rep);
+    ck_assert(!step_exists(2) && step_exists(3) && step_exists(4) && exists(live) && exists(remote));
     ck_assert_msg(strstr(rep, "step-00000002 (incomplete checkpoint)") != NULL, "%s", rep);
-    /* the world-1 run cleans its temporary manifest and keeps its checkpoint */
-    n = ckpt_clean_debris(root, 1, 0xabcdef, rep, sizeof rep, err, sizeof err);
-    ck_assert_msg(n == 1 && !exists(m) && step_exists(1), "%d %s", n, rep);
+    /* a dead writer's temporary manifest goes, whoever's checkpoint it sat in; the checkpoint stays */
+    ck_assert_msg(!exists(m) && step_exists(1), "%s", rep);
     ck_assert_msg(strstr(rep, "step-00000001 (temporary files)") != NULL, "%s", rep);
     ck_assert_int_eq(read_ckpt(1, 0, 1, err, sizeof err), 0);
+    /* once the remote writer is gone, its temporary and directory go too */
+    close(held);
+    n = ckpt_clean_debris(root, 2, 0xabcdef, rep, sizeof rep, err, sizeof err);
+    ck_assert_msg(n == 1 && !step_exists(13) && step_exists(3), "%d %s", n, rep);
 }
 END_TEST
 
