@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cost.h"
+#include "graph_plan.h"
 #include "verify.h"
 
 const char *const planner_class_names[PC_COUNT] = {"params", "grads", "optimizer", "checkpoints"};
@@ -1199,21 +1200,6 @@ static bool fits(const B *b, char *why, size_t n) {
 
 /* ---- the Plan ---- */
 
-/* The Hugging Face mapping (tensor ids are the graph's). */
-static void emit_hf(const Graph *g, Plan *p) {
-    Arena *pa = &p->arena;
-    if (!g->hf.arch) return;
-    p->hf.arch = arena_strdup(pa, g->hf.arch);
-    p->hf.config = arena_strdup(pa, g->hf.config ? g->hf.config : "");
-    p->hf.pieces = ARENA_NEWN(pa, PlanHfPiece, g->hf.npieces + 1);
-    if (!p->hf.pieces) return;
-    for (int i = 0; i < g->hf.npieces; i++) {
-        const GraphHfPiece *h = &g->hf.pieces[i];
-        p->hf.pieces[i] = (PlanHfPiece){h->tensor, arena_strdup(pa, h->hf_name), h->transpose, h->src_col, h->cols};
-    }
-    p->hf.npieces = (uint32_t)g->hf.npieces;
-}
-
 static Plan *emit_plan(B *b) {
     const Graph *g = b->g;
     Plan *p = plan_new();
@@ -1235,54 +1221,25 @@ static Plan *emit_plan(B *b) {
     p->ninputs = g->ninputs;
     for (int i = 0; i < 4; i++) p->inputs[i] = i < g->ninputs ? g->inputs[i] : -1;
     p->opt_begin = b->opt_begin;
-    p->ntensors = (uint32_t)g->ntensors;
-    p->tensors = ARENA_NEWN(pa, PlanTensor, g->ntensors + 1);
+    char err[160];
+    if (!graph_plan_tables(g, p, err, sizeof err)) {
+        plan_free(p);
+        return NULL;
+    }
     int nshards = 0;
     for (int i = 0; i < g->ntensors; i++) nshards += b->home[i] >= 0;
     p->shards = ARENA_NEWN(pa, PlanShard, nshards + 1);
+    if (!p->shards) {
+        plan_free(p);
+        return NULL;
+    }
     static const uint8_t tier_of_arena[PLAN_NARENAS] = {TIER_GPU, TIER_CPU, TIER_CPU, TIER_NVME};
     for (int i = 0; i < g->ntensors; i++) {
+        if (b->home[i] < 0) continue;
         const GTensor *t = &g->tensors[i];
-        PlanTensor *pt = &p->tensors[i];
-        pt->name = arena_strdup(pa, t->name ? t->name : "");
-        pt->dtype = (uint8_t)t->dtype;
-        pt->cls = (uint8_t)t->cls;
-        pt->init = (uint8_t)t->init;
-        pt->rank = (uint8_t)t->rank;
-        for (int d = 0; d < t->rank; d++) pt->dims[d] = t->dims[d];
-        pt->numel = t->numel;
-        pt->init_std = t->init_std;
-        pt->param = t->param;
-        pt->grad = t->grad;
-        pt->master = t->master;
-        pt->momentum = t->momentum;
-        pt->variance = t->variance;
-        pt->segment = t->segment;
-        pt->shard = -1;
-        if (b->home[i] >= 0) {
-            pt->shard = (int32_t)p->nshards;
-            p->shards[p->nshards++] = (PlanShard){i, tier_of_arena[b->bufs[b->home[i]].b.arena], b->part[i], b->ntiles[i],
-                                                  t->numel / b->ntiles[i], b->tile_shard[i], shard_bytes(b, i), b->home[i]};
-        }
-    }
-    emit_hf(g, p);
-    p->nops = (uint32_t)g->nops;
-    p->ops = ARENA_NEWN(pa, PlanOp, g->nops + 1);
-    for (int i = 0; i < g->nops; i++) {
-        const GOp *o = &g->ops[i];
-        PlanOp *po = &p->ops[i];
-        po->kind = (uint8_t)o->kind;
-        po->prim = (uint8_t)o->prim;
-        po->nin = (uint8_t)o->nin;
-        po->nout = (uint8_t)o->nout;
-        for (int k = 0; k < PLAN_MAX_IN; k++) po->in[k] = k < o->nin ? o->in[k] : -1;
-        for (int k = 0; k < PLAN_MAX_OUT; k++) po->out[k] = k < o->nout ? o->out[k] : -1;
-        memcpy(po->iattr, o->iattr, sizeof po->iattr);
-        memcpy(po->fattr, o->fattr, sizeof po->fattr);
-        po->segment = o->segment;
-        po->fwd = o->fwd;
-        po->nfin = o->nfin;
-        po->scope = arena_strdup(pa, o->scope ? o->scope : "");
+        p->tensors[i].shard = (int32_t)p->nshards;
+        p->shards[p->nshards++] = (PlanShard){i, tier_of_arena[b->bufs[b->home[i]].b.arena], b->part[i], b->ntiles[i],
+                                              t->numel / b->ntiles[i], b->tile_shard[i], shard_bytes(b, i), b->home[i]};
     }
     for (int a = 0; a < PLAN_NARENAS; a++)
         p->arenas[a] = (PlanArena){(uint8_t)a, 0, b->size[a], arena_align[a]};
