@@ -5,8 +5,15 @@
 # `make fuzz` runs the libFuzzer targets of tests/fuzz (docs/testing.md).
 #
 # Layout conventions (so modules can be added without editing this file):
-#   lang/*.c compiler/*.c runtime/*.c   library code, linked into every binary
-#   */main_NAME.c                        the main() of build/bin/NAME
+#   runtime/plan/*.c  the plan layer: libzinfplan.a (sees only itself)
+#   lang/*.c          libzinflang.a (sees lang, the plan layer)
+#   compiler/*.c      libzinfcompiler.a (sees compiler, lang, the plan layer)
+#   runtime/*.c       libzinfrt.a (sees runtime, the plan layer: never lang
+#                     or compiler, so a wrong include fails to build)
+#   runtime/ref/*.c   the reference executor, libzinfref.a (sees all; it
+#                     runs a compiler Graph on the host kernels)
+#   */main_NAME.c                        the main() of build/bin/NAME, linked
+#                                        with its folder's libraries
 #   tests/unit/test_NAME.c               a Check suite -> build/tests/test_NAME
 #   tests/bench/bench_NAME.c             a benchmark   -> build/bench/bench_NAME
 #   lang/lexer.re, lang/grammar.y        generated into $(BUILD)/gen
@@ -41,16 +48,28 @@ PKGS_LIBS := $(shell pkg-config --libs ompi-c openblas liburing 2>/dev/null)
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 
 WARN := -Wall -Wextra -Werror
-INCLUDES := -Ilang -Icompiler -Iruntime -I$(BUILD)/gen -I$(CUDA)/include
-BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -g $(OPT) $(SANFLAGS) -fopenmp $(INCLUDES) $(PKGS_CFLAGS) \
+# What each layer may include (docs/architecture.md); tests see everything.
+INC_PLAN := -Iruntime/plan
+INC_LANG := -Ilang $(INC_PLAN) -I$(BUILD)/gen
+INC_COMPILER := -Icompiler $(INC_LANG) -I$(CUDA)/include
+INC_RT := -Iruntime $(INC_PLAN) -I$(CUDA)/include
+INCLUDES := -Iruntime/ref -Iruntime -Icompiler $(INC_LANG) -I$(CUDA)/include
+inc_for = $(if $(filter runtime/plan/%,$(1)),$(INC_PLAN),$(if $(filter runtime/ref/%,$(1)),$(INCLUDES),$(if $(filter runtime/%,$(1)),$(INC_RT),$(if $(filter compiler/%,$(1)),$(INC_COMPILER),$(if $(filter lang/% $(BUILD)/gen/lexer.c $(BUILD)/gen/grammar.c,$(1)),$(INC_LANG),$(if $(filter $(BUILD)/gen/%,$(1)),$(INC_RT),$(INCLUDES)))))))
+BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -g $(OPT) $(SANFLAGS) -fopenmp $(PKGS_CFLAGS) \
 	-DZINF_STDLIB_DIR='"$(abspath stdlib)"' -DZINF_VERSION='"0.1.0"'
 CFLAGS_ALL := $(BASE_CFLAGS) $(WARN) $(CFLAGS)
 # Generated parsers are not ours to lint beyond what they can bear.
 GEN_CFLAGS := $(BASE_CFLAGS) -Wall -Werror -Wno-unused-parameter -Wno-unused-variable -Wno-unused-but-set-variable $(CFLAGS)
 LDLIBS := $(PKGS_LIBS) -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lnvrtc -ldl -lpthread -lm -fopenmp $(SANFLAGS)
 
-LIB_SRC := $(foreach f,$(wildcard lang/*.c compiler/*.c runtime/*.c),$(if $(findstring /main_,$(f)),,$(f)))
-MAIN_SRC := $(wildcard lang/main_*.c compiler/main_*.c runtime/main_*.c)
+not_main = $(foreach f,$(1),$(if $(findstring /main_,$(f)),,$(f)))
+PLAN_SRC := $(wildcard runtime/plan/*.c)
+LANG_SRC := $(call not_main,$(wildcard lang/*.c))
+COMPILER_SRC := $(call not_main,$(wildcard compiler/*.c))
+RT_SRC := $(call not_main,$(wildcard runtime/*.c))
+REF_SRC := $(call not_main,$(wildcard runtime/ref/*.c))
+LIB_SRC := $(PLAN_SRC) $(LANG_SRC) $(COMPILER_SRC) $(RT_SRC) $(REF_SRC)
+MAIN_SRC := $(wildcard lang/main_*.c compiler/main_*.c runtime/main_*.c runtime/ref/main_*.c)
 GEN_SRC :=
 ifneq ($(wildcard lang/lexer.re),)
 GEN_SRC += $(BUILD)/gen/lexer.c
@@ -65,11 +84,19 @@ GEN_SRC += $(BUILD)/gen/unicode_table.c
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 BENCH_SRC := $(wildcard tests/bench/bench_*.c)
 
-LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(GEN_SRC))
+objs = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+LIB_PLAN := $(BUILD)/libzinfplan.a
+LIB_LANG := $(BUILD)/libzinflang.a
+LIB_COMPILER := $(BUILD)/libzinfcompiler.a
+LIB_RT := $(BUILD)/libzinfrt.a
+LIB_REF := $(BUILD)/libzinfref.a
 BINS := $(foreach m,$(MAIN_SRC),$(BUILD)/bin/$(patsubst main_%.c,%,$(notdir $(m))))
 TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 BENCHES := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
-LIB := $(BUILD)/libzinf.a
+# Tests, benchmarks and fuzz harnesses link every layer, in dependency order.
+LIB := $(LIB_REF) $(LIB_COMPILER) $(LIB_LANG) $(LIB_RT) $(LIB_PLAN)
+# A program links its folder's layer and what that layer may use.
+libs_for = $(if $(filter runtime/ref/%,$(1)),$(LIB),$(if $(filter runtime/%,$(1)),$(LIB_RT) $(LIB_PLAN),$(LIB_COMPILER) $(LIB_LANG) $(LIB_PLAN)))
 
 # Objects of tests and benchmarks are intermediates of pattern rules: keep them.
 .SECONDARY:
@@ -83,12 +110,12 @@ $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC) $(MAIN_SRC)) $(BUILD)/obj/gen/lexer.o
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
-	$(Q)$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+	$(Q)$(CC) $(CFLAGS_ALL) $(call inc_for,$<) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
-	$(Q)$(CC) $(GEN_CFLAGS) -MMD -MP -c $< -o $@
+	$(Q)$(CC) $(GEN_CFLAGS) $(call inc_for,$<) -MMD -MP -c $< -o $@
 
 $(BUILD)/gen/lexer.c: lang/lexer.re
 	@mkdir -p $(dir $@)
@@ -114,13 +141,18 @@ $(BUILD)/gen/grammar.h:
 	@mkdir -p $(BUILD)/gen && touch $@
 endif
 
-$(LIB): $(LIB_OBJ)
+$(LIB_PLAN): $(call objs,$(PLAN_SRC))
+$(LIB_LANG): $(call objs,$(LANG_SRC)) $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(filter %/lexer.c %/grammar.c,$(GEN_SRC)))
+$(LIB_COMPILER): $(call objs,$(COMPILER_SRC))
+$(LIB_RT): $(call objs,$(RT_SRC)) $(BUILD)/obj/gen/unicode_table.o
+$(LIB_REF): $(call objs,$(REF_SRC))
+$(LIB):
 	@rm -f $@
 	@echo "  AR    $@"
 	$(Q)ar rcs $@ $^
 
 define main_rule
-$(BUILD)/bin/$(patsubst main_%.c,%,$(notdir $(1))): $(patsubst %.c,$(BUILD)/obj/%.o,$(1)) $(LIB)
+$(BUILD)/bin/$(patsubst main_%.c,%,$(notdir $(1))): $(patsubst %.c,$(BUILD)/obj/%.o,$(1)) $(call libs_for,$(1))
 	@mkdir -p $$(dir $$@)
 	@echo "  LINK  $$@"
 	$$(Q)$$(CC) -o $$@ $$^ $$(LDLIBS)
@@ -205,9 +237,9 @@ bench: all
 # clang must accept every source with the same warnings as errors.
 clang-check: $(BUILD)/gen/grammar.h $(GEN_SRC)
 	@if command -v clang >/dev/null; then \
-	  for f in $(LIB_SRC) $(MAIN_SRC) $(TEST_SRC) $(BENCH_SRC) $(FUZZ_SRC); do \
-	    clang -std=c11 -D_GNU_SOURCE -fsyntax-only $(WARN) -Wno-unknown-warning-option -Wno-unknown-pragmas $(INCLUDES) $(PKGS_CFLAGS) -DZINF_STDLIB_DIR='"x"' -DZINF_VERSION='"x"' $$f || exit 1; \
-	  done; echo "clang-check: $(words $(LIB_SRC) $(MAIN_SRC) $(TEST_SRC) $(BENCH_SRC) $(FUZZ_SRC)) files clean"; \
+	  set -e; $(foreach f,$(LIB_SRC) $(MAIN_SRC) $(TEST_SRC) $(BENCH_SRC) $(FUZZ_SRC),\
+	    clang -std=c11 -D_GNU_SOURCE -fsyntax-only $(WARN) -Wno-unknown-warning-option -Wno-unknown-pragmas $(call inc_for,$(f)) $(PKGS_CFLAGS) -DZINF_STDLIB_DIR='"x"' -DZINF_VERSION='"x"' $(f);) \
+	   echo "clang-check: $(words $(LIB_SRC) $(MAIN_SRC) $(TEST_SRC) $(BENCH_SRC) $(FUZZ_SRC)) files clean"; \
 	else echo "clang-check: clang not installed, skipped"; fi
 
 # The main job: gpt2-tiny, 2 MPI ranks, parameters and optimizer state on

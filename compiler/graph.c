@@ -2,21 +2,6 @@
 #include <inttypes.h>
 #include <string.h>
 
-const char *const prim_names[PRIM_COUNT] = {
-#define PRIM(id, name, nin_min, nin_max, nout) name,
-#include "prim.def"
-#undef PRIM
-};
-
-const char *const tensor_class_names[TC_COUNT] = {
-    "input", "param", "grad", "master", "momentum", "variance",
-    "activation", "checkpoint", "workspace", "const",
-};
-
-const char *const op_kind_names[OP_KIND_COUNT] = {
-    "fwd", "bwd", "recompute", "zero_grad", "loss_grad", "grad_norm", "adam",
-};
-
 void graph_init(Graph *g, Arena *a) {
     memset(g, 0, sizeof *g);
     g->arena = a;

@@ -16,36 +16,12 @@
 #include <stdio.h>
 #include "arena.h"
 #include "ast.h"
+#include "vocab.h" /* DType, PrimId, TensorClass, OpKind, RopeScaling */
 #include "plan.h" /* PLAN_MAX_IATTR, PLAN_MAX_FATTR: ops carry their attributes into the plan */
-
-typedef enum PrimId {
-#define PRIM(id, name, nin_min, nin_max, nout) PRIM_##id,
-#include "prim.def"
-#undef PRIM
-    PRIM_COUNT
-} PrimId;
-
-extern const char *const prim_names[PRIM_COUNT];
 
 enum { GRAPH_MAX_RANK = 6, GRAPH_MAX_IN = 24, GRAPH_MAX_OUT = 8 };
 /* split makes at most GRAPH_MAX_OUT pieces; a backward op lists up to
  * 3 + 2 * GRAPH_MAX_OUT tensors. */
-
-typedef enum TensorClass {
-    TC_INPUT,      /* model inputs (tokens, targets) */
-    TC_PARAM,      /* trainable parameter, in the training dtype */
-    TC_GRAD,       /* gradient of a parameter */
-    TC_MASTER,     /* fp32 master copy of a parameter (mixed precision) */
-    TC_MOMENTUM,   /* Adam first moment, fp32 */
-    TC_VARIANCE,   /* Adam second moment, fp32 */
-    TC_ACT,        /* activation, live inside a layer only */
-    TC_CKPT,       /* activation checkpoint: kept from forward to backward */
-    TC_WORKSPACE,  /* scratch of an op (attention statistics, ...) */
-    TC_CONST,      /* computed from nothing but attributes (arange) */
-    TC_COUNT
-} TensorClass;
-
-extern const char *const tensor_class_names[TC_COUNT];
 
 typedef struct GTensor {
     const char *name;   /* parameters: hierarchical "block.3.attn.wqkv"; others: "%12" style */
@@ -64,30 +40,6 @@ typedef struct GTensor {
     int segment;        /* checkpoint segment (a repeat instance) it belongs to, -1 outside */
     Span span;          /* where it was written in the source */
 } GTensor;
-
-/* What an op does. Forward, backward and recompute ops run a primitive
- * (prim); the rest are the training step's bookkeeping, added by autodiff. */
-typedef enum OpKind {
-    OP_FWD,        /* forward of prim */
-    OP_BWD,        /* backward of prim: in[] = the forward op's inputs, then its
-                    * outputs, then the outputs' gradients (layout per prim in
-                    * docs/autodiff.md); out[i] = gradient of forward input i or -1.
-                    * Gradients are ACCUMULATED (+=) into zeroed buffers. */
-    OP_RECOMPUTE,  /* forward of prim re-run inside backward (activation checkpointing) */
-    OP_ZERO_GRAD,  /* out[0] := 0 (a gradient buffer, before backward) */
-    OP_LOSS_GRAD,  /* out[0] (gradient of the loss, a scalar) := loss scale */
-    OP_GRAD_NORM,  /* global L2 norm of every parameter gradient -> out[0] (f32 scalar) */
-    OP_ADAM,       /* in: param, grad, master, momentum, variance, grad_norm (or -1);
-                    * updates master/momentum/variance in place and writes param */
-    OP_KIND_COUNT
-} OpKind;
-
-extern const char *const op_kind_names[OP_KIND_COUNT];
-
-/* rope's frequency scaling (docs/primitives.md): none; linear (every
- * frequency divided by factor); llama3 (low frequencies divided by factor,
- * high ones kept, a smooth blend between). */
-typedef enum RopeScaling { ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3 } RopeScaling;
 
 typedef struct GOp {
     OpKind kind;

@@ -82,26 +82,6 @@ void ast_names_push(Arena *a, NameList *l, const char *name, Span sp) {
     l->len++;
 }
 
-const char *dtype_name(DType t) {
-    switch (t) {
-    case DT_F32: return "f32";
-    case DT_BF16: return "bf16";
-    case DT_F16: return "f16";
-    case DT_I32: return "i32";
-    default: return "any";
-    }
-}
-
-int dtype_size(DType t) {
-    switch (t) {
-    case DT_F32:
-    case DT_I32: return 4;
-    case DT_BF16:
-    case DT_F16: return 2;
-    default: return 0;
-    }
-}
-
 /* ---- the stable tree dump ---- */
 
 static void dump_expr(const Expr *e, FILE *out);

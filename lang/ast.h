@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include "arena.h"
 #include "diag.h"
+#include "vocab.h" /* DType, InitKind: the plan's codes */
 
 /* Unit suffixes on number literals. Counts are decimal (K = 1e3 ... T = 1e12),
  * bytes decimal (KB..TB) or binary (KiB..TiB), rates are bytes per second. */
@@ -22,7 +23,6 @@ typedef struct Unit {
     uint64_t scale; /* multiplier: 1000, 1ull<<30, ... (1 for UNIT_NONE) */
 } Unit;
 
-typedef enum DType { DT_NONE = 0, DT_F32, DT_BF16, DT_F16, DT_I32 } DType;
 
 typedef enum ExprKind {
     EX_INT,    /* ival (overflow set if the literal did not fit in 63 bits), unit */
@@ -53,7 +53,6 @@ typedef struct ExprList {
     int len, cap;
 } ExprList;
 
-typedef enum InitKind { INIT_NONE, INIT_NORMAL, INIT_ZEROS, INIT_ONES, INIT_UNIFORM } InitKind;
 
 struct Expr {
     ExprKind kind;
@@ -202,10 +201,6 @@ void ast_params_push(Arena *a, ParamList *l, ParamDecl p);
 void ast_names_push(Arena *a, NameList *l, const char *name, Span sp);
 void ast_settings_push(Arena *a, SettingList *l, Setting *s);
 void ast_decls_push(Arena *a, DeclList *l, Decl *d);
-
-const char *dtype_name(DType t);
-/* Bytes per element; 0 for DT_NONE. */
-int dtype_size(DType t);
 
 /* Prints the tree in a stable, indented form (for tests and --emit=ast). */
 void ast_dump(const AstFile *f, FILE *out);

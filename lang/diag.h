@@ -78,9 +78,7 @@ void diag_hint(DiagSink *d, const char *fmt, ...) __attribute__((format(printf, 
 /* Renders every diagnostic in order. color: ANSI colours for a terminal. */
 void diag_render(const DiagSink *d, const SourceSet *s, FILE *out, bool color);
 
-/* Edit distance, for "did you mean" hints. */
-int diag_edit_distance(const char *a, const char *b);
-/* Of cands[0..n), the one nearest to name within a sensible distance, or NULL. */
+/* "did you mean" hints: nearest_word (runtime/plan/nearest.h). */
 const char *diag_nearest(const char *name, const char *const *cands, int n);
 
 #endif

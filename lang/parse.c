@@ -5,6 +5,7 @@
 #include <strings.h>
 #include "grammar.h"
 #include "lex.h"
+#include "nearest.h"
 #include "parse_ctx.h"
 
 
@@ -64,7 +65,7 @@ static void unit_hint(PCtx *c, const char *w) {
     }
     if (n < 3) return;
     const char *u = diag_nearest(w, unit_words, (int)nu);
-    if (u && diag_edit_distance(w, u) <= 1) diag_hint(c->d, "did you mean the unit '%s'?", u);
+    if (u && edit_distance(w, u) <= 1) diag_hint(c->d, "did you mean the unit '%s'?", u);
 }
 
 /* "expected A, B or C" from the expected set, separators last. */

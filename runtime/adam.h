@@ -21,8 +21,9 @@
 #ifndef ZINF_ADAM_H
 #define ZINF_ADAM_H
 
+#include <stdbool.h>
 #include <stdint.h>
-#include "ast.h"
+#include "vocab.h"
 
 typedef enum AdamIsa { ADAM_ISA_AUTO = 0, ADAM_ISA_SCALAR, ADAM_ISA_AVX2, ADAM_ISA_AVX512 } AdamIsa;
 
@@ -31,6 +32,18 @@ typedef struct AdamParams {
     AdamIsa isa;  /* ADAM_ISA_AUTO: environment, else the best available */
     int threads;  /* 0: the rank's team (hk_threads) */
 } AdamParams;
+
+/* The learning-rate schedule of the train block (docs/training.md): the
+ * rate of optimizer step `step` (1-based) is lr * step / warmup_steps
+ * during warmup, then a cosine from lr to min_lr over the remaining steps
+ * when cosine is set, else lr. Every executor (host, CUDA, the reference)
+ * takes it from here. */
+typedef struct AdamSchedule {
+    double lr, min_lr;
+    int64_t warmup_steps, steps;
+    bool cosine;
+} AdamSchedule;
+double adam_lr(const AdamSchedule *s, int64_t step);
 
 typedef enum AdamStatus {
     ADAM_OK = 0,

@@ -13,7 +13,6 @@
 #include "half.h"
 #include "hostk.h"
 #include "initrng.h"
-#include "refexec.h"
 #include "rtio.h"
 
 
@@ -39,52 +38,6 @@ double rt_step_flops(const Rt *r, int accum) {
     for (uint32_t i = 0; i < p->ninstrs; i++)
         if (p->instrs[i].op == PI_KERNEL) f += p->instrs[i].flops * (i < p->opt_begin ? (accum > 0 ? accum : 1) : 1);
     return f;
-}
-
-/* ---- the graph the host kernels read ---- */
-
-static bool rebuild_graph(Rt *r) {
-    const Plan *p = r->p;
-    arena_init(&r->ga);
-    graph_init(&r->g, &r->ga);
-    for (uint32_t t = 0; t < p->ntensors; t++) {
-        const PlanTensor *pt = &p->tensors[t];
-        int id = graph_add_tensor(&r->g, pt->name, (DType)pt->dtype, pt->rank, pt->dims, (TensorClass)pt->cls);
-        if (id < 0) return false;
-        GTensor *gt = &r->g.tensors[id];
-        gt->init = (InitKind)pt->init;
-        gt->init_std = pt->init_std;
-        gt->param = pt->param;
-        gt->grad = pt->grad;
-        gt->master = pt->master;
-        gt->momentum = pt->momentum;
-        gt->variance = pt->variance;
-        gt->segment = pt->segment;
-    }
-    for (uint32_t k = 0; k < p->nops; k++) {
-        const PlanOp *po = &p->ops[k];
-        GOp o;
-        memset(&o, 0, sizeof o);
-        o.kind = (OpKind)po->kind;
-        o.prim = (PrimId)po->prim;
-        o.nin = po->nin;
-        o.nout = po->nout;
-        for (int i = 0; i < GRAPH_MAX_IN; i++) o.in[i] = i < po->nin ? po->in[i] : -1;
-        for (int i = 0; i < GRAPH_MAX_OUT; i++) o.out[i] = i < po->nout ? po->out[i] : -1;
-        memcpy(o.iattr, po->iattr, sizeof o.iattr);
-        memcpy(o.fattr, po->fattr, sizeof o.fattr);
-        o.segment = po->segment;
-        o.fwd = po->fwd;
-        o.nfin = po->nfin;
-        o.scope = po->scope ? po->scope : "";
-        o.span = SPAN_NONE;
-        /* graph_add_op would make it the producer of its outputs: harmless. */
-        if (graph_add_op(&r->g, &o) < 0) return false;
-    }
-    r->g.loss = p->loss;
-    r->g.ninputs = p->ninputs;
-    for (int i = 0; i < p->ninputs && i < 4; i++) r->g.inputs[i] = p->inputs[i];
-    return !r->ga.failed;
 }
 
 /* ---- memory ---- */
@@ -203,7 +156,7 @@ static int init_state(Rt *r, char *err, size_t n) {
 /* ---- kernels ---- */
 
 static HkTensor view(const Rt *r, int t, void *data) {
-    HkTensor h = hk_graph_tensor(&r->g, t, NULL);
+    HkTensor h = hk_plan_tensor(r->p, t, NULL);
     h.data = data;
     return h;
 }
@@ -243,14 +196,14 @@ static void *bump(Bump *b, size_t n) {
 
 /* Tile t of n of an op whose 2-D weight (linear w, matmul b, embedding
  * table) is cut by rows: the weight operand holds only those rows. */
-static int run_tiled(Rt *r, const GOp *o, const GOp *fo, void **tb, int tile, int ntiles, void *ws, int worker,
+static int run_tiled(Rt *r, const PlanOp *o, const PlanOp *fo, void **tb, int tile, int ntiles, void *ws, int worker,
                      char *err, size_t n) {
-    const Graph *g = &r->g;
+    const Plan *g = r->p;
     Bump sc = {r->scratch[worker], 0, r->scratch_bytes};
     bool bwd = o->kind == OP_BWD;
     int slot = fo->prim == PRIM_EMBEDDING ? 0 : 1;
     int wt = fo->in[slot];
-    const GTensor *W = &g->tensors[wt];
+    const PlanTensor *W = &g->tensors[wt];
     int64_t rows = W->dims[0] / ntiles, r0 = (int64_t)tile * rows, cols = W->dims[1];
     HkTensor w = view(r, wt, tb[wt]);
     w.dims[0] = rows;
@@ -286,7 +239,7 @@ static int run_tiled(Rt *r, const GOp *o, const GOp *fo, void **tb, int tile, in
     bool tb_flag = fo->prim == PRIM_MATMUL && fo->iattr[1];
     if (fo->prim == PRIM_MATMUL && fo->iattr[0]) return rt_fail(err, n, "tiled matmul with transpose_a is not supported");
     int x = fo->in[0], y = fo->out[0];
-    const GTensor *X = &g->tensors[x], *Y = &g->tensors[y];
+    const PlanTensor *X = &g->tensors[x], *Y = &g->tensors[y];
     int64_t xr = X->numel / X->dims[X->rank - 1], xc = X->dims[X->rank - 1];
     int64_t yr = Y->numel / Y->dims[Y->rank - 1], yc = Y->dims[Y->rank - 1];
     size_t xe = rt_dsz(X->dtype), ye = rt_dsz(Y->dtype);
@@ -354,7 +307,7 @@ static int run_tiled(Rt *r, const GOp *o, const GOp *fo, void **tb, int tile, in
 static int exec_kernel(Rt *r, const PlanInstr *in, int worker, char *err, size_t n) {
     const Plan *p = r->p;
     if (in->arg < 0 || (uint32_t)in->arg >= p->nops) return rt_fail(err, n, "kernel of op %d outside the plan", in->arg);
-    const GOp *o = &r->g.ops[in->arg];
+    const PlanOp *o = &r->p->ops[in->arg];
     void **tb = r->table[worker];
     uint32_t k = 0;
     for (int i = 0; i < o->nin; i++, k++)
@@ -365,26 +318,26 @@ static int exec_kernel(Rt *r, const PlanInstr *in, int worker, char *err, size_t
     if (o->kind == OP_LOSS_GRAD) {
         void *d = tb[o->out[0]];
         if (!d) return rt_fail(err, n, "loss_grad without its output");
-        rt_elem_set(d, r->g.tensors[o->out[0]].dtype, 0, (double)r->loss_grad * r->loss_scale);
+        rt_elem_set(d, r->p->tensors[o->out[0]].dtype, 0, (double)r->loss_grad * r->loss_scale);
         return 0;
     }
     int f = o->kind == OP_FWD ? in->arg : o->fwd;
-    if (f < 0 || f >= r->g.nops) return rt_fail(err, n, "op %d names no forward op", in->arg);
-    const GOp *fo = &r->g.ops[f];
+    if (f < 0 || (uint32_t)f >= r->p->nops) return rt_fail(err, n, "op %d names no forward op", in->arg);
+    const PlanOp *fo = &r->p->ops[f];
     if (in->ntiles > 1) {
         rc = run_tiled(r, o, fo, tb, in->tile, in->ntiles, r->ws[f], worker, err, n);
         if (rc) return rc;
     } else if (o->kind == OP_BWD) {
-        rc = hk_op_backward(&r->g, o, tb, r->ws[f], r->ws_bytes[f]);
+        rc = hk_op_backward(r->p, o, tb, r->ws[f], r->ws_bytes[f]);
     } else {
-        rc = hk_op_forward(&r->g, o, tb, r->ws[f], r->ws_bytes[f]);
+        rc = hk_op_forward(r->p, o, tb, r->ws[f], r->ws_bytes[f]);
     }
     if (rc) {
         return rt_fail(err, n, "%s %s (op %d%s%s): %s", op_kind_names[o->kind], prim_names[o->prim], in->arg,
                     o->scope && *o->scope ? " in " : "", o->scope ? o->scope : "", hk_strerror(rc));
     }
     if (o->kind == OP_FWD && o->out[0] == p->loss && tb[p->loss] && in->tile == in->ntiles - 1) {
-        r->loss_sum += rt_elem_get(tb[p->loss], r->g.tensors[p->loss].dtype, 0);
+        r->loss_sum += rt_elem_get(tb[p->loss], r->p->tensors[p->loss].dtype, 0);
         r->loss_n++;
     }
     return 0;
@@ -512,8 +465,8 @@ static int exec_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
     int gt = r->p->tensors[pt].grad;
     int gdt = gt >= 0 ? r->p->tensors[gt].dtype : pdt;
     double clip = t->grad_clip > 0 ? fmin(1.0, t->grad_clip / (r->grad_norm + 1e-6)) : 1.0;
-    TrainConfig tc = {.lr = t->lr, .warmup_steps = t->warmup_steps, .cosine = t->cosine, .min_lr = t->min_lr, .steps = t->steps};
-    AdamParams ap = {.lr = (float)ref_lr(&tc, r->step + 1), .beta1 = (float)t->beta1, .beta2 = (float)t->beta2,
+    AdamSchedule sch = {.lr = t->lr, .warmup_steps = t->warmup_steps, .cosine = t->cosine, .min_lr = t->min_lr, .steps = t->steps};
+    AdamParams ap = {.lr = (float)adam_lr(&sch, r->step + 1), .beta1 = (float)t->beta1, .beta2 = (float)t->beta2,
                      .eps = (float)t->eps, .weight_decay = (float)t->weight_decay, .isa = ADAM_ISA_AUTO, .threads = 0};
     /* Without an fp32 master (f32 training) the parameter is the master. */
     if (!mp && pdt != DT_F32) return rt_fail(err, n, "adam on '%s': a %s parameter needs an fp32 master", r->p->tensors[pt].name, dtype_name((DType)pdt));
@@ -611,11 +564,11 @@ static size_t instr_scratch(const Rt *r, const PlanInstr *in) {
     }
     case PI_KERNEL: {
         if (in->ntiles <= 1 || in->arg < 0 || (uint32_t)in->arg >= p->nops) return 0;
-        const GOp *o = &r->g.ops[in->arg];
-        const GOp *fo = o->kind == OP_FWD ? o : &r->g.ops[o->fwd];
+        const PlanOp *o = &r->p->ops[in->arg];
+        const PlanOp *fo = o->kind == OP_FWD ? o : &r->p->ops[o->fwd];
         size_t b = 256;
-        if (fo->in[0] >= 0) b += 2 * (size_t)r->g.tensors[fo->in[0]].numel * rt_dsz(r->g.tensors[fo->in[0]].dtype);
-        if (fo->out[0] >= 0) b += 2 * (size_t)r->g.tensors[fo->out[0]].numel * rt_dsz(r->g.tensors[fo->out[0]].dtype);
+        if (fo->in[0] >= 0) b += 2 * (size_t)r->p->tensors[fo->in[0]].numel * rt_dsz(r->p->tensors[fo->in[0]].dtype);
+        if (fo->out[0] >= 0) b += 2 * (size_t)r->p->tensors[fo->out[0]].numel * rt_dsz(r->p->tensors[fo->out[0]].dtype);
         return b;
     }
     default: return 0;
@@ -634,7 +587,6 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
     r->c = c;
     if (o) r->o = *o;
     r->loss_scale = p->train.dtype == DT_F16 ? (p->train.loss_scale > 0 ? p->train.loss_scale : 65536.0) : 1.0;
-    if (!rebuild_graph(r)) { rt_fail(err, n, "out of memory building the kernel graph"); goto bad; }
     if (r->o.backend == RT_BACKEND_CUDA && rtc_create(r, err, n)) goto bad;
     for (int k = 0; k < PLAN_NARENAS && !r->cu; k++) {
         if (k == ARENA_NVME) continue;
@@ -666,9 +618,9 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
     r->ws = calloc(p->nops ? p->nops : 1, sizeof *r->ws);
     r->ws_bytes = calloc(p->nops ? p->nops : 1, sizeof *r->ws_bytes);
     if (!r->ws || !r->ws_bytes) { rt_fail(err, n, "out of memory"); goto bad; }
-    for (int k = 0; k < r->g.nops && !r->cu; k++) { /* the GPU kernels keep no host state */
-        if (r->g.ops[k].kind != OP_FWD) continue;
-        size_t b = hk_op_workspace_bytes(&r->g, k);
+    for (uint32_t k = 0; k < r->p->nops && !r->cu; k++) { /* the GPU kernels keep no host state */
+        if (r->p->ops[k].kind != OP_FWD) continue;
+        size_t b = hk_op_workspace_bytes(r->p, (int)k);
         if (!b) continue;
         r->ws[k] = calloc(1, b);
         if (!r->ws[k]) { rt_fail(err, n, "out of memory for kernel workspace"); goto bad; }
@@ -708,7 +660,6 @@ void rt_destroy(Rt *r) {
         free(r->scratch[q]);
     }
     if (r->q.plan) qrun_free(&r->q);
-    arena_free(&r->ga);
     free(r);
 }
 
@@ -963,7 +914,7 @@ int rt_write_trace(const Rt *r, FILE *out) {
         const QrunTiming *t = &r->q.timing[i];
         if (t->end <= 0) continue;
         const char *what = in->op == PI_KERNEL && in->arg >= 0 && (uint32_t)in->arg < p->nops
-                               ? prim_names[r->g.ops[in->arg].prim]
+                               ? prim_names[r->p->ops[in->arg].prim]
                                : (in->arg >= 0 && (uint32_t)in->arg < p->ntensors ? p->tensors[in->arg].name : "");
         fprintf(out, "%s{\"name\":\"%s %s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"i\":%u}}",
                 first ? "" : ",\n", plan_opcode_names[in->op], what, plan_queue_names[in->queue < PLAN_NQUEUES ? in->queue : 0],

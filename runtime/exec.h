@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "comm.h"
-#include "graph.h"
+#include "vocab.h"
 #include "plan.h"
 #include "queues.h"
 

@@ -23,7 +23,7 @@
 #include "cuexec.h"
 #include "exec_impl.h"
 #include "gpucomm.h"
-#include "refexec.h"
+#include "adam.h"
 
 enum { LOSS_SLOTS = 4096 };
 
@@ -629,9 +629,9 @@ static void range_begin(Rt *r) {
 void rtc_step_begin(Rt *r) {
     RtCuda *cu = r->cu;
     const PlanTrain *t = &r->p->train;
-    TrainConfig tc = {.lr = t->lr, .warmup_steps = t->warmup_steps, .cosine = t->cosine, .min_lr = t->min_lr, .steps = t->steps};
+    AdamSchedule sch = {.lr = t->lr, .warmup_steps = t->warmup_steps, .cosine = t->cosine, .min_lr = t->min_lr, .steps = t->steps};
     double step = (double)(r->step + 1);
-    cu->rt.v[PLAN_RT_LR] = (float)ref_lr(&tc, r->step + 1);
+    cu->rt.v[PLAN_RT_LR] = (float)adam_lr(&sch, r->step + 1);
     cu->rt.v[PLAN_RT_BC1] = (float)(1.0 - pow(t->beta1, step));
     cu->rt.v[PLAN_RT_BC2] = (float)(1.0 - pow(t->beta2, step));
     cu->rt.v[PLAN_RT_INV_LOSS_SCALE] = (float)(1.0 / r->loss_scale);

@@ -6,7 +6,6 @@
 #ifndef ZINF_EXEC_IMPL_H
 #define ZINF_EXEC_IMPL_H
 #include "exec.h"
-#include "arena.h"
 #include "rtio.h"
 
 typedef struct RtCuda RtCuda;
@@ -15,8 +14,6 @@ struct Rt {
     const Plan *p;
     Comm *c;
     RtOptions o;
-    Arena ga;               /* the graph rebuilt from the plan, for the host kernels */
-    Graph g;
     uint8_t *arena[PLAN_NARENAS];
     uint64_t arena_bytes[PLAN_NARENAS];
     RtIo io;                /* the NVMe arena */
@@ -59,7 +56,7 @@ int rt_home_write(Rt *r, int buffer, uint64_t off, const void *src, uint64_t byt
 int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t errlen);
 
 /* runtime/exec_cuda.c */
-int rtc_create(Rt *r, char *err, size_t errlen);   /* after r->p, r->c, r->o and the graph are set */
+int rtc_create(Rt *r, char *err, size_t errlen);   /* after r->p, r->c and r->o are set */
 void rtc_destroy(Rt *r);
 /* Arena k of the CUDA backend: host arenas are page-locked, the GPU arena device memory. */
 int rtc_alloc_arenas(Rt *r, char *err, size_t errlen);

@@ -2,7 +2,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
-#include "ast.h"
+#include "vocab.h"
 
 int gpucomm_fail(const GpuComm *g, ncclResult_t rc, const char *call, const char *file, int line, char *err,
                  size_t n) {

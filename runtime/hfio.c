@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "graph.h"
+#include "vocab.h"
 
 int hf_fail(char *err, size_t n, const char *fmt, ...) {
     va_list ap;

@@ -1,6 +1,6 @@
 /* hostk: the host kernels, the numerical reference of the project.
  *
- * One forward and one backward kernel per primitive of compiler/prim.def
+ * One forward and one backward kernel per primitive of runtime/plan/prim.def
  * (semantics: docs/primitives.md; this module: docs/host-kernels.md), plus
  * the plain fp32 optimizer helpers of the reference executor.
  *
@@ -12,7 +12,7 @@
  *   cblas_sgemm; operands that are not f32 are converted into the workspace.
  * - Forward kernels OVERWRITE their outputs.
  * - Backward kernels ACCUMULATE (+=) into their gradient outputs, which the
- *   caller zeroes first (the graph's convention, OP_BWD in compiler/graph.h).
+ *   caller zeroes first (the plan's convention, OP_BWD in runtime/plan/vocab.h).
  *   A gradient argument that is NULL (or whose data is NULL) is not wanted
  *   and not computed.
  * - No kernel allocates. A kernel that needs scratch takes `ws`, of at least
@@ -26,17 +26,17 @@
  *   checks shapes, dtypes, attributes and indices before writing anything.
  *
  * Executors call the generic entries: hk_run_fwd / hk_run_bwd on HkTensors
- * with the op's attributes (GOp iattr/fattr conventions of graph.h), or
- * hk_op_forward / hk_op_backward directly on a Graph op and one buffer per
- * tensor.
+ * with the op's attributes (the iattr/fattr conventions of compiler/graph.h's
+ * GOp, which PlanOp carries), or hk_op_forward / hk_op_backward directly on
+ * a plan op and one buffer per tensor.
  */
 #ifndef ZINF_HOSTK_H
 #define ZINF_HOSTK_H
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "ast.h"
-#include "graph.h"
+#include "plan.h"
+#include "vocab.h"
 
 enum { HK_MAX_RANK = 6 };
 
@@ -112,7 +112,7 @@ int hk_silu_fwd(const HkTensor *x, HkTensor *y);
 int hk_silu_bwd(const HkTensor *x, const HkTensor *dy, HkTensor *dx);
 
 /* rope: x [B,T,H*hd], hd even, rotate-half; theta > 0; the frequencies
- * scaled as `scaling` (RopeScaling of graph.h) says. */
+ * scaled as `scaling` (RopeScaling of vocab.h) says. */
 typedef struct HkRope {
     int64_t heads;
     double theta;
@@ -120,7 +120,7 @@ typedef struct HkRope {
     double factor, low_freq_factor, high_freq_factor;
     double original_max;       /* llama3: the context length the model was trained at */
 } HkRope;
-/* From an op's attributes (GOp conventions; fattr[0] == 0: theta 10000). */
+/* From an op's attributes (PlanOp conventions; fattr[0] == 0: theta 10000). */
 HkRope hk_rope_attrs(const int64_t *iattr, const double *fattr);
 /* The rotation frequency of pair j of a head of hd, scaling applied. */
 double hk_rope_freq(const HkRope *r, int64_t j, int64_t hd);
@@ -152,7 +152,7 @@ int hk_arange_fwd(HkTensor *y, int64_t n);
 
 /* ---- Generic entries (what the executors call). ----
  * in[0, nin): the op's tensor inputs (data NULL or index >= nin: an absent
- * optional input); out[0, nout): its outputs. iattr/fattr as GOp (graph.h);
+ * optional input); out[0, nout): its outputs. iattr/fattr as PlanOp (plan.h);
  * fattr[0] == 0 means the default (eps 1e-5, theta 10000), iattr[1] == 0 for
  * attention means kv_heads = heads. Backward: dout[j] is the gradient of
  * out[j]; din[i] the gradient of in[i] (data NULL: not wanted). */
@@ -163,14 +163,14 @@ int hk_run_fwd(PrimId p, const HkTensor *in, int nin, HkTensor *out, int nout, c
 int hk_run_bwd(PrimId p, const HkTensor *in, int nin, const HkTensor *out, const HkTensor *dout, int nout,
                HkTensor *din, const int64_t *iattr, const double *fattr, void *ws, size_t ws_bytes);
 
-/* On a Graph: buf[t] is tensor t's storage. hk_op_workspace_bytes takes a
- * forward op's index; forward takes an OP_FWD or OP_RECOMPUTE op and
- * backward an OP_BWD op (operand layout in docs/autodiff.md), each with the
- * workspace of the forward op. */
-HkTensor hk_graph_tensor(const Graph *g, int t, void *const *buf);
-size_t hk_op_workspace_bytes(const Graph *g, int fwd_op);
-int hk_op_forward(const Graph *g, const GOp *o, void *const *buf, void *ws, size_t ws_bytes);
-int hk_op_backward(const Graph *g, const GOp *o, void *const *buf, void *ws, size_t ws_bytes);
+/* On a plan's ops and tensors: buf[t] is tensor t's storage.
+ * hk_op_workspace_bytes takes a forward op's index; forward takes an
+ * OP_FWD or OP_RECOMPUTE op and backward an OP_BWD op (operand layout in
+ * docs/autodiff.md), each with the workspace of the forward op. */
+HkTensor hk_plan_tensor(const Plan *p, int t, void *const *buf);
+size_t hk_op_workspace_bytes(const Plan *p, int fwd_op);
+int hk_op_forward(const Plan *p, const PlanOp *o, void *const *buf, void *ws, size_t ws_bytes);
+int hk_op_backward(const Plan *p, const PlanOp *o, void *const *buf, void *ws, size_t ws_bytes);
 
 /* ---- Optimizer-side helpers (plain fp32 reference). ---- */
 typedef struct HkAdam {

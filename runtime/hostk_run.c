@@ -1,4 +1,4 @@
-/* hostk_run: the generic entries (per primitive, per graph op) and the
+/* hostk_run: the generic entries (per primitive, per plan op) and the
  * optimizer-side helpers. */
 #include <math.h>
 #include <string.h>
@@ -133,27 +133,27 @@ int hk_run_bwd(PrimId p, const HkTensor *in, int nin, const HkTensor *out, const
     return rc;
 }
 
-/* ---- graph ops ---- */
+/* ---- plan ops ---- */
 
-HkTensor hk_graph_tensor(const Graph *g, int t, void *const *buf) {
+HkTensor hk_plan_tensor(const Plan *p, int t, void *const *buf) {
     HkTensor z;
     memset(&z, 0, sizeof z);
-    if (!g || t < 0 || t >= g->ntensors) return z;
-    const GTensor *gt = &g->tensors[t];
-    return hk_tensor(buf ? buf[t] : NULL, gt->dtype, gt->rank, gt->dims);
+    if (!p || t < 0 || (uint32_t)t >= p->ntensors) return z;
+    const PlanTensor *pt = &p->tensors[t];
+    return hk_tensor(buf ? buf[t] : NULL, (DType)pt->dtype, pt->rank, pt->dims);
 }
 
-static int collect(const Graph *g, const int *ids, int n, void *const *buf, HkTensor *dst) {
-    if (n < 0 || n > GRAPH_MAX_IN) return HK_ERR_ARG;
-    for (int i = 0; i < n; i++) dst[i] = hk_graph_tensor(g, ids[i], buf);
+static int collect(const Plan *p, const int32_t *ids, int n, void *const *buf, HkTensor *dst) {
+    if (n < 0 || n > PLAN_MAX_IN) return HK_ERR_ARG;
+    for (int i = 0; i < n; i++) dst[i] = hk_plan_tensor(p, ids[i], buf);
     return HK_OK;
 }
 
-size_t hk_op_workspace_bytes(const Graph *g, int k) {
-    if (!g || k < 0 || k >= g->nops) return 0;
-    const GOp *o = &g->ops[k];
-    HkTensor in[GRAPH_MAX_IN], out[GRAPH_MAX_OUT];
-    if (o->nout > GRAPH_MAX_OUT || collect(g, o->in, o->nin, NULL, in) || collect(g, o->out, o->nout, NULL, out))
+size_t hk_op_workspace_bytes(const Plan *p, int k) {
+    if (!p || k < 0 || (uint32_t)k >= p->nops) return 0;
+    const PlanOp *o = &p->ops[k];
+    HkTensor in[PLAN_MAX_IN], out[PLAN_MAX_OUT];
+    if (o->nout > PLAN_MAX_OUT || collect(p, o->in, o->nin, NULL, in) || collect(p, o->out, o->nout, NULL, out))
         return 0;
     /* shapes only: mark present tensors with a dummy non-NULL pointer */
     static char present;
@@ -161,28 +161,28 @@ size_t hk_op_workspace_bytes(const Graph *g, int k) {
         if (o->in[i] >= 0) in[i].data = &present;
     for (int i = 0; i < o->nout; i++)
         if (o->out[i] >= 0) out[i].data = &present;
-    return hk_workspace_bytes(o->prim, in, o->nin, out, o->nout, o->iattr);
+    return hk_workspace_bytes((PrimId)o->prim, in, o->nin, out, o->nout, o->iattr);
 }
 
-int hk_op_forward(const Graph *g, const GOp *o, void *const *buf, void *ws, size_t ws_bytes) {
-    if (!g || !o || !buf) return HK_ERR_ARG;
+int hk_op_forward(const Plan *p, const PlanOp *o, void *const *buf, void *ws, size_t ws_bytes) {
+    if (!p || !o || !buf) return HK_ERR_ARG;
     if (o->kind != OP_FWD && o->kind != OP_RECOMPUTE) return HK_ERR_PRIM;
-    HkTensor in[GRAPH_MAX_IN], out[GRAPH_MAX_OUT];
-    if (o->nout > GRAPH_MAX_OUT || collect(g, o->in, o->nin, buf, in) || collect(g, o->out, o->nout, buf, out))
+    HkTensor in[PLAN_MAX_IN], out[PLAN_MAX_OUT];
+    if (o->nout > PLAN_MAX_OUT || collect(p, o->in, o->nin, buf, in) || collect(p, o->out, o->nout, buf, out))
         return HK_ERR_ARG;
-    return hk_run_fwd(o->prim, in, o->nin, out, o->nout, o->iattr, o->fattr, ws, ws_bytes);
+    return hk_run_fwd((PrimId)o->prim, in, o->nin, out, o->nout, o->iattr, o->fattr, ws, ws_bytes);
 }
 
-int hk_op_backward(const Graph *g, const GOp *o, void *const *buf, void *ws, size_t ws_bytes) {
-    if (!g || !o || !buf) return HK_ERR_ARG;
+int hk_op_backward(const Plan *p, const PlanOp *o, void *const *buf, void *ws, size_t ws_bytes) {
+    if (!p || !o || !buf) return HK_ERR_ARG;
     if (o->kind != OP_BWD) return HK_ERR_PRIM;
     int nfin = o->nfin, nout = (o->nin - nfin) / 2;
-    if (nfin < 0 || nout < 1 || nfin + 2 * nout != o->nin || nfin > GRAPH_MAX_OUT || o->nout > GRAPH_MAX_OUT)
+    if (nfin < 0 || nout < 1 || nfin + 2 * nout != o->nin || nfin > PLAN_MAX_OUT || o->nout > PLAN_MAX_OUT)
         return HK_ERR_ARG;
-    HkTensor in[GRAPH_MAX_IN], din[GRAPH_MAX_OUT];
-    if (collect(g, o->in, o->nin, buf, in)) return HK_ERR_ARG;
-    for (int i = 0; i < nfin; i++) din[i] = hk_graph_tensor(g, i < o->nout ? o->out[i] : -1, buf);
-    return hk_run_bwd(o->prim, in, nfin, in + nfin, in + nfin + nout, nout, din, o->iattr, o->fattr, ws, ws_bytes);
+    HkTensor in[PLAN_MAX_IN], din[PLAN_MAX_OUT];
+    if (collect(p, o->in, o->nin, buf, in)) return HK_ERR_ARG;
+    for (int i = 0; i < nfin; i++) din[i] = hk_plan_tensor(p, i < o->nout ? o->out[i] : -1, buf);
+    return hk_run_bwd((PrimId)o->prim, in, nfin, in + nfin, in + nfin + nout, nout, din, o->iattr, o->fattr, ws, ws_bytes);
 }
 
 /* ---- optimizer-side helpers ---- */

@@ -33,7 +33,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "ast.h"
+#include "vocab.h"
 
 #define HK_EXP_REL 2e-7
 #define HK_GELU_REL 2e-6

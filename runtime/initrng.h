@@ -18,7 +18,7 @@
 #ifndef ZINF_INITRNG_H
 #define ZINF_INITRNG_H
 #include <stdint.h>
-#include "ast.h"
+#include "vocab.h"
 
 /* The SplitMix64 output function (Steele, Lea, Flood 2014; Vigna's constants). */
 uint64_t init_mix64(uint64_t x);

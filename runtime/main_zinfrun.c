@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include "ckpt.h"
 #include "cudrv.h"
-#include "diag.h"
+#include "nearest.h"
 #include "comm.h"
 #include "cost.h"
 #include "exec.h"
@@ -115,7 +115,7 @@ static int parse(int argc, char **argv, Opts *o) {
             if (*end || x < 0) { fprintf(stderr, "zinfrun: %s needs a non-negative integer, not '%s'\n", a, v); return 2; }
             if (!strcmp(a, "--steps")) o->steps = x; else o->ckpt_every = x;
         } else if (a[0] == '-') {
-            const char *near = diag_nearest(a, flags, (int)(sizeof flags / sizeof *flags));
+            const char *near = nearest_word(a, flags, (int)(sizeof flags / sizeof *flags));
             if (near) fprintf(stderr, "zinfrun: unknown option '%s'; did you mean '%s'?\n", a, near);
             else fprintf(stderr, "zinfrun: unknown option '%s' (see --help)\n", a);
             return 2;

@@ -10,10 +10,10 @@ ROOT=$(pwd)
 T=$(mktemp -d) || exit 1
 trap 'rm -rf "$T"' EXIT
 mkdir -p "$B/gpu" || exit 1
-cc -std=c11 -D_GNU_SOURCE -O1 -rdynamic -Ilang -Icompiler -Iruntime -I"$B/gen" \
+cc -std=c11 -D_GNU_SOURCE -O1 -rdynamic -Ilang -Icompiler -Iruntime -Iruntime/plan -I"$B/gen" \
   -DZINF_STDLIB_DIR="\"$ROOT/stdlib\"" -DZINF_EMU_HEADER="\"$ROOT/tests/gpu/emu.h\"" \
-  tests/gpu/check_tiles.c tests/gpu/emu.c tests/gpu/emu_wrap.c lang/arena.c lang/diag.c \
-  compiler/graph.c compiler/prim.c compiler/cuda_gen.c compiler/nvrtc.c -o "$B/gpu/check_tiles" -ldl -lm -lpthread \
+  tests/gpu/check_tiles.c tests/gpu/emu.c tests/gpu/emu_wrap.c runtime/plan/arena.c runtime/plan/vocab.c runtime/plan/nearest.c \
+  lang/diag.c compiler/graph.c compiler/prim.c compiler/cuda_gen*.c compiler/nvrtc.c -o "$B/gpu/check_tiles" -ldl -lm -lpthread \
   > "$T/build.log" 2>&1 || { cat "$T/build.log"; echo "gpu_tiles_emu: check_tiles did not build"; exit 1; }
 out=$(TMPDIR="$T" "$B/gpu/check_tiles" 2>&1)
 rc=$?

@@ -6,7 +6,7 @@
 #   libnccl.so.2        the fake NCCL, over MPI
 #   fakecuda_prep       builds a plan's emulated kernel units
 #   fakecuda_selftest   the checks of tests/e2e/fakecuda_self.sh
-# Needs BUILD/libzinf.a (make), cc, the CUDA headers (no GPU, no driver) and
+# Needs the BUILD/libzinf*.a libraries (make), cc, the CUDA headers (no GPU, no driver) and
 # Open MPI (pkg-config ompi-c). Quick when up to date (each output is
 # rebuilt only when an input is newer); outputs appear atomically, so
 # concurrent runs do not see half a file. Exit 0, or 1 with a message.
@@ -20,7 +20,9 @@ cd "$(dirname "$0")/../.." || exit 1
 ROOT=$(pwd)
 case "$B" in /*) ;; *) B="$ROOT/$B" ;; esac
 O="$B/fakecuda"
-[ -f "$B/libzinf.a" ] || { echo "fakecuda/build.sh: $B/libzinf.a is missing: run make first" >&2; exit 1; }
+# every layer's library, in link order (the Makefile's LIB)
+LIBZ="$B/libzinfref.a $B/libzinfcompiler.a $B/libzinflang.a $B/libzinfrt.a $B/libzinfplan.a"
+for l in $LIBZ; do [ -f "$l" ] || { echo "fakecuda/build.sh: $l is missing: run make first" >&2; exit 1; }; done
 mkdir -p "$O" || exit 1
 CC=${CC:-cc}
 CUDA=${CUDA_HOME:-/usr/local/cuda}
@@ -28,15 +30,15 @@ CUDA=${CUDA_HOME:-/usr/local/cuda}
     echo "fakecuda/build.sh: no cuda.h and nccl.h under $CUDA/include (set CUDA_HOME)" >&2; exit 1; }
 MPI_CFLAGS=$(pkg-config --cflags ompi-c 2>/dev/null) && MPI_LIBS=$(pkg-config --libs ompi-c 2>/dev/null) || {
     echo "fakecuda/build.sh: Open MPI not found (pkg-config ompi-c)" >&2; exit 1; }
-# the programs link libzinf.a, so they take its libraries (the Makefile's
+# the programs link zinf's libraries, so they take their libraries (the Makefile's
 # LDLIBS) and, for the sanitizer build, its instrumentation
 LIBS="$(pkg-config --libs ompi-c openblas liburing 2>/dev/null) -L$CUDA/lib64 -Wl,-rpath,$CUDA/lib64 -lnvrtc -ldl -lpthread -lm -fopenmp"
 SAN=""
-if nm -A "$B/libzinf.a" 2>/dev/null | grep -q __asan_init; then
+if nm -A "$B/libzinfrt.a" 2>/dev/null | grep -q __asan_init; then
     SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 fi
 F="-std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror"
-INC="-Ilang -Icompiler -Iruntime -I$B/gen -I$CUDA/include -Itests/gpu -Itests/fakecuda"
+INC="-Ilang -Icompiler -Iruntime -Iruntime/ref -Iruntime/plan -I$B/gen -I$CUDA/include -Itests/gpu -Itests/fakecuda"
 S=tests/fakecuda
 LOG="$O/build.log"
 : > "$LOG"
@@ -75,9 +77,9 @@ make_one "$O/libcuda.so.1" "$S/fake_cuda.c $S/fakecuda_elf.h tests/gpu/emu.c run
 nccl_cmd() { $CC $F -fPIC -shared -Wl,-soname,libnccl.so.2 $INC $MPI_CFLAGS "$S/fake_nccl.c" -o "$TMP" $MPI_LIBS -lpthread -ldl; }
 make_one "$O/libnccl.so.2" "$S/fake_nccl.c runtime/half.h" nccl_cmd
 # shellcheck disable=SC2086
-prep_cmd() { $CC $F $SAN $INC -DZINF_EMU_HEADER="\"$ROOT/tests/gpu/emu.h\"" "$S/fakecuda_prep.c" tests/gpu/emu_wrap.c "$B/libzinf.a" -o "$TMP" $LIBS $SAN; }
-make_one "$O/fakecuda_prep" "$S/fakecuda_prep.c $S/fakecuda_elf.h tests/gpu/emu_wrap.c tests/gpu/emu_wrap.h runtime/plan.h $B/libzinf.a" prep_cmd
+prep_cmd() { $CC $F $SAN $INC -DZINF_EMU_HEADER="\"$ROOT/tests/gpu/emu.h\"" "$S/fakecuda_prep.c" tests/gpu/emu_wrap.c $LIBZ -o "$TMP" $LIBS $SAN; }
+make_one "$O/fakecuda_prep" "$S/fakecuda_prep.c $S/fakecuda_elf.h tests/gpu/emu_wrap.c tests/gpu/emu_wrap.h runtime/plan/plan.h $LIBZ" prep_cmd
 # shellcheck disable=SC2086
-self_cmd() { $CC $F $SAN $INC $MPI_CFLAGS "$S/fakecuda_selftest.c" "$B/libzinf.a" -o "$TMP" $LIBS $SAN; }
-make_one "$O/fakecuda_selftest" "$S/fakecuda_selftest.c runtime/cudrv.h runtime/plan.h $B/libzinf.a" self_cmd
+self_cmd() { $CC $F $SAN $INC $MPI_CFLAGS "$S/fakecuda_selftest.c" $LIBZ -o "$TMP" $LIBS $SAN; }
+make_one "$O/fakecuda_selftest" "$S/fakecuda_selftest.c runtime/cudrv.h runtime/plan/plan.h $LIBZ" self_cmd
 exit 0

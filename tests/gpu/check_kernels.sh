@@ -40,8 +40,8 @@ fi
 omp="-fopenmp"
 printf 'int main(void){return 0;}\n' | $CC -x c - -fopenmp -o "$OUTD/omp_probe" >/dev/null 2>&1 || omp=""
 harness="tests/gpu/check_kernels.c tests/gpu/emu.c tests/gpu/emu_wrap.c $blas"
-lib="lang/arena.c lang/diag.c compiler/graph.c $(ls compiler/prim.c 2>/dev/null) compiler/autodiff.c compiler/cuda_gen.c compiler/nvrtc.c $(ls runtime/hostk*.c)"
-cflags="-std=c11 -D_GNU_SOURCE -O2 -g $omp -Wall -Wextra -Werror -Wno-unknown-pragmas -Ilang -Icompiler -Iruntime -I$BUILD/gen $blasinc"
+lib="runtime/plan/arena.c runtime/plan/vocab.c runtime/plan/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/autodiff.c $(ls compiler/cuda_gen*.c) compiler/nvrtc.c $(ls runtime/hostk*.c)"
+cflags="-std=c11 -D_GNU_SOURCE -O2 -g $omp -Wall -Wextra -Werror -Wno-unknown-pragmas -Ilang -Icompiler -Iruntime -Iruntime/plan -I$BUILD/gen $blasinc"
 ROOT=$(pwd)
 # shellcheck disable=SC2086
 ccall() { $CC $cflags -DZINF_STDLIB_DIR="\"$ROOT/stdlib\"" -DZINF_EMU_HEADER="\"$ROOT/tests/gpu/emu.h\"" "$@"; }
@@ -51,7 +51,7 @@ if [ "${ZINF_GPU_BUILD_ALL:-0}" = 1 ] || ! ccall -rdynamic $harness $lib -o "$OU
     # compiles here and let the linker take what the harness needs.
     echo "check_kernels.sh: direct build failed (see $OUTD/build.log); trying every library source"
     mkdir -p "$OUTD/obj" && rm -f "$OUTD/libzk.a" "$OUTD"/obj/*.o
-    for f in lang/*.c compiler/*.c runtime/*.c; do
+    for f in runtime/plan/*.c lang/*.c compiler/*.c runtime/*.c; do
         case "$f" in */main_*) continue ;; esac
         # shellcheck disable=SC2086
         ccall -c "$f" -o "$OUTD/obj/$(echo "$f" | tr / _).o" 2>>"$OUTD/build.log" || echo "  skipped $f"

@@ -23,6 +23,7 @@
 #include "half.h"
 #include "arena.h"
 #include "graph.h"
+#include "graph_plan.h"
 #include "hostk.h"
 
 /* ---- deterministic random numbers ---- */
@@ -688,16 +689,19 @@ START_TEST(test_graph_ops) {
     for (int i = 0; i < 15; i++) bx[i] = (float)rng_unif(), bdy[i] = (float)rng_unif();
     for (int i = 0; i < 5; i++) bg[i] = (float)rng_unif();
     void *buf[6] = {bx, bg, by, bdy, bdx, bdg};
-    size_t wsb = hk_op_workspace_bytes(&g, 0);
+    char msg[200];
+    Plan *pl = plan_new();
+    ck_assert(pl && graph_plan_tables(&g, pl, msg, sizeof msg));
+    size_t wsb = hk_op_workspace_bytes(pl, 0);
     /* mean and rstd of 3 rows, then the backward's dg, db partials (one chunk of rows: 2 x 5 doubles),
      * each block 64-byte aligned */
     ck_assert_uint_eq(wsb, 2 * 64 + 128);
     void *ws = malloc(wsb);
-    ck_assert_int_eq(hk_op_forward(&g, &g.ops[0], buf, ws, wsb), HK_OK);
-    ck_assert_int_eq(hk_op_backward(&g, &g.ops[1], buf, ws, wsb), HK_OK);
-    ck_assert_int_eq(hk_op_forward(&g, &g.ops[1], buf, ws, wsb), HK_ERR_PRIM);
-    ck_assert_int_eq(hk_op_backward(&g, &g.ops[0], buf, ws, wsb), HK_ERR_PRIM);
-    ck_assert_int_eq(hk_op_forward(&g, &g.ops[0], buf, ws, wsb - 1), HK_ERR_WORKSPACE);
+    ck_assert_int_eq(hk_op_forward(pl, &pl->ops[0], buf, ws, wsb), HK_OK);
+    ck_assert_int_eq(hk_op_backward(pl, &pl->ops[1], buf, ws, wsb), HK_OK);
+    ck_assert_int_eq(hk_op_forward(pl, &pl->ops[1], buf, ws, wsb), HK_ERR_PRIM);
+    ck_assert_int_eq(hk_op_backward(pl, &pl->ops[0], buf, ws, wsb), HK_ERR_PRIM);
+    ck_assert_int_eq(hk_op_forward(pl, &pl->ops[0], buf, ws, wsb - 1), HK_ERR_WORKSPACE);
 
     float ry[15], rdx[15] = {0}, rdg[5] = {0};
     HkTensor X = hk_tensor(bx, DT_F32, 2, dx), G = hk_tensor(bg, DT_F32, 1, dgm), Y = hk_tensor(ry, DT_F32, 2, dx);
@@ -713,6 +717,7 @@ START_TEST(test_graph_ops) {
     ck_assert(s > 0.1f); /* something was computed */
     free(ws);
     free(ws2);
+    plan_free(pl);
     arena_free(&ar);
 }
 END_TEST

@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "half.h"
+#include "adam.h"
 #include "hostk.h"
+#include "graph_plan.h"
 #include "initrng.h"
 
 static int fail(RefExec *r, const char *fmt, const char *a) {
@@ -47,13 +49,18 @@ int ref_init(RefExec *r, const Graph *g, uint64_t seed) {
     r->ws = calloc((size_t)(g->nops ? g->nops : 1), sizeof *r->ws);
     r->ws_bytes = calloc((size_t)(g->nops ? g->nops : 1), sizeof *r->ws_bytes);
     if (!r->buf || !r->ws || !r->ws_bytes) return fail(r, "out of memory%s", NULL);
+    /* The host kernels read a plan's tables: the graph's, copied once. */
+    char msg[200];
+    r->tables = plan_new();
+    if (!r->tables) return fail(r, "out of memory%s", NULL);
+    if (!graph_plan_tables(g, r->tables, msg, sizeof msg)) return fail(r, "%s", msg);
     for (int t = 0; t < g->ntensors; t++) {
         r->buf[t] = calloc(1, tensor_bytes(&g->tensors[t]));
         if (!r->buf[t]) return fail(r, "out of memory for tensor %s", g->tensors[t].name);
     }
     /* Workspace per forward op, big enough for its forward and backward. */
     for (int k = 0; k < g->nforward; k++) {
-        size_t b = hk_op_workspace_bytes(g, k);
+        size_t b = hk_op_workspace_bytes(r->tables, k);
         if (b) {
             r->ws[k] = calloc(1, b);
             if (!r->ws[k]) return fail(r, "out of memory for workspace of %s", prim_names[g->ops[k].prim]);
@@ -89,19 +96,13 @@ void ref_free(RefExec *r) {
     free(r->buf);
     free(r->ws);
     free(r->ws_bytes);
+    if (r->tables) plan_free(r->tables);
     memset(r, 0, sizeof *r);
 }
 
 double ref_lr(const TrainConfig *t, int64_t s) {
-    if (t->warmup_steps > 0 && s <= t->warmup_steps) return t->lr * (double)s / (double)t->warmup_steps;
-    if (t->cosine) {
-        double span = (double)(t->steps - t->warmup_steps);
-        if (span < 1) span = 1;
-        double p = (double)(s - t->warmup_steps) / span;
-        if (p > 1) p = 1;
-        return t->min_lr + (t->lr - t->min_lr) * (1 + cos(M_PI * p)) / 2;
-    }
-    return t->lr;
+    AdamSchedule sch = {.lr = t->lr, .warmup_steps = t->warmup_steps, .cosine = t->cosine, .min_lr = t->min_lr, .steps = t->steps};
+    return adam_lr(&sch, s);
 }
 
 static int run_ops(RefExec *r, int begin, int end, float grad_scale) {
@@ -113,11 +114,11 @@ static int run_ops(RefExec *r, int begin, int end, float grad_scale) {
         case OP_FWD:
         case OP_RECOMPUTE: {
             int f = o->kind == OP_FWD ? k : o->fwd;
-            rc = hk_op_forward(g, o, r->buf, r->ws[f], r->ws_bytes[f]);
+            rc = hk_op_forward(r->tables, &r->tables->ops[k], r->buf, r->ws[f], r->ws_bytes[f]);
             break;
         }
         case OP_BWD:
-            rc = hk_op_backward(g, o, r->buf, r->ws[o->fwd], r->ws_bytes[o->fwd]);
+            rc = hk_op_backward(r->tables, &r->tables->ops[k], r->buf, r->ws[o->fwd], r->ws_bytes[o->fwd]);
             break;
         case OP_ZERO_GRAD:
             memset(r->buf[o->out[0]], 0, tensor_bytes(&g->tensors[o->out[0]]));
@@ -166,7 +167,7 @@ int ref_optimizer_step(RefExec *r) {
     for (int t = 0; t < g->ntensors; t++) {
         const GTensor *p = &g->tensors[t];
         if (p->cls != TC_PARAM || p->grad < 0) continue;
-        HkTensor gt = hk_graph_tensor(g, p->grad, r->buf);
+        HkTensor gt = hk_plan_tensor(r->tables, p->grad, r->buf);
         ss += hk_sum_squares(&gt);
     }
     ss /= r->loss_scale * r->loss_scale;
@@ -192,7 +193,7 @@ int ref_optimizer_step(RefExec *r) {
         for (int t = 0; t < g->ntensors; t++) {
             const GTensor *p = &g->tensors[t];
             if (p->cls != TC_PARAM || p->grad < 0) continue;
-            HkTensor pt = hk_graph_tensor(g, t, r->buf), gt = hk_graph_tensor(g, p->grad, r->buf);
+            HkTensor pt = hk_plan_tensor(r->tables, t, r->buf), gt = hk_plan_tensor(r->tables, p->grad, r->buf);
             int rc = hk_adamw(&pt, &gt, p->master >= 0 ? r->buf[p->master] : NULL, r->buf[p->momentum],
                               r->buf[p->variance], &ad);
             if (rc) {

@@ -22,9 +22,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "graph.h"
+#include "plan.h"
 
 typedef struct RefExec {
     const Graph *g;
+    Plan *tables;      /* the graph's tensors and ops as a plan holds them (the host kernels' input) */
     void **buf;        /* per tensor: its storage (dtype-sized elements) */
     void **ws;         /* per forward op: workspace shared by fwd, recompute, bwd */
     size_t *ws_bytes;

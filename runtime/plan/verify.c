@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "graph.h" /* TensorClass codes stored in PlanTensor.cls */
+#include "vocab.h"
 
 enum { MAX_PROBLEMS = 20 };
 

@@ -2,7 +2,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include "graph.h" /* names of op kinds, primitives and tensor classes */
+#include "vocab.h"
 
 static const char *instr_what(const Plan *p, const PlanInstr *s, char *buf, size_t n) {
     if (s->op == PI_KERNEL && s->arg >= 0 && (uint32_t)s->arg < p->nops) {

@@ -1,0 +1,37 @@
+/* vocab: the names of the codes of vocab.h. */
+#include "vocab.h"
+
+const char *const prim_names[PRIM_COUNT] = {
+#define PRIM(id, name, nin_min, nin_max, nout) name,
+#include "prim.def"
+#undef PRIM
+};
+
+const char *const tensor_class_names[TC_COUNT] = {
+    "input", "param", "grad", "master", "momentum", "variance",
+    "activation", "checkpoint", "workspace", "const",
+};
+
+const char *const op_kind_names[OP_KIND_COUNT] = {
+    "fwd", "bwd", "recompute", "zero_grad", "loss_grad", "grad_norm", "adam",
+};
+
+const char *dtype_name(DType t) {
+    switch (t) {
+    case DT_F32: return "f32";
+    case DT_BF16: return "bf16";
+    case DT_F16: return "f16";
+    case DT_I32: return "i32";
+    default: return "any";
+    }
+}
+
+int dtype_size(DType t) {
+    switch (t) {
+    case DT_F32:
+    case DT_I32: return 4;
+    case DT_BF16:
+    case DT_F16: return 2;
+    default: return 0;
+    }
+}

@@ -1,0 +1,65 @@
+/* vocab: the names a plan's numbers stand for, which the compiler writes
+ * and the runtime reads: element types, parameter initialisers, tensor
+ * classes, op kinds, primitives (runtime/plan/prim.def) and rope's
+ * frequency scalings. A PlanTensor's dtype/cls/init and a PlanOp's
+ * kind/prim are these codes; changing one is a plan format change. */
+#ifndef ZINF_VOCAB_H
+#define ZINF_VOCAB_H
+
+typedef enum DType { DT_NONE = 0, DT_F32, DT_BF16, DT_F16, DT_I32 } DType;
+/* "f32", "bf16", "f16", "i32"; "any" for DT_NONE. */
+const char *dtype_name(DType t);
+/* Bytes per element; 0 for DT_NONE. */
+int dtype_size(DType t);
+
+typedef enum InitKind { INIT_NONE, INIT_NORMAL, INIT_ZEROS, INIT_ONES, INIT_UNIFORM } InitKind;
+
+typedef enum PrimId {
+#define PRIM(id, name, nin_min, nin_max, nout) PRIM_##id,
+#include "prim.def"
+#undef PRIM
+    PRIM_COUNT
+} PrimId;
+extern const char *const prim_names[PRIM_COUNT];
+
+/* What kind of state a tensor is: the memory model counts bytes per class
+ * and the planner places each class. */
+typedef enum TensorClass {
+    TC_INPUT,      /* model inputs (tokens, targets) */
+    TC_PARAM,      /* trainable parameter, in the training dtype */
+    TC_GRAD,       /* gradient of a parameter */
+    TC_MASTER,     /* fp32 master copy of a parameter (mixed precision) */
+    TC_MOMENTUM,   /* Adam first moment, fp32 */
+    TC_VARIANCE,   /* Adam second moment, fp32 */
+    TC_ACT,        /* activation, live inside a layer only */
+    TC_CKPT,       /* activation checkpoint: kept from forward to backward */
+    TC_WORKSPACE,  /* scratch of an op (attention statistics, ...) */
+    TC_CONST,      /* computed from nothing but attributes (arange) */
+    TC_COUNT
+} TensorClass;
+extern const char *const tensor_class_names[TC_COUNT];
+
+/* What an op does. Forward, backward and recompute ops run a primitive
+ * (prim); the rest are the training step's bookkeeping, added by autodiff. */
+typedef enum OpKind {
+    OP_FWD,        /* forward of prim */
+    OP_BWD,        /* backward of prim: in[] = the forward op's inputs, then its
+                    * outputs, then the outputs' gradients (layout per prim in
+                    * docs/autodiff.md); out[i] = gradient of forward input i or -1.
+                    * Gradients are ACCUMULATED (+=) into zeroed buffers. */
+    OP_RECOMPUTE,  /* forward of prim re-run inside backward (activation checkpointing) */
+    OP_ZERO_GRAD,  /* out[0] := 0 (a gradient buffer, before backward) */
+    OP_LOSS_GRAD,  /* out[0] (gradient of the loss, a scalar) := loss scale */
+    OP_GRAD_NORM,  /* global L2 norm of every parameter gradient -> out[0] (f32 scalar) */
+    OP_ADAM,       /* in: param, grad, master, momentum, variance, grad_norm (or -1);
+                    * updates master/momentum/variance in place and writes param */
+    OP_KIND_COUNT
+} OpKind;
+extern const char *const op_kind_names[OP_KIND_COUNT];
+
+/* rope's frequency scaling (docs/primitives.md): none; linear (every
+ * frequency divided by factor); llama3 (low frequencies divided by factor,
+ * high ones kept, a smooth blend between). */
+typedef enum RopeScaling { ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3 } RopeScaling;
+
+#endif
