@@ -1,0 +1,233 @@
+/* planner_build: one whole build of the schedule for one placement (step 4
+ * of compiler/planner.h): the instruction, operand and buffer tables with
+ * their hazard dependencies, the steps and the fetches each needs, then the
+ * allocation of every arena (planner_alloc.c). */
+#include "planner_impl.h"
+#include <stdlib.h>
+#include <string.h>
+
+bool pl_grow(void **p, int *cap, int need, size_t elem) {
+    if (need <= *cap) return true;
+    int nc = *cap ? *cap * 2 : 256;
+    while (nc < need) nc *= 2;
+    void *np = realloc(*p, (size_t)nc * elem);
+    if (!np) return false;
+    *p = np;
+    *cap = nc;
+    return true;
+}
+
+const uint64_t pl_arena_align[PLAN_NARENAS] = {GPU_ALIGN, IO_ALIGN, IO_ALIGN, IO_ALIGN};
+
+int pl_newbuf(B *b, int arena, uint64_t bytes, int tensor, const char *name, bool persistent) {
+    if (!pl_grow((void **)&b->bufs, &b->cbufs, b->nbufs + 1, sizeof(Buf))) {
+        b->oom = true;
+        return -1;
+    }
+    Buf *x = &b->bufs[b->nbufs];
+    memset(x, 0, sizeof *x);
+    if (arena != ARENA_GPU) bytes = (bytes + IO_ALIGN - 1) / IO_ALIGN * IO_ALIGN;
+    x->b = (PlanBuffer){name, (uint8_t)arena, persistent ? PLAN_BUF_PERSISTENT : 0, tensor, 0, bytes};
+    x->first = x->last = -1;
+    x->writer = -1;
+    for (int q = 0; q < PLAN_NQUEUES; q++) x->lastq[q] = x->readq[q] = -1;
+    return b->nbufs++;
+}
+
+void pl_dep_on(B *b, int i, int j) {
+    if (j < 0 || j >= i) return;
+    int q = b->ins[j].s.queue;
+    if (q == b->ins[i].s.queue) return; /* queue order already */
+    if (b->ins[i].depq[q] < j) b->ins[i].depq[q] = j;
+}
+
+int pl_ins(B *b, int op, int queue, int arg, int tile, int ntiles, double flops) {
+    if (!pl_grow((void **)&b->ins, &b->cins, b->nins + 1, sizeof(Ins))) {
+        b->oom = true;
+        return -1;
+    }
+    Ins *x = &b->ins[b->nins];
+    memset(x, 0, sizeof *x);
+    x->s.op = (uint8_t)op;
+    x->s.queue = (uint8_t)(queue == Q_ANY ? Q_COMPUTE : queue);
+    x->s.arg = arg;
+    x->s.tile = tile;
+    x->s.ntiles = ntiles;
+    x->s.opnd = (uint32_t)b->nopnds;
+    x->s.flops = flops;
+    for (int q = 0; q < PLAN_NQUEUES; q++) x->depq[q] = -1;
+    return b->nins++;
+}
+
+/* Adds an operand to instruction i (the latest) and the dependencies its
+ * access needs: read after write, write after read and write. */
+void pl_opnd(B *b, int i, int buf, int mode, uint64_t off, uint64_t bytes) {
+    if (i < 0 || b->oom) return;
+    if (!pl_grow((void **)&b->opnds, &b->copnds, b->nopnds + 1, sizeof(PlanOperand))) {
+        b->oom = true;
+        return;
+    }
+    b->opnds[b->nopnds++] = (PlanOperand){buf, (uint8_t)mode, off, bytes};
+    b->ins[i].s.nopnd++;
+    int op = b->ins[i].s.op;
+    if (op == PI_NVME_READ || op == PI_NVME_WRITE || op == PI_H2D || op == PI_D2H || op == PI_INPUT) {
+        if (bytes > b->ins[i].s.bytes) b->ins[i].s.bytes = bytes; /* a copy moves its bytes once */
+    } else {
+        b->ins[i].s.bytes += bytes * (mode == PLAN_M ? 2 : 1);   /* memory touched */
+    }
+    if (buf < 0) return;
+    Buf *x = &b->bufs[buf];
+    int q = b->ins[i].s.queue;
+    if (x->first < 0) x->first = i;
+    x->last = i;
+    x->lastq[q] = i;
+    pl_dep_on(b, i, x->writer);
+    if (mode & PLAN_W) {
+        for (int k = 0; k < PLAN_NQUEUES; k++) pl_dep_on(b, i, x->readq[k]);
+        x->writer = i;
+        for (int k = 0; k < PLAN_NQUEUES; k++) x->readq[k] = -1;
+    } else {
+        x->readq[q] = i;
+    }
+}
+
+
+int pl_tiled_param_of(const B *b, const GOp *op) {
+    int nfin = op->kind == OP_BWD ? op->nfin : op->nin;
+    for (int k = 0; k < nfin; k++) {
+        int x = op->in[k];
+        if (x >= 0 && b->g->tensors[x].cls == TC_PARAM && b->ntiles[x] > 1 && pl_tileable_use(op, k)) return x;
+    }
+    return -1;
+}
+
+static bool build_steps(B *b, Arena *a, int bwd_end) {
+    const Graph *g = b->g;
+    int cap = 0;
+    for (int i = 0; i < bwd_end; i++) {
+        int tp = pl_is_kernel_op(g->ops[i].kind) ? pl_tiled_param_of(b, &g->ops[i]) : -1;
+        cap += tp >= 0 ? b->ntiles[tp] : 1;
+    }
+    b->steps = ARENA_NEWN(a, Step, cap + 1);
+    bool *reloaded = ARENA_NEWN(a, bool, g->ntensors + 1);
+    int *last_req = ARENA_NEWN(a, int, g->ntensors + 1);
+    int rcap = 0;
+    for (int i = 0; i < bwd_end; i++) {
+        int tp = pl_is_kernel_op(g->ops[i].kind) ? pl_tiled_param_of(b, &g->ops[i]) : -1;
+        rcap += g->ops[i].nin * (tp >= 0 ? b->ntiles[tp] : 1);
+    }
+    free(b->reqs);
+    b->reqs = malloc(sizeof(Req) * (size_t)(rcap + 1));
+    if (!b->steps || !reloaded || !b->reqs || !last_req) return false;
+    for (int i = 0; i < g->ntensors; i++) last_req[i] = -1;
+    b->nsteps = b->nreqs = 0;
+    for (int i = 0; i < bwd_end; i++) {
+        const GOp *op = &g->ops[i];
+        int tp = pl_is_kernel_op(op->kind) ? pl_tiled_param_of(b, op) : -1;
+        int n = tp >= 0 ? b->ntiles[tp] : 1;
+        for (int t = 0; t < n; t++) {
+            Step *s = &b->steps[b->nsteps];
+            *s = (Step){i, t, n, b->nreqs, 0};
+            if (pl_is_kernel_op(op->kind)) {
+                int nfin = op->kind == OP_BWD ? op->nfin : op->nin;
+                for (int k = 0; k < op->nin; k++) {
+                    int x = op->in[k];
+                    if (x < 0) continue;
+                    const GTensor *xt = &g->tensors[x];
+                    if (xt->cls == TC_PARAM) {
+                        bool dup = false;
+                        for (int r = s->req0; r < b->nreqs; r++) dup |= b->reqs[r].tensor == x && !b->reqs[r].ckpt;
+                        if (dup) continue;
+                        if (x == tp && k < nfin && pl_tileable_use(op, k)) b->reqs[b->nreqs++] = (Req){b->nsteps, x, t, false, -1, -1, 0};
+                        else if (t == 0) {
+                            int alias = -1, prev = last_req[x];
+                            /* the weights a recompute gathered serve the backward of the same layer */
+                            if (b->pl.reuse && prev >= 0 && b->ntiles[x] == 1 && op->kind == OP_BWD) {
+                                const GOp *po = &g->ops[b->steps[b->reqs[prev].step].op];
+                                if (po->kind == OP_RECOMPUTE && po->segment == op->segment) alias = prev;
+                            }
+                            last_req[x] = b->nreqs;
+                            b->reqs[b->nreqs++] = (Req){b->nsteps, x, b->ntiles[x] > 1 ? -1 : 0, false, alias, -1, 0};
+                        }
+                    } else if (xt->cls == TC_CKPT && b->pl.tier[PC_CHECKPOINTS] != TIER_GPU && i >= g->nforward && !reloaded[x]) {
+                        reloaded[x] = true;
+                        b->reqs[b->nreqs++] = (Req){b->nsteps, x, 0, true, -1, -1, 0};
+                    }
+                }
+            }
+            s->nreq = b->nreqs - s->req0;
+            b->nsteps++;
+        }
+    }
+    return true;
+}
+
+
+static void reset(B *b) {
+    b->nbufs = b->nins = b->nopnds = 0;
+    b->oom = b->internal = false;
+    b->why[0] = 0;
+}
+
+bool pl_build(B *b, Arena *a) {
+    const Graph *g = b->g;
+    reset(b);
+    int nt = g->ntensors;
+    int bwd_end = g->nbackward_end > g->nforward ? g->nbackward_end : g->nforward;
+    if (!b->home) {
+        b->home = ARENA_NEWN(a, int, nt + 1);
+        b->cur = ARENA_NEWN(a, int, nt + 1);
+        b->ckpt_cpu = ARENA_NEWN(a, int, nt + 1);
+        b->gflushed = ARENA_NEWN(a, uint64_t, nt + 1);
+        b->grad_rmw = ARENA_NEWN(a, bool, nt + 1);
+        if (!b->home || !b->cur || !b->ckpt_cpu || !b->gflushed || !b->grad_rmw) return false;
+    }
+    if (!build_steps(b, a, bwd_end)) return false;
+    static const uint8_t arena_of_tier[PLAN_NTIERS] = {ARENA_GPU, ARENA_CPU, ARENA_NVME};
+    for (int i = 0; i < nt; i++) {
+        b->home[i] = b->cur[i] = b->ckpt_cpu[i] = -1;
+        b->gflushed[i] = 0;
+        b->grad_rmw[i] = false;
+        const GTensor *t = &g->tensors[i];
+        int cls = -1;
+        if (t->cls == TC_PARAM) cls = PC_PARAMS;
+        else if (t->cls == TC_GRAD && t->param >= 0) cls = PC_GRADS;
+        else if ((t->cls == TC_MASTER || t->cls == TC_MOMENTUM || t->cls == TC_VARIANCE) && t->param >= 0) cls = PC_OPTIMIZER;
+        if (cls < 0) continue;
+        b->home[i] = pl_newbuf(b, arena_of_tier[b->pl.tier[cls]], pl_shard_bytes(b, i), i, pl_tname(b, i), true);
+    }
+    /* the step: inputs, forward, backward with fetches hoisted, optimizer */
+    for (int k = 0; k < g->ninputs; k++) {
+        int x = g->inputs[k];
+        if (x < 0) continue;
+        uint64_t bytes = (uint64_t)g->tensors[x].numel * (uint64_t)pl_dsz(b, x);
+        int buf = pl_newbuf(b, ARENA_GPU, bytes, x, pl_tname(b, x), false);
+        int i = pl_ins(b, PI_INPUT, Q_H2D, k, 0, 1, 0);
+        pl_opnd(b, i, buf, PLAN_W, 0, bytes);
+        b->cur[x] = buf;
+    }
+    int f = 0, k = b->pl.prefetch;
+    for (int s = 0; s < b->nsteps && !b->oom && !b->internal; s++) {
+        const Step *st = &b->steps[s];
+        int upto = st->req0 + st->nreq + k;
+        while (f < b->nreqs && (f < st->req0 + st->nreq || f < upto)) {
+            /* a checkpoint can only come back once it has been saved */
+            /* and comes back only once the backward has begun */
+            if (b->reqs[f].ckpt && b->reqs[f].step > s && (b->ckpt_cpu[b->reqs[f].tensor] < 0 || st->op < g->nforward)) break;
+            pl_emit_fetch(b, &b->reqs[f++]);
+        }
+        pl_emit_step(b, st);
+    }
+    b->opt_begin = (uint32_t)b->nins;
+    pl_emit_optimizer(b, bwd_end);
+    int e = pl_ins(b, PI_STEP_END, Q_COMPUTE, 0, 0, 1, 0);
+    if (e >= 0) {
+        int lastq[PLAN_NQUEUES];
+        for (int q = 0; q < PLAN_NQUEUES; q++) lastq[q] = -1;
+        for (int i = 0; i < e; i++) lastq[b->ins[i].s.queue] = i;
+        for (int q = 0; q < PLAN_NQUEUES; q++) pl_dep_on(b, e, lastq[q]);
+    }
+    if (b->oom || b->internal) return false;
+    return pl_allocate(b);
+}
+

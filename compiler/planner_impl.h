@@ -1,0 +1,137 @@
+/* planner_impl: what the planner's files share (private to
+ * compiler/planner*.c): the builder state B of one placement's build, its
+ * buffers, instructions, steps and fetches, and the functions each stage
+ * offers the others. Symbols shared between the files carry the prefix pl_.
+ *
+ * The pipeline (planner.c drives it): pl_partition once (planner_partition.c);
+ * then for every candidate placement pl_build (planner_build.c, emitting
+ * through planner_step.c and planner_optim.c, allocating through
+ * planner_alloc.c), pl_fits, and pl_emit_plan (planner_plan.c) to cost it. */
+#ifndef ZINF_PLANNER_IMPL_H
+#define ZINF_PLANNER_IMPL_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "planner.h"
+
+enum { IO_ALIGN = 4096, GPU_ALIGN = 256, TILE_FRACTION = 16 };
+
+typedef struct Buf {
+    PlanBuffer b;
+    int32_t first, last;           /* program-order lifetime */
+    int32_t lastq[PLAN_NQUEUES];   /* last use on each queue */
+    int32_t writer;                /* hazard tracking */
+    int32_t readq[PLAN_NQUEUES];
+} Buf;
+
+typedef struct Ins {
+    PlanInstr s;
+    int32_t depq[PLAN_NQUEUES];    /* the latest instruction waited for on each queue */
+} Ins;
+
+typedef struct Req {               /* a fetch a step needs */
+    int step, tensor, tile;        /* tile -1: every tile into one buffer */
+    bool ckpt;                     /* a checkpoint reload rather than a parameter */
+    int alias;                     /* >= 0: reuse that earlier fetch's buffer (recompute -> backward) */
+    int buf;
+    uint64_t off;
+} Req;
+
+typedef struct Step {
+    int op, tile, ntiles;
+    int req0, nreq;
+} Step;
+
+typedef struct Place {
+    int tier[PC_COUNT];
+    int prefetch;
+    bool reuse;                    /* keep weights gathered for a recompute until their backward */
+} Place;
+
+typedef struct B {
+    const Graph *g;
+    const Target *t;
+    const PlannerOptions *o;
+    DiagSink *d;
+    int R;
+    Place pl;
+    /* partition (per tensor, computed once) */
+    int *ntiles;
+    bool *part;
+    int64_t *tile_shard;
+    bool *tile_pinned;
+    /* per build */
+    int *home;                     /* state tensor -> home buffer */
+    int *cur;                      /* tensor -> current GPU buffer version */
+    int *ckpt_cpu;
+    uint64_t *gflushed;            /* grad tensor -> tiles already flushed this micro-batch (NVMe grads) */
+    bool *grad_rmw;                /* grad tensor -> accumulated on NVMe (zeroed after its Adam) */
+    Buf *bufs;
+    int nbufs, cbufs;
+    Ins *ins;
+    int nins, cins;
+    PlanOperand *opnds;
+    int nopnds, copnds;
+    Step *steps;
+    int nsteps;
+    Req *reqs;
+    int nreqs;
+    uint32_t opt_begin;
+    uint64_t cap[PLAN_NARENAS];
+    uint64_t size[PLAN_NARENAS];
+    bool oom, internal;
+    char why[256];
+} B;
+
+/* every arena's alignment, by PlanArena index */
+extern const uint64_t pl_arena_align[PLAN_NARENAS];
+
+static inline int pl_dsz(const B *b, int t) {
+    int n = plan_dtype_size(b->g->tensors[t].dtype);
+    return n ? n : 4;
+}
+
+static inline const char *pl_tname(const B *b, int t) { return b->g->tensors[t].name ? b->g->tensors[t].name : "?"; }
+
+/* per-rank bytes of a state tensor's home */
+static inline uint64_t pl_shard_bytes(const B *b, int t) {
+    return (uint64_t)b->ntiles[t] * (uint64_t)b->tile_shard[t] * (uint64_t)pl_dsz(b, t);
+}
+
+static inline bool pl_is_kernel_op(OpKind k) { return k == OP_FWD || k == OP_BWD || k == OP_RECOMPUTE || k == OP_LOSS_GRAD; }
+
+/* planner_options.c: does a tiles pin's pattern name this parameter */
+bool pl_pin_matches(const char *pat, const char *name);
+
+/* planner_partition.c: steps 1 and 2, once per planner_run */
+bool pl_tileable_use(const GOp *op, int slot);
+uint64_t pl_gpu_capacity(const Target *t);
+uint64_t pl_cpu_capacity(const Target *t);
+bool pl_partition(B *b, Arena *a);
+
+/* planner_build.c: the tables, and one whole build for b->pl; false with
+ * b->oom or b->internal (and b->why) set when it could not be built */
+bool pl_grow(void **p, int *cap, int need, size_t elem);
+int pl_newbuf(B *b, int arena, uint64_t bytes, int tensor, const char *name, bool persistent);
+void pl_dep_on(B *b, int i, int j);
+int pl_ins(B *b, int op, int queue, int arg, int tile, int ntiles, double flops);
+void pl_opnd(B *b, int i, int buf, int mode, uint64_t off, uint64_t bytes);
+int pl_tiled_param_of(const B *b, const GOp *op);
+bool pl_build(B *b, Arena *a);
+
+/* planner_step.c: a fetch, and a step of the forward or backward */
+void pl_emit_fetch(B *b, Req *r);
+void pl_emit_step(B *b, const Step *s);
+
+/* planner_optim.c: the ops from bwd_end on (gradient norm, Adam, zeroing) */
+void pl_emit_optimizer(B *b, int bwd_end);
+
+/* planner_alloc.c: step 5, and whether its arenas fit the target (the
+ * first that does not, in why) */
+bool pl_allocate(B *b);
+bool pl_fits(const B *b, char *why, size_t n);
+
+/* planner_plan.c: the Plan of the build (NULL when out of memory) */
+Plan *pl_emit_plan(B *b);
+
+#endif

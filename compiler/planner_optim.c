@@ -1,0 +1,219 @@
+/* planner_optim: the instructions of the optimizer phase (gradient norm,
+ * Adam in sub-groups with its state staged through pinned memory, zeroing
+ * of gradients). */
+#include "planner_impl.h"
+#include <string.h>
+
+/* The optimizer works on sub-groups: at most ADAM_CHUNK elements of one
+ * parameter's shard at a time, so its staging stays bounded however large
+ * the shard (a multiple of 2048 elements, so NVMe ranges stay aligned). */
+enum { ADAM_CHUNK = 1 << 25 };
+
+typedef struct AdamViews {
+    int op;                     /* the graph's OP_ADAM */
+    int64_t e0, ne;             /* the sub-group: elements [e0, e0+ne) of the shard */
+    int state[3], sview[3];     /* master (or -1), momentum, variance; their views */
+    uint64_t soff[3];           /* offset of the sub-group in each view */
+    int pview;
+    uint64_t poff;
+    bool pread;
+    int gview;                  /* the gradient's sub-group (NVMe grads: staged) */
+    uint64_t goff;
+} AdamViews;
+
+static uint64_t ebytes(const B *b, int t, int64_t ne) { return (uint64_t)ne * (uint64_t)pl_dsz(b, t); }
+
+static void adam_load(B *b, AdamViews *v) {
+    const Graph *g = b->g;
+    const GOp *op = &g->ops[v->op];
+    int p = op->in[0];
+    int O = b->pl.tier[PC_OPTIMIZER], P = b->pl.tier[PC_PARAMS];
+    v->state[0] = op->in[2];
+    v->state[1] = op->in[3];
+    v->state[2] = op->in[4];
+    for (int k = 0; k < 3; k++) {
+        int st = v->state[k];
+        v->sview[k] = -1;
+        v->soff[k] = 0;
+        if (st < 0) continue;
+        v->sview[k] = b->home[st];
+        v->soff[k] = ebytes(b, st, v->e0);
+        if (O == TIER_NVME) {
+            uint64_t bytes = ebytes(b, st, v->ne);
+            int stg = pl_newbuf(b, ARENA_PINNED, bytes, st, pl_tname(b, st), false);
+            int i = pl_ins(b, PI_NVME_READ, Q_NVME, st, 0, 1, 0);
+            pl_opnd(b, i, b->home[st], PLAN_R, v->soff[k], bytes);
+            pl_opnd(b, i, stg, PLAN_W, 0, bytes);
+            v->sview[k] = stg;
+            v->soff[k] = 0;
+        }
+    }
+    int gr = op->in[1];
+    v->gview = gr >= 0 ? b->home[gr] : -1;
+    v->goff = gr >= 0 ? ebytes(b, gr, v->e0) : 0;
+    if (gr >= 0 && b->pl.tier[PC_GRADS] == TIER_NVME) {
+        uint64_t gb = ebytes(b, gr, v->ne);
+        int stg = pl_newbuf(b, ARENA_PINNED, gb, gr, pl_tname(b, gr), false);
+        int i = pl_ins(b, PI_NVME_READ, Q_NVME, gr, 0, 1, 0);
+        pl_opnd(b, i, b->home[gr], PLAN_R, v->goff, gb);
+        pl_opnd(b, i, stg, PLAN_W, 0, gb);
+        v->gview = stg;
+        v->goff = 0;
+    }
+    v->pread = v->state[0] < 0; /* no master: the parameter is the fp32 state */
+    bool gpu = O == TIER_GPU;
+    uint64_t pb = ebytes(b, p, v->ne), po = ebytes(b, p, v->e0);
+    if ((gpu && P == TIER_GPU) || (!gpu && P == TIER_CPU)) {
+        v->pview = b->home[p];
+        v->poff = po;
+        return;
+    }
+    v->pview = pl_newbuf(b, gpu ? ARENA_GPU : ARENA_PINNED, pb, p, pl_tname(b, p), false);
+    v->poff = 0;
+    if (!v->pread) return;
+    if (gpu) {
+        int from = b->home[p];
+        uint64_t fo = po;
+        if (P == TIER_NVME) {
+            from = pl_newbuf(b, ARENA_PINNED, pb, p, pl_tname(b, p), false);
+            fo = 0;
+            int i = pl_ins(b, PI_NVME_READ, Q_NVME, p, 0, 1, 0);
+            pl_opnd(b, i, b->home[p], PLAN_R, po, pb);
+            pl_opnd(b, i, from, PLAN_W, 0, pb);
+        }
+        int i = pl_ins(b, PI_H2D, Q_H2D, p, 0, 1, 0);
+        pl_opnd(b, i, from, PLAN_R, fo, pb);
+        pl_opnd(b, i, v->pview, PLAN_W, 0, pb);
+    } else {
+        int i = P == TIER_NVME ? pl_ins(b, PI_NVME_READ, Q_NVME, p, 0, 1, 0) : pl_ins(b, PI_D2H, Q_D2H, p, 0, 1, 0);
+        pl_opnd(b, i, b->home[p], PLAN_R, po, pb);
+        pl_opnd(b, i, v->pview, PLAN_W, 0, pb);
+    }
+}
+
+static void adam_step(B *b, const AdamViews *v) {
+    const Graph *g = b->g;
+    const GOp *op = &g->ops[v->op];
+    int p = op->in[0], gr = op->in[1], gn = op->in[5];
+    int O = b->pl.tier[PC_OPTIMIZER], P = b->pl.tier[PC_PARAMS];
+    bool gpu = O == TIER_GPU;
+    uint64_t pb = ebytes(b, p, v->ne), po = ebytes(b, p, v->e0);
+    int i = pl_ins(b, gpu ? PI_GPU_ADAM : PI_CPU_ADAM, gpu ? Q_COMPUTE : Q_CPU, p, 0, 1, 10.0 * (double)v->ne);
+    pl_opnd(b, i, v->pview, v->pread ? PLAN_M : PLAN_W, v->poff, pb);
+    pl_opnd(b, i, v->gview, PLAN_R, v->goff, gr >= 0 ? ebytes(b, gr, v->ne) : 0);
+    for (int k = 0; k < 3; k++)
+        pl_opnd(b, i, v->sview[k], PLAN_M, v->soff[k], v->state[k] >= 0 ? ebytes(b, v->state[k], v->ne) : 0);
+    pl_opnd(b, i, gn >= 0 ? b->cur[gn] : -1, PLAN_R, 0, gn >= 0 ? 4 : 0);
+    if (O == TIER_NVME)
+        for (int k = 0; k < 3; k++) {
+            int st = v->state[k];
+            if (st < 0) continue;
+            uint64_t bytes = ebytes(b, st, v->ne);
+            int w = pl_ins(b, PI_NVME_WRITE, Q_NVME, st, 0, 1, 0);
+            pl_opnd(b, w, v->sview[k], PLAN_R, 0, bytes);
+            pl_opnd(b, w, b->home[st], PLAN_W, ebytes(b, st, v->e0), bytes);
+        }
+    if (gr >= 0 && b->pl.tier[PC_GRADS] == TIER_NVME && (b->grad_rmw[gr] || b->g->train.grad_accum > 1)) {
+        /* the next step accumulates into zeros */
+        uint64_t gb = ebytes(b, gr, v->ne);
+        int z = pl_ins(b, PI_ZERO, Q_CPU, gr, 0, 1, 0);
+        pl_opnd(b, z, v->gview, PLAN_W, 0, gb);
+        int w = pl_ins(b, PI_NVME_WRITE, Q_NVME, gr, 0, 1, 0);
+        pl_opnd(b, w, v->gview, PLAN_R, 0, gb);
+        pl_opnd(b, w, b->home[gr], PLAN_W, ebytes(b, gr, v->e0), gb);
+    }
+    if (v->pview == b->home[p]) return;
+    if (gpu) {
+        int from = v->pview;
+        if (P == TIER_NVME) {
+            int stg = pl_newbuf(b, ARENA_PINNED, pb, p, pl_tname(b, p), false);
+            int c = pl_ins(b, PI_D2H, Q_D2H, p, 0, 1, 0);
+            pl_opnd(b, c, from, PLAN_R, 0, pb);
+            pl_opnd(b, c, stg, PLAN_W, 0, pb);
+            int w = pl_ins(b, PI_NVME_WRITE, Q_NVME, p, 0, 1, 0);
+            pl_opnd(b, w, stg, PLAN_R, 0, pb);
+            pl_opnd(b, w, b->home[p], PLAN_W, po, pb);
+        } else {
+            int c = pl_ins(b, PI_D2H, Q_D2H, p, 0, 1, 0);
+            pl_opnd(b, c, from, PLAN_R, 0, pb);
+            pl_opnd(b, c, b->home[p], PLAN_W, po, pb);
+        }
+    } else {
+        int w = P == TIER_NVME ? pl_ins(b, PI_NVME_WRITE, Q_NVME, p, 0, 1, 0) : pl_ins(b, PI_H2D, Q_H2D, p, 0, 1, 0);
+        pl_opnd(b, w, v->pview, PLAN_R, 0, pb);
+        pl_opnd(b, w, b->home[p], PLAN_W, po, pb);
+    }
+}
+
+/* The next sub-group after (j, e0) among the optimizer's Adam ops: false at the end. */
+static bool adam_next(const B *b, int *j, int64_t *e0, int64_t *ne) {
+    const Graph *g = b->g;
+    if (*j >= 0 && g->ops[*j].kind == OP_ADAM) {
+        int p = g->ops[*j].in[0];
+        int64_t total = (int64_t)b->ntiles[p] * b->tile_shard[p];
+        if (*e0 + *ne < total) {
+            *e0 += *ne;
+            *ne = total - *e0 < ADAM_CHUNK ? total - *e0 : ADAM_CHUNK;
+            return true;
+        }
+    }
+    for (int k = *j + 1; k < g->nops; k++) {
+        if (g->ops[k].kind != OP_ADAM) continue;
+        int p = g->ops[k].in[0];
+        int64_t total = (int64_t)b->ntiles[p] * b->tile_shard[p];
+        *j = k;
+        *e0 = 0;
+        *ne = total < ADAM_CHUNK ? total : ADAM_CHUNK;
+        return true;
+    }
+    return false;
+}
+
+void pl_emit_optimizer(B *b, int bwd_end) {
+    const Graph *g = b->g;
+    int O = b->pl.tier[PC_OPTIMIZER];
+    bool adam_done = false;
+    for (int j = bwd_end; j < g->nops && !b->oom; j++) {
+        const GOp *op = &g->ops[j];
+        if (op->kind == OP_GRAD_NORM) {
+            int y = op->out[0];
+            bool gpu = b->pl.tier[PC_GRADS] == TIER_GPU;
+            int buf = pl_newbuf(b, gpu ? ARENA_GPU : ARENA_PINNED, 4, y, y >= 0 ? pl_tname(b, y) : "grad_norm", false);
+            int i = pl_ins(b, PI_GRAD_NORM, gpu ? Q_COMPUTE : Q_CPU, y, 0, 1, 0);
+            for (int t = 0; t < g->ntensors; t++)
+                if (g->tensors[t].cls == TC_GRAD && b->home[t] >= 0) pl_opnd(b, i, b->home[t], PLAN_R, 0, pl_shard_bytes(b, t));
+            pl_opnd(b, i, buf, PLAN_W, 0, 4);
+            if (y >= 0) b->cur[y] = buf;
+        } else if (op->kind == OP_ADAM && !adam_done) {
+            /* every Adam, in sub-groups; for NVMe state the next sub-group's
+             * reads are issued before this one steps */
+            adam_done = true;
+            int cj = j - 1;
+            int64_t e0 = 0, ne = 0;
+            AdamViews cur, next;
+            bool have = adam_next(b, &cj, &e0, &ne);
+            if (have) {
+                cur = (AdamViews){.op = cj, .e0 = e0, .ne = ne};
+                adam_load(b, &cur);
+            }
+            while (have && !b->oom) {
+                bool more = adam_next(b, &cj, &e0, &ne);
+                if (more && O == TIER_NVME) {
+                    next = (AdamViews){.op = cj, .e0 = e0, .ne = ne};
+                    adam_load(b, &next);
+                }
+                adam_step(b, &cur);
+                if (more && O != TIER_NVME) {
+                    next = (AdamViews){.op = cj, .e0 = e0, .ne = ne};
+                    adam_load(b, &next);
+                }
+                cur = next;
+                have = more;
+            }
+        } else if (op->kind == OP_ZERO_GRAD) {
+            Step s = {j, 0, 1, 0, 0};
+            pl_emit_step(b, &s);
+        }
+    }
+}
+

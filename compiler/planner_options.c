@@ -1,0 +1,111 @@
+/* planner_options: PlannerOptions, their defaults and the `plan { }` block
+ * that sets them (compiler/planner.h), and the parameter patterns of its
+ * tiles pins. */
+#include "planner_impl.h"
+#include <inttypes.h>
+#include <string.h>
+
+const char *const planner_class_names[PC_COUNT] = {"params", "grads", "optimizer", "checkpoints"};
+
+void planner_options_default(PlannerOptions *o) {
+    memset(o, 0, sizeof *o);
+    for (int i = 0; i < PC_COUNT; i++) o->tier[i] = -1;
+    o->whole_below = 100000;
+}
+
+/* ---- plan { } block ---- */
+
+static int tier_of(const char *s) {
+    for (int i = 0; i < PLAN_NTIERS; i++)
+        if (!strcmp(s, plan_tier_names[i])) return i;
+    return -1;
+}
+
+static bool int_value(const Setting *s, DiagSink *d, int64_t lo, int64_t hi, int64_t *out) {
+    const Expr *e = s->value;
+    if (!e || e->kind != EX_INT || (e->unit.kind != UNIT_NONE && e->unit.kind != UNIT_COUNT)) {
+        diag_error(d, e ? e->span : s->span, "'%s' must be a whole number", s->key);
+        return false;
+    }
+    int64_t v = e->ival * (int64_t)(e->unit.kind == UNIT_COUNT && e->unit.scale ? e->unit.scale : 1);
+    if (e->overflow || v < lo || v > hi) {
+        diag_error(d, e->span, "'%s' must be between %" PRId64 " and %" PRId64, s->key, lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool planner_options_from_decl(const Decl *decl, Arena *a, DiagSink *d, PlannerOptions *o) {
+    static const char *const keys[] = {"params", "grads", "optimizer", "checkpoints", "prefetch", "whole_below", "tiles"};
+    bool ok = true;
+    for (int i = 0; i < decl->settings.len; i++) {
+        const Setting *s = decl->settings.items[i];
+        int k = -1;
+        for (int j = 0; j < 7; j++)
+            if (!strcmp(s->key, keys[j])) k = j;
+        if (k < 0 || s->is_block) {
+            diag_error(d, s->span, "unknown plan setting '%s'", s->key);
+            const char *near = diag_nearest(s->key, keys, 7);
+            if (near) diag_hint(d, "did you mean '%s'?", near);
+            ok = false;
+            continue;
+        }
+        if (k < PC_COUNT) {
+            const Expr *e = s->value;
+            int t = e && e->kind == EX_STR ? tier_of(e->str) : -1;
+            if (t < 0) {
+                diag_error(d, e ? e->span : s->span, "'%s' must be \"gpu\", \"cpu\" or \"nvme\"", s->key);
+                ok = false;
+                continue;
+            }
+            o->tier[k] = t;
+        } else if (k == 4) {
+            int64_t v;
+            if (int_value(s, d, 0, 64, &v)) o->prefetch = (int)v;
+            else ok = false;
+            if (ok && v == 0) o->prefetch = -1; /* pinned to no look-ahead */
+        } else if (k == 5) {
+            int64_t v;
+            if (int_value(s, d, 0, INT64_MAX / 2, &v)) o->whole_below = v;
+            else ok = false;
+        } else {
+            int64_t v;
+            if (!s->selector) {
+                diag_error(d, s->span, "tiles needs a parameter pattern: tiles \"block.*.mlp.w1\" = 4");
+                ok = false;
+                continue;
+            }
+            if (!int_value(s, d, 1, 1 << 20, &v)) {
+                ok = false;
+                continue;
+            }
+            TilePin *nt = ARENA_NEWN(a, TilePin, o->ntiles + 1);
+            if (!nt) return false;
+            if (o->ntiles) memcpy(nt, o->tiles, sizeof *nt * (size_t)o->ntiles);
+            nt[o->ntiles++] = (TilePin){arena_strdup(a, s->selector), (int)v, s->selector_span};
+            o->tiles = nt;
+        }
+    }
+    return ok;
+}
+
+bool planner_options_from_program(const Program *prog, Arena *a, DiagSink *d, PlannerOptions *o) {
+    bool ok = true;
+    for (int f = 0; f < prog->nfiles; f++)
+        for (int i = 0; i < prog->files[f]->decls.len; i++)
+            if (prog->files[f]->decls.items[i]->kind == DL_PLAN) ok &= planner_options_from_decl(prog->files[f]->decls.items[i], a, d, o);
+    return ok;
+}
+
+/* glob with '*' (any run of characters) */
+static bool glob(const char *p, const char *s) {
+    if (!*p) return !*s;
+    if (*p == '*') return glob(p + 1, s) || (*s && glob(p, s + 1));
+    return *s == *p && glob(p + 1, s + 1);
+}
+bool pl_pin_matches(const char *pat, const char *name) {
+    size_t n = strlen(pat);
+    return glob(pat, name) || (!strchr(pat, '*') && !strncmp(pat, name, n) && name[n] == '.');
+}
+

@@ -1,0 +1,98 @@
+/* planner_partition: steps 1 and 2 of the planner (compiler/planner.h):
+ * which state tensors are split over the ranks, each rank's slice, which
+ * parameters are cut into tiles; and the memory a rank may use per tier. */
+#include "planner_impl.h"
+#include <inttypes.h>
+#include <string.h>
+
+bool pl_tileable_use(const GOp *op, int slot) {
+    if (op->kind != OP_FWD && op->kind != OP_BWD && op->kind != OP_RECOMPUTE) return false;
+    return (op->prim == PRIM_LINEAR && slot == 1) || (op->prim == PRIM_MATMUL && slot == 1) ||
+           (op->prim == PRIM_EMBEDDING && slot == 0);
+}
+
+uint64_t pl_gpu_capacity(const Target *t) {
+    if (!strcmp(t->backend, "host")) return t->gpu_memory;
+    return t->gpu_memory / 100 * 92; /* the rest: CUDA context, library workspaces */
+}
+
+uint64_t pl_cpu_capacity(const Target *t) {
+    uint64_t share = target_cpu_per_rank(t);
+    if (!strcmp(t->backend, "host")) return share > t->gpu_memory ? share - t->gpu_memory : 0;
+    return share / 10 * 9; /* the operating system keeps a tenth */
+}
+
+bool pl_partition(B *b, Arena *a) {
+    const Graph *g = b->g;
+    int n = g->ntensors;
+    b->ntiles = ARENA_NEWN(a, int, n + 1);
+    b->part = ARENA_NEWN(a, bool, n + 1);
+    b->tile_shard = ARENA_NEWN(a, int64_t, n + 1);
+    bool *untileable = ARENA_NEWN(a, bool, n + 1);
+    b->tile_pinned = ARENA_NEWN(a, bool, n + 1);
+    if (!b->ntiles || !b->part || !b->tile_shard || !untileable || !b->tile_pinned) return false;
+    for (int i = 0; i < g->nops; i++) {
+        const GOp *op = &g->ops[i];
+        if (op->kind != OP_FWD && op->kind != OP_BWD && op->kind != OP_RECOMPUTE) continue;
+        int nfin = op->kind == OP_BWD ? op->nfin : op->nin;
+        for (int k = 0; k < op->nin; k++) {
+            int x = op->in[k];
+            if (x < 0 || g->tensors[x].cls != TC_PARAM) continue;
+            if (k >= nfin || !pl_tileable_use(op, k)) untileable[x] = true;
+        }
+    }
+    uint64_t limit = b->t->gpu_memory / TILE_FRACTION;
+    bool ok = true;
+    for (int i = 0; i < n; i++) {
+        const GTensor *t = &g->tensors[i];
+        b->ntiles[i] = 1;
+        if (t->cls != TC_PARAM) continue;
+        uint64_t bytes = (uint64_t)t->numel * (uint64_t)pl_dsz(b, i);
+        int want = 0;
+        Span sp = SPAN_NONE;
+        for (int k = 0; k < b->o->ntiles; k++)
+            if (pl_pin_matches(b->o->tiles[k].pattern, t->name ? t->name : "")) {
+                want = b->o->tiles[k].tiles;
+                sp = b->o->tiles[k].span;
+            }
+        if (want > 1) {
+            if (untileable[i] || t->rank != 2) {
+                diag_error(b->d, sp, "cannot tile '%s': only 2-D weights of linear, matmul and embedding are tiled", t->name);
+                ok = false;
+                continue;
+            }
+            if (t->dims[0] % want) {
+                diag_error(b->d, sp, "cannot cut '%s' into %d tiles: %d does not divide its %" PRId64 " rows", t->name, want, want, t->dims[0]);
+                ok = false;
+                continue;
+            }
+            b->ntiles[i] = want;
+            b->tile_pinned[i] = true;
+        } else if (!want && !untileable[i] && t->rank == 2 && bytes > limit) {
+            int64_t need = (int64_t)((bytes + limit - 1) / limit);
+            int64_t nt = need;
+            while (nt < t->dims[0] && t->dims[0] % nt) nt++;
+            if (nt > t->dims[0]) nt = t->dims[0];
+            b->ntiles[i] = (int)nt;
+        }
+    }
+    /* state tensors share their parameter's layout */
+    for (int i = 0; i < n; i++) {
+        const GTensor *t = &g->tensors[i];
+        int p = t->cls == TC_PARAM ? i : (t->cls >= TC_GRAD && t->cls <= TC_VARIANCE ? t->param : -1);
+        if (p < 0) continue;
+        const GTensor *pt = &g->tensors[p];
+        b->ntiles[i] = b->ntiles[p];
+        int64_t tile = pt->numel / b->ntiles[p];
+        b->part[i] = b->R > 1 && pt->numel >= b->o->whole_below;
+        if (b->part[i]) {
+            int64_t per = (tile + b->R - 1) / b->R;
+            int64_t al = IO_ALIGN / 2; /* elements: 4096 bytes of the narrowest state dtype */
+            b->tile_shard[i] = (per + al - 1) / al * al;
+        } else {
+            b->tile_shard[i] = tile;
+        }
+    }
+    return ok;
+}
+

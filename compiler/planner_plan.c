@@ -1,0 +1,87 @@
+/* planner_plan: the Plan of one build: the target, training settings, the
+ * graph's tables (compiler/graph_plan.h), shards, arenas, buffers and the
+ * instruction stream with its dependencies. */
+#include "planner_impl.h"
+#include <string.h>
+#include "graph_plan.h"
+
+Plan *pl_emit_plan(B *b) {
+    const Graph *g = b->g;
+    Plan *p = plan_new();
+    if (!p) return NULL;
+    Arena *pa = &p->arena;
+    p->model_name = arena_strdup(pa, g->model_name ? g->model_name : "");
+    p->target = *b->t;
+    p->target.name = arena_strdup(pa, b->t->name ? b->t->name : "");
+    p->target.backend = arena_strdup(pa, b->t->backend ? b->t->backend : "cuda");
+    p->target.gpu_arch = arena_strdup(pa, b->t->gpu_arch ? b->t->gpu_arch : "");
+    p->target.nvme_paths = ARENA_NEWN(pa, const char *, b->t->nvme_npaths + 1);
+    for (int i = 0; i < b->t->nvme_npaths; i++) p->target.nvme_paths[i] = arena_strdup(pa, b->t->nvme_paths[i]);
+    const TrainConfig *tc = &g->train;
+    p->train = (PlanTrain){tc->micro_batch, tc->steps, tc->warmup_steps, tc->checkpoint_every, tc->grad_accum > 0 ? tc->grad_accum : 1,
+                           tc->seed, (uint8_t)tc->dtype, tc->cosine, tc->lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay,
+                           tc->min_lr, tc->grad_clip, tc->loss_scale};
+    p->ranks = b->R;
+    p->loss = g->loss;
+    p->ninputs = g->ninputs;
+    for (int i = 0; i < 4; i++) p->inputs[i] = i < g->ninputs ? g->inputs[i] : -1;
+    p->opt_begin = b->opt_begin;
+    char err[160];
+    if (!graph_plan_tables(g, p, err, sizeof err)) {
+        plan_free(p);
+        return NULL;
+    }
+    int nshards = 0;
+    for (int i = 0; i < g->ntensors; i++) nshards += b->home[i] >= 0;
+    p->shards = ARENA_NEWN(pa, PlanShard, nshards + 1);
+    if (!p->shards) {
+        plan_free(p);
+        return NULL;
+    }
+    static const uint8_t tier_of_arena[PLAN_NARENAS] = {TIER_GPU, TIER_CPU, TIER_CPU, TIER_NVME};
+    for (int i = 0; i < g->ntensors; i++) {
+        if (b->home[i] < 0) continue;
+        const GTensor *t = &g->tensors[i];
+        p->tensors[i].shard = (int32_t)p->nshards;
+        p->shards[p->nshards++] = (PlanShard){i, tier_of_arena[b->bufs[b->home[i]].b.arena], b->part[i], b->ntiles[i],
+                                              t->numel / b->ntiles[i], b->tile_shard[i], pl_shard_bytes(b, i), b->home[i]};
+    }
+    for (int a = 0; a < PLAN_NARENAS; a++)
+        p->arenas[a] = (PlanArena){(uint8_t)a, 0, b->size[a], pl_arena_align[a]};
+    p->arenas[ARENA_GPU].capacity = b->cap[ARENA_GPU];
+    p->arenas[ARENA_NVME].capacity = b->cap[ARENA_NVME];
+    uint64_t host = b->cap[ARENA_CPU];
+    p->arenas[ARENA_PINNED].capacity = host > b->size[ARENA_CPU] ? host - b->size[ARENA_CPU] : 0;
+    p->arenas[ARENA_CPU].capacity = host > b->size[ARENA_PINNED] ? host - b->size[ARENA_PINNED] : 0;
+    p->nbuffers = (uint32_t)b->nbufs;
+    p->buffers = ARENA_NEWN(pa, PlanBuffer, b->nbufs + 1);
+    for (int i = 0; i < b->nbufs; i++) {
+        p->buffers[i] = b->bufs[i].b;
+        p->buffers[i].name = arena_strdup(pa, b->bufs[i].b.name ? b->bufs[i].b.name : "");
+    }
+    p->noperands = (uint32_t)b->nopnds;
+    p->operands = ARENA_NEWN(pa, PlanOperand, b->nopnds + 1);
+    if (b->nopnds) memcpy(p->operands, b->opnds, sizeof(PlanOperand) * (size_t)b->nopnds);
+    p->ninstrs = (uint32_t)b->nins;
+    p->instrs = ARENA_NEWN(pa, PlanInstr, b->nins + 1);
+    uint32_t ndeps = 0;
+    for (int i = 0; i < b->nins; i++)
+        for (int q = 0; q < PLAN_NQUEUES; q++) ndeps += b->ins[i].depq[q] >= 0;
+    p->deps = ARENA_NEWN(pa, uint32_t, ndeps + 1);
+    for (int i = 0; i < b->nins; i++) {
+        p->instrs[i] = b->ins[i].s;
+        p->instrs[i].dep = p->ndeps;
+        p->instrs[i].ndeps = 0;
+        for (int q = 0; q < PLAN_NQUEUES; q++)
+            if (b->ins[i].depq[q] >= 0) {
+                p->deps[p->ndeps++] = (uint32_t)b->ins[i].depq[q];
+                p->instrs[i].ndeps++;
+            }
+    }
+    if (pa->failed) {
+        plan_free(p);
+        return NULL;
+    }
+    return p;
+}
+
