@@ -25,6 +25,23 @@
 #include "gpucomm.h"
 #include "adam.h"
 
+/* The backend table's entries (rt_backend_cuda, at the end). */
+static int cuda_grad_sumsq(Rt *r, const PlanInstr *in, int worker, double *ss, char *err, size_t n);
+static int cuda_copy_from_gpu(Rt *r, int q, const PlanOperand *o, void *dst, char *err, size_t n);
+static int cuda_copy_to_gpu(Rt *r, int q, const PlanOperand *o, const void *src, size_t bytes, char *err, size_t n);
+static int cuda_instr(void *ctx, uint32_t i, int worker, char *err, size_t n);
+static int cuda_create(Rt *r, char *err, size_t n);
+static int cuda_alloc_arenas(Rt *r, char *err, size_t n);
+static void cuda_abort(Rt *r);
+static void cuda_destroy(Rt *r);
+static int cuda_home_read(Rt *r, uint64_t addr, void *dst, uint64_t bytes, char *err, size_t n);
+static int cuda_home_write(Rt *r, uint64_t addr, const void *src, uint64_t bytes, char *err, size_t n);
+static void cuda_step_begin(Rt *r);
+static int cuda_range_end(Rt *r, uint32_t b0, uint32_t b1, char *err, size_t n);
+static double cuda_busy_seconds(const Rt *r, int q);
+static void cuda_memory_report(const Rt *r, FILE *out);
+static uint64_t cuda_gpu_memory_used(const Rt *r);
+
 enum { LOSS_SLOTS = 4096 };
 
 struct RtCuda {
@@ -335,7 +352,7 @@ static int host_input(Rt *r, const PlanInstr *in, char *err, size_t n) {
     memcpy(cu->input, src, o->bytes);
     r->bytes[in->queue] += o->bytes;
     /* waited for: the staging is reused by the next input */
-    return rtc_copy_to_gpu(r, in->queue, o, cu->input, o->bytes, err, n);
+    return cuda_copy_to_gpu(r, in->queue, o, cu->input, o->bytes, err, n);
 }
 
 /* The squares of the gradient shards in GPU memory, summed on the GPU by
@@ -344,7 +361,7 @@ static int host_input(Rt *r, const PlanInstr *in, char *err, size_t n) {
  * gradients never cross PCIe. Shards not in GPU memory, and whole tensors
  * on ranks other than 0 (counted once), are bound with no elements. 1 when
  * done, 0 when the plan has no such launches (the caller copies out). */
-int rtc_grad_sumsq(Rt *r, const PlanInstr *in, int worker, double *ss, char *err, size_t n) {
+static int cuda_grad_sumsq(Rt *r, const PlanInstr *in, int worker, double *ss, char *err, size_t n) {
     RtCuda *cu = r->cu;
     const Plan *p = r->p;
     if (cu->gnorm_op < 0 || !cu->ws[worker]) return 0;
@@ -388,17 +405,17 @@ int rtc_grad_sumsq(Rt *r, const PlanInstr *in, int worker, double *ss, char *err
     return 1;
 }
 
-int rtc_copy_from_gpu(Rt *r, int q, const PlanOperand *o, void *dst, char *err, size_t n) {
+static int cuda_copy_from_gpu(Rt *r, int q, const PlanOperand *o, void *dst, char *err, size_t n) {
     return copy_d2h(r, q, dst, dev_addr(r, o), o->bytes, err, n);
 }
 
-int rtc_copy_to_gpu(Rt *r, int q, const PlanOperand *o, const void *src, size_t bytes, char *err, size_t n) {
+static int cuda_copy_to_gpu(Rt *r, int q, const PlanOperand *o, const void *src, size_t bytes, char *err, size_t n) {
     return copy_h2d(r, q, dev_addr(r, o), src, bytes, err, n);
 }
 
 /* ---- dispatch ---- */
 
-int rtc_instr(void *ctx, uint32_t i, int worker, char *err, size_t n) {
+static int cuda_instr(void *ctx, uint32_t i, int worker, char *err, size_t n) {
     Rt *r = ctx;
     RtCuda *cu = r->cu;
     const PlanInstr *in = &r->p->instrs[i];
@@ -474,7 +491,7 @@ static int classify(Rt *r, char *err, size_t n) {
 
 /* ---- life cycle ---- */
 
-int rtc_create(Rt *r, char *err, size_t n) {
+static int cuda_create(Rt *r, char *err, size_t n) {
     const Plan *p = r->p;
     RtCuda *cu = calloc(1, sizeof *cu);
     if (!cu) return rt_fail(err, n, "out of memory");
@@ -503,7 +520,7 @@ int rtc_create(Rt *r, char *err, size_t n) {
         cu->elems[q] = calloc(p->ntensors ? p->ntensors : 1, sizeof **cu->elems);
         if (!cu->bind[q] || !cu->elems[q]) return rt_fail(err, n, "out of memory");
     }
-    if (rtc_alloc_arenas(r, err, n)) return -1;
+    if (cuda_alloc_arenas(r, err, n)) return -1;
     if (classify(r, err, n)) return -1;
     /* device scratch: the largest op workspace, the largest padded collective */
     bool launches[PLAN_NQUEUES] = {0}, nccl[PLAN_NQUEUES] = {0};
@@ -556,7 +573,7 @@ int rtc_create(Rt *r, char *err, size_t n) {
     return 0;
 }
 
-int rtc_alloc_arenas(Rt *r, char *err, size_t n) {
+static int cuda_alloc_arenas(Rt *r, char *err, size_t n) {
     RtCuda *cu = r->cu;
     const Plan *p = r->p;
     for (int k = 0; k < PLAN_NARENAS; k++) {
@@ -580,7 +597,7 @@ int rtc_alloc_arenas(Rt *r, char *err, size_t n) {
     return 0;
 }
 
-void rtc_abort(Rt *r) {
+static void cuda_abort(Rt *r) {
     RtCuda *cu = r->cu;
     if (!cu) return;
     cu->failed = true;
@@ -590,7 +607,7 @@ void rtc_abort(Rt *r) {
     }
 }
 
-void rtc_destroy(Rt *r) {
+static void cuda_destroy(Rt *r) {
     RtCuda *cu = r->cu;
     if (!cu) return;
     if (cu->g_open) gpucomm_close(&cu->g, cu->failed);
@@ -610,12 +627,12 @@ void rtc_destroy(Rt *r) {
     r->cu = NULL;
 }
 
-int rtc_home_read(Rt *r, uint64_t addr, void *dst, uint64_t bytes, char *err, size_t n) {
+static int cuda_home_read(Rt *r, uint64_t addr, void *dst, uint64_t bytes, char *err, size_t n) {
     if (cux_bind_thread(&r->cu->x, err, n)) return -1;
     return copy_d2h(r, Q_D2H, dst, r->cu->gpu + addr, bytes, err, n);
 }
 
-int rtc_home_write(Rt *r, uint64_t addr, const void *src, uint64_t bytes, char *err, size_t n) {
+static int cuda_home_write(Rt *r, uint64_t addr, const void *src, uint64_t bytes, char *err, size_t n) {
     if (cux_bind_thread(&r->cu->x, err, n)) return -1;
     return copy_h2d(r, Q_H2D, r->cu->gpu + addr, src, bytes, err, n);
 }
@@ -626,7 +643,7 @@ static void range_begin(Rt *r) {
     cu->x.drv.EventRecord(cu->x.epoch, cu->x.stream[Q_COMPUTE]);
 }
 
-void rtc_step_begin(Rt *r) {
+static void cuda_step_begin(Rt *r) {
     RtCuda *cu = r->cu;
     const PlanTrain *t = &r->p->train;
     AdamSchedule sch = {.lr = t->lr, .warmup_steps = t->warmup_steps, .cosine = t->cosine, .min_lr = t->min_lr, .steps = t->steps};
@@ -640,7 +657,7 @@ void rtc_step_begin(Rt *r) {
     range_begin(r);
 }
 
-int rtc_range_end(Rt *r, uint32_t b0, uint32_t b1, char *err, size_t n) {
+static int cuda_range_end(Rt *r, uint32_t b0, uint32_t b1, char *err, size_t n) {
     RtCuda *cu = r->cu;
     const Plan *p = r->p;
     if (cux_bind_thread(&cu->x, err, n)) return -1;
@@ -682,9 +699,9 @@ int rtc_range_end(Rt *r, uint32_t b0, uint32_t b1, char *err, size_t n) {
     return 0;
 }
 
-double rtc_busy_seconds(const Rt *r, int q) { return r->cu->busy[q]; }
+static double cuda_busy_seconds(const Rt *r, int q) { return r->cu->busy[q]; }
 
-void rtc_memory_report(const Rt *r, FILE *out) {
+static void cuda_memory_report(const Rt *r, FILE *out) {
     const RtCuda *cu = r->cu;
     char a[32], b[32], c[32], d[32];
     fprintf(out, "  gpu %d: %s (%s), %s; %s free before zinfrun allocated\n", cu->x.ordinal, cu->x.name, cu->x.arch,
@@ -695,9 +712,28 @@ void rtc_memory_report(const Rt *r, FILE *out) {
     if (cu->g_open) fprintf(out, "  nccl %d.%d.%d, %d ranks\n", cu->g.version / 10000, cu->g.version / 100 % 100, cu->g.version % 100, cu->g.size);
 }
 
-uint64_t rtc_gpu_memory_used(const Rt *r) {
+static uint64_t cuda_gpu_memory_used(const Rt *r) {
     const RtCuda *cu = r->cu;
     size_t fr = 0, tot = 0;
     if (cu->x.drv.MemGetInfo(&fr, &tot) != CUDA_SUCCESS || fr > cu->x.mem_free_at_open) return cu->x.dev_total;
     return cu->x.mem_free_at_open - fr;
 }
+
+const RtBackendOps rt_backend_cuda = {
+    .name = "cuda",
+    .device_memory = true,
+    .create = cuda_create,
+    .destroy = cuda_destroy,
+    .instr = cuda_instr,
+    .home_read = cuda_home_read,
+    .home_write = cuda_home_write,
+    .copy_from_gpu = cuda_copy_from_gpu,
+    .copy_to_gpu = cuda_copy_to_gpu,
+    .grad_sumsq = cuda_grad_sumsq,
+    .step_begin = cuda_step_begin,
+    .range_end = cuda_range_end,
+    .abort = cuda_abort,
+    .busy_seconds = cuda_busy_seconds,
+    .memory_report = cuda_memory_report,
+    .gpu_memory_used = cuda_gpu_memory_used,
+};

@@ -1,14 +1,17 @@
-/* exec_impl: what the host and CUDA halves of the executor share (private
- * to runtime/exec.c and runtime/exec_cuda.c). The Rt struct, operand
- * addressing, element access, and the host implementation of every opcode,
- * which the CUDA backend runs for the instructions that stay on the host
- * (NVMe, CPU Adam, host-memory accumulation and collectives). */
+/* exec_impl: what the executor's files share (private to runtime/exec.c,
+ * exec_host.c and exec_cuda.c): the Rt struct, the backend table, operand
+ * addressing, element access, and the host implementation of every opcode
+ * (exec_host.c), which the CUDA backend runs for the instructions that stay
+ * on the host (NVMe, CPU Adam, host-memory accumulation and collectives).
+ * Files: exec.c (life cycle, the step, checkpoints) -> RtBackendOps ->
+ * exec_host.c or exec_cuda.c; exec_cuda.c -> exec_host.c. No loop. */
 #ifndef ZINF_EXEC_IMPL_H
 #define ZINF_EXEC_IMPL_H
 #include "exec.h"
 #include "rtio.h"
 
 typedef struct RtCuda RtCuda;
+typedef struct RtBackendOps RtBackendOps;
 
 struct Rt {
     const Plan *p;
@@ -36,7 +39,8 @@ struct Rt {
     double loss_scale;
     int good_steps;
     uint64_t bytes[PLAN_NQUEUES];
-    RtCuda *cu;             /* the CUDA backend (runtime/exec_cuda.c), NULL on the host backend */
+    const RtBackendOps *be; /* the backend (rt_backend_host or rt_backend_cuda) */
+    RtCuda *cu;             /* the CUDA backend's state (runtime/exec_cuda.c), NULL on the host backend */
 };
 
 /* Formats into err; returns -1 (the executor's error convention). */
@@ -52,31 +56,51 @@ bool rt_tensor_partitioned(const Rt *r, int t);
  * arena, CPU arena or NVMe), to or from host memory. */
 int rt_home_read(Rt *r, int buffer, uint64_t off, void *dst, uint64_t bytes, char *err, size_t errlen);
 int rt_home_write(Rt *r, int buffer, uint64_t off, const void *src, uint64_t bytes, char *err, size_t errlen);
+/* The communicator's last error into err; -1. */
+int rt_comm_err(Rt *r, char *err, size_t errlen);
 /* Instruction i on the host (the host backend's semantics). */
 int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t errlen);
 
-/* runtime/exec_cuda.c */
-int rtc_create(Rt *r, char *err, size_t errlen);   /* after r->p, r->c and r->o are set */
-void rtc_destroy(Rt *r);
-/* Arena k of the CUDA backend: host arenas are page-locked, the GPU arena device memory. */
-int rtc_alloc_arenas(Rt *r, char *err, size_t errlen);
-int rtc_instr(void *ctx, uint32_t i, int worker, char *err, size_t errlen);
-int rtc_home_read(Rt *r, uint64_t addr, void *dst, uint64_t bytes, char *err, size_t errlen);
-int rtc_home_write(Rt *r, uint64_t addr, const void *src, uint64_t bytes, char *err, size_t errlen);
-void rtc_step_begin(Rt *r);
-/* Mid-step copies between an operand in GPU memory and host memory, on
- * queue q's stream, waited for against the job's deadline. */
-/* Adds the squares of the GPU-resident gradient shards of a GRAD_NORM to
- * *ss on the GPU: 1 done, 0 not possible (copy them out), -1 error. */
-int rtc_grad_sumsq(Rt *r, const PlanInstr *in, int worker, double *ss, char *err, size_t errlen);
-int rtc_copy_from_gpu(Rt *r, int q, const PlanOperand *o, void *dst, char *err, size_t errlen);
-int rtc_copy_to_gpu(Rt *r, int q, const PlanOperand *o, const void *src, size_t bytes, char *err, size_t errlen);
-/* After a range of the stream: waits for the GPU, collects losses, error words, timings. */
-int rtc_range_end(Rt *r, uint32_t begin, uint32_t end, char *err, size_t errlen);
-double rtc_busy_seconds(const Rt *r, int q);
-void rtc_memory_report(const Rt *r, FILE *out);
-uint64_t rtc_gpu_memory_used(const Rt *r);
-/* After a failure: abort NCCL so no peer waits, before anything synchronises. */
-void rtc_abort(Rt *r);
+/* A backend: what differs between running the plan on the host and on a
+ * GPU. The executor (exec.c) and the host semantics (exec_host.c) reach the
+ * device only through these, so neither file calls into the other's
+ * backend and adding one is a new table, not new branches. */
+struct RtBackendOps {
+    const char *name;
+    /* Whether the GPU arena is device memory (reached only through
+     * home_read/home_write and copy_*); false: it is host memory. */
+    bool device_memory;
+    /* After r->p, r->c, r->o, r->ws are set: allocates the GPU, pinned and
+     * CPU arenas into r->arena / r->arena_bytes (the GPU one stays NULL when
+     * it is device memory) and whatever state the backend keeps. destroy
+     * frees them, also after a create that failed halfway. */
+    int (*create)(Rt *r, char *err, size_t errlen);
+    void (*destroy)(Rt *r);
+    /* Runs (or enqueues) instruction i on a queue's worker (QrunFn). */
+    int (*instr)(void *ctx, uint32_t i, int worker, char *err, size_t errlen);
+    /* Bytes at addr of the device GPU arena, to or from host memory. */
+    int (*home_read)(Rt *r, uint64_t addr, void *dst, uint64_t bytes, char *err, size_t errlen);
+    int (*home_write)(Rt *r, uint64_t addr, const void *src, uint64_t bytes, char *err, size_t errlen);
+    /* Mid-step copies between an operand in device memory and host memory,
+     * on queue q's stream, waited for against the job's deadline. */
+    int (*copy_from_gpu)(Rt *r, int q, const PlanOperand *o, void *dst, char *err, size_t errlen);
+    int (*copy_to_gpu)(Rt *r, int q, const PlanOperand *o, const void *src, size_t bytes, char *err, size_t errlen);
+    /* Adds the squares of the device-resident gradient shards of a
+     * GRAD_NORM to *ss on the device: 1 done, 0 none there (the caller sums
+     * every operand), -1 error. */
+    int (*grad_sumsq)(Rt *r, const PlanInstr *in, int worker, double *ss, char *err, size_t errlen);
+    void (*step_begin)(Rt *r);
+    /* After a range of the stream ran (or was enqueued): waits for it and
+     * collects losses, error words and timings. */
+    int (*range_end)(Rt *r, uint32_t begin, uint32_t end, char *err, size_t errlen);
+    /* After a failure, before anything waits on the device (aborts NCCL so no peer waits). */
+    void (*abort)(Rt *r);
+    double (*busy_seconds)(const Rt *r, int q);
+    /* The lines after the arenas in rt_memory_report. */
+    void (*memory_report)(const Rt *r, FILE *out);
+    uint64_t (*gpu_memory_used)(const Rt *r);
+};
+extern const RtBackendOps rt_backend_host; /* runtime/exec_host.c */
+extern const RtBackendOps rt_backend_cuda; /* runtime/exec_cuda.c */
 
 #endif

@@ -1,0 +1,570 @@
+/* exec_host: the host implementation of every opcode (kernels through the
+ * host kernels, collectives through runtime/comm, NVMe through rtio, the
+ * CPU Adam), the operand addressing both backends use, and the host
+ * backend's table (rt_backend_host). The CUDA backend (exec_cuda.c) runs
+ * the instructions that stay on the host through rt_host_instr. */
+#include "exec_impl.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "adam.h"
+#include "ckpt.h"
+#include "half.h"
+#include "hostk.h"
+#include "initrng.h"
+#include "rtio.h"
+
+
+int rt_fail(char *err, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ---- memory ---- */
+
+size_t rt_dsz(int dt) {
+    int s = plan_dtype_size(dt);
+    return (size_t)(s > 0 ? s : 4);
+}
+
+uint8_t *rt_opnd_ptr(const Rt *r, const PlanOperand *o) {
+    if (o->buffer < 0) return NULL;
+    const PlanBuffer *b = &r->p->buffers[o->buffer];
+    if (b->arena == ARENA_NVME || !r->arena[b->arena]) return NULL; /* NULL: device memory under CUDA */
+    return r->arena[b->arena] + b->offset + o->offset;
+}
+
+static uint64_t nvme_off(const Rt *r, const PlanOperand *o) {
+    return r->p->buffers[o->buffer].offset + o->offset;
+}
+
+const PlanOperand *rt_opnd(const Rt *r, const PlanInstr *in, uint32_t k) {
+    return &r->p->operands[in->opnd + k];
+}
+
+double rt_elem_get(const void *p, int dt, int64_t i) {
+    switch (dt) {
+    case DT_BF16: return half_bf16_to_f32(((const uint16_t *)p)[i]);
+    case DT_F16: return half_f16_to_f32(((const uint16_t *)p)[i]);
+    case DT_I32: return ((const int32_t *)p)[i];
+    default: return ((const float *)p)[i];
+    }
+}
+
+void rt_elem_set(void *p, int dt, int64_t i, double v) {
+    switch (dt) {
+    case DT_BF16: ((uint16_t *)p)[i] = half_f32_to_bf16((float)v); break;
+    case DT_F16: ((uint16_t *)p)[i] = half_f32_to_f16((float)v); break;
+    case DT_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    default: ((float *)p)[i] = (float)v; break;
+    }
+}
+
+/* Reads or writes bytes of a shard's home, wherever it lives. */
+int rt_home_read(Rt *r, int buffer, uint64_t off, void *dst, uint64_t bytes, char *err, size_t n) {
+    const PlanBuffer *b = &r->p->buffers[buffer];
+    if (b->arena == ARENA_GPU && r->be->device_memory) return r->be->home_read(r, b->offset + off, dst, bytes, err, n);
+    if (b->arena != ARENA_NVME) {
+        memcpy(dst, r->arena[b->arena] + b->offset + off, bytes);
+        return 0;
+    }
+    return rtio_read(&r->io, b->offset + off, dst, bytes, err, n);
+}
+
+int rt_home_write(Rt *r, int buffer, uint64_t off, const void *src, uint64_t bytes, char *err, size_t n) {
+    const PlanBuffer *b = &r->p->buffers[buffer];
+    if (b->arena == ARENA_GPU && r->be->device_memory) return r->be->home_write(r, b->offset + off, src, bytes, err, n);
+    if (b->arena != ARENA_NVME) {
+        memcpy(r->arena[b->arena] + b->offset + off, src, bytes);
+        return 0;
+    }
+    return rtio_write(&r->io, b->offset + off, src, bytes, err, n);
+}
+
+/* ---- kernels ---- */
+
+static HkTensor view(const Rt *r, int t, void *data) {
+    HkTensor h = hk_plan_tensor(r->p, t, NULL);
+    h.data = data;
+    return h;
+}
+
+/* Copies columns [c0, c0+w) of the last dim of a [rows, cols] matrix of
+ * element size es into dst [rows, w] (or back, adding, when add is set). */
+static void cols_copy(uint8_t *dst, const uint8_t *src, int64_t rows, int64_t cols, int64_t c0, int64_t w, size_t es) {
+    for (int64_t i = 0; i < rows; i++) memcpy(dst + (size_t)(i * w) * es, src + (size_t)(i * cols + c0) * es, (size_t)w * es);
+}
+static void cols_add_back(uint8_t *dst, int dt, const uint8_t *src, int64_t rows, int64_t cols, int64_t c0, int64_t w) {
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < w; j++) {
+            int64_t d = i * cols + c0 + j;
+            rt_elem_set(dst, dt, d, rt_elem_get(dst, dt, d) + rt_elem_get(src, dt, i * w + j));
+        }
+}
+static void cols_put_back(uint8_t *dst, const uint8_t *src, int64_t rows, int64_t cols, int64_t c0, int64_t w, size_t es) {
+    for (int64_t i = 0; i < rows; i++) memcpy(dst + (size_t)(i * cols + c0) * es, src + (size_t)(i * w) * es, (size_t)w * es);
+}
+static void add_into(uint8_t *dst, int dt, const uint8_t *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) rt_elem_set(dst, dt, i, rt_elem_get(dst, dt, i) + rt_elem_get(src, dt, i));
+}
+
+/* Scratch for tiled kernels: a bump allocator over the worker's scratch. */
+typedef struct Bump {
+    uint8_t *p;
+    size_t used, cap;
+} Bump;
+static void *bump(Bump *b, size_t n) {
+    n = (n + 63) & ~(size_t)63;
+    if (b->used + n > b->cap) return NULL;
+    void *q = b->p + b->used;
+    memset(q, 0, n);
+    b->used += n;
+    return q;
+}
+
+/* Tile t of n of an op whose 2-D weight (linear w, matmul b, embedding
+ * table) is cut by rows: the weight operand holds only those rows. */
+static int run_tiled(Rt *r, const PlanOp *o, const PlanOp *fo, void **tb, int tile, int ntiles, void *ws, int worker,
+                     char *err, size_t n) {
+    const Plan *g = r->p;
+    Bump sc = {r->scratch[worker], 0, r->scratch_bytes};
+    bool bwd = o->kind == OP_BWD;
+    int slot = fo->prim == PRIM_EMBEDDING ? 0 : 1;
+    int wt = fo->in[slot];
+    const PlanTensor *W = &g->tensors[wt];
+    int64_t rows = W->dims[0] / ntiles, r0 = (int64_t)tile * rows, cols = W->dims[1];
+    HkTensor w = view(r, wt, tb[wt]);
+    w.dims[0] = rows;
+    int rc = 0;
+    if (fo->prim == PRIM_EMBEDDING) {
+        int ids = fo->in[1], y = fo->out[0];
+        const int32_t *id = tb[ids];
+        int64_t npos = g->tensors[ids].numel;
+        if (!bwd) {
+            uint8_t *yp = tb[y];
+            size_t ye = rt_dsz(g->tensors[y].dtype);
+            if (tile == 0) memset(yp, 0, (size_t)g->tensors[y].numel * ye);
+            for (int64_t i = 0; i < npos; i++) {
+                int64_t v = id[i] - r0;
+                if (id[i] < 0 || id[i] >= W->dims[0]) return rt_fail(err, n, "embedding: id %d outside [0, %" PRId64 ")", id[i], W->dims[0]);
+                if (v < 0 || v >= rows) continue;
+                for (int64_t j = 0; j < cols; j++) rt_elem_set(yp, g->tensors[y].dtype, i * cols + j, rt_elem_get(tb[wt], W->dtype, v * cols + j));
+            }
+        } else {
+            int dy = o->in[fo->nin + fo->nout], dw = o->out[0];
+            if (dw < 0) return 0;
+            uint8_t *dwp = tb[dw];
+            int dwdt = g->tensors[dw].dtype;
+            for (int64_t i = 0; i < npos; i++) {
+                int64_t v = id[i] - r0;
+                if (v < 0 || v >= rows) continue;
+                for (int64_t j = 0; j < cols; j++)
+                    rt_elem_set(dwp, dwdt, v * cols + j, rt_elem_get(dwp, dwdt, v * cols + j) + rt_elem_get(tb[dy], g->tensors[dy].dtype, i * cols + j));
+            }
+        }
+        return 0;
+    }
+    bool tb_flag = fo->prim == PRIM_MATMUL && fo->iattr[1];
+    if (fo->prim == PRIM_MATMUL && fo->iattr[0]) return rt_fail(err, n, "tiled matmul with transpose_a is not supported");
+    int x = fo->in[0], y = fo->out[0];
+    const PlanTensor *X = &g->tensors[x], *Y = &g->tensors[y];
+    int64_t xr = X->numel / X->dims[X->rank - 1], xc = X->dims[X->rank - 1];
+    int64_t yr = Y->numel / Y->dims[Y->rank - 1], yc = Y->dims[Y->rank - 1];
+    size_t xe = rt_dsz(X->dtype), ye = rt_dsz(Y->dtype);
+    HkTensor xs = view(r, x, NULL), ys = view(r, y, NULL);
+    int bias = fo->prim == PRIM_LINEAR && fo->nin > 2 ? fo->in[2] : -1;
+    HkTensor bt = bias >= 0 && tile == 0 ? view(r, bias, tb[bias]) : (HkTensor){0};
+    if (!tb_flag) {
+        /* The weight's rows are the reduction dim: this tile sees columns [r0, r0+rows) of x. */
+        xs.dims[xs.rank - 1] = rows;
+        xs.data = bump(&sc, (size_t)(xr * rows) * xe);
+        if (!xs.data) return rt_fail(err, n, "tile scratch too small");
+        cols_copy(xs.data, tb[x], xr, xc, r0, rows, xe);
+        if (!bwd) {
+            ys.data = bump(&sc, (size_t)Y->numel * ye);
+            if (!ys.data) return rt_fail(err, n, "tile scratch too small");
+            rc = fo->prim == PRIM_LINEAR ? hk_linear_fwd(&xs, &w, bias >= 0 && tile == 0 ? &bt : NULL, &ys, ws)
+                                         : hk_matmul_fwd(&xs, &w, &ys, false, false, ws);
+            if (rc) return rt_fail(err, n, "%s", hk_strerror(rc));
+            if (tile == 0) memcpy(tb[y], ys.data, (size_t)Y->numel * ye);
+            else add_into(tb[y], Y->dtype, ys.data, Y->numel);
+        } else {
+            int base = fo->nin + fo->nout;
+            int dy = o->in[base];
+            HkTensor dyt = view(r, dy, tb[dy]);
+            int dx = o->out[0], dw = o->out[1], db = fo->nin > 2 ? o->out[2] : -1;
+            HkTensor dxs = xs, dwt = view(r, wt, dw >= 0 ? tb[dw] : NULL), dbt = {0};
+            dwt.dims[0] = rows;
+            dxs.data = dx >= 0 ? bump(&sc, (size_t)(xr * rows) * xe) : NULL;
+            if (dx >= 0 && !dxs.data) return rt_fail(err, n, "tile scratch too small");
+            if (db >= 0 && tile == 0 && tb[db]) dbt = view(r, db, tb[db]);
+            rc = fo->prim == PRIM_LINEAR
+                     ? hk_linear_bwd(&xs, &w, &dyt, dx >= 0 ? &dxs : NULL, dw >= 0 ? &dwt : NULL, dbt.data ? &dbt : NULL, ws)
+                     : hk_matmul_bwd(&xs, &w, &dyt, dx >= 0 ? &dxs : NULL, dw >= 0 ? &dwt : NULL, false, false, ws);
+            if (rc) return rt_fail(err, n, "%s", hk_strerror(rc));
+            if (dx >= 0) cols_add_back(tb[dx], g->tensors[dx].dtype, dxs.data, xr, xc, r0, rows);
+        }
+        return 0;
+    }
+    /* matmul(a, b, transpose_b): b is [N, K] and its rows are output columns [r0, r0+rows). */
+    ys.dims[ys.rank - 1] = rows;
+    if (!bwd) {
+        ys.data = bump(&sc, (size_t)(yr * rows) * ye);
+        if (!ys.data) return rt_fail(err, n, "tile scratch too small");
+        HkTensor xa = view(r, x, tb[x]);
+        rc = hk_matmul_fwd(&xa, &w, &ys, false, true, ws);
+        if (rc) return rt_fail(err, n, "%s", hk_strerror(rc));
+        cols_put_back(tb[y], ys.data, yr, yc, r0, rows, ye);
+        return 0;
+    }
+    int dy = o->in[fo->nin + fo->nout];
+    HkTensor dys = ys;
+    dys.data = bump(&sc, (size_t)(yr * rows) * ye);
+    if (!dys.data) return rt_fail(err, n, "tile scratch too small");
+    cols_copy(dys.data, tb[dy], yr, yc, r0, rows, ye);
+    int dx = o->out[0], dw = o->out[1];
+    HkTensor xa = view(r, x, tb[x]);
+    HkTensor dxt = dx >= 0 ? view(r, dx, tb[dx]) : (HkTensor){0};
+    HkTensor dwt = view(r, wt, dw >= 0 ? tb[dw] : NULL);
+    dwt.dims[0] = rows;
+    rc = hk_matmul_bwd(&xa, &w, &dys, dx >= 0 ? &dxt : NULL, dw >= 0 ? &dwt : NULL, false, true, ws);
+    if (rc) return rt_fail(err, n, "%s", hk_strerror(rc));
+    return 0;
+}
+
+static int exec_kernel(Rt *r, const PlanInstr *in, int worker, char *err, size_t n) {
+    const Plan *p = r->p;
+    if (in->arg < 0 || (uint32_t)in->arg >= p->nops) return rt_fail(err, n, "kernel of op %d outside the plan", in->arg);
+    const PlanOp *o = &r->p->ops[in->arg];
+    void **tb = r->table[worker];
+    uint32_t k = 0;
+    for (int i = 0; i < o->nin; i++, k++)
+        if (o->in[i] >= 0) tb[o->in[i]] = k < in->nopnd ? rt_opnd_ptr(r, rt_opnd(r, in, k)) : NULL;
+    for (int i = 0; i < o->nout; i++, k++)
+        if (o->out[i] >= 0) tb[o->out[i]] = k < in->nopnd ? rt_opnd_ptr(r, rt_opnd(r, in, k)) : NULL;
+    int rc = 0;
+    if (o->kind == OP_LOSS_GRAD) {
+        void *d = tb[o->out[0]];
+        if (!d) return rt_fail(err, n, "loss_grad without its output");
+        rt_elem_set(d, r->p->tensors[o->out[0]].dtype, 0, (double)r->loss_grad * r->loss_scale);
+        return 0;
+    }
+    int f = o->kind == OP_FWD ? in->arg : o->fwd;
+    if (f < 0 || (uint32_t)f >= r->p->nops) return rt_fail(err, n, "op %d names no forward op", in->arg);
+    const PlanOp *fo = &r->p->ops[f];
+    if (in->ntiles > 1) {
+        rc = run_tiled(r, o, fo, tb, in->tile, in->ntiles, r->ws[f], worker, err, n);
+        if (rc) return rc;
+    } else if (o->kind == OP_BWD) {
+        rc = hk_op_backward(r->p, o, tb, r->ws[f], r->ws_bytes[f]);
+    } else {
+        rc = hk_op_forward(r->p, o, tb, r->ws[f], r->ws_bytes[f]);
+    }
+    if (rc) {
+        return rt_fail(err, n, "%s %s (op %d%s%s): %s", op_kind_names[o->kind], prim_names[o->prim], in->arg,
+                    o->scope && *o->scope ? " in " : "", o->scope ? o->scope : "", hk_strerror(rc));
+    }
+    if (o->kind == OP_FWD && o->out[0] == p->loss && tb[p->loss] && in->tile == in->ntiles - 1) {
+        r->loss_sum += rt_elem_get(tb[p->loss], r->p->tensors[p->loss].dtype, 0);
+        r->loss_n++;
+    }
+    return 0;
+}
+
+/* ---- collectives over a tile, with padding ---- */
+
+static int to_f32(float *dst, const void *src, int dt, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = (float)rt_elem_get(src, dt, i);
+    return 0;
+}
+
+int rt_comm_err(Rt *r, char *err, size_t n) { return rt_fail(err, n, "%s", comm_last_error(r->c)); }
+
+static int exec_allgather(Rt *r, const PlanInstr *in, int worker, char *err, size_t n) {
+    const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
+    uint8_t *sp = rt_opnd_ptr(r, s), *dp = rt_opnd_ptr(r, d);
+    if (!sp || !dp) return rt_fail(err, n, "allgather operands must be in memory");
+    uint64_t sb = s->bytes, tb = d->bytes, R = (uint64_t)r->c->size;
+    if (sb * R == tb) {
+        if (comm_allgather(r->c, sp, dp, sb)) return rt_comm_err(r, err, n);
+    } else {
+        /* The last rank's slice is padded: gather into scratch, keep the tile's bytes. */
+        if (sb * R > r->scratch_bytes) return rt_fail(err, n, "allgather scratch too small");
+        if (comm_allgather(r->c, sp, r->scratch[worker], sb)) return rt_comm_err(r, err, n);
+        memcpy(dp, r->scratch[worker], tb);
+    }
+    return 0;
+}
+
+static int exec_reduce_scatter(Rt *r, const PlanInstr *in, int worker, char *err, size_t n) {
+    const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
+    uint8_t *sp = rt_opnd_ptr(r, s), *dp = rt_opnd_ptr(r, d);
+    if (!sp || !dp) return rt_fail(err, n, "reduce_scatter operands must be in memory");
+    int dt = r->p->tensors[in->arg].dtype;
+    size_t es = rt_dsz(dt);
+    int64_t te = (int64_t)(s->bytes / es), se = (int64_t)(d->bytes / es), R = r->c->size;
+    size_t need = sizeof(float) * (size_t)(se * R + se);
+    if (need > r->scratch_bytes) return rt_fail(err, n, "reduce_scatter scratch too small");
+    float *send = (float *)r->scratch[worker], *recv = send + se * R;
+    memset(send, 0, sizeof(float) * (size_t)(se * R));
+    to_f32(send, sp, dt, te < se * R ? te : se * R);
+    if (comm_reduce_scatter_f32(r->c, send, recv, (size_t)se)) return rt_comm_err(r, err, n);
+    for (int64_t i = 0; i < se; i++) rt_elem_set(dp, dt, i, rt_elem_get(dp, dt, i) + recv[i]);
+    return 0;
+}
+
+static int exec_allreduce(Rt *r, const PlanInstr *in, int worker, char *err, size_t n) {
+    const PlanOperand *m = rt_opnd(r, in, 0);
+    uint8_t *mp = rt_opnd_ptr(r, m);
+    if (!mp) return rt_fail(err, n, "allreduce operand must be in memory");
+    int dt = r->p->tensors[in->arg].dtype;
+    int64_t ne = (int64_t)(m->bytes / rt_dsz(dt));
+    if (dt == DT_F32) return comm_allreduce_sum_f32(r->c, (float *)mp, (size_t)ne) ? rt_comm_err(r, err, n) : 0;
+    if ((size_t)ne * sizeof(float) > r->scratch_bytes) return rt_fail(err, n, "allreduce scratch too small");
+    float *f = (float *)r->scratch[worker];
+    to_f32(f, mp, dt, ne);
+    if (comm_allreduce_sum_f32(r->c, f, (size_t)ne)) return rt_comm_err(r, err, n);
+    for (int64_t i = 0; i < ne; i++) rt_elem_set(mp, dt, i, f[i]);
+    return 0;
+}
+
+/* ---- optimizer ---- */
+
+bool rt_tensor_partitioned(const Rt *r, int t) {
+    int s = r->p->tensors[t].shard;
+    return s >= 0 && r->p->shards[s].partitioned;
+}
+
+static int exec_grad_norm(Rt *r, const PlanInstr *in, int worker, char *err, size_t n) {
+    double ss = 0;
+    int on_gpu = r->be->grad_sumsq(r, in, worker, &ss, err, n); /* the GPU-resident shards, summed there */
+    if (on_gpu < 0) return -1;
+    for (uint32_t k = 0; k + 1 < in->nopnd; k++) {
+        const PlanOperand *o = rt_opnd(r, in, k);
+        if (o->buffer < 0) continue;
+        if (on_gpu && r->p->buffers[o->buffer].arena == ARENA_GPU) continue;
+        int t = r->p->buffers[o->buffer].tensor;
+        if (t < 0) continue;
+        /* A whole (unpartitioned) gradient is the same on every rank: count it once. */
+        if (!rt_tensor_partitioned(r, t) && r->c->rank != 0) continue;
+        int dt = r->p->tensors[t].dtype;
+        int64_t ne = (int64_t)(o->bytes / rt_dsz(dt));
+        const uint8_t *gp = rt_opnd_ptr(r, o);
+        if (!gp) {
+            if (o->bytes > r->scratch_bytes) return rt_fail(err, n, "grad_norm scratch too small");
+            bool dev = r->be->device_memory && r->p->buffers[o->buffer].arena == ARENA_GPU;
+            if (dev ? r->be->copy_from_gpu(r, in->queue, o, r->scratch[worker], err, n)
+                    : rtio_read(&r->io, nvme_off(r, o), r->scratch[worker], o->bytes, err, n))
+                return -1;
+            gp = r->scratch[worker];
+        }
+        for (int64_t i = 0; i < ne; i++) {
+            double v = rt_elem_get(gp, dt, i);
+            ss += v * v;
+        }
+    }
+    if (comm_allreduce_sum_f64(r->c, &ss, 1)) return rt_comm_err(r, err, n);
+    double norm = sqrt(ss) / r->loss_scale;
+    r->grad_norm = norm;
+    r->skip = !isfinite(norm);
+    const PlanOperand *o = rt_opnd(r, in, in->nopnd - 1);
+    /* The GPU Adam (zk_adam) reads the norm of the scaled gradients; the
+     * CPU Adam takes r->grad_norm. */
+    float v = (float)(r->be->device_memory ? sqrt(ss) : norm);
+    if (r->be->device_memory && o->buffer >= 0 && r->p->buffers[o->buffer].arena == ARENA_GPU)
+        return r->be->copy_to_gpu(r, in->queue, o, &v, sizeof v, err, n);
+    uint8_t *np = rt_opnd_ptr(r, o);
+    if (np) memcpy(np, &v, sizeof v);
+    return 0;
+}
+
+static int exec_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
+    if (in->nopnd < 6) return rt_fail(err, n, "adam needs 6 operands, has %u", in->nopnd);
+    if (r->skip) return 0;
+    const PlanTrain *t = &r->p->train;
+    int pt = in->arg;
+    int pdt = r->p->tensors[pt].dtype;
+    const PlanOperand *po = rt_opnd(r, in, 0), *go = rt_opnd(r, in, 1), *mo = rt_opnd(r, in, 2), *m1 = rt_opnd(r, in, 3),
+                      *v1 = rt_opnd(r, in, 4);
+    uint8_t *pp = rt_opnd_ptr(r, po), *gp = rt_opnd_ptr(r, go), *mp = rt_opnd_ptr(r, mo), *m1p = rt_opnd_ptr(r, m1),
+            *v1p = rt_opnd_ptr(r, v1);
+    if (!pp || !gp || !m1p || !v1p) return rt_fail(err, n, "adam on '%s': an operand is not in memory", r->p->tensors[pt].name);
+    int64_t ne = (int64_t)(po->bytes / rt_dsz(pdt));
+    int gt = r->p->tensors[pt].grad;
+    int gdt = gt >= 0 ? r->p->tensors[gt].dtype : pdt;
+    double clip = t->grad_clip > 0 ? fmin(1.0, t->grad_clip / (r->grad_norm + 1e-6)) : 1.0;
+    AdamSchedule sch = {.lr = t->lr, .warmup_steps = t->warmup_steps, .cosine = t->cosine, .min_lr = t->min_lr, .steps = t->steps};
+    AdamParams ap = {.lr = (float)adam_lr(&sch, r->step + 1), .beta1 = (float)t->beta1, .beta2 = (float)t->beta2,
+                     .eps = (float)t->eps, .weight_decay = (float)t->weight_decay, .isa = ADAM_ISA_AUTO, .threads = 0};
+    /* Without an fp32 master (f32 training) the parameter is the master. */
+    if (!mp && pdt != DT_F32) return rt_fail(err, n, "adam on '%s': a %s parameter needs an fp32 master", r->p->tensors[pt].name, dtype_name((DType)pdt));
+    float *master = mp ? (float *)mp : (float *)pp;
+    AdamStatus as = adam_step(&ap, r->step + 1, master, (float *)m1p, (float *)v1p, gp, (DType)gdt, mp ? pp : NULL,
+                              (DType)pdt, ne, (float)(clip / r->loss_scale));
+    if (as != ADAM_OK) return rt_fail(err, n, "adam on '%s': %s", r->p->tensors[pt].name, adam_status_str(as));
+    return 0;
+}
+
+/* ---- the instruction dispatcher ---- */
+
+int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t n) {
+    const Plan *p = r->p;
+    const PlanInstr *in = &p->instrs[i];
+    switch ((PlanOpcode)in->op) {
+    case PI_INPUT: {
+        const PlanOperand *o = rt_opnd(r, in, 0);
+        uint8_t *d = rt_opnd_ptr(r, o);
+        const int32_t *src = in->arg == 0 ? r->tokens : r->targets;
+        if (!d || !src) return rt_fail(err, n, "input %d has no data", in->arg);
+        memcpy(d, src, o->bytes);
+        r->bytes[in->queue] += o->bytes;
+        return 0;
+    }
+    case PI_NVME_READ: {
+        const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
+        r->bytes[in->queue] += s->bytes;
+        return rtio_read(&r->io, nvme_off(r, s), rt_opnd_ptr(r, d), s->bytes, err, n);
+    }
+    case PI_NVME_WRITE: {
+        const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
+        r->bytes[in->queue] += s->bytes;
+        return rtio_write(&r->io, nvme_off(r, d), rt_opnd_ptr(r, s), s->bytes, err, n);
+    }
+    case PI_H2D:
+    case PI_D2H: {
+        const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
+        uint8_t *sp = rt_opnd_ptr(r, s), *dp = rt_opnd_ptr(r, d);
+        if (!sp || !dp) return rt_fail(err, n, "%s operands must be in memory", plan_opcode_names[in->op]);
+        memcpy(dp, sp, s->bytes < d->bytes ? s->bytes : d->bytes);
+        r->bytes[in->queue] += s->bytes;
+        return 0;
+    }
+    case PI_ALLGATHER: r->bytes[in->queue] += rt_opnd(r, in, 1)->bytes; return exec_allgather(r, in, worker, err, n);
+    case PI_REDUCE_SCATTER: r->bytes[in->queue] += rt_opnd(r, in, 0)->bytes; return exec_reduce_scatter(r, in, worker, err, n);
+    case PI_ALLREDUCE: r->bytes[in->queue] += rt_opnd(r, in, 0)->bytes; return exec_allreduce(r, in, worker, err, n);
+    case PI_KERNEL: return exec_kernel(r, in, worker, err, n);
+    case PI_ZERO: {
+        const PlanOperand *o = rt_opnd(r, in, 0);
+        uint8_t *d = rt_opnd_ptr(r, o);
+        if (d) { memset(d, 0, o->bytes); return 0; }
+        if (o->bytes > r->scratch_bytes) return rt_fail(err, n, "zero scratch too small");
+        memset(r->scratch[worker], 0, o->bytes);
+        return rtio_write(&r->io, nvme_off(r, o), r->scratch[worker], o->bytes, err, n);
+    }
+    case PI_ACCUM: {
+        const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
+        uint8_t *sp = rt_opnd_ptr(r, s), *dp = rt_opnd_ptr(r, d);
+        if (!sp || !dp) return rt_fail(err, n, "accum operands must be in memory");
+        int dt = p->tensors[in->arg].dtype;
+        add_into(dp, dt, sp, (int64_t)(s->bytes / rt_dsz(dt)));
+        return 0;
+    }
+    case PI_GRAD_NORM: return exec_grad_norm(r, in, worker, err, n);
+    case PI_CPU_ADAM:
+    case PI_GPU_ADAM: return exec_adam(r, in, err, n);
+    case PI_STEP_END: return 0;
+    default: return rt_fail(err, n, "instruction %u: unknown opcode %u", i, in->op);
+    }
+}
+
+
+/* ---- the host backend ---- */
+
+static int host_instr(void *ctx, uint32_t i, int worker, char *err, size_t n) { return rt_host_instr(ctx, i, worker, err, n); }
+
+/* The arenas in host memory, page-aligned and zeroed; the host kernels'
+ * workspace per forward op, kept from forward to backward. */
+static int host_create(Rt *r, char *err, size_t n) {
+    const Plan *p = r->p;
+    for (int k = 0; k < PLAN_NARENAS; k++) {
+        if (k == ARENA_NVME) continue;
+        uint64_t sz = p->arenas[k].size;
+        if (!sz) continue;
+        uint64_t rounded = (sz + 4095) / 4096 * 4096;
+        r->arena[k] = aligned_alloc(4096, rounded);
+        if (!r->arena[k]) return rt_fail(err, n, "cannot allocate the %s arena (%llu bytes)", plan_arena_names[k], (unsigned long long)sz);
+        memset(r->arena[k], 0, rounded);
+        r->arena_bytes[k] = sz;
+    }
+    for (uint32_t k = 0; k < p->nops; k++) {
+        if (p->ops[k].kind != OP_FWD) continue;
+        size_t b = hk_op_workspace_bytes(p, (int)k);
+        if (!b) continue;
+        r->ws[k] = calloc(1, b);
+        if (!r->ws[k]) return rt_fail(err, n, "out of memory for kernel workspace");
+        r->ws_bytes[k] = b;
+        r->ws_total += b;
+    }
+    return 0;
+}
+
+static void host_destroy(Rt *r) {
+    for (int k = 0; k < PLAN_NARENAS; k++) free(r->arena[k]);
+}
+
+static int host_no_device(char *err, size_t n) { return rt_fail(err, n, "the host backend has no device memory"); }
+static int host_home_read(Rt *r, uint64_t addr, void *dst, uint64_t bytes, char *err, size_t n) {
+    (void)r, (void)addr, (void)dst, (void)bytes;
+    return host_no_device(err, n);
+}
+static int host_home_write(Rt *r, uint64_t addr, const void *src, uint64_t bytes, char *err, size_t n) {
+    (void)r, (void)addr, (void)src, (void)bytes;
+    return host_no_device(err, n);
+}
+static int host_copy_from_gpu(Rt *r, int q, const PlanOperand *o, void *dst, char *err, size_t n) {
+    (void)r, (void)q, (void)o, (void)dst;
+    return host_no_device(err, n);
+}
+static int host_copy_to_gpu(Rt *r, int q, const PlanOperand *o, const void *src, size_t bytes, char *err, size_t n) {
+    (void)r, (void)q, (void)o, (void)src, (void)bytes;
+    return host_no_device(err, n);
+}
+static int host_grad_sumsq(Rt *r, const PlanInstr *in, int worker, double *ss, char *err, size_t n) {
+    (void)r, (void)in, (void)worker, (void)ss, (void)err, (void)n;
+    return 0; /* every shard is in host memory or on NVMe: summed by the caller */
+}
+static void host_step_begin(Rt *r) { (void)r; }
+static int host_range_end(Rt *r, uint32_t begin, uint32_t end, char *err, size_t n) {
+    (void)r, (void)begin, (void)end, (void)err, (void)n;
+    return 0; /* the range ran to its end inside qrun_range */
+}
+static void host_abort(Rt *r) { (void)r; }
+static double host_busy_seconds(const Rt *r, int q) { return r->q.busy[q]; }
+static void host_memory_report(const Rt *r, FILE *out) {
+    char a[32];
+    fprintf(out, "  host kernel workspace %llu bytes (%s), scratch %llu bytes x %d queues\n",
+            (unsigned long long)r->ws_total, plan_bytes_str(r->ws_total, a, sizeof a),
+            (unsigned long long)r->scratch_bytes, PLAN_NQUEUES);
+}
+static uint64_t host_gpu_memory_used(const Rt *r) {
+    (void)r;
+    return 0;
+}
+
+const RtBackendOps rt_backend_host = {
+    .name = "host",
+    .device_memory = false,
+    .create = host_create,
+    .destroy = host_destroy,
+    .instr = host_instr,
+    .home_read = host_home_read,
+    .home_write = host_home_write,
+    .copy_from_gpu = host_copy_from_gpu,
+    .copy_to_gpu = host_copy_to_gpu,
+    .grad_sumsq = host_grad_sumsq,
+    .step_begin = host_step_begin,
+    .range_end = host_range_end,
+    .abort = host_abort,
+    .busy_seconds = host_busy_seconds,
+    .memory_report = host_memory_report,
+    .gpu_memory_used = host_gpu_memory_used,
+};
