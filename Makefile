@@ -259,3 +259,8 @@ demo: all
 
 clean:
 	rm -rf build
+
+# `make print-VAR` prints a variable (tests/e2e/layering.sh reads the
+# include flags of each layer).
+print-%:
+	@echo '$($*)'
