@@ -94,54 +94,57 @@ static int64_t scaled_numel(Acc *a, const GTensor *t, int64_t b0, int64_t b, int
 
 static bool is_state(TensorClass c) { return c == TC_GRAD || c == TC_MASTER || c == TC_MOMENTUM || c == TC_VARIANCE; }
 
-int memmodel_compute(const Graph *g, const MemOptions *opt, MemModel *m) {
-    MemOptions o;
-    if (opt) o = *opt;
-    else memmodel_options_default(&o);
-    memset(m, 0, sizeof *m);
-    m->ms_working_op = -1;
-    m->act_working_group = -1;
+/* o's defaults filled in and every option and the graph's tables checked. */
+static int check_options(const Graph *g, MemOptions *o, MemModel *m) {
     if (!g) return fail(m, "memory model: no graph");
-    if (o.ranks == 0) o.ranks = 1;
-    if (o.nodes == 0) o.nodes = 1;
-    if (o.whole_below == 0) o.whole_below = MEM_WHOLE_BELOW_DEFAULT;
-    if (o.ranks < 0) return fail(m, "memory model: ranks must be positive (got %d)", o.ranks);
-    if (o.nodes < 0 || o.nodes > o.ranks || o.ranks % o.nodes)
-        return fail(m, "memory model: %d ranks cannot be spread evenly over %d nodes", o.ranks, o.nodes);
-    if (o.micro_batch < 0) return fail(m, "memory model: micro-batch must be positive (got %" PRId64 ")", o.micro_batch);
-    if (o.seq < 0) return fail(m, "memory model: sequence length must be positive (got %" PRId64 ")", o.seq);
-    if (o.ci < -1) return fail(m, "memory model: checkpoint interval must be positive, 0 (the graph's) or -1 (none), got %" PRId64, o.ci);
-    if (o.whole_below < 0) return fail(m, "memory model: whole_below must not be negative");
+    if (o->ranks == 0) o->ranks = 1;
+    if (o->nodes == 0) o->nodes = 1;
+    if (o->whole_below == 0) o->whole_below = MEM_WHOLE_BELOW_DEFAULT;
+    if (o->ranks < 0) return fail(m, "memory model: ranks must be positive (got %d)", o->ranks);
+    if (o->nodes < 0 || o->nodes > o->ranks || o->ranks % o->nodes)
+        return fail(m, "memory model: %d ranks cannot be spread evenly over %d nodes", o->ranks, o->nodes);
+    if (o->micro_batch < 0) return fail(m, "memory model: micro-batch must be positive (got %" PRId64 ")", o->micro_batch);
+    if (o->seq < 0) return fail(m, "memory model: sequence length must be positive (got %" PRId64 ")", o->seq);
+    if (o->ci < -1) return fail(m, "memory model: checkpoint interval must be positive, 0 (the graph's) or -1 (none), got %" PRId64, o->ci);
+    if (o->whole_below < 0) return fail(m, "memory model: whole_below must not be negative");
     if (g->ntensors < 0 || g->nops < 0 || (g->ntensors && !g->tensors) || (g->nops && !g->ops))
         return fail(m, "memory model: malformed graph");
+    return 0;
+}
 
-    int R = o.ranks;
+/* The ranks, the checkpoint interval, and the graph's batch and sequence
+ * (*b0, *t0: TrainConfig, else the first input's [B, T]) with o's
+ * overrides. */
+static int shape(const Graph *g, const MemOptions *o, MemModel *m, int64_t *b0, int64_t *t0) {
     m->model_name = g->model_name ? g->model_name : "model";
-    m->ranks = R;
-    m->nodes = o.nodes;
-    m->whole_below = o.whole_below;
-    m->ci = o.ci == 0 ? g->train.checkpoint_every : o.ci < 0 ? 0 : o.ci;
+    m->ranks = o->ranks;
+    m->nodes = o->nodes;
+    m->whole_below = o->whole_below;
+    m->ci = o->ci == 0 ? g->train.checkpoint_every : o->ci < 0 ? 0 : o->ci;
     if (m->ci < 0) m->ci = 0;
-
-    /* the graph's batch and sequence: TrainConfig, else the first input's [B, T] */
-    int64_t b0 = g->train.micro_batch, t0 = 0;
+    *b0 = g->train.micro_batch;
+    *t0 = 0;
     if (g->ninputs > 0 && g->inputs[0] >= 0 && g->inputs[0] < g->ntensors) {
         const GTensor *in = &g->tensors[g->inputs[0]];
-        if (b0 <= 0 && in->rank >= 1) b0 = in->dims[0];
-        if (in->rank >= 2 && in->dims[0] == b0) t0 = in->dims[1];
+        if (*b0 <= 0 && in->rank >= 1) *b0 = in->dims[0];
+        if (in->rank >= 2 && in->dims[0] == *b0) *t0 = in->dims[1];
     }
-    if (o.micro_batch > 0 && b0 <= 0) return fail(m, "memory model: the graph has no batch dimension to override");
-    if (o.seq > 0 && t0 <= 0) return fail(m, "memory model: the graph has no [batch, seq] input to override the sequence length of");
-    m->micro_batch = o.micro_batch > 0 ? o.micro_batch : b0;
-    m->seq = o.seq > 0 ? o.seq : t0;
+    if (o->micro_batch > 0 && *b0 <= 0) return fail(m, "memory model: the graph has no batch dimension to override");
+    if (o->seq > 0 && *t0 <= 0) return fail(m, "memory model: the graph has no [batch, seq] input to override the sequence length of");
+    m->micro_batch = o->micro_batch > 0 ? o->micro_batch : *b0;
+    m->seq = o->seq > 0 ? o->seq : *t0;
+    return 0;
+}
 
-    /* is it a training graph? which ops are the forward pass? */
-    int fwd_end = g->nops;
+/* Is it a training graph? Which ops are the forward pass (*fwd_end)? And
+ * every op's tensor ids in range. */
+static int check_ops(const Graph *g, MemModel *m, int *fwd_end) {
+    *fwd_end = g->nops;
     for (int i = 0; i < g->ntensors; i++)
         if (is_state(g->tensors[i].cls)) m->training_graph = true;
     if (g->nforward > 0 && g->nforward <= g->nops) {
         if (g->nforward < g->nops) m->training_graph = true;
-        fwd_end = g->nforward;
+        *fwd_end = g->nforward;
     }
     for (int k = 0; k < g->nops; k++) {
         const GOp *op = &g->ops[k];
@@ -152,10 +155,44 @@ int memmodel_compute(const Graph *g, const MemOptions *opt, MemModel *m) {
         for (int i = 0; i < op->nout; i++)
             if (op->out[i] < -1 || op->out[i] >= g->ntensors) return fail(m, "memory model: malformed graph: op %d writes tensor %d of %d", k, op->out[i], g->ntensors);
     }
+    return 0;
+}
 
-    Acc a = {false};
+/* A parameter of n elements, sh per rank: counted, and the paper's fp32
+ * gradient copy (mixed precision). In a graph without state tensors
+ * (inference), its gradient and optimizer state are derived from it: true
+ * when that is done. */
+static bool add_param(const GTensor *t, int64_t n, int64_t sh, int R, const MemOptions *o, MemModel *m, Acc *a, DType *pdt) {
+    m->params = add(a, m->params, n);
+    m->nparam_tensors++;
+    m->nsharded += R > 1 && n >= o->whole_below;
+    if (*pdt == DT_NONE || t->dtype != DT_F32) *pdt = t->dtype;
+    bool mixed = t->dtype != DT_F32;
+    if (mixed) m->mixed = true;
+    /* the paper's fp32 gradient copy, whatever graph this is */
+    if (mixed) {
+        m->grad32_model = add(a, m->grad32_model, mul(a, n, 4));
+        m->grad32_rank = add(a, m->grad32_rank, mul(a, sh, 4));
+    }
+    if (m->training_graph) return false;
+    /* derived from the parameter: gradient in its dtype, fp32 state */
+    int64_t per[TC_COUNT] = {0};
+    per[TC_PARAM] = dsize(t->dtype);
+    per[TC_GRAD] = dsize(t->dtype);
+    per[TC_MASTER] = mixed ? 4 : 0;
+    per[TC_MOMENTUM] = 4;
+    per[TC_VARIANCE] = 4;
+    for (int c = TC_PARAM; c <= TC_VARIANCE; c++) {
+        m->model[c] = add(a, m->model[c], mul(a, n, per[c]));
+        m->rank[c] = add(a, m->rank[c], mul(a, sh, per[c]));
+    }
+    return true;
+}
+
+/* Model states: parameters, gradients, optimizer state, whole and per rank. */
+static int model_states(const Graph *g, const MemOptions *o, MemModel *m, Acc *a) {
+    int R = o->ranks;
     DType pdt = DT_NONE;
-    /* model states */
     for (int i = 0; i < g->ntensors; i++) {
         const GTensor *t = &g->tensors[i];
         if ((unsigned)t->cls >= TC_COUNT) return fail(m, "memory model: tensor %d has class %d", i, (int)t->cls);
@@ -166,56 +203,35 @@ int memmodel_compute(const Graph *g, const MemOptions *opt, MemModel *m) {
         if (!ds) return fail(m, "memory model: tensor '%s' has no dtype", t->name ? t->name : "?");
         int64_t n = t->numel, sh;
         if (t->cls == TC_PARAM) {
-            sh = shard_elems(n, R, o.whole_below);
-            m->params = add(&a, m->params, n);
-            m->nparam_tensors++;
-            m->nsharded += R > 1 && n >= o.whole_below;
-            if (pdt == DT_NONE || t->dtype != DT_F32) pdt = t->dtype;
-            bool mixed = t->dtype != DT_F32;
-            if (mixed) m->mixed = true;
-            /* the paper's fp32 gradient copy, whatever graph this is */
-            if (mixed) {
-                m->grad32_model = add(&a, m->grad32_model, mul(&a, n, 4));
-                m->grad32_rank = add(&a, m->grad32_rank, mul(&a, sh, 4));
-            }
-            if (!m->training_graph) {
-                /* derived from the parameter: gradient in its dtype, fp32 state */
-                int64_t per[TC_COUNT] = {0};
-                per[TC_PARAM] = ds;
-                per[TC_GRAD] = ds;
-                per[TC_MASTER] = mixed ? 4 : 0;
-                per[TC_MOMENTUM] = 4;
-                per[TC_VARIANCE] = 4;
-                for (int c = TC_PARAM; c <= TC_VARIANCE; c++) {
-                    m->model[c] = add(&a, m->model[c], mul(&a, n, per[c]));
-                    m->rank[c] = add(&a, m->rank[c], mul(&a, sh, per[c]));
-                }
-                continue;
-            }
+            sh = shard_elems(n, R, o->whole_below);
+            if (add_param(t, n, sh, R, o, m, a, &pdt)) continue;
         } else {
             if (!m->training_graph) continue;
             if (t->param >= 0 && t->param < g->ntensors && g->tensors[t->param].cls == TC_PARAM)
-                sh = shard_elems(g->tensors[t->param].numel, R, o.whole_below);
+                sh = shard_elems(g->tensors[t->param].numel, R, o->whole_below);
             else
                 sh = n;
             if (t->param >= 0 && t->param < g->ntensors && g->tensors[t->param].numel != n)
                 return fail(m, "memory model: '%s' has %" PRId64 " elements, its parameter %" PRId64, t->name ? t->name : "?", n,
                             g->tensors[t->param].numel);
         }
-        m->model[t->cls] = add(&a, m->model[t->cls], mul(&a, n, ds));
-        m->rank[t->cls] = add(&a, m->rank[t->cls], mul(&a, sh, ds));
+        m->model[t->cls] = add(a, m->model[t->cls], mul(a, n, ds));
+        m->rank[t->cls] = add(a, m->rank[t->cls], mul(a, sh, ds));
     }
     m->dtype = g->train.dtype != DT_NONE ? g->train.dtype : pdt;
     m->model_states_alloc = m->model_states_alloc_rank = 0;
     for (int c = TC_PARAM; c <= TC_VARIANCE; c++) {
-        m->model_states_alloc = add(&a, m->model_states_alloc, m->model[c]);
-        m->model_states_alloc_rank = add(&a, m->model_states_alloc_rank, m->rank[c]);
+        m->model_states_alloc = add(a, m->model_states_alloc, m->model[c]);
+        m->model_states_alloc_rank = add(a, m->model_states_alloc_rank, m->rank[c]);
     }
-    m->model_states = add(&a, m->model_states_alloc, m->grad32_model);
-    m->model_states_rank = add(&a, m->model_states_alloc_rank, m->grad32_rank);
+    m->model_states = add(a, m->model_states_alloc, m->grad32_model);
+    m->model_states_rank = add(a, m->model_states_alloc_rank, m->grad32_rank);
+    return 0;
+}
 
-    /* model-state working memory: the forward op reading the most parameter
-     * bytes, times two (each parameter's gradient has its dtype) */
+/* model-state working memory: the forward op reading the most parameter
+ * bytes, times two (each parameter's gradient has its dtype) */
+static void ms_working(const Graph *g, MemModel *m, Acc *a, int fwd_end) {
     for (int k = 0; k < fwd_end; k++) {
         const GOp *op = &g->ops[k];
         if (op->kind != OP_FWD) continue;
@@ -229,65 +245,62 @@ int memmodel_compute(const Graph *g, const MemOptions *opt, MemModel *m) {
             const GTensor *p = &g->tensors[x];
             int64_t gs = dsize(p->dtype);
             if (p->grad >= 0 && p->grad < g->ntensors) gs = dsize(g->tensors[p->grad].dtype);
-            w = add(&a, w, mul(&a, p->numel, dsize(p->dtype) + gs));
+            w = add(a, w, mul(a, p->numel, dsize(p->dtype) + gs));
         }
         if (w > m->ms_working) {
             m->ms_working = w;
             m->ms_working_op = k;
         }
     }
+}
 
-    /* activations of one micro-batch on one rank */
-    int nt = g->ntensors;
-    bool *ckpt = calloc((size_t)nt + 1, sizeof *ckpt);
-    bool *fwdact = calloc((size_t)nt + 1, sizeof *fwdact);
-    int maxg = -1;
-    for (int k = 0; k < fwd_end; k++) maxg = group_of(m->ci, g->ops[k].segment) > maxg ? group_of(m->ci, g->ops[k].segment) : maxg;
-    int64_t *gbytes = calloc((size_t)maxg + 2, sizeof *gbytes);
-    if (!ckpt || !fwdact || !gbytes) {
-        free(ckpt);
-        free(fwdact);
-        free(gbytes);
-        return fail(m, "memory model: out of memory");
-    }
-    for (int i = 0; i < nt; i++) {
+/* Which tensors are forward activations (fwdact), and of those which are
+ * checkpoints (ckpt): read by a forward op of another checkpoint group. */
+static void find_checkpoints(const Graph *g, const MemModel *m, int fwd_end, bool *fwdact, bool *ckpt) {
+    for (int i = 0; i < g->ntensors; i++) {
         const GTensor *t = &g->tensors[i];
         fwdact[i] = (t->cls == TC_ACT || t->cls == TC_CKPT) && t->grad_of < 0 && t->producer >= 0 && t->producer < fwd_end &&
                     g->ops[t->producer].kind == OP_FWD;
     }
-    if (m->ci > 0)
-        for (int k = 0; k < fwd_end; k++) {
-            const GOp *op = &g->ops[k];
-            if (op->kind != OP_FWD) continue;
-            int gk = group_of(m->ci, op->segment);
-            for (int i = 0; i < op->nin; i++) {
-                int x = op->in[i];
-                if (x < 0 || !fwdact[x]) continue;
-                int gp = group_of(m->ci, g->ops[g->tensors[x].producer].segment);
-                if (gp != gk && (gp >= 0 || gk >= 0)) ckpt[x] = true;
-            }
+    if (m->ci <= 0) return;
+    for (int k = 0; k < fwd_end; k++) {
+        const GOp *op = &g->ops[k];
+        if (op->kind != OP_FWD) continue;
+        int gk = group_of(m->ci, op->segment);
+        for (int i = 0; i < op->nin; i++) {
+            int x = op->in[i];
+            if (x < 0 || !fwdact[x]) continue;
+            int gp = group_of(m->ci, g->ops[g->tensors[x].producer].segment);
+            if (gp != gk && (gp >= 0 || gk >= 0)) ckpt[x] = true;
         }
+    }
+}
+
+/* Activations of one micro-batch on one rank, at the shape of
+ * m->micro_batch and m->seq (the graph's: b0, t0); gbytes: per group. */
+static void activations(const Graph *g, MemModel *m, Acc *a, int64_t b0, int64_t t0, const bool *fwdact, const bool *ckpt, int64_t *gbytes,
+                        int maxg) {
     m->ngroups = maxg + 1;
     int64_t outside = 0;
-    for (int i = 0; i < nt; i++) {
+    for (int i = 0; i < g->ntensors; i++) {
         const GTensor *t = &g->tensors[i];
-        int64_t n = scaled_numel(&a, t, b0, m->micro_batch, t0, m->seq);
-        int64_t bytes = mul(&a, n, dsize(t->dtype));
+        int64_t n = scaled_numel(a, t, b0, m->micro_batch, t0, m->seq);
+        int64_t bytes = mul(a, n, dsize(t->dtype));
         if (fwdact[i]) {
             if (ckpt[i]) {
-                m->rank[TC_CKPT] = add(&a, m->rank[TC_CKPT], bytes);
+                m->rank[TC_CKPT] = add(a, m->rank[TC_CKPT], bytes);
                 continue;
             }
-            m->rank[TC_ACT] = add(&a, m->rank[TC_ACT], bytes);
+            m->rank[TC_ACT] = add(a, m->rank[TC_ACT], bytes);
             int gp = group_of(m->ci, g->ops[t->producer].segment);
-            if (gp >= 0) gbytes[gp] = add(&a, gbytes[gp], bytes);
-            else outside = add(&a, outside, bytes);
+            if (gp >= 0) gbytes[gp] = add(a, gbytes[gp], bytes);
+            else outside = add(a, outside, bytes);
         } else if (t->cls == TC_INPUT || t->cls == TC_WORKSPACE || t->cls == TC_CONST) {
-            m->rank[t->cls] = add(&a, m->rank[t->cls], bytes);
+            m->rank[t->cls] = add(a, m->rank[t->cls], bytes);
         }
     }
     if (m->ci > 0) {
-        m->act_kept = add(&a, m->rank[TC_CKPT], outside);
+        m->act_kept = add(a, m->rank[TC_CKPT], outside);
         for (int k = 0; k <= maxg; k++)
             if (gbytes[k] > m->act_working) {
                 m->act_working = gbytes[k];
@@ -296,11 +309,49 @@ int memmodel_compute(const Graph *g, const MemOptions *opt, MemModel *m) {
     } else {
         m->act_kept = m->rank[TC_ACT];
     }
+}
+
+/* The activation side of the model: checkpoints, activations kept and
+ * working, inputs, workspaces and constants, per rank. */
+static int activation_memory(const Graph *g, MemModel *m, Acc *a, int fwd_end, int64_t b0, int64_t t0) {
+    int nt = g->ntensors;
+    bool *ckpt = calloc((size_t)nt + 1, sizeof *ckpt);
+    bool *fwdact = calloc((size_t)nt + 1, sizeof *fwdact);
+    int maxg = -1;
+    for (int k = 0; k < fwd_end; k++) maxg = group_of(m->ci, g->ops[k].segment) > maxg ? group_of(m->ci, g->ops[k].segment) : maxg;
+    int64_t *gbytes = calloc((size_t)maxg + 2, sizeof *gbytes);
+    int rc = 0;
+    if (!ckpt || !fwdact || !gbytes) {
+        rc = fail(m, "memory model: out of memory");
+    } else {
+        find_checkpoints(g, m, fwd_end, fwdact, ckpt);
+        activations(g, m, a, b0, t0, fwdact, ckpt, gbytes, maxg);
+    }
     free(ckpt);
     free(fwdact);
     free(gbytes);
+    return rc;
+}
+
+int memmodel_compute(const Graph *g, const MemOptions *opt, MemModel *m) {
+    MemOptions o;
+    if (opt) o = *opt;
+    else memmodel_options_default(&o);
+    memset(m, 0, sizeof *m);
+    m->ms_working_op = -1;
+    m->act_working_group = -1;
+    int64_t b0 = 0, t0 = 0;
+    int fwd_end = 0;
+    Acc a = {false};
+    int rc = check_options(g, &o, m);
+    if (!rc) rc = shape(g, &o, m, &b0, &t0);
+    if (!rc) rc = check_ops(g, m, &fwd_end);
+    if (!rc) rc = model_states(g, &o, m, &a);
+    if (rc) return rc;
+    ms_working(g, m, &a, fwd_end);
+    if ((rc = activation_memory(g, m, &a, fwd_end, b0, t0))) return rc;
     for (int c = 0; c < TC_COUNT; c++)
-        if (c != TC_PARAM && !is_state((TensorClass)c)) m->model[c] = mul(&a, m->rank[c], R);
+        if (c != TC_PARAM && !is_state((TensorClass)c)) m->model[c] = mul(&a, m->rank[c], o.ranks);
     if (a.overflow) return fail(m, "memory model: byte counts of '%s' overflow 63 bits", m->model_name);
     return 0;
 }

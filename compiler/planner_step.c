@@ -215,35 +215,40 @@ static void grad_flush(B *b, int p, int tile, int tmp) {
     pl_opnd(b, a, home, PLAN_M, hoff, bytes);
 }
 
+/* The operands of a step's kernel, in the op's order (inputs, then
+ * outputs), and the parameter gradients to flush after it. */
 typedef struct Pend {
     int buf, mode;
     uint64_t off, bytes;
 } Pend;
 
-void pl_emit_step(B *b, const Step *s) {
-    const Graph *g = b->g;
-    const GOp *op = &g->ops[s->op];
-    if (op->kind == OP_ZERO_GRAD) {
-        int y = op->out[0];
-        if (y < 0) return;
-        uint64_t bytes = (uint64_t)g->tensors[y].numel * (uint64_t)pl_dsz(b, y);
-        int buf;
-        if (g->tensors[y].cls == TC_GRAD) {
-            buf = b->home[y];
-            if (buf < 0 || b->bufs[buf].b.arena == ARENA_NVME) return; /* NVMe: zeroed by its optimizer sub-group */
-        } else {
-            buf = pl_newbuf(b, ARENA_GPU, bytes, y, pl_tname(b, y), false);
-            b->cur[y] = buf;
-        }
-        int i = pl_ins(b, PI_ZERO, b->bufs[buf].b.arena == ARENA_GPU ? Q_COMPUTE : Q_CPU, y, 0, 1, 0);
-        pl_opnd(b, i, buf, PLAN_W, 0, g->tensors[y].cls == TC_GRAD ? b->bufs[buf].b.bytes : bytes);
-        return;
-    }
-    if (!pl_is_kernel_op(op->kind)) return;
+typedef struct StepOps {
     Pend pend[PLAN_MAX_IN + PLAN_MAX_OUT];
-    int np = 0;
-    int gflush[PLAN_MAX_OUT], gtile[PLAN_MAX_OUT], gbuf[PLAN_MAX_OUT], ng = 0;
-    int tp = s->ntiles > 1 ? pl_tiled_param_of(b, op) : -1;
+    int np;
+    int gflush[PLAN_MAX_OUT], gtile[PLAN_MAX_OUT], gbuf[PLAN_MAX_OUT], ng;
+} StepOps;
+
+static void emit_zero_grad(B *b, const GOp *op) {
+    const Graph *g = b->g;
+    int y = op->out[0];
+    if (y < 0) return;
+    uint64_t bytes = (uint64_t)g->tensors[y].numel * (uint64_t)pl_dsz(b, y);
+    int buf;
+    if (g->tensors[y].cls == TC_GRAD) {
+        buf = b->home[y];
+        if (buf < 0 || b->bufs[buf].b.arena == ARENA_NVME) return; /* NVMe: zeroed by its optimizer sub-group */
+    } else {
+        buf = pl_newbuf(b, ARENA_GPU, bytes, y, pl_tname(b, y), false);
+        b->cur[y] = buf;
+    }
+    int i = pl_ins(b, PI_ZERO, b->bufs[buf].b.arena == ARENA_GPU ? Q_COMPUTE : Q_CPU, y, 0, 1, 0);
+    pl_opnd(b, i, buf, PLAN_W, 0, g->tensors[y].cls == TC_GRAD ? b->bufs[buf].b.bytes : bytes);
+}
+
+/* The step's inputs: parameters where their fetch put them, the rest where
+ * they were made; false (b->internal) when one was never made. */
+static bool step_inputs(B *b, const Step *s, const GOp *op, StepOps *so) {
+    const Graph *g = b->g;
     for (int k = 0; k < op->nin; k++) {
         int x = op->in[k];
         Pend pe = {-1, PLAN_R, 0, 0};
@@ -261,13 +266,22 @@ void pl_emit_step(B *b, const Step *s) {
                 if (b->cur[x] < 0) {
                     b->internal = true;
                     snprintf(b->why, sizeof b->why, "op %d reads '%s' before anything produces it", s->op, pl_tname(b, x));
-                    return;
+                    return false;
                 }
                 pe = (Pend){b->cur[x], PLAN_R, 0, (uint64_t)xt->numel * (uint64_t)pl_dsz(b, x)};
             }
         }
-        pend[np++] = pe;
+        so->pend[so->np++] = pe;
     }
+    return true;
+}
+
+/* The step's outputs: parameter gradients into their accumulation target
+ * (tp: the parameter tiled in this step, or -1), other gradients
+ * accumulated from zero, activations in new buffers (tile 0) or the one the
+ * first tile made. */
+static void step_outputs(B *b, const Step *s, const GOp *op, int tp, StepOps *so) {
+    const Graph *g = b->g;
     for (int k = 0; k < op->nout; k++) {
         int y = op->out[k];
         Pend pe = {-1, PLAN_W, 0, 0};
@@ -276,19 +290,17 @@ void pl_emit_step(B *b, const Step *s) {
             uint64_t bytes = (uint64_t)yt->numel * (uint64_t)pl_dsz(b, y);
             if (yt->cls == TC_GRAD && yt->param >= 0) {
                 int p = yt->param;
-                int tile = p == tp ? s->tile : (b->ntiles[p] > 1 ? -1 : 0);
                 if (p != tp && s->tile > 0) {
-                    pend[np++] = pe; /* a bias's gradient: tile 0 computes it */
+                    so->pend[so->np++] = pe; /* a bias's gradient: tile 0 computes it */
                     continue;
                 }
                 uint64_t off;
                 int buf = grad_target(b, p, p == tp ? s->tile : -1, &off);
                 uint64_t tb = (uint64_t)(g->tensors[p].numel / b->ntiles[p]) * (uint64_t)pl_dsz(b, y);
                 pe = (Pend){buf, PLAN_M, off, p == tp ? tb : tb * (uint64_t)b->ntiles[p]};
-                gflush[ng] = p;
-                gtile[ng] = p == tp ? s->tile : -1;
-                gbuf[ng++] = buf;
-                (void)tile;
+                so->gflush[so->ng] = p;
+                so->gtile[so->ng] = p == tp ? s->tile : -1;
+                so->gbuf[so->ng++] = buf;
             } else if (op->kind == OP_BWD) {
                 if (b->cur[y] < 0) {
                     int buf = pl_newbuf(b, ARENA_GPU, bytes, y, pl_tname(b, y), false);
@@ -305,30 +317,47 @@ void pl_emit_step(B *b, const Step *s) {
                 pe = (Pend){b->cur[y], PLAN_M, 0, bytes};
             }
         }
-        pend[np++] = pe;
+        so->pend[so->np++] = pe;
     }
-    int i = pl_ins(b, PI_KERNEL, Q_COMPUTE, s->op, s->tile, s->ntiles, op_flops(g, op) / s->ntiles);
-    for (int k = 0; k < np; k++) pl_opnd(b, i, pend[k].buf, pend[k].mode, pend[k].off, pend[k].bytes);
-    for (int k = 0; k < ng; k++) grad_flush(b, gflush[k], gtile[k], gbuf[k]);
-    /* checkpoints leave the GPU as soon as the forward has made them */
-    if (op->kind == OP_FWD && s->tile == s->ntiles - 1 && b->pl.tier[PC_CHECKPOINTS] != TIER_GPU)
-        for (int k = 0; k < op->nout; k++) {
-            int y = op->out[k];
-            if (y < 0 || g->tensors[y].cls != TC_CKPT) continue;
-            uint64_t bytes = (uint64_t)g->tensors[y].numel * (uint64_t)pl_dsz(b, y);
-            bool nvme = b->pl.tier[PC_CHECKPOINTS] == TIER_NVME;
-            int cpu = pl_newbuf(b, nvme ? ARENA_PINNED : ARENA_CPU, bytes, y, pl_tname(b, y), false);
-            int c = pl_ins(b, PI_D2H, Q_D2H, y, 0, 1, 0);
-            pl_opnd(b, c, b->cur[y], PLAN_R, 0, bytes);
-            pl_opnd(b, c, cpu, PLAN_W, 0, bytes);
-            if (nvme) { /* through pinned staging to the swap space */
-                int sw = pl_newbuf(b, ARENA_NVME, bytes, y, pl_tname(b, y), false);
-                int w = pl_ins(b, PI_NVME_WRITE, Q_NVME, y, 0, 1, 0);
-                pl_opnd(b, w, cpu, PLAN_R, 0, bytes);
-                pl_opnd(b, w, sw, PLAN_W, 0, bytes);
-                cpu = sw;
-            }
-            b->ckpt_cpu[y] = cpu;
-        }
 }
 
+/* checkpoints leave the GPU as soon as the forward has made them */
+static void save_checkpoints(B *b, const GOp *op) {
+    const Graph *g = b->g;
+    for (int k = 0; k < op->nout; k++) {
+        int y = op->out[k];
+        if (y < 0 || g->tensors[y].cls != TC_CKPT) continue;
+        uint64_t bytes = (uint64_t)g->tensors[y].numel * (uint64_t)pl_dsz(b, y);
+        bool nvme = b->pl.tier[PC_CHECKPOINTS] == TIER_NVME;
+        int cpu = pl_newbuf(b, nvme ? ARENA_PINNED : ARENA_CPU, bytes, y, pl_tname(b, y), false);
+        int c = pl_ins(b, PI_D2H, Q_D2H, y, 0, 1, 0);
+        pl_opnd(b, c, b->cur[y], PLAN_R, 0, bytes);
+        pl_opnd(b, c, cpu, PLAN_W, 0, bytes);
+        if (nvme) { /* through pinned staging to the swap space */
+            int sw = pl_newbuf(b, ARENA_NVME, bytes, y, pl_tname(b, y), false);
+            int w = pl_ins(b, PI_NVME_WRITE, Q_NVME, y, 0, 1, 0);
+            pl_opnd(b, w, cpu, PLAN_R, 0, bytes);
+            pl_opnd(b, w, sw, PLAN_W, 0, bytes);
+            cpu = sw;
+        }
+        b->ckpt_cpu[y] = cpu;
+    }
+}
+
+void pl_emit_step(B *b, const Step *s) {
+    const GOp *op = &b->g->ops[s->op];
+    if (op->kind == OP_ZERO_GRAD) {
+        emit_zero_grad(b, op);
+        return;
+    }
+    if (!pl_is_kernel_op(op->kind)) return;
+    StepOps so;
+    so.np = so.ng = 0;
+    int tp = s->ntiles > 1 ? pl_tiled_param_of(b, op) : -1;
+    if (!step_inputs(b, s, op, &so)) return;
+    step_outputs(b, s, op, tp, &so);
+    int i = pl_ins(b, PI_KERNEL, Q_COMPUTE, s->op, s->tile, s->ntiles, op_flops(b->g, op) / s->ntiles);
+    for (int k = 0; k < so.np; k++) pl_opnd(b, i, so.pend[k].buf, so.pend[k].mode, so.pend[k].off, so.pend[k].bytes);
+    for (int k = 0; k < so.ng; k++) grad_flush(b, so.gflush[k], so.gtile[k], so.gbuf[k]);
+    if (op->kind == OP_FWD && s->tile == s->ntiles - 1 && b->pl.tier[PC_CHECKPOINTS] != TIER_GPU) save_checkpoints(b, op);
+}
