@@ -2,6 +2,19 @@
 #include <inttypes.h>
 #include <string.h>
 
+GOp graph_op_blank(OpKind k) {
+    GOp o;
+    memset(&o, 0, sizeof o);
+    o.kind = k;
+    o.segment = -1;
+    o.fwd = -1;
+    o.scope = "";
+    o.span = SPAN_NONE;
+    for (int i = 0; i < GRAPH_MAX_IN; i++) o.in[i] = -1;
+    for (int i = 0; i < GRAPH_MAX_OUT; i++) o.out[i] = -1;
+    return o;
+}
+
 void graph_init(Graph *g, Arena *a) {
     memset(g, 0, sizeof *g);
     g->arena = a;

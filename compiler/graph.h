@@ -121,6 +121,9 @@ typedef struct Graph {
 void graph_init(Graph *g, Arena *a);
 /* Adds a tensor and returns its id (-1 on out of memory). */
 int graph_add_tensor(Graph *g, const char *name, DType dt, int rank, const int64_t *dims, TensorClass cls);
+/* An op of kind k with nothing in it: no tensors (-1), no attributes,
+ * outside any segment, no forward op, no scope or source span. */
+GOp graph_op_blank(OpKind k);
 /* Adds an op and returns its index; sets producer of its outputs. */
 int graph_add_op(Graph *g, const GOp *op);
 /* Parameters: total element count over TC_PARAM tensors. */
