@@ -88,9 +88,7 @@ Val sema_emit_prim(Sema *s, Ctx *c, const PrimInfo *p, const Expr *call, const V
                 return POISON;
             }
     }
-    GOp op;
-    memset(&op, 0, sizeof op);
-    op.kind = OP_FWD;
+    GOp op = graph_op_blank(OP_FWD);
     op.prim = p->id;
     op.nin = nin;
     for (int i = 0; i < nin; i++) op.in[i] = tin[i].t;
@@ -98,7 +96,6 @@ Val sema_emit_prim(Sema *s, Ctx *c, const PrimInfo *p, const Expr *call, const V
     memcpy(op.fattr, pc->fattr, sizeof op.fattr);
     op.nout = nout;
     op.segment = s->segment;
-    op.fwd = -1;
     op.scope = c->path;
     op.span = call->span;
     for (int i = 0; i < nout; i++) {
