@@ -1,0 +1,154 @@
+/* cuda_gen_impl: what compiler/cuda_gen*.c share; private to them (no other
+ * file includes it).
+ *
+ * cuda_gen.c owns the public entry points, the unit sources and the context
+ * of one op's launches (Ctx) with the helpers that begin a launch and add
+ * its arguments. Each cuda_gen_<family>.c lowers the ops whose kernels are
+ * stdlib/kernels/<family>.cu. A tiled op (cuda_gen_op_tile) and the whole op
+ * go through the same generator: Ctx.ntiles 0 is the whole op, and
+ * cg_tile_rows gives it all of the weight's rows as its one tile.
+ * Functions shared across the files carry the cg_ prefix; the small
+ * argument helpers are static inline here.
+ */
+#ifndef ZINF_CUDA_GEN_IMPL_H
+#define ZINF_CUDA_GEN_IMPL_H
+#include <stdbool.h>
+#include <string.h>
+#include "cuda_gen.h"
+
+enum {
+    EW_MAX_BLOCKS = 16384, /* grid cap of grid-stride loops */
+    WS_ALIGN = 256,
+};
+
+/* The launches of one op (or one tile of it) being built. */
+typedef struct Ctx {
+    CudaGen *cg;
+    const Graph *g;
+    const GOp *o;
+    int op;
+    CudaKernel *out;
+    int max, n;
+    CudaKernel scratch;   /* written when out is full */
+    CudaOpInfo info;
+    DiagSink *d;
+    const char *where;    /* "op 12 fwd linear (block.3.mlp) at f.zl:3:9" */
+    int tile, ntiles;     /* the launches of one tile of a tiled op (cuda_gen_op_tile); ntiles 0: the whole op */
+    bool failed;
+} Ctx;
+
+static inline const GTensor *T_(Ctx *c, int t) { return &c->g->tensors[t]; }
+static inline int64_t last_dim(const GTensor *t) { return t->rank ? t->dims[t->rank - 1] : 1; }
+static inline bool float_dtype(DType dt) { return dt == DT_F32 || dt == DT_BF16 || dt == DT_F16; }
+static inline const char *dtype_ctype(DType dt) {
+    return dt == DT_BF16 ? "zk_bf16" : dt == DT_F16 ? "zk_f16" : "float";
+}
+static inline int dtype_code(DType dt) { return dt == DT_BF16 ? 1 : dt == DT_F16 ? 2 : 0; }
+
+static inline unsigned ew_blocks(int64_t n, int per_block) {
+    int64_t b = (n + per_block - 1) / per_block;
+    if (b < 1) b = 1;
+    if (b > EW_MAX_BLOCKS) b = EW_MAX_BLOCKS;
+    return (unsigned)b;
+}
+static inline void elementwise_grid(CudaKernel *k, int64_t n) {
+    k->grid[0] = ew_blocks(n, 256);
+    k->block[0] = 256;
+}
+
+/* ---- arguments, in the kernel's parameter order ---- */
+static inline CudaArg *arg_new(CudaKernel *k) {
+    static CudaArg sink; /* never reached: the longest signature (zk_gemm) has 18 of CUDA_MAX_ARGS */
+    if (k->nargs >= CUDA_MAX_ARGS) return &sink;
+    CudaArg *a = &k->args[k->nargs++];
+    memset(a, 0, sizeof *a);
+    a->tensor = -1;
+    return a;
+}
+static inline void arg_t(CudaKernel *k, int t) {
+    CudaArg *a = arg_new(k);
+    if (t < 0) a->kind = CARG_NULL;
+    else {
+        a->kind = CARG_TENSOR;
+        a->tensor = t;
+    }
+}
+/* Tensor t's address plus off bytes (a column slice of a row-major tensor). */
+static inline void arg_t_off(CudaKernel *k, int t, int64_t off) {
+    arg_t(k, t);
+    if (t >= 0) k->args[k->nargs - 1].off = off;
+}
+static inline void arg_ws(CudaKernel *k, int64_t off) {
+    CudaArg *a = arg_new(k);
+    a->kind = CARG_WS;
+    a->ws_off = off;
+}
+static inline void arg_i(CudaKernel *k, int64_t v) {
+    CudaArg *a = arg_new(k);
+    a->kind = CARG_I64;
+    a->i = v;
+}
+static inline void arg_f(CudaKernel *k, double v) {
+    CudaArg *a = arg_new(k);
+    a->kind = CARG_F32;
+    a->f = (float)v;
+}
+static inline void arg_rt(CudaKernel *k, CudaRtValue rt) {
+    CudaArg *a = arg_new(k);
+    a->kind = CARG_RT;
+    a->rt = rt;
+}
+
+/* ---- cuda_gen.c: launches and checks ---- */
+/* A new launch of entry in the unit of family fam specialised by defines
+ * ("NAME VALUE" lines; spec its readable name); role ends its comment. */
+CudaKernel *cg_kbegin(Ctx *c, const char *fam, const char *spec, const char *defines, const char *entry,
+                      const char *role);
+/* The same for the families specialised by a dtype only. */
+CudaKernel *cg_kdt(Ctx *c, const char *fam, DType dt, const char *entry, const char *role);
+/* A 256-aligned slice of the op's workspace: its offset. */
+int64_t cg_ws_alloc(Ctx *c, int64_t bytes);
+/* A diagnostic naming the op; the op fails. */
+void cg_fail(Ctx *c, const char *fmtstr, ...) __attribute__((format(printf, 2, 3)));
+/* A grid dimension, or a diagnostic when it exceeds the launch limit. */
+unsigned cg_gdim(Ctx *c, int64_t v, int64_t lim);
+/* All of ts[] (>= 0 entries) share dtype dt and it is a float dtype. */
+bool cg_same_dtype(Ctx *c, DType dt, const int *ts, int n);
+/* The rows [*r0, *r0 + *rows) of 2-D weight w this launch list covers: all
+ * of them for the whole op; the tile's for a tile (false, with a
+ * diagnostic, when w is not 2-D or ntiles does not divide its rows). */
+bool cg_tile_rows(Ctx *c, int w, int64_t *rows, int64_t *r0);
+/* Ctx of a launch outside the graph's ops (cuda_gen_cast, ...): 0, or -1
+ * with a diagnostic when one of ts[] is not a tensor. */
+int cg_util_begin(Ctx *c, CudaGen *cg, const Graph *g, CudaKernel *out, DiagSink *d, const char *what, const int *ts,
+                  int nt);
+int cg_util_end(Ctx *c);
+
+/* ---- cuda_gen_elementwise.c ---- */
+void cg_fill(Ctx *c, int t, double v, const char *role);
+void cg_fill_ws_f32(Ctx *c, DType unit_dt, int64_t off, int64_t n, const char *role);
+/* Clears the op's error word (CudaOpInfo.err_off): its offset. */
+int64_t cg_err_word(Ctx *c, DType unit_dt, const char *what);
+void cg_gen_binary(Ctx *c, bool bwd);
+void cg_gen_act(Ctx *c, bool bwd);
+void cg_gen_split(Ctx *c, bool bwd);
+void cg_gen_arange(Ctx *c);
+void cg_gen_loss_grad(Ctx *c);
+
+/* ---- cuda_gen_reduce.c ---- */
+/* Column sums: out (+)= sum over rows of x (times mulby) viewed as [rows, cols]. */
+void cg_colsum(Ctx *c, int out, int x, int mulby, int64_t rows, int64_t cols, const char *role);
+void cg_gen_grad_norm(Ctx *c);
+
+/* ---- one generator per primitive family: the whole op, or (linear, matmul,
+ * embedding) one tile of it ---- */
+void cg_gen_linear(Ctx *c, bool bwd);    /* cuda_gen_gemm.c */
+void cg_gen_matmul(Ctx *c, bool bwd);    /* cuda_gen_gemm.c */
+void cg_gen_norm(Ctx *c, bool bwd);      /* cuda_gen_norm.c */
+void cg_gen_rope(Ctx *c, bool bwd);      /* cuda_gen_rope.c */
+void cg_gen_attention(Ctx *c, bool bwd); /* cuda_gen_attention.c */
+void cg_gen_embedding(Ctx *c, bool bwd); /* cuda_gen_embedding.c */
+void cg_gen_xent(Ctx *c, bool bwd);      /* cuda_gen_xent.c */
+void cg_gen_adam(Ctx *c);                /* cuda_gen_adam.c */
+
+#endif

@@ -1,0 +1,42 @@
+/* cuda_gen_rope: the launch of rope (rotary position embedding, forward and
+ * backward; llama3 frequency scaling) on stdlib/kernels/rope.cu. */
+#include <inttypes.h>
+#include "cuda_gen_impl.h"
+
+void cg_gen_rope(Ctx *c, bool bwd) {
+    const GOp *o = c->o;
+    int x = o->in[0];
+    const GTensor *X = T_(c, x);
+    int64_t H = o->iattr[0], scaling = o->iattr[1];
+    double theta = o->fattr[0] > 0 ? o->fattr[0] : 10000.0;
+    if (X->rank < 2 || H <= 0 || last_dim(X) % H != 0 || (last_dim(X) / H) % 2 != 0) {
+        cg_fail(c, "rope needs x [B, T, H*hd] with heads dividing the last dim and hd even");
+        return;
+    }
+    if (scaling < ROPE_NONE || scaling > ROPE_LLAMA3) {
+        cg_fail(c, "rope: unknown scaling %" PRId64, scaling);
+        return;
+    }
+    int64_t C = last_dim(X), Tn = X->dims[X->rank - 2], B = X->numel / (C * Tn), hd = C / H;
+    int y = o->out[0];
+    int src = bwd ? o->in[o->nfin + 1] : x;
+    if (y < 0) return;
+    int ts[3] = {x, y, src};
+    if (!cg_same_dtype(c, X->dtype, ts, 3)) return;
+    CudaKernel *k = cg_kdt(c, "rope", X->dtype, "zk_rope", bwd ? "dx += rotate(dy, -t*f)" : "y = rotate(x, t*f)");
+    elementwise_grid(k, X->numel / 2);
+    arg_t(k, y);
+    arg_t(k, src);
+    arg_i(k, B);
+    arg_i(k, Tn);
+    arg_i(k, H);
+    arg_i(k, hd);
+    arg_f(k, theta);
+    arg_i(k, bwd);
+    arg_i(k, bwd);
+    arg_i(k, scaling);
+    arg_f(k, scaling ? o->fattr[1] : 1.0);
+    arg_f(k, scaling == ROPE_LLAMA3 ? o->fattr[2] : 1.0);
+    arg_f(k, scaling == ROPE_LLAMA3 ? o->fattr[3] : 4.0);
+    arg_f(k, scaling == ROPE_LLAMA3 ? (double)o->iattr[2] : 8192.0);
+}
