@@ -46,81 +46,95 @@ typedef struct Live {
     int last;
 } Live;
 
-bool pl_allocate(B *b) {
-    int n = b->nbufs;
-    int *order = malloc(sizeof(int) * (size_t)(n + 1));
-    Live *live[PLAN_NARENAS] = {0};
-    int nlive[PLAN_NARENAS] = {0}, clive[PLAN_NARENAS] = {0};
-    Occ occ[PLAN_NARENAS] = {{0}};
-    uint64_t top[PLAN_NARENAS] = {0};
-    bool ok = order != NULL;
-    if (!ok) goto done;
-    /* persistent homes first, at the bottom, for the whole step */
-    for (int i = 0; i < n; i++) {
+/* Each arena's packing state: the buffers live at the buffer being placed,
+ * sorted by offset; the last occupant of every range; the floor above the
+ * persistent homes and the high-water mark. */
+typedef struct Packer {
+    Live *live[PLAN_NARENAS];
+    int nlive[PLAN_NARENAS], clive[PLAN_NARENAS];
+    Occ occ[PLAN_NARENAS];
+    uint64_t base[PLAN_NARENAS], top[PLAN_NARENAS];
+} Packer;
+
+/* persistent homes first, at the bottom, for the whole step */
+static void place_persistent(B *b, Packer *pk) {
+    for (int i = 0; i < b->nbufs; i++) {
         Buf *x = &b->bufs[i];
         if (!(x->b.flags & PLAN_BUF_PERSISTENT)) continue;
         int a = x->b.arena;
         uint64_t al = pl_arena_align[a];
-        x->b.offset = (top[a] + al - 1) / al * al;
-        top[a] = x->b.offset + x->b.bytes;
+        x->b.offset = (pk->top[a] + al - 1) / al * al;
+        pk->top[a] = x->b.offset + x->b.bytes;
     }
-    uint64_t base[PLAN_NARENAS];
-    for (int a = 0; a < PLAN_NARENAS; a++) base[a] = (top[a] + pl_arena_align[a] - 1) / pl_arena_align[a] * pl_arena_align[a];
-    /* the rest in order of first use: counting sort by first instruction */
-    int m = 0;
-    {
-        int *cnt = calloc((size_t)b->nins + 2, sizeof *cnt);
-        if (!cnt) {
-            ok = false;
-            goto done;
-        }
-        for (int i = 0; i < n; i++)
-            if (!(b->bufs[i].b.flags & PLAN_BUF_PERSISTENT) && b->bufs[i].first >= 0) cnt[b->bufs[i].first + 1]++;
-        for (int i = 0; i < b->nins; i++) cnt[i + 1] += cnt[i];
-        for (int i = 0; i < n; i++)
-            if (!(b->bufs[i].b.flags & PLAN_BUF_PERSISTENT) && b->bufs[i].first >= 0) order[cnt[b->bufs[i].first]++] = i;
-        for (int i = 0; i < n; i++)
-            if (!(b->bufs[i].b.flags & PLAN_BUF_PERSISTENT) && b->bufs[i].first >= 0) m++;
-        free(cnt);
+    for (int a = 0; a < PLAN_NARENAS; a++) pk->base[a] = (pk->top[a] + pl_arena_align[a] - 1) / pl_arena_align[a] * pl_arena_align[a];
+}
+
+/* the rest in order of first use: counting sort by first instruction; how
+ * many, or -1 when out of memory */
+static int first_use_order(const B *b, int *order) {
+    int n = b->nbufs, m = 0;
+    int *cnt = calloc((size_t)b->nins + 2, sizeof *cnt);
+    if (!cnt) return -1;
+    for (int i = 0; i < n; i++)
+        if (!(b->bufs[i].b.flags & PLAN_BUF_PERSISTENT) && b->bufs[i].first >= 0) cnt[b->bufs[i].first + 1]++;
+    for (int i = 0; i < b->nins; i++) cnt[i + 1] += cnt[i];
+    for (int i = 0; i < n; i++)
+        if (!(b->bufs[i].b.flags & PLAN_BUF_PERSISTENT) && b->bufs[i].first >= 0) order[cnt[b->bufs[i].first]++] = i;
+    for (int i = 0; i < n; i++)
+        if (!(b->bufs[i].b.flags & PLAN_BUF_PERSISTENT) && b->bufs[i].first >= 0) m++;
+    free(cnt);
+    return m;
+}
+
+/* Buffer i at the lowest gap of its arena that nothing live from its first
+ * use on occupies; false when out of memory. */
+static bool place_one(B *b, Packer *pk, int i) {
+    Buf *x = &b->bufs[i];
+    int a = x->b.arena;
+    uint64_t al = pl_arena_align[a];
+    Live *live = pk->live[a];
+    /* retire what died before this buffer's first use */
+    int w = 0;
+    for (int j = 0; j < pk->nlive[a]; j++)
+        if (live[j].last >= x->first) live[w++] = live[j];
+    pk->nlive[a] = w;
+    /* lowest gap that fits (live is kept sorted by offset) */
+    uint64_t at = pk->base[a];
+    int pos = 0;
+    for (; pos < pk->nlive[a]; pos++) {
+        if (live[pos].lo >= at + x->b.bytes) break;
+        uint64_t nx = (live[pos].hi + al - 1) / al * al;
+        if (nx > at) at = nx;
     }
-    for (int k = 0; k < m; k++) {
-        Buf *x = &b->bufs[order[k]];
-        int a = x->b.arena;
-        uint64_t al = pl_arena_align[a];
-        /* retire what died before this buffer's first use */
-        int w = 0;
-        for (int j = 0; j < nlive[a]; j++)
-            if (live[a][j].last >= x->first) live[a][w++] = live[a][j];
-        nlive[a] = w;
-        /* lowest gap that fits (live is kept sorted by offset) */
-        uint64_t at = base[a];
-        int pos = 0;
-        for (; pos < nlive[a]; pos++) {
-            if (live[a][pos].lo >= at + x->b.bytes) break;
-            uint64_t nx = (live[a][pos].hi + al - 1) / al * al;
-            if (nx > at) at = nx;
-        }
-        x->b.offset = at;
-        if (!pl_grow((void **)&live[a], &clive[a], nlive[a] + 1, sizeof(Live))) {
-            ok = false;
-            goto done;
-        }
-        memmove(&live[a][pos + 1], &live[a][pos], sizeof(Live) * (size_t)(nlive[a] - pos));
-        live[a][pos] = (Live){at, at + x->b.bytes, x->last};
-        nlive[a]++;
-        if (at + x->b.bytes > top[a]) top[a] = at + x->b.bytes;
-        if (x->b.bytes && !occ_place(b, &occ[a], at, at + x->b.bytes, order[k])) {
-            ok = false;
-            goto done;
-        }
+    x->b.offset = at;
+    if (!pl_grow((void **)&pk->live[a], &pk->clive[a], pk->nlive[a] + 1, sizeof(Live))) return false;
+    live = pk->live[a];
+    memmove(&live[pos + 1], &live[pos], sizeof(Live) * (size_t)(pk->nlive[a] - pos));
+    live[pos] = (Live){at, at + x->b.bytes, x->last};
+    pk->nlive[a]++;
+    if (at + x->b.bytes > pk->top[a]) pk->top[a] = at + x->b.bytes;
+    return !x->b.bytes || occ_place(b, &pk->occ[a], at, at + x->b.bytes, i);
+}
+
+bool pl_allocate(B *b) {
+    Packer pk;
+    memset(&pk, 0, sizeof pk);
+    int *order = malloc(sizeof(int) * (size_t)(b->nbufs + 1));
+    int m = -1;
+    if (order) {
+        place_persistent(b, &pk);
+        m = first_use_order(b, order);
     }
-    for (int a = 0; a < PLAN_NARENAS; a++) b->size[a] = top[a];
-done:
-    if (!ok) b->oom = true;
+    bool ok = m >= 0;
+    for (int k = 0; ok && k < m; k++) ok = place_one(b, &pk, order[k]);
+    if (ok)
+        for (int a = 0; a < PLAN_NARENAS; a++) b->size[a] = pk.top[a];
+    else
+        b->oom = true;
     free(order);
     for (int a = 0; a < PLAN_NARENAS; a++) {
-        free(live[a]);
-        free(occ[a].s);
+        free(pk.live[a]);
+        free(pk.occ[a].s);
     }
     return ok;
 }

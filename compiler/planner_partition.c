@@ -22,15 +22,9 @@ uint64_t pl_cpu_capacity(const Target *t) {
     return share / 10 * 9; /* the operating system keeps a tenth */
 }
 
-bool pl_partition(B *b, Arena *a) {
-    const Graph *g = b->g;
-    int n = g->ntensors;
-    b->ntiles = ARENA_NEWN(a, int, n + 1);
-    b->part = ARENA_NEWN(a, bool, n + 1);
-    b->tile_shard = ARENA_NEWN(a, int64_t, n + 1);
-    bool *untileable = ARENA_NEWN(a, bool, n + 1);
-    b->tile_pinned = ARENA_NEWN(a, bool, n + 1);
-    if (!b->ntiles || !b->part || !b->tile_shard || !untileable || !b->tile_pinned) return false;
+/* Parameters some use of which cannot take a tile: anything but the weight
+ * of a linear or matmul or the table of an embedding. */
+static void find_untileable(const Graph *g, bool *untileable) {
     for (int i = 0; i < g->nops; i++) {
         const GOp *op = &g->ops[i];
         if (op->kind != OP_FWD && op->kind != OP_BWD && op->kind != OP_RECOMPUTE) continue;
@@ -41,6 +35,14 @@ bool pl_partition(B *b, Arena *a) {
             if (k >= nfin || !pl_tileable_use(op, k)) untileable[x] = true;
         }
     }
+}
+
+/* How many tiles each parameter is cut into: the plan block's pins (2-D
+ * weights only, rows divided evenly), else enough that a tile takes at
+ * most 1/TILE_FRACTION of GPU memory. False (reported) on a bad pin. */
+static bool choose_tiles(B *b, const bool *untileable) {
+    const Graph *g = b->g;
+    int n = g->ntensors;
     uint64_t limit = b->t->gpu_memory / TILE_FRACTION;
     bool ok = true;
     for (int i = 0; i < n; i++) {
@@ -76,6 +78,13 @@ bool pl_partition(B *b, Arena *a) {
             b->ntiles[i] = (int)nt;
         }
     }
+    return ok;
+}
+
+/* Each state tensor's slice per rank. */
+static void state_layout(B *b) {
+    const Graph *g = b->g;
+    int n = g->ntensors;
     /* state tensors share their parameter's layout */
     for (int i = 0; i < n; i++) {
         const GTensor *t = &g->tensors[i];
@@ -93,6 +102,20 @@ bool pl_partition(B *b, Arena *a) {
             b->tile_shard[i] = tile;
         }
     }
+}
+
+bool pl_partition(B *b, Arena *a) {
+    const Graph *g = b->g;
+    int n = g->ntensors;
+    b->ntiles = ARENA_NEWN(a, int, n + 1);
+    b->part = ARENA_NEWN(a, bool, n + 1);
+    b->tile_shard = ARENA_NEWN(a, int64_t, n + 1);
+    bool *untileable = ARENA_NEWN(a, bool, n + 1);
+    b->tile_pinned = ARENA_NEWN(a, bool, n + 1);
+    if (!b->ntiles || !b->part || !b->tile_shard || !untileable || !b->tile_pinned) return false;
+    find_untileable(g, untileable);
+    bool ok = choose_tiles(b, untileable);
+    state_layout(b);
     return ok;
 }
 

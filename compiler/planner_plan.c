@@ -5,10 +5,9 @@
 #include <string.h>
 #include "graph_plan.h"
 
-Plan *pl_emit_plan(B *b) {
+/* the model, the target as planned and the training settings */
+static void plan_header(const B *b, Plan *p) {
     const Graph *g = b->g;
-    Plan *p = plan_new();
-    if (!p) return NULL;
     Arena *pa = &p->arena;
     p->model_name = arena_strdup(pa, g->model_name ? g->model_name : "");
     p->target = *b->t;
@@ -26,18 +25,15 @@ Plan *pl_emit_plan(B *b) {
     p->ninputs = g->ninputs;
     for (int i = 0; i < 4; i++) p->inputs[i] = i < g->ninputs ? g->inputs[i] : -1;
     p->opt_begin = b->opt_begin;
-    char err[160];
-    if (!graph_plan_tables(g, p, err, sizeof err)) {
-        plan_free(p);
-        return NULL;
-    }
+}
+
+/* every state tensor's home, in tensor order; false when out of memory */
+static bool plan_shards(const B *b, Plan *p) {
+    const Graph *g = b->g;
     int nshards = 0;
     for (int i = 0; i < g->ntensors; i++) nshards += b->home[i] >= 0;
-    p->shards = ARENA_NEWN(pa, PlanShard, nshards + 1);
-    if (!p->shards) {
-        plan_free(p);
-        return NULL;
-    }
+    p->shards = ARENA_NEWN(&p->arena, PlanShard, nshards + 1);
+    if (!p->shards) return false;
     static const uint8_t tier_of_arena[PLAN_NARENAS] = {TIER_GPU, TIER_CPU, TIER_CPU, TIER_NVME};
     for (int i = 0; i < g->ntensors; i++) {
         if (b->home[i] < 0) continue;
@@ -46,6 +42,12 @@ Plan *pl_emit_plan(B *b) {
         p->shards[p->nshards++] = (PlanShard){i, tier_of_arena[b->bufs[b->home[i]].b.arena], b->part[i], b->ntiles[i],
                                               t->numel / b->ntiles[i], b->tile_shard[i], pl_shard_bytes(b, i), b->home[i]};
     }
+    return true;
+}
+
+/* the arenas' sizes and capacities; pinned and pageable CPU memory share
+ * the CPU's */
+static void plan_arenas(const B *b, Plan *p) {
     for (int a = 0; a < PLAN_NARENAS; a++)
         p->arenas[a] = (PlanArena){(uint8_t)a, 0, b->size[a], pl_arena_align[a]};
     p->arenas[ARENA_GPU].capacity = b->cap[ARENA_GPU];
@@ -53,6 +55,12 @@ Plan *pl_emit_plan(B *b) {
     uint64_t host = b->cap[ARENA_CPU];
     p->arenas[ARENA_PINNED].capacity = host > b->size[ARENA_CPU] ? host - b->size[ARENA_CPU] : 0;
     p->arenas[ARENA_CPU].capacity = host > b->size[ARENA_PINNED] ? host - b->size[ARENA_PINNED] : 0;
+}
+
+/* buffers, operands, instructions and their dependencies (one list, each
+ * instruction's a range of it) */
+static void plan_schedule(const B *b, Plan *p) {
+    Arena *pa = &p->arena;
     p->nbuffers = (uint32_t)b->nbufs;
     p->buffers = ARENA_NEWN(pa, PlanBuffer, b->nbufs + 1);
     for (int i = 0; i < b->nbufs; i++) {
@@ -78,10 +86,22 @@ Plan *pl_emit_plan(B *b) {
                 p->instrs[i].ndeps++;
             }
     }
-    if (pa->failed) {
+}
+
+Plan *pl_emit_plan(B *b) {
+    Plan *p = plan_new();
+    if (!p) return NULL;
+    plan_header(b, p);
+    char err[160];
+    if (!graph_plan_tables(b->g, p, err, sizeof err) || !plan_shards(b, p)) {
+        plan_free(p);
+        return NULL;
+    }
+    plan_arenas(b, p);
+    plan_schedule(b, p);
+    if (p->arena.failed) {
         plan_free(p);
         return NULL;
     }
     return p;
 }
-

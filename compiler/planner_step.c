@@ -32,6 +32,33 @@ static double op_flops(const Graph *g, const GOp *op) {
 }
 
 
+/* A checkpoint back to the GPU from where the forward saved it (through
+ * pinned staging from NVMe). */
+static void fetch_checkpoint(B *b, Req *r) {
+    int p = r->tensor;
+    uint64_t ds = (uint64_t)pl_dsz(b, p);
+    uint64_t bytes = (uint64_t)b->g->tensors[p].numel * ds;
+    int src = b->ckpt_cpu[p];
+    if (src < 0) {
+        b->internal = true;
+        snprintf(b->why, sizeof b->why, "checkpoint '%s' reloaded but never saved", pl_tname(b, p));
+        return;
+    }
+    if (b->bufs[src].b.arena == ARENA_NVME) {
+        int stg = pl_newbuf(b, ARENA_PINNED, bytes, p, pl_tname(b, p), false);
+        int rd = pl_ins(b, PI_NVME_READ, Q_NVME, p, 0, 1, 0);
+        pl_opnd(b, rd, src, PLAN_R, 0, bytes);
+        pl_opnd(b, rd, stg, PLAN_W, 0, bytes);
+        src = stg;
+    }
+    int dst = pl_newbuf(b, ARENA_GPU, bytes, p, pl_tname(b, p), false);
+    int i = pl_ins(b, PI_H2D, Q_H2D, p, 0, 1, 0);
+    pl_opnd(b, i, src, PLAN_R, 0, bytes);
+    pl_opnd(b, i, dst, PLAN_W, 0, bytes);
+    b->cur[p] = dst;
+    r->buf = dst;
+}
+
 void pl_emit_fetch(B *b, Req *r) {
     int p = r->tensor;
     uint64_t ds = (uint64_t)pl_dsz(b, p);
@@ -41,26 +68,7 @@ void pl_emit_fetch(B *b, Req *r) {
         return;
     }
     if (r->ckpt) {
-        uint64_t bytes = (uint64_t)b->g->tensors[p].numel * ds;
-        int src = b->ckpt_cpu[p];
-        if (src < 0) {
-            b->internal = true;
-            snprintf(b->why, sizeof b->why, "checkpoint '%s' reloaded but never saved", pl_tname(b, p));
-            return;
-        }
-        if (b->bufs[src].b.arena == ARENA_NVME) {
-            int stg = pl_newbuf(b, ARENA_PINNED, bytes, p, pl_tname(b, p), false);
-            int rd = pl_ins(b, PI_NVME_READ, Q_NVME, p, 0, 1, 0);
-            pl_opnd(b, rd, src, PLAN_R, 0, bytes);
-            pl_opnd(b, rd, stg, PLAN_W, 0, bytes);
-            src = stg;
-        }
-        int dst = pl_newbuf(b, ARENA_GPU, bytes, p, pl_tname(b, p), false);
-        int i = pl_ins(b, PI_H2D, Q_H2D, p, 0, 1, 0);
-        pl_opnd(b, i, src, PLAN_R, 0, bytes);
-        pl_opnd(b, i, dst, PLAN_W, 0, bytes);
-        b->cur[p] = dst;
-        r->buf = dst;
+        fetch_checkpoint(b, r);
         return;
     }
     int n = b->ntiles[p];
