@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "ckpt.h"
+#include "dataorder.h"
 #include "cudrv.h"
 #include "nearest.h"
 #include "comm.h"
@@ -29,11 +30,15 @@ typedef struct Opts {
     int64_t steps, ckpt_every;
     uint64_t shard_size;
     bool resume, quiet, start_over;
+    DordOrder data_order;
+    uint64_t data_seed;
+    bool data_seed_given;
+    int64_t eos; /* -1: no document boundaries */
 } Opts;
 
 static const char *const flags[] = {"--data", "--steps", "--backend", "--checkpoint-dir", "--checkpoint-every",
                                     "--resume", "--start-over", "--trace", "--nvme", "--export", "--losses", "--quiet", "--help", "--version",
-                                    "--init", "--export-hf", "--export-hf-shard-size"};
+                                    "--init", "--export-hf", "--export-hf-shard-size", "--data-order", "--data-seed", "--eos"};
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -55,6 +60,12 @@ static void usage(FILE *f) {
             "                         transformers' from_pretrained; DIR must be new or empty. With --steps 0\n"
             "                         (and --resume or --init) it exports without training\n"
             "  --export-hf-shard-size SIZE  largest safetensors file of --export-hf (default 5GB; 500MB, 2GiB, bytes)\n"
+            "  --data-order sequential|shuffle  the order of the training rows (default sequential: the file's\n"
+            "                         windows in order); shuffle: a seeded permutation of the rows of T+1\n"
+            "                         tokens, a new one every epoch, the same on every number of ranks\n"
+            "  --data-seed N          the shuffle's seed (default: the plan's train { seed })\n"
+            "  --eos ID               token ID ends a document: rows start at document starts and never\n"
+            "                         cross one (docs/training.md \"Data\")\n"
             "  --losses FILE          append \"step N loss L\" lines (full precision) to FILE\n"
             "  --quiet                only the final summary\n");
 }
@@ -82,6 +93,7 @@ static int parse(int argc, char **argv, Opts *o) {
     memset(o, 0, sizeof *o);
     o->backend = "auto";
     o->steps = -1;
+    o->eos = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
 #define VAL() (i + 1 < argc ? argv[++i] : (fprintf(stderr, "zinfrun: %s needs a value\n", a), (char *)NULL))
@@ -103,6 +115,39 @@ static int parse(int argc, char **argv, Opts *o) {
                 fprintf(stderr, "zinfrun: --export-hf-shard-size needs a size like 5GB, 500MB, 2GiB or a byte count, not '%s'\n", v);
                 return 2;
             }
+        }
+        else if (!strcmp(a, "--data-order")) {
+            const char *v = VAL();
+            if (!v) return 2;
+            if (dord_parse_order(v, &o->data_order)) {
+                fprintf(stderr, "zinfrun: --data-order must be sequential or shuffle, not '%s'\n", v);
+                return 2;
+            }
+        }
+        else if (!strcmp(a, "--data-seed")) {
+            const char *v = VAL();
+            if (!v) return 2;
+            char *end;
+            errno = 0;
+            unsigned long long x = strtoull(v, &end, 10);
+            if (!*v || *end || errno || v[0] == '-' || v[0] == '+') {
+                fprintf(stderr, "zinfrun: --data-seed needs an integer 0..%llu, not '%s'\n", (unsigned long long)UINT64_MAX, v);
+                return 2;
+            }
+            o->data_seed = x;
+            o->data_seed_given = true;
+        }
+        else if (!strcmp(a, "--eos")) {
+            const char *v = VAL();
+            if (!v) return 2;
+            char *end;
+            errno = 0;
+            long long x = strtoll(v, &end, 10);
+            if (!*v || *end || errno || x < 0 || x > INT32_MAX) {
+                fprintf(stderr, "zinfrun: --eos needs a token id (an integer 0..%d), not '%s'\n", INT32_MAX, v);
+                return 2;
+            }
+            o->eos = x;
         }
         else if (!strcmp(a, "--resume")) o->resume = true;
         else if (!strcmp(a, "--start-over")) o->start_over = true;
@@ -131,6 +176,10 @@ static int parse(int argc, char **argv, Opts *o) {
     if (o->resume && !o->ckpt_dir) { fprintf(stderr, "zinfrun: --resume needs --checkpoint-dir\n"); return 2; }
     if (o->start_over && !o->ckpt_dir) { fprintf(stderr, "zinfrun: --start-over needs --checkpoint-dir\n"); return 2; }
     if (o->resume && o->start_over) { fprintf(stderr, "zinfrun: --resume and --start-over contradict each other\n"); return 2; }
+    if (o->data_seed_given && o->data_order != DORD_SHUFFLE) {
+        fprintf(stderr, "zinfrun: --data-seed needs --data-order shuffle\n");
+        return 2;
+    }
     if (o->shard_size && !o->export_hf) { fprintf(stderr, "zinfrun: --export-hf-shard-size needs --export-hf\n"); return 2; }
     if (!o->data && (o->steps != 0)) { fprintf(stderr, "zinfrun: --data TRAIN.bin is required to train (or --steps 0)\n"); return 2; }
     return 0;
@@ -183,7 +232,7 @@ static void list_others(const CkptInfo *v, int n, int world, uint64_t hash, char
  * it did not make unless told to; --resume falls back to the newest
  * checkpoint of this plan that loads and never quietly starts over when
  * the directory holds only other runs' checkpoints. */
-static int checkpoint_start(Rt *r, const Opts *o, bool lead, int64_t *start, char *err, size_t n) {
+static int checkpoint_start(Rt *r, const Opts *o, bool lead, int64_t *start, int64_t *loaded, char *err, size_t n) {
     enum { MAXC = 64 };
     int64_t cand[MAXC + 1] = {0}; /* [0] = count, or -1: rank 0 failed (err) */
     uint64_t hash = rt_plan_hash(r);
@@ -248,6 +297,7 @@ static int checkpoint_start(Rt *r, const Opts *o, bool lead, int64_t *start, cha
             if (lead && ckpt_prune(o->ckpt_dir, C.size, hash, cand[k], 2, msg, sizeof msg))
                 fprintf(stderr, "zinfrun: resume: %s\n", msg);
             *start = rt_steps_done(r);
+            *loaded = cand[k];
             if (lead) printf("resume: from step %" PRId64 " (%s/step-%08" PRId64 ")\n", *start, o->ckpt_dir, cand[k]);
             return 0;
         }
@@ -332,6 +382,52 @@ static int64_t plan_vocab(const Plan *p) {
     return 0;
 }
 
+/* The checkpoint's "run" state: the data position. */
+static void run_state(const DataOrder *d, int64_t g, char *buf, size_t n) {
+    char js[400];
+    dord_state_json(d, g, js, sizeof js);
+    snprintf(buf, n, "{\"data\": %s}", js);
+}
+
+/* --resume: rank 0 checks that the checkpoint's data order is this run's
+ * (order, seed, EOS, file size, position); every rank learns the verdict. */
+static int data_resume_check(const DataOrder *d, const Opts *o, bool lead, int64_t step_dir, int64_t g, char *err,
+                             size_t n) {
+    int64_t bad = 0;
+    if (lead) {
+        char e[1024];
+        char *st = ckpt_read_state(o->ckpt_dir, step_dir, e, sizeof e);
+        if (!st || dord_state_check(d, st, g, e, sizeof e)) {
+            snprintf(err, n, "resume from %s/step-%08" PRId64 ": %s", o->ckpt_dir, step_dir, e);
+            bad = 1;
+        }
+        free(st);
+    }
+    if (comm_allreduce_max_i64(&C, &bad) != COMM_OK) {
+        snprintf(err, n, "%s", comm_last_error(&C));
+        return -1;
+    }
+    if (bad && !lead) snprintf(err, n, "rank 0 refused to resume from %s/step-%08" PRId64 " (another data order)", o->ckpt_dir, step_dir);
+    return bad ? -1 : 0;
+}
+
+/* "data: ..." before step 1: what one epoch is and where the run starts. */
+static void data_describe(const DataOrder *d, const Opts *o, int64_t g) {
+    char how[64] = "sequential";
+    if (d->o.order == DORD_SHUFFLE) snprintf(how, sizeof how, "shuffle (seed %" PRIu64 ")", d->o.seed);
+    printf("data: %s: %" PRId64 " tokens, %s, ", o->data, d->r->ntokens, how);
+    if (d->windows)
+        printf("%" PRId64 " windows of B*T+1 = %" PRId64 " tokens an epoch", d->rows / d->B, d->B * d->T + 1);
+    else if (d->o.eos >= 0)
+        printf("%" PRId64 " rows of T+1 = %" PRId64 " tokens an epoch in %" PRId64 " of %" PRId64
+               " documents split at EOS %" PRId64 " (%" PRId64 " tokens read an epoch)",
+               d->rows, d->T + 1, d->ndocs, d->docs_all, d->o.eos, d->tokens_used);
+    else
+        printf("%" PRId64 " rows of T+1 = %" PRId64 " tokens an epoch", d->rows, d->T + 1);
+    if (g > 0) printf("; from global micro-batch %" PRId64 " (epoch %" PRId64 ")", g, dord_epoch(d, g) + 1);
+    printf("\n");
+}
+
 int main(int argc, char **argv) {
     /* A full disk or a file size limit must be an error we report, not a signal. */
     signal(SIGXFSZ, SIG_IGN);
@@ -400,7 +496,8 @@ int main(int argc, char **argv) {
     /* From here every failure goes through `out`, which frees what exists. */
     int status = 0;
     TokReader tr;
-    bool have_data = false, have_cost = false;
+    DataOrder dord;
+    bool have_data = false, have_order = false, have_cost = false;
     int32_t *tok[PLAN_MAX_ACCUM] = {0}, *tgt[PLAN_MAX_ACCUM] = {0};
     FILE *lossf = NULL;
     CostResult cr;
@@ -428,7 +525,8 @@ int main(int argc, char **argv) {
 
     int64_t total = o.steps >= 0 ? o.steps : p->train.steps;
     int64_t start = 0;
-    if (o.ckpt_dir && checkpoint_start(r, &o, lead, &start, err, sizeof err)) FAIL_RUN("%s", err);
+    int64_t loaded = -1; /* the checkpoint directory resumed from */
+    if (o.ckpt_dir && checkpoint_start(r, &o, lead, &start, &loaded, err, sizeof err)) FAIL_RUN("%s", err);
     if (o.init && start > 0 && lead && !o.quiet)
         printf("init: not used: resumed from step %" PRId64 " (the checkpoint holds the weights)\n", start);
     if (o.init && start == 0 && import_hf(r, &o, &ho, lead, big, sizeof big)) FAIL_RUN("%s", big);
@@ -439,6 +537,13 @@ int main(int argc, char **argv) {
     if (start < total) {
         if (tok_open(&tr, o.data, plan_vocab(p), err, sizeof err)) FAIL_RUN("%s", err);
         have_data = true;
+        DordOptions dopt = {.order = o.data_order, .seed = o.data_seed_given ? o.data_seed : p->train.seed, .eos = o.eos};
+        if (dord_open(&dord, &tr, &dopt, B, T, C.size, err, sizeof err)) FAIL_RUN("%s", err);
+        have_order = true;
+        if (loaded >= 0 && data_resume_check(&dord, &o, lead, loaded, start * accum, err, sizeof err)) FAIL_RUN("%s", err);
+        if (lead && o.eos >= 0 && dord.eos_count == 0)
+            fprintf(stderr, "zinfrun: warning: --eos %" PRId64 " does not occur in %s: the whole file is one document\n", o.eos, o.data);
+        if (lead && !o.quiet) data_describe(&dord, &o, start * accum);
         for (int a = 0; a < accum; a++) {
             tok[a] = malloc(sizeof(int32_t) * (size_t)(B * T));
             tgt[a] = malloc(sizeof(int32_t) * (size_t)(B * T));
@@ -449,9 +554,10 @@ int main(int argc, char **argv) {
     double first_loss = NAN, last_loss = NAN, time_sum = 0;
     uint64_t bytes_sum[PLAN_NQUEUES] = {0};
     int64_t ran = 0;
+    char runst[512];
     for (int64_t s = start; s < total; s++) {
         for (int a = 0; a < accum; a++)
-            if (tok_batch(&tr, C.rank, C.size, s * accum + a, B, T, tok[a], tgt[a], err, sizeof err)) FAIL_RUN("%s", err);
+            if (dord_batch(&dord, C.rank, s * accum + a, tok[a], tgt[a], err, sizeof err)) FAIL_RUN("%s", err);
         RtStepStats st;
         if (rt_step(r, (const int32_t *const *)tok, (const int32_t *const *)tgt, accum, &st, err, sizeof err))
             FAIL_RUN("%s", err);
@@ -476,10 +582,14 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
         if (o.ckpt_dir && o.ckpt_every > 0 && (s + 1) % o.ckpt_every == 0 && s + 1 < total) {
-            if (rt_checkpoint_save(r, o.ckpt_dir, "{}", err, sizeof err)) FAIL_RUN("%s", err);
+            run_state(&dord, (s + 1) * accum, runst, sizeof runst);
+            if (rt_checkpoint_save(r, o.ckpt_dir, runst, err, sizeof err)) FAIL_RUN("%s", err);
         }
     }
-    if (o.ckpt_dir && ran > 0 && rt_checkpoint_save(r, o.ckpt_dir, "{}", err, sizeof err)) FAIL_RUN("%s", err);
+    if (o.ckpt_dir && ran > 0) {
+        run_state(&dord, rt_steps_done(r) * accum, runst, sizeof runst);
+        if (rt_checkpoint_save(r, o.ckpt_dir, runst, err, sizeof err)) FAIL_RUN("%s", err);
+    }
     if (o.export_path) {
         if (rt_export_safetensors(r, o.export_path, err, sizeof err)) FAIL_RUN("%s", err);
         if (lead && !o.quiet) printf("exported the parameters to %s\n", o.export_path);
@@ -521,6 +631,9 @@ int main(int argc, char **argv) {
                        plan_bytes_str(rt_gpu_memory_used(r), a1, sizeof a1),
                        plan_bytes_str(p->arenas[ARENA_GPU].size, a2, sizeof a2));
             }
+            int64_t g = (start + ran) * accum;
+            printf("data: %s, epoch %" PRId64 " (%.2f epochs read: %" PRId64 " global micro-batches)\n",
+                   dord_order_name(dord.o.order), dord_epoch(&dord, g - 1) + 1, dord_epochs_read(&dord, g), g);
         } else {
             if (total > start || start == 0) printf("done: nothing to train (%" PRId64 " steps)\n", total);
             else if (total == start) printf("done: nothing to train (%" PRId64 " of %" PRId64 " steps already done)\n", start, total);
@@ -529,6 +642,7 @@ int main(int argc, char **argv) {
     }
 out:
 #undef FAIL_RUN
+    if (have_order) dord_close(&dord);
     if (have_data) tok_close(&tr);
     for (int a = 0; a < accum && a < PLAN_MAX_ACCUM; a++) {
         free(tok[a]);
