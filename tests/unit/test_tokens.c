@@ -1,12 +1,15 @@
 /* tokens: write/read round trip (uint16 version 1 and uint32 version 2
  * files), the window formula of tokens.h, ranks' windows disjoint and
  * deterministic, and every malformed file refused with a message naming
- * the file and the fault. */
+ * the file and the fault. The data order (dataorder.h): the permutation is
+ * a seeded bijection, the row stream is the same on every world size,
+ * epochs read every row once, EOS documents, the checkpoint's position. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "dataorder.h"
 #include "tokens.h"
 
 static char g_path[256];
@@ -292,6 +295,326 @@ START_TEST(test_write_ids_narrow) {
 }
 END_TEST
 
+/* The permutation of [0, n) is a bijection for every n, seed and epoch. */
+START_TEST(test_permute_bijection) {
+    const int64_t ns[] = {1, 2, 3, 4, 5, 15, 16, 17, 63, 64, 65, 100, 1000, 4097, 65537};
+    const uint64_t seeds[] = {0, 1, 42, UINT64_MAX};
+    for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
+        for (size_t b = 0; b < sizeof seeds / sizeof *seeds; b++)
+            for (uint64_t e = 0; e < 3; e++) {
+                int64_t n = ns[a];
+                unsigned char *seen = calloc((size_t)n, 1);
+                for (int64_t i = 0; i < n; i++) {
+                    int64_t j = dord_permute(seeds[b], e, n, i);
+                    if (j < 0 || j >= n || seen[j])
+                        ck_abort_msg("n %lld seed %llu epoch %llu: %lld -> %lld", (long long)n,
+                                     (unsigned long long)seeds[b], (unsigned long long)e, (long long)i, (long long)j);
+                    seen[j] = 1;
+                }
+                free(seen);
+            }
+    ck_assert_int_eq(dord_permute(1, 0, 10, 10), -1);
+    ck_assert_int_eq(dord_permute(1, 0, 10, -1), -1);
+    ck_assert_int_eq(dord_permute(1, 0, 0, 0), -1);
+    /* a large domain: no overflow, still in range */
+    int64_t big = (INT64_C(1) << 62) - 3;
+    for (int64_t i = big - 5; i < big; i++) {
+        int64_t j = dord_permute(7, 3, big, i);
+        ck_assert(j >= 0 && j < big);
+    }
+}
+END_TEST
+
+/* Seed and epoch determine the permutation: equal for equal ones, far
+ * apart for others, and not the identity. */
+START_TEST(test_permute_seeded) {
+    enum { N = 1000 };
+    int64_t same = 0, seed_eq = 0, epoch_eq = 0, fixed = 0;
+    for (int64_t i = 0; i < N; i++) {
+        int64_t a = dord_permute(5, 0, N, i);
+        same += a == dord_permute(5, 0, N, i);
+        seed_eq += a == dord_permute(6, 0, N, i);
+        epoch_eq += a == dord_permute(5, 1, N, i);
+        fixed += a == i;
+    }
+    ck_assert_int_eq(same, N);
+    /* a random pair of permutations agrees on ~1 point */
+    ck_assert_int_lt(seed_eq, 10);
+    ck_assert_int_lt(epoch_eq, 10);
+    ck_assert_int_lt(fixed, 10);
+    /* pinned: a checkpoint resumed by another version must read the same order */
+    const int64_t e0[] = {117, 330, 387, 191, 286, 148}, e1[] = {309, 164, 278, 26, 81, 323};
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_eq(dord_permute(1234, 0, 391, i), e0[i]);
+        ck_assert_int_eq(dord_permute(1234, 1, 391, i), e1[i]);
+    }
+}
+END_TEST
+
+/* Documents of these lengths, each ended by EOS 0 (the last one by the end
+ * of the file); other tokens 1 + (i mod 200). */
+static const int64_t doc_len[] = {5, 40, 17, 18, 3, 50, 33, 1, 70, 29};
+enum { NDOCS = sizeof doc_len / sizeof *doc_len };
+
+static int64_t write_docs(void) {
+    int64_t n = 0;
+    for (int d = 0; d < NDOCS; d++) n += doc_len[d];
+    uint16_t *t = malloc(sizeof *t * (size_t)n);
+    int64_t k = 0;
+    for (int d = 0; d < NDOCS; d++)
+        for (int64_t i = 0; i < doc_len[d]; i++, k++)
+            t[k] = (uint16_t)(i == doc_len[d] - 1 && d < NDOCS - 1 ? 0 : 1 + k % 200);
+    char err[512];
+    ck_assert_msg(tok_write(g_path, t, n, err, sizeof err) == 0, "%s", err);
+    free(t);
+    return n;
+}
+
+/* EOS documents: rows start at a document's start and step T, never read
+ * past the document's last token (its EOS); short documents and tails are
+ * not read. */
+START_TEST(test_eos_rows) {
+    int64_t n = write_docs();
+    TokReader r;
+    char err[512];
+    ck_assert_int_eq(tok_open(&r, g_path, 256, err, sizeof err), 0);
+    const int64_t T = 16;
+    DataOrder d;
+    DordOptions o = {.order = DORD_SEQUENTIAL, .seed = 0, .eos = 0};
+    ck_assert_msg(dord_open(&d, &r, &o, 2, T, 1, err, sizeof err) == 0, "%s", err);
+    /* expected rows: (len-1)/T per document */
+    int64_t want[64], nw = 0, start = 0, used = 0, with = 0;
+    for (int k = 0; k < NDOCS; k++) {
+        int64_t rows = (doc_len[k] - 1) / T;
+        for (int64_t j = 0; j < rows; j++) want[nw++] = start + j * T;
+        if (rows) { used += rows * T + 1; with++; }
+        start += doc_len[k];
+    }
+    ck_assert_int_eq(nw, 2 + 1 + 1 + 3 + 2 + 4 + 1); /* 40:2 17:1 18:1 50:3 33:2 70:4 29:1 */
+    ck_assert_int_eq(d.rows, nw);
+    ck_assert_int_eq(d.ndocs, with);
+    ck_assert_int_eq(d.docs_all, NDOCS);
+    ck_assert_int_eq(d.eos_count, NDOCS - 1);
+    ck_assert_int_eq(d.longest, 70);
+    ck_assert_int_eq(d.tokens_used, used);
+    for (int64_t j = 0; j < nw; j++) ck_assert_int_eq(dord_row_start(&d, j), want[j]);
+    ck_assert_int_eq(dord_row_start(&d, nw), -1);
+    /* no row holds an EOS but as its last token */
+    uint32_t row[17];
+    for (int64_t j = 0; j < nw; j++) {
+        ck_assert_int_eq(tok_read(&r, want[j], T + 1, row, err, sizeof err), 0);
+        for (int t = 0; t < T; t++) ck_assert_uint_ne(row[t], 0);
+    }
+    /* batches in sequential order wrap after an epoch */
+    int32_t tok[32], tgt[32];
+    for (int64_t g = 0; g < 3 * nw; g++) {
+        ck_assert_int_eq(dord_batch(&d, 0, g, tok, tgt, err, sizeof err), 0);
+        for (int b = 0; b < 2; b++) {
+            ck_assert_int_eq(tok_read(&r, want[(g * 2 + b) % nw], T + 1, row, err, sizeof err), 0);
+            for (int t = 0; t < T; t++)
+                if (tok[b * T + t] != (int32_t)row[t] || tgt[b * T + t] != (int32_t)row[t + 1])
+                    ck_abort_msg("micro-batch %lld row %d token %d", (long long)g, b, t);
+        }
+    }
+    ck_assert_int_eq(dord_epoch(&d, nw / 2 - 1), 0);
+    ck_assert_int_eq(dord_epoch(&d, 3 * nw), 6);
+    dord_close(&d);
+    (void)n;
+    /* a document must hold a row */
+    char want_err[800];
+    ck_assert_int_eq(dord_open(&d, &r, &o, 1, 80, 1, err, sizeof err), -1);
+    snprintf(want_err, sizeof want_err,
+             "%s: no document holds a row of T+1 = 81 tokens (10 documents split at EOS 0, the longest 70 tokens)", g_path);
+    ck_assert_str_eq(err, want_err);
+    ck_assert_int_eq(dord_open(&d, &r, &o, 4, T, 4, err, sizeof err), -1);
+    snprintf(want_err, sizeof want_err,
+             "%s: the documents split at EOS 0 hold 14 rows of T+1 = 17 tokens, fewer than the 16 of one global "
+             "micro-batch (B=4 on 4 ranks)", g_path);
+    ck_assert_str_eq(err, want_err);
+    o.eos = 256;
+    ck_assert_int_eq(dord_open(&d, &r, &o, 1, T, 1, err, sizeof err), -1);
+    ck_assert_str_eq(err, "--eos 256 is not a token id of the vocabulary of 256 ids (0..255)");
+    /* an id that does not occur: one document */
+    o.eos = 255;
+    ck_assert_int_eq(dord_open(&d, &r, &o, 1, T, 1, err, sizeof err), 0);
+    ck_assert_int_eq(d.eos_count, 0);
+    ck_assert_int_eq(d.docs_all, 1);
+    ck_assert_int_eq(d.rows, (n - 1) / T);
+    dord_close(&d);
+    tok_close(&r);
+}
+END_TEST
+
+/* Every layout but sequential windows: the global stream of rows is the
+ * same for 1 rank of B=4, 2 of B=2, 4 of B=1 and 1 of B=2 with two
+ * accumulations; a shuffled epoch reads every row once; epochs differ. */
+START_TEST(test_order_world_size) {
+    write_docs();
+    TokReader r;
+    char err[512];
+    ck_assert_int_eq(tok_open(&r, g_path, 256, err, sizeof err), 0);
+    const int64_t T = 8;
+    const DordOptions opts[] = {{DORD_SHUFFLE, 9, -1}, {DORD_SHUFFLE, 9, 0}, {DORD_SEQUENTIAL, 0, 0}};
+    for (size_t k = 0; k < sizeof opts / sizeof *opts; k++) {
+        DataOrder ref;
+        ck_assert_int_eq(dord_open(&ref, &r, &opts[k], 4, T, 1, err, sizeof err), 0);
+        int64_t E = ref.rows, nref = 4 * 12;
+        int32_t (*want)[8] = malloc(sizeof *want * (size_t)nref);
+        int32_t tok[32], tgt[32];
+        for (int64_t g = 0; g < 12; g++) {
+            ck_assert_int_eq(dord_batch(&ref, 0, g, tok, tgt, err, sizeof err), 0);
+            memcpy(want[g * 4], tok, sizeof tok);
+        }
+        /* world R of micro-batch 4/R; A accumulations */
+        const int cfg[][3] = {{2, 2, 1}, {4, 1, 1}, {1, 2, 2}, {1, 1, 4}};
+        for (size_t c = 0; c < sizeof cfg / sizeof *cfg; c++) {
+            int R = cfg[c][0], Bm = cfg[c][1], A = cfg[c][2];
+            DataOrder d;
+            ck_assert_msg(dord_open(&d, &r, &opts[k], Bm, T, R, err, sizeof err) == 0, "%s", err);
+            ck_assert_int_eq(d.rows, E);
+            for (int64_t s = 0; s < 12; s++)
+                for (int a = 0; a < A; a++)
+                    for (int rk = 0; rk < R; rk++) {
+                        ck_assert_int_eq(dord_batch(&d, rk, s * A + a, tok, tgt, err, sizeof err), 0);
+                        int64_t row0 = ((s * A + a) * R + rk) * Bm; /* the global row of its first row */
+                        if (memcmp(tok, want[row0], sizeof(int32_t) * (size_t)(Bm * T)))
+                            ck_abort_msg("options %zu, %d ranks of B=%d, A=%d: step %lld rank %d differs", k, R, Bm, A,
+                                         (long long)s, rk);
+                    }
+            dord_close(&d);
+        }
+        /* epochs: each reads every row once; a shuffle's epochs differ */
+        int64_t *rows = malloc(sizeof *rows * (size_t)E), *first = malloc(sizeof *first * (size_t)E);
+        int diff = 0;
+        for (int64_t e = 0; e < 3; e++) {
+            for (int64_t i = 0; i < E; i++) rows[i] = dord_global_row_start(&ref, e * E + i);
+            for (int64_t i = 0; i < E; i++) {
+                if (e == 0) first[i] = rows[i];
+                else diff += rows[i] != first[i];
+                int found = 0;
+                for (int64_t j = 0; j < E; j++) found += rows[j] == dord_row_start(&ref, i);
+                ck_assert_int_eq(found, 1);
+            }
+        }
+        if (opts[k].order == DORD_SHUFFLE) ck_assert_int_gt(diff, 0);
+        else ck_assert_int_eq(diff, 0);
+        free(rows);
+        free(first);
+        free(want);
+        dord_close(&ref);
+    }
+    tok_close(&r);
+}
+END_TEST
+
+/* Sequential without EOS is tok_batch's walk, window for window; a
+ * shuffle of the same file differs from it and between seeds. */
+START_TEST(test_sequential_is_windows) {
+    write_seq(5000);
+    TokReader r;
+    char err[512];
+    ck_assert_int_eq(tok_open(&r, g_path, 256, err, sizeof err), 0);
+    DataOrder d, sh, sh2;
+    DordOptions seq = {DORD_SEQUENTIAL, 0, -1}, shuf = {DORD_SHUFFLE, 1, -1}, shuf2 = {DORD_SHUFFLE, 2, -1};
+    ck_assert_int_eq(dord_open(&d, &r, &seq, 2, 8, 3, err, sizeof err), 0);
+    ck_assert(d.windows);
+    ck_assert_int_eq(d.rows, tok_windows(5000, 2, 8) * 2);
+    ck_assert_int_eq(dord_open(&sh, &r, &shuf, 2, 8, 3, err, sizeof err), 0);
+    ck_assert_int_eq(dord_open(&sh2, &r, &shuf2, 2, 8, 3, err, sizeof err), 0);
+    ck_assert_int_eq(sh.rows, 4999 / 8);
+    int32_t a[16], at[16], b[16], bt[16];
+    int differ = 0, seeds_differ = 0;
+    for (int64_t g = 0; g < 500; g++)
+        for (int rk = 0; rk < 3; rk++) {
+            ck_assert_int_eq(dord_batch(&d, rk, g, a, at, err, sizeof err), 0);
+            ck_assert_int_eq(tok_batch(&r, rk, 3, g, 2, 8, b, bt, err, sizeof err), 0);
+            ck_assert_int_eq(memcmp(a, b, sizeof a), 0);
+            ck_assert_int_eq(memcmp(at, bt, sizeof at), 0);
+            ck_assert_int_eq(dord_global_row_start(&d, (g * 3 + rk) * 2 + 1), tok_window_offset(5000, g * 3 + rk, 2, 8) + 8);
+            ck_assert_int_eq(dord_batch(&sh, rk, g, b, bt, err, sizeof err), 0);
+            differ += memcmp(a, b, sizeof a) != 0;
+            /* targets are the inputs shifted by one */
+            ck_assert_int_eq(memcmp(b + 1, bt, sizeof(int32_t) * 7), 0);
+            ck_assert_int_eq(dord_batch(&sh2, rk, g, a, at, err, sizeof err), 0);
+            seeds_differ += memcmp(a, b, sizeof a) != 0;
+        }
+    ck_assert_int_gt(differ, 1400);
+    ck_assert_int_gt(seeds_differ, 1400);
+    /* 312 windows, 3 ranks: micro-batch 104 starts epoch 2 */
+    ck_assert_int_eq(dord_epoch(&d, 103), 0);
+    ck_assert_int_eq(dord_epoch(&d, 104), 1);
+    dord_close(&d);
+    dord_close(&sh);
+    dord_close(&sh2);
+    /* too short, too few rows for the ranks */
+    char want[800];
+    ck_assert_int_eq(dord_open(&d, &r, &shuf, 1, 5000, 1, err, sizeof err), -1);
+    snprintf(want, sizeof want, "%s: 5000 tokens is too short for one row of T+1 = 5001 tokens", g_path);
+    ck_assert_str_eq(err, want);
+    ck_assert_int_eq(dord_open(&d, &r, &shuf, 2, 1000, 3, err, sizeof err), -1);
+    snprintf(want, sizeof want,
+             "%s: 5000 tokens hold 4 rows of T+1 = 1001 tokens, fewer than the 6 of one global micro-batch (B=2 on 3 ranks)",
+             g_path);
+    ck_assert_str_eq(err, want);
+    ck_assert_int_eq(dord_open(&d, &r, &seq, 4, 2000, 1, err, sizeof err), -1);
+    snprintf(want, sizeof want, "%s: 5000 tokens is too short for one window of B*T+1 = 8001 tokens (B=4, T=2000)", g_path);
+    ck_assert_str_eq(err, want);
+    tok_close(&r);
+}
+END_TEST
+
+/* The checkpoint's data position: written, read back, every difference named. */
+START_TEST(test_state_check) {
+    write_seq(5000);
+    TokReader r, r2;
+    char err[1024], js[400], st[600];
+    ck_assert_int_eq(tok_open(&r, g_path, 256, err, sizeof err), 0);
+    DataOrder d, e;
+    DordOptions shuf = {DORD_SHUFFLE, 7, -1};
+    ck_assert_int_eq(dord_open(&d, &r, &shuf, 2, 8, 1, err, sizeof err), 0);
+    dord_state_json(&d, 40, js, sizeof js);
+    ck_assert_str_eq(js, "{\"order\": \"shuffle\", \"seed\": 7, \"eos\": -1, \"tokens\": 5000, \"micro_batches\": 40, \"epoch\": 1}");
+    snprintf(st, sizeof st, "{\"step\": 20, \"loss_scale\": 1, \"good_steps\": 0, \"run\": {\"data\": %s}}", js);
+    ck_assert_msg(dord_state_check(&d, st, 40, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(dord_state_check(&d, st, 42, err, sizeof err), -1);
+    ck_assert_str_eq(err, "the checkpoint has read 40 global micro-batches, but its step and the plan give 42");
+    /* another seed, EOS and file */
+    DordOptions other = {DORD_SHUFFLE, 8, 3};
+    write_seq(4000);
+    ck_assert_int_eq(tok_open(&r2, g_path, 256, err, sizeof err), 0);
+    ck_assert_int_eq(dord_open(&e, &r2, &other, 2, 8, 1, err, sizeof err), 0);
+    ck_assert_int_eq(dord_state_check(&e, st, 40, err, sizeof err), -1);
+    char want[1200];
+    snprintf(want, sizeof want,
+             "the checkpoint was trained on another data order (--data-seed: the checkpoint's 7, this run's 8; --eos: the "
+             "checkpoint's none, this run's 3; the data file: the checkpoint's had 5000 tokens, %s has 4000): resuming would "
+             "not continue it; resume with the options and data file it was trained with, or use --start-over instead of "
+             "--resume to train from step 0",
+             g_path);
+    ck_assert_str_eq(err, want);
+    dord_close(&e);
+    /* a checkpoint from before data orders: sequential, no EOS */
+    const char *old = "{\"step\": 20, \"loss_scale\": 1, \"good_steps\": 0, \"run\": {}}";
+    ck_assert_int_eq(dord_state_check(&d, old, 40, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "--data-order: the checkpoint's sequential (it records no data order: written before "
+                                      "--data-order existed), this run's shuffle"));
+    DordOptions seq = {DORD_SEQUENTIAL, 0, -1};
+    ck_assert_int_eq(dord_open(&e, &r2, &seq, 2, 8, 1, err, sizeof err), 0);
+    ck_assert_msg(dord_state_check(&e, old, 40, err, sizeof err) == 0, "%s", err);
+    /* sequential runs ignore the seed */
+    dord_state_json(&e, 40, js, sizeof js);
+    snprintf(st, sizeof st, "{\"run\": {\"data\": %s}}", js);
+    e.o.seed = 99;
+    ck_assert_msg(dord_state_check(&e, st, 40, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(dord_state_check(&e, "{\"run\": {\"data\": {\"order\": \"random\"}}}", 40, err, sizeof err), -1);
+    ck_assert_str_eq(err, "the checkpoint's data position has no order it knows ('random')");
+    dord_close(&e);
+    dord_close(&d);
+    tok_close(&r2);
+    tok_close(&r);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("tokens");
     TCase *tc = tcase_create("core");
@@ -309,6 +632,12 @@ int main(void) {
     tcase_add_test(tc, test_write_errors);
     tcase_add_test(tc, test_uint32_round_trip);
     tcase_add_test(tc, test_write_ids_narrow);
+    tcase_add_test(tc, test_permute_bijection);
+    tcase_add_test(tc, test_permute_seeded);
+    tcase_add_test(tc, test_eos_rows);
+    tcase_add_test(tc, test_order_world_size);
+    tcase_add_test(tc, test_sequential_is_windows);
+    tcase_add_test(tc, test_state_check);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
