@@ -1,46 +1,22 @@
 #include "autodiff.h"
 #include <string.h>
+#include "prim.h"
 
-/* The VJP rules: which inputs of each primitive receive a gradient. The
- * arithmetic of each rule is the backward kernel of the primitive
- * (docs/primitives.md, runtime/hostk.c, stdlib/kernels/); autodiff only
- * decides which backward ops run, in what order, on which tensors. */
-static const unsigned vjp_inputs[PRIM_COUNT] = {
-    [PRIM_EMBEDDING] = 0x1,      /* table; ids are integers */
-    [PRIM_LINEAR] = 0x7,         /* x, w, b */
-    [PRIM_MATMUL] = 0x3,         /* a, b */
-    [PRIM_ADD] = 0x3,
-    [PRIM_MUL] = 0x3,
-    [PRIM_LAYERNORM] = 0x7,      /* x, g, b */
-    [PRIM_RMSNORM] = 0x3,        /* x, g */
-    [PRIM_GELU] = 0x1,
-    [PRIM_SILU] = 0x1,
-    [PRIM_ROPE] = 0x1,
-    [PRIM_ATTENTION] = 0x7,      /* q, k, v */
-    [PRIM_SPLIT] = 0x1,
-    [PRIM_CROSS_ENTROPY] = 0x1,  /* logits; targets are integers */
-    [PRIM_ARANGE] = 0x0,
-};
-
-unsigned ad_differentiable_inputs(PrimId p) { return p < PRIM_COUNT ? vjp_inputs[p] : 0; }
+/* The VJP rules: which inputs of each primitive receive a gradient (its
+ * row's grad_inputs, compiler/prim.c). The arithmetic of each rule is the
+ * backward kernel of the primitive (docs/primitives.md, runtime/hostk*.c,
+ * stdlib/kernels/); autodiff only decides which backward ops run, in what
+ * order, on which tensors. */
+unsigned ad_differentiable_inputs(PrimId p) {
+    const PrimInfo *pi = prim_info(p);
+    return pi ? pi->grad_inputs : 0;
+}
 
 int ad_group_of(const Graph *g, int segment) {
     if (segment < 0 || g->train.checkpoint_every <= 0) return -1;
     return (int)(segment / g->train.checkpoint_every);
 }
 
-static GOp op_blank(OpKind k) {
-    GOp o;
-    memset(&o, 0, sizeof o);
-    o.kind = k;
-    o.segment = -1;
-    o.fwd = -1;
-    o.scope = "";
-    o.span = SPAN_NONE;
-    for (int i = 0; i < GRAPH_MAX_IN; i++) o.in[i] = -1;
-    for (int i = 0; i < GRAPH_MAX_OUT; i++) o.out[i] = -1;
-    return o;
-}
 
 typedef struct AdState {
     Graph *g;
@@ -70,7 +46,7 @@ static int grad_tensor(AdState *s, int t) {
 
 static void emit_zero(AdState *s, int gt) {
     if (gt < 0 || s->zeroed[gt]) return;
-    GOp z = op_blank(OP_ZERO_GRAD);
+    GOp z = graph_op_blank(OP_ZERO_GRAD);
     z.nout = 1;
     z.out[0] = gt;
     z.segment = s->g->tensors[gt].segment;
@@ -161,7 +137,7 @@ static bool emit_backward_op(AdState *s, int k, int *cur_group) {
         *cur_group = gk;
     }
     if (s->oom) return false;
-    GOp b = op_blank(OP_BWD);
+    GOp b = graph_op_blank(OP_BWD);
     b.prim = fo.prim;
     b.fwd = k;
     b.segment = fo.segment;
@@ -206,7 +182,7 @@ static bool emit_backward(AdState *s, int nf) {
     Graph *g = s->g;
     int lg = grad_tensor(s, g->loss);
     if (lg < 0) return false;
-    GOp l = op_blank(OP_LOSS_GRAD);
+    GOp l = graph_op_blank(OP_LOSS_GRAD);
     l.nout = 1;
     l.out[0] = lg;
     l.in[0] = g->loss;
@@ -249,7 +225,7 @@ static bool emit_adam(AdState *s, int t, int norm) {
     g->tensors[t].master = ms;
     g->tensors[t].momentum = mo;
     g->tensors[t].variance = va;
-    GOp a = op_blank(OP_ADAM);
+    GOp a = graph_op_blank(OP_ADAM);
     a.nin = 6;
     a.in[0] = t;
     a.in[1] = gt;
@@ -275,7 +251,7 @@ static bool emit_optimizer(AdState *s, int nt0) {
         int64_t one = 1;
         norm = graph_add_tensor(g, "grad_norm", DT_F32, 0, &one, TC_WORKSPACE);
         if (norm < 0) return false;
-        GOp n = op_blank(OP_GRAD_NORM);
+        GOp n = graph_op_blank(OP_GRAD_NORM);
         /* Operands are implicit (every parameter gradient): the list would not fit. */
         n.nin = 0;
         n.nout = 1;
@@ -286,7 +262,7 @@ static bool emit_optimizer(AdState *s, int nt0) {
         if (g->tensors[t].cls == TC_PARAM && !emit_adam(s, t, norm)) return false;
     for (int t = 0; t < nt0; t++) {
         if (g->tensors[t].cls != TC_PARAM) continue;
-        GOp z = op_blank(OP_ZERO_GRAD);
+        GOp z = graph_op_blank(OP_ZERO_GRAD);
         z.nout = 1;
         z.out[0] = g->tensors[t].grad;
         if (graph_add_op(g, &z) < 0) return false;

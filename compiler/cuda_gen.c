@@ -305,26 +305,16 @@ bool cg_tile_rows(Ctx *c, int w, int64_t *rows, int64_t *r0) {
 
 /* ---- one op -------------------------------------------------------------------- */
 
+/* Each primitive's generator is its family's (runtime/plan/prim.def). */
+static void (*const prim_gen[PRIM_COUNT])(Ctx *c, bool bwd) = {
+#define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = cg_gen_##family,
+#include "prim.def"
+#undef PRIM
+};
+
 static void gen_prim(Ctx *c, bool bwd) {
-    switch (c->o->prim) {
-    case PRIM_EMBEDDING: cg_gen_embedding(c, bwd); break;
-    case PRIM_LINEAR: cg_gen_linear(c, bwd); break;
-    case PRIM_MATMUL: cg_gen_matmul(c, bwd); break;
-    case PRIM_ADD:
-    case PRIM_MUL: cg_gen_binary(c, bwd); break;
-    case PRIM_LAYERNORM:
-    case PRIM_RMSNORM: cg_gen_norm(c, bwd); break;
-    case PRIM_GELU:
-    case PRIM_SILU: cg_gen_act(c, bwd); break;
-    case PRIM_ROPE: cg_gen_rope(c, bwd); break;
-    case PRIM_ATTENTION: cg_gen_attention(c, bwd); break;
-    case PRIM_SPLIT: cg_gen_split(c, bwd); break;
-    case PRIM_CROSS_ENTROPY: cg_gen_xent(c, bwd); break;
-    case PRIM_ARANGE:
-        if (!bwd) cg_gen_arange(c);
-        break;
-    default: cg_fail(c, "unknown primitive %d", (int)c->o->prim); break;
-    }
+    if ((unsigned)c->o->prim >= PRIM_COUNT) cg_fail(c, "unknown primitive %d", (int)c->o->prim);
+    else prim_gen[c->o->prim](c, bwd);
 }
 
 /* Only forward (and recompute) and backward ops of linear, matmul and
@@ -403,7 +393,7 @@ static bool arity_ok(Ctx *c) {
     int need_in = 0, need_out = 0;
     if (prim_op) {
         static const int min_in[PRIM_COUNT] = {
-#define PRIM(id, name, nin_min, nin_max, nout) nin_min,
+#define PRIM(id, name, nin_min, nin_max, nout, family) nin_min,
 #include "prim.def"
 #undef PRIM
         };

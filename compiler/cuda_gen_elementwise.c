@@ -165,7 +165,8 @@ void cg_gen_split(Ctx *c, bool bwd) {
     if (off != N) cg_fail(c, "split: pieces cover %" PRId64 " of %" PRId64 " columns", off, N);
 }
 
-void cg_gen_arange(Ctx *c) {
+void cg_gen_arange(Ctx *c, bool bwd) {
+    if (bwd) return; /* a constant: nothing flows back */
     CudaKernel *k = cg_kdt(c, "elementwise", c->g->train.dtype, "zk_iota_i32", "y = 0, 1, ..., n-1");
     int64_t n = T_(c, c->o->out[0])->numel;
     elementwise_grid(k, n);

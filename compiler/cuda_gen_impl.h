@@ -132,7 +132,7 @@ int64_t cg_err_word(Ctx *c, DType unit_dt, const char *what);
 void cg_gen_binary(Ctx *c, bool bwd);
 void cg_gen_act(Ctx *c, bool bwd);
 void cg_gen_split(Ctx *c, bool bwd);
-void cg_gen_arange(Ctx *c);
+void cg_gen_arange(Ctx *c, bool bwd);
 void cg_gen_loss_grad(Ctx *c);
 
 /* ---- cuda_gen_reduce.c ---- */

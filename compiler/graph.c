@@ -112,28 +112,27 @@ static const char *tname(const Graph *g, int id, char *buf, size_t n) {
     return buf;
 }
 
+/* Every attribute of the op's primitive, from its row (compiler/prim.c):
+ * name=value, a flag by its name when set, a word attribute by its word. */
 static void dump_attrs(const GOp *o, FILE *out) {
-    switch (o->prim) {
-    case PRIM_MATMUL:
-        if (o->iattr[0]) fputs(" transpose_a", out);
-        if (o->iattr[1]) fputs(" transpose_b", out);
-        break;
-    case PRIM_LAYERNORM: fprintf(out, " eps=%g", o->fattr[0]); break;
-    case PRIM_RMSNORM:
-        fprintf(out, " eps=%g", o->fattr[0]);
-        if (o->iattr[0] > 1) fprintf(out, " heads=%" PRId64, o->iattr[0]);
-        break;
-    case PRIM_ROPE:
-        fprintf(out, " heads=%" PRId64 " theta=%g", o->iattr[0], o->fattr[0]);
-        if (o->iattr[1] == ROPE_LINEAR) fprintf(out, " scaling=linear factor=%g", o->fattr[1]);
-        if (o->iattr[1] == ROPE_LLAMA3)
-            fprintf(out, " scaling=llama3 factor=%g low_freq_factor=%g high_freq_factor=%g original_max_positions=%" PRId64,
-                    o->fattr[1], o->fattr[2], o->fattr[3], o->iattr[2]);
-        break;
-    case PRIM_ATTENTION: fprintf(out, " heads=%" PRId64 " kv_heads=%" PRId64, o->iattr[0], o->iattr[1]); break;
-    case PRIM_SPLIT: fprintf(out, " pieces=%" PRId64, o->iattr[0]); break;
-    case PRIM_ARANGE: fprintf(out, " n=%" PRId64, o->iattr[0]); break;
-    default: break;
+    const PrimInfo *p = prim_info(o->prim);
+    for (int i = 0; p && i < p->nattr; i++) {
+        const PrimAttr *a = &p->attrs[i];
+        int64_t v = a->kind == PA_FLOAT ? 0 : o->iattr[a->slot];
+        switch (a->kind) {
+        case PA_FLAG:
+            if (v) fprintf(out, " %s", a->name);
+            break;
+        case PA_FLOAT: fprintf(out, " %s=%g", a->name, o->fattr[a->slot]); break;
+        case PA_WORD: {
+            int nw = 0;
+            while (a->words[nw]) nw++;
+            if (v >= 0 && v < nw) fprintf(out, " %s=%s", a->name, a->words[v]);
+            else fprintf(out, " %s=%" PRId64, a->name, v);
+            break;
+        }
+        default: fprintf(out, " %s=%" PRId64, a->name, v); break;
+        }
     }
 }
 

@@ -7,66 +7,6 @@
 /* The words of rope's `scaling` attribute, in RopeScaling order (graph.h). */
 static const char *const rope_scalings[] = {"none", "linear", "llama3", NULL};
 
-/* The table. Attribute slots follow the GOp comment in graph.h. */
-static const PrimInfo prim_table[PRIM_COUNT] = {
-    [PRIM_EMBEDDING] = {PRIM_EMBEDDING, "embedding", 2, 2, 1, {"table", "ids"}, 0, {{0}},
-                        "embedding(table[V, D], ids i32[S...]) -> [S..., D]"},
-    [PRIM_LINEAR] = {PRIM_LINEAR, "linear", 2, 3, 1, {"x", "w", "b"}, 0, {{0}},
-                     "linear(x[S..., I], w[I, O], b[O]?) -> [S..., O]"},
-    [PRIM_MATMUL] = {PRIM_MATMUL, "matmul", 2, 2, 1, {"a", "b"}, 2,
-                     {{"transpose_a", PA_FLAG, 0, false, false, 0, NULL}, {"transpose_b", PA_FLAG, 1, false, false, 0, NULL}},
-                     "matmul(a[S..., M, K], b[K, N]; transpose_a, transpose_b) -> [S..., M, N]"},
-    [PRIM_ADD] = {PRIM_ADD, "add", 2, 2, 1, {"a", "b"}, 0, {{0}},
-                  "add(a[S], b[S']) with S' a suffix of S (or S of S') -> the larger shape"},
-    [PRIM_MUL] = {PRIM_MUL, "mul", 2, 2, 1, {"a", "b"}, 0, {{0}},
-                  "mul(a[S], b[S']) with S' a suffix of S (or S of S') -> the larger shape"},
-    [PRIM_LAYERNORM] = {PRIM_LAYERNORM, "layernorm", 1, 3, 1, {"x", "g", "b"}, 1,
-                        {{"eps", PA_FLOAT, 0, false, true, 1e-5, NULL}},
-                        "layernorm(x[S..., D], g[D]?, b[D]?; eps = 1e-5) -> [S..., D]"},
-    [PRIM_RMSNORM] = {PRIM_RMSNORM, "rmsnorm", 1, 2, 1, {"x", "g"}, 2,
-                      {{"eps", PA_FLOAT, 0, false, true, 1e-5, NULL}, {"heads", PA_INT, 0, false, false, 1, NULL}},
-                      "rmsnorm(x[S..., H*hd], g[hd]?; eps = 1e-5, heads = 1) -> [S..., H*hd]"},
-    [PRIM_GELU] = {PRIM_GELU, "gelu", 1, 1, 1, {"x"}, 0, {{0}}, "gelu(x) -> same shape"},
-    [PRIM_SILU] = {PRIM_SILU, "silu", 1, 1, 1, {"x"}, 0, {{0}}, "silu(x) -> same shape"},
-    [PRIM_ROPE] = {PRIM_ROPE, "rope", 1, 1, 1, {"x"}, 7,
-                   {{"heads", PA_INT, 0, true, true, 0, NULL},
-                    {"theta", PA_FLOAT, 0, false, true, 10000.0, NULL},
-                    {"scaling", PA_WORD, 1, false, false, ROPE_NONE, rope_scalings},
-                    {"factor", PA_FLOAT, 1, false, false, 1.0, NULL},
-                    {"low_freq_factor", PA_FLOAT, 2, false, false, 1.0, NULL},
-                    {"high_freq_factor", PA_FLOAT, 3, false, false, 4.0, NULL},
-                    {"original_max_positions", PA_INT, 2, false, false, 8192, NULL}},
-                   "rope(x[B, T, H*hd]; heads, theta = 10000, scaling = \"none\" | \"linear\" | \"llama3\", factor = 1, "
-                   "low_freq_factor = 1, high_freq_factor = 4, original_max_positions = 8192) -> [B, T, H*hd]"},
-    [PRIM_ATTENTION] = {PRIM_ATTENTION, "attention", 3, 3, 1, {"q", "k", "v"}, 2,
-                        {{"heads", PA_INT, 0, true, true, 0, NULL}, {"kv_heads", PA_INT, 1, false, true, 0, NULL}},
-                        "attention(q[B, T, H*hd], k[B, T, KV*hd], v[B, T, KV*hd]; heads, kv_heads = heads) -> [B, T, H*hd]"},
-    [PRIM_SPLIT] = {PRIM_SPLIT, "split", 1, 1, -1, {"x"}, 1,
-                    {{"n", PA_SIZES, 0, true, true, 0, NULL}},
-                    "split(x[S..., N], n | [s0, s1, ...]) -> a tuple of pieces of the last dimension"},
-    [PRIM_CROSS_ENTROPY] = {PRIM_CROSS_ENTROPY, "cross_entropy", 2, 2, 1, {"logits", "targets"}, 0, {{0}},
-                            "cross_entropy(logits[S..., V], targets i32[S...]) -> f32 scalar"},
-    [PRIM_ARANGE] = {PRIM_ARANGE, "arange", 0, 0, 1, {NULL}, 1,
-                     {{"n", PA_INT, 0, true, true, 0, NULL}}, "arange(n) -> i32[n]"},
-};
-
-const PrimInfo *prim_info(PrimId id) {
-    if ((int)id < 0 || id >= PRIM_COUNT) return NULL;
-    return &prim_table[id];
-}
-
-const PrimInfo *prim_lookup(const char *name) {
-    for (int i = 0; i < PRIM_COUNT; i++)
-        if (strcmp(prim_table[i].name, name) == 0) return &prim_table[i];
-    return NULL;
-}
-
-const PrimAttr *prim_attr(const PrimInfo *p, const char *name) {
-    for (int i = 0; i < p->nattr; i++)
-        if (strcmp(p->attrs[i].name, name) == 0) return &p->attrs[i];
-    return NULL;
-}
-
 void prim_defaults(PrimCall *c) {
     const PrimInfo *p = prim_info(c->prim);
     if (!p) return;
@@ -149,7 +89,8 @@ static void copy_shape(PrimShape *o, const PrimShape *s, DType dt) {
 
 /* ---- rules ---- */
 
-static bool rule_embedding(const PrimCall *c, const PrimInfo *p, PrimShape *out, PrimError *e) {
+static bool rule_embedding(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
+    (void)nout; /* one output */
     char sb[2][96];
     if (!need_rank(c, p, 0, 2, 2, e)) return false;
     if (!need_float(c, p, 1, e)) return false;
@@ -165,7 +106,8 @@ static bool rule_embedding(const PrimCall *c, const PrimInfo *p, PrimShape *out,
     return true;
 }
 
-static bool rule_linear(const PrimCall *c, const PrimInfo *p, PrimShape *out, PrimError *e) {
+static bool rule_linear(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
+    (void)nout; /* one output */
     char sb[3][96];
     if (!need_rank(c, p, 0, 1, GRAPH_MAX_RANK, e) || !need_rank(c, p, 1, 2, 2, e)) return false;
     if (c->nin == 3 && !need_rank(c, p, 2, 1, 1, e)) return false;
@@ -182,7 +124,8 @@ static bool rule_linear(const PrimCall *c, const PrimInfo *p, PrimShape *out, Pr
     return true;
 }
 
-static bool rule_matmul(const PrimCall *c, const PrimInfo *p, PrimShape *out, PrimError *e) {
+static bool rule_matmul(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
+    (void)nout; /* one output */
     char sb[2][96];
     bool ta = c->iattr[0] != 0, tb = c->iattr[1] != 0;
     if (!need_rank(c, p, 0, ta ? 2 : 1, GRAPH_MAX_RANK, e) || !need_rank(c, p, 1, 2, 2, e)) return false;
@@ -200,7 +143,8 @@ static bool rule_matmul(const PrimCall *c, const PrimInfo *p, PrimShape *out, Pr
     return true;
 }
 
-static bool rule_elementwise2(const PrimCall *c, const PrimInfo *p, PrimShape *out, PrimError *e) {
+static bool rule_binary(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
+    (void)nout; /* one output */
     char sb[2][96];
     if (!need_float(c, p, 3, e)) return false;
     const PrimShape *a = &c->in[0], *b = &c->in[1];
@@ -216,7 +160,8 @@ static bool rule_elementwise2(const PrimCall *c, const PrimInfo *p, PrimShape *o
     return true;
 }
 
-static bool rule_norm(const PrimCall *c, const PrimInfo *p, PrimShape *out, PrimError *e) {
+static bool rule_norm(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
+    (void)nout; /* one output */
     char sb[3][96];
     if (!need_rank(c, p, 0, 1, GRAPH_MAX_RANK, e)) return false;
     if (!need_float(c, p, 7, e)) return false;
@@ -242,7 +187,8 @@ static bool rule_norm(const PrimCall *c, const PrimInfo *p, PrimShape *out, Prim
     return true;
 }
 
-static bool rule_unary(const PrimCall *c, const PrimInfo *p, PrimShape *out, PrimError *e) {
+static bool rule_act(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
+    (void)nout; /* one output */
     if (!need_float(c, p, 1, e)) return false;
     copy_shape(out, &c->in[0], c->act_dtype);
     return true;
@@ -263,7 +209,8 @@ static bool rope_scaling_ok(const PrimCall *c, PrimError *e) {
     return true;
 }
 
-static bool rule_rope(const PrimCall *c, const PrimInfo *p, PrimShape *out, PrimError *e) {
+static bool rule_rope(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
+    (void)nout; /* one output */
     char sb[1][96];
     if (!need_rank(c, p, 0, 3, 3, e) || !need_float(c, p, 1, e)) return false;
     int64_t h = c->iattr[0], n = LAST(c->in[0]);
@@ -279,7 +226,8 @@ static bool rule_rope(const PrimCall *c, const PrimInfo *p, PrimShape *out, Prim
     return true;
 }
 
-static bool rule_attention(const PrimCall *c, const PrimInfo *p, PrimShape *out, PrimError *e) {
+static bool rule_attention(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
+    (void)nout; /* one output */
     char sb[3][96];
     for (int i = 0; i < 3; i++)
         if (!need_rank(c, p, i, 3, 3, e)) return false;
@@ -346,7 +294,8 @@ static bool rule_split(const PrimCall *c, const PrimInfo *p, PrimShape *out, int
     return true;
 }
 
-static bool rule_xent(const PrimCall *c, const PrimInfo *p, PrimShape *out, PrimError *e) {
+static bool rule_xent(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
+    (void)nout; /* one output */
     char sb[2][96];
     if (!need_rank(c, p, 0, 1, GRAPH_MAX_RANK, e) || !need_float(c, p, 1, e)) return false;
     if (c->in[1].dtype != DT_I32)
@@ -362,7 +311,8 @@ static bool rule_xent(const PrimCall *c, const PrimInfo *p, PrimShape *out, Prim
     return true;
 }
 
-static bool rule_arange(const PrimCall *c, PrimShape *out, PrimError *e) {
+static bool rule_arange(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
+    (void)p, (void)nout;
     if (c->iattr[0] <= 0) return fail(e, 0, "arange: n must be positive, got %" PRId64, c->iattr[0]);
     if (c->iattr[0] > INT32_MAX) return fail(e, 0, "arange: n = %" PRId64 " does not fit in i32", c->iattr[0]);
     out->dtype = DT_I32;
@@ -391,6 +341,110 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     return true;
 }
 
+/* The compiler's half of each primitive's row (the other half, identity
+ * and family, is runtime/plan/prim.def): operand roles, attributes (slots
+ * follow the GOp comment in graph.h), the one-line documentation, and
+ * which inputs have gradients (a bit per input; autodiff's VJP rule: the
+ * backward op of the primitive computes exactly those). */
+#define ROW_EMBEDDING \
+    {"table", "ids"}, 0, {{0}}, \
+    "embedding(table[V, D], ids i32[S...]) -> [S..., D]", \
+    .grad_inputs = 0x1 /* table; ids are integers */
+#define ROW_LINEAR \
+    {"x", "w", "b"}, 0, {{0}}, \
+    "linear(x[S..., I], w[I, O], b[O]?) -> [S..., O]", \
+    .grad_inputs = 0x7 /* x, w, b */
+#define ROW_MATMUL \
+    {"a", "b"}, 2, \
+    {{"transpose_a", PA_FLAG, 0, false, false, 0, NULL}, \
+     {"transpose_b", PA_FLAG, 1, false, false, 0, NULL}}, \
+    "matmul(a[S..., M, K], b[K, N]; transpose_a, transpose_b) -> [S..., M, N]", \
+    .grad_inputs = 0x3 /* a, b */
+#define ROW_ADD \
+    {"a", "b"}, 0, {{0}}, \
+    "add(a[S], b[S']) with S' a suffix of S (or S of S') -> the larger shape", \
+    .grad_inputs = 0x3
+#define ROW_MUL \
+    {"a", "b"}, 0, {{0}}, \
+    "mul(a[S], b[S']) with S' a suffix of S (or S of S') -> the larger shape", \
+    .grad_inputs = 0x3
+#define ROW_LAYERNORM \
+    {"x", "g", "b"}, 1, \
+    {{"eps", PA_FLOAT, 0, false, true, 1e-5, NULL}}, \
+    "layernorm(x[S..., D], g[D]?, b[D]?; eps = 1e-5) -> [S..., D]", \
+    .grad_inputs = 0x7 /* x, g, b */
+#define ROW_RMSNORM \
+    {"x", "g"}, 2, \
+    {{"eps", PA_FLOAT, 0, false, true, 1e-5, NULL}, \
+     {"heads", PA_INT, 0, false, false, 1, NULL}}, \
+    "rmsnorm(x[S..., H*hd], g[hd]?; eps = 1e-5, heads = 1) -> [S..., H*hd]", \
+    .grad_inputs = 0x3 /* x, g */
+#define ROW_GELU \
+    {"x"}, 0, {{0}}, \
+    "gelu(x) -> same shape", \
+    .grad_inputs = 0x1
+#define ROW_SILU \
+    {"x"}, 0, {{0}}, \
+    "silu(x) -> same shape", \
+    .grad_inputs = 0x1
+#define ROW_ROPE \
+    {"x"}, 7, \
+    {{"heads", PA_INT, 0, true, true, 0, NULL}, \
+     {"theta", PA_FLOAT, 0, false, true, 10000.0, NULL}, \
+     {"scaling", PA_WORD, 1, false, false, ROPE_NONE, rope_scalings}, \
+     {"factor", PA_FLOAT, 1, false, false, 1.0, NULL}, \
+     {"low_freq_factor", PA_FLOAT, 2, false, false, 1.0, NULL}, \
+     {"high_freq_factor", PA_FLOAT, 3, false, false, 4.0, NULL}, \
+     {"original_max_positions", PA_INT, 2, false, false, 8192, NULL}}, \
+    "rope(x[B, T, H*hd]; heads, theta = 10000, scaling = \"none\" | \"linear\" | \"llama3\", factor = 1, " \
+    "low_freq_factor = 1, high_freq_factor = 4, original_max_positions = 8192) -> [B, T, H*hd]", \
+    .grad_inputs = 0x1
+#define ROW_ATTENTION \
+    {"q", "k", "v"}, 2, \
+    {{"heads", PA_INT, 0, true, true, 0, NULL}, \
+     {"kv_heads", PA_INT, 1, false, true, 0, NULL}}, \
+    "attention(q[B, T, H*hd], k[B, T, KV*hd], v[B, T, KV*hd]; heads, kv_heads = heads) -> [B, T, H*hd]", \
+    .grad_inputs = 0x7 /* q, k, v */
+#define ROW_SPLIT \
+    {"x"}, 1, \
+    {{"n", PA_SIZES, 0, true, true, 0, NULL}}, \
+    "split(x[S..., N], n | [s0, s1, ...]) -> a tuple of pieces of the last dimension", \
+    .grad_inputs = 0x1
+#define ROW_CROSS_ENTROPY \
+    {"logits", "targets"}, 0, {{0}}, \
+    "cross_entropy(logits[S..., V], targets i32[S...]) -> f32 scalar", \
+    .grad_inputs = 0x1 /* logits; targets are integers */
+#define ROW_ARANGE \
+    {NULL}, 1, \
+    {{"n", PA_INT, 0, true, true, 0, NULL}}, \
+    "arange(n) -> i32[n]", \
+    .grad_inputs = 0x0
+
+/* The table: prim.def's identity, the row above, the family's shape rule. */
+static const PrimInfo prim_table[PRIM_COUNT] = {
+#define PRIM(id, name, nin_min, nin_max, nout, family) \
+    [PRIM_##id] = {PRIM_##id, name, nin_min, nin_max, nout, ROW_##id, .rule = rule_##family},
+#include "prim.def"
+#undef PRIM
+};
+
+const PrimInfo *prim_info(PrimId id) {
+    if ((int)id < 0 || id >= PRIM_COUNT) return NULL;
+    return &prim_table[id];
+}
+
+const PrimInfo *prim_lookup(const char *name) {
+    for (int i = 0; i < PRIM_COUNT; i++)
+        if (strcmp(prim_table[i].name, name) == 0) return &prim_table[i];
+    return NULL;
+}
+
+const PrimAttr *prim_attr(const PrimInfo *p, const char *name) {
+    for (int i = 0; i < p->nattr; i++)
+        if (strcmp(p->attrs[i].name, name) == 0) return &p->attrs[i];
+    return NULL;
+}
+
 bool prim_infer(const PrimCall *c, PrimShape *out, int *nout, PrimError *err) {
     const PrimInfo *p = prim_info(c->prim);
     err->msg[0] = 0;
@@ -406,23 +460,7 @@ bool prim_infer(const PrimCall *c, PrimShape *out, int *nout, PrimError *err) {
         if (c->in[i].rank < 0 || c->in[i].rank > GRAPH_MAX_RANK) return fail(err, 1u << i, "%s: bad rank", p->name);
     bool ok;
     *nout = 1;
-    switch (c->prim) {
-    case PRIM_EMBEDDING: ok = rule_embedding(c, p, out, err); break;
-    case PRIM_LINEAR: ok = rule_linear(c, p, out, err); break;
-    case PRIM_MATMUL: ok = rule_matmul(c, p, out, err); break;
-    case PRIM_ADD:
-    case PRIM_MUL: ok = rule_elementwise2(c, p, out, err); break;
-    case PRIM_LAYERNORM:
-    case PRIM_RMSNORM: ok = rule_norm(c, p, out, err); break;
-    case PRIM_GELU:
-    case PRIM_SILU: ok = rule_unary(c, p, out, err); break;
-    case PRIM_ROPE: ok = rule_rope(c, p, out, err); break;
-    case PRIM_ATTENTION: ok = rule_attention(c, p, out, err); break;
-    case PRIM_SPLIT: ok = rule_split(c, p, out, nout, err); break;
-    case PRIM_CROSS_ENTROPY: ok = rule_xent(c, p, out, err); break;
-    case PRIM_ARANGE: ok = rule_arange(c, out, err); break;
-    default: ok = fail(err, 0, "%s has no shape rule", p->name);
-    }
+    ok = p->rule(c, p, out, nout, err);
     if (!ok) *nout = 0;
     return ok;
 }

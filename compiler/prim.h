@@ -39,15 +39,7 @@ typedef struct PrimAttr {
     const char *const *words; /* PA_WORD: the accepted strings, NULL-terminated */
 } PrimAttr;
 
-typedef struct PrimInfo {
-    PrimId id;
-    const char *name;
-    int nin_min, nin_max, nout; /* nout -1: variable (split) */
-    const char *in_names[PRIM_MAX_IN];
-    int nattr;
-    PrimAttr attrs[PRIM_MAX_ATTR];
-    const char *doc;   /* one line, for messages and --help */
-} PrimInfo;
+
 
 /* A tensor operand or result: dtype and shape. */
 typedef struct PrimShape {
@@ -73,6 +65,22 @@ typedef struct PrimError {
     char msg[320];
     unsigned blame; /* bit i: operand i's shape or dtype is part of the problem */
 } PrimError;
+
+/* A primitive's row: prim.def's identity (id, name, arity), then the
+ * compiler's half (compiler/prim.c). */
+typedef struct PrimInfo {
+    PrimId id;
+    const char *name;
+    int nin_min, nin_max, nout; /* nout -1: variable (split) */
+    const char *in_names[PRIM_MAX_IN];
+    int nattr;
+    PrimAttr attrs[PRIM_MAX_ATTR];
+    const char *doc;   /* one line, for messages and --help */
+    unsigned grad_inputs; /* bit i: input i has a gradient (the backward op computes it) */
+    /* the family's shape and dtype rule (prim_infer has checked arity,
+     * required attributes and ranks): outputs into out[0..*nout) */
+    bool (*rule)(const PrimCall *c, const struct PrimInfo *p, PrimShape *out, int *nout, PrimError *err);
+} PrimInfo;
 
 /* The entry of a primitive; NULL for an id out of range. */
 const PrimInfo *prim_info(PrimId id);

@@ -304,3 +304,18 @@ int hk_linear_bwd(const HkTensor *x, const HkTensor *w, const HkTensor *dy, HkTe
     }
     return HK_OK;
 }
+
+/* ---- families (runtime/plan/prim.def) ---- */
+
+static size_t fam_gemm_ws(const HkCall *c) { return c->b && c->y ? hk_matmul_workspace_bytes(c->a, c->b, c->y) : 0; }
+static int fam_linear_fwd(const HkCall *c) { return hk_linear_fwd(c->a, c->b, c->c, &c->out[0], c->ws); }
+static int fam_linear_bwd(const HkCall *c) { return hk_linear_bwd(c->a, c->b, c->dy, c->da, c->db, c->dc, c->ws); }
+const HkFamily hk_family_linear = {fam_linear_fwd, fam_linear_bwd, fam_gemm_ws};
+
+static int fam_matmul_fwd(const HkCall *c) {
+    return hk_matmul_fwd(c->a, c->b, &c->out[0], hk_attr_flag(c->iattr, 0), hk_attr_flag(c->iattr, 1), c->ws);
+}
+static int fam_matmul_bwd(const HkCall *c) {
+    return hk_matmul_bwd(c->a, c->b, c->dy, c->da, c->db, hk_attr_flag(c->iattr, 0), hk_attr_flag(c->iattr, 1), c->ws);
+}
+const HkFamily hk_family_matmul = {fam_matmul_fwd, fam_matmul_bwd, fam_gemm_ws};

@@ -304,3 +304,14 @@ int hk_attention_bwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, co
     hk_parallel(th, s.B * s.KV, bwd_unit, &j);
     return HK_OK;
 }
+
+/* ---- family (runtime/plan/prim.def) ---- */
+
+static size_t fam_attention_ws(const HkCall *c) { return hk_attention_workspace_bytes(c->a, hk_attr_i(c->iattr, 0)); }
+static int fam_attention_fwd(const HkCall *c) {
+    return hk_attention_fwd(c->a, c->b, c->c, &c->out[0], hk_attr_i(c->iattr, 0), hk_attr_kv(c->iattr), c->ws);
+}
+static int fam_attention_bwd(const HkCall *c) {
+    return hk_attention_bwd(c->a, c->b, c->c, c->dy, c->da, c->db, c->dc, hk_attr_i(c->iattr, 0), hk_attr_kv(c->iattr), c->ws);
+}
+const HkFamily hk_family_attention = {fam_attention_fwd, fam_attention_bwd, fam_attention_ws};

@@ -45,4 +45,40 @@ bool hk_is_float(const HkTensor *t);
 bool hk_present(const HkTensor *t);
 void hk_colsum_acc(const float *dy, int64_t R, int64_t N, HkTensor *g);
 
+/* One call of a primitive's kernels, as hostk_run.c hands it to the
+ * primitive's family (runtime/plan/prim.def's family column): operands
+ * resolved, absent ones NULL. */
+typedef struct HkCall {
+    PrimId prim;
+    const HkTensor *in;            /* the inputs (split's backward reads dout as pieces) */
+    int nin;
+    const HkTensor *a, *b, *c;     /* in[0..2] when present, else NULL */
+    HkTensor *out;                 /* forward: the outputs it writes; NULL in backward */
+    int nout;
+    const HkTensor *y;             /* the first output, present or not (workspace sizes read its shape) */
+    const HkTensor *dout, *dy;     /* backward: the outputs' gradients, dout[0] */
+    HkTensor *da, *db, *dc;        /* backward: the inputs' gradients wanted, NULL: not */
+    const int64_t *iattr;
+    const double *fattr;
+    void *ws;
+} HkCall;
+
+/* A family's kernels. bwd NULL: no backward (arange); ws NULL: no
+ * workspace. ws sees shapes only (data may be a dummy). Defined beside the
+ * kernels as hk_family_<family>; hostk_run.c indexes them by primitive. */
+typedef struct HkFamily {
+    int (*fwd)(const HkCall *c);
+    int (*bwd)(const HkCall *c);
+    size_t (*ws)(const HkCall *c);
+} HkFamily;
+#define PRIM(id, name, nin_min, nin_max, nout, family) extern const HkFamily hk_family_##family;
+#include "prim.def"
+#undef PRIM
+
+/* Attribute defaults of the generic entries (hostk.h). */
+static inline double hk_attr_eps(const double *f) { return f && f[0] != 0 ? f[0] : 1e-5; }
+static inline int64_t hk_attr_i(const int64_t *a, int i) { return a ? a[i] : 0; }
+static inline bool hk_attr_flag(const int64_t *a, int i) { return hk_attr_i(a, i) != 0; }
+static inline int64_t hk_attr_kv(const int64_t *a) { return hk_attr_i(a, 1) ? hk_attr_i(a, 1) : hk_attr_i(a, 0); }
+
 #endif

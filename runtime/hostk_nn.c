@@ -460,3 +460,71 @@ int hk_arange_fwd(HkTensor *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) p[i] = (int32_t)i;
     return HK_OK;
 }
+
+/* ---- families (runtime/plan/prim.def) ---- */
+
+static int fam_embedding_fwd(const HkCall *c) { return hk_embedding_fwd(c->a, c->b, &c->out[0]); }
+static int fam_embedding_bwd(const HkCall *c) { return hk_embedding_bwd(c->b, c->dy, c->da); }
+const HkFamily hk_family_embedding = {fam_embedding_fwd, fam_embedding_bwd, NULL};
+
+static int fam_binary_fwd(const HkCall *c) {
+    return c->prim == PRIM_ADD ? hk_add_fwd(c->a, c->b, &c->out[0]) : hk_mul_fwd(c->a, c->b, &c->out[0]);
+}
+static int fam_binary_bwd(const HkCall *c) {
+    return c->prim == PRIM_ADD ? hk_add_bwd(c->a, c->b, c->dy, c->da, c->db) : hk_mul_bwd(c->a, c->b, c->dy, c->da, c->db);
+}
+const HkFamily hk_family_binary = {fam_binary_fwd, fam_binary_bwd, NULL};
+
+/* rmsnorm per head: the same kernels on x seen as [rows*H, D/H] */
+static size_t fam_norm_ws(const HkCall *c) {
+    if (c->prim == PRIM_LAYERNORM) return hk_layernorm_workspace_bytes(c->a);
+    HkTensor v = hk_heads_view(c->a, hk_attr_i(c->iattr, 0));
+    return hk_rmsnorm_workspace_bytes(&v);
+}
+static int fam_norm_fwd(const HkCall *c) {
+    double eps = hk_attr_eps(c->fattr);
+    if (c->prim == PRIM_LAYERNORM) return hk_layernorm_fwd(c->a, c->b, c->c, &c->out[0], eps, c->ws);
+    if (!c->a) return HK_ERR_ARG;
+    int64_t h = hk_attr_i(c->iattr, 0);
+    HkTensor xv = hk_heads_view(c->a, h), yv = hk_heads_view(&c->out[0], h);
+    return hk_rmsnorm_fwd(&xv, c->b, &yv, eps, c->ws);
+}
+static int fam_norm_bwd(const HkCall *c) {
+    if (c->prim == PRIM_LAYERNORM) return hk_layernorm_bwd(c->a, c->b, c->dy, c->da, c->db, c->dc, c->ws);
+    if (!c->a) return HK_ERR_ARG;
+    int64_t h = hk_attr_i(c->iattr, 0);
+    HkTensor xv = hk_heads_view(c->a, h), dyv = hk_heads_view(c->dy, h), dav;
+    if (c->da) dav = hk_heads_view(c->da, h);
+    return hk_rmsnorm_bwd(&xv, c->b, &dyv, c->da ? &dav : NULL, c->db, c->ws);
+}
+const HkFamily hk_family_norm = {fam_norm_fwd, fam_norm_bwd, fam_norm_ws};
+
+static int fam_act_fwd(const HkCall *c) { return c->prim == PRIM_GELU ? hk_gelu_fwd(c->a, &c->out[0]) : hk_silu_fwd(c->a, &c->out[0]); }
+static int fam_act_bwd(const HkCall *c) { return c->prim == PRIM_GELU ? hk_gelu_bwd(c->a, c->dy, c->da) : hk_silu_bwd(c->a, c->dy, c->da); }
+const HkFamily hk_family_act = {fam_act_fwd, fam_act_bwd, NULL};
+
+static int fam_rope_fwd(const HkCall *c) {
+    HkRope r = hk_rope_attrs(c->iattr, c->fattr);
+    return hk_rope_fwd(c->a, &c->out[0], &r);
+}
+static int fam_rope_bwd(const HkCall *c) {
+    HkRope r = hk_rope_attrs(c->iattr, c->fattr);
+    return hk_rope_bwd(c->dy, c->da, &r);
+}
+const HkFamily hk_family_rope = {fam_rope_fwd, fam_rope_bwd, NULL};
+
+static int fam_split_fwd(const HkCall *c) {
+    int64_t n = hk_attr_i(c->iattr, 0);
+    if (n && n != c->nout) return HK_ERR_ATTR;
+    return hk_split_fwd(c->a, c->out, c->nout);
+}
+static int fam_split_bwd(const HkCall *c) { return hk_split_bwd(c->dout, c->nout, c->da); }
+const HkFamily hk_family_split = {fam_split_fwd, fam_split_bwd, NULL};
+
+static size_t fam_xent_ws(const HkCall *c) { return hk_cross_entropy_workspace_bytes(c->a); }
+static int fam_xent_fwd(const HkCall *c) { return hk_cross_entropy_fwd(c->a, c->b, &c->out[0], c->ws); }
+static int fam_xent_bwd(const HkCall *c) { return hk_cross_entropy_bwd(c->a, c->b, c->dy, c->da, c->ws); }
+const HkFamily hk_family_xent = {fam_xent_fwd, fam_xent_bwd, fam_xent_ws};
+
+static int fam_arange_fwd(const HkCall *c) { return hk_arange_fwd(&c->out[0], hk_attr_i(c->iattr, 0)); }
+const HkFamily hk_family_arange = {fam_arange_fwd, NULL, NULL};

@@ -11,26 +11,42 @@
 static const HkTensor *arg(const HkTensor *t, int n, int i) { return i < n && t && t[i].data ? &t[i] : NULL; }
 static HkTensor *garg(HkTensor *t, int n, int i) { return i < n && t && t[i].data ? &t[i] : NULL; }
 
-static double attr_eps(const double *f) { return f && f[0] != 0 ? f[0] : 1e-5; }
-static int64_t attr_i(const int64_t *a, int i) { return a ? a[i] : 0; }
-static int64_t attr_kv(const int64_t *a) { return attr_i(a, 1) ? attr_i(a, 1) : attr_i(a, 0); }
+/* The primitives' families and output counts, from runtime/plan/prim.def. */
+static const HkFamily *const families[PRIM_COUNT] = {
+#define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = &hk_family_##family,
+#include "prim.def"
+#undef PRIM
+};
+static const int prim_nout[PRIM_COUNT] = {
+#define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = nout,
+#include "prim.def"
+#undef PRIM
+};
+
+/* The call's operands; out is the forward outputs (written in forward). */
+static HkCall make_call(PrimId p, const HkTensor *in, int nin, const HkTensor *out, int nout, const int64_t *iattr,
+                        const double *fattr, void *ws) {
+    HkCall c;
+    memset(&c, 0, sizeof c);
+    c.prim = p;
+    c.in = in;
+    c.nin = nin;
+    c.a = arg(in, nin, 0);
+    c.b = arg(in, nin, 1);
+    c.c = arg(in, nin, 2);
+    c.nout = nout;
+    c.y = arg(out, nout, 0);
+    c.iattr = iattr;
+    c.fattr = fattr;
+    c.ws = ws;
+    return c;
+}
 
 size_t hk_workspace_bytes(PrimId p, const HkTensor *in, int nin, const HkTensor *out, int nout,
                           const int64_t *iattr) {
-    const HkTensor *x = arg(in, nin, 0), *w = arg(in, nin, 1), *y = arg(out, nout, 0);
-    if (!x) return 0;
-    switch (p) {
-    case PRIM_LINEAR:
-    case PRIM_MATMUL: return w && y ? hk_matmul_workspace_bytes(x, w, y) : 0;
-    case PRIM_LAYERNORM: return hk_layernorm_workspace_bytes(x);
-    case PRIM_RMSNORM: {
-        HkTensor v = hk_heads_view(x, attr_i(iattr, 0));
-        return hk_rmsnorm_workspace_bytes(&v);
-    }
-    case PRIM_ATTENTION: return hk_attention_workspace_bytes(x, attr_i(iattr, 0));
-    case PRIM_CROSS_ENTROPY: return hk_cross_entropy_workspace_bytes(x);
-    default: return 0;
-    }
+    if ((unsigned)p >= PRIM_COUNT || !families[p]->ws) return 0;
+    HkCall c = make_call(p, in, nin, out, nout, iattr, NULL, NULL);
+    return c.a ? families[p]->ws(&c) : 0;
 }
 
 static int ws_ok(PrimId p, const HkTensor *in, int nin, const HkTensor *out, int nout, const int64_t *iattr,
@@ -39,77 +55,34 @@ static int ws_ok(PrimId p, const HkTensor *in, int nin, const HkTensor *out, int
     return need && (!ws || ws_bytes < need) ? HK_ERR_WORKSPACE : HK_OK;
 }
 
+/* A primitive of variable outputs (split) takes any number; the rest one. */
+static bool nout_ok(PrimId p, int nout) { return nout >= 1 && (prim_nout[p] < 0 || nout == prim_nout[p]); }
+
 static int run_fwd(PrimId p, const HkTensor *in, int nin, HkTensor *out, int nout, const int64_t *iattr,
                    const double *fattr, void *ws, size_t ws_bytes) {
     if ((unsigned)p >= PRIM_COUNT) return HK_ERR_PRIM;
-    if (nin < 0 || nout < 1 || (p != PRIM_SPLIT && nout != 1) || !out) return HK_ERR_ARG;
+    if (nin < 0 || !nout_ok(p, nout) || !out) return HK_ERR_ARG;
     int rc = ws_ok(p, in, nin, out, nout, iattr, ws, ws_bytes);
     if (rc) return rc;
-    const HkTensor *a = arg(in, nin, 0), *b = arg(in, nin, 1), *c = arg(in, nin, 2);
-    HkTensor *y = &out[0];
-    switch (p) {
-    case PRIM_EMBEDDING: return hk_embedding_fwd(a, b, y);
-    case PRIM_LINEAR: return hk_linear_fwd(a, b, c, y, ws);
-    case PRIM_MATMUL: return hk_matmul_fwd(a, b, y, attr_i(iattr, 0) != 0, attr_i(iattr, 1) != 0, ws);
-    case PRIM_ADD: return hk_add_fwd(a, b, y);
-    case PRIM_MUL: return hk_mul_fwd(a, b, y);
-    case PRIM_LAYERNORM: return hk_layernorm_fwd(a, b, c, y, attr_eps(fattr), ws);
-    case PRIM_RMSNORM: {
-        if (!a) return HK_ERR_ARG;
-        int64_t h = attr_i(iattr, 0);
-        HkTensor xv = hk_heads_view(a, h), yv = hk_heads_view(y, h);
-        return hk_rmsnorm_fwd(&xv, b, &yv, attr_eps(fattr), ws);
-    }
-    case PRIM_GELU: return hk_gelu_fwd(a, y);
-    case PRIM_SILU: return hk_silu_fwd(a, y);
-    case PRIM_ROPE: {
-        HkRope r = hk_rope_attrs(iattr, fattr);
-        return hk_rope_fwd(a, y, &r);
-    }
-    case PRIM_ATTENTION: return hk_attention_fwd(a, b, c, y, attr_i(iattr, 0), attr_kv(iattr), ws);
-    case PRIM_SPLIT:
-        if (attr_i(iattr, 0) && attr_i(iattr, 0) != nout) return HK_ERR_ATTR;
-        return hk_split_fwd(a, out, nout);
-    case PRIM_CROSS_ENTROPY: return hk_cross_entropy_fwd(a, b, y, ws);
-    case PRIM_ARANGE: return hk_arange_fwd(y, attr_i(iattr, 0));
-    default: return HK_ERR_PRIM;
-    }
+    HkCall c = make_call(p, in, nin, out, nout, iattr, fattr, ws);
+    c.out = out;
+    return families[p]->fwd(&c);
 }
 
 static int run_bwd(PrimId p, const HkTensor *in, int nin, const HkTensor *out, const HkTensor *dout, int nout,
                    HkTensor *din, const int64_t *iattr, const double *fattr, void *ws, size_t ws_bytes) {
     if ((unsigned)p >= PRIM_COUNT) return HK_ERR_PRIM;
-    if (nin < 0 || nout < 1 || (p != PRIM_SPLIT && nout != 1) || !dout || !out) return HK_ERR_ARG;
+    if (nin < 0 || !nout_ok(p, nout) || !dout || !out) return HK_ERR_ARG;
     int rc = ws_ok(p, in, nin, out, nout, iattr, ws, ws_bytes);
     if (rc) return rc;
-    const HkTensor *a = arg(in, nin, 0), *b = arg(in, nin, 1), *c = arg(in, nin, 2), *dy = arg(dout, nout, 0);
-    HkTensor *da = garg(din, nin, 0), *db = garg(din, nin, 1), *dc = garg(din, nin, 2);
-    if (!dy && p != PRIM_SPLIT) return HK_ERR_ARG;
-    switch (p) {
-    case PRIM_EMBEDDING: return hk_embedding_bwd(b, dy, da);
-    case PRIM_LINEAR: return hk_linear_bwd(a, b, dy, da, db, dc, ws);
-    case PRIM_MATMUL: return hk_matmul_bwd(a, b, dy, da, db, attr_i(iattr, 0) != 0, attr_i(iattr, 1) != 0, ws);
-    case PRIM_ADD: return hk_add_bwd(a, b, dy, da, db);
-    case PRIM_MUL: return hk_mul_bwd(a, b, dy, da, db);
-    case PRIM_LAYERNORM: return hk_layernorm_bwd(a, b, dy, da, db, dc, ws);
-    case PRIM_RMSNORM: {
-        if (!a) return HK_ERR_ARG;
-        int64_t h = attr_i(iattr, 0);
-        HkTensor xv = hk_heads_view(a, h), dyv = hk_heads_view(dy, h), dav;
-        if (da) dav = hk_heads_view(da, h);
-        return hk_rmsnorm_bwd(&xv, b, &dyv, da ? &dav : NULL, db, ws);
-    }
-    case PRIM_GELU: return hk_gelu_bwd(a, dy, da);
-    case PRIM_SILU: return hk_silu_bwd(a, dy, da);
-    case PRIM_ROPE: {
-        HkRope r = hk_rope_attrs(iattr, fattr);
-        return hk_rope_bwd(dy, da, &r);
-    }
-    case PRIM_ATTENTION: return hk_attention_bwd(a, b, c, dy, da, db, dc, attr_i(iattr, 0), attr_kv(iattr), ws);
-    case PRIM_SPLIT: return hk_split_bwd(dout, nout, da);
-    case PRIM_CROSS_ENTROPY: return hk_cross_entropy_bwd(a, b, dy, da, ws);
-    default: return HK_ERR_PRIM; /* arange has no backward */
-    }
+    HkCall c = make_call(p, in, nin, out, nout, iattr, fattr, ws);
+    c.dout = dout;
+    c.dy = arg(dout, nout, 0);
+    c.da = garg(din, nin, 0);
+    c.db = garg(din, nin, 1);
+    c.dc = garg(din, nin, 2);
+    if (!c.dy && prim_nout[p] >= 0) return HK_ERR_ARG;
+    return families[p]->bwd ? families[p]->bwd(&c) : HK_ERR_PRIM; /* arange has no backward */
 }
 
 /* The executors' entries: the calling thread (a fresh queue thread, say)

@@ -2,7 +2,7 @@
 #include "vocab.h"
 
 const char *const prim_names[PRIM_COUNT] = {
-#define PRIM(id, name, nin_min, nin_max, nout) name,
+#define PRIM(id, name, nin_min, nin_max, nout, family) name,
 #include "prim.def"
 #undef PRIM
 };

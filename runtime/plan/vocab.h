@@ -15,7 +15,7 @@ int dtype_size(DType t);
 typedef enum InitKind { INIT_NONE, INIT_NORMAL, INIT_ZEROS, INIT_ONES, INIT_UNIFORM } InitKind;
 
 typedef enum PrimId {
-#define PRIM(id, name, nin_min, nin_max, nout) PRIM_##id,
+#define PRIM(id, name, nin_min, nin_max, nout, family) PRIM_##id,
 #include "prim.def"
 #undef PRIM
     PRIM_COUNT

@@ -348,7 +348,8 @@ START_TEST(rope_scaling_and_rmsnorm_heads_from_zl) {
     ck_assert_ptr_nonnull(strstr(buf, " rmsnorm %3, g -> %5 f32 [1, 8, 16] eps=1e-06 heads=4\n"));
     ck_assert_ptr_nonnull(strstr(buf, " heads=2 theta=500000 scaling=llama3 factor=8 low_freq_factor=1 high_freq_factor=4 "
                                       "original_max_positions=16\n"));
-    ck_assert_ptr_nonnull(strstr(buf, " heads=2 theta=10000 scaling=linear factor=2\n"));
+    ck_assert_ptr_nonnull(strstr(buf, " heads=2 theta=10000 scaling=linear factor=2 low_freq_factor=1 high_freq_factor=4 "
+                                      "original_max_positions=8192\n"));
     free(buf);
     run_free(&r);
     run_src(&r, TINY "  y = rope(x, heads = 2, scaling = \"yarn\")\n  y = rope(x, heads = 2, factor = 4.0)\n"
