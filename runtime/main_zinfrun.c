@@ -632,8 +632,8 @@ int main(int argc, char **argv) {
                        plan_bytes_str(p->arenas[ARENA_GPU].size, a2, sizeof a2));
             }
             int64_t g = (start + ran) * accum;
-            printf("data: %s, epoch %" PRId64 " (%.2f epochs read: %" PRId64 " global micro-batches)\n",
-                   dord_order_name(dord.o.order), dord_epoch(&dord, g - 1) + 1, dord_epochs_read(&dord, g), g);
+            printf("data: %s, epoch %" PRId64 " (%.2f epochs read: %" PRId64 " global micro-batch%s)\n",
+                   dord_order_name(dord.o.order), dord_epoch(&dord, g - 1) + 1, dord_epochs_read(&dord, g), g, g == 1 ? "" : "es");
         } else {
             if (total > start || start == 0) printf("done: nothing to train (%" PRId64 " steps)\n", total);
             else if (total == start) printf("done: nothing to train (%" PRId64 " of %" PRId64 " steps already done)\n", start, total);
