@@ -1,7 +1,7 @@
 /* planner: planner_run (compiler/planner.h), the driver. The search for a
  * placement is a pipeline: enumerate the candidate placements -> build the
  * schedule of one (planner_build.c) -> check that its arenas fit the target
- * -> cost it (compiler/cost.h) -> keep the fastest. Each stage adds its
+ * -> cost it (runtime/plan/cost.h) -> keep the fastest. Each stage adds its
  * reasons to the explanation --explain prints; when nothing fits, the
  * diagnostics say why. */
 #include "planner_impl.h"
@@ -379,7 +379,7 @@ static void report_no_plan(const Search *S) {
 }
 
 /* The last line of the explanation, and the independent check of what is
- * handed on (runtime/verify.c). */
+ * handed on (runtime/plan/verify.c). */
 static bool finish(Search *S) {
     char s4[160];
     say(&S->ex, "chosen: %s, prefetch %d%s (of %d builds): %.4g s/step predicted", place_str(&S->best, s4, sizeof s4),

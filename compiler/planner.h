@@ -12,7 +12,7 @@
  *   4 schedule one instruction stream for every rank on the queues nvme,
  *     h2d, d2h, comm, compute, cpu, fetches hoisted `prefetch` fetches ahead;
  *   5 allocate every arena from the buffers' lifetimes in the schedule;
- *   6 cost it (compiler/cost.h).
+ *   6 cost it (runtime/plan/cost.h).
  * A `plan { }` block pins any choice. Problems (infeasible placement, bad
  * pins) go to the DiagSink.
  */

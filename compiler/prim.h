@@ -1,6 +1,6 @@
 /* prim: the table of primitives every stage shares.
  *
- * One entry per primitive of compiler/prim.def: its tensor inputs (count and
+ * One entry per primitive of runtime/plan/prim.def: its tensor inputs (count and
  * role names), its attributes (name, kind, where it is stored in GOp.iattr /
  * GOp.fattr, default) and its shape rule. The checker (sema) turns a .zl call
  * into a PrimCall and asks prim_infer for the outputs; later stages can call

@@ -1,6 +1,6 @@
 /* target: descriptions of the machines a plan is for.
  *
- * A target is a PlanTarget (runtime/plan.h: the plan carries a copy). It
+ * A target is a PlanTarget (runtime/plan/plan.h: the plan carries a copy). It
  * comes from a `target NAME { ... }` declaration (keys in docs/tuning.md),
  * from a built-in description (target_builtin), or from this machine
  * (target_detect). Strings are allocated in the given Arena.

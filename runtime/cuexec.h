@@ -4,7 +4,7 @@
  * by the node-local rank, its primary context, one stream per plan queue,
  * two events per instruction (its begin and end on its queue's stream), the
  * plan's cubins for this device's architecture loaded once, and a function
- * handle per launch. Marshals a plan launch (runtime/plan.h, PlanLaunch) into
+ * handle per launch. Marshals a plan launch (runtime/plan/plan.h, PlanLaunch) into
  * cuLaunchKernel parameters from a binding of tensor ids to device
  * addresses. Device and pinned allocations made here are freed by
  * cux_close. The instruction semantics (what each opcode does on the GPU)

@@ -1,7 +1,7 @@
 /* hfio: Hugging Face weights into and out of a running executor
  * (zinfrun --init, --export-hf; docs/huggingface.md "Weights in and out").
  *
- * The plan's hf mapping (Plan.hf, runtime/plan.h) says which HF tensors
+ * The plan's hf mapping (Plan.hf, runtime/plan/plan.h) says which HF tensors
  * make each parameter: a parameter is the concatenation along its last axis
  * of its pieces; a piece is a column range of one HF tensor read in zinf's
  * [in, out] layout (transposed first when the HF tensor is an nn.Linear

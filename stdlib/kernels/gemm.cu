@@ -5,7 +5,7 @@
  *   opB(B)[k, n] = ZK_TB ? B[n*ldb + k] : B[k*ldb + n]
  * bias [N] may be NULL; beta = 1 accumulates (gradients), 0 overwrites.
  * Every product of linear and matmul, forward and backward, is one launch
- * of this kernel (compiler/cuda_gen.c maps them).
+ * of this kernel (compiler/cuda_gen*.c maps them).
  *
  * Specialisation (#defines from cuda_gen): ZK_TA, ZK_TB, tile ZK_BM x ZK_BN
  * x ZK_BK and warp tile ZK_WM x ZK_WN.
