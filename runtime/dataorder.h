@@ -38,8 +38,8 @@
  *
  * Permutation: a 6-round balanced Feistel network over the smallest 2h-bit
  * domain (4^h >= E) with splitmix64 round functions keyed by (seed, epoch),
- * cycle-walked into [0, E): a bijection of [0, E), O(1) memory, at most
- * 4 rounds of walking expected per row. The EOS layout keeps the first
+ * cycle-walked into [0, E): a bijection of [0, E), O(1) memory, fewer than
+ * 4 passes of the network per row on average. The EOS layout keeps the first
  * token and the row count before each document that holds a row (16 bytes
  * a document, made by one scan of the file at open); row j is found by
  * binary search.

@@ -19,7 +19,9 @@
  * one global batch read R different, disjoint windows (R <= W is
  * required), consecutive micro-batches walk the file in order, and after W
  * windows the walk wraps to the start: a pure function of its arguments,
- * the same on every run and every rank.
+ * the same on every run and every rank. This is zinfrun's default order;
+ * runtime/dataorder.h chooses the rows of every other one (--data-order
+ * shuffle, --eos).
  *
  * Errors are returned as one line "PATH: what is wrong" in the caller's
  * buffer, e.g.
