@@ -77,6 +77,14 @@ int rt_checkpoint_save(Rt *r, const char *dir, const char *state_json, char *err
  * *mine says whether this rank failed (err then says why). */
 enum { RT_LOAD_DEFECT = -1, RT_LOAD_FAILED = -2 };
 int rt_checkpoint_load(Rt *r, const char *dir, int64_t step, bool *mine, char *err, size_t errlen);
+/* What a load found: the writer's world and plan, and whether the
+ * checkpoint was resharded (another world or plan of the same model). */
+typedef struct RtCkptOrigin {
+    bool resharded;
+    int world;                  /* ranks that wrote it */
+    uint64_t plan_hash;
+    int64_t micro_batch, grad_accum; /* the writer's (0: unknown, an old manifest) */
+} RtCkptOrigin;
 /* Consolidated parameters to a safetensors file (collective; rank 0 writes). */
 int rt_export_safetensors(Rt *r, const char *path, char *err, size_t errlen);
 /* A hash identifying the plan's persistent layout (checkpoint compatibility). */

@@ -56,6 +56,12 @@ bool rt_tensor_partitioned(const Rt *r, int t);
  * arena, CPU arena or NVMe), to or from host memory. */
 int rt_home_read(Rt *r, int buffer, uint64_t off, void *dst, uint64_t bytes, char *err, size_t errlen);
 int rt_home_write(Rt *r, int buffer, uint64_t off, const void *src, uint64_t bytes, char *err, size_t errlen);
+/* The checkpoint code (runtime/exec_ckpt.c), given which tensor classes a
+ * checkpoint holds (exec.c decides). */
+typedef bool (*RtCkptClass)(int cls);
+int rt_ckpt_save(Rt *r, const char *dir, const char *state_json, RtCkptClass keep, char *err, size_t errlen);
+int rt_ckpt_load(Rt *r, const char *dir, int64_t step, RtCkptClass keep, bool *mine, RtCkptOrigin *from, char *err,
+                 size_t errlen);
 /* The communicator's last error into err; -1. */
 int rt_comm_err(Rt *r, char *err, size_t errlen);
 /* Instruction i on the host (the host backend's semantics). */
