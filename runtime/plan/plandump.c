@@ -81,6 +81,26 @@ void plandump_schedule(const Plan *p, int rank, FILE *out) {
     }
 }
 
+/* Frozen parameters (train { freeze }): a parameter without a gradient. The
+ * bytes per rank of the gradient and optimizer state they do not have, with
+ * their shards' geometry: gradient in the parameter's dtype, fp32 master
+ * when it is not f32, momentum and variance. */
+static void frozen_line(const Plan *p, FILE *out) {
+    uint64_t n = 0, elems = 0, saved = 0;
+    for (uint32_t i = 0; i < p->ntensors; i++) {
+        const PlanTensor *t = &p->tensors[i];
+        if (t->cls != TC_PARAM || t->grad >= 0) continue;
+        n++;
+        elems += (uint64_t)t->numel;
+        if (t->shard < 0 || (uint32_t)t->shard >= p->nshards) continue;
+        uint64_t e = (uint64_t)p->shards[t->shard].ntiles * (uint64_t)p->shards[t->shard].tile_shard;
+        saved += e * (uint64_t)(plan_dtype_size(t->dtype) + (t->dtype != DT_F32 ? 4 : 0) + 8);
+    }
+    char a[32];
+    if (n) fprintf(out, "frozen: %" PRIu64 " parameter tensors, %" PRIu64 " parameters: no gradient or optimizer state, %s (%" PRIu64 " bytes) per rank saved\n",
+                   n, elems, plan_bytes_str(saved, a, sizeof a), saved);
+}
+
 void plandump_summary(const Plan *p, const CostResult *c, FILE *out) {
     char a[32], b[32];
     const PlanTarget *t = &p->target;
@@ -99,6 +119,7 @@ void plandump_summary(const Plan *p, const CostResult *c, FILE *out) {
         si++;
     }
     fprintf(out, "parameters: %" PRIu64 " (%.4g%s)\n", total_params, pv, sfx[si]);
+    frozen_line(p, out);
     fprintf(out, "memory per rank (peak = the allocation):\n");
     for (int k = 0; k < PLAN_NARENAS; k++)
         fprintf(out, "  %-7s %12s of %12s\n", plan_arena_names[k], plan_bytes_str(p->arenas[k].size, a, sizeof a),
