@@ -80,12 +80,18 @@ static void emit_recompute_group(AdState *s, int first, int last) {
         for (int j = 0; j < s->g->ops[k].nout; j++) s->g->tensors[s->g->ops[k].out[j]].producer = k;
 }
 
-/* Which tensors need a gradient: parameters, and anything computed from one
- * through a differentiable input. False (reported) when the loss is not one
- * of them. */
+/* A parameter that is trained: not frozen (train { freeze }). A frozen one
+ * gets no gradient (its backward ops' out[] entry is -1), no optimizer
+ * state and no Adam op; the backward ops through it still run for what is
+ * upstream. */
+static bool trainable(const Graph *g, int t) { return g->tensors[t].cls == TC_PARAM && !g->tensors[t].frozen; }
+
+/* Which tensors need a gradient: trainable parameters, and anything computed
+ * from one through a differentiable input. False (reported) when the loss is
+ * not one of them. */
 static bool mark_needs(AdState *s, int nf) {
     Graph *g = s->g;
-    for (int t = 0; t < g->ntensors; t++) s->needs[t] = g->tensors[t].cls == TC_PARAM;
+    for (int t = 0; t < g->ntensors; t++) s->needs[t] = trainable(g, t);
     for (int k = 0; k < nf; k++) {
         const GOp *o = &g->ops[k];
         unsigned m = ad_differentiable_inputs(o->prim);
@@ -95,7 +101,8 @@ static bool mark_needs(AdState *s, int nf) {
         for (int j = 0; j < o->nout; j++) s->needs[o->out[j]] = any;
     }
     if (!s->needs[g->loss]) {
-        diag_error(s->d, g->tensors[g->loss].span, "the loss does not depend on any parameter");
+        diag_error(s->d, g->tensors[g->loss].span, "the loss does not depend on any %sparameter",
+                   graph_frozen_count(g, NULL) > 0 ? "trainable " : "");
         return false;
     }
     return true;
@@ -240,7 +247,8 @@ static bool emit_adam(AdState *s, int t, int norm) {
 }
 
 /* Optimizer: the gradient norm (when clipping or f16 need it), an Adam op
- * per parameter of the first nt0 tensors, then their gradients zeroed.
+ * per trainable parameter of the first nt0 tensors, then their gradients
+ * zeroed.
  * False when out of memory. */
 static bool emit_optimizer(AdState *s, int nt0) {
     Graph *g = s->g;
@@ -259,9 +267,9 @@ static bool emit_optimizer(AdState *s, int nt0) {
         if (graph_add_op(g, &n) < 0) return false;
     }
     for (int t = 0; t < nt0; t++)
-        if (g->tensors[t].cls == TC_PARAM && !emit_adam(s, t, norm)) return false;
+        if (trainable(g, t) && !emit_adam(s, t, norm)) return false;
     for (int t = 0; t < nt0; t++) {
-        if (g->tensors[t].cls != TC_PARAM) continue;
+        if (!trainable(g, t)) continue;
         GOp z = graph_op_blank(OP_ZERO_GRAD);
         z.nout = 1;
         z.out[0] = g->tensors[t].grad;

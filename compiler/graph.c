@@ -74,6 +74,18 @@ int64_t graph_param_count(const Graph *g) {
     return n;
 }
 
+int64_t graph_frozen_count(const Graph *g, int *ntensors) {
+    int64_t n = 0;
+    int k = 0;
+    for (int i = 0; i < g->ntensors; i++)
+        if (g->tensors[i].cls == TC_PARAM && g->tensors[i].frozen) {
+            n += g->tensors[i].numel;
+            k++;
+        }
+    if (ntensors) *ntensors = k;
+    return n;
+}
+
 const char *graph_shape_str(const Graph *g, int tensor, char *buf, size_t n) {
     const GTensor *t = &g->tensors[tensor];
     size_t o = 0;
@@ -153,6 +165,7 @@ void graph_dump(const Graph *g, FILE *out) {
         fprintf(out, "param %s %s %s %" PRId64 " ", tname(g, i, b1, sizeof b1), prim_dtype_str(t->dtype),
                 graph_shape_str(g, i, sh, sizeof sh), t->numel);
         dump_init(t, out);
+        if (t->frozen) fputs(" frozen", out);
         fputc('\n', out);
     }
     for (int k = 0; k < g->nops; k++) {
@@ -175,4 +188,7 @@ void graph_dump(const Graph *g, FILE *out) {
     }
     if (g->loss >= 0) fprintf(out, "loss %s\n", tname(g, g->loss, b1, sizeof b1));
     fprintf(out, "total parameters %" PRId64 " (in %d tensors)\n", graph_param_count(g), nparams);
+    int nfrozen;
+    int64_t frozen = graph_frozen_count(g, &nfrozen);
+    if (nfrozen) fprintf(out, "frozen parameters %" PRId64 " (in %d tensors)\n", frozen, nfrozen);
 }

@@ -38,6 +38,8 @@ typedef struct GTensor {
     int grad_of;        /* a gradient tensor (TC_GRAD or an activation gradient): whose, else -1 */
     int master, momentum, variance; /* parameter: its optimizer state tensor ids, else -1 */
     int segment;        /* checkpoint segment (a repeat instance) it belongs to, -1 outside */
+    bool frozen;        /* parameter: not trained (train { freeze = [...] }): no gradient,
+                         * no optimizer state, no Adam; still fetched for forward and backward */
     Span span;          /* where it was written in the source */
 } GTensor;
 
@@ -128,6 +130,8 @@ GOp graph_op_blank(OpKind k);
 int graph_add_op(Graph *g, const GOp *op);
 /* Parameters: total element count over TC_PARAM tensors. */
 int64_t graph_param_count(const Graph *g);
+/* Frozen parameters: element count, and their number in *ntensors (may be NULL). */
+int64_t graph_frozen_count(const Graph *g, int *ntensors);
 /* "[4, 64, 768]" */
 const char *graph_shape_str(const Graph *g, int tensor, char *buf, size_t n);
 /* The --emit=graph listing. */

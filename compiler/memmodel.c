@@ -158,6 +158,22 @@ static int check_ops(const Graph *g, MemModel *m, int *fwd_end) {
     return 0;
 }
 
+/* A frozen parameter of n elements, sh per rank: the gradient and optimizer
+ * state it does not have (gradient in its dtype, fp32 master when mixed,
+ * momentum, variance) counted as saved; only the parameter itself is
+ * allocated. True when its bytes are counted here (a forward graph). */
+static bool add_frozen(const GTensor *t, int64_t n, int64_t sh, MemModel *m, Acc *a) {
+    int64_t per = dsize(t->dtype) + (t->dtype != DT_F32 ? 4 : 0) + 4 + 4;
+    m->nfrozen++;
+    m->frozen_params = add(a, m->frozen_params, n);
+    m->frozen_saved = add(a, m->frozen_saved, mul(a, n, per));
+    m->frozen_saved_rank = add(a, m->frozen_saved_rank, mul(a, sh, per));
+    if (m->training_graph) return false;
+    m->model[TC_PARAM] = add(a, m->model[TC_PARAM], mul(a, n, dsize(t->dtype)));
+    m->rank[TC_PARAM] = add(a, m->rank[TC_PARAM], mul(a, sh, dsize(t->dtype)));
+    return true;
+}
+
 /* A parameter of n elements, sh per rank: counted, and the paper's fp32
  * gradient copy (mixed precision). In a graph without state tensors
  * (inference), its gradient and optimizer state are derived from it: true
@@ -169,6 +185,7 @@ static bool add_param(const GTensor *t, int64_t n, int64_t sh, int R, const MemO
     if (*pdt == DT_NONE || t->dtype != DT_F32) *pdt = t->dtype;
     bool mixed = t->dtype != DT_F32;
     if (mixed) m->mixed = true;
+    if (t->frozen) return add_frozen(t, n, sh, m, a);
     /* the paper's fp32 gradient copy, whatever graph this is */
     if (mixed) {
         m->grad32_model = add(a, m->grad32_model, mul(a, n, 4));
@@ -243,7 +260,7 @@ static void ms_working(const Graph *g, MemModel *m, Acc *a, int fwd_end) {
             for (int j = 0; j < i; j++) dup |= op->in[j] == x;
             if (dup) continue;
             const GTensor *p = &g->tensors[x];
-            int64_t gs = dsize(p->dtype);
+            int64_t gs = p->frozen ? 0 : dsize(p->dtype);
             if (p->grad >= 0 && p->grad < g->ntensors) gs = dsize(g->tensors[p->grad].dtype);
             w = add(a, w, mul(a, p->numel, dsize(p->dtype) + gs));
         }
@@ -389,6 +406,13 @@ void memmodel_print(const MemModel *m, FILE *out) {
     char name[80], bpp[16];
     fprintf(out, "memory model: %s, %" PRId64 " parameters in %d tensors, %s%s (%s graph)\n", m->model_name, m->params, m->nparam_tensors,
             dname(m->dtype), m->mixed ? " mixed-precision Adam" : " Adam", m->training_graph ? "training" : "forward");
+    if (m->nfrozen) {
+        char h1[32], h2[32];
+        fprintf(out, "frozen: %d of %d parameter tensors, %" PRId64 " parameters (%.1f%%): no gradient or optimizer state, saving %s (%" PRId64
+                " bytes) whole, %s (%" PRId64 " bytes) per rank\n", m->nfrozen, m->nparam_tensors, m->frozen_params,
+                100.0 * (double)m->frozen_params / (double)(m->params > 0 ? m->params : 1), memmodel_human(m->frozen_saved, h1, sizeof h1),
+                m->frozen_saved, memmodel_human(m->frozen_saved_rank, h2, sizeof h2), m->frozen_saved_rank);
+    }
     if (m->ranks > 1)
         fprintf(out, "ZeRO-3 over %d ranks on %d node%s: %d of %d parameters split, shards of %d-element multiples, the rest whole (< %" PRId64 " elements)\n",
                 m->ranks, m->nodes, m->nodes == 1 ? "" : "s", m->nsharded, m->nparam_tensors, MEM_SHARD_ALIGN, m->whole_below);
@@ -422,6 +446,7 @@ void memmodel_print(const MemModel *m, FILE *out) {
     row(out, m, "model states (paper's count)", bpp, m->model_states, m->model_states_rank, false);
     snprintf(bpp, sizeof bpp, "%.0f", (double)m->model_states_alloc / (double)P);
     row(out, m, "model states (zinf allocates)", bpp, m->model_states_alloc, m->model_states_alloc_rank, false);
+    if (m->nfrozen) row(out, m, "frozen: no gradient, optimizer state", "", m->frozen_saved, m->frozen_saved_rank, false);
     row(out, m, "model-state working memory", "", -1, m->ms_working, true);
     row(out, m, "inputs", "", m->model[TC_INPUT], m->rank[TC_INPUT], false);
     if (m->ci > 0) {

@@ -51,6 +51,12 @@ typedef struct MemModel {
     int64_t params;           /* parameter elements */
     int nparam_tensors, nsharded;  /* parameters, of which split over the ranks */
     int ngroups;              /* checkpoint groups (0 without checkpointing) */
+    /* frozen parameters (train { freeze }): how many tensors and elements,
+     * and the bytes of gradient and optimizer state they do not have
+     * (gradient in the parameter's dtype, fp32 master when mixed, momentum,
+     * variance), whole model and per rank; counted in params above */
+    int nfrozen;
+    int64_t frozen_params, frozen_saved, frozen_saved_rank;
 
     /* bytes per tensor class. model[] is the whole job: model states
      * unsharded, activations, inputs and workspace one micro-batch on every

@@ -181,6 +181,12 @@ Ctx sema_const_ctx(int scope);
 int64_t sema_micro_batch(Sema *s);
 void sema_read_train(Sema *s);
 
+/* ---- sema_freeze.c ---- */
+
+/* train { freeze = [...] }: marks the parameters it names frozen (reported:
+ * a pattern matching nothing, every parameter frozen). */
+void sema_apply_freeze(Sema *s, Graph *g);
+
 /* ---- sema_expr.c ---- */
 
 /* Evaluates e in c (bounded recursion depth); errors give POISON. */

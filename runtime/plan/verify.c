@@ -515,6 +515,35 @@ static void check_operands(V *v) {
     }
 }
 
+/* ---- 2c'. trained and frozen parameters ----
+ * A trained parameter's gradient is a gradient of it; a frozen one (no
+ * gradient: train { freeze }) has no optimizer state, and no Adam steps it.
+ * Some parameter is trained. */
+static void check_frozen(V *v) {
+    const Plan *p = v->p;
+    int nparams = 0, nfrozen = 0;
+    for (uint32_t i = 0; i < p->ntensors && !STOP(v); i++) {
+        const PlanTensor *t = &p->tensors[i];
+        if (t->cls != TC_PARAM) continue;
+        nparams++;
+        if (t->grad >= 0) {
+            const PlanTensor *g = &p->tensors[t->grad];
+            if (g->cls != TC_GRAD || g->param != (int32_t)i) problem(v, "parameter '%s' names '%s' as its gradient, which is not its gradient", t->name, g->name);
+            continue;
+        }
+        nfrozen++;
+        if (t->master >= 0 || t->momentum >= 0 || t->variance >= 0)
+            problem(v, "frozen parameter '%s' (no gradient) has optimizer state", t->name);
+    }
+    if (nparams > 0 && nfrozen == nparams) problem(v, "every parameter is frozen (none has a gradient): nothing is trained");
+    for (uint32_t i = 0; i < p->ninstrs && !STOP(v); i++) {
+        const PlanInstr *s = &p->instrs[i];
+        if ((s->op != PI_CPU_ADAM && s->op != PI_GPU_ADAM) || s->arg < 0 || (uint32_t)s->arg >= p->ntensors) continue;
+        if (p->tensors[s->arg].cls == TC_PARAM && p->tensors[s->arg].grad < 0)
+            problem(v, "instruction %u (%s) steps the frozen parameter '%s' (no gradient)", i, iname(p, i), p->tensors[s->arg].name);
+    }
+}
+
 /* ---- 2d. the Hugging Face mapping: what import and export index by ---- */
 static void check_hf(V *v) {
     const Plan *p = v->p;
@@ -922,6 +951,7 @@ int verify_plan(const Plan *p, char *msgs, size_t n) {
         check_layouts(&v);
         check_train(&v);
         check_operands(&v);
+        check_frozen(&v);
         check_hf(&v);
         check_shards(&v);
         if (build_order(&v) && build_uses(&v)) {

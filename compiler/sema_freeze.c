@@ -1,0 +1,119 @@
+/* sema_freeze.c: train { freeze = ["embed.*", "block.*.attn.*"] }: the
+ * parameters that are not trained, marked on the forward graph once every
+ * parameter exists (GTensor.frozen). A pattern is a parameter's name as
+ * --emit=graph prints it, a glob with '*' (any run of characters, dots
+ * included), or a name without '*' that is a prefix ending at a dot
+ * ("block.3" freezes block 3), as in the plan block's tiles. A pattern that
+ * matches nothing is an error with the nearest pattern that would match;
+ * freezing every parameter is an error: nothing would be trained. */
+#include <string.h>
+#include "sema_impl.h"
+
+static bool glob(const char *p, const char *s) {
+    if (!*p) return !*s;
+    if (*p == '*') return glob(p + 1, s) || (*s && glob(p, s + 1));
+    return *s == *p && glob(p + 1, s + 1);
+}
+
+static bool freeze_matches(const char *pat, const char *name) {
+    size_t n = strlen(pat);
+    return glob(pat, name) || (!strchr(pat, '*') && !strncmp(pat, name, n) && name[n] == '.');
+}
+
+/* name with each all-digit component ("3" in "block.3.attn") made '*' */
+static const char *generalise(Arena *a, const char *name) {
+    size_t n = strlen(name);
+    char *o = arena_alloc(a, n + 1);
+    if (!o) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && name[j] != '.') j++;
+        bool digits = j > i;
+        for (size_t q = i; q < j; q++) digits &= name[q] >= '0' && name[q] <= '9';
+        if (digits) o[k++] = '*';
+        else {
+            memcpy(o + k, name + i, j - i);
+            k += j - i;
+        }
+        if (j < n) o[k++] = '.';
+        i = j + 1;
+    }
+    o[k] = 0;
+    return o;
+}
+
+/* Patterns that match something, for "did you mean": each parameter's name
+ * and its generalised form, and their prefixes at a dot, alone and with ".*". */
+static const char **freeze_candidates(Sema *s, const Graph *g, int *n) {
+    int cap = 0;
+    for (int i = 0; i < g->ntensors; i++)
+        if (g->tensors[i].cls == TC_PARAM && g->tensors[i].name) cap += 2 * (2 + 2 * (int)strlen(g->tensors[i].name));
+    const char **c = ARENA_NEWN(s->a, const char *, cap + 1);
+    *n = 0;
+    if (!c) return NULL;
+    for (int i = 0; i < g->ntensors; i++) {
+        if (g->tensors[i].cls != TC_PARAM || !g->tensors[i].name) continue;
+        const char *forms[2] = {g->tensors[i].name, generalise(s->a, g->tensors[i].name)};
+        for (int f = 0; f < 2 && forms[f]; f++) {
+            c[(*n)++] = forms[f];
+            for (const char *d = strchr(forms[f], '.'); d; d = strchr(d + 1, '.')) {
+                int len = (int)(d - forms[f]);
+                c[(*n)++] = arena_printf(s->a, "%.*s", len, forms[f]);
+                c[(*n)++] = arena_printf(s->a, "%.*s.*", len, forms[f]);
+            }
+        }
+    }
+    return c;
+}
+
+static void no_match(Sema *s, const Graph *g, const char *pat, Span sp) {
+    int n = 0;
+    const char **c = freeze_candidates(s, g, &n);
+    const char *near = c ? diag_nearest(pat, c, n) : NULL;
+    if (near) sema_error(s, sp, "freeze: the pattern \"%s\" matches no parameter; did you mean \"%s\"?", pat, near);
+    else if (sema_error(s, sp, "freeze: the pattern \"%s\" matches no parameter", pat))
+        diag_hint(s->d, "patterns are parameter names as zinfc --emit=graph prints them, with '*' for any run of characters");
+}
+
+/* One pattern: marks what it matches; false when it is not a string. */
+static bool freeze_one(Sema *s, Graph *g, const Expr *e) {
+    Ctx c = sema_const_ctx(s->train_scope);
+    Val v = sema_eval_expr(s, &c, e);
+    if (v.k == V_POISON) return true;
+    if (v.k != V_STR) return false;
+    const char *pat = arena_printf(s->a, "%.*s", (int)v.slen, v.s);
+    if (!pat) return true;
+    int hits = 0;
+    for (int i = 0; i < g->ntensors; i++) {
+        GTensor *t = &g->tensors[i];
+        if (t->cls != TC_PARAM || !t->name || !freeze_matches(pat, t->name)) continue;
+        t->frozen = true;
+        hits++;
+    }
+    if (!hits) no_match(s, g, pat, e->span);
+    return true;
+}
+
+void sema_apply_freeze(Sema *s, Graph *g) {
+    const Setting *st = NULL;
+    for (int i = 0; s->train_decl && i < s->train_decl->settings.len; i++)
+        if (strcmp(s->train_decl->settings.items[i]->key, "freeze") == 0) st = s->train_decl->settings.items[i];
+    if (!st || !st->value) return;
+    const Expr *e = st->value;
+    bool ok = true;
+    if (e->kind == EX_LIST)
+        for (int i = 0; i < e->args.len; i++) ok &= freeze_one(s, g, e->args.items[i].value);
+    else ok = freeze_one(s, g, e);
+    if (!ok) {
+        sema_error(s, e->span, "freeze must be a list of parameter patterns: freeze = [\"embed.*\", \"block.*.attn.*\"]");
+        return;
+    }
+    int nparams = 0, nfrozen = 0;
+    for (int i = 0; i < g->ntensors; i++) {
+        nparams += g->tensors[i].cls == TC_PARAM;
+        nfrozen += g->tensors[i].cls == TC_PARAM && g->tensors[i].frozen;
+    }
+    if (nparams > 0 && nfrozen == nparams && sema_error(s, st->span, "freeze: every parameter is frozen; nothing would be trained"))
+        diag_hint(s->d, "freeze only the parameters that stay as they are");
+}
