@@ -367,10 +367,10 @@ static int exec_grad_norm(Rt *r, const PlanInstr *in, int worker, char *err, siz
                 return -1;
             gp = r->scratch[worker];
         }
-        for (int64_t i = 0; i < ne; i++) {
-            double v = rt_elem_get(gp, dt, i);
-            ss += v * v;
-        }
+        /* the host kernels' sum of squares: vectorised, in double, in fixed
+         * chunks (the same result on every run and thread count) */
+        HkTensor g = hk_tensor((void *)gp, (DType)dt, 1, &ne);
+        ss += hk_sum_squares(&g);
     }
     if (comm_allreduce_sum_f64(r->c, &ss, 1)) return rt_comm_err(r, err, n);
     double norm = sqrt(ss) / r->loss_scale;
