@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { CKPT_VERSION = 1 };
+enum { CKPT_VERSION = 1, CKPT_MANIFEST_VERSION = 2 }; /* shard files; manifests (2: with the layout) */
 static const char ckpt_magic[8] = {'Z', 'I', 'N', 'F', 'C', 'K', 'P', 'T'};
 
 static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -234,8 +234,25 @@ static void bprintf(Buf *b, const char *fmt, ...) {
     if (n > 0) buf_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
+/* The manifest's "layout" (ckpt.h): what another plan needs to read it. */
+static void layout_json(Buf *b, const CkptLayout *l) {
+    bprintf(b, ",\n  \"layout\": {\"micro_batch\": %" PRId64 ", \"grad_accum\": %" PRId64 ", \"dtype\": %u, \"tensors\": [",
+            l->micro_batch, l->grad_accum, l->train_dtype);
+    for (int i = 0; i < l->n; i++) {
+        const CkptTensorLayout *t = &l->t[i];
+        bprintf(b, "%s\n    {\"name\": ", i ? "," : "");
+        json_str(b, t->name);
+        bprintf(b, ", \"dtype\": %u, \"class\": %u, \"shape\": [", t->dtype, t->cls);
+        for (int d = 0; d < t->rank && d < 6; d++) bprintf(b, "%s%" PRId64, d ? ", " : "", t->dims[d]);
+        bprintf(b, "], \"numel\": %" PRId64 ", \"ntiles\": %d, \"tile_elems\": %" PRId64 ", \"tile_shard\": %" PRId64
+                   ", \"partitioned\": %s}",
+                t->s.numel, (int)t->s.ntiles, t->s.tile_elems, t->s.tile_shard, t->s.partitioned ? "true" : "false");
+    }
+    bprintf(b, "\n  ]}");
+}
+
 int ckpt_write_manifest(const char *root, int64_t step, int world, uint64_t plan_hash,
-                        const char *model, const char *state_json, char *err, size_t errlen) {
+                        const char *model, const char *state_json, const CkptLayout *layout, char *err, size_t errlen) {
     char dir[4096], path[4200];
     ckpt_step_dir(root, step, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/manifest.json", dir);
@@ -246,10 +263,14 @@ int ckpt_write_manifest(const char *root, int64_t step, int world, uint64_t plan
         if (access(sp, R_OK) != 0) return fail(err, errlen, "checkpoint %s is missing %s", dir, sp);
     }
     Buf b = {0};
-    bprintf(&b, "{\n  \"format\": \"zinf-checkpoint\",\n  \"version\": %d,\n  \"model\": ", CKPT_VERSION);
+    bprintf(&b, "{\n  \"format\": \"zinf-checkpoint\",\n  \"version\": %d,\n  \"model\": ", layout ? CKPT_MANIFEST_VERSION : 1);
     json_str(&b, model ? model : "");
-    bprintf(&b, ",\n  \"step\": %" PRId64 ",\n  \"world\": %d,\n  \"plan_hash\": \"%016" PRIx64 "\",\n  \"state\": %s\n}\n",
-            step, world, plan_hash, state_json && *state_json ? state_json : "{}");
+    bprintf(&b, ",\n  \"step\": %" PRId64 ",\n  \"world\": %d,\n  \"plan_hash\": \"%016" PRIx64 "\",\n  \"state\": ",
+            step, world, plan_hash);
+    const char *st = state_json && *state_json ? state_json : "{}";
+    buf_put(&b, st, strlen(st));
+    if (layout) layout_json(&b, layout);
+    bprintf(&b, "\n}\n");
     if (b.oom) { free(b.p); return fail(err, errlen, "out of memory"); }
     const void *parts[1] = {b.p};
     size_t lens[1] = {b.len};
@@ -258,12 +279,16 @@ int ckpt_write_manifest(const char *root, int64_t step, int world, uint64_t plan
     return rc;
 }
 
+/* A whole small file (at most max bytes), NUL-terminated; NULL when it
+ * cannot be read (errno says why). */
 static char *read_small_file(const char *path, size_t max, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
-    char *buf = malloc(max + 1);
+    struct stat sb;
+    size_t want = fstat(fileno(f), &sb) == 0 && sb.st_size >= 0 && (uint64_t)sb.st_size < max ? (size_t)sb.st_size : max;
+    char *buf = malloc(want + 1);
     if (!buf) { fclose(f); return NULL; }
-    size_t n = fread(buf, 1, max, f);
+    size_t n = fread(buf, 1, want, f);
     fclose(f);
     buf[n] = 0;
     if (len) *len = n;
@@ -312,6 +337,7 @@ static bool manifest_parse(const char *m, int64_t dir_step, CkptInfo *ci) {
     ci->world = (int)wv;
     ci->plan_hash = hv;
     ci->ident_known = true;
+    ci->layout = strstr(m, "\"layout\":") != NULL;
     return true;
 }
 
@@ -388,7 +414,7 @@ int ckpt_scan(const char *root, CkptInfo **out, int *count, char *err, size_t er
         char path[4400];
         snprintf(path, sizeof path, "%s/%s/manifest.json", root, de->d_name);
         size_t len = 0;
-        char *m = read_small_file(path, 1 << 20, &len);
+        char *m = read_small_file(path, CKPT_MANIFEST_MAX, &len);
         if (m) {
             ci->state = manifest_parse(m, s, ci) ? CKPT_COMPLETE : CKPT_BAD_MANIFEST;
             free(m);
@@ -645,7 +671,7 @@ char *ckpt_read_state(const char *root, int64_t step, char *err, size_t errlen) 
     char dir[4096], path[4200];
     ckpt_step_dir(root, step, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/manifest.json", dir);
-    char *m = read_small_file(path, 1 << 20, NULL);
+    char *m = read_small_file(path, CKPT_MANIFEST_MAX, NULL);
     if (!m) { fail(err, errlen, "cannot read %s: %s", path, strerror(errno)); return NULL; }
     char *p = strstr(m, "\"state\":");
     if (!p) { free(m); fail(err, errlen, "%s: no state", path); return NULL; }

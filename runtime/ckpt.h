@@ -13,6 +13,15 @@
  * u64 plan hash, u32 entry count, then per entry: u16 name length, name,
  * u8 dtype, u64 byte count, u64 FNV-1a-64 of the bytes, the bytes; then a
  * u64 FNV-1a-64 of everything before it. Little-endian.
+ *
+ * Manifest (JSON, version 2): format, version, model, step, world,
+ * plan_hash, state, and "layout": the writer's micro-batch, grad_accum and
+ * training dtype, and per checkpointed tensor, in the order of the shard
+ * files' entries, its name, dtype, class, shape and shard layout (ntiles,
+ * tile_elems, tile_shard, partitioned: docs/plan-format.md, Shards). With it
+ * any plan of the same model on any world reads the checkpoint by global
+ * element ranges (ckpt_reshard.c); a version-1 manifest has no layout and
+ * only its own plan and world resume it.
  */
 #ifndef ZINF_CKPT_H
 #define ZINF_CKPT_H
@@ -27,6 +36,37 @@ typedef struct CkptEntry {
     void *data;     /* write: source; read: destination of `bytes` bytes */
 } CkptEntry;
 
+/* How a tensor's elements are cut into this rank's slice (a PlanShard's
+ * numbers): ntiles tiles of tile_elems; when partitioned rank r holds
+ * elements [r*tile_shard, (r+1)*tile_shard) of each tile, clipped to it,
+ * at element t*tile_shard of its slice (the rest is padding). */
+typedef struct CkptShardLayout {
+    int64_t numel;
+    int32_t ntiles;
+    int64_t tile_elems, tile_shard;
+    bool partitioned;
+} CkptShardLayout;
+
+typedef struct CkptTensorLayout {
+    const char *name;   /* owned by the CkptLayout when parsed */
+    uint8_t dtype, cls; /* DType, TensorClass */
+    int rank;
+    int64_t dims[6];
+    CkptShardLayout s;
+} CkptTensorLayout;
+
+/* What a reader needs to read a checkpoint by global element ranges. */
+typedef struct CkptLayout {
+    int64_t micro_batch, grad_accum;
+    uint8_t train_dtype;
+    int n;
+    CkptTensorLayout *t;
+    bool owned;         /* names and t are malloc'd (parsed) */
+} CkptLayout;
+
+/* The largest manifest read (a layout line per tensor: ~250 bytes each). */
+enum { CKPT_MANIFEST_MAX = 256 << 20 };
+
 /* "DIR/step-00000010" into buf. */
 const char *ckpt_step_dir(const char *root, int64_t step, char *buf, size_t n);
 
@@ -37,7 +77,7 @@ int ckpt_write_shard(const char *root, int64_t step, int rank, int world, uint64
  * checkpoint complete. state_json is a JSON object of training state
  * (loss scale, data position...), copied verbatim under "state". */
 int ckpt_write_manifest(const char *root, int64_t step, int world, uint64_t plan_hash,
-                        const char *model, const char *state_json, char *err, size_t errlen);
+                        const char *model, const char *state_json, const CkptLayout *layout, char *err, size_t errlen);
 /* A checkpoint belongs to the run identity that wrote it: the plan hash
  * (which covers the world size) and the world size. What a step-* directory
  * under a checkpoint root holds: */
@@ -53,6 +93,7 @@ typedef struct CkptInfo {
     bool ident_known;      /* complete: always; incomplete: when a shard header was readable */
     int world;
     uint64_t plan_hash;
+    bool layout;           /* complete with a layout: other plans of the model can read it */
     char why[160];
 } CkptInfo;
 
@@ -88,6 +129,60 @@ int ckpt_set_aside(const char *root, int64_t step, char *to, size_t ton, char *e
 /* Removes this run identity's complete checkpoints of step <= upto beyond
  * the newest `keep` of them. Never another run's, never a later one. */
 int ckpt_prune(const char *root, int world, uint64_t plan_hash, int64_t upto, int keep, char *err, size_t errlen);
+
+/* ---- reading another world's or plan's checkpoint (ckpt_reshard.c) ---- */
+
+/* A manifest, parsed strictly (runtime/plan/json). */
+typedef struct CkptManifest {
+    char model[256];
+    int world;
+    uint64_t plan_hash;
+    bool has_layout;
+    CkptLayout layout;
+} CkptManifest;
+/* 0, or -1 with err (a manifest that does not parse, or a layout that does
+ * not hold together). Free with ckpt_manifest_free. */
+int ckpt_read_manifest(const char *root, int64_t step, CkptManifest *m, char *err, size_t errlen);
+void ckpt_manifest_free(CkptManifest *m);
+/* Checks a shard layout: tiles that add up to numel, slices that cover a
+ * tile on `world` ranks. 0, or -1 with err. */
+int ckpt_layout_check(const CkptShardLayout *l, int world, char *err, size_t errlen);
+
+/* The range arithmetic: the elements of rank `rank`'s slice under layout
+ * `to` that hold values (never its padding), and where each run of them is
+ * in the entries of a checkpoint written under `from` by `from_world`
+ * ranks: fn(ctx, writer, first element in the writer's entry, first element
+ * in the reader's slice, count) per run, in the reader's order. A writer's
+ * padding is never named. An unpartitioned tensor is read from writer
+ * rank % from_world. Returns 0, fn's first non-zero, or -1 when the layouts
+ * do not describe the same tensor. */
+typedef int (*CkptPieceFn)(void *ctx, int writer, int64_t src, int64_t dst, int64_t n);
+int ckpt_reshard_pieces(const CkptShardLayout *from, int from_world, const CkptShardLayout *to, int rank,
+                        CkptPieceFn fn, void *ctx);
+
+/* Reads tensors of a checkpoint (by the manifest's layout) into another
+ * layout's slices. Each writer file's entries are found from their headers
+ * (pread), checked against the manifest; each writer entry a slice needs is
+ * read once, in chunks, its checksum verified before the slice is used.
+ * The writers' whole-file checksums are not read (that would read every
+ * byte of every file). */
+typedef struct CkptReader {
+    char dir[4096];
+    int64_t step;
+    const CkptManifest *m;
+    int *fd;              /* per writer, -1 until needed */
+    uint64_t **off;       /* per writer: each entry's data offset, NULL until needed */
+    uint64_t **sum;       /* per writer: each entry's checksum */
+    uint8_t *stage;
+    size_t stage_bytes;
+} CkptReader;
+int ckpt_reader_open(CkptReader *rd, const char *root, int64_t step, const CkptManifest *m, size_t stage_bytes,
+                     char *err, size_t errlen);
+/* Tensor k of the manifest into dst, this rank's slice under `to`
+ * (to->ntiles * to->tile_shard elements; padding set to zero). 0; -1 when
+ * the checkpoint does not read back (err says why); -2 out of memory. */
+int ckpt_reader_read(CkptReader *rd, int k, const CkptShardLayout *to, int rank, void *dst, char *err, size_t errlen);
+void ckpt_reader_close(CkptReader *rd);
 
 typedef struct StTensor {
     const char *name;

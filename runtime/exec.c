@@ -305,6 +305,14 @@ int rt_checkpoint_load(Rt *r, const char *dir, int64_t step, bool *mine, char *e
     return rt_ckpt_load(r, dir, step, ckpt_class, mine, NULL, err, n);
 }
 
+int rt_checkpoint_load_from(Rt *r, const char *dir, int64_t step, bool *mine, RtCkptOrigin *from, char *err, size_t n) {
+    return rt_ckpt_load(r, dir, step, ckpt_class, mine, from, err, n);
+}
+
+int rt_checkpoint_check(Rt *r, const char *dir, int64_t step, char *why, size_t n) {
+    return rt_ckpt_check(r, dir, step, ckpt_class, why, n);
+}
+
 int rt_export_safetensors(Rt *r, const char *path, char *err, size_t n) {
     const Plan *p = r->p;
     int np = 0;

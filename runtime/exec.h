@@ -75,7 +75,7 @@ int rt_checkpoint_save(Rt *r, const char *dir, const char *state_json, char *err
  * (missing, truncated, checksum): a reason to fall back to an older
  * checkpoint; RT_LOAD_FAILED when something else failed (memory, NVMe).
  * *mine says whether this rank failed (err then says why). */
-enum { RT_LOAD_DEFECT = -1, RT_LOAD_FAILED = -2 };
+enum { RT_LOAD_DEFECT = -1, RT_LOAD_FAILED = -2, RT_LOAD_REFUSED = -3 };
 int rt_checkpoint_load(Rt *r, const char *dir, int64_t step, bool *mine, char *err, size_t errlen);
 /* What a load found: the writer's world and plan, and whether the
  * checkpoint was resharded (another world or plan of the same model). */
@@ -85,6 +85,16 @@ typedef struct RtCkptOrigin {
     uint64_t plan_hash;
     int64_t micro_batch, grad_accum; /* the writer's (0: unknown, an old manifest) */
 } RtCkptOrigin;
+/* The same, for any checkpoint this plan can read: its own, or one of the
+ * same model written by another world or plan (resharded: each rank reads
+ * its slices by global element ranges from the writers' files).
+ * RT_LOAD_REFUSED when the checkpoint is not this model's (err names the
+ * first difference); *from (optional) says who wrote it. */
+int rt_checkpoint_load_from(Rt *r, const char *dir, int64_t step, bool *mine, RtCkptOrigin *from, char *err, size_t errlen);
+/* Whether this plan can resume checkpoint `step` (its own, or the same
+ * model's by resharding): 0 yes; 1 no, `why` says why (another model, no
+ * layout recorded); -1 the manifest does not read (why). Not collective. */
+int rt_checkpoint_check(Rt *r, const char *dir, int64_t step, char *why, size_t errlen);
 /* Consolidated parameters to a safetensors file (collective; rank 0 writes). */
 int rt_export_safetensors(Rt *r, const char *path, char *err, size_t errlen);
 /* A hash identifying the plan's persistent layout (checkpoint compatibility). */

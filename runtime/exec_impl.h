@@ -62,6 +62,7 @@ typedef bool (*RtCkptClass)(int cls);
 int rt_ckpt_save(Rt *r, const char *dir, const char *state_json, RtCkptClass keep, char *err, size_t errlen);
 int rt_ckpt_load(Rt *r, const char *dir, int64_t step, RtCkptClass keep, bool *mine, RtCkptOrigin *from, char *err,
                  size_t errlen);
+int rt_ckpt_check(Rt *r, const char *dir, int64_t step, RtCkptClass keep, char *why, size_t errlen);
 /* The communicator's last error into err; -1. */
 int rt_comm_err(Rt *r, char *err, size_t errlen);
 /* Instruction i on the host (the host backend's semantics). */

@@ -208,17 +208,20 @@ static int die(const char *fmt, ...) {
 }
 
 /* "step-00000040 (another plan or world: 4 ranks), ..." for the complete
- * checkpoints of other runs and the manifests that do not parse. */
-static void list_others(const CkptInfo *v, int n, int world, uint64_t hash, char *out, size_t len) {
+ * checkpoints of other runs (with why[i] when --resume found out why it
+ * cannot read one) and the manifests that do not parse; candidates are
+ * left out. */
+static void list_others(const CkptInfo *v, int n, const bool *cand, char (*why)[600], char *out, size_t len) {
     size_t used = 0;
     int shown = 0, more = 0;
     out[0] = 0;
     for (int i = 0; i < n; i++) {
         const CkptInfo *c = &v[i];
-        if (c->state == CKPT_INCOMPLETE || (c->state == CKPT_COMPLETE && ckpt_is_own(c, world, hash))) continue;
+        if (c->state == CKPT_INCOMPLETE || cand[i]) continue;
         if (shown == 4) { more++; continue; }
-        char what[200];
+        char what[640];
         if (c->state == CKPT_BAD_MANIFEST) snprintf(what, sizeof what, "%s", c->why);
+        else if (why && why[i][0]) snprintf(what, sizeof what, "%s", why[i]);
         else snprintf(what, sizeof what, "another plan or world: %d rank%s", c->world, c->world == 1 ? "" : "s");
         int w = snprintf(out + used, len - used, "%sstep-%08" PRId64 " (%s)", shown ? ", " : "", c->step, what);
         if (w > 0) used = (size_t)w < len - used ? used + (size_t)w : len - 1;
@@ -227,16 +230,90 @@ static void list_others(const CkptInfo *v, int n, int world, uint64_t hash, char
     if (more && used + 1 < len) snprintf(out + used, len - used, " and %d more", more);
 }
 
+enum { MAXC = 64 };
+
+/* Rank 0: which checkpoints --resume tries, newest first, into cand[1..]
+ * (cand[0] the count): this run's, and with --resume the same model's
+ * written by another world or plan (read by resharding); or the refusal
+ * of a fresh run beside checkpoints. -1 with err. */
+static int choose_checkpoints(Rt *r, const Opts *o, const CkptInfo *v, int nv, int64_t *cand, char *msg, size_t msgn,
+                              char *err, size_t n) {
+    uint64_t hash = rt_plan_hash(r);
+    bool *is_cand = calloc((size_t)nv + 1, sizeof *is_cand);
+    char (*why)[600] = o->resume ? calloc((size_t)nv + 1, sizeof *why) : NULL;
+    if (!is_cand || (o->resume && !why)) {
+        free(is_cand);
+        free(why);
+        snprintf(err, n, "out of memory listing %s", o->ckpt_dir);
+        return -1;
+    }
+    int own = 0, other = 0, nc = 0, rc = 0;
+    for (int i = 0; i < nv; i++) {
+        if (v[i].state != CKPT_COMPLETE) {
+            other += v[i].state != CKPT_INCOMPLETE;
+            continue;
+        }
+        bool mine = ckpt_is_own(&v[i], C.size, hash);
+        if (!mine && why && (!v[i].layout || rt_checkpoint_check(r, o->ckpt_dir, v[i].step, why[i], sizeof why[i]) != 0)) {
+            other++;
+            continue;
+        }
+        if (!mine && !why) {
+            other++;
+            continue;
+        }
+        own += mine;
+        is_cand[i] = true;
+        if (nc < MAXC) cand[1 + nc++] = v[i].step;
+    }
+    cand[0] = nc;
+    list_others(v, nv, is_cand, why, msg, msgn);
+    if (!o->resume && !o->start_over && own + other > 0) {
+        char mine[64] = "";
+        if (own) snprintf(mine, sizeof mine, "%sstep-%08" PRId64 " (this plan)", other ? ", " : "", cand[1]);
+        snprintf(err, n,
+                 "%s already holds checkpoints: %s%s; add --resume to continue this plan's newest, "
+                 "--start-over to train from step 0 beside them (other runs' are never pruned), "
+                 "or choose another --checkpoint-dir",
+                 o->ckpt_dir, msg, mine);
+        rc = -1;
+    } else if (o->resume && nc == 0 && other > 0) {
+        snprintf(err, n, "--resume: %s holds no checkpoint of this model that this plan on %d rank%s can read, only %s; nothing was loaded",
+                 o->ckpt_dir, C.size, C.size == 1 ? "" : "s", msg);
+        rc = -1;
+    } else if (o->resume && msg[0]) { /* said even with --quiet: something was not used */
+        printf("resume: skipped: %s\n", msg);
+    }
+    free(is_cand);
+    free(why);
+    return rc;
+}
+
+/* "resume: from step 12 (ck/step-00000012), resharded: written by 2 ranks
+ * (plan 3f2a...), read by 1; micro-batch 2 -> 4" */
+static void say_resumed(const Plan *p, const Opts *o, int64_t start, int64_t step, const RtCkptOrigin *f) {
+    printf("resume: from step %" PRId64 " (%s/step-%08" PRId64 ")", start, o->ckpt_dir, step);
+    if (f->resharded)
+        printf(", resharded: written by %d rank%s (plan %016" PRIx64 "), read by %d", f->world, f->world == 1 ? "" : "s",
+               f->plan_hash, C.size);
+    int64_t accum = p->train.grad_accum > 0 ? p->train.grad_accum : 1;
+    if (f->micro_batch > 0 && f->micro_batch != p->train.micro_batch)
+        printf("; micro-batch %" PRId64 " -> %" PRId64, f->micro_batch, p->train.micro_batch);
+    if (f->grad_accum > 0 && f->grad_accum != accum) printf("; grad_accum %" PRId64 " -> %" PRId64, f->grad_accum, accum);
+    printf("\n");
+}
+
 /* The checkpoint directory at start: rank 0 removes this run's debris and
  * decides, every rank loads. A fresh run never writes beside checkpoints
  * it did not make unless told to; --resume falls back to the newest
- * checkpoint of this plan that loads and never quietly starts over when
- * the directory holds only other runs' checkpoints. */
-static int checkpoint_start(Rt *r, const Opts *o, bool lead, int64_t *start, int64_t *loaded, char *err, size_t n) {
-    enum { MAXC = 64 };
+ * checkpoint of this model that loads (this plan's, or another world's or
+ * plan's read by resharding) and never quietly starts over when the
+ * directory holds only other models' checkpoints. */
+static int checkpoint_start(Rt *r, const Opts *o, bool lead, int64_t *start, int64_t *loaded, RtCkptOrigin *from,
+                            char *err, size_t n) {
     int64_t cand[MAXC + 1] = {0}; /* [0] = count, or -1: rank 0 failed (err) */
     uint64_t hash = rt_plan_hash(r);
-    char msg[512];
+    char msg[4096];
     if (lead) {
         char report[1024];
         int cleaned = ckpt_clean_debris(o->ckpt_dir, C.size, hash, report, sizeof report, err, n);
@@ -246,33 +323,7 @@ static int checkpoint_start(Rt *r, const Opts *o, bool lead, int64_t *start, int
             cand[0] = -1;
         } else {
             if (cleaned > 0) printf("checkpoints: removed what a killed run left: %s\n", report);
-            int own = 0, other = 0;
-            for (int i = 0; i < nv; i++) {
-                if (v[i].state == CKPT_COMPLETE && ckpt_is_own(&v[i], C.size, hash)) {
-                    if (own < MAXC) cand[1 + own] = v[i].step;
-                    own++;
-                } else if (v[i].state != CKPT_INCOMPLETE) {
-                    other++;
-                }
-            }
-            cand[0] = own < MAXC ? own : MAXC;
-            list_others(v, nv, C.size, hash, msg, sizeof msg);
-            if (!o->resume && !o->start_over && own + other > 0) {
-                char mine[64] = "";
-                if (own) snprintf(mine, sizeof mine, "%sstep-%08" PRId64 " (this plan)", other ? ", " : "", cand[1]);
-                snprintf(err, n,
-                         "%s already holds checkpoints: %s%s; add --resume to continue this plan's newest, "
-                         "--start-over to train from step 0 beside them (other runs' are never pruned), "
-                         "or choose another --checkpoint-dir",
-                         o->ckpt_dir, msg, mine);
-                cand[0] = -1;
-            } else if (o->resume && own == 0 && other > 0) {
-                snprintf(err, n, "--resume: %s holds no checkpoint of this plan on %d rank%s, only %s; nothing was loaded",
-                         o->ckpt_dir, C.size, C.size == 1 ? "" : "s", msg);
-                cand[0] = -1;
-            } else if (o->resume && msg[0]) { /* said even with --quiet: something was not used */
-                printf("resume: skipped: %s\n", msg);
-            }
+            if (choose_checkpoints(r, o, v, nv, cand, msg, sizeof msg, err, n)) cand[0] = -1;
             free(v);
         }
     }
@@ -291,17 +342,16 @@ static int checkpoint_start(Rt *r, const Opts *o, bool lead, int64_t *start, int
     }
     for (int64_t k = 1; k <= cand[0]; k++) {
         bool mine = false;
-        int rc = rt_checkpoint_load(r, o->ckpt_dir, cand[k], &mine, msg, sizeof msg);
+        int rc = rt_checkpoint_load_from(r, o->ckpt_dir, cand[k], &mine, from, msg, sizeof msg);
         if (rc == 0) {
             /* a run killed before pruning left more than it keeps */
             if (lead && ckpt_prune(o->ckpt_dir, C.size, hash, cand[k], 2, msg, sizeof msg))
                 fprintf(stderr, "zinfrun: resume: %s\n", msg);
             *start = rt_steps_done(r);
             *loaded = cand[k];
-            if (lead) printf("resume: from step %" PRId64 " (%s/step-%08" PRId64 ")\n", *start, o->ckpt_dir, cand[k]);
             return 0;
         }
-        if (rc == RT_LOAD_FAILED) { /* not the checkpoint's fault: an older one would fail alike */
+        if (rc == RT_LOAD_FAILED || rc == RT_LOAD_REFUSED) { /* not the checkpoint's fault: an older one would fail alike */
             snprintf(err, n, "resume from step-%08" PRId64 ": %s", cand[k], msg);
             return -1;
         }
@@ -409,6 +459,24 @@ static int data_resume_check(const DataOrder *d, const Opts *o, bool lead, int64
     }
     if (bad && !lead) snprintf(err, n, "rank 0 refused to resume from %s/step-%08" PRId64 " (another data order)", o->ckpt_dir, step_dir);
     return bad ? -1 : 0;
+}
+
+/* A checkpoint read by another world or micro-batch: the data position
+ * (global micro-batches of the writer's ranks x micro-batch rows) falls on
+ * a step of this run only when a step reads as many rows. */
+static int global_batch_check(const RtCkptOrigin *f, const Opts *o, int64_t step_dir, int64_t B, int64_t accum, char *err,
+                              size_t n) {
+    if (f->micro_batch <= 0) return 0; /* an old manifest: its own plan and world only, as before */
+    int64_t was = (int64_t)f->world * f->micro_batch * f->grad_accum, now = (int64_t)C.size * B * accum;
+    if (was == now) return 0;
+    snprintf(err, n,
+             "resume from %s/step-%08" PRId64 ": the checkpoint was trained on %" PRId64 " rows a step (%d rank%s x micro-batch %" PRId64
+             " x grad_accum %" PRId64 "), this run reads %" PRId64 " (%d rank%s x %" PRId64 " x %" PRId64
+             "): its data position would not fall on a step of this run; choose micro_batch and grad_accum so that "
+             "ranks x micro_batch x grad_accum = %" PRId64 ", or use --start-over",
+             o->ckpt_dir, step_dir, was, f->world, f->world == 1 ? "" : "s", f->micro_batch, f->grad_accum, now, C.size,
+             C.size == 1 ? "" : "s", B, accum, was);
+    return -1;
 }
 
 /* "data: ..." before step 1: what one epoch is and where the run starts. */
@@ -526,7 +594,9 @@ int main(int argc, char **argv) {
     int64_t total = o.steps >= 0 ? o.steps : p->train.steps;
     int64_t start = 0;
     int64_t loaded = -1; /* the checkpoint directory resumed from */
-    if (o.ckpt_dir && checkpoint_start(r, &o, lead, &start, &loaded, err, sizeof err)) FAIL_RUN("%s", err);
+    RtCkptOrigin from = {0};
+    if (o.ckpt_dir && checkpoint_start(r, &o, lead, &start, &loaded, &from, err, sizeof err)) FAIL_RUN("%s", err);
+    if (lead && loaded >= 0) say_resumed(p, &o, start, loaded, &from);
     if (o.init && start > 0 && lead && !o.quiet)
         printf("init: not used: resumed from step %" PRId64 " (the checkpoint holds the weights)\n", start);
     if (o.init && start == 0 && import_hf(r, &o, &ho, lead, big, sizeof big)) FAIL_RUN("%s", big);
@@ -540,7 +610,10 @@ int main(int argc, char **argv) {
         DordOptions dopt = {.order = o.data_order, .seed = o.data_seed_given ? o.data_seed : p->train.seed, .eos = o.eos};
         if (dord_open(&dord, &tr, &dopt, B, T, C.size, err, sizeof err)) FAIL_RUN("%s", err);
         have_order = true;
-        if (loaded >= 0 && data_resume_check(&dord, &o, lead, loaded, start * accum, err, sizeof err)) FAIL_RUN("%s", err);
+        if (loaded >= 0 && global_batch_check(&from, &o, loaded, B, accum, err, sizeof err)) FAIL_RUN("%s", err);
+        /* the checkpoint counts micro-batches in its writer's accumulation */
+        int64_t g_was = start * (from.grad_accum > 0 ? from.grad_accum : accum);
+        if (loaded >= 0 && data_resume_check(&dord, &o, lead, loaded, g_was, err, sizeof err)) FAIL_RUN("%s", err);
         if (lead && o.eos >= 0 && dord.eos_count == 0)
             fprintf(stderr, "zinfrun: warning: --eos %" PRId64 " does not occur in %s: the whole file is one document\n", o.eos, o.data);
         if (lead && !o.quiet) data_describe(&dord, &o, start * accum);

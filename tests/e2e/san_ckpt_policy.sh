@@ -6,8 +6,10 @@
 #     them and the flags; with --start-over it trains beside them and prunes
 #     only its own (it used to delete each checkpoint it wrote when another
 #     run's later ones were there);
-#   - --resume that finds only another plan's checkpoints fails and loads
-#     nothing (it used to start over quietly and later prune them);
+#   - --resume that finds only another model's checkpoints fails, naming the
+#     first difference, and loads nothing (it used to start over quietly and
+#     later prune them; another world's or plan's checkpoints of the same
+#     model are resharded: tests/e2e/reshard.sh);
 #   - --resume falls back past a corrupt shard or a garbage manifest to the
 #     newest checkpoint that loads, says which it skipped and why, and the
 #     losses then equal an uninterrupted run's bit for bit; when none loads
@@ -42,13 +44,13 @@ if [ "$(steps "$W/shared")" = "step-00000002 step-00000003 step-00000004 step-00
   ok "--start-over keeps its newest two and the other run's: $(steps "$W/shared")"
 else bad "after --start-over the directory holds: $(steps "$W/shared")"; fi
 
-# --- --resume finds only another plan's ---
+# --- --resume finds only another model's ---
 $RUN "$W/llama.plan" --data "$W/train.bin" --steps 2 --checkpoint-dir "$W/other" --quiet > "$W/out" 2>&1 || bad "llama run"
 gpt --steps 4 --checkpoint-dir "$W/other" --resume
 rc=$?
-if [ $rc -eq 1 ] && grep -q "resume: .* holds no checkpoint of this plan on 1 rank, only step-00000002 (another plan or world: 1 rank); nothing was loaded" "$W/out" &&
-   [ "$(steps "$W/other")" = "step-00000002 " ]; then ok "--resume with only another plan's checkpoints fails and touches nothing"
-else bad "--resume into another plan's directory: exit $rc, holds $(steps "$W/other")"; fi
+if [ $rc -eq 1 ] && grep -q "resume: .* holds no checkpoint of this model that this plan on 1 rank can read, only step-00000002 (another model: 'llama_micro', this plan's is 'gpt_micro'; first difference: tensor 'wte' of this plan is not in the checkpoint); nothing was loaded" "$W/out" &&
+   [ "$(steps "$W/other")" = "step-00000002 " ]; then ok "--resume with only another model's checkpoints fails, naming the difference, and touches nothing"
+else bad "--resume into another model's directory: exit $rc, holds $(steps "$W/other")"; fi
 gpt --steps 2 --checkpoint-dir "$W/empty" --resume
 if [ $? -eq 0 ]; then ok "--resume into an empty directory starts from step 0"; else bad "--resume into an empty directory"; fi
 

@@ -41,7 +41,7 @@ static int write_ckpt_of(int step, int world, uint64_t hash) {
     CkptEntry e[2] = {{"w", 1, sizeof A, A}, {"master.w", 1, sizeof Bv, Bv}};
     for (int r = 0; r < world; r++)
         if (ckpt_write_shard(root, step, r, world, hash, e, 2, err, sizeof err)) return -1;
-    return ckpt_write_manifest(root, step, world, hash, "tiny", "{\"loss_scale\": 1, \"tokens\": 42}", err, sizeof err);
+    return ckpt_write_manifest(root, step, world, hash, "tiny", "{\"loss_scale\": 1, \"tokens\": 42}", NULL, err, sizeof err);
 }
 static int write_ckpt(int step, int world) { return write_ckpt_of(step, world, 0xabcdef); }
 
@@ -127,7 +127,7 @@ START_TEST(test_incomplete_skipped) {
     CkptEntry e[2] = {{"w", 1, sizeof A, A}, {"master.w", 1, sizeof Bv, Bv}};
     ck_assert_int_eq(ckpt_write_shard(root, 7, 0, 2, 0xabcdef, e, 2, err, sizeof err), 0);
     /* The manifest refuses while a shard is missing. */
-    ck_assert_int_eq(ckpt_write_manifest(root, 7, 2, 0xabcdef, "tiny", "{}", err, sizeof err), -1);
+    ck_assert_int_eq(ckpt_write_manifest(root, 7, 2, 0xabcdef, "tiny", "{}", NULL, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "missing") != NULL, "%s", err);
     int64_t s = -1;
     char why[512];
@@ -324,6 +324,159 @@ START_TEST(test_safetensors_layout) {
 }
 END_TEST
 
+/* ---- resharding: reading a tensor by global element ranges ---- */
+
+/* A layout of numel elements in T tiles on R ranks, slices padded by pad. */
+static CkptShardLayout lay(int64_t numel, int T, int R, bool part, int64_t pad) {
+    int64_t E = numel / T;
+    int64_t S = part ? (E + R - 1) / R + pad : E;
+    return (CkptShardLayout){numel, T, E, S, part};
+}
+
+/* Global element of element `e` of rank r's slice under l, or -1 for padding. */
+static int64_t global_of(const CkptShardLayout *l, int r, int64_t e) {
+    int64_t u = e / l->tile_shard, j = e % l->tile_shard, w0 = l->partitioned ? r * l->tile_shard : 0;
+    if (w0 + j >= l->tile_elems) return -1;
+    return u * l->tile_elems + w0 + j;
+}
+
+typedef struct Cover {
+    const CkptShardLayout *from, *to;
+    int rank;
+    int *hits; /* per element of the reader's slice */
+    bool bad;
+} Cover;
+
+static int cover_piece(void *ctx, int writer, int64_t src, int64_t dst, int64_t n) {
+    Cover *c = ctx;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t gw = global_of(c->from, writer, src + i), gr = global_of(c->to, c->rank, dst + i);
+        if (gw < 0 || gr < 0 || gw != gr) c->bad = true; /* a writer's padding, the reader's, or the wrong element */
+        c->hits[dst + i]++;
+    }
+    return 0;
+}
+
+START_TEST(test_reshard_pieces) {
+    const int64_t numel = 2 * 3 * 5 * 7;
+    const int Rs[] = {1, 2, 3, 4, 7}, Ts[] = {1, 2, 3, 5};
+    int cases = 0;
+    for (size_t a = 0; a < 5; a++)
+        for (size_t b = 0; b < 4; b++)
+            for (size_t c = 0; c < 5; c++)
+                for (size_t d = 0; d < 4; d++)
+                    for (int pad = 0; pad < 2; pad++) {
+                        int R = Rs[a], T = Ts[b], R2 = Rs[c], T2 = Ts[d];
+                        CkptShardLayout from = lay(numel, T, R, R > 1 || pad, pad * 3), to = lay(numel, T2, R2, R2 > 1, pad * 5);
+                        char err[200];
+                        ck_assert_int_eq(ckpt_layout_check(&from, R, err, sizeof err), 0);
+                        ck_assert_int_eq(ckpt_layout_check(&to, R2, err, sizeof err), 0);
+                        int64_t covered = 0;
+                        for (int r = 0; r < R2; r++) {
+                            int64_t n = to.ntiles * to.tile_shard;
+                            Cover cv = {&from, &to, r, calloc((size_t)n, sizeof(int)), false};
+                            ck_assert_int_eq(ckpt_reshard_pieces(&from, R, &to, r, cover_piece, &cv), 0);
+                            ck_assert_msg(!cv.bad, "R %d T %d -> R %d T %d rank %d: a piece names padding or the wrong element", R, T, R2, T2, r);
+                            for (int64_t e = 0; e < n; e++) {
+                                ck_assert_int_eq(cv.hits[e], global_of(&to, r, e) >= 0 ? 1 : 0);
+                                covered += cv.hits[e];
+                            }
+                            free(cv.hits);
+                        }
+                        /* unpartitioned readers each read the whole tensor */
+                        ck_assert_int_eq(covered, to.partitioned ? numel : numel * R2);
+                        cases++;
+                    }
+    ck_assert_int_eq(cases, 800);
+    /* layouts of different tensors */
+    CkptShardLayout x = lay(10, 1, 1, false, 0), y = lay(12, 1, 1, false, 0);
+    ck_assert_int_eq(ckpt_reshard_pieces(&x, 1, &y, 0, cover_piece, NULL), -1);
+    char err[200];
+    CkptShardLayout z = {100, 3, 33, 33, false};
+    ck_assert_int_eq(ckpt_layout_check(&z, 1, err, sizeof err), -1);
+    CkptShardLayout short_slices = {100, 1, 100, 20, true};
+    ck_assert_int_eq(ckpt_layout_check(&short_slices, 4, err, sizeof err), -1);
+}
+END_TEST
+
+/* Writes tensor "w" (f32, value = global index) under layout l on R ranks,
+ * writers' padding set to a sentinel, with the manifest's layout. */
+static void write_layout_ckpt(int step, const CkptShardLayout *l, int R) {
+    char err[512];
+    int64_t n = l->ntiles * l->tile_shard;
+    float *d = malloc(sizeof(float) * (size_t)n);
+    for (int r = 0; r < R; r++) {
+        for (int64_t e = 0; e < n; e++) {
+            int64_t g = global_of(l, r, e);
+            d[e] = g < 0 ? 1e30f : (float)g;
+        }
+        CkptEntry e[1] = {{"w", 1, sizeof(float) * (uint64_t)n, d}};
+        ck_assert_int_eq(ckpt_write_shard(root, step, r, R, 0x5eed, e, 1, err, sizeof err), 0);
+    }
+    free(d);
+    CkptTensorLayout t = {.name = "w", .dtype = 1, .cls = 1, .rank = 1, .dims = {l->numel}, .s = *l};
+    CkptLayout L = {.micro_batch = 2, .grad_accum = 1, .train_dtype = 1, .n = 1, .t = &t};
+    ck_assert_int_eq(ckpt_write_manifest(root, step, R, 0x5eed, "tiny", "{\"step\": 1}", &L, err, sizeof err), 0);
+}
+
+START_TEST(test_reshard_read) {
+    CkptShardLayout from = lay(6 * 1000, 2, 3, true, 7);
+    write_layout_ckpt(4, &from, 3);
+    CkptManifest m;
+    char err[512];
+    ck_assert_int_eq(ckpt_read_manifest(root, 4, &m, err, sizeof err), 0);
+    ck_assert(m.has_layout && m.world == 3 && m.plan_hash == 0x5eed && !strcmp(m.model, "tiny"));
+    ck_assert_int_eq(m.layout.n, 1);
+    ck_assert_str_eq(m.layout.t[0].name, "w");
+    ck_assert(m.layout.t[0].s.tile_shard == from.tile_shard && m.layout.t[0].s.partitioned && m.layout.micro_batch == 2);
+    const CkptShardLayout tos[] = {lay(6000, 3, 2, true, 11), lay(6000, 1, 5, true, 0), lay(6000, 6, 1, false, 0)};
+    const int R2s[] = {2, 5, 1};
+    for (int c = 0; c < 3; c++) {
+        const CkptShardLayout *to = &tos[c];
+        for (int r = 0; r < R2s[c]; r++) {
+            CkptReader rd;
+            ck_assert_int_eq(ckpt_reader_open(&rd, root, 4, &m, 100 + 4 * (size_t)c, err, sizeof err), 0);
+            int64_t n = to->ntiles * to->tile_shard;
+            float *d = malloc(sizeof(float) * (size_t)n);
+            memset(d, 0xff, sizeof(float) * (size_t)n);
+            ck_assert_msg(ckpt_reader_read(&rd, 0, to, r, d, err, sizeof err) == 0, "%s", err);
+            for (int64_t e = 0; e < n; e++) {
+                int64_t g = global_of(to, r, e);
+                ck_assert_msg(d[e] == (g < 0 ? 0.0f : (float)g), "case %d rank %d element %lld: %g", c, r, (long long)e, (double)d[e]);
+            }
+            free(d);
+            ckpt_reader_close(&rd);
+        }
+    }
+    /* a flipped byte in a writer's data is caught by the entry's checksum */
+    char *p = shard_path(4, 1);
+    FILE *f = fopen(p, "r+b");
+    fseek(f, 100, SEEK_SET);
+    int ch = fgetc(f);
+    fseek(f, 100, SEEK_SET);
+    fputc(ch ^ 1, f);
+    fclose(f);
+    CkptReader rd;
+    ck_assert_int_eq(ckpt_reader_open(&rd, root, 4, &m, 4096, err, sizeof err), 0);
+    float *d = malloc(sizeof(float) * 6000);
+    ck_assert_int_eq(ckpt_reader_read(&rd, 0, &tos[2], 0, d, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "rank-00001.zck: checksum mismatch in 'w'"), "%s", err);
+    free(d);
+    ckpt_reader_close(&rd);
+    ckpt_manifest_free(&m);
+    /* an old manifest has no layout */
+    ck_assert_int_eq(write_ckpt(9, 1), 0);
+    ck_assert_int_eq(ckpt_read_manifest(root, 9, &m, err, sizeof err), 0);
+    ck_assert(!m.has_layout && m.world == 1);
+    ckpt_manifest_free(&m);
+    CkptInfo *v;
+    int nv;
+    ck_assert_int_eq(ckpt_scan(root, &v, &nv, err, sizeof err), 0);
+    ck_assert(nv == 2 && v[0].step == 9 && !v[0].layout && v[1].step == 4 && v[1].layout);
+    free(v);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ckpt");
     TCase *tc = tcase_create("ckpt");
@@ -337,6 +490,8 @@ int main(void) {
     tcase_add_test(tc, test_scan_states);
     tcase_add_test(tc, test_debris);
     tcase_add_test(tc, test_safetensors_layout);
+    tcase_add_test(tc, test_reshard_pieces);
+    tcase_add_test(tc, test_reshard_read);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
