@@ -162,6 +162,11 @@ static void explain_partition(Search *S) {
         if (g->tensors[i].cls == TC_CKPT) S->ckpt_bytes += (uint64_t)g->tensors[i].numel * (uint64_t)pl_dsz(b, i);
     say(&S->ex, "model states per rank: params %s, grads %s, optimizer %s", plan_bytes_str(S->need[PC_PARAMS], s1, sizeof s1),
         plan_bytes_str(S->need[PC_GRADS], s2, sizeof s2), plan_bytes_str(S->need[PC_OPTIMIZER], s3, sizeof s3));
+    int nfrozen;
+    graph_frozen_count(g, &nfrozen);
+    if (nfrozen)
+        say(&S->ex, "frozen: %d parameter tensors placed and fetched like the others, with no gradient or optimizer state "
+                    "(no reduce-scatter, no Adam)", nfrozen);
 }
 
 /* ---- cost and keep the best ---- */
