@@ -254,6 +254,9 @@ static int choose_checkpoints(Rt *r, const Opts *o, const CkptInfo *v, int nv, i
             continue;
         }
         bool mine = ckpt_is_own(&v[i], C.size, hash);
+        if (!mine && why && !v[i].layout)
+            snprintf(why[i], sizeof why[i], "another plan or world: %d rank%s; its manifest records no layout (written before resharding existed)",
+                     v[i].world, v[i].world == 1 ? "" : "s");
         if (!mine && why && (!v[i].layout || rt_checkpoint_check(r, o->ckpt_dir, v[i].step, why[i], sizeof why[i]) != 0)) {
             other++;
             continue;
@@ -595,7 +598,7 @@ int main(int argc, char **argv) {
     int64_t start = 0;
     int64_t loaded = -1; /* the checkpoint directory resumed from */
     RtCkptOrigin from = {0};
-    if (o.ckpt_dir && checkpoint_start(r, &o, lead, &start, &loaded, &from, err, sizeof err)) FAIL_RUN("%s", err);
+    if (o.ckpt_dir && checkpoint_start(r, &o, lead, &start, &loaded, &from, big, sizeof big)) FAIL_RUN("%s", big);
     if (lead && loaded >= 0) say_resumed(p, &o, start, loaded, &from);
     if (o.init && start > 0 && lead && !o.quiet)
         printf("init: not used: resumed from step %" PRId64 " (the checkpoint holds the weights)\n", start);
