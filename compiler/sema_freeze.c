@@ -4,8 +4,10 @@
  * --emit=graph prints it, a glob with '*' (any run of characters, dots
  * included), or a name without '*' that is a prefix ending at a dot
  * ("block.3" freezes block 3), as in the plan block's tiles. A pattern that
- * matches nothing is an error with the nearest pattern that would match;
- * freezing every parameter is an error: nothing would be trained. */
+ * matches nothing is an error with the nearest pattern that would match.
+ * `param [..] init zeros frozen` marks one where it is made (sema_layer.c);
+ * freezing every parameter, either way, is an error: nothing would be
+ * trained. */
 #include <string.h>
 #include "sema_impl.h"
 
@@ -95,25 +97,33 @@ static bool freeze_one(Sema *s, Graph *g, const Expr *e) {
     return true;
 }
 
-void sema_apply_freeze(Sema *s, Graph *g) {
-    const Setting *st = NULL;
-    for (int i = 0; s->train_decl && i < s->train_decl->settings.len; i++)
-        if (strcmp(s->train_decl->settings.items[i]->key, "freeze") == 0) st = s->train_decl->settings.items[i];
-    if (!st || !st->value) return;
+/* The setting's patterns; false (reported) when it is not a list of strings. */
+static bool freeze_setting(Sema *s, Graph *g, const Setting *st) {
     const Expr *e = st->value;
     bool ok = true;
     if (e->kind == EX_LIST)
         for (int i = 0; i < e->args.len; i++) ok &= freeze_one(s, g, e->args.items[i].value);
     else ok = freeze_one(s, g, e);
-    if (!ok) {
-        sema_error(s, e->span, "freeze must be a list of parameter patterns: freeze = [\"embed.*\", \"block.*.attn.*\"]");
-        return;
-    }
+    if (!ok) sema_error(s, e->span, "freeze must be a list of parameter patterns: freeze = [\"embed.*\", \"block.*.attn.*\"]");
+    return ok;
+}
+
+void sema_apply_freeze(Sema *s, Graph *g) {
+    const Setting *st = NULL;
+    for (int i = 0; s->train_decl && i < s->train_decl->settings.len; i++)
+        if (strcmp(s->train_decl->settings.items[i]->key, "freeze") == 0) st = s->train_decl->settings.items[i];
+    if (st && st->value && !freeze_setting(s, g, st)) return;
     int nparams = 0, nfrozen = 0;
+    Span last = SPAN_NONE;
     for (int i = 0; i < g->ntensors; i++) {
-        nparams += g->tensors[i].cls == TC_PARAM;
-        nfrozen += g->tensors[i].cls == TC_PARAM && g->tensors[i].frozen;
+        if (g->tensors[i].cls != TC_PARAM) continue;
+        nparams++;
+        if (g->tensors[i].frozen) {
+            nfrozen++;
+            last = g->tensors[i].span;
+        }
     }
-    if (nparams > 0 && nfrozen == nparams && sema_error(s, st->span, "freeze: every parameter is frozen; nothing would be trained"))
+    if (nparams > 0 && nfrozen == nparams &&
+        sema_error(s, st ? st->span : last, "freeze: every parameter is frozen; nothing would be trained"))
         diag_hint(s->d, "freeze only the parameters that stay as they are");
 }

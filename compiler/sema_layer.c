@@ -325,6 +325,7 @@ Val sema_make_param(Sema *s, Ctx *c, const char *var, const Expr *e) {
     GTensor *t = &s->g->tensors[id];
     t->init = e->init;
     t->init_std = std;
+    t->frozen = e->frozen;
     t->span = e->span;
     t->segment = s->segment;
     return vtensor(id);

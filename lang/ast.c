@@ -164,6 +164,7 @@ static void dump_expr(const Expr *e, FILE *out) {
         dump_exprs(&e->dims, out);
         fprintf(out, "] init %s", inits[e->init <= INIT_UNIFORM ? e->init : 0]);
         if (e->args.len) { fputc('(', out); dump_args(&e->args, out); fputc(')', out); }
+        if (e->frozen) fputs(" frozen", out);
         break;
     }
     }

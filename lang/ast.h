@@ -72,6 +72,7 @@ struct Expr {
     DType dtype;       /* DT_NONE: the training dtype */
     InitKind init;
     Span init_span;
+    bool frozen;       /* `param [..] init zeros frozen`: not trained */
 };
 
 /* A type in a signature: i32[B, T], [B, T, D] (any dtype), or none at all (a

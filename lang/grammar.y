@@ -152,8 +152,13 @@ expr(A) ::= DTYPE(T).                               { A = ast_name(ctx, &T); }
 expr(A) ::= LPAREN expr(E) RPAREN.                  { A = E; }
 expr(A) ::= LBRACK(L) args(X) RBRACK(R).            { A = ast_list(ctx, &L, &X, &R); }
 expr(A) ::= IDENT(N) LPAREN args(X) RPAREN(R).      { A = ast_call(ctx, &N, &X, &R); }
-expr(A) ::= PARAM(K) LBRACK exprs(D) RBRACK INIT IDENT(I) ptail(X).             { A = ast_param_expr(ctx, &K, NULL, &D, &I, &X); }
-expr(A) ::= PARAM(K) DTYPE(T) LBRACK exprs(D) RBRACK INIT IDENT(I) ptail(X).    { A = ast_param_expr(ctx, &K, &T, &D, &I, &X); }
+expr(A) ::= PARAM(K) LBRACK exprs(D) RBRACK INIT IDENT(I) ptail(X) pflag(F).             { A = ast_param_expr(ctx, &K, NULL, &D, &I, &X, &F); }
+expr(A) ::= PARAM(K) DTYPE(T) LBRACK exprs(D) RBRACK INIT IDENT(I) ptail(X) pflag(F).    { A = ast_param_expr(ctx, &K, &T, &D, &I, &X, &F); }
+
+/* param [..] init normal(0.02) frozen: the word after the initialiser */
+%type pflag {Token}
+pflag(A) ::= .                                      { memset(&A, 0, sizeof A); A.str = NULL; }
+pflag(A) ::= IDENT(F).                              { A = F; }
 
 %type ptail {ArgTail}
 ptail(A) ::= .                                      { memset(&A, 0, sizeof A); A.present = 0; }

@@ -425,8 +425,9 @@ Expr *ast_call(PCtx *c, const Token *name, const ArgList *args, const Token *rp)
     return e;
 }
 
-Expr *ast_param_expr(PCtx *c, const Token *kw, const Token *dt, const ExprList *dims, const Token *init, const ArgTail *t) {
-    Span end = t->present ? t->end : init->span;
+Expr *ast_param_expr(PCtx *c, const Token *kw, const Token *dt, const ExprList *dims, const Token *init, const ArgTail *t,
+                     const Token *flag) {
+    Span end = flag->str ? flag->span : t->present ? t->end : init->span;
     Expr *e = ast_expr(c->arena, EX_PARAM, span_join(kw->span, end));
     if (!e) return NULL;
     e->dims = *dims;
@@ -445,6 +446,13 @@ Expr *ast_param_expr(PCtx *c, const Token *kw, const Token *dt, const ExprList *
         else diag_hint(c->d, "the initialisers are normal(std), uniform(a), zeros and ones");
     }
     if (t->present) e->args = t->args;
+    if (flag->str && !strcmp(flag->str, "frozen")) e->frozen = true;
+    else if (flag->str) {
+        static const char *const flags[] = {"frozen"};
+        diag_error(c->d, flag->span, "unexpected '%s' after the param's initialiser", flag->str);
+        if (diag_nearest(flag->str, flags, 1)) diag_hint(c->d, "did you mean 'frozen'?");
+        else diag_hint(c->d, "the only word allowed there is 'frozen' (a parameter that is not trained)");
+    }
     return e;
 }
 

@@ -62,6 +62,8 @@ Expr *ast_string(PCtx *c, const Token *t);
 Expr *ast_name(PCtx *c, const Token *t);
 Expr *ast_list(PCtx *c, const Token *lb, const ArgList *items, const Token *rb);
 Expr *ast_call(PCtx *c, const Token *name, const ArgList *args, const Token *rp);
-Expr *ast_param_expr(PCtx *c, const Token *kw, const Token *dt, const ExprList *dims, const Token *init, const ArgTail *t);
+/* flag: the word after the initialiser (str NULL: none); only "frozen" is one. */
+Expr *ast_param_expr(PCtx *c, const Token *kw, const Token *dt, const ExprList *dims, const Token *init, const ArgTail *t,
+                     const Token *flag);
 
 #endif

@@ -1,5 +1,6 @@
 /* Frozen parameters (train { freeze = [...] }), stage by stage:
- *  - sema: the patterns (names, globs, prefixes), and the errors: a pattern
+ *  - sema: the patterns (names, globs, prefixes), `param [..] init zeros
+ *    frozen`, and the errors: a misspelt flag, a pattern
  *    matching nothing (with a "did you mean"), every parameter frozen, a
  *    value that is not a list of strings;
  *  - autodiff: no gradient, optimizer state or Adam for a frozen parameter,
@@ -56,6 +57,17 @@ static void run_path(Run *r, const char *path) {
     FILE *m = open_memstream(&r->text, &n);
     diag_render(&r->d, &r->src, m, false);
     fclose(m);
+}
+
+/* source text as the main file */
+static void run_text(Run *r, const char *text) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/main.zl", tmpdir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    run_path(r, path);
 }
 
 /* A two-layer model with the given train block body. */
@@ -146,6 +158,34 @@ START_TEST(errors) {
     expect_error("freeze = 3", "freeze must be a list of parameter patterns");
     expect_error("freeze = [\"wte\", 2]", "freeze must be a list of parameter patterns");
     expect_error("frieze = [\"wte\"]", "unknown train setting 'frieze'; did you mean 'freeze'?");
+}
+END_TEST
+
+#define PER_PARAM(FLAG_W, FLAG_B) \
+    "const V = 32, T = 8, D = 16\nmodel m(tokens: i32[B, T], targets: i32[B, T]) {\n" \
+    "  wte = param [V, D] init normal(0.02)" FLAG_W "\n  b = param f32[D] init zeros" FLAG_B "\n" \
+    "  x = embedding(wte, tokens) + b\n  loss cross_entropy(matmul(x, wte, transpose_b), targets)\n}\n"
+
+/* param [..] init ... frozen: the per-parameter form, alone and with the
+ * train block's; a misspelt word; every parameter frozen this way */
+START_TEST(per_param) {
+    Run r;
+    run_text(&r, PER_PARAM("", " frozen"));
+    ck_assert_msg(r.ok, "%s", r.text);
+    ck_assert(frozen(&r.g, "b") && !frozen(&r.g, "wte"));
+    run_free(&r);
+    run_text(&r, PER_PARAM(" frozen", " frozen"));
+    ck_assert(!r.ok);
+    ck_assert_msg(strstr(r.text, "every parameter is frozen") != NULL, "%s", r.text);
+    run_free(&r);
+    run_text(&r, PER_PARAM("", " froze"));
+    ck_assert(!r.ok);
+    ck_assert_msg(strstr(r.text, "unexpected 'froze' after the param's initialiser") && strstr(r.text, "did you mean 'frozen'?"), "%s", r.text);
+    run_free(&r);
+    run_text(&r, PER_PARAM("", " frozen") "train { freeze = [\"wte\"] }\n");
+    ck_assert(!r.ok);
+    ck_assert_msg(strstr(r.text, "every parameter is frozen") != NULL, "%s", r.text);
+    run_free(&r);
 }
 END_TEST
 
@@ -419,6 +459,7 @@ Suite *freeze_suite(void) {
     tcase_set_timeout(t, 120);
     tcase_add_test(t, patterns);
     tcase_add_test(t, errors);
+    tcase_add_test(t, per_param);
     tcase_add_test(t, training_graph);
     tcase_add_test(t, same_gradients_upstream);
     tcase_add_test(t, memory_saved);
