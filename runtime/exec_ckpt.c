@@ -200,6 +200,7 @@ static int load_resharded(Rt *r, const char *dir, int64_t step, const CkptManife
         if (k >= (uint32_t)mine->n || strcmp(mine->t[k].name, t->name)) continue; /* not checkpointed */
         const CkptTensorLayout *c = find_tensor(&m->layout, t->name);
         k++;
+        if (!c) { rc = rt_fail(err, n, "tensor '%s' is not in the checkpoint", t->name); break; } /* same_model said it was */
         void *d = malloc(sh->bytes ? sh->bytes : 1);
         if (!d) { rc = rt_fail(err, n, "out of memory"); break; }
         rc = ckpt_reader_read(&rd, (int)(c - m->layout.t), &mine->t[k - 1].s, r->c->rank, d, err, n);
