@@ -5,7 +5,10 @@
  *   zinfdump model.plan --memory        each arena's buffers
  *   zinfdump model.plan --kernels       the embedded CUDA kernels, their ptxas resource reports, the launches
  *   zinfdump model.plan --trace out.json  predicted timeline (Chrome trace / Perfetto)
- *   zinfdump model.plan --svg out.svg   timeline and GPU memory in use, drawn
+ *   zinfdump model.plan --svg out.svg   timeline (ms axis, critical path outlined) and GPU memory in use, drawn
+ *   zinfdump model.plan --compare run.json  the prediction against a trace zinfrun --trace wrote: busy time
+ *                                       per queue and per instruction class, largest divergence first, and
+ *                                       both critical paths; with --svg, the measured lanes under the predicted
  *   zinfdump model.plan --hf            the Hugging Face mapping: one line per piece
  *   zinfdump model.plan --hf-config     the config.json the plan carries, as is
  * Every plan is verified first; a plan that fails is reported and not shown. */
@@ -16,30 +19,90 @@
 #include "cost.h"
 #include "plan.h"
 #include "plandump.h"
+#include "timeline.h"
 #include "verify.h"
 
 static int usage(FILE *f, int rc) {
     fprintf(f, "usage: zinfdump PLAN [--schedule [--rank R]] [--memory] [--kernels] [--trace OUT.json] [--svg OUT.svg] [--hf]\n"
-               "                [--hf-config]\n");
+               "                [--hf-config] [--compare RUN.json]\n");
     return rc;
 }
 
-static int write_file(const char *path, const Plan *p, const CostResult *c, void (*fn)(const Plan *, const CostResult *, FILE *)) {
+/* --trace writes the prediction; --svg draws it, with meas's lanes when given. */
+static int write_file(const char *path, const Plan *p, const CostResult *c, const Timeline *meas, bool svg) {
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "zinfdump: %s: cannot write: %s\n", path, strerror(errno));
         return 1;
     }
-    fn(p, c, f);
+    bool ok = true;
+    if (svg) ok = plandump_svg_measured(p, c, meas, f);
+    else plandump_trace(p, c, f);
     if (fclose(f) != 0) {
         fprintf(stderr, "zinfdump: %s: write failed: %s\n", path, strerror(errno));
         return 1;
     }
-    return 0;
+    if (!ok) fprintf(stderr, "zinfdump: %s: out of memory\n", path);
+    return ok ? 0 : 1;
+}
+
+/* The whole of a file, NUL-terminated (malloc'd; *len its length); NULL with err set. */
+static char *read_all(const char *path, size_t *len, char *err, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, n, "%s: cannot read: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, k = 0;
+    char *buf = malloc(cap);
+    for (size_t got = 1; buf && got;) {
+        if (k + 1 >= cap) {
+            char *b = cap < SIZE_MAX / 2 ? realloc(buf, cap *= 2) : NULL;
+            if (!b) free(buf);
+            buf = b;
+            if (!buf) break;
+        }
+        got = fread(buf + k, 1, cap - k - 1, f);
+        k += got;
+    }
+    bool bad = ferror(f);
+    fclose(f);
+    if (!buf || bad) {
+        snprintf(err, n, "%s: %s", path, buf ? "read failed" : "out of memory");
+        free(buf);
+        return NULL;
+    }
+    buf[k] = 0;
+    *len = k;
+    return buf;
+}
+
+/* Reads the measured trace for --compare into m; 1 (printed) on failure. */
+static int read_measured(const char *path, const Plan *p, Timeline *m) {
+    char err[512];
+    size_t len = 0;
+    char *text = read_all(path, &len, err, sizeof err);
+    if (!text) {
+        fprintf(stderr, "zinfdump: %s\n", err);
+        return 1;
+    }
+    int rc = timeline_read_trace(p, text, len, m, err, sizeof err);
+    free(text);
+    if (rc) fprintf(stderr, "zinfdump: %s: %s\n", path, err);
+    return rc ? 1 : 0;
+}
+
+/* --compare: the table; 1 (printed) on failure. */
+static int compare(const char *path, const Plan *p, const CostResult *c, const Timeline *m) {
+    Timeline pred;
+    bool ok = timeline_predicted(p, c, &pred) && plandump_compare(p, &pred, m, path, stdout);
+    timeline_free(&pred);
+    if (!ok) fprintf(stderr, "zinfdump: out of memory\n");
+    return ok ? 0 : 1;
 }
 
 int main(int argc, char **argv) {
-    const char *path = NULL, *trace = NULL, *svg = NULL;
+    const char *path = NULL, *trace = NULL, *svg = NULL, *cmp = NULL;
     bool schedule = false, memory = false, kernels = false, hf = false, hf_config = false;
     int rank = -1;
     for (int i = 1; i < argc; i++) {
@@ -50,7 +113,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--hf")) hf = true;
         else if (!strcmp(a, "--hf-config")) hf_config = true;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout, 0);
-        else if (!strcmp(a, "--rank") || !strcmp(a, "--trace") || !strcmp(a, "--svg")) {
+        else if (!strcmp(a, "--rank") || !strcmp(a, "--trace") || !strcmp(a, "--svg") || !strcmp(a, "--compare")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "zinfdump: %s needs a value\n", a);
                 return usage(stderr, 2);
@@ -58,6 +121,7 @@ int main(int argc, char **argv) {
             const char *v = argv[++i];
             if (!strcmp(a, "--trace")) trace = v;
             else if (!strcmp(a, "--svg")) svg = v;
+            else if (!strcmp(a, "--compare")) cmp = v;
             else {
                 char *end;
                 long r = strtol(v, &end, 10);
@@ -102,15 +166,23 @@ int main(int argc, char **argv) {
         plan_free(p);
         return 1;
     }
-    int rc = 0;
+    Timeline m = {.rank = -1};
+    int rc = cmp ? read_measured(cmp, p, &m) : 0;
+    if (rc) {
+        cost_free(&c);
+        plan_free(p);
+        return rc;
+    }
     if (schedule) plandump_schedule(p, rank, stdout);
     if (memory) plandump_memory(p, stdout);
-    if (trace) rc |= write_file(trace, p, &c, plandump_trace);
-    if (svg) rc |= write_file(svg, p, &c, plandump_svg);
+    if (cmp) rc |= compare(cmp, p, &c, &m);
+    if (trace) rc |= write_file(trace, p, &c, NULL, false);
+    if (svg) rc |= write_file(svg, p, &c, cmp ? &m : NULL, true);
     if (kernels) plandump_kernels(p, stdout);
     if (hf) plandump_hf(p, stdout);
     if (hf_config) fputs(p->hf.config ? p->hf.config : "", stdout);
-    if (!schedule && !memory && !trace && !svg && !kernels && !hf && !hf_config) plandump_summary(p, &c, stdout);
+    if (!schedule && !memory && !trace && !svg && !kernels && !hf && !hf_config && !cmp) plandump_summary(p, &c, stdout);
+    timeline_free(&m);
     cost_free(&c);
     plan_free(p);
     if (fflush(stdout) != 0) rc = 1;

@@ -2,9 +2,10 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include "plandump_impl.h"
 #include "vocab.h"
 
-static const char *instr_what(const Plan *p, const PlanInstr *s, char *buf, size_t n) {
+const char *pd_instr_what(const Plan *p, const PlanInstr *s, char *buf, size_t n) {
     if (s->op == PI_KERNEL && s->arg >= 0 && (uint32_t)s->arg < p->nops) {
         const PlanOp *o = &p->ops[s->arg];
         const char *out = o->nout > 0 && o->out[0] >= 0 ? p->tensors[o->out[0]].name : "";
@@ -57,7 +58,7 @@ void plandump_schedule(const Plan *p, int rank, FILE *out) {
         char tile[24] = "";
         if (s->ntiles > 1) snprintf(tile, sizeof tile, "%d/%d", s->tile, s->ntiles);
         fprintf(out, "%5u %-7s %-14s %-5s %s |", i, s->queue < PLAN_NQUEUES ? plan_queue_names[s->queue] : "?",
-                s->op < PI_COUNT ? plan_opcode_names[s->op] : "?", tile, instr_what(p, s, what, sizeof what));
+                s->op < PI_COUNT ? plan_opcode_names[s->op] : "?", tile, pd_instr_what(p, s, what, sizeof what));
         for (uint32_t k = 0; k < s->nopnd && s->opnd + k < p->noperands; k++) {
             operand_str(p, &p->operands[s->opnd + k], od, sizeof od);
             fprintf(out, " %s", od);
@@ -140,7 +141,7 @@ void plandump_summary(const Plan *p, const CostResult *c, FILE *out) {
     fprintf(out, "%s\n", sent);
 }
 
-static void lifetimes(const Plan *p, int32_t *first, int32_t *last) {
+void pd_lifetimes(const Plan *p, int32_t *first, int32_t *last) {
     for (uint32_t b = 0; b < p->nbuffers; b++) first[b] = last[b] = -1;
     for (uint32_t i = 0; i < p->ninstrs; i++)
         for (uint32_t k = 0; k < p->instrs[i].nopnd && p->instrs[i].opnd + k < p->noperands; k++) {
@@ -167,7 +168,7 @@ void plandump_memory(const Plan *p, FILE *out) {
         fprintf(out, "out of memory\n");
         goto done;
     }
-    lifetimes(p, first, last);
+    pd_lifetimes(p, first, last);
     char a[32], b[32];
     for (int k = 0; k < PLAN_NARENAS; k++) {
         int n = 0;
@@ -212,82 +213,10 @@ void plandump_trace(const Plan *p, const CostResult *c, FILE *out) {
         fprintf(out, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"i\":%u,\"what\":",
                 s->queue < PLAN_NQUEUES ? plan_queue_names[s->queue] : "?", s->queue, c->start[i] * 1e6,
                 (c->end[i] - c->start[i]) * 1e6, i);
-        json_str(out, instr_what(p, s, what, sizeof what));
+        json_str(out, pd_instr_what(p, s, what, sizeof what));
         fprintf(out, ",\"bytes\":%" PRIu64 "}}%s\n", s->bytes, i + 1 < p->ninstrs ? "," : "");
     }
     fprintf(out, "]}\n");
-}
-
-/* The bin of [0, n) time t falls in, of a pass of T seconds (n: after the
- * last). A forged plan's times can be infinite or NaN (infinite FLOPs,
- * negative latencies): those go to the ends rather than into an int they do
- * not fit. */
-static int time_bin(double t, double T, int n) {
-    double x = t / T * n;
-    if (!(x > 0)) return 0;
-    return x >= n ? n : (int)x;
-}
-
-/* A sum of buffer sizes as bytes (a forged plan's can pass 2^64). */
-static uint64_t bytes_of(double v) {
-    if (!(v > 0)) return 0;
-    return v >= 18446744073709551616.0 ? UINT64_MAX : (uint64_t)v;
-}
-
-void plandump_svg(const Plan *p, const CostResult *c, FILE *out) {
-    static const char *const colour[PLAN_NQUEUES] = {"#8c564b", "#1f77b4", "#17becf", "#d62728", "#2ca02c", "#ff7f0e"};
-    const double W = 1200, lane = 28, left = 80, mem_h = 160;
-    double T = c->pass_time > 0 ? c->pass_time : 1;
-    double top_mem = 40 + PLAN_NQUEUES * lane + 40;
-    double H = top_mem + mem_h + 40;
-    fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"11\">\n",
-            W + 20, H);
-    fprintf(out, "<text x=\"10\" y=\"20\" font-size=\"14\">%s on %s: %.4g s per pass, %d ranks</text>\n", p->model_name,
-            p->target.name, c->pass_time, p->ranks);
-    for (int q = 0; q < PLAN_NQUEUES; q++) {
-        double y = 40 + q * lane;
-        fprintf(out, "<text x=\"10\" y=\"%.1f\">%s</text>\n", y + lane * 0.6, plan_queue_names[q]);
-        fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f4f4f4\"/>\n", left, y, W - left, lane - 4);
-    }
-    for (uint32_t i = 0; i < p->ninstrs; i++) {
-        const PlanInstr *s = &p->instrs[i];
-        if (s->queue >= PLAN_NQUEUES || c->end[i] <= c->start[i]) continue;
-        double x = left + (W - left) * c->start[i] / T, w = (W - left) * (c->end[i] - c->start[i]) / T;
-        fprintf(out, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"><title>%u %s</title></rect>\n", x,
-                40 + s->queue * lane, w < 0.3 ? 0.3 : w, lane - 4, colour[s->queue], i, plan_opcode_names[s->op]);
-    }
-    /* GPU memory in use: each buffer from its first use's start to its last use's end */
-    int32_t *first = malloc(sizeof(int32_t) * (p->nbuffers + 1)), *last = malloc(sizeof(int32_t) * (p->nbuffers + 1));
-    enum { NB = 400 };
-    double use[NB] = {0}, peak = 0;
-    if (first && last) {
-        lifetimes(p, first, last);
-        for (uint32_t b = 0; b < p->nbuffers; b++) {
-            if (p->buffers[b].arena != ARENA_GPU) continue;
-            double t0 = 0, t1 = T;
-            if (!(p->buffers[b].flags & PLAN_BUF_PERSISTENT)) {
-                if (first[b] < 0) continue;
-                t0 = c->start[first[b]];
-                t1 = c->end[last[b]];
-            }
-            int k1 = time_bin(t1, T, NB);
-            if (k1 >= NB) k1 = NB - 1;
-            for (int k = time_bin(t0, T, NB); k <= k1; k++) use[k] += (double)p->buffers[b].bytes;
-        }
-        for (int k = 0; k < NB; k++) if (use[k] > peak) peak = use[k];
-    }
-    free(first);
-    free(last);
-    double cap = p->arenas[ARENA_GPU].capacity ? (double)p->arenas[ARENA_GPU].capacity : (peak > 0 ? peak : 1);
-    if (peak > cap) cap = peak;
-    char a[32], b[32];
-    fprintf(out, "<text x=\"10\" y=\"%.1f\">GPU memory in use (peak %s of %s)</text>\n", top_mem - 8,
-            plan_bytes_str(bytes_of(peak), a, sizeof a), plan_bytes_str(bytes_of(cap), b, sizeof b));
-    fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#999\"/>\n", left, top_mem, W - left, mem_h);
-    fprintf(out, "<polyline fill=\"none\" stroke=\"#9467bd\" stroke-width=\"1.5\" points=\"");
-    for (int k = 0; k < NB; k++)
-        fprintf(out, "%.1f,%.1f ", left + (W - left) * k / NB, top_mem + mem_h * (1 - use[k] / cap));
-    fprintf(out, "\"/>\n</svg>\n");
 }
 
 /* ---- --kernels: embedded units, then the launches per op ---- */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include "cost.h"
 #include "plan.h"
+#include "timeline.h"
 
 /* Memory per tier and rank, predicted step time, queue busy times, the bottleneck. */
 void plandump_summary(const Plan *p, const CostResult *c, FILE *out);
@@ -24,7 +25,17 @@ void plandump_kernels(const Plan *p, FILE *out);
 void plandump_hf(const Plan *p, FILE *out);
 /* The predicted timeline as Chrome trace JSON (chrome://tracing, Perfetto). */
 void plandump_trace(const Plan *p, const CostResult *c, FILE *out);
-/* The predicted timeline and GPU memory in use over the step, as SVG. */
+/* The predicted timeline and GPU memory in use over the step, as SVG: a
+ * time axis in ms, one lane per queue, the critical path's boxes outlined,
+ * memory scaled to its peak with the budget marked. */
 void plandump_svg(const Plan *p, const CostResult *c, FILE *out);
+/* The same with a measured timeline's lanes (and its critical path) under
+ * the predicted ones on the same axis; meas NULL: plandump_svg. false: out of memory. */
+bool plandump_svg_measured(const Plan *p, const CostResult *c, const Timeline *meas, FILE *out);
+/* --compare: busy time per queue and per instruction class, predicted
+ * against measured (ratio measured / predicted), the largest divergence
+ * first, then each one's critical path with its longest instructions.
+ * source names the measured trace in the header. false: out of memory. */
+bool plandump_compare(const Plan *p, const Timeline *pred, const Timeline *meas, const char *source, FILE *out);
 
 #endif
