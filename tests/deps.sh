@@ -2,7 +2,7 @@
 # Installs the Debian packages zinf needs, only those missing.
 # Used by `make deps` and .ci/run.
 set -e
-PKGS="re2c lemon check libsubunit-dev liburing-dev libopenmpi-dev openmpi-bin libopenblas-dev pkg-config clang libomp-dev fio python3"
+PKGS="re2c lemon check libsubunit-dev liburing-dev libopenmpi-dev openmpi-bin libopenblas-dev pkg-config clang libomp-dev fio python3 librsvg2-bin"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -1,0 +1,128 @@
+#!/bin/sh
+# zinfdump --compare: a measured step (zinfrun --trace, 2 ranks on the host
+# backend) against the cost model: the per-queue and per-class tables with
+# ratios, both critical paths, each rank's file named by its rank; a trace
+# of another plan, a truncated one and an empty one refused with one line
+# and exit 1. Then the picture, looked at as a person would: --svg rendered
+# to PNG (rsvg-convert, from `make deps`), the critical path's outline
+# colour on it, the measured lanes below the predicted ones, the memory
+# curve under both, and the axis labels in the XML.
+B=${1:-build}
+for p in zinfc zinfrun zinfdump zinftok; do [ -x "$B/bin/$p" ] || { echo "no $p: skipped"; exit 0; }; done
+W=$(mktemp -d /tmp/zinf-compare.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1
+D="$B/bin/zinfdump"
+fail=0
+say() { echo "FAIL: $*"; fail=1; }
+sed -e 's/ranks = 4/ranks = 2/' -e 's/target host {/target host2 {/' examples/targets/host.zl > "$W/t2.zl"
+"$B/bin/zinftok" /usr/share/common-licenses/GPL-3 -o "$W/train.bin" > /dev/null || exit 1
+"$B/bin/zinfc" tests/e2e/models/gpt-micro.zl --target "$W/t2.zl" -o "$W/m.plan" > /dev/null || { echo "FAIL: zinfc"; exit 1; }
+timeout 120 mpirun -np 2 --oversubscribe "$B/bin/zinfrun" "$W/m.plan" --data "$W/train.bin" --steps 2 --nvme "$W" --quiet \
+    --trace "$W/run.json" < /dev/null > "$W/out" 2>&1 || { echo "FAIL: zinfrun"; cat "$W/out"; exit 1; }
+
+# the table: every queue and a kernel class with a ratio, both critical paths
+"$D" "$W/m.plan" --compare "$W/run.json" > "$W/cmp" 2> "$W/err" || { say "--compare: exit $?"; cat "$W/err"; }
+grep -q "^compare: gpt_micro on host2, 2 ranks: the cost model against $W/run.json (rank 0), \([0-9]*\) of \1 instructions measured$" "$W/cmp" \
+    || say "no header naming rank 0 with every instruction measured"
+grep -q "^pass: predicted [0-9.]* ms, measured [0-9.]* ms, ratio [0-9.]*$" "$W/cmp" || say "no pass line"
+num='[0-9][0-9.]*'
+for q in nvme h2d d2h comm compute cpu; do
+  grep -q "^  $q  *[0-9]*  *$num  *$num  *\($num\|-\)  *[-+]$num$" "$W/cmp" || say "no row for queue $q"
+done
+for c in "kernel fwd linear" "kernel bwd linear" "kernel fwd attention" allreduce cpu_adam h2d; do
+  grep -q "^  $c  *[0-9]*  *$num  *$num  *$num  *[-+]$num$" "$W/cmp" || say "no row with a ratio for class '$c'"
+done
+# largest divergence first: the diff column's magnitudes do not grow down the class table
+sed -n '/^per instruction class/,/^$/p' "$W/cmp" | awk 'NR > 2 && NF { d = $NF; sub(/^[-+]/, "", d); d += 0; if (seen && d > last + 1e-9) bad = 1; last = d; seen = 1 } END { exit bad }' \
+    || say "classes are not sorted by divergence"
+grep -q "^critical path, predicted: [0-9]* instructions, $num ms (busy $num ms, waiting $num ms); on " "$W/cmp" || say "no predicted critical path"
+grep -q "^critical path, measured: [0-9]* instructions, $num ms (busy $num ms, waiting $num ms); on " "$W/cmp" || say "no measured critical path"
+"$D" "$W/m.plan" --compare "$W/run.json.rank1" | grep -q "^compare: .*run.json.rank1 (rank 1), " || say "rank 1's file is not named rank 1"
+[ $fail -eq 0 ] && echo "ok   --compare: queues, classes with ratios, both critical paths"
+
+# bad traces: one line on stderr, nothing on stdout, exit 1
+refused() { # name pattern file
+  "$D" "$W/m.plan" --compare "$3" > "$W/o" 2> "$W/e"; rc=$?
+  [ $rc -eq 1 ] || say "$1: exit $rc, expected 1"
+  [ "$(wc -l < "$W/e")" -eq 1 ] && [ ! -s "$W/o" ] || { say "$1: not one line on stderr alone"; cat "$W/e" "$W/o"; }
+  grep -q -- "$2" "$W/e" || { say "$1: did not say '$2'"; cat "$W/e"; }
+}
+"$B/bin/zinfc" tests/e2e/models/llama-micro.zl --target "$W/t2.zl" -o "$W/other.plan" > /dev/null && "$D" "$W/other.plan" --trace "$W/other.json" \
+    || say "planning another model"
+refused "another plan's trace" "a trace of another plan?" "$W/other.json"
+head -c 3000 "$W/run.json" > "$W/cut.json"
+refused "a truncated trace" "cut.json: not valid JSON: line [0-9]*, column [0-9]*: " "$W/cut.json"
+printf '{"traceEvents":[]}\n' > "$W/empty.json"
+refused "an empty trace" "empty.json: no measured instructions (an empty trace)$" "$W/empty.json"
+: > "$W/nothing.json"
+refused "an empty file" "nothing.json: not valid JSON: " "$W/nothing.json"
+refused "a missing file" "none.json: cannot read: No such file" "$W/none.json"
+[ $fail -eq 0 ] && echo "ok   bad traces refused with one line and exit 1"
+
+# the picture
+"$D" "$W/m.plan" --compare "$W/run.json" --svg "$W/c.svg" > /dev/null || say "--compare --svg: exit $?"
+for t in "time (ms)" "0 ms" "predicted (cost model)" "measured (rank 0)" "measured compute" "critical path" "GPU memory in use"; do
+  grep -q ">$t</text>" "$W/c.svg" || grep -q ">$t" "$W/c.svg" || say "svg lacks the text '$t'"
+done
+grep -q "budget 2.00 GiB, off the scale" "$W/c.svg" || say "svg does not note the budget off the scale"
+python3 -c "import sys, xml.dom.minidom as m; m.parse(sys.argv[1])" "$W/c.svg" || say "svg is not well-formed XML"
+if ! command -v rsvg-convert > /dev/null; then
+  echo "skip render: rsvg-convert is not installed (make deps installs librsvg2-bin)"
+elif ! rsvg-convert "$W/c.svg" -o "$W/c.png"; then
+  say "rsvg-convert could not render the svg"
+else
+  python3 - "$W/c.svg" "$W/c.png" <<'PY' || fail=1
+import re, struct, sys, zlib
+svg, png = open(sys.argv[1]).read(), open(sys.argv[2], "rb").read()
+# a PNG decoder (8-bit RGB or RGBA, not interlaced), so no imaging library is needed
+assert png[:8] == b"\x89PNG\r\n\x1a\n"
+pos, idat = 8, b""
+while pos < len(png):
+    n, kind = struct.unpack(">I4s", png[pos:pos + 8]); body = png[pos + 8:pos + 8 + n]; pos += 12 + n
+    if kind == b"IHDR": w, h, depth, ctype, _, _, lace = struct.unpack(">IIBBBBB", body)
+    elif kind == b"IDAT": idat += body
+assert depth == 8 and ctype in (2, 6) and not lace, (depth, ctype, lace)
+bpp = 4 if ctype == 6 else 3
+raw, stride, rows, prev = zlib.decompress(idat), w * bpp, [], bytearray(w * bpp)
+for y in range(h):
+    f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+    for i in range(stride):
+        a = line[i - bpp] if i >= bpp else 0; b = prev[i]; c = prev[i - bpp] if i >= bpp else 0
+        if f == 1: line[i] = (line[i] + a) & 255
+        elif f == 2: line[i] = (line[i] + b) & 255
+        elif f == 3: line[i] = (line[i] + (a + b) // 2) & 255
+        elif f == 4:
+            p = a + b - c; pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+            line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+    rows.append(line); prev = line
+def rows_of(hexcol):
+    r, g, b = (int(hexcol[k:k + 2], 16) for k in (1, 3, 5))
+    out = set()
+    for y, line in enumerate(rows):
+        for x in range(0, stride, bpp):
+            if abs(line[x] - r) < 12 and abs(line[x + 1] - g) < 12 and abs(line[x + 2] - b) < 12: out.add(y); break
+    return sorted(out)
+def text_y(t):
+    m = re.search(r'<text x="[0-9.]+" y="([0-9.]+)"[^>]*>' + re.escape(t) + '<', svg)
+    assert m, "no text " + t
+    return float(m.group(1))
+y_pred, y_meas, y_mem = text_y("predicted (cost model)"), text_y("measured (rank 0)"), float(re.search(r'y="([0-9.]+)">GPU memory in use \(predicted\)', svg).group(1))
+assert y_pred < y_meas < y_mem, (y_pred, y_meas, y_mem)
+ok = True
+def check(what, cond):
+    global ok
+    if not cond: print("FAIL: picture: " + what); ok = False
+crit, compute, mem = rows_of("#e6007e"), rows_of("#2ca02c"), rows_of("#9467bd")
+check("the critical path's outline (#e6007e) in the predicted lanes", any(y_pred < y < y_meas for y in crit))
+check("the critical path's outline in the measured lanes", any(y_meas < y < y_mem for y in crit))
+pred_c = [y for y in compute if y_pred < y < y_meas]; meas_c = [y for y in compute if y_meas < y < y_mem]
+check("compute boxes (#2ca02c) in the predicted lanes", pred_c)
+check("compute boxes in the measured lanes, below the predicted ones", meas_c and pred_c and min(meas_c) > max(pred_c))
+check("the GPU memory curve (#9467bd) under the lanes", any(y > y_mem for y in mem))
+if ok: print("ok   picture: %dx%d PNG with the critical path outlined in both timelines, measured lanes below predicted, memory below" % (w, h))
+sys.exit(0 if ok else 1)
+PY
+fi
+[ $fail -eq 0 ] && echo "zinfdump --compare: all checks pass"
+exit $fail
