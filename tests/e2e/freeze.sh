@@ -14,7 +14,10 @@
 #     relative);
 #  3. zinfc --explain's allocated model states shrink, per rank and whole,
 #     by exactly the frozen parameters' gradient + optimizer bytes (f32:
-#     4 + 4 + 4 per parameter), which zinfdump reports from the plan's shards.
+#     4 + 4 + 4 per parameter), which zinfdump reports from the plan's shards;
+#  4. on the CUDA backend (the plan's kernels on the fake driver and NCCL of
+#     tests/fakecuda) a gpt-micro with frozen weights trains as on the host
+#     backend, its frozen weights untouched.
 #   tests/e2e/freeze.sh BUILD
 B=${1:-build}
 . tests/pyenv.sh
@@ -81,4 +84,56 @@ for R in 1 2; do
     fail=1
   fi
 done
+# 4. The CUDA backend (the plan's own kernels on the fake driver and NCCL of
+# tests/fakecuda): gpt-micro with its embedding table (tied to the head) and
+# attention frozen, GPU homes on 1 rank and CPU homes on 2: the losses and
+# gradient norms are the host backend's on the same plan (2e-4 relative, as
+# cuda_fake.sh), and the frozen weights of both exports are bit-identical.
+if sh tests/fakecuda/build.sh "$B" > "$W/fake.log" 2>&1; then
+  FAKE="$B/fakecuda" UNITS="$B/fakecuda/units"
+  mkdir -p "$UNITS"
+  export ZINF_CACHE_DIR="$B/fakecuda/nvrtc-cache"
+  "$B/bin/zinftok" /usr/share/common-licenses/GPL-3 -o "$W/gpl.bin" > /dev/null
+  sed 's/^  checkpoint = "layer"$/&\n  freeze = ["wte", "block.*.attn.*"]/' tests/e2e/models/gpt-micro.zl > "$W/micro.zl"
+  for c in "1 gpu" "2 cpu"; do
+    set -- $c; R=$1; k="micro-$R"
+    cat > "$W/$k.zl" <<ZL
+import "$W/micro.zl"
+target fake { nodes = 1; gpus_per_node = $R
+  gpu { memory = 1 GiB; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "sm_90"; sms = 8 }
+  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2 }
+  net { bandwidth = 10 GB/s; latency_us = 5 } }
+plan { params = "$2"; optimizer = "$2"; grads = "$2"; whole_below = 1000 }
+ZL
+    mkdir -p "$W/src-$k"
+    "$B/bin/zinfc" "$W/$k.zl" --kernels=sm_90 --kernel-src="$W/src-$k" -o "$W/$k.plan" > "$W/$k.zinfc" 2>&1 &&
+      "$FAKE/fakecuda_prep" "$W/$k.plan" "$W/src-$k" sm_90 "$UNITS" > "$W/$k.prep" 2>&1 ||
+      { cat "$W/$k.zinfc" "$W/$k.prep"; echo "FAIL: $k: zinfc or fakecuda_prep"; fail=1; continue; }
+    timeout 120 mpirun -np "$R" --oversubscribe "$B/bin/zinfrun" "$W/$k.plan" --data "$W/gpl.bin" --backend host --steps 3 \
+        --losses "$W/$k.host" --export "$W/$k-host.safetensors" --quiet < /dev/null > "$W/$k.hout" 2>&1 &&
+      env LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$UNITS" FAKECUDA_DEVICES=2 \
+        timeout 300 mpirun -np "$R" --oversubscribe -x LD_LIBRARY_PATH -x FAKECUDA_UNITS -x FAKECUDA_DEVICES "$B/bin/zinfrun" \
+        "$W/$k.plan" --data "$W/gpl.bin" --backend cuda --steps 3 --losses "$W/$k.cuda" --export "$W/$k-cuda.safetensors" \
+        < /dev/null > "$W/$k.cout" 2>&1 || { tail -5 "$W/$k.hout" "$W/$k.cout"; echo "FAIL: $k: zinfrun"; fail=1; continue; }
+    "$ZINF_PY" - "$W/$k" <<'PY' || fail=1
+import sys, torch
+from safetensors.torch import load_file
+k = sys.argv[1]
+ref = [l.split() for l in open(k + ".host")]
+got = [l.split() for l in open(k + ".cuda")]
+ok = len(ref) == len(got) == 3 and all(abs(float(a[i]) - float(b[i])) <= 2e-4 * abs(float(a[i])) for a, b in zip(ref, got) for i in (3, 5))
+h, c = load_file(k + "-host.safetensors"), load_file(k + "-cuda.safetensors")
+frozen = [n for n in h if n == "wte" or ".attn." in n]
+same = all(torch.equal(h[n], c[n]) for n in frozen)
+name = k.rsplit("/", 1)[1]
+if ok and same and frozen:
+    print("ok   %s on the CUDA backend (fake driver): losses and norms = the host backend's, %d frozen tensors bit-identical" % (name, len(frozen)))
+else:
+    print("FAIL %s on the CUDA backend: losses match %s, frozen tensors (%d) identical %s" % (name, ok, len(frozen), same))
+    sys.exit(1)
+PY
+  done
+else
+  echo "skip the CUDA backend: the fake driver did not build"
+fi
 exit $fail
