@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "unicode.h"
+#include "errorf.h"
 
 enum {
     CACHE_MAX_WORD = 256,       /* longer words are not cached (as in the tokenizers library) */
@@ -78,15 +79,6 @@ struct BpeModel {
     uint64_t words, hits;
 };
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 int bpe_ids_push(BpeIds *ids, uint32_t id) {
     if (ids->n == ids->cap) {
@@ -217,7 +209,7 @@ int bpe_create(BpeModel **out, const BpeOptions *o, const BpeToken *vocab, size_
                size_t nmerges, char *err, size_t errlen) {
     *out = NULL;
     BpeModel *m = calloc(1, sizeof *m);
-    if (!m) return fail(err, errlen, "out of memory");
+    if (!m) return errorf(err, errlen, "out of memory");
     m->o = *o;
     m->o.unk_token = NULL;
     m->unk_id = -1;
@@ -226,7 +218,7 @@ int bpe_create(BpeModel **out, const BpeOptions *o, const BpeToken *vocab, size_
     for (size_t k = 0; k < nvocab; k++) {
         if (vocab[k].id >= BPE_MAX_ID) {
             bpe_free(m);
-            return fail(err, errlen, "token id %u of '%.*s' is too large (at most %d)", vocab[k].id,
+            return errorf(err, errlen, "token id %u of '%.*s' is too large (at most %d)", vocab[k].id,
                         (int)(vocab[k].n > 60 ? 60 : vocab[k].n), vocab[k].s, BPE_MAX_ID - 1);
         }
         if (vocab[k].id + 1 > limit) limit = vocab[k].id + 1;
@@ -245,11 +237,11 @@ int bpe_create(BpeModel **out, const BpeOptions *o, const BpeToken *vocab, size_
     if (!o->byte_level) m->bmp = malloc(0x10000 * sizeof *m->bmp);
     if (!m->pool || !m->off || !m->len || !m->vslots || !m->mslots || !m->cslots || (!o->byte_level && !m->bmp)) {
         bpe_free(m);
-        return fail(err, errlen, "out of memory for a vocabulary of %zu tokens and %zu merges", nvocab, nmerges);
+        return errorf(err, errlen, "out of memory for a vocabulary of %zu tokens and %zu merges", nvocab, nmerges);
     }
     if (o->unk_token && !(m->unk = strdup(o->unk_token))) {
         bpe_free(m);
-        return fail(err, errlen, "out of memory");
+        return errorf(err, errlen, "out of memory");
     }
     m->o.unk_token = m->unk;
     for (size_t k = 0; k < m->mmask + 1; k++) m->mslots[k].key = MERGE_EMPTY;
@@ -282,7 +274,7 @@ int bpe_create(BpeModel **out, const BpeOptions *o, const BpeToken *vocab, size_
     }
     if (total > UINT32_MAX) {
         bpe_free(m);
-        return fail(err, errlen, "vocabulary text too large");
+        return errorf(err, errlen, "vocabulary text too large");
     }
     m->pool_len = at;
     if (m->unk) m->unk_id = vocab_find(m, m->unk, strlen(m->unk));
@@ -297,7 +289,7 @@ int bpe_create(BpeModel **out, const BpeOptions *o, const BpeToken *vocab, size_
             uint32_t wn = a < 0 ? mg->an : mg->bn;
             free(buf);
             bpe_free(m);
-            return fail(err, errlen, "merge %zu ('%.*s' '%.*s'): '%.*s' is not in the vocabulary", k,
+            return errorf(err, errlen, "merge %zu ('%.*s' '%.*s'): '%.*s' is not in the vocabulary", k,
                         (int)(mg->an > 60 ? 60 : mg->an), mg->a, (int)(mg->bn > 60 ? 60 : mg->bn), mg->b,
                         (int)(wn > 60 ? 60 : wn), what);
         }
@@ -307,7 +299,7 @@ int bpe_create(BpeModel **out, const BpeOptions *o, const BpeToken *vocab, size_
             if (!nb) {
                 free(buf);
                 bpe_free(m);
-                return fail(err, errlen, "out of memory");
+                return errorf(err, errlen, "out of memory");
             }
             buf = nb;
             bufcap = need * 2 + 16;
@@ -316,7 +308,7 @@ int bpe_create(BpeModel **out, const BpeOptions *o, const BpeToken *vocab, size_
         memcpy(buf + mg->an, mg->b, mg->bn);
         int64_t c = vocab_find(m, buf, need);
         if (c < 0) {
-            fail(err, errlen, "merge %zu ('%.*s' '%.*s'): the merged token '%.*s' is not in the vocabulary", k,
+            errorf(err, errlen, "merge %zu ('%.*s' '%.*s'): the merged token '%.*s' is not in the vocabulary", k,
                  (int)(mg->an > 60 ? 60 : mg->an), mg->a, (int)(mg->bn > 60 ? 60 : mg->bn), mg->b,
                  (int)(need > 60 ? 60 : need), buf);
             free(buf);
@@ -537,16 +529,16 @@ int bpe_encode(BpeModel *m, const char *w, size_t n, BpeIds *out, char *err, siz
         if (c) {
             m->hits++;
             for (uint32_t k = 0; k < c->ids_n; k++)
-                if (bpe_ids_push(out, m->cids[c->ids_off + k])) return fail(err, errlen, "out of memory");
+                if (bpe_ids_push(out, m->cids[c->ids_off + k])) return errorf(err, errlen, "out of memory");
             return 0;
         }
     }
     if (m->o.ignore_merges) {
         const char *s;
         size_t sn;
-        if (spelled(m, w, n, &s, &sn)) return fail(err, errlen, "out of memory");
+        if (spelled(m, w, n, &s, &sn)) return errorf(err, errlen, "out of memory");
         int64_t id = vocab_find(m, s, sn);
-        if (id >= 0) return bpe_ids_push(out, (uint32_t)id) ? fail(err, errlen, "out of memory") : 0;
+        if (id >= 0) return bpe_ids_push(out, (uint32_t)id) ? errorf(err, errlen, "out of memory") : 0;
     }
     size_t ns = 0;
     int have_unk = 0;
@@ -573,10 +565,10 @@ int bpe_encode(BpeModel *m, const char *w, size_t n, BpeIds *out, char *err, siz
         i += step;
         if (id >= 0) {
             if (have_unk) {
-                if (sym_add(m, &ns, (uint32_t)m->unk_id, unk_len)) return fail(err, errlen, "out of memory");
+                if (sym_add(m, &ns, (uint32_t)m->unk_id, unk_len)) return errorf(err, errlen, "out of memory");
                 have_unk = 0;
             }
-            if (sym_add(m, &ns, (uint32_t)id, (uint32_t)clen)) return fail(err, errlen, "out of memory");
+            if (sym_add(m, &ns, (uint32_t)id, (uint32_t)clen)) return errorf(err, errlen, "out of memory");
             continue;
         }
         if (m->o.byte_fallback) {
@@ -584,26 +576,26 @@ int bpe_encode(BpeModel *m, const char *w, size_t n, BpeIds *out, char *err, siz
             for (size_t k = 0; k < clen; k++) all &= m->fb[(uint8_t)ctext[k]] >= 0;
             if (all) { /* (a pending unk stays pending, as in the tokenizers library) */
                 for (size_t k = 0; k < clen; k++)
-                    if (sym_add(m, &ns, (uint32_t)m->fb[(uint8_t)ctext[k]], 1)) return fail(err, errlen, "out of memory");
+                    if (sym_add(m, &ns, (uint32_t)m->fb[(uint8_t)ctext[k]], 1)) return errorf(err, errlen, "out of memory");
                 continue;
             }
         }
         if (m->unk) {
             if (m->unk_id < 0)
-                return fail(err, errlen, "unk_token '%s' is not in the vocabulary (needed for a character not in it)", m->unk);
+                return errorf(err, errlen, "unk_token '%s' is not in the vocabulary (needed for a character not in it)", m->unk);
             if (have_unk && m->o.fuse_unk) unk_len += (uint32_t)clen;
             else {
-                if (have_unk && sym_add(m, &ns, (uint32_t)m->unk_id, unk_len)) return fail(err, errlen, "out of memory");
+                if (have_unk && sym_add(m, &ns, (uint32_t)m->unk_id, unk_len)) return errorf(err, errlen, "out of memory");
                 have_unk = 1;
                 unk_len = (uint32_t)clen;
             }
         }
     }
-    if (have_unk && sym_add(m, &ns, (uint32_t)m->unk_id, unk_len)) return fail(err, errlen, "out of memory");
-    if (ns > 1 && merge_all(m, ns)) return fail(err, errlen, "out of memory");
+    if (have_unk && sym_add(m, &ns, (uint32_t)m->unk_id, unk_len)) return errorf(err, errlen, "out of memory");
+    if (ns > 1 && merge_all(m, ns)) return errorf(err, errlen, "out of memory");
     size_t first = out->n;
     for (size_t k = 0; k < ns; k++)
-        if (m->sym[k].len && bpe_ids_push(out, m->sym[k].c)) return fail(err, errlen, "out of memory");
+        if (m->sym[k].len && bpe_ids_push(out, m->sym[k].c)) return errorf(err, errlen, "out of memory");
     if (n < CACHE_MAX_WORD) cache_put(m, w, n, h, out->n > first ? out->v + first : NULL, out->n - first);
     return 0;
 }

@@ -1,5 +1,6 @@
 #include "ckpt.h"
 #include "safetensors.h"
+#include "errorf.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -16,16 +17,6 @@
 enum { CKPT_VERSION = 1, CKPT_MANIFEST_VERSION = 2 }; /* shard files; manifests (2: with the layout) */
 static const char ckpt_magic[8] = {'Z', 'I', 'N', 'F', 'C', 'K', 'P', 'T'};
 
-static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...) {
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static uint64_t fnv_update(uint64_t h, const void *data, size_t n) {
     const unsigned char *p = data;
@@ -44,20 +35,20 @@ const char *ckpt_step_dir(const char *root, int64_t step, char *buf, size_t n) {
 
 static int mkdir_p(const char *path, char *err, size_t errlen) {
     char tmp[4096];
-    if (strlen(path) >= sizeof tmp) return fail(err, errlen, "%s: path too long", path);
+    if (strlen(path) >= sizeof tmp) return errorf(err, errlen, "%s: path too long", path);
     strcpy(tmp, path);
     for (char *p = tmp + 1; *p; p++) {
         if (*p != '/') continue;
         *p = 0;
         if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-            return fail(err, errlen, "cannot create directory %s: %s", tmp, strerror(errno));
+            return errorf(err, errlen, "cannot create directory %s: %s", tmp, strerror(errno));
         *p = '/';
     }
     if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-        return fail(err, errlen, "cannot create directory %s: %s", tmp, strerror(errno));
+        return errorf(err, errlen, "cannot create directory %s: %s", tmp, strerror(errno));
     struct stat st;
     if (stat(tmp, &st) != 0 || !S_ISDIR(st.st_mode))
-        return fail(err, errlen, "%s is not a directory", tmp);
+        return errorf(err, errlen, "%s is not a directory", tmp);
     return 0;
 }
 
@@ -78,7 +69,7 @@ int ckpt_write_file_atomic(const char *path, const void *const *parts, const siz
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return fail(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+    if (fd < 0) return errorf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
     /* Held until the rename: a cleaner that can take it knows the writer is
      * gone, even when the PID in the name is another machine's. */
     while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {}
@@ -92,7 +83,7 @@ int ckpt_write_file_atomic(const char *path, const void *const *parts, const siz
                 int e = w < 0 ? errno : EIO;
                 close(fd);
                 unlink(tmp);
-                return fail(err, errlen, "write to %s failed: %s (the previous checkpoint is untouched)", tmp, strerror(e));
+                return errorf(err, errlen, "write to %s failed: %s (the previous checkpoint is untouched)", tmp, strerror(e));
             }
             p += w;
             left -= (size_t)w;
@@ -102,19 +93,19 @@ int ckpt_write_file_atomic(const char *path, const void *const *parts, const siz
         int e = errno;
         close(fd);
         unlink(tmp);
-        return fail(err, errlen, "fsync of %s failed: %s", tmp, strerror(e));
+        return errorf(err, errlen, "fsync of %s failed: %s", tmp, strerror(e));
     }
     if (close(fd) != 0) {
         int e = errno;
         unlink(tmp);
-        return fail(err, errlen, "close of %s failed: %s", tmp, strerror(e));
+        return errorf(err, errlen, "close of %s failed: %s", tmp, strerror(e));
     }
     if (rename(tmp, path) != 0) {
         int e = errno;
         unlink(tmp);
-        return fail(err, errlen, "rename %s -> %s failed: %s", tmp, path, strerror(e));
+        return errorf(err, errlen, "rename %s -> %s failed: %s", tmp, path, strerror(e));
     }
-    if (fsync_dir_of(path) != 0) return fail(err, errlen, "fsync of the directory of %s failed: %s", path, strerror(errno));
+    if (fsync_dir_of(path) != 0) return errorf(err, errlen, "fsync of the directory of %s failed: %s", path, strerror(errno));
     return 0;
 }
 
@@ -168,7 +159,7 @@ int ckpt_write_shard(const char *root, int64_t step, int rank, int world, uint64
     const void **parts = calloc((size_t)nparts, sizeof *parts);
     size_t *lens = calloc((size_t)nparts, sizeof *lens);
     Buf *hdrs = calloc((size_t)n + 2, sizeof *hdrs);
-    if (!parts || !lens || !hdrs) { free(parts); free(lens); free(hdrs); return fail(err, errlen, "out of memory writing %s", path); }
+    if (!parts || !lens || !hdrs) { free(parts); free(lens); free(hdrs); return errorf(err, errlen, "out of memory writing %s", path); }
     uint64_t h = FNV_INIT;
     Buf *hb = &hdrs[0];
     buf_put(hb, ckpt_magic, 8);
@@ -196,13 +187,13 @@ int ckpt_write_shard(const char *root, int64_t step, int rank, int world, uint64
     for (int i = 0; i < n + 1; i++) oom |= hdrs[i].oom;
     int rc;
     if (oom) {
-        rc = fail(err, errlen, "out of memory writing %s", path);
+        rc = errorf(err, errlen, "out of memory writing %s", path);
     } else {
         for (int i = 0; i < k; i++) h = fnv_update(h, parts[i], lens[i]);
         Buf *tb = &hdrs[n + 1];
         put_u64(tb, h);
         parts[k] = tb->p; lens[k] = tb->len; k++;
-        rc = tb->oom ? fail(err, errlen, "out of memory writing %s", path)
+        rc = tb->oom ? errorf(err, errlen, "out of memory writing %s", path)
                      : ckpt_write_file_atomic(path, parts, lens, k, err, errlen);
     }
     for (int i = 0; i < n + 2; i++) free(hdrs[i].p);
@@ -260,7 +251,7 @@ int ckpt_write_manifest(const char *root, int64_t step, int world, uint64_t plan
     for (int r = 0; r < world; r++) {
         char sp[4200];
         snprintf(sp, sizeof sp, "%s/rank-%05d.zck", dir, r);
-        if (access(sp, R_OK) != 0) return fail(err, errlen, "checkpoint %s is missing %s", dir, sp);
+        if (access(sp, R_OK) != 0) return errorf(err, errlen, "checkpoint %s is missing %s", dir, sp);
     }
     Buf b = {0};
     bprintf(&b, "{\n  \"format\": \"zinf-checkpoint\",\n  \"version\": %d,\n  \"model\": ", layout ? CKPT_MANIFEST_VERSION : 1);
@@ -271,7 +262,7 @@ int ckpt_write_manifest(const char *root, int64_t step, int world, uint64_t plan
     buf_put(&b, st, strlen(st));
     if (layout) layout_json(&b, layout);
     bprintf(&b, "\n}\n");
-    if (b.oom) { free(b.p); return fail(err, errlen, "out of memory"); }
+    if (b.oom) { free(b.p); return errorf(err, errlen, "out of memory"); }
     const void *parts[1] = {b.p};
     size_t lens[1] = {b.len};
     int rc = ckpt_write_file_atomic(path, parts, lens, 1, err, errlen);
@@ -395,7 +386,7 @@ int ckpt_scan(const char *root, CkptInfo **out, int *count, char *err, size_t er
     DIR *d = opendir(root);
     if (!d) {
         if (errno == ENOENT) return 0;
-        return fail(err, errlen, "cannot open checkpoint directory %s: %s", root, strerror(errno));
+        return errorf(err, errlen, "cannot open checkpoint directory %s: %s", root, strerror(errno));
     }
     CkptInfo *v = NULL;
     int n = 0, cap = 0, rc = 0;
@@ -405,7 +396,7 @@ int ckpt_scan(const char *root, CkptInfo **out, int *count, char *err, size_t er
         if (!step_name(de->d_name, &s)) continue;
         if (n == cap) {
             CkptInfo *nv = realloc(v, sizeof *v * (size_t)(cap = cap ? 2 * cap : 16));
-            if (!nv) { rc = fail(err, errlen, "out of memory listing %s", root); break; }
+            if (!nv) { rc = errorf(err, errlen, "out of memory listing %s", root); break; }
             v = nv;
         }
         CkptInfo *ci = &v[n++];
@@ -478,12 +469,12 @@ static int remove_dir(const char *dir, char *err, size_t errlen) {
             if (unlink(p) != 0 && errno != ENOENT) {
                 int e = errno;
                 closedir(sd);
-                return fail(err, errlen, "cannot remove %s: %s", p, strerror(e));
+                return errorf(err, errlen, "cannot remove %s: %s", p, strerror(e));
             }
         }
         closedir(sd);
     }
-    if (rmdir(dir) != 0 && errno != ENOENT) return fail(err, errlen, "cannot remove %s: %s", dir, strerror(errno));
+    if (rmdir(dir) != 0 && errno != ENOENT) return errorf(err, errlen, "cannot remove %s: %s", dir, strerror(errno));
     return 0;
 }
 
@@ -494,7 +485,7 @@ static int remove_step(const char *root, int64_t step, char *err, size_t errlen)
     char dir[4096], gone[4200];
     ckpt_step_dir(root, step, dir, sizeof dir);
     snprintf(gone, sizeof gone, "%s.deleting.%d", dir, (int)getpid());
-    if (rename(dir, gone) != 0) return errno == ENOENT ? 0 : fail(err, errlen, "cannot remove %s: %s", dir, strerror(errno));
+    if (rename(dir, gone) != 0) return errno == ENOENT ? 0 : errorf(err, errlen, "cannot remove %s: %s", dir, strerror(errno));
     return remove_dir(gone, err, errlen);
 }
 
@@ -520,7 +511,7 @@ static void note(char *report, size_t replen, size_t *used, const char *dir, con
 static int finish_removals(const char *root, int world, uint64_t plan_hash, int *removed, char *report, size_t replen,
                            size_t *used, char *err, size_t errlen) {
     DIR *d = opendir(root);
-    if (!d) return errno == ENOENT ? 0 : fail(err, errlen, "cannot open checkpoint directory %s: %s", root, strerror(errno));
+    if (!d) return errno == ENOENT ? 0 : errorf(err, errlen, "cannot open checkpoint directory %s: %s", root, strerror(errno));
     struct dirent *de;
     int rc = 0;
     while (!rc && (de = readdir(d))) {
@@ -585,7 +576,7 @@ int ckpt_clean_debris(const char *root, int world, uint64_t plan_hash, char *rep
             uint64_t h = 0;
             bool known = shard_ident(fp, &w, &h);
             if (gone > 0 || (known ? (w == world && h == plan_hash) : mine)) {
-                if (unlink(fp) != 0 && errno != ENOENT) rc = fail(err, errlen, "cannot remove %s: %s", fp, strerror(errno));
+                if (unlink(fp) != 0 && errno != ENOENT) rc = errorf(err, errlen, "cannot remove %s: %s", fp, strerror(errno));
                 else tmps++;
                 if (!v[i].ident_known && known) mine = w == world && h == plan_hash;
             }
@@ -612,55 +603,55 @@ int ckpt_read_shard(const char *root, int64_t step, int rank, int world, uint64_
     ckpt_step_dir(root, step, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/rank-%05d.zck", dir, rank);
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    if (!f) return errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
     uint64_t h = FNV_INIT;
     unsigned char hdr[36];
     int rc = -1;
-    if (fread(hdr, 1, 36, f) != 36) { fail(err, errlen, "%s: truncated header", path); goto out; }
+    if (fread(hdr, 1, 36, f) != 36) { errorf(err, errlen, "%s: truncated header", path); goto out; }
     h = fnv_update(h, hdr, 36);
-    if (memcmp(hdr, ckpt_magic, 8) != 0) { fail(err, errlen, "%s: not a zinf checkpoint shard (bad magic)", path); goto out; }
-    if (get_le(hdr + 8, 4) != CKPT_VERSION) { fail(err, errlen, "%s: unsupported version %u", path, (unsigned)get_le(hdr + 8, 4)); goto out; }
+    if (memcmp(hdr, ckpt_magic, 8) != 0) { errorf(err, errlen, "%s: not a zinf checkpoint shard (bad magic)", path); goto out; }
+    if (get_le(hdr + 8, 4) != CKPT_VERSION) { errorf(err, errlen, "%s: unsupported version %u", path, (unsigned)get_le(hdr + 8, 4)); goto out; }
     if ((int)get_le(hdr + 12, 4) != rank || (int)get_le(hdr + 16, 4) != world) {
-        fail(err, errlen, "%s: shard of rank %u of %u, expected rank %d of %d", path, (unsigned)get_le(hdr + 12, 4),
+        errorf(err, errlen, "%s: shard of rank %u of %u, expected rank %d of %d", path, (unsigned)get_le(hdr + 12, 4),
              (unsigned)get_le(hdr + 16, 4), rank, world);
         goto out;
     }
     if ((int64_t)get_le(hdr + 20, 8) != step || get_le(hdr + 28, 8) != plan_hash) {
-        fail(err, errlen, "%s: shard is for another step or plan", path);
+        errorf(err, errlen, "%s: shard is for another step or plan", path);
         goto out;
     }
     unsigned char nb[4];
-    if (fread(nb, 1, 4, f) != 4) { fail(err, errlen, "%s: truncated", path); goto out; }
+    if (fread(nb, 1, 4, f) != 4) { errorf(err, errlen, "%s: truncated", path); goto out; }
     h = fnv_update(h, nb, 4);
-    if ((int)get_le(nb, 4) != n) { fail(err, errlen, "%s: holds %u tensors, the plan has %d", path, (unsigned)get_le(nb, 4), n); goto out; }
+    if ((int)get_le(nb, 4) != n) { errorf(err, errlen, "%s: holds %u tensors, the plan has %d", path, (unsigned)get_le(nb, 4), n); goto out; }
     for (int i = 0; i < n; i++) {
         unsigned char l2[2];
-        if (fread(l2, 1, 2, f) != 2) { fail(err, errlen, "%s: truncated", path); goto out; }
+        if (fread(l2, 1, 2, f) != 2) { errorf(err, errlen, "%s: truncated", path); goto out; }
         h = fnv_update(h, l2, 2);
         size_t nl = (size_t)get_le(l2, 2);
         char name[65536];
-        if (fread(name, 1, nl, f) != nl) { fail(err, errlen, "%s: truncated", path); goto out; }
+        if (fread(name, 1, nl, f) != nl) { errorf(err, errlen, "%s: truncated", path); goto out; }
         h = fnv_update(h, name, nl);
         name[nl] = 0;
         unsigned char eh[17];
-        if (fread(eh, 1, 17, f) != 17) { fail(err, errlen, "%s: truncated", path); goto out; }
+        if (fread(eh, 1, 17, f) != 17) { errorf(err, errlen, "%s: truncated", path); goto out; }
         h = fnv_update(h, eh, 17);
         if (strcmp(name, e[i].name) != 0 || eh[0] != e[i].dtype || get_le(eh + 1, 8) != e[i].bytes) {
-            fail(err, errlen, "%s: entry %d is '%s' (%" PRIu64 " bytes), the plan expects '%s' (%" PRIu64 " bytes)", path, i,
+            errorf(err, errlen, "%s: entry %d is '%s' (%" PRIu64 " bytes), the plan expects '%s' (%" PRIu64 " bytes)", path, i,
                  name, get_le(eh + 1, 8), e[i].name, e[i].bytes);
             goto out;
         }
-        if (fread(e[i].data, 1, e[i].bytes, f) != e[i].bytes) { fail(err, errlen, "%s: truncated in '%s'", path, name); goto out; }
+        if (fread(e[i].data, 1, e[i].bytes, f) != e[i].bytes) { errorf(err, errlen, "%s: truncated in '%s'", path, name); goto out; }
         h = fnv_update(h, e[i].data, e[i].bytes);
         if (fnv_update(FNV_INIT, e[i].data, e[i].bytes) != get_le(eh + 9, 8)) {
-            fail(err, errlen, "%s: checksum mismatch in '%s' (file corrupt)", path, name);
+            errorf(err, errlen, "%s: checksum mismatch in '%s' (file corrupt)", path, name);
             goto out;
         }
     }
     unsigned char tail[8];
-    if (fread(tail, 1, 8, f) != 8) { fail(err, errlen, "%s: truncated", path); goto out; }
-    if (get_le(tail, 8) != h) { fail(err, errlen, "%s: file checksum mismatch (file corrupt)", path); goto out; }
-    if (fgetc(f) != EOF) { fail(err, errlen, "%s: trailing bytes after the shard", path); goto out; }
+    if (fread(tail, 1, 8, f) != 8) { errorf(err, errlen, "%s: truncated", path); goto out; }
+    if (get_le(tail, 8) != h) { errorf(err, errlen, "%s: file checksum mismatch (file corrupt)", path); goto out; }
+    if (fgetc(f) != EOF) { errorf(err, errlen, "%s: trailing bytes after the shard", path); goto out; }
     rc = 0;
 out:
     fclose(f);
@@ -672,9 +663,9 @@ char *ckpt_read_state(const char *root, int64_t step, char *err, size_t errlen) 
     ckpt_step_dir(root, step, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     char *m = read_small_file(path, CKPT_MANIFEST_MAX, NULL);
-    if (!m) { fail(err, errlen, "cannot read %s: %s", path, strerror(errno)); return NULL; }
+    if (!m) { errorf(err, errlen, "cannot read %s: %s", path, strerror(errno)); return NULL; }
     char *p = strstr(m, "\"state\":");
-    if (!p) { free(m); fail(err, errlen, "%s: no state", path); return NULL; }
+    if (!p) { free(m); errorf(err, errlen, "%s: no state", path); return NULL; }
     p += 8;
     while (*p == ' ') p++;
     /* The state object runs to the matching brace. */
@@ -699,10 +690,10 @@ int ckpt_set_aside(const char *root, int64_t step, char *to, size_t ton, char *e
         else snprintf(to, ton, "%s.bad", dir);
         struct stat st;
         if (stat(to, &st) == 0) continue;
-        if (rename(dir, to) != 0) return fail(err, errlen, "cannot rename %s to %s: %s", dir, to, strerror(errno));
-        return fsync_dir_of(dir) ? fail(err, errlen, "fsync of %s failed: %s", root, strerror(errno)) : 0;
+        if (rename(dir, to) != 0) return errorf(err, errlen, "cannot rename %s to %s: %s", dir, to, strerror(errno));
+        return fsync_dir_of(dir) ? errorf(err, errlen, "fsync of %s failed: %s", root, strerror(errno)) : 0;
     }
-    return fail(err, errlen, "cannot set %s aside: %s.bad to .bad.99 all exist", dir, dir);
+    return errorf(err, errlen, "cannot set %s aside: %s.bad to .bad.99 all exist", dir, dir);
 }
 
 int ckpt_prune(const char *root, int world, uint64_t plan_hash, int64_t upto, int keep, char *err, size_t errlen) {
@@ -727,11 +718,11 @@ int safetensors_write(const char *path, const StTensor *t, int n, const char *mo
     uint8_t *hdr = NULL;
     size_t hlen = 0;
     int rc = 0;
-    if (!out || !parts || !lens) rc = fail(err, errlen, "out of memory writing %s", path);
+    if (!out || !parts || !lens) rc = errorf(err, errlen, "out of memory writing %s", path);
     for (int i = 0; i < n && !rc; i++) {
         int d = st_dtype_from_plan(t[i].dtype);
         if (d < 0 || t[i].rank < 0 || t[i].rank > ST_MAX_RANK) {
-            rc = fail(err, errlen, "%s: tensor '%s' has no safetensors dtype or too many dimensions", path, t[i].name);
+            rc = errorf(err, errlen, "%s: tensor '%s' has no safetensors dtype or too many dimensions", path, t[i].name);
             break;
         }
         out[i] = (StOutTensor){.name = t[i].name, .dtype = (StDtype)d, .rank = t[i].rank};
@@ -740,7 +731,7 @@ int safetensors_write(const char *path, const StTensor *t, int n, const char *mo
     const char *meta[] = {"format", "pt", "producer", "zinf", "model", model ? model : ""};
     if (!rc) rc = st_header_build(out, (size_t)n, meta, 3, &hdr, &hlen, err, errlen);
     for (int i = 0; i < n && !rc; i++)
-        if (out[i].bytes != t[i].bytes) rc = fail(err, errlen, "%s: tensor '%s' has %" PRIu64 " bytes, its shape says %" PRIu64, path,
+        if (out[i].bytes != t[i].bytes) rc = errorf(err, errlen, "%s: tensor '%s' has %" PRIu64 " bytes, its shape says %" PRIu64, path,
                                                   t[i].name, t[i].bytes, out[i].bytes);
     if (!rc) {
         parts[0] = hdr;

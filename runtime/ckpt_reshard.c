@@ -15,17 +15,8 @@
 #include <unistd.h>
 #include "json.h"
 #include "vocab.h"
+#include "errorf.h"
 
-static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...) {
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static uint64_t fnv_update(uint64_t h, const void *data, size_t n) {
     const unsigned char *p = data;
@@ -55,12 +46,12 @@ static bool get_i64(const JsonValue *o, const char *key, int64_t *v) {
 int ckpt_layout_check(const CkptShardLayout *l, int world, char *err, size_t errlen) {
     if (l->numel < 0 || l->ntiles < 1 || l->tile_elems < 0 || l->tile_shard < 1 || world < 1 ||
         l->tile_elems > INT64_MAX / l->ntiles || (int64_t)l->ntiles * l->tile_elems != l->numel)
-        return fail(err, errlen, "tiles do not add up to the tensor (%d x %" PRId64 " elements, %" PRId64 " in all)",
+        return errorf(err, errlen, "tiles do not add up to the tensor (%d x %" PRId64 " elements, %" PRId64 " in all)",
                     (int)l->ntiles, l->tile_elems, l->numel);
     bool covers = l->partitioned ? l->tile_shard <= INT64_MAX / world && l->tile_shard * world >= l->tile_elems
                                  : l->tile_shard >= l->tile_elems;
     if (!covers || l->tile_shard > INT64_MAX / l->ntiles)
-        return fail(err, errlen, "slices of %" PRId64 " elements do not cover a tile of %" PRId64 " on %d rank%s", l->tile_shard,
+        return errorf(err, errlen, "slices of %" PRId64 " elements do not cover a tile of %" PRId64 " on %d rank%s", l->tile_shard,
                     l->tile_elems, world, world == 1 ? "" : "s");
     return 0;
 }
@@ -74,8 +65,8 @@ static int parse_tensor(const JsonValue *o, int world, CkptTensorLayout *t, char
         !get_i64(o, "numel", &t->s.numel) || !get_i64(o, "ntiles", &nt) || !get_i64(o, "tile_elems", &t->s.tile_elems) ||
         !get_i64(o, "tile_shard", &t->s.tile_shard) || part < 0 || dt < 0 || dt > 255 || cls < 0 || cls > 255 ||
         nt < 1 || nt > INT32_MAX || dtype_size((DType)dt) <= 0)
-        return fail(err, errlen, "a layout entry lacks a field or has a bad one");
-    if (!(t->name = strdup(name))) return fail(err, errlen, "out of memory");
+        return errorf(err, errlen, "a layout entry lacks a field or has a bad one");
+    if (!(t->name = strdup(name))) return errorf(err, errlen, "out of memory");
     t->dtype = (uint8_t)dt;
     t->cls = (uint8_t)cls;
     t->s.ntiles = (int32_t)nt;
@@ -83,11 +74,11 @@ static int parse_tensor(const JsonValue *o, int world, CkptTensorLayout *t, char
     t->rank = (int)shape->count;
     for (size_t d = 0; d < shape->count; d++) {
         const JsonValue *x = &shape->items[d];
-        if (x->type != JSON_NUMBER || !x->is_integer || x->integer < 0) return fail(err, errlen, "'%s': a bad shape", name);
+        if (x->type != JSON_NUMBER || !x->is_integer || x->integer < 0) return errorf(err, errlen, "'%s': a bad shape", name);
         t->dims[d] = x->integer;
     }
     char why[200];
-    if (ckpt_layout_check(&t->s, world, why, sizeof why)) return fail(err, errlen, "'%s': %s", name, why);
+    if (ckpt_layout_check(&t->s, world, why, sizeof why)) return errorf(err, errlen, "'%s': %s", name, why);
     return 0;
 }
 
@@ -96,14 +87,14 @@ static int parse_layout(const JsonValue *lo, int world, CkptLayout *l, char *err
     int64_t dt;
     if (!ts || !get_i64(lo, "micro_batch", &l->micro_batch) || !get_i64(lo, "grad_accum", &l->grad_accum) ||
         !get_i64(lo, "dtype", &dt) || dt < 0 || dt > 255 || ts->count > (1u << 24))
-        return fail(err, errlen, "the layout lacks micro_batch, grad_accum, dtype or tensors");
+        return errorf(err, errlen, "the layout lacks micro_batch, grad_accum, dtype or tensors");
     l->train_dtype = (uint8_t)dt;
     l->owned = true;
     l->t = calloc(ts->count + 1, sizeof *l->t);
-    if (!l->t) return fail(err, errlen, "out of memory");
+    if (!l->t) return errorf(err, errlen, "out of memory");
     for (size_t i = 0; i < ts->count; i++) {
         l->n = (int)i + 1; /* what to free */
-        if (ts->items[i].type != JSON_OBJECT) return fail(err, errlen, "layout entry %zu is not an object", i);
+        if (ts->items[i].type != JSON_OBJECT) return errorf(err, errlen, "layout entry %zu is not an object", i);
         if (parse_tensor(&ts->items[i], world, &l->t[i], err, errlen)) return -1;
     }
     l->n = (int)ts->count;
@@ -116,10 +107,10 @@ static int parse_manifest(const JsonValue *root, CkptManifest *m, char *err, siz
     int64_t world;
     if (!fmt || strcmp(fmt, "zinf-checkpoint") || !model || !hash || !get_i64(root, "world", &world) || world < 1 ||
         world > (1 << 24) || strlen(hash) != 16)
-        return fail(err, errlen, "not a zinf checkpoint manifest, or it lacks model, world or plan_hash");
+        return errorf(err, errlen, "not a zinf checkpoint manifest, or it lacks model, world or plan_hash");
     char *end;
     m->plan_hash = strtoull(hash, &end, 16);
-    if (*end) return fail(err, errlen, "a bad plan_hash '%s'", hash);
+    if (*end) return errorf(err, errlen, "a bad plan_hash '%s'", hash);
     snprintf(m->model, sizeof m->model, "%s", model);
     m->world = (int)world;
     const JsonValue *lo = json_get_type(root, "layout", JSON_OBJECT);
@@ -134,22 +125,22 @@ int ckpt_read_manifest(const char *root, int64_t step, CkptManifest *m, char *er
     ckpt_step_dir(root, step, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, errlen, "cannot read %s: %s", path, strerror(errno));
+    if (!f) return errorf(err, errlen, "cannot read %s: %s", path, strerror(errno));
     struct stat sb;
     size_t len = fstat(fileno(f), &sb) == 0 && sb.st_size > 0 ? (size_t)sb.st_size : 0;
     if (len > CKPT_MANIFEST_MAX) len = CKPT_MANIFEST_MAX;
     char *text = malloc(len + 1);
     size_t got = text ? fread(text, 1, len, f) : 0;
     fclose(f);
-    if (!text) return fail(err, errlen, "out of memory reading %s", path);
+    if (!text) return errorf(err, errlen, "out of memory reading %s", path);
     JsonDoc doc;
     char je[256];
     int rc = 0;
     if (json_parse(text, got, &doc, je, sizeof je)) {
-        rc = fail(err, errlen, "%s: %s", path, je);
+        rc = errorf(err, errlen, "%s: %s", path, je);
     } else {
         char why[512];
-        if (parse_manifest(doc.root, m, why, sizeof why)) rc = fail(err, errlen, "%s: %s", path, why);
+        if (parse_manifest(doc.root, m, why, sizeof why)) rc = errorf(err, errlen, "%s: %s", path, why);
     }
     json_free(&doc);
     free(text);
@@ -219,7 +210,7 @@ int ckpt_reader_open(CkptReader *rd, const char *root, int64_t step, const CkptM
         free(rd->fd);
         rd->fd = NULL; /* nothing opened */
         ckpt_reader_close(rd);
-        return fail(err, errlen, "out of memory reading %s", rd->dir);
+        return errorf(err, errlen, "out of memory reading %s", rd->dir);
     }
     for (int w = 0; w < m->world; w++) rd->fd[w] = -1;
     return 0;
@@ -255,40 +246,40 @@ static int pread_all(int fd, void *buf, size_t n, uint64_t off) {
 /* The entries of writer w's shard file, each checked against the manifest. */
 static int index_writer(CkptReader *rd, int w, const char *path, char *err, size_t errlen) {
     const CkptManifest *m = rd->m;
-    if (rd->fd[w] < 0 && (rd->fd[w] = open(path, O_RDONLY | O_CLOEXEC)) < 0) return fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    if (rd->fd[w] < 0 && (rd->fd[w] = open(path, O_RDONLY | O_CLOEXEC)) < 0) return errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
     unsigned char hdr[40];
-    if (pread_all(rd->fd[w], hdr, sizeof hdr, 0)) return fail(err, errlen, "%s: truncated header", path);
-    if (memcmp(hdr, "ZINFCKPT", 8) || get_le(hdr + 8, 4) != 1) return fail(err, errlen, "%s: not a version-1 zinf checkpoint shard", path);
+    if (pread_all(rd->fd[w], hdr, sizeof hdr, 0)) return errorf(err, errlen, "%s: truncated header", path);
+    if (memcmp(hdr, "ZINFCKPT", 8) || get_le(hdr + 8, 4) != 1) return errorf(err, errlen, "%s: not a version-1 zinf checkpoint shard", path);
     if (get_le(hdr + 12, 4) != (uint64_t)w || get_le(hdr + 16, 4) != (uint64_t)m->world ||
         (int64_t)get_le(hdr + 20, 8) != rd->step || get_le(hdr + 28, 8) != m->plan_hash)
-        return fail(err, errlen, "%s: the shard's rank, world, step or plan is not the manifest's", path);
+        return errorf(err, errlen, "%s: the shard's rank, world, step or plan is not the manifest's", path);
     if (get_le(hdr + 36, 4) != (uint64_t)m->layout.n)
-        return fail(err, errlen, "%s: holds %u tensors, the manifest lists %d", path, (unsigned)get_le(hdr + 36, 4), m->layout.n);
+        return errorf(err, errlen, "%s: holds %u tensors, the manifest lists %d", path, (unsigned)get_le(hdr + 36, 4), m->layout.n);
     free(rd->sum[w]);
     rd->off[w] = malloc(sizeof(uint64_t) * ((size_t)m->layout.n + 1));
     rd->sum[w] = malloc(sizeof(uint64_t) * ((size_t)m->layout.n + 1));
-    if (!rd->off[w] || !rd->sum[w]) return fail(err, errlen, "out of memory");
+    if (!rd->off[w] || !rd->sum[w]) return errorf(err, errlen, "out of memory");
     struct stat sb;
     uint64_t size = fstat(rd->fd[w], &sb) == 0 ? (uint64_t)sb.st_size : 0, pos = sizeof hdr;
     for (int k = 0; k < m->layout.n; k++) {
         const CkptTensorLayout *t = &m->layout.t[k];
         unsigned char l2[2], eh[17];
         char name[65536];
-        if (pread_all(rd->fd[w], l2, 2, pos)) return fail(err, errlen, "%s: truncated", path);
+        if (pread_all(rd->fd[w], l2, 2, pos)) return errorf(err, errlen, "%s: truncated", path);
         size_t nl = (size_t)get_le(l2, 2);
         if (pread_all(rd->fd[w], name, nl, pos + 2) || pread_all(rd->fd[w], eh, 17, pos + 2 + nl))
-            return fail(err, errlen, "%s: truncated", path);
+            return errorf(err, errlen, "%s: truncated", path);
         name[nl] = 0;
         uint64_t bytes = (uint64_t)t->s.ntiles * (uint64_t)t->s.tile_shard * (uint64_t)dtype_size((DType)t->dtype);
         if (strcmp(name, t->name) || eh[0] != t->dtype || get_le(eh + 1, 8) != bytes)
-            return fail(err, errlen, "%s: entry %d is '%s' (%" PRIu64 " bytes), the manifest says '%s' (%" PRIu64 " bytes)", path, k,
+            return errorf(err, errlen, "%s: entry %d is '%s' (%" PRIu64 " bytes), the manifest says '%s' (%" PRIu64 " bytes)", path, k,
                         name, get_le(eh + 1, 8), t->name, bytes);
         rd->off[w][k] = pos + 2 + nl + 17;
         rd->sum[w][k] = get_le(eh + 9, 8);
         pos = rd->off[w][k] + bytes;
-        if (pos > size) return fail(err, errlen, "%s: truncated in '%s'", path, name);
+        if (pos > size) return errorf(err, errlen, "%s: truncated in '%s'", path, name);
     }
-    if (pos + 8 != size) return fail(err, errlen, "%s: %" PRIu64 " bytes, its entries say %" PRIu64, path, size, pos + 8);
+    if (pos + 8 != size) return errorf(err, errlen, "%s: %" PRIu64 " bytes, its entries say %" PRIu64, path, size, pos + 8);
     return 0;
 }
 
@@ -336,7 +327,7 @@ static int read_entry(CkptReader *rd, int w, int k, const Piece *p, size_t np, u
     for (uint64_t c0 = 0; c0 < bytes; c0 += rd->stage_bytes) {
         uint64_t c1 = c0 + rd->stage_bytes < bytes ? c0 + rd->stage_bytes : bytes;
         if (pread_all(rd->fd[w], rd->stage, (size_t)(c1 - c0), rd->off[w][k] + c0))
-            return fail(err, errlen, "%s: truncated in '%s'", path, t->name);
+            return errorf(err, errlen, "%s: truncated in '%s'", path, t->name);
         h = fnv_update(h, rd->stage, (size_t)(c1 - c0));
         for (size_t i = 0; i < np; i++) {
             uint64_t a = (uint64_t)p[i].src * es, b = a + (uint64_t)p[i].n * es;
@@ -344,7 +335,7 @@ static int read_entry(CkptReader *rd, int w, int k, const Piece *p, size_t np, u
             if (lo < hi) memcpy(dst + (uint64_t)p[i].dst * es + (lo - a), rd->stage + (lo - c0), (size_t)(hi - lo));
         }
     }
-    if (h != rd->sum[w][k]) return fail(err, errlen, "%s: checksum mismatch in '%s' (file corrupt)", path, t->name);
+    if (h != rd->sum[w][k]) return errorf(err, errlen, "%s: checksum mismatch in '%s' (file corrupt)", path, t->name);
     return 0;
 }
 
@@ -354,8 +345,8 @@ int ckpt_reader_read(CkptReader *rd, int k, const CkptShardLayout *to, int rank,
     memset(dst, 0, (size_t)to->ntiles * (size_t)to->tile_shard * es);
     Pieces ps = {0};
     int rc = ckpt_reshard_pieces(&t->s, rd->m->world, to, rank, piece_add, &ps);
-    if (rc == -2) fail(err, errlen, "out of memory reading '%s'", t->name);
-    else if (rc) rc = fail(err, errlen, "'%s': the checkpoint's layout and this plan's do not describe the same tensor", t->name);
+    if (rc == -2) errorf(err, errlen, "out of memory reading '%s'", t->name);
+    else if (rc) rc = errorf(err, errlen, "'%s': the checkpoint's layout and this plan's do not describe the same tensor", t->name);
     if (!rc && ps.n > 1) qsort(ps.v, ps.n, sizeof *ps.v, by_writer_src);
     for (size_t i = 0; i < ps.n && !rc;) {
         size_t j = i;

@@ -1,17 +1,10 @@
 #include "cuexec.h"
+#include "errorf.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 int cux_bind_thread(Cux *x, char *err, size_t n) {
     CUX_CHECK(x, x->drv.CtxSetCurrent(x->ctx), err, n);
@@ -33,7 +26,7 @@ static void plan_archs(const Plan *p, char *out, size_t n) {
 
 static int load_code(Cux *x, const Plan *p, char *err, size_t n) {
     if (p->nlaunches == 0 || p->nkernels == 0)
-        return fail(err, n,
+        return errorf(err, n,
                     "rank %d: the plan has no GPU code (compiled for the host target, or with --kernels=none): "
                     "compile it for a GPU target (zinfc --target h200), or run it with --backend host",
                     x->rank);
@@ -42,13 +35,13 @@ static int load_code(Cux *x, const Plan *p, char *err, size_t n) {
     if (!any) {
         char have[128];
         plan_archs(p, have, sizeof have);
-        return fail(err, n,
+        return errorf(err, n,
                     "rank %d: the plan has GPU code for %s but this GPU (%s) is %s: recompile with zinfc --kernels=%s",
                     x->rank, have, x->name, x->arch, x->arch);
     }
     x->modules = calloc(p->nkernels, sizeof *x->modules);
     x->funcs = calloc(p->nlaunches, sizeof *x->funcs);
-    if (!x->modules || !x->funcs) return fail(err, n, "rank %d: out of memory", x->rank);
+    if (!x->modules || !x->funcs) return errorf(err, n, "rank %d: out of memory", x->rank);
     x->nlaunches = p->nlaunches;
     x->nmodules = p->nkernels;
     for (uint32_t k = 0; k < p->nkernels; k++) {
@@ -58,7 +51,7 @@ static int load_code(Cux *x, const Plan *p, char *err, size_t n) {
             x->modules[k] = NULL;
             char why[384];
             cudrv_fail(&x->drv, rc, "cuModuleLoadData", __FILE__, __LINE__, x->rank, why, sizeof why);
-            return fail(err, n, "%s, loading %s for %s", why, p->kernels[k].name, x->arch);
+            return errorf(err, n, "%s, loading %s for %s", why, p->kernels[k].name, x->arch);
         }
     }
     for (uint32_t li = 0; li < p->nlaunches; li++) {
@@ -67,13 +60,13 @@ static int load_code(Cux *x, const Plan *p, char *err, size_t n) {
         for (uint32_t k = 0; k < p->nkernels && !m; k++)
             if (x->modules[k] && !strcmp(p->kernels[k].name, l->unit)) m = x->modules[k];
         if (!m)
-            return fail(err, n, "rank %d: launch %u (%s) names unit %s, which the plan has no %s code for", x->rank, li,
+            return errorf(err, n, "rank %d: launch %u (%s) names unit %s, which the plan has no %s code for", x->rank, li,
                         l->entry, l->unit, x->arch);
         CUresult rc = x->drv.ModuleGetFunction(&x->funcs[li], m, l->entry);
         if (rc != CUDA_SUCCESS) {
             char why[384];
             cudrv_fail(&x->drv, rc, "cuModuleGetFunction", __FILE__, __LINE__, x->rank, why, sizeof why);
-            return fail(err, n, "%s: entry %s of %s", why, l->entry, l->unit);
+            return errorf(err, n, "%s: entry %s of %s", why, l->entry, l->unit);
         }
     }
     return 0;
@@ -83,10 +76,10 @@ int cux_open(Cux *x, const Plan *p, const Comm *c, char *err, size_t n) {
     memset(x, 0, sizeof *x);
     x->rank = c->rank;
     char why[512];
-    if (cudrv_open(&x->drv, why, sizeof why)) return fail(err, n, "rank %d: %s", c->rank, why);
+    if (cudrv_open(&x->drv, why, sizeof why)) return errorf(err, n, "rank %d: %s", c->rank, why);
     int local = c->local_rank, nlocal = c->local_size > 0 ? c->local_size : 1;
     if (nlocal > x->drv.ndevices) {
-        fail(err, n,
+        errorf(err, n,
              "rank %d: %d ranks run on this node but it has %d GPU%s: each rank needs its own "
              "(start %d rank%s per node, or plan for fewer)",
              c->rank, nlocal, x->drv.ndevices, x->drv.ndevices == 1 ? "" : "s", x->drv.ndevices,
@@ -96,7 +89,7 @@ int cux_open(Cux *x, const Plan *p, const Comm *c, char *err, size_t n) {
     x->ordinal = local;
     if (cudrv_describe(&x->drv, x->ordinal, x->name, sizeof x->name, &x->mem_total, x->arch, sizeof x->arch, why,
                        sizeof why)) {
-        fail(err, n, "rank %d: GPU %d: %s", c->rank, x->ordinal, why);
+        errorf(err, n, "rank %d: GPU %d: %s", c->rank, x->ordinal, why);
         goto bad;
     }
     CUresult rc = x->drv.DeviceGet(&x->dev, x->ordinal);
@@ -122,7 +115,7 @@ int cux_open(Cux *x, const Plan *p, const Comm *c, char *err, size_t n) {
     x->ev_begin = calloc(p->ninstrs ? p->ninstrs : 1, sizeof *x->ev_begin);
     x->ev_end = calloc(p->ninstrs ? p->ninstrs : 1, sizeof *x->ev_end);
     if (!x->ev_begin || !x->ev_end) {
-        fail(err, n, "rank %d: out of memory", x->rank);
+        errorf(err, n, "rank %d: out of memory", x->rank);
         goto bad;
     }
     rc = x->drv.EventCreate(&x->epoch, CU_EVENT_DEFAULT);
@@ -170,7 +163,7 @@ int cux_alloc_device(Cux *x, size_t bytes, const char *what, CUdeviceptr *out, c
     *out = 0;
     if (!bytes) return 0;
     if (x->ndev >= (int)(sizeof x->dev_alloc / sizeof *x->dev_alloc))
-        return fail(err, n, "rank %d: too many device allocations", x->rank);
+        return errorf(err, n, "rank %d: too many device allocations", x->rank);
     CUresult rc = x->drv.MemAlloc(out, bytes);
     if (rc != CUDA_SUCCESS) {
         *out = 0;
@@ -178,7 +171,7 @@ int cux_alloc_device(Cux *x, size_t bytes, const char *what, CUdeviceptr *out, c
         cudrv_fail(&x->drv, rc, "cuMemAlloc", __FILE__, __LINE__, x->rank, why, sizeof why);
         size_t fr = 0, tot = 0;
         if (x->drv.MemGetInfo(&fr, &tot) != CUDA_SUCCESS) fr = 0;
-        return fail(err, n, "%s: %s (%s) on %s, %s free", why, what, plan_bytes_str(bytes, b, sizeof b), x->name,
+        return errorf(err, n, "%s: %s (%s) on %s, %s free", why, what, plan_bytes_str(bytes, b, sizeof b), x->name,
                     plan_bytes_str(fr, f, sizeof f));
     }
     x->dev_alloc[x->ndev++] = *out;
@@ -190,13 +183,13 @@ int cux_alloc_host(Cux *x, size_t bytes, const char *what, void **out, char *err
     *out = NULL;
     if (!bytes) return 0;
     if (x->nhost >= (int)(sizeof x->host_alloc / sizeof *x->host_alloc))
-        return fail(err, n, "rank %d: too many pinned allocations", x->rank);
+        return errorf(err, n, "rank %d: too many pinned allocations", x->rank);
     CUresult rc = x->drv.MemHostAlloc(out, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
     if (rc != CUDA_SUCCESS) {
         *out = NULL;
         char why[384], b[32];
         cudrv_fail(&x->drv, rc, "cuMemHostAlloc", __FILE__, __LINE__, x->rank, why, sizeof why);
-        return fail(err, n, "%s: %s (%s of page-locked host memory)", why, what, plan_bytes_str(bytes, b, sizeof b));
+        return errorf(err, n, "%s: %s (%s of page-locked host memory)", why, what, plan_bytes_str(bytes, b, sizeof b));
     }
     memset(*out, 0, bytes);
     x->host_alloc[x->nhost++] = *out;
@@ -204,7 +197,7 @@ int cux_alloc_host(Cux *x, size_t bytes, const char *what, void **out, char *err
 }
 
 int cux_launch(Cux *x, const Plan *p, uint32_t li, const CuxBind *b, CUstream s, char *err, size_t n) {
-    if (li >= p->nlaunches) return fail(err, n, "rank %d: launch %u outside the plan", x->rank, li);
+    if (li >= p->nlaunches) return errorf(err, n, "rank %d: launch %u outside the plan", x->rank, li);
     const PlanLaunch *l = &p->launches[li];
     union {
         void *ptr;
@@ -212,7 +205,7 @@ int cux_launch(Cux *x, const Plan *p, uint32_t li, const CuxBind *b, CUstream s,
         float f;
     } val[32];
     void *params[32];
-    if (l->nargs > 32) return fail(err, n, "rank %d: %s has %u arguments", x->rank, l->entry, l->nargs);
+    if (l->nargs > 32) return errorf(err, n, "rank %d: %s has %u arguments", x->rank, l->entry, l->nargs);
     int pos = 0, i64 = 0, f32 = 0;
     for (uint32_t k = 0; k < l->nargs; k++) {
         const PlanLaunchArg *a = &p->launch_args[l->arg + k];
@@ -223,13 +216,13 @@ int cux_launch(Cux *x, const Plan *p, uint32_t li, const CuxBind *b, CUstream s,
             if (a->tensor < 0) d = pos < b->npos ? b->pos[pos++] : 0;
             else if ((uint32_t)a->tensor < p->ntensors && b->tensor) d = b->tensor[a->tensor];
             if (!d)
-                return fail(err, n, "rank %d: %s argument %u: tensor %s is not bound to device memory", x->rank,
+                return errorf(err, n, "rank %d: %s argument %u: tensor %s is not bound to device memory", x->rank,
                             l->entry, k, a->tensor >= 0 ? p->tensors[a->tensor].name : "(utility operand)");
             val[k].ptr = (void *)(uintptr_t)(d + (CUdeviceptr)a->i); /* i: a tile's byte offset */
             break;
         }
         case PARG_WS:
-            if (!b->ws) return fail(err, n, "rank %d: %s needs a workspace", x->rank, l->entry);
+            if (!b->ws) return errorf(err, n, "rank %d: %s needs a workspace", x->rank, l->entry);
             val[k].ptr = (void *)(uintptr_t)(b->ws + (CUdeviceptr)a->i);
             break;
         case PARG_NULL: val[k].ptr = NULL; break;
@@ -239,7 +232,7 @@ int cux_launch(Cux *x, const Plan *p, uint32_t li, const CuxBind *b, CUstream s,
         case PARG_NUMEL:
             val[k].i = a->tensor >= 0 && (uint32_t)a->tensor < p->ntensors && b->elems ? b->elems[a->tensor] : 0;
             break;
-        default: return fail(err, n, "rank %d: %s argument %u has unknown kind %u", x->rank, l->entry, k, a->kind);
+        default: return errorf(err, n, "rank %d: %s argument %u has unknown kind %u", x->rank, l->entry, k, a->kind);
         }
         params[k] = &val[k];
     }
@@ -248,7 +241,7 @@ int cux_launch(Cux *x, const Plan *p, uint32_t li, const CuxBind *b, CUstream s,
     if (rc != CUDA_SUCCESS) {
         char why[384];
         cudrv_fail(&x->drv, rc, "cuLaunchKernel", __FILE__, __LINE__, x->rank, why, sizeof why);
-        return fail(err, n, "%s: %s of %s <<<%u,%u,%u / %u,%u,%u>>>", why, l->entry, l->unit, l->grid[0], l->grid[1],
+        return errorf(err, n, "%s: %s of %s <<<%u,%u,%u / %u,%u,%u>>>", why, l->entry, l->unit, l->grid[0], l->grid[1],
                     l->grid[2], l->block[0], l->block[1], l->block[2]);
     }
     return 0;

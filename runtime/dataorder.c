@@ -1,6 +1,7 @@
 /* dataorder: rows, epochs, the seeded permutation and document boundaries;
  * see dataorder.h. */
 #include "dataorder.h"
+#include "errorf.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -8,15 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* splitmix64's finalizer: a bijective 64-bit mix. */
 static uint64_t mix64(uint64_t x) {
@@ -92,7 +84,7 @@ static int scan_docs(DataOrder *d, char *err, size_t errlen) {
     TokReader *r = d->r;
     const int64_t chunk = 1 << 20;
     uint32_t *ids = malloc((size_t)chunk * sizeof *ids);
-    if (!ids) return fail(err, errlen, "%s: out of memory scanning for documents", r->path);
+    if (!ids) return errorf(err, errlen, "%s: out of memory scanning for documents", r->path);
     int64_t cap = 0, start = 0;
     int rc = 0;
     for (int64_t off = 0; off < r->ntokens && !rc; off += chunk) {
@@ -101,12 +93,12 @@ static int scan_docs(DataOrder *d, char *err, size_t errlen) {
         for (int64_t i = 0; i < k; i++) {
             if ((int64_t)ids[i] != d->o.eos) continue;
             d->eos_count++;
-            if (add_doc(d, start, off + i + 1, &cap)) { rc = fail(err, errlen, "%s: out of memory indexing documents", r->path); break; }
+            if (add_doc(d, start, off + i + 1, &cap)) { rc = errorf(err, errlen, "%s: out of memory indexing documents", r->path); break; }
             start = off + i + 1;
         }
     }
     if (!rc && start < r->ntokens && add_doc(d, start, r->ntokens, &cap))
-        rc = fail(err, errlen, "%s: out of memory indexing documents", r->path);
+        rc = errorf(err, errlen, "%s: out of memory indexing documents", r->path);
     free(ids);
     if (!rc) d->rows = d->ndocs ? d->doc_rows[d->ndocs] : 0;
     return rc;
@@ -121,13 +113,13 @@ int dord_open(DataOrder *d, TokReader *r, const DordOptions *o, int64_t B, int64
     d->T = T;
     d->world = world;
     if (B < 1 || T < 1 || B > (INT64_C(1) << 31) || T > (INT64_C(1) << 31) || world < 1)
-        return fail(err, errlen, "%s: bad micro-batch shape B=%lld T=%lld on %d ranks", r->path, (long long)B,
+        return errorf(err, errlen, "%s: bad micro-batch shape B=%lld T=%lld on %d ranks", r->path, (long long)B,
                     (long long)T, world);
     int64_t global = B * world; /* rows of one global micro-batch */
     if (o->eos >= 0) {
         int64_t vocab = r->vocab > 0 ? r->vocab : r->file_vocab;
         if (vocab > 0 && o->eos >= vocab)
-            return fail(err, errlen, "--eos %lld is not a token id of the vocabulary of %lld ids (0..%lld)",
+            return errorf(err, errlen, "--eos %lld is not a token id of the vocabulary of %lld ids (0..%lld)",
                         (long long)o->eos, (long long)vocab, (long long)(vocab - 1));
         if (scan_docs(d, err, errlen)) {
             dord_close(d);
@@ -135,7 +127,7 @@ int dord_open(DataOrder *d, TokReader *r, const DordOptions *o, int64_t B, int64
         }
         if (d->rows == 0) {
             dord_close(d);
-            return fail(err, errlen,
+            return errorf(err, errlen,
                         "%s: no document holds a row of T+1 = %lld tokens (%lld document%s split at EOS %lld, the longest "
                         "%lld tokens)",
                         r->path, (long long)(T + 1), (long long)d->docs_all, d->docs_all == 1 ? "" : "s",
@@ -144,7 +136,7 @@ int dord_open(DataOrder *d, TokReader *r, const DordOptions *o, int64_t B, int64
         if (d->rows < global) {
             int64_t rows = d->rows;
             dord_close(d);
-            return fail(err, errlen,
+            return errorf(err, errlen,
                         "%s: the documents split at EOS %lld hold %lld row%s of T+1 = %lld tokens, fewer than the %lld "
                         "of one global micro-batch (B=%lld on %d rank%s)",
                         r->path, (long long)o->eos, (long long)rows, rows == 1 ? "" : "s", (long long)(T + 1),
@@ -155,20 +147,20 @@ int dord_open(DataOrder *d, TokReader *r, const DordOptions *o, int64_t B, int64
         d->windows = true;
         int64_t w = tok_windows(r->ntokens, B, T);
         if (w < 1)
-            return fail(err, errlen, "%s: %lld tokens is too short for one window of B*T+1 = %lld tokens (B=%lld, T=%lld)",
+            return errorf(err, errlen, "%s: %lld tokens is too short for one window of B*T+1 = %lld tokens (B=%lld, T=%lld)",
                         r->path, (long long)r->ntokens, (long long)(B * T + 1), (long long)B, (long long)T);
         if (w < world)
-            return fail(err, errlen,
+            return errorf(err, errlen,
                         "%s: %lld tokens hold %lld disjoint windows of B*T+1 = %lld tokens, fewer than the %d ranks",
                         r->path, (long long)r->ntokens, (long long)w, (long long)(B * T + 1), world);
         d->rows = w * B;
     } else {
         d->rows = r->ntokens >= 1 ? (r->ntokens - 1) / T : 0;
         if (d->rows == 0)
-            return fail(err, errlen, "%s: %lld tokens is too short for one row of T+1 = %lld tokens", r->path,
+            return errorf(err, errlen, "%s: %lld tokens is too short for one row of T+1 = %lld tokens", r->path,
                         (long long)r->ntokens, (long long)(T + 1));
         if (d->rows < global)
-            return fail(err, errlen,
+            return errorf(err, errlen,
                         "%s: %lld tokens hold %lld row%s of T+1 = %lld tokens, fewer than the %lld of one global "
                         "micro-batch (B=%lld on %d rank%s)",
                         r->path, (long long)r->ntokens, (long long)d->rows, d->rows == 1 ? "" : "s",
@@ -179,7 +171,7 @@ int dord_open(DataOrder *d, TokReader *r, const DordOptions *o, int64_t B, int64
         d->row = malloc((size_t)(T + 1) * sizeof *d->row);
         if (!d->row) {
             dord_close(d);
-            return fail(err, errlen, "%s: out of memory for a row of %lld tokens", r->path, (long long)(T + 1));
+            return errorf(err, errlen, "%s: out of memory for a row of %lld tokens", r->path, (long long)(T + 1));
         }
     }
     return 0;
@@ -221,16 +213,16 @@ int64_t dord_global_row_start(const DataOrder *d, int64_t q) {
 int dord_batch(DataOrder *d, int rank, int64_t g, int32_t *tokens, int32_t *targets, char *err, size_t errlen) {
     TokReader *r = d->r;
     if (rank < 0 || rank >= d->world)
-        return fail(err, errlen, "%s: rank %d is not in a world of %lld", r->path, rank, (long long)d->world);
-    if (g < 0) return fail(err, errlen, "%s: negative micro-batch index %lld", r->path, (long long)g);
+        return errorf(err, errlen, "%s: rank %d is not in a world of %lld", r->path, rank, (long long)d->world);
+    if (g < 0) return errorf(err, errlen, "%s: negative micro-batch index %lld", r->path, (long long)g);
     if (d->windows) return tok_batch(r, rank, (int)d->world, g, d->B, d->T, tokens, targets, err, errlen);
     int64_t per = d->B * d->world;
     if (g > INT64_MAX / per - 1)
-        return fail(err, errlen, "%s: micro-batch index %lld is too large", r->path, (long long)g);
+        return errorf(err, errlen, "%s: micro-batch index %lld is too large", r->path, (long long)g);
     int64_t T = d->T;
     for (int64_t b = 0; b < d->B; b++) {
         int64_t off = dord_global_row_start(d, (g * d->world + rank) * d->B + b);
-        if (off < 0) return fail(err, errlen, "%s: no row for micro-batch %lld", r->path, (long long)g);
+        if (off < 0) return errorf(err, errlen, "%s: no row for micro-batch %lld", r->path, (long long)g);
         if (tok_read(r, off, T + 1, d->row, err, errlen)) return -1;
         for (int64_t t = 0; t < T; t++) {
             tokens[b * T + t] = (int32_t)d->row[t];
@@ -316,20 +308,20 @@ int dord_state_check(const DataOrder *d, const char *state, int64_t g, char *err
     long long tokens = -1, mb = -1;
     if (p) {
         const char *end = strchr(p, '}');
-        if (!end) return fail(err, errlen, "the checkpoint's data position does not parse");
+        if (!end) return errorf(err, errlen, "the checkpoint's data position does not parse");
         char v[64];
         long long x;
         unsigned long long u;
         if (!field(p, end, "order", v, sizeof v) || dord_parse_order(v, &was.order))
-            return fail(err, errlen, "the checkpoint's data position has no order it knows ('%s')", v);
+            return errorf(err, errlen, "the checkpoint's data position has no order it knows ('%s')", v);
         if (!field(p, end, "seed", v, sizeof v) || !num(v, true, NULL, &u) ||
             !field(p, end, "eos", v, sizeof v) || !num(v, false, &x, NULL))
-            return fail(err, errlen, "the checkpoint's data position lacks a seed or an eos");
+            return errorf(err, errlen, "the checkpoint's data position lacks a seed or an eos");
         was.seed = u;
         was.eos = x;
         if (!field(p, end, "tokens", v, sizeof v) || !num(v, false, &tokens, NULL) ||
             !field(p, end, "micro_batches", v, sizeof v) || !num(v, false, &mb, NULL))
-            return fail(err, errlen, "the checkpoint's data position lacks tokens or micro_batches");
+            return errorf(err, errlen, "the checkpoint's data position lacks tokens or micro_batches");
     }
     char diff[1024] = "";
     size_t used = 0;
@@ -347,12 +339,12 @@ int dord_state_check(const DataOrder *d, const char *state, int64_t g, char *err
     if (tokens >= 0 && tokens != d->r->ntokens)
         diff_add(diff, sizeof diff, &used, "the data file: the checkpoint's had %lld tokens, %s has %lld", tokens, d->r->path, (long long)d->r->ntokens);
     if (used)
-        return fail(err, errlen,
+        return errorf(err, errlen,
                     "the checkpoint was trained on another data order (%s): resuming would not continue it; resume with "
                     "the options and data file it was trained with, or use --start-over instead of --resume to train from step 0",
                     diff);
     if (mb >= 0 && mb != g)
-        return fail(err, errlen, "the checkpoint has read %lld global micro-batches, but its step and the plan give %lld",
+        return errorf(err, errlen, "the checkpoint has read %lld global micro-batches, but its step and the plan give %lld",
                     mb, (long long)g);
     return 0;
 }

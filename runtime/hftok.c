@@ -10,6 +10,7 @@
 #include "pretok.h"
 #include "json.h"
 #include "unicode.h"
+#include "errorf.h"
 
 enum { MAX_STEPS = 8 };
 /* Token lengths are 32-bit in the BPE model (bpe.h). */
@@ -138,15 +139,6 @@ struct HfTok {
     char *name;
 };
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 /* ---- tries ---- */
 
@@ -389,7 +381,7 @@ static int pre_run(HfTok *t, size_t k, const char *s, size_t n, int orig0, BpeId
     case PRE_BYTELEVEL:
         if (st->prefix_space && s[0] != ' ') {
             b->n = 0;
-            if (buf_put(b, " ", 1) || buf_put(b, s, n)) return fail(err, errlen, "out of memory");
+            if (buf_put(b, " ", 1) || buf_put(b, s, n)) return errorf(err, errlen, "out of memory");
             s = c.base = b->s;
             n = b->n;
         }
@@ -400,11 +392,11 @@ static int pre_run(HfTok *t, size_t k, const char *s, size_t n, int orig0, BpeId
         /* (spaces are replaced first, so a leading space counts as a replacement) */
         int starts = s[0] == ' ' || (n >= st->repl_n && !memcmp(s, st->repl, st->repl_n));
         int prepend = !starts && (st->scheme == SCHEME_ALWAYS || (st->scheme == SCHEME_FIRST && orig0));
-        if (prepend && buf_put(b, st->repl, st->repl_n)) return fail(err, errlen, "out of memory");
+        if (prepend && buf_put(b, st->repl, st->repl_n)) return errorf(err, errlen, "out of memory");
         for (size_t i = 0; i < n;) {
             const char *sp = memchr(s + i, ' ', n - i);
             size_t e = sp ? (size_t)(sp - s) : n;
-            if (buf_put(b, s + i, e - i) || (sp && buf_put(b, st->repl, st->repl_n))) return fail(err, errlen, "out of memory");
+            if (buf_put(b, s + i, e - i) || (sp && buf_put(b, st->repl, st->repl_n))) return errorf(err, errlen, "out of memory");
             i = sp ? e + 1 : n;
         }
         c.base = b->s;
@@ -428,16 +420,16 @@ static int encode_piece(HfTok *t, const char *s, size_t n, size_t at, BpeIds *ou
     const char *ns = s;
     size_t nn = n;
     if (t->nnorm) {
-        if (normalize(t, s, n, &t->normbuf)) return fail(err, errlen, "out of memory");
+        if (normalize(t, s, n, &t->normbuf)) return errorf(err, errlen, "out of memory");
         ns = t->normbuf.s;
         nn = t->normbuf.n;
     }
     if (t->norm.empty) return pre_run(t, 0, ns, nn, at == 0, out, err, errlen);
-    if (find_added(t, &t->norm, ns, nn, &t->segs_norm)) return fail(err, errlen, "out of memory");
+    if (find_added(t, &t->norm, ns, nn, &t->segs_norm)) return errorf(err, errlen, "out of memory");
     for (size_t k = 0; k < t->segs_norm.n; k++) {
         const Seg *g = &t->segs_norm.v[k];
         if (g->id >= 0) {
-            if (bpe_ids_push(out, (uint32_t)g->id)) return fail(err, errlen, "out of memory");
+            if (bpe_ids_push(out, (uint32_t)g->id)) return errorf(err, errlen, "out of memory");
         } else if (pre_run(t, 0, ns + g->start, g->len, at == 0 && g->start == 0, out, err, errlen))
             return -1;
     }
@@ -446,12 +438,12 @@ static int encode_piece(HfTok *t, const char *s, size_t n, size_t at, BpeIds *ou
 
 int hftok_encode(HfTok *t, const char *text, size_t n, BpeIds *out, char *err, size_t errlen) {
     if (t->raw.empty) return n ? encode_piece(t, text, n, 0, out, err, errlen) : 0;
-    if (find_added(t, &t->raw, text, n, &t->segs_raw)) return fail(err, errlen, "out of memory");
+    if (find_added(t, &t->raw, text, n, &t->segs_raw)) return errorf(err, errlen, "out of memory");
     for (size_t k = 0; k < t->segs_raw.n; k++) {
         /* (segs_raw is not touched by encode_piece) */
         const Seg g = t->segs_raw.v[k];
         if (g.id >= 0) {
-            if (bpe_ids_push(out, (uint32_t)g.id)) return fail(err, errlen, "out of memory");
+            if (bpe_ids_push(out, (uint32_t)g.id)) return errorf(err, errlen, "out of memory");
         } else if (encode_piece(t, text + g.start, g.len, g.start, out, err, errlen))
             return -1;
     }
@@ -984,7 +976,7 @@ int hftok_from_json(HfTok **out, const char *name, const char *json, size_t n, c
 int hftok_load(HfTok **out, const char *path, char *err, size_t errlen) {
     *out = NULL;
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, errlen, "%s: %s", path, strerror(errno));
+    if (!f) return errorf(err, errlen, "%s: %s", path, strerror(errno));
     Buf b = {0};
     char chunk[1 << 16];
     size_t got;
@@ -992,13 +984,13 @@ int hftok_load(HfTok **out, const char *path, char *err, size_t errlen) {
         if (buf_put(&b, chunk, got)) {
             fclose(f);
             free(b.s);
-            return fail(err, errlen, "%s: out of memory", path);
+            return errorf(err, errlen, "%s: out of memory", path);
         }
     int bad = ferror(f);
     fclose(f);
     if (bad) {
         free(b.s);
-        return fail(err, errlen, "%s: read error", path);
+        return errorf(err, errlen, "%s: read error", path);
     }
     int rc = hftok_from_json(out, path, b.s ? b.s : "", b.n, err, errlen);
     free(b.s);
@@ -1240,7 +1232,7 @@ int hftok_decode(HfTok *t, const uint32_t *ids, size_t n, int skip_special, char
                  size_t errlen) {
     *out = NULL;
     *outn = 0;
-    if (t->dec_err[0]) return fail(err, errlen, "%s", t->dec_err);
+    if (t->dec_err[0]) return errorf(err, errlen, "%s", t->dec_err);
     TokList a = {0}, b = {0};
     int rc = 0;
     for (size_t k = 0; k < n && !rc; k++) {
@@ -1248,16 +1240,16 @@ int hftok_decode(HfTok *t, const uint32_t *ids, size_t n, int skip_special, char
         const char *s = hftok_token_text(t, ids[k], &tn);
         if (!s) {
             if (ids[k] >= t->vocab_size)
-                rc = fail(err, errlen, "token %u at position %zu is not below the vocabulary size %u", ids[k], k, t->vocab_size);
+                rc = errorf(err, errlen, "token %u at position %zu is not below the vocabulary size %u", ids[k], k, t->vocab_size);
             else
-                rc = fail(err, errlen, "token %u at position %zu has no text in the vocabulary", ids[k], k);
+                rc = errorf(err, errlen, "token %u at position %zu has no text in the vocabulary", ids[k], k);
             break;
         }
         if (skip_special && t->special[ids[k]]) continue;
-        if (tl_add(&a, s, tn)) rc = fail(err, errlen, "out of memory");
+        if (tl_add(&a, s, tn)) rc = errorf(err, errlen, "out of memory");
     }
     for (size_t k = 0; k < t->ndec && !rc; k++) {
-        if (dec_step(&t->dec[k], &a, &b)) rc = fail(err, errlen, "out of memory");
+        if (dec_step(&t->dec[k], &a, &b)) rc = errorf(err, errlen, "out of memory");
         TokList sw = a;
         a = b;
         b = sw;
@@ -1265,8 +1257,8 @@ int hftok_decode(HfTok *t, const uint32_t *ids, size_t n, int skip_special, char
     Buf res = {0};
     for (size_t k = 0; k < a.n && !rc; k++)
         if ((t->dec_join_space && k && buf_put(&res, " ", 1)) || buf_put(&res, a.text.s + a.off[k], a.len[k]))
-            rc = fail(err, errlen, "out of memory");
-    if (!rc && !res.s && buf_put(&res, "", 0)) rc = fail(err, errlen, "out of memory");
+            rc = errorf(err, errlen, "out of memory");
+    if (!rc && !res.s && buf_put(&res, "", 0)) rc = errorf(err, errlen, "out of memory");
     tl_free(&a);
     tl_free(&b);
     if (rc) {

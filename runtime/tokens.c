@@ -1,5 +1,6 @@
 /* tokens: token-file reader and atomic writer; see tokens.h. */
 #include "tokens.h"
+#include "errorf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,14 +12,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* Read exactly n bytes at off; returns bytes read (< n at end of file) or -1. */
 static ssize_t pread_full(int fd, void *buf, size_t n, off_t off) {
@@ -37,60 +30,60 @@ int tok_open(TokReader *r, const char *path, int64_t vocab, char *err, size_t er
     memset(r, 0, sizeof *r);
     r->fd = -1;
     if (vocab < 0 || vocab > INT32_MAX)
-        return fail(err, errlen, "%s: vocabulary size %lld is not 0 (unchecked) or 1..%d", path, (long long)vocab,
+        return errorf(err, errlen, "%s: vocabulary size %lld is not 0 (unchecked) or 1..%d", path, (long long)vocab,
                     INT32_MAX);
     snprintf(r->path, sizeof r->path, "%s", path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fail(err, errlen, "%s: cannot open token file: %s", path, strerror(errno));
+    if (fd < 0) return errorf(err, errlen, "%s: cannot open token file: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int no = errno;
         close(fd);
-        return fail(err, errlen, "%s: cannot stat token file: %s", path, strerror(no));
+        return errorf(err, errlen, "%s: cannot stat token file: %s", path, strerror(no));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, errlen, "%s: not a regular file", path);
+        return errorf(err, errlen, "%s: not a regular file", path);
     }
     int32_t h[TOK_HEADER_INTS];
     ssize_t got = pread_full(fd, h, sizeof h, 0);
     if (got < 0) {
         int no = errno;
         close(fd);
-        return fail(err, errlen, "%s: cannot read header: %s", path, strerror(no));
+        return errorf(err, errlen, "%s: cannot read header: %s", path, strerror(no));
     }
     if ((size_t)got < sizeof h) {
         close(fd);
-        return fail(err, errlen, "%s: truncated header: the file has %lld bytes, a token file starts with a %d-byte header",
+        return errorf(err, errlen, "%s: truncated header: the file has %lld bytes, a token file starts with a %d-byte header",
                     path, (long long)got, TOK_HEADER_BYTES);
     }
     if (h[0] != TOK_MAGIC) {
         close(fd);
-        return fail(err, errlen, "%s: bad magic 0x%x (expected %d): not a token file", path, (unsigned)h[0], TOK_MAGIC);
+        return errorf(err, errlen, "%s: bad magic 0x%x (expected %d): not a token file", path, (unsigned)h[0], TOK_MAGIC);
     }
     if (h[1] != TOK_VERSION && h[1] != TOK_VERSION32) {
         close(fd);
-        return fail(err, errlen, "%s: unsupported version %d (expected %d: uint16 tokens, or %d: uint32 tokens)", path, h[1],
+        return errorf(err, errlen, "%s: unsupported version %d (expected %d: uint16 tokens, or %d: uint32 tokens)", path, h[1],
                     TOK_VERSION, TOK_VERSION32);
     }
     int width = h[1] == TOK_VERSION ? 2 : 4;
     if (h[3] < 0) {
         close(fd);
-        return fail(err, errlen, "%s: negative vocabulary size %d in the header", path, h[3]);
+        return errorf(err, errlen, "%s: negative vocabulary size %d in the header", path, h[3]);
     }
     if (vocab > 0 && h[3] > vocab) {
         close(fd);
-        return fail(err, errlen, "%s: made for a vocabulary of %d ids, more than the %lld expected", path, h[3],
+        return errorf(err, errlen, "%s: made for a vocabulary of %d ids, more than the %lld expected", path, h[3],
                     (long long)vocab);
     }
     if (h[2] < 0) {
         close(fd);
-        return fail(err, errlen, "%s: negative token count %d in the header", path, h[2]);
+        return errorf(err, errlen, "%s: negative token count %d in the header", path, h[2]);
     }
     int64_t want = TOK_HEADER_BYTES + width * (int64_t)h[2];
     if ((int64_t)st.st_size != want) {
         close(fd);
-        return fail(err, errlen, "%s: %s: the header says %d tokens (%lld bytes) but the file has %lld bytes", path,
+        return errorf(err, errlen, "%s: %s: the header says %d tokens (%lld bytes) but the file has %lld bytes", path,
                     (int64_t)st.st_size < want ? "truncated" : "token count mismatch", h[2], (long long)want,
                     (long long)st.st_size);
     }
@@ -115,19 +108,19 @@ int64_t tok_window_offset(int64_t ntokens, int64_t m, int64_t B, int64_t T) {
 
 int tok_window(TokReader *r, int64_t m, int64_t B, int64_t T, int32_t *tokens, int32_t *targets,
                char *err, size_t errlen) {
-    if (r->fd < 0) return fail(err, errlen, "%s: token file is not open", r->path);
+    if (r->fd < 0) return errorf(err, errlen, "%s: token file is not open", r->path);
     if (B < 1 || T < 1 || B > (INT64_C(1) << 31) || T > (INT64_C(1) << 31))
-        return fail(err, errlen, "%s: bad micro-batch shape B=%lld T=%lld", r->path, (long long)B, (long long)T);
-    if (m < 0) return fail(err, errlen, "%s: negative window number %lld", r->path, (long long)m);
+        return errorf(err, errlen, "%s: bad micro-batch shape B=%lld T=%lld", r->path, (long long)B, (long long)T);
+    if (m < 0) return errorf(err, errlen, "%s: negative window number %lld", r->path, (long long)m);
     int64_t bt = B * T;
     if (r->ntokens < bt + 1)
-        return fail(err, errlen, "%s: %lld tokens is too short for one window of B*T+1 = %lld tokens (B=%lld, T=%lld)",
+        return errorf(err, errlen, "%s: %lld tokens is too short for one window of B*T+1 = %lld tokens (B=%lld, T=%lld)",
                     r->path, (long long)r->ntokens, (long long)(bt + 1), (long long)B, (long long)T);
     int64_t off = tok_window_offset(r->ntokens, m, B, T);
     size_t need = (size_t)bt + 1;
     if (r->buf_cap < need * 4) {
         unsigned char *nb = realloc(r->buf, need * 4);
-        if (!nb) return fail(err, errlen, "%s: out of memory for a window of %zu tokens", r->path, need);
+        if (!nb) return errorf(err, errlen, "%s: out of memory for a window of %zu tokens", r->path, need);
         r->buf = nb;
         r->buf_cap = need * 4;
     }
@@ -142,9 +135,9 @@ int tok_window(TokReader *r, int64_t m, int64_t B, int64_t T, int32_t *tokens, i
 }
 
 int tok_read(TokReader *r, int64_t off, int64_t n, uint32_t *ids, char *err, size_t errlen) {
-    if (r->fd < 0) return fail(err, errlen, "%s: token file is not open", r->path);
+    if (r->fd < 0) return errorf(err, errlen, "%s: token file is not open", r->path);
     if (off < 0 || n < 0 || off > r->ntokens || n > r->ntokens - off)
-        return fail(err, errlen, "%s: tokens %lld..%lld are outside the file's %lld", r->path, (long long)off,
+        return errorf(err, errlen, "%s: tokens %lld..%lld are outside the file's %lld", r->path, (long long)off,
                     (long long)(off + n), (long long)r->ntokens);
     /* Read in chunks into the tail of ids (a uint16 id takes half the room
      * of the uint32 it becomes, so widening walks forward safely). */
@@ -156,10 +149,10 @@ int tok_read(TokReader *r, int64_t off, int64_t n, uint32_t *ids, char *err, siz
         off_t pos = (off_t)TOK_HEADER_BYTES + (off_t)(off + done) * r->width;
         ssize_t got = pread_full(r->fd, dst, bytes, pos);
         if (got < 0)
-            return fail(err, errlen, "%s: read of %lld tokens at token %lld failed: %s", r->path, (long long)k,
+            return errorf(err, errlen, "%s: read of %lld tokens at token %lld failed: %s", r->path, (long long)k,
                         (long long)(off + done), strerror(errno));
         if ((size_t)got < bytes)
-            return fail(err, errlen, "%s: read of %lld tokens at token %lld came back short (%lld bytes): file changed?",
+            return errorf(err, errlen, "%s: read of %lld tokens at token %lld came back short (%lld bytes): file changed?",
                         r->path, (long long)k, (long long)(off + done), (long long)got);
         for (int64_t i = 0; i < k; i++) {
             uint32_t v;
@@ -171,7 +164,7 @@ int tok_read(TokReader *r, int64_t off, int64_t n, uint32_t *ids, char *err, siz
                 memcpy(&v, dst + 4 * i, 4);
             ids[done + i] = v;
             if (r->vocab > 0 && v >= r->vocab)
-                return fail(err, errlen, "%s: token %u at position %lld is not below the vocabulary size %lld", r->path,
+                return errorf(err, errlen, "%s: token %u at position %lld is not below the vocabulary size %lld", r->path,
                             (unsigned)v, (long long)(off + done + i), (long long)r->vocab);
         }
         done += k;
@@ -182,11 +175,11 @@ int tok_read(TokReader *r, int64_t off, int64_t n, uint32_t *ids, char *err, siz
 int tok_batch(TokReader *r, int rank, int world, int64_t g, int64_t B, int64_t T, int32_t *tokens,
               int32_t *targets, char *err, size_t errlen) {
     if (world < 1 || rank < 0 || rank >= world)
-        return fail(err, errlen, "%s: rank %d is not in a world of %d", r->path, rank, world);
-    if (g < 0) return fail(err, errlen, "%s: negative micro-batch index %lld", r->path, (long long)g);
+        return errorf(err, errlen, "%s: rank %d is not in a world of %d", r->path, rank, world);
+    if (g < 0) return errorf(err, errlen, "%s: negative micro-batch index %lld", r->path, (long long)g);
     int64_t w = tok_windows(r->ntokens, B, T);
     if (w >= 1 && w < world)
-        return fail(err, errlen, "%s: %lld tokens hold %lld disjoint windows of B*T+1 = %lld tokens, fewer than the %d ranks",
+        return errorf(err, errlen, "%s: %lld tokens hold %lld disjoint windows of B*T+1 = %lld tokens, fewer than the %d ranks",
                     r->path, (long long)r->ntokens, (long long)w, (long long)(B * T + 1), world);
     if (g > (INT64_MAX - rank) / world) g %= w > 0 ? w : 1; /* same window: (g*world + rank) mod W */
     return tok_window(r, g * world + rank, B, T, tokens, targets, err, errlen);
@@ -213,12 +206,12 @@ static int write_full(int fd, const void *buf, size_t n) {
 static int write_file(const char *path, const void *body, int64_t n, int width, int32_t vocab, char *err,
                       size_t errlen) {
     if (n < 0 || n > INT32_MAX)
-        return fail(err, errlen, "%s: %lld tokens do not fit the int32 count of the header", path, (long long)n);
+        return errorf(err, errlen, "%s: %lld tokens do not fit the int32 count of the header", path, (long long)n);
     char tmp[600];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
-        return fail(err, errlen, "%s: path too long", path);
+        return errorf(err, errlen, "%s: path too long", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return fail(err, errlen, "%s: cannot create %s: %s", path, tmp, strerror(errno));
+    if (fd < 0) return errorf(err, errlen, "%s: cannot create %s: %s", path, tmp, strerror(errno));
     int32_t h[TOK_HEADER_INTS];
     memset(h, 0, sizeof h);
     h[0] = TOK_MAGIC;
@@ -250,7 +243,7 @@ bad: {
     int no = errno;
     if (fd >= 0) close(fd);
     unlink(tmp);
-    return fail(err, errlen, "%s: %s failed: %s", path, what, strerror(no));
+    return errorf(err, errlen, "%s: %s failed: %s", path, what, strerror(no));
 }
 }
 
@@ -260,16 +253,16 @@ int tok_write(const char *path, const uint16_t *tokens, int64_t n, char *err, si
 
 int tok_write_ids(const char *path, const uint32_t *ids, int64_t n, int64_t vocab, char *err, size_t errlen) {
     if (vocab < 1 || vocab > INT32_MAX)
-        return fail(err, errlen, "%s: vocabulary size %lld is not 1..%d", path, (long long)vocab, INT32_MAX);
+        return errorf(err, errlen, "%s: vocabulary size %lld is not 1..%d", path, (long long)vocab, INT32_MAX);
     if (n < 0 || n > INT32_MAX)
-        return fail(err, errlen, "%s: %lld tokens do not fit the int32 count of the header", path, (long long)n);
+        return errorf(err, errlen, "%s: %lld tokens do not fit the int32 count of the header", path, (long long)n);
     for (int64_t i = 0; i < n; i++)
         if (ids[i] >= vocab)
-            return fail(err, errlen, "%s: token %u at position %lld is not below the vocabulary size %lld", path,
+            return errorf(err, errlen, "%s: token %u at position %lld is not below the vocabulary size %lld", path,
                         (unsigned)ids[i], (long long)i, (long long)vocab);
     if (vocab > TOK_MAX_VOCAB16) return write_file(path, ids, n, 4, (int32_t)vocab, err, errlen);
     uint16_t *narrow = malloc((size_t)(n ? n : 1) * sizeof *narrow);
-    if (!narrow) return fail(err, errlen, "%s: out of memory", path);
+    if (!narrow) return errorf(err, errlen, "%s: out of memory", path);
     for (int64_t i = 0; i < n; i++) narrow[i] = (uint16_t)ids[i];
     int rc = write_file(path, narrow, n, 2, (int32_t)vocab, err, errlen);
     free(narrow);

@@ -5,16 +5,8 @@
 #include <string.h>
 #include "json.h"
 #include "vocab.h"
+#include "errorf.h"
 
-static int fail(char *err, size_t n, const char *fmt, ...) {
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static bool timeline_alloc(Timeline *t, uint32_t n) {
     memset(t, 0, sizeof *t);
@@ -66,11 +58,11 @@ static int check_identity(const Plan *p, const JsonValue *e, size_t k, uint32_t 
     const char *q = s->queue < PLAN_NQUEUES ? plan_queue_names[s->queue] : "?";
     const char *name = json_get_str(e, "name"), *cat = json_get_str(e, "cat");
     const JsonValue *tid = json_get_type(e, "tid", JSON_NUMBER);
-    if (!name || !cat || !tid) return fail(err, n, "event %zu (instruction %u) has no name, cat or tid", k, i);
+    if (!name || !cat || !tid) return errorf(err, n, "event %zu (instruction %u) has no name, cat or tid", k, i);
     size_t w = strcspn(name, " ");
     bool same = w == strlen(op) && !strncmp(name, op, w) && !strcmp(cat, q) && tid->is_integer && tid->integer == s->queue;
     if (!same)
-        return fail(err, n, "event %zu: instruction %u is %.*s on %.32s in the trace but %s on %s in the plan: a trace of another plan?",
+        return errorf(err, n, "event %zu: instruction %u is %.*s on %.32s in the trace but %s on %s in the plan: a trace of another plan?",
                     k, i, (int)(w < 32 ? w : 32), name, cat, op, q);
     return 0;
 }
@@ -78,21 +70,21 @@ static int check_identity(const Plan *p, const JsonValue *e, size_t k, uint32_t 
 /* One complete event into t. */
 static int read_event(const Plan *p, const JsonValue *e, size_t k, Timeline *t, char *err, size_t n) {
     const JsonValue *iv = json_get_type(json_get_type(e, "args", JSON_OBJECT), "i", JSON_NUMBER);
-    if (!iv || !iv->is_integer) return fail(err, n, "event %zu has no args.i (the instruction's index)", k);
+    if (!iv || !iv->is_integer) return errorf(err, n, "event %zu has no args.i (the instruction's index)", k);
     if (iv->integer < 0 || iv->integer >= p->ninstrs)
-        return fail(err, n, "event %zu: instruction %lld, but the plan has %u instructions: a trace of another plan?", k,
+        return errorf(err, n, "event %zu: instruction %lld, but the plan has %u instructions: a trace of another plan?", k,
                     (long long)iv->integer, p->ninstrs);
     uint32_t i = (uint32_t)iv->integer;
     if (check_identity(p, e, k, i, err, n)) return -1;
     double ts, dur;
     if (!finite_number(json_get(e, "ts"), &ts) || !finite_number(json_get(e, "dur"), &dur) || dur < 0)
-        return fail(err, n, "event %zu (instruction %u): ts and dur must be numbers, dur not negative", k, i);
+        return errorf(err, n, "event %zu (instruction %u): ts and dur must be numbers, dur not negative", k, i);
     const JsonValue *pid = json_get_type(e, "pid", JSON_NUMBER);
     if (!pid || !pid->is_integer || pid->integer < 0 || pid->integer > 1 << 24)
-        return fail(err, n, "event %zu (instruction %u) has no pid (the rank)", k, i);
+        return errorf(err, n, "event %zu (instruction %u) has no pid (the rank)", k, i);
     if (t->count && pid->integer != t->rank)
-        return fail(err, n, "events of rank %d and rank %lld in one trace: give one rank's file", t->rank, (long long)pid->integer);
-    if (t->have[i]) return fail(err, n, "event %zu: instruction %u appears twice", k, i);
+        return errorf(err, n, "events of rank %d and rank %lld in one trace: give one rank's file", t->rank, (long long)pid->integer);
+    if (t->have[i]) return errorf(err, n, "event %zu: instruction %u appears twice", k, i);
     t->rank = (int)pid->integer;
     t->have[i] = 1;
     t->count++;
@@ -103,15 +95,15 @@ static int read_event(const Plan *p, const JsonValue *e, size_t k, Timeline *t, 
 
 static int read_events(const Plan *p, const JsonValue *root, Timeline *t, char *err, size_t n) {
     const JsonValue *ev = json_get_type(root, "traceEvents", JSON_ARRAY);
-    if (!ev) return fail(err, n, "not a Chrome trace (no traceEvents array)");
+    if (!ev) return errorf(err, n, "not a Chrome trace (no traceEvents array)");
     for (size_t k = 0; k < ev->count; k++) {
         const JsonValue *e = &ev->items[k];
-        if (e->type != JSON_OBJECT) return fail(err, n, "event %zu is %s, not an object", k, json_type_phrase(e->type));
+        if (e->type != JSON_OBJECT) return errorf(err, n, "event %zu is %s, not an object", k, json_type_phrase(e->type));
         const char *ph = json_get_str(e, "ph");
         if (!ph || strcmp(ph, "X")) continue; /* metadata: thread names */
         if (read_event(p, e, k, t, err, n)) return -1;
     }
-    if (!t->count) return fail(err, n, "no measured instructions (an empty trace)");
+    if (!t->count) return errorf(err, n, "no measured instructions (an empty trace)");
     double t0 = 0;
     bool first = true;
     for (uint32_t i = 0; i < t->n; i++)
@@ -129,11 +121,11 @@ static int read_events(const Plan *p, const JsonValue *root, Timeline *t, char *
 }
 
 int timeline_read_trace(const Plan *p, const char *text, size_t len, Timeline *t, char *err, size_t errlen) {
-    if (!timeline_alloc(t, p->ninstrs)) return fail(err, errlen, "out of memory");
+    if (!timeline_alloc(t, p->ninstrs)) return errorf(err, errlen, "out of memory");
     JsonDoc doc;
     char jerr[256];
     int rc;
-    if (json_parse(text, len, &doc, jerr, sizeof jerr)) rc = fail(err, errlen, "not valid JSON: %s", jerr);
+    if (json_parse(text, len, &doc, jerr, sizeof jerr)) rc = errorf(err, errlen, "not valid JSON: %s", jerr);
     else rc = read_events(p, doc.root, t, err, errlen);
     json_free(&doc);
     if (rc) timeline_free(t);

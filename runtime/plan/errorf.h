@@ -1,0 +1,9 @@
+/* errorf: the error convention of every module that reports into a
+ * caller's buffer: format the message into err (when err and errlen are
+ * given) and return -1, so that `return errorf(err, n, "...", ...);` is the
+ * whole of a failure path. Only a main() prints. */
+#ifndef ZINF_ERRORF_H
+#define ZINF_ERRORF_H
+#include <stddef.h>
+int errorf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+#endif
