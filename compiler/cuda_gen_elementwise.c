@@ -1,7 +1,8 @@
 /* cuda_gen_elementwise: the launches on stdlib/kernels/elementwise.cu: add
  * and mul (with broadcasting), gelu and silu, split, arange, fills (zero
  * gradients, the loss gradient seed, workspace and error words) and the
- * executor's casts, axpy and scale (cuda_gen_cast, _axpy, _scale). */
+ * executor's casts, axpy and scale (cuda_gen_cast, _axpy, _scale), and the
+ * scale primitive on the fill and axpy kernels. */
 #include <inttypes.h>
 #include "cuda_gen_impl.h"
 
@@ -121,6 +122,25 @@ void cg_gen_act(Ctx *c, bool bwd) {
     arg_t(k, x);
     arg_t(k, dy);
     arg_i(k, n);
+}
+
+/* scale on the existing kernels: y = 0 then y += by * x; dx += by * dy. */
+void cg_gen_scale(Ctx *c, bool bwd) {
+    const GOp *o = c->o;
+    int x = o->in[0];
+    DType dt = T_(c, x)->dtype;
+    int64_t n = T_(c, x)->numel;
+    int y = o->out[0], src = bwd ? o->in[o->nfin + 1] : x;
+    if (y < 0) return;
+    int ts[3] = {x, src, y};
+    if (!cg_same_dtype(c, dt, ts, 3)) return;
+    if (!bwd) cg_fill(c, y, 0.0, "y = 0 (then y += by * x)");
+    CudaKernel *k = cg_kdt(c, "elementwise", dt, "zk_axpy", bwd ? "dx += by * dy" : "y += by * x");
+    elementwise_grid(k, n);
+    arg_t(k, y);
+    arg_t(k, src);
+    arg_i(k, n);
+    arg_f(k, o->fattr[0]);
 }
 
 void cg_gen_split(Ctx *c, bool bwd) {

@@ -131,6 +131,7 @@ void cg_fill_ws_f32(Ctx *c, DType unit_dt, int64_t off, int64_t n, const char *r
 int64_t cg_err_word(Ctx *c, DType unit_dt, const char *what);
 void cg_gen_binary(Ctx *c, bool bwd);
 void cg_gen_act(Ctx *c, bool bwd);
+void cg_gen_scale(Ctx *c, bool bwd);
 void cg_gen_split(Ctx *c, bool bwd);
 void cg_gen_arange(Ctx *c, bool bwd);
 void cg_gen_loss_grad(Ctx *c);

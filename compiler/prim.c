@@ -1,5 +1,6 @@
 #include "prim.h"
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -190,6 +191,14 @@ static bool rule_norm(const PrimCall *c, const PrimInfo *p, PrimShape *out, int 
 static bool rule_act(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
     (void)nout; /* one output */
     if (!need_float(c, p, 1, e)) return false;
+    copy_shape(out, &c->in[0], c->act_dtype);
+    return true;
+}
+
+static bool rule_scale(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
+    (void)nout; /* one output */
+    if (!need_float(c, p, 1, e)) return false;
+    if (!isfinite(c->fattr[0])) return fail(e, 0, "%s: by must be a finite number, got %g", p->name, c->fattr[0]);
     copy_shape(out, &c->in[0], c->act_dtype);
     return true;
 }
@@ -419,6 +428,12 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     {{"n", PA_INT, 0, true, true, 0, NULL}}, \
     "arange(n) -> i32[n]", \
     .grad_inputs = 0x0
+
+#define ROW_SCALE \
+    {"x"}, 1, \
+    {{"by", PA_FLOAT, 0, true, true, 0, NULL}}, \
+    "scale(x, by) -> x * by, the same shape (by a finite number)", \
+    .grad_inputs = 0x1
 
 /* The table: prim.def's identity, the row above, the family's shape rule. */
 static const PrimInfo prim_table[PRIM_COUNT] = {

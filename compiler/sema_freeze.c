@@ -5,6 +5,8 @@
  * included), or a name without '*' that is a prefix ending at a dot
  * ("block.3" freezes block 3), as in the plan block's tiles. A pattern that
  * matches nothing is an error with the nearest pattern that would match.
+ * The patterns apply in order, and "!pattern" trains again what it matches:
+ * ["*", "!*.lora_*"] trains only LoRA adapters.
  * `param [..] init zeros frozen` marks one where it is made (sema_layer.c);
  * freezing every parameter, either way, is an error: nothing would be
  * trained. */
@@ -78,7 +80,8 @@ static void no_match(Sema *s, const Graph *g, const char *pat, Span sp) {
         diag_hint(s->d, "patterns are parameter names as zinfc --emit=graph prints them, with '*' for any run of characters");
 }
 
-/* One pattern: marks what it matches; false when it is not a string. */
+/* One pattern: marks what it matches (unmarks it for "!pattern"); false
+ * when it is not a string. */
 static bool freeze_one(Sema *s, Graph *g, const Expr *e) {
     Ctx c = sema_const_ctx(s->train_scope);
     Val v = sema_eval_expr(s, &c, e);
@@ -86,11 +89,13 @@ static bool freeze_one(Sema *s, Graph *g, const Expr *e) {
     if (v.k != V_STR) return false;
     const char *pat = arena_printf(s->a, "%.*s", (int)v.slen, v.s);
     if (!pat) return true;
+    bool thaw = pat[0] == '!';
+    pat += thaw;
     int hits = 0;
     for (int i = 0; i < g->ntensors; i++) {
         GTensor *t = &g->tensors[i];
         if (t->cls != TC_PARAM || !t->name || !freeze_matches(pat, t->name)) continue;
-        t->frozen = true;
+        t->frozen = !thaw;
         hits++;
     }
     if (!hits) no_match(s, g, pat, e->span);

@@ -110,6 +110,9 @@ int hk_gelu_fwd(const HkTensor *x, HkTensor *y);
 int hk_gelu_bwd(const HkTensor *x, const HkTensor *dy, HkTensor *dx);
 int hk_silu_fwd(const HkTensor *x, HkTensor *y);
 int hk_silu_bwd(const HkTensor *x, const HkTensor *dy, HkTensor *dx);
+/* scale: y = by * x; backward dx += by * dy (LoRA's alpha / rank). */
+int hk_scale_fwd(const HkTensor *x, HkTensor *y, double by);
+int hk_scale_bwd(const HkTensor *dy, HkTensor *dx, double by);
 
 /* rope: x [B,T,H*hd], hd even, rotate-half; theta > 0; the frequencies
  * scaled as `scaling` (RopeScaling of vocab.h) says. */

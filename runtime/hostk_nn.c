@@ -256,6 +256,25 @@ int hk_silu_bwd(const HkTensor *x, const HkTensor *dy, HkTensor *dx) {
     return HK_OK;
 }
 
+/* ---- scale ---- */
+
+int hk_scale_fwd(const HkTensor *x, HkTensor *y, double by) {
+    int rc = unary_check(x, y);
+    if (rc) return rc;
+    float s = (float)by;
+    for (int64_t i = 0, n = hk_numel(x); i < n; i++) ST(y, i, s * LD(x, i));
+    return HK_OK;
+}
+
+int hk_scale_bwd(const HkTensor *dy, HkTensor *dx, double by) {
+    if (!hk_present(dx)) return check_float(dy);
+    int rc = unary_check(dy, dx);
+    if (rc) return rc;
+    float s = (float)by;
+    for (int64_t i = 0, n = hk_numel(dy); i < n; i++) ACC(dx, i, s * LD(dy, i));
+    return HK_OK;
+}
+
 /* ---- rope ---- */
 
 HkRope hk_rope_attrs(const int64_t *iattr, const double *fattr) {
@@ -502,6 +521,10 @@ const HkFamily hk_family_norm = {fam_norm_fwd, fam_norm_bwd, fam_norm_ws};
 static int fam_act_fwd(const HkCall *c) { return c->prim == PRIM_GELU ? hk_gelu_fwd(c->a, &c->out[0]) : hk_silu_fwd(c->a, &c->out[0]); }
 static int fam_act_bwd(const HkCall *c) { return c->prim == PRIM_GELU ? hk_gelu_bwd(c->a, c->dy, c->da) : hk_silu_bwd(c->a, c->dy, c->da); }
 const HkFamily hk_family_act = {fam_act_fwd, fam_act_bwd, NULL};
+
+static int fam_scale_fwd(const HkCall *c) { return hk_scale_fwd(c->a, &c->out[0], c->fattr ? c->fattr[0] : 1.0); }
+static int fam_scale_bwd(const HkCall *c) { return hk_scale_bwd(c->dy, c->da, c->fattr ? c->fattr[0] : 1.0); }
+const HkFamily hk_family_scale = {fam_scale_fwd, fam_scale_bwd, NULL};
 
 static int fam_rope_fwd(const HkCall *c) {
     HkRope r = hk_rope_attrs(c->iattr, c->fattr);
