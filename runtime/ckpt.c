@@ -1,5 +1,6 @@
 #include "ckpt.h"
 #include "safetensors.h"
+#include "ckpt_impl.h"
 #include "errorf.h"
 #include <dirent.h>
 #include <errno.h>
@@ -18,15 +19,6 @@ enum { CKPT_VERSION = 1, CKPT_MANIFEST_VERSION = 2 }; /* shard files; manifests 
 static const char ckpt_magic[8] = {'Z', 'I', 'N', 'F', 'C', 'K', 'P', 'T'};
 
 
-static uint64_t fnv_update(uint64_t h, const void *data, size_t n) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-#define FNV_INIT 14695981039346656037ull
 
 const char *ckpt_step_dir(const char *root, int64_t step, char *buf, size_t n) {
     snprintf(buf, n, "%s/step-%08" PRId64, root, step);
@@ -141,11 +133,6 @@ static void put_u64(Buf *b, uint64_t v) {
     for (int i = 0; i < 8; i++) c[i] = (unsigned char)(v >> (8 * i));
     buf_put(b, c, 8);
 }
-static uint64_t get_le(const unsigned char *p, int n) {
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
 
 int ckpt_write_shard(const char *root, int64_t step, int rank, int world, uint64_t plan_hash,
                      const CkptEntry *e, int n, char *err, size_t errlen) {
@@ -160,7 +147,7 @@ int ckpt_write_shard(const char *root, int64_t step, int rank, int world, uint64
     size_t *lens = calloc((size_t)nparts, sizeof *lens);
     Buf *hdrs = calloc((size_t)n + 2, sizeof *hdrs);
     if (!parts || !lens || !hdrs) { free(parts); free(lens); free(hdrs); return errorf(err, errlen, "out of memory writing %s", path); }
-    uint64_t h = FNV_INIT;
+    uint64_t h = CKPT_FNV_INIT;
     Buf *hb = &hdrs[0];
     buf_put(hb, ckpt_magic, 8);
     put_u32(hb, CKPT_VERSION);
@@ -179,7 +166,7 @@ int ckpt_write_shard(const char *root, int64_t step, int rank, int world, uint64
         buf_put(eb, e[i].name, nl);
         put_u8(eb, e[i].dtype);
         put_u64(eb, e[i].bytes);
-        put_u64(eb, fnv_update(FNV_INIT, e[i].data, e[i].bytes));
+        put_u64(eb, ckpt_fnv_update(CKPT_FNV_INIT, e[i].data, e[i].bytes));
         parts[k] = eb->p; lens[k] = eb->len; k++;
         parts[k] = e[i].data; lens[k] = e[i].bytes; k++;
     }
@@ -189,7 +176,7 @@ int ckpt_write_shard(const char *root, int64_t step, int rank, int world, uint64
     if (oom) {
         rc = errorf(err, errlen, "out of memory writing %s", path);
     } else {
-        for (int i = 0; i < k; i++) h = fnv_update(h, parts[i], lens[i]);
+        for (int i = 0; i < k; i++) h = ckpt_fnv_update(h, parts[i], lens[i]);
         Buf *tb = &hdrs[n + 1];
         put_u64(tb, h);
         parts[k] = tb->p; lens[k] = tb->len; k++;
@@ -340,8 +327,8 @@ static bool shard_ident(const char *path, int *world, uint64_t *plan_hash) {
     size_t n = fread(hdr, 1, sizeof hdr, f);
     fclose(f);
     if (n != sizeof hdr || memcmp(hdr, ckpt_magic, 8) != 0) return false;
-    *world = (int)get_le(hdr + 16, 4);
-    *plan_hash = get_le(hdr + 28, 8);
+    *world = (int)ckpt_get_le(hdr + 16, 4);
+    *plan_hash = ckpt_get_le(hdr + 28, 8);
     return true;
 }
 
@@ -604,53 +591,53 @@ int ckpt_read_shard(const char *root, int64_t step, int rank, int world, uint64_
     snprintf(path, sizeof path, "%s/rank-%05d.zck", dir, rank);
     FILE *f = fopen(path, "rb");
     if (!f) return errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-    uint64_t h = FNV_INIT;
+    uint64_t h = CKPT_FNV_INIT;
     unsigned char hdr[36];
     int rc = -1;
     if (fread(hdr, 1, 36, f) != 36) { errorf(err, errlen, "%s: truncated header", path); goto out; }
-    h = fnv_update(h, hdr, 36);
+    h = ckpt_fnv_update(h, hdr, 36);
     if (memcmp(hdr, ckpt_magic, 8) != 0) { errorf(err, errlen, "%s: not a zinf checkpoint shard (bad magic)", path); goto out; }
-    if (get_le(hdr + 8, 4) != CKPT_VERSION) { errorf(err, errlen, "%s: unsupported version %u", path, (unsigned)get_le(hdr + 8, 4)); goto out; }
-    if ((int)get_le(hdr + 12, 4) != rank || (int)get_le(hdr + 16, 4) != world) {
-        errorf(err, errlen, "%s: shard of rank %u of %u, expected rank %d of %d", path, (unsigned)get_le(hdr + 12, 4),
-             (unsigned)get_le(hdr + 16, 4), rank, world);
+    if (ckpt_get_le(hdr + 8, 4) != CKPT_VERSION) { errorf(err, errlen, "%s: unsupported version %u", path, (unsigned)ckpt_get_le(hdr + 8, 4)); goto out; }
+    if ((int)ckpt_get_le(hdr + 12, 4) != rank || (int)ckpt_get_le(hdr + 16, 4) != world) {
+        errorf(err, errlen, "%s: shard of rank %u of %u, expected rank %d of %d", path, (unsigned)ckpt_get_le(hdr + 12, 4),
+             (unsigned)ckpt_get_le(hdr + 16, 4), rank, world);
         goto out;
     }
-    if ((int64_t)get_le(hdr + 20, 8) != step || get_le(hdr + 28, 8) != plan_hash) {
+    if ((int64_t)ckpt_get_le(hdr + 20, 8) != step || ckpt_get_le(hdr + 28, 8) != plan_hash) {
         errorf(err, errlen, "%s: shard is for another step or plan", path);
         goto out;
     }
     unsigned char nb[4];
     if (fread(nb, 1, 4, f) != 4) { errorf(err, errlen, "%s: truncated", path); goto out; }
-    h = fnv_update(h, nb, 4);
-    if ((int)get_le(nb, 4) != n) { errorf(err, errlen, "%s: holds %u tensors, the plan has %d", path, (unsigned)get_le(nb, 4), n); goto out; }
+    h = ckpt_fnv_update(h, nb, 4);
+    if ((int)ckpt_get_le(nb, 4) != n) { errorf(err, errlen, "%s: holds %u tensors, the plan has %d", path, (unsigned)ckpt_get_le(nb, 4), n); goto out; }
     for (int i = 0; i < n; i++) {
         unsigned char l2[2];
         if (fread(l2, 1, 2, f) != 2) { errorf(err, errlen, "%s: truncated", path); goto out; }
-        h = fnv_update(h, l2, 2);
-        size_t nl = (size_t)get_le(l2, 2);
+        h = ckpt_fnv_update(h, l2, 2);
+        size_t nl = (size_t)ckpt_get_le(l2, 2);
         char name[65536];
         if (fread(name, 1, nl, f) != nl) { errorf(err, errlen, "%s: truncated", path); goto out; }
-        h = fnv_update(h, name, nl);
+        h = ckpt_fnv_update(h, name, nl);
         name[nl] = 0;
         unsigned char eh[17];
         if (fread(eh, 1, 17, f) != 17) { errorf(err, errlen, "%s: truncated", path); goto out; }
-        h = fnv_update(h, eh, 17);
-        if (strcmp(name, e[i].name) != 0 || eh[0] != e[i].dtype || get_le(eh + 1, 8) != e[i].bytes) {
+        h = ckpt_fnv_update(h, eh, 17);
+        if (strcmp(name, e[i].name) != 0 || eh[0] != e[i].dtype || ckpt_get_le(eh + 1, 8) != e[i].bytes) {
             errorf(err, errlen, "%s: entry %d is '%s' (%" PRIu64 " bytes), the plan expects '%s' (%" PRIu64 " bytes)", path, i,
-                 name, get_le(eh + 1, 8), e[i].name, e[i].bytes);
+                 name, ckpt_get_le(eh + 1, 8), e[i].name, e[i].bytes);
             goto out;
         }
         if (fread(e[i].data, 1, e[i].bytes, f) != e[i].bytes) { errorf(err, errlen, "%s: truncated in '%s'", path, name); goto out; }
-        h = fnv_update(h, e[i].data, e[i].bytes);
-        if (fnv_update(FNV_INIT, e[i].data, e[i].bytes) != get_le(eh + 9, 8)) {
+        h = ckpt_fnv_update(h, e[i].data, e[i].bytes);
+        if (ckpt_fnv_update(CKPT_FNV_INIT, e[i].data, e[i].bytes) != ckpt_get_le(eh + 9, 8)) {
             errorf(err, errlen, "%s: checksum mismatch in '%s' (file corrupt)", path, name);
             goto out;
         }
     }
     unsigned char tail[8];
     if (fread(tail, 1, 8, f) != 8) { errorf(err, errlen, "%s: truncated", path); goto out; }
-    if (get_le(tail, 8) != h) { errorf(err, errlen, "%s: file checksum mismatch (file corrupt)", path); goto out; }
+    if (ckpt_get_le(tail, 8) != h) { errorf(err, errlen, "%s: file checksum mismatch (file corrupt)", path); goto out; }
     if (fgetc(f) != EOF) { errorf(err, errlen, "%s: trailing bytes after the shard", path); goto out; }
     rc = 0;
 out:

@@ -15,24 +15,11 @@
 #include <unistd.h>
 #include "json.h"
 #include "vocab.h"
+#include "ckpt_impl.h"
 #include "errorf.h"
 
 
-static uint64_t fnv_update(uint64_t h, const void *data, size_t n) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-#define FNV_INIT 14695981039346656037ull
 
-static uint64_t get_le(const unsigned char *p, int n) {
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
 
 /* ---- the manifest ---- */
 
@@ -249,12 +236,12 @@ static int index_writer(CkptReader *rd, int w, const char *path, char *err, size
     if (rd->fd[w] < 0 && (rd->fd[w] = open(path, O_RDONLY | O_CLOEXEC)) < 0) return errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
     unsigned char hdr[40];
     if (pread_all(rd->fd[w], hdr, sizeof hdr, 0)) return errorf(err, errlen, "%s: truncated header", path);
-    if (memcmp(hdr, "ZINFCKPT", 8) || get_le(hdr + 8, 4) != 1) return errorf(err, errlen, "%s: not a version-1 zinf checkpoint shard", path);
-    if (get_le(hdr + 12, 4) != (uint64_t)w || get_le(hdr + 16, 4) != (uint64_t)m->world ||
-        (int64_t)get_le(hdr + 20, 8) != rd->step || get_le(hdr + 28, 8) != m->plan_hash)
+    if (memcmp(hdr, "ZINFCKPT", 8) || ckpt_get_le(hdr + 8, 4) != 1) return errorf(err, errlen, "%s: not a version-1 zinf checkpoint shard", path);
+    if (ckpt_get_le(hdr + 12, 4) != (uint64_t)w || ckpt_get_le(hdr + 16, 4) != (uint64_t)m->world ||
+        (int64_t)ckpt_get_le(hdr + 20, 8) != rd->step || ckpt_get_le(hdr + 28, 8) != m->plan_hash)
         return errorf(err, errlen, "%s: the shard's rank, world, step or plan is not the manifest's", path);
-    if (get_le(hdr + 36, 4) != (uint64_t)m->layout.n)
-        return errorf(err, errlen, "%s: holds %u tensors, the manifest lists %d", path, (unsigned)get_le(hdr + 36, 4), m->layout.n);
+    if (ckpt_get_le(hdr + 36, 4) != (uint64_t)m->layout.n)
+        return errorf(err, errlen, "%s: holds %u tensors, the manifest lists %d", path, (unsigned)ckpt_get_le(hdr + 36, 4), m->layout.n);
     free(rd->sum[w]);
     rd->off[w] = malloc(sizeof(uint64_t) * ((size_t)m->layout.n + 1));
     rd->sum[w] = malloc(sizeof(uint64_t) * ((size_t)m->layout.n + 1));
@@ -266,16 +253,16 @@ static int index_writer(CkptReader *rd, int w, const char *path, char *err, size
         unsigned char l2[2], eh[17];
         char name[65536];
         if (pread_all(rd->fd[w], l2, 2, pos)) return errorf(err, errlen, "%s: truncated", path);
-        size_t nl = (size_t)get_le(l2, 2);
+        size_t nl = (size_t)ckpt_get_le(l2, 2);
         if (pread_all(rd->fd[w], name, nl, pos + 2) || pread_all(rd->fd[w], eh, 17, pos + 2 + nl))
             return errorf(err, errlen, "%s: truncated", path);
         name[nl] = 0;
         uint64_t bytes = (uint64_t)t->s.ntiles * (uint64_t)t->s.tile_shard * (uint64_t)dtype_size((DType)t->dtype);
-        if (strcmp(name, t->name) || eh[0] != t->dtype || get_le(eh + 1, 8) != bytes)
+        if (strcmp(name, t->name) || eh[0] != t->dtype || ckpt_get_le(eh + 1, 8) != bytes)
             return errorf(err, errlen, "%s: entry %d is '%s' (%" PRIu64 " bytes), the manifest says '%s' (%" PRIu64 " bytes)", path, k,
-                        name, get_le(eh + 1, 8), t->name, bytes);
+                        name, ckpt_get_le(eh + 1, 8), t->name, bytes);
         rd->off[w][k] = pos + 2 + nl + 17;
-        rd->sum[w][k] = get_le(eh + 9, 8);
+        rd->sum[w][k] = ckpt_get_le(eh + 9, 8);
         pos = rd->off[w][k] + bytes;
         if (pos > size) return errorf(err, errlen, "%s: truncated in '%s'", path, name);
     }
@@ -316,7 +303,7 @@ static int by_writer_src(const void *a, const void *b) {
 static int read_entry(CkptReader *rd, int w, int k, const Piece *p, size_t np, uint8_t *dst, char *err, size_t errlen) {
     const CkptTensorLayout *t = &rd->m->layout.t[k];
     size_t es = (size_t)dtype_size((DType)t->dtype);
-    uint64_t bytes = (uint64_t)t->s.ntiles * (uint64_t)t->s.tile_shard * es, h = FNV_INIT;
+    uint64_t bytes = (uint64_t)t->s.ntiles * (uint64_t)t->s.tile_shard * es, h = CKPT_FNV_INIT;
     char path[4200];
     snprintf(path, sizeof path, "%s/rank-%05d.zck", rd->dir, w);
     if (!rd->off[w] && index_writer(rd, w, path, err, errlen)) {
@@ -328,7 +315,7 @@ static int read_entry(CkptReader *rd, int w, int k, const Piece *p, size_t np, u
         uint64_t c1 = c0 + rd->stage_bytes < bytes ? c0 + rd->stage_bytes : bytes;
         if (pread_all(rd->fd[w], rd->stage, (size_t)(c1 - c0), rd->off[w][k] + c0))
             return errorf(err, errlen, "%s: truncated in '%s'", path, t->name);
-        h = fnv_update(h, rd->stage, (size_t)(c1 - c0));
+        h = ckpt_fnv_update(h, rd->stage, (size_t)(c1 - c0));
         for (size_t i = 0; i < np; i++) {
             uint64_t a = (uint64_t)p[i].src * es, b = a + (uint64_t)p[i].n * es;
             uint64_t lo = a > c0 ? a : c0, hi = b < c1 ? b : c1;
