@@ -171,7 +171,9 @@ int hf_layout_build(const Plan *p, HfLayout *l, char *err, size_t n) {
         if (rc) break;
         int g = 0;
         while (g < l->ngroups && strcmp(l->groups[g].name, h->pieces[i].hf_name)) g++;
-        if (g == l->ngroups) l->groups[l->ngroups++] = (HfGroup){.name = h->pieces[i].hf_name, .transpose = x->transpose, .first = (int)i};
+        if (g == l->ngroups)
+            l->groups[l->ngroups++] = (HfGroup){.name = h->pieces[i].hf_name, .transpose = x->transpose, .first = (int)i,
+                                                .adapter = hf_is_adapter(h->pieces[i].hf_name)};
         x->group = g;
         l->npieces++;
     }
@@ -321,7 +323,7 @@ static int check_missing(Imp *im, char *err, size_t n) {
     const char *first = NULL;
     for (int g = 0; g < l->ngroups; g++) {
         im->ent[g] = st_set_find(im->s, l->groups[g].name);
-        if (im->ent[g]) continue;
+        if (im->ent[g] || l->groups[g].adapter) continue; /* a LoRA adapter a base checkpoint lacks: kept as initialised */
         if (!first) first = l->groups[g].name;
         list_add(list, sizeof list, &missing, l->groups[g].name);
     }
@@ -341,6 +343,7 @@ static int check_shapes(Imp *im, char *err, size_t n) {
     for (int g = 0; g < l->ngroups; g++) {
         const HfGroup *G = &l->groups[g];
         const StEntry *e = im->ent[g];
+        if (!e) continue;
         const char *fn = st_set_file(im->s, e)->path;
         if (!st_dtype_is_float(e->dtype))
             return hf_fail(err, n, "%s: tensor '%s' is %s; zinf imports F32, F16 and BF16", fn, e->name, st_dtype_name(e->dtype));
@@ -461,6 +464,7 @@ static int copy_interval(Imp *im, const HfPiece *x, int64_t s, int64_t e, int64_
     const Plan *p = im->r->p;
     const PlanTensor *t = &p->tensors[x->tensor];
     const StEntry *ent = im->ent[x->group];
+    if (!ent) return 0;
     int64_t ra = s / x->cols, rb = (e - 1) / x->cols + 1;
     int64_t c0 = x->pc, c1 = x->pc + x->w;
     if (rb - ra == 1) { /* within one row: only the columns it holds */
@@ -509,7 +513,7 @@ static int import_checks(Imp *im, char *err, size_t n) {
     for (uint32_t t = 0; t < p->ntensors; t++) {
         if (p->tensors[t].cls != TC_PARAM) continue;
         bool mapped = false;
-        for (int i = 0; i < im->l->npieces && !mapped; i++) mapped = im->l->pieces[i].tensor == (int)t;
+        for (int i = 0; i < im->l->npieces && !mapped; i++) mapped = im->l->pieces[i].tensor == (int)t && im->ent[im->l->pieces[i].group];
         im->rep->params_kept += !mapped;
     }
     return 0;

@@ -21,7 +21,10 @@
  * 0, which writes it at its place in the shard file; memory is the staging
  * buffer whatever the model's size. Rank 0 writes everything into DIR.tmp.PID
  * (config.json, model.safetensors or model-0000k-of-0000n.safetensors and
- * model.safetensors.index.json), fsyncs it and renames it to DIR.
+ * model.safetensors.index.json), fsyncs it and renames it to DIR. A plan
+ * with LoRA adapters (PEFT's names, runtime/hfio_lora.c) exports them as
+ * PEFT does (adapter_config.json, adapter_model.safetensors), or with
+ * merge_lora the base model with them merged.
  *
  * Collective: every rank calls hfio_import, hfio_export and hfio_gather.
  * Nothing here prints or exits; errors come back as -1 and a message. */
@@ -38,6 +41,8 @@
 typedef struct HfioOptions {
     size_t staging_bytes;     /* per rank; 0: HFIO_STAGING_DEFAULT */
     uint64_t max_shard_bytes; /* export: 0: HFIO_SHARD_DEFAULT */
+    bool merge_lora;          /* export of a plan with LoRA adapters: the base model with them merged
+                                 (W + A B alpha/r in the base names), not the PEFT adapter */
 } HfioOptions;
 
 enum { HFIO_LIST = 1024 };

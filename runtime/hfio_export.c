@@ -85,7 +85,12 @@ typedef struct Exp {
     int *gfile, *gslot;         /* per group: its file and place in it */
     char *dir, *tmp;            /* the target without trailing slashes, and DIR.tmp.PID */
     bool tmp_made;
+    bool peft;                  /* the LoRA adapters alone, as PEFT saves them; else the base groups */
+    bool merge;                 /* the base groups with their adapters merged */
 } Exp;
+
+/* Whether group g is written: the adapters for a PEFT export, else the rest. */
+static bool exported(const Exp *ex, int g) { return ex->l->groups[g].adapter == ex->peft; }
 
 static int pwrite_all(int fd, const char *path, uint64_t off, const uint8_t *buf, uint64_t len, char *err, size_t n) {
     while (len) {
@@ -120,6 +125,8 @@ static int plan_files(Exp *ex, uint64_t max, char *err, size_t n) {
     if (!ex->files || !ex->gfile || !ex->gslot) return hf_fail(err, n, "out of memory");
     uint64_t size = 0;
     for (int g = 0; g < l->ngroups; g++) {
+        ex->gfile[g] = -1;
+        if (!exported(ex, g)) continue;
         uint64_t b = l->groups[g].numel * st_dtype_size((StDtype)st_dtype_from_plan(l->groups[g].dtype));
         if (!ex->nfiles || (size && size + b > max)) {
             ex->nfiles++;
@@ -135,10 +142,12 @@ static int plan_files(Exp *ex, uint64_t max, char *err, size_t n) {
         o->t = calloc((size_t)o->nt, sizeof *o->t);
         o->name = malloc(64);
         if (!o->t || !o->name) return hf_fail(err, n, "out of memory");
-        if (ex->nfiles == 1) snprintf(o->name, 64, "model.safetensors");
+        if (ex->peft) snprintf(o->name, 64, "adapter_model.safetensors");
+        else if (ex->nfiles == 1) snprintf(o->name, 64, "model.safetensors");
         else snprintf(o->name, 64, "model-%05d-of-%05d.safetensors", f + 1, ex->nfiles);
     }
     for (int g = 0; g < l->ngroups; g++) {
+        if (ex->gfile[g] < 0) continue;
         const HfGroup *G = &l->groups[g];
         StOutTensor *t = &ex->files[ex->gfile[g]].t[ex->gslot[g]];
         t->name = G->name;
@@ -165,7 +174,13 @@ static int open_files(Exp *ex, char *err, size_t n) {
     const char *cfg = ex->r->p->hf.config;
     if (mkdir(ex->tmp, 0755)) return hf_fail(err, n, "cannot create %s: %s", ex->tmp, strerror(errno));
     ex->tmp_made = true;
-    if (cfg && *cfg && write_small(ex->tmp, "config.json", cfg, strlen(cfg), err, n)) return -1;
+    if (ex->peft) {
+        char *ac = hf_adapter_config(ex->r->p, ex->l, err, n);
+        int rc = ac ? write_small(ex->tmp, "adapter_config.json", ac, strlen(ac), err, n) : -1;
+        free(ac);
+        if (rc) return -1;
+    } else if (cfg && *cfg && write_small(ex->tmp, "config.json", cfg, strlen(cfg), err, n))
+        return -1;
     const char *meta[] = {"format", "pt", "producer", "zinf"};
     for (int f = 0; f < ex->nfiles; f++) {
         OutFile *o = &ex->files[f];
@@ -220,7 +235,19 @@ static int put_block(Exp *ex, const HfPiece *x, int g, int64_t r0, int64_t r1, i
 
 /* Piece x, block by block: gathered (collective), placed by rank 0. A
  * failure on rank 0 stops its writing, not its part in the collectives. */
-static int export_piece(Exp *ex, const HfPiece *x, char *err, size_t n) {
+/* Rank 0: st->f (P's rows [r0, r1) x columns [c0, c1)) += A[r0:r1] B[:, c0:c1] scale. */
+static void add_lora(Exp *ex, const HfLora *lo, const float *A, const float *B, int64_t out, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    int64_t w = c1 - c0, R = lo->rank;
+    for (int64_t i = r0; i < r1; i++)
+        for (int64_t j = c0; j < c1; j++) {
+            double acc = 0;
+            for (int64_t k = 0; k < R; k++) acc += (double)A[i * R + k] * (double)B[k * out + j];
+            float *f = &ex->st.f[(i - r0) * w + (j - c0)];
+            *f = (float)((double)*f + acc * lo->scale);
+        }
+}
+
+static int export_piece(Exp *ex, const HfPiece *x, const HfLora *lo, const float *A, const float *B, char *err, size_t n) {
     int64_t bh, bw;
     hf_block_dims(x->transpose, x->rows, x->w, ex->st.ch, &bh, &bw);
     int rc = 0;
@@ -229,6 +256,7 @@ static int export_piece(Exp *ex, const HfPiece *x, char *err, size_t n) {
             int64_t r1 = min64(x->rows, r0 + bh), c1 = min64(x->pc + x->w, c0 + bw);
             int g = gather_block(ex->r, &ex->st, x->tensor, x->cols, r0, r1, c0, c1, err, n);
             if (g && !rc) rc = g;
+            if (!rc && lo && A && B) add_lora(ex, lo, A, B, x->cols, r0, r1, c0, c1);
             if (!rc && ex->r->c->rank == 0) rc = put_block(ex, x, x->group, r0, r1, c0, c1, err, n);
         }
     return rc;
@@ -240,8 +268,10 @@ static int write_index(Exp *ex, char *err, size_t n) {
     for (int f = 0; f < ex->nfiles; f++)
         for (int k = 0; k < ex->files[f].nt; k++) total += ex->files[f].t[k].bytes;
     st_buf_printf(&b, "{\n  \"metadata\": {\n    \"total_size\": %" PRIu64 "\n  },\n  \"weight_map\": {", total);
-    for (int g = 0; g < ex->l->ngroups; g++) {
-        st_buf_put(&b, g ? ",\n    " : "\n    ", g ? 6 : 5);
+    for (int g = 0, k = 0; g < ex->l->ngroups; g++) {
+        if (ex->gfile[g] < 0) continue;
+        st_buf_put(&b, k ? ",\n    " : "\n    ", k ? 6 : 5);
+        k++;
         st_buf_json_string(&b, ex->l->groups[g].name);
         st_buf_put(&b, ": ", 2);
         st_buf_json_string(&b, ex->files[ex->gfile[g]].name);
@@ -372,13 +402,19 @@ static int export_setup(Exp *ex, const char *dir, char *err, size_t n) {
 static int export_groups(Exp *ex, char *err, size_t n) {
     const HfLayout *l = ex->l;
     for (int g = 0; g < l->ngroups; g++) {
-        int rc = 0;
+        if (!exported(ex, g)) continue;
+        HfLora lo;
+        float *A = NULL, *B = NULL;
+        int has = ex->merge ? hf_lora_of(ex->r->p, l, g, &lo, err, n) : 0;
+        int rc = has < 0 ? -1 : has ? hf_lora_fetch(ex->r, &lo, &A, &B, err, n) : 0;
         for (int i = l->groups[g].first; i < l->npieces; i++) {
             const HfPiece *x = &l->pieces[i];
             if (x->group != g || !x->exported) continue;
-            int k = export_piece(ex, x, err, n);
+            int k = export_piece(ex, x, has > 0 ? &lo : NULL, A, B, err, n);
             if (k && !rc) rc = k;
         }
+        free(A);
+        free(B);
         int bad = hf_agree(ex->r, rc, err, n);
         if (bad > 0 && !rc) return hf_fail(err, n, "rank %d failed exporting '%s' (its message says why)", bad - 1, l->groups[g].name);
         if (bad) return -1;
@@ -395,8 +431,11 @@ int hfio_export(Rt *r, const char *dir, const HfioOptions *o, HfioReport *rep, c
     Exp ex = {.r = r, .l = &l, .rep = rep};
     bool lead = r->c->rank == 0;
     int rc = hf_layout_build(r->p, &l, err, n);
+    for (int g = 0; !rc && g < l.ngroups; g++) ex.merge |= l.groups[g].adapter;
+    ex.peft = ex.merge && !(o && o->merge_lora);
+    ex.merge &= !ex.peft;
     if (!rc) rc = hf_stage_init(&ex.st, o, err, n);
-    if (!rc) rc = plan_files(&ex, o && o->max_shard_bytes ? o->max_shard_bytes : HFIO_SHARD_DEFAULT, err, n);
+    if (!rc) rc = plan_files(&ex, ex.peft ? UINT64_MAX : o && o->max_shard_bytes ? o->max_shard_bytes : HFIO_SHARD_DEFAULT, err, n);
     if (!rc && lead) rc = export_setup(&ex, dir, err, n);
     int bad = hf_agree(r, rc, err, n);
     if (bad > 0 && !rc) rc = hf_fail(err, n, "rank %d could not start the export to %s (its message says why)", bad - 1, dir);

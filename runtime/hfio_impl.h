@@ -31,6 +31,7 @@ typedef struct HfGroup {
     int64_t shape[ST_MAX_RANK];
     uint64_t numel;
     int dtype;              /* plan DType of the first piece's parameter: the exported dtype */
+    bool adapter;           /* a LoRA adapter in PEFT's names (hf_is_adapter) */
 } HfGroup;
 
 typedef struct HfLayout {
@@ -88,5 +89,26 @@ int hf_home_write(void *ctx, uint64_t off, uint8_t *buf, uint64_t len, char *err
 /* Collective: 0 when every rank's rc is 0, else 1 + the highest failing
  * rank (-1 when the agreement itself failed: err says why). */
 int hf_agree(Rt *r, int rc, char *err, size_t n);
+
+/* ---- LoRA adapters (runtime/hfio_lora.c; docs/huggingface.md "LoRA") ----
+ * An adapter's HF name is PEFT's: HF_PEFT_PREFIX + the module's path +
+ * ".lora_A.weight" ([r, in]) or ".lora_B.weight" ([out, r]); the module's
+ * base weight is the path + ".weight". A plan with adapters exports them
+ * as a PEFT adapter directory, or (merge_lora) the base model with
+ * W + A B scale in the base names. */
+#define HF_PEFT_PREFIX "base_model.model."
+bool hf_is_adapter(const char *hf_name);
+typedef struct HfLora {
+    int a, b;               /* the parameters A [in, r] and B [r, out] */
+    int64_t rank;
+    double scale;           /* alpha / rank: the `by` of the scale op B's product feeds */
+} HfLora;
+/* The adapter of base group g: 1 and *lo when it has one, 0 when not, -1
+ * (err) when it is incomplete or its scale cannot be found. */
+int hf_lora_of(const Plan *p, const HfLayout *l, int g, HfLora *lo, char *err, size_t n);
+/* adapter_config.json for the plan's adapters (malloc'd, NULL: err). */
+char *hf_adapter_config(const Plan *p, const HfLayout *l, char *err, size_t n);
+/* Collective: A and B whole, as f32, on rank 0 (*fa, *fb malloc'd there, NULL elsewhere). */
+int hf_lora_fetch(Rt *r, const HfLora *lo, float **fa, float **fb, char *err, size_t n);
 
 #endif

@@ -29,7 +29,7 @@ typedef struct Opts {
     const char *plan, *data, *backend, *ckpt_dir, *trace, *nvme, *export_path, *losses, *init, *export_hf;
     int64_t steps, ckpt_every;
     uint64_t shard_size;
-    bool resume, quiet, start_over;
+    bool resume, quiet, start_over, merge_lora;
     DordOrder data_order;
     uint64_t data_seed;
     bool data_seed_given;
@@ -60,6 +60,8 @@ static void usage(FILE *f) {
             "                         transformers' from_pretrained; DIR must be new or empty. With --steps 0\n"
             "                         (and --resume or --init) it exports without training\n"
             "  --export-hf-shard-size SIZE  largest safetensors file of --export-hf (default 5GB; 500MB, 2GiB, bytes)\n"
+            "  --merge-lora           --export-hf of a plan with LoRA adapters writes the base model with them\n"
+            "                         merged (W + A B alpha/r), not the PEFT adapter (docs/huggingface.md)\n"
             "  --data-order sequential|shuffle  the order of the training rows (default sequential: the file's\n"
             "                         windows in order); shuffle: a seeded permutation of the rows of T+1\n"
             "                         tokens, a new one every epoch, the same on every number of ranks\n"
@@ -152,6 +154,7 @@ static int parse(int argc, char **argv, Opts *o) {
         else if (!strcmp(a, "--resume")) o->resume = true;
         else if (!strcmp(a, "--start-over")) o->start_over = true;
         else if (!strcmp(a, "--quiet")) o->quiet = true;
+        else if (!strcmp(a, "--merge-lora")) o->merge_lora = true;
         else if (!strcmp(a, "--steps") || !strcmp(a, "--checkpoint-every")) {
             const char *v = VAL();
             if (!v) return 2;
@@ -580,7 +583,7 @@ int main(int argc, char **argv) {
         goto out;                    \
     } while (0)
     Rt *r = NULL;
-    HfioOptions ho = {.staging_bytes = HFIO_STAGING_DEFAULT, .max_shard_bytes = o.shard_size};
+    HfioOptions ho = {.staging_bytes = HFIO_STAGING_DEFAULT, .max_shard_bytes = o.shard_size, .merge_lora = o.merge_lora};
     /* Hugging Face weights: the mapping and the target checked before anything is allocated or trained */
     if ((o.init || o.export_hf) && hfio_check_plan(p, err, sizeof err)) FAIL_RUN("%s: %s", o.plan, err);
     if (o.export_hf && export_dir_ok(&o, lead, err, sizeof err)) FAIL_RUN("%s", err);

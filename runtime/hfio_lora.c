@@ -1,0 +1,152 @@
+/* hfio_lora: LoRA adapters in the Hugging Face mapping. An adapter's
+ * pieces name PEFT's tensors (base_model.model.<module>.lora_A.weight and
+ * .lora_B.weight, nn.Linear layout); the module's base weight is
+ * <module>.weight. Found from the names alone, plus the scale: the `by` of
+ * the scale op that the product with B feeds (stdlib's adapters compute
+ * scale(linear(linear(x, A), B), alpha / rank)). Used by the export: the
+ * PEFT adapter's config, and the merged model's W + A B scale. */
+#include "hfio_impl.h"
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool hf_is_adapter(const char *name) { return name && !strncmp(name, HF_PEFT_PREFIX, strlen(HF_PEFT_PREFIX)); }
+
+static int find_group(const HfLayout *l, const char *name) {
+    for (int g = 0; g < l->ngroups; g++)
+        if (!strcmp(l->groups[g].name, name)) return g;
+    return -1;
+}
+
+/* The scale op fed by forward op o's result, or by the product with B. */
+static int scale_of(const Plan *p, int btensor, double *s) {
+    for (uint32_t i = 0; i < p->nops; i++) {
+        const PlanOp *o = &p->ops[i];
+        if (o->kind != OP_FWD || (o->prim != PRIM_LINEAR && o->prim != PRIM_MATMUL) || o->nin < 2 || o->in[1] != btensor) continue;
+        for (uint32_t j = 0; j < p->nops; j++) {
+            const PlanOp *q = &p->ops[j];
+            if (q->kind == OP_FWD && q->prim == PRIM_SCALE && q->nin >= 1 && q->in[0] == o->out[0]) {
+                *s = q->fattr[0];
+                return 0;
+            }
+        }
+    }
+    return -1;
+}
+
+/* The module path of an adapter group ("model.layers.0.self_attn.q_proj"
+ * into buf) and which matrix it is ('A', 'B'); 0 when it is not one. */
+static char adapter_module(const char *name, char *buf, size_t n) {
+    if (!hf_is_adapter(name)) return 0;
+    const char *m = name + strlen(HF_PEFT_PREFIX);
+    size_t len = strlen(m), suf = strlen(".lora_A.weight");
+    if (len <= suf || strncmp(m + len - suf, ".lora_", 6) || strcmp(m + len - suf + 7, ".weight")) return 0;
+    char which = m[len - suf + 6];
+    if ((which != 'A' && which != 'B') || len - suf >= n) return 0;
+    memcpy(buf, m, len - suf);
+    buf[len - suf] = 0;
+    return which;
+}
+
+int hf_lora_of(const Plan *p, const HfLayout *l, int g, HfLora *lo, char *err, size_t n) {
+    const char *base = l->groups[g].name;
+    size_t bl = strlen(base);
+    if (l->groups[g].adapter || bl < 8 || strcmp(base + bl - 7, ".weight")) return 0;
+    char an[1024], bn[1024];
+    snprintf(an, sizeof an, "%s%.*s.lora_A.weight", HF_PEFT_PREFIX, (int)(bl - 7), base);
+    snprintf(bn, sizeof bn, "%s%.*s.lora_B.weight", HF_PEFT_PREFIX, (int)(bl - 7), base);
+    int ga = find_group(l, an), gb = find_group(l, bn);
+    if (ga < 0 && gb < 0) return 0;
+    if (ga < 0 || gb < 0) return hf_fail(err, n, "LoRA adapter of '%s': the mapping has %s but not %s", base, ga < 0 ? bn : an, ga < 0 ? an : bn);
+    lo->a = l->pieces[l->groups[ga].first].tensor;
+    lo->b = l->pieces[l->groups[gb].first].tensor;
+    const PlanTensor *A = &p->tensors[lo->a], *B = &p->tensors[lo->b];
+    lo->rank = A->rank == 2 ? A->dims[1] : -1;
+    if (A->rank != 2 || B->rank != 2 || B->dims[0] != lo->rank)
+        return hf_fail(err, n, "LoRA adapter of '%s': '%s' and '%s' are not [in, r] and [r, out]", base, A->name, B->name);
+    if (scale_of(p, lo->b, &lo->scale))
+        return hf_fail(err, n, "LoRA adapter of '%s': no scale(...) of the product with '%s' (the stdlib's adapters compute "
+                               "scale(linear(linear(x, A), B), alpha / rank))", base, B->name);
+    return 1;
+}
+
+/* Adds the last component of module m to the list (once). */
+static void add_target(StBuf *b, const char *m, int *count) {
+    const char *dot = strrchr(m, '.');
+    const char *t = dot ? dot + 1 : m;
+    char q[1100];
+    snprintf(q, sizeof q, "\"%s\"", t);
+    if (b->p && b->len && strstr(b->p, q)) return;
+    if ((*count)++) st_buf_put(b, ", ", 2);
+    st_buf_json_string(b, t);
+}
+
+char *hf_adapter_config(const Plan *p, const HfLayout *l, char *err, size_t n) {
+    StBuf targets = {0};
+    int ntargets = 0;
+    int64_t rank = 0;
+    double alpha = 0;
+    bool fan_in_fan_out = false;
+    for (int g = 0; g < l->ngroups; g++) {
+        char m[1024], wn[1100];
+        if (adapter_module(l->groups[g].name, m, sizeof m) != 'A') continue;
+        snprintf(wn, sizeof wn, "%s.weight", m);
+        int base = find_group(l, wn);
+        HfLora lo;
+        int k = base < 0 ? hf_fail(err, n, "LoRA adapter '%s': the mapping has no base weight '%s'", l->groups[g].name, wn)
+                         : hf_lora_of(p, l, base, &lo, err, n);
+        if (k <= 0) {
+            if (!k) hf_fail(err, n, "LoRA adapter '%s' is incomplete", l->groups[g].name);
+            st_buf_free(&targets);
+            return NULL;
+        }
+        double al = lo.scale * (double)lo.rank;
+        if (rank && (lo.rank != rank || al != alpha)) {
+            hf_fail(err, n, "LoRA adapters of different ranks or alphas (%s: r = %" PRId64 ", alpha = %g; others r = %" PRId64 ", alpha = %g): "
+                    "the export writes one r and lora_alpha", m, lo.rank, al, rank, alpha);
+            st_buf_free(&targets);
+            return NULL;
+        }
+        rank = lo.rank;
+        alpha = al;
+        fan_in_fan_out |= !l->groups[base].transpose; /* GPT-2's Conv1D keeps [in, out] */
+        add_target(&targets, m, &ntargets);
+    }
+    StBuf b = {0};
+    st_buf_printf(&b, "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"base_model_name_or_path\": null,\n"
+                      "  \"r\": %" PRId64 ",\n  \"lora_alpha\": %.17g,\n  \"lora_dropout\": 0.0,\n  \"target_modules\": [%.*s],\n"
+                      "  \"fan_in_fan_out\": %s,\n  \"bias\": \"none\",\n  \"modules_to_save\": null,\n  \"inference_mode\": true\n}\n",
+                  rank, alpha, (int)targets.len, targets.p ? targets.p : "", fan_in_fan_out ? "true" : "false");
+    st_buf_free(&targets);
+    if (b.oom || !rank) {
+        if (!rank) hf_fail(err, n, "the plan's mapping has no LoRA adapter");
+        else hf_fail(err, n, "out of memory");
+        st_buf_free(&b);
+        return NULL;
+    }
+    st_buf_put(&b, "", 1);
+    return b.p;
+}
+
+static int fetch_one(Rt *r, int t, float **out, char *err, size_t n) {
+    const PlanTensor *pt = &r->p->tensors[t];
+    StDtype sd = (StDtype)st_dtype_from_plan(pt->dtype);
+    bool lead = r->c->rank == 0;
+    void *raw = lead ? malloc((size_t)pt->numel * st_dtype_size(sd)) : NULL;
+    *out = lead ? malloc((size_t)pt->numel * sizeof(float)) : NULL;
+    int rc = lead && (!raw || !*out) ? hf_fail(err, n, "out of memory") : 0;
+    /* every rank takes part in the gather, even one that failed */
+    int g = hfio_gather(r, t, rc ? NULL : raw, NULL, err, n);
+    if (!rc) rc = g;
+    if (!rc && lead) st_to_f32(sd, raw, 1, *out, pt->numel);
+    free(raw);
+    return rc;
+}
+
+int hf_lora_fetch(Rt *r, const HfLora *lo, float **fa, float **fb, char *err, size_t n) {
+    *fa = *fb = NULL;
+    int rc = fetch_one(r, lo->a, fa, err, n);
+    int k = fetch_one(r, lo->b, fb, err, n);
+    return rc ? rc : k;
+}
