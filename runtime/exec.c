@@ -19,7 +19,7 @@
 int64_t rt_steps_done(const Rt *r) { return r->step; }
 double rt_busy_seconds(const Rt *r, int q) {
     if (q < 0 || q >= PLAN_NQUEUES) return 0;
-    return r->be->busy_seconds(r, q);
+    return r->be->busy_seconds(r, q) - r->eval_busy[q]; /* training's only */
 }
 uint64_t rt_arena_bytes(const Rt *r, int k) { return r->arena_bytes[k]; }
 uint64_t rt_gpu_memory_used(const Rt *r) { return r->be->gpu_memory_used(r); }
@@ -180,6 +180,7 @@ void rt_destroy(Rt *r) {
         free(r->scratch[q]);
     }
     if (r->q.plan) qrun_free(&r->q);
+    rt_forward_free(r);
     free(r);
 }
 
@@ -370,6 +371,7 @@ int rt_write_trace(const Rt *r, FILE *out) {
                 r->c->rank, in->queue, t->start * 1e6, (t->end - t->start) * 1e6, i);
         first = false;
     }
+    rt_trace_evals(r, out, first);
     fprintf(out, "\n],\"displayTimeUnit\":\"ms\"}\n");
     return ferror(out) ? -1 : 0;
 }

@@ -100,6 +100,35 @@ int rt_export_safetensors(Rt *r, const char *path, char *err, size_t errlen);
 /* A hash identifying the plan's persistent layout (checkpoint compatibility). */
 uint64_t rt_plan_hash(const Rt *r);
 
+/* The forward-only schedule (runtime/exec_eval.c): the micro-batch range
+ * up to and including the loss's forward kernel, less what touches
+ * gradients or optimizer state; it reads the weights wherever the plan
+ * keeps them and writes only transient buffers, so training continues
+ * bit for bit as without it. Built at first use; an error when the plan's
+ * forward cannot run alone. */
+typedef struct RtForwardInfo {
+    uint32_t instructions, prefix, left_out; /* run, in the prefix, left out of it */
+    int64_t vocab;          /* the loss's logits: rows of vocab values */
+    int64_t logits_rows;    /* B*T */
+} RtForwardInfo;
+int rt_forward_info(Rt *r, RtForwardInfo *fi, char *err, size_t errlen);
+/* One forward of this rank's micro-batch (micro_batch*T ids each); *loss is
+ * its mean loss on this rank. Every rank calls it together. */
+int rt_forward(Rt *r, const int32_t *tokens, const int32_t *targets, double *loss, char *err, size_t errlen);
+/* After rt_forward: the logits of row `row` (batch row b, position t: b*T+t)
+ * as f32, vocab values (copied from the device under CUDA). */
+int rt_logits(Rt *r, int64_t row, float *out, char *err, size_t errlen);
+typedef struct RtEvalStats {
+    double loss;            /* mean over ranks and batches */
+    double seconds;
+    int batches;            /* per rank */
+} RtEvalStats;
+/* Evaluation (collective): the forward of `nb` micro-batches on this rank,
+ * the loss averaged over every rank's; no gradient, no optimizer step.
+ * Recorded for --trace (an instant event at the step it ran after). */
+int rt_eval(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, int nb, RtEvalStats *st, char *err,
+            size_t errlen);
+
 /* The measured timeline of the last step, Chrome trace JSON. */
 int rt_write_trace(const Rt *r, FILE *out);
 

@@ -11,6 +11,11 @@
 #include "rtio.h"
 
 typedef struct RtCuda RtCuda;
+typedef struct RtEvalEvent {
+    int64_t step;
+    double start, end, loss;
+    int batches;
+} RtEvalEvent;
 typedef struct RtBackendOps RtBackendOps;
 
 struct Rt {
@@ -40,6 +45,13 @@ struct Rt {
     int good_steps;
     uint64_t bytes[PLAN_NQUEUES];
     const RtBackendOps *be; /* the backend (rt_backend_host or rt_backend_cuda) */
+    /* the forward-only schedule (runtime/exec_eval.c), built at first use */
+    uint8_t *fwd_run;       /* per instruction: runs in it */
+    uint32_t fwd_end, fwd_loss_kernel, fwd_skipped; /* instrs[0, fwd_end); the loss kernel; left out */
+    QrunTiming *fwd_timing; /* the training step's timings, kept across a forward */
+    double eval_busy[PLAN_NQUEUES]; /* queue time spent in forwards, not counted as training's */
+    RtEvalEvent *evals;     /* for --trace */
+    int neval, eval_cap;
     RtCuda *cu;             /* the CUDA backend's state (runtime/exec_cuda.c), NULL on the host backend */
 };
 
@@ -67,6 +79,10 @@ int rt_ckpt_check(Rt *r, const char *dir, int64_t step, RtCkptClass keep, char *
 int rt_comm_err(Rt *r, char *err, size_t errlen);
 /* Instruction i on the host (the host backend's semantics). */
 int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t errlen);
+
+/* exec_eval.c: frees the forward schedule; writes the evaluations' trace events. */
+void rt_forward_free(Rt *r);
+void rt_trace_evals(const Rt *r, FILE *out, bool first);
 
 /* A backend: what differs between running the plan on the host and on a
  * GPU. The executor (exec.c) and the host semantics (exec_host.c) reach the

@@ -27,7 +27,9 @@
 
 typedef struct Opts {
     const char *plan, *data, *backend, *ckpt_dir, *trace, *nvme, *export_path, *losses, *init, *export_hf;
+    const char *eval_data;
     int64_t steps, ckpt_every;
+    int64_t eval_every, eval_batches; /* 0: at the end only; 0: every window of the file */
     uint64_t shard_size;
     bool resume, quiet, start_over, merge_lora;
     DordOrder data_order;
@@ -38,7 +40,8 @@ typedef struct Opts {
 
 static const char *const flags[] = {"--data", "--steps", "--backend", "--checkpoint-dir", "--checkpoint-every",
                                     "--resume", "--start-over", "--trace", "--nvme", "--export", "--losses", "--quiet", "--help", "--version",
-                                    "--init", "--export-hf", "--export-hf-shard-size", "--data-order", "--data-seed", "--eos"};
+                                    "--init", "--export-hf", "--export-hf-shard-size", "--data-order", "--data-seed", "--eos",
+                                    "--eval-data", "--eval-every", "--eval-batches"};
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -68,7 +71,13 @@ static void usage(FILE *f) {
             "  --data-seed N          the shuffle's seed (default: the plan's train { seed })\n"
             "  --eos ID               token ID ends a document: rows start at document starts and never\n"
             "                         cross one (docs/training.md \"Data\")\n"
-            "  --losses FILE          append \"step N loss L\" lines (full precision) to FILE\n"
+            "  --eval-data FILE       held-out tokens: report the mean loss on them (forward only: no gradient,\n"
+            "                         no optimizer step) in the progress, --losses and --trace\n"
+            "  --eval-every N         evaluate at step 0 and after every N steps (default: after the last step)\n"
+            "  --eval-batches K       micro-batches per rank an evaluation reads, from the file's first window\n"
+            "                         on (default: every window the file holds, divided among the ranks)\n"
+            "  --losses FILE          append \"step N loss L grad_norm G\" lines (full precision) to FILE,\n"
+            "                         and \"eval step N loss L batches K\" lines with --eval-data\n"
             "  --quiet                only the final summary\n");
 }
 
@@ -109,6 +118,7 @@ static int parse(int argc, char **argv, Opts *o) {
         else if (!strcmp(a, "--export")) { if (!(o->export_path = VAL())) return 2; }
         else if (!strcmp(a, "--losses")) { if (!(o->losses = VAL())) return 2; }
         else if (!strcmp(a, "--init")) { if (!(o->init = VAL())) return 2; }
+        else if (!strcmp(a, "--eval-data")) { if (!(o->eval_data = VAL())) return 2; }
         else if (!strcmp(a, "--export-hf")) { if (!(o->export_hf = VAL())) return 2; }
         else if (!strcmp(a, "--export-hf-shard-size")) {
             const char *v = VAL();
@@ -155,13 +165,22 @@ static int parse(int argc, char **argv, Opts *o) {
         else if (!strcmp(a, "--start-over")) o->start_over = true;
         else if (!strcmp(a, "--quiet")) o->quiet = true;
         else if (!strcmp(a, "--merge-lora")) o->merge_lora = true;
-        else if (!strcmp(a, "--steps") || !strcmp(a, "--checkpoint-every")) {
+        else if (!strcmp(a, "--steps") || !strcmp(a, "--checkpoint-every") || !strcmp(a, "--eval-every") ||
+                 !strcmp(a, "--eval-batches")) {
             const char *v = VAL();
             if (!v) return 2;
             char *end;
+            errno = 0;
             long long x = strtoll(v, &end, 10);
-            if (*end || x < 0) { fprintf(stderr, "zinfrun: %s needs a non-negative integer, not '%s'\n", a, v); return 2; }
-            if (!strcmp(a, "--steps")) o->steps = x; else o->ckpt_every = x;
+            bool positive = !strncmp(a, "--eval", 6);
+            if (*end || x < 0 || (positive && (!*v || errno || x < 1 || x > INT32_MAX))) {
+                fprintf(stderr, "zinfrun: %s needs a %s integer, not '%s'\n", a, positive ? "positive" : "non-negative", v);
+                return 2;
+            }
+            if (!strcmp(a, "--steps")) o->steps = x;
+            else if (!strcmp(a, "--checkpoint-every")) o->ckpt_every = x;
+            else if (!strcmp(a, "--eval-every")) o->eval_every = x;
+            else o->eval_batches = x;
         } else if (a[0] == '-') {
             const char *near = nearest_word(a, flags, (int)(sizeof flags / sizeof *flags));
             if (near) fprintf(stderr, "zinfrun: unknown option '%s'; did you mean '%s'?\n", a, near);
@@ -181,6 +200,10 @@ static int parse(int argc, char **argv, Opts *o) {
     if (o->resume && o->start_over) { fprintf(stderr, "zinfrun: --resume and --start-over contradict each other\n"); return 2; }
     if (o->data_seed_given && o->data_order != DORD_SHUFFLE) {
         fprintf(stderr, "zinfrun: --data-seed needs --data-order shuffle\n");
+        return 2;
+    }
+    if ((o->eval_every || o->eval_batches) && !o->eval_data) {
+        fprintf(stderr, "zinfrun: %s needs --eval-data\n", o->eval_every ? "--eval-every" : "--eval-batches");
         return 2;
     }
     if (o->shard_size && !o->export_hf) { fprintf(stderr, "zinfrun: --export-hf-shard-size needs --export-hf\n"); return 2; }
@@ -502,6 +525,86 @@ static void data_describe(const DataOrder *d, const Opts *o, int64_t g) {
     printf("\n");
 }
 
+/* --eval-data: the held-out micro-batches, read once (sequential windows,
+ * global micro-batches 0..K-1, each rank its share as training reads). */
+typedef struct Eval {
+    TokReader tr;
+    DataOrder d;
+    bool have_tr, have_d;
+    int k;                  /* micro-batches per rank */
+    int32_t **tok, **tgt;
+} Eval;
+
+static void eval_close(Eval *e) {
+    for (int b = 0; e->tok && b < e->k; b++) {
+        free(e->tok[b]);
+        free(e->tgt[b]);
+    }
+    free(e->tok);
+    free(e->tgt);
+    if (e->have_d) dord_close(&e->d);
+    if (e->have_tr) tok_close(&e->tr);
+    memset(e, 0, sizeof *e);
+}
+
+static int eval_open(Eval *e, const Opts *o, int64_t vocab, int64_t B, int64_t T, char *err, size_t n) {
+    memset(e, 0, sizeof *e);
+    if (tok_open(&e->tr, o->eval_data, vocab, err, n)) return -1;
+    e->have_tr = true;
+    DordOptions dopt = {.order = DORD_SEQUENTIAL, .seed = 0, .eos = -1};
+    if (dord_open(&e->d, &e->tr, &dopt, B, T, C.size, err, n)) return -1;
+    e->have_d = true;
+    int64_t w = e->d.rows / B, k = o->eval_batches ? o->eval_batches : w / C.size;
+    if (k * C.size > w) {
+        snprintf(err, n, "--eval-data %s: %" PRId64 " window%s of B*T+1 = %" PRId64 " tokens; --eval-batches %" PRId64
+                 " on %d rank%s reads %" PRId64 ": give fewer batches or a longer file",
+                 o->eval_data, w, w == 1 ? "" : "s", B * T + 1, k, C.size, C.size == 1 ? "" : "s", k * C.size);
+        return -1;
+    }
+    if (k > INT32_MAX / 2) k = INT32_MAX / 2;
+    e->tok = calloc((size_t)k, sizeof *e->tok);
+    e->tgt = calloc((size_t)k, sizeof *e->tgt);
+    if (!e->tok || !e->tgt) return snprintf(err, n, "out of memory for the evaluation batches"), -1;
+    e->k = (int)k;
+    for (int b = 0; b < e->k; b++) {
+        e->tok[b] = malloc(sizeof(int32_t) * (size_t)(B * T));
+        e->tgt[b] = malloc(sizeof(int32_t) * (size_t)(B * T));
+        if (!e->tok[b] || !e->tgt[b]) return snprintf(err, n, "out of memory for the evaluation batches"), -1;
+        if (dord_batch(&e->d, C.rank, b, e->tok[b], e->tgt[b], err, n)) return -1;
+    }
+    return 0;
+}
+
+/* Whether to evaluate with the weights of step s: at step 0 and every N
+ * steps (--eval-every N; without it after the last step); a resumed run
+ * not at its first step (its checkpointing run evaluated it); a run with
+ * nothing to train once, at the step it loaded. */
+static bool eval_due(const Opts *o, int64_t s, int64_t start, int64_t total) {
+    if (!o->eval_data) return false;
+    if (start >= total) return s == start;
+    if (s == start && start > 0) return false;
+    if (!o->eval_every) return s == total;
+    return s % o->eval_every == 0;
+}
+
+/* "eval: step 20, loss 4.8123 over 8 batches (8192 tokens)" and the --losses line. */
+static int eval_at(Rt *r, const Eval *e, int64_t s, int64_t tokens, const Opts *o, FILE *lossf, bool tty, char *err,
+                   size_t n) {
+    RtEvalStats st;
+    if (rt_eval(r, (const int32_t *const *)e->tok, (const int32_t *const *)e->tgt, e->k, &st, err, n)) return -1;
+    int64_t g = (int64_t)e->k * C.size;
+    if (lossf) {
+        fprintf(lossf, "eval step %" PRId64 " loss %.9g batches %" PRId64 "\n", s, st.loss, g);
+        fflush(lossf);
+    }
+    if (C.rank == 0 && !o->quiet) {
+        printf("%seval: step %" PRId64 ", loss %.4f over %" PRId64 " batch%s (%" PRId64 " tokens, %.1f ms)\n", tty ? "\n" : "", s,
+               st.loss, g, g == 1 ? "" : "es", g * tokens, st.seconds * 1e3);
+        fflush(stdout);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     /* A full disk or a file size limit must be an error we report, not a signal. */
     signal(SIGXFSZ, SIG_IGN);
@@ -574,6 +677,7 @@ int main(int argc, char **argv) {
     bool have_data = false, have_order = false, have_cost = false;
     int32_t *tok[PLAN_MAX_ACCUM] = {0}, *tgt[PLAN_MAX_ACCUM] = {0};
     FILE *lossf = NULL;
+    Eval ev = {0};
     CostResult cr;
     memset(&cr, 0, sizeof cr);
     int accum = p->train.grad_accum > 0 ? (int)p->train.grad_accum : 1;
@@ -629,7 +733,9 @@ int main(int argc, char **argv) {
             if (!tok[a] || !tgt[a]) FAIL_RUN("out of memory for batches");
         }
     }
+    if (o.eval_data && eval_open(&ev, &o, plan_vocab(p), B, T, err, sizeof err)) FAIL_RUN("%s", err);
     if (o.losses && lead && !(lossf = fopen(o.losses, "a"))) FAIL_RUN("cannot open %s: %s", o.losses, strerror(errno));
+    if (eval_due(&o, start, start, total) && eval_at(r, &ev, start, B * T, &o, lossf, tty, err, sizeof err)) FAIL_RUN("%s", err);
     double first_loss = NAN, last_loss = NAN, time_sum = 0;
     uint64_t bytes_sum[PLAN_NQUEUES] = {0};
     int64_t ran = 0;
@@ -660,6 +766,7 @@ int main(int argc, char **argv) {
             if (tty && (s + 1 == total || (s + 1) % 10 == 0)) printf("\n");
             fflush(stdout);
         }
+        if (eval_due(&o, s + 1, start, total) && eval_at(r, &ev, s + 1, B * T, &o, lossf, tty, err, sizeof err)) FAIL_RUN("%s", err);
         if (o.ckpt_dir && o.ckpt_every > 0 && (s + 1) % o.ckpt_every == 0 && s + 1 < total) {
             run_state(&dord, (s + 1) * accum, runst, sizeof runst);
             if (rt_checkpoint_save(r, o.ckpt_dir, runst, err, sizeof err)) FAIL_RUN("%s", err);
@@ -721,6 +828,7 @@ int main(int argc, char **argv) {
     }
 out:
 #undef FAIL_RUN
+    eval_close(&ev);
     if (have_order) dord_close(&dord);
     if (have_data) tok_close(&tr);
     for (int a = 0; a < accum && a < PLAN_MAX_ACCUM; a++) {

@@ -55,6 +55,7 @@ typedef struct Worker {
     Qrun *q;
     int queue;
     uint32_t begin, end;
+    const uint8_t *run; /* NULL: every instruction of the range */
 } Worker;
 
 static void *worker_main(void *arg) {
@@ -64,14 +65,14 @@ static void *worker_main(void *arg) {
     const Plan *p = q->plan;
     for (uint32_t i = w->begin; i < w->end; i++) {
         const PlanInstr *in = &p->instrs[i];
-        if (in->queue != w->queue) continue;
+        if (in->queue != w->queue || (w->run && !w->run[i])) continue;
         pthread_mutex_lock(&s->mu);
         for (;;) {
             if (q->failed) { pthread_mutex_unlock(&s->mu); return NULL; }
             bool ready = true;
             for (uint32_t k = 0; k < in->ndeps && ready; k++) {
                 uint32_t d = p->deps[in->dep + k];
-                if (d >= w->begin && d < w->end && q->done[d] != q->gen) ready = false;
+                if (d >= w->begin && d < w->end && (!w->run || w->run[d]) && q->done[d] != q->gen) ready = false;
             }
             if (ready) break;
             pthread_cond_wait(&s->cv, &s->mu);
@@ -100,7 +101,9 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-int qrun_range(Qrun *q, uint32_t begin, uint32_t end) {
+int qrun_range(Qrun *q, uint32_t begin, uint32_t end) { return qrun_subset(q, begin, end, NULL); }
+
+int qrun_subset(Qrun *q, uint32_t begin, uint32_t end, const uint8_t *run) {
     if (end > q->plan->ninstrs || begin > end) {
         snprintf(q->err, sizeof q->err, "instruction range %u..%u outside the plan", begin, end);
         return -1;
@@ -110,13 +113,13 @@ int qrun_range(Qrun *q, uint32_t begin, uint32_t end) {
     q->err[0] = 0;
     bool used[PLAN_NQUEUES] = {0};
     for (uint32_t i = begin; i < end; i++)
-        if (q->plan->instrs[i].queue < PLAN_NQUEUES) used[q->plan->instrs[i].queue] = true;
+        if (q->plan->instrs[i].queue < PLAN_NQUEUES && (!run || run[i])) used[q->plan->instrs[i].queue] = true;
     pthread_t th[PLAN_NQUEUES];
     Worker w[PLAN_NQUEUES];
     bool started[PLAN_NQUEUES] = {0};
     for (int k = 0; k < PLAN_NQUEUES; k++) {
         if (!used[k]) continue;
-        w[k] = (Worker){q, k, begin, end};
+        w[k] = (Worker){q, k, begin, end, run};
         if (pthread_create(&th[k], NULL, worker_main, &w[k]) != 0) {
             QSync *s = q->sync;
             pthread_mutex_lock(&s->mu);

@@ -38,6 +38,10 @@ int qrun_init(Qrun *q, const Plan *p, QrunExecFn fn, void *ctx);
 void qrun_free(Qrun *q);
 /* Runs instrs[begin, end). Returns 0, or -1 with q->err set. */
 int qrun_range(Qrun *q, uint32_t begin, uint32_t end);
+/* The instructions i of instrs[begin, end) with run[i] != 0 (run: ninstrs
+ * flags; NULL: all of them). A dependency on one left out counts as met:
+ * the caller makes sure none that runs needs one left out (rt_eval). */
+int qrun_subset(Qrun *q, uint32_t begin, uint32_t end, const uint8_t *run);
 double qrun_now(const Qrun *q);
 
 #endif

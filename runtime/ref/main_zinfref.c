@@ -3,7 +3,11 @@
  * one process, nothing partitioned, nothing offloaded — printing the loss
  * of every step. It is the oracle zinfrun's losses are compared with.
  *   zinfref model.zl --data train.bin [--steps N] [--batch B] [-I dir]
+ *           [--eval-data F [--eval-every N] [--eval-batches K]]
  * --batch overrides train { micro_batch } (to match R ranks of B: R*B).
+ * --eval-data: "eval step S loss L batches K", the mean forward loss
+ * (ref_forward) over windows 0..K-1 of F, at step 0 and every N steps
+ * (without --eval-every after the last step), as zinfrun --eval-data. 
  * Exit 0, 1 on errors in the model or data, 2 on usage. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,12 +21,16 @@
 int main(int argc, char **argv) {
     const char *model = NULL, *data = NULL, *incs[32];
     int ninc = 0;
-    long long steps = -1, batch = 0;
+    long long steps = -1, batch = 0, eval_every = 0, eval_batches = 1;
+    const char *eval_data = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--data") && i + 1 < argc) data = argv[++i];
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoll(argv[++i]);
         else if (!strcmp(argv[i], "-I") && i + 1 < argc && ninc < 32) incs[ninc++] = argv[++i];
+        else if (!strcmp(argv[i], "--eval-data") && i + 1 < argc) eval_data = argv[++i];
+        else if (!strcmp(argv[i], "--eval-every") && i + 1 < argc) eval_every = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--eval-batches") && i + 1 < argc) eval_batches = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--help")) {
             printf("usage: zinfref model.zl --data train.bin [--steps N] [--batch B] [-I dir]\n");
             return 0;
@@ -74,7 +82,33 @@ int main(int argc, char **argv) {
     int64_t A = g.train.grad_accum > 0 ? g.train.grad_accum : 1;
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)(B * T)), *tgt = malloc(sizeof(int32_t) * (size_t)(B * T));
     rc = 0;
-    for (int64_t st = 0; st < n && !rc; st++) {
+    TokReader er;
+    bool have_er = false;
+    if (eval_data) {
+        if (tok_open(&er, eval_data, V, err, sizeof err)) {
+            fprintf(stderr, "zinfref: %s\n", err);
+            rc = 1;
+        } else {
+            have_er = true;
+        }
+    }
+    for (int64_t st = 0; st <= n && !rc; st++) {
+        if (have_er && (eval_every > 0 ? st % eval_every == 0 : st == n)) {
+            double sum = 0;
+            for (int64_t k = 0; k < eval_batches && !rc; k++) {
+                float loss = 0;
+                if (tok_batch(&er, 0, 1, k, B, T, tok, tgt, err, sizeof err)) {
+                    fprintf(stderr, "zinfref: %s\n", err);
+                    rc = 1;
+                } else if (ref_forward(&r, tok, tgt, &loss)) {
+                    fprintf(stderr, "zinfref: %s\n", r.err);
+                    rc = 1;
+                }
+                sum += loss;
+            }
+            if (!rc) printf("eval step %lld loss %.9g batches %lld\n", (long long)st, sum / (double)eval_batches, eval_batches);
+        }
+        if (st == n) break;
         double sum = 0;
         for (int64_t k = 0; k < A && !rc; k++) {
             float loss = 0;
@@ -95,6 +129,7 @@ int main(int argc, char **argv) {
     }
     free(tok);
     free(tgt);
+    if (have_er) tok_close(&er);
     tok_close(&tr);
     ref_free(&r);
 out:
