@@ -49,7 +49,17 @@ typedef struct Cfg {
     double factor, low, high;
     int64_t orig;
     const char *dtype;
+    /* --lora: rank, alpha and the adapted linears (bits in lora_targets' order); mask 0: none */
+    int64_t lora_rank;
+    double lora_alpha;
+    unsigned lora_mask;
 } Cfg;
+
+/* The linears --lora may adapt: PEFT's module names and llama_block's options. */
+static const char *const lora_targets[][2] = {{"q_proj", "lora_q"},       {"k_proj", "lora_k"},   {"v_proj", "lora_v"},
+                                              {"o_proj", "lora_o"},       {"gate_proj", "lora_gate"},
+                                              {"up_proj", "lora_up"},     {"down_proj", "lora_down"}};
+enum { NLORA_TARGETS = sizeof lora_targets / sizeof lora_targets[0] };
 
 /* ---- spans and messages ---- */
 
@@ -552,8 +562,10 @@ static void put_train(Cfg *c, Out *o) {
            "  schedule = constant\n"
            "  grad_clip = 1.0\n"
            "  checkpoint = \"layer\"\n"
+           "%s"
            "}\n",
-        c->dtype);
+        c->dtype, c->lora_mask ? "  # LoRA: only the adapters are trained (zinfrun --export-hf writes them as PEFT does)\n"
+                                 "  freeze = [\"*\", \"!*.lora_*\"]\n" : "");
 }
 
 static void put_gpt2(Cfg *c, Out *o, const char *name) {
@@ -590,6 +602,12 @@ static void put_llama(Cfg *c, Out *o, const char *name) {
     if (own_hd) put(o, ", head_dim = HD");
     if (ai->qkv_bias) put(o, ", qkv_bias = true");
     if (ai->qk_norm) put(o, ", qk_norm = true");
+    if (c->lora_mask) {
+        put(o, ",\n                    lora_rank = %" PRId64 ", lora_alpha = %s, lora_init = %s", c->lora_rank, flt(c, c->lora_alpha),
+            flt(c, 1.0 / sqrt((double)c->D)));
+        for (int i = 0; i < NLORA_TARGETS; i++)
+            if (c->lora_mask >> i & 1) put(o, ", %s = true", lora_targets[i][1]);
+    }
     if (c->scaling == 1) put(o, ",\n                    rope_scaling = \"linear\", rope_factor = %s", flt(c, c->factor));
     if (c->scaling == 2)
         put(o, ",\n                    rope_scaling = \"llama3\", rope_factor = %s, low_freq_factor = %s,"
@@ -662,6 +680,49 @@ static const char *generate(Cfg *c) {
     return o.a ? o.p : NULL;
 }
 
+/* --lora SPEC: comma-separated r=N, alpha=X, targets=a,b,... (a word without
+ * '=' continues the targets); 0, or -1 with the error reported. */
+static int read_lora(Cfg *c, const char *spec) {
+    c->lora_rank = 8;
+    c->lora_alpha = 16;
+    c->lora_mask = 0x5; /* q_proj, v_proj: PEFT's defaults for LLaMA */
+    bool in_targets = false;
+    for (const char *p = spec; *p;) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        char w[64];
+        if (n == 0 || n >= sizeof w) goto bad;
+        memcpy(w, p, n);
+        w[n] = 0;
+        char *eq = strchr(w, '='), *end;
+        const char *t = w;
+        if (eq) {
+            *eq = 0;
+            in_targets = !strcmp(w, "targets");
+            t = eq + 1;
+            if (!strcmp(w, "r") && (c->lora_rank = strtoll(t, &end, 10)) > 0 && !*end && *t) goto next;
+            if (!strcmp(w, "alpha") && (c->lora_alpha = strtod(t, &end)) > 0 && !*end && *t) goto next;
+            if (!in_targets) goto bad;
+            c->lora_mask = 0;
+        }
+        if (!in_targets) goto bad;
+        int k = 0;
+        while (k < NLORA_TARGETS && strcmp(lora_targets[k][0], t)) k++;
+        if (k == NLORA_TARGETS) {
+            diag_error(c->d, SPAN_NONE, "--lora: unknown target '%s' (LLaMA-family linears: q_proj, k_proj, v_proj, o_proj, "
+                                        "gate_proj, up_proj, down_proj)", t);
+            return -1;
+        }
+        c->lora_mask |= 1u << k;
+    next:
+        p += n + (e != NULL);
+    }
+    if (c->lora_mask) return 0;
+bad:
+    diag_error(c->d, SPAN_NONE, "--lora needs r=N,alpha=X,targets=NAME[,NAME...] (e.g. r=8,alpha=16,targets=q_proj,v_proj), not '%s'", spec);
+    return -1;
+}
+
 /* ---- entry points ---- */
 
 const char *hfconfig_text_to_zl(Arena *a, const SourceSet *src, int file, DiagSink *d, const HfConfigOptions *o) {
@@ -674,6 +735,7 @@ const char *hfconfig_text_to_zl(Arena *a, const SourceSet *src, int file, DiagSi
     c.text = src->files[file].text;
     c.len = src->files[file].len;
     c.seq = o ? o->seq : 0;
+    if (o && o->lora && *o->lora && read_lora(&c, o->lora)) return NULL;
     JsonDoc doc;
     char jerr[256];
     if (json_parse(c.text, c.len, &doc, jerr, sizeof jerr) != 0) {
@@ -695,6 +757,10 @@ const char *hfconfig_text_to_zl(Arena *a, const SourceSet *src, int file, DiagSi
                                     c.arch->fam == FAM_GPT2 ? "n_positions" : "max_position_embeddings");
             if (c.arch->fam == FAM_LLAMA) read_window(&c); /* T is 0 after errors: no window complaint then */
             check_rest(&c);
+            if (c.lora_mask && c.arch->fam == FAM_GPT2) {
+                diag_error(d, SPAN_NONE, "--lora: LoRA adapters are on the LLaMA-family layers (stdlib/llama.zl); GPT-2's are not there yet");
+                c.failed = true;
+            }
             if (!c.failed) out = generate(&c);
         }
     }

@@ -62,11 +62,12 @@ typedef struct ZincOptions {
     const char *kernel_src; /* --kernel-src=DIR: each unit's source as DIR/<PlanKernel name> */
     const char *from_hf;  /* --from-hf DIR: the model is DIR/config.json's (compiler/hfconfig.h) */
     int64_t seq;          /* --seq N: its training sequence length (0: the default) */
+    const char *lora;     /* --lora SPEC: LoRA adapters on the --from-hf model (compiler/hfconfig.h) */
 } ZincOptions;
 
 static const char *const known_options[] = {"--check", "--emit=graph", "--emit=ast", "--emit=zl", "--help", "--version",
                                             "-I", "--target", "-o", "--explain", "--kernels=", "--kernel-src=",
-                                            "--from-hf", "--seq"};
+                                            "--from-hf", "--seq", "--lora"};
 enum { NKNOWN = sizeof known_options / sizeof known_options[0] };
 
 static void usage(FILE *out) {
@@ -80,6 +81,8 @@ static void usage(FILE *out) {
           "  --emit=zl       with --from-hf: print that model as .zl\n"
           "  --seq N         with --from-hf: the training sequence length (default: the model's\n"
           "                  context, at most 1024)\n"
+          "  --lora SPEC     with --from-hf: LoRA adapters, the rest frozen (LLaMA family); SPEC is\n"
+          "                  r=8,alpha=16,targets=q_proj,v_proj (those are the defaults of a part left out)\n"
           "  -I DIR          look for imports in DIR (repeatable; before the stdlib)\n"
           "  --target T      plan for target T: a .zl file with a target block, or dgx2, dgx-a100,\n"
           "                  dgx-h100, h200, host (default: the model's target block, else this machine)\n"
@@ -136,14 +139,14 @@ static int parse_args(int argc, char **argv, ZincOptions *o) {
             }
             if (a[1] == 'o') o->output = argv[++i];
             else o->target = argv[++i];
-        } else if (strcmp(a, "--from-hf") == 0 || strcmp(a, "--seq") == 0) {
+        } else if (strcmp(a, "--from-hf") == 0 || strcmp(a, "--seq") == 0 || strcmp(a, "--lora") == 0) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "zinfc: %s needs a value\n", a);
                 return 102;
             }
             const char *v = argv[++i];
-            if (a[2] == 'f') {
-                o->from_hf = v;
+            if (a[2] == 'f' || a[2] == 'l') {
+                *(a[2] == 'f' ? &o->from_hf : &o->lora) = v;
                 continue;
             }
             char *end;
@@ -180,8 +183,8 @@ static int parse_args(int argc, char **argv, ZincOptions *o) {
         fprintf(stderr, "zinfc: --from-hf %s and the model file '%s': one model at a time\n", o->from_hf, o->input);
         return 102;
     }
-    if (!o->from_hf && (o->emit == EMIT_ZL || o->seq)) {
-        fprintf(stderr, "zinfc: %s goes with --from-hf DIR\n", o->emit == EMIT_ZL ? "--emit=zl" : "--seq");
+    if (!o->from_hf && (o->emit == EMIT_ZL || o->seq || o->lora)) {
+        fprintf(stderr, "zinfc: %s goes with --from-hf DIR\n", o->emit == EMIT_ZL ? "--emit=zl" : o->seq ? "--seq" : "--lora");
         return 102;
     }
     if (!o->input && !o->from_hf) {
@@ -276,7 +279,7 @@ static int zinfc_run(ZincOptions *o, Arena *a, SourceSet *src, DiagSink *d) {
     Program prog;
     memset(&prog, 0, sizeof prog);
     if (o->from_hf) {
-        HfConfigOptions ho = {o->seq};
+        HfConfigOptions ho = {o->seq, o->lora};
         const char *text = hfconfig_to_zl(a, src, d, o->from_hf, &ho);
         if (!text) return 1;
         if (o->emit == EMIT_ZL) {

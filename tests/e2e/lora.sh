@@ -1,8 +1,8 @@
 #!/bin/sh
 # LoRA fine-tuning against peft (docs/huggingface.md "LoRA"). A small random
 # LLaMA from transformers (tests/e2e/lora.py) is compiled with zinfc
-# --from-hf, with adapters of rank 4 and alpha 8 on q_proj, v_proj and
-# down_proj and everything else frozen (freeze = ["*", "!*.lora_*"]).
+# --from-hf --lora r=4,alpha=8,targets=q_proj,v_proj,down_proj: adapters on
+# those linears, everything else frozen (freeze = ["*", "!*.lora_*"]).
 # zinfrun --init trains 3 steps on the host backend and --export-hf's the
 # adapter (PEFT layout); --resume --steps 0 --merge-lora exports the merged
 # model of the same checkpoint, and a --resume runs step 4 (its loss: the
@@ -19,11 +19,11 @@ W=$(mktemp -d /tmp/zinf-lora.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 export TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error OMP_NUM_THREADS=1
 "$ZINF_PY" tests/e2e/lora.py make "$W" > "$W/make.log" 2>&1 || { cat "$W/make.log"; echo "FAIL: making the model"; exit 1; }
-"$B/bin/zinfc" --from-hf "$W/hf" --emit=zl > "$W/gen.zl" 2> "$W/gen.err" || { cat "$W/gen.err"; echo "FAIL: zinfc --from-hf"; exit 1; }
-sed -e 's/lr = 2e-5/lr = 0.01/' -e 's/warmup = 20$/warmup = 0/' \
-    -e 's/x = llama_block(x, H, KV, F\(.*\))$/x = llama_block(x, H, KV, F\1, lora_rank = 4, lora_alpha = 8.0, lora_q = true, lora_v = true, lora_down = true)/' \
-    -e 's/^  checkpoint = "layer"$/&\n  freeze = ["*", "!*.lora_*"]/' "$W/gen.zl" > "$W/lora.zl"
-grep -q 'lora_q = true' "$W/lora.zl" && grep -q '^  freeze = ' "$W/lora.zl" || { cat "$W/lora.zl"; echo "FAIL: the LoRA options were not added"; exit 1; }
+"$B/bin/zinfc" --from-hf "$W/hf" --lora r=4,alpha=8,targets=q_proj,v_proj,down_proj --emit=zl > "$W/gen.zl" 2> "$W/gen.err" ||
+  { cat "$W/gen.err"; echo "FAIL: zinfc --from-hf --lora"; exit 1; }
+grep -q 'lora_q = true, lora_v = true, lora_down = true' "$W/gen.zl" && grep -q '^  freeze = \["\*", "!\*.lora_\*"\]' "$W/gen.zl" ||
+  { cat "$W/gen.zl"; echo "FAIL: --lora: no adapters or no freeze line"; exit 1; }
+sed -e 's/lr = 2e-5/lr = 0.01/' -e 's/warmup = 20$/warmup = 0/' "$W/gen.zl" > "$W/lora.zl"
 cat > "$W/t.zl" <<ZL
 target t { backend = "host"; ranks = 1; budget = 1 GiB
   cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2; flops = 20 G } }
