@@ -1,0 +1,506 @@
+/* zinfgen: samples text from a plan's model with the plan's forward-only
+ * schedule (runtime/exec_eval.c), weights from a Hugging Face directory
+ * (--init), a zinfrun checkpoint (--checkpoint) or the plan's seeded
+ * initialisation, wherever the plan keeps them (GPU, CPU memory, NVMe:
+ * fetched layer by layer as in training). Each new token is one forward of
+ * the plan's whole [B, T] window (no KV cache). Tokens stream to stdout;
+ * everything else goes to stderr. Only this file prints and picks exit
+ * codes: 0 done, 1 a runtime error or bad input, 2 bad usage. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <time.h>
+#include "ckpt.h"
+#include "comm.h"
+#include "cudrv.h"
+#include "exec.h"
+#include "hfio.h"
+#include "hftok.h"
+#include "nearest.h"
+#include "plan.h"
+#include "verify.h"
+
+typedef struct GenOpts {
+    const char *plan, *init, *ckpt, *tokenizer, *prompt, *prompt_ids, *backend, *nvme;
+    int64_t step, max_new, top_k, eos;
+    double temperature, top_p;
+    uint64_t seed;
+    bool quiet;
+} GenOpts;
+
+static const char *const flags[] = {"--init", "--checkpoint", "--step", "--tokenizer", "--prompt", "--prompt-ids",
+                                    "--max-new", "--temperature", "--top-k", "--top-p", "--seed", "--eos",
+                                    "--backend", "--nvme", "--quiet", "--help", "--version"};
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: zinfgen MODEL.plan (--prompt TEXT --tokenizer tokenizer.json | --prompt-ids 1,2,3) [options]\n"
+            "  --init HF_DIR          weights from a Hugging Face model directory (or one .safetensors file)\n"
+            "  --checkpoint DIR       weights from a zinfrun checkpoint directory (its newest, or --step N)\n"
+            "                         (neither: the plan's seeded initialisation)\n"
+            "  --tokenizer FILE       a Hugging Face tokenizer.json: encodes --prompt, decodes the output\n"
+            "  --prompt TEXT          the prompt (needs --tokenizer); --prompt-ids 1,2,3: token ids, ids out\n"
+            "  --max-new N            tokens to generate (default 32)\n"
+            "  --temperature T        0: greedy (argmax); else sample softmax(logits / T) (default 1)\n"
+            "  --top-k K              sample among the K likeliest tokens (default 0: all)\n"
+            "  --top-p P              sample among the likeliest tokens whose probabilities reach P (default 1)\n"
+            "  --seed N               the sampler's seed (default 0): the same seed, the same text\n"
+            "  --eos ID               stop after generating token ID\n"
+            "  --backend auto|host|cuda   where to run (auto: cuda when a GPU is there and the plan has GPU code)\n"
+            "  --nvme DIR             the plan's NVMe swap space in DIR instead of the target's paths\n"
+            "  --quiet                no lines on stderr but errors\n"
+            "Each token is one forward of the plan's whole window of T positions (no KV cache): generating n\n"
+            "tokens costs n forwards of B*T tokens. A text longer than T keeps its last T tokens (the window\n"
+            "slides); a prompt longer than T is refused.\n");
+}
+
+static int bad_value(const char *flag, const char *what, const char *v) {
+    fprintf(stderr, "zinfgen: %s needs %s, not '%s'\n", flag, what, v);
+    return 2;
+}
+
+static int parse_i64(const char *flag, const char *v, int64_t lo, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || errno || x < lo) return bad_value(flag, lo > 0 ? "a positive integer" : "a non-negative integer", v);
+    *out = x;
+    return 0;
+}
+
+static int parse_f64(const char *flag, const char *v, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (!*v || *end || errno || !(x >= lo && x <= hi)) {
+        char what[64];
+        snprintf(what, sizeof what, "a number %g..%g", lo, hi);
+        return bad_value(flag, what, v);
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse_value(const char *a, const char *v, GenOpts *o) {
+    if (!strcmp(a, "--init")) o->init = v;
+    else if (!strcmp(a, "--checkpoint")) o->ckpt = v;
+    else if (!strcmp(a, "--tokenizer")) o->tokenizer = v;
+    else if (!strcmp(a, "--prompt")) o->prompt = v;
+    else if (!strcmp(a, "--prompt-ids")) o->prompt_ids = v;
+    else if (!strcmp(a, "--backend")) o->backend = v;
+    else if (!strcmp(a, "--nvme")) o->nvme = v;
+    else if (!strcmp(a, "--step")) return parse_i64(a, v, 0, &o->step);
+    else if (!strcmp(a, "--max-new")) return parse_i64(a, v, 1, &o->max_new);
+    else if (!strcmp(a, "--top-k")) return parse_i64(a, v, 0, &o->top_k);
+    else if (!strcmp(a, "--eos")) return parse_i64(a, v, 0, &o->eos);
+    else if (!strcmp(a, "--temperature")) return parse_f64(a, v, 0, 1e6, &o->temperature);
+    else if (!strcmp(a, "--top-p")) return parse_f64(a, v, 1e-9, 1, &o->top_p);
+    else if (!strcmp(a, "--seed")) {
+        char *end;
+        errno = 0;
+        unsigned long long x = strtoull(v, &end, 10);
+        if (!*v || *end || errno || v[0] == '-' || v[0] == '+') return bad_value(a, "an integer 0..2^64-1", v);
+        o->seed = x;
+    } else return -1;
+    return 0;
+}
+
+static int parse(int argc, char **argv, GenOpts *o) {
+    memset(o, 0, sizeof *o);
+    o->backend = "auto";
+    o->step = -1;
+    o->max_new = 32;
+    o->eos = -1;
+    o->temperature = 1;
+    o->top_p = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
+        if (!strcmp(a, "--version")) { printf("zinfgen %s\n", ZINF_VERSION); exit(0); }
+        if (!strcmp(a, "--quiet")) { o->quiet = true; continue; }
+        if (a[0] != '-') {
+            if (o->plan) { fprintf(stderr, "zinfgen: more than one plan given ('%s' and '%s')\n", o->plan, a); return 2; }
+            o->plan = a;
+            continue;
+        }
+        bool known = false;
+        for (size_t k = 0; k < sizeof flags / sizeof *flags; k++) known |= !strcmp(a, flags[k]);
+        if (!known) {
+            const char *near = nearest_word(a, flags, (int)(sizeof flags / sizeof *flags));
+            if (near) fprintf(stderr, "zinfgen: unknown option '%s'; did you mean '%s'?\n", a, near);
+            else fprintf(stderr, "zinfgen: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+        if (i + 1 >= argc) { fprintf(stderr, "zinfgen: %s needs a value\n", a); return 2; }
+        int rc = parse_value(a, argv[++i], o);
+        if (rc) return 2;
+    }
+    if (!o->plan) { fprintf(stderr, "zinfgen: no plan given\n"); usage(stderr); return 2; }
+    if (strcmp(o->backend, "auto") && strcmp(o->backend, "host") && strcmp(o->backend, "cuda"))
+        return bad_value("--backend", "auto, host or cuda", o->backend);
+    if (!o->prompt == !o->prompt_ids) { fprintf(stderr, "zinfgen: give one of --prompt TEXT and --prompt-ids 1,2,3\n"); return 2; }
+    if (o->prompt && !o->tokenizer) { fprintf(stderr, "zinfgen: --prompt needs --tokenizer tokenizer.json (or use --prompt-ids)\n"); return 2; }
+    if (o->init && o->ckpt) { fprintf(stderr, "zinfgen: --init and --checkpoint both give the weights: choose one\n"); return 2; }
+    if (o->step >= 0 && !o->ckpt) { fprintf(stderr, "zinfgen: --step needs --checkpoint\n"); return 2; }
+    return 0;
+}
+
+static Comm C;
+
+static int die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char m[16384];
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    if (C.size > 1) fprintf(stderr, "zinfgen: rank %d: %s\n", C.rank, m);
+    else fprintf(stderr, "zinfgen: %s\n", m);
+    fflush(stderr);
+    if (C.size > 1) comm_abort(&C, 1);
+    return 1;
+}
+
+/* "1,2,3" into ids (malloc'd): 0, or 2 with a message (usage). */
+static int parse_ids(const char *s, int32_t **ids, int64_t *n) {
+    int64_t cap = 1;
+    for (const char *c = s; *c; c++) cap += *c == ',';
+    *ids = malloc(sizeof **ids * (size_t)cap);
+    if (!*ids) return die("out of memory"), 1;
+    *n = 0;
+    const char *c = s;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long long x = strtoll(c, &end, 10);
+        if (end == c || errno || x < 0 || x > INT32_MAX || (*end && *end != ',')) return bad_value("--prompt-ids", "token ids like 1,2,3", s);
+        (*ids)[(*n)++] = (int32_t)x;
+        if (!*end) return 0;
+        c = end + 1;
+    }
+}
+
+/* The backend, as zinfrun chooses it (every rank the same). */
+static int pick_backend(const GenOpts *o, const Plan *p, RtBackend *out, char *err, size_t n) {
+    *out = RT_BACKEND_HOST;
+    if (!strcmp(o->backend, "host")) return 0;
+    CudaDrv drv;
+    char why[512], gpu[128] = "", arch[16] = "";
+    size_t mem = 0;
+    int have = cudrv_open(&drv, why, sizeof why) == 0 &&
+               cudrv_describe(&drv, C.local_rank % (drv.ndevices ? drv.ndevices : 1), gpu, sizeof gpu, &mem, arch, sizeof arch,
+                              why, sizeof why) == 0;
+    if (drv.lib) cudrv_close(&drv);
+    int64_t missing = !have;
+    if (comm_allreduce_max_i64(&C, &missing) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(&C)), -1;
+    bool code = p->nlaunches > 0;
+    if (!strcmp(o->backend, "cuda")) {
+        if (!have) return snprintf(err, n, "--backend cuda: %s; use --backend host", why), -1;
+        if (missing) return snprintf(err, n, "--backend cuda: another rank has no usable GPU; use --backend host"), -1;
+        if (!code) return snprintf(err, n, "--backend cuda: %s has no GPU code; compile it for a GPU target or use --backend host", o->plan), -1;
+    } else if (!have || missing || !code) {
+        return 0;
+    }
+    *out = RT_BACKEND_CUDA;
+    return 0;
+}
+
+/* --checkpoint DIR [--step N]: the newest checkpoint this plan can read, or step N. */
+static int load_checkpoint(Rt *r, const GenOpts *o, int64_t *step, char *err, size_t n) {
+    CkptInfo *v = NULL;
+    int nv = 0;
+    if (ckpt_scan(o->ckpt, &v, &nv, err, n)) return -1;
+    int64_t pick = -1;
+    char why[600] = "";
+    for (int i = 0; i < nv && pick < 0; i++) {
+        if (v[i].state != CKPT_COMPLETE || (o->step >= 0 && v[i].step != o->step)) continue;
+        if (rt_checkpoint_check(r, o->ckpt, v[i].step, why, sizeof why) == 0) pick = v[i].step;
+    }
+    free(v);
+    if (pick < 0) {
+        if (o->step >= 0) snprintf(err, n, "--checkpoint %s: no complete checkpoint of step %" PRId64 " this plan can read%s%s", o->ckpt, o->step, why[0] ? ": " : "", why);
+        else snprintf(err, n, "--checkpoint %s: no complete checkpoint this plan can read%s%s", o->ckpt, why[0] ? ": " : "", why);
+        return -1;
+    }
+    bool mine = false;
+    RtCkptOrigin from;
+    char e[4096];
+    if (rt_checkpoint_load_from(r, o->ckpt, pick, &mine, &from, e, sizeof e)) {
+        snprintf(err, n, "--checkpoint %s: step %" PRId64 ": %s", o->ckpt, pick, e);
+        return -1;
+    }
+    *step = pick;
+    return 0;
+}
+
+/* The weights: --init, --checkpoint, or the seeded initialisation. */
+static int load_weights(Rt *r, const Plan *p, const GenOpts *o, char *err, size_t n) {
+    bool say = C.rank == 0 && !o->quiet;
+    if (o->init) {
+        HfioOptions ho = {.staging_bytes = HFIO_STAGING_DEFAULT};
+        HfioReport rep;
+        char e[16000];
+        if (hfio_check_plan(p, e, sizeof e) || hfio_import(r, o->init, &ho, &rep, e, sizeof e))
+            return snprintf(err, n, "--init: %s", e), -1;
+        if (say) fprintf(stderr, "weights: %d parameters from %s\n", rep.params, o->init);
+    } else if (o->ckpt) {
+        int64_t step = 0;
+        if (load_checkpoint(r, o, &step, err, n)) return -1;
+        if (say) fprintf(stderr, "weights: %s/step-%08" PRId64 "\n", o->ckpt, step);
+    } else if (say) {
+        fprintf(stderr, "weights: the plan's seeded initialisation (seed %" PRIu64 "; no --init or --checkpoint)\n", p->train.seed);
+    }
+    return 0;
+}
+
+/* ---- sampling ---- */
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+typedef struct Cand {
+    float logit;
+    int32_t id;
+} Cand;
+
+static int by_logit(const void *a, const void *b) {
+    const Cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Greedy (temperature 0: the first largest logit, as argmax), else
+ * softmax(logits / temperature) cut to the top k, then to the top p of
+ * probability, renormalised and sampled with one draw of the seeded stream. */
+static int32_t sample(const float *logits, int64_t V, const GenOpts *o, uint64_t *rng, Cand *c, double *prob) {
+    if (o->temperature == 0) {
+        int64_t best = 0;
+        for (int64_t v = 1; v < V; v++)
+            if (logits[v] > logits[best]) best = v;
+        return (int32_t)best;
+    }
+    for (int64_t v = 0; v < V; v++) c[v] = (Cand){(float)(logits[v] / o->temperature), (int32_t)v};
+    qsort(c, (size_t)V, sizeof *c, by_logit);
+    int64_t k = o->top_k > 0 && o->top_k < V ? o->top_k : V;
+    double sum = 0;
+    for (int64_t i = 0; i < k; i++) sum += prob[i] = exp((double)c[i].logit - (double)c[0].logit);
+    if (o->top_p < 1) {
+        double cum = 0;
+        int64_t keep = 0;
+        while (keep < k && cum < o->top_p * sum) cum += prob[keep++];
+        k = keep > 0 ? keep : 1;
+        sum = cum > 0 ? cum : prob[0];
+    }
+    double u = (double)(splitmix64(rng) >> 11) * 0x1.0p-53 * sum;
+    for (int64_t i = 0; i < k; i++) {
+        if (u < prob[i]) return c[i].id;
+        u -= prob[i];
+    }
+    return c[k - 1].id;
+}
+
+/* ---- generation ---- */
+
+typedef struct Gen {
+    Rt *r;
+    const GenOpts *o;
+    HfTok *tok;             /* NULL: ids in, ids out */
+    int64_t B, T, V;
+    int32_t *ids;           /* the prompt and what was generated */
+    int64_t nids, nprompt, cap;
+    int32_t *win, *tgt;     /* the [B, T] window and its targets */
+    float *logits;
+    Cand *cand;
+    double *prob;
+    size_t printed;         /* bytes of decoded text written */
+} Gen;
+
+/* The prompt's ids: --prompt-ids, or --prompt through the tokenizer with
+ * its post-processor's tokens (as the tokenizers library encodes). */
+static int prompt_ids(Gen *g, char *err, size_t n) {
+    const GenOpts *o = g->o;
+    int64_t np = 0;
+    int32_t *p = NULL;
+    if (o->prompt_ids) {
+        if (parse_ids(o->prompt_ids, &p, &np)) return 2;
+    } else {
+        BpeIds b = {0};
+        size_t npre = 0, npost = 0;
+        const uint32_t *pre = hftok_prefix(g->tok, &npre), *post = hftok_suffix(g->tok, &npost);
+        (void)post;
+        if (hftok_encode(g->tok, o->prompt, strlen(o->prompt), &b, err, n)) {
+            bpe_ids_free(&b);
+            return 1;
+        }
+        np = (int64_t)(npre + b.n);
+        p = malloc(sizeof *p * (size_t)(np ? np : 1));
+        if (!p) { bpe_ids_free(&b); snprintf(err, n, "out of memory"); return 1; }
+        for (size_t i = 0; i < npre; i++) p[i] = (int32_t)pre[i];
+        for (size_t i = 0; i < b.n; i++) p[npre + i] = (int32_t)b.v[i];
+        bpe_ids_free(&b);
+    }
+    int rc = 0;
+    if (np == 0) rc = snprintf(err, n, "the prompt has no tokens");
+    else if (np > g->T)
+        rc = snprintf(err, n, "the prompt has %" PRId64 " tokens, more than the plan's window of T = %" PRId64 " (compile with a longer --seq)", np, g->T);
+    for (int64_t i = 0; !rc && i < np; i++)
+        if (p[i] >= g->V) rc = snprintf(err, n, "prompt token %" PRId64 " is id %d, outside the model's vocabulary of %" PRId64, i, p[i], g->V);
+    g->cap = np + g->o->max_new;
+    g->ids = rc ? NULL : malloc(sizeof *g->ids * (size_t)g->cap);
+    if (!rc && !g->ids) rc = snprintf(err, n, "out of memory");
+    rc = rc ? 1 : 0;
+    if (!rc) memcpy(g->ids, p, sizeof *p * (size_t)np);
+    g->nids = g->nprompt = rc ? 0 : np;
+    free(p);
+    return rc;
+}
+
+/* Writes what the new token adds to the output, as it comes. */
+static int emit(Gen *g, int32_t id, bool last, char *err, size_t n) {
+    if (!g->tok) {
+        printf("%s%d", g->nids - 1 > g->nprompt ? " " : "", id);
+        fflush(stdout);
+        return 0;
+    }
+    char *s = NULL;
+    size_t sn = 0;
+    const uint32_t *gen = (const uint32_t *)(g->ids + g->nprompt);
+    if (hftok_decode(g->tok, gen, (size_t)(g->nids - g->nprompt), 1, &s, &sn, err, n)) return -1;
+    /* a character cut between tokens decodes as U+FFFD until its last byte comes */
+    size_t keep = sn;
+    if (!last && keep >= 3 && !memcmp(s + keep - 3, "\xef\xbf\xbd", 3)) keep -= 3;
+    if (keep > g->printed) {
+        fwrite(s + g->printed, 1, keep - g->printed, stdout);
+        fflush(stdout);
+        g->printed = keep;
+    }
+    free(s);
+    return 0;
+}
+
+/* One token: the last T ids into row 0 of the window, a forward, the
+ * logits of the last position on rank 0, sampled there and broadcast. */
+static int step(Gen *g, uint64_t *rng, int32_t *out, char *err, size_t n) {
+    int64_t w = g->nids < g->T ? g->nids : g->T;
+    memset(g->win, 0, sizeof *g->win * (size_t)(g->B * g->T));
+    memcpy(g->win, g->ids + g->nids - w, sizeof *g->win * (size_t)w);
+    double loss;
+    if (rt_forward(g->r, g->win, g->tgt, &loss, err, n)) return -1;
+    int64_t id = 0;
+    if (C.rank == 0) {
+        if (rt_logits(g->r, w - 1, g->logits, err, n)) return -1;
+        id = sample(g->logits, g->V, g->o, rng, g->cand, g->prob);
+    }
+    if (comm_bcast(&C, &id, sizeof id, 0) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(&C)), -1;
+    *out = (int32_t)id;
+    return 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int generate(Gen *g, char *err, size_t n) {
+    size_t V = (size_t)g->V, BT = (size_t)(g->B * g->T);
+    g->win = calloc(BT, sizeof *g->win);
+    g->tgt = calloc(BT, sizeof *g->tgt);
+    g->logits = malloc(sizeof *g->logits * V);
+    g->cand = malloc(sizeof *g->cand * V);
+    g->prob = malloc(sizeof *g->prob * V);
+    if (!g->win || !g->tgt || !g->logits || !g->cand || !g->prob) return snprintf(err, n, "out of memory"), -1;
+    uint64_t rng = g->o->seed;
+    double t0 = now_s();
+    int64_t made = 0;
+    for (; made < g->o->max_new; made++) {
+        int32_t id;
+        if (step(g, &rng, &id, err, n)) return -1;
+        g->ids[g->nids++] = id;
+        bool last = id == g->o->eos || made + 1 == g->o->max_new;
+        if (C.rank == 0 && emit(g, id, last, err, n)) return -1;
+        if (id == g->o->eos) { made++; break; }
+    }
+    if (C.rank == 0) {
+        printf("\n");
+        fflush(stdout);
+        double s = now_s() - t0;
+        if (!g->o->quiet)
+            fprintf(stderr, "generated %" PRId64 " token%s in %.2f s (%.1f tokens/s; each a forward of %" PRId64 " x %" PRId64 " positions, no KV cache)\n",
+                    made, made == 1 ? "" : "s", s, s > 0 ? (double)made / s : 0.0, g->B, g->T);
+    }
+    return 0;
+}
+
+static void gen_free(Gen *g) {
+    free(g->ids);
+    free(g->win);
+    free(g->tgt);
+    free(g->logits);
+    free(g->cand);
+    free(g->prob);
+    if (g->tok) hftok_free(g->tok);
+}
+
+/* Everything after the plan is read and the job is up: 0, or an exit code
+ * with the message printed. */
+static int run(const Plan *p, const GenOpts *o) {
+    static char err[20480];
+    Gen g = {.o = o};
+    int status = 0;
+    RtBackend be;
+    RtForwardInfo fi;
+#define FAIL(...) do { status = die(__VA_ARGS__); goto out; } while (0)
+    if (!plan_batch_shape(p, &g.B, &g.T)) FAIL("%s: the plan has no token input", o->plan);
+    if (o->tokenizer && hftok_load(&g.tok, o->tokenizer, err, sizeof err)) FAIL("%s", err);
+    if (pick_backend(o, p, &be, err, sizeof err)) FAIL("%s", err);
+    RtOptions ro = {.backend = be, .nvme_dir = o->nvme, .queue_depth = 32};
+    if (!(g.r = rt_create(p, &C, &ro, err, sizeof err))) FAIL("%s", err);
+    if (rt_forward_info(g.r, &fi, err, sizeof err)) FAIL("%s: %s", o->plan, err);
+    g.V = fi.vocab;
+    if (fi.logits_rows != g.B * g.T) FAIL("%s: the loss's logits have %" PRId64 " rows, not B*T = %" PRId64, o->plan, fi.logits_rows, g.B * g.T);
+    int rc = prompt_ids(&g, err, sizeof err);
+    if (rc == 2) { status = 2; goto out; }
+    if (rc) FAIL("%s", err);
+    if (load_weights(g.r, p, o, err, sizeof err)) FAIL("%s", err);
+    if (C.rank == 0 && !o->quiet)
+        fprintf(stderr, "zinfgen: %s on the %s backend, window %" PRId64 " x %" PRId64 ", %" PRId64 " prompt token%s; %u of the plan's instructions a token\n",
+                p->model_name ? p->model_name : "?", be == RT_BACKEND_CUDA ? "cuda" : "host", g.B, g.T, g.nprompt,
+                g.nprompt == 1 ? "" : "s", fi.instructions);
+    if (generate(&g, err, sizeof err)) FAIL("%s", err);
+out:
+#undef FAIL
+    gen_free(&g);
+    rt_destroy(g.r);
+    return status;
+}
+
+int main(int argc, char **argv) {
+    signal(SIGPIPE, SIG_IGN);
+    GenOpts o;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc;
+    if (comm_init(&C, &argc, &argv, false) != COMM_OK) {
+        fprintf(stderr, "zinfgen: %s\n", comm_last_error(&C));
+        return 1;
+    }
+    char err[2048];
+    Plan *p = plan_read(o.plan, err, sizeof err);
+    if (!p) rc = die("%s", err);
+    char vm[4096];
+    int nv = p ? verify_plan(p, vm, sizeof vm) : 0;
+    if (nv) rc = die("%s: the plan fails verification (%d problem%s):\n%s", o.plan, nv, nv == 1 ? "" : "s", vm);
+    if (!rc) rc = run(p, &o);
+    plan_free(p);
+    comm_finalize(&C);
+    return rc;
+}
