@@ -226,6 +226,9 @@ static void ref_forward(const Case *c, double *const *in, double **out) {
     case PRIM_ADD: case PRIM_MUL: ref_binary(c, in, out); break;
     case PRIM_LAYERNORM: case PRIM_RMSNORM: ref_layernorm(c, in, out); break;
     case PRIM_GELU: case PRIM_SILU: ref_unary(c, in, out); break;
+    case PRIM_SCALE:
+        for (int64_t i = 0; i < numel(c->rank[0], c->dims[0]); i++) out[0][i] = c->fattr[0] * in[0][i];
+        break;
     case PRIM_ROPE: ref_rope(c, in, out); break;
     case PRIM_ATTENTION: ref_attention(c, in, out); break;
     case PRIM_SPLIT: ref_split(c, in, out); break;
@@ -397,6 +400,7 @@ static const Case cases[] = {
     {"mul bcast a", PRIM_MUL, 2, 1, {1, 2}, {D(5), D(3, 5)}, {0}, {2}, {D(3, 5)}, {0}, {0}, 0x3, {0}},
     {"layernorm g b", PRIM_LAYERNORM, 3, 1, {3, 1, 1}, {D(2, 3, 7), D(7), D(7)}, {0}, {3}, {D(2, 3, 7)}, {0}, {1e-5}, 0x7, {0}},
     {"layernorm bare", PRIM_LAYERNORM, 1, 1, {2}, {D(5, 6)}, {0}, {2}, {D(5, 6)}, {0}, {1e-3}, 0x1, {0}},
+    {"scale", PRIM_SCALE, 1, 1, {3}, {D(2, 3, 5)}, {0}, {3}, {D(2, 3, 5)}, {0}, {-2.5}, 0x1, {0}},
     {"rmsnorm g", PRIM_RMSNORM, 2, 1, {3, 1}, {D(2, 3, 7), D(7)}, {0}, {3}, {D(2, 3, 7)}, {0}, {1e-5}, 0x3, {0}},
     {"rmsnorm bare", PRIM_RMSNORM, 1, 1, {2}, {D(4, 5)}, {0}, {2}, {D(4, 5)}, {0}, {1e-5}, 0x1, {0}},
     {"gelu", PRIM_GELU, 1, 1, {2}, {D(3, 7)}, {0}, {2}, {D(3, 7)}, {0}, {0}, 0x1, {0}},

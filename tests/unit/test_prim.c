@@ -1,6 +1,7 @@
 /* prim: the shape and dtype rule of every primitive, accepted and rejected,
  * against shapes worked out by hand from docs/primitives.md. */
 #include <check.h>
+#include <math.h>
 #include <string.h>
 #include "prim.h"
 
@@ -184,6 +185,17 @@ START_TEST(unary_rules) {
     c = C(PRIM_SILU, 1, S(DT_I32, 2, 3, 5, 0), NO, NO);
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "silu: x is i32, expected a floating-point tensor (f32, bf16 or f16)");
+    c = C(PRIM_SCALE, 1, S(DT_F32, 2, 3, 5, 0), NO, NO);
+    c.fattr[0] = 2.0;
+    c.attr_set[0] = true;
+    ck_assert(infer(&c));
+    expect_shape(0, DT_BF16, 2, 3, 5, 0);
+    c.fattr[0] = INFINITY;
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "scale: by must be a finite number, got inf");
+    c.attr_set[0] = false;
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "scale: missing attribute 'by'");
 }
 END_TEST
 
