@@ -12,7 +12,7 @@ W=$(mktemp -d /tmp/zinf-eval.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1
 "$B/bin/zinftok" /usr/share/common-licenses/GPL-3 -o "$W/train.bin" > /dev/null || exit 1
-"$B/bin/zinftok" "$ROOT/README.md" -o "$W/eval.bin" > /dev/null || exit 1
+"$B/bin/zinftok" /usr/share/common-licenses/Apache-2.0 -o "$W/eval.bin" > /dev/null || exit 1
 fail=0
 while read -r model ranks params opt grads tiles; do
   [ -z "$model" ] && continue
@@ -78,7 +78,7 @@ check() { # expected-status expected-message args...
 check 2 "zinfrun: --eval-every needs --eval-data" --steps 0 --eval-every 2
 check 2 "zinfrun: --eval-batches needs a positive integer, not '0'" --steps 0 --eval-data "$W/eval.bin" --eval-batches 0
 check 2 "zinfrun: --eval-every needs a positive integer, not 'x'" --steps 0 --eval-data "$W/eval.bin" --eval-every x
-check 1 "zinfrun: --eval-data $W/eval.bin: 27 windows of B*T+1 = 257 tokens; --eval-batches 90 on 1 rank reads 90: give fewer batches or a longer file" \
+check 1 "zinfrun: --eval-data $W/eval.bin: 44 windows of B*T+1 = 257 tokens; --eval-batches 90 on 1 rank reads 90: give fewer batches or a longer file" \
   --steps 0 --eval-data "$W/eval.bin" --eval-batches 90
 m=$("$B/bin/zinfrun" "$P" --steps 0 --eval-data "$W/none.bin" 2>&1 >/dev/null); st=$?
 [ $st -eq 1 ] && [ "$(echo "$m" | wc -l)" -eq 1 ] && echo "ok   missing eval file: $m" || { echo "FAIL missing eval file: exit $st: $m"; fail=1; }

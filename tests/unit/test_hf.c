@@ -423,7 +423,7 @@ static void convert(Conv *c, const char *config, int64_t seq) {
     run_init(&c->r);
     int id = source_add(&c->r.src, "m/config.json", config, strlen(config));
     ck_assert_int_ge(id, 0);
-    HfConfigOptions o = {seq};
+    HfConfigOptions o = {.seq = seq};
     c->zl = hfconfig_text_to_zl(&c->r.a, &c->r.src, id, &c->r.d, &o);
     if (c->zl) {
         LoadOptions lo = {NULL, 0, ZINF_STDLIB_DIR};
