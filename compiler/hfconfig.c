@@ -9,7 +9,7 @@
 #include <string.h>
 #include "json.h"
 
-enum { HFC_MAX_CONFIG = 16 << 20 };
+enum { HFC_MAX_CONFIG = 16 << 20, HFC_MAX_LORA_NAMES = 16 };
 
 typedef enum Family { FAM_GPT2, FAM_LLAMA } Family;
 
@@ -49,17 +49,34 @@ typedef struct Cfg {
     double factor, low, high;
     int64_t orig;
     const char *dtype;
-    /* --lora: rank, alpha and the adapted linears (bits in lora_targets' order); mask 0: none */
+    /* --lora: rank, alpha, the target names of SPEC (none: the family's
+     * default), and once the family is known the adapted linears (bits in
+     * the family's LoraTarget table); lora false: no --lora */
+    bool lora;
     int64_t lora_rank;
     double lora_alpha;
+    const char *lora_names[HFC_MAX_LORA_NAMES];
+    int lora_nnames;
     unsigned lora_mask;
 } Cfg;
 
-/* The linears --lora may adapt: PEFT's module names and llama_block's options. */
-static const char *const lora_targets[][2] = {{"q_proj", "lora_q"},       {"k_proj", "lora_k"},   {"v_proj", "lora_v"},
-                                              {"o_proj", "lora_o"},       {"gate_proj", "lora_gate"},
-                                              {"up_proj", "lora_up"},     {"down_proj", "lora_down"}};
-enum { NLORA_TARGETS = sizeof lora_targets / sizeof lora_targets[0] };
+/* The linears --lora may adapt: PEFT's module name (the target_modules
+ * entry) and the option of the stdlib block that puts an adapter there. A
+ * name on several rows sets each (GPT-2's "c_proj" is attn's and mlp's, as
+ * PEFT's target is). The first rows are the defaults when SPEC names none
+ * (PEFT's own defaults: q_proj, v_proj for LLaMA; c_attn for GPT-2). */
+typedef struct LoraTarget {
+    const char *target, *option;
+    bool dflt;
+} LoraTarget;
+static const LoraTarget llama_lora[] = {
+    {"q_proj", "lora_q", true},     {"k_proj", "lora_k", false},       {"v_proj", "lora_v", true},
+    {"o_proj", "lora_o", false},    {"gate_proj", "lora_gate", false}, {"up_proj", "lora_up", false},
+    {"down_proj", "lora_down", false}, {NULL, NULL, false}};
+static const LoraTarget gpt2_lora[] = {
+    {"c_attn", "lora_c_attn", true},          {"c_proj", "lora_attn_c_proj", false}, {"attn.c_proj", "lora_attn_c_proj", false},
+    {"c_fc", "lora_c_fc", false},             {"c_proj", "lora_mlp_c_proj", false},  {"mlp.c_proj", "lora_mlp_c_proj", false},
+    {NULL, NULL, false}};
 
 /* ---- spans and messages ---- */
 
@@ -551,6 +568,26 @@ static void put_config(Out *o, const char *text, size_t len) {
     put(o, "\n  ]\n");
 }
 
+static const LoraTarget *lora_table(const Cfg *c) { return c->arch->fam == FAM_GPT2 ? gpt2_lora : llama_lora; }
+
+/* Whether --lora set the block option opt. */
+static bool lora_has(const Cfg *c, const char *opt) {
+    const LoraTarget *t = lora_table(c);
+    for (int i = 0; t[i].target; i++)
+        if (c->lora_mask >> i & 1 && !strcmp(t[i].option, opt)) return true;
+    return false;
+}
+
+/* ", lora_x = true" for each option --lora set, once each, in the table's order. */
+static void put_lora_options(Cfg *c, Out *o) {
+    const LoraTarget *t = lora_table(c);
+    for (int i = 0; t[i].target; i++) {
+        bool seen = false;
+        for (int j = 0; j < i; j++) seen |= (c->lora_mask >> j & 1) && !strcmp(t[j].option, t[i].option);
+        if (c->lora_mask >> i & 1 && !seen) put(o, ", %s = true", t[i].option);
+    }
+}
+
 static void put_train(Cfg *c, Out *o) {
     put(o, "\n# Fine-tuning defaults: edit freely (docs/checking.md lists the keys).\n"
            "train {\n"
@@ -577,7 +614,14 @@ static void put_gpt2(Cfg *c, Out *o, const char *name) {
     put(o, "  # a row per position of the model (n_positions = P); the first T are used\n");
     put(o, "  wpe = param [P, D] init normal(0.01)\n");
     put(o, "  x = embedding(wte, tokens) + embedding(wpe, arange(T))\n");
-    put(o, "  repeat L { x = block(x, H, eps = %s, hidden = F) }\n", flt(c, c->eps));
+    put(o, "  repeat L { x = block(x, H, eps = %s, hidden = F", flt(c, c->eps));
+    if (c->lora_mask) {
+        put(o, ",\n                   lora_rank = %" PRId64 ", lora_alpha = %s, lora_init = %s", c->lora_rank,
+            flt(c, c->lora_alpha), flt(c, 1.0 / sqrt((double)c->D)));
+        if (lora_has(c, "lora_mlp_c_proj")) put(o, ", lora_init_mlp_proj = %s", flt(c, 1.0 / sqrt((double)c->F)));
+        put_lora_options(c, o);
+    }
+    put(o, ") }\n");
     put(o, "  x = ln(x, %s)\n", flt(c, c->eps));
     if (c->tied) {
         put(o, "  # tied embeddings: the output head is wte transposed\n");
@@ -605,8 +649,10 @@ static void put_llama(Cfg *c, Out *o, const char *name) {
     if (c->lora_mask) {
         put(o, ",\n                    lora_rank = %" PRId64 ", lora_alpha = %s, lora_init = %s", c->lora_rank, flt(c, c->lora_alpha),
             flt(c, 1.0 / sqrt((double)c->D)));
-        for (int i = 0; i < NLORA_TARGETS; i++)
-            if (c->lora_mask >> i & 1) put(o, ", %s = true", lora_targets[i][1]);
+        /* PEFT's kaiming-uniform bound is 1/sqrt(in) of the adapted linear: o_proj reads H*hd, down_proj F */
+        if (lora_has(c, "lora_o") && c->H * c->hd != c->D) put(o, ", lora_init_o = %s", flt(c, 1.0 / sqrt((double)(c->H * c->hd))));
+        if (lora_has(c, "lora_down")) put(o, ", lora_init_down = %s", flt(c, 1.0 / sqrt((double)c->F)));
+        put_lora_options(c, o);
     }
     if (c->scaling == 1) put(o, ",\n                    rope_scaling = \"linear\", rope_factor = %s", flt(c, c->factor));
     if (c->scaling == 2)
@@ -681,11 +727,12 @@ static const char *generate(Cfg *c) {
 }
 
 /* --lora SPEC: comma-separated r=N, alpha=X, targets=a,b,... (a word without
- * '=' continues the targets); 0, or -1 with the error reported. */
+ * '=' continues the targets); the names are resolved by lora_resolve once the
+ * family is known. 0, or -1 with the error reported. */
 static int read_lora(Cfg *c, const char *spec) {
+    c->lora = true;
     c->lora_rank = 8;
     c->lora_alpha = 16;
-    c->lora_mask = 0x5; /* q_proj, v_proj: PEFT's defaults for LLaMA */
     bool in_targets = false;
     for (const char *p = spec; *p;) {
         const char *e = strchr(p, ',');
@@ -703,24 +750,49 @@ static int read_lora(Cfg *c, const char *spec) {
             if (!strcmp(w, "r") && (c->lora_rank = strtoll(t, &end, 10)) > 0 && !*end && *t) goto next;
             if (!strcmp(w, "alpha") && (c->lora_alpha = strtod(t, &end)) > 0 && !*end && *t) goto next;
             if (!in_targets) goto bad;
-            c->lora_mask = 0;
+            c->lora_nnames = 0;
         }
         if (!in_targets) goto bad;
-        int k = 0;
-        while (k < NLORA_TARGETS && strcmp(lora_targets[k][0], t)) k++;
-        if (k == NLORA_TARGETS) {
-            diag_error(c->d, SPAN_NONE, "--lora: unknown target '%s' (LLaMA-family linears: q_proj, k_proj, v_proj, o_proj, "
-                                        "gate_proj, up_proj, down_proj)", t);
+        if (c->lora_nnames == HFC_MAX_LORA_NAMES) {
+            diag_error(c->d, SPAN_NONE, "--lora: more than %d targets", HFC_MAX_LORA_NAMES);
             return -1;
         }
-        c->lora_mask |= 1u << k;
+        if (!(c->lora_names[c->lora_nnames++] = arena_strdup(c->a, t))) goto bad;
     next:
         p += n + (e != NULL);
     }
-    if (c->lora_mask) return 0;
+    return 0;
 bad:
     diag_error(c->d, SPAN_NONE, "--lora needs r=N,alpha=X,targets=NAME[,NAME...] (e.g. r=8,alpha=16,targets=q_proj,v_proj), not '%s'", spec);
     return -1;
+}
+
+/* The names of --lora's targets to the family's block options (lora_mask);
+ * none named: the family's defaults. 0, or -1 with the error reported. */
+static int lora_resolve(Cfg *c) {
+    const LoraTarget *t = lora_table(c);
+    for (int i = 0; t[i].target; i++)
+        if (!c->lora_nnames && t[i].dflt) c->lora_mask |= 1u << i;
+    for (int k = 0; k < c->lora_nnames; k++) {
+        bool found = false;
+        for (int i = 0; t[i].target; i++)
+            if (!strcmp(t[i].target, c->lora_names[k])) {
+                c->lora_mask |= 1u << i;
+                found = true;
+            }
+        if (found) continue;
+        char names[256] = "";
+        for (int i = 0; t[i].target; i++) {
+            bool seen = false;
+            for (int j = 0; j < i; j++) seen |= !strcmp(t[j].target, t[i].target);
+            if (!seen)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", *names ? ", " : "", t[i].target);
+        }
+        diag_error(c->d, SPAN_NONE, "--lora: unknown target '%s' (%s linears: %s)", c->lora_names[k],
+                   c->arch->fam == FAM_GPT2 ? "GPT-2" : "LLaMA-family", names);
+        return -1;
+    }
+    return 0;
 }
 
 /* ---- entry points ---- */
@@ -757,10 +829,7 @@ const char *hfconfig_text_to_zl(Arena *a, const SourceSet *src, int file, DiagSi
                                     c.arch->fam == FAM_GPT2 ? "n_positions" : "max_position_embeddings");
             if (c.arch->fam == FAM_LLAMA) read_window(&c); /* T is 0 after errors: no window complaint then */
             check_rest(&c);
-            if (c.lora_mask && c.arch->fam == FAM_GPT2) {
-                diag_error(d, SPAN_NONE, "--lora: LoRA adapters are on the LLaMA-family layers (stdlib/llama.zl); GPT-2's are not there yet");
-                c.failed = true;
-            }
+            if (c.lora && lora_resolve(&c)) c.failed = true;
             if (!c.failed) out = generate(&c);
         }
     }

@@ -23,7 +23,8 @@
 typedef struct HfConfigOptions {
     int64_t seq;          /* the training sequence length T; 0: min(the model's context, 1024) */
     const char *lora;     /* --lora SPEC: LoRA adapters, "r=8,alpha=16,targets=q_proj,v_proj" (any part
-                             may be left out: those are the defaults); "" or NULL: none */
+                             may be left out: r=8, alpha=16, and PEFT's default targets, q_proj,v_proj
+                             for the LLaMA family, c_attn for GPT-2); "" or NULL: none */
 } HfConfigOptions;
 
 /* The .zl text for DIR's config.json, or NULL with the errors in d. */

@@ -66,7 +66,7 @@ typedef struct ZincOptions {
 } ZincOptions;
 
 static const char *const known_options[] = {"--check", "--emit=graph", "--emit=ast", "--emit=zl", "--help", "--version",
-                                            "-I", "--target", "-o", "--explain", "--kernels=", "--kernel-src=",
+                                            "-I", "--target", "-o", "--explain", "--probe", "--kernels=", "--kernel-src=",
                                             "--from-hf", "--seq", "--lora"};
 enum { NKNOWN = sizeof known_options / sizeof known_options[0] };
 
@@ -81,11 +81,15 @@ static void usage(FILE *out) {
           "  --emit=zl       with --from-hf: print that model as .zl\n"
           "  --seq N         with --from-hf: the training sequence length (default: the model's\n"
           "                  context, at most 1024)\n"
-          "  --lora SPEC     with --from-hf: LoRA adapters, the rest frozen (LLaMA family); SPEC is\n"
-          "                  r=8,alpha=16,targets=q_proj,v_proj (those are the defaults of a part left out)\n"
+          "  --lora SPEC     with --from-hf: LoRA adapters, the rest frozen; SPEC is r=8,alpha=16,\n"
+          "                  targets=q_proj,v_proj (LLaMA family) or targets=c_attn,c_proj,c_fc (GPT-2);\n"
+          "                  a part left out takes its default (r=8, alpha=16, q_proj,v_proj or c_attn)\n"
           "  -I DIR          look for imports in DIR (repeatable; before the stdlib)\n"
           "  --target T      plan for target T: a .zl file with a target block, or dgx2, dgx-a100,\n"
-          "                  dgx-h100, h200, host (default: the model's target block, else this machine)\n"
+          "                  dgx-h100, h200, host (default: the model's target block, else this\n"
+          "                  machine's probe file, else what libcuda or sysconf say)\n"
+          "  --probe [ARGS]  measure this machine: runs zinfprobe ARGS (beside zinfc; zinfprobe --help),\n"
+          "                  which writes the probe file that planning without --target reads\n"
           "  -o FILE         plan and write the plan to FILE (verified first)\n"
           "  --explain       print the memory model (bytes per class and per rank), then plan\n"
           "                  and print what the planner chose and why\n"
@@ -96,6 +100,8 @@ static void usage(FILE *out) {
           "  --help          this text\n"
           "  --version       the version\n"
           "environment: ZINF_STDLIB overrides the stdlib directory (" ZINF_STDLIB_DIR ")\n"
+          "  ZINF_PROBE: the probe file (default $XDG_CACHE_HOME or ~/.cache: zinf/probe-HOST.zl;\n"
+          "  \"none\": do not read one)\n"
           "exit status: 0 ok, 1 errors in the input, 2 usage\n",
           out);
 }
@@ -207,25 +213,50 @@ static void explain_memory(const Graph *g, const Target *t, const PlannerOptions
 }
 
 /* ---- planning: autodiff, target, planner, plan file ---- */
+/* The target: --target, else the model's target block, else the probe
+ * file of this machine (plan_probe_path: zinfprobe wrote it), else what
+ * target_detect finds. False on errors (in d). */
+static bool choose_target(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *d, const Program *prog, Target *t,
+                          const char **how) {
+    LoadOptions lo = {o->includes, o->ninclude, o->stdlib_dir};
+    char probe[1024];
+    bool from_env = false;
+    const char *file = o->target;
+    if (o->target && target_builtin(o->target, t)) {
+        *how = arena_printf(a, "the built-in target %s", o->target);
+        return true;
+    }
+    if (!o->target && target_find(prog, NULL)) {
+        if (!target_from_program(prog, NULL, a, d, t)) return false;
+        *how = arena_printf(a, "the model's target %s", t->name);
+        return true;
+    }
+    if (!o->target && plan_probe_path(probe, sizeof probe, &from_env)) {
+        if (access(probe, R_OK) == 0) file = arena_strdup(a, probe);
+        else if (from_env) {
+            diag_error(d, SPAN_NONE, "ZINF_PROBE=%s: cannot read it: %s (run zinfprobe -o %s, or unset ZINF_PROBE)", probe,
+                       strerror(errno), probe);
+            return false;
+        }
+    }
+    if (!file) {
+        target_detect(a, t, how);
+        return true;
+    }
+    Program tp;
+    memset(&tp, 0, sizeof tp);
+    if (!program_load(a, src, d, file, &lo, &tp) || d->errors) return false;
+    if (!target_from_program(&tp, NULL, a, d, t)) return false;
+    *how = arena_printf(a, "target %s from %s", t->name, file);
+    if (!o->target) printf("target: %s, measured by zinfprobe, from %s\n", t->name, file);
+    return true;
+}
+
 static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *d, const Program *prog, Graph *g) {
     if (!ad_build(g, d)) return 1;
     Target t;
     const char *how = NULL;
-    if (o->target && target_builtin(o->target, &t)) {
-        how = arena_printf(a, "the built-in target %s", o->target);
-    } else if (o->target) {
-        LoadOptions lo = {o->includes, o->ninclude, o->stdlib_dir};
-        Program tp;
-        memset(&tp, 0, sizeof tp);
-        if (!program_load(a, src, d, o->target, &lo, &tp) || d->errors) return 1;
-        if (!target_from_program(&tp, NULL, a, d, &t)) return 1;
-        how = arena_printf(a, "target %s from %s", t.name, o->target);
-    } else if (target_find(prog, NULL)) {
-        if (!target_from_program(prog, NULL, a, d, &t)) return 1;
-        how = arena_printf(a, "the model's target %s", t.name);
-    } else {
-        target_detect(a, &t, &how);
-    }
+    if (!choose_target(o, a, src, d, prog, &t, &how)) return 1;
     PlannerOptions po;
     planner_options_default(&po);
     if (!planner_options_from_program(prog, a, d, &po)) return 1;
@@ -314,7 +345,29 @@ static int zinfc_run(ZincOptions *o, Arena *a, SourceSet *src, DiagSink *d) {
     return 0;
 }
 
+/* zinfc --probe ARGS: zinfprobe ARGS. The probe measures this machine with
+ * the runtime's engines (io_uring, MPI, the host kernels), which the
+ * compiler may not link (docs/architecture.md), so it is its own program,
+ * installed beside zinfc; this runs it. Returns only when it cannot. */
+static int run_probe(int argc, char **argv) {
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 16);
+    if (n <= 0) {
+        fprintf(stderr, "zinfc: --probe: cannot find zinfc's own directory: %s\n", strerror(errno));
+        return 2;
+    }
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    strcpy(slash ? slash + 1 : exe, "zinfprobe");
+    argv[1] = exe;
+    execv(exe, argv + 1);
+    fprintf(stderr, "zinfc: --probe: cannot run %s: %s\n", exe, strerror(errno));
+    (void)argc;
+    return 2;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--probe") == 0) return run_probe(argc, argv);
     ZincOptions o;
     memset(&o, 0, sizeof o);
     const char *env = getenv("ZINF_STDLIB");

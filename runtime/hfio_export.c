@@ -235,18 +235,6 @@ static int put_block(Exp *ex, const HfPiece *x, int g, int64_t r0, int64_t r1, i
 
 /* Piece x, block by block: gathered (collective), placed by rank 0. A
  * failure on rank 0 stops its writing, not its part in the collectives. */
-/* Rank 0: st->f (P's rows [r0, r1) x columns [c0, c1)) += A[r0:r1] B[:, c0:c1] scale. */
-static void add_lora(Exp *ex, const HfLora *lo, const float *A, const float *B, int64_t out, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    int64_t w = c1 - c0, R = lo->rank;
-    for (int64_t i = r0; i < r1; i++)
-        for (int64_t j = c0; j < c1; j++) {
-            double acc = 0;
-            for (int64_t k = 0; k < R; k++) acc += (double)A[i * R + k] * (double)B[k * out + j];
-            float *f = &ex->st.f[(i - r0) * w + (j - c0)];
-            *f = (float)((double)*f + acc * lo->scale);
-        }
-}
-
 static int export_piece(Exp *ex, const HfPiece *x, const HfLora *lo, const float *A, const float *B, char *err, size_t n) {
     int64_t bh, bw;
     hf_block_dims(x->transpose, x->rows, x->w, ex->st.ch, &bh, &bw);
@@ -256,7 +244,7 @@ static int export_piece(Exp *ex, const HfPiece *x, const HfLora *lo, const float
             int64_t r1 = min64(x->rows, r0 + bh), c1 = min64(x->pc + x->w, c0 + bw);
             int g = gather_block(ex->r, &ex->st, x->tensor, x->cols, r0, r1, c0, c1, err, n);
             if (g && !rc) rc = g;
-            if (!rc && lo && A && B) add_lora(ex, lo, A, B, x->cols, r0, r1, c0, c1);
+            if (!rc && lo && A && B) hf_lora_add(lo, A, B, x->cols, ex->st.f, r0, r1, c0, c1);
             if (!rc && ex->r->c->rank == 0) rc = put_block(ex, x, x->group, r0, r1, c0, c1, err, n);
         }
     return rc;

@@ -106,7 +106,16 @@ typedef struct HfLora {
 /* The adapter of base group g: 1 and *lo when it has one, 0 when not, -1
  * (err) when it is incomplete or its scale cannot be found. */
 int hf_lora_of(const Plan *p, const HfLayout *l, int g, HfLora *lo, char *err, size_t n);
-/* adapter_config.json for the plan's adapters (malloc'd, NULL: err). */
+/* The merge of one block: f (the base weight W's rows [r0, r1) x columns
+ * [c0, c1), zinf's [in, out] layout, row-major) += A[r0:r1] B[:, c0:c1]
+ * scale, with A [in, r] and B [r, out] (out columns) whole, in double. */
+void hf_lora_add(const HfLora *lo, const float *A, const float *B, int64_t out, float *f, int64_t r0, int64_t r1, int64_t c0,
+                 int64_t c1);
+/* adapter_config.json for the plan's adapters (malloc'd, NULL: err): r,
+ * lora_alpha (scale * r), target_modules (PEFT's short names when they
+ * adapt exactly these modules, else the modules' paths), fan_in_fan_out
+ * (a base weight kept [in, out], GPT-2's Conv1D); adapters of different
+ * ranks or alphas are refused. */
 char *hf_adapter_config(const Plan *p, const HfLayout *l, char *err, size_t n);
 /* Collective: A and B whole, as f32, on rank 0 (*fa, *fb malloc'd there, NULL elsewhere). */
 int hf_lora_fetch(Rt *r, const HfLora *lo, float **fa, float **fb, char *err, size_t n);

@@ -71,15 +71,47 @@ int hf_lora_of(const Plan *p, const HfLayout *l, int g, HfLora *lo, char *err, s
     return 1;
 }
 
-/* Adds the last component of module m to the list (once). */
-static void add_target(StBuf *b, const char *m, int *count) {
+/* Whether every base weight of a module named ...<.t> has an adapter: then
+ * PEFT's short target t (it matches every module whose path ends in .t)
+ * adapts exactly those; else the config lists full module paths. */
+static bool short_name_exact(const HfLayout *l, const char *t) {
+    size_t tl = strlen(t);
+    for (int g = 0; g < l->ngroups; g++) {
+        const char *nm = l->groups[g].name;
+        size_t len = strlen(nm);
+        if (l->groups[g].adapter || len < tl + 7 || strcmp(nm + len - 7, ".weight") || strncmp(nm + len - 7 - tl, t, tl) ||
+            (len > tl + 7 && nm[len - 8 - tl] != '.'))
+            continue;
+        char an[1100];
+        snprintf(an, sizeof an, "%s%.*s.lora_A.weight", HF_PEFT_PREFIX, (int)(len - 7), nm);
+        if (find_group(l, an) < 0) return false;
+    }
+    return true;
+}
+
+/* Adds target t (the module's last component, or its path when full) to the list, once. */
+static void add_target(StBuf *b, const char *m, bool full, int *count) {
     const char *dot = strrchr(m, '.');
-    const char *t = dot ? dot + 1 : m;
+    const char *t = full || !dot ? m : dot + 1;
     char q[1100];
     snprintf(q, sizeof q, "\"%s\"", t);
     if (b->p && b->len && strstr(b->p, q)) return;
     if ((*count)++) st_buf_put(b, ", ", 2);
     st_buf_json_string(b, t);
+}
+
+/* target_modules: PEFT's short names when they adapt exactly the adapted
+ * modules, else every adapted module's full path. */
+static void put_targets(const HfLayout *l, StBuf *b, int *count) {
+    bool full = false;
+    char m[1024];
+    for (int g = 0; g < l->ngroups; g++)
+        if (adapter_module(l->groups[g].name, m, sizeof m) == 'A') {
+            const char *dot = strrchr(m, '.');
+            full |= !short_name_exact(l, dot ? dot + 1 : m);
+        }
+    for (int g = 0; g < l->ngroups; g++)
+        if (adapter_module(l->groups[g].name, m, sizeof m) == 'A') add_target(b, m, full, count);
 }
 
 char *hf_adapter_config(const Plan *p, const HfLayout *l, char *err, size_t n) {
@@ -111,8 +143,8 @@ char *hf_adapter_config(const Plan *p, const HfLayout *l, char *err, size_t n) {
         rank = lo.rank;
         alpha = al;
         fan_in_fan_out |= !l->groups[base].transpose; /* GPT-2's Conv1D keeps [in, out] */
-        add_target(&targets, m, &ntargets);
     }
+    if (rank) put_targets(l, &targets, &ntargets);
     StBuf b = {0};
     st_buf_printf(&b, "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"base_model_name_or_path\": null,\n"
                       "  \"r\": %" PRId64 ",\n  \"lora_alpha\": %.17g,\n  \"lora_dropout\": 0.0,\n  \"target_modules\": [%.*s],\n"
@@ -127,6 +159,18 @@ char *hf_adapter_config(const Plan *p, const HfLayout *l, char *err, size_t n) {
     }
     st_buf_put(&b, "", 1);
     return b.p;
+}
+
+void hf_lora_add(const HfLora *lo, const float *A, const float *B, int64_t out, float *f, int64_t r0, int64_t r1, int64_t c0,
+                 int64_t c1) {
+    int64_t w = c1 - c0, R = lo->rank;
+    for (int64_t i = r0; i < r1; i++)
+        for (int64_t j = c0; j < c1; j++) {
+            double acc = 0;
+            for (int64_t k = 0; k < R; k++) acc += (double)A[i * R + k] * (double)B[k * out + j];
+            float *y = &f[(i - r0) * w + (j - c0)];
+            *y = (float)((double)*y + acc * lo->scale);
+        }
 }
 
 static int fetch_one(Rt *r, int t, float **out, char *err, size_t n) {

@@ -1,8 +1,8 @@
-"""Helper of tests/e2e/lora.sh: a small random LLaMA and a token file, then
-zinf's LoRA fine-tuning held to peft's numbers.
+"""Helper of tests/e2e/lora.sh: a small random LLaMA (or GPT-2) and a token
+file, then zinf's LoRA fine-tuning held to peft's numbers.
 
-  lora.py make W           model in W/hf, tokens in W/tok.bin
-  lora.py check W STEP     W/adapter (zinfrun --export-hf: PEFT layout) loaded with
+  lora.py make W [KIND]          model in W/hf (KIND llama, the default, or gpt2), tokens in W/tok.bin
+  lora.py check W STEP [KIND]    W/adapter (zinfrun --export-hf: PEFT layout) loaded with
                            PeftModel.from_pretrained onto W/hf, and W/merged (--merge-lora)
                            with from_pretrained, each give zinf's loss of step STEP
                            (W/losses, the weights after STEP-1 steps) within 1e-5 relative;
@@ -20,9 +20,29 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_weights  # noqa: E402
 
 
-def make(w):
-    hf_weights.make_model(hf_weights.MODELS["llama"], os.path.join(w, "hf"), 10)
-    hf_weights.tokens(os.path.join(w, "tok.bin"), 4000, 101, 7)
+# What each kind's check expects: lora.sh's --lora targets (PEFT's module
+# names), the adapted modules, and zinf's frozen base weights against the HF
+# tensors (zinf name, HF name without ".weight", transposed).
+KINDS = {
+    "llama": dict(r=4, alpha=8, targets={"q_proj", "v_proj", "down_proj"}, modules=3,
+                  base=[("rope_attn.wq", "model.layers.%d.self_attn.q_proj", True),
+                        ("rope_attn.wv", "model.layers.%d.self_attn.v_proj", True),
+                        ("swiglu.w2", "model.layers.%d.mlp.down_proj", True),
+                        ("rms.g", "model.layers.%d.input_layernorm", False)],
+                  block="llama_block.%d.", extra=[("tok", "model.embed_tokens.weight", False), ("head", "lm_head.weight", True)]),
+    # GPT-2's Conv1D: "c_proj" is attn's and mlp's, 4 adapted modules a layer; weights [in, out] as zinf's
+    "gpt2": dict(r=4, alpha=16, targets={"c_attn", "c_proj", "c_fc"}, modules=4,
+                 base=[("attn.wqkv", "transformer.h.%d.attn.c_attn", False), ("attn.wo", "transformer.h.%d.attn.c_proj", False),
+                       ("mlp.w1", "transformer.h.%d.mlp.c_fc", False), ("mlp.w2", "transformer.h.%d.mlp.c_proj", False),
+                       ("ln.g", "transformer.h.%d.ln_1", False)],
+                 block="block.%d.", extra=[("wte", "transformer.wte.weight", False)]),
+}
+
+
+def make(w, kind):
+    cfg = hf_weights.MODELS[kind]
+    hf_weights.make_model(cfg, os.path.join(w, "hf"), 10)
+    hf_weights.tokens(os.path.join(w, "tok.bin"), 4000, cfg["vocab_size"], 7)
 
 
 def loss_of(m, w, step):
@@ -41,7 +61,8 @@ def close(name, got, want):
     return 0 if ok else 1
 
 
-def check(w, step):
+def check(w, step, kind):
+    k = KINDS[kind]
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging
@@ -51,12 +72,16 @@ def check(w, step):
     cfg = json.load(open(os.path.join(w, "adapter", "adapter_config.json")))
     ad = load_file(os.path.join(w, "adapter", "adapter_model.safetensors"))
     moved = [k for k in ad if "lora_B" in k and ad[k].abs().max() > 0]
-    exp_targets = {"q_proj", "v_proj", "down_proj"}
-    if cfg["r"] != 4 or cfg["lora_alpha"] != 8 or set(cfg["target_modules"]) != exp_targets or len(moved) != 6 or len(ad) != 12:
-        print("FAIL adapter: r %s alpha %s targets %s, %d tensors, %d lora_B moved" % (cfg["r"], cfg["lora_alpha"], cfg["target_modules"], len(ad), len(moved)))
+    exp_targets, nmod = k["targets"], 2 * k["modules"]
+    fifo = kind == "gpt2"  # PEFT's fan_in_fan_out: GPT-2's Conv1D keeps [in, out]
+    if (cfg["r"] != k["r"] or cfg["lora_alpha"] != k["alpha"] or set(cfg["target_modules"]) != exp_targets or len(moved) != nmod
+            or len(ad) != 2 * nmod or cfg["fan_in_fan_out"] != fifo):
+        print("FAIL adapter: r %s alpha %s targets %s fan_in_fan_out %s, %d tensors, %d lora_B moved"
+              % (cfg["r"], cfg["lora_alpha"], cfg["target_modules"], cfg["fan_in_fan_out"], len(ad), len(moved)))
         fail = 1
     else:
-        print("ok   adapter: r 4, lora_alpha 8, targets %s, %d tensors, every lora_B trained" % (sorted(exp_targets), len(ad)))
+        print("ok   adapter: r %d, lora_alpha %d, targets %s, fan_in_fan_out %s, %d tensors, every lora_B trained"
+              % (k["r"], k["alpha"], sorted(exp_targets), fifo, len(ad)))
     base = AutoModelForCausalLM.from_pretrained(os.path.join(w, "hf"), dtype=torch.float32)
     fail |= close("base + peft adapter (PeftModel.from_pretrained)", loss_of(PeftModel.from_pretrained(base, os.path.join(w, "adapter")), w, step), want)
     m, info = AutoModelForCausalLM.from_pretrained(os.path.join(w, "merged"), dtype=torch.float32, output_loading_info=True)
@@ -72,11 +97,10 @@ def check(w, step):
     fail |= worst >= 1e-6
     # the base weights, as zinf holds them after training, against the checkpoint
     hf, z = load_file(os.path.join(w, "hf", "model.safetensors")), load_file(os.path.join(w, "all.safetensors"))
-    pairs = [("tok", "model.embed_tokens.weight", False), ("head", "lm_head.weight", True)]
+    pairs = list(k["extra"])
     for i in range(2):
-        for zn, hn in (("rope_attn.wq", "self_attn.q_proj"), ("rope_attn.wv", "self_attn.v_proj"), ("swiglu.w2", "mlp.down_proj"),
-                       ("rms.g", "input_layernorm")):
-            pairs.append(("llama_block.%d.%s" % (i, zn), "model.layers.%d.%s.weight" % (i, hn), zn != "rms.g"))
+        for zn, hn, t in k["base"]:
+            pairs.append((k["block"] % i + zn, hn % i + ".weight", t))
     bad = [zn for zn, hn, t in pairs if zn in z and not torch.equal(z[zn], hf[hn].t() if t else hf[hn])]
     missing = [zn for zn, _, _ in pairs if zn not in z]
     if bad or missing:
@@ -89,6 +113,6 @@ def check(w, step):
 
 if __name__ == "__main__":
     if sys.argv[1] == "make":
-        make(sys.argv[2])
+        make(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "llama")
     else:
-        sys.exit(check(sys.argv[2], int(sys.argv[3])))
+        sys.exit(check(sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else "llama"))
