@@ -59,7 +59,8 @@ void cg_gen_norm(Ctx *c, bool bwd) {
     k->grid[0] = cg_gdim(c, P, 0x7fffffff);
     k->block[0] = 256;
     arg_t(k, dx);
-    arg_ws(k, off);
+    if (dg >= 0 || db >= 0) arg_ws(k, off);
+    else arg_t(k, -1); /* g and b frozen (LoRA): no partials, no workspace; the kernel leaves ws alone */
     arg_t(k, x);
     arg_t(k, g);
     arg_t(k, dy);
