@@ -16,13 +16,7 @@
 
 /* ---- explanation text ---- */
 
-typedef struct Text {
-    char *s;
-    size_t len, cap;
-} Text;
-
-static void say(Text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(Text *t, const char *fmt, ...) {
+void pl_say(PlText *t, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     char line[512];
@@ -51,7 +45,7 @@ typedef struct Search {
     Arena *a;
     DiagSink *d;
     const PlannerOptions *o;
-    Text ex;                       /* the explanation */
+    PlText ex;                       /* the explanation */
     uint64_t need[PC_COUNT];       /* model states per rank, by class */
     uint64_t ckpt_bytes;           /* every checkpoint */
     Place best;
@@ -133,7 +127,7 @@ static void explain_partition(Search *S) {
     const Target *t = b->t;
     bool host = !strcmp(t->backend, "host");
     char s1[32], s2[32], s3[32], s4[160];
-    say(&S->ex, "target %s: %d rank%s (%s), %s %s, %s CPU memory and %s NVMe per rank", t->name, b->R, b->R > 1 ? "s" : "",
+    pl_say(&S->ex, "target %s: %d rank%s (%s), %s %s, %s CPU memory and %s NVMe per rank", t->name, b->R, b->R > 1 ? "s" : "",
         host ? "host processes" : arena_printf(S->a, "%d node%s x %d GPUs", t->nodes, t->nodes > 1 ? "s" : "", t->gpus_per_node),
         plan_bytes_str(b->cap[ARENA_GPU], s1, sizeof s1), host ? "working budget" : "GPU memory usable",
         plan_bytes_str(b->cap[ARENA_CPU], s2, sizeof s2), b->cap[ARENA_NVME] ? plan_bytes_str(b->cap[ARENA_NVME], s3, sizeof s3) : "no");
@@ -144,28 +138,28 @@ static void explain_partition(Search *S) {
         else nwhole++;
         if (b->ntiles[i] > 1) {
             if (ntiled < 6)
-                say(&S->ex, "tile %s %s in %d tiles of %" PRId64 " rows: %s whole, %s", pl_tname(b, i),
+                pl_say(&S->ex, "tile %s %s in %d tiles of %" PRId64 " rows: %s whole, %s", pl_tname(b, i),
                     graph_shape_str(g, i, s4, sizeof s4), b->ntiles[i], g->tensors[i].dims[0] / b->ntiles[i],
                     plan_bytes_str((uint64_t)g->tensors[i].numel * (uint64_t)pl_dsz(b, i), s1, sizeof s1),
                     b->tile_pinned[i] ? "pinned by the plan block" : "more than 1/16 of GPU memory");
             ntiled++;
         }
     }
-    if (ntiled > 6) say(&S->ex, "... and %d more tiled parameters", ntiled - 6);
+    if (ntiled > 6) pl_say(&S->ex, "... and %d more tiled parameters", ntiled - 6);
     if (b->R > 1)
-        say(&S->ex, "partition: %d parameters split over %d ranks (slices padded to 4096 bytes), %d under %" PRId64
+        pl_say(&S->ex, "partition: %d parameters split over %d ranks (slices padded to 4096 bytes), %d under %" PRId64
                     " elements whole on every rank", nsplit, b->R, nwhole, S->o->whole_below);
     else
-        say(&S->ex, "partition: one rank, every tensor whole");
+        pl_say(&S->ex, "partition: one rank, every tensor whole");
     state_bytes(b, S->need);
     for (int i = 0; i < g->ntensors; i++)
         if (g->tensors[i].cls == TC_CKPT) S->ckpt_bytes += (uint64_t)g->tensors[i].numel * (uint64_t)pl_dsz(b, i);
-    say(&S->ex, "model states per rank: params %s, grads %s, optimizer %s", plan_bytes_str(S->need[PC_PARAMS], s1, sizeof s1),
+    pl_say(&S->ex, "model states per rank: params %s, grads %s, optimizer %s", plan_bytes_str(S->need[PC_PARAMS], s1, sizeof s1),
         plan_bytes_str(S->need[PC_GRADS], s2, sizeof s2), plan_bytes_str(S->need[PC_OPTIMIZER], s3, sizeof s3));
     int nfrozen;
     graph_frozen_count(g, &nfrozen);
     if (nfrozen)
-        say(&S->ex, "frozen: %d parameter tensors placed and fetched like the others, with no gradient or optimizer state "
+        pl_say(&S->ex, "frozen: %d parameter tensors placed and fetched like the others, with no gradient or optimizer state "
                     "(no reduce-scatter, no Adam)", nfrozen);
 }
 
@@ -183,7 +177,7 @@ static Outcome cost_and_keep(Search *S, const Place *cand) {
         diag_error(S->d, SPAN_NONE, "out of memory while planning");
         return OUT_ERROR;
     }
-    say(&S->ex, "  %s prefetch %d%s: %.4g s/step, GPU peak %s", place_str(cand, s4, sizeof s4), cand->prefetch,
+    pl_say(&S->ex, "  %s prefetch %d%s: %.4g s/step, GPU peak %s", place_str(cand, s4, sizeof s4), cand->prefetch,
         cand->reuse ? ", weights kept from recompute to backward" : "", cr.step_time,
         plan_bytes_str(b->size[ARENA_GPU], s1, sizeof s1));
     if (cr.step_time < S->best_time * 0.999) {
@@ -251,7 +245,7 @@ static Outcome search_prefetch(Search *S, Place cand, bool *cpu_short) {
         cand.reuse = false;
         r = try_prefetch(S, &cand, least, cpu_short, why, sizeof why);
     }
-    if (r == OUT_NOFIT) say(&S->ex, "  %s: does not fit: %s", place_str(&cand, s4, sizeof s4), why);
+    if (r == OUT_NOFIT) pl_say(&S->ex, "  %s: does not fit: %s", place_str(&cand, s4, sizeof s4), why);
     if (r != OUT_PLACED || nk == 1) return r;
     for (int ki = 2; ki < nk; ki++)
         if ((r = try_prefetch(S, &cand, ks[ki], cpu_short, why, sizeof why)) != OUT_NOFIT) return r;
@@ -287,7 +281,7 @@ static bool states_fit(Search *S, Place *cand, bool *cpu_short, bool *grads_nvme
     if (over < 0) return true;
     char s1[32], s2[32], s4[160];
     *cpu_short |= over == TIER_CPU;
-    say(&S->ex, "  %s: does not fit: model states and checkpoints need %s of %s per rank, it has %s", place_str(cand, s4, sizeof s4),
+    pl_say(&S->ex, "  %s: does not fit: model states and checkpoints need %s of %s per rank, it has %s", place_str(cand, s4, sizeof s4),
         plan_bytes_str(tier_use[over], s1, sizeof s1), plan_tier_names[over], plan_bytes_str(b->cap[tier_arena[over]], s2, sizeof s2));
     snprintf(S->last_why, sizeof S->last_why, "model states and checkpoints need %s of %s per rank, it has %s (%s)",
              plan_bytes_str(tier_use[over], s1, sizeof s1), plan_tier_names[over],
@@ -383,11 +377,25 @@ static void report_no_plan(const Search *S) {
     else diag_hint(d, "add NVMe to the target, more ranks, or more CPU memory");
 }
 
+/* The refinement of the chosen placement (planner_refine.c), and the split
+ * of each class it leaves. */
+static bool refine(Search *S) {
+    B *b = S->b;
+    b->pl = S->best;
+    if (!pl_refine(b, S->a, &S->ex, &S->plan, &S->best_time, &S->tried)) {
+        if (b->internal) diag_error(S->d, SPAN_NONE, "internal planner error: %s", b->why);
+        else diag_error(S->d, SPAN_NONE, "out of memory while planning");
+        return false;
+    }
+    pl_explain_split(b, S->plan, &S->ex);
+    return true;
+}
+
 /* The last line of the explanation, and the independent check of what is
  * handed on (runtime/plan/verify.c). */
 static bool finish(Search *S) {
     char s4[160];
-    say(&S->ex, "chosen: %s, prefetch %d%s (of %d builds): %.4g s/step predicted", place_str(&S->best, s4, sizeof s4),
+    pl_say(&S->ex, "chosen: %s, prefetch %d%s (of %d builds): %.4g s/step predicted", place_str(&S->best, s4, sizeof s4),
         S->best.prefetch, S->best.reuse ? ", weights kept from recompute to backward" : "", S->tried, S->best_time);
     char vm[1024];
     int problems = verify_plan(S->plan, vm, sizeof vm);
@@ -411,12 +419,12 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
     Target local = ranked_target(t, o);
     B b = {0};
     Search S = {.b = &b, .a = a, .d = d, .o = o, .best_time = INFINITY};
-    bool ok = setup(&b, g, &local, o, d) && pl_partition(&b, a);
+    bool ok = setup(&b, g, &local, o, d) && pl_partition(&b, a) && pl_apply_pins(&b, a);
     if (ok) {
         explain_partition(&S);
         Outcome r = search_placements(&S);
         if (r == OUT_NOFIT) report_no_plan(&S);
-        ok = r == OUT_PLACED && finish(&S);
+        ok = r == OUT_PLACED && refine(&S) && finish(&S);
     }
     if (ok) {
         out->plan = S.plan;

@@ -36,18 +36,29 @@ typedef struct TilePin {
     Span span;
 } TilePin;
 
+/* `pin "block.0.*" = "gpu"`: the named parameters, with their gradients
+ * and optimizer state, live on that tier; the refinement leaves them. */
+typedef struct TierPin {
+    const char *pattern; /* as TilePin's */
+    int tier;            /* PlanTier */
+    Span span;
+} TierPin;
+
 typedef struct PlannerOptions {
     int tier[PC_COUNT];    /* PlanTier, or -1: the planner chooses */
     int prefetch;          /* fetches in flight ahead of use; 0: the planner chooses */
     int64_t whole_below;   /* tensors with fewer elements stay whole on every rank (default 100000) */
     TilePin *tiles;
     int ntiles;
+    TierPin *pins;
+    int npins;
     int ranks;             /* 0: the target's; else overrides it (host targets, tests) */
 } PlannerOptions;
 
 void planner_options_default(PlannerOptions *o);
 /* Reads a `plan { params = "nvme"; optimizer = "cpu"; checkpoints = "cpu";
- * grads = "cpu"; prefetch = 3; whole_below = 100000; tiles "block.*.mlp" = 4 }`
+ * grads = "cpu"; prefetch = 3; whole_below = 100000; tiles "block.*.mlp" = 4;
+ * pin "block.0.*" = "gpu" }`
  * declaration into o (which holds the defaults). */
 bool planner_options_from_decl(const Decl *decl, Arena *a, DiagSink *d, PlannerOptions *o);
 /* Every plan block of the program, in order (later settings win). */

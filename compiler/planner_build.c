@@ -189,12 +189,12 @@ bool pl_build(B *b, Arena *a) {
         b->gflushed[i] = 0;
         b->grad_rmw[i] = false;
         const GTensor *t = &g->tensors[i];
-        int cls = -1;
-        if (t->cls == TC_PARAM) cls = PC_PARAMS;
-        else if (t->cls == TC_GRAD && t->param >= 0) cls = PC_GRADS;
-        else if ((t->cls == TC_MASTER || t->cls == TC_MOMENTUM || t->cls == TC_VARIANCE) && t->param >= 0) cls = PC_OPTIMIZER;
-        if (cls < 0) continue;
-        b->home[i] = pl_newbuf(b, arena_of_tier[b->pl.tier[cls]], pl_shard_bytes(b, i), i, pl_tname(b, i), true);
+        int tier = -1;
+        if (t->cls == TC_PARAM) tier = pl_param_tier(b, i);
+        else if (t->cls == TC_GRAD && t->param >= 0) tier = pl_grad_tier(b, t->param);
+        else if ((t->cls == TC_MASTER || t->cls == TC_MOMENTUM || t->cls == TC_VARIANCE) && t->param >= 0) tier = pl_opt_tier(b, t->param);
+        if (tier < 0) continue;
+        b->home[i] = pl_newbuf(b, arena_of_tier[tier], pl_shard_bytes(b, i), i, pl_tname(b, i), true);
     }
     /* the step: inputs, forward, backward with fetches hoisted, optimizer */
     for (int k = 0; k < g->ninputs; k++) {

@@ -58,6 +58,12 @@ typedef struct B {
     /* partition (per tensor, computed once) */
     int *ntiles;
     bool *part;
+    /* per tensor, for parameters only: the tier of the parameter's home
+     * (ptier) and of its gradient and optimizer state (otier) where a
+     * `pin` or the refinement (planner_refine.c) moved it off its class's
+     * tier; -1: the class's. NULL: no tensor moved. */
+    int8_t *ptier, *otier;
+    bool *name_pinned;             /* per tensor: a `pin` names this parameter (NULL: none does) */
     int64_t *tile_shard;
     bool *tile_pinned;
     /* per build */
@@ -83,6 +89,13 @@ typedef struct B {
     char why[256];
 } B;
 
+/* the explanation --explain prints, a line per pl_say (planner.c) */
+typedef struct PlText {
+    char *s;
+    size_t len, cap;
+} PlText;
+void pl_say(PlText *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* every arena's alignment, by PlanArena index */
 extern const uint64_t pl_arena_align[PLAN_NARENAS];
 
@@ -96,6 +109,20 @@ static inline const char *pl_tname(const B *b, int t) { return b->g->tensors[t].
 /* per-rank bytes of a state tensor's home */
 static inline uint64_t pl_shard_bytes(const B *b, int t) {
     return (uint64_t)b->ntiles[t] * (uint64_t)b->tile_shard[t] * (uint64_t)pl_dsz(b, t);
+}
+
+/* the tier of parameter p's home, of its optimizer state (master,
+ * momentum, variance), and of its gradient: on the GPU for GPU Adam, else
+ * the class's CPU or NVMe (CPU when the class is on the GPU) */
+static inline int pl_param_tier(const B *b, int p) {
+    return b->ptier && b->ptier[p] >= 0 ? b->ptier[p] : b->pl.tier[PC_PARAMS];
+}
+static inline int pl_opt_tier(const B *b, int p) {
+    return b->otier && b->otier[p] >= 0 ? b->otier[p] : b->pl.tier[PC_OPTIMIZER];
+}
+static inline int pl_grad_tier(const B *b, int p) {
+    if (pl_opt_tier(b, p) == TIER_GPU) return TIER_GPU;
+    return b->pl.tier[PC_GRADS] == TIER_GPU ? TIER_CPU : b->pl.tier[PC_GRADS];
 }
 
 static inline bool pl_is_kernel_op(OpKind k) { return k == OP_FWD || k == OP_BWD || k == OP_RECOMPUTE || k == OP_LOSS_GRAD; }
@@ -133,5 +160,21 @@ bool pl_fits(const B *b, char *why, size_t n);
 
 /* planner_plan.c: the Plan of the build (NULL when out of memory) */
 Plan *pl_emit_plan(B *b);
+
+/* planner_options.c: the plan block's `pin "pattern" = "tier"` settings
+ * into b->ptier, b->otier and b->name_pinned; false (reported) when out of
+ * memory, a pattern names no parameter, or a pin needs NVMe the target
+ * lacks */
+bool pl_apply_pins(B *b, Arena *a);
+
+/* planner_refine.c: after the class search, the refinement (step 3b of
+ * docs/tuning.md): moves the state of single parameters to a faster tier
+ * while the build fits and the predicted step improves. b->pl is the
+ * chosen placement, *plan its plan and *time its step; they become the
+ * refined ones. *builds counts the builds. False only when a build failed
+ * (out of memory, internal error: b->oom, b->internal, b->why). */
+bool pl_refine(B *b, Arena *a, PlText *ex, Plan **plan, double *time, int *builds);
+/* The split of each class over the tiers in plan p, a line per class. */
+void pl_explain_split(const B *b, const Plan *p, PlText *ex);
 
 #endif

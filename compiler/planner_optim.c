@@ -27,7 +27,7 @@ static void adam_load(B *b, AdamViews *v) {
     const Graph *g = b->g;
     const GOp *op = &g->ops[v->op];
     int p = op->in[0];
-    int O = b->pl.tier[PC_OPTIMIZER], P = b->pl.tier[PC_PARAMS];
+    int O = pl_opt_tier(b, p), P = pl_param_tier(b, p);
     v->state[0] = op->in[2];
     v->state[1] = op->in[3];
     v->state[2] = op->in[4];
@@ -51,7 +51,7 @@ static void adam_load(B *b, AdamViews *v) {
     int gr = op->in[1];
     v->gview = gr >= 0 ? b->home[gr] : -1;
     v->goff = gr >= 0 ? ebytes(b, gr, v->e0) : 0;
-    if (gr >= 0 && b->pl.tier[PC_GRADS] == TIER_NVME) {
+    if (gr >= 0 && pl_grad_tier(b, p) == TIER_NVME) {
         uint64_t gb = ebytes(b, gr, v->ne);
         int stg = pl_newbuf(b, ARENA_PINNED, gb, gr, pl_tname(b, gr), false);
         int i = pl_ins(b, PI_NVME_READ, Q_NVME, gr, 0, 1, 0);
@@ -95,7 +95,7 @@ static void adam_step(B *b, const AdamViews *v) {
     const Graph *g = b->g;
     const GOp *op = &g->ops[v->op];
     int p = op->in[0], gr = op->in[1], gn = op->in[5];
-    int O = b->pl.tier[PC_OPTIMIZER], P = b->pl.tier[PC_PARAMS];
+    int O = pl_opt_tier(b, p), P = pl_param_tier(b, p);
     bool gpu = O == TIER_GPU;
     uint64_t pb = ebytes(b, p, v->ne), po = ebytes(b, p, v->e0);
     int i = pl_ins(b, gpu ? PI_GPU_ADAM : PI_CPU_ADAM, gpu ? Q_COMPUTE : Q_CPU, p, 0, 1, 10.0 * (double)v->ne);
@@ -113,7 +113,7 @@ static void adam_step(B *b, const AdamViews *v) {
             pl_opnd(b, w, v->sview[k], PLAN_R, 0, bytes);
             pl_opnd(b, w, b->home[st], PLAN_W, ebytes(b, st, v->e0), bytes);
         }
-    if (gr >= 0 && b->pl.tier[PC_GRADS] == TIER_NVME && (b->grad_rmw[gr] || b->g->train.grad_accum > 1)) {
+    if (gr >= 0 && pl_grad_tier(b, p) == TIER_NVME && (b->grad_rmw[gr] || b->g->train.grad_accum > 1)) {
         /* the next step accumulates into zeros */
         uint64_t gb = ebytes(b, gr, v->ne);
         int z = pl_ins(b, PI_ZERO, Q_CPU, gr, 0, 1, 0);
@@ -169,15 +169,26 @@ static bool adam_next(const B *b, int *j, int64_t *e0, int64_t *ne) {
     return false;
 }
 
+/* Whether every gradient home is in GPU memory (the norm is then taken on
+ * the GPU; with any on CPU or NVMe, on the CPU, where CPU Adam reads it). */
+static bool grads_all_gpu(const B *b) {
+    for (int t = 0; t < b->g->ntensors; t++)
+        if (b->g->tensors[t].cls == TC_GRAD && b->home[t] >= 0 && b->bufs[b->home[t]].b.arena != ARENA_GPU) return false;
+    return true;
+}
+
+/* Whether the Adam of sub-group (j, ...) reads its state from NVMe (its
+ * reads are then issued before the previous sub-group steps). */
+static bool adam_nvme(const B *b, int j) { return pl_opt_tier(b, b->g->ops[j].in[0]) == TIER_NVME; }
+
 void pl_emit_optimizer(B *b, int bwd_end) {
     const Graph *g = b->g;
-    int O = b->pl.tier[PC_OPTIMIZER];
     bool adam_done = false;
     for (int j = bwd_end; j < g->nops && !b->oom; j++) {
         const GOp *op = &g->ops[j];
         if (op->kind == OP_GRAD_NORM) {
             int y = op->out[0];
-            bool gpu = b->pl.tier[PC_GRADS] == TIER_GPU;
+            bool gpu = grads_all_gpu(b);
             int buf = pl_newbuf(b, gpu ? ARENA_GPU : ARENA_PINNED, 4, y, y >= 0 ? pl_tname(b, y) : "grad_norm", false);
             int i = pl_ins(b, PI_GRAD_NORM, gpu ? Q_COMPUTE : Q_CPU, y, 0, 1, 0);
             for (int t = 0; t < g->ntensors; t++)
@@ -198,12 +209,13 @@ void pl_emit_optimizer(B *b, int bwd_end) {
             }
             while (have && !b->oom) {
                 bool more = adam_next(b, &cj, &e0, &ne);
-                if (more && O == TIER_NVME) {
+                bool early = more && adam_nvme(b, cj);
+                if (early) {
                     next = (AdamViews){.op = cj, .e0 = e0, .ne = ne};
                     adam_load(b, &next);
                 }
                 adam_step(b, &cur);
-                if (more && O != TIER_NVME) {
+                if (more && !early) {
                     next = (AdamViews){.op = cj, .e0 = e0, .ne = ne};
                     adam_load(b, &next);
                 }

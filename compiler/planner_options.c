@@ -36,17 +36,37 @@ static bool int_value(const Setting *s, DiagSink *d, int64_t lo, int64_t hi, int
     return true;
 }
 
+/* pin "pattern" = "tier" */
+static bool tier_pin(const Setting *s, Arena *a, DiagSink *d, PlannerOptions *o) {
+    const Expr *e = s->value;
+    int t = e && e->kind == EX_STR ? tier_of(e->str) : -1;
+    if (!s->selector) {
+        diag_error(d, s->span, "pin needs a parameter pattern: pin \"block.0.*\" = \"gpu\"");
+        return false;
+    }
+    if (t < 0) {
+        diag_error(d, e ? e->span : s->span, "'pin' must be \"gpu\", \"cpu\" or \"nvme\"");
+        return false;
+    }
+    TierPin *np = ARENA_NEWN(a, TierPin, o->npins + 1);
+    if (!np) return false;
+    if (o->npins) memcpy(np, o->pins, sizeof *np * (size_t)o->npins);
+    np[o->npins++] = (TierPin){arena_strdup(a, s->selector), t, s->selector_span};
+    o->pins = np;
+    return true;
+}
+
 bool planner_options_from_decl(const Decl *decl, Arena *a, DiagSink *d, PlannerOptions *o) {
-    static const char *const keys[] = {"params", "grads", "optimizer", "checkpoints", "prefetch", "whole_below", "tiles"};
+    static const char *const keys[] = {"params", "grads", "optimizer", "checkpoints", "prefetch", "whole_below", "tiles", "pin"};
     bool ok = true;
     for (int i = 0; i < decl->settings.len; i++) {
         const Setting *s = decl->settings.items[i];
         int k = -1;
-        for (int j = 0; j < 7; j++)
+        for (int j = 0; j < 8; j++)
             if (!strcmp(s->key, keys[j])) k = j;
         if (k < 0 || s->is_block) {
             diag_error(d, s->span, "unknown plan setting '%s'", s->key);
-            const char *near = diag_nearest(s->key, keys, 7);
+            const char *near = diag_nearest(s->key, keys, 8);
             if (near) diag_hint(d, "did you mean '%s'?", near);
             ok = false;
             continue;
@@ -69,6 +89,8 @@ bool planner_options_from_decl(const Decl *decl, Arena *a, DiagSink *d, PlannerO
             int64_t v;
             if (int_value(s, d, 0, INT64_MAX / 2, &v)) o->whole_below = v;
             else ok = false;
+        } else if (k == 7) {
+            if (!tier_pin(s, a, d, o)) ok = false;
         } else {
             int64_t v;
             if (!s->selector) {
@@ -109,3 +131,39 @@ bool pl_pin_matches(const char *pat, const char *name) {
     return glob(pat, name) || (!strchr(pat, '*') && !strncmp(pat, name, n) && name[n] == '.');
 }
 
+
+/* The pins by name (planner_impl.h); the last pin naming a parameter wins. */
+bool pl_apply_pins(B *b, Arena *a) {
+    const PlannerOptions *o = b->o;
+    const Graph *g = b->g;
+    if (!o->npins) return true;
+    int nt = g->ntensors;
+    b->ptier = ARENA_NEWN(a, int8_t, nt + 1);
+    b->otier = ARENA_NEWN(a, int8_t, nt + 1);
+    b->name_pinned = ARENA_NEWN(a, bool, nt + 1);
+    if (!b->ptier || !b->otier || !b->name_pinned) {
+        diag_error(b->d, SPAN_NONE, "out of memory while planning");
+        return false;
+    }
+    memset(b->ptier, -1, (size_t)nt);
+    memset(b->otier, -1, (size_t)nt);
+    for (int k = 0; k < o->npins; k++) {
+        const TierPin *pin = &o->pins[k];
+        if (pin->tier == TIER_NVME && !b->cap[ARENA_NVME]) {
+            diag_error(b->d, pin->span, "pin \"%s\" = \"nvme\", but target '%s' has no NVMe", pin->pattern, b->t->name);
+            return false;
+        }
+        int hits = 0;
+        for (int i = 0; i < nt; i++) {
+            if (g->tensors[i].cls != TC_PARAM || !g->tensors[i].name || !pl_pin_matches(pin->pattern, g->tensors[i].name)) continue;
+            b->ptier[i] = b->otier[i] = (int8_t)pin->tier;
+            b->name_pinned[i] = true;
+            hits++;
+        }
+        if (!hits) {
+            diag_error(b->d, pin->span, "pin \"%s\" names no parameter", pin->pattern);
+            return false;
+        }
+    }
+    return true;
+}

@@ -74,7 +74,7 @@ void pl_emit_fetch(B *b, Req *r) {
     int n = b->ntiles[p];
     int64_t tile = b->g->tensors[p].numel / n;
     uint64_t tb = (uint64_t)tile * ds, sb = (uint64_t)b->tile_shard[p] * ds;
-    int home = b->home[p], P = b->pl.tier[PC_PARAMS];
+    int home = b->home[p], P = pl_param_tier(b, p);
     int t0 = r->tile < 0 ? 0 : r->tile, t1 = r->tile < 0 ? n : r->tile + 1;
     if (P == TIER_GPU && !b->part[p]) {
         r->buf = home;
@@ -125,7 +125,7 @@ static int grad_target(B *b, int p, int tile, uint64_t *off) {
     uint64_t tb = (uint64_t)(b->g->tensors[p].numel / n) * ds;
     uint64_t bytes = tile >= 0 ? tb : tb * (uint64_t)n;
     *off = 0;
-    if (b->pl.tier[PC_GRADS] == TIER_GPU && b->R == 1) {
+    if (pl_grad_tier(b, p) == TIER_GPU && b->R == 1) {
         *off = tile >= 0 ? (uint64_t)tile * tb : 0;
         return b->home[gt];
     }
@@ -140,7 +140,7 @@ static int grad_target(B *b, int p, int tile, uint64_t *off) {
  * accumulation overwrites the home; every other one reads, adds and writes. */
 static void grad_to_home(B *b, int gt, int stg, int home, uint64_t hoff, uint64_t bytes, int t0, int t1, int n) {
     int tq = t1 - t0 == 1 ? t0 : 0, tn = t1 - t0 == 1 ? n : 1;
-    if (b->pl.tier[PC_GRADS] != TIER_NVME) {
+    if (pl_grad_tier(b, b->g->tensors[gt].param) != TIER_NVME) {
         int a = pl_ins(b, PI_ACCUM, Q_CPU, gt, tq, tn, 0);
         pl_opnd(b, a, stg, PLAN_R, 0, bytes);
         pl_opnd(b, a, home, PLAN_M, hoff, bytes);
@@ -174,7 +174,7 @@ static void grad_flush(B *b, int p, int tile, int tmp) {
     uint64_t ds = (uint64_t)pl_dsz(b, gt);
     int n = b->ntiles[p];
     uint64_t tb = (uint64_t)(b->g->tensors[p].numel / n) * ds, sb = (uint64_t)b->tile_shard[gt] * ds;
-    bool gpu = b->pl.tier[PC_GRADS] == TIER_GPU;
+    bool gpu = pl_grad_tier(b, p) == TIER_GPU;
     int t0 = tile < 0 ? 0 : tile, t1 = tile < 0 ? n : tile + 1;
     if (b->part[gt]) {
         for (int u = t0; u < t1; u++) {

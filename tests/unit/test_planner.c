@@ -407,6 +407,99 @@ START_TEST(grads_to_nvme_when_cpu_is_short) {
 }
 END_TEST
 
+
+/* ---- the refinement (planner_refine.c) ---- */
+
+/* The fixture on one host rank whose "GPU" holds only part of the
+ * optimizer state, with a slow CPU: the class search keeps the optimizer
+ * on the CPU and the refinement moves some of it to the GPU. */
+static Ctx *ctx_tight(void) {
+    Ctx *c = ctx_new(fx_small(), "host", 1);
+    c->t.gpu_memory = 1400 * 1024;
+    c->t.cpu_bandwidth = 0.5e9;
+    return c;
+}
+
+/* Counts the fixture's optimizer tensors (momentum) by home tier, and
+ * checks that each parameter's gradient and optimizer state share a tier,
+ * stepped by GPU Adam on the GPU and by CPU Adam elsewhere. */
+static void count_split(const Plan *p, int n[PLAN_NTIERS]) {
+    memset(n, 0, sizeof(int) * PLAN_NTIERS);
+    int *home = calloc(p->ntensors, sizeof *home);
+    for (uint32_t i = 0; i < p->nshards; i++) home[p->shards[i].tensor] = p->shards[i].home;
+    for (uint32_t i = 0; i < p->nshards; i++) {
+        const PlanTensor *t = &p->tensors[p->shards[i].tensor];
+        if (t->cls != TC_MOMENTUM) continue;
+        n[p->shards[i].home]++;
+        int pt = t->param, gt = p->tensors[pt].grad;
+        ck_assert_int_eq(home[gt] == TIER_GPU, p->shards[i].home == TIER_GPU);
+        for (uint32_t k = 0; k < p->nshards; k++) {
+            const PlanTensor *u = &p->tensors[p->shards[k].tensor];
+            if (u->param == pt && (u->cls == TC_MASTER || u->cls == TC_VARIANCE)) ck_assert_int_eq(p->shards[k].home, p->shards[i].home);
+        }
+        for (uint32_t k = 0; k < p->ninstrs; k++)
+            if ((p->instrs[k].op == PI_GPU_ADAM || p->instrs[k].op == PI_CPU_ADAM) && p->instrs[k].arg == pt)
+                ck_assert_int_eq(p->instrs[k].op, p->shards[i].home == TIER_GPU ? PI_GPU_ADAM : PI_CPU_ADAM);
+    }
+    free(home);
+}
+
+START_TEST(refinement_splits_optimizer) {
+    Ctx *c = ctx_tight();
+    plan_ok(c);
+    int n[PLAN_NTIERS];
+    count_split(c->r.plan, n);
+    ck_assert_msg(n[TIER_GPU] > 0 && n[TIER_CPU] > 0, "optimizer not split: %d on gpu, %d on cpu\n%s", n[TIER_GPU], n[TIER_CPU], c->r.explain);
+    for (int k = 0; k < PLAN_NARENAS; k++) ck_assert_uint_le(c->r.plan->arenas[k].size, c->r.plan->arenas[k].capacity);
+    ck_assert_ptr_nonnull(strstr(c->r.explain, "cpu -> gpu"));
+    ck_assert_ptr_nonnull(strstr(c->r.explain, ", kept: cpu busy"));
+    ck_assert_ptr_nonnull(strstr(c->r.explain, "optimizer: "));
+    double refined = c->r.step_time;
+    /* the same with the optimizer pinned to the CPU: no move, and slower */
+    Ctx *u = ctx_tight();
+    u->o.tier[PC_OPTIMIZER] = TIER_CPU;
+    plan_ok(u);
+    count_split(u->r.plan, n);
+    ck_assert_int_eq(n[TIER_GPU], 0);
+    ck_assert_msg(refined < u->r.step_time, "refined %g s, unrefined %g s", refined, u->r.step_time);
+    ctx_free(u);
+    ctx_free(c);
+}
+END_TEST
+
+START_TEST(refinement_respects_pins) {
+    /* a class pin on gradients forbids moving the optimizer to the GPU */
+    Ctx *c = ctx_tight();
+    c->o.tier[PC_GRADS] = TIER_CPU;
+    plan_ok(c);
+    int n[PLAN_NTIERS];
+    count_split(c->r.plan, n);
+    ck_assert_int_eq(n[TIER_GPU], 0);
+    ctx_free(c);
+    /* a pin by name: wte and its state stay in CPU memory, block.0's on the GPU */
+    c = ctx_tight();
+    c->o.pins = (TierPin[]){{"wte", TIER_CPU, SPAN_NONE}, {"block.0.*", TIER_GPU, SPAN_NONE}};
+    c->o.npins = 2;
+    plan_ok(c);
+    const Plan *p = c->r.plan;
+    for (uint32_t i = 0; i < p->nshards; i++) {
+        const PlanTensor *t = &p->tensors[p->shards[i].tensor];
+        const char *pn = t->cls == TC_PARAM ? t->name : t->param >= 0 ? p->tensors[t->param].name : "";
+        if (!strcmp(pn, "wte")) ck_assert_int_eq(p->shards[i].home, TIER_CPU);
+        if (!strncmp(pn, "block.0.", 8)) ck_assert_msg(p->shards[i].home == TIER_GPU, "%s on %d", t->name, p->shards[i].home);
+    }
+    count_split(p, n);
+    ctx_free(c);
+    /* a pin that names nothing */
+    c = ctx_tight();
+    c->o.pins = (TierPin[]){{"nothing.*", TIER_GPU, SPAN_NONE}};
+    c->o.npins = 1;
+    ck_assert(!planner_run(&c->g, &c->t, &c->o, &c->a, &c->d, &c->r));
+    ck_assert_str_eq(first_error(c), "pin \"nothing.*\" names no parameter");
+    ctx_free(c);
+}
+END_TEST
+
 /* test_planner --write-plan OUT TARGET RANKS: plans the fixture and writes
  * it (for tests/e2e/golden_schedule.sh and the zinfdump tests). */
 static int write_fixture(const char *out, const char *target, int ranks) {
@@ -452,6 +545,8 @@ int main(int argc, char **argv) {
     tcase_add_test(t, contradictory_pins);
     tcase_add_test(t, infeasible_states);
     tcase_add_test(t, size_independent_of_ranks);
+    tcase_add_test(t, refinement_splits_optimizer);
+    tcase_add_test(t, refinement_respects_pins);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
