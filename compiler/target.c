@@ -8,7 +8,7 @@
 
 /* ---- schema ---- */
 
-typedef enum Kind { K_BYTES, K_RATE, K_FLOPS, K_INT, K_STR, K_STRLIST, K_NUM } Kind;
+typedef enum Kind { K_BYTES, K_RATE, K_FLOPS, K_INT, K_STR, K_STRLIST, K_US, K_FRAC } Kind;
 
 typedef struct Key {
     const char *block; /* "" for the top level */
@@ -40,11 +40,22 @@ static const Key keys[] = {
     {"nvme", "capacity", K_BYTES, F(nvme_capacity)},
     {"net", "bandwidth", K_RATE, F(net_bandwidth)},
     {"net", "inter", K_RATE, F(net_inter)},
-    {"net", "latency_us", K_NUM, F(net_latency)},
+    {"net", "latency_us", K_US, F(net_latency)},
+    /* measured figures (zinfprobe writes them; docs/schedule.md, "Cost model") */
+    {"gpu", "pcie_latency_us", K_US, F(pcie_latency)},
+    {"gpu", "launch_us", K_US, F(kernel_latency)},
+    {"cpu", "copy_us", K_US, F(pcie_latency)},  /* host: a copy's dispatch */
+    {"cpu", "launch_us", K_US, F(kernel_latency)},
+    {"nvme", "latency_us", K_US, F(nvme_latency)},
+    {"efficiency", "gemm", K_FRAC, F(eff[FAM_GEMM])},
+    {"efficiency", "attention", K_FRAC, F(eff[FAM_ATTENTION])},
+    {"efficiency", "norm", K_FRAC, F(eff[FAM_NORM])},
+    {"efficiency", "elementwise", K_FRAC, F(eff[FAM_ELEMENTWISE])},
 };
 #undef F
 enum { NKEYS = sizeof keys / sizeof keys[0] };
-static const char *const blocks[] = {"gpu", "cpu", "nvme", "net"};
+static const char *const blocks[] = {"gpu", "cpu", "nvme", "net", "efficiency"};
+enum { NBLOCKS = sizeof blocks / sizeof blocks[0] };
 
 static const char *kind_words(Kind k) {
     switch (k) {
@@ -54,7 +65,8 @@ static const char *kind_words(Kind k) {
     case K_INT: return "a whole number";
     case K_STR: return "a string";
     case K_STRLIST: return "a list of strings";
-    case K_NUM: return "a number";
+    case K_US: return "a time in microseconds";
+    case K_FRAC: return "a fraction of peak, in (0, 1]";
     }
     return "?";
 }
@@ -121,7 +133,8 @@ static bool set_value(const Key *k, const Setting *s, Arena *a, DiagSink *d, Tar
         return false;
     }
     static const UnitKind want[] = {[K_BYTES] = UNIT_BYTES, [K_RATE] = UNIT_RATE, [K_FLOPS] = UNIT_COUNT,
-                                    [K_INT] = UNIT_COUNT, [K_NUM] = UNIT_NONE};
+                                    [K_INT] = UNIT_COUNT, [K_US] = UNIT_NONE,
+                                    [K_FRAC] = UNIT_NONE};
     if (u.kind != UNIT_NONE && u.kind != want[k->kind]) {
         diag_error(d, e->span, "'%s' must be %s, not %s", s->key, kind_words(k->kind), unit_words(u.kind));
         return false;
@@ -149,8 +162,15 @@ static bool set_value(const Key *k, const Setting *s, Arena *a, DiagSink *d, Tar
         }
         *(int32_t *)field = (int32_t)v;
         break;
-    case K_NUM:
-        *(double *)field = v * 1e-6; /* latency_us -> seconds */
+    case K_US:
+        *(double *)field = v * 1e-6; /* *_us -> seconds */
+        break;
+    case K_FRAC:
+        if (v > 1) {
+            diag_error(d, e->span, "'%s' must be %s", s->key, kind_words(k->kind));
+            return false;
+        }
+        *(double *)field = v;
         break;
     default: *(double *)field = v;
     }
@@ -158,12 +178,12 @@ static bool set_value(const Key *k, const Setting *s, Arena *a, DiagSink *d, Tar
 }
 
 static void hint_nearest(DiagSink *d, const char *name, const char *block) {
-    const char *cands[NKEYS + 4];
+    const char *cands[NKEYS + NBLOCKS];
     int n = 0;
     for (int i = 0; i < NKEYS; i++)
         if (!strcmp(keys[i].block, block)) cands[n++] = keys[i].key;
     if (!*block)
-        for (int i = 0; i < 4; i++) cands[n++] = blocks[i];
+        for (int i = 0; i < NBLOCKS; i++) cands[n++] = blocks[i];
     const char *near = diag_nearest(name, cands, n);
     if (near) diag_hint(d, "did you mean '%s'?", near);
 }
@@ -174,7 +194,7 @@ static bool eval_list(const SettingList *l, const char *block, Arena *a, DiagSin
         const Setting *s = l->items[i];
         if (s->is_block) {
             bool known = false;
-            for (int b = 0; b < 4 && !*block; b++) known |= !strcmp(s->key, blocks[b]);
+            for (int b = 0; b < NBLOCKS && !*block; b++) known |= !strcmp(s->key, blocks[b]);
             if (!known) {
                 diag_error(d, s->span, *block ? "unexpected block '%s' inside '%s'" : "unknown target block '%s'%s", s->key,
                            *block ? block : "");

@@ -1,19 +1,55 @@
 #include "cost.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "vocab.h"
 
 static double per_node_share(const Plan *p, double rate) {
     int rpn = p->target.gpus_per_node > 0 ? p->target.gpus_per_node : 1;
     return rate / rpn;
 }
 
+/* A measured latency: 0 where the target gives none (or a forged plan a bad one). */
+static double latency(double s) { return isfinite(s) && s > 0 ? s : 0; }
+
+PlanFamily cost_family(int prim) {
+    switch (prim) {
+    case PRIM_LINEAR:
+    case PRIM_MATMUL: return FAM_GEMM;
+    case PRIM_ATTENTION: return FAM_ATTENTION;
+    case PRIM_LAYERNORM:
+    case PRIM_RMSNORM: return FAM_NORM;
+    default: return FAM_ELEMENTWISE;
+    }
+}
+
+double cost_efficiency(const PlanTarget *t, PlanFamily f) {
+    double e = f < PLAN_NFAMILIES ? t->eff[f] : 0;
+    return isfinite(e) && e > 0 && e <= 1 ? e : 1;
+}
+
+/* A ring collective: (R-1)/R of the bytes over the link per pass, and one
+ * latency per ring step; an all-reduce is two passes (reduce-scatter, then
+ * all-gather). Targets without measured figures keep the one-pass latency
+ * term they were planned with. */
 static double collective(const Plan *p, double bytes, double factor) {
+    const PlanTarget *t = &p->target;
     int r = p->ranks;
     if (r <= 1) return 0;
-    double bw = p->target.nodes > 1 ? p->target.net_inter : p->target.net_bandwidth;
+    double bw = t->nodes > 1 ? t->net_inter : t->net_bandwidth;
     if (bw <= 0) bw = 1e9;
-    return factor * (double)(r - 1) / r * bytes / bw + (r - 1) * p->target.net_latency;
+    bool measured = t->nvme_latency > 0 || t->pcie_latency > 0 || t->kernel_latency > 0;
+    double steps = (measured ? factor : 1.0) * (r - 1);
+    return factor * (double)(r - 1) / r * bytes / bw + steps * latency(t->net_latency);
+}
+
+static double kernel_time(const Plan *p, const PlanInstr *s, double hbm) {
+    const PlanTarget *t = &p->target;
+    double eff = 1;
+    if (s->arg >= 0 && (uint32_t)s->arg < p->nops) eff = cost_efficiency(t, cost_family(p->ops[s->arg].prim));
+    double c = s->flops / ((t->gpu_flops > 0 ? t->gpu_flops : 1e12) * eff), m = (double)s->bytes / hbm;
+    return (c > m ? c : m) + latency(t->kernel_latency);
 }
 
 double cost_instr_time(const Plan *p, const PlanInstr *s) {
@@ -22,24 +58,22 @@ double cost_instr_time(const Plan *p, const PlanInstr *s) {
     double cpu_bw = per_node_share(p, t->cpu_bandwidth > 0 ? t->cpu_bandwidth : 1e10);
     double hbm = t->gpu_hbm > 0 ? t->gpu_hbm : 1e11;
     double pcie = t->gpu_pcie > 0 ? t->gpu_pcie : 1e10;
+    double klat = latency(t->kernel_latency);
     switch ((PlanOpcode)s->op) {
-    case PI_NVME_READ: return b / per_node_share(p, t->nvme_read > 0 ? t->nvme_read : 1e9);
-    case PI_NVME_WRITE: return b / per_node_share(p, t->nvme_write > 0 ? t->nvme_write : 1e9);
+    case PI_NVME_READ: return b / per_node_share(p, t->nvme_read > 0 ? t->nvme_read : 1e9) + latency(t->nvme_latency);
+    case PI_NVME_WRITE: return b / per_node_share(p, t->nvme_write > 0 ? t->nvme_write : 1e9) + latency(t->nvme_latency);
     case PI_INPUT:
     case PI_H2D:
-    case PI_D2H: return b / pcie;
+    case PI_D2H: return b / pcie + latency(t->pcie_latency);
     case PI_ALLGATHER:
     case PI_REDUCE_SCATTER: return collective(p, b, 1.0);
     case PI_ALLREDUCE: return collective(p, b, 2.0);
-    case PI_KERNEL: {
-        double c = s->flops / (t->gpu_flops > 0 ? t->gpu_flops : 1e12), m = b / hbm;
-        return c > m ? c : m;
-    }
-    case PI_GPU_ADAM: return b / hbm;
+    case PI_KERNEL: return kernel_time(p, s, hbm);
+    case PI_GPU_ADAM: return b / hbm + klat;
     case PI_ZERO:
     case PI_ACCUM:
-    case PI_CPU_ADAM: return b / (s->queue == Q_CPU ? cpu_bw : hbm);
-    case PI_GRAD_NORM: return b / (s->queue == Q_CPU ? cpu_bw : hbm) + collective(p, 8, 2.0);
+    case PI_CPU_ADAM: return b / (s->queue == Q_CPU ? cpu_bw : hbm) + klat;
+    case PI_GRAD_NORM: return b / (s->queue == Q_CPU ? cpu_bw : hbm) + collective(p, 8, 2.0) + klat;
     case PI_STEP_END:
     case PI_COUNT: break;
     }

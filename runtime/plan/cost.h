@@ -3,7 +3,10 @@
  * Every queue runs its instructions in stream order, one at a time; an
  * instruction starts when its queue is free and every instruction it waits
  * for has ended. Durations come from the plan's copy of the target
- * (docs/schedule.md, "Cost model"). It reads nothing but the Plan, so
+ * (docs/schedule.md, "Cost model"): latency + bytes / bandwidth for
+ * transfers and collectives, max(flops / (peak x the family's efficiency),
+ * bytes / memory bandwidth) for kernels; a target without measured figures
+ * (zinfprobe) has latency 0 and efficiency 1 there. It reads nothing but the Plan, so
  * zinfdump can recompute a plan's timeline without the compiler's data.
  */
 #ifndef ZINF_COST_H
@@ -19,6 +22,11 @@ typedef struct CostResult {
     double *start, *end;           /* per instruction (malloc'd; cost_free) */
 } CostResult;
 
+/* The cost model's family of a primitive (PrimId of vocab.h). */
+PlanFamily cost_family(int prim);
+/* The share of peak the target gives family f: its eff[f], 1 where the
+ * target gives none. */
+double cost_efficiency(const PlanTarget *t, PlanFamily f);
 /* Duration of one instruction on the plan's target, in seconds. */
 double cost_instr_time(const Plan *p, const PlanInstr *s);
 /* Simulates the schedule; false only on out of memory. */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char *const plan_queue_names[PLAN_NQUEUES] = {"nvme", "h2d", "d2h", "comm", "compute", "cpu"};
 const char *const plan_opcode_names[PI_COUNT] = {
@@ -23,6 +24,7 @@ const char *const plan_opcode_operands[PI_COUNT] = {
 #undef OP
 };
 const char *const plan_tier_names[PLAN_NTIERS] = {"gpu", "cpu", "nvme"};
+const char *const plan_family_names[PLAN_NFAMILIES] = {"gemm", "attention", "norm", "elementwise"};
 const char *const plan_arena_names[PLAN_NARENAS] = {"gpu", "pinned", "cpu", "nvme"};
 
 Plan *plan_new(void) {
@@ -259,6 +261,28 @@ static void sec_meta(Codec *c, Plan *p) {
     c_u32(c, &p->opt_begin);
 }
 
+/* The measured figures (zinfprobe) follow the version-3 fields as a count
+ * and that many f64s, so that version-3 plans written before them still
+ * read (nothing follows: all 0, the cost model as before) and a later build
+ * may append figures an older one skips. */
+enum { TARGET_NMEASURED = 3 + PLAN_NFAMILIES, TARGET_MAX_MEASURED = 64 };
+static void target_measured(Codec *c, PlanTarget *t) {
+    double *f[TARGET_NMEASURED] = {&t->nvme_latency, &t->pcie_latency, &t->kernel_latency};
+    for (int i = 0; i < PLAN_NFAMILIES; i++) f[3 + i] = &t->eff[i];
+    uint32_t n = TARGET_NMEASURED;
+    if (c->reading && !c->bad && c->pos == c->inlen) return; /* a plan from before the measured figures */
+    c_u32(c, &n);
+    if (c->reading && !c->bad && (n > TARGET_MAX_MEASURED || (uint64_t)n * 8 > c->inlen - c->pos)) {
+        c->bad = true;
+        c->why = "a count exceeds what the section holds";
+        return;
+    }
+    for (uint32_t i = 0; i < n && !c->bad; i++) {
+        double skip = 0;
+        c_f64(c, i < TARGET_NMEASURED ? f[i] : &skip);
+    }
+}
+
 static void sec_target(Codec *c, Plan *p) {
     PlanTarget *t = &p->target;
     c_str(c, &t->name);
@@ -286,6 +310,7 @@ static void sec_target(Codec *c, Plan *p) {
     c_f64(c, &t->net_bandwidth);
     c_f64(c, &t->net_inter);
     c_f64(c, &t->net_latency);
+    target_measured(c, t);
 }
 
 static void sec_train(Codec *c, Plan *p) {
@@ -849,4 +874,21 @@ Plan *plan_read(const char *path, char *err, size_t errlen) {
     Plan *p = plan_decode(buf, len, path, err, errlen);
     free(buf);
     return p;
+}
+
+bool plan_probe_path(char *buf, size_t n, bool *from_env) {
+    const char *env = getenv("ZINF_PROBE");
+    *from_env = env != NULL;
+    if (env) return *env && strcmp(env, "none") && (size_t)snprintf(buf, n, "%s", env) < n;
+    char host[64] = "localhost";
+    if (gethostname(host, sizeof host - 1) != 0 || !host[0]) snprintf(host, sizeof host, "localhost");
+    host[sizeof host - 1] = 0;
+    for (char *h = host; *h; h++)
+        if (!((*h >= 'a' && *h <= 'z') || (*h >= 'A' && *h <= 'Z') || (*h >= '0' && *h <= '9') || *h == '-' || *h == '_')) *h = '_';
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int k;
+    if (xdg && *xdg) k = snprintf(buf, n, "%s/zinf/probe-%s.zl", xdg, host);
+    else if (home && *home) k = snprintf(buf, n, "%s/.cache/zinf/probe-%s.zl", home, host);
+    else return false;
+    return k > 0 && (size_t)k < n;
 }

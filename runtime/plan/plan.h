@@ -49,6 +49,11 @@ extern const char *const plan_tier_names[PLAN_NTIERS];
 typedef enum PlanArenaKind { ARENA_GPU, ARENA_PINNED, ARENA_CPU, ARENA_NVME, PLAN_NARENAS } PlanArenaKind;
 extern const char *const plan_arena_names[PLAN_NARENAS];
 
+/* Op families of the cost model: what share of peak a kernel reaches
+ * depends mostly on which of these it is (cost_family maps primitives). */
+typedef enum PlanFamily { FAM_GEMM, FAM_ATTENTION, FAM_NORM, FAM_ELEMENTWISE, PLAN_NFAMILIES } PlanFamily;
+extern const char *const plan_family_names[PLAN_NFAMILIES];
+
 /* The machine a plan is for (compiler/target.h fills it from a .zl target). */
 typedef struct PlanTarget {
     const char *name;
@@ -70,6 +75,12 @@ typedef struct PlanTarget {
     double net_bandwidth;      /* bytes/s per rank for collectives inside a node */
     double net_inter;          /* bytes/s per rank for collectives across nodes */
     double net_latency;        /* seconds per collective step */
+    /* Measured figures (zinfprobe); 0 = not given, and the cost model then
+     * prices as a target without them: bandwidth only, kernels at peak. */
+    double nvme_latency;       /* seconds per NVMe request, on top of bytes / rate */
+    double pcie_latency;       /* seconds per host<->device copy (host backend: a memcpy's dispatch) */
+    double kernel_latency;     /* seconds per compute or cpu queue instruction (launch, dispatch) */
+    double eff[PLAN_NFAMILIES]; /* fraction of gpu_flops each op family reaches (PlanFamily) */
 } PlanTarget;
 
 /* The training settings the runtime needs (from the model's train block). */
@@ -297,5 +308,12 @@ bool plan_batch_shape(const Plan *p, int64_t *B, int64_t *T);
 uint64_t plan_fnv1a64(const void *data, size_t n);
 /* "1.50 GiB" */
 const char *plan_bytes_str(uint64_t bytes, char *buf, size_t n);
+/* Where this machine's probed target lives (zinfprobe writes it, zinfc with
+ * no --target reads it): $ZINF_PROBE when set ("" or "none": no probe file;
+ * returns false), else $XDG_CACHE_HOME/zinf/probe-HOST.zl, else
+ * $HOME/.cache/zinf/probe-HOST.zl (HOST: the host name, [A-Za-z0-9_-] kept).
+ * *from_env says whether ZINF_PROBE chose it. False when there is no such
+ * place (no HOME) or it does not fit in n. */
+bool plan_probe_path(char *buf, size_t n, bool *from_env);
 
 #endif

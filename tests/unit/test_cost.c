@@ -2,6 +2,7 @@
 #include <math.h>
 #include <string.h>
 #include "cost.h"
+#include "vocab.h"
 #include "plan_fixture_plan.h"
 
 /* A plan of a few instructions on a target with round numbers. */
@@ -92,6 +93,69 @@ START_TEST(hand_computed) {
 }
 END_TEST
 
+/* The measured figures of a probed target, by hand on the same plan: a
+ * latency on every transfer, a ring step's latency per collective step, the
+ * families' share of peak, and bytes over the rank's share of the node's
+ * memory bandwidth where they take longer than the FLOPs. */
+START_TEST(measured_terms) {
+    Plan *p = hand_plan(4);
+    PlanOp ops[2];
+    memset(ops, 0, sizeof ops);
+    ops[0].prim = PRIM_LINEAR;
+    ops[1].prim = PRIM_GELU;
+    p->ops = ops;
+    p->nops = 2;
+    p->instrs[3].arg = 1;
+    p->target.nvme_latency = 0.01;
+    p->target.pcie_latency = 0.002;
+    p->target.kernel_latency = 0.001;
+    p->target.net_latency = 0.005;
+    p->target.eff[FAM_GEMM] = 0.5;
+    p->target.eff[FAM_ELEMENTWISE] = 0.25;
+    CostResult r;
+    ck_assert(cost_simulate(p, &r));
+    /* h2d: .1 + .002 each -> [0, .102], [.102, .204]; kernel 2 (gemm): 1 TFLOP at 5 T + .001 = .201 -> [.102, .303];
+     * kernel 3 (gelu): 1 TFLOP at 2.5 T + .001 = .401 -> [.303, .704]; allgather: .075 + 3 steps x .005 -> [.704, .794];
+     * nvme_read: .5 + .01 -> [0, .51]; cpu_adam: .1 + .001 -> [.51, .611] */
+    NEAR(r.end[0], 0.102);
+    NEAR(r.end[2], 0.303);
+    NEAR(r.end[3], 0.704);
+    NEAR(r.end[4], 0.794);
+    NEAR(r.end[5], 0.51);
+    NEAR(r.end[6], 0.611);
+    NEAR(r.step_time, 0.794);
+    cost_free(&r);
+    /* an all-reduce is two ring passes: 2 x 3/4 x .1 + 6 x .005 */
+    PlanInstr ar = {.op = PI_ALLREDUCE, .queue = Q_COMM, .bytes = 1000000000, .ntiles = 1};
+    NEAR(cost_instr_time(p, &ar), 0.15 + 0.03);
+    /* memory-bound: 1 GB at 1 TB/s (1 ms) beats 1 GFLOP at 5 T (.2 ms) */
+    PlanInstr k = {.op = PI_KERNEL, .queue = Q_COMPUTE, .flops = 1e9, .bytes = 1000000000, .ntiles = 1, .arg = 0};
+    NEAR(cost_instr_time(p, &k), 0.001 + 0.001);
+    /* the node's CPU bandwidth is shared by its ranks: 80 GB/s over 4 ranks, then over 2 */
+    PlanInstr adam = p->instrs[6];
+    NEAR(cost_instr_time(p, &adam), 2e9 / 20e9 + 0.001);
+    p->target.gpus_per_node = 2;
+    NEAR(cost_instr_time(p, &adam), 2e9 / 40e9 + 0.001);
+    p->target.gpus_per_node = 4;
+    /* a family the target is silent on runs at peak; a forged efficiency counts as none */
+    ck_assert(cost_efficiency(&p->target, FAM_NORM) == 1);
+    p->target.eff[FAM_NORM] = NAN;
+    ck_assert(cost_efficiency(&p->target, FAM_NORM) == 1);
+    ck_assert_int_eq(cost_family(PRIM_MATMUL), FAM_GEMM);
+    ck_assert_int_eq(cost_family(PRIM_ATTENTION), FAM_ATTENTION);
+    ck_assert_int_eq(cost_family(PRIM_RMSNORM), FAM_NORM);
+    ck_assert_int_eq(cost_family(PRIM_CROSS_ENTROPY), FAM_ELEMENTWISE);
+    /* without measured figures: as before (one pass of latency for an all-reduce, kernels at peak) */
+    memset(p->target.eff, 0, sizeof p->target.eff);
+    p->target.nvme_latency = p->target.pcie_latency = p->target.kernel_latency = 0;
+    NEAR(cost_instr_time(p, &ar), 0.15 + 0.015);
+    NEAR(cost_instr_time(p, &p->instrs[3]), 0.1);
+    p->ops = NULL;
+    p->nops = 0;
+    release(p);
+}
+END_TEST
+
 START_TEST(planned_step_is_consistent) {
     /* the predicted step of a real plan is at least each queue's busy time and
      * at most their sum */
@@ -118,6 +182,7 @@ int main(void) {
     Suite *s = suite_create("cost");
     TCase *t = tcase_create("cost");
     tcase_add_test(t, hand_computed);
+    tcase_add_test(t, measured_terms);
     tcase_add_test(t, planned_step_is_consistent);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);

@@ -65,6 +65,52 @@ START_TEST(round_trip_bytes) {
 }
 END_TEST
 
+/* The measured figures round-trip; a version-3 plan from before them (the
+ * target section ends at net_latency) still reads, with none; a forged
+ * count of them is refused. */
+START_TEST(measured_figures) {
+    Plan *p = fx_plan("host", 2, 2, 2, -1);
+    p->target.nvme_latency = 5e-5;
+    p->target.pcie_latency = 2e-6;
+    p->target.kernel_latency = 3e-6;
+    for (int f = 0; f < PLAN_NFAMILIES; f++) p->target.eff[f] = 0.1 * (f + 1);
+    uint8_t *a;
+    size_t na;
+    encode(p, &a, &na);
+    char err[256];
+    Plan *q = plan_decode(a, na, "m.plan", err, sizeof err);
+    ck_assert_msg(q != NULL, "%s", err);
+    ck_assert(q->target.nvme_latency == 5e-5 && q->target.pcie_latency == 2e-6 && q->target.kernel_latency == 3e-6);
+    ck_assert(q->target.eff[FAM_NORM] == p->target.eff[FAM_NORM]);
+    plan_free(q);
+    /* cut the count and the 7 figures off the target section */
+    size_t at = section_at(a, S_TARGET), plen = rd64(a + at + 8), cut = 4 + 8 * (3 + PLAN_NFAMILIES);
+    uint8_t *old = malloc(na);
+    size_t no = at + 24 + plen - cut;
+    memcpy(old, a, no);
+    memcpy(old + no, a + at + 24 + plen, na - (at + 24 + plen));
+    no += na - (at + 24 + plen);
+    for (int i = 0; i < 8; i++) old[at + 8 + i] = (uint8_t)((plen - cut) >> (8 * i));
+    uint64_t sum = plan_fnv1a64(old + at + 24, plen - cut);
+    for (int i = 0; i < 8; i++) old[at + 16 + i] = (uint8_t)(sum >> (8 * i));
+    q = plan_decode(old, no, "v3.plan", err, sizeof err);
+    ck_assert_msg(q != NULL, "%s", err);
+    ck_assert(q->target.nvme_latency == 0 && q->target.kernel_latency == 0 && q->target.eff[FAM_GEMM] == 0);
+    ck_assert_int_eq(q->target.gpus_per_node, 2);
+    plan_free(q);
+    /* a count past the section */
+    size_t cnt = at + 24 + plen - cut;
+    a[cnt] = 200;
+    sum = plan_fnv1a64(a + at + 24, plen);
+    for (int i = 0; i < 8; i++) a[at + 16 + i] = (uint8_t)(sum >> (8 * i));
+    ck_assert_ptr_null(plan_decode(a, na, "m.plan", err, sizeof err));
+    ck_assert_str_eq(err, "m.plan: section 'target' malformed: a count exceeds what the section holds");
+    free(old);
+    free(a);
+    plan_free(p);
+}
+END_TEST
+
 START_TEST(file_round_trip) {
     Plan *p = fx_plan("dgx2", 0, 1, 0, -1);
     char path[] = "/tmp/zinf-test-plan-XXXXXX";
@@ -531,6 +577,7 @@ int main(void) {
     TCase *t = tcase_create("file");
     tcase_set_timeout(t, 120);
     tcase_add_test(t, round_trip_bytes);
+    tcase_add_test(t, measured_figures);
     tcase_add_test(t, file_round_trip);
     tcase_add_test(t, every_flipped_byte_is_caught);
     tcase_add_test(t, messages);

@@ -1,0 +1,188 @@
+/* zinfprobe: measures this machine (runtime/probe.h) and writes it as a
+ * target file, which zinfc reads when planning without --target.
+ *
+ *   zinfprobe [--nvme DIR] [--ranks N] [-o target.zl] [--quick]
+ *   mpirun -np 2 zinfprobe --nvme /tmp/zinf-nvme          (collectives too)
+ *   zinfc --probe ...                                     (the same: zinfc runs this)
+ *
+ * It is a program of its own, not a part of zinfc, because it measures with
+ * the runtime's engines (io_uring, MPI, the host kernels) and the compiler
+ * may not link runtime code (docs/architecture.md). */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "comm.h"
+#include "hostk_threads.h"
+#include "plan.h"
+#include "probe.h"
+
+typedef struct Opts {
+    const char *nvme, *out;
+    int ranks;
+    bool quick;
+} Opts;
+
+static void usage(FILE *f) {
+    fputs("usage: zinfprobe [--nvme DIR] [--ranks N] [-o FILE] [--quick]\n"
+          "       mpirun -np N zinfprobe [...]     (measures the collectives of N ranks)\n"
+          "Measures this machine as plans use it and writes a host target with what it found:\n"
+          "NVMe through the io_uring engine (O_DIRECT; latency + bandwidth), host memory (a triad),\n"
+          "the host kernels by family (peak and each family's efficiency), dispatch latencies,\n"
+          "and under mpirun MPI all-reduce/all-gather/reduce-scatter (latency per ring step +\n"
+          "bandwidth). Under a minute; zinfc also runs it as zinfc --probe.\n"
+          "  --nvme DIR   measure NVMe in DIR (swap files are made there and removed); the\n"
+          "               target's nvme block names DIR (default: no NVMe figures)\n"
+          "  --ranks N    the ranks the target is for (default 1; under mpirun: the world, and\n"
+          "               N must equal it); without mpirun, N > 1 measures one rank with its\n"
+          "               share of the cores and no collectives\n"
+          "  -o FILE      where to write the target (default: the probe file zinfc reads,\n"
+          "               $ZINF_PROBE, else ~/.cache/zinf/probe-HOST.zl)\n"
+          "  --quick      tiny sizes, a few seconds (tests; the figures are rough)\n"
+          "exit status: 0 ok, 1 a measurement or the file failed, 2 usage\n",
+          f);
+}
+
+/* 0 to go on, else the exit code (+100 for --help). */
+static int parse(int argc, char **argv, Opts *o, bool lead) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool val = !strcmp(a, "--nvme") || !strcmp(a, "--ranks") || !strcmp(a, "-o");
+        if (val && i + 1 >= argc) {
+            if (lead) fprintf(stderr, "zinfprobe: %s needs a value\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            if (lead) usage(stdout);
+            return 100;
+        } else if (!strcmp(a, "--quick")) {
+            o->quick = true;
+        } else if (!strcmp(a, "--nvme")) {
+            o->nvme = argv[++i];
+        } else if (!strcmp(a, "-o")) {
+            o->out = argv[++i];
+        } else if (!strcmp(a, "--ranks")) {
+            char *end;
+            long n = strtol(argv[++i], &end, 10);
+            if (*end || end == argv[i] || n < 1 || n > 4096) {
+                if (lead) fprintf(stderr, "zinfprobe: --ranks needs a rank count from 1 to 4096, not '%s'\n", argv[i]);
+                return 2;
+            }
+            o->ranks = (int)n;
+        } else {
+            if (lead) fprintf(stderr, "zinfprobe: unknown argument '%s' (see zinfprobe --help)\n", a);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* The NVMe directory as an absolute path a target's string can hold. */
+static int check_nvme(const char *dir, char *abs, size_t n, char *err, size_t en) {
+    struct stat st;
+    char rp[PATH_MAX];
+    if (stat(dir, &st) != 0) return snprintf(err, en, "--nvme %s: %s", dir, strerror(errno)), -1;
+    if (!S_ISDIR(st.st_mode)) return snprintf(err, en, "--nvme %s: not a directory", dir), -1;
+    if (access(dir, W_OK) != 0) return snprintf(err, en, "--nvme %s: not writable: %s", dir, strerror(errno)), -1;
+    if (!realpath(dir, rp) || strlen(rp) >= n) return snprintf(err, en, "--nvme %s: cannot resolve the path", dir), -1;
+    if (strpbrk(rp, "\"\\\n")) return snprintf(err, en, "--nvme %s: a quote, backslash or newline in the path", dir), -1;
+    snprintf(abs, n, "%s", rp);
+    return 0;
+}
+
+/* Checks that the output can be written (before minutes of measuring): its
+ * temporary file is created and removed. The default place's folder is made. */
+static int check_out(const char *out, bool is_default, char *err, size_t en) {
+    char tmp[4200];
+    if (is_default) { /* mkdir -p of the cache folder */
+        char d[4096];
+        snprintf(d, sizeof d, "%s", out);
+        for (char *s = strchr(d + 1, '/'); s; s = strchr(s + 1, '/')) {
+            *s = 0;
+            if (mkdir(d, 0777) != 0 && errno != EEXIST) break;
+            *s = '/';
+        }
+    }
+    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return snprintf(err, en, "-o %s: cannot write: %s", out, strerror(errno)), -1;
+    fclose(f);
+    remove(tmp);
+    return 0;
+}
+
+static int write_out(const ProbeResult *r, const char *out, char *err, size_t en) {
+    char text[4096], tmp[4200];
+    int len = probe_target_text(r, text, sizeof text);
+    if (len < 0 || (size_t)len >= sizeof text) return snprintf(err, en, "the target text is too long"), -1;
+    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    FILE *f = fopen(tmp, "w");
+    bool ok = f && fwrite(text, 1, (size_t)len, f) == (size_t)len;
+    if (f && fclose(f) != 0) ok = false;
+    if (!ok || rename(tmp, out) != 0) {
+        snprintf(err, en, "-o %s: cannot write: %s", out, strerror(errno));
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* The checks every rank agrees on before measuring; 0, 1 or 2. */
+static int setup(Comm *c, Opts *o, char *nvme_abs, size_t nn, char *outbuf, size_t on, char *err, size_t en) {
+    bool from_env = false;
+    if (c->size > 1 && o->ranks && o->ranks != c->size)
+        return snprintf(err, en, "--ranks %d, but mpirun started %d ranks (leave --ranks out under mpirun)", o->ranks, c->size), 2;
+    if (!o->ranks) o->ranks = c->size;
+    if (c->size == 1 && o->ranks > 1) { /* one rank's share of the cores, as in a run of ranks */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        hk_threads_set(cores / o->ranks > 1 ? (int)(cores / o->ranks) : 1);
+    }
+    if (o->nvme && check_nvme(o->nvme, nvme_abs, nn, err, en)) return 1;
+    if (o->nvme) o->nvme = nvme_abs;
+    bool is_default = !o->out;
+    if (is_default && !plan_probe_path(outbuf, on, &from_env))
+        return snprintf(err, en, "no place for the probe file (ZINF_PROBE is \"none\", or no HOME): give -o FILE"), 1;
+    if (is_default) o->out = outbuf;
+    double bad = c->rank == 0 && check_out(o->out, is_default && !from_env, err, en) ? 1 : 0;
+    if (comm_allreduce_sum_f64(c, &bad, 1) != COMM_OK) return snprintf(err, en, "%s", comm_last_error(c)), 1;
+    if (bad > 0 && c->rank != 0) snprintf(err, en, "rank 0 cannot write its file");
+    return bad > 0 ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    static Comm C;
+    if (comm_init(&C, &argc, &argv, false) != COMM_OK) {
+        fprintf(stderr, "zinfprobe: %s\n", comm_last_error(&C));
+        return 1;
+    }
+    bool lead = C.rank == 0;
+    Opts o = {0};
+    int rc = parse(argc, argv, &o, lead);
+    static char err[1024], nvme_abs[512], outbuf[4096];
+    if (!rc) rc = setup(&C, &o, nvme_abs, sizeof nvme_abs, outbuf, sizeof outbuf, err, sizeof err);
+    if (rc && rc != 100 && *err && lead) fprintf(stderr, "zinfprobe: %s\n", err);
+    static ProbeResult r;
+    ProbeOptions po = {o.nvme, o.quick};
+    if (!rc && probe_run(&C, &po, &r, err, sizeof err)) {
+        fprintf(stderr, "zinfprobe: rank %d: %s\n", C.rank, err);
+        rc = 1;
+    }
+    if (!rc) r.ranks = o.ranks;
+    if (!rc && lead) {
+        probe_report(&r, stdout);
+        if (write_out(&r, o.out, err, sizeof err)) {
+            fprintf(stderr, "zinfprobe: %s\n", err);
+            rc = 1;
+        } else {
+            printf("wrote %s: target probe_%s for %d rank%s (zinfc --target %s; zinfc reads %s without --target)\n", o.out,
+                   r.host, o.ranks, o.ranks > 1 ? "s" : "", o.out,
+                   strcmp(o.out, outbuf) ? "the probe file of ZINF_PROBE or ~/.cache/zinf" : "it");
+        }
+    }
+    fflush(stdout);
+    comm_finalize(&C);
+    return rc == 100 ? 0 : rc;
+}

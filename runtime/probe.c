@@ -1,0 +1,539 @@
+#include "probe.h"
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+#include "hostk.h"
+#include "hostk_threads.h"
+#include "rtio.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* ---- the fit ---- */
+
+int probe_fit(const ProbeSample *s, int n, ProbeFit *out) {
+    double ss = 0, sx = 0, xx = 0, st = 0, xt = 0, tt = 0;
+    for (int i = 0; i < n; i++) {
+        ss += s[i].steps * s[i].steps;
+        sx += s[i].steps * s[i].bytes;
+        xx += s[i].bytes * s[i].bytes;
+        st += s[i].steps * s[i].secs;
+        xt += s[i].bytes * s[i].secs;
+        tt += s[i].secs;
+    }
+    if (n < 1 || xx <= 0 || tt <= 0) return -1;
+    double det = ss * xx - sx * sx, a = 0, b = 0;
+    if (det > 1e-9 * ss * xx) {
+        a = (st * xx - xt * sx) / det;
+        b = (ss * xt - sx * st) / det;
+    }
+    if (det <= 1e-9 * ss * xx || a < 0) { /* bandwidth alone */
+        a = 0;
+        b = xt / xx;
+    }
+    if (b <= 0) { /* the time does not grow with the bytes: latency alone, bandwidth the best seen */
+        a = ss > 0 ? st / ss : 0;
+        double best = 0;
+        for (int i = 0; i < n; i++)
+            if (s[i].secs > 0 && s[i].bytes / s[i].secs > best) best = s[i].bytes / s[i].secs;
+        if (best <= 0) return -1;
+        b = 1 / best;
+    }
+    out->latency = a;
+    out->bandwidth = 1 / b;
+    return 0;
+}
+
+/* ---- NVMe through rtio ---- */
+
+typedef struct NvmeRun {
+    RtIo *io;
+    uint8_t *buf;
+    uint64_t region;
+    bool quick;
+} NvmeRun;
+
+/* Timed transfers of each size (each one synchronous, as the nvme queue's
+ * instructions are), into samples; offsets cycle through the region. */
+static int nvme_series(NvmeRun *u, bool write, ProbeSample *smp, int *ns, char *err, size_t n) {
+    static const uint64_t sizes[] = {4096, 65536, 1 << 20, 8 << 20};
+    int nsizes = u->quick ? 3 : 4;
+    for (int k = 0; k < nsizes; k++) {
+        uint64_t sz = sizes[k], off = 0;
+        int reps = (int)(u->quick ? 4 : (32u << 20) / sz);
+        if (reps < 4) reps = 4;
+        if (reps > 64) reps = 64;
+        double t[64];
+        for (int i = 0; i < reps; i++) {
+            if (off + sz > u->region) off = 0;
+            double t0 = now();
+            int rc = write ? rtio_write(u->io, off, u->buf, sz, err, n) : rtio_read(u->io, off, u->buf, sz, err, n);
+            if (rc) return -1;
+            t[i] = now() - t0;
+            off += sz;
+        }
+        smp[*ns] = (ProbeSample){1, (double)sz, median(t, reps)};
+        (*ns)++;
+    }
+    return 0;
+}
+
+static int nvme_measure(Comm *c, const ProbeOptions *o, RtIo *io, uint8_t *buf, ProbeFit *w, ProbeFit *rd, char *err,
+                        size_t n) {
+    NvmeRun u = {io, buf, o->quick ? 4u << 20 : 64u << 20, o->quick};
+    for (uint64_t off = 0; off < u.region; off += 1 << 20) /* written once, so reads meet real blocks */
+        if (rtio_write(io, off, buf, 1 << 20, err, n)) return -1;
+    ProbeSample sw[4], sr[4];
+    int nw = 0, nr = 0;
+    if (comm_barrier(c) != COMM_OK || nvme_series(&u, true, sw, &nw, err, n)) return -1;
+    if (comm_barrier(c) != COMM_OK || nvme_series(&u, false, sr, &nr, err, n)) return -1;
+    if (probe_fit(sw, nw, w) || probe_fit(sr, nr, rd)) {
+        snprintf(err, n, "nvme: the timings fit no bandwidth");
+        return -1;
+    }
+    return 0;
+}
+
+/* Sums (bandwidth) and averages (latency) a per-rank fit over the ranks. */
+static int node_fit(Comm *c, ProbeFit *f) {
+    double v[2] = {f->bandwidth, f->latency};
+    if (comm_allreduce_sum_f64(c, v, 2) != COMM_OK) return -1;
+    f->bandwidth = v[0];
+    f->latency = v[1] / c->size;
+    return 0;
+}
+
+int probe_nvme(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n) {
+    if (!o->nvme_dir) return 0;
+    RtIo io;
+    memset(&io, 0, sizeof io);
+    const char *dirs[1] = {o->nvme_dir};
+    uint64_t region = o->quick ? 4u << 20 : 64u << 20, bufsz = 8u << 20;
+    uint8_t *buf = aligned_alloc(NVME_ALIGN, bufsz);
+    if (!buf) return snprintf(err, n, "out of memory"), -1;
+    memset(buf, 0x5a, bufsz);
+    int rc = rtio_open(&io, dirs, 1, c->rank, region, 32, err, n);
+    if (!rc) rc = rtio_register(&io, buf, bufsz, err, n);
+    if (!rc) rc = nvme_measure(c, o, &io, buf, &r->nvme_write, &r->nvme_read, err, n);
+    if (io.open) rtio_close(&io, 1);
+    free(buf);
+    /* every rank takes part in the sums, so one rank's failure does not hang the others */
+    double bad = rc ? 1 : 0;
+    if (comm_allreduce_sum_f64(c, &bad, 1) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(c)), -1;
+    if (bad > 0) {
+        if (!rc) snprintf(err, n, "nvme: another rank failed");
+        return -1;
+    }
+    if (node_fit(c, &r->nvme_write) || node_fit(c, &r->nvme_read)) return snprintf(err, n, "%s", comm_last_error(c)), -1;
+    struct statvfs fs;
+    uint64_t free_bytes = statvfs(o->nvme_dir, &fs) == 0 ? (uint64_t)fs.f_bavail * fs.f_frsize : 0;
+    r->nvme_capacity = free_bytes / 2 / (1u << 20) * (1u << 20);
+    if (r->nvme_capacity < (64u << 20)) r->nvme_capacity = 64u << 20;
+    snprintf(r->nvme_dir, sizeof r->nvme_dir, "%s", o->nvme_dir);
+    r->nvme = true;
+    return 0;
+}
+
+/* ---- host memory: the triad ---- */
+
+typedef struct Triad {
+    double *a, *b, *c;
+    int64_t n, chunk;
+} Triad;
+
+static void triad_unit(void *ctx, int64_t u) {
+    Triad *t = ctx;
+    int64_t lo = u * t->chunk, hi = lo + t->chunk < t->n ? lo + t->chunk : t->n;
+    double *restrict a = t->a;
+    const double *restrict b = t->b, *restrict c = t->c;
+    for (int64_t i = lo; i < hi; i++) a[i] = b[i] + 3.0 * c[i];
+}
+
+int probe_memory(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n) {
+    Triad t = {.n = o->quick ? 1 << 19 : 1 << 22};
+    t.chunk = 1 << 15;
+    t.a = malloc((size_t)t.n * sizeof(double));
+    t.b = malloc((size_t)t.n * sizeof(double));
+    t.c = malloc((size_t)t.n * sizeof(double));
+    int rc = 0;
+    double best = 0;
+    if (!t.a || !t.b || !t.c) rc = (snprintf(err, n, "out of memory"), -1);
+    for (int64_t i = 0; !rc && i < t.n; i++) t.a[i] = 0, t.b[i] = 1, t.c[i] = 2;
+    int64_t units = (t.n + t.chunk - 1) / t.chunk;
+    for (int rep = 0; !rc && rep < (o->quick ? 3 : 10); rep++) {
+        if (comm_barrier(c) != COMM_OK) rc = (snprintf(err, n, "%s", comm_last_error(c)), -1);
+        double t0 = now();
+        hk_parallel(hk_threads(), units, triad_unit, &t);
+        double bw = 3.0 * (double)t.n * sizeof(double) / (now() - t0);
+        if (bw > best) best = bw;
+    }
+    free(t.a);
+    free(t.b);
+    free(t.c);
+    if (rc) return -1;
+    if (comm_allreduce_sum_f64(c, &best, 1) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(c)), -1;
+    r->mem_bandwidth = best;
+    return 0;
+}
+
+/* ---- the host kernels ---- */
+
+typedef struct KCase {
+    PrimId prim;
+    PlanFamily family;
+    int nin;
+    int rank[4];          /* in[0..nin), then out */
+    int64_t dims[4][3];
+    int64_t heads;
+    double flops;         /* forward, in the plan's counting */
+    char name[40];
+} KCase;
+
+static float *filled(int64_t numel) {
+    float *d = malloc((size_t)(numel > 0 ? numel : 1) * sizeof *d);
+    for (int64_t i = 0; d && i < numel; i++) d[i] = 0.01f * (float)(i % 7) - 0.03f;
+    return d;
+}
+
+/* Mean seconds of one call of fwd (bwd false) or bwd, run until min_s. */
+static double time_kernel(const KCase *k, HkTensor *in, HkTensor *out, HkTensor *dout, HkTensor *din, void *ws,
+                          size_t wsb, bool bwd, double min_s) {
+    int64_t iattr[PLAN_MAX_IATTR] = {k->heads, 0};
+    double fattr[PLAN_MAX_FATTR] = {0};
+    int reps = 0;
+    double t0 = 0;
+    for (int i = -1;; i++) { /* call -1 warms up */
+        if (i == 0) t0 = now();
+        int rc = bwd ? hk_run_bwd(k->prim, in, k->nin, out, dout, 1, din, iattr, fattr, ws, wsb)
+                     : hk_run_fwd(k->prim, in, k->nin, out, 1, iattr, fattr, ws, wsb);
+        if (rc != HK_OK) return -1;
+        if (i >= 0) reps++;
+        if (reps >= 3 && (now() - t0 >= min_s || reps >= 1000)) break;
+    }
+    return (now() - t0) / reps;
+}
+
+static int kernel_case(const KCase *k, bool quick, ProbeResult *r, char *err, size_t n) {
+    HkTensor in[3], din[3], out, dout;
+    float *mem[8] = {0};
+    int nm = 0;
+    for (int i = 0; i <= k->nin; i++) {
+        HkTensor t = hk_tensor(NULL, DT_F32, k->rank[i], k->dims[i]);
+        t.data = mem[nm++] = filled(hk_numel(&t));
+        HkTensor g = t;
+        g.data = mem[nm++] = filled(hk_numel(&t));
+        if (i < k->nin) in[i] = t, din[i] = g;
+        else out = t, dout = g;
+    }
+    int64_t iattr[PLAN_MAX_IATTR] = {k->heads, 0};
+    size_t wsb = hk_workspace_bytes(k->prim, in, k->nin, &out, 1, iattr);
+    void *ws = malloc(wsb ? wsb : 1);
+    bool ok = ws != NULL;
+    for (int i = 0; i < nm; i++) ok &= mem[i] != NULL;
+    double f = ok ? time_kernel(k, in, &out, NULL, NULL, ws, wsb, false, quick ? 0.002 : 0.05) : -1;
+    double b = f > 0 ? time_kernel(k, in, &out, &dout, din, ws, wsb, true, quick ? 0.002 : 0.05) : -1;
+    for (int i = 0; i < nm; i++) free(mem[i]);
+    free(ws);
+    if (f <= 0 || b <= 0) return snprintf(err, n, "host kernel %s failed", k->name), -1;
+    for (int pass = 0; pass < 2 && r->nrates < PROBE_MAX_RATES; pass++) {
+        ProbeRate *q = &r->rates[r->nrates++];
+        q->family = k->family;
+        snprintf(q->what, sizeof q->what, "%s %s", k->name, pass ? "bwd" : "fwd");
+        q->flops = pass ? 2 * k->flops : k->flops; /* a backward counts twice its forward */
+        q->secs = pass ? b : f;
+    }
+    return 0;
+}
+
+static KCase gemm_case(int64_t m, int64_t kk, int64_t nn) {
+    KCase k = {PRIM_LINEAR, FAM_GEMM, 2, {2, 2, 2}, {{m, kk}, {kk, nn}, {m, nn}}, 0, 2.0 * m * kk * nn, ""};
+    snprintf(k.name, sizeof k.name, "linear %lldx%lldx%lld", (long long)m, (long long)kk, (long long)nn);
+    return k;
+}
+
+static KCase attn_case(int64_t b, int64_t t, int64_t d, int64_t h) {
+    KCase k = {PRIM_ATTENTION, FAM_ATTENTION, 3, {3, 3, 3, 3}, {{b, t, d}, {b, t, d}, {b, t, d}, {b, t, d}}, h,
+               2.0 * (double)(b * t * d) * (double)t, ""};
+    snprintf(k.name, sizeof k.name, "attention %lldx%lldx%lld/%lld", (long long)b, (long long)t, (long long)d, (long long)h);
+    return k;
+}
+
+static KCase rows_case(PrimId p, PlanFamily f, int nin, int64_t rows, int64_t d, const char *name) {
+    KCase k = {p, f, nin, {2, 1, 1, 2}, {{rows, d}, {d}, {d}, {rows, d}}, 0, 5.0 * (double)(rows * d), ""};
+    snprintf(k.name, sizeof k.name, "%s %lldx%lld", name, (long long)rows, (long long)d);
+    if (p == PRIM_ADD) k.rank[1] = 2, k.dims[1][0] = rows, k.dims[1][1] = d;
+    k.rank[nin] = 2; /* the output */
+    k.dims[nin][0] = rows;
+    k.dims[nin][1] = d;
+    return k;
+}
+
+int probe_kernels(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n) {
+    KCase cases[12];
+    int nc = 0;
+    cases[nc++] = gemm_case(256, 128, 384);
+    cases[nc++] = gemm_case(256, 512, 128);
+    if (!o->quick) cases[nc++] = gemm_case(1024, 1024, 1024);
+    cases[nc++] = attn_case(4, 64, 128, 4);
+    if (!o->quick) cases[nc++] = attn_case(4, 256, 256, 4);
+    cases[nc++] = rows_case(PRIM_LAYERNORM, FAM_NORM, 3, 256, 128, "layernorm");
+    if (!o->quick) cases[nc++] = rows_case(PRIM_LAYERNORM, FAM_NORM, 3, 1024, 1024, "layernorm");
+    cases[nc++] = rows_case(PRIM_GELU, FAM_ELEMENTWISE, 1, 256, 512, "gelu");
+    cases[nc++] = rows_case(PRIM_ADD, FAM_ELEMENTWISE, 2, 256, 128, "add");
+    if (!o->quick) cases[nc++] = rows_case(PRIM_GELU, FAM_ELEMENTWISE, 1, 1024, 1024, "gelu");
+    r->nrates = 0;
+    int rc = 0;
+    if (comm_barrier(c) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(c)), -1;
+    for (int i = 0; i < nc && !rc; i++) rc = kernel_case(&cases[i], o->quick, r, err, n);
+    double bad = rc ? 1 : 0;
+    if (comm_allreduce_sum_f64(c, &bad, 1) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(c)), -1;
+    if (bad > 0 && !rc) snprintf(err, n, "a host kernel failed on another rank");
+    if (bad > 0) return -1;
+    /* every rank's rates, averaged: the ranks ran at once, as in training */
+    double secs[PROBE_MAX_RATES];
+    for (int i = 0; i < r->nrates; i++) secs[i] = r->rates[i].secs;
+    if (comm_allreduce_sum_f64(c, secs, (size_t)r->nrates) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(c)), -1;
+    for (int i = 0; i < r->nrates; i++) r->rates[i].secs = secs[i] / c->size;
+    probe_summarise_rates(r);
+    return 0;
+}
+
+void probe_summarise_rates(ProbeResult *r) {
+    double peak = 0, any = 0;
+    for (int i = 0; i < r->nrates; i++) {
+        double rate = r->rates[i].secs > 0 ? r->rates[i].flops / r->rates[i].secs : 0;
+        if (r->rates[i].family == FAM_GEMM && rate > peak) peak = rate;
+        if (rate > any) any = rate;
+    }
+    if (peak <= 0) peak = any;
+    r->peak_flops = peak;
+    for (int f = 0; f < PLAN_NFAMILIES; f++) {
+        double v[PROBE_MAX_RATES];
+        int k = 0;
+        for (int i = 0; i < r->nrates; i++)
+            if (r->rates[i].family == (PlanFamily)f && r->rates[i].secs > 0) v[k++] = r->rates[i].flops / r->rates[i].secs;
+        double e = k && peak > 0 ? median(v, k) / peak : 1;
+        r->eff[f] = e > 1 ? 1 : e < 1e-4 ? 1e-4 : e;
+    }
+}
+
+/* ---- dispatch: a wake-up of another thread, as between the executor's queues ---- */
+
+typedef struct PingPong {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int turn, rounds;
+} PingPong;
+
+static void *pong(void *arg) {
+    PingPong *p = arg;
+    pthread_mutex_lock(&p->mu);
+    for (int i = 0; i < p->rounds; i++) {
+        while (p->turn != 1) pthread_cond_wait(&p->cv, &p->mu);
+        p->turn = 0;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static double handoff_seconds(int rounds) {
+    PingPong p = {.turn = 0, .rounds = rounds};
+    pthread_mutex_init(&p.mu, NULL);
+    pthread_cond_init(&p.cv, NULL);
+    pthread_t th;
+    double t = -1;
+    if (pthread_create(&th, NULL, pong, &p) == 0) {
+        double t0 = now();
+        pthread_mutex_lock(&p.mu);
+        for (int i = 0; i < rounds; i++) {
+            p.turn = 1;
+            pthread_cond_broadcast(&p.cv);
+            while (p.turn != 0) pthread_cond_wait(&p.cv, &p.mu);
+        }
+        pthread_mutex_unlock(&p.mu);
+        t = (now() - t0) / (2.0 * rounds);
+        pthread_join(th, NULL);
+    }
+    pthread_cond_destroy(&p.cv);
+    pthread_mutex_destroy(&p.mu);
+    return t;
+}
+
+int probe_dispatch(const ProbeOptions *o, ProbeResult *r, char *err, size_t n) {
+    int rounds = o->quick ? 200 : 5000;
+    double h = handoff_seconds(rounds);
+    if (h < 0) return snprintf(err, n, "cannot start a thread"), -1;
+    float x[64], y[64], src[1024], dst[1024];
+    for (int i = 0; i < 64; i++) x[i] = (float)i * 0.01f;
+    for (int i = 0; i < 1024; i++) src[i] = (float)i;
+    int64_t d = 64;
+    HkTensor tx = hk_tensor(x, DT_F32, 1, &d), ty = hk_tensor(y, DT_F32, 1, &d);
+    double t0 = now();
+    for (int i = 0; i < rounds; i++) hk_gelu_fwd(&tx, &ty);
+    double k = (now() - t0) / rounds;
+    t0 = now();
+    for (int i = 0; i < rounds; i++) {
+        memcpy(dst, src, sizeof src);
+        src[i % 1024] = dst[(i + 1) % 1024];
+    }
+    double cp = (now() - t0) / rounds;
+    r->launch = h + k;
+    r->copy = h + cp;
+    return 0;
+}
+
+/* ---- collectives ---- */
+
+static int coll_once(Comm *c, int op, float *buf, float *out, size_t bytes) {
+    size_t count = bytes / sizeof(float);
+    CommStatus s = op == 0 ? comm_allreduce_sum_f32(c, buf, count)
+                 : op == 1 ? comm_allgather(c, buf, out, bytes / (size_t)c->size)
+                           : comm_reduce_scatter_f32(c, buf, out, count / (size_t)c->size);
+    return s == COMM_OK ? 0 : -1;
+}
+
+int probe_collectives(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n) {
+    if (c->size <= 1) return 0;
+    static const size_t sizes[] = {4096, 65536, 1 << 20, 4 << 20};
+    int nsizes = o->quick ? 3 : 4, reps = o->quick ? 5 : 20, R = c->size;
+    float *buf = calloc((4 << 20) / sizeof(float), sizeof(float)), *out = calloc((4 << 20) / sizeof(float), sizeof(float));
+    ProbeSample smp[12];
+    int ns = 0, rc = buf && out ? 0 : -1;
+    for (int op = 0; op < 3 && !rc; op++)
+        for (int k = 0; k < nsizes && !rc; k++) {
+            double t[20];
+            rc = coll_once(c, op, buf, out, sizes[k]); /* warm-up */
+            for (int i = 0; i < reps && !rc; i++) {
+                rc = comm_barrier(c) != COMM_OK;
+                double t0 = now();
+                if (!rc) rc = coll_once(c, op, buf, out, sizes[k]);
+                t[i] = now() - t0;
+            }
+            if (rc) break;
+            double m = median(t, reps);
+            if (comm_allreduce_sum_f64(c, &m, 1) != COMM_OK) rc = -1;
+            double f = op == 0 ? 2 : 1;
+            r->coll_secs[op][k] = m / R;
+            r->coll_bytes[k] = (double)sizes[k];
+            smp[ns++] = (ProbeSample){f * (R - 1), f * (R - 1) / R * (double)sizes[k], m / R};
+        }
+    free(buf);
+    free(out);
+    if (rc) return snprintf(err, n, "collectives: %s", buf && out ? comm_last_error(c) : "out of memory"), -1;
+    r->ncoll = nsizes;
+    if (probe_fit(smp, ns, &r->coll)) return snprintf(err, n, "collectives: the timings fit no bandwidth"), -1;
+    r->net = true;
+    return 0;
+}
+
+/* ---- all of it ---- */
+
+int probe_run(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n) {
+    double t0 = now();
+    memset(r, 0, sizeof *r);
+    char host[64] = "localhost";
+    if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "localhost");
+    host[sizeof host - 1] = 0;
+    for (char *h = host; *h; h++)
+        if (!((*h >= 'a' && *h <= 'z') || (*h >= 'A' && *h <= 'Z') || (*h >= '0' && *h <= '9'))) *h = '_';
+    snprintf(r->host, sizeof r->host, "%s", host);
+    r->ranks = c->size;
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE), cores = sysconf(_SC_NPROCESSORS_ONLN);
+    r->cpu_memory = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 8ull << 30;
+    r->cores = cores > 0 ? (int)cores : 1;
+    if (probe_nvme(c, o, r, err, n) || probe_memory(c, o, r, err, n) || probe_kernels(c, o, r, err, n) ||
+        probe_dispatch(o, r, err, n) || probe_collectives(c, o, r, err, n))
+        return -1;
+    double d[2] = {r->launch, r->copy};
+    if (comm_allreduce_sum_f64(c, d, 2) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(c)), -1;
+    r->launch = d[0] / c->size;
+    r->copy = d[1] / c->size;
+    r->seconds = now() - t0;
+    return 0;
+}
+
+/* ---- the target file ---- */
+
+static double atleast(double v, double lo) { return isfinite(v) && v > lo ? v : lo; }
+
+int probe_target_text(const ProbeResult *r, char *buf, size_t n) {
+    int k = 0;
+#define OUT(...) k += snprintf(buf + ((size_t)k < n ? (size_t)k : n), (size_t)k < n ? n - (size_t)k : 0, __VA_ARGS__)
+    int ranks = r->ranks > 0 ? r->ranks : 1;
+    uint64_t mib = 1u << 20, budget = r->cpu_memory / 4 / (uint64_t)ranks / mib;
+    OUT("# This machine (%s) as zinfprobe measured it for %d rank%s: host memory by a triad, the host\n"
+        "# kernels by family, %s%s (docs/schedule.md, \"Probing the machine\").\n",
+        r->host, ranks, ranks > 1 ? "s" : "", r->nvme ? "NVMe through io_uring, " : "",
+        r->net ? "MPI collectives" : "no collectives (one rank)");
+    OUT("target probe_%s {\n  backend = \"host\"\n  ranks = %d\n  budget = %llu MiB\n", r->host, ranks,
+        (unsigned long long)(budget ? budget : 1));
+    OUT("  cpu  { memory = %llu MiB; bandwidth = %.3f GB/s; cores = %d; flops = %.3f G; launch_us = %.3f; copy_us = %.3f }\n",
+        (unsigned long long)(r->cpu_memory / mib ? r->cpu_memory / mib : 1), atleast(r->mem_bandwidth * 1e-9, 0.001),
+        r->cores > 0 ? r->cores : 1, atleast(r->peak_flops * 1e-9, 0.001), atleast(r->launch * 1e6, 0.001),
+        atleast(r->copy * 1e6, 0.001));
+    OUT("  efficiency { gemm = %.4f; attention = %.4f; norm = %.4f; elementwise = %.4f }\n", r->eff[FAM_GEMM],
+        r->eff[FAM_ATTENTION], r->eff[FAM_NORM], r->eff[FAM_ELEMENTWISE]);
+    if (r->nvme)
+        OUT("  nvme { paths = [\"%s\"]; read = %.3f GB/s; write = %.3f GB/s; capacity = %llu MiB; latency_us = %.3f }\n",
+            r->nvme_dir, atleast(r->nvme_read.bandwidth * 1e-9, 0.001), atleast(r->nvme_write.bandwidth * 1e-9, 0.001),
+            (unsigned long long)(r->nvme_capacity / mib ? r->nvme_capacity / mib : 1),
+            atleast((r->nvme_read.latency + r->nvme_write.latency) / 2 * 1e6, 0.001));
+    if (r->net)
+        OUT("  net  { bandwidth = %.3f GB/s; latency_us = %.3f }\n", atleast(r->coll.bandwidth * 1e-9, 0.001),
+            atleast(r->coll.latency * 1e6, 0.001));
+    OUT("}\n");
+#undef OUT
+    return k;
+}
+
+void probe_report(const ProbeResult *r, FILE *out) {
+    fprintf(out, "probe: %s, %d rank%s, %d cores, %.1f s\n", r->host, r->ranks, r->ranks > 1 ? "s" : "", r->cores, r->seconds);
+    if (r->nvme) {
+        fprintf(out, "nvme (%s, io_uring O_DIRECT, node):  read %.3f GB/s + %.1f us per request, write %.3f GB/s + %.1f us\n",
+                r->nvme_dir, r->nvme_read.bandwidth * 1e-9, r->nvme_read.latency * 1e6, r->nvme_write.bandwidth * 1e-9,
+                r->nvme_write.latency * 1e6);
+    } else {
+        fprintf(out, "nvme: not measured (no --nvme DIR)\n");
+    }
+    fprintf(out, "memory (triad, all ranks at once, node): %.2f GB/s\n", r->mem_bandwidth * 1e-9);
+    fprintf(out, "dispatch: launch %.1f us, copy %.1f us (a thread wake-up + a tiny kernel / copy)\n", r->launch * 1e6,
+            r->copy * 1e6);
+    fprintf(out, "host kernels per rank (the plan's FLOPs):\n");
+    for (int i = 0; i < r->nrates; i++)
+        fprintf(out, "  %-11s %-26s %9.3f GFLOP/s  %10.1f us\n", plan_family_names[r->rates[i].family], r->rates[i].what,
+                r->rates[i].flops / r->rates[i].secs * 1e-9, r->rates[i].secs * 1e6);
+    fprintf(out, "  peak %.3f GFLOP/s; efficiency gemm %.3f, attention %.3f, norm %.3f, elementwise %.3f\n",
+            r->peak_flops * 1e-9, r->eff[FAM_GEMM], r->eff[FAM_ATTENTION], r->eff[FAM_NORM], r->eff[FAM_ELEMENTWISE]);
+    if (!r->net) {
+        fprintf(out, "collectives: not measured (one rank)\n");
+        return;
+    }
+    static const char *const names[3] = {"allreduce", "allgather", "reduce_scatter"};
+    fprintf(out, "collectives (MPI, %d ranks), us per call at", r->ranks);
+    for (int k = 0; k < r->ncoll; k++) fprintf(out, " %.0f KiB", r->coll_bytes[k] / 1024);
+    fprintf(out, ":\n");
+    for (int op = 0; op < 3; op++) {
+        fprintf(out, "  %-15s", names[op]);
+        for (int k = 0; k < r->ncoll; k++) fprintf(out, " %9.1f", r->coll_secs[op][k] * 1e6);
+        fprintf(out, "\n");
+    }
+    fprintf(out, "  ring fit: %.1f us per step + bytes / %.3f GB/s per rank\n", r->coll.latency * 1e6, r->coll.bandwidth * 1e-9);
+}

@@ -1,0 +1,106 @@
+/* probe: measures this machine for the cost model and writes what it found
+ * as a target (docs/schedule.md, "Probing the machine"; zinfprobe is the
+ * program).
+ *
+ * Every figure is measured the way a plan uses the machine, through the
+ * runtime's own engines, on every rank at once (so shared resources are
+ * shared as in training):
+ *  - NVMe: rtio (the io_uring engine, O_DIRECT, queue depth 32) reads and
+ *    writes of 4 KiB to a few MiB; latency and bandwidth fitted per rank,
+ *    the node's rate = the ranks' rates summed;
+ *  - host memory: a triad (a = b + s c) over arrays far larger than caches,
+ *    on the rank's thread team; the node's bandwidth is the ranks' sum;
+ *  - kernels: the host kernels (hostk) by family at a few sizes, each rate
+ *    counted in the plan's FLOPs (the planner's convention: 2 M N K per
+ *    GEMM, 2 |q| T per attention, 5 per output element elsewhere, a
+ *    backward twice its forward); the best GEMM rate is the peak and each
+ *    family's efficiency the median of its rates over that peak;
+ *  - dispatch: a wake-up of another thread (the executor's queues) plus a
+ *    tiny kernel (launch) or a tiny copy (copy);
+ *  - collectives: comm (MPI) all-reduce, all-gather and reduce-scatter at a
+ *    few sizes, fitted together to the ring model: f (R-1) steps of latency
+ *    plus f (R-1)/R bytes / bandwidth (f = 2 for the all-reduce).
+ * Errors are values: each function returns 0 or -1 with a message in err;
+ * nothing here prints or exits (zinfprobe's main does). */
+#ifndef ZINF_PROBE_H
+#define ZINF_PROBE_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "comm.h"
+#include "plan.h"
+
+/* One timed transfer: secs for `bytes` over `steps` latencies. */
+typedef struct ProbeSample {
+    double steps, bytes, secs;
+} ProbeSample;
+
+/* secs = latency * steps + bytes / bandwidth. */
+typedef struct ProbeFit {
+    double latency;   /* seconds per step (>= 0) */
+    double bandwidth; /* bytes per second (> 0) */
+} ProbeFit;
+
+/* Least squares fit of n samples (n >= 1); where the best fit has a
+ * negative latency, the latency is 0 and the bandwidth fitted alone. -1 when
+ * the samples fix no positive bandwidth (no bytes, or no time). */
+int probe_fit(const ProbeSample *s, int n, ProbeFit *out);
+
+enum { PROBE_MAX_RATES = 24 };
+/* A kernel measured at one size. */
+typedef struct ProbeRate {
+    PlanFamily family;
+    char what[48];    /* "linear 256x128x384 fwd" */
+    double flops;     /* in the plan's counting */
+    double secs;
+} ProbeRate;
+
+typedef struct ProbeOptions {
+    const char *nvme_dir; /* NULL: no NVMe figures */
+    bool quick;           /* tiny sizes and few repetitions (tests) */
+} ProbeOptions;
+
+typedef struct ProbeResult {
+    char host[64];        /* the host name, as an identifier */
+    int ranks, cores;
+    uint64_t cpu_memory;  /* bytes, this node */
+    double mem_bandwidth; /* bytes/s, the node (all ranks at once) */
+    double peak_flops;    /* per rank: the best GEMM rate */
+    double eff[PLAN_NFAMILIES];
+    double launch, copy;  /* seconds */
+    ProbeRate rates[PROBE_MAX_RATES];
+    int nrates;
+    bool nvme;            /* measured */
+    char nvme_dir[512];
+    uint64_t nvme_capacity;
+    ProbeFit nvme_read, nvme_write; /* per rank, all ranks at once */
+    bool net;             /* measured (more than one rank) */
+    ProbeFit coll;        /* per ring step, per rank's link */
+    double coll_secs[3][4]; /* all-reduce, all-gather, reduce-scatter x sizes */
+    double coll_bytes[4];
+    int ncoll;
+    double seconds;       /* the probe's own run time */
+} ProbeResult;
+
+/* Measures everything; c is the job (a world of one without mpirun). Every
+ * rank calls it; the result is the same on every rank. */
+int probe_run(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
+/* Parts of probe_run (each rank, collectively). */
+int probe_nvme(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
+int probe_memory(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
+int probe_kernels(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
+int probe_dispatch(const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
+int probe_collectives(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
+/* Efficiencies and peak from r->rates. */
+void probe_summarise_rates(ProbeResult *r);
+
+/* The target file for r: `target probe_HOST { backend = "host"; ranks; budget;
+ * cpu { ... launch_us; copy_us }; efficiency { ... }; nvme { ... latency_us };
+ * net { bandwidth; latency_us } }` with a comment naming what was measured.
+ * Returns the length (as snprintf: buf may be too small). */
+int probe_target_text(const ProbeResult *r, char *buf, size_t n);
+/* What was measured, in lines a person reads (zinfprobe prints it). */
+void probe_report(const ProbeResult *r, FILE *out);
+
+#endif
