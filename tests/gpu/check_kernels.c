@@ -444,6 +444,7 @@ static void ref_op(Case *c, int op, void **ws) {
         case PRIM_SPLIT: rc = hk_split_fwd(&in[0], out, o->nout); break;
         case PRIM_CROSS_ENTROPY: rc = hk_cross_entropy_fwd(&in[0], &in[1], &out[0], w); break;
         case PRIM_ARANGE: rc = hk_arange_fwd(&out[0], o->iattr[0]); break;
+        case PRIM_SCALE: rc = hk_scale_fwd(&in[0], &out[0], o->fattr[0]); break;
         default: rc = -99;
         }
     } else if (o->kind == OP_BWD) {
@@ -467,6 +468,7 @@ static void ref_op(Case *c, int op, void **ws) {
         case PRIM_GELU: rc = hk_gelu_bwd(&in[0], dy, d0); break;
         case PRIM_SILU: rc = hk_silu_bwd(&in[0], dy, d0); break;
         case PRIM_ROPE: rc = hk_rope_bwd(dy, d0, &rope); break;
+        case PRIM_SCALE: rc = hk_scale_bwd(dy, d0, o->fattr[0]); break;
         case PRIM_ATTENTION:
             rc = hk_attention_bwd(&in[0], &in[1], &in[2], dy, d0, d1, d2, o->iattr[0],
                                   o->iattr[1] ? o->iattr[1] : o->iattr[0], w);
@@ -746,6 +748,16 @@ static void case_unary(DType dt, PrimId p) {
     case_init(&c, arena_printf(&garena, "%s [7,333]", prim_names[p]), dt);
     int x = tn(&c, "x", dt, TC_ACT, 2, 7, 333, 0), y = tn(&c, "y", dt, TC_ACT, 2, 7, 333, 0);
     int f = fwd(&c, p, &x, 1, &y, 1, 0, 0, 0);
+    bwd(&c, f);
+    case_run(&c);
+}
+
+/* scale by -2.5 (LoRA's alpha / rank): the forward's fill then axpy, the backward's axpy */
+static void case_scale(DType dt) {
+    Case c;
+    case_init(&c, "scale [7,333] by -2.5", dt);
+    int x = tn(&c, "x", dt, TC_ACT, 2, 7, 333, 0), y = tn(&c, "y", dt, TC_ACT, 2, 7, 333, 0);
+    int f = fwd(&c, PRIM_SCALE, &x, 1, &y, 1, 0, 0, -2.5);
     bwd(&c, f);
     case_run(&c);
 }
@@ -1179,6 +1191,7 @@ int main(int argc, char **argv) {
         case_norm(dt, false, 50, 300);
         case_unary(dt, PRIM_GELU);
         case_unary(dt, PRIM_SILU);
+        case_scale(dt);
         case_binary(dt, PRIM_ADD, false);
         case_binary(dt, PRIM_ADD, true);
         case_binary(dt, PRIM_MUL, true);
