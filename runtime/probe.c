@@ -30,12 +30,15 @@ static double median(double *v, int n) {
 
 int probe_fit(const ProbeSample *s, int n, ProbeFit *out) {
     double ss = 0, sx = 0, xx = 0, st = 0, xt = 0, tt = 0;
+    /* relative errors (weights 1/t^2), so the small transfers that fix the
+     * latency count as much as the large ones that fix the bandwidth */
     for (int i = 0; i < n; i++) {
-        ss += s[i].steps * s[i].steps;
-        sx += s[i].steps * s[i].bytes;
-        xx += s[i].bytes * s[i].bytes;
-        st += s[i].steps * s[i].secs;
-        xt += s[i].bytes * s[i].secs;
+        double w = s[i].secs > 0 ? 1 / (s[i].secs * s[i].secs) : 0;
+        ss += w * s[i].steps * s[i].steps;
+        sx += w * s[i].steps * s[i].bytes;
+        xx += w * s[i].bytes * s[i].bytes;
+        st += w * s[i].steps * s[i].secs;
+        xt += w * s[i].bytes * s[i].secs;
         tt += s[i].secs;
     }
     if (n < 1 || xx <= 0 || tt <= 0) return -1;
@@ -212,22 +215,22 @@ static float *filled(int64_t numel) {
     return d;
 }
 
-/* Mean seconds of one call of fwd (bwd false) or bwd, run until min_s. */
+/* Median seconds of one call of fwd (bwd false) or bwd, over calls made for
+ * min_s (at least 3, at most 256): the median, so that another process's
+ * burst on a shared core does not count as the kernel's rate. */
 static double time_kernel(const KCase *k, HkTensor *in, HkTensor *out, HkTensor *dout, HkTensor *din, void *ws,
                           size_t wsb, bool bwd, double min_s) {
     int64_t iattr[PLAN_MAX_IATTR] = {k->heads, 0};
-    double fattr[PLAN_MAX_FATTR] = {0};
+    double fattr[PLAN_MAX_FATTR] = {0}, t[256], start = now();
     int reps = 0;
-    double t0 = 0;
-    for (int i = -1;; i++) { /* call -1 warms up */
-        if (i == 0) t0 = now();
+    for (int i = -1; reps < 256 && (reps < 3 || now() - start < min_s); i++) { /* call -1 warms up */
+        double t0 = now();
         int rc = bwd ? hk_run_bwd(k->prim, in, k->nin, out, dout, 1, din, iattr, fattr, ws, wsb)
                      : hk_run_fwd(k->prim, in, k->nin, out, 1, iattr, fattr, ws, wsb);
         if (rc != HK_OK) return -1;
-        if (i >= 0) reps++;
-        if (reps >= 3 && (now() - t0 >= min_s || reps >= 1000)) break;
+        if (i >= 0) t[reps++] = now() - t0;
     }
-    return (now() - t0) / reps;
+    return median(t, reps);
 }
 
 static int kernel_case(const KCase *k, bool quick, ProbeResult *r, char *err, size_t n) {

@@ -42,7 +42,7 @@ typedef struct ProbeFit {
     double bandwidth; /* bytes per second (> 0) */
 } ProbeFit;
 
-/* Least squares fit of n samples (n >= 1); where the best fit has a
+/* Least squares fit of n samples (n >= 1), in relative error; where the best fit has a
  * negative latency, the latency is 0 and the bandwidth fitted alone. -1 when
  * the samples fix no positive bandwidth (no bytes, or no time). */
 int probe_fit(const ProbeSample *s, int n, ProbeFit *out);

@@ -30,4 +30,8 @@ for s in tests/bench/bench_*.sh; do
   if ! sh "$s" "$BUILD"; then echo "== $(basename "$s" .sh) FAILED"; status=1; fi
   echo
 done
+# The cost model against measurement, before and after zinfprobe (about a minute).
+echo "== fidelity"
+if ! sh tests/bench/fidelity.sh "$BUILD"; then echo "== fidelity FAILED"; status=1; fi
+echo
 exit $status

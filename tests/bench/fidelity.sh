@@ -1,0 +1,80 @@
+#!/bin/sh
+# The cost model against measurement, before and after probing this machine
+# (docs/schedule.md, "Prediction against measurement"): gpt2-tiny on 1 and 2
+# host ranks and the demo's gpt2-tiny-offload plan on 2 ranks (parameters
+# and optimizer state on NVMe), each compiled twice, against the default
+# description (examples/targets/host.zl with the rank count; the offload
+# model's own host2 target) and against what zinfprobe measured (1 rank
+# alone, 2 ranks under mpirun; zinfc reads it with no --target through
+# ZINF_PROBE), run for a few steps. Prints measured / predicted step time
+# and, for the queue busiest in the measurement, its measured / predicted
+# busy time, then zinfdump --compare's largest divergences for the 2-rank
+# gpt2-tiny run after the probe.
+#   sh tests/bench/fidelity.sh BUILD [STEPS]
+B=${1:-build}
+STEPS=${2:-12}
+W=$(mktemp -d /tmp/zinf-fidelity.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1
+for x in zinfc zinfrun zinfprobe zinftok zinfdump; do
+  [ -x "$B/bin/$x" ] || { echo "no $B/bin/$x: build first"; exit 1; }
+done
+TEXT=$(ls /usr/share/common-licenses/GPL-3 README.md 2>/dev/null | head -1)
+"$B/bin/zinftok" "$TEXT" -o "$W/train.bin" > /dev/null || exit 1
+mkdir -p "$W/nvme" "$W/probe-nvme"
+
+echo "probing: 1 rank, then 2 ranks under mpirun"
+"$B/bin/zinfprobe" --nvme "$W/probe-nvme" -o "$W/probe1.zl" > "$W/probe1.log" 2>&1 || { cat "$W/probe1.log"; exit 1; }
+mpirun -np 2 --oversubscribe "$B/bin/zinfprobe" --nvme "$W/probe-nvme" -o "$W/probe2.zl" < /dev/null > "$W/probe2.log" 2>&1 ||
+  { cat "$W/probe2.log"; exit 1; }
+grep -v '^#' "$W/probe2.zl"
+
+# run NAME RANKS PLAN: trains STEPS steps; prints one row
+run() {
+  name=$1 ranks=$2 plan=$3
+  if [ "$ranks" -gt 1 ]; then L="mpirun -np $ranks --oversubscribe"; else L=; fi
+  rm -rf "$W/nvme"/*
+  $L "$B/bin/zinfrun" "$plan" --data "$W/train.bin" --steps "$STEPS" --nvme "$W/nvme" --quiet \
+    --trace "$W/$name.json" < /dev/null > "$W/$name.log" 2>&1 || { echo "FAIL: $name"; cat "$W/$name.log"; return 1; }
+  awk -v name="$name" '
+    /^done:/ { for (i = 1; i <= NF; i++) { if ($i == "ms/step" && $(i+1) == "measured,") m = $(i-1);
+                                           if ($i == "ms/step" && $(i+1) == "predicted") p = $(i-1) } }
+    /^queue busy per step/ { best = -1
+      for (i = 1; i <= NF; i++) if ($i ~ /^(nvme|h2d|d2h|comm|compute|cpu)$/) {
+        mq = $(i+1); pq = $(i+2); gsub(/[()]/, "", pq)
+        if (mq + 0 > best) { best = mq + 0; q = $i; qm = mq; qp = pq } } }
+    END { r = p > 0 ? sprintf("%.2f", m / p) : "-"; qr = qp > 0 ? sprintf("%.2f", qm / qp) : "-"
+          printf "%-28s %9.1f %9.1f %7s   %-8s %8.1f %8.1f %7s %9.2f\n", name, m, p, r, q, qm, qp, qr, (qm > 0 ? m / qm : 0) }
+  ' "$W/$name.log"
+}
+
+plan() { # NAME MODEL [ARGS...]: compiles; quiet unless it fails
+  n=$1; shift
+  "$B/bin/zinfc" "$@" -o "$W/$n.plan" > "$W/$n.zc" 2>&1 || { echo "FAIL: zinfc $*"; cat "$W/$n.zc"; exit 1; }
+}
+sed "s/ranks = [0-9]*/ranks = 1/" examples/targets/host.zl > "$W/host1.zl"
+sed "s/ranks = [0-9]*/ranks = 2/" examples/targets/host.zl > "$W/host2.zl"
+plan tiny1-default examples/gpt2-tiny.zl --target "$W/host1.zl"
+plan tiny2-default examples/gpt2-tiny.zl --target "$W/host2.zl"
+plan offload2-default examples/gpt2-tiny-offload.zl
+ZINF_PROBE="$W/probe1.zl" plan tiny1-probed examples/gpt2-tiny.zl
+ZINF_PROBE="$W/probe2.zl" plan tiny2-probed examples/gpt2-tiny.zl
+grep -h '^target:' "$W/tiny1-probed.zc" "$W/tiny2-probed.zc"
+plan offload2-probed examples/gpt2-tiny-offload.zl --target "$W/probe2.zl"
+
+echo
+echo "$STEPS steps each; step: ms per step (zinfrun's mean); queue: the busiest measured queue, its busy ms per step"
+printf "%-28s %9s %9s %7s   %-8s %8s %8s %7s %9s\n" "plan" "measured" "predicted" "ratio" "queue" "measured" "predict" "ratio" "step/queue"
+status=0
+for c in tiny1:1 tiny2:2 offload2:2; do
+  n=${c%%:*} r=${c##*:}
+  run "$n-default" "$r" "$W/$n-default.plan" || status=1
+  run "$n-probed" "$r" "$W/$n-probed.plan" || status=1
+done
+echo
+echo "where the 2-rank gpt2-tiny prediction after the probe still differs (zinfdump --compare, rank 0):"
+"$B/bin/zinfdump" "$W/tiny2-probed.plan" --compare "$W/tiny2-probed.json" 2>&1 | sed -n '1,12p'
+echo
+echo "offload on 2 ranks after the probe:"
+"$B/bin/zinfdump" "$W/offload2-probed.plan" --compare "$W/offload2-probed.json" 2>&1 | sed -n '1,12p'
+exit $status
