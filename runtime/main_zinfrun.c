@@ -605,240 +605,284 @@ static int eval_at(Rt *r, const Eval *e, int64_t s, int64_t tokens, const Opts *
     return 0;
 }
 
+/* Which backend this job runs on. The driver is loaded at run time, so
+ * this binary starts on machines with and without GPUs. Every rank must
+ * choose the same: a rank without a usable GPU makes auto choose the host
+ * for all. */
+static int choose_backend(const Opts *o, const Plan *p, bool lead, RtBackend *out, char *err, size_t n) {
+    *out = RT_BACKEND_HOST;
+    if (!strcmp(o->backend, "host")) return 0;
+    CudaDrv drv;
+    char why[512], gpu[128] = "", arch[16] = "";
+    size_t mem = 0;
+    int have = cudrv_open(&drv, why, sizeof why) == 0 &&
+               cudrv_describe(&drv, C.local_rank % (drv.ndevices ? drv.ndevices : 1), gpu, sizeof gpu, &mem, arch,
+                              sizeof arch, why, sizeof why) == 0;
+    if (drv.lib) cudrv_close(&drv);
+    bool code = p->nlaunches > 0;
+    int64_t missing = !have;
+    if (comm_allreduce_max_i64(&C, &missing) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(&C)), -1;
+    if (!strcmp(o->backend, "cuda")) {
+        if (!have) return snprintf(err, n, "--backend cuda: %s; use --backend host", why), -1;
+        if (missing) return snprintf(err, n, "--backend cuda: another rank has no usable GPU; use --backend host"), -1;
+        if (!code)
+            return snprintf(err, n,
+                            "--backend cuda: %s has no GPU code (compiled for the host target or with --kernels=none): "
+                            "compile it for a GPU target, e.g. zinfc --target h200, or use --backend host",
+                            o->plan),
+                   -1;
+        *out = RT_BACKEND_CUDA;
+    } else if (have && !missing && code) {
+        *out = RT_BACKEND_CUDA;
+    }
+    if (!lead || o->quiet) return 0;
+    const char *s = C.size == 1 ? "" : "s";
+    if (*out == RT_BACKEND_CUDA) printf("backend: cuda (%d rank%s, one GPU each; rank 0 has %s, %s)\n", C.size, s, gpu, arch);
+    else if (have && !missing) printf("backend: host (%d rank%s; %s (%s) found, but the plan has no GPU code)\n", C.size, s, gpu, arch);
+    else if (have) printf("backend: host (%d rank%s; another rank has no usable GPU)\n", C.size, s);
+    else printf("backend: host (%d rank%s; %s)\n", C.size, s, why);
+    return 0;
+}
+
+/* Everything one run holds; run_close frees what exists. */
+typedef struct Run {
+    Opts o;
+    bool lead, tty;
+    Plan *p;
+    Rt *r;
+    RtBackend backend;
+    HfioOptions ho;
+    TokReader tr;
+    DataOrder dord;
+    bool have_data, have_order, have_cost;
+    int32_t *tok[PLAN_MAX_ACCUM], *tgt[PLAN_MAX_ACCUM];
+    FILE *lossf;
+    Eval ev;
+    CostResult cr;
+    int accum;
+    int64_t B, T;              /* the token batch of a micro-batch (plan_batch_shape) */
+    int64_t start, total;      /* steps: resumed from, to reach */
+    int64_t loaded;            /* the checkpoint resumed from, -1: none */
+    RtCkptOrigin from;
+    double first_loss, last_loss, time_sum; /* over the steps run */
+    int64_t ran;
+} Run;
+
+/* The executor, the checkpoint resumed from, the Hugging Face weights. */
+static int run_start(Run *u, char *err, size_t n) {
+    const Opts *o = &u->o;
+    Plan *p = u->p;
+    RtOptions ro = {.backend = u->backend, .nvme_dir = o->nvme, .queue_depth = 32, .trace = o->trace != NULL};
+    /* Hugging Face weights: the mapping and the target checked before anything is allocated or trained */
+    char m[4096];
+    if ((o->init || o->export_hf) && hfio_check_plan(p, m, sizeof m)) return snprintf(err, n, "%s: %s", o->plan, m), -1;
+    if (o->export_hf && export_dir_ok(o, u->lead, err, n)) return -1;
+    u->r = rt_create(p, &C, &ro, err, n);
+    if (!u->r) return -1;
+    if (u->lead && !o->quiet) {
+        printf("plan %s: model %s, %d rank%s, %u instructions per step\n", o->plan, p->model_name ? p->model_name : "?",
+               p->ranks, p->ranks == 1 ? "" : "s", p->ninstrs);
+        printf("memory per rank (allocated once, as planned):\n");
+        rt_memory_report(u->r, stdout);
+    }
+    u->have_cost = cost_simulate(p, &u->cr);
+    u->total = o->steps >= 0 ? o->steps : p->train.steps;
+    if (o->ckpt_dir && checkpoint_start(u->r, o, u->lead, &u->start, &u->loaded, &u->from, err, n)) return -1;
+    if (u->lead && u->loaded >= 0) say_resumed(p, o, u->start, u->loaded, &u->from);
+    if (o->init && u->start > 0 && u->lead && !o->quiet)
+        printf("init: not used: resumed from step %" PRId64 " (the checkpoint holds the weights)\n", u->start);
+    if (o->init && u->start == 0 && import_hf(u->r, o, &u->ho, u->lead, err, n)) return -1;
+    /* the verifier tied every INPUT copy to this shape */
+    if (!plan_batch_shape(p, &u->B, &u->T)) return snprintf(err, n, "%s: the plan has no token input", o->plan), -1;
+    return 0;
+}
+
+/* The training data in its order (continued where the checkpoint left it),
+ * the batches, the eval data and the --losses file. */
+static int open_data(Run *u, char *err, size_t n) {
+    const Opts *o = &u->o;
+    if (u->start < u->total) {
+        if (tok_open(&u->tr, o->data, plan_vocab(u->p), err, n)) return -1;
+        u->have_data = true;
+        DordOptions dopt = {.order = o->data_order, .seed = o->data_seed_given ? o->data_seed : u->p->train.seed, .eos = o->eos};
+        if (dord_open(&u->dord, &u->tr, &dopt, u->B, u->T, C.size, err, n)) return -1;
+        u->have_order = true;
+        if (u->loaded >= 0 && global_batch_check(&u->from, o, u->loaded, u->B, u->accum, err, n)) return -1;
+        /* the checkpoint counts micro-batches in its writer's accumulation */
+        int64_t g_was = u->start * (u->from.grad_accum > 0 ? u->from.grad_accum : u->accum);
+        if (u->loaded >= 0 && data_resume_check(&u->dord, o, u->lead, u->loaded, g_was, err, n)) return -1;
+        if (u->lead && o->eos >= 0 && u->dord.eos_count == 0)
+            fprintf(stderr, "zinfrun: warning: --eos %" PRId64 " does not occur in %s: the whole file is one document\n", o->eos, o->data);
+        if (u->lead && !o->quiet) data_describe(&u->dord, o, u->start * u->accum);
+        for (int a = 0; a < u->accum; a++) {
+            u->tok[a] = malloc(sizeof(int32_t) * (size_t)(u->B * u->T));
+            u->tgt[a] = malloc(sizeof(int32_t) * (size_t)(u->B * u->T));
+            if (!u->tok[a] || !u->tgt[a]) return snprintf(err, n, "out of memory for batches"), -1;
+        }
+    }
+    if (o->eval_data && eval_open(&u->ev, o, plan_vocab(u->p), u->B, u->T, err, n)) return -1;
+    if (o->losses && u->lead && !(u->lossf = fopen(o->losses, "a")))
+        return snprintf(err, n, "cannot open %s: %s", o->losses, strerror(errno)), -1;
+    return 0;
+}
+
+/* The progress line of step s (rank 0). */
+static void print_step(const Run *u, int64_t s, const RtStepStats *st) {
+    char b1[32], b2[32], b3[32];
+    double tps = (double)(u->B * u->T * u->accum * C.size) / st->seconds;
+    printf("%sstep %4" PRId64 "/%" PRId64 "  loss %.4f  %8.0f tok/s  %7.1f ms/step (predicted %.1f)  nvme %s  h2d %s  comm %s%s%s",
+           u->tty ? "\r" : "", s + 1, u->total, st->loss, tps, st->seconds * 1e3, u->have_cost ? u->cr.step_time * 1e3 : 0.0,
+           plan_bytes_str(st->bytes[Q_NVME], b1, sizeof b1), plan_bytes_str(st->bytes[Q_H2D], b2, sizeof b2),
+           plan_bytes_str(st->bytes[Q_COMM], b3, sizeof b3), st->skipped ? "  (skipped: overflow)" : "", u->tty ? "\033[K" : "\n");
+    if (u->tty && (s + 1 == u->total || (s + 1) % 10 == 0)) printf("\n");
+    fflush(stdout);
+}
+
+/* Steps start..total, with evaluations and checkpoints where asked. */
+static int train(Run *u, char *err, size_t n) {
+    const Opts *o = &u->o;
+    int64_t tokens = u->B * u->T;
+    if (eval_due(o, u->start, u->start, u->total) && eval_at(u->r, &u->ev, u->start, tokens, o, u->lossf, u->tty, err, n)) return -1;
+    u->first_loss = u->last_loss = NAN;
+    char runst[512];
+    for (int64_t s = u->start; s < u->total; s++) {
+        for (int a = 0; a < u->accum; a++)
+            if (dord_batch(&u->dord, C.rank, s * u->accum + a, u->tok[a], u->tgt[a], err, n)) return -1;
+        RtStepStats st;
+        if (rt_step(u->r, (const int32_t *const *)u->tok, (const int32_t *const *)u->tgt, u->accum, &st, err, n)) return -1;
+        u->ran++;
+        if (u->lossf) {
+            fprintf(u->lossf, "step %" PRId64 " loss %.9g grad_norm %.9g\n", s + 1, st.loss, st.grad_norm);
+            fflush(u->lossf);
+        }
+        if (isnan(u->first_loss)) u->first_loss = st.loss;
+        u->last_loss = st.loss;
+        u->time_sum += st.seconds;
+        if (u->lead && !o->quiet) print_step(u, s, &st);
+        if (eval_due(o, s + 1, u->start, u->total) && eval_at(u->r, &u->ev, s + 1, tokens, o, u->lossf, u->tty, err, n)) return -1;
+        if (o->ckpt_dir && o->ckpt_every > 0 && (s + 1) % o->ckpt_every == 0 && s + 1 < u->total) {
+            run_state(&u->dord, (s + 1) * u->accum, runst, sizeof runst);
+            if (rt_checkpoint_save(u->r, o->ckpt_dir, runst, err, n)) return -1;
+        }
+    }
+    return 0;
+}
+
+/* What the run leaves behind: the last checkpoint, the exports, the trace. */
+static int finish(Run *u, char *err, size_t n) {
+    const Opts *o = &u->o;
+    if (o->ckpt_dir && u->ran > 0) {
+        char runst[512];
+        run_state(&u->dord, rt_steps_done(u->r) * u->accum, runst, sizeof runst);
+        if (rt_checkpoint_save(u->r, o->ckpt_dir, runst, err, n)) return -1;
+    }
+    if (o->export_path) {
+        if (rt_export_safetensors(u->r, o->export_path, err, n)) return -1;
+        if (u->lead && !o->quiet) printf("exported the parameters to %s\n", o->export_path);
+    }
+    if (o->export_hf) {
+        HfioReport rep;
+        char m[8192];
+        if (hfio_export(u->r, o->export_hf, &u->ho, &rep, m, sizeof m)) return snprintf(err, n, "--export-hf: %s", m), -1;
+        char b1[32];
+        if (u->lead && !o->quiet)
+            printf("exported %d Hugging Face tensors at step %" PRId64 " to %s (%d safetensors file%s, %s)\n", rep.tensors,
+                   rt_steps_done(u->r), o->export_hf, rep.files, rep.files == 1 ? "" : "s", plan_bytes_str(rep.bytes, b1, sizeof b1));
+    }
+    if (o->trace) {
+        /* Rank 0 writes FILE, every other rank FILE.rankR. */
+        char path[1024];
+        if (u->lead) snprintf(path, sizeof path, "%s", o->trace);
+        else snprintf(path, sizeof path, "%s.rank%d", o->trace, C.rank);
+        FILE *f = fopen(path, "w");
+        if (!f) return snprintf(err, n, "cannot write the trace %s: %s", path, strerror(errno)), -1;
+        int bad = rt_write_trace(u->r, f);
+        if (fclose(f) || bad) return snprintf(err, n, "cannot write the trace %s: %s", path, strerror(errno)), -1;
+    }
+    return 0;
+}
+
+/* The end-of-run lines (rank 0). */
+static void print_summary(const Run *u) {
+    const Plan *p = u->p;
+    int64_t ran = u->ran, start = u->start, total = u->total;
+    if (ran == 0) {
+        if (total > start || start == 0) printf("done: nothing to train (%" PRId64 " steps)\n", total);
+        else if (total == start) printf("done: nothing to train (%" PRId64 " of %" PRId64 " steps already done)\n", start, total);
+        else printf("done: nothing to train (step %" PRId64 " reached; --steps %" PRId64 ")\n", start, total);
+        return;
+    }
+    double pred = u->have_cost ? u->cr.step_time * 1e3 : 0.0;
+    printf("done: %" PRId64 " steps, loss %.4f -> %.4f, %.1f ms/step measured, %.1f ms/step predicted\n", ran, u->first_loss,
+           u->last_loss, u->time_sum / (double)ran * 1e3, pred);
+    printf("queue busy per step, measured (predicted):");
+    for (int q = 0; q < PLAN_NQUEUES; q++)
+        printf(" %s %.1f (%.1f)", plan_queue_names[q], rt_busy_seconds(u->r, q) / (double)ran * 1e3,
+               u->have_cost ? u->cr.busy[q] * u->accum * 1e3 : 0.0);
+    printf(" ms\n");
+    double sec = u->time_sum / (double)ran, flops = rt_step_flops(u->r, u->accum);
+    printf("compute: %.2f TFLOP/s per rank achieved (the plan's %.3g kernel FLOPs per step / measured time)\n",
+           sec > 0 ? flops / sec * 1e-12 : 0.0, flops);
+    if (u->backend == RT_BACKEND_CUDA) {
+        char a1[32], a2[32];
+        printf("gpu memory: %s in use by zinfrun on rank 0 after the last step; the plan's gpu arena is %s\n",
+               plan_bytes_str(rt_gpu_memory_used(u->r), a1, sizeof a1), plan_bytes_str(p->arenas[ARENA_GPU].size, a2, sizeof a2));
+    }
+    int64_t g = (start + ran) * u->accum;
+    printf("data: %s, epoch %" PRId64 " (%.2f epochs read: %" PRId64 " global micro-batch%s)\n", dord_order_name(u->dord.o.order),
+           dord_epoch(&u->dord, g - 1) + 1, dord_epochs_read(&u->dord, g), g, g == 1 ? "" : "es");
+}
+
+static void run_close(Run *u) {
+    eval_close(&u->ev);
+    if (u->have_order) dord_close(&u->dord);
+    if (u->have_data) tok_close(&u->tr);
+    for (int a = 0; a < PLAN_MAX_ACCUM; a++) {
+        free(u->tok[a]);
+        free(u->tgt[a]);
+    }
+    if (u->lossf) fclose(u->lossf);
+    if (u->have_cost) cost_free(&u->cr);
+    rt_destroy(u->r);
+    plan_free(u->p);
+}
+
 int main(int argc, char **argv) {
     /* A full disk or a file size limit must be an error we report, not a signal. */
     signal(SIGXFSZ, SIG_IGN);
     signal(SIGPIPE, SIG_IGN);
-    Opts o;
-    int rc = parse(argc, argv, &o);
+    static Run u; /* zeroed: what run_close frees is what exists */
+    int rc = parse(argc, argv, &u.o);
     if (rc) return rc;
     if (comm_init(&C, &argc, &argv, false) != COMM_OK) {
         fprintf(stderr, "zinfrun: %s\n", comm_last_error(&C));
         return 1;
     }
     /* Under mpirun stdout is often a pseudo-terminal shared by every rank: plain lines then. */
-    bool lead = C.rank == 0, tty = isatty(1) && C.size == 1 && !getenv("ZINF_PLAIN");
-    char err[2048];
-    static char big[16384]; /* messages that list tensors */
-    Plan *p = plan_read(o.plan, err, sizeof err);
-    if (!p) return die("%s", err);
+    u.lead = C.rank == 0;
+    u.tty = isatty(1) && C.size == 1 && !getenv("ZINF_PLAIN");
+    u.loaded = -1;
+    static char err[16384]; /* messages that list tensors or checkpoints */
+    u.p = plan_read(u.o.plan, err, sizeof err);
+    if (!u.p) return die("%s", err);
     char vm[4096];
-    int nv = verify_plan(p, vm, sizeof vm);
-    if (nv) return die("%s: the plan fails verification (%d problem%s):\n%s", o.plan, nv, nv == 1 ? "" : "s", vm);
-
-    /* Backend selection: the driver is loaded at run time, so this binary
-     * starts on machines with and without GPUs. Every rank must choose the
-     * same: a rank without a usable GPU makes auto choose the host for all. */
-    RtBackend backend = RT_BACKEND_HOST;
-    if (strcmp(o.backend, "host")) {
-        CudaDrv drv;
-        char why[512], gpu[128] = "", arch[16] = "";
-        size_t mem = 0;
-        int have = cudrv_open(&drv, why, sizeof why) == 0 &&
-                   cudrv_describe(&drv, C.local_rank % (drv.ndevices ? drv.ndevices : 1), gpu, sizeof gpu, &mem, arch,
-                                  sizeof arch, why, sizeof why) == 0;
-        if (drv.lib) cudrv_close(&drv);
-        bool code = p->nlaunches > 0;
-        int64_t missing = !have;
-        if (comm_allreduce_max_i64(&C, &missing) != COMM_OK) return die("%s", comm_last_error(&C));
-        if (!strcmp(o.backend, "cuda")) {
-            if (!have) return die("--backend cuda: %s; use --backend host", why);
-            if (missing) return die("--backend cuda: another rank has no usable GPU; use --backend host");
-            if (!code)
-                return die("--backend cuda: %s has no GPU code (compiled for the host target or with --kernels=none): "
-                           "compile it for a GPU target, e.g. zinfc --target h200, or use --backend host",
-                           o.plan);
-            backend = RT_BACKEND_CUDA;
-        } else if (have && !missing && code) {
-            backend = RT_BACKEND_CUDA;
-        }
-        if (lead && !o.quiet) {
-            if (backend == RT_BACKEND_CUDA)
-                printf("backend: cuda (%d rank%s, one GPU each; rank 0 has %s, %s)\n", C.size, C.size == 1 ? "" : "s",
-                       gpu, arch);
-            else if (have && !missing)
-                printf("backend: host (%d rank%s; %s (%s) found, but the plan has no GPU code)\n", C.size,
-                       C.size == 1 ? "" : "s", gpu, arch);
-            else if (have)
-                printf("backend: host (%d rank%s; another rank has no usable GPU)\n", C.size, C.size == 1 ? "" : "s");
-            else printf("backend: host (%d rank%s; %s)\n", C.size, C.size == 1 ? "" : "s", why);
-        }
-    }
-    if (lead && !o.quiet && backend == RT_BACKEND_HOST) { /* the cores each rank's kernels get, and why */
+    int nv = verify_plan(u.p, vm, sizeof vm);
+    if (nv) return die("%s: the plan fails verification (%d problem%s):\n%s", u.o.plan, nv, nv == 1 ? "" : "s", vm);
+    if (choose_backend(&u.o, u.p, u.lead, &u.backend, err, sizeof err)) return die("%s", err);
+    if (u.lead && !u.o.quiet && u.backend == RT_BACKEND_HOST) { /* the cores each rank's kernels get, and why */
         char tl[256];
         hk_threads_describe(tl, sizeof tl);
         printf("%s\n", tl);
     }
-    RtOptions ro = {.backend = backend, .nvme_dir = o.nvme, .queue_depth = 32, .trace = o.trace != NULL};
-    /* From here every failure goes through `out`, which frees what exists. */
+    u.accum = u.p->train.grad_accum > 0 ? (int)u.p->train.grad_accum : 1;
+    u.ho = (HfioOptions){.staging_bytes = HFIO_STAGING_DEFAULT, .max_shard_bytes = u.o.shard_size, .merge_lora = u.o.merge_lora};
     int status = 0;
-    TokReader tr;
-    DataOrder dord;
-    bool have_data = false, have_order = false, have_cost = false;
-    int32_t *tok[PLAN_MAX_ACCUM] = {0}, *tgt[PLAN_MAX_ACCUM] = {0};
-    FILE *lossf = NULL;
-    Eval ev = {0};
-    CostResult cr;
-    memset(&cr, 0, sizeof cr);
-    int accum = p->train.grad_accum > 0 ? (int)p->train.grad_accum : 1;
-#define FAIL_RUN(...)                \
-    do {                             \
-        status = die(__VA_ARGS__);   \
-        goto out;                    \
-    } while (0)
-    Rt *r = NULL;
-    HfioOptions ho = {.staging_bytes = HFIO_STAGING_DEFAULT, .max_shard_bytes = o.shard_size, .merge_lora = o.merge_lora};
-    /* Hugging Face weights: the mapping and the target checked before anything is allocated or trained */
-    if ((o.init || o.export_hf) && hfio_check_plan(p, err, sizeof err)) FAIL_RUN("%s: %s", o.plan, err);
-    if (o.export_hf && export_dir_ok(&o, lead, err, sizeof err)) FAIL_RUN("%s", err);
-    r = rt_create(p, &C, &ro, err, sizeof err);
-    if (!r) FAIL_RUN("%s", err);
-    if (lead && !o.quiet) {
-        printf("plan %s: model %s, %d rank%s, %u instructions per step\n", o.plan, p->model_name ? p->model_name : "?",
-               p->ranks, p->ranks == 1 ? "" : "s", p->ninstrs);
-        printf("memory per rank (allocated once, as planned):\n");
-        rt_memory_report(r, stdout);
-    }
-    have_cost = cost_simulate(p, &cr);
-
-    int64_t total = o.steps >= 0 ? o.steps : p->train.steps;
-    int64_t start = 0;
-    int64_t loaded = -1; /* the checkpoint directory resumed from */
-    RtCkptOrigin from = {0};
-    if (o.ckpt_dir && checkpoint_start(r, &o, lead, &start, &loaded, &from, big, sizeof big)) FAIL_RUN("%s", big);
-    if (lead && loaded >= 0) say_resumed(p, &o, start, loaded, &from);
-    if (o.init && start > 0 && lead && !o.quiet)
-        printf("init: not used: resumed from step %" PRId64 " (the checkpoint holds the weights)\n", start);
-    if (o.init && start == 0 && import_hf(r, &o, &ho, lead, big, sizeof big)) FAIL_RUN("%s", big);
-
-    /* the verifier tied every INPUT copy to this shape */
-    int64_t B = 0, T = 0;
-    if (!plan_batch_shape(p, &B, &T)) FAIL_RUN("%s: the plan has no token input", o.plan);
-    if (start < total) {
-        if (tok_open(&tr, o.data, plan_vocab(p), err, sizeof err)) FAIL_RUN("%s", err);
-        have_data = true;
-        DordOptions dopt = {.order = o.data_order, .seed = o.data_seed_given ? o.data_seed : p->train.seed, .eos = o.eos};
-        if (dord_open(&dord, &tr, &dopt, B, T, C.size, err, sizeof err)) FAIL_RUN("%s", err);
-        have_order = true;
-        if (loaded >= 0 && global_batch_check(&from, &o, loaded, B, accum, err, sizeof err)) FAIL_RUN("%s", err);
-        /* the checkpoint counts micro-batches in its writer's accumulation */
-        int64_t g_was = start * (from.grad_accum > 0 ? from.grad_accum : accum);
-        if (loaded >= 0 && data_resume_check(&dord, &o, lead, loaded, g_was, err, sizeof err)) FAIL_RUN("%s", err);
-        if (lead && o.eos >= 0 && dord.eos_count == 0)
-            fprintf(stderr, "zinfrun: warning: --eos %" PRId64 " does not occur in %s: the whole file is one document\n", o.eos, o.data);
-        if (lead && !o.quiet) data_describe(&dord, &o, start * accum);
-        for (int a = 0; a < accum; a++) {
-            tok[a] = malloc(sizeof(int32_t) * (size_t)(B * T));
-            tgt[a] = malloc(sizeof(int32_t) * (size_t)(B * T));
-            if (!tok[a] || !tgt[a]) FAIL_RUN("out of memory for batches");
-        }
-    }
-    if (o.eval_data && eval_open(&ev, &o, plan_vocab(p), B, T, err, sizeof err)) FAIL_RUN("%s", err);
-    if (o.losses && lead && !(lossf = fopen(o.losses, "a"))) FAIL_RUN("cannot open %s: %s", o.losses, strerror(errno));
-    if (eval_due(&o, start, start, total) && eval_at(r, &ev, start, B * T, &o, lossf, tty, err, sizeof err)) FAIL_RUN("%s", err);
-    double first_loss = NAN, last_loss = NAN, time_sum = 0;
-    uint64_t bytes_sum[PLAN_NQUEUES] = {0};
-    int64_t ran = 0;
-    char runst[512];
-    for (int64_t s = start; s < total; s++) {
-        for (int a = 0; a < accum; a++)
-            if (dord_batch(&dord, C.rank, s * accum + a, tok[a], tgt[a], err, sizeof err)) FAIL_RUN("%s", err);
-        RtStepStats st;
-        if (rt_step(r, (const int32_t *const *)tok, (const int32_t *const *)tgt, accum, &st, err, sizeof err))
-            FAIL_RUN("%s", err);
-        ran++;
-        if (lossf) {
-            fprintf(lossf, "step %" PRId64 " loss %.9g grad_norm %.9g\n", s + 1, st.loss, st.grad_norm);
-            fflush(lossf);
-        }
-        if (isnan(first_loss)) first_loss = st.loss;
-        last_loss = st.loss;
-        time_sum += st.seconds;
-        for (int q = 0; q < PLAN_NQUEUES; q++) bytes_sum[q] += st.bytes[q];
-        if (lead && !o.quiet) {
-            char b1[32], b2[32], b3[32];
-            double tps = (double)(B * T * accum * C.size) / st.seconds;
-            printf("%sstep %4" PRId64 "/%" PRId64 "  loss %.4f  %8.0f tok/s  %7.1f ms/step (predicted %.1f)  nvme %s  h2d %s  comm %s%s%s",
-                   tty ? "\r" : "", s + 1, total, st.loss, tps, st.seconds * 1e3, have_cost ? cr.step_time * 1e3 : 0.0,
-                   plan_bytes_str(st.bytes[Q_NVME], b1, sizeof b1), plan_bytes_str(st.bytes[Q_H2D], b2, sizeof b2),
-                   plan_bytes_str(st.bytes[Q_COMM], b3, sizeof b3), st.skipped ? "  (skipped: overflow)" : "",
-                   tty ? "\033[K" : "\n");
-            if (tty && (s + 1 == total || (s + 1) % 10 == 0)) printf("\n");
-            fflush(stdout);
-        }
-        if (eval_due(&o, s + 1, start, total) && eval_at(r, &ev, s + 1, B * T, &o, lossf, tty, err, sizeof err)) FAIL_RUN("%s", err);
-        if (o.ckpt_dir && o.ckpt_every > 0 && (s + 1) % o.ckpt_every == 0 && s + 1 < total) {
-            run_state(&dord, (s + 1) * accum, runst, sizeof runst);
-            if (rt_checkpoint_save(r, o.ckpt_dir, runst, err, sizeof err)) FAIL_RUN("%s", err);
-        }
-    }
-    if (o.ckpt_dir && ran > 0) {
-        run_state(&dord, rt_steps_done(r) * accum, runst, sizeof runst);
-        if (rt_checkpoint_save(r, o.ckpt_dir, runst, err, sizeof err)) FAIL_RUN("%s", err);
-    }
-    if (o.export_path) {
-        if (rt_export_safetensors(r, o.export_path, err, sizeof err)) FAIL_RUN("%s", err);
-        if (lead && !o.quiet) printf("exported the parameters to %s\n", o.export_path);
-    }
-    if (o.export_hf) {
-        HfioReport rep;
-        if (hfio_export(r, o.export_hf, &ho, &rep, big, sizeof big)) FAIL_RUN("--export-hf: %s", big);
-        char b1[32];
-        if (lead && !o.quiet)
-            printf("exported %d Hugging Face tensors at step %" PRId64 " to %s (%d safetensors file%s, %s)\n", rep.tensors,
-                   rt_steps_done(r), o.export_hf, rep.files, rep.files == 1 ? "" : "s", plan_bytes_str(rep.bytes, b1, sizeof b1));
-    }
-    if (o.trace) {
-        /* Rank 0 writes FILE, every other rank FILE.rankR. */
-        char path[1024];
-        if (lead) snprintf(path, sizeof path, "%s", o.trace);
-        else snprintf(path, sizeof path, "%s.rank%d", o.trace, C.rank);
-        FILE *f = fopen(path, "w");
-        if (!f) FAIL_RUN("cannot write the trace %s: %s", path, strerror(errno));
-        int bad = rt_write_trace(r, f);
-        if (fclose(f) || bad) FAIL_RUN("cannot write the trace %s: %s", path, strerror(errno));
-    }
-    if (lead) {
-        if (ran > 0) {
-            printf("done: %" PRId64 " steps, loss %.4f -> %.4f, %.1f ms/step measured, %.1f ms/step predicted\n", ran,
-                   first_loss, last_loss, time_sum / (double)ran * 1e3, have_cost ? cr.step_time * 1e3 : 0.0);
-            printf("queue busy per step, measured (predicted):");
-            for (int q = 0; q < PLAN_NQUEUES; q++)
-                printf(" %s %.1f (%.1f)", plan_queue_names[q], rt_busy_seconds(r, q) / (double)ran * 1e3,
-                       have_cost ? cr.busy[q] * accum * 1e3 : 0.0);
-            printf(" ms");
-            printf("\n");
-            double sec = time_sum / (double)ran;
-            printf("compute: %.2f TFLOP/s per rank achieved (the plan's %.3g kernel FLOPs per step / measured time)\n",
-                   sec > 0 ? rt_step_flops(r, accum) / sec * 1e-12 : 0.0, rt_step_flops(r, accum));
-            if (backend == RT_BACKEND_CUDA) {
-                char a1[32], a2[32];
-                printf("gpu memory: %s in use by zinfrun on rank 0 after the last step; the plan's gpu arena is %s\n",
-                       plan_bytes_str(rt_gpu_memory_used(r), a1, sizeof a1),
-                       plan_bytes_str(p->arenas[ARENA_GPU].size, a2, sizeof a2));
-            }
-            int64_t g = (start + ran) * accum;
-            printf("data: %s, epoch %" PRId64 " (%.2f epochs read: %" PRId64 " global micro-batch%s)\n",
-                   dord_order_name(dord.o.order), dord_epoch(&dord, g - 1) + 1, dord_epochs_read(&dord, g), g, g == 1 ? "" : "es");
-        } else {
-            if (total > start || start == 0) printf("done: nothing to train (%" PRId64 " steps)\n", total);
-            else if (total == start) printf("done: nothing to train (%" PRId64 " of %" PRId64 " steps already done)\n", start, total);
-            else printf("done: nothing to train (step %" PRId64 " reached; --steps %" PRId64 ")\n", start, total);
-        }
-    }
-out:
-#undef FAIL_RUN
-    eval_close(&ev);
-    if (have_order) dord_close(&dord);
-    if (have_data) tok_close(&tr);
-    for (int a = 0; a < accum && a < PLAN_MAX_ACCUM; a++) {
-        free(tok[a]);
-        free(tgt[a]);
-    }
-    if (lossf) fclose(lossf);
-    if (have_cost) cost_free(&cr);
-    rt_destroy(r);
-    plan_free(p);
+    if (run_start(&u, err, sizeof err) || open_data(&u, err, sizeof err) || train(&u, err, sizeof err) ||
+        finish(&u, err, sizeof err))
+        status = die("%s", err);
+    else if (u.lead)
+        print_summary(&u);
+    run_close(&u);
     comm_finalize(&C);
     return status;
 }
