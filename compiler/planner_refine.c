@@ -38,6 +38,19 @@ static const char *const move_what[MV_COUNT] = {"optimizer state and gradients",
 static const int move_to[MV_COUNT] = {TIER_GPU, TIER_CPU, TIER_GPU, TIER_CPU};
 static const int arena_of_tier[PLAN_NTIERS] = {ARENA_GPU, ARENA_CPU, ARENA_NVME};
 
+/* Whether move kind k can shorten the step much: the queue it relieves (CPU
+ * Adam, NVMe swap, host-to-device fetches) must be busy for at least a
+ * tenth of the pass; else its builds are not worth their planning time. */
+static bool move_worth(MoveKind k, const CostResult *cur) {
+    double q;
+    switch (k) {
+    case MV_OPT_GPU: q = fmax(cur->busy[Q_CPU], cur->busy[Q_NVME]); break;
+    case MV_PARAM_GPU: q = fmax(cur->busy[Q_H2D], cur->busy[Q_NVME]); break;
+    default: q = cur->busy[Q_NVME]; break;
+    }
+    return q >= 0.1 * cur->pass_time;
+}
+
 /* Whether the plan block lets move kind k move anything. */
 static bool move_allowed(const B *b, MoveKind k) {
     const PlannerOptions *o = b->o;
@@ -221,7 +234,7 @@ bool pl_refine(B *b, Arena *a, PlText *ex, Plan **plan, double *time, int *build
     bool ok = true;
     for (int k = 0; k < MV_COUNT && ok; k++) {
         if (move_to[k] == TIER_GPU || b->cap[ARENA_NVME]) { /* NVMe -> CPU moves need NVMe */
-            if (move_allowed(b, (MoveKind)k)) ok = refine_kind(&R, (MoveKind)k, &cur);
+            if (move_allowed(b, (MoveKind)k) && move_worth((MoveKind)k, &cur)) ok = refine_kind(&R, (MoveKind)k, &cur);
         }
     }
     cost_free(&cur);

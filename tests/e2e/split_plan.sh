@@ -23,7 +23,7 @@ for r in 1 2; do
     cat > "$W/$v$r.zl" <<ZL
 import "$ROOT/examples/gpt2-tiny"
 target t { backend = "host"; ranks = $r; budget = 10 MiB
-  cpu { memory = 8 GiB; bandwidth = 2 GB/s; cores = 2; flops = 20 G } }
+  cpu { memory = 8 GiB; bandwidth = 1 GB/s; cores = 2; flops = 1 T } }
 plan { whole_below = 1000; $pin }
 ZL
     if ! "$B/bin/zinfc" "$W/$v$r.zl" --explain -o "$W/$v$r.plan" > "$W/$v$r.explain" 2>&1; then
