@@ -5,6 +5,9 @@
 # says whether all of them ran.
 BUILD=${1:-build}
 status=0
+# The Python with torch, for the peers of bench_adam and the scripts (ZINF_PY, or empty).
+. tests/pyenv.sh
+export ZINF_PY
 if ! command -v fio >/dev/null 2>&1; then
   echo "note: fio is not installed (make deps installs it); bench_nvme prints no peer figure"
 fi
@@ -13,7 +16,7 @@ for b in "$BUILD"/bench/bench_*; do
   name=$(basename "$b")
   case "$name" in
     bench_nvme) set -- --dir "$BUILD/bench-nvme" --size 1G --bs 1M --qd 32 ;;
-    bench_adam) set -- --n 67108864 --reps 3 ;;
+    bench_adam) set -- --n 67108864 --reps 5 ;;
     *) set -- ;;
   esac
   echo "== $name $*"
