@@ -47,10 +47,26 @@ static bool launched_by_mpi(void) {
     return false;
 }
 
+/* Every rank's (local rank, local size) gathered: each rank then derives
+ * the same layout. */
+static CommStatus learn_layout(Comm *c) {
+    int mine[2] = {c->local_rank, c->local_size};
+    int *all = malloc(sizeof mine * (size_t)c->size);
+    if (!all) return snprintf(c->err, sizeof c->err, "rank %d: out of memory", c->rank), COMM_EARG;
+    CommStatus st = comm_allgather(c, mine, all, sizeof mine);
+    if (st == COMM_OK && !comm_layout_of(all, c->size, &c->layout)) {
+        snprintf(c->err, sizeof c->err, "rank %d: MPI's node groups do not describe nodes", c->rank);
+        st = COMM_EMPI;
+    }
+    free(all);
+    return st;
+}
+
 CommStatus comm_init(Comm *c, int *argc, char ***argv, bool force_mpi) {
     memset(c, 0, sizeof *c);
     c->size = 1;
     c->local_size = 1;
+    c->layout = (CommLayout){1, 1, 1};
     c->timeout_s = 300;
     const char *t = getenv("ZINF_COMM_TIMEOUT");
     if (t && atof(t) > 0) c->timeout_s = atof(t);
@@ -65,12 +81,17 @@ CommStatus comm_init(Comm *c, int *argc, char ***argv, bool force_mpi) {
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c->size);
     MPI_Comm node;
-    rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
+    const char *split = getenv("ZINF_TEST_NODE_SPLIT"); /* tests only: see comm.h */
+    int k = split ? atoi(split) : 0;
+    if (k > 0 && k <= c->size)
+        rc = MPI_Comm_split(MPI_COMM_WORLD, (int)((int64_t)c->rank * k / c->size), c->rank, &node);
+    else
+        rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
     if (rc != MPI_SUCCESS) return mpi_fail(c, "MPI_Comm_split_type", rc);
     MPI_Comm_rank(node, &c->local_rank);
     MPI_Comm_size(node, &c->local_size);
     c->node = (void *)node;
-    return COMM_OK;
+    return learn_layout(c);
 }
 
 void comm_finalize(Comm *c) {
@@ -86,6 +107,44 @@ void comm_abort(Comm *c, int code) {
 }
 
 const char *comm_last_error(const Comm *c) { return c->err[0] ? c->err : "no error"; }
+
+bool comm_layout_of(const int *pairs, int size, CommLayout *out) {
+    CommLayout l = {0, 0, 0};
+    int sum = 0;
+    for (int r = 0; r < size; r++) {
+        int local = pairs[2 * r], n = pairs[2 * r + 1];
+        if (n < 1 || local < 0 || local >= n) return false;
+        if (local != 0) continue;
+        l.nodes++;
+        sum += n;
+        if (l.min_per_node == 0 || n < l.min_per_node) l.min_per_node = n;
+        if (n > l.max_per_node) l.max_per_node = n;
+    }
+    if (l.nodes == 0 || sum != size) return false;
+    *out = l;
+    return true;
+}
+
+void comm_layout_str(const CommLayout *l, char *buf, size_t n) {
+    const char *ns = l->nodes == 1 ? "" : "s";
+    if (l->min_per_node == l->max_per_node)
+        snprintf(buf, n, "%d node%s x %d rank%s", l->nodes, ns, l->max_per_node, l->max_per_node == 1 ? "" : "s");
+    else
+        snprintf(buf, n, "%d node%s x %d to %d ranks", l->nodes, ns, l->min_per_node, l->max_per_node);
+}
+
+int comm_layout_check(const CommLayout *l, int nodes, int per_node, int ranks, char *err, size_t n) {
+    if (l->nodes == nodes && l->max_per_node <= per_node) return 0;
+    char job[96];
+    comm_layout_str(l, job, sizeof job);
+    bool full = ranks == nodes * per_node;
+    snprintf(err, n,
+             "the plan is for %d node%s x %d GPU%s (%d rank%s); this job is %s: start %s%d rank%s on each of %d node%s "
+             "(Open MPI: mpirun -np %d --map-by ppr:%d:node) or recompile for this layout",
+             nodes, nodes == 1 ? "" : "s", per_node, per_node == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s", job,
+             full ? "" : "at most ", per_node, per_node == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s", ranks, per_node);
+    return -1;
+}
 
 CommStatus comm_barrier(Comm *c) {
     if (!c->mpi || c->size == 1) return COMM_OK;

@@ -20,9 +20,16 @@ typedef enum CommStatus {
     COMM_EARG = -3,      /* bad arguments (sizes overflow MPI's int counts, ...) */
 } CommStatus;
 
+/* How the job's ranks sit on nodes: the node count and the fewest and most
+ * ranks any node holds (equal when every node has as many). */
+typedef struct CommLayout {
+    int nodes, min_per_node, max_per_node;
+} CommLayout;
+
 typedef struct Comm {
     int rank, size;
     int local_rank, local_size; /* within the node (MPI_COMM_TYPE_SHARED) */
+    CommLayout layout;          /* the same on every rank */
     bool mpi;                   /* MPI initialised by us */
     double timeout_s;
     void *world;                /* MPI_Comm, opaque here */
@@ -32,12 +39,28 @@ typedef struct Comm {
 
 /* Joins the job. Uses MPI when a launcher's environment is present
  * (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, SLURM_NTASKS with srun) or
- * force_mpi is set; otherwise a world of one. */
+ * force_mpi is set; otherwise a world of one. The node of a rank is its
+ * MPI_COMM_TYPE_SHARED group; for tests only, ZINF_TEST_NODE_SPLIT=k
+ * pretends the ranks sit on k nodes instead (rank r on node r*k/size), since
+ * one machine cannot be made to look like two to MPI. */
 CommStatus comm_init(Comm *c, int *argc, char ***argv, bool force_mpi);
 void comm_finalize(Comm *c);
 /* Ends every rank of the job (MPI_Abort); returns only in a world of one. */
 void comm_abort(Comm *c, int code);
 const char *comm_last_error(const Comm *c);
+
+/* The layout from every rank's (local rank, local size), pairs[2*r] and
+ * pairs[2*r+1]: a node per local rank 0. False when they do not describe
+ * nodes (a size below 1, no local rank 0). */
+bool comm_layout_of(const int *pairs, int size, CommLayout *out);
+/* "2 nodes x 8 ranks", "3 nodes x 4 to 6 ranks", "1 node x 1 rank". */
+void comm_layout_str(const CommLayout *l, char *buf, size_t n);
+/* Whether a job of this layout fits a plan for `nodes` nodes of `per_node`
+ * GPUs holding `ranks` ranks (ranks <= nodes * per_node; the last node may be
+ * partly used): the same node count and no node with more ranks than
+ * per_node. 0 when it fits, else -1 and a message naming both layouts. The
+ * rank count itself is the caller's to check first. */
+int comm_layout_check(const CommLayout *l, int nodes, int per_node, int ranks, char *err, size_t n);
 
 CommStatus comm_barrier(Comm *c);
 /* recv holds size * bytes: rank r's send lands at recv + r * bytes. */

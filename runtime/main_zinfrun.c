@@ -644,6 +644,20 @@ static int choose_backend(const Opts *o, const Plan *p, bool lead, RtBackend *ou
     return 0;
 }
 
+/* The job's nodes against the plan's target, before anything is allocated.
+ * A CUDA run must have the plan's node count and no more ranks on a node
+ * than the plan's GPUs per node (with the plan's rank count: exactly that
+ * many on each node, the last one possibly fewer). The host backend checks
+ * the rank count only: its ranks are processes, and a host plan run across
+ * several nodes is legitimate. A plain rank-count mismatch is left to
+ * rt_create's message. Every rank holds the same layout, so all agree. */
+static int check_layout(const Plan *p, RtBackend backend, char *err, size_t n) {
+    if (backend != RT_BACKEND_CUDA || p->ranks != C.size) return 0;
+    int nodes = p->target.nodes > 0 ? p->target.nodes : 1, per = p->target.gpus_per_node;
+    if (per <= 0 || p->ranks > nodes * per) return 0; /* a target that does not say */
+    return comm_layout_check(&C.layout, nodes, per, p->ranks, err, n);
+}
+
 /* Everything one run holds; run_close frees what exists. */
 typedef struct Run {
     Opts o;
@@ -868,7 +882,8 @@ int main(int argc, char **argv) {
     char vm[4096];
     int nv = verify_plan(u.p, vm, sizeof vm);
     if (nv) return die("%s: the plan fails verification (%d problem%s):\n%s", u.o.plan, nv, nv == 1 ? "" : "s", vm);
-    if (choose_backend(&u.o, u.p, u.lead, &u.backend, err, sizeof err)) return die("%s", err);
+    if (choose_backend(&u.o, u.p, u.lead, &u.backend, err, sizeof err) || check_layout(u.p, u.backend, err, sizeof err))
+        return die("%s", err);
     if (u.lead && !u.o.quiet && u.backend == RT_BACKEND_HOST) { /* the cores each rank's kernels get, and why */
         char tl[256];
         hk_threads_describe(tl, sizeof tl);

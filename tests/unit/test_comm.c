@@ -63,6 +63,71 @@ START_TEST(test_bcast_barrier) {
 }
 END_TEST
 
+/* The layout arithmetic on made-up jobs. */
+START_TEST(test_layout_of) {
+    CommLayout l;
+    int two_by_two[] = {0, 2, 1, 2, 0, 2, 1, 2};
+    ck_assert(comm_layout_of(two_by_two, 4, &l));
+    ck_assert_int_eq(l.nodes, 2);
+    ck_assert_int_eq(l.min_per_node, 2);
+    ck_assert_int_eq(l.max_per_node, 2);
+    int uneven[] = {0, 3, 1, 3, 2, 3, 0, 1};
+    ck_assert(comm_layout_of(uneven, 4, &l));
+    ck_assert_int_eq(l.nodes, 2);
+    ck_assert_int_eq(l.min_per_node, 1);
+    ck_assert_int_eq(l.max_per_node, 3);
+    int one[] = {0, 1};
+    ck_assert(comm_layout_of(one, 1, &l));
+    ck_assert_int_eq(l.nodes * l.max_per_node, 1);
+    int no_lead[] = {1, 2, 1, 2};
+    ck_assert(!comm_layout_of(no_lead, 2, &l));
+    int short_node[] = {0, 3, 1, 3}; /* a node of 3 with only 2 ranks in the world */
+    ck_assert(!comm_layout_of(short_node, 2, &l));
+    int bad[] = {0, 0};
+    ck_assert(!comm_layout_of(bad, 1, &l));
+}
+END_TEST
+
+START_TEST(test_layout_check) {
+    char err[512], buf[64];
+    CommLayout four_by_four = {4, 4, 4}, two_by_eight = {2, 8, 8}, uneven = {3, 4, 6}, two_by_one = {2, 1, 1};
+    ck_assert_int_eq(comm_layout_check(&two_by_eight, 2, 8, 16, err, sizeof err), 0);
+    ck_assert_int_eq(comm_layout_check(&four_by_four, 2, 8, 16, err, sizeof err), -1);
+    ck_assert_str_eq(err, "the plan is for 2 nodes x 8 GPUs (16 ranks); this job is 4 nodes x 4 ranks: start 8 ranks on "
+                          "each of 2 nodes (Open MPI: mpirun -np 16 --map-by ppr:8:node) or recompile for this layout");
+    ck_assert_int_eq(comm_layout_check(&two_by_one, 1, 2, 2, err, sizeof err), -1);
+    ck_assert_str_eq(err, "the plan is for 1 node x 2 GPUs (2 ranks); this job is 2 nodes x 1 rank: start 2 ranks on "
+                          "each of 1 node (Open MPI: mpirun -np 2 --map-by ppr:2:node) or recompile for this layout");
+    /* 12 ranks on nodes of 8: the last node partly used */
+    CommLayout six_six = {2, 6, 6}, nine_three = {2, 3, 9};
+    ck_assert_int_eq(comm_layout_check(&six_six, 2, 8, 12, err, sizeof err), 0);
+    ck_assert_int_eq(comm_layout_check(&nine_three, 2, 8, 12, err, sizeof err), -1);
+    ck_assert_str_eq(err, "the plan is for 2 nodes x 8 GPUs (12 ranks); this job is 2 nodes x 3 to 9 ranks: start at "
+                          "most 8 ranks on each of 2 nodes (Open MPI: mpirun -np 12 --map-by ppr:8:node) or recompile "
+                          "for this layout");
+    comm_layout_str(&uneven, buf, sizeof buf);
+    ck_assert_str_eq(buf, "3 nodes x 4 to 6 ranks");
+}
+END_TEST
+
+/* This job's own layout: one machine is one node, unless the test-only
+ * ZINF_TEST_NODE_SPLIT says otherwise. */
+START_TEST(test_layout_live) {
+    const CommLayout *l = &C.layout;
+    const char *k = getenv("ZINF_TEST_NODE_SPLIT");
+    int want = C.mpi && k && atoi(k) > 0 && atoi(k) <= C.size ? atoi(k) : 1;
+    ck_assert_int_eq(l->nodes, want);
+    ck_assert_int_le(l->min_per_node, C.local_size);
+    ck_assert_int_ge(l->max_per_node, C.local_size);
+    ck_assert_int_lt(C.local_rank, C.local_size);
+    int64_t sum = C.local_rank == 0 ? C.local_size : 0, leads = C.local_rank == 0;
+    double v[2] = {(double)sum, (double)leads};
+    ck_assert_int_eq(comm_allreduce_sum_f64(&C, v, 2), COMM_OK);
+    ck_assert_int_eq((int)v[0], C.size);
+    ck_assert_int_eq((int)v[1], l->nodes);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     if (comm_init(&C, &argc, &argv, false) != COMM_OK) {
         fprintf(stderr, "%s\n", comm_last_error(&C));
@@ -83,6 +148,9 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_reduce_scatter);
     tcase_add_test(tc, test_allreduce);
     tcase_add_test(tc, test_bcast_barrier);
+    tcase_add_test(tc, test_layout_of);
+    tcase_add_test(tc, test_layout_check);
+    tcase_add_test(tc, test_layout_live);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     if (C.mpi) srunner_set_fork_status(sr, CK_NOFORK); /* MPI state does not survive fork */
