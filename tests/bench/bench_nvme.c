@@ -123,8 +123,13 @@ static int run_bs(const char *dir, uint64_t size, uint64_t bs, int qd, int have_
         bad = z[k] < 0;
         f[k] = have_fio && !bad ? fio(dir, rw[k], size, bs, qd, fixed) : -1;
     }
-    snprintf(mode, nmode, "%s%s", e.sync ? "pread/pwrite fallback: " : "io_uring",
-             e.sync ? e.sync_reason : fixed ? ", registered buffers (fio --fixedbufs)" : ", plain buffers");
+    snprintf(mode, nmode, "%s%s; %llu KiB: %llu operations, %llu with a registered buffer, %llu short "
+             "transfers resumed, %llu EAGAIN/EINTR retries",
+             e.sync ? "pread/pwrite fallback: " : "io_uring",
+             e.sync ? e.sync_reason : fixed ? ", registered buffers (fio --fixedbufs)" : ", plain buffers",
+             (unsigned long long)(bs >> 10), (unsigned long long)e.stats.ops,
+             (unsigned long long)e.stats.fixed_ops, (unsigned long long)e.stats.short_resumed,
+             (unsigned long long)e.stats.again_retried);
     nvme_close(&e, 1);
     unlink(ff);
     free(buf);
@@ -167,7 +172,7 @@ int main(int argc, char **argv) {
     printf("  %-8s %-16s %10s %10s %8s\n", "block", "op", "zinf MB/s", "fio MB/s", "zinf/fio");
     const char *ops[3] = {"write, fresh", "write, overwrite", "read"};
     int rc = 0, fio_failed = 0;
-    char mode[256] = "";
+    char mode[512] = "";
     for (int b = 0; b < nbs && !rc; b++) {
         double z[3], f[3];
         if (run_bs(dir, size, bss[b], qd, have_fio, z, f, mode, sizeof mode)) {
@@ -184,8 +189,8 @@ int main(int argc, char **argv) {
                 fio_failed |= have_fio;
             }
         }
+        printf("  %-8s engine: %s\n", "", mode);
     }
-    printf("  engine: %s\n", mode);
     if (!have_fio) printf("  fio: not installed (command -v fio failed); install it with `make deps`: no peer figure\n");
     else if (fio_failed) printf("  fio: a run failed; no peer figure there\n");
     printf("  target: zinf >= 90%% of fio (printed, not checked)\n");

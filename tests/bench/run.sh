@@ -15,7 +15,7 @@ for b in "$BUILD"/bench/bench_*; do
   [ -x "$b" ] || continue
   name=$(basename "$b")
   case "$name" in
-    bench_nvme) set -- --dir "$BUILD/bench-nvme" --size 1G --bs 1M --qd 32 ;;
+    bench_nvme) set -- --dir "$BUILD/bench-nvme" --size 1G --bs 1M,128K --qd 32 ;;
     bench_adam) set -- --n 67108864 --reps 5 ;;
     *) set -- ;;
   esac
