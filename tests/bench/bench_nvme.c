@@ -8,9 +8,11 @@
  *     creates, which fio does not lay out for a write job);
  *   write, overwrite: the same file again, every block written before;
  *   read: that file.
- * The engine and fio alternate, one state at a time (engine fresh, fio
- * fresh, engine overwrite, ...), so the noise of a shared disk falls on
- * both. fio's figure is bw_bytes of its JSON output (bytes over its run
+ * The engine and fio alternate, one state at a time, so that the noise of
+ * a shared disk (and the write-back of the last writer, which slows
+ * whoever runs next) falls on both: the fresh write once each, engine
+ * first; overwrite and read twice each, engine, fio, fio, engine, the best
+ * of each kept. fio's figure is bw_bytes of its JSON output (bytes over its run
  * time); the engine's is bytes over the time from the first submission to
  * nvme_wait's return.
  *   bench_nvme [--dir D] [--size BYTES] [--bs LIST] [--qd N]
@@ -122,6 +124,12 @@ static int run_bs(const char *dir, uint64_t size, uint64_t bs, int qd, int have_
         z[k] = pass(&e, k < 2, size, bs, buf, bufsize);
         bad = z[k] < 0;
         f[k] = have_fio && !bad ? fio(dir, rw[k], size, bs, qd, fixed) : -1;
+        if (k == 0 || bad) continue;
+        double f2 = have_fio ? fio(dir, rw[k], size, bs, qd, fixed) : -1;
+        double z2 = pass(&e, k < 2, size, bs, buf, bufsize);
+        bad = z2 < 0;
+        if (f2 > f[k] && f[k] > 0) f[k] = f2;
+        if (z2 > z[k]) z[k] = z2;
     }
     snprintf(mode, nmode, "%s%s; %llu KiB: %llu operations, %llu with a registered buffer, %llu short "
              "transfers resumed, %llu EAGAIN/EINTR retries",
@@ -169,6 +177,7 @@ int main(int argc, char **argv) {
     int have_fio = system("command -v fio >/dev/null 2>&1") == 0;
     printf("bench_nvme: %s, file %llu MiB, QD %d, O_DIRECT, sequential; MB/s = 10^6 bytes/s\n", dir,
            (unsigned long long)(size >> 20), qd);
+    printf("  fresh write once each (engine first); overwrite and read best of 2 (engine, fio, fio, engine)\n");
     printf("  %-8s %-16s %10s %10s %8s\n", "block", "op", "zinf MB/s", "fio MB/s", "zinf/fio");
     const char *ops[3] = {"write, fresh", "write, overwrite", "read"};
     int rc = 0, fio_failed = 0;
