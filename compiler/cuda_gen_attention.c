@@ -6,6 +6,10 @@
 #include <math.h>
 #include "cuda_gen_impl.h"
 
+/* The largest head dim: the kernels pad it to a multiple of 32 inside the
+ * block; at 160 and above the f32 (SIMT) tiles outgrow 48 KiB. */
+#define ATTN_MAX_HD 128
+
 /* An attention op's shape and unit specialisation. */
 typedef struct Attn {
     int q, k, v;
@@ -34,8 +38,9 @@ static bool attn_shape(Ctx *c, Attn *t) {
              Kt->dims[0], Kt->dims[1], Kt->dims[2], B, Tn, KV * hd);
         return false;
     }
-    if (hd % 32 != 0 || hd > 128) {
-        cg_fail(c, "attention head dim %" PRId64 ": the CUDA kernel supports multiples of 32 up to 128", hd);
+    if (hd > ATTN_MAX_HD) {
+        cg_fail(c, "attention head dim %" PRId64 ": the CUDA kernels support head dims up to %d (their query, key and "
+                   "value tiles must fit a block's 48 KiB of static shared memory)", hd, ATTN_MAX_HD);
         return false;
     }
     if (B > 65535 || H > 65535) {
@@ -43,7 +48,8 @@ static bool attn_shape(Ctx *c, Attn *t) {
         return false;
     }
     DType dt = Q->dtype;
-    int rf = hd <= 64 ? 8 : 4, rb = hd <= 64 ? 4 : 2;
+    int64_t hdp = (hd + 31) / 32 * 32; /* padded inside the kernels */
+    int rf = hdp <= 64 ? 8 : 4, rb = hdp <= 64 ? 4 : 2;
     t->B = B;
     t->Tn = Tn;
     t->H = H;
@@ -54,6 +60,10 @@ static bool attn_shape(Ctx *c, Attn *t) {
                            t->tca ? "fwd=mma.sync" : "fwd=simt", rf, rb);
     t->defs = arena_printf(c->cg->arena, "ZK_T %s\nZK_DT %d\nZK_HD %" PRId64 "\nZK_RPW_FWD %d\nZK_RPW_BWD %d\nZK_TC_ATTN %d",
                            dtype_ctype(dt), dtype_code(dt), hd, rf, rb, t->tca);
+    if (hdp != hd) { /* unpadded units keep their defines */
+        t->defs = arena_printf(c->cg->arena, "%s\nZK_HDP %" PRId64, t->defs, hdp);
+        t->spec = arena_printf(c->cg->arena, "%s padded=%" PRId64, t->spec, hdp);
+    }
     t->scale = (float)(1.0 / sqrt((double)hd));
     t->qbf = t->tca ? 64 : 4 * rf;
     t->qbb = 4 * rb;

@@ -311,6 +311,22 @@ static void drop_launches(Plan *p) {
         for (int t = 0; t < PLAN_NDTYPES; t++) p->util[u][t] = -1;
 }
 
+/* The bf16/f16 kernels run on the tensor cores (mma.sync m16n8k16 with
+ * bf16 or f16 operands): a hardware limit below sm_80 (the V100 is sm_70). */
+static bool arch_serves(const Graph *g, const char *arch, DiagSink *d) {
+    const char *u = strrchr(arch, '_');
+    if (!u || atoi(u + 1) >= 80) return true;
+    for (int i = 0; i < g->ntensors; i++) {
+        DType dt = g->tensors[i].dtype;
+        if (dt != DT_BF16 && dt != DT_F16) continue;
+        diag_error(d, SPAN_NONE, "--kernels=%s: the %s kernels run on the tensor cores (mma.sync m16n8k16), which needs "
+                   "sm_80 or newer", arch, dt == DT_BF16 ? "bf16" : "f16");
+        diag_hint(d, "plan the model in f32 for this GPU, or compile for sm_80 or newer");
+        return false;
+    }
+    return true;
+}
+
 bool kernels_embed(Plan *p, const Graph *g, const char *archs, const char *source_dir, const SourceSet *src,
                    int sm_count, DiagSink *d, EmbedStats *st) {
     memset(st, 0, sizeof *st);
@@ -329,6 +345,8 @@ bool kernels_embed(Plan *p, const Graph *g, const char *archs, const char *sourc
         diag_error(d, SPAN_NONE, "--kernels: no architecture given (e.g. sm_80,sm_90)");
         return false;
     }
+    for (int i = 0; i < na; i++)
+        if (!arch_serves(g, list[i], d)) return false;
     Arena a;
     arena_init(&a);
     CudaGen cg;

@@ -131,6 +131,8 @@ typedef int (*fn_size)(void *, size_t *);
 typedef int (*fn_get)(void *, char *);
 typedef int (*fn_destroy)(void **);
 typedef const char *(*fn_errstr)(int);
+typedef int (*fn_narchs)(int *);
+typedef int (*fn_archs)(int *);
 
 static struct {
     pthread_once_t once;
@@ -144,6 +146,8 @@ static struct {
     fn_get log, cubin;
     fn_destroy destroy;
     fn_errstr errstr;
+    fn_narchs narchs; /* nvrtcGetNumSupportedArchs (11.2+), else NULL */
+    fn_archs archs;
 } lib = {.once = PTHREAD_ONCE_INIT};
 
 static void lib_load(void) {
@@ -175,6 +179,8 @@ static void lib_load(void) {
     lib.cubin = (fn_get)dlsym(lib.dl, "nvrtcGetCUBIN");
     lib.destroy = (fn_destroy)dlsym(lib.dl, "nvrtcDestroyProgram");
     lib.errstr = (fn_errstr)dlsym(lib.dl, "nvrtcGetErrorString");
+    lib.narchs = (fn_narchs)dlsym(lib.dl, "nvrtcGetNumSupportedArchs");
+    lib.archs = (fn_archs)dlsym(lib.dl, "nvrtcGetSupportedArchs");
     if (!lib.version || !lib.create || !lib.compile || !lib.log_size || !lib.log || !lib.cubin_size ||
         !lib.cubin || !lib.destroy || !lib.errstr) {
         snprintf(lib.why, sizeof lib.why, "the NVRTC library found lacks nvrtcGetCUBIN and friends (NVRTC 11.1+ needed)");
@@ -441,6 +447,18 @@ static bool arch_valid(const char *arch) {
     return *p == 0 && atoi(arch + 3) >= 50;
 }
 
+/* NULL when this NVRTC lists `arch` (or cannot list), else why not: newer
+ * toolkits drop old archs (CUDA 13 has no sm_70, the V100's). */
+static char *arch_unsupported(const char *arch) {
+    int n = 0, num = atoi(arch + 3), list[64];
+    if (!lib.narchs || !lib.archs || lib.narchs(&n) != 0 || n <= 0 || n > 64 || lib.archs(list) != 0) return NULL;
+    for (int i = 0; i < n; i++)
+        if (list[i] == num) return NULL;
+    return fmt("NVRTC %d.%d cannot compile for %s: it supports sm_%d to sm_%d; use a toolkit that has %s "
+               "(CUDA_HOME) or --kernels with an architecture it lists",
+               lib.major, lib.minor, arch, list[0], list[n - 1], arch);
+}
+
 int nvrtc_compile(const char *source, const char *name, const char *arch, const NvrtcOptions *opt,
                   NvrtcResult *out) {
     memset(out, 0, sizeof *out);
@@ -457,6 +475,7 @@ int nvrtc_compile(const char *source, const char *name, const char *arch, const 
         out->error = fmt("cannot compile %s: %s", name, lib.why);
         return -1;
     }
+    if ((out->error = arch_unsupported(arch)) != NULL) return -1;
     char archopt[64];
     snprintf(archopt, sizeof archopt, "-arch=%s", arch);
     int nextra = opt && opt->extra ? opt->nextra : 0;

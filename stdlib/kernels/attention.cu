@@ -2,7 +2,8 @@
  * T x T; softmax statistics and accumulation in fp32.
  *
  * q [B, T, H*HD], k and v [B, T, KV*HD]; query head h reads kv head
- * h / (H/KV). Specialised on ZK_HD (head dim, a multiple of 32, <= 128) and
+ * h / (H/KV). Specialised on ZK_HD (head dim, any up to 128; padded to ZK_HDP,
+ * a multiple of 32, inside shared memory and registers) and
  * rows per warp ZK_RPW_FWD / ZK_RPW_BWD; sizes are arguments.
  *
  * bf16/f16 units (ZK_TC_ATTN = 1) run all four kernels' products on the
@@ -24,9 +25,17 @@
  * Gradients accumulate (+=); dk or dv may be NULL (not wanted). */
 #include "common.cuh"
 
+/* ZK_HDP: the head dim padded to a multiple of 32 (the generator defines it
+ * when ZK_HD is not one). Shared tiles, fragments and per-lane columns span
+ * ZK_HDP; the padded dims are staged as zeros and never stored, so they add
+ * nothing to a product. ZK_DIN(d): d is a real dim (always true unpadded). */
+#ifndef ZK_HDP
+#define ZK_HDP ZK_HD
+#endif
+#define ZK_DIN(d) (ZK_HD == ZK_HDP || (d) < ZK_HD)
 #define ZK_NW 4
 #define ZK_KB 32
-#define ZK_DPL (ZK_HD / 32)
+#define ZK_DPL (ZK_HDP / 32)
 
 #if ZK_TC_ATTN
 /* Forward on the tensor cores (bf16/f16 units): a block of 4 warps owns 64
@@ -38,7 +47,7 @@
  * V is staged transposed so that its fragments are 32-bit loads. */
 #define ZK_QB 64
 #define ZK_TKB 32
-#define ZK_HP (ZK_HD + 8)
+#define ZK_HP (ZK_HDP + 8)
 
 __device__ __forceinline__ void zk_mma16816(float *c, const unsigned *a, const unsigned *b) {
 #if defined(ZK_EMU)
@@ -67,32 +76,34 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
             long long Tn, long long H, long long KV, float scale) {
     __shared__ __align__(16) unsigned short Qs[ZK_QB][ZK_HP];
     __shared__ __align__(16) unsigned short Ks[ZK_TKB][ZK_HP];
-    __shared__ __align__(16) unsigned short Vt[ZK_HD][ZK_TKB + 8];
+    __shared__ __align__(16) unsigned short Vt[ZK_HDP][ZK_TKB + 8];
     (void)B;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
     const long long b = blockIdx.z, h = blockIdx.y, q0 = (long long)blockIdx.x * ZK_QB;
     const long long kvh = h / (H / KV);
     const float sc = scale * ZK_LOG2E;
-    for (int e = threadIdx.x; e < ZK_QB * ZK_HD; e += blockDim.x) {
-        int r = e / ZK_HD, d = e % ZK_HD;
+    for (int e = threadIdx.x; e < ZK_QB * ZK_HDP; e += blockDim.x) {
+        int r = e / ZK_HDP, d = e % ZK_HDP;
         long long t = q0 + r;
-        Qs[r][d] = t < Tn ? q[((b * Tn + t) * H + h) * ZK_HD + d].x : (unsigned short)0;
+        bool in = t < Tn && ZK_DIN(d);
+        Qs[r][d] = in ? q[((b * Tn + t) * H + h) * ZK_HD + d].x : (unsigned short)0;
     }
     /* this lane's two rows: r0 = q0 + 16w + g and r0 + 8 */
     const long long r0 = q0 + w * 16 + g, r1 = r0 + 8;
     const long long m0 = r0 < Tn ? r0 : Tn - 1, m1 = r1 < Tn ? r1 : Tn - 1;
     float mx[2] = {-ZK_INF, -ZK_INF}, l[2] = {0.f, 0.f};
-    float acc[ZK_HD / 8][4];
+    float acc[ZK_HDP / 8][4];
 #pragma unroll
-    for (int j = 0; j < ZK_HD / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    for (int j = 0; j < ZK_HDP / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     const long long kend = q0 + ZK_QB < Tn ? q0 + ZK_QB : Tn;
     for (long long k0 = 0; k0 < kend; k0 += ZK_TKB) {
         __syncthreads();
-        for (int e = threadIdx.x; e < ZK_TKB * ZK_HD; e += blockDim.x) {
-            int j = e / ZK_HD, d = e % ZK_HD;
+        for (int e = threadIdx.x; e < ZK_TKB * ZK_HDP; e += blockDim.x) {
+            int j = e / ZK_HDP, d = e % ZK_HDP;
             long long t = k0 + j, off = ((b * Tn + t) * KV + kvh) * ZK_HD + d;
-            Ks[j][d] = t < Tn ? k[off].x : (unsigned short)0;
-            Vt[d][j] = t < Tn ? v[off].x : (unsigned short)0;
+            bool in = t < Tn && ZK_DIN(d);
+            Ks[j][d] = in ? k[off].x : (unsigned short)0;
+            Vt[d][j] = in ? v[off].x : (unsigned short)0;
         }
         __syncthreads();
         /* S = Q K^T for the warp's 16 rows and the tile's 32 keys */
@@ -100,7 +111,7 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
 #pragma unroll
         for (int j = 0; j < ZK_TKB / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
-        for (int kk = 0; kk < ZK_HD; kk += 16) {
+        for (int kk = 0; kk < ZK_HDP; kk += 16) {
             unsigned a[4];
             a[0] = *(const unsigned *)&Qs[w * 16 + g][kk + 2 * tg];
             a[1] = *(const unsigned *)&Qs[w * 16 + g + 8][kk + 2 * tg];
@@ -152,7 +163,7 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
             l[r] = l[r] * alpha[r] + rs[r];
         }
 #pragma unroll
-        for (int j = 0; j < ZK_HD / 8; j++) {
+        for (int j = 0; j < ZK_HDP / 8; j++) {
             acc[j][0] *= alpha[0];
             acc[j][1] *= alpha[0];
             acc[j][2] *= alpha[1];
@@ -168,7 +179,7 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
             a[2] = zk_pack2(s[2 * ks + 1][0], s[2 * ks + 1][1]);
             a[3] = zk_pack2(s[2 * ks + 1][2], s[2 * ks + 1][3]);
 #pragma unroll
-            for (int j = 0; j < ZK_HD / 8; j++) {
+            for (int j = 0; j < ZK_HDP / 8; j++) {
                 unsigned bb[2];
                 bb[0] = *(const unsigned *)&Vt[j * 8 + g][ks * 16 + 2 * tg];
                 bb[1] = *(const unsigned *)&Vt[j * 8 + g][ks * 16 + 8 + 2 * tg];
@@ -179,17 +190,17 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
     const float inv0 = 1.f / l[0], inv1 = 1.f / l[1];
     if (write_o)
 #pragma unroll
-        for (int j = 0; j < ZK_HD / 8; j++) {
+        for (int j = 0; j < ZK_HDP / 8; j++) {
             int d = j * 8 + 2 * tg;
             if (r0 < Tn) {
                 T *p = o + ((b * Tn + r0) * H + h) * ZK_HD + d;
-                zk_st(p, acc[j][0] * inv0);
-                zk_st(p + 1, acc[j][1] * inv0);
+                if (ZK_DIN(d)) zk_st(p, acc[j][0] * inv0);
+                if (ZK_DIN(d + 1)) zk_st(p + 1, acc[j][1] * inv0);
             }
             if (r1 < Tn) {
                 T *p = o + ((b * Tn + r1) * H + h) * ZK_HD + d;
-                zk_st(p, acc[j][2] * inv1);
-                zk_st(p + 1, acc[j][3] * inv1);
+                if (ZK_DIN(d)) zk_st(p, acc[j][2] * inv1);
+                if (ZK_DIN(d + 1)) zk_st(p + 1, acc[j][3] * inv1);
             }
         }
     if (lse && tg == 0) {
@@ -202,18 +213,19 @@ extern "C" __global__ void __launch_bounds__(ZK_NW * 32)
 zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long write_o, long long B,
             long long Tn, long long H, long long KV, float scale) {
     const int R = ZK_RPW_FWD, QB = ZK_NW * ZK_RPW_FWD;
-    __shared__ float Qs[ZK_NW * ZK_RPW_FWD][ZK_HD];
-    __shared__ float Ks[ZK_KB][ZK_HD + 1];
-    __shared__ float Vs[ZK_KB][ZK_HD];
+    __shared__ float Qs[ZK_NW * ZK_RPW_FWD][ZK_HDP];
+    __shared__ float Ks[ZK_KB][ZK_HDP + 1];
+    __shared__ float Vs[ZK_KB][ZK_HDP];
     (void)B;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const long long b = blockIdx.z, h = blockIdx.y, q0 = (long long)blockIdx.x * QB;
     const long long kvh = h / (H / KV);
     const float sc = scale * ZK_LOG2E;
-    for (int e = threadIdx.x; e < QB * ZK_HD; e += blockDim.x) {
-        int r = e / ZK_HD, d = e % ZK_HD;
+    for (int e = threadIdx.x; e < QB * ZK_HDP; e += blockDim.x) {
+        int r = e / ZK_HDP, d = e % ZK_HDP;
         long long t = q0 + r;
-        Qs[r][d] = t < Tn ? zk_ld(q + ((b * Tn + t) * H + h) * ZK_HD + d) * sc : 0.f;
+        bool in = t < Tn && ZK_DIN(d);
+        Qs[r][d] = in ? zk_ld(q + ((b * Tn + t) * H + h) * ZK_HD + d) * sc : 0.f;
     }
     float m[R], l[R], acc[R][ZK_DPL];
     long long tq[R], tm[R];
@@ -229,11 +241,12 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
     const long long kend = q0 + QB < Tn ? q0 + QB : Tn;
     for (long long k0 = 0; k0 < kend; k0 += ZK_KB) {
         __syncthreads();
-        for (int e = threadIdx.x; e < ZK_KB * ZK_HD; e += blockDim.x) {
-            int j = e / ZK_HD, d = e % ZK_HD;
+        for (int e = threadIdx.x; e < ZK_KB * ZK_HDP; e += blockDim.x) {
+            int j = e / ZK_HDP, d = e % ZK_HDP;
             long long t = k0 + j, off = ((b * Tn + t) * KV + kvh) * ZK_HD + d;
-            Ks[j][d] = t < Tn ? zk_ld(k + off) : 0.f;
-            Vs[j][d] = t < Tn ? zk_ld(v + off) : 0.f;
+            bool in = t < Tn && ZK_DIN(d);
+            Ks[j][d] = in ? zk_ld(k + off) : 0.f;
+            Vs[j][d] = in ? zk_ld(v + off) : 0.f;
         }
         __syncthreads();
         const long long kj = k0 + lane;
@@ -275,7 +288,8 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
         if (write_o)
 #pragma unroll
             for (int c = 0; c < ZK_DPL; c++)
-                zk_st(o + ((b * Tn + tq[r]) * H + h) * ZK_HD + lane + 32 * c, acc[r][c] * inv);
+                if (ZK_DIN(lane + 32 * c))
+                    zk_st(o + ((b * Tn + tq[r]) * H + h) * ZK_HD + lane + 32 * c, acc[r][c] * inv);
         if (lse && lane == 0) lse[(b * H + h) * Tn + tq[r]] = m[r] + log2f(l[r]);
     }
 }
@@ -302,8 +316,11 @@ extern "C" __global__ void zk_attn_bwd_pre(float *delta, const T *o, const T *do
  * (Q and dO fragments held in registers), dS = P (dP - delta) with
  * P = 2^(S scale log2e - lse), then dQ += dS K with dS repacked as the A
  * operand and K staged transposed for its B fragments. */
-__device__ __forceinline__ unsigned zk_pair(const T *p, bool ok) {
-    return ok ? ((unsigned)p[0].x | ((unsigned)p[1].x << 16)) : 0u;
+/* dims d, d+1 of a row as an A fragment pair; 0 where !ok or a dim is padding */
+__device__ __forceinline__ unsigned zk_pair(const T *row, bool ok, int d) {
+    unsigned lo = ok && ZK_DIN(d) ? (unsigned)row[d].x : 0u;
+    unsigned hi = ok && ZK_DIN(d + 1) ? (unsigned)row[d + 1].x : 0u;
+    return lo | (hi << 16);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
@@ -311,7 +328,7 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
                long long B, long long Tn, long long H, long long KV, float scale) {
     __shared__ __align__(16) unsigned short Ks[ZK_TKB][ZK_HP];
     __shared__ __align__(16) unsigned short Vs[ZK_TKB][ZK_HP];
-    __shared__ __align__(16) unsigned short Kt[ZK_HD][ZK_TKB + 8];
+    __shared__ __align__(16) unsigned short Kt[ZK_HDP][ZK_TKB + 8];
     (void)B;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
     const long long b = blockIdx.z, h = blockIdx.y, q0 = (long long)blockIdx.x * ZK_QB;
@@ -321,34 +338,35 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
     const long long m0 = r0 < Tn ? r0 : Tn - 1, m1 = r1 < Tn ? r1 : Tn - 1;
     const T *q0p = q + ((b * Tn + m0) * H + h) * ZK_HD, *q1p = q + ((b * Tn + m1) * H + h) * ZK_HD;
     const T *o0p = dout + ((b * Tn + m0) * H + h) * ZK_HD, *o1p = dout + ((b * Tn + m1) * H + h) * ZK_HD;
-    unsigned qa[ZK_HD / 16][4], oa[ZK_HD / 16][4];
+    unsigned qa[ZK_HDP / 16][4], oa[ZK_HDP / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < ZK_HD / 16; kk++) {
+    for (int kk = 0; kk < ZK_HDP / 16; kk++) {
         int d = kk * 16 + 2 * tg;
-        qa[kk][0] = zk_pair(q0p + d, r0 < Tn);
-        qa[kk][1] = zk_pair(q1p + d, r1 < Tn);
-        qa[kk][2] = zk_pair(q0p + d + 8, r0 < Tn);
-        qa[kk][3] = zk_pair(q1p + d + 8, r1 < Tn);
-        oa[kk][0] = zk_pair(o0p + d, r0 < Tn);
-        oa[kk][1] = zk_pair(o1p + d, r1 < Tn);
-        oa[kk][2] = zk_pair(o0p + d + 8, r0 < Tn);
-        oa[kk][3] = zk_pair(o1p + d + 8, r1 < Tn);
+        qa[kk][0] = zk_pair(q0p, r0 < Tn, d);
+        qa[kk][1] = zk_pair(q1p, r1 < Tn, d);
+        qa[kk][2] = zk_pair(q0p, r0 < Tn, d + 8);
+        qa[kk][3] = zk_pair(q1p, r1 < Tn, d + 8);
+        oa[kk][0] = zk_pair(o0p, r0 < Tn, d);
+        oa[kk][1] = zk_pair(o1p, r1 < Tn, d);
+        oa[kk][2] = zk_pair(o0p, r0 < Tn, d + 8);
+        oa[kk][3] = zk_pair(o1p, r1 < Tn, d + 8);
     }
     const float L[2] = {lse[(b * H + h) * Tn + m0], lse[(b * H + h) * Tn + m1]};
     const float Dl[2] = {delta[(b * H + h) * Tn + m0], delta[(b * H + h) * Tn + m1]};
-    float acc[ZK_HD / 8][4];
+    float acc[ZK_HDP / 8][4];
 #pragma unroll
-    for (int j = 0; j < ZK_HD / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    for (int j = 0; j < ZK_HDP / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     const long long kend = q0 + ZK_QB < Tn ? q0 + ZK_QB : Tn;
     for (long long k0 = 0; k0 < kend; k0 += ZK_TKB) {
         __syncthreads();
-        for (int e = threadIdx.x; e < ZK_TKB * ZK_HD; e += blockDim.x) {
-            int j = e / ZK_HD, d = e % ZK_HD;
+        for (int e = threadIdx.x; e < ZK_TKB * ZK_HDP; e += blockDim.x) {
+            int j = e / ZK_HDP, d = e % ZK_HDP;
             long long t = k0 + j, off = ((b * Tn + t) * KV + kvh) * ZK_HD + d;
-            unsigned short kx = t < Tn ? k[off].x : (unsigned short)0;
+            bool in = t < Tn && ZK_DIN(d);
+            unsigned short kx = in ? k[off].x : (unsigned short)0;
             Ks[j][d] = kx;
             Kt[d][j] = kx;
-            Vs[j][d] = t < Tn ? v[off].x : (unsigned short)0;
+            Vs[j][d] = in ? v[off].x : (unsigned short)0;
         }
         __syncthreads();
         float s[ZK_TKB / 8][4], dp[ZK_TKB / 8][4];
@@ -357,7 +375,7 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
 #pragma unroll
             for (int c = 0; c < 4; c++) s[j][c] = dp[j][c] = 0.f;
 #pragma unroll
-        for (int kk = 0; kk < ZK_HD / 16; kk++)
+        for (int kk = 0; kk < ZK_HDP / 16; kk++)
 #pragma unroll
             for (int j = 0; j < ZK_TKB / 8; j++) {
                 unsigned bk[2], bv[2];
@@ -385,7 +403,7 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
             a[2] = zk_pack2(s[2 * ks + 1][0], s[2 * ks + 1][1]);
             a[3] = zk_pack2(s[2 * ks + 1][2], s[2 * ks + 1][3]);
 #pragma unroll
-            for (int j = 0; j < ZK_HD / 8; j++) {
+            for (int j = 0; j < ZK_HDP / 8; j++) {
                 unsigned bb[2];
                 bb[0] = *(const unsigned *)&Kt[j * 8 + g][ks * 16 + 2 * tg];
                 bb[1] = *(const unsigned *)&Kt[j * 8 + g][ks * 16 + 8 + 2 * tg];
@@ -394,17 +412,17 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
         }
     }
 #pragma unroll
-    for (int j = 0; j < ZK_HD / 8; j++) {
+    for (int j = 0; j < ZK_HDP / 8; j++) {
         int d = j * 8 + 2 * tg;
         if (r0 < Tn) {
             T *p = dq + ((b * Tn + r0) * H + h) * ZK_HD + d;
-            zk_st(p, zk_ld(p) + acc[j][0] * scale);
-            zk_st(p + 1, zk_ld(p + 1) + acc[j][1] * scale);
+            if (ZK_DIN(d)) zk_st(p, zk_ld(p) + acc[j][0] * scale);
+            if (ZK_DIN(d + 1)) zk_st(p + 1, zk_ld(p + 1) + acc[j][1] * scale);
         }
         if (r1 < Tn) {
             T *p = dq + ((b * Tn + r1) * H + h) * ZK_HD + d;
-            zk_st(p, zk_ld(p) + acc[j][2] * scale);
-            zk_st(p + 1, zk_ld(p + 1) + acc[j][3] * scale);
+            if (ZK_DIN(d)) zk_st(p, zk_ld(p) + acc[j][2] * scale);
+            if (ZK_DIN(d + 1)) zk_st(p + 1, zk_ld(p + 1) + acc[j][3] * scale);
         }
     }
 }
@@ -414,20 +432,21 @@ extern "C" __global__ void __launch_bounds__(ZK_NW * 32)
 zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const float *lse, const float *delta,
                long long B, long long Tn, long long H, long long KV, float scale) {
     const int R = ZK_RPW_BWD, QB = ZK_NW * ZK_RPW_BWD;
-    __shared__ float Qs[ZK_NW * ZK_RPW_BWD][ZK_HD];
-    __shared__ float dOs[ZK_NW * ZK_RPW_BWD][ZK_HD];
-    __shared__ float Ks[ZK_KB][ZK_HD + 1];
-    __shared__ float Vs[ZK_KB][ZK_HD + 1];
+    __shared__ float Qs[ZK_NW * ZK_RPW_BWD][ZK_HDP];
+    __shared__ float dOs[ZK_NW * ZK_RPW_BWD][ZK_HDP];
+    __shared__ float Ks[ZK_KB][ZK_HDP + 1];
+    __shared__ float Vs[ZK_KB][ZK_HDP + 1];
     (void)B;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const long long b = blockIdx.z, h = blockIdx.y, q0 = (long long)blockIdx.x * QB;
     const long long kvh = h / (H / KV);
     const float sc = scale * ZK_LOG2E;
-    for (int e = threadIdx.x; e < QB * ZK_HD; e += blockDim.x) {
-        int r = e / ZK_HD, d = e % ZK_HD;
+    for (int e = threadIdx.x; e < QB * ZK_HDP; e += blockDim.x) {
+        int r = e / ZK_HDP, d = e % ZK_HDP;
         long long t = q0 + r, off = ((b * Tn + t) * H + h) * ZK_HD + d;
-        Qs[r][d] = t < Tn ? zk_ld(q + off) * sc : 0.f;
-        dOs[r][d] = t < Tn ? zk_ld(dout + off) : 0.f;
+        bool in = t < Tn && ZK_DIN(d);
+        Qs[r][d] = in ? zk_ld(q + off) * sc : 0.f;
+        dOs[r][d] = in ? zk_ld(dout + off) : 0.f;
     }
     float L[R], Dl[R], acc[R][ZK_DPL];
     long long tq[R], tm[R];
@@ -443,11 +462,12 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
     const long long kend = q0 + QB < Tn ? q0 + QB : Tn;
     for (long long k0 = 0; k0 < kend; k0 += ZK_KB) {
         __syncthreads();
-        for (int e = threadIdx.x; e < ZK_KB * ZK_HD; e += blockDim.x) {
-            int j = e / ZK_HD, d = e % ZK_HD;
+        for (int e = threadIdx.x; e < ZK_KB * ZK_HDP; e += blockDim.x) {
+            int j = e / ZK_HDP, d = e % ZK_HDP;
             long long t = k0 + j, off = ((b * Tn + t) * KV + kvh) * ZK_HD + d;
-            Ks[j][d] = t < Tn ? zk_ld(k + off) : 0.f;
-            Vs[j][d] = t < Tn ? zk_ld(v + off) : 0.f;
+            bool in = t < Tn && ZK_DIN(d);
+            Ks[j][d] = in ? zk_ld(k + off) : 0.f;
+            Vs[j][d] = in ? zk_ld(v + off) : 0.f;
         }
         __syncthreads();
         const long long kj = k0 + lane;
@@ -483,6 +503,7 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
         if (tq[r] >= Tn) continue;
 #pragma unroll
         for (int c = 0; c < ZK_DPL; c++) {
+            if (!ZK_DIN(lane + 32 * c)) continue;
             T *p = dq + ((b * Tn + tq[r]) * H + h) * ZK_HD + lane + 32 * c;
             zk_st(p, zk_ld(p) + acc[r][c] * scale);
         }
@@ -506,8 +527,8 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
     __shared__ __align__(16) unsigned short Vr[ZK_QB][ZK_HP];
     __shared__ __align__(16) unsigned short Qs[ZK_QT][ZK_HP];
     __shared__ __align__(16) unsigned short Os[ZK_QT][ZK_HP];
-    __shared__ __align__(16) unsigned short Qt[ZK_HD][ZK_QT + 8];
-    __shared__ __align__(16) unsigned short Ot[ZK_HD][ZK_QT + 8];
+    __shared__ __align__(16) unsigned short Qt[ZK_HDP][ZK_QT + 8];
+    __shared__ __align__(16) unsigned short Ot[ZK_HDP][ZK_QT + 8];
     __shared__ float Ls[ZK_QT], Ds[ZK_QT];
     (void)B;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
@@ -517,34 +538,36 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
     const long long r0 = k0 + w * 16 + g, r1 = r0 + 8; /* this lane's two key rows */
     const long long c0 = r0 < Tn ? r0 : Tn - 1, c1 = r1 < Tn ? r1 : Tn - 1;
     const T *k0p = k + ((b * Tn + c0) * KV + kvh) * ZK_HD, *k1p = k + ((b * Tn + c1) * KV + kvh) * ZK_HD;
-    unsigned ka[ZK_HD / 16][4];
+    unsigned ka[ZK_HDP / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < ZK_HD / 16; kk++) {
+    for (int kk = 0; kk < ZK_HDP / 16; kk++) {
         int d = kk * 16 + 2 * tg;
-        ka[kk][0] = zk_pair(k0p + d, r0 < Tn);
-        ka[kk][1] = zk_pair(k1p + d, r1 < Tn);
-        ka[kk][2] = zk_pair(k0p + d + 8, r0 < Tn);
-        ka[kk][3] = zk_pair(k1p + d + 8, r1 < Tn);
+        ka[kk][0] = zk_pair(k0p, r0 < Tn, d);
+        ka[kk][1] = zk_pair(k1p, r1 < Tn, d);
+        ka[kk][2] = zk_pair(k0p, r0 < Tn, d + 8);
+        ka[kk][3] = zk_pair(k1p, r1 < Tn, d + 8);
     }
-    for (int e = threadIdx.x; e < ZK_QB * ZK_HD; e += blockDim.x) {
-        int j = e / ZK_HD, d = e % ZK_HD;
+    for (int e = threadIdx.x; e < ZK_QB * ZK_HDP; e += blockDim.x) {
+        int j = e / ZK_HDP, d = e % ZK_HDP;
         long long t = k0 + j;
-        Vr[j][d] = t < Tn ? v[((b * Tn + t) * KV + kvh) * ZK_HD + d].x : (unsigned short)0;
+        bool in = t < Tn && ZK_DIN(d);
+        Vr[j][d] = in ? v[((b * Tn + t) * KV + kvh) * ZK_HD + d].x : (unsigned short)0;
     }
-    float adk[ZK_HD / 8][4], adv[ZK_HD / 8][4];
+    float adk[ZK_HDP / 8][4], adv[ZK_HDP / 8][4];
 #pragma unroll
-    for (int j = 0; j < ZK_HD / 8; j++)
+    for (int j = 0; j < ZK_HDP / 8; j++)
 #pragma unroll
         for (int c = 0; c < 4; c++) adk[j][c] = adv[j][c] = 0.f;
     for (long long hh = 0; hh < G; hh++) {
         const long long h = kvh * G + hh;
         for (long long qt = k0; qt < Tn; qt += ZK_QT) {
             __syncthreads();
-            for (int e = threadIdx.x; e < ZK_QT * ZK_HD; e += blockDim.x) {
-                int i = e / ZK_HD, d = e % ZK_HD;
+            for (int e = threadIdx.x; e < ZK_QT * ZK_HDP; e += blockDim.x) {
+                int i = e / ZK_HDP, d = e % ZK_HDP;
                 long long t = qt + i, off = ((b * Tn + t) * H + h) * ZK_HD + d;
-                unsigned short qx = t < Tn ? q[off].x : (unsigned short)0;
-                unsigned short ox = t < Tn ? dout[off].x : (unsigned short)0;
+                bool in = t < Tn && ZK_DIN(d);
+                unsigned short qx = in ? q[off].x : (unsigned short)0;
+                unsigned short ox = in ? dout[off].x : (unsigned short)0;
                 Qs[i][d] = qx;
                 Qt[d][i] = qx;
                 Os[i][d] = ox;
@@ -562,7 +585,7 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
 #pragma unroll
                 for (int c = 0; c < 4; c++) s[j][c] = dp[j][c] = 0.f;
 #pragma unroll
-            for (int kk = 0; kk < ZK_HD / 16; kk++) {
+            for (int kk = 0; kk < ZK_HDP / 16; kk++) {
                 unsigned va[4];
                 va[0] = *(const unsigned *)&Vr[w * 16 + g][kk * 16 + 2 * tg];
                 va[1] = *(const unsigned *)&Vr[w * 16 + g + 8][kk * 16 + 2 * tg];
@@ -600,7 +623,7 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
             da[2] = zk_pack2(dp[1][0], dp[1][1]);
             da[3] = zk_pack2(dp[1][2], dp[1][3]);
 #pragma unroll
-            for (int j = 0; j < ZK_HD / 8; j++) {
+            for (int j = 0; j < ZK_HDP / 8; j++) {
                 unsigned bo[2], bq[2];
                 bo[0] = *(const unsigned *)&Ot[j * 8 + g][2 * tg];
                 bo[1] = *(const unsigned *)&Ot[j * 8 + g][8 + 2 * tg];
@@ -612,19 +635,19 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
         }
     }
 #pragma unroll
-    for (int j = 0; j < ZK_HD / 8; j++) {
+    for (int j = 0; j < ZK_HDP / 8; j++) {
         int d = j * 8 + 2 * tg;
         for (int r = 0; r < 2; r++) {
             long long key = r ? r1 : r0;
             if (key >= Tn) continue;
             long long off = ((b * Tn + key) * KV + kvh) * ZK_HD + d;
             if (dk) {
-                zk_st(dk + off, zk_ld(dk + off) + adk[j][2 * r] * scale);
-                zk_st(dk + off + 1, zk_ld(dk + off + 1) + adk[j][2 * r + 1] * scale);
+                if (ZK_DIN(d)) zk_st(dk + off, zk_ld(dk + off) + adk[j][2 * r] * scale);
+                if (ZK_DIN(d + 1)) zk_st(dk + off + 1, zk_ld(dk + off + 1) + adk[j][2 * r + 1] * scale);
             }
             if (dv) {
-                zk_st(dv + off, zk_ld(dv + off) + adv[j][2 * r]);
-                zk_st(dv + off + 1, zk_ld(dv + off + 1) + adv[j][2 * r + 1]);
+                if (ZK_DIN(d)) zk_st(dv + off, zk_ld(dv + off) + adv[j][2 * r]);
+                if (ZK_DIN(d + 1)) zk_st(dv + off + 1, zk_ld(dv + off + 1) + adv[j][2 * r + 1]);
             }
         }
     }
@@ -636,21 +659,22 @@ extern "C" __global__ void __launch_bounds__(ZK_NW * 32)
 zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout, const float *lse,
                  const float *delta, long long B, long long Tn, long long H, long long KV, float scale) {
     const int R = ZK_RPW_BWD, KR = ZK_NW * ZK_RPW_BWD;
-    __shared__ float Kr[ZK_NW * ZK_RPW_BWD][ZK_HD];
-    __shared__ float Vr[ZK_NW * ZK_RPW_BWD][ZK_HD];
-    __shared__ float Qs[ZK_KB][ZK_HD + 1];
-    __shared__ float dOs[ZK_KB][ZK_HD + 1];
+    __shared__ float Kr[ZK_NW * ZK_RPW_BWD][ZK_HDP];
+    __shared__ float Vr[ZK_NW * ZK_RPW_BWD][ZK_HDP];
+    __shared__ float Qs[ZK_KB][ZK_HDP + 1];
+    __shared__ float dOs[ZK_KB][ZK_HDP + 1];
     __shared__ float Ls[ZK_KB], Ds[ZK_KB];
     (void)B;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const long long b = blockIdx.z, kvh = blockIdx.y, k0 = (long long)blockIdx.x * KR;
     const long long G = H / KV;
     const float sc = scale * ZK_LOG2E;
-    for (int e = threadIdx.x; e < KR * ZK_HD; e += blockDim.x) {
-        int r = e / ZK_HD, d = e % ZK_HD;
+    for (int e = threadIdx.x; e < KR * ZK_HDP; e += blockDim.x) {
+        int r = e / ZK_HDP, d = e % ZK_HDP;
         long long t = k0 + r, off = ((b * Tn + t) * KV + kvh) * ZK_HD + d;
-        Kr[r][d] = t < Tn ? zk_ld(k + off) : 0.f;
-        Vr[r][d] = t < Tn ? zk_ld(v + off) : 0.f;
+        bool in = t < Tn && ZK_DIN(d);
+        Kr[r][d] = in ? zk_ld(k + off) : 0.f;
+        Vr[r][d] = in ? zk_ld(v + off) : 0.f;
     }
     float dka[R][ZK_DPL], dva[R][ZK_DPL];
     long long tk[R];
@@ -664,11 +688,12 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
         const long long h = kvh * G + hh;
         for (long long qt = k0; qt < Tn; qt += ZK_KB) {
             __syncthreads();
-            for (int e = threadIdx.x; e < ZK_KB * ZK_HD; e += blockDim.x) {
-                int i = e / ZK_HD, d = e % ZK_HD;
+            for (int e = threadIdx.x; e < ZK_KB * ZK_HDP; e += blockDim.x) {
+                int i = e / ZK_HDP, d = e % ZK_HDP;
                 long long t = qt + i, off = ((b * Tn + t) * H + h) * ZK_HD + d;
-                Qs[i][d] = t < Tn ? zk_ld(q + off) * sc : 0.f;
-                dOs[i][d] = t < Tn ? zk_ld(dout + off) : 0.f;
+                bool in = t < Tn && ZK_DIN(d);
+                Qs[i][d] = in ? zk_ld(q + off) * sc : 0.f;
+                dOs[i][d] = in ? zk_ld(dout + off) : 0.f;
             }
             if (threadIdx.x < ZK_KB) {
                 long long t = qt + threadIdx.x;
@@ -716,6 +741,7 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
         if (tk[r] >= Tn) continue;
 #pragma unroll
         for (int c = 0; c < ZK_DPL; c++) {
+            if (!ZK_DIN(lane + 32 * c)) continue;
             long long off = ((b * Tn + tk[r]) * KV + kvh) * ZK_HD + lane + 32 * c;
             if (dk) zk_st(dk + off, zk_ld(dk + off) + dka[r][c] * ZK_LN2);
             if (dv) zk_st(dv + off, zk_ld(dv + off) + dva[r][c]);

@@ -1,21 +1,22 @@
 #!/bin/sh
 # The CUDA kernels RUN without a GPU: tests/gpu/check_kernels.sh --emu builds
 # the kernel harness and executes a few families (tensor-core and SIMT GEMM
-# with its backward, flash attention forward/backward with grouped kv heads,
-# layernorm, rope with llama3 frequency scaling, rmsnorm per head, scale) on the
-# host emulator of tests/gpu/emu.c, each against the host
-# reference (runtime/hostk) in f32, bf16 and f16. Exit code is the verdict.
+# with its backward, odd sizes too; flash attention forward/backward with
+# grouped kv heads and head dims 32, 40, 72, 80, 96, 100, 112 and 7, padded
+# to a multiple of 32 inside the kernels; layernorm, odd sizes too; rope with
+# llama3 frequency scaling, rmsnorm per head, scale) on the host emulator of
+# tests/gpu/emu.c, each against the host reference (runtime/hostk) in f32, bf16 and f16. Exit code is the verdict.
 # $1: the build directory (the harness is built under it).
 set -u
 B=${1:-build}
 T=$(mktemp -d) || exit 1
 trap 'rm -rf "$T"' EXIT
 export TMPDIR="$T" ZINF_CACHE_DIR="$T/cache"
-out=$(BUILD="$B" sh tests/gpu/check_kernels.sh --emu --only "attention B1 T33,linear 300x200x130+b,layernorm,rope llama3,rmsnorm heads,scale [7" 2>&1)
+out=$(BUILD="$B" sh tests/gpu/check_kernels.sh --emu --only "attention B1 T33,attention B1 T20,attention B1 T17,linear 300x200x130+b,linear 37x7x33,layernorm,rope llama3,rmsnorm heads,scale [7" 2>&1)
 rc=$?
 echo "$out" | tail -12
 [ $rc -eq 0 ] || { echo "gpu_kernels_emu: check_kernels --emu failed (exit $rc)"; exit 1; }
 n=$(echo "$out" | grep -c " PASS ")
-[ "$n" -eq 13 ] || { echo "gpu_kernels_emu: expected 13 passing cases, got $n"; exit 1; }
+[ "$n" -eq 31 ] || { echo "gpu_kernels_emu: expected 31 passing cases, got $n"; exit 1; }
 echo "$out" | grep -q "0 failed" || exit 1
 echo "gpu_kernels_emu: ok"

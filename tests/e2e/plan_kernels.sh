@@ -63,8 +63,27 @@ if [ -s "$W/files" ] && cmp -s "$W/units" "$W/files" && cmp -s "$W/units" "$W/us
 else echo "FAIL: --kernel-src files differ from the units"; diff "$W/units" "$W/files"; diff "$W/units" "$W/used"; fail=1; fi
 "$B/bin/zinfc" examples/gpt2-tiny.zl --target host -o "$W/h.plan" > /dev/null 2>&1 && "$B/bin/zinfdump" "$W/h.plan" --kernels | grep -q "^0 kernels" \
   && echo "ok   a host plan carries no GPU code" || { echo "FAIL: host plan kernels"; fail=1; }
+# the paper's 1T model: head dim 100, padded to 128 inside the attention kernels
 "$B/bin/zinfc" examples/zero-infinity/zi-1t.zl --target dgx2 -o "$W/z.plan" > "$W/zo" 2>&1
 rc=$?
-if [ $rc -eq 1 ] && grep -q "head dim 100" "$W/zo" && grep -q "kernels=none" "$W/zo"; then echo "ok   unsupported head dim: error and hint"
+if [ $rc -eq 0 ] && "$B/bin/zinfdump" "$W/z.plan" --kernels | grep -q "hd=100 fwd=mma.sync rows/warp=4/2 padded=128"; then
+  echo "ok   head dim 100: padded attention units"
 else echo "FAIL: head dim 100 gave exit $rc"; head -5 "$W/zo"; fail=1; fi
+# past the kernels' head dims: an error naming the limit, and the way out
+cat > "$W/hd160.zl" <<ZL
+import "llama"
+const V = 256, T = 40, D = 320, H = 2, KV = 2, F = 352
+model m(tokens: i32[B, T], targets: i32[B, T]) {
+  tok = param [V, D] init normal(0.02)
+  x = rms(llama_block(embedding(tok, tokens), H, KV, F))
+  head = param [D, V] init normal(0.02)
+  loss cross_entropy(linear(x, head), targets)
+}
+train { micro_batch = 2; steps = 1; dtype = bf16; optimizer = adam(lr = 1e-3) }
+ZL
+"$B/bin/zinfc" "$W/hd160.zl" --target h200 -o "$W/h160.plan" > "$W/ho" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q "head dim 160: the CUDA kernels support head dims up to 128" "$W/ho" && grep -q "kernels=none" "$W/ho"; then
+  echo "ok   head dim 160: error naming the limit, and the hint"
+else echo "FAIL: head dim 160 gave exit $rc"; head -5 "$W/ho"; fail=1; fi
 exit $fail

@@ -1183,12 +1183,22 @@ int main(int argc, char **argv) {
         DType dt = dts[di];
         case_linear(dt, 300, 200, 130, true);
         case_linear(dt, 1024, 256, 1536, false);
+        case_linear(dt, 37, 7, 33, true); /* odd sizes: every tile edge partial */
         for (int t = 0; t < 4; t++) case_matmul(dt, t & 1, t >> 1);
         case_attention(dt, 2, 100, 4, 2, 64);
         case_attention(dt, 1, 70, 2, 2, 128);
         case_attention(dt, 1, 33, 2, 1, 32);
+        /* head dims that are not multiples of 32: padded inside the kernels */
+        case_attention(dt, 1, 33, 4, 2, 80);
+        case_attention(dt, 1, 20, 2, 1, 96);
+        case_attention(dt, 1, 33, 2, 2, 100);
+        case_attention(dt, 1, 20, 3, 1, 112);
+        case_attention(dt, 1, 33, 4, 1, 40);
+        case_attention(dt, 1, 17, 2, 1, 72);
+        case_attention(dt, 1, 17, 2, 1, 7);
         case_norm(dt, true, 50, 300);
         case_norm(dt, false, 50, 300);
+        case_norm(dt, true, 9, 37);
         case_unary(dt, PRIM_GELU);
         case_unary(dt, PRIM_SILU);
         case_scale(dt);
