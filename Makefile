@@ -101,7 +101,7 @@ libs_for = $(if $(filter runtime/ref/%,$(1)),$(LIB),$(if $(filter runtime/%,$(1)
 # Objects of tests and benchmarks are intermediates of pattern rules: keep them.
 .SECONDARY:
 
-.PHONY: demo all deps test unit check-unit golden golden-update e2e bench clean clang-check asan fuzz fuzz-bins
+.PHONY: demo all deps test unit check-unit golden golden-update e2e bench clean clang-check asan fuzz fuzz-bins gpu-compile-all
 all: $(BINS) $(TESTS) $(BENCHES)
 
 # Objects that include the generated parser header must wait for it.
@@ -233,6 +233,11 @@ golden-update: all
 
 bench: all
 	@sh tests/bench/run.sh $(BUILD)
+
+# Every example model for every built-in GPU target, kernels for its arch
+# (make test runs a subset: tests/e2e/gpu_compile_all.sh).
+gpu-compile-all: all
+	@sh tests/e2e/gpu_compile_all.sh $(BUILD) all
 
 # clang must accept every source with the same warnings as errors.
 clang-check: $(BUILD)/gen/grammar.h $(GEN_SRC)
