@@ -7,8 +7,11 @@
 #include "cuda_gen_impl.h"
 
 /* The largest head dim: the kernels pad it to a multiple of 32 inside the
- * block; at 160 and above the f32 (SIMT) tiles outgrow 48 KiB. */
-#define ATTN_MAX_HD 128
+ * block. Above 128 they keep 48 KiB of static shared memory (every arch's
+ * limit without opt-in) with smaller tiles: 32 query rows per tensor-core
+ * block and 16-key tiles; f32 one row per warp in the backward (2 in the
+ * forward) and one [32][hd+1] tile at a time. */
+#define ATTN_MAX_HD 256
 
 /* An attention op's shape and unit specialisation. */
 typedef struct Attn {
@@ -16,7 +19,8 @@ typedef struct Attn {
     int64_t B, Tn, H, KV, hd;
     const char *spec, *defs;
     float scale;
-    bool tca;     /* forward on the tensor cores: 64 query rows per block */
+    bool tca;     /* on the tensor cores: qbt query rows per block of qbt / 16 warps */
+    int qbt;
     int qbf, qbb; /* query rows per block: forward, SIMT backward */
 } Attn;
 
@@ -49,7 +53,7 @@ static bool attn_shape(Ctx *c, Attn *t) {
     }
     DType dt = Q->dtype;
     int64_t hdp = (hd + 31) / 32 * 32; /* padded inside the kernels */
-    int rf = hdp <= 64 ? 8 : 4, rb = hdp <= 64 ? 4 : 2;
+    int rf = hdp <= 64 ? 8 : hdp <= 128 ? 4 : 2, rb = hdp <= 64 ? 4 : hdp <= 128 ? 2 : 1;
     t->B = B;
     t->Tn = Tn;
     t->H = H;
@@ -65,7 +69,8 @@ static bool attn_shape(Ctx *c, Attn *t) {
         t->spec = arena_printf(c->cg->arena, "%s padded=%" PRId64, t->spec, hdp);
     }
     t->scale = (float)(1.0 / sqrt((double)hd));
-    t->qbf = t->tca ? 64 : 4 * rf;
+    t->qbt = hdp <= 128 ? 64 : 32;
+    t->qbf = t->tca ? t->qbt : 4 * rf;
     t->qbb = 4 * rb;
     return true;
 }
@@ -77,7 +82,7 @@ static void attn_fwd(Ctx *c, const Attn *t, int out, int64_t lse, const char *ro
     k->grid[0] = cg_gdim(c, ((t->Tn + t->qbf - 1) / t->qbf), 0x7fffffff);
     k->grid[1] = cg_gdim(c, t->H, 65535);
     k->grid[2] = cg_gdim(c, t->B, 65535);
-    k->block[0] = 128;
+    k->block[0] = t->tca ? 2 * t->qbt : 128;
     arg_t(k, out);
     if (lse >= 0) arg_ws(k, lse);
     else arg_t(k, -1);
@@ -115,11 +120,11 @@ static void attn_bwd(Ctx *c, const Attn *t) {
         if (pass == 1 && dk < 0 && dv < 0) continue;
         k = cg_kbegin(c, "attention", t->spec, t->defs, pass ? "zk_attn_bwd_dkdv" : "zk_attn_bwd_dq",
                       pass ? "dk, dv += (summed over the query heads of each kv head)" : "dq += ds k * scale");
-        int rows_per_block = t->tca ? 64 : t->qbb; /* the tensor-core dq and dk/dv own 64 rows */
+        int rows_per_block = t->tca ? t->qbt : t->qbb; /* the tensor-core dq and dk/dv own qbt rows */
         k->grid[0] = cg_gdim(c, ((t->Tn + rows_per_block - 1) / rows_per_block), 0x7fffffff);
         k->grid[1] = cg_gdim(c, (pass ? t->KV : t->H), 65535);
         k->grid[2] = cg_gdim(c, t->B, 65535);
-        k->block[0] = 128;
+        k->block[0] = t->tca ? 2 * t->qbt : 128;
         if (pass) {
             arg_t(k, dk);
             arg_t(k, dv);

@@ -45,8 +45,13 @@
  * a quad), and P's accumulators are repacked in registers as the A operand
  * of P V (the C layout of two n8 tiles is the A layout of one k16 step).
  * V is staged transposed so that its fragments are 32-bit loads. */
+#if ZK_HDP > 128 /* 48 KiB of static shared memory: 32 rows (2 warps), 16-key tiles */
+#define ZK_QB 32
+#define ZK_TKB 16
+#else
 #define ZK_QB 64
 #define ZK_TKB 32
+#endif
 #define ZK_HP (ZK_HDP + 8)
 
 __device__ __forceinline__ void zk_mma16816(float *c, const unsigned *a, const unsigned *b) {
@@ -209,13 +214,32 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
     }
 }
 #else
+#if ZK_HDP > 128
+/* Above hd 128 the f32 kernels hold one [32][hd+1] tile in shared memory at
+ * a time (K then V; V then K; Q, dO, Q again): rows t0.. of head `head` of a
+ * tensor of `nh` heads, times mul, zeros past Tn and in the padded dims. */
+__device__ __forceinline__ void zk_tile(float (*S)[ZK_HDP + 1], const T *x, long long b, long long t0, long long Tn,
+                                        long long nh, long long head, float mul) {
+    __syncthreads();
+    for (int e = threadIdx.x; e < ZK_KB * ZK_HDP; e += blockDim.x) {
+        int j = e / ZK_HDP, d = e % ZK_HDP;
+        long long t = t0 + j;
+        S[j][d] = t < Tn && ZK_DIN(d) ? zk_ld(x + ((b * Tn + t) * nh + head) * ZK_HD + d) * mul : 0.f;
+    }
+    __syncthreads();
+}
+#endif
 extern "C" __global__ void __launch_bounds__(ZK_NW * 32)
 zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long write_o, long long B,
             long long Tn, long long H, long long KV, float scale) {
     const int R = ZK_RPW_FWD, QB = ZK_NW * ZK_RPW_FWD;
     __shared__ float Qs[ZK_NW * ZK_RPW_FWD][ZK_HDP];
     __shared__ float Ks[ZK_KB][ZK_HDP + 1];
+#if ZK_HDP > 128
+#define Vs Ks /* K's tile, then V's in its place */
+#else
     __shared__ float Vs[ZK_KB][ZK_HDP];
+#endif
     (void)B;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const long long b = blockIdx.z, h = blockIdx.y, q0 = (long long)blockIdx.x * QB;
@@ -240,6 +264,9 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
     }
     const long long kend = q0 + QB < Tn ? q0 + QB : Tn;
     for (long long k0 = 0; k0 < kend; k0 += ZK_KB) {
+#if ZK_HDP > 128
+        zk_tile(Ks, k, b, k0, Tn, KV, kvh, 1.f);
+#else
         __syncthreads();
         for (int e = threadIdx.x; e < ZK_KB * ZK_HDP; e += blockDim.x) {
             int j = e / ZK_HDP, d = e % ZK_HDP;
@@ -249,6 +276,7 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
             Vs[j][d] = in ? zk_ld(v + off) : 0.f;
         }
         __syncthreads();
+#endif
         const long long kj = k0 + lane;
         float s[R];
 #pragma unroll
@@ -271,6 +299,9 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
             for (int c = 0; c < ZK_DPL; c++) acc[r][c] *= alpha;
             s[r] = p;
         }
+#if ZK_HDP > 128
+        zk_tile(Vs, v, b, k0, Tn, KV, kvh, 1.f);
+#endif
 #pragma unroll 4
         for (int j = 0; j < ZK_KB; j++) {
 #pragma unroll
@@ -293,6 +324,7 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
         if (lse && lane == 0) lse[(b * H + h) * Tn + tq[r]] = m[r] + log2f(l[r]);
     }
 }
+#undef Vs
 
 #endif /* ZK_TC_ATTN */
 
@@ -435,7 +467,9 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
     __shared__ float Qs[ZK_NW * ZK_RPW_BWD][ZK_HDP];
     __shared__ float dOs[ZK_NW * ZK_RPW_BWD][ZK_HDP];
     __shared__ float Ks[ZK_KB][ZK_HDP + 1];
+#if ZK_HDP <= 128 /* above, V's tile and then K's share Ks */
     __shared__ float Vs[ZK_KB][ZK_HDP + 1];
+#endif
     (void)B;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const long long b = blockIdx.z, h = blockIdx.y, q0 = (long long)blockIdx.x * QB;
@@ -461,6 +495,22 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
     }
     const long long kend = q0 + QB < Tn ? q0 + QB : Tn;
     for (long long k0 = 0; k0 < kend; k0 += ZK_KB) {
+        const long long kj = k0 + lane;
+        float s[R], dp[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) s[r] = dp[r] = 0.f;
+#if ZK_HDP > 128
+        zk_tile(Ks, v, b, k0, Tn, KV, kvh, 1.f);
+#pragma unroll 8
+        for (int d = 0; d < ZK_HD; d++)
+#pragma unroll
+            for (int r = 0; r < R; r++) dp[r] += dOs[w * R + r][d] * Ks[lane][d];
+        zk_tile(Ks, k, b, k0, Tn, KV, kvh, 1.f);
+#pragma unroll 8
+        for (int d = 0; d < ZK_HD; d++)
+#pragma unroll
+            for (int r = 0; r < R; r++) s[r] += Qs[w * R + r][d] * Ks[lane][d];
+#else
         __syncthreads();
         for (int e = threadIdx.x; e < ZK_KB * ZK_HDP; e += blockDim.x) {
             int j = e / ZK_HDP, d = e % ZK_HDP;
@@ -470,10 +520,6 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
             Vs[j][d] = in ? zk_ld(v + off) : 0.f;
         }
         __syncthreads();
-        const long long kj = k0 + lane;
-        float s[R], dp[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) s[r] = dp[r] = 0.f;
 #pragma unroll 8
         for (int d = 0; d < ZK_HD; d++) {
             float kd = Ks[lane][d], vd = Vs[lane][d];
@@ -483,6 +529,7 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
                 dp[r] += dOs[w * R + r][d] * vd;
             }
         }
+#endif
 #pragma unroll
         for (int r = 0; r < R; r++) {
             float p = (kj <= tm[r] && tq[r] < Tn) ? exp2f(s[r] - L[r]) : 0.f;
@@ -520,13 +567,22 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
  * P^T (dP^T - delta); dV += P^T dO and dK += dS^T Q with P^T, dS^T repacked
  * as A operands and Q, dO staged both ways for their B fragments. */
 #define ZK_QT 16
+/* dims d, d+1 of row r as a 32-bit pair: from the row-major tile A, or
+ * (above hd 128, where only the transposed At fits) two 16-bit loads */
+#if ZK_HDP > 128
+#define ZK_ROWPAIR(A, At, r, d) ((unsigned)At[d][r] | ((unsigned)At[(d) + 1][r] << 16))
+#else
+#define ZK_ROWPAIR(A, At, r, d) (*(const unsigned *)&A[r][d])
+#endif
 
 extern "C" __global__ void __launch_bounds__(128)
 zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout, const float *lse,
                  const float *delta, long long B, long long Tn, long long H, long long KV, float scale) {
     __shared__ __align__(16) unsigned short Vr[ZK_QB][ZK_HP];
+#if ZK_HDP <= 128 /* above, B fragments of Q and dO come from Qt and Ot */
     __shared__ __align__(16) unsigned short Qs[ZK_QT][ZK_HP];
     __shared__ __align__(16) unsigned short Os[ZK_QT][ZK_HP];
+#endif
     __shared__ __align__(16) unsigned short Qt[ZK_HDP][ZK_QT + 8];
     __shared__ __align__(16) unsigned short Ot[ZK_HDP][ZK_QT + 8];
     __shared__ float Ls[ZK_QT], Ds[ZK_QT];
@@ -568,9 +624,11 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
                 bool in = t < Tn && ZK_DIN(d);
                 unsigned short qx = in ? q[off].x : (unsigned short)0;
                 unsigned short ox = in ? dout[off].x : (unsigned short)0;
+#if ZK_HDP <= 128
                 Qs[i][d] = qx;
-                Qt[d][i] = qx;
                 Os[i][d] = ox;
+#endif
+                Qt[d][i] = qx;
                 Ot[d][i] = ox;
             }
             if (threadIdx.x < ZK_QT) {
@@ -594,10 +652,10 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
 #pragma unroll
                 for (int j = 0; j < ZK_QT / 8; j++) {
                     unsigned bq[2], bo[2];
-                    bq[0] = *(const unsigned *)&Qs[j * 8 + g][kk * 16 + 2 * tg];
-                    bq[1] = *(const unsigned *)&Qs[j * 8 + g][kk * 16 + 8 + 2 * tg];
-                    bo[0] = *(const unsigned *)&Os[j * 8 + g][kk * 16 + 2 * tg];
-                    bo[1] = *(const unsigned *)&Os[j * 8 + g][kk * 16 + 8 + 2 * tg];
+                    bq[0] = ZK_ROWPAIR(Qs, Qt, j * 8 + g, kk * 16 + 2 * tg);
+                    bq[1] = ZK_ROWPAIR(Qs, Qt, j * 8 + g, kk * 16 + 8 + 2 * tg);
+                    bo[0] = ZK_ROWPAIR(Os, Ot, j * 8 + g, kk * 16 + 2 * tg);
+                    bo[1] = ZK_ROWPAIR(Os, Ot, j * 8 + g, kk * 16 + 8 + 2 * tg);
                     zk_mma16816(s[j], ka[kk], bq);
                     zk_mma16816(dp[j], va, bo);
                 }
@@ -653,6 +711,58 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
     }
 }
 #else
+#if ZK_HDP > 128
+/* dk/dv's step for one query tile above hd 128: the scores against Q's
+ * tile, dP against dO's in its place, dV += P dO, then Q's again for
+ * dK += dS Q (one [32][hd+1] tile fits, two do not). */
+__device__ __forceinline__ void zk_dkdv_split(float (*S)[ZK_HDP + 1], float *Ls, float *Ds, const float (*Kr)[ZK_HDP],
+                                              const float (*Vr)[ZK_HDP], const T *q, const T *dout, const float *lse,
+                                              const float *delta, long long b, long long h, long long H, long long qt,
+                                              long long Tn, const long long *tk, float sc, float (*dka)[ZK_DPL],
+                                              float (*dva)[ZK_DPL]) {
+    const int R = ZK_RPW_BWD, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    zk_tile(S, q, b, qt, Tn, H, h, sc);
+    if (threadIdx.x < ZK_KB) { /* read after the next zk_tile's barrier */
+        long long t = qt + threadIdx.x;
+        Ls[threadIdx.x] = t < Tn ? lse[(b * H + h) * Tn + t] : 0.f;
+        Ds[threadIdx.x] = t < Tn ? delta[(b * H + h) * Tn + t] : 0.f;
+    }
+    const long long qi = qt + lane;
+    float p[R], ds[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) p[r] = ds[r] = 0.f;
+    for (int d = 0; d < ZK_HD; d++)
+#pragma unroll
+        for (int r = 0; r < R; r++) p[r] += S[lane][d] * Kr[w * R + r][d];
+    zk_tile(S, dout, b, qt, Tn, H, h, 1.f);
+    for (int d = 0; d < ZK_HD; d++)
+#pragma unroll
+        for (int r = 0; r < R; r++) ds[r] += S[lane][d] * Vr[w * R + r][d];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        bool ok = qi < Tn && qi >= tk[r] && tk[r] < Tn;
+        float pr = ok ? exp2f(p[r] - Ls[lane]) : 0.f;
+        ds[r] = pr * (ds[r] - Ds[lane]);
+        p[r] = pr;
+    }
+    for (int i = 0; i < ZK_KB; i++)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float pi = __shfl_sync(0xffffffffu, p[r], i);
+#pragma unroll
+            for (int c = 0; c < ZK_DPL; c++) dva[r][c] += pi * S[i][lane + 32 * c];
+        }
+    zk_tile(S, q, b, qt, Tn, H, h, sc);
+    for (int i = 0; i < ZK_KB; i++)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float dsi = __shfl_sync(0xffffffffu, ds[r], i);
+#pragma unroll
+            for (int c = 0; c < ZK_DPL; c++) dka[r][c] += dsi * S[i][lane + 32 * c];
+        }
+}
+#endif
+
 /* dv[j] += sum_i p_ij dO_i, dk[j] += scale * sum_i ds_ij q_i over i >= j and
  * every query head of the kv head. */
 extern "C" __global__ void __launch_bounds__(ZK_NW * 32)
@@ -662,7 +772,9 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
     __shared__ float Kr[ZK_NW * ZK_RPW_BWD][ZK_HDP];
     __shared__ float Vr[ZK_NW * ZK_RPW_BWD][ZK_HDP];
     __shared__ float Qs[ZK_KB][ZK_HDP + 1];
+#if ZK_HDP <= 128 /* above, zk_dkdv_split stages Q and dO in turn in Qs */
     __shared__ float dOs[ZK_KB][ZK_HDP + 1];
+#endif
     __shared__ float Ls[ZK_KB], Ds[ZK_KB];
     (void)B;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -687,6 +799,9 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
     for (long long hh = 0; hh < G; hh++) {
         const long long h = kvh * G + hh;
         for (long long qt = k0; qt < Tn; qt += ZK_KB) {
+#if ZK_HDP > 128
+            zk_dkdv_split(Qs, Ls, Ds, Kr, Vr, q, dout, lse, delta, b, h, H, qt, Tn, tk, sc, dka, dva);
+#else
             __syncthreads();
             for (int e = threadIdx.x; e < ZK_KB * ZK_HDP; e += blockDim.x) {
                 int i = e / ZK_HDP, d = e % ZK_HDP;
@@ -734,6 +849,7 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
                     }
                 }
             }
+#endif
         }
     }
 #pragma unroll

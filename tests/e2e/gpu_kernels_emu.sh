@@ -2,7 +2,7 @@
 # The CUDA kernels RUN without a GPU: tests/gpu/check_kernels.sh --emu builds
 # the kernel harness and executes a few families (tensor-core and SIMT GEMM
 # with its backward, odd sizes too; flash attention forward/backward with
-# grouped kv heads and head dims 32, 40, 72, 80, 96, 100, 112 and 7, padded
+# grouped kv heads and head dims 32, 40, 72, 80, 96, 100, 112, 200, 256 and 7, padded
 # to a multiple of 32 inside the kernels; layernorm, odd sizes too; rope with
 # llama3 frequency scaling, rmsnorm per head, scale) on the host emulator of
 # tests/gpu/emu.c, each against the host reference (runtime/hostk) in f32, bf16 and f16. Exit code is the verdict.
@@ -17,6 +17,6 @@ rc=$?
 echo "$out" | tail -12
 [ $rc -eq 0 ] || { echo "gpu_kernels_emu: check_kernels --emu failed (exit $rc)"; exit 1; }
 n=$(echo "$out" | grep -c " PASS ")
-[ "$n" -eq 31 ] || { echo "gpu_kernels_emu: expected 31 passing cases, got $n"; exit 1; }
+[ "$n" -eq 35 ] || { echo "gpu_kernels_emu: expected 35 passing cases, got $n"; exit 1; }
 echo "$out" | grep -q "0 failed" || exit 1
 echo "gpu_kernels_emu: ok"

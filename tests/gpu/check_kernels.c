@@ -1196,6 +1196,8 @@ int main(int argc, char **argv) {
         case_attention(dt, 1, 33, 4, 1, 40);
         case_attention(dt, 1, 17, 2, 1, 72);
         case_attention(dt, 1, 17, 2, 1, 7);
+        case_attention(dt, 1, 33, 2, 1, 256); /* above 128: smaller tiles */
+        case_attention(dt, 1, 17, 2, 2, 200);
         case_norm(dt, true, 50, 300);
         case_norm(dt, false, 50, 300);
         case_norm(dt, true, 9, 37);

@@ -280,14 +280,14 @@ START_TEST(unsupported_input_is_an_error) {
     ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, at, o.k, 64, NULL, &o.d), 1);
     ck_assert_ptr_nonnull(strstr(o.k[0].spec, "hd=80 fwd=mma.sync rows/warp=4/2 padded=96"));
     ck_assert_ptr_nonnull(strstr(o.k[0].source, "#define ZK_HDP 96"));
-    /* head dim 160: past the kernels' limit */
-    int q2 = cm_t(&o.g, "q2", DT_BF16, TC_ACT, 3, 2, 16, 320), y2 = cm_t(&o.g, "y2", DT_BF16, TC_ACT, 3, 2, 16, 320);
+    /* head dim 320: past the kernels' limit */
+    int q2 = cm_t(&o.g, "q2", DT_BF16, TC_ACT, 3, 2, 16, 640), y2 = cm_t(&o.g, "y2", DT_BF16, TC_ACT, 3, 2, 16, 640);
     op.in[0] = op.in[1] = op.in[2] = q2;
     op.out[0] = y2;
     at = graph_add_op(&o.g, &op);
     ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, at, o.k, 64, NULL, &o.d), -1);
     ck_assert_int_eq(o.d.errors, 1);
-    ck_assert_ptr_nonnull(strstr(o.d.items[0].msg, "head dim 160: the CUDA kernels support head dims up to 128"));
+    ck_assert_ptr_nonnull(strstr(o.d.items[0].msg, "head dim 320: the CUDA kernels support head dims up to 256"));
     /* mixed dtypes */
     int a = cm_t(&o.g, "a", DT_BF16, TC_ACT, 1, 8, 0, 0), b = cm_t(&o.g, "b", DT_F32, TC_ACT, 1, 8, 0, 0);
     GOp ad = cm_op(PRIM_ADD);
