@@ -350,9 +350,13 @@ extern "C" __global__ void zk_attn_bwd_pre(float *delta, const T *o, const T *do
  * operand and K staged transposed for its B fragments. */
 /* dims d, d+1 of a row as an A fragment pair; 0 where !ok or a dim is padding */
 __device__ __forceinline__ unsigned zk_pair(const T *row, bool ok, int d) {
-    unsigned lo = ok && ZK_DIN(d) ? (unsigned)row[d].x : 0u;
-    unsigned hi = ok && ZK_DIN(d + 1) ? (unsigned)row[d + 1].x : 0u;
+#if ZK_HD == ZK_HDP
+    return ok ? ((unsigned)row[d].x | ((unsigned)row[d + 1].x << 16)) : 0u;
+#else
+    unsigned lo = ok && d < ZK_HD ? (unsigned)row[d].x : 0u;
+    unsigned hi = ok && d + 1 < ZK_HD ? (unsigned)row[d + 1].x : 0u;
     return lo | (hi << 16);
+#endif
 }
 
 extern "C" __global__ void __launch_bounds__(128)
