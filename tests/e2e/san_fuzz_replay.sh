@@ -1,7 +1,7 @@
 #!/bin/sh
 # The fuzz targets' inputs under the build's sanitizers (run in the ASan +
 # UBSan pass of make test; docs/testing.md, "Fuzzing"): every input that
-# ever crashed (tests/fuzz/regress/{frontend,plan}) and the seed corpora made
+# ever crashed (tests/fuzz/regress/{frontend,plan,json,safetensors,hfconfig,hftok}) and the seed corpora made
 # by tests/fuzz/seeds.sh from this build's zinfc, through the replay
 # binaries, which link the same harnesses as make fuzz's libFuzzer binaries.
 # A crash or sanitizer report fails it. Inputs whose fix is still pending
@@ -17,7 +17,8 @@
 set -eu
 BUILD=${1:-build}
 R=$BUILD/fuzz-replay
-for t in frontend plan; do
+HF="json safetensors hfconfig hftok"
+for t in frontend plan $HF; do
   [ -x "$R/$t" ] || { echo "no $R/$t: build with make first"; exit 1; }
 done
 tmp=$(mktemp -d)
@@ -29,9 +30,15 @@ sh tests/fuzz/seeds.sh "$BUILD" "$tmp/seeds"
 echo "regression corpus:"
 "$R/frontend" --quiet tests/fuzz/regress/frontend
 "$R/plan" --quiet tests/fuzz/regress/plan
+for t in $HF; do
+  if [ -d "tests/fuzz/regress/$t" ]; then "$R/$t" --quiet "tests/fuzz/regress/$t"; fi
+done
 echo "seed corpus:"
 "$R/frontend" --quiet "$tmp/seeds/frontend"
 "$R/plan" --quiet "$tmp/seeds/plan"
+for t in $HF; do
+  "$R/$t" --quiet "$tmp/seeds/$t"
+done
 N=${FUZZ_REPLAY_MUTANTS:-0}
 if [ "$N" -gt 0 ]; then
   echo "mutants of the seeds:"

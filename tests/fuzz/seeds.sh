@@ -3,6 +3,8 @@
 # the repository and a build's zinfc:
 #   tests/fuzz/seeds.sh BUILD OUT [--kernels]
 #   OUT/frontend/  every .zl under examples/, stdlib/ and tests/
+#   OUT/json/, OUT/safetensors/, OUT/hfconfig/, OUT/hftok/: the small
+#                  hand-made files of tests/fuzz/seeds/NAME
 #   OUT/plan/      host plans (--kernels=none) of tests/fuzz/models/nano.zl,
 #                  tests/e2e/models/*.zl and examples/*.zl (shrunk to one
 #                  layer where the plan would be large), for the built-in host
@@ -30,6 +32,13 @@ W=$OUT/work
 # ---- frontend: the sources as they are ----
 find examples stdlib tests -path tests/fuzz/regress -prune -o -path tests/fuzz/pending -prune -o -name '*.zl' -type f -print | sort | while read -r f; do
   cp "$f" "$OUT/frontend/$(echo "$f" | tr '/' '_')"
+done
+
+# ---- the Hugging Face readers: their checked-in seeds ----
+for d in tests/fuzz/seeds/*/; do
+  t=$(basename "$d")
+  rm -rf "${OUT:?}/$t"
+  cp -r "$d" "$OUT/$t"
 done
 
 # ---- plan: targets and pins ----
