@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "adam.h"
+#include "cudrv.h"
 #include "ckpt.h"
 #include "half.h"
 #include "hostk.h"
@@ -374,4 +375,42 @@ int rt_write_trace(const Rt *r, FILE *out) {
     rt_trace_evals(r, out, first);
     fprintf(out, "\n],\"displayTimeUnit\":\"ms\"}\n");
     return ferror(out) ? -1 : 0;
+}
+
+int rt_choose_backend(Comm *c, const char *want, const Plan *p, const char *plan_name, RtBackend *out, char *said,
+                      size_t saidn, char *err, size_t n) {
+    *out = RT_BACKEND_HOST;
+    if (said && saidn) said[0] = 0;
+    if (!strcmp(want, "host")) return 0;
+    CudaDrv drv;
+    char why[512], gpu[128] = "", arch[16] = "";
+    size_t mem = 0;
+    int have = cudrv_open(&drv, why, sizeof why) == 0 &&
+               cudrv_describe(&drv, c->local_rank % (drv.ndevices ? drv.ndevices : 1), gpu, sizeof gpu, &mem, arch,
+                              sizeof arch, why, sizeof why) == 0;
+    if (drv.lib) cudrv_close(&drv);
+    bool code = p->nlaunches > 0;
+    int64_t missing = !have;
+    if (comm_allreduce_max_i64(c, &missing) != COMM_OK) return rt_fail(err, n, "%s", comm_last_error(c));
+    if (!strcmp(want, "cuda")) {
+        if (!have) return rt_fail(err, n, "--backend cuda: %s; use --backend host", why);
+        if (missing) return rt_fail(err, n, "--backend cuda: another rank has no usable GPU; use --backend host");
+        if (!code)
+            return rt_fail(err, n,
+                           "--backend cuda: %s has no GPU code (compiled for the host target or with --kernels=none): "
+                           "compile it for a GPU target, e.g. zinfc --target h200, or use --backend host",
+                           plan_name);
+        *out = RT_BACKEND_CUDA;
+    } else if (have && !missing && code) {
+        *out = RT_BACKEND_CUDA;
+    }
+    if (!said || !saidn) return 0;
+    const char *pl = c->size == 1 ? "" : "s";
+    if (*out == RT_BACKEND_CUDA)
+        snprintf(said, saidn, "backend: cuda (%d rank%s, one GPU each; rank 0 has %s, %s)", c->size, pl, gpu, arch);
+    else if (have && !missing)
+        snprintf(said, saidn, "backend: host (%d rank%s; %s (%s) found, but the plan has no GPU code)", c->size, pl, gpu, arch);
+    else if (have) snprintf(said, saidn, "backend: host (%d rank%s; another rank has no usable GPU)", c->size, pl);
+    else snprintf(said, saidn, "backend: host (%d rank%s; %s)", c->size, pl, why);
+    return 0;
 }

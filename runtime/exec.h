@@ -27,6 +27,16 @@
 
 typedef enum RtBackend { RT_BACKEND_HOST, RT_BACKEND_CUDA } RtBackend;
 
+/* The backend a job runs on: want "host", "cuda" (fails with a message
+ * when it cannot run: no driver, another rank without a GPU, a plan without
+ * GPU code) or "auto" (cuda when every rank has a GPU and the plan has GPU
+ * code). The driver is loaded at run time, so a binary starts on machines
+ * with and without GPUs; every rank (a collective over c) chooses the same.
+ * said (optional): the "backend: ..." line that says what was chosen and
+ * why; empty for "host". */
+int rt_choose_backend(Comm *c, const char *want, const Plan *p, const char *plan_name, RtBackend *out, char *said,
+                      size_t saidn, char *err, size_t n);
+
 typedef struct RtOptions {
     RtBackend backend;      /* CUDA: runtime/exec_cuda.c on this rank's GPU */
     const char *nvme_dir;   /* overrides the plan target's NVMe paths (tests, demos) */

@@ -17,7 +17,6 @@
 #include <time.h>
 #include "ckpt.h"
 #include "comm.h"
-#include "cudrv.h"
 #include "exec.h"
 #include "hfio.h"
 #include "hftok.h"
@@ -183,31 +182,6 @@ static int parse_ids(const char *s, int32_t **ids, int64_t *n) {
         if (!*end) return 0;
         c = end + 1;
     }
-}
-
-/* The backend, as zinfrun chooses it (every rank the same). */
-static int pick_backend(const GenOpts *o, const Plan *p, RtBackend *out, char *err, size_t n) {
-    *out = RT_BACKEND_HOST;
-    if (!strcmp(o->backend, "host")) return 0;
-    CudaDrv drv;
-    char why[512], gpu[128] = "", arch[16] = "";
-    size_t mem = 0;
-    int have = cudrv_open(&drv, why, sizeof why) == 0 &&
-               cudrv_describe(&drv, C.local_rank % (drv.ndevices ? drv.ndevices : 1), gpu, sizeof gpu, &mem, arch, sizeof arch,
-                              why, sizeof why) == 0;
-    if (drv.lib) cudrv_close(&drv);
-    int64_t missing = !have;
-    if (comm_allreduce_max_i64(&C, &missing) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(&C)), -1;
-    bool code = p->nlaunches > 0;
-    if (!strcmp(o->backend, "cuda")) {
-        if (!have) return snprintf(err, n, "--backend cuda: %s; use --backend host", why), -1;
-        if (missing) return snprintf(err, n, "--backend cuda: another rank has no usable GPU; use --backend host"), -1;
-        if (!code) return snprintf(err, n, "--backend cuda: %s has no GPU code; compile it for a GPU target or use --backend host", o->plan), -1;
-    } else if (!have || missing || !code) {
-        return 0;
-    }
-    *out = RT_BACKEND_CUDA;
-    return 0;
 }
 
 /* --checkpoint DIR [--step N]: the newest checkpoint this plan can read, or step N. */
@@ -462,7 +436,7 @@ static int run(const Plan *p, const GenOpts *o) {
 #define FAIL(...) do { status = die(__VA_ARGS__); goto out; } while (0)
     if (!plan_batch_shape(p, &g.B, &g.T)) FAIL("%s: the plan has no token input", o->plan);
     if (o->tokenizer && hftok_load(&g.tok, o->tokenizer, err, sizeof err)) FAIL("%s", err);
-    if (pick_backend(o, p, &be, err, sizeof err)) FAIL("%s", err);
+    if (rt_choose_backend(&C, o->backend, p, o->plan, &be, NULL, 0, err, sizeof err)) FAIL("%s", err);
     RtOptions ro = {.backend = be, .nvme_dir = o->nvme, .queue_depth = 32};
     if (!(g.r = rt_create(p, &C, &ro, err, sizeof err))) FAIL("%s", err);
     if (rt_forward_info(g.r, &fi, err, sizeof err)) FAIL("%s: %s", o->plan, err);

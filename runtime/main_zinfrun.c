@@ -14,7 +14,6 @@
 #include <unistd.h>
 #include "ckpt.h"
 #include "dataorder.h"
-#include "cudrv.h"
 #include "nearest.h"
 #include "comm.h"
 #include "cost.h"
@@ -605,45 +604,6 @@ static int eval_at(Rt *r, const Eval *e, int64_t s, int64_t tokens, const Opts *
     return 0;
 }
 
-/* Which backend this job runs on. The driver is loaded at run time, so
- * this binary starts on machines with and without GPUs. Every rank must
- * choose the same: a rank without a usable GPU makes auto choose the host
- * for all. */
-static int choose_backend(const Opts *o, const Plan *p, bool lead, RtBackend *out, char *err, size_t n) {
-    *out = RT_BACKEND_HOST;
-    if (!strcmp(o->backend, "host")) return 0;
-    CudaDrv drv;
-    char why[512], gpu[128] = "", arch[16] = "";
-    size_t mem = 0;
-    int have = cudrv_open(&drv, why, sizeof why) == 0 &&
-               cudrv_describe(&drv, C.local_rank % (drv.ndevices ? drv.ndevices : 1), gpu, sizeof gpu, &mem, arch,
-                              sizeof arch, why, sizeof why) == 0;
-    if (drv.lib) cudrv_close(&drv);
-    bool code = p->nlaunches > 0;
-    int64_t missing = !have;
-    if (comm_allreduce_max_i64(&C, &missing) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(&C)), -1;
-    if (!strcmp(o->backend, "cuda")) {
-        if (!have) return snprintf(err, n, "--backend cuda: %s; use --backend host", why), -1;
-        if (missing) return snprintf(err, n, "--backend cuda: another rank has no usable GPU; use --backend host"), -1;
-        if (!code)
-            return snprintf(err, n,
-                            "--backend cuda: %s has no GPU code (compiled for the host target or with --kernels=none): "
-                            "compile it for a GPU target, e.g. zinfc --target h200, or use --backend host",
-                            o->plan),
-                   -1;
-        *out = RT_BACKEND_CUDA;
-    } else if (have && !missing && code) {
-        *out = RT_BACKEND_CUDA;
-    }
-    if (!lead || o->quiet) return 0;
-    const char *s = C.size == 1 ? "" : "s";
-    if (*out == RT_BACKEND_CUDA) printf("backend: cuda (%d rank%s, one GPU each; rank 0 has %s, %s)\n", C.size, s, gpu, arch);
-    else if (have && !missing) printf("backend: host (%d rank%s; %s (%s) found, but the plan has no GPU code)\n", C.size, s, gpu, arch);
-    else if (have) printf("backend: host (%d rank%s; another rank has no usable GPU)\n", C.size, s);
-    else printf("backend: host (%d rank%s; %s)\n", C.size, s, why);
-    return 0;
-}
-
 /* The job's nodes against the plan's target, before anything is allocated.
  * A CUDA run must have the plan's node count and no more ranks on a node
  * than the plan's GPUs per node (with the plan's rank count: exactly that
@@ -657,6 +617,7 @@ static int check_layout(const Plan *p, RtBackend backend, char *err, size_t n) {
     if (per <= 0 || p->ranks > nodes * per) return 0; /* a target that does not say */
     return comm_layout_check(&C.layout, nodes, per, p->ranks, err, n);
 }
+
 
 /* Everything one run holds; run_close frees what exists. */
 typedef struct Run {
@@ -882,8 +843,10 @@ int main(int argc, char **argv) {
     char vm[4096];
     int nv = verify_plan(u.p, vm, sizeof vm);
     if (nv) return die("%s: the plan fails verification (%d problem%s):\n%s", u.o.plan, nv, nv == 1 ? "" : "s", vm);
-    if (choose_backend(&u.o, u.p, u.lead, &u.backend, err, sizeof err) || check_layout(u.p, u.backend, err, sizeof err))
-        return die("%s", err);
+    char said[512];
+    if (rt_choose_backend(&C, u.o.backend, u.p, u.o.plan, &u.backend, said, sizeof said, err, sizeof err)) return die("%s", err);
+    if (u.lead && !u.o.quiet && said[0]) printf("%s\n", said);
+    if (check_layout(u.p, u.backend, err, sizeof err)) return die("%s", err);
     if (u.lead && !u.o.quiet && u.backend == RT_BACKEND_HOST) { /* the cores each rank's kernels get, and why */
         char tl[256];
         hk_threads_describe(tl, sizeof tl);
