@@ -155,25 +155,23 @@ static int group_finish(const Plan *p, HfLayout *l, int g, int *idx, char *err, 
     return 0;
 }
 
-int hf_layout_build(const Plan *p, HfLayout *l, char *err, size_t n) {
+/* The layout of npieces mapping pieces (the plan's hf mapping, or the
+ * one-piece-per-parameter mapping of the plan's own names). */
+static int layout_from(const Plan *p, const PlanHfPiece *pieces, uint32_t npieces, HfLayout *l, char *err, size_t n) {
     memset(l, 0, sizeof *l);
-    const PlanHf *h = &p->hf;
-    if (!h->arch || !h->arch[0] || !h->npieces)
-        return hf_fail(err, n, "the plan has no Hugging Face mapping (its model has no hf block): compile the model with one, "
-                               "or from a Hugging Face directory with zinfc --from-hf DIR");
-    l->pieces = calloc(h->npieces, sizeof *l->pieces);
-    l->groups = calloc(h->npieces, sizeof *l->groups);
-    int *idx = calloc(h->npieces, sizeof *idx);
+    l->pieces = calloc(npieces ? npieces : 1, sizeof *l->pieces);
+    l->groups = calloc(npieces ? npieces : 1, sizeof *l->groups);
+    int *idx = calloc(npieces ? npieces : 1, sizeof *idx);
     int rc = l->pieces && l->groups && idx ? 0 : hf_fail(err, n, "out of memory for the hf mapping");
-    for (uint32_t i = 0; !rc && i < h->npieces; i++) {
+    for (uint32_t i = 0; !rc && i < npieces; i++) {
         HfPiece *x = &l->pieces[i];
-        rc = piece_init(p, &h->pieces[i], x, i ? x - 1 : NULL, err, n);
+        rc = piece_init(p, &pieces[i], x, i ? x - 1 : NULL, err, n);
         if (rc) break;
         int g = 0;
-        while (g < l->ngroups && strcmp(l->groups[g].name, h->pieces[i].hf_name)) g++;
+        while (g < l->ngroups && strcmp(l->groups[g].name, pieces[i].hf_name)) g++;
         if (g == l->ngroups)
-            l->groups[l->ngroups++] = (HfGroup){.name = h->pieces[i].hf_name, .transpose = x->transpose, .first = (int)i,
-                                                .adapter = hf_is_adapter(h->pieces[i].hf_name)};
+            l->groups[l->ngroups++] = (HfGroup){.name = pieces[i].hf_name, .transpose = x->transpose, .first = (int)i,
+                                                .adapter = hf_is_adapter(pieces[i].hf_name)};
         x->group = g;
         l->npieces++;
     }
@@ -181,6 +179,51 @@ int hf_layout_build(const Plan *p, HfLayout *l, char *err, size_t n) {
     free(idx);
     if (rc) hf_layout_free(l);
     return rc;
+}
+
+static bool has_mapping(const Plan *p) { return p->hf.arch && p->hf.arch[0] && p->hf.npieces; }
+
+int hf_layout_build(const Plan *p, HfLayout *l, char *err, size_t n) {
+    memset(l, 0, sizeof *l);
+    if (!has_mapping(p))
+        return hf_fail(err, n, "the plan has no Hugging Face mapping (its model has no hf block): compile the model with one, "
+                               "or from a Hugging Face directory with zinfc --from-hf DIR");
+    return layout_from(p, p->hf.pieces, p->hf.npieces, l, err, n);
+}
+
+/* Whether a parameter is one zinfrun --export writes (rt_export_safetensors):
+ * every parameter with a shard, under its own name. */
+static bool exported_param(const Plan *p, uint32_t t) { return p->tensors[t].cls == TC_PARAM && p->tensors[t].shard >= 0; }
+
+/* The mapping of zinfrun --export's file: each parameter is the tensor of
+ * its own name, whole, as it is. The pieces name the plan's strings, so
+ * the layout outlives the array built here. */
+static int layout_by_names(const Plan *p, HfLayout *l, char *err, size_t n) {
+    uint32_t np = 0;
+    for (uint32_t t = 0; t < p->ntensors; t++) np += exported_param(p, t);
+    PlanHfPiece *pc = calloc(np ? np : 1, sizeof *pc);
+    if (!pc) return hf_fail(err, n, "out of memory for the parameter names");
+    uint32_t k = 0;
+    for (uint32_t t = 0; t < p->ntensors; t++) {
+        const PlanTensor *pt = &p->tensors[t];
+        if (exported_param(p, t))
+            pc[k++] = (PlanHfPiece){(int32_t)t, pt->name, 0, 0, pt->rank ? pt->dims[pt->rank - 1] : 1};
+    }
+    int rc = layout_from(p, pc, k, l, err, n);
+    for (int g = 0; !rc && g < l->ngroups; g++) l->groups[g].adapter = false; /* an export holds every parameter */
+    free(pc);
+    return rc;
+}
+
+/* Which names the checkpoint uses: the plan's own parameter names (a file
+ * of zinfrun --export) when it holds more of them than of the hf
+ * mapping's names, or when the plan has no mapping; else the mapping's. */
+static bool uses_own_names(const Plan *p, const StSet *s, uint32_t *own) {
+    uint32_t hf = 0;
+    *own = 0;
+    for (uint32_t t = 0; t < p->ntensors; t++) *own += exported_param(p, t) && st_set_find(s, p->tensors[t].name);
+    for (uint32_t i = 0; i < p->hf.npieces; i++) hf += st_set_find(s, p->hf.pieces[i].hf_name) != NULL;
+    return !has_mapping(p) || *own > hf;
 }
 
 int hfio_check_plan(const Plan *p, char *err, size_t n) {
@@ -527,11 +570,18 @@ int hfio_import(Rt *r, const char *path, const HfioOptions *o, HfioReport *rep, 
     StSet s;
     bool open = false;
     Imp im = {.r = r, .l = &l, .s = &s, .rep = rep};
-    int rc = hf_layout_build(r->p, &l, err, n);
+    int rc = st_set_open(&s, path, err, n);
+    open = !rc;
+    rep->files = open ? s.nfiles : 0;
     if (!rc) {
-        rc = st_set_open(&s, path, err, n);
-        open = !rc;
-        rep->files = open ? s.nfiles : 0;
+        uint32_t own;
+        rep->own_names = uses_own_names(r->p, &s, &own);
+        if (rep->own_names && !own && !has_mapping(r->p))
+            rc = hf_fail(err, n, "%s: the plan has no Hugging Face mapping (its model has no hf block), and this is not a zinfrun --export "
+                                 "file of its model (none of its parameter names is there): compile the model with an hf block, "
+                                 "or from a Hugging Face directory with zinfc --from-hf DIR", path);
+        else
+            rc = rep->own_names ? layout_by_names(r->p, &l, err, n) : hf_layout_build(r->p, &l, err, n);
     }
     if (!rc && !(im.ent = calloc((size_t)l.ngroups, sizeof *im.ent))) rc = hf_fail(err, n, "out of memory");
     if (!rc) rc = import_checks(&im, err, n);

@@ -48,6 +48,7 @@ typedef struct HfioOptions {
 enum { HFIO_LIST = 1024 };
 
 typedef struct HfioReport {
+    bool own_names;        /* import: the file names the plan's own parameters (zinfrun --export), not HF tensors */
     int files;             /* import: checkpoint files opened; export: safetensors files written */
     int tensors;           /* HF tensors imported or written */
     int params;            /* import: parameters set from the checkpoint */
@@ -67,7 +68,12 @@ int hfio_check_plan(const Plan *p, char *err, size_t errlen);
 int hfio_check_export_dir(const char *dir, char *err, size_t errlen);
 
 /* Sets every mapped parameter (and its fp32 master) from the checkpoint at
- * path: a model directory or one .safetensors file. */
+ * path: a model directory or one .safetensors file. A file of zinfrun
+ * --export (the plan's own parameter names, written by any world size or
+ * plan of the same model) is read too, each parameter from the tensor of
+ * its name: chosen when the file holds more of the plan's own names than of
+ * the mapping's, or the plan has no mapping; then every parameter must be
+ * there. */
 int hfio_import(Rt *r, const char *path, const HfioOptions *o, HfioReport *rep, char *err, size_t errlen);
 /* Writes DIR (config.json and the safetensors weights in HF names and
  * layouts), atomically. */

@@ -1,6 +1,6 @@
 /* zinfgen: samples text from a plan's model with the plan's forward-only
- * schedule (runtime/exec_eval.c), weights from a Hugging Face directory
- * (--init), a zinfrun checkpoint (--checkpoint) or the plan's seeded
+ * schedule (runtime/exec_eval.c), weights from a Hugging Face directory or
+ * a zinfrun --export file (--init), a zinfrun checkpoint (--checkpoint) or the plan's seeded
  * initialisation, wherever the plan keeps them (GPU, CPU memory, NVMe:
  * fetched layer by layer as in training). Each new token is one forward of
  * the plan's whole [B, T] window (no KV cache). Tokens stream to stdout;
@@ -39,7 +39,8 @@ static const char *const flags[] = {"--init", "--checkpoint", "--step", "--token
 static void usage(FILE *f) {
     fprintf(f,
             "usage: zinfgen MODEL.plan (--prompt TEXT --tokenizer tokenizer.json | --prompt-ids 1,2,3) [options]\n"
-            "  --init HF_DIR          weights from a Hugging Face model directory (or one .safetensors file)\n"
+            "  --init PATH            weights from a Hugging Face model directory, one .safetensors file, or\n"
+            "                         the file of zinfrun --export (the plan's own parameter names)\n"
             "  --checkpoint DIR       weights from a zinfrun checkpoint directory (its newest, or --step N)\n"
             "                         (neither: the plan's seeded initialisation)\n"
             "  --tokenizer FILE       a Hugging Face tokenizer.json: encodes --prompt, decodes the output\n"
@@ -219,9 +220,10 @@ static int load_weights(Rt *r, const Plan *p, const GenOpts *o, char *err, size_
         HfioOptions ho = {.staging_bytes = HFIO_STAGING_DEFAULT};
         HfioReport rep;
         char e[16000];
-        if (hfio_check_plan(p, e, sizeof e) || hfio_import(r, o->init, &ho, &rep, e, sizeof e))
-            return snprintf(err, n, "--init: %s", e), -1;
-        if (say) fprintf(stderr, "weights: %d parameters from %s\n", rep.params, o->init);
+        if (hfio_import(r, o->init, &ho, &rep, e, sizeof e)) return snprintf(err, n, "--init: %s", e), -1;
+        if (say)
+            fprintf(stderr, "weights: %d parameters from %s%s\n", rep.params, o->init,
+                    rep.own_names ? " (zinfrun --export: the plan's own names)" : "");
     } else if (o->ckpt) {
         int64_t step = 0;
         if (load_checkpoint(r, o, &step, err, n)) return -1;

@@ -100,10 +100,14 @@ k1=$($S --temperature 1.5 --top-k 1 --seed 3); gr=$($S --temperature 0)
 sed 's/lr = [0-9.e-]*/lr = 1e-30/g' "$W/model.zl" > "$W/lr0.zl"
 "$B/bin/zinfc" "$W/lr0.zl" -o "$W/lr0.plan" > "$W/lr0.out" 2>&1 || { cat "$W/lr0.out"; echo "FAIL: zinfc lr0"; fail=1; }
 "$B/bin/zinftok" --tokenizer "$W/hf/tokenizer.json" "$W/corpus.txt" -o "$W/train.bin" > /dev/null 2>&1
-if "$B/bin/zinfrun" "$W/lr0.plan" --init "$W/hf" --data "$W/train.bin" --steps 1 --nvme "$W/nvme" --checkpoint-dir "$W/ck" --quiet > "$W/run.out" 2>&1; then
+if "$B/bin/zinfrun" "$W/lr0.plan" --init "$W/hf" --data "$W/train.bin" --steps 1 --nvme "$W/nvme" --checkpoint-dir "$W/ck" --export "$W/lr0.safetensors" --quiet > "$W/run.out" 2>&1; then
   got=$("$B/bin/zinfgen" "$W/lr0.plan" --checkpoint "$W/ck" --nvme "$W/nvme" --prompt-ids 5,17,300,42 --max-new 16 --temperature 0 --quiet)
   want=$(awk '$1 == "ids" && $2 == "5,17,300,42" { $1 = ""; $2 = ""; sub(/^  /, ""); print }' "$W/want")
   [ "$got" = "$want" ] && echo "ok   --checkpoint (lr 1e-30): the imported weights' tokens" || { echo "FAIL --checkpoint: '$got' want '$want'"; fail=1; }
+  # zinfrun --export's file (zinf's own names) as --init, read by the other plan of the model
+  got=$("$B/bin/zinfgen" "$W/model.plan" --init "$W/lr0.safetensors" --nvme "$W/nvme" --prompt-ids 5,17,300,42 --max-new 16 --temperature 0 2> "$W/exp.err")
+  [ "$got" = "$want" ] && grep -q "zinfrun --export: the plan's own names" "$W/exp.err" && echo "ok   --init of zinfrun --export's file: the same tokens" \
+    || { cat "$W/exp.err"; echo "FAIL --init export: '$got' want '$want'"; fail=1; }
 else cat "$W/run.out"; echo "FAIL: zinfrun lr 0"; fail=1; fi
 
 # bad input: one line, exit 1 (input) or 2 (usage)

@@ -438,6 +438,25 @@ START_TEST(import_train_export) {
         if (C.rank == 0) ck_assert_msg(!memcmp(a, b, sizeof(float) * (size_t)p->tensors[t].numel), "%s: %s differs after the round trip", what, p->tensors[t].name);
         free(a); free(b);
     }
+    /* zinfrun --export's file (the plan's own names) reads back through the
+     * same import, chosen by the names it holds */
+    char own[300];
+    snprintf(own, sizeof own, "%s/own-%d.safetensors", work, _i);
+    ck_assert_msg(rt_export_safetensors(r, own, err, sizeof err) == 0, "%s: %s", what, err);
+    /* r2 back to the untrained weights first (an HF import), then the export */
+    ck_assert_msg(hfio_import(r2, ckpt, &ho, &rep, err, sizeof err) == 0, "%s: %s", what, err);
+    ck_assert_int_eq(rep.own_names, false);
+    ck_assert_msg(hfio_import(r2, own, &ho, &rep, err, sizeof err) == 0, "%s: %s", what, err);
+    ck_assert_int_eq(rep.own_names, true);
+    ck_assert_int_eq(rep.params, 10);
+    ck_assert_int_eq(rep.nunused + rep.nignored + rep.params_kept, 0);
+    for (uint32_t t = 0; t < p->ntensors; t++) {
+        if (p->tensors[t].cls != TC_PARAM) continue;
+        float *a = gather_f32(r, p, (int)t, &ho), *b = gather_f32(r2, p, (int)t, &ho);
+        if (C.rank == 0) ck_assert_msg(!memcmp(a, b, sizeof(float) * (size_t)p->tensors[t].numel), "%s: %s differs after --export and import", what, p->tensors[t].name);
+        free(a); free(b);
+    }
+    if (C.rank == 0) unlink(own);
     rt_destroy(r2);
     rt_destroy(r);
     plan_free(p);
@@ -592,8 +611,10 @@ START_TEST(import_refusals) {
     /* no mapping at all */
     p->hf.npieces = 0;
     p->hf.arch = "";
-    import_refused(p, ckpt, "the plan has no Hugging Face mapping (its model has no hf block): compile the model with one, "
-                            "or from a Hugging Face directory with zinfc --from-hf DIR");
+    snprintf(msg, sizeof msg, "%s: the plan has no Hugging Face mapping (its model has no hf block), and this is not a zinfrun --export "
+                              "file of its model (none of its parameter names is there): compile the model with an hf block, "
+                              "or from a Hugging Face directory with zinfc --from-hf DIR", ckpt);
+    import_refused(p, ckpt, msg);
     RtOptions ro = {.nvme_dir = nvme_dir};
     Rt *r = rt_create(p, &C, &ro, err, sizeof err);
     snprintf(msg, sizeof msg, "%s/x", work);
