@@ -55,6 +55,26 @@ typedef struct CudaArg {
 
 enum { CUDA_MAX_ARGS = 20, CUDA_OP_MAX_KERNELS = 8 };
 
+/* What a zk_gemm launch computes, for a library (cuBLASLt) to run instead
+ * (docs/kernels.md, "GEMM paths"): row-major C[M, N] (+)= opA(A) opB(B)
+ * (+ bias) over `batch` output batches, the launch's own arguments in
+ * named fields. `lt` says whether cuBLASLt can run it; when not, `why`
+ * (CUDA_GEMM_WHY_*) says what it cannot do and the launch always runs. The
+ * cuBLASLt workspace is [ws_off, ws_off + ws_bytes) of the op's workspace. */
+enum { CUDA_GEMM_WHY_NONE, CUDA_GEMM_WHY_BATCH_SUM };
+typedef struct CudaGemm {
+    bool on;               /* this launch is a gemm */
+    bool lt;               /* cuBLASLt can run it */
+    int why;               /* CUDA_GEMM_WHY_* when !lt */
+    DType dtype;
+    bool ta, tb, accumulate; /* accumulate: beta 1, else 0 */
+    int c, a, b, bias;     /* tensor ids, bias -1: none */
+    int64_t off_c, off_a, off_b; /* bytes */
+    int64_t M, N, K, lda, ldb, ldc;
+    int64_t batch, sA, sB, sC, rbatch, rsA, rsB;
+    int64_t ws_off, ws_bytes;
+} CudaGemm;
+
 typedef struct CudaKernel {
     const char *entry;     /* extern "C" function in the unit */
     const char *family;    /* "gemm", "attention", ... (stdlib/kernels/<family>.cu) */
@@ -65,6 +85,7 @@ typedef struct CudaKernel {
     unsigned grid[3], block[3];
     unsigned smem;         /* dynamic shared memory bytes (the kernels use static smem: 0) */
     int tile_m, tile_n, tile_k; /* gemm tile chosen, else 0 */
+    CudaGemm gemm;         /* gemm.on: what the launch computes, for cuBLASLt */
     int nargs;
     CudaArg args[CUDA_MAX_ARGS];
     int op;                /* graph op index */
@@ -85,7 +106,13 @@ typedef struct CudaGenOptions {
     const char *kernel_dir;    /* NULL: $ZINF_KERNEL_DIR, else ZINF_STDLIB_DIR/kernels */
     const SourceSet *sources;  /* to turn spans into file:line:col; NULL: file#offset */
     int sm_count;              /* the target GPU's SMs, for the gemm tile rule; 0: 128 */
+    int64_t gemm_ws_bytes;     /* cuBLASLt workspace per gemm op (in its workspace); 0: CUDA_GEMM_WS_DEFAULT, -1: none */
 } CudaGenOptions;
+
+/* The default cuBLASLt workspace of an op with gemms: enough for split-K
+ * and the Hopper kernels' needs (cuBLAS itself takes 32 MiB on sm_90 for
+ * its handle; 4 MiB per op lets most shapes pick their best algorithm). */
+#define CUDA_GEMM_WS_DEFAULT ((int64_t)4 << 20)
 
 typedef struct CudaUnitCache CudaUnitCache;
 typedef struct CudaGen {

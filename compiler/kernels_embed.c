@@ -274,6 +274,28 @@ bool kernels_embed_launches(Plan *p, const Graph *g, CudaGen *cg, CudaModule *m,
         if (k->op >= 0 && !shard_counts(g, k, as + na, d)) return false;
         na += (uint32_t)k->nargs;
     }
+    /* every gemm launch's descriptor, in launch order */
+    uint32_t ng = 0;
+    for (int i = 0; i < m->nkernels; i++) ng += m->kernels[i].gemm.on;
+    PlanGemm *gs = ng ? ARENA_NEWN(pa, PlanGemm, ng) : NULL;
+    if (ng && !gs) {
+        diag_error(d, SPAN_NONE, "out of memory");
+        return false;
+    }
+    ng = 0;
+    for (int i = 0; i < m->nkernels; i++) {
+        const CudaGemm *x = &m->kernels[i].gemm;
+        if (!x->on) continue;
+        gs[ng++] = (PlanGemm){.launch = (uint32_t)i, .path = x->lt ? PLAN_GEMM_LT : PLAN_GEMM_NVRTC,
+                              .why = x->lt ? PLAN_GEMM_WHY_NONE : PLAN_GEMM_WHY_BATCH_SUM, .dtype = (uint8_t)x->dtype,
+                              .flags = (uint8_t)((x->ta ? PLAN_GEMM_TA : 0) | (x->tb ? PLAN_GEMM_TB : 0) |
+                                                 (x->accumulate ? PLAN_GEMM_ACCUM : 0)),
+                              .c = x->c, .a = x->a, .b = x->b, .bias = x->bias, .off_c = x->off_c, .off_a = x->off_a,
+                              .off_b = x->off_b, .m = x->M, .n = x->N, .k = x->K, .lda = x->lda, .ldb = x->ldb,
+                              .ldc = x->ldc, .batch = x->batch, .stride_a = x->sA, .stride_b = x->sB, .stride_c = x->sC,
+                              .rbatch = x->rbatch, .rstride_a = x->rsA, .rstride_b = x->rsB, .ws_off = x->ws_off,
+                              .ws_bytes = x->ws_bytes};
+    }
     for (int o = 0; o < g->nops; o++) {
         const CudaOpInfo *in = &m->op_info[o];
         oc[o] = (PlanOpCode){.first = (uint32_t)m->op_first[o], .count = (uint32_t)m->op_count[o], .ws_bytes = in->ws_bytes,
@@ -292,6 +314,8 @@ bool kernels_embed_launches(Plan *p, const Graph *g, CudaGen *cg, CudaModule *m,
     p->launch_args = as;
     p->nlaunch_args = na;
     p->op_code = oc;
+    p->gemms = gs;
+    p->ngemms = ng;
     for (int t = 0; t < PLAN_NDTYPES; t++) p->util[PLAN_UTIL_AXPY][t] = util[t];
     return true;
 }
@@ -307,6 +331,8 @@ static void drop_launches(Plan *p) {
     p->op_code = NULL;
     p->tile_code = NULL;
     p->ntile_code = 0;
+    p->gemms = NULL;
+    p->ngemms = 0;
     for (int u = 0; u < PLAN_NUTIL; u++)
         for (int t = 0; t < PLAN_NDTYPES; t++) p->util[u][t] = -1;
 }

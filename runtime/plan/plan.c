@@ -26,6 +26,8 @@ const char *const plan_opcode_operands[PI_COUNT] = {
 const char *const plan_tier_names[PLAN_NTIERS] = {"gpu", "cpu", "nvme"};
 const char *const plan_family_names[PLAN_NFAMILIES] = {"gemm", "attention", "norm", "elementwise"};
 const char *const plan_arena_names[PLAN_NARENAS] = {"gpu", "pinned", "cpu", "nvme"};
+const char *const plan_gemm_path_names[PLAN_NGEMM_PATHS] = {"cublaslt", "nvrtc"};
+const char *const plan_gemm_why_names[PLAN_NGEMM_WHYS] = {"", "sums products over batches"};
 
 Plan *plan_new(void) {
     Plan *p = calloc(1, sizeof *p);
@@ -34,6 +36,7 @@ Plan *plan_new(void) {
     p->loss = -1;
     p->model_name = p->source = "";
     p->target.name = p->target.backend = p->target.gpu_arch = "";
+    p->version = PLAN_VERSION;
     for (int i = 0; i < PLAN_NARENAS; i++) {
         p->arenas[i].kind = (uint8_t)i;
         p->arenas[i].align = 1;
@@ -47,6 +50,16 @@ void plan_free(Plan *p) {
     if (!p) return;
     arena_free(&p->arena);
     free(p);
+}
+
+int plan_gemm_of_launch(const Plan *p, uint32_t li) {
+    uint32_t lo = 0, hi = p->ngemms;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (p->gemms[mid].launch < li) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < p->ngemms && p->gemms[lo].launch == li ? (int)lo : -1;
 }
 
 int plan_dtype_size(int dtype) {
@@ -575,6 +588,29 @@ static void sec_hf(Codec *c, Plan *p) {
     }
 }
 
+/* Per GEMM launch: the library call that can replace it (version 4). */
+static void sec_gemms(Codec *c, Plan *p) {
+    void *arr = p->gemms;
+    if (!c_count(c, &p->ngemms, 4 + 4 + 4 * 4 + 18 * 8, &arr, sizeof(PlanGemm))) return;
+    p->gemms = arr;
+    for (uint32_t i = 0; i < p->ngemms && !c->bad; i++) {
+        PlanGemm *g = &p->gemms[i];
+        c_u32(c, &g->launch);
+        c_u8(c, &g->path);
+        c_u8(c, &g->why);
+        c_u8(c, &g->dtype);
+        c_u8(c, &g->flags);
+        c_i32(c, &g->c);
+        c_i32(c, &g->a);
+        c_i32(c, &g->b);
+        c_i32(c, &g->bias);
+        int64_t *v[] = {&g->off_c,  &g->off_a,    &g->off_b,    &g->m,         &g->n,         &g->k,     &g->lda,
+                        &g->ldb,    &g->ldc,      &g->batch,    &g->stride_a,  &g->stride_b,  &g->stride_c,
+                        &g->rbatch, &g->rstride_a, &g->rstride_b, &g->ws_off, &g->ws_bytes};
+        for (size_t k = 0; k < sizeof v / sizeof *v; k++) c_i64(c, v[k]);
+    }
+}
+
 typedef struct Section {
     const char *name;
     void (*codec)(Codec *, Plan *);
@@ -586,14 +622,16 @@ static const Section sections[] = {
     {"arenas", sec_arenas},   {"buffers", sec_buffers},   {"operands", sec_operands},
     {"schedule", sec_schedule}, {"deps", sec_deps},       {"kernels", sec_kernels},
     {"launches", sec_launches}, {"launch_args", sec_launch_args}, {"op_code", sec_op_code},
-    {"tile_code", sec_tile_code}, {"hf", sec_hf},
+    {"tile_code", sec_tile_code}, {"hf", sec_hf},       {"gemms", sec_gemms},
 };
 /* The format this file writes and reads. Version 2 added the launches,
  * launch_args, op_code and tile_code sections; version 3 six float and six
- * integer attributes per op and the hf section. An older plan is refused
- * with the version message, not as a corrupt file. */
+ * integer attributes per op and the hf section; version 4 the gemms
+ * section (a version-3 file is read as one without GEMM descriptors: its
+ * GEMMs run their launches). An older plan is refused with the version
+ * message, not as a corrupt file. */
 enum { FORMAT_VERSION = PLAN_VERSION };
-enum { NSECTIONS = sizeof sections / sizeof sections[0], HEADER_BYTES = 24, SECHDR_BYTES = 24 };
+enum { NSECTIONS = sizeof sections / sizeof sections[0], NSECTIONS_V3 = NSECTIONS - 1, HEADER_BYTES = 24, SECHDR_BYTES = 24 };
 
 static void errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void errf(char *err, size_t n, const char *fmt, ...) {
@@ -618,7 +656,7 @@ bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t er
     uint8_t hdr[HEADER_BYTES];
     memcpy(hdr, PLAN_MAGIC, 8);
     put_le(hdr + 8, FORMAT_VERSION, 4);
-    put_le(hdr + 12, NSECTIONS, 4);
+    put_le(hdr + 12, NSECTIONS, 4); /* always the newest format */
     put_le(hdr + 16, plan_fnv1a64(hdr, 16), 8);
     put(&c, hdr, sizeof hdr);
     for (int s = 0; s < NSECTIONS; s++) {
@@ -733,6 +771,23 @@ static bool check_indices(const Plan *p, const char *name, char *err, size_t err
         for (int t = 0; t < PLAN_NDTYPES; t++)
             if (p->util[u][t] < -1 || p->util[u][t] >= (int64_t)p->nlaunches)
                 BAD("utility launch %d for dtype %d: launch %d out of range", u, t, p->util[u][t]);
+    for (uint32_t i = 0; i < p->ngemms; i++) {
+        const PlanGemm *g = &p->gemms[i];
+        if (g->launch >= p->nlaunches) BAD("gemm %u: launch %u out of range", i, g->launch);
+        if (i > 0 && g->launch <= p->gemms[i - 1].launch) BAD("gemm %u: launch %u not after the previous gemm's", i, g->launch);
+        if (g->path >= PLAN_NGEMM_PATHS || g->why >= PLAN_NGEMM_WHYS) BAD("gemm %u: path %u, reason %u", i, g->path, g->why);
+        if (!plan_dtype_size(g->dtype) || g->flags > (PLAN_GEMM_TA | PLAN_GEMM_TB | PLAN_GEMM_ACCUM))
+            BAD("gemm %u: dtype %u, flags %u", i, g->dtype, g->flags);
+        if (g->c < 0 || g->c >= nt || g->a < 0 || g->a >= nt || g->b < 0 || g->b >= nt || !TID(g->bias))
+            BAD("gemm %u: tensor out of range", i);
+        int64_t nonneg[] = {g->off_c, g->off_a, g->off_b, g->m, g->n, g->k, g->stride_a, g->stride_b, g->stride_c,
+                            g->rstride_a, g->rstride_b, g->ws_off, g->ws_bytes};
+        for (size_t k = 0; k < sizeof nonneg / sizeof *nonneg; k++)
+            if (nonneg[k] < 0 || nonneg[k] > INT64_MAX / 16) BAD("gemm %u: size or offset %" PRId64 " out of range", i, nonneg[k]);
+        int64_t pos[] = {g->lda, g->ldb, g->ldc, g->batch, g->rbatch};
+        for (size_t k = 0; k < sizeof pos / sizeof *pos; k++)
+            if (pos[k] < 1 || pos[k] > INT64_MAX / 16) BAD("gemm %u: leading dim or batch %" PRId64 " out of range", i, pos[k]);
+    }
     for (uint32_t i = 0; i < p->hf.npieces; i++)
         if (p->hf.pieces[i].tensor < 0 || p->hf.pieces[i].tensor >= nt) BAD("hf piece %u: tensor %d out of range", i, p->hf.pieces[i].tensor);
     return true;
@@ -750,14 +805,16 @@ Plan *plan_decode(const uint8_t *buf, size_t len, const char *name, char *err, s
         errf(err, errlen, "%s: header checksum mismatch (file corrupt?)", name);
         return NULL;
     }
-    if (ver != FORMAT_VERSION) {
-        errf(err, errlen, "%s: plan format version %u, this build reads version %d (recompile the model)", name, ver, FORMAT_VERSION);
+    if (ver < PLAN_VERSION_OLDEST || ver > FORMAT_VERSION) {
+        errf(err, errlen, "%s: plan format version %u, this build reads versions %d to %d (recompile the model)", name, ver,
+             PLAN_VERSION_OLDEST, FORMAT_VERSION);
         return NULL;
     }
-    if (nsec != NSECTIONS) {
+    int nsections = ver == 3 ? NSECTIONS_V3 : NSECTIONS;
+    if (nsec != (uint32_t)nsections) {
         /* fewer: a version-2 plan from before the tile_code section */
-        errf(err, errlen, "%s: %u sections, expected %d (%s)", name, nsec, NSECTIONS,
-             nsec < NSECTIONS ? "written by an older build? recompile the model" : "file corrupt?");
+        errf(err, errlen, "%s: %u sections, expected %d (%s)", name, nsec, nsections,
+             nsec < (uint32_t)nsections ? "written by an older build? recompile the model" : "file corrupt?");
         return NULL;
     }
     Plan *p = plan_new();
@@ -765,8 +822,9 @@ Plan *plan_decode(const uint8_t *buf, size_t len, const char *name, char *err, s
         errf(err, errlen, "%s: out of memory", name);
         return NULL;
     }
+    p->version = ver;
     size_t pos = HEADER_BYTES;
-    for (int s = 0; s < NSECTIONS; s++) {
+    for (int s = 0; s < nsections; s++) {
         if (len - pos < SECHDR_BYTES) {
             errf(err, errlen, "%s: truncated before section '%s'", name, sections[s].name);
             goto fail;

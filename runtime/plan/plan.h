@@ -20,7 +20,7 @@
 #include <stdint.h>
 #include "arena.h"
 
-enum { PLAN_VERSION = 3, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 8, PLAN_MAX_IATTR = 6, PLAN_MAX_FATTR = 6,
+enum { PLAN_VERSION = 4, PLAN_VERSION_OLDEST = 3, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 8, PLAN_MAX_IATTR = 6, PLAN_MAX_FATTR = 6,
        PLAN_MAX_ACCUM = 64 /* micro-batches per optimizer step (grad_accum) */ };
 #define PLAN_MAGIC "ZINFPLAN"
 
@@ -231,6 +231,42 @@ typedef struct PlanTileCode {
  *     the GPU (ACCUM, reduce-scatter into a gradient shard). */
 enum { PLAN_UTIL_AXPY, PLAN_NUTIL, PLAN_NDTYPES = 5 };
 
+/* One GEMM of the plan (linear, matmul, forward and backward, whole op or
+ * tile), as a library call can run it: every zk_gemm launch of a version-4
+ * plan has one, the launch being its fallback. Row-major, as the kernel:
+ *   C[M, N] (+)= opA(A)[M, K] opB(B)[K, N] (+ bias[N]) for `batch` output
+ *   batches, each operand advancing by its stride (elements) per batch;
+ *   opA(A)[m, k] = ta ? A[k*lda + m] : A[m*lda + k], opB likewise with tb.
+ * Operands are the launch's tensors (bound by the executor as for the
+ * launch) plus byte offsets (a tile's columns). The compiler chooses the
+ * path: PLAN_GEMM_LT runs through cuBLASLt when the runtime has it (and
+ * the launch otherwise), PLAN_GEMM_NVRTC always runs the launch, `why`
+ * saying what cuBLASLt cannot do. The cuBLASLt workspace is
+ * [ws_off, ws_off + ws_bytes) of the op's (a tile's) planned workspace. */
+typedef enum PlanGemmPath { PLAN_GEMM_LT, PLAN_GEMM_NVRTC, PLAN_NGEMM_PATHS } PlanGemmPath;
+typedef enum PlanGemmWhy {
+    PLAN_GEMM_WHY_NONE,      /* cuBLASLt can run it */
+    PLAN_GEMM_WHY_BATCH_SUM, /* sums products over batches (rbatch > 1: transpose_a's weight gradient):
+                              * the reduction index is not one strided dimension, no matrix layout holds it */
+    PLAN_NGEMM_WHYS
+} PlanGemmWhy;
+extern const char *const plan_gemm_path_names[PLAN_NGEMM_PATHS];
+extern const char *const plan_gemm_why_names[PLAN_NGEMM_WHYS];
+enum { PLAN_GEMM_TA = 1, PLAN_GEMM_TB = 2, PLAN_GEMM_ACCUM = 4 }; /* PlanGemm.flags; ACCUM: beta 1, else 0 */
+
+typedef struct PlanGemm {
+    uint32_t launch;           /* its zk_gemm launch (the fallback) */
+    uint8_t path, why;         /* PlanGemmPath, PlanGemmWhy */
+    uint8_t dtype;             /* of A, B, C and bias */
+    uint8_t flags;             /* PLAN_GEMM_TA | TB | ACCUM */
+    int32_t c, a, b, bias;     /* tensor ids; bias -1: none */
+    int64_t off_c, off_a, off_b; /* bytes past the bound address */
+    int64_t m, n, k, lda, ldb, ldc;
+    int64_t batch, stride_a, stride_b, stride_c; /* output batches and their strides (elements) */
+    int64_t rbatch, rstride_a, rstride_b;        /* summed batches (NVRTC only when > 1) */
+    int64_t ws_off, ws_bytes;  /* cuBLASLt workspace inside the op's workspace */
+} PlanGemm;
+
 /* Hugging Face interchange (docs/huggingface.md): how the model's
  * parameters map to a Hugging Face checkpoint's tensors, for zinfrun --init
  * (import) and --export-hf. A parameter is the concatenation, along its
@@ -281,6 +317,8 @@ typedef struct Plan {
     PlanOpCode *op_code;       /* nops entries when nlaunches > 0, else NULL */
     PlanTileCode *tile_code; uint32_t ntile_code; /* one per (op, tile, ntiles) of a tiled KERNEL instruction */
     int32_t util[PLAN_NUTIL][PLAN_NDTYPES]; /* launch index per utility and DType code, -1: none */
+    PlanGemm *gemms; uint32_t ngemms; /* sorted by launch; none in a version-3 plan (every GEMM its launch) */
+    uint32_t version;          /* the file's format version (plan_decode); PLAN_VERSION when built */
     PlanHf hf;                 /* empty when the model has no hf block */
 } Plan;
 
@@ -292,10 +330,16 @@ int plan_dtype_size(int dtype);
 
 /* Serialises into a malloc'd buffer the caller frees. */
 bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t errlen);
-/* Parses an untrusted buffer; name is used in messages ("model.plan: ..."). */
+/* Parses an untrusted buffer; name is used in messages ("model.plan: ...").
+ * Reads versions PLAN_VERSION_OLDEST..PLAN_VERSION (a version-3 plan has no
+ * gemms section: ngemms 0). */
 Plan *plan_decode(const uint8_t *buf, size_t len, const char *name, char *err, size_t errlen);
 bool plan_write(const Plan *p, const char *path, char *err, size_t errlen);
 Plan *plan_read(const char *path, char *err, size_t errlen);
+
+/* Index into p->gemms of launch li's GEMM descriptor, -1: none (binary
+ * search: gemms are sorted by launch). */
+int plan_gemm_of_launch(const Plan *p, uint32_t li);
 
 /* The token batch the runtime feeds each micro-batch and rank: B =
  * train.micro_batch rows of T token ids, T the last dimension of input 0.

@@ -254,6 +254,35 @@ static void launch_line(const Plan *p, uint32_t i, FILE *out) {
     fprintf(out, ") %s\n", l->unit);
 }
 
+/* Per GEMM: the path the compiler chose and, for NVRTC-only ones, why. */
+static void gemm_lines(const Plan *p, FILE *out) {
+    if (!p->ngemms) {
+        if (p->version < 4) fprintf(out, "gemms: none described (a version-%u plan): every GEMM runs its NVRTC launch\n", p->version);
+        return;
+    }
+    uint32_t nlt = 0;
+    for (uint32_t i = 0; i < p->ngemms; i++) nlt += p->gemms[i].path == PLAN_GEMM_LT;
+    fprintf(out, "%u gemms: %u through cuBLASLt when zinfrun has it (else their launch), %u NVRTC only\n", p->ngemms, nlt,
+            p->ngemms - nlt);
+    static const char *const dtype_names[PLAN_NDTYPES] = {"none", "f32", "bf16", "f16", "i32"};
+    for (uint32_t i = 0; i < p->ngemms; i++) {
+        const PlanGemm *g = &p->gemms[i];
+        const PlanLaunch *l = &p->launches[g->launch];
+        fprintf(out, "  launch %u (op %d): %s %s %c%c m=%" PRId64 " n=%" PRId64 " k=%" PRId64 " ld=%" PRId64 ",%" PRId64
+                     ",%" PRId64,
+                g->launch, l->op, g->path < PLAN_NGEMM_PATHS ? plan_gemm_path_names[g->path] : "?",
+                g->dtype < PLAN_NDTYPES ? dtype_names[g->dtype] : "?", g->flags & PLAN_GEMM_TA ? 'T' : 'N',
+                g->flags & PLAN_GEMM_TB ? 'T' : 'N', g->m, g->n, g->k, g->lda, g->ldb, g->ldc);
+        if (g->batch > 1) fprintf(out, " batch=%" PRId64, g->batch);
+        if (g->rbatch > 1) fprintf(out, " sum of %" PRId64, g->rbatch);
+        fprintf(out, " %s = %s*%s%s%s", tname(p, g->c), tname(p, g->a), tname(p, g->b), g->bias >= 0 ? " + " : "",
+                g->bias >= 0 ? tname(p, g->bias) : "");
+        fprintf(out, g->flags & PLAN_GEMM_ACCUM ? " (accumulate)" : " (overwrite)");
+        if (g->path == PLAN_GEMM_LT) fprintf(out, ", workspace ws+%" PRId64 " %" PRId64 " B\n", g->ws_off, g->ws_bytes);
+        else fprintf(out, ": %s\n", g->why < PLAN_NGEMM_WHYS ? plan_gemm_why_names[g->why] : "?");
+    }
+}
+
 void plandump_kernels(const Plan *p, FILE *out) {
     uint64_t total = 0;
     for (uint32_t k = 0; k < p->nkernels; k++) total += p->kernels[k].size;
@@ -301,6 +330,7 @@ void plandump_kernels(const Plan *p, FILE *out) {
                 fprintf(out, "  utility %s %s:\n", util_names[u], dtype_names[t]);
                 launch_line(p, (uint32_t)p->util[u][t], out);
             }
+    gemm_lines(p, out);
 }
 
 void plandump_hf(const Plan *p, FILE *out) {

@@ -227,6 +227,105 @@ static void check_tile_code(V *v) {
     }
 }
 
+/* ---- 1c. GEMM descriptors (docs/plan-format.md, gemms): each one says
+ * what its zk_gemm launch computes, so the library call and the fallback
+ * launch run the same product: the launch's arguments must be the
+ * descriptor's, and every matrix it touches must lie inside its tensor ---- */
+
+/* The last element + 1 of a rows x cols matrix with leading dim ld at off,
+ * repeated nb times by stride sb and nr times by stride sr (elements); false
+ * on overflow or when the leading dim is shorter than a row. */
+static bool gemm_extent(int64_t off, int64_t rows, int64_t cols, int64_t ld, int64_t nb, int64_t sb, int64_t nr,
+                        int64_t sr, int64_t *end) {
+    if (!rows || !cols) {
+        *end = off;
+        return true;
+    }
+    int64_t a, b, c;
+    if (ld < cols || __builtin_mul_overflow(rows - 1, ld, &a) || __builtin_mul_overflow(nb - 1, sb, &b) ||
+        __builtin_mul_overflow(nr - 1, sr, &c))
+        return false;
+    return !__builtin_add_overflow(off, a, end) && !__builtin_add_overflow(*end, b, end) &&
+           !__builtin_add_overflow(*end, c, end) && !__builtin_add_overflow(*end, cols, end);
+}
+
+static void check_gemm(V *v, uint32_t gi, int64_t ws) {
+    const Plan *p = v->p;
+    const PlanGemm *g = &p->gemms[gi];
+    uint32_t li = g->launch;
+    const PlanLaunch *l = &p->launches[li];
+    if (strcmp(lentry(p, li), "zk_gemm") || l->nargs != 18 || (uint64_t)l->arg + l->nargs > p->nlaunch_args) {
+        problem(v, "gemm %u: launch %u (%s) is not a zk_gemm launch", gi, li, lentry(p, li));
+        return;
+    }
+    const PlanLaunchArg *a = &p->launch_args[l->arg];
+    bool ta = g->flags & PLAN_GEMM_TA, tb = g->flags & PLAN_GEMM_TB;
+    int64_t ints[12] = {g->m, g->n, g->k, g->lda, g->ldb, g->ldc, g->stride_a, g->stride_b, g->stride_c, g->rbatch,
+                        g->rstride_a, g->rstride_b};
+    bool same = a[0].kind == PARG_TENSOR && a[0].tensor == g->c && a[0].i == g->off_c && a[1].kind == PARG_TENSOR &&
+                a[1].tensor == g->a && a[1].i == g->off_a && a[2].kind == PARG_TENSOR && a[2].tensor == g->b &&
+                a[2].i == g->off_b &&
+                (g->bias < 0 ? a[3].kind == PARG_NULL : a[3].kind == PARG_TENSOR && a[3].tensor == g->bias && a[3].i == 0) &&
+                a[16].kind == PARG_F32 && a[16].f == 1.0f && a[17].kind == PARG_F32 &&
+                a[17].f == ((g->flags & PLAN_GEMM_ACCUM) ? 1.0f : 0.0f) && (int64_t)l->grid[2] == g->batch;
+    for (int k = 0; k < 12 && same; k++) same = a[4 + k].kind == PARG_I64 && a[4 + k].i == ints[k];
+    if (!same) problem(v, "gemm %u: its launch %u's arguments are not the descriptor's (tensors, sizes, strides, beta, batches)", gi, li);
+    int es = plan_dtype_size(g->dtype);
+    int32_t ts[4] = {g->c, g->a, g->b, g->bias};
+    int64_t offs[3] = {g->off_c, g->off_a, g->off_b};
+    for (int k = 0; k < 4; k++)
+        if (ts[k] >= 0 && p->tensors[ts[k]].dtype != g->dtype)
+            problem(v, "gemm %u: tensor '%s' is %s, the gemm %s", gi, p->tensors[ts[k]].name,
+                    dtype_name((DType)p->tensors[ts[k]].dtype), dtype_name((DType)g->dtype));
+    for (int k = 0; k < 3; k++)
+        if (es && offs[k] % es) problem(v, "gemm %u: byte offset %" PRId64 " is not a whole element", gi, offs[k]);
+    if (!es || STOP(v)) return;
+    /* rows x cols as stored: C m x n; A m x k (k x m transposed); B k x n (n x k) */
+    int64_t dims[3][3] = {{g->m, g->n, g->ldc}, {ta ? g->k : g->m, ta ? g->m : g->k, g->lda}, {tb ? g->n : g->k, tb ? g->k : g->n, g->ldb}};
+    int64_t sb[3] = {g->stride_c, g->stride_a, g->stride_b}, sr[3] = {0, g->rstride_a, g->rstride_b};
+    static const char *const what[3] = {"C", "A", "B"};
+    for (int k = 0; k < 3; k++) {
+        int64_t end;
+        const PlanTensor *t = &p->tensors[ts[k]];
+        if (!gemm_extent(offs[k] / es, dims[k][0], dims[k][1], dims[k][2], g->batch, sb[k], k ? g->rbatch : 1, sr[k], &end))
+            problem(v, "gemm %u: %s (%s) has leading dim %" PRId64 " for %" PRId64 " columns, or its extent overflows", gi,
+                    what[k], t->name, dims[k][2], dims[k][1]);
+        else if (end > t->numel)
+            problem(v, "gemm %u: %s reaches element %" PRId64 " of '%s', which has %" PRId64, gi, what[k], end, t->name, t->numel);
+    }
+    if (g->bias >= 0 && p->tensors[g->bias].numel < g->n)
+        problem(v, "gemm %u: bias '%s' has %" PRId64 " elements for %" PRId64 " columns", gi, p->tensors[g->bias].name,
+                p->tensors[g->bias].numel, g->n);
+    if ((g->path == PLAN_GEMM_NVRTC) != (g->why != PLAN_GEMM_WHY_NONE))
+        problem(v, "gemm %u: path %s with reason '%s'", gi, plan_gemm_path_names[g->path], plan_gemm_why_names[g->why]);
+    if (g->path == PLAN_GEMM_LT && g->rbatch != 1)
+        problem(v, "gemm %u: a cuBLASLt gemm cannot sum %" PRId64 " batches", gi, g->rbatch);
+    if (g->ws_off > ws || g->ws_bytes > ws - g->ws_off || (g->ws_bytes && g->ws_off % 256))
+        problem(v, "gemm %u: workspace [%" PRId64 ", +%" PRId64 ") outside its %" PRId64 "-byte workspace or not 256-aligned", gi,
+                g->ws_off, g->ws_bytes, ws);
+}
+
+static void check_gemms(V *v, const int32_t *tile_of) {
+    const Plan *p = v->p;
+    for (uint32_t gi = 0; gi < p->ngemms && !STOP(v); gi++) {
+        const PlanGemm *g = &p->gemms[gi];
+        if (g->launch >= p->nlaunches) {
+            problem(v, "gemm %u: launch %u out of range", gi, g->launch);
+            continue;
+        }
+        if (gi && g->launch <= p->gemms[gi - 1].launch) problem(v, "gemm %u: not sorted by launch", gi);
+        const PlanLaunch *l = &p->launches[g->launch];
+        int64_t ws = l->op >= 0 && l->op < (int64_t)p->nops && p->op_code ? p->op_code[l->op].ws_bytes : 0;
+        if (tile_of[g->launch] >= 0) ws = p->tile_code[tile_of[g->launch]].ws_bytes;
+        check_gemm(v, gi, ws);
+    }
+    /* a plan with descriptors has one for every gemm launch (a version-3 plan has none) */
+    if (!p->ngemms) return;
+    for (uint32_t i = 0; i < p->nlaunches && !STOP(v); i++)
+        if (!strcmp(lentry(p, i), "zk_gemm") && plan_gemm_of_launch(p, i) < 0)
+            problem(v, "launch %u (zk_gemm) has no gemm descriptor", i);
+}
+
 static void check_launches(V *v) {
     const Plan *p = v->p;
     if (p->nlaunches && !p->op_code) problem(v, "the plan has %u launches but no op code table", p->nlaunches);
@@ -247,6 +346,7 @@ static void check_launches(V *v) {
         if (tile_of[i] >= 0) ws = p->tile_code[tile_of[i]].ws_bytes;
         check_launch(v, i, ws, tile_of[i] >= 0);
     }
+    check_gemms(v, tile_of);
     free(tile_of);
     for (uint32_t o = 0; p->op_code && o < p->nops && !STOP(v); o++) {
         const PlanOpCode *c = &p->op_code[o];
