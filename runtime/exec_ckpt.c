@@ -118,12 +118,34 @@ static const CkptTensorLayout *find_tensor(const CkptLayout *l, const char *name
     return NULL;
 }
 
+/* The parameter an optimizer-state tensor belongs to, by autodiff's names
+ * ("m.wte", "v.wte", "master.wte"); NULL for any other tensor. */
+static const char *state_param(const CkptTensorLayout *t) {
+    const char *pre = t->cls == TC_MOMENTUM ? "m." : t->cls == TC_VARIANCE ? "v." : t->cls == TC_MASTER ? "master." : NULL;
+    return pre && !strncmp(t->name, pre, strlen(pre)) ? t->name + strlen(pre) : NULL;
+}
+
+/* Optimizer state one layout has and the other lacks while both hold its
+ * parameter: the parameter trains in one and is frozen in the other. */
+static int trained_set_difference(const CkptTensorLayout *state, const CkptLayout *other, bool in_plan, char *why, size_t n) {
+    const char *pname = state_param(state);
+    const CkptTensorLayout *pt = pname ? find_tensor(other, pname) : NULL;
+    if (!pt || pt->cls != TC_PARAM) return 0;
+    return rt_fail(why, n,
+                   "parameter '%s' %s: a resume continues one run's optimizer, so the trained parameters must be the same; "
+                   "to start from these weights, write them with the checkpoint's plan (zinfrun --resume --steps 0 --export W.safetensors) "
+                   "and begin a new run with --init W.safetensors",
+                   pname, in_plan ? "is frozen in the checkpoint and trains in this plan" : "trains in the checkpoint and is frozen in this plan");
+}
+
 /* The first checkpointed tensor in which two layouts differ (a missing or
- * extra tensor, a class, dtype or shape), into why; 0 when none does. */
+ * extra tensor, a class, dtype or shape), into why; 0 when none does, 1
+ * when it is another model, 2 when only the trained parameters differ. */
 static int first_tensor_difference(const CkptLayout *mine, const CkptLayout *ck, char *why, size_t n) {
     char a[128], b[128];
     for (int i = 0; i < mine->n; i++) {
         const CkptTensorLayout *t = &mine->t[i], *c = find_tensor(ck, t->name);
+        if (!c && trained_set_difference(t, ck, true, why, n)) return 2;
         if (!c) return rt_fail(why, n, "tensor '%s' of this plan is not in the checkpoint", t->name);
         shape_str(c, a, sizeof a);
         shape_str(t, b, sizeof b);
@@ -133,8 +155,11 @@ static int first_tensor_difference(const CkptLayout *mine, const CkptLayout *ck,
             return rt_fail(why, n, "tensor '%s' is %s %s in the checkpoint, %s %s in this plan", t->name,
                            c->cls < TC_COUNT ? tensor_class_names[c->cls] : "?", a, tensor_class_names[t->cls], b);
     }
-    for (int i = 0; i < ck->n; i++)
-        if (!find_tensor(mine, ck->t[i].name)) return rt_fail(why, n, "the checkpoint holds tensor '%s', which this plan does not have", ck->t[i].name);
+    for (int i = 0; i < ck->n; i++) {
+        if (find_tensor(mine, ck->t[i].name)) continue;
+        if (trained_set_difference(&ck->t[i], mine, false, why, n)) return 2;
+        return rt_fail(why, n, "the checkpoint holds tensor '%s', which this plan does not have", ck->t[i].name);
+    }
     return 0;
 }
 
@@ -159,6 +184,7 @@ static int same_model(const Rt *r, const CkptLayout *mine, const CkptManifest *m
     if (has_class(mine, TC_MOMENTUM) != has_class(&m->layout, TC_MOMENTUM))
         return rt_fail(why, n, "%s", has_class(mine, TC_MOMENTUM) ? "the checkpoint holds no Adam state, this plan's optimizer needs it"
                                                                  : "the checkpoint holds Adam state, this plan has none");
+    if (td == 2) return rt_fail(why, n, "%s", tw);
     if (td) return rt_fail(why, n, "another model: %s", tw);
     return 0;
 }

@@ -63,6 +63,21 @@ for R in 1 2; do
 done
 [ -n "$runs" ] && { "$ZINF_PY" tests/e2e/freeze.py check "$W" $STEPS $LR $WD $EPS $runs || fail=1; }
 
+# A checkpoint whose trained set differs (frozen there, trained here) does
+# not --resume, with the way out in the message: export its weights with its
+# own plan, --init a new run from them (bit for bit the same weights).
+if "$B/bin/zinfc" "$W/full-1.zl" --target "$W/t1.zl" -o "$W/full1.plan" > "$W/full1.zinfc" 2>&1; then
+  timeout 60 "$B/bin/zinfrun" "$W/full1.plan" --data "$W/tok.bin" --steps $((STEPS + 2)) --checkpoint-dir "$W/ck1" --resume < /dev/null > "$W/unfreeze.out" 2>&1
+  st=$?
+  if [ $st = 1 ] && grep -q "parameter 'tok' is frozen in the checkpoint and trains in this plan: .* (zinfrun --resume --steps 0 --export W.safetensors) and begin a new run with --init W.safetensors" "$W/unfreeze.out"; then
+    echo "ok   --resume of a frozen checkpoint into a plan that trains it: refused, naming the parameter and the way out"
+  else cat "$W/unfreeze.out"; echo "FAIL: resume frozen -> trained (exit $st)"; fail=1; fi
+  timeout 60 "$B/bin/zinfrun" "$W/f1.plan" --data "$W/tok.bin" --steps 0 --checkpoint-dir "$W/ck1" --resume --export "$W/w.safetensors" < /dev/null > "$W/w.out" 2>&1 &&
+    timeout 60 "$B/bin/zinfrun" "$W/full1.plan" --data "$W/tok.bin" --init "$W/w.safetensors" --steps 0 --export "$W/w2.safetensors" < /dev/null > "$W/w2.out" 2>&1 &&
+    cmp -s "$W/w.safetensors" "$W/w2.safetensors" && echo "ok   the way out: --export with the frozen plan, --init of it into the full plan: the same weights, byte for byte" ||
+    { cat "$W/w.out" "$W/w2.out"; echo "FAIL: export and --init across the trained sets"; fail=1; }
+else cat "$W/full1.zinfc"; echo "FAIL: zinfc full 1"; fail=1; fi
+
 # 3: the bytes. "model states (zinf allocates)": whole and per rank, exact bytes.
 alloc() { sed -n 's/^model states (zinf allocates) .* \([0-9][0-9]*\) .* \([0-9][0-9]*\)$/\1 \2/p' "$1"; }
 for R in 1 2; do
