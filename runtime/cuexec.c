@@ -72,6 +72,44 @@ static int load_code(Cux *x, const Plan *p, char *err, size_t n) {
     return 0;
 }
 
+/* cuBLASLt for the plan's GEMMs, unless ZINF_CUBLASLT=0 or the plan has
+ * none it may run; a library that does not load or start is not an error:
+ * the GEMMs run their launches and the startup line says why. */
+static int open_gemms(Cux *x, const Plan *p, char *err, size_t n) {
+    x->gemm_of = malloc(sizeof *x->gemm_of * (p->nlaunches ? p->nlaunches : 1));
+    if (!x->gemm_of) return errorf(err, n, "rank %d: out of memory", x->rank);
+    uint32_t nlt = 0;
+    for (uint32_t li = 0; li < p->nlaunches; li++) x->gemm_of[li] = -1;
+    for (uint32_t i = 0; i < p->ngemms; i++)
+        if (p->gemms[i].path == PLAN_GEMM_LT) {
+            x->gemm_of[p->gemms[i].launch] = (int32_t)i;
+            nlt++;
+        }
+    const char *env = getenv("ZINF_CUBLASLT");
+    if (!nlt) snprintf(x->lt_why, sizeof x->lt_why, "%s", p->version < 4 ? "a version-3 plan describes no GEMMs" : "no GEMM it can run");
+    else if (env && !strcmp(env, "0")) snprintf(x->lt_why, sizeof x->lt_why, "cuBLASLt off: ZINF_CUBLASLT=0");
+    else if (cublaslt_open(&x->lt, x->lt_why, sizeof x->lt_why) == 0) x->lt_on = true;
+    return 0;
+}
+
+const char *cux_gemm_summary(const Cux *x, const Plan *p, char *buf, size_t n) {
+    uint32_t ngemm = 0, nlt = 0, nsum = 0;
+    for (uint32_t li = 0; li < p->nlaunches; li++) ngemm += p->launches[li].entry && !strcmp(p->launches[li].entry, "zk_gemm");
+    for (uint32_t i = 0; i < p->ngemms; i++) {
+        nlt += p->gemms[i].path == PLAN_GEMM_LT;
+        nsum += p->gemms[i].why == PLAN_GEMM_WHY_BATCH_SUM;
+    }
+    char d[128];
+    if (x->lt_on) {
+        int k = snprintf(buf, n, "cuBLASLt (%s) for %u GEMM%s, NVRTC for %u", cublaslt_describe(&x->lt, d, sizeof d), nlt,
+                         nlt == 1 ? "" : "s", ngemm - nlt);
+        if (nsum && k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, " (%u %s)", nsum, plan_gemm_why_names[PLAN_GEMM_WHY_BATCH_SUM]);
+    } else {
+        snprintf(buf, n, "NVRTC for all %u GEMM%s (%s)", ngemm, ngemm == 1 ? "" : "s", x->lt_why);
+    }
+    return buf;
+}
+
 int cux_open(Cux *x, const Plan *p, const Comm *c, char *err, size_t n) {
     memset(x, 0, sizeof *x);
     x->rank = c->rank;
@@ -103,6 +141,7 @@ int cux_open(Cux *x, const Plan *p, const Comm *c, char *err, size_t n) {
     size_t total = 0;
     if (x->drv.MemGetInfo(&x->mem_free_at_open, &total) != CUDA_SUCCESS) x->mem_free_at_open = 0;
     if (load_code(x, p, err, n)) goto bad;
+    if (open_gemms(x, p, err, n)) goto bad;
     for (int q = 0; q < PLAN_NQUEUES; q++) {
         rc = x->drv.StreamCreate(&x->stream[q], CU_STREAM_NON_BLOCKING);
         if (rc != CUDA_SUCCESS) {
@@ -147,6 +186,8 @@ void cux_close(Cux *x) {
             if (x->stream[q]) x->drv.StreamDestroy(x->stream[q]);
         for (uint32_t k = 0; x->modules && k < x->nmodules; k++)
             if (x->modules[k]) x->drv.ModuleUnload(x->modules[k]);
+        if (x->lt_on) cublaslt_close(&x->lt); /* its handle before the context goes */
+        x->lt_on = false;
         for (int i = 0; i < x->ndev; i++) x->drv.MemFree(x->dev_alloc[i]);
         for (int i = 0; i < x->nhost; i++) x->drv.MemFreeHost(x->host_alloc[i]);
         x->drv.DevicePrimaryCtxRelease(x->dev);
@@ -155,6 +196,7 @@ void cux_close(Cux *x) {
     free(x->ev_end);
     free(x->modules);
     free(x->funcs);
+    free(x->gemm_of);
     cudrv_close(&x->drv);
     memset(x, 0, sizeof *x);
 }
@@ -199,6 +241,17 @@ int cux_alloc_host(Cux *x, size_t bytes, const char *what, void **out, char *err
 int cux_launch(Cux *x, const Plan *p, uint32_t li, const CuxBind *b, CUstream s, char *err, size_t n) {
     if (li >= p->nlaunches) return errorf(err, n, "rank %d: launch %u outside the plan", x->rank, li);
     const PlanLaunch *l = &p->launches[li];
+    if (x->lt_on && x->gemm_of && li < x->nlaunches && x->gemm_of[li] >= 0) {
+        const PlanGemm *g = &p->gemms[x->gemm_of[li]];
+        const CUdeviceptr *t = b->tensor;
+        LtOperands o = {.c = t ? t[g->c] : 0, .a = t ? t[g->a] : 0, .b = t ? t[g->b] : 0,
+                        .bias = t && g->bias >= 0 ? t[g->bias] : 0, .ws = b->ws};
+        if (!o.c || !o.a || !o.b || (g->bias >= 0 && !o.bias))
+            return errorf(err, n, "rank %d: cuBLASLt gemm of launch %u: an operand is not bound to device memory", x->rank, li);
+        int rc = cublaslt_gemm(&x->lt, g, &o, s, err, n);
+        if (rc <= 0) return rc;
+        /* no algorithm for this shape: its launch */
+    }
     union {
         void *ptr;
         long long i;

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "comm.h"
+#include "cublaslt.h"
 #include "cudrv.h"
 #include "plan.h"
 
@@ -38,6 +39,12 @@ typedef struct Cux {
     void *host_alloc[16];
     int nhost;
     size_t dev_total;            /* bytes allocated on the device */
+    /* GEMMs (docs/kernels.md, "GEMM paths"): through cuBLASLt when it
+     * loaded and the plan describes them, else their NVRTC launches */
+    CublasLt lt;
+    bool lt_on;                  /* cuBLASLt runs the plan's PLAN_GEMM_LT gemms */
+    char lt_why[256];            /* why not, when !lt_on and the plan has such gemms */
+    int32_t *gemm_of;            /* per launch: its cuBLASLt gemm (index into p->gemms), -1: the launch runs */
 } Cux;
 
 /* Opens the driver, picks device (local rank) of c's node, makes its context
@@ -75,7 +82,15 @@ typedef struct CuxBind {
     float f32[4];                /* utility launches: PARG_F32 values in order */
     int nf32;
 } CuxBind;
+/* Runs launch li, or its GEMM through cuBLASLt when x->lt_on and the plan
+ * gives it that path (falling back to the launch when the library has no
+ * algorithm for the shape). */
 int cux_launch(Cux *x, const Plan *p, uint32_t li, const CuxBind *b, CUstream s, char *err, size_t errlen);
+
+/* zinfrun's startup line for the GEMMs: "cuBLASLt (libcublasLt.so.13
+ * 13.1.0) for 48 GEMMs, NVRTC for 2 (2 sum products over batches)", or
+ * "NVRTC for all 50 GEMMs (cuBLASLt: ZINF_CUBLASLT=0)". */
+const char *cux_gemm_summary(const Cux *x, const Plan *p, char *buf, size_t n);
 
 #define CUX_CHECK(x, call, err, n) CUDRV_CHECK(&(x)->drv, (x)->rank, call, err, n)
 

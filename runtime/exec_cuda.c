@@ -709,6 +709,8 @@ static void cuda_memory_report(const Rt *r, FILE *out) {
     fprintf(out, "  gpu memory allocated %s: the gpu arena plus kernel workspace %s x queues, collective scratch %s\n",
             plan_bytes_str(cu->x.dev_total, c, sizeof c), plan_bytes_str(cu->ws_bytes, d, sizeof d),
             plan_bytes_str(cu->cs_bytes, a, sizeof a));
+    char g[512];
+    fprintf(out, "  gemm: %s\n", cux_gemm_summary(&cu->x, r->p, g, sizeof g));
     if (cu->g_open) fprintf(out, "  nccl %d.%d.%d, %d ranks\n", cu->g.version / 10000, cu->g.version / 100 % 100, cu->g.version % 100, cu->g.size);
 }
 

@@ -4,6 +4,7 @@
 # Builds the fake CUDA stack into BUILD/fakecuda/ (docs/testing-gpu-fake.md):
 #   libcuda.so.1        the fake driver, with the kernel emulator (tests/gpu/emu.c)
 #   libnccl.so.2        the fake NCCL, over MPI
+#   libcublasLt.so.13   the fake cuBLASLt: matmuls on the host, arguments checked
 #   fakecuda_prep       builds a plan's emulated kernel units
 #   fakecuda_selftest   the checks of tests/e2e/fakecuda_self.sh
 # Needs the BUILD/libzinf*.a libraries (make), cc, the CUDA headers (no GPU, no driver) and
@@ -76,6 +77,8 @@ make_one "$O/libcuda.so.1" "$S/fake_cuda.c $S/fakecuda_elf.h tests/gpu/emu.c run
 # shellcheck disable=SC2086
 nccl_cmd() { $CC $F -fPIC -shared -Wl,-soname,libnccl.so.2 $INC $MPI_CFLAGS "$S/fake_nccl.c" -o "$TMP" $MPI_LIBS -lpthread -ldl; }
 make_one "$O/libnccl.so.2" "$S/fake_nccl.c runtime/half.h" nccl_cmd
+lt_cmd() { $CC $F -fPIC -shared -Wl,-soname,libcublasLt.so.13 $INC "$S/fake_cublaslt.c" -o "$TMP" -lpthread -ldl; }
+make_one "$O/libcublasLt.so.13" "$S/fake_cublaslt.c runtime/half.h" lt_cmd
 # shellcheck disable=SC2086
 prep_cmd() { $CC $F $SAN $INC -DZINF_EMU_HEADER="\"$ROOT/tests/gpu/emu.h\"" "$S/fakecuda_prep.c" tests/gpu/emu_wrap.c $LIBZ -o "$TMP" $LIBS $SAN; }
 make_one "$O/fakecuda_prep" "$S/fakecuda_prep.c $S/fakecuda_elf.h tests/gpu/emu_wrap.c tests/gpu/emu_wrap.h runtime/plan/plan.h $LIBZ" prep_cmd

@@ -335,6 +335,16 @@ static int mem_kind(Ctx *c, const void *p, size_t n, int device_side) {
     return k;
 }
 
+/* For the fake cuBLASLt (fake_cublaslt.c), which checks its operands as the
+ * driver checks copies: 1 when [p, p + n) lies inside one device or pinned
+ * allocation of the calling thread's context, 0 when not, -1 without a
+ * current context. Not a CUDA entry point. */
+EXPORT int fakecuda_mem_inside(const void *p, size_t n) {
+    Ctx *c = NULL;
+    if (ctx_current(&c) != CUDA_SUCCESS) return -1;
+    return mem_kind(c, p, n, 1) != MEM_BAD;
+}
+
 /* ---- streams ------------------------------------------------------------------ */
 
 static void module_unref(Module *m);
