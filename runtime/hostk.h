@@ -128,6 +128,9 @@ HkRope hk_rope_attrs(const int64_t *iattr, const double *fattr);
 /* The rotation frequency of pair j of a head of hd, scaling applied. */
 double hk_rope_freq(const HkRope *r, int64_t j, int64_t hd);
 int hk_rope_fwd(const HkTensor *x, HkTensor *y, const HkRope *r);
+/* The same with x's position t at pos0 + t (a KV-cache decode step, whose
+ * one row is position pos0 of the text). */
+int hk_rope_fwd_at(const HkTensor *x, HkTensor *y, const HkRope *r, int64_t pos0);
 int hk_rope_bwd(const HkTensor *dy, HkTensor *dx, const HkRope *r);
 
 /* attention: causal, q [B,T,H*hd], k, v [B,T,KV*hd] -> y [B,T,H*hd].

@@ -329,6 +329,7 @@ typedef struct RopeJob {
     const HkRope *r;
     int sign;
     bool acc;
+    int64_t pos0;              /* the position of row t = 0 (a decode step's) */
 } RopeJob;
 
 /* one position bt of [B*T] (a unit of the rank's pool, hostk_threads.h) */
@@ -341,7 +342,7 @@ static void rope_unit(void *ctx, int64_t bt) {
     bool acc = jb->acc;
     int64_t T = x->dims[1], C = x->dims[2], heads = r->heads, hd = C / heads, half = hd / 2;
     {
-        int64_t t = bt % T;
+        int64_t t = bt % T + jb->pos0;
         for (int64_t j = 0; j < half; j++) {
             double a = (double)t * hk_rope_freq(r, j, hd);
             float c = (float)cos(a), s = (float)(sign * sin(a));
@@ -361,16 +362,19 @@ static void rope_unit(void *ctx, int64_t bt) {
     }
 }
 
-static void rope_apply(const HkTensor *x, HkTensor *y, const HkRope *r, int sign, bool acc) {
-    RopeJob jb = {x, y, r, sign, acc};
+static void rope_apply(const HkTensor *x, HkTensor *y, const HkRope *r, int sign, bool acc, int64_t pos0) {
+    RopeJob jb = {x, y, r, sign, acc, pos0};
     int64_t rows = x->dims[0] * x->dims[1];
     hk_parallel(hk_team((double)(rows * x->dims[2]) * 2.0), rows, rope_unit, &jb);
 }
 
-int hk_rope_fwd(const HkTensor *x, HkTensor *y, const HkRope *r) {
+int hk_rope_fwd(const HkTensor *x, HkTensor *y, const HkRope *r) { return hk_rope_fwd_at(x, y, r, 0); }
+
+int hk_rope_fwd_at(const HkTensor *x, HkTensor *y, const HkRope *r, int64_t pos0) {
     int rc = rope_check(x, y, r);
     if (rc) return rc;
-    rope_apply(x, y, r, 1, false);
+    if (pos0 < 0) return HK_ERR_ATTR;
+    rope_apply(x, y, r, 1, false, pos0);
     return HK_OK;
 }
 
@@ -378,7 +382,7 @@ int hk_rope_bwd(const HkTensor *dy, HkTensor *dx, const HkRope *r) {
     if (!hk_present(dx)) return HK_OK;
     int rc = rope_check(dy, dx, r);
     if (rc) return rc;
-    rope_apply(dy, dx, r, -1, true);
+    rope_apply(dy, dx, r, -1, true, 0);
     return HK_OK;
 }
 

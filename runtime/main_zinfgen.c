@@ -17,6 +17,7 @@
 #include <time.h>
 #include "ckpt.h"
 #include "comm.h"
+#include "decode.h"
 #include "exec.h"
 #include "hfio.h"
 #include "hftok.h"
@@ -25,7 +26,7 @@
 #include "verify.h"
 
 typedef struct GenOpts {
-    const char *plan, *init, *ckpt, *tokenizer, *prompt, *prompt_ids, *backend, *nvme;
+    const char *plan, *init, *ckpt, *tokenizer, *prompt, *prompt_ids, *backend, *nvme, *decode;
     int64_t step, max_new, top_k, eos;
     double temperature, top_p;
     uint64_t seed;
@@ -34,7 +35,7 @@ typedef struct GenOpts {
 
 static const char *const flags[] = {"--init", "--checkpoint", "--step", "--tokenizer", "--prompt", "--prompt-ids",
                                     "--max-new", "--temperature", "--top-k", "--top-p", "--seed", "--eos",
-                                    "--backend", "--nvme", "--quiet", "--help", "--version"};
+                                    "--backend", "--nvme", "--decode", "--quiet", "--help", "--version"};
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -53,10 +54,13 @@ static void usage(FILE *f) {
             "  --eos ID               stop after generating token ID\n"
             "  --backend auto|host|cuda   where to run (auto: cuda when a GPU is there and the plan has GPU code)\n"
             "  --nvme DIR             the plan's NVMe swap space in DIR instead of the target's paths\n"
+            "  --decode auto|kv|window  kv: a KV cache, one position per token, on the host kernels with the\n"
+            "                         parameters gathered whole on rank 0; window: each token one forward of the\n"
+            "                         plan's whole [B, T] window (its schedule, on either backend). auto (default):\n"
+            "                         kv on the host backend when the model allows it, else window\n"
             "  --quiet                no lines on stderr but errors\n"
-            "Each token is one forward of the plan's whole window of T positions (no KV cache): generating n\n"
-            "tokens costs n forwards of B*T tokens. A text longer than T keeps its last T tokens (the window\n"
-            "slides); a prompt longer than T is refused.\n");
+            "A text longer than T keeps its last T tokens (the window slides; with the KV cache, the cache is\n"
+            "filled again from them); a prompt longer than T is refused.\n");
 }
 
 static int bad_value(const char *flag, const char *what, const char *v) {
@@ -94,6 +98,7 @@ static int parse_value(const char *a, const char *v, GenOpts *o) {
     else if (!strcmp(a, "--prompt-ids")) o->prompt_ids = v;
     else if (!strcmp(a, "--backend")) o->backend = v;
     else if (!strcmp(a, "--nvme")) o->nvme = v;
+    else if (!strcmp(a, "--decode")) o->decode = v;
     else if (!strcmp(a, "--step")) return parse_i64(a, v, 0, &o->step);
     else if (!strcmp(a, "--max-new")) return parse_i64(a, v, 1, &o->max_new);
     else if (!strcmp(a, "--top-k")) return parse_i64(a, v, 0, &o->top_k);
@@ -113,6 +118,7 @@ static int parse_value(const char *a, const char *v, GenOpts *o) {
 static int parse(int argc, char **argv, GenOpts *o) {
     memset(o, 0, sizeof *o);
     o->backend = "auto";
+    o->decode = "auto";
     o->step = -1;
     o->max_new = 32;
     o->eos = -1;
@@ -143,6 +149,8 @@ static int parse(int argc, char **argv, GenOpts *o) {
     if (!o->plan) { fprintf(stderr, "zinfgen: no plan given\n"); usage(stderr); return 2; }
     if (strcmp(o->backend, "auto") && strcmp(o->backend, "host") && strcmp(o->backend, "cuda"))
         return bad_value("--backend", "auto, host or cuda", o->backend);
+    if (strcmp(o->decode, "auto") && strcmp(o->decode, "kv") && strcmp(o->decode, "window"))
+        return bad_value("--decode", "auto, kv or window", o->decode);
     if (!o->prompt == !o->prompt_ids) { fprintf(stderr, "zinfgen: give one of --prompt TEXT and --prompt-ids 1,2,3\n"); return 2; }
     if (o->prompt && !o->tokenizer) { fprintf(stderr, "zinfgen: --prompt needs --tokenizer tokenizer.json (or use --prompt-ids)\n"); return 2; }
     if (o->init && o->ckpt) { fprintf(stderr, "zinfgen: --init and --checkpoint both give the weights: choose one\n"); return 2; }
@@ -298,6 +306,8 @@ typedef struct Gen {
     Cand *cand;
     double *prob;
     size_t printed;         /* bytes of decoded text written */
+    KvDecoder *kv;          /* --decode kv: the decoder (rank 0 holds it), else NULL */
+    int64_t base;           /* kv: the id at the cache's position 0 */
 } Gen;
 
 /* The prompt's ids: --prompt-ids, or --prompt through the tokenizer with
@@ -381,6 +391,28 @@ static int step(Gen *g, uint64_t *rng, int32_t *out, char *err, size_t n) {
     return 0;
 }
 
+/* One token with the KV cache: rank 0 feeds the ids the cache lacks (all
+ * of the last T when the text outgrew the window, which slid) and samples
+ * from the last one's logits; the id, or -1 for a failure there, is
+ * broadcast, so no rank waits for one that failed. */
+static int step_kv(Gen *g, uint64_t *rng, int32_t *out, char *err, size_t n) {
+    int64_t id = 0;
+    if (C.rank == 0) {
+        int64_t w = g->nids < g->T ? g->nids : g->T;
+        if (g->nids - w != g->base) {
+            kvdec_reset(g->kv);
+            g->base = g->nids - w;
+        }
+        int rc = 0;
+        for (int64_t i = g->base + kvdec_position(g->kv); !rc && i < g->nids; i++) rc = kvdec_step(g->kv, g->ids[i], g->logits, err, n);
+        id = rc ? -1 : sample(g->logits, g->V, g->o, rng, g->cand, g->prob);
+    }
+    if (comm_bcast(&C, &id, sizeof id, 0) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(&C)), -1;
+    if (id < 0 && C.rank != 0) snprintf(err, n, "rank 0 failed decoding");
+    *out = (int32_t)id;
+    return id < 0 ? -1 : 0;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -400,7 +432,7 @@ static int generate(Gen *g, char *err, size_t n) {
     int64_t made = 0;
     for (; made < g->o->max_new; made++) {
         int32_t id;
-        if (step(g, &rng, &id, err, n)) return -1;
+        if ((g->kv ? step_kv(g, &rng, &id, err, n) : step(g, &rng, &id, err, n))) return -1;
         g->ids[g->nids++] = id;
         bool last = id == g->o->eos || made + 1 == g->o->max_new;
         if (C.rank == 0 && emit(g, id, last, err, n)) return -1;
@@ -410,7 +442,10 @@ static int generate(Gen *g, char *err, size_t n) {
         printf("\n");
         fflush(stdout);
         double s = now_s() - t0;
-        if (!g->o->quiet)
+        if (!g->o->quiet && g->kv)
+            fprintf(stderr, "generated %" PRId64 " token%s in %.2f s (%.1f tokens/s; KV cache: one position a token, the prompt's first)\n",
+                    made, made == 1 ? "" : "s", s, s > 0 ? (double)made / s : 0.0);
+        else if (!g->o->quiet)
             fprintf(stderr, "generated %" PRId64 " token%s in %.2f s (%.1f tokens/s; each a forward of %" PRId64 " x %" PRId64 " positions, no KV cache)\n",
                     made, made == 1 ? "" : "s", s, s > 0 ? (double)made / s : 0.0, g->B, g->T);
     }
@@ -424,6 +459,7 @@ static void gen_free(Gen *g) {
     free(g->logits);
     free(g->cand);
     free(g->prob);
+    kvdec_free(g->kv);
     if (g->tok) hftok_free(g->tok);
 }
 
@@ -448,10 +484,24 @@ static int run(const Plan *p, const GenOpts *o) {
     if (rc == 2) { status = 2; goto out; }
     if (rc) FAIL("%s", err);
     if (load_weights(g.r, p, o, err, sizeof err)) FAIL("%s", err);
-    if (C.rank == 0 && !o->quiet)
-        fprintf(stderr, "zinfgen: %s on the %s backend, window %" PRId64 " x %" PRId64 ", %" PRId64 " prompt token%s; %u of the plan's instructions a token\n",
+    char why[1024] = "";
+    if (!strcmp(o->decode, "kv") && be == RT_BACKEND_CUDA)
+        FAIL("--decode kv runs on the host kernels; with the CUDA backend use --decode window (the plan's GPU kernels) or --backend host");
+    if (strcmp(o->decode, "window") && be != RT_BACKEND_CUDA) {
+        rc = kvdec_create(g.r, p, &C, &g.kv, why, sizeof why);
+        if (rc < 0) FAIL("%s", why);
+        if (rc > 0 && !strcmp(o->decode, "kv")) FAIL("--decode kv: %s", why);
+    }
+    if (C.rank == 0 && !o->quiet && g.kv) {
+        char b1[32];
+        fprintf(stderr, "zinfgen: %s on the host backend, KV cache of T = %" PRId64 " positions (%s on rank 0: parameters, cache, scratch), %" PRId64
+                        " prompt token%s\n", p->model_name ? p->model_name : "?", g.T, plan_bytes_str(kvdec_bytes(g.kv), b1, sizeof b1), g.nprompt,
+                g.nprompt == 1 ? "" : "s");
+    } else if (C.rank == 0 && !o->quiet) {
+        fprintf(stderr, "zinfgen: %s on the %s backend, window %" PRId64 " x %" PRId64 ", %" PRId64 " prompt token%s; %u of the plan's instructions a token%s%s%s\n",
                 p->model_name ? p->model_name : "?", be == RT_BACKEND_CUDA ? "cuda" : "host", g.B, g.T, g.nprompt,
-                g.nprompt == 1 ? "" : "s", fi.instructions);
+                g.nprompt == 1 ? "" : "s", fi.instructions, why[0] ? " (no KV cache: " : "", why, why[0] ? ")" : "");
+    }
     if (generate(&g, err, sizeof err)) FAIL("%s", err);
 out:
 #undef FAIL

@@ -74,15 +74,20 @@ for _ in range(12):
         out.append(int(m(torch.tensor([ctx])).logits[0, -1].argmax()))
 print("slide", ",".join(map(str, ids)), " ".join(map(str, out)))
 PY
+# both decodes: the KV cache (one position a token) and the window (a whole
+# forward of the plan's schedule a token) against transformers
 while read -r kind prompt want; do
-  case $kind in
-    ids)
-      got=$($G --prompt-ids "$prompt" --max-new 16 --quiet 2> "$W/err") || { cat "$W/err"; echo "FAIL ids $prompt"; fail=1; continue; }
-      [ "$got" = "$want" ] && echo "ok   greedy ids $prompt: $got" || { echo "FAIL greedy ids $prompt: zinfgen $got, transformers $want"; fail=1; } ;;
-    slide)
-      got=$($G --prompt-ids "$prompt" --max-new 12 --quiet 2> "$W/err") || { cat "$W/err"; echo "FAIL slide"; fail=1; continue; }
-      [ "$got" = "$want" ] && echo "ok   the window slides past T: $got" || { echo "FAIL slide: zinfgen $got, transformers $want"; fail=1; } ;;
-  esac
+  for mode in kv window; do
+    case $kind in
+      ids)
+        got=$($G --decode $mode --prompt-ids "$prompt" --max-new 16 2> "$W/err") || { cat "$W/err"; echo "FAIL ids $prompt"; fail=1; continue; }
+        grep -q "$([ $mode = kv ] && echo 'KV cache of T = 64 positions' || echo 'window 1 x 64')" "$W/err" || { cat "$W/err"; echo "FAIL: --decode $mode not said"; fail=1; }
+        [ "$got" = "$want" ] && echo "ok   greedy ids $prompt ($mode): $got" || { echo "FAIL greedy ids $prompt ($mode): zinfgen $got, transformers $want"; fail=1; } ;;
+      slide)
+        got=$($G --decode $mode --prompt-ids "$prompt" --max-new 12 --quiet 2> "$W/err") || { cat "$W/err"; echo "FAIL slide"; fail=1; continue; }
+        [ "$got" = "$want" ] && echo "ok   the window slides past T ($mode): $got" || { echo "FAIL slide ($mode): zinfgen $got, transformers $want"; fail=1; } ;;
+    esac
+  done
 done < "$W/want"
 # text in, text out: the same tokens as transformers, decoded as it decodes them
 want_text=$(sed -n 's/^text [^|]*|//p' "$W/want")

@@ -1,0 +1,58 @@
+/* decode: generation with a KV cache (zinfgen --decode kv) over a plan's
+ * forward ops, on the host kernels.
+ *
+ * A training plan's forward runs a [B, T] window; generating one token with
+ * it recomputes every position. The decoder instead runs the plan's forward
+ * ops (PlanOp, in plan order, up to the loss) for one position at a time:
+ * every activation that the token ids reach is [B, T, ...] (or [T, ...]
+ * for what arange(T) reaches, e.g. learned positions), and a decode step
+ * computes its one row, position p of row 0. The only ops that look across
+ * positions are attention (its keys and values of positions 0..p-1 are the
+ * cache: each attention op keeps [T, kv_dim] of f32 keys and values, filled
+ * one row a step), rope (applied at position p) and arange (whose one value
+ * is p). Every other primitive is position-wise and runs through the host
+ * kernels on the one-row tensors. Ops that only parameters reach run once.
+ *
+ * Where the weights come from: the plan keeps them wherever it does (GPU,
+ * CPU memory, NVMe, partitioned over ranks); kvdec_create gathers each
+ * parameter, whole, to rank 0 (hfio_gather, collective) and keeps them
+ * there, so rank 0 needs the model's parameter bytes in host memory on top
+ * of the plan (refused above half of the machine's memory, with the window
+ * mode as the way out). Rank 0 alone runs the steps.
+ *
+ * What it refuses (kvdec_create returns 1 with the reason, before any
+ * gathering, the same verdict on every rank since it depends on the plan
+ * only): a primitive it has no decode rule for, an activation whose leading
+ * dims are not [B, T] (or [T]), a matmul of two activations, a tensor that
+ * the targets reach before the loss.
+ *
+ * Nothing here prints or exits; errors come back as -1 and a message. */
+#ifndef ZINF_DECODE_H
+#define ZINF_DECODE_H
+#include <stddef.h>
+#include <stdint.h>
+#include "comm.h"
+#include "exec.h"
+#include "plan.h"
+
+typedef struct KvDecoder KvDecoder;
+
+/* Collective (every rank calls it): 0 with *out set, 1 when the plan cannot
+ * be decoded this way (why says which op or tensor; nothing was gathered),
+ * -1 on an error (err). Ranks other than 0 get a decoder that holds
+ * nothing and only frees. */
+int kvdec_create(Rt *r, const Plan *p, Comm *c, KvDecoder **out, char *err, size_t errlen);
+void kvdec_free(KvDecoder *d);
+/* Rank 0: token id `token` at the next position (0 after create or reset);
+ * the logits of that position into logits (vocab f32 values). Past the
+ * plan's T positions it fails: reset and feed the window again. */
+int kvdec_step(KvDecoder *d, int32_t token, float *logits, char *err, size_t errlen);
+/* Empties the cache: the next step is position 0. */
+void kvdec_reset(KvDecoder *d);
+/* Positions in the cache (the next step's position). */
+int64_t kvdec_position(const KvDecoder *d);
+/* Bytes rank 0 holds: parameters, the KV cache, one position's
+ * activations, scratch. */
+uint64_t kvdec_bytes(const KvDecoder *d);
+
+#endif
