@@ -47,6 +47,28 @@ static bool launched_by_mpi(void) {
     return false;
 }
 
+/* An environment variable as a count; 0 when absent or not a number. */
+static int env_count(const char *name) {
+    const char *s = getenv(name);
+    char *end;
+    long v = s ? strtol(s, &end, 10) : 0;
+    return s && end != s && *end == '\0' && v > 0 && v < (1L << 30) ? (int)v : 0;
+}
+
+void comm_launcher_str(char *buf, size_t n) {
+    const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+    if (getenv("OMPI_COMM_WORLD_SIZE") && job)
+        snprintf(buf, n, "mpirun in Slurm job %.20s", job);
+    else if (getenv("OMPI_COMM_WORLD_SIZE"))
+        snprintf(buf, n, "mpirun");
+    else if (job && step && env_count("SLURM_STEP_NUM_TASKS"))
+        snprintf(buf, n, "srun (Slurm job %.20s, step %.20s)", job, step);
+    else if (launched_by_mpi())
+        snprintf(buf, n, "a PMI launcher");
+    else
+        snprintf(buf, n, "none");
+}
+
 /* Every rank's (local rank, local size) gathered: each rank then derives
  * the same layout. */
 static CommStatus learn_layout(Comm *c) {
@@ -70,7 +92,17 @@ CommStatus comm_init(Comm *c, int *argc, char ***argv, bool force_mpi) {
     c->timeout_s = 300;
     const char *t = getenv("ZINF_COMM_TIMEOUT");
     if (t && atof(t) > 0) c->timeout_s = atof(t);
-    if (!force_mpi && !launched_by_mpi()) return COMM_OK;
+    if (!force_mpi && !launched_by_mpi()) {
+        /* srun's tasks learn their rank from an MPI plugin; without one
+         * (--mpi=none) MPI would make each a world of one */
+        int tasks = env_count("SLURM_STEP_NUM_TASKS");
+        if (tasks <= 1) return COMM_OK;
+        snprintf(c->err, sizeof c->err,
+                 "srun started %d tasks but gave them no MPI bootstrap (no PMIX_RANK or PMI_SIZE in the environment), "
+                 "so each would run alone: launch with srun --mpi=pmix (srun --mpi=list shows what this cluster offers)",
+                 tasks);
+        return COMM_ELAUNCH;
+    }
     int provided = 0;
     int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     if (rc != MPI_SUCCESS) return mpi_fail(c, "MPI_Init_thread", rc);

@@ -18,6 +18,7 @@ typedef enum CommStatus {
     COMM_EMPI = -1,      /* MPI returned an error (message in comm_last_error) */
     COMM_ETIMEDOUT = -2, /* a collective did not complete by the deadline */
     COMM_EARG = -3,      /* bad arguments (sizes overflow MPI's int counts, ...) */
+    COMM_ELAUNCH = -4,   /* started by a launcher that gave no MPI bootstrap (message says how to launch) */
 } CommStatus;
 
 /* How the job's ranks sit on nodes: the node count and the fewest and most
@@ -38,8 +39,11 @@ typedef struct Comm {
 } Comm;
 
 /* Joins the job. Uses MPI when a launcher's environment is present
- * (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, SLURM_NTASKS with srun) or
- * force_mpi is set; otherwise a world of one. The node of a rank is its
+ * (OMPI_COMM_WORLD_SIZE from mpirun, PMIX_RANK from srun --mpi=pmix,
+ * PMI_SIZE from a PMI-2 launcher, MPI_LOCALNRANKS from MPICH's) or force_mpi
+ * is set; otherwise a world of one, except that several tasks of one srun
+ * step with none of those (srun --mpi=none, the usual default) are refused
+ * with COMM_ELAUNCH: each would train alone. The node of a rank is its
  * MPI_COMM_TYPE_SHARED group; for tests only, ZINF_TEST_NODE_SPLIT=k
  * pretends the ranks sit on k nodes instead (rank r on node r*k/size), since
  * one machine cannot be made to look like two to MPI. */
@@ -48,6 +52,9 @@ void comm_finalize(Comm *c);
 /* Ends every rank of the job (MPI_Abort); returns only in a world of one. */
 void comm_abort(Comm *c, int code);
 const char *comm_last_error(const Comm *c);
+/* Who started this process, from its environment: "srun (Slurm job 41, step
+ * 0)", "mpirun in Slurm job 41", "mpirun", "a PMI launcher", "none". */
+void comm_launcher_str(char *buf, size_t n);
 
 /* The layout from every rank's (local rank, local size), pairs[2*r] and
  * pairs[2*r+1]: a node per local rank 0. False when they do not describe

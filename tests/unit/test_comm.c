@@ -1,10 +1,13 @@
 /* comm: collectives give the closed-form results for any world size. Run
  * alone it tests the world of one; tests/e2e/comm_mpi.sh runs it under
- * mpirun with 3 ranks, and with a rank that dies. */
+ * mpirun with 3 ranks (also as 2 nodes of a hostfile), and with a rank that
+ * dies; tests/e2e/slurm.sh under srun and salloc on a two-node Slurm. */
 #include <check.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #include "comm.h"
 
@@ -110,13 +113,20 @@ START_TEST(test_layout_check) {
 }
 END_TEST
 
-/* This job's own layout: one machine is one node, unless the test-only
- * ZINF_TEST_NODE_SPLIT says otherwise. */
+/* This job's own layout: one node (one machine), or the node count the
+ * launching test declared (ZINF_TEST_EXPECT_NODES: a hostfile's or Slurm's
+ * nodes), or the test-only ZINF_TEST_NODE_SPLIT's. Each rank's local rank
+ * is the one its launcher gave it (mpirun's OMPI_COMM_WORLD_LOCAL_RANK,
+ * srun's SLURM_LOCALID), except under the pretend split. */
 START_TEST(test_layout_live) {
     const CommLayout *l = &C.layout;
-    const char *k = getenv("ZINF_TEST_NODE_SPLIT");
-    int want = C.mpi && k && atoi(k) > 0 && atoi(k) <= C.size ? atoi(k) : 1;
+    const char *k = getenv("ZINF_TEST_NODE_SPLIT"), *e = getenv("ZINF_TEST_EXPECT_NODES");
+    bool split = C.mpi && k && atoi(k) > 0 && atoi(k) <= C.size;
+    int want = split ? atoi(k) : C.mpi && e ? atoi(e) : 1;
     ck_assert_int_eq(l->nodes, want);
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!lr && getenv("SLURM_STEP_NUM_TASKS") && atoi(getenv("SLURM_STEP_NUM_TASKS")) == C.size) lr = getenv("SLURM_LOCALID");
+    if (C.mpi && !split && lr) ck_assert_int_eq(C.local_rank, atoi(lr));
     ck_assert_int_le(l->min_per_node, C.local_size);
     ck_assert_int_ge(l->max_per_node, C.local_size);
     ck_assert_int_lt(C.local_rank, C.local_size);
@@ -125,6 +135,42 @@ START_TEST(test_layout_live) {
     ck_assert_int_eq(comm_allreduce_sum_f64(&C, v, 2), COMM_OK);
     ck_assert_int_eq((int)v[0], C.size);
     ck_assert_int_eq((int)v[1], l->nodes);
+}
+END_TEST
+
+/* Several srun tasks without an MPI plugin are refused, not run as worlds
+ * of one; the launcher is named from the environment. Run alone only: a
+ * second comm_init under MPI would initialise MPI twice. */
+static void set(const char *name, const char *v) {
+    if (v) setenv(name, v, 1);
+    else unsetenv(name);
+}
+START_TEST(test_launcher) {
+    if (C.mpi) return;
+    static const char *vars[] = {"SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE"};
+    char *saved[4], buf[128];
+    for (int i = 0; i < 4; i++) saved[i] = getenv(vars[i]) ? strdup(getenv(vars[i])) : NULL;
+    set("SLURM_JOB_ID", "41"), set("SLURM_STEP_ID", "0"), set("SLURM_STEP_NUM_TASKS", "2"), set("OMPI_COMM_WORLD_SIZE", NULL);
+    comm_launcher_str(buf, sizeof buf);
+    ck_assert_str_eq(buf, "srun (Slurm job 41, step 0)");
+    Comm d;
+    ck_assert_int_eq(comm_init(&d, NULL, NULL, false), COMM_ELAUNCH);
+    ck_assert_str_eq(comm_last_error(&d),
+                     "srun started 2 tasks but gave them no MPI bootstrap (no PMIX_RANK or PMI_SIZE in the environment), "
+                     "so each would run alone: launch with srun --mpi=pmix (srun --mpi=list shows what this cluster offers)");
+    set("SLURM_STEP_NUM_TASKS", "1"); /* srun -n 1: a world of one */
+    ck_assert_int_eq(comm_init(&d, NULL, NULL, false), COMM_OK);
+    ck_assert_int_eq(d.size, 1);
+    set("SLURM_STEP_ID", NULL), set("SLURM_STEP_NUM_TASKS", NULL); /* an sbatch script or salloc shell: not a step */
+    comm_launcher_str(buf, sizeof buf);
+    ck_assert_str_eq(buf, "none");
+    set("OMPI_COMM_WORLD_SIZE", "2");
+    comm_launcher_str(buf, sizeof buf);
+    ck_assert_str_eq(buf, "mpirun in Slurm job 41");
+    set("SLURM_JOB_ID", NULL);
+    comm_launcher_str(buf, sizeof buf);
+    ck_assert_str_eq(buf, "mpirun");
+    for (int i = 0; i < 4; i++) set(vars[i], saved[i]), free(saved[i]);
 }
 END_TEST
 
@@ -142,6 +188,13 @@ int main(int argc, char **argv) {
         comm_abort(&C, 3);
         return 3;
     }
+    if (C.rank == 0) { /* what the launching test reads: the layout and the launcher comm found */
+        char lay[96], who[128];
+        comm_layout_str(&C.layout, lay, sizeof lay);
+        comm_launcher_str(who, sizeof who);
+        printf("comm: %d rank%s, %s, launcher: %s\n", C.size, C.size == 1 ? "" : "s", lay, who);
+        fflush(stdout);
+    }
     Suite *s = suite_create("comm");
     TCase *tc = tcase_create("collectives");
     tcase_add_test(tc, test_allgather);
@@ -151,6 +204,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_layout_of);
     tcase_add_test(tc, test_layout_check);
     tcase_add_test(tc, test_layout_live);
+    tcase_add_test(tc, test_launcher);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     if (C.mpi) srunner_set_fork_status(sr, CK_NOFORK); /* MPI state does not survive fork */
