@@ -23,7 +23,7 @@ static size_t section_at(const uint8_t *buf, int s) {
     return pos;
 }
 enum { S_META, S_TARGET, S_TRAIN, S_TENSORS, S_OPS, S_SHARDS, S_ARENAS, S_BUFFERS, S_OPERANDS, S_SCHEDULE, S_DEPS, S_KERNELS,
-       S_LAUNCHES, S_LAUNCH_ARGS, S_OP_CODE, S_TILE_CODE, S_COUNT };
+       S_LAUNCHES, S_LAUNCH_ARGS, S_OP_CODE, S_TILE_CODE, S_HF, S_GEMMS, S_COUNT };
 
 static void encode(const Plan *p, uint8_t **buf, size_t *len) {
     char err[256];
@@ -183,7 +183,7 @@ START_TEST(messages) {
     ck_assert_str_eq(err, "model.plan: not a zinf plan (bad magic)");
     a[0] = 'Z';
     ck_assert_ptr_null(plan_decode(a, n - 1, "model.plan", err, sizeof err));
-    ck_assert_str_eq(err, "model.plan: section 'hf' runs past the end of the file (truncated?)");
+    ck_assert_str_eq(err, "model.plan: section 'gemms' runs past the end of the file (truncated?)");
     /* a forged count with a valid checksum */
     size_t t = section_at(a, S_TENSORS);
     uint64_t len = rd64(a + t + 8);
@@ -220,12 +220,12 @@ START_TEST(version_and_helpers) {
     a[8] = 7;
     wr64(a + 16, plan_fnv1a64(a, 16));
     ck_assert_ptr_null(plan_decode(a, n, "e.plan", err, sizeof err));
-    ck_assert_str_eq(err, "e.plan: plan format version 7, this build reads version 3 (recompile the model)");
+    ck_assert_str_eq(err, "e.plan: plan format version 7, this build reads versions 3 to 4 (recompile the model)");
     /* a plan from before the launch sections */
     a[8] = 1;
     wr64(a + 16, plan_fnv1a64(a, 16));
     ck_assert_ptr_null(plan_decode(a, n, "old.plan", err, sizeof err));
-    ck_assert_str_eq(err, "old.plan: plan format version 1, this build reads version 3 (recompile the model)");
+    ck_assert_str_eq(err, "old.plan: plan format version 1, this build reads versions 3 to 4 (recompile the model)");
     free(a);
     plan_free(p);
     char b[32];
@@ -563,10 +563,115 @@ START_TEST(tile_code_messages) {
     /* a plan written before the tile_code section: one section short */
     encode(p, &a, &n);
     s = section_at(a, S_TILE_CODE);
+    a[8] = 3;
     a[12] = S_TILE_CODE;
     wr64(a + 16, plan_fnv1a64(a, 16));
     ck_assert_ptr_null(plan_decode(a, s, "old.plan", err, sizeof err));
     ck_assert_str_eq(err, "old.plan: 15 sections, expected 17 (written by an older build? recompile the model)");
+    free(a);
+    plan_free(p);
+}
+END_TEST
+
+/* The same bytes as the version-3 file of p's plan: without the gemms
+ * section (the last), the header saying version 3 and 17 sections. */
+static size_t to_v3(uint8_t *a) {
+    size_t end = section_at(a, S_GEMMS);
+    a[8] = 3;
+    a[12] = 17;
+    wr64(a + 16, plan_fnv1a64(a, 16));
+    return end;
+}
+
+/* Every GEMM descriptor survives, field by field; a version-3 file (before
+ * the section) reads as the same plan without them; the section counts of
+ * the two versions are not interchangeable. */
+START_TEST(round_trip_gemms) {
+    Plan *p = fx_plan_launches_tiled("h200", 1, 1, 2);
+    ck_assert_uint_gt(p->ngemms, 0);
+    uint8_t *a, *b;
+    size_t na, nb;
+    encode(p, &a, &na);
+    char err[256];
+    Plan *q = plan_decode(a, na, "g.plan", err, sizeof err);
+    ck_assert_msg(q != NULL, "%s", err);
+    ck_assert_uint_eq(q->version, 4);
+    ck_assert_uint_eq(q->ngemms, p->ngemms);
+    uint32_t tiled = 0;
+    for (uint32_t i = 0; i < p->ngemms; i++) {
+        const PlanGemm *x = &p->gemms[i], *y = &q->gemms[i];
+        ck_assert(memcmp(x, y, sizeof *x) == 0); /* plain integers: padding zeroed by the arena and the initialisers */
+        ck_assert_str_eq(q->launches[y->launch].entry, "zk_gemm");
+        ck_assert_int_eq(plan_gemm_of_launch(q, y->launch), (int)i);
+        tiled += y->off_a > 0 || y->off_c > 0;
+    }
+    ck_assert_uint_gt(tiled, 0); /* tile gemms address column slices */
+    ck_assert_int_eq(plan_gemm_of_launch(q, 0), -1);
+    encode(q, &b, &nb);
+    ck_assert(na == nb && memcmp(a, b, na) == 0);
+    free(b);
+    plan_free(q);
+    /* version 3: the file before the gemms section */
+    size_t n3 = to_v3(a);
+    q = plan_decode(a, n3, "old.plan", err, sizeof err);
+    ck_assert_msg(q != NULL, "%s", err);
+    ck_assert_uint_eq(q->version, 3);
+    ck_assert_uint_eq(q->ngemms, 0);
+    ck_assert_uint_eq(q->nlaunches, p->nlaunches);
+    ck_assert_uint_eq(q->ntile_code, p->ntile_code);
+    plan_free(q);
+    /* version 3 with 18 sections, version 4 with 17: refused by count */
+    a[12] = 18;
+    wr64(a + 16, plan_fnv1a64(a, 16));
+    ck_assert_ptr_null(plan_decode(a, na, "x.plan", err, sizeof err));
+    ck_assert_str_eq(err, "x.plan: 18 sections, expected 17 (file corrupt?)");
+    a[8] = 4;
+    a[12] = 17;
+    wr64(a + 16, plan_fnv1a64(a, 16));
+    ck_assert_ptr_null(plan_decode(a, n3, "y.plan", err, sizeof err));
+    ck_assert_str_eq(err, "y.plan: 17 sections, expected 18 (written by an older build? recompile the model)");
+    free(a);
+    plan_free(p);
+}
+END_TEST
+
+/* Forged descriptors with valid checksums: each is refused by name. */
+START_TEST(gemm_messages) {
+    Plan *p = fx_plan_launches("h200", 1, 1);
+    ck_assert_uint_gt(p->ngemms, 2);
+    uint8_t *a;
+    size_t n;
+    char err[256], want[160];
+#define FORGE(stmt, restore, ...)                                  \
+    do {                                                           \
+        stmt;                                                      \
+        encode(p, &a, &n);                                         \
+        ck_assert_ptr_null(plan_decode(a, n, "g.plan", err, sizeof err)); \
+        snprintf(want, sizeof want, __VA_ARGS__);                  \
+        ck_assert_str_eq(err, want);                               \
+        free(a);                                                   \
+        restore;                                                   \
+    } while (0)
+    PlanGemm keep = p->gemms[1];
+    FORGE(p->gemms[1].launch = p->nlaunches, p->gemms[1] = keep, "g.plan: gemm 1: launch %u out of range (file corrupt?)", p->nlaunches);
+    FORGE(p->gemms[1].launch = p->gemms[0].launch, p->gemms[1] = keep,
+          "g.plan: gemm 1: launch %u not after the previous gemm's (file corrupt?)", p->gemms[0].launch);
+    FORGE(p->gemms[1].path = PLAN_NGEMM_PATHS, p->gemms[1] = keep, "g.plan: gemm 1: path 2, reason 0 (file corrupt?)");
+    FORGE(p->gemms[1].dtype = 9, p->gemms[1] = keep, "g.plan: gemm 1: dtype 9, flags %u (file corrupt?)", keep.flags);
+    FORGE(p->gemms[1].b = (int32_t)p->ntensors, p->gemms[1] = keep, "g.plan: gemm 1: tensor out of range (file corrupt?)");
+    FORGE(p->gemms[1].m = -1, p->gemms[1] = keep, "g.plan: gemm 1: size or offset -1 out of range (file corrupt?)");
+    FORGE(p->gemms[1].ldb = 0, p->gemms[1] = keep, "g.plan: gemm 1: leading dim or batch 0 out of range (file corrupt?)");
+    FORGE(p->gemms[1].ws_off = INT64_MAX, p->gemms[1] = keep,
+          "g.plan: gemm 1: size or offset %lld out of range (file corrupt?)", (long long)INT64_MAX);
+#undef FORGE
+    /* a count larger than the section */
+    encode(p, &a, &n);
+    size_t s = section_at(a, S_GEMMS);
+    uint64_t len = rd64(a + s + 8);
+    a[s + 24 + 3] = 0x7f;
+    wr64(a + s + 16, plan_fnv1a64(a + s + 24, len));
+    ck_assert_ptr_null(plan_decode(a, n, "g.plan", err, sizeof err));
+    ck_assert_str_eq(err, "g.plan: section 'gemms' malformed: a count exceeds what the section holds");
     free(a);
     plan_free(p);
 }
@@ -589,6 +694,8 @@ int main(void) {
     tcase_add_test(t, tile_code_messages);
     tcase_add_test(t, every_flipped_launch_byte_is_caught);
     tcase_add_test(t, launch_messages);
+    tcase_add_test(t, round_trip_gemms);
+    tcase_add_test(t, gemm_messages);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
