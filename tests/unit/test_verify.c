@@ -567,6 +567,56 @@ START_TEST(tile_code_rules) {
 }
 END_TEST
 
+/* GEMM descriptors: each must say what its launch computes, inside its
+ * tensors and its op's workspace. */
+START_TEST(gemm_descriptors) {
+    Plan *p = fresh_gpu();
+    ck_assert_uint_gt(p->ngemms, 3);
+    uint32_t g = 1, li = p->gemms[g].launch;
+    p->gemms[g].m++;
+    expectf(p, "gemm %u: its launch %u's arguments are not the descriptor's", g, li);
+    /* launch and descriptor agree, but C has not that many rows */
+    p = fresh_gpu();
+    p->gemms[g].m *= 1000;
+    p->launch_args[p->launches[li].arg + 4].i = p->gemms[g].m;
+    expectf(p, "gemm %u: C reaches element", g);
+    p = fresh_gpu();
+    p->gemms[g].dtype = DT_F32;
+    expectf(p, "gemm %u: tensor '%s' is bf16, the gemm f32", g, p->tensors[p->gemms[g].c].name);
+    p = fresh_gpu();
+    int64_t ws = p->op_code[p->launches[li].op].ws_bytes;
+    p->gemms[g].ws_off = ws;
+    expectf(p, "gemm %u: workspace [%lld, +%lld) outside its %lld-byte workspace", g, (long long)ws,
+            (long long)p->gemms[g].ws_bytes, (long long)ws);
+    p = fresh_gpu();
+    p->gemms[g].why = PLAN_GEMM_WHY_BATCH_SUM;
+    expectf(p, "gemm %u: path cublaslt with reason 'sums products over batches'", g);
+    p = fresh_gpu();
+    p->gemms[g].path = PLAN_GEMM_NVRTC;
+    p->gemms[g].why = PLAN_GEMM_WHY_BATCH_SUM;
+    ck_assert_int_eq(verify_plan(p, msgs, sizeof msgs), 0); /* NVRTC only: allowed, the launch runs */
+    plan_free(p);
+    p = fresh_gpu();
+    p->gemms[g].rbatch = 2;
+    p->launch_args[p->launches[li].arg + 13].i = 2;
+    expectf(p, "gemm %u: a cuBLASLt gemm cannot sum 2 batches", g);
+    p = fresh_gpu();
+    p->gemms[0].launch = 0;
+    expectf(p, "gemm 0: launch 0 (%s) is not a zk_gemm launch", p->launches[0].entry);
+    /* one launch left without a descriptor */
+    p = fresh_gpu();
+    li = p->gemms[g].launch;
+    memmove(&p->gemms[g], &p->gemms[g + 1], sizeof *p->gemms * (p->ngemms - g - 1));
+    p->ngemms--;
+    expectf(p, "launch %u (zk_gemm) has no gemm descriptor", li);
+    /* a plan with no descriptors at all (version 3) is sound: its launches run */
+    p = fresh_gpu();
+    p->ngemms = 0;
+    ck_assert_int_eq(verify_plan(p, msgs, sizeof msgs), 0);
+    plan_free(p);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("verify");
     TCase *t = tcase_create("verify");
@@ -591,6 +641,7 @@ int main(void) {
     tcase_add_test(t, op_code_and_utility);
     tcase_add_test(t, tile_launch_arguments);
     tcase_add_test(t, tile_code_rules);
+    tcase_add_test(t, gemm_descriptors);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
