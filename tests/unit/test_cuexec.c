@@ -3,7 +3,11 @@
  * argument kind (bound tensors plus a tile's byte offset, workspace offsets,
  * NULL, integers, floats, per-step values, shard element counts), the
  * utility launches' positional binding, and the messages when a tensor is
- * not bound or the launch fails. (tests/e2e/cuda_fake.sh runs whole plans.) */
+ * not bound or the launch fails; a GEMM through a stand-in cuBLASLt (the
+ * row-major plan GEMM handed over as its column-major transpose, operands
+ * and workspace at their offsets, the heuristic asked once per shape and
+ * alignment, the launch when it finds no algorithm) and the startup line.
+ * (tests/e2e/cuda_fake.sh and cublaslt_fake.sh run whole plans.) */
 #include <check.h>
 #include <string.h>
 #include "cuexec.h"
@@ -182,6 +186,230 @@ START_TEST(test_open_without_driver) {
 }
 END_TEST
 
+/* ---- a stand-in cuBLASLt: records what runtime/cublaslt.c asks of it ---- */
+typedef struct StandLayout {
+    int type;
+    uint64_t rows, cols;
+    int64_t ld;
+    int32_t batch;
+    int64_t stride;
+} StandLayout;
+static struct {
+    StandLayout layouts[16];
+    int nlayouts;
+    int32_t transa, transb;
+    uint32_t epilogue;
+    const void *bias;
+    int heuristics, matmuls, algos; /* algos: what the heuristic finds (0 or 1) */
+    uint32_t align[4];
+    uint64_t max_ws;
+    const void *A, *B, *C, *D, *ws;
+    size_t ws_bytes;
+    float alpha, beta;
+    const void *la, *lb, *lc;
+} lt;
+
+static cublasStatus_t s_layout_create(cublasLtMatrixLayout_t *out, cudaDataType type, uint64_t rows, uint64_t cols, int64_t ld) {
+    StandLayout *l = &lt.layouts[lt.nlayouts++ % 16];
+    *l = (StandLayout){(int)type, rows, cols, ld, 1, 0};
+    *out = (cublasLtMatrixLayout_t)l;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static cublasStatus_t s_layout_set(cublasLtMatrixLayout_t h, cublasLtMatrixLayoutAttribute_t attr, const void *buf, size_t n) {
+    StandLayout *l = (StandLayout *)h;
+    if (attr == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT && n == 4) memcpy(&l->batch, buf, 4);
+    else if (attr == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET && n == 8) memcpy(&l->stride, buf, 8);
+    else return CUBLAS_STATUS_INVALID_VALUE;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static cublasStatus_t s_layout_destroy(cublasLtMatrixLayout_t h) { (void)h; return CUBLAS_STATUS_SUCCESS; }
+static int desc_storage;
+static cublasStatus_t s_desc_create(cublasLtMatmulDesc_t *d, cublasComputeType_t c, cudaDataType_t s) {
+    ck_assert_int_eq(c, CUBLAS_COMPUTE_32F);
+    ck_assert_int_eq(s, CUDA_R_32F);
+    *d = (cublasLtMatmulDesc_t)&desc_storage;
+    lt.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    lt.bias = NULL;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static cublasStatus_t s_desc_destroy(cublasLtMatmulDesc_t d) { (void)d; return CUBLAS_STATUS_SUCCESS; }
+static cublasStatus_t s_desc_set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const void *buf, size_t n) {
+    (void)d;
+    if (attr == CUBLASLT_MATMUL_DESC_TRANSA) memcpy(&lt.transa, buf, 4);
+    else if (attr == CUBLASLT_MATMUL_DESC_TRANSB) memcpy(&lt.transb, buf, 4);
+    else if (attr == CUBLASLT_MATMUL_DESC_EPILOGUE) memcpy(&lt.epilogue, buf, 4);
+    else if (attr == CUBLASLT_MATMUL_DESC_BIAS_POINTER) memcpy(&lt.bias, buf, sizeof lt.bias);
+    else if (attr != CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE) return CUBLAS_STATUS_INVALID_VALUE;
+    (void)n;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static int pref_storage;
+static cublasStatus_t s_pref_create(cublasLtMatmulPreference_t *p) { *p = (cublasLtMatmulPreference_t)&pref_storage; return CUBLAS_STATUS_SUCCESS; }
+static cublasStatus_t s_pref_destroy(cublasLtMatmulPreference_t p) { (void)p; return CUBLAS_STATUS_SUCCESS; }
+static cublasStatus_t s_pref_set(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr, const void *buf, size_t n) {
+    (void)p;
+    if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES && n == 8) memcpy(&lt.max_ws, buf, 8);
+    else if (attr >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && attr <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES && n == 4)
+        memcpy(&lt.align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, 4);
+    else return CUBLAS_STATUS_INVALID_VALUE;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static cublasStatus_t s_heuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                  cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dd, cublasLtMatmulPreference_t p, int want,
+                                  cublasLtMatmulHeuristicResult_t res[], int *got) {
+    (void)h, (void)d, (void)p, (void)want;
+    ck_assert_ptr_eq(c, dd);
+    lt.heuristics++;
+    lt.la = a, lt.lb = b, lt.lc = c;
+    *got = lt.algos;
+    memset(res, 0, sizeof *res);
+    res[0].algo.data[0] = 42;
+    res[0].state = CUBLAS_STATUS_SUCCESS;
+    return lt.algos ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
+}
+static cublasStatus_t s_matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *A, cublasLtMatrixLayout_t la,
+                               const void *B, cublasLtMatrixLayout_t lb, const void *beta, const void *C, cublasLtMatrixLayout_t lc,
+                               void *D, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t *algo, void *ws, size_t wsb,
+                               cudaStream_t s) {
+    (void)h, (void)d, (void)s;
+    ck_assert_uint_eq(algo->data[0], 42);
+    ck_assert_ptr_eq(la, lt.la);
+    ck_assert_ptr_eq(lb, lt.lb);
+    ck_assert_ptr_eq(lc, lt.lc);
+    ck_assert_ptr_eq(ld, lt.lc);
+    lt.matmuls++;
+    memcpy(&lt.alpha, alpha, 4);
+    memcpy(&lt.beta, beta, 4);
+    lt.A = A, lt.B = B, lt.C = C, lt.D = D, lt.ws = ws, lt.ws_bytes = wsb;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static cublasStatus_t s_destroy(cublasLtHandle_t h) { (void)h; return CUBLAS_STATUS_SUCCESS; }
+static const char *s_status(cublasStatus_t st) { (void)st; return "stand-in"; }
+
+/* The plan's launch 0 (zk_gemm) as a bf16 gemm with a descriptor:
+ * C[64, 48] = A^T B^T + bias at tile offsets, two output batches. */
+static Plan *gemm_plan(void) {
+    Plan *p = two_launches();
+    p->ntensors = 4;
+    PlanTensor *t = ARENA_NEWN(&p->arena, PlanTensor, 4);
+    memcpy(t, p->tensors, 2 * sizeof *t);
+    t[2].name = "x";
+    t[3].name = "y";
+    p->tensors = t;
+    p->ngemms = 1;
+    p->gemms = ARENA_NEWN(&p->arena, PlanGemm, 1);
+    p->gemms[0] = (PlanGemm){.launch = 0, .path = PLAN_GEMM_LT, .dtype = 2, .flags = PLAN_GEMM_TA | PLAN_GEMM_TB,
+                             .c = 3, .a = 2, .b = 0, .bias = 1, .off_c = 128, .off_a = 0, .off_b = 64, .m = 64, .n = 48,
+                             .k = 32, .lda = 80, .ldb = 40, .ldc = 100, .batch = 2, .stride_a = 5000, .stride_b = 0,
+                             .stride_c = 7000, .rbatch = 1, .ws_off = 4096, .ws_bytes = 1 << 20};
+    p->version = 4;
+    return p;
+}
+
+static void lt_stand_in(Cux *x) {
+    CublasLt *l = &x->lt;
+    l->Create = NULL;
+    l->Destroy = s_destroy;
+    l->GetStatusString = s_status;
+    l->MatmulDescCreate = s_desc_create;
+    l->MatmulDescDestroy = s_desc_destroy;
+    l->MatmulDescSetAttribute = s_desc_set;
+    l->MatrixLayoutCreate = s_layout_create;
+    l->MatrixLayoutDestroy = s_layout_destroy;
+    l->MatrixLayoutSetAttribute = s_layout_set;
+    l->MatmulPreferenceCreate = s_pref_create;
+    l->MatmulPreferenceDestroy = s_pref_destroy;
+    l->MatmulPreferenceSetAttribute = s_pref_set;
+    l->MatmulAlgoGetHeuristic = s_heuristic;
+    l->Matmul = s_matmul;
+    l->handle = (cublasLtHandle_t)&desc_storage;
+    l->version = 130100;
+    snprintf(l->path, sizeof l->path, "libcublasLt.so.13");
+    ck_assert_int_eq(pthread_mutex_init(&l->lock, NULL), 0);
+    l->lock_ok = true;
+    x->lt_on = true;
+}
+
+START_TEST(test_gemm_through_cublaslt) {
+    Plan *p = gemm_plan();
+    Cux x;
+    CUfunction funcs[2] = {(CUfunction)0x1111, (CUfunction)0x2222};
+    cux_stand_in(&x, funcs);
+    lt_stand_in(&x);
+    int32_t gemm_of[2] = {0, -1};
+    x.gemm_of = gemm_of;
+    memset(&lt, 0, sizeof lt);
+    lt.algos = 1;
+    CUdeviceptr bind[4] = {0x10000, 0x20000, 0x30000, 0x40000};
+    int64_t elems[4] = {1, 1, 1, 1};
+    CuxBind b = {.tensor = bind, .elems = elems, .ws = 0x90000};
+    char err[512] = "";
+    memset(&seen, 0, sizeof seen);
+    ck_assert_int_eq(cux_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), 0);
+    ck_assert_ptr_null(seen.f); /* no kernel launched */
+    ck_assert_int_eq(lt.matmuls, 1);
+    ck_assert_int_eq(lt.heuristics, 1);
+    /* the library's A is the plan's B (stored [N, K] row-major: tb, so its op is T), its B the plan's A ([K, M]: ta) */
+    const StandLayout *la = lt.la, *lb = lt.lb, *lc = lt.lc;
+    ck_assert_int_eq(lt.transa, CUBLAS_OP_T);
+    ck_assert_int_eq(lt.transb, CUBLAS_OP_T);
+    ck_assert(la->rows == 32 && la->cols == 48 && la->ld == 40 && la->batch == 2 && la->stride == 0 && la->type == CUDA_R_16BF);
+    ck_assert(lb->rows == 64 && lb->cols == 32 && lb->ld == 80 && lb->batch == 2 && lb->stride == 5000);
+    ck_assert(lc->rows == 48 && lc->cols == 64 && lc->ld == 100 && lc->batch == 2 && lc->stride == 7000);
+    ck_assert_ptr_eq(lt.A, (const void *)(uintptr_t)(0x10000 + 64));
+    ck_assert_ptr_eq(lt.B, (const void *)(uintptr_t)0x30000);
+    ck_assert_ptr_eq(lt.C, (const void *)(uintptr_t)(0x40000 + 128));
+    ck_assert_ptr_eq(lt.D, lt.C);
+    ck_assert_uint_eq(lt.epilogue, CUBLASLT_EPILOGUE_BIAS);
+    ck_assert_ptr_eq(lt.bias, (const void *)(uintptr_t)0x20000);
+    ck_assert_ptr_eq(lt.ws, (const void *)(uintptr_t)(0x90000 + 4096));
+    ck_assert_uint_eq(lt.ws_bytes, 1 << 20);
+    ck_assert_uint_eq(lt.max_ws, 1 << 20);
+    ck_assert_float_eq(lt.alpha, 1.0f);
+    ck_assert_float_eq(lt.beta, 0.0f);
+    ck_assert_uint_eq(lt.align[0], 64);  /* 0x10040 */
+    ck_assert_uint_eq(lt.align[1], 256); /* 0x30000 */
+    ck_assert_uint_eq(lt.align[2], 128); /* 0x40080 */
+    /* the same shape and alignment again: the cached algorithm; accumulate now */
+    p->gemms[0].flags |= PLAN_GEMM_ACCUM;
+    ck_assert_int_eq(cux_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), 0);
+    ck_assert_int_eq(lt.heuristics, 1);
+    ck_assert_int_eq(lt.matmuls, 2);
+    ck_assert_float_eq(lt.beta, 1.0f);
+    /* another alignment of A: asked again */
+    bind[2] = 0x30010;
+    ck_assert_int_eq(cux_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), 0);
+    ck_assert_int_eq(lt.heuristics, 2);
+    ck_assert_uint_eq(lt.align[1], 16);
+    /* no algorithm for a shape: its launch runs */
+    lt.algos = 0;
+    p->gemms[0].m = 65;
+    ck_assert_int_eq(cux_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), 0);
+    ck_assert_int_eq(lt.matmuls, 3);
+    ck_assert_ptr_eq(seen.f, funcs[0]);
+    ck_assert_uint_eq(x.lt.calls, 3);
+    ck_assert_uint_eq(x.lt.fallbacks, 1);
+    /* an operand not bound */
+    bind[3] = 0;
+    ck_assert_int_eq(cux_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), -1);
+    ck_assert_str_eq(err, "rank 2: cuBLASLt gemm of launch 0: an operand is not bound to device memory");
+    char line[256];
+    ck_assert_str_eq(cux_gemm_summary(&x, p, line, sizeof line), "cuBLASLt (libcublasLt.so.13 13.1.0) for 1 GEMM, NVRTC for 0");
+    x.lt_on = false;
+    snprintf(x.lt_why, sizeof x.lt_why, "cuBLASLt off: ZINF_CUBLASLT=0");
+    ck_assert_str_eq(cux_gemm_summary(&x, p, line, sizeof line), "NVRTC for all 1 GEMM (cuBLASLt off: ZINF_CUBLASLT=0)");
+    /* ZINF_CUBLASLT=0: the launch, never the library */
+    bind[3] = 0x40000;
+    seen.f = NULL;
+    ck_assert_int_eq(cux_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), 0);
+    ck_assert_ptr_eq(seen.f, funcs[0]);
+    ck_assert_int_eq(lt.matmuls, 3);
+    x.gemm_of = NULL;
+    cublaslt_close(&x.lt);
+    plan_free(p);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cuexec");
     TCase *tc = tcase_create("cuexec");
@@ -189,6 +417,7 @@ int main(void) {
     tcase_add_test(tc, test_utility_binding_by_position);
     tcase_add_test(tc, test_messages);
     tcase_add_test(tc, test_open_without_driver);
+    tcase_add_test(tc, test_gemm_through_cublaslt);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
