@@ -1,0 +1,215 @@
+/* decode: the KV-cache decoder (runtime/decode.h) against the plan's own
+ * forward. Each model is compiled here (sema, autodiff, planner), its
+ * window of T positions run once through the executor (rt_forward), and the
+ * decoder fed the same ids one position at a time: its logits at position
+ * p must equal the window's at p (1e-5 of the largest logit for f32, 2e-2
+ * for bf16, whose activations are rounded at other points), for GPT-2
+ * (learned positions through arange, layernorm, gelu, a tied head) and
+ * LLaMA (rope, rmsnorm, grouped kv heads, silu), on plans that keep the
+ * parameters on the CPU or on NVMe. Then a reset starts again at position
+ * 0, a step past T fails, and the models it cannot decode are refused
+ * naming the op, before anything is gathered. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "autodiff.h"
+#include "comm.h"
+#include "decode.h"
+#include "exec.h"
+#include "loader.h"
+#include "planner.h"
+#include "sema.h"
+#include "target.h"
+#include "verify.h"
+
+#ifndef ZINF_STDLIB_DIR
+#define ZINF_STDLIB_DIR "stdlib"
+#endif
+
+static Comm C;
+static char tmpdir[64];
+static char err[4096];
+
+typedef struct Model {
+    Arena a;
+    SourceSet src;
+    DiagSink d;
+    Graph g;
+    PlannerResult pr;
+} Model;
+
+static void setup(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/test_decode.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) { /* best effort */
+    }
+}
+
+/* path compiled for the host target on 1 rank, parameters on `params`. */
+static Plan *compile(Model *m, const char *path, DType dt, int params) {
+    arena_init(&m->a);
+    source_set_init(&m->src);
+    diag_init(&m->d);
+    Program prog;
+    LoadOptions lo = {.stdlib_dir = ZINF_STDLIB_DIR};
+    ck_assert(program_load(&m->a, &m->src, &m->d, path, &lo, &prog));
+    Sema *s = sema_new(&m->a, &prog, &m->src, &m->d);
+    ck_assert_ptr_nonnull(s);
+    TrainConfig *tc = (TrainConfig *)sema_train(s);
+    tc->micro_batch = 2;
+    if (dt) tc->dtype = dt;
+    ck_assert(sema_check(s, &m->g));
+    ck_assert(ad_build(&m->g, &m->d));
+    Target t;
+    ck_assert(target_builtin("host", &t));
+    PlannerOptions o;
+    planner_options_default(&o);
+    o.ranks = 1;
+    if (params >= 0) o.tier[PC_PARAMS] = o.tier[PC_OPTIMIZER] = params;
+    ck_assert_msg(planner_run(&m->g, &t, &o, &m->a, &m->d, &m->pr), "planner failed");
+    char msgs[2048];
+    ck_assert_msg(verify_plan(m->pr.plan, msgs, sizeof msgs) == 0, "%s", msgs);
+    return m->pr.plan;
+}
+
+static void unload(Model *m) {
+    plan_free(m->pr.plan);
+    diag_free(&m->d);
+    source_set_free(&m->src);
+    arena_free(&m->a);
+}
+
+static const char *write_model(const char *text) {
+    static char path[128];
+    snprintf(path, sizeof path, "%s/main.zl", tmpdir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+/* The decoder's logits at every position against the window's. */
+static void against_window(const char *path, DType dt, int params, double tol) {
+    Model m;
+    Plan *p = compile(&m, path, dt, params);
+    int64_t B, T;
+    ck_assert(plan_batch_shape(p, &B, &T));
+    RtOptions ro = {.nvme_dir = tmpdir};
+    Rt *r = rt_create(p, &C, &ro, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    RtForwardInfo fi;
+    ck_assert_msg(rt_forward_info(r, &fi, err, sizeof err) == 0, "%s", err);
+    int64_t V = fi.vocab;
+    int32_t *ids = malloc(sizeof *ids * (size_t)(B * T)), *tgt = calloc((size_t)(B * T), sizeof *tgt);
+    uint64_t x = 88172645463325252ull;
+    for (int64_t i = 0; i < B * T; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        ids[i] = (int32_t)(x % (uint64_t)V);
+    }
+    double loss;
+    ck_assert_msg(rt_forward(r, ids, tgt, &loss, err, sizeof err) == 0, "%s", err);
+    float *want = malloc(sizeof *want * (size_t)(T * V)), *got = malloc(sizeof *got * (size_t)V);
+    for (int64_t t = 0; t < T; t++) ck_assert_msg(rt_logits(r, t, want + t * V, err, sizeof err) == 0, "%s", err);
+    KvDecoder *d = NULL;
+    ck_assert_msg(kvdec_create(r, p, &C, &d, err, sizeof err) == 0, "%s: %s", path, err);
+    for (int pass = 0; pass < 2; pass++) { /* the second after a reset */
+        for (int64_t t = 0; t < T; t++) {
+            ck_assert_int_eq(kvdec_position(d), t);
+            ck_assert_msg(kvdec_step(d, ids[t], got, err, sizeof err) == 0, "%s", err);
+            double big = 0, worst = 0;
+            for (int64_t v = 0; v < V; v++) {
+                if (fabs(want[t * V + v]) > big) big = fabs(want[t * V + v]);
+                if (fabs(got[v] - want[t * V + v]) > worst) worst = fabs(got[v] - want[t * V + v]);
+            }
+            ck_assert_msg(worst <= tol * big + 1e-7, "%s (%s, params %s): position %ld: logits differ by %g (largest %g)", path,
+                          dt == DT_BF16 ? "bf16" : "f32", params >= 0 ? plan_tier_names[params] : "chosen", (long)t, worst, big);
+        }
+        ck_assert_int_eq(kvdec_step(d, ids[0], got, err, sizeof err), -1);
+        ck_assert_ptr_nonnull(strstr(err, "the cache holds the window's"));
+        kvdec_reset(d);
+    }
+    ck_assert_uint_gt(kvdec_bytes(d), 0);
+    kvdec_free(d);
+    free(ids);
+    free(tgt);
+    free(want);
+    free(got);
+    rt_destroy(r);
+    unload(&m);
+}
+
+START_TEST(gpt2_f32) { against_window("examples/gpt2-tiny.zl", DT_NONE, -1, 1e-5); }
+END_TEST
+
+START_TEST(llama_f32_nvme) { against_window("examples/llama-tiny.zl", DT_NONE, TIER_NVME, 1e-5); }
+END_TEST
+
+START_TEST(llama_bf16) { against_window("examples/llama-tiny.zl", DT_BF16, TIER_CPU, 2e-2); }
+END_TEST
+
+/* A model the decoder refuses: 1 and the reason, no decoder. */
+static void refused(const char *text, const char *needle) {
+    Model m;
+    Plan *p = compile(&m, write_model(text), DT_NONE, -1);
+    RtOptions ro = {.nvme_dir = tmpdir};
+    Rt *r = rt_create(p, &C, &ro, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    KvDecoder *d = (KvDecoder *)&m; /* must be cleared */
+    ck_assert_int_eq(kvdec_create(r, p, &C, &d, err, sizeof err), 1);
+    ck_assert_ptr_null(d);
+    ck_assert_msg(strstr(err, needle) != NULL, "got '%s', want '%s'", err, needle);
+    rt_destroy(r);
+    unload(&m);
+}
+
+START_TEST(refusals) {
+    /* scores against every position made by hand: a matmul of two activations */
+    refused("const V = 32, T = 8, D = 16\n"
+            "model m(tokens: i32[B, T], targets: i32[B, T]) {\n"
+            "  wte = param [V, D] init normal(0.02)\n"
+            "  wpe = param [T, D] init normal(0.02)\n"
+            "  w = param [T, D] init normal(0.02)\n"
+            "  x = embedding(wte, tokens)\n"
+            "  s = matmul(x, embedding(wpe, arange(T)), transpose_b)\n"
+            "  loss cross_entropy(matmul(linear(s, w), wte, transpose_b), targets)\n}\n"
+            "train { micro_batch = 2 }\n",
+            "a matmul of two activations looks across positions");
+    /* a sequence-wide feature: the targets reach an op before the loss */
+    refused("const V = 32, T = 8, D = 16\n"
+            "model m(tokens: i32[B, T], targets: i32[B, T]) {\n"
+            "  wte = param [V, D] init normal(0.02)\n"
+            "  x = embedding(wte, tokens) + embedding(wte, targets)\n"
+            "  loss cross_entropy(matmul(x, wte, transpose_b), targets)\n}\n"
+            "train { micro_batch = 2 }\n",
+            "which a decode step does not have (only the loss may read the targets)");
+}
+END_TEST
+
+int main(int argc, char **argv) {
+    if (comm_init(&C, &argc, &argv, false) != COMM_OK) { fprintf(stderr, "%s\n", comm_last_error(&C)); return 1; }
+    Suite *s = suite_create("decode");
+    TCase *tc = tcase_create("decode");
+    tcase_set_timeout(tc, 120);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, gpt2_f32);
+    tcase_add_test(tc, llama_f32_nvme);
+    tcase_add_test(tc, llama_bf16);
+    tcase_add_test(tc, refusals);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    if (C.mpi) srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    comm_finalize(&C);
+    return failed ? 1 : 0;
+}
