@@ -28,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 #include "../unit/cuda_models.h"
+#include "check_lt.h"
 #include "emu_wrap.h"
 #include "cuda_gen.h"
 #include "hostk.h"
@@ -1053,10 +1054,63 @@ static CUdeviceptr dev_random(size_t bytes) {
     return p;
 }
 
+/* cuBLASLt as zinfrun calls it (runtime/cublaslt.c): ms per call, -1 when unavailable. */
+static double time_lt(int64_t M, int64_t N, int64_t K, CUdeviceptr A, CUdeviceptr B, CUdeviceptr C, CUdeviceptr ws,
+                      int64_t ws_bytes, int reps) {
+    char err[512];
+    CUevent e0, e1;
+    CK(cu.EventCreate(&e0, 0));
+    CK(cu.EventCreate(&e1, 0));
+    for (int r = -3; r < reps; r++) {
+        if (r == 0) CK(cu.EventRecord(e0, NULL));
+        int rc = check_lt_gemm(M, N, K, DT_BF16, A, B, C, ws, ws_bytes, err, sizeof err);
+        if (rc) {
+            if (rc < 0) fprintf(stderr, "cuBLASLt: %s\n", err);
+            return -1;
+        }
+    }
+    CK(cu.EventRecord(e1, NULL));
+    CK(cu.EventSynchronize(e1));
+    float ms = 0;
+    CK(cu.EventElapsedTime(&ms, e0, e1));
+    return ms / reps;
+}
+
+/* Normwise relative difference of two bf16 device arrays of n elements. */
+static double bf16_reldiff(CUdeviceptr a, CUdeviceptr b, size_t n) {
+    unsigned short *x = malloc(2 * n), *y = malloc(2 * n);
+    if (!x || !y) exit(2);
+    CK(cu.MemcpyDtoH(x, a, 2 * n));
+    CK(cu.MemcpyDtoH(y, b, 2 * n));
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t ux = (uint32_t)x[i] << 16, uy = (uint32_t)y[i] << 16;
+        float fx, fy;
+        memcpy(&fx, &ux, 4);
+        memcpy(&fy, &uy, 4);
+        num += ((double)fx - fy) * ((double)fx - fy);
+        den += (double)fx * fx;
+    }
+    free(x);
+    free(y);
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static int timing_fails; /* cuBLASLt results that disagree with the NVRTC gemm */
+
 static void timing(void) {
-    printf("\n%-44s %10s %9s %12s %9s %7s\n", "timing (bf16)", "zinf ms", "TFLOP/s", "cuBLAS ms", "TFLOP/s", "ratio");
-    const int64_t shapes[][3] = {{8192, 3072, 768}, {8192, 768, 3072}, {4096, 4096, 4096}, {512, 512, 512}};
-    for (int s = 0; s < 4; s++) {
+    const char *why = check_lt_open();
+    char ltname[128];
+    if (why) printf("\ncuBLASLt: not used (%s)\n", why);
+    else printf("\ncuBLASLt: %s (runtime/cublaslt.c, 32 MiB workspace)\n", check_lt_name(ltname, sizeof ltname));
+    printf("\n%-40s %9s %8s %10s %8s %10s %8s %7s %9s\n", "timing (bf16)", "nvrtc ms", "TFLOP/s", "cublasLt", "TFLOP/s",
+           "cuBLAS ms", "TFLOP/s", "lt/nv", "lt-nv err");
+    const int64_t shapes[][3] = {{8192, 3072, 768}, {8192, 768, 3072}, {8192, 768, 768}, {8192, 50304, 768},
+                                 {4096, 4096, 4096}, {16384, 4096, 4096}, {512, 512, 512}};
+    const int64_t lt_ws = 32 << 20;
+    CUdeviceptr ws;
+    CK(cu.MemAlloc(&ws, (size_t)lt_ws));
+    for (int s = 0; s < (int)(sizeof shapes / sizeof *shapes); s++) {
         int64_t M = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
         Case c;
         case_init(&c, "t", DT_BF16);
@@ -1070,18 +1124,39 @@ static void timing(void) {
         int n = cuda_gen_op(&cg, &c.g, f, ks, 4, NULL, &d);
         diag_free(&d);
         CUdeviceptr bufs[3] = {dev_random((size_t)(M * K * 2)), dev_random((size_t)(K * N * 2)), dev_random((size_t)(M * N * 2))};
+        CUdeviceptr ylt = dev_random((size_t)(M * N * 2));
         double ms = time_launches(ks, n, bufs, 0, 20);
+        double lms = why ? -1 : time_lt(M, N, K, bufs[0], bufs[1], ylt, ws, lt_ws, 20);
         double bms = time_cublas(M, N, K, DT_BF16, bufs[0], bufs[1], bufs[2], 1, 20);
+        /* the last NVRTC result is in bufs[2] only if cuBLAS did not overwrite it: run it once more */
+        time_launches(ks, n, bufs, 0, 1);
+        double diff = lms > 0 ? bf16_reldiff(bufs[2], ylt, (size_t)(M * N)) : -1;
         double fl = 2.0 * M * N * K;
-        char label[64];
+        char label[64], lcol[2][32] = {"n/a", ""}, bcol[2][32] = {"n/a", ""}, rcol[16] = "", dcol[16] = "";
         snprintf(label, sizeof label, "gemm %ldx%ldx%ld tile %dx%d", (long)M, (long)N, (long)K, ks[0].tile_m, ks[0].tile_n);
-        if (bms > 0)
-            printf("%-44s %10.3f %9.1f %12.3f %9.1f %7.2f\n", label, ms, fl / ms * 1e-9, bms, fl / bms * 1e-9, bms / ms);
-        else
-            printf("%-44s %10.3f %9.1f %12s %9s %7s\n", label, ms, fl / ms * 1e-9, "n/a", "", "");
+        if (lms > 0) {
+            snprintf(lcol[0], 32, "%.3f", lms);
+            snprintf(lcol[1], 32, "%.1f", fl / lms * 1e-9);
+            snprintf(rcol, sizeof rcol, "%.2f", ms / lms);
+        }
+        if (bms > 0) {
+            snprintf(bcol[0], 32, "%.3f", bms);
+            snprintf(bcol[1], 32, "%.1f", fl / bms * 1e-9);
+        }
+        if (diff >= 0) snprintf(dcol, sizeof dcol, "%.1e", diff);
+        printf("%-40s %9.3f %8.1f %10s %8s %10s %8s %7s %9s\n", label, ms, fl / ms * 1e-9, lcol[0], lcol[1], bcol[0], bcol[1],
+               rcol, dcol);
+        if (diff > 1e-2) {
+            printf("  FAIL: cuBLASLt and the NVRTC gemm differ by %.2e (normwise, limit 1e-2)\n", diff);
+            timing_fails++;
+        }
         for (int i = 0; i < 3; i++) CK(cu.MemFree(bufs[i]));
+        CK(cu.MemFree(ylt));
         arena_free(&c.a);
     }
+    CK(cu.MemFree(ws));
+    printf("(lt/nv: NVRTC time / cuBLASLt time; lt-nv err: normwise relative difference of the two outputs)\n");
+    printf("\n%-44s %10s %9s %12s %9s %7s\n", "timing (bf16)", "zinf ms", "TFLOP/s", "cuBLAS ms", "TFLOP/s", "ratio");
     /* attention: fused causal forward, and the backward's 4 launches; the
      * reference is cuBLAS running the two products q k^T and p v (all
      * T x T blocks, no softmax, no mask) as strided batched GEMMs */
@@ -1236,5 +1311,5 @@ int main(int argc, char **argv) {
     if (gpu && !emu && timed) timing();
     arena_free(&garena);
     if (!gpu || emu) return fails ? 1 : (emu ? 0 : 3);
-    return fails ? 1 : 0;
+    return fails || timing_fails ? 1 : 0;
 }

@@ -4,7 +4,9 @@
 # Builds the GPU kernel check harness (tests/gpu/check_kernels.c) from the
 # sources it needs, with any C compiler, and runs it: every CUDA kernel family
 # against the host reference (runtime/hostk), then GEMM timings against
-# cuBLAS and attention timings, one table. Needs: cc, libnvrtc (CUDA toolkit),
+# cuBLAS and attention timings, one table; the GEMM timings run each shape
+# three ways: the NVRTC gemm, cuBLASLt as zinfrun calls it
+# (runtime/cublaslt.c; their outputs compared) and cuBLAS. Needs: cc, libnvrtc (CUDA toolkit),
 # and for the run a GPU with its driver (libcuda.so.1); no nvcc, no
 # OpenBLAS (a naive cblas_sgemm stands in when cblas.h is missing), no Check.
 # --make also builds the whole project with make first (needs its packages).
@@ -39,9 +41,9 @@ if [ "${ZINF_CBLAS_SHIM:-0}" != 1 ] && printf '#include <cblas.h>\nint main(void
 fi
 omp="-fopenmp"
 printf 'int main(void){return 0;}\n' | $CC -x c - -fopenmp -o "$OUTD/omp_probe" >/dev/null 2>&1 || omp=""
-harness="tests/gpu/check_kernels.c tests/gpu/emu.c tests/gpu/emu_wrap.c $blas"
-lib="runtime/plan/arena.c runtime/plan/vocab.c runtime/plan/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/autodiff.c $(ls compiler/cuda_gen*.c) compiler/nvrtc.c $(ls runtime/hostk*.c)"
-cflags="-std=c11 -D_GNU_SOURCE -O2 -g $omp -Wall -Wextra -Werror -Wno-unknown-pragmas -Ilang -Icompiler -Iruntime -Iruntime/plan -I$BUILD/gen $blasinc"
+harness="tests/gpu/check_kernels.c tests/gpu/check_lt.c tests/gpu/emu.c tests/gpu/emu_wrap.c $blas"
+lib="runtime/cublaslt.c runtime/plan/errorf.c runtime/plan/plan.c runtime/plan/arena.c runtime/plan/vocab.c runtime/plan/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/autodiff.c $(ls compiler/cuda_gen*.c) compiler/nvrtc.c $(ls runtime/hostk*.c)"
+cflags="-std=c11 -D_GNU_SOURCE -O2 -g $omp -Wall -Wextra -Werror -Wno-unknown-pragmas -Ilang -Icompiler -Iruntime -Iruntime/plan -I$BUILD/gen -I$CUDA/include $blasinc"
 ROOT=$(pwd)
 # shellcheck disable=SC2086
 ccall() { $CC $cflags -DZINF_STDLIB_DIR="\"$ROOT/stdlib\"" -DZINF_EMU_HEADER="\"$ROOT/tests/gpu/emu.h\"" "$@"; }
