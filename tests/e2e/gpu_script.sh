@@ -1,17 +1,23 @@
 #!/bin/sh
-# The GPU machine's script (tests/gpu/train_e2e.sh) rehearsed here, so it
-# does not rot between the rare sessions that have a GPU: the same steps
-# (compile with CPU and NVMe offload, train on --backend cuda, compare the
-# first steps with --backend host, print the figures) on the fake driver
-# and NCCL of tests/fakecuda with a micro model. $1: the build directory.
+# The GPU machine's one script (tests/gpu/run_all.sh) rehearsed here, so it
+# does not rot between the rare sessions that have a GPU: every step (build,
+# probe, kernels by name, gpt-micro with CPU and NVMe offload on --backend
+# cuda against --backend host with cuBLASLt and with ZINF_CUBLASLT=0, a
+# model from CPU memory with its TFLOP/s) on the fake driver, NCCL and
+# cuBLASLt of tests/fakecuda, its logs and summary in one directory.
+# $1: the build directory.
 B=${1:-build}
-sh tests/fakecuda/build.sh "$B" > /dev/null 2>&1 || { echo "gpu_script: the fake driver did not build"; exit 1; }
-out=$(sh tests/gpu/train_e2e.sh --fake "$B" --model ../tests/e2e/models/gpt-micro --steps 4 2>&1)
+O=$(mktemp -d /tmp/zinf-gpuscript.XXXXXX) || exit 1
+trap 'rm -rf "$O"' EXIT
+out=$(sh tests/gpu/run_all.sh --fake "$B" --out "$O" 2>&1)
 rc=$?
-echo "$out" | grep -E "^(step [0-9]|losses|train_e2e|done|queue|compute|gpu memory|FAIL)"
-[ $rc -eq 0 ] || { echo "gpu_script: train_e2e.sh failed (exit $rc)"; echo "$out" | tail -20; exit 1; }
-for want in "losses agree" "TFLOP/s per rank achieved" "gpu memory:" "queue busy per step"; do
-  echo "$out" | grep -q "$want" || { echo "gpu_script: no '$want' in the script's output"; exit 1; }
+echo "$out" | grep -E "^(step |run_all)|losses agree|gemm:"
+[ $rc -eq 0 ] || { echo "gpu_script: run_all.sh --fake failed (exit $rc)"; echo "$out" | tail -20; exit 1; }
+for want in "losses agree within 3e-2 (cpu.cuda)" "losses agree within 3e-2 (cpu.nvrtc)" "gemm: cuBLASLt (libcublasLt.so.13" \
+            "TFLOP/s per rank achieved" "gpu memory:" "queue busy per step" "step probe: ok" "step big: ok" "run_all: ok"; do
+  grep -qF "$want" "$O/summary.txt" || { echo "gpu_script: no '$want' in the summary"; cat "$O/summary.txt"; exit 1; }
 done
-[ "$(echo "$out" | grep -c '^backend: cuda')" -eq 2 ] || { echo "gpu_script: both runs must say backend: cuda"; exit 1; }
+for f in 01-build.log 02-probe.log 03-train.log 04-big.log probe-target.zl big.trace.json train/cpu.out train/nvrtc.out; do
+  [ -s "$O/$f" ] || { echo "gpu_script: $f missing from the output directory"; ls -R "$O"; exit 1; }
+done
 echo "gpu_script: ok"

@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/gpu/train_e2e.sh [--bundle DIR] [--model NAME] [--steps N] [--compare K] [--fake BUILD]
+# tests/gpu/train_e2e.sh [--bundle DIR] [--model NAME] [--steps N] [--compare K] [--fake BUILD] [--nvrtc-too]
 #
 # zinfrun's CUDA backend end to end on one GPU (an H200 by default; the
 # target is examples/targets/h200.zl with this machine's arch):
@@ -11,7 +11,10 @@
 #      --backend host from the same data, and compare the losses (bf16
 #      tolerance: relative 3e-2 per step);
 #   4. print tokens/s, achieved TFLOP/s, each queue's measured busy time
-#      against the plan's prediction, peak GPU memory against the plan's.
+#      against the plan's prediction, peak GPU memory against the plan's;
+#   5. with --nvrtc-too, train the first K steps of the CPU-offload plan
+#      again with ZINF_CUBLASLT=0 (every GEMM its NVRTC kernel, not
+#      cuBLASLt) and compare those losses with the host's too.
 # The binaries come from `make` when it works here, else from a bundle that
 # tests/gpu/bundle.sh packed on the development machine (carry it). Exit 0 =
 # every step ran and the losses agree. Budget: under 8 minutes on one H200.
@@ -22,7 +25,7 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 ROOT=$(pwd)
-BUNDLE="" MODEL=gpt2-small STEPS=20 K=3 FAKE=
+BUNDLE="" MODEL=gpt2-small STEPS=20 K=3 FAKE= NVRTC_TOO=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE=$2; shift 2 ;;
@@ -30,6 +33,7 @@ while [ $# -gt 0 ]; do
     --steps) STEPS=$2; shift 2 ;;
     --compare) K=$2; shift 2 ;;
     --fake) FAKE=$2; shift 2 ;;
+    --nvrtc-too) NVRTC_TOO=1; shift ;;
     *) echo "train_e2e: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -90,20 +94,34 @@ ZL
   fi
   cat "$W/$where.out" | grep -v "^step" ; grep "^step" "$W/$where.out" | tail -3
 done
-if [ -f "$W/cpu.cuda" ]; then
-  echo "== the first $K steps on --backend host (same plan, same data)"
-  if timeout 240 "$BIN/zinfrun" "$W/cpu.plan" --data "$W/train.bin" --backend host --steps "$K" --losses "$W/cpu.host" \
-      --quiet > "$W/host.out" 2>&1 < /dev/null; then
-    python3 - "$W/cpu.host" "$W/cpu.cuda" "$K" <<'PY' || fail=1
+# compare NAME: the first K losses of $W/NAME against the host's
+compare() {
+  python3 - "$W/cpu.host" "$W/$1" "$K" "$1" <<'PY'
 import sys
 ref = [float(l.split()[3]) for l in open(sys.argv[1])]
 got = [float(l.split()[3]) for l in open(sys.argv[2])][: int(sys.argv[3])]
 for i, (a, b) in enumerate(zip(ref, got)):
-    print("step %d: host %.5f cuda %.5f (rel %.2e)" % (i + 1, a, b, abs(a - b) / abs(a)))
+    print("step %d: host %.5f %s %.5f (rel %.2e)" % (i + 1, a, sys.argv[4], b, abs(a - b) / abs(a)))
 ok = len(ref) == len(got) and all(abs(a - b) <= 3e-2 * abs(a) for a, b in zip(ref, got))
-print("losses agree within 3e-2" if ok else "FAIL: the losses differ")
+print(("losses agree within 3e-2 (%s)" % sys.argv[4]) if ok else "FAIL: the losses differ (%s)" % sys.argv[4])
 sys.exit(0 if ok else 1)
 PY
+}
+if [ -f "$W/cpu.cuda" ]; then
+  echo "== the first $K steps on --backend host (same plan, same data)"
+  if timeout 240 "$BIN/zinfrun" "$W/cpu.plan" --data "$W/train.bin" --backend host --steps "$K" --losses "$W/cpu.host" \
+      --quiet > "$W/host.out" 2>&1 < /dev/null; then
+    compare cpu.cuda || fail=1
+    if [ "$NVRTC_TOO" = 1 ]; then
+      echo "== the first $K steps with ZINF_CUBLASLT=0 (every GEMM its NVRTC kernel)"
+      if timeout 240 env ZINF_CUBLASLT=0 $RUNCUDA "$BIN/zinfrun" "$W/cpu.plan" --data "$W/train.bin" --backend cuda --steps "$K" \
+           --nvme "$W/nvme" --losses "$W/cpu.nvrtc" > "$W/nvrtc.out" 2>&1 < /dev/null; then
+        grep "gemm:\|ms/step" "$W/nvrtc.out" | tail -2
+        compare cpu.nvrtc || fail=1
+      else
+        echo "FAIL ZINF_CUBLASLT=0 run"; tail -10 "$W/nvrtc.out"; fail=1
+      fi
+    fi
   else
     echo "FAIL host backend"; tail -10 "$W/host.out"; fail=1
   fi

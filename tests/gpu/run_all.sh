@@ -1,0 +1,191 @@
+#!/bin/sh
+# tests/gpu/run_all.sh [--fake BUILD] [--bundle DIR] [--out DIR]
+#
+# THE script for a session with a GPU (docs/gpu-results.md): one call does
+#   1. build   make -j all (or the binaries of a bundle packed by
+#              tests/gpu/bundle.sh when make cannot run there);
+#   2. probe   the GPU's figures (nvidia-smi: name, memory, compute
+#              capability, driver, PCIe link, clocks, power limit) and this
+#              machine's as zinfprobe --quick measures them (a target file);
+#   3. kernels tests/gpu/check_kernels.sh: every kernel family against the
+#              host reference, then GEMMs timed three ways (the NVRTC gemm,
+#              cuBLASLt as zinfrun calls it, cuBLAS) and attention;
+#   4. train   tests/gpu/train_e2e.sh: gpt2-small with parameters and
+#              optimizer state in CPU memory, then on NVMe, on --backend
+#              cuda, the first steps against --backend host, and again with
+#              ZINF_CUBLASLT=0 (the NVRTC GEMMs) against the host;
+#   5. big     a model that does not fit the GPU: llama2-7b cut to 8 layers
+#              (1.88 billion parameters, 3.8 GB of bf16 weights) on a target
+#              saying the GPU has 3 GiB, every parameter, gradient and Adam
+#              state in CPU memory: a few steps, tokens/s and TFLOP/s.
+# Each step runs under `timeout` within one budget (RUN_ALL_BUDGET seconds,
+# default 480: 8 minutes on one H200; a step that would start with less
+# than 20 s left is skipped), writes NN-step.log into the output directory,
+# and adds its verdict and key figures to summary.txt there. The output
+# directory is --out, else $OUT when set (the device tool brings back what
+# is written under it), else build/gpu-results. Exit 0 when every step
+# passed, 1 when one failed, 2 on a usage error.
+#
+# --fake BUILD rehearses the whole script without a GPU (tests/e2e/gpu_script.sh
+# runs it in make test): the fake driver, NCCL and cuBLASLt of
+# tests/fakecuda built in BUILD stand in, models are micro ones, and the
+# kernel step only names what it would run (tests/e2e/gpu_kernels_emu.sh runs
+# the harness on the emulator; RUN_ALL_KERNELS=1 builds it here too).
+set -u
+cd "$(dirname "$0")/../.." || exit 2
+ROOT=$(pwd)
+FAKE="" BUNDLE="" OUTDIR=${OUT:-} PART=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --part) PART=$2; shift 2 ;; # internal: one step's body, run under timeout by the script itself
+    --fake) FAKE=$2; shift 2 ;;
+    --bundle) BUNDLE=$2; shift 2 ;;
+    --out) OUTDIR=$2; shift 2 ;;
+    *) echo "run_all: unknown option $1 (usage: run_all.sh [--fake BUILD] [--bundle DIR] [--out DIR])" >&2; exit 2 ;;
+  esac
+done
+# ---- step bodies that are more than one command (run as --part NAME, so
+# that `timeout` can end them and everything they started) ----
+probe() {
+  if [ -n "$FAKE" ]; then
+    echo "gpu: zinf fake GPU (host emulation), sm_90 (fake)"
+  else
+    nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version,pcie.link.gen.max,pcie.link.width.max,clocks.max.sm,clocks.max.mem,power.limit \
+      --format=csv 2>&1 | sed 's/^/gpu: /' || return 1
+    nvidia-smi 2>/dev/null | head -12
+  fi
+  nproc | sed 's/^/cpu cores: /'
+  free -g | awk '/^Mem:/ {print "cpu memory: " $2 " GiB"}'
+  df -h "$W" | awk 'NR == 2 {print "disk (" $6 "): " $4 " free"}'
+  mkdir -p "$W/probe-nvme"
+  "$BIN/zinfprobe" --quick --nvme "$W/probe-nvme" -o "$OUTDIR/probe-target.zl" && sed 's/^/probe: /' "$OUTDIR/probe-target.zl"
+}
+big() {
+  if [ -n "$FAKE" ]; then
+    model="$ROOT/tests/e2e/models/gpt-micro" gpu="1 GiB" arch=sm_90 steps=2
+  else
+    sed 's/L = 32$/L = 8/; s/T = 4096/T = 2048/; s/^model llama2_7b/model llama_1b9/; /^hf "/,$d' examples/llama2-7b.zl > "$W/llama-1b9.zl"
+    model="$W/llama-1b9" gpu="3 GiB" steps=5
+    arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
+    arch=sm_${arch:-90}
+  fi
+  mkdir -p "$W/nvme" "$W/src"
+  cat > "$W/big.zl" <<ZL
+import "$model"
+target h200_3g { nodes = 1; gpus_per_node = 1
+  gpu  { memory = $gpu; flops = 989 T; hbm = 4800 GB/s; pcie = 50 GB/s; arch = "$arch"; sms = 132 }
+  cpu  { memory = 120 GiB; bandwidth = 100 GB/s; cores = 16 }
+  nvme { paths = ["$W/nvme"]; read = 2 GB/s; write = 1 GB/s; capacity = 48 GiB }
+  net  { bandwidth = 100 GB/s; latency_us = 5 } }
+plan { params = "cpu"; optimizer = "cpu"; grads = "cpu" }
+ZL
+  "$BIN/zinfc" "$W/big.zl" --kernels="$arch" --kernel-src="$W/src" -o "$W/big.plan" || return 1
+  if [ -n "$FAKE" ]; then "$FAKE/fakecuda/fakecuda_prep" "$W/big.plan" "$W/src" "$arch" "$FAKE/fakecuda/units" > /dev/null || return 1; fi
+  "$BIN/zinfdump" "$W/big.plan" | head -14
+  "$BIN/zinftok" README.md docs/*.md -o "$W/big.bin" > /dev/null || return 1
+  $RUNCUDA "$BIN/zinfrun" "$W/big.plan" --data "$W/big.bin" --backend cuda --steps "$steps" --nvme "$W/nvme" \
+    --trace "$OUTDIR/big.trace.json"
+}
+if [ -n "$PART" ]; then
+  case "$PART" in probe | big) "$PART"; exit $? ;; *) echo "run_all: no part $PART" >&2; exit 2 ;; esac
+fi
+
+[ -n "$OUTDIR" ] || { if [ -n "$FAKE" ]; then OUTDIR="$FAKE/gpu-results-fake"; else OUTDIR=build/gpu-results; fi; }
+mkdir -p "$OUTDIR" || exit 2
+case "$OUTDIR" in /*) ;; *) OUTDIR="$ROOT/$OUTDIR" ;; esac
+SUM="$OUTDIR/summary.txt"
+: > "$SUM"
+W=$(mktemp -d /tmp/zinf-runall.XXXXXX) || exit 2
+trap 'rm -rf "$W"' EXIT
+START=$(date +%s)
+BUDGET=${RUN_ALL_BUDGET:-480}
+say() { echo "$*" | tee -a "$SUM"; }
+say "run_all: $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$([ -n "$FAKE" ] && echo ', REHEARSAL on the fake driver')"
+failed=0 nstep=0
+# step NAME SECONDS CMD...: CMD under timeout (at most what the budget has left), its output in NN-NAME.log
+step() {
+  name=$1 limit=$2
+  shift 2
+  nstep=$((nstep + 1))
+  LOG="$OUTDIR/$(printf %02d $nstep)-$name.log"
+  left=$((START + BUDGET - $(date +%s) - 5))
+  if [ "$left" -lt 20 ]; then
+    say "step $name: SKIPPED (the ${BUDGET} s budget is spent)"
+    failed=$((failed + 1))
+    return 1
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  t0=$(date +%s)
+  timeout "$limit" "$@" > "$LOG" 2>&1 < /dev/null
+  rc=$?
+  dt=$(($(date +%s) - t0))
+  if [ $rc -eq 0 ]; then say "step $name: ok (${dt} s)"; return 0; fi
+  if [ $rc -eq 124 ]; then say "step $name: FAIL: timed out after ${limit} s (log: $(basename "$LOG"))"
+  else say "step $name: FAIL: exit $rc after ${dt} s (log: $(basename "$LOG"))"; fi
+  tail -5 "$LOG" | sed 's/^/    /' | tee -a "$SUM"
+  failed=$((failed + 1))
+  return 1
+}
+# figures NAME PATTERN: the lines of the last step's log that match, into the summary
+figures() { [ -f "$LOG" ] && grep -E "$1" "$LOG" | sed 's/^/    /' | tee -a "$SUM"; }
+
+# ---- 1. build ----
+if [ -n "$FAKE" ]; then
+  BIN="$FAKE/bin"
+  step build 120 sh tests/fakecuda/build.sh "$FAKE" || { say "run_all: FAILED: no fakes"; exit 1; }
+elif [ -n "$BUNDLE" ]; then
+  BIN="$BUNDLE/bin"
+  export LD_LIBRARY_PATH="$ROOT/$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  say "step build: the bundle $BUNDLE"
+else
+  BIN=build/bin
+  if ! step build 240 make -j"$(nproc)" all; then
+    if [ -x .gpubundle/bin/zinfrun ]; then
+      BUNDLE=.gpubundle BIN=.gpubundle/bin
+      export LD_LIBRARY_PATH="$ROOT/$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      say "    using the bundle .gpubundle instead"
+    else
+      say "run_all: FAILED: make failed and there is no bundle (tests/gpu/bundle.sh packs one)"; exit 1
+    fi
+  fi
+fi
+CUDA=${CUDA_HOME:-/usr/local/cuda}
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$CUDA/lib64"
+export ZINF_CACHE_DIR="$W/nvrtc-cache"
+RUNCUDA=""
+export BIN FAKE W OUTDIR RUNCUDA ROOT
+[ -n "$FAKE" ] && RUNCUDA="env LD_LIBRARY_PATH=$ROOT/$FAKE/fakecuda:$LD_LIBRARY_PATH FAKECUDA_UNITS=$ROOT/$FAKE/fakecuda/units"
+
+# ---- 2. probe ----
+step probe 60 sh "$ROOT/tests/gpu/run_all.sh" --out "$OUTDIR" ${FAKE:+--fake "$FAKE"} --part probe && figures "^(gpu|cpu|disk|probe: .*(flops|memory|read|write|bandwidth))"
+
+# ---- 3. kernels ----
+if [ -n "$FAKE" ] && [ "${RUN_ALL_KERNELS:-0}" != 1 ]; then
+  say "step kernels: rehearsed by name only (fake): sh tests/gpu/check_kernels.sh (tests/e2e/gpu_kernels_emu.sh runs it on the emulator)"
+elif [ -n "$FAKE" ]; then
+  # a dry run (no GPU) exits 3 when it went through
+  step kernels 300 env BUILD="$FAKE" sh -c 'sh tests/gpu/check_kernels.sh --dry --only "linear 37x7x33"; [ $? -eq 3 ]'
+else
+  step kernels 150 env BUILD=build sh tests/gpu/check_kernels.sh
+  figures "cases, .* failed|FAIL|^cuBLASLt|^gemm |^attention|^timing"
+fi
+
+# ---- 4. train: gpt2-small offloaded, against the host, both GEMM paths ----
+if [ -n "$FAKE" ]; then
+  set -- --fake "$FAKE" --model ../tests/e2e/models/gpt-micro --steps 4 --compare 3
+else
+  set -- --steps 10 --compare 2
+  [ -n "$BUNDLE" ] && set -- "$@" --bundle "$BUNDLE"
+fi
+mkdir -p "$OUTDIR/train"
+step train 200 env OUT="$OUTDIR/train" sh tests/gpu/train_e2e.sh --nvrtc-too "$@"
+figures "^== |^gpu: |gemm:|^done|TFLOP/s per rank|losses agree|^FAIL|^train_e2e"
+
+# ---- 5. big: a model the GPU cannot hold, from CPU memory ----
+step big 240 sh "$ROOT/tests/gpu/run_all.sh" --out "$OUTDIR" ${FAKE:+--fake "$FAKE"} --part big
+figures "^parameters|^  gpu  |gemm:|^step|^done|TFLOP/s per rank|queue busy|gpu memory:"
+
+dt=$(($(date +%s) - START))
+if [ $failed -eq 0 ]; then say "run_all: ok ($nstep steps, ${dt} s; logs and summary in $OUTDIR)"; exit 0; fi
+say "run_all: FAILED ($failed of $nstep steps, ${dt} s; logs and summary in $OUTDIR)"
+exit 1
