@@ -1,6 +1,20 @@
 /* planner_alloc: step 5 of the planner: every arena allocated from the
  * buffers' lifetimes in the schedule, the dependencies address reuse needs,
- * and whether the arenas fit the target. */
+ * and whether the arenas fit the target.
+ *
+ * Reuse is delayed where it would serialise queues that the schedule means
+ * to overlap. A buffer's lifetime is in program order, but its last user
+ * may run long after the next buffer's first one: a pinned staging slice
+ * is last read by its H2D while the next slice's NVMe read could already
+ * run, and a gradient is last read by its all-reduce or accumulation while
+ * compute goes on. Packed tightly, the next buffer takes the same address
+ * and waits for that last use (the address-reuse dependency), so the NVMe
+ * reads wait for the copies one by one and compute waits for the peers'
+ * collectives. So a range freed by a buffer whose last use is not on the
+ * compute queue stays reserved while the next REUSE_DELAY buffers of its
+ * arena are placed (for pinned staging, 1: double-buffering, two slices
+ * in flight). When the delayed packing does not fit the target, the
+ * arenas are packed tightly as before; either way the sizes are exact. */
 #include "planner_impl.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +58,13 @@ static bool occ_place(B *b, Occ *o, uint64_t lo, uint64_t hi, int buf) {
 typedef struct Live {
     uint64_t lo, hi;
     int last;
+    int after;  /* buffers of the arena placed since it died (while reserved) */
+    bool hold;  /* its last use is off the compute queue: reserved for a while after it dies */
 } Live;
+
+/* how many buffers of an arena are placed before a range freed off the
+ * compute queue may be reused (see the top of the file) */
+static const int reuse_delay[PLAN_NARENAS] = {[ARENA_GPU] = 4, [ARENA_PINNED] = 1};
 
 /* Each arena's packing state: the buffers live at the buffer being placed,
  * sorted by offset; the last occupant of every range; the floor above the
@@ -54,6 +74,7 @@ typedef struct Packer {
     int nlive[PLAN_NARENAS], clive[PLAN_NARENAS];
     Occ occ[PLAN_NARENAS];
     uint64_t base[PLAN_NARENAS], top[PLAN_NARENAS];
+    bool delay;  /* reserve freed ranges (reuse_delay); false: pack tightly */
 } Packer;
 
 /* persistent homes first, at the bottom, for the whole step */
@@ -93,10 +114,14 @@ static bool place_one(B *b, Packer *pk, int i) {
     int a = x->b.arena;
     uint64_t al = pl_arena_align[a];
     Live *live = pk->live[a];
-    /* retire what died before this buffer's first use */
+    /* retire what died before this buffer's first use, unless reserved */
     int w = 0;
-    for (int j = 0; j < pk->nlive[a]; j++)
-        if (live[j].last >= x->first) live[w++] = live[j];
+    for (int j = 0; j < pk->nlive[a]; j++) {
+        bool alive = live[j].last >= x->first;
+        bool reserved = !alive && pk->delay && live[j].hold && live[j].after < reuse_delay[a];
+        if (reserved) live[j].after++;
+        if (alive || reserved) live[w++] = live[j];
+    }
     pk->nlive[a] = w;
     /* lowest gap that fits (live is kept sorted by offset) */
     uint64_t at = pk->base[a];
@@ -110,15 +135,18 @@ static bool place_one(B *b, Packer *pk, int i) {
     if (!pl_grow((void **)&pk->live[a], &pk->clive[a], pk->nlive[a] + 1, sizeof(Live))) return false;
     live = pk->live[a];
     memmove(&live[pos + 1], &live[pos], sizeof(Live) * (size_t)(pk->nlive[a] - pos));
-    live[pos] = (Live){at, at + x->b.bytes, x->last};
+    bool hold = false;
+    for (int q = 0; q < PLAN_NQUEUES; q++) hold |= q != Q_COMPUTE && x->lastq[q] == x->last && x->last >= 0;
+    live[pos] = (Live){at, at + x->b.bytes, x->last, 0, hold};
     pk->nlive[a]++;
     if (at + x->b.bytes > pk->top[a]) pk->top[a] = at + x->b.bytes;
     return !x->b.bytes || occ_place(b, &pk->occ[a], at, at + x->b.bytes, i);
 }
 
-bool pl_allocate(B *b) {
+static bool pack(B *b, bool delay) {
     Packer pk;
     memset(&pk, 0, sizeof pk);
+    pk.delay = delay;
     int *order = malloc(sizeof(int) * (size_t)(b->nbufs + 1));
     int m = -1;
     if (order) {
@@ -129,13 +157,32 @@ bool pl_allocate(B *b) {
     for (int k = 0; ok && k < m; k++) ok = place_one(b, &pk, order[k]);
     if (ok)
         for (int a = 0; a < PLAN_NARENAS; a++) b->size[a] = pk.top[a];
-    else
-        b->oom = true;
     free(order);
     for (int a = 0; a < PLAN_NARENAS; a++) {
         free(pk.live[a]);
         free(pk.occ[a].s);
     }
+    return ok;
+}
+
+/* Delayed reuse when it fits, else tight packing; the address-reuse
+ * dependencies of a packing that is dropped are dropped with it. */
+bool pl_allocate(B *b) {
+    size_t n = (size_t)b->nins + 1;
+    int32_t(*depq)[PLAN_NQUEUES] = malloc(sizeof *depq * n);
+    if (!depq) {
+        b->oom = true;
+        return false;
+    }
+    for (int i = 0; i < b->nins; i++) memcpy(depq[i], b->ins[i].depq, sizeof depq[i]);
+    char why[256];
+    bool ok = pack(b, true);
+    if (ok && !pl_fits(b, why, sizeof why)) {
+        for (int i = 0; i < b->nins; i++) memcpy(b->ins[i].depq, depq[i], sizeof depq[i]);
+        ok = pack(b, false);
+    }
+    free(depq);
+    if (!ok) b->oom = true;
     return ok;
 }
 

@@ -22,6 +22,10 @@ double rt_busy_seconds(const Rt *r, int q) {
     if (q < 0 || q >= PLAN_NQUEUES) return 0;
     return r->be->busy_seconds(r, q) - r->eval_busy[q]; /* training's only */
 }
+double rt_wait_seconds(const Rt *r, int q) {
+    if (q < 0 || q >= PLAN_NQUEUES) return 0;
+    return r->q.waited[q];
+}
 uint64_t rt_arena_bytes(const Rt *r, int k) { return r->arena_bytes[k]; }
 uint64_t rt_gpu_memory_used(const Rt *r) { return r->be->gpu_memory_used(r); }
 
@@ -162,6 +166,7 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
     }
     if (init_state(r, err, n)) goto bad;
     if (qrun_init(&r->q, p, r->be->instr, r)) { rt_fail(err, n, "out of memory"); goto bad; }
+    if (r->be == &rt_backend_host && !getenv("ZINF_NVME_NOBATCH")) rt_host_use_batches(r);
     return r;
 bad:
     rt_destroy(r);
@@ -367,9 +372,10 @@ int rt_write_trace(const Rt *r, FILE *out) {
         const char *what = in->op == PI_KERNEL && in->arg >= 0 && (uint32_t)in->arg < p->nops
                                ? prim_names[r->p->ops[in->arg].prim]
                                : (in->arg >= 0 && (uint32_t)in->arg < p->ntensors ? p->tensors[in->arg].name : "");
-        fprintf(out, "%s{\"name\":\"%s %s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"i\":%u}}",
+        /* wait: microseconds of it spent waiting for peers (zinfdump --compare counts the rest as busy) */
+        fprintf(out, "%s{\"name\":\"%s %s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"i\":%u,\"wait\":%.3f}}",
                 first ? "" : ",\n", plan_opcode_names[in->op], what, plan_queue_names[in->queue < PLAN_NQUEUES ? in->queue : 0],
-                r->c->rank, in->queue, t->start * 1e6, (t->end - t->start) * 1e6, i);
+                r->c->rank, in->queue, t->start * 1e6, (t->end - t->start) * 1e6, i, t->wait * 1e6);
         first = false;
     }
     rt_trace_evals(r, out, first);

@@ -69,6 +69,9 @@ int rt_step(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, 
 int64_t rt_steps_done(const Rt *r);
 /* Seconds queue q has spent executing, over every step so far. */
 double rt_busy_seconds(const Rt *r, int q);
+/* Seconds queue q's instructions spent waiting inside them (a collective
+ * until every rank arrived), not counted in rt_busy_seconds. */
+double rt_wait_seconds(const Rt *r, int q);
 
 /* Floating-point work of one optimizer step on this rank: the plan's kernel
  * FLOPs, micro-batch ranges counted `accum` times. */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include "adam.h"
 #include "ckpt.h"
+#include "comm_wait.h"
 #include "half.h"
 #include "hostk.h"
 #include "initrng.h"
@@ -289,19 +290,24 @@ static int to_f32(float *dst, const void *src, int dt, int64_t n) {
 
 int rt_comm_err(Rt *r, char *err, size_t n) { return rt_fail(err, n, "%s", comm_last_error(r->c)); }
 
+/* A collective's waiting for its peers is noted as the instruction's
+ * waiting, so the queue's busy time is its transfers (runtime/comm_wait). */
+static int comm_done(Rt *r, int worker, CommStatus s, const CommWait *w, char *err, size_t n) {
+    qrun_add_wait(&r->q, worker, w->wait_s);
+    return s ? rt_comm_err(r, err, n) : 0;
+}
+
 static int exec_allgather(Rt *r, const PlanInstr *in, int worker, char *err, size_t n) {
     const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
     uint8_t *sp = rt_opnd_ptr(r, s), *dp = rt_opnd_ptr(r, d);
     if (!sp || !dp) return rt_fail(err, n, "allgather operands must be in memory");
     uint64_t sb = s->bytes, tb = d->bytes, R = (uint64_t)r->c->size;
-    if (sb * R == tb) {
-        if (comm_allgather(r->c, sp, dp, sb)) return rt_comm_err(r, err, n);
-    } else {
-        /* The last rank's slice is padded: gather into scratch, keep the tile's bytes. */
-        if (sb * R > r->scratch_bytes) return rt_fail(err, n, "allgather scratch too small");
-        if (comm_allgather(r->c, sp, r->scratch[worker], sb)) return rt_comm_err(r, err, n);
-        memcpy(dp, r->scratch[worker], tb);
-    }
+    CommWait w;
+    if (sb * R == tb) return comm_done(r, worker, commw_allgather(r->c, sp, dp, sb, &w), &w, err, n);
+    /* The last rank's slice is padded: gather into scratch, keep the tile's bytes. */
+    if (sb * R > r->scratch_bytes) return rt_fail(err, n, "allgather scratch too small");
+    if (comm_done(r, worker, commw_allgather(r->c, sp, r->scratch[worker], sb, &w), &w, err, n)) return -1;
+    memcpy(dp, r->scratch[worker], tb);
     return 0;
 }
 
@@ -317,7 +323,8 @@ static int exec_reduce_scatter(Rt *r, const PlanInstr *in, int worker, char *err
     float *send = (float *)r->scratch[worker], *recv = send + se * R;
     memset(send, 0, sizeof(float) * (size_t)(se * R));
     to_f32(send, sp, dt, te < se * R ? te : se * R);
-    if (comm_reduce_scatter_f32(r->c, send, recv, (size_t)se)) return rt_comm_err(r, err, n);
+    CommWait w;
+    if (comm_done(r, worker, commw_reduce_scatter_f32(r->c, send, recv, (size_t)se, &w), &w, err, n)) return -1;
     for (int64_t i = 0; i < se; i++) rt_elem_set(dp, dt, i, rt_elem_get(dp, dt, i) + recv[i]);
     return 0;
 }
@@ -328,11 +335,12 @@ static int exec_allreduce(Rt *r, const PlanInstr *in, int worker, char *err, siz
     if (!mp) return rt_fail(err, n, "allreduce operand must be in memory");
     int dt = r->p->tensors[in->arg].dtype;
     int64_t ne = (int64_t)(m->bytes / rt_dsz(dt));
-    if (dt == DT_F32) return comm_allreduce_sum_f32(r->c, (float *)mp, (size_t)ne) ? rt_comm_err(r, err, n) : 0;
+    CommWait w;
+    if (dt == DT_F32) return comm_done(r, worker, commw_allreduce_sum_f32(r->c, (float *)mp, (size_t)ne, &w), &w, err, n);
     if ((size_t)ne * sizeof(float) > r->scratch_bytes) return rt_fail(err, n, "allreduce scratch too small");
     float *f = (float *)r->scratch[worker];
     to_f32(f, mp, dt, ne);
-    if (comm_allreduce_sum_f32(r->c, f, (size_t)ne)) return rt_comm_err(r, err, n);
+    if (comm_done(r, worker, commw_allreduce_sum_f32(r->c, f, (size_t)ne, &w), &w, err, n)) return -1;
     for (int64_t i = 0; i < ne; i++) rt_elem_set(mp, dt, i, f[i]);
     return 0;
 }
@@ -372,7 +380,8 @@ static int exec_grad_norm(Rt *r, const PlanInstr *in, int worker, char *err, siz
         HkTensor g = hk_tensor((void *)gp, (DType)dt, 1, &ne);
         ss += hk_sum_squares(&g);
     }
-    if (comm_allreduce_sum_f64(r->c, &ss, 1)) return rt_comm_err(r, err, n);
+    CommWait w;
+    if (comm_done(r, worker, commw_allreduce_sum_f64(r->c, &ss, 1, &w), &w, err, n)) return -1;
     double norm = sqrt(ss) / r->loss_scale;
     r->grad_norm = norm;
     r->skip = !isfinite(norm);
@@ -414,6 +423,56 @@ static int exec_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
     return 0;
 }
 
+/* ---- NVMe transfers ---- */
+
+/* Whether operand o, which ends its buffer, may be taken to the end of its
+ * last block: the buffer starts on a block and its arena aligns every
+ * buffer to blocks, so the rest of that block is nobody's. */
+static bool widenable(const Rt *r, const PlanOperand *o) {
+    const PlanBuffer *b = &r->p->buffers[o->buffer];
+    const PlanArena *a = &r->p->arenas[b->arena];
+    return o->offset + o->bytes == b->bytes && b->offset % NVME_ALIGN == 0 && a->align && a->align % NVME_ALIGN == 0 &&
+           (b->arena == ARENA_NVME || (r->arena[b->arena] && b->arena != ARENA_GPU));
+}
+
+/* An NVME_READ or NVME_WRITE as one rtio transfer. A transfer of a buffer
+ * whose size is not whole blocks (a 512-byte bias shard) is widened to its
+ * last block on both sides when that is nobody else's memory: O_DIRECT
+ * then takes it as it is, where otherwise a read would go through the
+ * bounce buffer and a write would read the block first. */
+static void nvme_req(const Rt *r, const PlanInstr *in, RtioReq *q) {
+    const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
+    const PlanOperand *disk = in->op == PI_NVME_READ ? s : d, *mem = in->op == PI_NVME_READ ? d : s;
+    q->write = in->op == PI_NVME_WRITE;
+    q->off = nvme_off(r, disk);
+    q->buf = rt_opnd_ptr(r, mem);
+    q->bytes = s->bytes;
+    uint64_t wide = (q->bytes + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN;
+    if (wide != q->bytes && q->buf && q->off % NVME_ALIGN == 0 && widenable(r, disk) && widenable(r, mem)) q->bytes = wide;
+}
+
+/* The nvme queue's ready instructions at once (QrunBatchFn): the transfers
+ * go to the kernel in one io_uring submission and overlap. */
+static int host_nvme_batch(void *ctx, const uint32_t *idx, int k, int worker, char *err, size_t n) {
+    Rt *r = ctx;
+    RtioReq q[QRUN_BATCH_MAX];
+    int m = 0;
+    for (int j = 0; j < k; j++) {
+        const PlanInstr *in = &r->p->instrs[idx[j]];
+        if (in->op != PI_NVME_READ && in->op != PI_NVME_WRITE) { /* not a transfer: on its own, in order */
+            if (m && rtio_xfer_batch(&r->io, q, m, err, n)) return -1;
+            m = 0;
+            if (rt_host_instr(r, idx[j], worker, err, n)) return -1;
+            continue;
+        }
+        nvme_req(r, in, &q[m++]);
+        r->bytes[in->queue] += rt_opnd(r, in, 0)->bytes;
+    }
+    return m ? rtio_xfer_batch(&r->io, q, m, err, n) : 0;
+}
+
+void rt_host_use_batches(Rt *r) { qrun_set_batch(&r->q, Q_NVME, host_nvme_batch); }
+
 /* ---- the instruction dispatcher ---- */
 
 int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t n) {
@@ -429,15 +488,12 @@ int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t n) {
         r->bytes[in->queue] += o->bytes;
         return 0;
     }
-    case PI_NVME_READ: {
-        const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
-        r->bytes[in->queue] += s->bytes;
-        return rtio_read(&r->io, nvme_off(r, s), rt_opnd_ptr(r, d), s->bytes, err, n);
-    }
+    case PI_NVME_READ:
     case PI_NVME_WRITE: {
-        const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
-        r->bytes[in->queue] += s->bytes;
-        return rtio_write(&r->io, nvme_off(r, d), rt_opnd_ptr(r, s), s->bytes, err, n);
+        RtioReq q;
+        nvme_req(r, in, &q);
+        r->bytes[in->queue] += rt_opnd(r, in, 0)->bytes;
+        return q.write ? rtio_write(&r->io, q.off, q.buf, q.bytes, err, n) : rtio_read(&r->io, q.off, q.buf, q.bytes, err, n);
     }
     case PI_H2D:
     case PI_D2H: {

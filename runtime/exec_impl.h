@@ -79,6 +79,9 @@ int rt_ckpt_check(Rt *r, const char *dir, int64_t step, RtCkptClass keep, char *
 int rt_comm_err(Rt *r, char *err, size_t errlen);
 /* Instruction i on the host (the host backend's semantics). */
 int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t errlen);
+/* Lets the nvme queue run its ready transfers together (qrun_set_batch):
+ * for a backend whose NVMe instructions are rt_host_instr's alone. */
+void rt_host_use_batches(Rt *r);
 
 /* exec_eval.c: frees the forward schedule; writes the evaluations' trace events. */
 void rt_forward_free(Rt *r);

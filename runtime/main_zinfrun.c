@@ -795,6 +795,14 @@ static void print_summary(const Run *u) {
         printf(" %s %.1f (%.1f)", plan_queue_names[q], rt_busy_seconds(u->r, q) / (double)ran * 1e3,
                u->have_cost ? u->cr.busy[q] * u->accum * 1e3 : 0.0);
     printf(" ms\n");
+    bool waited = false;
+    for (int q = 0; q < PLAN_NQUEUES; q++) waited |= rt_wait_seconds(u->r, q) > 0;
+    if (waited) { /* a collective's time until every rank arrived, an NVMe transfer's beside its batch: not busy */
+        printf("waiting per step inside instructions, not in busy (comm, cpu: for other ranks; nvme: in flight beside its batch):");
+        for (int q = 0; q < PLAN_NQUEUES; q++)
+            if (rt_wait_seconds(u->r, q) > 0) printf(" %s %.1f", plan_queue_names[q], rt_wait_seconds(u->r, q) / (double)ran * 1e3);
+        printf(" ms\n");
+    }
     double sec = u->time_sum / (double)ran, flops = rt_step_flops(u->r, u->accum);
     printf("compute: %.2f TFLOP/s per rank achieved (the plan's %.3g kernel FLOPs per step / measured time)\n",
            sec > 0 ? flops / sec * 1e-12 : 0.0, flops);

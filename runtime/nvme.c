@@ -417,7 +417,10 @@ static void fill(NvmeEngine *e) {
         prep_slot(e, slot);
         queued++;
     }
-    if (queued) io_uring_submit(&e->ring);
+    if (queued) {
+        io_uring_submit(&e->ring);
+        e->stats.submits++;
+    }
 }
 
 static void slot_release(NvmeEngine *e, int slot) {
@@ -535,6 +538,7 @@ static NvmeStatus submit(NvmeEngine *e, int is_write, uint64_t logical, uint64_t
         e->pending_cap = cap2;
     }
     e->pending[e->npending++] = (NvmeRequest){is_write, tag, logical, len, buf};
+    if (e->batching) return NVME_OK; /* nvme_wait submits the batch */
     fill(e);
     reap(e, 0);
     return NVME_OK;
@@ -550,8 +554,11 @@ NvmeStatus nvme_submit_write(NvmeEngine *e, uint64_t logical_offset, uint64_t le
     return submit(e, 1, logical_offset, len, (char *)(uintptr_t)buf, tag, err);
 }
 
+void nvme_batch_begin(NvmeEngine *e) { e->batching = 1; }
+
 NvmeStatus nvme_wait(NvmeEngine *e, uint32_t tag, NvmeError *err) {
     err_clear(err);
+    e->batching = 0;
     if (e->ring_ok) {
         while (nvme_outstanding(e, tag) > 0) {
             fill(e);

@@ -18,6 +18,10 @@ static double mono(void) {
 
 double qrun_now(const Qrun *q) { return mono() - q->epoch; }
 
+void qrun_add_wait(Qrun *q, int worker, double seconds) {
+    if (worker >= 0 && worker < PLAN_NQUEUES && seconds > 0) q->wait_now[worker] += seconds; /* only this worker writes it */
+}
+
 int qrun_init(Qrun *q, const Plan *p, QrunExecFn fn, void *ctx) {
     memset(q, 0, sizeof *q);
     q->plan = p;
@@ -51,6 +55,32 @@ void qrun_free(Qrun *q) {
     memset(q, 0, sizeof *q);
 }
 
+void qrun_set_batch(Qrun *q, int queue, QrunBatchFn fn) {
+    if (queue >= 0 && queue < PLAN_NQUEUES) q->batch[queue] = fn;
+}
+
+/* Whether operands a and b touch a common byte of one arena and either
+ * writes. Ranges in arenas other than the GPU's are taken to whole blocks,
+ * as a transfer may be widened to them. */
+static bool operands_clash(const Plan *p, const PlanOperand *a, const PlanOperand *b) {
+    if (a->buffer < 0 || b->buffer < 0 || !((a->mode | b->mode) & PLAN_W)) return false;
+    const PlanBuffer *ba = &p->buffers[a->buffer], *bb = &p->buffers[b->buffer];
+    if (ba->arena != bb->arena) return false;
+    uint64_t lo_a = ba->offset + a->offset, hi_a = lo_a + a->bytes, lo_b = bb->offset + b->offset, hi_b = lo_b + b->bytes;
+    if (ba->arena != ARENA_GPU) {
+        lo_a &= ~(uint64_t)4095, lo_b &= ~(uint64_t)4095;
+        hi_a = (hi_a + 4095) & ~(uint64_t)4095, hi_b = (hi_b + 4095) & ~(uint64_t)4095;
+    }
+    return lo_a < hi_b && lo_b < hi_a;
+}
+
+static bool instrs_clash(const Plan *p, const PlanInstr *x, const PlanInstr *y) {
+    for (uint32_t a = 0; a < x->nopnd; a++)
+        for (uint32_t b = 0; b < y->nopnd; b++)
+            if (operands_clash(p, &p->operands[x->opnd + a], &p->operands[y->opnd + b])) return true;
+    return false;
+}
+
 typedef struct Worker {
     Qrun *q;
     int queue;
@@ -58,45 +88,87 @@ typedef struct Worker {
     const uint8_t *run; /* NULL: every instruction of the range */
 } Worker;
 
+/* Whether every dependency of instruction i inside the run has completed
+ * (caller holds the lock). */
+static bool deps_done(const Worker *w, uint32_t i) {
+    const Qrun *q = w->q;
+    const Plan *p = q->plan;
+    const PlanInstr *in = &p->instrs[i];
+    for (uint32_t k = 0; k < in->ndeps; k++) {
+        uint32_t d = p->deps[in->dep + k];
+        if (d >= w->begin && d < w->end && (!w->run || w->run[d]) && q->done[d] != q->gen) return false;
+    }
+    return true;
+}
+
+static bool mine(const Worker *w, uint32_t i) {
+    return w->q->plan->instrs[i].queue == w->queue && (!w->run || w->run[i]);
+}
+
+/* After instruction idx[0] (ready): the queue's next instructions that are
+ * ready and clash with none before them, into idx (caller holds the lock).
+ * Returns the batch's size. */
+static int gather(const Worker *w, uint32_t *idx) {
+    const Plan *p = w->q->plan;
+    int n = 1;
+    for (uint32_t j = idx[0] + 1; j < w->end && n < QRUN_BATCH_MAX; j++) {
+        if (!mine(w, j)) continue;
+        if (!deps_done(w, j)) break;
+        bool clash = false;
+        for (int k = 0; k < n && !clash; k++) clash = instrs_clash(p, &p->instrs[idx[k]], &p->instrs[j]);
+        if (clash) break;
+        idx[n++] = j;
+    }
+    return n;
+}
+
 static void *worker_main(void *arg) {
     Worker *w = arg;
     Qrun *q = w->q;
     QSync *s = q->sync;
-    const Plan *p = q->plan;
+    QrunBatchFn batch = q->batch[w->queue];
+    uint32_t idx[QRUN_BATCH_MAX];
     for (uint32_t i = w->begin; i < w->end; i++) {
-        const PlanInstr *in = &p->instrs[i];
-        if (in->queue != w->queue || (w->run && !w->run[i])) continue;
+        if (!mine(w, i)) continue;
         pthread_mutex_lock(&s->mu);
         for (;;) {
             if (q->failed) { pthread_mutex_unlock(&s->mu); return NULL; }
-            bool ready = true;
-            for (uint32_t k = 0; k < in->ndeps && ready; k++) {
-                uint32_t d = p->deps[in->dep + k];
-                if (d >= w->begin && d < w->end && (!w->run || w->run[d]) && q->done[d] != q->gen) ready = false;
-            }
-            if (ready) break;
+            if (deps_done(w, i)) break;
             pthread_cond_wait(&s->cv, &s->mu);
         }
+        idx[0] = i;
+        int n = batch ? gather(w, idx) : 1;
         pthread_mutex_unlock(&s->mu);
         char err[512] = "";
+        q->wait_now[w->queue] = 0;
         double t0 = qrun_now(q);
-        int rc = q->fn(q->ctx, i, w->queue, err, sizeof err);
+        int rc = n > 1 ? batch(q->ctx, idx, n, w->queue, err, sizeof err) : q->fn(q->ctx, i, w->queue, err, sizeof err);
         double t1 = qrun_now(q);
         pthread_mutex_lock(&s->mu);
-        q->timing[i].start = t0;
-        q->timing[i].end = t1;
-        q->busy[w->queue] += t1 - t0;
-        if (rc != 0) {
-            if (!q->failed) {
-                q->failed = 1;
-                snprintf(q->err, sizeof q->err, "%s", err[0] ? err : "instruction failed");
-            }
-        } else {
-            q->done[i] = q->gen;
+        double waited = q->wait_now[w->queue];
+        if (waited > t1 - t0) waited = t1 - t0;
+        for (int k = 0; k < n; k++) {
+            /* a batch's members share its time: each is busy for its share, in flight beside the others for the rest */
+            QrunTiming *t = &q->timing[idx[k]];
+            t->start = t0;
+            t->end = t1;
+            t->wait = n > 1 ? (t1 - t0) * (1 - 1.0 / n) : waited;
+            if (rc == 0) q->done[idx[k]] = q->gen;
+        }
+        q->busy[w->queue] += t1 - t0 - waited;
+        q->waited[w->queue] += waited;
+        if (n > 1) {
+            q->batches[w->queue]++;
+            q->batched[w->queue] += (uint64_t)n;
+        }
+        if (rc != 0 && !q->failed) {
+            q->failed = 1;
+            snprintf(q->err, sizeof q->err, "%s", err[0] ? err : "instruction failed");
         }
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
         if (rc != 0) return NULL;
+        i = idx[n - 1];
     }
     return NULL;
 }

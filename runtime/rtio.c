@@ -20,9 +20,10 @@ int rtio_open(RtIo *io, const char *const *dirs, int ndirs, int rank, uint64_t b
         snprintf(err, n, "nvme: %d paths (1 to %d are supported)", ndirs, NVME_MAX_PATHS);
         return -1;
     }
-    io->bytes = bytes;
+    /* whole blocks: a transfer widened to the end of its last block stays inside */
+    io->bytes = (bytes + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN;
     /* Each file holds a whole number of stripe units; together at least `bytes`. */
-    uint64_t units = (bytes + STRIPE - 1) / STRIPE;
+    uint64_t units = (io->bytes + STRIPE - 1) / STRIPE;
     uint64_t per = (units + (uint64_t)ndirs - 1) / (uint64_t)ndirs * STRIPE;
     if (per == 0) per = STRIPE;
     NvmeError ne;
@@ -132,4 +133,43 @@ int rtio_read(RtIo *io, uint64_t off, void *dst, uint64_t bytes, char *err, size
 }
 int rtio_write(RtIo *io, uint64_t off, const void *src, uint64_t bytes, char *err, size_t n) {
     return xfer(io, off, (void *)src, bytes, 1, err, n);
+}
+
+int rtio_xfer_batch(RtIo *io, const RtioReq *reqs, int n, char *err, size_t errlen) {
+    for (int k = 0; k < n; k++) {
+        const RtioReq *q = &reqs[k];
+        if (q->off + q->bytes > io->bytes || q->off + q->bytes < q->off) {
+            snprintf(err, errlen, "nvme: %s of %llu bytes at %llu is outside the %llu-byte swap space",
+                     q->write ? "write" : "read", (unsigned long long)q->bytes, (unsigned long long)q->off,
+                     (unsigned long long)io->bytes);
+            return -1;
+        }
+    }
+    pthread_mutex_lock(&io->mu);
+    NvmeError ne;
+    NvmeStatus st = NVME_OK;
+    nvme_batch_begin(&io->e);
+    for (int k = 0; k < n && st == NVME_OK; k++) {
+        RtioReq q = reqs[k];
+        if (!q.bytes || !aligned(q.off, q.bytes, q.buf)) continue;
+        /* the next ones that continue it on disk and in memory join it: one request, not several */
+        while (k + 1 < n && reqs[k + 1].write == q.write && reqs[k + 1].bytes && reqs[k + 1].off == q.off + q.bytes &&
+               (uint8_t *)reqs[k + 1].buf == (uint8_t *)q.buf + q.bytes && aligned(reqs[k + 1].off, reqs[k + 1].bytes, reqs[k + 1].buf))
+            q.bytes += reqs[++k].bytes;
+        uint32_t tag = (uint32_t)k + 1;
+        st = q.write ? nvme_submit_write(&io->e, q.off, q.bytes, q.buf, tag, &ne)
+                     : nvme_submit_read(&io->e, q.off, q.bytes, q.buf, tag, &ne);
+    }
+    /* wait for what was queued even after a refusal, so no buffer is left in flight */
+    NvmeError we;
+    NvmeStatus ws = nvme_wait(&io->e, NVME_TAG_ALL, &we);
+    pthread_mutex_unlock(&io->mu);
+    if (st != NVME_OK) return fail_nvme(&ne, err, errlen);
+    if (ws != NVME_OK) return fail_nvme(&we, err, errlen);
+    for (int k = 0; k < n; k++) {
+        const RtioReq *q = &reqs[k];
+        if (!q->bytes || aligned(q->off, q->bytes, q->buf)) continue;
+        if (xfer(io, q->off, q->buf, q->bytes, q->write, err, errlen)) return -1;
+    }
+    return 0;
 }

@@ -8,8 +8,11 @@
  * NVME_ALIGN; the plan aligns its NVMe buffers and pinned staging, so
  * transfers go straight through (registered buffers for the pinned arena).
  * Anything unaligned (small tensors at odd offsets) goes through an aligned
- * bounce buffer, with read-modify-write of the partial blocks. One lock
- * serialises callers: the engine is single-threaded. */
+ * bounce buffer, with read-modify-write of the partial blocks (the
+ * executor widens a transfer that ends a buffer to its last block first,
+ * since the plan's NVMe and pinned buffers start on blocks and nothing
+ * else lives in the rest of a buffer's last block). One lock serialises
+ * callers: the engine is single-threaded. */
 #ifndef ZINF_RTIO_H
 #define ZINF_RTIO_H
 #include <pthread.h>
@@ -37,6 +40,22 @@ int rtio_register(RtIo *io, void *buf, size_t len, char *err, size_t errlen);
 void rtio_close(RtIo *io, int remove_files);
 int rtio_read(RtIo *io, uint64_t off, void *dst, uint64_t bytes, char *err, size_t errlen);
 int rtio_write(RtIo *io, uint64_t off, const void *src, uint64_t bytes, char *err, size_t errlen);
+
+/* One transfer of a batch: bytes at logical offset off to (write) or from buf. */
+typedef struct RtioReq {
+    uint64_t off, bytes;
+    void *buf;
+    int write;
+} RtioReq;
+/* Several transfers at once (the nvme queue's ready instructions): the
+ * aligned ones are queued together, go to the kernel in one io_uring
+ * submission and are waited for together, so their latencies overlap
+ * (consecutive ones that continue each other on disk and in memory, as a
+ * parameter's moments do, go as one request); the unaligned ones then go
+ * one by one through the bounce buffer. The caller
+ * makes sure no two of them touch overlapping bytes where one writes.
+ * 0, or -1 with the first error. */
+int rtio_xfer_batch(RtIo *io, const RtioReq *reqs, int n, char *err, size_t errlen);
 /* "io_uring, queue depth 32" or "pread/pwrite (why)". */
 const char *rtio_mode(const RtIo *io, char *buf, size_t n);
 

@@ -45,7 +45,7 @@ static bool path_report(const Plan *p, const Timeline *t, const char *which, FIL
     double q[PLAN_NQUEUES] = {0};
     for (uint32_t k = 0; k < path.n; k++) {
         uint32_t i = path.instr[k];
-        double d = t->end[i] - t->start[i];
+        double d = timeline_busy(t, i);
         if (!(d > 0)) d = 0; /* NaN too, so the sort stays a total order */
         if (p->instrs[i].queue < PLAN_NQUEUES) q[p->instrs[i].queue] += d;
         top[k] = (Longest){d, i};
@@ -81,6 +81,19 @@ bool plandump_compare(const Plan *p, const Timeline *pred, const Timeline *meas,
     if (pred->span > 0) fprintf(out, ", ratio %.2f", meas->span / pred->span);
     fprintf(out, "\n\n");
     rows_table("per queue, busy time (largest divergence first):", "queue", queues, PLAN_NQUEUES, 7, out);
+    /* what the measured durations held besides work: a collective's wait for
+     * its peers, an NVMe transfer's time in flight beside the rest of its batch */
+    bool waited = false;
+    for (int q = 0; q < PLAN_NQUEUES; q++) waited |= queues[q].wait > 0;
+    if (waited) {
+        fprintf(out, "  measured waiting inside instructions, not counted as busy (comm, cpu: for other ranks; nvme: in flight beside its batch):");
+        for (int q = 0, first = 1; q < PLAN_NQUEUES; q++)
+            if (queues[q].wait > 0) {
+                fprintf(out, "%s %s %.3f ms", first ? "" : ",", queues[q].name, queues[q].wait * 1e3);
+                first = 0;
+            }
+        fprintf(out, "\n");
+    }
     fprintf(out, "\n");
     rows_table("per instruction class (largest divergence first):", "class", classes, nclasses, 34, out);
     free(classes);

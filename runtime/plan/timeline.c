@@ -15,8 +15,9 @@ static bool timeline_alloc(Timeline *t, uint32_t n) {
     t->rank = -1;
     t->start = calloc(k, sizeof *t->start);
     t->end = calloc(k, sizeof *t->end);
+    t->wait = calloc(k, sizeof *t->wait);
     t->have = calloc(k, 1);
-    if (t->start && t->end && t->have) return true;
+    if (t->start && t->end && t->wait && t->have) return true;
     timeline_free(t);
     return false;
 }
@@ -24,6 +25,7 @@ static bool timeline_alloc(Timeline *t, uint32_t n) {
 void timeline_free(Timeline *t) {
     free(t->start);
     free(t->end);
+    free(t->wait);
     free(t->have);
     memset(t, 0, sizeof *t);
     t->rank = -1;
@@ -76,9 +78,12 @@ static int read_event(const Plan *p, const JsonValue *e, size_t k, Timeline *t, 
                     (long long)iv->integer, p->ninstrs);
     uint32_t i = (uint32_t)iv->integer;
     if (check_identity(p, e, k, i, err, n)) return -1;
-    double ts, dur;
+    double ts, dur, wait = 0;
     if (!finite_number(json_get(e, "ts"), &ts) || !finite_number(json_get(e, "dur"), &dur) || dur < 0)
         return errorf(err, n, "event %zu (instruction %u): ts and dur must be numbers, dur not negative", k, i);
+    const JsonValue *wv = json_get(json_get_type(e, "args", JSON_OBJECT), "wait"); /* optional: older traces lack it */
+    if (wv && (!finite_number(wv, &wait) || wait < 0 || wait > dur))
+        return errorf(err, n, "event %zu (instruction %u): args.wait must be a number from 0 to dur", k, i);
     const JsonValue *pid = json_get_type(e, "pid", JSON_NUMBER);
     if (!pid || !pid->is_integer || pid->integer < 0 || pid->integer > 1 << 24)
         return errorf(err, n, "event %zu (instruction %u) has no pid (the rank)", k, i);
@@ -90,6 +95,7 @@ static int read_event(const Plan *p, const JsonValue *e, size_t k, Timeline *t, 
     t->count++;
     t->start[i] = ts * 1e-6;
     t->end[i] = (ts + dur) * 1e-6;
+    t->wait[i] = wait * 1e-6;
     return 0;
 }
 
@@ -158,8 +164,8 @@ void timeline_class_name(int cls, char *buf, size_t n) {
     }
 }
 
-static double duration(const Timeline *t, uint32_t i) {
-    double d = t->end[i] - t->start[i];
+double timeline_busy(const Timeline *t, uint32_t i) {
+    double d = t->end[i] - t->start[i] - t->wait[i];
     return d > 0 ? d : 0;
 }
 
@@ -179,8 +185,9 @@ static int by_gap(const void *x, const void *y) {
 
 static void add(TimelineRow *r, const Timeline *pred, const Timeline *meas, uint32_t i) {
     r->count++;
-    r->pred += duration(pred, i);
-    r->meas += duration(meas, i);
+    r->pred += timeline_busy(pred, i);
+    r->meas += timeline_busy(meas, i);
+    r->wait += meas->wait[i];
 }
 
 bool timeline_queue_rows(const Plan *p, const Timeline *pred, const Timeline *meas, TimelineRow rows[PLAN_NQUEUES]) {
@@ -260,7 +267,7 @@ bool timeline_critical_path(const Plan *p, const Timeline *t, TimelinePath *path
     path->instr = chain;
     path->n = n;
     path->span = t->end[last] - t->start[chain[0]];
-    for (uint32_t k = 0; k < n; k++) path->busy += duration(t, chain[k]);
+    for (uint32_t k = 0; k < n; k++) path->busy += timeline_busy(t, chain[k]);
     return true;
 }
 

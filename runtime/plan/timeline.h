@@ -15,6 +15,8 @@
 typedef struct Timeline {
     uint32_t n;          /* the plan's instruction count */
     double *start, *end; /* seconds from the timeline's origin, per instruction */
+    double *wait;        /* seconds of [start, end) the instruction spent waiting (for peers, in a
+                            collective), not working: args.wait of a trace; 0 in a prediction */
     uint8_t *have;       /* 1 where the instruction has a time (a trace may leave some out) */
     uint32_t count;      /* how many have one */
     double span;         /* the last end */
@@ -30,6 +32,8 @@ bool timeline_predicted(const Plan *p, const CostResult *c, Timeline *t);
  * 0, or -1 with err set ("event 12: ..."; t then holds nothing). */
 int timeline_read_trace(const Plan *p, const char *text, size_t len, Timeline *t, char *err, size_t errlen);
 void timeline_free(Timeline *t);
+/* Instruction i's busy seconds: its duration less its waiting. */
+double timeline_busy(const Timeline *t, uint32_t i);
 
 /* An instruction's class: its opcode, and for a KERNEL the op's kind and
  * primitive ("kernel bwd linear"). Classes are numbered [0, TIMELINE_NCLASSES). */
@@ -37,15 +41,16 @@ int timeline_class(const Plan *p, uint32_t i);
 int timeline_nclasses(void);
 void timeline_class_name(int cls, char *buf, size_t n);
 
-/* One line of a comparison: seconds predicted and measured over count
- * instructions. */
+/* One line of a comparison: seconds predicted and measured (busy) over
+ * count instructions, and the measured seconds they spent waiting. */
 typedef struct TimelineRow {
     char name[48];
     uint32_t count;
     double pred, meas;
+    double wait;
 } TimelineRow;
 
-/* Busy time per queue (PLAN_NQUEUES rows, every queue) and per class (the
+/* Busy time (less waiting) per queue (PLAN_NQUEUES rows, every queue) and per class (the
  * classes p has; *rows malloc'd, their number in *nrows), each sorted by
  * |meas - pred|, largest first, then by name. Only instructions measured in
  * `meas` count on either side, so a partial trace compares like with like.
@@ -60,7 +65,8 @@ typedef struct TimelinePath {
     uint32_t *instr; /* in time order (malloc'd) */
     uint32_t n;
     double span;     /* the first start to the last end */
-    double busy;     /* the sum of its instructions' durations; span - busy is time spent waiting */
+    double busy;     /* the sum of its instructions' busy times; span - busy is time spent waiting
+                        (between instructions, and inside them for peers) */
 } TimelinePath;
 
 /* false: out of memory. A timeline with no times gives an empty path. */

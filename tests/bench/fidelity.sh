@@ -9,15 +9,21 @@
 # ZINF_PROBE), run for a few steps. Prints measured / predicted step time
 # and, for the queue busiest in the measurement, its measured / predicted
 # busy time, then zinfdump --compare's largest divergences for the 2-rank
-# gpt2-tiny run after the probe.
-#   sh tests/bench/fidelity.sh BUILD [STEPS]
+# gpt2-tiny run after the probe. With a PEER build (another checkout's,
+# e.g. main before a change: git worktree add /tmp/before HEAD && make -C
+# /tmp/before all), each plan is also compiled and run by the peer, one
+# run after the other, so the two rows of a plan saw the same machine;
+# both use BUILD's probe.
+#   sh tests/bench/fidelity.sh BUILD [STEPS] [PEER]
 B=${1:-build}
 STEPS=${2:-12}
+PEER=${3:-}
 W=$(mktemp -d /tmp/zinf-fidelity.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1
 for x in zinfc zinfrun zinfprobe zinftok zinfdump; do
   [ -x "$B/bin/$x" ] || { echo "no $B/bin/$x: build first"; exit 1; }
+  [ -z "$PEER" ] || [ -x "$PEER/bin/$x" ] || { echo "no $PEER/bin/$x: build the peer first"; exit 1; }
 done
 TEXT=$(ls /usr/share/common-licenses/GPL-3 README.md 2>/dev/null | head -1)
 "$B/bin/zinftok" "$TEXT" -o "$W/train.bin" > /dev/null || exit 1
@@ -29,12 +35,12 @@ mpirun -np 2 --oversubscribe "$B/bin/zinfprobe" --nvme "$W/probe-nvme" -o "$W/pr
   { cat "$W/probe2.log"; exit 1; }
 grep -v '^#' "$W/probe2.zl"
 
-# run NAME RANKS PLAN: trains STEPS steps; prints one row
+# run NAME RANKS PLAN [BUILD]: trains STEPS steps; prints one row
 run() {
-  name=$1 ranks=$2 plan=$3
+  name=$1 ranks=$2 plan=$3 R=${4:-$B}
   if [ "$ranks" -gt 1 ]; then L="mpirun -np $ranks --oversubscribe"; else L=; fi
   rm -rf "$W/nvme"/*
-  $L "$B/bin/zinfrun" "$plan" --data "$W/train.bin" --steps "$STEPS" --nvme "$W/nvme" --quiet \
+  $L "$R/bin/zinfrun" "$plan" --data "$W/train.bin" --steps "$STEPS" --nvme "$W/nvme" --quiet \
     --trace "$W/$name.json" < /dev/null > "$W/$name.log" 2>&1 || { echo "FAIL: $name"; cat "$W/$name.log"; return 1; }
   awk -v name="$name" '
     /^done:/ { for (i = 1; i <= NF; i++) { if ($i == "ms/step" && $(i+1) == "measured,") m = $(i-1);
@@ -48,9 +54,11 @@ run() {
   ' "$W/$name.log"
 }
 
-plan() { # NAME MODEL [ARGS...]: compiles; quiet unless it fails
+plan() { # NAME MODEL [ARGS...]: compiles (and the peer's NAME-peer); quiet unless it fails
   n=$1; shift
   "$B/bin/zinfc" "$@" -o "$W/$n.plan" > "$W/$n.zc" 2>&1 || { echo "FAIL: zinfc $*"; cat "$W/$n.zc"; exit 1; }
+  [ -z "$PEER" ] || "$PEER/bin/zinfc" "$@" -o "$W/$n-peer.plan" > "$W/$n-peer.zc" 2>&1 ||
+    { echo "FAIL: peer zinfc $*"; cat "$W/$n-peer.zc"; exit 1; }
 }
 sed "s/ranks = [0-9]*/ranks = 1/" examples/targets/host.zl > "$W/host1.zl"
 sed "s/ranks = [0-9]*/ranks = 2/" examples/targets/host.zl > "$W/host2.zl"
@@ -64,12 +72,15 @@ plan offload2-probed examples/gpt2-tiny-offload.zl --target "$W/probe2.zl"
 
 echo
 echo "$STEPS steps each; step: ms per step (zinfrun's mean); queue: the busiest measured queue, its busy ms per step"
+[ -z "$PEER" ] || echo "rows NAME-peer: the same plan compiled and run by $PEER, just before the row of $B"
 printf "%-28s %9s %9s %7s   %-8s %8s %8s %7s %9s\n" "plan" "measured" "predicted" "ratio" "queue" "measured" "predict" "ratio" "step/queue"
 status=0
 for c in tiny1:1 tiny2:2 offload2:2; do
   n=${c%%:*} r=${c##*:}
-  run "$n-default" "$r" "$W/$n-default.plan" || status=1
-  run "$n-probed" "$r" "$W/$n-probed.plan" || status=1
+  for v in default probed; do
+    [ -z "$PEER" ] || run "$n-$v-peer" "$r" "$W/$n-$v-peer.plan" "$PEER" || status=1
+    run "$n-$v" "$r" "$W/$n-$v.plan" || status=1
+  done
 done
 echo
 echo "where the 2-rank gpt2-tiny prediction after the probe still differs (zinfdump --compare, rank 0):"
