@@ -15,7 +15,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { CKPT_VERSION = 1, CKPT_MANIFEST_VERSION = 2 }; /* shard files; manifests (2: with the layout) */
+enum { CKPT_VERSION = 2, CKPT_MANIFEST_VERSION = 2 }; /* shard files (2: chunk checksums); manifests (2: with the layout) */
+
+static int chunk_shift = CKPT_CHUNK_SHIFT;
+
+void ckpt_set_chunk_shift(int shift) {
+    chunk_shift = shift == 0 || (shift >= CKPT_CHUNK_SHIFT_MIN && shift <= CKPT_CHUNK_SHIFT_MAX) ? shift : CKPT_CHUNK_SHIFT;
+}
 static const char ckpt_magic[8] = {'Z', 'I', 'N', 'F', 'C', 'K', 'P', 'T'};
 
 
@@ -142,15 +148,15 @@ int ckpt_write_shard(const char *root, int64_t step, int rank, int world, uint64
     snprintf(path, sizeof path, "%s/rank-%05d.zck", dir, rank);
     /* Layout: header, then per entry a small header followed by its bytes;
      * written as a list of parts so the tensors are not copied. */
-    int nparts = 2 + 2 * n;
+    int nparts = 2 + 3 * n;
     const void **parts = calloc((size_t)nparts, sizeof *parts);
     size_t *lens = calloc((size_t)nparts, sizeof *lens);
-    Buf *hdrs = calloc((size_t)n + 2, sizeof *hdrs);
+    Buf *hdrs = calloc((size_t)2 * n + 2, sizeof *hdrs);
     if (!parts || !lens || !hdrs) { free(parts); free(lens); free(hdrs); return errorf(err, errlen, "out of memory writing %s", path); }
     uint64_t h = CKPT_FNV_INIT;
     Buf *hb = &hdrs[0];
     buf_put(hb, ckpt_magic, 8);
-    put_u32(hb, CKPT_VERSION);
+    put_u32(hb, chunk_shift ? CKPT_VERSION : 1);
     put_u32(hb, (uint32_t)rank);
     put_u32(hb, (uint32_t)world);
     put_u64(hb, (uint64_t)step);
@@ -167,23 +173,30 @@ int ckpt_write_shard(const char *root, int64_t step, int rank, int world, uint64
         put_u8(eb, e[i].dtype);
         put_u64(eb, e[i].bytes);
         put_u64(eb, ckpt_fnv_update(CKPT_FNV_INIT, e[i].data, e[i].bytes));
+        if (chunk_shift) put_u32(eb, (uint32_t)chunk_shift);
         parts[k] = eb->p; lens[k] = eb->len; k++;
+        /* a checksum per chunk, so that a reader of a few ranges verifies what it reads, not the whole entry */
+        Buf *cb = &hdrs[1 + n + i];
+        uint64_t cs = (uint64_t)1 << chunk_shift;
+        for (uint64_t c0 = 0; chunk_shift && c0 < e[i].bytes; c0 += cs)
+            put_u64(cb, ckpt_fnv_update(CKPT_FNV_INIT, (const uint8_t *)e[i].data + c0, e[i].bytes - c0 < cs ? e[i].bytes - c0 : cs));
+        parts[k] = cb->p; lens[k] = cb->len; k++;
         parts[k] = e[i].data; lens[k] = e[i].bytes; k++;
     }
     bool oom = false;
-    for (int i = 0; i < n + 1; i++) oom |= hdrs[i].oom;
+    for (int i = 0; i < 2 * n + 1; i++) oom |= hdrs[i].oom;
     int rc;
     if (oom) {
         rc = errorf(err, errlen, "out of memory writing %s", path);
     } else {
         for (int i = 0; i < k; i++) h = ckpt_fnv_update(h, parts[i], lens[i]);
-        Buf *tb = &hdrs[n + 1];
+        Buf *tb = &hdrs[2 * n + 1];
         put_u64(tb, h);
         parts[k] = tb->p; lens[k] = tb->len; k++;
         rc = tb->oom ? errorf(err, errlen, "out of memory writing %s", path)
                      : ckpt_write_file_atomic(path, parts, lens, k, err, errlen);
     }
-    for (int i = 0; i < n + 2; i++) free(hdrs[i].p);
+    for (int i = 0; i < 2 * n + 2; i++) free(hdrs[i].p);
     free(hdrs);
     free(parts);
     free(lens);
@@ -597,7 +610,8 @@ int ckpt_read_shard(const char *root, int64_t step, int rank, int world, uint64_
     if (fread(hdr, 1, 36, f) != 36) { errorf(err, errlen, "%s: truncated header", path); goto out; }
     h = ckpt_fnv_update(h, hdr, 36);
     if (memcmp(hdr, ckpt_magic, 8) != 0) { errorf(err, errlen, "%s: not a zinf checkpoint shard (bad magic)", path); goto out; }
-    if (ckpt_get_le(hdr + 8, 4) != CKPT_VERSION) { errorf(err, errlen, "%s: unsupported version %u", path, (unsigned)ckpt_get_le(hdr + 8, 4)); goto out; }
+    unsigned version = (unsigned)ckpt_get_le(hdr + 8, 4);
+    if (version != 1 && version != CKPT_VERSION) { errorf(err, errlen, "%s: unsupported version %u", path, version); goto out; }
     if ((int)ckpt_get_le(hdr + 12, 4) != rank || (int)ckpt_get_le(hdr + 16, 4) != world) {
         errorf(err, errlen, "%s: shard of rank %u of %u, expected rank %d of %d", path, (unsigned)ckpt_get_le(hdr + 12, 4),
              (unsigned)ckpt_get_le(hdr + 16, 4), rank, world);
@@ -627,6 +641,17 @@ int ckpt_read_shard(const char *root, int64_t step, int rank, int world, uint64_
             errorf(err, errlen, "%s: entry %d is '%s' (%" PRIu64 " bytes), the plan expects '%s' (%" PRIu64 " bytes)", path, i,
                  name, ckpt_get_le(eh + 1, 8), e[i].name, e[i].bytes);
             goto out;
+        }
+        if (version >= 2) { /* the chunk checksums: the entry's whole checksum below covers the same bytes */
+            unsigned char sh[4], cbuf[8];
+            if (fread(sh, 1, 4, f) != 4) { errorf(err, errlen, "%s: truncated", path); goto out; }
+            h = ckpt_fnv_update(h, sh, 4);
+            unsigned shift = (unsigned)ckpt_get_le(sh, 4);
+            if (shift < CKPT_CHUNK_SHIFT_MIN || shift > CKPT_CHUNK_SHIFT_MAX) { errorf(err, errlen, "%s: '%s' has chunks of 2^%u bytes", path, name, shift); goto out; }
+            for (uint64_t c = 0; c < (e[i].bytes + ((uint64_t)1 << shift) - 1) >> shift; c++) {
+                if (fread(cbuf, 1, 8, f) != 8) { errorf(err, errlen, "%s: truncated", path); goto out; }
+                h = ckpt_fnv_update(h, cbuf, 8);
+            }
         }
         if (fread(e[i].data, 1, e[i].bytes, f) != e[i].bytes) { errorf(err, errlen, "%s: truncated in '%s'", path, name); goto out; }
         h = ckpt_fnv_update(h, e[i].data, e[i].bytes);

@@ -11,8 +11,12 @@
  *
  * Shard file: "ZINFCKPT" magic, u32 version, u32 rank, u32 world, i64 step,
  * u64 plan hash, u32 entry count, then per entry: u16 name length, name,
- * u8 dtype, u64 byte count, u64 FNV-1a-64 of the bytes, the bytes; then a
- * u64 FNV-1a-64 of everything before it. Little-endian.
+ * u8 dtype, u64 byte count, u64 FNV-1a-64 of the bytes, (version 2) u32
+ * chunk shift s and the FNV-1a-64 of each chunk of 2^s bytes (the last one
+ * shorter), the bytes; then a u64 FNV-1a-64 of everything before it.
+ * Little-endian. The chunk checksums let a reader that needs a few ranges
+ * of an entry (resharding onto more ranks) verify only the chunks it
+ * reads; version 1 (no chunks) still reads, whole entries at a time.
  *
  * Manifest (JSON, version 2): format, version, model, step, world,
  * plan_hash, state, and "layout": the writer's micro-batch, grad_accum and
@@ -28,6 +32,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* Chunks of 1 MiB by default; tests make them small. */
+enum { CKPT_CHUNK_SHIFT = 20, CKPT_CHUNK_SHIFT_MIN = 6, CKPT_CHUNK_SHIFT_MAX = 40 };
+/* The chunk size of the shards this process writes next (2^shift bytes;
+ * 0: version-1 files, without chunks, as older zinf wrote them; outside
+ * [CKPT_CHUNK_SHIFT_MIN, CKPT_CHUNK_SHIFT_MAX]: the default). For tests. */
+void ckpt_set_chunk_shift(int shift);
 
 typedef struct CkptEntry {
     const char *name;
@@ -162,10 +173,11 @@ int ckpt_reshard_pieces(const CkptShardLayout *from, int from_world, const CkptS
 
 /* Reads tensors of a checkpoint (by the manifest's layout) into another
  * layout's slices. Each writer file's entries are found from their headers
- * (pread), checked against the manifest; each writer entry a slice needs is
- * read once, in chunks, its checksum verified before the slice is used.
- * The writers' whole-file checksums are not read (that would read every
- * byte of every file). */
+ * (pread), checked against the manifest. Of a version-2 file only the
+ * chunks that hold a needed range are read, each verified by its checksum
+ * before its bytes are used; of a version-1 file each needed entry is read
+ * whole once and verified. The writers' whole-file checksums are not read
+ * (that would read every byte of every file). */
 typedef struct CkptReader {
     char dir[4096];
     int64_t step;
@@ -173,8 +185,11 @@ typedef struct CkptReader {
     int *fd;              /* per writer, -1 until needed */
     uint64_t **off;       /* per writer: each entry's data offset, NULL until needed */
     uint64_t **sum;       /* per writer: each entry's checksum */
+    uint64_t **tab;       /* per writer: each entry's chunk table offset (version 2), 0: none */
+    uint8_t **shift;      /* per writer: each entry's chunk shift */
     uint8_t *stage;
     size_t stage_bytes;
+    uint64_t bytes_read;  /* data bytes read so far (chunks, or whole entries) */
 } CkptReader;
 int ckpt_reader_open(CkptReader *rd, const char *root, int64_t step, const CkptManifest *m, size_t stage_bytes,
                      char *err, size_t errlen);

@@ -192,8 +192,10 @@ int ckpt_reader_open(CkptReader *rd, const char *root, int64_t step, const CkptM
     rd->fd = malloc(sizeof *rd->fd * (size_t)m->world);
     rd->off = calloc((size_t)m->world, sizeof *rd->off);
     rd->sum = calloc((size_t)m->world, sizeof *rd->sum);
+    rd->tab = calloc((size_t)m->world, sizeof *rd->tab);
+    rd->shift = calloc((size_t)m->world, sizeof *rd->shift);
     rd->stage = malloc(rd->stage_bytes);
-    if (!rd->fd || !rd->off || !rd->sum || !rd->stage) {
+    if (!rd->fd || !rd->off || !rd->sum || !rd->tab || !rd->shift || !rd->stage) {
         free(rd->fd);
         rd->fd = NULL; /* nothing opened */
         ckpt_reader_close(rd);
@@ -208,10 +210,14 @@ void ckpt_reader_close(CkptReader *rd) {
         if (rd->fd && rd->fd[w] >= 0) close(rd->fd[w]);
         if (rd->off) free(rd->off[w]);
         if (rd->sum) free(rd->sum[w]);
+        if (rd->tab) free(rd->tab[w]);
+        if (rd->shift) free(rd->shift[w]);
     }
     free(rd->fd);
     free(rd->off);
     free(rd->sum);
+    free(rd->tab);
+    free(rd->shift);
     free(rd->stage);
     memset(rd, 0, sizeof *rd);
 }
@@ -236,16 +242,22 @@ static int index_writer(CkptReader *rd, int w, const char *path, char *err, size
     if (rd->fd[w] < 0 && (rd->fd[w] = open(path, O_RDONLY | O_CLOEXEC)) < 0) return errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
     unsigned char hdr[40];
     if (pread_all(rd->fd[w], hdr, sizeof hdr, 0)) return errorf(err, errlen, "%s: truncated header", path);
-    if (memcmp(hdr, "ZINFCKPT", 8) || ckpt_get_le(hdr + 8, 4) != 1) return errorf(err, errlen, "%s: not a version-1 zinf checkpoint shard", path);
+    uint64_t version = ckpt_get_le(hdr + 8, 4);
+    if (memcmp(hdr, "ZINFCKPT", 8) || (version != 1 && version != 2))
+        return errorf(err, errlen, "%s: not a zinf checkpoint shard of version 1 or 2", path);
     if (ckpt_get_le(hdr + 12, 4) != (uint64_t)w || ckpt_get_le(hdr + 16, 4) != (uint64_t)m->world ||
         (int64_t)ckpt_get_le(hdr + 20, 8) != rd->step || ckpt_get_le(hdr + 28, 8) != m->plan_hash)
         return errorf(err, errlen, "%s: the shard's rank, world, step or plan is not the manifest's", path);
     if (ckpt_get_le(hdr + 36, 4) != (uint64_t)m->layout.n)
         return errorf(err, errlen, "%s: holds %u tensors, the manifest lists %d", path, (unsigned)ckpt_get_le(hdr + 36, 4), m->layout.n);
     free(rd->sum[w]);
+    free(rd->tab[w]);
+    free(rd->shift[w]);
     rd->off[w] = malloc(sizeof(uint64_t) * ((size_t)m->layout.n + 1));
     rd->sum[w] = malloc(sizeof(uint64_t) * ((size_t)m->layout.n + 1));
-    if (!rd->off[w] || !rd->sum[w]) return errorf(err, errlen, "out of memory");
+    rd->tab[w] = calloc((size_t)m->layout.n + 1, sizeof(uint64_t));
+    rd->shift[w] = calloc((size_t)m->layout.n + 1, 1);
+    if (!rd->off[w] || !rd->sum[w] || !rd->tab[w] || !rd->shift[w]) return errorf(err, errlen, "out of memory");
     struct stat sb;
     uint64_t size = fstat(rd->fd[w], &sb) == 0 ? (uint64_t)sb.st_size : 0, pos = sizeof hdr;
     for (int k = 0; k < m->layout.n; k++) {
@@ -263,6 +275,16 @@ static int index_writer(CkptReader *rd, int w, const char *path, char *err, size
                         name, ckpt_get_le(eh + 1, 8), t->name, bytes);
         rd->off[w][k] = pos + 2 + nl + 17;
         rd->sum[w][k] = ckpt_get_le(eh + 9, 8);
+        if (version >= 2) { /* u32 chunk shift, the chunk checksums, then the data */
+            unsigned char sh[4];
+            if (pread_all(rd->fd[w], sh, 4, rd->off[w][k])) return errorf(err, errlen, "%s: truncated", path);
+            uint64_t shift = ckpt_get_le(sh, 4);
+            if (shift < CKPT_CHUNK_SHIFT_MIN || shift > CKPT_CHUNK_SHIFT_MAX)
+                return errorf(err, errlen, "%s: '%s' has chunks of 2^%" PRIu64 " bytes", path, name, shift);
+            rd->shift[w][k] = (uint8_t)shift;
+            rd->tab[w][k] = rd->off[w][k] + 4;
+            rd->off[w][k] = rd->tab[w][k] + 8 * ((bytes + ((uint64_t)1 << shift) - 1) >> shift);
+        }
         pos = rd->off[w][k] + bytes;
         if (pos > size) return errorf(err, errlen, "%s: truncated in '%s'", path, name);
     }
@@ -299,7 +321,56 @@ static int by_writer_src(const void *a, const void *b) {
     return x->src < y->src ? -1 : x->src > y->src;
 }
 
-/* Streams writer w's entry k once: its checksum, and pieces [p0, p1) copied to dst. */
+/* Bytes [x0, x1) of writer w's entry k (at file offset base) into the
+ * stage, part by part: each part hashed into *h and its overlap with the
+ * pieces (sorted by src) copied to dst. */
+static int stream_range(CkptReader *rd, int w, uint64_t base, uint64_t x0, uint64_t x1, const Piece *p, size_t np, size_t es,
+                        uint8_t *dst, uint64_t *h) {
+    for (uint64_t c0 = x0; c0 < x1; c0 += rd->stage_bytes) {
+        uint64_t c1 = c0 + rd->stage_bytes < x1 ? c0 + rd->stage_bytes : x1;
+        if (pread_all(rd->fd[w], rd->stage, (size_t)(c1 - c0), base + c0)) return -1;
+        rd->bytes_read += c1 - c0;
+        *h = ckpt_fnv_update(*h, rd->stage, (size_t)(c1 - c0));
+        for (size_t i = 0; i < np; i++) {
+            uint64_t a = (uint64_t)p[i].src * es, b = a + (uint64_t)p[i].n * es;
+            if (a >= c1) break;
+            uint64_t lo = a > c0 ? a : c0, hi = b < c1 ? b : c1;
+            if (lo < hi) memcpy(dst + (uint64_t)p[i].dst * es + (lo - a), rd->stage + (lo - c0), (size_t)(hi - lo));
+        }
+    }
+    return 0;
+}
+
+/* A version-2 entry: only the chunks the pieces touch, each checked
+ * against its checksum. */
+static int read_chunks(CkptReader *rd, int w, int k, const Piece *p, size_t np, uint8_t *dst, const char *path, char *err,
+                       size_t errlen) {
+    const CkptTensorLayout *t = &rd->m->layout.t[k];
+    size_t es = (size_t)dtype_size((DType)t->dtype);
+    uint64_t bytes = (uint64_t)t->s.ntiles * (uint64_t)t->s.tile_shard * es;
+    unsigned shift = rd->shift[w][k];
+    int64_t done = -1; /* the last chunk read */
+    for (size_t i = 0; i < np; i++) {
+        uint64_t a = (uint64_t)p[i].src * es, b = a + (uint64_t)p[i].n * es;
+        if (a >= b) continue;
+        int64_t c = (int64_t)(a >> shift) > done ? (int64_t)(a >> shift) : done + 1;
+        for (; c <= (int64_t)((b - 1) >> shift); c++) {
+            unsigned char want[8];
+            uint64_t x0 = (uint64_t)c << shift, x1 = x0 + ((uint64_t)1 << shift) < bytes ? x0 + ((uint64_t)1 << shift) : bytes, h = CKPT_FNV_INIT;
+            if (pread_all(rd->fd[w], want, 8, rd->tab[w][k] + 8 * (uint64_t)c) ||
+                stream_range(rd, w, rd->off[w][k], x0, x1, p + i, np - i, es, dst, &h))
+                return errorf(err, errlen, "%s: truncated in '%s'", path, t->name);
+            if (h != ckpt_get_le(want, 8))
+                return errorf(err, errlen, "%s: checksum mismatch in '%s' (file corrupt), in its bytes %" PRIu64 "..%" PRIu64, path, t->name, x0, x1);
+            done = c;
+        }
+    }
+    return 0;
+}
+
+/* Writer w's entry k: pieces [p, p + np) (sorted by src) copied to dst,
+ * what was read verified: the chunks they touch (version 2), or the whole
+ * entry once (version 1). */
 static int read_entry(CkptReader *rd, int w, int k, const Piece *p, size_t np, uint8_t *dst, char *err, size_t errlen) {
     const CkptTensorLayout *t = &rd->m->layout.t[k];
     size_t es = (size_t)dtype_size((DType)t->dtype);
@@ -311,17 +382,8 @@ static int read_entry(CkptReader *rd, int w, int k, const Piece *p, size_t np, u
         rd->off[w] = NULL;
         return -1;
     }
-    for (uint64_t c0 = 0; c0 < bytes; c0 += rd->stage_bytes) {
-        uint64_t c1 = c0 + rd->stage_bytes < bytes ? c0 + rd->stage_bytes : bytes;
-        if (pread_all(rd->fd[w], rd->stage, (size_t)(c1 - c0), rd->off[w][k] + c0))
-            return errorf(err, errlen, "%s: truncated in '%s'", path, t->name);
-        h = ckpt_fnv_update(h, rd->stage, (size_t)(c1 - c0));
-        for (size_t i = 0; i < np; i++) {
-            uint64_t a = (uint64_t)p[i].src * es, b = a + (uint64_t)p[i].n * es;
-            uint64_t lo = a > c0 ? a : c0, hi = b < c1 ? b : c1;
-            if (lo < hi) memcpy(dst + (uint64_t)p[i].dst * es + (lo - a), rd->stage + (lo - c0), (size_t)(hi - lo));
-        }
-    }
+    if (rd->tab[w][k]) return read_chunks(rd, w, k, p, np, dst, path, err, errlen);
+    if (stream_range(rd, w, rd->off[w][k], 0, bytes, p, np, es, dst, &h)) return errorf(err, errlen, "%s: truncated in '%s'", path, t->name);
     if (h != rd->sum[w][k]) return errorf(err, errlen, "%s: checksum mismatch in '%s' (file corrupt)", path, t->name);
     return 0;
 }

@@ -419,9 +419,23 @@ static void write_layout_ckpt(int step, const CkptShardLayout *l, int R) {
     ck_assert_int_eq(ckpt_write_manifest(root, step, R, 0x5eed, "tiny", "{\"step\": 1}", &L, err, sizeof err), 0);
 }
 
+/* Each case three times: version-1 shards (no chunk checksums), chunks of
+ * 256 bytes (a reader reads and verifies only the chunks it needs), and
+ * the default 1 MiB chunks (here each entry is one chunk). */
+static const int shifts[] = {0, 8, CKPT_CHUNK_SHIFT};
+
 START_TEST(test_reshard_read) {
+    const int shift = shifts[_i];
+    ckpt_set_chunk_shift(shift);
     CkptShardLayout from = lay(6 * 1000, 2, 3, true, 7);
     write_layout_ckpt(4, &from, 3);
+    ckpt_set_chunk_shift(CKPT_CHUNK_SHIFT);
+    char *p = shard_path(4, 1);
+    FILE *f = fopen(p, "rb");
+    unsigned char hdr[12];
+    ck_assert(f && fread(hdr, 1, 12, f) == 12);
+    fclose(f);
+    ck_assert_int_eq(hdr[8], shift ? 2 : 1); /* the version */
     CkptManifest m;
     char err[512];
     ck_assert_int_eq(ckpt_read_manifest(root, 4, &m, err, sizeof err), 0);
@@ -440,6 +454,9 @@ START_TEST(test_reshard_read) {
             float *d = malloc(sizeof(float) * (size_t)n);
             memset(d, 0xff, sizeof(float) * (size_t)n);
             ck_assert_msg(ckpt_reader_read(&rd, 0, to, r, d, err, sizeof err) == 0, "%s", err);
+            /* 5 readers of 1200 elements: with small chunks each reads about its share, not whole entries */
+            if (c == 1 && shift == 8) ck_assert_msg(rd.bytes_read <= 4 * 1200 + 4 * 256, "read %llu bytes", (unsigned long long)rd.bytes_read);
+            if (c == 1 && shift != 8) ck_assert_uint_ge(rd.bytes_read, 4 * 1000);
             for (int64_t e = 0; e < n; e++) {
                 int64_t g = global_of(to, r, e);
                 ck_assert_msg(d[e] == (g < 0 ? 0.0f : (float)g), "case %d rank %d element %lld: %g", c, r, (long long)e, (double)d[e]);
@@ -448,12 +465,12 @@ START_TEST(test_reshard_read) {
             ckpt_reader_close(&rd);
         }
     }
-    /* a flipped byte in a writer's data is caught by the entry's checksum */
-    char *p = shard_path(4, 1);
-    FILE *f = fopen(p, "r+b");
-    fseek(f, 100, SEEK_SET);
+    /* a flipped byte near the end of writer 1's data (the last element of
+     * its tile-1 slice) is caught by the checksum of what holds it */
+    f = fopen(p, "r+b");
+    fseek(f, -8 - 60, SEEK_END);
     int ch = fgetc(f);
-    fseek(f, 100, SEEK_SET);
+    fseek(f, -8 - 60, SEEK_END);
     fputc(ch ^ 1, f);
     fclose(f);
     CkptReader rd;
@@ -461,6 +478,11 @@ START_TEST(test_reshard_read) {
     float *d = malloc(sizeof(float) * 6000);
     ck_assert_int_eq(ckpt_reader_read(&rd, 0, &tos[2], 0, d, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "rank-00001.zck: checksum mismatch in 'w'"), "%s", err);
+    ckpt_reader_close(&rd);
+    /* a reader of the first elements only: with small chunks it never reads
+     * the bad one and succeeds; otherwise it reads the whole entry and fails */
+    ck_assert_int_eq(ckpt_reader_open(&rd, root, 4, &m, 4096, err, sizeof err), 0);
+    ck_assert_int_eq(ckpt_reader_read(&rd, 0, &tos[1], 0, d, err, sizeof err), shift == 8 ? 0 : -1);
     free(d);
     ckpt_reader_close(&rd);
     ckpt_manifest_free(&m);
@@ -491,7 +513,7 @@ int main(void) {
     tcase_add_test(tc, test_debris);
     tcase_add_test(tc, test_safetensors_layout);
     tcase_add_test(tc, test_reshard_pieces);
-    tcase_add_test(tc, test_reshard_read);
+    tcase_add_loop_test(tc, test_reshard_read, 0, (int)(sizeof shifts / sizeof *shifts));
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
