@@ -172,9 +172,11 @@ int comm_layout_check(const CommLayout *l, int nodes, int per_node, int ranks, c
     bool full = ranks == nodes * per_node;
     snprintf(err, n,
              "the plan is for %d node%s x %d GPU%s (%d rank%s); this job is %s: start %s%d rank%s on each of %d node%s "
-             "(Open MPI: mpirun -np %d --map-by ppr:%d:node) or recompile for this layout",
+             "(Open MPI: mpirun -np %d --map-by ppr:%d:node; Slurm: srun --mpi=pmix -N %d -n %d --ntasks-per-node=%d) "
+             "or recompile for this layout",
              nodes, nodes == 1 ? "" : "s", per_node, per_node == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s", job,
-             full ? "" : "at most ", per_node, per_node == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s", ranks, per_node);
+             full ? "" : "at most ", per_node, per_node == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s", ranks, per_node,
+             nodes, ranks, per_node);
     return -1;
 }
 

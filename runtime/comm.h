@@ -65,8 +65,9 @@ void comm_layout_str(const CommLayout *l, char *buf, size_t n);
 /* Whether a job of this layout fits a plan for `nodes` nodes of `per_node`
  * GPUs holding `ranks` ranks (ranks <= nodes * per_node; the last node may be
  * partly used): the same node count and no node with more ranks than
- * per_node. 0 when it fits, else -1 and a message naming both layouts. The
- * rank count itself is the caller's to check first. */
+ * per_node. 0 when it fits, else -1 and a message naming both layouts and
+ * the mpirun and srun lines that fit. The rank count itself is the caller's
+ * to check first. */
 int comm_layout_check(const CommLayout *l, int nodes, int per_node, int ranks, char *err, size_t n);
 
 CommStatus comm_barrier(Comm *c);

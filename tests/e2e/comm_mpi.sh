@@ -7,23 +7,16 @@ B=${1:-build}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1
 timeout 120 mpirun -np 3 --oversubscribe "$B/tests/test_comm" < /dev/null || { echo "FAIL: collectives under mpirun"; exit 1; }
 # Two nodes for real, as Open MPI sees them: a hostfile naming nodes A and B,
-# whose orted mpirun starts through its rsh agent; the agent here runs the
-# command on this machine instead of over ssh. MPI's node groups are then
-# the hostfile's (2 ranks on A, 1 on B); the ranks talk over TCP on the
-# loopback (the shared-memory transport names its segments after the
-# machine's host name, the same for both pretend nodes, so it is left out).
+# whose orted mpirun starts through its rsh agent; the agent
+# (tests/e2e/slurm/rsh-here) runs the command on this machine instead of over
+# ssh, each pretend host with its own temporary directory. MPI's node groups
+# are then the hostfile's (2 ranks on A, 1 on B): shared memory within a
+# node, TCP on the loopback between them.
 H=$(mktemp -d /tmp/zinf-comm-hosts.XXXXXX)
 printf 'nodeA slots=2\nnodeB slots=1\n' > "$H/hosts"
-cat > "$H/rsh-here" <<'SH'
-#!/bin/sh
-# mpirun's rsh agent for pretend hosts: skip the options and the host name, run the rest here
-while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done
-shift
-exec sh -c "$*"
-SH
-chmod +x "$H/rsh-here"
-ZINF_TEST_EXPECT_NODES=2 OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo timeout 120 mpirun -np 3 --hostfile "$H/hosts" \
-  --mca plm_rsh_agent "$H/rsh-here" -x ZINF_TEST_EXPECT_NODES "$B/tests/test_comm" < /dev/null > "$H/out" 2>&1
+ZINF_HOSTS_TMP=$H ZINF_TEST_EXPECT_NODES=2 OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo timeout 120 \
+  mpirun -np 3 --hostfile "$H/hosts" --mca plm_rsh_agent "$(pwd)/tests/e2e/slurm/rsh-here" -x ZINF_TEST_EXPECT_NODES \
+  "$B/tests/test_comm" < /dev/null > "$H/out" 2>&1
 rc=$?
 cat "$H/out"
 grep -q "^comm: 3 ranks, 2 nodes x 1 to 2 ranks, launcher: mpirun$" "$H/out"; said=$?

@@ -3,23 +3,27 @@
 # cluster"): a single-machine Slurm started and stopped here, in a temporary
 # directory under BUILD: munged, slurmctld and two slurmd posing as nodes zn1
 # and zn2 of this machine (Debian's Slurm allows several slurmd per host:
-# one NodeName and Port each, spool, logs and TmpFS per node with %n).
+# one NodeName and Port each, spool, logs and TmpFS per node with %n, and a
+# task prolog that gives each node's tasks their own temporary directory).
 #   srun --mpi=pmix -N 1 -n 2 zinfrun: exit 0, 2 ranks, the losses of mpirun
 #   srun -n 3 with a 2-rank plan: zinfrun's message and exit 1, bounded
 #   srun --mpi=none -n 2: comm's refusal (each task would run alone)
 #   srun -N 2 -n 2: the same losses again, the ranks on two nodes
-#   test_comm under srun -N 2 -n 4 and under mpirun in salloc -N 2: MPI's
+#   test_comm, 2 ranks on each of 2 nodes, under srun and salloc + mpirun: MPI's
 #     node groups are Slurm's nodes, each local rank the launcher's
-#   the fake CUDA driver (tests/fakecuda): a 2 nodes x 1 GPU plan runs on
-#     srun -N 2 and is refused on srun -N 1 -n 2; a 1 node x 2 GPUs plan is
-#     refused on the two nodes of an Open MPI hostfile (no Slurm needed)
+#   the fake CUDA driver (tests/fakecuda): a 2 nodes x 1 GPU plan is
+#     refused on srun -N 1 -n 2 and runs with the srun line its message
+#     gives; a 1 node x 2 GPUs plan is refused on the two nodes of an Open
+#     MPI hostfile (no Slurm needed) and runs with the message's --map-by
 # Skipped, saying why, when Slurm or munge is not installed (make deps
 # installs them) or not run as root (slurmd starts job steps as root).
 #   tests/e2e/slurm.sh BUILD
 B=${1:-build}
 ROOT=$(pwd)
 case "$B" in /*) ;; *) B="$ROOT/$B" ;; esac
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
+# shared memory within a node, TCP on the loopback between the pretend nodes
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader,tcp \
+  OMPI_MCA_btl_tcp_if_include=lo
 # a job this test runs in must not leak into the cluster it makes
 for v in $(env | sed -n 's/^\(SLURM_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
 W=$(mktemp -d "$B/slurm.XXXXXX") || exit 1
@@ -75,7 +79,7 @@ cuda_plan() { # NAME LAYOUT
 cuda_plan two-by-one "nodes = 2; gpus_per_node = 1"
 cuda_plan one-by-two "nodes = 1; gpus_per_node = 2"
 RUN="$B/bin/zinfrun"
-TRAIN="--data $W/train.bin --steps 3"
+TRAIN="--data $W/train.bin --steps 3" CTRAIN="--data $W/train.bin --steps 1 --backend cuda" # the emulated GPU is slow
 # the fake driver's environment, for the CUDA runs (srun and mpirun pass it on)
 fake_env() { export LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$UNITS" FAKECUDA_DEVICES=2; }
 refused() { # NAME RC WANT: a run that must end with a non-zero exit (not 124: a hang) and WANT in its output
@@ -88,24 +92,24 @@ refused() { # NAME RC WANT: a run that must end with a non-zero exit (not 124: a
 timeout 120 mpirun -np 2 "$RUN" "$W/host.plan" $TRAIN --losses "$W/mpirun.losses" < /dev/null > "$W/out" 2>&1 &&
   [ -s "$W/mpirun.losses" ] || { bad "mpirun -np 2 (the reference)"; exit 1; }
 
-# Open MPI alone, two nodes from a hostfile: mpirun's rsh agent runs each
-# node's orted here instead of over ssh (as tests/e2e/comm_mpi.sh). The
-# shared-memory transport names its segments after the host name, the same
-# for both pretend nodes: across nodes (and on them, in this test) TCP over
-# the loopback.
-printf 'nodeA slots=1\nnodeB slots=1\n' > "$W/hosts"
-cat > "$W/rsh-here" <<'SH'
-#!/bin/sh
-while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done
-shift
-exec sh -c "$*"
-SH
-chmod +x "$W/rsh-here"
-(fake_env; OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo timeout 120 mpirun -np 2 --hostfile "$W/hosts" \
-  --mca plm_rsh_agent "$W/rsh-here" -x LD_LIBRARY_PATH -x FAKECUDA_UNITS -x FAKECUDA_DEVICES -x ZINF_CACHE_DIR \
-  "$RUN" "$W/one-by-two.plan" $TRAIN --backend cuda < /dev/null > "$W/out" 2>&1)
-refused "hostfile of 2 nodes: a 1 x 2 plan on cuda" $? \
+# Open MPI alone, two nodes from a hostfile: mpirun's rsh agent
+# (tests/e2e/slurm/rsh-here) runs each node's orted here instead of over
+# ssh, each pretend node with its own temporary directory (as
+# tests/e2e/comm_mpi.sh).
+printf 'nodeA slots=2\nnodeB slots=2\n' > "$W/hosts"
+hostfile_run() { # MAP-BY PLAN: a fake CUDA run of 2 ranks on the hostfile's nodes
+  (fake_env; ZINF_HOSTS_TMP="$W/hosts-tmp" timeout 120 mpirun -np 2 --map-by "$1" --hostfile "$W/hosts" \
+    --mca plm_rsh_agent "$ROOT/tests/e2e/slurm/rsh-here" -x LD_LIBRARY_PATH -x FAKECUDA_UNITS -x FAKECUDA_DEVICES \
+    -x ZINF_CACHE_DIR "$RUN" "$2" $CTRAIN < /dev/null > "$W/out" 2>&1)
+}
+hostfile_run ppr:1:node "$W/one-by-two.plan"
+refused "hostfile, 2 nodes x 1 rank: a 1 x 2 plan on cuda" $? \
   "the plan is for 1 node x 2 GPUs (2 ranks); this job is 2 nodes x 1 rank: start 2 ranks on each of 1 node"
+# the mpirun line the message gives (--map-by ppr:2:node) puts both ranks on nodeA: it runs
+map=$(sed -n 's/.*Open MPI: mpirun -np 2 --map-by \([^;]*\);.*/\1/p' "$W/out" | head -1)
+if [ "$map" = ppr:2:node ] && hostfile_run "$map" "$W/one-by-two.plan" && grep -q "^backend: cuda (2 ranks" "$W/out" &&
+  grep -q "^done: 1 steps" "$W/out"; then ok "hostfile, the message's --map-by $map: the 1 x 2 plan runs on cuda"
+else bad "hostfile, the message's --map-by '$map'"; fi
 
 # The Slurm cluster.
 missing=""
@@ -127,8 +131,19 @@ mkdir -p "$W/munge" "$W/state" "$W/log" "$W/spool/zn1" "$W/spool/zn2" "$W/tmp/zn
 chmod 755 "$W/munge"
 dd if=/dev/urandom of="$W/munge/munge.key" bs=1024 count=1 2> /dev/null && chmod 600 "$W/munge/munge.key"
 touch "$W/plugstack.conf"
+# each node its own temporary directory, as separate machines have: Open
+# MPI names its session directory and shared-memory segments after the host
+# name, which both nodes share (the task prolog's "export" lines set the
+# environment of every task, the orted mpirun starts with srun too)
+cat > "$W/taskprolog" <<EOF
+#!/bin/sh
+d=$W/tmp/\$SLURMD_NODENAME
+echo "export TMPDIR=\$d"
+echo "export OMPI_MCA_orte_tmpdir_base=\$d"
+echo "export OMPI_MCA_btl_vader_backing_directory=\$d"
+EOF
+chmod 755 "$W/taskprolog"
 H=$(hostname)
-# FirstJobId apart per cluster: Open MPI names its shared memory after the job
 export SLURM_CONF="$W/slurm.conf"
 cat > "$SLURM_CONF" <<EOF
 ClusterName=zinftest
@@ -144,6 +159,7 @@ AuthInfo=socket=$W/munge/sock
 StateSaveLocation=$W/state
 SlurmdSpoolDir=$W/spool/%n
 TmpFS=$W/tmp/%n
+TaskProlog=$W/taskprolog
 SlurmctldPidFile=$W/slurmctld.pid
 SlurmdPidFile=$W/slurmd-%n.pid
 SlurmctldLogFile=$W/log/slurmctld.log
@@ -162,6 +178,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
 ReturnToService=2
+# job ids apart from those of another test's cluster on this machine
 FirstJobId=$((P * 10))
 MinJobAge=2
 KillWait=2
@@ -200,7 +217,6 @@ S --mpi=none -N 1 -n 2 "$RUN" "$W/host.plan" $TRAIN
 refused "srun --mpi=none -n 2" $? "srun started 2 tasks but gave them no MPI bootstrap"
 
 # Two nodes.
-export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo # see the hostfile case above
 if S --mpi=pmix -N 2 -n 2 "$RUN" "$W/host.plan" $TRAIN --losses "$W/srun2.losses" &&
   grep -q "^backend: host (2 ranks;" "$W/out" && cmp -s "$W/mpirun.losses" "$W/srun2.losses"; then
   ok "srun --mpi=pmix -N 2 -n 2: mpirun's losses across two nodes"
@@ -215,11 +231,14 @@ if timeout -k 5 120 salloc -N 2 --ntasks-per-node=2 mpirun -np 4 --map-by ppr:2:
   ok "test_comm under salloc -N 2 --ntasks-per-node=2 mpirun -np 4: $(grep -m1 '^comm:' "$W/out")"
 else bad "test_comm under salloc -N 2 --ntasks-per-node=2 mpirun -np 4"; fi
 fake_env
-if S --mpi=pmix -N 2 -n 2 "$RUN" "$W/two-by-one.plan" $TRAIN --backend cuda && grep -q "^backend: cuda (2 ranks" "$W/out" &&
-  grep -q "^done: 3 steps" "$W/out"; then ok "srun -N 2 -n 2: a 2 x 1 plan runs on cuda"
-else bad "srun -N 2 -n 2: a 2 x 1 plan on cuda"; fi
-S --mpi=pmix -N 1 -n 2 "$RUN" "$W/two-by-one.plan" $TRAIN --backend cuda
+S --mpi=pmix -N 1 -n 2 "$RUN" "$W/two-by-one.plan" $CTRAIN
 refused "srun -N 1 -n 2: a 2 x 1 plan on cuda" $? \
   "the plan is for 2 nodes x 1 GPU (2 ranks); this job is 1 node x 2 ranks: start 1 rank on each of 2 nodes"
+# the srun line the message gives runs it, one rank on each node
+line=$(sed -n 's/.*Slurm: srun \([^)]*\)).*/\1/p' "$W/out" | head -1)
+if [ "$line" = "--mpi=pmix -N 2 -n 2 --ntasks-per-node=1" ] && S $line "$RUN" "$W/two-by-one.plan" $CTRAIN &&
+  grep -q "^backend: cuda (2 ranks" "$W/out" && grep -q "^done: 1 steps" "$W/out"; then
+  ok "the message's srun line (srun $line): the 2 x 1 plan runs on cuda"
+else bad "the message's srun line (srun $line)"; fi
 [ $fail -eq 0 ] && echo "slurm: ok"
 exit $fail

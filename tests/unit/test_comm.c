@@ -97,17 +97,19 @@ START_TEST(test_layout_check) {
     ck_assert_int_eq(comm_layout_check(&two_by_eight, 2, 8, 16, err, sizeof err), 0);
     ck_assert_int_eq(comm_layout_check(&four_by_four, 2, 8, 16, err, sizeof err), -1);
     ck_assert_str_eq(err, "the plan is for 2 nodes x 8 GPUs (16 ranks); this job is 4 nodes x 4 ranks: start 8 ranks on "
-                          "each of 2 nodes (Open MPI: mpirun -np 16 --map-by ppr:8:node) or recompile for this layout");
+                          "each of 2 nodes (Open MPI: mpirun -np 16 --map-by ppr:8:node; Slurm: srun --mpi=pmix -N 2 -n 16 "
+                          "--ntasks-per-node=8) or recompile for this layout");
     ck_assert_int_eq(comm_layout_check(&two_by_one, 1, 2, 2, err, sizeof err), -1);
     ck_assert_str_eq(err, "the plan is for 1 node x 2 GPUs (2 ranks); this job is 2 nodes x 1 rank: start 2 ranks on "
-                          "each of 1 node (Open MPI: mpirun -np 2 --map-by ppr:2:node) or recompile for this layout");
+                          "each of 1 node (Open MPI: mpirun -np 2 --map-by ppr:2:node; Slurm: srun --mpi=pmix -N 1 -n 2 "
+                          "--ntasks-per-node=2) or recompile for this layout");
     /* 12 ranks on nodes of 8: the last node partly used */
     CommLayout six_six = {2, 6, 6}, nine_three = {2, 3, 9};
     ck_assert_int_eq(comm_layout_check(&six_six, 2, 8, 12, err, sizeof err), 0);
     ck_assert_int_eq(comm_layout_check(&nine_three, 2, 8, 12, err, sizeof err), -1);
     ck_assert_str_eq(err, "the plan is for 2 nodes x 8 GPUs (12 ranks); this job is 2 nodes x 3 to 9 ranks: start at "
-                          "most 8 ranks on each of 2 nodes (Open MPI: mpirun -np 12 --map-by ppr:8:node) or recompile "
-                          "for this layout");
+                          "most 8 ranks on each of 2 nodes (Open MPI: mpirun -np 12 --map-by ppr:8:node; Slurm: srun "
+                          "--mpi=pmix -N 2 -n 12 --ntasks-per-node=8) or recompile for this layout");
     comm_layout_str(&uneven, buf, sizeof buf);
     ck_assert_str_eq(buf, "3 nodes x 4 to 6 ranks");
 }
