@@ -439,7 +439,6 @@ static void ctx_init(Ctx *c, CudaGen *cg, const Graph *g, int op, int tile, int 
     c->max = out ? max_out : 0;
     c->d = d;
     c->info.err_off = -1;
-    c->gemm_ws_off = -1;
     c->tile = tile;
     c->ntiles = ntiles;
     c->where = where_str(c);
@@ -509,7 +508,6 @@ int cg_util_begin(Ctx *c, CudaGen *cg, const Graph *g, CudaKernel *out, DiagSink
     c->max = out ? 1 : 0;
     c->d = d;
     c->info.err_off = -1;
-    c->gemm_ws_off = -1;
     c->where = arena_printf(cg->arena, "%s", what);
     for (int i = 0; i < nt; i++)
         if (ts[i] < 0 || ts[i] >= g->ntensors) {

@@ -60,7 +60,8 @@ enum { CUDA_MAX_ARGS = 20, CUDA_OP_MAX_KERNELS = 8 };
  * (+ bias) over `batch` output batches, the launch's own arguments in
  * named fields. `lt` says whether cuBLASLt can run it; when not, `why`
  * (CUDA_GEMM_WHY_*) says what it cannot do and the launch always runs. The
- * cuBLASLt workspace is [ws_off, ws_off + ws_bytes) of the op's workspace. */
+ * cuBLASLt workspace is [ws_off, ws_off + ws_bytes) of the GEMM workspace the
+ * executor allocates (per queue, the largest of the plan's gemms). */
 enum { CUDA_GEMM_WHY_NONE, CUDA_GEMM_WHY_BATCH_SUM };
 typedef struct CudaGemm {
     bool on;               /* this launch is a gemm */
@@ -106,12 +107,12 @@ typedef struct CudaGenOptions {
     const char *kernel_dir;    /* NULL: $ZINF_KERNEL_DIR, else ZINF_STDLIB_DIR/kernels */
     const SourceSet *sources;  /* to turn spans into file:line:col; NULL: file#offset */
     int sm_count;              /* the target GPU's SMs, for the gemm tile rule; 0: 128 */
-    int64_t gemm_ws_bytes;     /* cuBLASLt workspace per gemm op (in its workspace); 0: CUDA_GEMM_WS_DEFAULT, -1: none */
+    int64_t gemm_ws_bytes;     /* cuBLASLt workspace a gemm may use; 0: CUDA_GEMM_WS_DEFAULT, -1: none */
 } CudaGenOptions;
 
-/* The default cuBLASLt workspace of an op with gemms: enough for split-K
- * and the Hopper kernels' needs (cuBLAS itself takes 32 MiB on sm_90 for
- * its handle; 4 MiB per op lets most shapes pick their best algorithm). */
+/* The default cuBLASLt workspace of a gemm: enough for split-K and most
+ * Hopper kernels (cuBLAS itself takes 32 MiB on sm_90 for its handle; 4 MiB
+ * lets most shapes pick their best algorithm). */
 #define CUDA_GEMM_WS_DEFAULT ((int64_t)4 << 20)
 
 typedef struct CudaUnitCache CudaUnitCache;

@@ -86,8 +86,9 @@ static void k_gemm(Ctx *c, const Gemm *p, const char *role) {
     arg_i(k, p->rsB);
     arg_f(k, 1.0);
     arg_f(k, p->beta);
-    /* The same product for cuBLASLt. The launches of one op run one after
-     * another on one stream, so its gemms share one workspace slice. */
+    /* The same product for cuBLASLt, with the workspace it may use: the
+     * executor gives every gemm of a queue one region of the largest such
+     * size (the op's own workspace is untouched). */
     CudaGemm *g = &k->gemm;
     *g = (CudaGemm){.on = true, .lt = p->rbatch == 1, .why = p->rbatch == 1 ? CUDA_GEMM_WHY_NONE : CUDA_GEMM_WHY_BATCH_SUM,
                     .dtype = dt, .ta = p->ta, .tb = p->tb, .accumulate = p->beta != 0, .c = p->C, .a = p->A, .b = p->B,
@@ -95,11 +96,7 @@ static void k_gemm(Ctx *c, const Gemm *p, const char *role) {
                     .N = p->N, .K = p->K, .lda = p->lda, .ldb = p->ldb, .ldc = p->ldc, .batch = p->batch, .sA = p->sA,
                     .sB = p->sB, .sC = p->sC, .rbatch = p->rbatch, .rsA = p->rsA, .rsB = p->rsB};
     int64_t want = c->cg->opt.gemm_ws_bytes ? c->cg->opt.gemm_ws_bytes : CUDA_GEMM_WS_DEFAULT;
-    if (g->lt && want > 0) {
-        if (c->gemm_ws_off < 0) c->gemm_ws_off = cg_ws_alloc(c, want);
-        g->ws_off = c->gemm_ws_off;
-        g->ws_bytes = want;
-    }
+    if (g->lt && want > 0) g->ws_bytes = want;
 }
 
 static Gemm gemm0(void) {

@@ -34,7 +34,6 @@ typedef struct Ctx {
     DiagSink *d;
     const char *where;    /* "op 12 fwd linear (block.3.mlp) at f.zl:3:9" */
     int tile, ntiles;     /* the launches of one tile of a tiled op (cuda_gen_op_tile); ntiles 0: the whole op */
-    int64_t gemm_ws_off;  /* the op's cuBLASLt workspace slice, -1 until its first gemm asks for it */
     bool failed;
 } Ctx;
 

@@ -82,13 +82,16 @@ static int open_gemms(Cux *x, const Plan *p, char *err, size_t n) {
     for (uint32_t li = 0; li < p->nlaunches; li++) x->gemm_of[li] = -1;
     for (uint32_t i = 0; i < p->ngemms; i++)
         if (p->gemms[i].path == PLAN_GEMM_LT) {
-            x->gemm_of[p->gemms[i].launch] = (int32_t)i;
+            const PlanGemm *g = &p->gemms[i];
+            x->gemm_of[g->launch] = (int32_t)i;
+            if ((uint64_t)(g->ws_off + g->ws_bytes) > x->lt_ws_bytes) x->lt_ws_bytes = (uint64_t)(g->ws_off + g->ws_bytes);
             nlt++;
         }
     const char *env = getenv("ZINF_CUBLASLT");
     if (!nlt) snprintf(x->lt_why, sizeof x->lt_why, "%s", p->version < 4 ? "a version-3 plan describes no GEMMs" : "no GEMM it can run");
     else if (env && !strcmp(env, "0")) snprintf(x->lt_why, sizeof x->lt_why, "cuBLASLt off: ZINF_CUBLASLT=0");
     else if (cublaslt_open(&x->lt, x->lt_why, sizeof x->lt_why) == 0) x->lt_on = true;
+    if (!x->lt_on) x->lt_ws_bytes = 0; /* the launches need none */
     return 0;
 }
 
@@ -101,9 +104,13 @@ const char *cux_gemm_summary(const Cux *x, const Plan *p, char *buf, size_t n) {
     }
     char d[128];
     if (x->lt_on) {
+        char w[32];
         int k = snprintf(buf, n, "cuBLASLt (%s) for %u GEMM%s, NVRTC for %u", cublaslt_describe(&x->lt, d, sizeof d), nlt,
                          nlt == 1 ? "" : "s", ngemm - nlt);
-        if (nsum && k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, " (%u %s)", nsum, plan_gemm_why_names[PLAN_GEMM_WHY_BATCH_SUM]);
+        if (nsum && k > 0 && (size_t)k < n)
+            k += snprintf(buf + k, n - (size_t)k, " (%u %s)", nsum, plan_gemm_why_names[PLAN_GEMM_WHY_BATCH_SUM]);
+        if (x->lt_ws_bytes && k > 0 && (size_t)k < n)
+            snprintf(buf + k, n - (size_t)k, "; workspace %s per queue", plan_bytes_str(x->lt_ws_bytes, w, sizeof w));
     } else {
         snprintf(buf, n, "NVRTC for all %u GEMM%s (%s)", ngemm, ngemm == 1 ? "" : "s", x->lt_why);
     }
@@ -245,7 +252,7 @@ int cux_launch(Cux *x, const Plan *p, uint32_t li, const CuxBind *b, CUstream s,
         const PlanGemm *g = &p->gemms[x->gemm_of[li]];
         const CUdeviceptr *t = b->tensor;
         LtOperands o = {.c = t ? t[g->c] : 0, .a = t ? t[g->a] : 0, .b = t ? t[g->b] : 0,
-                        .bias = t && g->bias >= 0 ? t[g->bias] : 0, .ws = b->ws};
+                        .bias = t && g->bias >= 0 ? t[g->bias] : 0, .ws = b->gemm_ws};
         if (!o.c || !o.a || !o.b || (g->bias >= 0 && !o.bias))
             return errorf(err, n, "rank %d: cuBLASLt gemm of launch %u: an operand is not bound to device memory", x->rank, li);
         int rc = cublaslt_gemm(&x->lt, g, &o, s, err, n);

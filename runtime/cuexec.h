@@ -34,7 +34,7 @@ typedef struct Cux {
     CUfunction *funcs;           /* per launch */
     uint32_t nlaunches;
     /* every allocation, freed at close */
-    CUdeviceptr dev_alloc[16];
+    CUdeviceptr dev_alloc[32];   /* the gpu arena; per queue: op workspace, collective scratch, cuBLASLt workspace */
     int ndev;
     void *host_alloc[16];
     int nhost;
@@ -45,6 +45,7 @@ typedef struct Cux {
     bool lt_on;                  /* cuBLASLt runs the plan's PLAN_GEMM_LT gemms */
     char lt_why[256];            /* why not, when !lt_on and the plan has such gemms */
     int32_t *gemm_of;            /* per launch: its cuBLASLt gemm (index into p->gemms), -1: the launch runs */
+    uint64_t lt_ws_bytes;        /* the GEMM workspace each queue that runs gemms needs (PlanGemm.ws_off + ws_bytes) */
 } Cux;
 
 /* Opens the driver, picks device (local rank) of c's node, makes its context
@@ -74,6 +75,7 @@ typedef struct CuxBind {
     const CUdeviceptr *tensor;   /* per tensor id */
     const int64_t *elems;        /* per tensor id */
     CUdeviceptr ws;              /* the op's workspace */
+    CUdeviceptr gemm_ws;         /* the queue's GEMM workspace (cuBLASLt), Cux.lt_ws_bytes */
     const CuxRt *rt;
     CUdeviceptr pos[4];          /* utility launches: pointer arguments in order */
     int npos;
@@ -89,7 +91,7 @@ int cux_launch(Cux *x, const Plan *p, uint32_t li, const CuxBind *b, CUstream s,
 
 /* zinfrun's startup line for the GEMMs: "cuBLASLt (libcublasLt.so.13
  * 13.1.0) for 48 GEMMs, NVRTC for 2 (2 sum products over batches)", or
- * "NVRTC for all 50 GEMMs (cuBLASLt: ZINF_CUBLASLT=0)". */
+ * "NVRTC for all 50 GEMMs (cuBLASLt off: ZINF_CUBLASLT=0)". */
 const char *cux_gemm_summary(const Cux *x, const Plan *p, char *buf, size_t n);
 
 #define CUX_CHECK(x, call, err, n) CUDRV_CHECK(&(x)->drv, (x)->rank, call, err, n)

@@ -51,6 +51,7 @@ struct RtCuda {
     CUdeviceptr gpu;              /* the GPU arena */
     CUdeviceptr ws[PLAN_NQUEUES]; /* kernel workspace, per queue that launches */
     uint64_t ws_bytes;
+    CUdeviceptr gws[PLAN_NQUEUES]; /* cuBLASLt workspace, per queue that launches (x.lt_ws_bytes) */
     CUdeviceptr cs[PLAN_NQUEUES]; /* collective padding scratch, per queue that runs NCCL */
     uint64_t cs_bytes;
     uint8_t *dev;                 /* per instruction: 1 = enqueued on a stream */
@@ -196,7 +197,8 @@ static void bind_op(Rt *r, const PlanOp *o, const PlanInstr *in, int worker) {
 
 static int run_launches(Rt *r, uint32_t first, uint32_t count, int worker, CUstream s, char *err, size_t n) {
     RtCuda *cu = r->cu;
-    CuxBind b = {.tensor = cu->bind[worker], .elems = cu->elems[worker], .ws = cu->ws[worker], .rt = &cu->rt};
+    CuxBind b = {.tensor = cu->bind[worker], .elems = cu->elems[worker], .ws = cu->ws[worker], .gemm_ws = cu->gws[worker],
+                 .rt = &cu->rt};
     for (uint32_t li = first; li < first + count; li++)
         if (cux_launch(&cu->x, r->p, li, &b, s, err, n)) return -1;
     return 0;
@@ -523,12 +525,13 @@ static int cuda_create(Rt *r, char *err, size_t n) {
     if (cuda_alloc_arenas(r, err, n)) return -1;
     if (classify(r, err, n)) return -1;
     /* device scratch: the largest op workspace, the largest padded collective */
-    bool launches[PLAN_NQUEUES] = {0}, nccl[PLAN_NQUEUES] = {0};
+    bool launches[PLAN_NQUEUES] = {0}, nccl[PLAN_NQUEUES] = {0}, gemms[PLAN_NQUEUES] = {0};
     for (uint32_t i = 0; i < p->ninstrs; i++) {
         const PlanInstr *in = &p->instrs[i];
         cu->err_slot[i] = -1;
         if (!cu->dev[i]) continue;
         if (in->op == PI_KERNEL || in->op == PI_GPU_ADAM || in->op == PI_ACCUM) launches[in->queue] = true;
+        if (in->op == PI_KERNEL) gemms[in->queue] = true; /* the only instructions with gemm launches */
         if (in->op == PI_KERNEL && p->op_code[in->arg].err_off >= 0) cu->err_slot[i] = cu->nerr++;
         if (in->op == PI_ALLGATHER || in->op == PI_REDUCE_SCATTER) {
             nccl[in->queue] = true;
@@ -549,6 +552,9 @@ static int cuda_create(Rt *r, char *err, size_t n) {
         if (launches[q] && cu->ws_bytes && cux_alloc_device(&cu->x, cu->ws_bytes, "kernel workspace", &cu->ws[q], err, n))
             return -1;
         if (nccl[q] && cu->cs_bytes && cux_alloc_device(&cu->x, cu->cs_bytes, "collective scratch", &cu->cs[q], err, n))
+            return -1;
+        if (gemms[q] && cu->x.lt_ws_bytes &&
+            cux_alloc_device(&cu->x, cu->x.lt_ws_bytes, "cuBLASLt workspace", &cu->gws[q], err, n))
             return -1;
     }
     for (uint32_t i = 0; i < p->ninstrs; i++)

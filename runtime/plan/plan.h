@@ -242,7 +242,10 @@ enum { PLAN_UTIL_AXPY, PLAN_NUTIL, PLAN_NDTYPES = 5 };
  * path: PLAN_GEMM_LT runs through cuBLASLt when the runtime has it (and
  * the launch otherwise), PLAN_GEMM_NVRTC always runs the launch, `why`
  * saying what cuBLASLt cannot do. The cuBLASLt workspace is
- * [ws_off, ws_off + ws_bytes) of the op's (a tile's) planned workspace. */
+ * [ws_off, ws_off + ws_bytes) of the GEMM workspace: one region per queue
+ * that runs gemms, of the largest ws_off + ws_bytes of the plan's
+ * PLAN_GEMM_LT gemms, which the executor allocates beside the op
+ * workspaces when it runs them through cuBLASLt (never otherwise). */
 typedef enum PlanGemmPath { PLAN_GEMM_LT, PLAN_GEMM_NVRTC, PLAN_NGEMM_PATHS } PlanGemmPath;
 typedef enum PlanGemmWhy {
     PLAN_GEMM_WHY_NONE,      /* cuBLASLt can run it */
@@ -253,6 +256,7 @@ typedef enum PlanGemmWhy {
 extern const char *const plan_gemm_path_names[PLAN_NGEMM_PATHS];
 extern const char *const plan_gemm_why_names[PLAN_NGEMM_WHYS];
 enum { PLAN_GEMM_TA = 1, PLAN_GEMM_TB = 2, PLAN_GEMM_ACCUM = 4 }; /* PlanGemm.flags; ACCUM: beta 1, else 0 */
+#define PLAN_GEMM_MAX_WS ((int64_t)1 << 30) /* a GEMM workspace beyond 1 GiB is a forged plan */
 
 typedef struct PlanGemm {
     uint32_t launch;           /* its zk_gemm launch (the fallback) */
@@ -264,7 +268,7 @@ typedef struct PlanGemm {
     int64_t m, n, k, lda, ldb, ldc;
     int64_t batch, stride_a, stride_b, stride_c; /* output batches and their strides (elements) */
     int64_t rbatch, rstride_a, rstride_b;        /* summed batches (NVRTC only when > 1) */
-    int64_t ws_off, ws_bytes;  /* cuBLASLt workspace inside the op's workspace */
+    int64_t ws_off, ws_bytes;  /* cuBLASLt workspace inside the GEMM workspace (at most PLAN_GEMM_MAX_WS) */
 } PlanGemm;
 
 /* Hugging Face interchange (docs/huggingface.md): how the model's

@@ -278,7 +278,7 @@ static void gemm_lines(const Plan *p, FILE *out) {
         fprintf(out, " %s = %s*%s%s%s", tname(p, g->c), tname(p, g->a), tname(p, g->b), g->bias >= 0 ? " + " : "",
                 g->bias >= 0 ? tname(p, g->bias) : "");
         fprintf(out, g->flags & PLAN_GEMM_ACCUM ? " (accumulate)" : " (overwrite)");
-        if (g->path == PLAN_GEMM_LT) fprintf(out, ", workspace ws+%" PRId64 " %" PRId64 " B\n", g->ws_off, g->ws_bytes);
+        if (g->path == PLAN_GEMM_LT) fprintf(out, ", cuBLASLt workspace %" PRId64 " B\n", g->ws_bytes);
         else fprintf(out, ": %s\n", g->why < PLAN_NGEMM_WHYS ? plan_gemm_why_names[g->why] : "?");
     }
 }

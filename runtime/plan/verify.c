@@ -249,7 +249,7 @@ static bool gemm_extent(int64_t off, int64_t rows, int64_t cols, int64_t ld, int
            !__builtin_add_overflow(*end, c, end) && !__builtin_add_overflow(*end, cols, end);
 }
 
-static void check_gemm(V *v, uint32_t gi, int64_t ws) {
+static void check_gemm(V *v, uint32_t gi) {
     const Plan *p = v->p;
     const PlanGemm *g = &p->gemms[gi];
     uint32_t li = g->launch;
@@ -300,12 +300,12 @@ static void check_gemm(V *v, uint32_t gi, int64_t ws) {
         problem(v, "gemm %u: path %s with reason '%s'", gi, plan_gemm_path_names[g->path], plan_gemm_why_names[g->why]);
     if (g->path == PLAN_GEMM_LT && g->rbatch != 1)
         problem(v, "gemm %u: a cuBLASLt gemm cannot sum %" PRId64 " batches", gi, g->rbatch);
-    if (g->ws_off > ws || g->ws_bytes > ws - g->ws_off || (g->ws_bytes && g->ws_off % 256))
-        problem(v, "gemm %u: workspace [%" PRId64 ", +%" PRId64 ") outside its %" PRId64 "-byte workspace or not 256-aligned", gi,
-                g->ws_off, g->ws_bytes, ws);
+    if (g->ws_off > PLAN_GEMM_MAX_WS || g->ws_bytes > PLAN_GEMM_MAX_WS - g->ws_off || g->ws_off % 256)
+        problem(v, "gemm %u: workspace [%" PRId64 ", +%" PRId64 ") beyond %" PRId64 " bytes or not 256-aligned", gi, g->ws_off,
+                g->ws_bytes, (int64_t)PLAN_GEMM_MAX_WS);
 }
 
-static void check_gemms(V *v, const int32_t *tile_of) {
+static void check_gemms(V *v) {
     const Plan *p = v->p;
     for (uint32_t gi = 0; gi < p->ngemms && !STOP(v); gi++) {
         const PlanGemm *g = &p->gemms[gi];
@@ -314,10 +314,7 @@ static void check_gemms(V *v, const int32_t *tile_of) {
             continue;
         }
         if (gi && g->launch <= p->gemms[gi - 1].launch) problem(v, "gemm %u: not sorted by launch", gi);
-        const PlanLaunch *l = &p->launches[g->launch];
-        int64_t ws = l->op >= 0 && l->op < (int64_t)p->nops && p->op_code ? p->op_code[l->op].ws_bytes : 0;
-        if (tile_of[g->launch] >= 0) ws = p->tile_code[tile_of[g->launch]].ws_bytes;
-        check_gemm(v, gi, ws);
+        check_gemm(v, gi);
     }
     /* a plan with descriptors has one for every gemm launch (a version-3 plan has none) */
     if (!p->ngemms) return;
@@ -346,7 +343,7 @@ static void check_launches(V *v) {
         if (tile_of[i] >= 0) ws = p->tile_code[tile_of[i]].ws_bytes;
         check_launch(v, i, ws, tile_of[i] >= 0);
     }
-    check_gemms(v, tile_of);
+    check_gemms(v);
     free(tile_of);
     for (uint32_t o = 0; p->op_code && o < p->nops && !STOP(v); o++) {
         const PlanOpCode *c = &p->op_code[o];

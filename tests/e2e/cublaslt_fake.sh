@@ -41,7 +41,7 @@ mkdir -p "$W/src"
 "$B/bin/zinfdump" "$W/m.plan" --kernels > "$W/k" 2>&1
 ng=$(grep -c "^ *[0-9]*: zk_gemm " "$W/k")
 if grep -q "^$ng gemms: $ng through cuBLASLt when zinfrun has it (else their launch), 0 NVRTC only$" "$W/k" &&
-   grep -q "^  launch [0-9]* (op [0-9]*): cublaslt f32 NN m=32 n=192 k=64 .* = .*\*block.0.attn.wqkv + block.0.attn.bqkv (overwrite), workspace ws+0 4194304 B$" "$W/k"; then
+   grep -q "^  launch [0-9]* (op [0-9]*): cublaslt f32 NN m=32 n=192 k=64 .* = .*\*block.0.attn.wqkv + block.0.attn.bqkv (overwrite), cuBLASLt workspace 4194304 B$" "$W/k"; then
   echo "ok   zinfdump --kernels: $ng gemms, each with its cuBLASLt descriptor"
 else echo "FAIL zinfdump's gemm lines ($ng zk_gemm launches)"; grep -A3 "gemms" "$W/k" | head -5; fail=1; fi
 
@@ -95,7 +95,7 @@ check() {
   elif r=$(same "$W/host" "$W/$name"); then echo "ok   $name: $(grep "^  gemm:" "$W/$name.out" | cut -c9-), $n cublasLtMatmul calls; host/cuda $r"
   else echo "FAIL $name: losses differ from the host backend's: $r"; fail=1; fi
 }
-run cublaslt "$W/m.plan" && check cublaslt "cuBLASLt (libcublasLt.so.13 13.1.0) for $ng GEMMs, NVRTC for 0$" yes
+run cublaslt "$W/m.plan" && check cublaslt "cuBLASLt (libcublasLt.so.13 13.1.0) for $ng GEMMs, NVRTC for 0; workspace 4.00 MiB per queue$" yes
 run nvrtc "$W/m.plan" ZINF_CUBLASLT=0 && check nvrtc "NVRTC for all $ng GEMMs (cuBLASLt off: ZINF_CUBLASLT=0)$" no
 if [ -f "$W/cublaslt" ] && [ -f "$W/nvrtc" ]; then
   if r=$(same "$W/cublaslt" "$W/nvrtc"); then echo "ok   cuBLASLt and NVRTC paths agree: $r"; else echo "FAIL cuBLASLt vs NVRTC: $r"; fail=1; fi

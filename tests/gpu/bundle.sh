@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/gpu/bundle.sh [DIR]: packs what tests/gpu/train_e2e.sh needs on a GPU
+# tests/gpu/bundle.sh [DIR]: packs what tests/gpu/run_all.sh needs on a GPU
 # machine that has the CUDA toolkit but none of this project's packages
 # (MPI, liburing, OpenBLAS, Check, re2c, Lemon): the built binaries, the
 # shared libraries they load from this machine (not libc, not the CUDA
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 D=${1:-.gpubundle}
 rm -rf "$D"
 mkdir -p "$D/bin" "$D/lib"
-for b in zinfc zinfrun zinfdump zinftok zinfref; do cp "build/bin/$b" "$D/bin/"; done
+for b in zinfc zinfrun zinfdump zinftok zinfref zinfprobe; do cp "build/bin/$b" "$D/bin/"; done
 for b in "$D"/bin/*; do
   ldd "$b" | awk '/=> \// {print $3}' | while read -r l; do
     case "$(basename "$l")" in

@@ -342,7 +342,7 @@ START_TEST(test_gemm_through_cublaslt) {
     lt.algos = 1;
     CUdeviceptr bind[4] = {0x10000, 0x20000, 0x30000, 0x40000};
     int64_t elems[4] = {1, 1, 1, 1};
-    CuxBind b = {.tensor = bind, .elems = elems, .ws = 0x90000};
+    CuxBind b = {.tensor = bind, .elems = elems, .ws = 0x90000, .gemm_ws = 0xa0000};
     char err[512] = "";
     memset(&seen, 0, sizeof seen);
     ck_assert_int_eq(cux_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), 0);
@@ -362,7 +362,7 @@ START_TEST(test_gemm_through_cublaslt) {
     ck_assert_ptr_eq(lt.D, lt.C);
     ck_assert_uint_eq(lt.epilogue, CUBLASLT_EPILOGUE_BIAS);
     ck_assert_ptr_eq(lt.bias, (const void *)(uintptr_t)0x20000);
-    ck_assert_ptr_eq(lt.ws, (const void *)(uintptr_t)(0x90000 + 4096));
+    ck_assert_ptr_eq(lt.ws, (const void *)(uintptr_t)(0xa0000 + 4096)); /* the queue's GEMM workspace, not the op's */
     ck_assert_uint_eq(lt.ws_bytes, 1 << 20);
     ck_assert_uint_eq(lt.max_ws, 1 << 20);
     ck_assert_float_eq(lt.alpha, 1.0f);

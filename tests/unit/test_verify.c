@@ -584,10 +584,12 @@ START_TEST(gemm_descriptors) {
     p->gemms[g].dtype = DT_F32;
     expectf(p, "gemm %u: tensor '%s' is bf16, the gemm f32", g, p->tensors[p->gemms[g].c].name);
     p = fresh_gpu();
-    int64_t ws = p->op_code[p->launches[li].op].ws_bytes;
-    p->gemms[g].ws_off = ws;
-    expectf(p, "gemm %u: workspace [%lld, +%lld) outside its %lld-byte workspace", g, (long long)ws,
-            (long long)p->gemms[g].ws_bytes, (long long)ws);
+    p->gemms[g].ws_off = 100;
+    expectf(p, "gemm %u: workspace [100, +%lld) beyond 1073741824 bytes or not 256-aligned", g, (long long)p->gemms[g].ws_bytes);
+    p = fresh_gpu();
+    p->gemms[g].ws_bytes = PLAN_GEMM_MAX_WS;
+    p->gemms[g].ws_off = 256;
+    expectf(p, "gemm %u: workspace [256, +1073741824) beyond 1073741824 bytes", g);
     p = fresh_gpu();
     p->gemms[g].why = PLAN_GEMM_WHY_BATCH_SUM;
     expectf(p, "gemm %u: path cublaslt with reason 'sums products over batches'", g);
