@@ -181,6 +181,19 @@ static bool grads_all_gpu(const B *b) {
  * reads are then issued before the previous sub-group steps). */
 static bool adam_nvme(const B *b, int j) { return pl_opt_tier(b, b->g->ops[j].in[0]) == TIER_NVME; }
 
+/* The most sub-groups whose reads are issued ahead of a step. */
+enum { ADAM_AHEAD = 16 };
+
+/* Bytes a sub-group of ne elements of Adam op j stages: its parameter,
+ * gradient and state, whichever are staged (an upper bound). */
+static uint64_t adam_staged_bytes(const B *b, int j, int64_t ne) {
+    const GOp *op = &b->g->ops[j];
+    uint64_t s = 0;
+    for (int k = 0; k < 5 && k < op->nin; k++)
+        if (op->in[k] >= 0) s += ebytes(b, op->in[k], ne);
+    return s;
+}
+
 void pl_emit_optimizer(B *b, int bwd_end) {
     const Graph *g = b->g;
     bool adam_done = false;
@@ -196,31 +209,45 @@ void pl_emit_optimizer(B *b, int bwd_end) {
             pl_opnd(b, i, buf, PLAN_W, 0, 4);
             if (y >= 0) b->cur[y] = buf;
         } else if (op->kind == OP_ADAM && !adam_done) {
-            /* every Adam, in sub-groups; for NVMe state the next sub-group's
-             * reads are issued before this one steps */
+            /* every Adam, in sub-groups; for NVMe state the reads of the next
+             * sub-groups are issued before this one steps: at least the next
+             * one's, and more while what is read ahead stays within the
+             * largest sub-group's staging (so staging stays within twice
+             * that, as with one ahead), up to ADAM_AHEAD; many small
+             * parameters then read in one batch instead of one at a time */
             adam_done = true;
             int cj = j - 1;
             int64_t e0 = 0, ne = 0;
-            AdamViews cur, next;
-            bool have = adam_next(b, &cj, &e0, &ne);
-            if (have) {
-                cur = (AdamViews){.op = cj, .e0 = e0, .ne = ne};
-                adam_load(b, &cur);
+            uint64_t budget = 0;
+            for (int k = cj; adam_next(b, &k, &e0, &ne);) {
+                uint64_t sb = adam_staged_bytes(b, k, ne);
+                if (sb > budget) budget = sb;
             }
-            while (have && !b->oom) {
-                bool more = adam_next(b, &cj, &e0, &ne);
-                bool early = more && adam_nvme(b, cj);
-                if (early) {
-                    next = (AdamViews){.op = cj, .e0 = e0, .ne = ne};
-                    adam_load(b, &next);
+            e0 = ne = 0;
+            AdamViews ring[ADAM_AHEAD + 1];
+            int head = 0, n = 0;
+            uint64_t ahead = 0; /* staging of the loaded ones after the head */
+            bool more = adam_next(b, &cj, &e0, &ne);
+            while ((n > 0 || more) && !b->oom) {
+                if (n == 0) { /* the first, or after a sub-group whose state is not on NVMe */
+                    ring[head] = (AdamViews){.op = cj, .e0 = e0, .ne = ne};
+                    adam_load(b, &ring[head]);
+                    n = 1;
+                    more = adam_next(b, &cj, &e0, &ne);
                 }
-                adam_step(b, &cur);
-                if (more && !early) {
-                    next = (AdamViews){.op = cj, .e0 = e0, .ne = ne};
-                    adam_load(b, &next);
+                while (more && adam_nvme(b, cj) && n <= ADAM_AHEAD &&
+                       (n == 1 || ahead + adam_staged_bytes(b, cj, ne) <= budget)) {
+                    AdamViews *v = &ring[(head + n) % (ADAM_AHEAD + 1)];
+                    *v = (AdamViews){.op = cj, .e0 = e0, .ne = ne};
+                    adam_load(b, v);
+                    ahead += adam_staged_bytes(b, cj, ne);
+                    n++;
+                    more = adam_next(b, &cj, &e0, &ne);
                 }
-                cur = next;
-                have = more;
+                adam_step(b, &ring[head]);
+                head = (head + 1) % (ADAM_AHEAD + 1);
+                n--;
+                if (n > 0) ahead -= adam_staged_bytes(b, ring[head].op, ring[head].ne);
             }
         } else if (op->kind == OP_ZERO_GRAD) {
             Step s = {j, 0, 1, 0, 0};

@@ -111,6 +111,48 @@ START_TEST(reads_a_trace) {
 }
 END_TEST
 
+/* args.wait: the all-gather's 0.1 s was 0.06 s waiting for the other
+ * ranks; busy is the rest, in the rows and on the critical path. */
+START_TEST(waiting_is_not_busy) {
+    Plan *p = hand_plan();
+    CostResult c;
+    Timeline pred, meas;
+    char *text = strdup(measured), err[256] = "";
+    char *at = strstr(text, "\"args\":{\"i\":4}");
+    ck_assert_ptr_nonnull(at);
+    size_t len = strlen(text) + 32;
+    char *t2 = malloc(len);
+    snprintf(t2, len, "%.*s\"args\":{\"i\":4,\"wait\":60000}%s", (int)(at - text), text, at + strlen("\"args\":{\"i\":4}"));
+    ck_assert(cost_simulate(p, &c));
+    ck_assert(timeline_predicted(p, &c, &pred));
+    ck_assert_msg(timeline_read_trace(p, t2, strlen(t2), &meas, err, sizeof err) == 0, "%s", err);
+    NEAR(meas.wait[4], 0.06);
+    NEAR(timeline_busy(&meas, 4), 0.04);
+    TimelineRow q[PLAN_NQUEUES];
+    ck_assert(timeline_queue_rows(p, &pred, &meas, q));
+    for (int k = 0; k < PLAN_NQUEUES; k++)
+        if (!strcmp(q[k].name, "comm")) {
+            NEAR(q[k].meas, 0.04);
+            NEAR(q[k].wait, 0.06);
+        }
+    TimelinePath path;
+    ck_assert(timeline_critical_path(p, &meas, &path));
+    NEAR(path.span, 2.2);
+    NEAR(path.busy, 2.14); /* the all-gather is on it */
+    timeline_path_free(&path);
+    timeline_free(&meas);
+    /* a wait longer than the event is refused */
+    snprintf(t2, len, "%.*s\"args\":{\"i\":4,\"wait\":200000}%s", (int)(at - text), text, at + strlen("\"args\":{\"i\":4}"));
+    ck_assert_int_eq(timeline_read_trace(p, t2, strlen(t2), &meas, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "args.wait must be a number from 0 to dur"), "%s", err);
+    free(t2);
+    free(text);
+    timeline_free(&pred);
+    cost_free(&c);
+    release(p);
+}
+END_TEST
+
 START_TEST(rows_by_divergence) {
     Plan *p = hand_plan();
     CostResult c;
@@ -252,6 +294,7 @@ int main(void) {
     Suite *s = suite_create("timeline");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, reads_a_trace);
+    tcase_add_test(tc, waiting_is_not_busy);
     tcase_add_test(tc, rows_by_divergence);
     tcase_add_test(tc, critical_paths);
     tcase_add_test(tc, compare_and_svg);
