@@ -1,7 +1,9 @@
 /* cuda_gen: op -> units and launches. No GPU and no NVRTC needed: the gemm
  * launches are checked by running the zk_gemm contract (stdlib/kernels/gemm.cu
  * header) on the host with the generated arguments, against independent
- * index-by-index references of the primitives' forward and backward. */
+ * index-by-index references of the primitives' forward and backward, and
+ * again from each launch's GEMM descriptor read as cuBLASLt reads it (the
+ * column-major transposed product): both paths of every product. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -399,8 +401,46 @@ static float *argp(const CudaKernel *k, int j, Bufs *b) {
     return NULL;
 }
 
+/* 1: a gemm launch runs from its descriptor (CudaGemm) as cuBLASLt reads it
+ * (column-major, the transposed product: its A is the plan's B), not from
+ * its arguments, when the descriptor says cuBLASLt can run it; the tests
+ * below run each product both ways against the same references. */
+static int gemm_via_desc;
+static int gemm_desc_runs;
+
+static void emu_gemm_desc(const CudaKernel *k, Bufs *b) {
+    const CudaGemm *g = &k->gemm;
+    /* the descriptor names the launch's own operands */
+    ck_assert(g->c == k->args[0].tensor && g->off_c == k->args[0].off && g->a == k->args[1].tensor &&
+              g->off_a == k->args[1].off && g->b == k->args[2].tensor && g->off_b == k->args[2].off);
+    ck_assert_int_eq(g->batch, k->grid[2]);
+    const float *A = b->t[g->b] + g->off_b / 4, *B = b->t[g->a] + g->off_a / 4, *bias = g->bias >= 0 ? b->t[g->bias] : NULL;
+    float *D = b->t[g->c] + g->off_c / 4;
+    int64_t m = g->N, n = g->M, kk = g->K; /* column-major D [N, M] */
+    for (int64_t z = 0; z < g->batch; z++)
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t i = 0; i < m; i++) {
+                double acc = 0;
+                for (int64_t l = 0; l < kk; l++) {
+                    double x = g->tb ? A[z * g->sB + l + i * g->ldb] : A[z * g->sB + i + l * g->ldb];
+                    double y = g->ta ? B[z * g->sA + j + l * g->lda] : B[z * g->sA + l + j * g->lda];
+                    acc += x * y;
+                }
+                float *d = &D[z * g->sC + i + j * g->ldc];
+                *d = (float)(acc + (g->accumulate ? *d : 0) + (bias ? bias[i] : 0));
+            }
+    gemm_desc_runs++;
+}
+
 static void emu(const CudaKernel *k, Bufs *b) {
-    if (!strcmp(k->entry, "zk_gemm")) {
+    if (!strcmp(k->entry, "zk_gemm") && gemm_via_desc) {
+        ck_assert(k->gemm.on);
+        ck_assert_int_eq(k->gemm.lt, k->args[13].i == 1); /* only a batch sum stays NVRTC */
+        if (!k->gemm.lt) ck_assert_int_eq(k->gemm.why, CUDA_GEMM_WHY_BATCH_SUM);
+    }
+    if (!strcmp(k->entry, "zk_gemm") && gemm_via_desc && k->gemm.lt) {
+        emu_gemm_desc(k, b);
+    } else if (!strcmp(k->entry, "zk_gemm")) {
         int ta = strstr(k->spec, "ta=1") != NULL, tb = strstr(k->spec, "tb=1") != NULL;
         float *C = argp(k, 0, b), *A = argp(k, 1, b), *B = argp(k, 2, b), *bias = argp(k, 3, b);
         int64_t M = k->args[4].i, N = k->args[5].i, K = k->args[6].i, lda = k->args[7].i, ldb = k->args[8].i;
@@ -500,7 +540,9 @@ static void run_op(One *o, int op, Bufs *b) {
 /* matmul [S, M, K] x [K, N] (and every transposition), forward and backward,
  * against the definitions written index by index. */
 START_TEST(matmul_launches_compute_the_products) {
-    int ta = _i & 1, tb = _i >> 1;
+    int ta = _i & 1, tb = (_i >> 1) & 1;
+    gemm_via_desc = _i >> 2;
+    gemm_desc_runs = 0;
     const int64_t S = 2, M = 3, K = 4, N = 5;
     One o;
     one_init(&o);
@@ -568,6 +610,8 @@ START_TEST(matmul_launches_compute_the_products) {
         }
 #undef AI
 #undef BI
+    if (gemm_via_desc) ck_assert_int_eq(gemm_desc_runs, ta ? 2 : 3); /* transpose_a's weight gradient sums over batches */
+    gemm_via_desc = 0;
     for (int i = 0; i < 64; i++) free(B.t[i]);
     free(da0);
     free(db0);
@@ -579,6 +623,7 @@ END_TEST
 /* linear with bias: y = x w + b; dx, dw, db accumulate. */
 START_TEST(linear_launches_compute_the_products) {
     const int64_t R = 70, I = 6, O = 5; /* R > 64: the bias gradient takes several partial sums */
+    gemm_via_desc = _i;
     One o;
     one_init(&o);
     o.g.train.dtype = DT_F32;
@@ -748,6 +793,7 @@ static int tc_bwd_of(TileCase *c, int fi, int nfin, int nin_extra, const int *ex
 /* linear with bias (x [R, I] * w [I, O]; w's rows, I, are the reduction dim) */
 START_TEST(tile_launches_linear) {
     const int64_t R = 70, I = 6, O = 5;
+    gemm_via_desc = _i;
     TileCase c = {.ids = -1};
     one_init(&c.o);
     c.o.g.train.dtype = DT_F32;
@@ -785,7 +831,8 @@ END_TEST
 /* matmul a [S, M, K] * b, b [K, N] (rows: the reduction dim) or [N, K] with
  * transpose_b (rows: output columns) */
 START_TEST(tile_launches_matmul) {
-    int tb = _i;
+    int tb = _i & 1;
+    gemm_via_desc = _i >> 1;
     const int64_t S = 2, M = 3, K = 4, N = 6;
     TileCase c = {.ids = -1};
     one_init(&c.o);
@@ -1011,10 +1058,11 @@ int main(void) {
     tcase_add_test(t, utility_launches);
     tcase_add_test(t, random_ops_never_crash);
     tcase_add_test(t, example_models_lower);
-    tcase_add_loop_test(t, matmul_launches_compute_the_products, 0, 4);
-    tcase_add_test(t, linear_launches_compute_the_products);
-    tcase_add_test(t, tile_launches_linear);
-    tcase_add_loop_test(t, tile_launches_matmul, 0, 2);
+    /* each product twice: the launch's arguments, then its cuBLASLt descriptor */
+    tcase_add_loop_test(t, matmul_launches_compute_the_products, 0, 8);
+    tcase_add_loop_test(t, linear_launches_compute_the_products, 0, 2);
+    tcase_add_loop_test(t, tile_launches_linear, 0, 2);
+    tcase_add_loop_test(t, tile_launches_matmul, 0, 4);
     tcase_add_test(t, tile_launches_embedding);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
