@@ -18,6 +18,8 @@
 # Skipped, saying why, when Slurm or munge is not installed (make deps
 # installs them) or not run as root (slurmd starts job steps as root).
 #   tests/e2e/slurm.sh BUILD
+# word splitting of $TRAIN, $CTRAIN and an srun line is meant; stop runs from the trap
+# shellcheck disable=SC2086,SC2317
 B=${1:-build}
 ROOT=$(pwd)
 case "$B" in /*) ;; *) B="$ROOT/$B" ;; esac
@@ -121,7 +123,7 @@ if [ "$(id -u)" -ne 0 ]; then echo "skip the Slurm part: slurmd must run as root
 # free ports: the controller, one per slurmd, srun's range
 taken=$(ss -Htan 2> /dev/null | awk '{n = split($4, a, ":"); print a[n]}' | sort -un)
 P=""
-for try in 1 2 3 4 5 6 7 8; do
+for _ in 1 2 3 4 5 6 7 8; do
   p=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 400 * 100))
   clash=$(echo "$taken" | awk -v lo="$p" -v hi=$((p + 59)) '$1 >= lo && $1 <= hi' | head -1)
   [ -z "$clash" ] && { P=$p; break; }
