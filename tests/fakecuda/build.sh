@@ -84,5 +84,5 @@ prep_cmd() { $CC $F $SAN $INC -DZINF_EMU_HEADER="\"$ROOT/tests/gpu/emu.h\"" "$S/
 make_one "$O/fakecuda_prep" "$S/fakecuda_prep.c $S/fakecuda_elf.h tests/gpu/emu_wrap.c tests/gpu/emu_wrap.h runtime/plan/plan.h $LIBZ" prep_cmd
 # shellcheck disable=SC2086
 self_cmd() { $CC $F $SAN $INC $MPI_CFLAGS "$S/fakecuda_selftest.c" $LIBZ -o "$TMP" $LIBS $SAN; }
-make_one "$O/fakecuda_selftest" "$S/fakecuda_selftest.c runtime/cudrv.h runtime/plan/plan.h $LIBZ" self_cmd
+make_one "$O/fakecuda_selftest" "$S/fakecuda_selftest.c runtime/cudrv.h runtime/cublaslt.h runtime/plan/plan.h $LIBZ" self_cmd
 exit 0

@@ -5,7 +5,8 @@
  * their environment once):
  *
  *   fakecuda_selftest driver PLAN   streams, events, copies, a real unit's
- *                                   kernels (FAKECUDA_UNITS prepared), one-rank NCCL
+ *                                   kernels (FAKECUDA_UNITS prepared), one-rank NCCL,
+ *                                   the fake cuBLASLt through runtime/cublaslt.c and misused
  *   fakecuda_selftest fail PLAN     with FAKECUDA_FAIL=cuMemAlloc_v2:3,kernel:1 FAKECUDA_MEM=1m
  *   fakecuda_selftest stub | nodev  with FAKECUDA_STUB=1 | FAKECUDA_DEVICES=0
  *   fakecuda_selftest nccl          under mpirun -np 2: collectives' values
@@ -26,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "ast.h"
+#include "cublaslt.h"
 #include "cudrv.h"
 #include "half.h"
 #include "plan.h"
@@ -536,6 +538,101 @@ static void check_faults(const char *plan_path) {
     cudrv_close(&d);
 }
 
+/* ---- the fake cuBLASLt ------------------------------------------------------------ */
+
+/* A bf16 GEMM with bias through runtime/cublaslt.c (what zinfrun runs)
+ * against the host; then misuse the real library refuses, refused. */
+static void check_cublaslt(void) {
+    CublasLt lt;
+    char err[512];
+    if (cublaslt_open(&lt, err, sizeof err) != 0) {
+        CHECK(0, "cublaslt_open: %s", err);
+        return;
+    }
+    CHECK(!strcmp(lt.path, "libcublasLt.so.13") && lt.version == 130100, "%s %zu", lt.path, lt.version);
+    enum { M = 5, N = 7, K = 3 };
+    /* row-major C[M, N] = A[M, K] B^T + bias, B stored [N, K] (tb) */
+    uint16_t a[M * K], b[N * K], bias[N], c[M * N];
+    for (int i = 0; i < M * K; i++) a[i] = half_f32_to_bf16((float)(i % 7) - 3.0f);
+    for (int i = 0; i < N * K; i++) b[i] = half_f32_to_bf16(0.5f * (float)(i % 5));
+    for (int i = 0; i < N; i++) bias[i] = half_f32_to_bf16((float)i);
+    CUdeviceptr da, db, dbias, dc, ws;
+    OK(d.MemAlloc(&da, sizeof a));
+    OK(d.MemAlloc(&db, sizeof b));
+    OK(d.MemAlloc(&dbias, sizeof bias));
+    OK(d.MemAlloc(&dc, sizeof c));
+    OK(d.MemAlloc(&ws, 1 << 16));
+    OK(MemcpyHtoD(da, a, sizeof a));
+    OK(MemcpyHtoD(db, b, sizeof b));
+    OK(MemcpyHtoD(dbias, bias, sizeof bias));
+    CUstream s;
+    OK(d.StreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    PlanGemm g = {.path = PLAN_GEMM_LT, .dtype = DT_BF16, .flags = PLAN_GEMM_TB, .c = 0, .a = 1, .b = 2, .bias = 3, .m = M,
+                  .n = N, .k = K, .lda = K, .ldb = K, .ldc = N, .batch = 1, .rbatch = 1, .ws_bytes = 1 << 16};
+    LtOperands o = {.c = dc, .a = da, .b = db, .bias = dbias, .ws = ws};
+    CHECK(cublaslt_gemm(&lt, &g, &o, s, err, sizeof err) == 0, "cublaslt_gemm: %s", err);
+    OK(d.StreamSynchronize(s));
+    OK(d.MemcpyDtoHAsync(c, dc, sizeof c, s));
+    OK(d.StreamSynchronize(s));
+    int bad = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float r = half_bf16_to_f32(bias[j]);
+            for (int l = 0; l < K; l++) r += half_bf16_to_f32(a[i * K + l]) * half_bf16_to_f32(b[j * K + l]);
+            bad += half_f32_to_bf16(r) != c[i * N + j];
+        }
+    CHECK(!bad, "%d of the fake cuBLASLt's bf16 results differ from the host's", bad);
+    /* an operand outside every allocation */
+    LtOperands out = o;
+    out.c = (CUdeviceptr)(uintptr_t)c;
+    CHECK(cublaslt_gemm(&lt, &g, &out, s, err, sizeof err) == -1 && strstr(err, "cublasLtMatmul failed"),
+          "a host pointer as C: %s", err);
+    /* a leading dimension shorter than a column, a non-chaining problem, a misaligned pointer */
+    cublasLtMatrixLayout_t l1, l2, l3;
+    CHECK(lt.MatrixLayoutCreate(&l1, CUDA_R_16BF, 8, 4, 4) == CUBLAS_STATUS_INVALID_VALUE, "ld 4 for 8 rows accepted");
+    CHECK(lt.MatrixLayoutCreate(&l1, CUDA_R_8I, 8, 4, 8) == CUBLAS_STATUS_NOT_SUPPORTED, "int8 accepted");
+    OK(lt.MatrixLayoutCreate(&l1, CUDA_R_16BF, 8, 4, 8) ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS);
+    OK(lt.MatrixLayoutCreate(&l2, CUDA_R_16BF, 5, 6, 5) ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS);
+    OK(lt.MatrixLayoutCreate(&l3, CUDA_R_16BF, 8, 6, 8) ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS);
+    cublasLtMatmulDesc_t op;
+    cublasLtMatmulPreference_t pref;
+    OK(lt.MatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS);
+    OK(lt.MatmulPreferenceCreate(&pref) ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS);
+    cublasLtMatmulHeuristicResult_t res[1];
+    int got = 0;
+    /* A 8x4 times B 5x6: k 4 against 5 */
+    CHECK(lt.MatmulAlgoGetHeuristic(lt.handle, op, l1, l2, l3, l3, pref, 1, res, &got) == CUBLAS_STATUS_INVALID_VALUE,
+          "shapes that do not chain accepted");
+    cublasLtMatrixLayout_t l4;
+    OK(lt.MatrixLayoutCreate(&l4, CUDA_R_16BF, 4, 6, 4) ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS);
+    CHECK(lt.MatmulAlgoGetHeuristic(lt.handle, op, l1, l4, l3, l3, pref, 1, res, &got) == CUBLAS_STATUS_SUCCESS && got == 1,
+          "a valid problem found no algorithm");
+    float one = 1, zero = 0;
+    CUdeviceptr big;
+    OK(d.MemAlloc(&big, 4096));
+    const void *p0 = (const void *)(uintptr_t)big, *p2 = (const void *)(uintptr_t)(big + 2);
+    void *pd = (void *)(uintptr_t)(big + 1024);
+    CHECK(lt.Matmul(lt.handle, op, &one, p2, l1, p0, l4, &zero, pd, l3, pd, l3, &res[0].algo, NULL, 0, s) ==
+              CUBLAS_STATUS_INVALID_VALUE,
+          "A 2 bytes past a 256-byte boundary accepted under the default alignment preference");
+    CHECK(lt.Matmul(lt.handle, op, &one, p0, l1, p0, l4, &zero, pd, l3, pd, l3, &res[0].algo, NULL, 0, s) == CUBLAS_STATUS_SUCCESS,
+          "a valid matmul refused");
+    CHECK(lt.Matmul(lt.handle, op, &one, p0, l1, p0, l2, &zero, pd, l3, pd, l3, &res[0].algo, NULL, 0, s) != CUBLAS_STATUS_SUCCESS,
+          "a matmul with another problem's algorithm accepted");
+    OK(d.StreamSynchronize(s));
+    lt.MatmulPreferenceDestroy(pref);
+    lt.MatmulDescDestroy(op);
+    lt.MatrixLayoutDestroy(l1);
+    lt.MatrixLayoutDestroy(l2);
+    lt.MatrixLayoutDestroy(l3);
+    lt.MatrixLayoutDestroy(l4);
+    CHECK(lt.calls == 2, "%llu matmuls counted", (unsigned long long)lt.calls);
+    cublaslt_close(&lt);
+    OK(d.StreamDestroy(s));
+    CUdeviceptr all[] = {da, db, dbias, dc, ws, big};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) OK(d.MemFree(all[i]));
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
     const char *plan = argc > 2 ? argv[2] : "";
@@ -551,6 +648,7 @@ int main(int argc, char **argv) {
         check_ordering();
         check_events();
         check_kernels(plan);
+        check_cublaslt();
         if (nccl_open() == 0) {
             check_collectives(1); /* no MPI: one rank, local copies */
             ncclComm_t c;
