@@ -1,13 +1,22 @@
 #include "queues.h"
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
+/* One lock; a condition variable per queue, so that a completion wakes
+ * only the workers whose next instruction it made ready (not all six,
+ * each to find it still waits: on a machine with few cores those wake-ups
+ * cost the compute thread its core). */
 typedef struct QSync {
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv[PLAN_NQUEUES];
+    int64_t waiting[PLAN_NQUEUES]; /* the instruction each queue's worker sleeps on, -1: none */
+    const struct Worker *worker[PLAN_NQUEUES];
 } QSync;
 
 static double mono(void) {
@@ -37,7 +46,10 @@ int qrun_init(Qrun *q, const Plan *p, QrunExecFn fn, void *ctx) {
         return -1;
     }
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
+    for (int k = 0; k < PLAN_NQUEUES; k++) {
+        pthread_cond_init(&s->cv[k], NULL);
+        s->waiting[k] = -1;
+    }
     q->sync = s;
     q->epoch = mono();
     return 0;
@@ -47,7 +59,7 @@ void qrun_free(Qrun *q) {
     QSync *s = q->sync;
     if (s) {
         pthread_mutex_destroy(&s->mu);
-        pthread_cond_destroy(&s->cv);
+        for (int k = 0; k < PLAN_NQUEUES; k++) pthread_cond_destroy(&s->cv[k]);
         free(s);
     }
     free(q->done);
@@ -122,19 +134,60 @@ static int gather(const Worker *w, uint32_t *idx) {
     return n;
 }
 
+/* The queues other than compute move data for it and mostly wait; when
+ * one is woken its work is short and something waits for it. On a machine
+ * whose cores are all busy (the compute threads of every rank, other
+ * jobs), a woken thread waits for the running one's time slice (about
+ * 3 ms) unless it may preempt: a thread that asks for a short slice may
+ * (EEVDF, Linux 6.12 and later: sched_attr.sched_runtime of a normal
+ * thread; older kernels ignore it, nothing fails). No privilege needed;
+ * the thread's share of the CPU is unchanged. ZINF_QUEUE_SLICE_US sets
+ * the slice (0: leave the default). */
+typedef struct SchedAttr { /* the kernel's struct sched_attr (its header clashes with <sched.h>) */
+    uint32_t size, sched_policy;
+    uint64_t sched_flags;
+    int32_t sched_nice;
+    uint32_t sched_priority;
+    uint64_t sched_runtime, sched_deadline, sched_period;
+} SchedAttr;
+
+static void ask_short_slice(int queue) {
+    if (queue == Q_COMPUTE) return;
+    const char *e = getenv("ZINF_QUEUE_SLICE_US");
+    long us = e ? atol(e) : 100;
+    if (us <= 0) return;
+    SchedAttr a;
+    memset(&a, 0, sizeof a);
+    a.size = sizeof a;
+    a.sched_policy = SCHED_OTHER;
+    a.sched_runtime = (uint64_t)us * 1000;
+    (void)syscall(SYS_sched_setattr, 0, &a, 0); /* a refusal leaves the default slice */
+}
+
+/* After a completion (lock held): signals the workers whose instruction is
+ * now ready; every sleeping one after a failure. */
+static void wake(QSync *s, bool all) {
+    for (int k = 0; k < PLAN_NQUEUES; k++)
+        if (s->waiting[k] >= 0 && s->worker[k] && (all || deps_done(s->worker[k], (uint32_t)s->waiting[k])))
+            pthread_cond_signal(&s->cv[k]);
+}
+
 static void *worker_main(void *arg) {
     Worker *w = arg;
     Qrun *q = w->q;
     QSync *s = q->sync;
     QrunBatchFn batch = q->batch[w->queue];
     uint32_t idx[QRUN_BATCH_MAX];
+    ask_short_slice(w->queue);
     for (uint32_t i = w->begin; i < w->end; i++) {
         if (!mine(w, i)) continue;
         pthread_mutex_lock(&s->mu);
         for (;;) {
             if (q->failed) { pthread_mutex_unlock(&s->mu); return NULL; }
             if (deps_done(w, i)) break;
-            pthread_cond_wait(&s->cv, &s->mu);
+            s->waiting[w->queue] = i;
+            pthread_cond_wait(&s->cv[w->queue], &s->mu);
+            s->waiting[w->queue] = -1;
         }
         idx[0] = i;
         int n = batch ? gather(w, idx) : 1;
@@ -165,7 +218,7 @@ static void *worker_main(void *arg) {
             q->failed = 1;
             snprintf(q->err, sizeof q->err, "%s", err[0] ? err : "instruction failed");
         }
-        pthread_cond_broadcast(&s->cv);
+        wake(s, q->failed);
         pthread_mutex_unlock(&s->mu);
         if (rc != 0) return NULL;
         i = idx[n - 1];
@@ -192,12 +245,13 @@ int qrun_subset(Qrun *q, uint32_t begin, uint32_t end, const uint8_t *run) {
     for (int k = 0; k < PLAN_NQUEUES; k++) {
         if (!used[k]) continue;
         w[k] = (Worker){q, k, begin, end, run};
+        ((QSync *)q->sync)->worker[k] = &w[k];
         if (pthread_create(&th[k], NULL, worker_main, &w[k]) != 0) {
             QSync *s = q->sync;
             pthread_mutex_lock(&s->mu);
             q->failed = 1;
             snprintf(q->err, sizeof q->err, "cannot start the %s queue's thread", plan_queue_names[k]);
-            pthread_cond_broadcast(&s->cv);
+            wake(s, true);
             pthread_mutex_unlock(&s->mu);
             break;
         }
