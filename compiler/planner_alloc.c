@@ -77,17 +77,54 @@ typedef struct Packer {
     bool delay;  /* reserve freed ranges (reuse_delay); false: pack tightly */
 } Packer;
 
-/* persistent homes first, at the bottom, for the whole step */
-static void place_persistent(B *b, Packer *pk) {
+static void place_home(Packer *pk, Buf *x) {
+    int a = x->b.arena;
+    uint64_t al = pl_arena_align[a];
+    x->b.offset = (pk->top[a] + al - 1) / al * al;
+    pk->top[a] = x->b.offset + x->b.bytes;
+}
+
+/* persistent homes first, at the bottom, for the whole step. On NVMe a
+ * parameter's optimizer state (master, momentum, variance), its gradient
+ * and then the parameter itself lie together, in the order the optimizer
+ * reads and writes them, so the executor's batches take them as one
+ * request (rtio_xfer_batch merges requests that continue each other).
+ * false: out of memory. */
+static bool place_persistent(B *b, Packer *pk) {
+    static const int order[] = {TC_MASTER, TC_MOMENTUM, TC_VARIANCE, TC_GRAD};
+    enum { NORDER = sizeof order / sizeof *order };
+    int nt = b->g->ntensors;
+    int *with = malloc(sizeof(int) * (size_t)(nt + 1) * NORDER); /* [param][k]: the home of its state k on NVMe, -1 */
+    if (!with) return false;
+    for (int k = 0; k < (nt + 1) * NORDER; k++) with[k] = -1;
+    for (int i = 0; i < b->nbufs; i++) {
+        const Buf *x = &b->bufs[i];
+        int t = x->b.tensor;
+        if (!(x->b.flags & PLAN_BUF_PERSISTENT) || x->b.arena != ARENA_NVME || t < 0) continue;
+        int p = b->g->tensors[t].param;
+        if (b->g->tensors[t].cls == TC_PARAM || p < 0 || b->home[p] < 0 || b->bufs[b->home[p]].b.arena != ARENA_NVME) continue;
+        for (int k = 0; k < NORDER; k++)
+            if ((int)b->g->tensors[t].cls == order[k]) with[p * NORDER + k] = i;
+    }
     for (int i = 0; i < b->nbufs; i++) {
         Buf *x = &b->bufs[i];
         if (!(x->b.flags & PLAN_BUF_PERSISTENT)) continue;
-        int a = x->b.arena;
-        uint64_t al = pl_arena_align[a];
-        x->b.offset = (pk->top[a] + al - 1) / al * al;
-        pk->top[a] = x->b.offset + x->b.bytes;
+        int t = x->b.tensor;
+        bool nvme = x->b.arena == ARENA_NVME && t >= 0;
+        if (nvme && b->g->tensors[t].cls != TC_PARAM) {
+            int p = b->g->tensors[t].param;
+            bool placed_with = false;
+            for (int k = 0; p >= 0 && k < NORDER; k++) placed_with |= with[p * NORDER + k] == i;
+            if (placed_with) continue; /* with its parameter */
+        }
+        if (nvme && b->g->tensors[t].cls == TC_PARAM)
+            for (int k = 0; k < NORDER; k++)
+                if (with[t * NORDER + k] >= 0) place_home(pk, &b->bufs[with[t * NORDER + k]]);
+        place_home(pk, x);
     }
+    free(with);
     for (int a = 0; a < PLAN_NARENAS; a++) pk->base[a] = (pk->top[a] + pl_arena_align[a] - 1) / pl_arena_align[a] * pl_arena_align[a];
+    return true;
 }
 
 /* the rest in order of first use: counting sort by first instruction; how
@@ -149,10 +186,7 @@ static bool pack(B *b, bool delay) {
     pk.delay = delay;
     int *order = malloc(sizeof(int) * (size_t)(b->nbufs + 1));
     int m = -1;
-    if (order) {
-        place_persistent(b, &pk);
-        m = first_use_order(b, order);
-    }
+    if (order && place_persistent(b, &pk)) m = first_use_order(b, order);
     bool ok = m >= 0;
     for (int k = 0; ok && k < m; k++) ok = place_one(b, &pk, order[k]);
     if (ok)
