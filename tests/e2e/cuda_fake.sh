@@ -3,7 +3,8 @@
 # (runtime/exec_cuda.c, cuexec.c, gpucomm.c) runs against the fake driver and
 # fake NCCL of tests/fakecuda (streams with their own threads, events, copies
 # when the stream reaches them, NCCL over MPI) and the plan's own CUDA
-# kernels on the host emulator of tests/gpu/emu.c. Each configuration's
+# kernels on the host emulator of tests/gpu/emu.c; the GEMMs go through the
+# fake cuBLASLt beside them (tests/e2e/cublaslt_fake.sh runs both paths). Each configuration's
 # losses and gradient norms must match the host backend running the same plan (untiled, and
 # with the MLP weights and the embedding table cut into tiles) (f32, relative
 # 2e-4 per step: the GPU kernels sum in another order), on micro models and
