@@ -31,6 +31,9 @@
 # tests/fakecuda built in BUILD stand in, models are micro ones, and the
 # kernel step only names what it would run (tests/e2e/gpu_kernels_emu.sh runs
 # the harness on the emulator; RUN_ALL_KERNELS=1 builds it here too).
+# probe and big run through --part (under timeout), which shellcheck does not follow;
+# $RUNCUDA is a command prefix whose words are meant to split
+# shellcheck disable=SC2317,SC2086
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 ROOT=$(pwd)

@@ -22,10 +22,12 @@
 # of tests/fakecuda (built in BUILD) stand in, each plan's kernels are
 # prepared for the host emulator; use a small model (tests/e2e/gpu_script.sh
 # runs it so, with --model ../tests/e2e/models/gpt-micro).
+# $RUNCUDA is a command prefix whose words are meant to split
+# shellcheck disable=SC2086
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 ROOT=$(pwd)
-BUNDLE="" MODEL=gpt2-small STEPS=20 K=3 FAKE= NVRTC_TOO=0
+BUNDLE="" MODEL=gpt2-small STEPS=20 K=3 FAKE="" NVRTC_TOO=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE=$2; shift 2 ;;
