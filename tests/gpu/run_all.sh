@@ -135,7 +135,7 @@ figures() { [ -f "$LOG" ] && grep -E "$1" "$LOG" | sed 's/^/    /' | tee -a "$SU
 # ---- 1. build ----
 if [ -n "$FAKE" ]; then
   BIN="$FAKE/bin"
-  step build 120 sh tests/fakecuda/build.sh "$FAKE" || { say "run_all: FAILED: no fakes"; exit 1; }
+  step build 120 sh -c 'sh tests/fakecuda/build.sh "$0" && ls -l "$0/fakecuda/"*.so*' "$FAKE" || { say "run_all: FAILED: no fakes"; exit 1; }
 elif [ -n "$BUNDLE" ]; then
   BIN="$BUNDLE/bin"
   export LD_LIBRARY_PATH="$ROOT/$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
