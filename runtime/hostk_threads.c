@@ -17,6 +17,7 @@
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int policy_threads = 1, avail_cores = 1, online_cores = 1, local_ranks = 1;
+static atomic_int told_local_ranks; /* hk_threads_local_ranks: what MPI said, 0: not told */
 static char policy_why[160];
 static atomic_int override_threads;
 static pthread_mutex_t team_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -42,6 +43,7 @@ static void init(void) {
     static const char *const local_vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE",
                                              "SLURM_NTASKS_PER_NODE"};
     const char *local_from = NULL;
+    if (atomic_load(&told_local_ranks) > 0) local_ranks = atomic_load(&told_local_ranks), local_from = "MPI";
     for (size_t i = 0; i < sizeof local_vars / sizeof local_vars[0] && !local_from; i++) {
         int v = env_count(local_vars[i]);
         if (v) local_ranks = v, local_from = local_vars[i];
@@ -79,6 +81,8 @@ int hk_team(double ns) {
     if (fit < (double)t) t = fit < 1 ? 1 : (int)fit;
     return t;
 }
+
+void hk_threads_local_ranks(int n) { atomic_store(&told_local_ranks, n > 0 ? n : 0); }
 
 void hk_threads_set(int n) {
     pthread_once(&once, init);

@@ -5,7 +5,8 @@
  *  - T is ZINF_THREADS when set, else OMP_NUM_THREADS when set (the user's
  *    explicit choice, kept even when it oversubscribes), else the cores this
  *    process may run on (sched_getaffinity) divided by the ranks on this node
- *    (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, PMI_LOCAL_SIZE,
+ *    (what MPI's shared-memory split counted, given by hk_threads_local_ranks;
+ *    else OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, PMI_LOCAL_SIZE,
  *    SLURM_NTASKS_PER_NODE), unless a launcher already bound the process to
  *    fewer cores than the machine has, in which case it is that count.
  *  - OpenBLAS is set to one thread: the kernels split each GEMM into
@@ -40,6 +41,11 @@ int hk_threads(void);
  * cores are shared), 1 for short work. */
 #define HK_TEAM_MIN_NS 50000.0
 int hk_team(double ns);
+/* The ranks of this job on this node (Comm.local_size), which an
+ * executable knows after comm_init: call it before the first kernel (the
+ * count is decided once). An srun without --ntasks-per-node sets none of
+ * the launcher variables above. */
+void hk_threads_local_ranks(int n);
 /* Overrides the count for the whole process (tests, benchmarks); n <= 0
  * returns to the policy above. */
 void hk_threads_set(int n);

@@ -21,6 +21,7 @@
 #include "exec.h"
 #include "hfio.h"
 #include "hftok.h"
+#include "hostk_threads.h"
 #include "nearest.h"
 #include "plan.h"
 #include "verify.h"
@@ -519,6 +520,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "zinfgen: %s\n", comm_last_error(&C));
         return 1;
     }
+    hk_threads_local_ranks(C.local_size);
     char err[2048];
     Plan *p = plan_read(o.plan, err, sizeof err);
     if (!p) rc = die("%s", err);

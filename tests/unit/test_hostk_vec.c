@@ -20,6 +20,9 @@
  *   once, nested calls inline. */
 #include <check.h>
 #include <float.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -542,6 +545,28 @@ START_TEST(test_pool) {
 }
 END_TEST
 
+/* The ranks on this node that MPI counted decide the team when no
+ * variable does (an srun without --ntasks-per-node sets none). Runs in its
+ * own forked process: the policy is decided once per process. */
+START_TEST(test_local_ranks) {
+    if (getenv("CK_FORK") && !strcmp(getenv("CK_FORK"), "no")) return; /* the policy may be decided already */
+    static const char *const vars[] = {"ZINF_THREADS", "OMP_NUM_THREADS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                                       "PMI_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+    setenv("SLURM_NTASKS_PER_NODE", "7", 1); /* MPI's count wins over the launcher's variables */
+    hk_threads_local_ranks(2);
+    char line[256];
+    ck_assert(hk_threads_describe(line, sizeof line) > 0);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    bool bound = sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) < online;
+    if (bound) ck_assert_msg(strstr(line, "bound to") != NULL, "%s", line);
+    else ck_assert_msg(strstr(line, "cores / 2 ranks on this node") != NULL, "%s", line);
+    ck_assert_int_eq(hk_threads(), bound ? CPU_COUNT(&set) : (online / 2 > 0 ? (int)(online / 2) : 1));
+}
+END_TEST
+
 START_TEST(test_isa_choice) {
     ck_assert(hk_isa() != HK_ISA_AUTO);
     ck_assert(hk_isa_supported(HK_ISA_SCALAR));
@@ -574,6 +599,7 @@ static Suite *suite(void) {
     tcase_add_test(k, test_kernels_every_isa);
     tcase_add_test(k, test_thread_invariance);
     tcase_add_test(k, test_pool);
+    tcase_add_test(k, test_local_ranks);
     tcase_add_test(k, test_isa_choice);
     suite_add_tcase(s, k);
     return s;
