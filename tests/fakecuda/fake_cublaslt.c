@@ -10,7 +10,9 @@
  * loudly (a line on stderr naming the call, and the status the real one
  * returns): handles and descriptors that are not ours, data types other
  * than f32/bf16/f16 or mixed, a compute type other than CUBLAS_COMPUTE_32F
- * with CUDA_R_32F scale, a leading dimension below the rows (column-major),
+ * with CUDA_R_32F scale, a leading dimension below the rows (column-major;
+ * refused by the heuristic and the matmul, as the real library accepts the
+ * layout itself),
  * operand shapes that do not chain (op(A) m x k, op(B) k x n, C and D m x n),
  * batch counts that differ, D != C with different layouts, an algorithm
  * from a heuristic query of another shape, a pointer less aligned than the
@@ -250,10 +252,8 @@ EXPORT cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *out, cu
     static const char *call = "cublasLtMatrixLayoutCreate";
     if (!out) return misuse(CUBLAS_STATUS_INVALID_VALUE, call, "NULL layout pointer");
     if (!type_ok(type)) return misuse(CUBLAS_STATUS_NOT_SUPPORTED, call, "data type %d", (int)type);
-    /* column-major: a column is `rows` long and the next starts ld elements on */
-    if (ld < 1 || (uint64_t)ld < rows)
-        return misuse(CUBLAS_STATUS_INVALID_VALUE, call, "leading dimension %lld below the %llu rows", (long long)ld,
-                      (unsigned long long)rows);
+    /* a leading dimension below the rows is accepted here, as by the real
+     * library, and refused by the heuristic and the matmul (problem_of) */
     Layout *l = calloc(1, sizeof *l);
     if (!l) return CUBLAS_STATUS_ALLOC_FAILED;
     *l = (Layout){.magic = MAGIC_LAYOUT, .type = type, .rows = rows, .cols = cols, .ld = ld, .order = CUBLASLT_ORDER_COL,
@@ -353,6 +353,12 @@ typedef struct Problem {
 
 static cublasStatus_t problem_of(const char *call, const Desc *d, const Layout *a, const Layout *b, const Layout *c,
                                  const Layout *dd, Problem *pr) {
+    /* column-major: a column is `rows` long and the next starts ld elements on */
+    const Layout *ls[4] = {a, b, c, dd};
+    for (int i = 0; i < 4; i++)
+        if (ls[i]->ld < 1 || (uint64_t)ls[i]->ld < ls[i]->rows)
+            return misuse(CUBLAS_STATUS_INVALID_VALUE, call, "%c: leading dimension %lld below the %llu rows", "ABCD"[i],
+                          (long long)ls[i]->ld, (unsigned long long)ls[i]->rows);
     if (a->type != b->type || a->type != c->type || a->type != dd->type)
         return misuse(CUBLAS_STATUS_NOT_SUPPORTED, call, "mixed data types A %d B %d C %d D %d", (int)a->type, (int)b->type,
                       (int)c->type, (int)dd->type);

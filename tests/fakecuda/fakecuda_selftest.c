@@ -589,7 +589,8 @@ static void check_cublaslt(void) {
           "a host pointer as C: %s", err);
     /* a leading dimension shorter than a column, a non-chaining problem, a misaligned pointer */
     cublasLtMatrixLayout_t l1, l2, l3;
-    CHECK(lt.MatrixLayoutCreate(&l1, CUDA_R_16BF, 8, 4, 4) == CUBLAS_STATUS_INVALID_VALUE, "ld 4 for 8 rows accepted");
+    cublasLtMatrixLayout_t short_ld;
+    CHECK(lt.MatrixLayoutCreate(&short_ld, CUDA_R_16BF, 8, 4, 4) == CUBLAS_STATUS_SUCCESS, "a layout refused at creation");
     CHECK(lt.MatrixLayoutCreate(&l1, CUDA_R_8I, 8, 4, 8) == CUBLAS_STATUS_NOT_SUPPORTED, "int8 accepted");
     OK(lt.MatrixLayoutCreate(&l1, CUDA_R_16BF, 8, 4, 8) ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS);
     OK(lt.MatrixLayoutCreate(&l2, CUDA_R_16BF, 5, 6, 5) ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS);
@@ -605,6 +606,9 @@ static void check_cublaslt(void) {
           "shapes that do not chain accepted");
     cublasLtMatrixLayout_t l4;
     OK(lt.MatrixLayoutCreate(&l4, CUDA_R_16BF, 4, 6, 4) ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS);
+    CHECK(lt.MatmulAlgoGetHeuristic(lt.handle, op, short_ld, l4, l3, l3, pref, 1, res, &got) == CUBLAS_STATUS_INVALID_VALUE,
+          "a leading dimension of 4 for 8 rows accepted");
+    lt.MatrixLayoutDestroy(short_ld);
     CHECK(lt.MatmulAlgoGetHeuristic(lt.handle, op, l1, l4, l3, l3, pref, 1, res, &got) == CUBLAS_STATUS_SUCCESS && got == 1,
           "a valid problem found no algorithm");
     float one = 1, zero = 0;
