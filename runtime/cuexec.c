@@ -88,7 +88,7 @@ static int open_gemms(Cux *x, const Plan *p, char *err, size_t n) {
             nlt++;
         }
     const char *env = getenv("ZINF_CUBLASLT");
-    if (!nlt) snprintf(x->lt_why, sizeof x->lt_why, "%s", p->version < 4 ? "a version-3 plan describes no GEMMs" : "no GEMM it can run");
+    if (!nlt) snprintf(x->lt_why, sizeof x->lt_why, "%s", p->version < 4 ? "a version-3 plan describes no GEMMs" : "the plan gives cuBLASLt none");
     else if (env && !strcmp(env, "0")) snprintf(x->lt_why, sizeof x->lt_why, "cuBLASLt off: ZINF_CUBLASLT=0");
     else if (cublaslt_open(&x->lt, x->lt_why, sizeof x->lt_why) == 0) x->lt_on = true;
     if (!x->lt_on) x->lt_ws_bytes = 0; /* the launches need none */

@@ -51,7 +51,7 @@ struct RtCuda {
     CUdeviceptr gpu;              /* the GPU arena */
     CUdeviceptr ws[PLAN_NQUEUES]; /* kernel workspace, per queue that launches */
     uint64_t ws_bytes;
-    CUdeviceptr gws[PLAN_NQUEUES]; /* cuBLASLt workspace, per queue that launches (x.lt_ws_bytes) */
+    CUdeviceptr gws[PLAN_NQUEUES]; /* cuBLASLt workspace, per queue that runs kernels (x.lt_ws_bytes) */
     CUdeviceptr cs[PLAN_NQUEUES]; /* collective padding scratch, per queue that runs NCCL */
     uint64_t cs_bytes;
     uint8_t *dev;                 /* per instruction: 1 = enqueued on a stream */
