@@ -181,8 +181,13 @@ static bool grads_all_gpu(const B *b) {
  * reads are then issued before the previous sub-group steps). */
 static bool adam_nvme(const B *b, int j) { return pl_opt_tier(b, b->g->ops[j].in[0]) == TIER_NVME; }
 
-/* The most sub-groups whose reads are issued ahead of a step. */
-enum { ADAM_AHEAD = 16 };
+/* The most sub-groups whose reads are issued ahead of a step, and the
+ * staging they may take (ADAM_AHEAD_BYTES, at most a sixteenth of the
+ * CPU memory, or the largest sub-group's when that is more): reading
+ * ahead in large windows keeps the NVMe busy in a few big batches, where
+ * one sub-group at a time leaves it idle between small ones. */
+enum { ADAM_AHEAD = 64 };
+#define ADAM_AHEAD_BYTES ((uint64_t)64 << 20)
 
 /* Bytes a sub-group of ne elements of Adam op j stages: its parameter,
  * gradient and state, whichever are staged (an upper bound). */
@@ -212,13 +217,12 @@ void pl_emit_optimizer(B *b, int bwd_end) {
             /* every Adam, in sub-groups; for NVMe state the reads of the next
              * sub-groups are issued before this one steps: at least the next
              * one's, and more while what is read ahead stays within the
-             * largest sub-group's staging (so staging stays within twice
-             * that, as with one ahead), up to ADAM_AHEAD; many small
-             * parameters then read in one batch instead of one at a time */
+             * budget above, up to ADAM_AHEAD sub-groups; many small
+             * parameters then read in a few batches instead of one at a time */
             adam_done = true;
             int cj = j - 1;
             int64_t e0 = 0, ne = 0;
-            uint64_t budget = 0;
+            uint64_t budget = b->cap[ARENA_CPU] / 16 < ADAM_AHEAD_BYTES ? b->cap[ARENA_CPU] / 16 : ADAM_AHEAD_BYTES;
             for (int k = cj; adam_next(b, &k, &e0, &ne);) {
                 uint64_t sb = adam_staged_bytes(b, k, ne);
                 if (sb > budget) budget = sb;

@@ -145,7 +145,8 @@ static void svg_axis(const Svg *g, double y0, double y1) {
         double x = svg_x(g, k * step * 1e-3);
         fprintf(g->out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", x, y0, x, y1);
         fprintf(g->out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\"/>\n", x, y1, x, y1 + 4);
-        if (step < 1e6) fprintf(g->out, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.*f ms</text>\n", x, y1 + 15, dec, k * step);
+        /* the origin is "0 ms" whatever the ticks' decimals (a fast run's axis is in tenths) */
+        if (step < 1e6) fprintf(g->out, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.*f ms</text>\n", x, y1 + 15, k ? dec : 0, k * step);
         else fprintf(g->out, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.3g ms</text>\n", x, y1 + 15, k * step);
     }
 }
