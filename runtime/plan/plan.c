@@ -1,4 +1,5 @@
 #include "plan.h"
+#include "plan_pack.h"
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -614,22 +615,25 @@ static void sec_gemms(Codec *c, Plan *p) {
 typedef struct Section {
     const char *name;
     void (*codec)(Codec *, Plan *);
+    PlanPackLayout pack;       /* the record of a table section (its fields' widths), for the packed form */
 } Section;
 
 static const Section sections[] = {
-    {"meta", sec_meta},       {"target", sec_target},     {"train", sec_train},
-    {"tensors", sec_tensors}, {"ops", sec_ops},           {"shards", sec_shards},
-    {"arenas", sec_arenas},   {"buffers", sec_buffers},   {"operands", sec_operands},
-    {"schedule", sec_schedule}, {"deps", sec_deps},       {"kernels", sec_kernels},
-    {"launches", sec_launches}, {"launch_args", sec_launch_args}, {"op_code", sec_op_code},
-    {"tile_code", sec_tile_code}, {"hf", sec_hf},       {"gemms", sec_gemms},
+    {"meta", sec_meta, {0}},       {"target", sec_target, {0}},     {"train", sec_train, {0}},
+    {"tensors", sec_tensors, {0}}, {"ops", sec_ops, {0}},           {"shards", sec_shards, {0}},
+    {"arenas", sec_arenas, {0}},   {"buffers", sec_buffers, {0}},   {"operands", sec_operands, {4, {4, 1, 8, 8}}},
+    {"schedule", sec_schedule, {11, {1, 1, 4, 4, 4, 4, 4, 4, 4, 8, 8}}}, {"deps", sec_deps, {1, {4}}},
+    {"kernels", sec_kernels, {0}}, {"launches", sec_launches, {0}}, {"launch_args", sec_launch_args, {0}},
+    {"op_code", sec_op_code, {0}}, {"tile_code", sec_tile_code, {0}}, {"hf", sec_hf, {0}}, {"gemms", sec_gemms, {0}},
 };
 /* The format this file writes and reads. Version 2 added the launches,
  * launch_args, op_code and tile_code sections; version 3 six float and six
  * integer attributes per op and the hf section; version 4 the gemms
  * section (a version-3 file is read as one without GEMM descriptors: its
- * GEMMs run their launches). An older plan is refused with the version
- * message, not as a corrupt file. */
+ * GEMMs run their launches); version 5 packed sections (plan_pack.h: a
+ * section header's second word is 1 where the payload is packed). An older
+ * plan is refused with the version message, not as a corrupt file. */
+enum { SECTION_RAW = 0, SECTION_PACKED = 1 };
 enum { FORMAT_VERSION = PLAN_VERSION };
 enum { NSECTIONS = sizeof sections / sizeof sections[0], NSECTIONS_V3 = NSECTIONS - 1, HEADER_BYTES = 24, SECHDR_BYTES = 24 };
 
@@ -666,8 +670,26 @@ bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t er
         sections[s].codec(&c, (Plan *)p); /* writing only reads *p */
         if (c.oom) break;
         size_t plen = c.len - at - SECHDR_BYTES;
+        uint32_t form = SECTION_RAW;
+        if (plen >= PLAN_PACK_MIN) {
+            uint8_t *pk;
+            size_t pklen;
+            const char *why;
+            if (!plan_pack(c.buf + at + SECHDR_BYTES, plen, &sections[s].pack, &pk, &pklen, &why)) {
+                c.oom = true;
+                break;
+            }
+            if (pklen < plen) { /* the packed payload replaces the raw one */
+                c.len = at + SECHDR_BYTES;
+                put(&c, pk, pklen);
+                plen = pklen;
+                form = SECTION_PACKED;
+            }
+            free(pk);
+            if (c.oom) break;
+        }
         put_le(c.buf + at, (uint64_t)s, 4);
-        put_le(c.buf + at + 4, 0, 4);
+        put_le(c.buf + at + 4, form, 4);
         put_le(c.buf + at + 8, plen, 8);
         put_le(c.buf + at + 16, plan_fnv1a64(c.buf + at + SECHDR_BYTES, plen), 8);
     }
@@ -831,7 +853,7 @@ Plan *plan_decode(const uint8_t *buf, size_t len, const char *name, char *err, s
         }
         uint32_t id = (uint32_t)get_le(buf + pos, 4), pad = (uint32_t)get_le(buf + pos + 4, 4);
         uint64_t plen = get_le(buf + pos + 8, 8), sum = get_le(buf + pos + 16, 8);
-        if (id != (uint32_t)s || pad != 0) {
+        if (id != (uint32_t)s || pad > (ver >= 5 ? SECTION_PACKED : SECTION_RAW)) {
             errf(err, errlen, "%s: expected section '%s', found id %u (file corrupt?)", name, sections[s].name, id);
             goto fail;
         }
@@ -844,8 +866,16 @@ Plan *plan_decode(const uint8_t *buf, size_t len, const char *name, char *err, s
             errf(err, errlen, "%s: section '%s' checksum mismatch (file corrupt?)", name, sections[s].name);
             goto fail;
         }
-        Codec c = {.reading = true, .in = buf + pos, .inlen = (size_t)plen, .arena = &p->arena};
+        uint8_t *raw = NULL;
+        size_t rawlen = (size_t)plen;
+        const char *why = NULL;
+        if (pad == SECTION_PACKED && !plan_unpack(buf + pos, (size_t)plen, &sections[s].pack, &raw, &rawlen, &why)) {
+            errf(err, errlen, "%s: section '%s' malformed: %s", name, sections[s].name, why);
+            goto fail;
+        }
+        Codec c = {.reading = true, .in = raw ? raw : buf + pos, .inlen = rawlen, .arena = &p->arena};
         sections[s].codec(&c, p);
+        free(raw);
         if (c.bad || c.pos != c.inlen) {
             errf(err, errlen, "%s: section '%s' malformed: %s", name, sections[s].name,
                  c.bad ? c.why : "trailing bytes");

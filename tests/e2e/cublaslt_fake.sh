@@ -45,21 +45,45 @@ if grep -q "^$ng gemms: $ng through cuBLASLt when zinfrun has it (else their lau
   echo "ok   zinfdump --kernels: $ng gemms, each with its cuBLASLt descriptor"
 else echo "FAIL zinfdump's gemm lines ($ng zk_gemm launches)"; grep -A3 "gemms" "$W/k" | head -5; fail=1; fi
 
-# the same file as format version 3: no gemms section (the last), header patched
+# the same file as format version 3: no gemms section (the last), header patched,
+# packed sections unpacked
 python3 - "$W/m.plan" "$W/v3.plan" <<'PY' || { echo "FAIL writing the version-3 plan"; fail=1; }
-import struct, sys
+import struct, sys, zlib
 b = open(sys.argv[1], "rb").read()
 def fnv(d):
     h = 0xcbf29ce484222325
     for x in d: h = ((h ^ x) * 0x100000001b3) & 0xffffffffffffffff
     return h
+# format 5 packs big sections (docs/plan-format.md): a u64 length, a deflate
+# stream; the operands, schedule and deps tables stored as columns of
+# differences. Version 3 has only raw sections: unpack them.
+widths = {8: [4, 1, 8, 8], 9: [1, 1, 4, 4, 4, 4, 4, 4, 4, 8, 8], 10: [4]}
+def unpack(sid, d):
+    raw = zlib.decompress(d[8:])
+    assert len(raw) == struct.unpack_from("<Q", d, 0)[0]
+    w = widths.get(sid)
+    if not w or len(raw) < 4: return raw
+    n = struct.unpack_from("<I", raw, 0)[0]; rec = sum(w)
+    if (len(raw) - 4) != n * rec: return raw
+    out = bytearray(raw[:4] + bytes(n * rec)); col = 4; off = 0
+    for fw in w:
+        prev = 0; mask = (1 << (8 * fw)) - 1
+        for i in range(n):
+            prev = (prev + int.from_bytes(raw[col + i * fw: col + (i + 1) * fw], "little")) & mask
+            out[4 + i * rec + off: 4 + i * rec + off + fw] = prev.to_bytes(fw, "little")
+        col += n * fw; off += fw
+    return bytes(out)
 ver, nsec = struct.unpack_from("<II", b, 8)
-assert (ver, nsec) == (4, 18), (ver, nsec)
-pos = 24
+assert (ver, nsec) == (5, 18), (ver, nsec)
+pos, body = 24, b""
 for s in range(17):
-    pos += 24 + struct.unpack_from("<Q", b, pos + 8)[0]
+    sid, form, plen = struct.unpack_from("<IIQ", b, pos)
+    d = b[pos + 24: pos + 24 + plen]
+    if form == 1: d = unpack(sid, d)
+    body += struct.pack("<IIQQ", sid, 0, len(d), fnv(d)) + d
+    pos += 24 + plen
 hdr = bytearray(b[:24]); struct.pack_into("<II", hdr, 8, 3, 17); struct.pack_into("<Q", hdr, 16, fnv(hdr[:16]))
-open(sys.argv[2], "wb").write(bytes(hdr) + b[24:pos])
+open(sys.argv[2], "wb").write(bytes(hdr) + body)
 PY
 
 "$B/bin/zinfrun" "$W/m.plan" --data "$W/train.bin" --backend host --steps $STEPS --losses "$W/host" --quiet > "$W/host.out" 2>&1 ||

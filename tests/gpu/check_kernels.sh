@@ -39,10 +39,12 @@ bloblibs=""
 if [ "${ZINF_CBLAS_SHIM:-0}" != 1 ] && printf '#include <cblas.h>\nint main(void){return 0;}\n' | $CC -x c - -o "$OUTD/cblas_probe" -lopenblas >/dev/null 2>&1; then
     blas=""; blasinc=""; bloblibs="-lopenblas"
 fi
+# plan files' packed sections need zlib; without its header plan_pack.c builds without it
+printf '#include <zlib.h>\nint main(void){return zlibVersion() == 0;}\n' | $CC -x c - -o "$OUTD/zlib_probe" -lz >/dev/null 2>&1 && bloblibs="$bloblibs -lz"
 omp="-fopenmp"
 printf 'int main(void){return 0;}\n' | $CC -x c - -fopenmp -o "$OUTD/omp_probe" >/dev/null 2>&1 || omp=""
 harness="tests/gpu/check_kernels.c tests/gpu/check_lt.c tests/gpu/emu.c tests/gpu/emu_wrap.c $blas"
-lib="runtime/cublaslt.c runtime/plan/errorf.c runtime/plan/plan.c runtime/plan/arena.c runtime/plan/vocab.c runtime/plan/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/autodiff.c $(ls compiler/cuda_gen*.c) compiler/nvrtc.c $(ls runtime/hostk*.c)"
+lib="runtime/cublaslt.c runtime/plan/errorf.c runtime/plan/plan.c runtime/plan/plan_pack.c runtime/plan/arena.c runtime/plan/vocab.c runtime/plan/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/autodiff.c $(ls compiler/cuda_gen*.c) compiler/nvrtc.c $(ls runtime/hostk*.c)"
 cflags="-std=c11 -D_GNU_SOURCE -O2 -g $omp -Wall -Wextra -Werror -Wno-unknown-pragmas -Ilang -Icompiler -Iruntime -Iruntime/plan -I$BUILD/gen -I$CUDA/include $blasinc"
 ROOT=$(pwd)
 # shellcheck disable=SC2086

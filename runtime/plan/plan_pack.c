@@ -1,0 +1,177 @@
+/* plan_pack: columns of field differences, then deflate (plan_pack.h).
+ * The Makefile always has zlib; a build of the plan layer elsewhere without
+ * its header (tests/gpu/check_kernels.sh on a bare GPU machine) writes
+ * plans unpacked and refuses packed sections, saying why. */
+#include "plan_pack.h"
+#include <stdlib.h>
+#include <string.h>
+#if defined(__has_include) && !defined(PLAN_PACK_NO_ZLIB)
+#if __has_include(<zlib.h>)
+#define PLAN_PACK_ZLIB 1
+#include <zlib.h>
+#endif
+#endif
+
+#ifndef PLAN_PACK_ZLIB
+bool plan_pack(const uint8_t *raw, size_t len, const PlanPackLayout *l, uint8_t **out, size_t *outlen, const char **why) {
+    (void)raw, (void)l, (void)why;
+    *out = malloc(1); /* no smaller than the raw payload: the writer keeps that */
+    *outlen = len;
+    return *out != NULL || (*why = "out of memory", false);
+}
+
+bool plan_unpack(const uint8_t *in, size_t len, const PlanPackLayout *l, uint8_t **raw, size_t *rawlen, const char **why) {
+    (void)in, (void)len, (void)l, (void)rawlen;
+    *raw = NULL;
+    *why = "a packed section, and this build has no zlib (rebuild with zlib, or compile the model with this build, which writes plans unpacked)";
+    return false;
+}
+#else
+static uint64_t get_le(const uint8_t *b, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--) v = v << 8 | b[i];
+    return v;
+}
+
+static void put_le(uint8_t *b, uint64_t v, int n) {
+    for (int i = 0; i < n; i++) b[i] = (uint8_t)(v >> (8 * i));
+}
+
+static size_t record_bytes(const PlanPackLayout *l) {
+    size_t r = 0;
+    for (int f = 0; l && f < l->nfields; f++) r += l->width[f];
+    return r;
+}
+
+/* Whether raw is a u32 count and exactly that many records of l. */
+static bool is_table(const uint8_t *raw, size_t len, const PlanPackLayout *l, uint64_t *count) {
+    size_t rec = record_bytes(l);
+    if (!rec || len < 4) return false;
+    *count = get_le(raw, 4);
+    return (len - 4) % rec == 0 && (len - 4) / rec == *count;
+}
+
+/* Rows to columns, each value minus the row before's (mod 2^(8 width)), or back. */
+static void columns(const uint8_t *in, uint8_t *out, uint64_t n, const PlanPackLayout *l, bool forward) {
+    size_t rec = record_bytes(l), off = 0;
+    memcpy(out, in, 4);
+    const uint8_t *col_base = forward ? out + 4 : in + 4;
+    for (int f = 0; f < l->nfields; f++) {
+        int w = l->width[f];
+        uint64_t mask = w == 8 ? UINT64_MAX : ((uint64_t)1 << (8 * w)) - 1, prev = 0;
+        const uint8_t *col = col_base + off * n; /* columns are stored one after another */
+        for (uint64_t i = 0; i < n; i++) {
+            if (forward) {
+                uint64_t v = get_le(in + 4 + i * rec + off, w);
+                put_le(out + 4 + off * n + i * (uint64_t)w, (v - prev) & mask, w);
+                prev = v;
+            } else {
+                uint64_t v = (get_le(col + i * (uint64_t)w, w) + prev) & mask;
+                put_le(out + 4 + i * rec + off, v, w);
+                prev = v;
+            }
+        }
+        off += (size_t)w;
+    }
+}
+
+bool plan_pack(const uint8_t *raw, size_t len, const PlanPackLayout *l, uint8_t **out, size_t *outlen, const char **why) {
+    *out = NULL;
+    uint64_t n;
+    uint8_t *cols = NULL;
+    const uint8_t *src = raw;
+    if (is_table(raw, len, l, &n)) {
+        if (!(cols = malloc(len ? len : 1))) return *why = "out of memory packing a section", false;
+        columns(raw, cols, n, l, true);
+        src = cols;
+    }
+    uLong bound = compressBound((uLong)len);
+    uint8_t *buf = malloc(8 + (size_t)bound);
+    if (!buf) {
+        free(cols);
+        return *why = "out of memory packing a section", false;
+    }
+    put_le(buf, (uint64_t)len, 8);
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    /* level 1: the differences are runs already; a higher level costs
+     * seconds on a 300 MB schedule for a few percent */
+    bool ok = deflateInit(&z, 1) == Z_OK;
+    if (ok) {
+        z.next_in = (Bytef *)src;
+        z.next_out = buf + 8;
+        z.avail_out = (uInt)0;
+        size_t in_left = len, out_left = (size_t)bound;
+        int rc = Z_OK;
+        while (rc == Z_OK) {
+            uInt ic = in_left > UINT32_MAX ? UINT32_MAX : (uInt)in_left, oc = out_left > UINT32_MAX ? UINT32_MAX : (uInt)out_left;
+            z.avail_in = ic;
+            z.avail_out = oc;
+            rc = deflate(&z, in_left == ic ? Z_FINISH : Z_NO_FLUSH);
+            in_left -= ic - z.avail_in;
+            out_left -= oc - z.avail_out;
+            if (rc == Z_BUF_ERROR && !out_left) break;
+        }
+        ok = rc == Z_STREAM_END;
+        *outlen = 8 + (size_t)z.total_out;
+        deflateEnd(&z);
+    }
+    free(cols);
+    if (!ok) {
+        free(buf);
+        return *why = "deflate failed packing a section", false;
+    }
+    *out = buf;
+    return true;
+}
+
+bool plan_unpack(const uint8_t *in, size_t len, const PlanPackLayout *l, uint8_t **raw, size_t *rawlen, const char **why) {
+    *raw = NULL;
+    if (len < 8) return *why = "a packed section shorter than its length field", false;
+    uint64_t n = get_le(in, 8);
+    if (n > (uint64_t)1 << 40 || n / PLAN_PACK_MAX_RATIO > len) return *why = "a packed section's unpacked length is implausible", false;
+    uint8_t *buf = malloc(n ? (size_t)n : 1);
+    if (!buf) return *why = "out of memory unpacking a section", false;
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    bool ok = inflateInit(&z) == Z_OK;
+    if (!ok) {
+        free(buf);
+        return *why = "out of memory unpacking a section", false;
+    }
+    size_t in_left = len - 8, out_left = (size_t)n;
+    z.next_in = (Bytef *)(in + 8);
+    z.next_out = buf;
+    int rc = Z_OK;
+    while (rc == Z_OK) {
+        uInt ic = in_left > UINT32_MAX ? UINT32_MAX : (uInt)in_left, oc = out_left > UINT32_MAX ? UINT32_MAX : (uInt)out_left;
+        z.avail_in = ic;
+        z.avail_out = oc;
+        rc = inflate(&z, Z_NO_FLUSH);
+        in_left -= ic - z.avail_in;
+        out_left -= oc - z.avail_out;
+        if (rc == Z_OK && ic == z.avail_in && oc == z.avail_out) rc = Z_BUF_ERROR; /* no progress: truncated */
+    }
+    inflateEnd(&z);
+    ok = rc == Z_STREAM_END && !in_left && !out_left;
+    if (!ok) {
+        free(buf);
+        return *why = rc == Z_STREAM_END ? "a packed section's length does not match its stream" : "a packed section's stream is corrupt",
+               false;
+    }
+    uint64_t count;
+    if (record_bytes(l) && is_table(buf, (size_t)n, l, &count)) {
+        uint8_t *rows = malloc(n ? (size_t)n : 1);
+        if (!rows) {
+            free(buf);
+            return *why = "out of memory unpacking a section", false;
+        }
+        columns(buf, rows, count, l, false);
+        free(buf);
+        buf = rows;
+    }
+    *raw = buf;
+    *rawlen = (size_t)n;
+    return true;
+}
+#endif
