@@ -139,6 +139,20 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
     r->ws = calloc(p->nops ? p->nops : 1, sizeof *r->ws);
     r->ws_bytes = calloc(p->nops ? p->nops : 1, sizeof *r->ws_bytes);
     if (!r->ws || !r->ws_bytes) { rt_fail(err, n, "out of memory"); goto bad; }
+    /* how far into each buffer any instruction reaches: past it, a buffer's
+     * last block is its rounding, which NVMe transfers may take (exec_host.c) */
+    r->buf_reach = calloc(p->nbuffers ? p->nbuffers : 1, sizeof *r->buf_reach);
+    if (!r->buf_reach) { rt_fail(err, n, "out of memory"); goto bad; }
+    for (uint32_t k = 0; k < p->noperands; k++) {
+        const PlanOperand *o = &p->operands[k];
+        if (o->buffer >= 0 && (uint32_t)o->buffer < p->nbuffers && o->offset + o->bytes > r->buf_reach[o->buffer])
+            r->buf_reach[o->buffer] = o->offset + o->bytes;
+    }
+    for (uint32_t k = 0; k < p->nshards; k++) { /* a home is read and written whole too (init, checkpoints) */
+        const PlanShard *sh = &p->shards[k];
+        if (sh->buffer >= 0 && (uint32_t)sh->buffer < p->nbuffers && sh->bytes > r->buf_reach[sh->buffer])
+            r->buf_reach[sh->buffer] = sh->bytes;
+    }
     if (r->be->create(r, err, n)) goto bad;
     if (p->arenas[ARENA_NVME].size) {
         const char *dirs[16];
@@ -181,6 +195,7 @@ void rt_destroy(Rt *r) {
         for (uint32_t k = 0; k < r->p->nops; k++) free(r->ws[k]);
     free(r->ws);
     free(r->ws_bytes);
+    free(r->buf_reach);
     for (int q = 0; q < PLAN_NQUEUES; q++) {
         free(r->table[q]);
         free(r->scratch[q]);

@@ -425,19 +425,21 @@ static int exec_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
 
 /* ---- NVMe transfers ---- */
 
-/* Whether operand o, which ends its buffer, may be taken to the end of its
- * last block: the buffer starts on a block and its arena aligns every
- * buffer to blocks, so the rest of that block is nobody's. */
+/* Whether operand o may be taken to the end of its last block: the buffer
+ * starts on a block and its arena aligns every buffer to blocks, and no
+ * operand of the plan addresses this buffer past o's end, so the rest of
+ * that block is the buffer's rounding (the planner rounds buffers off the
+ * GPU to whole blocks) or no buffer's at all. */
 static bool widenable(const Rt *r, const PlanOperand *o) {
     const PlanBuffer *b = &r->p->buffers[o->buffer];
     const PlanArena *a = &r->p->arenas[b->arena];
-    return o->offset + o->bytes == b->bytes && b->offset % NVME_ALIGN == 0 && a->align && a->align % NVME_ALIGN == 0 &&
-           (b->arena == ARENA_NVME || (r->arena[b->arena] && b->arena != ARENA_GPU));
+    return o->offset + o->bytes == r->buf_reach[o->buffer] && b->offset % NVME_ALIGN == 0 && a->align &&
+           a->align % NVME_ALIGN == 0 && (b->arena == ARENA_NVME || (r->arena[b->arena] && b->arena != ARENA_GPU));
 }
 
-/* An NVME_READ or NVME_WRITE as one rtio transfer. A transfer of a buffer
- * whose size is not whole blocks (a 512-byte bias shard) is widened to its
- * last block on both sides when that is nobody else's memory: O_DIRECT
+/* An NVME_READ or NVME_WRITE as one rtio transfer. A transfer that is not
+ * whole blocks (a 512-byte bias shard) is widened to its last block on
+ * both sides when the rest of that block is nobody's data: O_DIRECT
  * then takes it as it is, where otherwise a read would go through the
  * bounce buffer and a write would read the block first. */
 static void nvme_req(const Rt *r, const PlanInstr *in, RtioReq *q) {

@@ -53,6 +53,7 @@ struct Rt {
     RtEvalEvent *evals;     /* for --trace */
     int neval, eval_cap;
     RtCuda *cu;             /* the CUDA backend's state (runtime/exec_cuda.c), NULL on the host backend */
+    uint64_t *buf_reach;    /* per buffer: the furthest byte any operand of the plan addresses */
 };
 
 /* Formats into err; returns -1 (the executor's error convention). */

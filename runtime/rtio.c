@@ -5,7 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { STRIPE = 1u << 20, BOUNCE = 4u << 20 };
+/* PIECE: a batch's requests go to the engine in pieces of at most this
+ * (a multiple of NVME_ALIGN), so that one large merged request still
+ * keeps several queue slots busy (bench_nvme on this VM's virtio disk,
+ * queue depth 8: reads of 1 MiB 962 MB/s, of 128 KiB 1669 MB/s). */
+enum { STRIPE = 1u << 20, BOUNCE = 4u << 20, PIECE = 128u << 10 };
 
 static int fail_nvme(const NvmeError *ne, char *err, size_t n) {
     char b[1024];
@@ -156,9 +160,13 @@ int rtio_xfer_batch(RtIo *io, const RtioReq *reqs, int n, char *err, size_t errl
         while (k + 1 < n && reqs[k + 1].write == q.write && reqs[k + 1].bytes && reqs[k + 1].off == q.off + q.bytes &&
                (uint8_t *)reqs[k + 1].buf == (uint8_t *)q.buf + q.bytes && aligned(reqs[k + 1].off, reqs[k + 1].bytes, reqs[k + 1].buf))
             q.bytes += reqs[++k].bytes;
+        /* in pieces, so that one large request keeps several of the device's queue slots busy */
         uint32_t tag = (uint32_t)k + 1;
-        st = q.write ? nvme_submit_write(&io->e, q.off, q.bytes, q.buf, tag, &ne)
-                     : nvme_submit_read(&io->e, q.off, q.bytes, q.buf, tag, &ne);
+        for (uint64_t at = 0; at < q.bytes && st == NVME_OK; at += PIECE) {
+            uint64_t len = q.bytes - at < PIECE ? q.bytes - at : PIECE;
+            st = q.write ? nvme_submit_write(&io->e, q.off + at, len, (uint8_t *)q.buf + at, tag, &ne)
+                         : nvme_submit_read(&io->e, q.off + at, len, (uint8_t *)q.buf + at, tag, &ne);
+        }
     }
     /* wait for what was queued even after a refusal, so no buffer is left in flight */
     NvmeError we;
