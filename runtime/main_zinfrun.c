@@ -798,10 +798,12 @@ static void print_summary(const Run *u) {
     bool waited = false;
     for (int q = 0; q < PLAN_NQUEUES; q++) waited |= rt_wait_seconds(u->r, q) > 0;
     if (waited) { /* a collective's time until every rank arrived, an NVMe transfer's beside its batch: not busy */
-        printf("waiting per step inside instructions, not in busy (comm, cpu: for other ranks; nvme: in flight beside its batch):");
+        printf("waiting per step inside instructions, not in busy:");
         for (int q = 0; q < PLAN_NQUEUES; q++)
-            if (rt_wait_seconds(u->r, q) > 0) printf(" %s %.1f", plan_queue_names[q], rt_wait_seconds(u->r, q) / (double)ran * 1e3);
-        printf(" ms\n");
+            if (rt_wait_seconds(u->r, q) > 0)
+                printf(" %s %.1f ms (%s)", plan_queue_names[q], rt_wait_seconds(u->r, q) / (double)ran * 1e3,
+                       q == Q_NVME ? "in flight beside the rest of a batch, summed over its transfers" : "for other ranks");
+        printf("\n");
     }
     double sec = u->time_sum / (double)ran, flops = rt_step_flops(u->r, u->accum);
     printf("compute: %.2f TFLOP/s per rank achieved (the plan's %.3g kernel FLOPs per step / measured time)\n",

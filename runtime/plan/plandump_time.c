@@ -86,10 +86,12 @@ bool plandump_compare(const Plan *p, const Timeline *pred, const Timeline *meas,
     bool waited = false;
     for (int q = 0; q < PLAN_NQUEUES; q++) waited |= queues[q].wait > 0;
     if (waited) {
-        fprintf(out, "  measured waiting inside instructions, not counted as busy (comm, cpu: for other ranks; nvme: in flight beside its batch):");
+        fprintf(out, "  measured waiting inside instructions, not counted as busy:");
         for (int q = 0, first = 1; q < PLAN_NQUEUES; q++)
             if (queues[q].wait > 0) {
-                fprintf(out, "%s %s %.3f ms", first ? "" : ",", queues[q].name, queues[q].wait * 1e3);
+                bool batch = !strcmp(queues[q].name, "nvme"); /* the nvme queue's waiting is time in flight in a batch */
+                fprintf(out, "%s %s %.3f ms (%s)", first ? "" : ",", queues[q].name, queues[q].wait * 1e3,
+                        batch ? "in flight beside the rest of a batch, summed over its transfers" : "for other ranks");
                 first = 0;
             }
         fprintf(out, "\n");
