@@ -57,7 +57,8 @@ static void usage(FILE *f) {
             "  --export FILE          after training, write the parameters as one safetensors file\n"
             "  --init PATH            start from Hugging Face weights: a model directory (model.safetensors, or\n"
             "                         the shards of model.safetensors.index.json) or one .safetensors file;\n"
-            "                         the plan's hf mapping says which tensors make each parameter\n"
+            "                         the plan's hf mapping says which tensors make each parameter. Also the\n"
+            "                         file of --export (the plan's own names; any plan of the same model)\n"
             "  --export-hf DIR        after training, write DIR (config.json, model*.safetensors) for\n"
             "                         transformers' from_pretrained; DIR must be new or empty. With --steps 0\n"
             "                         (and --resume or --init) it exports without training\n"
@@ -441,9 +442,10 @@ static int import_hf(Rt *r, const Opts *o, const HfioOptions *ho, bool lead, cha
                 rep.nunused == 1 ? "" : "s", o->init, rep.nunused == 1 ? "s" : "", rep.nunused == 1 ? "is" : "are", rep.unused);
     if (o->quiet) return 0;
     char b1[32];
-    printf("init: %d parameters from %d tensors of %s (%d file%s; rank 0 read %s) in %.2f s; peak RSS %.1f MiB (%.1f before the import)\n",
-           rep.params, rep.tensors, o->init, rep.files, rep.files == 1 ? "" : "s", plan_bytes_str(rep.bytes, b1, sizeof b1),
-           now_s() - t0, peak_rss_mib(), rss0);
+    printf("init: %d parameters from %d tensors of %s (%d file%s%s; rank 0 read %s) in %.2f s; peak RSS %.1f MiB (%.1f before the import)\n",
+           rep.params, rep.tensors, o->init, rep.files, rep.files == 1 ? "" : "s",
+           rep.own_names ? ", zinfrun --export: the plan's own names" : "", plan_bytes_str(rep.bytes, b1, sizeof b1), now_s() - t0,
+           peak_rss_mib(), rss0);
     if (rep.params_kept)
         printf("init: %d parameter%s with no Hugging Face tensor keep%s the seeded initialisation\n", rep.params_kept,
                rep.params_kept == 1 ? "" : "s", rep.params_kept == 1 ? "s" : "");
@@ -650,7 +652,8 @@ static int run_start(Run *u, char *err, size_t n) {
     RtOptions ro = {.backend = u->backend, .nvme_dir = o->nvme, .queue_depth = 32, .trace = o->trace != NULL};
     /* Hugging Face weights: the mapping and the target checked before anything is allocated or trained */
     char m[4096];
-    if ((o->init || o->export_hf) && hfio_check_plan(p, m, sizeof m)) return snprintf(err, n, "%s: %s", o->plan, m), -1;
+    /* --init may also read --export's file, which needs no mapping: hfio_import says which */
+    if (o->export_hf && hfio_check_plan(p, m, sizeof m)) return snprintf(err, n, "%s: %s", o->plan, m), -1;
     if (o->export_hf && export_dir_ok(o, u->lead, err, n)) return -1;
     u->r = rt_create(p, &C, &ro, err, n);
     if (!u->r) return -1;
@@ -843,6 +846,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "zinfrun: %s\n", comm_last_error(&C));
         return 1;
     }
+    hk_threads_local_ranks(C.local_size); /* before any kernel: the team is cores / ranks on this node */
     /* Under mpirun stdout is often a pseudo-terminal shared by every rank: plain lines then. */
     u.lead = C.rank == 0;
     u.tty = isatty(1) && C.size == 1 && !getenv("ZINF_PLAIN");
