@@ -780,6 +780,31 @@ static int finish(Run *u, char *err, size_t n) {
     return 0;
 }
 
+/* Which queue's divergence from the prediction matters most: the one whose
+ * measured busy time differs most (in ms) from its predicted one, and
+ * whether it is the busiest queue (what the step follows), so that a
+ * person knows where to look first (zinfdump --compare has the rest). */
+static void print_divergence(const Run *u, int64_t ran) {
+    int worst = -1, busiest = 0;
+    double m[PLAN_NQUEUES], pr[PLAN_NQUEUES], step = u->time_sum / (double)ran * 1e3;
+    for (int q = 0; q < PLAN_NQUEUES; q++) {
+        m[q] = rt_busy_seconds(u->r, q) / (double)ran * 1e3;
+        pr[q] = u->cr.busy[q] * u->accum * 1e3;
+        if (worst < 0 || fabs(m[q] - pr[q]) > fabs(m[worst] - pr[worst])) worst = q;
+        if (m[q] > m[busiest]) busiest = q;
+    }
+    double d = fabs(m[worst] - pr[worst]);
+    if (d < 0.05 * step || d < 0.1) {
+        printf("divergence: every queue's busy time is within %.1f ms of its prediction (5%% of the step)\n", d);
+        return;
+    }
+    printf("divergence: %s is the queue to look at: %.1f ms measured against %.1f predicted (%.2fx), the largest difference; %s",
+           plan_queue_names[worst], m[worst], pr[worst], pr[worst] > 0 ? m[worst] / pr[worst] : 0.0,
+           worst == busiest ? "it is the busiest queue, so the step follows it" : "the busiest queue is ");
+    if (worst != busiest) printf("%s (%.1f ms)", plan_queue_names[busiest], m[busiest]);
+    printf(" (zinfdump PLAN --compare with a --trace of this run shows which instructions)\n");
+}
+
 /* The end-of-run lines (rank 0). */
 static void print_summary(const Run *u) {
     const Plan *p = u->p;
@@ -798,6 +823,7 @@ static void print_summary(const Run *u) {
         printf(" %s %.1f (%.1f)", plan_queue_names[q], rt_busy_seconds(u->r, q) / (double)ran * 1e3,
                u->have_cost ? u->cr.busy[q] * u->accum * 1e3 : 0.0);
     printf(" ms\n");
+    if (u->have_cost) print_divergence(u, ran);
     bool waited = false;
     for (int q = 0; q < PLAN_NQUEUES; q++) waited |= rt_wait_seconds(u->r, q) > 0;
     if (waited) { /* a collective's time until every rank arrived, an NVMe transfer's beside its batch: not busy */

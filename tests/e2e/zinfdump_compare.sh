@@ -21,6 +21,16 @@ sed -e 's/ranks = 4/ranks = 2/' -e 's/target host {/target host2 {/' examples/ta
 timeout 120 mpirun -np 2 --oversubscribe "$B/bin/zinfrun" "$W/m.plan" --data "$W/train.bin" --steps 2 --nvme "$W" --quiet \
     --trace "$W/run.json" < /dev/null > "$W/out" 2>&1 || { echo "FAIL: zinfrun"; cat "$W/out"; exit 1; }
 
+# zinfrun's summary names the queue whose busy time is furthest from its
+# prediction: recomputed here from its own "queue busy per step" line
+want=$(awk '/^queue busy per step/ { best = -1
+  for (i = 7; i + 2 < NF; i += 3) { m = $(i + 1); p = $(i + 2); gsub(/[()]/, "", p); d = m - p; if (d < 0) d = -d
+    if (d > best) { best = d; q = $i } }
+  print q }' "$W/out")
+if grep -q "^divergence: $want is the queue to look at: [0-9.]* ms measured against [0-9.]* predicted ([0-9.]*x), the largest difference; " "$W/out" ||
+   grep -q "^divergence: every queue's busy time is within " "$W/out"; then echo "ok   zinfrun's summary names the queue to look at ($want)"
+else say "zinfrun's divergence line (want $want)"; grep -E "^(queue busy|divergence)" "$W/out"; fi
+
 # the table: every queue and a kernel class with a ratio, both critical paths
 "$D" "$W/m.plan" --compare "$W/run.json" > "$W/cmp" 2> "$W/err" || { say "--compare: exit $?"; cat "$W/err"; }
 grep -q "^compare: gpt_micro on host2, 2 ranks: the cost model against $W/run.json (rank 0), \([0-9]*\) of \1 instructions measured$" "$W/cmp" \
