@@ -75,8 +75,8 @@ typedef struct TrainConfig {
     /* AdamW */
     double lr, beta1, beta2, eps, weight_decay;
     int64_t warmup_steps;    /* linear warmup from 0 */
-    double min_lr;           /* cosine decay from lr to min_lr over steps; min_lr = lr: constant */
-    bool cosine;
+    double min_lr;           /* the schedule's end: from lr to min_lr over steps (LrSchedule) */
+    uint8_t schedule;        /* LrSchedule */
     double grad_clip;        /* global-norm clipping; 0 = off */
     double loss_scale;       /* f16: initial dynamic loss scale; else 1 */
     int64_t checkpoint_every;/* activation checkpoint every N repeat instances; 0 = none */

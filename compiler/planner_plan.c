@@ -18,7 +18,7 @@ static void plan_header(const B *b, Plan *p) {
     for (int i = 0; i < b->t->nvme_npaths; i++) p->target.nvme_paths[i] = arena_strdup(pa, b->t->nvme_paths[i]);
     const TrainConfig *tc = &g->train;
     p->train = (PlanTrain){tc->micro_batch, tc->steps, tc->warmup_steps, tc->checkpoint_every, tc->grad_accum > 0 ? tc->grad_accum : 1,
-                           tc->seed, (uint8_t)tc->dtype, tc->cosine, tc->lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay,
+                           tc->seed, (uint8_t)tc->dtype, tc->schedule, tc->lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay,
                            tc->min_lr, tc->grad_clip, tc->loss_scale};
     p->ranks = b->R;
     p->loss = g->loss;

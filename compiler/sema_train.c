@@ -126,7 +126,7 @@ static void train_defaults(TrainConfig *t) {
     t->weight_decay = 0.0;
     t->warmup_steps = 0;
     t->min_lr = -1;
-    t->cosine = false;
+    t->schedule = LR_CONSTANT;
     t->grad_clip = 1.0;
     t->loss_scale = -1;
     t->checkpoint_every = 1;
@@ -177,7 +177,7 @@ static bool read_num_setting(Sema *s, const Setting *st, TrainConfig *t, bool sc
     } else if (strcmp(k, "min_lr") == 0) {
         if (setting_num(s, st, 0, false, &fv)) {
             t->min_lr = fv;
-            if (!schedule_set) t->cosine = true;
+            if (!schedule_set) t->schedule = LR_COSINE;
         }
     } else if (strcmp(k, "grad_clip") == 0) {
         if (setting_num(s, st, 0, false, &fv)) t->grad_clip = fv;
@@ -229,9 +229,11 @@ static bool read_word_setting(Sema *s, const Setting *st, TrainConfig *t, bool *
         }
     } else if (strcmp(k, "schedule") == 0) {
         const char *w = setting_word(st);
-        if (w && strcmp(w, "cosine") == 0) t->cosine = true;
-        else if (w && strcmp(w, "constant") == 0) t->cosine = false;
-        else sema_error(s, st->value->span, "schedule must be cosine or constant");
+        int k = -1;
+        for (int i = 0; w && i < LR_NSCHEDULES && k < 0; i++)
+            if (strcmp(w, lr_schedule_names[i]) == 0) k = i;
+        if (k >= 0) t->schedule = (uint8_t)k;
+        else sema_error(s, st->value->span, "schedule must be cosine, linear or constant");
         *schedule_set = true;
     } else if (strcmp(k, "checkpoint") == 0) {
         read_checkpoint(s, st, t);
@@ -282,6 +284,8 @@ void sema_read_train(Sema *s) {
             unknown_setting(s, st);
     }
     sema_micro_batch(s);
-    if (t->min_lr < 0) t->min_lr = t->cosine ? t->lr * 0.1 : t->lr;
+    /* defaults: cosine ends at a tenth of lr (as before); linear at 0, as
+     * transformers' get_linear_schedule_with_warmup does */
+    if (t->min_lr < 0) t->min_lr = t->schedule == LR_COSINE ? t->lr * 0.1 : t->schedule == LR_LINEAR ? 0.0 : t->lr;
     if (t->loss_scale < 0) t->loss_scale = t->dtype == DT_F16 ? 65536.0 : 1.0;
 }

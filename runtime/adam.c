@@ -398,11 +398,12 @@ AdamStatus adam_step(const AdamParams *p, int64_t step, float *master, float *m,
 
 double adam_lr(const AdamSchedule *t, int64_t s) {
     if (t->warmup_steps > 0 && s <= t->warmup_steps) return t->lr * (double)s / (double)t->warmup_steps;
-    if (t->cosine) {
+    if (t->schedule == LR_COSINE || t->schedule == LR_LINEAR) {
         double span = (double)(t->steps - t->warmup_steps);
         if (span < 1) span = 1;
         double p = (double)(s - t->warmup_steps) / span;
         if (p > 1) p = 1;
+        if (t->schedule == LR_LINEAR) return t->min_lr + (t->lr - t->min_lr) * (1 - p);
         return t->min_lr + (t->lr - t->min_lr) * (1 + cos(M_PI * p)) / 2;
     }
     return t->lr;

@@ -35,13 +35,13 @@ typedef struct AdamParams {
 
 /* The learning-rate schedule of the train block (docs/training.md): the
  * rate of optimizer step `step` (1-based) is lr * step / warmup_steps
- * during warmup, then a cosine from lr to min_lr over the remaining steps
- * when cosine is set, else lr. Every executor (host, CUDA, the reference)
- * takes it from here. */
+ * during warmup, then (schedule, LrSchedule of vocab.h) lr, a cosine or a
+ * straight line from lr to min_lr over the remaining steps. Every executor
+ * (host, CUDA, the reference) takes it from here. */
 typedef struct AdamSchedule {
     double lr, min_lr;
     int64_t warmup_steps, steps;
-    bool cosine;
+    int schedule;
 } AdamSchedule;
 double adam_lr(const AdamSchedule *s, int64_t step);
 

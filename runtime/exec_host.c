@@ -411,7 +411,7 @@ static int exec_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
     int gt = r->p->tensors[pt].grad;
     int gdt = gt >= 0 ? r->p->tensors[gt].dtype : pdt;
     double clip = t->grad_clip > 0 ? fmin(1.0, t->grad_clip / (r->grad_norm + 1e-6)) : 1.0;
-    AdamSchedule sch = {.lr = t->lr, .warmup_steps = t->warmup_steps, .cosine = t->cosine, .min_lr = t->min_lr, .steps = t->steps};
+    AdamSchedule sch = {.lr = t->lr, .warmup_steps = t->warmup_steps, .schedule = t->schedule, .min_lr = t->min_lr, .steps = t->steps};
     AdamParams ap = {.lr = (float)adam_lr(&sch, r->step + 1), .beta1 = (float)t->beta1, .beta2 = (float)t->beta2,
                      .eps = (float)t->eps, .weight_decay = (float)t->weight_decay, .isa = ADAM_ISA_AUTO, .threads = 0};
     /* Without an fp32 master (f32 training) the parameter is the master. */

@@ -336,7 +336,7 @@ static void sec_train(Codec *c, Plan *p) {
     c_i64(c, &t->grad_accum);
     c_u64(c, &t->seed);
     c_u8(c, &t->dtype);
-    c_u8(c, &t->cosine);
+    c_u8(c, &t->schedule);
     c_f64(c, &t->lr);
     c_f64(c, &t->beta1);
     c_f64(c, &t->beta2);

@@ -88,7 +88,7 @@ typedef struct PlanTrain {
     int64_t micro_batch, steps, warmup_steps, checkpoint_every, grad_accum;
     uint64_t seed;
     uint8_t dtype;             /* DType of lang/ast.h */
-    uint8_t cosine;
+    uint8_t schedule;          /* LrSchedule */
     double lr, beta1, beta2, eps, weight_decay, min_lr, grad_clip, loss_scale;
 } PlanTrain;
 

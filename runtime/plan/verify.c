@@ -480,6 +480,7 @@ static void check_train(V *v) {
     const Plan *p = v->p;
     const PlanTrain *t = &p->train;
     if (t->micro_batch < 1) problem(v, "micro_batch is %" PRId64 ", must be at least 1", t->micro_batch);
+    if (t->schedule >= LR_NSCHEDULES) problem(v, "the learning-rate schedule is %u, not one of constant, cosine, linear", t->schedule);
     if (t->grad_accum < 1 || t->grad_accum > PLAN_MAX_ACCUM)
         problem(v, "grad_accum is %" PRId64 ", must be 1 to %d", t->grad_accum, PLAN_MAX_ACCUM);
     if (t->steps < 0 || t->steps > (INT64_MAX >> 8)) problem(v, "steps is %" PRId64 ", out of range", t->steps);

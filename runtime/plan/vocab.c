@@ -35,3 +35,5 @@ int dtype_size(DType t) {
     default: return 0;
     }
 }
+
+const char *const lr_schedule_names[LR_NSCHEDULES] = {"constant", "cosine", "linear"};

@@ -62,4 +62,11 @@ extern const char *const op_kind_names[OP_KIND_COUNT];
  * high ones kept, a smooth blend between). */
 typedef enum RopeScaling { ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3 } RopeScaling;
 
+/* The learning-rate schedule after warmup (train { schedule = ... };
+ * docs/training.md): lr throughout, a cosine or a straight line from lr to
+ * min_lr over the remaining steps. Stored as a u8 in plans (0 and 1 as the
+ * boolean "cosine" of older plans). */
+typedef enum LrSchedule { LR_CONSTANT, LR_COSINE, LR_LINEAR, LR_NSCHEDULES } LrSchedule;
+extern const char *const lr_schedule_names[LR_NSCHEDULES];
+
 #endif

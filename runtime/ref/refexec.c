@@ -101,7 +101,7 @@ void ref_free(RefExec *r) {
 }
 
 double ref_lr(const TrainConfig *t, int64_t s) {
-    AdamSchedule sch = {.lr = t->lr, .warmup_steps = t->warmup_steps, .cosine = t->cosine, .min_lr = t->min_lr, .steps = t->steps};
+    AdamSchedule sch = {.lr = t->lr, .warmup_steps = t->warmup_steps, .schedule = t->schedule, .min_lr = t->min_lr, .steps = t->steps};
     return adam_lr(&sch, s);
 }
 

@@ -9,8 +9,8 @@
  *
  * Step semantics (shared with zinfrun, docs/training.md):
  *   lr(step)  = lr * step/warmup for step < warmup (steps count from 1),
- *               then cosine from lr to min_lr over the remaining steps when
- *               cosine is set, else constant;
+ *               then constant, cosine or linear from lr to min_lr over the
+ *               remaining steps (schedule);
  *   clip      = min(1, grad_clip / (norm + 1e-6)) when grad_clip > 0;
  *   AdamW     : m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  *               p -= lr (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd p)

@@ -223,7 +223,7 @@ static void fields_of(Plan *p, Entity e, uint32_t i, Fields *fs) {
         add(fs, &t->grad_accum, K_I64, 0);
         add(fs, &t->seed, K_U64, 0);
         add(fs, &t->dtype, K_U8, PLAN_NDTYPES);
-        add(fs, &t->cosine, K_U8, 2);
+        add(fs, &t->schedule, K_U8, 2);
         add(fs, &t->lr, K_F64, 0);
         add(fs, &t->beta1, K_F64, 0);
         add(fs, &t->beta2, K_F64, 0);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "adam.h"
+#include "vocab.h"
 
 /* Per-element checks: Check records every passing assertion (a write to its
  * pipe), so element loops only call into Check on failure. */
@@ -306,6 +307,35 @@ END_TEST
 /* With lr = 0 the master is unchanged, so the parameter copy is the
  * conversion alone: sweep ties, near-ties, NaN, infinities, subnormals and
  * random bit patterns through every ISA. */
+/* The learning-rate schedules against their closed forms (docs/training.md):
+ * warmup lr*s/w, then constant, a cosine or a straight line to min_lr over
+ * the remaining steps, held at min_lr past them. */
+START_TEST(test_lr_schedules) {
+    const double lr = 3e-4, mn = 3e-5;
+    const int64_t w = 10, steps = 110;
+    for (int k = 0; k < LR_NSCHEDULES; k++) {
+        AdamSchedule sc = {.lr = lr, .min_lr = mn, .warmup_steps = w, .steps = steps, .schedule = k};
+        for (int64_t s = 1; s <= steps + 5; s++) {
+            double p = s <= w ? 0 : (double)(s - w) / (double)(steps - w), want;
+            if (p > 1) p = 1;
+            if (s <= w) want = lr * (double)s / (double)w;
+            else if (k == LR_CONSTANT) want = lr;
+            else if (k == LR_COSINE) want = mn + (lr - mn) * 0.5 * (1 + cos(M_PI * p));
+            else want = mn + (lr - mn) * (1 - p);
+            ck_assert_msg(fabs(adam_lr(&sc, s) - want) <= 1e-15, "%s step %lld: %.17g, want %.17g", lr_schedule_names[k], (long long)s,
+                          adam_lr(&sc, s), want);
+        }
+    }
+    /* the line's landmarks: lr right after warmup, halfway at the middle, min_lr at the end and after */
+    AdamSchedule lin = {.lr = 1.0, .min_lr = 0.0, .warmup_steps = 0, .steps = 100, .schedule = LR_LINEAR};
+    ck_assert(fabs(adam_lr(&lin, 50) - 0.5) < 1e-15 && adam_lr(&lin, 100) == 0.0 && adam_lr(&lin, 150) == 0.0);
+    ck_assert(fabs(adam_lr(&lin, 1) - 0.99) < 1e-15);
+    /* warmup as long as training: no division by zero after it */
+    AdamSchedule all = {.lr = 1.0, .min_lr = 0.0, .warmup_steps = 100, .steps = 100, .schedule = LR_LINEAR};
+    ck_assert(adam_lr(&all, 100) == 1.0 && adam_lr(&all, 101) == 0.0);
+}
+END_TEST
+
 START_TEST(test_conversion_sweep) {
     f16_table_init();
     int64_t n = 1 << 18;
@@ -369,6 +399,7 @@ int main(void) {
     tcase_add_test(tc, test_bad_arguments);
     tcase_add_test(tc, test_first_step_closed_form);
     tcase_add_test(tc, test_conversion_sweep);
+    tcase_add_test(tc, test_lr_schedules);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

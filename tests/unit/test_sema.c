@@ -514,7 +514,7 @@ START_TEST(train_settings) {
     ck_assert_double_eq(t->beta2, 0.99);
     ck_assert_double_eq(t->weight_decay, 0.1);
     ck_assert_int_eq(t->warmup_steps, 5);
-    ck_assert(t->cosine);
+    ck_assert_int_eq(t->schedule, LR_COSINE);
     ck_assert_double_eq(t->min_lr, 1e-4);
     ck_assert_double_eq(t->grad_clip, 0);
     ck_assert_double_eq(t->loss_scale, 65536);
@@ -541,6 +541,19 @@ START_TEST(train_settings) {
     run_free(&r);
     run_src(&r, MODEL_HEAD MODEL_TAIL "train { grad_accum = 65 }\n");
     expect_has(&r, "error: grad_accum must be at most 64 (micro-batches per step the runtime holds), got 65");
+    run_free(&r);
+    /* a fine-tune's usual schedule: a short warmup, then a straight line to 0 (transformers' default) */
+    run_src(&r, MODEL_HEAD MODEL_TAIL "train { optimizer = adam(lr = 2e-5); warmup = 3; schedule = linear }\n");
+    ck_assert_msg(r.ok, "%s", r.text);
+    ck_assert_int_eq(r.g.train.schedule, LR_LINEAR);
+    ck_assert_double_eq(r.g.train.min_lr, 0);
+    run_free(&r);
+    run_src(&r, MODEL_HEAD MODEL_TAIL "train { schedule = linear; min_lr = 1e-6 }\n");
+    ck_assert_msg(r.ok, "%s", r.text);
+    ck_assert(r.g.train.schedule == LR_LINEAR && r.g.train.min_lr == 1e-6); /* min_lr after the schedule keeps it */
+    run_free(&r);
+    run_src(&r, MODEL_HEAD MODEL_TAIL "train { schedule = step }\n");
+    expect_has(&r, "error: schedule must be cosine, linear or constant");
     run_free(&r);
 }
 END_TEST
