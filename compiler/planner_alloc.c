@@ -20,68 +20,164 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct Seg {
+/* The packing of one arena keeps what it asks about in order, so that a
+ * placement touches only the few entries it changes: the live ranges
+ * sorted by offset, each with the free bytes below it (the lowest gap that
+ * fits is the first entry whose gap is large enough); the live buffers by
+ * last use in a heap (only the dead are retired); the ranges reserved after
+ * their buffer died in the order their reservation ends; and the last
+ * occupant of every range, sorted by offset (the occupants a range
+ * overlaps lie together). A buffer of no bytes always lies at the floor
+ * and occupies nothing, so it is in none of them. */
+typedef struct Extent { /* a live buffer's range */
+    uint64_t lo, hi;
+    uint64_t gap; /* free bytes from the aligned end of the extent below (or the floor) up to lo */
+} Extent;
+
+typedef struct Dying { /* a live range by the last instruction that uses its buffer */
+    int32_t last;
+    bool hold;         /* that use is off the compute queue: reserved for a while after it */
+    uint64_t lo;
+} Dying;
+
+typedef struct Held { /* a dead range reserved until the arena has placed `until` buffers */
+    uint64_t lo;
+    int64_t until;
+} Held;
+
+typedef struct Seg { /* the last occupant of [lo, hi) */
     uint64_t lo, hi;
     int buf;
 } Seg;
-
-typedef struct Occ {          /* the last occupant of each address range */
-    Seg *s;
-    int n, cap;
-} Occ;
-
-static bool occ_place(B *b, Occ *o, uint64_t lo, uint64_t hi, int buf) {
-    /* every previous occupant of [lo, hi) must be done before buf's first use */
-    int first = b->bufs[buf].first;
-    Seg out[2];
-    int nout = 0, at = -1, w = 0;
-    for (int k = 0; k < o->n; k++) {
-        Seg sg = o->s[k];
-        if (sg.hi <= lo || sg.lo >= hi) {
-            o->s[w++] = sg;
-            continue;
-        }
-        if (at < 0) at = w;
-        const Buf *prev = &b->bufs[sg.buf];
-        for (int q = 0; q < PLAN_NQUEUES && first >= 0; q++) pl_dep_on(b, first, prev->lastq[q]);
-        if (sg.lo < lo && nout < 2) out[nout++] = (Seg){sg.lo, lo, sg.buf};
-        if (sg.hi > hi && nout < 2) out[nout++] = (Seg){hi, sg.hi, sg.buf};
-    }
-    o->n = w;
-    if (!pl_grow((void **)&o->s, &o->cap, o->n + 3, sizeof(Seg))) return false;
-    o->s[o->n++] = (Seg){lo, hi, buf};
-    for (int k = 0; k < nout; k++) o->s[o->n++] = out[k];
-    (void)at;
-    return true;
-}
-
-typedef struct Live {
-    uint64_t lo, hi;
-    int last;
-    int after;  /* buffers of the arena placed since it died (while reserved) */
-    bool hold;  /* its last use is off the compute queue: reserved for a while after it dies */
-} Live;
 
 /* how many buffers of an arena are placed before a range freed off the
  * compute queue may be reused (see the top of the file) */
 static const int reuse_delay[PLAN_NARENAS] = {[ARENA_GPU] = 4, [ARENA_PINNED] = 1};
 
-/* Each arena's packing state: the buffers live at the buffer being placed,
- * sorted by offset; the last occupant of every range; the floor above the
- * persistent homes and the high-water mark. */
+/* One arena's packing state: the structures above, the floor above the
+ * persistent homes, the high-water mark and how many buffers it placed. */
+typedef struct ArenaPack {
+    Extent *live;
+    int nlive, clive;
+    Dying *dying;
+    int ndying, cdying;
+    Held *held;
+    int held0, nheld, cheld; /* held[held0 .. nheld) are still reserved */
+    Seg *occ;
+    int nocc, cocc;
+    int64_t placed;
+    uint64_t base, top;
+} ArenaPack;
+
 typedef struct Packer {
-    Live *live[PLAN_NARENAS];
-    int nlive[PLAN_NARENAS], clive[PLAN_NARENAS];
-    Occ occ[PLAN_NARENAS];
-    uint64_t base[PLAN_NARENAS], top[PLAN_NARENAS];
-    bool delay;  /* reserve freed ranges (reuse_delay); false: pack tightly */
+    ArenaPack ar[PLAN_NARENAS];
+    bool delay; /* reserve freed ranges (reuse_delay); false: pack tightly */
 } Packer;
 
+static uint64_t align_up(uint64_t v, uint64_t al) { return (v + al - 1) / al * al; }
+
+/* the index of the live extent that starts at lo (there is one) */
+static int live_at(const ArenaPack *ap, uint64_t lo) {
+    int l = 0, h = ap->nlive - 1;
+    while (l < h) {
+        int m = l + (h - l) / 2;
+        if (ap->live[m].lo < lo) l = m + 1;
+        else h = m;
+    }
+    return l;
+}
+
+/* the extent at lo leaves; its free bytes join those of the one above */
+static void live_remove(ArenaPack *ap, uint64_t lo) {
+    int k = live_at(ap, lo);
+    Extent *s = ap->live;
+    if (k + 1 < ap->nlive) s[k + 1].gap = s[k + 1].lo - (s[k].lo - s[k].gap);
+    memmove(&s[k], &s[k + 1], sizeof(Extent) * (size_t)(ap->nlive - k - 1));
+    ap->nlive--;
+}
+
+static bool dying_push(ArenaPack *ap, Dying d) {
+    if (!pl_grow((void **)&ap->dying, &ap->cdying, ap->ndying + 1, sizeof(Dying))) return false;
+    Dying *h = ap->dying;
+    int k = ap->ndying++;
+    while (k > 0 && h[(k - 1) / 2].last > d.last) {
+        h[k] = h[(k - 1) / 2];
+        k = (k - 1) / 2;
+    }
+    h[k] = d;
+    return true;
+}
+
+static Dying dying_pop(ArenaPack *ap) {
+    Dying *h = ap->dying, top = h[0], d = h[--ap->ndying];
+    int n = ap->ndying, k = 0;
+    for (;;) {
+        int c = 2 * k + 1;
+        if (c >= n) break;
+        if (c + 1 < n && h[c + 1].last < h[c].last) c++;
+        if (h[c].last >= d.last) break;
+        h[k] = h[c];
+        k = c;
+    }
+    if (n) h[k] = d;
+    return top;
+}
+
+/* retire what died before first (a use at instruction first), unless
+ * reserved, and what was reserved long enough; false: out of memory */
+static bool retire(ArenaPack *ap, int a, int first, bool delay) {
+    while (ap->ndying && ap->dying[0].last < first) {
+        Dying d = dying_pop(ap);
+        if (delay && d.hold && reuse_delay[a] > 0) {
+            if (ap->held0 == ap->nheld) ap->held0 = ap->nheld = 0;
+            if (ap->held0 > ap->cheld / 2) { /* reuse the front the FIFO has passed */
+                memmove(ap->held, &ap->held[ap->held0], sizeof(Held) * (size_t)(ap->nheld - ap->held0));
+                ap->nheld -= ap->held0;
+                ap->held0 = 0;
+            }
+            if (!pl_grow((void **)&ap->held, &ap->cheld, ap->nheld + 1, sizeof(Held))) return false;
+            ap->held[ap->nheld++] = (Held){d.lo, ap->placed + reuse_delay[a]};
+        } else {
+            live_remove(ap, d.lo);
+        }
+    }
+    while (ap->held0 < ap->nheld && ap->held[ap->held0].until <= ap->placed) live_remove(ap, ap->held[ap->held0++].lo);
+    return true;
+}
+
+/* buf takes [lo, hi): every previous occupant of the range must be done
+ * before buf's first use; false: out of memory */
+static bool occ_place(B *b, ArenaPack *ap, uint64_t lo, uint64_t hi, int buf) {
+    int first = b->bufs[buf].first;
+    Seg *s = ap->occ;
+    int l = 0, h = ap->nocc; /* the first that ends above lo */
+    while (l < h) {
+        int m = l + (h - l) / 2;
+        if (s[m].hi <= lo) l = m + 1;
+        else h = m;
+    }
+    int j = l;
+    for (; j < ap->nocc && s[j].lo < hi; j++) {
+        const Buf *prev = &b->bufs[s[j].buf];
+        for (int q = 0; q < PLAN_NQUEUES && first >= 0; q++) pl_dep_on(b, first, prev->lastq[q]);
+    }
+    Seg put[3];
+    int n = 0;
+    if (j > l && s[l].lo < lo) put[n++] = (Seg){s[l].lo, lo, s[l].buf};
+    put[n++] = (Seg){lo, hi, buf};
+    if (j > l && s[j - 1].hi > hi) put[n++] = (Seg){hi, s[j - 1].hi, s[j - 1].buf};
+    if (!pl_grow((void **)&ap->occ, &ap->cocc, ap->nocc + 3, sizeof(Seg))) return false;
+    s = ap->occ;
+    memmove(&s[l + n], &s[j], sizeof(Seg) * (size_t)(ap->nocc - j));
+    memcpy(&s[l], put, sizeof(Seg) * (size_t)n);
+    ap->nocc += n - (j - l);
+    return true;
+}
+
 static void place_home(Packer *pk, Buf *x) {
-    int a = x->b.arena;
-    uint64_t al = pl_arena_align[a];
-    x->b.offset = (pk->top[a] + al - 1) / al * al;
-    pk->top[a] = x->b.offset + x->b.bytes;
+    ArenaPack *ap = &pk->ar[x->b.arena];
+    x->b.offset = align_up(ap->top, pl_arena_align[x->b.arena]);
+    ap->top = x->b.offset + x->b.bytes;
 }
 
 /* persistent homes first, at the bottom, for the whole step. On NVMe a
@@ -123,7 +219,7 @@ static bool place_persistent(B *b, Packer *pk) {
         place_home(pk, x);
     }
     free(with);
-    for (int a = 0; a < PLAN_NARENAS; a++) pk->base[a] = (pk->top[a] + pl_arena_align[a] - 1) / pl_arena_align[a] * pl_arena_align[a];
+    for (int a = 0; a < PLAN_NARENAS; a++) pk->ar[a].base = align_up(pk->ar[a].top, pl_arena_align[a]);
     return true;
 }
 
@@ -149,35 +245,30 @@ static int first_use_order(const B *b, int *order) {
 static bool place_one(B *b, Packer *pk, int i) {
     Buf *x = &b->bufs[i];
     int a = x->b.arena;
-    uint64_t al = pl_arena_align[a];
-    Live *live = pk->live[a];
-    /* retire what died before this buffer's first use, unless reserved */
-    int w = 0;
-    for (int j = 0; j < pk->nlive[a]; j++) {
-        bool alive = live[j].last >= x->first;
-        bool reserved = !alive && pk->delay && live[j].hold && live[j].after < reuse_delay[a];
-        if (reserved) live[j].after++;
-        if (alive || reserved) live[w++] = live[j];
-    }
-    pk->nlive[a] = w;
-    /* lowest gap that fits (live is kept sorted by offset) */
-    uint64_t at = pk->base[a];
-    int pos = 0;
-    for (; pos < pk->nlive[a]; pos++) {
-        if (live[pos].lo >= at + x->b.bytes) break;
-        uint64_t nx = (live[pos].hi + al - 1) / al * al;
-        if (nx > at) at = nx;
+    ArenaPack *ap = &pk->ar[a];
+    uint64_t al = pl_arena_align[a], bytes = x->b.bytes;
+    if (!retire(ap, a, x->first, pk->delay)) return false;
+    ap->placed++;
+    uint64_t at = ap->base;
+    if (bytes) {
+        Extent *s = ap->live;
+        int n = ap->nlive, k = 0;
+        while (k < n && s[k].gap < bytes) k++;
+        if (k < n) at = s[k].lo - s[k].gap;
+        else if (n) at = align_up(s[n - 1].hi, al);
+        if (!pl_grow((void **)&ap->live, &ap->clive, n + 1, sizeof(Extent))) return false;
+        s = ap->live;
+        memmove(&s[k + 1], &s[k], sizeof(Extent) * (size_t)(n - k));
+        s[k] = (Extent){at, at + bytes, 0};
+        if (k + 1 <= n) s[k + 1].gap = s[k + 1].lo - align_up(at + bytes, al);
+        ap->nlive++;
+        bool hold = false;
+        for (int q = 0; q < PLAN_NQUEUES; q++) hold |= q != Q_COMPUTE && x->lastq[q] == x->last && x->last >= 0;
+        if (!dying_push(ap, (Dying){x->last, hold, at})) return false;
     }
     x->b.offset = at;
-    if (!pl_grow((void **)&pk->live[a], &pk->clive[a], pk->nlive[a] + 1, sizeof(Live))) return false;
-    live = pk->live[a];
-    memmove(&live[pos + 1], &live[pos], sizeof(Live) * (size_t)(pk->nlive[a] - pos));
-    bool hold = false;
-    for (int q = 0; q < PLAN_NQUEUES; q++) hold |= q != Q_COMPUTE && x->lastq[q] == x->last && x->last >= 0;
-    live[pos] = (Live){at, at + x->b.bytes, x->last, 0, hold};
-    pk->nlive[a]++;
-    if (at + x->b.bytes > pk->top[a]) pk->top[a] = at + x->b.bytes;
-    return !x->b.bytes || occ_place(b, &pk->occ[a], at, at + x->b.bytes, i);
+    if (at + bytes > ap->top) ap->top = at + bytes;
+    return !bytes || occ_place(b, ap, at, at + bytes, i);
 }
 
 static bool pack(B *b, bool delay) {
@@ -190,11 +281,13 @@ static bool pack(B *b, bool delay) {
     bool ok = m >= 0;
     for (int k = 0; ok && k < m; k++) ok = place_one(b, &pk, order[k]);
     if (ok)
-        for (int a = 0; a < PLAN_NARENAS; a++) b->size[a] = pk.top[a];
+        for (int a = 0; a < PLAN_NARENAS; a++) b->size[a] = pk.ar[a].top;
     free(order);
     for (int a = 0; a < PLAN_NARENAS; a++) {
-        free(pk.live[a]);
-        free(pk.occ[a].s);
+        free(pk.ar[a].live);
+        free(pk.ar[a].dying);
+        free(pk.ar[a].held);
+        free(pk.ar[a].occ);
     }
     return ok;
 }

@@ -852,10 +852,66 @@ static bool build_uses(V *v) {
     return true;
 }
 
+/* Whether buffer b's uses certainly pass check_dataflow, found without
+ * comparing every use with every writer (a buffer can have thousands of
+ * uses). Along a queue positions and vector clocks only grow, so the
+ * writers on one queue that happen before a use r are a prefix of that
+ * queue's writers and those r happens before are a suffix; a writer
+ * between the two is unordered with r. False when there is one, or a read
+ * with no writer before it: the exhaustive loop then finds and words the
+ * problems, so the verdicts are the same. wq: room for b's uses. */
+static bool dataflow_clean(const V *v, uint32_t b, uint32_t *wq) {
+    const Plan *p = v->p;
+    uint32_t s = v->use_start[b], e = v->use_start[b + 1];
+    uint32_t start[PLAN_NQUEUES + 1] = {0}, fill[PLAN_NQUEUES];
+    for (uint32_t w = s; w < e; w++)
+        if (v->use_mode[w] & PLAN_W) start[p->instrs[v->use_list[w]].queue + 1]++;
+    for (int q = 0; q < PLAN_NQUEUES; q++) start[q + 1] += start[q];
+    memcpy(fill, start, sizeof fill);
+    for (uint32_t w = s; w < e; w++) /* in instruction order: in queue order on each queue */
+        if (v->use_mode[w] & PLAN_W) wq[fill[p->instrs[v->use_list[w]].queue]++] = v->use_list[w];
+    bool persistent = p->buffers[b].flags & PLAN_BUF_PERSISTENT;
+    for (uint32_t r = s; r < e; r++) {
+        uint32_t ri = v->use_list[r], qr = p->instrs[ri].queue;
+        const uint32_t *vr = v->vc + (size_t)ri * PLAN_NQUEUES;
+        bool filled = persistent;
+        for (int q = 0; q < PLAN_NQUEUES; q++) {
+            const uint32_t *W = wq + start[q];
+            uint32_t m = start[q + 1] - start[q];
+            if (!m) continue;
+            /* pre: the writers that happen before r (or are r) */
+            uint32_t lo = 0, hi = m;
+            while (lo < hi) {
+                uint32_t mid = lo + (hi - lo) / 2;
+                if (v->qpos[W[mid]] <= vr[q]) lo = mid + 1;
+                else hi = mid;
+            }
+            uint32_t pre = lo;
+            /* from post on: the writers r happens before */
+            lo = 0, hi = m;
+            while (lo < hi) {
+                uint32_t mid = lo + (hi - lo) / 2;
+                if (v->vc[(size_t)W[mid] * PLAN_NQUEUES + qr] < v->qpos[ri]) lo = mid + 1;
+                else hi = mid;
+            }
+            if (lo > pre) return false;
+            if ((uint32_t)q != qr) filled |= pre > 0;
+            else filled |= pre > 0 && v->qpos[W[0]] < v->qpos[ri]; /* a writer before r on its queue, not r itself */
+        }
+        if ((v->use_mode[r] & PLAN_R) && !filled) return false;
+    }
+    return true;
+}
+
 static void check_dataflow(V *v) {
     const Plan *p = v->p;
+    uint32_t most = 0;
+    for (uint32_t b = 0; b < p->nbuffers; b++)
+        if (v->use_start[b + 1] - v->use_start[b] > most) most = v->use_start[b + 1] - v->use_start[b];
+    uint32_t *wq = malloc(((size_t)most + 1) * sizeof *wq); /* NULL: every buffer the exhaustive way */
     for (uint32_t b = 0; b < p->nbuffers && !STOP(v); b++) {
         uint32_t s = v->use_start[b], e = v->use_start[b + 1];
+        if (e - s > 16 && wq && dataflow_clean(v, b, wq)) continue;
         bool persistent = p->buffers[b].flags & PLAN_BUF_PERSISTENT;
         for (uint32_t r = s; r < e && !STOP(v); r++) {
             uint32_t ri = v->use_list[r];
@@ -876,6 +932,7 @@ static void check_dataflow(V *v) {
                         bname(p, (int32_t)b));
         }
     }
+    free(wq);
 }
 
 typedef struct Ext {
