@@ -998,6 +998,26 @@ static int by_key(const void *x, const void *y) {
     return a->buf < b->buf ? -1 : a->buf > b->buf;
 }
 
+/* items by key, then buffer: a counting sort over the keys 0 ..= ninstrs
+ * (items come in buffer order, and it keeps that order within a key), or
+ * qsort when there is no memory for the counts */
+static void sort_items(Item **items, uint32_t m, uint32_t ninstrs) {
+    uint32_t *cnt = calloc((size_t)ninstrs + 2, sizeof *cnt);
+    Item *out = malloc(((size_t)m + 1) * sizeof *out);
+    if (!cnt || !out) {
+        free(cnt);
+        free(out);
+        qsort(*items, m, sizeof **items, by_key);
+        return;
+    }
+    for (uint32_t k = 0; k < m; k++) cnt[(*items)[k].key + 1]++;
+    for (uint32_t k = 0; k <= ninstrs; k++) cnt[k + 1] += cnt[k];
+    for (uint32_t k = 0; k < m; k++) out[cnt[(*items)[k].key]++] = (*items)[k];
+    free(cnt);
+    free(*items);
+    *items = out;
+}
+
 static void overlap_problem(V *v, uint32_t x, uint32_t y, uint32_t ix, uint32_t iy) {
     const Plan *p = v->p;
     const PlanBuffer *a = &p->buffers[x], *b = &p->buffers[y];
@@ -1082,7 +1102,7 @@ static void check_overlap(V *v) {
             if (topo[v->use_list[u]] < first) first = topo[v->use_list[u]];
         items[m++] = (Item){persistent ? 0 : first + 1, b};
     }
-    qsort(items, m, sizeof *items, by_key);
+    sort_items(&items, m, n);
     for (uint32_t k = 0; k < m && !STOP(v); k++) {
         const PlanBuffer *bf = &p->buffers[items[k].buf];
         if (!map_place(v, &maps[bf->arena], ext, items[k].buf, bf->offset, bf->offset + bf->bytes)) {
