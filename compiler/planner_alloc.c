@@ -22,13 +22,17 @@
 
 /* The packing of one arena keeps what it asks about in order, so that a
  * placement touches only the few entries it changes: the live ranges
- * sorted by offset, each with the free bytes below it (the lowest gap that
- * fits is the first entry whose gap is large enough); the live buffers by
+ * sorted by offset, each with the free bytes below it; the live buffers by
  * last use in a heap (only the dead are retired); the ranges reserved after
- * their buffer died in the order their reservation ends; and the last
+ * their buffer died, in the order their reservation ends; and the last
  * occupant of every range, sorted by offset (the occupants a range
- * overlaps lie together). A buffer of no bytes always lies at the floor
- * and occupies nothing, so it is in none of them. */
+ * overlaps lie together). The lowest gap that fits is below the first live
+ * range whose free bytes are enough: live ranges are disjoint and start
+ * aligned, so this is the place a scan of the whole list finds, and the
+ * placements are those of that scan (the plans are byte-identical). A
+ * buffer of no bytes lies at the floor (the scan stops at the first live
+ * range, which starts at or above it) and occupies nothing, so it is in
+ * none of the structures. */
 typedef struct Extent { /* a live buffer's range */
     uint64_t lo, hi;
     uint64_t gap; /* free bytes from the aligned end of the extent below (or the floor) up to lo */
