@@ -117,6 +117,47 @@ START_TEST(race) {
 }
 END_TEST
 
+/* The same race on a buffer with many uses (more than 16), where the
+ * verifier first tries to prove the buffer clean from queue order and
+ * vector clocks: it must not prove it, and the exhaustive check must word
+ * the race as before. The buffer with the most uses; one of its readers
+ * no longer waits for anything. */
+START_TEST(race_on_a_busy_buffer) {
+    Plan *p = fx_plan("host", 4, 8, 2, TIER_CPU);
+    ck_assert_msg(verify_plan(p, msgs, sizeof msgs) == 0, "the unbroken plan fails: %s", msgs);
+    uint32_t *uses = calloc(p->nbuffers, sizeof *uses);
+    for (uint32_t i = 0; i < p->ninstrs; i++)
+        for (uint32_t k = 0; k < p->instrs[i].nopnd; k++) {
+            int32_t b = p->operands[p->instrs[i].opnd + k].buffer;
+            if (b >= 0) uses[b]++;
+        }
+    uint32_t busy = 0;
+    for (uint32_t b = 1; b < p->nbuffers; b++)
+        if (uses[b] > uses[busy]) busy = b;
+    ck_assert_uint_gt(uses[busy], 16);
+    /* a reader of it, late in the schedule, that waits for something: make it wait for nothing */
+    int victim = -1;
+    for (uint32_t i = p->ninstrs / 2; i < p->ninstrs && victim < 0; i++) {
+        const PlanInstr *x = &p->instrs[i];
+        bool reads = false;
+        for (uint32_t k = 0; k < x->nopnd; k++) {
+            const PlanOperand *o = &p->operands[x->opnd + k];
+            reads |= o->buffer == (int32_t)busy && (o->mode & PLAN_R) && !(o->mode & PLAN_W);
+        }
+        if (reads && x->ndeps > 0) victim = (int)i;
+    }
+    ck_assert_int_ge(victim, 0);
+    p->instrs[victim].ndeps = 0;
+    int n = verify_plan(p, msgs, sizeof msgs);
+    ck_assert_msg(n > 0, "a reader of '%s' (%u uses) that waits for nothing was not caught", p->buffers[busy].name, uses[busy]);
+    char want[256];
+    snprintf(want, sizeof want, "buffer '%s' unordered with instruction %d", p->buffers[busy].name, victim);
+    ck_assert_msg(strstr(msgs, want) != NULL, "expected \"%s\" among:\n%s", want, msgs);
+    free(uses);
+    plan_free(p);
+}
+END_TEST
+
 START_TEST(shards) {
     Plan *p = fresh();
     int a = -1, b = -1;
@@ -629,6 +670,7 @@ int main(void) {
     tcase_add_test(t, dependency_cycle);
     tcase_add_test(t, over_capacity);
     tcase_add_test(t, race);
+    tcase_add_test(t, race_on_a_busy_buffer);
     tcase_add_test(t, shards);
     tcase_add_test(t, ranges_and_queues);
     tcase_add_test(t, layouts);
