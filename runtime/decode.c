@@ -282,6 +282,15 @@ int kvdec_create(Rt *r, const Plan *p, Comm *c, KvDecoder **out, char *err, size
         d->vc = calloc(p->nops ? p->nops : 1, sizeof *d->vc);
         rc = d->kind && d->buf && d->ops && d->kc && d->vc ? analyse(d, err, n) : fail(err, n, "out of memory");
     }
+    /* a failure of its own (out of memory) on any rank ends it on every
+     * rank; a refusal (1) is the same on every rank, as it reads the plan */
+    int64_t failed = rc < 0;
+    if (comm_allreduce_max_i64(c, &failed) != COMM_OK) rc = fail(err, n, "%s", comm_last_error(c)), failed = 1;
+    else if (failed && rc >= 0) rc = fail(err, n, "another rank could not set up the decoder");
+    if (failed) {
+        kvdec_free(d);
+        return -1;
+    }
     /* rank 0's memory decides for every rank */
     int64_t verdict = rc;
     if (!rc && c->rank == 0) {
@@ -294,7 +303,7 @@ int kvdec_create(Rt *r, const Plan *p, Comm *c, KvDecoder **out, char *err, size
         }
     }
     if (comm_bcast(c, &verdict, sizeof verdict, 0) != COMM_OK) verdict = fail(err, n, "%s", comm_last_error(c));
-    else if (verdict > 0 && c->rank != 0) snprintf(err, n, "rank 0 cannot hold the parameters whole");
+    else if (verdict > 0 && rc == 0) snprintf(err, n, "rank 0 cannot hold the parameters whole");
     rc = (int)verdict;
     if (!rc && c->rank == 0) rc = allocate(d, r, err, n);
     int64_t bad = rc != 0;
@@ -321,10 +330,8 @@ int kvdec_create(Rt *r, const Plan *p, Comm *c, KvDecoder **out, char *err, size
 void kvdec_free(KvDecoder *d) {
     if (!d) return;
     for (uint32_t t = 0; d->buf && t < d->p->ntensors; t++) free(d->buf[t]);
-    for (uint32_t o = 0; d->kc && o < d->p->nops; o++) {
-        free(d->kc[o]);
-        free(d->vc[o]);
-    }
+    for (uint32_t o = 0; d->kc && o < d->p->nops; o++) free(d->kc[o]);
+    for (uint32_t o = 0; d->vc && o < d->p->nops; o++) free(d->vc[o]);
     free(d->kind);
     free(d->buf);
     free(d->ops);
