@@ -3,11 +3,11 @@
 #include "decode.h"
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "errorf.h"
 #include "hfio.h"
 #include "hostk.h"
 #include "vocab.h"
@@ -33,24 +33,9 @@ struct KvDecoder {
     uint64_t bytes;
 };
 
-static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && n) vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-/* A refusal: the reason into why, 1. */
-static int refuse(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int refuse(char *why, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (why && n) vsnprintf(why, n, fmt, ap);
-    va_end(ap);
-    return 1;
-}
+/* A refusal (the plan cannot be decoded this way): the reason into why, as
+ * errorf words it, and 1 instead of errorf's -1. */
+#define REFUSE(...) (errorf(__VA_ARGS__), 1)
 
 static const char *prim_str(int prim) { return prim < PRIM_COUNT ? prim_names[prim] : "?"; }
 
@@ -84,10 +69,10 @@ static bool position_wise(int prim) {
 static int analyse(KvDecoder *d, char *why, size_t n) {
     const Plan *p = d->p;
     int lo = loss_op(p);
-    if (lo < 0) return refuse(why, n, "the plan has no forward op that makes its loss");
+    if (lo < 0) return REFUSE(why, n, "the plan has no forward op that makes its loss");
     const PlanOp *L = &p->ops[lo];
     if (L->prim != PRIM_CROSS_ENTROPY || L->nin < 1 || L->in[0] < 0)
-        return refuse(why, n, "the loss is made by %s, not cross_entropy of logits", prim_str(L->prim));
+        return REFUSE(why, n, "the loss is made by %s, not cross_entropy of logits", prim_str(L->prim));
     d->tokens = p->inputs[0];
     d->logits = L->in[0];
     for (uint32_t t = 0; t < p->ntensors; t++)
@@ -103,9 +88,9 @@ static int analyse(KvDecoder *d, char *why, size_t n) {
             int t = op->in[i];
             if (t < 0) continue;
             DecKind ki = (DecKind)d->kind[t];
-            if (ki == DK_UNSEEN) return refuse(why, n, "op %u (%s) reads '%s' before any op makes it", o, prim_str(op->prim), p->tensors[t].name);
+            if (ki == DK_UNSEEN) return REFUSE(why, n, "op %u (%s) reads '%s' before any op makes it", o, prim_str(op->prim), p->tensors[t].name);
             if (ki == DK_ABSENT)
-                return refuse(why, n, "op %u (%s) reads '%s', which a decode step does not have (only the loss may read the targets)", o,
+                return REFUSE(why, n, "op %u (%s) reads '%s', which a decode step does not have (only the loss may read the targets)", o,
                               prim_str(op->prim), p->tensors[t].name);
             if (ki > k) k = ki;
             act += ki >= DK_T;
@@ -113,29 +98,29 @@ static int analyse(KvDecoder *d, char *why, size_t n) {
         if (op->prim == PRIM_ARANGE) {
             k = DK_T;
             if (op->nout != 1 || op->out[0] < 0 || op->iattr[0] != d->T)
-                return refuse(why, n, "op %u: arange(%" PRId64 ") is not of the window's T = %" PRId64, o, op->iattr[0], d->T);
+                return REFUSE(why, n, "op %u: arange(%" PRId64 ") is not of the window's T = %" PRId64, o, op->iattr[0], d->T);
         }
         if (k >= DK_T) {
-            if (!position_wise(op->prim)) return refuse(why, n, "op %u (%s) has no decode rule", o, prim_str(op->prim));
-            if (op->prim == PRIM_MATMUL && act > 1) return refuse(why, n, "op %u: a matmul of two activations looks across positions", o);
+            if (!position_wise(op->prim)) return REFUSE(why, n, "op %u (%s) has no decode rule", o, prim_str(op->prim));
+            if (op->prim == PRIM_MATMUL && act > 1) return REFUSE(why, n, "op %u: a matmul of two activations looks across positions", o);
             if ((op->prim == PRIM_ATTENTION || op->prim == PRIM_ROPE) && k != DK_BT)
-                return refuse(why, n, "op %u (%s) on a [T, ...] tensor", o, prim_str(op->prim));
+                return REFUSE(why, n, "op %u (%s) on a [T, ...] tensor", o, prim_str(op->prim));
             for (int i = 0; op->prim == PRIM_ATTENTION && i < 3; i++)
-                if (d->kind[op->in[i]] != DK_BT) return refuse(why, n, "op %u: attention of a parameter", o);
+                if (d->kind[op->in[i]] != DK_BT) return REFUSE(why, n, "op %u: attention of a parameter", o);
             d->ops[d->nops++] = (int32_t)o;
         }
         for (int j = 0; j < op->nout; j++) {
             int t = op->out[j];
             if (t < 0) continue;
             if (!leading_ok(&p->tensors[t], k, d->B, d->T))
-                return refuse(why, n, "'%s' (of op %u, %s) does not lead with [%s] = [%" PRId64 "%s%" PRId64 "]", p->tensors[t].name, o,
+                return REFUSE(why, n, "'%s' (of op %u, %s) does not lead with [%s] = [%" PRId64 "%s%" PRId64 "]", p->tensors[t].name, o,
                               prim_str(op->prim), k == DK_BT ? "B, T" : "T", k == DK_BT ? d->B : d->T, k == DK_BT ? ", " : "",
                               k == DK_BT ? d->T : (int64_t)0);
             d->kind[t] = (uint8_t)k;
         }
         if (k == DK_CONST) d->ops[d->nops++] = (int32_t)o; /* run once, at create */
     }
-    if (d->kind[d->logits] != DK_BT) return refuse(why, n, "the logits '%s' are not per position", p->tensors[d->logits].name);
+    if (d->kind[d->logits] != DK_BT) return REFUSE(why, n, "the logits '%s' are not per position", p->tensors[d->logits].name);
     return 0;
 }
 
@@ -170,7 +155,7 @@ static int attend(KvDecoder *d, int o, char *err, size_t n) {
     int64_t H = op->iattr[0], KV = op->iattr[1] ? op->iattr[1] : H;
     int64_t qd = q.dims[q.rank - 1], kd = k.dims[k.rank - 1];
     if (H < 1 || KV < 1 || H % KV || qd % H || kd != (qd / H) * KV || v.dims[v.rank - 1] != kd)
-        return fail(err, n, "op %d: attention of q %" PRId64 ", k %" PRId64 " with %" PRId64 " heads, %" PRId64 " kv heads", o, qd, kd, H, KV);
+        return errorf(err, n, "op %d: attention of q %" PRId64 ", k %" PRId64 " with %" PRId64 " heads, %" PRId64 " kv heads", o, qd, kd, H, KV);
     int64_t hd = qd / H, pos = d->pos;
     float *K = d->kc[o] + pos * kd, *V = d->vc[o] + pos * kd;
     for (int64_t i = 0; i < kd; i++) {
@@ -224,7 +209,7 @@ static int run_op(KvDecoder *d, int o, char *err, size_t n) {
     } else {
         rc = hk_run_fwd((PrimId)op->prim, in, op->nin, out, op->nout, op->iattr, op->fattr, d->ws, d->ws_bytes);
     }
-    return rc ? fail(err, n, "op %d (%s) at position %" PRId64 ": %s", o, prim_str(op->prim), d->pos, hk_strerror(rc)) : 0;
+    return rc ? errorf(err, n, "op %d (%s) at position %" PRId64 ": %s", o, prim_str(op->prim), d->pos, hk_strerror(rc)) : 0;
 }
 
 /* Rank 0's buffers, workspace and caches; the parameters gathered. */
@@ -233,7 +218,7 @@ static int allocate(KvDecoder *d, Rt *r, char *err, size_t n) {
     for (uint32_t t = 0; t < p->ntensors; t++) {
         if (d->kind[t] < DK_CONST) continue;
         uint64_t b = view_bytes(d, (int)t);
-        if (!(d->buf[t] = calloc(1, b ? b : 1))) return fail(err, n, "out of memory for '%s'", p->tensors[t].name);
+        if (!(d->buf[t] = calloc(1, b ? b : 1))) return errorf(err, n, "out of memory for '%s'", p->tensors[t].name);
         d->bytes += b;
     }
     size_t ws = 0;
@@ -245,7 +230,7 @@ static int allocate(KvDecoder *d, Rt *r, char *err, size_t n) {
             int64_t kd = p->tensors[op->in[1]].dims[p->tensors[op->in[1]].rank - 1];
             d->kc[d->ops[i]] = calloc((size_t)(d->T * kd), sizeof(float));
             d->vc[d->ops[i]] = calloc((size_t)(d->T * kd), sizeof(float));
-            if (!d->kc[d->ops[i]] || !d->vc[d->ops[i]]) return fail(err, n, "out of memory for the KV cache");
+            if (!d->kc[d->ops[i]] || !d->vc[d->ops[i]]) return errorf(err, n, "out of memory for the KV cache");
             d->bytes += 2 * sizeof(float) * (uint64_t)(d->T * kd);
             continue;
         }
@@ -255,7 +240,7 @@ static int allocate(KvDecoder *d, Rt *r, char *err, size_t n) {
     d->scores = malloc(sizeof *d->scores * (size_t)d->T);
     d->ws_bytes = ws;
     d->ws = ws ? aligned_alloc(64, (ws + 63) / 64 * 64) : NULL;
-    if (!d->scores || (ws && !d->ws)) return fail(err, n, "out of memory for %zu bytes of workspace", ws);
+    if (!d->scores || (ws && !d->ws)) return errorf(err, n, "out of memory for %zu bytes of workspace", ws);
     d->bytes += ws + sizeof *d->scores * (size_t)d->T;
     (void)r;
     return 0;
@@ -271,22 +256,22 @@ static uint64_t param_bytes(const Plan *p) {
 int kvdec_create(Rt *r, const Plan *p, Comm *c, KvDecoder **out, char *err, size_t n) {
     *out = NULL;
     KvDecoder *d = calloc(1, sizeof *d);
-    if (!d) return fail(err, n, "out of memory");
+    if (!d) return errorf(err, n, "out of memory");
     d->p = p;
-    int rc = plan_batch_shape(p, &d->B, &d->T) ? 0 : refuse(err, n, "the plan has no token input");
+    int rc = plan_batch_shape(p, &d->B, &d->T) ? 0 : REFUSE(err, n, "the plan has no token input");
     if (!rc) {
         d->kind = calloc(p->ntensors ? p->ntensors : 1, 1);
         d->buf = calloc(p->ntensors ? p->ntensors : 1, sizeof *d->buf);
         d->ops = calloc(p->nops ? p->nops : 1, sizeof *d->ops);
         d->kc = calloc(p->nops ? p->nops : 1, sizeof *d->kc);
         d->vc = calloc(p->nops ? p->nops : 1, sizeof *d->vc);
-        rc = d->kind && d->buf && d->ops && d->kc && d->vc ? analyse(d, err, n) : fail(err, n, "out of memory");
+        rc = d->kind && d->buf && d->ops && d->kc && d->vc ? analyse(d, err, n) : errorf(err, n, "out of memory");
     }
     /* a failure of its own (out of memory) on any rank ends it on every
      * rank; a refusal (1) is the same on every rank, as it reads the plan */
     int64_t failed = rc < 0;
-    if (comm_allreduce_max_i64(c, &failed) != COMM_OK) rc = fail(err, n, "%s", comm_last_error(c)), failed = 1;
-    else if (failed && rc >= 0) rc = fail(err, n, "another rank could not set up the decoder");
+    if (comm_allreduce_max_i64(c, &failed) != COMM_OK) rc = errorf(err, n, "%s", comm_last_error(c)), failed = 1;
+    else if (failed && rc >= 0) rc = errorf(err, n, "another rank could not set up the decoder");
     if (failed) {
         kvdec_free(d);
         return -1;
@@ -298,17 +283,17 @@ int kvdec_create(Rt *r, const Plan *p, Comm *c, KvDecoder **out, char *err, size
         uint64_t half = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 2 : UINT64_MAX;
         if (param_bytes(p) > half) {
             char b1[32], b2[32];
-            verdict = refuse(err, n, "the parameters (%s) are more than half of this machine's memory (%s): the decode keeps them whole on rank 0",
+            verdict = REFUSE(err, n, "the parameters (%s) are more than half of this machine's memory (%s): the decode keeps them whole on rank 0",
                              plan_bytes_str(param_bytes(p), b1, sizeof b1), plan_bytes_str(2 * half, b2, sizeof b2));
         }
     }
-    if (comm_bcast(c, &verdict, sizeof verdict, 0) != COMM_OK) verdict = fail(err, n, "%s", comm_last_error(c));
+    if (comm_bcast(c, &verdict, sizeof verdict, 0) != COMM_OK) verdict = errorf(err, n, "%s", comm_last_error(c));
     else if (verdict > 0 && rc == 0) snprintf(err, n, "rank 0 cannot hold the parameters whole");
     rc = (int)verdict;
     if (!rc && c->rank == 0) rc = allocate(d, r, err, n);
     int64_t bad = rc != 0;
-    if (comm_allreduce_max_i64(c, &bad) != COMM_OK) rc = fail(err, n, "%s", comm_last_error(c));
-    else if (bad && !rc) rc = fail(err, n, "rank 0 could not allocate the decoder");
+    if (comm_allreduce_max_i64(c, &bad) != COMM_OK) rc = errorf(err, n, "%s", comm_last_error(c));
+    else if (bad && !rc) rc = errorf(err, n, "rank 0 could not allocate the decoder");
     HfioOptions ho = {.staging_bytes = HFIO_STAGING_DEFAULT};
     for (uint32_t t = 0; !rc && t < p->ntensors; t++)
         if (p->tensors[t].cls == TC_PARAM) rc = hfio_gather(r, (int)t, c->rank == 0 ? d->buf[t] : NULL, &ho, err, n);
@@ -343,8 +328,8 @@ void kvdec_free(KvDecoder *d) {
 }
 
 int kvdec_step(KvDecoder *d, int32_t token, float *logits, char *err, size_t n) {
-    if (!d->buf[d->tokens]) return fail(err, n, "the decoder runs on rank 0");
-    if (d->pos >= d->T) return fail(err, n, "the cache holds the window's %" PRId64 " positions: reset it", d->T);
+    if (!d->buf[d->tokens]) return errorf(err, n, "the decoder runs on rank 0");
+    if (d->pos >= d->T) return errorf(err, n, "the cache holds the window's %" PRId64 " positions: reset it", d->T);
     ((int32_t *)d->buf[d->tokens])[0] = token;
     for (int i = 0; i < d->nops; i++)
         if (run_op(d, d->ops[i], err, n)) return -1;

@@ -12,12 +12,7 @@ ROOT=$(pwd)
 W=$(mktemp -d /tmp/zinf-layout.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
-if ! sh tests/fakecuda/build.sh "$B" > "$W/fake.log" 2>&1; then
-  tail -5 "$W/fake.log"; echo "FAIL: the fake driver did not build"; exit 1
-fi
-FAKE="$B/fakecuda" UNITS="$B/fakecuda/units"
-mkdir -p "$UNITS"
-export ZINF_CACHE_DIR="$B/fakecuda/nvrtc-cache"
+. tests/fakecuda/env.sh || exit 1
 "$B/bin/zinftok" /usr/share/common-licenses/GPL-3 -o "$W/train.bin" > /dev/null || exit 1
 fail=0
 # RANKS NODE-SPLIT PLAN ARGS...: zinfrun on the fake driver, its ranks split

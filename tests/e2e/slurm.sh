@@ -52,12 +52,7 @@ ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1"; tail -8 "$W/out"; fail=1; }
 
 # The plans: a host plan of 2 ranks and the fake driver's 2 x 1 and 1 x 2 CUDA plans (as tests/e2e/layout.sh)
-if ! sh tests/fakecuda/build.sh "$B" > "$W/fake.log" 2>&1; then
-  tail -5 "$W/fake.log"; echo "FAIL: the fake driver did not build"; exit 1
-fi
-FAKE="$B/fakecuda" UNITS="$B/fakecuda/units"
-mkdir -p "$UNITS"
-export ZINF_CACHE_DIR="$B/fakecuda/nvrtc-cache"
+. tests/fakecuda/env.sh || exit 1
 "$B/bin/zinftok" /usr/share/common-licenses/GPL-3 -o "$W/train.bin" > /dev/null || exit 1
 target() { # NAME TARGET-LINE PLAN-LINE
   cat > "$W/$1.zl" <<ZL

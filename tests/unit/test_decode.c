@@ -15,31 +15,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "autodiff.h"
 #include "comm.h"
 #include "decode.h"
 #include "exec.h"
-#include "loader.h"
-#include "planner.h"
-#include "sema.h"
-#include "target.h"
-#include "verify.h"
-
-#ifndef ZINF_STDLIB_DIR
-#define ZINF_STDLIB_DIR "stdlib"
-#endif
+#include "zl_fixture.h"
 
 static Comm C;
 static char tmpdir[64];
 static char err[4096];
-
-typedef struct Model {
-    Arena a;
-    SourceSet src;
-    DiagSink d;
-    Graph g;
-    PlannerResult pr;
-} Model;
 
 static void setup(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/test_decode.XXXXXX");
@@ -53,38 +36,9 @@ static void teardown(void) {
     }
 }
 
-/* path compiled for the host target on 1 rank, parameters on `params`. */
-static Plan *compile(Model *m, const char *path, DType dt, int params) {
-    arena_init(&m->a);
-    source_set_init(&m->src);
-    diag_init(&m->d);
-    Program prog;
-    LoadOptions lo = {.stdlib_dir = ZINF_STDLIB_DIR};
-    ck_assert(program_load(&m->a, &m->src, &m->d, path, &lo, &prog));
-    Sema *s = sema_new(&m->a, &prog, &m->src, &m->d);
-    ck_assert_ptr_nonnull(s);
-    TrainConfig *tc = (TrainConfig *)sema_train(s);
-    tc->micro_batch = 2;
-    if (dt) tc->dtype = dt;
-    ck_assert(sema_check(s, &m->g));
-    ck_assert(ad_build(&m->g, &m->d));
-    Target t;
-    ck_assert(target_builtin("host", &t));
-    PlannerOptions o;
-    planner_options_default(&o);
-    o.ranks = 1;
-    if (params >= 0) o.tier[PC_PARAMS] = o.tier[PC_OPTIMIZER] = params;
-    ck_assert_msg(planner_run(&m->g, &t, &o, &m->a, &m->d, &m->pr), "planner failed");
-    char msgs[2048];
-    ck_assert_msg(verify_plan(m->pr.plan, msgs, sizeof msgs) == 0, "%s", msgs);
-    return m->pr.plan;
-}
-
-static void unload(Model *m) {
-    plan_free(m->pr.plan);
-    diag_free(&m->d);
-    source_set_free(&m->src);
-    arena_free(&m->a);
+/* path compiled for the host target on 1 rank, micro-batch 2, parameters and optimizer state on `params`. */
+static Plan *compile(ZlModel *m, const char *path, DType dt, int params) {
+    return zl_compile(m, path, &(ZlOptions){.target = "host", .ranks = 1, .micro_batch = 2, .dtype = dt, .state_tier = params});
 }
 
 static const char *write_model(const char *text) {
@@ -99,7 +53,7 @@ static const char *write_model(const char *text) {
 
 /* The decoder's logits at every position against the window's. */
 static void against_window(const char *path, DType dt, int params, double tol) {
-    Model m;
+    ZlModel m;
     Plan *p = compile(&m, path, dt, params);
     int64_t B, T;
     ck_assert(plan_batch_shape(p, &B, &T));
@@ -144,7 +98,7 @@ static void against_window(const char *path, DType dt, int params, double tol) {
     free(want);
     free(got);
     rt_destroy(r);
-    unload(&m);
+    zl_free(&m);
 }
 
 START_TEST(gpt2_f32) { against_window("examples/gpt2-tiny.zl", DT_NONE, -1, 1e-5); }
@@ -158,7 +112,7 @@ END_TEST
 
 /* A model the decoder refuses: 1 and the reason, no decoder. */
 static void refused(const char *text, const char *needle) {
-    Model m;
+    ZlModel m;
     Plan *p = compile(&m, write_model(text), DT_NONE, -1);
     RtOptions ro = {.nvme_dir = tmpdir};
     Rt *r = rt_create(p, &C, &ro, err, sizeof err);
@@ -168,7 +122,7 @@ static void refused(const char *text, const char *needle) {
     ck_assert_ptr_null(d);
     ck_assert_msg(strstr(err, needle) != NULL, "got '%s', want '%s'", err, needle);
     rt_destroy(r);
-    unload(&m);
+    zl_free(&m);
 }
 
 START_TEST(refusals) {

@@ -9,17 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "autodiff.h"
-#include "loader.h"
 #include "plan.h"
 #include "plan_pack.h"
-#include "planner.h"
-#include "sema.h"
-#include "target.h"
+#include "zl_fixture.h"
 
-#ifndef ZINF_STDLIB_DIR
-#define ZINF_STDLIB_DIR "stdlib"
-#endif
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint64_t next(void) {
@@ -131,31 +124,15 @@ START_TEST(damaged) {
 END_TEST
 
 START_TEST(plan_file) {
-    Arena a;
-    SourceSet src;
-    DiagSink dg;
-    Graph g;
-    Program prog;
-    arena_init(&a);
-    source_set_init(&src);
-    diag_init(&dg);
-    LoadOptions lo = {.stdlib_dir = ZINF_STDLIB_DIR};
-    ck_assert(program_load(&a, &src, &dg, "examples/gpt2-small.zl", &lo, &prog));
-    Sema *s = sema_new(&a, &prog, &src, &dg);
-    ck_assert(s && sema_check(s, &g) && ad_build(&g, &dg));
-    Target t;
-    ck_assert(target_builtin("dgx2", &t));
-    PlannerOptions o;
-    planner_options_default(&o);
-    PlannerResult r;
-    ck_assert(planner_run(&g, &t, &o, &a, &dg, &r));
+    ZlModel m;
+    const Plan *made = zl_compile(&m, "examples/gpt2-small.zl", &(ZlOptions){.target = "dgx2", .state_tier = -1});
     uint8_t *b1, *b2;
     size_t n1, n2;
     char err[512];
-    ck_assert_msg(plan_encode(r.plan, &b1, &n1, err, sizeof err), "%s", err);
+    ck_assert_msg(plan_encode(made, &b1, &n1, err, sizeof err), "%s", err);
     /* the header's sections: some packed (their second word 1), the schedule among them */
     ck_assert_uint_eq(b1[8], PLAN_VERSION);
-    size_t pos = 24, raw_sched = 4 + (size_t)r.plan->ninstrs * 46;
+    size_t pos = 24, raw_sched = 4 + (size_t)made->ninstrs * 46;
     int packed = 0;
     while (pos + 24 <= n1) {
         uint32_t id = b1[pos], form = b1[pos + 4];
@@ -169,16 +146,16 @@ START_TEST(plan_file) {
     ck_assert_int_ge(packed, 3);
     Plan *p = plan_decode(b1, n1, "gpt2-small.plan", err, sizeof err);
     ck_assert_msg(p != NULL, "%s", err);
-    ck_assert(p->ninstrs == r.plan->ninstrs && p->noperands == r.plan->noperands && p->ndeps == r.plan->ndeps);
+    ck_assert(p->ninstrs == made->ninstrs && p->noperands == made->noperands && p->ndeps == made->ndeps);
     for (uint32_t i = 0; i < p->ninstrs; i++) {
-        const PlanInstr *x = &p->instrs[i], *y = &r.plan->instrs[i];
+        const PlanInstr *x = &p->instrs[i], *y = &made->instrs[i];
         ck_assert(x->op == y->op && x->queue == y->queue && x->arg == y->arg && x->opnd == y->opnd && x->nopnd == y->nopnd &&
                   x->dep == y->dep && x->ndeps == y->ndeps && x->bytes == y->bytes && x->flops == y->flops);
     }
     for (uint32_t i = 0; i < p->noperands; i++)
-        ck_assert(p->operands[i].buffer == r.plan->operands[i].buffer && p->operands[i].offset == r.plan->operands[i].offset &&
-                  p->operands[i].bytes == r.plan->operands[i].bytes && p->operands[i].mode == r.plan->operands[i].mode);
-    ck_assert(memcmp(p->deps, r.plan->deps, sizeof *p->deps * p->ndeps) == 0);
+        ck_assert(p->operands[i].buffer == made->operands[i].buffer && p->operands[i].offset == made->operands[i].offset &&
+                  p->operands[i].bytes == made->operands[i].bytes && p->operands[i].mode == made->operands[i].mode);
+    ck_assert(memcmp(p->deps, made->deps, sizeof *p->deps * p->ndeps) == 0);
     /* and writes the same file again */
     ck_assert_msg(plan_encode(p, &b2, &n2, err, sizeof err), "%s", err);
     ck_assert(n1 == n2 && memcmp(b1, b2, n1) == 0);
@@ -195,10 +172,7 @@ START_TEST(plan_file) {
     ck_assert_ptr_null(plan_decode(b1, n1, "gpt2-small.plan", err, sizeof err));
     ck_assert_str_eq(err, "gpt2-small.plan: section 'schedule' checksum mismatch (file corrupt?)");
     free(b1);
-    plan_free(r.plan);
-    diag_free(&dg);
-    source_set_free(&src);
-    arena_free(&a);
+    zl_free(&m);
 }
 END_TEST
 
