@@ -78,6 +78,12 @@ static const char *place_str(const Place *pl, char *buf, size_t n) {
     return buf;
 }
 
+/* How the build's optimizer runs, for the explanation: "" when serial. */
+static const char *overlap_str(const B *b) {
+    if (!b->pl.overlap || !b->early_any) return "";
+    return b->nspec ? ", optimizer speculative in the backward" : ", optimizer in the backward";
+}
+
 /* ---- before the search: the target and the partition ---- */
 
 /* The target as planned: o->ranks overrides its ranks (the same machines,
@@ -177,8 +183,8 @@ static Outcome cost_and_keep(Search *S, const Place *cand) {
         diag_error(S->d, SPAN_NONE, "out of memory while planning");
         return OUT_ERROR;
     }
-    pl_say(&S->ex, "  %s prefetch %d%s: %.4g s/step, GPU peak %s", place_str(cand, s4, sizeof s4), cand->prefetch,
-        cand->reuse ? ", weights kept from recompute to backward" : "", cr.step_time,
+    pl_say(&S->ex, "  %s prefetch %d%s%s: %.4g s/step, GPU peak %s", place_str(cand, s4, sizeof s4), cand->prefetch,
+        cand->reuse ? ", weights kept from recompute to backward" : "", overlap_str(b), cr.step_time,
         plan_bytes_str(b->size[ARENA_GPU], s1, sizeof s1));
     if (cr.step_time < S->best_time * 0.999) {
         S->best_time = cr.step_time;
@@ -196,7 +202,25 @@ static Outcome cost_and_keep(Search *S, const Place *cand) {
 
 /* Builds cand with look-ahead k; when its arenas fit, costs it. OUT_NOFIT
  * leaves the reason in why (and S->last_why). */
+static Outcome build_one(Search *S, Place *cand, int k, bool *cpu_short, char *why, size_t n);
+
+/* cand with look-ahead k; with the optimizer overlapped with the backward
+ * (when any Adam can start early), and serial as well: the serial order is
+ * costed too (the backups cost CPU bandwidth; the faster is kept) and is
+ * what remains when the backups do not fit. */
 static Outcome try_prefetch(Search *S, Place *cand, int k, bool *cpu_short, char *why, size_t n) {
+    Outcome r = build_one(S, cand, k, cpu_short, why, n);
+    if (r == OUT_ERROR || !cand->overlap || !S->b->early_any || S->o->overlap > 0) return r;
+    Place serial = *cand;
+    serial.overlap = false;
+    char why2[256];
+    Outcome r2 = build_one(S, &serial, k, cpu_short, why2, sizeof why2);
+    if (r2 == OUT_ERROR) return r2;
+    if (r == OUT_NOFIT && r2 == OUT_PLACED) *cand = serial;
+    return r == OUT_PLACED || r2 == OUT_PLACED ? OUT_PLACED : OUT_NOFIT;
+}
+
+static Outcome build_one(Search *S, Place *cand, int k, bool *cpu_short, char *why, size_t n) {
     B *b = S->b;
     char s4[160];
     cand->prefetch = k;
@@ -317,6 +341,7 @@ static Outcome try_candidate(Search *S, int params, int optimizer, int ckpts) {
     cand.tier[PC_OPTIMIZER] = optimizer;
     cand.tier[PC_GRADS] = optimizer == TIER_GPU ? TIER_GPU : o->tier[PC_GRADS] == TIER_NVME ? TIER_NVME : TIER_CPU;
     cand.tier[PC_CHECKPOINTS] = ckpts;
+    cand.overlap = o->overlap >= 0;
     bool cpu_short = false, grads_nvme_tried = false;
     Outcome r = try_placement(S, cand, &cpu_short, &grads_nvme_tried);
     if (r != OUT_NOFIT) return r;
@@ -395,8 +420,9 @@ static bool refine(Search *S) {
  * handed on (runtime/plan/verify.c). */
 static bool finish(Search *S) {
     char s4[160];
-    pl_say(&S->ex, "chosen: %s, prefetch %d%s (of %d builds): %.4g s/step predicted", place_str(&S->best, s4, sizeof s4),
-        S->best.prefetch, S->best.reuse ? ", weights kept from recompute to backward" : "", S->tried, S->best_time);
+    pl_say(&S->ex, "chosen: %s, prefetch %d%s%s (of %d builds): %.4g s/step predicted", place_str(&S->best, s4, sizeof s4),
+        S->best.prefetch, S->best.reuse ? ", weights kept from recompute to backward" : "",
+        S->best.overlap ? ", optimizer overlapped with the backward" : "", S->tried, S->best_time);
     char vm[1024];
     int problems = verify_plan(S->plan, vm, sizeof vm);
     if (!problems) return true;
@@ -436,6 +462,7 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
     free(S.ex.s);
     free(b.bufs);
     free(b.ins);
+    free(b.spec);
     free(b.opnds);
     free(b.reqs);
     return ok;

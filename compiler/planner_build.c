@@ -183,6 +183,7 @@ bool pl_build(B *b, Arena *a) {
         if (!b->home || !b->cur || !b->ckpt_cpu || !b->gflushed || !b->grad_rmw) return false;
     }
     if (!build_steps(b, a, bwd_end)) return false;
+    if (!pl_overlap_prepare(b, a, bwd_end)) return false;
     static const uint8_t arena_of_tier[PLAN_NTIERS] = {ARENA_GPU, ARENA_CPU, ARENA_NVME};
     for (int i = 0; i < nt; i++) {
         b->home[i] = b->cur[i] = b->ckpt_cpu[i] = -1;
@@ -217,8 +218,10 @@ bool pl_build(B *b, Arena *a) {
             pl_emit_fetch(b, &b->reqs[f++]);
         }
         pl_emit_step(b, st);
+        if (b->pl.overlap) pl_emit_early_adams(b, s);
     }
     b->opt_begin = (uint32_t)b->nins;
+    b->redo_begin = b->redo_end = b->opt_begin;
     pl_emit_optimizer(b, bwd_end);
     int e = pl_ins(b, PI_STEP_END, Q_COMPUTE, 0, 0, 1, 0);
     if (e >= 0) {

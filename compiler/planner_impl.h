@@ -46,7 +46,17 @@ typedef struct Place {
     int tier[PC_COUNT];
     int prefetch;
     bool reuse;                    /* keep weights gathered for a recompute until their backward */
+    bool overlap;                  /* CPU Adams start in the backward, as gradients become final */
 } Place;
+
+/* An Adam sub-group emitted in the backward (planner_optim.c): with a
+ * gradient norm, speculative, and redone after the norm from its backup
+ * when the step clips or is skipped. */
+typedef struct SpecAdam {
+    int op;                        /* the graph's OP_ADAM */
+    int64_t e0, ne;                /* elements [e0, e0+ne) of the shard */
+    int backup;                    /* the backup buffer (-1: no norm, nothing to redo) */
+} SpecAdam;
 
 typedef struct B {
     const Graph *g;
@@ -83,6 +93,17 @@ typedef struct B {
     Req *reqs;
     int nreqs;
     uint32_t opt_begin;
+    uint32_t redo_begin, redo_end; /* the speculative optimizer's ranges (Plan.redo_begin) */
+    /* the overlapped optimizer, per build: per parameter, the step after
+     * which its gradient is final (-1: none), whether its Adam ran in the
+     * backward; the Adams that did, in order */
+    int *grad_final_step;
+    bool *adam_early;
+    int *early_at, *early_op;      /* per step s, the Adam ops early_op[early_at[s] .. early_at[s+1]) it makes ready */
+    SpecAdam *spec;
+    int nspec, cspec;
+    uint64_t spec_backup_bytes;    /* the backups' total */
+    bool early_any;                /* some Adam was emitted in the backward */
     uint64_t cap[PLAN_NARENAS];
     uint64_t size[PLAN_NARENAS];
     bool oom, internal;
@@ -150,7 +171,14 @@ bool pl_build(B *b, Arena *a);
 void pl_emit_fetch(B *b, Req *r);
 void pl_emit_step(B *b, const Step *s);
 
-/* planner_optim.c: the ops from bwd_end on (gradient norm, Adam, zeroing) */
+/* planner_optim.c: the ops from bwd_end on (gradient norm, Adam, zeroing).
+ * With b->pl.overlap, pl_overlap_prepare (before the backward is emitted)
+ * finds where each gradient becomes final and pl_emit_early_adams, after
+ * step s, emits the Adams of the parameters whose gradient step s made
+ * final: CPU Adams on CPU state, one micro-batch per step; speculative
+ * (with a backup) when the step has a gradient norm. False: out of memory. */
+bool pl_overlap_prepare(B *b, Arena *a, int bwd_end);
+void pl_emit_early_adams(B *b, int s);
 void pl_emit_optimizer(B *b, int bwd_end);
 
 /* planner_alloc.c: step 5, and whether its arenas fit the target (the

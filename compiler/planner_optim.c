@@ -19,6 +19,8 @@ typedef struct AdamViews {
     bool pread;
     int gview;                  /* the gradient's sub-group (NVMe grads: staged) */
     uint64_t goff;
+    int backup, bmode;          /* a speculative Adam's backup (PLAN_W) or its redo's (PLAN_R); -1: none */
+    bool early;                 /* in the backward: reads no gradient norm */
 } AdamViews;
 
 static uint64_t ebytes(const B *b, int t, int64_t ne) { return (uint64_t)ne * (uint64_t)pl_dsz(b, t); }
@@ -91,6 +93,17 @@ static void adam_load(B *b, AdamViews *v) {
     }
 }
 
+/* What a speculative Adam of sub-group v changes and cannot recompute:
+ * the parameter when it is the fp32 state, the master, the moments
+ * (docs/schedule.md, "The speculative optimizer"). */
+static uint64_t backup_bytes(const B *b, const AdamViews *v) {
+    uint64_t s = v->pread ? (uint64_t)v->ne * 4 : 0;
+    for (int k = 0; k < 3; k++)
+        if (v->state[k] >= 0) s += (uint64_t)v->ne * 4;
+    (void)b;
+    return s;
+}
+
 static void adam_step(B *b, const AdamViews *v) {
     const Graph *g = b->g;
     const GOp *op = &g->ops[v->op];
@@ -103,7 +116,9 @@ static void adam_step(B *b, const AdamViews *v) {
     pl_opnd(b, i, v->gview, PLAN_R, v->goff, gr >= 0 ? ebytes(b, gr, v->ne) : 0);
     for (int k = 0; k < 3; k++)
         pl_opnd(b, i, v->sview[k], PLAN_M, v->soff[k], v->state[k] >= 0 ? ebytes(b, v->state[k], v->ne) : 0);
-    pl_opnd(b, i, gn >= 0 ? b->cur[gn] : -1, PLAN_R, 0, gn >= 0 ? 4 : 0);
+    bool norm = gn >= 0 && !v->early;
+    pl_opnd(b, i, norm ? b->cur[gn] : -1, PLAN_R, 0, norm ? 4 : 0);
+    if (v->backup >= 0) pl_opnd(b, i, v->backup, v->bmode, 0, backup_bytes(b, v));
     if (O == TIER_NVME)
         for (int k = 0; k < 3; k++) {
             int st = v->state[k];
@@ -160,6 +175,7 @@ static bool adam_next(const B *b, int *j, int64_t *e0, int64_t *ne) {
     for (int k = *j + 1; k < g->nops; k++) {
         if (g->ops[k].kind != OP_ADAM) continue;
         int p = g->ops[k].in[0];
+        if (b->adam_early[p]) continue; /* stepped in the backward */
         int64_t total = (int64_t)b->ntiles[p] * b->tile_shard[p];
         *j = k;
         *e0 = 0;
@@ -199,6 +215,120 @@ static uint64_t adam_staged_bytes(const B *b, int j, int64_t ne) {
     return s;
 }
 
+/* ---- the optimizer overlapped with the backward ---- */
+
+/* Whether parameter p's Adam may run in the backward: CPU Adam on a
+ * gradient in CPU memory, one micro-batch per step (under accumulation
+ * the gradient is final only in the last micro-batch, which the stream
+ * does not tell apart). */
+static bool early_eligible(const B *b, int p) {
+    return b->g->train.grad_accum <= 1 && pl_opt_tier(b, p) == TIER_CPU && pl_grad_tier(b, p) == TIER_CPU;
+}
+
+bool pl_overlap_prepare(B *b, Arena *a, int bwd_end) {
+    const Graph *g = b->g;
+    int nt = g->ntensors;
+    if (!b->grad_final_step) {
+        b->grad_final_step = ARENA_NEWN(a, int, nt + 1);
+        b->adam_early = ARENA_NEWN(a, bool, nt + 1);
+        if (!b->grad_final_step || !b->adam_early) {
+            b->oom = true;
+            return false;
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        b->grad_final_step[t] = -1;
+        b->adam_early[t] = false;
+    }
+    b->nspec = 0;
+    b->spec_backup_bytes = 0;
+    b->early_at = NULL;
+    b->early_any = false;
+    if (!b->pl.overlap) return true;
+    /* the last step that flushes each parameter's gradient (step_outputs'
+     * rule: a tiled op's tile > 0 flushes only the tiled parameter's) */
+    for (int s = 0; s < b->nsteps; s++) {
+        const Step *st = &b->steps[s];
+        const GOp *op = &g->ops[st->op];
+        if (!pl_is_kernel_op(op->kind) || st->op >= bwd_end) continue;
+        int tp = st->ntiles > 1 ? pl_tiled_param_of(b, op) : -1;
+        for (int k = 0; k < op->nout; k++) {
+            int y = op->out[k];
+            if (y < 0 || g->tensors[y].cls != TC_GRAD || g->tensors[y].param < 0) continue;
+            int p = g->tensors[y].param;
+            if (p != tp && st->tile > 0) continue;
+            b->grad_final_step[p] = s;
+        }
+    }
+    /* per step, the Adam ops whose gradient it makes final (early_at[s] ..
+     * early_at[s+1] in early_op), in graph order */
+    b->early_at = ARENA_NEWN(a, int, b->nsteps + 2);
+    int nadam = 0;
+    for (int j = 0; j < g->nops; j++) nadam += g->ops[j].kind == OP_ADAM;
+    b->early_op = ARENA_NEWN(a, int, nadam + 1);
+    if (!b->early_at || !b->early_op) {
+        b->oom = true;
+        return false;
+    }
+    memset(b->early_at, 0, sizeof *b->early_at * (size_t)(b->nsteps + 2));
+    for (int j = 0; j < g->nops; j++) {
+        int p = g->ops[j].kind == OP_ADAM ? g->ops[j].in[0] : -1;
+        if (p >= 0 && b->grad_final_step[p] >= 0 && early_eligible(b, p)) b->early_at[b->grad_final_step[p] + 2]++;
+    }
+    for (int s = 0; s < b->nsteps; s++) b->early_at[s + 2] += b->early_at[s + 1];
+    for (int j = 0; j < g->nops; j++) {
+        int p = g->ops[j].kind == OP_ADAM ? g->ops[j].in[0] : -1;
+        if (p >= 0 && b->grad_final_step[p] >= 0 && early_eligible(b, p)) b->early_op[b->early_at[b->grad_final_step[p] + 1]++] = j;
+    }
+    return true;
+}
+
+static bool spec_push(B *b, const AdamViews *v) {
+    if (!pl_grow((void **)&b->spec, &b->cspec, b->nspec + 1, sizeof *b->spec)) {
+        b->oom = true;
+        return false;
+    }
+    b->spec[b->nspec++] = (SpecAdam){v->op, v->e0, v->ne, v->backup};
+    return true;
+}
+
+void pl_emit_early_adams(B *b, int s) {
+    const Graph *g = b->g;
+    if (!b->early_at) return;
+    for (int k = b->early_at[s]; k < b->early_at[s + 1] && !b->oom; k++) {
+        int j = b->early_op[k];
+        const GOp *op = &g->ops[j];
+        int p = op->in[0];
+        b->adam_early[p] = true;
+        b->early_any = true;
+        int64_t total = (int64_t)b->ntiles[p] * b->tile_shard[p];
+        for (int64_t e0 = 0; e0 < total && !b->oom; e0 += ADAM_CHUNK) {
+            AdamViews v = {.op = j, .e0 = e0, .ne = total - e0 < ADAM_CHUNK ? total - e0 : ADAM_CHUNK, .backup = -1, .early = true};
+            adam_load(b, &v);
+            if (op->in[5] >= 0) { /* a gradient norm follows: speculate, keeping what the step changes */
+                uint64_t bb = backup_bytes(b, &v);
+                v.backup = pl_newbuf(b, ARENA_CPU, bb, op->in[0], "adam_backup", false);
+                v.bmode = PLAN_W;
+                b->spec_backup_bytes += bb;
+            }
+            adam_step(b, &v);
+            if (v.backup >= 0) spec_push(b, &v);
+        }
+    }
+}
+
+/* After the norm: the redo range, which the runtime runs only when the step
+ * clips or is skipped: each speculative sub-group restored from its backup
+ * and stepped again with the norm, its parameter written back again. */
+static void emit_redo(B *b) {
+    for (int k = 0; k < b->nspec && !b->oom; k++) {
+        const SpecAdam *sa = &b->spec[k];
+        AdamViews v = {.op = sa->op, .e0 = sa->e0, .ne = sa->ne, .backup = sa->backup, .bmode = PLAN_R};
+        adam_load(b, &v);
+        adam_step(b, &v);
+    }
+}
+
 void pl_emit_optimizer(B *b, int bwd_end) {
     const Graph *g = b->g;
     bool adam_done = false;
@@ -213,6 +343,11 @@ void pl_emit_optimizer(B *b, int bwd_end) {
                 if (g->tensors[t].cls == TC_GRAD && b->home[t] >= 0) pl_opnd(b, i, b->home[t], PLAN_R, 0, pl_shard_bytes(b, t));
             pl_opnd(b, i, buf, PLAN_W, 0, 4);
             if (y >= 0) b->cur[y] = buf;
+            if (b->nspec) {
+                b->redo_begin = (uint32_t)b->nins;
+                emit_redo(b);
+                b->redo_end = (uint32_t)b->nins;
+            }
         } else if (op->kind == OP_ADAM && !adam_done) {
             /* every Adam, in sub-groups; for NVMe state the reads of the next
              * sub-groups are issued before this one steps: at least the next
@@ -234,7 +369,7 @@ void pl_emit_optimizer(B *b, int bwd_end) {
             bool more = adam_next(b, &cj, &e0, &ne);
             while ((n > 0 || more) && !b->oom) {
                 if (n == 0) { /* the first, or after a sub-group whose state is not on NVMe */
-                    ring[head] = (AdamViews){.op = cj, .e0 = e0, .ne = ne};
+                    ring[head] = (AdamViews){.op = cj, .e0 = e0, .ne = ne, .backup = -1};
                     adam_load(b, &ring[head]);
                     n = 1;
                     more = adam_next(b, &cj, &e0, &ne);
@@ -242,7 +377,7 @@ void pl_emit_optimizer(B *b, int bwd_end) {
                 while (more && adam_nvme(b, cj) && n <= ADAM_AHEAD &&
                        (n == 1 || ahead + adam_staged_bytes(b, cj, ne) <= budget)) {
                     AdamViews *v = &ring[(head + n) % (ADAM_AHEAD + 1)];
-                    *v = (AdamViews){.op = cj, .e0 = e0, .ne = ne};
+                    *v = (AdamViews){.op = cj, .e0 = e0, .ne = ne, .backup = -1};
                     adam_load(b, v);
                     ahead += adam_staged_bytes(b, cj, ne);
                     n++;

@@ -57,16 +57,18 @@ static bool tier_pin(const Setting *s, Arena *a, DiagSink *d, PlannerOptions *o)
 }
 
 bool planner_options_from_decl(const Decl *decl, Arena *a, DiagSink *d, PlannerOptions *o) {
-    static const char *const keys[] = {"params", "grads", "optimizer", "checkpoints", "prefetch", "whole_below", "tiles", "pin"};
+    static const char *const keys[] = {"params", "grads", "optimizer", "checkpoints", "prefetch", "whole_below", "tiles", "pin",
+                                       "optimizer_overlap"};
+    enum { NKEYS = sizeof keys / sizeof *keys };
     bool ok = true;
     for (int i = 0; i < decl->settings.len; i++) {
         const Setting *s = decl->settings.items[i];
         int k = -1;
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < NKEYS; j++)
             if (!strcmp(s->key, keys[j])) k = j;
         if (k < 0 || s->is_block) {
             diag_error(d, s->span, "unknown plan setting '%s'", s->key);
-            const char *near = diag_nearest(s->key, keys, 8);
+            const char *near = diag_nearest(s->key, keys, NKEYS);
             if (near) diag_hint(d, "did you mean '%s'?", near);
             ok = false;
             continue;
@@ -91,6 +93,14 @@ bool planner_options_from_decl(const Decl *decl, Arena *a, DiagSink *d, PlannerO
             else ok = false;
         } else if (k == 7) {
             if (!tier_pin(s, a, d, o)) ok = false;
+        } else if (k == 8) {
+            const Expr *e = s->value;
+            if (e && e->kind == EX_STR && (!strcmp(e->str, "auto") || !strcmp(e->str, "off") || !strcmp(e->str, "on"))) {
+                o->overlap = !strcmp(e->str, "off") ? -1 : !strcmp(e->str, "on") ? 1 : 0;
+            } else {
+                diag_error(d, e ? e->span : s->span, "optimizer_overlap must be \"auto\", \"on\" or \"off\"");
+                ok = false;
+            }
         } else {
             int64_t v;
             if (!s->selector) {

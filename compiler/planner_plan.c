@@ -25,6 +25,8 @@ static void plan_header(const B *b, Plan *p) {
     p->ninputs = g->ninputs;
     for (int i = 0; i < 4; i++) p->inputs[i] = i < g->ninputs ? g->inputs[i] : -1;
     p->opt_begin = b->opt_begin;
+    p->redo_begin = b->redo_begin;
+    p->redo_end = b->redo_end;
 }
 
 /* every state tensor's home, in tensor order; false when out of memory */

@@ -135,6 +135,8 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
     r->c = c;
     if (o) r->o = *o;
     r->loss_scale = p->train.dtype == DT_F16 ? (p->train.loss_scale > 0 ? p->train.loss_scale : 65536.0) : 1.0;
+    for (uint32_t i = 0; i < p->opt_begin && i < p->ninstrs; i++)
+        r->adam_in_batch |= p->instrs[i].op == PI_CPU_ADAM || p->instrs[i].op == PI_GPU_ADAM;
     r->be = r->o.backend == RT_BACKEND_CUDA ? &rt_backend_cuda : &rt_backend_host;
     r->ws = calloc(p->nops ? p->nops : 1, sizeof *r->ws);
     r->ws_bytes = calloc(p->nops ? p->nops : 1, sizeof *r->ws_bytes);
@@ -237,14 +239,29 @@ int rt_step(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, 
     r->loss_sum = 0;
     r->loss_n = 0;
     r->skip = false;
+    r->redone = false;
     r->grad_norm = 0;
     if (accum < 1) accum = 1;
+    if (accum > 1 && p->opt_begin > 0 && r->adam_in_batch)
+        return rt_fail(err, n, "this plan steps the optimizer in the backward, which needs one micro-batch per step (it has "
+                       "%d); recompile it with grad_accum = %d", accum, accum);
     r->loss_grad = (float)(1.0 / ((double)accum * r->c->size));
     uint32_t ob = p->opt_begin <= p->ninstrs ? p->opt_begin : p->ninstrs;
     r->be->step_begin(r);
-    for (int a = 0; a <= accum; a++) {
-        /* ranges: one per micro-batch, then the optimizer */
-        uint32_t b0 = a < accum ? 0 : ob, b1 = a < accum ? ob : p->ninstrs;
+    /* ranges: one per micro-batch, then the optimizer; a speculative plan's
+     * optimizer is the norm, the redo (only when the speculation failed)
+     * and the rest (Plan.redo_begin) */
+    bool spec = plan_speculative(p);
+    int nopt = spec ? 3 : 1;
+    for (int a = 0; a < accum + nopt; a++) {
+        uint32_t b0 = 0, b1 = ob;
+        if (a >= accum) {
+            int k = spec ? a - accum : 2;
+            b0 = k == 0 ? ob : k == 1 ? p->redo_begin : spec ? p->redo_end : ob;
+            b1 = k == 0 ? p->redo_begin : k == 1 ? p->redo_end : p->ninstrs;
+            if (k == 1 && !rt_speculation_failed(r)) continue;
+            if (k == 1) r->redone = true;
+        }
         if (a < accum) {
             r->tokens = tokens[a];
             r->targets = targets[a];
@@ -281,6 +298,7 @@ int rt_step(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, 
         st->seconds = qrun_now(&r->q) - t0;
         st->grad_norm = r->grad_norm;
         st->skipped = r->skip;
+        st->redone = r->redone;
         memcpy(st->bytes, r->bytes, sizeof st->bytes);
     }
     return 0;

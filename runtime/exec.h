@@ -50,6 +50,7 @@ typedef struct RtStepStats {
     double grad_norm;
     uint64_t bytes[PLAN_NQUEUES]; /* bytes moved per queue this step */
     bool skipped;
+    bool redone;            /* a speculative plan redid its early Adams (the step clipped or was skipped) */
 } RtStepStats;
 
 typedef struct Rt Rt;

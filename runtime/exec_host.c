@@ -396,8 +396,43 @@ static int exec_grad_norm(Rt *r, const PlanInstr *in, int worker, char *err, siz
     return 0;
 }
 
+/* The speculative optimizer's backup of an Adam (docs/schedule.md): what
+ * the step changes and cannot recompute, in order: the parameter when it is
+ * the fp32 state (read and written), the master, the moments. Saves them
+ * (save) or puts them back. */
+static int adam_backup(Rt *r, const PlanInstr *in, bool save, char *err, size_t n) {
+    const PlanOperand *bk = rt_opnd(r, in, 6);
+    uint8_t *bp = rt_opnd_ptr(r, bk);
+    if (!bp) return rt_fail(err, n, "adam on '%s': its backup is not in memory", r->p->tensors[in->arg].name);
+    uint64_t at = 0;
+    for (uint32_t k = 0; k < 5; k++) {
+        const PlanOperand *o = rt_opnd(r, in, k);
+        if (k == 1 || o->buffer < 0 || (k == 0 && !(o->mode & PLAN_R))) continue;
+        uint8_t *p = rt_opnd_ptr(r, o);
+        if (!p || at + o->bytes > bk->bytes)
+            return rt_fail(err, n, "adam on '%s': operand %u does not fit its backup", r->p->tensors[in->arg].name, k);
+        if (save) memcpy(bp + at, p, o->bytes);
+        else memcpy(p, bp + at, o->bytes);
+        at += o->bytes;
+    }
+    return 0;
+}
+
+/* Whether this step's clipping or skip makes the speculative Adams wrong:
+ * their coefficient was 1 (rt_step runs the redo range then). */
+bool rt_speculation_failed(const Rt *r) {
+    const PlanTrain *t = &r->p->train;
+    return r->skip || (t->grad_clip > 0 && fmin(1.0, t->grad_clip / (r->grad_norm + 1e-6)) != 1.0);
+}
+
 static int exec_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
     if (in->nopnd < 6) return rt_fail(err, n, "adam needs 6 operands, has %u", in->nopnd);
+    /* 7 operands: a speculative Adam (backup written; in the backward,
+     * before the norm: coefficient 1, as the serial order has when the
+     * step neither clips nor is skipped) or its redo (backup read; run only
+     * when the speculation failed: restore, then the serial step) */
+    bool speculative = in->nopnd == 7 && rt_opnd(r, in, 6)->mode == PLAN_W;
+    if (in->nopnd == 7 && adam_backup(r, in, speculative, err, n)) return -1;
     if (r->skip) return 0;
     const PlanTrain *t = &r->p->train;
     int pt = in->arg;
@@ -410,7 +445,7 @@ static int exec_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
     int64_t ne = (int64_t)(po->bytes / rt_dsz(pdt));
     int gt = r->p->tensors[pt].grad;
     int gdt = gt >= 0 ? r->p->tensors[gt].dtype : pdt;
-    double clip = t->grad_clip > 0 ? fmin(1.0, t->grad_clip / (r->grad_norm + 1e-6)) : 1.0;
+    double clip = t->grad_clip > 0 && !speculative ? fmin(1.0, t->grad_clip / (r->grad_norm + 1e-6)) : 1.0;
     AdamSchedule sch = {.lr = t->lr, .warmup_steps = t->warmup_steps, .schedule = t->schedule, .min_lr = t->min_lr, .steps = t->steps};
     AdamParams ap = {.lr = (float)adam_lr(&sch, r->step + 1), .beta1 = (float)t->beta1, .beta2 = (float)t->beta2,
                      .eps = (float)t->eps, .weight_decay = (float)t->weight_decay, .isa = ADAM_ISA_AUTO, .threads = 0};

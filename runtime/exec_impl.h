@@ -40,6 +40,8 @@ struct Rt {
     int loss_n;
     double grad_norm;       /* unscaled */
     bool skip;              /* f16: gradients not finite, step skipped */
+    bool redone;            /* this step ran the speculative optimizer's redo range */
+    bool adam_in_batch;     /* an Adam runs in the micro-batch (the optimizer overlapped with the backward) */
     int64_t step;           /* optimizer steps done */
     double loss_scale;
     int good_steps;
@@ -80,6 +82,9 @@ int rt_ckpt_check(Rt *r, const char *dir, int64_t step, RtCkptClass keep, char *
 int rt_comm_err(Rt *r, char *err, size_t errlen);
 /* Instruction i on the host (the host backend's semantics). */
 int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t errlen);
+/* After the norm of a speculative plan's step: whether it clips or is
+ * skipped, so that the speculative Adams must be redone (exec_host.c). */
+bool rt_speculation_failed(const Rt *r);
 /* Lets the nvme queue run its ready transfers together (qrun_set_batch):
  * for a backend whose NVMe instructions are rt_host_instr's alone. */
 void rt_host_use_batches(Rt *r);

@@ -90,17 +90,47 @@ bool cost_simulate(const Plan *p, CostResult *r) {
         return false;
     }
     double qfree[PLAN_NQUEUES] = {0}, boundary = 0;
+    bool spec = plan_speculative(p);
+    /* the redo range of a speculative plan runs only on a step that clips
+     * or is skipped: simulated on its own clock (redo_time), after the norm */
+    double rfree[PLAN_NQUEUES] = {0}, redo_from = 0;
     for (uint32_t i = 0; i < p->ninstrs; i++) {
         const PlanInstr *s = &p->instrs[i];
         if (i == p->opt_begin) {
             boundary = 0;
             for (uint32_t k = 0; k < i; k++) if (r->end[k] > boundary) boundary = r->end[k];
         }
+        if (spec && i == p->redo_begin) { /* the redo clock starts when the norm has ended */
+            double all = 0;
+            for (int q = 0; q < PLAN_NQUEUES; q++) if (qfree[q] > all) all = qfree[q];
+            for (int q = 0; q < PLAN_NQUEUES; q++) rfree[q] = all;
+            redo_from = all;
+        }
+        if (spec && i >= p->redo_begin && i < p->redo_end) {
+            double st = s->queue < PLAN_NQUEUES ? rfree[s->queue] : 0;
+            for (uint32_t d = 0; d < s->ndeps; d++) {
+                uint32_t j = p->deps[s->dep + d];
+                if (j >= p->redo_begin && j < i && r->end[j] > st) st = r->end[j];
+            }
+            double dur = cost_instr_time(p, s);
+            r->start[i] = st;
+            r->end[i] = st + dur;
+            if (s->queue < PLAN_NQUEUES) rfree[s->queue] = st + dur;
+            if (r->end[i] - redo_from > r->redo_time) r->redo_time = r->end[i] - redo_from;
+            continue;
+        }
+        if (spec && (i == p->opt_begin || i == p->redo_end)) {
+            /* the runtime runs these ranges one after another: every queue
+             * waits for the one before to end */
+            double all = 0;
+            for (int q = 0; q < PLAN_NQUEUES; q++) if (qfree[q] > all) all = qfree[q];
+            for (int q = 0; q < PLAN_NQUEUES; q++) qfree[q] = all;
+        }
         double st = s->queue < PLAN_NQUEUES ? qfree[s->queue] : 0;
         for (uint32_t d = 0; d < s->ndeps; d++) {
             uint32_t j = p->deps[s->dep + d];
             /* deps point backwards in a planner's stream; a forged forward one counts from 0 */
-            if (j < i && r->end[j] > st) st = r->end[j];
+            if (j < i && !(spec && j >= p->redo_begin && j < p->redo_end) && r->end[j] > st) st = r->end[j];
         }
         double dur = cost_instr_time(p, s);
         r->start[i] = st;

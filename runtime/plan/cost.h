@@ -19,6 +19,7 @@ typedef struct CostResult {
     double pass_time;              /* seconds for one pass of the stream */
     double busy[PLAN_NQUEUES];     /* seconds each queue is busy in one pass */
     int bottleneck;                /* the busiest queue */
+    double redo_time;              /* a speculative plan: seconds a step that clips or is skipped adds (its redo range) */
     double *start, *end;           /* per instruction (malloc'd; cost_free) */
 } CostResult;
 

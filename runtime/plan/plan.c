@@ -112,6 +112,7 @@ const char *plan_bytes_str(uint64_t bytes, char *buf, size_t n) {
 
 typedef struct Codec {
     bool reading;
+    uint32_t version;  /* the format being read or written */
     /* writing */
     uint8_t *buf;
     size_t len, cap;
@@ -273,6 +274,12 @@ static void sec_meta(Codec *c, Plan *p) {
     c_i32(c, &p->ninputs);
     for (int i = 0; i < 4; i++) c_i32(c, &p->inputs[i]);
     c_u32(c, &p->opt_begin);
+    if (c->version >= 6) {
+        c_u32(c, &p->redo_begin);
+        c_u32(c, &p->redo_end);
+    } else if (c->reading) {
+        p->redo_begin = p->redo_end = p->opt_begin; /* before the speculative optimizer */
+    }
 }
 
 /* The measured figures (zinfprobe) follow the version-3 fields as a count
@@ -631,7 +638,8 @@ static const Section sections[] = {
  * integer attributes per op and the hf section; version 4 the gemms
  * section (a version-3 file is read as one without GEMM descriptors: its
  * GEMMs run their launches); version 5 packed sections (plan_pack.h: a
- * section header's second word is 1 where the payload is packed). An older
+ * section header's second word is 1 where the payload is packed); version
+ * 6 the speculative optimizer's ranges in meta (an older plan has none). An older
  * plan is refused with the version message, not as a corrupt file. */
 enum { SECTION_RAW = 0, SECTION_PACKED = 1 };
 enum { FORMAT_VERSION = PLAN_VERSION };
@@ -656,7 +664,7 @@ static uint64_t get_le(const uint8_t *b, int n) {
 }
 
 bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t errlen) {
-    Codec c = {0};
+    Codec c = {.version = FORMAT_VERSION};
     uint8_t hdr[HEADER_BYTES];
     memcpy(hdr, PLAN_MAGIC, 8);
     put_le(hdr + 8, FORMAT_VERSION, 4);
@@ -716,6 +724,8 @@ static bool check_indices(const Plan *p, const char *name, char *err, size_t err
     for (int i = 0; i < p->ninputs; i++)
         if (!TID(p->inputs[i])) BAD("input tensor %d out of range", p->inputs[i]);
     if (p->opt_begin > p->ninstrs) BAD("optimizer start %u past the schedule", p->opt_begin);
+    if (plan_speculative(p) && (p->redo_begin < p->opt_begin || p->redo_end > p->ninstrs))
+        BAD("optimizer ranges %u, %u, %u out of order (%u instructions)", p->opt_begin, p->redo_begin, p->redo_end, p->ninstrs);
     for (uint32_t i = 0; i < p->ntensors; i++) {
         const PlanTensor *t = &p->tensors[i];
         if (!TID(t->param) || !TID(t->grad) || !TID(t->master) || !TID(t->momentum) || !TID(t->variance))
@@ -873,7 +883,7 @@ Plan *plan_decode(const uint8_t *buf, size_t len, const char *name, char *err, s
             errf(err, errlen, "%s: section '%s' malformed: %s", name, sections[s].name, why);
             goto fail;
         }
-        Codec c = {.reading = true, .in = raw ? raw : buf + pos, .inlen = rawlen, .arena = &p->arena};
+        Codec c = {.reading = true, .version = ver, .in = raw ? raw : buf + pos, .inlen = rawlen, .arena = &p->arena};
         sections[s].codec(&c, p);
         free(raw);
         if (c.bad || c.pos != c.inlen) {

@@ -20,7 +20,7 @@
 #include <stdint.h>
 #include "arena.h"
 
-enum { PLAN_VERSION = 5, PLAN_VERSION_OLDEST = 3, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 8, PLAN_MAX_IATTR = 6, PLAN_MAX_FATTR = 6,
+enum { PLAN_VERSION = 6, PLAN_VERSION_OLDEST = 3, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 8, PLAN_MAX_IATTR = 6, PLAN_MAX_FATTR = 6,
        PLAN_MAX_ACCUM = 64 /* micro-batches per optimizer step (grad_accum) */ };
 #define PLAN_MAGIC "ZINFPLAN"
 
@@ -306,6 +306,15 @@ typedef struct Plan {
     int32_t ninputs;
     int32_t inputs[4];
     uint32_t opt_begin;        /* instrs[0..opt_begin) run once per micro-batch, the rest once per step */
+    /* The optimizer overlapped with backward (docs/schedule.md, "The
+     * speculative optimizer"): CPU Adams in the micro-batch update before
+     * the gradient norm is known, keeping a copy of what they change. Then
+     * [opt_begin, redo_begin) takes the norm; [redo_begin, redo_end) runs
+     * only when the step clips or is skipped (it restores the copies and
+     * redoes those Adams as the serial order would); [redo_end, ninstrs)
+     * is the rest of the optimizer. Without it they are equal (and
+     * ignored): plan_speculative. */
+    uint32_t redo_begin, redo_end;
     PlanTensor *tensors; uint32_t ntensors;
     PlanOp *ops; uint32_t nops;
     PlanShard *shards; uint32_t nshards;
@@ -351,6 +360,9 @@ int plan_gemm_of_launch(const Plan *p, uint32_t li);
  * scalar input, B or T below 1, or B*T int32 ids beyond what memory can
  * address. The verifier ties every INPUT instruction to it. */
 bool plan_batch_shape(const Plan *p, int64_t *B, int64_t *T);
+
+/* Whether the plan's optimizer is speculative (Plan.redo_begin). */
+static inline bool plan_speculative(const Plan *p) { return p->redo_begin < p->redo_end; }
 
 /* FNV-1a 64-bit hash, the sections' checksum. */
 uint64_t plan_fnv1a64(const void *data, size_t n);

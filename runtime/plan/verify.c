@@ -431,8 +431,8 @@ static void check_layouts(V *v) {
         const char *lay = plan_opcode_operands[s->op];
         const PlanOperand *o = &p->operands[s->opnd];
         if (!strcmp(lay, "*")) {
-            if ((s->op == PI_CPU_ADAM || s->op == PI_GPU_ADAM) && s->nopnd != 6)
-                problem(v, "instruction %u (%s) has %u operands, expected 6", i, iname(p, i), s->nopnd);
+            if ((s->op == PI_CPU_ADAM || s->op == PI_GPU_ADAM) && s->nopnd != 6 && !(s->op == PI_CPU_ADAM && s->nopnd == 7))
+                problem(v, "instruction %u (%s) has %u operands, expected 6 (7 for a CPU Adam with a backup)", i, iname(p, i), s->nopnd);
             if (s->op == PI_KERNEL && s->arg >= 0 && (uint32_t)s->arg < p->nops &&
                 s->nopnd != (uint32_t)p->ops[s->arg].nin + p->ops[s->arg].nout)
                 problem(v, "instruction %u (kernel) has %u operands, its op %d has %u", i, s->nopnd, s->arg,
@@ -575,10 +575,19 @@ static void check_kernel_operands(V *v, uint32_t i) {
     }
 }
 
+/* The bytes a speculative Adam's backup holds: what the step changes that
+ * it cannot recompute (docs/schedule.md, "The speculative optimizer"). */
+static uint64_t adam_backup_bytes(const PlanOperand *o, uint64_t ne) {
+    uint64_t b = (o[0].mode & PLAN_R) && o[0].buffer >= 0 ? ne * 4 : 0; /* the parameter, when it is the fp32 state */
+    for (int k = 2; k < 5; k++)
+        if (o[k].buffer >= 0) b += ne * 4;
+    return b;
+}
+
 static void check_adam_operands(V *v, uint32_t i) {
     const Plan *p = v->p;
     const PlanInstr *s = &p->instrs[i];
-    if (s->nopnd != 6) return; /* the layout check says so */
+    if (s->nopnd != 6 && s->nopnd != 7) return; /* the layout check says so */
     const PlanTensor *t = &p->tensors[s->arg];
     const PlanOperand *o = &p->operands[s->opnd];
     int pdt = plan_dtype_size(t->dtype), gdt = t->grad >= 0 ? plan_dtype_size(p->tensors[t->grad].dtype) : pdt;
@@ -588,6 +597,94 @@ static void check_adam_operands(V *v, uint32_t i) {
         if (o[k].buffer >= 0 && o[k].bytes < need[k])
             problem(v, "instruction %u (%s) on '%s': operand %d holds %" PRIu64 " bytes, its %" PRIu64 " elements need %" PRIu64, i,
                     iname(p, i), t->name, k, o[k].bytes, ne, need[k]);
+    bool in_batch = i < p->opt_begin;
+    if (s->nopnd == 6) {
+        /* in the backward without a backup only where no norm can change the step */
+        bool norm = p->train.grad_clip > 0 || p->train.dtype == DT_F16;
+        if (in_batch && (norm || p->train.grad_accum > 1 || s->op != PI_CPU_ADAM))
+            problem(v, "instruction %u (%s) on '%s' steps in the micro-batch without a backup (%s)", i, iname(p, i), t->name,
+                    norm ? "the step has a gradient norm" : p->train.grad_accum > 1 ? "several micro-batches a step" : "not a CPU Adam");
+        return;
+    }
+    const PlanOperand *bk = &o[6];
+    uint64_t want = adam_backup_bytes(o, ne);
+    if (bk->buffer < 0 || bk->bytes != want)
+        problem(v, "instruction %u (%s) on '%s': its backup holds %" PRIu64 " bytes, what it changes is %" PRIu64, i, iname(p, i),
+                t->name, bk->buffer < 0 ? 0 : bk->bytes, want);
+    if (bk->mode == PLAN_W) { /* speculative: in the micro-batch, before the norm exists */
+        if (!in_batch || !plan_speculative(p) || p->train.grad_accum > 1)
+            problem(v, "instruction %u (%s) on '%s': a speculative Adam outside the micro-batch of a speculative plan with one "
+                    "micro-batch per step", i, iname(p, i), t->name);
+        if (o[5].buffer >= 0)
+            problem(v, "instruction %u (%s) on '%s': a speculative Adam reads the gradient norm, which does not exist yet", i,
+                    iname(p, i), t->name);
+    } else if (bk->mode == PLAN_R) { /* the redo: only where the step clipped or was skipped */
+        if (!plan_speculative(p) || i < p->redo_begin || i >= p->redo_end)
+            problem(v, "instruction %u (%s) on '%s': an Adam restoring a backup outside the redo range", i, iname(p, i), t->name);
+    } else {
+        problem(v, "instruction %u (%s) on '%s': its backup is neither written nor read", i, iname(p, i), t->name);
+    }
+}
+
+/* Every speculative Adam has exactly one redo, on the same state and
+ * backup bytes; the redo range holds nothing else that steps. */
+typedef struct SpecKey {
+    int32_t buf;
+    uint64_t off;
+    uint32_t instr;
+} SpecKey;
+
+static int spec_key_cmp(const void *a, const void *b) {
+    const SpecKey *x = a, *y = b;
+    if (x->buf != y->buf) return x->buf < y->buf ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+static void check_speculation(V *v) {
+    const Plan *p = v->p;
+    if (!plan_speculative(p)) return;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < p->ninstrs; i++)
+        if (p->instrs[i].op == PI_CPU_ADAM && p->instrs[i].nopnd == 7) n++;
+    SpecKey *k = malloc(sizeof *k * (n ? n : 1));
+    if (!k) {
+        problem(v, "out of memory verifying the speculative optimizer");
+        return;
+    }
+    uint32_t ns = 0, nr = 0;
+    for (uint32_t pass = 0; pass < 2; pass++)
+        for (uint32_t i = 0; i < p->ninstrs; i++) {
+            const PlanInstr *s = &p->instrs[i];
+            if (s->op != PI_CPU_ADAM || s->nopnd != 7) continue;
+            const PlanOperand *bk = &p->operands[s->opnd + 6];
+            if ((bk->mode == PLAN_W) != (pass == 0)) continue;
+            k[ns + nr] = (SpecKey){bk->buffer, bk->offset, i};
+            if (pass == 0) ns++;
+            else nr++;
+        }
+    if (ns != nr) problem(v, "%u speculative Adams but %u redos", ns, nr);
+    if (ns == 0) problem(v, "a speculative plan (redo range %u..%u) with no speculative Adam", p->redo_begin, p->redo_end);
+    if (ns == nr && ns > 0) {
+        qsort(k, ns, sizeof *k, spec_key_cmp);
+        qsort(k + ns, nr, sizeof *k, spec_key_cmp);
+        for (uint32_t j = 0; j < ns && !STOP(v); j++) {
+            const PlanInstr *a = &p->instrs[k[j].instr], *r = &p->instrs[k[ns + j].instr];
+            bool same = spec_key_cmp(&k[j], &k[ns + j]) == 0 && a->arg == r->arg;
+            for (int m = 1; m < 5 && same; m++) {
+                const PlanOperand *x = &p->operands[a->opnd + m], *y = &p->operands[r->opnd + m];
+                same = x->buffer == y->buffer && x->offset == y->offset && x->bytes == y->bytes;
+            }
+            if (!same)
+                problem(v, "instruction %u (speculative Adam of '%s') has no redo on the same state and backup", k[j].instr,
+                        a->arg >= 0 && (uint32_t)a->arg < p->ntensors ? p->tensors[a->arg].name : "?");
+        }
+    }
+    free(k);
+    for (uint32_t i = p->redo_begin; i < p->redo_end && i < p->ninstrs; i++) {
+        const PlanInstr *s = &p->instrs[i];
+        if (s->op == PI_GPU_ADAM || (s->op == PI_CPU_ADAM && s->nopnd != 7) || s->op == PI_GRAD_NORM || s->op == PI_KERNEL)
+            problem(v, "instruction %u (%s) in the redo range, which only restores and redoes speculative Adams", i, iname(p, i));
+    }
 }
 
 static void check_operands(V *v) {
@@ -1127,6 +1224,7 @@ int verify_plan(const Plan *p, char *msgs, size_t n) {
         check_train(&v);
         check_operands(&v);
         check_frozen(&v);
+        check_speculation(&v);
         check_hf(&v);
         check_shards(&v);
         if (build_order(&v) && build_uses(&v)) {

@@ -74,12 +74,13 @@ def unpack(sid, d):
         col += n * fw; off += fw
     return bytes(out)
 ver, nsec = struct.unpack_from("<II", b, 8)
-assert (ver, nsec) == (5, 18), (ver, nsec)
+assert (ver, nsec) == (6, 18), (ver, nsec)
 pos, body = 24, b""
 for s in range(17):
     sid, form, plen = struct.unpack_from("<IIQ", b, pos)
     d = b[pos + 24: pos + 24 + plen]
     if form == 1: d = unpack(sid, d)
+    if sid == 0: d = d[:-8]  # version 6 added the speculative optimizer's two ranges to meta
     body += struct.pack("<IIQQ", sid, 0, len(d), fnv(d)) + d
     pos += 24 + plen
 hdr = bytearray(b[:24]); struct.pack_into("<II", hdr, 8, 3, 17); struct.pack_into("<Q", hdr, 16, fnv(hdr[:16]))
