@@ -321,6 +321,24 @@ bool kernels_embed_launches(Plan *p, const Graph *g, CudaGen *cg, CudaModule *m,
 }
 
 
+/* The decode unit appended to m's units when the model can use it: the
+ * plan's kernel table carries it like any unit (compiled, its source
+ * written), though no launch names it. */
+static bool add_decode(CudaGen *cg, const Graph *g, CudaModule *m, DiagSink *d) {
+    CudaUnit du;
+    int rc = cuda_gen_decode_unit(cg, g, &du, d);
+    if (rc <= 0) return rc == 0;
+    CudaUnit *us = ARENA_NEWN(cg->arena, CudaUnit, m->nunits + 1);
+    if (!us) {
+        diag_error(d, SPAN_NONE, "out of memory");
+        return false;
+    }
+    memcpy(us, m->units, sizeof *us * (size_t)m->nunits);
+    us[m->nunits++] = du;
+    m->units = us;
+    return true;
+}
+
 /* A plan whose kernels failed to compile keeps no launches (they would name
  * units it does not have). */
 static void drop_launches(Plan *p) {
@@ -400,8 +418,9 @@ bool kernels_embed(Plan *p, const Graph *g, const char *archs, const char *sourc
         return false;
     }
     /* The launches first: they add the utility units, which are compiled
-     * and written like the others. */
-    if (!kernels_embed_launches(p, g, &cg, &m, d) || (source_dir && cuda_module_write_sources(&m, source_dir, d) != 0)) {
+     * and written like the others; then the decode unit. */
+    if (!kernels_embed_launches(p, g, &cg, &m, d) || !add_decode(&cg, g, &m, d) ||
+        (source_dir && cuda_module_write_sources(&m, source_dir, d) != 0)) {
         drop_launches(p);
         arena_free(&a);
         return false;

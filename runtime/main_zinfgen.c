@@ -3,8 +3,9 @@
  * a zinfrun --export file (--init), a zinfrun checkpoint (--checkpoint) or the plan's seeded
  * initialisation, wherever the plan keeps them (GPU, CPU memory, NVMe:
  * fetched layer by layer as in training). Each new token is one forward of
- * the plan's whole [B, T] window (no KV cache). Tokens stream to stdout;
- * everything else goes to stderr. Only this file prints and picks exit
+ * the plan's whole [B, T] window (--decode window), or one position with a
+ * KV cache (--decode kv: runtime/decode.h, on the host kernels or the
+ * GPU). Tokens stream to stdout; everything else goes to stderr. Only this file prints and picks exit
  * codes: 0 done, 1 a runtime error or bad input, 2 bad usage. */
 #include <errno.h>
 #include <inttypes.h>
@@ -27,7 +28,7 @@
 #include "verify.h"
 
 typedef struct GenOpts {
-    const char *plan, *init, *ckpt, *tokenizer, *prompt, *prompt_ids, *backend, *nvme, *decode;
+    const char *plan, *init, *ckpt, *tokenizer, *prompt, *prompt_ids, *backend, *nvme, *decode, *logits;
     int64_t step, max_new, top_k, eos;
     double temperature, top_p;
     uint64_t seed;
@@ -36,7 +37,7 @@ typedef struct GenOpts {
 
 static const char *const flags[] = {"--init", "--checkpoint", "--step", "--tokenizer", "--prompt", "--prompt-ids",
                                     "--max-new", "--temperature", "--top-k", "--top-p", "--seed", "--eos",
-                                    "--backend", "--nvme", "--decode", "--quiet", "--help", "--version"};
+                                    "--backend", "--nvme", "--decode", "--logits", "--quiet", "--help", "--version"};
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -55,10 +56,11 @@ static void usage(FILE *f) {
             "  --eos ID               stop after generating token ID\n"
             "  --backend auto|host|cuda   where to run (auto: cuda when a GPU is there and the plan has GPU code)\n"
             "  --nvme DIR             the plan's NVMe swap space in DIR instead of the target's paths\n"
-            "  --decode auto|kv|window  kv: a KV cache, one position per token, on the host kernels with the\n"
-            "                         parameters gathered whole on rank 0; window: each token one forward of the\n"
-            "                         plan's whole [B, T] window (its schedule, on either backend). auto (default):\n"
-            "                         kv on the host backend when the model allows it, else window\n"
+            "  --decode auto|kv|window  kv: a KV cache, one position per token, with the parameters gathered whole\n"
+            "                         on rank 0 (its memory on the host backend, its GPU's on the CUDA backend);\n"
+            "                         window: each token one forward of the plan's whole [B, T] window (its\n"
+            "                         schedule). auto (default): kv when the model allows it, else window\n"
+            "  --logits FILE          the logits each new token was drawn from, one line of V numbers a token\n"
             "  --quiet                no lines on stderr but errors\n"
             "A text longer than T keeps its last T tokens (the window slides; with the KV cache, the cache is\n"
             "filled again from them); a prompt longer than T is refused.\n");
@@ -100,6 +102,7 @@ static int parse_value(const char *a, const char *v, GenOpts *o) {
     else if (!strcmp(a, "--backend")) o->backend = v;
     else if (!strcmp(a, "--nvme")) o->nvme = v;
     else if (!strcmp(a, "--decode")) o->decode = v;
+    else if (!strcmp(a, "--logits")) o->logits = v;
     else if (!strcmp(a, "--step")) return parse_i64(a, v, 0, &o->step);
     else if (!strcmp(a, "--max-new")) return parse_i64(a, v, 1, &o->max_new);
     else if (!strcmp(a, "--top-k")) return parse_i64(a, v, 0, &o->top_k);
@@ -308,6 +311,7 @@ typedef struct Gen {
     double *prob;
     size_t printed;         /* bytes of decoded text written */
     KvDecoder *kv;          /* --decode kv: the decoder (rank 0 holds it), else NULL */
+    FILE *lf;               /* --logits: rank 0's file, else NULL */
     int64_t base;           /* kv: the id at the cache's position 0 */
 } Gen;
 
@@ -414,6 +418,14 @@ static int step_kv(Gen *g, uint64_t *rng, int32_t *out, char *err, size_t n) {
     return id < 0 ? -1 : 0;
 }
 
+/* --logits: the V logits of the token just drawn, one line (%.9g: an f32
+ * read back exactly). */
+static int write_logits(Gen *g, char *err, size_t n) {
+    for (int64_t v = 0; v < g->V; v++) fprintf(g->lf, "%s%.9g", v ? " " : "", (double)g->logits[v]);
+    if (fputc('\n', g->lf) == EOF || ferror(g->lf)) return snprintf(err, n, "--logits %s: %s", g->o->logits, strerror(errno)), -1;
+    return 0;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -434,6 +446,7 @@ static int generate(Gen *g, char *err, size_t n) {
     for (; made < g->o->max_new; made++) {
         int32_t id;
         if ((g->kv ? step_kv(g, &rng, &id, err, n) : step(g, &rng, &id, err, n))) return -1;
+        if (C.rank == 0 && g->lf && write_logits(g, err, n)) return -1;
         g->ids[g->nids++] = id;
         bool last = id == g->o->eos || made + 1 == g->o->max_new;
         if (C.rank == 0 && emit(g, id, last, err, n)) return -1;
@@ -461,6 +474,7 @@ static void gen_free(Gen *g) {
     free(g->cand);
     free(g->prob);
     kvdec_free(g->kv);
+    if (g->lf) fclose(g->lf);
     if (g->tok) hftok_free(g->tok);
 }
 
@@ -485,18 +499,18 @@ static int run(const Plan *p, const GenOpts *o) {
     if (rc == 2) { status = 2; goto out; }
     if (rc) FAIL("%s", err);
     if (load_weights(g.r, p, o, err, sizeof err)) FAIL("%s", err);
+    if (C.rank == 0 && o->logits && !(g.lf = fopen(o->logits, "w"))) FAIL("--logits %s: %s", o->logits, strerror(errno));
     char why[1024] = "";
-    if (!strcmp(o->decode, "kv") && be == RT_BACKEND_CUDA)
-        FAIL("--decode kv runs on the host kernels; with the CUDA backend use --decode window (the plan's GPU kernels) or --backend host");
-    if (strcmp(o->decode, "window") && be != RT_BACKEND_CUDA) {
-        rc = kvdec_create(g.r, p, &C, &g.kv, why, sizeof why);
+    if (strcmp(o->decode, "window")) {
+        rc = kvdec_create(g.r, p, &C, be == RT_BACKEND_CUDA ? KV_CUDA : KV_HOST, &g.kv, why, sizeof why);
         if (rc < 0) FAIL("%s", why);
         if (rc > 0 && !strcmp(o->decode, "kv")) FAIL("--decode kv: %s", why);
     }
     if (C.rank == 0 && !o->quiet && g.kv) {
         char b1[32];
-        fprintf(stderr, "zinfgen: %s on the host backend, KV cache of T = %" PRId64 " positions (%s on rank 0: parameters, cache, scratch), %" PRId64
-                        " prompt token%s\n", p->model_name ? p->model_name : "?", g.T, plan_bytes_str(kvdec_bytes(g.kv), b1, sizeof b1), g.nprompt,
+        fprintf(stderr, "zinfgen: %s on the %s backend, KV cache of T = %" PRId64 " positions (%s %s: parameters, cache, scratch), %" PRId64
+                        " prompt token%s\n", p->model_name ? p->model_name : "?", be == RT_BACKEND_CUDA ? "cuda" : "host", g.T,
+                plan_bytes_str(kvdec_bytes(g.kv), b1, sizeof b1), be == RT_BACKEND_CUDA ? "of rank 0's GPU memory" : "on rank 0", g.nprompt,
                 g.nprompt == 1 ? "" : "s");
     } else if (C.rank == 0 && !o->quiet) {
         fprintf(stderr, "zinfgen: %s on the %s backend, window %" PRId64 " x %" PRId64 ", %" PRId64 " prompt token%s; %u of the plan's instructions a token%s%s%s\n",

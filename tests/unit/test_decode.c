@@ -8,7 +8,9 @@
  * LLaMA (rope, rmsnorm, grouped kv heads, silu), on plans that keep the
  * parameters on the CPU or on NVMe. Then a reset starts again at position
  * 0, a step past T fails, and the models it cannot decode are refused
- * naming the op, before anything is gathered. */
+ * naming the op, before anything is gathered; on the GPU (KV_CUDA), a plan
+ * without the decode kernels is refused from the plan alone. The GPU steps
+ * themselves are tested on the fake driver (tests/e2e/eval_gen_cuda.sh). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -74,7 +76,7 @@ static void against_window(const char *path, DType dt, int params, double tol) {
     float *want = malloc(sizeof *want * (size_t)(T * V)), *got = malloc(sizeof *got * (size_t)V);
     for (int64_t t = 0; t < T; t++) ck_assert_msg(rt_logits(r, t, want + t * V, err, sizeof err) == 0, "%s", err);
     KvDecoder *d = NULL;
-    ck_assert_msg(kvdec_create(r, p, &C, &d, err, sizeof err) == 0, "%s: %s", path, err);
+    ck_assert_msg(kvdec_create(r, p, &C, KV_HOST, &d, err, sizeof err) == 0, "%s: %s", path, err);
     for (int pass = 0; pass < 2; pass++) { /* the second after a reset */
         for (int64_t t = 0; t < T; t++) {
             ck_assert_int_eq(kvdec_position(d), t);
@@ -110,20 +112,22 @@ END_TEST
 START_TEST(llama_bf16) { against_window("examples/llama-tiny.zl", DT_BF16, TIER_CPU, 2e-2); }
 END_TEST
 
-/* A model the decoder refuses: 1 and the reason, no decoder. */
-static void refused(const char *text, const char *needle) {
+/* A model the decoder refuses on `on`: 1 and the reason, no decoder. */
+static void refused_on(KvDevice on, const char *path, const char *needle) {
     ZlModel m;
-    Plan *p = compile(&m, write_model(text), DT_NONE, -1);
+    Plan *p = compile(&m, path, DT_NONE, -1);
     RtOptions ro = {.nvme_dir = tmpdir};
     Rt *r = rt_create(p, &C, &ro, err, sizeof err);
     ck_assert_msg(r != NULL, "%s", err);
     KvDecoder *d = (KvDecoder *)&m; /* must be cleared */
-    ck_assert_int_eq(kvdec_create(r, p, &C, &d, err, sizeof err), 1);
+    ck_assert_int_eq(kvdec_create(r, p, &C, on, &d, err, sizeof err), 1);
     ck_assert_ptr_null(d);
     ck_assert_msg(strstr(err, needle) != NULL, "got '%s', want '%s'", err, needle);
     rt_destroy(r);
     zl_free(&m);
 }
+
+static void refused(const char *text, const char *needle) { refused_on(KV_HOST, write_model(text), needle); }
 
 START_TEST(refusals) {
     /* scores against every position made by hand: a matmul of two activations */
@@ -145,6 +149,11 @@ START_TEST(refusals) {
             "  loss cross_entropy(matmul(x, wte, transpose_b), targets)\n}\n"
             "train { micro_batch = 2 }\n",
             "which a decode step does not have (only the loss may read the targets)");
+    /* on the GPU: a plan without GPU code has no decode kernels, refused
+     * from the plan alone (no driver is opened) with the way out */
+    refused_on(KV_CUDA, "examples/gpt2-tiny.zl",
+               "the plan has no GPU decode kernels (zinfc puts them in a plan with GPU code for a model they serve): "
+               "recompile it, or use --decode window");
 }
 END_TEST
 

@@ -1,0 +1,138 @@
+/* cuda_gen_decode: the decode unit, the kernels of zinfgen --decode kv on
+ * the CUDA backend (runtime/decode_cuda.c launches them; docs/generation.md).
+ *
+ * Unlike the other families it has no launches in the plan: the decoder
+ * computes one position at a time, with sizes the training schedule never
+ * has, and finds its entry points by name. So the unit is one text for
+ * every model: stdlib/kernels/decode.cu (its kernels templates over the
+ * storage type) with common.cuh pasted in, followed by the extern "C"
+ * entry points this file writes, one per kernel and storage type
+ * (zkd_<kernel>_<f32|bf16|f16>). One text means one NVRTC compilation,
+ * cached, for every plan. */
+#include "cuda_gen_impl.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "nvrtc.h"
+
+/* The entry points: the template's name, its parameters with '@' for the
+ * storage type, its arguments. */
+typedef struct DecodeEntry {
+    const char *name, *params, *args;
+} DecodeEntry;
+
+static const DecodeEntry entries[] = {
+    {"embed", "@ *y, const @ *table, const int *ids, long long rows, long long V, long long D, int *err",
+     "y, table, ids, rows, V, D, err"},
+    {"linear", "@ *y, const @ *x, const @ *w, const @ *b, long long K, long long N, long long tb", "y, x, w, b, K, N, tb"},
+    {"binary", "@ *y, const @ *big, const @ *small, long long n, long long ns, long long mul", "y, big, small, n, ns, mul"},
+    {"layernorm", "@ *y, const @ *x, const @ *g, const @ *b, long long rows, long long D, float eps",
+     "y, x, g, b, rows, D, eps"},
+    {"rmsnorm", "@ *y, const @ *x, const @ *g, long long rows, long long D, float eps", "y, x, g, rows, D, eps"},
+    {"unary", "@ *y, const @ *x, long long n, long long what, float by", "y, x, n, what, by"},
+    {"columns", "@ *y, const @ *x, long long rows, long long X, long long off, long long W", "y, x, rows, X, off, W"},
+    {"rope",
+     "@ *y, const @ *x, long long H, long long hd, long long pos, double theta, long long scaling, double factor, "
+     "double low, double high, double orig",
+     "y, x, H, hd, pos, theta, scaling, factor, low, high, orig"},
+    {"kv_append", "float *kc, float *vc, const @ *k, const @ *v, long long kd, long long pos", "kc, vc, k, v, kd, pos"},
+    {"attend",
+     "@ *y, const @ *q, const float *kc, const float *vc, float *sc, long long H, long long KV, long long hd, "
+     "long long T, long long pos",
+     "y, q, kc, vc, sc, H, KV, hd, T, pos"},
+};
+
+static const DType storage[] = {DT_F32, DT_BF16, DT_F16};
+
+/* The primitives a decode step can meet, each served by the kernels above
+ * (cross_entropy is the loss, which the decoder does not run). */
+static bool decode_serves(PrimId p) {
+    switch (p) {
+    case PRIM_EMBEDDING: case PRIM_LINEAR: case PRIM_MATMUL: case PRIM_ADD: case PRIM_MUL: case PRIM_LAYERNORM:
+    case PRIM_RMSNORM: case PRIM_GELU: case PRIM_SILU: case PRIM_SPLIT: case PRIM_SCALE: case PRIM_ROPE:
+    case PRIM_ATTENTION: case PRIM_ARANGE: case PRIM_CROSS_ENTROPY:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static char *read_kernel_text(CudaGen *cg, const char *name, DiagSink *d) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", cg->kernel_dir, name);
+    FILE *f = fopen(path, "rb");
+    char *out = NULL;
+    int err = 0;
+    if (!f) err = errno;
+    else {
+        long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (out = arena_alloc(cg->arena, (size_t)n + 1)) &&
+            fread(out, 1, (size_t)n, f) == (size_t)n)
+            out[n] = 0;
+        else {
+            out = NULL;
+            err = ferror(f) ? EIO : ENOMEM;
+        }
+        fclose(f);
+    }
+    if (!out) {
+        diag_error(d, SPAN_NONE, "cannot read kernel source %s: %s", path, strerror(err));
+        diag_hint(d, "set ZINF_KERNEL_DIR to the stdlib/kernels directory");
+    }
+    return out;
+}
+
+/* Appends to an arena string (NULL once the arena failed). */
+static char *cat(Arena *a, char *s, const char *t) { return s ? arena_printf(a, "%s%s", s, t) : NULL; }
+
+/* params with every '@' replaced by ctype. */
+static char *typed(Arena *a, const char *params, const char *ctype) {
+    char *s = arena_strdup(a, "");
+    for (const char *p = params; s && *p; p++) {
+        const char *at = strchr(p, '@');
+        size_t n = at ? (size_t)(at - p) : strlen(p);
+        s = arena_printf(a, "%s%.*s%s", s, (int)n, p, at ? ctype : "");
+        if (!at) break;
+        p = at;
+    }
+    return s;
+}
+
+int cuda_gen_decode_unit(CudaGen *cg, const Graph *g, CudaUnit *out, DiagSink *d) {
+    for (int o = 0; o < g->nforward; o++)
+        if (g->ops[o].kind == OP_FWD && !decode_serves(g->ops[o].prim)) return 0;
+    Arena *a = cg->arena;
+    const char *common = cg->common ? cg->common : read_kernel_text(cg, "common.cuh", d);
+    const char *text = common ? read_kernel_text(cg, "decode.cu", d) : NULL;
+    if (!text) return -1;
+    const char *inc = "#include \"common.cuh\"", *at = strstr(text, inc);
+    char *s = arena_printf(a,
+                           "// zinf CUDA kernel unit: decode (f32, bf16, f16)\n"
+                           "// generated by zinfc from stdlib/kernels/decode.cu and common.cuh: the one-position\n"
+                           "// kernels of zinfgen --decode kv (no launches in the plan; the decoder finds them by name)\n"
+                           "#define ZK_T float\n"
+                           "%.*s%s%s\n// ---- the entry points, one per kernel and storage type ----\n",
+                           at ? (int)(at - text) : 0, text, common, at ? at + strlen(inc) : text);
+    for (size_t e = 0; e < sizeof entries / sizeof *entries; e++)
+        for (size_t k = 0; k < sizeof storage / sizeof *storage; k++) {
+            const DecodeEntry *en = &entries[e];
+            const char *ct = dtype_ctype(storage[k]);
+            s = cat(a, s,
+                    arena_printf(a, "extern \"C\" __global__ void zkd_%s_%s(%s) { zkd_%s<%s>(%s); }\n", en->name,
+                                 cuda_dtype_name(storage[k]), typed(a, en->params, ct), en->name, ct, en->args));
+        }
+    if (!s || a->failed) {
+        diag_error(d, SPAN_NONE, "cuda_gen: out of memory");
+        return -1;
+    }
+    memset(out, 0, sizeof *out);
+    out->family = "decode";
+    out->spec = "f32, bf16, f16";
+    out->source = s;
+    out->first_kernel = -1;
+    unsigned char dg[32];
+    nvrtc_sha256(s, strlen(s), dg);
+    nvrtc_hex(dg, 32, out->hash);
+    return 1;
+}

@@ -1,0 +1,423 @@
+/* decode_cuda: the GPU step back end of the KV-cache decoder
+ * (decode_impl.h). Rank 0's GPU (the one its executor uses, through the
+ * same primary context) holds everything a step reads in one allocation,
+ * carved: the parameters whole, every constant, one row of every
+ * activation, per attention op its f32 key and value caches [T, kv_dim],
+ * the attention scores [heads, T] and an error word. The kernels are the
+ * plan's decode unit (stdlib/kernels/decode.cu, put in the kernel table by
+ * zinfc), found by name: zkd_<kernel>_<storage dtype>. A step is its
+ * launches on one stream and one copy of the logits back. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cudrv.h"
+#include "decode_impl.h"
+#include "half.h"
+#include "hostk.h"
+
+enum { KD_EMBED, KD_LINEAR, KD_BINARY, KD_LAYERNORM, KD_RMSNORM, KD_UNARY, KD_COLUMNS, KD_ROPE, KD_KV_APPEND, KD_ATTEND, KD_N };
+static const char *const kd_names[KD_N] = {"embed",   "linear",  "binary", "layernorm", "rmsnorm",
+                                           "unary",   "columns", "rope",   "kv_append", "attend"};
+enum { NSTORAGE = 3, ALIGN = 256, BLOCK = 256 };
+static const char *const storage_names[NSTORAGE] = {"f32", "bf16", "f16"};
+static const char unit_prefix[] = "decode-";
+
+typedef struct KvCuda {
+    CudaDrv drv;
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule mod;
+    CUstream s;
+    CUfunction fn[KD_N][NSTORAGE], set;
+    char name[128], arch[16];
+    CUdeviceptr base;          /* the one allocation */
+    uint64_t *off;             /* per tensor: its view's offset in it, UINT64_MAX: none */
+    uint64_t *kc, *vc;         /* per op: its key and value caches' offsets (attention), else 0 */
+    uint64_t scores, errw, total;
+    uint64_t param_bytes, cache_bytes;
+    void *staging;             /* one parameter, gathered whole */
+    void *lg;                  /* the logits as the device stores them */
+} KvCuda;
+
+static KvCuda *X_(const KvDecoder *d) { return d->state; }
+
+static int storage_of(int dtype) { return dtype == DT_F32 ? 0 : dtype == DT_BF16 ? 1 : dtype == DT_F16 ? 2 : -1; }
+
+static uint64_t align_up(uint64_t v) { return (v + ALIGN - 1) / ALIGN * ALIGN; }
+
+static const PlanTensor *T_(const KvDecoder *d, int t) { return &d->p->tensors[t]; }
+
+/* The plan's decode unit for arch (NULL: any arch), or -1. */
+static int decode_kernel(const Plan *p, const char *arch) {
+    for (uint32_t k = 0; k < p->nkernels; k++)
+        if (p->kernels[k].name && !strncmp(p->kernels[k].name, unit_prefix, sizeof unit_prefix - 1) &&
+            (!arch || (p->kernels[k].arch && !strcmp(p->kernels[k].arch, arch))))
+            return (int)k;
+    return -1;
+}
+
+/* ---- what the kernels take (every rank, from the plan) ---- */
+
+/* Whether the small view's dims are a suffix of the big view's. */
+static bool suffix_of(const KvDecoder *d, int small, int big) {
+    int64_t ds[PLAN_MAX_RANK], db[PLAN_MAX_RANK];
+    kvdec_view_dims(d, small, ds);
+    kvdec_view_dims(d, big, db);
+    int rs = T_(d, small)->rank, rb = T_(d, big)->rank;
+    if (rs > rb) return false;
+    for (int i = 0; i < rs; i++)
+        if (ds[i] != db[rb - rs + i]) return false;
+    return true;
+}
+
+static int check_op(const KvDecoder *d, int o, char *why, size_t n) {
+    const PlanOp *op = &d->p->ops[o];
+    const char *ps = kvdec_prim_str(op->prim);
+    int st = -1;
+    for (int i = 0; i < op->nin + op->nout; i++) {
+        int t = i < op->nin ? op->in[i] : op->out[i - op->nin];
+        if (t < 0 || T_(d, t)->dtype == DT_I32) continue;
+        int s = storage_of(T_(d, t)->dtype);
+        if (s < 0 || (st >= 0 && s != st))
+            return REFUSE(why, n, "op %d (%s): '%s' is %s among other dtypes; the GPU decode kernels take one float dtype an op", o, ps,
+                          T_(d, t)->name, dtype_name((DType)T_(d, t)->dtype));
+        st = s;
+    }
+    if (st < 0 && op->prim != PRIM_ARANGE) return REFUSE(why, n, "op %d (%s) has no float tensor", o, ps);
+    switch (op->prim) {
+    case PRIM_EMBEDDING:
+        if (T_(d, op->in[0])->rank != 2 || d->kind[op->in[0]] != DK_CONST || T_(d, op->in[1])->dtype != DT_I32)
+            return REFUSE(why, n, "op %d: embedding of a table that is not a [V, D] parameter", o);
+        break;
+    case PRIM_LINEAR: case PRIM_MATMUL: {
+        int w = op->in[1];
+        bool tb = op->prim == PRIM_MATMUL && op->iattr[1];
+        if (op->prim == PRIM_MATMUL && op->iattr[0])
+            return REFUSE(why, n, "op %d: a matmul with transpose_a has no GPU decode kernel", o);
+        if (T_(d, w)->rank != 2 || d->kind[w] != DK_CONST)
+            return REFUSE(why, n, "op %d (%s): its second operand '%s' is not a 2-D parameter", o, ps, T_(d, w)->name);
+        int64_t K = kvdec_last_dim(d, op->in[0]), N = kvdec_last_dim(d, op->out[0]);
+        if (T_(d, w)->dims[tb ? 1 : 0] != K || T_(d, w)->dims[tb ? 0 : 1] != N)
+            return REFUSE(why, n, "op %d (%s): '%s' is not [%" PRId64 ", %" PRId64 "]", o, ps, T_(d, w)->name, K, N);
+        if (kvdec_view_numel(d, op->in[0]) / K > 65535) return REFUSE(why, n, "op %d (%s): more than 65535 rows at once", o, ps);
+        break;
+    }
+    case PRIM_ADD: case PRIM_MUL: {
+        int a = op->in[0], b = op->in[1];
+        bool a_big = T_(d, a)->rank >= T_(d, b)->rank;
+        int big = a_big ? a : b, small = a_big ? b : a;
+        if (!suffix_of(d, small, big) || kvdec_view_numel(d, op->out[0]) != kvdec_view_numel(d, big))
+            return REFUSE(why, n, "op %d (%s): '%s' does not broadcast over one position of '%s'", o, ps, T_(d, small)->name,
+                          T_(d, big)->name);
+        break;
+    }
+    case PRIM_SPLIT:
+        for (int j = 0; j < op->nout; j++)
+            if (op->out[j] < 0) return REFUSE(why, n, "op %d: split with an absent piece", o);
+        break;
+    case PRIM_ROPE: {
+        int64_t C = kvdec_last_dim(d, op->in[0]), H = op->iattr[0];
+        if (H < 1 || C % H || (C / H) % 2) return REFUSE(why, n, "op %d: rope of %" PRId64 " over %" PRId64 " heads", o, C, H);
+        break;
+    }
+    case PRIM_ATTENTION: {
+        int64_t H = op->iattr[0], KV = op->iattr[1] ? op->iattr[1] : H;
+        int64_t qd = kvdec_last_dim(d, op->in[0]), kd = kvdec_last_dim(d, op->in[1]);
+        if (H < 1 || KV < 1 || H % KV || qd % H || kd != (qd / H) * KV || kvdec_last_dim(d, op->in[2]) != kd)
+            return REFUSE(why, n, "op %d: attention of q %" PRId64 ", k %" PRId64 " with %" PRId64 " heads, %" PRId64 " kv heads", o, qd,
+                          kd, H, KV);
+        break;
+    }
+    default:
+        break;
+    }
+    return 0;
+}
+
+static int cuda_check(const KvDecoder *d, char *why, size_t n) {
+    if (decode_kernel(d->p, NULL) < 0)
+        return REFUSE(why, n, "the plan has no GPU decode kernels (zinfc puts them in a plan with GPU code for a model they "
+                              "serve): recompile it, or use --decode window");
+    for (int i = 0; i < d->nops; i++) {
+        int rc = check_op(d, d->ops[i], why, n);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* ---- rank 0: the device, the layout, the steps ---- */
+
+#define DRV(x, call, what)                                                                                   \
+    do {                                                                                                     \
+        CUresult rc_ = (call);                                                                               \
+        if (rc_ != CUDA_SUCCESS) return cudrv_fail(&(x)->drv, rc_, what, __FILE__, __LINE__, 0, err, n);   \
+    } while (0)
+
+/* Offsets of everything in the one allocation; the bytes by kind. */
+static int layout(KvDecoder *d, KvCuda *x, char *err, size_t n) {
+    const Plan *p = d->p;
+    x->off = malloc(sizeof *x->off * (p->ntensors ? p->ntensors : 1));
+    x->kc = calloc(p->nops ? p->nops : 1, sizeof *x->kc);
+    x->vc = calloc(p->nops ? p->nops : 1, sizeof *x->vc);
+    if (!x->off || !x->kc || !x->vc) return errorf(err, n, "out of memory");
+    uint64_t at = 0, maxh = 0;
+    for (uint32_t t = 0; t < p->ntensors; t++) {
+        x->off[t] = UINT64_MAX;
+        if (d->kind[t] < DK_CONST) continue;
+        x->off[t] = at;
+        uint64_t b = align_up(kvdec_view_bytes(d, (int)t));
+        at += b ? b : ALIGN;
+        if (p->tensors[t].cls == TC_PARAM) x->param_bytes += b;
+    }
+    for (int i = 0; i < d->nops; i++) {
+        const PlanOp *op = &p->ops[d->ops[i]];
+        if (op->prim != PRIM_ATTENTION || d->kind[op->out[0]] != DK_BT) continue;
+        uint64_t b = align_up(sizeof(float) * (uint64_t)(d->T * kvdec_last_dim(d, op->in[1])));
+        x->kc[d->ops[i]] = at;
+        x->vc[d->ops[i]] = at + b;
+        at += 2 * b;
+        x->cache_bytes += 2 * b;
+        if ((uint64_t)op->iattr[0] > maxh) maxh = (uint64_t)op->iattr[0];
+    }
+    x->scores = at;
+    at += align_up(sizeof(float) * maxh * (uint64_t)d->T);
+    x->errw = at;
+    at += ALIGN;
+    x->total = at;
+    return 0;
+}
+
+static int cuda_open(KvDecoder *d, char *why, size_t n) {
+    char *err = why; /* DRV's */
+    KvCuda *x = calloc(1, sizeof *x);
+    if (!x) return errorf(why, n, "out of memory");
+    d->state = x;
+    char e[512];
+    if (cudrv_open(&x->drv, e, sizeof e)) return errorf(why, n, "the GPU decoder: %s", e);
+    int ordinal = d->c->local_rank; /* the GPU this rank's executor uses */
+    size_t mem = 0;
+    if (cudrv_describe(&x->drv, ordinal, x->name, sizeof x->name, &mem, x->arch, sizeof x->arch, e, sizeof e))
+        return errorf(why, n, "GPU %d: %s", ordinal, e);
+    int k = decode_kernel(d->p, x->arch);
+    if (k < 0)
+        return REFUSE(why, n, "the plan has no GPU decode kernels for this GPU (%s, %s): recompile it for %s, or use --decode window",
+                      x->name, x->arch, x->arch);
+    DRV(x, x->drv.DeviceGet(&x->dev, ordinal), "cuDeviceGet");
+    DRV(x, x->drv.DevicePrimaryCtxRetain(&x->ctx, x->dev), "cuDevicePrimaryCtxRetain");
+    DRV(x, x->drv.CtxSetCurrent(x->ctx), "cuCtxSetCurrent");
+    if (layout(d, x, why, n)) return -1;
+    d->bytes = x->total;
+    size_t fr = 0, tot = 0;
+    DRV(x, x->drv.MemGetInfo(&fr, &tot), "cuMemGetInfo");
+    if (x->total > fr) {
+        char b[5][32];
+        return REFUSE(why, n,
+                      "the KV-cache decoder needs %s of GPU memory (the parameters whole %s, the KV cache %s, one position's "
+                      "activations and scratch %s) and %s of %s is free beside the plan's arenas: use --decode window",
+                      plan_bytes_str(x->total, b[0], 32), plan_bytes_str(x->param_bytes, b[1], 32), plan_bytes_str(x->cache_bytes, b[2], 32),
+                      plan_bytes_str(x->total - x->param_bytes - x->cache_bytes, b[3], 32), plan_bytes_str(fr, b[4], 32), x->name);
+    }
+    CUresult rc = x->drv.ModuleLoadData(&x->mod, d->p->kernels[k].data);
+    if (rc != CUDA_SUCCESS) {
+        x->mod = NULL;
+        cudrv_fail(&x->drv, rc, "cuModuleLoadData", __FILE__, __LINE__, 0, e, sizeof e);
+        return errorf(why, n, "%s, loading %s for %s", e, d->p->kernels[k].name, x->arch);
+    }
+    for (int f = 0; f <= KD_N * NSTORAGE; f++) {
+        char entry[64];
+        CUfunction *fp = f == KD_N * NSTORAGE ? &x->set : &x->fn[f / NSTORAGE][f % NSTORAGE];
+        if (f == KD_N * NSTORAGE) snprintf(entry, sizeof entry, "zkd_set");
+        else snprintf(entry, sizeof entry, "zkd_%s_%s", kd_names[f / NSTORAGE], storage_names[f % NSTORAGE]);
+        rc = x->drv.ModuleGetFunction(fp, x->mod, entry);
+        if (rc != CUDA_SUCCESS) {
+            cudrv_fail(&x->drv, rc, "cuModuleGetFunction", __FILE__, __LINE__, 0, e, sizeof e);
+            return errorf(why, n, "%s: entry %s of %s", e, entry, d->p->kernels[k].name);
+        }
+    }
+    DRV(x, x->drv.StreamCreate(&x->s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    return 0;
+}
+
+static int cuda_allocate(KvDecoder *d, char *err, size_t n) {
+    KvCuda *x = X_(d);
+    uint64_t big = 0;
+    for (uint32_t t = 0; t < d->p->ntensors; t++)
+        if (d->p->tensors[t].cls == TC_PARAM && kvdec_view_bytes(d, (int)t) > big) big = kvdec_view_bytes(d, (int)t);
+    x->staging = malloc(big ? big : 1);
+    x->lg = malloc(kvdec_view_bytes(d, d->logits) + 1);
+    if (!x->staging || !x->lg) return errorf(err, n, "out of memory");
+    DRV(x, x->drv.MemAlloc(&x->base, x->total), "cuMemAlloc");
+    /* zeros: the caches past the position, the error word, padding */
+    DRV(x, x->drv.MemsetD8Async(x->base, 0, x->total, x->s), "cuMemsetD8Async");
+    DRV(x, x->drv.StreamSynchronize(x->s), "cuStreamSynchronize");
+    return 0;
+}
+
+static void *cuda_param_dst(KvDecoder *d, int t) {
+    (void)t;
+    return X_(d)->staging;
+}
+
+static CUdeviceptr at(const KvDecoder *d, int t) { return t < 0 ? 0 : X_(d)->base + X_(d)->off[t]; }
+
+static int cuda_param_put(KvDecoder *d, int t, char *err, size_t n) {
+    KvCuda *x = X_(d);
+    DRV(x, x->drv.MemcpyHtoDAsync(at(d, t), x->staging, kvdec_view_bytes(d, t), x->s), "cuMemcpyHtoDAsync");
+    DRV(x, x->drv.StreamSynchronize(x->s), "cuStreamSynchronize"); /* the staging is the next one's */
+    return 0;
+}
+
+static unsigned blocks(int64_t work, int per) {
+    int64_t b = (work + per - 1) / per;
+    return (unsigned)(b < 1 ? 1 : b > 16384 ? 16384 : b);
+}
+
+/* One launch on the decoder's stream, for op o (-1: the step's token id). */
+static int launch(KvDecoder *d, int o, CUfunction f, unsigned gx, unsigned gy, unsigned block, void **args, char *err, size_t n) {
+    KvCuda *x = X_(d);
+    CUresult rc = x->drv.LaunchKernel(f, gx, gy, 1, block, 1, 1, 0, x->s, args, NULL);
+    if (rc == CUDA_SUCCESS) return 0;
+    char e[384], what[64] = "the token id";
+    cudrv_fail(&x->drv, rc, "cuLaunchKernel", __FILE__, __LINE__, 0, e, sizeof e);
+    if (o >= 0) snprintf(what, sizeof what, "op %d (%s)", o, kvdec_prim_str(d->p->ops[o].prim));
+    return errorf(err, n, "%s: %s at position %" PRId64 " <<<%u,%u / %u>>>", e, what, d->pos, gx, gy, block);
+}
+
+static int set_i32(KvDecoder *d, int o, CUdeviceptr p, long long v, char *err, size_t n) {
+    void *args[] = {&p, &v};
+    return launch(d, o, X_(d)->set, 1, 1, 32, args, err, n);
+}
+
+static int cuda_run_op(KvDecoder *d, int o, char *err, size_t n) {
+    KvCuda *x = X_(d);
+    const PlanOp *op = &d->p->ops[o];
+    int y0 = op->out[0];
+    CUdeviceptr y = at(d, y0), a = at(d, op->in[0]), b = op->nin > 1 ? at(d, op->in[1]) : 0, c = op->nin > 2 ? at(d, op->in[2]) : 0;
+    int st = storage_of(T_(d, y0)->dtype); /* check_op: one float dtype an op; arange's is -1 and unused */
+    switch (op->prim) {
+    case PRIM_ARANGE:
+        return set_i32(d, o, y, d->pos, err, n);
+    case PRIM_EMBEDDING: {
+        long long rows = kvdec_view_numel(d, op->in[1]), V = T_(d, op->in[0])->dims[0], D = T_(d, op->in[0])->dims[1];
+        CUdeviceptr ew = x->base + x->errw;
+        void *args[] = {&y, &a, &b, &rows, &V, &D, &ew};
+        return launch(d, o, x->fn[KD_EMBED][st], (unsigned)rows, 1, BLOCK, args, err, n);
+    }
+    case PRIM_LINEAR: case PRIM_MATMUL: {
+        long long K = kvdec_last_dim(d, op->in[0]), N = kvdec_last_dim(d, y0), tb = op->prim == PRIM_MATMUL && op->iattr[1];
+        unsigned rows = (unsigned)(kvdec_view_numel(d, op->in[0]) / K);
+        if (op->prim == PRIM_MATMUL) c = 0;
+        void *args[] = {&y, &a, &b, &c, &K, &N, &tb};
+        return launch(d, o, x->fn[KD_LINEAR][st], blocks(N, tb ? BLOCK / 32 : BLOCK), rows, BLOCK, args, err, n);
+    }
+    case PRIM_ADD: case PRIM_MUL: {
+        bool a_big = T_(d, op->in[0])->rank >= T_(d, op->in[1])->rank;
+        CUdeviceptr big = a_big ? a : b, small = a_big ? b : a;
+        long long nb = kvdec_view_numel(d, y0), ns = kvdec_view_numel(d, a_big ? op->in[1] : op->in[0]), mul = op->prim == PRIM_MUL;
+        if (ns == 0) return 0;
+        void *args[] = {&y, &big, &small, &nb, &ns, &mul};
+        return launch(d, o, x->fn[KD_BINARY][st], blocks(nb, BLOCK), 1, BLOCK, args, err, n);
+    }
+    case PRIM_LAYERNORM: case PRIM_RMSNORM: {
+        long long heads = op->prim == PRIM_RMSNORM && op->iattr[0] > 1 ? op->iattr[0] : 1;
+        long long D = kvdec_last_dim(d, op->in[0]) / heads, rows = kvdec_view_numel(d, op->in[0]) / D;
+        float eps = (float)(op->fattr[0] != 0 ? op->fattr[0] : 1e-5);
+        void *ln[] = {&y, &a, &b, &c, &rows, &D, &eps}, *rms[] = {&y, &a, &b, &rows, &D, &eps};
+        if (op->prim == PRIM_LAYERNORM) return launch(d, o, x->fn[KD_LAYERNORM][st], (unsigned)rows, 1, BLOCK, ln, err, n);
+        return launch(d, o, x->fn[KD_RMSNORM][st], (unsigned)rows, 1, BLOCK, rms, err, n);
+    }
+    case PRIM_GELU: case PRIM_SILU: case PRIM_SCALE: {
+        long long num = kvdec_view_numel(d, y0), what = op->prim == PRIM_GELU ? 0 : op->prim == PRIM_SILU ? 1 : 2;
+        float by = (float)op->fattr[0];
+        void *args[] = {&y, &a, &num, &what, &by};
+        return launch(d, o, x->fn[KD_UNARY][st], blocks(num, BLOCK), 1, BLOCK, args, err, n);
+    }
+    case PRIM_SPLIT: {
+        long long X = kvdec_last_dim(d, op->in[0]), rows = kvdec_view_numel(d, op->in[0]) / X, off = 0;
+        for (int j = 0; j < op->nout; j++) {
+            CUdeviceptr yj = at(d, op->out[j]);
+            long long W = kvdec_last_dim(d, op->out[j]);
+            void *args[] = {&yj, &a, &rows, &X, &off, &W};
+            if (launch(d, o, x->fn[KD_COLUMNS][st], blocks(rows * W, BLOCK), 1, BLOCK, args, err, n)) return -1;
+            off += W;
+        }
+        return 0;
+    }
+    case PRIM_ROPE: {
+        HkRope r = hk_rope_attrs(op->iattr, op->fattr);
+        long long H = r.heads, hd = kvdec_last_dim(d, op->in[0]) / H, pos = d->pos, scaling = r.scaling;
+        double theta = r.theta, factor = r.factor, low = r.low_freq_factor, high = r.high_freq_factor, orig = r.original_max;
+        void *args[] = {&y, &a, &H, &hd, &pos, &theta, &scaling, &factor, &low, &high, &orig};
+        return launch(d, o, x->fn[KD_ROPE][st], blocks(H * (hd / 2), BLOCK), 1, BLOCK, args, err, n);
+    }
+    case PRIM_ATTENTION: {
+        long long H = op->iattr[0], KV = op->iattr[1] ? op->iattr[1] : H, kd = kvdec_last_dim(d, op->in[1]), hd = kd / KV;
+        long long T = d->T, pos = d->pos;
+        CUdeviceptr kc = x->base + x->kc[o], vc = x->base + x->vc[o], sc = x->base + x->scores;
+        void *app[] = {&kc, &vc, &b, &c, &kd, &pos};
+        if (launch(d, o, x->fn[KD_KV_APPEND][st], blocks(kd, BLOCK), 1, BLOCK, app, err, n)) return -1;
+        void *args[] = {&y, &a, &kc, &vc, &sc, &H, &KV, &hd, &T, &pos};
+        return launch(d, o, x->fn[KD_ATTEND][st], (unsigned)H, 1, 128, args, err, n);
+    }
+    default:
+        return errorf(err, n, "op %d (%s) has no GPU decode kernel", o, kvdec_prim_str(op->prim));
+    }
+}
+
+static int cuda_set_token(KvDecoder *d, int32_t token, char *err, size_t n) {
+    return set_i32(d, -1, at(d, d->tokens), token, err, n);
+}
+
+static int cuda_logits(KvDecoder *d, float *out, char *err, size_t n) {
+    KvCuda *x = X_(d);
+    uint64_t bytes = kvdec_view_bytes(d, d->logits);
+    int32_t ew[3];
+    DRV(x, x->drv.MemcpyDtoHAsync(x->lg, at(d, d->logits), bytes, x->s), "cuMemcpyDtoHAsync");
+    DRV(x, x->drv.MemcpyDtoHAsync(ew, x->base + x->errw, sizeof ew, x->s), "cuMemcpyDtoHAsync");
+    DRV(x, x->drv.StreamSynchronize(x->s), "cuStreamSynchronize");
+    if (ew[0]) {
+        DRV(x, x->drv.MemsetD8Async(x->base + x->errw, 0, sizeof ew, x->s), "cuMemsetD8Async");
+        return errorf(err, n, "position %" PRId64 ": embedding id %d is outside its table", d->pos, ew[1]);
+    }
+    int64_t V = kvdec_view_numel(d, d->logits);
+    int dt = T_(d, d->logits)->dtype;
+    const uint16_t *h = x->lg;
+    for (int64_t v = 0; v < V; v++)
+        out[v] = dt == DT_F32 ? ((const float *)x->lg)[v] : dt == DT_BF16 ? half_bf16_to_f32(h[v]) : half_f16_to_f32(h[v]);
+    return 0;
+}
+
+static void cuda_close(KvDecoder *d) {
+    KvCuda *x = X_(d);
+    if (x->ctx) {
+        x->drv.CtxSetCurrent(x->ctx);
+        if (x->s) {
+            x->drv.StreamSynchronize(x->s);
+            x->drv.StreamDestroy(x->s);
+        }
+        if (x->base) x->drv.MemFree(x->base);
+        if (x->mod) x->drv.ModuleUnload(x->mod);
+        x->drv.DevicePrimaryCtxRelease(x->dev);
+    }
+    if (x->drv.lib) cudrv_close(&x->drv);
+    free(x->off);
+    free(x->kc);
+    free(x->vc);
+    free(x->staging);
+    free(x->lg);
+    free(x);
+    d->state = NULL;
+}
+
+const KvBackend kvdec_cuda = {
+    .check = cuda_check,
+    .open = cuda_open,
+    .allocate = cuda_allocate,
+    .param_dst = cuda_param_dst,
+    .param_put = cuda_param_put,
+    .run_op = cuda_run_op,
+    .set_token = cuda_set_token,
+    .logits = cuda_logits,
+    .close = cuda_close,
+};

@@ -1,0 +1,192 @@
+/* decode_host: the host step back end of the KV-cache decoder
+ * (decode_impl.h): every view in rank 0's memory, the ops through the host
+ * kernels, attention over f32 caches with its sums in double. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "decode_impl.h"
+#include "hostk.h"
+
+typedef struct KvHost {
+    void **buf;                /* per tensor: its view's values, NULL when none */
+    float **kc, **vc;          /* per op: an attention op's key and value cache [T, kv_dim], else NULL */
+    double *scores;            /* [T] scratch of the attention step */
+    void *ws;
+    size_t ws_bytes;
+} KvHost;
+
+static KvHost *H_(const KvDecoder *d) { return d->state; }
+
+/* Tensor t as the decode sees it: its one row (DK_T, DK_BT) or whole. */
+static HkTensor view(const KvDecoder *d, int t) {
+    if (t < 0) return (HkTensor){0};
+    int64_t dims[PLAN_MAX_RANK];
+    kvdec_view_dims(d, t, dims);
+    const PlanTensor *pt = &d->p->tensors[t];
+    return hk_tensor(H_(d)->buf[t], (DType)pt->dtype, pt->rank, dims);
+}
+
+static void views(const KvDecoder *d, const PlanOp *op, HkTensor *in, HkTensor *out) {
+    for (int i = 0; i < op->nin; i++) in[i] = view(d, op->in[i]);
+    for (int j = 0; j < op->nout; j++) out[j] = view(d, op->out[j]);
+}
+
+/* Attention at position pos: this row's keys and values into the cache,
+ * then softmax(q K^T / sqrt(hd)) V over positions 0..pos, per head (a query
+ * head reads kv head h / (H / KV)). Sums in double. */
+static int attend(KvDecoder *d, int o, char *err, size_t n) {
+    KvHost *h_ = H_(d);
+    const PlanOp *op = &d->p->ops[o];
+    HkTensor q = view(d, op->in[0]), k = view(d, op->in[1]), v = view(d, op->in[2]), y = view(d, op->out[0]);
+    int64_t H = op->iattr[0], KV = op->iattr[1] ? op->iattr[1] : H;
+    int64_t qd = q.dims[q.rank - 1], kd = k.dims[k.rank - 1];
+    if (H < 1 || KV < 1 || H % KV || qd % H || kd != (qd / H) * KV || v.dims[v.rank - 1] != kd)
+        return errorf(err, n, "op %d: attention of q %" PRId64 ", k %" PRId64 " with %" PRId64 " heads, %" PRId64 " kv heads", o, qd, kd, H, KV);
+    int64_t hd = qd / H, pos = d->pos;
+    float *K = h_->kc[o] + pos * kd, *V = h_->vc[o] + pos * kd;
+    for (int64_t i = 0; i < kd; i++) {
+        K[i] = hk_get(&k, i);
+        V[i] = hk_get(&v, i);
+    }
+    double scale = 1.0 / sqrt((double)hd), *sc = h_->scores;
+    for (int64_t h = 0; h < H; h++) {
+        int64_t g = h / (H / KV);
+        double m = -INFINITY;
+        for (int64_t j = 0; j <= pos; j++) {
+            const float *kj = h_->kc[o] + j * kd + g * hd;
+            double s = 0;
+            for (int64_t e = 0; e < hd; e++) s += (double)hk_get(&q, h * hd + e) * kj[e];
+            sc[j] = s * scale;
+            if (sc[j] > m) m = sc[j];
+        }
+        double sum = 0;
+        for (int64_t j = 0; j <= pos; j++) sum += sc[j] = exp(sc[j] - m);
+        for (int64_t e = 0; e < hd; e++) {
+            double acc = 0;
+            for (int64_t j = 0; j <= pos; j++) acc += sc[j] * h_->vc[o][j * kd + g * hd + e];
+            hk_set(&y, h * hd + e, (float)(acc / sum));
+        }
+    }
+    return 0;
+}
+
+static int host_run_op(KvDecoder *d, int o, char *err, size_t n) {
+    const PlanOp *op = &d->p->ops[o];
+    HkTensor in[PLAN_MAX_IN], out[PLAN_MAX_OUT];
+    views(d, op, in, out);
+    int rc;
+    if (op->prim == PRIM_ARANGE && d->kind[op->out[0]] == DK_T) {
+        ((int32_t *)H_(d)->buf[op->out[0]])[0] = (int32_t)d->pos;
+        return 0;
+    }
+    if (op->prim == PRIM_ATTENTION && d->kind[op->out[0]] == DK_BT) return attend(d, o, err, n);
+    if (op->prim == PRIM_ROPE && d->kind[op->out[0]] == DK_BT) {
+        HkRope r = hk_rope_attrs(op->iattr, op->fattr);
+        rc = hk_rope_fwd_at(&in[0], &out[0], &r, d->pos);
+    } else {
+        rc = hk_run_fwd((PrimId)op->prim, in, op->nin, out, op->nout, op->iattr, op->fattr, H_(d)->ws, H_(d)->ws_bytes);
+    }
+    return rc ? errorf(err, n, "op %d (%s) at position %" PRId64 ": %s", o, kvdec_prim_str(op->prim), d->pos, hk_strerror(rc)) : 0;
+}
+
+/* Rank 0 keeps the parameters whole in its memory: refused above half of
+ * the machine's. */
+static int host_open(KvDecoder *d, char *why, size_t n) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t half = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 2 : UINT64_MAX;
+    uint64_t pb = kvdec_param_bytes(d->p);
+    if (pb > half) {
+        char b1[32], b2[32];
+        return REFUSE(why, n, "the parameters (%s) are more than half of this machine's memory (%s): the decode keeps them whole on rank 0",
+                      plan_bytes_str(pb, b1, sizeof b1), plan_bytes_str(2 * half, b2, sizeof b2));
+    }
+    if (!(d->state = calloc(1, sizeof(KvHost)))) return errorf(why, n, "out of memory");
+    return 0;
+}
+
+/* Rank 0's buffers, workspace and caches. */
+static int host_allocate(KvDecoder *d, char *err, size_t n) {
+    const Plan *p = d->p;
+    KvHost *h = H_(d);
+    h->buf = calloc(p->ntensors ? p->ntensors : 1, sizeof *h->buf);
+    h->kc = calloc(p->nops ? p->nops : 1, sizeof *h->kc);
+    h->vc = calloc(p->nops ? p->nops : 1, sizeof *h->vc);
+    if (!h->buf || !h->kc || !h->vc) return errorf(err, n, "out of memory");
+    for (uint32_t t = 0; t < p->ntensors; t++) {
+        if (d->kind[t] < DK_CONST) continue;
+        uint64_t b = kvdec_view_bytes(d, (int)t);
+        if (!(h->buf[t] = calloc(1, b ? b : 1))) return errorf(err, n, "out of memory for '%s'", p->tensors[t].name);
+        d->bytes += b;
+    }
+    size_t ws = 0;
+    for (int i = 0; i < d->nops; i++) {
+        const PlanOp *op = &p->ops[d->ops[i]];
+        HkTensor in[PLAN_MAX_IN], out[PLAN_MAX_OUT];
+        views(d, op, in, out);
+        if (op->prim == PRIM_ATTENTION && d->kind[op->out[0]] == DK_BT) {
+            int64_t kd = kvdec_last_dim(d, op->in[1]);
+            h->kc[d->ops[i]] = calloc((size_t)(d->T * kd), sizeof(float));
+            h->vc[d->ops[i]] = calloc((size_t)(d->T * kd), sizeof(float));
+            if (!h->kc[d->ops[i]] || !h->vc[d->ops[i]]) return errorf(err, n, "out of memory for the KV cache");
+            d->bytes += 2 * sizeof(float) * (uint64_t)(d->T * kd);
+            continue;
+        }
+        size_t w = hk_workspace_bytes((PrimId)op->prim, in, op->nin, out, op->nout, op->iattr);
+        if (w > ws) ws = w;
+    }
+    h->scores = malloc(sizeof *h->scores * (size_t)d->T);
+    h->ws_bytes = ws;
+    h->ws = ws ? aligned_alloc(64, (ws + 63) / 64 * 64) : NULL;
+    if (!h->scores || (ws && !h->ws)) return errorf(err, n, "out of memory for %zu bytes of workspace", ws);
+    d->bytes += ws + sizeof *h->scores * (size_t)d->T;
+    return 0;
+}
+
+/* The gather writes the parameter where the steps read it. */
+static void *host_param_dst(KvDecoder *d, int t) { return H_(d)->buf[t]; }
+static int host_param_put(KvDecoder *d, int t, char *err, size_t n) {
+    (void)d, (void)t, (void)err, (void)n;
+    return 0;
+}
+
+static int host_set_token(KvDecoder *d, int32_t token, char *err, size_t n) {
+    (void)err, (void)n;
+    ((int32_t *)H_(d)->buf[d->tokens])[0] = token;
+    return 0;
+}
+
+static int host_logits(KvDecoder *d, float *logits, char *err, size_t n) {
+    (void)err, (void)n;
+    HkTensor lg = view(d, d->logits);
+    for (int64_t v = 0, V = hk_numel(&lg); v < V; v++) logits[v] = hk_get(&lg, v);
+    return 0;
+}
+
+static void host_close(KvDecoder *d) {
+    KvHost *h = H_(d);
+    for (uint32_t t = 0; h->buf && t < d->p->ntensors; t++) free(h->buf[t]);
+    for (uint32_t o = 0; h->kc && o < d->p->nops; o++) free(h->kc[o]);
+    for (uint32_t o = 0; h->vc && o < d->p->nops; o++) free(h->vc[o]);
+    free(h->buf);
+    free(h->kc);
+    free(h->vc);
+    free(h->scores);
+    free(h->ws);
+    free(h);
+    d->state = NULL;
+}
+
+const KvBackend kvdec_host = {
+    .check = NULL,
+    .open = host_open,
+    .allocate = host_allocate,
+    .param_dst = host_param_dst,
+    .param_put = host_param_put,
+    .run_op = host_run_op,
+    .set_token = host_set_token,
+    .logits = host_logits,
+    .close = host_close,
+};
