@@ -420,9 +420,12 @@ static bool refine(Search *S) {
  * handed on (runtime/plan/verify.c). */
 static bool finish(Search *S) {
     char s4[160];
+    bool early = false;
+    for (uint32_t i = 0; S->plan && i < S->plan->opt_begin && !early; i++) early = S->plan->instrs[i].op == PI_CPU_ADAM;
     pl_say(&S->ex, "chosen: %s, prefetch %d%s%s (of %d builds): %.4g s/step predicted", place_str(&S->best, s4, sizeof s4),
         S->best.prefetch, S->best.reuse ? ", weights kept from recompute to backward" : "",
-        S->best.overlap ? ", optimizer overlapped with the backward" : "", S->tried, S->best_time);
+        !early ? "" : plan_speculative(S->plan) ? ", optimizer overlapped with the backward (speculative)" :
+        ", optimizer overlapped with the backward", S->tried, S->best_time);
     char vm[1024];
     int problems = verify_plan(S->plan, vm, sizeof vm);
     if (!problems) return true;

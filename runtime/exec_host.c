@@ -433,6 +433,23 @@ static int exec_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
      * when the speculation failed: restore, then the serial step) */
     bool speculative = in->nopnd == 7 && rt_opnd(r, in, 6)->mode == PLAN_W;
     if (in->nopnd == 7 && adam_backup(r, in, speculative, err, n)) return -1;
+    if (r->skip && !speculative) {
+        /* a skipped step: where the parameter is written apart from its
+         * home (staging, copied home after this) or a speculative step
+         * wrote it, it is the old one again: the (restored) master rounded
+         * to its dtype, as every step leaves it. Without this a skipped f16
+         * step copied whatever the staging held into the parameter. */
+        const PlanOperand *po = rt_opnd(r, in, 0), *mo = rt_opnd(r, in, 2);
+        uint8_t *pp = rt_opnd_ptr(r, po), *mp = rt_opnd_ptr(r, mo);
+        if (mo->buffer >= 0 && !(po->mode & PLAN_R)) {
+            if (!pp || !mp) return rt_fail(err, n, "adam on '%s': an operand is not in memory", r->p->tensors[in->arg].name);
+            int pdt = r->p->tensors[in->arg].dtype;
+            int64_t ne = (int64_t)(po->bytes / rt_dsz(pdt));
+            HkTensor src = hk_tensor(mp, DT_F32, 1, &ne), dst = hk_tensor(pp, (DType)pdt, 1, &ne);
+            if (hk_cast(&src, &dst)) return rt_fail(err, n, "adam on '%s': cannot restore the parameter", r->p->tensors[in->arg].name);
+        }
+        return 0;
+    }
     if (r->skip) return 0;
     const PlanTrain *t = &r->p->train;
     int pt = in->arg;

@@ -708,10 +708,14 @@ static int open_data(Run *u, char *err, size_t n) {
 static void print_step(const Run *u, int64_t s, const RtStepStats *st) {
     char b1[32], b2[32], b3[32];
     double tps = (double)(u->B * u->T * u->accum * C.size) / st->seconds;
+    /* a speculative plan's step that clips or is skipped redoes (or undoes)
+     * the Adams that ran in the backward: said, since it costs time */
+    const char *note = st->skipped ? (st->redone ? "  (skipped: overflow; speculative Adams undone)" : "  (skipped: overflow)")
+                       : st->redone ? "  (clipped: speculative Adams redone)" : "";
     printf("%sstep %4" PRId64 "/%" PRId64 "  loss %.4f  %8.0f tok/s  %7.1f ms/step (predicted %.1f)  nvme %s  h2d %s  comm %s%s%s",
            u->tty ? "\r" : "", s + 1, u->total, st->loss, tps, st->seconds * 1e3, u->have_cost ? u->cr.step_time * 1e3 : 0.0,
            plan_bytes_str(st->bytes[Q_NVME], b1, sizeof b1), plan_bytes_str(st->bytes[Q_H2D], b2, sizeof b2),
-           plan_bytes_str(st->bytes[Q_COMM], b3, sizeof b3), st->skipped ? "  (skipped: overflow)" : "", u->tty ? "\033[K" : "\n");
+           plan_bytes_str(st->bytes[Q_COMM], b3, sizeof b3), note, u->tty ? "\033[K" : "\n");
     if (u->tty && (s + 1 == u->total || (s + 1) % 10 == 0)) printf("\n");
     fflush(stdout);
 }
