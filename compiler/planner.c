@@ -341,7 +341,11 @@ static Outcome try_candidate(Search *S, int params, int optimizer, int ckpts) {
     cand.tier[PC_OPTIMIZER] = optimizer;
     cand.tier[PC_GRADS] = optimizer == TIER_GPU ? TIER_GPU : o->tier[PC_GRADS] == TIER_NVME ? TIER_NVME : TIER_CPU;
     cand.tier[PC_CHECKPOINTS] = ckpts;
-    cand.overlap = o->overlap >= 0;
+    /* "auto" overlaps on GPU targets only: on the host backend the CPU
+     * Adam and the kernels share the rank's cores and run one team at a
+     * time (runtime/hostk_threads.h), so there is nothing to overlap with
+     * and the backups would only cost; "on" overlaps anyway (tests) */
+    cand.overlap = o->overlap > 0 || (o->overlap == 0 && strcmp(S->b->t->backend, "host") != 0);
     bool cpu_short = false, grads_nvme_tried = false;
     Outcome r = try_placement(S, cand, &cpu_short, &grads_nvme_tried);
     if (r != OUT_NOFIT) return r;

@@ -11,6 +11,7 @@
 # (grad_clip = 100: none does). The "on" plan must really speculate: its
 # explanation says so and its schedule has Adams with a backup in the
 # micro-batch; the run must have redone (clipping) or not (no clipping).
+# The same on the CUDA backend over the fake driver.
 B=${1:-build}
 ROOT=$(pwd)
 W=$(mktemp -d /tmp/zinf-overlap.XXXXXX)
@@ -73,6 +74,44 @@ bf16 100.0 1 1 no
 f16 100.0 262144 2 some
 f16 1.0 65536 1 yes
 EOF
+
+# the CUDA backend (fake driver, kernels on the emulator): gpt-micro, 2
+# ranks, optimizer state in CPU memory, speculative: the same losses and
+# norms, bit for bit, as its serial plan on the CUDA backend, and as the
+# host backend's within 2e-4 (split_cuda's tolerance: other kernels)
+. tests/fakecuda/env.sh || exit 1
+for ov in on off; do
+  cat > "$W/cu-$ov.zl" <<ZL
+import "$ROOT/tests/e2e/models/gpt-micro.zl"
+target fake { nodes = 1; gpus_per_node = 2
+  gpu { memory = 64 MiB; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "sm_90"; sms = 8 }
+  cpu { memory = 8 GiB; bandwidth = 1 GB/s; cores = 2; flops = 1 T }
+  net { bandwidth = 10 GB/s; latency_us = 5 } }
+plan { whole_below = 1000; optimizer = "cpu"; optimizer_overlap = "$ov" }
+ZL
+  mkdir -p "$W/src-$ov"
+  if ! "$B/bin/zinfc" "$W/cu-$ov.zl" --kernels=sm_90 --kernel-src="$W/src-$ov" -o "$W/cu-$ov.plan" --explain > "$W/cu-$ov.zinfc" 2>&1 ||
+     ! "$FAKE/fakecuda_prep" "$W/cu-$ov.plan" "$W/src-$ov" sm_90 "$UNITS" > "$W/cu-$ov.prep" 2>&1; then
+    tail -5 "$W/cu-$ov.zinfc" "$W/cu-$ov.prep"; echo "FAIL cuda $ov: zinfc or fakecuda_prep"; fail=1; continue
+  fi
+  if ! env LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$UNITS" FAKECUDA_DEVICES=2 \
+         timeout 300 mpirun -np 2 --oversubscribe -x LD_LIBRARY_PATH -x FAKECUDA_UNITS -x FAKECUDA_DEVICES \
+         "$B/bin/zinfrun" "$W/cu-$ov.plan" --data "$W/train.bin" --steps $STEPS --backend cuda --losses "$W/cu-$ov.loss" \
+         < /dev/null > "$W/cu-$ov.out" 2>&1; then
+    tail -5 "$W/cu-$ov.out"; echo "FAIL cuda $ov: zinfrun"; fail=1; continue
+  fi
+done
+timeout 120 mpirun -np 2 --oversubscribe "$B/bin/zinfrun" "$W/cu-on.plan" --data "$W/train.bin" --steps $STEPS --backend host \
+  --losses "$W/cu-host.loss" --quiet < /dev/null > "$W/cu-host.out" 2>&1 || { tail -5 "$W/cu-host.out"; echo "FAIL cuda: the host run"; fail=1; }
+if grep -q "overlapped with the backward (speculative)" "$W/cu-on.zinfc" && [ "$(grep -o "speculative Adams redone" "$W/cu-on.out" | wc -l)" -eq $STEPS ] &&
+   cmp -s "$W/cu-on.loss" "$W/cu-off.loss" &&
+   awk 'NR == FNR { a[FNR] = $0; n = FNR; next }
+        { split(a[FNR], h); for (i = 4; i <= 6; i += 2) { d = $i - h[i]; if (d < 0) d = -d; if (d > 2e-4 * (h[i] < 0 ? -h[i] : h[i])) bad = 1 } m = FNR }
+        END { exit bad || m != n || n != 3 }' "$W/cu-host.loss" "$W/cu-on.loss"; then
+  echo "ok   CUDA backend, 2 ranks, speculative: losses and norms = its serial plan's bit for bit, = the host backend's ($(tail -1 "$W/cu-on.loss"))"
+else
+  echo "FAIL CUDA backend with the speculative optimizer"; grep '^chosen' "$W/cu-on.zinfc"; paste "$W/cu-on.loss" "$W/cu-off.loss" "$W/cu-host.loss"; fail=1
+fi
 
 # accumulation: the overlap needs one micro-batch per step, so "on" still
 # compiles, serial, and says why
