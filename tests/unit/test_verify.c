@@ -7,6 +7,7 @@
 #include "plan_fixture_plan.h"
 #include "plan_fixture_launches.h"
 #include "verify.h"
+#include "zl_fixture.h"
 
 static char msgs[8192];
 
@@ -660,6 +661,84 @@ START_TEST(gemm_descriptors) {
 }
 END_TEST
 
+/* The speculative optimizer (docs/schedule.md): gpt2-tiny (clipping) on
+ * 2 ranks of a GPU target, optimizer state in CPU memory, overlapped. Every
+ * speculative Adam has its redo; each rule is found and worded. */
+static Plan *speculative(ZlModel *m) {
+    ZlOptions zo = {.target = "h200", .ranks = 2, .state_tier = TIER_CPU, .overlap = 1};
+    Plan *p = zl_compile(m, "examples/gpt2-tiny.zl", &zo);
+    ck_assert(plan_speculative(p));
+    ck_assert_uint_lt(p->opt_begin, p->redo_begin);
+    return p;
+}
+
+/* the first CPU Adam of the micro-batch (speculative), and the redo range's first */
+static int first_spec(const Plan *p) {
+    for (uint32_t i = 0; i < p->opt_begin; i++)
+        if (p->instrs[i].op == PI_CPU_ADAM) return (int)i;
+    return -1;
+}
+
+static void expect_spec(ZlModel *m, const char *what) {
+    int n = verify_plan(m->pr.plan, msgs, sizeof msgs);
+    ck_assert_msg(n > 0, "not caught: %s", what);
+    ck_assert_msg(strstr(msgs, what) != NULL, "expected \"%s\" among:\n%s", what, msgs);
+    zl_free(m);
+}
+
+START_TEST(speculative_optimizer) {
+    ZlModel m;
+    Plan *p = speculative(&m);
+    ck_assert_msg(verify_plan(p, msgs, sizeof msgs) == 0, "%s", msgs);
+    int s = first_spec(p);
+    ck_assert_int_ge(s, 0);
+    ck_assert_uint_eq(p->instrs[s].nopnd, 7);
+    ck_assert_int_eq(p->operands[p->instrs[s].opnd + 6].mode, PLAN_W);
+    ck_assert_int_eq(p->instrs[p->redo_begin].op == PI_CPU_ADAM || p->instrs[p->redo_begin].op == PI_H2D, 1);
+    zl_free(&m);
+    /* a speculative Adam without its backup */
+    p = speculative(&m);
+    p->instrs[first_spec(p)].nopnd = 6;
+    expect_spec(&m, "steps in the micro-batch without a backup (the step has a gradient norm)");
+    /* a backup too small for what the step changes */
+    p = speculative(&m);
+    p->operands[p->instrs[first_spec(p)].opnd + 6].bytes -= 4;
+    expect_spec(&m, "its backup holds");
+    /* a speculative Adam that reads the norm it cannot have yet */
+    p = speculative(&m);
+    {
+        const PlanInstr *r = &p->instrs[p->redo_begin];
+        while (r->op != PI_CPU_ADAM) r++;
+        p->operands[p->instrs[first_spec(p)].opnd + 5] = p->operands[r->opnd + 5];
+    }
+    expect_spec(&m, "reads the gradient norm, which does not exist yet");
+    /* a redo that restores another sub-group's backup */
+    p = speculative(&m);
+    {
+        uint32_t a = 0, b = 0;
+        for (uint32_t i = p->redo_begin; i < p->redo_end; i++)
+            if (p->instrs[i].op == PI_CPU_ADAM) {
+                if (!a) a = i;
+                else if (!b) b = i;
+            }
+        ck_assert_uint_gt(b, 0);
+        PlanOperand t = p->operands[p->instrs[a].opnd + 6];
+        p->operands[p->instrs[a].opnd + 6] = p->operands[p->instrs[b].opnd + 6];
+        p->operands[p->instrs[b].opnd + 6] = t;
+    }
+    expect_spec(&m, "has no redo on the same state and backup");
+    /* a redo range that does not hold the redos */
+    p = speculative(&m);
+    p->redo_end = p->redo_begin + 1;
+    expect_spec(&m, "an Adam restoring a backup outside the redo range");
+    /* speculation under accumulation: the gradient is not final in the micro-batch */
+    p = speculative(&m);
+    p->train.grad_accum = 2;
+    expect_spec(&m, "a speculative Adam outside the micro-batch of a speculative plan with one micro-batch per step");
+    /* ranges out of order are refused by the reader too (test_plan) */
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("verify");
     TCase *t = tcase_create("verify");
@@ -686,6 +765,7 @@ int main(void) {
     tcase_add_test(t, tile_launch_arguments);
     tcase_add_test(t, tile_code_rules);
     tcase_add_test(t, gemm_descriptors);
+    tcase_add_test(t, speculative_optimizer);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

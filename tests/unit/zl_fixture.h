@@ -32,6 +32,7 @@ typedef struct ZlOptions {
     int64_t micro_batch;  /* 0: the model's */
     DType dtype;          /* DT_NONE: the model's */
     int state_tier;       /* PlanTier of parameters and optimizer state, -1: the planner's choice */
+    int overlap;          /* PlannerOptions.overlap: 0 auto, 1 on, -1 off */
 } ZlOptions;
 
 static Plan *zl_compile(ZlModel *m, const char *path, const ZlOptions *zo) {
@@ -53,6 +54,7 @@ static Plan *zl_compile(ZlModel *m, const char *path, const ZlOptions *zo) {
     PlannerOptions o;
     planner_options_default(&o);
     o.ranks = zo->ranks;
+    o.overlap = zo->overlap;
     if (zo->state_tier >= 0) o.tier[PC_PARAMS] = o.tier[PC_OPTIMIZER] = zo->state_tier;
     ck_assert_msg(planner_run(&m->g, &t, &o, &m->a, &m->d, &m->pr), "planner failed on %s", path);
     char msgs[2048];
