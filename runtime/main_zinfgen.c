@@ -501,16 +501,21 @@ static int run(const Plan *p, const GenOpts *o) {
     if (load_weights(g.r, p, o, err, sizeof err)) FAIL("%s", err);
     if (C.rank == 0 && o->logits && !(g.lf = fopen(o->logits, "w"))) FAIL("--logits %s: %s", o->logits, strerror(errno));
     char why[1024] = "";
+    uint64_t plan_used = rt_gpu_memory_used(g.r); /* before the decoder's */
     if (strcmp(o->decode, "window")) {
         rc = kvdec_create(g.r, p, &C, be == RT_BACKEND_CUDA ? KV_CUDA : KV_HOST, &g.kv, why, sizeof why);
         if (rc < 0) FAIL("%s", why);
         if (rc > 0 && !strcmp(o->decode, "kv")) FAIL("--decode kv: %s", why);
     }
-    if (C.rank == 0 && !o->quiet && g.kv) {
+    if (C.rank == 0 && !o->quiet && g.kv && be == RT_BACKEND_CUDA) {
+        char b1[32], b2[32];
+        fprintf(stderr, "zinfgen: %s on the cuda backend, KV cache of T = %" PRId64 " positions (%s of rank 0's GPU memory beside the "
+                        "plan's %s: parameters, cache, scratch), %" PRId64 " prompt token%s\n", p->model_name ? p->model_name : "?", g.T,
+                plan_bytes_str(kvdec_bytes(g.kv), b1, sizeof b1), plan_bytes_str(plan_used, b2, sizeof b2), g.nprompt, g.nprompt == 1 ? "" : "s");
+    } else if (C.rank == 0 && !o->quiet && g.kv) {
         char b1[32];
-        fprintf(stderr, "zinfgen: %s on the %s backend, KV cache of T = %" PRId64 " positions (%s %s: parameters, cache, scratch), %" PRId64
-                        " prompt token%s\n", p->model_name ? p->model_name : "?", be == RT_BACKEND_CUDA ? "cuda" : "host", g.T,
-                plan_bytes_str(kvdec_bytes(g.kv), b1, sizeof b1), be == RT_BACKEND_CUDA ? "of rank 0's GPU memory" : "on rank 0", g.nprompt,
+        fprintf(stderr, "zinfgen: %s on the host backend, KV cache of T = %" PRId64 " positions (%s on rank 0: parameters, cache, scratch), %" PRId64
+                        " prompt token%s\n", p->model_name ? p->model_name : "?", g.T, plan_bytes_str(kvdec_bytes(g.kv), b1, sizeof b1), g.nprompt,
                 g.nprompt == 1 ? "" : "s");
     } else if (C.rank == 0 && !o->quiet) {
         fprintf(stderr, "zinfgen: %s on the %s backend, window %" PRId64 " x %" PRId64 ", %" PRId64 " prompt token%s; %u of the plan's instructions a token%s%s%s\n",

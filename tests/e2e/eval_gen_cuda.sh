@@ -7,6 +7,20 @@
 #     tolerance of cuda_fake.sh: the GPU's reductions run in another order);
 #   - zinfgen (1 rank): greedy and seeded sampled tokens from the same
 #     checkpoint equal the host backend's token for token.
+# Then zinfgen --decode kv on the CUDA backend (the plan's decode kernels on
+# the emulator; docs/generation.md): its greedy tokens equal the host
+# decoder's and the window's, and the logits of every new token (--logits)
+# are within 1e-5 of the largest of the host decoder's (f32; bf16: within
+# two bf16 steps of it, 8e-3, and at most 2% of them not equal: both round
+# at the same points, so only a rounding tipped by the order of a sum
+# differs, where a changed kernel moves most of them),
+# for gpt-micro (learned positions, layernorm, gelu; f32, GPU homes on 1
+# rank and CPU homes on 2, from the checkpoints above) and llama-micro
+# (rope, rmsnorm, silu, grouped kv heads; bf16, NVMe homes with --nvme, on
+# 2 ranks); and a decoder larger than the device memory the plan leaves is
+# refused (exit 1, naming the way out; --decode auto then takes the window
+# and says why). The models it cannot decode are refused by the analysis
+# the host decoder shares (tests/unit/test_decode.c).
 #   tests/e2e/eval_gen_cuda.sh BUILD
 B=${1:-build}
 W=$(mktemp -d /tmp/zinf-evalcuda.XXXXXX)
@@ -70,4 +84,67 @@ for mode in "--temperature 0" "--temperature 1 --top-k 40 --seed 7"; do
     cat "$W/gen.herr" "$W/gen.cerr" | tail -6; echo "FAIL: zinfgen $mode"; fail=1
   fi
 done
+# ---- --decode kv on the CUDA backend ----
+mkplan() { # NAME MODEL.zl RANKS HOMES DTYPE: $W/NAME.plan with GPU code, its units emulated
+  cat > "$W/$1.zl" <<ZL
+import "$W/$1-model.zl"
+target fake { nodes = 1; gpus_per_node = $3
+  gpu { memory = 1 GiB; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "sm_90"; sms = 8 }
+  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2 }
+  nvme { paths = ["$W"]; read = 1 GB/s; write = 1 GB/s; capacity = 4 GiB }
+  net { bandwidth = 10 GB/s; latency_us = 5 } }
+plan { params = "$4"; optimizer = "$4"; grads = "$4"; whole_below = 1000 }
+ZL
+  sed "s/dtype = f32/dtype = $5/" "$2" > "$W/$1-model.zl"
+  mkdir -p "$W/src-$1"
+  "$B/bin/zinfc" "$W/$1.zl" --kernels=sm_90 --kernel-src="$W/src-$1" -o "$W/$1.plan" > "$W/$1.zinfc" 2>&1 &&
+    "$FAKE/fakecuda_prep" "$W/$1.plan" "$W/src-$1" sm_90 "$UNITS" > "$W/$1.prep" 2>&1 ||
+    { cat "$W/$1.zinfc" "$W/$1.prep"; echo "FAIL: $1: zinfc or fakecuda_prep"; fail=1; return 1; }
+}
+host() { r=$1; shift; timeout 120 mpirun -np "$r" --oversubscribe "$@" < /dev/null; }
+kvcheck() { # NAME RANKS PLAN TOL FRAC WINDOW ARGS...: kv on cuda = kv on host (= the window when
+  # WINDOW is 1, on the host: the window on cuda = on the host is the part above; the emulated one is
+  # slow); the logits within TOL of the largest, and at most FRAC of them not equal
+  n=$1 r=$2 pl=$3 tol=$4 frac=$5 win=$6; shift 6
+  g="$pl --prompt-ids 5,17,30,2 --max-new 8 --temperature 0 --nvme $W $*"
+  # shellcheck disable=SC2086
+  if ! cuda "$r" "$B/bin/zinfgen" $g --backend cuda --decode kv --logits "$W/$n.lc" > "$W/$n.kc" 2> "$W/$n.ekc" ||
+     ! host "$r" "$B/bin/zinfgen" $g --backend host --decode kv --logits "$W/$n.lh" --quiet > "$W/$n.kh" 2> "$W/$n.ekh" ||
+     { [ "$win" = 1 ] && ! host "$r" "$B/bin/zinfgen" $g --backend host --decode window --quiet > "$W/$n.wh" 2> "$W/$n.ewh"; }; then
+    tail -3 "$W/$n.ekc" "$W/$n.ekh" "$W/$n.ewh"; echo "FAIL $n: zinfgen"; fail=1; return
+  fi
+  if ! grep -q "on the cuda backend, KV cache of T = 16 positions" "$W/$n.ekc"; then
+    cat "$W/$n.ekc"; echo "FAIL $n: --decode kv did not say it runs on the cuda backend"; fail=1; return
+  fi
+  d=$(awk 'NR == FNR { for (i = 1; i <= NF; i++) a[FNR, i] = $i; n = FNR; w = NF; next }
+           { for (i = 1; i <= NF; i++) { x = $i - a[FNR, i]; if (x < 0) x = -x; if (x > m) m = x; nd += x > 0; nv++
+                                         y = a[FNR, i]; if (y < 0) y = -y; if (y > big) big = y }
+             if (NF != w) bad = 1; k = FNR }
+           END { if (bad || k != n || n != 8) print "shape"; else printf "%.3g %.3g %d %d\n", m, big, nd, nv }' "$W/$n.lh" "$W/$n.lc")
+  [ "$win" = 1 ] || cp "$W/$n.kh" "$W/$n.wh"
+  if [ -s "$W/$n.kc" ] && cmp -s "$W/$n.kc" "$W/$n.kh" && cmp -s "$W/$n.kc" "$W/$n.wh" &&
+     echo "$d" | awk -v t="$tol" -v f="$frac" 'NF == 4 && $1 <= t * $2 + 1e-7 && $3 <= f * $4 { ok = 1 } END { exit !ok }'; then
+    echo "ok   $n: --decode kv on cuda = kv on host$([ "$win" = 1 ] && echo ' = the window'): $(cat "$W/$n.kc"); logits differ by" \
+         "$(echo "$d" | awk '{ printf "%s (largest %s; %d of %d differ)", $1, $2, $3, $4 }')"
+  else
+    echo "FAIL $n: kv cuda [$(cat "$W/$n.kc")] kv host [$(cat "$W/$n.kh")] window [$(cat "$W/$n.wh")]; logits: $d"; fail=1
+  fi
+}
+kvcheck kv-gpt-gpu-1 1 "$W/micro-1.plan" 1e-5 1 1 --checkpoint "$W/ck-micro-1"
+kvcheck kv-gpt-cpu-2 2 "$W/micro-2.plan" 1e-5 1 0 --checkpoint "$W/ck-micro-2"
+mkplan llama-bf16 tests/e2e/models/llama-micro.zl 2 nvme bf16 && kvcheck kv-llama-bf16-nvme-2 2 "$W/llama-bf16.plan" 8e-3 0.02 1
+# the device memory the plan leaves (FAKECUDA_MEM: the plan's use and half
+# the decoder's): --decode kv refused, auto takes the window
+used=$(sed -n 's/.*(\([0-9.]*\) KiB of rank 0.s GPU memory beside the plan.s \([0-9.]*\) MiB.*/\2 \1/p' "$W/kv-gpt-gpu-1.ekc" |
+       awk '{ printf "%d", $1 * 1048576 + $2 * 512 }')
+g="$W/micro-1.plan --prompt-ids 5,17,30,2 --max-new 2 --temperature 0 --backend cuda"
+want="zinfgen: --decode kv: the KV-cache decoder needs 280.00 KiB of GPU memory (the parameters whole"
+# shellcheck disable=SC2086
+if [ -n "$used" ] && ! FAKECUDA_MEM=$used cuda 1 "$B/bin/zinfgen" $g --decode kv > /dev/null 2> "$W/mem.err" &&
+   grep -q "^$want.* is free beside the plan's arenas: use --decode window$" "$W/mem.err" &&
+   FAKECUDA_MEM=$used cuda 1 "$B/bin/zinfgen" $g > /dev/null 2> "$W/mem.auto" && grep -q "window 2 x 16.*(no KV cache: the KV-cache decoder needs" "$W/mem.auto"; then
+  echo "ok   --decode kv refused beyond the device memory the plan leaves ($used bytes of device memory); auto takes the window"
+else
+  echo "FAIL: the device memory refusal (FAKECUDA_MEM=$used)"; cat "$W/mem.err" "$W/mem.auto" 2> /dev/null | tail -4; fail=1
+fi
 exit $fail

@@ -151,6 +151,16 @@ START_TEST(refusals) {
             "which a decode step does not have (only the loss may read the targets)");
     /* on the GPU: a plan without GPU code has no decode kernels, refused
      * from the plan alone (no driver is opened) with the way out */
+    /* the same analysis on the GPU: a matmul of two activations is refused
+     * before anything looks for kernels or a device */
+    refused_on(KV_CUDA, write_model("const V = 32, T = 8, D = 16\n"
+                                    "model m(tokens: i32[B, T], targets: i32[B, T]) {\n"
+                                    "  wte = param [V, D] init normal(0.02)\n"
+                                    "  wpe = param [T, D] init normal(0.02)\n"
+                                    "  s = matmul(embedding(wte, tokens), embedding(wpe, arange(T)), transpose_b)\n"
+                                    "  loss cross_entropy(matmul(s, wpe), targets)\n}\n"
+                                    "train { micro_batch = 2 }\n"),
+               "a matmul of two activations looks across positions");
     refused_on(KV_CUDA, "examples/gpt2-tiny.zl",
                "the plan has no GPU decode kernels (zinfc puts them in a plan with GPU code for a model they serve): "
                "recompile it, or use --decode window");
