@@ -11,8 +11,9 @@
  * the FNV-1a 64 of the cubin's bytes (%016llx): cuModuleLoadData gets only
  * the cubin and finds the unit by it. The emulator itself (emu.c) lives in
  * the fake libcuda.so.1, one instance per process; the units resolve emu_*
- * there. A unit whose .so is newer than its source, emu.h and this program
- * is not rebuilt. Up to N compilers run at once (default: the CPUs).
+ * there. A unit whose .so is newer than emu.h and this program, and newer
+ * than its source or built from the same text (OUT_DIR/<hash>.cu), is not
+ * rebuilt. Up to N compilers run at once (default: the CPUs).
  * One line per unit; exit 0, or 1 with a message on the first problem
  * (2: usage). */
 #ifndef _GNU_SOURCE
@@ -73,6 +74,26 @@ static char *read_text(const char *path, char *err, size_t n) {
     s[len] = 0;
     fclose(f);
     return s;
+}
+
+/* Whether CU (what emu_compile_unit wrote beside a built .so) is what it
+ * would write now for the source at SRC: zinfc --kernel-src writes the
+ * sources afresh on every compilation, so their times say nothing; the
+ * content does, and a unit another plan (or another test) built is not
+ * built again. */
+static int same_unit(const char *cu, const char *src_path) {
+    char err[256];
+    char *have = read_text(cu, err, sizeof err);
+    if (!have) return 0;
+    char *src = read_text(src_path, err, sizeof err);
+    char *w = src ? emu_wrappers(src) : NULL;
+    size_t ls = src ? strlen(src) : 0;
+    int same = w && strlen(have) == ls + 1 + strlen(w) && !memcmp(have, src, ls) && have[ls] == '\n' &&
+               !strcmp(have + ls + 1, w);
+    free(w);
+    free(src);
+    free(have);
+    return same;
 }
 
 static int usage(void) {
@@ -170,7 +191,7 @@ int main(int argc, char **argv) {
             status = 1;
             break;
         }
-        if (t_so >= t_src && t_so >= t_hdr && t_so >= t_self) {
+        if (t_so >= t_hdr && t_so >= t_self && (t_so >= t_src || same_unit(j->cu, j->src))) {
             printf("fakecuda_prep: %-32s %s -> %s (up to date)\n", k->name, k->arch, j->so);
             continue;
         }
