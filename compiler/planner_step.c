@@ -167,6 +167,20 @@ static void grad_to_home(B *b, int gt, int stg, int home, uint64_t hoff, uint64_
     pl_opnd(b, w, home, PLAN_W, hoff, bytes);
 }
 
+/* Whether this flush of tiles [t0, t1) of n of a gradient homed in CPU
+ * memory is the first of each of those tiles in a step of one micro-batch:
+ * it then copies over the home (D2H straight into it) instead of staging
+ * and adding, and the home needs no zeroing for the next step when every
+ * tile is first flushed this way (emit_zero_grad). Marks the tiles. */
+static bool cpu_first_flush(B *b, int gt, int t0, int t1, int n) {
+    if (pl_grad_tier(b, b->g->tensors[gt].param) != TIER_CPU || b->g->train.grad_accum > 1 || n > 64) return false;
+    uint64_t mask = 0;
+    for (int u = t0; u < t1; u++) mask |= 1ull << u;
+    if (b->gflushed[gt] & mask) return false;
+    b->gflushed[gt] |= mask;
+    return true;
+}
+
 static void grad_flush(B *b, int p, int tile, int tmp) {
     int gt = b->g->tensors[p].grad;
     int home = b->home[gt];
@@ -191,7 +205,11 @@ static void grad_flush(B *b, int p, int tile, int tmp) {
             pl_opnd(b, i, tmp, PLAN_R, to, tb);
             pl_opnd(b, i, dst, PLAN_M, doff, sb);
             b->ins[i].s.bytes = tb;
-            if (!gpu) {
+            if (!gpu && cpu_first_flush(b, gt, u, u + 1, n)) {
+                int c = pl_ins(b, PI_D2H, Q_D2H, gt, u, n, 0);
+                pl_opnd(b, c, dst, PLAN_R, 0, sb);
+                pl_opnd(b, c, home, PLAN_W, (uint64_t)u * sb, sb);
+            } else if (!gpu) {
                 int stg = pl_newbuf(b, ARENA_PINNED, sb, gt, pl_tname(b, gt), false);
                 int c = pl_ins(b, PI_D2H, Q_D2H, gt, u, n, 0);
                 pl_opnd(b, c, dst, PLAN_R, 0, sb);
@@ -208,6 +226,12 @@ static void grad_flush(B *b, int p, int tile, int tmp) {
         b->ins[i].s.bytes = bytes;
     }
     int src = tmp;
+    if (!gpu && cpu_first_flush(b, gt, t0, t1, n)) {
+        int c = pl_ins(b, PI_D2H, Q_D2H, gt, t0, tile < 0 ? 1 : n, 0);
+        pl_opnd(b, c, tmp, PLAN_R, 0, bytes);
+        pl_opnd(b, c, home, PLAN_W, hoff, bytes);
+        return;
+    }
     if (!gpu) {
         src = pl_newbuf(b, ARENA_PINNED, bytes, gt, pl_tname(b, gt), false);
         int c = pl_ins(b, PI_D2H, Q_D2H, gt, t0, tile < 0 ? 1 : n, 0);
@@ -245,6 +269,9 @@ static void emit_zero_grad(B *b, const GOp *op) {
     if (g->tensors[y].cls == TC_GRAD) {
         buf = b->home[y];
         if (buf < 0 || b->bufs[buf].b.arena == ARENA_NVME) return; /* NVMe: zeroed by its optimizer sub-group */
+        int n = b->ntiles[g->tensors[y].param];
+        if (b->bufs[buf].b.arena == ARENA_CPU && n <= 64 && b->gflushed[y] == (n == 64 ? ~0ull : (1ull << n) - 1))
+            return; /* every tile's first flush copies over the home (cpu_first_flush) */
     } else {
         buf = pl_newbuf(b, ARENA_GPU, bytes, y, pl_tname(b, y), false);
         b->cur[y] = buf;
