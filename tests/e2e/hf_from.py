@@ -7,13 +7,26 @@
                                     computes on the first micro-batch zinfrun reads from
                                     CASE.bin with B = 1 (tokens[0:T+1])
     python hf_from.py loss1 DIR TOKENS B T   the same for one model directory, B rows of T
+    python hf_from.py make+loss ROOT   make, then loss (its lines on stdout, make's chatter on stderr)
+    python hf_from.py batch FILE    one process for what hf_from.sh asks after its runs, a line each:
+                                      check CASE LISTING DIR CONFIG   tests/e2e/hf_check.py LISTING DIR CONFIG
+                                      loss1 NAME DIR TOKENS B T       loss1 DIR TOKENS B T
+                                    each answered by its own output, then "result check CASE 0|1" or
+                                    "result loss1 NAME LOSS" ("result loss1 NAME error" when it raised)
+
+One process, not one per model: importing torch and transformers takes
+each Python 3 s or more, and the comparisons themselves take a fraction of that.
 
 The weights are drawn wider than the models' own initialisation (std 0.3,
 norm gains around 1) so that attention, rotary frequencies and norms move
 the loss by far more than the comparison's 1e-5.
 """
+import contextlib
+import io
+import os
 import struct
 import sys
+import traceback
 
 import torch
 import transformers as T
@@ -84,22 +97,58 @@ def loss(d, path, b, t):
     print("%.10f" % torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1)).item())
 
 
+def batch(path):
+    """hf_check.py and loss1 for every line of PATH, in this process."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import hf_check
+    for line in open(path):
+        f = line.split()
+        if not f:
+            continue
+        if f[0] == "check":
+            sys.argv = ["hf_check.py"] + f[2:]
+            try:
+                rc = hf_check.main()
+            except Exception:
+                traceback.print_exc(file=sys.stdout)
+                rc = 1
+            print("result check %s %d" % (f[1], 1 if rc else 0))
+        elif f[0] == "loss1":
+            try:
+                with contextlib.redirect_stdout(io.StringIO()) as out:
+                    loss(f[2], f[3], int(f[4]), int(f[5]))
+                print("result loss1 %s %s" % (f[1], out.getvalue().strip()))
+            except Exception:
+                traceback.print_exc(file=sys.stdout)
+                print("result loss1 %s error" % f[1])
+        else:
+            sys.exit("hf_from.py: unknown batch line " + line)
+        sys.stdout.flush()
+
+
 def main():
     cmd, root = sys.argv[1], sys.argv[2]
     if cmd == "loss1":
         loss(root, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
         return
-    for case, (cls, kw, t) in CASES.items():
-        d = "%s/%s" % (root, case)
-        if cmd == "make":
-            make(case, d)
-            tokens(kw["vocab_size"], 4 * t + 1, d + ".bin")
-            open(d + ".seq", "w").write("%d\n" % t)
-        elif cmd == "loss":
-            sys.stdout.write(case + " ")
-            loss(d, d + ".bin", 1, t)
-        else:
+    if cmd == "batch":
+        batch(root)
+        return
+    cmds = {"make+loss": ["make", "loss"]}.get(cmd, [cmd])
+    for c in cmds:
+        if c not in ("make", "loss"):
             sys.exit("hf_from.py: unknown command " + cmd)
+    for c in cmds:
+        for case, (cls, kw, t) in CASES.items():
+            d = "%s/%s" % (root, case)
+            if c == "make":
+                with contextlib.redirect_stdout(sys.stderr):
+                    make(case, d)
+                tokens(kw["vocab_size"], 4 * t + 1, d + ".bin")
+                open(d + ".seq", "w").write("%d\n" % t)
+            else:
+                sys.stdout.write(case + " ")
+                loss(d, d + ".bin", 1, t)
 
 
 if __name__ == "__main__":

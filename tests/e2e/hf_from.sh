@@ -37,9 +37,14 @@ target one {
 }
 EOF
 
-"$ZINF_PY" tests/e2e/hf_from.py make "$T" > "$T/make.log" 2>&1 || { cat "$T/make.log"; echo "FAIL: making the models"; exit 1; }
-"$ZINF_PY" tests/e2e/hf_from.py loss "$T" > "$T/hf-losses" 2> "$T/loss.log" || { cat "$T/loss.log"; echo "FAIL: transformers' losses"; exit 1; }
+# Python starts twice: here (the models, then transformers' losses) and once
+# after every zinf run (hf_check.py of each case and the losses of the
+# hand-written models' exports, hf_from.py batch): torch and transformers
+# take seconds to import, the comparisons a fraction of that.
+"$ZINF_PY" tests/e2e/hf_from.py make+loss "$T" > "$T/hf-losses" 2> "$T/make.log" ||
+  { cat "$T/make.log"; echo "FAIL: making the models or transformers' losses (above)"; exit 1; }
 cases=$(cut -d' ' -f1 "$T/hf-losses")
+: > "$T/batch"
 
 for c in $cases; do
   d=$T/$c
@@ -59,7 +64,7 @@ for c in $cases; do
   "$Z/zinfdump" "$d.plan" --hf-config > "$d.config" || bad "$c: zinfdump --hf-config"
   "$Z/zinfdump" "$d.file.plan" --hf > "$d.file.hf" 2>/dev/null
   cmp -s "$d.hf" "$d.file.hf" || bad "$c: the emitted file maps differently"
-  "$ZINF_PY" tests/e2e/hf_check.py "$d.hf" "$d" "$d.config" || bad "$c: the mapping does not cover the checkpoint"
+  echo "check $c $d.hf $d $d.config" >> "$T/batch"   # tests/e2e/hf_check.py, after the loop
   # weights in, one step: the loss transformers computes
   if "$Z/zinfrun" --help 2>&1 | grep -q -- "--init"; then
     if ! "$Z/zinfrun" "$d.plan" --backend host --init "$d" --data "$d.bin" --steps 1 --losses "$d.losses" \
@@ -82,6 +87,7 @@ done
 # the initial weights (--steps 0 --export-hf), transformers loads them with
 # from_pretrained and computes the loss zinfrun's first step computes ----
 "$Z/zinftok" README.md -o "$T/bytes.bin" > /dev/null || bad "zinftok"
+: > "$T/ex-losses"
 for ex in gpt2-tiny llama-tiny; do
   e=$T/ex-$ex
   "$Z/zinfc" "examples/$ex.zl" --target "$T/one.zl" -o "$e.plan" > "$e.log" 2>&1 || { cat "$e.log"; bad "$ex: plan"; continue; }
@@ -89,14 +95,27 @@ for ex in gpt2-tiny llama-tiny; do
     { cat "$e.export.log"; bad "$ex: --export-hf"; continue; }
   "$Z/zinfrun" "$e.plan" --backend host --data "$T/bytes.bin" --steps 1 --losses "$e.losses" > "$e.run.log" 2>&1 ||
     { cat "$e.run.log"; bad "$ex: one step"; continue; }
-  got=$(awk '$1 == "step" && $2 == 1 { print $4 }' "$e.losses")
-  want=$("$ZINF_PY" tests/e2e/hf_from.py loss1 "$e" "$T/bytes.bin" 4 64 2> "$e.py.log") || { cat "$e.py.log"; bad "$ex: transformers"; continue; }
+  echo "$ex $(awk '$1 == "step" && $2 == 1 { print $4 }' "$e.losses")" >> "$T/ex-losses"
+  echo "loss1 $ex $e $T/bytes.bin 4 64" >> "$T/batch"
+done
+
+# ---- the Python side of both: hf_check.py of each case, transformers' loss on each export ----
+"$ZINF_PY" tests/e2e/hf_from.py batch "$T/batch" > "$T/batch.out" 2> "$T/batch.log" ||
+  { cat "$T/batch.out" "$T/batch.log"; bad "hf_from.py batch exited $?"; }
+grep -v '^result ' "$T/batch.out"
+for c in $cases; do
+  grep -q "^check $c " "$T/batch" || continue
+  grep -qx "result check $c 0" "$T/batch.out" || bad "$c: the mapping does not cover the checkpoint"
+done
+while read -r ex got; do
+  want=$(awk -v e="$ex" '$1 == "result" && $2 == "loss1" && $3 == e { print $4 }' "$T/batch.out")
+  case "$want" in ""|error) cat "$T/batch.log"; bad "$ex: transformers"; continue ;; esac
   if awk -v g="$got" -v w="$want" 'BEGIN { e = (g - w) / w; if (e < 0) e = -e; exit !(g != "" && e <= 1e-5) }'; then
     echo "ok $ex (hand-written): loss $got, transformers on its export $want"
   else
     bad "$ex: loss $got, transformers on its export $want"
   fi
-done
+done < "$T/ex-losses"
 
 # ---- what zinf cannot compute: an error naming the key and its value ----
 # expect NAME SEQ 'message' < config.json text
