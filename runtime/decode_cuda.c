@@ -148,10 +148,11 @@ static int cuda_check(const KvDecoder *d, char *why, size_t n) {
 
 /* ---- rank 0: the device, the layout, the steps ---- */
 
-#define DRV(x, call, what)                                                                                   \
-    do {                                                                                                     \
-        CUresult rc_ = (call);                                                                               \
-        if (rc_ != CUDA_SUCCESS) return cudrv_fail(&(x)->drv, rc_, what, __FILE__, __LINE__, 0, err, n);   \
+/* A failing driver call: -1 with its name and the driver's words in err. */
+#define DRV(x, call, what, err, n)                                                                         \
+    do {                                                                                                   \
+        CUresult rc_ = (call);                                                                             \
+        if (rc_ != CUDA_SUCCESS) return cudrv_fail(&(x)->drv, rc_, what, __FILE__, __LINE__, 0, err, n); \
     } while (0)
 
 /* Offsets of everything in the one allocation; the bytes by kind. */
@@ -189,7 +190,6 @@ static int layout(KvDecoder *d, KvCuda *x, char *err, size_t n) {
 }
 
 static int cuda_open(KvDecoder *d, char *why, size_t n) {
-    char *err = why; /* DRV's */
     KvCuda *x = calloc(1, sizeof *x);
     if (!x) return errorf(why, n, "out of memory");
     d->state = x;
@@ -203,13 +203,13 @@ static int cuda_open(KvDecoder *d, char *why, size_t n) {
     if (k < 0)
         return REFUSE(why, n, "the plan has no GPU decode kernels for this GPU (%s, %s): recompile it for %s, or use --decode window",
                       x->name, x->arch, x->arch);
-    DRV(x, x->drv.DeviceGet(&x->dev, ordinal), "cuDeviceGet");
-    DRV(x, x->drv.DevicePrimaryCtxRetain(&x->ctx, x->dev), "cuDevicePrimaryCtxRetain");
-    DRV(x, x->drv.CtxSetCurrent(x->ctx), "cuCtxSetCurrent");
+    DRV(x, x->drv.DeviceGet(&x->dev, ordinal), "cuDeviceGet", why, n);
+    DRV(x, x->drv.DevicePrimaryCtxRetain(&x->ctx, x->dev), "cuDevicePrimaryCtxRetain", why, n);
+    DRV(x, x->drv.CtxSetCurrent(x->ctx), "cuCtxSetCurrent", why, n);
     if (layout(d, x, why, n)) return -1;
     d->bytes = x->total;
     size_t fr = 0, tot = 0;
-    DRV(x, x->drv.MemGetInfo(&fr, &tot), "cuMemGetInfo");
+    DRV(x, x->drv.MemGetInfo(&fr, &tot), "cuMemGetInfo", why, n);
     if (x->total > fr) {
         char b[5][32];
         return REFUSE(why, n,
@@ -235,7 +235,7 @@ static int cuda_open(KvDecoder *d, char *why, size_t n) {
             return errorf(why, n, "%s: entry %s of %s", e, entry, d->p->kernels[k].name);
         }
     }
-    DRV(x, x->drv.StreamCreate(&x->s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    DRV(x, x->drv.StreamCreate(&x->s, CU_STREAM_NON_BLOCKING), "cuStreamCreate", why, n);
     return 0;
 }
 
@@ -247,10 +247,10 @@ static int cuda_allocate(KvDecoder *d, char *err, size_t n) {
     x->staging = malloc(big ? big : 1);
     x->lg = malloc(kvdec_view_bytes(d, d->logits) + 1);
     if (!x->staging || !x->lg) return errorf(err, n, "out of memory");
-    DRV(x, x->drv.MemAlloc(&x->base, x->total), "cuMemAlloc");
+    DRV(x, x->drv.MemAlloc(&x->base, x->total), "cuMemAlloc", err, n);
     /* zeros: the caches past the position, the error word, padding */
-    DRV(x, x->drv.MemsetD8Async(x->base, 0, x->total, x->s), "cuMemsetD8Async");
-    DRV(x, x->drv.StreamSynchronize(x->s), "cuStreamSynchronize");
+    DRV(x, x->drv.MemsetD8Async(x->base, 0, x->total, x->s), "cuMemsetD8Async", err, n);
+    DRV(x, x->drv.StreamSynchronize(x->s), "cuStreamSynchronize", err, n);
     return 0;
 }
 
@@ -263,8 +263,8 @@ static CUdeviceptr at(const KvDecoder *d, int t) { return t < 0 ? 0 : X_(d)->bas
 
 static int cuda_param_put(KvDecoder *d, int t, char *err, size_t n) {
     KvCuda *x = X_(d);
-    DRV(x, x->drv.MemcpyHtoDAsync(at(d, t), x->staging, kvdec_view_bytes(d, t), x->s), "cuMemcpyHtoDAsync");
-    DRV(x, x->drv.StreamSynchronize(x->s), "cuStreamSynchronize"); /* the staging is the next one's */
+    DRV(x, x->drv.MemcpyHtoDAsync(at(d, t), x->staging, kvdec_view_bytes(d, t), x->s), "cuMemcpyHtoDAsync", err, n);
+    DRV(x, x->drv.StreamSynchronize(x->s), "cuStreamSynchronize", err, n); /* the staging is the next one's */
     return 0;
 }
 
@@ -373,11 +373,11 @@ static int cuda_logits(KvDecoder *d, float *out, char *err, size_t n) {
     KvCuda *x = X_(d);
     uint64_t bytes = kvdec_view_bytes(d, d->logits);
     int32_t ew[3];
-    DRV(x, x->drv.MemcpyDtoHAsync(x->lg, at(d, d->logits), bytes, x->s), "cuMemcpyDtoHAsync");
-    DRV(x, x->drv.MemcpyDtoHAsync(ew, x->base + x->errw, sizeof ew, x->s), "cuMemcpyDtoHAsync");
-    DRV(x, x->drv.StreamSynchronize(x->s), "cuStreamSynchronize");
+    DRV(x, x->drv.MemcpyDtoHAsync(x->lg, at(d, d->logits), bytes, x->s), "cuMemcpyDtoHAsync", err, n);
+    DRV(x, x->drv.MemcpyDtoHAsync(ew, x->base + x->errw, sizeof ew, x->s), "cuMemcpyDtoHAsync", err, n);
+    DRV(x, x->drv.StreamSynchronize(x->s), "cuStreamSynchronize", err, n);
     if (ew[0]) {
-        DRV(x, x->drv.MemsetD8Async(x->base + x->errw, 0, sizeof ew, x->s), "cuMemsetD8Async");
+        DRV(x, x->drv.MemsetD8Async(x->base + x->errw, 0, sizeof ew, x->s), "cuMemsetD8Async", err, n);
         return errorf(err, n, "position %" PRId64 ": embedding id %d is outside its table", d->pos, ew[1]);
     }
     int64_t V = kvdec_view_numel(d, d->logits);
