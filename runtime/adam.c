@@ -92,14 +92,14 @@ static inline void store_p(void *p, DType dt, int64_t i, float w) {
     }
 }
 
-static void kern_scalar(const Coef *c, float *w, float *m, float *v, const void *g, DType gdt,
-                        void *p, DType pdt, int64_t n) {
+static void kern_scalar(const Coef *c, const float *w0, const float *m0, const float *v0, float *w, float *m, float *v,
+                        const void *g, DType gdt, void *p, DType pdt, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float gi = load_g(g, gdt, i) * c->scale;
-        float mi = c->b1 * m[i] + c->omb1 * gi;
-        float vi = c->b2 * v[i] + c->omb2 * gi * gi;
+        float mi = c->b1 * m0[i] + c->omb1 * gi;
+        float vi = c->b2 * v0[i] + c->omb2 * gi * gi;
         float den = sqrtf(vi) * c->inv_sqrt_bc2 + c->eps;
-        float wi = w[i] * c->decay - c->step_size * (mi / den);
+        float wi = w0[i] * c->decay - c->step_size * (mi / den);
         m[i] = mi;
         v[i] = vi;
         w[i] = wi;
@@ -139,7 +139,8 @@ AVX2_TARGET static inline void avx2_store_p(void *p, DType dt, int64_t i, __m256
 }
 
 __attribute__((always_inline)) AVX2_TARGET static inline void
-avx2_body(const Coef *c, float *w, float *m, float *v, const void *g, DType gdt, void *p, DType pdt,
+avx2_body(const Coef *c, const float *w0, const float *m0, const float *v0, float *w, float *m, float *v,
+          const void *g, DType gdt, void *p, DType pdt,
           int64_t n) {
     const __m256 b1 = _mm256_set1_ps(c->b1), omb1 = _mm256_set1_ps(c->omb1);
     const __m256 b2 = _mm256_set1_ps(c->b2), omb2 = _mm256_set1_ps(c->omb2);
@@ -148,10 +149,10 @@ avx2_body(const Coef *c, float *w, float *m, float *v, const void *g, DType gdt,
     const __m256 sc = _mm256_set1_ps(c->scale);
     for (int64_t i = 0; i < n; i += 8) {
         __m256 gi = _mm256_mul_ps(avx2_load_g(g, gdt, i), sc);
-        __m256 mi = _mm256_fmadd_ps(b1, _mm256_loadu_ps(m + i), _mm256_mul_ps(omb1, gi));
-        __m256 vi = _mm256_fmadd_ps(b2, _mm256_loadu_ps(v + i), _mm256_mul_ps(_mm256_mul_ps(omb2, gi), gi));
+        __m256 mi = _mm256_fmadd_ps(b1, _mm256_loadu_ps(m0 + i), _mm256_mul_ps(omb1, gi));
+        __m256 vi = _mm256_fmadd_ps(b2, _mm256_loadu_ps(v0 + i), _mm256_mul_ps(_mm256_mul_ps(omb2, gi), gi));
         __m256 den = _mm256_fmadd_ps(_mm256_sqrt_ps(vi), ib, eps);
-        __m256 wi = _mm256_fnmadd_ps(ss, _mm256_div_ps(mi, den), _mm256_mul_ps(_mm256_loadu_ps(w + i), dec));
+        __m256 wi = _mm256_fnmadd_ps(ss, _mm256_div_ps(mi, den), _mm256_mul_ps(_mm256_loadu_ps(w0 + i), dec));
         _mm256_storeu_ps(m + i, mi);
         _mm256_storeu_ps(v + i, vi);
         _mm256_storeu_ps(w + i, wi);
@@ -160,10 +161,10 @@ avx2_body(const Coef *c, float *w, float *m, float *v, const void *g, DType gdt,
 }
 
 /* n a multiple of 8. */
-AVX2_TARGET static void avx2_vec(const Coef *c, float *w, float *m, float *v, const void *g, DType gdt,
-                                 void *p, DType pdt, int64_t n) {
+AVX2_TARGET static void avx2_vec(const Coef *c, const float *w0, const float *m0, const float *v0, float *w, float *m,
+                                 float *v, const void *g, DType gdt, void *p, DType pdt, int64_t n) {
 #define AVX2_CASE(G, P) \
-    if (gdt == G && pdt == P) { avx2_body(c, w, m, v, g, G, p, P, n); return; }
+    if (gdt == G && pdt == P) { avx2_body(c, w0, m0, v0, w, m, v, g, G, p, P, n); return; }
 #define AVX2_ROW(G) AVX2_CASE(G, DT_NONE) AVX2_CASE(G, DT_F32) AVX2_CASE(G, DT_BF16) AVX2_CASE(G, DT_F16)
     AVX2_ROW(DT_F32)
     AVX2_ROW(DT_BF16)
@@ -203,7 +204,8 @@ AVX512_TARGET static inline void avx512_store_p(void *p, DType dt, int64_t i, __
 }
 
 __attribute__((always_inline)) AVX512_TARGET static inline void
-avx512_body(const Coef *c, float *w, float *m, float *v, const void *g, DType gdt, void *p,
+avx512_body(const Coef *c, const float *w0, const float *m0, const float *v0, float *w, float *m, float *v,
+          const void *g, DType gdt, void *p,
             DType pdt, int64_t n) {
     const __m512 b1 = _mm512_set1_ps(c->b1), omb1 = _mm512_set1_ps(c->omb1);
     const __m512 b2 = _mm512_set1_ps(c->b2), omb2 = _mm512_set1_ps(c->omb2);
@@ -212,10 +214,10 @@ avx512_body(const Coef *c, float *w, float *m, float *v, const void *g, DType gd
     const __m512 sc = _mm512_set1_ps(c->scale);
     for (int64_t i = 0; i < n; i += 16) {
         __m512 gi = _mm512_mul_ps(avx512_load_g(g, gdt, i), sc);
-        __m512 mi = _mm512_fmadd_ps(b1, _mm512_loadu_ps(m + i), _mm512_mul_ps(omb1, gi));
-        __m512 vi = _mm512_fmadd_ps(b2, _mm512_loadu_ps(v + i), _mm512_mul_ps(_mm512_mul_ps(omb2, gi), gi));
+        __m512 mi = _mm512_fmadd_ps(b1, _mm512_loadu_ps(m0 + i), _mm512_mul_ps(omb1, gi));
+        __m512 vi = _mm512_fmadd_ps(b2, _mm512_loadu_ps(v0 + i), _mm512_mul_ps(_mm512_mul_ps(omb2, gi), gi));
         __m512 den = _mm512_fmadd_ps(_mm512_sqrt_ps(vi), ib, eps);
-        __m512 wi = _mm512_fnmadd_ps(ss, _mm512_div_ps(mi, den), _mm512_mul_ps(_mm512_loadu_ps(w + i), dec));
+        __m512 wi = _mm512_fnmadd_ps(ss, _mm512_div_ps(mi, den), _mm512_mul_ps(_mm512_loadu_ps(w0 + i), dec));
         _mm512_storeu_ps(m + i, mi);
         _mm512_storeu_ps(v + i, vi);
         _mm512_storeu_ps(w + i, wi);
@@ -224,10 +226,10 @@ avx512_body(const Coef *c, float *w, float *m, float *v, const void *g, DType gd
 }
 
 /* n a multiple of 16. */
-AVX512_TARGET static void avx512_vec(const Coef *c, float *w, float *m, float *v, const void *g,
-                                     DType gdt, void *p, DType pdt, int64_t n) {
+AVX512_TARGET static void avx512_vec(const Coef *c, const float *w0, const float *m0, const float *v0, float *w,
+                                     float *m, float *v, const void *g, DType gdt, void *p, DType pdt, int64_t n) {
 #define AVX512_CASE(G, P) \
-    if (gdt == G && pdt == P) { avx512_body(c, w, m, v, g, G, p, P, n); return; }
+    if (gdt == G && pdt == P) { avx512_body(c, w0, m0, v0, w, m, v, g, G, p, P, n); return; }
 #define AVX512_ROW(G) AVX512_CASE(G, DT_NONE) AVX512_CASE(G, DT_F32) AVX512_CASE(G, DT_BF16) AVX512_CASE(G, DT_F16)
     AVX512_ROW(DT_F32)
     AVX512_ROW(DT_BF16)
@@ -238,37 +240,38 @@ AVX512_TARGET static void avx512_vec(const Coef *c, float *w, float *m, float *v
 
 /* ---- dispatch ---- */
 
-typedef void (*VecKernel)(const Coef *, float *, float *, float *, const void *, DType, void *, DType,
-                          int64_t);
+typedef void (*VecKernel)(const Coef *, const float *, const float *, const float *, float *, float *, float *,
+                          const void *, DType, void *, DType, int64_t);
 
-/* Run a vector kernel of width W over [0, n): whole vectors in place, the
- * tail through zero-padded copies. */
-static void run_vec(VecKernel k, int W, const Coef *c, float *w, float *m, float *v, const void *g,
-                    DType gdt, void *p, DType pdt, int64_t n) {
+/* Run a vector kernel of width W over [0, n): whole vectors directly, the
+ * tail through zero-padded copies. The state is read from w0, m0, v0 and
+ * written to w, m, v (the same arrays for a step in place). */
+static void run_vec(VecKernel k, int W, const Coef *c, const float *w0, const float *m0, const float *v0, float *w,
+                    float *m, float *v, const void *g, DType gdt, void *p, DType pdt, int64_t n) {
     int64_t body = n - n % W;
-    if (body) k(c, w, m, v, g, gdt, p, pdt, body);
+    if (body) k(c, w0, m0, v0, w, m, v, g, gdt, p, pdt, body);
     int64_t r = n - body;
     if (!r) return;
     float tw[16] = {0}, tm[16] = {0}, tv[16] = {0}, tp[16] = {0};
     float tg[16] = {0}; /* big enough for 16 f32 or 16 halves */
     int gs = gdt == DT_F32 ? 4 : 2, ps = pdt == DT_F32 ? 4 : 2;
-    memcpy(tw, w + body, (size_t)r * 4);
-    memcpy(tm, m + body, (size_t)r * 4);
-    memcpy(tv, v + body, (size_t)r * 4);
+    memcpy(tw, w0 + body, (size_t)r * 4);
+    memcpy(tm, m0 + body, (size_t)r * 4);
+    memcpy(tv, v0 + body, (size_t)r * 4);
     memcpy(tg, (const char *)g + body * gs, (size_t)r * (size_t)gs);
-    k(c, tw, tm, tv, tg, gdt, p ? tp : NULL, pdt, W);
+    k(c, tw, tm, tv, tw, tm, tv, tg, gdt, p ? tp : NULL, pdt, W);
     memcpy(w + body, tw, (size_t)r * 4);
     memcpy(m + body, tm, (size_t)r * 4);
     memcpy(v + body, tv, (size_t)r * 4);
     if (p && pdt != DT_NONE) memcpy((char *)p + body * ps, tp, (size_t)r * (size_t)ps);
 }
 
-static void run_range(AdamIsa isa, const Coef *c, float *w, float *m, float *v, const void *g,
-                      DType gdt, void *p, DType pdt, int64_t n) {
+static void run_range(AdamIsa isa, const Coef *c, const float *w0, const float *m0, const float *v0, float *w, float *m,
+                      float *v, const void *g, DType gdt, void *p, DType pdt, int64_t n) {
     switch (isa) {
-    case ADAM_ISA_AVX512: run_vec(avx512_vec, 16, c, w, m, v, g, gdt, p, pdt, n); break;
-    case ADAM_ISA_AVX2: run_vec(avx2_vec, 8, c, w, m, v, g, gdt, p, pdt, n); break;
-    default: kern_scalar(c, w, m, v, g, gdt, p, pdt, n); break;
+    case ADAM_ISA_AVX512: run_vec(avx512_vec, 16, c, w0, m0, v0, w, m, v, g, gdt, p, pdt, n); break;
+    case ADAM_ISA_AVX2: run_vec(avx2_vec, 8, c, w0, m0, v0, w, m, v, g, gdt, p, pdt, n); break;
+    default: kern_scalar(c, w0, m0, v0, w, m, v, g, gdt, p, pdt, n); break;
     }
 }
 
@@ -341,6 +344,7 @@ const char *adam_status_str(AdamStatus s) {
 typedef struct AdamJob {
     AdamIsa isa;
     const Coef *c;
+    const float *w0, *m0, *v0;
     float *w, *m, *v;
     const void *g;
     DType gdt;
@@ -353,20 +357,26 @@ typedef struct AdamJob {
 static void adam_unit(void *ctx, int64_t b) {
     const AdamJob *j = ctx;
     int64_t lo = b * ADAM_BLOCK, len = j->n - lo < ADAM_BLOCK ? j->n - lo : ADAM_BLOCK;
-    run_range(j->isa, j->c, j->w + lo, j->m + lo, j->v + lo, (const char *)j->g + lo * j->gs, j->gdt,
+    run_range(j->isa, j->c, j->w0 + lo, j->m0 + lo, j->v0 + lo, j->w + lo, j->m + lo, j->v + lo, (const char *)j->g + lo * j->gs, j->gdt,
               j->p ? (char *)j->p + lo * j->ps : NULL, j->pdt, len);
 }
 
 AdamStatus adam_step(const AdamParams *p, int64_t step, float *master, float *m, float *v,
                      const void *grad, DType grad_dt, void *param_out, DType param_dt, int64_t n,
                      float grad_scale) {
+    return adam_step_to(p, step, master, m, v, master, m, v, grad, grad_dt, param_out, param_dt, n, grad_scale);
+}
+
+AdamStatus adam_step_to(const AdamParams *p, int64_t step, const float *master_in, const float *m_in, const float *v_in,
+                        float *master, float *m, float *v, const void *grad, DType grad_dt, void *param_out,
+                        DType param_dt, int64_t n, float grad_scale) {
     if (!p || n < 0 || step < 1) return ADAM_EARG;
     if (grad_dt != DT_F32 && grad_dt != DT_BF16 && grad_dt != DT_F16) return ADAM_EDTYPE;
     if (!param_out) param_dt = DT_NONE;
     if (param_dt != DT_NONE && param_dt != DT_F32 && param_dt != DT_BF16 && param_dt != DT_F16)
         return ADAM_EDTYPE;
     if (n == 0) return ADAM_OK;
-    if (!master || !m || !v || !grad) return ADAM_EARG;
+    if (!master || !m || !v || !master_in || !m_in || !v_in || !grad) return ADAM_EARG;
     AdamIsa isa = adam_isa_resolve(p->isa);
     if (isa == ADAM_ISA_AUTO) return ADAM_EISA;
 
@@ -387,11 +397,11 @@ AdamStatus adam_step(const AdamParams *p, int64_t step, float *master, float *m,
     int64_t nblocks = (n + ADAM_BLOCK - 1) / ADAM_BLOCK;
     int threads = p->threads > 0 ? p->threads : hk_threads();
     if (nblocks < 2 || threads < 2) {
-        run_range(isa, &c, master, m, v, grad, grad_dt, param_out, param_dt, n);
+        run_range(isa, &c, master_in, m_in, v_in, master, m, v, grad, grad_dt, param_out, param_dt, n);
         return ADAM_OK;
     }
     /* the rank's pool (hostk_threads.h): one team of the rank at a time, kernels or Adam */
-    AdamJob j = {isa, &c, master, m, v, grad, grad_dt, param_out, param_dt, n, gs, ps};
+    AdamJob j = {isa, &c, master_in, m_in, v_in, master, m, v, grad, grad_dt, param_out, param_dt, n, gs, ps};
     hk_parallel(threads, nblocks, adam_unit, &j);
     return ADAM_OK;
 }

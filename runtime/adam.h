@@ -57,6 +57,15 @@ AdamStatus adam_step(const AdamParams *p, int64_t step, float *master, float *m,
                      const void *grad, DType grad_dt, void *param_out, DType param_dt, int64_t n,
                      float grad_scale);
 
+/* The same step out of place: the state is read from master_in, m_in,
+ * v_in and the new state written to master, m, v (which must not overlap
+ * the inputs unless they are the same arrays); bit for bit what adam_step
+ * leaves in place. The speculative optimizer's twin state (docs/schedule.md)
+ * steps this way, keeping the old state intact. */
+AdamStatus adam_step_to(const AdamParams *p, int64_t step, const float *master_in, const float *m_in, const float *v_in,
+                        float *master, float *m, float *v, const void *grad, DType grad_dt, void *param_out,
+                        DType param_dt, int64_t n, float grad_scale);
+
 /* The best ISA this processor runs. */
 AdamIsa adam_isa_best(void);
 /* 1 when this processor runs isa (AUTO and SCALAR always). */

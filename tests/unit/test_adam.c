@@ -246,6 +246,43 @@ START_TEST(test_deterministic) {
 }
 END_TEST
 
+/* adam_step_to (the speculative optimizer's twin state) leaves in its
+ * outputs what adam_step leaves in place, bit for bit, on every ISA, with
+ * tails and threads, and does not touch its inputs. */
+START_TEST(test_out_of_place) {
+    static const int64_t lens[] = {17, 2 * 65536 + 5};
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
+        for (size_t k = 0; k < sizeof ISAS / sizeof *ISAS; k++) {
+            if (!adam_isa_supported(ISAS[k])) continue;
+            int64_t n = lens[li];
+            size_t fb = sizeof(float) * (size_t)n;
+            float *w = malloc(fb), *m = malloc(fb), *v = malloc(fb), *w0 = malloc(fb), *m0 = malloc(fb), *v0 = malloc(fb);
+            float *w1 = malloc(fb), *m1 = malloc(fb), *v1 = malloc(fb), *keep = malloc(3 * fb);
+            uint16_t *g = malloc((size_t)n * 2), *pa = malloc((size_t)n * 2), *pb = malloc((size_t)n * 2);
+            for (int64_t i = 0; i < n; i++) {
+                g[i] = ref_bf16_round((float)(urand() - 0.5));
+                w[i] = w0[i] = (float)(urand() - 0.5);
+                m[i] = m0[i] = (float)(urand() - 0.5) * 1e-2f;
+                v[i] = v0[i] = (float)urand() * 1e-4f;
+            }
+            memcpy(keep, w0, fb);
+            memcpy(keep + n, m0, fb);
+            memcpy(keep + 2 * n, v0, fb);
+            AdamParams p = BASE;
+            p.isa = ISAS[k];
+            p.threads = 2;
+            ck_assert_int_eq(adam_step(&p, 3, w, m, v, g, DT_BF16, pa, DT_BF16, n, 0.5f), ADAM_OK);
+            ck_assert_int_eq(adam_step_to(&p, 3, w0, m0, v0, w1, m1, v1, g, DT_BF16, pb, DT_BF16, n, 0.5f), ADAM_OK);
+            ck_assert_msg(memcmp(w, w1, fb) == 0 && memcmp(m, m1, fb) == 0 && memcmp(v, v1, fb) == 0,
+                          "%s n=%lld: out of place differs", adam_isa_name(ISAS[k]), (long long)n);
+            ck_assert(memcmp(pa, pb, (size_t)n * 2) == 0);
+            ck_assert(memcmp(keep, w0, fb) == 0 && memcmp(keep + n, m0, fb) == 0 && memcmp(keep + 2 * n, v0, fb) == 0);
+            free(w); free(m); free(v); free(w0); free(m0); free(v0); free(w1); free(m1); free(v1); free(keep);
+            free(g); free(pa); free(pb);
+        }
+}
+END_TEST
+
 START_TEST(test_isa_selection) {
     AdamIsa isa;
     ck_assert_int_eq(adam_isa_parse("avx2", &isa), 0);
@@ -396,6 +433,7 @@ int main(void) {
     tcase_add_test(tc, test_threaded_scaled);
     tcase_add_test(tc, test_deterministic);
     tcase_add_test(tc, test_isa_selection);
+    tcase_add_test(tc, test_out_of_place);
     tcase_add_test(tc, test_bad_arguments);
     tcase_add_test(tc, test_first_step_closed_form);
     tcase_add_test(tc, test_conversion_sweep);
