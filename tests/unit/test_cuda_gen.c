@@ -1044,6 +1044,40 @@ START_TEST(example_models_lower) {
 }
 END_TEST
 
+/* The decode unit (cuda_gen_decode.c): one text whatever the model, every
+ * kernel for every storage dtype, deterministic; none when a forward
+ * primitive is one its kernels do not serve. */
+START_TEST(decode_unit) {
+    Arena a;
+    arena_init(&a);
+    DiagSink d;
+    diag_init(&d);
+    Graph g, l;
+    ck_assert(cm_build(&g, &a, &cm_gpt2_tiny, &d));
+    ck_assert(cm_build(&l, &a, &cm_llama_gqa, &d));
+    CudaGen cg;
+    CudaGenOptions o = opts();
+    cuda_gen_init(&cg, &a, &o);
+    CudaUnit u, v;
+    ck_assert_int_eq(cuda_gen_decode_unit(&cg, &g, &u, &d), 1);
+    ck_assert_int_eq(cuda_gen_decode_unit(&cg, &l, &v, &d), 1);
+    ck_assert_int_eq(d.errors, 0);
+    ck_assert_str_eq(u.family, "decode");
+    ck_assert_str_eq(u.hash, v.hash);
+    ck_assert_str_eq(u.source, v.source);
+    ck_assert_int_eq(u.nlaunches, 0);
+    static const char *const want[] = {"zkd_embed_f32(", "zkd_linear_bf16(", "zkd_rope_f16(", "zkd_attend_bf16(",
+                                       "zkd_kv_append_f32(", "zkd_rmsnorm_bf16(", "__global__ void zkd_set("};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) ck_assert_msg(strstr(u.source, want[i]), "no %s", want[i]);
+    ck_assert_ptr_nonnull(strstr(u.source, "void zkd_linear_bf16(zk_bf16 *y, const zk_bf16 *x, const zk_bf16 *w"));
+    ck_assert_ptr_null(strstr(u.source, "@"));
+    g.ops[0].prim = PRIM_COUNT; /* a primitive the decode kernels do not know */
+    ck_assert_int_eq(cuda_gen_decode_unit(&cg, &g, &v, &d), 0);
+    diag_free(&d);
+    arena_free(&a);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cuda_gen");
     TCase *t = tcase_create("core");
@@ -1064,6 +1098,7 @@ int main(void) {
     tcase_add_loop_test(t, tile_launches_linear, 0, 2);
     tcase_add_loop_test(t, tile_launches_matmul, 0, 4);
     tcase_add_test(t, tile_launches_embedding);
+    tcase_add_test(t, decode_unit);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
