@@ -197,6 +197,7 @@ bool pl_build(B *b, Arena *a) {
         if (tier < 0) continue;
         b->home[i] = pl_newbuf(b, arena_of_tier[tier], pl_shard_bytes(b, i), i, pl_tname(b, i), true);
     }
+    if (!pl_overlap_twins(b, a)) return false;
     /* the step: inputs, forward, backward with fetches hoisted, optimizer */
     for (int k = 0; k < g->ninputs; k++) {
         int x = g->inputs[k];

@@ -55,7 +55,8 @@ typedef struct Place {
 typedef struct SpecAdam {
     int op;                        /* the graph's OP_ADAM */
     int64_t e0, ne;                /* elements [e0, e0+ne) of the shard */
-    int backup;                    /* the backup buffer (-1: no norm, nothing to redo) */
+    int backup;                    /* the backup buffer (-1: none) */
+    bool twin;                     /* steps the state into its twins instead (b->twin) */
 } SpecAdam;
 
 typedef struct B {
@@ -100,6 +101,7 @@ typedef struct B {
     int *grad_final_step;
     bool *adam_early;
     int *early_at, *early_op;      /* per step s, the Adam ops early_op[early_at[s] .. early_at[s+1]) it makes ready */
+    int *twin;                     /* per state tensor: its twin buffer (-1: none) */
     SpecAdam *spec;
     int nspec, cspec;
     uint64_t spec_backup_bytes;    /* the backups' total */
@@ -179,6 +181,9 @@ void pl_emit_step(B *b, const Step *s);
  * (with a backup) when the step has a gradient norm. False: out of memory. */
 bool pl_overlap_prepare(B *b, Arena *a, int bwd_end);
 void pl_emit_early_adams(B *b, int s);
+/* After the homes: the twin buffers of the state that speculative Adams
+ * step out of place (masters, moments of mixed-precision parameters). */
+bool pl_overlap_twins(B *b, Arena *a);
 void pl_emit_optimizer(B *b, int bwd_end);
 
 /* planner_alloc.c: step 5, and whether its arenas fit the target (the

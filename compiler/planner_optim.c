@@ -20,6 +20,7 @@ typedef struct AdamViews {
     int gview;                  /* the gradient's sub-group (NVMe grads: staged) */
     uint64_t goff;
     int backup, bmode;          /* a speculative Adam's backup (PLAN_W) or its redo's (PLAN_R); -1: none */
+    bool twin;                  /* out of place: reads the state's homes, writes their twins */
     bool early;                 /* in the backward: reads no gradient norm */
 } AdamViews;
 
@@ -115,10 +116,12 @@ static void adam_step(B *b, const AdamViews *v) {
     pl_opnd(b, i, v->pview, v->pread ? PLAN_M : PLAN_W, v->poff, pb);
     pl_opnd(b, i, v->gview, PLAN_R, v->goff, gr >= 0 ? ebytes(b, gr, v->ne) : 0);
     for (int k = 0; k < 3; k++)
-        pl_opnd(b, i, v->sview[k], PLAN_M, v->soff[k], v->state[k] >= 0 ? ebytes(b, v->state[k], v->ne) : 0);
+        pl_opnd(b, i, v->sview[k], v->twin ? PLAN_R : PLAN_M, v->soff[k], v->state[k] >= 0 ? ebytes(b, v->state[k], v->ne) : 0);
     bool norm = gn >= 0 && !v->early;
     pl_opnd(b, i, norm ? b->cur[gn] : -1, PLAN_R, 0, norm ? 4 : 0);
     if (v->backup >= 0) pl_opnd(b, i, v->backup, v->bmode, 0, backup_bytes(b, v));
+    if (v->twin)
+        for (int k = 0; k < 3; k++) pl_opnd(b, i, b->twin[v->state[k]], PLAN_W, v->soff[k], ebytes(b, v->state[k], v->ne));
     if (O == TIER_NVME)
         for (int k = 0; k < 3; k++) {
             int st = v->state[k];
@@ -283,12 +286,45 @@ bool pl_overlap_prepare(B *b, Arena *a, int bwd_end) {
     return true;
 }
 
+bool pl_overlap_twins(B *b, Arena *a) {
+    const Graph *g = b->g;
+    int nt = g->ntensors;
+    if (!b->twin) {
+        b->twin = ARENA_NEWN(a, int, nt + 1);
+        if (!b->twin) {
+            b->oom = true;
+            return false;
+        }
+    }
+    for (int t = 0; t < nt; t++) b->twin[t] = -1;
+    if (!b->early_at) return true;
+    for (int k = 0; k < b->early_at[b->nsteps]; k++) {
+        const GOp *op = &g->ops[b->early_op[k]];
+        if (op->in[5] < 0 || op->in[2] < 0) continue; /* no norm: nothing to redo; no master: backups */
+        for (int s = 2; s < 5; s++) {
+            int st = op->in[s];
+            const char *tn = pl_tname(b, st);
+            char *name = ARENA_NEWN(a, char, strlen(tn) + 6);
+            if (!name) {
+                b->oom = true;
+                return false;
+            }
+            memcpy(name, "twin.", 5);
+            memcpy(name + 5, tn, strlen(tn) + 1);
+            b->twin[st] = pl_newbuf(b, ARENA_CPU, pl_shard_bytes(b, st), st, name, true);
+            if (b->twin[st] < 0) return false;
+            b->bufs[b->twin[st]].b.flags |= PLAN_BUF_TWIN;
+        }
+    }
+    return true;
+}
+
 static bool spec_push(B *b, const AdamViews *v) {
     if (!pl_grow((void **)&b->spec, &b->cspec, b->nspec + 1, sizeof *b->spec)) {
         b->oom = true;
         return false;
     }
-    b->spec[b->nspec++] = (SpecAdam){v->op, v->e0, v->ne, v->backup};
+    b->spec[b->nspec++] = (SpecAdam){v->op, v->e0, v->ne, v->backup, v->twin};
     return true;
 }
 
@@ -305,14 +341,16 @@ void pl_emit_early_adams(B *b, int s) {
         for (int64_t e0 = 0; e0 < total && !b->oom; e0 += ADAM_CHUNK) {
             AdamViews v = {.op = j, .e0 = e0, .ne = total - e0 < ADAM_CHUNK ? total - e0 : ADAM_CHUNK, .backup = -1, .early = true};
             adam_load(b, &v);
-            if (op->in[5] >= 0) { /* a gradient norm follows: speculate, keeping what the step changes */
+            if (op->in[5] >= 0 && b->twin[op->in[3]] >= 0) { /* a norm follows: speculate, out of place */
+                v.twin = true;
+            } else if (op->in[5] >= 0) { /* the same keeping a copy of what the step changes (no master) */
                 uint64_t bb = backup_bytes(b, &v);
                 v.backup = pl_newbuf(b, ARENA_CPU, bb, op->in[0], "adam_backup", false);
                 v.bmode = PLAN_W;
                 b->spec_backup_bytes += bb;
             }
             adam_step(b, &v);
-            if (v.backup >= 0) spec_push(b, &v);
+            if (v.backup >= 0 || v.twin) spec_push(b, &v);
         }
     }
 }
@@ -323,7 +361,7 @@ void pl_emit_early_adams(B *b, int s) {
 static void emit_redo(B *b) {
     for (int k = 0; k < b->nspec && !b->oom; k++) {
         const SpecAdam *sa = &b->spec[k];
-        AdamViews v = {.op = sa->op, .e0 = sa->e0, .ne = sa->ne, .backup = sa->backup, .bmode = PLAN_R};
+        AdamViews v = {.op = sa->op, .e0 = sa->e0, .ne = sa->ne, .backup = sa->backup, .bmode = PLAN_R, .twin = sa->twin};
         adam_load(b, &v);
         adam_step(b, &v);
     }

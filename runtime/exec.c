@@ -155,6 +155,17 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
         if (sh->buffer >= 0 && (uint32_t)sh->buffer < p->nbuffers && sh->bytes > r->buf_reach[sh->buffer])
             r->buf_reach[sh->buffer] = sh->bytes;
     }
+    r->boff = malloc(sizeof *r->boff * (p->nbuffers ? p->nbuffers : 1));
+    r->twins = malloc(sizeof *r->twins * 2 * (p->nbuffers ? p->nbuffers : 1));
+    if (!r->boff || !r->twins) { rt_fail(err, n, "out of memory"); goto bad; }
+    for (uint32_t b = 0; b < p->nbuffers; b++) {
+        r->boff[b] = p->buffers[b].offset;
+        int32_t t = p->buffers[b].tensor;
+        if (!(p->buffers[b].flags & PLAN_BUF_TWIN) || t < 0 || p->tensors[t].shard < 0) continue; /* the verifier says why */
+        r->twins[2 * r->ntwins] = (uint32_t)p->shards[p->tensors[t].shard].buffer;
+        r->twins[2 * r->ntwins + 1] = b;
+        r->ntwins++;
+    }
     if (r->be->create(r, err, n)) goto bad;
     if (p->arenas[ARENA_NVME].size) {
         const char *dirs[16];
@@ -198,6 +209,8 @@ void rt_destroy(Rt *r) {
     free(r->ws);
     free(r->ws_bytes);
     free(r->buf_reach);
+    free(r->boff);
+    free(r->twins);
     for (int q = 0; q < PLAN_NQUEUES; q++) {
         free(r->table[q]);
         free(r->scratch[q]);
@@ -286,6 +299,12 @@ int rt_step(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, 
         r->loss_scale /= 2;
         r->good_steps = 0;
     } else {
+        /* the speculative Adams stepped the state into the twins: they are the homes now */
+        for (uint32_t k = 0; k < r->ntwins; k++) {
+            uint64_t t = r->boff[r->twins[2 * k]];
+            r->boff[r->twins[2 * k]] = r->boff[r->twins[2 * k + 1]];
+            r->boff[r->twins[2 * k + 1]] = t;
+        }
         r->step++;
         if (p->train.dtype == DT_F16 && ++r->good_steps >= 1000) {
             r->loss_scale *= 2;

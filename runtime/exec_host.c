@@ -41,11 +41,11 @@ uint8_t *rt_opnd_ptr(const Rt *r, const PlanOperand *o) {
     if (o->buffer < 0) return NULL;
     const PlanBuffer *b = &r->p->buffers[o->buffer];
     if (b->arena == ARENA_NVME || !r->arena[b->arena]) return NULL; /* NULL: device memory under CUDA */
-    return r->arena[b->arena] + b->offset + o->offset;
+    return r->arena[b->arena] + r->boff[o->buffer] + o->offset;
 }
 
 static uint64_t nvme_off(const Rt *r, const PlanOperand *o) {
-    return r->p->buffers[o->buffer].offset + o->offset;
+    return r->boff[o->buffer] + o->offset;
 }
 
 const PlanOperand *rt_opnd(const Rt *r, const PlanInstr *in, uint32_t k) {
@@ -73,22 +73,24 @@ void rt_elem_set(void *p, int dt, int64_t i, double v) {
 /* Reads or writes bytes of a shard's home, wherever it lives. */
 int rt_home_read(Rt *r, int buffer, uint64_t off, void *dst, uint64_t bytes, char *err, size_t n) {
     const PlanBuffer *b = &r->p->buffers[buffer];
-    if (b->arena == ARENA_GPU && r->be->device_memory) return r->be->home_read(r, b->offset + off, dst, bytes, err, n);
+    uint64_t at = r->boff[buffer] + off;
+    if (b->arena == ARENA_GPU && r->be->device_memory) return r->be->home_read(r, at, dst, bytes, err, n);
     if (b->arena != ARENA_NVME) {
-        memcpy(dst, r->arena[b->arena] + b->offset + off, bytes);
+        memcpy(dst, r->arena[b->arena] + at, bytes);
         return 0;
     }
-    return rtio_read(&r->io, b->offset + off, dst, bytes, err, n);
+    return rtio_read(&r->io, at, dst, bytes, err, n);
 }
 
 int rt_home_write(Rt *r, int buffer, uint64_t off, const void *src, uint64_t bytes, char *err, size_t n) {
     const PlanBuffer *b = &r->p->buffers[buffer];
-    if (b->arena == ARENA_GPU && r->be->device_memory) return r->be->home_write(r, b->offset + off, src, bytes, err, n);
+    uint64_t at = r->boff[buffer] + off;
+    if (b->arena == ARENA_GPU && r->be->device_memory) return r->be->home_write(r, at, src, bytes, err, n);
     if (b->arena != ARENA_NVME) {
-        memcpy(r->arena[b->arena] + b->offset + off, src, bytes);
+        memcpy(r->arena[b->arena] + at, src, bytes);
         return 0;
     }
-    return rtio_write(&r->io, b->offset + off, src, bytes, err, n);
+    return rtio_write(&r->io, at, src, bytes, err, n);
 }
 
 /* ---- kernels ---- */
@@ -425,12 +427,59 @@ bool rt_speculation_failed(const Rt *r) {
     return r->skip || (t->grad_clip > 0 && fmin(1.0, t->grad_clip / (r->grad_norm + 1e-6)) != 1.0);
 }
 
+/* The AdamW settings of this step (docs/training.md). */
+static AdamParams adam_params(const Rt *r) {
+    const PlanTrain *t = &r->p->train;
+    AdamSchedule sch = {.lr = t->lr, .warmup_steps = t->warmup_steps, .schedule = t->schedule, .min_lr = t->min_lr, .steps = t->steps};
+    return (AdamParams){.lr = (float)adam_lr(&sch, r->step + 1), .beta1 = (float)t->beta1, .beta2 = (float)t->beta2,
+                        .eps = (float)t->eps, .weight_decay = (float)t->weight_decay, .isa = ADAM_ISA_AUTO, .threads = 0};
+}
+
+/* A speculative Adam on twins (9 operands: param, grad, master, m, v
+ * homes read, norm, their twins written): in the micro-batch without the
+ * norm (coefficient 1), or its redo with it; under a skipped step the redo
+ * leaves the parameter as the home's master has it (the old one). The
+ * homes are never written, so nothing needs restoring; rt_step exchanges
+ * twins and homes after a step that is not skipped. */
+static int exec_adam_twin(Rt *r, const PlanInstr *in, char *err, size_t n) {
+    const PlanTrain *t = &r->p->train;
+    int pt = in->arg;
+    const char *name = r->p->tensors[pt].name;
+    int pdt = r->p->tensors[pt].dtype;
+    bool speculative = rt_opnd(r, in, 5)->buffer < 0;
+    const PlanOperand *po = rt_opnd(r, in, 0);
+    uint8_t *pp = rt_opnd_ptr(r, po), *gp = rt_opnd_ptr(r, rt_opnd(r, in, 1));
+    float *src[3], *dst[3];
+    for (int k = 0; k < 3; k++) {
+        src[k] = (float *)rt_opnd_ptr(r, rt_opnd(r, in, 2 + (uint32_t)k));
+        dst[k] = (float *)rt_opnd_ptr(r, rt_opnd(r, in, 6 + (uint32_t)k));
+        if (!src[k] || !dst[k]) return rt_fail(err, n, "adam on '%s': its state or twin is not in memory", name);
+    }
+    if (!pp || !gp) return rt_fail(err, n, "adam on '%s': an operand is not in memory", name);
+    int64_t ne = (int64_t)(po->bytes / rt_dsz(pdt));
+    if (r->skip && !speculative) {
+        HkTensor from = hk_tensor(src[0], DT_F32, 1, &ne), to = hk_tensor(pp, (DType)pdt, 1, &ne);
+        if (hk_cast(&from, &to)) return rt_fail(err, n, "adam on '%s': cannot restore the parameter", name);
+        return 0;
+    }
+    if (r->skip) return 0;
+    int gt = r->p->tensors[pt].grad;
+    int gdt = gt >= 0 ? r->p->tensors[gt].dtype : pdt;
+    double clip = t->grad_clip > 0 && !speculative ? fmin(1.0, t->grad_clip / (r->grad_norm + 1e-6)) : 1.0;
+    AdamParams ap = adam_params(r);
+    AdamStatus as = adam_step_to(&ap, r->step + 1, src[0], src[1], src[2], dst[0], dst[1], dst[2], gp, (DType)gdt, pp,
+                                 (DType)pdt, ne, (float)(clip / r->loss_scale));
+    if (as != ADAM_OK) return rt_fail(err, n, "adam on '%s': %s", name, adam_status_str(as));
+    return 0;
+}
+
 static int exec_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
     if (in->nopnd < 6) return rt_fail(err, n, "adam needs 6 operands, has %u", in->nopnd);
     /* 7 operands: a speculative Adam (backup written; in the backward,
      * before the norm: coefficient 1, as the serial order has when the
      * step neither clips nor is skipped) or its redo (backup read; run only
      * when the speculation failed: restore, then the serial step) */
+    if (in->nopnd == 9) return exec_adam_twin(r, in, err, n);
     bool speculative = in->nopnd == 7 && rt_opnd(r, in, 6)->mode == PLAN_W;
     if (in->nopnd == 7 && adam_backup(r, in, speculative, err, n)) return -1;
     if (r->skip && !speculative) {
@@ -463,9 +512,7 @@ static int exec_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
     int gt = r->p->tensors[pt].grad;
     int gdt = gt >= 0 ? r->p->tensors[gt].dtype : pdt;
     double clip = t->grad_clip > 0 && !speculative ? fmin(1.0, t->grad_clip / (r->grad_norm + 1e-6)) : 1.0;
-    AdamSchedule sch = {.lr = t->lr, .warmup_steps = t->warmup_steps, .schedule = t->schedule, .min_lr = t->min_lr, .steps = t->steps};
-    AdamParams ap = {.lr = (float)adam_lr(&sch, r->step + 1), .beta1 = (float)t->beta1, .beta2 = (float)t->beta2,
-                     .eps = (float)t->eps, .weight_decay = (float)t->weight_decay, .isa = ADAM_ISA_AUTO, .threads = 0};
+    AdamParams ap = adam_params(r);
     /* Without an fp32 master (f32 training) the parameter is the master. */
     if (!mp && pdt != DT_F32) return rt_fail(err, n, "adam on '%s': a %s parameter needs an fp32 master", r->p->tensors[pt].name, dtype_name((DType)pdt));
     float *master = mp ? (float *)mp : (float *)pp;

@@ -42,6 +42,12 @@ struct Rt {
     bool skip;              /* f16: gradients not finite, step skipped */
     bool redone;            /* this step ran the speculative optimizer's redo range */
     bool adam_in_batch;     /* an Adam runs in the micro-batch (the optimizer overlapped with the backward) */
+    /* Where each buffer is in its arena: the plan's offset, except that a
+     * twin and its home (PLAN_BUF_TWIN) exchange theirs after every step
+     * that is not skipped. Every address of a buffer comes from here. */
+    uint64_t *boff;
+    uint32_t *twins;        /* pairs (home buffer, twin buffer) */
+    uint32_t ntwins;
     int64_t step;           /* optimizer steps done */
     double loss_scale;
     int good_steps;

@@ -136,7 +136,11 @@ typedef struct PlanArena {
     uint64_t align;
 } PlanArena;
 
-enum { PLAN_BUF_PERSISTENT = 1 }; /* valid at the start of a step (a home) */
+enum { PLAN_BUF_PERSISTENT = 1, /* valid at the start of a step (a home) */
+       /* the twin of its tensor's home (persistent too): the speculative
+        * optimizer steps the home's state into it, and after every step that
+        * is not skipped the two exchange roles (docs/schedule.md) */
+       PLAN_BUF_TWIN = 2 };
 
 typedef struct PlanBuffer {
     const char *name;

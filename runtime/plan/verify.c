@@ -431,8 +431,10 @@ static void check_layouts(V *v) {
         const char *lay = plan_opcode_operands[s->op];
         const PlanOperand *o = &p->operands[s->opnd];
         if (!strcmp(lay, "*")) {
-            if ((s->op == PI_CPU_ADAM || s->op == PI_GPU_ADAM) && s->nopnd != 6 && !(s->op == PI_CPU_ADAM && s->nopnd == 7))
-                problem(v, "instruction %u (%s) has %u operands, expected 6 (7 for a CPU Adam with a backup)", i, iname(p, i), s->nopnd);
+            if ((s->op == PI_CPU_ADAM || s->op == PI_GPU_ADAM) && s->nopnd != 6 &&
+                !(s->op == PI_CPU_ADAM && (s->nopnd == 7 || s->nopnd == 9)))
+                problem(v, "instruction %u (%s) has %u operands, expected 6 (a CPU Adam: 7 with a backup, 9 with twins)", i,
+                        iname(p, i), s->nopnd);
             if (s->op == PI_KERNEL && s->arg >= 0 && (uint32_t)s->arg < p->nops &&
                 s->nopnd != (uint32_t)p->ops[s->arg].nin + p->ops[s->arg].nout)
                 problem(v, "instruction %u (kernel) has %u operands, its op %d has %u", i, s->nopnd, s->arg,
@@ -587,7 +589,7 @@ static uint64_t adam_backup_bytes(const PlanOperand *o, uint64_t ne) {
 static void check_adam_operands(V *v, uint32_t i) {
     const Plan *p = v->p;
     const PlanInstr *s = &p->instrs[i];
-    if (s->nopnd != 6 && s->nopnd != 7) return; /* the layout check says so */
+    if (s->nopnd != 6 && s->nopnd != 7 && s->nopnd != 9) return; /* the layout check says so */
     const PlanTensor *t = &p->tensors[s->arg];
     const PlanOperand *o = &p->operands[s->opnd];
     int pdt = plan_dtype_size(t->dtype), gdt = t->grad >= 0 ? plan_dtype_size(p->tensors[t->grad].dtype) : pdt;
@@ -606,6 +608,24 @@ static void check_adam_operands(V *v, uint32_t i) {
                     norm ? "the step has a gradient norm" : p->train.grad_accum > 1 ? "several micro-batches a step" : "not a CPU Adam");
         return;
     }
+    bool in_redo = plan_speculative(p) && i >= p->redo_begin && i < p->redo_end;
+    if (s->nopnd == 9) { /* out of place: the state read from its homes, written to their twins */
+        for (int k = 2; k < 5; k++) {
+            const PlanOperand *h = &o[k], *w = &o[k + 4];
+            bool twin = w->buffer >= 0 && h->buffer >= 0 && (p->buffers[w->buffer].flags & PLAN_BUF_TWIN) &&
+                        p->buffers[w->buffer].tensor == p->buffers[h->buffer].tensor && !(p->buffers[h->buffer].flags & PLAN_BUF_TWIN);
+            if (h->mode != PLAN_R || w->mode != PLAN_W || !twin || w->offset != h->offset || w->bytes != h->bytes)
+                problem(v, "instruction %u (%s) on '%s': operand %d is not the twin of operand %d's home, written where that "
+                        "is read", i, iname(p, i), t->name, k + 4, k);
+        }
+        if (in_batch && (o[5].buffer >= 0 || p->train.grad_accum > 1 || !plan_speculative(p)))
+            problem(v, "instruction %u (%s) on '%s': a speculative Adam outside the micro-batch of a speculative plan with one "
+                    "micro-batch per step, or reading the norm", i, iname(p, i), t->name);
+        if (!in_batch && (!in_redo || o[5].buffer < 0))
+            problem(v, "instruction %u (%s) on '%s': an Adam on twins outside the micro-batch and the redo range, or a redo "
+                    "without the norm", i, iname(p, i), t->name);
+        return;
+    }
     const PlanOperand *bk = &o[6];
     uint64_t want = adam_backup_bytes(o, ne);
     if (bk->buffer < 0 || bk->bytes != want)
@@ -619,7 +639,7 @@ static void check_adam_operands(V *v, uint32_t i) {
             problem(v, "instruction %u (%s) on '%s': a speculative Adam reads the gradient norm, which does not exist yet", i,
                     iname(p, i), t->name);
     } else if (bk->mode == PLAN_R) { /* the redo: only where the step clipped or was skipped */
-        if (!plan_speculative(p) || i < p->redo_begin || i >= p->redo_end)
+        if (!in_redo)
             problem(v, "instruction %u (%s) on '%s': an Adam restoring a backup outside the redo range", i, iname(p, i), t->name);
     } else {
         problem(v, "instruction %u (%s) on '%s': its backup is neither written nor read", i, iname(p, i), t->name);
@@ -642,10 +662,23 @@ static int spec_key_cmp(const void *a, const void *b) {
 
 static void check_speculation(V *v) {
     const Plan *p = v->p;
+    /* twins: persistent, in CPU memory (the runtime exchanges their roles
+     * with their homes'), each the twin of a master or moment's home */
+    for (uint32_t b = 0; b < p->nbuffers && !STOP(v); b++) {
+        const PlanBuffer *x = &p->buffers[b];
+        if (!(x->flags & PLAN_BUF_TWIN)) continue;
+        const PlanTensor *t = x->tensor >= 0 && (uint32_t)x->tensor < p->ntensors ? &p->tensors[x->tensor] : NULL;
+        const PlanShard *sh = t && t->shard >= 0 ? &p->shards[t->shard] : NULL;
+        if (!(x->flags & PLAN_BUF_PERSISTENT) || x->arena != ARENA_CPU || !t ||
+            (t->cls != TC_MASTER && t->cls != TC_MOMENTUM && t->cls != TC_VARIANCE) || !sh || sh->buffer < 0 ||
+            p->buffers[sh->buffer].arena != ARENA_CPU || p->buffers[sh->buffer].bytes != x->bytes || !plan_speculative(p))
+            problem(v, "buffer '%s' is a twin but not a persistent CPU copy of an optimizer state home of its size in a "
+                    "speculative plan", x->name);
+    }
     if (!plan_speculative(p)) return;
     uint32_t n = 0;
     for (uint32_t i = 0; i < p->ninstrs; i++)
-        if (p->instrs[i].op == PI_CPU_ADAM && p->instrs[i].nopnd == 7) n++;
+        if (p->instrs[i].op == PI_CPU_ADAM && p->instrs[i].nopnd >= 7) n++;
     SpecKey *k = malloc(sizeof *k * (n ? n : 1));
     if (!k) {
         problem(v, "out of memory verifying the speculative optimizer");
@@ -655,9 +688,10 @@ static void check_speculation(V *v) {
     for (uint32_t pass = 0; pass < 2; pass++)
         for (uint32_t i = 0; i < p->ninstrs; i++) {
             const PlanInstr *s = &p->instrs[i];
-            if (s->op != PI_CPU_ADAM || s->nopnd != 7) continue;
+            if (s->op != PI_CPU_ADAM || s->nopnd < 7) continue;
+            /* the speculative ones in the micro-batch, the redos in their range (what else steps there is refused above) */
+            if (pass == 0 ? i >= p->opt_begin : i < p->redo_begin || i >= p->redo_end) continue;
             const PlanOperand *bk = &p->operands[s->opnd + 6];
-            if ((bk->mode == PLAN_W) != (pass == 0)) continue;
             k[ns + nr] = (SpecKey){bk->buffer, bk->offset, i};
             if (pass == 0) ns++;
             else nr++;
@@ -682,7 +716,7 @@ static void check_speculation(V *v) {
     free(k);
     for (uint32_t i = p->redo_begin; i < p->redo_end && i < p->ninstrs; i++) {
         const PlanInstr *s = &p->instrs[i];
-        if (s->op == PI_GPU_ADAM || (s->op == PI_CPU_ADAM && s->nopnd != 7) || s->op == PI_GRAD_NORM || s->op == PI_KERNEL)
+        if (s->op == PI_GPU_ADAM || (s->op == PI_CPU_ADAM && s->nopnd < 7) || s->op == PI_GRAD_NORM || s->op == PI_KERNEL)
             problem(v, "instruction %u (%s) in the redo range, which only restores and redoes speculative Adams", i, iname(p, i));
     }
 }

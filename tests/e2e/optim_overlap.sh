@@ -48,7 +48,7 @@ while read -r dt clip ls ranks redo; do
      grep -q "optimizer overlapped" "$W/$name-off.zinfc"; then
     echo "FAIL $name: the on plan does not overlap, or the off plan does"; grep '^chosen' "$W/$name-on.zinfc" "$W/$name-off.zinfc"; fail=1; continue
   fi
-  nspec=$("$B/bin/zinfdump" "$W/$name-on.plan" --schedule --rank 0 2>/dev/null | grep -c "cpu_adam.*=cpu:adam_backup@")
+  nspec=$("$B/bin/zinfdump" "$W/$name-on.plan" --schedule --rank 0 2>/dev/null | grep -c "cpu_adam.* - =cpu:\(adam_backup\|twin\.\)")
   if [ "$nspec" -lt 10 ]; then echo "FAIL $name: $nspec speculative Adams in the on plan's schedule"; fail=1; continue; fi
   # one progress line per step (a terminal's \r ... ESC[K lines split apart)
   tr -d '\r' < "$W/$name-on.out" | sed 's/\x1b\[K/\n/g' | grep "^step" > "$W/$name-on.steps"
