@@ -75,6 +75,19 @@ f16 100.0 262144 2 some
 f16 1.0 65536 1 yes
 EOF
 
+# resume: the twins exchange roles every step, the checkpoint holds the
+# state wherever it is. A bf16 speculative plan (twins), 2 ranks, clipping:
+# 5 steps straight = 3 steps (an odd number: the twins hold the state), checkpoint, resume, 2 more, bit for bit
+model "$W/res.zl" bf16 1.0 1 2 on
+"$B/bin/zinfc" "$W/res.zl" -o "$W/res.plan" > /dev/null 2>&1 || { echo "FAIL resume: zinfc"; fail=1; }
+run_res() { timeout 300 mpirun -np 2 --oversubscribe "$B/bin/zinfrun" "$W/res.plan" --data "$W/train.bin" --quiet "$@" < /dev/null > "$W/res.out" 2>&1 || { tail -5 "$W/res.out"; false; }; }
+if run_res --steps 5 --losses "$W/res-straight" --export "$W/res-straight.safetensors" &&
+   run_res --steps 3 --checkpoint-every 3 --checkpoint-dir "$W/ck" --losses "$W/res-split" &&
+   run_res --steps 5 --checkpoint-dir "$W/ck" --resume --losses "$W/res-split" --export "$W/res-split.safetensors" &&
+   cmp -s "$W/res-straight" "$W/res-split" && cmp -s "$W/res-straight.safetensors" "$W/res-split.safetensors"; then
+  echo "ok   resume of a plan with twins: 3 + 2 steps = 5 steps, bit for bit ($(tail -1 "$W/res-split"))"
+else echo "FAIL resume of a plan with twins"; paste "$W/res-straight" "$W/res-split"; fail=1; fi
+
 # the CUDA backend (fake driver, kernels on the emulator): gpt-micro, 2
 # ranks, optimizer state in CPU memory, speculative: the same losses and
 # norms, bit for bit, as its serial plan on the CUDA backend, and as the
