@@ -10,10 +10,19 @@ the trainable gradients), on the batches zinfrun trained on.
                                         frozen tensors bit-identical to W/hf's, the trainable ones'
                                         updates within 1e-5 relative of torch's; R = 0: EXP is an
                                         export after a resume, only its frozen tensors checked
+  freeze.py cuda K                      the CUDA backend's run on the fake driver against the host
+                                        backend's on the same plan: K.host and K.cuda (--losses: the
+                                        losses and gradient norms within 2e-4 relative, 3 steps),
+                                        K-host.safetensors and K-cuda.safetensors (--export: the frozen
+                                        tensors wte and *.attn.* bit-identical)
+  freeze.py CMD ARGS + CMD ARGS ...     several of these in one process (importing torch and
+                                        transformers costs seconds, each check less); exit 1 when
+                                        any fails, each having said why
 """
 import os
 import re
 import sys
+import traceback
 
 import torch
 from safetensors.torch import load_file
@@ -92,12 +101,54 @@ def check(w, steps, lr, wd, eps, R, exp):
     return fail
 
 
+def cuda(k):
+    ref = [line.split() for line in open(k + ".host")]
+    got = [line.split() for line in open(k + ".cuda")]
+    ok = len(ref) == len(got) == 3 and all(abs(float(a[i]) - float(b[i])) <= 2e-4 * abs(float(a[i]))
+                                           for a, b in zip(ref, got) for i in (3, 5))
+    h, c = load_file(k + "-host.safetensors"), load_file(k + "-cuda.safetensors")
+    frozen = [n for n in h if n == "wte" or ".attn." in n]
+    same = all(torch.equal(h[n], c[n]) for n in frozen)
+    name = k.rsplit("/", 1)[1]
+    if ok and same and frozen:
+        print("ok   %s on the CUDA backend (fake driver): losses and norms = the host backend's, %d frozen tensors "
+              "bit-identical" % (name, len(frozen)))
+        return 0
+    print("FAIL %s on the CUDA backend: losses match %s, frozen tensors (%d) identical %s" % (name, ok, len(frozen), same))
+    return 1
+
+
+def run(args):
+    if args[0] == "make":
+        make(args[1])
+        return 0
+    if args[0] == "cuda":
+        return cuda(args[1])
+    if args[0] != "check":
+        sys.exit("freeze.py: unknown command " + args[0])
+    w, steps, lr, wd, eps = args[1:6]
+    runs = args[6:]
+    return max(check(w, int(steps), float(lr), float(wd), float(eps), int(runs[i]), runs[i + 1]) if runs[i] != "0"
+               else frozen_only(w, runs[i + 1]) for i in range(0, len(runs), 2))
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    if sys.argv[1] == "make":
-        make(sys.argv[2])
-    else:
-        w, steps, lr, wd, eps = sys.argv[2:7]
-        runs = sys.argv[7:]
-        sys.exit(max(check(w, int(steps), float(lr), float(wd), float(eps), int(runs[i]), runs[i + 1]) if runs[i] != "0"
-                     else frozen_only(w, runs[i + 1]) for i in range(0, len(runs), 2)))
+    cmds, cur = [], []
+    for a in sys.argv[1:] + ["+"]:
+        if a == "+":
+            if cur:
+                cmds.append(cur)
+            cur = []
+        else:
+            cur.append(a)
+    fail = 0
+    for c in cmds:
+        try:
+            fail |= run(c)
+        except Exception:
+            traceback.print_exc(file=sys.stdout)
+            print("FAIL freeze.py %s: raised (above)" % " ".join(c))
+            fail = 1
+        sys.stdout.flush()
+    sys.exit(fail)
