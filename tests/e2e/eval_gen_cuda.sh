@@ -112,7 +112,7 @@ kvcheck() { # NAME RANKS PLAN TOL FRAC ARGS...: kv on cuda = kv on host = the wi
   if ! cuda "$r" "$B/bin/zinfgen" $g --backend cuda --decode kv --logits "$W/$n.lc" > "$W/$n.kc" 2> "$W/$n.ekc" ||
      ! host "$r" "$B/bin/zinfgen" $g --backend host --decode kv --logits "$W/$n.lh" --quiet > "$W/$n.kh" 2> "$W/$n.ekh" ||
      ! host "$r" "$B/bin/zinfgen" $g --backend host --decode window --quiet > "$W/$n.wh" 2> "$W/$n.ewh"; then
-    tail -3 "$W/$n.ekc" "$W/$n.ekh" "$W/$n.ewh"; echo "FAIL $n: zinfgen"; fail=1; return
+    tail -n 3 "$W/$n.ekc" "$W/$n.ekh" "$W/$n.ewh"; echo "FAIL $n: zinfgen"; fail=1; return
   fi
   if ! grep -q "on the cuda backend, KV cache of T = 16 positions" "$W/$n.ekc"; then
     cat "$W/$n.ekc"; echo "FAIL $n: --decode kv did not say it runs on the cuda backend"; fail=1; return
