@@ -2,7 +2,9 @@
 with transformers (never downloaded), token files, and the losses
 transformers computes on the batches zinfrun trains on.
 
-  hf_weights.py make W          models, token file, broken copies
+  hf_weights.py make W [--big]  models, token file, broken copies; with --big also what big makes, in
+                                the same process (importing torch and transformers costs seconds);
+                                when that fails only W/big is missing, and the traceback is in W/big.log
   hf_weights.py big W           a larger LLaMA for the import's memory check
   hf_weights.py check W CASES   per case line "name micro_batch ranks hf_dir export_dir losses_a losses_b":
                                 zinf's step-1 loss against transformers on the
@@ -140,6 +142,13 @@ if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "make":
         make(sys.argv[2])
+        if sys.argv[3:] == ["--big"]:
+            try:
+                big(sys.argv[2])
+            except Exception:
+                import traceback
+                with open(os.path.join(sys.argv[2], "big.log"), "w") as f:
+                    traceback.print_exc(file=f)
     elif cmd == "big":
         big(sys.argv[2])
     elif cmd == "check":
