@@ -210,13 +210,18 @@ static int cuda_open(KvDecoder *d, char *why, size_t n) {
     d->bytes = x->total;
     size_t fr = 0, tot = 0;
     DRV(x, x->drv.MemGetInfo(&fr, &tot), "cuMemGetInfo", why, n);
-    if (x->total > fr) {
-        char b[5][32];
+    /* the driver maps device memory in 2 MiB pages: what fits in fewer
+     * free bytes than that would fail in cuMemAlloc instead */
+    uint64_t page = (uint64_t)2 << 20, need = (x->total + page - 1) / page * page;
+    if (need > fr) {
+        char b[6][32];
         return REFUSE(why, n,
                       "the KV-cache decoder needs %s of GPU memory (the parameters whole %s, the KV cache %s, one position's "
-                      "activations and scratch %s) and %s of %s is free beside the plan's arenas: use --decode window",
+                      "activations and scratch %s; %s in the driver's 2 MiB pages) and %s of %s is free beside the plan's arenas: "
+                      "use --decode window",
                       plan_bytes_str(x->total, b[0], 32), plan_bytes_str(x->param_bytes, b[1], 32), plan_bytes_str(x->cache_bytes, b[2], 32),
-                      plan_bytes_str(x->total - x->param_bytes - x->cache_bytes, b[3], 32), plan_bytes_str(fr, b[4], 32), x->name);
+                      plan_bytes_str(x->total - x->param_bytes - x->cache_bytes, b[3], 32), plan_bytes_str(need, b[4], 32),
+                      plan_bytes_str(fr, b[5], 32), x->name);
     }
     CUresult rc = x->drv.ModuleLoadData(&x->mod, d->p->kernels[k].data);
     if (rc != CUDA_SUCCESS) {
