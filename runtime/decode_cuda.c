@@ -48,7 +48,9 @@ static uint64_t align_up(uint64_t v) { return (v + ALIGN - 1) / ALIGN * ALIGN; }
 
 static const PlanTensor *T_(const KvDecoder *d, int t) { return &d->p->tensors[t]; }
 
-/* The plan's decode unit for arch (NULL: any arch), or -1. */
+/* The plan's decode unit for arch (NULL: any arch), or -1. zinfc names a
+ * unit "<family>-<hash12>.cu" (kernels_unit_name); the entry names are
+ * compiler/cuda_gen_decode.c's. */
 static int decode_kernel(const Plan *p, const char *arch) {
     for (uint32_t k = 0; k < p->nkernels; k++)
         if (p->kernels[k].name && !strncmp(p->kernels[k].name, unit_prefix, sizeof unit_prefix - 1) &&
