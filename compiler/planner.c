@@ -54,6 +54,7 @@ typedef struct Search {
     bool any_state_fit, any_pins_met;
     char last_why[512];            /* why the last candidate did not fit */
     int tried;                     /* builds */
+    bool overlap_auto;             /* optimizer_overlap "auto" on a GPU target: both orders are costed */
 } Search;
 
 /* What came of a candidate: OUT_ERROR has been reported to the DiagSink and
@@ -202,22 +203,32 @@ static Outcome cost_and_keep(Search *S, const Place *cand) {
 
 /* Builds cand with look-ahead k; when its arenas fit, costs it. OUT_NOFIT
  * leaves the reason in why (and S->last_why). */
+/* Whether placement pl keeps some parameter's optimizer state in CPU
+ * memory (what the overlap applies to), with b's single-parameter moves. */
+static bool plan_cpu_homed_adams(const B *b, const Place *pl) {
+    for (int t = 0; t < b->g->ntensors; t++) {
+        if (b->g->tensors[t].cls != TC_PARAM || b->g->tensors[t].grad < 0) continue;
+        int o = b->otier && b->otier[t] >= 0 ? b->otier[t] : pl->tier[PC_OPTIMIZER];
+        if (o == TIER_CPU) return true;
+    }
+    return false;
+}
+
 static Outcome build_one(Search *S, Place *cand, int k, bool *cpu_short, char *why, size_t n);
 
-/* cand with look-ahead k; with the optimizer overlapped with the backward
- * (when any Adam can start early), and serial as well: the serial order is
- * costed too (the backups cost CPU bandwidth; the faster is kept) and is
- * what remains when the backups do not fit. */
+/* cand with look-ahead k, in the optimizer's order cand says (serial
+ * unless the plan block says "on"); under "auto" on a GPU target, where
+ * some Adam steps state homed in CPU memory, overlapped as well. (On the
+ * host backend the CPU Adam and the kernels share the rank's cores and run
+ * one team at a time, runtime/hostk_threads.h: nothing to overlap with.) */
 static Outcome try_prefetch(Search *S, Place *cand, int k, bool *cpu_short, char *why, size_t n) {
     Outcome r = build_one(S, cand, k, cpu_short, why, n);
-    if (r == OUT_ERROR || !cand->overlap || !S->b->early_any || S->o->overlap > 0) return r;
-    Place serial = *cand;
-    serial.overlap = false;
+    if (r != OUT_PLACED || !S->overlap_auto || !plan_cpu_homed_adams(S->b, cand)) return r;
+    /* the same with the optimizer overlapped; cost_and_keep keeps the faster */
+    Place other = *cand;
+    other.overlap = true;
     char why2[256];
-    Outcome r2 = build_one(S, &serial, k, cpu_short, why2, sizeof why2);
-    if (r2 == OUT_ERROR) return r2;
-    if (r == OUT_NOFIT && r2 == OUT_PLACED) *cand = serial;
-    return r == OUT_PLACED || r2 == OUT_PLACED ? OUT_PLACED : OUT_NOFIT;
+    return build_one(S, &other, k, cpu_short, why2, sizeof why2) == OUT_ERROR ? OUT_ERROR : OUT_PLACED;
 }
 
 static Outcome build_one(Search *S, Place *cand, int k, bool *cpu_short, char *why, size_t n) {
@@ -341,11 +352,9 @@ static Outcome try_candidate(Search *S, int params, int optimizer, int ckpts) {
     cand.tier[PC_OPTIMIZER] = optimizer;
     cand.tier[PC_GRADS] = optimizer == TIER_GPU ? TIER_GPU : o->tier[PC_GRADS] == TIER_NVME ? TIER_NVME : TIER_CPU;
     cand.tier[PC_CHECKPOINTS] = ckpts;
-    /* "auto" overlaps on GPU targets only: on the host backend the CPU
-     * Adam and the kernels share the rank's cores and run one team at a
-     * time (runtime/hostk_threads.h), so there is nothing to overlap with
-     * and the backups would only cost; "on" overlaps anyway (tests) */
-    cand.overlap = o->overlap > 0 || (o->overlap == 0 && strcmp(S->b->t->backend, "host") != 0);
+    /* the class search in the serial order ("on": overlapped); "auto" tries
+     * the overlap on the chosen placement (refine) */
+    cand.overlap = o->overlap > 0;
     bool cpu_short = false, grads_nvme_tried = false;
     Outcome r = try_placement(S, cand, &cpu_short, &grads_nvme_tried);
     if (r != OUT_NOFIT) return r;
@@ -408,13 +417,78 @@ static void report_no_plan(const Search *S) {
 
 /* The refinement of the chosen placement (planner_refine.c), and the split
  * of each class it leaves. */
+static bool refine_failed(Search *S) {
+    if (S->b->internal) diag_error(S->d, SPAN_NONE, "internal planner error: %s", S->b->why);
+    else diag_error(S->d, SPAN_NONE, "out of memory while planning");
+    return false;
+}
+
+/* Whether plan p steps CPU Adams in the backward (the optimizer overlapped). */
+static bool plan_overlaps(const Plan *p) {
+    for (uint32_t i = 0; p && i < p->opt_begin; i++)
+        if (p->instrs[i].op == PI_CPU_ADAM) return true;
+    return false;
+}
+
 static bool refine(Search *S) {
     B *b = S->b;
+    int nt = b->g->ntensors;
+    /* the tiers before any refinement, and after the first */
+    int8_t *tiers0 = ARENA_NEWN(S->a, int8_t, 2 * (size_t)nt + 2), *tiers1 = ARENA_NEWN(S->a, int8_t, 2 * (size_t)nt + 2);
+    if (!tiers0 || !tiers1) return refine_failed(S);
+    memset(tiers0, -1, 2 * (size_t)nt + 2);
+    if (b->ptier) memcpy(tiers0, b->ptier, (size_t)nt), memcpy(tiers0 + nt, b->otier, (size_t)nt);
     b->pl = S->best;
-    if (!pl_refine(b, S->a, &S->ex, &S->plan, &S->best_time, &S->tried)) {
-        if (b->internal) diag_error(S->d, SPAN_NONE, "internal planner error: %s", b->why);
-        else diag_error(S->d, SPAN_NONE, "out of memory while planning");
-        return false;
+    if (!pl_refine(b, S->a, &S->ex, &S->plan, &S->best_time, &S->tried)) return refine_failed(S);
+    /* "auto" on a GPU target: the chosen placement with the optimizer
+     * overlapped, refined as well, where some Adam steps state in CPU
+     * memory. (On the host backend the CPU Adam and the kernels share the
+     * rank's cores and run one team at a time, runtime/hostk_threads.h:
+     * nothing to overlap with.) Which parameters' state is worth which tier
+     * depends on whether the CPU optimizer hides behind the backward, so
+     * each order is refined from the placement on its own. */
+    if (S->overlap_auto && plan_cpu_homed_adams(b, &S->best)) {
+        Plan *plan1 = S->plan;
+        double time1 = S->best_time;
+        Place best1 = S->best;
+        memcpy(tiers1, b->ptier, (size_t)nt);
+        memcpy(tiers1 + nt, b->otier, (size_t)nt);
+        memcpy(b->ptier, tiers0, (size_t)nt);
+        memcpy(b->otier, tiers0 + nt, (size_t)nt);
+        S->plan = NULL;
+        S->best_time = INFINITY;
+        Place other = best1;
+        other.overlap = !best1.overlap;
+        char why[256];
+        pl_say(&S->ex, "the same placement with the optimizer %s, refined as well:",
+               other.overlap ? "overlapped with the backward" : "after the backward");
+        Outcome r = build_one(S, &other, other.prefetch, &(bool){false}, why, sizeof why);
+        if (r == OUT_ERROR) {
+            plan_free(plan1);
+            return false;
+        }
+        if (r == OUT_PLACED) {
+            b->pl = S->best;
+            if (!pl_refine(b, S->a, &S->ex, &S->plan, &S->best_time, &S->tried)) {
+                plan_free(plan1);
+                return refine_failed(S);
+            }
+        }
+        const char *o1 = best1.overlap ? "overlapped" : "serial", *o2 = other.overlap ? "overlapped" : "serial";
+        if (r == OUT_PLACED && S->best_time < time1 * 0.999) {
+            pl_say(&S->ex, "kept the %s order: %.4g s/step against %.4g %s", o2, S->best_time, time1, o1);
+            plan_free(plan1);
+        } else {
+            if (r == OUT_PLACED) pl_say(&S->ex, "kept the %s order: %.4g s/step against %.4g %s", o1, time1, S->best_time, o2);
+            else pl_say(&S->ex, "kept the %s order: %.4g s/step (%s, it does not fit)", o1, time1, o2);
+            plan_free(S->plan);
+            S->plan = plan1;
+            S->best_time = time1;
+            S->best = best1;
+            b->pl = best1;
+            memcpy(b->ptier, tiers1, (size_t)nt);
+            memcpy(b->otier, tiers1 + nt, (size_t)nt);
+        }
     }
     pl_explain_split(b, S->plan, &S->ex);
     return true;
@@ -424,8 +498,7 @@ static bool refine(Search *S) {
  * handed on (runtime/plan/verify.c). */
 static bool finish(Search *S) {
     char s4[160];
-    bool early = false;
-    for (uint32_t i = 0; S->plan && i < S->plan->opt_begin && !early; i++) early = S->plan->instrs[i].op == PI_CPU_ADAM;
+    bool early = plan_overlaps(S->plan);
     pl_say(&S->ex, "chosen: %s, prefetch %d%s%s (of %d builds): %.4g s/step predicted", place_str(&S->best, s4, sizeof s4),
         S->best.prefetch, S->best.reuse ? ", weights kept from recompute to backward" : "",
         !early ? "" : plan_speculative(S->plan) ? ", optimizer overlapped with the backward (speculative)" :
@@ -451,7 +524,8 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
     }
     Target local = ranked_target(t, o);
     B b = {0};
-    Search S = {.b = &b, .a = a, .d = d, .o = o, .best_time = INFINITY};
+    Search S = {.b = &b, .a = a, .d = d, .o = o, .best_time = INFINITY,
+                .overlap_auto = o->overlap == 0 && strcmp(local.backend, "host") != 0};
     bool ok = setup(&b, g, &local, o, d) && pl_partition(&b, a) && pl_apply_pins(&b, a);
     if (ok) {
         explain_partition(&S);
