@@ -71,6 +71,7 @@ typedef struct EmuThread {
     void *fake; /* ASan's fake stack of the coroutine while switched out */
     emu_dim3 tid;
     int state, lane, warp;
+    int side; /* which half of the warp exchange buffers its next collective uses */
     char *stack;
 } EmuThread;
 
@@ -92,9 +93,16 @@ static void **cur_params;
  * __syncthreads; per warp, its live threads and those at a collective */
 static int n_live, n_block, w_live[EMU_MAXW], w_wait[EMU_MAXW];
 static int runq[EMU_MAXT], nrun; /* the threads the next round runs, in index order */
-static float shfl[EMU_MAXT / 32][32];
-static unsigned mA[EMU_MAXT / 32][32][4], mB[EMU_MAXT / 32][32][2];
-static float mC[EMU_MAXT / 32][32][4];
+/* The warp exchange buffers, two of each: a collective writes its lane's
+ * slot of one side, waits once for the warp, reads the others' slots, and
+ * the thread's next collective uses the other side. No lane can write a
+ * side again before every lane has read it: that write comes after the
+ * next collective's barrier, which every live lane reaches only after its
+ * read. (One barrier per collective, not two: half the coroutine switches
+ * of a shuffle reduction.) */
+static float shfl[2][EMU_MAXT / 32][32];
+static unsigned mA[2][EMU_MAXT / 32][32][4], mB[2][EMU_MAXT / 32][32][2];
+static float mC[2][EMU_MAXT / 32][32][4];
 
 #ifndef EMU_UCONTEXT
 /* emu_ctx_switch(&save, to): pushes the callee-saved registers (System V
@@ -233,12 +241,11 @@ static void yield(int st) {
 void emu_syncthreads(void) { yield(ST_BLOCK); }
 
 float emu_shfl(float v, int arg, int xor_mode) {
-    int w = cur->warp, l = cur->lane;
-    shfl[w][l] = v;
+    int w = cur->warp, l = cur->lane, s = cur->side;
+    cur->side ^= 1;
+    shfl[s][w][l] = v;
     yield(ST_WARP);
-    float r = shfl[w][(xor_mode ? (l ^ arg) : arg) & 31];
-    yield(ST_WARP);
-    return r;
+    return shfl[s][w][(xor_mode ? (l ^ arg) : arg) & 31];
 }
 
 /* runtime/half.h, not _Float16: the same rounding, and every C compiler
@@ -262,31 +269,31 @@ static float half_of(unsigned short h, int f16) {
 /* D = A B + C for one warp; fragments as the PTX ISA lays them out for
  * mma.m16n8k16 with .row.col: groupID = lane / 4, tig = lane % 4. */
 void emu_mma_m16n8k16(float *c, const unsigned *a, const unsigned *b, int f16) {
-    int w = cur->warp, l = cur->lane;
-    memcpy(mA[w][l], a, sizeof mA[w][l]);
-    memcpy(mB[w][l], b, sizeof mB[w][l]);
-    memcpy(mC[w][l], c, sizeof mC[w][l]);
+    int w = cur->warp, l = cur->lane, s = cur->side;
+    cur->side ^= 1;
+    memcpy(mA[s][w][l], a, sizeof mA[s][w][l]);
+    memcpy(mB[s][w][l], b, sizeof mB[s][w][l]);
+    memcpy(mC[s][w][l], c, sizeof mC[s][w][l]);
     yield(ST_WARP);
     float A[16][16], B[16][8];
     for (int L = 0; L < 32; L++) {
         for (int r = 0; r < 4; r++) {
             int row = L / 4 + 8 * (r % 2), col = 2 * (L % 4) + 8 * (r / 2);
-            A[row][col] = half_of((unsigned short)(mA[w][L][r] & 0xffff), f16);
-            A[row][col + 1] = half_of((unsigned short)(mA[w][L][r] >> 16), f16);
+            A[row][col] = half_of((unsigned short)(mA[s][w][L][r] & 0xffff), f16);
+            A[row][col + 1] = half_of((unsigned short)(mA[s][w][L][r] >> 16), f16);
         }
         for (int r = 0; r < 2; r++) {
             int n = L / 4, k = 2 * (L % 4) + 8 * r;
-            B[k][n] = half_of((unsigned short)(mB[w][L][r] & 0xffff), f16);
-            B[k + 1][n] = half_of((unsigned short)(mB[w][L][r] >> 16), f16);
+            B[k][n] = half_of((unsigned short)(mB[s][w][L][r] & 0xffff), f16);
+            B[k + 1][n] = half_of((unsigned short)(mB[s][w][L][r] >> 16), f16);
         }
     }
     for (int r = 0; r < 4; r++) {
         int row = l / 4 + 8 * (r / 2), col = 2 * (l % 4) + r % 2;
-        float d = mC[w][l][r];
+        float d = mC[s][w][l][r];
         for (int k = 0; k < 16; k++) d += A[row][k] * B[k][col];
         c[r] = d;
     }
-    yield(ST_WARP);
 }
 
 static void thread_entry(EmuThread *t) {
@@ -341,6 +348,7 @@ int emu_launch(void (*fn)(void **), void **params, const unsigned grid[3], const
                 }
                 for (int i = 0; i < nth; i++) {
                     th[i].state = ST_READY;
+                    th[i].side = 0;
                     ctx_init(&th[i]);
                     runq[i] = i;
                 }
