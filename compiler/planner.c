@@ -80,9 +80,12 @@ static const char *place_str(const Place *pl, char *buf, size_t n) {
 }
 
 /* How the build's optimizer runs, for the explanation: "" when serial. */
-static const char *overlap_str(const B *b) {
+static const char *overlap_str(const B *b, char *buf, size_t n) {
+    char s1[32];
     if (!b->pl.overlap || !b->early_any) return "";
-    return b->nspec ? ", optimizer speculative in the backward" : ", optimizer in the backward";
+    if (!b->nspec) return ", optimizer in the backward";
+    snprintf(buf, n, ", optimizer speculative in the backward (twins and backups %s)", plan_bytes_str(b->spec_copy_bytes, s1, sizeof s1));
+    return buf;
 }
 
 /* ---- before the search: the target and the partition ---- */
@@ -176,7 +179,7 @@ static void explain_partition(Search *S) {
  * (by more than 0.1%, so that ties go to the earlier candidate). */
 static Outcome cost_and_keep(Search *S, const Place *cand) {
     B *b = S->b;
-    char s1[32], s4[160];
+    char s1[32], s4[160], ov[96];
     Plan *p = pl_emit_plan(b);
     CostResult cr;
     if (!p || !cost_simulate(p, &cr)) {
@@ -185,7 +188,7 @@ static Outcome cost_and_keep(Search *S, const Place *cand) {
         return OUT_ERROR;
     }
     pl_say(&S->ex, "  %s prefetch %d%s%s: %.4g s/step, GPU peak %s", place_str(cand, s4, sizeof s4), cand->prefetch,
-        cand->reuse ? ", weights kept from recompute to backward" : "", overlap_str(b), cr.step_time,
+        cand->reuse ? ", weights kept from recompute to backward" : "", overlap_str(b, ov, sizeof ov), cr.step_time,
         plan_bytes_str(b->size[ARENA_GPU], s1, sizeof s1));
     if (cr.step_time < S->best_time * 0.999) {
         S->best_time = cr.step_time;

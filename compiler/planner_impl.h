@@ -104,7 +104,7 @@ typedef struct B {
     int *twin;                     /* per state tensor: its twin buffer (-1: none) */
     SpecAdam *spec;
     int nspec, cspec;
-    uint64_t spec_backup_bytes;    /* the backups' total */
+    uint64_t spec_copy_bytes;      /* the twins' and backups' bytes (CPU memory) */
     bool early_any;                /* some Adam was emitted in the backward */
     uint64_t cap[PLAN_NARENAS];
     uint64_t size[PLAN_NARENAS];

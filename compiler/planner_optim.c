@@ -97,11 +97,10 @@ static void adam_load(B *b, AdamViews *v) {
 /* What a speculative Adam of sub-group v changes and cannot recompute:
  * the parameter when it is the fp32 state, the master, the moments
  * (docs/schedule.md, "The speculative optimizer"). */
-static uint64_t backup_bytes(const B *b, const AdamViews *v) {
+static uint64_t backup_bytes(const AdamViews *v) {
     uint64_t s = v->pread ? (uint64_t)v->ne * 4 : 0;
     for (int k = 0; k < 3; k++)
         if (v->state[k] >= 0) s += (uint64_t)v->ne * 4;
-    (void)b;
     return s;
 }
 
@@ -119,7 +118,7 @@ static void adam_step(B *b, const AdamViews *v) {
         pl_opnd(b, i, v->sview[k], v->twin ? PLAN_R : PLAN_M, v->soff[k], v->state[k] >= 0 ? ebytes(b, v->state[k], v->ne) : 0);
     bool norm = gn >= 0 && !v->early;
     pl_opnd(b, i, norm ? b->cur[gn] : -1, PLAN_R, 0, norm ? 4 : 0);
-    if (v->backup >= 0) pl_opnd(b, i, v->backup, v->bmode, 0, backup_bytes(b, v));
+    if (v->backup >= 0) pl_opnd(b, i, v->backup, v->bmode, 0, backup_bytes(v));
     if (v->twin)
         for (int k = 0; k < 3; k++) pl_opnd(b, i, b->twin[v->state[k]], PLAN_W, v->soff[k], ebytes(b, v->state[k], v->ne));
     if (O == TIER_NVME)
@@ -244,7 +243,7 @@ bool pl_overlap_prepare(B *b, Arena *a, int bwd_end) {
         b->adam_early[t] = false;
     }
     b->nspec = 0;
-    b->spec_backup_bytes = 0;
+    b->spec_copy_bytes = 0;
     b->early_at = NULL;
     b->early_any = false;
     if (!b->pl.overlap) return true;
@@ -313,6 +312,7 @@ bool pl_overlap_twins(B *b, Arena *a) {
             memcpy(name + 5, tn, strlen(tn) + 1);
             b->twin[st] = pl_newbuf(b, ARENA_CPU, pl_shard_bytes(b, st), st, name, true);
             if (b->twin[st] < 0) return false;
+            b->spec_copy_bytes += b->bufs[b->twin[st]].b.bytes;
             b->bufs[b->twin[st]].b.flags |= PLAN_BUF_TWIN;
         }
     }
@@ -344,10 +344,10 @@ void pl_emit_early_adams(B *b, int s) {
             if (op->in[5] >= 0 && b->twin[op->in[3]] >= 0) { /* a norm follows: speculate, out of place */
                 v.twin = true;
             } else if (op->in[5] >= 0) { /* the same keeping a copy of what the step changes (no master) */
-                uint64_t bb = backup_bytes(b, &v);
+                uint64_t bb = backup_bytes(&v);
                 v.backup = pl_newbuf(b, ARENA_CPU, bb, op->in[0], "adam_backup", false);
                 v.bmode = PLAN_W;
-                b->spec_backup_bytes += bb;
+                b->spec_copy_bytes += b->bufs[v.backup].b.bytes;
             }
             adam_step(b, &v);
             if (v.backup >= 0 || v.twin) spec_push(b, &v);
@@ -356,8 +356,9 @@ void pl_emit_early_adams(B *b, int s) {
 }
 
 /* After the norm: the redo range, which the runtime runs only when the step
- * clips or is skipped: each speculative sub-group restored from its backup
- * and stepped again with the norm, its parameter written back again. */
+ * clips or is skipped: each speculative sub-group stepped again with the
+ * norm, from its intact homes into its twins or from its restored backup,
+ * its parameter written back again. */
 static void emit_redo(B *b) {
     for (int k = 0; k < b->nspec && !b->oom; k++) {
         const SpecAdam *sa = &b->spec[k];

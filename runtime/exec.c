@@ -261,19 +261,21 @@ int rt_step(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, 
     r->loss_grad = (float)(1.0 / ((double)accum * r->c->size));
     uint32_t ob = p->opt_begin <= p->ninstrs ? p->opt_begin : p->ninstrs;
     r->be->step_begin(r);
-    /* ranges: one per micro-batch, then the optimizer; a speculative plan's
-     * optimizer is the norm, the redo (only when the speculation failed)
-     * and the rest (Plan.redo_begin) */
-    bool spec = plan_speculative(p);
-    int nopt = spec ? 3 : 1;
+    /* the optimizer's ranges after the micro-batches: the whole of it, or
+     * for a speculative plan the norm, the redo (run only when the
+     * speculation failed, which the norm decides) and the rest */
+    uint32_t opt[3][2] = {{ob, p->ninstrs}};
+    int nopt = 1;
+    if (plan_speculative(p)) {
+        uint32_t o3[3][2] = {{ob, p->redo_begin}, {p->redo_begin, p->redo_end}, {p->redo_end, p->ninstrs}};
+        memcpy(opt, o3, sizeof opt);
+        nopt = 3;
+    }
     for (int a = 0; a < accum + nopt; a++) {
-        uint32_t b0 = 0, b1 = ob;
-        if (a >= accum) {
-            int k = spec ? a - accum : 2;
-            b0 = k == 0 ? ob : k == 1 ? p->redo_begin : spec ? p->redo_end : ob;
-            b1 = k == 0 ? p->redo_begin : k == 1 ? p->redo_end : p->ninstrs;
-            if (k == 1 && !rt_speculation_failed(r)) continue;
-            if (k == 1) r->redone = true;
+        uint32_t b0 = a < accum ? 0 : opt[a - accum][0], b1 = a < accum ? ob : opt[a - accum][1];
+        if (nopt == 3 && a - accum == 1) { /* the redo */
+            if (!rt_speculation_failed(r)) continue;
+            r->redone = true;
         }
         if (a < accum) {
             r->tokens = tokens[a];

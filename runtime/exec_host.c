@@ -475,11 +475,11 @@ static int exec_adam_twin(Rt *r, const PlanInstr *in, char *err, size_t n) {
 
 static int exec_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
     if (in->nopnd < 6) return rt_fail(err, n, "adam needs 6 operands, has %u", in->nopnd);
+    if (in->nopnd == 9) return exec_adam_twin(r, in, err, n);
     /* 7 operands: a speculative Adam (backup written; in the backward,
      * before the norm: coefficient 1, as the serial order has when the
      * step neither clips nor is skipped) or its redo (backup read; run only
      * when the speculation failed: restore, then the serial step) */
-    if (in->nopnd == 9) return exec_adam_twin(r, in, err, n);
     bool speculative = in->nopnd == 7 && rt_opnd(r, in, 6)->mode == PLAN_W;
     if (in->nopnd == 7 && adam_backup(r, in, speculative, err, n)) return -1;
     if (r->skip && !speculative) {
