@@ -89,42 +89,51 @@ if run_res --steps 5 --losses "$W/res-straight" --export "$W/res-straight.safete
 else echo "FAIL resume of a plan with twins"; paste "$W/res-straight" "$W/res-split"; fail=1; fi
 
 # the CUDA backend (fake driver, kernels on the emulator): gpt-micro, 2
-# ranks, optimizer state in CPU memory, speculative: the same losses and
-# norms, bit for bit, as its serial plan on the CUDA backend, and as the
-# host backend's within 2e-4 (split_cuda's tolerance: other kernels)
+# ranks, optimizer state in CPU memory, speculative (f32: backups; bf16:
+# twins): the same losses and norms, bit for bit, as its serial plan on the
+# CUDA backend, and as the host backend's within 2e-4 (f32, split_cuda's
+# tolerance: other kernels) or 2e-3 (bf16)
 . tests/fakecuda/env.sh || exit 1
-for ov in on off; do
-  cat > "$W/cu-$ov.zl" <<ZL
-import "$ROOT/tests/e2e/models/gpt-micro.zl"
+for dt in f32 bf16; do
+  sed "s/dtype = f32/dtype = $dt/" "$ROOT/tests/e2e/models/gpt-micro.zl" > "$W/micro-$dt.zl"
+  for ov in on off; do
+    k=cu-$dt-$ov
+    cat > "$W/$k.zl" <<ZL
+import "$W/micro-$dt.zl"
 target fake { nodes = 1; gpus_per_node = 2
   gpu { memory = 64 MiB; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "sm_90"; sms = 8 }
   cpu { memory = 8 GiB; bandwidth = 1 GB/s; cores = 2; flops = 1 T }
   net { bandwidth = 10 GB/s; latency_us = 5 } }
 plan { whole_below = 1000; optimizer = "cpu"; optimizer_overlap = "$ov" }
 ZL
-  mkdir -p "$W/src-$ov"
-  if ! "$B/bin/zinfc" "$W/cu-$ov.zl" --kernels=sm_90 --kernel-src="$W/src-$ov" -o "$W/cu-$ov.plan" --explain > "$W/cu-$ov.zinfc" 2>&1 ||
-     ! "$FAKE/fakecuda_prep" "$W/cu-$ov.plan" "$W/src-$ov" sm_90 "$UNITS" > "$W/cu-$ov.prep" 2>&1; then
-    tail -5 "$W/cu-$ov.zinfc" "$W/cu-$ov.prep"; echo "FAIL cuda $ov: zinfc or fakecuda_prep"; fail=1; continue
-  fi
-  if ! env LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$UNITS" FAKECUDA_DEVICES=2 \
-         timeout 300 mpirun -np 2 --oversubscribe -x LD_LIBRARY_PATH -x FAKECUDA_UNITS -x FAKECUDA_DEVICES \
-         "$B/bin/zinfrun" "$W/cu-$ov.plan" --data "$W/train.bin" --steps $STEPS --backend cuda --losses "$W/cu-$ov.loss" \
-         < /dev/null > "$W/cu-$ov.out" 2>&1; then
-    tail -5 "$W/cu-$ov.out"; echo "FAIL cuda $ov: zinfrun"; fail=1; continue
+    mkdir -p "$W/src-$k"
+    if ! "$B/bin/zinfc" "$W/$k.zl" --kernels=sm_90 --kernel-src="$W/src-$k" -o "$W/$k.plan" --explain > "$W/$k.zinfc" 2>&1 ||
+       ! "$FAKE/fakecuda_prep" "$W/$k.plan" "$W/src-$k" sm_90 "$UNITS" > "$W/$k.prep" 2>&1; then
+      tail -5 "$W/$k.zinfc" "$W/$k.prep"; echo "FAIL $k: zinfc or fakecuda_prep"; fail=1; continue
+    fi
+    if ! env LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$UNITS" FAKECUDA_DEVICES=2 \
+           timeout 300 mpirun -np 2 --oversubscribe -x LD_LIBRARY_PATH -x FAKECUDA_UNITS -x FAKECUDA_DEVICES \
+           "$B/bin/zinfrun" "$W/$k.plan" --data "$W/train.bin" --steps $STEPS --backend cuda --losses "$W/$k.loss" \
+           < /dev/null > "$W/$k.out" 2>&1; then
+      tail -5 "$W/$k.out"; echo "FAIL $k: zinfrun"; fail=1; continue
+    fi
+  done
+  k=cu-$dt
+  timeout 120 mpirun -np 2 --oversubscribe "$B/bin/zinfrun" "$W/$k-on.plan" --data "$W/train.bin" --steps $STEPS --backend host \
+    --losses "$W/$k-host.loss" --quiet < /dev/null > "$W/$k-host.out" 2>&1 || { tail -5 "$W/$k-host.out"; echo "FAIL $k: the host run"; fail=1; }
+  tol=2e-4; form=adam_backup
+  [ "$dt" = bf16 ] && tol=2e-3 && form=twin.
+  if grep -q "overlapped with the backward (speculative)" "$W/$k-on.zinfc" && [ "$(grep -o "speculative Adams redone" "$W/$k-on.out" | wc -l)" -eq $STEPS ] &&
+     "$B/bin/zinfdump" "$W/$k-on.plan" --schedule --rank 0 | grep -q "cpu_adam.* - =cpu:$form" &&
+     cmp -s "$W/$k-on.loss" "$W/$k-off.loss" &&
+     awk -v tol=$tol 'NR == FNR { a[FNR] = $0; n = FNR; next }
+          { split(a[FNR], h); for (i = 4; i <= 6; i += 2) { d = $i - h[i]; if (d < 0) d = -d; if (d > tol * (h[i] < 0 ? -h[i] : h[i])) bad = 1 } m = FNR }
+          END { exit bad || m != n || n != 3 }' "$W/$k-host.loss" "$W/$k-on.loss"; then
+    echo "ok   CUDA backend, $dt, 2 ranks, speculative ($form): = its serial plan's losses and norms bit for bit, = the host backend's ($(tail -1 "$W/$k-on.loss"))"
+  else
+    echo "FAIL CUDA backend, $dt, with the speculative optimizer"; grep '^chosen' "$W/$k-on.zinfc"; paste "$W/$k-on.loss" "$W/$k-off.loss" "$W/$k-host.loss"; fail=1
   fi
 done
-timeout 120 mpirun -np 2 --oversubscribe "$B/bin/zinfrun" "$W/cu-on.plan" --data "$W/train.bin" --steps $STEPS --backend host \
-  --losses "$W/cu-host.loss" --quiet < /dev/null > "$W/cu-host.out" 2>&1 || { tail -5 "$W/cu-host.out"; echo "FAIL cuda: the host run"; fail=1; }
-if grep -q "overlapped with the backward (speculative)" "$W/cu-on.zinfc" && [ "$(grep -o "speculative Adams redone" "$W/cu-on.out" | wc -l)" -eq $STEPS ] &&
-   cmp -s "$W/cu-on.loss" "$W/cu-off.loss" &&
-   awk 'NR == FNR { a[FNR] = $0; n = FNR; next }
-        { split(a[FNR], h); for (i = 4; i <= 6; i += 2) { d = $i - h[i]; if (d < 0) d = -d; if (d > 2e-4 * (h[i] < 0 ? -h[i] : h[i])) bad = 1 } m = FNR }
-        END { exit bad || m != n || n != 3 }' "$W/cu-host.loss" "$W/cu-on.loss"; then
-  echo "ok   CUDA backend, 2 ranks, speculative: losses and norms = its serial plan's bit for bit, = the host backend's ($(tail -1 "$W/cu-on.loss"))"
-else
-  echo "FAIL CUDA backend with the speculative optimizer"; grep '^chosen' "$W/cu-on.zinfc"; paste "$W/cu-on.loss" "$W/cu-off.loss" "$W/cu-host.loss"; fail=1
-fi
 
 # accumulation: the overlap needs one micro-batch per step, so "on" still
 # compiles, serial, and says why
