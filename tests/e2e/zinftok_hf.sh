@@ -32,7 +32,12 @@ export TOKENIZERS_PARALLELISM=false RAYON_NUM_THREADS=1
 "$PY" "$H" train "$D" "$D"/docs/doc-*.txt || fail "training the tokenizers"
 
 # style, round trip, zinftok's framing flags (the same go to the check);
-# the documents are $DOCS (a glob, default all of them)
+# the documents are $DOCS (a glob, default all of them). The library's side
+# (zinftok_hf.py verify: the whole corpus encoded, single-threaded, seconds
+# per style) runs in the background, one process per style, while the next
+# style's zinftok runs: verified waits for them all and fails on the first
+# that failed, with its output. Nothing rewrites a style's files before then.
+VERIFY=""
 check() {
   style=$1; rt=$2; shift 2
   set -- "$@" ${DOCS:-"$D"/docs/doc-*.txt}
@@ -41,7 +46,17 @@ check() {
   cat "$D/$style.out"
   [ -n "$DOCS" ] || grep -q "invalid UTF-8 sequences replaced by U+FFFD" "$D/$style.err" || fail "$style: no note about invalid UTF-8"
   "$Z" --decode --tokenizer "$D/$style.json" "$D/$style.bin" > "$D/$style.dec" || fail "$style: zinftok --decode exited $?"
-  "$PY" "$H" verify "$D/$style.json" "$D/$style.bin" "$D/$style.dec" $rt "$@" || fail "$style"
+  "$PY" "$H" verify "$D/$style.json" "$D/$style.bin" "$D/$style.dec" $rt "$@" > "$D/$style.verify" 2>&1 &
+  VERIFY="$VERIFY $style:$!"
+}
+verified() {
+  for v in $VERIFY; do
+    wait "${v#*:}"
+    rc=$?
+    cat "$D/${v%%:*}.verify"
+    [ $rc -eq 0 ] || fail "${v%%:*}"
+  done
+  VERIFY=""
 }
 # GPT-2: its post-processor adds nothing; llm.c puts <|endoftext|> before each document.
 check gpt2 "--roundtrip exact" --bos '<|endoftext|>'
@@ -59,6 +74,7 @@ DOCS="$D/docs/doc-02*.txt" check qwen2 ""
 grep -q "Qwen2 pre-tokenizer" "$D/qwen2.out" || fail "qwen2: the Qwen2 regex was not recognised"
 check llama2 "--roundtrip space"
 check metaspace ""
+verified
 
 # Ids on standard input: a stretch of each file and random ids (invalid
 # UTF-8 and lone byte-fallback tokens), decoded as the library decodes them.
@@ -81,6 +97,7 @@ PY
 done
 # The tokens around documents chosen on the command line.
 DOCS="$D/docs/doc-00[0-3].txt $D/docs/doc-03*.txt" check llama2 "" --no-bos --eos '</s>'
+verified
 # --skip-special drops the framing tokens
 "$Z" --decode --skip-special --tokenizer "$D/llama3.json" "$D/llama3.bin" | grep -q '<|begin_of_text|>' &&
   fail "--skip-special left <|begin_of_text|>"
