@@ -261,21 +261,24 @@ int rt_step(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, 
     r->loss_grad = (float)(1.0 / ((double)accum * r->c->size));
     uint32_t ob = p->opt_begin <= p->ninstrs ? p->opt_begin : p->ninstrs;
     r->be->step_begin(r);
-    /* the optimizer's ranges after the micro-batches: the whole of it, or
-     * for a speculative plan the norm, the redo (run only when the
-     * speculation failed, which the norm decides) and the rest */
-    uint32_t opt[3][2] = {{ob, p->ninstrs}};
-    int nopt = 1;
-    if (plan_speculative(p)) {
-        uint32_t o3[3][2] = {{ob, p->redo_begin}, {p->redo_begin, p->redo_end}, {p->redo_end, p->ninstrs}};
-        memcpy(opt, o3, sizeof opt);
-        nopt = 3;
-    }
-    for (int a = 0; a < accum + nopt; a++) {
-        uint32_t b0 = a < accum ? 0 : opt[a - accum][0], b1 = a < accum ? ob : opt[a - accum][1];
-        if (nopt == 3 && a - accum == 1) { /* the redo */
+    /* The ranges: every micro-batch but the last alone; the last one with
+     * the optimizer, in one range, so that the optimizer's transfers start
+     * as soon as their dependencies allow (the plan's dependencies order
+     * everything that must be: the verifier proves the stream race-free as
+     * one range, and the cost model simulates it so). A speculative plan's
+     * last range ends after the norm; then the redo (run only when the
+     * speculation failed, which the norm decides) and the rest. */
+    bool spec = plan_speculative(p);
+    uint32_t last_end = spec ? p->redo_begin : p->ninstrs;
+    int nextra = spec ? 2 : 0;
+    for (int a = 0; a < accum + nextra; a++) {
+        uint32_t b0 = 0, b1 = a < accum - 1 ? ob : last_end;
+        if (a == accum) { /* the redo */
             if (!rt_speculation_failed(r)) continue;
             r->redone = true;
+            b0 = p->redo_begin, b1 = p->redo_end;
+        } else if (a == accum + 1) {
+            b0 = p->redo_end, b1 = p->ninstrs;
         }
         if (a < accum) {
             r->tokens = tokens[a];

@@ -80,6 +80,54 @@ double cost_instr_time(const Plan *p, const PlanInstr *s) {
     return 0;
 }
 
+/* The host backend's cores: every queue of a rank but NVMe (whose
+ * transfers the kernel's io_uring does) runs on the rank's share of them,
+ * and a host kernel or CPU Adam takes the rank's whole thread team
+ * (runtime/hostk_threads.h), so their instructions run one at a time
+ * however the queues overlap. The busy intervals, sorted and disjoint; an
+ * instruction takes the earliest gap, from when it is ready, that holds it. */
+typedef struct Busy {
+    double *s, *e;
+    size_t n, cap;
+} Busy;
+
+static bool busy_take(Busy *b, double ready, double dur, double *start) {
+    size_t lo = 0, hi = b->n;
+    while (lo < hi) { /* the first interval ending after ready */
+        size_t mid = lo + (hi - lo) / 2;
+        if (b->e[mid] <= ready) lo = mid + 1;
+        else hi = mid;
+    }
+    double t = ready;
+    size_t k = lo;
+    while (k < b->n && t + dur > b->s[k]) {
+        if (b->e[k] > t) t = b->e[k];
+        k++;
+    }
+    *start = t;
+    if (dur <= 0) return true;
+    if (b->n == b->cap) {
+        size_t c = b->cap ? 2 * b->cap : 256;
+        double *ns = realloc(b->s, c * sizeof *ns);
+        if (!ns) return false;
+        b->s = ns;
+        double *ne = realloc(b->e, c * sizeof *ne);
+        if (!ne) return false;
+        b->e = ne;
+        b->cap = c;
+    }
+    memmove(b->s + k + 1, b->s + k, (b->n - k) * sizeof *b->s);
+    memmove(b->e + k + 1, b->e + k, (b->n - k) * sizeof *b->e);
+    b->s[k] = t;
+    b->e[k] = t + dur;
+    b->n++;
+    return true;
+}
+
+static bool uses_cores(const Plan *p, const PlanInstr *s) {
+    return !strcmp(p->target.backend, "host") && s->queue != Q_NVME && s->queue < PLAN_NQUEUES;
+}
+
 bool cost_simulate(const Plan *p, CostResult *r) {
     memset(r, 0, sizeof *r);
     size_t n = p->ninstrs ? p->ninstrs : 1;
@@ -94,6 +142,7 @@ bool cost_simulate(const Plan *p, CostResult *r) {
     /* the redo range of a speculative plan runs only on a step that clips
      * or is skipped: simulated on its own clock (redo_time), after the norm */
     double rfree[PLAN_NQUEUES] = {0}, redo_from = 0;
+    Busy cores = {0};
     for (uint32_t i = 0; i < p->ninstrs; i++) {
         const PlanInstr *s = &p->instrs[i];
         if (i == p->opt_begin) {
@@ -119,9 +168,10 @@ bool cost_simulate(const Plan *p, CostResult *r) {
             if (r->end[i] - redo_from > r->redo_time) r->redo_time = r->end[i] - redo_from;
             continue;
         }
-        if (spec && (i == p->opt_begin || i == p->redo_end)) {
-            /* the runtime runs these ranges one after another: every queue
-             * waits for the one before to end */
+        if (spec && i == p->redo_end) {
+            /* the runtime runs the rest of a speculative plan's optimizer
+             * after the redo's decision: every queue waits for what came
+             * before (the last micro-batch, the norm) to end */
             double all = 0;
             for (int q = 0; q < PLAN_NQUEUES; q++) if (qfree[q] > all) all = qfree[q];
             for (int q = 0; q < PLAN_NQUEUES; q++) qfree[q] = all;
@@ -133,6 +183,12 @@ bool cost_simulate(const Plan *p, CostResult *r) {
             if (j < i && !(spec && j >= p->redo_begin && j < p->redo_end) && r->end[j] > st) st = r->end[j];
         }
         double dur = cost_instr_time(p, s);
+        if (uses_cores(p, s) && !busy_take(&cores, st, dur, &st)) {
+            free(cores.s);
+            free(cores.e);
+            cost_free(r);
+            return false;
+        }
         r->start[i] = st;
         r->end[i] = st + dur;
         if (s->queue < PLAN_NQUEUES) {
@@ -141,6 +197,8 @@ bool cost_simulate(const Plan *p, CostResult *r) {
         }
         if (r->end[i] > r->pass_time) r->pass_time = r->end[i];
     }
+    free(cores.s);
+    free(cores.e);
     if (p->opt_begin >= p->ninstrs) boundary = r->pass_time;
     int64_t acc = p->train.grad_accum > 1 ? p->train.grad_accum : 1;
     r->step_time = r->pass_time + (double)(acc - 1) * boundary;
