@@ -45,12 +45,14 @@ run() {
   awk -v name="$name" '
     /^done:/ { for (i = 1; i <= NF; i++) { if ($i == "ms/step" && $(i+1) == "measured,") m = $(i-1);
                                            if ($i == "ms/step" && $(i+1) == "predicted") p = $(i-1) } }
-    /^queue busy per step/ { best = -1
+    /^queue busy per step/ { best = -1; cpu = 0
       for (i = 1; i <= NF; i++) if ($i ~ /^(nvme|h2d|d2h|comm|compute|cpu)$/) {
         mq = $(i+1); pq = $(i+2); gsub(/[()]/, "", pq)
+        if ($i != "nvme") cpu += mq
         if (mq + 0 > best) { best = mq + 0; q = $i; qm = mq; qp = pq } } }
     END { r = p > 0 ? sprintf("%.2f", m / p) : "-"; qr = qp > 0 ? sprintf("%.2f", qm / qp) : "-"
-          printf "%-28s %9.1f %9.1f %7s   %-8s %8.1f %8.1f %7s %9.2f\n", name, m, p, r, q, qm, qp, qr, (qm > 0 ? m / qm : 0) }
+          printf "%-28s %9.1f %9.1f %7s   %-8s %8.1f %8.1f %7s %9.2f %8.2f\n", name, m, p, r, q, qm, qp, qr, (qm > 0 ? m / qm : 0),
+                 (cpu > 0 ? m / cpu : 0) }
   ' "$W/$name.log"
 }
 
@@ -73,7 +75,8 @@ plan offload2-probed examples/gpt2-tiny-offload.zl --target "$W/probe2.zl"
 echo
 echo "$STEPS steps each; step: ms per step (zinfrun's mean); queue: the busiest measured queue, its busy ms per step"
 [ -z "$PEER" ] || echo "rows NAME-peer: the same plan compiled and run by $PEER, just before the row of $B"
-printf "%-28s %9s %9s %7s   %-8s %8s %8s %7s %9s\n" "plan" "measured" "predicted" "ratio" "queue" "measured" "predict" "ratio" "step/queue"
+echo "step/cpu: the step over the rank's CPU busy time (every queue's busy ms but NVMe's: on the host backend they share the rank's cores)"
+printf "%-28s %9s %9s %7s   %-8s %8s %8s %7s %9s %8s\n" "plan" "measured" "predicted" "ratio" "queue" "measured" "predict" "ratio" "step/queue" "step/cpu"
 status=0
 for c in tiny1:1 tiny2:2 offload2:2; do
   n=${c%%:*} r=${c##*:}
