@@ -93,6 +93,50 @@ START_TEST(hand_computed) {
 }
 END_TEST
 
+/* The host backend: a rank's queues share its cores, so everything but
+ * NVMe runs one instruction at a time, each in the earliest gap from when
+ * it is ready (the same plan, backend "host"). */
+START_TEST(host_cores_shared) {
+    Plan *p = hand_plan(4);
+    p->target.backend = "host";
+    CostResult r;
+    ck_assert(cost_simulate(p, &r));
+    /* h2d 0: [0, .1]; h2d 1: [.1, .2]; kernel 2 (after 0): its gap after .2 -> [.2, .3];
+     * kernel 3 (after 1): [.3, .4]; allgather (after 3): [.4, .475];
+     * nvme_read: [0, .5], beside the rest; cpu_adam (after 5): the first gap from .5 -> [.5, .6] */
+    NEAR(r.start[1], 0.1);
+    NEAR(r.start[2], 0.2);
+    NEAR(r.end[3], 0.4);
+    NEAR(r.end[4], 0.475);
+    NEAR(r.start[5], 0.0);
+    NEAR(r.start[6], 0.5);
+    NEAR(r.step_time, 0.6);
+    cost_free(&r);
+    /* the adam ready early (an nvme read of .25 GB: [0, .125]) still waits
+     * for the cores, busy until the allgather ends: [.475, .575] */
+    p->instrs[5].bytes = 250000000;
+    ck_assert(cost_simulate(p, &r));
+    NEAR(r.end[5], 0.125);
+    NEAR(r.start[6], 0.475);
+    NEAR(r.step_time, 0.575);
+    cost_free(&r);
+    /* copies hold the cores as kernels do: with h2d 0 of 3 GB ([0, .3]),
+     * h2d 1 runs [.3, .4], and kernel 2, ready at .3, waits for it: [.4, .5] */
+    p->instrs[0].bytes = 3000000000;
+    ck_assert(cost_simulate(p, &r));
+    NEAR(r.end[0], 0.3);
+    NEAR(r.start[1], 0.3);
+    NEAR(r.start[2], 0.4);
+    cost_free(&r);
+    /* a GPU target's queues overlap: kernel 2 right after its copy */
+    p->target.backend = "cuda";
+    ck_assert(cost_simulate(p, &r));
+    NEAR(r.start[2], 0.3);
+    cost_free(&r);
+    release(p);
+}
+END_TEST
+
 /* The measured figures of a probed target, by hand on the same plan: a
  * latency on every transfer, a ring step's latency per collective step, the
  * families' share of peak, and bytes over the rank's share of the node's
@@ -183,6 +227,7 @@ int main(void) {
     TCase *t = tcase_create("cost");
     tcase_add_test(t, hand_computed);
     tcase_add_test(t, measured_terms);
+    tcase_add_test(t, host_cores_shared);
     tcase_add_test(t, planned_step_is_consistent);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
