@@ -5,6 +5,8 @@
 # parses, so the checker sees it), at deterministic positions (an LCG with a fixed seed). Each run
 # must end within 10 s with exit 0 or 1, exit 1 must print an "error:" line,
 # and no sanitizer report may appear. Runs in the plain and the asan builds.
+# The variants are made first, in order (the LCG's), then checked two at a
+# time (each run is one short zinfc on its own files), then judged in order.
 #   tests/e2e/san_robust.sh BUILD
 B=${1:-build}
 Z="$B/bin/zinfc"
@@ -32,19 +34,30 @@ byte_at() { # byte_at K -> octal of the K-th planted byte
 fail=0
 nfail=0
 n=0
-check() { # check FILE [-I dir] : one run
+check() { # check FILE [-I dir] : variant n, run later by run_all
   n=$((n + 1))
-  timeout 10 "$Z" --check "$@" > "$T/out" 2> "$T/err"
-  rc=$?; [ -n "$ROBUST_DEBUG" ] && echo "rc=$rc $VARIANT"
+  printf '%s\n' "$VARIANT" > "$T/name$n"
+  # shellcheck disable=SC2016
+  printf 'timeout 10 "$0" --check' > "$T/job$n"
+  for a in "$@"; do printf " '%s'" "$a" >> "$T/job$n"; done
+  printf ' > /dev/null 2> %s/err%d; echo $? > %s/rc%d\n' "$T" "$n" "$T" "$n" >> "$T/job$n"
+}
+run_all() { # every variant's run, two at a time
+  i=1
+  while [ $i -le $n ]; do echo "$T/job$i"; i=$((i + 1)); done | xargs -P 2 -n 1 sh -c '. "$1"' "$Z"
+}
+judge() { # judge K: the verdict on variant K, as its run left it
+  VARIANT=$(cat "$T/name$1"); rc=$(cat "$T/rc$1" 2> /dev/null || echo 255); cp "$T/err$1" "$T/err" 2> /dev/null || : > "$T/err"
+  [ -n "$ROBUST_DEBUG" ] && echo "rc=$rc $VARIANT"
   if grep -q "AddressSanitizer\|LeakSanitizer\|runtime error:" "$T/err"; then
     nfail=$((nfail + 1)); fail=1
-    echo "FAIL: sanitizer report on variant $n ($VARIANT)"; [ $nfail -le 3 ] && grep -A6 "AddressSanitizer\|LeakSanitizer\|runtime error:" "$T/err" | head -8
+    echo "FAIL: sanitizer report on variant $1 ($VARIANT)"; [ $nfail -le 3 ] && grep -A6 "AddressSanitizer\|LeakSanitizer\|runtime error:" "$T/err" | head -8
   elif [ $rc -ne 0 ] && [ $rc -ne 1 ]; then
     nfail=$((nfail + 1)); fail=1
-    echo "FAIL: exit $rc on variant $n ($VARIANT)"; [ $nfail -le 3 ] && tail -5 "$T/err"
+    echo "FAIL: exit $rc on variant $1 ($VARIANT)"; [ $nfail -le 3 ] && tail -5 "$T/err"
   elif [ $rc -eq 1 ] && ! grep -q "error:" "$T/err"; then
     nfail=$((nfail + 1)); fail=1
-    echo "FAIL: exit 1 without an error line on variant $n ($VARIANT)"; [ $nfail -le 3 ] && head -5 "$T/err"
+    echo "FAIL: exit 1 without an error line on variant $1 ($VARIANT)"; [ $nfail -le 3 ] && head -5 "$T/err"
   fi
 }
 
@@ -93,18 +106,21 @@ for f in examples/*.zl examples/zero-infinity/*.zl stdlib/nn.zl stdlib/llama.zl;
       case "$f" in
         stdlib/*)
           # a damaged stdlib file, imported by a tiny model
-          mutate "$f" "$T/inc/$(basename "$f")"
+          mkdir -p "$T/inc$((n + 1))"
+          mutate "$f" "$T/inc$((n + 1))/$(basename "$f")"
           case "$f" in *llama*) m=examples/llama-tiny.zl ;; *) m=examples/gpt2-tiny.zl ;; esac
-          check "$m" -I "$T/inc"
-          rm -f "$T/inc/$(basename "$f")" ;;
+          check "$m" -I "$T/inc$((n + 1))" ;;
         *)
-          mutate "$f" "$T/v.zl"
-          check "$T/v.zl" ;;
+          mutate "$f" "$T/v$((n + 1)).zl"
+          check "$T/v$((n + 1)).zl" ;;
       esac
       i=$((i + 1))
     done
   done
 done
+run_all
+k=1
+while [ $k -le $n ]; do judge $k; k=$((k + 1)); done
 # the unharmed examples pass
 for f in examples/*.zl examples/zero-infinity/*.zl; do
   VARIANT="$f as is"
