@@ -7,8 +7,10 @@
 #include "planner.h"
 #include "plan_fixture.h"
 
-/* Plans the fixture with the given layers/ranks; returns the plan (caller frees). */
-static Plan *fx_plan(const char *target, int ranks, int layers, int prefetch, int param_tier) {
+/* Plans the fixture with the given layers/ranks, parameters and optimizer
+ * state pinned to the given tiers (-1: the planner's choice); returns the
+ * plan (caller frees). */
+static Plan *fx_plan_tiers(const char *target, int ranks, int layers, int prefetch, int param_tier, int opt_tier) {
     Arena a;
     DiagSink d;
     Graph g;
@@ -26,10 +28,15 @@ static Plan *fx_plan(const char *target, int ranks, int layers, int prefetch, in
     o.whole_below = 1000;
     o.prefetch = prefetch;
     o.tier[PC_PARAMS] = param_tier;
+    o.tier[PC_OPTIMIZER] = opt_tier;
     PlannerResult r = {0};
     ck_assert_msg(planner_run(&g, &t, &o, &a, &d, &r), "planning the fixture failed");
     diag_free(&d);
     arena_free(&a);
     return r.plan;
+}
+
+static Plan *fx_plan(const char *target, int ranks, int layers, int prefetch, int param_tier) {
+    return fx_plan_tiers(target, ranks, layers, prefetch, param_tier, -1);
 }
 #endif
