@@ -191,11 +191,11 @@ int cuda_module_write_sources(const CudaModule *m, const char *dir, DiagSink *d)
 const char *cuda_dtype_name(DType dt);
 
 /* The decode unit (compiler/cuda_gen_decode.c): the one-position kernels
- * of zinfgen --decode kv on the CUDA backend, for every storage dtype, with
- * no launches (the decoder finds its entry points by name). 1 with *out
- * filled (nlaunches 0, first_kernel -1) when every forward primitive of g
- * is one those kernels serve; 0, nothing written, when one is not; -1 with
- * a diagnostic when a kernel source does not read. */
+ * of zinfgen --decode kv on the CUDA backend, for each storage dtype of g's
+ * forward, with no launches (the decoder finds its entry points by name).
+ * 1 with *out filled (nlaunches 0, first_kernel -1) when every forward
+ * primitive of g is one those kernels serve; 0, nothing written, when one
+ * is not; -1 with a diagnostic when a kernel source does not read. */
 int cuda_gen_decode_unit(CudaGen *cg, const Graph *g, CudaUnit *out, DiagSink *d);
 
 #endif

@@ -5,7 +5,8 @@
  * activation, per attention op its f32 key and value caches [T, kv_dim],
  * the attention scores [heads, T] and an error word. The kernels are the
  * plan's decode unit (stdlib/kernels/decode.cu, put in the kernel table by
- * zinfc), found by name: zkd_<kernel>_<storage dtype>. A step is its
+ * zinfc with the entries of the model's storage dtypes), found by name:
+ * zkd_<kernel>_<storage dtype>. A step is its
  * launches on one stream and one copy of the logits back. */
 #include <inttypes.h>
 #include <stdio.h>
@@ -231,9 +232,16 @@ static int cuda_open(KvDecoder *d, char *why, size_t n) {
         cudrv_fail(&x->drv, rc, "cuModuleLoadData", __FILE__, __LINE__, 0, e, sizeof e);
         return errorf(why, n, "%s, loading %s for %s", e, d->p->kernels[k].name, x->arch);
     }
+    /* the unit has the entries of the model's storage dtypes: those its ops have */
+    bool has[NSTORAGE] = {false};
+    for (int i = 0; i < d->nops; i++) {
+        int st = storage_of(T_(d, d->p->ops[d->ops[i]].out[0])->dtype);
+        if (st >= 0) has[st] = true;
+    }
     for (int f = 0; f <= KD_N * NSTORAGE; f++) {
         char entry[64];
         CUfunction *fp = f == KD_N * NSTORAGE ? &x->set : &x->fn[f / NSTORAGE][f % NSTORAGE];
+        if (f < KD_N * NSTORAGE && !has[f % NSTORAGE]) continue;
         if (f == KD_N * NSTORAGE) snprintf(entry, sizeof entry, "zkd_set");
         else snprintf(entry, sizeof entry, "zkd_%s_%s", kd_names[f / NSTORAGE], storage_names[f % NSTORAGE]);
         rc = x->drv.ModuleGetFunction(fp, x->mod, entry);

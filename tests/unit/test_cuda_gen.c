@@ -1044,32 +1044,43 @@ START_TEST(example_models_lower) {
 }
 END_TEST
 
-/* The decode unit (cuda_gen_decode.c): one text whatever the model, every
- * kernel for every storage dtype, deterministic; none when a forward
- * primitive is one its kernels do not serve. */
+/* The decode unit (cuda_gen_decode.c): one text for models of the same
+ * dtype, every kernel for each storage dtype of the forward (the loss's
+ * f32 aside), deterministic; none when a forward primitive is one its
+ * kernels do not serve. */
 START_TEST(decode_unit) {
     Arena a;
     arena_init(&a);
     DiagSink d;
     diag_init(&d);
-    Graph g, l;
+    Graph g, l, f;
+    CmShape f32 = cm_gpt2_tiny;
+    f32.dt = DT_F32;
     ck_assert(cm_build(&g, &a, &cm_gpt2_tiny, &d));
     ck_assert(cm_build(&l, &a, &cm_llama_gqa, &d));
+    ck_assert(cm_build(&f, &a, &f32, &d));
     CudaGen cg;
     CudaGenOptions o = opts();
     cuda_gen_init(&cg, &a, &o);
-    CudaUnit u, v;
+    CudaUnit u, v, w;
     ck_assert_int_eq(cuda_gen_decode_unit(&cg, &g, &u, &d), 1);
     ck_assert_int_eq(cuda_gen_decode_unit(&cg, &l, &v, &d), 1);
+    ck_assert_int_eq(cuda_gen_decode_unit(&cg, &f, &w, &d), 1);
     ck_assert_int_eq(d.errors, 0);
     ck_assert_str_eq(u.family, "decode");
-    ck_assert_str_eq(u.hash, v.hash);
+    ck_assert_str_eq(u.spec, "bf16");
+    ck_assert_str_eq(w.spec, "f32");
+    ck_assert_str_eq(u.hash, v.hash); /* gpt2 and llama in bf16: one unit */
     ck_assert_str_eq(u.source, v.source);
+    ck_assert_str_ne(u.hash, w.hash);
     ck_assert_int_eq(u.nlaunches, 0);
-    static const char *const want[] = {"zkd_embed_f32(", "zkd_linear_bf16(", "zkd_rope_f16(", "zkd_attend_bf16(",
-                                       "zkd_kv_append_f32(", "zkd_rmsnorm_bf16(", "__global__ void zkd_set("};
+    static const char *const want[] = {"zkd_embed_bf16(", "zkd_linear_bf16(", "zkd_rope_bf16(", "zkd_attend_bf16(",
+                                       "zkd_kv_append_bf16(", "zkd_rmsnorm_bf16(", "__global__ void zkd_set("};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) ck_assert_msg(strstr(u.source, want[i]), "no %s", want[i]);
     ck_assert_ptr_nonnull(strstr(u.source, "void zkd_linear_bf16(zk_bf16 *y, const zk_bf16 *x, const zk_bf16 *w"));
+    ck_assert_ptr_null(strstr(u.source, "zkd_linear_f32("));
+    ck_assert_ptr_nonnull(strstr(w.source, "void zkd_attend_f32(float *y, const float *q, const float *kc"));
+    ck_assert_ptr_null(strstr(w.source, "zkd_linear_bf16("));
     ck_assert_ptr_null(strstr(u.source, "@"));
     g.ops[0].prim = PRIM_COUNT; /* a primitive the decode kernels do not know */
     ck_assert_int_eq(cuda_gen_decode_unit(&cg, &g, &v, &d), 0);
