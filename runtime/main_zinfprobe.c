@@ -1,12 +1,15 @@
-/* zinfprobe: measures this machine (runtime/probe.h) and writes it as a
- * target file, which zinfc reads when planning without --target.
+/* zinfprobe: measures this machine (runtime/probe.h) and, where a CUDA
+ * driver and a GPU are found, this rank's GPU (runtime/probe_gpu.h), and
+ * writes it as a target file (host or cuda), which zinfc reads when
+ * planning without --target.
  *
- *   zinfprobe [--nvme DIR] [--ranks N] [-o target.zl] [--quick]
+ *   zinfprobe [--nvme DIR] [--ranks N] [-o target.zl] [--quick] [--host]
  *   mpirun -np 2 zinfprobe --nvme /tmp/zinf-nvme          (collectives too)
  *   zinfc --probe ...                                     (the same: zinfc runs this)
  *
  * It is a program of its own, not a part of zinfc, because it measures with
- * the runtime's engines (io_uring, MPI, the host kernels) and the compiler
+ * the runtime's engines (io_uring, MPI, the host kernels, the CUDA driver,
+ * cuBLASLt and NCCL) and the compiler
  * may not link runtime code (docs/architecture.md). */
 #include <errno.h>
 #include <limits.h>
@@ -19,21 +22,26 @@
 #include "hostk_threads.h"
 #include "plan.h"
 #include "probe.h"
+#include "probe_gpu.h"
 
 typedef struct Opts {
     const char *nvme, *out;
     int ranks;
-    bool quick;
+    bool quick, host;
 } Opts;
 
 static void usage(FILE *f) {
-    fputs("usage: zinfprobe [--nvme DIR] [--ranks N] [-o FILE] [--quick]\n"
+    fputs("usage: zinfprobe [--nvme DIR] [--ranks N] [-o FILE] [--quick] [--host]\n"
           "       mpirun -np N zinfprobe [...]     (measures the collectives of N ranks)\n"
           "Measures this machine as plans use it and writes a host target with what it found:\n"
           "NVMe through the io_uring engine (O_DIRECT; latency + bandwidth), host memory (a triad),\n"
           "the host kernels by family (peak and each family's efficiency), dispatch latencies,\n"
           "and under mpirun MPI all-reduce/all-gather/reduce-scatter (latency per ring step +\n"
-          "bandwidth). Under a minute; zinfc also runs it as zinfc --probe.\n"
+          "bandwidth). With a CUDA driver and a GPU per rank (the node-local rank's) it writes a\n"
+          "cuda target instead, adding pinned PCIe copies, HBM, cuBLASLt GEMMs (bf16 peak and\n"
+          "efficiency), launch latency and under mpirun NCCL all-gather/reduce-scatter; attention,\n"
+          "norm and elementwise rates are not measured (efficiency 1). Under a minute; zinfc also\n"
+          "runs it as zinfc --probe.\n"
           "  --nvme DIR   measure NVMe in DIR (swap files are made there and removed); the\n"
           "               target's nvme block names DIR (default: no NVMe figures)\n"
           "  --ranks N    the ranks the target is for (default 1; under mpirun: the world, and\n"
@@ -42,6 +50,7 @@ static void usage(FILE *f) {
           "  -o FILE      where to write the target (default: the probe file zinfc reads,\n"
           "               $ZINF_PROBE, else ~/.cache/zinf/probe-HOST.zl)\n"
           "  --quick      tiny sizes, a few seconds (tests; the figures are rough)\n"
+          "  --host       a host target even where a GPU is found (the GPU is not measured)\n"
           "exit status: 0 ok, 1 a measurement or the file failed, 2 usage\n",
           f);
 }
@@ -60,6 +69,8 @@ static int parse(int argc, char **argv, Opts *o, bool lead) {
             return 100;
         } else if (!strcmp(a, "--quick")) {
             o->quick = true;
+        } else if (!strcmp(a, "--host")) {
+            o->host = true;
         } else if (!strcmp(a, "--nvme")) {
             o->nvme = argv[++i];
         } else if (!strcmp(a, "-o")) {
@@ -114,9 +125,9 @@ static int check_out(const char *out, bool is_default, char *err, size_t en) {
     return 0;
 }
 
-static int write_out(const ProbeResult *r, const char *out, char *err, size_t en) {
+static int write_out(const ProbeResult *r, const ProbeGpu *g, const char *out, char *err, size_t en) {
     char text[4096], tmp[4200];
-    int len = probe_target_text(r, text, sizeof text);
+    int len = g->on ? probe_gpu_target_text(r, g, text, sizeof text) : probe_target_text(r, text, sizeof text);
     if (len < 0 || (size_t)len >= sizeof text) return snprintf(err, en, "the target text is too long"), -1;
     snprintf(tmp, sizeof tmp, "%s.tmp", out);
     FILE *f = fopen(tmp, "w");
@@ -170,15 +181,28 @@ int main(int argc, char **argv) {
         fprintf(stderr, "zinfprobe: rank %d: %s\n", C.rank, err);
         rc = 1;
     }
-    if (!rc) r.ranks = o.ranks;
+    static ProbeGpu g;
+    if (!rc && o.host) snprintf(g.why, sizeof g.why, "--host");
+    if (!rc && !o.host && probe_gpu_run(&C, &po, &g, err, sizeof err)) {
+        fprintf(stderr, "zinfprobe: %s\n", err);
+        rc = 1;
+    }
+    if (!rc && g.on && C.size == 1 && o.ranks > g.ndevices) {
+        if (lead)
+            fprintf(stderr, "zinfprobe: --ranks %d, but this node has %d GPU%s (give --host for a host target)\n", o.ranks,
+                    g.ndevices, g.ndevices == 1 ? "" : "s");
+        rc = 1;
+    }
+    if (!rc) r.ranks = g.ranks = o.ranks;
     if (!rc && lead) {
         probe_report(&r, stdout);
-        if (write_out(&r, o.out, err, sizeof err)) {
+        probe_gpu_report(&g, stdout);
+        if (write_out(&r, &g, o.out, err, sizeof err)) {
             fprintf(stderr, "zinfprobe: %s\n", err);
             rc = 1;
         } else {
-            printf("wrote %s: target probe_%s for %d rank%s (zinfc --target %s; zinfc reads %s without --target)\n", o.out,
-                   r.host, o.ranks, o.ranks > 1 ? "s" : "", o.out,
+            printf("wrote %s: %s target probe_%s for %d %s%s (zinfc --target %s; zinfc reads %s without --target)\n",
+                   o.out, g.on ? "cuda" : "host", r.host, o.ranks, g.on ? "GPU" : "rank", o.ranks > 1 ? "s" : "", o.out,
                    strcmp(o.out, outbuf) ? "the probe file of ZINF_PROBE or ~/.cache/zinf" : "it");
         }
     }

@@ -477,6 +477,18 @@ int probe_run(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t 
 
 static double atleast(double v, double lo) { return isfinite(v) && v > lo ? v : lo; }
 
+int probe_text_nvme(const ProbeResult *r, char *buf, size_t n) {
+    if (!r->nvme) {
+        if (n) buf[0] = 0;
+        return 0;
+    }
+    uint64_t mib = 1u << 20;
+    return snprintf(buf, n, "  nvme { paths = [\"%s\"]; read = %.3f GB/s; write = %.3f GB/s; capacity = %llu MiB; latency_us = %.3f }\n",
+                    r->nvme_dir, atleast(r->nvme_read.bandwidth * 1e-9, 0.001), atleast(r->nvme_write.bandwidth * 1e-9, 0.001),
+                    (unsigned long long)(r->nvme_capacity / mib ? r->nvme_capacity / mib : 1),
+                    atleast((r->nvme_read.latency + r->nvme_write.latency) / 2 * 1e6, 0.001));
+}
+
 int probe_target_text(const ProbeResult *r, char *buf, size_t n) {
     int k = 0;
 #define OUT(...) k += snprintf(buf + ((size_t)k < n ? (size_t)k : n), (size_t)k < n ? n - (size_t)k : 0, __VA_ARGS__)
@@ -494,11 +506,7 @@ int probe_target_text(const ProbeResult *r, char *buf, size_t n) {
         atleast(r->copy * 1e6, 0.001));
     OUT("  efficiency { gemm = %.4f; attention = %.4f; norm = %.4f; elementwise = %.4f }\n", r->eff[FAM_GEMM],
         r->eff[FAM_ATTENTION], r->eff[FAM_NORM], r->eff[FAM_ELEMENTWISE]);
-    if (r->nvme)
-        OUT("  nvme { paths = [\"%s\"]; read = %.3f GB/s; write = %.3f GB/s; capacity = %llu MiB; latency_us = %.3f }\n",
-            r->nvme_dir, atleast(r->nvme_read.bandwidth * 1e-9, 0.001), atleast(r->nvme_write.bandwidth * 1e-9, 0.001),
-            (unsigned long long)(r->nvme_capacity / mib ? r->nvme_capacity / mib : 1),
-            atleast((r->nvme_read.latency + r->nvme_write.latency) / 2 * 1e6, 0.001));
+    k += probe_text_nvme(r, buf + ((size_t)k < n ? (size_t)k : n), (size_t)k < n ? n - (size_t)k : 0);
     if (r->net)
         OUT("  net  { bandwidth = %.3f GB/s; latency_us = %.3f }\n", atleast(r->coll.bandwidth * 1e-9, 0.001),
             atleast(r->coll.latency * 1e6, 0.001));

@@ -100,6 +100,9 @@ void probe_summarise_rates(ProbeResult *r);
  * net { bandwidth; latency_us } }` with a comment naming what was measured.
  * Returns the length (as snprintf: buf may be too small). */
 int probe_target_text(const ProbeResult *r, char *buf, size_t n);
+/* The target's nvme line for r ("" when NVMe was not measured); as snprintf.
+ * The cuda target (runtime/probe_gpu.h) writes the same. */
+int probe_text_nvme(const ProbeResult *r, char *buf, size_t n);
 /* What was measured, in lines a person reads (zinfprobe prints it). */
 void probe_report(const ProbeResult *r, FILE *out);
 

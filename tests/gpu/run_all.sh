@@ -6,7 +6,10 @@
 #              tests/gpu/bundle.sh when make cannot run there);
 #   2. probe   the GPU's figures (nvidia-smi: name, memory, compute
 #              capability, driver, PCIe link, clocks, power limit) and this
-#              machine's as zinfprobe --quick measures them (a target file);
+#              machine's as zinfprobe measures them (a cuda target file:
+#              PCIe, HBM, cuBLASLt GEMMs, launch latency, host memory, NVMe);
+#              then gpt2-small planned on that target, 10 steps on --backend
+#              cuda: measured against predicted ms per step;
 #   3. kernels tests/gpu/check_kernels.sh: every kernel family against the
 #              host reference, then GEMMs timed three ways (the NVRTC gemm,
 #              cuBLASLt as zinfrun calls it, cuBLAS) and attention;
@@ -60,8 +63,29 @@ probe() {
   nproc | sed 's/^/cpu cores: /'
   free -g | awk '/^Mem:/ {print "cpu memory: " $2 " GiB"}'
   df -h "$W" | awk 'NR == 2 {print "disk (" $6 "): " $4 " free"}'
-  mkdir -p "$W/probe-nvme"
-  "$BIN/zinfprobe" --quick --nvme "$W/probe-nvme" -o "$OUTDIR/probe-target.zl" && sed 's/^/probe: /' "$OUTDIR/probe-target.zl"
+  mkdir -p "$W/probe-nvme" "$W/probed-src"
+  if [ -n "$FAKE" ]; then
+    model="$ROOT/tests/e2e/models/gpt-micro.zl" arch=sm_90 steps=2 quick=--quick
+  else
+    model="$ROOT/examples/gpt2-small.zl" steps=10 quick=
+    arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
+    arch=sm_${arch:-90}
+  fi
+  $RUNCUDA "$BIN/zinfprobe" $quick --nvme "$W/probe-nvme" -o "$OUTDIR/probe-target.zl" || return 1
+  sed 's/^/probe: /' "$OUTDIR/probe-target.zl"
+  grep -q '^  backend = "cuda"$' "$OUTDIR/probe-target.zl" || { echo "probed: FAIL: zinfprobe wrote no cuda target"; return 1; }
+  # the model planned on what was measured, run: how close is the prediction?
+  "$BIN/zinfc" "$model" --target "$OUTDIR/probe-target.zl" --kernels="$arch" --kernel-src="$W/probed-src" \
+    -o "$W/probed.plan" || return 1
+  if [ -n "$FAKE" ]; then "$FAKE/fakecuda/fakecuda_prep" "$W/probed.plan" "$W/probed-src" "$arch" "$FAKE/fakecuda/units" > /dev/null || return 1; fi
+  "$BIN/zinftok" README.md docs/*.md -o "$W/probed.bin" > /dev/null || return 1
+  $RUNCUDA "$BIN/zinfrun" "$W/probed.plan" --data "$W/probed.bin" --backend cuda --steps "$steps" --nvme "$W/probe-nvme" \
+    --quiet > "$W/probed.out" 2>&1 || { tail -20 "$W/probed.out"; return 1; }
+  grep -v '^step' "$W/probed.out"
+  awk -v m="$(basename "$model" .zl)" '/^done:/ { for (i = 1; i <= NF; i++) { if ($i == "ms/step" && $(i+1) == "measured,") x = $(i-1)
+                                          if ($i == "ms/step" && $(i+1) == "predicted") p = $(i-1) } }
+    END { if (p > 0) printf "probed: %s on the probed target: %.1f ms/step measured, %.1f predicted, measured/predicted %.2f\n", m, x, p, x / p
+          else { print "probed: FAIL: zinfrun printed no done line"; exit 1 } }' "$W/probed.out"
 }
 big() {
   if [ -n "$FAKE" ]; then
@@ -155,12 +179,15 @@ fi
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$CUDA/lib64"
 export ZINF_CACHE_DIR="$W/nvrtc-cache"
+# the rehearsal keeps NVRTC's cache between runs, as the fake-driver e2e scripts do (tests/fakecuda/env.sh)
+[ -n "$FAKE" ] && ZINF_CACHE_DIR="$ROOT/$FAKE/fakecuda/nvrtc-cache"
 RUNCUDA=""
 export BIN FAKE W OUTDIR RUNCUDA ROOT
 [ -n "$FAKE" ] && RUNCUDA="env LD_LIBRARY_PATH=$ROOT/$FAKE/fakecuda:$LD_LIBRARY_PATH FAKECUDA_UNITS=$ROOT/$FAKE/fakecuda/units"
 
 # ---- 2. probe ----
-step probe 60 sh "$ROOT/tests/gpu/run_all.sh" --out "$OUTDIR" ${FAKE:+--fake "$FAKE"} --part probe && figures "^(gpu|cpu|disk|probe: .*(flops|memory|read|write|bandwidth))"
+step probe 150 sh "$ROOT/tests/gpu/run_all.sh" --out "$OUTDIR" ${FAKE:+--fake "$FAKE"} --part probe &&
+  figures "^(gpu|cpu|disk|probe: [^#]*(flops|memory|read|write|bandwidth)|  fit: |hbm |launch: |  peak bf16|  ring fit|probed: )"
 
 # ---- 3. kernels ----
 if [ -n "$FAKE" ] && [ "${RUN_ALL_KERNELS:-0}" != 1 ]; then

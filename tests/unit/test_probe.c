@@ -3,9 +3,11 @@
  * compiler's target reader (the file zinfc plans with). */
 #include <check.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "loader.h"
 #include "probe.h"
+#include "probe_gpu.h"
 #include "target.h"
 
 #define NEAR(a, b, tol) ck_assert_msg(fabs((a) - (b)) <= (tol) * fabs(b), "%.12g != %.12g", (double)(a), (double)(b))
@@ -148,6 +150,127 @@ START_TEST(target_file_compiles) {
 }
 END_TEST
 
+/* ---- the GPU probe (runtime/probe_gpu.h): its figures as a cuda target ---- */
+
+static ProbeGpu sample_gpu(void) {
+    ProbeGpu g;
+    memset(&g, 0, sizeof g);
+    g.on = true;
+    g.ranks = 2;
+    snprintf(g.name, sizeof g.name, "NVIDIA H200");
+    snprintf(g.arch, sizeof g.arch, "sm_90");
+    g.sms = 132;
+    g.memory = 140ull << 30;
+    g.pcie = (ProbeFit){3e-6, 50e9};
+    g.hbm = 4e12;
+    g.launch = 2.5e-6;
+    /* bf16 at 800, 600, 400 TFLOP/s: peak 800, median 600 -> 0.75; f32 at 50 (reported only) and one with no algorithm */
+    double r[5] = {800e12, 400e12, 600e12, 50e12, 0};
+    for (int i = 0; i < 5; i++) {
+        g.gemm[i] = (ProbeRate){FAM_GEMM, "gemm", 1e12, r[i] > 0 ? 1e12 / r[i] : 0};
+        g.gemm_f32[i] = i == 3;
+    }
+    g.ngemm = 5;
+    probe_gpu_summarise(&g);
+    g.net = true;
+    g.coll = (ProbeFit){9e-6, 150e9};
+    return g;
+}
+
+START_TEST(gpu_summarise) {
+    ProbeGpu g = sample_gpu();
+    NEAR(g.flops, 800e12, 1e-9);
+    NEAR(g.flops_f32, 50e12, 1e-9);
+    NEAR(g.eff_gemm, 0.75, 1e-9);
+    /* no rates: no peak, efficiency 1 */
+    g.ngemm = 0;
+    probe_gpu_summarise(&g);
+    ck_assert(g.flops == 0 && g.eff_gemm == 1);
+}
+END_TEST
+
+START_TEST(gpu_target_compiles) {
+    ProbeResult h = sample_result();
+    ProbeGpu g = sample_gpu();
+    char text[4096];
+    int n = probe_gpu_target_text(&h, &g, text, sizeof text);
+    ck_assert(n > 0 && (size_t)n < sizeof text);
+    ck_assert_msg(strstr(text, "target probe_box_1 {\n  backend = \"cuda\"\n  nodes = 1\n  gpus_per_node = 2\n"), "%s", text);
+    /* the host's own dispatch figures would land in the GPU's fields: not written */
+    ck_assert_msg(!strstr(text, "copy_us") && !strstr(text, "cpu  { memory = 8192 MiB; bandwidth = 12.500 GB/s; cores = 2; "),
+                  "%s", text);
+    Arena a;
+    arena_init(&a);
+    SourceSet src;
+    source_set_init(&src);
+    DiagSink d;
+    diag_init(&d);
+    LoadOptions lo = {NULL, 0, "stdlib"};
+    Program prog;
+    memset(&prog, 0, sizeof prog);
+    ck_assert_msg(program_load_text(&a, &src, &d, "gpu.zl", text, &lo, &prog) && d.errors == 0, "%s", text);
+    Target t;
+    ck_assert_msg(target_from_program(&prog, NULL, &a, &d, &t), "%s\n%s", d.len ? d.items[0].msg : "", text);
+    ck_assert_str_eq(t.backend, "cuda");
+    ck_assert_int_eq(t.nodes, 1);
+    ck_assert_int_eq(t.gpus_per_node, 2);
+    ck_assert_uint_eq(t.gpu_memory, 140ull << 30);
+    NEAR(t.gpu_flops, 800e12, 1e-6);
+    NEAR(t.gpu_hbm, 4e12, 1e-6);
+    NEAR(t.gpu_pcie, 50e9, 1e-6);
+    ck_assert_str_eq(t.gpu_arch, "sm_90");
+    ck_assert_int_eq(t.gpu_sms, 132);
+    NEAR(t.pcie_latency, 3e-6, 1e-3);
+    NEAR(t.kernel_latency, 2.5e-6, 1e-3);
+    NEAR(t.eff[FAM_GEMM], 0.75, 1e-4);
+    ck_assert_msg(t.eff[FAM_ATTENTION] == 0 || t.eff[FAM_ATTENTION] == 1, "attention %g", t.eff[FAM_ATTENTION]);
+    ck_assert_uint_eq(t.cpu_memory, 8ull << 30);
+    NEAR(t.cpu_bandwidth, 12.5e9, 1e-9);
+    ck_assert_int_eq(t.cpu_cores, 2);
+    NEAR(t.nvme_read, 1.5e9, 1e-9);
+    NEAR(t.nvme_latency, 50e-6, 1e-6);
+    ck_assert_str_eq(t.nvme_paths[0], "/tmp/zinf nvme");
+    NEAR(t.net_bandwidth, 150e9, 1e-9);
+    NEAR(t.net_latency, 9e-6, 1e-3);
+    /* one GPU, no NVMe, figures that were not measured (NaN, 0): no net or
+     * nvme block, the smallest positive values, and it still compiles */
+    h.nvme = false;
+    g.net = false;
+    g.ranks = 1;
+    g.hbm = NAN;
+    g.launch = 0;
+    n = probe_gpu_target_text(&h, &g, text, sizeof text);
+    ck_assert_msg(!strstr(text, "nvme {") && !strstr(text, "net ") && strstr(text, "hbm = 0.001 GB/s"), "%s", text);
+    memset(&prog, 0, sizeof prog);
+    ck_assert_msg(program_load_text(&a, &src, &d, "gpu1.zl", text, &lo, &prog) && d.errors == 0, "%s", text);
+    ck_assert(target_from_program(&prog, NULL, &a, &d, &t));
+    ck_assert_int_eq(t.gpus_per_node, 1);
+    /* a buffer too small: the length it needs, a terminated prefix */
+    char small[16];
+    ck_assert_int_eq(probe_gpu_target_text(&h, &g, small, sizeof small), n);
+    ck_assert_uint_eq(strlen(small), sizeof small - 1);
+    diag_free(&d);
+    source_set_free(&src);
+    arena_free(&a);
+}
+END_TEST
+
+START_TEST(gpu_report_host_only) {
+    /* no GPU: one line that says why, and that the target is a host one */
+    ProbeGpu g;
+    memset(&g, 0, sizeof g);
+    snprintf(g.why, sizeof g.why, "no CUDA driver: libcuda.so.1: cannot open shared object file");
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    ck_assert(f != NULL);
+    probe_gpu_report(&g, f);
+    fclose(f);
+    ck_assert_str_eq(buf, "gpu: not measured (no CUDA driver: libcuda.so.1: cannot open shared object file): a host target\n");
+    free(buf);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("probe");
     TCase *t = tcase_create("probe");
@@ -155,6 +278,9 @@ int main(void) {
     tcase_add_test(t, fit_edges);
     tcase_add_test(t, efficiencies);
     tcase_add_test(t, target_file_compiles);
+    tcase_add_test(t, gpu_summarise);
+    tcase_add_test(t, gpu_target_compiles);
+    tcase_add_test(t, gpu_report_host_only);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
