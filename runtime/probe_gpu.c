@@ -147,7 +147,7 @@ static int gx_pcie(Gx *x, Comm *c, const ProbeOptions *o, ProbeGpu *g, char *err
     if (!rc) rc = GX(x, x->drv.MemHostAlloc(&x->host, big, 0), "cuMemHostAlloc", err, n);
     if (!rc) memset(x->host, 1, big);
     if (agree(c, rc, "a pinned copy", err, n)) return -1;
-    double t[PROBE_GPU_SIZES * 2];
+    double t[PROBE_GPU_SIZES * 2] = {0};
     for (int k = 0; k < nsizes && !rc; k++) {
         size_t bytes = (size_t)65536 << (2 * k);
         for (int dir = 0; dir < 2 && !rc; dir++) {
@@ -235,7 +235,8 @@ typedef struct GemmShape {
     uint8_t dtype;
 } GemmShape;
 
-/* 0, or -1 when cuBLASLt has no algorithm (secs untouched) */
+/* 0 with the median seconds per call in *secs; 1 when cuBLASLt has no
+ * algorithm for the shape (secs untouched); -1 with why in err. */
 static int gx_gemm_time(Gx *x, const GemmShape *sh, size_t ws, bool quick, double *secs, char *err, size_t n) {
     PlanGemm pg = {.path = PLAN_GEMM_LT, .dtype = sh->dtype, .c = 2, .a = 0, .b = 1, .bias = -1, .m = sh->m, .n = sh->n,
                    .k = sh->k, .lda = sh->k, .ldb = sh->n, .ldc = sh->n, .batch = 1, .rbatch = 1, .ws_bytes = (int64_t)ws};
@@ -345,7 +346,7 @@ static int gx_collectives(Gx *x, Comm *c, const ProbeOptions *o, ProbeGpu *g, ch
     gx_free(x);
     if (!rc) rc = gx_alloc(x, 2, sz, err, n);
     if (agree(c, rc, "NCCL", err, n)) return -1;
-    double t[2][PROBE_GPU_SIZES];
+    double t[2][PROBE_GPU_SIZES] = {{0}};
     ProbeSample smp[2 * PROBE_GPU_SIZES];
     for (int k = 0; k < nsizes; k++) {
         size_t per = ((size_t)65536 << (2 * k)) / (size_t)R / 256 * 256; /* each rank's part, whole f32s */
@@ -389,7 +390,7 @@ int probe_gpu_run(Comm *c, const ProbeOptions *o, ProbeGpu *g, char *err, size_t
     double t0 = now();
     memset(g, 0, sizeof *g);
     g->ranks = c->size;
-    static Gx x; /* one per process: probe_gpu_run is not reentrant */
+    Gx x;
     memset(&x, 0, sizeof x);
     x.rank = c->rank;
     char why[384];
@@ -413,16 +414,19 @@ int probe_gpu_run(Comm *c, const ProbeOptions *o, ProbeGpu *g, char *err, size_t
         return errorf(err, n, "the GPU probe measures one node, but the %d ranks are on several (%d on rank %d's): "
                       "start them on one node", c->size, c->local_size, c->rank);
     }
-    int rc = gx_open(&x, c, g, err, n);
-    if (!agree(c, rc, "opening the GPU", err, n) && !gx_pcie(&x, c, o, g, err, n) && !gx_hbm(&x, c, o, g, err, n) &&
-        !gx_launch(&x, c, o, g, err, n) && !gx_gemms(&x, c, o, g, err, n) && !gx_collectives(&x, c, o, g, err, n)) {
-        int64_t neg = -(int64_t)g->memory; /* the least over ranks */
-        if (comm_allreduce_max_i64(c, &neg) != COMM_OK) rc = errorf(err, n, "%s", comm_last_error(c));
-        g->memory = (uint64_t)(-neg);
-        g->on = rc == 0;
-    } else {
-        rc = -1;
-    }
+    typedef int (*Part)(Gx *, Comm *, const ProbeOptions *, ProbeGpu *, char *, size_t);
+    static const Part parts[] = {gx_pcie, gx_hbm, gx_launch, gx_gemms, gx_collectives};
+    static const char *const names[] = {"pinned copies", "the HBM copy", "launch latency", "cuBLASLt GEMMs", "NCCL collectives"};
+    int rc = agree(c, gx_open(&x, c, g, err, n), "opening the GPU", err, n);
+    for (size_t i = 0; i < sizeof parts / sizeof *parts && !rc; i++)
+        if ((rc = parts[i](&x, c, o, g, err, n)) != 0) {
+            size_t len = strlen(err);
+            if (len < n) snprintf(err + len, n - len, " (the GPU probe: %s)", names[i]);
+        }
+    int64_t neg = -(int64_t)g->memory; /* the least over ranks */
+    if (!rc && comm_allreduce_max_i64(c, &neg) != COMM_OK) rc = errorf(err, n, "%s", comm_last_error(c));
+    g->memory = (uint64_t)(-neg);
+    g->on = rc == 0;
     gx_close(&x, rc != 0);
     g->seconds = now() - t0;
     return rc;

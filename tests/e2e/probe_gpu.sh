@@ -100,15 +100,16 @@ fi
 # ---- failures mid-probe: the call, exit 1, no file ----
 env LD_LIBRARY_PATH="$LIB" FAKECUDA_FAIL=cuMemcpyDtoDAsync_v2:2 "$B/bin/zinfprobe" --quick -o "$W/f1.zl" > "$W/f1.log" 2>&1
 rc=$?
-[ $rc = 1 ] && grep -q '^zinfprobe: rank 0: cuMemcpyDtoDAsync_v2 failed at runtime/probe_gpu.c:[0-9]*: CUDA_ERROR_UNKNOWN' "$W/f1.log" ||
+[ $rc = 1 ] && grep -q '^zinfprobe: rank 0: cuMemcpyDtoDAsync_v2 failed at runtime/probe_gpu.c:[0-9]*: CUDA_ERROR_UNKNOWN .*(the GPU probe: the HBM copy)$' "$W/f1.log" ||
   { cat "$W/f1.log"; bad "a failing device copy: exit $rc"; }
 [ -e "$W/f1.zl" ] && bad "a failed probe wrote its file"
 if command -v mpirun > /dev/null; then
   env LD_LIBRARY_PATH="$LIB" FAKECUDA_DEVICES=2 FAKENCCL_ASYNC_ERROR=1:2 timeout 60 mpirun -np 2 --oversubscribe \
     -x LD_LIBRARY_PATH -x FAKECUDA_DEVICES -x FAKENCCL_ASYNC_ERROR "$B/bin/zinfprobe" --quick -o "$W/f2.zl" < /dev/null > "$W/f2.log" 2>&1
   rc=$?
-  [ $rc != 0 ] && [ $rc != 124 ] && grep -q '^zinfprobe: rank 1: .*ncclRemoteError\|^zinfprobe: rank 1: .*remote' "$W/f2.log" &&
-    grep -q '^zinfprobe: an NCCL collective failed on another rank$' "$W/f2.log" ||
+  [ $rc != 0 ] && [ $rc != 124 ] &&
+    grep -q '^zinfprobe: rank 1: a collective (ncclCommGetAsyncError) failed at .*(the GPU probe: NCCL collectives)$' "$W/f2.log" &&
+    grep -q '^zinfprobe: an NCCL collective failed on another rank (the GPU probe: NCCL collectives)$' "$W/f2.log" ||
     { cat "$W/f2.log"; bad "an NCCL error on rank 1 of 2: exit $rc (124: a hang)"; }
   [ -e "$W/f2.zl" ] && bad "a failed 2-rank probe wrote its file"
 fi
