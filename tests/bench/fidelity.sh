@@ -30,8 +30,8 @@ TEXT=$(ls /usr/share/common-licenses/GPL-3 README.md 2>/dev/null | head -1)
 mkdir -p "$W/nvme" "$W/probe-nvme"
 
 echo "probing: 1 rank, then 2 ranks under mpirun"
-"$B/bin/zinfprobe" --nvme "$W/probe-nvme" -o "$W/probe1.zl" > "$W/probe1.log" 2>&1 || { cat "$W/probe1.log"; exit 1; }
-mpirun -np 2 --oversubscribe "$B/bin/zinfprobe" --nvme "$W/probe-nvme" -o "$W/probe2.zl" < /dev/null > "$W/probe2.log" 2>&1 ||
+"$B/bin/zinfprobe" --host --nvme "$W/probe-nvme" -o "$W/probe1.zl" > "$W/probe1.log" 2>&1 || { cat "$W/probe1.log"; exit 1; }
+mpirun -np 2 --oversubscribe "$B/bin/zinfprobe" --host --nvme "$W/probe-nvme" -o "$W/probe2.zl" < /dev/null > "$W/probe2.log" 2>&1 ||
   { cat "$W/probe2.log"; exit 1; }
 grep -v '^#' "$W/probe2.zl"
 

@@ -11,13 +11,13 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=se
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 mkdir -p "$W/nvme"
-"$B/bin/zinfprobe" --quick --nvme "$W/nvme" -o "$W/p1.zl" > "$W/p1.log" 2>&1 || { cat "$W/p1.log"; bad "zinfprobe on 1 rank"; }
+"$B/bin/zinfprobe" --quick --host --nvme "$W/nvme" -o "$W/p1.zl" > "$W/p1.log" 2>&1 || { cat "$W/p1.log"; bad "zinfprobe on 1 rank"; }
 grep -q '^target probe_[A-Za-z0-9_]* {$' "$W/p1.zl" || bad "no target block in p1.zl"
 grep -q 'efficiency {' "$W/p1.zl" && grep -q 'latency_us' "$W/p1.zl" || bad "p1.zl lacks the measured figures"
 grep -q '^host kernels per rank' "$W/p1.log" && grep -q '^nvme (' "$W/p1.log" || bad "zinfprobe printed no measurements"
 [ -z "$(ls "$W/nvme")" ] || bad "zinfprobe left files in the NVMe directory: $(ls "$W/nvme")"
 if command -v mpirun > /dev/null; then
-  mpirun -np 2 --oversubscribe "$B/bin/zinfc" --probe --quick --nvme "$W/nvme" -o "$W/p2.zl" < /dev/null > "$W/p2.log" 2>&1 ||
+  mpirun -np 2 --oversubscribe "$B/bin/zinfc" --probe --quick --host --nvme "$W/nvme" -o "$W/p2.zl" < /dev/null > "$W/p2.log" 2>&1 ||
     { cat "$W/p2.log"; bad "zinfc --probe on 2 ranks"; }
   grep -q '^  ranks = 2$' "$W/p2.zl" && grep -q '^  net  {' "$W/p2.zl" || bad "p2.zl: not 2 ranks with a net block"
   grep -q '^collectives (MPI, 2 ranks)' "$W/p2.log" || bad "no collectives measured on 2 ranks"
