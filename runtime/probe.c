@@ -10,7 +10,7 @@
 #include "hostk_threads.h"
 #include "rtio.h"
 
-static double now(void) {
+double probe_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
@@ -21,7 +21,7 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static double median(double *v, int n) {
+double probe_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
@@ -86,13 +86,13 @@ static int nvme_series(NvmeRun *u, bool write, ProbeSample *smp, int *ns, char *
         double t[64];
         for (int i = 0; i < reps; i++) {
             if (off + sz > u->region) off = 0;
-            double t0 = now();
+            double t0 = probe_now();
             int rc = write ? rtio_write(u->io, off, u->buf, sz, err, n) : rtio_read(u->io, off, u->buf, sz, err, n);
             if (rc) return -1;
-            t[i] = now() - t0;
+            t[i] = probe_now() - t0;
             off += sz;
         }
-        smp[*ns] = (ProbeSample){1, (double)sz, median(t, reps)};
+        smp[*ns] = (ProbeSample){1, (double)sz, probe_median(t, reps)};
         (*ns)++;
     }
     return 0;
@@ -182,9 +182,9 @@ int probe_memory(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size
     int64_t units = (t.n + t.chunk - 1) / t.chunk;
     for (int rep = 0; !rc && rep < (o->quick ? 3 : 10); rep++) {
         if (comm_barrier(c) != COMM_OK) rc = (snprintf(err, n, "%s", comm_last_error(c)), -1);
-        double t0 = now();
+        double t0 = probe_now();
         hk_parallel(hk_threads(), units, triad_unit, &t);
-        double bw = 3.0 * (double)t.n * sizeof(double) / (now() - t0);
+        double bw = 3.0 * (double)t.n * sizeof(double) / (probe_now() - t0);
         if (bw > best) best = bw;
     }
     free(t.a);
@@ -221,16 +221,16 @@ static float *filled(int64_t numel) {
 static double time_kernel(const KCase *k, HkTensor *in, HkTensor *out, HkTensor *dout, HkTensor *din, void *ws,
                           size_t wsb, bool bwd, double min_s) {
     int64_t iattr[PLAN_MAX_IATTR] = {k->heads, 0};
-    double fattr[PLAN_MAX_FATTR] = {0}, t[256], start = now();
+    double fattr[PLAN_MAX_FATTR] = {0}, t[256], start = probe_now();
     int reps = 0;
-    for (int i = -1; reps < 256 && (reps < 3 || now() - start < min_s); i++) { /* call -1 warms up */
-        double t0 = now();
+    for (int i = -1; reps < 256 && (reps < 3 || probe_now() - start < min_s); i++) { /* call -1 warms up */
+        double t0 = probe_now();
         int rc = bwd ? hk_run_bwd(k->prim, in, k->nin, out, dout, 1, din, iattr, fattr, ws, wsb)
                      : hk_run_fwd(k->prim, in, k->nin, out, 1, iattr, fattr, ws, wsb);
         if (rc != HK_OK) return -1;
-        if (i >= 0) t[reps++] = now() - t0;
+        if (i >= 0) t[reps++] = probe_now() - t0;
     }
-    return median(t, reps);
+    return probe_median(t, reps);
 }
 
 static int kernel_case(const KCase *k, bool quick, ProbeResult *r, char *err, size_t n) {
@@ -332,7 +332,7 @@ void probe_summarise_rates(ProbeResult *r) {
         int k = 0;
         for (int i = 0; i < r->nrates; i++)
             if (r->rates[i].family == (PlanFamily)f && r->rates[i].secs > 0) v[k++] = r->rates[i].flops / r->rates[i].secs;
-        double e = k && peak > 0 ? median(v, k) / peak : 1;
+        double e = k && peak > 0 ? probe_median(v, k) / peak : 1;
         r->eff[f] = e > 1 ? 1 : e < 1e-4 ? 1e-4 : e;
     }
 }
@@ -364,7 +364,7 @@ static double handoff_seconds(int rounds) {
     pthread_t th;
     double t = -1;
     if (pthread_create(&th, NULL, pong, &p) == 0) {
-        double t0 = now();
+        double t0 = probe_now();
         pthread_mutex_lock(&p.mu);
         for (int i = 0; i < rounds; i++) {
             p.turn = 1;
@@ -372,7 +372,7 @@ static double handoff_seconds(int rounds) {
             while (p.turn != 0) pthread_cond_wait(&p.cv, &p.mu);
         }
         pthread_mutex_unlock(&p.mu);
-        t = (now() - t0) / (2.0 * rounds);
+        t = (probe_now() - t0) / (2.0 * rounds);
         pthread_join(th, NULL);
     }
     pthread_cond_destroy(&p.cv);
@@ -389,15 +389,15 @@ int probe_dispatch(const ProbeOptions *o, ProbeResult *r, char *err, size_t n) {
     for (int i = 0; i < 1024; i++) src[i] = (float)i;
     int64_t d = 64;
     HkTensor tx = hk_tensor(x, DT_F32, 1, &d), ty = hk_tensor(y, DT_F32, 1, &d);
-    double t0 = now();
+    double t0 = probe_now();
     for (int i = 0; i < rounds; i++) hk_gelu_fwd(&tx, &ty);
-    double k = (now() - t0) / rounds;
-    t0 = now();
+    double k = (probe_now() - t0) / rounds;
+    t0 = probe_now();
     for (int i = 0; i < rounds; i++) {
         memcpy(dst, src, sizeof src);
         src[i % 1024] = dst[(i + 1) % 1024];
     }
-    double cp = (now() - t0) / rounds;
+    double cp = (probe_now() - t0) / rounds;
     r->launch = h + k;
     r->copy = h + cp;
     return 0;
@@ -426,12 +426,12 @@ int probe_collectives(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err,
             rc = coll_once(c, op, buf, out, sizes[k]); /* warm-up */
             for (int i = 0; i < reps && !rc; i++) {
                 rc = comm_barrier(c) != COMM_OK;
-                double t0 = now();
+                double t0 = probe_now();
                 if (!rc) rc = coll_once(c, op, buf, out, sizes[k]);
-                t[i] = now() - t0;
+                t[i] = probe_now() - t0;
             }
             if (rc) break;
-            double m = median(t, reps);
+            double m = probe_median(t, reps);
             if (comm_allreduce_sum_f64(c, &m, 1) != COMM_OK) rc = -1;
             double f = op == 0 ? 2 : 1;
             r->coll_secs[op][k] = m / R;
@@ -450,7 +450,7 @@ int probe_collectives(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err,
 /* ---- all of it ---- */
 
 int probe_run(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n) {
-    double t0 = now();
+    double t0 = probe_now();
     memset(r, 0, sizeof *r);
     char host[64] = "localhost";
     if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "localhost");
@@ -469,7 +469,7 @@ int probe_run(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t 
     if (comm_allreduce_sum_f64(c, d, 2) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(c)), -1;
     r->launch = d[0] / c->size;
     r->copy = d[1] / c->size;
-    r->seconds = now() - t0;
+    r->seconds = probe_now() - t0;
     return 0;
 }
 

@@ -26,21 +26,6 @@ typedef struct Gx {
     int rank;
 } Gx;
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* 0, or -1 with "rank R: CALL failed at FILE:LINE: NAME N (text)" in err */
 static int gx_ck(const Gx *x, CUresult r, const char *call, int line, char *err, size_t n) {
@@ -161,7 +146,7 @@ static int gx_pcie(Gx *x, Comm *c, const ProbeOptions *o, ProbeGpu *g, char *err
                 if (!rc) rc = gx_elapsed(x, &s, err, n);
                 if (i >= 0) v[i] = s;
             }
-            if (!rc) t[2 * k + dir] = median(v, reps);
+            if (!rc) t[2 * k + dir] = probe_median(v, reps);
         }
         g->copy_bytes[k] = (double)bytes;
     }
@@ -195,7 +180,7 @@ static int gx_hbm(Gx *x, Comm *c, const ProbeOptions *o, ProbeGpu *g, char *err,
         if (!rc) rc = gx_elapsed(x, &s, err, n);
         if (i >= 0) v[i] = s;
     }
-    if (!rc) t = median(v, reps);
+    if (!rc) t = probe_median(v, reps);
     if (agree(c, rc, "the HBM copy", err, n) || mean_over(c, &t, 1, err, n)) return -1;
     g->hbm_bytes = (double)bytes;
     g->hbm = 2.0 * (double)bytes / t; /* read and write */
@@ -211,7 +196,7 @@ static int gx_launch(Gx *x, Comm *c, const ProbeOptions *o, ProbeGpu *g, char *e
         rc = GX(x, x->drv.EventCreate(&mark[i], CU_EVENT_DEFAULT), "cuEventCreate", err, n);
     double t = 0;
     for (int pass = 0; pass < 2 && !rc; pass++) { /* the first warms up */
-        double t0 = now();
+        double t0 = probe_now();
         for (int i = 0; i < ops && !rc; i++) {
             CUresult r = x->drv.EventRecord(mark[0], x->s);
             if (r == CUDA_SUCCESS) r = x->drv.MemsetD8Async(x->d[0], (unsigned char)i, 4, x->s);
@@ -219,7 +204,7 @@ static int gx_launch(Gx *x, Comm *c, const ProbeOptions *o, ProbeGpu *g, char *e
             if (r != CUDA_SUCCESS) rc = GX(x, r, "cuMemsetD8Async", err, n);
         }
         if (!rc) rc = GX(x, x->drv.StreamSynchronize(x->s), "cuStreamSynchronize", err, n);
-        t = (now() - t0) / ops;
+        t = (probe_now() - t0) / ops;
     }
     for (int i = 0; i < 2; i++)
         if (mark[i]) x->drv.EventDestroy(mark[i]);
@@ -244,10 +229,10 @@ static int gx_gemm_time(Gx *x, const GemmShape *sh, size_t ws, bool quick, doubl
     int rc = cublaslt_gemm(&x->lt, &pg, &op, x->s, err, n); /* a warm-up: asks the heuristic */
     if (rc) return rc > 0 ? 1 : -1;
     GX_CHECK(x, x->drv.StreamSynchronize(x->s), "cuStreamSynchronize", err, n);
-    double once = now();
+    double once = probe_now();
     if ((rc = cublaslt_gemm(&x->lt, &pg, &op, x->s, err, n)) != 0) return -1;
     GX_CHECK(x, x->drv.StreamSynchronize(x->s), "cuStreamSynchronize", err, n);
-    once = now() - once;
+    once = probe_now() - once;
     /* batches of calls of about 20 ms (one call under --quick) */
     int calls = quick ? 1 : once > 0.02 ? 1 : once < 0.02 / 50 ? 50 : (int)(0.02 / once), reps = quick ? 3 : 5;
     double v[5];
@@ -259,7 +244,7 @@ static int gx_gemm_time(Gx *x, const GemmShape *sh, size_t ws, bool quick, doubl
         if (gx_elapsed(x, &v[i], err, n)) return -1;
         v[i] /= calls;
     }
-    *secs = median(v, reps);
+    *secs = probe_median(v, reps);
     return 0;
 }
 
@@ -331,7 +316,7 @@ void probe_gpu_summarise(ProbeGpu *g) {
         if (r > g->flops) g->flops = r;
         v[k++] = r;
     }
-    double e = k && g->flops > 0 ? median(v, k) / g->flops : 1;
+    double e = k && g->flops > 0 ? probe_median(v, k) / g->flops : 1;
     g->eff_gemm = e > 1 ? 1 : e < 1e-4 ? 1e-4 : e;
 }
 
@@ -368,7 +353,7 @@ static int gx_collectives(Gx *x, Comm *c, const ProbeOptions *o, ProbeGpu *g, ch
                 if (i >= 0) v[i] = s;
             }
             if (agree(c, rc, "an NCCL collective", err, n)) return -1;
-            t[op][k] = median(v, reps);
+            t[op][k] = probe_median(v, reps);
         }
     }
     if (mean_over(c, &t[0][0], 2 * PROBE_GPU_SIZES, err, n)) return -1;
@@ -387,7 +372,7 @@ static int gx_collectives(Gx *x, Comm *c, const ProbeOptions *o, ProbeGpu *g, ch
 /* ---- all of it ---- */
 
 int probe_gpu_run(Comm *c, const ProbeOptions *o, ProbeGpu *g, char *err, size_t n) {
-    double t0 = now();
+    double t0 = probe_now();
     memset(g, 0, sizeof *g);
     g->ranks = c->size;
     Gx x;
@@ -428,7 +413,7 @@ int probe_gpu_run(Comm *c, const ProbeOptions *o, ProbeGpu *g, char *err, size_t
     g->memory = (uint64_t)(-neg);
     g->on = rc == 0;
     gx_close(&x, rc != 0);
-    g->seconds = now() - t0;
+    g->seconds = probe_now() - t0;
     return rc;
 }
 
