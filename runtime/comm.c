@@ -217,6 +217,14 @@ CommStatus comm_allgather(Comm *c, const void *send, void *recv, size_t bytes) {
     return wait_req(c, &req, "all-gather");
 }
 
+void comm_sum_blocks_f32(const float *blocks, int nranks, size_t count, float *recv) {
+    for (size_t i = 0; i < count; i++) {
+        float acc = blocks[i];
+        for (int r = 1; r < nranks; r++) acc += blocks[(size_t)r * count + i];
+        recv[i] = acc;
+    }
+}
+
 CommStatus comm_reduce_scatter_f32(Comm *c, const float *send, float *recv, size_t count) {
     if (!c->mpi || c->size == 1) {
         memmove(recv, send, count * sizeof(float));
@@ -240,11 +248,7 @@ CommStatus comm_reduce_scatter_f32(Comm *c, const float *send, float *recv, size
     if (rc != MPI_SUCCESS) { free(tmp); return mpi_fail(c, "MPI_Ialltoall", rc); }
     CommStatus s = wait_req(c, &req, "reduce-scatter");
     if (s == COMM_OK) {
-        for (size_t i = 0; i < count; i++) {
-            float acc = tmp[i];
-            for (int r = 1; r < c->size; r++) acc += tmp[(size_t)r * count + i];
-            recv[i] = acc;
-        }
+        comm_sum_blocks_f32(tmp, c->size, count, recv);
     }
     free(tmp);
     return s;

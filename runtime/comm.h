@@ -77,6 +77,10 @@ CommStatus comm_allgather(Comm *c, const void *send, void *recv, size_t bytes);
  * block r. Sums are taken in rank order (0, 1, ...) on every rank, so the
  * result does not depend on timing. */
 CommStatus comm_reduce_scatter_f32(Comm *c, const float *send, float *recv, size_t count);
+/* recv[i] = the sum of blocks[r * count + i] over r = 0 .. nranks-1, added
+ * in rank order: the reduce-scatter's sum after its all-to-all, here and in
+ * comm_wait (one order, so that both give the same bits). */
+void comm_sum_blocks_f32(const float *blocks, int nranks, size_t count, float *recv);
 CommStatus comm_allreduce_sum_f32(Comm *c, float *buf, size_t count);
 CommStatus comm_allreduce_sum_f64(Comm *c, double *buf, size_t count);
 CommStatus comm_allreduce_max_i64(Comm *c, int64_t *v);

@@ -102,11 +102,7 @@ CommStatus commw_reduce_scatter_f32(Comm *c, const float *send, float *recv, siz
         s = rc != MPI_SUCCESS ? mpi_fail(c, "MPI_Ialltoall", rc) : transfer(c, &req, "reduce-scatter", deadline, t1, w);
     }
     if (s == COMM_OK) {
-        for (size_t i = 0; i < count; i++) {
-            float acc = tmp[i];
-            for (int r = 1; r < c->size; r++) acc += tmp[(size_t)r * count + i];
-            recv[i] = acc;
-        }
+        comm_sum_blocks_f32(tmp, c->size, count, recv);
     }
     free(tmp);
     return s;

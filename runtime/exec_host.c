@@ -420,11 +420,26 @@ static int adam_backup(Rt *r, const PlanInstr *in, bool save, char *err, size_t 
     return 0;
 }
 
+/* This step's clip coefficient (docs/training.md): min(1, c / (n + 1e-6)),
+ * 1 without clipping. */
+static double clip_coef(const Rt *r) {
+    const PlanTrain *t = &r->p->train;
+    return t->grad_clip > 0 ? fmin(1.0, t->grad_clip / (r->grad_norm + 1e-6)) : 1.0;
+}
+
 /* Whether this step's clipping or skip makes the speculative Adams wrong:
  * their coefficient was 1 (rt_step runs the redo range then). */
-bool rt_speculation_failed(const Rt *r) {
-    const PlanTrain *t = &r->p->train;
-    return r->skip || (t->grad_clip > 0 && fmin(1.0, t->grad_clip / (r->grad_norm + 1e-6)) != 1.0);
+bool rt_speculation_failed(const Rt *r) { return r->skip || clip_coef(r) != 1.0; }
+
+/* A skipped step's parameter where it is written apart from its state (a
+ * staged copy, written home after the Adam) or a speculative step wrote
+ * it: the old one again, the master rounded to the parameter's dtype, as
+ * every step leaves it. */
+static int param_from_master(Rt *r, const PlanInstr *in, uint8_t *pp, const float *master, int64_t ne, char *err,
+                             size_t n) {
+    HkTensor from = hk_tensor((void *)master, DT_F32, 1, &ne), to = hk_tensor(pp, (DType)r->p->tensors[in->arg].dtype, 1, &ne);
+    if (hk_cast(&from, &to)) return rt_fail(err, n, "adam on '%s': cannot restore the parameter", r->p->tensors[in->arg].name);
+    return 0;
 }
 
 /* The AdamW settings of this step (docs/training.md). */
@@ -442,7 +457,6 @@ static AdamParams adam_params(const Rt *r) {
  * homes are never written, so nothing needs restoring; rt_step exchanges
  * twins and homes after a step that is not skipped. */
 static int exec_adam_twin(Rt *r, const PlanInstr *in, char *err, size_t n) {
-    const PlanTrain *t = &r->p->train;
     int pt = in->arg;
     const char *name = r->p->tensors[pt].name;
     int pdt = r->p->tensors[pt].dtype;
@@ -457,15 +471,10 @@ static int exec_adam_twin(Rt *r, const PlanInstr *in, char *err, size_t n) {
     }
     if (!pp || !gp) return rt_fail(err, n, "adam on '%s': an operand is not in memory", name);
     int64_t ne = (int64_t)(po->bytes / rt_dsz(pdt));
-    if (r->skip && !speculative) {
-        HkTensor from = hk_tensor(src[0], DT_F32, 1, &ne), to = hk_tensor(pp, (DType)pdt, 1, &ne);
-        if (hk_cast(&from, &to)) return rt_fail(err, n, "adam on '%s': cannot restore the parameter", name);
-        return 0;
-    }
-    if (r->skip) return 0;
+    if (r->skip) return speculative ? 0 : param_from_master(r, in, pp, src[0], ne, err, n);
     int gt = r->p->tensors[pt].grad;
     int gdt = gt >= 0 ? r->p->tensors[gt].dtype : pdt;
-    double clip = t->grad_clip > 0 && !speculative ? fmin(1.0, t->grad_clip / (r->grad_norm + 1e-6)) : 1.0;
+    double clip = speculative ? 1.0 : clip_coef(r);
     AdamParams ap = adam_params(r);
     AdamStatus as = adam_step_to(&ap, r->step + 1, src[0], src[1], src[2], dst[0], dst[1], dst[2], gp, (DType)gdt, pp,
                                  (DType)pdt, ne, (float)(clip / r->loss_scale));
@@ -483,24 +492,14 @@ static int exec_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
     bool speculative = in->nopnd == 7 && rt_opnd(r, in, 6)->mode == PLAN_W;
     if (in->nopnd == 7 && adam_backup(r, in, speculative, err, n)) return -1;
     if (r->skip && !speculative) {
-        /* a skipped step: where the parameter is written apart from its
-         * home (staging, copied home after this) or a speculative step
-         * wrote it, it is the old one again: the (restored) master rounded
-         * to its dtype, as every step leaves it. Without this a skipped f16
-         * step copied whatever the staging held into the parameter. */
+        /* (without this a skipped f16 step copied whatever the staging held into the parameter) */
         const PlanOperand *po = rt_opnd(r, in, 0), *mo = rt_opnd(r, in, 2);
         uint8_t *pp = rt_opnd_ptr(r, po), *mp = rt_opnd_ptr(r, mo);
-        if (mo->buffer >= 0 && !(po->mode & PLAN_R)) {
-            if (!pp || !mp) return rt_fail(err, n, "adam on '%s': an operand is not in memory", r->p->tensors[in->arg].name);
-            int pdt = r->p->tensors[in->arg].dtype;
-            int64_t ne = (int64_t)(po->bytes / rt_dsz(pdt));
-            HkTensor src = hk_tensor(mp, DT_F32, 1, &ne), dst = hk_tensor(pp, (DType)pdt, 1, &ne);
-            if (hk_cast(&src, &dst)) return rt_fail(err, n, "adam on '%s': cannot restore the parameter", r->p->tensors[in->arg].name);
-        }
-        return 0;
+        if (mo->buffer < 0 || (po->mode & PLAN_R)) return 0; /* no master: the parameter is the (restored) state */
+        if (!pp || !mp) return rt_fail(err, n, "adam on '%s': an operand is not in memory", r->p->tensors[in->arg].name);
+        return param_from_master(r, in, pp, (const float *)mp, (int64_t)(po->bytes / rt_dsz(r->p->tensors[in->arg].dtype)), err, n);
     }
     if (r->skip) return 0;
-    const PlanTrain *t = &r->p->train;
     int pt = in->arg;
     int pdt = r->p->tensors[pt].dtype;
     const PlanOperand *po = rt_opnd(r, in, 0), *go = rt_opnd(r, in, 1), *mo = rt_opnd(r, in, 2), *m1 = rt_opnd(r, in, 3),
@@ -511,7 +510,7 @@ static int exec_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
     int64_t ne = (int64_t)(po->bytes / rt_dsz(pdt));
     int gt = r->p->tensors[pt].grad;
     int gdt = gt >= 0 ? r->p->tensors[gt].dtype : pdt;
-    double clip = t->grad_clip > 0 && !speculative ? fmin(1.0, t->grad_clip / (r->grad_norm + 1e-6)) : 1.0;
+    double clip = speculative ? 1.0 : clip_coef(r);
     AdamParams ap = adam_params(r);
     /* Without an fp32 master (f32 training) the parameter is the master. */
     if (!mp && pdt != DT_F32) return rt_fail(err, n, "adam on '%s': a %s parameter needs an fp32 master", r->p->tensors[pt].name, dtype_name((DType)pdt));

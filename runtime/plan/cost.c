@@ -124,9 +124,7 @@ static bool busy_take(Busy *b, double ready, double dur, double *start) {
     return true;
 }
 
-static bool uses_cores(const Plan *p, const PlanInstr *s) {
-    return !strcmp(p->target.backend, "host") && s->queue != Q_NVME && s->queue < PLAN_NQUEUES;
-}
+static bool uses_cores(bool host, const PlanInstr *s) { return host && s->queue != Q_NVME && s->queue < PLAN_NQUEUES; }
 
 bool cost_simulate(const Plan *p, CostResult *r) {
     memset(r, 0, sizeof *r);
@@ -143,6 +141,7 @@ bool cost_simulate(const Plan *p, CostResult *r) {
      * or is skipped: simulated on its own clock (redo_time), after the norm */
     double rfree[PLAN_NQUEUES] = {0}, redo_from = 0;
     Busy cores = {0};
+    bool host = !strcmp(p->target.backend, "host");
     for (uint32_t i = 0; i < p->ninstrs; i++) {
         const PlanInstr *s = &p->instrs[i];
         if (i == p->opt_begin) {
@@ -183,7 +182,7 @@ bool cost_simulate(const Plan *p, CostResult *r) {
             if (j < i && !(spec && j >= p->redo_begin && j < p->redo_end) && r->end[j] > st) st = r->end[j];
         }
         double dur = cost_instr_time(p, s);
-        if (uses_cores(p, s) && !busy_take(&cores, st, dur, &st)) {
+        if (uses_cores(host, s) && !busy_take(&cores, st, dur, &st)) {
             free(cores.s);
             free(cores.e);
             cost_free(r);
