@@ -131,10 +131,14 @@ static int run_bs(const char *dir, uint64_t size, uint64_t bs, int qd, int have_
         if (f2 > f[k] && f[k] > 0) f[k] = f2;
         if (z2 > z[k]) z[k] = z2;
     }
-    snprintf(mode, nmode, "%s%s; %llu KiB: %llu operations, %llu with a registered buffer, %llu short "
+    char huge[160] = "";
+    if (fixed)
+        snprintf(huge, sizeof huge, ", %llu of %llu MiB of them in huge pages%s", (unsigned long long)(e.huge_bytes >> 20),
+                 (unsigned long long)(e.reg_bytes >> 20), e.huge_bytes ? "" : " (ZINF_NVME_HUGEPAGES=0, or refused)");
+    snprintf(mode, nmode, "%s%s%s; %llu KiB: %llu operations, %llu with a registered buffer, %llu short "
              "transfers resumed, %llu EAGAIN/EINTR retries",
              e.sync ? "pread/pwrite fallback: " : "io_uring",
-             e.sync ? e.sync_reason : fixed ? ", registered buffers (fio --fixedbufs)" : ", plain buffers",
+             e.sync ? e.sync_reason : fixed ? ", registered buffers (fio --fixedbufs)" : ", plain buffers", huge,
              (unsigned long long)(bs >> 10), (unsigned long long)e.stats.ops,
              (unsigned long long)e.stats.fixed_ops, (unsigned long long)e.stats.short_resumed,
              (unsigned long long)e.stats.again_retried);
@@ -181,7 +185,7 @@ int main(int argc, char **argv) {
     printf("  %-8s %-16s %10s %10s %8s\n", "block", "op", "zinf MB/s", "fio MB/s", "zinf/fio");
     const char *ops[3] = {"write, fresh", "write, overwrite", "read"};
     int rc = 0, fio_failed = 0;
-    char mode[512] = "";
+    char mode[768] = "";
     for (int b = 0; b < nbs && !rc; b++) {
         double z[3], f[3];
         if (run_bs(dir, size, bss[b], qd, have_fio, z, f, mode, sizeof mode)) {
