@@ -551,27 +551,36 @@ static void nvme_req(const Rt *r, const PlanInstr *in, RtioReq *q) {
     if (wide != q->bytes && q->buf && q->off % NVME_ALIGN == 0 && widenable(r, disk) && widenable(r, mem)) q->bytes = wide;
 }
 
-/* The nvme queue's ready instructions at once (QrunBatchFn): the transfers
- * go to the kernel in one io_uring submission and overlap. */
-static int host_nvme_batch(void *ctx, const uint32_t *idx, int k, int worker, char *err, size_t n) {
+/* The nvme queue as a pipeline (QrunPipe): each transfer in flight under
+ * its slot's tag, the engine's queue kept full; anything else on the
+ * queue runs alone, in order. */
+static int host_nvme_start(void *ctx, uint32_t i, int slot, int inflight, int worker, char *err, size_t n) {
     Rt *r = ctx;
-    RtioReq q[QRUN_BATCH_MAX];
-    int m = 0;
-    for (int j = 0; j < k; j++) {
-        const PlanInstr *in = &r->p->instrs[idx[j]];
-        if (in->op != PI_NVME_READ && in->op != PI_NVME_WRITE) { /* not a transfer: on its own, in order */
-            if (m && rtio_xfer_batch(&r->io, q, m, err, n)) return -1;
-            m = 0;
-            if (rt_host_instr(r, idx[j], worker, err, n)) return -1;
-            continue;
-        }
-        nvme_req(r, in, &q[m++]);
-        r->bytes[in->queue] += rt_opnd(r, in, 0)->bytes;
+    const PlanInstr *in = &r->p->instrs[i];
+    if (in->op != PI_NVME_READ && in->op != PI_NVME_WRITE) {
+        if (inflight) return QRUN_PIPE_ALONE;
+        return rt_host_instr(r, i, worker, err, n) ? -1 : 0;
     }
-    return m ? rtio_xfer_batch(&r->io, q, m, err, n) : 0;
+    RtioReq q;
+    nvme_req(r, in, &q);
+    r->bytes[in->queue] += rt_opnd(r, in, 0)->bytes;
+    return rtio_start(&r->io, &q, RTIO_TAG_FIRST + (uint32_t)slot, err, n);
 }
 
-void rt_host_use_batches(Rt *r) { qrun_set_batch(&r->q, Q_NVME, host_nvme_batch); }
+static int host_nvme_progress(void *ctx, int wait, int worker, char *err, size_t n) {
+    (void)worker;
+    return rtio_progress(&((Rt *)ctx)->io, wait, err, n);
+}
+
+static int host_nvme_finished(void *ctx, int slot, int worker, char *err, size_t n) {
+    (void)worker;
+    return rtio_finished(&((Rt *)ctx)->io, RTIO_TAG_FIRST + (uint32_t)slot, err, n);
+}
+
+void rt_host_use_batches(Rt *r) {
+    QrunPipe pipe = {host_nvme_start, host_nvme_progress, host_nvme_finished};
+    qrun_set_pipe(&r->q, Q_NVME, &pipe);
+}
 
 /* ---- the instruction dispatcher ---- */
 

@@ -435,8 +435,9 @@ static int next_chunk(NvmeEngine *e, NvmeChunk *c) {
     return 1;
 }
 
-/* Hand pending chunks to free slots and submit them. */
-static void fill(NvmeEngine *e) {
+/* Hand pending chunks to free slots; submit them now unless the caller's
+ * io_uring_submit_and_wait will (one system call, not two). */
+static void fill(NvmeEngine *e, int submit_now) {
     int queued = 0;
     while (e->nfree > 0) {
         NvmeChunk c;
@@ -448,7 +449,7 @@ static void fill(NvmeEngine *e) {
         queued++;
     }
     if (queued) {
-        io_uring_submit(&e->ring);
+        if (submit_now) io_uring_submit(&e->ring);
         e->stats.submits++;
     }
 }
@@ -568,8 +569,8 @@ static NvmeStatus submit(NvmeEngine *e, int is_write, uint64_t logical, uint64_t
         e->pending_cap = cap2;
     }
     e->pending[e->npending++] = (NvmeRequest){is_write, tag, logical, len, buf};
-    if (e->batching) return NVME_OK; /* nvme_wait submits the batch */
-    fill(e);
+    if (e->batching) return NVME_OK; /* nvme_wait or nvme_progress submits the batch */
+    fill(e, 1);
     reap(e, 0);
     return NVME_OK;
 }
@@ -591,9 +592,9 @@ NvmeStatus nvme_wait(NvmeEngine *e, uint32_t tag, NvmeError *err) {
     e->batching = 0;
     if (e->ring_ok) {
         while (nvme_outstanding(e, tag) > 0) {
-            fill(e);
+            fill(e, 0);
             if (e->inflight == 0) break; /* cannot happen: outstanding work is queued or in flight */
-            int rc = reap(e, 1);
+            int rc = reap(e, 1); /* submits what fill queued */
             if (rc < 0) return err_set(err, -rc, "wait", "", 0, 0, "io_uring_submit_and_wait");
         }
     }
@@ -612,6 +613,19 @@ NvmeStatus nvme_wait(NvmeEngine *e, uint32_t tag, NvmeError *err) {
     }
     return st;
 }
+
+NvmeStatus nvme_progress(NvmeEngine *e, int wait, NvmeError *err) {
+    err_clear(err);
+    e->batching = 0;
+    if (!e->ring_ok) return NVME_OK;
+    fill(e, !wait);
+    int rc = wait && e->inflight ? reap(e, 1) : reap(e, 0);
+    if (rc < 0) return err_set(err, -rc, "wait", "", 0, 0, "io_uring_submit_and_wait");
+    fill(e, 1); /* slots the completions freed take queued work at once */
+    return NVME_OK;
+}
+
+int nvme_tag_done(const NvmeEngine *e, uint32_t tag) { return nvme_outstanding(e, tag) == 0; }
 
 void nvme_close(NvmeEngine *e, int unlink_files) {
     if (e->ring_ok) {

@@ -174,6 +174,17 @@ NvmeStatus nvme_wait(NvmeEngine *e, uint32_t tag, NvmeError *err);
  * and ends the batch. Without io_uring (sync) it changes nothing. */
 void nvme_batch_begin(NvmeEngine *e);
 
+/* Without blocking on any one tag: ends a batch (nvme_batch_begin), hands
+ * queued work to the ring, reaps what has completed and, when wait is
+ * non-zero and something is in flight, first blocks until at least one
+ * transfer completes; slots freed are refilled before it returns. For a
+ * caller that keeps several tags in flight and retires each as
+ * nvme_tag_done says (then nvme_wait(tag) returns its error at once).
+ * Errors here are the ring's own (io_uring_submit_and_wait), not a tag's. */
+NvmeStatus nvme_progress(NvmeEngine *e, int wait, NvmeError *err);
+/* Whether every request of tag has finished (transferred or failed). */
+int nvme_tag_done(const NvmeEngine *e, uint32_t tag);
+
 /* Bytes of outstanding work for tag (NVME_TAG_ALL: all); 0 when done. */
 uint64_t nvme_outstanding(const NvmeEngine *e, uint32_t tag);
 

@@ -69,8 +69,11 @@ void qrun_free(Qrun *q) {
     memset(q, 0, sizeof *q);
 }
 
-void qrun_set_batch(Qrun *q, int queue, QrunBatchFn fn) {
-    if (queue >= 0 && queue < PLAN_NQUEUES) q->batch[queue] = fn;
+void qrun_set_pipe(Qrun *q, int queue, const QrunPipe *pipe) {
+    if (queue >= 0 && queue < PLAN_NQUEUES) {
+        if (pipe) q->pipe[queue] = *pipe;
+        else memset(&q->pipe[queue], 0, sizeof q->pipe[queue]);
+    }
 }
 
 /* Whether operands a and b touch a common byte of one arena and either
@@ -119,23 +122,6 @@ static bool mine(const Worker *w, uint32_t i) {
     return w->q->plan->instrs[i].queue == w->queue && (!w->run || w->run[i]);
 }
 
-/* After instruction idx[0] (ready): the queue's next instructions that are
- * ready and clash with none before them, into idx (caller holds the lock).
- * Returns the batch's size. */
-static int gather(const Worker *w, uint32_t *idx) {
-    const Plan *p = w->q->plan;
-    int n = 1;
-    for (uint32_t j = idx[0] + 1; j < w->end && n < QRUN_BATCH_MAX; j++) {
-        if (!mine(w, j)) continue;
-        if (!deps_done(w, j)) break;
-        bool clash = false;
-        for (int k = 0; k < n && !clash; k++) clash = instrs_clash(p, &p->instrs[idx[k]], &p->instrs[j]);
-        if (clash) break;
-        idx[n++] = j;
-    }
-    return n;
-}
-
 /* The queues other than compute move data for it and mostly wait; when
  * one is woken its work is short and something waits for it. On a machine
  * whose cores are all busy (the compute threads of every rank, other
@@ -177,13 +163,203 @@ static void wake(QSync *s, bool all) {
             pthread_cond_signal(&s->cv[k]);
 }
 
+/* The next instruction of w's queue at or after i, or w->end. */
+static uint32_t next_mine(const Worker *w, uint32_t i) {
+    while (i < w->end && !mine(w, i)) i++;
+    return i;
+}
+
+/* One unretired instruction of a pipelined queue. */
+typedef struct Flight {
+    uint32_t i;
+    int slot;
+    bool ended;
+    double t0, t1;
+    double share; /* its part of the queue's busy time so far */
+} Flight;
+
+typedef struct Pipe {
+    Worker *w;
+    Flight f[QRUN_PIPE_MAX]; /* a ring in program order: f[head], ... */
+    int head, n, open;       /* unretired; of them not ended */
+    bool slot_used[QRUN_PIPE_MAX];
+    double last, busy;       /* time of the last event; busy time so far */
+} Pipe;
+
+#define FLIGHT(P, k) (&(P)->f[((P)->head + (k)) % QRUN_PIPE_MAX])
+
+/* Shares out the time since the last event among the ones in flight. */
+static void pipe_tick(Pipe *pp, double now) {
+    double dt = now - pp->last;
+    pp->last = now;
+    if (pp->open == 0 || dt <= 0) return;
+    pp->busy += dt;
+    for (int k = 0; k < pp->n; k++)
+        if (!FLIGHT(pp, k)->ended) FLIGHT(pp, k)->share += dt / pp->open;
+}
+
+/* Whether instruction i touches bytes of one still in flight where either writes. */
+static bool pipe_clash(const Pipe *pp, uint32_t i) {
+    const Plan *p = pp->w->q->plan;
+    for (int k = 0; k < pp->n; k++) {
+        const Flight *f = &pp->f[(pp->head + k) % QRUN_PIPE_MAX];
+        if (!f->ended && instrs_clash(p, &p->instrs[f->i], &p->instrs[i])) return true;
+    }
+    return false;
+}
+
+/* Asks the pipe which of the ones in flight ended (a failure: its message
+ * into err, once). Returns -1 when one failed. */
+static int pipe_poll(Pipe *pp, char *err, size_t errlen) {
+    Qrun *q = pp->w->q;
+    const QrunPipe *pf = &q->pipe[pp->w->queue];
+    int rc = 0;
+    pipe_tick(pp, qrun_now(q));
+    for (int k = 0; k < pp->n; k++) {
+        Flight *f = FLIGHT(pp, k);
+        if (f->ended) continue;
+        char e[512] = "";
+        int r = pf->finished(q->ctx, f->slot, pp->w->queue, e, sizeof e);
+        if (r == 0) continue;
+        f->ended = true;
+        f->t1 = pp->last;
+        pp->open--;
+        pp->slot_used[f->slot] = false;
+        if (r < 0 && rc == 0) {
+            rc = -1;
+            snprintf(err, errlen, "%s", e[0] ? e : "instruction failed");
+        }
+    }
+    return rc;
+}
+
+/* Retires the ended ones at the head, in program order: done for their
+ * dependants, timings noted (caller holds the lock). Returns how many. */
+static int pipe_retire(Pipe *pp) {
+    Qrun *q = pp->w->q;
+    int queue = pp->w->queue, retired = 0;
+    for (; pp->n > 0 && pp->f[pp->head].ended; retired++) {
+        const Flight *f = &pp->f[pp->head];
+        QrunTiming *t = &q->timing[f->i];
+        t->start = f->t0;
+        t->end = f->t1;
+        t->wait = f->t1 - f->t0 - f->share;
+        if (t->wait < 0) t->wait = 0;
+        q->waited[queue] += t->wait;
+        q->done[f->i] = q->gen;
+        pp->head = (pp->head + 1) % QRUN_PIPE_MAX;
+        pp->n--;
+    }
+    return retired;
+}
+
+/* Notes a failure (lock held) and wakes every sleeper. */
+static void fail_locked(Qrun *q, QSync *s, const char *err) {
+    if (!q->failed) {
+        q->failed = 1;
+        snprintf(q->err, sizeof q->err, "%s", err[0] ? err : "instruction failed");
+    }
+    wake(s, true);
+}
+
+/* A pipelined queue's worker (qrun_set_pipe). */
+static void pipe_run(Worker *w) {
+    Qrun *q = w->q;
+    QSync *s = q->sync;
+    const QrunPipe *pf = &q->pipe[w->queue];
+    Pipe pp;
+    memset(&pp, 0, sizeof pp);
+    pp.w = w;
+    pp.last = qrun_now(q);
+    uint32_t next = next_mine(w, w->begin);
+    bool alone = false; /* next must run with nothing in flight */
+    char err[512] = "";
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        if (q->failed) { /* nothing more is done: one that failed ended too */
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        if (pipe_retire(&pp)) wake(s, false);
+        if (next >= w->end && pp.n == 0) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        bool ready = next < w->end && pp.n < QRUN_PIPE_MAX && !(alone && pp.open) && deps_done(w, next) &&
+                     !pipe_clash(&pp, next);
+        if (!ready && pp.open == 0) { /* nothing in flight to wait for: sleep until a dependency ends */
+            s->waiting[w->queue] = next;
+            pthread_cond_wait(&s->cv[w->queue], &s->mu);
+            s->waiting[w->queue] = -1;
+            pthread_mutex_unlock(&s->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (!ready) { /* wait for one in flight to end */
+            int rc = pf->progress(q->ctx, 1, w->queue, err, sizeof err);
+            if (rc == 0) rc = pipe_poll(&pp, err, sizeof err);
+            if (rc != 0) {
+                pthread_mutex_lock(&s->mu);
+                fail_locked(q, s, err);
+                pthread_mutex_unlock(&s->mu);
+            }
+            continue;
+        }
+        int slot = 0;
+        while (pp.slot_used[slot]) slot++; /* n < QRUN_PIPE_MAX: one is free */
+        pipe_tick(&pp, qrun_now(q));
+        Flight *f = FLIGHT(&pp, pp.n);
+        *f = (Flight){next, slot, false, pp.last, 0, 0};
+        int others = pp.open;
+        pp.n++, pp.open++; /* in flight while start runs: its time is its own */
+        int r = pf->start(q->ctx, next, slot, others, w->queue, err, sizeof err);
+        pipe_tick(&pp, qrun_now(q));
+        if (r == QRUN_PIPE_ALONE && others > 0) { /* not started: its moment was the others' */
+            pp.busy -= f->share;
+            pp.n--, pp.open--;
+            alone = true;
+            continue;
+        }
+        alone = false;
+        if (r < 0) {
+            pp.busy -= f->share;
+            pp.n--, pp.open--;
+            pthread_mutex_lock(&s->mu);
+            fail_locked(q, s, err);
+            pthread_mutex_unlock(&s->mu);
+            continue;
+        }
+        if (others > 0) q->overlapped[w->queue]++;
+        if (pp.open > q->peak[w->queue]) q->peak[w->queue] = pp.open;
+        if (r == 1) {
+            pp.slot_used[slot] = true;
+        } else {
+            f->ended = true;
+            f->t1 = pp.last;
+            pp.open--;
+        }
+        next = next_mine(w, next + 1);
+    }
+    /* after a failure: wait for what is in flight, so no buffer stays in the kernel's hands */
+    for (int tries = 0; pp.open > 0 && tries < 1000;) {
+        char e[512];
+        if (pf->progress(q->ctx, 1, w->queue, e, sizeof e) != 0) tries++; /* the ring itself fails: give up in time */
+        pipe_poll(&pp, e, sizeof e);
+    }
+    pthread_mutex_lock(&s->mu);
+    q->busy[w->queue] += pp.busy;
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void *worker_main(void *arg) {
     Worker *w = arg;
     Qrun *q = w->q;
     QSync *s = q->sync;
-    QrunBatchFn batch = q->batch[w->queue];
-    uint32_t idx[QRUN_BATCH_MAX];
     ask_short_slice(w->queue);
+    if (q->pipe[w->queue].start) {
+        pipe_run(w);
+        return NULL;
+    }
     for (uint32_t i = w->begin; i < w->end; i++) {
         if (!mine(w, i)) continue;
         pthread_mutex_lock(&s->mu);
@@ -194,31 +370,22 @@ static void *worker_main(void *arg) {
             pthread_cond_wait(&s->cv[w->queue], &s->mu);
             s->waiting[w->queue] = -1;
         }
-        idx[0] = i;
-        int n = batch ? gather(w, idx) : 1;
         pthread_mutex_unlock(&s->mu);
         char err[512] = "";
         q->wait_now[w->queue] = 0;
         double t0 = qrun_now(q);
-        int rc = n > 1 ? batch(q->ctx, idx, n, w->queue, err, sizeof err) : q->fn(q->ctx, i, w->queue, err, sizeof err);
+        int rc = q->fn(q->ctx, i, w->queue, err, sizeof err);
         double t1 = qrun_now(q);
         pthread_mutex_lock(&s->mu);
         double waited = q->wait_now[w->queue];
         if (waited > t1 - t0) waited = t1 - t0;
-        for (int k = 0; k < n; k++) {
-            /* a batch's members share its time: each is busy for its share, in flight beside the others for the rest */
-            QrunTiming *t = &q->timing[idx[k]];
-            t->start = t0;
-            t->end = t1;
-            t->wait = n > 1 ? (t1 - t0) * (1 - 1.0 / n) : waited;
-            if (rc == 0) q->done[idx[k]] = q->gen;
-        }
+        QrunTiming *t = &q->timing[i];
+        t->start = t0;
+        t->end = t1;
+        t->wait = waited;
+        if (rc == 0) q->done[i] = q->gen;
         q->busy[w->queue] += t1 - t0 - waited;
         q->waited[w->queue] += waited;
-        if (n > 1) {
-            q->batches[w->queue]++;
-            q->batched[w->queue] += (uint64_t)n;
-        }
         if (rc != 0 && !q->failed) {
             q->failed = 1;
             snprintf(q->err, sizeof q->err, "%s", err[0] ? err : "instruction failed");
@@ -226,7 +393,6 @@ static void *worker_main(void *arg) {
         wake(s, q->failed);
         pthread_mutex_unlock(&s->mu);
         if (rc != 0) return NULL;
-        i = idx[n - 1];
     }
     return NULL;
 }

@@ -22,12 +22,37 @@
 /* Executes instruction i; returns 0 or -1 with a message in err. */
 typedef int (*QrunExecFn)(void *ctx, uint32_t i, int worker, char *err, size_t errlen);
 
-/* Executes instructions idx[0, n) of one queue together (each ready, no
- * two touching the same bytes where one writes); 0 or -1 with err. */
-typedef int (*QrunBatchFn)(void *ctx, const uint32_t *idx, int n, int worker, char *err, size_t errlen);
+/* A queue whose instructions may be in flight several at once (the host
+ * backend's nvme queue: transfers through io_uring). qrun_set_pipe's
+ * worker starts the queue's instructions in program order, each as soon
+ * as its dependencies have ended and it touches none of the bytes of one
+ * still in flight where either writes (block-granular: NVMe transfers are
+ * widened to whole blocks), up to QRUN_PIPE_MAX unretired; while it cannot
+ * start the next it waits for a completion; it retires them in program
+ * order (an instruction counts as done for its dependants only once every
+ * earlier one of its queue is: plans leave out the dependencies that
+ * queue order implies). So the device never idles while ready work
+ * exists, and what the dependants see is the queue's order.
+ *   start: begin instruction i in `slot` (0 .. QRUN_PIPE_MAX-1, not in
+ *     use), `inflight` others of the queue being in flight: 1 when it is
+ *     in flight now, 0 when it ended already (done there and then),
+ *     QRUN_PIPE_ALONE when it must run with nothing in flight (only when
+ *     inflight > 0: the worker asks again once the queue has drained),
+ *     -1 with err.
+ *   progress: move what is in flight on; when wait, block until at least
+ *     one of it ends. 0 or -1 with err.
+ *   finished: slot's instruction: 1 ended well, 0 still in flight, -1
+ *     failed (err says why). A slot reported ended is free again.
+ * After a failure (its own or another queue's) the worker starts nothing
+ * more and waits for what it has in flight before it returns, so no
+ * buffer is left in the kernel's hands. */
+typedef struct QrunPipe {
+    int (*start)(void *ctx, uint32_t i, int slot, int inflight, int worker, char *err, size_t errlen);
+    int (*progress)(void *ctx, int wait, int worker, char *err, size_t errlen);
+    int (*finished)(void *ctx, int slot, int worker, char *err, size_t errlen);
+} QrunPipe;
 
-/* The most instructions one batch takes. */
-enum { QRUN_BATCH_MAX = 32 };
+enum { QRUN_PIPE_MAX = 32, QRUN_PIPE_ALONE = 2 };
 
 typedef struct QrunTiming {
     double start, end; /* seconds since the runner's epoch */
@@ -48,20 +73,18 @@ typedef struct Qrun {
     int failed;
     char err[512];
     void *sync;         /* mutex + condition variable, opaque */
-    QrunBatchFn batch[PLAN_NQUEUES]; /* qrun_set_batch; NULL: one instruction at a time */
-    uint64_t batches[PLAN_NQUEUES], batched[PLAN_NQUEUES]; /* batches run, instructions in them */
+    QrunPipe pipe[PLAN_NQUEUES];     /* qrun_set_pipe; start NULL: one instruction at a time */
+    uint64_t overlapped[PLAN_NQUEUES]; /* instructions started while others of the queue were in flight */
+    int peak[PLAN_NQUEUES];            /* the most of the queue's instructions in flight at once */
 } Qrun;
 
 int qrun_init(Qrun *q, const Plan *p, QrunExecFn fn, void *ctx);
-/* Lets `queue` run its ready instructions together: when the next one is
- * ready, the following ones of the queue that are ready too (their
- * dependencies ended) and touch none of the bytes the ones before them
- * touch where either writes (block-granular: NVMe transfers are widened
- * to whole blocks) join it, up to QRUN_BATCH_MAX, and fn runs them at once
- * (the nvme queue: one io_uring submission). Each gets the batch's start
- * and end; its busy share is the batch's time over its size, the rest is
- * noted as waiting (in flight beside the others). */
-void qrun_set_batch(Qrun *q, int queue, QrunBatchFn fn);
+/* Runs `queue` as a pipeline (QrunPipe above). Each instruction's timing
+ * is from its start to its end; its busy share is, at every moment, the
+ * queue's busy time over the number then in flight, the rest noted as
+ * waiting, so the queue's busy time is the time it had anything in
+ * flight. */
+void qrun_set_pipe(Qrun *q, int queue, const QrunPipe *pipe);
 void qrun_free(Qrun *q);
 /* Runs instrs[begin, end). Returns 0, or -1 with q->err set. */
 int qrun_range(Qrun *q, uint32_t begin, uint32_t end);

@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* PIECE: a batch's requests go to the engine in pieces of at most this
- * (a multiple of NVME_ALIGN), so that one large merged request still
- * keeps several queue slots busy (bench_nvme on this VM's virtio disk,
- * queue depth 8: reads of 1 MiB 962 MB/s, of 128 KiB 1669 MB/s). */
+/* PIECE: a pipelined transfer goes to the engine in pieces of at most
+ * this (a multiple of NVME_ALIGN), so that one large transfer keeps
+ * several queue slots busy (bench_nvme on this VM's virtio disk, queue
+ * depth 8: reads of 1 MiB 962 MB/s, of 128 KiB 1669 MB/s). */
 enum { STRIPE = 1u << 20, BOUNCE = 4u << 20, PIECE = 128u << 10 };
 
 static int fail_nvme(const NvmeError *ne, char *err, size_t n) {
@@ -139,45 +139,45 @@ int rtio_write(RtIo *io, uint64_t off, const void *src, uint64_t bytes, char *er
     return xfer(io, off, (void *)src, bytes, 1, err, n);
 }
 
-int rtio_xfer_batch(RtIo *io, const RtioReq *reqs, int n, char *err, size_t errlen) {
-    for (int k = 0; k < n; k++) {
-        const RtioReq *q = &reqs[k];
-        if (q->off + q->bytes > io->bytes || q->off + q->bytes < q->off) {
-            snprintf(err, errlen, "nvme: %s of %llu bytes at %llu is outside the %llu-byte swap space",
-                     q->write ? "write" : "read", (unsigned long long)q->bytes, (unsigned long long)q->off,
-                     (unsigned long long)io->bytes);
-            return -1;
-        }
-    }
+static int out_of_range(const RtIo *io, const RtioReq *q, char *err, size_t errlen) {
+    if (q->off + q->bytes <= io->bytes && q->off + q->bytes >= q->off) return 0;
+    snprintf(err, errlen, "nvme: %s of %llu bytes at %llu is outside the %llu-byte swap space", q->write ? "write" : "read",
+             (unsigned long long)q->bytes, (unsigned long long)q->off, (unsigned long long)io->bytes);
+    return -1;
+}
+
+int rtio_start(RtIo *io, const RtioReq *q, uint32_t tag, char *err, size_t errlen) {
+    if (out_of_range(io, q, err, errlen)) return -1;
+    if (!q->bytes) return 0;
+    if (!aligned(q->off, q->bytes, q->buf)) return xfer(io, q->off, q->buf, q->bytes, q->write, err, errlen) ? -1 : 0;
     pthread_mutex_lock(&io->mu);
     NvmeError ne;
     NvmeStatus st = NVME_OK;
-    nvme_batch_begin(&io->e);
-    for (int k = 0; k < n && st == NVME_OK; k++) {
-        RtioReq q = reqs[k];
-        if (!q.bytes || !aligned(q.off, q.bytes, q.buf)) continue;
-        /* the next ones that continue it on disk and in memory join it: one request, not several */
-        while (k + 1 < n && reqs[k + 1].write == q.write && reqs[k + 1].bytes && reqs[k + 1].off == q.off + q.bytes &&
-               (uint8_t *)reqs[k + 1].buf == (uint8_t *)q.buf + q.bytes && aligned(reqs[k + 1].off, reqs[k + 1].bytes, reqs[k + 1].buf))
-            q.bytes += reqs[++k].bytes;
-        /* in pieces, so that one large request keeps several of the device's queue slots busy */
-        uint32_t tag = (uint32_t)k + 1;
-        for (uint64_t at = 0; at < q.bytes && st == NVME_OK; at += PIECE) {
-            uint64_t len = q.bytes - at < PIECE ? q.bytes - at : PIECE;
-            st = q.write ? nvme_submit_write(&io->e, q.off + at, len, (uint8_t *)q.buf + at, tag, &ne)
-                         : nvme_submit_read(&io->e, q.off + at, len, (uint8_t *)q.buf + at, tag, &ne);
-        }
+    nvme_batch_begin(&io->e); /* queued only: rtio_progress submits every transfer started since in one go */
+    for (uint64_t at = 0; at < q->bytes && st == NVME_OK; at += PIECE) {
+        uint64_t len = q->bytes - at < PIECE ? q->bytes - at : PIECE;
+        st = q->write ? nvme_submit_write(&io->e, q->off + at, len, (uint8_t *)q->buf + at, tag, &ne)
+                      : nvme_submit_read(&io->e, q->off + at, len, (uint8_t *)q->buf + at, tag, &ne);
     }
-    /* wait for what was queued even after a refusal, so no buffer is left in flight */
-    NvmeError we;
-    NvmeStatus ws = nvme_wait(&io->e, NVME_TAG_ALL, &we);
+    if (st != NVME_OK) nvme_wait(&io->e, tag, NULL); /* its pieces already queued: none left in flight */
     pthread_mutex_unlock(&io->mu);
-    if (st != NVME_OK) return fail_nvme(&ne, err, errlen);
-    if (ws != NVME_OK) return fail_nvme(&we, err, errlen);
-    for (int k = 0; k < n; k++) {
-        const RtioReq *q = &reqs[k];
-        if (!q->bytes || aligned(q->off, q->bytes, q->buf)) continue;
-        if (xfer(io, q->off, q->buf, q->bytes, q->write, err, errlen)) return -1;
-    }
-    return 0;
+    return st == NVME_OK ? 1 : fail_nvme(&ne, err, errlen);
+}
+
+int rtio_progress(RtIo *io, int wait, char *err, size_t errlen) {
+    NvmeError ne;
+    pthread_mutex_lock(&io->mu);
+    NvmeStatus st = nvme_progress(&io->e, wait, &ne);
+    pthread_mutex_unlock(&io->mu);
+    return st == NVME_OK ? 0 : fail_nvme(&ne, err, errlen);
+}
+
+int rtio_finished(RtIo *io, uint32_t tag, char *err, size_t errlen) {
+    pthread_mutex_lock(&io->mu);
+    int done = nvme_tag_done(&io->e, tag);
+    NvmeError ne;
+    NvmeStatus st = done ? nvme_wait(&io->e, tag, &ne) : NVME_OK; /* returns at once: collects its error */
+    pthread_mutex_unlock(&io->mu);
+    if (!done) return 0;
+    return st == NVME_OK ? 1 : fail_nvme(&ne, err, errlen);
 }

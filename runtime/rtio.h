@@ -41,21 +41,31 @@ void rtio_close(RtIo *io, int remove_files);
 int rtio_read(RtIo *io, uint64_t off, void *dst, uint64_t bytes, char *err, size_t errlen);
 int rtio_write(RtIo *io, uint64_t off, const void *src, uint64_t bytes, char *err, size_t errlen);
 
-/* One transfer of a batch: bytes at logical offset off to (write) or from buf. */
+/* One transfer: bytes at logical offset off to (write) or from buf. */
 typedef struct RtioReq {
     uint64_t off, bytes;
     void *buf;
     int write;
 } RtioReq;
-/* Several transfers at once (the nvme queue's ready instructions): the
- * aligned ones are queued together, go to the kernel in one io_uring
- * submission and are waited for together, so their latencies overlap
- * (consecutive ones that continue each other on disk and in memory, as a
- * parameter's moments do, go as one request); the unaligned ones then go
- * one by one through the bounce buffer. The caller
- * makes sure no two of them touch overlapping bytes where one writes.
- * 0, or -1 with the first error. */
-int rtio_xfer_batch(RtIo *io, const RtioReq *reqs, int n, char *err, size_t errlen);
+
+/* Transfers kept in flight together (the nvme queue's pipeline,
+ * runtime/queues qrun_set_pipe): each under a tag of the caller's, from
+ * RTIO_TAG_FIRST up (lower ones are rtio_read/rtio_write's), unique among
+ * those not yet retired. rtio_start queues an aligned transfer in pieces
+ * of 128 KiB (so that one large transfer keeps several of the device's
+ * queue slots busy) and returns 1: in flight; an unaligned one goes
+ * through the bounce buffer at once and returns 0: done. -1 with err on a
+ * refusal (nothing of it is left in flight then). rtio_progress sends what
+ * was queued to the kernel (one submission for all) and reaps
+ * completions, when wait first blocking until one arrives.
+ * rtio_finished: 1 when the tag's transfer has ended well, 0 while in
+ * flight, -1 with its error (the first of its pieces) when it failed.
+ * The caller makes sure no two transfers in flight touch overlapping
+ * bytes where one writes, and keeps each buffer valid until retired. */
+enum { RTIO_TAG_FIRST = 2 };
+int rtio_start(RtIo *io, const RtioReq *q, uint32_t tag, char *err, size_t errlen);
+int rtio_progress(RtIo *io, int wait, char *err, size_t errlen);
+int rtio_finished(RtIo *io, uint32_t tag, char *err, size_t errlen);
 /* "io_uring, queue depth 32" or "pread/pwrite (why)". */
 const char *rtio_mode(const RtIo *io, char *buf, size_t n);
 

@@ -1,6 +1,8 @@
 /* nvme: round trips over 1 and 3 paths (ring and synchronous fallback),
  * the striping layout on disk, short-transfer resumption, real end-of-file,
- * refusal of misaligned requests, and the error of every failing setup. */
+ * refusal of misaligned requests, the error of every failing setup, tags
+ * kept in flight and retired one by one (nvme_progress), and registered
+ * buffers moved to huge pages with their contents intact. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -406,6 +408,106 @@ START_TEST(test_tags_independent) {
 }
 END_TEST
 
+/* Several tags in flight, retired as each ends (nvme_progress and
+ * nvme_tag_done, the executor's pipeline): a batch is submitted only by
+ * progress, every tag ends, a failing one reports its own error and the
+ * others theirs (none), and the data round-trips. */
+START_TEST(test_progress_tags) {
+    const char *paths[3] = {g_dirs[0], g_dirs[1], g_dirs[2]};
+    NvmeEngine e;
+    NvmeError err;
+    char msg[1024];
+    ck_assert_int_eq(nvme_open(&e, paths, 3, 0, 1 * MB, 64 * KB, 4, &err), NVME_OK);
+    unsigned char *a = abuf(3 * MB), *b = abuf(3 * MB);
+    fill_random(a, 3 * MB);
+    memset(b, 0, 3 * MB);
+    nvme_batch_begin(&e);
+    for (uint32_t t = 0; t < 12; t++) /* 12 tags of 256 KiB, 4 chunks each */
+        ck_assert_int_eq(nvme_submit_write(&e, t * 256 * KB, 256 * KB, a + t * 256 * KB, 10 + t, &err), NVME_OK);
+    ck_assert_uint_eq(e.stats.submits, 0); /* queued only */
+    int left = 12, seen[12] = {0};
+    for (int rounds = 0; left > 0 && rounds < 10000; rounds++) {
+        ck_assert_int_eq(nvme_progress(&e, 1, &err), NVME_OK);
+        ck_assert_int_le(e.inflight, 4);
+        for (uint32_t t = 0; t < 12; t++)
+            if (!seen[t] && nvme_tag_done(&e, 10 + t)) {
+                ck_assert_int_eq(nvme_wait(&e, 10 + t, &err), NVME_OK);
+                seen[t] = 1;
+                left--;
+            }
+    }
+    ck_assert_int_eq(left, 0);
+    ck_assert_uint_eq(nvme_outstanding(&e, NVME_TAG_ALL), 0);
+    ck_assert_int_eq(nvme_progress(&e, 1, &err), NVME_OK); /* nothing in flight: returns */
+    /* read back in 3 tags; the file of path 2 cut short: the tag reading
+     * from it fails with its own message, the others do not */
+    ck_assert_int_eq(truncate(e.files[2], 64 * KB), 0);
+    nvme_batch_begin(&e);
+    ck_assert_int_eq(nvme_submit_read(&e, 0, 128 * KB, b, 1, &err), NVME_OK);          /* paths 0, 1 */
+    ck_assert_int_eq(nvme_submit_read(&e, 128 * KB, 64 * KB, b + 128 * KB, 2, &err), NVME_OK); /* path 2, unit 0 */
+    ck_assert_int_eq(nvme_submit_read(&e, 320 * KB, 64 * KB, b + 320 * KB, 3, &err), NVME_OK); /* path 2, its unit 1: past its end */
+    int done[4] = {0}, fails = 0;
+    for (int rounds = 0; (!done[1] || !done[2] || !done[3]) && rounds < 10000; rounds++) {
+        ck_assert_int_eq(nvme_progress(&e, 1, &err), NVME_OK);
+        for (uint32_t t = 1; t <= 3; t++)
+            if (!done[t] && nvme_tag_done(&e, t)) {
+                done[t] = 1;
+                if (nvme_wait(&e, t, &err) != NVME_OK) {
+                    fails++;
+                    ck_assert_uint_eq(t, 3);
+                    nvme_error_format(&err, msg, sizeof msg);
+                    ck_assert_ptr_nonnull(strstr(msg, "nvme: read of 65536 bytes at offset 65536 in "));
+                    ck_assert_ptr_nonnull(strstr(msg, "unexpected end of file after 0 of 65536 bytes"));
+                }
+            }
+    }
+    ck_assert_int_eq(fails, 1);
+    ck_assert(memcmp(a, b, 192 * KB) == 0);
+    nvme_close(&e, 1);
+    free(a);
+    free(b);
+}
+END_TEST
+
+/* Registration backs the buffers' whole 2 MiB pages with huge pages where
+ * the kernel agrees, and never changes their contents;
+ * ZINF_NVME_HUGEPAGES=0 leaves them be. */
+START_TEST(test_register_huge_pages) {
+    const char *paths[1] = {g_dirs[0]};
+    for (int off = 0; off < 2; off++) {
+        if (off) setenv("ZINF_NVME_HUGEPAGES", "0", 1);
+        NvmeEngine e;
+        NvmeError err;
+        ck_assert_int_eq(nvme_open(&e, paths, 1, 0, 8 * MB, 64 * KB, 8, &err), NVME_OK);
+        const size_t n = 6 * MB + 64 * KB;
+        unsigned char *buf = aligned_alloc(2 * MB, 8 * MB), *ref = abuf(n);
+        ck_assert_ptr_nonnull(buf);
+        unsigned char *p = buf + 64 * KB; /* not on a huge page: its first 2 MiB page is the one at buf + 2 MiB */
+        fill_random(ref, n);
+        memcpy(p, ref, n);
+        void *bufs[1] = {p};
+        size_t lens[1] = {n};
+        ck_assert_int_eq(nvme_register_buffers(&e, bufs, lens, 1, &err), NVME_OK);
+        ck_assert_uint_eq(e.reg_bytes, n);
+        ck_assert_uint_eq(e.huge_bytes % (2 * MB), 0);
+        ck_assert_uint_le(e.huge_bytes, 4 * MB); /* the pages at buf + 2 and 4 MiB, at most */
+        if (off) ck_assert_uint_eq(e.huge_bytes, 0);
+        ck_assert(memcmp(p, ref, n) == 0);
+        ck_assert_int_eq(nvme_submit_write(&e, 0, n, p, 1, &err), NVME_OK);
+        ck_assert_int_eq(nvme_wait(&e, 1, &err), NVME_OK);
+        memset(p, 0, n);
+        ck_assert_int_eq(nvme_submit_read(&e, 0, n, p, 1, &err), NVME_OK);
+        ck_assert_int_eq(nvme_wait(&e, 1, &err), NVME_OK);
+        ck_assert(memcmp(p, ref, n) == 0);
+        ck_assert_uint_eq(e.stats.fixed_ops, e.stats.ops);
+        nvme_close(&e, 1);
+        free(buf);
+        free(ref);
+    }
+    unsetenv("ZINF_NVME_HUGEPAGES");
+}
+END_TEST
+
 /* A second open of existing files keeps their contents. */
 START_TEST(test_reopen_keeps_data) {
     const char *paths[2] = {g_dirs[0], g_dirs[1]};
@@ -470,6 +572,8 @@ int main(void) {
     tcase_add_test(tc, test_no_space);
     tcase_add_test(tc, test_error_format);
     tcase_add_test(tc, test_tags_independent);
+    tcase_add_test(tc, test_progress_tags);
+    tcase_add_test(tc, test_register_huge_pages);
     tcase_add_test(tc, test_reopen_keeps_data);
     tcase_add_test(tc, test_one_owner);
     suite_add_tcase(s, tc);

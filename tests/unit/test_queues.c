@@ -1,8 +1,11 @@
 /* queues: dependencies are honoured across queues, a failure stops every
- * queue without a hang, ranges run independently, a queue with a batch
- * function runs its ready instructions together (never two that touch the
+ * queue without a hang, ranges run independently, a pipelined queue keeps
+ * its ready instructions in flight together (never two that touch the
  * same bytes where one writes, never one whose dependencies have not
- * ended), and waiting noted by an instruction is not its queue's busy time. */
+ * ended, one that is not a transfer alone) and retires them in program
+ * order whatever order they end in, a failed transfer stops the run with
+ * its message and nothing left in flight, and waiting noted by an
+ * instruction is not its queue's busy time. */
 #include <check.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -116,37 +119,88 @@ START_TEST(test_ranges) {
 }
 END_TEST
 
-/* ---- batches and waiting ---- */
+/* ---- pipelines and waiting ---- */
 
-typedef struct BCtx {
-    int calls, sizes[16], first[16];
-    int ran[16];
-} BCtx;
+/* A fake engine for the nvme queue's pipeline: transfers end only when
+ * progress is asked to wait, the most recently started first (the worst
+ * order for a queue that must retire in program order). Every breach of
+ * the contract is counted in bad. */
+typedef struct PCtx {
+    Qrun *q;
+    int slot_instr[QRUN_PIPE_MAX]; /* the instruction in each slot, -1: free */
+    int ended[QRUN_PIPE_MAX];
+    int stack[64], nstack;         /* slots in flight, latest on top */
+    int ran[16], inflight, peak, bad, fail_at;
+    uint64_t gen;
+} PCtx;
 
-static int single_fn(void *ctx, uint32_t i, int worker, char *err, size_t n) {
+static int p_exec(void *ctx, uint32_t i, int worker, char *err, size_t n) {
     (void)worker, (void)err, (void)n;
-    BCtx *c = ctx;
+    PCtx *c = ctx;
     c->ran[i]++;
+    /* 7 (compute) waits for read 2 only: reads 0 and 1 must be done too (queue order) */
+    if (i == 7 && (c->q->done[0] != c->q->gen || c->q->done[1] != c->q->gen)) c->bad++;
     return 0;
 }
 
-static int batch_fn(void *ctx, const uint32_t *idx, int n, int worker, char *err, size_t errlen) {
-    (void)worker, (void)err, (void)errlen;
-    BCtx *c = ctx;
-    c->sizes[c->calls] = n;
-    c->first[c->calls++] = (int)idx[0];
-    for (int k = 0; k < n; k++) c->ran[idx[k]]++;
+static int p_start(void *ctx, uint32_t i, int slot, int inflight, int worker, char *err, size_t n) {
+    (void)worker, (void)err, (void)n;
+    PCtx *c = ctx;
+    if (inflight != c->inflight) c->bad++;
+    if (c->q->plan->instrs[i].op != PI_NVME_READ) { /* not a transfer: alone */
+        if (inflight) return QRUN_PIPE_ALONE;
+        c->ran[i]++;
+        return 0;
+    }
+    if (slot < 0 || slot >= QRUN_PIPE_MAX || c->slot_instr[slot] >= 0) {
+        c->bad++;
+        return -1;
+    }
+    for (int k = 0; k < QRUN_PIPE_MAX; k++) /* read 3 writes where read 1 wrote: never beside it */
+        if (i == 3 && c->slot_instr[k] == 1 && !c->ended[k]) c->bad++;
+    c->slot_instr[slot] = (int)i;
+    c->stack[c->nstack++] = slot;
+    if (++c->inflight > c->peak) c->peak = c->inflight;
+    return 1;
+}
+
+static int p_progress(void *ctx, int wait, int worker, char *err, size_t n) {
+    (void)worker, (void)err, (void)n;
+    PCtx *c = ctx;
+    if (wait && c->nstack > 0) c->ended[c->stack[--c->nstack]] = 1;
     return 0;
 }
 
-/* Six NVMe reads into pinned buffers; read 3 writes where read 1 wrote (it
- * must not join 1's batch), read 5 waits for an h2d (6) that waits for 4. */
-START_TEST(test_batches) {
+static int p_finished(void *ctx, int slot, int worker, char *err, size_t n) {
+    (void)worker;
+    PCtx *c = ctx;
+    if (c->slot_instr[slot] < 0) {
+        c->bad++;
+        return -1;
+    }
+    if (!c->ended[slot]) return 0;
+    int i = c->slot_instr[slot];
+    c->slot_instr[slot] = -1;
+    c->ended[slot] = 0;
+    c->inflight--;
+    c->ran[i]++;
+    if (i == c->fail_at) {
+        snprintf(err, n, "nvme: read %d failed on purpose", i);
+        return -1;
+    }
+    return 1;
+}
+
+/* Six NVMe reads into pinned buffers (read 3 writes where read 1 wrote;
+ * read 5 waits for an h2d, 6, that waits for read 4), a compute (7) that
+ * waits for read 2 only, and a zero on the nvme queue (8) that is not a
+ * transfer. */
+static Plan *pipe_plan(void) {
     Plan *p = plan_new();
-    static PlanInstr ins[7];
-    static PlanOperand ops[14];
+    static PlanInstr ins[9];
+    static PlanOperand ops[18];
     static PlanBuffer bufs[8];
-    static uint32_t deps[2];
+    static uint32_t deps[3];
     memset(ins, 0, sizeof ins);
     memset(ops, 0, sizeof ops);
     memset(bufs, 0, sizeof bufs);
@@ -159,46 +213,98 @@ START_TEST(test_batches) {
         ops[2 * i] = (PlanOperand){6, PLAN_R, (uint64_t)i * 4096, 512};
         ops[2 * i + 1] = (PlanOperand){i, PLAN_W, 0, 512};
     }
-    /* 6: an h2d after read 4; read 5 (index 5) waits for it */
     ins[6] = (PlanInstr){.op = PI_H2D, .queue = Q_H2D, .opnd = 12, .nopnd = 2, .dep = 0, .ndeps = 1};
     ops[12] = (PlanOperand){4, PLAN_R, 0, 512};
     ops[13] = (PlanOperand){7, PLAN_W, 0, 512};
     deps[0] = 4;
     deps[1] = 6;
+    deps[2] = 2;
     ins[5].dep = 1;
     ins[5].ndeps = 1;
+    ins[7] = (PlanInstr){.op = PI_KERNEL, .queue = Q_COMPUTE, .opnd = 14, .nopnd = 1, .dep = 2, .ndeps = 1};
+    ops[14] = (PlanOperand){2, PLAN_R, 0, 512};
+    ins[8] = (PlanInstr){.op = PI_ZERO, .queue = Q_NVME, .opnd = 15, .nopnd = 1};
+    ops[15] = (PlanOperand){6, PLAN_W, 1 << 19, 4096};
     p->instrs = ins;
-    p->ninstrs = 7;
+    p->ninstrs = 9;
     p->operands = ops;
-    p->noperands = 14;
+    p->noperands = 16;
     p->buffers = bufs;
     p->nbuffers = 8;
     p->deps = deps;
-    p->ndeps = 2;
-    Qrun q;
-    BCtx c;
-    memset(&c, 0, sizeof c);
-    ck_assert_int_eq(qrun_init(&q, p, single_fn, &c), 0);
-    qrun_set_batch(&q, Q_NVME, batch_fn);
-    ck_assert_int_eq(qrun_range(&q, 0, 7), 0);
-    for (int i = 0; i < 7; i++) ck_assert_int_eq(c.ran[i], 1);
-    /* 0, 1, 2 together (3 clashes with 1); then 3 and 4; then 5 alone, after the h2d */
-    ck_assert_int_eq(c.calls, 2);
-    ck_assert_int_eq(c.first[0], 0);
-    ck_assert_int_eq(c.sizes[0], 3);
-    ck_assert_int_eq(c.first[1], 3);
-    ck_assert_int_eq(c.sizes[1], 2);
-    ck_assert_uint_eq(q.batches[Q_NVME], 2);
-    ck_assert_uint_eq(q.batched[Q_NVME], 5);
-    /* a batch's members share its span; their busy shares add up to it */
-    ck_assert(q.timing[0].start == q.timing[2].start && q.timing[0].end == q.timing[2].end);
-    double span = 0;
-    for (int i = 0; i < 6; i++) span += q.timing[i].end - q.timing[i].start - q.timing[i].wait;
-    ck_assert(span > 0 && span <= q.busy[Q_NVME] + 1e-9 && span >= q.busy[Q_NVME] - 1e-9);
-    qrun_free(&q);
+    p->ndeps = 3;
+    return p;
+}
+
+static void pipe_release(Plan *p) {
     p->instrs = NULL, p->ninstrs = 0, p->operands = NULL, p->noperands = 0, p->buffers = NULL, p->nbuffers = 0;
     p->deps = NULL, p->ndeps = 0;
     plan_free(p);
+}
+
+static void pctx_init(PCtx *c, Qrun *q, int fail_at) {
+    memset(c, 0, sizeof *c);
+    c->q = q;
+    c->fail_at = fail_at;
+    for (int k = 0; k < QRUN_PIPE_MAX; k++) c->slot_instr[k] = -1;
+}
+
+START_TEST(test_pipe) {
+    Plan *p = pipe_plan();
+    for (int rep = 0; rep < 20; rep++) {
+        Qrun q;
+        PCtx c;
+        pctx_init(&c, &q, -1);
+        ck_assert_int_eq(qrun_init(&q, p, p_exec, &c), 0);
+        QrunPipe pipe = {p_start, p_progress, p_finished};
+        qrun_set_pipe(&q, Q_NVME, &pipe);
+        ck_assert_int_eq(qrun_range(&q, 0, 9), 0);
+        ck_assert_int_eq(c.bad, 0);
+        for (int i = 0; i < 9; i++) ck_assert_int_eq(c.ran[i], 1);
+        for (int i = 0; i < 9; i++) ck_assert_uint_eq(q.done[i], q.gen);
+        ck_assert_int_eq(c.inflight, 0);
+        /* 0, 1, 2 in flight together (3 clashes with 1) */
+        ck_assert_int_ge(q.peak[Q_NVME], 3);
+        ck_assert_int_eq(c.peak, q.peak[Q_NVME]);
+        ck_assert_uint_ge(q.overlapped[Q_NVME], 2);
+        /* read 5 started after the h2d it waits for ended; the zero after every read ended */
+        ck_assert_double_ge(q.timing[5].start, q.timing[6].end);
+        for (int i = 0; i < 6; i++) ck_assert_double_ge(q.timing[8].start, q.timing[i].end);
+        /* the busy shares of the queue's instructions add up to its busy time */
+        double span = 0;
+        int nv[7] = {0, 1, 2, 3, 4, 5, 8};
+        for (int k = 0; k < 7; k++) span += q.timing[nv[k]].end - q.timing[nv[k]].start - q.timing[nv[k]].wait;
+        ck_assert(span > 0 && span <= q.busy[Q_NVME] + 1e-9 && span >= q.busy[Q_NVME] - 1e-9);
+        qrun_free(&q);
+    }
+    pipe_release(p);
+}
+END_TEST
+
+/* A transfer that fails: the run fails with its message, nothing is left
+ * in flight, nothing that waits for it ran, and no later read is done. */
+START_TEST(test_pipe_failure) {
+    Plan *p = pipe_plan();
+    for (int fail = 0; fail < 6; fail++) {
+        Qrun q;
+        PCtx c;
+        pctx_init(&c, &q, fail);
+        ck_assert_int_eq(qrun_init(&q, p, p_exec, &c), 0);
+        QrunPipe pipe = {p_start, p_progress, p_finished};
+        qrun_set_pipe(&q, Q_NVME, &pipe);
+        ck_assert_int_eq(qrun_range(&q, 0, 9), -1);
+        char want[64];
+        snprintf(want, sizeof want, "nvme: read %d failed on purpose", fail);
+        ck_assert_str_eq(q.err, want);
+        ck_assert_int_eq(c.inflight, 0);
+        ck_assert_int_eq(c.bad, 0);
+        for (int i = fail; i < 6; i++) ck_assert_uint_ne(q.done[i], q.gen);
+        ck_assert_uint_ne(q.done[8], q.gen);
+        if (fail <= 2) ck_assert_int_eq(c.ran[7], 0);
+        if (fail == 4) ck_assert_int_eq(c.ran[6], 0);
+        qrun_free(&q);
+    }
+    pipe_release(p);
 }
 END_TEST
 
@@ -235,7 +341,8 @@ int main(void) {
     tcase_add_test(tc, test_order);
     tcase_add_test(tc, test_failure_stops_all);
     tcase_add_test(tc, test_ranges);
-    tcase_add_test(tc, test_batches);
+    tcase_add_test(tc, test_pipe);
+    tcase_add_test(tc, test_pipe_failure);
     tcase_add_test(tc, test_wait_is_not_busy);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
