@@ -8,7 +8,7 @@
 
 /* ---- schema ---- */
 
-typedef enum Kind { K_BYTES, K_RATE, K_FLOPS, K_INT, K_STR, K_STRLIST, K_US, K_FRAC } Kind;
+typedef enum Kind { K_BYTES, K_RATE, K_FLOPS, K_INT, K_STR, K_STRLIST, K_US, K_FRAC, K_POINTS, K_BYTESF } Kind;
 
 typedef struct Key {
     const char *block; /* "" for the top level */
@@ -51,15 +51,26 @@ static const Key keys[] = {
     {"efficiency", "attention", K_FRAC, F(eff[FAM_ATTENTION])},
     {"efficiency", "norm", K_FRAC, F(eff[FAM_NORM])},
     {"efficiency", "elementwise", K_FRAC, F(eff[FAM_ELEMENTWISE])},
+    {"efficiency", "activation", K_FRAC, F(eff[FAM_ACTIVATION])},
+    {"cpu", "wake_us", K_US, F(wake_latency)},
+    {"cpu", "cache", K_BYTESF, F(cpu_cache)},
+    {"cpu", "cache_bandwidth", K_RATE, F(cache_bandwidth)},
+    /* timed calls per family: [flops, us, flops, us, ...] */
+    {"kernels", "gemm", K_POINTS, F(kernel_points)},
+    {"kernels", "attention", K_POINTS, F(kernel_points)},
+    {"kernels", "norm", K_POINTS, F(kernel_points)},
+    {"kernels", "elementwise", K_POINTS, F(kernel_points)},
+    {"kernels", "activation", K_POINTS, F(kernel_points)},
 };
 #undef F
 enum { NKEYS = sizeof keys / sizeof keys[0] };
-static const char *const blocks[] = {"gpu", "cpu", "nvme", "net", "efficiency"};
+static const char *const blocks[] = {"gpu", "cpu", "nvme", "net", "efficiency", "kernels"};
 enum { NBLOCKS = sizeof blocks / sizeof blocks[0] };
 
 static const char *kind_words(Kind k) {
     switch (k) {
-    case K_BYTES: return "a size in bytes (e.g. 32 GiB)";
+    case K_BYTES:
+    case K_BYTESF: return "a size in bytes (e.g. 32 GiB)";
     case K_RATE: return "a rate in bytes per second (e.g. 12 GB/s)";
     case K_FLOPS: return "a count of operations per second (e.g. 125 T)";
     case K_INT: return "a whole number";
@@ -67,6 +78,7 @@ static const char *kind_words(Kind k) {
     case K_STRLIST: return "a list of strings";
     case K_US: return "a time in microseconds";
     case K_FRAC: return "a fraction of peak, in (0, 1]";
+    case K_POINTS: return "a list of timed calls, each its FLOPs and its microseconds (e.g. [2.1e6, 23.5, 8.4e6, 88])";
     }
     return "?";
 }
@@ -93,6 +105,42 @@ static bool number(const Expr *e, double *v, Unit *u, bool *neg) {
     *u = e->unit;
     if (u->kind != UNIT_NONE) *v *= (double)(u->scale ? u->scale : 1);
     if (*neg) *v = -*v;
+    return true;
+}
+
+/* kernels { FAMILY = [flops, us, ...] }: appended to the target's timed calls. */
+static bool set_points(const Key *k, const Setting *s, DiagSink *d, Target *t) {
+    const Expr *e = s->value;
+    if (e->kind != EX_LIST || e->args.len < 2 || e->args.len % 2) {
+        diag_error(d, e->span, "'%s' must be %s", s->key, kind_words(k->kind));
+        return false;
+    }
+    int family = -1;
+    for (int f = 0; f < PLAN_NFAMILIES; f++)
+        if (!strcmp(plan_family_names[f], k->key)) family = f;
+    for (int i = 0; i < t->nkernel_points; i++)
+        if (t->kernel_points[i].family == family) {
+            diag_error(d, s->span, "the timed calls of '%s' are given twice", s->key);
+            return false;
+        }
+    if (family < 0 || t->nkernel_points + e->args.len / 2 > PLAN_MAX_KERNEL_POINTS) {
+        diag_error(d, e->span, "at most %d timed calls in all", PLAN_MAX_KERNEL_POINTS);
+        return false;
+    }
+    for (int i = 0; i < e->args.len; i += 2) {
+        double v[2];
+        for (int j = 0; j < 2; j++) {
+            const Expr *it = e->args.items[i + j].value;
+            Unit u;
+            bool neg;
+            if (!it || !number(it, &v[j], &u, &neg) || (u.kind != UNIT_NONE && u.kind != UNIT_COUNT) || neg || !(v[j] > 0) ||
+                !isfinite(v[j])) {
+                diag_error(d, it ? it->span : e->span, "'%s' must be %s, each number positive", s->key, kind_words(k->kind));
+                return false;
+            }
+        }
+        t->kernel_points[t->nkernel_points++] = (PlanKernelPoint){family, v[0], v[1] * 1e-6};
+    }
     return true;
 }
 
@@ -125,6 +173,7 @@ static bool set_value(const Key *k, const Setting *s, Arena *a, DiagSink *d, Tar
         t->nvme_npaths = e->args.len;
         return true;
     }
+    if (k->kind == K_POINTS) return set_points(k, s, d, t);
     double v;
     Unit u;
     bool neg;
@@ -134,7 +183,7 @@ static bool set_value(const Key *k, const Setting *s, Arena *a, DiagSink *d, Tar
     }
     static const UnitKind want[] = {[K_BYTES] = UNIT_BYTES, [K_RATE] = UNIT_RATE, [K_FLOPS] = UNIT_COUNT,
                                     [K_INT] = UNIT_COUNT, [K_US] = UNIT_NONE,
-                                    [K_FRAC] = UNIT_NONE};
+                                    [K_FRAC] = UNIT_NONE, [K_POINTS] = UNIT_NONE, [K_BYTESF] = UNIT_BYTES};
     if (u.kind != UNIT_NONE && u.kind != want[k->kind]) {
         diag_error(d, e->span, "'%s' must be %s, not %s", s->key, kind_words(k->kind), unit_words(u.kind));
         return false;

@@ -643,7 +643,27 @@ typedef struct Run {
     RtCkptOrigin from;
     double first_loss, last_loss, time_sum; /* over the steps run */
     int64_t ran;
+    /* the first step's time and queue totals, left out of the summary's means */
+    double first_seconds, first_busy[PLAN_NQUEUES], first_wait[PLAN_NQUEUES];
 } Run;
+
+/* What the end-of-run means count: with more than one step, the steps
+ * after the first, whose start also first touches the arenas' memory and
+ * wakes the threads (the prediction is of a steady step). */
+typedef struct Counted {
+    int64_t steps;
+    double seconds, busy[PLAN_NQUEUES], wait[PLAN_NQUEUES];
+} Counted;
+
+static Counted counted(const Run *u) {
+    bool skip = u->ran > 1;
+    Counted c = {skip ? u->ran - 1 : u->ran, u->time_sum - (skip ? u->first_seconds : 0), {0}, {0}};
+    for (int q = 0; q < PLAN_NQUEUES; q++) {
+        c.busy[q] = rt_busy_seconds(u->r, q) - (skip ? u->first_busy[q] : 0);
+        c.wait[q] = rt_wait_seconds(u->r, q) - (skip ? u->first_wait[q] : 0);
+    }
+    return c;
+}
 
 /* The executor, the checkpoint resumed from, the Hugging Face weights. */
 static int run_start(Run *u, char *err, size_t n) {
@@ -740,6 +760,13 @@ static int train(Run *u, char *err, size_t n) {
         if (isnan(u->first_loss)) u->first_loss = st.loss;
         u->last_loss = st.loss;
         u->time_sum += st.seconds;
+        if (u->ran == 1) {
+            u->first_seconds = st.seconds;
+            for (int q = 0; q < PLAN_NQUEUES; q++) {
+                u->first_busy[q] = rt_busy_seconds(u->r, q);
+                u->first_wait[q] = rt_wait_seconds(u->r, q);
+            }
+        }
         if (u->lead && !o->quiet) print_step(u, s, &st);
         if (eval_due(o, s + 1, u->start, u->total) && eval_at(u->r, &u->ev, s + 1, tokens, o, u->lossf, u->tty, err, n)) return -1;
         if (o->ckpt_dir && o->ckpt_every > 0 && (s + 1) % o->ckpt_every == 0 && s + 1 < u->total) {
@@ -788,11 +815,11 @@ static int finish(Run *u, char *err, size_t n) {
  * measured busy time differs most (in ms) from its predicted one, and
  * whether it is the busiest queue (what the step follows), so that a
  * person knows where to look first (zinfdump --compare has the rest). */
-static void print_divergence(const Run *u, int64_t ran) {
+static void print_divergence(const Run *u, const Counted *c) {
     int worst = -1, busiest = 0;
-    double m[PLAN_NQUEUES], pr[PLAN_NQUEUES], step = u->time_sum / (double)ran * 1e3;
+    double m[PLAN_NQUEUES], pr[PLAN_NQUEUES], step = c->seconds / (double)c->steps * 1e3;
     for (int q = 0; q < PLAN_NQUEUES; q++) {
-        m[q] = rt_busy_seconds(u->r, q) / (double)ran * 1e3;
+        m[q] = c->busy[q] / (double)c->steps * 1e3;
         pr[q] = u->cr.busy[q] * u->accum * 1e3;
         if (worst < 0 || fabs(m[q] - pr[q]) > fabs(m[worst] - pr[worst])) worst = q;
         if (m[q] > m[busiest]) busiest = q;
@@ -820,25 +847,27 @@ static void print_summary(const Run *u) {
         return;
     }
     double pred = u->have_cost ? u->cr.step_time * 1e3 : 0.0;
-    printf("done: %" PRId64 " steps, loss %.4f -> %.4f, %.1f ms/step measured, %.1f ms/step predicted\n", ran, u->first_loss,
-           u->last_loss, u->time_sum / (double)ran * 1e3, pred);
-    printf("queue busy per step, measured (predicted):");
+    Counted c = counted(u);
+    double per = 1e3 / (double)c.steps;
+    printf("done: %" PRId64 " steps, loss %.4f -> %.4f, %.1f ms/step measured, %.1f ms/step predicted", ran, u->first_loss,
+           u->last_loss, c.seconds * per, pred);
+    if (c.steps < ran) printf(" (steps after the first; the first took %.1f ms)", u->first_seconds * 1e3);
+    printf("\nqueue busy per step, measured (predicted):");
     for (int q = 0; q < PLAN_NQUEUES; q++)
-        printf(" %s %.1f (%.1f)", plan_queue_names[q], rt_busy_seconds(u->r, q) / (double)ran * 1e3,
-               u->have_cost ? u->cr.busy[q] * u->accum * 1e3 : 0.0);
+        printf(" %s %.1f (%.1f)", plan_queue_names[q], c.busy[q] * per, u->have_cost ? u->cr.busy[q] * u->accum * 1e3 : 0.0);
     printf(" ms\n");
-    if (u->have_cost) print_divergence(u, ran);
+    if (u->have_cost) print_divergence(u, &c);
     bool waited = false;
-    for (int q = 0; q < PLAN_NQUEUES; q++) waited |= rt_wait_seconds(u->r, q) > 0;
+    for (int q = 0; q < PLAN_NQUEUES; q++) waited |= c.wait[q] > 0;
     if (waited) { /* a collective's time until every rank arrived, an NVMe transfer's beside its batch: not busy */
         printf("waiting per step inside instructions, not in busy:");
         for (int q = 0; q < PLAN_NQUEUES; q++)
-            if (rt_wait_seconds(u->r, q) > 0)
-                printf(" %s %.1f ms (%s)", plan_queue_names[q], rt_wait_seconds(u->r, q) / (double)ran * 1e3,
+            if (c.wait[q] > 0)
+                printf(" %s %.1f ms (%s)", plan_queue_names[q], c.wait[q] * per,
                        q == Q_NVME ? "in flight beside the rest of a batch, summed over its transfers" : "for other ranks");
         printf("\n");
     }
-    double sec = u->time_sum / (double)ran, flops = rt_step_flops(u->r, u->accum);
+    double sec = c.seconds / (double)c.steps, flops = rt_step_flops(u->r, u->accum);
     printf("compute: %.2f TFLOP/s per rank achieved (the plan's %.3g kernel FLOPs per step / measured time)\n",
            sec > 0 ? flops / sec * 1e-12 : 0.0, flops);
     if (u->backend == RT_BACKEND_CUDA) {

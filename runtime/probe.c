@@ -169,30 +169,73 @@ static void triad_unit(void *ctx, int64_t u) {
     for (int64_t i = lo; i < hi; i++) a[i] = b[i] + 3.0 * c[i];
 }
 
-int probe_memory(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n) {
-    Triad t = {.n = o->quick ? 1 << 19 : 1 << 22};
-    t.chunk = 1 << 15;
+uint64_t probe_cache_bytes(const char *sysfs_cpu) {
+    uint64_t best = 0;
+    int best_level = 0;
+    for (int i = 0; i < 16; i++) {
+        char path[600], line[64];
+        int level = 0;
+        snprintf(path, sizeof path, "%s/cache/index%d/level", sysfs_cpu, i);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (fgets(line, sizeof line, f)) level = atoi(line);
+        fclose(f);
+        snprintf(path, sizeof path, "%s/cache/index%d/type", sysfs_cpu, i);
+        f = fopen(path, "r");
+        bool code = false;
+        if (f) {
+            code = fgets(line, sizeof line, f) && !strncmp(line, "Instruction", 11);
+            fclose(f);
+        }
+        snprintf(path, sizeof path, "%s/cache/index%d/size", sysfs_cpu, i);
+        f = fopen(path, "r");
+        if (!f) continue;
+        char *end = NULL;
+        unsigned long long v = fgets(line, sizeof line, f) ? strtoull(line, &end, 10) : 0;
+        fclose(f);
+        if (end && (*end == 'K' || *end == 'k')) v <<= 10;
+        else if (end && (*end == 'M' || *end == 'm')) v <<= 20;
+        if (!code && v && level > best_level) best_level = level, best = v;
+    }
+    return best;
+}
+
+/* The best triad rate over reps, arrays of n doubles, every rank at once. */
+static int triad_best(Comm *c, int64_t n, int reps, double *best, char *err, size_t en) {
+    Triad t = {.n = n, .chunk = 1 << 15};
     t.a = malloc((size_t)t.n * sizeof(double));
     t.b = malloc((size_t)t.n * sizeof(double));
     t.c = malloc((size_t)t.n * sizeof(double));
     int rc = 0;
-    double best = 0;
-    if (!t.a || !t.b || !t.c) rc = (snprintf(err, n, "out of memory"), -1);
+    if (!t.a || !t.b || !t.c) rc = (snprintf(err, en, "out of memory"), -1);
     for (int64_t i = 0; !rc && i < t.n; i++) t.a[i] = 0, t.b[i] = 1, t.c[i] = 2;
     int64_t units = (t.n + t.chunk - 1) / t.chunk;
-    for (int rep = 0; !rc && rep < (o->quick ? 3 : 10); rep++) {
-        if (comm_barrier(c) != COMM_OK) rc = (snprintf(err, n, "%s", comm_last_error(c)), -1);
+    for (int rep = -1; !rc && rep < reps; rep++) { /* rep -1 warms the cache up */
+        if (comm_barrier(c) != COMM_OK) rc = (snprintf(err, en, "%s", comm_last_error(c)), -1);
         double t0 = probe_now();
         hk_parallel(hk_threads(), units, triad_unit, &t);
         double bw = 3.0 * (double)t.n * sizeof(double) / (probe_now() - t0);
-        if (bw > best) best = bw;
+        if (rep >= 0 && bw > *best) *best = bw;
     }
     free(t.a);
     free(t.b);
     free(t.c);
+    return rc;
+}
+
+int probe_memory(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n) {
+    if (!r->cache_bytes) r->cache_bytes = probe_cache_bytes("/sys/devices/system/cpu/cpu0");
+    /* the shared cache: the ranks' arrays fill half of it together */
+    int64_t cached = r->cache_bytes ? (int64_t)(r->cache_bytes / 2 / (uint64_t)c->size / (3 * sizeof(double))) : 0;
+    double dram = 0, cache = 0;
+    int rc = triad_best(c, o->quick ? 1 << 19 : 1 << 22, o->quick ? 3 : 10, &dram, err, n);
+    if (!rc && cached >= 4096) rc = triad_best(c, cached, o->quick ? 5 : 40, &cache, err, n);
     if (rc) return -1;
-    if (comm_allreduce_sum_f64(c, &best, 1) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(c)), -1;
-    r->mem_bandwidth = best;
+    double v[2] = {dram, cache};
+    if (comm_allreduce_sum_f64(c, v, 2) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(c)), -1;
+    /* called again later in the probe: the best of the calls, as for the kernels */
+    if (v[0] > r->mem_bandwidth) r->mem_bandwidth = v[0];
+    if (v[1] > r->cache_bandwidth) r->cache_bandwidth = v[1];
     return 0;
 }
 
@@ -215,54 +258,72 @@ static float *filled(int64_t numel) {
     return d;
 }
 
+/* One copy of a case's operands and their gradients. */
+typedef struct KSet {
+    HkTensor in[3], din[3], out, dout;
+} KSet;
+
 /* Median seconds of one call of fwd (bwd false) or bwd, over calls made for
  * min_s (at least 3, at most 256): the median, so that another process's
- * burst on a shared core does not count as the kernel's rate. */
-static double time_kernel(const KCase *k, HkTensor *in, HkTensor *out, HkTensor *dout, HkTensor *din, void *ws,
-                          size_t wsb, bool bwd, double min_s) {
+ * burst on a shared core does not count as the kernel's rate. Each call
+ * takes the next of nsets copies of the operands, so that they come from
+ * the shared cache, as a plan's kernels find what another kernel wrote,
+ * not from the core's own cache, where one set timed again would stay. */
+static double time_kernel(const KCase *k, KSet *sets, int nsets, void *ws, size_t wsb, bool bwd, double min_s) {
     int64_t iattr[PLAN_MAX_IATTR] = {k->heads, 0};
     double fattr[PLAN_MAX_FATTR] = {0}, t[256], start = probe_now();
     int reps = 0;
     for (int i = -1; reps < 256 && (reps < 3 || probe_now() - start < min_s); i++) { /* call -1 warms up */
+        KSet *x = &sets[(i + 1) % nsets];
         double t0 = probe_now();
-        int rc = bwd ? hk_run_bwd(k->prim, in, k->nin, out, dout, 1, din, iattr, fattr, ws, wsb)
-                     : hk_run_fwd(k->prim, in, k->nin, out, 1, iattr, fattr, ws, wsb);
+        int rc = bwd ? hk_run_bwd(k->prim, x->in, k->nin, &x->out, &x->dout, 1, x->din, iattr, fattr, ws, wsb)
+                     : hk_run_fwd(k->prim, x->in, k->nin, &x->out, 1, iattr, fattr, ws, wsb);
         if (rc != HK_OK) return -1;
         if (i >= 0) t[reps++] = probe_now() - t0;
     }
     return probe_median(t, reps);
 }
 
-static int kernel_case(const KCase *k, bool quick, ProbeResult *r, char *err, size_t n) {
-    HkTensor in[3], din[3], out, dout;
-    float *mem[8] = {0};
-    int nm = 0;
+/* The copies of the operands cycle through at least this many bytes: twice
+ * a core's own cache on today's CPUs, well within the shared one. */
+enum { KSET_BYTES = 8 << 20, KSET_MAX = 32 };
+
+/* The forward's and the backward's seconds of case k (median over calls
+ * made for min_s each); -1 when memory or the kernel fails. */
+static int kernel_case(const KCase *k, double min_s, double *fwd, double *bwd) {
+    size_t one = 0;
     for (int i = 0; i <= k->nin; i++) {
         HkTensor t = hk_tensor(NULL, DT_F32, k->rank[i], k->dims[i]);
-        t.data = mem[nm++] = filled(hk_numel(&t));
-        HkTensor g = t;
-        g.data = mem[nm++] = filled(hk_numel(&t));
-        if (i < k->nin) in[i] = t, din[i] = g;
-        else out = t, dout = g;
+        one += 2 * (size_t)hk_numel(&t) * sizeof(float);
     }
+    int nsets = one ? (int)((KSET_BYTES + one - 1) / one) : 1;
+    if (nsets > KSET_MAX) nsets = KSET_MAX;
+    if (nsets < 1) nsets = 1;
+    KSet sets[KSET_MAX];
+    float *mem[KSET_MAX * 8] = {0};
+    int nm = 0;
+    bool ok = true;
+    for (int s = 0; s < nsets; s++)
+        for (int i = 0; i <= k->nin; i++) {
+            HkTensor t = hk_tensor(NULL, DT_F32, k->rank[i], k->dims[i]);
+            t.data = mem[nm++] = filled(hk_numel(&t));
+            HkTensor g = t;
+            g.data = mem[nm++] = filled(hk_numel(&t));
+            ok &= t.data != NULL && g.data != NULL;
+            if (i < k->nin) sets[s].in[i] = t, sets[s].din[i] = g;
+            else sets[s].out = t, sets[s].dout = g;
+        }
     int64_t iattr[PLAN_MAX_IATTR] = {k->heads, 0};
-    size_t wsb = hk_workspace_bytes(k->prim, in, k->nin, &out, 1, iattr);
+    size_t wsb = hk_workspace_bytes(k->prim, sets[0].in, k->nin, &sets[0].out, 1, iattr);
     void *ws = malloc(wsb ? wsb : 1);
-    bool ok = ws != NULL;
-    for (int i = 0; i < nm; i++) ok &= mem[i] != NULL;
-    double f = ok ? time_kernel(k, in, &out, NULL, NULL, ws, wsb, false, quick ? 0.002 : 0.05) : -1;
-    double b = f > 0 ? time_kernel(k, in, &out, &dout, din, ws, wsb, true, quick ? 0.002 : 0.05) : -1;
+    ok &= ws != NULL;
+    double f = ok ? time_kernel(k, sets, nsets, ws, wsb, false, min_s) : -1;
+    double b = f > 0 ? time_kernel(k, sets, nsets, ws, wsb, true, min_s) : -1;
     for (int i = 0; i < nm; i++) free(mem[i]);
     free(ws);
-    if (f <= 0 || b <= 0) return snprintf(err, n, "host kernel %s failed", k->name), -1;
-    for (int pass = 0; pass < 2 && r->nrates < PROBE_MAX_RATES; pass++) {
-        ProbeRate *q = &r->rates[r->nrates++];
-        q->family = k->family;
-        snprintf(q->what, sizeof q->what, "%s %s", k->name, pass ? "bwd" : "fwd");
-        q->flops = pass ? 2 * k->flops : k->flops; /* a backward counts twice its forward */
-        q->secs = pass ? b : f;
-    }
-    return 0;
+    *fwd = f;
+    *bwd = b;
+    return f > 0 && b > 0 ? 0 : -1;
 }
 
 static KCase gemm_case(int64_t m, int64_t kk, int64_t nn) {
@@ -288,32 +349,67 @@ static KCase rows_case(PrimId p, PlanFamily f, int nin, int64_t rows, int64_t d,
     return k;
 }
 
-int probe_kernels(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n) {
-    KCase cases[12];
+enum { PROBE_MAX_CASES = PROBE_MAX_RATES / 2 };
+
+/* The sizes timed: each family from a small model's shapes (gpt2-tiny's
+ * 256 rows of 128) to a large one's, so that the fit sees both the fixed
+ * time per call and the rate. */
+static int kernel_cases(bool quick, KCase *cases) {
     int nc = 0;
+    cases[nc++] = gemm_case(64, 128, 128);
     cases[nc++] = gemm_case(256, 128, 384);
     cases[nc++] = gemm_case(256, 512, 128);
-    if (!o->quick) cases[nc++] = gemm_case(1024, 1024, 1024);
+    if (!quick) cases[nc++] = gemm_case(1024, 1024, 1024);
     cases[nc++] = attn_case(4, 64, 128, 4);
-    if (!o->quick) cases[nc++] = attn_case(4, 256, 256, 4);
+    if (!quick) cases[nc++] = attn_case(1, 32, 64, 2);
+    if (!quick) cases[nc++] = attn_case(4, 256, 256, 4);
     cases[nc++] = rows_case(PRIM_LAYERNORM, FAM_NORM, 3, 256, 128, "layernorm");
-    if (!o->quick) cases[nc++] = rows_case(PRIM_LAYERNORM, FAM_NORM, 3, 1024, 1024, "layernorm");
-    cases[nc++] = rows_case(PRIM_GELU, FAM_ELEMENTWISE, 1, 256, 512, "gelu");
+    if (!quick) cases[nc++] = rows_case(PRIM_LAYERNORM, FAM_NORM, 3, 32, 128, "layernorm");
+    if (!quick) cases[nc++] = rows_case(PRIM_LAYERNORM, FAM_NORM, 3, 1024, 1024, "layernorm");
+    cases[nc++] = rows_case(PRIM_GELU, FAM_ACTIVATION, 1, 256, 512, "gelu");
     cases[nc++] = rows_case(PRIM_ADD, FAM_ELEMENTWISE, 2, 256, 128, "add");
-    if (!o->quick) cases[nc++] = rows_case(PRIM_GELU, FAM_ELEMENTWISE, 1, 1024, 1024, "gelu");
+    if (!quick) cases[nc++] = rows_case(PRIM_ADD, FAM_ELEMENTWISE, 2, 32, 128, "add");
+    if (!quick) cases[nc++] = rows_case(PRIM_GELU, FAM_ACTIVATION, 1, 1024, 1024, "gelu");
+    if (!quick) cases[nc++] = rows_case(PRIM_GELU, FAM_ACTIVATION, 1, 32, 128, "gelu");
+    return nc;
+}
+
+int probe_kernels(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n) {
+    KCase cases[PROBE_MAX_CASES];
+    int nc = kernel_cases(o->quick, cases), rounds = o->quick ? 1 : 3;
+    double best[PROBE_MAX_RATES];
+    for (int i = 0; i < 2 * nc; i++) best[i] = -1;
     r->nrates = 0;
-    int rc = 0;
+    int rc = 0, failed = -1;
     if (comm_barrier(c) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(c)), -1;
-    for (int i = 0; i < nc && !rc; i++) rc = kernel_case(&cases[i], o->quick, r, err, n);
+    /* round after round over every size, so that a burst of load meets one
+     * round of a size, not all of them */
+    for (int round = 0; round < rounds && !rc; round++)
+        for (int i = 0; i < nc && !rc; i++) {
+            double f, b;
+            if (kernel_case(&cases[i], o->quick ? 0.002 : 0.04, &f, &b)) {
+                rc = -1;
+                failed = i;
+                break;
+            }
+            if (best[2 * i] < 0 || f < best[2 * i]) best[2 * i] = f;
+            if (best[2 * i + 1] < 0 || b < best[2 * i + 1]) best[2 * i + 1] = b;
+        }
+    if (rc) snprintf(err, n, "host kernel %s failed", cases[failed].name);
     double bad = rc ? 1 : 0;
     if (comm_allreduce_sum_f64(c, &bad, 1) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(c)), -1;
     if (bad > 0 && !rc) snprintf(err, n, "a host kernel failed on another rank");
     if (bad > 0) return -1;
-    /* every rank's rates, averaged: the ranks ran at once, as in training */
-    double secs[PROBE_MAX_RATES];
-    for (int i = 0; i < r->nrates; i++) secs[i] = r->rates[i].secs;
-    if (comm_allreduce_sum_f64(c, secs, (size_t)r->nrates) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(c)), -1;
-    for (int i = 0; i < r->nrates; i++) r->rates[i].secs = secs[i] / c->size;
+    /* every rank's times, averaged: the ranks ran at once, as in training */
+    if (comm_allreduce_sum_f64(c, best, (size_t)(2 * nc)) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(c)), -1;
+    for (int i = 0; i < nc; i++)
+        for (int pass = 0; pass < 2; pass++) {
+            ProbeRate *q = &r->rates[r->nrates++];
+            q->family = cases[i].family;
+            snprintf(q->what, sizeof q->what, "%s %s", cases[i].name, pass ? "bwd" : "fwd");
+            q->flops = pass ? 2 * cases[i].flops : cases[i].flops; /* a backward counts twice its forward */
+            q->secs = best[2 * i + pass] / c->size;
+        }
     probe_summarise_rates(r);
     return 0;
 }
@@ -380,6 +476,14 @@ static double handoff_seconds(int rounds) {
     return t;
 }
 
+/* What a running queue does around each instruction when no thread waits
+ * for it: take its lock, run the instruction, signal its condition. */
+typedef struct QueueTurn {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+} QueueTurn;
+
 int probe_dispatch(const ProbeOptions *o, ProbeResult *r, char *err, size_t n) {
     int rounds = o->quick ? 200 : 5000;
     double h = handoff_seconds(rounds);
@@ -389,17 +493,33 @@ int probe_dispatch(const ProbeOptions *o, ProbeResult *r, char *err, size_t n) {
     for (int i = 0; i < 1024; i++) src[i] = (float)i;
     int64_t d = 64;
     HkTensor tx = hk_tensor(x, DT_F32, 1, &d), ty = hk_tensor(y, DT_F32, 1, &d);
+    QueueTurn q = {.done = 0};
+    pthread_mutex_init(&q.mu, NULL);
+    pthread_cond_init(&q.cv, NULL);
     double t0 = probe_now();
-    for (int i = 0; i < rounds; i++) hk_gelu_fwd(&tx, &ty);
+    for (int i = 0; i < rounds; i++) {
+        pthread_mutex_lock(&q.mu);
+        hk_gelu_fwd(&tx, &ty);
+        q.done++;
+        pthread_cond_broadcast(&q.cv);
+        pthread_mutex_unlock(&q.mu);
+    }
     double k = (probe_now() - t0) / rounds;
     t0 = probe_now();
     for (int i = 0; i < rounds; i++) {
+        pthread_mutex_lock(&q.mu);
         memcpy(dst, src, sizeof src);
         src[i % 1024] = dst[(i + 1) % 1024];
+        q.done++;
+        pthread_cond_broadcast(&q.cv);
+        pthread_mutex_unlock(&q.mu);
     }
     double cp = (probe_now() - t0) / rounds;
-    r->launch = h + k;
-    r->copy = h + cp;
+    pthread_cond_destroy(&q.cv);
+    pthread_mutex_destroy(&q.mu);
+    r->launch = k;
+    r->copy = cp;
+    r->wake = h;
     return 0;
 }
 
@@ -463,12 +583,13 @@ int probe_run(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t 
     r->cpu_memory = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 8ull << 30;
     r->cores = cores > 0 ? (int)cores : 1;
     if (probe_nvme(c, o, r, err, n) || probe_memory(c, o, r, err, n) || probe_kernels(c, o, r, err, n) ||
-        probe_dispatch(o, r, err, n) || probe_collectives(c, o, r, err, n))
+        probe_memory(c, o, r, err, n) || probe_dispatch(o, r, err, n) || probe_collectives(c, o, r, err, n))
         return -1;
-    double d[2] = {r->launch, r->copy};
-    if (comm_allreduce_sum_f64(c, d, 2) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(c)), -1;
+    double d[3] = {r->launch, r->copy, r->wake};
+    if (comm_allreduce_sum_f64(c, d, 3) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(c)), -1;
     r->launch = d[0] / c->size;
     r->copy = d[1] / c->size;
+    r->wake = d[2] / c->size;
     r->seconds = probe_now() - t0;
     return 0;
 }
@@ -500,12 +621,32 @@ int probe_target_text(const ProbeResult *r, char *buf, size_t n) {
         r->net ? "MPI collectives" : "no collectives (one rank)");
     OUT("target probe_%s {\n  backend = \"host\"\n  ranks = %d\n  budget = %llu MiB\n", r->host, ranks,
         (unsigned long long)(budget ? budget : 1));
-    OUT("  cpu  { memory = %llu MiB; bandwidth = %.3f GB/s; cores = %d; flops = %.3f G; launch_us = %.3f; copy_us = %.3f }\n",
+    OUT("  cpu  { memory = %llu MiB; bandwidth = %.3f GB/s; cores = %d; flops = %.3f G; launch_us = %.3f; copy_us = %.3f;\n"
+        "         wake_us = %.3f",
         (unsigned long long)(r->cpu_memory / mib ? r->cpu_memory / mib : 1), atleast(r->mem_bandwidth * 1e-9, 0.001),
         r->cores > 0 ? r->cores : 1, atleast(r->peak_flops * 1e-9, 0.001), atleast(r->launch * 1e6, 0.001),
-        atleast(r->copy * 1e6, 0.001));
-    OUT("  efficiency { gemm = %.4f; attention = %.4f; norm = %.4f; elementwise = %.4f }\n", r->eff[FAM_GEMM],
-        r->eff[FAM_ATTENTION], r->eff[FAM_NORM], r->eff[FAM_ELEMENTWISE]);
+        atleast(r->copy * 1e6, 0.001), atleast(r->wake * 1e6, 0.001));
+    if (r->cache_bytes && r->cache_bandwidth > 0)
+        OUT("; cache = %llu KiB; cache_bandwidth = %.3f GB/s", (unsigned long long)(r->cache_bytes >> 10),
+            atleast(r->cache_bandwidth * 1e-9, 0.001));
+    OUT(" }\n");
+    OUT("  efficiency { gemm = %.4f; attention = %.4f; norm = %.4f; elementwise = %.4f; activation = %.4f }\n",
+        r->eff[FAM_GEMM], r->eff[FAM_ATTENTION], r->eff[FAM_NORM], r->eff[FAM_ELEMENTWISE], r->eff[FAM_ACTIVATION]);
+    /* every timed call, for the cost model's interpolation */
+    bool open = false;
+    for (int f = 0; f < PLAN_NFAMILIES; f++) {
+        int w = 0;
+        for (int i = 0; i < r->nrates; i++) {
+            const ProbeRate *q = &r->rates[i];
+            if (q->family != (PlanFamily)f || !(q->secs > 0 && q->flops > 0)) continue;
+            if (!open) OUT("  kernels { # the timed calls: FLOPs, microseconds\n");
+            if (!w) OUT("    %s = [", plan_family_names[f]);
+            OUT("%s%.6g, %.4g", w++ ? ", " : "", q->flops, atleast(q->secs * 1e6, 1e-4));
+            open = true;
+        }
+        if (w) OUT("]\n");
+    }
+    if (open) OUT("  }\n");
     k += probe_text_nvme(r, buf + ((size_t)k < n ? (size_t)k : n), (size_t)k < n ? n - (size_t)k : 0);
     if (r->net)
         OUT("  net  { bandwidth = %.3f GB/s; latency_us = %.3f }\n", atleast(r->coll.bandwidth * 1e-9, 0.001),
@@ -524,15 +665,20 @@ void probe_report(const ProbeResult *r, FILE *out) {
     } else {
         fprintf(out, "nvme: not measured (no --nvme DIR)\n");
     }
-    fprintf(out, "memory (triad, all ranks at once, node): %.2f GB/s\n", r->mem_bandwidth * 1e-9);
-    fprintf(out, "dispatch: launch %.1f us, copy %.1f us (a thread wake-up + a tiny kernel / copy)\n", r->launch * 1e6,
-            r->copy * 1e6);
+    fprintf(out, "memory (triad, all ranks at once, node): %.2f GB/s", r->mem_bandwidth * 1e-9);
+    if (r->cache_bytes && r->cache_bandwidth > 0)
+        fprintf(out, "; within the %llu KiB shared cache %.2f GB/s", (unsigned long long)(r->cache_bytes >> 10),
+                r->cache_bandwidth * 1e-9);
+    fprintf(out, "\n");
+    fprintf(out, "dispatch: launch %.2f us, copy %.2f us (a tiny kernel / copy on a running queue); wake %.1f us (a queue's thread\n"
+                 "  woken by another)\n", r->launch * 1e6, r->copy * 1e6, r->wake * 1e6);
     fprintf(out, "host kernels per rank (the plan's FLOPs):\n");
     for (int i = 0; i < r->nrates; i++)
         fprintf(out, "  %-11s %-26s %9.3f GFLOP/s  %10.1f us\n", plan_family_names[r->rates[i].family], r->rates[i].what,
                 r->rates[i].flops / r->rates[i].secs * 1e-9, r->rates[i].secs * 1e6);
-    fprintf(out, "  peak %.3f GFLOP/s; efficiency gemm %.3f, attention %.3f, norm %.3f, elementwise %.3f\n",
-            r->peak_flops * 1e-9, r->eff[FAM_GEMM], r->eff[FAM_ATTENTION], r->eff[FAM_NORM], r->eff[FAM_ELEMENTWISE]);
+    fprintf(out, "  peak %.3f GFLOP/s; efficiency (the family's median rate over the peak):", r->peak_flops * 1e-9);
+    for (int f = 0; f < PLAN_NFAMILIES; f++) fprintf(out, "%s %s %.3f", f ? "," : "", plan_family_names[f], r->eff[f]);
+    fprintf(out, "\n  (the cost model interpolates between these calls; the efficiencies are for a reader without them)\n");
     if (!r->net) {
         fprintf(out, "collectives: not measured (one rank)\n");
         return;

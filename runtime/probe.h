@@ -9,14 +9,24 @@
  *    writes of 4 KiB to a few MiB; latency and bandwidth fitted per rank,
  *    the node's rate = the ranks' rates summed;
  *  - host memory: a triad (a = b + s c) over arrays far larger than caches,
- *    on the rank's thread team; the node's bandwidth is the ranks' sum;
- *  - kernels: the host kernels (hostk) by family at a few sizes, each rate
- *    counted in the plan's FLOPs (the planner's convention: 2 M N K per
- *    GEMM, 2 |q| T per attention, 5 per output element elsewhere, a
- *    backward twice its forward); the best GEMM rate is the peak and each
- *    family's efficiency the median of its rates over that peak;
- *  - dispatch: a wake-up of another thread (the executor's queues) plus a
- *    tiny kernel (launch) or a tiny copy (copy);
+ *    and over arrays that fill half the CPUs' shared cache together (what a
+ *    small plan streams at), on the rank's thread team; the node's
+ *    bandwidth is the ranks' sum, the best of two calls, before and after
+ *    the kernels;
+ *  - kernels: the host kernels (hostk) by family at sizes from a small
+ *    model's to a large one's, each time counted in the plan's FLOPs (the
+ *    planner's convention: 2 M N K per GEMM, 2 |q| T per attention, 5 per
+ *    output element elsewhere, a backward twice its forward): the target
+ *    lists every timed call (kernels { FAMILY = [flops, us, ...] }), and
+ *    the cost model interpolates between a family's calls. The peak is the
+ *    best GEMM rate and each family's efficiency the median of its rates
+ *    over the peak (for targets read without the calls, and the summary).
+ *    Every size is timed in several rounds, one after another over all
+ *    sizes, and its best round kept: another process's burst on a shared
+ *    core slows a round, it never speeds one;
+ *  - dispatch: what a running queue spends per instruction (a tiny kernel,
+ *    launch, or a tiny copy, copy, with the queue's lock and signal), and
+ *    the wake-up of a queue's thread by another thread (wake);
  *  - collectives: comm (MPI) all-reduce, all-gather and reduce-scatter at a
  *    few sizes, fitted together to the ring model: f (R-1) steps of latency
  *    plus f (R-1)/R bytes / bandwidth (f = 2 for the all-reduce).
@@ -50,7 +60,7 @@ int probe_fit(const ProbeSample *s, int n, ProbeFit *out);
 double probe_now(void);
 double probe_median(double *v, int n);
 
-enum { PROBE_MAX_RATES = 24 };
+enum { PROBE_MAX_RATES = 32 };
 /* A kernel measured at one size. */
 typedef struct ProbeRate {
     PlanFamily family;
@@ -69,9 +79,12 @@ typedef struct ProbeResult {
     int ranks, cores;
     uint64_t cpu_memory;  /* bytes, this node */
     double mem_bandwidth; /* bytes/s, the node (all ranks at once) */
+    uint64_t cache_bytes; /* the CPUs' largest cache (sysfs), 0 = unknown */
+    double cache_bandwidth; /* bytes/s, the node, arrays within that cache */
     double peak_flops;    /* per rank: the best GEMM rate */
     double eff[PLAN_NFAMILIES];
-    double launch, copy;  /* seconds */
+    double launch, copy;  /* seconds: an instruction's dispatch on a running queue */
+    double wake;          /* seconds: a queue's thread woken by another's */
     ProbeRate rates[PROBE_MAX_RATES];
     int nrates;
     bool nvme;            /* measured */
@@ -95,11 +108,14 @@ int probe_memory(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size
 int probe_kernels(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
 int probe_dispatch(const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
 int probe_collectives(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
-/* Efficiencies and peak from r->rates. */
+/* The size of the largest data cache of the CPU whose sysfs directory is
+ * given (e.g. /sys/devices/system/cpu/cpu0); 0 when it says none. */
+uint64_t probe_cache_bytes(const char *sysfs_cpu);
+/* Peak and efficiencies from r->rates. */
 void probe_summarise_rates(ProbeResult *r);
 
 /* The target file for r: `target probe_HOST { backend = "host"; ranks; budget;
- * cpu { ... launch_us; copy_us }; efficiency { ... }; nvme { ... latency_us };
+ * cpu { ... launch_us; copy_us; wake_us }; efficiency { ... }; kernels { ... }; nvme { ... latency_us };
  * net { bandwidth; latency_us } }` with a comment naming what was measured.
  * Returns the length (as snprintf: buf may be too small). */
 int probe_target_text(const ProbeResult *r, char *buf, size_t n);

@@ -20,13 +20,40 @@ PlanFamily cost_family(int prim) {
     case PRIM_ATTENTION: return FAM_ATTENTION;
     case PRIM_LAYERNORM:
     case PRIM_RMSNORM: return FAM_NORM;
+    case PRIM_GELU:
+    case PRIM_SILU:
+    case PRIM_CROSS_ENTROPY: return FAM_ACTIVATION;
     default: return FAM_ELEMENTWISE;
     }
 }
 
+static bool valid_eff(double e) { return isfinite(e) && e > 0 && e <= 1; }
+
 double cost_efficiency(const PlanTarget *t, PlanFamily f) {
     double e = f < PLAN_NFAMILIES ? t->eff[f] : 0;
-    return isfinite(e) && e > 0 && e <= 1 ? e : 1;
+    /* a target measured before activations were timed apart prices them as elementwise, as it was planned */
+    if (f == FAM_ACTIVATION && !valid_eff(e)) e = t->eff[FAM_ELEMENTWISE];
+    return valid_eff(e) ? e : 1;
+}
+
+double cost_measured_kernel(const PlanTarget *t, PlanFamily f, double flops) {
+    const PlanKernelPoint *lo = NULL, *hi = NULL;
+    int n = t->nkernel_points < PLAN_MAX_KERNEL_POINTS ? t->nkernel_points : PLAN_MAX_KERNEL_POINTS;
+    for (int i = 0; i < n; i++) {
+        const PlanKernelPoint *q = &t->kernel_points[i];
+        if (q->family != (int32_t)f || !(isfinite(q->flops) && q->flops > 0 && isfinite(q->secs) && q->secs > 0)) continue;
+        if (q->flops <= flops && (!lo || q->flops > lo->flops)) lo = q;
+        if (q->flops >= flops && (!hi || q->flops < hi->flops)) hi = q;
+    }
+    if (!lo && !hi) return -1;
+    if (!(flops > 0)) return 0;
+    /* outside the timed sizes: the nearest call's rate */
+    if (!lo) return hi->secs * flops / hi->flops;
+    if (!hi) return lo->secs * flops / lo->flops;
+    if (hi->flops <= lo->flops) return lo->secs;
+    /* between two: straight in log time over log flops */
+    double x = log(flops / lo->flops) / log(hi->flops / lo->flops);
+    return lo->secs * pow(hi->secs / lo->secs, x);
 }
 
 /* A ring collective: (R-1)/R of the bytes over the link per pass, and one
@@ -44,19 +71,38 @@ static double collective(const Plan *p, double bytes, double factor) {
     return factor * (double)(r - 1) / r * bytes / bw + steps * latency(t->net_latency);
 }
 
+/* A kernel: as its family's timed calls of that many flops give it where
+ * the target has them (zinfprobe; they moved their bytes as the kernel
+ * does), else the longer of its flops at the family's share of peak and
+ * its bytes at memory bandwidth; plus the dispatch of an instruction. */
 static double kernel_time(const Plan *p, const PlanInstr *s, double hbm) {
     const PlanTarget *t = &p->target;
-    double eff = 1;
-    if (s->arg >= 0 && (uint32_t)s->arg < p->nops) eff = cost_efficiency(t, cost_family(p->ops[s->arg].prim));
-    double c = s->flops / ((t->gpu_flops > 0 ? t->gpu_flops : 1e12) * eff), m = (double)s->bytes / hbm;
+    double c = -1;
+    PlanFamily f = FAM_ELEMENTWISE;
+    bool known = s->arg >= 0 && (uint32_t)s->arg < p->nops;
+    if (known) f = cost_family(p->ops[s->arg].prim), c = cost_measured_kernel(t, f, s->flops);
+    if (c >= 0) return c + latency(t->kernel_latency); /* the timed calls moved their bytes too */
+    c = s->flops / ((t->gpu_flops > 0 ? t->gpu_flops : 1e12) * (known ? cost_efficiency(t, f) : 1));
+    double m = (double)s->bytes / hbm;
     return (c > m ? c : m) + latency(t->kernel_latency);
 }
 
-double cost_instr_time(const Plan *p, const PlanInstr *s) {
+bool cost_in_cache(const Plan *p) {
+    const PlanTarget *t = &p->target;
+    if (strcmp(t->backend, "host") || !(isfinite(t->cpu_cache) && t->cpu_cache > 0) ||
+        !(isfinite(t->cache_bandwidth) && t->cache_bandwidth > 0))
+        return false;
+    double held = 0; /* every rank of the node: their arenas in host memory */
+    for (int a = 0; a < PLAN_NARENAS; a++)
+        if (a != ARENA_NVME) held += (double)p->arenas[a].size;
+    return held * (t->gpus_per_node > 0 ? t->gpus_per_node : 1) <= t->cpu_cache;
+}
+
+static double instr_time(const Plan *p, const PlanInstr *s, bool cached) {
     const PlanTarget *t = &p->target;
     double b = (double)s->bytes;
-    double cpu_bw = per_node_share(p, t->cpu_bandwidth > 0 ? t->cpu_bandwidth : 1e10);
-    double hbm = t->gpu_hbm > 0 ? t->gpu_hbm : 1e11;
+    double cpu_bw = per_node_share(p, cached ? t->cache_bandwidth : t->cpu_bandwidth > 0 ? t->cpu_bandwidth : 1e10);
+    double hbm = cached ? cpu_bw : t->gpu_hbm > 0 ? t->gpu_hbm : 1e11;
     double pcie = t->gpu_pcie > 0 ? t->gpu_pcie : 1e10;
     double klat = latency(t->kernel_latency);
     switch ((PlanOpcode)s->op) {
@@ -79,6 +125,8 @@ double cost_instr_time(const Plan *p, const PlanInstr *s) {
     }
     return 0;
 }
+
+double cost_instr_time(const Plan *p, const PlanInstr *s) { return instr_time(p, s, cost_in_cache(p)); }
 
 /* The host backend's cores: every queue of a rank but NVMe (whose
  * transfers the kernel's io_uring does) runs on the rank's share of them,
@@ -142,6 +190,8 @@ bool cost_simulate(const Plan *p, CostResult *r) {
     double rfree[PLAN_NQUEUES] = {0}, redo_from = 0;
     Busy cores = {0};
     bool host = !strcmp(p->target.backend, "host");
+    double wake = latency(p->target.wake_latency);
+    bool cached = cost_in_cache(p);
     for (uint32_t i = 0; i < p->ninstrs; i++) {
         const PlanInstr *s = &p->instrs[i];
         if (i == p->opt_begin) {
@@ -160,7 +210,7 @@ bool cost_simulate(const Plan *p, CostResult *r) {
                 uint32_t j = p->deps[s->dep + d];
                 if (j >= p->redo_begin && j < i && r->end[j] > st) st = r->end[j];
             }
-            double dur = cost_instr_time(p, s);
+            double dur = instr_time(p, s, cached);
             r->start[i] = st;
             r->end[i] = st + dur;
             if (s->queue < PLAN_NQUEUES) rfree[s->queue] = st + dur;
@@ -175,13 +225,19 @@ bool cost_simulate(const Plan *p, CostResult *r) {
             for (int q = 0; q < PLAN_NQUEUES; q++) if (qfree[q] > all) all = qfree[q];
             for (int q = 0; q < PLAN_NQUEUES; q++) qfree[q] = all;
         }
-        double st = s->queue < PLAN_NQUEUES ? qfree[s->queue] : 0;
+        double st = s->queue < PLAN_NQUEUES ? qfree[s->queue] : 0, woken = -1;
         for (uint32_t d = 0; d < s->ndeps; d++) {
             uint32_t j = p->deps[s->dep + d];
             /* deps point backwards in a planner's stream; a forged forward one counts from 0 */
-            if (j < i && !(spec && j >= p->redo_begin && j < p->redo_end) && r->end[j] > st) st = r->end[j];
+            if (j < i && !(spec && j >= p->redo_begin && j < p->redo_end) && r->end[j] > st) {
+                st = r->end[j];
+                woken = p->instrs[j].queue != s->queue ? st : -1;
+            }
         }
-        double dur = cost_instr_time(p, s);
+        /* the queue idled until another queue's instruction made this one
+         * ready: its thread must be woken first */
+        if (woken >= 0) st += wake;
+        double dur = instr_time(p, s, cached);
         if (uses_cores(host, s) && !busy_take(&cores, st, dur, &st)) {
             free(cores.s);
             free(cores.e);

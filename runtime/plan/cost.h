@@ -4,9 +4,12 @@
  * instruction starts when its queue is free and every instruction it waits
  * for has ended. Durations come from the plan's copy of the target
  * (docs/schedule.md, "Cost model"): latency + bytes / bandwidth for
- * transfers and collectives, max(flops / (peak x the family's efficiency),
- * bytes / memory bandwidth) for kernels; a target without measured figures
- * (zinfprobe) has latency 0 and efficiency 1 there. It reads nothing but the Plan, so
+ * transfers and collectives; for kernels the longer of bytes / memory
+ * bandwidth and the family's time for its flops (interpolated between the
+ * probe's timed calls, else flops / (peak x the family's efficiency)); a
+ * queue woken by another's instruction starts a wake-up later. A target
+ * without measured figures (zinfprobe) has latency 0 and efficiency 1
+ * there, and no timed calls. It reads nothing but the Plan, so
  * zinfdump can recompute a plan's timeline without the compiler's data.
  */
 #ifndef ZINF_COST_H
@@ -28,6 +31,15 @@ PlanFamily cost_family(int prim);
 /* The share of peak the target gives family f: its eff[f], 1 where the
  * target gives none. */
 double cost_efficiency(const PlanTarget *t, PlanFamily f);
+/* Seconds of one call of family f doing `flops`, from the target's timed
+ * calls (zinfprobe): between two sizes straight in log time over log
+ * flops, outside them at the nearest call's rate; -1 where the target
+ * timed none of the family. */
+double cost_measured_kernel(const PlanTarget *t, PlanFamily f, double flops);
+/* A host plan whose ranks' memory (every arena but NVMe's, times the ranks
+ * of a node) fits in the target's shared cache: its memory-bound
+ * instructions stream at the cache's bandwidth. */
+bool cost_in_cache(const Plan *p);
 /* Duration of one instruction on the plan's target, in seconds. */
 double cost_instr_time(const Plan *p, const PlanInstr *s);
 /* Simulates the schedule; false only on out of memory. */

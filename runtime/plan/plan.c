@@ -25,7 +25,7 @@ const char *const plan_opcode_operands[PI_COUNT] = {
 #undef OP
 };
 const char *const plan_tier_names[PLAN_NTIERS] = {"gpu", "cpu", "nvme"};
-const char *const plan_family_names[PLAN_NFAMILIES] = {"gemm", "attention", "norm", "elementwise"};
+const char *const plan_family_names[PLAN_NFAMILIES] = {"gemm", "attention", "norm", "elementwise", "activation"};
 const char *const plan_arena_names[PLAN_NARENAS] = {"gpu", "pinned", "cpu", "nvme"};
 const char *const plan_gemm_path_names[PLAN_NGEMM_PATHS] = {"cublaslt", "nvrtc"};
 const char *const plan_gemm_why_names[PLAN_NGEMM_WHYS] = {"", "sums products over batches"};
@@ -285,11 +285,18 @@ static void sec_meta(Codec *c, Plan *p) {
 /* The measured figures (zinfprobe) follow the version-3 fields as a count
  * and that many f64s, so that version-3 plans written before them still
  * read (nothing follows: all 0, the cost model as before) and a later build
- * may append figures an older one skips. */
-enum { TARGET_NMEASURED = 3 + PLAN_NFAMILIES, TARGET_MAX_MEASURED = 64 };
+ * may append figures an older one skips. The timed kernel calls follow as
+ * a count and that many (family, flops, seconds); a plan that ends before
+ * them has none. */
+enum { FAM_V6 = 4, TARGET_NMEASURED = 3 + FAM_V6 + 1 + (PLAN_NFAMILIES - FAM_V6) + 2, TARGET_MAX_MEASURED = 64 };
 static void target_measured(Codec *c, PlanTarget *t) {
     double *f[TARGET_NMEASURED] = {&t->nvme_latency, &t->pcie_latency, &t->kernel_latency};
-    for (int i = 0; i < PLAN_NFAMILIES; i++) f[3 + i] = &t->eff[i];
+    int k = 3;
+    for (int i = 0; i < FAM_V6; i++) f[k++] = &t->eff[i];
+    f[k++] = &t->wake_latency; /* appended later: a plan that stops before them reads 0 */
+    for (int i = FAM_V6; i < PLAN_NFAMILIES; i++) f[k++] = &t->eff[i];
+    f[k++] = &t->cpu_cache;
+    f[k++] = &t->cache_bandwidth;
     uint32_t n = TARGET_NMEASURED;
     if (c->reading && !c->bad && c->pos == c->inlen) return; /* a plan from before the measured figures */
     c_u32(c, &n);
@@ -301,6 +308,25 @@ static void target_measured(Codec *c, PlanTarget *t) {
     for (uint32_t i = 0; i < n && !c->bad; i++) {
         double skip = 0;
         c_f64(c, i < TARGET_NMEASURED ? f[i] : &skip);
+    }
+    if (c->reading && !c->bad && c->pos == c->inlen) return; /* a plan from before the timed calls */
+    uint32_t np = (uint32_t)t->nkernel_points;
+    c_u32(c, &np);
+    if (c->reading && !c->bad && (np > PLAN_MAX_KERNEL_POINTS || (uint64_t)np * 20 > c->inlen - c->pos)) {
+        c->bad = true;
+        c->why = "a count exceeds what the section holds";
+        return;
+    }
+    t->nkernel_points = (int32_t)np;
+    for (uint32_t i = 0; i < np && !c->bad; i++) {
+        PlanKernelPoint *q = &t->kernel_points[i];
+        c_i32(c, &q->family);
+        c_f64(c, &q->flops);
+        c_f64(c, &q->secs);
+        if (c->reading && !c->bad && (q->family < 0 || q->family >= PLAN_NFAMILIES)) {
+            c->bad = true;
+            c->why = "a timed kernel call of no known family";
+        }
     }
 }
 

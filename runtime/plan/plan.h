@@ -51,7 +51,18 @@ extern const char *const plan_arena_names[PLAN_NARENAS];
 
 /* Op families of the cost model: what share of peak a kernel reaches
  * depends mostly on which of these it is (cost_family maps primitives). */
-typedef enum PlanFamily { FAM_GEMM, FAM_ATTENTION, FAM_NORM, FAM_ELEMENTWISE, PLAN_NFAMILIES } PlanFamily;
+/* The cost model's families of kernels: activation (gelu, silu, the
+ * cross-entropy's exponentials) was elementwise's before the probe timed
+ * it apart: per element it costs several times an add. */
+typedef enum PlanFamily { FAM_GEMM, FAM_ATTENTION, FAM_NORM, FAM_ELEMENTWISE, FAM_ACTIVATION, PLAN_NFAMILIES } PlanFamily;
+/* A kernel call the probe timed: the cost model interpolates a kernel's
+ * time between its family's nearest points (runtime/plan/cost.h). */
+enum { PLAN_MAX_KERNEL_POINTS = 48 };
+typedef struct PlanKernelPoint {
+    int32_t family;            /* PlanFamily */
+    double flops;              /* per call, in the plan's counting */
+    double secs;
+} PlanKernelPoint;
 extern const char *const plan_family_names[PLAN_NFAMILIES];
 
 /* The machine a plan is for (compiler/target.h fills it from a .zl target). */
@@ -81,6 +92,13 @@ typedef struct PlanTarget {
     double pcie_latency;       /* seconds per host<->device copy (host backend: a memcpy's dispatch) */
     double kernel_latency;     /* seconds per compute or cpu queue instruction (launch, dispatch) */
     double eff[PLAN_NFAMILIES]; /* fraction of gpu_flops each op family reaches (PlanFamily) */
+    double wake_latency;       /* seconds for a queue to wake when another queue's instruction makes it ready */
+    /* host: the CPUs' shared cache (bytes per node) and its bandwidth
+     * (bytes/s per node); a plan whose ranks' memory fits in it streams at
+     * that rate, not at cpu_bandwidth's */
+    double cpu_cache, cache_bandwidth;
+    int32_t nkernel_points;
+    PlanKernelPoint kernel_points[PLAN_MAX_KERNEL_POINTS];
 } PlanTarget;
 
 /* The training settings the runtime needs (from the model's train block). */

@@ -1,8 +1,10 @@
 #!/bin/sh
 # The cost model against measurement, before and after probing this machine
 # (docs/schedule.md, "Prediction against measurement"): gpt2-tiny on 1 and 2
-# host ranks and the demo's gpt2-tiny-offload plan on 2 ranks (parameters
-# and optimizer state on NVMe), each compiled twice, against the default
+# host ranks, the demo's gpt2-tiny-offload plan (parameters and optimizer
+# state on NVMe) on 1 and 2 ranks, and gpt2-small's shape (examples/
+# gpt2-small.zl at sequence 256, micro-batch 1, f32) on 1 rank for SMALL
+# steps (default 3), each compiled twice, against the default
 # description (examples/targets/host.zl with the rank count; the offload
 # model's own host2 target) and against what zinfprobe measured (1 rank
 # alone, 2 ranks under mpirun; zinfc reads it with no --target through
@@ -14,10 +16,11 @@
 # /tmp/before all), each plan is also compiled and run by the peer, one
 # run after the other, so the two rows of a plan saw the same machine;
 # both use BUILD's probe.
-#   sh tests/bench/fidelity.sh BUILD [STEPS] [PEER]
+#   sh tests/bench/fidelity.sh BUILD [STEPS] [PEER] [SMALL]
 B=${1:-build}
 STEPS=${2:-12}
 PEER=${3:-}
+SMALL=${4:-3}
 W=$(mktemp -d /tmp/zinf-fidelity.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1
@@ -35,12 +38,12 @@ mpirun -np 2 --oversubscribe "$B/bin/zinfprobe" --host --nvme "$W/probe-nvme" -o
   { cat "$W/probe2.log"; exit 1; }
 grep -v '^#' "$W/probe2.zl"
 
-# run NAME RANKS PLAN [BUILD]: trains STEPS steps; prints one row
+# run NAME RANKS PLAN [BUILD] [STEPS]: trains STEPS steps; prints one row
 run() {
-  name=$1 ranks=$2 plan=$3 R=${4:-$B}
+  name=$1 ranks=$2 plan=$3 R=${4:-$B} nsteps=${5:-$STEPS}
   if [ "$ranks" -gt 1 ]; then L="mpirun -np $ranks --oversubscribe"; else L=; fi
   rm -rf "$W/nvme"/*
-  $L "$R/bin/zinfrun" "$plan" --data "$W/train.bin" --steps "$STEPS" --nvme "$W/nvme" --quiet \
+  $L "$R/bin/zinfrun" "$plan" --data "$W/train.bin" --steps "$nsteps" --nvme "$W/nvme" --quiet \
     --trace "$W/$name.json" < /dev/null > "$W/$name.log" 2>&1 || { echo "FAIL: $name"; cat "$W/$name.log"; return 1; }
   awk -v name="$name" '
     /^done:/ { for (i = 1; i <= NF; i++) { if ($i == "ms/step" && $(i+1) == "measured,") m = $(i-1);
@@ -64,13 +67,19 @@ plan() { # NAME MODEL [ARGS...]: compiles (and the peer's NAME-peer); quiet unle
 }
 sed "s/ranks = [0-9]*/ranks = 1/" examples/targets/host.zl > "$W/host1.zl"
 sed "s/ranks = [0-9]*/ranks = 2/" examples/targets/host.zl > "$W/host2.zl"
+cp examples/gpt2-tiny.zl "$W/" && sed "s/ranks = 2/ranks = 1/" examples/gpt2-tiny-offload.zl > "$W/offload1.zl"
+sed "s/T = 1024,/T = 256,/; s/micro_batch = 8/micro_batch = 1/; s/dtype = bf16/dtype = f32/" examples/gpt2-small.zl > "$W/small.zl"
 plan tiny1-default examples/gpt2-tiny.zl --target "$W/host1.zl"
 plan tiny2-default examples/gpt2-tiny.zl --target "$W/host2.zl"
+plan offload1-default "$W/offload1.zl"
 plan offload2-default examples/gpt2-tiny-offload.zl
+plan small1-default "$W/small.zl" --target "$W/host1.zl"
 ZINF_PROBE="$W/probe1.zl" plan tiny1-probed examples/gpt2-tiny.zl
 ZINF_PROBE="$W/probe2.zl" plan tiny2-probed examples/gpt2-tiny.zl
 grep -h '^target:' "$W/tiny1-probed.zc" "$W/tiny2-probed.zc"
+plan offload1-probed "$W/offload1.zl" --target "$W/probe1.zl"
 plan offload2-probed examples/gpt2-tiny-offload.zl --target "$W/probe2.zl"
+plan small1-probed "$W/small.zl" --target "$W/probe1.zl"
 
 echo
 echo "$STEPS steps each; step: ms per step (zinfrun's mean); queue: the busiest measured queue, its busy ms per step"
@@ -78,11 +87,12 @@ echo "$STEPS steps each; step: ms per step (zinfrun's mean); queue: the busiest 
 echo "step/cpu: the step over the rank's CPU busy time (every queue's busy ms but NVMe's: on the host backend they share the rank's cores)"
 printf "%-28s %9s %9s %7s   %-8s %8s %8s %7s %9s %8s\n" "plan" "measured" "predicted" "ratio" "queue" "measured" "predict" "ratio" "step/queue" "step/cpu"
 status=0
-for c in tiny1:1 tiny2:2 offload2:2; do
-  n=${c%%:*} r=${c##*:}
+for c in tiny1:1 tiny2:2 offload1:1 offload2:2 small1:1; do
+  n=${c%%:*} r=${c##*:} k=$STEPS
+  [ "$n" = small1 ] && k=$SMALL # a step of gpt2-small takes seconds here
   for v in default probed; do
-    [ -z "$PEER" ] || run "$n-$v-peer" "$r" "$W/$n-$v-peer.plan" "$PEER" || status=1
-    run "$n-$v" "$r" "$W/$n-$v.plan" || status=1
+    [ -z "$PEER" ] || run "$n-$v-peer" "$r" "$W/$n-$v-peer.plan" "$PEER" "$k" || status=1
+    run "$n-$v" "$r" "$W/$n-$v.plan" "$B" "$k" || status=1
   done
 done
 echo

@@ -188,7 +188,14 @@ START_TEST(measured_terms) {
     ck_assert_int_eq(cost_family(PRIM_MATMUL), FAM_GEMM);
     ck_assert_int_eq(cost_family(PRIM_ATTENTION), FAM_ATTENTION);
     ck_assert_int_eq(cost_family(PRIM_RMSNORM), FAM_NORM);
-    ck_assert_int_eq(cost_family(PRIM_CROSS_ENTROPY), FAM_ELEMENTWISE);
+    ck_assert_int_eq(cost_family(PRIM_CROSS_ENTROPY), FAM_ACTIVATION);
+    ck_assert_int_eq(cost_family(PRIM_GELU), FAM_ACTIVATION);
+    ck_assert_int_eq(cost_family(PRIM_ADD), FAM_ELEMENTWISE);
+    /* a target measured before activations were timed apart: they take elementwise's share (the gelu above) */
+    p->target.eff[FAM_ACTIVATION] = 0.5;
+    ck_assert(cost_efficiency(&p->target, FAM_ACTIVATION) == 0.5);
+    p->target.eff[FAM_ACTIVATION] = 0;
+    ck_assert(cost_efficiency(&p->target, FAM_ACTIVATION) == 0.25);
     /* without measured figures: as before (one pass of latency for an all-reduce, kernels at peak) */
     memset(p->target.eff, 0, sizeof p->target.eff);
     p->target.nvme_latency = p->target.pcie_latency = p->target.kernel_latency = 0;
@@ -196,6 +203,94 @@ START_TEST(measured_terms) {
     NEAR(cost_instr_time(p, &p->instrs[3]), 0.1);
     p->ops = NULL;
     p->nops = 0;
+    release(p);
+}
+END_TEST
+
+/* The probe's timed kernel calls: between two of a family's calls the time
+ * goes straight in log time over log flops, outside them at the nearest
+ * call's rate, and a family with no calls keeps its share of peak. A timed
+ * call moved its bytes: no memory term on top. */
+START_TEST(timed_kernel_calls) {
+    Plan *p = hand_plan(1);
+    PlanOp ops[2];
+    memset(ops, 0, sizeof ops);
+    ops[0].prim = PRIM_LINEAR;
+    ops[1].prim = PRIM_LAYERNORM;
+    p->ops = ops;
+    p->nops = 2;
+    PlanTarget *t = &p->target;
+    t->eff[FAM_GEMM] = 0.5;
+    t->nkernel_points = 4;
+    t->kernel_points[0] = (PlanKernelPoint){FAM_GEMM, 1e6, 1e-4};  /* 10 GFLOP/s */
+    t->kernel_points[1] = (PlanKernelPoint){FAM_GEMM, 1e8, 1e-3};  /* 100 GFLOP/s */
+    t->kernel_points[2] = (PlanKernelPoint){FAM_ATTENTION, NAN, 1}; /* forged: ignored */
+    t->kernel_points[3] = (PlanKernelPoint){FAM_GEMM, 1e7, -1};     /* forged: ignored */
+    NEAR(cost_measured_kernel(t, FAM_GEMM, 1e6), 1e-4);
+    NEAR(cost_measured_kernel(t, FAM_GEMM, 1e8), 1e-3);
+    NEAR(cost_measured_kernel(t, FAM_GEMM, 1e7), sqrt(1e-4 * 1e-3)); /* halfway in logs */
+    NEAR(cost_measured_kernel(t, FAM_GEMM, 1e5), 1e-5);               /* below: 10 GFLOP/s */
+    NEAR(cost_measured_kernel(t, FAM_GEMM, 1e10), 1e-1);              /* above: 100 GFLOP/s */
+    ck_assert(cost_measured_kernel(t, FAM_ATTENTION, 1e6) == -1);
+    ck_assert(cost_measured_kernel(t, FAM_NORM, 1e6) == -1);
+    /* as instructions: the gemm from its calls (plus the dispatch), even where its bytes would take longer */
+    t->kernel_latency = 1e-6;
+    PlanInstr k = {.op = PI_KERNEL, .queue = Q_COMPUTE, .flops = 1e7, .bytes = 4000000000ull, .ntiles = 1, .arg = 0};
+    NEAR(cost_instr_time(p, &k), sqrt(1e-4 * 1e-3) + 1e-6);
+    /* the norm has no calls: its bytes at memory bandwidth (4 GB at 1 TB/s) beat its flops at peak */
+    k.arg = 1;
+    NEAR(cost_instr_time(p, &k), 4e-3 + 1e-6);
+    p->ops = NULL;
+    p->nops = 0;
+    release(p);
+}
+END_TEST
+
+/* A queue idle until another queue's instruction makes it ready starts a
+ * wake-up later; one that waits on its own queue, or is busy anyway, does
+ * not. */
+START_TEST(wake_up_across_queues) {
+    Plan *p = hand_plan(4);
+    p->target.wake_latency = 0.01;
+    CostResult r;
+    ck_assert(cost_simulate(p, &r));
+    /* kernel 2 waits for h2d 0 (another queue, idle until .1): [.11, .21];
+     * kernel 3 waits for h2d 1 (ends .2) but its queue is busy until .21: no wake-up, [.21, .31];
+     * the allgather waits for kernel 3: [.32, .395]; cpu_adam after the nvme read: [.51, .61] */
+    NEAR(r.start[2], 0.11);
+    NEAR(r.start[3], 0.21);
+    NEAR(r.start[4], 0.32);
+    NEAR(r.start[6], 0.51);
+    /* step_end waits for the allgather (.395) and the adam (.61), both elsewhere */
+    NEAR(r.start[7], 0.62);
+    cost_free(&r);
+    release(p);
+}
+END_TEST
+
+/* A host plan whose ranks' memory fits the shared cache streams at the
+ * cache's bandwidth; a larger one, or a target without the figures, at the
+ * memory's. */
+START_TEST(cache_resident_plans) {
+    Plan *p = hand_plan(2);
+    p->target.backend = "host";
+    p->target.cpu_cache = 64e6;
+    p->target.cache_bandwidth = 200e9; /* the node's; 100 GB/s per rank */
+    p->arenas[ARENA_GPU].size = 20000000;
+    p->arenas[ARENA_CPU].size = 10000000;
+    p->arenas[ARENA_NVME].size = 1000000000; /* not in memory */
+    PlanInstr adam = p->instrs[6];           /* 2 GB */
+    ck_assert(cost_in_cache(p));             /* 2 ranks x 30 MB <= 64 MB */
+    NEAR(cost_instr_time(p, &adam), 2e9 / 100e9);
+    p->arenas[ARENA_PINNED].size = 3000000; /* 2 x 33 MB > 64 MB */
+    ck_assert(!cost_in_cache(p));
+    NEAR(cost_instr_time(p, &adam), 2e9 / 20e9);
+    p->arenas[ARENA_PINNED].size = 0;
+    p->target.cache_bandwidth = 0;
+    ck_assert(!cost_in_cache(p));
+    p->target.cache_bandwidth = 200e9;
+    p->target.backend = "cuda";
+    ck_assert(!cost_in_cache(p));
     release(p);
 }
 END_TEST
@@ -228,6 +323,9 @@ int main(void) {
     tcase_add_test(t, hand_computed);
     tcase_add_test(t, measured_terms);
     tcase_add_test(t, host_cores_shared);
+    tcase_add_test(t, timed_kernel_calls);
+    tcase_add_test(t, wake_up_across_queues);
+    tcase_add_test(t, cache_resident_plans);
     tcase_add_test(t, planned_step_is_consistent);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);

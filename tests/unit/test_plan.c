@@ -83,15 +83,48 @@ START_TEST(round_trip_bytes) {
 }
 END_TEST
 
-/* The measured figures round-trip; a version-3 plan from before them (the
- * target section ends at net_latency) still reads, with none; a forged
- * count of them is refused. */
+/* A copy of plan file a whose target section lacks its last `cut` bytes
+ * (length and checksum mended), as a build that wrote less would have
+ * written it; *no is its length. */
+static uint8_t *cut_target(const uint8_t *a, size_t na, size_t cut, size_t *no) {
+    size_t at = section_at(a, S_TARGET), plen = rd64(a + at + 8);
+    uint8_t *old = malloc(na);
+    ck_assert_ptr_nonnull(old);
+    size_t n = at + 24 + plen - cut;
+    memcpy(old, a, n);
+    memcpy(old + n, a + at + 24 + plen, na - (at + 24 + plen));
+    n += na - (at + 24 + plen);
+    for (int i = 0; i < 8; i++) old[at + 8 + i] = (uint8_t)((plen - cut) >> (8 * i));
+    uint64_t sum = plan_fnv1a64(old + at + 24, plen - cut);
+    for (int i = 0; i < 8; i++) old[at + 16 + i] = (uint8_t)(sum >> (8 * i));
+    *no = n;
+    return old;
+}
+
+/* Rewrites the checksum of the target section after a change in place. */
+static void reseal_target(uint8_t *a) {
+    size_t at = section_at(a, S_TARGET), plen = rd64(a + at + 8);
+    uint64_t sum = plan_fnv1a64(a + at + 24, plen);
+    for (int i = 0; i < 8; i++) a[at + 16 + i] = (uint8_t)(sum >> (8 * i));
+}
+
+/* The measured figures and the timed kernel calls round-trip; plans from
+ * before them still read: one with the 7 figures of format 6's first
+ * builds and no calls, a version-3 one whose target section ends at
+ * net_latency; forged counts and families are refused. */
 START_TEST(measured_figures) {
     Plan *p = fx_plan("host", 2, 2, 2, -1);
     p->target.nvme_latency = 5e-5;
     p->target.pcie_latency = 2e-6;
     p->target.kernel_latency = 3e-6;
     for (int f = 0; f < PLAN_NFAMILIES; f++) p->target.eff[f] = 0.1 * (f + 1);
+    p->target.wake_latency = 7e-6;
+    p->target.cpu_cache = 32 << 20;
+    p->target.cache_bandwidth = 60e9;
+    p->target.nkernel_points = 3;
+    p->target.kernel_points[0] = (PlanKernelPoint){FAM_GEMM, 2e6, 2.5e-5};
+    p->target.kernel_points[1] = (PlanKernelPoint){FAM_GEMM, 8e6, 8e-5};
+    p->target.kernel_points[2] = (PlanKernelPoint){FAM_ACTIVATION, 6e5, 6e-5};
     uint8_t *a;
     size_t na;
     encode(p, &a, &na);
@@ -99,31 +132,55 @@ START_TEST(measured_figures) {
     Plan *q = plan_decode(a, na, "m.plan", err, sizeof err);
     ck_assert_msg(q != NULL, "%s", err);
     ck_assert(q->target.nvme_latency == 5e-5 && q->target.pcie_latency == 2e-6 && q->target.kernel_latency == 3e-6);
-    ck_assert(q->target.eff[FAM_NORM] == p->target.eff[FAM_NORM]);
+    for (int f = 0; f < PLAN_NFAMILIES; f++) ck_assert(q->target.eff[f] == p->target.eff[f]);
+    ck_assert(q->target.wake_latency == 7e-6 && q->target.cpu_cache == 32 << 20 && q->target.cache_bandwidth == 60e9);
+    ck_assert_int_eq(q->target.nkernel_points, 3);
+    ck_assert(q->target.kernel_points[2].family == FAM_ACTIVATION && q->target.kernel_points[2].flops == 6e5 &&
+              q->target.kernel_points[2].secs == 6e-5);
     plan_free(q);
-    /* cut the count and the 7 figures off the target section */
-    size_t at = section_at(a, S_TARGET), plen = rd64(a + at + 8), cut = 4 + 8 * (3 + PLAN_NFAMILIES);
-    uint8_t *old = malloc(na);
-    size_t no = at + 24 + plen - cut;
-    memcpy(old, a, no);
-    memcpy(old + no, a + at + 24 + plen, na - (at + 24 + plen));
-    no += na - (at + 24 + plen);
-    for (int i = 0; i < 8; i++) old[at + 8 + i] = (uint8_t)((plen - cut) >> (8 * i));
-    uint64_t sum = plan_fnv1a64(old + at + 24, plen - cut);
-    for (int i = 0; i < 8; i++) old[at + 16 + i] = (uint8_t)(sum >> (8 * i));
+    /* the first builds of format 6: 7 figures (latencies and four families), no calls */
+    size_t calls = 4 + 20 * 3, nfig = 3 + PLAN_NFAMILIES + 3, no;
+    uint8_t *old = cut_target(a, na, calls + 8 * (nfig - 7), &no);
+    size_t at = section_at(old, S_TARGET), plen = rd64(old + at + 8), cnt = at + 24 + plen - 4 - 8 * 7;
+    ck_assert_uint_eq(old[cnt], nfig);
+    old[cnt] = 7;
+    reseal_target(old);
+    q = plan_decode(old, no, "f6.plan", err, sizeof err);
+    ck_assert_msg(q != NULL, "%s", err);
+    ck_assert(q->target.kernel_latency == 3e-6 && q->target.eff[FAM_ELEMENTWISE] == p->target.eff[FAM_ELEMENTWISE]);
+    ck_assert(q->target.wake_latency == 0 && q->target.eff[FAM_ACTIVATION] == 0 && q->target.cpu_cache == 0);
+    ck_assert_int_eq(q->target.nkernel_points, 0);
+    plan_free(q);
+    free(old);
+    /* version 3: neither the figures nor their count */
+    old = cut_target(a, na, calls + 4 + 8 * nfig, &no);
     q = plan_decode(old, no, "v3.plan", err, sizeof err);
     ck_assert_msg(q != NULL, "%s", err);
     ck_assert(q->target.nvme_latency == 0 && q->target.kernel_latency == 0 && q->target.eff[FAM_GEMM] == 0);
     ck_assert_int_eq(q->target.gpus_per_node, 2);
     plan_free(q);
-    /* a count past the section */
-    size_t cnt = at + 24 + plen - cut;
-    a[cnt] = 200;
-    sum = plan_fnv1a64(a + at + 24, plen);
-    for (int i = 0; i < 8; i++) a[at + 16 + i] = (uint8_t)(sum >> (8 * i));
+    free(old);
+    at = section_at(a, S_TARGET);
+    plen = rd64(a + at + 8);
+    /* a count of calls past the section, then a call of no family */
+    size_t ncalls = at + 24 + plen - calls;
+    a[ncalls] = 4;
+    reseal_target(a);
     ck_assert_ptr_null(plan_decode(a, na, "m.plan", err, sizeof err));
     ck_assert_str_eq(err, "m.plan: section 'target' malformed: a count exceeds what the section holds");
-    free(old);
+    a[ncalls] = 3;
+    a[ncalls + 4] = PLAN_NFAMILIES;
+    reseal_target(a);
+    ck_assert_ptr_null(plan_decode(a, na, "m.plan", err, sizeof err));
+    ck_assert_str_eq(err, "m.plan: section 'target' malformed: a timed kernel call of no known family");
+    a[ncalls + 4] = FAM_GEMM;
+    /* a count of figures past the section */
+    cnt = at + 24 + plen - calls - 8 * nfig - 4;
+    ck_assert_uint_eq(a[cnt], nfig);
+    a[cnt] = 200;
+    reseal_target(a);
+    ck_assert_ptr_null(plan_decode(a, na, "m.plan", err, sizeof err));
+    ck_assert_str_eq(err, "m.plan: section 'target' malformed: a count exceeds what the section holds");
     free(a);
     plan_free(p);
 }

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "loader.h"
 #include "probe.h"
 #include "probe_gpu.h"
@@ -68,10 +69,14 @@ static ProbeResult sample_result(void) {
     r.rates[2] = (ProbeRate){FAM_ATTENTION, "attention", 4e9, 1};
     r.rates[3] = (ProbeRate){FAM_ELEMENTWISE, "gelu", 1e9, 0.5};
     r.rates[4] = (ProbeRate){FAM_ELEMENTWISE, "add", 3e9, 1};
-    r.nrates = 5;
+    r.rates[5] = (ProbeRate){FAM_ACTIVATION, "gelu", 2e6, 25e-6};
+    r.nrates = 6;
     probe_summarise_rates(&r);
     r.launch = 12e-6;
     r.copy = 8e-6;
+    r.wake = 30e-6;
+    r.cache_bytes = 32u << 20;
+    r.cache_bandwidth = 80e9;
     r.nvme = true;
     snprintf(r.nvme_dir, sizeof r.nvme_dir, "/tmp/zinf nvme");
     r.nvme_capacity = 4ull << 30;
@@ -89,6 +94,7 @@ START_TEST(efficiencies) {
     NEAR(r.eff[FAM_ATTENTION], 0.1, 1e-12);
     ck_assert(r.eff[FAM_NORM] == 1);
     NEAR(r.eff[FAM_ELEMENTWISE], 2.5e9 / 40e9, 1e-12); /* median of 2 and 3 GFLOP/s */
+    NEAR(r.eff[FAM_ACTIVATION], 1.0, 1e-12); /* 80 GFLOP/s: capped at the peak */
 }
 END_TEST
 
@@ -130,6 +136,19 @@ START_TEST(target_file_compiles) {
     ck_assert_str_eq(t.nvme_paths[0], "/tmp/zinf nvme");
     NEAR(t.net_bandwidth, 3e9, 1e-9);
     NEAR(t.net_latency, 7e-6, 1e-6);
+    NEAR(t.wake_latency, 30e-6, 1e-6);
+    NEAR(t.cpu_cache, 32.0 * (1 << 20), 1e-9);
+    NEAR(t.cache_bandwidth, 80e9, 1e-9);
+    /* every timed call, by family, in the plan's FLOPs and seconds */
+    ck_assert_int_eq(t.nkernel_points, 6);
+    int gemms = 0;
+    for (int i = 0; i < t.nkernel_points; i++) {
+        const PlanKernelPoint *q = &t.kernel_points[i];
+        gemms += q->family == FAM_GEMM;
+        if (q->family == FAM_ACTIVATION) NEAR(q->flops, 2e6, 1e-6), NEAR(q->secs, 25e-6, 1e-4);
+        if (q->family == FAM_ATTENTION) NEAR(q->flops, 4e9, 1e-6), NEAR(q->secs, 1.0, 1e-4);
+    }
+    ck_assert_int_eq(gemms, 2);
     /* one rank, no NVMe: no nvme or net block, and it still compiles */
     r.nvme = r.net = false;
     r.ranks = 1;
@@ -271,6 +290,37 @@ START_TEST(gpu_report_host_only) {
 }
 END_TEST
 
+/* The largest data cache from a sysfs tree (written here): the level-3
+ * unified cache, not the level-1 instruction cache, sizes in K or M. */
+START_TEST(cache_from_sysfs) {
+    char dir[] = "/tmp/zinf-test-sysfs-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    static const char *const files[][3] = {{"1", "Data", "48K"}, {"1", "Instruction", "64M"}, {"2", "Unified", "1024K"},
+                                           {"3", "Unified", "32M"}};
+    char path[600];
+    snprintf(path, sizeof path, "%s/cache", dir);
+    ck_assert_int_eq(mkdir(path, 0700), 0);
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/cache/index%d", dir, i);
+        ck_assert_int_eq(mkdir(path, 0700), 0);
+        static const char *const names[3] = {"level", "type", "size"};
+        for (int k = 0; k < 3; k++) {
+            snprintf(path, sizeof path, "%s/cache/index%d/%s", dir, i, names[k]);
+            FILE *f = fopen(path, "w");
+            ck_assert_ptr_nonnull(f);
+            fprintf(f, "%s\n", files[i][k]);
+            fclose(f);
+        }
+    }
+    ck_assert_uint_eq(probe_cache_bytes(dir), 32u << 20);
+    snprintf(path, sizeof path, "%s/nothing", dir);
+    ck_assert_uint_eq(probe_cache_bytes(path), 0);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("probe");
     TCase *t = tcase_create("probe");
@@ -281,6 +331,7 @@ int main(void) {
     tcase_add_test(t, gpu_summarise);
     tcase_add_test(t, gpu_target_compiles);
     tcase_add_test(t, gpu_report_host_only);
+    tcase_add_test(t, cache_from_sysfs);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
