@@ -428,8 +428,9 @@ int probe_gpu_target_text(const ProbeResult *h, const ProbeGpu *g, char *buf, si
     int ranks = g->ranks > 0 ? g->ranks : 1;
     uint64_t mib = 1u << 20;
     OUT("# This machine (%s) as zinfprobe measured it for %d GPU%s (%s, %s): pinned PCIe copies, HBM (a device\n"
-        "# copy), cuBLASLt GEMMs in bf16, %s, host memory by a triad%s. Attention, norm and\n"
-        "# elementwise kernels are not measured (efficiency 1) (docs/schedule.md, \"Probing the machine\").\n",
+        "# copy), cuBLASLt GEMMs in bf16 (each call in kernels), %s, host memory by a triad%s.\n"
+        "# Attention, norm and elementwise kernels are not measured (efficiency 1) (docs/schedule.md,\n"
+        "# \"Probing the machine\").\n",
         h->host, ranks, ranks > 1 ? "s" : "", g->name, g->arch, g->net ? "NCCL all-gather and reduce-scatter" : "no collectives (one rank)",
         h->nvme ? ", NVMe through io_uring" : "");
     OUT("target probe_%s {\n  backend = \"cuda\"\n  nodes = 1\n  gpus_per_node = %d\n", h->host, ranks);
@@ -442,6 +443,13 @@ int probe_gpu_target_text(const ProbeResult *h, const ProbeGpu *g, char *buf, si
         (unsigned long long)(h->cpu_memory / mib ? h->cpu_memory / mib : 1), atleast(h->mem_bandwidth * 1e-9, 0.001),
         h->cores > 0 ? h->cores : 1);
     OUT("  efficiency { gemm = %.4f }\n", g->eff_gemm > 0 && g->eff_gemm <= 1 ? g->eff_gemm : 1.0);
+    /* the bf16 calls, the dtype of the peak: the cost model interpolates a GEMM between them */
+    int w = 0;
+    for (int i = 0; i < g->ngemm; i++) {
+        if (g->gemm_f32[i] || !(g->gemm[i].secs > 0 && g->gemm[i].flops > 0)) continue;
+        OUT("%s%.6g, %.4g", w++ ? ", " : "  kernels { gemm = [", g->gemm[i].flops, atleast(g->gemm[i].secs * 1e6, 1e-4));
+    }
+    if (w) OUT("] }\n");
     k += probe_text_nvme(h, AT(k));
     if (g->net)
         OUT("  net  { bandwidth = %.3f GB/s; latency_us = %.3f }\n", atleast(g->coll.bandwidth * 1e-9, 0.001),

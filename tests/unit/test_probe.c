@@ -251,6 +251,13 @@ START_TEST(gpu_target_compiles) {
     ck_assert_str_eq(t.nvme_paths[0], "/tmp/zinf nvme");
     NEAR(t.net_bandwidth, 150e9, 1e-9);
     NEAR(t.net_latency, 9e-6, 1e-3);
+    /* the three bf16 calls with an algorithm, not the f32 one (its rate is not the peak's dtype) */
+    ck_assert_int_eq(t.nkernel_points, 3);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(t.kernel_points[i].family, FAM_GEMM);
+        NEAR(t.kernel_points[i].flops, 1e12, 1e-6);
+    }
+    NEAR(t.kernel_points[1].secs, 1e12 / 400e12, 1e-3);
     /* one GPU, no NVMe, figures that were not measured (NaN, 0): no net or
      * nvme block, the smallest positive values, and it still compiles */
     h.nvme = false;
