@@ -58,8 +58,8 @@ double cost_measured_kernel(const PlanTarget *t, PlanFamily f, double flops) {
 
 /* A ring collective: (R-1)/R of the bytes over the link per pass, and one
  * latency per ring step; an all-reduce is two passes (reduce-scatter, then
- * all-gather). Targets without measured figures keep the one-pass latency
- * term they were planned with. */
+ * all-gather), or a tree where that is faster. Targets without measured
+ * figures keep the one-pass ring they were planned with. */
 static double collective(const Plan *p, double bytes, double factor) {
     const PlanTarget *t = &p->target;
     int r = p->ranks;
@@ -68,7 +68,13 @@ static double collective(const Plan *p, double bytes, double factor) {
     if (bw <= 0) bw = 1e9;
     bool measured = t->nvme_latency > 0 || t->pcie_latency > 0 || t->kernel_latency > 0;
     double steps = (measured ? factor : 1.0) * (r - 1);
-    return factor * (double)(r - 1) / r * bytes / bw + steps * latency(t->net_latency);
+    double ring = factor * (double)(r - 1) / r * bytes / bw + steps * latency(t->net_latency);
+    if (!measured || factor < 2) return ring;
+    /* an all-reduce may go up a tree and back down: 2 log2(R) steps of
+     * latency and the bytes twice over a link; MPI and NCCL take the
+     * faster, which for a small one (the norm's 8 bytes) is the tree */
+    double tree = 2.0 * ceil(log2((double)r)) * latency(t->net_latency) + 2.0 * bytes / bw;
+    return tree < ring ? tree : ring;
 }
 
 /* A kernel: as its family's timed calls of that many flops give it where

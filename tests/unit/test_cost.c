@@ -172,6 +172,12 @@ START_TEST(measured_terms) {
     /* an all-reduce is two ring passes: 2 x 3/4 x .1 + 6 x .005 */
     PlanInstr ar = {.op = PI_ALLREDUCE, .queue = Q_COMM, .bytes = 1000000000, .ntiles = 1};
     NEAR(cost_instr_time(p, &ar), 0.15 + 0.03);
+    /* a small one on many ranks goes up a tree and back: 8 bytes on 1024 ranks in 2 x 10 steps, not 2 x 1023 */
+    ar.bytes = 8;
+    p->ranks = 1024;
+    NEAR(cost_instr_time(p, &ar), 2 * 10 * 0.005 + 2 * 8 / 10e9);
+    p->ranks = 4;
+    ar.bytes = 1000000000;
     /* memory-bound: 1 GB at 1 TB/s (1 ms) beats 1 GFLOP at 5 T (.2 ms) */
     PlanInstr k = {.op = PI_KERNEL, .queue = Q_COMPUTE, .flops = 1e9, .bytes = 1000000000, .ntiles = 1, .arg = 0};
     NEAR(cost_instr_time(p, &k), 0.001 + 0.001);
