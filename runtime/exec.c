@@ -8,6 +8,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "cost.h"
+
+/* The cost model prices the host's nvme pipeline at its depth. */
+_Static_assert((int)QRUN_PIPE_MAX == (int)COST_NVME_DEPTH, "runtime/plan/cost.h COST_NVME_DEPTH is the nvme queue's depth");
 #include "adam.h"
 #include "cudrv.h"
 #include "ckpt.h"

@@ -185,7 +185,8 @@ bool cost_simulate(const Plan *p, CostResult *r) {
     size_t n = p->ninstrs ? p->ninstrs : 1;
     r->start = calloc(n, sizeof *r->start);
     r->end = calloc(n, sizeof *r->end);
-    if (!r->start || !r->end) {
+    r->wait = calloc(n, sizeof *r->wait);
+    if (!r->start || !r->end || !r->wait) {
         cost_free(r);
         return false;
     }
@@ -198,6 +199,8 @@ bool cost_simulate(const Plan *p, CostResult *r) {
     bool host = !strcmp(p->target.backend, "host");
     double wake = latency(p->target.wake_latency);
     bool cached = cost_in_cache(p);
+    double nv_ring[COST_NVME_DEPTH] = {0}, nv_last = 0; /* the nvme pipeline: ends of the last transfers */
+    uint32_t nv_count = 0;
     for (uint32_t i = 0; i < p->ninstrs; i++) {
         const PlanInstr *s = &p->instrs[i];
         if (i == p->opt_begin) {
@@ -243,6 +246,25 @@ bool cost_simulate(const Plan *p, CostResult *r) {
         /* the queue idled until another queue's instruction made this one
          * ready: its thread must be woken first */
         if (woken >= 0) st += wake;
+        if (host && (s->op == PI_NVME_READ || s->op == PI_NVME_WRITE) && s->queue == Q_NVME) {
+            /* the host's nvme queue is a pipeline (runtime/queues.h): up
+             * to COST_NVME_DEPTH transfers in flight, their bytes one after
+             * another at the drive's rate, each one's latency beside the
+             * others', retired in order; the queue is busy while any is in flight */
+            double lat = latency(p->target.nvme_latency), xfer = instr_time(p, s, cached) - lat;
+            double *slot = &nv_ring[nv_count++ % COST_NVME_DEPTH];
+            if (*slot > st) st = *slot; /* the one COST_NVME_DEPTH before has retired */
+            double end = st + xfer + lat > nv_last ? st + xfer + lat : nv_last, share = end - (st > nv_last ? st : nv_last);
+            r->busy[Q_NVME] += share;
+            r->wait[i] = end - st - share;
+            r->start[i] = st;
+            r->end[i] = end;
+            *slot = end;
+            nv_last = end;
+            qfree[Q_NVME] = st + xfer;
+            if (end > r->pass_time) r->pass_time = end;
+            continue;
+        }
         double dur = instr_time(p, s, cached);
         if (uses_cores(host, s) && !busy_take(&cores, st, dur, &st)) {
             free(cores.s);
@@ -272,7 +294,8 @@ bool cost_simulate(const Plan *p, CostResult *r) {
 void cost_free(CostResult *r) {
     free(r->start);
     free(r->end);
-    r->start = r->end = NULL;
+    free(r->wait);
+    r->start = r->end = r->wait = NULL;
 }
 
 void cost_bottleneck_sentence(const Plan *p, const CostResult *r, char *buf, size_t n) {

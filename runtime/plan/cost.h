@@ -7,7 +7,8 @@
  * transfers and collectives; for kernels the longer of bytes / memory
  * bandwidth and the family's time for its flops (interpolated between the
  * probe's timed calls, else flops / (peak x the family's efficiency)); a
- * queue woken by another's instruction starts a wake-up later. A target
+ * queue woken by another's instruction starts a wake-up later; the host's
+ * NVMe transfers overlap their latencies, COST_NVME_DEPTH at a time. A target
  * without measured figures (zinfprobe) has latency 0 and efficiency 1
  * there, and no timed calls. It reads nothing but the Plan, so
  * zinfdump can recompute a plan's timeline without the compiler's data.
@@ -17,6 +18,10 @@
 #include <stdbool.h>
 #include "plan.h"
 
+/* How many NVMe transfers the host backend's nvme queue keeps in flight
+ * (runtime/queues.h QRUN_PIPE_MAX; runtime/exec.c checks they agree). */
+enum { COST_NVME_DEPTH = 32 };
+
 typedef struct CostResult {
     double step_time;              /* seconds per optimizer step (grad_accum micro-batches) */
     double pass_time;              /* seconds for one pass of the stream */
@@ -24,6 +29,7 @@ typedef struct CostResult {
     int bottleneck;                /* the busiest queue */
     double redo_time;              /* a speculative plan: seconds a step that clips or is skipped adds (its redo range) */
     double *start, *end;           /* per instruction (malloc'd; cost_free) */
+    double *wait;                  /* per instruction: time in flight beside others (the nvme pipeline), not busy */
 } CostResult;
 
 /* The cost model's family of a primitive (PrimId of vocab.h). */

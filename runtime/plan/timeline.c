@@ -36,6 +36,7 @@ bool timeline_predicted(const Plan *p, const CostResult *c, Timeline *t) {
     for (uint32_t i = 0; i < p->ninstrs; i++) {
         t->start[i] = c->start[i];
         t->end[i] = c->end[i];
+        t->wait[i] = c->wait ? c->wait[i] : 0; /* in flight beside other transfers, as the runtime counts it */
         t->have[i] = 1;
     }
     t->count = p->ninstrs;

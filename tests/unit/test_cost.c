@@ -301,6 +301,44 @@ START_TEST(cache_resident_plans) {
 }
 END_TEST
 
+/* The host's nvme queue keeps COST_NVME_DEPTH transfers in flight: their
+ * bytes one after another at the drive's rate, each one's latency beside
+ * the others', retired in order; the queue is busy while any is in flight,
+ * and the rest of a transfer's time is waiting (as the runtime counts it).
+ * A GPU target's nvme queue runs them one at a time. */
+START_TEST(nvme_pipeline) {
+    enum { N = COST_NVME_DEPTH + 2 };
+    Plan *p = hand_plan(1);
+    static PlanInstr ins[N];
+    for (int i = 0; i < N; i++) ins[i] = (PlanInstr){.op = PI_NVME_READ, .queue = Q_NVME, .bytes = 20000000, .ntiles = 1};
+    p->instrs = ins; /* each 0.01 s at 2 GB/s, + 0.5 s of latency */
+    p->ninstrs = N;
+    p->ndeps = 0;
+    p->opt_begin = N;
+    p->target.nvme_latency = 0.5;
+    p->target.backend = "host";
+    CostResult r;
+    ck_assert(cost_simulate(p, &r));
+    NEAR(r.start[1], 0.01);
+    NEAR(r.end[1], 0.52);
+    NEAR(r.wait[0], 0);
+    NEAR(r.wait[1], 0.5);
+    /* the 33rd waits for the 1st to retire (0.51), the 34th for the 2nd (0.52) */
+    NEAR(r.start[COST_NVME_DEPTH], 0.51);
+    NEAR(r.end[COST_NVME_DEPTH], 1.02);
+    NEAR(r.start[N - 1], 0.52);
+    NEAR(r.pass_time, 1.03);
+    NEAR(r.busy[Q_NVME], 1.03);
+    cost_free(&r);
+    p->target.backend = "cuda";
+    ck_assert(cost_simulate(p, &r));
+    NEAR(r.pass_time, N * 0.51);
+    NEAR(r.busy[Q_NVME], N * 0.51);
+    cost_free(&r);
+    release(p);
+}
+END_TEST
+
 START_TEST(planned_step_is_consistent) {
     /* the predicted step of a real plan is at least each queue's busy time and
      * at most their sum */
@@ -332,6 +370,7 @@ int main(void) {
     tcase_add_test(t, timed_kernel_calls);
     tcase_add_test(t, wake_up_across_queues);
     tcase_add_test(t, cache_resident_plans);
+    tcase_add_test(t, nvme_pipeline);
     tcase_add_test(t, planned_step_is_consistent);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
