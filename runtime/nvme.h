@@ -141,7 +141,7 @@ typedef struct NvmeEngine {
      * bytes, so each chunk completes short and must be resumed. */
     uint64_t debug_max_io;
     NvmeStats stats;
-    int batching;              /* nvme_batch_begin: submit only queues; nvme_wait submits them all at once */
+    int batching;              /* nvme_batch_begin: submit only queues; nvme_wait / nvme_progress submit them all at once */
 } NvmeEngine;
 
 /* Create or open PATH/zinf-rankR.swap in each of `paths`, preallocate it to
@@ -168,10 +168,11 @@ NvmeStatus nvme_submit_write(NvmeEngine *e, uint64_t logical_offset, uint64_t le
 /* Block until every request of `tag` (or all, NVME_TAG_ALL) is done; return
  * the first error met by one of them. */
 NvmeStatus nvme_wait(NvmeEngine *e, uint32_t tag, NvmeError *err);
-/* Between nvme_batch_begin and the next nvme_wait, submits only queue
- * their requests; the wait then fills the ring with all of them in one
- * io_uring submission (small transfers pay one system call, not one each)
- * and ends the batch. Without io_uring (sync) it changes nothing. */
+/* Between nvme_batch_begin and the next nvme_wait or nvme_progress,
+ * submits only queue their requests; the wait then fills the ring with
+ * all of them in one io_uring submission (small transfers pay one system
+ * call, not one each) and ends the batch. Without io_uring (sync) it
+ * changes nothing. */
 void nvme_batch_begin(NvmeEngine *e);
 
 /* Without blocking on any one tag: ends a batch (nvme_batch_begin), hands
