@@ -69,9 +69,12 @@ int probe_fit(const ProbeSample *s, int n, ProbeFit *out) {
 typedef struct NvmeRun {
     RtIo *io;
     uint8_t *buf;
-    uint64_t region;
+    uint64_t bufsz, region;
     bool quick;
 } NvmeRun;
+
+/* the nvme queue's depth (runtime/queues.h QRUN_PIPE_MAX) */
+enum { PROBE_NVME_DEPTH = 32 };
 
 /* Timed transfers of each size (each one synchronous, as the nvme queue's
  * instructions are), into samples; offsets cycle through the region. */
@@ -98,19 +101,57 @@ static int nvme_series(NvmeRun *u, bool write, ProbeSample *smp, int *ns, char *
     return 0;
 }
 
-static int nvme_measure(Comm *c, const ProbeOptions *o, RtIo *io, uint8_t *buf, ProbeFit *w, ProbeFit *rd, char *err,
-                        size_t n) {
-    NvmeRun u = {io, buf, o->quick ? 4u << 20 : 64u << 20, o->quick};
-    for (uint64_t off = 0; off < u.region; off += 1 << 20) /* written once, so reads meet real blocks */
-        if (rtio_write(io, off, buf, 1 << 20, err, n)) return -1;
-    ProbeSample sw[4], sr[4];
-    int nw = 0, nr = 0;
-    if (comm_barrier(c) != COMM_OK || nvme_series(&u, true, sw, &nw, err, n)) return -1;
-    if (comm_barrier(c) != COMM_OK || nvme_series(&u, false, sr, &nr, err, n)) return -1;
-    if (probe_fit(sw, nw, w) || probe_fit(sr, nr, rd)) {
+/* Transfers of each size kept PROBE_NVME_DEPTH in flight, as the nvme
+ * queue's pipeline keeps them (runtime/queues.h), each into its own slice
+ * of the buffer and of the region; the time per transfer when the queue is
+ * full, into samples. */
+static int nvme_pipelined(NvmeRun *u, bool write, ProbeSample *smp, int *ns, char *err, size_t n) {
+    static const uint64_t sizes[] = {4096, 65536, 1 << 20};
+    int nsizes = u->quick ? 2 : 3;
+    for (int k = 0; k < nsizes; k++) {
+        uint64_t sz = sizes[k];
+        int total = u->quick ? 2 * PROBE_NVME_DEPTH : sz >= (1u << 20) ? 64 : 256, started = 0, retired = 0;
+        bool at_once[PROBE_NVME_DEPTH] = {false}; /* done by rtio_start itself (plain I/O): nothing in flight */
+        double t0 = probe_now();
+        while (retired < total) {
+            while (started < total && started - retired < PROBE_NVME_DEPTH) {
+                int slot = started % PROBE_NVME_DEPTH;
+                RtioReq q = {(uint64_t)slot * sz % u->region, sz, u->buf + (uint64_t)slot * sz % u->bufsz, write};
+                int rc = rtio_start(u->io, &q, RTIO_TAG_FIRST + (uint32_t)slot, err, n);
+                if (rc < 0) return -1;
+                at_once[slot] = rc == 0;
+                started++;
+            }
+            if (rtio_progress(u->io, !at_once[retired % PROBE_NVME_DEPTH], err, n) < 0) return -1;
+            while (retired < started) { /* retire in order, as the queue does */
+                int slot = retired % PROBE_NVME_DEPTH;
+                int f = at_once[slot] ? 1 : rtio_finished(u->io, RTIO_TAG_FIRST + (uint32_t)slot, err, n);
+                if (f < 0) return -1;
+                if (f == 0) break;
+                retired++;
+            }
+        }
+        smp[*ns] = (ProbeSample){1, (double)sz, (probe_now() - t0) / total};
+        (*ns)++;
+    }
+    return 0;
+}
+
+static int nvme_measure(Comm *c, const ProbeOptions *o, NvmeRun *u, ProbeResult *r, char *err, size_t n) {
+    for (uint64_t off = 0; off < u->region; off += 1 << 20) /* written once, so reads meet real blocks */
+        if (rtio_write(u->io, off, u->buf, 1 << 20, err, n)) return -1;
+    ProbeSample sw[4], sr[4], pw[3], pr[3];
+    int nw = 0, nr = 0, npw = 0, npr = 0;
+    if (comm_barrier(c) != COMM_OK || nvme_series(u, true, sw, &nw, err, n)) return -1;
+    if (comm_barrier(c) != COMM_OK || nvme_series(u, false, sr, &nr, err, n)) return -1;
+    if (comm_barrier(c) != COMM_OK || nvme_pipelined(u, true, pw, &npw, err, n)) return -1;
+    if (comm_barrier(c) != COMM_OK || nvme_pipelined(u, false, pr, &npr, err, n)) return -1;
+    if (probe_fit(sw, nw, &r->nvme_write) || probe_fit(sr, nr, &r->nvme_read) || probe_fit(pw, npw, &r->nvme_pipe_write) ||
+        probe_fit(pr, npr, &r->nvme_pipe_read)) {
         snprintf(err, n, "nvme: the timings fit no bandwidth");
         return -1;
     }
+    (void)o;
     return 0;
 }
 
@@ -128,13 +169,14 @@ int probe_nvme(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t
     RtIo io;
     memset(&io, 0, sizeof io);
     const char *dirs[1] = {o->nvme_dir};
-    uint64_t region = o->quick ? 4u << 20 : 64u << 20, bufsz = 8u << 20;
+    uint64_t region = o->quick ? 4u << 20 : 64u << 20, bufsz = o->quick ? 8u << 20 : 32u << 20;
     uint8_t *buf = aligned_alloc(NVME_ALIGN, bufsz);
     if (!buf) return snprintf(err, n, "out of memory"), -1;
     memset(buf, 0x5a, bufsz);
-    int rc = rtio_open(&io, dirs, 1, c->rank, region, 32, err, n);
+    int rc = rtio_open(&io, dirs, 1, c->rank, region, PROBE_NVME_DEPTH, err, n);
     if (!rc) rc = rtio_register(&io, buf, bufsz, err, n);
-    if (!rc) rc = nvme_measure(c, o, &io, buf, &r->nvme_write, &r->nvme_read, err, n);
+    NvmeRun u = {&io, buf, bufsz, region, o->quick};
+    if (!rc) rc = nvme_measure(c, o, &u, r, err, n);
     if (io.open) rtio_close(&io, 1);
     free(buf);
     /* every rank takes part in the sums, so one rank's failure does not hang the others */
@@ -144,7 +186,9 @@ int probe_nvme(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t
         if (!rc) snprintf(err, n, "nvme: another rank failed");
         return -1;
     }
-    if (node_fit(c, &r->nvme_write) || node_fit(c, &r->nvme_read)) return snprintf(err, n, "%s", comm_last_error(c)), -1;
+    if (node_fit(c, &r->nvme_write) || node_fit(c, &r->nvme_read) || node_fit(c, &r->nvme_pipe_write) ||
+        node_fit(c, &r->nvme_pipe_read))
+        return snprintf(err, n, "%s", comm_last_error(c)), -1;
     struct statvfs fs;
     uint64_t free_bytes = statvfs(o->nvme_dir, &fs) == 0 ? (uint64_t)fs.f_bavail * fs.f_frsize : 0;
     r->nvme_capacity = free_bytes / 2 / (1u << 20) * (1u << 20);
@@ -598,16 +642,25 @@ int probe_run(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t 
 
 static double atleast(double v, double lo) { return isfinite(v) && v > lo ? v : lo; }
 
+double probe_nvme_request(const ProbeResult *r) {
+    /* node_fit averaged each rank's time per request over the ranks, all at once on the drive */
+    int ranks = r->ranks > 0 ? r->ranks : 1;
+    return (r->nvme_pipe_read.latency + r->nvme_pipe_write.latency) / 2 / ranks;
+}
+
 int probe_text_nvme(const ProbeResult *r, char *buf, size_t n) {
     if (!r->nvme) {
         if (n) buf[0] = 0;
         return 0;
     }
     uint64_t mib = 1u << 20;
-    return snprintf(buf, n, "  nvme { paths = [\"%s\"]; read = %.3f GB/s; write = %.3f GB/s; capacity = %llu MiB; latency_us = %.3f }\n",
+    return snprintf(buf, n,
+                    "  nvme { paths = [\"%s\"]; read = %.3f GB/s; write = %.3f GB/s; capacity = %llu MiB; latency_us = %.3f;\n"
+                    "         request_us = %.3f }\n",
                     r->nvme_dir, atleast(r->nvme_read.bandwidth * 1e-9, 0.001), atleast(r->nvme_write.bandwidth * 1e-9, 0.001),
                     (unsigned long long)(r->nvme_capacity / mib ? r->nvme_capacity / mib : 1),
-                    atleast((r->nvme_read.latency + r->nvme_write.latency) / 2 * 1e6, 0.001));
+                    atleast((r->nvme_read.latency + r->nvme_write.latency) / 2 * 1e6, 0.001),
+                    atleast(probe_nvme_request(r) * 1e6, 0.001));
 }
 
 int probe_target_text(const ProbeResult *r, char *buf, size_t n) {
@@ -662,6 +715,10 @@ void probe_report(const ProbeResult *r, FILE *out) {
         fprintf(out, "nvme (%s, io_uring O_DIRECT, node):  read %.3f GB/s + %.1f us per request, write %.3f GB/s + %.1f us\n",
                 r->nvme_dir, r->nvme_read.bandwidth * 1e-9, r->nvme_read.latency * 1e6, r->nvme_write.bandwidth * 1e-9,
                 r->nvme_write.latency * 1e6);
+        fprintf(out, "  %d in flight per rank (the nvme queue's pipeline): read %.3f GB/s + %.1f us per request, write %.3f GB/s"
+                     " + %.1f us;\n  the drive's time per request, all ranks: %.1f us\n",
+                PROBE_NVME_DEPTH, r->nvme_pipe_read.bandwidth * 1e-9, r->nvme_pipe_read.latency * 1e6,
+                r->nvme_pipe_write.bandwidth * 1e-9, r->nvme_pipe_write.latency * 1e6, probe_nvme_request(r) * 1e6);
     } else {
         fprintf(out, "nvme: not measured (no --nvme DIR)\n");
     }

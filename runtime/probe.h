@@ -6,8 +6,10 @@
  * runtime's own engines, on every rank at once (so shared resources are
  * shared as in training):
  *  - NVMe: rtio (the io_uring engine, O_DIRECT, queue depth 32) reads and
- *    writes of 4 KiB to a few MiB; latency and bandwidth fitted per rank,
- *    the node's rate = the ranks' rates summed;
+ *    writes of 4 KiB to a few MiB, one at a time and 32 in flight (the
+ *    nvme queue's pipeline); latency and bandwidth fitted per rank, the
+ *    node's rate = the ranks' rates summed, the drive's time per request
+ *    with the queues full = the pipelined latency over the ranks;
  *  - host memory: a triad (a = b + s c) over arrays far larger than caches,
  *    and over arrays that fill half the CPUs' shared cache together (what a
  *    small plan streams at), on the rank's thread team; the node's
@@ -91,6 +93,7 @@ typedef struct ProbeResult {
     char nvme_dir[512];
     uint64_t nvme_capacity;
     ProbeFit nvme_read, nvme_write; /* per rank, all ranks at once */
+    ProbeFit nvme_pipe_read, nvme_pipe_write; /* the same, 32 in flight per rank: time per transfer */
     bool net;             /* measured (more than one rank) */
     ProbeFit coll;        /* per ring step, per rank's link */
     double coll_secs[3][4]; /* all-reduce, all-gather, reduce-scatter x sizes */
@@ -119,6 +122,9 @@ void probe_summarise_rates(ProbeResult *r);
  * net { bandwidth; latency_us } }` with a comment naming what was measured.
  * Returns the length (as snprintf: buf may be too small). */
 int probe_target_text(const ProbeResult *r, char *buf, size_t n);
+/* The drive's time per request with every rank's queue full (seconds,
+ * the node's): the pipelined fits' latencies, averaged, over the ranks. */
+double probe_nvme_request(const ProbeResult *r);
 /* The target's nvme line for r ("" when NVMe was not measured); as snprintf.
  * The cuda target (runtime/probe_gpu.h) writes the same. */
 int probe_text_nvme(const ProbeResult *r, char *buf, size_t n);

@@ -251,7 +251,9 @@ bool cost_simulate(const Plan *p, CostResult *r) {
              * to COST_NVME_DEPTH transfers in flight, their bytes one after
              * another at the drive's rate, each one's latency beside the
              * others', retired in order; the queue is busy while any is in flight */
-            double lat = latency(p->target.nvme_latency), xfer = instr_time(p, s, cached) - lat;
+            double lat = latency(p->target.nvme_latency);
+            /* the bytes at the rank's share of the drive, and the drive's time per request, which every rank's requests share */
+            double xfer = instr_time(p, s, cached) - lat + latency(p->target.nvme_request) * (p->target.gpus_per_node > 0 ? p->target.gpus_per_node : 1);
             double *slot = &nv_ring[nv_count++ % COST_NVME_DEPTH];
             if (*slot > st) st = *slot; /* the one COST_NVME_DEPTH before has retired */
             double end = st + xfer + lat > nv_last ? st + xfer + lat : nv_last, share = end - (st > nv_last ? st : nv_last);

@@ -97,6 +97,7 @@ typedef struct PlanTarget {
      * (bytes/s per node); a plan whose ranks' memory fits in it streams at
      * that rate, not at cpu_bandwidth's */
     double cpu_cache, cache_bandwidth;
+    double nvme_request;       /* seconds of the drive per request with the nvme queues full (the node's) */
     int32_t nkernel_points;
     PlanKernelPoint kernel_points[PLAN_MAX_KERNEL_POINTS];
 } PlanTarget;

@@ -330,6 +330,13 @@ START_TEST(nvme_pipeline) {
     NEAR(r.pass_time, 1.03);
     NEAR(r.busy[Q_NVME], 1.03);
     cost_free(&r);
+    /* the drive's time per request (the node's, shared by 1 rank here) joins the bytes: 0.01 + 0.005 each */
+    p->target.nvme_request = 0.005;
+    ck_assert(cost_simulate(p, &r));
+    NEAR(r.start[1], 0.015);
+    NEAR(r.end[1], 0.015 + 0.515);
+    cost_free(&r);
+    p->target.nvme_request = 0;
     p->target.backend = "cuda";
     ck_assert(cost_simulate(p, &r));
     NEAR(r.pass_time, N * 0.51);
