@@ -21,6 +21,7 @@
 #include "hostk_threads.h"
 #include "hfio.h"
 #include "plan.h"
+#include "probe.h"
 #include "tokens.h"
 #include "verify.h"
 
@@ -645,6 +646,8 @@ typedef struct Run {
     int64_t ran;
     /* the first step's time and queue totals, left out of the summary's means */
     double first_seconds, first_busy[PLAN_NQUEUES], first_wait[PLAN_NQUEUES];
+    bool ticks;                /* the CPUs' steal and total time when the counted steps began (/proc/stat) */
+    double steal0, total0;
 } Run;
 
 /* What the end-of-run means count: with more than one step, the steps
@@ -761,6 +764,7 @@ static int train(Run *u, char *err, size_t n) {
         u->last_loss = st.loss;
         u->time_sum += st.seconds;
         if (u->ran == 1) {
+            u->ticks = probe_cpu_ticks("/proc/stat", &u->steal0, &u->total0);
             u->first_seconds = st.seconds;
             for (int q = 0; q < PLAN_NQUEUES; q++) {
                 u->first_busy[q] = rt_busy_seconds(u->r, q);
@@ -852,7 +856,14 @@ static void print_summary(const Run *u) {
     printf("done: %" PRId64 " steps, loss %.4f -> %.4f, %.1f ms/step measured, %.1f ms/step predicted", ran, u->first_loss,
            u->last_loss, c.seconds * per, pred);
     if (c.steps < ran) printf(" (steps after the first; the first took %.1f ms)", u->first_seconds * 1e3);
-    printf("\nqueue busy per step, measured (predicted):");
+    printf("\n");
+    double s1, t1;
+    if (c.steps < ran && u->ticks && probe_cpu_ticks("/proc/stat", &s1, &t1) && t1 > u->total0 &&
+        (s1 - u->steal0) / (t1 - u->total0) > PROBE_STEAL_WARN)
+        printf("warning: other machines took %.0f%% of this one's CPU time during these steps (steal in /proc/stat): the\n"
+               "  measured times are longer than this machine's own\n",
+               (s1 - u->steal0) / (t1 - u->total0) * 100);
+    printf("queue busy per step, measured (predicted):");
     for (int q = 0; q < PLAN_NQUEUES; q++)
         printf(" %s %.1f (%.1f)", plan_queue_names[q], c.busy[q] * per, u->have_cost ? u->cr.busy[q] * u->accum * 1e3 : 0.0);
     printf(" ms\n");

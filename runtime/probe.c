@@ -213,6 +213,28 @@ static void triad_unit(void *ctx, int64_t u) {
     for (int64_t i = lo; i < hi; i++) a[i] = b[i] + 3.0 * c[i];
 }
 
+bool probe_cpu_ticks(const char *proc_stat, double *steal, double *total) {
+    FILE *f = fopen(proc_stat, "r");
+    if (!f) return false;
+    char line[512];
+    bool ok = false;
+    while (!ok && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "cpu ", 4)) continue;
+        /* user nice system idle iowait irq softirq steal ... */
+        double v[8];
+        int k = sscanf(line + 4, "%lf %lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
+        if (k == 8) {
+            *total = 0;
+            for (int i = 0; i < 8; i++) *total += v[i];
+            *steal = v[7];
+            ok = true;
+        }
+        break;
+    }
+    fclose(f);
+    return ok;
+}
+
 uint64_t probe_cache_bytes(const char *sysfs_cpu) {
     uint64_t best = 0;
     int best_level = 0;
@@ -393,7 +415,7 @@ static KCase rows_case(PrimId p, PlanFamily f, int nin, int64_t rows, int64_t d,
     return k;
 }
 
-enum { PROBE_MAX_CASES = PROBE_MAX_RATES / 2 };
+enum { PROBE_MAX_CASES = PROBE_MAX_RATES / 2, PROBE_ROUNDS = 5 };
 
 /* The sizes timed: each family from a small model's shapes (gpt2-tiny's
  * 256 rows of 128) to a large one's, so that the fit sees both the fixed
@@ -420,26 +442,28 @@ static int kernel_cases(bool quick, KCase *cases) {
 
 int probe_kernels(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n) {
     KCase cases[PROBE_MAX_CASES];
-    int nc = kernel_cases(o->quick, cases), rounds = o->quick ? 1 : 3;
-    double best[PROBE_MAX_RATES];
-    for (int i = 0; i < 2 * nc; i++) best[i] = -1;
+    int nc = kernel_cases(o->quick, cases), rounds = o->quick ? 1 : PROBE_ROUNDS;
+    double got[PROBE_ROUNDS][PROBE_MAX_RATES], best[PROBE_MAX_RATES];
     r->nrates = 0;
     int rc = 0, failed = -1;
     if (comm_barrier(c) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(c)), -1;
     /* round after round over every size, so that a burst of load meets one
-     * round of a size, not all of them */
+     * round of a size, not all of them; each size's median round is kept:
+     * a burst in one round does not move it, and it is a typical call, as
+     * the step's are, not the luckiest */
     for (int round = 0; round < rounds && !rc; round++)
         for (int i = 0; i < nc && !rc; i++) {
-            double f, b;
-            if (kernel_case(&cases[i], o->quick ? 0.002 : 0.04, &f, &b)) {
+            if (kernel_case(&cases[i], o->quick ? 0.002 : 0.03, &got[round][2 * i], &got[round][2 * i + 1])) {
                 rc = -1;
                 failed = i;
-                break;
             }
-            if (best[2 * i] < 0 || f < best[2 * i]) best[2 * i] = f;
-            if (best[2 * i + 1] < 0 || b < best[2 * i + 1]) best[2 * i + 1] = b;
         }
     if (rc) snprintf(err, n, "host kernel %s failed", cases[failed].name);
+    for (int k = 0; !rc && k < 2 * nc; k++) {
+        double v[PROBE_ROUNDS];
+        for (int round = 0; round < rounds; round++) v[round] = got[round][k];
+        best[k] = probe_median(v, rounds);
+    }
     double bad = rc ? 1 : 0;
     if (comm_allreduce_sum_f64(c, &bad, 1) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(c)), -1;
     if (bad > 0 && !rc) snprintf(err, n, "a host kernel failed on another rank");
@@ -614,8 +638,9 @@ int probe_collectives(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err,
 /* ---- all of it ---- */
 
 int probe_run(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n) {
-    double t0 = probe_now();
+    double t0 = probe_now(), steal0 = 0, tot0 = 0;
     memset(r, 0, sizeof *r);
+    bool have_ticks = probe_cpu_ticks("/proc/stat", &steal0, &tot0);
     char host[64] = "localhost";
     if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "localhost");
     host[sizeof host - 1] = 0;
@@ -635,6 +660,8 @@ int probe_run(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t 
     r->copy = d[1] / c->size;
     r->wake = d[2] / c->size;
     r->seconds = probe_now() - t0;
+    double s1, t1;
+    r->steal = have_ticks && probe_cpu_ticks("/proc/stat", &s1, &t1) && t1 > tot0 ? (s1 - steal0) / (t1 - tot0) : -1;
     return 0;
 }
 
@@ -672,6 +699,9 @@ int probe_target_text(const ProbeResult *r, char *buf, size_t n) {
         "# kernels by family, %s%s (docs/schedule.md, \"Probing the machine\").\n",
         r->host, ranks, ranks > 1 ? "s" : "", r->nvme ? "NVMe through io_uring, " : "",
         r->net ? "MPI collectives" : "no collectives (one rank)");
+    if (r->steal > PROBE_STEAL_WARN)
+        OUT("# Other machines took %.0f%% of this one's CPU time while it measured (steal): the figures are low.\n",
+            r->steal * 100);
     OUT("target probe_%s {\n  backend = \"host\"\n  ranks = %d\n  budget = %llu MiB\n", r->host, ranks,
         (unsigned long long)(budget ? budget : 1));
     OUT("  cpu  { memory = %llu MiB; bandwidth = %.3f GB/s; cores = %d; flops = %.3f G; launch_us = %.3f; copy_us = %.3f;\n"
@@ -711,6 +741,12 @@ int probe_target_text(const ProbeResult *r, char *buf, size_t n) {
 
 void probe_report(const ProbeResult *r, FILE *out) {
     fprintf(out, "probe: %s, %d rank%s, %d cores, %.1f s\n", r->host, r->ranks, r->ranks > 1 ? "s" : "", r->cores, r->seconds);
+    if (r->steal > PROBE_STEAL_WARN)
+        fprintf(out, "warning: other machines took %.0f%% of this one's CPU time during the probe (steal in /proc/stat): its\n"
+                     "  figures are lower than this machine's own; probe again when the host is quieter\n",
+                r->steal * 100);
+    else if (r->steal >= 0)
+        fprintf(out, "cpu time taken by other machines during the probe (steal): %.1f%%\n", r->steal * 100);
     if (r->nvme) {
         fprintf(out, "nvme (%s, io_uring O_DIRECT, node):  read %.3f GB/s + %.1f us per request, write %.3f GB/s + %.1f us\n",
                 r->nvme_dir, r->nvme_read.bandwidth * 1e-9, r->nvme_read.latency * 1e6, r->nvme_write.bandwidth * 1e-9,

@@ -23,9 +23,9 @@
  *    the cost model interpolates between a family's calls. The peak is the
  *    best GEMM rate and each family's efficiency the median of its rates
  *    over the peak (for targets read without the calls, and the summary).
- *    Every size is timed in several rounds, one after another over all
- *    sizes, and its best round kept: another process's burst on a shared
- *    core slows a round, it never speeds one;
+ *    Every size is timed in five rounds, one after another over all
+ *    sizes, and its median round kept: a burst of another process's work
+ *    on a shared core moves one round, not the median;
  *  - dispatch: what a running queue spends per instruction (a tiny kernel,
  *    launch, or a tiny copy, copy, with the queue's lock and signal), and
  *    the wake-up of a queue's thread by another thread (wake);
@@ -100,6 +100,7 @@ typedef struct ProbeResult {
     double coll_bytes[4];
     int ncoll;
     double seconds;       /* the probe's own run time */
+    double steal;         /* the share of the CPUs' time other machines took meanwhile (a VM's steal), -1: unknown */
 } ProbeResult;
 
 /* Measures everything; c is the job (a world of one without mpirun). Every
@@ -111,6 +112,12 @@ int probe_memory(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size
 int probe_kernels(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
 int probe_dispatch(const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
 int probe_collectives(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
+/* The CPUs' steal and total time so far (clock ticks) from a /proc/stat
+ * file; false when it has no "cpu" line with a steal column. */
+bool probe_cpu_ticks(const char *proc_stat, double *steal, double *total);
+/* Above this share of stolen CPU time the probe's figures are too low and
+ * it says so. */
+#define PROBE_STEAL_WARN 0.05
 /* The size of the largest data cache of the CPU whose sysfs directory is
  * given (e.g. /sys/devices/system/cpu/cpu0); 0 when it says none. */
 uint64_t probe_cache_bytes(const char *sysfs_cpu);

@@ -37,6 +37,7 @@ echo "probing: 1 rank, then 2 ranks under mpirun"
 mpirun -np 2 --oversubscribe "$B/bin/zinfprobe" --host --nvme "$W/probe-nvme" -o "$W/probe2.zl" < /dev/null > "$W/probe2.log" 2>&1 ||
   { cat "$W/probe2.log"; exit 1; }
 grep -v '^#' "$W/probe2.zl"
+grep -h 'steal' "$W/probe1.log" "$W/probe2.log"
 
 # run NAME RANKS PLAN [BUILD] [STEPS]: trains STEPS steps; prints one row
 run() {
@@ -45,6 +46,7 @@ run() {
   rm -rf "$W/nvme"/*
   $L "$R/bin/zinfrun" "$plan" --data "$W/train.bin" --steps "$nsteps" --nvme "$W/nvme" --quiet \
     --trace "$W/$name.json" < /dev/null > "$W/$name.log" 2>&1 || { echo "FAIL: $name"; cat "$W/$name.log"; return 1; }
+  grep -A1 '^warning: other machines' "$W/$name.log" | sed "s/^/$name: /"
   awk -v name="$name" '
     /^done:/ { for (i = 1; i <= NF; i++) { if ($i == "ms/step" && $(i+1) == "measured,") m = $(i-1);
                                            if ($i == "ms/step" && $(i+1) == "predicted") p = $(i-1) } }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "loader.h"
 #include "probe.h"
 #include "probe_gpu.h"
@@ -300,6 +301,37 @@ START_TEST(gpu_report_host_only) {
 }
 END_TEST
 
+/* The CPUs' steal time from /proc/stat (a file written here), and the
+ * warning a probe under a busy hypervisor writes into its target. */
+START_TEST(steal_time) {
+    char path[] = "/tmp/zinf-test-stat-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    fputs("cpu  100 5 50 800 10 0 5 30 0 0\ncpu0 50 2 25 400 5 0 2 15 0 0\n", f);
+    fclose(f);
+    double steal = -1, total = -1;
+    ck_assert(probe_cpu_ticks(path, &steal, &total));
+    NEAR(steal, 30.0, 1e-12);
+    NEAR(total, 1000.0, 1e-12);
+    f = fopen(path, "w");
+    fputs("cpu  100 5 50 800\n", f); /* no steal column */
+    fclose(f);
+    ck_assert(!probe_cpu_ticks(path, &steal, &total));
+    unlink(path);
+    ck_assert(!probe_cpu_ticks(path, &steal, &total));
+    ProbeResult r = sample_result();
+    char text[4096];
+    r.steal = 0.3;
+    probe_target_text(&r, text, sizeof text);
+    ck_assert_msg(strstr(text, "# Other machines took 30% of this one's CPU time while it measured (steal): the figures are low.\n"),
+                  "%s", text);
+    r.steal = 0.01;
+    probe_target_text(&r, text, sizeof text);
+    ck_assert(!strstr(text, "steal"));
+}
+END_TEST
+
 /* The largest data cache from a sysfs tree (written here): the level-3
  * unified cache, not the level-1 instruction cache, sizes in K or M. */
 START_TEST(cache_from_sysfs) {
@@ -342,6 +374,7 @@ int main(void) {
     tcase_add_test(t, gpu_target_compiles);
     tcase_add_test(t, gpu_report_host_only);
     tcase_add_test(t, cache_from_sysfs);
+    tcase_add_test(t, steal_time);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
