@@ -187,8 +187,8 @@ static void place_home(Packer *pk, Buf *x) {
 /* persistent homes first, at the bottom, for the whole step. On NVMe a
  * parameter's optimizer state (master, momentum, variance), its gradient
  * and then the parameter itself lie together, in the order the optimizer
- * reads and writes them, so the executor's batches take them as one
- * request (rtio_xfer_batch merges requests that continue each other).
+ * reads and writes them, so the transfers the nvme queue keeps in flight
+ * together read neighbouring blocks of the swap file.
  * false: out of memory. */
 static bool place_persistent(B *b, Packer *pk) {
     static const int order[] = {TC_MASTER, TC_MOMENTUM, TC_VARIANCE, TC_GRAD};

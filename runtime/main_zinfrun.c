@@ -875,7 +875,7 @@ static void print_summary(const Run *u) {
         for (int q = 0; q < PLAN_NQUEUES; q++)
             if (c.wait[q] > 0)
                 printf(" %s %.1f ms (%s)", plan_queue_names[q], c.wait[q] * per,
-                       q == Q_NVME ? "in flight beside the rest of a batch, summed over its transfers" : "for other ranks");
+                       q == Q_NVME ? "in flight beside other transfers, summed over them" : "for other ranks");
         printf("\n");
     }
     double sec = c.seconds / (double)c.steps, flops = rt_step_flops(u->r, u->accum);

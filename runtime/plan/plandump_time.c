@@ -82,16 +82,16 @@ bool plandump_compare(const Plan *p, const Timeline *pred, const Timeline *meas,
     fprintf(out, "\n\n");
     rows_table("per queue, busy time (largest divergence first):", "queue", queues, PLAN_NQUEUES, 7, out);
     /* what the measured durations held besides work: a collective's wait for
-     * its peers, an NVMe transfer's time in flight beside the rest of its batch */
+     * its peers, an NVMe transfer's time in flight beside other transfers */
     bool waited = false;
     for (int q = 0; q < PLAN_NQUEUES; q++) waited |= queues[q].wait > 0;
     if (waited) {
         fprintf(out, "  measured waiting inside instructions, not counted as busy:");
         for (int q = 0, first = 1; q < PLAN_NQUEUES; q++)
             if (queues[q].wait > 0) {
-                bool batch = !strcmp(queues[q].name, "nvme"); /* the nvme queue's waiting is time in flight in a batch */
+                bool pipe = !strcmp(queues[q].name, "nvme"); /* the nvme queue's waiting is time in flight beside others */
                 fprintf(out, "%s %s %.3f ms (%s)", first ? "" : ",", queues[q].name, queues[q].wait * 1e3,
-                        batch ? "in flight beside the rest of a batch, summed over its transfers" : "for other ranks");
+                        pipe ? "in flight beside other transfers, summed over them" : "for other ranks");
                 first = 0;
             }
         fprintf(out, "\n");
