@@ -71,6 +71,7 @@ typedef struct ArenaPack {
     int nocc, cocc;
     int64_t placed;
     uint64_t base, top;
+    bool sealed;  /* the optimizer's buffers began: nothing below top is theirs (seal) */
 } ArenaPack;
 
 typedef struct Packer {
@@ -128,10 +129,12 @@ static Dying dying_pop(ArenaPack *ap) {
 }
 
 /* retire what died before first (a use at instruction first), unless
- * reserved, and what was reserved long enough; false: out of memory */
-static bool retire(ArenaPack *ap, int a, int first, bool delay) {
+ * reserved, and what was reserved long enough; false: out of memory. In a
+ * sealed arena what the step used before the optimizer stays occupied. */
+static bool retire(ArenaPack *ap, int a, int first, bool delay, int opt_begin) {
     while (ap->ndying && ap->dying[0].last < first) {
         Dying d = dying_pop(ap);
+        if (ap->sealed && d.last < opt_begin) continue;
         if (delay && d.hold && reuse_delay[a] > 0) {
             if (ap->held0 == ap->nheld) ap->held0 = ap->nheld = 0;
             if (ap->held0 > ap->cheld / 2) { /* reuse the front the FIFO has passed */
@@ -244,6 +247,35 @@ static int first_use_order(const B *b, int *order) {
     return m;
 }
 
+/* The optimizer's pinned staging goes above everything the step used
+ * before it: its reads of NVMe state need nothing from the backward, but
+ * in a range the backward's copies used last they would wait for those
+ * copies, and the nvme queue starts in order, so that one read would hold
+ * every later one back until the backward ends. So when the first of the
+ * optimizer's buffers is placed, every free gap below the top is filled
+ * (the gaps' extents never die), the reserved ranges stay reserved, and
+ * what is still live then stays occupied when it dies (retire). The arena
+ * grows by the optimizer's staging; where that does not fit, pl_allocate
+ * packs tightly. false: out of memory. */
+static bool seal(ArenaPack *ap, uint64_t al) {
+    int n = ap->nlive, gaps = 0;
+    for (int k = 0; k < n; k++) gaps += ap->live[k].gap > 0;
+    if (!pl_grow((void **)&ap->live, &ap->clive, n + gaps + 1, sizeof(Extent))) return false;
+    Extent *s = ap->live;
+    for (int k = n - 1, w = n + gaps - 1; k >= 0; k--) { /* from the top down, each extent and the filled gap below it */
+        Extent e = s[k];
+        s[w--] = (Extent){e.lo, e.hi, 0};
+        if (e.gap) s[w--] = (Extent){e.lo - e.gap, e.lo, 0};
+    }
+    n += gaps;
+    uint64_t end = n ? align_up(s[n - 1].hi, al) : ap->base;
+    if (ap->top > end) s[n++] = (Extent){end, ap->top, 0}; /* the free space up to the top */
+    ap->nlive = n;
+    ap->held0 = ap->nheld; /* reserved for good */
+    ap->sealed = true;
+    return true;
+}
+
 /* Buffer i at the lowest gap of its arena that nothing live from its first
  * use on occupies; false when out of memory. */
 static bool place_one(B *b, Packer *pk, int i) {
@@ -251,7 +283,8 @@ static bool place_one(B *b, Packer *pk, int i) {
     int a = x->b.arena;
     ArenaPack *ap = &pk->ar[a];
     uint64_t al = pl_arena_align[a], bytes = x->b.bytes;
-    if (!retire(ap, a, x->first, pk->delay)) return false;
+    if (!retire(ap, a, x->first, pk->delay, (int)b->opt_begin)) return false;
+    if (pk->delay && a == ARENA_PINNED && !ap->sealed && x->first >= (int)b->opt_begin && !seal(ap, al)) return false;
     ap->placed++;
     uint64_t at = ap->base;
     if (bytes) {
