@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include "cost.h"
 
-/* The cost model prices the host's nvme pipeline at its depth. */
+/* The cost model prices the nvme queue's pipeline (both backends run one) at its depth. */
 _Static_assert((int)QRUN_PIPE_MAX == (int)COST_NVME_DEPTH, "runtime/plan/cost.h COST_NVME_DEPTH is the nvme queue's depth");
 #include "adam.h"
 #include "cudrv.h"
@@ -197,7 +197,7 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
     }
     if (init_state(r, err, n)) goto bad;
     if (qrun_init(&r->q, p, r->be->instr, r)) { rt_fail(err, n, "out of memory"); goto bad; }
-    if (r->be == &rt_backend_host && !getenv("ZINF_NVME_NOBATCH")) rt_host_use_batches(r);
+    if (!getenv("ZINF_NVME_NOBATCH")) rt_nvme_pipe(r); /* either backend; set: one at a time, for comparison */
     return r;
 bad:
     rt_destroy(r);

@@ -11,7 +11,9 @@
  *   - host instructions (NVMe, CPU Adam, host-memory work and collectives,
  *     the gradient norm, token input) first wait for their device
  *     dependencies' end events, polled against the job's deadline with NCCL's
- *     async error, then run as on the host backend.
+ *     async error (cuda_host_begin), then run as on the host backend; the
+ *     nvme queue's transfers are pipelined as there (rt_nvme_pipe), each
+ *     started after that wait.
  * A range of the stream (a micro-batch, the optimizer) ends with every
  * stream drained, as the host backend's ranges do; then the losses, the
  * kernels' error words and the device timings of the range are collected. */
@@ -417,18 +419,46 @@ static int cuda_copy_to_gpu(Rt *r, int q, const PlanOperand *o, const void *src,
 
 /* ---- dispatch ---- */
 
+/* Whether a device dependency of host instruction `in` still runs (its
+ * end event not reached). Never waits; an error counts as ended, for
+ * order_deps to report. */
+static bool deps_running(const Rt *r, const PlanInstr *in) {
+    const RtCuda *cu = r->cu;
+    for (uint32_t d = 0; d < in->ndeps; d++) {
+        uint32_t j = r->p->deps[in->dep + d];
+        if (cu->dev[j] && cu->x.drv.EventQuery(cu->x.ev_end[j]) == CUDA_ERROR_NOT_READY) return true;
+    }
+    return false;
+}
+
+/* Before a host instruction (cuda_instr's, and the nvme pipeline's
+ * transfers: rt_nvme_pipe): the thread bound to the context, every device
+ * dependency ended (a D2H into the pinned buffer an NVMe write reads, an
+ * H2D out of the one a read overwrites), then the time noted: busy from
+ * here, waiting for the GPU is not the queue's work (cuda_range_end).
+ * Without `wait`, 1 at once when one still runs. */
+static int cuda_host_begin(Rt *r, uint32_t i, int worker, bool wait, char *err, size_t n) {
+    (void)worker;
+    RtCuda *cu = r->cu;
+    const PlanInstr *in = &r->p->instrs[i];
+    if (cux_bind_thread(&cu->x, err, n)) return -1;
+    if (!wait && deps_running(r, in)) return 1;
+    if (order_deps(r, in, false, err, n)) return -1;
+    cu->hstart[i] = qrun_now(&r->q);
+    return 0;
+}
+
 static int cuda_instr(void *ctx, uint32_t i, int worker, char *err, size_t n) {
     Rt *r = ctx;
     RtCuda *cu = r->cu;
     const PlanInstr *in = &r->p->instrs[i];
-    if (cux_bind_thread(&cu->x, err, n)) return -1;
-    bool on_stream = cu->dev[i];
-    if (order_deps(r, in, on_stream, err, n)) return -1;
-    if (!on_stream) {
-        cu->hstart[i] = qrun_now(&r->q); /* busy from here: waiting for the GPU is not the queue's work */
+    if (!cu->dev[i]) {
+        if (cuda_host_begin(r, i, worker, true, err, n)) return -1;
         if (in->op == PI_INPUT && in_gpu(r, rt_opnd(r, in, 0))) return host_input(r, in, err, n);
         return rt_host_instr(r, i, worker, err, n);
     }
+    if (cux_bind_thread(&cu->x, err, n)) return -1;
+    if (order_deps(r, in, true, err, n)) return -1;
     CUstream s = cu->x.stream[in->queue];
     CUX_CHECK(&cu->x, cu->x.drv.EventRecord(cu->x.ev_begin[i], s), err, n);
     if (dev_instr(r, i, in, worker, s, err, n)) return -1;
@@ -594,9 +624,11 @@ static int cuda_alloc_arenas(Rt *r, char *err, size_t n) {
             CUX_CHECK(&cu->x, cu->x.drv.MemsetD8Async(cu->gpu, 0, rounded, cu->x.stream[Q_COMPUTE]), err, n);
             CUX_CHECK(&cu->x, cu->x.drv.StreamSynchronize(cu->x.stream[Q_COMPUTE]), err, n);
         } else {
+            /* page-locked; the arena starts on an NVME_ALIGN boundary inside the allocation (the driver's
+             * own alignment may be less: the fake's is 256), so NVMe transfers go straight to it */
             void *h;
-            if (cux_alloc_host(&cu->x, rounded, what, &h, err, n)) return -1;
-            r->arena[k] = h;
+            if (cux_alloc_host(&cu->x, rounded + NVME_ALIGN, what, &h, err, n)) return -1;
+            r->arena[k] = (uint8_t *)(((uintptr_t)h + NVME_ALIGN - 1) & ~(uintptr_t)(NVME_ALIGN - 1));
         }
         r->arena_bytes[k] = sz;
     }
@@ -688,9 +720,15 @@ static int cuda_range_end(Rt *r, uint32_t b0, uint32_t b1, char *err, size_t n) 
     for (uint32_t i = b0; i < b1; i++) {
         const PlanInstr *in = &p->instrs[i];
         if (!cu->dev[i]) {
+            /* The runner's busy share of it (a pipelined transfer's: its part of the time the queue had
+             * anything in flight), less the wait for the GPU before it began when the runner counted that */
             QrunTiming *t = &r->q.timing[i];
-            if (cu->hstart[i] > t->start && cu->hstart[i] <= t->end) t->start = cu->hstart[i];
-            if (in->queue < PLAN_NQUEUES && t->end > t->start) cu->busy[in->queue] += t->end - t->start;
+            double own = t->end - t->start - t->wait;
+            if (cu->hstart[i] > t->start && cu->hstart[i] <= t->end) {
+                own -= cu->hstart[i] - t->start;
+                t->start = cu->hstart[i];
+            }
+            if (in->queue < PLAN_NQUEUES && own > 0) cu->busy[in->queue] += own;
             continue;
         }
         float a = 0, b = 0;
@@ -733,6 +771,7 @@ const RtBackendOps rt_backend_cuda = {
     .create = cuda_create,
     .destroy = cuda_destroy,
     .instr = cuda_instr,
+    .host_begin = cuda_host_begin,
     .home_read = cuda_home_read,
     .home_write = cuda_home_write,
     .copy_from_gpu = cuda_copy_from_gpu,

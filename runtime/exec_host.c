@@ -1,7 +1,8 @@
 /* exec_host: the host implementation of every opcode (kernels through the
  * host kernels, collectives through runtime/comm, NVMe through rtio, the
  * CPU Adam), the operand addressing both backends use, and the host
- * backend's table (rt_backend_host). The CUDA backend (exec_cuda.c) runs
+ * backend's table (rt_backend_host), and the nvme queue's pipeline
+ * (rt_nvme_pipe) for both backends. The CUDA backend (exec_cuda.c) runs
  * the instructions that stay on the host through rt_host_instr. */
 #include "exec_impl.h"
 #include <errno.h>
@@ -11,6 +12,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "adam.h"
@@ -551,15 +553,27 @@ static void nvme_req(const Rt *r, const PlanInstr *in, RtioReq *q) {
     if (wide != q->bytes && q->buf && q->off % NVME_ALIGN == 0 && widenable(r, disk) && widenable(r, mem)) q->bytes = wide;
 }
 
-/* The nvme queue as a pipeline (QrunPipe): each transfer in flight under
- * its slot's tag, the engine's queue kept full; anything else on the
- * queue runs alone, in order. */
-static int host_nvme_start(void *ctx, uint32_t i, int slot, int inflight, int worker, char *err, size_t n) {
+/* The nvme queue as a pipeline (QrunPipe), on either backend: each
+ * transfer in flight under its slot's tag, the engine's queue kept full,
+ * after the backend's host_begin (on CUDA: the GPU work it depends on has
+ * ended), whose time is noted as waiting before it began. One that would
+ * wait there while others are in flight starts alone instead: the worker
+ * reaps and retires those first, so what depends on them is not held up
+ * by a wait that is not theirs. Anything else on the queue runs alone,
+ * in order, through the backend's instr. */
+static int nvme_pipe_start(void *ctx, uint32_t i, int slot, int inflight, int worker, char *err, size_t n) {
     Rt *r = ctx;
     const PlanInstr *in = &r->p->instrs[i];
     if (in->op != PI_NVME_READ && in->op != PI_NVME_WRITE) {
         if (inflight) return QRUN_PIPE_ALONE;
-        return rt_host_instr(r, i, worker, err, n) ? -1 : 0;
+        return r->be->instr(r, i, worker, err, n) ? -1 : 0;
+    }
+    if (r->be->host_begin) {
+        double t0 = qrun_now(&r->q);
+        int rc = r->be->host_begin(r, i, worker, inflight == 0, err, n);
+        if (rc < 0) return -1;
+        if (rc > 0) return QRUN_PIPE_ALONE; /* inflight > 0 */
+        qrun_add_wait(&r->q, worker, qrun_now(&r->q) - t0);
     }
     RtioReq q;
     nvme_req(r, in, &q);
@@ -567,18 +581,18 @@ static int host_nvme_start(void *ctx, uint32_t i, int slot, int inflight, int wo
     return rtio_start(&r->io, &q, RTIO_TAG_FIRST + (uint32_t)slot, err, n);
 }
 
-static int host_nvme_progress(void *ctx, int wait, int worker, char *err, size_t n) {
+static int nvme_pipe_progress(void *ctx, int wait, int worker, char *err, size_t n) {
     (void)worker;
     return rtio_progress(&((Rt *)ctx)->io, wait, err, n);
 }
 
-static int host_nvme_finished(void *ctx, int slot, int worker, char *err, size_t n) {
+static int nvme_pipe_finished(void *ctx, int slot, int worker, char *err, size_t n) {
     (void)worker;
     return rtio_finished(&((Rt *)ctx)->io, RTIO_TAG_FIRST + (uint32_t)slot, err, n);
 }
 
-void rt_host_use_batches(Rt *r) {
-    QrunPipe pipe = {host_nvme_start, host_nvme_progress, host_nvme_finished};
+void rt_nvme_pipe(Rt *r) {
+    QrunPipe pipe = {nvme_pipe_start, nvme_pipe_progress, nvme_pipe_finished};
     qrun_set_pipe(&r->q, Q_NVME, &pipe);
 }
 
@@ -646,17 +660,29 @@ int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t n) {
 
 static int host_instr(void *ctx, uint32_t i, int worker, char *err, size_t n) { return rt_host_instr(ctx, i, worker, err, n); }
 
+enum { HUGE_PAGE = 2 << 20 };
+
 /* The arenas in host memory, page-aligned and zeroed; the host kernels'
- * workspace per forward op, kept from forward to backward. */
+ * workspace per forward op, kept from forward to backward. The pinned
+ * arena (the NVMe transfers' buffers, registered with io_uring) is
+ * 2 MiB-aligned and asks for transparent huge pages before its first
+ * touch, so it is born on them: registration (nvme.c) then has nothing to
+ * collapse, and a 1 MiB request is one scatter-gather entry
+ * (docs/runtime.md, "NVMe transfers"). Best effort: where the kernel
+ * refuses, 4 KiB pages; ZINF_NVME_HUGEPAGES=0 leaves them too. */
 static int host_create(Rt *r, char *err, size_t n) {
     const Plan *p = r->p;
+    const char *huge = getenv("ZINF_NVME_HUGEPAGES");
     for (int k = 0; k < PLAN_NARENAS; k++) {
         if (k == ARENA_NVME) continue;
         uint64_t sz = p->arenas[k].size;
         if (!sz) continue;
-        uint64_t rounded = (sz + 4095) / 4096 * 4096;
-        r->arena[k] = aligned_alloc(4096, rounded);
+        uint64_t align = k == ARENA_PINNED ? HUGE_PAGE : 4096;
+        uint64_t rounded = (sz + align - 1) / align * align;
+        r->arena[k] = aligned_alloc(align, rounded);
         if (!r->arena[k]) return rt_fail(err, n, "cannot allocate the %s arena (%llu bytes)", plan_arena_names[k], (unsigned long long)sz);
+        if (k == ARENA_PINNED && !(huge && huge[0] == '0'))
+            (void)madvise(r->arena[k], rounded, MADV_HUGEPAGE); /* a refusal leaves 4 KiB pages */
         memset(r->arena[k], 0, rounded);
         r->arena_bytes[k] = sz;
     }
@@ -721,6 +747,7 @@ const RtBackendOps rt_backend_host = {
     .create = host_create,
     .destroy = host_destroy,
     .instr = host_instr,
+    .host_begin = NULL,
     .home_read = host_home_read,
     .home_write = host_home_write,
     .copy_from_gpu = host_copy_from_gpu,

@@ -91,9 +91,11 @@ int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t errlen);
 /* After the norm of a speculative plan's step: whether it clips or is
  * skipped, so that the speculative Adams must be redone (exec_host.c). */
 bool rt_speculation_failed(const Rt *r);
-/* Lets the nvme queue run its ready transfers together (qrun_set_batch):
- * for a backend whose NVMe instructions are rt_host_instr's alone. */
-void rt_host_use_batches(Rt *r);
+/* Runs the nvme queue as a pipeline (queues.h, qrun_set_pipe), on either
+ * backend: each NVMe transfer, once the backend's host_begin has let it,
+ * goes in flight through rtio under its slot's tag; any other instruction
+ * of the queue runs alone through the backend's instr. */
+void rt_nvme_pipe(Rt *r);
 
 /* exec_eval.c: frees the forward schedule; writes the evaluations' trace events. */
 void rt_forward_free(Rt *r);
@@ -116,6 +118,14 @@ struct RtBackendOps {
     void (*destroy)(Rt *r);
     /* Runs (or enqueues) instruction i on a queue's worker (QrunFn). */
     int (*instr)(void *ctx, uint32_t i, int worker, char *err, size_t errlen);
+    /* Before host instruction i runs (or starts, on the nvme pipeline) on
+     * a queue's worker: whatever instr does first for it (CUDA: binds the
+     * thread, waits for the device work it depends on, notes when it
+     * began); its time is waiting, not the instruction's. 0, or -1 with
+     * err; without `wait`, 1 at once when it would have to wait (the
+     * pipeline then lets the transfers in flight end first, so their
+     * dependants are not held up). NULL: nothing to do. */
+    int (*host_begin)(Rt *r, uint32_t i, int worker, bool wait, char *err, size_t errlen);
     /* Bytes at addr of the device GPU arena, to or from host memory. */
     int (*home_read)(Rt *r, uint64_t addr, void *dst, uint64_t bytes, char *err, size_t errlen);
     int (*home_write)(Rt *r, uint64_t addr, const void *src, uint64_t bytes, char *err, size_t errlen);

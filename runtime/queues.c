@@ -307,28 +307,31 @@ static void pipe_run(Worker *w) {
         }
         int slot = 0;
         while (pp.slot_used[slot]) slot++; /* n < QRUN_PIPE_MAX: one is free */
-        pipe_tick(&pp, qrun_now(q));
-        Flight *f = FLIGHT(&pp, pp.n);
-        *f = (Flight){next, slot, false, pp.last, 0, 0};
+        double t_call = qrun_now(q);
+        pipe_tick(&pp, t_call);
         int others = pp.open;
-        pp.n++, pp.open++; /* in flight while start runs: its time is its own */
+        q->wait_now[w->queue] = 0;
         int r = pf->start(q->ctx, next, slot, others, w->queue, err, sizeof err);
-        pipe_tick(&pp, qrun_now(q));
+        double t_ret = qrun_now(q), waited = q->wait_now[w->queue];
+        if (waited > t_ret - t_call) waited = t_ret - t_call;
+        pipe_tick(&pp, t_call + waited); /* before it began: the others' time */
         if (r == QRUN_PIPE_ALONE && others > 0) { /* not started: its moment was the others' */
-            pp.busy -= f->share;
-            pp.n--, pp.open--;
+            pipe_tick(&pp, t_ret);
             alone = true;
             continue;
         }
         alone = false;
         if (r < 0) {
-            pp.busy -= f->share;
-            pp.n--, pp.open--;
+            pipe_tick(&pp, t_ret);
             pthread_mutex_lock(&s->mu);
             fail_locked(q, s, err);
             pthread_mutex_unlock(&s->mu);
             continue;
         }
+        Flight *f = FLIGHT(&pp, pp.n);
+        *f = (Flight){next, slot, false, pp.last, 0, 0};
+        pp.n++, pp.open++;
+        pipe_tick(&pp, t_ret); /* from its beginning to start's return: its own time */
         if (others > 0) q->overlapped[w->queue]++;
         if (pp.open > q->peak[w->queue]) q->peak[w->queue] = pp.open;
         if (r == 1) {

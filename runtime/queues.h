@@ -23,7 +23,7 @@
 typedef int (*QrunExecFn)(void *ctx, uint32_t i, int worker, char *err, size_t errlen);
 
 /* A queue whose instructions may be in flight several at once (the host
- * backend's nvme queue: transfers through io_uring). qrun_set_pipe's
+ * nvme queue of either backend: transfers through io_uring). qrun_set_pipe's
  * worker starts the queue's instructions in program order, each as soon
  * as its dependencies have ended and it touches none of the bytes of one
  * still in flight where either writes (block-granular: NVMe transfers are
@@ -37,8 +37,14 @@ typedef int (*QrunExecFn)(void *ctx, uint32_t i, int worker, char *err, size_t e
  *     use), `inflight` others of the queue being in flight: 1 when it is
  *     in flight now, 0 when it ended already (done there and then),
  *     QRUN_PIPE_ALONE when it must run with nothing in flight (only when
- *     inflight > 0: the worker asks again once the queue has drained),
- *     -1 with err.
+ *     inflight > 0: the worker asks again once the queue has drained; the
+ *     nvme queue's instructions that are not transfers, and on CUDA a
+ *     transfer whose GPU work still runs),
+ *     -1 with err. Time start notes with qrun_add_wait is taken as spent
+ *     before the instruction began (waiting for what it depends on, e.g.
+ *     the GPU work whose output it writes to disk): the instruction's
+ *     timing starts after it, and the queue counts it as busy only when
+ *     others were in flight meanwhile.
  *   progress: move what is in flight on; when wait, block until at least
  *     one of it ends. 0 or -1 with err.
  *   finished: slot's instruction: 1 ended well, 0 still in flight, -1
@@ -94,7 +100,8 @@ int qrun_range(Qrun *q, uint32_t begin, uint32_t end);
 int qrun_subset(Qrun *q, uint32_t begin, uint32_t end, const uint8_t *run);
 double qrun_now(const Qrun *q);
 /* Called by an instruction running on `worker`: `seconds` of it were
- * waiting (a collective before every rank arrived), not work. */
+ * waiting (a collective before every rank arrived), not work. From a
+ * pipelined queue's start: waiting before it began (QrunPipe). */
 void qrun_add_wait(Qrun *q, int worker, double seconds);
 
 #endif
