@@ -197,7 +197,8 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
     }
     if (init_state(r, err, n)) goto bad;
     if (qrun_init(&r->q, p, r->be->instr, r)) { rt_fail(err, n, "out of memory"); goto bad; }
-    if (!getenv("ZINF_NVME_NOBATCH")) rt_nvme_pipe(r); /* either backend; set: one at a time, for comparison */
+    const char *nobatch = getenv("ZINF_NVME_NOBATCH"); /* 1: one at a time, for comparison */
+    if (!nobatch || !nobatch[0] || !strcmp(nobatch, "0")) rt_nvme_pipe(r); /* either backend */
     return r;
 bad:
     rt_destroy(r);

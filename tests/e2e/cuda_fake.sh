@@ -8,7 +8,9 @@
 # losses and gradient norms must match the host backend running the same plan (untiled, and
 # with the MLP weights and the embedding table cut into tiles) (f32, relative
 # 2e-4 per step: the GPU kernels sum in another order), on micro models and
-# on examples/gpt2-tiny. Then the error paths:
+# on examples/gpt2-tiny; the NVMe plan's losses are the same bit for bit
+# with ZINF_NVME_NOBATCH=1 (tests/e2e/san_cuda_nvme.sh has more on the
+# pipeline). Then the error paths:
 # a plan without code for the device, a failing allocation, a hung NCCL peer.
 # $1: the build directory.
 B=${1:-build}
@@ -114,6 +116,16 @@ if [ -f "$P" ]; then
   else echo "FAIL auto with a GPU and a plan without GPU code:"; echo "$out" | head -3; fail=1; fi
 fi
 H="$W/gpt-micro-2-nvme-nvme-cpu.plan"
+if [ -f "$H" ] && [ -f "$W/gpt-micro-2-nvme-nvme-cpu.cuda" ]; then
+  # the nvme queue pipelined (the run above) and one transfer at a time: the same losses, bit for bit
+  ZINF_NVME_NOBATCH=1; export ZINF_NVME_NOBATCH
+  runfake 2 "$H" --data "$W/train.bin" --backend cuda --steps $STEPS --nvme "$W" --losses "$W/nobatch.cuda" > "$W/nobatch.cout" 2>&1 ||
+    { echo "FAIL ZINF_NVME_NOBATCH=1 on cuda"; tail -20 "$W/nobatch.cout"; fail=1; }
+  unset ZINF_NVME_NOBATCH
+  if cmp -s "$W/gpt-micro-2-nvme-nvme-cpu.cuda" "$W/nobatch.cuda"; then echo "ok   gpt-micro-2-nvme-nvme-cpu: nvme pipelined = ZINF_NVME_NOBATCH=1, bit for bit"
+  else echo "FAIL gpt-micro-2-nvme-nvme-cpu: the pipelined nvme queue's losses differ from ZINF_NVME_NOBATCH=1's:"
+    paste "$W/gpt-micro-2-nvme-nvme-cpu.cuda" "$W/nobatch.cuda"; fail=1; fi
+fi
 if [ -f "$H" ]; then
   t0=$(date +%s)
   expect "a hung NCCL peer ends the job" "zinfrun: .*did not complete in 3 s" env FAKENCCL_HANG=1:3 ZINF_COMM_TIMEOUT=3 \
