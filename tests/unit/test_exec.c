@@ -5,7 +5,8 @@
  * state and checkpoints (GPU arena, CPU, NVMe), with and without tiling,
  * and whatever the number of ranks: run alone it is one rank; under mpirun
  * (tests/e2e/exec_mpi.sh) the ranks split the reference's global batch.
- * Checkpoint, resume and export are checked here too. */
+ * Checkpoint, resume and export are checked here too, and the nvme
+ * queue's pipeline against ZINF_NVME_NOBATCH=1. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -187,6 +188,45 @@ START_TEST(test_resume_bit_exact) {
 }
 END_TEST
 
+/* The nvme queue's pipeline (runtime/queues qrun_set_pipe, exec_host.c
+ * rt_nvme_pipe) against ZINF_NVME_NOBATCH=1, one transfer at a time: the
+ * same losses bit for bit (NVMe-homed parameters and optimizer state, the
+ * MLP weights tiled, so transfers of one tensor go in flight together). */
+static void nvme_losses(const Plan *p, double *out) {
+    char err[512] = "";
+    RtOptions o = {.nvme_dir = nvme_dir};
+    Rt *r = rt_create(p, &C, &o, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    int64_t B = 2, T = 8, R = C.size;
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)(B * R * T)), *tgt = malloc(sizeof(int32_t) * (size_t)(B * R * T));
+    for (int s = 0; s < STEPS; s++) {
+        batch(s, B * R, T, 64, tok, tgt);
+        const int32_t *mt[1] = {tok + C.rank * B * T}, *mg[1] = {tgt + C.rank * B * T};
+        RtStepStats st;
+        ck_assert_msg(rt_step(r, mt, mg, 1, &st, err, sizeof err) == 0, "%s", err);
+        out[s] = st.loss;
+    }
+    free(tok); free(tgt);
+    rt_destroy(r);
+}
+
+START_TEST(test_nvme_pipe_bit_exact) {
+    Arena a; DiagSink d;
+    arena_init(&a); diag_init(&d);
+    Variant v = {TIER_NVME, TIER_CPU, TIER_NVME, TIER_CPU, 4};
+    Plan *p = make_plan(&v, &a, &d);
+    double piped[STEPS], one[STEPS];
+    unsetenv("ZINF_NVME_NOBATCH");
+    nvme_losses(p, piped);
+    setenv("ZINF_NVME_NOBATCH", "1", 1);
+    nvme_losses(p, one);
+    unsetenv("ZINF_NVME_NOBATCH");
+    for (int s = 0; s < STEPS; s++) ck_assert_msg(piped[s] == one[s], "step %d: pipelined %.9g, one at a time %.9g", s + 1, piped[s], one[s]);
+    plan_free(p);
+    arena_free(&a); diag_free(&d);
+}
+END_TEST
+
 START_TEST(test_rank_mismatch) {
     Arena a; DiagSink d;
     arena_init(&a); diag_init(&d);
@@ -215,6 +255,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_reference_learns);
     tcase_add_loop_test(tc, test_equivalence, 0, (int)(sizeof variants / sizeof *variants));
     tcase_add_test(tc, test_resume_bit_exact);
+    tcase_add_test(tc, test_nvme_pipe_bit_exact);
     tcase_add_test(tc, test_rank_mismatch);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
