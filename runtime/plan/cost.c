@@ -246,8 +246,8 @@ bool cost_simulate(const Plan *p, CostResult *r) {
         /* the queue idled until another queue's instruction made this one
          * ready: its thread must be woken first */
         if (woken >= 0) st += wake;
-        if (host && (s->op == PI_NVME_READ || s->op == PI_NVME_WRITE) && s->queue == Q_NVME) {
-            /* the host's nvme queue is a pipeline (runtime/queues.h): up
+        if ((s->op == PI_NVME_READ || s->op == PI_NVME_WRITE) && s->queue == Q_NVME) {
+            /* the nvme queue is a pipeline on both backends (runtime/queues.h): up
              * to COST_NVME_DEPTH transfers in flight, their bytes one after
              * another at the drive's rate, each one's latency beside the
              * others', retired in order; the queue is busy while any is in flight */

@@ -7,8 +7,8 @@
  * transfers and collectives; for kernels the longer of bytes / memory
  * bandwidth and the family's time for its flops (interpolated between the
  * probe's timed calls, else flops / (peak x the family's efficiency)); a
- * queue woken by another's instruction starts a wake-up later; the host's
- * NVMe transfers overlap their latencies, COST_NVME_DEPTH at a time. A target
+ * queue woken by another's instruction starts a wake-up later; NVMe
+ * transfers overlap their latencies, COST_NVME_DEPTH at a time. A target
  * without measured figures (zinfprobe) has latency 0 and efficiency 1
  * there, and no timed calls. It reads nothing but the Plan, so
  * zinfdump can recompute a plan's timeline without the compiler's data.
@@ -18,8 +18,8 @@
 #include <stdbool.h>
 #include "plan.h"
 
-/* How many NVMe transfers the host backend's nvme queue keeps in flight
- * (runtime/queues.h QRUN_PIPE_MAX; runtime/exec.c checks they agree). */
+/* How many NVMe transfers the nvme queue keeps in flight (runtime/queues.h
+ * QRUN_PIPE_MAX; runtime/exec.c checks they agree). */
 enum { COST_NVME_DEPTH = 32 };
 
 typedef struct CostResult {
