@@ -425,6 +425,7 @@ static int kernel_cases(bool quick, KCase *cases) {
     cases[nc++] = gemm_case(64, 128, 128);
     cases[nc++] = gemm_case(256, 128, 384);
     cases[nc++] = gemm_case(256, 512, 128);
+    if (!quick) cases[nc++] = gemm_case(256, 768, 3072); /* gpt2-small's MLP at 256 tokens */
     if (!quick) cases[nc++] = gemm_case(1024, 1024, 1024);
     cases[nc++] = attn_case(4, 64, 128, 4);
     if (!quick) cases[nc++] = attn_case(1, 32, 64, 2);

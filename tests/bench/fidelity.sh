@@ -14,8 +14,9 @@
 # gpt2-tiny run after the probe. With a PEER build (another checkout's,
 # e.g. main before a change: git worktree add /tmp/before HEAD && make -C
 # /tmp/before all), each plan is also compiled and run by the peer, one
-# run after the other, so the two rows of a plan saw the same machine;
-# both use BUILD's probe.
+# run after the other, so the two rows of a plan saw the same machine; the
+# peer plans with its own probe's file (a probe file of one build may have
+# figures another does not read).
 #   sh tests/bench/fidelity.sh BUILD [STEPS] [PEER] [SMALL]
 B=${1:-build}
 STEPS=${2:-12}
@@ -36,6 +37,13 @@ echo "probing: 1 rank, then 2 ranks under mpirun"
 "$B/bin/zinfprobe" --host --nvme "$W/probe-nvme" -o "$W/probe1.zl" > "$W/probe1.log" 2>&1 || { cat "$W/probe1.log"; exit 1; }
 mpirun -np 2 --oversubscribe "$B/bin/zinfprobe" --host --nvme "$W/probe-nvme" -o "$W/probe2.zl" < /dev/null > "$W/probe2.log" 2>&1 ||
   { cat "$W/probe2.log"; exit 1; }
+if [ -n "$PEER" ]; then
+  echo "probing with the peer's zinfprobe"
+  "$PEER/bin/zinfprobe" --host --nvme "$W/probe-nvme" -o "$W/peerprobe1.zl" > "$W/peerprobe1.log" 2>&1 ||
+    { cat "$W/peerprobe1.log"; exit 1; }
+  mpirun -np 2 --oversubscribe "$PEER/bin/zinfprobe" --host --nvme "$W/probe-nvme" -o "$W/peerprobe2.zl" < /dev/null \
+    > "$W/peerprobe2.log" 2>&1 || { cat "$W/peerprobe2.log"; exit 1; }
+fi
 grep -v '^#' "$W/probe2.zl"
 grep -h 'steal' "$W/probe1.log" "$W/probe2.log"
 
@@ -61,11 +69,13 @@ run() {
   ' "$W/$name.log"
 }
 
+# the arguments with BUILD's probe files replaced by the peer's
+peer_args() { for a; do printf '%s\n' "$a" | sed "s#$W/probe\([12]\)#$W/peerprobe\1#"; done; }
 plan() { # NAME MODEL [ARGS...]: compiles (and the peer's NAME-peer); quiet unless it fails
   n=$1; shift
   "$B/bin/zinfc" "$@" -o "$W/$n.plan" > "$W/$n.zc" 2>&1 || { echo "FAIL: zinfc $*"; cat "$W/$n.zc"; exit 1; }
-  [ -z "$PEER" ] || "$PEER/bin/zinfc" "$@" -o "$W/$n-peer.plan" > "$W/$n-peer.zc" 2>&1 ||
-    { echo "FAIL: peer zinfc $*"; cat "$W/$n-peer.zc"; exit 1; }
+  [ -z "$PEER" ] || ZINF_PROBE=$(peer_args "${ZINF_PROBE:-none}") "$PEER/bin/zinfc" $(peer_args "$@") -o "$W/$n-peer.plan" \
+    > "$W/$n-peer.zc" 2>&1 || { echo "FAIL: peer zinfc $*"; cat "$W/$n-peer.zc"; exit 1; }
 }
 sed "s/ranks = [0-9]*/ranks = 1/" examples/targets/host.zl > "$W/host1.zl"
 sed "s/ranks = [0-9]*/ranks = 2/" examples/targets/host.zl > "$W/host2.zl"
