@@ -48,6 +48,7 @@ static const Key keys[] = {
     {"cpu", "launch_us", K_US, F(kernel_latency)},
     {"nvme", "latency_us", K_US, F(nvme_latency)},
     {"nvme", "request_us", K_US, F(nvme_request)},
+    {"nvme", "cpu_us", K_US, F(nvme_cpu)},
     {"efficiency", "gemm", K_FRAC, F(eff[FAM_GEMM])},
     {"efficiency", "attention", K_FRAC, F(eff[FAM_ATTENTION])},
     {"efficiency", "norm", K_FRAC, F(eff[FAM_NORM])},

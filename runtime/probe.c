@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -101,6 +102,29 @@ static int nvme_series(NvmeRun *u, bool write, ProbeSample *smp, int *ns, char *
     return 0;
 }
 
+static double cpu_seconds(void) {
+    struct rusage u;
+    if (getrusage(RUSAGE_SELF, &u)) return 0;
+    return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+/* The CPU time (this process's, user and system) a transfer costs when it
+ * runs alone, as most of a plan's do (a read due just before its use):
+ * its submission, the wait and the wake-up on its completion. 64 KiB
+ * reads, the size of a plan's many small tensors. */
+static int nvme_cpu_cost(NvmeRun *u, double *per, char *err, size_t n) {
+    int reps = u->quick ? 16 : 128;
+    uint64_t sz = 65536, off = 0;
+    double c0 = cpu_seconds();
+    for (int i = 0; i < reps; i++) {
+        if (off + sz > u->region) off = 0;
+        if (rtio_read(u->io, off, u->buf, sz, err, n)) return -1;
+        off += sz;
+    }
+    *per = (cpu_seconds() - c0) / reps;
+    return 0;
+}
+
 /* Transfers of each size kept PROBE_NVME_DEPTH in flight, as the nvme
  * queue's pipeline keeps them (runtime/queues.h), each into its own slice
  * of the buffer and of the region; the time per transfer when the queue is
@@ -146,6 +170,7 @@ static int nvme_measure(Comm *c, const ProbeOptions *o, NvmeRun *u, ProbeResult 
     if (comm_barrier(c) != COMM_OK || nvme_series(u, false, sr, &nr, err, n)) return -1;
     if (comm_barrier(c) != COMM_OK || nvme_pipelined(u, true, pw, &npw, err, n)) return -1;
     if (comm_barrier(c) != COMM_OK || nvme_pipelined(u, false, pr, &npr, err, n)) return -1;
+    if (comm_barrier(c) != COMM_OK || nvme_cpu_cost(u, &r->nvme_cpu, err, n)) return -1;
     if (probe_fit(sw, nw, &r->nvme_write) || probe_fit(sr, nr, &r->nvme_read) || probe_fit(pw, npw, &r->nvme_pipe_write) ||
         probe_fit(pr, npr, &r->nvme_pipe_read)) {
         snprintf(err, n, "nvme: the timings fit no bandwidth");
@@ -187,8 +212,9 @@ int probe_nvme(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t
         return -1;
     }
     if (node_fit(c, &r->nvme_write) || node_fit(c, &r->nvme_read) || node_fit(c, &r->nvme_pipe_write) ||
-        node_fit(c, &r->nvme_pipe_read))
+        node_fit(c, &r->nvme_pipe_read) || comm_allreduce_sum_f64(c, &r->nvme_cpu, 1) != COMM_OK)
         return snprintf(err, n, "%s", comm_last_error(c)), -1;
+    r->nvme_cpu /= c->size; /* a rank's, the mean over ranks */
     struct statvfs fs;
     uint64_t free_bytes = statvfs(o->nvme_dir, &fs) == 0 ? (uint64_t)fs.f_bavail * fs.f_frsize : 0;
     r->nvme_capacity = free_bytes / 2 / (1u << 20) * (1u << 20);
@@ -684,11 +710,11 @@ int probe_text_nvme(const ProbeResult *r, char *buf, size_t n) {
     uint64_t mib = 1u << 20;
     return snprintf(buf, n,
                     "  nvme { paths = [\"%s\"]; read = %.3f GB/s; write = %.3f GB/s; capacity = %llu MiB; latency_us = %.3f;\n"
-                    "         request_us = %.3f }\n",
+                    "         request_us = %.3f; cpu_us = %.3f }\n",
                     r->nvme_dir, atleast(r->nvme_read.bandwidth * 1e-9, 0.001), atleast(r->nvme_write.bandwidth * 1e-9, 0.001),
                     (unsigned long long)(r->nvme_capacity / mib ? r->nvme_capacity / mib : 1),
                     atleast((r->nvme_read.latency + r->nvme_write.latency) / 2 * 1e6, 0.001),
-                    atleast(probe_nvme_request(r) * 1e6, 0.001));
+                    atleast(probe_nvme_request(r) * 1e6, 0.001), atleast(r->nvme_cpu * 1e6, 0.001));
 }
 
 int probe_target_text(const ProbeResult *r, char *buf, size_t n) {
@@ -756,6 +782,7 @@ void probe_report(const ProbeResult *r, FILE *out) {
                      " + %.1f us;\n  the drive's time per request, all ranks: %.1f us\n",
                 PROBE_NVME_DEPTH, r->nvme_pipe_read.bandwidth * 1e-9, r->nvme_pipe_read.latency * 1e6,
                 r->nvme_pipe_write.bandwidth * 1e-9, r->nvme_pipe_write.latency * 1e6, probe_nvme_request(r) * 1e6);
+        fprintf(out, "  CPU time per transfer run alone (submission, wait, wake-up): %.1f us\n", r->nvme_cpu * 1e6);
     } else {
         fprintf(out, "nvme: not measured (no --nvme DIR)\n");
     }

@@ -94,6 +94,7 @@ typedef struct ProbeResult {
     uint64_t nvme_capacity;
     ProbeFit nvme_read, nvme_write; /* per rank, all ranks at once */
     ProbeFit nvme_pipe_read, nvme_pipe_write; /* the same, 32 in flight per rank: time per transfer */
+    double nvme_cpu;      /* CPU seconds a transfer run alone costs its rank */
     bool net;             /* measured (more than one rank) */
     ProbeFit coll;        /* per ring step, per rank's link */
     double coll_secs[3][4]; /* all-reduce, all-gather, reduce-scatter x sizes */

@@ -201,6 +201,8 @@ bool cost_simulate(const Plan *p, CostResult *r) {
     bool cached = cost_in_cache(p);
     double nv_ring[COST_NVME_DEPTH] = {0}, nv_last = 0; /* the nvme pipeline: ends of the last transfers */
     uint32_t nv_count = 0;
+    int ranks_here = p->target.gpus_per_node > 0 ? p->target.gpus_per_node : 1;
+    bool one_core = p->target.cpu_cores > 0 && p->target.cpu_cores <= ranks_here;
     for (uint32_t i = 0; i < p->ninstrs; i++) {
         const PlanInstr *s = &p->instrs[i];
         if (i == p->opt_begin) {
@@ -256,6 +258,15 @@ bool cost_simulate(const Plan *p, CostResult *r) {
             double xfer = instr_time(p, s, cached) - lat + latency(p->target.nvme_request) * (p->target.gpus_per_node > 0 ? p->target.gpus_per_node : 1);
             double *slot = &nv_ring[nv_count++ % COST_NVME_DEPTH];
             if (*slot > st) st = *slot; /* the one COST_NVME_DEPTH before has retired */
+            /* a rank with a core or less: its transfer's CPU work (submission,
+             * completion, the worker's wake-up) takes that core from the rest */
+            double cpu = latency(p->target.nvme_cpu), at;
+            if (host && cpu > 0 && one_core && !busy_take(&cores, st, cpu, &at)) {
+                free(cores.s);
+                free(cores.e);
+                cost_free(r);
+                return false;
+            }
             double end = st + xfer + lat > nv_last ? st + xfer + lat : nv_last, share = end - (st > nv_last ? st : nv_last);
             r->busy[Q_NVME] += share;
             r->wait[i] = end - st - share;

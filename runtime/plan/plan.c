@@ -288,7 +288,7 @@ static void sec_meta(Codec *c, Plan *p) {
  * may append figures an older one skips. The timed kernel calls follow as
  * a count and that many (family, flops, seconds); a plan that ends before
  * them has none. */
-enum { FAM_V6 = 4, TARGET_NMEASURED = 3 + FAM_V6 + 1 + (PLAN_NFAMILIES - FAM_V6) + 3, TARGET_MAX_MEASURED = 64 };
+enum { FAM_V6 = 4, TARGET_NMEASURED = 3 + FAM_V6 + 1 + (PLAN_NFAMILIES - FAM_V6) + 4, TARGET_MAX_MEASURED = 64 };
 static void target_measured(Codec *c, PlanTarget *t) {
     double *f[TARGET_NMEASURED] = {&t->nvme_latency, &t->pcie_latency, &t->kernel_latency};
     int k = 3;
@@ -298,6 +298,7 @@ static void target_measured(Codec *c, PlanTarget *t) {
     f[k++] = &t->cpu_cache;
     f[k++] = &t->cache_bandwidth;
     f[k++] = &t->nvme_request;
+    f[k++] = &t->nvme_cpu;
     uint32_t n = TARGET_NMEASURED;
     if (c->reading && !c->bad && c->pos == c->inlen) return; /* a plan from before the measured figures */
     c_u32(c, &n);

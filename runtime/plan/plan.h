@@ -98,6 +98,7 @@ typedef struct PlanTarget {
      * that rate, not at cpu_bandwidth's */
     double cpu_cache, cache_bandwidth;
     double nvme_request;       /* seconds of the drive per request with the nvme queues full (the node's) */
+    double nvme_cpu;           /* CPU seconds a transfer costs its rank (host: on the rank's cores) */
     int32_t nkernel_points;
     PlanKernelPoint kernel_points[PLAN_MAX_KERNEL_POINTS];
 } PlanTarget;

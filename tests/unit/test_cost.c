@@ -330,6 +330,28 @@ START_TEST(nvme_pipeline) {
     NEAR(r.pass_time, 1.03);
     NEAR(r.busy[Q_NVME], 1.03);
     cost_free(&r);
+    /* a rank with a core or less: each transfer's CPU time takes the rank's core from the rest when the
+     * transfer starts (a 1 ms kernel ready at 0 waits for the first one's 2 ms); with a spare core it does not */
+    p->target.nvme_cpu = 0.002;
+    p->target.cpu_cores = 1;
+    static PlanInstr more[N + 1];
+    memcpy(more, ins, sizeof ins);
+    more[N] = (PlanInstr){.op = PI_KERNEL, .queue = Q_COMPUTE, .flops = 1e10, .ntiles = 1, .arg = -1}; /* 1 ms at 10 T */
+    p->instrs = more;
+    p->ninstrs = N + 1;
+    p->opt_begin = N + 1;
+    ck_assert(cost_simulate(p, &r));
+    NEAR(r.start[N], 0.002);
+    NEAR(r.start[1], 0.01); /* the transfers themselves are not held back */
+    cost_free(&r);
+    p->target.cpu_cores = 2;
+    ck_assert(cost_simulate(p, &r));
+    NEAR(r.start[N], 0);
+    cost_free(&r);
+    p->instrs = ins;
+    p->ninstrs = N;
+    p->opt_begin = N;
+    p->target.nvme_cpu = 0;
     /* the drive's time per request (the node's, shared by 1 rank here) joins the bytes: 0.01 + 0.005 each */
     p->target.nvme_request = 0.005;
     ck_assert(cost_simulate(p, &r));

@@ -85,6 +85,7 @@ static ProbeResult sample_result(void) {
     r.nvme_write = (ProbeFit){40e-6, 0.5e9};
     r.nvme_pipe_read = (ProbeFit){3e-6, 1.4e9}; /* per rank, 2 ranks: the drive's 1.5 and 2.5 us per request */
     r.nvme_pipe_write = (ProbeFit){5e-6, 0.4e9};
+    r.nvme_cpu = 25e-6;
     r.net = true;
     r.coll = (ProbeFit){7e-6, 3e9};
     return r;
@@ -136,6 +137,7 @@ START_TEST(target_file_compiles) {
     NEAR(t.nvme_write, 0.5e9, 1e-9);
     NEAR(t.nvme_latency, 50e-6, 1e-6);
     NEAR(t.nvme_request, 2e-6, 1e-6);
+    NEAR(t.nvme_cpu, 25e-6, 1e-6);
     ck_assert_uint_eq(t.nvme_capacity, 4ull << 30);
     ck_assert_str_eq(t.nvme_paths[0], "/tmp/zinf nvme");
     NEAR(t.net_bandwidth, 3e9, 1e-9);
