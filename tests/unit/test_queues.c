@@ -7,6 +7,7 @@
  * its message and nothing left in flight, and waiting noted by an
  * instruction is not its queue's busy time. */
 #include <check.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -308,6 +309,56 @@ START_TEST(test_pipe_failure) {
 }
 END_TEST
 
+/* A pipelined transfer whose start first waits for something else (the
+ * CUDA backend waits there for the GPU work the transfer depends on) and
+ * says so with qrun_add_wait: with nothing else in flight that wait is
+ * neither the transfer's time nor the queue's busy time. */
+typedef struct WPipe {
+    Qrun *q;
+    double t0, w;
+    bool ended;
+} WPipe;
+
+static int w_start(void *ctx, uint32_t i, int slot, int inflight, int worker, char *err, size_t n) {
+    (void)i, (void)slot, (void)inflight, (void)err, (void)n;
+    WPipe *c = ctx;
+    c->t0 = qrun_now(c->q);
+    usleep(50000);
+    c->w = qrun_now(c->q) - c->t0;
+    qrun_add_wait(c->q, worker, c->w);
+    return 1;
+}
+
+static int w_progress(void *ctx, int wait, int worker, char *err, size_t n) {
+    (void)wait, (void)worker, (void)err, (void)n;
+    ((WPipe *)ctx)->ended = true;
+    return 0;
+}
+
+static int w_finished(void *ctx, int slot, int worker, char *err, size_t n) {
+    (void)slot, (void)worker, (void)err, (void)n;
+    return ((WPipe *)ctx)->ended ? 1 : 0;
+}
+
+START_TEST(test_pipe_wait_before_start) {
+    Plan *p = pipe_plan();
+    Qrun q;
+    WPipe c = {&q, 0, 0, false};
+    ck_assert_int_eq(qrun_init(&q, p, p_exec, &c), 0);
+    QrunPipe pipe = {w_start, w_progress, w_finished};
+    qrun_set_pipe(&q, Q_NVME, &pipe);
+    ck_assert_int_eq(qrun_range(&q, 0, 1), 0);
+    ck_assert(c.w >= 0.049);
+    /* its span begins after the wait (counted from the start call, it would begin before c.t0) */
+    ck_assert_msg(q.timing[0].start > c.t0 + 0.5 * c.w, "start %g, the call at %g waited %g", q.timing[0].start, c.t0, c.w);
+    /* alone in flight, the queue was busy exactly its span */
+    double span = q.timing[0].end - q.timing[0].start;
+    ck_assert_msg(fabs(q.busy[Q_NVME] - span) < 1e-6, "busy %g, span %g", q.busy[Q_NVME], span);
+    qrun_free(&q);
+    pipe_release(p);
+}
+END_TEST
+
 typedef struct WCtx {
     Qrun *q;
 } WCtx;
@@ -344,6 +395,7 @@ int main(void) {
     tcase_add_test(tc, test_pipe);
     tcase_add_test(tc, test_pipe_failure);
     tcase_add_test(tc, test_wait_is_not_busy);
+    tcase_add_test(tc, test_pipe_wait_before_start);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
