@@ -9,7 +9,8 @@
  *    writes of 4 KiB to a few MiB, one at a time and 32 in flight (the
  *    nvme queue's pipeline); latency and bandwidth fitted per rank, the
  *    node's rate = the ranks' rates summed, the drive's time per request
- *    with the queues full = the pipelined latency over the ranks;
+ *    with the queues full = the pipelined latency over the ranks, and the
+ *    CPU time (getrusage) a 64 KiB read run alone costs its rank;
  *  - host memory: a triad (a = b + s c) over arrays far larger than caches,
  *    and over arrays that fill half the CPUs' shared cache together (what a
  *    small plan streams at), on the rank's thread team; the node's
