@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include "hostk.h"
 #include "hostk_threads.h"
+#include "queues.h"
 #include "rtio.h"
 
 double probe_now(void) {
@@ -74,9 +75,6 @@ typedef struct NvmeRun {
     bool quick;
 } NvmeRun;
 
-/* the nvme queue's depth (runtime/queues.h QRUN_PIPE_MAX) */
-enum { PROBE_NVME_DEPTH = 32 };
-
 /* Timed transfers of each size (each one synchronous, as the nvme queue's
  * instructions are), into samples; offsets cycle through the region. */
 static int nvme_series(NvmeRun *u, bool write, ProbeSample *smp, int *ns, char *err, size_t n) {
@@ -125,7 +123,7 @@ static int nvme_cpu_cost(NvmeRun *u, double *per, char *err, size_t n) {
     return 0;
 }
 
-/* Transfers of each size kept PROBE_NVME_DEPTH in flight, as the nvme
+/* Transfers of each size kept QRUN_PIPE_MAX in flight, as the nvme
  * queue's pipeline keeps them (runtime/queues.h), each into its own slice
  * of the buffer and of the region; the time per transfer when the queue is
  * full, into samples. */
@@ -134,21 +132,21 @@ static int nvme_pipelined(NvmeRun *u, bool write, ProbeSample *smp, int *ns, cha
     int nsizes = u->quick ? 2 : 3;
     for (int k = 0; k < nsizes; k++) {
         uint64_t sz = sizes[k];
-        int total = u->quick ? 2 * PROBE_NVME_DEPTH : sz >= (1u << 20) ? 64 : 256, started = 0, retired = 0;
-        bool at_once[PROBE_NVME_DEPTH] = {false}; /* done by rtio_start itself (plain I/O): nothing in flight */
+        int total = u->quick ? 2 * QRUN_PIPE_MAX : sz >= (1u << 20) ? 64 : 256, started = 0, retired = 0;
+        bool at_once[QRUN_PIPE_MAX] = {false}; /* done by rtio_start itself (plain I/O): nothing in flight */
         double t0 = probe_now();
         while (retired < total) {
-            while (started < total && started - retired < PROBE_NVME_DEPTH) {
-                int slot = started % PROBE_NVME_DEPTH;
+            while (started < total && started - retired < QRUN_PIPE_MAX) {
+                int slot = started % QRUN_PIPE_MAX;
                 RtioReq q = {(uint64_t)slot * sz % u->region, sz, u->buf + (uint64_t)slot * sz % u->bufsz, write};
                 int rc = rtio_start(u->io, &q, RTIO_TAG_FIRST + (uint32_t)slot, err, n);
                 if (rc < 0) return -1;
                 at_once[slot] = rc == 0;
                 started++;
             }
-            if (rtio_progress(u->io, !at_once[retired % PROBE_NVME_DEPTH], err, n) < 0) return -1;
+            if (rtio_progress(u->io, !at_once[retired % QRUN_PIPE_MAX], err, n) < 0) return -1;
             while (retired < started) { /* retire in order, as the queue does */
-                int slot = retired % PROBE_NVME_DEPTH;
+                int slot = retired % QRUN_PIPE_MAX;
                 int f = at_once[slot] ? 1 : rtio_finished(u->io, RTIO_TAG_FIRST + (uint32_t)slot, err, n);
                 if (f < 0) return -1;
                 if (f == 0) break;
@@ -161,7 +159,7 @@ static int nvme_pipelined(NvmeRun *u, bool write, ProbeSample *smp, int *ns, cha
     return 0;
 }
 
-static int nvme_measure(Comm *c, const ProbeOptions *o, NvmeRun *u, ProbeResult *r, char *err, size_t n) {
+static int nvme_measure(Comm *c, NvmeRun *u, ProbeResult *r, char *err, size_t n) {
     for (uint64_t off = 0; off < u->region; off += 1 << 20) /* written once, so reads meet real blocks */
         if (rtio_write(u->io, off, u->buf, 1 << 20, err, n)) return -1;
     ProbeSample sw[4], sr[4], pw[3], pr[3];
@@ -176,7 +174,6 @@ static int nvme_measure(Comm *c, const ProbeOptions *o, NvmeRun *u, ProbeResult 
         snprintf(err, n, "nvme: the timings fit no bandwidth");
         return -1;
     }
-    (void)o;
     return 0;
 }
 
@@ -198,10 +195,10 @@ int probe_nvme(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t
     uint8_t *buf = aligned_alloc(NVME_ALIGN, bufsz);
     if (!buf) return snprintf(err, n, "out of memory"), -1;
     memset(buf, 0x5a, bufsz);
-    int rc = rtio_open(&io, dirs, 1, c->rank, region, PROBE_NVME_DEPTH, err, n);
+    int rc = rtio_open(&io, dirs, 1, c->rank, region, QRUN_PIPE_MAX, err, n);
     if (!rc) rc = rtio_register(&io, buf, bufsz, err, n);
     NvmeRun u = {&io, buf, bufsz, region, o->quick};
-    if (!rc) rc = nvme_measure(c, o, &u, r, err, n);
+    if (!rc) rc = nvme_measure(c, &u, r, err, n);
     if (io.open) rtio_close(&io, 1);
     free(buf);
     /* every rank takes part in the sums, so one rank's failure does not hang the others */
@@ -444,26 +441,34 @@ static KCase rows_case(PrimId p, PlanFamily f, int nin, int64_t rows, int64_t d,
 enum { PROBE_MAX_CASES = PROBE_MAX_RATES / 2, PROBE_ROUNDS = 5 };
 
 /* The sizes timed: each family from a small model's shapes (gpt2-tiny's
- * 256 rows of 128) to a large one's, so that the fit sees both the fixed
- * time per call and the rate. */
+ * 256 rows of 128) to a large one's, so that a plan's kernel lies between
+ * two timed calls of its family; --quick times those marked so. */
 static int kernel_cases(bool quick, KCase *cases) {
+    const struct {
+        KCase k;
+        bool quick;
+    } all[] = {
+        {gemm_case(64, 128, 128), true},
+        {gemm_case(256, 128, 384), true},
+        {gemm_case(256, 512, 128), true},
+        {gemm_case(256, 768, 3072), false}, /* gpt2-small's MLP at 256 tokens */
+        {gemm_case(1024, 1024, 1024), false},
+        {attn_case(4, 64, 128, 4), true},
+        {attn_case(1, 32, 64, 2), false},
+        {attn_case(4, 256, 256, 4), false},
+        {rows_case(PRIM_LAYERNORM, FAM_NORM, 3, 256, 128, "layernorm"), true},
+        {rows_case(PRIM_LAYERNORM, FAM_NORM, 3, 32, 128, "layernorm"), false},
+        {rows_case(PRIM_LAYERNORM, FAM_NORM, 3, 1024, 1024, "layernorm"), false},
+        {rows_case(PRIM_GELU, FAM_ACTIVATION, 1, 256, 512, "gelu"), true},
+        {rows_case(PRIM_ADD, FAM_ELEMENTWISE, 2, 256, 128, "add"), true},
+        {rows_case(PRIM_ADD, FAM_ELEMENTWISE, 2, 32, 128, "add"), false},
+        {rows_case(PRIM_GELU, FAM_ACTIVATION, 1, 1024, 1024, "gelu"), false},
+        {rows_case(PRIM_GELU, FAM_ACTIVATION, 1, 32, 128, "gelu"), false},
+    };
+    _Static_assert(sizeof all / sizeof *all <= PROBE_MAX_CASES, "PROBE_MAX_RATES holds a forward and a backward per case");
     int nc = 0;
-    cases[nc++] = gemm_case(64, 128, 128);
-    cases[nc++] = gemm_case(256, 128, 384);
-    cases[nc++] = gemm_case(256, 512, 128);
-    if (!quick) cases[nc++] = gemm_case(256, 768, 3072); /* gpt2-small's MLP at 256 tokens */
-    if (!quick) cases[nc++] = gemm_case(1024, 1024, 1024);
-    cases[nc++] = attn_case(4, 64, 128, 4);
-    if (!quick) cases[nc++] = attn_case(1, 32, 64, 2);
-    if (!quick) cases[nc++] = attn_case(4, 256, 256, 4);
-    cases[nc++] = rows_case(PRIM_LAYERNORM, FAM_NORM, 3, 256, 128, "layernorm");
-    if (!quick) cases[nc++] = rows_case(PRIM_LAYERNORM, FAM_NORM, 3, 32, 128, "layernorm");
-    if (!quick) cases[nc++] = rows_case(PRIM_LAYERNORM, FAM_NORM, 3, 1024, 1024, "layernorm");
-    cases[nc++] = rows_case(PRIM_GELU, FAM_ACTIVATION, 1, 256, 512, "gelu");
-    cases[nc++] = rows_case(PRIM_ADD, FAM_ELEMENTWISE, 2, 256, 128, "add");
-    if (!quick) cases[nc++] = rows_case(PRIM_ADD, FAM_ELEMENTWISE, 2, 32, 128, "add");
-    if (!quick) cases[nc++] = rows_case(PRIM_GELU, FAM_ACTIVATION, 1, 1024, 1024, "gelu");
-    if (!quick) cases[nc++] = rows_case(PRIM_GELU, FAM_ACTIVATION, 1, 32, 128, "gelu");
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (all[i].quick || !quick) cases[nc++] = all[i].k;
     return nc;
 }
 
@@ -780,7 +785,7 @@ void probe_report(const ProbeResult *r, FILE *out) {
                 r->nvme_write.latency * 1e6);
         fprintf(out, "  %d in flight per rank (the nvme queue's pipeline): read %.3f GB/s + %.1f us per request, write %.3f GB/s"
                      " + %.1f us;\n  the drive's time per request, all ranks: %.1f us\n",
-                PROBE_NVME_DEPTH, r->nvme_pipe_read.bandwidth * 1e-9, r->nvme_pipe_read.latency * 1e6,
+                QRUN_PIPE_MAX, r->nvme_pipe_read.bandwidth * 1e-9, r->nvme_pipe_read.latency * 1e6,
                 r->nvme_pipe_write.bandwidth * 1e-9, r->nvme_pipe_write.latency * 1e6, probe_nvme_request(r) * 1e6);
         fprintf(out, "  CPU time per transfer run alone (submission, wait, wake-up): %.1f us\n", r->nvme_cpu * 1e6);
     } else {

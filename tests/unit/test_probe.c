@@ -102,6 +102,35 @@ START_TEST(efficiencies) {
 }
 END_TEST
 
+/* What the compiler reads from a target file's text: one of these per
+ * test owns the arena, sources and diagnostics the targets point into. */
+typedef struct Reader {
+    Arena a;
+    SourceSet src;
+    DiagSink d;
+} Reader;
+
+static void reader_init(Reader *x) {
+    arena_init(&x->a);
+    source_set_init(&x->src);
+    diag_init(&x->d);
+}
+
+static void reader_free(Reader *x) {
+    diag_free(&x->d);
+    source_set_free(&x->src);
+    arena_free(&x->a);
+}
+
+/* text, named name, read as a program and its target; fails the test (with the text) if either is refused */
+static void read_target(Reader *x, const char *name, const char *text, Target *t) {
+    LoadOptions lo = {NULL, 0, "stdlib"};
+    Program prog;
+    memset(&prog, 0, sizeof prog);
+    ck_assert_msg(program_load_text(&x->a, &x->src, &x->d, name, text, &lo, &prog) && x->d.errors == 0, "%s", text);
+    ck_assert_msg(target_from_program(&prog, NULL, &x->a, &x->d, t), "%s\n%s", x->d.len ? x->d.items[0].msg : "", text);
+}
+
 /* The file the probe writes is a target the compiler reads, with every figure. */
 START_TEST(target_file_compiles) {
     ProbeResult r = sample_result();
@@ -109,18 +138,10 @@ START_TEST(target_file_compiles) {
     int n = probe_target_text(&r, text, sizeof text);
     ck_assert(n > 0 && (size_t)n < sizeof text);
     ck_assert_msg(strstr(text, "target probe_box_1 {\n") != NULL, "%s", text);
-    Arena a;
-    arena_init(&a);
-    SourceSet src;
-    source_set_init(&src);
-    DiagSink d;
-    diag_init(&d);
-    LoadOptions lo = {NULL, 0, "stdlib"};
-    Program prog;
-    memset(&prog, 0, sizeof prog);
-    ck_assert_msg(program_load_text(&a, &src, &d, "probe.zl", text, &lo, &prog) && d.errors == 0, "%s", text);
+    Reader x;
+    reader_init(&x);
     Target t;
-    ck_assert_msg(target_from_program(&prog, NULL, &a, &d, &t), "%s\n%s", d.len ? d.items[0].msg : "", text);
+    read_target(&x, "probe.zl", text, &t);
     ck_assert_str_eq(t.name, "probe_box_1");
     ck_assert_str_eq(t.backend, "host");
     ck_assert_int_eq(target_ranks(&t), 2);
@@ -160,18 +181,14 @@ START_TEST(target_file_compiles) {
     r.ranks = 1;
     n = probe_target_text(&r, text, sizeof text);
     ck_assert(strstr(text, "nvme {") == NULL && strstr(text, "net ") == NULL);
-    memset(&prog, 0, sizeof prog);
-    ck_assert(program_load_text(&a, &src, &d, "probe1.zl", text, &lo, &prog) && d.errors == 0);
-    ck_assert(target_from_program(&prog, NULL, &a, &d, &t));
+    read_target(&x, "probe1.zl", text, &t);
     ck_assert_int_eq(target_ranks(&t), 1);
     ck_assert_uint_eq(t.nvme_capacity, 0);
     /* a buffer too small: the length it needs, a terminated prefix */
     char small[16];
     ck_assert_int_eq(probe_target_text(&r, small, sizeof small), n);
     ck_assert_uint_eq(strlen(small), sizeof small - 1);
-    diag_free(&d);
-    source_set_free(&src);
-    arena_free(&a);
+    reader_free(&x);
 }
 END_TEST
 
@@ -224,18 +241,10 @@ START_TEST(gpu_target_compiles) {
     /* the host's own dispatch figures would land in the GPU's fields: not written */
     ck_assert_msg(!strstr(text, "copy_us") && !strstr(text, "cpu  { memory = 8192 MiB; bandwidth = 12.500 GB/s; cores = 2; "),
                   "%s", text);
-    Arena a;
-    arena_init(&a);
-    SourceSet src;
-    source_set_init(&src);
-    DiagSink d;
-    diag_init(&d);
-    LoadOptions lo = {NULL, 0, "stdlib"};
-    Program prog;
-    memset(&prog, 0, sizeof prog);
-    ck_assert_msg(program_load_text(&a, &src, &d, "gpu.zl", text, &lo, &prog) && d.errors == 0, "%s", text);
+    Reader x;
+    reader_init(&x);
     Target t;
-    ck_assert_msg(target_from_program(&prog, NULL, &a, &d, &t), "%s\n%s", d.len ? d.items[0].msg : "", text);
+    read_target(&x, "gpu.zl", text, &t);
     ck_assert_str_eq(t.backend, "cuda");
     ck_assert_int_eq(t.nodes, 1);
     ck_assert_int_eq(t.gpus_per_node, 2);
@@ -273,17 +282,13 @@ START_TEST(gpu_target_compiles) {
     g.launch = 0;
     n = probe_gpu_target_text(&h, &g, text, sizeof text);
     ck_assert_msg(!strstr(text, "nvme {") && !strstr(text, "net ") && strstr(text, "hbm = 0.001 GB/s"), "%s", text);
-    memset(&prog, 0, sizeof prog);
-    ck_assert_msg(program_load_text(&a, &src, &d, "gpu1.zl", text, &lo, &prog) && d.errors == 0, "%s", text);
-    ck_assert(target_from_program(&prog, NULL, &a, &d, &t));
+    read_target(&x, "gpu1.zl", text, &t);
     ck_assert_int_eq(t.gpus_per_node, 1);
     /* a buffer too small: the length it needs, a terminated prefix */
     char small[16];
     ck_assert_int_eq(probe_gpu_target_text(&h, &g, small, sizeof small), n);
     ck_assert_uint_eq(strlen(small), sizeof small - 1);
-    diag_free(&d);
-    source_set_free(&src);
-    arena_free(&a);
+    reader_free(&x);
 }
 END_TEST
 
