@@ -86,13 +86,10 @@ static Plan *make_plan(const Variant *v, Arena *a, DiagSink *d) {
     return res.plan;
 }
 
-static void run_variant(const Variant *v, const double *ref, const char *what) {
-    Arena a; DiagSink d;
-    arena_init(&a); diag_init(&d);
-    Plan *p = make_plan(v, &a, &d);
+/* The losses of STEPS steps of plan p on this job's ranks (the same
+ * batches as the reference); what names the run in a failure. */
+static void plan_losses(const Plan *p, const char *what, double *out) {
     char err[512] = "";
-    char vm[4096];
-    ck_assert_msg(verify_plan(p, vm, sizeof vm) == 0, "%s: %s", what, vm);
     RtOptions o = {.nvme_dir = nvme_dir};
     Rt *r = rt_create(p, &C, &o, err, sizeof err);
     ck_assert_msg(r != NULL, "%s: %s", what, err);
@@ -104,11 +101,23 @@ static void run_variant(const Variant *v, const double *ref, const char *what) {
         const int32_t *mt[1] = {tok + C.rank * B * T}, *mg[1] = {tgt + C.rank * B * T};
         RtStepStats st;
         ck_assert_msg(rt_step(r, mt, mg, 1, &st, err, sizeof err) == 0, "%s: %s", what, err);
-        ck_assert_msg(fabs(st.loss - ref[s]) <= 1e-5 * fabs(ref[s]), "%s: step %d loss %.9g, reference %.9g", what, s + 1,
-                      st.loss, ref[s]);
+        out[s] = st.loss;
     }
     free(tok); free(tgt);
     rt_destroy(r);
+}
+
+static void run_variant(const Variant *v, const double *ref, const char *what) {
+    Arena a; DiagSink d;
+    arena_init(&a); diag_init(&d);
+    Plan *p = make_plan(v, &a, &d);
+    char vm[4096];
+    ck_assert_msg(verify_plan(p, vm, sizeof vm) == 0, "%s: %s", what, vm);
+    double loss[STEPS];
+    plan_losses(p, what, loss);
+    for (int s = 0; s < STEPS; s++)
+        ck_assert_msg(fabs(loss[s] - ref[s]) <= 1e-5 * fabs(ref[s]), "%s: step %d loss %.9g, reference %.9g", what, s + 1,
+                      loss[s], ref[s]);
     plan_free(p);
     arena_free(&a); diag_free(&d);
 }
@@ -192,24 +201,6 @@ END_TEST
  * rt_nvme_pipe) against ZINF_NVME_NOBATCH=1, one transfer at a time: the
  * same losses bit for bit (NVMe-homed parameters and optimizer state, the
  * MLP weights tiled, so transfers of one tensor go in flight together). */
-static void nvme_losses(const Plan *p, double *out) {
-    char err[512] = "";
-    RtOptions o = {.nvme_dir = nvme_dir};
-    Rt *r = rt_create(p, &C, &o, err, sizeof err);
-    ck_assert_msg(r != NULL, "%s", err);
-    int64_t B = 2, T = 8, R = C.size;
-    int32_t *tok = malloc(sizeof(int32_t) * (size_t)(B * R * T)), *tgt = malloc(sizeof(int32_t) * (size_t)(B * R * T));
-    for (int s = 0; s < STEPS; s++) {
-        batch(s, B * R, T, 64, tok, tgt);
-        const int32_t *mt[1] = {tok + C.rank * B * T}, *mg[1] = {tgt + C.rank * B * T};
-        RtStepStats st;
-        ck_assert_msg(rt_step(r, mt, mg, 1, &st, err, sizeof err) == 0, "%s", err);
-        out[s] = st.loss;
-    }
-    free(tok); free(tgt);
-    rt_destroy(r);
-}
-
 START_TEST(test_nvme_pipe_bit_exact) {
     Arena a; DiagSink d;
     arena_init(&a); diag_init(&d);
@@ -217,9 +208,9 @@ START_TEST(test_nvme_pipe_bit_exact) {
     Plan *p = make_plan(&v, &a, &d);
     double piped[STEPS], one[STEPS];
     unsetenv("ZINF_NVME_NOBATCH");
-    nvme_losses(p, piped);
+    plan_losses(p, "pipelined", piped);
     setenv("ZINF_NVME_NOBATCH", "1", 1);
-    nvme_losses(p, one);
+    plan_losses(p, "one at a time", one);
     unsetenv("ZINF_NVME_NOBATCH");
     for (int s = 0; s < STEPS; s++) ck_assert_msg(piped[s] == one[s], "step %d: pipelined %.9g, one at a time %.9g", s + 1, piped[s], one[s]);
     plan_free(p);
