@@ -8,7 +8,7 @@
 
 /* ---- schema ---- */
 
-typedef enum Kind { K_BYTES, K_RATE, K_FLOPS, K_INT, K_STR, K_STRLIST, K_US, K_FRAC, K_POINTS, K_BYTESF } Kind;
+typedef enum Kind { K_BYTES, K_RATE, K_FLOPS, K_INT, K_STR, K_STRLIST, K_US, K_FRAC, K_POINTS, K_BYTESF, K_NVME_POINTS } Kind;
 
 typedef struct Key {
     const char *block; /* "" for the top level */
@@ -63,6 +63,9 @@ static const Key keys[] = {
     {"kernels", "norm", K_POINTS, F(kernel_points)},
     {"kernels", "elementwise", K_POINTS, F(kernel_points)},
     {"kernels", "activation", K_POINTS, F(kernel_points)},
+    /* timed transfers per direction: [bytes, drive us, alone us, ...] */
+    {"nvme", "reads", K_NVME_POINTS, F(nvme_points)},
+    {"nvme", "writes", K_NVME_POINTS, F(nvme_points)},
 };
 #undef F
 enum { NKEYS = sizeof keys / sizeof keys[0] };
@@ -81,6 +84,9 @@ static const char *kind_words(Kind k) {
     case K_US: return "a time in microseconds";
     case K_FRAC: return "a fraction of peak, in (0, 1]";
     case K_POINTS: return "a list of timed calls, each its FLOPs and its microseconds (e.g. [2.1e6, 23.5, 8.4e6, 88])";
+    case K_NVME_POINTS:
+        return "a list of timed transfers, each its bytes, its microseconds with the queues full and its microseconds "
+               "alone (e.g. [4096, 7.5, 60, 65536, 40, 90])";
     }
     return "?";
 }
@@ -110,6 +116,23 @@ static bool number(const Expr *e, double *v, Unit *u, bool *neg) {
     return true;
 }
 
+/* The numbers of a points list: e->args.len of them, each positive and
+ * finite, into v; false (with a message) otherwise. */
+static bool point_numbers(const Key *k, const Setting *s, DiagSink *d, double *v) {
+    const Expr *e = s->value;
+    for (int i = 0; i < e->args.len; i++) {
+        const Expr *it = e->args.items[i].value;
+        Unit u;
+        bool neg;
+        if (!it || !number(it, &v[i], &u, &neg) || (u.kind != UNIT_NONE && u.kind != UNIT_COUNT) || neg || !(v[i] > 0) ||
+            !isfinite(v[i])) {
+            diag_error(d, it ? it->span : e->span, "'%s' must be %s, each number positive", s->key, kind_words(k->kind));
+            return false;
+        }
+    }
+    return true;
+}
+
 /* kernels { FAMILY = [flops, us, ...] }: appended to the target's timed calls. */
 static bool set_points(const Key *k, const Setting *s, DiagSink *d, Target *t) {
     const Expr *e = s->value;
@@ -129,19 +152,41 @@ static bool set_points(const Key *k, const Setting *s, DiagSink *d, Target *t) {
         diag_error(d, e->span, "at most %d timed calls in all", PLAN_MAX_KERNEL_POINTS);
         return false;
     }
-    for (int i = 0; i < e->args.len; i += 2) {
-        double v[2];
-        for (int j = 0; j < 2; j++) {
-            const Expr *it = e->args.items[i + j].value;
-            Unit u;
-            bool neg;
-            if (!it || !number(it, &v[j], &u, &neg) || (u.kind != UNIT_NONE && u.kind != UNIT_COUNT) || neg || !(v[j] > 0) ||
-                !isfinite(v[j])) {
-                diag_error(d, it ? it->span : e->span, "'%s' must be %s, each number positive", s->key, kind_words(k->kind));
+    double v[2 * PLAN_MAX_KERNEL_POINTS];
+    if (!point_numbers(k, s, d, v)) return false;
+    for (int i = 0; i < e->args.len; i += 2)
+        t->kernel_points[t->nkernel_points++] = (PlanKernelPoint){family, v[i], v[i + 1] * 1e-6};
+    return true;
+}
+
+/* nvme { reads = [bytes, drive us, alone us, ...]; writes = [...] }: the
+ * target's timed transfers (sizes in any order, each once). */
+static bool set_nvme_points(const Key *k, const Setting *s, DiagSink *d, Target *t) {
+    const Expr *e = s->value;
+    int32_t write = !strcmp(k->key, "writes");
+    if (e->kind != EX_LIST || e->args.len < 3 || e->args.len % 3) {
+        diag_error(d, e->span, "'%s' must be %s", s->key, kind_words(k->kind));
+        return false;
+    }
+    for (int i = 0; i < t->nnvme_points; i++)
+        if (t->nvme_points[i].write == write) {
+            diag_error(d, s->span, "the timed transfers of '%s' are given twice", s->key);
+            return false;
+        }
+    if (t->nnvme_points + e->args.len / 3 > PLAN_MAX_NVME_POINTS) {
+        diag_error(d, e->span, "at most %d timed transfers in all", PLAN_MAX_NVME_POINTS);
+        return false;
+    }
+    double v[3 * PLAN_MAX_NVME_POINTS];
+    if (!point_numbers(k, s, d, v)) return false;
+    int first = t->nnvme_points;
+    for (int i = 0; i < e->args.len; i += 3) {
+        for (int j = first; j < t->nnvme_points; j++)
+            if (t->nvme_points[j].bytes == v[i]) {
+                diag_error(d, e->args.items[i].value->span, "'%s' times %.0f bytes twice", s->key, v[i]);
                 return false;
             }
-        }
-        t->kernel_points[t->nkernel_points++] = (PlanKernelPoint){family, v[0], v[1] * 1e-6};
+        t->nvme_points[t->nnvme_points++] = (PlanNvmePoint){write, v[i], v[i + 1] * 1e-6, v[i + 2] * 1e-6};
     }
     return true;
 }
@@ -176,6 +221,7 @@ static bool set_value(const Key *k, const Setting *s, Arena *a, DiagSink *d, Tar
         return true;
     }
     if (k->kind == K_POINTS) return set_points(k, s, d, t);
+    if (k->kind == K_NVME_POINTS) return set_nvme_points(k, s, d, t);
     double v;
     Unit u;
     bool neg;
@@ -185,7 +231,8 @@ static bool set_value(const Key *k, const Setting *s, Arena *a, DiagSink *d, Tar
     }
     static const UnitKind want[] = {[K_BYTES] = UNIT_BYTES, [K_RATE] = UNIT_RATE, [K_FLOPS] = UNIT_COUNT,
                                     [K_INT] = UNIT_COUNT, [K_US] = UNIT_NONE,
-                                    [K_FRAC] = UNIT_NONE, [K_POINTS] = UNIT_NONE, [K_BYTESF] = UNIT_BYTES};
+                                    [K_FRAC] = UNIT_NONE, [K_POINTS] = UNIT_NONE, [K_BYTESF] = UNIT_BYTES,
+                                    [K_NVME_POINTS] = UNIT_NONE};
     if (u.kind != UNIT_NONE && u.kind != want[k->kind]) {
         diag_error(d, e->span, "'%s' must be %s, not %s", s->key, kind_words(k->kind), unit_words(u.kind));
         return false;

@@ -75,13 +75,21 @@ typedef struct NvmeRun {
     bool quick;
 } NvmeRun;
 
+/* The sizes timed: the nvme queue's transfers run from a small tensor's
+ * 4 KiB block to a few MiB; the table (ProbeNvmeSize) has the first
+ * PROBE_NVME_SIZES, timed both alone and pipelined, and the fit of
+ * transfers alone has 8 MiB besides. */
+static const uint64_t nvme_bytes[] = {4096, 16384, 65536, 262144, 1 << 20, 8 << 20};
+enum { NVME_NSERIES = sizeof nvme_bytes / sizeof nvme_bytes[0], NVME_QUICK_SIZES = 2 };
+_Static_assert((int)PROBE_NVME_SIZES < (int)NVME_NSERIES, "the table's sizes are the first of the series'");
+
 /* Timed transfers of each size (each one synchronous, as the nvme queue's
- * instructions are), into samples; offsets cycle through the region. */
-static int nvme_series(NvmeRun *u, bool write, ProbeSample *smp, int *ns, char *err, size_t n) {
-    static const uint64_t sizes[] = {4096, 65536, 1 << 20, 8 << 20};
-    int nsizes = u->quick ? 3 : 4;
+ * instructions are), into samples and the table's `alone` (dir 0 reads,
+ * 1 writes); offsets cycle through the region. */
+static int nvme_series(NvmeRun *u, ProbeResult *r, int dir, ProbeSample *smp, int *ns, char *err, size_t n) {
+    int nsizes = u->quick ? NVME_QUICK_SIZES + 1 : NVME_NSERIES;
     for (int k = 0; k < nsizes; k++) {
-        uint64_t sz = sizes[k], off = 0;
+        uint64_t sz = nvme_bytes[k], off = 0;
         int reps = (int)(u->quick ? 4 : (32u << 20) / sz);
         if (reps < 4) reps = 4;
         if (reps > 64) reps = 64;
@@ -89,12 +97,13 @@ static int nvme_series(NvmeRun *u, bool write, ProbeSample *smp, int *ns, char *
         for (int i = 0; i < reps; i++) {
             if (off + sz > u->region) off = 0;
             double t0 = probe_now();
-            int rc = write ? rtio_write(u->io, off, u->buf, sz, err, n) : rtio_read(u->io, off, u->buf, sz, err, n);
+            int rc = dir ? rtio_write(u->io, off, u->buf, sz, err, n) : rtio_read(u->io, off, u->buf, sz, err, n);
             if (rc) return -1;
             t[i] = probe_now() - t0;
             off += sz;
         }
         smp[*ns] = (ProbeSample){1, (double)sz, probe_median(t, reps)};
+        if (k < PROBE_NVME_SIZES) r->nvme_sizes[k].alone[dir] = smp[*ns].secs;
         (*ns)++;
     }
     return 0;
@@ -123,51 +132,66 @@ static int nvme_cpu_cost(NvmeRun *u, double *per, char *err, size_t n) {
     return 0;
 }
 
-/* Transfers of each size kept QRUN_PIPE_MAX in flight, as the nvme
- * queue's pipeline keeps them (runtime/queues.h), each into its own slice
- * of the buffer and of the region; the time per transfer when the queue is
- * full, into samples. */
-static int nvme_pipelined(NvmeRun *u, bool write, ProbeSample *smp, int *ns, char *err, size_t n) {
-    static const uint64_t sizes[] = {4096, 65536, 1 << 20};
-    int nsizes = u->quick ? 2 : 3;
-    for (int k = 0; k < nsizes; k++) {
-        uint64_t sz = sizes[k];
-        int total = u->quick ? 2 * QRUN_PIPE_MAX : sz >= (1u << 20) ? 64 : 256, started = 0, retired = 0;
-        bool at_once[QRUN_PIPE_MAX] = {false}; /* done by rtio_start itself (plain I/O): nothing in flight */
-        double t0 = probe_now();
-        while (retired < total) {
-            while (started < total && started - retired < QRUN_PIPE_MAX) {
-                int slot = started % QRUN_PIPE_MAX;
-                RtioReq q = {(uint64_t)slot * sz % u->region, sz, u->buf + (uint64_t)slot * sz % u->bufsz, write};
-                int rc = rtio_start(u->io, &q, RTIO_TAG_FIRST + (uint32_t)slot, err, n);
-                if (rc < 0) return -1;
-                at_once[slot] = rc == 0;
-                started++;
-            }
-            if (rtio_progress(u->io, !at_once[retired % QRUN_PIPE_MAX], err, n) < 0) return -1;
-            while (retired < started) { /* retire in order, as the queue does */
-                int slot = retired % QRUN_PIPE_MAX;
-                int f = at_once[slot] ? 1 : rtio_finished(u->io, RTIO_TAG_FIRST + (uint32_t)slot, err, n);
-                if (f < 0) return -1;
-                if (f == 0) break;
-                retired++;
-            }
+/* One round of `total` transfers of sz bytes kept QRUN_PIPE_MAX in flight,
+ * as the nvme queue's pipeline keeps them (runtime/queues.h), each into its
+ * own slice of the buffer and of the region; the seconds per transfer
+ * into *per. */
+static int nvme_round(NvmeRun *u, bool write, uint64_t sz, int total, double *per, char *err, size_t n) {
+    int started = 0, retired = 0;
+    bool at_once[QRUN_PIPE_MAX] = {false}; /* done by rtio_start itself (plain I/O): nothing in flight */
+    double t0 = probe_now();
+    while (retired < total) {
+        while (started < total && started - retired < QRUN_PIPE_MAX) {
+            int slot = started % QRUN_PIPE_MAX;
+            RtioReq q = {(uint64_t)slot * sz % u->region, sz, u->buf + (uint64_t)slot * sz % u->bufsz, write};
+            int rc = rtio_start(u->io, &q, RTIO_TAG_FIRST + (uint32_t)slot, err, n);
+            if (rc < 0) return -1;
+            at_once[slot] = rc == 0;
+            started++;
         }
-        smp[*ns] = (ProbeSample){1, (double)sz, (probe_now() - t0) / total};
+        if (rtio_progress(u->io, !at_once[retired % QRUN_PIPE_MAX], err, n) < 0) return -1;
+        while (retired < started) { /* retire in order, as the queue does */
+            int slot = retired % QRUN_PIPE_MAX;
+            int f = at_once[slot] ? 1 : rtio_finished(u->io, RTIO_TAG_FIRST + (uint32_t)slot, err, n);
+            if (f < 0) return -1;
+            if (f == 0) break;
+            retired++;
+        }
+    }
+    *per = (probe_now() - t0) / total;
+    return 0;
+}
+
+/* Each of the table's sizes pipelined (nvme_round), the median of three
+ * rounds, into samples and the table's `drive` (a rank's time per
+ * transfer here; probe_nvme makes it the node's). */
+static int nvme_pipelined(NvmeRun *u, ProbeResult *r, int dir, ProbeSample *smp, int *ns, char *err, size_t n) {
+    int nsizes = u->quick ? NVME_QUICK_SIZES : PROBE_NVME_SIZES;
+    for (int k = 0; k < nsizes; k++) {
+        uint64_t sz = nvme_bytes[k];
+        int total = u->quick ? 2 * QRUN_PIPE_MAX : sz >= (1u << 20) ? 64 : sz >= (256u << 10) ? 128 : 256;
+        double t[3];
+        int rounds = u->quick ? 1 : 3;
+        for (int i = 0; i < rounds; i++)
+            if (nvme_round(u, dir == 1, sz, total, &t[i], err, n)) return -1;
+        smp[*ns] = (ProbeSample){1, (double)sz, probe_median(t, rounds)};
+        r->nvme_sizes[k].bytes = (double)sz;
+        r->nvme_sizes[k].drive[dir] = smp[*ns].secs;
         (*ns)++;
     }
+    r->nnvme_sizes = nsizes;
     return 0;
 }
 
 static int nvme_measure(Comm *c, NvmeRun *u, ProbeResult *r, char *err, size_t n) {
     for (uint64_t off = 0; off < u->region; off += 1 << 20) /* written once, so reads meet real blocks */
         if (rtio_write(u->io, off, u->buf, 1 << 20, err, n)) return -1;
-    ProbeSample sw[4], sr[4], pw[3], pr[3];
+    ProbeSample sw[NVME_NSERIES], sr[NVME_NSERIES], pw[PROBE_NVME_SIZES], pr[PROBE_NVME_SIZES];
     int nw = 0, nr = 0, npw = 0, npr = 0;
-    if (comm_barrier(c) != COMM_OK || nvme_series(u, true, sw, &nw, err, n)) return -1;
-    if (comm_barrier(c) != COMM_OK || nvme_series(u, false, sr, &nr, err, n)) return -1;
-    if (comm_barrier(c) != COMM_OK || nvme_pipelined(u, true, pw, &npw, err, n)) return -1;
-    if (comm_barrier(c) != COMM_OK || nvme_pipelined(u, false, pr, &npr, err, n)) return -1;
+    if (comm_barrier(c) != COMM_OK || nvme_series(u, r, 1, sw, &nw, err, n)) return -1;
+    if (comm_barrier(c) != COMM_OK || nvme_series(u, r, 0, sr, &nr, err, n)) return -1;
+    if (comm_barrier(c) != COMM_OK || nvme_pipelined(u, r, 1, pw, &npw, err, n)) return -1;
+    if (comm_barrier(c) != COMM_OK || nvme_pipelined(u, r, 0, pr, &npr, err, n)) return -1;
     if (comm_barrier(c) != COMM_OK || nvme_cpu_cost(u, &r->nvme_cpu, err, n)) return -1;
     if (probe_fit(sw, nw, &r->nvme_write) || probe_fit(sr, nr, &r->nvme_read) || probe_fit(pw, npw, &r->nvme_pipe_write) ||
         probe_fit(pr, npr, &r->nvme_pipe_read)) {
@@ -183,6 +207,25 @@ static int node_fit(Comm *c, ProbeFit *f) {
     if (comm_allreduce_sum_f64(c, v, 2) != COMM_OK) return -1;
     f->bandwidth = v[0];
     f->latency = v[1] / c->size;
+    return 0;
+}
+
+/* The table over the ranks: a transfer alone, the mean of the ranks'
+ * times; with the queues full, the node's time per transfer, one over the
+ * ranks' transfers per second summed. */
+static int node_table(Comm *c, ProbeResult *r) {
+    double v[4 * PROBE_NVME_SIZES];
+    for (int k = 0; k < r->nnvme_sizes; k++)
+        for (int dir = 0; dir < 2; dir++) {
+            v[4 * k + dir] = r->nvme_sizes[k].alone[dir];
+            v[4 * k + 2 + dir] = r->nvme_sizes[k].drive[dir] > 0 ? 1 / r->nvme_sizes[k].drive[dir] : 0;
+        }
+    if (comm_allreduce_sum_f64(c, v, 4 * r->nnvme_sizes) != COMM_OK) return -1;
+    for (int k = 0; k < r->nnvme_sizes; k++)
+        for (int dir = 0; dir < 2; dir++) {
+            r->nvme_sizes[k].alone[dir] = v[4 * k + dir] / c->size;
+            r->nvme_sizes[k].drive[dir] = v[4 * k + 2 + dir] > 0 ? 1 / v[4 * k + 2 + dir] : 0;
+        }
     return 0;
 }
 
@@ -209,7 +252,8 @@ int probe_nvme(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t
         return -1;
     }
     if (node_fit(c, &r->nvme_write) || node_fit(c, &r->nvme_read) || node_fit(c, &r->nvme_pipe_write) ||
-        node_fit(c, &r->nvme_pipe_read) || comm_allreduce_sum_f64(c, &r->nvme_cpu, 1) != COMM_OK)
+        node_fit(c, &r->nvme_pipe_read) || comm_allreduce_sum_f64(c, &r->nvme_cpu, 1) != COMM_OK ||
+        node_table(c, r))
         return snprintf(err, n, "%s", comm_last_error(c)), -1;
     r->nvme_cpu /= c->size; /* a rank's, the mean over ranks */
     struct statvfs fs;
@@ -713,13 +757,31 @@ int probe_text_nvme(const ProbeResult *r, char *buf, size_t n) {
         return 0;
     }
     uint64_t mib = 1u << 20;
-    return snprintf(buf, n,
-                    "  nvme { paths = [\"%s\"]; read = %.3f GB/s; write = %.3f GB/s; capacity = %llu MiB; latency_us = %.3f;\n"
-                    "         request_us = %.3f; cpu_us = %.3f }\n",
-                    r->nvme_dir, atleast(r->nvme_read.bandwidth * 1e-9, 0.001), atleast(r->nvme_write.bandwidth * 1e-9, 0.001),
-                    (unsigned long long)(r->nvme_capacity / mib ? r->nvme_capacity / mib : 1),
-                    atleast((r->nvme_read.latency + r->nvme_write.latency) / 2 * 1e6, 0.001),
-                    atleast(probe_nvme_request(r) * 1e6, 0.001), atleast(r->nvme_cpu * 1e6, 0.001));
+    int k = 0;
+#define OUT(...) k += snprintf(buf + ((size_t)k < n ? (size_t)k : n), (size_t)k < n ? n - (size_t)k : 0, __VA_ARGS__)
+    OUT("  nvme { paths = [\"%s\"]; read = %.3f GB/s; write = %.3f GB/s; capacity = %llu MiB; latency_us = %.3f;\n"
+        "         request_us = %.3f; cpu_us = %.3f",
+        r->nvme_dir, atleast(r->nvme_read.bandwidth * 1e-9, 0.001), atleast(r->nvme_write.bandwidth * 1e-9, 0.001),
+        (unsigned long long)(r->nvme_capacity / mib ? r->nvme_capacity / mib : 1),
+        atleast((r->nvme_read.latency + r->nvme_write.latency) / 2 * 1e6, 0.001), atleast(probe_nvme_request(r) * 1e6, 0.001),
+        atleast(r->nvme_cpu * 1e6, 0.001));
+    if (r->nnvme_sizes > 0) {
+        OUT("\n         # the timed transfers: bytes, then microseconds per transfer with every rank's queue full (the\n"
+            "         # node's), then microseconds of one alone\n");
+        for (int dir = 0; dir < 2; dir++) {
+            OUT("         %s = [", dir ? "writes" : "reads");
+            for (int i = 0; i < r->nnvme_sizes; i++) {
+                const ProbeNvmeSize *z = &r->nvme_sizes[i];
+                OUT("%s%.0f, %.4g, %.4g", i ? ", " : "", z->bytes, atleast(z->drive[dir] * 1e6, 1e-3),
+                    atleast(z->alone[dir] * 1e6, 1e-3));
+            }
+            OUT("]%s", dir ? "\n       }\n" : "\n");
+        }
+    } else {
+        OUT(" }\n");
+    }
+#undef OUT
+    return k;
 }
 
 int probe_target_text(const ProbeResult *r, char *buf, size_t n) {
@@ -788,6 +850,13 @@ void probe_report(const ProbeResult *r, FILE *out) {
                 QRUN_PIPE_MAX, r->nvme_pipe_read.bandwidth * 1e-9, r->nvme_pipe_read.latency * 1e6,
                 r->nvme_pipe_write.bandwidth * 1e-9, r->nvme_pipe_write.latency * 1e6, probe_nvme_request(r) * 1e6);
         fprintf(out, "  CPU time per transfer run alone (submission, wait, wake-up): %.1f us\n", r->nvme_cpu * 1e6);
+        fprintf(out, "  per size, us: one alone (a rank's) / per transfer with every rank's queue full (the node's); MB/s full\n");
+        for (int i = 0; i < r->nnvme_sizes; i++) {
+            const ProbeNvmeSize *z = &r->nvme_sizes[i];
+            fprintf(out, "  %6.0f KiB  read %8.1f / %7.1f  %6.0f MB/s   write %8.1f / %7.1f  %6.0f MB/s\n", z->bytes / 1024,
+                    z->alone[0] * 1e6, z->drive[0] * 1e6, z->drive[0] > 0 ? z->bytes / z->drive[0] * 1e-6 : 0,
+                    z->alone[1] * 1e6, z->drive[1] * 1e6, z->drive[1] > 0 ? z->bytes / z->drive[1] * 1e-6 : 0);
+        }
     } else {
         fprintf(out, "nvme: not measured (no --nvme DIR)\n");
     }

@@ -7,10 +7,13 @@
  * shared as in training):
  *  - NVMe: rtio (the io_uring engine, O_DIRECT, queue depth 32) reads and
  *    writes of 4 KiB to a few MiB, one at a time and 32 in flight (the
- *    nvme queue's pipeline); latency and bandwidth fitted per rank, the
- *    node's rate = the ranks' rates summed, the drive's time per request
- *    with the queues full = the pipelined latency over the ranks, and the
- *    CPU time (getrusage) a 64 KiB read run alone costs its rank;
+ *    nvme queue's pipeline); each size's time alone and the node's time
+ *    per transfer with the queues full (nvme { reads; writes }, which the
+ *    cost model interpolates between), and for a reader without them
+ *    latency and bandwidth fitted per rank, the node's rate = the ranks'
+ *    rates summed, the drive's time per request with the queues full =
+ *    the pipelined latency over the ranks; and the CPU time (getrusage) a
+ *    64 KiB read run alone costs its rank;
  *  - host memory: a triad (a = b + s c) over arrays far larger than caches,
  *    and over arrays that fill half the CPUs' shared cache together (what a
  *    small plan streams at), on the rank's thread team; the node's
@@ -72,6 +75,14 @@ typedef struct ProbeRate {
     double secs;
 } ProbeRate;
 
+/* A transfer size timed through rtio: index 0 reads, 1 writes. */
+enum { PROBE_NVME_SIZES = 5 };
+typedef struct ProbeNvmeSize {
+    double bytes;
+    double alone[2]; /* seconds for one with nothing in flight (a rank's, the mean over ranks) */
+    double drive[2]; /* the node's seconds per transfer with every rank's QRUN_PIPE_MAX in flight */
+} ProbeNvmeSize;
+
 typedef struct ProbeOptions {
     const char *nvme_dir; /* NULL: no NVMe figures */
     bool quick;           /* tiny sizes and few repetitions (tests) */
@@ -96,6 +107,8 @@ typedef struct ProbeResult {
     ProbeFit nvme_read, nvme_write; /* per rank, all ranks at once */
     ProbeFit nvme_pipe_read, nvme_pipe_write; /* the same, 32 in flight per rank: time per transfer */
     double nvme_cpu;      /* CPU seconds a transfer run alone costs its rank */
+    ProbeNvmeSize nvme_sizes[PROBE_NVME_SIZES]; /* the sizes timed both ways, smallest first */
+    int nnvme_sizes;
     bool net;             /* measured (more than one rank) */
     ProbeFit coll;        /* per ring step, per rank's link */
     double coll_secs[3][4]; /* all-reduce, all-gather, reduce-scatter x sizes */

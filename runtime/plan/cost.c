@@ -36,6 +36,41 @@ double cost_efficiency(const PlanTarget *t, PlanFamily f) {
     return valid_eff(e) ? e : 1;
 }
 
+/* y at x between (x0, y0) and (x1, y1), x0 < x1: straight in log y over log x. */
+static double log_log(double x, double x0, double y0, double x1, double y1) {
+    return y0 * pow(y1 / y0, log(x / x0) / log(x1 / x0));
+}
+
+static bool valid_nvme_point(const PlanNvmePoint *q) {
+    return isfinite(q->bytes) && q->bytes > 0 && isfinite(q->drive) && q->drive > 0 && isfinite(q->alone) && q->alone > 0;
+}
+
+bool cost_measured_nvme(const PlanTarget *t, bool write, double bytes, double *drive, double *alone) {
+    const PlanNvmePoint *lo = NULL, *hi = NULL;
+    int n = t->nnvme_points < PLAN_MAX_NVME_POINTS ? t->nnvme_points : PLAN_MAX_NVME_POINTS;
+    for (int i = 0; i < n; i++) {
+        const PlanNvmePoint *q = &t->nvme_points[i];
+        if (q->write != (int32_t)write || !valid_nvme_point(q)) continue;
+        if (q->bytes <= bytes && (!lo || q->bytes > lo->bytes)) lo = q;
+        if (q->bytes >= bytes && (!hi || q->bytes < hi->bytes)) hi = q;
+    }
+    if (!lo && !hi) return false;
+    if (!lo) { /* below the smallest size */
+        *drive = hi->drive;
+        *alone = hi->alone;
+    } else if (!hi) { /* above the largest: its rate */
+        *drive = lo->drive * bytes / lo->bytes;
+        *alone = lo->alone * bytes / lo->bytes;
+    } else if (hi->bytes <= lo->bytes) {
+        *drive = lo->drive;
+        *alone = lo->alone;
+    } else {
+        *drive = log_log(bytes, lo->bytes, lo->drive, hi->bytes, hi->drive);
+        *alone = log_log(bytes, lo->bytes, lo->alone, hi->bytes, hi->alone);
+    }
+    return true;
+}
+
 double cost_measured_kernel(const PlanTarget *t, PlanFamily f, double flops) {
     const PlanKernelPoint *lo = NULL, *hi = NULL;
     int n = t->nkernel_points < PLAN_MAX_KERNEL_POINTS ? t->nkernel_points : PLAN_MAX_KERNEL_POINTS;
@@ -52,8 +87,7 @@ double cost_measured_kernel(const PlanTarget *t, PlanFamily f, double flops) {
     if (!hi) return lo->secs * flops / lo->flops;
     if (hi->flops <= lo->flops) return lo->secs;
     /* between two: straight in log time over log flops */
-    double x = log(flops / lo->flops) / log(hi->flops / lo->flops);
-    return lo->secs * pow(hi->secs / lo->secs, x);
+    return log_log(flops, lo->flops, lo->secs, hi->flops, hi->secs);
 }
 
 /* A ring collective: (R-1)/R of the bytes over the link per pass, and one
@@ -112,8 +146,14 @@ static double instr_time(const Plan *p, const PlanInstr *s, bool cached) {
     double pcie = t->gpu_pcie > 0 ? t->gpu_pcie : 1e10;
     double klat = latency(t->kernel_latency);
     switch ((PlanOpcode)s->op) {
-    case PI_NVME_READ: return b / per_node_share(p, t->nvme_read > 0 ? t->nvme_read : 1e9) + latency(t->nvme_latency);
-    case PI_NVME_WRITE: return b / per_node_share(p, t->nvme_write > 0 ? t->nvme_write : 1e9) + latency(t->nvme_latency);
+    case PI_NVME_READ:
+    case PI_NVME_WRITE: {
+        double drive, alone; /* one alone; the pipeline (cost_run) prices several in flight */
+        bool w = s->op == PI_NVME_WRITE;
+        if (cost_measured_nvme(t, w, b, &drive, &alone)) return alone;
+        double rate = w ? t->nvme_write : t->nvme_read;
+        return b / per_node_share(p, rate > 0 ? rate : 1e9) + latency(t->nvme_latency);
+    }
     case PI_INPUT:
     case PI_H2D:
     case PI_D2H: return b / pcie + latency(t->pcie_latency);
@@ -253,9 +293,18 @@ bool cost_simulate(const Plan *p, CostResult *r) {
              * to COST_NVME_DEPTH transfers in flight, their bytes one after
              * another at the drive's rate, each one's latency beside the
              * others', retired in order; the queue is busy while any is in flight */
-            double lat = latency(p->target.nvme_latency);
-            /* the bytes at the rank's share of the drive, and the drive's time per request, which every rank's requests share */
-            double xfer = instr_time(p, s, cached) - lat + latency(p->target.nvme_request) * (p->target.gpus_per_node > 0 ? p->target.gpus_per_node : 1);
+            int node_ranks = p->target.gpus_per_node > 0 ? p->target.gpus_per_node : 1;
+            double lat = latency(p->target.nvme_latency), xfer, drive, alone;
+            if (cost_measured_nvme(&p->target, s->op == PI_NVME_WRITE, (double)s->bytes, &drive, &alone)) {
+                /* as timed at this size: the drive's time per transfer, which
+                 * the node's ranks share, and the rest of one alone's time
+                 * beside the others' */
+                xfer = drive * node_ranks;
+                lat = alone > xfer ? alone - xfer : 0;
+            } else {
+                /* the bytes at the rank's share of the drive, and the drive's time per request, which every rank's requests share */
+                xfer = instr_time(p, s, cached) - lat + latency(p->target.nvme_request) * node_ranks;
+            }
             double *slot = &nv_ring[nv_count++ % COST_NVME_DEPTH];
             if (*slot > st) st = *slot; /* the one COST_NVME_DEPTH before has retired */
             /* a rank with a core or less: its transfer's CPU work (submission,

@@ -42,6 +42,14 @@ double cost_efficiency(const PlanTarget *t, PlanFamily f);
  * flops, outside them at the nearest call's rate; -1 where the target
  * timed none of the family. */
 double cost_measured_kernel(const PlanTarget *t, PlanFamily f, double flops);
+/* One transfer of `bytes` through the nvme queue, from the target's timed
+ * transfers in that direction (zinfprobe): *drive, the node's time per
+ * transfer with the queues full, and *alone, a rank's time for one with
+ * nothing in flight; between two sizes straight in log time over log
+ * bytes, above the largest at its rate, below the smallest as the
+ * smallest (a smaller request costs the drive no less). false where the
+ * target timed none in that direction. */
+bool cost_measured_nvme(const PlanTarget *t, bool write, double bytes, double *drive, double *alone);
 /* A host plan whose ranks' memory (every arena but NVMe's, times the ranks
  * of a node) fits in the target's shared cache: its memory-bound
  * instructions stream at the cache's bandwidth. */

@@ -286,8 +286,9 @@ static void sec_meta(Codec *c, Plan *p) {
  * and that many f64s, so that version-3 plans written before them still
  * read (nothing follows: all 0, the cost model as before) and a later build
  * may append figures an older one skips. The timed kernel calls follow as
- * a count and that many (family, flops, seconds); a plan that ends before
- * them has none. */
+ * a count and that many (family, flops, seconds), then the timed NVMe
+ * transfers as a count and that many (write, bytes, drive, alone); a plan
+ * that ends before either has none. */
 enum { FAM_V6 = 4, TARGET_NMEASURED = 3 + FAM_V6 + 1 + (PLAN_NFAMILIES - FAM_V6) + 4, TARGET_MAX_MEASURED = 64 };
 static void target_measured(Codec *c, PlanTarget *t) {
     double *f[TARGET_NMEASURED] = {&t->nvme_latency, &t->pcie_latency, &t->kernel_latency};
@@ -328,6 +329,26 @@ static void target_measured(Codec *c, PlanTarget *t) {
         if (c->reading && !c->bad && (q->family < 0 || q->family >= PLAN_NFAMILIES)) {
             c->bad = true;
             c->why = "a timed kernel call of no known family";
+        }
+    }
+    if (c->reading && !c->bad && c->pos == c->inlen) return; /* a plan from before the timed transfers */
+    uint32_t nv = (uint32_t)t->nnvme_points;
+    c_u32(c, &nv);
+    if (c->reading && !c->bad && (nv > PLAN_MAX_NVME_POINTS || (uint64_t)nv * 28 > c->inlen - c->pos)) {
+        c->bad = true;
+        c->why = "a count exceeds what the section holds";
+        return;
+    }
+    t->nnvme_points = (int32_t)nv;
+    for (uint32_t i = 0; i < nv && !c->bad; i++) {
+        PlanNvmePoint *q = &t->nvme_points[i];
+        c_i32(c, &q->write);
+        c_f64(c, &q->bytes);
+        c_f64(c, &q->drive);
+        c_f64(c, &q->alone);
+        if (c->reading && !c->bad && q->write != 0 && q->write != 1) {
+            c->bad = true;
+            c->why = "a timed transfer neither read nor write";
         }
     }
 }

@@ -65,6 +65,16 @@ typedef struct PlanKernelPoint {
 } PlanKernelPoint;
 extern const char *const plan_family_names[PLAN_NFAMILIES];
 
+/* A transfer size the probe timed through the nvme queue's engine (rtio):
+ * `drive`, the node's time per transfer with every rank's pipeline full
+ * (each rank's time per transfer over the ranks), and `alone`, a rank's
+ * time for one with nothing else in flight. */
+enum { PLAN_MAX_NVME_POINTS = 16 };
+typedef struct PlanNvmePoint {
+    int32_t write;             /* 0 read, 1 write */
+    double bytes, drive, alone;
+} PlanNvmePoint;
+
 /* The machine a plan is for (compiler/target.h fills it from a .zl target). */
 typedef struct PlanTarget {
     const char *name;
@@ -101,6 +111,8 @@ typedef struct PlanTarget {
     double nvme_cpu;           /* CPU seconds a transfer costs its rank (host: on the rank's cores) */
     int32_t nkernel_points;
     PlanKernelPoint kernel_points[PLAN_MAX_KERNEL_POINTS];
+    int32_t nnvme_points;      /* 0: the nvme figures above (rate, latency, request) price every size */
+    PlanNvmePoint nvme_points[PLAN_MAX_NVME_POINTS];
 } PlanTarget;
 
 /* The training settings the runtime needs (from the model's train block). */

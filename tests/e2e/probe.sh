@@ -17,6 +17,16 @@ grep -q 'efficiency {' "$W/p1.zl" && grep -q 'latency_us' "$W/p1.zl" && grep -q 
   grep -q 'request_us = ' "$W/p1.zl" || bad "p1.zl lacks the measured figures"
 grep -q '^  kernels {' "$W/p1.zl" && grep -q '^    gemm = \[[0-9]' "$W/p1.zl" && grep -q '^    activation = \[[0-9]' "$W/p1.zl" ||
   bad "p1.zl lacks the timed kernel calls"
+grep -q '^         reads = \[4096, [0-9]' "$W/p1.zl" && grep -q '^         writes = \[4096, [0-9]' "$W/p1.zl" ||
+  bad "p1.zl lacks the timed NVMe transfers"
+# a list of timed transfers not in threes, and one with a size twice: what it must be, exit 1
+sed 's/^         reads = \[.*/         reads = [4096, 5, 60, 65536, 20]/' "$W/p1.zl" > "$W/odd.zl"
+"$B/bin/zinfc" examples/gpt2-tiny.zl --target "$W/odd.zl" -o "$W/odd.plan" > "$W/odd.log" 2>&1; rc=$?
+[ $rc = 1 ] && grep -q "'reads' must be a list of timed transfers, each its bytes, its microseconds with the queues full" "$W/odd.log" ||
+  { cat "$W/odd.log"; bad "a list of timed transfers not in threes: exit $rc"; }
+sed 's/^         writes = \[.*/         writes = [4096, 5, 60, 4096, 6, 61]/' "$W/p1.zl" > "$W/odd.zl"
+"$B/bin/zinfc" examples/gpt2-tiny.zl --target "$W/odd.zl" -o "$W/odd.plan" > "$W/odd.log" 2>&1; rc=$?
+[ $rc = 1 ] && grep -q "'writes' times 4096 bytes twice" "$W/odd.log" || { cat "$W/odd.log"; bad "a size timed twice: exit $rc"; }
 # a malformed list of timed calls: the compiler says what it must be, exit 1
 sed 's/^    gemm = \[.*/    gemm = [2e6, 25, 8e6]/' "$W/p1.zl" > "$W/odd.zl"
 "$B/bin/zinfc" examples/gpt2-tiny.zl --target "$W/odd.zl" -o "$W/odd.plan" > "$W/odd.log" 2>&1; rc=$?

@@ -368,6 +368,64 @@ START_TEST(nvme_pipeline) {
 }
 END_TEST
 
+/* Timed transfers (zinfprobe's nvme { reads; writes }) price a transfer by
+ * its size: between two sizes straight in log time over log bytes, above
+ * the largest at its rate, below the smallest as the smallest; in the
+ * pipeline one alone takes its `alone` time and those in flight follow
+ * one another at the drive's time each, which the node's ranks share. A
+ * direction with none timed keeps the rate and latency. */
+START_TEST(timed_nvme_transfers) {
+    PlanTarget *t = &(PlanTarget){0};
+    t->nnvme_points = 4;
+    t->nvme_points[0] = (PlanNvmePoint){0, 4096, 1e-5, 1e-4};
+    t->nvme_points[1] = (PlanNvmePoint){0, 65536, 4e-5, 1.6e-4};
+    t->nvme_points[2] = (PlanNvmePoint){0, 16384, NAN, 1};  /* forged: ignored */
+    t->nvme_points[3] = (PlanNvmePoint){0, 32768, 1e-5, -1}; /* forged: ignored */
+    double drive, alone;
+    ck_assert(cost_measured_nvme(t, false, 16384, &drive, &alone));
+    NEAR(drive, 2e-5); /* halfway in log bytes: the geometric mean */
+    NEAR(alone, sqrt(1e-4 * 1.6e-4));
+    ck_assert(cost_measured_nvme(t, false, 512, &drive, &alone));
+    NEAR(drive, 1e-5);
+    NEAR(alone, 1e-4);
+    ck_assert(cost_measured_nvme(t, false, 4 * 65536, &drive, &alone));
+    NEAR(drive, 16e-5);
+    NEAR(alone, 6.4e-4);
+    ck_assert(!cost_measured_nvme(t, true, 4096, &drive, &alone));
+
+    enum { N = 3 };
+    Plan *p = hand_plan(2);
+    static PlanInstr ins[N];
+    for (int i = 0; i < N; i++) ins[i] = (PlanInstr){.op = PI_NVME_READ, .queue = Q_NVME, .bytes = 65536, .ntiles = 1};
+    p->instrs = ins;
+    p->ninstrs = N;
+    p->ndeps = 0;
+    p->opt_begin = N;
+    p->target.backend = "host";
+    p->target.nvme_latency = 0.5; /* the fits: not used where the size is timed */
+    p->target.nvme_request = 0.5;
+    p->target.nnvme_points = 2;
+    memcpy(p->target.nvme_points, t->nvme_points, 2 * sizeof *t->nvme_points);
+    NEAR(cost_instr_time(p, &ins[0]), 1.6e-4);
+    CostResult r;
+    ck_assert(cost_simulate(p, &r));
+    /* 2 ranks share the drive: 8e-5 each; the first ends at its alone time */
+    NEAR(r.start[1], 8e-5);
+    NEAR(r.start[2], 16e-5);
+    NEAR(r.end[0], 1.6e-4);
+    NEAR(r.end[2], 16e-5 + 1.6e-4);
+    NEAR(r.busy[Q_NVME], 16e-5 + 1.6e-4);
+    cost_free(&r);
+    /* writes: none timed, the write rate (1 GB/s per rank) and the latency */
+    for (int i = 0; i < N; i++) ins[i].op = PI_NVME_WRITE;
+    p->target.nvme_request = 0;
+    ck_assert(cost_simulate(p, &r));
+    NEAR(r.end[0], 65536 / 1e9 + 0.5);
+    cost_free(&r);
+    release(p);
+}
+END_TEST
+
 START_TEST(planned_step_is_consistent) {
     /* the predicted step of a real plan is at least each queue's busy time and
      * at most their sum */
@@ -400,6 +458,7 @@ int main(void) {
     tcase_add_test(t, wake_up_across_queues);
     tcase_add_test(t, cache_resident_plans);
     tcase_add_test(t, nvme_pipeline);
+    tcase_add_test(t, timed_nvme_transfers);
     tcase_add_test(t, planned_step_is_consistent);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);

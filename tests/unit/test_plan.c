@@ -108,8 +108,9 @@ static void reseal_target(uint8_t *a) {
     for (int i = 0; i < 8; i++) a[at + 16 + i] = (uint8_t)(sum >> (8 * i));
 }
 
-/* The measured figures and the timed kernel calls round-trip; plans from
- * before them still read: one with the 7 figures of format 6's first
+/* The measured figures, the timed kernel calls and the timed NVMe
+ * transfers round-trip; plans from before them still read: one without
+ * the transfers, one with the 7 figures of format 6's first
  * builds and no calls, a version-3 one whose target section ends at
  * net_latency; forged counts and families are refused. */
 START_TEST(measured_figures) {
@@ -127,6 +128,9 @@ START_TEST(measured_figures) {
     p->target.kernel_points[0] = (PlanKernelPoint){FAM_GEMM, 2e6, 2.5e-5};
     p->target.kernel_points[1] = (PlanKernelPoint){FAM_GEMM, 8e6, 8e-5};
     p->target.kernel_points[2] = (PlanKernelPoint){FAM_ACTIVATION, 6e5, 6e-5};
+    p->target.nnvme_points = 2;
+    p->target.nvme_points[0] = (PlanNvmePoint){0, 4096, 5e-6, 6e-5};
+    p->target.nvme_points[1] = (PlanNvmePoint){1, 65536, 2e-5, 9e-5};
     uint8_t *a;
     size_t na;
     encode(p, &a, &na);
@@ -140,12 +144,24 @@ START_TEST(measured_figures) {
     ck_assert_int_eq(q->target.nkernel_points, 3);
     ck_assert(q->target.kernel_points[2].family == FAM_ACTIVATION && q->target.kernel_points[2].flops == 6e5 &&
               q->target.kernel_points[2].secs == 6e-5);
+    ck_assert_int_eq(q->target.nnvme_points, 2);
+    ck_assert(q->target.nvme_points[1].write == 1 && q->target.nvme_points[1].bytes == 65536 &&
+              q->target.nvme_points[1].drive == 2e-5 && q->target.nvme_points[1].alone == 9e-5);
     plan_free(q);
+    /* a plan from before the timed transfers: the calls, no transfers */
+    size_t xfers = 4 + 28 * 2, no;
+    uint8_t *old = cut_target(a, na, xfers, &no);
+    q = plan_decode(old, no, "k.plan", err, sizeof err);
+    ck_assert_msg(q != NULL, "%s", err);
+    ck_assert_int_eq(q->target.nkernel_points, 3);
+    ck_assert_int_eq(q->target.nnvme_points, 0);
+    plan_free(q);
+    free(old);
     /* the first builds of format 6: 7 figures (latencies and four families), no calls */
     /* the figures: 3 latencies, the families' efficiencies, the wake-up, the cache and its bandwidth, the drive's
      * request time, a transfer's CPU time */
-    size_t calls = 4 + 20 * 3, nfig = 3 + PLAN_NFAMILIES + 5, no;
-    uint8_t *old = cut_target(a, na, calls + 8 * (nfig - 7), &no);
+    size_t calls = 4 + 20 * 3 + xfers, nfig = 3 + PLAN_NFAMILIES + 5;
+    old = cut_target(a, na, calls + 8 * (nfig - 7), &no);
     size_t at = section_at(old, S_TARGET), plen = rd64(old + at + 8), cnt = at + 24 + plen - 4 - 8 * 7;
     ck_assert_uint_eq(old[cnt], nfig);
     old[cnt] = 7;
@@ -168,6 +184,19 @@ START_TEST(measured_figures) {
     free(old);
     at = section_at(a, S_TARGET);
     plen = rd64(a + at + 8);
+    /* a count of transfers past the section, then a transfer neither read nor write */
+    size_t nxfers = at + 24 + plen - xfers;
+    ck_assert_uint_eq(a[nxfers], 2);
+    a[nxfers] = 3;
+    reseal_target(a);
+    ck_assert_ptr_null(plan_decode(a, na, "m.plan", err, sizeof err));
+    ck_assert_str_eq(err, "m.plan: section 'target' malformed: a count exceeds what the section holds");
+    a[nxfers] = 2;
+    a[nxfers + 4] = 2;
+    reseal_target(a);
+    ck_assert_ptr_null(plan_decode(a, na, "m.plan", err, sizeof err));
+    ck_assert_str_eq(err, "m.plan: section 'target' malformed: a timed transfer neither read nor write");
+    a[nxfers + 4] = 0;
     /* a count of calls past the section, then a call of no family */
     size_t ncalls = at + 24 + plen - calls;
     a[ncalls] = 4;

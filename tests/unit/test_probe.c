@@ -86,6 +86,9 @@ static ProbeResult sample_result(void) {
     r.nvme_pipe_read = (ProbeFit){3e-6, 1.4e9}; /* per rank, 2 ranks: the drive's 1.5 and 2.5 us per request */
     r.nvme_pipe_write = (ProbeFit){5e-6, 0.4e9};
     r.nvme_cpu = 25e-6;
+    r.nvme_sizes[0] = (ProbeNvmeSize){4096, {60e-6, 70e-6}, {5e-6, 6e-6}};
+    r.nvme_sizes[1] = (ProbeNvmeSize){65536, {90e-6, 95e-6}, {25e-6, 16e-6}};
+    r.nnvme_sizes = 2;
     r.net = true;
     r.coll = (ProbeFit){7e-6, 3e9};
     return r;
@@ -176,6 +179,23 @@ START_TEST(target_file_compiles) {
         if (q->family == FAM_ATTENTION) NEAR(q->flops, 4e9, 1e-6), NEAR(q->secs, 1.0, 1e-4);
     }
     ck_assert_int_eq(gemms, 2);
+    /* every timed transfer, by direction, in bytes and seconds */
+    ck_assert_int_eq(t.nnvme_points, 4);
+    for (int i = 0; i < t.nnvme_points; i++) {
+        const PlanNvmePoint *q = &t.nvme_points[i];
+        const ProbeNvmeSize *z = &r.nvme_sizes[q->bytes == 4096 ? 0 : 1];
+        ck_assert(q->bytes == z->bytes);
+        NEAR(q->drive, z->drive[q->write], 1e-3);
+        NEAR(q->alone, z->alone[q->write], 1e-3);
+    }
+    ck_assert(t.nvme_points[0].write != t.nvme_points[3].write);
+    /* none timed: the nvme block without the lists */
+    r.nnvme_sizes = 0;
+    probe_target_text(&r, text, sizeof text);
+    ck_assert_msg(strstr(text, "reads =") == NULL && strstr(text, "cpu_us = 25.000 }\n"), "%s", text);
+    read_target(&x, "probe0.zl", text, &t);
+    ck_assert_int_eq(t.nnvme_points, 0);
+    NEAR(t.nvme_request, 2e-6, 1e-6);
     /* one rank, no NVMe: no nvme or net block, and it still compiles */
     r.nvme = r.net = false;
     r.ranks = 1;
