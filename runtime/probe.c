@@ -727,8 +727,9 @@ int probe_run(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t 
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE), cores = sysconf(_SC_NPROCESSORS_ONLN);
     r->cpu_memory = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 8ull << 30;
     r->cores = cores > 0 ? (int)cores : 1;
-    if (probe_nvme(c, o, r, err, n) || probe_memory(c, o, r, err, n) || probe_kernels(c, o, r, err, n) ||
-        probe_memory(c, o, r, err, n) || probe_dispatch(o, r, err, n) || probe_collectives(c, o, r, err, n))
+    if (probe_nvme(c, o, r, err, n) || probe_memory(c, o, r, err, n) || probe_streams(c, o, r, err, n) ||
+        probe_kernels(c, o, r, err, n) || probe_memory(c, o, r, err, n) || probe_streams(c, o, r, err, n) ||
+        probe_dispatch(o, r, err, n) || probe_collectives(c, o, r, err, n))
         return -1;
     double d[3] = {r->launch, r->copy, r->wake};
     if (comm_allreduce_sum_f64(c, d, 3) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(c)), -1;
@@ -784,6 +785,16 @@ int probe_text_nvme(const ProbeResult *r, char *buf, size_t n) {
     return k;
 }
 
+int probe_text_streams(const ProbeResult *r, char *buf, size_t n) {
+    if (!(r->adam_bandwidth > 0 && r->zero_bandwidth > 0 && r->read_bandwidth > 0)) {
+        if (n) buf[0] = 0;
+        return 0;
+    }
+    return snprintf(buf, n, ";\n         adam_bandwidth = %.3f GB/s; zero_bandwidth = %.3f GB/s; read_bandwidth = %.3f GB/s",
+                    atleast(r->adam_bandwidth * 1e-9, 0.001), atleast(r->zero_bandwidth * 1e-9, 0.001),
+                    atleast(r->read_bandwidth * 1e-9, 0.001));
+}
+
 int probe_target_text(const ProbeResult *r, char *buf, size_t n) {
     int k = 0;
 #define OUT(...) k += snprintf(buf + ((size_t)k < n ? (size_t)k : n), (size_t)k < n ? n - (size_t)k : 0, __VA_ARGS__)
@@ -806,6 +817,7 @@ int probe_target_text(const ProbeResult *r, char *buf, size_t n) {
     if (r->cache_bytes && r->cache_bandwidth > 0)
         OUT("; cache = %llu KiB; cache_bandwidth = %.3f GB/s", (unsigned long long)(r->cache_bytes >> 10),
             atleast(r->cache_bandwidth * 1e-9, 0.001));
+    k += probe_text_streams(r, buf + ((size_t)k < n ? (size_t)k : n), (size_t)k < n ? n - (size_t)k : 0);
     OUT(" }\n");
     OUT("  efficiency { gemm = %.4f; attention = %.4f; norm = %.4f; elementwise = %.4f; activation = %.4f }\n",
         r->eff[FAM_GEMM], r->eff[FAM_ATTENTION], r->eff[FAM_NORM], r->eff[FAM_ELEMENTWISE], r->eff[FAM_ACTIVATION]);
@@ -865,6 +877,9 @@ void probe_report(const ProbeResult *r, FILE *out) {
         fprintf(out, "; within the %llu KiB shared cache %.2f GB/s", (unsigned long long)(r->cache_bytes >> 10),
                 r->cache_bandwidth * 1e-9);
     fprintf(out, "\n");
+    if (r->adam_bandwidth > 0)
+        fprintf(out, "memory by instruction (node, the plan's bytes): CPU Adam %.2f GB/s, zero %.2f GB/s, norm's sum of squares"
+                     " %.2f GB/s\n", r->adam_bandwidth * 1e-9, r->zero_bandwidth * 1e-9, r->read_bandwidth * 1e-9);
     fprintf(out, "dispatch: launch %.2f us, copy %.2f us (a tiny kernel / copy on a running queue); wake %.1f us (a queue's thread\n"
                  "  woken by another)\n", r->launch * 1e6, r->copy * 1e6, r->wake * 1e6);
     fprintf(out, "host kernels per rank (the plan's FLOPs):\n");

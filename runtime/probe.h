@@ -18,7 +18,9 @@
  *    and over arrays that fill half the CPUs' shared cache together (what a
  *    small plan streams at), on the rank's thread team; the node's
  *    bandwidth is the ranks' sum, the best of two calls, before and after
- *    the kernels;
+ *    the kernels; and the instructions that only stream memory, each as
+ *    the runtime runs it (the CPU Adam, a ZERO's memset, the norm's sum of
+ *    squares) over arrays beyond the cache, in the plan's bytes;
  *  - kernels: the host kernels (hostk) by family at sizes from a small
  *    model's to a large one's, each time counted in the plan's FLOPs (the
  *    planner's convention: 2 M N K per GEMM, 2 |q| T per attention, 5 per
@@ -95,6 +97,9 @@ typedef struct ProbeResult {
     double mem_bandwidth; /* bytes/s, the node (all ranks at once) */
     uint64_t cache_bytes; /* the CPUs' largest cache (sysfs), 0 = unknown */
     double cache_bandwidth; /* bytes/s, the node, arrays within that cache */
+    /* bytes/s, the node, arrays beyond the cache, in the plan's counting of
+     * an instruction's bytes: the CPU Adam, a ZERO, the norm's sum of squares */
+    double adam_bandwidth, zero_bandwidth, read_bandwidth;
     double peak_flops;    /* per rank: the best GEMM rate */
     double eff[PLAN_NFAMILIES];
     double launch, copy;  /* seconds: an instruction's dispatch on a running queue */
@@ -124,6 +129,9 @@ int probe_run(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t 
 /* Parts of probe_run (each rank, collectively). */
 int probe_nvme(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
 int probe_memory(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
+/* The instructions that only stream memory, each through the function the
+ * host runtime runs it with (probe_streams.c). */
+int probe_streams(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
 int probe_kernels(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
 int probe_dispatch(const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
 int probe_collectives(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
@@ -150,6 +158,10 @@ double probe_nvme_request(const ProbeResult *r);
 /* The target's nvme line for r ("" when NVMe was not measured); as snprintf.
  * The cuda target (runtime/probe_gpu.h) writes the same. */
 int probe_text_nvme(const ProbeResult *r, char *buf, size_t n);
+/* The cpu block's measured streaming rates for r ("; adam_bandwidth = ...;
+ * zero_bandwidth; read_bandwidth", or "" when not measured); as snprintf.
+ * The cuda target (runtime/probe_gpu.h) writes the same. */
+int probe_text_streams(const ProbeResult *r, char *buf, size_t n);
 /* What was measured, in lines a person reads (zinfprobe prints it). */
 void probe_report(const ProbeResult *r, FILE *out);
 

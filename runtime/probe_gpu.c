@@ -439,9 +439,11 @@ int probe_gpu_target_text(const ProbeResult *h, const ProbeGpu *g, char *buf, si
         (unsigned long long)(g->memory / mib ? g->memory / mib : 1), atleast(g->flops * 1e-9, 0.001),
         atleast(g->hbm * 1e-9, 0.001), atleast(g->pcie.bandwidth * 1e-9, 0.001), g->arch, g->sms > 0 ? g->sms : 1,
         atleast(g->pcie.latency * 1e6, 0.001), atleast(g->launch * 1e6, 0.001));
-    OUT("  cpu  { memory = %llu MiB; bandwidth = %.3f GB/s; cores = %d }\n",
+    OUT("  cpu  { memory = %llu MiB; bandwidth = %.3f GB/s; cores = %d",
         (unsigned long long)(h->cpu_memory / mib ? h->cpu_memory / mib : 1), atleast(h->mem_bandwidth * 1e-9, 0.001),
         h->cores > 0 ? h->cores : 1);
+    k += probe_text_streams(h, AT(k)); /* the CPU Adam's rate: the optimizer state homed in CPU memory */
+    OUT(" }\n");
     OUT("  efficiency { gemm = %.4f }\n", g->eff_gemm > 0 && g->eff_gemm <= 1 ? g->eff_gemm : 1.0);
     /* the bf16 calls, the dtype of the peak: the cost model interpolates a GEMM between them */
     int w = 0;

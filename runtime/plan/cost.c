@@ -138,6 +138,16 @@ bool cost_in_cache(const Plan *p) {
     return held * (t->gpus_per_node > 0 ? t->gpus_per_node : 1) <= t->cpu_cache;
 }
 
+/* The rate of an instruction that only streams memory: on the host's
+ * cores (the cpu queue, or any queue of a host plan) and beyond the cache,
+ * what the probe timed for its pattern where it did (the node's, shared by
+ * its ranks); else the rate of its queue's memory, cpu_bw or hbm. */
+static double stream_rate(const Plan *p, const PlanInstr *s, bool cached, double pattern, double cpu_bw, double hbm) {
+    bool host_cores = s->queue == Q_CPU || (p->target.backend && !strcmp(p->target.backend, "host"));
+    if (host_cores && !cached && isfinite(pattern) && pattern > 0) return per_node_share(p, pattern);
+    return s->queue == Q_CPU ? cpu_bw : hbm;
+}
+
 static double instr_time(const Plan *p, const PlanInstr *s, bool cached) {
     const PlanTarget *t = &p->target;
     double b = (double)s->bytes;
@@ -161,11 +171,11 @@ static double instr_time(const Plan *p, const PlanInstr *s, bool cached) {
     case PI_REDUCE_SCATTER: return collective(p, b, 1.0);
     case PI_ALLREDUCE: return collective(p, b, 2.0);
     case PI_KERNEL: return kernel_time(p, s, hbm);
-    case PI_GPU_ADAM: return b / hbm + klat;
-    case PI_ZERO:
-    case PI_ACCUM:
-    case PI_CPU_ADAM: return b / (s->queue == Q_CPU ? cpu_bw : hbm) + klat;
-    case PI_GRAD_NORM: return b / (s->queue == Q_CPU ? cpu_bw : hbm) + collective(p, 8, 2.0) + klat;
+    case PI_GPU_ADAM:
+    case PI_CPU_ADAM: return b / stream_rate(p, s, cached, t->adam_bandwidth, cpu_bw, hbm) + klat;
+    case PI_ZERO: return b / stream_rate(p, s, cached, t->zero_bandwidth, cpu_bw, hbm) + klat;
+    case PI_ACCUM: return b / (s->queue == Q_CPU ? cpu_bw : hbm) + klat;
+    case PI_GRAD_NORM: return b / stream_rate(p, s, cached, t->read_bandwidth, cpu_bw, hbm) + collective(p, 8, 2.0) + klat;
     case PI_STEP_END:
     case PI_COUNT: break;
     }
