@@ -58,7 +58,6 @@ static const Key keys[] = {
     {"cpu", "cache", K_BYTESF, F(cpu_cache)},
     {"cpu", "cache_bandwidth", K_RATE, F(cache_bandwidth)},
     {"cpu", "adam_bandwidth", K_RATE, F(adam_bandwidth)},
-    {"cpu", "zero_bandwidth", K_RATE, F(zero_bandwidth)},
     {"cpu", "read_bandwidth", K_RATE, F(read_bandwidth)},
     /* timed calls per family: [flops, us, flops, us, ...] */
     {"kernels", "gemm", K_POINTS, F(kernel_points)},

@@ -786,13 +786,12 @@ int probe_text_nvme(const ProbeResult *r, char *buf, size_t n) {
 }
 
 int probe_text_streams(const ProbeResult *r, char *buf, size_t n) {
-    if (!(r->adam_bandwidth > 0 && r->zero_bandwidth > 0 && r->read_bandwidth > 0)) {
+    if (!(r->adam_bandwidth > 0 && r->read_bandwidth > 0)) {
         if (n) buf[0] = 0;
         return 0;
     }
-    return snprintf(buf, n, ";\n         adam_bandwidth = %.3f GB/s; zero_bandwidth = %.3f GB/s; read_bandwidth = %.3f GB/s",
-                    atleast(r->adam_bandwidth * 1e-9, 0.001), atleast(r->zero_bandwidth * 1e-9, 0.001),
-                    atleast(r->read_bandwidth * 1e-9, 0.001));
+    return snprintf(buf, n, ";\n         adam_bandwidth = %.3f GB/s; read_bandwidth = %.3f GB/s",
+                    atleast(r->adam_bandwidth * 1e-9, 0.001), atleast(r->read_bandwidth * 1e-9, 0.001));
 }
 
 int probe_target_text(const ProbeResult *r, char *buf, size_t n) {
@@ -878,8 +877,8 @@ void probe_report(const ProbeResult *r, FILE *out) {
                 r->cache_bandwidth * 1e-9);
     fprintf(out, "\n");
     if (r->adam_bandwidth > 0)
-        fprintf(out, "memory by instruction (node, the plan's bytes): CPU Adam %.2f GB/s, zero %.2f GB/s, norm's sum of squares"
-                     " %.2f GB/s\n", r->adam_bandwidth * 1e-9, r->zero_bandwidth * 1e-9, r->read_bandwidth * 1e-9);
+        fprintf(out, "memory by instruction (node, the plan's bytes): CPU Adam %.2f GB/s, norm's sum of squares %.2f GB/s\n",
+                r->adam_bandwidth * 1e-9, r->read_bandwidth * 1e-9);
     fprintf(out, "dispatch: launch %.2f us, copy %.2f us (a tiny kernel / copy on a running queue); wake %.1f us (a queue's thread\n"
                  "  woken by another)\n", r->launch * 1e6, r->copy * 1e6, r->wake * 1e6);
     fprintf(out, "host kernels per rank (the plan's FLOPs):\n");

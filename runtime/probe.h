@@ -18,9 +18,9 @@
  *    and over arrays that fill half the CPUs' shared cache together (what a
  *    small plan streams at), on the rank's thread team; the node's
  *    bandwidth is the ranks' sum, the best of two calls, before and after
- *    the kernels; and the instructions that only stream memory, each as
- *    the runtime runs it (the CPU Adam, a ZERO's memset, the norm's sum of
- *    squares) over arrays beyond the cache, in the plan's bytes;
+ *    the kernels; and two instructions that only stream memory, each as
+ *    the runtime runs it (the CPU Adam, the norm's sum of squares) over
+ *    arrays beyond the cache, in the plan's bytes;
  *  - kernels: the host kernels (hostk) by family at sizes from a small
  *    model's to a large one's, each time counted in the plan's FLOPs (the
  *    planner's convention: 2 M N K per GEMM, 2 |q| T per attention, 5 per
@@ -98,8 +98,8 @@ typedef struct ProbeResult {
     uint64_t cache_bytes; /* the CPUs' largest cache (sysfs), 0 = unknown */
     double cache_bandwidth; /* bytes/s, the node, arrays within that cache */
     /* bytes/s, the node, arrays beyond the cache, in the plan's counting of
-     * an instruction's bytes: the CPU Adam, a ZERO, the norm's sum of squares */
-    double adam_bandwidth, zero_bandwidth, read_bandwidth;
+     * an instruction's bytes: the CPU Adam, the norm's sum of squares */
+    double adam_bandwidth, read_bandwidth;
     double peak_flops;    /* per rank: the best GEMM rate */
     double eff[PLAN_NFAMILIES];
     double launch, copy;  /* seconds: an instruction's dispatch on a running queue */
@@ -159,7 +159,7 @@ double probe_nvme_request(const ProbeResult *r);
  * The cuda target (runtime/probe_gpu.h) writes the same. */
 int probe_text_nvme(const ProbeResult *r, char *buf, size_t n);
 /* The cpu block's measured streaming rates for r ("; adam_bandwidth = ...;
- * zero_bandwidth; read_bandwidth", or "" when not measured); as snprintf.
+ * read_bandwidth", or "" when not measured); as snprintf.
  * The cuda target (runtime/probe_gpu.h) writes the same. */
 int probe_text_streams(const ProbeResult *r, char *buf, size_t n);
 /* What was measured, in lines a person reads (zinfprobe prints it). */

@@ -1,13 +1,14 @@
-/* probe_streams: the rates of the instructions that only stream memory
+/* probe_streams: the rates of two instructions that only stream memory
  * (probe.h, probe_streams), each timed with the function the host runtime
  * calls for it (exec_host.c): the CPU Adam (adam_step, the rank's thread
- * team), the ZERO (memset), the gradient norm's sum of squares
- * (hk_sum_squares). A triad says how fast memory is; these say how fast
- * each pattern goes: on one thread here an Adam moved its plan bytes at
- * 1.1-1.4x the triad's rate and a memset at 1.5-1.9x, so with the one
- * rate the cost model priced both too slow (gpt2-small's Adams 1.8x). */
+ * team) and the gradient norm's sum of squares (hk_sum_squares). A triad
+ * says how fast memory is; these say how fast each pattern goes: on one
+ * thread here an Adam moved its plan bytes at 1.1-1.4x the triad's rate,
+ * so with the one rate the cost model priced gpt2-small's Adams 1.27x too
+ * slow. (A ZERO keeps the triad's rate: a 64 MiB memset went 1.5-1.9x
+ * faster, glibc's non-temporal stores, but a plan's zeros, mostly below
+ * that size, went at the triad's.) */
 #include <stdlib.h>
-#include <string.h>
 #include "adam.h"
 #include "hostk.h"
 #include "probe.h"
@@ -21,11 +22,11 @@ typedef struct Streams {
     int64_t n;
 } Streams;
 
-/* The best of reps calls of pattern k (0 Adam, 1 zero, 2 sum of squares)
- * in bytes per second, counted as the plan counts an instruction's bytes
+/* The best of reps calls of pattern k (0 Adam, 1 sum of squares) in
+ * bytes per second, counted as the plan counts an instruction's bytes
  * (planner_build.c: a read once, a write once, a read-modify-write twice):
  * an f32 Adam's parameter, m and v twice and its gradient once (28 bytes
- * per element), a zero's bytes once, a sum's once. Every rank at once. */
+ * per element), a sum's once. Every rank at once. */
 static int stream_best(Comm *c, Streams *s, int k, int reps, double *best, char *err, size_t n) {
     AdamParams ap = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f,
                      .isa = ADAM_ISA_AUTO, .threads = 0};
@@ -38,15 +39,11 @@ static int stream_best(Comm *c, Streams *s, int k, int reps, double *best, char 
         if (k == 0) {
             AdamStatus as = adam_step(&ap, rep + 2, s->master, s->m, s->v, s->grad, DT_F32, NULL, DT_F32, s->n, 1.0f);
             if (as != ADAM_OK) return snprintf(err, n, "adam: %s", adam_status_str(as)), -1;
-        } else if (k == 1) {
-            memset(s->grad, 0, (size_t)s->n * sizeof(float));
         } else {
             sink += hk_sum_squares(&g);
         }
         double secs = probe_now() - t0;
         if (rep >= 0 && secs > 0 && bytes / secs > *best) *best = bytes / secs;
-        if (k == 1) /* the zeroed gradient again, for the sums and Adams that follow */
-            for (int64_t i = 0; i < s->n; i++) s->grad[i] = 1e-3f * (float)(i % 13) - 6e-3f;
     }
     if (sink < 0) *best = 0; /* a sum of squares is never negative: keeps the sums from being optimised away */
     return 0;
@@ -67,9 +64,9 @@ int probe_streams(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, siz
         s.v[i] = 0;
         s.grad[i] = 1e-3f * (float)(i % 13) - 6e-3f;
     }
-    double v[3] = {0, 0, 0};
+    double v[2] = {0, 0};
     int reps = o->quick ? 2 : 5;
-    for (int k = 0; k < 3 && !rc; k++) rc = stream_best(c, &s, k, reps, &v[k], err, n);
+    for (int k = 0; k < 2 && !rc; k++) rc = stream_best(c, &s, k, reps, &v[k], err, n);
     free(s.master);
     free(s.m);
     free(s.v);
@@ -81,10 +78,9 @@ int probe_streams(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, siz
         if (!rc) snprintf(err, n, "memory streams: another rank failed");
         return -1;
     }
-    if (comm_allreduce_sum_f64(c, v, 3) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(c)), -1;
+    if (comm_allreduce_sum_f64(c, v, 2) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(c)), -1;
     /* called again later in the probe: the best of the calls, as for the triad */
     if (v[0] > r->adam_bandwidth) r->adam_bandwidth = v[0];
-    if (v[1] > r->zero_bandwidth) r->zero_bandwidth = v[1];
-    if (v[2] > r->read_bandwidth) r->read_bandwidth = v[2];
+    if (v[1] > r->read_bandwidth) r->read_bandwidth = v[1];
     return 0;
 }

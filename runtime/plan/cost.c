@@ -173,7 +173,7 @@ static double instr_time(const Plan *p, const PlanInstr *s, bool cached) {
     case PI_KERNEL: return kernel_time(p, s, hbm);
     case PI_GPU_ADAM:
     case PI_CPU_ADAM: return b / stream_rate(p, s, cached, t->adam_bandwidth, cpu_bw, hbm) + klat;
-    case PI_ZERO: return b / stream_rate(p, s, cached, t->zero_bandwidth, cpu_bw, hbm) + klat;
+    case PI_ZERO:
     case PI_ACCUM: return b / (s->queue == Q_CPU ? cpu_bw : hbm) + klat;
     case PI_GRAD_NORM: return b / stream_rate(p, s, cached, t->read_bandwidth, cpu_bw, hbm) + collective(p, 8, 2.0) + klat;
     case PI_STEP_END:

@@ -289,7 +289,7 @@ static void sec_meta(Codec *c, Plan *p) {
  * a count and that many (family, flops, seconds), then the timed NVMe
  * transfers as a count and that many (write, bytes, drive, alone); a plan
  * that ends before either has none. */
-enum { FAM_V6 = 4, TARGET_NMEASURED = 3 + FAM_V6 + 1 + (PLAN_NFAMILIES - FAM_V6) + 7, TARGET_MAX_MEASURED = 64 };
+enum { FAM_V6 = 4, TARGET_NMEASURED = 3 + FAM_V6 + 1 + (PLAN_NFAMILIES - FAM_V6) + 6, TARGET_MAX_MEASURED = 64 };
 static void target_measured(Codec *c, PlanTarget *t) {
     double *f[TARGET_NMEASURED] = {&t->nvme_latency, &t->pcie_latency, &t->kernel_latency};
     int k = 3;
@@ -301,7 +301,6 @@ static void target_measured(Codec *c, PlanTarget *t) {
     f[k++] = &t->nvme_request;
     f[k++] = &t->nvme_cpu;
     f[k++] = &t->adam_bandwidth;
-    f[k++] = &t->zero_bandwidth;
     f[k++] = &t->read_bandwidth;
     uint32_t n = TARGET_NMEASURED;
     if (c->reading && !c->bad && c->pos == c->inlen) return; /* a plan from before the measured figures */

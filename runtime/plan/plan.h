@@ -109,10 +109,10 @@ typedef struct PlanTarget {
     double cpu_cache, cache_bandwidth;
     double nvme_request;       /* seconds of the drive per request with the nvme queues full (the node's) */
     double nvme_cpu;           /* CPU seconds a transfer costs its rank (host: on the rank's cores) */
-    /* bytes/s per node, beyond the cache, of the instructions that only
+    /* bytes/s per node, beyond the cache, of two instructions that only
      * stream host memory, in the plan's counting of their bytes: the CPU
-     * Adam, a ZERO, the norm's sum of squares (0: cpu_bandwidth's) */
-    double adam_bandwidth, zero_bandwidth, read_bandwidth;
+     * Adam and the norm's sum of squares (0: cpu_bandwidth's) */
+    double adam_bandwidth, read_bandwidth;
     int32_t nkernel_points;
     PlanKernelPoint kernel_points[PLAN_MAX_KERNEL_POINTS];
     int32_t nnvme_points;      /* 0: the nvme figures above (rate, latency, request) price every size */

@@ -64,8 +64,8 @@ run() {
         if ($i != "nvme") cpu += mq
         if (mq + 0 > best) { best = mq + 0; q = $i; qm = mq; qp = pq } } }
     END { r = p > 0 ? sprintf("%.2f", m / p) : "-"; qr = qp > 0 ? sprintf("%.2f", qm / qp) : "-"
-          printf "%-28s %9.1f %9.1f %7s   %-8s %8.1f %8.1f %7s %9.2f %8.2f\n", name, m, p, r, q, qm, qp, qr, (qm > 0 ? m / qm : 0),
-                 (cpu > 0 ? m / cpu : 0) }
+          printf "%-28s %9.1f %9.1f %7s   %-8s %8.1f %8.1f %7s %9.2f %9.2f %8.2f\n", name, m, p, r, q, qm, qp, qr, (qm > 0 ? m / qm : 0),
+                 (qp > 0 ? p / qp : 0), (cpu > 0 ? m / cpu : 0) }
   ' "$W/$name.log"
 }
 
@@ -96,8 +96,10 @@ plan small1-probed "$W/small.zl" --target "$W/probe1.zl"
 echo
 echo "$STEPS steps each; step: ms per step (zinfrun's mean); queue: the busiest measured queue, its busy ms per step"
 [ -z "$PEER" ] || echo "rows NAME-peer: the same plan compiled and run by $PEER, just before the row of $B"
+echo "step/queue: the measured step over that queue's measured busy time; (planned): the same in the prediction, the overlap the plan"
+echo "  itself promises (a runtime that keeps it has step/queue near it)"
 echo "step/cpu: the step over the rank's CPU busy time (every queue's busy ms but NVMe's: on the host backend they share the rank's cores)"
-printf "%-28s %9s %9s %7s   %-8s %8s %8s %7s %9s %8s\n" "plan" "measured" "predicted" "ratio" "queue" "measured" "predict" "ratio" "step/queue" "step/cpu"
+printf "%-28s %9s %9s %7s   %-8s %8s %8s %7s %9s %9s %8s\n" "plan" "measured" "predicted" "ratio" "queue" "measured" "predict" "ratio" "step/queue" "(planned)" "step/cpu"
 status=0
 for c in tiny1:1 tiny2:2 offload1:1 offload2:2 small1:1; do
   n=${c%%:*} r=${c##*:} k=$STEPS

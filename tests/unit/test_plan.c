@@ -125,7 +125,6 @@ START_TEST(measured_figures) {
     p->target.nvme_request = 4e-6;
     p->target.nvme_cpu = 2e-5;
     p->target.adam_bandwidth = 30e9;
-    p->target.zero_bandwidth = 40e9;
     p->target.read_bandwidth = 25e9;
     p->target.nkernel_points = 3;
     p->target.kernel_points[0] = (PlanKernelPoint){FAM_GEMM, 2e6, 2.5e-5};
@@ -144,7 +143,7 @@ START_TEST(measured_figures) {
     for (int f = 0; f < PLAN_NFAMILIES; f++) ck_assert(q->target.eff[f] == p->target.eff[f]);
     ck_assert(q->target.wake_latency == 7e-6 && q->target.cpu_cache == 32 << 20 && q->target.cache_bandwidth == 60e9);
     ck_assert(q->target.nvme_request == 4e-6 && q->target.nvme_cpu == 2e-5);
-    ck_assert(q->target.adam_bandwidth == 30e9 && q->target.zero_bandwidth == 40e9 && q->target.read_bandwidth == 25e9);
+    ck_assert(q->target.adam_bandwidth == 30e9 && q->target.read_bandwidth == 25e9);
     ck_assert_int_eq(q->target.nkernel_points, 3);
     ck_assert(q->target.kernel_points[2].family == FAM_ACTIVATION && q->target.kernel_points[2].flops == 6e5 &&
               q->target.kernel_points[2].secs == 6e-5);
@@ -163,8 +162,8 @@ START_TEST(measured_figures) {
     free(old);
     /* the first builds of format 6: 7 figures (latencies and four families), no calls */
     /* the figures: 3 latencies, the families' efficiencies, the wake-up, the cache and its bandwidth, the drive's
-     * request time, a transfer's CPU time, the Adam's, a zero's and a sum's rates */
-    size_t calls = 4 + 20 * 3 + xfers, nfig = 3 + PLAN_NFAMILIES + 5 + 3;
+     * request time, a transfer's CPU time, the Adam's and a sum's rates */
+    size_t calls = 4 + 20 * 3 + xfers, nfig = 3 + PLAN_NFAMILIES + 5 + 2;
     old = cut_target(a, na, calls + 8 * (nfig - 7), &no);
     size_t at = section_at(old, S_TARGET), plen = rd64(old + at + 8), cnt = at + 24 + plen - 4 - 8 * 7;
     ck_assert_uint_eq(old[cnt], nfig);

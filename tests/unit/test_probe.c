@@ -79,7 +79,6 @@ static ProbeResult sample_result(void) {
     r.cache_bytes = 32u << 20;
     r.cache_bandwidth = 80e9;
     r.adam_bandwidth = 20e9;
-    r.zero_bandwidth = 30e9;
     r.read_bandwidth = 15e9;
     r.nvme = true;
     snprintf(r.nvme_dir, sizeof r.nvme_dir, "/tmp/zinf nvme");
@@ -173,7 +172,6 @@ START_TEST(target_file_compiles) {
     NEAR(t.cpu_cache, 32.0 * (1 << 20), 1e-9);
     NEAR(t.cache_bandwidth, 80e9, 1e-9);
     NEAR(t.adam_bandwidth, 20e9, 1e-9);
-    NEAR(t.zero_bandwidth, 30e9, 1e-9);
     NEAR(t.read_bandwidth, 15e9, 1e-9);
     /* every timed call, by family, in the plan's FLOPs and seconds */
     ck_assert_int_eq(t.nkernel_points, 6);
