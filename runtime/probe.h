@@ -126,7 +126,7 @@ typedef struct ProbeResult {
 /* Measures everything; c is the job (a world of one without mpirun). Every
  * rank calls it; the result is the same on every rank. */
 int probe_run(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
-/* Parts of probe_run (each rank, collectively). */
+/* Parts of probe_run (each rank, collectively); probe_nvme is in probe_nvme.c. */
 int probe_nvme(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
 int probe_memory(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n);
 /* The instructions that only stream memory, each through the function the
