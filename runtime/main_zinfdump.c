@@ -9,6 +9,9 @@
  *   zinfdump model.plan --compare run.json  the prediction against a trace zinfrun --trace wrote: busy time
  *                                       per queue and per instruction class, largest divergence first, and
  *                                       both critical paths; with --svg, the measured lanes under the predicted
+ *   zinfdump model.plan --compare run.json --calibrate t.zl  also writes the plan's target with the run's
+ *                                       kernel times as its timed calls and, on several ranks, its collectives'
+ *                                       fit as net (zinfc --target t.zl plans with them)
  *   zinfdump model.plan --hf            the Hugging Face mapping: one line per piece
  *   zinfdump model.plan --hf-config     the config.json the plan carries, as is
  * Every plan is verified first; a plan that fails is reported and not shown. */
@@ -16,15 +19,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "calibrate.h"
 #include "cost.h"
 #include "plan.h"
 #include "plandump.h"
+#include "target_zl.h"
 #include "timeline.h"
 #include "verify.h"
 
 static int usage(FILE *f, int rc) {
     fprintf(f, "usage: zinfdump PLAN [--schedule [--rank R]] [--memory] [--kernels] [--trace OUT.json] [--svg OUT.svg] [--hf]\n"
-               "                [--hf-config] [--compare RUN.json]\n");
+               "                [--hf-config] [--compare RUN.json [--calibrate OUT.zl]]\n");
     return rc;
 }
 
@@ -44,6 +49,53 @@ static int write_file(const char *path, const Plan *p, const CostResult *c, cons
     }
     if (!ok) fprintf(stderr, "zinfdump: %s: out of memory\n", path);
     return ok ? 0 : 1;
+}
+
+/* --calibrate: the plan's target with the run's kernel times, written to
+ * a temporary file renamed over path once complete (a failure leaves no
+ * half-written target); 1 (printed) on failure. */
+static int calibrate(const char *path, const char *run, const Plan *p, const Timeline *m) {
+    PlanTarget t;
+    CalibrateInfo info;
+    if (!plan_calibrate(p, m, &t, &info)) {
+        if (info.kernels) fprintf(stderr, "zinfdump: out of memory\n");
+        else fprintf(stderr, "zinfdump: --calibrate: %s has no kernel with a time (a zinfrun --trace of this plan has them)\n", run);
+        return 1;
+    }
+    size_t n = strlen(path) + 16;
+    char *tmp = malloc(n);
+    if (!tmp) {
+        fprintf(stderr, "zinfdump: out of memory\n");
+        return 1;
+    }
+    snprintf(tmp, n, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        fprintf(stderr, "zinfdump: %s: cannot write: %s\n", path, strerror(errno));
+        free(tmp);
+        return 1;
+    }
+    fprintf(f, "# The target of the plan, with the kernel times of %s (rank %d) as its timed calls\n"
+               "# (zinfdump --calibrate; docs/schedule.md, \"Calibrating from a run\").\n", run, m->rank);
+    bool ok = plan_target_write(f, &t, NULL);
+    int e = errno;
+    if (fclose(f) != 0 && ok) ok = false, e = errno;
+    if (!ok || rename(tmp, path) != 0) {
+        if (ok) e = errno;
+        fprintf(stderr, "zinfdump: %s: write failed: %s\n", path, strerror(e));
+        remove(tmp);
+        free(tmp);
+        return 1;
+    }
+    free(tmp);
+    printf("wrote %s: target %s with the kernel times of %s, %d kernels:", path, t.name, run, info.kernels);
+    for (int fam = 0; fam < PLAN_NFAMILIES; fam++)
+        if (info.calls[fam]) printf(" %s %d", plan_family_names[fam], info.calls[fam]);
+    printf(" timed calls%s", info.thinned ? " (some sizes left out to fit)" : "");
+    if (info.net) printf("; net fitted to its %d collectives", info.collectives);
+    else if (info.collectives) printf("; net kept (its %d collectives have one size)", info.collectives);
+    printf("; zinfc --target %s plans with them\n", path);
+    return 0;
 }
 
 /* The whole of a file, NUL-terminated (malloc'd; *len its length); NULL with err set. */
@@ -102,7 +154,7 @@ static int compare(const char *path, const Plan *p, const CostResult *c, const T
 }
 
 int main(int argc, char **argv) {
-    const char *path = NULL, *trace = NULL, *svg = NULL, *cmp = NULL;
+    const char *path = NULL, *trace = NULL, *svg = NULL, *cmp = NULL, *calib = NULL;
     bool schedule = false, memory = false, kernels = false, hf = false, hf_config = false;
     int rank = -1;
     for (int i = 1; i < argc; i++) {
@@ -113,7 +165,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--hf")) hf = true;
         else if (!strcmp(a, "--hf-config")) hf_config = true;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout, 0);
-        else if (!strcmp(a, "--rank") || !strcmp(a, "--trace") || !strcmp(a, "--svg") || !strcmp(a, "--compare")) {
+        else if (!strcmp(a, "--rank") || !strcmp(a, "--trace") || !strcmp(a, "--svg") || !strcmp(a, "--compare") ||
+                 !strcmp(a, "--calibrate")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "zinfdump: %s needs a value\n", a);
                 return usage(stderr, 2);
@@ -122,6 +175,7 @@ int main(int argc, char **argv) {
             if (!strcmp(a, "--trace")) trace = v;
             else if (!strcmp(a, "--svg")) svg = v;
             else if (!strcmp(a, "--compare")) cmp = v;
+            else if (!strcmp(a, "--calibrate")) calib = v;
             else {
                 char *end;
                 long r = strtol(v, &end, 10);
@@ -142,6 +196,10 @@ int main(int argc, char **argv) {
         }
     }
     if (!path) return usage(stderr, 2);
+    if (calib && !cmp) {
+        fprintf(stderr, "zinfdump: --calibrate needs --compare RUN.json: the run whose kernel times it takes\n");
+        return 2;
+    }
     char err[512];
     Plan *p = plan_read(path, err, sizeof err);
     if (!p) {
@@ -176,6 +234,7 @@ int main(int argc, char **argv) {
     if (schedule) plandump_schedule(p, rank, stdout);
     if (memory) plandump_memory(p, stdout);
     if (cmp) rc |= compare(cmp, p, &c, &m);
+    if (calib) rc |= calibrate(calib, cmp, p, &m);
     if (trace) rc |= write_file(trace, p, &c, NULL, false);
     if (svg) rc |= write_file(svg, p, &c, cmp ? &m : NULL, true);
     if (kernels) plandump_kernels(p, stdout);

@@ -6,7 +6,8 @@
 # and exit 1. Then the picture, looked at as a person would: --svg rendered
 # to PNG (rsvg-convert, from `make deps`), the critical path's outline
 # colour on it, the measured lanes below the predicted ones, the memory
-# curve under both, and the axis labels in the XML.
+# curve under both, and the axis labels in the XML. And --calibrate: a
+# target from the run's kernel and collective times.
 B=${1:-build}
 for p in zinfc zinfrun zinfdump zinftok; do [ -x "$B/bin/$p" ] || { echo "no $p: skipped"; exit 0; }; done
 W=$(mktemp -d /tmp/zinf-compare.XXXXXX)
@@ -69,6 +70,37 @@ refused "an empty trace" "empty.json: no measured instructions (an empty trace)$
 refused "an empty file" "nothing.json: not valid JSON: " "$W/nothing.json"
 refused "a missing file" "none.json: cannot read: No such file" "$W/none.json"
 [ $fail -eq 0 ] && echo "ok   bad traces refused with one line and exit 1"
+
+# --calibrate: the plan's target with the run's kernel times and, on 2
+# ranks, its collectives' fit; the plan made with it predicts this run's
+# kernels at what they took (the sum over every kernel class: per-size
+# means, so exact but for rounding), and its collectives' queue nearer
+# than before; a missing --compare is a usage error, an unwritable path
+# one line and exit 1 with nothing left behind
+"$D" "$W/m.plan" --compare "$W/run.json" --calibrate "$W/cal.zl" > "$W/cal.out" 2> "$W/err" || { say "--calibrate: exit $?"; cat "$W/err"; }
+grep -q "^wrote $W/cal.zl: target host2 with the kernel times of $W/run.json, [0-9]* kernels: gemm [0-9]* attention [0-9]* norm [0-9]*.* timed calls; net fitted to its [0-9]* collectives; zinfc --target $W/cal.zl plans with them$" "$W/cal.out" \
+    || { say "--calibrate did not say what it wrote"; tail -1 "$W/cal.out"; }
+grep -q '^  kernels { # timed calls' "$W/cal.zl" && grep -q '^    gemm = \[' "$W/cal.zl" || say "cal.zl has no timed calls"
+"$B/bin/zinfc" tests/e2e/models/gpt-micro.zl --target "$W/cal.zl" -o "$W/cal.plan" > "$W/err" 2>&1 || { say "cal.zl does not plan"; cat "$W/err"; }
+kernels_ratio() { "$D" "$1" --compare "$W/run.json" | sed -n '/^per instruction class/,/^$/p' |
+  awk '$1 == "kernel" { p += $(NF - 3); m += $(NF - 2) } END { printf "%.4f\n", m / p }'; }
+comm_ratio() { "$D" "$1" --compare "$W/run.json" | awk '$1 == "comm" && NF == 6 { print $5 }'; }
+r=$(kernels_ratio "$W/cal.plan")
+awk -v r="$r" 'BEGIN { exit !(r > 0.97 && r < 1.03) }' && echo "ok   the calibrated plan prices this run's kernels at what they took (measured/predicted $r)" \
+    || say "calibrated kernels: measured/predicted $r, not 1 (before: $(kernels_ratio "$W/m.plan"))"
+c0=$(comm_ratio "$W/m.plan") c1=$(comm_ratio "$W/cal.plan")
+awk -v a="$c0" -v b="$c1" 'function d(x) { return x > 1 ? x - 1 : 1 - x } BEGIN { exit !(d(b) < d(a) || d(b) < 0.2) }' \
+    || say "calibrated collectives: comm measured/predicted $c1, before $c0"
+"$D" "$W/m.plan" --calibrate "$W/c2.zl" > "$W/o" 2> "$W/e"; rc=$?
+[ $rc -eq 2 ] && grep -q "^zinfdump: --calibrate needs --compare RUN.json" "$W/e" && [ ! -e "$W/c2.zl" ] || say "--calibrate without --compare: exit $rc"
+"$D" "$W/m.plan" --compare "$W/run.json" --calibrate "$W/no/such/cal.zl" > "$W/o" 2> "$W/e"; rc=$?
+[ $rc -eq 1 ] && [ "$(wc -l < "$W/e")" -eq 1 ] && grep -q "^zinfdump: $W/no/such/cal.zl: cannot write: No such file or directory$" "$W/e" ||
+  { say "--calibrate to a missing directory: exit $rc"; cat "$W/e"; }
+printf '{"traceEvents":[{"name":"input","cat":"h2d","ph":"X","pid":0,"tid":1,"ts":0,"dur":1,"args":{"i":0}}]}\n' > "$W/nokernel.json"
+"$D" "$W/m.plan" --compare "$W/nokernel.json" --calibrate "$W/c3.zl" > "$W/o" 2> "$W/e"; rc=$?
+[ $rc -eq 1 ] && grep -q "^zinfdump: --calibrate: $W/nokernel.json has no kernel with a time" "$W/e" && [ ! -e "$W/c3.zl" ] && [ ! -e "$W/c3.zl.tmp" ] ||
+  { say "--calibrate from a trace without kernels: exit $rc"; cat "$W/e"; }
+[ $fail -eq 0 ] && echo "ok   --calibrate"
 
 # the picture
 "$D" "$W/m.plan" --compare "$W/run.json" --svg "$W/c.svg" > /dev/null || say "--compare --svg: exit $?"

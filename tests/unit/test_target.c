@@ -1,8 +1,11 @@
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "loader.h"
 #include "target.h"
+#include "target_zl.h"
 
 /* AST pieces built by hand, as the parser would */
 static Arena A;
@@ -263,6 +266,121 @@ START_TEST(example_files_match_builtins) {
 }
 END_TEST
 
+/* a == b to the last bit, or within 1e-12 relative (the microsecond figures pass through a product) */
+static bool close12(double a, double b) { return a == b || fabs(a - b) <= 1e-12 * fabs(b); }
+
+static void same_target(const Target *a, const Target *b, const char *what) {
+    ck_assert_msg(!strcmp(a->backend, b->backend) && a->nodes == b->nodes && a->gpus_per_node == b->gpus_per_node, "%s: shape", what);
+    ck_assert_msg(a->gpu_memory == b->gpu_memory && a->gpu_flops == b->gpu_flops && a->gpu_hbm == b->gpu_hbm &&
+                      a->gpu_pcie == b->gpu_pcie && !strcmp(a->gpu_arch, b->gpu_arch) && a->gpu_sms == b->gpu_sms,
+                  "%s: gpu", what);
+    ck_assert_msg(a->cpu_memory == b->cpu_memory && a->cpu_bandwidth == b->cpu_bandwidth && a->cpu_cores == b->cpu_cores,
+                  "%s: cpu", what);
+    ck_assert_msg(a->nvme_npaths == b->nvme_npaths && a->nvme_read == b->nvme_read && a->nvme_write == b->nvme_write &&
+                      a->nvme_capacity == b->nvme_capacity,
+                  "%s: nvme", what);
+    for (int i = 0; i < a->nvme_npaths; i++) ck_assert_str_eq(a->nvme_paths[i], b->nvme_paths[i]);
+    ck_assert_msg(a->net_bandwidth == b->net_bandwidth && a->net_inter == b->net_inter && close12(a->net_latency, b->net_latency),
+                  "%s: net", what);
+    ck_assert_msg(close12(a->nvme_latency, b->nvme_latency) && close12(a->pcie_latency, b->pcie_latency) &&
+                      close12(a->kernel_latency, b->kernel_latency) && close12(a->wake_latency, b->wake_latency) &&
+                      close12(a->nvme_request, b->nvme_request) && close12(a->nvme_cpu, b->nvme_cpu),
+                  "%s: latencies", what);
+    ck_assert_msg(a->cpu_cache == b->cpu_cache && a->cache_bandwidth == b->cache_bandwidth &&
+                      a->adam_bandwidth == b->adam_bandwidth && a->read_bandwidth == b->read_bandwidth,
+                  "%s: cache and streams", what);
+    for (int f = 0; f < PLAN_NFAMILIES; f++) ck_assert_msg(a->eff[f] == b->eff[f], "%s: efficiency %d", what, f);
+    ck_assert_int_eq(a->nkernel_points, b->nkernel_points);
+    for (int i = 0; i < a->nkernel_points; i++) /* written by family, in their order within it */
+        ck_assert_msg(a->kernel_points[i].family == b->kernel_points[i].family && a->kernel_points[i].flops == b->kernel_points[i].flops &&
+                          close12(a->kernel_points[i].secs, b->kernel_points[i].secs),
+                      "%s: kernel call %d", what, i);
+    ck_assert_int_eq(a->nnvme_points, b->nnvme_points);
+    for (int i = 0; i < a->nnvme_points; i++)
+        ck_assert_msg(a->nvme_points[i].write == b->nvme_points[i].write && a->nvme_points[i].bytes == b->nvme_points[i].bytes &&
+                          close12(a->nvme_points[i].drive, b->nvme_points[i].drive) &&
+                          close12(a->nvme_points[i].alone, b->nvme_points[i].alone),
+                      "%s: transfer %d", what, i);
+}
+
+/* t written by plan_target_write, then read as a program's target */
+static void read_back(const Target *t, const char *name, Target *out, Arena *a, SourceSet *src, DiagSink *d) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(f);
+    ck_assert(plan_target_write(f, t, name));
+    fclose(f);
+    LoadOptions lo = {NULL, 0, "stdlib"};
+    Program prog;
+    memset(&prog, 0, sizeof prog);
+    ck_assert_msg(program_load_text(a, src, d, "written.zl", arena_strdup(a, text), &lo, &prog) && d->errors == 0, "%s", text);
+    ck_assert_msg(target_from_program(&prog, NULL, a, d, out), "%s\n%s", d->len ? d->items[0].msg : "", text);
+    free(text);
+}
+
+/* A target written as .zl reads back as itself: every built-in, a probed
+ * host target with every measured figure, timed calls and transfers (kept
+ * in family order, as written), and a GPU one with its measured figures. */
+START_TEST(written_targets_read_back) {
+    Arena a;
+    arena_init(&a);
+    SourceSet src;
+    source_set_init(&src);
+    DiagSink d;
+    diag_init(&d);
+    Target t, back;
+    for (int i = 0; i < target_nbuiltins; i++) {
+        ck_assert(target_builtin(target_builtin_names[i], &t));
+        read_back(&t, NULL, &back, &a, &src, &d);
+        char want[32];
+        snprintf(want, sizeof want, "%s", target_builtin_names[i]);
+        for (char *c = want; *c; c++)
+            if (*c == '-') *c = '_'; /* a name is an identifier */
+        ck_assert_str_eq(back.name, want);
+        same_target(&back, &t, target_builtin_names[i]);
+    }
+    ck_assert(target_builtin("host", &t));
+    const char *paths[] = {"/tmp/a \"quoted\" dir", "/nvme\\b"};
+    t.nvme_paths = paths;
+    t.nvme_npaths = 2;
+    t.nvme_latency = 6.1e-5;
+    t.pcie_latency = 1.2e-8;
+    t.kernel_latency = 9.5e-8;
+    t.wake_latency = 3.3e-5;
+    t.cpu_cache = 32.0 * (1 << 20);
+    t.cache_bandwidth = 6.4e10;
+    t.nvme_request = 3.6e-6;
+    t.nvme_cpu = 2.4e-5;
+    t.adam_bandwidth = 3.1e10;
+    t.read_bandwidth = 2.7e10;
+    for (int f = 0; f < PLAN_NFAMILIES; f++) t.eff[f] = 0.1 + 0.2 * f;
+    t.nkernel_points = 3;
+    t.kernel_points[0] = (PlanKernelPoint){FAM_GEMM, 2.09715e6, 2.584e-5};
+    t.kernel_points[1] = (PlanKernelPoint){FAM_GEMM, 4.29497e9, 0.06114};
+    t.kernel_points[2] = (PlanKernelPoint){FAM_ACTIVATION, 20480, 1.983e-6};
+    t.nnvme_points = 3;
+    t.nvme_points[0] = (PlanNvmePoint){0, 4096, 4.837e-6, 6.223e-5};
+    t.nvme_points[1] = (PlanNvmePoint){0, 65536, 2.453e-5, 8.463e-5};
+    t.nvme_points[2] = (PlanNvmePoint){1, 4096, 4.853e-6, 6.847e-5};
+    t.net_inter = t.net_bandwidth / 2;
+    read_back(&t, "probe vm-1", &back, &a, &src, &d);
+    ck_assert_str_eq(back.name, "probe_vm_1");
+    same_target(&back, &t, "probed host");
+    ck_assert(target_builtin("h200", &t));
+    t.pcie_latency = 3e-6;
+    t.kernel_latency = 2.5e-6;
+    t.adam_bandwidth = 1.2e11;
+    t.nkernel_points = 1;
+    t.kernel_points[0] = (PlanKernelPoint){FAM_GEMM, 1e12, 1.6e-3};
+    read_back(&t, NULL, &back, &a, &src, &d);
+    same_target(&back, &t, "probed h200");
+    diag_free(&d);
+    source_set_free(&src);
+    arena_free(&a);
+}
+END_TEST
+
 START_TEST(detect) {
     Arena a;
     arena_init(&a);
@@ -287,6 +405,7 @@ int main(void) {
     tcase_add_test(t, from_program);
     tcase_add_test(t, example_files_match_builtins);
     tcase_add_test(t, detect);
+    tcase_add_test(t, written_targets_read_back);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
