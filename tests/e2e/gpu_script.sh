@@ -1,7 +1,7 @@
 #!/bin/sh
 # The GPU machine's one script (tests/gpu/run_all.sh) rehearsed here, so it
 # does not rot between the rare sessions that have a GPU: every step (build,
-# probe, kernels by name, gpt-micro with CPU and NVMe offload on --backend
+# probe and a run calibrated from the probed one, kernels by name, gpt-micro with CPU and NVMe offload on --backend
 # cuda against --backend host with cuBLASLt and with ZINF_CUBLASLT=0, a
 # model from CPU memory with its TFLOP/s) on the fake driver, NCCL and
 # cuBLASLt of tests/fakecuda, its logs and summary in one directory.
@@ -14,10 +14,11 @@ rc=$?
 echo "$out" | grep -E "^(step |run_all)|losses agree|gemm:"
 [ $rc -eq 0 ] || { echo "gpu_script: run_all.sh --fake failed (exit $rc)"; echo "$out" | tail -20; exit 1; }
 for want in "losses agree within 3e-2 (cpu.cuda)" "losses agree within 3e-2 (cpu.nvrtc)" "gemm: cuBLASLt (libcublasLt.so.13" \
-            "TFLOP/s per rank achieved" "gpu memory:" "queue busy per step" "step probe: ok" "step big: ok" "run_all: ok"; do
+            "TFLOP/s per rank achieved" "gpu memory:" "queue busy per step" "step probe: ok" "step big: ok" "run_all: ok" \
+            "calibrated: gpt-micro on the target calibrated from that run: "; do
   grep -qF "$want" "$O/summary.txt" || { echo "gpu_script: no '$want' in the summary"; cat "$O/summary.txt"; exit 1; }
 done
-for f in 01-build.log 02-probe.log 03-train.log 04-big.log probe-target.zl big.trace.json train/cpu.out train/nvrtc.out; do
+for f in 01-build.log 02-probe.log 03-train.log 04-big.log probe-target.zl calibrated-target.zl big.trace.json train/cpu.out train/nvrtc.out; do
   [ -s "$O/$f" ] || { echo "gpu_script: $f missing from the output directory"; ls -R "$O"; exit 1; }
 done
 echo "gpu_script: ok"

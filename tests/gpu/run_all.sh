@@ -9,7 +9,8 @@
 #              machine's as zinfprobe measures them (a cuda target file:
 #              PCIe, HBM, cuBLASLt GEMMs, launch latency, host memory, NVMe);
 #              then gpt2-small planned on that target, 10 steps on --backend
-#              cuda: measured against predicted ms per step;
+#              cuda: measured against predicted ms per step, then again on the
+#              target calibrated from that run (zinfdump --calibrate);
 #   3. kernels tests/gpu/check_kernels.sh: every kernel family against the
 #              host reference, then GEMMs timed three ways (the NVRTC gemm,
 #              cuBLASLt as zinfrun calls it, cuBLAS) and attention;
@@ -80,12 +81,27 @@ probe() {
   if [ -n "$FAKE" ]; then "$FAKE/fakecuda/fakecuda_prep" "$W/probed.plan" "$W/probed-src" "$arch" "$FAKE/fakecuda/units" > /dev/null || return 1; fi
   "$BIN/zinftok" README.md docs/*.md -o "$W/probed.bin" > /dev/null || return 1
   $RUNCUDA "$BIN/zinfrun" "$W/probed.plan" --data "$W/probed.bin" --backend cuda --steps "$steps" --nvme "$W/probe-nvme" \
-    --quiet > "$W/probed.out" 2>&1 || { tail -20 "$W/probed.out"; return 1; }
+    --quiet --trace "$W/probed.json" > "$W/probed.out" 2>&1 || { tail -20 "$W/probed.out"; return 1; }
   grep -v '^step' "$W/probed.out"
-  awk -v m="$(basename "$model" .zl)" '/^done:/ { for (i = 1; i <= NF; i++) { if ($i == "ms/step" && $(i+1) == "measured,") x = $(i-1)
-                                          if ($i == "ms/step" && $(i+1) == "predicted") p = $(i-1) } }
-    END { if (p > 0) printf "probed: %s on the probed target: %.1f ms/step measured, %.1f predicted, measured/predicted %.2f\n", m, x, p, x / p
-          else { print "probed: FAIL: zinfrun printed no done line"; exit 1 } }' "$W/probed.out"
+  ratio() { # PREFIX WHAT OUT
+    awk -v m="$(basename "$model" .zl)" -v pre="$1" -v what="$2" '/^done:/ { for (i = 1; i <= NF; i++) {
+          if ($i == "ms/step" && $(i+1) == "measured,") x = $(i-1); if ($i == "ms/step" && $(i+1) == "predicted") p = $(i-1) } }
+      END { if (p > 0) printf "%s: %s on %s: %.1f ms/step measured, %.1f predicted, measured/predicted %.2f\n", pre, m, what, x, p, x / p
+            else { printf "%s: FAIL: zinfrun printed no done line\n", pre; exit 1 } }' "$3"
+  }
+  ratio probed "the probed target" "$W/probed.out" || return 1
+  "$BIN/zinfdump" "$W/probed.plan" --compare "$W/probed.json" | sed -n '1,30p' | sed 's/^/compare: /'
+  # the run's own kernel and collective times as the target (zinfdump --calibrate), planned and run again
+  mkdir -p "$W/calibrated-src"
+  "$BIN/zinfdump" "$W/probed.plan" --compare "$W/probed.json" --calibrate "$OUTDIR/calibrated-target.zl" > "$W/cal.out" ||
+    { echo "calibrated: FAIL: zinfdump --calibrate"; return 1; }
+  tail -1 "$W/cal.out" | sed 's/^/calibrated: /'
+  "$BIN/zinfc" "$model" --target "$OUTDIR/calibrated-target.zl" --kernels="$arch" --kernel-src="$W/calibrated-src" \
+    -o "$W/calibrated.plan" || return 1
+  if [ -n "$FAKE" ]; then "$FAKE/fakecuda/fakecuda_prep" "$W/calibrated.plan" "$W/calibrated-src" "$arch" "$FAKE/fakecuda/units" > /dev/null || return 1; fi
+  $RUNCUDA "$BIN/zinfrun" "$W/calibrated.plan" --data "$W/probed.bin" --backend cuda --steps "$steps" --nvme "$W/probe-nvme" \
+    --quiet > "$W/calibrated.out" 2>&1 || { tail -20 "$W/calibrated.out"; return 1; }
+  ratio calibrated "the target calibrated from that run" "$W/calibrated.out"
 }
 big() {
   if [ -n "$FAKE" ]; then
@@ -187,7 +203,7 @@ export BIN FAKE W OUTDIR RUNCUDA ROOT
 
 # ---- 2. probe ----
 step probe 150 sh "$ROOT/tests/gpu/run_all.sh" --out "$OUTDIR" ${FAKE:+--fake "$FAKE"} --part probe &&
-  figures "^(gpu|cpu|disk|probe: [^#]*(flops|memory|read|write|bandwidth)|  fit: |hbm |launch: |  peak bf16|  ring fit|probed: )"
+  figures "^(gpu|cpu|disk|probe: [^#]*(flops|memory|read|write|bandwidth)|  fit: |hbm |launch: |  peak bf16|  ring fit|probed: |calibrated: )"
 
 # ---- 3. kernels ----
 if [ -n "$FAKE" ] && [ "${RUN_ALL_KERNELS:-0}" != 1 ]; then
