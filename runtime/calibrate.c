@@ -40,7 +40,7 @@ static bool calibrate_net(const Plan *p, const Timeline *meas, PlanTarget *out, 
     info->collectives = n;
     ProbeFit fit;
     if (two_sizes && probe_fit(smp, n, &fit) == 0 && isfinite(fit.bandwidth) && fit.bandwidth > 0) {
-        out->net_latency = fit.latency;
+        out->net_latency = fit.latency > 1e-9 ? fit.latency : 1e-9; /* 0 is "not given" in a target: 10 us */
         if (p->target.nodes > 1) out->net_inter = fit.bandwidth;
         else {
             if (out->net_inter == out->net_bandwidth) out->net_inter = fit.bandwidth;

@@ -62,7 +62,7 @@ static void kernels(FILE *f, const PlanTarget *t) {
 
 bool plan_target_write(FILE *f, const PlanTarget *t, const char *name) {
     char id[128];
-    snprintf(id, sizeof id, "%s", name ? name : t->name && *t->name ? t->name : "target");
+    snprintf(id, sizeof id, "%s", name ? name : t->name && *t->name ? t->name : "machine");
     for (char *c = id; *c; c++)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_')) *c = '_';
     if (id[0] >= '0' && id[0] <= '9') id[0] = '_';

@@ -11,8 +11,10 @@
 #include <stdio.h>
 #include "plan.h"
 
-/* Writes `target NAME { ... }` for t (name: t->name when NULL; characters
- * outside [A-Za-z0-9_] become '_'); false when f reports a write error. */
+/* Writes `target NAME { ... }` for t (name: t->name when NULL, "machine"
+ * when that is empty; characters outside [A-Za-z0-9_] become '_'); false
+ * when f reports a write error. A net latency of 0 cannot be written (the
+ * reader takes a missing one as 10 us). */
 bool plan_target_write(FILE *f, const PlanTarget *t, const char *name);
 
 #endif

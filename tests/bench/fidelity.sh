@@ -16,7 +16,9 @@
 # /tmp/before all), each plan is also compiled and run by the peer, one
 # run after the other, so the two rows of a plan saw the same machine; the
 # peer plans with its own probe's file (a probe file of one build may have
-# figures another does not read).
+# figures another does not read). Each plan is also compiled on the target
+# zinfdump --calibrate took from its probed run's trace (row
+# NAME-calibrated) and run again.
 #   sh tests/bench/fidelity.sh BUILD [STEPS] [PEER] [SMALL]
 B=${1:-build}
 STEPS=${2:-12}
@@ -96,6 +98,7 @@ plan small1-probed "$W/small.zl" --target "$W/probe1.zl"
 echo
 echo "$STEPS steps each; step: ms per step (zinfrun's mean); queue: the busiest measured queue, its busy ms per step"
 [ -z "$PEER" ] || echo "rows NAME-peer: the same plan compiled and run by $PEER, just before the row of $B"
+echo "rows NAME-calibrated: planned on the target zinfdump --calibrate took from the NAME-probed run's trace, run again"
 echo "step/queue: the measured step over that queue's measured busy time; (planned): the same in the prediction, the overlap the plan"
 echo "  itself promises (a runtime that keeps it has step/queue near it)"
 echo "step/cpu: the step over the rank's CPU busy time (every queue's busy ms but NVMe's: on the host backend they share the rank's cores)"
@@ -108,6 +111,17 @@ for c in tiny1:1 tiny2:2 offload1:1 offload2:2 small1:1; do
     [ -z "$PEER" ] || run "$n-$v-peer" "$r" "$W/$n-$v-peer.plan" "$PEER" "$k" || status=1
     run "$n-$v" "$r" "$W/$n-$v.plan" "$B" "$k" || status=1
   done
+  # the probed run's own kernel and collective times as the target (zinfdump --calibrate), and a run planned on it
+  case $n in
+    tiny*) model=examples/gpt2-tiny.zl ;; offload1) model=$W/offload1.zl ;; offload2) model=examples/gpt2-tiny-offload.zl ;;
+    small1) model=$W/small.zl ;;
+  esac
+  if "$B/bin/zinfdump" "$W/$n-probed.plan" --compare "$W/$n-probed.json" --calibrate "$W/$n-cal.zl" > "$W/$n-cal.out" 2>&1 &&
+     "$B/bin/zinfc" "$model" --target "$W/$n-cal.zl" -o "$W/$n-calibrated.plan" > "$W/$n-calibrated.zc" 2>&1; then
+    run "$n-calibrated" "$r" "$W/$n-calibrated.plan" "$B" "$k" || status=1
+  else
+    echo "FAIL: calibrating $n"; tail -3 "$W/$n-cal.out" "$W/$n-calibrated.zc"; status=1
+  fi
 done
 echo
 echo "where the 2-rank gpt2-tiny prediction after the probe still differs (zinfdump --compare, rank 0):"
