@@ -290,6 +290,21 @@ static void sec_meta(Codec *c, Plan *p) {
  * transfers as a count and that many (write, bytes, drive, alone); a plan
  * that ends before either has none. */
 enum { FAM_V6 = 4, TARGET_NMEASURED = 3 + FAM_V6 + 1 + (PLAN_NFAMILIES - FAM_V6) + 6, TARGET_MAX_MEASURED = 64 };
+
+/* An appended list's count: false where the section ends before it (a plan
+ * from before the list: nothing read, nothing written) or, reading, where
+ * the count is over max or more entries of `each` bytes than are left
+ * (c->bad set). */
+static bool list_count(Codec *c, uint32_t *n, uint32_t max, uint64_t each) {
+    if (c->reading && !c->bad && c->pos == c->inlen) return false;
+    c_u32(c, n);
+    if (c->reading && !c->bad && (*n > max || (uint64_t)*n * each > c->inlen - c->pos)) {
+        c->bad = true;
+        c->why = "a count exceeds what the section holds";
+    }
+    return !c->bad;
+}
+
 static void target_measured(Codec *c, PlanTarget *t) {
     double *f[TARGET_NMEASURED] = {&t->nvme_latency, &t->pcie_latency, &t->kernel_latency};
     int k = 3;
@@ -303,25 +318,13 @@ static void target_measured(Codec *c, PlanTarget *t) {
     f[k++] = &t->adam_bandwidth;
     f[k++] = &t->read_bandwidth;
     uint32_t n = TARGET_NMEASURED;
-    if (c->reading && !c->bad && c->pos == c->inlen) return; /* a plan from before the measured figures */
-    c_u32(c, &n);
-    if (c->reading && !c->bad && (n > TARGET_MAX_MEASURED || (uint64_t)n * 8 > c->inlen - c->pos)) {
-        c->bad = true;
-        c->why = "a count exceeds what the section holds";
-        return;
-    }
+    if (!list_count(c, &n, TARGET_MAX_MEASURED, 8)) return; /* a plan from before the measured figures */
     for (uint32_t i = 0; i < n && !c->bad; i++) {
         double skip = 0;
         c_f64(c, i < TARGET_NMEASURED ? f[i] : &skip);
     }
-    if (c->reading && !c->bad && c->pos == c->inlen) return; /* a plan from before the timed calls */
     uint32_t np = (uint32_t)t->nkernel_points;
-    c_u32(c, &np);
-    if (c->reading && !c->bad && (np > PLAN_MAX_KERNEL_POINTS || (uint64_t)np * 20 > c->inlen - c->pos)) {
-        c->bad = true;
-        c->why = "a count exceeds what the section holds";
-        return;
-    }
+    if (!list_count(c, &np, PLAN_MAX_KERNEL_POINTS, 20)) return; /* a plan from before the timed calls */
     t->nkernel_points = (int32_t)np;
     for (uint32_t i = 0; i < np && !c->bad; i++) {
         PlanKernelPoint *q = &t->kernel_points[i];
@@ -333,14 +336,8 @@ static void target_measured(Codec *c, PlanTarget *t) {
             c->why = "a timed kernel call of no known family";
         }
     }
-    if (c->reading && !c->bad && c->pos == c->inlen) return; /* a plan from before the timed transfers */
     uint32_t nv = (uint32_t)t->nnvme_points;
-    c_u32(c, &nv);
-    if (c->reading && !c->bad && (nv > PLAN_MAX_NVME_POINTS || (uint64_t)nv * 28 > c->inlen - c->pos)) {
-        c->bad = true;
-        c->why = "a count exceeds what the section holds";
-        return;
-    }
+    if (!list_count(c, &nv, PLAN_MAX_NVME_POINTS, 28)) return; /* a plan from before the timed transfers */
     t->nnvme_points = (int32_t)nv;
     for (uint32_t i = 0; i < nv && !c->bad; i++) {
         PlanNvmePoint *q = &t->nvme_points[i];
