@@ -5,7 +5,8 @@
 #   OUT/frontend/  every .zl under examples/, stdlib/ and tests/
 #   OUT/json/, OUT/safetensors/, OUT/hfconfig/, OUT/hftok/: the small
 #                  hand-made files of tests/fuzz/seeds/NAME
-#   OUT/plan/      host plans (--kernels=none) of tests/fuzz/models/nano.zl,
+#   OUT/plan/      host plans (--kernels=none) of tests/fuzz/models/nano.zl
+#                  (one on a probed target with every measured figure),
 #                  tests/e2e/models/*.zl and examples/*.zl (shrunk to one
 #                  layer where the plan would be large), for the built-in host
 #                  target (4 ranks) and for 1- and 2-rank host targets with
@@ -55,6 +56,22 @@ EOF
 }
 target host1 1
 target host2 2
+# a probed target: every measured figure, timed kernel calls and NVMe transfers (zinfprobe's keys)
+cat > "$W/probed.zl" <<EOF
+target probed {
+  backend = "host"
+  ranks = 2
+  budget = 256 MiB
+  cpu  { memory = 4 GiB; bandwidth = 20 GB/s; cores = 2; flops = 80 G; launch_us = 0.1; copy_us = 0.01; wake_us = 30;
+         cache = 32768 KiB; cache_bandwidth = 50 GB/s; adam_bandwidth = 25 GB/s; read_bandwidth = 22 GB/s }
+  efficiency { gemm = 0.9; attention = 0.25; norm = 0.1; elementwise = 0.4; activation = 0.15 }
+  kernels { gemm = [2.1e6, 25.8, 6.7e7, 881]; attention = [4.2e6, 186]; norm = [163840, 23]; elementwise = [20480, 0.8];
+            activation = [655360, 69] }
+  nvme { paths = ["/tmp/zinf-nvme"]; read = 2.5 GB/s; write = 4 GB/s; capacity = 4 GiB; latency_us = 60; request_us = 3.6;
+         cpu_us = 24; reads = [4096, 4.8, 62, 65536, 24.5, 85]; writes = [4096, 4.9, 68, 1048576, 238, 255] }
+  net  { bandwidth = 2 GB/s; latency_us = 110 }
+}
+EOF
 
 # with_plan SRC NAME 'settings': SRC with a plan block appended
 with_plan() {
@@ -84,6 +101,8 @@ fi
 compile nano-host "$NANO" host
 compile nano-1rank "$NANO" "$W/host1.zl"
 compile nano-2rank "$NANO" "$W/host2.zl"
+compile nano-probed-2rank "$NANO" "$W/probed.zl"
+cat "$NANO" "$W/probed.zl" > "$OUT/frontend/nano-probed.zl"
 with_plan "$NANO" nano-nvme 'params = "nvme"; optimizer = "nvme"; grads = "cpu"; whole_below = 0'
 compile nano-nvme-1rank "$W/nano-nvme.zl" "$W/host1.zl"
 compile nano-nvme-2rank "$W/nano-nvme.zl" "$W/host2.zl"
