@@ -54,7 +54,8 @@ typedef struct Search {
     bool any_state_fit, any_pins_met;
     char last_why[512];            /* why the last candidate did not fit */
     int tried;                     /* builds */
-    bool overlap_auto;             /* optimizer_overlap "auto" on a GPU target: both orders are costed */
+    bool overlap_auto;             /* optimizer_overlap "auto": the orders are costed */
+    bool host;                     /* the host backend: CPU Adams share the kernels' cores */
 } Search;
 
 /* What came of a candidate: OUT_ERROR has been reported to the DiagSink and
@@ -79,12 +80,23 @@ static const char *place_str(const Place *pl, char *buf, size_t n) {
     return buf;
 }
 
-/* How the build's optimizer runs, for the explanation: "" when serial. */
+/* How the build's optimizer runs, for the explanation: "" when serial
+ * (its first reads hoisted into the backward count as not serial). */
 static const char *overlap_str(const B *b, char *buf, size_t n) {
-    char s1[32];
-    if (!b->pl.overlap || !b->early_any) return "";
-    if (!b->nspec) return ", optimizer in the backward";
-    snprintf(buf, n, ", optimizer speculative in the backward (twins and backups %s)", plan_bytes_str(b->spec_copy_bytes, s1, sizeof s1));
+    char s1[32], s2[32], s3[96];
+    s3[0] = 0;
+    if (b->nhoist) snprintf(s3, sizeof s3, ", optimizer state read from NVMe in the backward (%s)", plan_bytes_str(b->hoist_bytes, s2, sizeof s2));
+    if (!b->early_any) {
+        snprintf(buf, n, "%s", s3);
+        return buf;
+    }
+    if (!b->nspec) snprintf(buf, n, ", optimizer in the backward%s", s3);
+    else if (!b->spec_nvme_bytes)
+        snprintf(buf, n, ", optimizer speculative in the backward (twins and backups %s)%s",
+                 plan_bytes_str(b->spec_copy_bytes, s1, sizeof s1), s3);
+    else
+        snprintf(buf, n, ", optimizer speculative in the backward (twins and backups %s in CPU memory, twins %s on NVMe)%s",
+                 plan_bytes_str(b->spec_copy_bytes, s1, sizeof s1), plan_bytes_str(b->spec_nvme_bytes, s2, sizeof s2), s3);
     return buf;
 }
 
@@ -179,7 +191,7 @@ static void explain_partition(Search *S) {
  * (by more than 0.1%, so that ties go to the earlier candidate). */
 static Outcome cost_and_keep(Search *S, const Place *cand) {
     B *b = S->b;
-    char s1[32], s4[160], ov[96];
+    char s1[32], s4[160], ov[224];
     Plan *p = pl_emit_plan(b);
     CostResult cr;
     if (!p || !cost_simulate(p, &cr)) {
@@ -204,15 +216,14 @@ static Outcome cost_and_keep(Search *S, const Place *cand) {
 
 /* ---- build one and check it fits ---- */
 
-/* Builds cand with look-ahead k; when its arenas fit, costs it. OUT_NOFIT
- * leaves the reason in why (and S->last_why). */
-/* Whether placement pl keeps some parameter's optimizer state in CPU
- * memory (what the overlap applies to), with b's single-parameter moves. */
-static bool plan_cpu_homed_adams(const B *b, const Place *pl) {
+/* Whether placement pl keeps some trained parameter's optimizer state on
+ * tier (CPU memory: what the overlap applies to; NVMe: what the hoisted
+ * reads and the NVMe overlap apply to), with b's single-parameter moves. */
+static bool plan_homed_adams(const B *b, const Place *pl, int tier) {
     for (int t = 0; t < b->g->ntensors; t++) {
         if (b->g->tensors[t].cls != TC_PARAM || b->g->tensors[t].grad < 0) continue;
         int o = b->otier && b->otier[t] >= 0 ? b->otier[t] : pl->tier[PC_OPTIMIZER];
-        if (o == TIER_CPU) return true;
+        if (o == tier) return true;
     }
     return false;
 }
@@ -220,20 +231,41 @@ static bool plan_cpu_homed_adams(const B *b, const Place *pl) {
 static Outcome build_one(Search *S, Place *cand, int k, bool *cpu_short, char *why, size_t n);
 
 /* cand with look-ahead k, in the optimizer's order cand says (serial
- * unless the plan block says "on"); under "auto" on a GPU target, where
- * some Adam steps state homed in CPU memory, overlapped as well. (On the
- * host backend the CPU Adam and the kernels share the rank's cores and run
- * one team at a time, runtime/hostk_threads.h: nothing to overlap with.) */
+ * unless the plan block says "on"); under "auto" the other orders that
+ * apply as well, each costed (cost_and_keep keeps the fastest):
+ * - with optimizer state on NVMe, its first reads hoisted into the
+ *   backward, and then also its Adams stepped there where the gradients
+ *   are in CPU memory and the step has no norm (no clipping, not f16). With
+ *   a norm those Adams would speculate, and a step that clips redoes them
+ *   by reading and writing all their state on NVMe again (early in
+ *   training that is most steps): "on" still builds them;
+ * - on a GPU target with state in CPU memory, those Adams overlapped. (On
+ *   the host backend the CPU Adam and the kernels share the rank's cores
+ *   and run one team at a time, runtime/hostk_threads.h: nothing to overlap
+ *   with; NVMe transfers do overlap there.) */
 static Outcome try_prefetch(Search *S, Place *cand, int k, bool *cpu_short, char *why, size_t n) {
     Outcome r = build_one(S, cand, k, cpu_short, why, n);
-    if (r != OUT_PLACED || !S->overlap_auto || !plan_cpu_homed_adams(S->b, cand)) return r;
-    /* the same with the optimizer overlapped; cost_and_keep keeps the faster */
-    Place other = *cand;
-    other.overlap = true;
+    if (r != OUT_PLACED || !S->overlap_auto) return r;
+    bool nvme = plan_homed_adams(S->b, cand, TIER_NVME), cpu = !S->host && plan_homed_adams(S->b, cand, TIER_CPU);
+    const TrainConfig *tc = &S->b->g->train;
+    bool nvme_early = cand->tier[PC_GRADS] != TIER_NVME && tc->grad_accum <= 1 && !(tc->grad_clip > 0) && tc->dtype != DT_F16;
     char why2[256];
+    Place other = *cand;
+    if (nvme) {
+        other.hoist = true;
+        if (build_one(S, &other, k, cpu_short, why2, sizeof why2) == OUT_ERROR) return OUT_ERROR;
+        other.overlap_nvme = nvme_early;
+        if (nvme_early && build_one(S, &other, k, cpu_short, why2, sizeof why2) == OUT_ERROR) return OUT_ERROR;
+    }
+    if (!cpu) return OUT_PLACED;
+    other = *cand;
+    other.overlap = true;
+    other.hoist = nvme;
     return build_one(S, &other, k, cpu_short, why2, sizeof why2) == OUT_ERROR ? OUT_ERROR : OUT_PLACED;
 }
 
+/* Builds cand with look-ahead k; when its arenas fit, costs it. OUT_NOFIT
+ * leaves the reason in why (and S->last_why). */
 static Outcome build_one(Search *S, Place *cand, int k, bool *cpu_short, char *why, size_t n) {
     B *b = S->b;
     char s4[160];
@@ -357,7 +389,7 @@ static Outcome try_candidate(Search *S, int params, int optimizer, int ckpts) {
     cand.tier[PC_CHECKPOINTS] = ckpts;
     /* the class search in the serial order ("on": overlapped); "auto" tries
      * the overlap on the chosen placement (refine) */
-    cand.overlap = o->overlap > 0;
+    cand.overlap = cand.overlap_nvme = cand.hoist = o->overlap > 0;
     bool cpu_short = false, grads_nvme_tried = false;
     Outcome r = try_placement(S, cand, &cpu_short, &grads_nvme_tried);
     if (r != OUT_NOFIT) return r;
@@ -433,6 +465,22 @@ static bool plan_overlaps(const Plan *p) {
     return false;
 }
 
+/* The bytes of optimizer state plan p reads from NVMe in the backward
+ * (with b->pl.hoist: the optimizer's first reads; with the NVMe state
+ * overlapped: its Adams' too). */
+static uint64_t plan_hoisted_bytes(const Plan *p) {
+    uint64_t n = 0;
+    for (uint32_t i = 0; p && i < p->opt_begin && i < p->ninstrs; i++) {
+        const PlanInstr *s = &p->instrs[i];
+        const PlanOperand *o = s->nopnd ? &p->operands[s->opnd] : NULL;
+        if (s->op != PI_NVME_READ || !o || o->buffer < 0) continue;
+        int32_t t = p->buffers[o->buffer].tensor;
+        uint8_t c = t >= 0 && (uint32_t)t < p->ntensors ? p->tensors[t].cls : 0;
+        if (c == TC_MASTER || c == TC_MOMENTUM || c == TC_VARIANCE) n += o->bytes;
+    }
+    return n;
+}
+
 static bool refine(Search *S) {
     B *b = S->b;
     int nt = b->g->ntensors;
@@ -450,7 +498,7 @@ static bool refine(Search *S) {
      * nothing to overlap with.) Which parameters' state is worth which tier
      * depends on whether the CPU optimizer hides behind the backward, so
      * each order is refined from the placement on its own. */
-    if (S->overlap_auto && plan_cpu_homed_adams(b, &S->best)) {
+    if (S->overlap_auto && !S->host && plan_homed_adams(b, &S->best, TIER_CPU)) {
         Plan *plan1 = S->plan;
         double time1 = S->best_time;
         Place best1 = S->best;
@@ -500,12 +548,15 @@ static bool refine(Search *S) {
 /* The last line of the explanation, and the independent check of what is
  * handed on (runtime/plan/verify.c). */
 static bool finish(Search *S) {
-    char s4[160];
+    char s4[160], s1[32], hs[96] = "";
     bool early = plan_overlaps(S->plan);
-    pl_say(&S->ex, "chosen: %s, prefetch %d%s%s (of %d builds): %.4g s/step predicted", place_str(&S->best, s4, sizeof s4),
+    uint64_t hoisted = plan_hoisted_bytes(S->plan);
+    if (hoisted && !early)
+        snprintf(hs, sizeof hs, ", optimizer state read from NVMe in the backward (%s)", plan_bytes_str(hoisted, s1, sizeof s1));
+    pl_say(&S->ex, "chosen: %s, prefetch %d%s%s%s (of %d builds): %.4g s/step predicted", place_str(&S->best, s4, sizeof s4),
         S->best.prefetch, S->best.reuse ? ", weights kept from recompute to backward" : "",
         !early ? "" : plan_speculative(S->plan) ? ", optimizer overlapped with the backward (speculative)" :
-        ", optimizer overlapped with the backward", S->tried, S->best_time);
+        ", optimizer overlapped with the backward", hs, S->tried, S->best_time);
     char vm[1024];
     int problems = verify_plan(S->plan, vm, sizeof vm);
     if (!problems) return true;
@@ -528,7 +579,7 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
     Target local = ranked_target(t, o);
     B b = {0};
     Search S = {.b = &b, .a = a, .d = d, .o = o, .best_time = INFINITY,
-                .overlap_auto = o->overlap == 0 && strcmp(local.backend, "host") != 0};
+                .overlap_auto = o->overlap == 0, .host = strcmp(local.backend, "host") == 0};
     bool ok = setup(&b, g, &local, o, d) && pl_partition(&b, a) && pl_apply_pins(&b, a);
     if (ok) {
         explain_partition(&S);

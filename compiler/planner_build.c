@@ -197,7 +197,7 @@ bool pl_build(B *b, Arena *a) {
         if (tier < 0) continue;
         b->home[i] = pl_newbuf(b, arena_of_tier[tier], pl_shard_bytes(b, i), i, pl_tname(b, i), true);
     }
-    if (!pl_overlap_twins(b, a)) return false;
+    if (!pl_overlap_twins(b, a) || !pl_hoist_prepare(b, a, bwd_end)) return false;
     /* the step: inputs, forward, backward with fetches hoisted, optimizer */
     for (int k = 0; k < g->ninputs; k++) {
         int x = g->inputs[k];
@@ -219,7 +219,8 @@ bool pl_build(B *b, Arena *a) {
             pl_emit_fetch(b, &b->reqs[f++]);
         }
         pl_emit_step(b, st);
-        if (b->pl.overlap) pl_emit_early_adams(b, s);
+        pl_emit_early_adams(b, s); /* none unless b->pl.overlap or overlap_nvme */
+        pl_emit_hoisted(b, s);
     }
     b->opt_begin = (uint32_t)b->nins;
     b->redo_begin = b->redo_end = b->opt_begin;

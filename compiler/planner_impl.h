@@ -46,7 +46,9 @@ typedef struct Place {
     int tier[PC_COUNT];
     int prefetch;
     bool reuse;                    /* keep weights gathered for a recompute until their backward */
-    bool overlap;                  /* CPU Adams start in the backward, as gradients become final */
+    bool overlap;                  /* CPU Adams of state in CPU memory start in the backward, as gradients become final */
+    bool overlap_nvme;             /* the same for CPU Adams of state on NVMe */
+    bool hoist;                    /* the optimizer's first reads of NVMe state are issued in the backward */
 } Place;
 
 /* An Adam sub-group emitted in the backward (planner_optim.c): with a
@@ -57,7 +59,10 @@ typedef struct SpecAdam {
     int64_t e0, ne;                /* elements [e0, e0+ne) of the shard */
     int backup;                    /* the backup buffer (-1: none) */
     bool twin;                     /* steps the state into its twins instead (b->twin) */
+    bool nvtwin;                   /* state on NVMe: stepped in its staging, written to its twins on NVMe */
 } SpecAdam;
+
+struct AdamViews; /* an Adam sub-group's operands (planner_optim.c) */
 
 typedef struct B {
     const Graph *g;
@@ -105,7 +110,14 @@ typedef struct B {
     SpecAdam *spec;
     int nspec, cspec;
     uint64_t spec_copy_bytes;      /* the twins' and backups' bytes (CPU memory) */
+    uint64_t spec_nvme_bytes;      /* the twins' bytes on NVMe */
     bool early_any;                /* some Adam was emitted in the backward */
+    /* the optimizer's first NVMe reads, hoisted into the backward (b->pl.hoist):
+     * the sub-groups, their step, how many emitted so far */
+    struct AdamViews *hoist;
+    int *hoist_step;
+    int nhoist, hoist_done;
+    uint64_t hoist_bytes;          /* their staging */
     uint64_t cap[PLAN_NARENAS];
     uint64_t size[PLAN_NARENAS];
     bool oom, internal;
@@ -185,6 +197,13 @@ void pl_emit_early_adams(B *b, int s);
  * step out of place (masters, moments of mixed-precision parameters). */
 bool pl_overlap_twins(B *b, Arena *a);
 void pl_emit_optimizer(B *b, int bwd_end);
+/* With b->pl.hoist: pl_hoist_prepare (after the homes, before the step is
+ * emitted) chooses the sub-groups whose state the optimizer reads first,
+ * the window its read-ahead would fill, and the backward steps they are
+ * read after; pl_emit_hoisted, after step s, emits the reads due there.
+ * pl_emit_optimizer then starts with them loaded. False: out of memory. */
+bool pl_hoist_prepare(B *b, Arena *a, int bwd_end);
+void pl_emit_hoisted(B *b, int s);
 
 /* planner_alloc.c: step 5, and whether its arenas fit the target (the
  * first that does not, in why) */

@@ -9,7 +9,7 @@
  * the shard (a multiple of 2048 elements, so NVMe ranges stay aligned). */
 enum { ADAM_CHUNK = 1 << 25 };
 
-typedef struct AdamViews {
+struct AdamViews {
     int op;                     /* the graph's OP_ADAM */
     int64_t e0, ne;             /* the sub-group: elements [e0, e0+ne) of the shard */
     int state[3], sview[3];     /* master (or -1), momentum, variance; their views */
@@ -21,8 +21,10 @@ typedef struct AdamViews {
     uint64_t goff;
     int backup, bmode;          /* a speculative Adam's backup (PLAN_W) or its redo's (PLAN_R); -1: none */
     bool twin;                  /* out of place: reads the state's homes, writes their twins */
+    bool nvtwin;                /* state on NVMe: stepped in its staging, written to its twins on NVMe */
     bool early;                 /* in the backward: reads no gradient norm */
-} AdamViews;
+};
+typedef struct AdamViews AdamViews;
 
 static uint64_t ebytes(const B *b, int t, int64_t ne) { return (uint64_t)ne * (uint64_t)pl_dsz(b, t); }
 
@@ -128,7 +130,7 @@ static void adam_step(B *b, const AdamViews *v) {
             uint64_t bytes = ebytes(b, st, v->ne);
             int w = pl_ins(b, PI_NVME_WRITE, Q_NVME, st, 0, 1, 0);
             pl_opnd(b, w, v->sview[k], PLAN_R, 0, bytes);
-            pl_opnd(b, w, b->home[st], PLAN_W, ebytes(b, st, v->e0), bytes);
+            pl_opnd(b, w, v->nvtwin ? b->twin[st] : b->home[st], PLAN_W, ebytes(b, st, v->e0), bytes);
         }
     if (gr >= 0 && pl_grad_tier(b, p) == TIER_NVME && (b->grad_rmw[gr] || b->g->train.grad_accum > 1)) {
         /* the next step accumulates into zeros */
@@ -158,7 +160,8 @@ static void adam_step(B *b, const AdamViews *v) {
     } else {
         int w = P == TIER_NVME ? pl_ins(b, PI_NVME_WRITE, Q_NVME, p, 0, 1, 0) : pl_ins(b, PI_H2D, Q_H2D, p, 0, 1, 0);
         pl_opnd(b, w, v->pview, PLAN_R, 0, pb);
-        pl_opnd(b, w, b->home[p], PLAN_W, po, pb);
+        /* without a master the parameter is state: a speculative step's goes to its twin */
+        pl_opnd(b, w, v->nvtwin && v->pread ? b->twin[p] : b->home[p], PLAN_W, po, pb);
     }
 }
 
@@ -219,12 +222,21 @@ static uint64_t adam_staged_bytes(const B *b, int j, int64_t ne) {
 
 /* ---- the optimizer overlapped with the backward ---- */
 
-/* Whether parameter p's Adam may run in the backward: CPU Adam on a
- * gradient in CPU memory, one micro-batch per step (under accumulation
- * the gradient is final only in the last micro-batch, which the stream
- * does not tell apart). */
-static bool early_eligible(const B *b, int p) {
-    return b->g->train.grad_accum <= 1 && pl_opt_tier(b, p) == TIER_CPU && pl_grad_tier(b, p) == TIER_CPU;
+/* Whether Adam op j may run in the backward (b->pl.overlap for state in
+ * CPU memory, b->pl.overlap_nvme on NVMe): CPU Adam on a gradient in
+ * CPU memory, one micro-batch per step (under accumulation the gradient is
+ * final only in the last micro-batch, which the stream does not tell
+ * apart), its state in CPU memory or on NVMe. On NVMe the state is stepped
+ * in its pinned staging and, when a norm follows, written to twins on NVMe
+ * (the homes stay intact for the redo); without a master the parameter is
+ * state too, so it must be on NVMe then, where its twin goes. */
+static bool early_eligible(const B *b, int j) {
+    const GOp *op = &b->g->ops[j];
+    int p = op->in[0];
+    if (b->g->train.grad_accum > 1 || pl_grad_tier(b, p) != TIER_CPU) return false;
+    int O = pl_opt_tier(b, p);
+    if (O == TIER_CPU) return b->pl.overlap;
+    return O == TIER_NVME && b->pl.overlap_nvme && (op->in[2] >= 0 || pl_param_tier(b, p) == TIER_NVME);
 }
 
 bool pl_overlap_prepare(B *b, Arena *a, int bwd_end) {
@@ -243,10 +255,10 @@ bool pl_overlap_prepare(B *b, Arena *a, int bwd_end) {
         b->adam_early[t] = false;
     }
     b->nspec = 0;
-    b->spec_copy_bytes = 0;
+    b->spec_copy_bytes = b->spec_nvme_bytes = 0;
     b->early_at = NULL;
     b->early_any = false;
-    if (!b->pl.overlap) return true;
+    if (!b->pl.overlap && !b->pl.overlap_nvme) return true;
     /* the last step that flushes each parameter's gradient (step_outputs'
      * rule: a tiled op's tile > 0 flushes only the tiled parameter's) */
     for (int s = 0; s < b->nsteps; s++) {
@@ -275,13 +287,34 @@ bool pl_overlap_prepare(B *b, Arena *a, int bwd_end) {
     memset(b->early_at, 0, sizeof *b->early_at * (size_t)(b->nsteps + 2));
     for (int j = 0; j < g->nops; j++) {
         int p = g->ops[j].kind == OP_ADAM ? g->ops[j].in[0] : -1;
-        if (p >= 0 && b->grad_final_step[p] >= 0 && early_eligible(b, p)) b->early_at[b->grad_final_step[p] + 2]++;
+        if (p >= 0 && b->grad_final_step[p] >= 0 && early_eligible(b, j)) b->early_at[b->grad_final_step[p] + 2]++;
     }
     for (int s = 0; s < b->nsteps; s++) b->early_at[s + 2] += b->early_at[s + 1];
     for (int j = 0; j < g->nops; j++) {
         int p = g->ops[j].kind == OP_ADAM ? g->ops[j].in[0] : -1;
-        if (p >= 0 && b->grad_final_step[p] >= 0 && early_eligible(b, p)) b->early_op[b->early_at[b->grad_final_step[p] + 1]++] = j;
+        if (p >= 0 && b->grad_final_step[p] >= 0 && early_eligible(b, j)) {
+            b->early_op[b->early_at[b->grad_final_step[p] + 1]++] = j;
+            b->adam_early[p] = true; /* emitted in the backward: pl_emit_early_adams runs after every step */
+        }
     }
+    return true;
+}
+
+/* Tensor t's twin in arena (named "twin." and t's name); false: out of memory. */
+static bool make_twin(B *b, Arena *a, int t, int arena) {
+    const char *tn = pl_tname(b, t);
+    char *name = ARENA_NEWN(a, char, strlen(tn) + 6);
+    if (!name) {
+        b->oom = true;
+        return false;
+    }
+    memcpy(name, "twin.", 5);
+    memcpy(name + 5, tn, strlen(tn) + 1);
+    b->twin[t] = pl_newbuf(b, arena, pl_shard_bytes(b, t), t, name, true);
+    if (b->twin[t] < 0) return false;
+    b->bufs[b->twin[t]].b.flags |= PLAN_BUF_TWIN;
+    if (arena == ARENA_NVME) b->spec_nvme_bytes += b->bufs[b->twin[t]].b.bytes;
+    else b->spec_copy_bytes += b->bufs[b->twin[t]].b.bytes;
     return true;
 }
 
@@ -299,22 +332,12 @@ bool pl_overlap_twins(B *b, Arena *a) {
     if (!b->early_at) return true;
     for (int k = 0; k < b->early_at[b->nsteps]; k++) {
         const GOp *op = &g->ops[b->early_op[k]];
-        if (op->in[5] < 0 || op->in[2] < 0) continue; /* no norm: nothing to redo; no master: backups */
-        for (int s = 2; s < 5; s++) {
-            int st = op->in[s];
-            const char *tn = pl_tname(b, st);
-            char *name = ARENA_NEWN(a, char, strlen(tn) + 6);
-            if (!name) {
-                b->oom = true;
-                return false;
-            }
-            memcpy(name, "twin.", 5);
-            memcpy(name + 5, tn, strlen(tn) + 1);
-            b->twin[st] = pl_newbuf(b, ARENA_CPU, pl_shard_bytes(b, st), st, name, true);
-            if (b->twin[st] < 0) return false;
-            b->spec_copy_bytes += b->bufs[b->twin[st]].b.bytes;
-            b->bufs[b->twin[st]].b.flags |= PLAN_BUF_TWIN;
-        }
+        if (op->in[5] < 0) continue; /* no norm: nothing to redo */
+        bool nvme = pl_opt_tier(b, op->in[0]) == TIER_NVME;
+        if (!nvme && op->in[2] < 0) continue; /* CPU state without a master: backups */
+        for (int s = 2; s < 5; s++)
+            if (op->in[s] >= 0 && !make_twin(b, a, op->in[s], nvme ? ARENA_NVME : ARENA_CPU)) return false;
+        if (nvme && op->in[2] < 0 && !make_twin(b, a, op->in[0], ARENA_NVME)) return false; /* the parameter is the state */
     }
     return true;
 }
@@ -324,7 +347,7 @@ static bool spec_push(B *b, const AdamViews *v) {
         b->oom = true;
         return false;
     }
-    b->spec[b->nspec++] = (SpecAdam){v->op, v->e0, v->ne, v->backup, v->twin};
+    b->spec[b->nspec++] = (SpecAdam){v->op, v->e0, v->ne, v->backup, v->twin, v->nvtwin};
     return true;
 }
 
@@ -335,13 +358,14 @@ void pl_emit_early_adams(B *b, int s) {
         int j = b->early_op[k];
         const GOp *op = &g->ops[j];
         int p = op->in[0];
-        b->adam_early[p] = true;
         b->early_any = true;
         int64_t total = (int64_t)b->ntiles[p] * b->tile_shard[p];
         for (int64_t e0 = 0; e0 < total && !b->oom; e0 += ADAM_CHUNK) {
             AdamViews v = {.op = j, .e0 = e0, .ne = total - e0 < ADAM_CHUNK ? total - e0 : ADAM_CHUNK, .backup = -1, .early = true};
             adam_load(b, &v);
-            if (op->in[5] >= 0 && b->twin[op->in[3]] >= 0) { /* a norm follows: speculate, out of place */
+            if (op->in[5] >= 0 && pl_opt_tier(b, p) == TIER_NVME) { /* a norm follows: the state's staging is a copy */
+                v.nvtwin = true;
+            } else if (op->in[5] >= 0 && b->twin[op->in[3]] >= 0) { /* a norm follows: speculate, out of place */
                 v.twin = true;
             } else if (op->in[5] >= 0) { /* the same keeping a copy of what the step changes (no master) */
                 uint64_t bb = backup_bytes(&v);
@@ -350,7 +374,7 @@ void pl_emit_early_adams(B *b, int s) {
                 b->spec_copy_bytes += b->bufs[v.backup].b.bytes;
             }
             adam_step(b, &v);
-            if (v.backup >= 0 || v.twin) spec_push(b, &v);
+            if (v.backup >= 0 || v.twin || v.nvtwin) spec_push(b, &v);
         }
     }
 }
@@ -362,9 +386,75 @@ void pl_emit_early_adams(B *b, int s) {
 static void emit_redo(B *b) {
     for (int k = 0; k < b->nspec && !b->oom; k++) {
         const SpecAdam *sa = &b->spec[k];
-        AdamViews v = {.op = sa->op, .e0 = sa->e0, .ne = sa->ne, .backup = sa->backup, .bmode = PLAN_R, .twin = sa->twin};
+        AdamViews v = {.op = sa->op, .e0 = sa->e0, .ne = sa->ne, .backup = sa->backup, .bmode = PLAN_R, .twin = sa->twin,
+                       .nvtwin = sa->nvtwin};
         adam_load(b, &v);
         adam_step(b, &v);
+    }
+}
+
+/* What the optimizer may read ahead (ADAM_AHEAD_BYTES, at most a
+ * sixteenth of the CPU memory, or the largest sub-group's staging when that
+ * is more), over the sub-groups after Adam op cursor cj. */
+static uint64_t adam_read_budget(const B *b, int cj) {
+    uint64_t budget = b->cap[ARENA_CPU] / 16 < ADAM_AHEAD_BYTES ? b->cap[ARENA_CPU] / 16 : ADAM_AHEAD_BYTES;
+    int64_t e0 = 0, ne = 0;
+    for (int k = cj; adam_next(b, &k, &e0, &ne);) {
+        uint64_t sb = adam_staged_bytes(b, k, ne);
+        if (sb > budget) budget = sb;
+    }
+    return budget;
+}
+
+/* ---- the optimizer's first reads in the backward ---- */
+
+bool pl_hoist_prepare(B *b, Arena *a, int bwd_end) {
+    b->nhoist = b->hoist_done = 0;
+    b->hoist_bytes = 0;
+    if (!b->pl.hoist) return true;
+    if (!b->hoist) {
+        b->hoist = ARENA_NEWN(a, AdamViews, ADAM_AHEAD + 1);
+        b->hoist_step = ARENA_NEWN(a, int, ADAM_AHEAD + 1);
+        if (!b->hoist || !b->hoist_step) {
+            b->oom = true;
+            return false;
+        }
+    }
+    /* the window pl_emit_optimizer's read-ahead loads first: the first
+     * sub-group and those after it within the budget, all of NVMe state
+     * and none with a gradient on NVMe (that is final only at the end) */
+    int cj = bwd_end - 1;
+    int64_t e0 = 0, ne = 0;
+    uint64_t budget = adam_read_budget(b, cj), ahead = 0;
+    while (b->nhoist <= ADAM_AHEAD && adam_next(b, &cj, &e0, &ne)) {
+        int p = b->g->ops[cj].in[0];
+        uint64_t sb = adam_staged_bytes(b, cj, ne);
+        if (!adam_nvme(b, cj) || pl_grad_tier(b, p) == TIER_NVME || (b->nhoist > 1 && ahead + sb > budget)) break;
+        if (b->nhoist) ahead += sb;
+        b->hoist[b->nhoist++] = (AdamViews){.op = cj, .e0 = e0, .ne = ne, .backup = -1};
+    }
+    /* spread over the backward's steps, so that the parameters' fetches
+     * there keep their place in the NVMe queue's order */
+    int first = b->nsteps;
+    for (int s = 0; s < b->nsteps; s++)
+        if (b->steps[s].op >= b->g->nforward) {
+            first = s;
+            break;
+        }
+    int nb = b->nsteps - first;
+    for (int k = 0; k < b->nhoist; k++) b->hoist_step[k] = first + (int)((int64_t)k * nb / b->nhoist);
+    return true;
+}
+
+void pl_emit_hoisted(B *b, int s) {
+    while (b->hoist_done < b->nhoist && b->hoist_step[b->hoist_done] <= s && !b->oom) {
+        int i0 = b->nins;
+        adam_load(b, &b->hoist[b->hoist_done++]);
+        for (int i = i0; i < b->nins; i++) { /* the state's reads (not a parameter's, which the backward reads too) */
+            TensorClass c = b->g->tensors[b->ins[i].s.arg].cls;
+            if (b->ins[i].s.op == PI_NVME_READ && (c == TC_MASTER || c == TC_MOMENTUM || c == TC_VARIANCE))
+                b->hoist_bytes += b->opnds[b->ins[i].s.opnd].bytes;
+        }
     }
 }
 
@@ -392,19 +482,21 @@ void pl_emit_optimizer(B *b, int bwd_end) {
              * sub-groups are issued before this one steps: at least the next
              * one's, and more while what is read ahead stays within the
              * budget above, up to ADAM_AHEAD sub-groups; many small
-             * parameters then read in a few batches instead of one at a time */
+             * parameters then read in a few batches instead of one at a time.
+             * The first window may have been read in the backward (hoisted). */
             adam_done = true;
             int cj = j - 1;
             int64_t e0 = 0, ne = 0;
-            uint64_t budget = b->cap[ARENA_CPU] / 16 < ADAM_AHEAD_BYTES ? b->cap[ARENA_CPU] / 16 : ADAM_AHEAD_BYTES;
-            for (int k = cj; adam_next(b, &k, &e0, &ne);) {
-                uint64_t sb = adam_staged_bytes(b, k, ne);
-                if (sb > budget) budget = sb;
-            }
-            e0 = ne = 0;
+            uint64_t budget = adam_read_budget(b, cj);
             AdamViews ring[ADAM_AHEAD + 1];
             int head = 0, n = 0;
             uint64_t ahead = 0; /* staging of the loaded ones after the head */
+            while (b->hoist_done < b->nhoist && !b->oom) adam_load(b, &b->hoist[b->hoist_done++]);
+            for (int k = 0; k < b->nhoist; k++) {
+                ring[n++] = b->hoist[k];
+                if (k) ahead += adam_staged_bytes(b, ring[k].op, ring[k].ne);
+                cj = ring[k].op, e0 = ring[k].e0, ne = ring[k].ne;
+            }
             bool more = adam_next(b, &cj, &e0, &ne);
             while ((n > 0 || more) && !b->oom) {
                 if (n == 0) { /* the first, or after a sub-group whose state is not on NVMe */

@@ -487,12 +487,15 @@ static int exec_adam_twin(Rt *r, const PlanInstr *in, char *err, size_t n) {
 static int exec_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
     if (in->nopnd < 6) return rt_fail(err, n, "adam needs 6 operands, has %u", in->nopnd);
     if (in->nopnd == 9) return exec_adam_twin(r, in, err, n);
-    /* 7 operands: a speculative Adam (backup written; in the backward,
-     * before the norm: coefficient 1, as the serial order has when the
-     * step neither clips nor is skipped) or its redo (backup read; run only
-     * when the speculation failed: restore, then the serial step) */
-    bool speculative = in->nopnd == 7 && rt_opnd(r, in, 6)->mode == PLAN_W;
-    if (in->nopnd == 7 && adam_backup(r, in, speculative, err, n)) return -1;
+    /* Without the norm operand: in the backward, before the norm exists:
+     * coefficient 1, as the serial order has when the step neither clips
+     * nor is skipped (in a plan without a norm it is 1 anyway). With 7
+     * operands that is a speculative Adam (backup written); with 6, one on
+     * a staged copy of NVMe state, written to twins. Its redo (the backup
+     * read, or the copy staged again) runs only when the speculation
+     * failed: restore, then the serial step. */
+    bool speculative = rt_opnd(r, in, 5)->buffer < 0;
+    if (in->nopnd == 7 && adam_backup(r, in, rt_opnd(r, in, 6)->mode == PLAN_W, err, n)) return -1;
     if (r->skip && !speculative) {
         /* (without this a skipped f16 step copied whatever the staging held into the parameter) */
         const PlanOperand *po = rt_opnd(r, in, 0), *mo = rt_opnd(r, in, 2);

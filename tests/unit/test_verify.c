@@ -754,7 +754,76 @@ START_TEST(speculative_twins) {
     /* a twin in GPU memory */
     p = zl_compile(&m, "examples/gpt2-tiny.zl", &zo);
     p->buffers[p->operands[p->instrs[first_spec(p)].opnd + 6].buffer].arena = ARENA_GPU;
-    expect_spec(&m, "is a twin but not a persistent CPU copy");
+    expect_spec(&m, "is a twin but not a persistent copy, in CPU memory or on NVMe");
+}
+END_TEST
+
+/* Optimizer state on NVMe, overlapped: the speculative Adams step staged
+ * copies (6 operands, no norm) and write the results to twins on NVMe; f32
+ * (no master: the parameter is state, its twin on NVMe too) and bf16 (the
+ * parameter written home as after any Adam). */
+static Plan *speculative_nvme(ZlModel *m, DType dt) {
+    ZlOptions zo = {.target = "h200", .ranks = 2, .dtype = dt, .state_tier = TIER_NVME, .overlap = 1};
+    Plan *p = zl_compile(m, "examples/gpt2-tiny.zl", &zo);
+    ck_assert(plan_speculative(p));
+    return p;
+}
+
+/* the first NVME_WRITE in [from, to) into a twin (of a parameter when param), -1: none */
+static int twin_write(const Plan *p, uint32_t from, uint32_t to, bool param) {
+    for (uint32_t i = from; i < to; i++) {
+        if (p->instrs[i].op != PI_NVME_WRITE) continue;
+        const PlanBuffer *b = &p->buffers[p->operands[p->instrs[i].opnd + 1].buffer];
+        if ((b->flags & PLAN_BUF_TWIN) && (!param || p->tensors[b->tensor].cls == TC_PARAM)) return (int)i;
+    }
+    return -1;
+}
+
+START_TEST(speculative_nvme_twins) {
+    ZlModel m;
+    Plan *p = speculative_nvme(&m, DT_F32);
+    int s = first_spec(p);
+    ck_assert_int_ge(s, 0);
+    ck_assert_uint_eq(p->instrs[s].nopnd, 6);
+    const PlanOperand *o = &p->operands[p->instrs[s].opnd];
+    ck_assert_int_lt(o[5].buffer, 0); /* no norm in the backward */
+    for (int k = 3; k < 5; k++) ck_assert(!(p->buffers[o[k].buffer].flags & PLAN_BUF_PERSISTENT));
+    int w = twin_write(p, 0, p->opt_begin, true);
+    ck_assert_int_ge(w, 0); /* f32: the parameter's twin */
+    ck_assert_int_eq(p->buffers[p->operands[p->instrs[w].opnd + 1].buffer].arena, ARENA_NVME);
+    ck_assert_int_ge(twin_write(p, p->redo_begin, p->redo_end, true), 0);
+    /* a speculative write into the home instead of the twin */
+    {
+        PlanOperand *d = &p->operands[p->instrs[w].opnd + 1];
+        const PlanBuffer *tb = &p->buffers[d->buffer];
+        d->buffer = p->shards[p->tensors[tb->tensor].shard].buffer;
+        char want[160];
+        snprintf(want, sizeof want, "instruction %d (nvme_write) writes the home of '%s' in the micro-batch", w,
+                 p->tensors[tb->tensor].name);
+        expect_spec(&m, want);
+    }
+    /* a redo that writes another range than the speculative step did */
+    p = speculative_nvme(&m, DT_F32);
+    p->operands[p->instrs[twin_write(p, p->redo_begin, p->redo_end, false)].opnd + 1].offset += 4096;
+    expect_spec(&m, "are not each written once by the redo");
+    /* a redo range that ends before its writes */
+    p = speculative_nvme(&m, DT_F32);
+    p->redo_end = p->redo_begin + 1;
+    expect_spec(&m, "outside the micro-batch and the redo range");
+    /* a speculative Adam on the state's home, not a staged copy */
+    p = speculative_nvme(&m, DT_F32);
+    s = first_spec(p);
+    p->operands[p->instrs[s].opnd + 3].buffer = p->shards[p->tensors[p->tensors[p->instrs[s].arg].momentum].shard].buffer;
+    expect_spec(&m, "steps in the micro-batch without a backup (the step has a gradient norm)");
+    /* a twin on NVMe in CPU memory */
+    p = speculative_nvme(&m, DT_F32);
+    p->buffers[p->operands[p->instrs[twin_write(p, 0, p->opt_begin, false)].opnd + 1].buffer].arena = ARENA_CPU;
+    expect_spec(&m, "is a twin but not a persistent copy, in CPU memory or on NVMe");
+    /* bf16: a master; the parameter is no state and has no twin */
+    p = speculative_nvme(&m, DT_BF16);
+    ck_assert_int_ge(twin_write(p, 0, p->opt_begin, false), 0);
+    ck_assert_int_lt(twin_write(p, 0, p->ninstrs, true), 0);
+    zl_free(&m);
 }
 END_TEST
 
@@ -786,6 +855,7 @@ int main(void) {
     tcase_add_test(t, gemm_descriptors);
     tcase_add_test(t, speculative_optimizer);
     tcase_add_test(t, speculative_twins);
+    tcase_add_test(t, speculative_nvme_twins);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
