@@ -387,8 +387,9 @@ static Outcome try_candidate(Search *S, int params, int optimizer, int ckpts) {
     cand.tier[PC_OPTIMIZER] = optimizer;
     cand.tier[PC_GRADS] = optimizer == TIER_GPU ? TIER_GPU : o->tier[PC_GRADS] == TIER_NVME ? TIER_NVME : TIER_CPU;
     cand.tier[PC_CHECKPOINTS] = ckpts;
-    /* the class search in the serial order ("on": overlapped); "auto" tries
-     * the overlap on the chosen placement (refine) */
+    /* the class search in the serial order ("on": every overlapped form);
+     * "auto" costs the other forms with each candidate (try_prefetch) and
+     * refines the chosen placement in the other order too (refine) */
     cand.overlap = cand.overlap_nvme = cand.hoist = o->overlap > 0;
     bool cpu_short = false, grads_nvme_tried = false;
     Outcome r = try_placement(S, cand, &cpu_short, &grads_nvme_tried);

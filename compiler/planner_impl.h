@@ -117,7 +117,7 @@ typedef struct B {
     struct AdamViews *hoist;
     int *hoist_step;
     int nhoist, hoist_done;
-    uint64_t hoist_bytes;          /* their staging */
+    uint64_t hoist_bytes;          /* the state bytes their reads bring in */
     uint64_t cap[PLAN_NARENAS];
     uint64_t size[PLAN_NARENAS];
     bool oom, internal;
@@ -186,15 +186,17 @@ void pl_emit_fetch(B *b, Req *r);
 void pl_emit_step(B *b, const Step *s);
 
 /* planner_optim.c: the ops from bwd_end on (gradient norm, Adam, zeroing).
- * With b->pl.overlap, pl_overlap_prepare (before the backward is emitted)
- * finds where each gradient becomes final and pl_emit_early_adams, after
- * step s, emits the Adams of the parameters whose gradient step s made
- * final: CPU Adams on CPU state, one micro-batch per step; speculative
- * (with a backup) when the step has a gradient norm. False: out of memory. */
+ * With b->pl.overlap (state in CPU memory) or overlap_nvme (on NVMe),
+ * pl_overlap_prepare (before the backward is emitted) finds where each
+ * gradient becomes final and pl_emit_early_adams, after step s, emits the
+ * Adams of the parameters whose gradient step s made final: CPU Adams, one
+ * micro-batch per step; speculative (a backup, twins, or for NVMe state
+ * twins on NVMe) when the step has a gradient norm. False: out of memory. */
 bool pl_overlap_prepare(B *b, Arena *a, int bwd_end);
 void pl_emit_early_adams(B *b, int s);
 /* After the homes: the twin buffers of the state that speculative Adams
- * step out of place (masters, moments of mixed-precision parameters). */
+ * step out of place (masters, moments of mixed-precision parameters in CPU
+ * memory; on NVMe every state tensor, the parameter without a master). */
 bool pl_overlap_twins(B *b, Arena *a);
 void pl_emit_optimizer(B *b, int bwd_end);
 /* With b->pl.hoist: pl_hoist_prepare (after the homes, before the step is
