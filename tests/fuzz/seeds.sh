@@ -11,8 +11,8 @@
 #                  layer where the plan would be large), for the built-in host
 #                  target (4 ranks) and for 1- and 2-rank host targets with
 #                  parameters and optimizer state on NVMe or CPU, whole or
-#                  partitioned, and a tiled embedding (examples: one rank,
-#                  one layer); with --kernels first a plan with CUDA launches
+#                  partitioned (NVMe state also overlapped: twins on NVMe),
+#                  and a tiled embedding (examples: one rank, one layer); with --kernels first a plan with CUDA launches
 #                  (NVRTC needed; its cubins cut to 64 bytes by shrink_kernels).
 # Plans over MAX_PLAN bytes are left out, and plans stop once the corpus holds
 # MAX_TOTAL bytes (in the order above: nano first), so it stays a few hundred KB.
@@ -106,6 +106,9 @@ cat "$NANO" "$W/probed.zl" > "$OUT/frontend/nano-probed.zl"
 with_plan "$NANO" nano-nvme 'params = "nvme"; optimizer = "nvme"; grads = "cpu"; whole_below = 0'
 compile nano-nvme-1rank "$W/nano-nvme.zl" "$W/host1.zl"
 compile nano-nvme-2rank "$W/nano-nvme.zl" "$W/host2.zl"
+# NVMe state overlapped: speculative Adams on staged state, twins on NVMe, the redo range
+with_plan "$NANO" nano-nvme-overlap 'params = "nvme"; optimizer = "nvme"; grads = "cpu"; whole_below = 0; optimizer_overlap = "on"'
+compile nano-nvme-overlap-2rank "$W/nano-nvme-overlap.zl" "$W/host2.zl"
 with_plan "$NANO" nano-cpu 'params = "cpu"; optimizer = "cpu"; checkpoints = "cpu"; prefetch = 2; whole_below = 1000'
 compile nano-cpu-2rank "$W/nano-cpu.zl" "$W/host2.zl"
 with_plan "$NANO" nano-tiles 'tiles "wte" = 4; whole_below = 0'
