@@ -1,7 +1,7 @@
 #!/bin/sh
 # The optimizer of NVMe state overlapped with the backward (twins on NVMe,
-# redo when the step clips; docs/schedule.md "The speculative optimizer")
-# and its first reads hoisted there, run by the build under test (also
+# redo when the step clips; docs/schedule.md "The speculative optimizer"),
+# run by the build under test (also
 # under AddressSanitizer: san_*): gpt-micro on one host rank (no mpirun, so
 # the leak check sees only zinf's allocations) with parameters and
 # optimizer state on NVMe and clipping every step. optimizer_overlap
