@@ -1,12 +1,11 @@
 #!/bin/sh
 # The optimizer of NVMe state overlapped with the backward (twins on NVMe,
 # redo when the step clips; docs/schedule.md "The speculative optimizer"),
-# run by the build under test (also
-# under AddressSanitizer: san_*): gpt-micro on one host rank (no mpirun, so
-# the leak check sees only zinf's allocations) with parameters and
-# optimizer state on NVMe and clipping every step. optimizer_overlap
-# "on" gives the losses, norms and exported parameters of "off" bit for
-# bit; then a checkpoint after step 3 (the twins hold the state after an
+# run by the build under test (also under AddressSanitizer: san_*):
+# gpt-micro on one host rank (no mpirun, so the leak check sees only
+# zinf's allocations) with parameters and optimizer state on NVMe and
+# clipping every step. optimizer_overlap "on" gives the losses, norms and
+# exported parameters of "off" bit for bit; then a checkpoint after step 3 (the twins hold the state after an
 # odd step) resumed for 2 more steps equals 5 straight.
 # $1: the build directory.
 B=${1:-build}
