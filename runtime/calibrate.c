@@ -52,6 +52,138 @@ static bool calibrate_net(const Plan *p, const Timeline *meas, PlanTarget *out, 
     return true;
 }
 
+enum { NVME_GROUPS = PLAN_MAX_NVME_POINTS / 2 }; /* timed transfers per direction */
+
+/* The busy time of the run's measured transfers of each direction, as
+ * measured (meas) and as the cost model gives them with target t (its
+ * share of the queue's time: end - start less the time beside others).
+ * false: out of memory. */
+static bool nvme_busy(const Plan *p, const Timeline *meas, const PlanTarget *t, double got[2], double model[2]) {
+    Plan q = *p;
+    q.target = *t;
+    CostResult cr;
+    if (!cost_simulate(&q, &cr)) return false;
+    got[0] = got[1] = model[0] = model[1] = 0;
+    for (uint32_t i = 0; i < p->ninstrs && i < meas->n; i++) {
+        const PlanInstr *s = &p->instrs[i];
+        if ((s->op != PI_NVME_READ && s->op != PI_NVME_WRITE) || !meas->have[i] || !s->bytes) continue;
+        int w = s->op == PI_NVME_WRITE;
+        got[w] += timeline_busy(meas, i);
+        model[w] += cr.end[i] - cr.start[i] - cr.wait[i];
+    }
+    cost_free(&cr);
+    return true;
+}
+
+/* The pipeline shares the queue's time among transfers otherwise than the
+ * runtime does, so the factors of calibrate_nvme leave the model's busy
+ * time of the run's transfers off the run's: each direction's timed
+ * transfers are scaled by run over model, again, until they agree within
+ * 1% (at most 6 rounds, each a simulation of the plan). false: out of
+ * memory. */
+static bool level_nvme(const Plan *p, const Timeline *meas, PlanTarget *out, CalibrateInfo *info) {
+    for (int round = 0; round < 6; round++) {
+        double got[2], model[2], k[2] = {1, 1};
+        if (!nvme_busy(p, meas, out, got, model)) return false;
+        bool done = true;
+        for (int w = 0; w < 2; w++)
+            if (info->nvme_points[w] && got[w] > 0 && model[w] > 0) {
+                k[w] = got[w] / model[w];
+                done &= fabs(k[w] - 1) < 0.01;
+            }
+        if (done) break;
+        for (int i = 0; i < out->nnvme_points; i++) {
+            PlanNvmePoint *q = &out->nvme_points[i];
+            if (q->write < 0 || q->write > 1 || !info->nvme_points[q->write]) continue;
+            q->drive *= k[q->write];
+            q->alone *= k[q->write];
+        }
+        for (int w = 0; w < 2; w++) info->nvme_scale[w][0] *= k[w], info->nvme_scale[w][1] *= k[w];
+    }
+    return true;
+}
+
+/* The run's NVMe transfers set the level of the target's timed transfers,
+ * the target keeping their shape by size. Per direction, two factors: the
+ * time of those that ran alone (nothing else in flight) over what the cost
+ * model gives one alone at its size, and the busy share of those that ran
+ * beside others (the runtime splits the queue's busy time evenly among the
+ * transfers in flight) over the drive's time the model gives each
+ * (cost_nvme_transfer); a direction with only one kind scales both by it.
+ * The target's timed transfers of that direction are scaled by them; a
+ * target without any gets them at the run's sizes (grouped: sizes up to
+ * twice a group's smallest, at most NVME_GROUPS, thinned evenly) from its
+ * rate figures, scaled. A direction the run has no transfer of keeps the
+ * target's. */
+static bool calibrate_nvme(const Plan *p, const Timeline *meas, PlanTarget *out, CalibrateInfo *info) {
+    double got[2][2] = {{0, 0}, {0, 0}}, model[2][2] = {{0, 0}, {0, 0}}; /* [write][alone] */
+    double sizes[2][PLAN_MAX_NVME_POINTS];
+    int nsizes[2] = {0, 0}, nx[2] = {0, 0};
+    for (uint32_t i = 0; i < p->ninstrs && i < meas->n; i++) {
+        const PlanInstr *s = &p->instrs[i];
+        if ((s->op != PI_NVME_READ && s->op != PI_NVME_WRITE) || !meas->have[i] || !s->bytes) continue;
+        double dur = meas->end[i] - meas->start[i], busy = timeline_busy(meas, i), xfer, alone;
+        if (!(dur > 0) || !(busy > 0)) continue;
+        int w = s->op == PI_NVME_WRITE, one = meas->wait[i] <= 0.02 * dur;
+        cost_nvme_transfer(p, w, (double)s->bytes, &xfer, &alone);
+        got[w][one] += one ? dur : busy;
+        model[w][one] += one ? alone : xfer;
+        nx[w]++;
+        /* the sizes, for a target without timed transfers: each group's smallest */
+        bool seen = false;
+        for (int k = 0; k < nsizes[w] && !seen; k++) seen = (double)s->bytes >= sizes[w][k] && (double)s->bytes <= 2 * sizes[w][k];
+        if (!seen && nsizes[w] < PLAN_MAX_NVME_POINTS) sizes[w][nsizes[w]++] = (double)s->bytes;
+    }
+    info->transfers = nx[0] + nx[1];
+    if (!info->transfers) return true;
+    int rpn = p->target.gpus_per_node > 0 ? p->target.gpus_per_node : 1;
+    PlanNvmePoint pts[PLAN_MAX_NVME_POINTS];
+    int n = 0;
+    for (int w = 0; w < 2; w++) {
+        bool had = false;
+        for (int i = 0; i < p->target.nnvme_points && i < PLAN_MAX_NVME_POINTS; i++) had |= p->target.nvme_points[i].write == w;
+        if (!nx[w]) { /* none in the run: the target's stay */
+            for (int i = 0; i < p->target.nnvme_points && i < PLAN_MAX_NVME_POINTS && n < PLAN_MAX_NVME_POINTS; i++)
+                if (p->target.nvme_points[i].write == w) pts[n++] = p->target.nvme_points[i];
+            continue;
+        }
+        double fa = model[w][1] > 0 ? got[w][1] / model[w][1] : 0, fd = model[w][0] > 0 ? got[w][0] / model[w][0] : 0;
+        if (!(fa > 0)) fa = fd;
+        if (!(fd > 0)) fd = fa;
+        info->nvme_scale[w][0] = fd;
+        info->nvme_scale[w][1] = fa;
+        int before = n;
+        if (had) {
+            for (int i = 0; i < p->target.nnvme_points && i < PLAN_MAX_NVME_POINTS && n < PLAN_MAX_NVME_POINTS; i++) {
+                PlanNvmePoint q = p->target.nvme_points[i];
+                if (q.write != w) continue;
+                q.drive *= fd;
+                q.alone *= fa;
+                pts[n++] = q;
+            }
+        } else {
+            /* sorted, then thinned to NVME_GROUPS (the smallest and largest kept) */
+            double *z = sizes[w];
+            for (int i = 1; i < nsizes[w]; i++)
+                for (int k = i; k > 0 && z[k] < z[k - 1]; k--) {
+                    double t = z[k];
+                    z[k] = z[k - 1];
+                    z[k - 1] = t;
+                }
+            int keep = nsizes[w] < NVME_GROUPS ? nsizes[w] : NVME_GROUPS;
+            for (int k = 0; k < keep && n < PLAN_MAX_NVME_POINTS; k++) {
+                double bytes = z[keep == 1 ? nsizes[w] - 1 : (int)((double)k * (nsizes[w] - 1) / (keep - 1) + 0.5)], xfer, alone;
+                cost_nvme_transfer(p, w, bytes, &xfer, &alone);
+                pts[n++] = (PlanNvmePoint){w, bytes, xfer / rpn * fd, alone * fa};
+            }
+        }
+        info->nvme_points[w] = n - before;
+    }
+    memcpy(out->nvme_points, pts, sizeof *pts * (size_t)n);
+    out->nnvme_points = n;
+    return level_nvme(p, meas, out, info);
+}
+
 bool plan_calibrate(const Plan *p, const Timeline *meas, PlanTarget *out, CalibrateInfo *info) {
     memset(info, 0, sizeof *info);
     *out = p->target;
@@ -124,5 +256,5 @@ bool plan_calibrate(const Plan *p, const Timeline *meas, PlanTarget *out, Calibr
         i += (uint32_t)m;
     }
     free(c);
-    return calibrate_net(p, meas, out, info);
+        return calibrate_net(p, meas, out, info) && calibrate_nvme(p, meas, out, info);
 }

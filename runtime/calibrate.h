@@ -13,8 +13,12 @@
  * one rank the collectives' times, each from its start to its end (the
  * wait for peers included: the cost model has no other place for it), are
  * fitted to the ring model as the probe fits its own (probe_fit), giving
- * net.latency_us and the bandwidth. Every other figure is the plan's
- * target's. Nothing here prints or allocates beyond what it frees. */
+ * net.latency_us and the bandwidth. The NVMe transfers set the level of
+ * the timed transfers of their direction (nvme { reads = [...]; writes =
+ * [...] }), the target's shape by size kept: those that ran alone scale
+ * the time of one alone, those that ran beside others (their share of the
+ * queue's busy time) the drive's time per transfer. Every other figure is
+ * the plan's target's. Nothing here prints or allocates beyond what it frees. */
 #ifndef ZINF_CALIBRATE_H
 #define ZINF_CALIBRATE_H
 #include <stdbool.h>
@@ -27,6 +31,9 @@ typedef struct CalibrateInfo {
     int thinned;                  /* calls left out to stay within PLAN_MAX_KERNEL_POINTS */
     int collectives;              /* measured collectives */
     bool net;                     /* their fit replaced the net figures */
+    int transfers;                /* measured NVMe transfers */
+    int nvme_points[2];           /* timed transfers written: reads, writes (0: none, or the target's kept) */
+    double nvme_scale[2][2];      /* [read, write][drive, alone]: the run's level over the target's (0: kept) */
 } CalibrateInfo;
 
 /* out = p's target with the run's kernel calls (out's strings point into

@@ -94,6 +94,14 @@ static int calibrate(const char *path, const char *run, const Plan *p, const Tim
     printf(" timed calls%s", info.thinned ? " (some sizes left out to fit)" : "");
     if (info.net) printf("; net fitted to its %d collectives", info.collectives);
     else if (info.collectives) printf("; net kept (its %d collectives have one size)", info.collectives);
+    if (info.transfers) {
+        printf("; nvme scaled to its %d transfers (", info.transfers);
+        for (int w = 0; w < 2; w++)
+            if (info.nvme_scale[w][0] > 0)
+                printf("%s%s: drive x%.2f, alone x%.2f", w && info.nvme_scale[0][0] > 0 ? "; " : "", w ? "writes" : "reads",
+                       info.nvme_scale[w][0], info.nvme_scale[w][1]);
+        printf(")");
+    }
     printf("; zinfc --target %s plans with them\n", path);
     return 0;
 }

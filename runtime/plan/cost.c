@@ -71,6 +71,23 @@ bool cost_measured_nvme(const PlanTarget *t, bool write, double bytes, double *d
     return true;
 }
 
+void cost_nvme_transfer(const Plan *p, bool write, double bytes, double *xfer, double *alone) {
+    int node_ranks = p->target.gpus_per_node > 0 ? p->target.gpus_per_node : 1;
+    double drive, one;
+    if (cost_measured_nvme(&p->target, write, bytes, &drive, &one)) {
+        /* as timed at this size: the drive's time per transfer, which the
+         * node's ranks share, and one alone's time */
+        *xfer = drive * node_ranks;
+        *alone = one > *xfer ? one : *xfer;
+        return;
+    }
+    /* the bytes at the rank's share of the drive and the drive's time per
+     * request, which every rank's requests share; alone, the latency too */
+    double rate = write ? p->target.nvme_write : p->target.nvme_read;
+    *xfer = bytes / per_node_share(p, rate > 0 ? rate : 1e9) + latency(p->target.nvme_request) * node_ranks;
+    *alone = *xfer + latency(p->target.nvme_latency);
+}
+
 double cost_measured_kernel(const PlanTarget *t, PlanFamily f, double flops) {
     const PlanKernelPoint *lo = NULL, *hi = NULL;
     int n = t->nkernel_points < PLAN_MAX_KERNEL_POINTS ? t->nkernel_points : PLAN_MAX_KERNEL_POINTS;
@@ -303,18 +320,9 @@ bool cost_simulate(const Plan *p, CostResult *r) {
              * to COST_NVME_DEPTH transfers in flight, their bytes one after
              * another at the drive's rate, each one's latency beside the
              * others', retired in order; the queue is busy while any is in flight */
-            int node_ranks = p->target.gpus_per_node > 0 ? p->target.gpus_per_node : 1;
-            double lat = latency(p->target.nvme_latency), xfer, drive, alone;
-            if (cost_measured_nvme(&p->target, s->op == PI_NVME_WRITE, (double)s->bytes, &drive, &alone)) {
-                /* as timed at this size: the drive's time per transfer, which
-                 * the node's ranks share, and the rest of one alone's time
-                 * beside the others' */
-                xfer = drive * node_ranks;
-                lat = alone > xfer ? alone - xfer : 0;
-            } else {
-                /* the bytes at the rank's share of the drive, and the drive's time per request, which every rank's requests share */
-                xfer = instr_time(p, s, cached) - lat + latency(p->target.nvme_request) * node_ranks;
-            }
+            double xfer, alone;
+            cost_nvme_transfer(p, s->op == PI_NVME_WRITE, (double)s->bytes, &xfer, &alone);
+            double lat = alone - xfer; /* the rest of one alone's time, beside the others' */
             double *slot = &nv_ring[nv_count++ % COST_NVME_DEPTH];
             if (*slot > st) st = *slot; /* the one COST_NVME_DEPTH before has retired */
             /* a rank with a core or less: its transfer's CPU work (submission,

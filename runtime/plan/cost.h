@@ -50,6 +50,13 @@ double cost_measured_kernel(const PlanTarget *t, PlanFamily f, double flops);
  * smallest (a smaller request costs the drive no less). false where the
  * target timed none in that direction. */
 bool cost_measured_nvme(const PlanTarget *t, bool write, double bytes, double *drive, double *alone);
+/* One transfer of `bytes` through plan p's nvme queue as the pipeline
+ * prices it: *xfer, the time it holds the drive from the rank's view (the
+ * node's time per transfer times its ranks, who share it), *alone, the time
+ * of one with nothing else in flight (at least *xfer). From the timed
+ * transfers where the target has them (cost_measured_nvme), else from its
+ * rate, request and latency figures. */
+void cost_nvme_transfer(const Plan *p, bool write, double bytes, double *xfer, double *alone);
 /* A host plan whose ranks' memory (every arena but NVMe's, times the ranks
  * of a node) fits in the target's shared cache: its memory-bound
  * instructions stream at the cache's bandwidth. */

@@ -103,6 +103,31 @@ printf '{"traceEvents":[{"name":"input","cat":"h2d","ph":"X","pid":0,"tid":1,"ts
   { say "--calibrate from a trace without kernels: exit $rc"; cat "$W/e"; }
 [ $fail -eq 0 ] && echo "ok   --calibrate"
 
+# --calibrate with state on NVMe: the run's transfers set the level of the
+# target's timed transfers, so the plan made with it (the same plan: its
+# choices pinned) prices this run's NVMe queue at what it took
+cat > "$W/nv.zl" <<ZL
+import "$(pwd)/tests/e2e/models/gpt-micro"
+target host1 { backend = "host"; ranks = 1; budget = 1 GiB
+  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2; flops = 20 G }
+  nvme { paths = ["$W/nvme"]; read = 1 GB/s; write = 1 GB/s; capacity = 4 GiB } }
+plan { params = "nvme"; optimizer = "nvme"; grads = "cpu"; checkpoints = "gpu"; prefetch = 2; whole_below = 100;
+       optimizer_overlap = "off" }
+ZL
+mkdir -p "$W/nvme"
+"$B/bin/zinfc" "$W/nv.zl" -o "$W/nv.plan" > "$W/err" 2>&1 &&
+  timeout 120 "$B/bin/zinfrun" "$W/nv.plan" --data "$W/train.bin" --steps 2 --nvme "$W/nvme" --quiet --trace "$W/nv.json" \
+    > "$W/out" 2>&1 && "$D" "$W/nv.plan" --compare "$W/nv.json" --calibrate "$W/nvcal.zl" > "$W/nvcal.out" 2>&1 &&
+  "$B/bin/zinfc" "$W/nv.zl" --target "$W/nvcal.zl" -o "$W/nvcal.plan" > "$W/err" 2>&1 || { say "NVMe calibration: a step failed"; cat "$W/err" "$W/out"; }
+grep -q "; nvme scaled to its [0-9]* transfers (reads: drive x[0-9.]*, alone x[0-9.]*; writes: drive x[0-9.]*, alone x[0-9.]*); zinfc --target" \
+  "$W/nvcal.out" || { say "--calibrate did not say how it scaled the NVMe transfers"; tail -1 "$W/nvcal.out"; }
+grep -q "^ *reads = \[" "$W/nvcal.zl" && grep -q "^ *writes = \[" "$W/nvcal.zl" || say "nvcal.zl has no timed transfers"
+nvme_ratio() { "$D" "$1" --compare "$W/nv.json" | awk '$1 == "nvme" && NF == 6 { print $5 }'; }
+n0=$(nvme_ratio "$W/nv.plan") n1=$(nvme_ratio "$W/nvcal.plan")
+awk -v r="$n1" 'BEGIN { exit !(r > 0.97 && r < 1.03) }' &&
+  echo "ok   the calibrated plan prices this run's NVMe queue at what it took (measured/predicted $n1, before $n0)" ||
+  say "calibrated NVMe: measured/predicted $n1, not 1 (before: $n0)"
+
 # the picture
 "$D" "$W/m.plan" --compare "$W/run.json" --svg "$W/c.svg" > /dev/null || say "--compare --svg: exit $?"
 for t in "time (ms)" "0 ms" "predicted (cost model)" "measured (rank 0)" "measured compute" "critical path" "GPU memory in use"; do

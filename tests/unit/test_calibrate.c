@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "calibrate.h"
+#include "cost.h"
 #include "vocab.h"
 
 #define NEAR(a, b) ck_assert_msg(fabs((a) - (b)) <= 1e-9 * fabs(b) + 1e-15, "%.12g != %.12g", (double)(a), (double)(b))
@@ -149,11 +150,105 @@ START_TEST(thinned_to_fit) {
 }
 END_TEST
 
+/* The busy seconds of the NVMe transfers of direction w that t measured,
+ * as the cost model gives them for p with target tg (independently of
+ * calibrate.c: their end - start less the time beside others). */
+static double model_busy(const Plan *p, const Timeline *t, const PlanTarget *tg, int w) {
+    Plan q = *p;
+    q.target = *tg;
+    CostResult cr;
+    ck_assert(cost_simulate(&q, &cr));
+    double sum = 0;
+    for (uint32_t i = 0; i < p->ninstrs; i++)
+        if (t->have[i] && p->instrs[i].op == (w ? PI_NVME_WRITE : PI_NVME_READ)) sum += cr.end[i] - cr.start[i] - cr.wait[i];
+    cost_free(&cr);
+    return sum;
+}
+
+static double run_busy(const Plan *p, const Timeline *t, int w) {
+    double sum = 0;
+    for (uint32_t i = 0; i < p->ninstrs; i++)
+        if (t->have[i] && p->instrs[i].op == (w ? PI_NVME_WRITE : PI_NVME_READ)) sum += timeline_busy(t, i);
+    return sum;
+}
+
+/* The NVMe transfers of a run set the level of the target's timed
+ * transfers: afterwards the cost model gives the run's transfers of each
+ * direction the run's busy time (within 1%), at the run's sizes when the
+ * target timed none; a direction the run did not use keeps the target's
+ * timed transfers as they were. */
+START_TEST(nvme_levels) {
+    memset(ins, 0, sizeof ins);
+    ins[0] = (PlanInstr){.op = PI_KERNEL, .queue = Q_COMPUTE, .flops = 1e6, .arg = 0, .ntiles = 1};
+    for (int i = 1; i <= 8; i++) ins[i] = (PlanInstr){.op = PI_NVME_READ, .queue = Q_NVME, .bytes = 65536, .ntiles = 1};
+    for (int i = 9; i <= 10; i++) ins[i] = (PlanInstr){.op = PI_NVME_READ, .queue = Q_NVME, .bytes = 4096, .ntiles = 1};
+    for (int i = 11; i <= 13; i++) ins[i] = (PlanInstr){.op = PI_NVME_WRITE, .queue = Q_NVME, .bytes = 262144, .ntiles = 1};
+    Plan *p = plan_of(14);
+    p->target.nvme_read = p->target.nvme_write = 1e9;
+    p->target.nvme_latency = 80e-6;
+    Timeline t = timeline_of(14);
+    took(&t, 0, 1e-3);
+    for (int i = 1; i <= 8; i++) { /* beside each other: 300 us each, 250 of them beside the others */
+        took(&t, (uint32_t)i, 300e-6);
+        t.wait[i] = 250e-6;
+    }
+    took(&t, 9, 150e-6); /* alone */
+    took(&t, 10, 170e-6);
+    for (int i = 11; i <= 13; i++) took(&t, (uint32_t)i, 900e-6); /* alone, slow */
+    PlanTarget out;
+    CalibrateInfo info;
+    ck_assert(plan_calibrate(p, &t, &out, &info));
+    ck_assert_int_eq(info.transfers, 13);
+    ck_assert_int_eq(info.nvme_points[0], 2); /* the reads' two sizes */
+    ck_assert_int_eq(info.nvme_points[1], 1);
+    ck_assert_int_eq(out.nnvme_points, 3);
+    for (int w = 0; w < 2; w++) {
+        double run = run_busy(p, &t, w), model = model_busy(p, &t, &out, w);
+        ck_assert_msg(fabs(model / run - 1) < 0.011, "direction %d: the model gives %.6g s, the run %.6g s", w, model, run);
+        ck_assert(info.nvme_scale[w][0] > 0 && info.nvme_scale[w][1] > 0);
+    }
+    ck_assert_msg(fabs(model_busy(p, &t, &p->target, 1) / run_busy(p, &t, 1) - 1) > 0.2, "the test must move the writes");
+    /* a target with timed transfers: reads scaled in place, its writes (none in the run) kept */
+    p->target.nnvme_points = 4;
+    p->target.nvme_points[0] = (PlanNvmePoint){0, 4096, 10e-6, 90e-6};
+    p->target.nvme_points[1] = (PlanNvmePoint){0, 1048576, 500e-6, 700e-6};
+    p->target.nvme_points[2] = (PlanNvmePoint){1, 4096, 8e-6, 110e-6};
+    p->target.nvme_points[3] = (PlanNvmePoint){1, 1048576, 300e-6, 280e-6};
+    for (int i = 11; i <= 13; i++) t.have[i] = 0;
+    ck_assert(plan_calibrate(p, &t, &out, &info));
+    ck_assert_int_eq(info.nvme_points[0], 2);
+    ck_assert_int_eq(info.nvme_points[1], 0);
+    ck_assert_int_eq(out.nnvme_points, 4);
+    int reads = 0;
+    for (int i = 0; i < out.nnvme_points; i++) {
+        const PlanNvmePoint *q = &out.nvme_points[i];
+        if (q->write) { /* kept as they were */
+            ck_assert(q->bytes == 4096 ? q->drive == 8e-6 && q->alone == 110e-6 : q->bytes == 1048576 && q->drive == 300e-6);
+        } else { /* the target's sizes, scaled */
+            ck_assert(q->bytes == 4096 || q->bytes == 1048576);
+            reads++;
+        }
+    }
+    ck_assert_int_eq(reads, 2);
+    double run = run_busy(p, &t, 0), model = model_busy(p, &t, &out, 0);
+    ck_assert_msg(fabs(model / run - 1) < 0.011, "reads: the model gives %.6g s, the run %.6g s", model, run);
+    /* no transfer measured: every timed transfer kept */
+    for (int i = 1; i <= 10; i++) t.have[i] = 0;
+    ck_assert(plan_calibrate(p, &t, &out, &info));
+    ck_assert_int_eq(info.transfers, 0);
+    ck_assert_int_eq(out.nnvme_points, 4);
+    ck_assert(memcmp(out.nvme_points, p->target.nvme_points, 4 * sizeof *out.nvme_points) == 0);
+    timeline_free(&t);
+    release(p);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("calibrate");
     TCase *t = tcase_create("core");
     tcase_add_test(t, kernel_calls_and_net);
     tcase_add_test(t, thinned_to_fit);
+    tcase_add_test(t, nvme_levels);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
