@@ -80,12 +80,36 @@ static const char *place_str(const Place *pl, char *buf, size_t n) {
     return buf;
 }
 
+/* The bytes of optimizer state plan p reads from NVMe in the backward
+ * for Adams that step after it (the optimizer's first reads, hoisted: not
+ * those of an Adam stepped in the backward itself). 0 when out of memory. */
+static uint64_t plan_hoisted_bytes(const Plan *p) {
+    uint8_t *early = p ? calloc(p->ntensors + 1, 1) : NULL;
+    if (!early) return 0;
+    for (uint32_t i = 0; i < p->opt_begin && i < p->ninstrs; i++)
+        if (p->instrs[i].op == PI_CPU_ADAM && p->instrs[i].arg >= 0 && (uint32_t)p->instrs[i].arg < p->ntensors) early[p->instrs[i].arg] = 1;
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < p->opt_begin && i < p->ninstrs; i++) {
+        const PlanInstr *s = &p->instrs[i];
+        const PlanOperand *o = s->nopnd ? &p->operands[s->opnd] : NULL;
+        if (s->op != PI_NVME_READ || !o || o->buffer < 0) continue;
+        int32_t t = p->buffers[o->buffer].tensor;
+        if (t < 0 || (uint32_t)t >= p->ntensors) continue;
+        const PlanTensor *x = &p->tensors[t];
+        bool state = x->cls == TC_MASTER || x->cls == TC_MOMENTUM || x->cls == TC_VARIANCE;
+        if (state && x->param >= 0 && (uint32_t)x->param < p->ntensors && !early[x->param]) n += o->bytes;
+    }
+    free(early);
+    return n;
+}
+
 /* How the build's optimizer runs, for the explanation: "" when serial
  * (its first reads hoisted into the backward count as not serial). */
-static const char *overlap_str(const B *b, char *buf, size_t n) {
+static const char *overlap_str(const B *b, const Plan *p, char *buf, size_t n) {
     char s1[32], s2[32], s3[96];
+    uint64_t hoisted = plan_hoisted_bytes(p);
     s3[0] = 0;
-    if (b->nhoist) snprintf(s3, sizeof s3, ", optimizer state read from NVMe in the backward (%s)", plan_bytes_str(b->hoist_bytes, s2, sizeof s2));
+    if (hoisted) snprintf(s3, sizeof s3, ", optimizer state read from NVMe in the backward (%s)", plan_bytes_str(hoisted, s2, sizeof s2));
     if (!b->early_any) {
         snprintf(buf, n, "%s", s3);
         return buf;
@@ -200,7 +224,7 @@ static Outcome cost_and_keep(Search *S, const Place *cand) {
         return OUT_ERROR;
     }
     pl_say(&S->ex, "  %s prefetch %d%s%s: %.4g s/step, GPU peak %s", place_str(cand, s4, sizeof s4), cand->prefetch,
-        cand->reuse ? ", weights kept from recompute to backward" : "", overlap_str(b, ov, sizeof ov), cr.step_time,
+        cand->reuse ? ", weights kept from recompute to backward" : "", overlap_str(b, p, ov, sizeof ov), cr.step_time,
         plan_bytes_str(b->size[ARENA_GPU], s1, sizeof s1));
     if (cr.step_time < S->best_time * 0.999) {
         S->best_time = cr.step_time;
@@ -466,21 +490,6 @@ static bool plan_overlaps(const Plan *p) {
     return false;
 }
 
-/* The bytes of optimizer state plan p reads from NVMe in the backward
- * (with b->pl.hoist: the optimizer's first reads; with the NVMe state
- * overlapped: its Adams' too). */
-static uint64_t plan_hoisted_bytes(const Plan *p) {
-    uint64_t n = 0;
-    for (uint32_t i = 0; p && i < p->opt_begin && i < p->ninstrs; i++) {
-        const PlanInstr *s = &p->instrs[i];
-        const PlanOperand *o = s->nopnd ? &p->operands[s->opnd] : NULL;
-        if (s->op != PI_NVME_READ || !o || o->buffer < 0) continue;
-        int32_t t = p->buffers[o->buffer].tensor;
-        uint8_t c = t >= 0 && (uint32_t)t < p->ntensors ? p->tensors[t].cls : 0;
-        if (c == TC_MASTER || c == TC_MOMENTUM || c == TC_VARIANCE) n += o->bytes;
-    }
-    return n;
-}
 
 static bool refine(Search *S) {
     B *b = S->b;
@@ -552,7 +561,7 @@ static bool finish(Search *S) {
     char s4[160], s1[32], hs[96] = "";
     bool early = plan_overlaps(S->plan);
     uint64_t hoisted = plan_hoisted_bytes(S->plan);
-    if (hoisted && !early)
+    if (hoisted)
         snprintf(hs, sizeof hs, ", optimizer state read from NVMe in the backward (%s)", plan_bytes_str(hoisted, s1, sizeof s1));
     pl_say(&S->ex, "chosen: %s, prefetch %d%s%s%s (of %d builds): %.4g s/step predicted", place_str(&S->best, s4, sizeof s4),
         S->best.prefetch, S->best.reuse ? ", weights kept from recompute to backward" : "",

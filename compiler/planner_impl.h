@@ -117,7 +117,6 @@ typedef struct B {
     struct AdamViews *hoist;
     int *hoist_step;
     int nhoist, hoist_done;
-    uint64_t hoist_bytes;          /* the state bytes their reads bring in */
     uint64_t cap[PLAN_NARENAS];
     uint64_t size[PLAN_NARENAS];
     bool oom, internal;

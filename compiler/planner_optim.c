@@ -410,7 +410,6 @@ static uint64_t adam_read_budget(const B *b, int cj) {
 
 bool pl_hoist_prepare(B *b, Arena *a, int bwd_end) {
     b->nhoist = b->hoist_done = 0;
-    b->hoist_bytes = 0;
     if (!b->pl.hoist) return true;
     if (!b->hoist) {
         b->hoist = ARENA_NEWN(a, AdamViews, ADAM_AHEAD + 1);
@@ -447,15 +446,7 @@ bool pl_hoist_prepare(B *b, Arena *a, int bwd_end) {
 }
 
 void pl_emit_hoisted(B *b, int s) {
-    while (b->hoist_done < b->nhoist && b->hoist_step[b->hoist_done] <= s && !b->oom) {
-        int i0 = b->nins;
-        adam_load(b, &b->hoist[b->hoist_done++]);
-        for (int i = i0; i < b->nins; i++) { /* the state's reads (not a parameter's, which the backward reads too) */
-            TensorClass c = b->g->tensors[b->ins[i].s.arg].cls;
-            if (b->ins[i].s.op == PI_NVME_READ && (c == TC_MASTER || c == TC_MOMENTUM || c == TC_VARIANCE))
-                b->hoist_bytes += b->opnds[b->ins[i].s.opnd].bytes;
-        }
-    }
+    while (b->hoist_done < b->nhoist && b->hoist_step[b->hoist_done] <= s && !b->oom) adam_load(b, &b->hoist[b->hoist_done++]);
 }
 
 void pl_emit_optimizer(B *b, int bwd_end) {
