@@ -18,12 +18,18 @@
 #              optimizer state in CPU memory, then on NVMe, on --backend
 #              cuda, the first steps against --backend host, and again with
 #              ZINF_CUBLASLT=0 (the NVRTC GEMMs) against the host;
-#   5. big     a model that does not fit the GPU: llama2-7b cut to 8 layers
+#   5. decode  zinfgen's KV-cache decoder on the GPU (--backend cuda
+#              --decode kv) and the window decoder on the GPU, each against
+#              the host backend's KV decoder: gpt2-small's greedy tokens and
+#              the logits of each (tests/gpu/kv_compare.py), tokens/s;
+#   6. big     a model that does not fit the GPU: llama2-7b cut to 8 layers
 #              (1.88 billion parameters, 3.8 GB of bf16 weights) on a target
 #              saying the GPU has 3 GiB, every parameter, gradient and Adam
-#              state in CPU memory: a few steps, tokens/s and TFLOP/s.
+#              state in CPU memory: a few steps, tokens/s and TFLOP/s; then
+#              the first steps of the same plan on --backend host, losses
+#              compared.
 # Each step runs under `timeout` within one budget (RUN_ALL_BUDGET seconds,
-# default 480: 8 minutes on one H200; a step that would start with less
+# default 540: 9 minutes on one H200; a step that would start with less
 # than 20 s left is skipped), writes NN-step.log into the output directory,
 # and adds its verdict and key figures to summary.txt there. The output
 # directory is --out, else $OUT when set (the device tool brings back what
@@ -35,7 +41,7 @@
 # tests/fakecuda built in BUILD stand in, models are micro ones, and the
 # kernel step only names what it would run (tests/e2e/gpu_kernels_emu.sh runs
 # the harness on the emulator; RUN_ALL_KERNELS=1 builds it here too).
-# probe and big run through --part (under timeout), which shellcheck does not follow;
+# probe, decode and big run through --part (under timeout), which shellcheck does not follow;
 # $RUNCUDA is a command prefix whose words are meant to split
 # shellcheck disable=SC2317,SC2086
 set -u
@@ -103,12 +109,50 @@ probe() {
     --quiet > "$W/calibrated.out" 2>&1 || { tail -20 "$W/calibrated.out"; return 1; }
   ratio calibrated "the target calibrated from that run" "$W/calibrated.out"
 }
+decode() {
+  if [ -n "$FAKE" ]; then
+    model="$ROOT/tests/e2e/models/gpt-micro" gpu="1 GiB" arch=sm_90 new=12 prompt=5,17,30,2 tol=1e-5
+  else
+    model="$ROOT/examples/gpt2-small" gpu="139 GiB" new=48 prompt=464,2068,7586,21831,18045,625,262,16931,3290,13 tol=2e-2
+    arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
+    arch=sm_${arch:-90}
+  fi
+  mkdir -p "$W/dec-src"
+  cat > "$W/dec.zl" <<ZL
+import "$model"
+target h200 { nodes = 1; gpus_per_node = 1
+  gpu  { memory = $gpu; flops = 989 T; hbm = 4800 GB/s; pcie = 50 GB/s; arch = "$arch"; sms = 132 }
+  cpu  { memory = 120 GiB; bandwidth = 100 GB/s; cores = 16 }
+  net  { bandwidth = 100 GB/s; latency_us = 5 } }
+plan { params = "gpu"; optimizer = "gpu"; grads = "gpu" }
+ZL
+  "$BIN/zinfc" "$W/dec.zl" --kernels="$arch" --kernel-src="$W/dec-src" -o "$W/dec.plan" || return 1
+  if [ -n "$FAKE" ]; then "$FAKE/fakecuda/fakecuda_prep" "$W/dec.plan" "$W/dec-src" "$arch" "$FAKE/fakecuda/units" > /dev/null || return 1; fi
+  g="$W/dec.plan --prompt-ids $prompt --max-new $new --temperature 0"
+  fail=0
+  # the reference: the host backend's KV decoder (the seeded initialisation: no weights to carry)
+  "$BIN/zinfgen" $g --backend host --decode kv --logits "$W/kh.logits" > "$W/kh.tok" 2> "$W/kh.err" ||
+    { cat "$W/kh.err"; echo "decode: FAIL: zinfgen --backend host --decode kv"; return 1; }
+  grep "^generated" "$W/kh.err" | sed 's/^/host kv: /'
+  for d in kv window; do
+    if ! $RUNCUDA "$BIN/zinfgen" $g --backend cuda --decode $d --logits "$W/c$d.logits" > "$W/c$d.tok" 2> "$W/c$d.err"; then
+      cat "$W/c$d.err"; echo "decode: FAIL: zinfgen --backend cuda --decode $d"; fail=1; continue
+    fi
+    grep "^zinfgen: \|^generated" "$W/c$d.err" | sed "s/^/cuda $d: /"
+    python3 "$ROOT/tests/gpu/kv_compare.py" "$tol" "host kv" "$W/kh.tok" "$W/kh.logits" "cuda $d" "$W/c$d.tok" "$W/c$d.logits" > "$W/c$d.cmp"
+    rc=$?
+    sed 's/^/decode: /' "$W/c$d.cmp"
+    [ $rc -eq 0 ] || fail=1
+  done
+  echo "tokens: host kv [$(cat "$W/kh.tok")]"
+  return $fail
+}
 big() {
   if [ -n "$FAKE" ]; then
-    model="$ROOT/tests/e2e/models/gpt-micro" gpu="1 GiB" arch=sm_90 steps=2
+    model="$ROOT/tests/e2e/models/gpt-micro" gpu="1 GiB" arch=sm_90 steps=2 hsteps=2 htime=60
   else
     sed 's/L = 32$/L = 8/; s/T = 4096/T = 2048/; s/^model llama2_7b/model llama_1b9/; /^hf "/,$d' examples/llama2-7b.zl > "$W/llama-1b9.zl"
-    model="$W/llama-1b9" gpu="3 GiB" steps=5
+    model="$W/llama-1b9" gpu="3 GiB" steps=5 hsteps=2 htime=150
     arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
     arch=sm_${arch:-90}
   fi
@@ -127,10 +171,25 @@ ZL
   "$BIN/zinfdump" "$W/big.plan" | head -14
   "$BIN/zinftok" README.md docs/*.md -o "$W/big.bin" > /dev/null || return 1
   $RUNCUDA "$BIN/zinfrun" "$W/big.plan" --data "$W/big.bin" --backend cuda --steps "$steps" --nvme "$W/nvme" \
-    --trace "$OUTDIR/big.trace.json"
+    --losses "$W/big.cuda" --trace "$OUTDIR/big.trace.json" || return 1
+  # the same plan's first steps on the host backend (all of this machine's cores), losses compared
+  # (bf16: 3e-2 relative, as train_e2e.sh); whatever steps the time allows, at least one
+  echo "host: the first $hsteps steps of the same plan on --backend host"
+  timeout "$htime" "$BIN/zinfrun" "$W/big.plan" --data "$W/big.bin" --backend host --steps "$hsteps" --nvme "$W/nvme" \
+    --losses "$W/big.host" > "$W/big.hout" 2>&1 < /dev/null
+  rc=$?
+  grep -v '^step' "$W/big.hout" | tail -3
+  [ $rc -eq 0 ] || [ $rc -eq 124 ] || { echo "host: FAIL: zinfrun --backend host exit $rc"; return 1; }
+  [ $rc -eq 124 ] && echo "host: stopped after $htime s"
+  awk 'NR == FNR { h[FNR] = $4; n = FNR; next }
+       FNR <= n { d = $4 - h[FNR]; if (d < 0) d = -d; r = d / (h[FNR] < 0 ? -h[FNR] : h[FNR]); if (r > 3e-2) bad = 1
+                  printf "big: step %d: host %.5f cuda %.5f (rel %.2e)\n", FNR, h[FNR], $4, r; k++ }
+       END { if (!n || k < n) { print "big: FAIL: no host loss to compare"; exit 1 }
+             if (bad) { print "big: FAIL: the losses differ"; exit 1 }
+             printf "big: losses agree within 3e-2 (%d step%s on the host)\n", n, n == 1 ? "" : "s" }' "$W/big.host" "$W/big.cuda"
 }
 if [ -n "$PART" ]; then
-  case "$PART" in probe | big) "$PART"; exit $? ;; *) echo "run_all: no part $PART" >&2; exit 2 ;; esac
+  case "$PART" in probe | decode | big) "$PART"; exit $? ;; *) echo "run_all: no part $PART" >&2; exit 2 ;; esac
 fi
 
 [ -n "$OUTDIR" ] || { if [ -n "$FAKE" ]; then OUTDIR="$FAKE/gpu-results-fake"; else OUTDIR=build/gpu-results; fi; }
@@ -138,10 +197,20 @@ mkdir -p "$OUTDIR" || exit 2
 case "$OUTDIR" in /*) ;; *) OUTDIR="$ROOT/$OUTDIR" ;; esac
 SUM="$OUTDIR/summary.txt"
 : > "$SUM"
-W=$(mktemp -d /tmp/zinf-runall.XXXXXX) || exit 2
+# the scratch directory is also the "NVMe" (swap files, the probe's): the first
+# of these whose file system takes O_DIRECT (a tmpfs /tmp does not)
+TMPDIR=""
+for d in /tmp /var/tmp "$ROOT/build"; do
+  mkdir -p "$d" 2> /dev/null && dd if=/dev/zero of="$d/.zinf-odirect.$$" bs=4096 count=1 oflag=direct 2> /dev/null &&
+    rm -f "$d/.zinf-odirect.$$" && TMPDIR=$d && break
+  rm -f "$d/.zinf-odirect.$$"
+done
+[ -n "$TMPDIR" ] || { echo "run_all: no directory here takes O_DIRECT writes (tried /tmp, /var/tmp, build)" >&2; exit 2; }
+export TMPDIR
+W=$(mktemp -d "$TMPDIR/zinf-runall.XXXXXX") || exit 2
 trap 'rm -rf "$W"' EXIT
 START=$(date +%s)
-BUDGET=${RUN_ALL_BUDGET:-480}
+BUDGET=${RUN_ALL_BUDGET:-540}
 say() { echo "$*" | tee -a "$SUM"; }
 say "run_all: $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$([ -n "$FAKE" ] && echo ', REHEARSAL on the fake driver')"
 failed=0 nstep=0
@@ -194,6 +263,13 @@ else
 fi
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$CUDA/lib64"
+# NCCL from the toolkit or from pip's nvidia-nccl wheel (the probe's collectives, zinfrun's)
+if [ -z "$FAKE" ] && ! ldconfig -p 2>/dev/null | grep -q libnccl.so.2 && [ ! -e "$CUDA/lib64/libnccl.so.2" ]; then
+  n=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+  [ -n "$n" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$n"
+fi
+# the binaries of a bundle were built elsewhere: the stdlib and kernels are this checkout's
+export ZINF_STDLIB="$ROOT/stdlib" ZINF_KERNEL_DIR="$ROOT/stdlib/kernels"
 export ZINF_CACHE_DIR="$W/nvrtc-cache"
 # the rehearsal keeps NVRTC's cache between runs, as the fake-driver e2e scripts do (tests/fakecuda/env.sh)
 [ -n "$FAKE" ] && ZINF_CACHE_DIR="$ROOT/$FAKE/fakecuda/nvrtc-cache"
@@ -227,9 +303,13 @@ mkdir -p "$OUTDIR/train"
 step train 200 env OUT="$OUTDIR/train" sh tests/gpu/train_e2e.sh --nvrtc-too "$@"
 figures "^== |^gpu: |gemm:|^done|TFLOP/s per rank|losses agree|^FAIL|^train_e2e"
 
-# ---- 5. big: a model the GPU cannot hold, from CPU memory ----
-step big 240 sh "$ROOT/tests/gpu/run_all.sh" --out "$OUTDIR" ${FAKE:+--fake "$FAKE"} --part big
-figures "^parameters|^  gpu  |gemm:|^step|^done|TFLOP/s per rank|queue busy|gpu memory:"
+# ---- 5. decode: zinfgen's KV-cache decoder on the GPU against the host's ----
+step decode 90 sh "$ROOT/tests/gpu/run_all.sh" --out "$OUTDIR" ${FAKE:+--fake "$FAKE"} --part decode
+figures "^(host kv|cuda kv|cuda window|decode): "
+
+# ---- 6. big: a model the GPU cannot hold, from CPU memory, against the host ----
+step big 300 sh "$ROOT/tests/gpu/run_all.sh" --out "$OUTDIR" ${FAKE:+--fake "$FAKE"} --part big
+figures "^parameters|^  gpu  |gemm:|^step|^done|TFLOP/s per rank|queue busy|gpu memory:|^big: |^host: "
 
 dt=$(($(date +%s) - START))
 if [ $failed -eq 0 ]; then say "run_all: ok ($nstep steps, ${dt} s; logs and summary in $OUTDIR)"; exit 0; fi

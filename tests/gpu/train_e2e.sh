@@ -56,7 +56,7 @@ if ! ldconfig -p 2>/dev/null | grep -q libnccl.so.2 && [ ! -e "$CUDA/lib64/libnc
   [ -n "$n" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$n"
 fi
 export ZINF_STDLIB="$ROOT/stdlib" ZINF_KERNEL_DIR="$ROOT/stdlib/kernels"
-W=$(mktemp -d /tmp/zinf-gpu.XXXXXX)
+W=$(mktemp -d "${TMPDIR:-/tmp}/zinf-gpu.XXXXXX") # run_all.sh sets TMPDIR to a directory that takes O_DIRECT
 trap 'rm -rf "$W"' EXIT
 export ZINF_CACHE_DIR="$W/cache"
 arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
