@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 D=${1:-.gpubundle}
 rm -rf "$D"
 mkdir -p "$D/bin" "$D/lib"
-for b in zinfc zinfrun zinfdump zinftok zinfref zinfprobe; do cp "build/bin/$b" "$D/bin/"; done
+for b in zinfc zinfrun zinfdump zinftok zinfgen zinfref zinfprobe; do cp "build/bin/$b" "$D/bin/"; done
 for b in "$D"/bin/*; do
   ldd "$b" | awk '/=> \// {print $3}' | while read -r l; do
     case "$(basename "$l")" in

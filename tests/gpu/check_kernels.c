@@ -587,8 +587,26 @@ typedef struct Row {
     char worst[48];
     bool pass;
 } Row;
-static Row rows[64];
-static int nrows;
+/* One row a case, grown as cases are added (a fixed array overflowed
+ * silently without _FORTIFY_SOURCE once the cases outgrew it). */
+static Row *rows;
+static int nrows, rows_cap;
+
+/* The next row, zeroed; the harness cannot go on without it. */
+static Row *row_new(void) {
+    if (nrows == rows_cap) {
+        int cap = rows_cap ? 2 * rows_cap : 64;
+        Row *grown = realloc(rows, sizeof *rows * (size_t)cap);
+        if (!grown) {
+            fprintf(stderr, "check_kernels: out of memory for %d result rows\n", cap);
+            exit(2);
+        }
+        rows = grown, rows_cap = cap;
+    }
+    Row *r = &rows[nrows++];
+    memset(r, 0, sizeof *r);
+    return r;
+}
 
 static double limit_of(DType dt) { return dt == DT_F32 ? 1e-5 : 1e-2; }
 
@@ -653,8 +671,7 @@ static void case_run(Case *c) {
         dev_op(c, k);
         ref_op(c, k, ws);
     }
-    Row *r = &rows[nrows++];
-    memset(r, 0, sizeof *r);
+    Row *r = row_new();
     snprintf(r->name, sizeof r->name, "%s", c->name);
     snprintf(r->dtype, sizeof r->dtype, "%s", cuda_dtype_name(g->train.dtype));
     r->kernels = c->nkernels;
@@ -913,8 +930,7 @@ static void case_util(DType dt) {
         exit(2);
     }
     diag_free(&d);
-    Row *r = &rows[nrows++];
-    memset(r, 0, sizeof *r);
+    Row *r = row_new();
     snprintf(r->name, sizeof r->name, "%s", c.name);
     snprintf(r->dtype, sizeof r->dtype, "%s", cuda_dtype_name(dt));
     r->kernels = 4;
