@@ -21,6 +21,8 @@ _Static_assert((int)QRUN_PIPE_MAX == (int)COST_NVME_DEPTH, "runtime/plan/cost.h 
 #include "rtio.h"
 
 
+double rt_loss_scale(const Rt *r) { return r->loss_scale; }
+
 int64_t rt_steps_done(const Rt *r) { return r->step; }
 double rt_busy_seconds(const Rt *r, int q) {
     if (q < 0 || q >= PLAN_NQUEUES) return 0;

@@ -68,6 +68,8 @@ uint64_t rt_arena_bytes(const Rt *r, int k);
 int rt_step(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, int accum, RtStepStats *st,
             char *err, size_t errlen);
 int64_t rt_steps_done(const Rt *r);
+/* The f16 loss scale in effect for the next step (1 for other dtypes). */
+double rt_loss_scale(const Rt *r);
 /* Seconds queue q has spent executing, over every step so far. */
 double rt_busy_seconds(const Rt *r, int q);
 /* Seconds queue q's instructions spent waiting inside them (a collective

@@ -22,12 +22,14 @@
 #include "hfio.h"
 #include "plan.h"
 #include "probe.h"
+#include "adam.h"
+#include "tbevents.h"
 #include "tokens.h"
 #include "verify.h"
 
 typedef struct Opts {
     const char *plan, *data, *backend, *ckpt_dir, *trace, *nvme, *export_path, *losses, *init, *export_hf;
-    const char *eval_data;
+    const char *eval_data, *tensorboard;
     int64_t steps, ckpt_every;
     int64_t eval_every, eval_batches; /* 0: at the end only; 0: every window of the file */
     uint64_t shard_size;
@@ -41,7 +43,7 @@ typedef struct Opts {
 static const char *const flags[] = {"--data", "--steps", "--backend", "--checkpoint-dir", "--checkpoint-every",
                                     "--resume", "--start-over", "--trace", "--nvme", "--export", "--losses", "--quiet", "--help", "--version",
                                     "--init", "--export-hf", "--export-hf-shard-size", "--data-order", "--data-seed", "--eos",
-                                    "--eval-data", "--eval-every", "--eval-batches"};
+                                    "--eval-data", "--eval-every", "--eval-batches", "--tensorboard"};
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -79,6 +81,9 @@ static void usage(FILE *f) {
             "                         on (default: every window the file holds, divided among the ranks)\n"
             "  --losses FILE          append \"step N loss L grad_norm G\" lines (full precision) to FILE,\n"
             "                         and \"eval step N loss L batches K\" lines with --eval-data\n"
+            "  --tensorboard DIR      write TensorBoard event files to DIR (rank 0): loss, eval loss, learning rate,\n"
+            "                         grad norm, loss scale, tokens/s, TFLOP/s, step time against the prediction,\n"
+            "                         busy time and bytes per queue; a resumed run adds a file, its steps continuing\n"
             "  --quiet                only the final summary\n");
 }
 
@@ -120,6 +125,7 @@ static int parse(int argc, char **argv, Opts *o) {
         else if (!strcmp(a, "--losses")) { if (!(o->losses = VAL())) return 2; }
         else if (!strcmp(a, "--init")) { if (!(o->init = VAL())) return 2; }
         else if (!strcmp(a, "--eval-data")) { if (!(o->eval_data = VAL())) return 2; }
+        else if (!strcmp(a, "--tensorboard")) { if (!(o->tensorboard = VAL())) return 2; }
         else if (!strcmp(a, "--export-hf")) { if (!(o->export_hf = VAL())) return 2; }
         else if (!strcmp(a, "--export-hf-shard-size")) {
             const char *v = VAL();
@@ -590,8 +596,10 @@ static bool eval_due(const Opts *o, int64_t s, int64_t start, int64_t total) {
 }
 
 /* "eval: step 20, loss 4.8123 over 8 batches (8192 tokens)" and the --losses line. */
-static int eval_at(Rt *r, const Eval *e, int64_t s, int64_t tokens, const Opts *o, FILE *lossf, bool tty, char *err,
-                   size_t n) {
+static void tb_stop(TbWriter **tb, const char *why);
+
+static int eval_at(Rt *r, const Eval *e, int64_t s, int64_t tokens, const Opts *o, FILE *lossf, TbWriter **tb, bool tty,
+                   char *err, size_t n) {
     RtEvalStats st;
     if (rt_eval(r, (const int32_t *const *)e->tok, (const int32_t *const *)e->tgt, e->k, &st, err, n)) return -1;
     int64_t g = (int64_t)e->k * C.size;
@@ -599,6 +607,9 @@ static int eval_at(Rt *r, const Eval *e, int64_t s, int64_t tokens, const Opts *
         fprintf(lossf, "eval step %" PRId64 " loss %.9g batches %" PRId64 "\n", s, st.loss, g);
         fflush(lossf);
     }
+    char why[512];
+    TbScalar v = {"eval/loss", st.loss};
+    if (*tb && tb_scalars(*tb, s, &v, 1, why, sizeof why)) tb_stop(tb, why);
     if (C.rank == 0 && !o->quiet) {
         printf("%seval: step %" PRId64 ", loss %.4f over %" PRId64 " batch%s (%" PRId64 " tokens, %.1f ms)\n", tty ? "\n" : "", s,
                st.loss, g, g == 1 ? "" : "es", g * tokens, st.seconds * 1e3);
@@ -635,6 +646,8 @@ typedef struct Run {
     bool have_data, have_order, have_cost;
     int32_t *tok[PLAN_MAX_ACCUM], *tgt[PLAN_MAX_ACCUM];
     FILE *lossf;
+    TbWriter *tb;                     /* --tensorboard, rank 0 */
+    double tb_busy[PLAN_NQUEUES];     /* each queue's busy seconds at the last event */
     Eval ev;
     CostResult cr;
     int accum;
@@ -724,7 +737,53 @@ static int open_data(Run *u, char *err, size_t n) {
     if (o->eval_data && eval_open(&u->ev, o, plan_vocab(u->p), u->B, u->T, err, n)) return -1;
     if (o->losses && u->lead && !(u->lossf = fopen(o->losses, "a")))
         return snprintf(err, n, "cannot open %s: %s", o->losses, strerror(errno)), -1;
+    if (o->tensorboard && u->lead) {
+        char why[512];
+        if (!(u->tb = tb_open(o->tensorboard, why, sizeof why))) return snprintf(err, n, "--tensorboard: %s", why), -1;
+        for (int q = 0; q < PLAN_NQUEUES; q++) u->tb_busy[q] = rt_busy_seconds(u->r, q);
+        if (!o->quiet) printf("tensorboard: %s\n", tb_path(u->tb));
+    }
     return 0;
+}
+
+/* A run's charts are worth less than the run: a TensorBoard file that
+ * cannot be written any more is said once and closed, and training goes on. */
+static void tb_stop(TbWriter **tb, const char *why) {
+    char e2[512];
+    fprintf(stderr, "zinfrun: warning: --tensorboard: %s; no more events are written\n", why);
+    tb_close(*tb, e2, sizeof e2);
+    *tb = NULL;
+}
+
+/* Step s's event: what the progress line says, and what it leaves out. */
+static void tb_step(Run *u, int64_t s, const RtStepStats *st) {
+    const PlanTrain *t = &u->p->train;
+    AdamSchedule sch = {.lr = t->lr, .warmup_steps = t->warmup_steps, .schedule = t->schedule, .min_lr = t->min_lr, .steps = t->steps};
+    static const char *const busy_tags[PLAN_NQUEUES] = {"busy_ms/nvme", "busy_ms/h2d", "busy_ms/d2h", "busy_ms/comm", "busy_ms/compute", "busy_ms/cpu"};
+    static const char *const byte_tags[PLAN_NQUEUES] = {"bytes/nvme", "bytes/h2d", "bytes/d2h", "bytes/comm", "bytes/compute", "bytes/cpu"};
+    TbScalar v[32];
+    int k = 0;
+    v[k++] = (TbScalar){"train/loss", st->loss};
+    v[k++] = (TbScalar){"train/grad_norm", st->grad_norm};
+    v[k++] = (TbScalar){"train/lr", adam_lr(&sch, s + 1)};
+    if (t->dtype == DT_F16) {
+        v[k++] = (TbScalar){"train/loss_scale", rt_loss_scale(u->r)};
+        v[k++] = (TbScalar){"train/skipped", st->skipped ? 1.0 : 0.0};
+    }
+    if (st->seconds > 0) {
+        v[k++] = (TbScalar){"perf/tokens_per_s", (double)(u->B * u->T * u->accum * C.size) / st->seconds};
+        v[k++] = (TbScalar){"perf/tflops_per_rank", rt_step_flops(u->r, u->accum) / st->seconds * 1e-12};
+    }
+    v[k++] = (TbScalar){"perf/step_ms", st->seconds * 1e3};
+    if (u->have_cost) v[k++] = (TbScalar){"perf/step_ms_predicted", u->cr.step_time * 1e3};
+    for (int q = 0; q < PLAN_NQUEUES; q++) {
+        double b = rt_busy_seconds(u->r, q);
+        v[k++] = (TbScalar){busy_tags[q], (b - u->tb_busy[q]) * 1e3};
+        u->tb_busy[q] = b;
+        if (q != Q_COMPUTE && q != Q_CPU) v[k++] = (TbScalar){byte_tags[q], (double)st->bytes[q]};
+    }
+    char why[512];
+    if (tb_scalars(u->tb, s + 1, v, k, why, sizeof why)) tb_stop(&u->tb, why);
 }
 
 /* The progress line of step s (rank 0). */
@@ -747,7 +806,7 @@ static void print_step(const Run *u, int64_t s, const RtStepStats *st) {
 static int train(Run *u, char *err, size_t n) {
     const Opts *o = &u->o;
     int64_t tokens = u->B * u->T;
-    if (eval_due(o, u->start, u->start, u->total) && eval_at(u->r, &u->ev, u->start, tokens, o, u->lossf, u->tty, err, n)) return -1;
+    if (eval_due(o, u->start, u->start, u->total) && eval_at(u->r, &u->ev, u->start, tokens, o, u->lossf, &u->tb, u->tty, err, n)) return -1;
     u->first_loss = u->last_loss = NAN;
     char runst[512];
     for (int64_t s = u->start; s < u->total; s++) {
@@ -772,7 +831,8 @@ static int train(Run *u, char *err, size_t n) {
             }
         }
         if (u->lead && !o->quiet) print_step(u, s, &st);
-        if (eval_due(o, s + 1, u->start, u->total) && eval_at(u->r, &u->ev, s + 1, tokens, o, u->lossf, u->tty, err, n)) return -1;
+        if (u->tb) tb_step(u, s, &st);
+        if (eval_due(o, s + 1, u->start, u->total) && eval_at(u->r, &u->ev, s + 1, tokens, o, u->lossf, &u->tb, u->tty, err, n)) return -1;
         if (o->ckpt_dir && o->ckpt_every > 0 && (s + 1) % o->ckpt_every == 0 && s + 1 < u->total) {
             run_state(&u->dord, (s + 1) * u->accum, runst, sizeof runst);
             if (rt_checkpoint_save(u->r, o->ckpt_dir, runst, err, n)) return -1;
@@ -900,6 +960,8 @@ static void run_close(Run *u) {
         free(u->tgt[a]);
     }
     if (u->lossf) fclose(u->lossf);
+    char why[512];
+    if (tb_close(u->tb, why, sizeof why)) fprintf(stderr, "zinfrun: warning: --tensorboard: %s\n", why);
     if (u->have_cost) cost_free(&u->cr);
     rt_destroy(u->r);
     plan_free(u->p);

@@ -25,8 +25,8 @@ fi
 # (torch is large: it is never installed twice). tests/pyenv.sh finds it.
 ZINF_CACHE=${ZINF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/zinf}
 VENV="$ZINF_CACHE/venv"
-PYPKGS="torch transformers tokenizers safetensors peft numpy"
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import torch, transformers, tokenizers, safetensors, peft, numpy' 2>/dev/null; then
+PYPKGS="torch transformers tokenizers safetensors peft numpy tensorboard"
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import torch, transformers, tokenizers, safetensors, peft, numpy, tensorboard' 2>/dev/null; then
   echo "deps: Python environment present ($VENV)"
 else
   echo "deps: making the Python environment $VENV ($PYPKGS; once)"

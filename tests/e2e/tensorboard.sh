@@ -1,0 +1,49 @@
+#!/bin/sh
+# zinfrun --tensorboard DIR (docs/training.md, "Watching a run"): the event
+# files read back by the tensorboard package's own reader
+# (tests/e2e/tb_events.py): gpt-micro on the host backend, 2 ranks, 4
+# steps with an evaluation every 2, then --resume to step 6 into the same
+# directory. Checked: the train/loss and eval/loss scalars equal the
+# --losses file's (f32 rounding), their steps run 1..6 across both files
+# (one file a run), train/lr follows the plan's warmup, the perf, busy and
+# bytes tags are there for every step; a directory that cannot be made is
+# refused before step 1, naming it, with nothing trained.
+#   tests/e2e/tensorboard.sh BUILD
+B=${1:-build}
+. tests/pyenv.sh
+[ -n "$ZINF_PY" ] || { echo "skip tensorboard: no Python environment (make deps)"; exit 0; }
+"$ZINF_PY" -c 'import tensorboard' 2> /dev/null || { echo "skip tensorboard: no tensorboard package in $ZINF_PY (make deps)"; exit 0; }
+W=$(mktemp -d /tmp/zinf-tb.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader TMPDIR="$W"
+cat > "$W/m.zl" <<ZL
+import "$(pwd)/tests/e2e/models/gpt-micro"
+target t { backend = "host"; ranks = 2; budget = 1 GiB
+  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2; flops = 20 G } }
+ZL
+"$B/bin/zinfc" "$W/m.zl" -o "$W/m.plan" > "$W/zinfc.out" 2>&1 || { cat "$W/zinfc.out"; echo "FAIL: zinfc"; exit 1; }
+"$B/bin/zinftok" README.md -o "$W/train.bin" > /dev/null || exit 1
+"$B/bin/zinftok" docs/language.md -o "$W/eval.bin" > /dev/null || exit 1
+run() { timeout 120 mpirun -np 2 --oversubscribe "$B/bin/zinfrun" "$W/m.plan" --data "$W/train.bin" --checkpoint-dir "$W/ck" \
+          --eval-data "$W/eval.bin" --eval-every 2 --eval-batches 1 --losses "$W/losses" "$@" < /dev/null; }
+fail=0
+if ! run --steps 4 --tensorboard "$W/tb/run1" > "$W/a.out" 2>&1 || ! run --steps 6 --resume --tensorboard "$W/tb/run1" > "$W/b.out" 2>&1; then
+  tail -5 "$W/a.out" "$W/b.out"; echo "FAIL: zinfrun --tensorboard"; exit 1
+fi
+grep -q "^tensorboard: $W/tb/run1/events.out.tfevents\." "$W/a.out" || { cat "$W/a.out"; echo "FAIL: zinfrun did not say where the events go"; fail=1; }
+[ "$(find "$W/tb/run1" -name 'events.out.tfevents.*' | wc -l)" -eq 2 ] || { ls -l "$W/tb/run1"; echo "FAIL: not one event file a run"; fail=1; }
+if "$ZINF_PY" tests/e2e/tb_events.py "$W/tb/run1" "$W/losses" 6 > "$W/py.out" 2>&1; then
+  cat "$W/py.out"
+else
+  cat "$W/py.out"; echo "FAIL: the event files against the --losses file"; fail=1
+fi
+# a directory that cannot be made: refused before step 1
+: > "$W/afile"
+if run --steps 2 --tensorboard "$W/afile/tb" --start-over > "$W/c.out" 2>&1; then
+  echo "FAIL: --tensorboard under a file was accepted"; fail=1
+elif ! grep -q "zinfrun: rank 0: --tensorboard: $W/afile is not a directory" "$W/c.out" || grep -q "^step " "$W/c.out"; then
+  cat "$W/c.out"; echo "FAIL: the refusal of --tensorboard under a file"; fail=1
+else
+  echo "ok   --tensorboard under a file refused before step 1: $(grep -m1 "tensorboard:" "$W/c.out")"
+fi
+exit $fail
