@@ -12,15 +12,21 @@
  *   zinfdump model.plan --compare run.json --calibrate t.zl  also writes the plan's target with the run's
  *                                       kernel times as its timed calls and, on several ranks, its collectives'
  *                                       fit as net (zinfc --target t.zl plans with them)
+ *   zinfdump [model.plan] --losses FILE --svg out.svg   a run's --losses file drawn: training and
+ *                                       evaluation loss against the step, the plan's learning rate on a
+ *                                       second axis
  *   zinfdump model.plan --hf            the Hugging Face mapping: one line per piece
  *   zinfdump model.plan --hf-config     the config.json the plan carries, as is
  * Every plan is verified first; a plan that fails is reported and not shown. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "adam.h"
 #include "calibrate.h"
 #include "cost.h"
+#include "losschart.h"
 #include "plan.h"
 #include "plandump.h"
 #include "target_zl.h"
@@ -29,7 +35,8 @@
 
 static int usage(FILE *f, int rc) {
     fprintf(f, "usage: zinfdump PLAN [--schedule [--rank R]] [--memory] [--kernels] [--trace OUT.json] [--svg OUT.svg] [--hf]\n"
-               "                [--hf-config] [--compare RUN.json [--calibrate OUT.zl]]\n");
+               "                [--hf-config] [--compare RUN.json [--calibrate OUT.zl]]\n"
+               "       zinfdump [PLAN] --losses FILE --svg OUT.svg\n");
     return rc;
 }
 
@@ -161,8 +168,51 @@ static int compare(const char *path, const Plan *p, const CostResult *c, const T
     return ok ? 0 : 1;
 }
 
+/* --losses FILE --svg OUT: the chart, titled with the plan's model and
+ * with its learning rate when a plan is given (already verified). */
+static int loss_chart(const char *losses, const char *out, const Plan *p) {
+    char err[512];
+    LossSeries s;
+    if (losschart_read(losses, &s, err, sizeof err)) {
+        fprintf(stderr, "zinfdump: %s\n", err);
+        losschart_free(&s);
+        return 1;
+    }
+    AdamSchedule sch = {0};
+    char title[512];
+    if (p) {
+        const PlanTrain *t = &p->train;
+        sch = (AdamSchedule){.lr = t->lr, .warmup_steps = t->warmup_steps, .schedule = t->schedule, .min_lr = t->min_lr, .steps = t->steps};
+        snprintf(title, sizeof title, "%s: loss (%s)", p->model_name ? p->model_name : "model", losses);
+    } else {
+        snprintf(title, sizeof title, "loss (%s)", losses);
+    }
+    /* written beside, then renamed: an existing chart is never left half-written */
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", out) >= (int)sizeof tmp) {
+        fprintf(stderr, "zinfdump: %s: name too long\n", out);
+        losschart_free(&s);
+        return 1;
+    }
+    FILE *f = fopen(tmp, "w");
+    int rc = 0;
+    if (!f) {
+        fprintf(stderr, "zinfdump: %s: cannot write: %s\n", out, strerror(errno));
+        rc = 1;
+    } else {
+        if (losschart_svg(f, &s, title, p ? &sch : NULL, err, sizeof err)) rc = 1, fprintf(stderr, "zinfdump: %s: %s\n", out, err);
+        if (fclose(f) != 0 && !rc) rc = 1, fprintf(stderr, "zinfdump: %s: %s\n", out, strerror(errno));
+        if (!rc && rename(tmp, out) != 0) rc = 1, fprintf(stderr, "zinfdump: %s: %s\n", out, strerror(errno));
+        if (rc) remove(tmp);
+    }
+    if (!rc) printf("wrote %s: %d training steps (%" PRId64 " to %" PRId64 "), %d evaluations\n", out, s.ntrain,
+                    s.ntrain ? s.train[0].step : 0, s.ntrain ? s.train[s.ntrain - 1].step : 0, s.neval);
+    losschart_free(&s);
+    return rc;
+}
+
 int main(int argc, char **argv) {
-    const char *path = NULL, *trace = NULL, *svg = NULL, *cmp = NULL, *calib = NULL;
+    const char *path = NULL, *trace = NULL, *svg = NULL, *cmp = NULL, *calib = NULL, *losses = NULL;
     bool schedule = false, memory = false, kernels = false, hf = false, hf_config = false;
     int rank = -1;
     for (int i = 1; i < argc; i++) {
@@ -174,7 +224,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--hf-config")) hf_config = true;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout, 0);
         else if (!strcmp(a, "--rank") || !strcmp(a, "--trace") || !strcmp(a, "--svg") || !strcmp(a, "--compare") ||
-                 !strcmp(a, "--calibrate")) {
+                 !strcmp(a, "--calibrate") || !strcmp(a, "--losses")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "zinfdump: %s needs a value\n", a);
                 return usage(stderr, 2);
@@ -184,6 +234,7 @@ int main(int argc, char **argv) {
             else if (!strcmp(a, "--svg")) svg = v;
             else if (!strcmp(a, "--compare")) cmp = v;
             else if (!strcmp(a, "--calibrate")) calib = v;
+            else if (!strcmp(a, "--losses")) losses = v;
             else {
                 char *end;
                 long r = strtol(v, &end, 10);
@@ -203,6 +254,15 @@ int main(int argc, char **argv) {
             path = a;
         }
     }
+    if (losses && !svg) {
+        fprintf(stderr, "zinfdump: --losses needs --svg OUT.svg: where to draw it\n");
+        return 2;
+    }
+    if (losses && (schedule || memory || kernels || hf || hf_config || trace || cmp)) {
+        fprintf(stderr, "zinfdump: --losses --svg draws a chart of the run; the plan's other views are separate calls\n");
+        return 2;
+    }
+    if (losses && !path) return loss_chart(losses, svg, NULL);
     if (!path) return usage(stderr, 2);
     if (calib && !cmp) {
         fprintf(stderr, "zinfdump: --calibrate needs --compare RUN.json: the run whose kernel times it takes\n");
@@ -225,6 +285,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "zinfdump: %s: the plan fails verification (%d problem%s):\n%s", path, problems, problems > 1 ? "s" : "", msgs);
         plan_free(p);
         return 1;
+    }
+    if (losses) {
+        int lrc = loss_chart(losses, svg, p);
+        plan_free(p);
+        return lrc;
     }
     CostResult c;
     if (!cost_simulate(p, &c)) {

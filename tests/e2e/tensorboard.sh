@@ -8,6 +8,12 @@
 # (one file a run), train/lr follows the plan's warmup, the perf, busy and
 # bytes tags are there for every step; a directory that cannot be made is
 # refused before step 1, naming it, with nothing trained.
+# Then zinfdump PLAN --losses FILE --svg OUT (runtime/losschart.h) draws the
+# same --losses file: rsvg-convert renders it, the training line has a
+# point a step (6, the resumed step 4 once) and the evaluations a dot each
+# (4), the learning rate is drawn; without a plan too (no lr); a line that
+# is not zinfrun's is refused with FILE:LINE, and --losses without --svg
+# is a usage error.
 #   tests/e2e/tensorboard.sh BUILD
 B=${1:-build}
 . tests/pyenv.sh
@@ -46,4 +52,36 @@ elif ! grep -q "zinfrun: rank 0: --tensorboard: $W/afile is not a directory" "$W
 else
   echo "ok   --tensorboard under a file refused before step 1: $(grep -m1 "tensorboard:" "$W/c.out")"
 fi
+# ---- the chart of the --losses file ----
+D="$B/bin/zinfdump"
+if ! "$D" "$W/m.plan" --losses "$W/losses" --svg "$W/loss.svg" > "$W/d.out" 2>&1; then
+  cat "$W/d.out"; echo "FAIL: zinfdump --losses --svg"; fail=1
+elif ! grep -q "^wrote $W/loss.svg: 6 training steps (1 to 6), 4 evaluations$" "$W/d.out"; then
+  cat "$W/d.out"; echo "FAIL: zinfdump --losses --svg's line"; fail=1
+elif ! command -v rsvg-convert > /dev/null; then
+  echo "FAIL: no rsvg-convert to render the chart (make deps installs librsvg2-bin)"; fail=1
+elif ! rsvg-convert "$W/loss.svg" -o "$W/loss.png" || [ ! -s "$W/loss.png" ]; then
+  echo "FAIL: rsvg-convert could not render the chart"; fail=1
+else
+  tr=$(grep 'id="train"' "$W/loss.svg" | sed 's/.*points="//; s/".*//' | wc -w)
+  dots=$(grep -c '<circle ' "$W/loss.svg")
+  if [ "$tr" -eq 6 ] && [ "$dots" -eq 4 ] && grep -q ">learning rate</text>" "$W/loss.svg" && grep -q ">gpt_micro: loss (" "$W/loss.svg"; then
+    echo "ok   zinfdump --losses --svg: 6 training points, 4 evaluations, the learning rate; rendered by rsvg-convert"
+  else
+    echo "FAIL: the chart has $tr training points (6), $dots evaluation dots (4)"; fail=1
+  fi
+fi
+"$D" --losses "$W/losses" --svg "$W/noplan.svg" > /dev/null 2>&1 && ! grep -q "learning rate" "$W/noplan.svg" && rsvg-convert "$W/noplan.svg" -o "$W/noplan.png" ||
+  { echo "FAIL: the chart without a plan"; fail=1; }
+printf 'step 1 loss 5.5 grad_norm 1\nstep two\n' > "$W/bad.losses"
+if "$D" --losses "$W/bad.losses" --svg "$W/bad.svg" > "$W/bad.out" 2>&1 || [ -e "$W/bad.svg" ] ||
+   ! grep -qF "zinfdump: $W/bad.losses:2: not a line of zinfrun --losses: 'step two'" "$W/bad.out"; then
+  cat "$W/bad.out"; echo "FAIL: a malformed --losses file"; fail=1
+fi
+"$D" --losses "$W/losses" > "$W/usage.out" 2>&1
+rc=$?
+if [ $rc -ne 2 ] || ! grep -q "zinfdump: --losses needs --svg OUT.svg: where to draw it" "$W/usage.out"; then
+  cat "$W/usage.out"; echo "FAIL: --losses without --svg (exit $rc)"; fail=1
+fi
+[ $fail -eq 0 ] && echo "ok   the chart refuses a malformed file (FILE:LINE) and --losses without --svg"
 exit $fail
