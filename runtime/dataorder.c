@@ -228,8 +228,37 @@ int dord_batch(DataOrder *d, int rank, int64_t g, int32_t *tokens, int32_t *targ
             tokens[b * T + t] = (int32_t)d->row[t];
             targets[b * T + t] = (int32_t)d->row[t + 1];
         }
+        if (tok_mask_targets(r, off + 1, T, targets + b * T, err, errlen)) return -1;
     }
     return 0;
+}
+
+int64_t dord_trained(DataOrder *d, int64_t g, char *err, size_t errlen) {
+    TokReader *r = d->r;
+    if (g < 0) return errorf(err, errlen, "%s: negative micro-batch index %lld", r->path, (long long)g);
+    int64_t count = 0, T = d->T;
+    if (d->windows) {
+        int64_t w = tok_windows(r->ntokens, d->B, T), bt = d->B * T;
+        if (w < 1) return errorf(err, errlen, "%s: no window of B*T+1 tokens", r->path);
+        if (g > (INT64_MAX - d->world) / d->world) g %= w;
+        for (int64_t k = 0; k < d->world; k++) {
+            int64_t c = tok_count_trained(r, tok_window_offset(r->ntokens, g * d->world + k, d->B, T) + 1, bt, err, errlen);
+            if (c < 0) return -1;
+            count += c;
+        }
+        return count;
+    }
+    int64_t per = d->B * d->world;
+    if (g > INT64_MAX / per - 1)
+        return errorf(err, errlen, "%s: micro-batch index %lld is too large", r->path, (long long)g);
+    for (int64_t q = g * per; q < (g + 1) * per; q++) {
+        int64_t off = dord_global_row_start(d, q);
+        if (off < 0) return errorf(err, errlen, "%s: no row for micro-batch %lld", r->path, (long long)g);
+        int64_t c = tok_count_trained(r, off + 1, T, err, errlen);
+        if (c < 0) return -1;
+        count += c;
+    }
+    return count;
 }
 
 int64_t dord_epoch(const DataOrder *d, int64_t g) {

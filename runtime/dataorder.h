@@ -96,8 +96,14 @@ int64_t dord_row_start(const DataOrder *d, int64_t j);
 /* Token where global row q starts (its epoch's order applied); -1 when q < 0. */
 int64_t dord_global_row_start(const DataOrder *d, int64_t q);
 /* The micro-batch of rank `rank` at global micro-batch g into tokens[B*T]
- * and targets[B*T]. 0, or -1 with err. */
+ * and targets[B*T] (TOK_UNTRAINED at untrained targets). 0, or -1 with err. */
 int dord_batch(DataOrder *d, int rank, int64_t g, int32_t *tokens, int32_t *targets, char *err, size_t errlen);
+/* The trained targets (tokens.h, "Targets") of global micro-batch g on
+ * every rank together: what each rank can count from the file before the
+ * step, so that the step's loss is the mean over the trained targets of
+ * the whole global batch without a collective. B*T*world for a file
+ * without a mask. The count, or -1 with err. */
+int64_t dord_trained(DataOrder *d, int64_t g, char *err, size_t errlen);
 /* The epoch (from 0) that global micro-batch g starts in. */
 int64_t dord_epoch(const DataOrder *d, int64_t g);
 /* Epochs read after the first g global micro-batches (g*world*B / rows). */

@@ -61,12 +61,25 @@ int tok_open(TokReader *r, const char *path, int64_t vocab, char *err, size_t er
         close(fd);
         return errorf(err, errlen, "%s: bad magic 0x%x (expected %d): not a token file", path, (unsigned)h[0], TOK_MAGIC);
     }
-    if (h[1] != TOK_VERSION && h[1] != TOK_VERSION32) {
+    if (h[1] != TOK_VERSION && h[1] != TOK_VERSION32 && h[1] != TOK_VERSION_MASKED) {
         close(fd);
-        return errorf(err, errlen, "%s: unsupported version %d (expected %d: uint16 tokens, or %d: uint32 tokens)", path, h[1],
-                    TOK_VERSION, TOK_VERSION32);
+        return errorf(err, errlen,
+                      "%s: unsupported version %d (expected %d: uint16 tokens, %d: uint32 tokens, or %d: tokens with a "
+                      "trained-token mask)",
+                      path, h[1], TOK_VERSION, TOK_VERSION32, TOK_VERSION_MASKED);
     }
     int width = h[1] == TOK_VERSION ? 2 : 4;
+    if (h[1] == TOK_VERSION_MASKED) {
+        width = h[4];
+        if (width != 2 && width != 4) {
+            close(fd);
+            return errorf(err, errlen, "%s: version 3 header says %d bytes per token id (expected 2 or 4)", path, h[4]);
+        }
+        if (h[2] >= 0 && (h[5] < 0 || h[5] > h[2])) {
+            close(fd);
+            return errorf(err, errlen, "%s: the header says %d trained tokens of %d", path, h[5], h[2]);
+        }
+    }
     if (h[3] < 0) {
         close(fd);
         return errorf(err, errlen, "%s: negative vocabulary size %d in the header", path, h[3]);
@@ -81,6 +94,7 @@ int tok_open(TokReader *r, const char *path, int64_t vocab, char *err, size_t er
         return errorf(err, errlen, "%s: negative token count %d in the header", path, h[2]);
     }
     int64_t want = TOK_HEADER_BYTES + width * (int64_t)h[2];
+    if (h[1] == TOK_VERSION_MASKED) want += ((int64_t)h[2] + 7) / 8;
     if ((int64_t)st.st_size != want) {
         close(fd);
         return errorf(err, errlen, "%s: %s: the header says %d tokens (%lld bytes) but the file has %lld bytes", path,
@@ -92,6 +106,8 @@ int tok_open(TokReader *r, const char *path, int64_t vocab, char *err, size_t er
     r->vocab = vocab;
     r->file_vocab = h[3];
     r->width = width;
+    r->version = h[1];
+    r->ntrained = h[1] == TOK_VERSION_MASKED ? h[5] : h[2];
     return 0;
 }
 
@@ -131,14 +147,90 @@ int tok_window(TokReader *r, int64_t m, int64_t B, int64_t T, int32_t *tokens, i
         tokens[i] = (int32_t)ids[i];
         targets[i] = (int32_t)ids[i + 1];
     }
+    return tok_mask_targets(r, off + 1, bt, targets, err, errlen);
+}
+
+/* Reads the mask bytes covering tokens [off, off+n) (n >= 1) into r->bits;
+ * *first is the token of the first bit read. */
+static int read_bits(TokReader *r, int64_t off, int64_t n, int64_t *first, char *err, size_t errlen) {
+    int64_t b0 = off / 8, b1 = (off + n - 1) / 8;
+    size_t nb = (size_t)(b1 - b0 + 1);
+    if (r->bits_cap < nb) {
+        uint8_t *p = realloc(r->bits, nb);
+        if (!p) return errorf(err, errlen, "%s: out of memory for the mask of %lld tokens", r->path, (long long)n);
+        r->bits = p;
+        r->bits_cap = nb;
+    }
+    off_t pos = (off_t)TOK_HEADER_BYTES + (off_t)r->ntokens * r->width + (off_t)b0;
+    ssize_t got = pread_full(r->fd, r->bits, nb, pos);
+    if (got < 0)
+        return errorf(err, errlen, "%s: read of the mask of tokens %lld..%lld failed: %s", r->path, (long long)off,
+                      (long long)(off + n), strerror(errno));
+    if ((size_t)got < nb)
+        return errorf(err, errlen, "%s: read of the mask at token %lld came back short: file changed?", r->path,
+                      (long long)off);
+    *first = b0 * 8;
+    return 0;
+}
+
+static int check_range(const TokReader *r, int64_t off, int64_t n, char *err, size_t errlen) {
+    if (r->fd < 0) return errorf(err, errlen, "%s: token file is not open", r->path);
+    if (off < 0 || n < 0 || off > r->ntokens || n > r->ntokens - off)
+        return errorf(err, errlen, "%s: tokens %lld..%lld are outside the file's %lld", r->path, (long long)off,
+                      (long long)(off + n), (long long)r->ntokens);
+    return 0;
+}
+
+int tok_read_trained(TokReader *r, int64_t off, int64_t n, uint8_t *trained, char *err, size_t errlen) {
+    if (check_range(r, off, n, err, errlen)) return -1;
+    if (r->version != TOK_VERSION_MASKED || n == 0) {
+        memset(trained, 1, (size_t)n);
+        return 0;
+    }
+    const int64_t chunk = INT64_C(1) << 23;
+    for (int64_t done = 0; done < n;) {
+        int64_t k = n - done < chunk ? n - done : chunk, first;
+        if (read_bits(r, off + done, k, &first, err, errlen)) return -1;
+        for (int64_t i = 0; i < k; i++) {
+            int64_t b = off + done + i - first;
+            trained[done + i] = (uint8_t)((r->bits[b / 8] >> (b % 8)) & 1);
+        }
+        done += k;
+    }
+    return 0;
+}
+
+int64_t tok_count_trained(TokReader *r, int64_t off, int64_t n, char *err, size_t errlen) {
+    if (check_range(r, off, n, err, errlen)) return -1;
+    if (r->version != TOK_VERSION_MASKED || n == 0) return n;
+    const int64_t chunk = INT64_C(1) << 23;
+    int64_t count = 0;
+    for (int64_t done = 0; done < n;) {
+        int64_t k = n - done < chunk ? n - done : chunk, first;
+        if (read_bits(r, off + done, k, &first, err, errlen)) return -1;
+        for (int64_t i = 0; i < k; i++) {
+            int64_t b = off + done + i - first;
+            count += (r->bits[b / 8] >> (b % 8)) & 1;
+        }
+        done += k;
+    }
+    return count;
+}
+
+int tok_mask_targets(TokReader *r, int64_t off, int64_t n, int32_t *targets, char *err, size_t errlen) {
+    if (r->version != TOK_VERSION_MASKED || n == 0) return 0;
+    if (check_range(r, off, n, err, errlen)) return -1;
+    int64_t first;
+    if (read_bits(r, off, n, &first, err, errlen)) return -1;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t b = off + i - first;
+        if (!((r->bits[b / 8] >> (b % 8)) & 1)) targets[i] = TOK_UNTRAINED;
+    }
     return 0;
 }
 
 int tok_read(TokReader *r, int64_t off, int64_t n, uint32_t *ids, char *err, size_t errlen) {
-    if (r->fd < 0) return errorf(err, errlen, "%s: token file is not open", r->path);
-    if (off < 0 || n < 0 || off > r->ntokens || n > r->ntokens - off)
-        return errorf(err, errlen, "%s: tokens %lld..%lld are outside the file's %lld", r->path, (long long)off,
-                    (long long)(off + n), (long long)r->ntokens);
+    if (check_range(r, off, n, err, errlen)) return -1;
     /* Read in chunks into the tail of ids (a uint16 id takes half the room
      * of the uint32 it becomes, so widening walks forward safely). */
     const int64_t chunk = 1 << 20;
@@ -188,6 +280,7 @@ int tok_batch(TokReader *r, int rank, int world, int64_t g, int64_t B, int64_t T
 void tok_close(TokReader *r) {
     if (r->fd >= 0) close(r->fd);
     free(r->buf);
+    free(r->bits);
     memset(r, 0, sizeof *r);
     r->fd = -1;
 }
@@ -203,8 +296,10 @@ static int write_full(int fd, const void *buf, size_t n) {
     return 0;
 }
 
-static int write_file(const char *path, const void *body, int64_t n, int width, int32_t vocab, char *err,
-                      size_t errlen) {
+/* mask: NULL (versions 1, 2) or the version 3 mask, ceil(n/8) bytes with
+ * `trained` bits set. */
+static int write_file(const char *path, const void *body, int64_t n, int width, int32_t vocab, const uint8_t *mask,
+                      int64_t trained, char *err, size_t errlen) {
     if (n < 0 || n > INT32_MAX)
         return errorf(err, errlen, "%s: %lld tokens do not fit the int32 count of the header", path, (long long)n);
     char tmp[600];
@@ -218,8 +313,14 @@ static int write_file(const char *path, const void *body, int64_t n, int width, 
     h[1] = width == 2 ? TOK_VERSION : TOK_VERSION32;
     h[2] = (int32_t)n;
     h[3] = vocab;
+    if (mask) {
+        h[1] = TOK_VERSION_MASKED;
+        h[4] = width;
+        h[5] = (int32_t)trained;
+    }
     const char *what = "write";
     if (write_full(fd, h, sizeof h) != 0 || write_full(fd, body, (size_t)n * (size_t)width) != 0) goto bad;
+    if (mask && write_full(fd, mask, (size_t)(n + 7) / 8) != 0) goto bad;
     what = "fsync";
     if (fsync(fd) != 0) goto bad;
     what = "close";
@@ -248,10 +349,11 @@ bad: {
 }
 
 int tok_write(const char *path, const uint16_t *tokens, int64_t n, char *err, size_t errlen) {
-    return write_file(path, tokens, n, 2, 0, err, errlen);
+    return write_file(path, tokens, n, 2, 0, NULL, 0, err, errlen);
 }
 
-int tok_write_ids(const char *path, const uint32_t *ids, int64_t n, int64_t vocab, char *err, size_t errlen) {
+static int write_ids(const char *path, const uint32_t *ids, const uint8_t *mask, int64_t trained, int64_t n,
+                     int64_t vocab, char *err, size_t errlen) {
     if (vocab < 1 || vocab > INT32_MAX)
         return errorf(err, errlen, "%s: vocabulary size %lld is not 1..%d", path, (long long)vocab, INT32_MAX);
     if (n < 0 || n > INT32_MAX)
@@ -260,11 +362,31 @@ int tok_write_ids(const char *path, const uint32_t *ids, int64_t n, int64_t voca
         if (ids[i] >= vocab)
             return errorf(err, errlen, "%s: token %u at position %lld is not below the vocabulary size %lld", path,
                         (unsigned)ids[i], (long long)i, (long long)vocab);
-    if (vocab > TOK_MAX_VOCAB16) return write_file(path, ids, n, 4, (int32_t)vocab, err, errlen);
+    if (vocab > TOK_MAX_VOCAB16) return write_file(path, ids, n, 4, (int32_t)vocab, mask, trained, err, errlen);
     uint16_t *narrow = malloc((size_t)(n ? n : 1) * sizeof *narrow);
     if (!narrow) return errorf(err, errlen, "%s: out of memory", path);
     for (int64_t i = 0; i < n; i++) narrow[i] = (uint16_t)ids[i];
-    int rc = write_file(path, narrow, n, 2, (int32_t)vocab, err, errlen);
+    int rc = write_file(path, narrow, n, 2, (int32_t)vocab, mask, trained, err, errlen);
     free(narrow);
+    return rc;
+}
+
+int tok_write_ids(const char *path, const uint32_t *ids, int64_t n, int64_t vocab, char *err, size_t errlen) {
+    return write_ids(path, ids, NULL, 0, n, vocab, err, errlen);
+}
+
+int tok_write_masked(const char *path, const uint32_t *ids, const uint8_t *trained, int64_t n, int64_t vocab, char *err,
+                     size_t errlen) {
+    if (n < 0 || n > INT32_MAX)
+        return errorf(err, errlen, "%s: %lld tokens do not fit the int32 count of the header", path, (long long)n);
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++) count += trained[i] != 0;
+    if (count == n) return write_ids(path, ids, NULL, 0, n, vocab, err, errlen);
+    uint8_t *mask = calloc((size_t)(n + 7) / 8 + 1, 1);
+    if (!mask) return errorf(err, errlen, "%s: out of memory", path);
+    for (int64_t i = 0; i < n; i++)
+        if (trained[i]) mask[i / 8] |= (uint8_t)(1u << (i % 8));
+    int rc = write_ids(path, ids, mask, count, n, vocab, err, errlen);
+    free(mask);
     return rc;
 }
