@@ -253,7 +253,20 @@ static const char *unranked(const Rt *r, const char *m) {
 
 int rt_step(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, int accum, RtStepStats *st,
             char *err, size_t n) {
+    return rt_step_trained(r, tokens, targets, accum, -1, st, err, n);
+}
+
+void rt_step_skip(Rt *r) { r->step++; }
+
+int rt_step_trained(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, int accum, int64_t trained,
+                    RtStepStats *st, char *err, size_t n) {
     const Plan *p = r->p;
+    int64_t B = 0, T = 0;
+    if (trained == 0)
+        return rt_fail(err, n, "step %lld: no trained target in the global batch (skip the step instead)",
+                       (long long)r->step + 1);
+    if (trained > 0 && !plan_batch_shape(p, &B, &T))
+        return rt_fail(err, n, "the plan has no token batch to count trained targets in");
     double t0 = qrun_now(&r->q);
     memset(r->bytes, 0, sizeof r->bytes);
     r->loss_sum = 0;
@@ -265,7 +278,13 @@ int rt_step(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, 
     if (accum > 1 && p->opt_begin > 0 && r->adam_in_batch)
         return rt_fail(err, n, "this plan steps the optimizer in the backward, which needs one micro-batch per step (it has "
                        "%d); recompile it with grad_accum = %d", accum, accum);
-    r->loss_grad = (float)(1.0 / ((double)accum * r->c->size));
+    /* Each micro-batch's loss is the sum over its trained targets divided
+     * by its B*T positions (hostk.h, cross_entropy): scaled by B*T over
+     * the global batch's trained targets, the micro-batches of every rank
+     * add up to the mean over those targets, and so do their gradients.
+     * Every target trained, that is 1 / (accum * ranks) exactly. */
+    r->loss_grad = trained > 0 ? (float)((double)(B * T) / (double)trained)
+                               : (float)(1.0 / ((double)accum * r->c->size));
     uint32_t ob = p->opt_begin <= p->ninstrs ? p->opt_begin : p->ninstrs;
     r->be->step_begin(r);
     /* The ranges: every micro-batch but the last alone; the last one with
@@ -325,7 +344,8 @@ int rt_step(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, 
     }
     if (st) {
         memset(st, 0, sizeof *st);
-        st->loss = loss[1] > 0 ? loss[0] / loss[1] : NAN;
+        if (trained > 0) st->loss = loss[0] * (double)(B * T) / (double)trained;
+        else st->loss = loss[1] > 0 ? loss[0] / loss[1] : NAN;
         st->seconds = qrun_now(&r->q) - t0;
         st->grad_norm = r->grad_norm;
         st->skipped = r->skip;

@@ -45,7 +45,7 @@ typedef struct RtOptions {
 } RtOptions;
 
 typedef struct RtStepStats {
-    double loss;            /* mean over ranks and micro-batches */
+    double loss;            /* mean over the step's trained targets (all ranks and micro-batches) */
     double seconds;
     double grad_norm;
     uint64_t bytes[PLAN_NQUEUES]; /* bytes moved per queue this step */
@@ -67,6 +67,21 @@ uint64_t rt_arena_bytes(const Rt *r, int k);
  * targets[a] each hold micro_batch*T int32 for micro-batch a. */
 int rt_step(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, int accum, RtStepStats *st,
             char *err, size_t errlen);
+/* The same when some targets are untrained (TOK_UNTRAINED, tokens.h):
+ * `trained` is the number of trained targets of the whole global batch
+ * (every micro-batch of the step on every rank: dord_trained), known
+ * before the step like its learning rate. The loss and its gradients are
+ * then the mean over those targets, whatever their spread over
+ * micro-batches and ranks (transformers' num_items_in_batch), with no
+ * collective more. trained < 0: every target trained (rt_step); 0 is
+ * refused: the caller skips such a step (rt_step_skip). */
+int rt_step_trained(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, int accum, int64_t trained,
+                    RtStepStats *st, char *err, size_t errlen);
+/* Counts a step that had nothing to train as done, changing no weight
+ * and no optimizer state: the learning-rate schedule and the data
+ * position move on as if it had run. Not collective (every rank skips the
+ * same step, having counted the same trained targets). */
+void rt_step_skip(Rt *r);
 int64_t rt_steps_done(const Rt *r);
 /* The f16 loss scale in effect for the next step (1 for other dtypes). */
 double rt_loss_scale(const Rt *r);
@@ -135,7 +150,7 @@ int rt_forward(Rt *r, const int32_t *tokens, const int32_t *targets, double *los
  * as f32, vocab values (copied from the device under CUDA). */
 int rt_logits(Rt *r, int64_t row, float *out, char *err, size_t errlen);
 typedef struct RtEvalStats {
-    double loss;            /* mean over ranks and batches */
+    double loss;            /* mean over the trained targets of every rank and batch (NaN: none) */
     double seconds;
     int batches;            /* per rank */
 } RtEvalStats;

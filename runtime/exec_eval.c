@@ -146,16 +146,22 @@ int rt_logits(Rt *r, int64_t row, float *out, char *err, size_t n) {
 
 int rt_eval(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, int nb, RtEvalStats *st, char *err,
             size_t n) {
+    /* Each batch's loss is its trained targets' sum over its B*T positions
+     * (hostk.h, cross_entropy): the sum of those over every rank, times
+     * B*T, over the trained targets of every rank, is the mean over the
+     * trained targets, as in training. */
     double t0 = qrun_now(&r->q), sum[2] = {0, 0};
+    int64_t B, T;
+    if (!plan_batch_shape(r->p, &B, &T)) return rt_fail(err, n, "the plan has no token batch to evaluate");
     for (int b = 0; b < nb; b++) {
         double l;
         if (rt_forward(r, tokens[b], targets[b], &l, err, n)) return -1;
         sum[0] += l;
-        sum[1] += 1;
+        for (int64_t i = 0; i < B * T; i++) sum[1] += targets[b][i] >= 0;
     }
     if (comm_allreduce_sum_f64(r->c, sum, 2)) return rt_comm_err(r, err, n);
     memset(st, 0, sizeof *st);
-    st->loss = sum[1] > 0 ? sum[0] / sum[1] : NAN;
+    st->loss = sum[1] > 0 ? sum[0] * (double)(B * T) / sum[1] : NAN;
     st->batches = nb;
     st->seconds = qrun_now(&r->q) - t0;
     if (r->o.trace) {

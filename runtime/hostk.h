@@ -147,7 +147,12 @@ int hk_split_fwd(const HkTensor *x, HkTensor *pieces, int n);
 int hk_split_bwd(const HkTensor *dpieces, int n, HkTensor *dx); /* a piece with NULL data contributes 0 */
 
 /* cross_entropy: logits [S...,V], targets i32 [S...] -> loss (one element, f32):
- * mean over positions of lse - logit[target]. Workspace: row logsumexp. */
+ * the sum over positions of lse - logit[target], divided by the number of
+ * positions. A negative target (TOK_UNTRAINED) is an untrained position:
+ * it adds no loss and gets no gradient, but still counts in the divisor,
+ * so that the runtime can scale every micro-batch to the mean over the
+ * trained targets of the whole global batch (exec.h, rt_step_trained).
+ * Workspace: row logsumexp. */
 size_t hk_cross_entropy_workspace_bytes(const HkTensor *logits);
 int hk_cross_entropy_fwd(const HkTensor *logits, const HkTensor *targets, HkTensor *loss, void *ws);
 int hk_cross_entropy_bwd(const HkTensor *logits, const HkTensor *targets, const HkTensor *dloss,

@@ -431,7 +431,7 @@ static int ce_check(const HkTensor *logits, const HkTensor *targets, const HkTen
     int64_t n = hk_numel(targets), V = last_dim(logits);
     const int32_t *tg = targets->data;
     for (int64_t i = 0; i < n; i++)
-        if (tg[i] < 0 || tg[i] >= V) return HK_ERR_INDEX;
+        if (tg[i] >= V) return HK_ERR_INDEX; /* negative: untrained */
     return HK_OK;
 }
 
@@ -448,9 +448,10 @@ int hk_cross_entropy_fwd(const HkTensor *logits, const HkTensor *targets, HkTens
     float *lse = hk_ws_take(&w, R);
     const int32_t *tg = targets->data;
     hk_rows_ce_lse(logits, lse);
-    /* the mean in row order, so the loss does not depend on the thread count */
+    /* the sum in row order, so the loss does not depend on the thread count */
     double total = 0;
-    for (int64_t r = 0; r < R; r++) total += (double)lse[r] - LD(logits, r * V + tg[r]);
+    for (int64_t r = 0; r < R; r++)
+        if (tg[r] >= 0) total += (double)lse[r] - LD(logits, r * V + tg[r]);
     ST(loss, 0, R ? (float)(total / (double)R) : 0.0f);
     return HK_OK;
 }

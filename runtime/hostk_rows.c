@@ -230,6 +230,7 @@ static void ce_bwd_unit(void *ctx, int64_t r) {
     const Job *j = ctx;
     const HkVec *V = j->V;
     int64_t t = j->ids[r], Vn = j->D;
+    if (t < 0) return; /* an untrained target: no gradient */
     HkTensor *d = j->dx;
     char *drow = ATW(d, r * Vn);
     const char *lrow = AT(j->x, r * Vn);

@@ -529,6 +529,9 @@ static void data_describe(const DataOrder *d, const Opts *o, int64_t g) {
                d->rows, d->T + 1, d->ndocs, d->docs_all, d->o.eos, d->tokens_used);
     else
         printf("%" PRId64 " rows of T+1 = %" PRId64 " tokens an epoch", d->rows, d->T + 1);
+    if (d->r->version == TOK_VERSION_MASKED)
+        printf("; %" PRId64 " of its tokens trained (%.1f%%), the loss their mean over each global batch", d->r->ntrained,
+               d->r->ntokens ? 100.0 * (double)d->r->ntrained / (double)d->r->ntokens : 0.0);
     if (g > 0) printf("; from global micro-batch %" PRId64 " (epoch %" PRId64 ")", g, dord_epoch(d, g) + 1);
     printf("\n");
 }
@@ -812,8 +815,28 @@ static int train(Run *u, char *err, size_t n) {
     for (int64_t s = u->start; s < u->total; s++) {
         for (int a = 0; a < u->accum; a++)
             if (dord_batch(&u->dord, C.rank, s * u->accum + a, u->tok[a], u->tgt[a], err, n)) return -1;
+        /* A file with a mask: the trained targets of the whole global batch,
+         * counted here on every rank alike, set the loss's divisor. */
+        int64_t trained = -1;
+        if (u->tr.version == TOK_VERSION_MASKED) {
+            trained = 0;
+            for (int a = 0; a < u->accum; a++) {
+                int64_t c = dord_trained(&u->dord, s * u->accum + a, err, n);
+                if (c < 0) return -1;
+                trained += c;
+            }
+        }
+        if (trained == 0) {
+            if (u->lead)
+                fprintf(stderr, "zinfrun: warning: step %" PRId64 ": no trained token in the global batch; step skipped\n",
+                        s + 1);
+            rt_step_skip(u->r);
+            continue;
+        }
         RtStepStats st;
-        if (rt_step(u->r, (const int32_t *const *)u->tok, (const int32_t *const *)u->tgt, u->accum, &st, err, n)) return -1;
+        if (rt_step_trained(u->r, (const int32_t *const *)u->tok, (const int32_t *const *)u->tgt, u->accum, trained, &st, err,
+                            n))
+            return -1;
         u->ran++;
         if (u->lossf) {
             fprintf(u->lossf, "step %" PRId64 " loss %.9g grad_norm %.9g\n", s + 1, st.loss, st.grad_norm);

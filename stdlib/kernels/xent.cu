@@ -3,7 +3,10 @@
  * row_loss[r] = log(sum exp(x - m)) + m - x[target]; then zk_xent_mean
  * (one block) sums the rows in a fixed order: loss = sum / N.
  * Backward: dlogits += (softmax - onehot(target)) * dloss[0] / N, the row's
- * max and sum recomputed. A target outside [0, V) sets err = {1, target, row}. */
+ * max and sum recomputed. A negative target is an untrained position: its
+ * row loss is 0 and it gets no gradient (N still counts it; the runtime
+ * scales the loss to the mean over trained targets). A target >= V sets
+ * err = {1, target, row}. */
 #include "common.cuh"
 
 /* Block-wide online softmax statistics of one row: returns max in *m, sum of exp(x - m). */
@@ -51,7 +54,9 @@ extern "C" __global__ void zk_xent_fwd(float *row_loss, const T *logits, const i
     float s = zk_row_stats(xr, V, &m, scratch);
     if (threadIdx.x == 0) {
         long long t = targets[r];
-        if (t < 0 || t >= V) {
+        if (t < 0) {
+            row_loss[r] = 0.f;
+        } else if (t >= V) {
             if (atomicCAS(err, 0, 1) == 0) {
                 err[1] = (int)t;
                 err[2] = (int)r;
@@ -77,11 +82,12 @@ extern "C" __global__ void zk_xent_bwd(T *dlogits, const T *logits, const int *t
     __shared__ float scratch[64];
     long long r = blockIdx.x;
     if (r >= N) return;
+    long long t = targets[r];
+    if (t < 0) return; /* untrained: the whole block leaves before any barrier */
     const T *xr = logits + r * V;
     float m;
     float s = zk_row_stats(xr, V, &m, scratch);
     float k = dloss[0] / (float)N, inv = 1.f / s;
-    long long t = targets[r];
     T *dr = dlogits + r * V;
     for (long long c = threadIdx.x; c < V; c += blockDim.x) {
         float p = expf(zk_ld(xr + c) - m) * inv - (c == t ? 1.f : 0.f);
