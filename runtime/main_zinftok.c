@@ -6,10 +6,15 @@
  *       a Hugging Face tokenizer (hftok.h); each INPUT is one document,
  *       framed by what the tokenizer's post-processor puts around one
  *       sequence unless --bos/--eos/--no-bos/--no-eos say otherwise
+ *       an INPUT named *.jsonl holds instruction samples, one a line
+ *       (runtime/sftdata.h): [--train-on completion|all]
+ *       [--max-tokens N [--too-long truncate|refuse]]; when some token is
+ *       untrained the file carries the mask (tokens.h, version 3)
  *   zinftok --decode [--tokenizer tokenizer.json] [--skip-special] [TRAIN.bin | -]
  *       ids back to text on stdout: a token file, or decimal ids on stdin
  * Exit 0, 1 on bad input or I/O errors, 2 on usage. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +22,7 @@
 
 #include "bpe.h"
 #include "hftok.h"
+#include "sftdata.h"
 #include "tokens.h"
 #include "unicode.h"
 
@@ -29,6 +35,10 @@ static void usage(FILE *f) {
             "         a Hugging Face tokenizer.json (byte-level BPE as GPT-2, Llama-3, Qwen2; BPE with byte\n"
             "         fallback as LLaMA-2, Mistral); each input is one document, framed by the tokens the\n"
             "         tokenizer's post-processor puts around a sequence unless --bos/--eos say otherwise\n"
+            "       an input named *.jsonl holds samples, one a line: {\"text\": ...}, {\"prompt\": ..., \"completion\": ...}\n"
+            "         or {\"input_ids\": [...], \"labels\": [...]} (-100: untrained); the file then carries which\n"
+            "         tokens are trained. --train-on completion (default) | all: what of a prompt/completion trains;\n"
+            "         --max-tokens N: a longer sample is cut to N tokens, or refused with --too-long refuse\n"
             "       zinftok --decode [--tokenizer tokenizer.json] [--skip-special] [TRAIN.bin | -]\n"
             "         token ids back to text (a token file, or decimal ids on standard input)\n");
 }
@@ -91,11 +101,20 @@ static int token_arg(const HfTok *t, const char *opt, const char *s, uint32_t *i
 
 typedef struct {
     const char *out, *val, *tokenizer, *bos, *eos;
+    SftTrainOn train_on;
+    int64_t max_tokens;
+    bool refuse_long;
     int no_bos, no_eos, decode, skip_special;
     double frac;
     const char **inputs; /* argv[1..nin], compacted there while parsing */
     int nin;
 } Opts;
+
+/* Whether an input is JSONL samples: by its name. */
+static bool is_jsonl(const char *path) {
+    size_t n = strlen(path);
+    return n >= 6 && !strcmp(path + n - 6, ".jsonl");
+}
 
 /* Writes `s` to stdout; 0 or -1. */
 static int put(const char *s, size_t n) { return fwrite(s, 1, n, stdout) == n ? 0 : -1; }
@@ -198,11 +217,13 @@ static int run_decode(const Opts *o, HfTok *t) {
 }
 
 int main(int argc, char **argv) {
-    Opts o = {.frac = 0.1, .inputs = (const char **)argv + 1};
+    Opts o = {.frac = 0.1, .inputs = (const char **)argv + 1, .train_on = SFT_TRAIN_COMPLETION};
+    bool sft_opts = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int takes = !strcmp(a, "-o") || !strcmp(a, "--val") || !strcmp(a, "--val-fraction") || !strcmp(a, "--tokenizer") ||
-                    !strcmp(a, "--bos") || !strcmp(a, "--eos");
+                    !strcmp(a, "--bos") || !strcmp(a, "--eos") || !strcmp(a, "--train-on") || !strcmp(a, "--max-tokens") ||
+                    !strcmp(a, "--too-long");
         if (takes && i + 1 == argc) {
             fprintf(stderr, "zinftok: option '%s' needs an argument\n", a);
             return 2;
@@ -216,6 +237,29 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--no-eos")) o.no_eos = 1;
         else if (!strcmp(a, "--decode")) o.decode = 1;
         else if (!strcmp(a, "--skip-special")) o.skip_special = 1;
+        else if (!strcmp(a, "--train-on")) {
+            sft_opts = true;
+            if (sft_parse_train_on(argv[++i], &o.train_on)) {
+                fprintf(stderr, "zinftok: --train-on '%s': expected completion or all\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--max-tokens")) {
+            sft_opts = true;
+            char *end;
+            long long v = strtoll(argv[++i], &end, 10);
+            if (*end || end == argv[i] || v < 1 || v > INT32_MAX) {
+                fprintf(stderr, "zinftok: --max-tokens '%s': expected a token count of 1 or more\n", argv[i]);
+                return 2;
+            }
+            o.max_tokens = v;
+        } else if (!strcmp(a, "--too-long")) {
+            sft_opts = true;
+            if (strcmp(argv[++i], "truncate") && strcmp(argv[i], "refuse")) {
+                fprintf(stderr, "zinftok: --too-long '%s': expected truncate or refuse\n", argv[i]);
+                return 2;
+            }
+            o.refuse_long = !strcmp(argv[i], "refuse");
+        }
         else if (!strcmp(a, "--val-fraction")) {
             char *end;
             o.frac = strtod(argv[++i], &end);
@@ -239,6 +283,16 @@ int main(int argc, char **argv) {
     }
     if ((o.bos || o.eos || o.no_bos || o.no_eos) && !o.tokenizer) {
         fprintf(stderr, "zinftok: --bos, --eos, --no-bos and --no-eos need --tokenizer\n");
+        return 2;
+    }
+    bool any_jsonl = false;
+    for (int k = 0; k < o.nin; k++) any_jsonl |= is_jsonl(o.inputs[k]);
+    if (sft_opts && (o.decode || !any_jsonl)) {
+        fprintf(stderr, "zinftok: --train-on, --max-tokens and --too-long are for JSONL inputs (*.jsonl)\n");
+        return 2;
+    }
+    if (o.refuse_long && !o.max_tokens) {
+        fprintf(stderr, "zinftok: --too-long needs --max-tokens\n");
         return 2;
     }
     if (o.decode ? (o.out || o.val || o.nin > 1) : (!o.out || o.nin == 0 || o.skip_special)) {
@@ -285,7 +339,13 @@ int main(int argc, char **argv) {
         if (o.eos) npost = 1;
     }
 
-    BpeIds ids = {0};
+    /* Every input's ids and, beside them, whether each is trained (plain
+     * text: all; JSONL: as its samples say). */
+    SftOut out = {0};
+    SftOptions so = {.tok = t, .prefix = pre, .nprefix = npre, .suffix = post, .nsuffix = npost, .train_on = o.train_on,
+                     .max_tokens = o.max_tokens, .refuse_long = o.refuse_long};
+    SftStats sst = {0};
+    int njsonl = 0;
     size_t bytes = 0;
     double t0 = now();
     int rc = 0;
@@ -298,42 +358,60 @@ int main(int argc, char **argv) {
             break;
         }
         bytes += n;
-        if (!t) {
-            for (size_t i = 0; i < n && !rc; i++)
-                if (bpe_ids_push(&ids, (uint8_t)text[i])) rc = 1;
-            if (rc) fprintf(stderr, "zinftok: out of memory\n");
+        if (is_jsonl(o.inputs[k])) {
+            njsonl++;
+            if (sft_read_jsonl(&so, o.inputs[k], text, n, &out, &sst, err, sizeof err)) {
+                fprintf(stderr, "zinftok: %s\n", err);
+                rc = 1;
+            }
             free(text);
             continue;
         }
-        size_t fixed_n, nbad;
-        char *fixed = uni_utf8_repair((const uint8_t *)text, n, &fixed_n, &nbad);
-        free(text);
-        if (!fixed) {
+        size_t from = out.ids.n;
+        if (!t) {
+            for (size_t i = 0; i < n && !rc; i++)
+                if (bpe_ids_push(&out.ids, (uint8_t)text[i])) rc = 1;
+            free(text);
+        } else {
+            size_t fixed_n, nbad;
+            char *fixed = uni_utf8_repair((const uint8_t *)text, n, &fixed_n, &nbad);
+            free(text);
+            if (!fixed) {
+                fprintf(stderr, "zinftok: out of memory\n");
+                rc = 1;
+                break;
+            }
+            if (nbad)
+                fprintf(stderr, "zinftok: note: %s: %zu invalid UTF-8 sequence%s replaced by U+FFFD\n", o.inputs[k], nbad,
+                        nbad == 1 ? "" : "s");
+            for (size_t j = 0; j < npre && !rc; j++) rc = bpe_ids_push(&out.ids, pre[j]) ? 1 : 0;
+            if (!rc && hftok_encode(t, fixed, fixed_n, &out.ids, err, sizeof err)) {
+                fprintf(stderr, "zinftok: %s: %s\n", o.inputs[k], err);
+                free(fixed);
+                rc = 1;
+                break;
+            }
+            for (size_t j = 0; j < npost && !rc; j++) rc = bpe_ids_push(&out.ids, post[j]) ? 1 : 0;
+            free(fixed);
+        }
+        if (rc || sft_out_mark_trained(&out, from)) {
             fprintf(stderr, "zinftok: out of memory\n");
             rc = 1;
-            break;
         }
-        if (nbad)
-            fprintf(stderr, "zinftok: note: %s: %zu invalid UTF-8 sequence%s replaced by U+FFFD\n", o.inputs[k], nbad,
-                    nbad == 1 ? "" : "s");
-        for (size_t j = 0; j < npre && !rc; j++) rc = bpe_ids_push(&ids, pre[j]) ? 1 : 0;
-        if (!rc && hftok_encode(t, fixed, fixed_n, &ids, err, sizeof err)) {
-            fprintf(stderr, "zinftok: %s: %s\n", o.inputs[k], err);
-            rc = 1;
-        }
-        for (size_t j = 0; j < npost && !rc; j++) rc = bpe_ids_push(&ids, post[j]) ? 1 : 0;
-        free(fixed);
     }
     double secs = now() - t0;
     int64_t vocab = t ? hftok_vocab_size(t) : 256;
     if (!rc) {
-        size_t nval = o.val ? (size_t)((double)ids.n * o.frac) : 0;
-        if (tok_write_ids(o.out, ids.v, (int64_t)(ids.n - nval), vocab, err, sizeof err) ||
-            (o.val && tok_write_ids(o.val, ids.v + (ids.n - nval), (int64_t)nval, vocab, err, sizeof err))) {
+        const uint32_t *ids = out.ids.v;
+        size_t ntok = out.ids.n, nval = o.val ? (size_t)((double)ntok * o.frac) : 0, ntrain = ntok - nval;
+        int64_t trained[2] = {0, 0};
+        for (size_t i = 0; i < ntok; i++) trained[i >= ntrain] += out.trained[i];
+        if (tok_write_masked(o.out, ids, out.trained, (int64_t)ntrain, vocab, err, sizeof err) ||
+            (o.val && tok_write_masked(o.val, ids + ntrain, out.trained + ntrain, (int64_t)nval, vocab, err, sizeof err))) {
             fprintf(stderr, "zinftok: %s\n", err);
             rc = 1;
         } else {
-            printf("zinftok: %zu tokens -> %s", ids.n - nval, o.out);
+            printf("zinftok: %zu tokens -> %s", ntrain, o.out);
             if (o.val) printf(", %zu -> %s", nval, o.val);
             if (t)
                 printf(" (%s: %s; %s ids; %d document%s, %.1f MB in %.2f s, %.1f MB/s)\n", o.tokenizer, hftok_describe(t),
@@ -341,9 +419,19 @@ int main(int argc, char **argv) {
                        secs, secs > 0 ? (double)bytes / 1e6 / secs : 0.0);
             else
                 printf(" (byte-level, vocabulary 256)\n");
+            if (njsonl) {
+                printf("zinftok: %" PRId64 " sample%s (%" PRId64 " text, %" PRId64 " prompt/completion, %" PRId64
+                       " pre-tokenized)",
+                       sst.samples, sst.samples == 1 ? "" : "s", sst.text, sst.prompt_completion, sst.pretokenized);
+                if (o.max_tokens > 0)
+                    printf(", %" PRId64 " longer than %" PRId64 " tokens truncated", sst.truncated, o.max_tokens);
+                printf("; trained tokens: %" PRId64 " of %zu", trained[0], ntrain);
+                if (o.val) printf(", %" PRId64 " of %zu", trained[1], nval);
+                printf(" (--train-on %s)\n", o.train_on == SFT_TRAIN_ALL ? "all" : "completion");
+            }
         }
     }
-    bpe_ids_free(&ids);
+    sft_out_free(&out);
     hftok_free(t);
     return rc;
 }
