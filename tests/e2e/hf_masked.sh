@@ -10,7 +10,10 @@
 # different numbers of trained targets, one none). Each must give
 # transformers' step-1 loss and gradient norm within 1e-5 relative (f32),
 # and the same step-2 loss (the same update); then a run of one row a step
-# skips the step whose row trains nothing, with a warning.
+# skips the step whose row trains nothing, with a warning. Last, the CUDA
+# backend on the fake driver and kernel emulator (docs/testing-gpu-fake.md):
+# GPT-2 on 2 GPUs with grad_accum 2, the same loss and gradient norm within
+# 2e-4 relative (the GPU kernels sum in another order).
 #   tests/e2e/hf_masked.sh BUILD
 set -u
 B=${1:-build}
@@ -94,4 +97,41 @@ for c in $(cut -d' ' -f1 "$T/ref"); do
     cat "$T/$name.err"; bad "$name: zinfrun"
   fi
 done
+# the CUDA kernels (xent.cu) on the fake driver
+W=$T
+if . tests/fakecuda/env.sh; then
+  c=gpt2 d=$T/gpt2 k=gpt2-cuda
+  want=$(awk -v c="$c" '$1 == c { print $2 }' "$T/ref")
+  want_gn=$(awk -v c="$c" '$1 == c { print $3 }' "$T/ref")
+  sed -e "s/^  micro_batch = .*/  micro_batch = 1\n  grad_accum = 2/" "$d.zl" > "$T/$k.model.zl"
+  cat > "$T/$k.zl" <<ZL
+import "$T/$k.model.zl"
+target fake { nodes = 1; gpus_per_node = 2
+  gpu { memory = 1 GiB; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "sm_90"; sms = 8 }
+  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2 }
+  net { bandwidth = 10 GB/s; latency_us = 5 } }
+ZL
+  mkdir -p "$T/src-$k"
+  if "$Z/zinfc" "$T/$k.zl" --kernels=sm_90 --kernel-src="$T/src-$k" -o "$T/$k.plan" > "$T/$k.zinfc" 2>&1 &&
+     "$FAKE/fakecuda_prep" "$T/$k.plan" "$T/src-$k" sm_90 "$UNITS" > "$T/$k.prep" 2>&1; then
+    if env LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$UNITS" FAKECUDA_DEVICES=2 \
+         OMPI_MCA_btl=self,vader TMPDIR=$(mktemp -d "$T/mpi.XXXXXX") timeout 300 mpirun -np 2 --oversubscribe \
+         -x LD_LIBRARY_PATH -x FAKECUDA_UNITS -x FAKECUDA_DEVICES "$Z/zinfrun" "$T/$k.plan" --backend cuda --init "$d" \
+         --data "$d.bin" --steps 1 --losses "$T/$k.losses" < /dev/null > "$T/$k.log" 2>&1; then
+      got=$(awk '$1 == "step" && $2 == 1 { print $4 }' "$T/$k.losses")
+      gn=$(awk '$1 == "step" && $2 == 1 { print $6 }' "$T/$k.losses")
+      if close "$got" "$want" 2e-4 && close "$gn" "$want_gn" 2e-4; then
+        echo "ok $k: loss $got, gradient norm $gn; transformers $want, $want_gn"
+      else
+        bad "$k: loss $got, gradient norm $gn; transformers $want, $want_gn (more than 2e-4 apart)"
+      fi
+    else
+      tail -20 "$T/$k.log"; bad "$k: zinfrun --backend cuda"
+    fi
+  else
+    cat "$T/$k.zinfc" "$T/$k.prep"; bad "$k: zinfc or fakecuda_prep"
+  fi
+else
+  fail=1
+fi
 exit $fail
