@@ -126,8 +126,11 @@ START_TEST(test_bad_magic) {
 END_TEST
 
 START_TEST(test_bad_version) {
-    write_raw(20240520, 3, 0, 1024, 0);
-    expect_open_error(256, "unsupported version 3 (expected 1: uint16 tokens, or 2: uint32 tokens)");
+    write_raw(20240520, 4, 0, 1024, 0);
+    expect_open_error(256, "unsupported version 4 (expected 1: uint16 tokens, 2: uint32 tokens, or 3: tokens with a "
+                           "trained-token mask)");
+    write_raw(20240520, 3, 0, 1024, 0); /* [4], bytes per id, 0 */
+    expect_open_error(256, "version 3 header says 0 bytes per token id (expected 2 or 4)");
 }
 END_TEST
 
@@ -615,6 +618,72 @@ START_TEST(test_state_check) {
 }
 END_TEST
 
+/* Version 3: ids and mask round trip for both widths; windows, rows and
+ * counts see the mask; an all-trained mask writes version 1 or 2. */
+START_TEST(test_masked) {
+    enum { N = 203 };
+    uint32_t ids[N];
+    uint8_t tr[N];
+    int64_t ntr = 0;
+    for (int64_t i = 0; i < N; i++) {
+        ids[i] = tok_at(i);
+        tr[i] = (uint8_t)(i % 3 != 0 && i % 17 != 5);
+        ntr += tr[i];
+    }
+    char err[512];
+    for (int wide = 0; wide < 2; wide++) {
+        int64_t vocab = wide ? 70000 : 256;
+        ck_assert_msg(tok_write_masked(g_path, ids, tr, N, vocab, err, sizeof err) == 0, "%s", err);
+        TokReader r;
+        ck_assert_msg(tok_open(&r, g_path, vocab, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(r.version, 3);
+        ck_assert_int_eq(r.width, wide ? 4 : 2);
+        ck_assert_int_eq(r.ntrained, ntr);
+        uint8_t got[N];
+        ck_assert_int_eq(tok_read_trained(&r, 0, N, got, err, sizeof err), 0);
+        ck_assert_mem_eq(got, tr, N);
+        ck_assert_int_eq(tok_read_trained(&r, 13, 50, got, err, sizeof err), 0);
+        ck_assert_mem_eq(got, tr + 13, 50);
+        int64_t want = 0;
+        for (int64_t i = 9; i < 9 + 100; i++) want += tr[i];
+        ck_assert_int_eq(tok_count_trained(&r, 9, 100, err, sizeof err), want);
+        /* window 1 of B=2, T=10: tokens 20..40, targets 21..40 */
+        int32_t tok[20], tgt[20];
+        ck_assert_msg(tok_window(&r, 1, 2, 10, tok, tgt, err, sizeof err) == 0, "%s", err);
+        for (int i = 0; i < 20; i++) {
+            ck_assert_int_eq(tok[i], tok_at(20 + i));
+            ck_assert_int_eq(tgt[i], tr[21 + i] ? tok_at(21 + i) : TOK_UNTRAINED);
+        }
+        /* the shuffled rows and their global count agree with the mask */
+        DataOrder d;
+        DordOptions o = {.order = DORD_SHUFFLE, .seed = 5, .eos = -1};
+        ck_assert_msg(dord_open(&d, &r, &o, 2, 10, 2, err, sizeof err) == 0, "%s", err);
+        int64_t count = 0;
+        for (int rank = 0; rank < 2; rank++) {
+            ck_assert_msg(dord_batch(&d, rank, 3, tok, tgt, err, sizeof err) == 0, "%s", err);
+            for (int i = 0; i < 20; i++) count += tgt[i] != TOK_UNTRAINED;
+        }
+        ck_assert_int_eq(dord_trained(&d, 3, err, sizeof err), count);
+        dord_close(&d);
+        tok_close(&r);
+    }
+    /* a file of 203 ids + 26 mask bytes, less one byte: truncated */
+    FILE *f = fopen(g_path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(ftruncate(fileno(f), 1024 + 4 * N + (N + 7) / 8 - 1), 0);
+    fclose(f);
+    expect_open_error(70000, "truncated: the header says 203 tokens (1862 bytes) but the file has 1861 bytes");
+    /* all trained: version 1, read as every token trained */
+    memset(tr, 1, sizeof tr);
+    ck_assert_msg(tok_write_masked(g_path, ids, tr, N, 256, err, sizeof err) == 0, "%s", err);
+    TokReader r;
+    ck_assert_msg(tok_open(&r, g_path, 256, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(r.version, 1);
+    ck_assert_int_eq(tok_count_trained(&r, 0, N, err, sizeof err), N);
+    tok_close(&r);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("tokens");
     TCase *tc = tcase_create("core");
@@ -632,6 +701,7 @@ int main(void) {
     tcase_add_test(tc, test_write_errors);
     tcase_add_test(tc, test_uint32_round_trip);
     tcase_add_test(tc, test_write_ids_narrow);
+    tcase_add_test(tc, test_masked);
     tcase_add_test(tc, test_permute_bijection);
     tcase_add_test(tc, test_permute_seeded);
     tcase_add_test(tc, test_eos_rows);
