@@ -519,6 +519,19 @@ START_TEST(test_errors) {
     tg[1] = 3;
     ck_assert_int_eq(hk_cross_entropy_fwd(&LG, &TG, &L, ws), HK_OK);
     ck_assert_float_eq_tol(loss, logf(4.0f), 1e-6f); /* all-zero logits: log V */
+    /* an untrained target (negative): no loss, no gradient, still in the divisor */
+    tg[1] = -1;
+    ck_assert_int_eq(hk_cross_entropy_fwd(&LG, &TG, &L, ws), HK_OK);
+    ck_assert_float_eq_tol(loss, 2.0f * logf(4.0f) / 3.0f, 1e-6f);
+    {
+        float dlg[12], one = 1.0f;
+        for (int i = 0; i < 12; i++) dlg[i] = 0.5f;
+        HkTensor DL = hk_tensor(&one, DT_F32, 0, NULL), DLG = hk_tensor(dlg, DT_F32, 2, d34);
+        ck_assert_int_eq(hk_cross_entropy_bwd(&LG, &TG, &DL, &DLG, ws), HK_OK);
+        for (int v = 0; v < 4; v++) ck_assert_float_eq(dlg[4 + v], 0.5f); /* row 1 untouched */
+        ck_assert_float_eq_tol(dlg[0], 0.5f + (0.25f - 1.0f) / 3.0f, 1e-6f);
+    }
+    tg[1] = 3;
     /* workspace: declared but not given, or too small */
     HkTensor in2[2] = {LG, TG};
     ck_assert_int_eq(hk_run_fwd(PRIM_CROSS_ENTROPY, in2, 2, &L, 1, NULL, NULL, NULL, 0), HK_ERR_WORKSPACE);
