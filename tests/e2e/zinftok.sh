@@ -25,4 +25,43 @@ grep -q "nodir/x.bin: cannot create" "$D/err" || fail "bad output message: $(cat
 grep -q "option '-o' needs an argument" "$D/err" || fail "-o message"
 "$Z" "$D/in.txt" -o "$D/t.bin" --val-fraction 2 2> /dev/null; [ $? = 2 ] || fail "bad fraction"
 "$Z" --bogus 2> /dev/null; [ $? = 2 ] || fail "unknown option"
+# JSONL instruction samples (byte-level): ids and the version 3 mask
+printf '{"prompt":"ab","completion":"cd"}\n\n{"text":"xy"}\n{"input_ids":[1,2,3],"labels":[-100,2,-100]}\n' > "$D/s.jsonl"
+"$Z" "$D/s.jsonl" -o "$D/s.bin" > "$D/out" || fail "jsonl: $(cat "$D/out")"
+grep -qx "zinftok: 3 samples (1 text, 1 prompt/completion, 1 pre-tokenized); trained tokens: 5 of 9 (--train-on completion)" \
+  "$D/out" || fail "jsonl summary: $(cat "$D/out")"
+# version 3, 9 tokens, vocabulary 256, 2-byte ids, 5 trained; ids; mask 0b00111100 0b0 (tokens 2..5 and 7)
+[ "$(od -An -tx4 -N24 "$D/s.bin" | tr -s ' \n' ' ')" = " $(printf %08x 20240520) 00000003 00000009 00000100 00000002 00000005 " ] ||
+  fail "jsonl header: $(od -An -tx4 -N24 "$D/s.bin")"
+[ "$(od -An -tu1 -j$((1024 + 18)) "$D/s.bin" | tr -s ' ')" = " 188 0" ] || fail "jsonl mask: $(od -An -tu1 -j1042 "$D/s.bin")"
+"$Z" "$D/s.jsonl" -o "$D/a.bin" --train-on all > "$D/out" || fail "--train-on all"
+grep -q "trained tokens: 7 of 9 (--train-on all)" "$D/out" || fail "--train-on all summary: $(cat "$D/out")"
+printf '{"text":"abcdef"}\n' > "$D/long.jsonl"
+"$Z" "$D/long.jsonl" -o "$D/l.bin" --max-tokens 4 > "$D/out" || fail "--max-tokens"
+grep -q ", 1 longer than 4 tokens truncated;" "$D/out" || fail "truncation summary: $(cat "$D/out")"
+[ "$(stat -c %s "$D/l.bin")" = $((1024 + 2 * 4)) ] || fail "truncated sample size (all trained: version 1)"
+# bad samples: FILE:LINE, exit 1, nothing written
+bad_jsonl() { # CONTENT MESSAGE [OPTIONS]
+  printf '%s' "$1" > "$D/bad.jsonl"; rm -f "$D/bad.bin"
+  m=$2; shift 2
+  "$Z" "$D/bad.jsonl" -o "$D/bad.bin" "$@" > /dev/null 2> "$D/err"; [ $? = 1 ] || fail "bad jsonl exit code: $m"
+  [ "$(cat "$D/err")" = "zinftok: $D/bad.jsonl:$m" ] || fail "bad jsonl message: $(cat "$D/err") (expected $m)"
+  [ -e "$D/bad.bin" ] && fail "output written for bad jsonl: $m"
+  ls "$D" | grep -q tmp && fail "temporary file left: $m"
+  return 0
+}
+bad_jsonl '{"text":"a"}
+{"text": 3' '2: malformed JSON: column 11: unexpected end of the text in an object'
+bad_jsonl '{"prompt":"ab"}' '1: "completion" is missing'
+bad_jsonl '{"text":["a"]}' '1: "text" is an array, expected a string'
+bad_jsonl '{"input_ids":[1,2],"labels":[1]}' '1: 1 labels for 2 input_ids: they must be as many'
+bad_jsonl '{"input_ids":[1,2,300]}' '1: input_ids[2] = 300 is outside the vocabulary of 256 ids'
+bad_jsonl '{"input_ids":[1,2],"labels":[-100,5]}' '1: labels[1] = 5 is neither -100 nor input_ids[1] = 2: a token file trains each token to predict itself'
+bad_jsonl '{"foo":1}' '1: a sample needs "text", "prompt" and "completion", or "input_ids" (it has "foo")'
+bad_jsonl '[1]' '1: a sample is a JSON object, not an array'
+bad_jsonl '{"text":"abcdef"}' '1: the sample has 6 tokens, more than --max-tokens 3 (--too-long truncate cuts it instead)' \
+  --max-tokens 3 --too-long refuse
+"$Z" "$D/in.txt" -o "$D/t.bin" --train-on all 2> "$D/err"; [ $? = 2 ] || fail "--train-on without jsonl"
+"$Z" "$D/s.jsonl" -o "$D/t.bin" --train-on assistant 2> "$D/err"; [ $? = 2 ] || fail "--train-on assistant"
+grep -q "expected completion or all" "$D/err" || fail "--train-on message: $(cat "$D/err")"
 echo "zinftok e2e: ok"
