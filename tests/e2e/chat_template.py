@@ -1,0 +1,182 @@
+"""Helper of tests/e2e/chat_template.sh: the chat-template fixtures of
+tests/fixtures/chat_templates rendered by transformers and by zinf's
+renderer (build/tools/chat_render, runtime/chattmpl.h), compared byte for
+byte, and zinf's assistant ranges checked against the conversations.
+
+  python chat_template.py cases DIR       -> DIR/NAME.cases.json per fixture
+  python chat_template.py check DIR       compares DIR/NAME.out (chat_render's
+                                          output) with transformers' renders
+
+Each fixture gets every conversation (single and multi-turn, with and
+without a system message, a prompt alone, Unicode and white space at the
+edges of the content, Jinja-looking content, a Qwen3-style reasoning
+answer), with and without add_generation_prompt, and for Qwen3 with
+enable_thinking true, false and unset. A template's own error
+(raise_exception) must come out the same on both sides."""
+import glob
+import json
+import os
+import sys
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "chat_templates")
+
+# special tokens of each family's tokenizer_config.json
+TOKENS = {
+    "meta-llama": ("<|begin_of_text|>", "<|eot_id|>"),
+    "mistralai": ("<s>", "</s>"),
+    "Qwen": (None, "<|im_end|>"),
+    "google-gemma": ("<bos>", "<eos>"),
+    "microsoft-Phi": ("<s>", "<|endoftext|>"),
+    "chatml": ("<s>", "<|im_end|>"),
+}
+# the end-of-turn marker each family writes after an assistant message
+END = {
+    "meta-llama": "<|eot_id|>", "mistralai": "</s>", "Qwen": "<|im_end|>", "google-gemma": "<end_of_turn>",
+    "microsoft-Phi": "<|end|>", "chatml": "<|im_end|>",
+}
+
+SYS = {"role": "system", "content": "You are a careful assistant."}
+U1 = {"role": "user", "content": "What is the capital of France?"}
+A1 = {"role": "assistant", "content": "The capital of France is Paris."}
+U2 = {"role": "user", "content": "  And of Germany? Answer with {{ one word }} {% please %}\n"}
+A2 = {"role": "assistant", "content": "  Berlin — «ß» ✓ 你好\n\n"}
+U3 = {"role": "user", "content": "Say \"quoted\" and 'single' and back\\slash\ttab."}
+A3 = {"role": "assistant", "content": "\"quoted\" 'single' back\\slash\ttab."}
+THINK = {"role": "assistant", "content": "<think>\nThe user wants 2+2.\n</think>\n\nIt is 4."}
+CONVERSATIONS = {
+    "single": [U1, A1],
+    "single_system": [SYS, U1, A1],
+    "multi": [U1, A1, U2, A2],
+    "multi_system": [SYS, U1, A1, U2, A2, U3, A3],
+    "prompt": [U1],
+    "prompt_system": [SYS, U1],
+    "multi_prompt": [U1, A1, U3],
+    "reasoning": [U1, A1, {"role": "user", "content": "2+2?"}, THINK],
+    "empty_answer": [U1, {"role": "assistant", "content": ""}],
+}
+
+
+def family(name):
+    for k in TOKENS:
+        if name.startswith(k):
+            return k
+    raise SystemExit("no family for fixture " + name)
+
+
+def cases_for(name):
+    bos, eos = TOKENS[family(name)]
+    out = []
+    for conv_name, conv in CONVERSATIONS.items():
+        for gen in (False, True):
+            thinking = [None, True, False] if name.startswith("Qwen-Qwen3") else [None]
+            for think in thinking:
+                case = {"name": "%s gen=%s" % (conv_name, gen), "messages": conv, "add_generation_prompt": gen,
+                        "eos_token": eos, "vars": {}}
+                if bos is not None:
+                    case["bos_token"] = bos
+                if think is not None:
+                    case["vars"]["enable_thinking"] = think
+                    case["name"] += " enable_thinking=%s" % think
+                if conv_name == "single_system" and name.startswith("meta-llama"):
+                    case["vars"]["date_string"] = "01 Feb 2025"
+                    case["name"] += " date_string"
+                out.append(case)
+    return out
+
+
+def reference(template, case):
+    from jinja2.exceptions import TemplateError
+    from transformers.utils.chat_template_utils import render_jinja_template
+    kwargs = dict(case["vars"])
+    for k in ("bos_token", "eos_token"):
+        if k in case:
+            kwargs[k] = case[k]
+    try:
+        rendered, _ = render_jinja_template(conversations=[case["messages"]], chat_template=template,
+                                            add_generation_prompt=case["add_generation_prompt"], **kwargs)
+        return {"text": rendered[0]}
+    except TemplateError as e:
+        return {"error": str(e), "raised": True}
+
+
+def check_ranges(name, case, text, ranges):
+    """Each assistant message's range holds its content (as the template
+    shapes it: stripped, or split at </think>) and the family's end-of-turn
+    marker right after it."""
+    data = text.encode("utf-8")
+    end = END[family(name)]
+    seen = set()
+    for m, start, stop in ranges:
+        msg = case["messages"][m]
+        if msg["role"] != "assistant":
+            return "range for message %d, which is a %s message" % (m, msg["role"])
+        seen.add(m)
+        part = data[start:stop].decode("utf-8")
+        if not part.endswith(end):
+            return "range of message %d %r does not end with %r" % (m, part, end)
+        inner = part[: -len(end)]
+        content = msg["content"]
+        answer = content.split("</think>")[-1]
+        ok = inner in (content, content.strip(), answer.lstrip("\n"), answer.strip()) or (
+            "</think>" in content and inner.endswith(answer.lstrip("\n"))
+            and inner.startswith(content.split("</think>")[0].split("<think>")[-1].strip("\n")))
+        if not ok:
+            return "range of message %d is %r, not the message's content %r" % (m, part, content)
+    for i, msg in enumerate(case["messages"]):
+        if msg["role"] == "assistant" and msg["content"].strip() and i not in seen:
+            # a template may drop an assistant message (none of the fixtures does)
+            if msg["content"].strip() in text:
+                return "no range for assistant message %d" % i
+    return None
+
+
+def main():
+    mode, d = sys.argv[1], sys.argv[2]
+    fixtures = sorted(glob.glob(os.path.join(FIXTURES, "*.jinja")))
+    if mode == "cases":
+        for f in fixtures:
+            name = os.path.basename(f)[:-6]
+            json.dump(cases_for(name), open(os.path.join(d, name + ".cases.json"), "w"))
+            print(os.path.join(d, name))
+        return 0
+    failures = 0
+    for f in fixtures:
+        name = os.path.basename(f)[:-6]
+        template = open(f, encoding="utf-8").read()
+        cases = json.load(open(os.path.join(d, name + ".cases.json")))
+        got = [json.loads(line) for line in open(os.path.join(d, name + ".out"), encoding="utf-8")]
+        if len(got) != len(cases):
+            print("FAIL %s: %d results for %d cases" % (name, len(got), len(cases)))
+            failures += 1
+            continue
+        same = raised = 0
+        for case, g in zip(cases, got):
+            want = reference(template, case)
+            if "error" in want:
+                if g.get("error") != want["error"] or not g.get("raised"):
+                    print("FAIL %s [%s]: transformers raised %r, zinf gave %r" % (name, case["name"], want["error"], g))
+                    failures += 1
+                else:
+                    raised += 1
+                continue
+            if "error" in g:
+                print("FAIL %s [%s]: zinf failed: %s" % (name, case["name"], g["error"]))
+                failures += 1
+                continue
+            if g["text"] != want["text"]:
+                print("FAIL %s [%s]: texts differ\n  transformers: %r\n  zinf:         %r" %
+                      (name, case["name"], want["text"], g["text"]))
+                failures += 1
+                continue
+            bad = check_ranges(name, case, g["text"], g["ranges"])
+            if bad:
+                print("FAIL %s [%s]: %s" % (name, case["name"], bad))
+                failures += 1
+                continue
+            same += 1
+        print("ok %-40s %3d cases byte for byte, %d the same raise_exception" % (name, same, raised))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
