@@ -854,6 +854,7 @@ static int eval(Render *r, const CtNode *nd, Val *out) {
             } else
                 list_push(&r->a, l, a);
         }
+        if (!rc && l) l->is_tuple = (int)nd->i;
         if (!rc) *out = dict ? (Val){.kind = V_DICT, .d = d} : (Val){.kind = V_LIST, .l = l};
         break;
     }

@@ -17,7 +17,7 @@ typedef enum CtKind {
     CT_BOOL,   /* i */
     CT_NONE,
     CT_NAME,   /* s */
-    CT_LIST,   /* args */
+    CT_LIST,   /* args; i: a tuple */
     CT_DICT,   /* args: key, value, key, value, ... */
     CT_ATTR,   /* a.s */
     CT_INDEX,  /* a[b] */

@@ -33,7 +33,8 @@ typedef struct Parser {
     int line;
     Tok *toks; /* the current tag's tokens */
     size_t ntoks, captoks, k;
-    int depth;
+    int depth;  /* of expressions */
+    int blocks; /* of statements */
     char *err;
     size_t errlen;
     int failed;
@@ -154,17 +155,18 @@ static const char *const OPS[] = {"==", "!=", "<=", ">=", "//", "**", "+", "-", 
 static int lex_tag(Parser *p, int output, int *strip_after) {
     p->ntoks = p->k = 0;
     const char *closer = output ? "}}" : "%}";
+    int brackets = 0; /* `}}` inside a dict literal closes the dict, not the tag */
     for (;;) {
         while (p->pos < p->len && strchr(" \t\r\n", p->src[p->pos])) p->pos++;
         int line = line_at(p, p->pos);
         if (p->pos >= p->len) return fail(p, line, "the tag is not closed with '%s'", closer), -1;
         const char *s = p->src + p->pos;
         size_t left = p->len - p->pos;
-        if (left >= 3 && s[0] == '-' && s[1] == closer[0] && s[2] == closer[1]) {
+        if (brackets == 0 && left >= 3 && s[0] == '-' && s[1] == closer[0] && s[2] == closer[1]) {
             p->pos += 3, *strip_after = 1;
             break;
         }
-        if (left >= 2 && s[0] == closer[0] && s[1] == closer[1]) {
+        if (brackets == 0 && left >= 2 && s[0] == closer[0] && s[1] == closer[1]) {
             p->pos += 2, *strip_after = 0;
             break;
         }
@@ -188,7 +190,15 @@ static int lex_tag(Parser *p, int output, int *strip_after) {
             while (n < left && ((s[n] >= '0' && s[n] <= '9') || s[n] == '_')) n++;
             if (n + 1 < left && s[n] == '.' && s[n + 1] >= '0' && s[n + 1] <= '9') {
                 isfloat = 1, n++;
-                while (n < left && s[n] >= '0' && s[n] <= '9') n++;
+                while (n < left && ((s[n] >= '0' && s[n] <= '9') || s[n] == '_')) n++;
+            }
+            if (n + 1 < left && (s[n] == 'e' || s[n] == 'E')) {
+                size_t e = n + 1;
+                if (e < left && (s[e] == '+' || s[e] == '-')) e++;
+                if (e < left && s[e] >= '0' && s[e] <= '9') {
+                    isfloat = 1, n = e;
+                    while (n < left && s[n] >= '0' && s[n] <= '9') n++;
+                }
             }
             char buf[64];
             size_t bn = 0;
@@ -212,6 +222,8 @@ static int lex_tag(Parser *p, int output, int *strip_after) {
         }
         if (k == sizeof OPS / sizeof *OPS) return fail(p, line, "unexpected character '%c'", c), -1;
         size_t on = strlen(OPS[k]);
+        if (on == 1 && strchr("([{", c)) brackets++;
+        if (on == 1 && strchr(")]}", c) && brackets > 0) brackets--;
         p->pos += on;
         if (push_tok(p, (Tok){.kind = TK_OP, .p = s, .n = on, .line = line})) return -1;
     }
@@ -351,7 +363,23 @@ static CtNode *parse_primary(Parser *p) {
         CtNode *e = parse_expr(p);
         p->depth--;
         if (!e) return NULL;
-        if (is_op(peek(p), ",")) return fail(p, line, "tuples are not supported");
+        if (accept_op(p, ",")) { /* a tuple: a list that prints as one */
+            CtNode *tu = node(p, CT_LIST, line);
+            PtrVec items = {0};
+            if (!tu) return NULL;
+            tu->i = 1;
+            ptrvec_push(&p->t->arena, &items, e);
+            while (!is_op(peek(p), ")")) {
+                if (enter(p)) return NULL;
+                CtNode *x = parse_expr(p);
+                p->depth--;
+                if (!x) return NULL;
+                ptrvec_push(&p->t->arena, &items, x);
+                if (!accept_op(p, ",")) break;
+            }
+            tu->args = (CtNode **)items.items, tu->nargs = (size_t)items.len;
+            e = tu;
+        }
         if (expect_op(p, ")")) return NULL;
         return e;
     }
@@ -485,24 +513,27 @@ static CtNode *parse_filters(Parser *p, CtNode *nd) {
     }
 }
 
-static CtNode *parse_unary(Parser *p) {
+/* `-x | f` is `(-x) | f`, as in Jinja: the operand of a sign takes no
+ * filters of its own. */
+static CtNode *parse_unary(Parser *p, int with_filters) {
     int line = peek(p)->line;
+    CtNode *e;
     if (is_op(peek(p), "-") || is_op(peek(p), "+")) {
         int neg = peek(p)->p[0] == '-';
         p->k++;
         if (enter(p)) return NULL;
-        CtNode *e = parse_unary(p);
+        e = parse_unary(p, 0);
         p->depth--;
         if (!e) return NULL;
-        if (!neg) return e;
-        CtNode *nd = node(p, CT_NEG, line);
-        if (!nd) return NULL;
-        nd->a = e;
-        return parse_filters(p, nd);
-    }
-    CtNode *e = parse_primary(p);
-    if (!e || !(e = parse_postfix(p, e))) return NULL;
-    return parse_filters(p, e);
+        if (neg) {
+            CtNode *nd = node(p, CT_NEG, line);
+            if (!nd) return NULL;
+            nd->a = e;
+            e = nd;
+        }
+    } else if (!(e = parse_primary(p)) || !(e = parse_postfix(p, e)))
+        return NULL;
+    return with_filters ? parse_filters(p, e) : e;
 }
 
 static CtNode *binop(Parser *p, int op, CtNode *a, CtNode *b, int line) {
@@ -514,11 +545,11 @@ static CtNode *binop(Parser *p, int op, CtNode *a, CtNode *b, int line) {
 }
 
 static CtNode *parse_pow(Parser *p) {
-    CtNode *a = parse_unary(p);
+    CtNode *a = parse_unary(p, 1);
     while (a && is_op(peek(p), "**")) {
         int line = peek(p)->line;
         p->k++;
-        a = binop(p, CT_OP_POW, a, parse_unary(p), line);
+        a = binop(p, CT_OP_POW, a, parse_unary(p, 1), line);
     }
     return a;
 }
@@ -691,11 +722,11 @@ static void after_tag(Parser *p, int strip, int block, int *line_starting) {
 
 static int parse_body(Parser *p, Block *b, const char *const *ends, int opener_line, const char *opener) {
     int line_starting = p->pos == 0 || p->src[p->pos - 1] == '\n';
-    if (++p->depth > CHATTMPL_MAX_DEPTH) return fail(p, opener_line, "blocks nest deeper than %d", CHATTMPL_MAX_DEPTH), -2;
+    if (++p->blocks > CHATTMPL_MAX_DEPTH) return fail(p, opener_line, "blocks nest deeper than %d", CHATTMPL_MAX_DEPTH), -2;
     for (;;) {
         if (parse_text(p, b, &line_starting)) return -2;
         if (p->pos >= p->len) {
-            if (!ends) return p->depth--, -1;
+            if (!ends) return p->blocks--, -1;
             return fail(p, opener_line, "the '%s' opened here is not closed", opener), -2;
         }
         int line = line_at(p, p->pos);
@@ -730,7 +761,7 @@ static int parse_body(Parser *p, Block *b, const char *const *ends, int opener_l
             for (int e = 0; ends[e]; e++)
                 if (!strcmp(word, ends[e])) {
                     /* the caller parses the rest of this tag */
-                    p->depth--;
+                    p->blocks--;
                     after_tag(p, strip, 1, &line_starting);
                     return e;
                 }

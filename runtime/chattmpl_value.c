@@ -139,7 +139,7 @@ int v_equal(const Val *a, const Val *b) {
     case V_UNDEF: case V_NONE: return 1;
     case V_STR: return a->s.n == b->s.n && !memcmp(a->s.p, b->s.p, a->s.n);
     case V_LIST:
-        if (a->l->n != b->l->n) return 0;
+        if (a->l->n != b->l->n || a->l->is_tuple != b->l->is_tuple) return 0;
         for (size_t i = 0; i < a->l->n; i++)
             if (!v_equal(&a->l->v[i], &b->l->v[i])) return 0;
         return 1;
@@ -192,10 +192,12 @@ static int v_repr(Buf *b, const Val *v, int depth);
 static int v_repr_items(Buf *b, const Val *v, int depth) {
     if (depth > CHATTMPL_MAX_DEPTH) return -1;
     if (v->kind == V_LIST) {
-        if (!buf_puts(b, "[")) return -1;
+        int tu = v->l->is_tuple;
+        if (!buf_puts(b, tu ? "(" : "[")) return -1;
         for (size_t i = 0; i < v->l->n; i++)
             if ((i && !buf_puts(b, ", ")) || v_repr(b, &v->l->v[i], depth + 1)) return -1;
-        return buf_puts(b, "]") ? 0 : -1;
+        if (tu && v->l->n == 1 && !buf_puts(b, ",")) return -1;
+        return buf_puts(b, tu ? ")" : "]") ? 0 : -1;
     }
     if (!buf_puts(b, "{")) return -1;
     for (size_t i = 0; i < v->d->n; i++) {

@@ -43,6 +43,7 @@ struct Val {
 struct List {
     Val *v;
     size_t n, cap;
+    int is_tuple; /* prints as (a, b); never equal to a list */
 };
 
 struct Dict {
