@@ -402,8 +402,7 @@ static int str_replace(Render *r, const Val *v, const Val *old, const Val *new, 
     size_t i = 0;
     if (old->s.n == 0) { /* Python puts new between every character */
         for (size_t k = 0; k <= v->s.n; k++) {
-            if (k && (((unsigned char)v->s.p[k - 1] & 0xC0) == 0x80 || 0)) { /* inside a character */ }
-            if (k == v->s.n || ((unsigned char)v->s.p[k] & 0xC0) != 0x80) {
+            if (k == v->s.n || ((unsigned char)v->s.p[k] & 0xC0) != 0x80) { /* before each character, and at the end */
                 if (max-- != 0 && !buf_put(&b, new->s.p, new->s.tag, new->s.n)) return oom(r, line);
             }
             if (k < v->s.n && !buf_put(&b, v->s.p + k, v->s.tag ? v->s.tag + k : NULL, 1)) return oom(r, line);
@@ -866,11 +865,10 @@ static int eval(Render *r, const CtNode *nd, Val *out) {
             Val *v = lookup(r, str_lit(nd->a->s));
             if (v) rc = fail(r, nd->line, "'%s' is a %s, not a function", nd->a->s, v_typename(v));
             else rc = call_global(r, nd, nd->a->s, out);
-        } else {
-            rc = eval(r, nd->a, &a);
-            if (!rc && a.kind != V_METHOD)
-                rc = a.kind == V_UNDEF ? fail(r, nd->line, "%s has no method '%s'", "the value", nd->a->s)
-                                       : fail(r, nd->line, "%s has no method '%s'", v_typename(nd->a->a ? &a : &a), nd->a->s);
+        } else { /* obj.method(...): the parser allows only these two forms */
+            Val obj;
+            rc = eval(r, nd->a->a, &obj) || getattr_val(r, &obj, str_lit(nd->a->s), &a, nd->line);
+            if (!rc && a.kind != V_METHOD) rc = fail(r, nd->line, "%s has no method '%s'", v_typename(&obj), nd->a->s);
             if (!rc) rc = call_method(r, nd, &a, out);
         }
         break;

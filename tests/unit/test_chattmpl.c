@@ -138,6 +138,8 @@ static const ErrCase ERRORS[] = {
     {"{{ x | tojson }}", "t: line 1: tojson of an undefined value"},
     {"{{ 'abc'.split('') }}", "t: line 1: split: empty separator"},
     {"{{ messages.append(1) }}", "t: line 1: the method 'append' is not supported"},
+    {"{{ messages.items() }}", "t: line 1: list has no method 'items'"},
+    {"{{ x.strip() }}", "t: line 1: 'x' is undefined (reading its attribute 'strip')"},
     {"{% set f = 1 %}{{ f() }}", "t: line 1: the function 'f' is not supported"},
     {"{% break %}", "t: line 0: 'break' or 'continue' outside a loop"},
     {"{{ 'x' * 60000000 }}", "t: line 1: the template ran more than 50000000 steps"},
