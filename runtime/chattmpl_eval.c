@@ -53,7 +53,7 @@ int ct_to_str(Render *r, const Val *v, Str *out, int line) {
     }
     if (v->kind == V_METHOD || v->kind == V_FUNC) return ct_fail(r, line, "'%.*s' is a function, not a value", (int)v->s.n, v->s.p);
     Buf b = ct_buf(r);
-    if (v_to_str(&b, v)) return ct_oom(r, line);
+    if (v_to_str(&b, v)) return r->a.failed ? ct_oom(r, line) : ct_fail(r, line, "values nest deeper than %d", CHATTMPL_MAX_DEPTH);
     *out = buf_str(&b);
     return 0;
 }
@@ -64,6 +64,12 @@ int ct_need_str(Render *r, const Val *v, const char *what, int line) {
 }
 
 Val ct_undefined(Str name) { return (Val){.kind = V_UNDEF, .s = name}; }
+
+int ct_equal(Render *r, const Val *a, const Val *b, int *res, int line) {
+    *res = v_equal(a, b, 0);
+    if (*res < 0) return ct_fail(r, line, "values nest deeper than %d", CHATTMPL_MAX_DEPTH);
+    return 0;
+}
 
 int ct_undefined_error(Render *r, const Val *v, int line) {
     return ct_fail(r, line, "'%.*s' is undefined", (int)v->s.n, v->s.p);
@@ -159,13 +165,19 @@ static int ct_eval_slice(Render *r, const CtNode *nd, const Val *obj, Val *out) 
         return 0;
     }
     List *l = obj->kind == V_LIST ? list_new(&r->a, 0) : NULL;
+    size_t *offs = NULL; /* a string's code points: where each starts, once */
+    if (obj->kind == V_STR) {
+        if (!(offs = ARENA_NEWN(&r->a, size_t, (size_t)n + 1))) return ct_oom(r, nd->line);
+        for (size_t i = 0, k = 0; i <= obj->s.n; i++)
+            if (i == obj->s.n || ((unsigned char)obj->s.p[i] & 0xC0) != 0x80) offs[k++] = i;
+    }
     Buf b2 = ct_buf(r);
     for (int64_t i = a; st > 0 ? i < b : i > b; i += st) {
         if (ct_step(r, nd->line)) return -1;
         if (l) {
             if (!list_push(&r->a, l, obj->l->v[i])) return ct_oom(r, nd->line);
         } else {
-            size_t o = utf8_offset(obj->s, (size_t)i), e = utf8_offset(obj->s, (size_t)i + 1);
+            size_t o = offs[i], e = offs[i + 1];
             if (!buf_put(&b2, obj->s.p + o, obj->s.tag ? obj->s.tag + o : NULL, e - o)) return ct_oom(r, nd->line);
         }
     }
@@ -176,12 +188,10 @@ static int ct_eval_slice(Render *r, const CtNode *nd, const Val *obj, Val *out) 
 
 int ct_index(Render *r, const Val *obj, const Val *ix, Val *out, int line) {
     if (obj->kind == V_UNDEF) return ct_fail(r, line, "'%.*s' is undefined (reading an item of it)", (int)obj->s.n, obj->s.p);
-    if (obj->kind == V_DICT) {
-        if (ix->kind != V_STR) {
-            *out = ct_undefined(str_lit("item"));
-            return 0;
-        }
-        return ct_getattr(r, obj, ix->s, out, line) || (out->kind == V_METHOD && (*out = ct_undefined(ix->s), 0));
+    if (obj->kind == V_DICT) { /* d['items'] is the member, never the method */
+        Val *v = ix->kind == V_STR ? dict_get(obj->d, ix->s) : NULL;
+        *out = v ? *v : ct_undefined(ix->kind == V_STR ? ix->s : str_lit("item"));
+        return 0;
     }
     if ((obj->kind == V_LIST || obj->kind == V_STR) && ix->kind == V_INT) {
         int64_t n = obj->kind == V_LIST ? (int64_t)obj->l->n : (int64_t)utf8_count(obj->s), i = ix->i;
@@ -277,7 +287,8 @@ static int ct_arith(Render *r, int op, const Val *a, const Val *b, Val *out, int
 
 int ct_compare(Render *r, int op, const Val *a, const Val *b, int *res, int line) {
     if (op == CT_OP_EQ || op == CT_OP_NE) {
-        *res = v_equal(a, b) == (op == CT_OP_EQ);
+        if (ct_equal(r, a, b, res, line)) return -1;
+        *res = *res == (op == CT_OP_EQ);
         return 0;
     }
     if (op == CT_OP_IN || op == CT_OP_NOTIN) {
@@ -286,7 +297,8 @@ int ct_compare(Render *r, int op, const Val *a, const Val *b, int *res, int line
             if (a->kind != V_STR) return ct_fail(r, line, "'in <string>' needs a string on the left, not %s", v_typename(a));
             found = a->s.n == 0 || memmem(b->s.p, b->s.n, a->s.p, a->s.n) != NULL;
         } else if (b->kind == V_LIST) {
-            for (size_t i = 0; i < b->l->n && !found; i++) found = v_equal(a, &b->l->v[i]);
+            for (size_t i = 0; i < b->l->n && !found; i++)
+                if (ct_equal(r, a, &b->l->v[i], &found, line)) return -1;
         } else if (b->kind == V_DICT) {
             found = a->kind == V_STR && dict_get(b->d, a->s) != NULL;
         } else if (b->kind == V_UNDEF)

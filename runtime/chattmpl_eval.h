@@ -39,6 +39,8 @@ int ct_to_str(Render *r, const Val *v, Str *out, int line);
 int ct_need_str(Render *r, const Val *v, const char *what, int line);
 Val ct_undefined(Str name);
 int ct_undefined_error(Render *r, const Val *v, int line);
+/* v_equal, failing on values nested too deep. */
+int ct_equal(Render *r, const Val *a, const Val *b, int *res, int line);
 
 int ct_eval(Render *r, const CtNode *nd, Val *out);
 /* The positional arguments of a call, filter or test (at most max). */

@@ -29,8 +29,11 @@ int ct_run_test(Render *r, const char *name, const Val *v, const Val *args, size
     else if (!strcmp(name, "boolean")) *res = v->kind == V_BOOL;
     else if (!strcmp(name, "true")) *res = v->kind == V_BOOL && v->b;
     else if (!strcmp(name, "false")) *res = v->kind == V_BOOL && !v->b;
-    else if (!strcmp(name, "equalto") || !strcmp(name, "eq") || !strcmp(name, "==")) *res = v_equal(v, &args[0]);
-    else if (!strcmp(name, "ne") || !strcmp(name, "!=")) *res = !v_equal(v, &args[0]);
+    else if (!strcmp(name, "equalto") || !strcmp(name, "eq") || !strcmp(name, "==")) return ct_equal(r, v, &args[0], res, line);
+    else if (!strcmp(name, "ne") || !strcmp(name, "!=")) {
+        if (ct_equal(r, v, &args[0], res, line)) return -1;
+        *res = !*res;
+    }
     else if (!strcmp(name, "in")) return ct_compare(r, CT_OP_IN, v, &args[0], res, line);
     else if (!strcmp(name, "odd") || !strcmp(name, "even")) {
         if (v->kind != V_INT) return ct_fail(r, line, "the test '%s' needs an integer, not %s", name, v_typename(v));
@@ -386,6 +389,11 @@ int ct_eval_filter(Render *r, const CtNode *nd, Val *out) {
     }
     Val args[3] = {0};
     if (ct_no_kwargs(r, nd, f) || ct_eval_args(r, nd, args, 3)) return -1;
+    if (!strcmp(f, "trim") || !strcmp(f, "replace")) { /* Jinja's soft_str: any value as its str() */
+        Str s;
+        if (ct_to_str(r, &v, &s, line)) return -1;
+        v = v_str(s);
+    }
     if (!strcmp(f, "trim")) return ct_strip_call(r, &v, nd->nargs ? &args[0] : NULL, 1, 1, out, line);
     if (!strcmp(f, "length") || !strcmp(f, "count")) {
         *out = v_int(v.kind == V_STR ? (int64_t)utf8_count(v.s) : v.kind == V_LIST ? (int64_t)v.l->n
@@ -445,7 +453,8 @@ int ct_eval_filter(Render *r, const CtNode *nd, Val *out) {
         if (!l || ct_iterate(r, &v, &items, line)) return r->rc ? -1 : ct_oom(r, line);
         for (size_t i = 0; i < items->n; i++) {
             int seen = 0;
-            for (size_t j = 0; j < l->n && !seen; j++) seen = v_equal(&l->v[j], &items->v[i]);
+            for (size_t j = 0; j < l->n && !seen; j++)
+                if (ct_equal(r, &l->v[j], &items->v[i], &seen, line)) return -1;
             if (!seen && !list_push(&r->a, l, items->v[i])) return ct_oom(r, line);
             if (ct_step(r, line)) return -1;
         }

@@ -128,7 +128,8 @@ int v_truthy(const Val *v) {
 static int is_num(const Val *v) { return v->kind == V_INT || v->kind == V_BOOL || v->kind == V_FLOAT; }
 static double num(const Val *v) { return v->kind == V_FLOAT ? v->f : v->kind == V_INT ? (double)v->i : v->b; }
 
-int v_equal(const Val *a, const Val *b) {
+int v_equal(const Val *a, const Val *b, int depth) {
+    if (depth > CHATTMPL_MAX_DEPTH) return -1;
     if (is_num(a) && is_num(b)) {
         if (a->kind != V_FLOAT && b->kind != V_FLOAT)
             return (a->kind == V_INT ? a->i : a->b) == (b->kind == V_INT ? b->i : b->b);
@@ -140,15 +141,18 @@ int v_equal(const Val *a, const Val *b) {
     case V_STR: return a->s.n == b->s.n && !memcmp(a->s.p, b->s.p, a->s.n);
     case V_LIST:
         if (a->l->n != b->l->n || a->l->is_tuple != b->l->is_tuple) return 0;
-        for (size_t i = 0; i < a->l->n; i++)
-            if (!v_equal(&a->l->v[i], &b->l->v[i])) return 0;
+        for (size_t i = 0; i < a->l->n; i++) {
+            int e = v_equal(&a->l->v[i], &b->l->v[i], depth + 1);
+            if (e <= 0) return e;
+        }
         return 1;
     case V_DICT:
         if (a->d->is_namespace || b->d->is_namespace) return a->d == b->d;
         if (a->d->n != b->d->n) return 0;
         for (size_t i = 0; i < a->d->n; i++) {
             Val *o = dict_get(b->d, a->d->k[i]);
-            if (!o || !v_equal(&a->d->v[i], o)) return 0;
+            int e = o ? v_equal(&a->d->v[i], o, depth + 1) : 0;
+            if (e <= 0) return e;
         }
         return 1;
     default: return a == b;

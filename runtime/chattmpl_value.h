@@ -84,7 +84,9 @@ Val *dict_get(const Dict *d, Str key);
 
 const char *v_typename(const Val *v);
 int v_truthy(const Val *v);
-int v_equal(const Val *a, const Val *b);
+/* Python's ==: 1 or 0; -1 when the values nest deeper than
+ * CHATTMPL_MAX_DEPTH (Python would raise RecursionError). */
+int v_equal(const Val *a, const Val *b, int depth);
 
 /* Python's str(v) into b (strings keep their tags); -1 for a value with
  * no text (a function). */
