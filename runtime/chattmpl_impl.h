@@ -77,8 +77,8 @@ struct ChatTemplate {
     size_t ntokens, captokens;
 };
 
-/* Parses src into t->body (nodes in t->arena). 0, or -1 with
- * "NAME: line N: ..." in err. */
+/* Parses src into t->body (nodes, and a copy of src they point into, in
+ * t->arena). 0, or -1 with "NAME: line N: ..." in err. */
 int chattmpl_parse_into(ChatTemplate *t, const char *src, size_t n, char *err, size_t errlen);
 
 #endif

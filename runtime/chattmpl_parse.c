@@ -859,7 +859,13 @@ static int parse_body(Parser *p, Block *b, const char *const *ends, int opener_l
     }
 }
 
-int chattmpl_parse_into(ChatTemplate *t, const char *src, size_t n, char *err, size_t errlen) {
+int chattmpl_parse_into(ChatTemplate *t, const char *text, size_t n, char *err, size_t errlen) {
+    /* the tree's text nodes point into the template's own copy */
+    char *src = arena_strndup(&t->arena, text, n);
+    if (!src) {
+        snprintf(err, errlen, "%s: out of memory", t->name);
+        return -1;
+    }
     Parser p = {.t = t, .src = src, .len = n, .line = 1, .err = err, .errlen = errlen};
     /* keep_trailing_newline is off in transformers' environment */
     if (p.len && src[p.len - 1] == '\n') p.len--;

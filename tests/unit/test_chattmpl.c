@@ -243,6 +243,23 @@ START_TEST(test_variables) {
 }
 END_TEST
 
+/* The template keeps what it needs of the text it was parsed from. */
+START_TEST(test_source_freed) {
+    char err[512];
+    ChatTemplate *t;
+    const char *text = "A {% for m in messages %}[{{ m.role }}]{% endfor %} Z";
+    char *src = strdup(text);
+    ck_assert_int_eq(chattmpl_parse(&t, "t", src, strlen(src), err, sizeof err), 0);
+    memset(src, '#', strlen(src));
+    free(src);
+    ChatRender out;
+    ck_assert_int_eq(chattmpl_render(t, MSGS, 2, NULL, &out, err, sizeof err), 0);
+    ck_assert_str_eq(out.text, "A [user][assistant] Z");
+    chattmpl_render_free(&out);
+    chattmpl_free(t);
+}
+END_TEST
+
 START_TEST(test_config) {
     char err[512];
     ChatTemplate *t;
@@ -287,6 +304,7 @@ int main(void) {
     tcase_add_test(tc, test_ranges);
     tcase_add_test(tc, test_variables);
     tcase_add_test(tc, test_config);
+    tcase_add_test(tc, test_source_freed);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
