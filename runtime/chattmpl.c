@@ -115,9 +115,11 @@ int chattmpl_render(const ChatTemplate *t, const ChatMessage *messages, size_t n
     /* the ranges, then copy out */
     Str text = buf_str(&r.out);
     out->text = malloc(text.n + 1);
-    out->ranges = malloc((n ? n : 1) * sizeof *out->ranges);
-    if (!out->text || !out->ranges) {
-        free(out->text), free(out->ranges);
+    size_t nspans = r.ngen / 2, cap = (n > nspans ? n : nspans) + 1;
+    out->ranges = malloc(cap * sizeof *out->ranges);
+    size_t *first = malloc((n + 1) * sizeof *first), *last = malloc((n + 1) * sizeof *last);
+    if (!out->text || !out->ranges || !first || !last) {
+        free(out->text), free(out->ranges), free(first), free(last);
         memset(out, 0, sizeof *out);
         snprintf(err, errlen, "%s: out of memory", t->name);
         arena_free(&r.a);
@@ -127,23 +129,37 @@ int chattmpl_render(const ChatTemplate *t, const ChatMessage *messages, size_t n
     out->text[text.n] = 0;
     out->len = text.n;
     const char *eos = chattmpl_token(t, "eos_token");
-    for (size_t i = 0; i < n; i++) {
-        if (!messages[i].role || strcmp(messages[i].role, "assistant") || !text.tag) continue;
-        size_t first = SIZE_MAX, last = 0;
-        for (size_t k = 0; k < text.n; k++)
-            if (text.tag[k] == i + 1) {
-                if (first == SIZE_MAX) first = k;
-                last = k;
-            }
-        if (first == SIZE_MAX) continue;
-        size_t end = last + 1, best = 0;
-        for (int m = -1; m < 0 || END_MARKERS[m]; m++) {
-            const char *mk = m < 0 ? eos : END_MARKERS[m];
-            size_t ml = mk ? strlen(mk) : 0;
-            if (ml > best && end + ml <= text.n && !memcmp(text.p + end, mk, ml)) best = ml;
-        }
-        out->ranges[out->nranges++] = (ChatRange){i, first, end + best};
+    /* where each message's content went: its first and last output byte */
+    for (size_t i = 0; i < n; i++) first[i] = SIZE_MAX, last[i] = 0;
+    for (size_t k = 0; text.tag && k < text.n; k++) {
+        uint32_t m = text.tag[k];
+        if (m == 0 || m > n) continue;
+        if (first[m - 1] == SIZE_MAX) first[m - 1] = k;
+        last[m - 1] = k;
     }
+    if (t->has_generation) {
+        /* the template's own {% generation %} blocks, as transformers'
+         * return_assistant_tokens_mask takes them */
+        for (size_t g = 0; g < nspans; g++) {
+            size_t s = r.gen[2 * g], e = r.gen[2 * g + 1], who = CHATTMPL_NO_MESSAGE;
+            for (size_t k = s; text.tag && k < e && who == CHATTMPL_NO_MESSAGE; k++)
+                if (text.tag[k] && text.tag[k] <= n && messages[text.tag[k] - 1].role &&
+                    !strcmp(messages[text.tag[k] - 1].role, "assistant"))
+                    who = text.tag[k] - 1;
+            out->ranges[out->nranges++] = (ChatRange){who, s, e};
+        }
+    } else
+        for (size_t i = 0; i < n; i++) {
+            if (!messages[i].role || strcmp(messages[i].role, "assistant") || first[i] == SIZE_MAX) continue;
+            size_t end = last[i] + 1, best = 0;
+            for (int m = -1; m < 0 || END_MARKERS[m]; m++) {
+                const char *mk = m < 0 ? eos : END_MARKERS[m];
+                size_t ml = mk ? strlen(mk) : 0;
+                if (ml > best && end + ml <= text.n && !memcmp(text.p + end, mk, ml)) best = ml;
+            }
+            out->ranges[out->nranges++] = (ChatRange){i, first[i], end + best};
+        }
+    free(first), free(last);
     arena_free(&r.a);
     return 0;
 }

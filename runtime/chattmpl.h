@@ -11,7 +11,8 @@
  *   {{ }}, {% if/elif/else %}, {% for x[, y] in ... [if cond] %} with
  *   loop.index/index0/first/last/length/revindex/revindex0 and {% else %},
  *   {% break %}, {% continue %}, {% set %} (a name, or an attribute of a
- *   namespace()), {# #}, whitespace control with - and +;
+ *   namespace(); {% set x %}...{% endset %}), {% generation %}, {# #},
+ *   whitespace control with - and +;
  *   literals (strings, numbers, true/false/none, lists, dicts), ~ + - * /
  *   // % **, comparisons, and/or/not, in/not in, `a if c else b`,
  *   indexing and slicing ([::-1]), attribute access;
@@ -42,6 +43,11 @@
  * writes before the content inside the turn (Qwen3's "<think>\n") is not in
  * the range. An assistant message whose content does not appear in the
  * output (empty, or dropped by the template) has no range.
+ * A template with {% generation %} blocks (the marker transformers'
+ * return_assistant_tokens_mask reads) says itself what is generated: then
+ * the ranges are those blocks' output, in order, as transformers takes
+ * them (empty ones too), each with the assistant message whose content is
+ * in it (CHATTMPL_NO_MESSAGE when none is).
  *
  * Limits (errors, never a crash): nesting of the template and of values,
  * output size, evaluation steps and memory per render (CHATTMPL_MAX_*). */
@@ -104,9 +110,11 @@ typedef struct ChatRenderOptions {
 
 /* One assistant message's generated part: text[start, end). */
 typedef struct ChatRange {
-    size_t message; /* index into the messages given */
+    size_t message; /* index into the messages given, or CHATTMPL_NO_MESSAGE */
     size_t start, end;
 } ChatRange;
+/* A {% generation %} block that holds no assistant message's content. */
+#define CHATTMPL_NO_MESSAGE ((size_t)-1)
 
 /* A render's result; owned by the caller, freed with chattmpl_render_free. */
 typedef struct ChatRender {

@@ -301,9 +301,9 @@ int ct_compare(Render *r, int op, const Val *a, const Val *b, int *res, int line
                 if (ct_equal(r, a, &b->l->v[i], &found, line)) return -1;
         } else if (b->kind == V_DICT) {
             found = a->kind == V_STR && dict_get(b->d, a->s) != NULL;
-        } else if (b->kind == V_UNDEF)
-            return ct_undefined_error(r, b, line);
-        else
+        } else if (b->kind == V_UNDEF) {
+            found = 0; /* Jinja's undefined iterates as empty */
+        } else
             return ct_fail(r, line, "'in' needs a string, list or dict on the right, not %s", v_typename(b));
         *res = found == (op == CT_OP_IN);
         return 0;
@@ -533,6 +533,32 @@ int ct_exec_block(Render *r, const CtNode *nd) {
             } else if (!dict_set(&r->a, r->frame->vars, str_lit(nd->s), v))
                 rc = ct_oom(r, nd->line);
             break;
+        case CT_SETBLOCK: {
+            Buf saved = r->out;
+            r->out = ct_buf(r);
+            r->capturing++;
+            rc = ct_exec_block(r, nd->body);
+            r->capturing--;
+            v = v_str(buf_str(&r->out));
+            r->out = saved;
+            if (!rc && !dict_set(&r->a, r->frame->vars, str_lit(nd->s), v)) rc = ct_oom(r, nd->line);
+            break;
+        }
+        case CT_GENERATION: {
+            size_t start = r->out.n;
+            rc = ct_exec_block(r, nd->body);
+            if (rc || r->capturing) break;
+            if (r->ngen + 2 > r->capgen) {
+                size_t cap = r->capgen ? r->capgen * 2 : 16;
+                size_t *ng = ARENA_NEWN(&r->a, size_t, cap);
+                if (!ng) { rc = ct_oom(r, nd->line); break; }
+                if (r->ngen) memcpy(ng, r->gen, r->ngen * sizeof *ng);
+                r->gen = ng, r->capgen = cap;
+            }
+            r->gen[r->ngen++] = start;
+            r->gen[r->ngen++] = r->out.n;
+            break;
+        }
         case CT_BREAK: r->control = 1; break;
         case CT_CONTINUE: r->control = 2; break;
         default: rc = ct_fail(r, nd->line, "a value where a statement belongs");

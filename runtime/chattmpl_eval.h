@@ -24,6 +24,9 @@ typedef struct Render {
     int depth;
     int control; /* 1: break, 2: continue */
     int rc;      /* 0, -1, CHATTMPL_RAISED */
+    int capturing; /* inside a block set: output goes to a string */
+    size_t *gen;   /* {% generation %} blocks: start, end, start, end, ... */
+    size_t ngen, capgen;
     char *err;
     size_t errlen;
 } Render;

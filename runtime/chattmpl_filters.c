@@ -294,7 +294,9 @@ int ct_iterate(Render *r, const Val *v, List **out, int line) {
 static int ct_filter_select(Render *r, const CtNode *nd, const Val *v, int attr, int reject, Val *out) {
     int line = nd->line;
     List *items, *l = list_new(&r->a, 0);
-    if (!l || ct_iterate(r, v, &items, line)) return r->rc ? -1 : ct_oom(r, line);
+    if (!l) return ct_oom(r, line);
+    if (!v_truthy(v)) items = l; /* Jinja selects from a false value (none) nothing */
+    else if (ct_iterate(r, v, &items, line)) return -1;
     Val args[4] = {0};
     if (ct_no_kwargs(r, nd, nd->s) || ct_eval_args(r, nd, args, 4)) return -1;
     size_t first = attr ? 1 : 0;
@@ -377,7 +379,8 @@ int ct_eval_filter(Render *r, const CtNode *nd, Val *out) {
         if (!has_attr) return ct_fail(r, line, "map supports only attribute= (and default=)");
         List *items, *l = list_new(&r->a, 0);
         if (!l) return ct_oom(r, line);
-        if (ct_iterate(r, &v, &items, line)) return -1;
+        if (!v_truthy(&v)) items = l; /* as Jinja: map over none is empty */
+        else if (ct_iterate(r, &v, &items, line)) return -1;
         for (size_t i = 0; i < items->n; i++) {
             Val x;
             if (ct_index(r, &items->v[i], &attr, &x, line)) return -1;

@@ -38,6 +38,8 @@ typedef enum CtKind {
     CT_IF,       /* if a: body else: orelse */
     CT_FOR,      /* for s[, s2] in a [if b]: body else: orelse */
     CT_SET,      /* set s = a, or set s.s2 = a */
+    CT_SETBLOCK, /* set s: body's output as a string */
+    CT_GENERATION, /* generation: body, its output an assistant range */
     CT_BREAK,
     CT_CONTINUE,
 } CtKind;
@@ -75,6 +77,7 @@ struct ChatTemplate {
     CtNode *body;
     CtToken *tokens;
     size_t ntokens, captokens;
+    int has_generation; /* a {% generation %} block: the ranges are those */
 };
 
 /* Parses src into t->body (nodes, and a copy of src they point into, in

@@ -840,10 +840,34 @@ static int parse_body(Parser *p, Block *b, const char *const *ends, int opener_l
                 p->k++;
             }
             if (is_op(peek(p), ",")) return fail(p, line, "'set' with several targets is not supported"), -2;
-            if (peek(p)->kind == TK_END) return fail(p, line, "block 'set' (without '=') is not supported"), -2;
+            if (peek(p)->kind == TK_END && !nd->s2) { /* {% set x %}...{% endset %} */
+                static const char *const set_ends[] = {"endset", NULL};
+                Block body = {NULL, &body.head};
+                nd->kind = CT_SETBLOCK;
+                after_tag(p, strip, 1, &line_starting);
+                if (parse_body(p, &body, set_ends, line, "set") < 0 || expect_end(p)) return -2;
+                nd->body = body.head;
+                append(b, nd);
+                line_starting = p->pos == 0 || p->src[p->pos - 1] == '\n';
+                continue;
+            }
+            if (is_op(peek(p), "|")) return fail(p, line, "a filtered block 'set' is not supported"), -2;
             if (expect_op(p, "=") || !(nd->a = parse_expr(p)) || expect_end(p)) return -2;
             append(b, nd);
             after_tag(p, strip, 1, &line_starting);
+            continue;
+        }
+        if (!strcmp(word, "generation")) { /* transformers' marker of the assistant's tokens */
+            static const char *const gen_ends[] = {"endgeneration", NULL};
+            CtNode *nd = node(p, CT_GENERATION, line);
+            Block body = {NULL, &body.head};
+            if (!nd || expect_end(p)) return -2;
+            after_tag(p, strip, 1, &line_starting);
+            if (parse_body(p, &body, gen_ends, line, "generation") < 0 || expect_end(p)) return -2;
+            nd->body = body.head;
+            p->t->has_generation = 1;
+            append(b, nd);
+            line_starting = p->pos == 0 || p->src[p->pos - 1] == '\n';
             continue;
         }
         if (!strcmp(word, "break") || !strcmp(word, "continue")) {

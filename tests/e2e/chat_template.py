@@ -12,7 +12,9 @@ without a system message, a prompt alone, Unicode and white space at the
 edges of the content, Jinja-looking content, a Qwen3-style reasoning
 answer), with and without add_generation_prompt, and for Qwen3 with
 enable_thinking true, false and unset. A template's own error
-(raise_exception) must come out the same on both sides."""
+(raise_exception) must come out the same on both sides. A template with
+{% generation %} blocks must give transformers' assistant spans
+(return_assistant_tokens_mask) as its ranges, exactly."""
 import glob
 import json
 import os
@@ -26,13 +28,14 @@ TOKENS = {
     "mistralai": ("<s>", "</s>"),
     "Qwen": (None, "<|im_end|>"),
     "google-gemma": ("<bos>", "<eos>"),
+    "microsoft-Phi-4": (None, "<|im_end|>"),
     "microsoft-Phi": ("<s>", "<|endoftext|>"),
     "chatml": ("<s>", "<|im_end|>"),
 }
 # the end-of-turn marker each family writes after an assistant message
 END = {
     "meta-llama": "<|eot_id|>", "mistralai": "</s>", "Qwen": "<|im_end|>", "google-gemma": "<end_of_turn>",
-    "microsoft-Phi": "<|end|>", "chatml": "<|im_end|>",
+    "microsoft-Phi-4": "<|im_end|>", "microsoft-Phi": "<|end|>", "chatml": "<|im_end|>",
 }
 
 SYS = {"role": "system", "content": "You are a careful assistant."}
@@ -91,10 +94,17 @@ def reference(template, case):
     for k in ("bos_token", "eos_token"):
         if k in case:
             kwargs[k] = case[k]
+    generation = "{% generation %}" in template
     try:
-        rendered, _ = render_jinja_template(conversations=[case["messages"]], chat_template=template,
-                                            add_generation_prompt=case["add_generation_prompt"], **kwargs)
-        return {"text": rendered[0]}
+        rendered, spans = render_jinja_template(conversations=[case["messages"]], chat_template=template,
+                                                add_generation_prompt=case["add_generation_prompt"],
+                                                return_assistant_tokens_mask=generation, **kwargs)
+        want = {"text": rendered[0]}
+        if generation:
+            # transformers' spans count characters; zinf's count bytes
+            b = lambda i: len(rendered[0][:i].encode("utf-8"))
+            want["spans"] = [[b(s), b(e)] for s, e in spans[0]]
+        return want
     except TemplateError as e:
         return {"error": str(e), "raised": True}
 
@@ -168,7 +178,12 @@ def main():
                       (name, case["name"], want["text"], g["text"]))
                 failures += 1
                 continue
-            bad = check_ranges(name, case, g["text"], g["ranges"])
+            if "spans" in want:  # {% generation %} blocks: exactly transformers' assistant spans
+                got_spans = [[s, e] for _, s, e in g["ranges"]]
+                bad = None if got_spans == want["spans"] else "generation spans %r, transformers %r" % (
+                    got_spans, want["spans"])
+            else:
+                bad = check_ranges(name, case, g["text"], g["ranges"])
             if bad:
                 print("FAIL %s [%s]: %s" % (name, case["name"], bad))
                 failures += 1

@@ -57,6 +57,8 @@ cases = [
  ("subscript keys", "{% set d = {'items': 'I', 'get': 'G'} %}{{ d['items'] }}{{ d['get'] }}{{ d.items() | length }}{{ messages[0]['nope'] is defined }}"),
  ("soft str filters", "{{ 5 | trim }}{{ none | trim }}|{{ nope | trim }}|{{ 123 | replace('2', 'x') }}"),
  ("nested values", "{% set ns = namespace(x=[]) %}{% for i in range(3) %}{% set ns.x = [ns.x, i] %}{% endfor %}{{ ns.x }}{{ ns.x == [[[[], 0], 1], 2] }}"),
+ ("block set", "{% set x %}\n  a {{ messages[0].content }}\n{% endset %}[{{ x }}]{{ x | length }}"),
+ ("generation", "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}</s>{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}"),
  ("raise", "{% if messages | length > 1 %}{{ raise_exception('Too many: ' ~ messages | length) }}{% endif %}"),
 ]
 env_t = _compile_jinja_template

@@ -66,6 +66,8 @@ static const Case CASES[] = {
     {"subscript keys", "{% set d = {'items': 'I', 'get': 'G'} %}{{ d['items'] }}{{ d['get'] }}{{ d.items() | length }}{{ messages[0]['nope'] is defined }}", "IG2False", NULL},
     {"soft str filters", "{{ 5 | trim }}{{ none | trim }}|{{ nope | trim }}|{{ 123 | replace('2', 'x') }}", "5None||1x3", NULL},
     {"nested values", "{% set ns = namespace(x=[]) %}{% for i in range(3) %}{% set ns.x = [ns.x, i] %}{% endfor %}{{ ns.x }}{{ ns.x == [[[[], 0], 1], 2] }}", "[[[[], 0], 1], 2]True", NULL},
+    {"block set", "{% set x %}\n  a {{ messages[0].content }}\n{% endset %}[{{ x }}]{{ x | length }}", "[  a Hi\n]7", NULL},
+    {"generation", "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}</s>{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}", "Hi Yo </s>", NULL},
     {"raise", "{% if messages | length > 1 %}{{ raise_exception('Too many: ' ~ messages | length) }}{% endif %}", NULL, "Too many: 2"},
 };
 
@@ -111,7 +113,9 @@ static const ErrCase ERRORS[] = {
     {"{{ 3 is divisibleby(3) }}", "t: line 1: the test 'divisibleby' is not supported"},
     {"{{ 'a {}'.format(1) }}", "t: line 1: the method 'format' is not supported"},
     {"{{ cycler('a') }}", "t: line 1: the function 'cycler' is not supported"},
-    {"{% set x %}y{% endset %}", "t: line 1: block 'set' (without '=') is not supported"},
+    {"{% set x | upper %}y{% endset %}", "t: line 1: a filtered block 'set' is not supported"},
+    {"{% set ns = namespace() %}{% set ns.x %}y{% endset %}", "t: line 1: expected '=', found the end of the tag"},
+    {"{% generation %}x", "t: line 1: the 'generation' opened here is not closed"},
     {"{% for a, b, c in x %}{% endfor %}", "t: line 1: a for loop unpacks at most two variables"},
     {"{% for x in y recursive %}{% endfor %}", "t: line 1: recursive loops are not supported"},
     {"x\n\n{% if true %}\nyes", "t: line 3: the 'if' opened here is not closed"},
@@ -224,6 +228,13 @@ START_TEST(test_ranges) {
     static const ChatMessage empty[] = {{"user", "Q", 1}, {"assistant", "", 0}};
     check_ranges(chatml, empty, 2, "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n", NULL, 0);
     check_ranges("{% for m in messages if m.role == 'user' %}{{ m.content }}{% endfor %}", conv, 5, "Q1Q2", NULL, 0);
+    /* {% generation %} blocks are the ranges, empty ones and ones without
+     * an assistant's content included, as transformers takes them */
+    check_ranges("{% for m in messages %}{% if m.role == 'assistant' %}<a>{% generation %}{{ m.content | trim }}</s>"
+                 "{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}{% generation %}{% endgeneration %}"
+                 "{% generation %}!{% endgeneration %}",
+                 conv, 5, "SQ1<a>A1</s>Q2<a>A2</s>!",
+                 (const size_t[]){2, 6, 12, 4, 17, 23, CHATTMPL_NO_MESSAGE, 23, 23, CHATTMPL_NO_MESSAGE, 23, 24}, 4);
 }
 END_TEST
 
