@@ -52,6 +52,7 @@ int ct_to_str(Render *r, const Val *v, Str *out, int line) {
         return 0;
     }
     if (v->kind == V_METHOD || v->kind == V_FUNC) return ct_fail(r, line, "'%.*s' is a function, not a value", (int)v->s.n, v->s.p);
+    if (v->kind == V_MACRO) return ct_fail(r, line, "a macro is not a value; call it");
     Buf b = ct_buf(r);
     if (v_to_str(&b, v)) return r->a.failed ? ct_oom(r, line) : ct_fail(r, line, "values nest deeper than %d", CHATTMPL_MAX_DEPTH);
     *out = buf_str(&b);
@@ -64,6 +65,57 @@ int ct_need_str(Render *r, const Val *v, const char *what, int line) {
 }
 
 Val ct_undefined(Str name) { return (Val){.kind = V_UNDEF, .s = name}; }
+
+/* A macro call: its parameters in a scope of their own over the scope it
+ * was defined in; its output, tags kept, is the value. */
+int ct_call_macro(Render *r, const CtNode *call, const Val *m, Val *out) {
+    const CtNode *def = m->macro.node;
+    Frame f = {dict_new(&r->a), (Frame *)m->macro.frame};
+    if (!f.vars) return ct_oom(r, call->line);
+    if (call->nargs > def->nargs)
+        return ct_fail(r, call->line, "macro '%s' takes at most %zu arguments, not %zu", def->s, def->nargs, call->nargs);
+    Val *vals = ARENA_NEWN(&r->a, Val, def->nargs + 1);
+    char *given = ARENA_NEWN(&r->a, char, def->nargs + 1);
+    if (!vals || !given) return ct_oom(r, call->line);
+    for (size_t i = 0; i < call->nargs; i++) {
+        if (ct_eval(r, call->args[i], &vals[i])) return -1;
+        given[i] = 1;
+    }
+    for (size_t k = 0; k < call->nkw; k++) {
+        size_t i = 0;
+        while (i < def->nargs && strcmp(def->args[i]->s, call->kwnames[k])) i++;
+        if (i == def->nargs) return ct_fail(r, call->line, "macro '%s' has no parameter '%s'", def->s, call->kwnames[k]);
+        if (given[i]) return ct_fail(r, call->line, "macro '%s' got parameter '%s' twice", def->s, call->kwnames[k]);
+        if (ct_eval(r, call->kwargs[k], &vals[i])) return -1;
+        given[i] = 1;
+    }
+    Frame *saved_frame = r->frame;
+    for (size_t i = 0; i < def->nargs; i++) {
+        if (!given[i]) {
+            if (def->kwargs[i]) { /* defaults are evaluated in the macro's scope, at the call */
+                r->frame = &f;
+                int rc = ct_eval(r, def->kwargs[i], &vals[i]);
+                r->frame = saved_frame;
+                if (rc) return -1;
+            } else
+                vals[i] = ct_undefined(str_lit(def->args[i]->s));
+        }
+        if (!dict_set(&r->a, f.vars, str_lit(def->args[i]->s), vals[i])) return ct_oom(r, call->line);
+    }
+    Buf saved = r->out;
+    r->out = ct_buf(r);
+    r->frame = &f;
+    r->capturing++;
+    int rc = ct_exec_block(r, def->body);
+    r->capturing--;
+    r->frame = saved_frame;
+    int ctl = r->control;
+    r->control = 0;
+    *out = v_str(buf_str(&r->out));
+    r->out = saved;
+    if (!rc && ctl) rc = ct_fail(r, call->line, "'break' or 'continue' outside a loop in macro '%s'", def->s);
+    return rc;
+}
 
 int ct_equal(Render *r, const Val *a, const Val *b, int *res, int line) {
     *res = v_equal(a, b, 0);
@@ -377,7 +429,11 @@ int ct_eval(Render *r, const CtNode *nd, Val *out) {
     case CT_CALL:
         if (nd->a->kind == CT_NAME) {
             Val *v = ct_lookup(r, str_lit(nd->a->s));
-            if (v) rc = ct_fail(r, nd->line, "'%s' is a %s, not a function", nd->a->s, v_typename(v));
+            if (v && v->kind == V_MACRO) rc = ct_call_macro(r, nd, v, out);
+            else if (v) rc = ct_fail(r, nd->line, "'%s' is a %s, not a function", nd->a->s, v_typename(v));
+            else if (strcmp(nd->a->s, "raise_exception") && strcmp(nd->a->s, "namespace") && strcmp(nd->a->s, "range") &&
+                     strcmp(nd->a->s, "strftime_now"))
+                rc = ct_fail(r, nd->line, "the macro '%s' is not defined here", nd->a->s);
             else rc = ct_call_global(r, nd, nd->a->s, out);
         } else { /* obj.method(...): the parser allows only these two forms */
             Val obj;
@@ -559,6 +615,10 @@ int ct_exec_block(Render *r, const CtNode *nd) {
             r->gen[r->ngen++] = r->out.n;
             break;
         }
+        case CT_MACRO:
+            v = (Val){.kind = V_MACRO, .macro = {nd, r->frame}};
+            if (!dict_set(&r->a, r->frame->vars, str_lit(nd->s), v)) rc = ct_oom(r, nd->line);
+            break;
         case CT_BREAK: r->control = 1; break;
         case CT_CONTINUE: r->control = 2; break;
         default: rc = ct_fail(r, nd->line, "a value where a statement belongs");

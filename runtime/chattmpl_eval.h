@@ -59,6 +59,7 @@ int ct_getattr(Render *r, const Val *obj, Str name, Val *out, int line);
 int ct_index(Render *r, const Val *obj, const Val *ix, Val *out, int line);
 int ct_compare(Render *r, int op, const Val *a, const Val *b, int *res, int line);
 int ct_exec_block(Render *r, const CtNode *nd);
+int ct_call_macro(Render *r, const CtNode *call, const Val *m, Val *out);
 
 int ct_run_test(Render *r, const char *name, const Val *v, const Val *args, size_t nargs, int *res, int line);
 int ct_call_method(Render *r, const CtNode *nd, const Val *m, Val *out);

@@ -40,6 +40,8 @@ typedef enum CtKind {
     CT_SET,      /* set s = a, or set s.s2 = a */
     CT_SETBLOCK, /* set s: body's output as a string */
     CT_GENERATION, /* generation: body, its output an assistant range */
+    CT_MACRO,    /* macro s(args: CT_NAME parameters; kwargs[i]: the default of
+                    parameter i, or NULL): body */
     CT_BREAK,
     CT_CONTINUE,
 } CtKind;

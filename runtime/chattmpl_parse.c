@@ -31,6 +31,9 @@ typedef struct Parser {
     size_t len, pos;
     size_t line_pos; /* line counting: the line of line_pos is line */
     int line;
+    PtrVec calls;  /* CT_CALL nodes of plain names: a global or a macro, checked at the end */
+    PtrVec macros; /* CT_MACRO nodes */
+    int in_macro;  /* parsing a macro's body */
     Tok *toks; /* the current tag's tokens */
     size_t ntoks, captoks, k;
     int depth;  /* of expressions */
@@ -354,6 +357,8 @@ static CtNode *parse_primary(Parser *p) {
         char *nm = arena_strndup(&p->t->arena, tk->p, tk->n);
         if (!nm) return fail(p, line, "out of memory");
         if (in_list(nm, KEYWORDS)) return fail(p, line, "unexpected '%s'", nm);
+        if (p->in_macro && (!strcmp(nm, "varargs") || !strcmp(nm, "kwargs") || !strcmp(nm, "caller")))
+            return fail(p, line, "'%s' in a macro is not supported", nm);
         if (!(nd = node(p, CT_NAME, line))) return NULL;
         nd->s = nm;
         return nd;
@@ -453,8 +458,7 @@ static CtNode *parse_postfix(Parser *p, CtNode *nd) {
             CtNode *c = node(p, CT_CALL, line);
             if (!c) return NULL;
             c->a = nd;
-            if (nd->kind == CT_NAME && !in_list(nd->s, GLOBALS))
-                return fail(p, line, "the function '%s' is not supported", nd->s);
+            if (nd->kind == CT_NAME && !in_list(nd->s, GLOBALS)) ptrvec_push(&p->t->arena, &p->calls, c);
             if (nd->kind == CT_ATTR && !in_list(nd->s, METHODS))
                 return fail(p, line, "the method '%s' is not supported", nd->s);
             if (nd->kind != CT_NAME && nd->kind != CT_ATTR) return fail(p, line, "only named functions can be called");
@@ -870,6 +874,47 @@ static int parse_body(Parser *p, Block *b, const char *const *ends, int opener_l
             line_starting = p->pos == 0 || p->src[p->pos - 1] == '\n';
             continue;
         }
+        if (!strcmp(word, "macro")) {
+            static const char *const macro_ends[] = {"endmacro", NULL};
+            CtNode *nd = node(p, CT_MACRO, line);
+            PtrVec params = {0}, dflts = {0};
+            Block body = {NULL, &body.head};
+            if (!nd) return -2;
+            if (peek(p)->kind != TK_NAME) return fail(p, line, "expected a macro name after 'macro'"), -2;
+            nd->s = name_dup(p, peek(p));
+            p->k++;
+            if (expect_op(p, "(")) return -2;
+            while (!accept_op(p, ")")) {
+                if (peek(p)->kind != TK_NAME) return fail(p, line, "expected a parameter name in macro '%s'", nd->s), -2;
+                CtNode *param = node(p, CT_NAME, line), *dflt = NULL;
+                if (!param) return -2;
+                param->s = name_dup(p, peek(p));
+                p->k++;
+                if (accept_op(p, "=") && !(dflt = parse_expr(p))) return -2;
+                if (!dflt && dflts.len && dflts.items[dflts.len - 1])
+                    return fail(p, line, "a parameter without a default follows one with a default in macro '%s'", nd->s), -2;
+                ptrvec_push(&p->t->arena, &params, param);
+                ptrvec_push(&p->t->arena, &dflts, dflt);
+                if (!accept_op(p, ",")) {
+                    if (expect_op(p, ")")) return -2;
+                    break;
+                }
+            }
+            if (expect_end(p)) return -2;
+            nd->args = (CtNode **)params.items, nd->nargs = (size_t)params.len;
+            nd->kwargs = (CtNode **)dflts.items, nd->nkw = (size_t)dflts.len;
+            after_tag(p, strip, 1, &line_starting);
+            p->in_macro++;
+            if (parse_body(p, &body, macro_ends, line, "macro") < 0) return -2;
+            p->in_macro--;
+            if (peek(p)->kind == TK_NAME && is_name(peek(p), nd->s)) p->k++; /* {% endmacro name %} */
+            if (expect_end(p)) return -2;
+            nd->body = body.head;
+            ptrvec_push(&p->t->arena, &p->macros, nd);
+            append(b, nd);
+            line_starting = p->pos == 0 || p->src[p->pos - 1] == '\n';
+            continue;
+        }
         if (!strcmp(word, "break") || !strcmp(word, "continue")) {
             CtNode *nd = node(p, word[0] == 'b' ? CT_BREAK : CT_CONTINUE, line);
             if (!nd || expect_end(p)) return -2;
@@ -897,6 +942,13 @@ int chattmpl_parse_into(ChatTemplate *t, const char *text, size_t n, char *err, 
     int r = parse_body(&p, &b, NULL, 1, "");
     free(p.toks);
     if (r == -2 || p.failed) return -1;
+    /* a call of a plain name: a global, or a macro the template defines */
+    for (int i = 0; i < p.calls.len; i++) {
+        const CtNode *c = p.calls.items[i];
+        int found = 0;
+        for (int m = 0; m < p.macros.len && !found; m++) found = !strcmp(((CtNode *)p.macros.items[m])->s, c->a->s);
+        if (!found) return fail(&p, c->line, "the function '%s' is not supported", c->a->s), -1;
+    }
     t->body = b.head;
     return 0;
 }

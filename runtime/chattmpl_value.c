@@ -107,7 +107,7 @@ int dict_set(Arena *a, Dict *d, Str key, Val v) {
 
 const char *v_typename(const Val *v) {
     static const char *const names[] = {"undefined", "NoneType", "bool", "int", "float", "str", "list", "dict",
-                                        "method", "function"};
+                                        "method", "function", "macro"};
     if (v->kind == V_DICT && v->d->is_namespace) return "namespace";
     return names[v->kind];
 }

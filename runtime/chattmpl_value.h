@@ -15,7 +15,7 @@
 
 #include "arena.h"
 
-typedef enum VKind { V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_METHOD, V_FUNC } VKind;
+typedef enum VKind { V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_METHOD, V_FUNC, V_MACRO } VKind;
 
 typedef struct Str {
     const char *p;
@@ -36,6 +36,10 @@ struct Val {
         Str s;       /* V_STR; V_UNDEF: the name that was undefined; V_FUNC, V_METHOD: the name */
         List *l;
         Dict *d;
+        struct {
+            const void *node;  /* V_MACRO: its CtNode */
+            const void *frame; /* and the scope it was defined in */
+        } macro;
     };
     Val *self; /* V_METHOD: the object */
 };

@@ -41,9 +41,9 @@ grep -qF '{"text": "<s>[INST] Hi[/INST] Hello</s>", "ranges": [[1, 20, 29]]}' "$
 echo "ok tokenizer_config.json: the \"default\" template, bos_token from {\"content\": ...}"
 
 # an unsupported construct is refused with its line
-printf 'line one\n{%% macro m() %%}x{%% endmacro %%}\n' > "$D/macro.jinja"
-"$R" "$D/macro.jinja" "$D/one.json" > /dev/null 2> "$D/macro.err" && fail "a macro was accepted"
-grep -qF "macro.jinja: line 2: the statement 'macro' is not supported" "$D/macro.err" ||
-  fail "macro: $(cat "$D/macro.err")"
-echo "ok refused: $(cat "$D/macro.err")"
+printf 'line one\n{%% filter upper %%}x{%% endfilter %%}\n' > "$D/filter.jinja"
+"$R" "$D/filter.jinja" "$D/one.json" > /dev/null 2> "$D/filter.err" && fail "a filter block was accepted"
+grep -qF "filter.jinja: line 2: the statement 'filter' is not supported" "$D/filter.err" ||
+  fail "filter block: $(cat "$D/filter.err")"
+echo "ok refused: the statement 'filter' (line 2)"
 echo "chat_template e2e: ok"

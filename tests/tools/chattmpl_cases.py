@@ -59,6 +59,8 @@ cases = [
  ("nested values", "{% set ns = namespace(x=[]) %}{% for i in range(3) %}{% set ns.x = [ns.x, i] %}{% endfor %}{{ ns.x }}{{ ns.x == [[[[], 0], 1], 2] }}"),
  ("block set", "{% set x %}\n  a {{ messages[0].content }}\n{% endset %}[{{ x }}]{{ x | length }}"),
  ("generation", "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}</s>{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}"),
+ ("macro", "{% macro turn(m, sep='|') %}<{{ m.role }}{{ sep }}{{ m.content | trim }}>{% endmacro %}{% for m in messages %}{{ turn(m) }}{{ turn(m, sep=':') }}{% endfor %}{% macro twice(x) -%}\n  {{ x }}{{ x }}\n{%- endmacro %}[{{ twice('ab') }}]{{ twice(x='c') | length }}"),
+ ("macro scope", "{% set g = 'G' %}{% macro f(n) %}{{ g }}{{ n }}{% set g = 'local' %}{{ g }}{% endmacro %}{{ f(1) }}{{ g }}{% macro rec(n) %}{% if n > 0 %}{{ n }}{{ rec(n - 1) }}{% endif %}{% endmacro %}{{ rec(3) }}{{ f() }}"),
  ("raise", "{% if messages | length > 1 %}{{ raise_exception('Too many: ' ~ messages | length) }}{% endif %}"),
 ]
 env_t = _compile_jinja_template

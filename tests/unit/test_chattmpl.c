@@ -68,6 +68,8 @@ static const Case CASES[] = {
     {"nested values", "{% set ns = namespace(x=[]) %}{% for i in range(3) %}{% set ns.x = [ns.x, i] %}{% endfor %}{{ ns.x }}{{ ns.x == [[[[], 0], 1], 2] }}", "[[[[], 0], 1], 2]True", NULL},
     {"block set", "{% set x %}\n  a {{ messages[0].content }}\n{% endset %}[{{ x }}]{{ x | length }}", "[  a Hi\n]7", NULL},
     {"generation", "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}</s>{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}", "Hi Yo </s>", NULL},
+    {"macro", "{% macro turn(m, sep='|') %}<{{ m.role }}{{ sep }}{{ m.content | trim }}>{% endmacro %}{% for m in messages %}{{ turn(m) }}{{ turn(m, sep=':') }}{% endfor %}{% macro twice(x) -%}\n  {{ x }}{{ x }}\n{%- endmacro %}[{{ twice('ab') }}]{{ twice(x='c') | length }}", "<user|Hi><user:Hi><assistant|Yo><assistant:Yo>[abab]2", NULL},
+    {"macro scope", "{% set g = 'G' %}{% macro f(n) %}{{ g }}{{ n }}{% set g = 'local' %}{{ g }}{% endmacro %}{{ f(1) }}{{ g }}{% macro rec(n) %}{% if n > 0 %}{{ n }}{{ rec(n - 1) }}{% endif %}{% endmacro %}{{ rec(3) }}{{ f() }}", "G1localG321Glocal", NULL},
     {"raise", "{% if messages | length > 1 %}{{ raise_exception('Too many: ' ~ messages | length) }}{% endif %}", NULL, "Too many: 2"},
 };
 
@@ -107,7 +109,17 @@ typedef struct ErrCase {
 
 /* Refused when parsed, or failing when rendered: the message to the letter. */
 static const ErrCase ERRORS[] = {
-    {"a\n{% macro m() %}x{% endmacro %}", "t: line 2: the statement 'macro' is not supported"},
+    {"a\n{% call m() %}x{% endcall %}", "t: line 2: the statement 'call' is not supported"},
+    {"{% filter upper %}x{% endfilter %}", "t: line 1: the statement 'filter' is not supported"},
+    {"{% macro m(a) %}{{ varargs }}{% endmacro %}", "t: line 1: 'varargs' in a macro is not supported"},
+    {"{% macro m(a=1, b) %}{% endmacro %}",
+     "t: line 1: a parameter without a default follows one with a default in macro 'm'"},
+    {"{% macro m() %}x", "t: line 1: the 'macro' opened here is not closed"},
+    {"{{ m() }}{% macro m() %}x{% endmacro %}", "t: line 1: the macro 'm' is not defined here"},
+    {"{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}", "t: line 1: macro 'm' takes at most 1 arguments, not 2"},
+    {"{% macro m(a) %}{{ a }}{% endmacro %}{{ m(b=2) }}", "t: line 1: macro 'm' has no parameter 'b'"},
+    {"{% macro m() %}x{% endmacro %}{{ m }}", "t: line 1: a macro is not a value; call it"},
+    {"{% macro m(n) %}{{ m(n) }}{% endmacro %}{{ m(1) }}", "t: line 1: evaluation nests deeper than 200"},
     {"{% raw %}x{% endraw %}", "t: line 1: the statement 'raw' is not supported"},
     {"{{ messages | indent(2) }}", "t: line 1: the filter 'indent' is not supported"},
     {"{{ 3 is divisibleby(3) }}", "t: line 1: the test 'divisibleby' is not supported"},
