@@ -198,6 +198,7 @@ int ct_call_method(Render *r, const CtNode *nd, const Val *m, Val *out) {
         else if (str_eq(name, "items")) {
             List *pair = list_new(&r->a, 2);
             if (!pair) return ct_oom(r, line);
+            pair->is_tuple = 1; /* Python's (key, value) */
             list_push(&r->a, pair, v_str(d->k[i]));
             list_push(&r->a, pair, d->v[i]);
             item = (Val){.kind = V_LIST, .l = pair};
@@ -325,6 +326,127 @@ static int ct_filter_select(Render *r, const CtNode *nd, const Val *v, int attr,
     return 0;
 }
 
+/* Python's str.splitlines() boundary at s[i]: its length, or 0. */
+static size_t line_break_at(Str s, size_t i) {
+    unsigned char c = (unsigned char)s.p[i];
+    if (c == '\r') return i + 1 < s.n && s.p[i + 1] == '\n' ? 2 : 1;
+    if (c == '\n' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1e)) return 1;
+    if (c == 0xC2 && i + 1 < s.n && (unsigned char)s.p[i + 1] == 0x85) return 2;
+    if (c == 0xE2 && i + 2 < s.n && (unsigned char)s.p[i + 1] == 0x80 &&
+        ((unsigned char)s.p[i + 2] == 0xA8 || (unsigned char)s.p[i + 2] == 0xA9))
+        return 3;
+    return 0;
+}
+
+/* Jinja's indent(width=4, first=False, blank=False): every line after the
+ * first (and the first with first=True) gets the indentation, empty lines
+ * only with blank=True; lines split as Python's splitlines() splits them. */
+static int filter_indent(Render *r, const CtNode *nd, const Val *v, Val *out) {
+    int line = nd->line, present;
+    Val width = v_int(4), first = v_bool(0), blank = v_bool(0);
+    for (size_t i = 0; i < nd->nkw; i++)
+        if (strcmp(nd->kwnames[i], "width") && strcmp(nd->kwnames[i], "first") && strcmp(nd->kwnames[i], "blank"))
+            return ct_fail(r, line, "indent's argument '%s' is not supported", nd->kwnames[i]);
+    if (ct_arg_or_kw(r, nd, 0, "width", &width, &present) || ct_arg_or_kw(r, nd, 1, "first", &first, &present) ||
+        ct_arg_or_kw(r, nd, 2, "blank", &blank, &present))
+        return -1;
+    if (ct_need_str(r, v, "indent", line)) return -1;
+    Str s = v->s, ind;
+    Buf ib = ct_buf(r);
+    if (width.kind == V_STR) ind = width.s;
+    else if (width.kind == V_INT && width.i >= 0 && width.i <= 1000) {
+        for (int64_t i = 0; i < width.i; i++)
+            if (!buf_puts(&ib, " ")) return ct_oom(r, line);
+        ind = buf_str(&ib);
+    } else
+        return ct_fail(r, line, "indent's width must be a string or an integer from 0 to 1000");
+    Buf b = ct_buf(r);
+    if (v_truthy(&first) && !buf_put(&b, ind.p, ind.tag, ind.n)) return ct_oom(r, line);
+    /* Jinja splits s + "\n" with splitlines(): the lines of s, the empty one
+     * after a last line break included, except after a lone last \r (which
+     * the appended \n joins into one \r\n break) */
+    int cr_last = s.n && s.p[s.n - 1] == '\r';
+    for (size_t i = 0, lineno = 0; i <= s.n; lineno++) {
+        size_t e = i, br = 0;
+        while (e < s.n && !(br = line_break_at(s, e))) e++;
+        if (e == s.n && i == s.n && lineno > 0 && cr_last) break;
+        if (lineno > 0) {
+            if (!buf_puts(&b, "\n")) return ct_oom(r, line);
+            if ((e > i || v_truthy(&blank)) && !buf_put(&b, ind.p, ind.tag, ind.n)) return ct_oom(r, line);
+        }
+        if (!buf_put(&b, s.p + i, s.tag ? s.tag + i : NULL, e - i)) return ct_oom(r, line);
+        if (ct_step(r, line)) return -1;
+        if (e == s.n) break;
+        i = e + br;
+    }
+    *out = v_str(buf_str(&b));
+    return 0;
+}
+
+/* The key dictsort compares: a string lower-cased (ASCII) unless
+ * case_sensitive, or a number. */
+static int dictsort_cmp(Render *r, const Val *a, const Val *b, int fold, int *res, int line) {
+    if (a->kind == V_STR && b->kind == V_STR) {
+        size_t n = a->s.n < b->s.n ? a->s.n : b->s.n;
+        for (size_t i = 0; i < n; i++) {
+            unsigned char x = (unsigned char)a->s.p[i], y = (unsigned char)b->s.p[i];
+            if (fold && (x >= 0x80 || y >= 0x80))
+                return ct_fail(r, line, "dictsort of non-ASCII text without case_sensitive=true is not supported");
+            if (fold) x = (unsigned char)(x >= 'A' && x <= 'Z' ? x + 32 : x), y = (unsigned char)(y >= 'A' && y <= 'Z' ? y + 32 : y);
+            if (x != y) {
+                *res = x < y ? -1 : 1;
+                return 0;
+            }
+        }
+        *res = a->s.n < b->s.n ? -1 : a->s.n > b->s.n;
+        return 0;
+    }
+    if (ct_compare(r, CT_OP_LT, a, b, res, line)) return -1;
+    if (*res) {
+        *res = -1;
+        return 0;
+    }
+    return ct_compare(r, CT_OP_GT, a, b, res, line);
+}
+
+/* Jinja's dictsort(case_sensitive=False, by='key', reverse=False): the
+ * items as [key, value] pairs, sorted stably. */
+static int filter_dictsort(Render *r, const CtNode *nd, const Val *v, Val *out) {
+    int line = nd->line, present;
+    Val cs = v_bool(0), by = v_str(str_lit("key")), rev = v_bool(0);
+    for (size_t i = 0; i < nd->nkw; i++)
+        if (strcmp(nd->kwnames[i], "case_sensitive") && strcmp(nd->kwnames[i], "by") && strcmp(nd->kwnames[i], "reverse"))
+            return ct_fail(r, line, "dictsort's argument '%s' is not supported", nd->kwnames[i]);
+    if (ct_arg_or_kw(r, nd, 0, "case_sensitive", &cs, &present) || ct_arg_or_kw(r, nd, 1, "by", &by, &present) ||
+        ct_arg_or_kw(r, nd, 2, "reverse", &rev, &present))
+        return -1;
+    if (v->kind != V_DICT || v->d->is_namespace) return ct_fail(r, line, "dictsort needs a dict, not %s", v_typename(v));
+    int by_value = by.kind == V_STR && str_eq(by.s, "value");
+    if (by.kind != V_STR || (!by_value && !str_eq(by.s, "key")))
+        return ct_fail(r, line, "dictsort's by must be 'key' or 'value'");
+    Val items;
+    Val m = {.kind = V_METHOD, .s = str_lit("items"), .self = (Val *)v};
+    CtNode none = {.line = line};
+    if (ct_call_method(r, &none, &m, &items)) return -1;
+    List *l = items.l;
+    for (size_t i = 1; i < l->n; i++) { /* insertion sort: stable, as Python's */
+        Val x = l->v[i];
+        size_t j = i;
+        while (j > 0) {
+            int c;
+            if (ct_step(r, line) ||
+                dictsort_cmp(r, &l->v[j - 1].l->v[by_value], &x.l->v[by_value], !v_truthy(&cs), &c, line))
+                return -1;
+            if (v_truthy(&rev) ? c >= 0 : c <= 0) break;
+            l->v[j] = l->v[j - 1];
+            j--;
+        }
+        l->v[j] = x;
+    }
+    *out = items;
+    return 0;
+}
+
 int ct_eval_filter(Render *r, const CtNode *nd, Val *out) {
     Val v;
     int line = nd->line, present;
@@ -390,6 +512,8 @@ int ct_eval_filter(Render *r, const CtNode *nd, Val *out) {
         *out = (Val){.kind = V_LIST, .l = l};
         return 0;
     }
+    if (!strcmp(f, "indent")) return filter_indent(r, nd, &v, out);
+    if (!strcmp(f, "dictsort")) return filter_dictsort(r, nd, &v, out);
     Val args[3] = {0};
     if (ct_no_kwargs(r, nd, f) || ct_eval_args(r, nd, args, 3)) return -1;
     if (!strcmp(f, "trim") || !strcmp(f, "replace")) { /* Jinja's soft_str: any value as its str() */

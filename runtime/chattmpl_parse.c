@@ -1,12 +1,13 @@
 /* chattmpl_parse: template text -> statement tree, with Jinja's lexing
- * rules under transformers' settings: trim_blocks (the newline after a
- * block or comment tag goes), lstrip_blocks (spaces and tabs before a
- * block or comment tag on its own line go), `-` strips all white space on
- * its side, `+` keeps it, one trailing newline of the template goes.
- * Each tag's contents are cut into tokens first, then parsed by recursive
- * descent in Jinja's precedence order. Names of filters, tests, globals
- * and methods are checked here, so an unsupported one is refused before
- * anything renders. */
+ * rules under transformers' settings: line breaks made \n, trim_blocks
+ * (the newline after a block or comment tag goes), lstrip_blocks (spaces
+ * and tabs before a block or comment tag on its own line go), `-` strips
+ * all white space on its side, `+` keeps it, one trailing newline of the
+ * template goes. Each tag's contents are cut into tokens first, then
+ * parsed by recursive descent in Jinja's precedence order. Names of
+ * filters, tests, globals and methods are checked here, and calls of
+ * plain names against the globals and the template's macros, so an
+ * unsupported one is refused before anything renders. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -273,7 +274,7 @@ static int in_list(const char *s, const char *const *list) {
 static const char *const FILTERS[] = {"trim", "length", "count", "tojson", "upper", "lower", "capitalize", "title",
                                       "default", "d", "join", "items", "selectattr", "rejectattr", "select", "reject",
                                       "map", "list", "first", "last", "string", "int", "float", "reverse", "replace",
-                                      "abs", "unique", "safe", NULL};
+                                      "abs", "unique", "safe", "dictsort", "indent", NULL};
 static const char *const TESTS[] = {"defined", "undefined", "none", "string", "mapping", "sequence", "iterable",
                                     "number", "integer", "float", "boolean", "true", "false", "equalto", "eq", "ne",
                                     "==", "!=", "odd", "even", "lower", "upper", "in", NULL};
@@ -929,12 +930,20 @@ static int parse_body(Parser *p, Block *b, const char *const *ends, int opener_l
 }
 
 int chattmpl_parse_into(ChatTemplate *t, const char *text, size_t n, char *err, size_t errlen) {
-    /* the tree's text nodes point into the template's own copy */
-    char *src = arena_strndup(&t->arena, text, n);
+    /* the tree's text nodes point into the template's own copy, with its
+     * line breaks made \n as Jinja makes them (\r\n and \r, in text and
+     * in string literals alike) */
+    char *src = arena_alloc(&t->arena, n + 1);
     if (!src) {
         snprintf(err, errlen, "%s: out of memory", t->name);
         return -1;
     }
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] == '\r' && i + 1 < n && text[i + 1] == '\n') continue;
+        src[m++] = text[i] == '\r' ? '\n' : text[i];
+    }
+    n = m;
     Parser p = {.t = t, .src = src, .len = n, .line = 1, .err = err, .errlen = errlen};
     /* keep_trailing_newline is off in transformers' environment */
     if (p.len && src[p.len - 1] == '\n') p.len--;

@@ -61,6 +61,9 @@ cases = [
  ("generation", "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}</s>{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}"),
  ("macro", "{% macro turn(m, sep='|') %}<{{ m.role }}{{ sep }}{{ m.content | trim }}>{% endmacro %}{% for m in messages %}{{ turn(m) }}{{ turn(m, sep=':') }}{% endfor %}{% macro twice(x) -%}\n  {{ x }}{{ x }}\n{%- endmacro %}[{{ twice('ab') }}]{{ twice(x='c') | length }}"),
  ("macro scope", "{% set g = 'G' %}{% macro f(n) %}{{ g }}{{ n }}{% set g = 'local' %}{{ g }}{% endmacro %}{{ f(1) }}{{ g }}{% macro rec(n) %}{% if n > 0 %}{{ n }}{{ rec(n - 1) }}{% endif %}{% endmacro %}{{ rec(3) }}{{ f() }}"),
+ ("indent", "[{{ 'a\nb\n\nc\n' | indent }}][{{ 'a\nb' | indent(2, true) }}][{{ 'a\n\nb' | indent('> ', blank=true) }}][{{ 'x\r\ny\u2028z' | indent(1) }}][{{ '' | indent(first=true) }}][{{ 'p\\r' | indent }}][{{ 'p\\r\\r' | indent }}]"),
+ ("dictsort", "{% for k, v in {'b': 1, 'A': 2, 'a': 3, 'C': 0} | dictsort %}{{ k }}{{ v }} {% endfor %}|{{ {'b': 1, 'A': 2, 'a': 3} | dictsort(true) }}|{{ {'x': 2, 'y': 1, 'z': 2} | dictsort(by='value') }}|{{ {'x': 2, 'y': 1, 'z': 2} | dictsort(by='value', reverse=true) }}"),
+ ("newlines of the source", "a\r\nb\rc{{ 'd\r\ne\rf' }}{% if true %}\r\ng{% endif %}\r\n"),
  ("raise", "{% if messages | length > 1 %}{{ raise_exception('Too many: ' ~ messages | length) }}{% endif %}"),
 ]
 env_t = _compile_jinja_template

@@ -70,6 +70,9 @@ static const Case CASES[] = {
     {"generation", "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}</s>{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}", "Hi Yo </s>", NULL},
     {"macro", "{% macro turn(m, sep='|') %}<{{ m.role }}{{ sep }}{{ m.content | trim }}>{% endmacro %}{% for m in messages %}{{ turn(m) }}{{ turn(m, sep=':') }}{% endfor %}{% macro twice(x) -%}\n  {{ x }}{{ x }}\n{%- endmacro %}[{{ twice('ab') }}]{{ twice(x='c') | length }}", "<user|Hi><user:Hi><assistant|Yo><assistant:Yo>[abab]2", NULL},
     {"macro scope", "{% set g = 'G' %}{% macro f(n) %}{{ g }}{{ n }}{% set g = 'local' %}{{ g }}{% endmacro %}{{ f(1) }}{{ g }}{% macro rec(n) %}{% if n > 0 %}{{ n }}{{ rec(n - 1) }}{% endif %}{% endmacro %}{{ rec(3) }}{{ f() }}", "G1localG321Glocal", NULL},
+    {"indent", "[{{ 'a\nb\n\nc\n' | indent }}][{{ 'a\nb' | indent(2, true) }}][{{ 'a\n\nb' | indent('> ', blank=true) }}][{{ 'x\015\ny\342\200\250z' | indent(1) }}][{{ '' | indent(first=true) }}][{{ 'p\\r' | indent }}][{{ 'p\\r\\r' | indent }}]", "[a\n    b\n\n    c\n][  a\n  b][a\n> \n> b][x\n y\n z][    ][p][p\n]", NULL},
+    {"dictsort", "{% for k, v in {'b': 1, 'A': 2, 'a': 3, 'C': 0} | dictsort %}{{ k }}{{ v }} {% endfor %}|{{ {'b': 1, 'A': 2, 'a': 3} | dictsort(true) }}|{{ {'x': 2, 'y': 1, 'z': 2} | dictsort(by='value') }}|{{ {'x': 2, 'y': 1, 'z': 2} | dictsort(by='value', reverse=true) }}", "A2 a3 b1 C0 |[('A', 2), ('a', 3), ('b', 1)]|[('y', 1), ('x', 2), ('z', 2)]|[('x', 2), ('z', 2), ('y', 1)]", NULL},
+    {"newlines of the source", "a\015\nb\015c{{ 'd\015\ne\015f' }}{% if true %}\015\ng{% endif %}\015\n", "a\nb\ncd\ne\nfg", NULL},
     {"raise", "{% if messages | length > 1 %}{{ raise_exception('Too many: ' ~ messages | length) }}{% endif %}", NULL, "Too many: 2"},
 };
 
@@ -121,7 +124,12 @@ static const ErrCase ERRORS[] = {
     {"{% macro m() %}x{% endmacro %}{{ m }}", "t: line 1: a macro is not a value; call it"},
     {"{% macro m(n) %}{{ m(n) }}{% endmacro %}{{ m(1) }}", "t: line 1: evaluation nests deeper than 200"},
     {"{% raw %}x{% endraw %}", "t: line 1: the statement 'raw' is not supported"},
-    {"{{ messages | indent(2) }}", "t: line 1: the filter 'indent' is not supported"},
+    {"{{ messages | wordwrap(2) }}", "t: line 1: the filter 'wordwrap' is not supported"},
+    {"{{ {'\303\251': 1, 'a': 2} | dictsort }}",
+     "t: line 1: dictsort of non-ASCII text without case_sensitive=true is not supported"},
+    {"{{ {'a': 1, 'b': 'x'} | dictsort(by='value') }}", "t: line 1: cannot compare int with str"},
+    {"{{ 'x' | indent(4, first=true, tabs=1) }}", "t: line 1: indent's argument 'tabs' is not supported"},
+    {"{{ 5 | indent }}", "t: line 1: indent needs a string, not int"},
     {"{{ 3 is divisibleby(3) }}", "t: line 1: the test 'divisibleby' is not supported"},
     {"{{ 'a {}'.format(1) }}", "t: line 1: the method 'format' is not supported"},
     {"{{ cycler('a') }}", "t: line 1: the function 'cycler' is not supported"},
