@@ -13,7 +13,9 @@
 
 /* ---- values from JSON (extra variables) ---- */
 
-static int from_json(Render *r, const JsonValue *j, Val *out, int depth) {
+/* A JSON value as a template value; its strings' bytes tagged `tag` (a
+ * message's fields: 1 + its index; variables: 0). */
+static int from_json(Render *r, const JsonValue *j, uint32_t tag, Val *out, int depth) {
     if (depth > CHATTMPL_MAX_DEPTH) return ct_fail(r, 0, "a variable nests deeper than %d", CHATTMPL_MAX_DEPTH);
     switch (j->type) {
     case JSON_NULL: *out = v_none(); return 0;
@@ -21,8 +23,10 @@ static int from_json(Render *r, const JsonValue *j, Val *out, int depth) {
     case JSON_NUMBER: *out = j->is_integer ? v_int(j->integer) : (Val){.kind = V_FLOAT, .f = j->number}; return 0;
     case JSON_STRING: {
         char *p = arena_strndup(&r->a, j->string, j->len);
-        if (!p) return ct_oom(r, 0);
-        *out = v_str(str_of(p, j->len));
+        uint32_t *tags = tag ? ARENA_NEWN(&r->a, uint32_t, j->len + 1) : NULL;
+        if (!p || (tag && !tags)) return ct_oom(r, 0);
+        for (size_t k = 0; tags && k < j->len; k++) tags[k] = tag;
+        *out = v_str((Str){p, tags, j->len});
         return 0;
     }
     case JSON_ARRAY: {
@@ -30,7 +34,7 @@ static int from_json(Render *r, const JsonValue *j, Val *out, int depth) {
         if (!l) return ct_oom(r, 0);
         for (size_t i = 0; i < j->count; i++) {
             Val v;
-            if (from_json(r, &j->items[i], &v, depth + 1)) return -1;
+            if (from_json(r, &j->items[i], tag, &v, depth + 1)) return -1;
             list_push(&r->a, l, v);
         }
         *out = (Val){.kind = V_LIST, .l = l};
@@ -42,7 +46,7 @@ static int from_json(Render *r, const JsonValue *j, Val *out, int depth) {
         for (size_t i = 0; i < j->count; i++) {
             Val v;
             char *k = arena_strndup(&r->a, j->items[i].key, j->items[i].key_len);
-            if (!k || from_json(r, &j->items[i], &v, depth + 1)) return r->rc ? -1 : ct_oom(r, 0);
+            if (!k || from_json(r, &j->items[i], tag, &v, depth + 1)) return r->rc ? -1 : ct_oom(r, 0);
             if (!dict_set(&r->a, d, str_of(k, j->items[i].key_len), v)) return ct_oom(r, 0);
         }
         *out = (Val){.kind = V_DICT, .d = d};
@@ -52,6 +56,63 @@ static int from_json(Render *r, const JsonValue *j, Val *out, int depth) {
 }
 
 /* ---- the API ---- */
+
+/* Message i as the dict a template sees: role, content (its bytes tagged
+ * 1 + i), then the members of fields_json (tagged the same), with the
+ * reasoning aliases transformers adds: `thinking` first and
+ * `reasoning_content` last, from the first of reasoning_content, thinking,
+ * reasoning that is set. */
+static int message_value(Render *r, const ChatMessage *msg, size_t i, List *msgs) {
+    static const char *const REASONING[] = {"reasoning_content", "thinking", "reasoning"};
+    Dict *m = dict_new(&r->a);
+    if (!m) return ct_oom(r, 0);
+    JsonDoc doc = {0};
+    const JsonValue *fields = NULL;
+    if (msg->fields_json) {
+        char jerr[256];
+        if (json_parse(msg->fields_json, strlen(msg->fields_json), &doc, jerr, sizeof jerr)) {
+            snprintf(r->err, r->errlen, "%s: message %zu: its fields are not JSON: %s", r->t->name, i, jerr);
+            return r->rc = -1;
+        }
+        fields = doc.root;
+        if (fields->type != JSON_OBJECT) {
+            json_free(&doc);
+            snprintf(r->err, r->errlen, "%s: message %zu: its fields are not a JSON object", r->t->name, i);
+            return r->rc = -1;
+        }
+    }
+    int rc = 0;
+    Val reasoning = {.kind = V_UNDEF};
+    for (int k = 0; k < 3 && fields && reasoning.kind == V_UNDEF && !rc; k++) {
+        const JsonValue *v = json_get(fields, REASONING[k]);
+        if (v && v->type != JSON_NULL) rc = from_json(r, v, (uint32_t)i + 1, &reasoning, 0);
+    }
+    if (!rc && reasoning.kind != V_UNDEF && !dict_set(&r->a, m, str_lit("thinking"), reasoning)) rc = ct_oom(r, 0);
+    if (!rc && msg->role) {
+        char *role = arena_strdup(&r->a, msg->role);
+        if (!role || !dict_set(&r->a, m, str_lit("role"), v_str(str_lit(role)))) rc = ct_oom(r, 0);
+    }
+    if (!rc && msg->content) {
+        char *content = arena_strndup(&r->a, msg->content, msg->content_len);
+        uint32_t *tag = ARENA_NEWN(&r->a, uint32_t, msg->content_len + 1);
+        if (!content || !tag) rc = ct_oom(r, 0);
+        for (size_t k = 0; !rc && k < msg->content_len; k++) tag[k] = (uint32_t)i + 1;
+        if (!rc && !dict_set(&r->a, m, str_lit("content"), v_str((Str){content, tag, msg->content_len}))) rc = ct_oom(r, 0);
+    }
+    for (size_t k = 0; fields && k < fields->count && !rc; k++) {
+        const JsonValue *f = &fields->items[k];
+        if ((!strcmp(f->key, "role") && msg->role) || (!strcmp(f->key, "content") && msg->content)) continue;
+        Val v;
+        char *key = arena_strndup(&r->a, f->key, f->key_len);
+        if (!key) rc = ct_oom(r, 0);
+        else if (!(rc = from_json(r, f, (uint32_t)i + 1, &v, 0)) && !dict_set(&r->a, m, str_of(key, f->key_len), v))
+            rc = ct_oom(r, 0);
+    }
+    if (!rc && reasoning.kind != V_UNDEF && !dict_set(&r->a, m, str_lit("reasoning_content"), reasoning)) rc = ct_oom(r, 0);
+    json_free(&doc);
+    if (!rc && !list_push(&r->a, msgs, (Val){.kind = V_DICT, .d = m})) rc = ct_oom(r, 0);
+    return rc ? -1 : 0;
+}
 
 static const char *const END_MARKERS[] = {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>",
                                           "</s>", "<|endoftext|>", NULL};
@@ -67,20 +128,8 @@ int chattmpl_render(const ChatTemplate *t, const ChatMessage *messages, size_t n
     List *msgs = list_new(&r.a, n);
     int rc = 0;
     if (!globals.vars || !msgs) rc = ct_oom(&r, 0);
-    for (size_t i = 0; i < n && !rc; i++) {
-        Dict *m = dict_new(&r.a);
-        uint32_t *tag = ARENA_NEWN(&r.a, uint32_t, messages[i].content_len ? messages[i].content_len : 1);
-        char *role = arena_strdup(&r.a, messages[i].role ? messages[i].role : "");
-        char *content = arena_strndup(&r.a, messages[i].content ? messages[i].content : "", messages[i].content_len);
-        if (!m || !tag || !role || !content) {
-            rc = ct_oom(&r, 0);
-            break;
-        }
-        for (size_t k = 0; k < messages[i].content_len; k++) tag[k] = (uint32_t)i + 1;
-        dict_set(&r.a, m, str_lit("role"), v_str(str_lit(role)));
-        dict_set(&r.a, m, str_lit("content"), v_str((Str){content, tag, messages[i].content_len}));
-        list_push(&r.a, msgs, (Val){.kind = V_DICT, .d = m});
-    }
+    for (size_t i = 0; i < n && !rc; i++)
+        if (message_value(&r, &messages[i], i, msgs)) rc = -1;
     if (!rc) {
         Dict *g = globals.vars;
         dict_set(&r.a, g, str_lit("messages"), (Val){.kind = V_LIST, .l = msgs});
@@ -98,7 +147,7 @@ int chattmpl_render(const ChatTemplate *t, const ChatMessage *messages, size_t n
                 rc = r.rc = -1;
             } else {
                 Val v;
-                rc = from_json(&r, doc.root, &v, 0);
+                rc = from_json(&r, doc.root, 0, &v, 0);
                 if (!rc && !dict_set(&r.a, g, str_lit(arena_strdup(&r.a, opts->vars[i].name)), v)) rc = ct_oom(&r, 0);
             }
             json_free(&doc);
@@ -151,13 +200,23 @@ int chattmpl_render(const ChatTemplate *t, const ChatMessage *messages, size_t n
     } else
         for (size_t i = 0; i < n; i++) {
             if (!messages[i].role || strcmp(messages[i].role, "assistant") || first[i] == SIZE_MAX) continue;
-            size_t end = last[i] + 1, best = 0;
-            for (int m = -1; m < 0 || END_MARKERS[m]; m++) {
-                const char *mk = m < 0 ? eos : END_MARKERS[m];
-                size_t ml = mk ? strlen(mk) : 0;
-                if (ml > best && end + ml <= text.n && !memcmp(text.p + end, mk, ml)) best = ml;
+            /* on to the end of the first end-of-turn marker in the template
+             * text that follows, before any other message's bytes */
+            size_t end = last[i] + 1, stop = end;
+            while (stop < text.n && !text.tag[stop]) stop++;
+            for (size_t k = end; k < stop; k++) {
+                size_t best = 0;
+                for (int m = -1; m < 0 || END_MARKERS[m]; m++) {
+                    const char *mk = m < 0 ? eos : END_MARKERS[m];
+                    size_t ml = mk ? strlen(mk) : 0;
+                    if (ml > best && k + ml <= stop && !memcmp(text.p + k, mk, ml)) best = ml;
+                }
+                if (best) {
+                    end = k + best;
+                    break;
+                }
             }
-            out->ranges[out->nranges++] = (ChatRange){i, first[i], end + best};
+            out->ranges[out->nranges++] = (ChatRange){i, first[i], end};
         }
     free(first), free(last);
     arena_free(&r.a);

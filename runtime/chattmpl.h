@@ -29,19 +29,23 @@
  * the template is parsed, with "line N: ..." naming it, so a template this
  * module accepts renders as transformers renders it.
  *
- * Variables a render sees: messages (a list of {role, content} dicts),
+ * Variables a render sees: messages (a list of {role, content, ...}
+ * dicts),
  * add_generation_prompt, tools and documents (none), the special tokens,
  * and the caller's extra variables (JSON values, e.g. enable_thinking).
  *
- * Assistant ranges: every byte of a message's content is traced through
- * the template's string operations (concatenation, slicing, trim, split,
- * strip, upper, ...) into the output. An assistant message's range runs
- * from the first to the last output byte that came from its content, then
- * on over an end-of-turn marker that follows it at once (the eos_token or
- * a marker of the known families: <|im_end|>, <|eot_id|>, <|eom_id|>,
- * <end_of_turn>, <|end|>, </s>, <|endoftext|>). Template text the template
- * writes before the content inside the turn (Qwen3's "<think>\n") is not in
- * the range. An assistant message whose content does not appear in the
+ * Assistant ranges: every byte of a message's content and fields is
+ * traced through the template's string operations (concatenation,
+ * slicing, trim, split, strip, upper, ...; tojson of a value made only of
+ * one message's fields, such as a tool call) into the output. An
+ * assistant message's range runs from the first to the last output byte
+ * that came from it, then on through the first end-of-turn marker in the
+ * template text that follows, before any other message's bytes (the
+ * eos_token or a marker of the known families: <|im_end|>, <|eot_id|>,
+ * <|eom_id|>, <end_of_turn>, <|end|>, </s>, <|endoftext|>; none there: the
+ * range ends with the message's last byte). Template text the template
+ * writes before the message's first byte inside the turn (Qwen3's
+ * "<think>\n", Mistral's "[TOOL_CALLS] [") is not in the range. An assistant message whose content does not appear in the
  * output (empty, or dropped by the template) has no range.
  * A template with {% generation %} blocks (the marker transformers'
  * return_assistant_tokens_mask reads) says itself what is generated: then
@@ -90,9 +94,16 @@ int chattmpl_set_token(ChatTemplate *t, const char *name, const char *value);
 const char *chattmpl_token(const ChatTemplate *t, const char *name);
 
 typedef struct ChatMessage {
-    const char *role;    /* "system", "user", "assistant", "tool", ... */
-    const char *content; /* UTF-8 */
+    const char *role;    /* "system", "user", "assistant", "tool", ...; NULL: none */
+    const char *content; /* UTF-8; NULL: none (e.g. an assistant's tool call) */
     size_t content_len;
+    /* NULL, or a JSON object of the message's other fields as a dataset
+     * gives them ({"reasoning_content": ..., "tool_calls": [...],
+     * "name": ...}; "content" here when it is not a string). Its strings
+     * count as the message's own bytes for the ranges. As transformers
+     * does, reasoning under any of reasoning_content, thinking or
+     * reasoning is seen under the first two as well. */
+    const char *fields_json;
 } ChatMessage;
 
 /* An extra variable: its name and its value as JSON text ("false",

@@ -466,7 +466,15 @@ int ct_eval_filter(Render *r, const CtNode *nd, Val *out) {
             if (r->a.failed) return ct_oom(r, line);
             return ct_fail(r, line, "tojson of %s", v.kind == V_UNDEF ? "an undefined value" : v_typename(&v));
         }
-        *out = v_str(buf_str(&b));
+        Str js = buf_str(&b);
+        uint32_t origin = v_origin(&v, 0);
+        if (origin) { /* all of one message's fields (a tool call): the JSON is that message's too */
+            uint32_t *tag = ARENA_NEWN(&r->a, uint32_t, js.n + 1);
+            if (!tag) return ct_oom(r, line);
+            for (size_t k = 0; k < js.n; k++) tag[k] = origin;
+            js.tag = tag;
+        }
+        *out = v_str(js);
         return 0;
     }
     if (!strcmp(f, "default") || !strcmp(f, "d")) {

@@ -295,6 +295,33 @@ int v_to_json(Buf *b, const Val *v, int indent, int level, int depth) {
     }
 }
 
+/* 0: no string seen yet; UINT32_MAX: mixed origins */
+static uint32_t merge_origin(uint32_t a, uint32_t b) {
+    if (a == 0) return b;
+    if (b == 0) return a;
+    return a == b ? a : UINT32_MAX;
+}
+
+static uint32_t origin_of(const Val *v, int depth) {
+    if (depth > CHATTMPL_MAX_DEPTH) return UINT32_MAX;
+    uint32_t o = 0;
+    if (v->kind == V_STR) {
+        if (!v->s.tag) return v->s.n ? UINT32_MAX : 0;
+        for (size_t i = 0; i < v->s.n && o != UINT32_MAX; i++) o = merge_origin(o, v->s.tag[i] ? v->s.tag[i] : UINT32_MAX);
+        return o;
+    }
+    if (v->kind == V_LIST)
+        for (size_t i = 0; i < v->l->n && o != UINT32_MAX; i++) o = merge_origin(o, origin_of(&v->l->v[i], depth + 1));
+    if (v->kind == V_DICT)
+        for (size_t i = 0; i < v->d->n && o != UINT32_MAX; i++) o = merge_origin(o, origin_of(&v->d->v[i], depth + 1));
+    return o;
+}
+
+uint32_t v_origin(const Val *v, int depth) {
+    uint32_t o = origin_of(v, depth);
+    return o == UINT32_MAX ? 0 : o;
+}
+
 size_t utf8_count(Str s) {
     size_t c = 0;
     for (size_t i = 0; i < s.n; i++) c += ((unsigned char)s.p[i] & 0xC0) != 0x80;

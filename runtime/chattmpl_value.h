@@ -99,6 +99,10 @@ int v_to_str(Buf *b, const Val *v);
  * value JSON cannot hold (undefined, a function). */
 int v_to_json(Buf *b, const Val *v, int indent, int level, int depth);
 
+/* The one message all of v's strings came from (1 + its index), or 0 when
+ * they came from several, from the template, or v holds no string. */
+uint32_t v_origin(const Val *v, int depth);
+
 /* UTF-8: the number of code points of s, and the byte offset of code
  * point k (k <= the count). */
 size_t utf8_count(Str s);

@@ -46,6 +46,14 @@ A2 = {"role": "assistant", "content": "  Berlin — «ß» ✓ 你好\n\n"}
 U3 = {"role": "user", "content": "Say \"quoted\" and 'single' and back\\slash\ttab."}
 A3 = {"role": "assistant", "content": "\"quoted\" 'single' back\\slash\ttab."}
 THINK = {"role": "assistant", "content": "<think>\nThe user wants 2+2.\n</think>\n\nIt is 4."}
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city"}},
+                   "required": ["city"]}}}
+TOOL_CALL = {"role": "assistant", "content": "", "tool_calls": [
+    {"type": "function", "id": "call12345", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}
+TOOL_RESULT = {"role": "tool", "content": "{\"temperature\": 22}", "tool_call_id": "call12345", "name": "get_weather"}
+A_TOOL = {"role": "assistant", "content": "It is 22 degrees in Paris."}
 CONVERSATIONS = {
     "single": [U1, A1],
     "single_system": [SYS, U1, A1],
@@ -57,6 +65,15 @@ CONVERSATIONS = {
     "reasoning": [U1, A1, {"role": "user", "content": "2+2?"}, THINK],
     "empty_answer": [U1, {"role": "assistant", "content": ""}],
 }
+# for the templates that take reasoning as a field, and tools
+REASONING = {
+    "reasoning_field": [U1, A1, {"role": "user", "content": "2+2?"},
+                        {"role": "assistant", "content": "It is 4.", "reasoning_content": "2 and 2 make 4."}],
+    "reasoning_alias": [{"role": "user", "content": "2+2?"},
+                        {"role": "assistant", "content": "It is 4.", "reasoning": "Adding."}],
+}
+TOOLS = {"tools": [U1, TOOL_CALL, TOOL_RESULT, A_TOOL]}
+TOOL_FAMILIES = ("Qwen", "meta-llama-Llama-3.1", "meta-llama-Llama-3.2", "mistralai")
 
 
 def family(name):
@@ -69,7 +86,12 @@ def family(name):
 def cases_for(name):
     bos, eos = TOKENS[family(name)]
     out = []
-    for conv_name, conv in CONVERSATIONS.items():
+    convs = dict(CONVERSATIONS)
+    if name.startswith("Qwen-Qwen3"):
+        convs.update(REASONING)
+    if name.startswith(TOOL_FAMILIES):
+        convs.update(TOOLS)
+    for conv_name, conv in convs.items():
         for gen in (False, True):
             thinking = [None, True, False] if name.startswith("Qwen-Qwen3") else [None]
             for think in thinking:
@@ -83,6 +105,8 @@ def cases_for(name):
                 if conv_name == "single_system" and name.startswith("meta-llama"):
                     case["vars"]["date_string"] = "01 Feb 2025"
                     case["name"] += " date_string"
+                if conv_name == "tools":
+                    case["vars"]["tools"] = [WEATHER]
                 out.append(case)
     return out
 
@@ -126,14 +150,20 @@ def check_ranges(name, case, text, ranges):
             return "range of message %d %r does not end with %r" % (m, part, end)
         inner = part[: -len(end)]
         content = msg["content"]
+        if "tool_calls" in msg:
+            if "get_weather" not in inner:
+                return "range of tool-calling message %d is %r" % (m, part)
+            continue
         answer = content.split("</think>")[-1]
+        reasoning = msg.get("reasoning_content", msg.get("reasoning", ""))
         ok = inner in (content, content.strip(), answer.lstrip("\n"), answer.strip()) or (
+            reasoning and inner.startswith(reasoning.strip("\n")) and inner.endswith(content.lstrip("\n"))) or (
             "</think>" in content and inner.endswith(answer.lstrip("\n"))
             and inner.startswith(content.split("</think>")[0].split("<think>")[-1].strip("\n")))
         if not ok:
             return "range of message %d is %r, not the message's content %r" % (m, part, content)
     for i, msg in enumerate(case["messages"]):
-        if msg["role"] == "assistant" and msg["content"].strip() and i not in seen:
+        if msg["role"] == "assistant" and (msg["content"].strip() or "tool_calls" in msg) and i not in seen:
             # a template may drop an assistant message (none of the fixtures does)
             if msg["content"].strip() in text:
                 return "no range for assistant message %d" % i
@@ -146,7 +176,15 @@ def main():
     if mode == "cases":
         for f in fixtures:
             name = os.path.basename(f)[:-6]
-            json.dump(cases_for(name), open(os.path.join(d, name + ".cases.json"), "w"))
+            cases = cases_for(name)
+            json.dump(cases, open(os.path.join(d, name + ".cases.json"), "w"))
+            # chat_render's form: a message's other fields and the variables as JSON text
+            for case in cases:
+                case["vars"] = {k: json.dumps(v) for k, v in case["vars"].items()}
+                case["messages"] = [dict({k: m[k] for k in ("role", "content") if k in m},
+                                         fields=json.dumps({k: v for k, v in m.items() if k not in ("role", "content")}))
+                                    for m in case["messages"]]
+            json.dump(cases, open(os.path.join(d, name + ".zinf.json"), "w"))
             print(os.path.join(d, name))
         return 0
     failures = 0

@@ -21,7 +21,7 @@ H=tests/e2e/chat_template.py
 "$ZINF_PY" "$H" cases "$D" > "$D/list" || fail "making the cases"
 while read -r base; do
   name=$(basename "$base")
-  "$R" "tests/fixtures/chat_templates/$name.jinja" "$base.cases.json" > "$base.out" 2> "$base.err" ||
+  "$R" "tests/fixtures/chat_templates/$name.jinja" "$base.zinf.json" > "$base.out" 2> "$base.err" ||
     fail "$name: chat_render exited $?: $(cat "$base.err")"
 done < "$D/list"
 "$ZINF_PY" "$H" check "$D" || fail "renders differ from transformers"

@@ -1,5 +1,6 @@
 /* fuzz_chattmpl: the chat-template renderer (runtime/chattmpl.h) on any
  * bytes as a template: parsed, then rendered over a small conversation
+ * (an assistant message with a tool call and reasoning among its fields)
  * with and without the generation prompt. A parse or render error must
  * come with a message; a render's ranges must lie inside its text, in
  * message order, on assistant messages. A crash, a sanitizer report or a
@@ -19,10 +20,12 @@ static void check(int ok, const char *what) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static const ChatMessage msgs[] = {{"system", "Be brief.", 9},
-                                       {"user", "Hi {{ x }}", 10},
-                                       {"assistant", " <think>\nr\n</think>\n\nHello ", 27},
-                                       {"user", "\xc3\xa9\xe2\x80\x83?", 6}};
+    static const ChatMessage msgs[] = {
+        {"system", "Be brief.", 9, NULL},
+        {"user", "Hi {{ x }}", 10, NULL},
+        {"assistant", " <think>\nr\n</think>\n\nHello ", 27,
+         "{\"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": {\"x\": 1}}}], \"reasoning\": \"r\"}"},
+        {"user", "\xc3\xa9\xe2\x80\x83?", 6, NULL}};
     static const ChatVar vars[] = {{"enable_thinking", "false"}};
     char err[512];
     ChatTemplate *t;

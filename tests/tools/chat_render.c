@@ -3,8 +3,9 @@
  * transformers' apply_chat_template.
  *   chat_render TEMPLATE CASES.json
  * TEMPLATE is a .jinja file or a tokenizer_config.json. CASES.json is a
- * list of {"messages": [{role, content}...], "add_generation_prompt": b,
- * "bos_token": s, "eos_token": s, "vars": {name: value}}. Prints one JSON
+ * list of {"messages": [{role, content, "fields": JSON text}...],
+ * "add_generation_prompt": b, "bos_token": s, "eos_token": s,
+ * "vars": {name: JSON text}} (a message's content may be absent). Prints one JSON
  * object a line per case: {"text": ..., "ranges": [[message, start, end]]}
  * (byte offsets), or {"error": ..., "raised": true|false}. Exits 1 when the
  * template or the cases cannot be read. */
@@ -70,33 +71,16 @@ int main(int argc, char **argv) {
         size_t nm = ms ? ms->count : 0, nv = vars ? vars->count : 0;
         ChatMessage *msgs = calloc(nm + 1, sizeof *msgs);
         ChatVar *cv = calloc(nv + 1, sizeof *cv);
-        char **texts = calloc(nv + 1, sizeof *texts);
         for (size_t i = 0; i < nm; i++) {
             const JsonValue *content = json_get_type(&ms->items[i], "content", JSON_STRING);
             msgs[i].role = json_get_str(&ms->items[i], "role");
-            msgs[i].content = content ? content->string : "";
+            msgs[i].content = content ? content->string : NULL;
             msgs[i].content_len = content ? content->len : 0;
+            msgs[i].fields_json = json_get_str(&ms->items[i], "fields");
         }
         for (size_t i = 0; i < nv; i++) {
-            /* values are scalars in the cases: booleans and strings */
             const JsonValue *v = &vars->items[i];
-            size_t len = v->type == JSON_STRING ? v->len * 6 + 3 : 16;
-            texts[i] = malloc(len);
-            if (v->type == JSON_BOOL) snprintf(texts[i], len, "%s", v->boolean ? "true" : "false");
-            else if (v->type == JSON_STRING) {
-                size_t o = 0;
-                texts[i][o++] = '"';
-                for (size_t k = 0; k < v->len; k++) {
-                    unsigned char ch = (unsigned char)v->string[k];
-                    if (ch == '"' || ch == '\\') o += (size_t)snprintf(texts[i] + o, len - o, "\\%c", ch);
-                    else if (ch < 0x20) o += (size_t)snprintf(texts[i] + o, len - o, "\\u%04x", ch);
-                    else texts[i][o++] = (char)ch;
-                }
-                texts[i][o++] = '"';
-                texts[i][o] = 0;
-            } else
-                snprintf(texts[i], len, "null");
-            cv[i] = (ChatVar){v->key, texts[i]};
+            cv[i] = (ChatVar){v->key, v->type == JSON_STRING ? v->string : "null"};
         }
         const char *bos = json_get_str(cs, "bos_token"), *eos = json_get_str(cs, "eos_token");
         if (bos) chattmpl_set_token(t, "bos_token", bos);
@@ -117,8 +101,7 @@ int main(int argc, char **argv) {
             printf("]}\n");
             chattmpl_render_free(&out);
         }
-        for (size_t i = 0; i < nv; i++) free(texts[i]);
-        free(texts), free(cv), free(msgs);
+        free(cv), free(msgs);
     }
     json_free(&doc);
     free(js);

@@ -11,7 +11,7 @@
 
 #include "chattmpl.h"
 
-static const ChatMessage MSGS[] = {{"user", "Hi", 2}, {"assistant", " Yo ", 4}};
+static const ChatMessage MSGS[] = {{"user", "Hi", 2, NULL}, {"assistant", " Yo ", 4, NULL}};
 
 typedef struct Case {
     const char *name, *src, *text, *raised;
@@ -224,7 +224,7 @@ static void check_ranges(const char *src, const ChatMessage *msgs, size_t n, con
 
 START_TEST(test_ranges) {
     static const ChatMessage conv[] = {
-        {"system", "S", 1}, {"user", "Q1", 2}, {"assistant", " A1 ", 4}, {"user", "Q2", 2}, {"assistant", "A2", 2}};
+        {"system", "S", 1, NULL}, {"user", "Q1", 2, NULL}, {"assistant", " A1 ", 4, NULL}, {"user", "Q2", 2, NULL}, {"assistant", "A2", 2, NULL}};
     const char *chatml = "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}";
     /* the content with its spaces, then <|im_end|>; the newline after is not the turn's */
     check_ranges(chatml, conv, 5,
@@ -240,12 +240,12 @@ START_TEST(test_ranges) {
                  (const size_t[]){1, 3, 7}, 1);
     /* content split and reassembled around template text: first to last
      * byte (and the template's last newline goes, as in Jinja) */
-    static const ChatMessage think[] = {{"assistant", "<think>r</think>a", 17}};
+    static const ChatMessage think[] = {{"assistant", "<think>r</think>a", 17, NULL}};
     check_ranges("{% set c = messages[0].content %}<think>\n{{ c.split('</think>')[0].split('<think>')[-1] }}\n</think>"
                  "{{ c.split('</think>')[-1] }}<|im_end|>\n",
                  think, 1, "<think>\nr\n</think>a<|im_end|>", (const size_t[]){0, 8, 29}, 1);
     /* an empty answer, and one the template drops, have no range */
-    static const ChatMessage empty[] = {{"user", "Q", 1}, {"assistant", "", 0}};
+    static const ChatMessage empty[] = {{"user", "Q", 1, NULL}, {"assistant", "", 0, NULL}};
     check_ranges(chatml, empty, 2, "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n", NULL, 0);
     check_ranges("{% for m in messages if m.role == 'user' %}{{ m.content }}{% endfor %}", conv, 5, "Q1Q2", NULL, 0);
     /* {% generation %} blocks are the ranges, empty ones and ones without
@@ -255,6 +255,36 @@ START_TEST(test_ranges) {
                  "{% generation %}!{% endgeneration %}",
                  conv, 5, "SQ1<a>A1</s>Q2<a>A2</s>!",
                  (const size_t[]){2, 6, 12, 4, 17, 23, CHATTMPL_NO_MESSAGE, 23, 23, CHATTMPL_NO_MESSAGE, 23, 24}, 4);
+}
+END_TEST
+
+/* A message's other fields: seen as members, reasoning under its three
+ * names in transformers' order, counted in the message's range. */
+START_TEST(test_fields) {
+    char err[512];
+    ChatRender out;
+    static const ChatMessage reasoning[] = {{"assistant", "A", 1, "{\"reasoning\": \"R\", \"n\": [1, null]}"}};
+    ck_assert_int_eq(render("{{ messages[0] | tojson }}", reasoning, 1, NULL, &out, err, sizeof err), 0);
+    ck_assert_str_eq(out.text, "{\"thinking\": \"R\", \"role\": \"assistant\", \"content\": \"A\", \"reasoning\": \"R\", "
+                               "\"n\": [1, null], \"reasoning_content\": \"R\"}");
+    chattmpl_render_free(&out);
+    static const ChatMessage parts[] = {{"user", NULL, 0, "{\"content\": [{\"type\": \"text\", \"text\": \"hi\"}]}"}};
+    ck_assert_int_eq(render("{{ messages[0].content[0].text }}{{ messages[0].content is string }}", parts, 1, NULL, &out,
+                            err, sizeof err), 0);
+    ck_assert_str_eq(out.text, "hiFalse");
+    chattmpl_render_free(&out);
+    /* a tool call: its JSON is the message's, through the marker after it */
+    static const ChatMessage call[] = {
+        {"user", "Q", 1, NULL},
+        {"assistant", "", 0, "{\"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": {\"x\": 1}}}]}"}};
+    check_ranges("{% for m in messages %}{% if m.tool_calls %}<tc>{{ m.tool_calls[0].function | tojson }}</tc>"
+                 "<|im_end|>\n{% else %}{{ m.content }}{% endif %}{% endfor %}",
+                 call, 2, "Q<tc>{\"name\": \"f\", \"arguments\": {\"x\": 1}}</tc><|im_end|>\n", (const size_t[]){1, 5, 56}, 1);
+    static const ChatMessage bad[] = {{"user", "Q", 1, "{oops"}}, notobj[] = {{"user", "Q", 1, "[1]"}};
+    ck_assert_int_eq(render("x", bad, 1, NULL, &out, err, sizeof err), -1);
+    ck_assert_str_eq(err, "t: message 0: its fields are not JSON: line 1, column 2: expected a string key in an object");
+    ck_assert_int_eq(render("x", notobj, 1, NULL, &out, err, sizeof err), -1);
+    ck_assert_str_eq(err, "t: message 0: its fields are not a JSON object");
 }
 END_TEST
 
@@ -334,6 +364,7 @@ int main(void) {
     tcase_add_test(tc, test_depth_limits);
     tcase_add_test(tc, test_ranges);
     tcase_add_test(tc, test_variables);
+    tcase_add_test(tc, test_fields);
     tcase_add_test(tc, test_config);
     tcase_add_test(tc, test_source_freed);
     suite_add_tcase(s, tc);
