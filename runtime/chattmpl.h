@@ -7,32 +7,42 @@
  * text and the byte ranges of the assistant messages in it.
  *
  * The Jinja subset is the one real templates use, under the settings
- * transformers uses (trim_blocks, lstrip_blocks, loop controls):
+ * transformers uses (trim_blocks, lstrip_blocks, loop controls, line
+ * breaks made \n, one trailing newline dropped):
  *   {{ }}, {% if/elif/else %}, {% for x[, y] in ... [if cond] %} with
- *   loop.index/index0/first/last/length/revindex/revindex0 and {% else %},
- *   {% break %}, {% continue %}, {% set %} (a name, or an attribute of a
- *   namespace(); {% set x %}...{% endset %}), {% generation %}, {# #},
+ *   loop.index/index0/first/last/length/revindex/revindex0/previtem/
+ *   nextitem and {% else %}, {% break %}, {% continue %}, {% set %} (a
+ *   name, or an attribute of a namespace(); {% set x %}...{% endset %}),
+ *   {% macro name(p, q=default) %} and its calls, {% generation %}, {# #},
  *   whitespace control with - and +;
- *   literals (strings, numbers, true/false/none, lists, dicts), ~ + - * /
- *   // % **, comparisons, and/or/not, in/not in, `a if c else b`,
- *   indexing and slicing ([::-1]), attribute access;
+ *   literals (strings, numbers, true/false/none, lists, tuples, dicts),
+ *   ~ + - * / // % **, comparisons, and/or/not, in/not in,
+ *   `a if c else b`, indexing and slicing ([::-1]), attribute access;
  *   filters: trim length count tojson upper lower capitalize title default
- *   (d) join items selectattr rejectattr select reject map list first last
- *   string int float reverse replace abs unique safe;
+ *   (d) join items dictsort indent selectattr rejectattr select reject map
+ *   list first last string int float reverse replace abs unique safe;
  *   tests: defined undefined none string mapping sequence iterable number
  *   integer float boolean true false equalto eq ne == != odd even lower upper
  *   in;
  *   string methods startswith endswith strip lstrip rstrip split replace
  *   upper lower title capitalize; dict methods items keys values get;
  *   globals raise_exception, namespace, range, strftime_now (local time).
- * Anything else (a macro, a filter or test not listed, ...) is refused when
- * the template is parsed, with "line N: ..." naming it, so a template this
- * module accepts renders as transformers renders it.
+ * Anything else ({% call %}, {% filter %}, a filter or test not listed,
+ * ...) is refused when the template is parsed, with "line N: ..." naming
+ * it; what the subset cannot do at run time (case changes of non-ASCII
+ * text, dict keys that are not strings, ...) is an error with its line. A
+ * template this module renders renders as transformers renders it.
  *
  * Variables a render sees: messages (a list of {role, content, ...}
- * dicts),
- * add_generation_prompt, tools and documents (none), the special tokens,
- * and the caller's extra variables (JSON values, e.g. enable_thinking).
+ * dicts), add_generation_prompt, tools and documents (none), the special
+ * tokens, and the caller's extra variables (JSON values, e.g.
+ * enable_thinking, tools, date_string).
+ *
+ * Use: chattmpl_load_config (or _load_file, _parse) once; then per
+ * conversation chattmpl_render, read out.text[0, out.len) and
+ * out.ranges, chattmpl_render_free. Mapping the byte ranges to tokens is
+ * the caller's: a token that straddles a range's edge (SentencePiece's
+ * "▁Hello" of Mistral's " " + answer) needs its rule.
  *
  * Assistant ranges: every byte of a message's content and fields is
  * traced through the template's string operations (concatenation,
