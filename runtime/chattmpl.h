@@ -20,7 +20,8 @@
  *   `a if c else b`, indexing and slicing ([::-1]), attribute access;
  *   filters: trim length count tojson upper lower capitalize title default
  *   (d) join items dictsort indent selectattr rejectattr select reject map
- *   list first last string int float reverse replace abs unique safe;
+ *   list first last string int float reverse replace abs unique (not
+ *   safe: its Markup escapes what is added to it);
  *   tests: defined undefined none string mapping sequence iterable number
  *   integer float boolean true false equalto eq ne == != odd even lower upper
  *   in;

@@ -622,14 +622,10 @@ int ct_eval_filter(Render *r, const CtNode *nd, Val *out) {
         if (nd->nargs < 2) return ct_fail(r, line, "replace takes two or three arguments");
         return ct_str_replace(r, &v, &args[0], &args[1], nd->nargs > 2 ? &args[2] : NULL, out, line);
     }
-    if (!strcmp(f, "abs")) {
-        if (v.kind == V_INT) *out = v_int(v.i < 0 ? -v.i : v.i);
-        else if (v.kind == V_FLOAT) *out = (Val){.kind = V_FLOAT, .f = fabs(v.f)};
-        else return ct_fail(r, line, "abs needs a number, not %s", v_typename(&v));
-        return 0;
-    }
-    /* safe: Jinja's markup marker, the same text here (no autoescape) */
-    *out = v;
+    /* abs: the last of the filters the parser lets through */
+    if (v.kind == V_INT) *out = v_int(v.i < 0 ? -v.i : v.i);
+    else if (v.kind == V_FLOAT) *out = (Val){.kind = V_FLOAT, .f = fabs(v.f)};
+    else return ct_fail(r, line, "abs needs a number, not %s", v_typename(&v));
     return 0;
 }
 

@@ -274,7 +274,7 @@ static int in_list(const char *s, const char *const *list) {
 static const char *const FILTERS[] = {"trim", "length", "count", "tojson", "upper", "lower", "capitalize", "title",
                                       "default", "d", "join", "items", "selectattr", "rejectattr", "select", "reject",
                                       "map", "list", "first", "last", "string", "int", "float", "reverse", "replace",
-                                      "abs", "unique", "safe", "dictsort", "indent", NULL};
+                                      "abs", "unique", "dictsort", "indent", NULL};
 static const char *const TESTS[] = {"defined", "undefined", "none", "string", "mapping", "sequence", "iterable",
                                     "number", "integer", "float", "boolean", "true", "false", "equalto", "eq", "ne",
                                     "==", "!=", "odd", "even", "lower", "upper", "in", NULL};

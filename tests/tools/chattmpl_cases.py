@@ -40,7 +40,7 @@ cases = [
  ("filters default", "{{ nope | default('d') }}{{ '' | default('e') }}{{ '' | default('f', true) }}{{ nope | d('g') }}"),
  ("filters join", "{{ ['a', 'b'] | join }}{{ ['a', 1, none] | join(', ') }}{{ messages | join('|', attribute='role') }}"),
  ("filters select", "{{ messages | selectattr('role', 'equalto', 'user') | list | length }}{{ messages | rejectattr('role', 'equalto', 'user') | map(attribute='content') | first }}|{{ [0, 1, 2, 3] | select('odd') | list }}{{ [0, 1, '', 'x'] | select | list }}{{ [1, 2, 3] | reject('equalto', 2) | list }}{{ messages | selectattr('tool_calls', 'undefined') | list | length }}"),
- ("filters misc", "{{ [3, 1, 3] | unique | list }}{{ [1, 2] | last }}{{ 'abc' | first }}{{ [1, 2] | reverse | list }}{{ 'abc' | reverse }}{{ '42' | int + 1 }}{{ 3 | float }}{{ -3 | abs }}{{ 5 | string ~ 'x' }}{{ 'x' | safe }}{{ 'ab' | list }}"),
+ ("filters misc", "{{ [3, 1, 3] | unique | list }}{{ [1, 2] | last }}{{ 'abc' | first }}{{ [1, 2] | reverse | list }}{{ 'abc' | reverse }}{{ '42' | int + 1 }}{{ 3 | float }}{{ -3 | abs }}{{ 5 | string ~ 'x' }}{{ 'ab' | list }}"),
  ("tojson", "{{ 'a\"b\\n\u00e9' | tojson }} {{ {'k': [1, 2.5, true, none], 'e': {}} | tojson }} {{ {'a': [1]} | tojson(indent=2) }} {{ [] | tojson(indent=4) }}"),
  ("tuple", "{{ (1, 'a') }}{{ (1,) }}{{ (1, 2) == [1, 2] }}{{ (1, 2) | tojson }}{{ 'x' in ('x', 'y') }}"),
  ("repr", "{{ ['a', \"it's\", 1, none, true, {'k': 'v'}] }}{{ {'x': [1]} }}"),
