@@ -16,6 +16,8 @@
 #                                        with its folder's libraries
 #   tests/unit/test_NAME.c               a Check suite -> build/tests/test_NAME
 #   tests/bench/bench_NAME.c             a benchmark   -> build/bench/bench_NAME
+#   tests/tools/NAME.c                   a helper program of the e2e tests
+#                                        -> build/tools/NAME
 #   lang/lexer.re, lang/grammar.y        generated into $(BUILD)/gen
 
 BUILD ?= build
@@ -83,6 +85,7 @@ PYTHON ?= python3
 GEN_SRC += $(BUILD)/gen/unicode_table.c
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 BENCH_SRC := $(wildcard tests/bench/bench_*.c)
+TOOL_SRC := $(wildcard tests/tools/*.c)
 
 objs = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 LIB_PLAN := $(BUILD)/libzinfplan.a
@@ -93,6 +96,7 @@ LIB_REF := $(BUILD)/libzinfref.a
 BINS := $(foreach m,$(MAIN_SRC),$(BUILD)/bin/$(patsubst main_%.c,%,$(notdir $(m))))
 TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 BENCHES := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+TOOLS := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(TOOL_SRC))
 # Tests, benchmarks and fuzz harnesses link every layer, in dependency order.
 LIB := $(LIB_REF) $(LIB_COMPILER) $(LIB_LANG) $(LIB_RT) $(LIB_PLAN)
 # A program links its folder's layer and what that layer may use.
@@ -102,7 +106,7 @@ libs_for = $(if $(filter runtime/ref/%,$(1)),$(LIB),$(if $(filter runtime/%,$(1)
 .SECONDARY:
 
 .PHONY: demo all deps test unit check-unit golden golden-update e2e bench clean clang-check asan fuzz fuzz-bins gpu-compile-all
-all: $(BINS) $(TESTS) $(BENCHES)
+all: $(BINS) $(TESTS) $(BENCHES) $(TOOLS)
 
 # Objects that include the generated parser header must wait for it.
 $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC) $(MAIN_SRC)) $(BUILD)/obj/gen/lexer.o: | $(BUILD)/gen/grammar.h
@@ -165,6 +169,11 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIB)
 	$(Q)$(CC) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	@echo "  LINK  $@"
+	$(Q)$(CC) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tools/%: $(BUILD)/obj/tests/tools/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	@echo "  LINK  $@"
 	$(Q)$(CC) -o $@ $^ $(LDLIBS)
@@ -242,9 +251,9 @@ gpu-compile-all: all
 # clang must accept every source with the same warnings as errors.
 clang-check: $(BUILD)/gen/grammar.h $(GEN_SRC)
 	@if command -v clang >/dev/null; then \
-	  set -e; $(foreach f,$(LIB_SRC) $(MAIN_SRC) $(TEST_SRC) $(BENCH_SRC) $(FUZZ_SRC),\
+	  set -e; $(foreach f,$(LIB_SRC) $(MAIN_SRC) $(TEST_SRC) $(BENCH_SRC) $(TOOL_SRC) $(FUZZ_SRC),\
 	    clang -std=c11 -D_GNU_SOURCE -fsyntax-only $(WARN) -Wno-unknown-warning-option -Wno-unknown-pragmas $(call inc_for,$(f)) $(PKGS_CFLAGS) -DZINF_STDLIB_DIR='"x"' -DZINF_VERSION='"x"' $(f);) \
-	   echo "clang-check: $(words $(LIB_SRC) $(MAIN_SRC) $(TEST_SRC) $(BENCH_SRC) $(FUZZ_SRC)) files clean"; \
+	   echo "clang-check: $(words $(LIB_SRC) $(MAIN_SRC) $(TEST_SRC) $(BENCH_SRC) $(TOOL_SRC) $(FUZZ_SRC)) files clean"; \
 	else echo "clang-check: clang not installed, skipped"; fi
 
 # The main job: gpt2-tiny, 2 MPI ranks, parameters and optimizer state on

@@ -1,7 +1,7 @@
 #!/bin/sh
 # The fuzz targets' inputs under the build's sanitizers (run in the ASan +
 # UBSan pass of make test; docs/testing.md, "Fuzzing"): every input that
-# ever crashed (tests/fuzz/regress/{frontend,plan,json,safetensors,hfconfig,hftok}) and the seed corpora made
+# ever crashed (tests/fuzz/regress/{frontend,plan,json,safetensors,hfconfig,hftok,chattmpl}) and the seed corpora made
 # by tests/fuzz/seeds.sh from this build's zinfc, through the replay
 # binaries, which link the same harnesses as make fuzz's libFuzzer binaries.
 # A crash or sanitizer report fails it. Inputs whose fix is still pending
@@ -17,7 +17,7 @@
 set -eu
 BUILD=${1:-build}
 R=$BUILD/fuzz-replay
-HF="json safetensors hfconfig hftok"
+HF="json safetensors hfconfig hftok chattmpl"
 for t in frontend plan $HF; do
   [ -x "$R/$t" ] || { echo "no $R/$t: build with make first"; exit 1; }
 done

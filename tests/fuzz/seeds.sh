@@ -3,7 +3,7 @@
 # the repository and a build's zinfc:
 #   tests/fuzz/seeds.sh BUILD OUT [--kernels]
 #   OUT/frontend/  every .zl under examples/, stdlib/ and tests/
-#   OUT/json/, OUT/safetensors/, OUT/hfconfig/, OUT/hftok/: the small
+#   OUT/json/, OUT/safetensors/, OUT/hfconfig/, OUT/hftok/, OUT/chattmpl/: the small
 #                  hand-made files of tests/fuzz/seeds/NAME
 #   OUT/plan/      host plans (--kernels=none) of tests/fuzz/models/nano.zl
 #                  (one on a probed target with every measured figure),
