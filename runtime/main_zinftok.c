@@ -18,9 +18,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bpe.h"
+#include "chattmpl.h"
 #include "hftok.h"
 #include "sftdata.h"
 #include "tokens.h"
@@ -100,7 +103,7 @@ static int token_arg(const HfTok *t, const char *opt, const char *s, uint32_t *i
 }
 
 typedef struct {
-    const char *out, *val, *tokenizer, *bos, *eos;
+    const char *out, *val, *tokenizer, *bos, *eos, *chat_template;
     SftTrainOn train_on;
     int64_t max_tokens;
     bool refuse_long;
@@ -216,6 +219,40 @@ static int run_decode(const Opts *o, HfTok *t) {
     return 0;
 }
 
+/* --chat-template PATH: a tokenizer_config.json (*.json: its chat_template
+ * and special tokens) or a template's own text (a .jinja file). Without
+ * it, the tokenizer_config.json in the tokenizer's directory, when there
+ * is one with a chat_template; else none (a conversation is then refused
+ * with the way out). */
+static int load_chat_template(const Opts *o, ChatTemplate **out, char *err, size_t n) {
+    *out = NULL;
+    if (o->chat_template) {
+        size_t l = strlen(o->chat_template);
+        bool config = l >= 5 && !strcmp(o->chat_template + l - 5, ".json");
+        char e[1024];
+        int rc = config ? chattmpl_load_config(out, o->chat_template, e, sizeof e) : chattmpl_load_file(out, o->chat_template, e, sizeof e);
+        if (rc) return snprintf(err, n, "--chat-template: %.900s", e), -1;
+        return 0;
+    }
+    if (!o->tokenizer) return 0;
+    char dir[4096], path[4200];
+    struct stat st;
+    snprintf(dir, sizeof dir, "%s", o->tokenizer);
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = '\0';
+        else snprintf(dir, sizeof dir, ".");
+    }
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (access(path, R_OK) != 0) return 0;
+    char e[1024];
+    if (chattmpl_load_config(out, path, e, sizeof e) == 0) return 0;
+    /* a config without a template leaves conversations without one; a
+     * broken template is an error */
+    if (strstr(e, ": no chat_template (")) return 0;
+    return snprintf(err, n, "%.1000s", e), -1;
+}
+
 int main(int argc, char **argv) {
     Opts o = {.frac = 0.1, .inputs = (const char **)argv + 1, .train_on = SFT_TRAIN_COMPLETION};
     bool sft_opts = false;
@@ -223,7 +260,7 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         int takes = !strcmp(a, "-o") || !strcmp(a, "--val") || !strcmp(a, "--val-fraction") || !strcmp(a, "--tokenizer") ||
                     !strcmp(a, "--bos") || !strcmp(a, "--eos") || !strcmp(a, "--train-on") || !strcmp(a, "--max-tokens") ||
-                    !strcmp(a, "--too-long");
+                    !strcmp(a, "--too-long") || !strcmp(a, "--chat-template");
         if (takes && i + 1 == argc) {
             fprintf(stderr, "zinftok: option '%s' needs an argument\n", a);
             return 2;
@@ -231,6 +268,10 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "-o")) o.out = argv[++i];
         else if (!strcmp(a, "--val")) o.val = argv[++i];
         else if (!strcmp(a, "--tokenizer")) o.tokenizer = argv[++i];
+        else if (!strcmp(a, "--chat-template")) {
+            sft_opts = true;
+            o.chat_template = argv[++i];
+        }
         else if (!strcmp(a, "--bos")) o.bos = argv[++i];
         else if (!strcmp(a, "--eos")) o.eos = argv[++i];
         else if (!strcmp(a, "--no-bos")) o.no_bos = 1;
@@ -240,7 +281,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--train-on")) {
             sft_opts = true;
             if (sft_parse_train_on(argv[++i], &o.train_on)) {
-                fprintf(stderr, "zinftok: --train-on '%s': expected completion or all\n", argv[i]);
+                fprintf(stderr, "zinftok: --train-on '%s': expected completion, assistant or all\n", argv[i]);
                 return 2;
             }
         } else if (!strcmp(a, "--max-tokens")) {
@@ -288,7 +329,7 @@ int main(int argc, char **argv) {
     bool any_jsonl = false;
     for (int k = 0; k < o.nin; k++) any_jsonl |= is_jsonl(o.inputs[k]);
     if (sft_opts && (o.decode || !any_jsonl)) {
-        fprintf(stderr, "zinftok: --train-on, --max-tokens and --too-long are for JSONL inputs (*.jsonl)\n");
+        fprintf(stderr, "zinftok: --train-on, --max-tokens, --too-long and --chat-template are for JSONL inputs (*.jsonl)\n");
         return 2;
     }
     if (o.refuse_long && !o.max_tokens) {
@@ -339,11 +380,20 @@ int main(int argc, char **argv) {
         if (o.eos) npost = 1;
     }
 
+    /* The chat template of conversations: --chat-template, else the
+     * tokenizer_config.json beside the tokenizer when it has one. */
+    ChatTemplate *chat = NULL;
+    if (load_chat_template(&o, &chat, err, sizeof err)) {
+        fprintf(stderr, "zinftok: %s\n", err);
+        hftok_free(t);
+        return 1;
+    }
+
     /* Every input's ids and, beside them, whether each is trained (plain
      * text: all; JSONL: as its samples say). */
     SftOut out = {0};
     SftOptions so = {.tok = t, .prefix = pre, .nprefix = npre, .suffix = post, .nsuffix = npost, .train_on = o.train_on,
-                     .max_tokens = o.max_tokens, .refuse_long = o.refuse_long};
+                     .max_tokens = o.max_tokens, .refuse_long = o.refuse_long, .chat = chat};
     SftStats sst = {0};
     int njsonl = 0;
     size_t bytes = 0;
@@ -423,6 +473,7 @@ int main(int argc, char **argv) {
                 printf("zinftok: %" PRId64 " sample%s (%" PRId64 " text, %" PRId64 " prompt/completion, %" PRId64
                        " pre-tokenized)",
                        sst.samples, sst.samples == 1 ? "" : "s", sst.text, sst.prompt_completion, sst.pretokenized);
+                if (sst.conversations) printf(", %" PRId64 " conversation%s", sst.conversations, sst.conversations == 1 ? "" : "s");
                 if (o.max_tokens > 0)
                     printf(", %" PRId64 " longer than %" PRId64 " tokens truncated", sst.truncated, o.max_tokens);
                 printf("; trained tokens: %" PRId64 " of %zu", trained[0], ntrain);
@@ -432,6 +483,7 @@ int main(int argc, char **argv) {
         }
     }
     sft_out_free(&out);
+    chattmpl_free(chat);
     hftok_free(t);
     return rc;
 }

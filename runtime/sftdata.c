@@ -20,7 +20,7 @@ void sft_out_free(SftOut *o) {
 
 int sft_parse_train_on(const char *s, SftTrainOn *t) {
     if (!strcmp(s, "all")) *t = SFT_TRAIN_ALL;
-    else if (!strcmp(s, "completion")) *t = SFT_TRAIN_COMPLETION;
+    else if (!strcmp(s, "completion") || !strcmp(s, "assistant")) *t = SFT_TRAIN_COMPLETION;
     else return -1;
     return 0;
 }
@@ -155,6 +155,183 @@ static int pretokenized(const SftOptions *o, const JsonValue *obj, const char *w
     return finish_sample(o, start, where, out, st, err, errlen);
 }
 
+/* ---- conversations ---- */
+
+/* A growing string, for a message's other fields as JSON text. */
+typedef struct Str {
+    char *p;
+    size_t n, cap;
+    bool oom;
+} Str;
+
+static void str_add(Str *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t c = b->cap ? b->cap : 256;
+        while (c < b->n + n + 1) c *= 2;
+        char *q = realloc(b->p, c);
+        if (!q) {
+            b->oom = true;
+            return;
+        }
+        b->p = q, b->cap = c;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+}
+
+static void str_json_string(Str *b, const char *s, size_t n) {
+    str_add(b, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char e[8];
+        if (c == '"' || c == '\\') e[0] = '\\', e[1] = (char)c, str_add(b, e, 2);
+        else if (c < 0x20) str_add(b, e, (size_t)snprintf(e, sizeof e, "\\u%04x", c));
+        else str_add(b, (const char *)&s[i], 1);
+    }
+    str_add(b, "\"", 1);
+}
+
+/* v as JSON text (a parsed value written again: the template reads it back). */
+static void str_json(Str *b, const JsonValue *v) {
+    char num[40];
+    switch (v->type) {
+    case JSON_NULL: str_add(b, "null", 4); break;
+    case JSON_BOOL: v->boolean ? str_add(b, "true", 4) : str_add(b, "false", 5); break;
+    case JSON_NUMBER:
+        if (v->is_integer) str_add(b, num, (size_t)snprintf(num, sizeof num, "%" PRId64, v->integer));
+        else str_add(b, num, (size_t)snprintf(num, sizeof num, "%.17g", v->number));
+        break;
+    case JSON_STRING: str_json_string(b, v->string, v->len); break;
+    case JSON_ARRAY:
+    case JSON_OBJECT:
+        str_add(b, v->type == JSON_ARRAY ? "[" : "{", 1);
+        for (size_t i = 0; i < v->count; i++) {
+            if (i) str_add(b, ",", 1);
+            if (v->type == JSON_OBJECT) {
+                str_json_string(b, v->items[i].key, v->items[i].key_len);
+                str_add(b, ":", 1);
+            }
+            str_json(b, &v->items[i]);
+        }
+        str_add(b, v->type == JSON_ARRAY ? "]" : "}", 1);
+        break;
+    }
+}
+
+static bool known_role(const char *r) {
+    static const char *const roles[] = {"system", "developer", "user", "assistant", "tool", "ipython"};
+    for (size_t i = 0; i < sizeof roles / sizeof *roles; i++)
+        if (!strcmp(r, roles[i])) return true;
+    return false;
+}
+
+/* The index in whole[] of the token holding byte `at` of text: the text
+ * before `at` tokenized on its own is a prefix of whole (a token edge:
+ * that length) or it parts from whole at the token that straddles `at`
+ * (*straddle set). */
+static int token_edge(const SftOptions *o, const char *text, size_t at, const BpeIds *whole, size_t *edge, bool *straddle,
+                      const char *where, char *err, size_t errlen) {
+    BpeIds pre = {0};
+    if (encode(o, text, at, &pre, where, err, errlen)) {
+        bpe_ids_free(&pre);
+        return -1;
+    }
+    size_t j = 0;
+    while (j < pre.n && j < whole->n && pre.v[j] == whole->v[j]) j++;
+    *straddle = j < pre.n;
+    *edge = j;
+    bpe_ids_free(&pre);
+    return 0;
+}
+
+static int conversation(const SftOptions *o, const JsonValue *msgs, const char *where, SftOut *out, SftStats *st,
+                        char *err, size_t errlen) {
+    if (!o->chat)
+        return errorf(err, errlen, "%s: a conversation (\"messages\") needs the model's chat template: give --chat-template "
+                      "(a tokenizer_config.json or a .jinja file), or a tokenizer whose directory has tokenizer_config.json", where);
+    if (msgs->type != JSON_ARRAY)
+        return errorf(err, errlen, "%s: \"messages\" is %s, expected a list of messages", where, json_type_phrase(msgs->type));
+    if (msgs->count == 0) return errorf(err, errlen, "%s: an empty conversation (\"messages\" is [])", where);
+    ChatMessage *m = calloc(msgs->count, sizeof *m);
+    Str *fields = calloc(msgs->count, sizeof *fields);
+    int rc = 0;
+    if (!m || !fields) rc = errorf(err, errlen, "%s: out of memory", where);
+    for (size_t i = 0; !rc && i < msgs->count; i++) {
+        const JsonValue *x = &msgs->items[i];
+        if (x->type != JSON_OBJECT) {
+            rc = errorf(err, errlen, "%s: message %zu is %s, expected an object with \"role\" and \"content\"", where, i + 1,
+                        json_type_phrase(x->type));
+            break;
+        }
+        const JsonValue *role = json_get(x, "role"), *content = json_get(x, "content");
+        if (!role || role->type != JSON_STRING) {
+            rc = errorf(err, errlen, "%s: message %zu has %s", where, i + 1, role ? "a \"role\" that is not a string" : "no \"role\"");
+            break;
+        }
+        if (!known_role(role->string)) {
+            rc = errorf(err, errlen, "%s: message %zu has the role \"%s\" (known: system, developer, user, assistant, tool, ipython)",
+                        where, i + 1, role->string);
+            break;
+        }
+        m[i].role = role->string;
+        if (content && content->type == JSON_STRING) m[i].content = content->string, m[i].content_len = content->len;
+        /* every other member, a non-string content too, as the message's fields */
+        bool any = false;
+        for (size_t k = 0; k < x->count; k++) {
+            const JsonValue *f = &x->items[k];
+            if (!strcmp(f->key, "role") || (!strcmp(f->key, "content") && f->type == JSON_STRING)) continue;
+            str_add(&fields[i], any ? "," : "{", 1);
+            str_json_string(&fields[i], f->key, f->key_len);
+            str_add(&fields[i], ":", 1);
+            str_json(&fields[i], f);
+            any = true;
+        }
+        if (any) str_add(&fields[i], "}", 1);
+        if (fields[i].oom) rc = errorf(err, errlen, "%s: out of memory", where);
+        m[i].fields_json = any ? fields[i].p : NULL;
+        if (!content && !any)
+            rc = errorf(err, errlen, "%s: message %zu (%s) has no \"content\"", where, i + 1, role->string);
+    }
+    ChatRender r = {0};
+    if (!rc) {
+        char e[512];
+        int x = chattmpl_render(o->chat, m, msgs->count, o->chat_opts, &r, e, sizeof e);
+        if (x == CHATTMPL_RAISED) rc = errorf(err, errlen, "%s: the chat template refuses the conversation: %s", where, e);
+        else if (x) rc = errorf(err, errlen, "%s: the chat template: %s", where, e);
+    }
+    BpeIds whole = {0};
+    size_t start = out->ids.n;
+    if (!rc) rc = encode(o, r.text, r.len, &whole, where, err, errlen);
+    bool all = o->train_on == SFT_TRAIN_ALL;
+    for (size_t i = 0; !rc && i < whole.n; i++)
+        if (push(out, whole.v[i], all)) rc = errorf(err, errlen, "%s: out of memory", where);
+    for (size_t k = 0; !rc && !all && k < r.nranges; k++) {
+        if (r.ranges[k].end <= r.ranges[k].start) continue;
+        size_t a, b;
+        bool sa, sb;
+        if (token_edge(o, r.text, r.ranges[k].start, &whole, &a, &sa, where, err, errlen) ||
+            token_edge(o, r.text, r.ranges[k].end, &whole, &b, &sb, where, err, errlen)) {
+            rc = -1;
+            break;
+        }
+        /* a token straddling the end holds the range's last byte: in */
+        if (sb && b < whole.n) b++;
+        for (size_t t = a; t < b && t < whole.n; t++) out->trained[start + t] = 1;
+    }
+    if (!rc) {
+        st->conversations++;
+        rc = finish_sample(o, start, where, out, st, err, errlen);
+    }
+    bpe_ids_free(&whole);
+    chattmpl_render_free(&r);
+    for (size_t i = 0; fields && i < msgs->count; i++) free(fields[i].p);
+    free(fields);
+    free(m);
+    return rc;
+}
+
 /* One line's sample. */
 static int sample(const SftOptions *o, const JsonValue *obj, const char *where, SftOut *out, SftStats *st, char *err,
                   size_t errlen) {
@@ -177,9 +354,7 @@ static int sample(const SftOptions *o, const JsonValue *obj, const char *where, 
         st->prompt_completion++;
         return sft_add_pieces(o, p, 2, where, out, st, err, errlen);
     }
-    if (json_get(obj, "messages"))
-        return errorf(err, errlen, "%s: a conversation (\"messages\") needs the model's chat template, which zinftok does "
-                      "not render: give \"prompt\" and \"completion\", or \"input_ids\" and \"labels\"", where);
+    if (json_get(obj, "messages")) return conversation(o, json_get(obj, "messages"), where, out, st, err, errlen);
     char keys[256] = "";
     size_t used = 0;
     for (size_t i = 0; i < obj->count && used < sizeof keys; i++) {
@@ -187,7 +362,7 @@ static int sample(const SftOptions *o, const JsonValue *obj, const char *where, 
         if (w < 0) break;
         used += (size_t)w;
     }
-    return errorf(err, errlen, "%s: a sample needs \"text\", \"prompt\" and \"completion\", or \"input_ids\" (it has %s)",
+    return errorf(err, errlen, "%s: a sample needs \"text\", \"prompt\" and \"completion\", \"messages\", or \"input_ids\" (it has %s)",
                   where, obj->count ? keys : "no member");
 }
 

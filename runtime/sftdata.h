@@ -24,9 +24,25 @@
  * A sample longer than max_tokens (after framing) is truncated to its
  * first max_tokens tokens or refused, as the options say.
  *
- * Conversations ({"messages": ...}) are rendered elsewhere, into text
- * pieces with what is trained marked; sft_add_pieces takes such pieces.
- * Here "messages" is refused by name.
+ *   {"messages": [{"role": R, "content": C, ...}, ...]}
+ *                                        a conversation, rendered by the
+ *                                        model's chat template (chattmpl.h)
+ *                                        as transformers' apply_chat_template
+ *                                        renders it, then tokenized whole,
+ *                                        without framing (the template writes
+ *                                        its own BOS), as apply_chat_template(
+ *                                        tokenize=True) does; SFT_TRAIN_
+ *                                        COMPLETION: the tokens of the
+ *                                        assistant messages' ranges (their
+ *                                        content and end-of-turn marker)
+ * A conversation's roles are system, developer, user, assistant, tool and
+ * ipython; other members of a message (tool_calls, reasoning_content, a
+ * list-valued content) go to the template as the message's fields. Which
+ * tokens an assistant range covers: the text is tokenized whole, then the
+ * text before each range edge on its own; where that is a prefix of the
+ * whole the edge is a token edge, else the token that straddles the edge
+ * counts as inside the range (transformers' char_to_token rule for
+ * return_assistant_tokens_mask).
  *
  * Errors: one line "PATH:LINE: what is wrong" in the caller's buffer; the
  * output arrays then hold a prefix of the samples and the caller writes
@@ -39,8 +55,13 @@
 #include <stdint.h>
 
 #include "bpe.h"
+#include "chattmpl.h"
 #include "hftok.h"
 
+/* What trains: every token, or the answers: the completion of a
+ * prompt/completion sample, the assistant messages of a conversation
+ * ("completion" and "assistant" are two names of it, as TRL's
+ * completion_only_loss and assistant_only_loss). */
 typedef enum SftTrainOn { SFT_TRAIN_ALL, SFT_TRAIN_COMPLETION } SftTrainOn;
 
 typedef struct SftOptions {
@@ -52,10 +73,12 @@ typedef struct SftOptions {
     SftTrainOn train_on;
     int64_t max_tokens;      /* 0: no limit */
     bool refuse_long;        /* a longer sample is an error, not truncated */
+    const ChatTemplate *chat; /* renders {"messages": ...}; NULL: conversations refused */
+    const ChatRenderOptions *chat_opts; /* NULL: no extra variables */
 } SftOptions;
 
 typedef struct SftStats {
-    int64_t samples, text, prompt_completion, pretokenized;
+    int64_t samples, text, prompt_completion, pretokenized, conversations;
     int64_t truncated;       /* samples cut to max_tokens */
     int64_t tokens, trained; /* written */
 } SftStats;

@@ -57,11 +57,11 @@ bad_jsonl '{"text":["a"]}' '1: "text" is an array, expected a string'
 bad_jsonl '{"input_ids":[1,2],"labels":[1]}' '1: 1 labels for 2 input_ids: they must be as many'
 bad_jsonl '{"input_ids":[1,2,300]}' '1: input_ids[2] = 300 is outside the vocabulary of 256 ids'
 bad_jsonl '{"input_ids":[1,2],"labels":[-100,5]}' '1: labels[1] = 5 is neither -100 nor input_ids[1] = 2: a token file trains each token to predict itself'
-bad_jsonl '{"foo":1}' '1: a sample needs "text", "prompt" and "completion", or "input_ids" (it has "foo")'
+bad_jsonl '{"foo":1}' '1: a sample needs "text", "prompt" and "completion", "messages", or "input_ids" (it has "foo")'
 bad_jsonl '[1]' '1: a sample is a JSON object, not an array'
 bad_jsonl '{"text":"abcdef"}' '1: the sample has 6 tokens, more than --max-tokens 3 (--too-long truncate cuts it instead)' \
   --max-tokens 3 --too-long refuse
 "$Z" "$D/in.txt" -o "$D/t.bin" --train-on all 2> "$D/err"; [ $? = 2 ] || fail "--train-on without jsonl"
-"$Z" "$D/s.jsonl" -o "$D/t.bin" --train-on assistant 2> "$D/err"; [ $? = 2 ] || fail "--train-on assistant"
-grep -q "expected completion or all" "$D/err" || fail "--train-on message: $(cat "$D/err")"
+"$Z" "$D/s.jsonl" -o "$D/t.bin" --train-on answers 2> "$D/err"; [ $? = 2 ] || fail "--train-on answers"
+grep -q "expected completion, assistant or all" "$D/err" || fail "--train-on message: $(cat "$D/err")"
 echo "zinftok e2e: ok"
