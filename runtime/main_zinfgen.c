@@ -22,6 +22,8 @@
 #include "exec.h"
 #include "hfio.h"
 #include "hftok.h"
+#include "json.h"
+#include "sftdata.h"
 #include "hostk_threads.h"
 #include "nearest.h"
 #include "plan.h"
@@ -29,6 +31,7 @@
 
 typedef struct GenOpts {
     const char *plan, *init, *ckpt, *tokenizer, *prompt, *prompt_ids, *backend, *nvme, *decode, *logits;
+    const char *chat, *chat_template; /* --chat MESSAGES: rendered by the model's chat template */
     int64_t step, max_new, top_k, eos;
     double temperature, top_p;
     uint64_t seed;
@@ -37,17 +40,24 @@ typedef struct GenOpts {
 
 static const char *const flags[] = {"--init", "--checkpoint", "--step", "--tokenizer", "--prompt", "--prompt-ids",
                                     "--max-new", "--temperature", "--top-k", "--top-p", "--seed", "--eos",
-                                    "--backend", "--nvme", "--decode", "--logits", "--quiet", "--help", "--version"};
+                                    "--backend", "--nvme", "--decode", "--logits", "--quiet", "--help", "--version",
+                                    "--chat", "--chat-template"};
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: zinfgen MODEL.plan (--prompt TEXT --tokenizer tokenizer.json | --prompt-ids 1,2,3) [options]\n"
+            "usage: zinfgen MODEL.plan (--prompt TEXT | --chat MESSAGES) --tokenizer tokenizer.json [options]\n"
+            "       zinfgen MODEL.plan --prompt-ids 1,2,3 [options]\n"
             "  --init PATH            weights from a Hugging Face model directory, one .safetensors file, or\n"
             "                         the file of zinfrun --export (the plan's own parameter names)\n"
             "  --checkpoint DIR       weights from a zinfrun checkpoint directory (its newest, or --step N)\n"
             "                         (neither: the plan's seeded initialisation)\n"
             "  --tokenizer FILE       a Hugging Face tokenizer.json: encodes --prompt, decodes the output\n"
             "  --prompt TEXT          the prompt (needs --tokenizer); --prompt-ids 1,2,3: token ids, ids out\n"
+            "  --chat MESSAGES        a conversation, [{\"role\": \"user\", \"content\": \"...\"}, ...] as JSON text or a\n"
+            "                         file of it: rendered by the model's chat template with the generation prompt,\n"
+            "                         the answer written until the template's end-of-turn token\n"
+            "  --chat-template PATH   a tokenizer_config.json or .jinja file (default: the tokenizer_config.json\n"
+            "                         beside --tokenizer)\n"
             "  --max-new N            tokens to generate (default 32)\n"
             "  --temperature T        0: greedy (argmax); else sample softmax(logits / T) (default 1)\n"
             "  --top-k K              sample among the K likeliest tokens (default 0: all)\n"
@@ -99,6 +109,8 @@ static int parse_value(const char *a, const char *v, GenOpts *o) {
     else if (!strcmp(a, "--tokenizer")) o->tokenizer = v;
     else if (!strcmp(a, "--prompt")) o->prompt = v;
     else if (!strcmp(a, "--prompt-ids")) o->prompt_ids = v;
+    else if (!strcmp(a, "--chat")) o->chat = v;
+    else if (!strcmp(a, "--chat-template")) o->chat_template = v;
     else if (!strcmp(a, "--backend")) o->backend = v;
     else if (!strcmp(a, "--nvme")) o->nvme = v;
     else if (!strcmp(a, "--decode")) o->decode = v;
@@ -155,7 +167,12 @@ static int parse(int argc, char **argv, GenOpts *o) {
         return bad_value("--backend", "auto, host or cuda", o->backend);
     if (strcmp(o->decode, "auto") && strcmp(o->decode, "kv") && strcmp(o->decode, "window"))
         return bad_value("--decode", "auto, kv or window", o->decode);
-    if (!o->prompt == !o->prompt_ids) { fprintf(stderr, "zinfgen: give one of --prompt TEXT and --prompt-ids 1,2,3\n"); return 2; }
+    if ((o->prompt != NULL) + (o->prompt_ids != NULL) + (o->chat != NULL) != 1) {
+        fprintf(stderr, "zinfgen: give one of --prompt TEXT, --chat MESSAGES and --prompt-ids 1,2,3\n");
+        return 2;
+    }
+    if (o->chat && !o->tokenizer) { fprintf(stderr, "zinfgen: --chat needs --tokenizer tokenizer.json (its directory's tokenizer_config.json has the chat template)\n"); return 2; }
+    if (o->chat_template && !o->chat) { fprintf(stderr, "zinfgen: --chat-template is for --chat\n"); return 2; }
     if (o->prompt && !o->tokenizer) { fprintf(stderr, "zinfgen: --prompt needs --tokenizer tokenizer.json (or use --prompt-ids)\n"); return 2; }
     if (o->init && o->ckpt) { fprintf(stderr, "zinfgen: --init and --checkpoint both give the weights: choose one\n"); return 2; }
     if (o->step >= 0 && !o->ckpt) { fprintf(stderr, "zinfgen: --step needs --checkpoint\n"); return 2; }
@@ -312,17 +329,98 @@ typedef struct Gen {
     size_t printed;         /* bytes of decoded text written */
     KvDecoder *kv;          /* --decode kv: the decoder (rank 0 holds it), else NULL */
     FILE *lf;               /* --logits: rank 0's file, else NULL */
+    int32_t stop[16];       /* --chat: the template's end-of-turn ids, then --eos */
+    int nstop;
     int64_t base;           /* kv: the id at the cache's position 0 */
 } Gen;
 
-/* The prompt's ids: --prompt-ids, or --prompt through the tokenizer with
- * its post-processor's tokens (as the tokenizers library encodes). */
+/* The ids a chat stops at: the template's eos_token and the end-of-turn
+ * markers of the known families that the vocabulary has. */
+static void chat_stops(Gen *g, const ChatTemplate *t) {
+    static const char *const marks[] = {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>", "</s>", "<|endoftext|>"};
+    const char *eos = chattmpl_token(t, "eos_token");
+    for (size_t k = 0; k <= sizeof marks / sizeof *marks && g->nstop < (int)(sizeof g->stop / sizeof *g->stop); k++) {
+        const char *m = k == 0 ? eos : marks[k - 1];
+        int64_t id = m ? hftok_token_id(g->tok, m, strlen(m)) : -1;
+        bool have = false;
+        for (int i = 0; i < g->nstop; i++) have |= g->stop[i] == id;
+        if (id >= 0 && !have) g->stop[g->nstop++] = (int32_t)id;
+    }
+}
+
+/* --chat: the conversation (JSON text, or a file of it: a list of messages
+ * or {"messages": [...]}) rendered with the generation prompt, tokenized
+ * whole as apply_chat_template(..., add_generation_prompt=True,
+ * tokenize=True) does. 0 with *ids, 2 for a bad value, 1 with err. */
+static int chat_ids(Gen *g, int32_t **ids, int64_t *nids, char *err, size_t n) {
+    const GenOpts *o = g->o;
+    char *text = NULL;
+    size_t len = 0;
+    const char *v = o->chat;
+    while (*v == ' ' || *v == '\t' || *v == '\n') v++;
+    if (*v != '[' && *v != '{') {
+        FILE *f = fopen(o->chat, "rb");
+        if (!f) return snprintf(err, n, "--chat %s: %s (give the messages as JSON text or a file of it)", o->chat, strerror(errno)), 1;
+        char buf[65536];
+        size_t r;
+        while ((r = fread(buf, 1, sizeof buf, f)) > 0) {
+            char *t = realloc(text, len + r + 1);
+            if (!t) break;
+            text = t;
+            memcpy(text + len, buf, r);
+            len += r;
+        }
+        bool bad = ferror(f) || !text;
+        fclose(f);
+        if (bad) {
+            free(text);
+            return snprintf(err, n, "--chat %s: read error", o->chat), 1;
+        }
+        text[len] = '\0';
+    }
+    const char *src = text ? text : o->chat;
+    JsonDoc doc;
+    char e[1024];
+    int rc = 0;
+    ChatTemplate *t = NULL;
+    ChatRender r = {0};
+    BpeIds b = {0};
+    if (json_parse(src, strlen(src), &doc, e, sizeof e)) rc = (snprintf(err, n, "--chat: malformed JSON: %s", e), 1);
+    const JsonValue *msgs = rc ? NULL : doc.root->type == JSON_OBJECT ? json_get(doc.root, "messages") : doc.root;
+    if (!rc && !msgs) rc = (snprintf(err, n, "--chat: an object needs \"messages\""), 1);
+    if (!rc && sft_chat_template_load(o->chat_template, o->tokenizer, &t, err, n)) rc = 1;
+    if (!rc && !t)
+        rc = (snprintf(err, n, "--chat needs the model's chat template: no tokenizer_config.json with a chat_template beside %s "
+                       "(give --chat-template FILE)", o->tokenizer), 1);
+    ChatRenderOptions ro = {.add_generation_prompt = 1};
+    if (!rc && sft_chat_render(t, msgs, &ro, "--chat", &r, err, n)) rc = 1;
+    if (!rc && hftok_encode(g->tok, r.text, r.len, &b, err, n)) rc = 1;
+    if (!rc) {
+        chat_stops(g, t);
+        *ids = malloc(sizeof **ids * (b.n ? b.n : 1));
+        if (!*ids) rc = (snprintf(err, n, "out of memory"), 1);
+        for (size_t i = 0; !rc && i < b.n; i++) (*ids)[i] = (int32_t)b.v[i];
+        *nids = (int64_t)b.n;
+    }
+    bpe_ids_free(&b);
+    chattmpl_render_free(&r);
+    chattmpl_free(t);
+    json_free(&doc);
+    free(text);
+    return rc;
+}
+
+/* The prompt's ids: --prompt-ids, --chat, or --prompt through the tokenizer
+ * with its post-processor's tokens (as the tokenizers library encodes). */
 static int prompt_ids(Gen *g, char *err, size_t n) {
     const GenOpts *o = g->o;
     int64_t np = 0;
     int32_t *p = NULL;
     if (o->prompt_ids) {
         if (parse_ids(o->prompt_ids, &p, &np)) return 2;
+    } else if (o->chat) {
+        int rc = chat_ids(g, &p, &np, err, n);
+        if (rc) return rc;
     } else {
         BpeIds b = {0};
         size_t npre = 0, npost = 0;
@@ -447,10 +545,15 @@ static int generate(Gen *g, char *err, size_t n) {
         int32_t id;
         if ((g->kv ? step_kv(g, &rng, &id, err, n) : step(g, &rng, &id, err, n))) return -1;
         if (C.rank == 0 && g->lf && write_logits(g, err, n)) return -1;
-        g->ids[g->nids++] = id;
-        bool last = id == g->o->eos || made + 1 == g->o->max_new;
+        /* a chat's end-of-turn token ends the answer and is not part of it;
+         * --eos's token is written, as it always was */
+        bool end_of_turn = false;
+        for (int k = 0; k < g->nstop; k++) end_of_turn |= id == g->stop[k];
+        bool stop = end_of_turn || id == g->o->eos;
+        if (!end_of_turn) g->ids[g->nids++] = id;
+        bool last = stop || made + 1 == g->o->max_new;
         if (C.rank == 0 && emit(g, id, last, err, n)) return -1;
-        if (id == g->o->eos) { made++; break; }
+        if (stop) { made++; break; }
     }
     if (C.rank == 0) {
         printf("\n");

@@ -18,9 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "bpe.h"
 #include "chattmpl.h"
@@ -219,40 +217,6 @@ static int run_decode(const Opts *o, HfTok *t) {
     return 0;
 }
 
-/* --chat-template PATH: a tokenizer_config.json (*.json: its chat_template
- * and special tokens) or a template's own text (a .jinja file). Without
- * it, the tokenizer_config.json in the tokenizer's directory, when there
- * is one with a chat_template; else none (a conversation is then refused
- * with the way out). */
-static int load_chat_template(const Opts *o, ChatTemplate **out, char *err, size_t n) {
-    *out = NULL;
-    if (o->chat_template) {
-        size_t l = strlen(o->chat_template);
-        bool config = l >= 5 && !strcmp(o->chat_template + l - 5, ".json");
-        char e[1024];
-        int rc = config ? chattmpl_load_config(out, o->chat_template, e, sizeof e) : chattmpl_load_file(out, o->chat_template, e, sizeof e);
-        if (rc) return snprintf(err, n, "--chat-template: %.900s", e), -1;
-        return 0;
-    }
-    if (!o->tokenizer) return 0;
-    char dir[4096], path[4200];
-    struct stat st;
-    snprintf(dir, sizeof dir, "%s", o->tokenizer);
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        char *slash = strrchr(dir, '/');
-        if (slash) *slash = '\0';
-        else snprintf(dir, sizeof dir, ".");
-    }
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    if (access(path, R_OK) != 0) return 0;
-    char e[1024];
-    if (chattmpl_load_config(out, path, e, sizeof e) == 0) return 0;
-    /* a config without a template leaves conversations without one; a
-     * broken template is an error */
-    if (strstr(e, ": no chat_template (")) return 0;
-    return snprintf(err, n, "%.1000s", e), -1;
-}
-
 int main(int argc, char **argv) {
     Opts o = {.frac = 0.1, .inputs = (const char **)argv + 1, .train_on = SFT_TRAIN_COMPLETION};
     bool sft_opts = false;
@@ -383,7 +347,7 @@ int main(int argc, char **argv) {
     /* The chat template of conversations: --chat-template, else the
      * tokenizer_config.json beside the tokenizer when it has one. */
     ChatTemplate *chat = NULL;
-    if (load_chat_template(&o, &chat, err, sizeof err)) {
+    if (sft_chat_template_load(o.chat_template, o.tokenizer, &chat, err, sizeof err)) {
         fprintf(stderr, "zinftok: %s\n", err);
         hftok_free(t);
         return 1;

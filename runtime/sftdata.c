@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "errorf.h"
 #include "json.h"
@@ -246,11 +248,9 @@ static int token_edge(const SftOptions *o, const char *text, size_t at, const Bp
     return 0;
 }
 
-static int conversation(const SftOptions *o, const JsonValue *msgs, const char *where, SftOut *out, SftStats *st,
-                        char *err, size_t errlen) {
-    if (!o->chat)
-        return errorf(err, errlen, "%s: a conversation (\"messages\") needs the model's chat template: give --chat-template "
-                      "(a tokenizer_config.json or a .jinja file), or a tokenizer whose directory has tokenizer_config.json", where);
+int sft_chat_render(const ChatTemplate *t, const JsonValue *msgs, const ChatRenderOptions *ro, const char *where,
+                    ChatRender *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
     if (msgs->type != JSON_ARRAY)
         return errorf(err, errlen, "%s: \"messages\" is %s, expected a list of messages", where, json_type_phrase(msgs->type));
     if (msgs->count == 0) return errorf(err, errlen, "%s: an empty conversation (\"messages\" is [])", where);
@@ -294,13 +294,25 @@ static int conversation(const SftOptions *o, const JsonValue *msgs, const char *
         if (!content && !any)
             rc = errorf(err, errlen, "%s: message %zu (%s) has no \"content\"", where, i + 1, role->string);
     }
-    ChatRender r = {0};
     if (!rc) {
         char e[512];
-        int x = chattmpl_render(o->chat, m, msgs->count, o->chat_opts, &r, e, sizeof e);
+        int x = chattmpl_render(t, m, msgs->count, ro, out, e, sizeof e);
         if (x == CHATTMPL_RAISED) rc = errorf(err, errlen, "%s: the chat template refuses the conversation: %s", where, e);
         else if (x) rc = errorf(err, errlen, "%s: the chat template: %s", where, e);
     }
+    for (size_t i = 0; fields && i < msgs->count; i++) free(fields[i].p);
+    free(fields);
+    free(m);
+    return rc;
+}
+
+static int conversation(const SftOptions *o, const JsonValue *msgs, const char *where, SftOut *out, SftStats *st,
+                        char *err, size_t errlen) {
+    if (!o->chat)
+        return errorf(err, errlen, "%s: a conversation (\"messages\") needs the model's chat template: give --chat-template "
+                      "(a tokenizer_config.json or a .jinja file), or a tokenizer whose directory has tokenizer_config.json", where);
+    ChatRender r;
+    int rc = sft_chat_render(o->chat, msgs, o->chat_opts, where, &r, err, errlen);
     BpeIds whole = {0};
     size_t start = out->ids.n;
     if (!rc) rc = encode(o, r.text, r.len, &whole, where, err, errlen);
@@ -326,10 +338,35 @@ static int conversation(const SftOptions *o, const JsonValue *msgs, const char *
     }
     bpe_ids_free(&whole);
     chattmpl_render_free(&r);
-    for (size_t i = 0; fields && i < msgs->count; i++) free(fields[i].p);
-    free(fields);
-    free(m);
     return rc;
+}
+
+int sft_chat_template_load(const char *path, const char *tokenizer, ChatTemplate **out, char *err, size_t errlen) {
+    *out = NULL;
+    char e[1024];
+    if (path) {
+        size_t l = strlen(path);
+        bool config = l >= 5 && !strcmp(path + l - 5, ".json");
+        int rc = config ? chattmpl_load_config(out, path, e, sizeof e) : chattmpl_load_file(out, path, e, sizeof e);
+        if (rc) return errorf(err, errlen, "--chat-template: %.900s", e);
+        return 0;
+    }
+    if (!tokenizer) return 0;
+    char dir[4096], cfg[4200];
+    struct stat st;
+    snprintf(dir, sizeof dir, "%s", tokenizer);
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = '\0';
+        else snprintf(dir, sizeof dir, ".");
+    }
+    snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir);
+    if (access(cfg, R_OK) != 0) return 0;
+    if (chattmpl_load_config(out, cfg, e, sizeof e) == 0) return 0;
+    /* a config without a template leaves conversations without one; a
+     * broken template is an error */
+    if (strstr(e, ": no chat_template (")) return 0;
+    return errorf(err, errlen, "%.1000s", e);
 }
 
 /* One line's sample. */
