@@ -382,6 +382,22 @@ int rt_checkpoint_check(Rt *r, const char *dir, int64_t step, char *why, size_t 
     return rt_ckpt_check(r, dir, step, ckpt_class, why, n);
 }
 
+uint64_t rt_checkpoint_bytes(const Rt *r) {
+    const Plan *p = r->p;
+    uint64_t b = 0;
+    for (uint32_t s = 0; s < p->nshards; s++)
+        if (ckpt_class(p->tensors[p->shards[s].tensor].cls)) b += p->shards[s].bytes;
+    return b;
+}
+
+uint64_t rt_export_bytes(const Rt *r) {
+    const Plan *p = r->p;
+    uint64_t b = 0;
+    for (uint32_t t = 0; t < p->ntensors; t++)
+        if (p->tensors[t].cls == TC_PARAM && p->tensors[t].shard >= 0) b += (uint64_t)p->tensors[t].numel * rt_dsz(p->tensors[t].dtype);
+    return b;
+}
+
 int rt_export_safetensors(Rt *r, const char *path, char *err, size_t n) {
     const Plan *p = r->p;
     int np = 0;

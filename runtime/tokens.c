@@ -172,6 +172,18 @@ int tok_read(TokReader *r, int64_t off, int64_t n, uint32_t *ids, char *err, siz
     return 0;
 }
 
+int tok_check_ids(TokReader *r, char *err, size_t errlen) {
+    if (r->vocab <= 0) return 0;
+    const int64_t chunk = 1 << 20;
+    uint32_t *ids = malloc((size_t)chunk * sizeof *ids);
+    if (!ids) return errorf(err, errlen, "%s: out of memory checking the token ids", r->path);
+    int rc = 0;
+    for (int64_t off = 0; off < r->ntokens && !rc; off += chunk)
+        rc = tok_read(r, off, r->ntokens - off < chunk ? r->ntokens - off : chunk, ids, err, errlen);
+    free(ids);
+    return rc;
+}
+
 int tok_batch(TokReader *r, int rank, int world, int64_t g, int64_t B, int64_t T, int32_t *tokens,
               int32_t *targets, char *err, size_t errlen) {
     if (world < 1 || rank < 0 || rank >= world)

@@ -78,6 +78,11 @@ int tok_batch(TokReader *r, int rank, int world, int64_t g, int64_t B, int64_t T
  * reader's vocab). Returns 0, or -1 with err. */
 int tok_read(TokReader *r, int64_t off, int64_t n, uint32_t *ids, char *err, size_t errlen);
 
+/* Every id of the file against the reader's vocab, in one pass of
+ * reads (a bad id found at start, not at the step that reads it).
+ * Returns 0, or -1 with tok_read's message for the first bad id. */
+int tok_check_ids(TokReader *r, char *err, size_t errlen);
+
 /* Write n tokens to path atomically: a temporary file beside it, fsync,
  * rename over path, fsync of the directory. n must fit the int32 count.
  * Version 1, vocabulary not recorded. Returns 0, or -1 with err (and no
