@@ -254,7 +254,7 @@ DEMO := $(BUILD)/demo
 DEMO_TEXT := $(firstword $(wildcard /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0 README.md))
 DEMO_STEPS ?= 40
 demo: all
-	@rm -rf $(DEMO)/ckpt
+	@rm -rf $(DEMO)/ckpt $(DEMO)/tiny.safetensors
 	@mkdir -p $(DEMO)/nvme
 	$(BUILD)/bin/zinftok $(DEMO_TEXT) -o $(DEMO)/train.bin
 	$(BUILD)/bin/zinfc examples/gpt2-tiny-offload.zl -o $(DEMO)/tiny.plan --explain

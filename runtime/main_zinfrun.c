@@ -486,7 +486,7 @@ static int outputs_ok(const Opts *o, bool lead, char *err, size_t n) {
     int64_t bad = 0;
     if (lead)
         bad = (o->export_path && outpath_prepare_file("--export", o->export_path, true, err, n)) ||
-              (o->export_hf && (hfio_check_export_dir(o->export_hf, err, n) || outpath_prepare_dir("--export-hf", o->export_hf, err, n))) ||
+              (o->export_hf && (outpath_prepare_dir("--export-hf", o->export_hf, err, n) || hfio_check_export_dir(o->export_hf, err, n))) ||
               (o->trace && outpath_prepare_file("--trace", o->trace, false, err, n));
     return lead_agrees(bad, "the output paths", err, n);
 }
@@ -1011,7 +1011,7 @@ static void print_summary(const Run *u) {
     double pred = u->have_cost ? u->cr.step_time * 1e3 : 0.0;
     Counted c = counted(u);
     double per = 1e3 / (double)c.steps;
-    printf("done: %" PRId64 " steps, loss %.4f -> %.4f, %.1f ms/step measured, %.1f ms/step predicted", ran, u->first_loss,
+    printf("%s: %" PRId64 " steps, loss %.4f -> %.4f, %.1f ms/step measured, %.1f ms/step predicted", u->stopped ? "stopped" : "done", ran, u->first_loss,
            u->last_loss, c.seconds * per, pred);
     if (c.steps < ran) printf(" (steps after the first; the first took %.1f ms)", u->first_seconds * 1e3);
     printf("\n");
@@ -1053,6 +1053,7 @@ static void print_summary(const Run *u) {
 static int say_stopped(const Run *u) {
     const Opts *o = &u->o;
     if (u->lead) {
+        fflush(stdout);
         const char *name = u->stopped == SIGINT ? "SIGINT" : u->stopped == SIGTERM ? "SIGTERM" : u->stopped == SIGUSR1 ? "SIGUSR1" : "a signal";
         int64_t at = u->start + u->ran;
         fprintf(stderr, "zinfrun: interrupted by %s at step %" PRId64 " of %" PRId64 ": ", name, at, u->total);
