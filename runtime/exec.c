@@ -129,8 +129,9 @@ static size_t instr_scratch(const Rt *r, const PlanInstr *in) {
 
 Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
     if (p->ranks != c->size) {
-        rt_fail(err, n, "the plan is for %d rank%s but this job has %d: run it with mpirun -np %d (or recompile for %d ranks)",
-             p->ranks, p->ranks == 1 ? "" : "s", c->size, p->ranks, c->size);
+        rt_fail(err, n, "the plan is for %d rank%s but this job has %d: run it with mpirun -np %d, or plan it for %d with "
+                "zinfc ... --ranks %d -o PLAN",
+                p->ranks, p->ranks == 1 ? "" : "s", c->size, p->ranks, c->size, c->size);
         return NULL;
     }
     Rt *r = calloc(1, sizeof *r);

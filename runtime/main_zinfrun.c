@@ -10,6 +10,7 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include "ckpt.h"
@@ -20,6 +21,7 @@
 #include "exec.h"
 #include "hostk_threads.h"
 #include "hfio.h"
+#include "hftok.h"
 #include "outpath.h"
 #include "plan.h"
 #include "probe.h"
@@ -612,6 +614,29 @@ static int ids_ok(TokReader *tr, char *err, size_t n) {
     return -1;
 }
 
+/* The fingerprint of the tokenizer.json beside --init (rank 0; 0: none
+ * there, or no --init directory), for tokenizer_ok. */
+static uint64_t init_tokenizer(const Opts *o, char *path, size_t pn) {
+    struct stat st;
+    if (!o->init || stat(o->init, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
+    snprintf(path, pn, "%s/tokenizer.json", o->init);
+    HfTok *t = NULL;
+    char e[1024];
+    if (access(path, R_OK) != 0 || hftok_load(&t, path, e, sizeof e)) return 0; /* one zinftok cannot read made no token file */
+    uint64_t fp = hftok_fingerprint(t);
+    hftok_free(t);
+    return fp;
+}
+
+/* A token file zinftok made with another tokenizer than the one beside
+ * --init: its ids are other tokens to this model, whatever the sizes say. */
+static int tokenizer_ok(const TokReader *tr, const char *tokpath, uint64_t fp, char *err, size_t n) {
+    if (!fp || !tr->tokenizer || tr->tokenizer == fp) return 0;
+    snprintf(err, n, "%s was made by another tokenizer than %s (beside --init): its ids are other tokens to this model; "
+             "tokenize the text again with zinftok --tokenizer %s", tr->path, tokpath, tokpath);
+    return -1;
+}
+
 /* --eval-data: the held-out micro-batches, read once (sequential windows,
  * global micro-batches 0..K-1, each rank its share as training reads). */
 typedef struct Eval {
@@ -619,6 +644,9 @@ typedef struct Eval {
     DataOrder d;
     bool have_tr, have_d;
     int k;                  /* micro-batches per rank */
+    bool ran;               /* an evaluation ran: its step and loss are the last ones */
+    int64_t last_step;
+    double last_loss;
     int32_t **tok, **tgt;
 } Eval;
 
@@ -676,11 +704,14 @@ static bool eval_due(const Opts *o, int64_t s, int64_t start, int64_t total) {
 }
 
 /* "eval: step 20, loss 4.8123 over 8 batches (8192 tokens)" and the --losses line. */
-static int eval_at(Rt *r, const Eval *e, int64_t s, int64_t tokens, const Opts *o, FILE *lossf, bool tty, char *err,
+static int eval_at(Rt *r, Eval *e, int64_t s, int64_t tokens, const Opts *o, FILE *lossf, bool tty, char *err,
                    size_t n) {
     RtEvalStats st;
     if (rt_eval(r, (const int32_t *const *)e->tok, (const int32_t *const *)e->tgt, e->k, &st, err, n)) return -1;
     int64_t g = (int64_t)e->k * C.size;
+    e->ran = true;
+    e->last_step = s;
+    e->last_loss = st.loss;
     if (lossf) {
         fprintf(lossf, "eval step %" PRId64 " loss %.9g batches %" PRId64 "\n", s, st.loss, g);
         fflush(lossf);
@@ -729,6 +760,8 @@ typedef struct Run {
     int64_t loaded;            /* the checkpoint resumed from, -1: none */
     int64_t saved;             /* the newest checkpoint this run resumed from or wrote, -1: none */
     int stopped;               /* the signal that stopped training before its last step, 0: none */
+    char tokpath[4200];        /* the tokenizer.json beside --init, and its fingerprint (0: none) */
+    uint64_t tokfp;
     RtCkptOrigin from;
     double first_loss, last_loss, time_sum; /* over the steps run */
     int64_t ran;
@@ -840,10 +873,14 @@ static int run_start(Run *u, char *err, size_t n) {
  * the batches, the eval data and the --losses file. */
 static int open_data(Run *u, char *err, size_t n) {
     const Opts *o = &u->o;
+    int64_t bad = 0;
+    if (u->lead) u->tokfp = init_tokenizer(o, u->tokpath, sizeof u->tokpath);
     if (u->start < u->total) {
         if (tok_open(&u->tr, o->data, plan_vocab(u->p), err, n)) return -1;
         u->have_data = true;
         if (ids_ok(&u->tr, err, n)) return -1;
+        if (u->lead && tokenizer_ok(&u->tr, u->tokpath, u->tokfp, err, n)) bad = 1;
+        if (lead_agrees(bad, "the token file", err, n)) return -1;
         DordOptions dopt = {.order = o->data_order, .seed = o->data_seed_given ? o->data_seed : u->p->train.seed, .eos = o->eos};
         if (dord_open(&u->dord, &u->tr, &dopt, u->B, u->T, C.size, err, n)) return -1;
         u->have_order = true;
@@ -861,6 +898,8 @@ static int open_data(Run *u, char *err, size_t n) {
         }
     }
     if (o->eval_data && eval_open(&u->ev, o, plan_vocab(u->p), u->B, u->T, err, n)) return -1;
+    if (o->eval_data && lead_agrees(u->lead && tokenizer_ok(&u->ev.tr, u->tokpath, u->tokfp, err, n), "the eval file", err, n))
+        return -1;
     if (o->losses && u->lead && !(u->lossf = fopen(o->losses, "a")))
         return snprintf(err, n, "cannot open %s: %s", o->losses, strerror(errno)), -1;
     return 0;
@@ -998,6 +1037,14 @@ static void print_divergence(const Run *u, const Counted *c) {
     printf(" (zinfdump PLAN --compare with a --trace of this run shows which instructions)\n");
 }
 
+/* The last evaluation's loss, in the summary (so --quiet keeps it too). */
+static void say_eval(const Run *u) {
+    const Eval *e = &u->ev;
+    if (!e->ran) return;
+    printf("eval: loss %.4f at step %" PRId64 " (%s, %" PRId64 " batch%s)\n", e->last_loss, e->last_step, u->o.eval_data,
+           (int64_t)e->k * C.size, (int64_t)e->k * C.size == 1 ? "" : "es");
+}
+
 /* The end-of-run lines (rank 0). */
 static void print_summary(const Run *u) {
     const Plan *p = u->p;
@@ -1005,7 +1052,11 @@ static void print_summary(const Run *u) {
     if (ran == 0) {
         if (total > start || start == 0) printf("done: nothing to train (%" PRId64 " steps)\n", total);
         else if (total == start) printf("done: nothing to train (%" PRId64 " of %" PRId64 " steps already done)\n", start, total);
-        else printf("done: nothing to train (step %" PRId64 " reached; --steps %" PRId64 ")\n", start, total);
+        else
+            printf("done: nothing to train: the checkpoint is at step %" PRId64 " and --steps %" PRId64
+                   " is the step to train to, counted from the first run's step 0 (--steps %" PRId64 " trains %" PRId64 " more)\n",
+                   start, total, start + total, total);
+        say_eval(u);
         return;
     }
     double pred = u->have_cost ? u->cr.step_time * 1e3 : 0.0;
@@ -1044,6 +1095,7 @@ static void print_summary(const Run *u) {
         printf("gpu memory: %s in use by zinfrun on rank 0 after the last step; the plan's gpu arena is %s\n",
                plan_bytes_str(rt_gpu_memory_used(u->r), a1, sizeof a1), plan_bytes_str(p->arenas[ARENA_GPU].size, a2, sizeof a2));
     }
+    say_eval(u);
     int64_t g = (start + ran) * u->accum;
     printf("data: %s, epoch %" PRId64 " (%.2f epochs read: %" PRId64 " global micro-batch%s)\n", dord_order_name(u->dord.o.order),
            dord_epoch(&u->dord, g - 1) + 1, dord_epochs_read(&u->dord, g), g, g == 1 ? "" : "es");

@@ -91,6 +91,7 @@ int tok_open(TokReader *r, const char *path, int64_t vocab, char *err, size_t er
     r->ntokens = h[2];
     r->vocab = vocab;
     r->file_vocab = h[3];
+    r->tokenizer = (uint64_t)(uint32_t)h[4] | (uint64_t)(uint32_t)h[5] << 32;
     r->width = width;
     return 0;
 }
@@ -215,8 +216,8 @@ static int write_full(int fd, const void *buf, size_t n) {
     return 0;
 }
 
-static int write_file(const char *path, const void *body, int64_t n, int width, int32_t vocab, char *err,
-                      size_t errlen) {
+static int write_file(const char *path, const void *body, int64_t n, int width, int32_t vocab, uint64_t tokenizer,
+                      char *err, size_t errlen) {
     if (n < 0 || n > INT32_MAX)
         return errorf(err, errlen, "%s: %lld tokens do not fit the int32 count of the header", path, (long long)n);
     char tmp[600];
@@ -230,6 +231,8 @@ static int write_file(const char *path, const void *body, int64_t n, int width, 
     h[1] = width == 2 ? TOK_VERSION : TOK_VERSION32;
     h[2] = (int32_t)n;
     h[3] = vocab;
+    h[4] = (int32_t)(uint32_t)tokenizer;
+    h[5] = (int32_t)(uint32_t)(tokenizer >> 32);
     const char *what = "write";
     if (write_full(fd, h, sizeof h) != 0 || write_full(fd, body, (size_t)n * (size_t)width) != 0) goto bad;
     what = "fsync";
@@ -260,10 +263,15 @@ bad: {
 }
 
 int tok_write(const char *path, const uint16_t *tokens, int64_t n, char *err, size_t errlen) {
-    return write_file(path, tokens, n, 2, 0, err, errlen);
+    return write_file(path, tokens, n, 2, 0, 0, err, errlen);
 }
 
 int tok_write_ids(const char *path, const uint32_t *ids, int64_t n, int64_t vocab, char *err, size_t errlen) {
+    return tok_write_ids_of(path, ids, n, vocab, 0, err, errlen);
+}
+
+int tok_write_ids_of(const char *path, const uint32_t *ids, int64_t n, int64_t vocab, uint64_t tokenizer, char *err,
+                     size_t errlen) {
     if (vocab < 1 || vocab > INT32_MAX)
         return errorf(err, errlen, "%s: vocabulary size %lld is not 1..%d", path, (long long)vocab, INT32_MAX);
     if (n < 0 || n > INT32_MAX)
@@ -272,11 +280,11 @@ int tok_write_ids(const char *path, const uint32_t *ids, int64_t n, int64_t voca
         if (ids[i] >= vocab)
             return errorf(err, errlen, "%s: token %u at position %lld is not below the vocabulary size %lld", path,
                         (unsigned)ids[i], (long long)i, (long long)vocab);
-    if (vocab > TOK_MAX_VOCAB16) return write_file(path, ids, n, 4, (int32_t)vocab, err, errlen);
+    if (vocab > TOK_MAX_VOCAB16) return write_file(path, ids, n, 4, (int32_t)vocab, tokenizer, err, errlen);
     uint16_t *narrow = malloc((size_t)(n ? n : 1) * sizeof *narrow);
     if (!narrow) return errorf(err, errlen, "%s: out of memory", path);
     for (int64_t i = 0; i < n; i++) narrow[i] = (uint16_t)ids[i];
-    int rc = write_file(path, narrow, n, 2, (int32_t)vocab, err, errlen);
+    int rc = write_file(path, narrow, n, 2, (int32_t)vocab, tokenizer, err, errlen);
     free(narrow);
     return rc;
 }

@@ -1,7 +1,10 @@
 /* tokens: training data as token files, the llm.c / nanoGPT .bin layout:
  *   header: 256 little-endian int32: [0] magic 20240520, [1] version,
  *           [2] token count N, [3] vocabulary size (0: not recorded),
- *           the rest zero
+ *           [4], [5] the tokenizer's fingerprint, low and high 32 bits
+ *           (0: not recorded; zinftok --tokenizer records it, so that a
+ *           run can tell a file made by another tokenizer of the same
+ *           vocabulary size), the rest zero
  *   body:   N little-endian token ids: version 1 uint16 (llm.c's own
  *           files), version 2 uint32 (written when the vocabulary has more
  *           than 65536 ids, which llm.c's readers refuse by its version)
@@ -47,6 +50,7 @@ typedef struct TokReader {
     int64_t ntokens;
     int64_t vocab;      /* 0: token ids unchecked */
     int64_t file_vocab; /* header[3]: the vocabulary the file was made for, 0: not recorded */
+    uint64_t tokenizer; /* header[4..5]: the fingerprint of the tokenizer that made it, 0: not recorded */
     int width;          /* bytes per id: 2 (version 1) or 4 (version 2) */
     unsigned char *buf; /* one window, owned by the reader */
     size_t buf_cap;     /* in bytes */
@@ -92,5 +96,9 @@ int tok_write(const char *path, const uint16_t *tokens, int64_t n, char *err, si
  * in the header: version 1 when vocab <= 65536, else version 2. Every id
  * must be below vocab. */
 int tok_write_ids(const char *path, const uint32_t *ids, int64_t n, int64_t vocab, char *err, size_t errlen);
+/* The same, recording the fingerprint of the tokenizer that made the ids
+ * (hftok_fingerprint; 0: none). */
+int tok_write_ids_of(const char *path, const uint32_t *ids, int64_t n, int64_t vocab, uint64_t tokenizer, char *err,
+                     size_t errlen);
 
 #endif
