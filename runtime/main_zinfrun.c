@@ -998,6 +998,11 @@ static int finish(Run *u, char *err, size_t n) {
         if (u->lead && !o->quiet)
             printf("exported %d Hugging Face tensors at step %" PRId64 " to %s (%d safetensors file%s, %s)\n", rep.tensors,
                    rt_steps_done(u->r), o->export_hf, rep.files, rep.files == 1 ? "" : "s", plan_bytes_str(rep.bytes, b1, sizeof b1));
+        if (u->lead && !o->quiet && rep.companions)
+            printf("  with %s copied from %s (--init)\n", rep.companion_list, o->init);
+        else if (u->lead && !o->quiet)
+            printf("  no tokenizer files copied (they come from an --init directory): copy tokenizer.json and its companions "
+                   "from the original model to load %s with AutoTokenizer or pipeline()\n", o->export_hf);
     }
     if (o->trace) {
         /* Rank 0 writes FILE, every other rank FILE.rankR. */
@@ -1169,7 +1174,8 @@ int main(int argc, char **argv) {
         printf("%s\n", tl);
     }
     u.accum = u.p->train.grad_accum > 0 ? (int)u.p->train.grad_accum : 1;
-    u.ho = (HfioOptions){.staging_bytes = HFIO_STAGING_DEFAULT, .max_shard_bytes = u.o.shard_size, .merge_lora = u.o.merge_lora};
+    u.ho = (HfioOptions){.staging_bytes = HFIO_STAGING_DEFAULT, .max_shard_bytes = u.o.shard_size, .merge_lora = u.o.merge_lora,
+                        .companions_from = u.o.init};
     int status = 0;
     if (run_start(&u, err, sizeof err) || open_data(&u, err, sizeof err) || train(&u, err, sizeof err) ||
         finish(&u, err, sizeof err))
