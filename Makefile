@@ -101,7 +101,7 @@ libs_for = $(if $(filter runtime/ref/%,$(1)),$(LIB),$(if $(filter runtime/%,$(1)
 # Objects of tests and benchmarks are intermediates of pattern rules: keep them.
 .SECONDARY:
 
-.PHONY: demo all deps test unit check-unit golden golden-update e2e bench clean clang-check asan fuzz fuzz-bins gpu-compile-all
+.PHONY: demo install all deps test unit check-unit golden golden-update e2e bench clean clang-check asan fuzz fuzz-bins gpu-compile-all
 all: $(BINS) $(TESTS) $(BENCHES)
 
 # Objects that include the generated parser header must wait for it.
@@ -261,6 +261,13 @@ demo: all
 	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1 \
 	  mpirun -np 2 --oversubscribe $(BUILD)/bin/zinfrun $(DEMO)/tiny.plan --data $(DEMO)/train.bin \
 	  --steps $(DEMO_STEPS) --nvme $(DEMO)/nvme --checkpoint-dir $(DEMO)/ckpt --export $(DEMO)/tiny.safetensors
+
+# `make install PREFIX=~/.local` copies the programs to PREFIX/bin; they
+# keep reading the stdlib from this checkout (ZINF_STDLIB overrides it).
+PREFIX ?= /usr/local
+install: all
+	install -d $(PREFIX)/bin
+	install -m 755 $(BINS) $(PREFIX)/bin
 
 clean:
 	rm -rf build

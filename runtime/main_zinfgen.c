@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include "ckpt.h"
 #include "comm.h"
 #include "decode.h"
@@ -47,6 +49,7 @@ static void usage(FILE *f) {
             "  --checkpoint DIR       weights from a zinfrun checkpoint directory (its newest, or --step N)\n"
             "                         (neither: the plan's seeded initialisation)\n"
             "  --tokenizer FILE       a Hugging Face tokenizer.json: encodes --prompt, decodes the output\n"
+            "                         (default: the tokenizer.json of an --init directory)\n"
             "  --prompt TEXT          the prompt (needs --tokenizer); --prompt-ids 1,2,3: token ids, ids out\n"
             "  --max-new N            tokens to generate (default 32)\n"
             "  --temperature T        0: greedy (argmax); else sample softmax(logits / T) (default 1)\n"
@@ -156,7 +159,17 @@ static int parse(int argc, char **argv, GenOpts *o) {
     if (strcmp(o->decode, "auto") && strcmp(o->decode, "kv") && strcmp(o->decode, "window"))
         return bad_value("--decode", "auto, kv or window", o->decode);
     if (!o->prompt == !o->prompt_ids) { fprintf(stderr, "zinfgen: give one of --prompt TEXT and --prompt-ids 1,2,3\n"); return 2; }
-    if (o->prompt && !o->tokenizer) { fprintf(stderr, "zinfgen: --prompt needs --tokenizer tokenizer.json (or use --prompt-ids)\n"); return 2; }
+    /* a model directory given to --init has its tokenizer beside the weights */
+    static char beside[4200];
+    struct stat st;
+    if (o->prompt && !o->tokenizer && o->init && stat(o->init, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(beside, sizeof beside, "%s/tokenizer.json", o->init);
+        if (access(beside, R_OK) == 0) o->tokenizer = beside;
+    }
+    if (o->prompt && !o->tokenizer) {
+        fprintf(stderr, "zinfgen: --prompt needs --tokenizer tokenizer.json (or an --init directory that holds one, or --prompt-ids)\n");
+        return 2;
+    }
     if (o->init && o->ckpt) { fprintf(stderr, "zinfgen: --init and --checkpoint both give the weights: choose one\n"); return 2; }
     if (o->step >= 0 && !o->ckpt) { fprintf(stderr, "zinfgen: --step needs --checkpoint\n"); return 2; }
     return 0;

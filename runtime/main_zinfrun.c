@@ -1160,6 +1160,9 @@ int main(int argc, char **argv) {
     u.saved = -1;
     static char err[16384]; /* messages that list tensors or checkpoints */
     u.p = plan_read(u.o.plan, err, sizeof err);
+    size_t pl = strlen(u.o.plan);
+    if (!u.p && pl > 3 && !strcmp(u.o.plan + pl - 3, ".zl"))
+        return die("%s; %s is a model's source: compile it into a plan first, zinfc %s -o model.plan", err, u.o.plan, u.o.plan);
     if (!u.p) return die("%s", err);
     char vm[4096];
     int nv = verify_plan(u.p, vm, sizeof vm);
