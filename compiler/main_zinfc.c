@@ -314,6 +314,10 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
         printf("wrote %s: %s on %s, %d rank%s, %u instructions, GPU peak %s per rank, predicted %.4g s/step\n", o->output,
                g->model_name, t.name, r.plan->ranks, r.plan->ranks > 1 ? "s" : "", r.plan->ninstrs,
                plan_bytes_str(r.plan->arenas[ARENA_GPU].size, gb, sizeof gb), r.step_time);
+        /* the detected machine's rank count is a default the user did not choose: say how to run it, and how to change it */
+        if (r.plan->ranks > 1 && !o->ranks && !strncmp(t.name, "detected", 8))
+            printf("  %d ranks, one a core of this machine: run it with mpirun -np %d zinfrun %s; zinfc --ranks 1 plans for a "
+                   "plain zinfrun\n", r.plan->ranks, r.plan->ranks, o->output);
     }
     plan_free(r.plan);
     return rc;
