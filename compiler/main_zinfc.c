@@ -311,9 +311,10 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
         diag_error(d, SPAN_NONE, "%s", err);
         rc = 1;
     } else if (o->output) {
-        printf("wrote %s: %s on %s, %d rank%s, %u instructions, GPU peak %s per rank, predicted %.4g s/step\n", o->output,
-               g->model_name, t.name, r.plan->ranks, r.plan->ranks > 1 ? "s" : "", r.plan->ninstrs,
-               plan_bytes_str(r.plan->arenas[ARENA_GPU].size, gb, sizeof gb), r.step_time);
+        bool host = !strcmp(t.backend, "host");
+        printf("wrote %s: %s on %s, %d rank%s, %u instructions, %s peak %s per rank%s, predicted %.4g s/step\n", o->output,
+               g->model_name, t.name, r.plan->ranks, r.plan->ranks > 1 ? "s" : "", r.plan->ninstrs, host ? "device arena" : "GPU",
+               plan_bytes_str(r.plan->arenas[ARENA_GPU].size, gb, sizeof gb), host ? " (host memory)" : "", r.step_time);
         /* the detected machine's rank count is a default the user did not choose: say how to run it, and how to change it */
         if (r.plan->ranks > 1 && !o->ranks && !strncmp(t.name, "detected", 8))
             printf("  %d ranks, one a core of this machine: run it with mpirun -np %d zinfrun %s; zinfc --ranks 1 plans for a "

@@ -177,6 +177,9 @@ static void explain_partition(Search *S) {
         host ? "host processes" : arena_printf(S->a, "%d node%s x %d GPUs", t->nodes, t->nodes > 1 ? "s" : "", t->gpus_per_node),
         plan_bytes_str(b->cap[ARENA_GPU], s1, sizeof s1), host ? "working budget" : "GPU memory usable",
         plan_bytes_str(b->cap[ARENA_CPU], s2, sizeof s2), b->cap[ARENA_NVME] ? plan_bytes_str(b->cap[ARENA_NVME], s3, sizeof s3) : "no");
+    if (host) /* the tiers keep the plan block's names; on this backend the first is not a GPU */
+        pl_say(&S->ex, "host backend: the tier called gpu (plan { ... = \"gpu\" }) is each rank's device arena, in host memory; "
+               "compute is the host kernels");
     int nsplit = 0, nwhole = 0, ntiled = 0;
     for (int i = 0; i < g->ntensors; i++) {
         if (g->tensors[i].cls != TC_PARAM) continue;
@@ -223,9 +226,9 @@ static Outcome cost_and_keep(Search *S, const Place *cand) {
         diag_error(S->d, SPAN_NONE, "out of memory while planning");
         return OUT_ERROR;
     }
-    pl_say(&S->ex, "  %s prefetch %d%s%s: %.4g s/step, GPU peak %s", place_str(cand, s4, sizeof s4), cand->prefetch,
+    pl_say(&S->ex, "  %s prefetch %d%s%s: %.4g s/step, %s peak %s", place_str(cand, s4, sizeof s4), cand->prefetch,
         cand->reuse ? ", weights kept from recompute to backward" : "", overlap_str(b, p, ov, sizeof ov), cr.step_time,
-        plan_bytes_str(b->size[ARENA_GPU], s1, sizeof s1));
+        strcmp(b->t->backend, "host") ? "GPU" : "device", plan_bytes_str(b->size[ARENA_GPU], s1, sizeof s1));
     if (cr.step_time < S->best_time * 0.999) {
         S->best_time = cr.step_time;
         S->best = *cand;

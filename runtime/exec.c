@@ -234,6 +234,7 @@ void rt_memory_report(const Rt *r, FILE *out) {
                 (unsigned long long)r->arena_bytes[k], plan_bytes_str(r->arena_bytes[k], a, sizeof a),
                 (unsigned long long)r->p->arenas[k].size, plan_bytes_str(r->p->arenas[k].size, b, sizeof b),
                 r->arena_bytes[k] == r->p->arenas[k].size ? "" : "  MISMATCH");
+        if (k == ARENA_GPU && r->be == &rt_backend_host) fprintf(out, "               (the host backend's device arena: host memory)\n");
     }
     if (r->io_open) {
         char m[256];

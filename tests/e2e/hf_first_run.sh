@@ -10,6 +10,7 @@
 #   - zinftok: an empty corpus, a directory as input, a model directory
 #     as --tokenizer; a token file made by another tokenizer of the same
 #     vocabulary size, refused by zinfrun --init (Python part);
+#   - a host plan's --explain and zinfdump never say GPU;
 #   - zinfrun: --quiet keeps the evaluation's loss; --steps under --resume;
 #     a .zl given as the plan; zinfgen --prompt with the tokenizer of an
 #     --init directory (Python part).
@@ -73,6 +74,14 @@ echo '{"architectures": ["LlamaForCausalLM"], "vocab_size": 64, "hidden_size": 3
 expect "--seq beyond max_position_embeddings" 1 "error: --seq 512 is longer than max_position_embeddings = 64, the longest context the model supports" \
   "$B/bin/zinfc" --from-hf "$W/cfg" --seq 512 --check
 grep -q "hint: --seq 64 or less; to train longer sequences, raise max_position_embeddings in config.json" "$W/out" && ok "  with the hint" || bad "no --seq hint"
+
+# a host target's plan speaks of the device arena in host memory, never of a GPU
+"$B/bin/zinfc" "$W/m.zl" -o "$W/host.plan" --explain > "$W/out" 2>&1 && "$B/bin/zinfdump" "$W/host.plan" >> "$W/out" 2>&1 || bad "planning and dumping a host plan"
+if ! grep -q "GPU" "$W/out" && grep -q "^wrote $W/host.plan: .*, device arena peak .* per rank (host memory)," "$W/out" &&
+   grep -q "^host backend: the tier called gpu (plan { ... = \"gpu\" }) is each rank's device arena, in host memory" "$W/out" &&
+   grep -q "^  (host backend: the gpu arena is each rank's device arena, in host memory)" "$W/out"; then
+  ok "a host plan: --explain and zinfdump say device arena, never GPU"
+else grep -n "GPU" "$W/out" | head -5; bad "a host plan's wording"; fi
 
 # --- zinftok ---
 : > "$W/empty.txt"
