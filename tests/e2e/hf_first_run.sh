@@ -75,6 +75,12 @@ expect "--seq beyond max_position_embeddings" 1 "error: --seq 512 is longer than
   "$B/bin/zinfc" --from-hf "$W/cfg" --seq 512 --check
 grep -q "hint: --seq 64 or less; to train longer sequences, raise max_position_embeddings in config.json" "$W/out" && ok "  with the hint" || bad "no --seq hint"
 
+# a target written by hand: every missing key in one message, and where a measured one comes from
+echo 'target box { backend = "host" }' > "$W/t0.zl"
+expect "a target missing its required keys" 1 "error: target 'box' needs 'ranks', 'budget', 'memory' in its cpu block" \
+  "$B/bin/zinfc" "$ROOT/examples/gpt2-tiny.zl" --target "$W/t0.zl" -o "$W/x.plan"
+grep -q "hint: a host target needs ranks, budget and cpu { memory }, and nvme { paths; capacity } to offload to NVMe; zinfprobe \[--nvme DIR\] -o FILE writes one" "$W/out" &&
+  ok "  with the hint naming zinfprobe" || bad "no hint for the target's keys"
 # a host target's plan speaks of the device arena in host memory, never of a GPU
 "$B/bin/zinfc" "$W/m.zl" -o "$W/host.plan" --explain > "$W/out" 2>&1 && "$B/bin/zinfdump" "$W/host.plan" >> "$W/out" 2>&1 || bad "planning and dumping a host plan"
 if ! grep -q "GPU" "$W/out" && grep -q "^wrote $W/host.plan: .*, device arena peak .* per rank (host memory)," "$W/out" &&
