@@ -628,15 +628,6 @@ static uint64_t init_tokenizer(const Opts *o, char *path, size_t pn) {
     return fp;
 }
 
-/* A token file zinftok made with another tokenizer than the one beside
- * --init: its ids are other tokens to this model, whatever the sizes say. */
-static int tokenizer_ok(const TokReader *tr, const char *tokpath, uint64_t fp, char *err, size_t n) {
-    if (!fp || !tr->tokenizer || tr->tokenizer == fp) return 0;
-    snprintf(err, n, "%s was made by another tokenizer than %s (beside --init): its ids are other tokens to this model; "
-             "tokenize the text again with zinftok --tokenizer %s", tr->path, tokpath, tokpath);
-    return -1;
-}
-
 /* --eval-data: the held-out micro-batches, read once (sequential windows,
  * global micro-batches 0..K-1, each rank its share as training reads). */
 typedef struct Eval {
@@ -762,6 +753,7 @@ typedef struct Run {
     int stopped;               /* the signal that stopped training before its last step, 0: none */
     char tokpath[4200];        /* the tokenizer.json beside --init, and its fingerprint (0: none) */
     uint64_t tokfp;
+    bool tok_read;             /* tokfp is known (read once, when a token file records its tokenizer) */
     RtCkptOrigin from;
     double first_loss, last_loss, time_sum; /* over the steps run */
     int64_t ran;
@@ -869,18 +861,30 @@ static int run_start(Run *u, char *err, size_t n) {
     return 0;
 }
 
+/* A token file zinftok made with another tokenizer than the one beside
+ * --init: its ids are other tokens to this model, whatever the sizes say.
+ * Rank 0. */
+static int tokenizer_ok(Run *u, const TokReader *tr, char *err, size_t n) {
+    if (!tr->tokenizer) return 0;
+    if (!u->tok_read) {
+        u->tokfp = init_tokenizer(&u->o, u->tokpath, sizeof u->tokpath);
+        u->tok_read = true;
+    }
+    if (!u->tokfp || tr->tokenizer == u->tokfp) return 0;
+    snprintf(err, n, "%s was made by another tokenizer than %s (beside --init): its ids are other tokens to this model; "
+             "tokenize the text again with zinftok --tokenizer %s", tr->path, u->tokpath, u->tokpath);
+    return -1;
+}
+
 /* The training data in its order (continued where the checkpoint left it),
  * the batches, the eval data and the --losses file. */
 static int open_data(Run *u, char *err, size_t n) {
     const Opts *o = &u->o;
-    int64_t bad = 0;
-    if (u->lead) u->tokfp = init_tokenizer(o, u->tokpath, sizeof u->tokpath);
     if (u->start < u->total) {
         if (tok_open(&u->tr, o->data, plan_vocab(u->p), err, n)) return -1;
         u->have_data = true;
         if (ids_ok(&u->tr, err, n)) return -1;
-        if (u->lead && tokenizer_ok(&u->tr, u->tokpath, u->tokfp, err, n)) bad = 1;
-        if (lead_agrees(bad, "the token file", err, n)) return -1;
+        if (lead_agrees(u->lead && tokenizer_ok(u, &u->tr, err, n), "the token file", err, n)) return -1;
         DordOptions dopt = {.order = o->data_order, .seed = o->data_seed_given ? o->data_seed : u->p->train.seed, .eos = o->eos};
         if (dord_open(&u->dord, &u->tr, &dopt, u->B, u->T, C.size, err, n)) return -1;
         u->have_order = true;
@@ -898,7 +902,7 @@ static int open_data(Run *u, char *err, size_t n) {
         }
     }
     if (o->eval_data && eval_open(&u->ev, o, plan_vocab(u->p), u->B, u->T, err, n)) return -1;
-    if (o->eval_data && lead_agrees(u->lead && tokenizer_ok(&u->ev.tr, u->tokpath, u->tokfp, err, n), "the eval file", err, n))
+    if (o->eval_data && lead_agrees(u->lead && tokenizer_ok(u, &u->ev.tr, err, n), "the eval file", err, n))
         return -1;
     if (o->losses && u->lead && !(u->lossf = fopen(o->losses, "a")))
         return snprintf(err, n, "cannot open %s: %s", o->losses, strerror(errno)), -1;
