@@ -985,19 +985,33 @@ static int train(Run *u, char *err, size_t n) {
     return 0;
 }
 
+/* An export that failed at the end of a run: the message says where the
+ * trained weights still are and the command that exports them again. */
+static int export_failed(const Run *u, const char *flag, const char *dest, const char *why, char *err, size_t n) {
+    const Opts *o = &u->o;
+    if (o->ckpt_dir && u->saved >= 0)
+        snprintf(err, n, "%s %s failed: %s; the trained weights are in the checkpoint %s/step-%08" PRId64 ": export them with "
+                 "zinfrun %s --checkpoint-dir %s --resume --steps 0 %s %s", flag, dest, why, o->ckpt_dir, u->saved, o->plan,
+                 o->ckpt_dir, flag, dest);
+    else
+        snprintf(err, n, "%s %s failed: %s (no checkpoint holds the trained weights: --checkpoint-dir keeps them)", flag, dest, why);
+    return -1;
+}
+
 /* What the run leaves behind: the last checkpoint, the exports, the trace. */
 static int finish(Run *u, char *err, size_t n) {
     const Opts *o = &u->o;
     if (o->ckpt_dir && u->ran > 0 && save_checkpoint(u, err, n)) return -1;
     if (u->stopped) return 0; /* the exports are of a finished run only */
     if (o->export_path) {
-        if (rt_export_safetensors(u->r, o->export_path, err, n)) return -1;
+        char m[8192];
+        if (rt_export_safetensors(u->r, o->export_path, m, sizeof m)) return export_failed(u, "--export", o->export_path, m, err, n);
         if (u->lead && !o->quiet) printf("exported the parameters to %s\n", o->export_path);
     }
     if (o->export_hf) {
         HfioReport rep;
         char m[8192];
-        if (hfio_export(u->r, o->export_hf, &u->ho, &rep, m, sizeof m)) return snprintf(err, n, "--export-hf: %s", m), -1;
+        if (hfio_export(u->r, o->export_hf, &u->ho, &rep, m, sizeof m)) return export_failed(u, "--export-hf", o->export_hf, m, err, n);
         char b1[32];
         if (u->lead && !o->quiet)
             printf("exported %d Hugging Face tensors at step %" PRId64 " to %s (%d safetensors file%s, %s)\n", rep.tensors,

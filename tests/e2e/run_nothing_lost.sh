@@ -16,9 +16,10 @@
 B=${1:-build}
 ROOT=$(pwd)
 W=$(mktemp -d /tmp/zinf-lost.XXXXXX)
-MNT=""
+MNT="" MNT2=""
 cleanup() {
   [ -n "$MNT" ] && umount "$MNT" 2>/dev/null
+  [ -n "$MNT2" ] && umount "$MNT2" 2>/dev/null
   chmod -R u+w "$W" 2>/dev/null
   rm -rf "$W"
 }
@@ -75,6 +76,32 @@ if mount -t tmpfs -o size=1m tmpfs "$W/small" 2>/dev/null; then
     "$RUN" "$W/m.plan" --data "$W/train.bin" --steps 2 --checkpoint-dir "$W/small/ck"
   refused "--export on a full file system, before step 1" 1 "not enough disk space for what this run writes: .* needed (--export $W/small/m.safetensors" \
     "$RUN" "$W/m.plan" --data "$W/train.bin" --steps 2 --export "$W/small/m.safetensors"
+  # an export that still fails at the end (the disk filled during the run,
+  # while the run is stopped): the message says where the trained weights
+  # are and the command that exports them, and that command works
+  mkdir -p "$W/mid"
+  if mount -t tmpfs -o size=8m tmpfs "$W/mid" 2>/dev/null; then
+    MNT2="$W/mid"
+    rm -f "$W/l"
+    "$RUN" "$W/m.plan" --data "$W/train.bin" --steps 300 --checkpoint-dir "$W/ckx" --losses "$W/l" \
+      --export "$W/mid/m.safetensors" > "$W/out" 2>&1 < /dev/null &
+    pid=$!
+    while [ ! -s "$W/l" ]; do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+    kill -STOP $pid
+    dd if=/dev/zero of="$W/mid/fill" bs=1M count=64 2>/dev/null
+    kill -CONT $pid
+    wait $pid
+    rc=$?
+    if [ $rc -eq 1 ] && grep -q "^zinfrun: --export $W/mid/m.safetensors failed: .*; the trained weights are in the checkpoint $W/ckx/step-00000300: export them with zinfrun $W/m.plan --checkpoint-dir $W/ckx --resume --steps 0 --export $W/mid/m.safetensors" "$W/out" &&
+       [ ! -e "$W/mid/m.safetensors" ]; then
+      rm -f "$W/mid/fill"
+      if timeout 120 "$RUN" "$W/m.plan" --checkpoint-dir "$W/ckx" --resume --steps 0 --export "$W/mid/m.safetensors" > "$W/out2" 2>&1 < /dev/null &&
+         [ -s "$W/mid/m.safetensors" ]; then
+        ok "an export that fails at the end (disk full): exit 1, the checkpoint named, and its command exports it"
+      else bad "the command the failed export named"; fi
+    else bad "an export that fails at the end: exit $rc"; fi
+    umount "$W/mid" 2>/dev/null && MNT2=""
+  fi
 else
   echo "skip the disk-space refusals: cannot mount a tmpfs here (not root)"
 fi
