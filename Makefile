@@ -105,7 +105,7 @@ libs_for = $(if $(filter runtime/ref/%,$(1)),$(LIB),$(if $(filter runtime/%,$(1)
 # Objects of tests and benchmarks are intermediates of pattern rules: keep them.
 .SECONDARY:
 
-.PHONY: demo all deps test unit check-unit golden golden-update e2e bench clean clang-check asan fuzz fuzz-bins gpu-compile-all
+.PHONY: demo install all deps test unit check-unit golden golden-update e2e bench clean clang-check asan fuzz fuzz-bins gpu-compile-all
 all: $(BINS) $(TESTS) $(BENCHES) $(TOOLS)
 
 # Objects that include the generated parser header must wait for it.
@@ -263,13 +263,20 @@ DEMO := $(BUILD)/demo
 DEMO_TEXT := $(firstword $(wildcard /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0 README.md))
 DEMO_STEPS ?= 40
 demo: all
-	@rm -rf $(DEMO)/ckpt
+	@rm -rf $(DEMO)/ckpt $(DEMO)/tiny.safetensors
 	@mkdir -p $(DEMO)/nvme
 	$(BUILD)/bin/zinftok $(DEMO_TEXT) -o $(DEMO)/train.bin
 	$(BUILD)/bin/zinfc examples/gpt2-tiny-offload.zl -o $(DEMO)/tiny.plan --explain
 	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1 \
 	  mpirun -np 2 --oversubscribe $(BUILD)/bin/zinfrun $(DEMO)/tiny.plan --data $(DEMO)/train.bin \
 	  --steps $(DEMO_STEPS) --nvme $(DEMO)/nvme --checkpoint-dir $(DEMO)/ckpt --export $(DEMO)/tiny.safetensors
+
+# `make install PREFIX=~/.local` copies the programs to PREFIX/bin; they
+# keep reading the stdlib from this checkout (ZINF_STDLIB overrides it).
+PREFIX ?= /usr/local
+install: all
+	install -d $(PREFIX)/bin
+	install -m 755 $(BINS) $(PREFIX)/bin
 
 clean:
 	rm -rf build

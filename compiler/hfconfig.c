@@ -225,16 +225,24 @@ static void read_dtype(Cfg *c) {
         warnf(c, v, "torch_dtype %s: training in f32", vtext(c, v));
 }
 
-/* The sequence: --seq, else min(context, 1024). */
+/* The sequence: --seq, else min(context, 1024). Longer than the context
+ * is refused: GPT-2 has no position embedding there, and rope past
+ * max_position_embeddings (which already counts a rope_scaling's
+ * extension) is positions the model never saw, a different model rather
+ * than a fine-tune of this one. Training longer is a config change the
+ * user makes on purpose. */
 static void pick_seq(Cfg *c, const JsonValue *ctx_v, const char *ctx_key) {
     c->T = c->seq > 0 ? c->seq : c->ctx < 1024 ? c->ctx : 1024;
     if (c->seq <= c->ctx) return;
     if (c->arch->fam == FAM_GPT2) {
         errf(c, ctx_v, "--seq %" PRId64 " is longer than %s = %" PRId64 ": GPT-2 has a position embedding per position",
              c->seq, ctx_key, c->ctx);
+        diag_hint(c->d, "--seq %" PRId64 " or less", c->ctx);
     } else {
-        warnf(c, ctx_v, "--seq %" PRId64 " is longer than %s = %" PRId64 ", the context the model was trained for", c->seq,
-              ctx_key, c->ctx);
+        errf(c, ctx_v, "--seq %" PRId64 " is longer than %s = %" PRId64 ", the longest context the model supports (with its "
+             "rope scaling, if any)", c->seq, ctx_key, c->ctx);
+        diag_hint(c->d, "--seq %" PRId64 " or less; to train longer sequences, raise %s in config.json (with a "
+                  "rope_scaling that extends the context) and plan again", c->ctx, ctx_key);
     }
 }
 

@@ -63,11 +63,12 @@ typedef struct ZincOptions {
     const char *from_hf;  /* --from-hf DIR: the model is DIR/config.json's (compiler/hfconfig.h) */
     int64_t seq;          /* --seq N: its training sequence length (0: the default) */
     const char *lora;     /* --lora SPEC: LoRA adapters on the --from-hf model (compiler/hfconfig.h) */
+    int ranks;            /* --ranks N: plan for N data-parallel ranks (0: the target's) */
 } ZincOptions;
 
 static const char *const known_options[] = {"--check", "--emit=graph", "--emit=ast", "--emit=zl", "--help", "--version",
                                             "-I", "--target", "-o", "--explain", "--probe", "--kernels=", "--kernel-src=",
-                                            "--from-hf", "--seq", "--lora"};
+                                            "--from-hf", "--seq", "--lora", "--ranks"};
 enum { NKNOWN = sizeof known_options / sizeof known_options[0] };
 
 static void usage(FILE *out) {
@@ -90,6 +91,9 @@ static void usage(FILE *out) {
           "                  machine's probe file, else what libcuda or sysconf say)\n"
           "  --probe [ARGS]  measure this machine: runs zinfprobe ARGS (beside zinfc; zinfprobe --help),\n"
           "                  which writes the probe file that planning without --target reads\n"
+          "  --ranks N       plan for N ranks (processes of zinfrun, or GPUs) instead of the target's\n"
+          "                  count; the detected host target has one a core, so --ranks 1 plans for a\n"
+          "                  plain `zinfrun PLAN` and --ranks N for `mpirun -np N zinfrun PLAN`\n"
           "  -o FILE         plan and write the plan to FILE (verified first)\n"
           "  --explain       print the memory model (bytes per class and per rank), then plan\n"
           "                  and print what the planner chose and why\n"
@@ -163,6 +167,16 @@ static int parse_args(int argc, char **argv, ZincOptions *o) {
                 return 102;
             }
             o->seq = n;
+        } else if (strcmp(a, "--ranks") == 0) {
+            const char *v = i + 1 < argc ? argv[++i] : NULL;
+            char *end = NULL;
+            errno = 0;
+            long n = v ? strtol(v, &end, 10) : 0;
+            if (!v || errno || *end || end == v || n < 1 || n > 1000000) {
+                fprintf(stderr, "zinfc: --ranks needs a number of ranks (1 or more), not '%s'\n", v ? v : "");
+                return 102;
+            }
+            o->ranks = (int)n;
         } else if (strcmp(a, "--explain") == 0) {
             o->explain = true;
         } else if (strncmp(a, "--kernels=", 10) == 0) {
@@ -260,6 +274,7 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
     PlannerOptions po;
     planner_options_default(&po);
     if (!planner_options_from_program(prog, a, d, &po)) return 1;
+    if (o->ranks > 0) po.ranks = o->ranks;
     if (o->explain) explain_memory(g, &t, &po, d);
     PlannerResult r;
     if (!planner_run(g, &t, &po, a, d, &r)) return 1;
@@ -296,9 +311,14 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
         diag_error(d, SPAN_NONE, "%s", err);
         rc = 1;
     } else if (o->output) {
-        printf("wrote %s: %s on %s, %d rank%s, %u instructions, GPU peak %s per rank, predicted %.4g s/step\n", o->output,
-               g->model_name, t.name, r.plan->ranks, r.plan->ranks > 1 ? "s" : "", r.plan->ninstrs,
-               plan_bytes_str(r.plan->arenas[ARENA_GPU].size, gb, sizeof gb), r.step_time);
+        bool host = !strcmp(t.backend, "host");
+        printf("wrote %s: %s on %s, %d rank%s, %u instructions, %s peak %s per rank%s, predicted %.4g s/step\n", o->output,
+               g->model_name, t.name, r.plan->ranks, r.plan->ranks > 1 ? "s" : "", r.plan->ninstrs, host ? "device arena" : "GPU",
+               plan_bytes_str(r.plan->arenas[ARENA_GPU].size, gb, sizeof gb), host ? " (host memory)" : "", r.step_time);
+        /* the detected machine's rank count is a default the user did not choose: say how to run it, and how to change it */
+        if (r.plan->ranks > 1 && !o->ranks && !strncmp(t.name, "detected", 8))
+            printf("  %d ranks, one a core of this machine: run it with mpirun -np %d zinfrun %s; zinfc --ranks 1 plans for a "
+                   "plain zinfrun\n", r.plan->ranks, r.plan->ranks, o->output);
     }
     plan_free(r.plan);
     return rc;

@@ -177,6 +177,9 @@ static void explain_partition(Search *S) {
         host ? "host processes" : arena_printf(S->a, "%d node%s x %d GPUs", t->nodes, t->nodes > 1 ? "s" : "", t->gpus_per_node),
         plan_bytes_str(b->cap[ARENA_GPU], s1, sizeof s1), host ? "working budget" : "GPU memory usable",
         plan_bytes_str(b->cap[ARENA_CPU], s2, sizeof s2), b->cap[ARENA_NVME] ? plan_bytes_str(b->cap[ARENA_NVME], s3, sizeof s3) : "no");
+    if (host) /* the tiers keep the plan block's names; on this backend the first is not a GPU */
+        pl_say(&S->ex, "host backend: the tier called gpu (plan { ... = \"gpu\" }) is each rank's device arena, in host memory; "
+               "compute is the host kernels");
     int nsplit = 0, nwhole = 0, ntiled = 0;
     for (int i = 0; i < g->ntensors; i++) {
         if (g->tensors[i].cls != TC_PARAM) continue;
@@ -223,9 +226,9 @@ static Outcome cost_and_keep(Search *S, const Place *cand) {
         diag_error(S->d, SPAN_NONE, "out of memory while planning");
         return OUT_ERROR;
     }
-    pl_say(&S->ex, "  %s prefetch %d%s%s: %.4g s/step, GPU peak %s", place_str(cand, s4, sizeof s4), cand->prefetch,
+    pl_say(&S->ex, "  %s prefetch %d%s%s: %.4g s/step, %s peak %s", place_str(cand, s4, sizeof s4), cand->prefetch,
         cand->reuse ? ", weights kept from recompute to backward" : "", overlap_str(b, p, ov, sizeof ov), cr.step_time,
-        plan_bytes_str(b->size[ARENA_GPU], s1, sizeof s1));
+        strcmp(b->t->backend, "host") ? "GPU" : "device", plan_bytes_str(b->size[ARENA_GPU], s1, sizeof s1));
     if (cr.step_time < S->best_time * 0.999) {
         S->best_time = cr.step_time;
         S->best = *cand;
@@ -465,12 +468,35 @@ static void report_no_plan(const Search *S) {
     uint64_t gpu_all = b->cap[ARENA_GPU] * (uint64_t)b->R, cpu_all = b->cap[ARENA_CPU] * (uint64_t)b->R,
              nvme_all = b->cap[ARENA_NVME] * (uint64_t)b->R;
     char s1[32], s2[32], s3[32], s4[32], s5[32];
+    /* A tier the plan block's pins overfill is the cause: named first,
+     * with its shortfall (the totals alone do not say which tier). */
+    static const int arena_of[PLAN_NTIERS] = {ARENA_GPU, ARENA_CPU, ARENA_NVME};
+    bool pinned = false, named = false;
+    for (int c = 0; c < PC_COUNT; c++) pinned |= o->tier[c] >= 0;
+    for (int t = 0; t < PLAN_NTIERS; t++) {
+        uint64_t pinned_need = 0;
+        char classes[96] = "";
+        for (int c = 0; c < PC_CHECKPOINTS; c++)
+            if (o->tier[c] == t) {
+                pinned_need += S->need[c];
+                size_t u = strlen(classes);
+                snprintf(classes + u, sizeof classes - u, "%s%s", u ? " and " : "", planner_class_names[c]);
+            }
+        uint64_t cap = b->cap[arena_of[t]];
+        if (!pinned_need || pinned_need <= cap) continue;
+        diag_error(d, SPAN_NONE, "the plan block puts %s on %s: %s per rank, more than the target's %s of %s per rank (short by %s)",
+                   classes, plan_tier_names[t], plan_bytes_str(pinned_need, s1, sizeof s1), plan_bytes_str(cap, s2, sizeof s2),
+                   plan_tier_names[t], plan_bytes_str(pinned_need - cap, s3, sizeof s3));
+        named = true;
+    }
+    if (named) {
+        diag_hint(d, "give that tier more room in the target (its capacity or memory), plan for more ranks, or pin less");
+        return;
+    }
     diag_error(d, SPAN_NONE, "model states need %s (%s per rank over %d rank%s); the target has %s GPU memory, %s CPU memory and %s%s",
                plan_bytes_str(total * (uint64_t)b->R, s1, sizeof s1), plan_bytes_str(total, s2, sizeof s2), b->R,
                b->R > 1 ? "s" : "", plan_bytes_str(gpu_all, s3, sizeof s3), plan_bytes_str(cpu_all, s4, sizeof s4),
                nvme_all ? plan_bytes_str(nvme_all, s5, sizeof s5) : "no NVMe", nvme_all ? " NVMe" : "");
-    bool pinned = false;
-    for (int c = 0; c < PC_COUNT; c++) pinned |= o->tier[c] >= 0;
     if (pinned) diag_hint(d, "the plan block pins where state lives; unpin it to let the planner use every tier");
     else diag_hint(d, "add NVMe to the target, more ranks, or more CPU memory");
 }

@@ -386,12 +386,24 @@ bool target_from_decl(const Decl *decl, Arena *a, DiagSink *d, Target *out) {
     static const char *const need_host[][2] = {{"", "ranks"}, {"", "budget"}, {"cpu", "memory"}};
     const char *const(*need)[2] = host ? need_host : need_cuda;
     int nneed = host ? 3 : 5;
+    /* every missing key in one message, so that a target is written in one attempt */
+    char missing[256] = "";
+    int nmissing = 0;
     for (int i = 0; i < nneed && d->errors == before; i++)
         if (!has(seen, need[i][0], need[i][1])) {
-            if (*need[i][0]) diag_error(d, decl->name_span, "target '%s' needs '%s' in its %s block", t.name, need[i][1], need[i][0]);
-            else diag_error(d, decl->name_span, "target '%s' needs '%s'", t.name, need[i][1]);
-            ok = false;
+            size_t u = strlen(missing);
+            if (*need[i][0]) snprintf(missing + u, sizeof missing - u, "%s'%s' in its %s block", u ? ", " : "", need[i][1], need[i][0]);
+            else snprintf(missing + u, sizeof missing - u, "%s'%s'", u ? ", " : "", need[i][1]);
+            nmissing++;
         }
+    if (nmissing) {
+        diag_error(d, decl->name_span, "target '%s' needs %s", t.name, missing);
+        diag_hint(d, host ? "a host target needs ranks, budget and cpu { memory }, and nvme { paths; capacity } to offload to NVMe; "
+                            "zinfprobe [--nvme DIR] -o FILE writes one with this machine's measured figures"
+                          : "a cuda target needs gpus_per_node, gpu { memory; flops; pcie } and cpu { memory }, and nvme { "
+                            "paths; capacity } to offload to NVMe; zinfprobe -o FILE on the machine writes one with its figures");
+        ok = false;
+    }
     if (ok && t.nvme_capacity && !t.nvme_npaths) {
         diag_error(d, decl->name_span, "target '%s': nvme has a capacity but no paths", t.name);
         ok = false;

@@ -81,7 +81,7 @@ int ckpt_write_file_atomic(const char *path, const void *const *parts, const siz
                 int e = w < 0 ? errno : EIO;
                 close(fd);
                 unlink(tmp);
-                return errorf(err, errlen, "write to %s failed: %s (the previous checkpoint is untouched)", tmp, strerror(e));
+                return errorf(err, errlen, "write to %s failed: %s", tmp, strerror(e));
             }
             p += w;
             left -= (size_t)w;

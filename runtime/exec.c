@@ -131,8 +131,9 @@ static size_t instr_scratch(const Rt *r, const PlanInstr *in) {
 
 Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
     if (p->ranks != c->size) {
-        rt_fail(err, n, "the plan is for %d rank%s but this job has %d: run it with mpirun -np %d (or recompile for %d ranks)",
-             p->ranks, p->ranks == 1 ? "" : "s", c->size, p->ranks, c->size);
+        rt_fail(err, n, "the plan is for %d rank%s but this job has %d: run it with mpirun -np %d, or plan it for %d with "
+                "zinfc ... --ranks %d -o PLAN",
+                p->ranks, p->ranks == 1 ? "" : "s", c->size, p->ranks, c->size, c->size);
         return NULL;
     }
     Rt *r = calloc(1, sizeof *r);
@@ -235,6 +236,7 @@ void rt_memory_report(const Rt *r, FILE *out) {
                 (unsigned long long)r->arena_bytes[k], plan_bytes_str(r->arena_bytes[k], a, sizeof a),
                 (unsigned long long)r->p->arenas[k].size, plan_bytes_str(r->p->arenas[k].size, b, sizeof b),
                 r->arena_bytes[k] == r->p->arenas[k].size ? "" : "  MISMATCH");
+        if (k == ARENA_GPU && r->be == &rt_backend_host) fprintf(out, "               (the host backend's device arena: host memory)\n");
     }
     if (r->io_open) {
         char m[256];
@@ -402,6 +404,22 @@ int rt_checkpoint_load_from(Rt *r, const char *dir, int64_t step, bool *mine, Rt
 
 int rt_checkpoint_check(Rt *r, const char *dir, int64_t step, char *why, size_t n) {
     return rt_ckpt_check(r, dir, step, ckpt_class, why, n);
+}
+
+uint64_t rt_checkpoint_bytes(const Rt *r) {
+    const Plan *p = r->p;
+    uint64_t b = 0;
+    for (uint32_t s = 0; s < p->nshards; s++)
+        if (ckpt_class(p->tensors[p->shards[s].tensor].cls)) b += p->shards[s].bytes;
+    return b;
+}
+
+uint64_t rt_export_bytes(const Rt *r) {
+    const Plan *p = r->p;
+    uint64_t b = 0;
+    for (uint32_t t = 0; t < p->ntensors; t++)
+        if (p->tensors[t].cls == TC_PARAM && p->tensors[t].shard >= 0) b += (uint64_t)p->tensors[t].numel * rt_dsz(p->tensors[t].dtype);
+    return b;
 }
 
 int rt_export_safetensors(Rt *r, const char *path, char *err, size_t n) {

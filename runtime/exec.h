@@ -126,6 +126,11 @@ int rt_checkpoint_load_from(Rt *r, const char *dir, int64_t step, bool *mine, Rt
  * model's by resharding): 0 yes; 1 no, `why` says why (another model, no
  * layout recorded); -1 the manifest does not read (why). Not collective. */
 int rt_checkpoint_check(Rt *r, const char *dir, int64_t step, char *why, size_t errlen);
+/* The bytes of this rank's checkpoint shard (its parameters and optimizer
+ * state, before the file's headers), and of the consolidated parameters
+ * --export writes: what the disk must hold, checked before step 1. */
+uint64_t rt_checkpoint_bytes(const Rt *r);
+uint64_t rt_export_bytes(const Rt *r);
 /* Consolidated parameters to a safetensors file (collective; rank 0 writes). */
 int rt_export_safetensors(Rt *r, const char *path, char *err, size_t errlen);
 /* A hash identifying the plan's persistent layout (checkpoint compatibility). */

@@ -57,7 +57,7 @@ int rt_ckpt_save(Rt *r, const char *dir, const char *state_json, RtCkptClass ckp
     if (!rc) rc = ckpt_write_shard(dir, next, r->c->rank, r->c->size, h, e, ne, err, n);
     for (int i = 0; i < ne; i++) free(e[i].data);
     free(e);
-    if (agree(r, rc)) return rc ? rc : rt_fail(err, n, "another rank failed to write its checkpoint shard; the previous checkpoint is kept");
+    if (agree(r, rc)) return rc ? rc : rt_fail(err, n, "another rank failed to write its checkpoint shard");
     rc = 0;
     if (r->c->rank == 0) {
         char st[1024];
@@ -69,7 +69,7 @@ int rt_ckpt_save(Rt *r, const char *dir, const char *state_json, RtCkptClass ckp
         free(l.t);
         if (!rc) rc = ckpt_prune(dir, r->c->size, h, next, 2, err, n);
     }
-    if (agree(r, rc)) return rc ? rc : rt_fail(err, n, "rank 0 failed to write the checkpoint manifest; the previous checkpoint is kept");
+    if (agree(r, rc)) return rc ? rc : rt_fail(err, n, "rank 0 failed to write the checkpoint manifest");
     return 0;
 }
 

@@ -43,6 +43,8 @@ typedef struct HfioOptions {
     uint64_t max_shard_bytes; /* export: 0: HFIO_SHARD_DEFAULT */
     bool merge_lora;          /* export of a plan with LoRA adapters: the base model with them merged
                                  (W + A B alpha/r in the base names), not the PEFT adapter */
+    const char *companions_from; /* export: a model directory (--init's) whose tokenizer files and
+                                    generation_config.json are copied along; NULL: none */
 } HfioOptions;
 
 enum { HFIO_LIST = 1024 };
@@ -58,6 +60,8 @@ typedef struct HfioReport {
     char unused[HFIO_LIST];
     int nignored;          /* import: ones known to have no zinf counterpart (not a warning) */
     char ignored[HFIO_LIST];
+    int companions;        /* export: files copied from companions_from */
+    char companion_list[HFIO_LIST];
 } HfioReport;
 
 /* Whether the plan's mapping can be imported and exported: a mapping at

@@ -87,6 +87,7 @@ typedef struct Exp {
     bool tmp_made;
     bool peft;                  /* the LoRA adapters alone, as PEFT saves them; else the base groups */
     bool merge;                 /* the base groups with their adapters merged */
+    const char *companions;     /* the model directory whose tokenizer and generation files go along, NULL */
 } Exp;
 
 /* Whether group g is written: the adapters for a PEFT export, else the rest. */
@@ -279,6 +280,46 @@ static int fsync_path(const char *path) {
 }
 
 /* Rank 0: every file durable, then DIR.tmp.PID becomes DIR. */
+/* The files a model directory holds beside its weights that
+ * from_pretrained and pipeline() read: the tokenizer's (each format's) and
+ * the generation defaults. Copied as they are. */
+static const char *const companion_names[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                              "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json",
+                                              "chat_template.jinja", "chat_template.json", "generation_config.json"};
+
+static int copy_companions(Exp *ex, char *err, size_t n) {
+    if (!ex->companions) return 0;
+    struct stat st;
+    if (stat(ex->companions, &st) || !S_ISDIR(st.st_mode)) return 0;
+    HfioReport *rep = ex->rep;
+    size_t used = 0;
+    for (size_t k = 0; k < sizeof companion_names / sizeof *companion_names; k++) {
+        char from[4200];
+        snprintf(from, sizeof from, "%s/%s", ex->companions, companion_names[k]);
+        int fd = open(from, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        struct stat fs;
+        uint8_t *buf = NULL;
+        int rc = fstat(fd, &fs) ? hf_fail(err, n, "%s: %s", from, strerror(errno)) : 0;
+        size_t len = rc ? 0 : (size_t)fs.st_size;
+        if (!rc && !(buf = malloc(len ? len : 1))) rc = hf_fail(err, n, "out of memory copying %s", from);
+        for (size_t got = 0; !rc && got < len;) {
+            ssize_t r = read(fd, buf + got, len - got);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) rc = hf_fail(err, n, "read of %s failed: %s", from, r < 0 ? strerror(errno) : "the file shrank");
+            else got += (size_t)r;
+        }
+        close(fd);
+        if (!rc) rc = write_small(ex->tmp, companion_names[k], buf, len, err, n);
+        free(buf);
+        if (rc) return -1;
+        rep->companions++;
+        int w = snprintf(rep->companion_list + used, sizeof rep->companion_list - used, "%s%s", used ? ", " : "", companion_names[k]);
+        if (w > 0) used = (size_t)w < sizeof rep->companion_list - used ? used + (size_t)w : sizeof rep->companion_list - 1;
+    }
+    return 0;
+}
+
 static int finish_files(Exp *ex, char *err, size_t n) {
     for (int f = 0; f < ex->nfiles; f++) {
         OutFile *o = &ex->files[f];
@@ -288,6 +329,7 @@ static int finish_files(Exp *ex, char *err, size_t n) {
         if (rc) return rc;
     }
     if (ex->nfiles > 1 && write_index(ex, err, n)) return -1;
+    if (copy_companions(ex, err, n)) return -1;
     if (fsync_path(ex->tmp)) return hf_fail(err, n, "fsync of %s failed: %s", ex->tmp, strerror(errno));
     if (rmdir(ex->dir) && errno != ENOENT) return hf_fail(err, n, "%s: %s (it must be absent or empty)", ex->dir, strerror(errno));
     if (rename(ex->tmp, ex->dir)) return hf_fail(err, n, "rename %s -> %s failed: %s", ex->tmp, ex->dir, strerror(errno));
@@ -416,7 +458,7 @@ int hfio_export(Rt *r, const char *dir, const HfioOptions *o, HfioReport *rep, c
     if (!rep) rep = &dummy;
     memset(rep, 0, sizeof *rep);
     HfLayout l = {0};
-    Exp ex = {.r = r, .l = &l, .rep = rep};
+    Exp ex = {.r = r, .l = &l, .rep = rep, .companions = o ? o->companions_from : NULL};
     bool lead = r->c->rank == 0;
     int rc = hf_layout_build(r->p, &l, err, n);
     for (int g = 0; !rc && g < l.ngroups; g++) ex.merge |= l.groups[g].adapter;

@@ -1041,6 +1041,19 @@ const uint32_t *hftok_suffix(const HfTok *t, size_t *n) {
 
 uint32_t hftok_vocab_size(const HfTok *t) { return t->vocab_size; }
 
+uint64_t hftok_fingerprint(const HfTok *t) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a over (id, length, text) of every id */
+    for (uint32_t id = 0; id < t->vocab_size; id++) {
+        size_t n = 0;
+        const char *s = hftok_token_text(t, id, &n);
+        uint64_t head[2] = {id, s ? (uint64_t)n : UINT64_MAX};
+        const unsigned char *b = (const unsigned char *)head;
+        for (size_t i = 0; i < sizeof head; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+        for (size_t i = 0; s && i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+    }
+    return h ? h : 1; /* 0 means "not recorded" */
+}
+
 int64_t hftok_token_id(const HfTok *t, const char *s, size_t n) {
     for (size_t k = 0; k < t->nadded; k++)
         if (t->added[k].n == n && !memcmp(t->added[k].content, s, n)) return t->added[k].id;

@@ -52,6 +52,10 @@ const uint32_t *hftok_suffix(const HfTok *t, size_t *n);
 
 /* One more than the largest id (the size a model's embedding needs). */
 uint32_t hftok_vocab_size(const HfTok *t);
+/* A fingerprint of the vocabulary (every id's text), never 0: two
+ * tokenizers that give an id different texts differ, however their
+ * tokenizer.json files are formatted. Recorded in token files. */
+uint64_t hftok_fingerprint(const HfTok *t);
 /* The id of a token's text (added tokens first, then the model), or -1. */
 int64_t hftok_token_id(const HfTok *t, const char *s, size_t n);
 /* The text of id, or NULL (n: its length): an added token's content

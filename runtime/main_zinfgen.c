@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include "ckpt.h"
 #include "comm.h"
 #include "decode.h"
@@ -52,6 +54,7 @@ static void usage(FILE *f) {
             "  --checkpoint DIR       weights from a zinfrun checkpoint directory (its newest, or --step N)\n"
             "                         (neither: the plan's seeded initialisation)\n"
             "  --tokenizer FILE       a Hugging Face tokenizer.json: encodes --prompt, decodes the output\n"
+            "                         (default: the tokenizer.json of an --init directory)\n"
             "  --prompt TEXT          the prompt (needs --tokenizer); --prompt-ids 1,2,3: token ids, ids out\n"
             "  --chat MESSAGES        a conversation, [{\"role\": \"user\", \"content\": \"...\"}, ...] as JSON text or a\n"
             "                         file of it: rendered by the model's chat template with the generation prompt,\n"
@@ -171,9 +174,23 @@ static int parse(int argc, char **argv, GenOpts *o) {
         fprintf(stderr, "zinfgen: give one of --prompt TEXT, --chat MESSAGES and --prompt-ids 1,2,3\n");
         return 2;
     }
-    if (o->chat && !o->tokenizer) { fprintf(stderr, "zinfgen: --chat needs --tokenizer tokenizer.json (its directory's tokenizer_config.json has the chat template)\n"); return 2; }
+    /* a model directory given to --init has its tokenizer beside the weights */
+    static char beside[4200];
+    struct stat st;
+    if ((o->prompt || o->chat) && !o->tokenizer && o->init && stat(o->init, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(beside, sizeof beside, "%s/tokenizer.json", o->init);
+        if (access(beside, R_OK) == 0) o->tokenizer = beside;
+    }
+    if (o->chat && !o->tokenizer) {
+        fprintf(stderr, "zinfgen: --chat needs --tokenizer tokenizer.json (or an --init directory that holds one; the "
+                        "tokenizer_config.json beside it has the chat template)\n");
+        return 2;
+    }
     if (o->chat_template && !o->chat) { fprintf(stderr, "zinfgen: --chat-template is for --chat\n"); return 2; }
-    if (o->prompt && !o->tokenizer) { fprintf(stderr, "zinfgen: --prompt needs --tokenizer tokenizer.json (or use --prompt-ids)\n"); return 2; }
+    if (o->prompt && !o->tokenizer) {
+        fprintf(stderr, "zinfgen: --prompt needs --tokenizer tokenizer.json (or an --init directory that holds one, or --prompt-ids)\n");
+        return 2;
+    }
     if (o->init && o->ckpt) { fprintf(stderr, "zinfgen: --init and --checkpoint both give the weights: choose one\n"); return 2; }
     if (o->step >= 0 && !o->ckpt) { fprintf(stderr, "zinfgen: --step needs --checkpoint\n"); return 2; }
     return 0;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include "ckpt.h"
@@ -20,6 +21,8 @@
 #include "exec.h"
 #include "hostk_threads.h"
 #include "hfio.h"
+#include "hftok.h"
+#include "outpath.h"
 #include "plan.h"
 #include "probe.h"
 #include "adam.h"
@@ -33,7 +36,7 @@ typedef struct Opts {
     int64_t steps, ckpt_every;
     int64_t eval_every, eval_batches; /* 0: at the end only; 0: every window of the file */
     uint64_t shard_size;
-    bool resume, quiet, start_over, merge_lora;
+    bool resume, quiet, start_over, merge_lora, from_scratch;
     DordOrder data_order;
     uint64_t data_seed;
     bool data_seed_given;
@@ -43,28 +46,33 @@ typedef struct Opts {
 static const char *const flags[] = {"--data", "--steps", "--backend", "--checkpoint-dir", "--checkpoint-every",
                                     "--resume", "--start-over", "--trace", "--nvme", "--export", "--losses", "--quiet", "--help", "--version",
                                     "--init", "--export-hf", "--export-hf-shard-size", "--data-order", "--data-seed", "--eos",
-                                    "--eval-data", "--eval-every", "--eval-batches", "--tensorboard"};
+                                    "--eval-data", "--eval-every", "--eval-batches", "--merge-lora", "--from-scratch",
+                                    "--tensorboard"};
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: zinfrun MODEL.plan --data TRAIN.bin [options]\n"
             "       mpirun -np N zinfrun MODEL.plan --data TRAIN.bin [options]\n"
-            "  --steps N              optimizer steps to run (default: the plan's train { steps })\n"
+            "  --steps N              the step to train to (default: the plan's train { steps }); counted from\n"
+            "                         the first run's step 0, so a run resumed at step S trains N - S steps\n"
             "  --backend auto|host|cuda   where to run (auto: cuda when a GPU is there, else host)\n"
             "  --checkpoint-dir D     write checkpoints under D (atomically; the newest two are kept)\n"
-            "  --checkpoint-every N   every N steps (default: only at the end)\n"
+            "  --checkpoint-every N   every N steps (default: only at the end, or when interrupted)\n"
             "  --resume               continue from the newest checkpoint of this plan in D that loads\n"
             "  --start-over           train from step 0 although D holds checkpoints (they are kept)\n"
             "  --nvme DIR             use DIR for the plan's NVMe swap space instead of the target's paths\n"
             "  --trace FILE           write the measured timeline of the last step (Chrome trace JSON)\n"
-            "  --export FILE          after training, write the parameters as one safetensors file\n"
+            "  --export FILE          after training, write the parameters as one safetensors file (a new file)\n"
             "  --init PATH            start from Hugging Face weights: a model directory (model.safetensors, or\n"
             "                         the shards of model.safetensors.index.json) or one .safetensors file;\n"
             "                         the plan's hf mapping says which tensors make each parameter. Also the\n"
             "                         file of --export (the plan's own names; any plan of the same model)\n"
-            "  --export-hf DIR        after training, write DIR (config.json, model*.safetensors) for\n"
+            "  --export-hf DIR        after training, write DIR (config.json, model*.safetensors, and the\n"
+            "                         tokenizer and generation_config.json of --init's directory) for\n"
             "                         transformers' from_pretrained; DIR must be new or empty. With --steps 0\n"
             "                         (and --resume or --init) it exports without training\n"
+            "  --from-scratch         train a plan with a Hugging Face mapping from its seeded random weights\n"
+            "                         (without it, such a plan needs --init or --resume to --export-hf)\n"
             "  --export-hf-shard-size SIZE  largest safetensors file of --export-hf (default 5GB; 500MB, 2GiB, bytes)\n"
             "  --merge-lora           --export-hf of a plan with LoRA adapters writes the base model with them\n"
             "                         merged (W + A B alpha/r), not the PEFT adapter (docs/huggingface.md)\n"
@@ -84,7 +92,11 @@ static void usage(FILE *f) {
             "  --tensorboard DIR      write TensorBoard event files to DIR (rank 0): loss, eval loss, learning rate,\n"
             "                         grad norm, loss scale, tokens/s, TFLOP/s, step time against the prediction,\n"
             "                         busy time and bytes per queue; a resumed run adds a file, its steps continuing\n"
-            "  --quiet                only the final summary\n");
+            "  --quiet                only the final summary (and the evaluations' losses)\n"
+            "Output paths are checked, and their parent directories made, before step 1; the disk space that\n"
+            "checkpoints and exports need is checked too. SIGINT (Ctrl-C), SIGTERM or SIGUSR1 stop the run at\n"
+            "the end of the step in progress and write a checkpoint to --checkpoint-dir; exit status 128 + the\n"
+            "signal's number. A second one exits at once.\n");
 }
 
 /* "5GB" (powers of 1000, as Hugging Face counts), "2GiB" (powers of 1024), "123". */
@@ -172,6 +184,7 @@ static int parse(int argc, char **argv, Opts *o) {
         else if (!strcmp(a, "--start-over")) o->start_over = true;
         else if (!strcmp(a, "--quiet")) o->quiet = true;
         else if (!strcmp(a, "--merge-lora")) o->merge_lora = true;
+        else if (!strcmp(a, "--from-scratch")) o->from_scratch = true;
         else if (!strcmp(a, "--steps") || !strcmp(a, "--checkpoint-every") || !strcmp(a, "--eval-every") ||
                  !strcmp(a, "--eval-batches")) {
             const char *v = VAL();
@@ -204,6 +217,11 @@ static int parse(int argc, char **argv, Opts *o) {
     }
     if (o->resume && !o->ckpt_dir) { fprintf(stderr, "zinfrun: --resume needs --checkpoint-dir\n"); return 2; }
     if (o->start_over && !o->ckpt_dir) { fprintf(stderr, "zinfrun: --start-over needs --checkpoint-dir\n"); return 2; }
+    if (o->ckpt_every && !o->ckpt_dir) {
+        fprintf(stderr, "zinfrun: --checkpoint-every needs --checkpoint-dir (the directory the checkpoints go to)\n");
+        return 2;
+    }
+    if (o->from_scratch && o->init) { fprintf(stderr, "zinfrun: --from-scratch and --init contradict each other\n"); return 2; }
     if (o->resume && o->start_over) { fprintf(stderr, "zinfrun: --resume and --start-over contradict each other\n"); return 2; }
     if (o->data_seed_given && o->data_order != DORD_SHUFFLE) {
         fprintf(stderr, "zinfrun: --data-seed needs --data-order shuffle\n");
@@ -219,6 +237,54 @@ static int parse(int argc, char **argv, Opts *o) {
 }
 
 static Comm C;
+
+/* SIGINT, SIGTERM (a scheduler's time limit; mpirun turns its own SIGINT
+ * into one) and SIGUSR1 (what mpirun forwards untouched, and Slurm's
+ * --signal sends ahead of a time limit) ask the run to stop: the step in
+ * progress finishes, every rank agrees at the step's end, a checkpoint is
+ * written when there is a directory, and the exit status is 128 + the
+ * signal. A second one exits at once. The handler only sets the flag and
+ * writes a line composed beforehand (rank 0's; write is async-signal-safe). */
+static volatile sig_atomic_t stop_signal;
+static char stop_line[1200];
+static size_t stop_line_len;
+
+static void on_stop_signal(int sig) {
+    if (stop_signal) {
+        static const char again[] = "zinfrun: interrupted again: exiting now, without a checkpoint of the step in progress\n";
+        if (stop_line_len && write(2, again, sizeof again - 1) < 0) _exit(128 + sig);
+        _exit(128 + sig);
+    }
+    stop_signal = sig;
+    if (stop_line_len && write(2, stop_line, stop_line_len) < 0) return;
+}
+
+static void catch_stop_signals(const char *ckpt_dir, bool lead) {
+    if (lead) {
+        int k = snprintf(stop_line, sizeof stop_line,
+                         "zinfrun: signal received: stopping at the end of the step in progress%s%s; send it again to exit at once\n",
+                         ckpt_dir ? " and writing a checkpoint to " : " (nothing is saved: no --checkpoint-dir)",
+                         ckpt_dir ? ckpt_dir : "");
+        stop_line_len = k > 0 && (size_t)k < sizeof stop_line ? (size_t)k : 0;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+}
+
+/* Whether to stop before the next step: every rank's flag, so that all
+ * stop after the same step (a rank alone would leave the others waiting
+ * in the next step's collectives). */
+static int stop_agreed(char *err, size_t n) {
+    int64_t sig = stop_signal;
+    if (C.size > 1 && comm_allreduce_max_i64(&C, &sig) != COMM_OK) return snprintf(err, n, "%s", comm_last_error(&C)), -1;
+    return (int)sig;
+}
 
 /* Every error ends here: printed with the rank, and in a job of several
  * ranks the job is aborted so that no other rank waits in a collective. */
@@ -411,16 +477,27 @@ static int checkpoint_start(Rt *r, const Opts *o, bool lead, int64_t *start, int
     return -1;
 }
 
-/* Rank 0 checks that --export-hf's directory is new or empty before any
- * step is trained; every rank learns the verdict. */
-static int export_dir_ok(const Opts *o, bool lead, char *err, size_t n) {
-    int64_t bad = lead && hfio_check_export_dir(o->export_hf, err, n) ? 1 : 0;
+/* Every rank learns rank 0's verdict (bad: 1 when it refused, err then says why). */
+static int lead_agrees(int64_t bad, const char *what, char *err, size_t n) {
     if (comm_allreduce_max_i64(&C, &bad) != COMM_OK) {
         snprintf(err, n, "%s", comm_last_error(&C));
         return -1;
     }
-    if (bad && !lead) snprintf(err, n, "rank 0 refused --export-hf %s", o->export_hf);
+    if (bad && C.rank != 0) snprintf(err, n, "rank 0 refused %s (its message says why)", what);
     return bad ? -1 : 0;
+}
+
+/* Rank 0 checks, before any step is trained, every path the run writes
+ * at its end: --export a new file, --export-hf a new or empty directory,
+ * --trace a file; their parent directories are made and must take new
+ * files. A run is never lost to a path it cannot write. */
+static int outputs_ok(const Opts *o, bool lead, char *err, size_t n) {
+    int64_t bad = 0;
+    if (lead)
+        bad = (o->export_path && outpath_prepare_file("--export", o->export_path, true, err, n)) ||
+              (o->export_hf && (outpath_prepare_dir("--export-hf", o->export_hf, err, n) || hfio_check_export_dir(o->export_hf, err, n))) ||
+              (o->trace && outpath_prepare_file("--trace", o->trace, false, err, n));
+    return lead_agrees(bad, "the output paths", err, n);
 }
 
 static double now_s(void) {
@@ -536,6 +613,31 @@ static void data_describe(const DataOrder *d, const Opts *o, int64_t g) {
     printf("\n");
 }
 
+/* Every id of a token file below the model's vocabulary, checked before
+ * step 1: a bad id would otherwise stop the run at the step that reads it. */
+static int ids_ok(TokReader *tr, char *err, size_t n) {
+    char e[1024];
+    if (!tok_check_ids(tr, e, sizeof e)) return 0;
+    if (!strstr(e, "is not below the vocabulary size")) return snprintf(err, n, "%s", e), -1;
+    snprintf(err, n, "%s (checked before step 1; the file was made for another vocabulary than the model's: "
+             "tokenize the text with the model's own tokenizer, zinftok --tokenizer DIR/tokenizer.json)", e);
+    return -1;
+}
+
+/* The fingerprint of the tokenizer.json beside --init (rank 0; 0: none
+ * there, or no --init directory), for tokenizer_ok. */
+static uint64_t init_tokenizer(const Opts *o, char *path, size_t pn) {
+    struct stat st;
+    if (!o->init || stat(o->init, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
+    snprintf(path, pn, "%s/tokenizer.json", o->init);
+    HfTok *t = NULL;
+    char e[1024];
+    if (access(path, R_OK) != 0 || hftok_load(&t, path, e, sizeof e)) return 0; /* one zinftok cannot read made no token file */
+    uint64_t fp = hftok_fingerprint(t);
+    hftok_free(t);
+    return fp;
+}
+
 /* --eval-data: the held-out micro-batches, read once (sequential windows,
  * global micro-batches 0..K-1, each rank its share as training reads). */
 typedef struct Eval {
@@ -543,6 +645,9 @@ typedef struct Eval {
     DataOrder d;
     bool have_tr, have_d;
     int k;                  /* micro-batches per rank */
+    bool ran;               /* an evaluation ran: its step and loss are the last ones */
+    int64_t last_step;
+    double last_loss;
     int32_t **tok, **tgt;
 } Eval;
 
@@ -562,6 +667,7 @@ static int eval_open(Eval *e, const Opts *o, int64_t vocab, int64_t B, int64_t T
     memset(e, 0, sizeof *e);
     if (tok_open(&e->tr, o->eval_data, vocab, err, n)) return -1;
     e->have_tr = true;
+    if (ids_ok(&e->tr, err, n)) return -1;
     DordOptions dopt = {.order = DORD_SEQUENTIAL, .seed = 0, .eos = -1};
     if (dord_open(&e->d, &e->tr, &dopt, B, T, C.size, err, n)) return -1;
     e->have_d = true;
@@ -601,11 +707,14 @@ static bool eval_due(const Opts *o, int64_t s, int64_t start, int64_t total) {
 /* "eval: step 20, loss 4.8123 over 8 batches (8192 tokens)" and the --losses line. */
 static void tb_stop(TbWriter **tb, const char *why);
 
-static int eval_at(Rt *r, const Eval *e, int64_t s, int64_t tokens, const Opts *o, FILE *lossf, TbWriter **tb, bool tty,
+static int eval_at(Rt *r, Eval *e, int64_t s, int64_t tokens, const Opts *o, FILE *lossf, TbWriter **tb, bool tty,
                    char *err, size_t n) {
     RtEvalStats st;
     if (rt_eval(r, (const int32_t *const *)e->tok, (const int32_t *const *)e->tgt, e->k, &st, err, n)) return -1;
     int64_t g = (int64_t)e->k * C.size;
+    e->ran = true;
+    e->last_step = s;
+    e->last_loss = st.loss;
     if (lossf) {
         fprintf(lossf, "eval step %" PRId64 " loss %.9g batches %" PRId64 "\n", s, st.loss, g);
         fflush(lossf);
@@ -657,6 +766,11 @@ typedef struct Run {
     int64_t B, T;              /* the token batch of a micro-batch (plan_batch_shape) */
     int64_t start, total;      /* steps: resumed from, to reach */
     int64_t loaded;            /* the checkpoint resumed from, -1: none */
+    int64_t saved;             /* the newest checkpoint this run resumed from or wrote, -1: none */
+    int stopped;               /* the signal that stopped training before its last step, 0: none */
+    char tokpath[4200];        /* the tokenizer.json beside --init, and its fingerprint (0: none) */
+    uint64_t tokfp;
+    bool tok_read;             /* tokfp is known (read once, when a token file records its tokenizer) */
     RtCkptOrigin from;
     double first_loss, last_loss, time_sum; /* over the steps run */
     int64_t ran;
@@ -684,6 +798,53 @@ static Counted counted(const Run *u) {
     return c;
 }
 
+/* Rank 0 sets the disk space of each file system against what the run
+ * will write there at its end or at an interruption: one more checkpoint
+ * (the newest two are kept: the oldest goes only after the new one is
+ * complete), the exports. The ranks' shards are alike, so world x this
+ * rank's is the checkpoint. */
+static int space_ok(const Run *u, char *err, size_t n) {
+    const Opts *o = &u->o;
+    const Plan *p = u->p;
+    int64_t bad = 0;
+    if (u->lead) {
+        OutNeed nd = {0};
+        char w1[600], w2[600], w3[600];
+        uint64_t params = rt_export_bytes(u->r), adapters = 0;
+        for (uint32_t t = 0; t < p->ntensors; t++)
+            if (p->tensors[t].cls == TC_PARAM && p->tensors[t].name && strstr(p->tensors[t].name, ".lora_"))
+                adapters += (uint64_t)p->tensors[t].numel * (uint64_t)plan_dtype_size(p->tensors[t].dtype);
+        snprintf(w1, sizeof w1, "a checkpoint in %s", o->ckpt_dir ? o->ckpt_dir : "");
+        snprintf(w2, sizeof w2, "--export %s", o->export_path ? o->export_path : "");
+        snprintf(w3, sizeof w3, "--export-hf %s", o->export_hf ? o->export_hf : "");
+        const uint64_t headers = 1 << 20;
+        bad = (o->ckpt_dir && u->total > u->start &&
+               outpath_need(&nd, w1, o->ckpt_dir, rt_checkpoint_bytes(u->r) * (uint64_t)C.size + headers, err, n)) ||
+              (o->export_path && outpath_need(&nd, w2, o->export_path, params + headers, err, n)) ||
+              (o->export_hf && outpath_need(&nd, w3, o->export_hf, (adapters && !o->merge_lora ? adapters : params) + headers, err, n)) ||
+              outpath_check(&nd, err, n);
+    }
+    return lead_agrees(bad, "to start: too little disk space", err, n);
+}
+
+/* A run that starts from the plan's seeded random weights says so. One
+ * that would also --export-hf them needs --from-scratch: a Hugging Face
+ * export of a run with no --init is a fine-tune whose --init was
+ * forgotten far more often than a model trained from nothing. */
+static int random_start(const Run *u, char *err, size_t n) {
+    const Opts *o = &u->o;
+    const Plan *p = u->p;
+    if (o->export_hf && !o->from_scratch)
+        return snprintf(err, n,
+                        "no --init: this run would train from random weights and --export-hf would write them as the "
+                        "fine-tuned model; give --init HF_DIR to start from the model's weights, or --from-scratch to "
+                        "train from random weights on purpose"), -1;
+    if (u->lead && !o->quiet)
+        printf("weights: random, the plan's seeded initialisation (seed %" PRIu64 "; --init PATH starts from saved weights)\n",
+               p->train.seed);
+    return 0;
+}
+
 /* The executor, the checkpoint resumed from, the Hugging Face weights. */
 static int run_start(Run *u, char *err, size_t n) {
     const Opts *o = &u->o;
@@ -693,7 +854,7 @@ static int run_start(Run *u, char *err, size_t n) {
     char m[4096];
     /* --init may also read --export's file, which needs no mapping: hfio_import says which */
     if (o->export_hf && hfio_check_plan(p, m, sizeof m)) return snprintf(err, n, "%s: %s", o->plan, m), -1;
-    if (o->export_hf && export_dir_ok(o, u->lead, err, n)) return -1;
+    if (outputs_ok(o, u->lead, err, n)) return -1;
     u->r = rt_create(p, &C, &ro, err, n);
     if (!u->r) return -1;
     if (u->lead && !o->quiet) {
@@ -706,12 +867,30 @@ static int run_start(Run *u, char *err, size_t n) {
     u->total = o->steps >= 0 ? o->steps : p->train.steps;
     if (o->ckpt_dir && checkpoint_start(u->r, o, u->lead, &u->start, &u->loaded, &u->from, err, n)) return -1;
     if (u->lead && u->loaded >= 0) say_resumed(p, o, u->start, u->loaded, &u->from);
+    u->saved = u->loaded;
     if (o->init && u->start > 0 && u->lead && !o->quiet)
         printf("init: not used: resumed from step %" PRId64 " (the checkpoint holds the weights)\n", u->start);
     if (o->init && u->start == 0 && import_hf(u->r, o, &u->ho, u->lead, err, n)) return -1;
+    if (!o->init && u->start == 0 && random_start(u, err, n)) return -1;
+    if (space_ok(u, err, n)) return -1;
     /* the verifier tied every INPUT copy to this shape */
     if (!plan_batch_shape(p, &u->B, &u->T)) return snprintf(err, n, "%s: the plan has no token input", o->plan), -1;
     return 0;
+}
+
+/* A token file zinftok made with another tokenizer than the one beside
+ * --init: its ids are other tokens to this model, whatever the sizes say.
+ * Rank 0. */
+static int tokenizer_ok(Run *u, const TokReader *tr, char *err, size_t n) {
+    if (!tr->tokenizer) return 0;
+    if (!u->tok_read) {
+        u->tokfp = init_tokenizer(&u->o, u->tokpath, sizeof u->tokpath);
+        u->tok_read = true;
+    }
+    if (!u->tokfp || tr->tokenizer == u->tokfp) return 0;
+    snprintf(err, n, "%s was made by another tokenizer than %s (beside --init): its ids are other tokens to this model; "
+             "tokenize the text again with zinftok --tokenizer %s", tr->path, u->tokpath, u->tokpath);
+    return -1;
 }
 
 /* The training data in its order (continued where the checkpoint left it),
@@ -721,6 +900,8 @@ static int open_data(Run *u, char *err, size_t n) {
     if (u->start < u->total) {
         if (tok_open(&u->tr, o->data, plan_vocab(u->p), err, n)) return -1;
         u->have_data = true;
+        if (ids_ok(&u->tr, err, n)) return -1;
+        if (lead_agrees(u->lead && tokenizer_ok(u, &u->tr, err, n), "the token file", err, n)) return -1;
         DordOptions dopt = {.order = o->data_order, .seed = o->data_seed_given ? o->data_seed : u->p->train.seed, .eos = o->eos};
         if (dord_open(&u->dord, &u->tr, &dopt, u->B, u->T, C.size, err, n)) return -1;
         u->have_order = true;
@@ -738,6 +919,8 @@ static int open_data(Run *u, char *err, size_t n) {
         }
     }
     if (o->eval_data && eval_open(&u->ev, o, plan_vocab(u->p), u->B, u->T, err, n)) return -1;
+    if (o->eval_data && lead_agrees(u->lead && tokenizer_ok(u, &u->ev.tr, err, n), "the eval file", err, n))
+        return -1;
     if (o->losses && u->lead && !(u->lossf = fopen(o->losses, "a")))
         return snprintf(err, n, "cannot open %s: %s", o->losses, strerror(errno)), -1;
     if (o->tensorboard && u->lead) {
@@ -805,14 +988,38 @@ static void print_step(const Run *u, int64_t s, const RtStepStats *st) {
     fflush(stdout);
 }
 
+/* A checkpoint of the steps done; a failure says what is still there. */
+static int save_checkpoint(Run *u, char *err, size_t n) {
+    const Opts *o = &u->o;
+    char runst[512], e[8192];
+    int64_t step = rt_steps_done(u->r);
+    run_state(&u->dord, step * u->accum, runst, sizeof runst);
+    if (rt_checkpoint_save(u->r, o->ckpt_dir, runst, e, sizeof e) == 0) {
+        u->saved = step;
+        return 0;
+    }
+    if (u->saved >= 0)
+        snprintf(err, n, "the checkpoint of step %" PRId64 " was not written: %s; the newest checkpoint, %s/step-%08" PRId64
+                 ", is untouched", step, e, o->ckpt_dir, u->saved);
+    else
+        snprintf(err, n, "the checkpoint of step %" PRId64 " was not written: %s; %s holds no earlier checkpoint of this run",
+                 step, e, o->ckpt_dir);
+    return -1;
+}
+
 /* Steps start..total, with evaluations and checkpoints where asked. */
 static int train(Run *u, char *err, size_t n) {
     const Opts *o = &u->o;
     int64_t tokens = u->B * u->T;
     if (eval_due(o, u->start, u->start, u->total) && eval_at(u->r, &u->ev, u->start, tokens, o, u->lossf, &u->tb, u->tty, err, n)) return -1;
     u->first_loss = u->last_loss = NAN;
-    char runst[512];
     for (int64_t s = u->start; s < u->total; s++) {
+        int sig = stop_agreed(err, n);
+        if (sig < 0) return -1;
+        if (sig) {
+            u->stopped = sig;
+            return 0;
+        }
         for (int a = 0; a < u->accum; a++)
             if (dord_batch(&u->dord, C.rank, s * u->accum + a, u->tok[a], u->tgt[a], err, n)) return -1;
         /* A file with a mask: the trained targets of the whole global batch,
@@ -856,34 +1063,48 @@ static int train(Run *u, char *err, size_t n) {
         if (u->lead && !o->quiet) print_step(u, s, &st);
         if (u->tb) tb_step(u, s, &st);
         if (eval_due(o, s + 1, u->start, u->total) && eval_at(u->r, &u->ev, s + 1, tokens, o, u->lossf, &u->tb, u->tty, err, n)) return -1;
-        if (o->ckpt_dir && o->ckpt_every > 0 && (s + 1) % o->ckpt_every == 0 && s + 1 < u->total) {
-            run_state(&u->dord, (s + 1) * u->accum, runst, sizeof runst);
-            if (rt_checkpoint_save(u->r, o->ckpt_dir, runst, err, n)) return -1;
-        }
+        if (o->ckpt_dir && o->ckpt_every > 0 && (s + 1) % o->ckpt_every == 0 && s + 1 < u->total && save_checkpoint(u, err, n))
+            return -1;
     }
     return 0;
+}
+
+/* An export that failed at the end of a run: the message says where the
+ * trained weights still are and the command that exports them again. */
+static int export_failed(const Run *u, const char *flag, const char *dest, const char *why, char *err, size_t n) {
+    const Opts *o = &u->o;
+    if (o->ckpt_dir && u->saved >= 0)
+        snprintf(err, n, "%s %s failed: %s; the trained weights are in the checkpoint %s/step-%08" PRId64 ": export them with "
+                 "zinfrun %s --checkpoint-dir %s --resume --steps 0 %s %s", flag, dest, why, o->ckpt_dir, u->saved, o->plan,
+                 o->ckpt_dir, flag, dest);
+    else
+        snprintf(err, n, "%s %s failed: %s (no checkpoint holds the trained weights: --checkpoint-dir keeps them)", flag, dest, why);
+    return -1;
 }
 
 /* What the run leaves behind: the last checkpoint, the exports, the trace. */
 static int finish(Run *u, char *err, size_t n) {
     const Opts *o = &u->o;
-    if (o->ckpt_dir && u->ran > 0) {
-        char runst[512];
-        run_state(&u->dord, rt_steps_done(u->r) * u->accum, runst, sizeof runst);
-        if (rt_checkpoint_save(u->r, o->ckpt_dir, runst, err, n)) return -1;
-    }
+    if (o->ckpt_dir && u->ran > 0 && save_checkpoint(u, err, n)) return -1;
+    if (u->stopped) return 0; /* the exports are of a finished run only */
     if (o->export_path) {
-        if (rt_export_safetensors(u->r, o->export_path, err, n)) return -1;
+        char m[8192];
+        if (rt_export_safetensors(u->r, o->export_path, m, sizeof m)) return export_failed(u, "--export", o->export_path, m, err, n);
         if (u->lead && !o->quiet) printf("exported the parameters to %s\n", o->export_path);
     }
     if (o->export_hf) {
         HfioReport rep;
         char m[8192];
-        if (hfio_export(u->r, o->export_hf, &u->ho, &rep, m, sizeof m)) return snprintf(err, n, "--export-hf: %s", m), -1;
+        if (hfio_export(u->r, o->export_hf, &u->ho, &rep, m, sizeof m)) return export_failed(u, "--export-hf", o->export_hf, m, err, n);
         char b1[32];
         if (u->lead && !o->quiet)
             printf("exported %d Hugging Face tensors at step %" PRId64 " to %s (%d safetensors file%s, %s)\n", rep.tensors,
                    rt_steps_done(u->r), o->export_hf, rep.files, rep.files == 1 ? "" : "s", plan_bytes_str(rep.bytes, b1, sizeof b1));
+        if (u->lead && !o->quiet && rep.companions)
+            printf("  with %s copied from %s (--init)\n", rep.companion_list, o->init);
+        else if (u->lead && !o->quiet)
+            printf("  no tokenizer files copied (they come from an --init directory): copy tokenizer.json and its companions "
+                   "from the original model to load %s with AutoTokenizer or pipeline()\n", o->export_hf);
     }
     if (o->trace) {
         /* Rank 0 writes FILE, every other rank FILE.rankR. */
@@ -923,6 +1144,14 @@ static void print_divergence(const Run *u, const Counted *c) {
     printf(" (zinfdump PLAN --compare with a --trace of this run shows which instructions)\n");
 }
 
+/* The last evaluation's loss, in the summary (so --quiet keeps it too). */
+static void say_eval(const Run *u) {
+    const Eval *e = &u->ev;
+    if (!e->ran) return;
+    printf("eval: loss %.4f at step %" PRId64 " (%s, %" PRId64 " batch%s)\n", e->last_loss, e->last_step, u->o.eval_data,
+           (int64_t)e->k * C.size, (int64_t)e->k * C.size == 1 ? "" : "es");
+}
+
 /* The end-of-run lines (rank 0). */
 static void print_summary(const Run *u) {
     const Plan *p = u->p;
@@ -930,13 +1159,17 @@ static void print_summary(const Run *u) {
     if (ran == 0) {
         if (total > start || start == 0) printf("done: nothing to train (%" PRId64 " steps)\n", total);
         else if (total == start) printf("done: nothing to train (%" PRId64 " of %" PRId64 " steps already done)\n", start, total);
-        else printf("done: nothing to train (step %" PRId64 " reached; --steps %" PRId64 ")\n", start, total);
+        else
+            printf("done: nothing to train: the checkpoint is at step %" PRId64 " and --steps %" PRId64
+                   " is the step to train to, counted from the first run's step 0 (--steps %" PRId64 " trains %" PRId64 " more)\n",
+                   start, total, start + total, total);
+        say_eval(u);
         return;
     }
     double pred = u->have_cost ? u->cr.step_time * 1e3 : 0.0;
     Counted c = counted(u);
     double per = 1e3 / (double)c.steps;
-    printf("done: %" PRId64 " steps, loss %.4f -> %.4f, %.1f ms/step measured, %.1f ms/step predicted", ran, u->first_loss,
+    printf("%s: %" PRId64 " steps, loss %.4f -> %.4f, %.1f ms/step measured, %.1f ms/step predicted", u->stopped ? "stopped" : "done", ran, u->first_loss,
            u->last_loss, c.seconds * per, pred);
     if (c.steps < ran) printf(" (steps after the first; the first took %.1f ms)", u->first_seconds * 1e3);
     printf("\n");
@@ -969,9 +1202,30 @@ static void print_summary(const Run *u) {
         printf("gpu memory: %s in use by zinfrun on rank 0 after the last step; the plan's gpu arena is %s\n",
                plan_bytes_str(rt_gpu_memory_used(u->r), a1, sizeof a1), plan_bytes_str(p->arenas[ARENA_GPU].size, a2, sizeof a2));
     }
+    say_eval(u);
     int64_t g = (start + ran) * u->accum;
     printf("data: %s, epoch %" PRId64 " (%.2f epochs read: %" PRId64 " global micro-batch%s)\n", dord_order_name(u->dord.o.order),
            dord_epoch(&u->dord, g - 1) + 1, dord_epochs_read(&u->dord, g), g, g == 1 ? "" : "es");
+}
+
+/* The last lines of an interrupted run (rank 0 prints; every rank returns the status). */
+static int say_stopped(const Run *u) {
+    const Opts *o = &u->o;
+    if (u->lead) {
+        fflush(stdout);
+        const char *name = u->stopped == SIGINT ? "SIGINT" : u->stopped == SIGTERM ? "SIGTERM" : u->stopped == SIGUSR1 ? "SIGUSR1" : "a signal";
+        int64_t at = u->start + u->ran;
+        fprintf(stderr, "zinfrun: interrupted by %s at step %" PRId64 " of %" PRId64 ": ", name, at, u->total);
+        if (o->ckpt_dir && u->ran > 0)
+            fprintf(stderr, "checkpoint %s/step-%08" PRId64 " written; run the same command with --resume to continue from it%s\n",
+                    o->ckpt_dir, at, o->export_path || o->export_hf ? " (the exports are written when the run finishes)" : "");
+        else if (o->ckpt_dir)
+            fprintf(stderr, "no step was trained, nothing written\n");
+        else
+            fprintf(stderr, "the %" PRId64 " step%s trained are not saved (no --checkpoint-dir)\n", u->ran, u->ran == 1 ? "" : "s");
+        fflush(stderr);
+    }
+    return 128 + u->stopped;
 }
 
 static void run_close(Run *u) {
@@ -1002,12 +1256,17 @@ int main(int argc, char **argv) {
         return 1;
     }
     hk_threads_local_ranks(C.local_size); /* before any kernel: the team is cores / ranks on this node */
+    catch_stop_signals(u.o.ckpt_dir, C.rank == 0);
     /* Under mpirun stdout is often a pseudo-terminal shared by every rank: plain lines then. */
     u.lead = C.rank == 0;
     u.tty = isatty(1) && C.size == 1 && !getenv("ZINF_PLAIN");
     u.loaded = -1;
+    u.saved = -1;
     static char err[16384]; /* messages that list tensors or checkpoints */
     u.p = plan_read(u.o.plan, err, sizeof err);
+    size_t pl = strlen(u.o.plan);
+    if (!u.p && pl > 3 && !strcmp(u.o.plan + pl - 3, ".zl"))
+        return die("%s; %s is a model's source: compile it into a plan first, zinfc %s -o model.plan", err, u.o.plan, u.o.plan);
     if (!u.p) return die("%s", err);
     char vm[4096];
     int nv = verify_plan(u.p, vm, sizeof vm);
@@ -1022,13 +1281,15 @@ int main(int argc, char **argv) {
         printf("%s\n", tl);
     }
     u.accum = u.p->train.grad_accum > 0 ? (int)u.p->train.grad_accum : 1;
-    u.ho = (HfioOptions){.staging_bytes = HFIO_STAGING_DEFAULT, .max_shard_bytes = u.o.shard_size, .merge_lora = u.o.merge_lora};
+    u.ho = (HfioOptions){.staging_bytes = HFIO_STAGING_DEFAULT, .max_shard_bytes = u.o.shard_size, .merge_lora = u.o.merge_lora,
+                        .companions_from = u.o.init};
     int status = 0;
     if (run_start(&u, err, sizeof err) || open_data(&u, err, sizeof err) || train(&u, err, sizeof err) ||
         finish(&u, err, sizeof err))
         status = die("%s", err);
-    else if (u.lead)
+    else if (u.lead && !(u.stopped && u.ran == 0))
         print_summary(&u);
+    if (!status && u.stopped) status = say_stopped(&u);
     run_close(&u);
     comm_finalize(&C);
     return status;

@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bpe.h"
 #include "chattmpl.h"
@@ -52,6 +54,11 @@ static double now(void) {
 
 /* The whole of path (or stdin for "-") into a malloc'd buffer. */
 static int read_all(const char *path, char **out, size_t *outn, char *err, size_t errlen) {
+    struct stat st;
+    if (strcmp(path, "-") && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s is a directory: give the text files in it (%s/*.txt)", path, path);
+        return -1;
+    }
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
     if (!f) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
@@ -306,6 +313,18 @@ int main(int argc, char **argv) {
     }
     char err[1024];
     HfTok *t = NULL;
+    /* a model directory stands for its tokenizer.json */
+    char tokpath[4200];
+    struct stat st;
+    if (o.tokenizer && stat(o.tokenizer, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(tokpath, sizeof tokpath, "%s/tokenizer.json", o.tokenizer);
+        if (access(tokpath, R_OK) != 0) {
+            fprintf(stderr, "zinftok: --tokenizer %s is a directory without a tokenizer.json: give the tokenizer.json file\n",
+                    o.tokenizer);
+            return 1;
+        }
+        o.tokenizer = tokpath;
+    }
     if (o.tokenizer) {
         if (hftok_load(&t, o.tokenizer, err, sizeof err)) {
             fprintf(stderr, "zinftok: %s\n", err);
@@ -415,13 +434,22 @@ int main(int argc, char **argv) {
     }
     double secs = now() - t0;
     int64_t vocab = t ? hftok_vocab_size(t) : 256;
+    if (!rc && out.ids.n == 0) {
+        fprintf(stderr, "zinftok: no tokens: %s empty (%.0f bytes of text); nothing written\n",
+                o.nin == 1 ? "the input is" : "the inputs are", (double)bytes);
+        rc = 1;
+    } else if (!rc && o.val && (size_t)((double)out.ids.n * o.frac) >= out.ids.n) {
+        fprintf(stderr, "zinftok: --val takes all %zu tokens: nothing would be left to train on\n", out.ids.n);
+        rc = 1;
+    }
+    uint64_t fp = t ? hftok_fingerprint(t) : 0;
     if (!rc) {
         const uint32_t *ids = out.ids.v;
         size_t ntok = out.ids.n, nval = o.val ? (size_t)((double)ntok * o.frac) : 0, ntrain = ntok - nval;
         int64_t trained[2] = {0, 0};
         for (size_t i = 0; i < ntok; i++) trained[i >= ntrain] += out.trained[i];
-        if (tok_write_masked(o.out, ids, out.trained, (int64_t)ntrain, vocab, err, sizeof err) ||
-            (o.val && tok_write_masked(o.val, ids + ntrain, out.trained + ntrain, (int64_t)nval, vocab, err, sizeof err))) {
+        if (tok_write_masked(o.out, ids, out.trained, (int64_t)ntrain, vocab, fp, err, sizeof err) ||
+            (o.val && tok_write_masked(o.val, ids + ntrain, out.trained + ntrain, (int64_t)nval, vocab, fp, err, sizeof err))) {
             fprintf(stderr, "zinftok: %s\n", err);
             rc = 1;
         } else {

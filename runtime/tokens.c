@@ -70,14 +70,14 @@ int tok_open(TokReader *r, const char *path, int64_t vocab, char *err, size_t er
     }
     int width = h[1] == TOK_VERSION ? 2 : 4;
     if (h[1] == TOK_VERSION_MASKED) {
-        width = h[4];
+        width = h[6];
         if (width != 2 && width != 4) {
             close(fd);
-            return errorf(err, errlen, "%s: version 3 header says %d bytes per token id (expected 2 or 4)", path, h[4]);
+            return errorf(err, errlen, "%s: version 3 header says %d bytes per token id (expected 2 or 4)", path, h[6]);
         }
-        if (h[2] >= 0 && (h[5] < 0 || h[5] > h[2])) {
+        if (h[2] >= 0 && (h[7] < 0 || h[7] > h[2])) {
             close(fd);
-            return errorf(err, errlen, "%s: the header says %d trained tokens of %d", path, h[5], h[2]);
+            return errorf(err, errlen, "%s: the header says %d trained tokens of %d", path, h[7], h[2]);
         }
     }
     if (h[3] < 0) {
@@ -105,9 +105,10 @@ int tok_open(TokReader *r, const char *path, int64_t vocab, char *err, size_t er
     r->ntokens = h[2];
     r->vocab = vocab;
     r->file_vocab = h[3];
+    r->tokenizer = (uint64_t)(uint32_t)h[4] | (uint64_t)(uint32_t)h[5] << 32;
     r->width = width;
     r->version = h[1];
-    r->ntrained = h[1] == TOK_VERSION_MASKED ? h[5] : h[2];
+    r->ntrained = h[1] == TOK_VERSION_MASKED ? h[7] : h[2];
     return 0;
 }
 
@@ -264,6 +265,18 @@ int tok_read(TokReader *r, int64_t off, int64_t n, uint32_t *ids, char *err, siz
     return 0;
 }
 
+int tok_check_ids(TokReader *r, char *err, size_t errlen) {
+    if (r->vocab <= 0) return 0;
+    const int64_t chunk = 1 << 20;
+    uint32_t *ids = malloc((size_t)chunk * sizeof *ids);
+    if (!ids) return errorf(err, errlen, "%s: out of memory checking the token ids", r->path);
+    int rc = 0;
+    for (int64_t off = 0; off < r->ntokens && !rc; off += chunk)
+        rc = tok_read(r, off, r->ntokens - off < chunk ? r->ntokens - off : chunk, ids, err, errlen);
+    free(ids);
+    return rc;
+}
+
 int tok_batch(TokReader *r, int rank, int world, int64_t g, int64_t B, int64_t T, int32_t *tokens,
               int32_t *targets, char *err, size_t errlen) {
     if (world < 1 || rank < 0 || rank >= world)
@@ -297,9 +310,10 @@ static int write_full(int fd, const void *buf, size_t n) {
 }
 
 /* mask: NULL (versions 1, 2) or the version 3 mask, ceil(n/8) bytes with
- * `trained` bits set. */
-static int write_file(const char *path, const void *body, int64_t n, int width, int32_t vocab, const uint8_t *mask,
-                      int64_t trained, char *err, size_t errlen) {
+ * `trained` bits set; tokenizer: the fingerprint recorded in [4..5], 0:
+ * none. */
+static int write_file(const char *path, const void *body, int64_t n, int width, int32_t vocab, uint64_t tokenizer,
+                      const uint8_t *mask, int64_t trained, char *err, size_t errlen) {
     if (n < 0 || n > INT32_MAX)
         return errorf(err, errlen, "%s: %lld tokens do not fit the int32 count of the header", path, (long long)n);
     char tmp[600];
@@ -313,10 +327,12 @@ static int write_file(const char *path, const void *body, int64_t n, int width, 
     h[1] = width == 2 ? TOK_VERSION : TOK_VERSION32;
     h[2] = (int32_t)n;
     h[3] = vocab;
+    h[4] = (int32_t)(uint32_t)tokenizer;
+    h[5] = (int32_t)(uint32_t)(tokenizer >> 32);
     if (mask) {
         h[1] = TOK_VERSION_MASKED;
-        h[4] = width;
-        h[5] = (int32_t)trained;
+        h[6] = width;
+        h[7] = (int32_t)trained;
     }
     const char *what = "write";
     if (write_full(fd, h, sizeof h) != 0 || write_full(fd, body, (size_t)n * (size_t)width) != 0) goto bad;
@@ -349,11 +365,11 @@ bad: {
 }
 
 int tok_write(const char *path, const uint16_t *tokens, int64_t n, char *err, size_t errlen) {
-    return write_file(path, tokens, n, 2, 0, NULL, 0, err, errlen);
+    return write_file(path, tokens, n, 2, 0, 0, NULL, 0, err, errlen);
 }
 
 static int write_ids(const char *path, const uint32_t *ids, const uint8_t *mask, int64_t trained, int64_t n,
-                     int64_t vocab, char *err, size_t errlen) {
+                     int64_t vocab, uint64_t tokenizer, char *err, size_t errlen) {
     if (vocab < 1 || vocab > INT32_MAX)
         return errorf(err, errlen, "%s: vocabulary size %lld is not 1..%d", path, (long long)vocab, INT32_MAX);
     if (n < 0 || n > INT32_MAX)
@@ -362,31 +378,36 @@ static int write_ids(const char *path, const uint32_t *ids, const uint8_t *mask,
         if (ids[i] >= vocab)
             return errorf(err, errlen, "%s: token %u at position %lld is not below the vocabulary size %lld", path,
                         (unsigned)ids[i], (long long)i, (long long)vocab);
-    if (vocab > TOK_MAX_VOCAB16) return write_file(path, ids, n, 4, (int32_t)vocab, mask, trained, err, errlen);
+    if (vocab > TOK_MAX_VOCAB16) return write_file(path, ids, n, 4, (int32_t)vocab, tokenizer, mask, trained, err, errlen);
     uint16_t *narrow = malloc((size_t)(n ? n : 1) * sizeof *narrow);
     if (!narrow) return errorf(err, errlen, "%s: out of memory", path);
     for (int64_t i = 0; i < n; i++) narrow[i] = (uint16_t)ids[i];
-    int rc = write_file(path, narrow, n, 2, (int32_t)vocab, mask, trained, err, errlen);
+    int rc = write_file(path, narrow, n, 2, (int32_t)vocab, tokenizer, mask, trained, err, errlen);
     free(narrow);
     return rc;
 }
 
 int tok_write_ids(const char *path, const uint32_t *ids, int64_t n, int64_t vocab, char *err, size_t errlen) {
-    return write_ids(path, ids, NULL, 0, n, vocab, err, errlen);
+    return write_ids(path, ids, NULL, 0, n, vocab, 0, err, errlen);
 }
 
-int tok_write_masked(const char *path, const uint32_t *ids, const uint8_t *trained, int64_t n, int64_t vocab, char *err,
+int tok_write_ids_of(const char *path, const uint32_t *ids, int64_t n, int64_t vocab, uint64_t tokenizer, char *err,
                      size_t errlen) {
+    return write_ids(path, ids, NULL, 0, n, vocab, tokenizer, err, errlen);
+}
+
+int tok_write_masked(const char *path, const uint32_t *ids, const uint8_t *trained, int64_t n, int64_t vocab,
+                     uint64_t tokenizer, char *err, size_t errlen) {
     if (n < 0 || n > INT32_MAX)
         return errorf(err, errlen, "%s: %lld tokens do not fit the int32 count of the header", path, (long long)n);
     int64_t count = 0;
     for (int64_t i = 0; i < n; i++) count += trained[i] != 0;
-    if (count == n) return write_ids(path, ids, NULL, 0, n, vocab, err, errlen);
+    if (count == n) return write_ids(path, ids, NULL, 0, n, vocab, tokenizer, err, errlen);
     uint8_t *mask = calloc((size_t)(n + 7) / 8 + 1, 1);
     if (!mask) return errorf(err, errlen, "%s: out of memory", path);
     for (int64_t i = 0; i < n; i++)
         if (trained[i]) mask[i / 8] |= (uint8_t)(1u << (i % 8));
-    int rc = write_ids(path, ids, mask, count, n, vocab, err, errlen);
+    int rc = write_ids(path, ids, mask, count, n, vocab, tokenizer, err, errlen);
     free(mask);
     return rc;
 }

@@ -1,12 +1,15 @@
 /* tokens: training data as token files, the llm.c / nanoGPT .bin layout:
  *   header: 256 little-endian int32: [0] magic 20240520, [1] version,
  *           [2] token count N, [3] vocabulary size (0: not recorded),
- *           the rest zero
- *           (version 3: [4] bytes per id, 2 or 4; [5] trained tokens M)
+ *           [4], [5] the tokenizer's fingerprint, low and high 32 bits
+ *           (0: not recorded; zinftok --tokenizer records it, so that a
+ *           run can tell a file made by another tokenizer of the same
+ *           vocabulary size), version 3 only: [6] bytes per id, 2 or 4,
+ *           [7] trained tokens M; the rest zero
  *   body:   N little-endian token ids: version 1 uint16 (llm.c's own
  *           files), version 2 uint32 (written when the vocabulary has more
  *           than 65536 ids, which llm.c's readers refuse by its version),
- *           version 3 uint16 or uint32 as [4] says
+ *           version 3 uint16 or uint32 as [6] says
  *   mask:   version 3 only: ceil(N/8) bytes after the ids, bit i (bit i%8,
  *           least significant first, of byte i/8) set when token i is
  *           trained: the loss counts predicting it from the tokens before
@@ -64,6 +67,7 @@ typedef struct TokReader {
     int64_t ntokens;
     int64_t vocab;      /* 0: token ids unchecked */
     int64_t file_vocab; /* header[3]: the vocabulary the file was made for, 0: not recorded */
+    uint64_t tokenizer; /* header[4..5]: the fingerprint of the tokenizer that made it, 0: not recorded */
     int width;          /* bytes per id: 2 (version 1) or 4 (version 2); version 3 says */
     int version;
     int64_t ntrained;   /* tokens trained: the header's M (version 3), else ntokens */
@@ -109,6 +113,10 @@ int tok_read_trained(TokReader *r, int64_t off, int64_t n, uint8_t *trained, cha
 int tok_mask_targets(TokReader *r, int64_t off, int64_t n, int32_t *targets, char *err, size_t errlen);
 /* How many of tokens [off, off+n) are trained; -1 with err. */
 int64_t tok_count_trained(TokReader *r, int64_t off, int64_t n, char *err, size_t errlen);
+/* Every id of the file against the reader's vocab, in one pass of
+ * reads (a bad id found at start, not at the step that reads it).
+ * Returns 0, or -1 with tok_read's message for the first bad id. */
+int tok_check_ids(TokReader *r, char *err, size_t errlen);
 
 /* Write n tokens to path atomically: a temporary file beside it, fsync,
  * rename over path, fsync of the directory. n must fit the int32 count.
@@ -119,10 +127,14 @@ int tok_write(const char *path, const uint16_t *tokens, int64_t n, char *err, si
  * in the header: version 1 when vocab <= 65536, else version 2. Every id
  * must be below vocab. */
 int tok_write_ids(const char *path, const uint32_t *ids, int64_t n, int64_t vocab, char *err, size_t errlen);
+/* The same, recording the fingerprint of the tokenizer that made the ids
+ * (hftok_fingerprint; 0: none). */
+int tok_write_ids_of(const char *path, const uint32_t *ids, int64_t n, int64_t vocab, uint64_t tokenizer, char *err,
+                     size_t errlen);
 /* The same with trained[n] (0: untrained, else trained): version 3 (ids
  * of 2 bytes when vocab <= 65536, else 4) when some token is untrained,
- * else exactly what tok_write_ids writes. */
-int tok_write_masked(const char *path, const uint32_t *ids, const uint8_t *trained, int64_t n, int64_t vocab, char *err,
-                     size_t errlen);
+ * else exactly what tok_write_ids_of writes. */
+int tok_write_masked(const char *path, const uint32_t *ids, const uint8_t *trained, int64_t n, int64_t vocab,
+                     uint64_t tokenizer, char *err, size_t errlen);
 
 #endif

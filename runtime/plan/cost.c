@@ -379,9 +379,15 @@ void cost_free(CostResult *r) {
 }
 
 void cost_bottleneck_sentence(const Plan *p, const CostResult *r, char *buf, size_t n) {
-    static const char *const what[PLAN_NQUEUES] = {
+    static const char *const what_gpu[PLAN_NQUEUES] = {
         "NVMe reads and writes", "host-to-device copies over PCIe", "device-to-host copies over PCIe",
         "collectives on the network", "GPU compute", "the CPU optimizer and gradient accumulation"};
+    /* the host backend's "device" is host memory and its compute the host kernels: said as such */
+    static const char *const what_host[PLAN_NQUEUES] = {
+        "NVMe reads and writes", "copies into the device arena (host memory)", "copies out of the device arena (host memory)",
+        "collectives between the ranks", "the host kernels' compute", "the CPU optimizer and gradient accumulation"};
+    bool host = p && p->target.backend && !strcmp(p->target.backend, "host");
+    const char *const *what = host ? what_host : what_gpu;
     double t = r->pass_time > 0 ? r->pass_time : 1;
     int b = r->bottleneck;
     double compute = r->busy[Q_COMPUTE] / t * 100;
@@ -392,7 +398,7 @@ void cost_bottleneck_sentence(const Plan *p, const CostResult *r, char *buf, siz
                  r->busy[b] / t * 100, compute,
                  b == Q_NVME ? "move state to CPU memory or add drives" :
                  b == Q_COMM ? "a larger micro-batch amortises the all-gathers" :
-                 b == Q_CPU ? "keep optimizer state on the GPU or add CPU bandwidth" :
+                 b == Q_CPU ? (host ? "keep optimizer state in the device arena or add CPU bandwidth" : "keep optimizer state on the GPU or add CPU bandwidth") :
                  "raise the micro-batch or keep more state on the GPU");
     (void)p;
 }

@@ -125,6 +125,8 @@ void plandump_summary(const Plan *p, const CostResult *c, FILE *out) {
     for (int k = 0; k < PLAN_NARENAS; k++)
         fprintf(out, "  %-7s %12s of %12s\n", plan_arena_names[k], plan_bytes_str(p->arenas[k].size, a, sizeof a),
                 plan_bytes_str(p->arenas[k].capacity, b, sizeof b));
+    if (p->target.backend && !strcmp(p->target.backend, "host"))
+        fprintf(out, "  (host backend: the gpu arena is each rank's device arena, in host memory)\n");
     fprintf(out, "model state homes per rank: gpu %s, cpu %s, nvme %s\n", plan_bytes_str(home[TIER_GPU], a, sizeof a),
             plan_bytes_str(home[TIER_CPU], b, sizeof b), plan_bytes_str(home[TIER_NVME], (char[32]){0}, 32));
     if (!c) return;

@@ -86,7 +86,7 @@ def read_token_file(path):
         data = f.read()
     h = struct.unpack("<256i", data[:1024])
     assert h[0] == 20240520 and h[1] == 3, "not a version-3 token file: %s" % (h[:6],)
-    n, width = h[2], h[4]
+    n, width = h[2], h[6]
     fmt = "<%d%s" % (n, "H" if width == 2 else "I")
     ids = list(struct.unpack(fmt, data[1024:1024 + width * n]))
     bits = data[1024 + width * n:]

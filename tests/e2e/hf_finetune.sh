@@ -1,19 +1,25 @@
 #!/bin/sh
-# The walkthrough of README.md and docs/huggingface.md, command for command:
-# a user with a Hugging Face model directory (config.json, safetensors
-# weights, tokenizer.json) and a text file fine-tunes it with zinf on the
-# host backend with parameters and Adam state offloaded to NVMe, exports it,
-# and loads the result in transformers.
+# The walkthrough of docs/huggingface.md, run as written: the block between
+# its "walkthrough" markers is taken from the file and run by sh, command
+# for command, with NVME set to a directory of this test (the one line
+# changed). A user with a Hugging Face model directory (hf_dir: config.json,
+# safetensors weights, tokenizer.json) and a text file (corpus.txt)
+# fine-tunes it with zinf on the host backend with parameters and Adam
+# state offloaded to NVMe, exports it, and generates text from the export
+# with transformers' pipeline().
 #
 # The model directory is made here (nothing is downloaded): a tokenizer
 # trained with the tokenizers library on the corpus, and a small random
 # LlamaForCausalLM of that vocabulary saved with save_pretrained. Checked:
-# the loss falls while training, the export loads with from_pretrained
-# (no missing or unexpected keys), its loss on the training text is below
-# the original model's (the fine-tuned weights went out), and the tokens
-# zinftok wrote are the tokenizer's own.
+# every command of the block succeeds, the loss falls while training, the
+# export loads with from_pretrained (no missing or unexpected keys) with
+# the tokenizer and generation_config.json it was given, its loss on the
+# training text is below the original model's (the fine-tuned weights went
+# out), and the tokens zinftok wrote are the tokenizer's own.
 #   tests/e2e/hf_finetune.sh BUILD
 B=${1:-build}
+ROOT=$(pwd)
+case $B in /*) ;; *) B="$ROOT/$B" ;; esac
 . tests/pyenv.sh
 [ -n "$ZINF_PY" ] || { echo "skip hf_finetune: no Python environment with transformers (make deps)"; exit 0; }
 W=$(mktemp -d /tmp/zinf-hfft.XXXXXX)
@@ -38,32 +44,31 @@ tok.train([w + "/corpus.txt"], trainers.BpeTrainer(vocab_size=1024, special_toke
                                                    initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
 torch.manual_seed(0)
 cfg = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=False,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False,
                   bos_token_id=0, eos_token_id=0)
-LlamaForCausalLM(cfg).save_pretrained(w + "/hf")
-PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(w + "/hf")
+LlamaForCausalLM(cfg).save_pretrained(w + "/hf_dir")
+PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(w + "/hf_dir")
 PY
 
-# 1. the model as .zl, with a plan block that puts parameters and Adam state on NVMe
-"$B/bin/zinfc" --from-hf "$W/hf" --seq 64 --emit=zl > "$W/model.zl" || { echo "FAIL: zinfc --from-hf"; exit 1; }
-sed -i -e 's/lr = 2e-5/lr = 3e-3/' -e 's/warmup = 20$/warmup = 2/' "$W/model.zl"
-cat >> "$W/model.zl" <<ZL
-target laptop { backend = "host"; ranks = 1; budget = 512 MiB
-  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2; flops = 20 G }
-  nvme { paths = ["$W/nvme"]; read = 1 GB/s; write = 1 GB/s; capacity = 4 GiB } }
-plan { params = "nvme"; optimizer = "nvme"; grads = "cpu" }
-ZL
-mkdir -p "$W/nvme"
-# 2. plan it, 3. tokenize the corpus with the model's tokenizer, 4. fine-tune from the weights and export
-"$B/bin/zinfc" "$W/model.zl" -o "$W/model.plan" > "$W/zinfc.out" 2>&1 || { cat "$W/zinfc.out"; echo "FAIL: zinfc"; exit 1; }
-"$B/bin/zinftok" --tokenizer "$W/hf/tokenizer.json" "$W/corpus.txt" -o "$W/train.bin" > "$W/tok.out" 2>&1 || { cat "$W/tok.out"; echo "FAIL: zinftok"; exit 1; }
-timeout 300 "$B/bin/zinfrun" "$W/model.plan" --init "$W/hf" --data "$W/train.bin" --steps 30 --nvme "$W/nvme" \
-    --checkpoint-dir "$W/ck" --losses "$W/losses" --export-hf "$W/out" < /dev/null > "$W/run.out" 2>&1 ||
-  { cat "$W/run.out"; echo "FAIL: zinfrun --init --export-hf"; exit 1; }
-grep -q "^init: " "$W/run.out" || { cat "$W/run.out"; echo "FAIL: no init line"; fail=1; }
-first=$(sed -n 1p "$W/losses" | awk '{print $4}')
-last=$(tail -n 1 "$W/losses" | awk '{print $4}')
-if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }'; then echo "ok   fine-tuning on NVMe offload: loss $first -> $last over 30 steps"
+# The walkthrough's block, as docs/huggingface.md has it.
+sed -n '/^<!-- walkthrough:/,/^<!-- \/walkthrough -->/p' docs/huggingface.md | sed -e '1d' -e '$d' -e 's/^    //' > "$W/walkthrough.sh"
+grep -q '^zinfrun model.plan --init hf_dir' "$W/walkthrough.sh" && grep -q '^NVME=/mnt/nvme ' "$W/walkthrough.sh" ||
+  { cat "$W/walkthrough.sh"; echo "FAIL: no walkthrough block in docs/huggingface.md"; exit 1; }
+sed -i "s|^NVME=/mnt/nvme |NVME=$W/nvme |" "$W/walkthrough.sh"
+mkdir -p "$W/nvme" "$W/pybin"
+printf '#!/bin/sh\nexec "%s" "$@"\n' "$ZINF_PY" > "$W/pybin/python" && chmod +x "$W/pybin/python"  # the environment's python as `python`
+# every command must succeed: set -e, and each command echoed (set -x) into the log
+if (cd "$W" && PATH="$B/bin:$W/pybin:$PATH" ZINF_PROBE=none timeout 900 sh -ex walkthrough.sh < /dev/null > run.out 2>&1); then
+  echo "ok   the walkthrough ran as written ($(grep -c "^+ " "$W/run.out") commands; pipeline() generated text from the export)"
+else
+  tail -30 "$W/run.out"; echo "FAIL: the walkthrough of docs/huggingface.md"; exit 1
+fi
+grep -q "^init: " "$W/run.out" || { echo "FAIL: no init line"; fail=1; }
+grep -q "^  with tokenizer.json, tokenizer_config.json, generation_config.json copied from hf_dir (--init)" "$W/run.out" ||
+  { echo "FAIL: the export does not say it copied the tokenizer"; fail=1; }
+first=$(grep -m1 '^step ' "$W/run.out" | sed 's/.*loss \([0-9.]*\).*/\1/')
+last=$(grep '^done: ' "$W/run.out" | sed 's/.*-> \([0-9.]*\),.*/\1/')
+if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.1) }'; then echo "ok   fine-tuning on NVMe offload: loss $first -> $last"
 else echo "FAIL: the loss did not fall: $first -> $last"; fail=1; fi
 
 # 5. the result in transformers
@@ -74,7 +79,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging
 logging.disable_progress_bar()
 w = sys.argv[1]
-tok = AutoTokenizer.from_pretrained(w + "/hf")
+tok = AutoTokenizer.from_pretrained(w + "/finetuned")  # the export's own tokenizer files
 ids = tok(open(w + "/corpus.txt", encoding="utf-8").read())["input_ids"]
 # zinftok wrote the tokenizer's ids (header of 256 int32, then the ids)
 raw = open(w + "/train.bin", "rb").read()
@@ -82,15 +87,17 @@ hdr = struct.unpack("<256i", raw[:1024])
 width = 2 if hdr[1] == 1 else 4
 got = np.frombuffer(raw[1024:], dtype=np.uint16 if width == 2 else np.uint32).tolist()
 assert got == ids or got[1:] == ids or got[:-1] == ids or got[1:-1] == ids, "zinftok's ids differ from the tokenizer's"
-out, info = AutoModelForCausalLM.from_pretrained(w + "/out", output_loading_info=True)
+out, info = AutoModelForCausalLM.from_pretrained(w + "/finetuned", output_loading_info=True)
 assert not info["missing_keys"] and not info["unexpected_keys"], info
-base = AutoModelForCausalLM.from_pretrained(w + "/hf")
-x = torch.tensor([ids[:64 * 8 + 1]]).view(-1)
-batch = torch.stack([x[i * 64:(i + 1) * 64 + 1] for i in range(8)])
+base = AutoModelForCausalLM.from_pretrained(w + "/hf_dir")
+x = torch.tensor([ids[:512 * 4 + 1]]).view(-1)
+batch = torch.stack([x[i * 512:(i + 1) * 512 + 1] for i in range(4)])
 with torch.no_grad():
     lb = base(batch[:, :-1], labels=batch[:, :-1]).loss.item()
     lo = out(batch[:, :-1], labels=batch[:, :-1]).loss.item()
-assert lo < lb - 0.5, (lb, lo)
+assert lo < lb - 0.1, (lb, lo)
+import os
+assert os.path.exists(w + "/finetuned/generation_config.json"), "no generation_config.json in the export"
 print("ok   the export loads in transformers (no missing or unexpected keys); loss on the text %.3f before, %.3f after" % (lb, lo))
 PY
 exit $fail

@@ -91,7 +91,7 @@ done
 for ex in gpt2-tiny llama-tiny; do
   e=$T/ex-$ex
   "$Z/zinfc" "examples/$ex.zl" --target "$T/one.zl" -o "$e.plan" > "$e.log" 2>&1 || { cat "$e.log"; bad "$ex: plan"; continue; }
-  "$Z/zinfrun" "$e.plan" --backend host --data "$T/bytes.bin" --steps 0 --export-hf "$e" > "$e.export.log" 2>&1 ||
+  "$Z/zinfrun" "$e.plan" --backend host --data "$T/bytes.bin" --steps 0 --from-scratch --export-hf "$e" > "$e.export.log" 2>&1 ||
     { cat "$e.export.log"; bad "$ex: --export-hf"; continue; }
   "$Z/zinfrun" "$e.plan" --backend host --data "$T/bytes.bin" --steps 1 --losses "$e.losses" > "$e.run.log" 2>&1 ||
     { cat "$e.run.log"; bad "$ex: one step"; continue; }

@@ -31,7 +31,7 @@ def write_masked(path, ids, trained, vocab):
         if t:
             mask[i // 8] |= 1 << (i % 8)
     with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *([20240520, 3, n, vocab, 2, sum(trained)] + [0] * 250)))
+        f.write(struct.pack("<256i", *([20240520, 3, n, vocab, 0, 0, 2, sum(trained)] + [0] * 248)))
         f.write(struct.pack("<%dH" % n, *ids))
         f.write(bytes(mask))
 

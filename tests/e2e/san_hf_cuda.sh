@@ -45,7 +45,7 @@ mkdir -p "$W/src"
 host() { timeout 300 "$B/bin/zinfrun" "$W/m.plan" --backend host --quiet "$@"; }
 cuda() { LD_LIBRARY_PATH="$B/fakecuda" FAKECUDA_UNITS="$B/fakecuda/units" timeout 300 "$B/bin/zinfrun" "$W/m.plan" --backend cuda --quiet "$@"; }
 # a checkpoint that is not the seeded initialisation: the host's state after 2 steps
-host --data "$W/train.bin" --steps 2 --export-hf "$W/hf" > "$W/a.out" 2>&1 || { cat "$W/a.out"; echo "FAIL: host export"; exit 1; }
+host --data "$W/train.bin" --steps 2 --from-scratch --export-hf "$W/hf" > "$W/a.out" 2>&1 || { cat "$W/a.out"; echo "FAIL: host export"; exit 1; }
 cuda --init "$W/hf" --steps 0 --export-hf "$W/back" > "$W/b.out" 2>&1 || { cat "$W/b.out"; echo "FAIL: cuda import/export"; exit 1; }
 cmp "$W/hf/model.safetensors" "$W/back/model.safetensors" || { echo "FAIL: the GPU round trip changed the weights"; exit 1; }
 host --init "$W/hf" --data "$W/train.bin" --steps 1 --losses "$W/h.loss" > "$W/c.out" 2>&1 || { cat "$W/c.out"; echo "FAIL: host from hf"; exit 1; }

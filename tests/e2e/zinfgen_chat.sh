@@ -84,7 +84,8 @@ refuse() { # WANT ARGS...
   # shellcheck disable=SC2086
   if $G "$@" > /dev/null 2> "$W/err" || ! grep -qF -e "$want" "$W/err"; then cat "$W/err"; echo "FAIL: refusal '$want'"; fail=1; fi
 }
-refuse "zinfgen: --chat needs --tokenizer tokenizer.json" --chat "$MSG"
+mkdir -p "$W/empty"
+refuse "zinfgen: --chat needs --tokenizer tokenizer.json (or an --init directory that holds one" --chat "$MSG" --init "$W/empty"
 mkdir -p "$W/bare" && cp "$W/hf/tokenizer.json" "$W/bare/"
 refuse "--chat needs the model's chat template: no tokenizer_config.json with a chat_template beside $W/bare/tokenizer.json (give --chat-template FILE)" \
   --tokenizer "$W/bare/tokenizer.json" --chat "$MSG"

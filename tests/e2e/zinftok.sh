@@ -30,9 +30,10 @@ printf '{"prompt":"ab","completion":"cd"}\n\n{"text":"xy"}\n{"input_ids":[1,2,3]
 "$Z" "$D/s.jsonl" -o "$D/s.bin" > "$D/out" || fail "jsonl: $(cat "$D/out")"
 grep -qx "zinftok: 3 samples (1 text, 1 prompt/completion, 1 pre-tokenized); trained tokens: 5 of 9 (--train-on completion)" \
   "$D/out" || fail "jsonl summary: $(cat "$D/out")"
-# version 3, 9 tokens, vocabulary 256, 2-byte ids, 5 trained; ids; mask 0b00111100 0b0 (tokens 2..5 and 7)
-[ "$(od -An -tx4 -N24 "$D/s.bin" | tr -s ' \n' ' ')" = " $(printf %08x 20240520) 00000003 00000009 00000100 00000002 00000005 " ] ||
-  fail "jsonl header: $(od -An -tx4 -N24 "$D/s.bin")"
+# version 3, 9 tokens, vocabulary 256, no tokenizer fingerprint (byte-level), 2-byte ids, 5 trained; ids;
+# mask 0b00111100 0b0 (tokens 2..5 and 7)
+[ "$(od -An -tx4 -N32 "$D/s.bin" | tr -s ' \n' ' ')" = " $(printf %08x 20240520) 00000003 00000009 00000100 00000000 00000000 00000002 00000005 " ] ||
+  fail "jsonl header: $(od -An -tx4 -N32 "$D/s.bin")"
 [ "$(od -An -tu1 -j$((1024 + 18)) "$D/s.bin" | tr -s ' ')" = " 188 0" ] || fail "jsonl mask: $(od -An -tu1 -j1042 "$D/s.bin")"
 "$Z" "$D/s.jsonl" -o "$D/a.bin" --train-on all > "$D/out" || fail "--train-on all"
 grep -q "trained tokens: 7 of 9 (--train-on all)" "$D/out" || fail "--train-on all summary: $(cat "$D/out")"

@@ -228,6 +228,27 @@ START_TEST(test_vocabulary) {
 }
 END_TEST
 
+/* The fingerprint follows the vocabulary, not the file: the same
+ * tokenizer with other white space has the same one; tokenizers of
+ * other vocabularies differ; never 0 (the token file's "not recorded"). */
+START_TEST(test_fingerprint) {
+    HfTok *a = load(T1), *b = load(T4);
+    uint64_t fa = hftok_fingerprint(a);
+    ck_assert(fa != 0);
+    ck_assert(fa != hftok_fingerprint(b));
+    size_t n = strlen(T1);
+    char *spaced = malloc(n + 2);
+    spaced[0] = ' ';
+    memcpy(spaced + 1, T1, n + 1);
+    HfTok *c = load(spaced);
+    ck_assert(hftok_fingerprint(c) == fa);
+    hftok_free(a);
+    hftok_free(b);
+    hftok_free(c);
+    free(spaced);
+}
+END_TEST
+
 /* Replaces the first `from` in json by `to` (the result is static). */
 static const char *edit(const char *json, const char *from, const char *to) {
     static char buf[16384];
@@ -317,6 +338,7 @@ int main(void) {
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_cases);
     tcase_add_test(tc, test_vocabulary);
+    tcase_add_test(tc, test_fingerprint);
     tcase_add_test(tc, test_refused);
     tcase_add_test(tc, test_notes_and_files);
     suite_add_tcase(s, tc);

@@ -345,8 +345,22 @@ START_TEST(pins_are_obeyed) {
     c->o.tier[PC_PARAMS] = TIER_GPU;
     c->o.tier[PC_OPTIMIZER] = TIER_GPU;
     ck_assert(!planner_run(&c->g, &c->t, &c->o, &c->a, &c->d, &c->r));
-    ck_assert_msg(strstr(first_error(c), "model states need 1.51 MiB (1.51 MiB per rank over 1 rank); the target has 1.00 MiB GPU memory"), "%s", first_error(c));
-    ck_assert_str_eq(c->d.items[1].msg, "the plan block pins where state lives; unpin it to let the planner use every tier");
+    ck_assert_str_eq(first_error(c), "the plan block puts params and optimizer on gpu: 1.32 MiB per rank, more than the target's "
+                                     "1.00 MiB of gpu per rank (short by 328.75 KiB)");
+    ck_assert_str_eq(c->d.items[1].msg, "give that tier more room in the target (its capacity or memory), plan for more ranks, or pin less");
+    ctx_free(c);
+    /* the same on NVMe: the tier named is NVMe, not the GPU memory that would hold everything */
+    c = ctx_new(fx_small(), "host", 1);
+    c->t.nvme_capacity = 1 << 20;
+    static const char *tmp_path[] = {"/tmp"};
+    c->t.nvme_paths = tmp_path;
+    c->t.nvme_npaths = 1;
+    c->t.nvme_read = c->t.nvme_write = 1e9;
+    c->o.tier[PC_PARAMS] = TIER_NVME;
+    c->o.tier[PC_OPTIMIZER] = TIER_NVME;
+    ck_assert(!planner_run(&c->g, &c->t, &c->o, &c->a, &c->d, &c->r));
+    ck_assert_msg(strstr(first_error(c), "the plan block puts params and optimizer on nvme: 1.32 MiB per rank, more than the target's "
+                                         "1.00 MiB of nvme per rank (short by 328.75 KiB)"), "%s", first_error(c));
     ctx_free(c);
 }
 END_TEST

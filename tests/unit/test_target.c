@@ -150,7 +150,8 @@ START_TEST(errors) {
     Decl *e = decl("tiny");
     push(&e->settings, set("gpus_per_node", num(1, UNIT_NONE, 1, false)));
     ck_assert(!target_from_decl(e, &A, &d, &t));
-    ck_assert_str_eq(msg(&d, DIAG_ERROR, 0), "target 'tiny' needs 'memory' in its gpu block");
+    ck_assert_str_eq(msg(&d, DIAG_ERROR, 0), "target 'tiny' needs 'memory' in its gpu block, 'flops' in its gpu block, "
+                                             "'pcie' in its gpu block, 'memory' in its cpu block");
     diag_free(&d);
 
     diag_init(&d);
@@ -158,7 +159,10 @@ START_TEST(errors) {
     push(&h->settings, set("backend", str("host")));
     push(&h->settings, set("ranks", num(2, UNIT_NONE, 1, false)));
     ck_assert(!target_from_decl(h, &A, &d, &t));
-    ck_assert_str_eq(msg(&d, DIAG_ERROR, 0), "target 'laptop' needs 'budget'");
+    ck_assert_str_eq(msg(&d, DIAG_ERROR, 0), "target 'laptop' needs 'budget', 'memory' in its cpu block");
+    ck_assert_int_eq(d.errors, 1);
+    ck_assert_str_eq(msg(&d, DIAG_HINT, 0), "a host target needs ranks, budget and cpu { memory }, and nvme { paths; capacity } to "
+                                            "offload to NVMe; zinfprobe [--nvme DIR] -o FILE writes one with this machine's measured figures");
     diag_free(&d);
 
     diag_init(&d);

@@ -633,12 +633,13 @@ START_TEST(test_masked) {
     char err[512];
     for (int wide = 0; wide < 2; wide++) {
         int64_t vocab = wide ? 70000 : 256;
-        ck_assert_msg(tok_write_masked(g_path, ids, tr, N, vocab, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(tok_write_masked(g_path, ids, tr, N, vocab, 0x5eedull, err, sizeof err) == 0, "%s", err);
         TokReader r;
         ck_assert_msg(tok_open(&r, g_path, vocab, err, sizeof err) == 0, "%s", err);
         ck_assert_int_eq(r.version, 3);
         ck_assert_int_eq(r.width, wide ? 4 : 2);
         ck_assert_int_eq(r.ntrained, ntr);
+        ck_assert(r.tokenizer == 0x5eedull); /* the fingerprint beside the version 3 fields */
         uint8_t got[N];
         ck_assert_int_eq(tok_read_trained(&r, 0, N, got, err, sizeof err), 0);
         ck_assert_mem_eq(got, tr, N);
@@ -675,11 +676,45 @@ START_TEST(test_masked) {
     expect_open_error(70000, "truncated: the header says 203 tokens (1862 bytes) but the file has 1861 bytes");
     /* all trained: version 1, read as every token trained */
     memset(tr, 1, sizeof tr);
-    ck_assert_msg(tok_write_masked(g_path, ids, tr, N, 256, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(tok_write_masked(g_path, ids, tr, N, 256, 0, err, sizeof err) == 0, "%s", err);
     TokReader r;
     ck_assert_msg(tok_open(&r, g_path, 256, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(r.version, 1);
     ck_assert_int_eq(tok_count_trained(&r, 0, N, err, sizeof err), N);
+    tok_close(&r);
+}
+END_TEST
+
+/* tok_check_ids finds a bad id anywhere in the file in one pass (here
+ * past the first read chunk, not at a window that reads it), and the
+ * tokenizer's fingerprint is written to header words 4 and 5 and read
+ * back; 0 means not recorded. */
+START_TEST(test_check_ids_and_fingerprint) {
+    enum { N = 3000000 }; /* more than one read chunk */
+    uint16_t *t = malloc(sizeof *t * N);
+    for (int i = 0; i < N; i++) t[i] = (uint16_t)(i % 500);
+    t[N - 7] = 700;
+    char err[512];
+    ck_assert_msg(tok_write(g_path, t, N, err, sizeof err) == 0, "%s", err);
+    TokReader r;
+    ck_assert_msg(tok_open(&r, g_path, 600, err, sizeof err) == 0, "%s", err);
+    ck_assert(r.tokenizer == 0);
+    ck_assert_int_eq(tok_check_ids(&r, err, sizeof err), -1);
+    char want[128];
+    snprintf(want, sizeof want, "token 700 at position %d is not below the vocabulary size 600", N - 7);
+    ck_assert_msg(strstr(err, want), "%s", err);
+    tok_close(&r);
+    ck_assert_msg(tok_open(&r, g_path, 1000, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(tok_check_ids(&r, err, sizeof err), 0);
+    tok_close(&r);
+    free(t);
+
+    uint32_t ids[4] = {1, 2, 3, 999};
+    uint64_t fp = 0x0123456789abcdefull;
+    ck_assert_msg(tok_write_ids_of(g_path, ids, 4, 1000, fp, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(tok_open(&r, g_path, 1000, err, sizeof err) == 0, "%s", err);
+    ck_assert(r.tokenizer == fp);
+    ck_assert_int_eq(tok_check_ids(&r, err, sizeof err), 0);
     tok_close(&r);
 }
 END_TEST
@@ -708,6 +743,7 @@ int main(void) {
     tcase_add_test(tc, test_order_world_size);
     tcase_add_test(tc, test_sequential_is_windows);
     tcase_add_test(tc, test_state_check);
+    tcase_add_test(tc, test_check_ids_and_fingerprint);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
