@@ -146,7 +146,7 @@ check 2 "zinfgen: --temperature needs a number 0..1e+06, not 'hot'" "$P" --promp
 check 2 "zinfgen: --max-new needs a positive integer, not '0'" "$P" --prompt-ids 1 --max-new 0
 check 2 "zinfgen: --top-p needs a number 1e-09..1, not '1.5'" "$P" --prompt-ids 1 --top-p 1.5
 check 2 "zinfgen: --prompt-ids needs token ids like 1,2,3, not '1,,2'" "$P" --prompt-ids 1,,2 --nvme "$W/nvme"
-check 2 "zinfgen: give one of --prompt TEXT and --prompt-ids 1,2,3" "$P"
+check 2 "zinfgen: give one of --prompt TEXT, --chat MESSAGES and --prompt-ids 1,2,3" "$P"
 check 2 "zinfgen: --prompt needs --tokenizer tokenizer.json (or an --init directory that holds one, or --prompt-ids)" "$P" --prompt hi
 check 1 "zinfgen: the prompt has 65 tokens, more than the plan's window of T = 64 (compile with a longer --seq)" "$P" --nvme "$W/nvme" \
   --prompt-ids "$(seq -s, 1 65)"
