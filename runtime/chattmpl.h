@@ -96,6 +96,11 @@ int chattmpl_load_file(ChatTemplate **out, const char *path, char *err, size_t e
 int chattmpl_load_config(ChatTemplate **out, const char *path, char *err, size_t errlen);
 int chattmpl_from_config_json(ChatTemplate **out, const char *name, const char *json, size_t n, char *err,
                               size_t errlen);
+/* A Hugging Face model directory: its chat_template.jinja when there is
+ * one (it comes first, as in transformers), else the chat_template of its
+ * tokenizer_config.json; the special tokens from tokenizer_config.json.
+ * Messages name the file they are about. */
+int chattmpl_load_dir(ChatTemplate **out, const char *dir, char *err, size_t errlen);
 void chattmpl_free(ChatTemplate *t);
 
 /* Sets (or replaces) a special token the template sees as a variable,

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "chattmpl.h"
 
@@ -305,6 +306,53 @@ START_TEST(test_variables) {
 }
 END_TEST
 
+static void write_file(const char *dir, const char *name, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A model directory: chat_template.jinja before the config's template,
+ * the config's special tokens either way. */
+START_TEST(test_load_dir) {
+    char dir[] = "/tmp/chattmpl-test-XXXXXX", err[512], path[512];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ChatTemplate *t;
+    ChatRender out;
+    ck_assert_int_eq(chattmpl_load_dir(&t, dir, err, sizeof err), -1);
+    char want[600];
+    snprintf(want, sizeof want, "%s: no chat template (neither chat_template.jinja nor tokenizer_config.json)", dir);
+    ck_assert_str_eq(err, want);
+    write_file(dir, "tokenizer_config.json", "{\"eos_token\": \"<E>\", \"chat_template\": \"config{{ eos_token }}\"}");
+    ck_assert_int_eq(chattmpl_load_dir(&t, dir, err, sizeof err), 0);
+    ck_assert_int_eq(chattmpl_render(t, MSGS, 2, NULL, &out, err, sizeof err), 0);
+    ck_assert_str_eq(out.text, "config<E>");
+    chattmpl_render_free(&out);
+    chattmpl_free(t);
+    write_file(dir, "chat_template.jinja", "file{{ eos_token }}\n{{ nope(1) }}");
+    ck_assert_int_eq(chattmpl_load_dir(&t, dir, err, sizeof err), -1);
+    snprintf(want, sizeof want, "%s/chat_template.jinja: line 2: the function 'nope' is not supported", dir);
+    ck_assert_str_eq(err, want);
+    write_file(dir, "chat_template.jinja", "file{{ eos_token }}\n");
+    ck_assert_int_eq(chattmpl_load_dir(&t, dir, err, sizeof err), 0);
+    ck_assert_int_eq(chattmpl_render(t, MSGS, 2, NULL, &out, err, sizeof err), 0);
+    ck_assert_str_eq(out.text, "file<E>");
+    chattmpl_render_free(&out);
+    chattmpl_free(t);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    unlink(path);
+    ck_assert_int_eq(chattmpl_load_dir(&t, dir, err, sizeof err), 0);
+    ck_assert_ptr_null(chattmpl_token(t, "eos_token"));
+    chattmpl_free(t);
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 /* The template keeps what it needs of the text it was parsed from. */
 START_TEST(test_source_freed) {
     char err[512];
@@ -368,6 +416,7 @@ int main(void) {
     tcase_add_test(tc, test_fields);
     tcase_add_test(tc, test_config);
     tcase_add_test(tc, test_source_freed);
+    tcase_add_test(tc, test_load_dir);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
