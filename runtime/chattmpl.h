@@ -39,11 +39,13 @@
  * tokens, and the caller's extra variables (JSON values, e.g.
  * enable_thinking, tools, date_string).
  *
- * Use: chattmpl_load_config (or _load_file, _parse) once; then per
- * conversation chattmpl_render, read out.text[0, out.len) and
- * out.ranges, chattmpl_render_free. Mapping the byte ranges to tokens is
- * the caller's: a token that straddles a range's edge (SentencePiece's
- * "▁Hello" of Mistral's " " + answer) needs its rule.
+ * Use: chattmpl_load_dir (or _load_config, _load_file, _parse) once; then
+ * per conversation chattmpl_render, read out.text[0, out.len) and
+ * out.ranges, chattmpl_render_free. The text is tokenized without the
+ * tokenizer's post-processor tokens (transformers' add_special_tokens=
+ * False: the template writes the BOS itself). Mapping the byte ranges to
+ * tokens is the caller's: a token that straddles a range's edge
+ * (SentencePiece's "▁Hello" of Mistral's " " + answer) needs its rule.
  *
  * Assistant ranges: every byte of a message's content and fields is
  * traced through the template's string operations (concatenation,
