@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "chattmpl_impl.h"
+#include "chattmpl_value.h"
 
 typedef enum { TK_END, TK_NAME, TK_STR, TK_INT, TK_FLOAT, TK_OP } TkKind;
 
@@ -43,6 +44,11 @@ typedef struct Parser {
     size_t errlen;
     int failed;
 } Parser;
+
+/* Python's white space (what Jinja's \s and str.rstrip() take) at and
+ * before a position of the source: its length in bytes, or 0. */
+static size_t space_at(const Parser *p, size_t pos) { return ws_at(str_of(p->src, p->len), pos); }
+static size_t space_before(const Parser *p, size_t pos) { return ws_before(str_of(p->src, p->len), pos); }
 
 static int line_at(Parser *p, size_t pos) {
     if (pos < p->line_pos) p->line_pos = 0, p->line = 1;
@@ -161,7 +167,7 @@ static int lex_tag(Parser *p, int output, int *strip_after) {
     const char *closer = output ? "}}" : "%}";
     int brackets = 0; /* `}}` inside a dict literal closes the dict, not the tag */
     for (;;) {
-        while (p->pos < p->len && strchr(" \t\r\n", p->src[p->pos])) p->pos++;
+        for (size_t w; p->pos < p->len && (w = space_at(p, p->pos));) p->pos += w;
         int line = line_at(p, p->pos);
         if (p->pos >= p->len) return fail(p, line, "the tag is not closed with '%s'", closer), -1;
         const char *s = p->src + p->pos;
@@ -697,7 +703,7 @@ static int parse_text(Parser *p, Block *b, int *line_starting) {
     if (tag && next + 2 < p->len + 1) {
         char mod = next + 2 < p->len ? p->src[next + 2] : 0;
         if (mod == '-') {
-            while (end > start && strchr(" \t\r\n\v\f", p->src[end - 1])) end--;
+            for (size_t w; end > start && (w = space_before(p, end)) && end - w >= start;) end -= w;
         } else if (mod != '+' && tag[1] != '{') {
             /* lstrip_blocks: spaces and tabs between a line's start and a block tag */
             size_t ls = end;
@@ -719,7 +725,7 @@ static int parse_text(Parser *p, Block *b, int *line_starting) {
  * block or comment. */
 static void after_tag(Parser *p, int strip, int block, int *line_starting) {
     if (strip)
-        while (p->pos < p->len && strchr(" \t\r\n\v\f", p->src[p->pos])) p->pos++;
+        for (size_t w; p->pos < p->len && (w = space_at(p, p->pos));) p->pos += w;
     else if (block && p->pos < p->len && p->src[p->pos] == '\n')
         p->pos++;
     *line_starting = p->pos == 0 || p->src[p->pos - 1] == '\n';

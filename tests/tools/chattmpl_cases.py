@@ -64,6 +64,7 @@ cases = [
  ("indent", "[{{ 'a\nb\n\nc\n' | indent }}][{{ 'a\nb' | indent(2, true) }}][{{ 'a\n\nb' | indent('> ', blank=true) }}][{{ 'x\r\ny\u2028z' | indent(1) }}][{{ '' | indent(first=true) }}][{{ 'p\\r' | indent }}][{{ 'p\\r\\r' | indent }}]"),
  ("dictsort", "{% for k, v in {'b': 1, 'A': 2, 'a': 3, 'C': 0} | dictsort %}{{ k }}{{ v }} {% endfor %}|{{ {'b': 1, 'A': 2, 'a': 3} | dictsort(true) }}|{{ {'x': 2, 'y': 1, 'z': 2} | dictsort(by='value') }}|{{ {'x': 2, 'y': 1, 'z': 2} | dictsort(by='value', reverse=true) }}"),
  ("newlines of the source", "a\r\nb\rc{{ 'd\r\ne\rf' }}{% if true %}\r\ng{% endif %}\r\n"),
+ ("unicode white space control", "a\u00a0\u3000 {{- 'b' -}} \u2003\x85c{% if true -%}\u00a0d{%- endif %}"),
  ("raise", "{% if messages | length > 1 %}{{ raise_exception('Too many: ' ~ messages | length) }}{% endif %}"),
 ]
 env_t = _compile_jinja_template

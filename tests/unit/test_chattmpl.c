@@ -74,6 +74,7 @@ static const Case CASES[] = {
     {"indent", "[{{ 'a\nb\n\nc\n' | indent }}][{{ 'a\nb' | indent(2, true) }}][{{ 'a\n\nb' | indent('> ', blank=true) }}][{{ 'x\015\ny\342\200\250z' | indent(1) }}][{{ '' | indent(first=true) }}][{{ 'p\\r' | indent }}][{{ 'p\\r\\r' | indent }}]", "[a\n    b\n\n    c\n][  a\n  b][a\n> \n> b][x\n y\n z][    ][p][p\n]", NULL},
     {"dictsort", "{% for k, v in {'b': 1, 'A': 2, 'a': 3, 'C': 0} | dictsort %}{{ k }}{{ v }} {% endfor %}|{{ {'b': 1, 'A': 2, 'a': 3} | dictsort(true) }}|{{ {'x': 2, 'y': 1, 'z': 2} | dictsort(by='value') }}|{{ {'x': 2, 'y': 1, 'z': 2} | dictsort(by='value', reverse=true) }}", "A2 a3 b1 C0 |[('A', 2), ('a', 3), ('b', 1)]|[('y', 1), ('x', 2), ('z', 2)]|[('x', 2), ('z', 2), ('y', 1)]", NULL},
     {"newlines of the source", "a\015\nb\015c{{ 'd\015\ne\015f' }}{% if true %}\015\ng{% endif %}\015\n", "a\nb\ncd\ne\nfg", NULL},
+    {"unicode white space control", "a\302\240\343\200\200 {{- 'b' -}} \342\200\203\302\205c{% if true -%}\302\240d{%- endif %}", "abcd", NULL},
     {"raise", "{% if messages | length > 1 %}{{ raise_exception('Too many: ' ~ messages | length) }}{% endif %}", NULL, "Too many: 2"},
 };
 
