@@ -28,6 +28,10 @@
  *   string methods startswith endswith strip lstrip rstrip split replace
  *   upper lower title capitalize; dict methods items keys values get;
  *   globals raise_exception, namespace, range, strftime_now (local time).
+ * Values are Python's as Jinja has them: undefined prints as nothing and
+ * iterates as empty; select/reject/map/unique/items/reverse give
+ * generators (truthy when empty, used up once; printed or measured:
+ * refused); dict views and ranges print as Python prints them.
  * Anything else ({% call %}, {% filter %}, a filter or test not listed,
  * ...) is refused when the template is parsed, with "line N: ..." naming
  * it; what the subset cannot do at run time (case changes of non-ASCII
