@@ -155,7 +155,8 @@ int chattmpl_render(const ChatTemplate *t, const ChatMessage *messages, size_t n
         if (r.a.failed) rc = ct_oom(&r, 0);
     }
     if (!rc) rc = ct_exec_block(&r, t->body);
-    if (!rc && r.control) rc = ct_fail(&r, 0, "'break' or 'continue' outside a loop");
+    if (!rc && r.control) /* the parser allows them only in loops: a guard */
+        rc = ct_fail(&r, 0, "'break' or 'continue' outside a loop");
     if (rc) {
         int code = r.rc ? r.rc : -1;
         arena_free(&r.a);

@@ -36,6 +36,7 @@ typedef struct Parser {
     PtrVec calls;  /* CT_CALL nodes of plain names: a global or a macro, checked at the end */
     PtrVec macros; /* CT_MACRO nodes */
     int in_macro;  /* parsing a macro's body */
+    int loops;     /* for bodies around the statement being parsed (0 in a macro's own body) */
     Tok *toks; /* the current tag's tokens */
     size_t ntoks, captoks, k;
     int depth;  /* of expressions */
@@ -826,7 +827,9 @@ static int parse_body(Parser *p, Block *b, const char *const *ends, int opener_l
             after_tag(p, strip, 1, &line_starting);
             static const char *const for_ends[] = {"else", "endfor", NULL};
             Block body = {NULL, &body.head};
+            p->loops++;
             int e = parse_body(p, &body, for_ends, line, "for");
+            p->loops--;
             if (e < 0 || expect_end(p)) return -2;
             nd->body = body.head;
             if (e == 0) {
@@ -911,9 +914,10 @@ static int parse_body(Parser *p, Block *b, const char *const *ends, int opener_l
             nd->args = (CtNode **)params.items, nd->nargs = (size_t)params.len;
             nd->kwargs = (CtNode **)dflts.items, nd->nkw = (size_t)dflts.len;
             after_tag(p, strip, 1, &line_starting);
-            p->in_macro++;
+            int outer_loops = p->loops;
+            p->in_macro++, p->loops = 0;
             if (parse_body(p, &body, macro_ends, line, "macro") < 0) return -2;
-            p->in_macro--;
+            p->in_macro--, p->loops = outer_loops;
             if (peek(p)->kind == TK_NAME && is_name(peek(p), nd->s)) p->k++; /* {% endmacro name %} */
             if (expect_end(p)) return -2;
             nd->body = body.head;
@@ -923,6 +927,7 @@ static int parse_body(Parser *p, Block *b, const char *const *ends, int opener_l
             continue;
         }
         if (!strcmp(word, "break") || !strcmp(word, "continue")) {
+            if (!p->loops) return fail(p, line, "'%s' outside a loop", word), -2;
             CtNode *nd = node(p, word[0] == 'b' ? CT_BREAK : CT_CONTINUE, line);
             if (!nd || expect_end(p)) return -2;
             append(b, nd);
