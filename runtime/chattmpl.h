@@ -62,9 +62,9 @@
  * <|eom_id|>, <end_of_turn>, <|end|>, </s>, <|endoftext|>; none there: the
  * range ends with the message's last byte). Template text the template
  * writes before the message's first byte inside the turn (Qwen3's
- * "<think>\n", Mistral's "[TOOL_CALLS] [") is not in the range. An assistant message whose content does not appear in the
- * output (empty, or dropped by the template) has no range.
- * A template with {% generation %} blocks (the marker transformers'
+ * "<think>\n", Mistral's "[TOOL_CALLS] [") is not in the range. An
+ * assistant message of which nothing appears in the output (empty, or
+ * dropped by the template) has no range. A template with {% generation %} blocks (the marker transformers'
  * return_assistant_tokens_mask reads) says itself what is generated: then
  * the ranges are those blocks' output, in order, as transformers takes
  * them (empty ones too), each with the assistant message whose content is

@@ -55,7 +55,9 @@ int ct_to_str(Render *r, const Val *v, Str *out, int line) {
     if (v->kind == V_MACRO) return ct_fail(r, line, "a macro is not a value; call it");
     Buf b = ct_buf(r);
     int e = v_to_str(&b, v);
-    if (e == -2) return ct_fail(r, line, "printing a generator (a select, map, unique, items or reverse result) is not supported; add | list");
+    if (e == -2)
+        return ct_fail(r, line,
+                       "printing a generator (a select, map, unique, items or reverse result) is not supported; add | list");
     if (e) return r->a.failed ? ct_oom(r, line) : ct_fail(r, line, "values nest deeper than %d", CHATTMPL_MAX_DEPTH);
     *out = buf_str(&b);
     return 0;
@@ -133,7 +135,8 @@ int ct_undefined_error(Render *r, const Val *v, int line) {
 /* ---- expressions ---- */
 
 int ct_eval_args(Render *r, const CtNode *nd, Val *args, size_t max) {
-    if (nd->nargs > max) return ct_fail(r, nd->line, "'%s' takes at most %zu arguments, not %zu", nd->s ? nd->s : "call", max, nd->nargs);
+    if (nd->nargs > max)
+        return ct_fail(r, nd->line, "'%s' takes at most %zu arguments, not %zu", nd->s ? nd->s : "call", max, nd->nargs);
     for (size_t i = 0; i < nd->nargs; i++)
         if (ct_eval(r, nd->args[i], &args[i])) return -1;
     return 0;
@@ -173,7 +176,9 @@ int ct_getattr(Render *r, const Val *obj, Str name, Val *out, int line) {
             *out = (Val){.kind = V_METHOD, .s = name, .self = self};
             return 0;
         }
-    if (obj->kind == V_UNDEF) return ct_fail(r, line, "'%.*s' is undefined (reading its attribute '%.*s')", (int)obj->s.n, obj->s.p, (int)name.n, name.p);
+    if (obj->kind == V_UNDEF)
+        return ct_fail(r, line, "'%.*s' is undefined (reading its attribute '%.*s')", (int)obj->s.n, obj->s.p, (int)name.n,
+                       name.p);
     if (obj->kind == V_DICT) {
         Val *v = dict_get(obj->d, name);
         *out = v ? *v : ct_undefined(name);

@@ -609,7 +609,9 @@ int ct_eval_filter(Render *r, const CtNode *nd, Val *out) {
     }
     if (!strcmp(f, "default") || !strcmp(f, "d")) {
         Val dflt = {.kind = V_STR, .s = str_lit("")}, boolean = v_bool(0);
-        if (ct_arg_or_kw(r, nd, 0, "default_value", &dflt, &present) || ct_arg_or_kw(r, nd, 1, "boolean", &boolean, &present)) return -1;
+        if (ct_arg_or_kw(r, nd, 0, "default_value", &dflt, &present) ||
+            ct_arg_or_kw(r, nd, 1, "boolean", &boolean, &present))
+            return -1;
         *out = v.kind == V_UNDEF || (v_truthy(&boolean) && !v_truthy(&v)) ? dflt : v;
         return 0;
     }
@@ -718,7 +720,8 @@ int ct_eval_filter(Render *r, const CtNode *nd, Val *out) {
     }
     if (!strcmp(f, "reverse")) {
         List *items, *l;
-        if (v.kind == V_LIST && v.l->flavor == L_GENERATOR) return ct_fail(r, line, "reverse of a generator (Python cannot reverse one)");
+        if (v.kind == V_LIST && v.l->flavor == L_GENERATOR)
+            return ct_fail(r, line, "reverse of a generator (Python cannot reverse one)");
         if (v.kind == V_UNDEF) return ct_fail(r, line, "reverse of an undefined value");
         if (ct_iterate(r, &v, &items, line)) return -1;
         if (!(l = list_new(&r->a, items->n))) return ct_oom(r, line);
