@@ -155,7 +155,8 @@ int chattmpl_render(const ChatTemplate *t, const ChatMessage *messages, size_t n
         if (r.a.failed) rc = ct_oom(&r, 0);
     }
     if (!rc) rc = ct_exec_block(&r, t->body);
-    if (!rc && r.control) rc = ct_fail(&r, 0, "'break' or 'continue' outside a loop");
+    if (!rc && r.control) /* the parser allows them only in loops: a guard */
+        rc = ct_fail(&r, 0, "'break' or 'continue' outside a loop");
     if (rc) {
         int code = r.rc ? r.rc : -1;
         arena_free(&r.a);
@@ -301,14 +302,41 @@ int chattmpl_load_file(ChatTemplate **out, const char *path, char *err, size_t e
     return rc;
 }
 
-int chattmpl_from_config_json(ChatTemplate **out, const char *name, const char *json, size_t n, char *err,
-                              size_t errlen) {
+/* The special tokens of a tokenizer_config.json: strings or {"content": ...}. */
+static int config_tokens(ChatTemplate *t, const JsonValue *root, const char *name, char *err, size_t errlen) {
+    static const char *const TOKENS[] = {"bos_token", "eos_token", "unk_token", "pad_token", NULL};
+    for (int i = 0; TOKENS[i]; i++) {
+        const JsonValue *v = json_get(root, TOKENS[i]);
+        const char *s = v && v->type == JSON_STRING ? v->string : v && v->type == JSON_OBJECT ? json_get_str(v, "content") : NULL;
+        if (s && chattmpl_set_token(t, TOKENS[i], s)) {
+            snprintf(err, errlen, "%s: out of memory", name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A config's chat_template, parsed with the config's special tokens;
+ * `template_file`, when not NULL, is the text of a chat_template.jinja
+ * beside it, which comes first as in transformers. */
+static int from_config(ChatTemplate **out, const char *name, const char *json, size_t n, const char *template_file,
+                       const char *template_src, size_t template_len, char *err, size_t errlen) {
     *out = NULL;
     JsonDoc doc;
     char jerr[256];
     if (json_parse(json, n, &doc, jerr, sizeof jerr)) {
         snprintf(err, errlen, "%s: malformed JSON: %s", name, jerr);
         return -1;
+    }
+    if (template_file) {
+        int rc = chattmpl_parse(out, template_file, template_src, template_len, err, errlen);
+        if (!rc && config_tokens(*out, doc.root, name, err, errlen)) {
+            chattmpl_free(*out);
+            *out = NULL;
+            rc = -1;
+        }
+        json_free(&doc);
+        return rc;
     }
     const JsonValue *ct = json_get(doc.root, "chat_template"), *src = NULL;
     if (ct && ct->type == JSON_STRING) src = ct;
@@ -332,18 +360,49 @@ int chattmpl_from_config_json(ChatTemplate **out, const char *name, const char *
     char tname[512];
     snprintf(tname, sizeof tname, "%s: chat_template", name);
     int rc = chattmpl_parse(out, tname, src->string, src->len, err, errlen);
-    static const char *const TOKENS[] = {"bos_token", "eos_token", "unk_token", "pad_token", NULL};
-    for (int i = 0; !rc && TOKENS[i]; i++) {
-        const JsonValue *v = json_get(doc.root, TOKENS[i]);
-        const char *s = v && v->type == JSON_STRING ? v->string : v && v->type == JSON_OBJECT ? json_get_str(v, "content") : NULL;
-        if (s && chattmpl_set_token(*out, TOKENS[i], s)) {
-            snprintf(err, errlen, "%s: out of memory", name);
-            chattmpl_free(*out);
-            *out = NULL;
-            rc = -1;
-        }
+    if (!rc && config_tokens(*out, doc.root, name, err, errlen)) {
+        chattmpl_free(*out);
+        *out = NULL;
+        rc = -1;
     }
     json_free(&doc);
+    return rc;
+}
+
+int chattmpl_from_config_json(ChatTemplate **out, const char *name, const char *json, size_t n, char *err,
+                              size_t errlen) {
+    return from_config(out, name, json, n, NULL, NULL, 0, err, errlen);
+}
+
+int chattmpl_load_dir(ChatTemplate **out, const char *dir, char *err, size_t errlen) {
+    char cfg_path[4096], tpl_path[4096];
+    *out = NULL;
+    snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", dir);
+    snprintf(tpl_path, sizeof tpl_path, "%s/chat_template.jinja", dir);
+    size_t cn = 0, tn = 0;
+    char *cfg = NULL, *tpl = NULL;
+    FILE *probe = fopen(tpl_path, "rb");
+    if (probe) {
+        fclose(probe);
+        if (!(tpl = read_file(tpl_path, &tn, err, errlen))) return -1;
+    }
+    probe = fopen(cfg_path, "rb");
+    if (probe) {
+        fclose(probe);
+        if (!(cfg = read_file(cfg_path, &cn, err, errlen))) {
+            free(tpl);
+            return -1;
+        }
+    }
+    int rc;
+    if (cfg) rc = from_config(out, cfg_path, cfg, cn, tpl ? tpl_path : NULL, tpl, tn, err, errlen);
+    else if (tpl) rc = chattmpl_parse(out, tpl_path, tpl, tn, err, errlen);
+    else {
+        snprintf(err, errlen, "%s: no chat template (neither chat_template.jinja nor tokenizer_config.json)", dir);
+        rc = -1;
+    }
+    free(cfg);
+    free(tpl);
     return rc;
 }
 

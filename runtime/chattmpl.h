@@ -28,6 +28,10 @@
  *   string methods startswith endswith strip lstrip rstrip split replace
  *   upper lower title capitalize; dict methods items keys values get;
  *   globals raise_exception, namespace, range, strftime_now (local time).
+ * Values are Python's as Jinja has them: undefined prints as nothing and
+ * iterates as empty; select/reject/map/unique/items/reverse give
+ * generators (truthy when empty, used up once; printed or measured:
+ * refused); dict views and ranges print as Python prints them.
  * Anything else ({% call %}, {% filter %}, a filter or test not listed,
  * ...) is refused when the template is parsed, with "line N: ..." naming
  * it; what the subset cannot do at run time (case changes of non-ASCII
@@ -39,11 +43,13 @@
  * tokens, and the caller's extra variables (JSON values, e.g.
  * enable_thinking, tools, date_string).
  *
- * Use: chattmpl_load_config (or _load_file, _parse) once; then per
- * conversation chattmpl_render, read out.text[0, out.len) and
- * out.ranges, chattmpl_render_free. Mapping the byte ranges to tokens is
- * the caller's: a token that straddles a range's edge (SentencePiece's
- * "▁Hello" of Mistral's " " + answer) needs its rule.
+ * Use: chattmpl_load_dir (or _load_config, _load_file, _parse) once; then
+ * per conversation chattmpl_render, read out.text[0, out.len) and
+ * out.ranges, chattmpl_render_free. The text is tokenized without the
+ * tokenizer's post-processor tokens (transformers' add_special_tokens=
+ * False: the template writes the BOS itself). Mapping the byte ranges to
+ * tokens is the caller's: a token that straddles a range's edge
+ * (SentencePiece's "▁Hello" of Mistral's " " + answer) needs its rule.
  *
  * Assistant ranges: every byte of a message's content and fields is
  * traced through the template's string operations (concatenation,
@@ -56,9 +62,9 @@
  * <|eom_id|>, <end_of_turn>, <|end|>, </s>, <|endoftext|>; none there: the
  * range ends with the message's last byte). Template text the template
  * writes before the message's first byte inside the turn (Qwen3's
- * "<think>\n", Mistral's "[TOOL_CALLS] [") is not in the range. An assistant message whose content does not appear in the
- * output (empty, or dropped by the template) has no range.
- * A template with {% generation %} blocks (the marker transformers'
+ * "<think>\n", Mistral's "[TOOL_CALLS] [") is not in the range. An
+ * assistant message of which nothing appears in the output (empty, or
+ * dropped by the template) has no range. A template with {% generation %} blocks (the marker transformers'
  * return_assistant_tokens_mask reads) says itself what is generated: then
  * the ranges are those blocks' output, in order, as transformers takes
  * them (empty ones too), each with the assistant message whose content is
@@ -96,6 +102,11 @@ int chattmpl_load_file(ChatTemplate **out, const char *path, char *err, size_t e
 int chattmpl_load_config(ChatTemplate **out, const char *path, char *err, size_t errlen);
 int chattmpl_from_config_json(ChatTemplate **out, const char *name, const char *json, size_t n, char *err,
                               size_t errlen);
+/* A Hugging Face model directory: its chat_template.jinja when there is
+ * one (it comes first, as in transformers), else the chat_template of its
+ * tokenizer_config.json; the special tokens from tokenizer_config.json.
+ * Messages name the file they are about. */
+int chattmpl_load_dir(ChatTemplate **out, const char *dir, char *err, size_t errlen);
 void chattmpl_free(ChatTemplate *t);
 
 /* Sets (or replaces) a special token the template sees as a variable,

@@ -54,7 +54,11 @@ int ct_to_str(Render *r, const Val *v, Str *out, int line) {
     if (v->kind == V_METHOD || v->kind == V_FUNC) return ct_fail(r, line, "'%.*s' is a function, not a value", (int)v->s.n, v->s.p);
     if (v->kind == V_MACRO) return ct_fail(r, line, "a macro is not a value; call it");
     Buf b = ct_buf(r);
-    if (v_to_str(&b, v)) return r->a.failed ? ct_oom(r, line) : ct_fail(r, line, "values nest deeper than %d", CHATTMPL_MAX_DEPTH);
+    int e = v_to_str(&b, v);
+    if (e == -2)
+        return ct_fail(r, line,
+                       "printing a generator (a select, map, unique, items or reverse result) is not supported; add | list");
+    if (e) return r->a.failed ? ct_oom(r, line) : ct_fail(r, line, "values nest deeper than %d", CHATTMPL_MAX_DEPTH);
     *out = buf_str(&b);
     return 0;
 }
@@ -119,6 +123,7 @@ int ct_call_macro(Render *r, const CtNode *call, const Val *m, Val *out) {
 
 int ct_equal(Render *r, const Val *a, const Val *b, int *res, int line) {
     *res = v_equal(a, b, 0);
+    if (*res == -2) return ct_fail(r, line, "comparing a generator, dict view or range is not supported");
     if (*res < 0) return ct_fail(r, line, "values nest deeper than %d", CHATTMPL_MAX_DEPTH);
     return 0;
 }
@@ -130,7 +135,8 @@ int ct_undefined_error(Render *r, const Val *v, int line) {
 /* ---- expressions ---- */
 
 int ct_eval_args(Render *r, const CtNode *nd, Val *args, size_t max) {
-    if (nd->nargs > max) return ct_fail(r, nd->line, "'%s' takes at most %zu arguments, not %zu", nd->s ? nd->s : "call", max, nd->nargs);
+    if (nd->nargs > max)
+        return ct_fail(r, nd->line, "'%s' takes at most %zu arguments, not %zu", nd->s ? nd->s : "call", max, nd->nargs);
     for (size_t i = 0; i < nd->nargs; i++)
         if (ct_eval(r, nd->args[i], &args[i])) return -1;
     return 0;
@@ -170,7 +176,9 @@ int ct_getattr(Render *r, const Val *obj, Str name, Val *out, int line) {
             *out = (Val){.kind = V_METHOD, .s = name, .self = self};
             return 0;
         }
-    if (obj->kind == V_UNDEF) return ct_fail(r, line, "'%.*s' is undefined (reading its attribute '%.*s')", (int)obj->s.n, obj->s.p, (int)name.n, name.p);
+    if (obj->kind == V_UNDEF)
+        return ct_fail(r, line, "'%.*s' is undefined (reading its attribute '%.*s')", (int)obj->s.n, obj->s.p, (int)name.n,
+                       name.p);
     if (obj->kind == V_DICT) {
         Val *v = dict_get(obj->d, name);
         *out = v ? *v : ct_undefined(name);
@@ -208,7 +216,10 @@ static int ct_eval_slice(Render *r, const CtNode *nd, const Val *obj, Val *out) 
         sv[k] = &parts[k];
     }
     if (sv[2] && sv[2]->i == 0) return ct_fail(r, nd->line, "slice step cannot be zero");
-    if (obj->kind != V_LIST && obj->kind != V_STR) return ct_fail(r, nd->line, "cannot slice %s", v_typename(obj));
+    if (obj->kind == V_UNDEF)
+        return ct_fail(r, nd->line, "'%.*s' is undefined (slicing it)", (int)obj->s.n, obj->s.p);
+    if ((obj->kind != V_LIST && obj->kind != V_STR) || (obj->kind == V_LIST && obj->l->flavor > L_TUPLE))
+        return ct_fail(r, nd->line, "cannot slice %s", v_typename(obj));
     int64_t n = obj->kind == V_LIST ? (int64_t)obj->l->n : (int64_t)utf8_count(obj->s), a, b, st;
     ct_slice_indices(n, sv, &a, &b, &st);
     if (obj->kind == V_STR && st == 1) {
@@ -217,6 +228,7 @@ static int ct_eval_slice(Render *r, const CtNode *nd, const Val *obj, Val *out) 
         return 0;
     }
     List *l = obj->kind == V_LIST ? list_new(&r->a, 0) : NULL;
+    if (l) l->flavor = obj->l->flavor;
     size_t *offs = NULL; /* a string's code points: where each starts, once */
     if (obj->kind == V_STR) {
         if (!(offs = ARENA_NEWN(&r->a, size_t, (size_t)n + 1))) return ct_oom(r, nd->line);
@@ -243,6 +255,10 @@ int ct_index(Render *r, const Val *obj, const Val *ix, Val *out, int line) {
     if (obj->kind == V_DICT) { /* d['items'] is the member, never the method */
         Val *v = ix->kind == V_STR ? dict_get(obj->d, ix->s) : NULL;
         *out = v ? *v : ct_undefined(ix->kind == V_STR ? ix->s : str_lit("item"));
+        return 0;
+    }
+    if (obj->kind == V_LIST && (obj->l->flavor == L_GENERATOR || (obj->l->flavor >= L_ITEMS && obj->l->flavor <= L_VALUES))) {
+        *out = ct_undefined(str_lit("item")); /* not subscriptable: Jinja gives undefined */
         return 0;
     }
     if ((obj->kind == V_LIST || obj->kind == V_STR) && ix->kind == V_INT) {
@@ -277,21 +293,35 @@ static int ct_arith(Render *r, int op, const Val *a, const Val *b, Val *out, int
         *out = v_str(buf_str(&bb));
         return 0;
     }
-    if (op == CT_OP_ADD && a->kind == V_LIST && b->kind == V_LIST) {
+    if (op == CT_OP_ADD && a->kind == V_LIST && b->kind == V_LIST && a->l->flavor == b->l->flavor &&
+        a->l->flavor <= L_TUPLE) {
         List *l = list_new(&r->a, a->l->n + b->l->n);
         if (!l) return ct_oom(r, line);
         for (size_t i = 0; i < a->l->n; i++) list_push(&r->a, l, a->l->v[i]);
         for (size_t i = 0; i < b->l->n; i++) list_push(&r->a, l, b->l->v[i]);
+        l->flavor = a->l->flavor;
         *out = (Val){.kind = V_LIST, .l = l};
         return 0;
     }
-    if (op == CT_OP_MUL && ((a->kind == V_STR && b->kind == V_INT) || (a->kind == V_INT && b->kind == V_STR))) {
-        const Val *s = a->kind == V_STR ? a : b;
-        int64_t k = a->kind == V_INT ? a->i : b->i;
+    int a_count = a->kind == V_INT || a->kind == V_BOOL, b_count = b->kind == V_INT || b->kind == V_BOOL;
+    int a_seq = a->kind == V_STR || (a->kind == V_LIST && a->l->flavor <= L_TUPLE);
+    int b_seq = b->kind == V_STR || (b->kind == V_LIST && b->l->flavor <= L_TUPLE);
+    if (op == CT_OP_MUL && ((a_seq && b_count) || (a_count && b_seq))) { /* repetition */
+        const Val *s = a_count ? b : a, *c = a_count ? a : b;
+        int64_t k = c->kind == V_INT ? c->i : c->b;
         Buf bb = ct_buf(r);
-        for (int64_t i = 0; i < k; i++)
-            if (ct_step(r, line) || !buf_put(&bb, s->s.p, s->s.tag, s->s.n)) return r->rc ? -1 : ct_oom(r, line);
-        *out = v_str(buf_str(&bb));
+        List *l = s->kind == V_LIST ? list_new(&r->a, 0) : NULL;
+        if (s->kind == V_LIST && !l) return ct_oom(r, line);
+        for (int64_t i = 0; i < k; i++) {
+            if (ct_step(r, line)) return -1;
+            if (l) {
+                for (size_t j = 0; j < s->l->n; j++)
+                    if (!list_push(&r->a, l, s->l->v[j])) return ct_oom(r, line);
+            } else if (!buf_put(&bb, s->s.p, s->s.tag, s->s.n))
+                return ct_oom(r, line);
+        }
+        if (l) l->flavor = s->l->flavor;
+        *out = l ? (Val){.kind = V_LIST, .l = l} : v_str(buf_str(&bb));
         return 0;
     }
     int ints = (a->kind == V_INT || a->kind == V_BOOL) && (b->kind == V_INT || b->kind == V_BOOL);
@@ -349,8 +379,11 @@ int ct_compare(Render *r, int op, const Val *a, const Val *b, int *res, int line
             if (a->kind != V_STR) return ct_fail(r, line, "'in <string>' needs a string on the left, not %s", v_typename(a));
             found = a->s.n == 0 || memmem(b->s.p, b->s.n, a->s.p, a->s.n) != NULL;
         } else if (b->kind == V_LIST) {
-            for (size_t i = 0; i < b->l->n && !found; i++)
-                if (ct_equal(r, a, &b->l->v[i], &found, line)) return -1;
+            List *items;
+            if (ct_iterate(r, b, &items, line)) return -1;
+            for (size_t i = 0; i < items->n && !found; i++)
+                if (ct_equal(r, a, &items->v[i], &found, line)) return -1;
+            if (found && b->l->flavor == L_GENERATOR) b->l->consumed = 2; /* stopped inside it */
         } else if (b->kind == V_DICT) {
             found = a->kind == V_STR && dict_get(b->d, a->s) != NULL;
         } else if (b->kind == V_UNDEF) {
@@ -419,7 +452,7 @@ int ct_eval(Render *r, const CtNode *nd, Val *out) {
             } else
                 list_push(&r->a, l, a);
         }
-        if (!rc && l) l->is_tuple = (int)nd->i;
+        if (!rc && l) l->flavor = nd->i ? L_TUPLE : L_LIST;
         if (!rc) *out = dict ? (Val){.kind = V_DICT, .d = d} : (Val){.kind = V_LIST, .l = l};
         break;
     }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "chattmpl_eval.h"
@@ -21,8 +22,11 @@ int ct_run_test(Render *r, const char *name, const Val *v, const Val *args, size
     else if (!strcmp(name, "none")) *res = v->kind == V_NONE;
     else if (!strcmp(name, "string")) *res = v->kind == V_STR;
     else if (!strcmp(name, "mapping")) *res = v->kind == V_DICT && !v->d->is_namespace;
-    else if (!strcmp(name, "sequence") || !strcmp(name, "iterable"))
-        *res = v->kind == V_STR || v->kind == V_LIST || (v->kind == V_DICT && !v->d->is_namespace);
+    else if (!strcmp(name, "iterable")) /* Jinja's undefined iterates (as empty) */
+        *res = v->kind == V_STR || v->kind == V_LIST || (v->kind == V_DICT && !v->d->is_namespace) || v->kind == V_UNDEF;
+    else if (!strcmp(name, "sequence")) /* a length and items by index */
+        *res = v->kind == V_STR || (v->kind == V_LIST && (v->l->flavor <= L_TUPLE || v->l->flavor == L_RANGE)) ||
+               (v->kind == V_DICT && !v->d->is_namespace) || v->kind == V_UNDEF;
     else if (!strcmp(name, "number")) *res = v->kind == V_INT || v->kind == V_FLOAT || v->kind == V_BOOL;
     else if (!strcmp(name, "integer")) *res = v->kind == V_INT;
     else if (!strcmp(name, "float")) *res = v->kind == V_FLOAT;
@@ -35,14 +39,21 @@ int ct_run_test(Render *r, const char *name, const Val *v, const Val *args, size
         *res = !*res;
     }
     else if (!strcmp(name, "in")) return ct_compare(r, CT_OP_IN, v, &args[0], res, line);
-    else if (!strcmp(name, "odd") || !strcmp(name, "even")) {
-        if (v->kind != V_INT) return ct_fail(r, line, "the test '%s' needs an integer, not %s", name, v_typename(v));
-        *res = (v->i % 2 != 0) == (name[0] == 'o');
-    } else { /* lower, upper */
-        if (v->kind != V_STR) return ct_fail(r, line, "the test '%s' needs a string, not %s", name, v_typename(v));
+    else if (!strcmp(name, "odd") || !strcmp(name, "even")) { /* value % 2 == 1, value % 2 == 0 */
+        double m;
+        if (v->kind == V_INT || v->kind == V_BOOL) m = (double)((v->kind == V_INT ? v->i : v->b) % 2 != 0);
+        else if (v->kind == V_FLOAT) {
+            m = fmod(v->f, 2);
+            if (m < 0) m += 2;
+        } else
+            return ct_fail(r, line, "the test '%s' needs a number, not %s", name, v_typename(v));
+        *res = name[0] == 'o' ? m == 1 : m == 0;
+    } else { /* lower, upper: of str(value) */
+        Str s;
+        if (ct_to_str(r, v, &s, line)) return -1;
         int has_cased = 0, ok = 1;
-        for (size_t i = 0; i < v->s.n; i++) {
-            unsigned char c = (unsigned char)v->s.p[i];
+        for (size_t i = 0; i < s.n; i++) {
+            unsigned char c = (unsigned char)s.p[i];
             if (c >= 0x80) return ct_fail(r, line, "the test '%s' of non-ASCII text is not supported", name);
             if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) has_cased = 1;
             if (name[0] == 'l' ? (c >= 'A' && c <= 'Z') : (c >= 'a' && c <= 'z')) ok = 0;
@@ -52,8 +63,8 @@ int ct_run_test(Render *r, const char *name, const Val *v, const Val *args, size
     return 0;
 }
 
-/* upper, lower, capitalize, title: ASCII only, so never a different
- * casing from Python's. */
+/* upper, lower, capitalize, title (str.title()), jtitle (Jinja's title
+ * filter): ASCII only, so never a different casing from Python's. */
 static int ct_change_case(Render *r, const Val *v, const char *how, Val *out, int line) {
     if (ct_need_str(r, v, how, line)) return -1;
     char *p = arena_alloc(&r->a, v->s.n + 1);
@@ -63,10 +74,11 @@ static int ct_change_case(Render *r, const Val *v, const char *how, Val *out, in
         unsigned char c = (unsigned char)v->s.p[i];
         if (c >= 0x80) return ct_fail(r, line, "'%s' of non-ASCII text is not supported", how);
         int alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-        int up = how[0] == 'u' || ((how[0] == 'c' && i == 0) || (how[0] == 't' && word_start));
-        if (how[0] == 't' && !alpha) up = 0;
+        int up = how[0] == 'u' || (how[0] == 'c' && i == 0) || ((how[0] == 't' || how[0] == 'j') && word_start);
         p[i] = (char)(alpha ? (up ? (c & ~0x20) : (c | 0x20)) : c);
-        word_start = !alpha;
+        /* str.title() starts a word after any non-letter; Jinja's title
+         * filter only after - ( { [ < and white space */
+        word_start = how[0] == 'j' ? strchr("-({[< \t\n\v\f\r\x1c\x1d\x1e\x1f", c) != NULL && c : !alpha;
     }
     *out = v_str((Str){p, v->s.tag, v->s.n});
     return 0;
@@ -198,13 +210,14 @@ int ct_call_method(Render *r, const CtNode *nd, const Val *m, Val *out) {
         else if (str_eq(name, "items")) {
             List *pair = list_new(&r->a, 2);
             if (!pair) return ct_oom(r, line);
-            pair->is_tuple = 1; /* Python's (key, value) */
+            pair->flavor = L_TUPLE; /* Python's (key, value) */
             list_push(&r->a, pair, v_str(d->k[i]));
             list_push(&r->a, pair, d->v[i]);
             item = (Val){.kind = V_LIST, .l = pair};
         }
         list_push(&r->a, l, item);
     }
+    l->flavor = str_eq(name, "items") ? L_ITEMS : str_eq(name, "keys") ? L_KEYS : L_VALUES;
     *out = (Val){.kind = V_LIST, .l = l};
     return 0;
 }
@@ -264,6 +277,7 @@ int ct_call_global(Render *r, const CtNode *nd, const char *fn, Val *out) {
     if (!l) return ct_oom(r, line);
     for (int64_t i = a; st > 0 ? i < b : i > b; i += st)
         if (ct_step(r, line) || !list_push(&r->a, l, v_int(i))) return r->rc ? -1 : ct_oom(r, line);
+    l->flavor = L_RANGE, l->range[0] = a, l->range[1] = b, l->range[2] = st;
     *out = (Val){.kind = V_LIST, .l = l};
     return 0;
 }
@@ -272,7 +286,16 @@ int ct_call_global(Render *r, const CtNode *nd, const char *fn, Val *out) {
  * string's characters; undefined is empty, as in Jinja. */
 int ct_iterate(Render *r, const Val *v, List **out, int line) {
     if (v->kind == V_LIST) {
-        *out = v->l;
+        List *l = v->l;
+        if (l->flavor == L_GENERATOR) { /* used up by its first iteration, as in Python */
+            if (l->consumed == 2) return ct_fail(r, line, "a generator iterated again after 'first' or 'in' is not supported");
+            if (l->consumed) {
+                if (!(*out = list_new(&r->a, 0))) return ct_oom(r, line);
+                return 0;
+            }
+            l->consumed = 1;
+        }
+        *out = l;
         return 0;
     }
     List *l = list_new(&r->a, 0);
@@ -322,6 +345,7 @@ static int ct_filter_select(Render *r, const CtNode *nd, const Val *v, int attr,
             keep = v_truthy(&x);
         if (keep != reject && !list_push(&r->a, l, items->v[i])) return ct_oom(r, line);
     }
+    l->flavor = L_GENERATOR; /* Jinja's select and reject yield */
     *out = (Val){.kind = V_LIST, .l = l};
     return 0;
 }
@@ -443,7 +467,113 @@ static int filter_dictsort(Render *r, const CtNode *nd, const Val *v, Val *out) 
         }
         l->v[j] = x;
     }
+    items.l->flavor = L_LIST; /* sorted(): a list */
     *out = items;
+    return 0;
+}
+
+/* Python's int(s) (integral: digits with an optional sign) and float(s)
+ * (a decimal number, inf, nan) of a string with white space around it:
+ * 0, or -1 when Python refuses it. */
+static int parse_python_number(Str s, int *integral, int64_t *i, double *f) {
+    s = str_strip(s, NULL, 1, 1);
+    char buf[80];
+    if (s.n == 0 || s.n >= sizeof buf) return -1;
+    memcpy(buf, s.p, s.n);
+    buf[s.n] = 0;
+    size_t k = buf[0] == '+' || buf[0] == '-';
+    size_t digits = 0, dot = 0, exp = 0;
+    for (size_t j = k; j < s.n; j++) {
+        char c = buf[j];
+        if (c >= '0' && c <= '9') digits++;
+        else if (c == '.' && !dot && !exp) dot = 1;
+        else if ((c == 'e' || c == 'E') && digits && !exp && j + 1 < s.n) {
+            exp = 1;
+            if (buf[j + 1] == '+' || buf[j + 1] == '-') j++;
+            if (j + 1 >= s.n) return -1;
+        } else {
+            /* inf, infinity, nan: float() takes them; anything else is refused */
+            const char *rest = buf + k;
+            if (j == k && (!strcasecmp(rest, "inf") || !strcasecmp(rest, "infinity") || !strcasecmp(rest, "nan"))) {
+                *integral = 0;
+                *f = strtod(buf, NULL);
+                return 0;
+            }
+            return -1;
+        }
+    }
+    if (!digits) return -1;
+    *integral = !dot && !exp;
+    if (*integral) {
+        if (s.n - k > 18) return -1; /* beyond int64: refused rather than rounded */
+        *i = strtoll(buf, NULL, 10);
+    }
+    *f = strtod(buf, NULL);
+    return 0;
+}
+
+/* Jinja's int(default=0) and float(default=0.0): a number as it is
+ * converted, a string as Python reads it, else the default. */
+static int filter_number(Render *r, const CtNode *nd, const Val *v, const Val *dflt, int to_int, Val *out) {
+    int integral = 0;
+    int64_t i = 0;
+    double f = 0;
+    int ok = 1;
+    if (v->kind == V_UNDEF) return ct_undefined_error(r, v, nd->line); /* Python's int() of Jinja's undefined raises */
+    if (v->kind == V_INT) integral = 1, i = v->i;
+    else if (v->kind == V_BOOL) integral = 1, i = v->b;
+    else if (v->kind == V_FLOAT) f = v->f;
+    else if (v->kind == V_STR) ok = parse_python_number(v->s, &integral, &i, &f) == 0;
+    else ok = 0;
+    if (ok && to_int && !integral) { /* int(float(s)): truncation; inf and nan refused */
+        if (isnan(f) || isinf(f) || fabs(f) >= 9.2e18) ok = 0;
+        else integral = 1, i = (int64_t)f;
+    }
+    if (!ok) {
+        if (dflt) *out = *dflt;
+        else *out = to_int ? v_int(0) : (Val){.kind = V_FLOAT, .f = 0};
+        return 0;
+    }
+    *out = to_int ? v_int(i) : (Val){.kind = V_FLOAT, .f = integral ? (double)i : f};
+    return 0;
+}
+
+/* Jinja's unique(case_sensitive=False, attribute=None): the first of each
+ * value, strings compared case-folded (ASCII; other text refused);
+ * lists and dicts, which Python cannot hash, refused. */
+static int filter_unique(Render *r, const CtNode *nd, const Val *v, Val *out) {
+    int line = nd->line, present, has_attr;
+    Val cs = v_bool(0), attr = {0};
+    for (size_t i = 0; i < nd->nkw; i++)
+        if (strcmp(nd->kwnames[i], "case_sensitive") && strcmp(nd->kwnames[i], "attribute"))
+            return ct_fail(r, line, "unique's argument '%s' is not supported", nd->kwnames[i]);
+    if (ct_arg_or_kw(r, nd, 0, "case_sensitive", &cs, &present) || ct_arg_or_kw(r, nd, 1, "attribute", &attr, &has_attr))
+        return -1;
+    int fold = !v_truthy(&cs);
+    List *items, *l = list_new(&r->a, 0), *keys = list_new(&r->a, 0);
+    if (!l || !keys) return ct_oom(r, line);
+    if (ct_iterate(r, v, &items, line)) return -1;
+    for (size_t i = 0; i < items->n; i++) {
+        Val key = items->v[i];
+        if (has_attr && ct_index(r, &key, &attr, &key, line)) return -1;
+        if ((key.kind == V_LIST && key.l->flavor != L_TUPLE && key.l->flavor != L_RANGE) || key.kind == V_DICT)
+            return ct_fail(r, line, "unique of %s values (unhashable)", v_typename(&key));
+        if (fold && key.kind == V_STR) {
+            Val lowered;
+            for (size_t k = 0; k < key.s.n; k++)
+                if ((unsigned char)key.s.p[k] >= 0x80)
+                    return ct_fail(r, line, "unique of non-ASCII text without case_sensitive=true is not supported");
+            if (ct_change_case(r, &key, "lower", &lowered, line)) return -1;
+            key = lowered;
+        }
+        int seen = 0;
+        for (size_t j = 0; j < keys->n && !seen; j++)
+            if (ct_equal(r, &keys->v[j], &key, &seen, line)) return -1;
+        if (!seen && (!list_push(&r->a, keys, key) || !list_push(&r->a, l, items->v[i]))) return ct_oom(r, line);
+        if (ct_step(r, line)) return -1;
+    }
+    l->flavor = L_GENERATOR;
+    *out = (Val){.kind = V_LIST, .l = l};
     return 0;
 }
 
@@ -479,7 +609,9 @@ int ct_eval_filter(Render *r, const CtNode *nd, Val *out) {
     }
     if (!strcmp(f, "default") || !strcmp(f, "d")) {
         Val dflt = {.kind = V_STR, .s = str_lit("")}, boolean = v_bool(0);
-        if (ct_arg_or_kw(r, nd, 0, "default_value", &dflt, &present) || ct_arg_or_kw(r, nd, 1, "boolean", &boolean, &present)) return -1;
+        if (ct_arg_or_kw(r, nd, 0, "default_value", &dflt, &present) ||
+            ct_arg_or_kw(r, nd, 1, "boolean", &boolean, &present))
+            return -1;
         *out = v.kind == V_UNDEF || (v_truthy(&boolean) && !v_truthy(&v)) ? dflt : v;
         return 0;
     }
@@ -517,11 +649,23 @@ int ct_eval_filter(Render *r, const CtNode *nd, Val *out) {
             if (x.kind == V_UNDEF && has_dflt) x = dflt;
             if (!list_push(&r->a, l, x)) return ct_oom(r, line);
         }
+        l->flavor = L_GENERATOR; /* Jinja's map yields */
         *out = (Val){.kind = V_LIST, .l = l};
         return 0;
     }
     if (!strcmp(f, "indent")) return filter_indent(r, nd, &v, out);
     if (!strcmp(f, "dictsort")) return filter_dictsort(r, nd, &v, out);
+    if (!strcmp(f, "unique")) return filter_unique(r, nd, &v, out);
+    /* the positional arguments each of the rest takes */
+    static const struct {
+        const char *name;
+        size_t max;
+    } ARGS[] = {{"trim", 1}, {"length", 0}, {"count", 0}, {"upper", 0}, {"lower", 0}, {"capitalize", 0},
+                {"title", 0}, {"items", 0}, {"list", 0}, {"first", 0}, {"last", 0}, {"reverse", 0}, {"string", 0},
+                {"int", 1}, {"float", 1}, {"replace", 3}, {"abs", 0}};
+    for (size_t k = 0; k < sizeof ARGS / sizeof *ARGS; k++)
+        if (!strcmp(ARGS[k].name, f) && nd->nargs > ARGS[k].max)
+            return ct_fail(r, line, "the filter '%s' takes at most %zu arguments here", f, ARGS[k].max);
     Val args[3] = {0};
     if (ct_no_kwargs(r, nd, f) || ct_eval_args(r, nd, args, 3)) return -1;
     if (!strcmp(f, "trim") || !strcmp(f, "replace")) { /* Jinja's soft_str: any value as its str() */
@@ -530,6 +674,8 @@ int ct_eval_filter(Render *r, const CtNode *nd, Val *out) {
         v = v_str(s);
     }
     if (!strcmp(f, "trim")) return ct_strip_call(r, &v, nd->nargs ? &args[0] : NULL, 1, 1, out, line);
+    if ((!strcmp(f, "length") || !strcmp(f, "count")) && v.kind == V_LIST && v.l->flavor == L_GENERATOR)
+        return ct_fail(r, line, "a generator has no length (a select, map, unique, items or reverse result); add | list");
     if (!strcmp(f, "length") || !strcmp(f, "count")) {
         *out = v_int(v.kind == V_STR ? (int64_t)utf8_count(v.s) : v.kind == V_LIST ? (int64_t)v.l->n
                      : v.kind == V_DICT ? (int64_t)v.d->n : 0);
@@ -541,7 +687,7 @@ int ct_eval_filter(Render *r, const CtNode *nd, Val *out) {
         Str s;
         if (ct_to_str(r, &v, &s, line)) return -1;
         Val sv = v_str(s);
-        return ct_change_case(r, &sv, f, out, line);
+        return ct_change_case(r, &sv, !strcmp(f, "title") ? "jtitle" : f, out, line);
     }
     if (!strcmp(f, "items")) {
         if (v.kind == V_UNDEF) {
@@ -551,7 +697,9 @@ int ct_eval_filter(Render *r, const CtNode *nd, Val *out) {
         if (v.kind != V_DICT || v.d->is_namespace) return ct_fail(r, line, "items needs a dict, not %s", v_typename(&v));
         Val m = {.kind = V_METHOD, .s = str_lit("items"), .self = &v};
         CtNode none = {.line = line};
-        return ct_call_method(r, &none, &m, out);
+        if (ct_call_method(r, &none, &m, out)) return -1;
+        out->l->flavor = L_GENERATOR; /* Jinja's items filter yields */
+        return 0;
     }
     if (!strcmp(f, "list")) {
         List *items, *l;
@@ -563,12 +711,18 @@ int ct_eval_filter(Render *r, const CtNode *nd, Val *out) {
     }
     if (!strcmp(f, "first") || !strcmp(f, "last")) {
         List *items;
+        int gen = v.kind == V_LIST && v.l->flavor == L_GENERATOR;
+        if (gen && f[0] == 'l') return ct_fail(r, line, "last of a generator (Python cannot reverse one)");
         if (ct_iterate(r, &v, &items, line)) return -1;
+        if (gen && items->n) v.l->consumed = 2; /* first took one item of it */
         *out = items->n ? items->v[f[0] == 'f' ? 0 : items->n - 1] : ct_undefined(str_lit(f));
         return 0;
     }
     if (!strcmp(f, "reverse")) {
         List *items, *l;
+        if (v.kind == V_LIST && v.l->flavor == L_GENERATOR)
+            return ct_fail(r, line, "reverse of a generator (Python cannot reverse one)");
+        if (v.kind == V_UNDEF) return ct_fail(r, line, "reverse of an undefined value");
         if (ct_iterate(r, &v, &items, line)) return -1;
         if (!(l = list_new(&r->a, items->n))) return ct_oom(r, line);
         for (size_t i = items->n; i-- > 0;) list_push(&r->a, l, items->v[i]);
@@ -579,51 +733,27 @@ int ct_eval_filter(Render *r, const CtNode *nd, Val *out) {
                 if (!buf_put(&b, l->v[i].s.p, l->v[i].s.tag, l->v[i].s.n)) return ct_oom(r, line);
             (void)j;
             *out = v_str(buf_str(&b));
-        } else
+        } else {
+            l->flavor = L_GENERATOR; /* Python's reversed(): an iterator */
             *out = (Val){.kind = V_LIST, .l = l};
-        return 0;
-    }
-    if (!strcmp(f, "unique")) {
-        List *items, *l = list_new(&r->a, 0);
-        if (!l || ct_iterate(r, &v, &items, line)) return r->rc ? -1 : ct_oom(r, line);
-        for (size_t i = 0; i < items->n; i++) {
-            int seen = 0;
-            for (size_t j = 0; j < l->n && !seen; j++)
-                if (ct_equal(r, &l->v[j], &items->v[i], &seen, line)) return -1;
-            if (!seen && !list_push(&r->a, l, items->v[i])) return ct_oom(r, line);
-            if (ct_step(r, line)) return -1;
         }
-        *out = (Val){.kind = V_LIST, .l = l};
         return 0;
     }
+
     if (!strcmp(f, "string")) {
         Str s;
         if (ct_to_str(r, &v, &s, line)) return -1;
         *out = v_str(s);
         return 0;
     }
-    if (!strcmp(f, "int") || !strcmp(f, "float")) {
-        double x = 0;
-        if (v.kind == V_INT) x = (double)v.i;
-        else if (v.kind == V_BOOL) x = v.b;
-        else if (v.kind == V_FLOAT) x = v.f;
-        else if (v.kind == V_STR) {
-            char tmp[64];
-            snprintf(tmp, sizeof tmp, "%.*s", (int)(v.s.n < 63 ? v.s.n : 63), v.s.p);
-            char *end;
-            x = strtod(tmp, &end);
-            if (end == tmp) x = nd->nargs && args[0].kind == V_INT ? (double)args[0].i : 0;
-        }
-        if (f[0] == 'i') *out = v.kind == V_INT ? v : v_int((int64_t)x);
-        else *out = (Val){.kind = V_FLOAT, .f = x};
-        return 0;
-    }
+    if (!strcmp(f, "int") || !strcmp(f, "float")) return filter_number(r, nd, &v, nd->nargs ? &args[0] : NULL, f[0] == 'i', out);
     if (!strcmp(f, "replace")) {
         if (nd->nargs < 2) return ct_fail(r, line, "replace takes two or three arguments");
         return ct_str_replace(r, &v, &args[0], &args[1], nd->nargs > 2 ? &args[2] : NULL, out, line);
     }
     /* abs: the last of the filters the parser lets through */
-    if (v.kind == V_INT) *out = v_int(v.i < 0 ? -v.i : v.i);
+    if (v.kind == V_BOOL) *out = v_int(v.b);
+    else if (v.kind == V_INT) *out = v_int(v.i < 0 ? -v.i : v.i);
     else if (v.kind == V_FLOAT) *out = (Val){.kind = V_FLOAT, .f = fabs(v.f)};
     else return ct_fail(r, line, "abs needs a number, not %s", v_typename(&v));
     return 0;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "chattmpl_impl.h"
+#include "chattmpl_value.h"
 
 typedef enum { TK_END, TK_NAME, TK_STR, TK_INT, TK_FLOAT, TK_OP } TkKind;
 
@@ -35,6 +36,7 @@ typedef struct Parser {
     PtrVec calls;  /* CT_CALL nodes of plain names: a global or a macro, checked at the end */
     PtrVec macros; /* CT_MACRO nodes */
     int in_macro;  /* parsing a macro's body */
+    int loops;     /* for bodies around the statement being parsed (0 in a macro's own body) */
     Tok *toks; /* the current tag's tokens */
     size_t ntoks, captoks, k;
     int depth;  /* of expressions */
@@ -43,6 +45,11 @@ typedef struct Parser {
     size_t errlen;
     int failed;
 } Parser;
+
+/* Python's white space (what Jinja's \s and str.rstrip() take) at and
+ * before a position of the source: its length in bytes, or 0. */
+static size_t space_at(const Parser *p, size_t pos) { return ws_at(str_of(p->src, p->len), pos); }
+static size_t space_before(const Parser *p, size_t pos) { return ws_before(str_of(p->src, p->len), pos); }
 
 static int line_at(Parser *p, size_t pos) {
     if (pos < p->line_pos) p->line_pos = 0, p->line = 1;
@@ -161,7 +168,7 @@ static int lex_tag(Parser *p, int output, int *strip_after) {
     const char *closer = output ? "}}" : "%}";
     int brackets = 0; /* `}}` inside a dict literal closes the dict, not the tag */
     for (;;) {
-        while (p->pos < p->len && strchr(" \t\r\n", p->src[p->pos])) p->pos++;
+        for (size_t w; p->pos < p->len && (w = space_at(p, p->pos));) p->pos += w;
         int line = line_at(p, p->pos);
         if (p->pos >= p->len) return fail(p, line, "the tag is not closed with '%s'", closer), -1;
         const char *s = p->src + p->pos;
@@ -697,7 +704,7 @@ static int parse_text(Parser *p, Block *b, int *line_starting) {
     if (tag && next + 2 < p->len + 1) {
         char mod = next + 2 < p->len ? p->src[next + 2] : 0;
         if (mod == '-') {
-            while (end > start && strchr(" \t\r\n\v\f", p->src[end - 1])) end--;
+            for (size_t w; end > start && (w = space_before(p, end)) && end - w >= start;) end -= w;
         } else if (mod != '+' && tag[1] != '{') {
             /* lstrip_blocks: spaces and tabs between a line's start and a block tag */
             size_t ls = end;
@@ -719,7 +726,7 @@ static int parse_text(Parser *p, Block *b, int *line_starting) {
  * block or comment. */
 static void after_tag(Parser *p, int strip, int block, int *line_starting) {
     if (strip)
-        while (p->pos < p->len && strchr(" \t\r\n\v\f", p->src[p->pos])) p->pos++;
+        for (size_t w; p->pos < p->len && (w = space_at(p, p->pos));) p->pos += w;
     else if (block && p->pos < p->len && p->src[p->pos] == '\n')
         p->pos++;
     *line_starting = p->pos == 0 || p->src[p->pos - 1] == '\n';
@@ -820,7 +827,9 @@ static int parse_body(Parser *p, Block *b, const char *const *ends, int opener_l
             after_tag(p, strip, 1, &line_starting);
             static const char *const for_ends[] = {"else", "endfor", NULL};
             Block body = {NULL, &body.head};
+            p->loops++;
             int e = parse_body(p, &body, for_ends, line, "for");
+            p->loops--;
             if (e < 0 || expect_end(p)) return -2;
             nd->body = body.head;
             if (e == 0) {
@@ -905,9 +914,10 @@ static int parse_body(Parser *p, Block *b, const char *const *ends, int opener_l
             nd->args = (CtNode **)params.items, nd->nargs = (size_t)params.len;
             nd->kwargs = (CtNode **)dflts.items, nd->nkw = (size_t)dflts.len;
             after_tag(p, strip, 1, &line_starting);
-            p->in_macro++;
+            int outer_loops = p->loops;
+            p->in_macro++, p->loops = 0;
             if (parse_body(p, &body, macro_ends, line, "macro") < 0) return -2;
-            p->in_macro--;
+            p->in_macro--, p->loops = outer_loops;
             if (peek(p)->kind == TK_NAME && is_name(peek(p), nd->s)) p->k++; /* {% endmacro name %} */
             if (expect_end(p)) return -2;
             nd->body = body.head;
@@ -917,6 +927,7 @@ static int parse_body(Parser *p, Block *b, const char *const *ends, int opener_l
             continue;
         }
         if (!strcmp(word, "break") || !strcmp(word, "continue")) {
+            if (!p->loops) return fail(p, line, "'%s' outside a loop", word), -2;
             CtNode *nd = node(p, word[0] == 'b' ? CT_BREAK : CT_CONTINUE, line);
             if (!nd || expect_end(p)) return -2;
             append(b, nd);

@@ -109,6 +109,11 @@ const char *v_typename(const Val *v) {
     static const char *const names[] = {"undefined", "NoneType", "bool", "int", "float", "str", "list", "dict",
                                         "method", "function", "macro"};
     if (v->kind == V_DICT && v->d->is_namespace) return "namespace";
+    if (v->kind == V_LIST) {
+        static const char *const flavors[] = {"list", "tuple", "generator", "dict_items", "dict_keys", "dict_values",
+                                              "range"};
+        return flavors[v->l->flavor];
+    }
     return names[v->kind];
 }
 
@@ -119,7 +124,7 @@ int v_truthy(const Val *v) {
     case V_INT: return v->i != 0;
     case V_FLOAT: return v->f != 0;
     case V_STR: return v->s.n != 0;
-    case V_LIST: return v->l->n != 0;
+    case V_LIST: return v->l->flavor == L_GENERATOR || v->l->n != 0;
     case V_DICT: return v->d->is_namespace || v->d->n != 0;
     default: return 1;
     }
@@ -140,7 +145,8 @@ int v_equal(const Val *a, const Val *b, int depth) {
     case V_UNDEF: case V_NONE: return 1;
     case V_STR: return a->s.n == b->s.n && !memcmp(a->s.p, b->s.p, a->s.n);
     case V_LIST:
-        if (a->l->n != b->l->n || a->l->is_tuple != b->l->is_tuple) return 0;
+        if (a->l->flavor > L_TUPLE || b->l->flavor > L_TUPLE) return -2;
+        if (a->l->n != b->l->n || a->l->flavor != b->l->flavor) return 0;
         for (size_t i = 0; i < a->l->n; i++) {
             int e = v_equal(&a->l->v[i], &b->l->v[i], depth + 1);
             if (e <= 0) return e;
@@ -196,24 +202,39 @@ static int v_repr(Buf *b, const Val *v, int depth);
 static int v_repr_items(Buf *b, const Val *v, int depth) {
     if (depth > CHATTMPL_MAX_DEPTH) return -1;
     if (v->kind == V_LIST) {
-        int tu = v->l->is_tuple;
-        if (!buf_puts(b, tu ? "(" : "[")) return -1;
-        for (size_t i = 0; i < v->l->n; i++)
-            if ((i && !buf_puts(b, ", ")) || v_repr(b, &v->l->v[i], depth + 1)) return -1;
-        if (tu && v->l->n == 1 && !buf_puts(b, ",")) return -1;
-        return buf_puts(b, tu ? ")" : "]") ? 0 : -1;
+        const List *l = v->l;
+        if (l->flavor == L_GENERATOR) return -2;
+        if (l->flavor == L_RANGE) {
+            char tmp[96];
+            if (l->range[2] == 1) snprintf(tmp, sizeof tmp, "range(%lld, %lld)", (long long)l->range[0], (long long)l->range[1]);
+            else
+                snprintf(tmp, sizeof tmp, "range(%lld, %lld, %lld)", (long long)l->range[0], (long long)l->range[1],
+                         (long long)l->range[2]);
+            return buf_puts(b, tmp) ? 0 : -1;
+        }
+        static const char *const open[] = {"[", "(", "", "dict_items([", "dict_keys([", "dict_values(["};
+        static const char *const close[] = {"]", ")", "", "])", "])", "])"};
+        if (!buf_puts(b, open[l->flavor])) return -1;
+        for (size_t i = 0; i < l->n; i++) {
+            if (i && !buf_puts(b, ", ")) return -1;
+            int e = v_repr(b, &l->v[i], depth + 1);
+            if (e) return e;
+        }
+        if (l->flavor == L_TUPLE && l->n == 1 && !buf_puts(b, ",")) return -1;
+        return buf_puts(b, close[l->flavor]) ? 0 : -1;
     }
     if (!buf_puts(b, "{")) return -1;
     for (size_t i = 0; i < v->d->n; i++) {
-        if ((i && !buf_puts(b, ", ")) || repr_str(b, v->d->k[i]) || !buf_puts(b, ": ") ||
-            v_repr(b, &v->d->v[i], depth + 1))
-            return -1;
+        if ((i && !buf_puts(b, ", ")) || repr_str(b, v->d->k[i]) || !buf_puts(b, ": ")) return -1;
+        int e = v_repr(b, &v->d->v[i], depth + 1);
+        if (e) return e;
     }
     return buf_puts(b, "}") ? 0 : -1;
 }
 
 static int v_repr(Buf *b, const Val *v, int depth) {
     if (v->kind == V_STR) return repr_str(b, v->s);
+    if (v->kind == V_UNDEF) return buf_puts(b, "Undefined") ? 0 : -1; /* Jinja's Undefined in a container */
     if (v->kind == V_LIST || (v->kind == V_DICT && !v->d->is_namespace)) return v_repr_items(b, v, depth);
     return v_to_str(b, v);
 }
@@ -279,6 +300,7 @@ int v_to_json(Buf *b, const Val *v, int indent, int level, int depth) {
     case V_STR: return json_str(b, v->s);
     case V_LIST: case V_DICT: {
         int is_list = v->kind == V_LIST;
+        if (is_list && v->l->flavor > L_TUPLE) return -1; /* json.dumps refuses generators, views, ranges */
         size_t n = is_list ? v->l->n : v->d->n;
         if (!buf_puts(b, is_list ? "[" : "{")) return -1;
         if (n == 0) return buf_puts(b, is_list ? "]" : "}") ? 0 : -1;

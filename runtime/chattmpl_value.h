@@ -44,10 +44,18 @@ struct Val {
     Val *self; /* V_METHOD: the object */
 };
 
+/* What Python object a V_LIST stands for: they iterate alike but print,
+ * compare, index and test differently. A generator (what Jinja's select,
+ * map, unique, items and reverse filters return) is truthy even when
+ * empty, has no length, and is used up by its first iteration. */
+enum { L_LIST, L_TUPLE, L_GENERATOR, L_ITEMS, L_KEYS, L_VALUES, L_RANGE };
+
 struct List {
     Val *v;
     size_t n, cap;
-    int is_tuple; /* prints as (a, b); never equal to a list */
+    int flavor;        /* L_* */
+    int consumed;      /* L_GENERATOR: 1 iterated to the end, 2 partly */
+    int64_t range[3];  /* L_RANGE: start, stop, step */
 };
 
 struct Dict {
@@ -89,11 +97,13 @@ Val *dict_get(const Dict *d, Str key);
 const char *v_typename(const Val *v);
 int v_truthy(const Val *v);
 /* Python's ==: 1 or 0; -1 when the values nest deeper than
- * CHATTMPL_MAX_DEPTH (Python would raise RecursionError). */
+ * CHATTMPL_MAX_DEPTH (Python would raise RecursionError); -2 when one is a
+ * generator, dict view or range (not compared here). */
 int v_equal(const Val *a, const Val *b, int depth);
 
 /* Python's str(v) into b (strings keep their tags); -1 for a value with
- * no text (a function). */
+ * no text (a function) or nested too deep, -2 for a generator (whose text
+ * is its address). */
 int v_to_str(Buf *b, const Val *v);
 /* json.dumps(v, ensure_ascii=False, indent=indent (-1: None)); -1 for a
  * value JSON cannot hold (undefined, a function). */

@@ -10,7 +10,7 @@ byte, and zinf's assistant ranges checked against the conversations.
 Each fixture gets every conversation (single and multi-turn, with and
 without a system message, a prompt alone, Unicode and white space at the
 edges of the content, Jinja-looking content, a Qwen3-style reasoning
-answer), with and without add_generation_prompt, and for Qwen3 with
+answer, six random ones), with and without add_generation_prompt, and for Qwen3 with
 enable_thinking true, false and unset. A template's own error
 (raise_exception) must come out the same on both sides. A template with
 {% generation %} blocks must give transformers' assistant spans
@@ -18,6 +18,7 @@ enable_thinking true, false and unset. A template's own error
 import glob
 import json
 import os
+import random
 import sys
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "chat_templates")
@@ -73,6 +74,27 @@ REASONING = {
                         {"role": "assistant", "content": "It is 4.", "reasoning": "Adding."}],
 }
 TOOLS = {"tools": [U1, TOOL_CALL, TOOL_RESULT, A_TOOL]}
+
+
+def random_conversations():
+    """Alternating user and assistant turns (a system message in half) of
+    text drawn from white space of every kind at the edges and inside,
+    quotes, braces, tags, accents, CJK and emoji. ZINF_CHAT_RANDOM=N,SEED
+    asks for N others (default 6,27)."""
+    n, seed = (int(x) for x in os.environ.get("ZINF_CHAT_RANDOM", "6,27").split(","))
+    rng = random.Random(seed)
+    pool = list("abc xyz ABC 0123 .,;:!?") + [" ", "  ", "\n", "\n\n", "\t", "\u00a0", "\u3000", "\u2028", "\r\n",
+                                                "'", '"', "{{", "}}", "{%", "%}", "<b>", "é", "ß", "你好", "🙂", "\\"]
+    def text():
+        return "".join(rng.choice(pool) for _ in range(rng.randint(0, 25)))
+    out = {}
+    for k in range(n):
+        conv = [{"role": "system", "content": text() or "S"}] if k % 2 else []
+        for t in range(rng.randint(1, 3)):
+            conv.append({"role": "user", "content": text() or "U"})
+            conv.append({"role": "assistant", "content": text() or "A"})
+        out["random%d" % k] = conv
+    return out
 TOOL_FAMILIES = ("Qwen", "meta-llama-Llama-3.1", "meta-llama-Llama-3.2", "mistralai")
 
 
@@ -87,6 +109,7 @@ def cases_for(name):
     bos, eos = TOKENS[family(name)]
     out = []
     convs = dict(CONVERSATIONS)
+    convs.update(random_conversations())
     if name.startswith("Qwen-Qwen3"):
         convs.update(REASONING)
     if name.startswith(TOOL_FAMILIES):

@@ -39,6 +39,12 @@ echo '[{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "c
 grep -qF '{"text": "<s>[INST] Hi[/INST] Hello</s>", "ranges": [[1, 20, 29]]}' "$D/cfg.out" ||
   fail "tokenizer_config.json: $(cat "$D/cfg.out")"
 echo "ok tokenizer_config.json: the \"default\" template, bos_token from {\"content\": ...}"
+# a model directory: chat_template.jinja comes before the config's template
+mkdir "$D/model" && cp "$D/tokenizer_config.json" "$D/model/" &&
+  printf '{{ bos_token }}{%% for m in messages %%}<{{ m.content }}>{%% endfor %%}{{ eos_token }}\n' > "$D/model/chat_template.jinja"
+"$R" "$D/model" "$D/one.json" > "$D/dir.out" || fail "chat_render of a model directory"
+grep -qF '{"text": "<s><Hi><Hello></s>", "ranges": [[1, 8, 18]]}' "$D/dir.out" || fail "model directory: $(cat "$D/dir.out")"
+echo "ok model directory: chat_template.jinja first, special tokens from tokenizer_config.json"
 
 # an unsupported construct is refused with its line
 printf 'line one\n{%% filter upper %%}x{%% endfilter %%}\n' > "$D/filter.jinja"

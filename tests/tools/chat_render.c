@@ -2,7 +2,7 @@
  * tests/e2e/chat_template.sh, which compares the results with
  * transformers' apply_chat_template.
  *   chat_render TEMPLATE CASES.json
- * TEMPLATE is a .jinja file or a tokenizer_config.json. CASES.json is a
+ * TEMPLATE is a .jinja file, a tokenizer_config.json or a model directory. CASES.json is a
  * list of {"messages": [{role, content, "fields": JSON text}...],
  * "add_generation_prompt": b, "bos_token": s, "eos_token": s,
  * "vars": {name: JSON text}} (a message's content may be absent). Prints one JSON
@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "chattmpl.h"
 #include "json.h"
@@ -51,8 +52,10 @@ int main(int argc, char **argv) {
     char err[1024];
     ChatTemplate *t;
     size_t tl = strlen(argv[1]);
-    int rc = tl > 5 && !strcmp(argv[1] + tl - 5, ".json") ? chattmpl_load_config(&t, argv[1], err, sizeof err)
-                                                           : chattmpl_load_file(&t, argv[1], err, sizeof err);
+    struct stat st;
+    int rc = stat(argv[1], &st) == 0 && S_ISDIR(st.st_mode) ? chattmpl_load_dir(&t, argv[1], err, sizeof err)
+             : tl > 5 && !strcmp(argv[1] + tl - 5, ".json") ? chattmpl_load_config(&t, argv[1], err, sizeof err)
+                                                             : chattmpl_load_file(&t, argv[1], err, sizeof err);
     if (rc) {
         fprintf(stderr, "%s\n", err);
         return 1;

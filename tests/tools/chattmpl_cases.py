@@ -64,6 +64,10 @@ cases = [
  ("indent", "[{{ 'a\nb\n\nc\n' | indent }}][{{ 'a\nb' | indent(2, true) }}][{{ 'a\n\nb' | indent('> ', blank=true) }}][{{ 'x\r\ny\u2028z' | indent(1) }}][{{ '' | indent(first=true) }}][{{ 'p\\r' | indent }}][{{ 'p\\r\\r' | indent }}]"),
  ("dictsort", "{% for k, v in {'b': 1, 'A': 2, 'a': 3, 'C': 0} | dictsort %}{{ k }}{{ v }} {% endfor %}|{{ {'b': 1, 'A': 2, 'a': 3} | dictsort(true) }}|{{ {'x': 2, 'y': 1, 'z': 2} | dictsort(by='value') }}|{{ {'x': 2, 'y': 1, 'z': 2} | dictsort(by='value', reverse=true) }}"),
  ("newlines of the source", "a\r\nb\rc{{ 'd\r\ne\rf' }}{% if true %}\r\ng{% endif %}\r\n"),
+ ("unicode white space control", "a\u00a0\u3000 {{- 'b' -}} \u2003\x85c{% if true -%}\u00a0d{%- endif %}"),
+ ("generators", "{% set g = messages | selectattr('role', 'equalto', 'nobody') %}{{ 'truthy' if g else 'falsy' }}|{{ g | list }}|{% set u = [1, 2] | map('string') if false else [3, 1, 3] | unique %}{% for x in u %}{{ x }}{% endfor %}{% for x in u %}again{% endfor %}|{{ [1, 2] | reverse | list }}{{ ({'a': 1} | items | list) }}{{ range(3) }}{{ range(1, 9, 3) }}{{ {'a': 1}.items() }}{{ {'a': 1}.keys() | length }}{{ {'a': 1}.values() }}{{ [] | select is iterable }}{{ [] | select is sequence }}"),
+ ("number filters", "{{ ' 42 ' | int }} {{ '3.9' | int }} {{ '1e3' | int }} {{ '0x10' | int }} {{ 'inf' | int(7) }} {{ 'inf' | float }} {{ '-2.5' | float }} {{ 'x' | float(1) }} {{ true | int }} {{ 2.7 | int }} {{ '  -0 ' | int }}"),
+ ("title and unique", "{{ 'a,b-c(d e\\'f [g' | title }}|{{ \"it's o'neil\".title() }}|{{ ['a', 'A', 'b', 'a'] | unique | list }}{{ ['a', 'A'] | unique(true) | list }}{{ [1, 1.0, true, 2] | unique | list }}{{ messages | unique(attribute='role') | map(attribute='role') | join(',') }}"),
  ("raise", "{% if messages | length > 1 %}{{ raise_exception('Too many: ' ~ messages | length) }}{% endif %}"),
 ]
 env_t = _compile_jinja_template

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "chattmpl.h"
 
@@ -73,6 +74,10 @@ static const Case CASES[] = {
     {"indent", "[{{ 'a\nb\n\nc\n' | indent }}][{{ 'a\nb' | indent(2, true) }}][{{ 'a\n\nb' | indent('> ', blank=true) }}][{{ 'x\015\ny\342\200\250z' | indent(1) }}][{{ '' | indent(first=true) }}][{{ 'p\\r' | indent }}][{{ 'p\\r\\r' | indent }}]", "[a\n    b\n\n    c\n][  a\n  b][a\n> \n> b][x\n y\n z][    ][p][p\n]", NULL},
     {"dictsort", "{% for k, v in {'b': 1, 'A': 2, 'a': 3, 'C': 0} | dictsort %}{{ k }}{{ v }} {% endfor %}|{{ {'b': 1, 'A': 2, 'a': 3} | dictsort(true) }}|{{ {'x': 2, 'y': 1, 'z': 2} | dictsort(by='value') }}|{{ {'x': 2, 'y': 1, 'z': 2} | dictsort(by='value', reverse=true) }}", "A2 a3 b1 C0 |[('A', 2), ('a', 3), ('b', 1)]|[('y', 1), ('x', 2), ('z', 2)]|[('x', 2), ('z', 2), ('y', 1)]", NULL},
     {"newlines of the source", "a\015\nb\015c{{ 'd\015\ne\015f' }}{% if true %}\015\ng{% endif %}\015\n", "a\nb\ncd\ne\nfg", NULL},
+    {"unicode white space control", "a\302\240\343\200\200 {{- 'b' -}} \342\200\203\302\205c{% if true -%}\302\240d{%- endif %}", "abcd", NULL},
+    {"generators", "{% set g = messages | selectattr('role', 'equalto', 'nobody') %}{{ 'truthy' if g else 'falsy' }}|{{ g | list }}|{% set u = [1, 2] | map('string') if false else [3, 1, 3] | unique %}{% for x in u %}{{ x }}{% endfor %}{% for x in u %}again{% endfor %}|{{ [1, 2] | reverse | list }}{{ ({'a': 1} | items | list) }}{{ range(3) }}{{ range(1, 9, 3) }}{{ {'a': 1}.items() }}{{ {'a': 1}.keys() | length }}{{ {'a': 1}.values() }}{{ [] | select is iterable }}{{ [] | select is sequence }}", "truthy|[]|31|[2, 1][('a', 1)]range(0, 3)range(1, 9, 3)dict_items([('a', 1)])1dict_values([1])TrueFalse", NULL},
+    {"number filters", "{{ ' 42 ' | int }} {{ '3.9' | int }} {{ '1e3' | int }} {{ '0x10' | int }} {{ 'inf' | int(7) }} {{ 'inf' | float }} {{ '-2.5' | float }} {{ 'x' | float(1) }} {{ true | int }} {{ 2.7 | int }} {{ '  -0 ' | int }}", "42 3 1000 0 7 inf -2.5 1 1 2 0", NULL},
+    {"title and unique", "{{ 'a,b-c(d e\\'f [g' | title }}|{{ \"it's o'neil\".title() }}|{{ ['a', 'A', 'b', 'a'] | unique | list }}{{ ['a', 'A'] | unique(true) | list }}{{ [1, 1.0, true, 2] | unique | list }}{{ messages | unique(attribute='role') | map(attribute='role') | join(',') }}", "A,b-C(D E'f [G|It'S O'Neil|['a', 'b']['a', 'A'][1, 2]user,assistant", NULL},
     {"raise", "{% if messages | length > 1 %}{{ raise_exception('Too many: ' ~ messages | length) }}{% endif %}", NULL, "Too many: 2"},
 };
 
@@ -131,6 +136,17 @@ static const ErrCase ERRORS[] = {
     {"{{ {'a': 1, 'b': 'x'} | dictsort(by='value') }}", "t: line 1: cannot compare int with str"},
     {"{{ 'x' | indent(4, first=true, tabs=1) }}", "t: line 1: indent's argument 'tabs' is not supported"},
     {"{{ 5 | indent }}", "t: line 1: indent needs a string, not int"},
+    {"{{ messages | map(attribute='role') }}",
+     "t: line 1: printing a generator (a select, map, unique, items or reverse result) is not supported; add | list"},
+    {"{{ messages | select | length }}",
+     "t: line 1: a generator has no length (a select, map, unique, items or reverse result); add | list"},
+    {"{{ messages | select | last }}", "t: line 1: last of a generator (Python cannot reverse one)"},
+    {"{% set g = [1, 2] | select %}{{ g | first }}{{ g | list }}",
+     "t: line 1: a generator iterated again after 'first' or 'in' is not supported"},
+    {"{{ {'a': 1}.keys() == ['a'] }}", "t: line 1: comparing a generator, dict view or range is not supported"},
+    {"{{ nope | int }}", "t: line 1: 'nope' is undefined"},
+    {"{{ ['a', 'b'] | first(2) }}", "t: line 1: the filter 'first' takes at most 0 arguments here"},
+    {"{{ [[1], [1]] | unique | list }}", "t: line 1: unique of list values (unhashable)"},
     {"{{ 3 is divisibleby(3) }}", "t: line 1: the test 'divisibleby' is not supported"},
     {"{{ 'a {}'.format(1) }}", "t: line 1: the method 'format' is not supported"},
     {"{{ cycler('a') }}", "t: line 1: the function 'cycler' is not supported"},
@@ -169,7 +185,8 @@ static const ErrCase ERRORS[] = {
     {"{{ messages.items() }}", "t: line 1: list has no method 'items'"},
     {"{{ x.strip() }}", "t: line 1: 'x' is undefined (reading its attribute 'strip')"},
     {"{% set f = 1 %}{{ f() }}", "t: line 1: the function 'f' is not supported"},
-    {"{% break %}", "t: line 0: 'break' or 'continue' outside a loop"},
+    {"x\n{% break %}", "t: line 2: 'break' outside a loop"},
+    {"{% for x in [1] %}{% macro m() %}{% continue %}{% endmacro %}{% endfor %}", "t: line 1: 'continue' outside a loop"},
     {"{% set ns = namespace(x=[]) %}{% for i in range(300) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x == ns.x }}",
      "t: line 1: values nest deeper than 200"},
     {"{% set ns = namespace(x=[]) %}{% for i in range(300) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
@@ -305,6 +322,53 @@ START_TEST(test_variables) {
 }
 END_TEST
 
+static void write_file(const char *dir, const char *name, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A model directory: chat_template.jinja before the config's template,
+ * the config's special tokens either way. */
+START_TEST(test_load_dir) {
+    char dir[] = "/tmp/chattmpl-test-XXXXXX", err[512], path[512];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ChatTemplate *t;
+    ChatRender out;
+    ck_assert_int_eq(chattmpl_load_dir(&t, dir, err, sizeof err), -1);
+    char want[600];
+    snprintf(want, sizeof want, "%s: no chat template (neither chat_template.jinja nor tokenizer_config.json)", dir);
+    ck_assert_str_eq(err, want);
+    write_file(dir, "tokenizer_config.json", "{\"eos_token\": \"<E>\", \"chat_template\": \"config{{ eos_token }}\"}");
+    ck_assert_int_eq(chattmpl_load_dir(&t, dir, err, sizeof err), 0);
+    ck_assert_int_eq(chattmpl_render(t, MSGS, 2, NULL, &out, err, sizeof err), 0);
+    ck_assert_str_eq(out.text, "config<E>");
+    chattmpl_render_free(&out);
+    chattmpl_free(t);
+    write_file(dir, "chat_template.jinja", "file{{ eos_token }}\n{{ nope(1) }}");
+    ck_assert_int_eq(chattmpl_load_dir(&t, dir, err, sizeof err), -1);
+    snprintf(want, sizeof want, "%s/chat_template.jinja: line 2: the function 'nope' is not supported", dir);
+    ck_assert_str_eq(err, want);
+    write_file(dir, "chat_template.jinja", "file{{ eos_token }}\n");
+    ck_assert_int_eq(chattmpl_load_dir(&t, dir, err, sizeof err), 0);
+    ck_assert_int_eq(chattmpl_render(t, MSGS, 2, NULL, &out, err, sizeof err), 0);
+    ck_assert_str_eq(out.text, "file<E>");
+    chattmpl_render_free(&out);
+    chattmpl_free(t);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    unlink(path);
+    ck_assert_int_eq(chattmpl_load_dir(&t, dir, err, sizeof err), 0);
+    ck_assert_ptr_null(chattmpl_token(t, "eos_token"));
+    chattmpl_free(t);
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 /* The template keeps what it needs of the text it was parsed from. */
 START_TEST(test_source_freed) {
     char err[512];
@@ -368,6 +432,7 @@ int main(void) {
     tcase_add_test(tc, test_fields);
     tcase_add_test(tc, test_config);
     tcase_add_test(tc, test_source_freed);
+    tcase_add_test(tc, test_load_dir);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
