@@ -344,28 +344,33 @@ static int conversation(const SftOptions *o, const JsonValue *msgs, const char *
 int sft_chat_template_load(const char *path, const char *tokenizer, ChatTemplate **out, char *err, size_t errlen) {
     *out = NULL;
     char e[1024];
+    struct stat st;
     if (path) {
         size_t l = strlen(path);
-        bool config = l >= 5 && !strcmp(path + l - 5, ".json");
-        int rc = config ? chattmpl_load_config(out, path, e, sizeof e) : chattmpl_load_file(out, path, e, sizeof e);
+        bool dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode), config = l >= 5 && !strcmp(path + l - 5, ".json");
+        int rc = dir      ? chattmpl_load_dir(out, path, e, sizeof e)
+                 : config ? chattmpl_load_config(out, path, e, sizeof e)
+                          : chattmpl_load_file(out, path, e, sizeof e);
         if (rc) return errorf(err, errlen, "--chat-template: %.900s", e);
         return 0;
     }
     if (!tokenizer) return 0;
-    char dir[4096], cfg[4200];
-    struct stat st;
+    char dir[4096], cfg[4200], tpl[4200];
     snprintf(dir, sizeof dir, "%s", tokenizer);
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
         char *slash = strrchr(dir, '/');
         if (slash) *slash = '\0';
         else snprintf(dir, sizeof dir, ".");
     }
+    /* the model directory's template: chat_template.jinja (what transformers
+     * 5 saves), else the chat_template of tokenizer_config.json */
     snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir);
-    if (access(cfg, R_OK) != 0) return 0;
-    if (chattmpl_load_config(out, cfg, e, sizeof e) == 0) return 0;
+    snprintf(tpl, sizeof tpl, "%s/chat_template.jinja", dir);
+    if (access(cfg, R_OK) != 0 && access(tpl, R_OK) != 0) return 0;
+    if (chattmpl_load_dir(out, dir, e, sizeof e) == 0) return 0;
     /* a config without a template leaves conversations without one; a
      * broken template is an error */
-    if (strstr(e, ": no chat_template (")) return 0;
+    if (access(tpl, R_OK) != 0 && strstr(e, ": no chat_template (")) return 0;
     return errorf(err, errlen, "%.1000s", e);
 }
 

@@ -111,12 +111,13 @@ int sft_add_pieces(const SftOptions *o, const SftPiece *p, size_t np, const char
 int sft_read_jsonl(const SftOptions *o, const char *path, const char *text, size_t n, SftOut *out, SftStats *st,
                    char *err, size_t errlen);
 
-/* The chat template of conversations: `path` when given (a
- * tokenizer_config.json, by its .json name: its chat_template and special
- * tokens; else a template's own text, a .jinja file), else the
- * tokenizer_config.json in the directory of `tokenizer` (a tokenizer.json
- * or a model directory) when it has a chat_template, else none (*out
- * NULL, 0 returned: a conversation is then refused with the way out).
+/* The chat template of conversations: `path` when given (a model
+ * directory; a tokenizer_config.json, by its .json name: its
+ * chat_template and special tokens; else a template's own text, a .jinja
+ * file), else that of the directory of `tokenizer` (a tokenizer.json or a
+ * model directory): its chat_template.jinja, else its
+ * tokenizer_config.json's chat_template (chattmpl_load_dir); else none
+ * (*out NULL, 0 returned: a conversation is then refused with the way out).
  * -1 with err for a template that does not load. */
 int sft_chat_template_load(const char *path, const char *tokenizer, ChatTemplate **out, char *err, size_t errlen);
 
