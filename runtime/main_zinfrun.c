@@ -1001,7 +1001,8 @@ static int export_failed(const Run *u, const char *flag, const char *dest, const
 /* What the run leaves behind: the last checkpoint, the exports, the trace. */
 static int finish(Run *u, char *err, size_t n) {
     const Opts *o = &u->o;
-    if (o->ckpt_dir && u->ran > 0 && save_checkpoint(u, err, n)) return -1;
+    /* (a run stopped right after a --checkpoint-every checkpoint has it already) */
+    if (o->ckpt_dir && u->ran > 0 && u->saved != rt_steps_done(u->r) && save_checkpoint(u, err, n)) return -1;
     if (u->stopped) return 0; /* the exports are of a finished run only */
     if (o->export_path) {
         char m[8192];
