@@ -86,7 +86,7 @@ static void usage(FILE *f) {
             "                         on (default: every window the file holds, divided among the ranks)\n"
             "  --losses FILE          append \"step N loss L grad_norm G\" lines (full precision) to FILE,\n"
             "                         and \"eval step N loss L batches K\" lines with --eval-data\n"
-            "  --quiet                only the final summary (and the evaluations' losses)\n"
+            "  --quiet                only the final summary (it has the last evaluation's loss)\n"
             "Output paths are checked, and their parent directories made, before step 1; the disk space that\n"
             "checkpoints and exports need is checked too. SIGINT (Ctrl-C), SIGTERM or SIGUSR1 stop the run at\n"
             "the end of the step in progress and write a checkpoint to --checkpoint-dir; exit status 128 + the\n"
