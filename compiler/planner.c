@@ -493,10 +493,14 @@ static void report_no_plan(const Search *S) {
         diag_hint(d, "give that tier more room in the target (its capacity or memory), plan for more ranks, or pin less");
         return;
     }
-    diag_error(d, SPAN_NONE, "model states need %s (%s per rank over %d rank%s); the target has %s GPU memory, %s CPU memory and %s%s",
-               plan_bytes_str(total * (uint64_t)b->R, s1, sizeof s1), plan_bytes_str(total, s2, sizeof s2), b->R,
+    /* by how much, when even every tier together is too small */
+    uint64_t all = gpu_all + cpu_all + nvme_all, need_all = total * (uint64_t)b->R;
+    char short_by[64] = "", s6[32];
+    if (need_all > all) snprintf(short_by, sizeof short_by, ": %s short", plan_bytes_str(need_all - all, s6, sizeof s6));
+    diag_error(d, SPAN_NONE, "model states need %s (%s per rank over %d rank%s); the target has %s GPU memory, %s CPU memory and %s%s%s",
+               plan_bytes_str(need_all, s1, sizeof s1), plan_bytes_str(total, s2, sizeof s2), b->R,
                b->R > 1 ? "s" : "", plan_bytes_str(gpu_all, s3, sizeof s3), plan_bytes_str(cpu_all, s4, sizeof s4),
-               nvme_all ? plan_bytes_str(nvme_all, s5, sizeof s5) : "no NVMe", nvme_all ? " NVMe" : "");
+               nvme_all ? plan_bytes_str(nvme_all, s5, sizeof s5) : "no NVMe", nvme_all ? " NVMe" : "", short_by);
     if (pinned) diag_hint(d, "the plan block pins where state lives; unpin it to let the planner use every tier");
     else diag_hint(d, "add NVMe to the target, more ranks, or more CPU memory");
 }

@@ -92,7 +92,7 @@ static void usage(FILE *f) {
             "  --tensorboard DIR      write TensorBoard event files to DIR (rank 0): loss, eval loss, learning rate,\n"
             "                         grad norm, loss scale, tokens/s, TFLOP/s, step time against the prediction,\n"
             "                         busy time and bytes per queue; a resumed run adds a file, its steps continuing\n"
-            "  --quiet                only the final summary (and the evaluations' losses)\n"
+            "  --quiet                only the final summary (it has the last evaluation's loss)\n"
             "Output paths are checked, and their parent directories made, before step 1; the disk space that\n"
             "checkpoints and exports need is checked too. SIGINT (Ctrl-C), SIGTERM or SIGUSR1 stop the run at\n"
             "the end of the step in progress and write a checkpoint to --checkpoint-dir; exit status 128 + the\n"
@@ -1085,7 +1085,8 @@ static int export_failed(const Run *u, const char *flag, const char *dest, const
 /* What the run leaves behind: the last checkpoint, the exports, the trace. */
 static int finish(Run *u, char *err, size_t n) {
     const Opts *o = &u->o;
-    if (o->ckpt_dir && u->ran > 0 && save_checkpoint(u, err, n)) return -1;
+    /* (a run stopped right after a --checkpoint-every checkpoint has it already) */
+    if (o->ckpt_dir && u->ran > 0 && u->saved != rt_steps_done(u->r) && save_checkpoint(u, err, n)) return -1;
     if (u->stopped) return 0; /* the exports are of a finished run only */
     if (o->export_path) {
         char m[8192];

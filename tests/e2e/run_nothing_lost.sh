@@ -144,9 +144,12 @@ grep -q "^weights: random, the plan's seeded initialisation (seed [0-9]*; --init
 # --- signals ---
 # waits until the --losses file $1 has $2 lines (while the run $pid lives)
 losses_at_least() { while [ ! -s "$1" ] || [ "$(wc -l < "$1")" -lt "$2" ]; do kill -0 "$pid" 2>/dev/null || return 1; sleep 0.1; done; }
+# (SIGTERM with a checkpoint every step: the one of the step reached is there already)
 for sig in INT TERM; do
   rm -rf "$W/ck" "$W/l"
-  "$RUN" "$W/m.plan" --data "$W/train.bin" --steps 1000000 --checkpoint-dir "$W/ck" --losses "$W/l" > "$W/out" 2>&1 < /dev/null &
+  every=""; [ $sig = TERM ] && every="--checkpoint-every 1"
+  # shellcheck disable=SC2086
+  "$RUN" "$W/m.plan" --data "$W/train.bin" --steps 1000000 --checkpoint-dir "$W/ck" $every --losses "$W/l" > "$W/out" 2>&1 < /dev/null &
   pid=$!
   losses_at_least "$W/l" 3 || { bad "SIG$sig: the run ended early"; continue; }
   kill -$sig $pid

@@ -227,7 +227,7 @@ START_TEST(infeasible_states) {
     c->t.nvme_capacity = 0;
     ck_assert(!planner_run(&c->g, &c->t, &c->o, &c->a, &c->d, &c->r));
     ck_assert_str_eq(first_error(c), "model states need 4.06 GiB (4.06 GiB per rank over 1 rank); the target has 256.00 MiB "
-                                     "GPU memory, 768.00 MiB CPU memory and no NVMe");
+                                     "GPU memory, 768.00 MiB CPU memory and no NVMe: 3.06 GiB short");
     ctx_free(c);
 }
 END_TEST
