@@ -7,8 +7,8 @@
 # cuBLASLt of tests/fakecuda, its logs and summary in one directory.
 # $1: the build directory.
 B=${1:-build}
-O=$(mktemp -d /tmp/zinf-gpuscript.XXXXXX) || exit 1
-trap 'rm -rf "$O"' EXIT
+. tests/e2e/lib.sh
+e2e_workdir gpuscript; O=$W
 out=$(sh tests/gpu/run_all.sh --fake "$B" --out "$O" 2>&1)
 rc=$?
 echo "$out" | grep -E "^(step |run_all)|losses agree|gemm:"

@@ -7,8 +7,8 @@
 # byte-identical plans (the second from the cache); a model the kernels
 # cannot serve is a clear error with the way out.
 B=${1:-build}
-W=$(mktemp -d /tmp/zinf-kernels.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+. tests/e2e/lib.sh
+e2e_workdir kernels
 export ZINF_CACHE_DIR="$W/cache"
 fail=0
 mkdir "$W/src"

@@ -5,8 +5,8 @@
 B=${1:-build}
 Z="$B/bin/zinfc"
 [ -x "$Z" ] || { echo "FAIL: $Z not built"; exit 1; }
-T=$(mktemp -d /tmp/zinf_cli.XXXXXX) || exit 1
-trap 'rm -rf "$T"' EXIT INT TERM
+. tests/e2e/lib.sh
+e2e_workdir cli; T=$W
 fail=0
 expect() { # expect RC WHAT COMMAND... ; stdout+stderr in $T/o
   want=$1; what=$2; shift 2

@@ -2,8 +2,8 @@
 # zinftok: text -> token file; exit codes and messages of bad use.
 B=${1:-build}
 Z="$B/bin/zinftok"
-D=$(mktemp -d "${TMPDIR:-/tmp}/zinf-e2e-tok.XXXXXX")
-trap 'rm -rf "$D"' EXIT
+. tests/e2e/lib.sh
+e2e_workdir tok; D=$W
 fail() { echo "FAIL: $*"; exit 1; }
 printf 'hello, token world! 0123456789\n' > "$D/in.txt"   # 31 bytes
 "$Z" "$D/in.txt" -o "$D/train.bin" --val "$D/val.bin" --val-fraction 0.2 > "$D/out" || fail "zinftok failed"
