@@ -1,6 +1,6 @@
 #!/bin/sh
 # The GPU machine's one script (tests/gpu/run_all.sh) rehearsed here, so it
-# does not rot between the rare sessions that have a GPU: every step (build,
+# does not rot on machines without a GPU, where make test runs: every step (build,
 # probe and a run calibrated from the probed one, kernels by name, gpt-micro with CPU and NVMe offload on --backend
 # cuda against --backend host with cuBLASLt and with ZINF_CUBLASLT=0, a
 # model from CPU memory with its TFLOP/s) on the fake driver, NCCL and
