@@ -2,8 +2,9 @@
 # Runs one pass of the suite against a build tree and records the results.
 #   tests/run.sh BUILD MODE [unit]
 # MODE is "plain" or "asan". Every test is a program or script whose exit code
-# is the verdict: 0 passed, 77 skipped (it cannot run here: a Python
-# environment or a program is missing; automake's convention), any other
+# is the verdict: 0 passed, 77 skipped (it cannot run here: the Python
+# environment, a program or a tool that make deps installs is missing; the
+# test says why on a line "skip: WHY"; automake's convention), any other
 # failed. Results go to BUILD/results (one line per test: pass, skip or fail,
 # then its name) and the summary is printed by tests/summary.sh. Each test
 # runs with a TMPDIR of its own, removed after it, so that two runs of the
