@@ -143,7 +143,7 @@ static bool load_from(Arena *a, SourceSet *src, DiagSink *d, int id, const char 
     for (int fi = 0; fi < out->nfiles; fi++) {
         AstFile *cur = out->files[fi];
         const char *here = dir_of(a, src->files[cur->file].path);
-        const char *self = canon.items[fi];
+        const char *self = fi < canon.len ? canon.items[fi] : ""; /* "" when out of memory: nothing is itself */
         for (int k = 0; k < cur->decls.len; k++) {
             Decl *dc = cur->decls.items[k];
             if (dc->kind != DL_IMPORT || !dc->name) continue;
