@@ -105,7 +105,7 @@ libs_for = $(if $(filter runtime/ref/%,$(1)),$(LIB),$(if $(filter runtime/%,$(1)
 # Objects of tests and benchmarks are intermediates of pattern rules: keep them.
 .SECONDARY:
 
-.PHONY: demo install all deps test unit check-unit golden golden-update e2e bench clean clang-check asan fuzz fuzz-bins gpu-compile-all
+.PHONY: demo install all deps test test-concurrent unit check-unit golden golden-update e2e bench clean clang-check asan fuzz fuzz-bins gpu-compile-all
 all: $(BINS) $(TESTS) $(BENCHES) $(TOOLS)
 
 # Objects that include the generated parser header must wait for it.
@@ -233,6 +233,12 @@ test: all
 	@if $(MAKE) --no-print-directory clang-check; then echo "pass clang-check" > $(BUILD)/clang-results; \
 	 else echo "fail clang-check" > $(BUILD)/clang-results; fi
 	@sh tests/summary.sh $(BUILD)/results build/asan/results $(BUILD)/clang-results
+
+# The MPI-using suites 4 at a time, ROUNDS rounds (tests/concurrent.sh):
+# two runs of the suite on one machine must not disturb each other.
+ROUNDS ?= 20
+test-concurrent: all
+	@sh tests/concurrent.sh $(BUILD) $(ROUNDS) $(SUITES)
 
 unit: all
 	@sh tests/run.sh $(BUILD) plain unit

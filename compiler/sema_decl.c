@@ -13,33 +13,17 @@ static const char *file_base(const Sema *s, int file) {
     return b ? b + 1 : p;
 }
 
-/* Which Program file an import string names: nn -> .../nn.zl */
-static int resolve_import(const Sema *s, const char *name) {
-    size_t n = strlen(name);
-    const char *want = n > 3 && strcmp(name + n - 3, ".zl") == 0 ? name : NULL;
-    char buf[512];
-    if (!want) {
-        snprintf(buf, sizeof buf, "%s.zl", name);
-        want = buf;
-    }
-    size_t wl = strlen(want);
-    for (int i = 1; i < s->nfiles; i++) {
-        const char *p = s->src->files[s->files[i].file].path;
-        size_t pl = strlen(p);
-        if (pl >= wl && strcmp(p + pl - wl, want) == 0 && (pl == wl || p[pl - wl - 1] == '/')) return i;
-    }
-    /* the path as written relative to somewhere: match the base name */
-    const char *b = strrchr(want, '/');
-    if (b) {
-        for (int i = 1; i < s->nfiles; i++)
-            if (strcmp(file_base(s, s->files[i].file), b + 1) == 0) return i;
-    }
+/* The file scope of the file an import names: the loader resolved it
+ * (lang/loader.c); -1 when it names none. */
+static int import_scope(const Sema *s, const Decl *d) {
+    for (int i = 0; i < s->nfiles; i++)
+        if (d->import_file >= 0 && s->files[i].file == d->import_file) return i;
     return -1;
 }
 
 static void add_import(Sema *s, FileScope *f, int fi, const Decl *d) {
     if (!d->name) return;
-    int imp = resolve_import(s, d->name);
+    int imp = import_scope(s, d);
     if (imp >= 0 && imp != fi) {
         bool dup = false;
         for (int j = 0; j < f->nimports; j++) dup |= f->imports[j] == imp;

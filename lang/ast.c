@@ -31,6 +31,7 @@ Decl *ast_decl(Arena *a, DeclKind k, Span sp) {
     d->kind = k;
     d->span = sp;
     d->name_span = SPAN_NONE;
+    d->import_file = -1;
     return d;
 }
 

@@ -171,6 +171,8 @@ typedef struct Decl {
     StmtList body;       /* layer, model */
     SettingList settings; /* train, target, plan, hf */
     int file;            /* source file index it was declared in */
+    int import_file;     /* import: the source file index of the file it names (set by the loader, the one
+                          * place imports are resolved), -1 when it names none */
 } Decl;
 
 typedef struct DeclList {

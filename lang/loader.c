@@ -45,6 +45,88 @@ static int already_loaded(const char *const *canon, int n, const char *path) {
     return -1;
 }
 
+/* Where a searched import is looked for, in order: the importing file's
+ * directory, each -I directory, the stdlib; each directory once, in its first
+ * place. Returns the count (at most 64). */
+static int search_dirs(const char *here, const LoadOptions *opt, const char *stdlib, const char *dirs[64]) {
+    const char *all[64];
+    int n = 0;
+    all[n++] = here;
+    for (int i = 0; opt && i < opt->ninclude && n < 63; i++) all[n++] = opt->include_dirs[i];
+    all[n++] = stdlib;
+    int nd = 0;
+    for (int i = 0; i < n; i++) {
+        bool dup = false;
+        for (int j = 0; j < nd; j++) dup |= !strcmp(dirs[j], all[i]);
+        if (!dup) dirs[nd++] = all[i];
+    }
+    return nd;
+}
+
+/* The file `import NAME` of the file whose resolved path is self names, or
+ * NULL after an error in d. An absolute name is used as is; a name starting
+ * with ./ or ../ is relative to the importing file only; any other is
+ * searched for (search_dirs). A search passes over the importing file itself
+ * (a model file named llama.zl that imports "llama" means the stdlib's) and
+ * comes back to it only when nothing else matches (a self-import is
+ * harmless). A searched name that a file outside the stdlib shadows is an
+ * error naming both (the shadowing file is still loaded, so checking goes
+ * on as the search order gives). */
+static const char *resolve_import(Arena *a, DiagSink *d, const Decl *dc, const char *here, const char *self,
+                                  const LoadOptions *opt, const char *stdlib) {
+    const char *name = dc->name;
+    size_t nl = strlen(name);
+    bool has_ext = nl > 3 && !strcmp(name + nl - 3, ".zl");
+    const char *file = has_ext ? name : arena_printf(a, "%s.zl", name);
+    if (file[0] == '/' || !strncmp(file, "./", 2) || !strncmp(file, "../", 3)) {
+        const char *path = file[0] == '/' ? file : arena_printf(a, "%s/%s", here, file);
+        if (is_file(path)) return path;
+        diag_error(d, dc->name_span, "cannot find import \"%s\"", name);
+        /* the note has no location: the error's snippet shows the import */
+        diag_note(d, SPAN_NONE, "looked for %s only (%s)", path,
+                  file[0] == '/' ? "an absolute import is not searched for"
+                                 : "an import starting with ./ or ../ is relative to the importing file");
+        return NULL;
+    }
+    const char *dirs[64];
+    int ndirs = search_dirs(here, opt, stdlib, dirs);
+    const char *found = NULL, *itself = NULL;
+    int found_dir = -1;
+    for (int i = 0; i < ndirs && !found; i++) {
+        const char *cand = arena_printf(a, "%s/%s", dirs[i], file);
+        if (!cand || !is_file(cand)) continue;
+        if (!strcmp(canonical(a, cand), self)) {
+            if (!itself) itself = cand;
+        } else {
+            found = cand;
+            found_dir = i;
+        }
+    }
+    if (!found && itself) return itself;
+    if (!found) {
+        diag_error(d, dc->name_span, "cannot find import \"%s\"", name);
+        char buf[2048];
+        size_t o = 0;
+        for (int i = 0; i < ndirs && o < sizeof buf; i++)
+            o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%s", i ? ", " : "", dirs[i]);
+        diag_note(d, SPAN_NONE, "looked for %s in %s", file, buf);
+        return NULL;
+    }
+    const char *in_stdlib = arena_printf(a, "%s/%s", stdlib, file);
+    if (strcmp(dirs[found_dir], stdlib) && in_stdlib && is_file(in_stdlib) &&
+        strcmp(canonical(a, in_stdlib), canonical(a, found))) {
+        diag_error(d, dc->name_span, "import \"%s\" is ambiguous: %s shadows the standard library's %s", name, found,
+                   in_stdlib);
+        if (found_dir == 0)
+            diag_hint(d, "rename %s to import the standard library's %s, or write import \"./%s\" to import the local file",
+                      found, file, file);
+        else
+            diag_hint(d, "rename %s to import the standard library's %s, or import the local file by its absolute path",
+                      found, file);
+    }
+    return found;
+}
+
 /* The main file (source id) and its imports. */
 static bool load_from(Arena *a, SourceSet *src, DiagSink *d, int id, const char *main_path, const LoadOptions *opt,
                       Program *out) {
@@ -57,60 +139,26 @@ static bool load_from(Arena *a, SourceSet *src, DiagSink *d, int id, const char 
     PtrVec canon = {0};
     ptrvec_push(a, &canon, (void *)canonical(a, main_path));
     const char *stdlib = opt && opt->stdlib_dir ? opt->stdlib_dir : ZINF_STDLIB_DIR;
-    /* Breadth-first over imports; files[] grows as we go. */
+    /* Breadth-first over imports; files[] grows as we go (canon[fi] is files[fi]'s resolved path). */
     for (int fi = 0; fi < out->nfiles; fi++) {
         AstFile *cur = out->files[fi];
         const char *here = dir_of(a, src->files[cur->file].path);
+        const char *self = fi < canon.len ? canon.items[fi] : ""; /* "" when out of memory: nothing is itself */
         for (int k = 0; k < cur->decls.len; k++) {
             Decl *dc = cur->decls.items[k];
             if (dc->kind != DL_IMPORT || !dc->name) continue;
-            const char *name = dc->name;
-            size_t nl = strlen(name);
-            if (nl == 0) {
+            if (dc->name[0] == '\0') {
                 diag_error(d, dc->name_span, "empty import name");
                 continue;
             }
-            bool has_ext = nl > 3 && !strcmp(name + nl - 3, ".zl");
-            const char *file = has_ext ? name : arena_printf(a, "%s.zl", name);
-            /* Where to look, in order: relative to the importing file, -I dirs, stdlib. */
-            int ndirs = 0;
-            const char *dirs[64];
-            dirs[ndirs++] = here;
-            for (int i = 0; opt && i < opt->ninclude && ndirs < 63; i++) dirs[ndirs++] = opt->include_dirs[i];
-            dirs[ndirs++] = stdlib;
-            /* each directory once, in its first place */
-            int nd = 0;
-            for (int i = 0; i < ndirs; i++) {
-                bool dup = false;
-                for (int j = 0; j < nd; j++) dup |= !strcmp(dirs[j], dirs[i]);
-                if (!dup) dirs[nd++] = dirs[i];
-            }
-            ndirs = nd;
-            const char *found = NULL;
-            if (file[0] == '/') {
-                if (is_file(file)) found = file;
-            } else {
-                for (int i = 0; i < ndirs && !found; i++) {
-                    const char *cand = arena_printf(a, "%s/%s", dirs[i], file);
-                    if (cand && is_file(cand)) found = cand;
-                }
-            }
-            if (!found) {
-                diag_error(d, dc->name_span, "cannot find import \"%s\"", name);
-                /* the note has no location: the error's snippet shows the import */
-                if (file[0] == '/') {
-                    diag_note(d, SPAN_NONE, "looked for %s only (an absolute import is not searched for)", file);
-                    continue;
-                }
-                char buf[2048];
-                size_t o = 0;
-                for (int i = 0; i < ndirs && o < sizeof buf; i++)
-                    o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%s", i ? ", " : "", dirs[i]);
-                diag_note(d, SPAN_NONE, "looked for %s in %s", file, buf);
+            const char *found = resolve_import(a, d, dc, here, self, opt, stdlib);
+            if (!found) continue;
+            const char *cfound = canonical(a, found);
+            int loaded = already_loaded((const char *const *)canon.items, canon.len, cfound);
+            if (loaded >= 0) {
+                dc->import_file = out->files[loaded]->file;
                 continue;
             }
-            const char *cfound = canonical(a, found);
-            if (already_loaded((const char *const *)canon.items, canon.len, cfound) >= 0) continue;
             int e2 = 0;
             int nid = source_load(src, found, &e2);
             if (nid < 0) {
@@ -121,6 +169,7 @@ static bool load_from(Arena *a, SourceSet *src, DiagSink *d, int id, const char 
             if (nf) {
                 program_push(a, out, nf);
                 ptrvec_push(a, &canon, (void *)cfound);
+                dc->import_file = nid;
             }
         }
     }

@@ -1,9 +1,12 @@
 /* loader: the main file and its imports -> Program.
  * `import "nn"` looks for nn.zl (or the name as written if it ends in .zl)
  * in the importing file's directory, then in each -I directory in order,
- * then in the stdlib directory (an absolute path is used as is). Each file is
- * parsed once; import cycles are harmless. A missing import is an error at
- * the import's string, with a note listing where it looked. */
+ * then in the stdlib directory, passing over the importing file itself (an
+ * absolute path is used as is; a name starting with ./ or ../ is relative to
+ * the importing file only). A file outside the stdlib that shadows a stdlib
+ * module is an error naming both. Each file is parsed once; import cycles
+ * are harmless. A missing import is an error at the import's string, with a
+ * note listing where it looked. */
 #ifndef ZINF_LOADER_H
 #define ZINF_LOADER_H
 #include <stdbool.h>

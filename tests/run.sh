@@ -2,8 +2,15 @@
 # Runs one pass of the suite against a build tree and records the results.
 #   tests/run.sh BUILD MODE [unit]
 # MODE is "plain" or "asan". Every test is a program or script whose exit code
-# is the verdict; results go to BUILD/results (one line per test) and the
-# summary is printed by tests/summary.sh.
+# is the verdict: 0 passed, 77 skipped (it cannot run here: the Python
+# environment, a program or a tool that make deps installs is missing; the
+# test says why on a line "skip: WHY"; automake's convention), any other
+# failed. Results go to BUILD/results (one line per test: pass, skip or fail,
+# then its name) and the summary is printed by tests/summary.sh. Each test
+# runs with a TMPDIR of its own, removed after it, so that two runs of the
+# suite on one machine (or two tests) never share Open MPI's session
+# directory <tmp>/ompi.<host>.<uid>: its creation races between mpiruns
+# started at once.
 BUILD=$1
 MODE=$2
 ONLY=$3
@@ -22,14 +29,19 @@ run_one() { # name command...
   name=$1; shift
   log="$BUILD/logs/$(echo "$name" | tr '/' '_').log"
   start=$(date +%s)
-  if "$@" > "$log" 2>&1; then
-    echo "pass $name" >> "$RES"; status=PASS
-  else
-    echo "fail $name" >> "$RES"; status=FAIL
-  fi
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/zinf-test.XXXXXX") || { echo "fail $name" >> "$RES"; return; }
+  TMPDIR=$tmp "$@" > "$log" 2>&1
+  rc=$?
+  rm -rf "$tmp"
+  case $rc in
+    0) echo "pass $name" >> "$RES"; status=PASS ;;
+    77) echo "skip $name: $(grep '^skip: ' "$log" | tail -1 | cut -c7-)" >> "$RES"; status=SKIP ;;
+    *) echo "fail $name" >> "$RES"; status=FAIL ;;
+  esac
   end=$(date +%s)
   printf '%-5s %-40s %4ss  [%s]\n' "$status" "$name" "$((end - start))" "$MODE"
   if [ $status = FAIL ]; then sed 's/^/    | /' "$log" | tail -40; fi
+  if [ $status = SKIP ]; then grep '^skip: ' "$log" | sed 's/^/    | /'; fi
 }
 
 for t in "$BUILD"/tests/test_*; do
@@ -44,6 +56,7 @@ fi
 for s in tests/e2e/*.sh; do
   [ -f "$s" ] || continue
   case "$MODE:$(basename "$s")" in
+    *:lib.sh) ;; # the scripts' shared set-up, sourced by them: not a test
     asan:san_*|plain:*) run_one "e2e/$(basename "$s" .sh)" sh "$s" "$BUILD" ;;
   esac
 done

@@ -5,6 +5,12 @@
 # says whether all of them ran.
 BUILD=${1:-build}
 status=0
+# A TMPDIR of the run's own: Open MPI's session directory under it is not
+# shared with a test run or another benchmark run on this machine (two
+# mpiruns creating <tmp>/ompi.<host>.<uid> at once can fail; docs/testing.md).
+BENCH_TMP=$(mktemp -d "${TMPDIR:-/tmp}/zinf-bench.XXXXXX") || exit 1
+trap 'rm -rf "$BENCH_TMP"' EXIT
+export TMPDIR="$BENCH_TMP"
 # The Python with torch, for the peers of bench_adam and the scripts (ZINF_PY, or empty).
 . tests/pyenv.sh
 export ZINF_PY

@@ -13,8 +13,8 @@ B=${1:-build}
 SEED=${CKPT_KILL_SEED:-1}
 ITERS=${CKPT_KILL_ITERS:-20}
 STEPS=8
-W=$(mktemp -d /tmp/zinf-ckpt-kill.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+. tests/e2e/lib.sh
+e2e_workdir ckpt-kill
 export OMP_NUM_THREADS=1
 fail=0
 

@@ -12,8 +12,8 @@
 # $1: the build directory.
 B=${1:-build}
 ROOT=$(pwd)
-W=$(mktemp -d /tmp/zinf-cublaslt.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+. tests/e2e/lib.sh
+e2e_workdir cublaslt
 sh tests/fakecuda/build.sh "$B" > "$W/build.log" 2>&1 || { cat "$W/build.log"; echo "cublaslt_fake: the fakes did not build"; exit 1; }
 FAKE="$ROOT/$B/fakecuda"
 case "$B" in /*) FAKE="$B/fakecuda" ;; esac

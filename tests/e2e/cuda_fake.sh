@@ -15,9 +15,9 @@
 # $1: the build directory.
 B=${1:-build}
 ROOT=$(pwd)
-W=$(mktemp -d /tmp/zinf-cudafake.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1
+. tests/e2e/lib.sh
+e2e_workdir cudafake
+e2e_mpi
 sh tests/fakecuda/build.sh "$B" > "$W/build.log" 2>&1 || { cat "$W/build.log"; echo "cuda_fake: the fake driver did not build"; exit 1; }
 FAKE="$B/fakecuda"
 UNITS="$B/fakecuda/units"

@@ -9,9 +9,9 @@
 # (exit 1; bad usage exit 2).
 #   sh tests/e2e/data_order.sh [BUILD]
 B=${1:-build}
-W=$(mktemp -d /tmp/zinf-data-order.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1
+. tests/e2e/lib.sh
+e2e_workdir data-order
+e2e_mpi
 fail=0
 RUN="$B/bin/zinfrun"
 bad() { echo "FAIL: $*"; fail=1; }

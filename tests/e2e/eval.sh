@@ -8,9 +8,9 @@
 # against the plan; bad options are one message and exit 2 (usage) or 1.
 B=${1:-build}
 ROOT=$(pwd)
-W=$(mktemp -d /tmp/zinf-eval.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1
+. tests/e2e/lib.sh
+e2e_workdir eval
+e2e_mpi
 "$B/bin/zinftok" /usr/share/common-licenses/GPL-3 -o "$W/train.bin" > /dev/null || exit 1
 "$B/bin/zinftok" /usr/share/common-licenses/Apache-2.0 -o "$W/eval.bin" > /dev/null || exit 1
 fail=0

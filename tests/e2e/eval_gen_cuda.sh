@@ -24,9 +24,9 @@
 # the host decoder shares (tests/unit/test_decode.c).
 #   tests/e2e/eval_gen_cuda.sh BUILD
 B=${1:-build}
-W=$(mktemp -d /tmp/zinf-evalcuda.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
+. tests/e2e/lib.sh
+e2e_workdir evalcuda
+e2e_mpi
 . tests/fakecuda/env.sh || exit 1
 fail=0
 "$B/bin/zinftok" /usr/share/common-licenses/GPL-3 -o "$W/train.bin" > /dev/null || exit 1

@@ -5,9 +5,9 @@
 # shards per rank that agree with the planner's own per-rank figure, and a
 # table even when no placement fits.
 B=${1:-build}
-T=$(mktemp -d /tmp/zinf-explain.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-[ -x "$B/bin/zinfc" ] || { echo "no zinfc: skipped"; exit 0; }
+. tests/e2e/lib.sh
+e2e_need_bin zinfc
+e2e_workdir explain; T=$W
 fail=0
 say() { echo "FAIL: $*"; fail=1; }
 # the figure in column $2 (1-based, counting whitespace-separated fields

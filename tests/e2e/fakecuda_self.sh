@@ -14,8 +14,8 @@ B=${1:-build}
 sh tests/fakecuda/build.sh "$B" >/dev/null || exit 1
 case "$B" in /*) ;; *) B="$(pwd)/$B" ;; esac
 F="$B/fakecuda"
-T=$(mktemp -d) || exit 1
-trap 'rm -rf "$T"' EXIT
+. tests/e2e/lib.sh
+e2e_workdir fakecuda-self; T=$W
 fail() { echo "fakecuda_self: $*"; exit 1; }
 # NVRTC's cubins and the emulated units are cached under the build
 # directory: a second run compiles nothing

@@ -20,11 +20,10 @@
 #     backend, its frozen weights untouched.
 #   tests/e2e/freeze.sh BUILD
 B=${1:-build}
-. tests/pyenv.sh
-[ -n "$ZINF_PY" ] || { echo "skip freeze: no Python environment with transformers (make deps)"; exit 0; }
-W=$(mktemp -d /tmp/zinf-freeze.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1
+. tests/e2e/lib.sh
+e2e_need_py transformers
+e2e_workdir freeze
+e2e_mpi
 export TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 fail=0
 # eps well above rounding noise: with eps = 1e-8 Adam's first steps are
@@ -135,10 +134,10 @@ ZL
     py="$py + cuda $W/$k"   # freeze.py cuda, at the end
   done
 else
-  echo "skip the CUDA backend: the fake driver did not build"
+  e2e_skip_part "the CUDA backend: the fake driver did not build (it needs the CUDA headers and Open MPI that make deps installs)"
 fi
 # parts 1, 2 and 4 against torch: one Python (importing torch and transformers
 # costs seconds, each comparison less)
 # shellcheck disable=SC2086
 if [ -n "$py" ]; then "$ZINF_PY" tests/e2e/freeze.py $py || fail=1; fi
-exit $fail
+e2e_end $fail

@@ -15,8 +15,8 @@
 set -u
 B=${1:-build}
 SET=${2:-subset}
-W=$(mktemp -d /tmp/zinf-compile-all.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+. tests/e2e/lib.sh
+e2e_workdir compile-all
 export ZINF_CACHE_DIR="${ZINF_CACHE_DIR:-$W/cache}"
 if [ "$SET" = all ]; then
     models=$(ls examples/*.zl examples/zero-infinity/*.zl)

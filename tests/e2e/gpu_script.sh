@@ -1,6 +1,6 @@
 #!/bin/sh
 # The GPU machine's one script (tests/gpu/run_all.sh) rehearsed here, so it
-# does not rot between the rare sessions that have a GPU: every step (build,
+# does not rot on machines without a GPU, where make test runs: every step (build,
 # probe and a run calibrated from the probed one, kernels by name, gpt-micro with CPU and NVMe offload on --backend
 # cuda against --backend host with cuBLASLt and with ZINF_CUBLASLT=0, a
 # model from CPU memory with its TFLOP/s against the host's losses, zinfgen's KV
@@ -8,8 +8,8 @@
 # cuBLASLt of tests/fakecuda, its logs and summary in one directory.
 # $1: the build directory.
 B=${1:-build}
-O=$(mktemp -d /tmp/zinf-gpuscript.XXXXXX) || exit 1
-trap 'rm -rf "$O"' EXIT
+. tests/e2e/lib.sh
+e2e_workdir gpuscript; O=$W
 out=$(sh tests/gpu/run_all.sh --fake "$B" --out "$O" 2>&1)
 rc=$?
 echo "$out" | grep -E "^(step |run_all)|losses agree|gemm:"

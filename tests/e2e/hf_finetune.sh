@@ -20,10 +20,9 @@
 B=${1:-build}
 ROOT=$(pwd)
 case $B in /*) ;; *) B="$ROOT/$B" ;; esac
-. tests/pyenv.sh
-[ -n "$ZINF_PY" ] || { echo "skip hf_finetune: no Python environment with transformers (make deps)"; exit 0; }
-W=$(mktemp -d /tmp/zinf-hfft.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+. tests/e2e/lib.sh
+e2e_need_py transformers
+e2e_workdir hfft
 export OMP_NUM_THREADS=1 TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
 fail=0
 # A corpus that does not change with the repository (the demo's text; the

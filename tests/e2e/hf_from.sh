@@ -20,11 +20,10 @@
 set -u
 B=${1:-build}
 Z=$B/bin
-. tests/pyenv.sh
-if [ -z "$ZINF_PY" ]; then echo "skip hf_from: no Python environment (make deps makes one)"; exit 0; fi
-T=$(mktemp -d /tmp/zinf-hf-from.XXXXXX) || exit 1
-trap 'rm -rf "$T"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+. tests/e2e/lib.sh
+e2e_need_py transformers
+e2e_workdir hf-from; T=$W
+e2e_mpi
 # failures are counted in a file: expect runs at the end of a pipeline (a subshell)
 bad() { echo "FAIL: $*"; echo "$*" >> "$T/failed"; }
 

@@ -16,12 +16,11 @@
 # training, and the peak RSS of importing a larger checkpoint to NVMe.
 #   tests/e2e/hf_weights.sh BUILD
 B=${1:-build}
-. tests/pyenv.sh
-[ -n "$ZINF_PY" ] || { echo "skip hf_weights: no Python environment with transformers (make deps)"; exit 0; }
+. tests/e2e/lib.sh
+e2e_need_py transformers
 ROOT=$(pwd)
-W=$(mktemp -d /tmp/zinf-hfw.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1
+e2e_workdir hfw
+e2e_mpi
 export TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 fail=0
 # the larger model of the memory check at the end too (--big): one Python start the less

@@ -9,8 +9,8 @@
 #    (which an extern declaration could sneak past the include paths).
 #   sh tests/e2e/layering.sh [BUILD]
 B=${1:-build}
-T=$(mktemp -d) || exit 1
-trap 'rm -rf "$T"' EXIT
+. tests/e2e/lib.sh
+e2e_workdir layering; T=$W
 fail=0
 flags() { make -s --no-print-directory BUILD="$B" "print-$1"; }
 INC_PLAN=$(flags INC_PLAN) INC_LANG=$(flags INC_LANG) INC_COMPILER=$(flags INC_COMPILER) INC_RT=$(flags INC_RT)

@@ -17,10 +17,9 @@
 # bit-identical to the checkpoint.
 #   tests/e2e/lora.sh BUILD
 B=${1:-build}
-. tests/pyenv.sh
-[ -n "$ZINF_PY" ] || { echo "skip lora: no Python environment with transformers and peft (make deps)"; exit 0; }
-W0=$(mktemp -d /tmp/zinf-lora.XXXXXX)
-trap 'rm -rf "$W0"' EXIT
+. tests/e2e/lib.sh
+e2e_need_py "transformers and peft"
+e2e_workdir lora; W0=$W
 export TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error OMP_NUM_THREADS=1
 cat > "$W0/t.zl" <<ZL
 target t { backend = "host"; ranks = 1; budget = 1 GiB

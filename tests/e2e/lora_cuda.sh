@@ -12,11 +12,10 @@
 # (--steps 0), and every adapter B has moved from zero.
 #   tests/e2e/lora_cuda.sh BUILD
 B=${1:-build}
-. tests/pyenv.sh
-[ -n "$ZINF_PY" ] || { echo "skip lora_cuda: no Python environment with torch and safetensors (make deps)"; exit 0; }
-W=$(mktemp -d /tmp/zinf-loracuda.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
+. tests/e2e/lib.sh
+e2e_need_py "torch and safetensors"
+e2e_workdir loracuda
+e2e_mpi
 . tests/fakecuda/env.sh || exit 1
 "$B/bin/zinftok" /usr/share/common-licenses/GPL-3 -o "$W/gpl.bin" > /dev/null || exit 1
 lora='  checkpoint = "layer"\n  freeze = ["*", "!*.lora_*"]'

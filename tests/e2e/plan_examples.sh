@@ -3,9 +3,9 @@
 # that zinfdump reads back and verifies, or says in words that the model does
 # not fit (exit 1). Anything else (a crash, another error) fails.
 B=${1:-build}
-T=$(mktemp -d /tmp/zinf-planex.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-[ -x "$B/bin/zinfc" ] || { echo "no zinfc: skipped"; exit 0; }
+. tests/e2e/lib.sh
+e2e_need_bin zinfc zinfdump
+e2e_workdir planex; T=$W
 fail=0; planned=0; refused=0
 for m in examples/*.zl examples/zero-infinity/*.zl; do
   for t in examples/targets/*.zl; do

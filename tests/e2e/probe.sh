@@ -5,9 +5,9 @@
 # one message and exit 1, a bad option exit 2. No timings are checked.
 #   tests/e2e/probe.sh BUILD
 B=${1:-build}
-W=$(mktemp -d /tmp/zinf-probe.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1
+. tests/e2e/lib.sh
+e2e_workdir probe
+e2e_mpi
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 mkdir -p "$W/nvme"
@@ -42,7 +42,7 @@ if command -v mpirun > /dev/null; then
   grep -q '^collectives (MPI, 2 ranks)' "$W/p2.log" || bad "no collectives measured on 2 ranks"
   [ "$(grep -c '^wrote ' "$W/p2.log")" = 1 ] || bad "not one 'wrote' line from 2 ranks"
 else
-  echo "note: no mpirun: the 2-rank probe is skipped"
+  e2e_skip_part "no mpirun: the 2-rank probe (make deps installs Open MPI)"
   cp "$W/p1.zl" "$W/p2.zl"
 fi
 for r in 1 2; do
@@ -74,4 +74,4 @@ ZINF_PROBE="$W/missing.zl" "$B/bin/zinfc" examples/gpt2-tiny.zl -o "$W/n.plan" >
 [ -e "$W/p.zl" ] && bad "a failed probe wrote its file"
 "$B/bin/zinfc" --help | grep -q -- '--probe' || bad "zinfc --help does not mention --probe"
 [ $fail = 0 ] && echo "probe: ok"
-exit $fail
+e2e_end $fail

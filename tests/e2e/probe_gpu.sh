@@ -10,9 +10,9 @@
 # (FAKENCCL_ASYNC_ERROR): the call's message, exit 1, no file, no hang.
 #   tests/e2e/probe_gpu.sh BUILD
 B=${1:-build}
-W=$(mktemp -d /tmp/zinf-probegpu.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1
+. tests/e2e/lib.sh
+e2e_workdir probegpu
+e2e_mpi
 . tests/fakecuda/env.sh || exit 1
 LIB="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fail=0
@@ -57,7 +57,7 @@ if command -v mpirun > /dev/null; then
   grep -q '^nccl (2 ranks)' "$W/p2.log" && grep -q '^  ring fit: ' "$W/p2.log" || bad "no NCCL collectives measured"
   [ "$(grep -c '^wrote ' "$W/p2.log")" = 1 ] || bad "not one 'wrote' line from 2 ranks"
 else
-  echo "note: no mpirun: the 2-rank probe is skipped"
+  e2e_skip_part "no mpirun: the 2-rank probe (make deps installs Open MPI)"
   sed 's/gpus_per_node = 1/gpus_per_node = 2/' "$W/p1.zl" > "$W/p2.zl"
 fi
 
@@ -114,4 +114,4 @@ if command -v mpirun > /dev/null; then
   [ -e "$W/f2.zl" ] && bad "a failed 2-rank probe wrote its file"
 fi
 [ $fail = 0 ] && echo "probe_gpu: ok"
-exit $fail
+e2e_end $fail

@@ -11,10 +11,9 @@
 # position is refused.
 #   sh tests/e2e/reshard.sh [BUILD]
 B=${1:-build}
-W=$(mktemp -d /tmp/zinf-reshard.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
+. tests/e2e/lib.sh
+e2e_workdir reshard
+e2e_mpi
 fail=0
 ok() { echo "ok   $1"; }
 bad() { echo "FAIL: $1"; [ -f "$W/out" ] && sed 's/^/    | /' "$W/out"; fail=1; }

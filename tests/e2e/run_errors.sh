@@ -4,9 +4,11 @@
 # checkpoint.
 B=${1:-build}
 ROOT=$(pwd)
-W=$(mktemp -d /tmp/zinf-errors.XXXXXX)
-trap 'chmod -R u+w "$W" 2>/dev/null; rm -rf "$W"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1
+. tests/e2e/lib.sh
+# some cases leave read-only directories behind
+E2E_AT_EXIT='chmod -R u+w "$E2E_DIR" 2>/dev/null'
+e2e_workdir errors
+e2e_mpi
 fail=0
 expect() { # name want-fragment command...
   name=$1; want=$2; shift 2

@@ -16,8 +16,9 @@
 #     it fails;
 #   - two runs sharing an NVMe directory and rank: the second is refused.
 B=${1:-build}
-W=$(mktemp -d /tmp/zinf-ckpt-policy.XXXXXX)
-trap 'kill $bg 2>/dev/null; rm -rf "$W"' EXIT
+. tests/e2e/lib.sh
+E2E_AT_EXIT='kill $bg 2>/dev/null'
+e2e_workdir ckpt-policy
 export OMP_NUM_THREADS=1
 RUN="timeout 120 $B/bin/zinfrun"
 fail=0

@@ -15,8 +15,8 @@
 # $1: the build directory.
 B=${1:-build}
 ROOT=$(pwd)
-W=$(mktemp -d /tmp/zinf-cudanvme.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+. tests/e2e/lib.sh
+e2e_workdir cudanvme
 sh tests/fakecuda/build.sh "$B" > "$W/build.log" 2>&1 || { cat "$W/build.log"; echo "san_cuda_nvme: the fake driver did not build"; exit 1; }
 export ZINF_CACHE_DIR="$B/fakecuda/nvrtc-cache"
 cat > "$W/m.zl" <<ZL

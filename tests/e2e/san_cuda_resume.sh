@@ -8,8 +8,8 @@
 B=${1:-build}
 . tests/pyenv.sh
 ROOT=$(pwd)
-W=$(mktemp -d /tmp/zinf-cudaresume.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+. tests/e2e/lib.sh
+e2e_workdir cudaresume
 sh tests/fakecuda/build.sh "$B" > "$W/build.log" 2>&1 || { cat "$W/build.log"; echo "san_cuda_resume: the fake driver did not build"; exit 1; }
 export ZINF_CACHE_DIR="$B/fakecuda/nvrtc-cache"
 cat > "$W/m.zl" <<ZL

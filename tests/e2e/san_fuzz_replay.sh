@@ -21,10 +21,9 @@ HF="json safetensors hfconfig hftok chattmpl"
 for t in frontend plan $HF; do
   [ -x "$R/$t" ] || { echo "no $R/$t: build with make first"; exit 1; }
 done
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-# fuzz_plan keeps its NVMe swap files in TMPDIR
-export TMPDIR="$tmp"
+# fuzz_plan keeps its NVMe swap files in TMPDIR, which e2e_workdir makes W/tmp
+. tests/e2e/lib.sh
+e2e_workdir fuzz-replay; tmp=$W
 
 sh tests/fuzz/seeds.sh "$BUILD" "$tmp/seeds"
 echo "regression corpus:"

@@ -8,8 +8,8 @@
 #   tests/e2e/san_hf_cuda.sh BUILD
 B=${1:-build}
 ROOT=$(pwd)
-W=$(mktemp -d /tmp/zinf-hfcuda.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+. tests/e2e/lib.sh
+e2e_workdir hfcuda
 sh tests/fakecuda/build.sh "$B" > "$W/build.log" 2>&1 || { cat "$W/build.log"; echo "san_hf_cuda: the fake driver did not build"; exit 1; }
 export ZINF_CACHE_DIR="$B/fakecuda/nvrtc-cache"
 cat > "$W/m.zl" <<ZL

@@ -9,13 +9,14 @@
 # (test_hfio names it by its parent, the job's launcher).
 #   tests/e2e/san_hfio_mpi.sh BUILD
 B=${1:-build}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
+. tests/e2e/lib.sh
+e2e_workdir hfio-mpi; T=$W
+e2e_mpi
 [ "${ZINF_TEST_MODE:-}" = asan ] && export ASAN_OPTIONS="detect_leaks=0:abort_on_error=0"
-T=$(mktemp -d /tmp/zinf-hfio-mpi.XXXXXX) || exit 1
-trap 'rm -rf "$T"' EXIT
+# Two mpiruns started at once: each with its own TMPDIR, so their Open MPI
+# session directories do not race (tests/e2e/lib.sh).
 for n in 2 3; do
-  timeout 300 mpirun -np $n --oversubscribe "$B/tests/test_hfio" < /dev/null > "$T/$n.log" 2>&1 &
+  (e2e_own_tmp "$T/tmp$n"; exec timeout 300 mpirun -np $n --oversubscribe "$B/tests/test_hfio") < /dev/null > "$T/$n.log" 2>&1 &
   eval "pid$n=\$!"
 done
 fail=0

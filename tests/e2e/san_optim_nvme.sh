@@ -10,8 +10,8 @@
 # $1: the build directory.
 B=${1:-build}
 ROOT=$(pwd)
-W=$(mktemp -d /tmp/zinf-sanoptnvme.XXXXXX)
-trap "[ -n \"\$KEEP\" ] || rm -rf \"\$W\"" EXIT
+. tests/e2e/lib.sh
+e2e_workdir sanoptnvme
 export OMP_NUM_THREADS=1
 "$B/bin/zinftok" /usr/share/common-licenses/GPL-3 -o "$W/train.bin" > /dev/null || exit 1
 for ov in on off; do

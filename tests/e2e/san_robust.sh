@@ -11,8 +11,8 @@
 B=${1:-build}
 Z="$B/bin/zinfc"
 [ -x "$Z" ] || { echo "FAIL: $Z not built"; exit 1; }
-T=$(mktemp -d /tmp/zinf_robust.XXXXXX) || exit 1
-trap 'rm -rf "$T"' EXIT INT TERM
+. tests/e2e/lib.sh
+e2e_workdir robust; T=$W
 mkdir -p "$T/inc"
 
 seed=12345

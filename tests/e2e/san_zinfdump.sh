@@ -2,8 +2,8 @@
 # zinfdump on a planned fixture: every view works, and bad input (missing
 # file, corrupt plan, bad options) ends in a clear message and exit 1 or 2.
 B=${1:-build}
-T=$(mktemp -d /tmp/zinf-dump.XXXXXX)
-trap 'rm -rf "$T"' EXIT
+. tests/e2e/lib.sh
+e2e_workdir dump; T=$W
 fail() { echo "FAIL: $*"; exit 1; }
 "$B/tests/test_planner" --write-plan "$T/m.plan" host 4 || fail "planning the fixture"
 D="$B/bin/zinfdump"

@@ -15,13 +15,16 @@
 #     refused on srun -N 1 -n 2 and runs with the srun line its message
 #     gives; a 1 node x 2 GPUs plan is refused on the two nodes of an Open
 #     MPI hostfile (no Slurm needed) and runs with the message's --map-by
-# Skipped, saying why, when Slurm or munge is not installed (make deps
-# installs them) or not run as root (slurmd starts job steps as root).
+# The Slurm part is skipped, saying why, when Slurm or munge is not
+# installed (make deps installs them) or not run as root (slurmd starts job
+# steps as root): the script's verdict is then a skip (exit 77) when the
+# rest passed.
 #   tests/e2e/slurm.sh BUILD
 # word splitting of $TRAIN, $CTRAIN and an srun line is meant; stop runs from the trap
 # shellcheck disable=SC2086,SC2317
 B=${1:-build}
 ROOT=$(pwd)
+. tests/e2e/lib.sh
 case "$B" in /*) ;; *) B="$ROOT/$B" ;; esac
 # shared memory within a node, TCP on the loopback between the pretend nodes
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader,tcp \
@@ -32,6 +35,8 @@ W=$(mktemp -d "$B/slurm.XXXXXX") || exit 1
 # a unix socket path has 108 bytes at most: a long BUILD path moves the cluster to /tmp
 [ ${#W} -gt 60 ] && { rmdir "$W"; W=$(mktemp -d /tmp/zinf-slurm.XXXXXX) || exit 1; }
 chmod 755 "$W" # munged wants its socket's directory searchable by all
+# Open MPI's session directories of this script's own (tests/e2e/lib.sh, e2e_workdir)
+mkdir "$W/tmp" && export TMPDIR="$W/tmp" || exit 1
 PIDS="" # the daemons, stopped in reverse order
 stop() {
   if [ -n "$PIDS" ] && [ -n "$SLURM_CONF" ]; then
@@ -112,9 +117,9 @@ else bad "hostfile, the message's --map-by '$map'"; fi
 missing=""
 for t in munged munge slurmctld slurmd srun salloc sinfo squeue scancel; do command -v "$t" > /dev/null || missing="$missing $t"; done
 if [ -n "$missing" ]; then
-  echo "skip the Slurm part: not installed:$missing (make deps installs slurmctld slurmd slurm-client munge)"; exit $fail
+  e2e_skip_part "the Slurm part: not installed:$missing (make deps installs slurmctld slurmd slurm-client munge)"; e2e_end $fail
 fi
-if [ "$(id -u)" -ne 0 ]; then echo "skip the Slurm part: slurmd must run as root"; exit $fail; fi
+if [ "$(id -u)" -ne 0 ]; then e2e_skip_part "the Slurm part: slurmd must run as root"; e2e_end $fail; fi
 # free ports: the controller, one per slurmd, srun's range
 taken=$(ss -Htan 2> /dev/null | awk '{n = split($4, a, ":"); print a[n]}' | sort -un)
 P=""
@@ -238,4 +243,4 @@ if [ "$line" = "--mpi=pmix -N 2 -n 2 --ntasks-per-node=1" ] && S $line "$RUN" "$
   ok "the message's srun line (srun $line): the 2 x 1 plan runs on cuda"
 else bad "the message's srun line (srun $line)"; fi
 [ $fail -eq 0 ] && echo "slurm: ok"
-exit $fail
+e2e_end $fail

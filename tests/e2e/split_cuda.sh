@@ -9,9 +9,9 @@
 #   tests/e2e/split_cuda.sh BUILD
 B=${1:-build}
 ROOT=$(pwd)
-W=$(mktemp -d /tmp/zinf-splitcuda.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
+. tests/e2e/lib.sh
+e2e_workdir splitcuda
+e2e_mpi
 . tests/fakecuda/env.sh || exit 1
 "$B/bin/zinftok" /usr/share/common-licenses/GPL-3 -o "$W/train.bin" > /dev/null || exit 1
 fail=0

@@ -12,9 +12,9 @@
 # wte gets two contributions: the last bits of its gradient may differ).
 B=${1:-build}
 ROOT=$(pwd)
-W=$(mktemp -d /tmp/zinf-split.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1
+. tests/e2e/lib.sh
+e2e_workdir split
+e2e_mpi
 "$B/bin/zinftok" /usr/share/common-licenses/GPL-3 "$ROOT/README.md" -o "$W/train.bin" > /dev/null || exit 1
 fail=0
 for r in 1 2; do

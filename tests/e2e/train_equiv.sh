@@ -6,9 +6,9 @@
 # process (zinfref --batch R*B).
 B=${1:-build}
 ROOT=$(pwd)
-W=$(mktemp -d /tmp/zinf-equiv.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1
+. tests/e2e/lib.sh
+e2e_workdir equiv
+e2e_mpi
 STEPS=4
 "$B/bin/zinftok" /usr/share/common-licenses/GPL-3 "$ROOT/README.md" -o "$W/train.bin" > /dev/null || exit 1
 fail=0

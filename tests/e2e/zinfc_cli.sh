@@ -5,8 +5,8 @@
 B=${1:-build}
 Z="$B/bin/zinfc"
 [ -x "$Z" ] || { echo "FAIL: $Z not built"; exit 1; }
-T=$(mktemp -d /tmp/zinf_cli.XXXXXX) || exit 1
-trap 'rm -rf "$T"' EXIT INT TERM
+. tests/e2e/lib.sh
+e2e_workdir cli; T=$W
 fail=0
 expect() { # expect RC WHAT COMMAND... ; stdout+stderr in $T/o
   want=$1; what=$2; shift 2
@@ -74,7 +74,40 @@ if [ -e /usr/local/cuda/lib64/libnvrtc.so ] || command -v nvcc > /dev/null 2>&1;
   [ "$(ls "$T/ksrc" | grep -c '\.cu$')" -ge 5 ] || { echo "FAIL: --kernel-src wrote $(ls "$T/ksrc" | wc -l) files"; fail=1; }
   expect 1 "--kernel-src in a missing parent" "$Z" "$T/k.zl" --kernels=sm_90 --kernel-src="$T/no/such" -o "$T/k.plan"
   has "cannot create the directory"
+else
+  echo "note: no NVRTC (/usr/local/cuda): --kernel-src is not tested"
 fi
+
+# a model named after its family: zinfc --from-hf writes llama.zl, whose own
+# import "llama" is the stdlib's (docs/language.md, "Imports")
+mkdir -p "$T/imp/hf" || exit 1
+cat > "$T/imp/hf/config.json" <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 176,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 256,
+ "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false}
+JSON
+"$Z" --from-hf "$T/imp/hf" --emit=zl > "$T/imp/llama.zl" || { echo "FAIL: --from-hf --emit=zl"; fail=1; }
+expect 0 "llama.zl importing \"llama\"" "$Z" --check "$T/imp/llama.zl"
+has "ok: llama: 125248 parameters"
+# the stdlib directory, as the missing import's note names it
+printf 'import "nope"\n' > "$T/imp/n.zl"
+"$Z" --check "$T/imp/n.zl" > "$T/o" 2>&1
+stdlib=$(sed -n 's/^note: looked for nope.zl in [^,]*, //p' "$T/o")
+[ -n "$stdlib" ] || { echo "FAIL: no stdlib directory in the missing import's note"; cat "$T/o"; fail=1; }
+# a second file beside it that imports "llama": which one is meant is ambiguous, an error naming both
+printf 'import "llama"\n' > "$T/imp/m.zl"
+expect 1 "a local llama.zl shadowing the stdlib's" "$Z" --check "$T/imp/m.zl"
+head -4 "$T/o" > "$T/o4"
+cat > "$T/want4" <<WANT
+$T/imp/m.zl:1:8: error: import "llama" is ambiguous: $T/imp/llama.zl shadows the standard library's $stdlib/llama.zl
+ 1 | import "llama"
+   |        ^~~~~~~
+hint: rename $T/imp/llama.zl to import the standard library's llama.zl, or write import "./llama.zl" to import the local file
+WANT
+diff "$T/want4" "$T/o4" || { echo "FAIL: the shadowing message"; fail=1; }
+printf 'import "./llama.zl"\n' > "$T/imp/m.zl"
+expect 0 "import \"./llama.zl\": the local file" "$Z" --check "$T/imp/m.zl"
+has "ok: llama: 125248 parameters"
 
 # errors: exit 1, every error listed, never colour into a file
 printf 'model m(t: i32[B, 4]) {\n  y = gelu(tt)\n  z = silu(uu)\n  loss y\n}\n' > "$T/bad.zl"

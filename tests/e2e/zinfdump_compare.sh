@@ -9,10 +9,10 @@
 # curve under both, and the axis labels in the XML. And --calibrate: a
 # target from the run's kernel and collective times.
 B=${1:-build}
-for p in zinfc zinfrun zinfdump zinftok; do [ -x "$B/bin/$p" ] || { echo "no $p: skipped"; exit 0; }; done
-W=$(mktemp -d /tmp/zinf-compare.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1
+. tests/e2e/lib.sh
+e2e_need_bin zinfc zinfrun zinfdump zinftok
+e2e_workdir compare
+e2e_mpi
 D="$B/bin/zinfdump"
 fail=0
 say() { echo "FAIL: $*"; fail=1; }
@@ -136,7 +136,7 @@ done
 grep -q "budget 2.00 GiB, off the scale" "$W/c.svg" || say "svg does not note the budget off the scale"
 python3 -c "import sys, xml.dom.minidom as m; m.parse(sys.argv[1])" "$W/c.svg" || say "svg is not well-formed XML"
 if ! command -v rsvg-convert > /dev/null; then
-  echo "skip render: rsvg-convert is not installed (make deps installs librsvg2-bin)"
+  e2e_skip_part "render: rsvg-convert is not installed (make deps installs librsvg2-bin)"
 elif ! rsvg-convert "$W/c.svg" -o "$W/c.png"; then
   say "rsvg-convert could not render the svg"
 else
@@ -193,4 +193,4 @@ sys.exit(0 if ok else 1)
 PY
 fi
 [ $fail -eq 0 ] && echo "zinfdump --compare: all checks pass"
-exit $fail
+e2e_end $fail

@@ -9,10 +9,9 @@
 # greedy; bad input is one message and exit 1 or 2.
 #   tests/e2e/zinfgen.sh BUILD
 B=${1:-build}
-. tests/pyenv.sh
-[ -n "$ZINF_PY" ] || { echo "skip zinfgen: no Python environment with transformers (make deps)"; exit 0; }
-W=$(mktemp -d /tmp/zinf-gen.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+. tests/e2e/lib.sh
+e2e_need_py transformers
+e2e_workdir gen
 export OMP_NUM_THREADS=1 TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
 fail=0
 cp /usr/share/common-licenses/GPL-3 "$W/corpus.txt"  # a text that does not change with the repository
@@ -47,7 +46,10 @@ plan { params = "nvme"; optimizer = "nvme"; grads = "cpu" }
 ZL
 mkdir -p "$W/nvme"
 "$B/bin/zinfc" "$W/model.zl" -o "$W/model.plan" > "$W/zinfc.out" 2>&1 || { cat "$W/zinfc.out"; echo "FAIL: zinfc"; exit 1; }
-grep -q "nvme" "$W/zinfc.out" || true
+# the plan keeps the model state on NVMe (what the decoders below read it from)
+"$B/bin/zinfdump" "$W/model.plan" > "$W/dump.out" 2>&1 &&
+  grep "^model state homes per rank: " "$W/dump.out" | grep -qv ", nvme 0 B$" ||
+  { cat "$W/dump.out"; echo "FAIL: the plan has no model state on NVMe"; exit 1; }
 G="$B/bin/zinfgen $W/model.plan --init $W/hf --nvme $W/nvme --temperature 0"
 
 # transformers' greedy tokens: ids prompts, a text prompt, and one that outgrows T = 64
@@ -123,7 +125,7 @@ else cat "$W/run.out"; echo "FAIL: zinfrun lr 0"; fail=1; fi
 # same distribution at every step. A slide past T = 64 included.
 "$B/bin/zinftok" /usr/share/common-licenses/GPL-3 -o "$W/gpl.bin" > /dev/null
 sed -e 's/^  steps = 200$/  steps = 40/' -e 's/^  warmup = 100$/  warmup = 5/' -e 's/lr = 1e-3/lr = 3e-3/' examples/gpt2-tiny.zl > "$W/g2.zl"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
+e2e_mpi
 M2="timeout 120 mpirun -np 2 --oversubscribe"
 if "$B/bin/zinfc" "$W/g2.zl" -o "$W/g2.plan" > "$W/g2.run" 2>&1 &&
    $M2 "$B/bin/zinfrun" "$W/g2.plan" --data "$W/gpl.bin" --export "$W/g2.safetensors" --quiet < /dev/null >> "$W/g2.run" 2>&1; then

@@ -8,9 +8,9 @@
 B=${1:-build}
 . tests/pyenv.sh
 ROOT=$(pwd)
-W=$(mktemp -d /tmp/zinf-features.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMP_NUM_THREADS=1
+. tests/e2e/lib.sh
+e2e_workdir features
+e2e_mpi
 RUN="timeout 300 mpirun -np 2 --oversubscribe $B/bin/zinfrun"
 "$B/bin/zinftok" /usr/share/common-licenses/GPL-3 -o "$W/train.bin" > /dev/null || exit 1
 "$B/bin/zinfc" examples/gpt2-tiny-offload.zl -o "$W/tiny.plan" > /dev/null || { echo "FAIL: zinfc"; exit 1; }

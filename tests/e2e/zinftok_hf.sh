@@ -17,14 +17,11 @@
 # ~/.cache/zinf/venv/bin/python); prints "skip" and passes without it.
 B=${1:-build}
 Z="$B/bin/zinftok"
-PY=${ZINF_PY:-${XDG_CACHE_HOME:-$HOME/.cache}/zinf/venv/bin/python}
 H=tests/e2e/zinftok_hf.py
-if [ ! -x "$PY" ]; then
-  echo "skip zinftok_hf: no Python environment at $PY (make deps creates it)"
-  exit 0
-fi
-D=$(mktemp -d "${TMPDIR:-/tmp}/zinf-e2e-tokhf.XXXXXX")
-trap 'rm -rf "$D"' EXIT
+. tests/e2e/lib.sh
+e2e_need_py "tokenizers and transformers"
+PY=$ZINF_PY
+e2e_workdir tokhf; D=$W
 fail() { echo "FAIL: $*"; exit 1; }
 export TOKENIZERS_PARALLELISM=false RAYON_NUM_THREADS=1
 

@@ -101,7 +101,12 @@ static int usage(void) {
     return 2;
 }
 
-/* Runs in a child: builds one unit, says why it failed on stderr. */
+/* Runs in a child: builds one unit, says why it failed on stderr. OUT_DIR
+ * is shared by every test of a build tree, and two tests running at once
+ * may build the same unit: the child writes its .cu and .so under names of
+ * its own (.PID) and renames them into place, the .cu first, so a reader
+ * sees either the old pair or the new files whole, never another builder's
+ * half-written one. */
 static int build_one(const Job *j, const char *hdr) {
     char err[8192];
     char *src = read_text(j->src, err, sizeof err);
@@ -109,9 +114,21 @@ static int build_one(const Job *j, const char *hdr) {
         fprintf(stderr, "fakecuda_prep: %s\n", err);
         return 1;
     }
-    int rc = emu_compile_unit(src, j->cu, j->so, hdr, err, sizeof err);
+    char cu[4200], so[4200];
+    snprintf(cu, sizeof cu, "%s.%d", j->cu, (int)getpid());
+    snprintf(so, sizeof so, "%s.%d", j->so, (int)getpid());
+    int rc = emu_compile_unit(src, cu, so, hdr, err, sizeof err);
     free(src);
-    if (rc != 0) fprintf(stderr, "fakecuda_prep: %s: %s\n", j->name, err);
+    const char *unplaced = rc != 0 ? NULL : rename(cu, j->cu) != 0 ? cu : rename(so, j->so) != 0 ? so : NULL;
+    if (unplaced) {
+        snprintf(err, sizeof err, "cannot rename %s into place: %s", unplaced, strerror(errno));
+        rc = -1;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "fakecuda_prep: %s: %s\n", j->name, err);
+        unlink(cu);
+        unlink(so);
+    }
     return rc != 0;
 }
 

@@ -27,48 +27,7 @@
 #include "sema.h"
 #include "target.h"
 #include "verify.h"
-#ifndef ZINF_STDLIB_DIR
-#define ZINF_STDLIB_DIR "stdlib"
-#endif
-
-typedef struct Run {
-    Arena a;
-    SourceSet src;
-    DiagSink d;
-    Program prog;
-    Graph g;
-    bool ok;
-    char *text; /* rendered diagnostics */
-} Run;
-
-static char tmpdir[64];
-
-static void run_path(Run *r, const char *path) {
-    memset(r, 0, sizeof *r);
-    arena_init(&r->a);
-    source_set_init(&r->src);
-    diag_init(&r->d);
-    LoadOptions lo = {NULL, 0, ZINF_STDLIB_DIR};
-    ck_assert(program_load(&r->a, &r->src, &r->d, path, &lo, &r->prog));
-    Sema *s = sema_new(&r->a, &r->prog, &r->src, &r->d);
-    ck_assert_ptr_nonnull(s);
-    r->ok = sema_check(s, &r->g) && r->d.errors == 0;
-    size_t n = 0;
-    FILE *m = open_memstream(&r->text, &n);
-    diag_render(&r->d, &r->src, m, false);
-    fclose(m);
-}
-
-/* source text as the main file */
-static void run_text(Run *r, const char *text) {
-    char path[128];
-    snprintf(path, sizeof path, "%s/main.zl", tmpdir);
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
-    run_path(r, path);
-}
+#include "sema_fixture.h"
 
 /* A two-layer model with the given train block body. */
 static void run_train(Run *r, const char *train) {
@@ -86,23 +45,8 @@ static void run_train(Run *r, const char *train) {
     run_path(r, path);
 }
 
-static void run_free(Run *r) {
-    free(r->text);
-    diag_free(&r->d);
-    source_set_free(&r->src);
-    arena_free(&r->a);
-}
-
-static void setup(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/test_freeze.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) { /* best effort */
-    }
-}
+static void setup(void) { fixture_tmp_make("test_freeze"); }
+static void teardown(void) { fixture_tmp_remove(); }
 
 static int find_tensor(const Graph *g, const char *name) {
     for (int i = 0; i < g->ntensors; i++)
@@ -170,19 +114,19 @@ END_TEST
  * train block's; a misspelt word; every parameter frozen this way */
 START_TEST(per_param) {
     Run r;
-    run_text(&r, PER_PARAM("", " frozen"));
+    run_src(&r, PER_PARAM("", " frozen"));
     ck_assert_msg(r.ok, "%s", r.text);
     ck_assert(frozen(&r.g, "b") && !frozen(&r.g, "wte"));
     run_free(&r);
-    run_text(&r, PER_PARAM(" frozen", " frozen"));
+    run_src(&r, PER_PARAM(" frozen", " frozen"));
     ck_assert(!r.ok);
     ck_assert_msg(strstr(r.text, "every parameter is frozen") != NULL, "%s", r.text);
     run_free(&r);
-    run_text(&r, PER_PARAM("", " froze"));
+    run_src(&r, PER_PARAM("", " froze"));
     ck_assert(!r.ok);
     ck_assert_msg(strstr(r.text, "unexpected 'froze' after the param's initialiser") && strstr(r.text, "did you mean 'frozen'?"), "%s", r.text);
     run_free(&r);
-    run_text(&r, PER_PARAM("", " frozen") "train { freeze = [\"wte\"] }\n");
+    run_src(&r, PER_PARAM("", " frozen") "train { freeze = [\"wte\"] }\n");
     ck_assert(!r.ok);
     ck_assert_msg(strstr(r.text, "every parameter is frozen") != NULL, "%s", r.text);
     run_free(&r);

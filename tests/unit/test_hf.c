@@ -17,76 +17,10 @@
 #include "loader.h"
 #include "sema.h"
 
-#ifndef ZINF_STDLIB_DIR
-#define ZINF_STDLIB_DIR "stdlib"
-#endif
+#include "sema_fixture.h"
 
-typedef struct Run {
-    Arena a;
-    SourceSet src;
-    DiagSink d;
-    Program prog;
-    Graph g;
-    bool ok;
-    char *text; /* rendered diagnostics */
-} Run;
-
-static char tmpdir[64];
-
-static void write_file(const char *name, const char *text) {
-    char path[256];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
-}
-
-static void render(Run *r) {
-    size_t n = 0;
-    FILE *m = open_memstream(&r->text, &n);
-    diag_render(&r->d, &r->src, m, false);
-    fclose(m);
-}
-
-static void run_init(Run *r) {
-    memset(r, 0, sizeof *r);
-    arena_init(&r->a);
-    source_set_init(&r->src);
-    diag_init(&r->d);
-}
-
-/* Checks text as main.zl (lib.zl and others may be written first). */
-static void run_src(Run *r, const char *text) {
-    write_file("main.zl", text);
-    char path[256];
-    snprintf(path, sizeof path, "%s/main.zl", tmpdir);
-    run_init(r);
-    const char *inc[1] = {tmpdir};
-    LoadOptions lo = {inc, 1, ZINF_STDLIB_DIR};
-    ck_assert(program_load(&r->a, &r->src, &r->d, path, &lo, &r->prog));
-    r->ok = sema_build(&r->a, &r->prog, &r->src, &r->d, &r->g) && r->d.errors == 0;
-    render(r);
-}
-
-static void run_free(Run *r) {
-    free(r->text);
-    diag_free(&r->d);
-    source_set_free(&r->src);
-    arena_free(&r->a);
-}
-
-static void setup(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/test_hf.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) { /* best effort */
-    }
-}
+static void setup(void) { fixture_tmp_make("test_hf"); }
+static void teardown(void) { fixture_tmp_remove(); }
 
 static void expect_has(const Run *r, const char *needle) {
     if (!strstr(r->text, needle)) ck_abort_msg("diagnostics lack \"%s\"; got:\n%.3000s", needle, r->text);
@@ -382,7 +316,7 @@ START_TEST(ast_of_if_and_hf) {
                           "hf \"A\" {\n  config = \"{}\"\n  \"a.{i}\" = cat(transpose(\"b.{i}\"), cols(\"c\", 0, 2))\n}\n"
                           "hf {\n}\n");
     free(buf);
-    render(&r);
+    run_render(&r);
     run_free(&r);
 }
 END_TEST
@@ -430,7 +364,7 @@ static void convert(Conv *c, const char *config, int64_t seq) {
         ck_assert(program_load_text(&c->r.a, &c->r.src, &c->r.d, "m/config.json.zl", c->zl, &lo, &c->r.prog));
         c->r.ok = sema_build(&c->r.a, &c->r.prog, &c->r.src, &c->r.d, &c->r.g) && c->r.d.errors == 0;
     }
-    render(&c->r);
+    run_render(&c->r);
 }
 
 #define QWEN3 "{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"vocab_size\": 100,\n" \

@@ -794,6 +794,82 @@ START_TEST(loader_bad_names) {
 }
 END_TEST
 
+/* A model file named after a stdlib module (zinfc --from-hf --emit=zl >
+ * llama.zl) imports the stdlib's module, not itself; a file beside it that
+ * shadows a stdlib module is an error naming both, with the fix; ./ names
+ * the local file and is not searched for. */
+START_TEST(loader_stdlib_shadowing) {
+    mk_tmp();
+    char std[128], lib[128], path[256];
+    snprintf(std, sizeof std, "%s/std", tmpdir);
+    snprintf(lib, sizeof lib, "%s/lib", tmpdir);
+    mkdir(std, 0700);
+    write_file("std/llama.zl", "const FROM_STD = 1\n");
+    write_file("std/nn.zl", "const NN_STD = 1\n");
+    write_file("llama.zl", "import \"llama\"\nmodel m(t) { loss t }\n");
+    LoadOptions o = {NULL, 0, std};
+    Program p;
+    snprintf(path, sizeof path, "%s/llama.zl", tmpdir);
+    ck_assert(program_load(&A, &S, &D, path, &o, &p));
+    ck_assert_msg(D.len == 0, "%s", rendered());
+    ck_assert_int_eq(p.nfiles, 2);
+    snprintf(path, sizeof path, "%s/std/llama.zl", tmpdir);
+    ck_assert_str_eq(S.files[p.files[1]->file].path, path);
+    ck_assert_int_eq(p.files[0]->decls.items[0]->import_file, p.files[1]->file); /* what the checker reads */
+
+    /* main.zl imports "llama": the llama.zl beside it shadows the stdlib's */
+    diag_free(&D);
+    diag_init(&D);
+    write_file("main.zl", "import \"llama\"\n");
+    snprintf(path, sizeof path, "%s/main.zl", tmpdir);
+    ck_assert(program_load(&A, &S, &D, path, &o, &p));
+    ck_assert_int_eq(D.errors, 1);
+    ck_assert_int_eq(D.len, 2);
+    char want[512];
+    snprintf(want, sizeof want, "import \"llama\" is ambiguous: %s/llama.zl shadows the standard library's %s/llama.zl",
+             tmpdir, std);
+    ck_assert_str_eq(D.items[0].msg, want);
+    ck_assert_uint_eq(D.items[0].span.off, 7);
+    ck_assert_int_eq(D.items[1].level, DIAG_HINT);
+    snprintf(want, sizeof want,
+             "rename %s/llama.zl to import the standard library's llama.zl, or write import \"./llama.zl\" to import "
+             "the local file",
+             tmpdir);
+    ck_assert_str_eq(D.items[1].msg, want);
+    ck_assert_int_eq(p.nfiles, 3); /* the local llama.zl (the search order's), and the stdlib's through it */
+
+    /* "./llama.zl" is the local file, unambiguous */
+    diag_free(&D);
+    diag_init(&D);
+    write_file("main.zl", "import \"./llama.zl\"\n");
+    ck_assert(program_load(&A, &S, &D, path, &o, &p));
+    ck_assert_msg(D.len == 0, "%s", rendered());
+    ck_assert_int_eq(p.nfiles, 3);
+
+    /* shadowing from an -I directory: the hint cannot offer ./ */
+    diag_free(&D);
+    diag_init(&D);
+    write_file("lib/nn.zl", "const NN_LIB = 1\n");
+    write_file("main.zl", "import \"nn\"\nimport \"./nope\"\n");
+    const char *dirs[] = {lib};
+    LoadOptions oi = {dirs, 1, std};
+    ck_assert(program_load(&A, &S, &D, path, &oi, &p));
+    ck_assert_int_eq(D.errors, 2);
+    snprintf(want, sizeof want, "import \"nn\" is ambiguous: %s/nn.zl shadows the standard library's %s/nn.zl", lib,
+             std);
+    ck_assert_str_eq(D.items[0].msg, want);
+    snprintf(want, sizeof want,
+             "rename %s/nn.zl to import the standard library's nn.zl, or import the local file by its absolute path",
+             lib);
+    ck_assert_str_eq(D.items[1].msg, want);
+    ck_assert_str_eq(D.items[2].msg, "cannot find import \"./nope\"");
+    snprintf(want, sizeof want,
+             "looked for %s/./nope.zl only (an import starting with ./ or ../ is relative to the importing file)", tmpdir);
+    ck_assert_str_eq(D.items[3].msg, want);
+    rm_tmp();
+}
+END_TEST
+
 START_TEST(loader_stdlib_and_unreadable_main) {
     Program p;
     LoadOptions o = {NULL, 0, NULL};
@@ -851,6 +927,7 @@ int main(void) {
     tcase_add_test(tc, loader_imports_once_in_order);
     tcase_add_test(tc, loader_missing_import);
     tcase_add_test(tc, loader_bad_names);
+    tcase_add_test(tc, loader_stdlib_shadowing);
     tcase_add_test(tc, loader_stdlib_and_unreadable_main);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);

@@ -15,76 +15,10 @@
 #include "sema.h"
 #include "autodiff.h"
 #include "prim.h"
+#include "sema_fixture.h"
 
-#ifndef ZINF_STDLIB_DIR
-#define ZINF_STDLIB_DIR "stdlib"
-#endif
-
-typedef struct Run {
-    Arena a;
-    SourceSet src;
-    DiagSink d;
-    Program prog;
-    Sema *sema;
-    Graph g;
-    bool ok;
-    char *text; /* rendered diagnostics */
-} Run;
-
-static char tmpdir[64];
-
-static void write_file(const char *name, const char *text) {
-    char path[256];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
-}
-
-static void run_path(Run *r, const char *path) {
-    memset(r, 0, sizeof *r);
-    arena_init(&r->a);
-    source_set_init(&r->src);
-    diag_init(&r->d);
-    const char *inc[1] = {tmpdir};
-    LoadOptions lo = {inc, 1, ZINF_STDLIB_DIR};
-    ck_assert(program_load(&r->a, &r->src, &r->d, path, &lo, &r->prog));
-    r->sema = sema_new(&r->a, &r->prog, &r->src, &r->d);
-    ck_assert_ptr_nonnull(r->sema);
-    r->ok = sema_check(r->sema, &r->g) && r->d.errors == 0;
-    size_t n = 0;
-    FILE *m = open_memstream(&r->text, &n);
-    diag_render(&r->d, &r->src, m, false);
-    fclose(m);
-}
-
-/* Checks source text as the main file main.zl (imports may be written with write_file). */
-static void run_src(Run *r, const char *text) {
-    write_file("main.zl", text);
-    char path[256];
-    snprintf(path, sizeof path, "%s/main.zl", tmpdir);
-    run_path(r, path);
-}
-
-static void run_free(Run *r) {
-    free(r->text);
-    diag_free(&r->d);
-    source_set_free(&r->src);
-    arena_free(&r->a);
-}
-
-static void setup(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/test_sema.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) { /* best effort */
-    }
-}
+static void setup(void) { fixture_tmp_make("test_sema"); }
+static void teardown(void) { fixture_tmp_remove(); }
 
 static int find_tensor(const Graph *g, const char *name) {
     for (int i = 0; i < g->ntensors; i++)

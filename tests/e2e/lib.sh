@@ -1,0 +1,86 @@
+# The set-up the end-to-end scripts share; a script sources it from the
+# repository root after setting B (the build directory):
+#   B=${1:-build}
+#   . tests/e2e/lib.sh
+#
+#   e2e_workdir NAME     W: a fresh directory (/tmp/zinf-NAME.XXXXXX) that is
+#                        removed when the script exits (not when KEEP is set);
+#                        TMPDIR becomes W/tmp, so Open MPI's session
+#                        directory and every program's temporary files are
+#                        this script's own (two mpiruns sharing a TMPDIR race
+#                        on creating <tmp>/ompi.<host>.<uid>). E2E_AT_EXIT,
+#                        when set, is evaluated first at exit (to stop a
+#                        background job).
+#   e2e_mpi              the Open MPI environment of the tests: running as
+#                        root allowed, shared memory between ranks, more
+#                        ranks than cores, one OpenMP thread per rank
+#   e2e_own_tmp DIR      a TMPDIR of its own for one mpirun started beside
+#                        another of the same script: e2e_own_tmp "$W/a" sets
+#                        TMPDIR to it (run it in the subshell of that job)
+#   e2e_skip WHY         says why the script cannot run here and exits 77,
+#                        which tests/run.sh records as a skip
+#   e2e_skip_part WHY    says why a part of the script cannot run here; the
+#                        script goes on, and e2e_end makes its verdict a skip
+#                        if nothing failed
+#   e2e_need_bin P...    $B/bin/P for each P, or a skip naming it
+#   e2e_need_py WHAT     ZINF_PY (tests/pyenv.sh), or a skip saying that the
+#                        Python environment with WHAT is missing
+#   ok MSG / bad MSG     a check's verdict: "ok   MSG", or "FAIL: MSG" and the
+#                        script will fail
+#   e2e_end [FAIL]       ends the script: 1 if FAIL is not 0 or any bad, else
+#                        77 if a part was skipped, else 0
+# Exit codes are the verdict (tests/run.sh): 0 passed, 77 skipped, any
+# other failed.
+
+e2e_failed=0
+e2e_skipped=0
+
+e2e_workdir() {
+  E2E_DIR=$(mktemp -d "/tmp/zinf-$1.XXXXXX") || { echo "FAIL: cannot make a temporary directory"; exit 1; }
+  W=$E2E_DIR
+  mkdir -p "$W/tmp" || exit 1
+  export TMPDIR="$W/tmp"
+  trap 'eval "${E2E_AT_EXIT:-}"; [ -n "${KEEP:-}" ] || rm -rf "$E2E_DIR"' EXIT
+  trap 'exit 1' INT TERM HUP
+}
+
+e2e_mpi() {
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
+    OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1
+}
+
+e2e_own_tmp() {
+  mkdir -p "$1" || exit 1
+  export TMPDIR="$1"
+}
+
+e2e_skip() {
+  echo "skip: $*"
+  exit 77
+}
+
+e2e_skip_part() {
+  echo "skip: $*"
+  e2e_skipped=1
+}
+
+e2e_need_bin() {
+  for _p in "$@"; do
+    [ -x "$B/bin/$_p" ] || e2e_skip "$B/bin/$_p is not built"
+  done
+}
+
+e2e_need_py() {
+  . tests/pyenv.sh
+  [ -n "$ZINF_PY" ] || e2e_skip "no Python environment with $1 (make deps makes it)"
+}
+
+ok() { echo "ok   $*"; }
+
+bad() { echo "FAIL: $*"; e2e_failed=1; }
+
+e2e_end() {
+  if [ "${1:-0}" -ne 0 ] || [ "$e2e_failed" -ne 0 ]; then exit 1; fi
+  [ "$e2e_skipped" -eq 0 ] || exit 77
+  exit 0
+}
