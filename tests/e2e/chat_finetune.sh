@@ -10,10 +10,9 @@
 # the data line says how many tokens train.
 #   tests/e2e/chat_finetune.sh BUILD
 B=${1:-build}
-. tests/pyenv.sh
-[ -n "$ZINF_PY" ] || { echo "skip chat_finetune: no Python environment with transformers and peft (make deps)"; exit 0; }
-W=$(mktemp -d /tmp/zinf-chatft.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+. tests/e2e/lib.sh
+e2e_need_py "transformers and peft"
+e2e_workdir chatft
 export OMP_NUM_THREADS=1 TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
 "$ZINF_PY" tests/e2e/chat_finetune.py make "$W" > "$W/make.log" 2>&1 || { cat "$W/make.log"; echo "FAIL: making the model and data"; exit 1; }
 fail=0

@@ -14,15 +14,14 @@
 # conversation are refused with FILE:LINE and nothing written.
 #   tests/e2e/chat_sft.sh BUILD
 B=${1:-build}
-. tests/pyenv.sh
-[ -n "$ZINF_PY" ] || { echo "skip chat_sft: no Python environment with transformers (make deps)"; exit 0; }
-W=$(mktemp -d /tmp/zinf-chatsft.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+. tests/e2e/lib.sh
+e2e_need_py transformers
+e2e_workdir chatsft
 export TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 "$ZINF_PY" tests/e2e/chat_sft.py make "$W" || { echo "FAIL: chat_sft.py make"; exit 1; }
 fail=0
-for d in "$W"/*/; do
-  n=$(basename "$d")
+for n in chatml qwen25 qwen3 llama31 mistral; do
+  d="$W/$n"
   if ! "$B/bin/zinftok" --tokenizer "$d/tokenizer.json" "$d/conv.jsonl" -o "$d/conv.bin" > "$d/out" 2>&1; then
     cat "$d/out"; echo "FAIL $n: zinftok"; fail=1
   elif ! grep -q "^zinftok: 3 samples (0 text, 0 prompt/completion, 0 pre-tokenized), 3 conversations; trained tokens: " "$d/out"; then

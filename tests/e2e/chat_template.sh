@@ -5,16 +5,13 @@
 # compared byte for byte; zinf's assistant ranges checked against the
 # messages (tests/e2e/chat_template.py). Then a tokenizer_config.json with
 # the list form of chat_template and {"content": ...} special tokens.
-# Needs the Python environment of `make deps`; prints "skip" without it.
+# Needs the Python environment of `make deps`; a skip (exit 77) without it.
 B=${1:-build}
 R="$B/tools/chat_render"
-. tests/pyenv.sh
-if [ -z "$ZINF_PY" ]; then
-  echo "skip chat_template: no Python environment (make deps creates it)"
-  exit 0
-fi
-D=$(mktemp -d "${TMPDIR:-/tmp}/zinf-e2e-chat.XXXXXX")
-trap 'rm -rf "$D"' EXIT
+. tests/e2e/lib.sh
+e2e_need_py transformers
+e2e_workdir e2e-chat
+D=$W
 fail() { echo "FAIL: $*"; exit 1; }
 H=tests/e2e/chat_template.py
 

@@ -19,8 +19,8 @@
 #   tests/e2e/hf_first_run.sh BUILD
 B=${1:-build}
 ROOT=$(pwd)
-W=$(mktemp -d /tmp/zinf-first.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+. tests/e2e/lib.sh
+e2e_workdir first
 export OMP_NUM_THREADS=1 ZINF_PROBE=none TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
 fail=0
 ok() { echo "ok   $1"; }
@@ -114,7 +114,7 @@ timeout 120 "$RUN" "$W/one.plan" --data "$W/train.bin" --steps 5 --checkpoint-di
 
 # --- the Python part: a model directory with its tokenizer ---
 . tests/pyenv.sh
-if [ -z "$ZINF_PY" ]; then echo "skip the tokenizer cases: no Python environment with transformers (make deps)"; exit $fail; fi
+if [ -z "$ZINF_PY" ]; then e2e_skip_part "the tokenizer cases: no Python environment with transformers (make deps)"; e2e_end $fail; fi
 cp /usr/share/common-licenses/GPL-3 "$W/corpus.txt"
 cat README.md docs/*.md > "$W/other.txt"
 "$ZINF_PY" - "$W" <<'PY' > "$W/make.log" 2>&1 || { cat "$W/make.log"; echo "FAIL: making the model directory"; exit 1; }
@@ -149,4 +149,4 @@ timeout 120 "$RUN" "$W/hf.plan" --init "$W/hf" --data "$W/own.bin" --steps 1 > "
   ok "the model's own tokenizer's file is accepted" || bad "the own token file refused"
 timeout 120 "$B/bin/zinfgen" "$W/hf.plan" --init "$W/hf" --prompt "The" --max-new 4 > "$W/out" 2>&1 < /dev/null &&
   ok "zinfgen --prompt with the tokenizer of --init's directory" || bad "zinfgen --prompt without --tokenizer"
-exit $fail
+e2e_end $fail

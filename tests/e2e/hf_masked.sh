@@ -18,11 +18,11 @@
 set -u
 B=${1:-build}
 Z=$B/bin
-. tests/pyenv.sh
-if [ -z "$ZINF_PY" ]; then echo "skip hf_masked: no Python environment (make deps makes one)"; exit 0; fi
-command -v mpirun > /dev/null || { echo "skip hf_masked: no mpirun"; exit 0; }
-T=$(mktemp -d /tmp/zinf-hf-masked.XXXXXX) || exit 1
-trap 'rm -rf "$T"' EXIT
+. tests/e2e/lib.sh
+e2e_need_py transformers
+command -v mpirun > /dev/null || e2e_skip "no mpirun (make deps installs Open MPI)"
+e2e_workdir hf-masked
+T=$W
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }

@@ -15,7 +15,9 @@
 #   tests/e2e/run_nothing_lost.sh BUILD
 B=${1:-build}
 ROOT=$(pwd)
+. tests/e2e/lib.sh  # e2e_skip_part, e2e_end; the work directory is this script's own (tmpfs mounts in it)
 W=$(mktemp -d /tmp/zinf-lost.XXXXXX)
+mkdir -p "$W/tmp" && export TMPDIR="$W/tmp"
 MNT="" MNT2=""
 cleanup() {
   [ -n "$MNT" ] && umount "$MNT" 2>/dev/null
@@ -103,7 +105,7 @@ if mount -t tmpfs -o size=1m tmpfs "$W/small" 2>/dev/null; then
     umount "$W/mid" 2>/dev/null && MNT2=""
   fi
 else
-  echo "skip the disk-space refusals: cannot mount a tmpfs here (not root)"
+  e2e_skip_part "the disk-space refusals: cannot mount a tmpfs here (not root)"
 fi
 
 # --- a checkpoint that cannot be written (a file size limit) says what is kept ---
@@ -213,4 +215,4 @@ for sig in ${ZINF_MPI_SIGNALS-USR1}; do  # ZINF_MPI_SIGNALS= leaves these out
     ok "mpirun -np 2, SIG$sig to mpirun: exit $rc, every rank stopped after step $step with a checkpoint that resumes"
   else bad "mpirun -np 2, SIG$sig to mpirun: exit $rc"; fi
 done
-exit $fail
+e2e_end $fail

@@ -16,12 +16,11 @@
 # is a usage error.
 #   tests/e2e/tensorboard.sh BUILD
 B=${1:-build}
-. tests/pyenv.sh
-[ -n "$ZINF_PY" ] || { echo "skip tensorboard: no Python environment (make deps)"; exit 0; }
-"$ZINF_PY" -c 'import tensorboard' 2> /dev/null || { echo "skip tensorboard: no tensorboard package in $ZINF_PY (make deps)"; exit 0; }
-W=$(mktemp -d /tmp/zinf-tb.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader TMPDIR="$W"
+. tests/e2e/lib.sh
+e2e_need_py tensorboard
+"$ZINF_PY" -c 'import tensorboard' 2> /dev/null || e2e_skip "no tensorboard package in $ZINF_PY (make deps installs it)"
+e2e_workdir tb
+e2e_mpi
 cat > "$W/m.zl" <<ZL
 import "$(pwd)/tests/e2e/models/gpt-micro"
 target t { backend = "host"; ranks = 2; budget = 1 GiB

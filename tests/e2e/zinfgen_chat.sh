@@ -10,10 +10,9 @@
 # without a template, malformed JSON.
 #   tests/e2e/zinfgen_chat.sh BUILD
 B=${1:-build}
-. tests/pyenv.sh
-[ -n "$ZINF_PY" ] || { echo "skip zinfgen_chat: no Python environment with transformers (make deps)"; exit 0; }
-W=$(mktemp -d /tmp/zinf-genchat.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+. tests/e2e/lib.sh
+e2e_need_py transformers
+e2e_workdir genchat
 export OMP_NUM_THREADS=1 TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
 MSG='[{"role":"system","content":"You are terse."},{"role":"user","content":"Name the license of this text."}]'
 "$ZINF_PY" - "$W" "$MSG" tests/fixtures/chat_templates/chatml.jinja <<'PY' > "$W/want" 2> "$W/make.log" || { cat "$W/make.log"; echo "FAIL: making the model"; exit 1; }

@@ -49,7 +49,7 @@ bad_jsonl() { # CONTENT MESSAGE [OPTIONS]
   "$Z" "$D/bad.jsonl" -o "$D/bad.bin" "$@" > /dev/null 2> "$D/err"; [ $? = 1 ] || fail "bad jsonl exit code: $m"
   [ "$(cat "$D/err")" = "zinftok: $D/bad.jsonl:$m" ] || fail "bad jsonl message: $(cat "$D/err") (expected $m)"
   [ -e "$D/bad.bin" ] && fail "output written for bad jsonl: $m"
-  ls "$D" | grep -q tmp && fail "temporary file left: $m"
+  ls "$D" | grep -q '\.tmp\.' && fail "temporary file left: $m"
   return 0
 }
 bad_jsonl '{"text":"a"}
