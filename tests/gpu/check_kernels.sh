@@ -13,7 +13,7 @@
 # Without a GPU (or with --dry) it compiles every kernel and runs the host
 # references only, and exits 3. --emu runs the kernels on the host emulator
 # (tests/gpu/emu.c; needs c++), no GPU needed. Exit 0 = every case passed.
-# A GPU session runs it in one call, e.g.:  sh tests/gpu/check_kernels.sh
+# On a GPU machine it runs in one call, e.g.:  sh tests/gpu/check_kernels.sh
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 BUILD=${BUILD:-build}

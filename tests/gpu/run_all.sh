@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/gpu/run_all.sh [--fake BUILD] [--bundle DIR] [--out DIR]
 #
-# THE script for a session with a GPU (docs/gpu-results.md): one call does
+# THE script for a machine with a GPU (docs/gpu-results.md): one call does
 #   1. build   make -j all (or the binaries of a bundle packed by
 #              tests/gpu/bundle.sh when make cannot run there);
 #   2. probe   the GPU's figures (nvidia-smi: name, memory, compute
@@ -33,8 +33,8 @@
 # only the steps named, to rerun what failed; a step that would start with less
 # than 20 s left is skipped), writes NN-step.log into the output directory,
 # and adds its verdict and key figures to summary.txt there. The output
-# directory is --out, else $OUT when set (the device tool brings back what
-# is written under it), else build/gpu-results. Exit 0 when every step
+# directory is --out, else $OUT when set (a remote runner's folder of
+# results), else build/gpu-results. Exit 0 when every step
 # passed, 1 when one failed, 2 on a usage error.
 #
 # --fake BUILD rehearses the whole script without a GPU (tests/e2e/gpu_script.sh

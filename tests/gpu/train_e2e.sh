@@ -128,7 +128,7 @@ if [ -f "$W/cpu.cuda" ]; then
     echo "FAIL host backend"; tail -10 "$W/host.out"; fail=1
   fi
 fi
-# On the device tool's machine, keep the runs' logs and measured traces
+# With OUT set (a folder of results to keep), keep the runs' logs and measured traces
 # (open them with zinfdump's predicted trace side by side in Perfetto).
 if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then cp "$W"/*.out "$W"/*.trace.json* "$W"/*.zl "$OUT"/ 2>/dev/null; fi
 [ $fail -eq 0 ] && echo "train_e2e: ok" || echo "train_e2e: FAILED"
