@@ -380,14 +380,18 @@ static int chat_ids(Gen *g, int32_t **ids, int64_t *nids, char *err, size_t n) {
         if (!f) return snprintf(err, n, "--chat %s: %s (give the messages as JSON text or a file of it)", o->chat, strerror(errno)), 1;
         char buf[65536];
         size_t r;
-        while ((r = fread(buf, 1, sizeof buf, f)) > 0) {
+        bool oom = false;
+        while (!oom && (r = fread(buf, 1, sizeof buf, f)) > 0) {
             char *t = realloc(text, len + r + 1);
-            if (!t) break;
+            if (!t) {
+                oom = true;
+                break;
+            }
             text = t;
             memcpy(text + len, buf, r);
             len += r;
         }
-        bool bad = ferror(f) || !text;
+        bool bad = oom || ferror(f) || !text;
         fclose(f);
         if (bad) {
             free(text);
