@@ -5,6 +5,7 @@
  * gets bit-identical arithmetic whatever its position or the thread count. */
 #include "adam.h"
 #include "hostk_threads.h"
+#include "plan.h"
 
 #include <cpuid.h>
 #include <immintrin.h>
@@ -417,4 +418,8 @@ double adam_lr(const AdamSchedule *t, int64_t s) {
         return t->min_lr + (t->lr - t->min_lr) * (1 + cos(M_PI * p)) / 2;
     }
     return t->lr;
+}
+
+AdamSchedule adam_schedule_of(const PlanTrain *t) {
+    return (AdamSchedule){.lr = t->lr, .warmup_steps = t->warmup_steps, .schedule = t->schedule, .min_lr = t->min_lr, .steps = t->steps};
 }

@@ -44,6 +44,9 @@ typedef struct AdamSchedule {
     int schedule;
 } AdamSchedule;
 double adam_lr(const AdamSchedule *s, int64_t step);
+/* The schedule of a plan's train block (plan.h). */
+struct PlanTrain;
+AdamSchedule adam_schedule_of(const struct PlanTrain *t);
 
 typedef enum AdamStatus {
     ADAM_OK = 0,

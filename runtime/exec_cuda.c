@@ -684,7 +684,7 @@ static void range_begin(Rt *r) {
 static void cuda_step_begin(Rt *r) {
     RtCuda *cu = r->cu;
     const PlanTrain *t = &r->p->train;
-    AdamSchedule sch = {.lr = t->lr, .warmup_steps = t->warmup_steps, .schedule = t->schedule, .min_lr = t->min_lr, .steps = t->steps};
+    AdamSchedule sch = adam_schedule_of(t);
     double step = (double)(r->step + 1);
     cu->rt.v[PLAN_RT_LR] = (float)adam_lr(&sch, r->step + 1);
     cu->rt.v[PLAN_RT_BC1] = (float)(1.0 - pow(t->beta1, step));

@@ -494,7 +494,7 @@ static int param_from_master(Rt *r, const PlanInstr *in, uint8_t *pp, const floa
 /* The AdamW settings of this step (docs/training.md). */
 static AdamParams adam_params(const Rt *r) {
     const PlanTrain *t = &r->p->train;
-    AdamSchedule sch = {.lr = t->lr, .warmup_steps = t->warmup_steps, .schedule = t->schedule, .min_lr = t->min_lr, .steps = t->steps};
+    AdamSchedule sch = adam_schedule_of(t);
     return (AdamParams){.lr = (float)adam_lr(&sch, r->step + 1), .beta1 = (float)t->beta1, .beta2 = (float)t->beta2,
                         .eps = (float)t->eps, .weight_decay = (float)t->weight_decay, .isa = ADAM_ISA_AUTO, .threads = 0};
 }

@@ -181,8 +181,7 @@ static int loss_chart(const char *losses, const char *out, const Plan *p) {
     AdamSchedule sch = {0};
     char title[512];
     if (p) {
-        const PlanTrain *t = &p->train;
-        sch = (AdamSchedule){.lr = t->lr, .warmup_steps = t->warmup_steps, .schedule = t->schedule, .min_lr = t->min_lr, .steps = t->steps};
+        sch = adam_schedule_of(&p->train);
         snprintf(title, sizeof title, "%s: loss (%s)", p->model_name ? p->model_name : "model", losses);
     } else {
         snprintf(title, sizeof title, "loss (%s)", losses);

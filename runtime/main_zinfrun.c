@@ -944,7 +944,7 @@ static void tb_stop(TbWriter **tb, const char *why) {
 /* Step s's event: what the progress line says, and what it leaves out. */
 static void tb_step(Run *u, int64_t s, const RtStepStats *st) {
     const PlanTrain *t = &u->p->train;
-    AdamSchedule sch = {.lr = t->lr, .warmup_steps = t->warmup_steps, .schedule = t->schedule, .min_lr = t->min_lr, .steps = t->steps};
+    AdamSchedule sch = adam_schedule_of(t);
     static const char *const busy_tags[PLAN_NQUEUES] = {"busy_ms/nvme", "busy_ms/h2d", "busy_ms/d2h", "busy_ms/comm", "busy_ms/compute", "busy_ms/cpu"};
     static const char *const byte_tags[PLAN_NQUEUES] = {"bytes/nvme", "bytes/h2d", "bytes/d2h", "bytes/comm", "bytes/compute", "bytes/cpu"};
     TbScalar v[32];
