@@ -5,11 +5,16 @@
 # `make fuzz` runs the libFuzzer targets of tests/fuzz (docs/testing.md).
 #
 # Layout conventions (so modules can be added without editing this file):
-#   runtime/plan/*.c  the plan layer: libzinfplan.a (sees only itself)
+#   runtime/base/*.c  the tools every layer uses (arena, json, errors,
+#                     suggestions, half floats): libzinfbase.a (sees only itself)
+#   runtime/plan/*.c  the plan layer: libzinfplan.a (sees itself and base)
 #   lang/*.c          libzinflang.a (sees lang, the plan layer)
 #   compiler/*.c      libzinfcompiler.a (sees compiler, lang, the plan layer)
-#   runtime/*.c       libzinfrt.a (sees runtime, the plan layer: never lang
-#                     or compiler, so a wrong include fails to build)
+#   runtime/ROOM/*.c  libzinfrt.a, one folder per job (RT_ROOMS below); each
+#                     room sees the rooms ROOM_SEES_<room> names, the plan
+#                     layer and base: never lang or compiler, nor a room above
+#                     it, so a wrong include fails to build
+#   runtime/main_*.c  the runtime's programs (they see every room)
 #   runtime/ref/*.c   the reference executor, libzinfref.a (sees all; it
 #                     runs a compiler Graph on the host kernels)
 #   */main_NAME.c                        the main() of build/bin/NAME, linked
@@ -51,12 +56,33 @@ CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 
 WARN := -Wall -Wextra -Werror
 # What each layer may include (docs/architecture.md); tests see everything.
-INC_PLAN := -Iruntime/plan
+INC_BASE := -Iruntime/base
+INC_PLAN := -Iruntime/plan $(INC_BASE)
 INC_LANG := -Ilang $(INC_PLAN) -I$(BUILD)/gen
 INC_COMPILER := -Icompiler $(INC_LANG) -I$(CUDA)/include
-INC_RT := -Iruntime $(INC_PLAN) -I$(CUDA)/include
-INCLUDES := -Iruntime/ref -Iruntime -Icompiler $(INC_LANG) -I$(CUDA)/include
-inc_for = $(if $(filter runtime/plan/%,$(1)),$(INC_PLAN),$(if $(filter runtime/ref/%,$(1)),$(INCLUDES),$(if $(filter runtime/%,$(1)),$(INC_RT),$(if $(filter compiler/%,$(1)),$(INC_COMPILER),$(if $(filter lang/% $(BUILD)/gen/lexer.c $(BUILD)/gen/grammar.c,$(1)),$(INC_LANG),$(if $(filter $(BUILD)/gen/%,$(1)),$(INC_RT),$(INCLUDES)))))))
+# The runtime's rooms, lowest first, and the rooms each may see besides
+# itself (and the plan layer and base). A room never sees one above it.
+RT_ROOMS := io comm tok chat hostk gpu store data report exec hf probe decode
+ROOM_SEES_io :=
+ROOM_SEES_comm :=
+ROOM_SEES_tok :=
+ROOM_SEES_chat :=
+ROOM_SEES_hostk :=
+ROOM_SEES_gpu := comm
+ROOM_SEES_store := io
+ROOM_SEES_data := tok chat
+ROOM_SEES_report := hostk
+ROOM_SEES_exec := store io comm gpu hostk
+ROOM_SEES_hf := exec store io comm gpu hostk
+ROOM_SEES_probe := exec store io comm gpu hostk
+ROOM_SEES_decode := hf exec store io comm gpu hostk
+inc_room = $(foreach r,$(1) $(ROOM_SEES_$(1)),-Iruntime/$(r)) $(INC_PLAN) -I$(CUDA)/include
+# The runtime's programs see every room.
+INC_RT := -Iruntime $(foreach r,$(RT_ROOMS),-Iruntime/$(r)) $(INC_PLAN) -I$(CUDA)/include
+# (compiler/ before the CUDA headers: its nvrtc.h is not the toolkit's)
+INCLUDES := -Iruntime/ref -Iruntime $(foreach r,$(RT_ROOMS),-Iruntime/$(r)) -Icompiler $(INC_LANG) -I$(CUDA)/include
+room_of = $(word 2,$(subst /, ,$(1)))
+inc_for = $(if $(filter runtime/base/%,$(1)),$(INC_BASE),$(if $(filter runtime/plan/%,$(1)),$(INC_PLAN),$(if $(filter runtime/ref/%,$(1)),$(INCLUDES),$(if $(filter $(addprefix runtime/,$(addsuffix /%,$(RT_ROOMS))),$(1)),$(call inc_room,$(call room_of,$(1))),$(if $(filter runtime/%,$(1)),$(INC_RT),$(if $(filter compiler/%,$(1)),$(INC_COMPILER),$(if $(filter lang/% $(BUILD)/gen/lexer.c $(BUILD)/gen/grammar.c,$(1)),$(INC_LANG),$(if $(filter $(BUILD)/gen/unicode_table.c,$(1)),$(call inc_room,tok),$(INCLUDES)))))))))
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -g $(OPT) $(SANFLAGS) -fopenmp $(PKGS_CFLAGS) \
 	-DZINF_STDLIB_DIR='"$(abspath stdlib)"' -DZINF_VERSION='"0.1.0"'
 CFLAGS_ALL := $(BASE_CFLAGS) $(WARN) $(CFLAGS)
@@ -65,12 +91,13 @@ GEN_CFLAGS := $(BASE_CFLAGS) -Wall -Werror -Wno-unused-parameter -Wno-unused-var
 LDLIBS := $(PKGS_LIBS) -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lnvrtc -lz -ldl -lpthread -lm -fopenmp $(SANFLAGS)
 
 not_main = $(foreach f,$(1),$(if $(findstring /main_,$(f)),,$(f)))
+BASE_SRC := $(wildcard runtime/base/*.c)
 PLAN_SRC := $(wildcard runtime/plan/*.c)
 LANG_SRC := $(call not_main,$(wildcard lang/*.c))
 COMPILER_SRC := $(call not_main,$(wildcard compiler/*.c))
-RT_SRC := $(call not_main,$(wildcard runtime/*.c))
+RT_SRC := $(foreach r,$(RT_ROOMS),$(wildcard runtime/$(r)/*.c))
 REF_SRC := $(call not_main,$(wildcard runtime/ref/*.c))
-LIB_SRC := $(PLAN_SRC) $(LANG_SRC) $(COMPILER_SRC) $(RT_SRC) $(REF_SRC)
+LIB_SRC := $(BASE_SRC) $(PLAN_SRC) $(LANG_SRC) $(COMPILER_SRC) $(RT_SRC) $(REF_SRC)
 MAIN_SRC := $(wildcard lang/main_*.c compiler/main_*.c runtime/main_*.c runtime/ref/main_*.c)
 GEN_SRC :=
 ifneq ($(wildcard lang/lexer.re),)
@@ -79,7 +106,7 @@ endif
 ifneq ($(wildcard lang/grammar.y),)
 GEN_SRC += $(BUILD)/gen/grammar.c
 endif
-# The Unicode class table of runtime/unicode.h (zinftok's pre-tokenizers),
+# The Unicode class table of runtime/tok/unicode.h (zinftok's pre-tokenizers),
 # generated from Python's unicodedata into the build tree.
 PYTHON ?= python3
 GEN_SRC += $(BUILD)/gen/unicode_table.c
@@ -88,6 +115,7 @@ BENCH_SRC := $(wildcard tests/bench/bench_*.c)
 TOOL_SRC := $(wildcard tests/tools/*.c)
 
 objs = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+LIB_BASE := $(BUILD)/libzinfbase.a
 LIB_PLAN := $(BUILD)/libzinfplan.a
 LIB_LANG := $(BUILD)/libzinflang.a
 LIB_COMPILER := $(BUILD)/libzinfcompiler.a
@@ -98,9 +126,9 @@ TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 BENCHES := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 TOOLS := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(TOOL_SRC))
 # Tests, benchmarks and fuzz harnesses link every layer, in dependency order.
-LIB := $(LIB_REF) $(LIB_COMPILER) $(LIB_LANG) $(LIB_RT) $(LIB_PLAN)
+LIB := $(LIB_REF) $(LIB_COMPILER) $(LIB_LANG) $(LIB_RT) $(LIB_PLAN) $(LIB_BASE)
 # A program links its folder's layer and what that layer may use.
-libs_for = $(if $(filter runtime/ref/%,$(1)),$(LIB),$(if $(filter runtime/%,$(1)),$(LIB_RT) $(LIB_PLAN),$(LIB_COMPILER) $(LIB_LANG) $(LIB_PLAN)))
+libs_for = $(if $(filter runtime/ref/%,$(1)),$(LIB),$(if $(filter runtime/%,$(1)),$(LIB_RT) $(LIB_PLAN) $(LIB_BASE),$(LIB_COMPILER) $(LIB_LANG) $(LIB_PLAN) $(LIB_BASE)))
 
 # Objects of tests and benchmarks are intermediates of pattern rules: keep them.
 .SECONDARY:
@@ -126,10 +154,10 @@ $(BUILD)/gen/lexer.c: lang/lexer.re
 	@echo "  RE2C  $<"
 	$(Q)re2c -W --no-generation-date --no-version -o $@ $<
 
-$(BUILD)/gen/unicode_table.c: runtime/unicode_table.py
+$(BUILD)/gen/unicode_table.c: runtime/tok/unicode_table.py
 	@mkdir -p $(dir $@)
 	@echo "  GEN   $@"
-	$(Q)$(PYTHON) runtime/unicode_table.py > $@.tmp && mv $@.tmp $@
+	$(Q)$(PYTHON) runtime/tok/unicode_table.py > $@.tmp && mv $@.tmp $@
 
 ifneq ($(wildcard lang/grammar.y),)
 # One run of lemon makes both files (a grouped target, so parallel make runs
@@ -145,6 +173,7 @@ $(BUILD)/gen/grammar.h:
 	@mkdir -p $(BUILD)/gen && touch $@
 endif
 
+$(LIB_BASE): $(call objs,$(BASE_SRC))
 $(LIB_PLAN): $(call objs,$(PLAN_SRC))
 $(LIB_LANG): $(call objs,$(LANG_SRC)) $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(filter %/lexer.c %/grammar.c,$(GEN_SRC)))
 $(LIB_COMPILER): $(call objs,$(COMPILER_SRC))
@@ -291,3 +320,6 @@ clean:
 # include flags of each layer).
 print-%:
 	@echo '$($*)'
+# `make print-room-ROOM` prints the include flags of a runtime room.
+print-room-%:
+	@echo '$(call inc_room,$*)'

@@ -4,7 +4,7 @@
 
 /* The VJP rules: which inputs of each primitive receive a gradient (its
  * row's grad_inputs, compiler/prim.c). The arithmetic of each rule is the
- * backward kernel of the primitive (docs/primitives.md, runtime/hostk*.c,
+ * backward kernel of the primitive (docs/primitives.md, runtime/hostk/hostk*.c,
  * stdlib/kernels/); autodiff only decides which backward ops run, in what
  * order, on which tensors. */
 unsigned ad_differentiable_inputs(PrimId p) {

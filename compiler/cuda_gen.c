@@ -277,7 +277,7 @@ bool cg_same_dtype(Ctx *c, DType dt, const int *ts, int n) {
  * of the weight); every other operand is whole, so the columns a tile
  * touches are a tensor's address plus r0 elements, with the full width as
  * the leading dimension. The semantics are the host executor's run_tiled
- * (runtime/exec.c), tile by tile, so the two backends agree to rounding.
+ * (runtime/exec/exec.c), tile by tile, so the two backends agree to rounding.
  * The whole op is the one tile [0, rows): linear, matmul and embedding have
  * one generator for both. */
 

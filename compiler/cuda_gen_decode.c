@@ -1,5 +1,5 @@
 /* cuda_gen_decode: the decode unit, the kernels of zinfgen --decode kv on
- * the CUDA backend (runtime/decode_cuda.c launches them; docs/generation.md).
+ * the CUDA backend (runtime/decode/decode_cuda.c launches them; docs/generation.md).
  *
  * Unlike the other families it has no launches in the plan: the decoder
  * computes one position at a time, with sizes the training schedule never

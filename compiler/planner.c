@@ -268,7 +268,7 @@ static Outcome build_one(Search *S, Place *cand, int k, bool *cpu_short, char *w
  *   training that is most steps): "on" still builds them;
  * - on a GPU target with state in CPU memory, those Adams overlapped. (On
  *   the host backend the CPU Adam and the kernels share the rank's cores
- *   and run one team at a time, runtime/hostk_threads.h: nothing to overlap
+ *   and run one team at a time, runtime/hostk/hostk_threads.h: nothing to overlap
  *   with; NVMe transfers do overlap there.) */
 static Outcome try_prefetch(Search *S, Place *cand, int k, bool *cpu_short, char *why, size_t n) {
     Outcome r = build_one(S, cand, k, cpu_short, why, n);
@@ -534,7 +534,7 @@ static bool refine(Search *S) {
     /* "auto" on a GPU target: the chosen placement with the optimizer
      * overlapped, refined as well, where some Adam steps state in CPU
      * memory. (On the host backend the CPU Adam and the kernels share the
-     * rank's cores and run one team at a time, runtime/hostk_threads.h:
+     * rank's cores and run one team at a time, runtime/hostk/hostk_threads.h:
      * nothing to overlap with.) Which parameters' state is worth which tier
      * depends on whether the CPU optimizer hides behind the backward, so
      * each order is refined from the placement on its own. */

@@ -78,7 +78,7 @@ void diag_hint(DiagSink *d, const char *fmt, ...) __attribute__((format(printf, 
 /* Renders every diagnostic in order. color: ANSI colours for a terminal. */
 void diag_render(const DiagSink *d, const SourceSet *s, FILE *out, bool color);
 
-/* "did you mean" hints: nearest_word (runtime/plan/nearest.h). */
+/* "did you mean" hints: nearest_word (runtime/base/nearest.h). */
 const char *diag_nearest(const char *name, const char *const *cands, int n);
 
 #endif

@@ -1,10 +1,10 @@
 /* zinfgen: samples text from a plan's model with the plan's forward-only
- * schedule (runtime/exec_eval.c), weights from a Hugging Face directory or
+ * schedule (runtime/exec/exec_eval.c), weights from a Hugging Face directory or
  * a zinfrun --export file (--init), a zinfrun checkpoint (--checkpoint) or the plan's seeded
  * initialisation, wherever the plan keeps them (GPU, CPU memory, NVMe:
  * fetched layer by layer as in training). Each new token is one forward of
  * the plan's whole [B, T] window (--decode window), or one position with a
- * KV cache (--decode kv: runtime/decode.h, on the host kernels or the
+ * KV cache (--decode kv: runtime/decode/decode.h, on the host kernels or the
  * GPU). Tokens stream to stdout; everything else goes to stderr. Only this file prints and picks exit
  * codes: 0 done, 1 a runtime error or bad input, 2 bad usage. */
 #include <errno.h>

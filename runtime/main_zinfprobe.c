@@ -1,5 +1,5 @@
-/* zinfprobe: measures this machine (runtime/probe.h) and, where a CUDA
- * driver and a GPU are found, this rank's GPU (runtime/probe_gpu.h), and
+/* zinfprobe: measures this machine (runtime/probe/probe.h) and, where a CUDA
+ * driver and a GPU are found, this rank's GPU (runtime/probe/probe_gpu.h), and
  * writes it as a target file (host or cuda), which zinfc reads when
  * planning without --target.
  *

@@ -7,7 +7,7 @@
  *       framed by what the tokenizer's post-processor puts around one
  *       sequence unless --bos/--eos/--no-bos/--no-eos say otherwise
  *       an INPUT named *.jsonl holds instruction samples, one a line
- *       (runtime/sftdata.h): [--train-on completion|all]
+ *       (runtime/data/sftdata.h): [--train-on completion|all]
  *       [--max-tokens N [--too-long truncate|refuse]]; when some token is
  *       untrained the file carries the mask (tokens.h, version 3)
  *   zinftok --decode [--tokenizer tokenizer.json] [--skip-special] [TRAIN.bin | -]

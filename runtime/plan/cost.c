@@ -204,7 +204,7 @@ double cost_instr_time(const Plan *p, const PlanInstr *s) { return instr_time(p,
 /* The host backend's cores: every queue of a rank but NVMe (whose
  * transfers the kernel's io_uring does) runs on the rank's share of them,
  * and a host kernel or CPU Adam takes the rank's whole thread team
- * (runtime/hostk_threads.h), so their instructions run one at a time
+ * (runtime/hostk/hostk_threads.h), so their instructions run one at a time
  * however the queues overlap. The busy intervals, sorted and disjoint; an
  * instruction takes the earliest gap, from when it is ready, that holds it. */
 typedef struct Busy {
@@ -316,7 +316,7 @@ bool cost_simulate(const Plan *p, CostResult *r) {
          * ready: its thread must be woken first */
         if (woken >= 0) st += wake;
         if ((s->op == PI_NVME_READ || s->op == PI_NVME_WRITE) && s->queue == Q_NVME) {
-            /* the nvme queue is a pipeline on both backends (runtime/queues.h): up
+            /* the nvme queue is a pipeline on both backends (runtime/exec/queues.h): up
              * to COST_NVME_DEPTH transfers in flight, their bytes one after
              * another at the drive's rate, each one's latency beside the
              * others', retired in order; the queue is busy while any is in flight */

@@ -18,8 +18,8 @@
 #include <stdbool.h>
 #include "plan.h"
 
-/* How many NVMe transfers the nvme queue keeps in flight (runtime/queues.h
- * QRUN_PIPE_MAX; runtime/exec.c checks they agree). */
+/* How many NVMe transfers the nvme queue keeps in flight (runtime/exec/queues.h
+ * QRUN_PIPE_MAX; runtime/exec/exec.c checks they agree). */
 enum { COST_NVME_DEPTH = 32 };
 
 typedef struct CostResult {

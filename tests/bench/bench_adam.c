@@ -59,7 +59,7 @@ static void triad_scalar(void *ctx, int64_t u) {
     for (int64_t i = 0; i < len; i++) a[i] = b[i] + t->s * c[i];
 }
 
-/* The same target strings as runtime/adam.c's AVX2 and AVX-512 kernels. */
+/* The same target strings as runtime/hostk/adam.c's AVX2 and AVX-512 kernels. */
 __attribute__((target("avx2,fma,f16c"))) static void triad_avx2(void *ctx, int64_t u) {
     const Triad *t = ctx;
     int64_t lo, len, i = 0;

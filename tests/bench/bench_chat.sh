@@ -1,7 +1,7 @@
 #!/bin/sh
 # Chat data into a token file: zinftok rendering JSONL conversations with
-# the model's chat template (runtime/chattmpl.h), tokenizing them and
-# marking the assistant tokens (runtime/sftdata.h), beside the same work in
+# the model's chat template (runtime/chat/chattmpl.h), tokenizing them and
+# marking the assistant tokens (runtime/data/sftdata.h), beside the same work in
 # Python as people do it: transformers' apply_chat_template(tokenize=False),
 # then the tokenizers library's encode with offsets and the assistant spans
 # (one thread: RAYON_NUM_THREADS=1, TOKENIZERS_PARALLELISM=false), on the

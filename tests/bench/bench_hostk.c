@@ -18,7 +18,7 @@
  * asserted): norms >= 50% of copy, attention >= 40% of sgemm (seq >= 256).
  *   bench_hostk [--threads LIST] [--reps R] [--quick]
  * LIST: thread counts, e.g. 1,2 (default: 1 and the rank policy's count of
- * runtime/hostk_threads.h when it differs). */
+ * runtime/hostk/hostk_threads.h when it differs). */
 #include <cblas.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -2,8 +2,8 @@
 # Conversations as instruction data (docs/huggingface.md, "Instruction
 # data"): zinftok reads {"messages": [...]} JSONL, renders each with the
 # chat template of the tokenizer_config.json beside the tokenizer
-# (runtime/chattmpl.h) and marks the assistant messages trained
-# (runtime/sftdata.h). For ChatML, Qwen2.5, Qwen3, Llama 3.1 and Mistral
+# (runtime/chat/chattmpl.h) and marks the assistant messages trained
+# (runtime/data/sftdata.h). For ChatML, Qwen2.5, Qwen3, Llama 3.1 and Mistral
 # v0.3 (the fixtures of tests/fixtures/chat_templates, each with a small
 # tokenizer trained by tests/e2e/chat_sft.py: byte-level, and Metaspace
 # for Mistral, whose answers start inside a "▁word" token), checked

@@ -1,6 +1,6 @@
 """Helper of tests/e2e/chat_template.sh: the chat-template fixtures of
 tests/fixtures/chat_templates rendered by transformers and by zinf's
-renderer (build/tools/chat_render, runtime/chattmpl.h), compared byte for
+renderer (build/tools/chat_render, runtime/chat/chattmpl.h), compared byte for
 byte, and zinf's assistant ranges checked against the conversations.
 
   python chat_template.py cases DIR       -> DIR/NAME.cases.json per fixture

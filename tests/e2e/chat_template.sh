@@ -1,6 +1,6 @@
 #!/bin/sh
 # Chat templates: every fixture of tests/fixtures/chat_templates rendered by
-# zinf (runtime/chattmpl.h, through build/tools/chat_render) and by
+# zinf (runtime/chat/chattmpl.h, through build/tools/chat_render) and by
 # transformers' apply_chat_template renderer over the same conversations,
 # compared byte for byte; zinf's assistant ranges checked against the
 # messages (tests/e2e/chat_template.py). Then a tokenizer_config.json with

@@ -1,6 +1,6 @@
 #!/bin/sh
 # zinfrun's CUDA backend, end to end, without a GPU: the real executor
-# (runtime/exec_cuda.c, cuexec.c, gpucomm.c) runs against the fake driver and
+# (runtime/exec/exec_cuda.c, cuexec.c, gpucomm.c) runs against the fake driver and
 # fake NCCL of tests/fakecuda (streams with their own threads, events, copies
 # when the stream reaches them, NCCL over MPI) and the plan's own CUDA
 # kernels on the host emulator of tests/gpu/emu.c; the GEMMs go through the

@@ -86,7 +86,7 @@ def big(w):
 
 def batch(tok, B, T, R, step):
     """The global batch of optimizer step `step` (1-based) on R ranks of
-    micro-batches of B rows, as runtime/tokens.h defines it: rank r reads
+    micro-batches of B rows, as runtime/data/tokens.h defines it: rank r reads
     window (step-1)*R + r."""
     ids = np.fromfile(tok, np.uint16, offset=1024).astype(np.int64)
     W = (len(ids) - 1) // (B * T)

@@ -4,8 +4,10 @@
 # only call down. This checks both halves of that promise:
 #  - a runtime file that includes a compiler or lang header does not
 #    compile; nor does a plan-layer file that includes a runtime header,
-#    nor a lang file that includes a compiler header;
-#  - no library references a symbol that only a layer above it defines
+#    nor a base file a plan header, nor a lang file a compiler header, nor a
+#    runtime room a header of a room above it (Makefile ROOM_SEES_*);
+#  - no library references a symbol that only a layer above it defines,
+#    and no room's objects one that only a room it may not see defines
 #    (which an extern declaration could sneak past the include paths).
 #   sh tests/e2e/layering.sh [BUILD]
 B=${1:-build}
@@ -13,7 +15,7 @@ B=${1:-build}
 e2e_workdir layering; T=$W
 fail=0
 flags() { make -s --no-print-directory BUILD="$B" "print-$1"; }
-INC_PLAN=$(flags INC_PLAN) INC_LANG=$(flags INC_LANG) INC_COMPILER=$(flags INC_COMPILER) INC_RT=$(flags INC_RT)
+INC_BASE=$(flags INC_BASE) INC_PLAN=$(flags INC_PLAN) INC_LANG=$(flags INC_LANG) INC_COMPILER=$(flags INC_COMPILER) INC_RT=$(flags INC_RT)
 [ -n "$INC_RT" ] && [ -n "$INC_PLAN" ] || { echo "FAIL: make print-INC_RT gave nothing"; exit 1; }
 
 # probe LAYER_FLAGS HEADER EXPECT(ok|refused)
@@ -33,7 +35,10 @@ probe "$INC_RT" graph.h refused
 probe "$INC_RT" sema.h refused
 probe "$INC_RT" ast.h refused
 probe "$INC_RT" diag.h refused
+probe "$INC_BASE" arena.h ok
+probe "$INC_BASE" plan.h refused
 probe "$INC_PLAN" plan.h ok
+probe "$INC_PLAN" json.h ok
 probe "$INC_PLAN" exec.h refused
 probe "$INC_PLAN" graph.h refused
 probe "$INC_PLAN" ast.h refused
@@ -43,10 +48,35 @@ probe "$INC_LANG" exec.h refused
 probe "$INC_COMPILER" graph.h ok
 probe "$INC_COMPILER" exec.h refused
 probe "$INC_COMPILER" hostk.h refused
+# each room sees its own headers and those of the rooms below it only
+room() { make -s --no-print-directory BUILD="$B" "print-room-$1"; }
+ROOMS=$(flags RT_ROOMS)
+[ -n "$ROOMS" ] || { echo "FAIL: make print-RT_ROOMS gave nothing"; exit 1; }
+probe "$(room hostk)" hostk.h ok
+probe "$(room hostk)" exec.h refused
+probe "$(room hostk)" nvme.h refused
+probe "$(room io)" exec.h refused
+probe "$(room io)" hostk.h refused
+probe "$(room tok)" tokens.h refused
+probe "$(room data)" hftok.h ok
+probe "$(room data)" chattmpl.h ok
+probe "$(room data)" exec.h refused
+probe "$(room gpu)" comm.h ok
+probe "$(room gpu)" exec.h refused
+probe "$(room exec)" ckpt.h ok
+probe "$(room exec)" hfio.h refused
+probe "$(room exec)" decode.h refused
+probe "$(room exec)" probe.h refused
+probe "$(room hf)" exec.h ok
+probe "$(room hf)" decode.h refused
+probe "$(room decode)" hfio.h ok
+probe "$(room decode)" tokens.h refused
+probe "$(room report)" exec.h refused
+nprobe=$(grep -c '^probe "' "$0")
 
-# defined LIB...: the global symbols the libraries define
+# defined LIB...: the global symbols the libraries (or objects) define
 defined() { for l in "$@"; do nm -g --defined-only "$B/$l" 2>/dev/null; done | awk 'NF >= 3 { print $3 }' | sort -u; }
-undefined() { nm -u "$B/$1" 2>/dev/null | awk '{ print $NF }' | sort -u; }
+undefined() { for l in $1; do nm -u "$B/$l" 2>/dev/null; done | awk '{ print $NF }' | sort -u; }
 # below LIB ALLOWED... ; FORBIDDEN...: LIB may use ALLOWED, never what only FORBIDDEN defines
 below() {
   lib=$1; shift
@@ -61,15 +91,28 @@ below() {
   defined $lib $allowed > "$T/allowed"
   undefined "$lib" > "$T/undef"
   bad=$(comm -12 "$T/undef" "$T/forbidden" | comm -23 - "$T/allowed" | head -5)
-  if [ -n "$bad" ]; then echo "FAIL: $lib uses symbols of a layer above it: $(echo $bad)"; fail=1; fi
+  if [ -n "$bad" ]; then echo "FAIL: ${label:-$lib} uses symbols of a layer above it: $(echo $bad)"; fail=1; fi
 }
-for l in libzinfplan.a libzinflang.a libzinfcompiler.a libzinfrt.a libzinfref.a; do
+for l in libzinfbase.a libzinfplan.a libzinflang.a libzinfcompiler.a libzinfrt.a libzinfref.a; do
   [ -f "$B/$l" ] || { echo "FAIL: $B/$l missing (make first)"; exit 1; }
 done
-below libzinfplan.a ";" libzinflang.a libzinfcompiler.a libzinfrt.a libzinfref.a
-below libzinflang.a libzinfplan.a ";" libzinfcompiler.a libzinfrt.a libzinfref.a
-below libzinfcompiler.a libzinflang.a libzinfplan.a ";" libzinfrt.a libzinfref.a
-below libzinfrt.a libzinfplan.a ";" libzinflang.a libzinfcompiler.a libzinfref.a
+below libzinfbase.a ";" libzinfplan.a libzinflang.a libzinfcompiler.a libzinfrt.a libzinfref.a
+below libzinfplan.a libzinfbase.a ";" libzinflang.a libzinfcompiler.a libzinfrt.a libzinfref.a
+below libzinflang.a libzinfplan.a libzinfbase.a ";" libzinfcompiler.a libzinfrt.a libzinfref.a
+below libzinfcompiler.a libzinflang.a libzinfplan.a libzinfbase.a ";" libzinfrt.a libzinfref.a
+below libzinfrt.a libzinfplan.a libzinfbase.a ";" libzinflang.a libzinfcompiler.a libzinfref.a
+# each room's objects use only its own, the rooms it sees, and the layers below
+objs() { (cd "$B" && for r in "$@"; do ls obj/runtime/"$r"/*.o; done); }
+for r in $ROOMS; do
+  sees=$(make -s --no-print-directory BUILD="$B" "print-ROOM_SEES_$r")
+  others=""
+  for o in $ROOMS; do case " $r $sees " in *" $o "*) ;; *) others="$others $o" ;; esac; done
+  label="the runtime room $r"
+  # shellcheck disable=SC2046,SC2086
+  below "$(objs $r)" $(objs $sees) libzinfplan.a libzinfbase.a ";" $(objs $others) libzinflang.a libzinfcompiler.a libzinfref.a
+done
+label=""
+nrooms=$(echo $ROOMS | wc -w)
 # the runtime's programs link only the runtime and the plan layer
 for prog in zinfrun zinfdump zinftok; do
   [ -x "$B/bin/$prog" ] || { echo "FAIL: $B/bin/$prog missing"; fail=1; continue; }
@@ -77,5 +120,5 @@ for prog in zinfrun zinfdump zinftok; do
     if nm "$B/bin/$prog" 2>/dev/null | grep -q " T $sym$"; then echo "FAIL: $prog contains $sym (compiler or lang code)"; fail=1; fi
   done
 done
-[ $fail -eq 0 ] && echo "layering: ok (16 include probes, 4 libraries checked against the layers above them, 3 runtime programs)"
+[ $fail -eq 0 ] && echo "layering: ok ($nprobe include probes, 5 libraries checked against the layers above them, $nrooms runtime rooms against the rooms they may not see, 3 runtime programs)"
 exit $fail

@@ -1,6 +1,6 @@
 #!/bin/sh
 # zinfprobe --quick on the fake CUDA driver, cuBLASLt and NCCL of
-# tests/fakecuda (runtime/probe_gpu.h): on 1 rank and on 2 under mpirun it
+# tests/fakecuda (runtime/probe/probe_gpu.h): on 1 rank and on 2 under mpirun it
 # writes a cuda target with positive, finite GPU figures (and NCCL's net
 # block on 2), which zinfc plans with (--kernels=none) and whose figures the
 # plan carries (zinfdump: the target and its GPU memory; the simulated trace:
@@ -100,7 +100,7 @@ fi
 # ---- failures mid-probe: the call, exit 1, no file ----
 env LD_LIBRARY_PATH="$LIB" FAKECUDA_FAIL=cuMemcpyDtoDAsync_v2:2 "$B/bin/zinfprobe" --quick -o "$W/f1.zl" > "$W/f1.log" 2>&1
 rc=$?
-[ $rc = 1 ] && grep -q '^zinfprobe: rank 0: cuMemcpyDtoDAsync_v2 failed at runtime/probe_gpu.c:[0-9]*: CUDA_ERROR_UNKNOWN .*(the GPU probe: the HBM copy)$' "$W/f1.log" ||
+[ $rc = 1 ] && grep -q '^zinfprobe: rank 0: cuMemcpyDtoDAsync_v2 failed at runtime/probe/probe_gpu.c:[0-9]*: CUDA_ERROR_UNKNOWN .*(the GPU probe: the HBM copy)$' "$W/f1.log" ||
   { cat "$W/f1.log"; bad "a failing device copy: exit $rc"; }
 [ -e "$W/f1.zl" ] && bad "a failed probe wrote its file"
 if command -v mpirun > /dev/null; then

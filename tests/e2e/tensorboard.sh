@@ -8,7 +8,7 @@
 # (one file a run), train/lr follows the plan's warmup, the perf, busy and
 # bytes tags are there for every step; a directory that cannot be made is
 # refused before step 1, naming it, with nothing trained.
-# Then zinfdump PLAN --losses FILE --svg OUT (runtime/losschart.h) draws the
+# Then zinfdump PLAN --losses FILE --svg OUT (runtime/report/losschart.h) draws the
 # same --losses file: rsvg-convert renders it, the training line has a
 # point a step (6, the resumed step 4 once) and the evaluations a dot each
 # (4), the learning rate is drawn; without a plan too (no lr); a line that

@@ -14,7 +14,7 @@ grep -q "^zinftok: 25 tokens -> $D/train.bin, 6 -> $D/val.bin" "$D/out" || fail 
 [ "$(od -An -tx4 -N12 "$D/train.bin" | tr -s ' ')" = " $(printf %08x 20240520) 00000001 00000019" ] || fail "header"
 # token 0 is 'h' (0x68), stored as uint16
 [ "$(od -An -tx2 -j1024 -N2 "$D/train.bin" | tr -d ' ')" = "0068" ] || fail "first token"
-# the token files are written as NAME.tmp.PID and renamed (runtime/tokens.c)
+# the token files are written as NAME.tmp.PID and renamed (runtime/data/tokens.c)
 ls "$D" | grep -q '\.tmp\.' && fail "temporary file left"
 "$Z" "$D/missing.txt" -o "$D/x.bin" 2> "$D/err"; [ $? = 1 ] || fail "missing input exit code"
 grep -q "missing.txt: No such file or directory" "$D/err" || fail "missing input message: $(cat "$D/err")"

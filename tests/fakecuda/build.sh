@@ -39,7 +39,7 @@ if nm -A "$B/libzinfrt.a" 2>/dev/null | grep -q __asan_init; then
     SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 fi
 F="-std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror"
-INC="-Ilang -Icompiler -Iruntime -Iruntime/ref -Iruntime/plan -I$B/gen -I$CUDA/include -Itests/gpu -Itests/fakecuda"
+INC="-Ilang -Icompiler -Iruntime $(printf -- "-I%s " runtime/*/) -I$B/gen -I$CUDA/include -Itests/gpu -Itests/fakecuda"
 S=tests/fakecuda
 LOG="$O/build.log"
 : > "$LOG"
@@ -73,16 +73,16 @@ make_one() {
 # the driver: no sanitizer (it is a stand-in for a system library; its
 # threads and the emulator's coroutine stacks are not ASan's business)
 cuda_cmd() { $CC $F -fPIC -shared -Wl,-soname,libcuda.so.1 $INC "$S/fake_cuda.c" tests/gpu/emu.c -o "$TMP" -lpthread -ldl; }
-make_one "$O/libcuda.so.1" "$S/fake_cuda.c $S/fakecuda_elf.h tests/gpu/emu.c runtime/half.h" cuda_cmd
+make_one "$O/libcuda.so.1" "$S/fake_cuda.c $S/fakecuda_elf.h tests/gpu/emu.c runtime/base/half.h" cuda_cmd
 # shellcheck disable=SC2086
 nccl_cmd() { $CC $F -fPIC -shared -Wl,-soname,libnccl.so.2 $INC $MPI_CFLAGS "$S/fake_nccl.c" -o "$TMP" $MPI_LIBS -lpthread -ldl; }
-make_one "$O/libnccl.so.2" "$S/fake_nccl.c runtime/half.h" nccl_cmd
+make_one "$O/libnccl.so.2" "$S/fake_nccl.c runtime/base/half.h" nccl_cmd
 lt_cmd() { $CC $F -fPIC -shared -Wl,-soname,libcublasLt.so.13 $INC "$S/fake_cublaslt.c" -o "$TMP" -lpthread -ldl; }
-make_one "$O/libcublasLt.so.13" "$S/fake_cublaslt.c runtime/half.h" lt_cmd
+make_one "$O/libcublasLt.so.13" "$S/fake_cublaslt.c runtime/base/half.h" lt_cmd
 # shellcheck disable=SC2086
 prep_cmd() { $CC $F $SAN $INC -DZINF_EMU_HEADER="\"$ROOT/tests/gpu/emu.h\"" "$S/fakecuda_prep.c" tests/gpu/emu_wrap.c $LIBZ -o "$TMP" $LIBS $SAN; }
 make_one "$O/fakecuda_prep" "$S/fakecuda_prep.c $S/fakecuda_elf.h tests/gpu/emu_wrap.c tests/gpu/emu_wrap.h runtime/plan/plan.h $LIBZ" prep_cmd
 # shellcheck disable=SC2086
 self_cmd() { $CC $F $SAN $INC $MPI_CFLAGS "$S/fakecuda_selftest.c" $LIBZ -o "$TMP" $LIBS $SAN; }
-make_one "$O/fakecuda_selftest" "$S/fakecuda_selftest.c runtime/cudrv.h runtime/cublaslt.h runtime/plan/plan.h $LIBZ" self_cmd
+make_one "$O/fakecuda_selftest" "$S/fakecuda_selftest.c runtime/gpu/cudrv.h runtime/gpu/cublaslt.h runtime/plan/plan.h $LIBZ" self_cmd
 exit 0

@@ -1,5 +1,5 @@
 /* fake_cublaslt: cuBLASLt (libcublasLt.so.13) for the fake CUDA driver of
- * fake_cuda.c: the entry points runtime/cublaslt.c uses, computing each
+ * fake_cuda.c: the entry points runtime/gpu/cublaslt.c uses, computing each
  * matmul with plain loops on the host (fp32 accumulation, bf16/f16 rounded
  * to nearest even once at the end), independently of the NVRTC kernels and
  * of the host backend's BLAS. A matmul is enqueued on its (fake) stream

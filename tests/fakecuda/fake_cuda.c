@@ -1,6 +1,6 @@
 /* fake_cuda: a CUDA driver (libcuda.so.1) that runs everything on the host,
  * so zinfrun's CUDA executor can be tested end to end on a machine without
- * a GPU. Put its directory first in LD_LIBRARY_PATH; runtime/cudrv.c opens
+ * a GPU. Put its directory first in LD_LIBRARY_PATH; runtime/gpu/cudrv.c opens
  * it like the real one. docs/testing-gpu-fake.md says what it models.
  *
  * Device memory is host memory. Every stream has its own worker thread that

@@ -1,12 +1,12 @@
 /* fakecuda_selftest: checks the fake CUDA driver and the fake NCCL the way
- * the executor uses them: the driver opened by runtime/cudrv.c's
+ * the executor uses them: the driver opened by runtime/gpu/cudrv.c's
  * cudrv_open through LD_LIBRARY_PATH, NCCL by dlopen("libnccl.so.2").
  * Run by tests/e2e/fakecuda_self.sh, one mode per process (the fakes read
  * their environment once):
  *
  *   fakecuda_selftest driver PLAN   streams, events, copies, a real unit's
  *                                   kernels (FAKECUDA_UNITS prepared), one-rank NCCL,
- *                                   the fake cuBLASLt through runtime/cublaslt.c and misused
+ *                                   the fake cuBLASLt through runtime/gpu/cublaslt.c and misused
  *   fakecuda_selftest fail PLAN     with FAKECUDA_FAIL=cuMemAlloc_v2:3,kernel:1 FAKECUDA_MEM=1m
  *   fakecuda_selftest stub | nodev  with FAKECUDA_STUB=1 | FAKECUDA_DEVICES=0
  *   fakecuda_selftest nccl          under mpirun -np 2: collectives' values
@@ -540,7 +540,7 @@ static void check_faults(const char *plan_path) {
 
 /* ---- the fake cuBLASLt ------------------------------------------------------------ */
 
-/* A bf16 GEMM with bias through runtime/cublaslt.c (what zinfrun runs)
+/* A bf16 GEMM with bias through runtime/gpu/cublaslt.c (what zinfrun runs)
  * against the host; then misuse the real library refuses, refused. */
 static void check_cublaslt(void) {
     CublasLt lt;

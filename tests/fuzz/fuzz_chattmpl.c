@@ -1,4 +1,4 @@
-/* fuzz_chattmpl: the chat-template renderer (runtime/chattmpl.h) on any
+/* fuzz_chattmpl: the chat-template renderer (runtime/chat/chattmpl.h) on any
  * bytes as a template: parsed, then rendered over a small conversation
  * (an assistant message with a tool call and reasoning among its fields)
  * with and without the generation prompt. A parse or render error must

@@ -1,5 +1,5 @@
 /* fuzz_hftok: a tokenizer.json's text through the loader zinfrun and the
- * data tools use (runtime/hftok.c): hftok_from_json, and for a tokenizer it
+ * data tools use (runtime/tok/hftok.c): hftok_from_json, and for a tokenizer it
  * accepts its notes and description, the post-processor's tokens, every id
  * below the vocabulary size (at most FUZZ_MAX_IDS) looked up as text and
  * that text's id, then a few fixed strings (ASCII, white space runs, digits,

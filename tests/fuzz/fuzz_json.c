@@ -1,4 +1,4 @@
-/* fuzz_json: the strict JSON reader (runtime/plan/json.c) on any bytes, as
+/* fuzz_json: the strict JSON reader (runtime/base/json.c) on any bytes, as
  * every Hugging Face file zinf reads reaches it first: json_parse, then a
  * walk over the whole document that touches every value through the
  * accessors (json_get, json_get_type for each type, json_get_str,

@@ -1,7 +1,7 @@
 /* fuzz_safetensors: a .safetensors file's bytes through the reader zinfrun
- * --init uses (runtime/safetensors.c): st_open on the bytes as a file (an
+ * --init uses (runtime/io/safetensors.c): st_open on the bytes as a file (an
  * anonymous in-memory file, memfd, so nothing touches the disk), which
- * checks the header length, the JSON header (runtime/plan/json.c), dtypes,
+ * checks the header length, the JSON header (runtime/base/json.c), dtypes,
  * shapes against byte ranges, ranges inside the file and not overlapping,
  * and names given once; then, for a file it accepts, every entry is found
  * again by name (st_find) and its bytes read with st_read (at most

@@ -1070,7 +1070,7 @@ static CUdeviceptr dev_random(size_t bytes) {
     return p;
 }
 
-/* cuBLASLt as zinfrun calls it (runtime/cublaslt.c): ms per call, -1 when unavailable. */
+/* cuBLASLt as zinfrun calls it (runtime/gpu/cublaslt.c): ms per call, -1 when unavailable. */
 static double time_lt(int64_t M, int64_t N, int64_t K, CUdeviceptr A, CUdeviceptr B, CUdeviceptr C, CUdeviceptr ws,
                       int64_t ws_bytes, int reps) {
     char err[512];
@@ -1118,7 +1118,7 @@ static void timing(void) {
     const char *why = check_lt_open();
     char ltname[128];
     if (why) printf("\ncuBLASLt: not used (%s)\n", why);
-    else printf("\ncuBLASLt: %s (runtime/cublaslt.c, 32 MiB workspace)\n", check_lt_name(ltname, sizeof ltname));
+    else printf("\ncuBLASLt: %s (runtime/gpu/cublaslt.c, 32 MiB workspace)\n", check_lt_name(ltname, sizeof ltname));
     printf("\n%-40s %9s %8s %10s %8s %10s %8s %7s %9s\n", "timing (bf16)", "nvrtc ms", "TFLOP/s", "cublasLt", "TFLOP/s",
            "cuBLAS ms", "TFLOP/s", "lt/nv", "lt-nv err");
     const int64_t shapes[][3] = {{8192, 3072, 768}, {8192, 768, 3072}, {8192, 768, 768}, {8192, 50304, 768},

@@ -6,7 +6,7 @@
 # against the host reference (runtime/hostk), then GEMM timings against
 # cuBLAS and attention timings, one table; the GEMM timings run each shape
 # three ways: the NVRTC gemm, cuBLASLt as zinfrun calls it
-# (runtime/cublaslt.c; their outputs compared) and cuBLAS. Needs: cc, libnvrtc (CUDA toolkit),
+# (runtime/gpu/cublaslt.c; their outputs compared) and cuBLAS. Needs: cc, libnvrtc (CUDA toolkit),
 # and for the run a GPU with its driver (libcuda.so.1); no nvcc, no
 # OpenBLAS (a naive cblas_sgemm stands in when cblas.h is missing), no Check.
 # --make also builds the whole project with make first (needs its packages).
@@ -44,8 +44,8 @@ printf '#include <zlib.h>\nint main(void){return zlibVersion() == 0;}\n' | $CC -
 omp="-fopenmp"
 printf 'int main(void){return 0;}\n' | $CC -x c - -fopenmp -o "$OUTD/omp_probe" >/dev/null 2>&1 || omp=""
 harness="tests/gpu/check_kernels.c tests/gpu/check_lt.c tests/gpu/emu.c tests/gpu/emu_wrap.c $blas"
-lib="runtime/cublaslt.c runtime/plan/errorf.c runtime/plan/plan.c runtime/plan/plan_pack.c runtime/plan/arena.c runtime/plan/vocab.c runtime/plan/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/autodiff.c $(ls compiler/cuda_gen*.c) compiler/nvrtc.c $(ls runtime/hostk*.c)"
-cflags="-std=c11 -D_GNU_SOURCE -O2 -U_FORTIFY_SOURCE -D_FORTIFY_SOURCE=2 -g $omp -Wall -Wextra -Werror -Wno-unknown-pragmas -Ilang -Icompiler -Iruntime -Iruntime/plan -I$BUILD/gen -I$CUDA/include $blasinc"
+lib="runtime/gpu/cublaslt.c runtime/base/errorf.c runtime/plan/plan.c runtime/plan/plan_pack.c runtime/base/arena.c runtime/plan/vocab.c runtime/base/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/autodiff.c $(ls compiler/cuda_gen*.c) compiler/nvrtc.c $(ls runtime/hostk/hostk*.c)"
+cflags="-std=c11 -D_GNU_SOURCE -O2 -U_FORTIFY_SOURCE -D_FORTIFY_SOURCE=2 -g $omp -Wall -Wextra -Werror -Wno-unknown-pragmas -Ilang -Icompiler -Iruntime $(printf -- "-I%s " runtime/*/) -I$BUILD/gen -I$CUDA/include $blasinc"
 ROOT=$(pwd)
 # shellcheck disable=SC2086
 ccall() { $CC $cflags -DZINF_STDLIB_DIR="\"$ROOT/stdlib\"" -DZINF_EMU_HEADER="\"$ROOT/tests/gpu/emu.h\"" "$@"; }
@@ -55,7 +55,7 @@ if [ "${ZINF_GPU_BUILD_ALL:-0}" = 1 ] || ! ccall -rdynamic $harness $lib -o "$OU
     # compiles here and let the linker take what the harness needs.
     echo "check_kernels.sh: direct build failed (see $OUTD/build.log); trying every library source"
     mkdir -p "$OUTD/obj" && rm -f "$OUTD/libzk.a" "$OUTD"/obj/*.o
-    for f in runtime/plan/*.c lang/*.c compiler/*.c runtime/*.c; do
+    for f in runtime/*/*.c lang/*.c compiler/*.c; do
         case "$f" in */main_*) continue ;; esac
         # shellcheck disable=SC2086
         ccall -c "$f" -o "$OUTD/obj/$(echo "$f" | tr / _).o" 2>>"$OUTD/build.log" || echo "  skipped $f"

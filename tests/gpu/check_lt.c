@@ -1,4 +1,4 @@
-/* check_lt: the harness's door to runtime/cublaslt.c (check_kernels.c
+/* check_lt: the harness's door to runtime/gpu/cublaslt.c (check_kernels.c
  * declares its own CUDA types and cannot include the toolkit's headers):
  * a row-major plan GEMM run through cuBLASLt exactly as zinfrun runs it,
  * for the timing table and the comparison with the NVRTC gemm. */

@@ -1,4 +1,4 @@
-/* check_lt: runtime/cublaslt.c for the kernel check harness, in plain C
+/* check_lt: runtime/gpu/cublaslt.c for the kernel check harness, in plain C
  * types (check_kernels.c has no toolkit headers). */
 #ifndef ZINF_CHECK_LT_H
 #define ZINF_CHECK_LT_H

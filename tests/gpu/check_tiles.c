@@ -15,10 +15,10 @@
  * No GPU, no NVRTC, no Check; needs c++ for the units. make test runs it
  * through tests/e2e/gpu_tiles_emu.sh; by hand, from the repository root
  * (after make, for build/gen):
- *   mkdir -p build/gpu && cc -std=c11 -D_GNU_SOURCE -O1 -rdynamic -Ilang -Icompiler -Iruntime -Iruntime/plan -Ibuild/gen \
+ *   mkdir -p build/gpu && cc -std=c11 -D_GNU_SOURCE -O1 -rdynamic -Ilang -Icompiler -Iruntime $(printf -- "-I%s " runtime/*/) -Ibuild/gen \
  *     -DZINF_STDLIB_DIR="\"$PWD/stdlib\"" -DZINF_EMU_HEADER="\"$PWD/tests/gpu/emu.h\"" \
- *     tests/gpu/check_tiles.c tests/gpu/emu.c tests/gpu/emu_wrap.c runtime/plan/arena.c runtime/plan/vocab.c \
- *     runtime/plan/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/cuda_gen*.c compiler/nvrtc.c -o build/gpu/check_tiles -ldl -lm -lpthread
+ *     tests/gpu/check_tiles.c tests/gpu/emu.c tests/gpu/emu_wrap.c runtime/base/arena.c runtime/plan/vocab.c \
+ *     runtime/base/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/cuda_gen*.c compiler/nvrtc.c -o build/gpu/check_tiles -ldl -lm -lpthread
  *   build/gpu/check_tiles
  * Exit 0: every case passed; 1: a case differs; 2: setup error. */
 #include <dlfcn.h>

@@ -248,7 +248,7 @@ float emu_shfl(float v, int arg, int xor_mode) {
     return shfl[s][w][(xor_mode ? (l ^ arg) : arg) & 31];
 }
 
-/* runtime/half.h, not _Float16: the same rounding, and every C compiler
+/* runtime/base/half.h, not _Float16: the same rounding, and every C compiler
  * (clang on some targets has no _Float16) */
 float emu_f16_to_f32(unsigned short h) { return half_f16_to_f32(h); }
 unsigned short emu_f32_to_f16(float f) { return half_f32_to_f16(f); }

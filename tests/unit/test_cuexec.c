@@ -159,7 +159,7 @@ START_TEST(test_messages) {
     seen.rc = CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
     bind[1] = 0x20000;
     ck_assert_int_eq(cux_launch(&x, p, 0, &b, NULL, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "rank 2: cuLaunchKernel failed at runtime/cuexec.c:") == err, "%s", err);
+    ck_assert_msg(strstr(err, "rank 2: cuLaunchKernel failed at runtime/gpu/cuexec.c:") == err, "%s", err);
     ck_assert_msg(strstr(err, "CUresult 701") != NULL, "%s", err);
     ck_assert_msg(strstr(err, ": zk_gemm of gemm-0123456789ab.cu <<<3,2,1 / 256,1,1>>>") != NULL, "%s", err);
     seen.rc = CUDA_SUCCESS;
@@ -186,7 +186,7 @@ START_TEST(test_open_without_driver) {
 }
 END_TEST
 
-/* ---- a stand-in cuBLASLt: records what runtime/cublaslt.c asks of it ---- */
+/* ---- a stand-in cuBLASLt: records what runtime/gpu/cublaslt.c asks of it ---- */
 typedef struct StandLayout {
     int type;
     uint64_t rows, cols;

@@ -1,4 +1,4 @@
-/* decode: the KV-cache decoder (runtime/decode.h) against the plan's own
+/* decode: the KV-cache decoder (runtime/decode/decode.h) against the plan's own
  * forward. Each model is compiled here (sema, autodiff, planner), its
  * window of T positions run once through the executor (rt_forward), and the
  * decoder fed the same ids one position at a time: its logits at position

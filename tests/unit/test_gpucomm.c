@@ -35,8 +35,8 @@ START_TEST(test_fail_message) {
     memset(&g, 0, sizeof g);
     g.rank = 3;
     char err[512];
-    ck_assert_int_eq(gpucomm_fail(&g, ncclSystemError, "ncclAllGather", "runtime/gpucomm.c", 80, err, sizeof err), -1);
-    ck_assert_str_eq(err, "rank 3: ncclAllGather failed at runtime/gpucomm.c:80: no description (ncclResult 2)");
+    ck_assert_int_eq(gpucomm_fail(&g, ncclSystemError, "ncclAllGather", "runtime/comm/gpucomm.c", 80, err, sizeof err), -1);
+    ck_assert_str_eq(err, "rank 3: ncclAllGather failed at runtime/comm/gpucomm.c:80: no description (ncclResult 2)");
     g.GetErrorString = fake_text;
     ck_assert_int_eq(gpucomm_fail(&g, ncclSystemError, "ncclAllReduce", "x.c", 7, err, sizeof err), -1);
     ck_assert_str_eq(err, "rank 3: ncclAllReduce failed at x.c:7: unhandled system error (ncclResult 2)");

@@ -1,4 +1,4 @@
-/* hfio_lora: LoRA adapters in the Hugging Face mapping (runtime/hfio_lora.c;
+/* hfio_lora: LoRA adapters in the Hugging Face mapping (runtime/hf/hfio_lora.c;
  * docs/huggingface.md "LoRA").
  *
  * Hand-built plans hold only what the adapter code reads: the parameters

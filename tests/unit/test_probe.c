@@ -216,7 +216,7 @@ START_TEST(target_file_compiles) {
 }
 END_TEST
 
-/* ---- the GPU probe (runtime/probe_gpu.h): its figures as a cuda target ---- */
+/* ---- the GPU probe (runtime/probe/probe_gpu.h): its figures as a cuda target ---- */
 
 static ProbeGpu sample_gpu(void) {
     ProbeGpu g;

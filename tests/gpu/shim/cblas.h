@@ -1,4 +1,4 @@
-/* A stand-in for <cblas.h> with only what runtime/hostk.c calls, for
+/* A stand-in for <cblas.h> with only what runtime/hostk/hostk.c calls, for
  * machines without OpenBLAS (the GPU image): check_kernels.sh builds the
  * host reference against tests/gpu/cblas_shim.c when the real header is
  * missing. Row-major sgemm, naive and exact enough for test-sized shapes. */
