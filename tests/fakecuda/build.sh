@@ -22,7 +22,7 @@ ROOT=$(pwd)
 case "$B" in /*) ;; *) B="$ROOT/$B" ;; esac
 O="$B/fakecuda"
 # every layer's library, in link order (the Makefile's LIB)
-LIBZ="$B/libzinfref.a $B/libzinfcompiler.a $B/libzinflang.a $B/libzinfrt.a $B/libzinfplan.a"
+LIBZ="$B/libzinfref.a $B/libzinfcompiler.a $B/libzinflang.a $B/libzinfrt.a $B/libzinfplan.a $B/libzinfbase.a"
 for l in $LIBZ; do [ -f "$l" ] || { echo "fakecuda/build.sh: $l is missing: run make first" >&2; exit 1; }; done
 mkdir -p "$O" || exit 1
 CC=${CC:-cc}

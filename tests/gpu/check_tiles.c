@@ -13,9 +13,9 @@
  * whole weight, row r0 on).
  *
  * No GPU, no NVRTC, no Check; needs c++ for the units. make test runs it
- * through tests/e2e/gpu_tiles_emu.sh; by hand, from the repository root
- * (after make, for build/gen):
- *   mkdir -p build/gpu && cc -std=c11 -D_GNU_SOURCE -O1 -rdynamic -Ilang -Icompiler -Iruntime $(printf -- "-I%s " runtime/*/) -Ibuild/gen \
+ * through tests/e2e/gpu_tiles_emu.sh, which also shows how to build it by hand
+ * (ROOMS is one -I for each folder under runtime):
+ *   mkdir -p build/gpu && cc -std=c11 -D_GNU_SOURCE -O1 -rdynamic -Ilang -Icompiler -Iruntime $ROOMS -Ibuild/gen \
  *     -DZINF_STDLIB_DIR="\"$PWD/stdlib\"" -DZINF_EMU_HEADER="\"$PWD/tests/gpu/emu.h\"" \
  *     tests/gpu/check_tiles.c tests/gpu/emu.c tests/gpu/emu_wrap.c runtime/base/arena.c runtime/plan/vocab.c \
  *     runtime/base/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/cuda_gen*.c compiler/nvrtc.c -o build/gpu/check_tiles -ldl -lm -lpthread
