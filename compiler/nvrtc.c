@@ -1,4 +1,5 @@
 #include "nvrtc.h"
+#include "clock.h"
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -264,12 +265,6 @@ const char *nvrtc_cache_dir(const NvrtcOptions *opt, char *buf, size_t n) {
     return buf;
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* ---- resource report ------------------------------------------------------ */
 
 /* The number written just before the text at p (e.g. "40960 bytes smem"). */
@@ -518,7 +513,7 @@ int nvrtc_compile(const char *source, const char *name, const char *arch, const 
         return 0;
     }
 
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     void *prog = NULL;
     int rc = lib.create(&prog, source, name, 0, NULL, NULL);
     if (rc != 0) {
@@ -554,7 +549,7 @@ int nvrtc_compile(const char *source, const char *name, const char *arch, const 
     }
     out->cubin_size = nc;
     lib.destroy(&prog);
-    out->seconds = now_s() - t0;
+    out->seconds = clock_mono_s() - t0;
     out->nfuncs = nvrtc_parse_resources(out->log, &out->funcs);
     if (out->nfuncs < 0) {
         out->nfuncs = 0;

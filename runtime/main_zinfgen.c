@@ -30,6 +30,7 @@
 #include "nearest.h"
 #include "plan.h"
 #include "verify.h"
+#include "clock.h"
 
 typedef struct GenOpts {
     const char *plan, *init, *ckpt, *tokenizer, *prompt, *prompt_ids, *backend, *nvme, *decode, *logits;
@@ -545,12 +546,6 @@ static int write_logits(Gen *g, char *err, size_t n) {
     return 0;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int generate(Gen *g, char *err, size_t n) {
     size_t V = (size_t)g->V, BT = (size_t)(g->B * g->T);
     g->win = calloc(BT, sizeof *g->win);
@@ -560,7 +555,7 @@ static int generate(Gen *g, char *err, size_t n) {
     g->prob = malloc(sizeof *g->prob * V);
     if (!g->win || !g->tgt || !g->logits || !g->cand || !g->prob) return snprintf(err, n, "out of memory"), -1;
     uint64_t rng = g->o->seed;
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     int64_t made = 0;
     for (; made < g->o->max_new; made++) {
         int32_t id;
@@ -579,7 +574,7 @@ static int generate(Gen *g, char *err, size_t n) {
     if (C.rank == 0) {
         printf("\n");
         fflush(stdout);
-        double s = now_s() - t0;
+        double s = clock_mono_s() - t0;
         if (!g->o->quiet && g->kv)
             fprintf(stderr, "generated %" PRId64 " token%s in %.2f s (%.1f tokens/s; KV cache: one position a token, the prompt's first)\n",
                     made, made == 1 ? "" : "s", s, s > 0 ? (double)made / s : 0.0);

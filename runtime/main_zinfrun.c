@@ -29,6 +29,7 @@
 #include "tbevents.h"
 #include "tokens.h"
 #include "verify.h"
+#include "clock.h"
 
 typedef struct Opts {
     const char *plan, *data, *backend, *ckpt_dir, *trace, *nvme, *export_path, *losses, *init, *export_hf;
@@ -500,12 +501,6 @@ static int outputs_ok(const Opts *o, bool lead, char *err, size_t n) {
     return lead_agrees(bad, "the output paths", err, n);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static double peak_rss_mib(void) {
     struct rusage ru;
     return getrusage(RUSAGE_SELF, &ru) ? 0 : (double)ru.ru_maxrss / 1024.0; /* KiB on Linux */
@@ -513,7 +508,7 @@ static double peak_rss_mib(void) {
 
 /* --init: the weights from a Hugging Face checkpoint, at step 0. */
 static int import_hf(Rt *r, const Opts *o, const HfioOptions *ho, bool lead, char *err, size_t n) {
-    double t0 = now_s(), rss0 = peak_rss_mib();
+    double t0 = clock_mono_s(), rss0 = peak_rss_mib();
     HfioReport rep;
     char e[16000];
     if (hfio_import(r, o->init, ho, &rep, e, sizeof e)) {
@@ -528,7 +523,7 @@ static int import_hf(Rt *r, const Opts *o, const HfioOptions *ho, bool lead, cha
     char b1[32];
     printf("init: %d parameters from %d tensors of %s (%d file%s%s; rank 0 read %s) in %.2f s; peak RSS %.1f MiB (%.1f before the import)\n",
            rep.params, rep.tensors, o->init, rep.files, rep.files == 1 ? "" : "s",
-           rep.own_names ? ", zinfrun --export: the plan's own names" : "", plan_bytes_str(rep.bytes, b1, sizeof b1), now_s() - t0,
+           rep.own_names ? ", zinfrun --export: the plan's own names" : "", plan_bytes_str(rep.bytes, b1, sizeof b1), clock_mono_s() - t0,
            peak_rss_mib(), rss0);
     if (rep.params_kept)
         printf("init: %d parameter%s with no Hugging Face tensor keep%s the seeded initialisation\n", rep.params_kept,

@@ -28,6 +28,7 @@
 #include "sftdata.h"
 #include "tokens.h"
 #include "unicode.h"
+#include "clock.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -44,12 +45,6 @@ static void usage(FILE *f) {
             "         --max-tokens N: a longer sample is cut to N tokens, or refused with --too-long refuse\n"
             "       zinftok --decode [--tokenizer tokenizer.json] [--skip-special] [TRAIN.bin | -]\n"
             "         token ids back to text (a token file, or decimal ids on standard input)\n");
-}
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* The whole of path (or stdin for "-") into a malloc'd buffer. */
@@ -380,7 +375,7 @@ int main(int argc, char **argv) {
     SftStats sst = {0};
     int njsonl = 0;
     size_t bytes = 0;
-    double t0 = now();
+    double t0 = clock_mono_s();
     int rc = 0;
     for (int k = 0; k < o.nin && !rc; k++) {
         char *text;
@@ -432,7 +427,7 @@ int main(int argc, char **argv) {
             rc = 1;
         }
     }
-    double secs = now() - t0;
+    double secs = clock_mono_s() - t0;
     int64_t vocab = t ? hftok_vocab_size(t) : 256;
     if (!rc && out.ids.n == 0) {
         fprintf(stderr, "zinftok: no tokens: %s empty (%.0f bytes of text); nothing written\n",

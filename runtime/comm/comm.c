@@ -1,15 +1,10 @@
 #include "comm.h"
+#include "clock.h"
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static MPI_Comm world_of(const Comm *c) { return (MPI_Comm)c->world; }
 
@@ -23,14 +18,14 @@ static CommStatus mpi_fail(Comm *c, const char *what, int rc) {
 
 /* Polls a request until it completes or the deadline passes. */
 static CommStatus wait_req(Comm *c, MPI_Request *req, const char *what) {
-    double deadline = now_s() + c->timeout_s;
+    double deadline = clock_mono_s() + c->timeout_s;
     int done = 0;
     struct timespec nap = {0, 50000}; /* 50 us: cheap on idle cores, fast enough to notice completion */
     for (;;) {
         int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) return mpi_fail(c, what, rc);
         if (done) return COMM_OK;
-        if (now_s() > deadline) {
+        if (clock_mono_s() > deadline) {
             snprintf(c->err, sizeof c->err,
                      "rank %d: %s did not complete within %.0f s: another rank died or hangs",
                      c->rank, what, c->timeout_s);

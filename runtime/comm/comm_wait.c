@@ -1,4 +1,5 @@
 #include "comm_wait.h"
+#include "clock.h"
 #include <mpi.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -6,12 +7,6 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static CommStatus mpi_fail(Comm *c, const char *what, int rc) {
     char msg[MPI_MAX_ERROR_STRING];
@@ -38,7 +33,7 @@ static CommStatus poll_req(Comm *c, MPI_Request *req, const char *what, double d
         int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) return mpi_fail(c, what, rc);
         if (done) return COMM_OK;
-        if (now_s() > deadline) {
+        if (clock_mono_s() > deadline) {
             snprintf(c->err, sizeof c->err, "rank %d: %s did not complete within %.0f s: another rank died or hangs",
                      c->rank, what, c->timeout_s);
             return COMM_ETIMEDOUT;
@@ -57,13 +52,13 @@ static CommStatus arrive(Comm *c, const char *what, double t0, double *deadline,
     int rc = MPI_Ibarrier((MPI_Comm)c->world, &req);
     if (rc != MPI_SUCCESS) return mpi_fail(c, "MPI_Ibarrier", rc);
     CommStatus s = poll_req(c, &req, what, *deadline, NAP_ARRIVE_NS);
-    if (w) w->wait_s = now_s() - t0;
+    if (w) w->wait_s = clock_mono_s() - t0;
     return s;
 }
 
 static CommStatus transfer(Comm *c, MPI_Request *req, const char *what, double deadline, double t1, CommWait *w) {
     CommStatus s = poll_req(c, req, what, deadline, NAP_XFER_NS);
-    if (w) w->xfer_s = now_s() - t1;
+    if (w) w->xfer_s = clock_mono_s() - t1;
     return s;
 }
 
@@ -72,10 +67,10 @@ static bool alone(const Comm *c) { return !c->mpi || c->size == 1; }
 CommStatus commw_allgather(Comm *c, const void *send, void *recv, size_t bytes, CommWait *w) {
     if (w) *w = (CommWait){0, 0};
     if (alone(c) || bytes > (size_t)CHUNK) return comm_allgather(c, send, recv, bytes); /* no wait to split */
-    double t0 = now_s(), deadline;
+    double t0 = clock_mono_s(), deadline;
     CommStatus s = arrive(c, "all-gather", t0, &deadline, w);
     if (s) return s;
-    double t1 = now_s();
+    double t1 = clock_mono_s();
     MPI_Request req;
     int rc = MPI_Iallgather(send == recv ? MPI_IN_PLACE : send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE,
                             (MPI_Comm)c->world, &req);
@@ -93,10 +88,10 @@ CommStatus commw_reduce_scatter_f32(Comm *c, const float *send, float *recv, siz
         snprintf(c->err, sizeof c->err, "rank %d: out of memory in reduce-scatter", c->rank);
         return COMM_EARG;
     }
-    double t0 = now_s(), deadline;
+    double t0 = clock_mono_s(), deadline;
     CommStatus s = arrive(c, "reduce-scatter", t0, &deadline, w);
     if (s == COMM_OK) {
-        double t1 = now_s();
+        double t1 = clock_mono_s();
         MPI_Request req;
         int rc = MPI_Ialltoall(send, (int)count, MPI_FLOAT, tmp, (int)count, MPI_FLOAT, (MPI_Comm)c->world, &req);
         s = rc != MPI_SUCCESS ? mpi_fail(c, "MPI_Ialltoall", rc) : transfer(c, &req, "reduce-scatter", deadline, t1, w);
@@ -109,14 +104,14 @@ CommStatus commw_reduce_scatter_f32(Comm *c, const float *send, float *recv, siz
 }
 
 static CommStatus allreduce(Comm *c, void *buf, size_t count, MPI_Datatype dt, size_t esz, CommWait *w) {
-    double t0 = now_s(), deadline;
+    double t0 = clock_mono_s(), deadline;
     if (count * esz > (size_t)CHUNK) {
         snprintf(c->err, sizeof c->err, "rank %d: all-reduce of %zu elements is too large", c->rank, count);
         return COMM_EARG;
     }
     CommStatus s = arrive(c, "all-reduce", t0, &deadline, w);
     if (s) return s;
-    double t1 = now_s();
+    double t1 = clock_mono_s();
     MPI_Request req;
     int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, dt, MPI_SUM, (MPI_Comm)c->world, &req);
     if (rc != MPI_SUCCESS) return mpi_fail(c, "MPI_Iallreduce", rc);

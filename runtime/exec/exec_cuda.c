@@ -26,6 +26,7 @@
 #include "exec_impl.h"
 #include "gpucomm.h"
 #include "adam.h"
+#include "clock.h"
 
 /* The backend table's entries (rt_backend_cuda, at the end). */
 static int cuda_grad_sumsq(Rt *r, const PlanInstr *in, int worker, double *ss, char *err, size_t n);
@@ -76,12 +77,6 @@ struct RtCuda {
     double timeout_s;
 };
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* ---- addressing ---- */
 
 static bool in_gpu(const Rt *r, const PlanOperand *o) {
@@ -118,7 +113,7 @@ static int poll_done(Rt *r, CUevent ev, CUstream stream, const char *what, doubl
             return rt_fail(err, n, "%s: %s failed (compute-sanitizer zinfrun ... names the kernel)", why, what);
         }
         if (cu->g_open && gpucomm_check(&cu->g, err, n)) return -1;
-        if (now_s() - t0 > cu->timeout_s)
+        if (clock_mono_s() - t0 > cu->timeout_s)
             return rt_fail(err, n,
                            "rank %d: %s did not complete in %.0f s (a peer rank died or hangs?); set ZINF_COMM_TIMEOUT "
                            "to wait longer",
@@ -138,17 +133,17 @@ static int wait_stream(Rt *r, int q, double t0, char *err, size_t n) {
 static int copy_d2h(Rt *r, int q, void *dst, CUdeviceptr src, size_t bytes, char *err, size_t n) {
     RtCuda *cu = r->cu;
     CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(dst, src, bytes, cu->x.stream[q]), err, n);
-    return wait_stream(r, q, now_s(), err, n);
+    return wait_stream(r, q, clock_mono_s(), err, n);
 }
 
 static int copy_h2d(Rt *r, int q, CUdeviceptr dst, const void *src, size_t bytes, char *err, size_t n) {
     RtCuda *cu = r->cu;
     CUX_CHECK(&cu->x, cu->x.drv.MemcpyHtoDAsync(dst, src, bytes, cu->x.stream[q]), err, n);
-    return wait_stream(r, q, now_s(), err, n);
+    return wait_stream(r, q, clock_mono_s(), err, n);
 }
 
 static int wait_streams(Rt *r, char *err, size_t n) {
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     for (int q = 0; q < PLAN_NQUEUES; q++)
         if (wait_stream(r, q, t0, err, n)) return -1;
     return 0;
@@ -170,7 +165,7 @@ static int order_deps(Rt *r, const PlanInstr *in, bool on_stream, char *err, siz
             bool named = dj->op != PI_KERNEL && dj->arg >= 0 && (uint32_t)dj->arg < r->p->ntensors;
             snprintf(what, sizeof what, "instruction %u (%s%s%s on the %s stream)", j, plan_opcode_names[dj->op],
                      named ? " " : "", named ? r->p->tensors[dj->arg].name : "", plan_queue_names[dj->queue]);
-            if (poll_done(r, cu->x.ev_end[j], NULL, what, now_s(), err, n)) return -1;
+            if (poll_done(r, cu->x.ev_end[j], NULL, what, clock_mono_s(), err, n)) return -1;
         }
     }
     return 0;

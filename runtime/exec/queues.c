@@ -1,4 +1,5 @@
 #include "queues.h"
+#include "clock.h"
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -21,13 +22,7 @@ typedef struct QSync {
     const struct Worker *worker[PLAN_NQUEUES];
 } QSync;
 
-static double mono(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-double qrun_now(const Qrun *q) { return mono() - q->epoch; }
+double qrun_now(const Qrun *q) { return clock_mono_s() - q->epoch; }
 
 void qrun_add_wait(Qrun *q, int worker, double seconds) {
     if (worker >= 0 && worker < PLAN_NQUEUES && seconds > 0) q->wait_now[worker] += seconds; /* only this worker writes it */
@@ -53,7 +48,7 @@ int qrun_init(Qrun *q, const Plan *p, QrunExecFn fn, void *ctx) {
         s->waiting[k] = -1;
     }
     q->sync = s;
-    q->epoch = mono();
+    q->epoch = clock_mono_s();
     return 0;
 }
 

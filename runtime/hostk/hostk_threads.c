@@ -14,6 +14,7 @@
 #include <omp.h>
 #endif
 #include "hostk_vec.h"
+#include "clock.h"
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int policy_threads = 1, avail_cores = 1, online_cores = 1, local_ranks = 1;
@@ -122,7 +123,7 @@ void hk_team_leave(void) {
  * claimed yet is simply run by the master (no join on a descheduled
  * thread). */
 #define CLOSED 0xffffffffu
-#define SPIN_NS 20000.0
+#define SPIN_S 20e-6
 
 typedef struct Pool {
     pthread_mutex_t mu;
@@ -140,12 +141,6 @@ typedef struct Pool {
 static Pool pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .work_cv = PTHREAD_COND_INITIALIZER,
                     .done_cv = PTHREAD_COND_INITIALIZER, .ticket = CLOSED};
 static _Thread_local int in_unit; /* this thread is running a unit: nested calls run inline */
-
-static double now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -184,8 +179,8 @@ static void *worker_main(void *arg) {
         double t0 = 0;
         for (int k = 0; (uint32_t)(c >> 32) == seen; k++) {
             if ((k & 63) == 63) {
-                if (t0 == 0) t0 = now_ns();
-                else if (now_ns() - t0 > SPIN_NS) {
+                if (t0 == 0) t0 = clock_mono_s();
+                else if (clock_mono_s() - t0 > SPIN_S) {
                     pthread_mutex_lock(&pool.mu);
                     atomic_fetch_add(&pool.sleepers, 1);
                     while ((uint32_t)(atomic_load(&pool.ticket) >> 32) == seen) pthread_cond_wait(&pool.work_cv, &pool.mu);
@@ -261,9 +256,9 @@ void hk_parallel(int team, int64_t n, HkUnitFn fn, void *ctx) {
         idle_streak = 0;
     }
     /* wait for the units workers hold: spin a little, then sleep */
-    double t0 = now_ns();
+    double t0 = clock_mono_s();
     for (int k = 0; atomic_load(&pool.done) < n; k++) {
-        if ((k & 63) == 63 && now_ns() - t0 > SPIN_NS) {
+        if ((k & 63) == 63 && clock_mono_s() - t0 > SPIN_S) {
             pthread_mutex_lock(&pool.mu);
             atomic_store(&pool.master_sleeping, 1);
             while (atomic_load(&pool.done) < n) pthread_cond_wait(&pool.done_cv, &pool.mu);

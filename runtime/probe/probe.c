@@ -8,12 +8,7 @@
 #include "hostk.h"
 #include "hostk_threads.h"
 #include "queues.h"
-
-double probe_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "clock.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -143,9 +138,9 @@ static int triad_best(Comm *c, int64_t n, int reps, double *best, char *err, siz
     int64_t units = (t.n + t.chunk - 1) / t.chunk;
     for (int rep = -1; !rc && rep < reps; rep++) { /* rep -1 warms the cache up */
         if (comm_barrier(c) != COMM_OK) rc = (snprintf(err, en, "%s", comm_last_error(c)), -1);
-        double t0 = probe_now();
+        double t0 = clock_mono_s();
         hk_parallel(hk_threads(), units, triad_unit, &t);
-        double bw = 3.0 * (double)t.n * sizeof(double) / (probe_now() - t0);
+        double bw = 3.0 * (double)t.n * sizeof(double) / (clock_mono_s() - t0);
         if (rep >= 0 && bw > *best) *best = bw;
     }
     free(t.a);
@@ -202,15 +197,15 @@ typedef struct KSet {
  * not from the core's own cache, where one set timed again would stay. */
 static double time_kernel(const KCase *k, KSet *sets, int nsets, void *ws, size_t wsb, bool bwd, double min_s) {
     int64_t iattr[PLAN_MAX_IATTR] = {k->heads, 0};
-    double fattr[PLAN_MAX_FATTR] = {0}, t[256], start = probe_now();
+    double fattr[PLAN_MAX_FATTR] = {0}, t[256], start = clock_mono_s();
     int reps = 0;
-    for (int i = -1; reps < 256 && (reps < 3 || probe_now() - start < min_s); i++) { /* call -1 warms up */
+    for (int i = -1; reps < 256 && (reps < 3 || clock_mono_s() - start < min_s); i++) { /* call -1 warms up */
         KSet *x = &sets[(i + 1) % nsets];
-        double t0 = probe_now();
+        double t0 = clock_mono_s();
         int rc = bwd ? hk_run_bwd(k->prim, x->in, k->nin, &x->out, &x->dout, 1, x->din, iattr, fattr, ws, wsb)
                      : hk_run_fwd(k->prim, x->in, k->nin, &x->out, 1, iattr, fattr, ws, wsb);
         if (rc != HK_OK) return -1;
-        if (i >= 0) t[reps++] = probe_now() - t0;
+        if (i >= 0) t[reps++] = clock_mono_s() - t0;
     }
     return probe_median(t, reps);
 }
@@ -402,7 +397,7 @@ static double handoff_seconds(int rounds) {
     pthread_t th;
     double t = -1;
     if (pthread_create(&th, NULL, pong, &p) == 0) {
-        double t0 = probe_now();
+        double t0 = clock_mono_s();
         pthread_mutex_lock(&p.mu);
         for (int i = 0; i < rounds; i++) {
             p.turn = 1;
@@ -410,7 +405,7 @@ static double handoff_seconds(int rounds) {
             while (p.turn != 0) pthread_cond_wait(&p.cv, &p.mu);
         }
         pthread_mutex_unlock(&p.mu);
-        t = (probe_now() - t0) / (2.0 * rounds);
+        t = (clock_mono_s() - t0) / (2.0 * rounds);
         pthread_join(th, NULL);
     }
     pthread_cond_destroy(&p.cv);
@@ -438,7 +433,7 @@ int probe_dispatch(const ProbeOptions *o, ProbeResult *r, char *err, size_t n) {
     QueueTurn q = {.done = 0};
     pthread_mutex_init(&q.mu, NULL);
     pthread_cond_init(&q.cv, NULL);
-    double t0 = probe_now();
+    double t0 = clock_mono_s();
     for (int i = 0; i < rounds; i++) {
         pthread_mutex_lock(&q.mu);
         hk_gelu_fwd(&tx, &ty);
@@ -446,8 +441,8 @@ int probe_dispatch(const ProbeOptions *o, ProbeResult *r, char *err, size_t n) {
         pthread_cond_broadcast(&q.cv);
         pthread_mutex_unlock(&q.mu);
     }
-    double k = (probe_now() - t0) / rounds;
-    t0 = probe_now();
+    double k = (clock_mono_s() - t0) / rounds;
+    t0 = clock_mono_s();
     for (int i = 0; i < rounds; i++) {
         pthread_mutex_lock(&q.mu);
         memcpy(dst, src, sizeof src);
@@ -456,7 +451,7 @@ int probe_dispatch(const ProbeOptions *o, ProbeResult *r, char *err, size_t n) {
         pthread_cond_broadcast(&q.cv);
         pthread_mutex_unlock(&q.mu);
     }
-    double cp = (probe_now() - t0) / rounds;
+    double cp = (clock_mono_s() - t0) / rounds;
     pthread_cond_destroy(&q.cv);
     pthread_mutex_destroy(&q.mu);
     r->launch = k;
@@ -488,9 +483,9 @@ int probe_collectives(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err,
             rc = coll_once(c, op, buf, out, sizes[k]); /* warm-up */
             for (int i = 0; i < reps && !rc; i++) {
                 rc = comm_barrier(c) != COMM_OK;
-                double t0 = probe_now();
+                double t0 = clock_mono_s();
                 if (!rc) rc = coll_once(c, op, buf, out, sizes[k]);
-                t[i] = probe_now() - t0;
+                t[i] = clock_mono_s() - t0;
             }
             if (rc) break;
             double m = probe_median(t, reps);
@@ -512,7 +507,7 @@ int probe_collectives(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err,
 /* ---- all of it ---- */
 
 int probe_run(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t n) {
-    double t0 = probe_now(), steal0 = 0, tot0 = 0;
+    double t0 = clock_mono_s(), steal0 = 0, tot0 = 0;
     memset(r, 0, sizeof *r);
     bool have_ticks = probe_cpu_ticks("/proc/stat", &steal0, &tot0);
     char host[64] = "localhost";
@@ -534,7 +529,7 @@ int probe_run(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size_t 
     r->launch = d[0] / c->size;
     r->copy = d[1] / c->size;
     r->wake = d[2] / c->size;
-    r->seconds = probe_now() - t0;
+    r->seconds = clock_mono_s() - t0;
     double s1, t1;
     r->steal = have_ticks && probe_cpu_ticks("/proc/stat", &s1, &t1) && t1 > tot0 ? (s1 - steal0) / (t1 - tot0) : -1;
     return 0;

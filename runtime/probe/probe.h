@@ -64,8 +64,7 @@ typedef struct ProbeFit {
  * negative latency, the latency is 0 and the bandwidth fitted alone. -1 when
  * the samples fix no positive bandwidth (no bytes, or no time). */
 int probe_fit(const ProbeSample *s, int n, ProbeFit *out);
-/* Monotonic seconds; the median of n > 0 values (sorts them). */
-double probe_now(void);
+/* The median of n > 0 values (sorts them). */
 double probe_median(double *v, int n);
 
 enum { PROBE_MAX_RATES = 32 };

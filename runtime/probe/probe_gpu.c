@@ -5,6 +5,7 @@
 #include <time.h>
 #include "cublaslt.h"
 #include "cudrv.h"
+#include "clock.h"
 #include "errorf.h"
 #include "gpucomm.h"
 #include "vocab.h"
@@ -196,7 +197,7 @@ static int gx_launch(Gx *x, Comm *c, const ProbeOptions *o, ProbeGpu *g, char *e
         rc = GX(x, x->drv.EventCreate(&mark[i], CU_EVENT_DEFAULT), "cuEventCreate", err, n);
     double t = 0;
     for (int pass = 0; pass < 2 && !rc; pass++) { /* the first warms up */
-        double t0 = probe_now();
+        double t0 = clock_mono_s();
         for (int i = 0; i < ops && !rc; i++) {
             CUresult r = x->drv.EventRecord(mark[0], x->s);
             if (r == CUDA_SUCCESS) r = x->drv.MemsetD8Async(x->d[0], (unsigned char)i, 4, x->s);
@@ -204,7 +205,7 @@ static int gx_launch(Gx *x, Comm *c, const ProbeOptions *o, ProbeGpu *g, char *e
             if (r != CUDA_SUCCESS) rc = GX(x, r, "cuMemsetD8Async", err, n);
         }
         if (!rc) rc = GX(x, x->drv.StreamSynchronize(x->s), "cuStreamSynchronize", err, n);
-        t = (probe_now() - t0) / ops;
+        t = (clock_mono_s() - t0) / ops;
     }
     for (int i = 0; i < 2; i++)
         if (mark[i]) x->drv.EventDestroy(mark[i]);
@@ -229,10 +230,10 @@ static int gx_gemm_time(Gx *x, const GemmShape *sh, size_t ws, bool quick, doubl
     int rc = cublaslt_gemm(&x->lt, &pg, &op, x->s, err, n); /* a warm-up: asks the heuristic */
     if (rc) return rc > 0 ? 1 : -1;
     GX_CHECK(x, x->drv.StreamSynchronize(x->s), "cuStreamSynchronize", err, n);
-    double once = probe_now();
+    double once = clock_mono_s();
     if ((rc = cublaslt_gemm(&x->lt, &pg, &op, x->s, err, n)) != 0) return -1;
     GX_CHECK(x, x->drv.StreamSynchronize(x->s), "cuStreamSynchronize", err, n);
-    once = probe_now() - once;
+    once = clock_mono_s() - once;
     /* batches of calls of about 20 ms (one call under --quick) */
     int calls = quick ? 1 : once > 0.02 ? 1 : once < 0.02 / 50 ? 50 : (int)(0.02 / once), reps = quick ? 3 : 5;
     double v[5];
@@ -372,7 +373,7 @@ static int gx_collectives(Gx *x, Comm *c, const ProbeOptions *o, ProbeGpu *g, ch
 /* ---- all of it ---- */
 
 int probe_gpu_run(Comm *c, const ProbeOptions *o, ProbeGpu *g, char *err, size_t n) {
-    double t0 = probe_now();
+    double t0 = clock_mono_s();
     memset(g, 0, sizeof *g);
     g->ranks = c->size;
     Gx x;
@@ -413,7 +414,7 @@ int probe_gpu_run(Comm *c, const ProbeOptions *o, ProbeGpu *g, char *err, size_t
     g->memory = (uint64_t)(-neg);
     g->on = rc == 0;
     gx_close(&x, rc != 0);
-    g->seconds = probe_now() - t0;
+    g->seconds = clock_mono_s() - t0;
     return rc;
 }
 

@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 #include "probe.h"
+#include "clock.h"
 #include "queues.h"
 #include "rtio.h"
 
@@ -39,10 +40,10 @@ static int nvme_series(NvmeRun *u, ProbeResult *r, int dir, ProbeSample *smp, in
         double t[64];
         for (int i = 0; i < reps; i++) {
             if (off + sz > u->region) off = 0;
-            double t0 = probe_now();
+            double t0 = clock_mono_s();
             int rc = dir ? rtio_write(u->io, off, u->buf, sz, err, n) : rtio_read(u->io, off, u->buf, sz, err, n);
             if (rc) return -1;
-            t[i] = probe_now() - t0;
+            t[i] = clock_mono_s() - t0;
             off += sz;
         }
         smp[*ns] = (ProbeSample){1, (double)sz, probe_median(t, reps)};
@@ -82,7 +83,7 @@ static int nvme_cpu_cost(NvmeRun *u, double *per, char *err, size_t n) {
 static int nvme_round(NvmeRun *u, bool write, uint64_t sz, int total, double *per, char *err, size_t n) {
     int started = 0, retired = 0;
     bool at_once[QRUN_PIPE_MAX] = {false}; /* done by rtio_start itself (plain I/O): nothing in flight */
-    double t0 = probe_now();
+    double t0 = clock_mono_s();
     while (retired < total) {
         while (started < total && started - retired < QRUN_PIPE_MAX) {
             int slot = started % QRUN_PIPE_MAX;
@@ -101,7 +102,7 @@ static int nvme_round(NvmeRun *u, bool write, uint64_t sz, int total, double *pe
             retired++;
         }
     }
-    *per = (probe_now() - t0) / total;
+    *per = (clock_mono_s() - t0) / total;
     return 0;
 }
 

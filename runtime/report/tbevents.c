@@ -1,5 +1,6 @@
 /* tbevents: TensorBoard event files; see tbevents.h for the format. */
 #include "tbevents.h"
+#include "clock.h"
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -103,12 +104,6 @@ static void pb_message(PbBuf *b, unsigned field, const PbBuf *body) {
 
 /* ---- records ---- */
 
-static double wall_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int write_record(TbWriter *w, const PbBuf *data, char *err, size_t n) {
     uint8_t head[12], tail[4];
     uint64_t len = data->len;
@@ -164,7 +159,7 @@ TbWriter *tb_open(const char *dir, char *err, size_t n) {
     }
     uint8_t mem[128];
     PbBuf ev = {mem, 0, sizeof mem, false};
-    pb_double(&ev, 1, wall_now());
+    pb_double(&ev, 1, clock_wall_s());
     pb_key(&ev, 2, 0);
     pb_varint(&ev, 0);
     pb_string(&ev, 3, "brain.Event:2");
@@ -190,7 +185,7 @@ int tb_scalars(TbWriter *w, int64_t step, const TbScalar *v, int nv, char *err, 
         pb_message(&summary, 1, &val);
     }
     PbBuf ev = {evm, 0, CAP, false};
-    pb_double(&ev, 1, wall_now());
+    pb_double(&ev, 1, clock_wall_s());
     pb_key(&ev, 2, 0);
     pb_varint(&ev, (uint64_t)step);
     pb_message(&ev, 5, &summary);
