@@ -22,7 +22,7 @@ typedef struct Gemm {
     double beta;
 } Gemm;
 
-static void k_gemm(Ctx *c, const Gemm *p, const char *role) {
+static void k_gemm(GenCtx *c, const Gemm *p, const char *role) {
     DType dt = T_(c, p->C)->dtype;
     int ts[3] = {p->A, p->B, p->bias};
     if (!cg_same_dtype(c, dt, ts, 3)) return;
@@ -127,7 +127,7 @@ typedef struct WRoles {
  * tile's dy is the whole dy: summing it every tile would count it ntiles
  * times). The whole op is the one tile [0, K). Linear, and matmul without
  * transposes. */
-static void gemm_w_rows(Ctx *c, bool bwd, const XW *t, const WRoles *r, int64_t M, int64_t K, int64_t N, int64_t rows,
+static void gemm_w_rows(GenCtx *c, bool bwd, const XW *t, const WRoles *r, int64_t M, int64_t K, int64_t N, int64_t rows,
                         int64_t r0) {
     Arena *a = c->cg->arena;
     int64_t r1 = r0 + rows;
@@ -187,7 +187,7 @@ static void gemm_w_rows(Ctx *c, bool bwd, const XW *t, const WRoles *r, int64_t 
     if (t->db >= 0 && first) cg_colsum(c, t->db, t->dy, -1, M, N, tiled ? "db += sum_rows dy (tile 0 only)" : r->db);
 }
 
-void cg_gen_linear(Ctx *c, bool bwd) {
+void cg_gen_linear(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
     int nfin = bwd ? o->nfin : o->nin;
     int x = o->in[0], w = o->in[1], b = nfin >= 3 ? o->in[2] : -1;
@@ -219,7 +219,7 @@ void cg_gen_linear(Ctx *c, bool bwd) {
  * are the output's columns; backward da += dc[:, r0:r0+rows] b_t, db_t +=
  * dc[:, r0:r0+rows]^T a. The whole op is the one tile [0, N). Matmul with
  * transpose_b (not transpose_a). */
-static void gemm_bt_rows(Ctx *c, bool bwd, const XW *t, int64_t M, int64_t K, int64_t N, int64_t rows, int64_t r0) {
+static void gemm_bt_rows(GenCtx *c, bool bwd, const XW *t, int64_t M, int64_t K, int64_t N, int64_t rows, int64_t r0) {
     Arena *a = c->cg->arena;
     int64_t r1 = r0 + rows;
     bool tiled = c->ntiles > 0;
@@ -274,7 +274,7 @@ static void gemm_bt_rows(Ctx *c, bool bwd, const XW *t, int64_t M, int64_t K, in
 
 /* transpose_a (the whole op only: a tiled matmul refuses it): a is
  * [batch, K, M]; c and da are per batch, db sums over the batches. */
-static void gemm_ta(Ctx *c, bool bwd, const XW *t, bool tb, int64_t M, int64_t K, int64_t N, int64_t batch) {
+static void gemm_ta(GenCtx *c, bool bwd, const XW *t, bool tb, int64_t M, int64_t K, int64_t N, int64_t batch) {
     if (!bwd) {
         Gemm p = gemm0();
         p.C = t->y;
@@ -348,7 +348,7 @@ static void gemm_ta(Ctx *c, bool bwd, const XW *t, bool tb, int64_t M, int64_t K
 }
 
 /* The shape checks of the whole op and of a tile, each in its own order. */
-void cg_gen_matmul(Ctx *c, bool bwd) {
+void cg_gen_matmul(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
     int a = o->in[0], b = o->in[1];
     const GTensor *A = T_(c, a), *Bt = T_(c, b);

@@ -72,7 +72,7 @@ static const Decl *find_model(Sema *s, int *model_scope) {
 }
 
 /* The model's typed inputs: graph inputs bound in c (POISON where wrong). */
-static void bind_inputs(Sema *s, Ctx *c, const Decl *model, Graph *g) {
+static void bind_inputs(Sema *s, EvalCtx *c, const Decl *model, Graph *g) {
     for (int i = 0; i < model->params.len; i++) {
         const ParamDecl *pd = &model->params.items[i];
         for (int j = 0; j < i; j++)
@@ -146,7 +146,7 @@ bool sema_check(Sema *s, Graph *g) {
         return false;
     }
     g->model_name = model->name;
-    Ctx c;
+    EvalCtx c;
     memset(&c, 0, sizeof c);
     c.scope = model_scope;
     c.path = "";
@@ -189,7 +189,7 @@ bool sema_build(Arena *a, const Program *prog, const SourceSet *src, DiagSink *d
 
 bool sema_eval(Sema *s, const Expr *e, SemaValue *out) {
     memset(out, 0, sizeof *out);
-    Ctx c = sema_const_ctx(0);
+    EvalCtx c = sema_const_ctx(0);
     Val v = sema_eval_expr(s, &c, e);
     switch (v.k) {
     case V_INT: out->kind = SV_INT; out->i = v.i; out->f = (double)v.i; break;

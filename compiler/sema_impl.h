@@ -73,7 +73,7 @@ typedef struct FileScope {
 } FileScope;
 
 /* One evaluation context: a layer instance, the model body, or a constant. */
-typedef struct Ctx {
+typedef struct EvalCtx {
     int scope;          /* FileScope index */
     Binding *env;
     const char *path;   /* naming path of this instance ("" for the model) */
@@ -85,7 +85,7 @@ typedef struct Ctx {
     int in_repeat;
     int in_if;          /* inside the taken branch of an if */
     bool is_model;
-} Ctx;
+} EvalCtx;
 
 typedef struct Seen {
     int32_t file;
@@ -160,10 +160,10 @@ const Decl *sema_find_layer_in(const FileScope *f, const char *name);
 /* A layer visible from scope sc: its own, then its imports'. */
 const Decl *sema_find_layer(Sema *s, int sc, const char *name);
 Binding *sema_find_binding(Binding *env, const char *name);
-void sema_bind(Sema *s, Ctx *c, const char *name, Val v, Span def);
+void sema_bind(Sema *s, EvalCtx *c, const char *name, Val v, Span def);
 bool sema_reserved_name(const char *n);
 /* Is name known in c (so a dimension naming it is a value, not a new shape variable)? */
-bool sema_name_known(Sema *s, Ctx *c, const char *n);
+bool sema_name_known(Sema *s, EvalCtx *c, const char *n);
 
 /* ---- sema_decl.c ---- */
 
@@ -171,9 +171,9 @@ void sema_build_scopes(Sema *s);
 /* The value of const idx of scope sc, evaluated on first use. */
 Val sema_const_value(Sema *s, int sc, int idx);
 /* Looks up a constant visible from c; *found says whether the name is one. */
-Val sema_lookup_const(Sema *s, Ctx *c, const char *name, Span use, bool *found);
+Val sema_lookup_const(Sema *s, EvalCtx *c, const char *name, Span use, bool *found);
 /* A context for a constant expression in scope (no tensors, every const visible). */
-Ctx sema_const_ctx(int scope);
+EvalCtx sema_const_ctx(int scope);
 
 /* ---- sema_train.c ---- */
 
@@ -190,7 +190,7 @@ void sema_apply_freeze(Sema *s, Graph *g);
 /* ---- sema_expr.c ---- */
 
 /* Evaluates e in c (bounded recursion depth); errors give POISON. */
-Val sema_eval_expr(Sema *s, Ctx *c, const Expr *e);
+Val sema_eval_expr(Sema *s, EvalCtx *c, const Expr *e);
 
 /* ---- sema_prim.c ---- */
 
@@ -200,21 +200,21 @@ bool sema_room(Sema *s, Span sp);
 bool sema_step(Sema *s, Span sp);
 /* Shape-checks and emits one primitive op whose inputs and attributes are
  * gathered in pc (tensor inputs given as values). */
-Val sema_emit_prim(Sema *s, Ctx *c, const PrimInfo *p, const Expr *call, const Val *tin, const Expr *const *tin_e,
+Val sema_emit_prim(Sema *s, EvalCtx *c, const PrimInfo *p, const Expr *call, const Val *tin, const Expr *const *tin_e,
                    int nin, PrimCall *pc);
 /* A call of primitive p: its arguments sorted into tensors and attributes. */
-Val sema_call_prim(Sema *s, Ctx *c, const PrimInfo *p, const Expr *e);
+Val sema_call_prim(Sema *s, EvalCtx *c, const PrimInfo *p, const Expr *e);
 
 /* ---- sema_layer.c ---- */
 
 /* A call of layer L: a new instance, named by its call path, its body run. */
-Val sema_call_layer(Sema *s, Ctx *c, const Decl *L, const Expr *e);
+Val sema_call_layer(Sema *s, EvalCtx *c, const Decl *L, const Expr *e);
 /* var = param [...] init ...: a new parameter tensor named by the path. */
-Val sema_make_param(Sema *s, Ctx *c, const char *var, const Expr *e);
+Val sema_make_param(Sema *s, EvalCtx *c, const char *var, const Expr *e);
 
 /* ---- sema_stmt.c ---- */
 
 /* Runs a layer's or the model's body; *returned says whether it returned. */
-Val sema_exec_body(Sema *s, Ctx *c, const StmtList *body, bool *returned);
+Val sema_exec_body(Sema *s, EvalCtx *c, const StmtList *body, bool *returned);
 
 #endif

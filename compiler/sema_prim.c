@@ -40,7 +40,7 @@ static int add_act(Sema *s, const PrimShape *sh, TensorClass cls, Span sp) {
 /* ---- ops ---- */
 
 /* Notes under a shape error: where each blamed input got its shape. */
-static void blame_notes(Sema *s, Ctx *c, const PrimInfo *p, unsigned blame, const Val *tin, const Expr *const *tin_e,
+static void blame_notes(Sema *s, EvalCtx *c, const PrimInfo *p, unsigned blame, const Val *tin, const Expr *const *tin_e,
                         int nin) {
     for (int i = 0; i < nin; i++) {
         if (!(blame >> i & 1) || !tin_e[i] || tin[i].k != V_TENSOR) continue;
@@ -59,7 +59,7 @@ static void blame_notes(Sema *s, Ctx *c, const PrimInfo *p, unsigned blame, cons
 
 /* Shape-checks and emits one primitive op whose inputs and attributes are
  * gathered in pc (tensor inputs given as values). */
-Val sema_emit_prim(Sema *s, Ctx *c, const PrimInfo *p, const Expr *call, const Val *tin, const Expr *const *tin_e,
+Val sema_emit_prim(Sema *s, EvalCtx *c, const PrimInfo *p, const Expr *call, const Val *tin, const Expr *const *tin_e,
                    int nin, PrimCall *pc) {
     pc->prim = p->id;
     pc->nin = nin;
@@ -202,7 +202,7 @@ static const char *attr_list(Sema *s, const PrimInfo *p) {
 
 /* name = value: attribute name of p set from value; false (with an error)
  * if p has no such attribute or the value does not fit. */
-static bool named_attr(Sema *s, Ctx *c, const PrimInfo *p, PrimCall *pc, const Arg *arg) {
+static bool named_attr(Sema *s, EvalCtx *c, const PrimInfo *p, PrimCall *pc, const Arg *arg) {
     const PrimAttr *a = prim_attr(p, arg->name);
     Val v = sema_eval_expr(s, c, arg->value);
     if (!a) {
@@ -234,7 +234,7 @@ static bool arity_ok(Sema *s, const PrimInfo *p, const Expr *e, int ntensor_args
     return false;
 }
 
-Val sema_call_prim(Sema *s, Ctx *c, const PrimInfo *p, const Expr *e) {
+Val sema_call_prim(Sema *s, EvalCtx *c, const PrimInfo *p, const Expr *e) {
     PrimCall pc;
     memset(&pc, 0, sizeof pc);
     Val tin[PRIM_MAX_IN];

@@ -93,7 +93,7 @@ Binding *sema_find_binding(Binding *env, const char *name) {
     return NULL;
 }
 
-void sema_bind(Sema *s, Ctx *c, const char *name, Val v, Span def) {
+void sema_bind(Sema *s, EvalCtx *c, const char *name, Val v, Span def) {
     Binding *b = sema_find_binding(c->env, name);
     if (!b) {
         b = ARENA_NEW(s->a, Binding);
@@ -110,7 +110,7 @@ bool sema_reserved_name(const char *n) {
     return strcmp(n, "B") == 0 || strcmp(n, "true") == 0 || strcmp(n, "false") == 0;
 }
 
-bool sema_name_known(Sema *s, Ctx *c, const char *n) {
+bool sema_name_known(Sema *s, EvalCtx *c, const char *n) {
     if (sema_find_binding(c->env, n) || sema_reserved_name(n)) return true;
     FileScope *f = &s->files[c->scope];
     if (sema_find_const_in(f, n, NULL)) return true;
