@@ -1,15 +1,37 @@
 /* sema_impl.h: private to compiler/sema*.c. The checker's state (Sema), its
  * values (Val), scopes and evaluation contexts, and the helpers the sema files
  * share. Who owns what:
- *   sema.c        the public entry points: setup, the model, constant evaluation
- *   sema_scope.c  diagnostics de-duplication, names, bindings, lookups
+ *   sema.c        the public entry points: setup, the model, the hf mapping
+ *   sema_eval.c   the public constant evaluation (target, plan and hf blocks)
+ *   sema_scope.c  diagnostics de-duplication, names, bindings, lookups, the
+ *                 graph's limits
  *   sema_decl.c   file scopes and imports, constants
  *   sema_train.c  the train block -> TrainConfig
  *   sema_expr.c   expressions: names, literals, operators, calls
  *   sema_prim.c   primitive calls: arguments, attributes, shapes, ops emitted
  *   sema_layer.c  layer instantiation and params
  *   sema_stmt.c   statements: assign, repeat, if, return, loss
- * The rules are documented in docs/checking.md; keep the two in step. */
+ * The rules are documented in docs/checking.md; keep the two in step.
+ *
+ * Calls go down from sema.c (-> hfmap.c -> sema_eval.c) and to sema_scope.c
+ * from every file. Six files recurse through one another, because the
+ * checker is an interpreter: evaluating an expression runs the things it
+ * names, and running them evaluates expressions again:
+ *   sema_expr -> sema_decl  (sema_lookup_const)  a name may be a constant,
+ *       sema_decl -> sema_expr (sema_eval_expr)  evaluated on first use;
+ *   sema_expr -> sema_train (sema_micro_batch)   the name B is the train
+ *       sema_train -> sema_expr (sema_eval_expr) block's micro_batch, an
+ *       sema_train -> sema_decl (sema_const_ctx) expression in its scope;
+ *   sema_expr -> sema_prim  (sema_call_prim,     a call of a primitive (and
+ *                            sema_emit_prim)     `+` or `*` of tensors)
+ *       sema_prim -> sema_expr (sema_eval_expr)  evaluates its arguments;
+ *   sema_expr -> sema_layer (sema_call_layer)    a call of a layer evaluates
+ *       sema_layer -> sema_expr (sema_eval_expr) its arguments and runs its
+ *       sema_layer -> sema_stmt (sema_exec_body) body, whose statements
+ *       sema_stmt -> sema_expr (sema_eval_expr)  evaluate expressions and
+ *       sema_stmt -> sema_layer (sema_make_param) make its parameters.
+ * Those are all the calls among the six files (what `nm` shows); keep the
+ * list in step when adding one. */
 #ifndef ZINF_SEMA_IMPL_H
 #define ZINF_SEMA_IMPL_H
 #include "sema.h"
@@ -164,6 +186,10 @@ void sema_bind(Sema *s, EvalCtx *c, const char *name, Val v, Span def);
 bool sema_reserved_name(const char *n);
 /* Is name known in c (so a dimension naming it is a value, not a new shape variable)? */
 bool sema_name_known(Sema *s, EvalCtx *c, const char *n);
+/* The graph is bounded: false (reported once) when it holds too many tensors. */
+bool sema_room(Sema *s, Span sp);
+/* Counts one expansion step; false once the model has grown too large. */
+bool sema_step(Sema *s, Span sp);
 
 /* ---- sema_decl.c ---- */
 
@@ -194,10 +220,6 @@ Val sema_eval_expr(Sema *s, EvalCtx *c, const Expr *e);
 
 /* ---- sema_prim.c ---- */
 
-/* The graph is bounded: false (reported once) when it holds too many tensors. */
-bool sema_room(Sema *s, Span sp);
-/* Counts one expansion step; false once the model has grown too large. */
-bool sema_step(Sema *s, Span sp);
 /* Shape-checks and emits one primitive op whose inputs and attributes are
  * gathered in pc (tensor inputs given as values). */
 Val sema_emit_prim(Sema *s, EvalCtx *c, const PrimInfo *p, const Expr *call, const Val *tin, const Expr *const *tin_e,

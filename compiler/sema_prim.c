@@ -1,31 +1,11 @@
 /* sema_prim.c: calls of primitives: arguments sorted into tensor inputs and
  * attributes (named, bare flags, positional constants), shapes inferred and
  * checked by compiler/prim.h, and the op and its output tensors added to the
- * graph, within the graph's limits. */
+ * graph, within the graph's limits (sema_room). */
 #include <string.h>
 #include "sema_impl.h"
 
-/* ---- graph limits and tensors ---- */
-
-/* The graph is bounded: a typo in a repeat count must not take the machine. */
-bool sema_room(Sema *s, Span sp) {
-    if (s->g->ntensors < SEMA_MAX_TENSORS) return true;
-    if (!s->too_big)
-        sema_error(s, sp, "the model is too large: more than %d tensors (is a repeat count too large?)",
-                   SEMA_MAX_TENSORS);
-    s->too_big = true;
-    return false;
-}
-
-/* Counts one expansion step; false once the model has grown too large. */
-bool sema_step(Sema *s, Span sp) {
-    if (s->too_big) return false;
-    if (++s->steps <= SEMA_MAX_STEPS) return true;
-    sema_error(s, sp, "the model is too large: expanding it takes more than %d statements and layer calls (are repeat counts "
-               "or layers that call layers several times too many?)", SEMA_MAX_STEPS);
-    s->too_big = true;
-    return false;
-}
+/* ---- tensors ---- */
 
 static int add_act(Sema *s, const PrimShape *sh, TensorClass cls, Span sp) {
     if (!sema_room(s, sp)) return -1;
