@@ -1,41 +1,19 @@
-/* cuda_gen: the public entry points of cuda_gen.h. Owns the kernel unit
- * sources (a family's .cu specialised by #defines, deduplicated by hash),
- * the context of one op's launches with the helpers that begin a launch,
- * the per-op checks and the dispatch of an op (or one tile of it) to its
- * family's generator (cuda_gen_<family>.c), the whole graph's module and its
- * listing. */
+/* cuda_gen: the public entry points of cuda_gen.h, the driver. Owns the
+ * context of one op's launches, the per-op checks and the dispatch of an op
+ * (or one tile of it) to its family's generator (cuda_gen_<family>.c), the
+ * whole graph's module and its listing. The unit sources and the launch
+ * helpers the generators share are below it in cuda_gen_util.c. */
 #include "cuda_gen_impl.h"
 #include <errno.h>
 #include <inttypes.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include "nvrtc.h"
 
 #ifndef ZINF_STDLIB_DIR
 #define ZINF_STDLIB_DIR "stdlib"
 #endif
 
 const char *const cuda_rt_names[CRT_COUNT] = {"lr", "bc1", "bc2", "inv_loss_scale", "loss_grad"};
-
-const char *cuda_dtype_name(DType dt) {
-    switch (dt) {
-    case DT_F32: return "f32";
-    case DT_BF16: return "bf16";
-    case DT_F16: return "f16";
-    case DT_I32: return "i32";
-    default: return "none";
-    }
-}
-
-/* ---- unit sources ---------------------------------------------------------- */
-
-struct CudaUnitCache {
-    const char *family, *spec, *source;
-    char hash[65];
-    CudaUnitCache *next;
-};
 
 void cuda_gen_init(CudaGen *cg, Arena *a, const CudaGenOptions *opt) {
     memset(cg, 0, sizeof *cg);
@@ -48,142 +26,9 @@ void cuda_gen_init(CudaGen *cg, Arena *a, const CudaGenOptions *opt) {
     else snprintf(cg->kernel_dir, sizeof cg->kernel_dir, "%s/kernels", ZINF_STDLIB_DIR);
 }
 
-static const char *const families[] = {"elementwise", "reduce", "norm", "rope", "embedding",
-                                       "xent", "adam", "attention", "gemm"};
-enum { NFAMILIES = sizeof families / sizeof *families };
+/* ---- one op -------------------------------------------------------------------- */
 
-static char *read_text(Arena *a, const char *path, int *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *err = errno;
-        return NULL;
-    }
-    char *out = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0) {
-            out = arena_alloc(a, (size_t)n + 1);
-            if (out && fread(out, 1, (size_t)n, f) != (size_t)n) out = NULL;
-            if (out) out[n] = 0;
-        }
-    }
-    if (!out) *err = ferror(f) ? EIO : ENOMEM;
-    fclose(f);
-    return out;
-}
-
-static const char *family_text(CudaGen *cg, const char *fam, DiagSink *d, Span sp) {
-    int idx = -1;
-    for (int i = 0; i < NFAMILIES; i++)
-        if (!strcmp(families[i], fam)) idx = i;
-    if (idx < 0) return NULL;
-    if (!cg->common) {
-        char path[1200];
-        int err = 0;
-        snprintf(path, sizeof path, "%s/common.cuh", cg->kernel_dir);
-        cg->common = read_text(cg->arena, path, &err);
-        if (!cg->common) {
-            diag_error(d, sp, "cannot read kernel source %s: %s", path, strerror(err));
-            diag_hint(d, "set ZINF_KERNEL_DIR to the stdlib/kernels directory");
-            return NULL;
-        }
-    }
-    if (!cg->family_text[idx]) {
-        char path[1200];
-        int err = 0;
-        snprintf(path, sizeof path, "%s/%s.cu", cg->kernel_dir, fam);
-        cg->family_text[idx] = read_text(cg->arena, path, &err);
-        if (!cg->family_text[idx]) {
-            diag_error(d, sp, "cannot read kernel source %s: %s", path, strerror(err));
-            diag_hint(d, "set ZINF_KERNEL_DIR to the stdlib/kernels directory");
-            return NULL;
-        }
-    }
-    return cg->family_text[idx];
-}
-
-/* A growable string in the arena. */
-typedef struct Buf {
-    Arena *a;
-    char *p;
-    size_t len, cap;
-} Buf;
-
-static void buf_add(Buf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap * 2 : 4096;
-        while (nc < b->len + n + 1) nc *= 2;
-        char *np = arena_alloc(b->a, nc);
-        if (!np) return;
-        if (b->len) memcpy(np, b->p, b->len);
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-static void buf_str(Buf *b, const char *s) { buf_add(b, s, strlen(s)); }
-
-/* The unit of family specialised by defines ("NAME VALUE" lines joined by
- * '\n'); spec is its human-readable name. */
-static const CudaUnitCache *unit_get(CudaGen *cg, const char *fam, const char *spec, const char *defines,
-                                     DiagSink *d, Span sp) {
-    for (CudaUnitCache *u = cg->units; u; u = u->next)
-        if (!strcmp(u->family, fam) && !strcmp(u->spec, spec)) return u;
-    const char *text = family_text(cg, fam, d, sp);
-    if (!text) return NULL;
-    Buf b = {.a = cg->arena};
-    buf_str(&b, "// zinf CUDA kernel unit: ");
-    buf_str(&b, fam);
-    buf_str(&b, " (");
-    buf_str(&b, spec);
-    buf_str(&b, ")\n// generated by zinfc from stdlib/kernels/");
-    buf_str(&b, fam);
-    buf_str(&b, ".cu and common.cuh; the ops using it are listed by zinfc's kernel listing\n");
-    const char *p = defines;
-    while (*p) {
-        const char *e = strchr(p, '\n');
-        size_t n = e ? (size_t)(e - p) : strlen(p);
-        buf_str(&b, "#define ");
-        buf_add(&b, p, n);
-        buf_str(&b, "\n");
-        p += n + (e ? 1 : 0);
-    }
-    /* paste common.cuh in place of its include line */
-    const char *inc = "#include \"common.cuh\"";
-    const char *at = strstr(text, inc);
-    if (at) {
-        buf_add(&b, text, (size_t)(at - text));
-        buf_str(&b, cg->common);
-        buf_str(&b, at + strlen(inc));
-    } else {
-        buf_str(&b, cg->common);
-        buf_str(&b, text);
-    }
-    if (!b.p || cg->arena->failed) {
-        diag_error(d, sp, "cuda_gen: out of memory");
-        return NULL;
-    }
-    CudaUnitCache *u = ARENA_NEW(cg->arena, CudaUnitCache);
-    if (!u) {
-        diag_error(d, sp, "cuda_gen: out of memory");
-        return NULL;
-    }
-    u->family = arena_strdup(cg->arena, fam);
-    u->spec = arena_strdup(cg->arena, spec);
-    u->source = b.p;
-    unsigned char dg[32];
-    nvrtc_sha256(b.p, b.len, dg);
-    nvrtc_hex(dg, 32, u->hash);
-    u->next = cg->units;
-    cg->units = u;
-    return u;
-}
-
-/* ---- building launches ------------------------------------------------------ */
-
-static const char *where_str(Ctx *c) {
+static const char *where_str(GenCtx *c) {
     const GOp *o = c->o;
     const char *scope = o->scope && *o->scope ? o->scope : "";
     const char *pname = (o->kind == OP_FWD || o->kind == OP_BWD || o->kind == OP_RECOMPUTE) && o->prim < PRIM_COUNT
@@ -192,134 +37,21 @@ static const char *where_str(Ctx *c) {
                         *scope ? " (" : "", scope, *scope ? ")" : "");
 }
 
-CudaKernel *cg_kbegin(Ctx *c, const char *fam, const char *spec, const char *defines, const char *entry,
-                          const char *role) {
-    if (c->failed) return &c->scratch;
-    const CudaUnitCache *u = unit_get(c->cg, fam, spec, defines, c->d, c->o->span);
-    CudaKernel *k = c->n < c->max ? &c->out[c->n] : &c->scratch;
-    c->n++;
-    memset(k, 0, sizeof *k);
-    if (!u) {
-        c->failed = true;
-        return k;
-    }
-    k->entry = entry;
-    k->family = u->family;
-    k->spec = u->spec;
-    k->source = u->source;
-    memcpy(k->hash, u->hash, sizeof k->hash);
-    k->comment = arena_printf(c->cg->arena, "%s: %s", c->where, role);
-    k->op = c->op;
-    k->unit = -1;
-    k->span = c->o->span;
-    k->grid[0] = k->grid[1] = k->grid[2] = 1;
-    k->block[0] = k->block[1] = k->block[2] = 1;
-    return k;
-}
-
-int64_t cg_ws_alloc(Ctx *c, int64_t bytes) {
-    int64_t off = c->info.ws_bytes;
-    c->info.ws_bytes += (bytes + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN;
-    return off;
-}
-
-void cg_fail(Ctx *c, const char *fmtstr, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmtstr);
-    vsnprintf(msg, sizeof msg, fmtstr, ap);
-    va_end(ap);
-    diag_error(c->d, c->o->span, "%s: %s", c->where, msg);
-    c->failed = true;
-}
-
-/* A grid dimension, or a diagnostic when it exceeds the launch limit. */
-unsigned cg_gdim(Ctx *c, int64_t v, int64_t lim) {
-    if (v < 1) return 1;
-    if (v > lim) {
-        cg_fail(c, "a launch needs %" PRId64 " blocks along one grid axis (limit %" PRId64 ")", v, lim);
-        return 1;
-    }
-    return (unsigned)v;
-}
-
-/* Specialisation of the families that take only a dtype. */
-static void dt_spec(Ctx *c, DType dt, const char **spec, const char **defines) {
-    if (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) dt = DT_F32;
-    *spec = cuda_dtype_name(dt);
-    *defines = arena_printf(c->cg->arena, "ZK_T %s\nZK_DT %d", dtype_ctype(dt), dtype_code(dt));
-}
-
-CudaKernel *cg_kdt(Ctx *c, const char *fam, DType dt, const char *entry, const char *role) {
-    const char *spec, *defs;
-    dt_spec(c, dt, &spec, &defs);
-    return cg_kbegin(c, fam, spec, defs, entry, role);
-}
-
-/* All of ts[] (>= 0 entries) share dtype dt and it is a float dtype. */
-bool cg_same_dtype(Ctx *c, DType dt, const int *ts, int n) {
-    if (!float_dtype(dt)) {
-        cg_fail(c, "dtype %s is not supported by the CUDA kernels", cuda_dtype_name(dt));
-        return false;
-    }
-    for (int i = 0; i < n; i++)
-        if (ts[i] >= 0 && T_(c, ts[i])->dtype != dt) {
-            cg_fail(c, "operands of mixed dtypes (%s and %s) are not supported by the CUDA kernels",
-                 cuda_dtype_name(dt), cuda_dtype_name(T_(c, ts[i])->dtype));
-            return false;
-        }
-    return true;
-}
-
-/* ---- tiles ---------------------------------------------------------------------
- * Under memory-centric tiling (cuda_gen_op_tile) the weight operand holds
- * only the tile's rows [r0, r0 + rows) (row 0 of the bound tensor is row r0
- * of the weight); every other operand is whole, so the columns a tile
- * touches are a tensor's address plus r0 elements, with the full width as
- * the leading dimension. The semantics are the host executor's run_tiled
- * (runtime/exec/exec.c), tile by tile, so the two backends agree to rounding.
- * The whole op is the one tile [0, rows): linear, matmul and embedding have
- * one generator for both. */
-
-bool cg_tile_rows(Ctx *c, int w, int64_t *rows, int64_t *r0) {
-    const GTensor *W = T_(c, w);
-    if (!c->ntiles) { /* the whole op: its generator has checked that w is 2-D */
-        *rows = W->dims[0];
-        *r0 = 0;
-        return true;
-    }
-    /* a tile: the planner refuses both of these */
-    const char *name = W->name ? W->name : "?";
-    if (W->rank != 2) {
-        cg_fail(c, "the tiled weight %s must be 2-D (rank %d)", name, W->rank);
-        return false;
-    }
-    if (W->dims[0] % c->ntiles) {
-        cg_fail(c, "%d tiles do not divide the %" PRId64 " rows of %s", c->ntiles, W->dims[0], name);
-        return false;
-    }
-    *rows = W->dims[0] / c->ntiles;
-    *r0 = (int64_t)c->tile * *rows;
-    return true;
-}
-
-/* ---- one op -------------------------------------------------------------------- */
-
 /* Each primitive's generator is its family's (runtime/plan/prim.def). */
-static void (*const prim_gen[PRIM_COUNT])(Ctx *c, bool bwd) = {
+static void (*const prim_gen[PRIM_COUNT])(GenCtx *c, bool bwd) = {
 #define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = cg_gen_##family,
 #include "prim.def"
 #undef PRIM
 };
 
-static void gen_prim(Ctx *c, bool bwd) {
+static void gen_prim(GenCtx *c, bool bwd) {
     if ((unsigned)c->o->prim >= PRIM_COUNT) cg_fail(c, "unknown primitive %d", (int)c->o->prim);
     else prim_gen[c->o->prim](c, bwd);
 }
 
 /* Only forward (and recompute) and backward ops of linear, matmul and
  * embedding have tiles. */
-static bool tileable(Ctx *c) {
+static bool tileable(GenCtx *c) {
     const GOp *o = c->o;
     if (o->kind != OP_FWD && o->kind != OP_RECOMPUTE && o->kind != OP_BWD) {
         cg_fail(c, "only forward, recompute and backward ops are tiled");
@@ -333,7 +65,7 @@ static bool tileable(Ctx *c) {
 }
 
 /* The launches of the op, or of its tile c->tile. */
-static void gen_kind(Ctx *c) {
+static void gen_kind(GenCtx *c) {
     const GOp *o = c->o;
     if (c->ntiles && !tileable(c)) return;
     switch (o->kind) {
@@ -351,7 +83,7 @@ static void gen_kind(Ctx *c) {
 static bool tensor_ok(const Graph *g, int t) { return t >= -1 && t < g->ntensors; }
 
 /* Every operand and result a tensor with elements (or absent). */
-static bool operands_ok(Ctx *c) {
+static bool operands_ok(GenCtx *c) {
     const Graph *g = c->g;
     const GOp *o = c->o;
     if (o->nin < 0 || o->nin > GRAPH_MAX_IN || o->nout < 0 || o->nout > GRAPH_MAX_OUT) {
@@ -383,7 +115,7 @@ static bool operands_ok(Ctx *c) {
 }
 
 /* The operands every lowering reads unconditionally are there. */
-static bool arity_ok(Ctx *c) {
+static bool arity_ok(GenCtx *c) {
     const GOp *o = c->o;
     bool prim_op = o->kind == OP_FWD || o->kind == OP_RECOMPUTE || o->kind == OP_BWD;
     if (prim_op && (o->prim < 0 || o->prim >= PRIM_COUNT)) {
@@ -426,9 +158,9 @@ static bool arity_ok(Ctx *c) {
     return true;
 }
 
-/* Ctx of op `op` (ntiles 0) or of its tile `tile`, the comments naming the
+/* GenCtx of op `op` (ntiles 0) or of its tile `tile`, the comments naming the
  * op's place in the source. */
-static void ctx_init(Ctx *c, CudaGen *cg, const Graph *g, int op, int tile, int ntiles, CudaKernel *out, int max_out,
+static void ctx_init(GenCtx *c, CudaGen *cg, const Graph *g, int op, int tile, int ntiles, CudaKernel *out, int max_out,
                      DiagSink *d) {
     memset(c, 0, sizeof *c);
     c->cg = cg;
@@ -461,7 +193,7 @@ static int gen_op(CudaGen *cg, const Graph *g, int op, int tile, int ntiles, Cud
         diag_error(d, SPAN_NONE, "cuda_gen: op %d out of range", op);
         return -1;
     }
-    Ctx c;
+    GenCtx c;
     int errs0 = d->errors;
     ctx_init(&c, cg, g, op, tile, ntiles, out, max_out, d);
     if (ntiles && (ntiles < 2 || tile < 0 || tile >= ntiles)) {
@@ -492,37 +224,6 @@ int cuda_gen_op_tile(CudaGen *cg, const Graph *g, int op, int tile, int ntiles, 
         return -1;
     }
     return gen_op(cg, g, op, tile, ntiles, out, max_out, info, d);
-}
-
-/* ---- launches outside the graph's ops (cuda_gen_elementwise.c) ---------------- */
-
-int cg_util_begin(Ctx *c, CudaGen *cg, const Graph *g, CudaKernel *out, DiagSink *d, const char *what,
-                      const int *ts, int nt) {
-    static const GOp util_op = {.kind = OP_ZERO_GRAD, .segment = -1, .fwd = -1, .span = {-1, 0, 0}};
-    memset(c, 0, sizeof *c);
-    c->cg = cg;
-    c->g = g;
-    c->o = &util_op;
-    c->op = -1;
-    c->out = out;
-    c->max = out ? 1 : 0;
-    c->d = d;
-    c->info.err_off = -1;
-    c->where = arena_printf(cg->arena, "%s", what);
-    for (int i = 0; i < nt; i++)
-        if (ts[i] < 0 || ts[i] >= g->ntensors) {
-            diag_error(d, SPAN_NONE, "cuda_gen: %s: tensor %d does not exist", what, ts[i]);
-            return -1;
-        }
-    return 0;
-}
-
-int cg_util_end(Ctx *c) {
-    if (c->cg->arena->failed) {
-        diag_error(c->d, SPAN_NONE, "cuda_gen: out of memory");
-        return -1;
-    }
-    return c->failed ? -1 : 0;
 }
 
 /* ---- whole graph ------------------------------------------------------------- */

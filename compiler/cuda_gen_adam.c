@@ -3,7 +3,7 @@
 #include <inttypes.h>
 #include "cuda_gen_impl.h"
 
-void cg_gen_adam(Ctx *c) {
+void cg_gen_adam(GenCtx *c) {
     const GOp *o = c->o;
     const TrainConfig *tc = &c->g->train;
     int p = o->in[0], gr = o->in[1], ms = o->in[2], m = o->in[3], v = o->in[4], nrm = o->in[5];

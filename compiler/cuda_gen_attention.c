@@ -24,7 +24,7 @@ typedef struct Attn {
     int qbf, qbb; /* query rows per block: forward, SIMT backward */
 } Attn;
 
-static bool attn_shape(Ctx *c, Attn *t) {
+static bool attn_shape(GenCtx *c, Attn *t) {
     const GOp *o = c->o;
     t->q = o->in[0];
     t->k = o->in[1];
@@ -77,7 +77,7 @@ static bool attn_shape(Ctx *c, Attn *t) {
 
 /* zk_attn_fwd writing the output `out` (>= 0) or, for the backward, each
  * query row's log-sum-exp into the workspace at `lse` (>= 0). */
-static void attn_fwd(Ctx *c, const Attn *t, int out, int64_t lse, const char *role) {
+static void attn_fwd(GenCtx *c, const Attn *t, int out, int64_t lse, const char *role) {
     CudaKernel *k = cg_kbegin(c, "attention", t->spec, t->defs, "zk_attn_fwd", role);
     k->grid[0] = cg_gdim(c, ((t->Tn + t->qbf - 1) / t->qbf), 0x7fffffff);
     k->grid[1] = cg_gdim(c, t->H, 65535);
@@ -97,7 +97,7 @@ static void attn_fwd(Ctx *c, const Attn *t, int out, int64_t lse, const char *ro
     arg_f(k, t->scale);
 }
 
-static void attn_bwd(Ctx *c, const Attn *t) {
+static void attn_bwd(GenCtx *c, const Attn *t) {
     const GOp *o = c->o;
     int out = o->in[o->nfin], dout = o->in[o->nfin + 1];
     int dq = o->out[0], dk = o->nout > 1 ? o->out[1] : -1, dv = o->nout > 2 ? o->out[2] : -1;
@@ -145,7 +145,7 @@ static void attn_bwd(Ctx *c, const Attn *t) {
     }
 }
 
-void cg_gen_attention(Ctx *c, bool bwd) {
+void cg_gen_attention(GenCtx *c, bool bwd) {
     Attn t;
     if (!attn_shape(c, &t)) return;
     if (bwd) {

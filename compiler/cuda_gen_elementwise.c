@@ -6,7 +6,7 @@
 #include <inttypes.h>
 #include "cuda_gen_impl.h"
 
-void cg_fill(Ctx *c, int t, double v, const char *role) {
+void cg_fill(GenCtx *c, int t, double v, const char *role) {
     const GTensor *x = T_(c, t);
     CudaKernel *k;
     if (x->dtype == DT_I32) {
@@ -23,7 +23,7 @@ void cg_fill(Ctx *c, int t, double v, const char *role) {
     elementwise_grid(k, x->numel);
 }
 
-void cg_fill_ws_f32(Ctx *c, DType unit_dt, int64_t off, int64_t n, const char *role) {
+void cg_fill_ws_f32(GenCtx *c, DType unit_dt, int64_t off, int64_t n, const char *role) {
     CudaKernel *k = cg_kdt(c, "elementwise", unit_dt, "zk_fill_f32", role);
     arg_ws(k, off);
     arg_i(k, n);
@@ -31,7 +31,7 @@ void cg_fill_ws_f32(Ctx *c, DType unit_dt, int64_t off, int64_t n, const char *r
     elementwise_grid(k, n);
 }
 
-int64_t cg_err_word(Ctx *c, DType unit_dt, const char *what) {
+int64_t cg_err_word(GenCtx *c, DType unit_dt, const char *what) {
     int64_t off = cg_ws_alloc(c, 16);
     c->info.err_off = off;
     c->info.err_what = what;
@@ -44,7 +44,7 @@ int64_t cg_err_word(Ctx *c, DType unit_dt, const char *what) {
     return off;
 }
 
-void cg_gen_binary(Ctx *c, bool bwd) {
+void cg_gen_binary(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
     int a = o->in[0], b = o->in[1];
     int64_t na = T_(c, a)->numel, nb = T_(c, b)->numel;
@@ -95,7 +95,7 @@ void cg_gen_binary(Ctx *c, bool bwd) {
     }
 }
 
-void cg_gen_act(Ctx *c, bool bwd) {
+void cg_gen_act(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
     bool gelu = o->prim == PRIM_GELU;
     int x = o->in[0];
@@ -125,7 +125,7 @@ void cg_gen_act(Ctx *c, bool bwd) {
 }
 
 /* scale on the existing kernels: y = 0 then y += by * x; dx += by * dy. */
-void cg_gen_scale(Ctx *c, bool bwd) {
+void cg_gen_scale(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
     int x = o->in[0];
     DType dt = T_(c, x)->dtype;
@@ -143,7 +143,7 @@ void cg_gen_scale(Ctx *c, bool bwd) {
     arg_f(k, o->fattr[0]);
 }
 
-void cg_gen_split(Ctx *c, bool bwd) {
+void cg_gen_split(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
     int x = o->in[0];
     const GTensor *X = T_(c, x);
@@ -185,7 +185,7 @@ void cg_gen_split(Ctx *c, bool bwd) {
     if (off != N) cg_fail(c, "split: pieces cover %" PRId64 " of %" PRId64 " columns", off, N);
 }
 
-void cg_gen_arange(Ctx *c, bool bwd) {
+void cg_gen_arange(GenCtx *c, bool bwd) {
     if (bwd) return; /* a constant: nothing flows back */
     CudaKernel *k = cg_kdt(c, "elementwise", c->g->train.dtype, "zk_iota_i32", "y = 0, 1, ..., n-1");
     int64_t n = T_(c, c->o->out[0])->numel;
@@ -194,7 +194,7 @@ void cg_gen_arange(Ctx *c, bool bwd) {
     arg_i(k, n);
 }
 
-void cg_gen_loss_grad(Ctx *c) {
+void cg_gen_loss_grad(GenCtx *c) {
     int t = c->o->out[0];
     if (T_(c, t)->dtype != DT_F32) {
         cg_fail(c, "the loss gradient must be f32");
@@ -211,7 +211,7 @@ void cg_gen_loss_grad(Ctx *c) {
 
 
 int cuda_gen_cast(CudaGen *cg, const Graph *g, int dst, int src, CudaKernel *out, DiagSink *d) {
-    Ctx c;
+    GenCtx c;
     int ts[2] = {dst, src};
     if (cg_util_begin(&c, cg, g, out, d, "cast", ts, 2) != 0) return -1;
     const GTensor *D = T_(&c, dst), *S = T_(&c, src);
@@ -233,7 +233,7 @@ int cuda_gen_cast(CudaGen *cg, const Graph *g, int dst, int src, CudaKernel *out
 }
 
 int cuda_gen_axpy(CudaGen *cg, const Graph *g, int y, int x, double alpha, CudaKernel *out, DiagSink *d) {
-    Ctx c;
+    GenCtx c;
     int ts[2] = {y, x};
     if (cg_util_begin(&c, cg, g, out, d, "axpy", ts, 2) != 0) return -1;
     const GTensor *Y = T_(&c, y);
@@ -250,7 +250,7 @@ int cuda_gen_axpy(CudaGen *cg, const Graph *g, int y, int x, double alpha, CudaK
 }
 
 int cuda_gen_scale(CudaGen *cg, const Graph *g, int y, double alpha, CudaKernel *out, DiagSink *d) {
-    Ctx c;
+    GenCtx c;
     if (cg_util_begin(&c, cg, g, out, d, "scale", &y, 1) != 0) return -1;
     const GTensor *Y = T_(&c, y);
     if (cg_same_dtype(&c, Y->dtype, &y, 1)) {

@@ -8,7 +8,7 @@
 /* y[i] = table[ids[i]]. A tile copies the rows of the ids in its range,
  * tile 0 zeroing y first (an id outside the whole table is the op's error
  * word, at the op's offset). */
-static void embed_fwd(Ctx *c, int table, int ids, int64_t rows, int64_t r0) {
+static void embed_fwd(GenCtx *c, int table, int ids, int64_t rows, int64_t r0) {
     const GOp *o = c->o;
     const GTensor *Tb = T_(c, table);
     int64_t V = Tb->dims[0], D = Tb->dims[1], n = T_(c, ids)->numel;
@@ -41,7 +41,7 @@ static void embed_fwd(Ctx *c, int table, int ids, int64_t rows, int64_t r0) {
 /* dtable[ids[i]] += dy[i]; a tile's dtable_t[id - r0] += dy[i] for the ids
  * in its range. Below f32 the sums go into an fp32 accumulator in the
  * workspace, added to the gradient after. */
-static void embed_bwd(Ctx *c, int table, int ids, int64_t rows, int64_t r0) {
+static void embed_bwd(GenCtx *c, int table, int ids, int64_t rows, int64_t r0) {
     const GOp *o = c->o;
     const GTensor *Tb = T_(c, table);
     int64_t D = Tb->dims[1], n = T_(c, ids)->numel;
@@ -85,7 +85,7 @@ static void embed_bwd(Ctx *c, int table, int ids, int64_t rows, int64_t r0) {
     }
 }
 
-void cg_gen_embedding(Ctx *c, bool bwd) {
+void cg_gen_embedding(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
     int table = o->in[0], ids = o->in[1];
     const GTensor *Tb = T_(c, table), *I = T_(c, ids);

@@ -22,7 +22,7 @@ typedef struct Gemm {
     double beta;
 } Gemm;
 
-static void k_gemm(Ctx *c, const Gemm *p, const char *role) {
+static void k_gemm(GenCtx *c, const Gemm *p, const char *role) {
     DType dt = T_(c, p->C)->dtype;
     int ts[3] = {p->A, p->B, p->bias};
     if (!cg_same_dtype(c, dt, ts, 3)) return;
@@ -99,12 +99,29 @@ static void k_gemm(Ctx *c, const Gemm *p, const char *role) {
     if (g->lt && want > 0) g->ws_bytes = want;
 }
 
-static Gemm gemm0(void) {
+/* The product C = op(A) op(B) + beta C, its arguments in BLAS's order
+ * (C [M, N], op(A) [M, K], op(B) [K, N], leading dimensions as stored):
+ * one batch, no bias, each operand from its tensor's start. A launch sets
+ * the offsets, the bias and the batches it needs on the result. */
+static Gemm gemm_of(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int A, int64_t lda, int B, int64_t ldb,
+                    double beta, int C, int64_t ldc) {
     Gemm p;
     memset(&p, 0, sizeof p);
+    p.C = C;
+    p.A = A;
+    p.B = B;
     p.bias = -1;
+    p.ta = ta;
+    p.tb = tb;
+    p.M = M;
+    p.N = N;
+    p.K = K;
+    p.lda = lda;
+    p.ldb = ldb;
+    p.ldc = ldc;
     p.batch = 1;
     p.rbatch = 1;
+    p.beta = beta;
     return p;
 }
 
@@ -127,25 +144,15 @@ typedef struct WRoles {
  * tile's dy is the whole dy: summing it every tile would count it ntiles
  * times). The whole op is the one tile [0, K). Linear, and matmul without
  * transposes. */
-static void gemm_w_rows(Ctx *c, bool bwd, const XW *t, const WRoles *r, int64_t M, int64_t K, int64_t N, int64_t rows,
+static void gemm_w_rows(GenCtx *c, bool bwd, const XW *t, const WRoles *r, int64_t M, int64_t K, int64_t N, int64_t rows,
                         int64_t r0) {
     Arena *a = c->cg->arena;
     int64_t r1 = r0 + rows;
     bool first = c->tile == 0, tiled = c->ntiles > 0;
     if (!bwd) {
-        Gemm p = gemm0();
-        p.C = t->y;
-        p.A = t->x;
+        Gemm p = gemm_of(false, false, M, N, rows, t->x, K, t->w, N, first ? 0 : 1, t->y, N);
         p.offA = r0;
-        p.B = t->w;
         p.bias = first ? t->bias : -1;
-        p.M = M;
-        p.N = N;
-        p.K = rows;
-        p.lda = K;
-        p.ldb = N;
-        p.ldc = N;
-        p.beta = first ? 0 : 1;
         k_gemm(c, &p,
                tiled ? arena_printf(a, "y %s x[:, %" PRId64 ":%" PRId64 "]*w_t%s", first ? "=" : "+=", r0, r1,
                                     first && t->bias >= 0 ? " + b" : "")
@@ -153,41 +160,19 @@ static void gemm_w_rows(Ctx *c, bool bwd, const XW *t, const WRoles *r, int64_t 
         return;
     }
     if (t->dx >= 0) {
-        Gemm p = gemm0();
-        p.C = t->dx;
+        Gemm p = gemm_of(false, true, M, rows, N, t->dy, N, t->w, N, 1, t->dx, K);
         p.offC = r0;
-        p.A = t->dy;
-        p.B = t->w;
-        p.tb = true;
-        p.M = M;
-        p.N = rows;
-        p.K = N;
-        p.lda = N;
-        p.ldb = N;
-        p.ldc = K;
-        p.beta = 1;
         k_gemm(c, &p, tiled ? arena_printf(a, "dx[:, %" PRId64 ":%" PRId64 "] += dy*w_t^T", r0, r1) : r->dx);
     }
     if (t->dw >= 0) {
-        Gemm p = gemm0();
-        p.C = t->dw;
-        p.A = t->x;
+        Gemm p = gemm_of(true, false, rows, N, M, t->x, K, t->dy, N, 1, t->dw, N);
         p.offA = r0;
-        p.ta = true;
-        p.B = t->dy;
-        p.M = rows;
-        p.N = N;
-        p.K = M;
-        p.lda = K;
-        p.ldb = N;
-        p.ldc = N;
-        p.beta = 1;
         k_gemm(c, &p, tiled ? arena_printf(a, "dw_t += x[:, %" PRId64 ":%" PRId64 "]^T*dy", r0, r1) : r->dw);
     }
     if (t->db >= 0 && first) cg_colsum(c, t->db, t->dy, -1, M, N, tiled ? "db += sum_rows dy (tile 0 only)" : r->db);
 }
 
-void cg_gen_linear(Ctx *c, bool bwd) {
+void cg_gen_linear(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
     int nfin = bwd ? o->nfin : o->nin;
     int x = o->in[0], w = o->in[1], b = nfin >= 3 ? o->in[2] : -1;
@@ -219,75 +204,33 @@ void cg_gen_linear(Ctx *c, bool bwd) {
  * are the output's columns; backward da += dc[:, r0:r0+rows] b_t, db_t +=
  * dc[:, r0:r0+rows]^T a. The whole op is the one tile [0, N). Matmul with
  * transpose_b (not transpose_a). */
-static void gemm_bt_rows(Ctx *c, bool bwd, const XW *t, int64_t M, int64_t K, int64_t N, int64_t rows, int64_t r0) {
+static void gemm_bt_rows(GenCtx *c, bool bwd, const XW *t, int64_t M, int64_t K, int64_t N, int64_t rows, int64_t r0) {
     Arena *a = c->cg->arena;
     int64_t r1 = r0 + rows;
     bool tiled = c->ntiles > 0;
     if (!bwd) {
-        Gemm p = gemm0();
-        p.C = t->y;
+        Gemm p = gemm_of(false, true, M, rows, K, t->x, K, t->w, K, 0, t->y, N);
         p.offC = r0;
-        p.A = t->x;
-        p.B = t->w;
-        p.tb = true;
-        p.M = M;
-        p.N = rows;
-        p.K = K;
-        p.lda = K;
-        p.ldb = K;
-        p.ldc = N;
         k_gemm(c, &p, tiled ? arena_printf(a, "c[:, %" PRId64 ":%" PRId64 "] = a*b_t^T", r0, r1) : "c = op(a)*op(b)");
         return;
     }
     if (t->dx >= 0) {
-        Gemm p = gemm0();
-        p.C = t->dx;
-        p.A = t->dy;
+        Gemm p = gemm_of(false, false, M, K, rows, t->dy, N, t->w, K, 1, t->dx, K);
         p.offA = r0;
-        p.B = t->w;
-        p.M = M;
-        p.N = K;
-        p.K = rows;
-        p.lda = N;
-        p.ldb = K;
-        p.ldc = K;
-        p.beta = 1;
         k_gemm(c, &p, tiled ? arena_printf(a, "da += dc[:, %" PRId64 ":%" PRId64 "]*b_t", r0, r1) : "da += dc*op(b)^T");
     }
     if (t->dw >= 0) {
-        Gemm p = gemm0();
-        p.C = t->dw;
-        p.A = t->dy;
+        Gemm p = gemm_of(true, false, rows, K, M, t->dy, N, t->x, K, 1, t->dw, K);
         p.offA = r0;
-        p.ta = true;
-        p.B = t->x;
-        p.M = rows;
-        p.N = K;
-        p.K = M;
-        p.lda = N;
-        p.ldb = K;
-        p.ldc = K;
-        p.beta = 1;
         k_gemm(c, &p, tiled ? arena_printf(a, "db_t += dc[:, %" PRId64 ":%" PRId64 "]^T*a", r0, r1) : "db += dc^T*op(a)");
     }
 }
 
 /* transpose_a (the whole op only: a tiled matmul refuses it): a is
  * [batch, K, M]; c and da are per batch, db sums over the batches. */
-static void gemm_ta(Ctx *c, bool bwd, const XW *t, bool tb, int64_t M, int64_t K, int64_t N, int64_t batch) {
+static void gemm_ta(GenCtx *c, bool bwd, const XW *t, bool tb, int64_t M, int64_t K, int64_t N, int64_t batch) {
     if (!bwd) {
-        Gemm p = gemm0();
-        p.C = t->y;
-        p.A = t->x;
-        p.ta = true;
-        p.B = t->w;
-        p.tb = tb;
-        p.M = M;
-        p.N = N;
-        p.K = K;
-        p.lda = M;
-        p.ldb = tb ? K : N;
-        p.ldc = N;
+        Gemm p = gemm_of(true, tb, M, N, K, t->x, M, t->w, tb ? K : N, 0, t->y, N);
         p.batch = batch;
         p.sA = K * M;
         p.sC = M * N;
@@ -295,51 +238,22 @@ static void gemm_ta(Ctx *c, bool bwd, const XW *t, bool tb, int64_t M, int64_t K
         return;
     }
     if (t->dx >= 0) {
-        Gemm p = gemm0();
-        p.C = t->dx;
-        p.beta = 1;
-        p.A = t->w;
-        p.ta = tb;
-        p.lda = tb ? K : N;
-        p.B = t->dy;
-        p.tb = true;
-        p.ldb = N;
-        p.M = K;
-        p.N = M;
-        p.K = N;
-        p.ldc = M;
+        Gemm p = gemm_of(tb, true, K, M, N, t->w, tb ? K : N, t->dy, N, 1, t->dx, M);
         p.batch = batch;
         p.sB = M * N;
         p.sC = K * M;
         k_gemm(c, &p, "da += (op(b)*dc^T) per batch");
     }
     if (t->dw >= 0) {
-        Gemm p = gemm0();
-        p.C = t->dw;
-        p.beta = 1;
-        p.rbatch = batch;
-        p.K = M;
         if (!tb) {
-            p.A = t->x;
-            p.lda = M;
-            p.B = t->dy;
-            p.ldb = N;
-            p.M = K;
-            p.N = N;
-            p.ldc = N;
+            Gemm p = gemm_of(false, false, K, N, M, t->x, M, t->dy, N, 1, t->dw, N);
+            p.rbatch = batch;
             p.rsA = K * M;
             p.rsB = M * N;
             k_gemm(c, &p, "db += op(a)^T*dc");
         } else {
-            p.A = t->dy;
-            p.ta = true;
-            p.lda = N;
-            p.B = t->x;
-            p.tb = true;
-            p.ldb = M;
-            p.M = N;
-            p.N = K;
-            p.ldc = K;
+            Gemm p = gemm_of(true, true, N, K, M, t->dy, N, t->x, M, 1, t->dw, K);
+            p.rbatch = batch;
             p.rsA = M * N;
             p.rsB = K * M;
             k_gemm(c, &p, "db += dc^T*op(a)");
@@ -348,7 +262,7 @@ static void gemm_ta(Ctx *c, bool bwd, const XW *t, bool tb, int64_t M, int64_t K
 }
 
 /* The shape checks of the whole op and of a tile, each in its own order. */
-void cg_gen_matmul(Ctx *c, bool bwd) {
+void cg_gen_matmul(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
     int a = o->in[0], b = o->in[1];
     const GTensor *A = T_(c, a), *Bt = T_(c, b);

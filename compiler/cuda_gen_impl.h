@@ -1,12 +1,15 @@
 /* cuda_gen_impl: what compiler/cuda_gen*.c share; private to them (no other
  * file includes it).
  *
- * cuda_gen.c owns the public entry points, the unit sources and the context
- * of one op's launches (Ctx) with the helpers that begin a launch and add
- * its arguments. Each cuda_gen_<family>.c lowers the ops whose kernels are
+ * cuda_gen.c is the driver: the public entry points, the context of one
+ * op's launches (GenCtx) and the dispatch to the generators. Each
+ * cuda_gen_<family>.c lowers the ops whose kernels are
  * stdlib/kernels/<family>.cu. A tiled op (cuda_gen_op_tile) and the whole op
- * go through the same generator: Ctx.ntiles 0 is the whole op, and
+ * go through the same generator: GenCtx.ntiles 0 is the whole op, and
  * cg_tile_rows gives it all of the weight's rows as its one tile.
+ * cuda_gen_util.c, below both, owns the unit sources and the helpers the
+ * generators share (begin a launch, workspace, diagnostics, dtype checks,
+ * tiles); it calls neither the driver nor a generator, so calls go one way.
  * Functions shared across the files carry the cg_ prefix; the small
  * argument helpers are static inline here.
  */
@@ -22,7 +25,7 @@ enum {
 };
 
 /* The launches of one op (or one tile of it) being built. */
-typedef struct Ctx {
+typedef struct GenCtx {
     CudaGen *cg;
     const Graph *g;
     const GOp *o;
@@ -35,9 +38,9 @@ typedef struct Ctx {
     const char *where;    /* "op 12 fwd linear (block.3.mlp) at f.zl:3:9" */
     int tile, ntiles;     /* the launches of one tile of a tiled op (cuda_gen_op_tile); ntiles 0: the whole op */
     bool failed;
-} Ctx;
+} GenCtx;
 
-static inline const GTensor *T_(Ctx *c, int t) { return &c->g->tensors[t]; }
+static inline const GTensor *T_(GenCtx *c, int t) { return &c->g->tensors[t]; }
 static inline int64_t last_dim(const GTensor *t) { return t->rank ? t->dims[t->rank - 1] : 1; }
 static inline bool float_dtype(DType dt) { return dt == DT_F32 || dt == DT_BF16 || dt == DT_F16; }
 static inline const char *dtype_ctype(DType dt) {
@@ -99,57 +102,57 @@ static inline void arg_rt(CudaKernel *k, CudaRtValue rt) {
     a->rt = rt;
 }
 
-/* ---- cuda_gen.c: launches and checks ---- */
+/* ---- cuda_gen_util.c: launches and checks ---- */
 /* A new launch of entry in the unit of family fam specialised by defines
  * ("NAME VALUE" lines; spec its readable name); role ends its comment. */
-CudaKernel *cg_kbegin(Ctx *c, const char *fam, const char *spec, const char *defines, const char *entry,
+CudaKernel *cg_kbegin(GenCtx *c, const char *fam, const char *spec, const char *defines, const char *entry,
                       const char *role);
 /* The same for the families specialised by a dtype only. */
-CudaKernel *cg_kdt(Ctx *c, const char *fam, DType dt, const char *entry, const char *role);
+CudaKernel *cg_kdt(GenCtx *c, const char *fam, DType dt, const char *entry, const char *role);
 /* A 256-aligned slice of the op's workspace: its offset. */
-int64_t cg_ws_alloc(Ctx *c, int64_t bytes);
+int64_t cg_ws_alloc(GenCtx *c, int64_t bytes);
 /* A diagnostic naming the op; the op fails. */
-void cg_fail(Ctx *c, const char *fmtstr, ...) __attribute__((format(printf, 2, 3)));
+void cg_fail(GenCtx *c, const char *fmtstr, ...) __attribute__((format(printf, 2, 3)));
 /* A grid dimension, or a diagnostic when it exceeds the launch limit. */
-unsigned cg_gdim(Ctx *c, int64_t v, int64_t lim);
+unsigned cg_gdim(GenCtx *c, int64_t v, int64_t lim);
 /* All of ts[] (>= 0 entries) share dtype dt and it is a float dtype. */
-bool cg_same_dtype(Ctx *c, DType dt, const int *ts, int n);
+bool cg_same_dtype(GenCtx *c, DType dt, const int *ts, int n);
 /* The rows [*r0, *r0 + *rows) of 2-D weight w this launch list covers: all
  * of them for the whole op; the tile's for a tile (false, with a
  * diagnostic, when w is not 2-D or ntiles does not divide its rows). */
-bool cg_tile_rows(Ctx *c, int w, int64_t *rows, int64_t *r0);
-/* Ctx of a launch outside the graph's ops (cuda_gen_cast, ...): 0, or -1
+bool cg_tile_rows(GenCtx *c, int w, int64_t *rows, int64_t *r0);
+/* GenCtx of a launch outside the graph's ops (cuda_gen_cast, ...): 0, or -1
  * with a diagnostic when one of ts[] is not a tensor. */
-int cg_util_begin(Ctx *c, CudaGen *cg, const Graph *g, CudaKernel *out, DiagSink *d, const char *what, const int *ts,
+int cg_util_begin(GenCtx *c, CudaGen *cg, const Graph *g, CudaKernel *out, DiagSink *d, const char *what, const int *ts,
                   int nt);
-int cg_util_end(Ctx *c);
+int cg_util_end(GenCtx *c);
 
 /* ---- cuda_gen_elementwise.c ---- */
-void cg_fill(Ctx *c, int t, double v, const char *role);
-void cg_fill_ws_f32(Ctx *c, DType unit_dt, int64_t off, int64_t n, const char *role);
+void cg_fill(GenCtx *c, int t, double v, const char *role);
+void cg_fill_ws_f32(GenCtx *c, DType unit_dt, int64_t off, int64_t n, const char *role);
 /* Clears the op's error word (CudaOpInfo.err_off): its offset. */
-int64_t cg_err_word(Ctx *c, DType unit_dt, const char *what);
-void cg_gen_binary(Ctx *c, bool bwd);
-void cg_gen_act(Ctx *c, bool bwd);
-void cg_gen_scale(Ctx *c, bool bwd);
-void cg_gen_split(Ctx *c, bool bwd);
-void cg_gen_arange(Ctx *c, bool bwd);
-void cg_gen_loss_grad(Ctx *c);
+int64_t cg_err_word(GenCtx *c, DType unit_dt, const char *what);
+void cg_gen_binary(GenCtx *c, bool bwd);
+void cg_gen_act(GenCtx *c, bool bwd);
+void cg_gen_scale(GenCtx *c, bool bwd);
+void cg_gen_split(GenCtx *c, bool bwd);
+void cg_gen_arange(GenCtx *c, bool bwd);
+void cg_gen_loss_grad(GenCtx *c);
 
 /* ---- cuda_gen_reduce.c ---- */
 /* Column sums: out (+)= sum over rows of x (times mulby) viewed as [rows, cols]. */
-void cg_colsum(Ctx *c, int out, int x, int mulby, int64_t rows, int64_t cols, const char *role);
-void cg_gen_grad_norm(Ctx *c);
+void cg_colsum(GenCtx *c, int out, int x, int mulby, int64_t rows, int64_t cols, const char *role);
+void cg_gen_grad_norm(GenCtx *c);
 
 /* ---- one generator per primitive family: the whole op, or (linear, matmul,
  * embedding) one tile of it ---- */
-void cg_gen_linear(Ctx *c, bool bwd);    /* cuda_gen_gemm.c */
-void cg_gen_matmul(Ctx *c, bool bwd);    /* cuda_gen_gemm.c */
-void cg_gen_norm(Ctx *c, bool bwd);      /* cuda_gen_norm.c */
-void cg_gen_rope(Ctx *c, bool bwd);      /* cuda_gen_rope.c */
-void cg_gen_attention(Ctx *c, bool bwd); /* cuda_gen_attention.c */
-void cg_gen_embedding(Ctx *c, bool bwd); /* cuda_gen_embedding.c */
-void cg_gen_xent(Ctx *c, bool bwd);      /* cuda_gen_xent.c */
-void cg_gen_adam(Ctx *c);                /* cuda_gen_adam.c */
+void cg_gen_linear(GenCtx *c, bool bwd);    /* cuda_gen_gemm.c */
+void cg_gen_matmul(GenCtx *c, bool bwd);    /* cuda_gen_gemm.c */
+void cg_gen_norm(GenCtx *c, bool bwd);      /* cuda_gen_norm.c */
+void cg_gen_rope(GenCtx *c, bool bwd);      /* cuda_gen_rope.c */
+void cg_gen_attention(GenCtx *c, bool bwd); /* cuda_gen_attention.c */
+void cg_gen_embedding(GenCtx *c, bool bwd); /* cuda_gen_embedding.c */
+void cg_gen_xent(GenCtx *c, bool bwd);      /* cuda_gen_xent.c */
+void cg_gen_adam(GenCtx *c);                /* cuda_gen_adam.c */
 
 #endif

@@ -8,7 +8,7 @@ enum { NORM_PARTS = 128 }; /* blocks (partial sums) of a norm backward */
 
 static double eps_of(const GOp *o) { return o->fattr[0] > 0 ? o->fattr[0] : 1e-5; }
 
-void cg_gen_norm(Ctx *c, bool bwd) {
+void cg_gen_norm(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
     bool ln = o->prim == PRIM_LAYERNORM;
     int nfin = bwd ? o->nfin : o->nin;

@@ -7,7 +7,7 @@
 enum { SUMSQ_PARTS = 64 }; /* partial sums per gradient in the grad norm */
 
 /* Column sums: out (+)= sum over rows of x (times mulby) viewed as [rows, cols]. */
-void cg_colsum(Ctx *c, int out, int x, int mulby, int64_t rows, int64_t cols, const char *role) {
+void cg_colsum(GenCtx *c, int out, int x, int mulby, int64_t rows, int64_t cols, const char *role) {
     DType dt = T_(c, x)->dtype;
     int64_t parts = rows / 64;
     if (parts < 1) parts = 1;
@@ -37,7 +37,7 @@ void cg_colsum(Ctx *c, int out, int x, int mulby, int64_t rows, int64_t cols, co
     arg_i(k, 1);
 }
 
-void cg_gen_grad_norm(Ctx *c) {
+void cg_gen_grad_norm(GenCtx *c) {
     const Graph *g = c->g;
     int nslots = 0;
     for (int t = 0; t < g->ntensors; t++)

@@ -3,7 +3,7 @@
 #include <inttypes.h>
 #include "cuda_gen_impl.h"
 
-void cg_gen_rope(Ctx *c, bool bwd) {
+void cg_gen_rope(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
     int x = o->in[0];
     const GTensor *X = T_(c, x);

@@ -3,7 +3,7 @@
 #include <inttypes.h>
 #include "cuda_gen_impl.h"
 
-void cg_gen_xent(Ctx *c, bool bwd) {
+void cg_gen_xent(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
     int lg = o->in[0], tg = o->in[1];
     const GTensor *L = T_(c, lg);

@@ -7,41 +7,16 @@
 #include "planner_impl.h"
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cost.h"
 #include "verify.h"
 
-/* ---- explanation text ---- */
-
-void pl_say(PlText *t, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    char line[512];
-    int w = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (w < 0) return;
-    size_t n = (size_t)w < sizeof line ? (size_t)w : sizeof line - 1;
-    if (t->len + n + 2 > t->cap) {
-        size_t nc = t->cap ? t->cap * 2 : 1024;
-        while (nc < t->len + n + 2) nc *= 2;
-        char *ns = realloc(t->s, nc);
-        if (!ns) return;
-        t->s = ns;
-        t->cap = nc;
-    }
-    memcpy(t->s + t->len, line, n);
-    t->len += n;
-    t->s[t->len++] = '\n';
-    t->s[t->len] = 0;
-}
-
 /* ---- the search's state ---- */
 
 typedef struct Search {
-    B *b;
+    PlanBuilder *b;
     Arena *a;
     DiagSink *d;
     const PlannerOptions *o;
@@ -62,7 +37,7 @@ typedef struct Search {
  * ends the search. */
 typedef enum Outcome { OUT_ERROR = -1, OUT_NOFIT = 0, OUT_PLACED = 1 } Outcome;
 
-static void state_bytes(const B *b, uint64_t per_class[PC_COUNT]) {
+static void state_bytes(const PlanBuilder *b, uint64_t per_class[PC_COUNT]) {
     memset(per_class, 0, sizeof(uint64_t) * PC_COUNT);
     for (int i = 0; i < b->g->ntensors; i++) {
         const GTensor *t = &b->g->tensors[i];
@@ -105,7 +80,7 @@ static uint64_t plan_hoisted_bytes(const Plan *p) {
 
 /* How the build's optimizer runs, for the explanation: "" when serial
  * (its first reads hoisted into the backward count as not serial). */
-static const char *overlap_str(const B *b, const Plan *p, char *buf, size_t n) {
+static const char *overlap_str(const PlanBuilder *b, const Plan *p, char *buf, size_t n) {
     char s1[32], s2[32], s3[96];
     uint64_t hoisted = plan_hoisted_bytes(p);
     s3[0] = 0;
@@ -143,7 +118,7 @@ static Target ranked_target(const Target *t, const PlannerOptions *o) {
 
 /* The ranks and what each may use of every tier; false (reported) when the
  * target has no ranks or the plan block pins state to NVMe it lacks. */
-static bool setup(B *b, const Graph *g, const Target *t, const PlannerOptions *o, DiagSink *d) {
+static bool setup(PlanBuilder *b, const Graph *g, const Target *t, const PlannerOptions *o, DiagSink *d) {
     b->g = g;
     b->t = t;
     b->o = o;
@@ -168,7 +143,7 @@ static bool setup(B *b, const Graph *g, const Target *t, const PlannerOptions *o
 /* The first lines of the explanation: the target, the tiled parameters, the
  * partition; and the model states per rank the search places (S->need). */
 static void explain_partition(Search *S) {
-    const B *b = S->b;
+    const PlanBuilder *b = S->b;
     const Graph *g = b->g;
     const Target *t = b->t;
     bool host = !strcmp(t->backend, "host");
@@ -217,7 +192,7 @@ static void explain_partition(Search *S) {
 /* The plan of the build just made, costed; kept when it is the fastest yet
  * (by more than 0.1%, so that ties go to the earlier candidate). */
 static Outcome cost_and_keep(Search *S, const Place *cand) {
-    B *b = S->b;
+    PlanBuilder *b = S->b;
     char s1[32], s4[160], ov[224];
     Plan *p = pl_emit_plan(b);
     CostResult cr;
@@ -246,7 +221,7 @@ static Outcome cost_and_keep(Search *S, const Place *cand) {
 /* Whether placement pl keeps some trained parameter's optimizer state on
  * tier (CPU memory: what the overlap applies to; NVMe: what the hoisted
  * reads and the NVMe overlap apply to), with b's single-parameter moves. */
-static bool plan_homed_adams(const B *b, const Place *pl, int tier) {
+static bool plan_homed_adams(const PlanBuilder *b, const Place *pl, int tier) {
     for (int t = 0; t < b->g->ntensors; t++) {
         if (b->g->tensors[t].cls != TC_PARAM || b->g->tensors[t].grad < 0) continue;
         int o = b->otier && b->otier[t] >= 0 ? b->otier[t] : pl->tier[PC_OPTIMIZER];
@@ -294,7 +269,7 @@ static Outcome try_prefetch(Search *S, Place *cand, int k, bool *cpu_short, char
 /* Builds cand with look-ahead k; when its arenas fit, costs it. OUT_NOFIT
  * leaves the reason in why (and S->last_why). */
 static Outcome build_one(Search *S, Place *cand, int k, bool *cpu_short, char *why, size_t n) {
-    B *b = S->b;
+    PlanBuilder *b = S->b;
     char s4[160];
     cand->prefetch = k;
     b->pl = *cand;
@@ -355,7 +330,7 @@ static Outcome search_prefetch(Search *S, Place cand, bool *cpu_short) {
  * at the end of the forward) fit the tiers of cand; gradients go to NVMe
  * (in cand, *grads_nvme_tried) when CPU memory is short for them. */
 static bool states_fit(Search *S, Place *cand, bool *cpu_short, bool *grads_nvme_tried) {
-    const B *b = S->b;
+    const PlanBuilder *b = S->b;
     const PlannerOptions *o = S->o;
     uint64_t tier_use[PLAN_NTIERS] = {0};
     for (int c = 0; c < PC_CHECKPOINTS; c++) tier_use[cand->tier[c]] += S->need[c];
@@ -463,7 +438,7 @@ static void report_no_plan(const Search *S) {
         diag_hint(d, "tile large parameters (plan { tiles \"name\" = N }), lower the micro-batch, or checkpoint more often");
         return;
     }
-    const B *b = S->b;
+    const PlanBuilder *b = S->b;
     uint64_t total = S->need[PC_PARAMS] + S->need[PC_GRADS] + S->need[PC_OPTIMIZER];
     uint64_t gpu_all = b->cap[ARENA_GPU] * (uint64_t)b->R, cpu_all = b->cap[ARENA_CPU] * (uint64_t)b->R,
              nvme_all = b->cap[ARENA_NVME] * (uint64_t)b->R;
@@ -522,7 +497,7 @@ static bool plan_overlaps(const Plan *p) {
 
 
 static bool refine(Search *S) {
-    B *b = S->b;
+    PlanBuilder *b = S->b;
     int nt = b->g->ntensors;
     /* the tiers before any refinement, and after the first */
     int8_t *tiers0 = ARENA_NEWN(S->a, int8_t, 2 * (size_t)nt + 2), *tiers1 = ARENA_NEWN(S->a, int8_t, 2 * (size_t)nt + 2);
@@ -617,7 +592,7 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
         o = &defopt;
     }
     Target local = ranked_target(t, o);
-    B b = {0};
+    PlanBuilder b = {0};
     Search S = {.b = &b, .a = a, .d = d, .o = o, .best_time = INFINITY,
                 .overlap_auto = o->overlap == 0, .host = strcmp(local.backend, "host") == 0};
     bool ok = setup(&b, g, &local, o, d) && pl_partition(&b, a) && pl_apply_pins(&b, a);

@@ -154,7 +154,7 @@ static bool retire(ArenaPack *ap, int a, int first, bool delay, int opt_begin) {
 
 /* buf takes [lo, hi): every previous occupant of the range must be done
  * before buf's first use; false: out of memory */
-static bool occ_place(B *b, ArenaPack *ap, uint64_t lo, uint64_t hi, int buf) {
+static bool occ_place(PlanBuilder *b, ArenaPack *ap, uint64_t lo, uint64_t hi, int buf) {
     int first = b->bufs[buf].first;
     Seg *s = ap->occ;
     int l = 0, h = ap->nocc; /* the first that ends above lo */
@@ -165,7 +165,7 @@ static bool occ_place(B *b, ArenaPack *ap, uint64_t lo, uint64_t hi, int buf) {
     }
     int j = l;
     for (; j < ap->nocc && s[j].lo < hi; j++) {
-        const Buf *prev = &b->bufs[s[j].buf];
+        const PlanBuf *prev = &b->bufs[s[j].buf];
         for (int q = 0; q < PLAN_NQUEUES && first >= 0; q++) pl_dep_on(b, first, prev->lastq[q]);
     }
     Seg put[3];
@@ -181,7 +181,7 @@ static bool occ_place(B *b, ArenaPack *ap, uint64_t lo, uint64_t hi, int buf) {
     return true;
 }
 
-static void place_home(Packer *pk, Buf *x) {
+static void place_home(Packer *pk, PlanBuf *x) {
     ArenaPack *ap = &pk->ar[x->b.arena];
     x->b.offset = align_up(ap->top, pl_arena_align[x->b.arena]);
     ap->top = x->b.offset + x->b.bytes;
@@ -193,7 +193,7 @@ static void place_home(Packer *pk, Buf *x) {
  * reads and writes them, so the transfers the nvme queue keeps in flight
  * together read neighbouring blocks of the swap file.
  * false: out of memory. */
-static bool place_persistent(B *b, Packer *pk) {
+static bool place_persistent(PlanBuilder *b, Packer *pk) {
     static const int order[] = {TC_MASTER, TC_MOMENTUM, TC_VARIANCE, TC_GRAD};
     enum { NORDER = sizeof order / sizeof *order };
     int nt = b->g->ntensors;
@@ -201,7 +201,7 @@ static bool place_persistent(B *b, Packer *pk) {
     if (!with) return false;
     for (int k = 0; k < (nt + 1) * NORDER; k++) with[k] = -1;
     for (int i = 0; i < b->nbufs; i++) {
-        const Buf *x = &b->bufs[i];
+        const PlanBuf *x = &b->bufs[i];
         int t = x->b.tensor;
         if (!(x->b.flags & PLAN_BUF_PERSISTENT) || x->b.arena != ARENA_NVME || t < 0) continue;
         int p = b->g->tensors[t].param;
@@ -210,7 +210,7 @@ static bool place_persistent(B *b, Packer *pk) {
             if ((int)b->g->tensors[t].cls == order[k]) with[p * NORDER + k] = i;
     }
     for (int i = 0; i < b->nbufs; i++) {
-        Buf *x = &b->bufs[i];
+        PlanBuf *x = &b->bufs[i];
         if (!(x->b.flags & PLAN_BUF_PERSISTENT)) continue;
         int t = x->b.tensor;
         bool nvme = x->b.arena == ARENA_NVME && t >= 0;
@@ -232,7 +232,7 @@ static bool place_persistent(B *b, Packer *pk) {
 
 /* the rest in order of first use: counting sort by first instruction; how
  * many, or -1 when out of memory */
-static int first_use_order(const B *b, int *order) {
+static int first_use_order(const PlanBuilder *b, int *order) {
     int n = b->nbufs, m = 0;
     int *cnt = calloc((size_t)b->nins + 2, sizeof *cnt);
     if (!cnt) return -1;
@@ -278,8 +278,8 @@ static bool seal(ArenaPack *ap, uint64_t al) {
 
 /* Buffer i at the lowest gap of its arena that nothing live from its first
  * use on occupies; false when out of memory. */
-static bool place_one(B *b, Packer *pk, int i) {
-    Buf *x = &b->bufs[i];
+static bool place_one(PlanBuilder *b, Packer *pk, int i) {
+    PlanBuf *x = &b->bufs[i];
     int a = x->b.arena;
     ArenaPack *ap = &pk->ar[a];
     uint64_t al = pl_arena_align[a], bytes = x->b.bytes;
@@ -308,7 +308,7 @@ static bool place_one(B *b, Packer *pk, int i) {
     return !bytes || occ_place(b, ap, at, at + bytes, i);
 }
 
-static bool pack(B *b, bool delay) {
+static bool pack(PlanBuilder *b, bool delay) {
     Packer pk;
     memset(&pk, 0, sizeof pk);
     pk.delay = delay;
@@ -331,7 +331,7 @@ static bool pack(B *b, bool delay) {
 
 /* Delayed reuse when it fits, else tight packing; the address-reuse
  * dependencies of a packing that is dropped are dropped with it. */
-bool pl_allocate(B *b) {
+bool pl_allocate(PlanBuilder *b) {
     size_t n = (size_t)b->nins + 1;
     int32_t(*depq)[PLAN_NQUEUES] = malloc(sizeof *depq * n);
     if (!depq) {
@@ -351,7 +351,7 @@ bool pl_allocate(B *b) {
 }
 
 
-bool pl_fits(const B *b, char *why, size_t n) {
+bool pl_fits(const PlanBuilder *b, char *why, size_t n) {
     char u[32], c[32];
     for (int a = 0; a < PLAN_NARENAS; a++) {
         uint64_t cap = a == ARENA_PINNED || a == ARENA_CPU ? b->cap[ARENA_CPU] : b->cap[a];

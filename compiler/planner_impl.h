@@ -1,12 +1,16 @@
 /* planner_impl: what the planner's files share (private to
- * compiler/planner*.c): the builder state B of one placement's build, its
- * buffers, instructions, steps and fetches, and the functions each stage
- * offers the others. Symbols shared between the files carry the prefix pl_.
+ * compiler/planner*.c): the builder state of one placement's build
+ * (PlanBuilder), its buffers (PlanBuf), instructions, steps and fetches,
+ * and the functions each stage offers the others. Symbols shared between the files carry the prefix pl_.
  *
  * The pipeline (planner.c drives it): pl_partition once (planner_partition.c);
  * then for every candidate placement pl_build (planner_build.c, emitting
  * through planner_step.c and planner_optim.c, allocating through
- * planner_alloc.c), pl_fits, and pl_emit_plan (planner_plan.c) to cost it. */
+ * planner_alloc.c, all of them writing the tables of planner_tables.c),
+ * pl_fits, and pl_emit_plan (planner_plan.c) to cost it; pl_refine
+ * (planner_refine.c) after the search. The driver and the refinement write
+ * the explanation through planner_explain.c. Calls go one way: down from
+ * planner.c, and from each stage to the files below it. */
 #ifndef ZINF_PLANNER_IMPL_H
 #define ZINF_PLANNER_IMPL_H
 #include <stdbool.h>
@@ -16,13 +20,13 @@
 
 enum { IO_ALIGN = 4096, GPU_ALIGN = 256, TILE_FRACTION = 16 };
 
-typedef struct Buf {
+typedef struct PlanBuf {
     PlanBuffer b;
     int32_t first, last;           /* program-order lifetime */
     int32_t lastq[PLAN_NQUEUES];   /* last use on each queue */
     int32_t writer;                /* hazard tracking */
     int32_t readq[PLAN_NQUEUES];
-} Buf;
+} PlanBuf;
 
 typedef struct Ins {
     PlanInstr s;
@@ -64,7 +68,7 @@ typedef struct SpecAdam {
 
 struct AdamViews; /* an Adam sub-group's operands (planner_optim.c) */
 
-typedef struct B {
+typedef struct PlanBuilder {
     const Graph *g;
     const Target *t;
     const PlannerOptions *o;
@@ -88,7 +92,7 @@ typedef struct B {
     int *ckpt_cpu;
     uint64_t *gflushed;            /* grad tensor -> tiles already flushed this micro-batch (NVMe grads) */
     bool *grad_rmw;                /* grad tensor -> accumulated on NVMe (zeroed after its Adam) */
-    Buf *bufs;
+    PlanBuf *bufs;
     int nbufs, cbufs;
     Ins *ins;
     int nins, cins;
@@ -121,40 +125,39 @@ typedef struct B {
     uint64_t size[PLAN_NARENAS];
     bool oom, internal;
     char why[256];
-} B;
+} PlanBuilder;
 
-/* the explanation --explain prints, a line per pl_say (planner.c) */
+/* planner_explain.c: the explanation --explain prints, a line per pl_say */
 typedef struct PlText {
     char *s;
     size_t len, cap;
 } PlText;
 void pl_say(PlText *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The split of each class over the tiers in plan p, a line per class. */
+void pl_explain_split(const PlanBuilder *b, const Plan *p, PlText *ex);
 
-/* every arena's alignment, by PlanArena index */
-extern const uint64_t pl_arena_align[PLAN_NARENAS];
-
-static inline int pl_dsz(const B *b, int t) {
+static inline int pl_dsz(const PlanBuilder *b, int t) {
     int n = plan_dtype_size(b->g->tensors[t].dtype);
     return n ? n : 4;
 }
 
-static inline const char *pl_tname(const B *b, int t) { return b->g->tensors[t].name ? b->g->tensors[t].name : "?"; }
+static inline const char *pl_tname(const PlanBuilder *b, int t) { return b->g->tensors[t].name ? b->g->tensors[t].name : "?"; }
 
 /* per-rank bytes of a state tensor's home */
-static inline uint64_t pl_shard_bytes(const B *b, int t) {
+static inline uint64_t pl_shard_bytes(const PlanBuilder *b, int t) {
     return (uint64_t)b->ntiles[t] * (uint64_t)b->tile_shard[t] * (uint64_t)pl_dsz(b, t);
 }
 
 /* the tier of parameter p's home, of its optimizer state (master,
  * momentum, variance), and of its gradient: on the GPU for GPU Adam, else
  * the class's CPU or NVMe (CPU when the class is on the GPU) */
-static inline int pl_param_tier(const B *b, int p) {
+static inline int pl_param_tier(const PlanBuilder *b, int p) {
     return b->ptier && b->ptier[p] >= 0 ? b->ptier[p] : b->pl.tier[PC_PARAMS];
 }
-static inline int pl_opt_tier(const B *b, int p) {
+static inline int pl_opt_tier(const PlanBuilder *b, int p) {
     return b->otier && b->otier[p] >= 0 ? b->otier[p] : b->pl.tier[PC_OPTIMIZER];
 }
-static inline int pl_grad_tier(const B *b, int p) {
+static inline int pl_grad_tier(const PlanBuilder *b, int p) {
     if (pl_opt_tier(b, p) == TIER_GPU) return TIER_GPU;
     return b->pl.tier[PC_GRADS] == TIER_GPU ? TIER_CPU : b->pl.tier[PC_GRADS];
 }
@@ -168,21 +171,25 @@ bool pl_pin_matches(const char *pat, const char *name);
 bool pl_tileable_use(const GOp *op, int slot);
 uint64_t pl_gpu_capacity(const Target *t);
 uint64_t pl_cpu_capacity(const Target *t);
-bool pl_partition(B *b, Arena *a);
+bool pl_partition(PlanBuilder *b, Arena *a);
 
-/* planner_build.c: the tables, and one whole build for b->pl; false with
- * b->oom or b->internal (and b->why) set when it could not be built */
+/* planner_tables.c: the tables a build writes (below every stage of it);
+ * every arena's alignment, by PlanArena index */
+extern const uint64_t pl_arena_align[PLAN_NARENAS];
 bool pl_grow(void **p, int *cap, int need, size_t elem);
-int pl_newbuf(B *b, int arena, uint64_t bytes, int tensor, const char *name, bool persistent);
-void pl_dep_on(B *b, int i, int j);
-int pl_ins(B *b, int op, int queue, int arg, int tile, int ntiles, double flops);
-void pl_opnd(B *b, int i, int buf, int mode, uint64_t off, uint64_t bytes);
-int pl_tiled_param_of(const B *b, const GOp *op);
-bool pl_build(B *b, Arena *a);
+int pl_newbuf(PlanBuilder *b, int arena, uint64_t bytes, int tensor, const char *name, bool persistent);
+void pl_dep_on(PlanBuilder *b, int i, int j);
+int pl_ins(PlanBuilder *b, int op, int queue, int arg, int tile, int ntiles, double flops);
+void pl_opnd(PlanBuilder *b, int i, int buf, int mode, uint64_t off, uint64_t bytes);
+int pl_tiled_param_of(const PlanBuilder *b, const GOp *op);
+
+/* planner_build.c: one whole build for b->pl; false with b->oom or
+ * b->internal (and b->why) set when it could not be built */
+bool pl_build(PlanBuilder *b, Arena *a);
 
 /* planner_step.c: a fetch, and a step of the forward or backward */
-void pl_emit_fetch(B *b, Req *r);
-void pl_emit_step(B *b, const Step *s);
+void pl_emit_fetch(PlanBuilder *b, Req *r);
+void pl_emit_step(PlanBuilder *b, const Step *s);
 
 /* planner_optim.c: the ops from bwd_end on (gradient norm, Adam, zeroing).
  * With b->pl.overlap (state in CPU memory) or overlap_nvme (on NVMe),
@@ -191,34 +198,34 @@ void pl_emit_step(B *b, const Step *s);
  * Adams of the parameters whose gradient step s made final: CPU Adams, one
  * micro-batch per step; speculative (a backup, twins, or for NVMe state
  * twins on NVMe) when the step has a gradient norm. False: out of memory. */
-bool pl_overlap_prepare(B *b, Arena *a, int bwd_end);
-void pl_emit_early_adams(B *b, int s);
+bool pl_overlap_prepare(PlanBuilder *b, Arena *a, int bwd_end);
+void pl_emit_early_adams(PlanBuilder *b, int s);
 /* After the homes: the twin buffers of the state that speculative Adams
  * step out of place (masters, moments of mixed-precision parameters in CPU
  * memory; on NVMe every state tensor, the parameter without a master). */
-bool pl_overlap_twins(B *b, Arena *a);
-void pl_emit_optimizer(B *b, int bwd_end);
+bool pl_overlap_twins(PlanBuilder *b, Arena *a);
+void pl_emit_optimizer(PlanBuilder *b, int bwd_end);
 /* With b->pl.hoist: pl_hoist_prepare (after the homes, before the step is
  * emitted) chooses the sub-groups whose state the optimizer reads first,
  * the window its read-ahead would fill, and the backward steps they are
  * read after; pl_emit_hoisted, after step s, emits the reads due there.
  * pl_emit_optimizer then starts with them loaded. False: out of memory. */
-bool pl_hoist_prepare(B *b, Arena *a, int bwd_end);
-void pl_emit_hoisted(B *b, int s);
+bool pl_hoist_prepare(PlanBuilder *b, Arena *a, int bwd_end);
+void pl_emit_hoisted(PlanBuilder *b, int s);
 
 /* planner_alloc.c: step 5, and whether its arenas fit the target (the
  * first that does not, in why) */
-bool pl_allocate(B *b);
-bool pl_fits(const B *b, char *why, size_t n);
+bool pl_allocate(PlanBuilder *b);
+bool pl_fits(const PlanBuilder *b, char *why, size_t n);
 
 /* planner_plan.c: the Plan of the build (NULL when out of memory) */
-Plan *pl_emit_plan(B *b);
+Plan *pl_emit_plan(PlanBuilder *b);
 
 /* planner_options.c: the plan block's `pin "pattern" = "tier"` settings
  * into b->ptier, b->otier and b->name_pinned; false (reported) when out of
  * memory, a pattern names no parameter, or a pin needs NVMe the target
  * lacks */
-bool pl_apply_pins(B *b, Arena *a);
+bool pl_apply_pins(PlanBuilder *b, Arena *a);
 
 /* planner_refine.c: after the class search, the refinement (step 3b of
  * docs/tuning.md): moves the state of single parameters to a faster tier
@@ -226,8 +233,6 @@ bool pl_apply_pins(B *b, Arena *a);
  * chosen placement, *plan its plan and *time its step; they become the
  * refined ones. *builds counts the builds. False only when a build failed
  * (out of memory, internal error: b->oom, b->internal, b->why). */
-bool pl_refine(B *b, Arena *a, PlText *ex, Plan **plan, double *time, int *builds);
-/* The split of each class over the tiers in plan p, a line per class. */
-void pl_explain_split(const B *b, const Plan *p, PlText *ex);
+bool pl_refine(PlanBuilder *b, Arena *a, PlText *ex, Plan **plan, double *time, int *builds);
 
 #endif

@@ -26,9 +26,9 @@ struct AdamViews {
 };
 typedef struct AdamViews AdamViews;
 
-static uint64_t ebytes(const B *b, int t, int64_t ne) { return (uint64_t)ne * (uint64_t)pl_dsz(b, t); }
+static uint64_t ebytes(const PlanBuilder *b, int t, int64_t ne) { return (uint64_t)ne * (uint64_t)pl_dsz(b, t); }
 
-static void adam_load(B *b, AdamViews *v) {
+static void adam_load(PlanBuilder *b, AdamViews *v) {
     const Graph *g = b->g;
     const GOp *op = &g->ops[v->op];
     int p = op->in[0];
@@ -106,7 +106,7 @@ static uint64_t backup_bytes(const AdamViews *v) {
     return s;
 }
 
-static void adam_step(B *b, const AdamViews *v) {
+static void adam_step(PlanBuilder *b, const AdamViews *v) {
     const Graph *g = b->g;
     const GOp *op = &g->ops[v->op];
     int p = op->in[0], gr = op->in[1], gn = op->in[5];
@@ -166,7 +166,7 @@ static void adam_step(B *b, const AdamViews *v) {
 }
 
 /* The next sub-group after (j, e0) among the optimizer's Adam ops: false at the end. */
-static bool adam_next(const B *b, int *j, int64_t *e0, int64_t *ne) {
+static bool adam_next(const PlanBuilder *b, int *j, int64_t *e0, int64_t *ne) {
     const Graph *g = b->g;
     if (*j >= 0 && g->ops[*j].kind == OP_ADAM) {
         int p = g->ops[*j].in[0];
@@ -192,7 +192,7 @@ static bool adam_next(const B *b, int *j, int64_t *e0, int64_t *ne) {
 
 /* Whether every gradient home is in GPU memory (the norm is then taken on
  * the GPU; with any on CPU or NVMe, on the CPU, where CPU Adam reads it). */
-static bool grads_all_gpu(const B *b) {
+static bool grads_all_gpu(const PlanBuilder *b) {
     for (int t = 0; t < b->g->ntensors; t++)
         if (b->g->tensors[t].cls == TC_GRAD && b->home[t] >= 0 && b->bufs[b->home[t]].b.arena != ARENA_GPU) return false;
     return true;
@@ -200,7 +200,7 @@ static bool grads_all_gpu(const B *b) {
 
 /* Whether the Adam of sub-group (j, ...) reads its state from NVMe (its
  * reads are then issued before the previous sub-group steps). */
-static bool adam_nvme(const B *b, int j) { return pl_opt_tier(b, b->g->ops[j].in[0]) == TIER_NVME; }
+static bool adam_nvme(const PlanBuilder *b, int j) { return pl_opt_tier(b, b->g->ops[j].in[0]) == TIER_NVME; }
 
 /* The most sub-groups whose reads are issued ahead of a step, and the
  * staging they may take (ADAM_AHEAD_BYTES, at most a sixteenth of the
@@ -212,7 +212,7 @@ enum { ADAM_AHEAD = 64 };
 
 /* Bytes a sub-group of ne elements of Adam op j stages: its parameter,
  * gradient and state, whichever are staged (an upper bound). */
-static uint64_t adam_staged_bytes(const B *b, int j, int64_t ne) {
+static uint64_t adam_staged_bytes(const PlanBuilder *b, int j, int64_t ne) {
     const GOp *op = &b->g->ops[j];
     uint64_t s = 0;
     for (int k = 0; k < 5 && k < op->nin; k++)
@@ -230,7 +230,7 @@ static uint64_t adam_staged_bytes(const B *b, int j, int64_t ne) {
  * in its pinned staging and, when a norm follows, written to twins on NVMe
  * (the homes stay intact for the redo); without a master the parameter is
  * state too, so it must be on NVMe then, where its twin goes. */
-static bool early_eligible(const B *b, int j) {
+static bool early_eligible(const PlanBuilder *b, int j) {
     const GOp *op = &b->g->ops[j];
     int p = op->in[0];
     if (b->g->train.grad_accum > 1 || pl_grad_tier(b, p) != TIER_CPU) return false;
@@ -239,7 +239,7 @@ static bool early_eligible(const B *b, int j) {
     return O == TIER_NVME && b->pl.overlap_nvme && (op->in[2] >= 0 || pl_param_tier(b, p) == TIER_NVME);
 }
 
-bool pl_overlap_prepare(B *b, Arena *a, int bwd_end) {
+bool pl_overlap_prepare(PlanBuilder *b, Arena *a, int bwd_end) {
     const Graph *g = b->g;
     int nt = g->ntensors;
     if (!b->grad_final_step) {
@@ -301,7 +301,7 @@ bool pl_overlap_prepare(B *b, Arena *a, int bwd_end) {
 }
 
 /* Tensor t's twin in arena (named "twin." and t's name); false: out of memory. */
-static bool make_twin(B *b, Arena *a, int t, int arena) {
+static bool make_twin(PlanBuilder *b, Arena *a, int t, int arena) {
     const char *tn = pl_tname(b, t);
     char *name = ARENA_NEWN(a, char, strlen(tn) + 6);
     if (!name) {
@@ -318,7 +318,7 @@ static bool make_twin(B *b, Arena *a, int t, int arena) {
     return true;
 }
 
-bool pl_overlap_twins(B *b, Arena *a) {
+bool pl_overlap_twins(PlanBuilder *b, Arena *a) {
     const Graph *g = b->g;
     int nt = g->ntensors;
     if (!b->twin) {
@@ -342,7 +342,7 @@ bool pl_overlap_twins(B *b, Arena *a) {
     return true;
 }
 
-static bool spec_push(B *b, const AdamViews *v) {
+static bool spec_push(PlanBuilder *b, const AdamViews *v) {
     if (!pl_grow((void **)&b->spec, &b->cspec, b->nspec + 1, sizeof *b->spec)) {
         b->oom = true;
         return false;
@@ -351,7 +351,7 @@ static bool spec_push(B *b, const AdamViews *v) {
     return true;
 }
 
-void pl_emit_early_adams(B *b, int s) {
+void pl_emit_early_adams(PlanBuilder *b, int s) {
     const Graph *g = b->g;
     if (!b->early_at) return;
     for (int k = b->early_at[s]; k < b->early_at[s + 1] && !b->oom; k++) {
@@ -383,7 +383,7 @@ void pl_emit_early_adams(B *b, int s) {
  * clips or is skipped: each speculative sub-group stepped again with the
  * norm, from its intact homes into its twins or from its restored backup,
  * its parameter written back again. */
-static void emit_redo(B *b) {
+static void emit_redo(PlanBuilder *b) {
     for (int k = 0; k < b->nspec && !b->oom; k++) {
         const SpecAdam *sa = &b->spec[k];
         AdamViews v = {.op = sa->op, .e0 = sa->e0, .ne = sa->ne, .backup = sa->backup, .bmode = PLAN_R, .twin = sa->twin,
@@ -396,7 +396,7 @@ static void emit_redo(B *b) {
 /* What the optimizer may read ahead (ADAM_AHEAD_BYTES, at most a
  * sixteenth of the CPU memory, or the largest sub-group's staging when that
  * is more), over the sub-groups after Adam op cursor cj. */
-static uint64_t adam_read_budget(const B *b, int cj) {
+static uint64_t adam_read_budget(const PlanBuilder *b, int cj) {
     uint64_t budget = b->cap[ARENA_CPU] / 16 < ADAM_AHEAD_BYTES ? b->cap[ARENA_CPU] / 16 : ADAM_AHEAD_BYTES;
     int64_t e0 = 0, ne = 0;
     for (int k = cj; adam_next(b, &k, &e0, &ne);) {
@@ -408,7 +408,7 @@ static uint64_t adam_read_budget(const B *b, int cj) {
 
 /* ---- the optimizer's first reads in the backward ---- */
 
-bool pl_hoist_prepare(B *b, Arena *a, int bwd_end) {
+bool pl_hoist_prepare(PlanBuilder *b, Arena *a, int bwd_end) {
     b->nhoist = b->hoist_done = 0;
     if (!b->pl.hoist) return true;
     if (!b->hoist) {
@@ -445,11 +445,11 @@ bool pl_hoist_prepare(B *b, Arena *a, int bwd_end) {
     return true;
 }
 
-void pl_emit_hoisted(B *b, int s) {
+void pl_emit_hoisted(PlanBuilder *b, int s) {
     while (b->hoist_done < b->nhoist && b->hoist_step[b->hoist_done] <= s && !b->oom) adam_load(b, &b->hoist[b->hoist_done++]);
 }
 
-void pl_emit_optimizer(B *b, int bwd_end) {
+void pl_emit_optimizer(PlanBuilder *b, int bwd_end) {
     const Graph *g = b->g;
     bool adam_done = false;
     for (int j = bwd_end; j < g->nops && !b->oom; j++) {

@@ -143,7 +143,7 @@ bool pl_pin_matches(const char *pat, const char *name) {
 
 
 /* The pins by name (planner_impl.h); the last pin naming a parameter wins. */
-bool pl_apply_pins(B *b, Arena *a) {
+bool pl_apply_pins(PlanBuilder *b, Arena *a) {
     const PlannerOptions *o = b->o;
     const Graph *g = b->g;
     if (!o->npins) return true;

@@ -40,7 +40,7 @@ static void find_untileable(const Graph *g, bool *untileable) {
 /* How many tiles each parameter is cut into: the plan block's pins (2-D
  * weights only, rows divided evenly), else enough that a tile takes at
  * most 1/TILE_FRACTION of GPU memory. False (reported) on a bad pin. */
-static bool choose_tiles(B *b, const bool *untileable) {
+static bool choose_tiles(PlanBuilder *b, const bool *untileable) {
     const Graph *g = b->g;
     int n = g->ntensors;
     uint64_t limit = b->t->gpu_memory / TILE_FRACTION;
@@ -82,7 +82,7 @@ static bool choose_tiles(B *b, const bool *untileable) {
 }
 
 /* Each state tensor's slice per rank. */
-static void state_layout(B *b) {
+static void state_layout(PlanBuilder *b) {
     const Graph *g = b->g;
     int n = g->ntensors;
     /* state tensors share their parameter's layout */
@@ -104,7 +104,7 @@ static void state_layout(B *b) {
     }
 }
 
-bool pl_partition(B *b, Arena *a) {
+bool pl_partition(PlanBuilder *b, Arena *a) {
     const Graph *g = b->g;
     int n = g->ntensors;
     b->ntiles = ARENA_NEWN(a, int, n + 1);

@@ -6,7 +6,7 @@
 #include "graph_plan.h"
 
 /* the model, the target as planned and the training settings */
-static void plan_header(const B *b, Plan *p) {
+static void plan_header(const PlanBuilder *b, Plan *p) {
     const Graph *g = b->g;
     Arena *pa = &p->arena;
     p->model_name = arena_strdup(pa, g->model_name ? g->model_name : "");
@@ -30,7 +30,7 @@ static void plan_header(const B *b, Plan *p) {
 }
 
 /* every state tensor's home, in tensor order; false when out of memory */
-static bool plan_shards(const B *b, Plan *p) {
+static bool plan_shards(const PlanBuilder *b, Plan *p) {
     const Graph *g = b->g;
     int nshards = 0;
     for (int i = 0; i < g->ntensors; i++) nshards += b->home[i] >= 0;
@@ -49,7 +49,7 @@ static bool plan_shards(const B *b, Plan *p) {
 
 /* the arenas' sizes and capacities; pinned and pageable CPU memory share
  * the CPU's */
-static void plan_arenas(const B *b, Plan *p) {
+static void plan_arenas(const PlanBuilder *b, Plan *p) {
     for (int a = 0; a < PLAN_NARENAS; a++)
         p->arenas[a] = (PlanArena){(uint8_t)a, 0, b->size[a], pl_arena_align[a]};
     p->arenas[ARENA_GPU].capacity = b->cap[ARENA_GPU];
@@ -61,7 +61,7 @@ static void plan_arenas(const B *b, Plan *p) {
 
 /* buffers, operands, instructions and their dependencies (one list, each
  * instruction's a range of it) */
-static void plan_schedule(const B *b, Plan *p) {
+static void plan_schedule(const PlanBuilder *b, Plan *p) {
     Arena *pa = &p->arena;
     p->nbuffers = (uint32_t)b->nbufs;
     p->buffers = ARENA_NEWN(pa, PlanBuffer, b->nbufs + 1);
@@ -90,7 +90,7 @@ static void plan_schedule(const B *b, Plan *p) {
     }
 }
 
-Plan *pl_emit_plan(B *b) {
+Plan *pl_emit_plan(PlanBuilder *b) {
     Plan *p = plan_new();
     if (!p) return NULL;
     plan_header(b, p);

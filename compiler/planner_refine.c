@@ -22,7 +22,7 @@ enum { MAX_BUILDS_PER_MOVE = 6 };
 typedef enum MoveKind { MV_OPT_GPU, MV_OPT_CPU, MV_PARAM_GPU, MV_PARAM_CPU, MV_COUNT } MoveKind;
 
 typedef struct Refine {
-    B *b;
+    PlanBuilder *b;
     Arena *a;
     PlText *ex;
     Plan **plan;
@@ -52,7 +52,7 @@ static bool move_worth(MoveKind k, const CostResult *cur) {
 }
 
 /* Whether the plan block lets move kind k move anything. */
-static bool move_allowed(const B *b, MoveKind k) {
+static bool move_allowed(const PlanBuilder *b, MoveKind k) {
     const PlannerOptions *o = b->o;
     switch (k) {
     case MV_OPT_GPU: return o->tier[PC_OPTIMIZER] < 0 && o->tier[PC_GRADS] < 0;
@@ -63,7 +63,7 @@ static bool move_allowed(const B *b, MoveKind k) {
 
 /* The tier move kind k moves parameter p from (-1 when it does not apply). */
 static int move_from(const Refine *R, MoveKind k, int p) {
-    const B *b = R->b;
+    const PlanBuilder *b = R->b;
     if (b->name_pinned && b->name_pinned[p]) return -1;
     bool trained = R->obytes[p] > 0;
     int ot = pl_opt_tier(b, p), pt = pl_param_tier(b, p);
@@ -77,7 +77,7 @@ static int move_from(const Refine *R, MoveKind k, int p) {
 
 /* Bytes per rank the move of p adds to the destination tier. */
 static uint64_t move_bytes(const Refine *R, MoveKind k, int p) {
-    const B *b = R->b;
+    const PlanBuilder *b = R->b;
     if (k == MV_OPT_GPU) return R->obytes[p] + (pl_grad_tier(b, p) != TIER_GPU ? R->gbytes[p] : 0);
     if (k == MV_OPT_CPU) return R->obytes[p];
     return pl_shard_bytes(b, p);
@@ -94,7 +94,7 @@ static int8_t get_tier(const Refine *R, MoveKind k, int p) {
 
 /* Per-parameter byte counts and the override tables; false when out of memory. */
 static bool refine_setup(Refine *R) {
-    B *b = R->b;
+    PlanBuilder *b = R->b;
     const Graph *g = b->g;
     int nt = g->ntensors;
     R->obytes = ARENA_NEWN(R->a, uint64_t, nt + 1);
@@ -120,7 +120,7 @@ static bool refine_setup(Refine *R) {
 /* Builds and costs the current tiers: 1 kept (the fastest so far), 0 not
  * (why says so), -1 failed. */
 static int try_build(Refine *R, CostResult *cr, char *why, size_t n) {
-    B *b = R->b;
+    PlanBuilder *b = R->b;
     if (!pl_build(b, R->a)) return -1;
     ++*R->builds;
     if (!pl_fits(b, why, n)) return 0;
@@ -172,7 +172,7 @@ static int batch_for(const Refine *R, MoveKind k, int pos, int nc, uint64_t free
 
 /* One move kind over its candidates; false when a build failed. */
 static bool refine_kind(Refine *R, MoveKind k, CostResult *cur) {
-    B *b = R->b;
+    PlanBuilder *b = R->b;
     int nc = 0;
     for (int p = 0; p < b->g->ntensors; p++)
         if (b->g->tensors[p].cls == TC_PARAM && move_from(R, k, p) >= 0) R->cand[nc++] = p;
@@ -218,7 +218,7 @@ static bool refine_kind(Refine *R, MoveKind k, CostResult *cur) {
     return true;
 }
 
-bool pl_refine(B *b, Arena *a, PlText *ex, Plan **plan, double *time, int *builds) {
+bool pl_refine(PlanBuilder *b, Arena *a, PlText *ex, Plan **plan, double *time, int *builds) {
     Refine R = {.b = b, .a = a, .ex = ex, .plan = plan, .time = time, .builds = builds};
     if (!refine_setup(&R)) {
         b->oom = true;
@@ -240,29 +240,4 @@ bool pl_refine(B *b, Arena *a, PlText *ex, Plan **plan, double *time, int *build
     cost_free(&cur);
     if (ok) pl_say(ex, "refine: %.4g s/step after (%.4g before)", *time, t0);
     return ok;
-}
-
-/* ---- the split, for --explain ---- */
-
-void pl_explain_split(const B *b, const Plan *p, PlText *ex) {
-    static const char *const cls_name[3] = {"params", "grads", "optimizer"};
-    uint64_t bytes[3][PLAN_NTIERS] = {{0}};
-    int count[3][PLAN_NTIERS] = {{0}};
-    for (uint32_t i = 0; i < p->nshards; i++) {
-        const PlanShard *s = &p->shards[i];
-        const GTensor *t = &b->g->tensors[s->tensor];
-        int c = t->cls == TC_PARAM ? 0 : t->cls == TC_GRAD ? 1 : (t->cls == TC_MASTER || t->cls == TC_MOMENTUM || t->cls == TC_VARIANCE) ? 2 : -1;
-        if (c < 0 || s->home >= PLAN_NTIERS) continue;
-        bytes[c][s->home] += s->bytes;
-        count[c][s->home]++;
-    }
-    for (int c = 0; c < 3; c++) {
-        char line[256], s1[32];
-        int w = snprintf(line, sizeof line, "%s:", cls_name[c]);
-        for (int k = 0; k < PLAN_NTIERS && w > 0 && (size_t)w < sizeof line; k++)
-            if (count[c][k])
-                w += snprintf(line + w, sizeof line - (size_t)w, "%s %d tensors on %s (%s)", w > (int)strlen(cls_name[c]) + 1 ? "," : "",
-                              count[c][k], plan_tier_names[k], plan_bytes_str(bytes[c][k], s1, sizeof s1));
-        pl_say(ex, "%s", line);
-    }
 }

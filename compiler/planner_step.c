@@ -34,7 +34,7 @@ static double op_flops(const Graph *g, const GOp *op) {
 
 /* A checkpoint back to the GPU from where the forward saved it (through
  * pinned staging from NVMe). */
-static void fetch_checkpoint(B *b, Req *r) {
+static void fetch_checkpoint(PlanBuilder *b, Req *r) {
     int p = r->tensor;
     uint64_t ds = (uint64_t)pl_dsz(b, p);
     uint64_t bytes = (uint64_t)b->g->tensors[p].numel * ds;
@@ -59,7 +59,7 @@ static void fetch_checkpoint(B *b, Req *r) {
     r->buf = dst;
 }
 
-void pl_emit_fetch(B *b, Req *r) {
+void pl_emit_fetch(PlanBuilder *b, Req *r) {
     int p = r->tensor;
     uint64_t ds = (uint64_t)pl_dsz(b, p);
     if (r->alias >= 0) {
@@ -118,7 +118,7 @@ void pl_emit_fetch(B *b, Req *r) {
 }
 
 /* Where a backward step accumulates parameter p's gradient (tile or whole). */
-static int grad_target(B *b, int p, int tile, uint64_t *off) {
+static int grad_target(PlanBuilder *b, int p, int tile, uint64_t *off) {
     int gt = b->g->tensors[p].grad;
     uint64_t ds = (uint64_t)pl_dsz(b, gt);
     int n = b->ntiles[p];
@@ -138,7 +138,7 @@ static int grad_target(B *b, int p, int tile, uint64_t *off) {
 /* Adds a gradient slice now in pinned staging to its home (CPU or NVMe) for
  * tiles [t0, t1) of n. On NVMe, the first flush of a tile in a step without
  * accumulation overwrites the home; every other one reads, adds and writes. */
-static void grad_to_home(B *b, int gt, int stg, int home, uint64_t hoff, uint64_t bytes, int t0, int t1, int n) {
+static void grad_to_home(PlanBuilder *b, int gt, int stg, int home, uint64_t hoff, uint64_t bytes, int t0, int t1, int n) {
     int tq = t1 - t0 == 1 ? t0 : 0, tn = t1 - t0 == 1 ? n : 1;
     if (pl_grad_tier(b, b->g->tensors[gt].param) != TIER_NVME) {
         int a = pl_ins(b, PI_ACCUM, Q_CPU, gt, tq, tn, 0);
@@ -172,7 +172,7 @@ static void grad_to_home(B *b, int gt, int stg, int home, uint64_t hoff, uint64_
  * it then copies over the home (D2H straight into it) instead of staging
  * and adding, and the home needs no zeroing for the next step when every
  * tile is first flushed this way (emit_zero_grad). Marks the tiles. */
-static bool cpu_first_flush(B *b, int gt, int t0, int t1, int n) {
+static bool cpu_first_flush(PlanBuilder *b, int gt, int t0, int t1, int n) {
     if (pl_grad_tier(b, b->g->tensors[gt].param) != TIER_CPU || b->g->train.grad_accum > 1 || n > 64) return false;
     uint64_t mask = 0;
     for (int u = t0; u < t1; u++) mask |= 1ull << u;
@@ -181,7 +181,7 @@ static bool cpu_first_flush(B *b, int gt, int t0, int t1, int n) {
     return true;
 }
 
-static void grad_flush(B *b, int p, int tile, int tmp) {
+static void grad_flush(PlanBuilder *b, int p, int tile, int tmp) {
     int gt = b->g->tensors[p].grad;
     int home = b->home[gt];
     if (tmp == home) return;
@@ -260,7 +260,7 @@ typedef struct StepOps {
     int gflush[PLAN_MAX_OUT], gtile[PLAN_MAX_OUT], gbuf[PLAN_MAX_OUT], ng;
 } StepOps;
 
-static void emit_zero_grad(B *b, const GOp *op) {
+static void emit_zero_grad(PlanBuilder *b, const GOp *op) {
     const Graph *g = b->g;
     int y = op->out[0];
     if (y < 0) return;
@@ -282,7 +282,7 @@ static void emit_zero_grad(B *b, const GOp *op) {
 
 /* The step's inputs: parameters where their fetch put them, the rest where
  * they were made; false (b->internal) when one was never made. */
-static bool step_inputs(B *b, const Step *s, const GOp *op, StepOps *so) {
+static bool step_inputs(PlanBuilder *b, const Step *s, const GOp *op, StepOps *so) {
     const Graph *g = b->g;
     for (int k = 0; k < op->nin; k++) {
         int x = op->in[k];
@@ -315,7 +315,7 @@ static bool step_inputs(B *b, const Step *s, const GOp *op, StepOps *so) {
  * (tp: the parameter tiled in this step, or -1), other gradients
  * accumulated from zero, activations in new buffers (tile 0) or the one the
  * first tile made. */
-static void step_outputs(B *b, const Step *s, const GOp *op, int tp, StepOps *so) {
+static void step_outputs(PlanBuilder *b, const Step *s, const GOp *op, int tp, StepOps *so) {
     const Graph *g = b->g;
     for (int k = 0; k < op->nout; k++) {
         int y = op->out[k];
@@ -357,7 +357,7 @@ static void step_outputs(B *b, const Step *s, const GOp *op, int tp, StepOps *so
 }
 
 /* checkpoints leave the GPU as soon as the forward has made them */
-static void save_checkpoints(B *b, const GOp *op) {
+static void save_checkpoints(PlanBuilder *b, const GOp *op) {
     const Graph *g = b->g;
     for (int k = 0; k < op->nout; k++) {
         int y = op->out[k];
@@ -379,7 +379,7 @@ static void save_checkpoints(B *b, const GOp *op) {
     }
 }
 
-void pl_emit_step(B *b, const Step *s) {
+void pl_emit_step(PlanBuilder *b, const Step *s) {
     const GOp *op = &b->g->ops[s->op];
     if (op->kind == OP_ZERO_GRAD) {
         emit_zero_grad(b, op);

@@ -2,8 +2,8 @@
  * The rules are documented in docs/checking.md; keep the two in step.
  *
  * This file is the driver: the public entry points of sema.h (setup, the
- * model and its inputs, constant evaluation for target and plan blocks). The
- * work is done by the other sema_*.c files; sema_impl.h says which owns what. */
+ * model and its inputs, the hf mapping once the model is built). The work
+ * is done by the other sema_*.c files; sema_impl.h says which owns what. */
 #include <string.h>
 #include "hfmap.h"
 #include "sema_impl.h"
@@ -72,7 +72,7 @@ static const Decl *find_model(Sema *s, int *model_scope) {
 }
 
 /* The model's typed inputs: graph inputs bound in c (POISON where wrong). */
-static void bind_inputs(Sema *s, Ctx *c, const Decl *model, Graph *g) {
+static void bind_inputs(Sema *s, EvalCtx *c, const Decl *model, Graph *g) {
     for (int i = 0; i < model->params.len; i++) {
         const ParamDecl *pd = &model->params.items[i];
         for (int j = 0; j < i; j++)
@@ -146,7 +146,7 @@ bool sema_check(Sema *s, Graph *g) {
         return false;
     }
     g->model_name = model->name;
-    Ctx c;
+    EvalCtx c;
     memset(&c, 0, sizeof c);
     c.scope = model_scope;
     c.path = "";
@@ -183,55 +183,4 @@ bool sema_build(Arena *a, const Program *prog, const SourceSet *src, DiagSink *d
     }
     bool ok = sema_check(s, out);
     return ok && d->errors == e0;
-}
-
-/* ---- public constant evaluation ---- */
-
-bool sema_eval(Sema *s, const Expr *e, SemaValue *out) {
-    memset(out, 0, sizeof *out);
-    Ctx c = sema_const_ctx(0);
-    Val v = sema_eval_expr(s, &c, e);
-    switch (v.k) {
-    case V_INT: out->kind = SV_INT; out->i = v.i; out->f = (double)v.i; break;
-    case V_FLOAT: out->kind = SV_FLOAT; out->f = v.f; break;
-    case V_STR: out->kind = SV_STR; out->s = v.s; out->slen = v.slen; break;
-    case V_BOOL: out->kind = SV_BOOL; out->i = v.i; out->f = (double)v.i; break;
-    case V_POISON: return false;
-    default: sema_error(s, e->span, "expected a single constant, got %s", sema_vkind_name(v.k)); return false;
-    }
-    out->unit = v.unit;
-    return true;
-}
-
-bool sema_eval_int(Sema *s, const Expr *e, int64_t *out) {
-    SemaValue v;
-    if (!sema_eval(s, e, &v)) return false;
-    if (v.kind != SV_INT) {
-        sema_error(s, e->span, "expected an integer");
-        return false;
-    }
-    *out = v.i;
-    return true;
-}
-
-bool sema_eval_float(Sema *s, const Expr *e, double *out) {
-    SemaValue v;
-    if (!sema_eval(s, e, &v)) return false;
-    if (v.kind != SV_INT && v.kind != SV_FLOAT) {
-        sema_error(s, e->span, "expected a number");
-        return false;
-    }
-    *out = v.f;
-    return true;
-}
-
-bool sema_eval_string(Sema *s, const Expr *e, const char **out) {
-    SemaValue v;
-    if (!sema_eval(s, e, &v)) return false;
-    if (v.kind != SV_STR) {
-        sema_error(s, e->span, "expected a string");
-        return false;
-    }
-    *out = v.s;
-    return true;
 }

@@ -138,7 +138,7 @@ Val sema_const_value(Sema *s, int sc, int idx) {
         return POISON;
     }
     ce->state = 1;
-    Ctx c;
+    EvalCtx c;
     memset(&c, 0, sizeof c);
     c.scope = sc;
     c.path = "";
@@ -156,7 +156,7 @@ Val sema_const_value(Sema *s, int sc, int idx) {
 }
 
 /* Looks up a constant visible from c; *found says whether the name is one. */
-Val sema_lookup_const(Sema *s, Ctx *c, const char *name, Span use, bool *found) {
+Val sema_lookup_const(Sema *s, EvalCtx *c, const char *name, Span use, bool *found) {
     FileScope *f = &s->files[c->scope];
     int idx;
     ConstEntry *ce = sema_find_const_in(f, name, &idx);
@@ -189,8 +189,8 @@ Val sema_lookup_const(Sema *s, Ctx *c, const char *name, Span use, bool *found) 
     return POISON;
 }
 
-Ctx sema_const_ctx(int scope) {
-    Ctx c;
+EvalCtx sema_const_ctx(int scope) {
+    EvalCtx c;
     memset(&c, 0, sizeof c);
     c.scope = scope;
     c.path = "";

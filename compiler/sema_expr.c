@@ -7,10 +7,10 @@
 #include <string.h>
 #include "sema_impl.h"
 
-static Val eval_node(Sema *s, Ctx *c, const Expr *e);
+static Val eval_node(Sema *s, EvalCtx *c, const Expr *e);
 
 /* Names a lookup could have meant, for did-you-mean. */
-static const char *nearest_name(Sema *s, Ctx *c, const char *name) {
+static const char *nearest_name(Sema *s, EvalCtx *c, const char *name) {
     const char *cands[512];
     int n = 0;
     for (Binding *b = c->env; b && n < 512; b = b->next) cands[n++] = b->name;
@@ -23,7 +23,7 @@ static const char *nearest_name(Sema *s, Ctx *c, const char *name) {
     return diag_nearest(name, cands, n);
 }
 
-static Val eval_name(Sema *s, Ctx *c, const Expr *e) {
+static Val eval_name(Sema *s, EvalCtx *c, const Expr *e) {
     const char *n = e->str;
     Binding *b = sema_find_binding(c->env, n);
     if (b) return b->v;
@@ -94,7 +94,7 @@ static const char *opname(int op) {
     }
 }
 
-static Val eval_binary(Sema *s, Ctx *c, const Expr *e) {
+static Val eval_binary(Sema *s, EvalCtx *c, const Expr *e) {
     Val a = sema_eval_expr(s, c, e->lhs), b = sema_eval_expr(s, c, e->rhs);
     if (a.k == V_POISON || b.k == V_POISON) return POISON;
     int op = e->op;
@@ -173,7 +173,7 @@ static Val eval_binary(Sema *s, Ctx *c, const Expr *e) {
 
 /* ---- calls ---- */
 
-static Val eval_call(Sema *s, Ctx *c, const Expr *e) {
+static Val eval_call(Sema *s, EvalCtx *c, const Expr *e) {
     if (c->const_only) {
         sema_error(s, e->span, "a constant cannot call '%s': only arithmetic on numbers is allowed here", e->str);
         return POISON;
@@ -202,7 +202,7 @@ static Val eval_call(Sema *s, Ctx *c, const Expr *e) {
 
 /* Evaluation recurses over the tree: bound its depth so that no source,
  * however deep its expressions, can exhaust the stack. */
-Val sema_eval_expr(Sema *s, Ctx *c, const Expr *e) {
+Val sema_eval_expr(Sema *s, EvalCtx *c, const Expr *e) {
     if (!e) return POISON;
     if (s->eval_depth >= SEMA_MAX_EXPR_DEPTH) {
         if (!s->too_deep) sema_error(s, e->span, "expression nested too deeply (more than %d levels)",
@@ -216,7 +216,7 @@ Val sema_eval_expr(Sema *s, Ctx *c, const Expr *e) {
     return v;
 }
 
-static Val eval_node(Sema *s, Ctx *c, const Expr *e) {
+static Val eval_node(Sema *s, EvalCtx *c, const Expr *e) {
     switch (e->kind) {
     case EX_INT:
     case EX_FLOAT: return eval_literal(s, e);

@@ -83,7 +83,7 @@ static void no_match(Sema *s, const Graph *g, const char *pat, Span sp) {
 /* One pattern: marks what it matches (unmarks it for "!pattern"); false
  * when it is not a string. */
 static bool freeze_one(Sema *s, Graph *g, const Expr *e) {
-    Ctx c = sema_const_ctx(s->train_scope);
+    EvalCtx c = sema_const_ctx(s->train_scope);
     Val v = sema_eval_expr(s, &c, e);
     if (v.k == V_POISON) return true;
     if (v.k != V_STR) return false;

@@ -1,15 +1,37 @@
 /* sema_impl.h: private to compiler/sema*.c. The checker's state (Sema), its
  * values (Val), scopes and evaluation contexts, and the helpers the sema files
  * share. Who owns what:
- *   sema.c        the public entry points: setup, the model, constant evaluation
- *   sema_scope.c  diagnostics de-duplication, names, bindings, lookups
+ *   sema.c        the public entry points: setup, the model, the hf mapping
+ *   sema_eval.c   the public constant evaluation (target, plan and hf blocks)
+ *   sema_scope.c  diagnostics de-duplication, names, bindings, lookups, the
+ *                 graph's limits
  *   sema_decl.c   file scopes and imports, constants
  *   sema_train.c  the train block -> TrainConfig
  *   sema_expr.c   expressions: names, literals, operators, calls
  *   sema_prim.c   primitive calls: arguments, attributes, shapes, ops emitted
  *   sema_layer.c  layer instantiation and params
  *   sema_stmt.c   statements: assign, repeat, if, return, loss
- * The rules are documented in docs/checking.md; keep the two in step. */
+ * The rules are documented in docs/checking.md; keep the two in step.
+ *
+ * Calls go down from sema.c (-> hfmap.c -> sema_eval.c) and to sema_scope.c
+ * from every file. Six files recurse through one another, because the
+ * checker is an interpreter: evaluating an expression runs the things it
+ * names, and running them evaluates expressions again:
+ *   sema_expr -> sema_decl  (sema_lookup_const)  a name may be a constant,
+ *       sema_decl -> sema_expr (sema_eval_expr)  evaluated on first use;
+ *   sema_expr -> sema_train (sema_micro_batch)   the name B is the train
+ *       sema_train -> sema_expr (sema_eval_expr) block's micro_batch, an
+ *       sema_train -> sema_decl (sema_const_ctx) expression in its scope;
+ *   sema_expr -> sema_prim  (sema_call_prim,     a call of a primitive (and
+ *                            sema_emit_prim)     `+` or `*` of tensors)
+ *       sema_prim -> sema_expr (sema_eval_expr)  evaluates its arguments;
+ *   sema_expr -> sema_layer (sema_call_layer)    a call of a layer evaluates
+ *       sema_layer -> sema_expr (sema_eval_expr) its arguments and runs its
+ *       sema_layer -> sema_stmt (sema_exec_body) body, whose statements
+ *       sema_stmt -> sema_expr (sema_eval_expr)  evaluate expressions and
+ *       sema_stmt -> sema_layer (sema_make_param) make its parameters.
+ * Those are all the calls among the six files (what `nm` shows); keep the
+ * list in step when adding one. */
 #ifndef ZINF_SEMA_IMPL_H
 #define ZINF_SEMA_IMPL_H
 #include "sema.h"
@@ -73,7 +95,7 @@ typedef struct FileScope {
 } FileScope;
 
 /* One evaluation context: a layer instance, the model body, or a constant. */
-typedef struct Ctx {
+typedef struct EvalCtx {
     int scope;          /* FileScope index */
     Binding *env;
     const char *path;   /* naming path of this instance ("" for the model) */
@@ -85,7 +107,7 @@ typedef struct Ctx {
     int in_repeat;
     int in_if;          /* inside the taken branch of an if */
     bool is_model;
-} Ctx;
+} EvalCtx;
 
 typedef struct Seen {
     int32_t file;
@@ -160,10 +182,14 @@ const Decl *sema_find_layer_in(const FileScope *f, const char *name);
 /* A layer visible from scope sc: its own, then its imports'. */
 const Decl *sema_find_layer(Sema *s, int sc, const char *name);
 Binding *sema_find_binding(Binding *env, const char *name);
-void sema_bind(Sema *s, Ctx *c, const char *name, Val v, Span def);
+void sema_bind(Sema *s, EvalCtx *c, const char *name, Val v, Span def);
 bool sema_reserved_name(const char *n);
 /* Is name known in c (so a dimension naming it is a value, not a new shape variable)? */
-bool sema_name_known(Sema *s, Ctx *c, const char *n);
+bool sema_name_known(Sema *s, EvalCtx *c, const char *n);
+/* The graph is bounded: false (reported once) when it holds too many tensors. */
+bool sema_room(Sema *s, Span sp);
+/* Counts one expansion step; false once the model has grown too large. */
+bool sema_step(Sema *s, Span sp);
 
 /* ---- sema_decl.c ---- */
 
@@ -171,9 +197,9 @@ void sema_build_scopes(Sema *s);
 /* The value of const idx of scope sc, evaluated on first use. */
 Val sema_const_value(Sema *s, int sc, int idx);
 /* Looks up a constant visible from c; *found says whether the name is one. */
-Val sema_lookup_const(Sema *s, Ctx *c, const char *name, Span use, bool *found);
+Val sema_lookup_const(Sema *s, EvalCtx *c, const char *name, Span use, bool *found);
 /* A context for a constant expression in scope (no tensors, every const visible). */
-Ctx sema_const_ctx(int scope);
+EvalCtx sema_const_ctx(int scope);
 
 /* ---- sema_train.c ---- */
 
@@ -190,31 +216,27 @@ void sema_apply_freeze(Sema *s, Graph *g);
 /* ---- sema_expr.c ---- */
 
 /* Evaluates e in c (bounded recursion depth); errors give POISON. */
-Val sema_eval_expr(Sema *s, Ctx *c, const Expr *e);
+Val sema_eval_expr(Sema *s, EvalCtx *c, const Expr *e);
 
 /* ---- sema_prim.c ---- */
 
-/* The graph is bounded: false (reported once) when it holds too many tensors. */
-bool sema_room(Sema *s, Span sp);
-/* Counts one expansion step; false once the model has grown too large. */
-bool sema_step(Sema *s, Span sp);
 /* Shape-checks and emits one primitive op whose inputs and attributes are
  * gathered in pc (tensor inputs given as values). */
-Val sema_emit_prim(Sema *s, Ctx *c, const PrimInfo *p, const Expr *call, const Val *tin, const Expr *const *tin_e,
+Val sema_emit_prim(Sema *s, EvalCtx *c, const PrimInfo *p, const Expr *call, const Val *tin, const Expr *const *tin_e,
                    int nin, PrimCall *pc);
 /* A call of primitive p: its arguments sorted into tensors and attributes. */
-Val sema_call_prim(Sema *s, Ctx *c, const PrimInfo *p, const Expr *e);
+Val sema_call_prim(Sema *s, EvalCtx *c, const PrimInfo *p, const Expr *e);
 
 /* ---- sema_layer.c ---- */
 
 /* A call of layer L: a new instance, named by its call path, its body run. */
-Val sema_call_layer(Sema *s, Ctx *c, const Decl *L, const Expr *e);
+Val sema_call_layer(Sema *s, EvalCtx *c, const Decl *L, const Expr *e);
 /* var = param [...] init ...: a new parameter tensor named by the path. */
-Val sema_make_param(Sema *s, Ctx *c, const char *var, const Expr *e);
+Val sema_make_param(Sema *s, EvalCtx *c, const char *var, const Expr *e);
 
 /* ---- sema_stmt.c ---- */
 
 /* Runs a layer's or the model's body; *returned says whether it returned. */
-Val sema_exec_body(Sema *s, Ctx *c, const StmtList *body, bool *returned);
+Val sema_exec_body(Sema *s, EvalCtx *c, const StmtList *body, bool *returned);
 
 #endif

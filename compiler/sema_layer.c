@@ -27,7 +27,7 @@ static const char *type_str(Sema *s, const TypeExpr *t) {
 }
 
 /* Binds layer parameter pd to v in callee, checking its type. */
-static void bind_param(Sema *s, Ctx *callee, const Decl *L, const ParamDecl *pd, Val v, Span argsp) {
+static void bind_param(Sema *s, EvalCtx *callee, const Decl *L, const ParamDecl *pd, Val v, Span argsp) {
     const TypeExpr *ty = &pd->type;
     if (!ty->present) {
         sema_bind(s, callee, pd->name, v, pd->span);
@@ -84,7 +84,7 @@ static void bind_param(Sema *s, Ctx *callee, const Decl *L, const ParamDecl *pd,
 
 /* Sorts e's arguments into L's parameters (argv, argsp, given; evaluated in
  * the caller's c); false when one is wrong (unknown, extra, given twice). */
-static bool layer_args(Sema *s, Ctx *c, const Decl *L, const Expr *e, Val *argv, Span *argsp, bool *given) {
+static bool layer_args(Sema *s, EvalCtx *c, const Decl *L, const Expr *e, Val *argv, Span *argsp, bool *given) {
     int np = L->params.len;
     int pos = 0;
     bool bad = false;
@@ -137,7 +137,7 @@ static bool layer_args(Sema *s, Ctx *c, const Decl *L, const Expr *e, Val *argv,
 /* Naming: the callee's component in the caller's naming scope (layer, then
  * layer_1, layer_2, ... for later calls, with the repeat suffix); false when
  * out of memory. */
-static bool instance_name(Sema *s, Ctx *c, const Decl *L, const char **comp) {
+static bool instance_name(Sema *s, EvalCtx *c, const Decl *L, const char **comp) {
     Count *cnt = NULL;
     for (Count *q = c->counts; q; q = q->next)
         if (strcmp(q->name, L->name) == 0) cnt = q;
@@ -154,7 +154,7 @@ static bool instance_name(Sema *s, Ctx *c, const Decl *L, const char **comp) {
     return true;
 }
 
-Val sema_call_layer(Sema *s, Ctx *c, const Decl *L, const Expr *e) {
+Val sema_call_layer(Sema *s, EvalCtx *c, const Decl *L, const Expr *e) {
     /* past a limit, expanding more only repeats the error (and can take exponential time) */
     if (!sema_step(s, e->span)) return POISON;
     for (int i = 0; i < s->depth; i++)
@@ -176,7 +176,7 @@ Val sema_call_layer(Sema *s, Ctx *c, const Decl *L, const Expr *e) {
     bool bad = !layer_args(s, c, L, e, argv, argsp, given);
     const char *comp;
     if (!instance_name(s, c, L, &comp)) return POISON;
-    Ctx callee;
+    EvalCtx callee;
     memset(&callee, 0, sizeof callee);
     callee.scope = sema_scope_of_file(s, L->file);
     if (callee.scope < 0) callee.scope = c->scope;
@@ -247,7 +247,7 @@ static bool pname_add(Sema *s, const char *name, Span sp) {
     return true;
 }
 
-Val sema_make_param(Sema *s, Ctx *c, const char *var, const Expr *e) {
+Val sema_make_param(Sema *s, EvalCtx *c, const char *var, const Expr *e) {
     int64_t dims[GRAPH_MAX_RANK];
     bool bad = false;
     if (e->dims.len > GRAPH_MAX_RANK) {

@@ -1,31 +1,11 @@
 /* sema_prim.c: calls of primitives: arguments sorted into tensor inputs and
  * attributes (named, bare flags, positional constants), shapes inferred and
  * checked by compiler/prim.h, and the op and its output tensors added to the
- * graph, within the graph's limits. */
+ * graph, within the graph's limits (sema_room). */
 #include <string.h>
 #include "sema_impl.h"
 
-/* ---- graph limits and tensors ---- */
-
-/* The graph is bounded: a typo in a repeat count must not take the machine. */
-bool sema_room(Sema *s, Span sp) {
-    if (s->g->ntensors < SEMA_MAX_TENSORS) return true;
-    if (!s->too_big)
-        sema_error(s, sp, "the model is too large: more than %d tensors (is a repeat count too large?)",
-                   SEMA_MAX_TENSORS);
-    s->too_big = true;
-    return false;
-}
-
-/* Counts one expansion step; false once the model has grown too large. */
-bool sema_step(Sema *s, Span sp) {
-    if (s->too_big) return false;
-    if (++s->steps <= SEMA_MAX_STEPS) return true;
-    sema_error(s, sp, "the model is too large: expanding it takes more than %d statements and layer calls (are repeat counts "
-               "or layers that call layers several times too many?)", SEMA_MAX_STEPS);
-    s->too_big = true;
-    return false;
-}
+/* ---- tensors ---- */
 
 static int add_act(Sema *s, const PrimShape *sh, TensorClass cls, Span sp) {
     if (!sema_room(s, sp)) return -1;
@@ -40,7 +20,7 @@ static int add_act(Sema *s, const PrimShape *sh, TensorClass cls, Span sp) {
 /* ---- ops ---- */
 
 /* Notes under a shape error: where each blamed input got its shape. */
-static void blame_notes(Sema *s, Ctx *c, const PrimInfo *p, unsigned blame, const Val *tin, const Expr *const *tin_e,
+static void blame_notes(Sema *s, EvalCtx *c, const PrimInfo *p, unsigned blame, const Val *tin, const Expr *const *tin_e,
                         int nin) {
     for (int i = 0; i < nin; i++) {
         if (!(blame >> i & 1) || !tin_e[i] || tin[i].k != V_TENSOR) continue;
@@ -59,7 +39,7 @@ static void blame_notes(Sema *s, Ctx *c, const PrimInfo *p, unsigned blame, cons
 
 /* Shape-checks and emits one primitive op whose inputs and attributes are
  * gathered in pc (tensor inputs given as values). */
-Val sema_emit_prim(Sema *s, Ctx *c, const PrimInfo *p, const Expr *call, const Val *tin, const Expr *const *tin_e,
+Val sema_emit_prim(Sema *s, EvalCtx *c, const PrimInfo *p, const Expr *call, const Val *tin, const Expr *const *tin_e,
                    int nin, PrimCall *pc) {
     pc->prim = p->id;
     pc->nin = nin;
@@ -202,7 +182,7 @@ static const char *attr_list(Sema *s, const PrimInfo *p) {
 
 /* name = value: attribute name of p set from value; false (with an error)
  * if p has no such attribute or the value does not fit. */
-static bool named_attr(Sema *s, Ctx *c, const PrimInfo *p, PrimCall *pc, const Arg *arg) {
+static bool named_attr(Sema *s, EvalCtx *c, const PrimInfo *p, PrimCall *pc, const Arg *arg) {
     const PrimAttr *a = prim_attr(p, arg->name);
     Val v = sema_eval_expr(s, c, arg->value);
     if (!a) {
@@ -234,7 +214,7 @@ static bool arity_ok(Sema *s, const PrimInfo *p, const Expr *e, int ntensor_args
     return false;
 }
 
-Val sema_call_prim(Sema *s, Ctx *c, const PrimInfo *p, const Expr *e) {
+Val sema_call_prim(Sema *s, EvalCtx *c, const PrimInfo *p, const Expr *e) {
     PrimCall pc;
     memset(&pc, 0, sizeof pc);
     Val tin[PRIM_MAX_IN];

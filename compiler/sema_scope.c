@@ -1,6 +1,7 @@
 /* sema_scope.c: what every sema file leans on: errors reported once per place
- * and message, value and shape names for messages, and name lookup (bindings
- * of a context, consts and layers of a file scope and its imports). */
+ * and message, value and shape names for messages, name lookup (bindings
+ * of a context, consts and layers of a file scope and its imports), and the
+ * graph's limits (tensors, expansion steps). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -93,7 +94,7 @@ Binding *sema_find_binding(Binding *env, const char *name) {
     return NULL;
 }
 
-void sema_bind(Sema *s, Ctx *c, const char *name, Val v, Span def) {
+void sema_bind(Sema *s, EvalCtx *c, const char *name, Val v, Span def) {
     Binding *b = sema_find_binding(c->env, name);
     if (!b) {
         b = ARENA_NEW(s->a, Binding);
@@ -110,11 +111,33 @@ bool sema_reserved_name(const char *n) {
     return strcmp(n, "B") == 0 || strcmp(n, "true") == 0 || strcmp(n, "false") == 0;
 }
 
-bool sema_name_known(Sema *s, Ctx *c, const char *n) {
+bool sema_name_known(Sema *s, EvalCtx *c, const char *n) {
     if (sema_find_binding(c->env, n) || sema_reserved_name(n)) return true;
     FileScope *f = &s->files[c->scope];
     if (sema_find_const_in(f, n, NULL)) return true;
     for (int k = 0; k < f->nimports; k++)
         if (sema_find_const_in(&s->files[f->imports[k]], n, NULL)) return true;
+    return false;
+}
+
+/* ---- graph limits ---- */
+
+/* The graph is bounded: a typo in a repeat count must not take the machine. */
+bool sema_room(Sema *s, Span sp) {
+    if (s->g->ntensors < SEMA_MAX_TENSORS) return true;
+    if (!s->too_big)
+        sema_error(s, sp, "the model is too large: more than %d tensors (is a repeat count too large?)",
+                   SEMA_MAX_TENSORS);
+    s->too_big = true;
+    return false;
+}
+
+/* Counts one expansion step; false once the model has grown too large. */
+bool sema_step(Sema *s, Span sp) {
+    if (s->too_big) return false;
+    if (++s->steps <= SEMA_MAX_STEPS) return true;
+    sema_error(s, sp, "the model is too large: expanding it takes more than %d statements and layer calls (are repeat counts "
+               "or layers that call layers several times too many?)", SEMA_MAX_STEPS);
+    s->too_big = true;
     return false;
 }

@@ -5,9 +5,9 @@
 #include <string.h>
 #include "sema_impl.h"
 
-static void exec_stmts(Sema *s, Ctx *c, const StmtList *body, bool *returned, Val *ret);
+static void exec_stmts(Sema *s, EvalCtx *c, const StmtList *body, bool *returned, Val *ret);
 
-static void unbind(Ctx *c, Binding *which) {
+static void unbind(EvalCtx *c, Binding *which) {
     for (Binding **p = &c->env; *p; p = &(*p)->next)
         if (*p == which) {
             *p = which->next;
@@ -15,7 +15,7 @@ static void unbind(Ctx *c, Binding *which) {
         }
 }
 
-static bool assignable(Sema *s, Ctx *c, const char *name, Span sp) {
+static bool assignable(Sema *s, EvalCtx *c, const char *name, Span sp) {
     if (sema_reserved_name(name)) {
         sema_error(s, sp, "'%s' is reserved%s and cannot be assigned", name,
                    strcmp(name, "B") == 0 ? " (the micro-batch)" : "");
@@ -42,7 +42,7 @@ static bool assignable(Sema *s, Ctx *c, const char *name, Span sp) {
     return true;
 }
 
-static void exec_assign(Sema *s, Ctx *c, const Stmt *st) {
+static void exec_assign(Sema *s, EvalCtx *c, const Stmt *st) {
     const NameList *tg = &st->targets;
     if (st->value && st->value->kind == EX_PARAM) {
         if (tg->len != 1) {
@@ -85,7 +85,7 @@ static void copy_counts(Sema *s, Count **dst, const Count *src) {
     }
 }
 
-static void exec_repeat(Sema *s, Ctx *c, const Stmt *st, bool *returned, Val *ret) {
+static void exec_repeat(Sema *s, EvalCtx *c, const Stmt *st, bool *returned, Val *ret) {
     Val cv = sema_eval_expr(s, c, st->count);
     int64_t n = 1;
     bool poison = false;
@@ -149,7 +149,7 @@ static void exec_repeat(Sema *s, Ctx *c, const Stmt *st, bool *returned, Val *re
 
 /* if C { ... } else { ... }: C is a constant true or false; only the branch
  * taken runs (and so is checked); what it assigns stays visible after. */
-static void exec_if(Sema *s, Ctx *c, const Stmt *st, bool *returned, Val *ret) {
+static void exec_if(Sema *s, EvalCtx *c, const Stmt *st, bool *returned, Val *ret) {
     Val cv = sema_eval_expr(s, c, st->count);
     if (cv.k == V_POISON) return;
     if (cv.k != V_BOOL) {
@@ -163,7 +163,7 @@ static void exec_if(Sema *s, Ctx *c, const Stmt *st, bool *returned, Val *ret) {
 }
 
 /* loss EXPR: the model's one scalar loss (g->loss -2: there was one, erroneous). */
-static void exec_loss(Sema *s, Ctx *c, const Stmt *st) {
+static void exec_loss(Sema *s, EvalCtx *c, const Stmt *st) {
     if (!c->is_model) {
         sema_error(s, st->span, "loss belongs in the model body, not in a layer");
         sema_eval_expr(s, c, st->value);
@@ -194,7 +194,7 @@ static void exec_loss(Sema *s, Ctx *c, const Stmt *st) {
     s->g->loss = v.t;
 }
 
-static void exec_stmts(Sema *s, Ctx *c, const StmtList *body, bool *returned, Val *ret) {
+static void exec_stmts(Sema *s, EvalCtx *c, const StmtList *body, bool *returned, Val *ret) {
     for (int k = 0; k < body->len; k++) {
         const Stmt *st = body->items[k];
         if (!st || ((st->kind == ST_ASSIGN || st->kind == ST_LOSS) && !st->value) ||
@@ -248,7 +248,7 @@ static void exec_stmts(Sema *s, Ctx *c, const StmtList *body, bool *returned, Va
     }
 }
 
-Val sema_exec_body(Sema *s, Ctx *c, const StmtList *body, bool *returned) {
+Val sema_exec_body(Sema *s, EvalCtx *c, const StmtList *body, bool *returned) {
     Val ret = POISON;
     *returned = false;
     exec_stmts(s, c, body, returned, &ret);

@@ -26,7 +26,7 @@ int64_t sema_micro_batch(Sema *s) {
     const Setting *st = train_setting(s, "micro_batch");
     s->train.micro_batch = 1;
     if (st && st->value) {
-        Ctx c = sema_const_ctx(s->train_scope);
+        EvalCtx c = sema_const_ctx(s->train_scope);
         /* B inside micro_batch itself is a cycle */
         Val v = sema_eval_expr(s, &c, st->value);
         if (v.k == V_INT && v.i >= 1) s->train.micro_batch = v.i;
@@ -38,7 +38,7 @@ int64_t sema_micro_batch(Sema *s) {
 }
 
 static bool setting_int(Sema *s, const Setting *st, int64_t lo, int64_t *out) {
-    Ctx c = sema_const_ctx(s->train_scope);
+    EvalCtx c = sema_const_ctx(s->train_scope);
     Val v = sema_eval_expr(s, &c, st->value);
     if (v.k == V_POISON) return false;
     if (v.k != V_INT || v.i < lo) {
@@ -62,7 +62,7 @@ static bool num_ok(Sema *s, const char *key, Val v, Span sp, double lo, bool lo_
 }
 
 static bool setting_num(Sema *s, const Setting *st, double lo, bool lo_open, double *out) {
-    Ctx c = sema_const_ctx(s->train_scope);
+    EvalCtx c = sema_const_ctx(s->train_scope);
     return num_ok(s, st->key, sema_eval_expr(s, &c, st->value), st->value->span, lo, lo_open, out);
 }
 
@@ -102,7 +102,7 @@ static void read_adam(Sema *s, const Expr *e, TrainConfig *t) {
             continue;
         }
         set[idx] = true;
-        Ctx c = sema_const_ctx(s->train_scope);
+        EvalCtx c = sema_const_ctx(s->train_scope);
         Val v = sema_eval_expr(s, &c, a->value);
         double x;
         if (num_ok(s, keys[idx], v, a->value->span, 0, idx == 0 || idx == 3, &x)) {
@@ -197,7 +197,7 @@ static void read_checkpoint(Sema *s, const Setting *st, TrainConfig *t) {
     if (w && (strcmp(w, "layer") == 0 || strcmp(w, "layers") == 0)) t->checkpoint_every = 1;
     else if (w && strcmp(w, "none") == 0) t->checkpoint_every = 0;
     else if (e->kind == EX_CALL && strcmp(e->str, "every") == 0 && e->args.len == 1) {
-        Ctx c = sema_const_ctx(s->train_scope);
+        EvalCtx c = sema_const_ctx(s->train_scope);
         Val v = sema_eval_expr(s, &c, e->args.items[0].value);
         if (v.k == V_INT && v.i >= 1) t->checkpoint_every = v.i;
         else if (v.k != V_POISON) sema_error(s, e->span, "checkpoint every(N) needs a positive integer N");

@@ -47,18 +47,18 @@ decls ::= decls error sep.                          { yypParser->yyerrcnt = -1; 
 sep ::= NL.
 sep ::= SEMI.
 
-decl ::= IMPORT(K) STRING(S).                       { ast_import(ctx, &K, &S); }
+decl ::= IMPORT(K) STRING(S).                       { parse_import(ctx, &K, &S); }
 decl ::= CONST const_list.
 const_list ::= const_item.
 const_list ::= const_list COMMA const_item.
-const_item ::= IDENT(N) ASSIGN expr(E).             { ast_const(ctx, &N, E); }
-decl ::= LAYER(K) IDENT(N) LPAREN params(P) RPAREN block(B).   { ast_fn(ctx, DL_LAYER, &K, &N, &P, &B); }
-decl ::= MODEL(K) IDENT(N) LPAREN params(P) RPAREN block(B).   { ast_fn(ctx, DL_MODEL, &K, &N, &P, &B); }
-decl ::= TRAIN(K) sblock(S).                        { ast_block_decl(ctx, DL_TRAIN, &K, NULL, &S); }
-decl ::= TARGET(K) IDENT(N) sblock(S).              { ast_block_decl(ctx, DL_TARGET, &K, &N, &S); }
-decl ::= PLAN(K) sblock(S).                         { ast_block_decl(ctx, DL_PLAN, &K, NULL, &S); }
-decl ::= HF(K) STRING(A) hblock(S).                 { ast_hf(ctx, &K, &A, &S); }
-decl ::= HF(K) hblock(S).                           { ast_hf(ctx, &K, NULL, &S); }
+const_item ::= IDENT(N) ASSIGN expr(E).             { parse_const(ctx, &N, E); }
+decl ::= LAYER(K) IDENT(N) LPAREN params(P) RPAREN block(B).   { parse_fn(ctx, DL_LAYER, &K, &N, &P, &B); }
+decl ::= MODEL(K) IDENT(N) LPAREN params(P) RPAREN block(B).   { parse_fn(ctx, DL_MODEL, &K, &N, &P, &B); }
+decl ::= TRAIN(K) sblock(S).                        { parse_block_decl(ctx, DL_TRAIN, &K, NULL, &S); }
+decl ::= TARGET(K) IDENT(N) sblock(S).              { parse_block_decl(ctx, DL_TARGET, &K, &N, &S); }
+decl ::= PLAN(K) sblock(S).                         { parse_block_decl(ctx, DL_PLAN, &K, NULL, &S); }
+decl ::= HF(K) STRING(A) hblock(S).                 { parse_hf(ctx, &K, &A, &S); }
+decl ::= HF(K) hblock(S).                           { parse_hf(ctx, &K, NULL, &S); }
 
 %type params {ParamList}
 %type param_list {ParamList}
@@ -69,13 +69,13 @@ params(A) ::= param_list(L).                        { A = L; }
 params(A) ::= param_list(L) COMMA.                  { A = L; }
 param_list(A) ::= param(P).                         { memset(&A, 0, sizeof A); ast_params_push(ctx->arena, &A, P); }
 param_list(A) ::= param_list(L) COMMA param(P).     { A = L; ast_params_push(ctx->arena, &A, P); }
-param(A) ::= IDENT(N).                              { A = ast_param(ctx, &N, NULL, NULL); }
-param(A) ::= IDENT(N) COLON type(T).                { A = ast_param(ctx, &N, &T, NULL); }
-param(A) ::= IDENT(N) ASSIGN expr(E).               { A = ast_param(ctx, &N, NULL, E); }
-param(A) ::= IDENT(N) COLON type(T) ASSIGN expr(E). { A = ast_param(ctx, &N, &T, E); }
-type(A) ::= DTYPE(D) LBRACK(L) exprs(X) RBRACK(R).  { A = ast_type(ctx, &D, &L, &X, &R); }
-type(A) ::= LBRACK(L) exprs(X) RBRACK(R).           { A = ast_type(ctx, NULL, &L, &X, &R); }
-type(A) ::= DTYPE(D).                               { A = ast_type(ctx, &D, NULL, NULL, &D); }
+param(A) ::= IDENT(N).                              { A = parse_param(ctx, &N, NULL, NULL); }
+param(A) ::= IDENT(N) COLON type(T).                { A = parse_param(ctx, &N, &T, NULL); }
+param(A) ::= IDENT(N) ASSIGN expr(E).               { A = parse_param(ctx, &N, NULL, E); }
+param(A) ::= IDENT(N) COLON type(T) ASSIGN expr(E). { A = parse_param(ctx, &N, &T, E); }
+type(A) ::= DTYPE(D) LBRACK(L) exprs(X) RBRACK(R).  { A = parse_type(ctx, &D, &L, &X, &R); }
+type(A) ::= LBRACK(L) exprs(X) RBRACK(R).           { A = parse_type(ctx, NULL, &L, &X, &R); }
+type(A) ::= DTYPE(D).                               { A = parse_type(ctx, &D, NULL, NULL, &D); }
 
 %type block {StmtList}
 %type body {StmtList}
@@ -92,13 +92,13 @@ stmts(A) ::= stmts(S) error sep.                    { A = S; yypParser->yyerrcnt
 
 %type stmt {Stmt *}
 %type names {NameList}
-stmt(A) ::= names(N) ASSIGN expr(E).                { A = ast_assign(ctx, &N, E); }
-stmt(A) ::= REPEAT(K) expr(C) LBRACE(O) body(S).    { A = ast_repeat(ctx, &K, C, NULL, &O, &S); }
-stmt(A) ::= REPEAT(K) expr(C) AS IDENT(I) LBRACE(O) body(S). { A = ast_repeat(ctx, &K, C, &I, &O, &S); }
-stmt(A) ::= IF(K) expr(C) LBRACE(O) body(S).        { A = ast_if(ctx, &K, C, &O, &S, NULL); }
-stmt(A) ::= IF(K) expr(C) LBRACE(O) body(S) ELSE LBRACE body(E). { A = ast_if(ctx, &K, C, &O, &S, &E); }
-stmt(A) ::= RETURN(K) exprs(X).                     { A = ast_return(ctx, &K, &X); }
-stmt(A) ::= LOSS(K) expr(E).                        { A = ast_loss(ctx, &K, E); }
+stmt(A) ::= names(N) ASSIGN expr(E).                { A = parse_assign(ctx, &N, E); }
+stmt(A) ::= REPEAT(K) expr(C) LBRACE(O) body(S).    { A = parse_repeat(ctx, &K, C, NULL, &O, &S); }
+stmt(A) ::= REPEAT(K) expr(C) AS IDENT(I) LBRACE(O) body(S). { A = parse_repeat(ctx, &K, C, &I, &O, &S); }
+stmt(A) ::= IF(K) expr(C) LBRACE(O) body(S).        { A = parse_if(ctx, &K, C, &O, &S, NULL); }
+stmt(A) ::= IF(K) expr(C) LBRACE(O) body(S) ELSE LBRACE body(E). { A = parse_if(ctx, &K, C, &O, &S, &E); }
+stmt(A) ::= RETURN(K) exprs(X).                     { A = parse_return(ctx, &K, &X); }
+stmt(A) ::= LOSS(K) expr(E).                        { A = parse_loss(ctx, &K, E); }
 names(A) ::= IDENT(N).                              { memset(&A, 0, sizeof A); ast_names_push(ctx->arena, &A, N.str, N.span); }
 names(A) ::= names(L) COMMA IDENT(N).               { A = L; ast_names_push(ctx->arena, &A, N.str, N.span); }
 
@@ -114,9 +114,9 @@ settings(A) ::= .                                   { memset(&A, 0, sizeof A); }
 settings(A) ::= settings(S) sep.                    { A = S; }
 settings(A) ::= settings(S) setting(T) sep.         { A = S; ast_settings_push(ctx->arena, &A, T); }
 settings(A) ::= settings(S) error sep.              { A = S; yypParser->yyerrcnt = -1; }
-setting(A) ::= IDENT(K) ASSIGN expr(E).             { A = ast_set_value(ctx, &K, NULL, E); }
-setting(A) ::= IDENT(K) STRING(S) ASSIGN expr(E).   { A = ast_set_value(ctx, &K, &S, E); }
-setting(A) ::= IDENT(K) sblock(B).                  { A = ast_set_block(ctx, &K, &B); }
+setting(A) ::= IDENT(K) ASSIGN expr(E).             { A = parse_set_value(ctx, &K, NULL, E); }
+setting(A) ::= IDENT(K) STRING(S) ASSIGN expr(E).   { A = parse_set_value(ctx, &K, &S, E); }
+setting(A) ::= IDENT(K) sblock(B).                  { A = parse_set_block(ctx, &K, &B); }
 
 /* An hf block: "pattern" = expr entries, and name = expr settings (config). */
 %type hblock {SettingList}
@@ -131,29 +131,29 @@ hitems(A) ::= .                                     { memset(&A, 0, sizeof A); }
 hitems(A) ::= hitems(S) sep.                        { A = S; }
 hitems(A) ::= hitems(S) hitem(T) sep.               { A = S; ast_settings_push(ctx->arena, &A, T); }
 hitems(A) ::= hitems(S) error sep.                  { A = S; yypParser->yyerrcnt = -1; }
-hitem(A) ::= STRING(K) ASSIGN expr(E).              { A = ast_hf_entry(ctx, &K, E); }
-hitem(A) ::= IDENT(K) ASSIGN expr(E).               { A = ast_set_value(ctx, &K, NULL, E); }
+hitem(A) ::= STRING(K) ASSIGN expr(E).              { A = parse_hf_entry(ctx, &K, E); }
+hitem(A) ::= IDENT(K) ASSIGN expr(E).               { A = parse_set_value(ctx, &K, NULL, E); }
 
 %type exprs {ExprList}
 exprs(A) ::= expr(E).                               { memset(&A, 0, sizeof A); ast_exprs_push(ctx->arena, &A, E); }
 exprs(A) ::= exprs(L) COMMA expr(E).                { A = L; ast_exprs_push(ctx->arena, &A, E); }
 
-expr(A) ::= expr(L) PLUS expr(R).                   { A = ast_binary(ctx, '+', L, R); }
-expr(A) ::= expr(L) MINUS expr(R).                  { A = ast_binary(ctx, '-', L, R); }
-expr(A) ::= expr(L) STAR expr(R).                   { A = ast_binary(ctx, '*', L, R); }
-expr(A) ::= expr(L) SLASH expr(R).                  { A = ast_binary(ctx, '/', L, R); }
-expr(A) ::= expr(L) PERCENT expr(R).                { A = ast_binary(ctx, '%', L, R); }
-expr(A) ::= MINUS(K) expr(E). [UMINUS]              { A = ast_unary(ctx, &K, E); }
-expr(A) ::= INT(T).                                 { A = ast_number(ctx, &T, EX_INT); }
-expr(A) ::= FLOAT(T).                               { A = ast_number(ctx, &T, EX_FLOAT); }
-expr(A) ::= STRING(T).                              { A = ast_string(ctx, &T); }
-expr(A) ::= IDENT(T).                               { A = ast_name(ctx, &T); }
-expr(A) ::= DTYPE(T).                               { A = ast_name(ctx, &T); }
+expr(A) ::= expr(L) PLUS expr(R).                   { A = parse_binary(ctx, '+', L, R); }
+expr(A) ::= expr(L) MINUS expr(R).                  { A = parse_binary(ctx, '-', L, R); }
+expr(A) ::= expr(L) STAR expr(R).                   { A = parse_binary(ctx, '*', L, R); }
+expr(A) ::= expr(L) SLASH expr(R).                  { A = parse_binary(ctx, '/', L, R); }
+expr(A) ::= expr(L) PERCENT expr(R).                { A = parse_binary(ctx, '%', L, R); }
+expr(A) ::= MINUS(K) expr(E). [UMINUS]              { A = parse_unary(ctx, &K, E); }
+expr(A) ::= INT(T).                                 { A = parse_number(ctx, &T, EX_INT); }
+expr(A) ::= FLOAT(T).                               { A = parse_number(ctx, &T, EX_FLOAT); }
+expr(A) ::= STRING(T).                              { A = parse_string(ctx, &T); }
+expr(A) ::= IDENT(T).                               { A = parse_name(ctx, &T); }
+expr(A) ::= DTYPE(T).                               { A = parse_name(ctx, &T); }
 expr(A) ::= LPAREN expr(E) RPAREN.                  { A = E; }
-expr(A) ::= LBRACK(L) args(X) RBRACK(R).            { A = ast_list(ctx, &L, &X, &R); }
-expr(A) ::= IDENT(N) LPAREN args(X) RPAREN(R).      { A = ast_call(ctx, &N, &X, &R); }
-expr(A) ::= PARAM(K) LBRACK exprs(D) RBRACK INIT IDENT(I) ptail(X) pflag(F).             { A = ast_param_expr(ctx, &K, NULL, &D, &I, &X, &F); }
-expr(A) ::= PARAM(K) DTYPE(T) LBRACK exprs(D) RBRACK INIT IDENT(I) ptail(X) pflag(F).    { A = ast_param_expr(ctx, &K, &T, &D, &I, &X, &F); }
+expr(A) ::= LBRACK(L) args(X) RBRACK(R).            { A = parse_list(ctx, &L, &X, &R); }
+expr(A) ::= IDENT(N) LPAREN args(X) RPAREN(R).      { A = parse_call(ctx, &N, &X, &R); }
+expr(A) ::= PARAM(K) LBRACK exprs(D) RBRACK INIT IDENT(I) ptail(X) pflag(F).             { A = parse_param_expr(ctx, &K, NULL, &D, &I, &X, &F); }
+expr(A) ::= PARAM(K) DTYPE(T) LBRACK exprs(D) RBRACK INIT IDENT(I) ptail(X) pflag(F).    { A = parse_param_expr(ctx, &K, &T, &D, &I, &X, &F); }
 
 /* param [..] init normal(0.02) frozen: the word after the initialiser */
 %type pflag {Token}

@@ -191,7 +191,7 @@ static Decl *decl(PCtx *c, DeclKind k, const Token *kw) {
     return d;
 }
 
-void ast_import(PCtx *c, const Token *kw, const Token *s) {
+void parse_import(PCtx *c, const Token *kw, const Token *s) {
     if (s->str && strlen(s->str) != s->slen) {
         diag_error(c->d, s->span, "an import name cannot contain a NUL byte");
         return;
@@ -210,7 +210,7 @@ void ast_import(PCtx *c, const Token *kw, const Token *s) {
     d->span = span_join(kw->span, s->span);
 }
 
-void ast_const(PCtx *c, const Token *name, Expr *e) {
+void parse_const(PCtx *c, const Token *name, Expr *e) {
     Decl *d = decl(c, DL_CONST, name);
     if (!d) return;
     d->name = name->str;
@@ -218,7 +218,7 @@ void ast_const(PCtx *c, const Token *name, Expr *e) {
     d->value = e;
 }
 
-void ast_fn(PCtx *c, DeclKind k, const Token *kw, const Token *name, const ParamList *p, const StmtList *body) {
+void parse_fn(PCtx *c, DeclKind k, const Token *kw, const Token *name, const ParamList *p, const StmtList *body) {
     Decl *d = decl(c, k, kw);
     if (!d) return;
     d->name = name->str;
@@ -228,7 +228,7 @@ void ast_fn(PCtx *c, DeclKind k, const Token *kw, const Token *name, const Param
     d->body = *body;
 }
 
-void ast_block_decl(PCtx *c, DeclKind k, const Token *kw, const Token *name, const SettingList *s) {
+void parse_block_decl(PCtx *c, DeclKind k, const Token *kw, const Token *name, const SettingList *s) {
     Decl *d = decl(c, k, kw);
     if (!d) return;
     if (name) {
@@ -239,7 +239,7 @@ void ast_block_decl(PCtx *c, DeclKind k, const Token *kw, const Token *name, con
     d->settings = *s;
 }
 
-ParamDecl ast_param(PCtx *c, const Token *name, const TypeExpr *t, Expr *def) {
+ParamDecl parse_param(PCtx *c, const Token *name, const TypeExpr *t, Expr *def) {
     (void)c;
     ParamDecl p;
     memset(&p, 0, sizeof p);
@@ -250,7 +250,7 @@ ParamDecl ast_param(PCtx *c, const Token *name, const TypeExpr *t, Expr *def) {
     return p;
 }
 
-TypeExpr ast_type(PCtx *c, const Token *dt, const Token *lb, const ExprList *dims, const Token *end) {
+TypeExpr parse_type(PCtx *c, const Token *dt, const Token *lb, const ExprList *dims, const Token *end) {
     (void)c;
     TypeExpr t;
     memset(&t, 0, sizeof t);
@@ -263,7 +263,7 @@ TypeExpr ast_type(PCtx *c, const Token *dt, const Token *lb, const ExprList *dim
 
 /* ---- statements ---- */
 
-Stmt *ast_assign(PCtx *c, const NameList *n, Expr *e) {
+Stmt *parse_assign(PCtx *c, const NameList *n, Expr *e) {
     Stmt *s = ast_stmt(c->arena, ST_ASSIGN, n->len ? n->spans[0] : SPAN_NONE);
     if (!s) return NULL;
     s->targets = *n;
@@ -272,7 +272,7 @@ Stmt *ast_assign(PCtx *c, const NameList *n, Expr *e) {
     return s;
 }
 
-Stmt *ast_repeat(PCtx *c, const Token *kw, Expr *count, const Token *index, const Token *open, const StmtList *body) {
+Stmt *parse_repeat(PCtx *c, const Token *kw, Expr *count, const Token *index, const Token *open, const StmtList *body) {
     Stmt *s = ast_stmt(c->arena, ST_REPEAT, kw->span);
     if (!s) return NULL;
     s->count = count;
@@ -286,7 +286,7 @@ Stmt *ast_repeat(PCtx *c, const Token *kw, Expr *count, const Token *index, cons
     return s;
 }
 
-Stmt *ast_if(PCtx *c, const Token *kw, Expr *cond, const Token *open, const StmtList *body, const StmtList *else_body) {
+Stmt *parse_if(PCtx *c, const Token *kw, Expr *cond, const Token *open, const StmtList *body, const StmtList *else_body) {
     Stmt *s = ast_stmt(c->arena, ST_IF, kw->span);
     if (!s) return NULL;
     s->count = cond;
@@ -307,7 +307,7 @@ static bool plain_string(PCtx *c, const Token *s, const char *what) {
     return false;
 }
 
-void ast_hf(PCtx *c, const Token *kw, const Token *arch, const SettingList *s) {
+void parse_hf(PCtx *c, const Token *kw, const Token *arch, const SettingList *s) {
     if (arch && !plain_string(c, arch, "an architecture name")) return;
     Decl *d = decl(c, DL_HF, kw);
     if (!d) return;
@@ -319,7 +319,7 @@ void ast_hf(PCtx *c, const Token *kw, const Token *arch, const SettingList *s) {
     d->settings = *s;
 }
 
-Setting *ast_hf_entry(PCtx *c, const Token *pattern, Expr *e) {
+Setting *parse_hf_entry(PCtx *c, const Token *pattern, Expr *e) {
     if (!plain_string(c, pattern, "a parameter pattern")) return NULL;
     Setting *s = ast_setting(c->arena, pattern->str, pattern->span);
     if (!s) return NULL;
@@ -328,7 +328,7 @@ Setting *ast_hf_entry(PCtx *c, const Token *pattern, Expr *e) {
     return s;
 }
 
-Stmt *ast_return(PCtx *c, const Token *kw, const ExprList *v) {
+Stmt *parse_return(PCtx *c, const Token *kw, const ExprList *v) {
     Stmt *s = ast_stmt(c->arena, ST_RETURN, kw->span);
     if (!s) return NULL;
     s->values = *v;
@@ -336,7 +336,7 @@ Stmt *ast_return(PCtx *c, const Token *kw, const ExprList *v) {
     return s;
 }
 
-Stmt *ast_loss(PCtx *c, const Token *kw, Expr *e) {
+Stmt *parse_loss(PCtx *c, const Token *kw, Expr *e) {
     Stmt *s = ast_stmt(c->arena, ST_LOSS, kw->span);
     if (!s) return NULL;
     s->value = e;
@@ -344,7 +344,7 @@ Stmt *ast_loss(PCtx *c, const Token *kw, Expr *e) {
     return s;
 }
 
-Setting *ast_set_value(PCtx *c, const Token *key, const Token *sel, Expr *e) {
+Setting *parse_set_value(PCtx *c, const Token *key, const Token *sel, Expr *e) {
     Setting *s = ast_setting(c->arena, key->str, key->span);
     if (!s) return NULL;
     if (sel) {
@@ -355,7 +355,7 @@ Setting *ast_set_value(PCtx *c, const Token *key, const Token *sel, Expr *e) {
     return s;
 }
 
-Setting *ast_set_block(PCtx *c, const Token *key, const SettingList *b) {
+Setting *parse_set_block(PCtx *c, const Token *key, const SettingList *b) {
     Setting *s = ast_setting(c->arena, key->str, key->span);
     if (!s) return NULL;
     s->is_block = true;
@@ -365,7 +365,7 @@ Setting *ast_set_block(PCtx *c, const Token *key, const SettingList *b) {
 
 /* ---- expressions ---- */
 
-Expr *ast_binary(PCtx *c, int op, Expr *l, Expr *r) {
+Expr *parse_binary(PCtx *c, int op, Expr *l, Expr *r) {
     Expr *e = ast_expr(c->arena, EX_BINARY, span_join(l ? l->span : SPAN_NONE, r ? r->span : SPAN_NONE));
     if (!e) return NULL;
     e->op = op;
@@ -374,7 +374,7 @@ Expr *ast_binary(PCtx *c, int op, Expr *l, Expr *r) {
     return e;
 }
 
-Expr *ast_unary(PCtx *c, const Token *minus, Expr *x) {
+Expr *parse_unary(PCtx *c, const Token *minus, Expr *x) {
     Expr *e = ast_expr(c->arena, EX_UNARY, span_join(minus->span, x ? x->span : SPAN_NONE));
     if (!e) return NULL;
     e->op = '-';
@@ -382,7 +382,7 @@ Expr *ast_unary(PCtx *c, const Token *minus, Expr *x) {
     return e;
 }
 
-Expr *ast_number(PCtx *c, const Token *t, ExprKind k) {
+Expr *parse_number(PCtx *c, const Token *t, ExprKind k) {
     Expr *e = ast_expr(c->arena, k, t->span);
     if (!e) return NULL;
     e->ival = t->ival;
@@ -392,7 +392,7 @@ Expr *ast_number(PCtx *c, const Token *t, ExprKind k) {
     return e;
 }
 
-Expr *ast_string(PCtx *c, const Token *t) {
+Expr *parse_string(PCtx *c, const Token *t) {
     Expr *e = ast_expr(c->arena, EX_STR, t->span);
     if (!e) return NULL;
     e->str = t->str;
@@ -400,7 +400,7 @@ Expr *ast_string(PCtx *c, const Token *t) {
     return e;
 }
 
-Expr *ast_name(PCtx *c, const Token *t) {
+Expr *parse_name(PCtx *c, const Token *t) {
     Expr *e = ast_expr(c->arena, EX_NAME, t->span);
     if (!e) return NULL;
     e->str = t->str;
@@ -408,14 +408,14 @@ Expr *ast_name(PCtx *c, const Token *t) {
     return e;
 }
 
-Expr *ast_list(PCtx *c, const Token *lb, const ArgList *items, const Token *rb) {
+Expr *parse_list(PCtx *c, const Token *lb, const ArgList *items, const Token *rb) {
     Expr *e = ast_expr(c->arena, EX_LIST, span_join(lb->span, rb->span));
     if (!e) return NULL;
     e->args = *items;
     return e;
 }
 
-Expr *ast_call(PCtx *c, const Token *name, const ArgList *args, const Token *rp) {
+Expr *parse_call(PCtx *c, const Token *name, const ArgList *args, const Token *rp) {
     Expr *e = ast_expr(c->arena, EX_CALL, span_join(name->span, rp->span));
     if (!e) return NULL;
     e->str = name->str;
@@ -425,7 +425,7 @@ Expr *ast_call(PCtx *c, const Token *name, const ArgList *args, const Token *rp)
     return e;
 }
 
-Expr *ast_param_expr(PCtx *c, const Token *kw, const Token *dt, const ExprList *dims, const Token *init, const ArgTail *t,
+Expr *parse_param_expr(PCtx *c, const Token *kw, const Token *dt, const ExprList *dims, const Token *init, const ArgTail *t,
                      const Token *flag) {
     Span end = flag->str ? flag->span : t->present ? t->end : init->span;
     Expr *e = ast_expr(c->arena, EX_PARAM, span_join(kw->span, end));

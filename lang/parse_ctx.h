@@ -40,30 +40,30 @@ int parse_zl_accepts(void *p, int tok);
 uint64_t parse_zl_expected(void *p);
 void parse_too_deep(PCtx *c);
 
-void ast_import(PCtx *c, const Token *kw, const Token *s);
-void ast_const(PCtx *c, const Token *name, Expr *e);
-void ast_fn(PCtx *c, DeclKind k, const Token *kw, const Token *name, const ParamList *p, const StmtList *body);
-void ast_block_decl(PCtx *c, DeclKind k, const Token *kw, const Token *name, const SettingList *s);
-ParamDecl ast_param(PCtx *c, const Token *name, const TypeExpr *t, Expr *def);
-TypeExpr ast_type(PCtx *c, const Token *dt, const Token *lb, const ExprList *dims, const Token *end);
-Stmt *ast_assign(PCtx *c, const NameList *n, Expr *e);
-Stmt *ast_repeat(PCtx *c, const Token *kw, Expr *count, const Token *index, const Token *open, const StmtList *body);
-Stmt *ast_if(PCtx *c, const Token *kw, Expr *cond, const Token *open, const StmtList *body, const StmtList *else_body);
-void ast_hf(PCtx *c, const Token *kw, const Token *arch, const SettingList *s);
-Setting *ast_hf_entry(PCtx *c, const Token *pattern, Expr *e);
-Stmt *ast_return(PCtx *c, const Token *kw, const ExprList *v);
-Stmt *ast_loss(PCtx *c, const Token *kw, Expr *e);
-Setting *ast_set_value(PCtx *c, const Token *key, const Token *sel, Expr *e);
-Setting *ast_set_block(PCtx *c, const Token *key, const SettingList *b);
-Expr *ast_binary(PCtx *c, int op, Expr *l, Expr *r);
-Expr *ast_unary(PCtx *c, const Token *minus, Expr *e);
-Expr *ast_number(PCtx *c, const Token *t, ExprKind k);
-Expr *ast_string(PCtx *c, const Token *t);
-Expr *ast_name(PCtx *c, const Token *t);
-Expr *ast_list(PCtx *c, const Token *lb, const ArgList *items, const Token *rb);
-Expr *ast_call(PCtx *c, const Token *name, const ArgList *args, const Token *rp);
+void parse_import(PCtx *c, const Token *kw, const Token *s);
+void parse_const(PCtx *c, const Token *name, Expr *e);
+void parse_fn(PCtx *c, DeclKind k, const Token *kw, const Token *name, const ParamList *p, const StmtList *body);
+void parse_block_decl(PCtx *c, DeclKind k, const Token *kw, const Token *name, const SettingList *s);
+ParamDecl parse_param(PCtx *c, const Token *name, const TypeExpr *t, Expr *def);
+TypeExpr parse_type(PCtx *c, const Token *dt, const Token *lb, const ExprList *dims, const Token *end);
+Stmt *parse_assign(PCtx *c, const NameList *n, Expr *e);
+Stmt *parse_repeat(PCtx *c, const Token *kw, Expr *count, const Token *index, const Token *open, const StmtList *body);
+Stmt *parse_if(PCtx *c, const Token *kw, Expr *cond, const Token *open, const StmtList *body, const StmtList *else_body);
+void parse_hf(PCtx *c, const Token *kw, const Token *arch, const SettingList *s);
+Setting *parse_hf_entry(PCtx *c, const Token *pattern, Expr *e);
+Stmt *parse_return(PCtx *c, const Token *kw, const ExprList *v);
+Stmt *parse_loss(PCtx *c, const Token *kw, Expr *e);
+Setting *parse_set_value(PCtx *c, const Token *key, const Token *sel, Expr *e);
+Setting *parse_set_block(PCtx *c, const Token *key, const SettingList *b);
+Expr *parse_binary(PCtx *c, int op, Expr *l, Expr *r);
+Expr *parse_unary(PCtx *c, const Token *minus, Expr *e);
+Expr *parse_number(PCtx *c, const Token *t, ExprKind k);
+Expr *parse_string(PCtx *c, const Token *t);
+Expr *parse_name(PCtx *c, const Token *t);
+Expr *parse_list(PCtx *c, const Token *lb, const ArgList *items, const Token *rb);
+Expr *parse_call(PCtx *c, const Token *name, const ArgList *args, const Token *rp);
 /* flag: the word after the initialiser (str NULL: none); only "frozen" is one. */
-Expr *ast_param_expr(PCtx *c, const Token *kw, const Token *dt, const ExprList *dims, const Token *init, const ArgTail *t,
+Expr *parse_param_expr(PCtx *c, const Token *kw, const Token *dt, const ExprList *dims, const Token *init, const ArgTail *t,
                      const Token *flag);
 
 #endif
