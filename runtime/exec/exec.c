@@ -149,7 +149,7 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
     r->ws_bytes = calloc(p->nops ? p->nops : 1, sizeof *r->ws_bytes);
     if (!r->ws || !r->ws_bytes) { rt_fail(err, n, "out of memory"); goto bad; }
     /* how far into each buffer any instruction reaches: past it, a buffer's
-     * last block is its rounding, which NVMe transfers may take (exec_host.c) */
+     * last block is its rounding, which NVMe transfers may take (exec_nvme.c) */
     r->buf_reach = calloc(p->nbuffers ? p->nbuffers : 1, sizeof *r->buf_reach);
     if (!r->buf_reach) { rt_fail(err, n, "out of memory"); goto bad; }
     for (uint32_t k = 0; k < p->noperands; k++) {
@@ -355,28 +355,6 @@ int rt_step_trained(Rt *r, const int32_t *const *tokens, const int32_t *const *t
         memcpy(st->bytes, r->bytes, sizeof st->bytes);
     }
     return 0;
-}
-
-uint64_t rt_plan_hash(const Rt *r) {
-    const Plan *p = r->p;
-    uint64_t h = 14695981039346656037ull;
-#define MIX(v)                                       \
-    do {                                             \
-        uint64_t x_ = (uint64_t)(v);                 \
-        h = (h ^ x_) * 1099511628211ull;             \
-    } while (0)
-    MIX(p->ranks);
-    for (uint32_t s = 0; s < p->nshards; s++) {
-        const PlanShard *sh = &p->shards[s];
-        const PlanTensor *t = &p->tensors[sh->tensor];
-        h ^= plan_fnv1a64(t->name, strlen(t->name));
-        MIX(t->dtype);
-        MIX(sh->ntiles);
-        MIX(sh->tile_shard);
-        MIX(sh->partitioned);
-    }
-#undef MIX
-    return h;
 }
 
 static bool ckpt_class(int cls) { return cls == TC_PARAM || cls == TC_MASTER || cls == TC_MOMENTUM || cls == TC_VARIANCE; }

@@ -8,6 +8,29 @@
 #include <string.h>
 #include "ckpt.h"
 
+/* The checkpoint files name the plan by this hash (exec.h). */
+uint64_t rt_plan_hash(const Rt *r) {
+    const Plan *p = r->p;
+    uint64_t h = 14695981039346656037ull;
+#define MIX(v)                                       \
+    do {                                             \
+        uint64_t x_ = (uint64_t)(v);                 \
+        h = (h ^ x_) * 1099511628211ull;             \
+    } while (0)
+    MIX(p->ranks);
+    for (uint32_t s = 0; s < p->nshards; s++) {
+        const PlanShard *sh = &p->shards[s];
+        const PlanTensor *t = &p->tensors[sh->tensor];
+        h ^= plan_fnv1a64(t->name, strlen(t->name));
+        MIX(t->dtype);
+        MIX(sh->ntiles);
+        MIX(sh->tile_shard);
+        MIX(sh->partitioned);
+    }
+#undef MIX
+    return h;
+}
+
 /* Every rank learns whether any rank failed, so no rank waits forever. */
 static int agree(Rt *r, int rc) {
     int64_t v = rc != 0;
