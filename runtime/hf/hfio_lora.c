@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool hf_is_adapter(const char *name) { return name && !strncmp(name, HF_PEFT_PREFIX, strlen(HF_PEFT_PREFIX)); }
-
 static int find_group(const HfLayout *l, const char *name) {
     for (int g = 0; g < l->ngroups; g++)
         if (!strcmp(l->groups[g].name, name)) return g;
