@@ -6,9 +6,9 @@
  * own and stays: the evaluator (chattmpl_eval.c) calls the library
  * (chattmpl_filters.c) for a filter, test, method or global, and the
  * library calls the evaluator back, because a call's arguments are
- * expressions it evaluates (ct_eval, ct_eval_args, ct_arg_or_kw) and
- * filters such as sort, unique, select and `in` compare values with the
- * evaluator's semantics (ct_compare, ct_equal). The two are one
+ * expressions it evaluates (ct_eval, ct_eval_args, ct_arg_or_kw), and
+ * filters and tests such as sort, unique, equalto and `in` compare values
+ * with the evaluator's semantics (ct_compare, ct_equal). The two are one
  * interpreter split by job; the loop is the recursion of the expression
  * grammar, as in any tree-walking interpreter. */
 #ifndef ZINF_CHATTMPL_IMPL_H
