@@ -110,14 +110,14 @@ static int poll_done(Rt *r, CUevent ev, CUstream stream, const char *what, doubl
             cudrv_fail(&cu->x.drv, rc, stream ? "cuStreamQuery" : "cuEventQuery", __FILE__, __LINE__, r->c->rank, why,
                        sizeof why);
             /* errors of asynchronous work surface here, not at their launch */
-            return rt_fail(err, n, "%s: %s failed (compute-sanitizer zinfrun ... names the kernel)", why, what);
+            return errorf(err, n, "%s: %s failed (compute-sanitizer zinfrun ... names the kernel)", why, what);
         }
         if (cu->g_open && gpucomm_check(&cu->g, err, n)) return -1;
         if (clock_mono_s() - t0 > cu->timeout_s)
-            return rt_fail(err, n,
-                           "rank %d: %s did not complete in %.0f s (a peer rank died or hangs?); set ZINF_COMM_TIMEOUT "
-                           "to wait longer",
-                           r->c->rank, what, cu->timeout_s);
+            return errorf(err, n,
+                          "rank %d: %s did not complete in %.0f s (a peer rank died or hangs?); set ZINF_COMM_TIMEOUT "
+                          "to wait longer",
+                          r->c->rank, what, cu->timeout_s);
         struct timespec ts = {0, spin < 100 ? 20000 : 500000};
         nanosleep(&ts, NULL);
     }
@@ -232,7 +232,7 @@ static int dev_kernel(Rt *r, uint32_t i, const PlanInstr *in, int worker, CUstre
                                                    12, s),
                   err, n);
     if (o->kind == OP_FWD && o->nout > 0 && o->out[0] == p->loss && in->tile == in->ntiles - 1) {
-        if (cu->nloss >= LOSS_SLOTS) return rt_fail(err, n, "rank %d: more than %d loss values in one step", r->c->rank, LOSS_SLOTS);
+        if (cu->nloss >= LOSS_SLOTS) return errorf(err, n, "rank %d: more than %d loss values in one step", r->c->rank, LOSS_SLOTS);
         CUdeviceptr lp = cu->bind[worker][p->loss];
         CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(cu->loss + cu->nloss, lp, sizeof(float), s), err, n);
         cu->nloss++;
@@ -243,7 +243,7 @@ static int dev_kernel(Rt *r, uint32_t i, const PlanInstr *in, int worker, CUstre
 static int dev_axpy(Rt *r, int dt, CUdeviceptr y, CUdeviceptr x, int64_t ne, CUstream s, char *err, size_t n) {
     RtCuda *cu = r->cu;
     int li = dt >= 0 && dt < PLAN_NDTYPES ? r->p->util[PLAN_UTIL_AXPY][dt] : -1;
-    if (li < 0) return rt_fail(err, n, "rank %d: the plan has no GPU accumulation kernel for %s", r->c->rank, dtype_name((DType)dt));
+    if (li < 0) return errorf(err, n, "rank %d: the plan has no GPU accumulation kernel for %s", r->c->rank, dtype_name((DType)dt));
     CuxBind b = {.rt = &cu->rt, .pos = {y, x}, .npos = 2, .i64 = {ne}, .ni64 = 1, .f32 = {1.0f}, .nf32 = 1};
     return cux_launch(&cu->x, r->p, (uint32_t)li, &b, s, err, n);
 }
@@ -282,7 +282,7 @@ static int dev_collective(Rt *r, const PlanInstr *in, int worker, CUstream s, ch
         int dt = r->p->tensors[in->arg].dtype;
         return gpucomm_allreduce(&cu->g, dev_addr(r, m), m->bytes / rt_dsz(dt), dt, s, err, n);
     }
-    default: return rt_fail(err, n, "not a collective");
+    default: return errorf(err, n, "not a collective");
     }
 }
 
@@ -290,7 +290,7 @@ static int dev_adam(Rt *r, const PlanInstr *in, int worker, CUstream s, char *er
     RtCuda *cu = r->cu;
     if (r->skip) return 0;
     int op = in->arg >= 0 && (uint32_t)in->arg < r->p->ntensors ? cu->adam_op[in->arg] : -1;
-    if (op < 0) return rt_fail(err, n, "rank %d: no Adam op for '%s'", r->c->rank, r->p->tensors[in->arg].name);
+    if (op < 0) return errorf(err, n, "rank %d: no Adam op for '%s'", r->c->rank, r->p->tensors[in->arg].name);
     const PlanOp *o = &r->p->ops[op];
     CUdeviceptr *bt = cu->bind[worker];
     int64_t *el = cu->elems[worker];
@@ -336,7 +336,7 @@ static int dev_instr(Rt *r, uint32_t i, const PlanInstr *in, int worker, CUstrea
         return dev_axpy(r, dt, dev_addr(r, d), dev_addr(r, so), (int64_t)(so->bytes / rt_dsz(dt)), s, err, n);
     }
     case PI_GPU_ADAM: return dev_adam(r, in, worker, s, err, n);
-    default: return rt_fail(err, n, "instruction %u: %s is not a device instruction", i, plan_opcode_names[in->op]);
+    default: return errorf(err, n, "instruction %u: %s is not a device instruction", i, plan_opcode_names[in->op]);
     }
 }
 
@@ -346,8 +346,8 @@ static int host_input(Rt *r, const PlanInstr *in, char *err, size_t n) {
     RtCuda *cu = r->cu;
     const PlanOperand *o = rt_opnd(r, in, 0);
     const int32_t *src = in->arg == 0 ? r->tokens : r->targets;
-    if (!src) return rt_fail(err, n, "input %d has no data", in->arg);
-    if (o->bytes > cu->input_bytes) return rt_fail(err, n, "input staging too small");
+    if (!src) return errorf(err, n, "input %d has no data", in->arg);
+    if (o->bytes > cu->input_bytes) return errorf(err, n, "input staging too small");
     memcpy(cu->input, src, o->bytes);
     r->bytes[in->queue] += o->bytes;
     /* waited for: the staging is reused by the next input */
@@ -387,7 +387,7 @@ static int cuda_grad_sumsq(Rt *r, const PlanInstr *in, int worker, double *ss, c
         const PlanLaunch *l = &p->launches[li];
         if (strcmp(l->entry, "zk_sumsq_partial")) continue; /* the final pass is this function's */
         const PlanLaunchArg *slot = &p->launch_args[l->arg];
-        if (l->nargs < 3 || slot->kind != PARG_WS) return rt_fail(err, n, "the plan's gradient norm launches have an unknown shape");
+        if (l->nargs < 3 || slot->kind != PARG_WS) return errorf(err, n, "the plan's gradient norm launches have an unknown shape");
         uint64_t e = (uint64_t)slot->i + 4ull * l->grid[0];
         if (e > end) end = e;
         if (cux_launch(&cu->x, p, li, &b, s, err, n)) return -1;
@@ -476,42 +476,42 @@ static int classify(Rt *r, char *err, size_t n) {
         case PI_KERNEL:
             dev = true;
             if (in->arg < 0 || (uint32_t)in->arg >= p->nops || !p->op_code || p->op_code[in->arg].count == 0)
-                return rt_fail(err, n, "instruction %u: kernel of op %d has no GPU code in the plan", i, in->arg);
+                return errorf(err, n, "instruction %u: kernel of op %d has no GPU code in the plan", i, in->arg);
             if (in->ntiles > 1 && (cu->tile_code[i] = tile_code_of(p, in->arg, in->tile, in->ntiles)) < 0)
-                return rt_fail(err, n, "instruction %u: tile %d of %d of op %d (%s) has no GPU code in the plan", i, in->tile,
-                            in->ntiles, in->arg, p->ops[in->arg].scope ? p->ops[in->arg].scope : "");
+                return errorf(err, n, "instruction %u: tile %d of %d of op %d (%s) has no GPU code in the plan", i, in->tile,
+                           in->ntiles, in->arg, p->ops[in->arg].scope ? p->ops[in->arg].scope : "");
             break;
         case PI_ALLGATHER:
         case PI_REDUCE_SCATTER:
-            if (g0 != g1) return rt_fail(err, n, "instruction %u: %s between device and host memory", i, plan_opcode_names[in->op]);
+            if (g0 != g1) return errorf(err, n, "instruction %u: %s between device and host memory", i, plan_opcode_names[in->op]);
             dev = g0;
             break;
         case PI_ALLREDUCE:
         case PI_ZERO: dev = g0; break;
         case PI_ACCUM:
-            if (g0 != g1) return rt_fail(err, n, "instruction %u: accum between device and host memory", i);
+            if (g0 != g1) return errorf(err, n, "instruction %u: accum between device and host memory", i);
             dev = g0;
             break;
         case PI_GPU_ADAM:
             dev = true;
             if (in->arg < 0 || (uint32_t)in->arg >= p->ntensors || cu->adam_op[in->arg] < 0)
-                return rt_fail(err, n, "instruction %u: GPU Adam of a tensor without an Adam op", i);
+                return errorf(err, n, "instruction %u: GPU Adam of a tensor without an Adam op", i);
             break;
         case PI_CPU_ADAM:
             for (uint32_t k = 0; k < in->nopnd; k++)
                 if (in_gpu(r, rt_opnd(r, in, k)))
-                    return rt_fail(err, n, "instruction %u: CPU Adam on an operand in GPU memory", i);
+                    return errorf(err, n, "instruction %u: CPU Adam on an operand in GPU memory", i);
             break;
         case PI_NVME_READ:
         case PI_NVME_WRITE:
-            if (g0 || g1) return rt_fail(err, n, "instruction %u: NVMe transfer to GPU memory (it goes through pinned buffers)", i);
+            if (g0 || g1) return errorf(err, n, "instruction %u: NVMe transfer to GPU memory (it goes through pinned buffers)", i);
             break;
         default: break;
         }
         cu->dev[i] = dev;
         if (dev && (in->op == PI_ALLGATHER || in->op == PI_REDUCE_SCATTER || in->op == PI_ALLREDUCE) && in->queue != Q_COMM)
-            return rt_fail(err, n, "instruction %u: a collective on the %s queue (NCCL runs on the comm stream)", i,
-                        plan_queue_names[in->queue]);
+            return errorf(err, n, "instruction %u: a collective on the %s queue (NCCL runs on the comm stream)", i,
+                       plan_queue_names[in->queue]);
     }
     return 0;
 }
@@ -521,7 +521,7 @@ static int classify(Rt *r, char *err, size_t n) {
 static int cuda_create(Rt *r, char *err, size_t n) {
     const Plan *p = r->p;
     RtCuda *cu = calloc(1, sizeof *cu);
-    if (!cu) return rt_fail(err, n, "out of memory");
+    if (!cu) return errorf(err, n, "out of memory");
     r->cu = cu;
     cu->timeout_s = r->c->timeout_s > 0 ? r->c->timeout_s : 300;
     if (cux_open(&cu->x, p, r->c, err, n)) {
@@ -534,7 +534,7 @@ static int cuda_create(Rt *r, char *err, size_t n) {
     cu->err_slot = malloc(sizeof *cu->err_slot * (p->ninstrs ? p->ninstrs : 1));
     cu->tile_code = malloc(sizeof *cu->tile_code * (p->ninstrs ? p->ninstrs : 1));
     cu->hstart = calloc(p->ninstrs ? p->ninstrs : 1, sizeof *cu->hstart);
-    if (!cu->dev || !cu->adam_op || !cu->err_slot || !cu->tile_code || !cu->hstart) return rt_fail(err, n, "out of memory");
+    if (!cu->dev || !cu->adam_op || !cu->err_slot || !cu->tile_code || !cu->hstart) return errorf(err, n, "out of memory");
     for (uint32_t i = 0; i < p->ninstrs; i++) cu->tile_code[i] = -1;
     for (uint32_t t = 0; t < p->ntensors; t++) cu->adam_op[t] = -1;
     cu->gnorm_op = -1;
@@ -545,7 +545,7 @@ static int cuda_create(Rt *r, char *err, size_t n) {
     for (int q = 0; q < PLAN_NQUEUES; q++) {
         cu->bind[q] = calloc(p->ntensors ? p->ntensors : 1, sizeof **cu->bind);
         cu->elems[q] = calloc(p->ntensors ? p->ntensors : 1, sizeof **cu->elems);
-        if (!cu->bind[q] || !cu->elems[q]) return rt_fail(err, n, "out of memory");
+        if (!cu->bind[q] || !cu->elems[q]) return errorf(err, n, "out of memory");
     }
     if (cuda_alloc_arenas(r, err, n)) return -1;
     if (classify(r, err, n)) return -1;
@@ -708,8 +708,8 @@ static int cuda_range_end(Rt *r, uint32_t b0, uint32_t b1, char *err, size_t n) 
         const PlanOpCode *oc = &p->op_code[in->arg];
         int v = cu->errw[3 * s + 1], at = cu->errw[3 * s + 2];
         memset(cu->errw + 3 * s, 0, 12);
-        return rt_fail(err, n, "rank %d: op %d (%s): %s %d at position %d is out of range", r->c->rank, in->arg,
-                    o->scope && *o->scope ? o->scope : "?", oc->err_what && *oc->err_what ? oc->err_what : "value", v, at);
+        return errorf(err, n, "rank %d: op %d (%s): %s %d at position %d is out of range", r->c->rank, in->arg,
+                   o->scope && *o->scope ? o->scope : "?", oc->err_what && *oc->err_what ? oc->err_what : "value", v, at);
     }
     /* device times of the range, on the host clock of its start */
     for (uint32_t i = b0; i < b1; i++) {

@@ -29,7 +29,7 @@ static int host_create(Rt *r, char *err, size_t n) {
         uint64_t align = k == ARENA_PINNED ? HUGE_PAGE : 4096;
         uint64_t rounded = (sz + align - 1) / align * align;
         r->arena[k] = aligned_alloc(align, rounded);
-        if (!r->arena[k]) return rt_fail(err, n, "cannot allocate the %s arena (%llu bytes)", plan_arena_names[k], (unsigned long long)sz);
+        if (!r->arena[k]) return errorf(err, n, "cannot allocate the %s arena (%llu bytes)", plan_arena_names[k], (unsigned long long)sz);
         if (k == ARENA_PINNED && !(huge && huge[0] == '0'))
             (void)madvise(r->arena[k], rounded, MADV_HUGEPAGE); /* a refusal leaves 4 KiB pages */
         memset(r->arena[k], 0, rounded);
@@ -40,7 +40,7 @@ static int host_create(Rt *r, char *err, size_t n) {
         size_t b = hk_op_workspace_bytes(p, (int)k);
         if (!b) continue;
         r->ws[k] = calloc(1, b);
-        if (!r->ws[k]) return rt_fail(err, n, "out of memory for kernel workspace");
+        if (!r->ws[k]) return errorf(err, n, "out of memory for kernel workspace");
         r->ws_bytes[k] = b;
         r->ws_total += b;
     }
@@ -51,7 +51,7 @@ static void host_destroy(Rt *r) {
     for (int k = 0; k < PLAN_NARENAS; k++) free(r->arena[k]);
 }
 
-static int host_no_device(char *err, size_t n) { return rt_fail(err, n, "the host backend has no device memory"); }
+static int host_no_device(char *err, size_t n) { return errorf(err, n, "the host backend has no device memory"); }
 static int host_home_read(Rt *r, uint64_t addr, void *dst, uint64_t bytes, char *err, size_t n) {
     (void)r, (void)addr, (void)dst, (void)bytes;
     return host_no_device(err, n);

@@ -9,12 +9,14 @@
  *   exec_host.c, exec_cuda.c (the backends) -> exec_instr.c (rt_host_instr:
  *     kernels and the dispatcher) -> exec_comm.c (collectives),
  *     exec_optim.c (the norm, Adam), exec_nvme.c (transfers, the pipeline);
- *   all of them -> exec_operand.c (rt_fail, operands, elements, homes).
+ *   all of them -> exec_operand.c (operands, elements, homes).
+ * Errors: errorf (runtime/base/errorf.h) into err, -1.
  * No file but the backends' own calls into a backend. */
 #ifndef ZINF_EXEC_IMPL_H
 #define ZINF_EXEC_IMPL_H
 #include "exec.h"
 #include "comm_wait.h"
+#include "errorf.h"
 #include "rtio.h"
 
 typedef struct RtCuda RtCuda;
@@ -72,8 +74,6 @@ struct Rt {
 };
 
 /* exec_operand.c */
-/* Formats into err; returns -1 (the executor's error convention). */
-int rt_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 size_t rt_dsz(int dt);
 /* Host address of an operand; NULL for NVMe, absent, or device memory. */
 uint8_t *rt_opnd_ptr(const Rt *r, const PlanOperand *o);

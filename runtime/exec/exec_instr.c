@@ -123,7 +123,7 @@ static int run_tiled(Rt *r, const PlanOp *o, const PlanOp *fo, void **tb, int ti
             if (tile == 0) memset(yp, 0, (size_t)g->tensors[y].numel * ye);
             for (int64_t i = 0; i < npos; i++) {
                 int64_t v = id[i] - r0;
-                if (id[i] < 0 || id[i] >= W->dims[0]) return rt_fail(err, n, "embedding: id %d outside [0, %" PRId64 ")", id[i], W->dims[0]);
+                if (id[i] < 0 || id[i] >= W->dims[0]) return errorf(err, n, "embedding: id %d outside [0, %" PRId64 ")", id[i], W->dims[0]);
                 if (v < 0 || v >= rows) continue;
                 for (int64_t j = 0; j < cols; j++) rt_elem_set(yp, g->tensors[y].dtype, i * cols + j, rt_elem_get(tb[wt], W->dtype, v * cols + j));
             }
@@ -142,7 +142,7 @@ static int run_tiled(Rt *r, const PlanOp *o, const PlanOp *fo, void **tb, int ti
         return 0;
     }
     bool tb_flag = fo->prim == PRIM_MATMUL && fo->iattr[1];
-    if (fo->prim == PRIM_MATMUL && fo->iattr[0]) return rt_fail(err, n, "tiled matmul with transpose_a is not supported");
+    if (fo->prim == PRIM_MATMUL && fo->iattr[0]) return errorf(err, n, "tiled matmul with transpose_a is not supported");
     int x = fo->in[0], y = fo->out[0];
     const PlanTensor *X = &g->tensors[x], *Y = &g->tensors[y];
     int64_t xr = X->numel / X->dims[X->rank - 1], xc = X->dims[X->rank - 1];
@@ -155,14 +155,14 @@ static int run_tiled(Rt *r, const PlanOp *o, const PlanOp *fo, void **tb, int ti
         /* The weight's rows are the reduction dim: this tile sees columns [r0, r0+rows) of x. */
         xs.dims[xs.rank - 1] = rows;
         xs.data = bump(&sc, (size_t)(xr * rows) * xe);
-        if (!xs.data) return rt_fail(err, n, "tile scratch too small");
+        if (!xs.data) return errorf(err, n, "tile scratch too small");
         cols_copy(xs.data, tb[x], xr, xc, r0, rows, xe);
         if (!bwd) {
             ys.data = bump(&sc, (size_t)Y->numel * ye);
-            if (!ys.data) return rt_fail(err, n, "tile scratch too small");
+            if (!ys.data) return errorf(err, n, "tile scratch too small");
             rc = fo->prim == PRIM_LINEAR ? hk_linear_fwd(&xs, &w, bias >= 0 && tile == 0 ? &bt : NULL, &ys, ws)
                                          : hk_matmul_fwd(&xs, &w, &ys, false, false, ws);
-            if (rc) return rt_fail(err, n, "%s", hk_strerror(rc));
+            if (rc) return errorf(err, n, "%s", hk_strerror(rc));
             if (tile == 0) memcpy(tb[y], ys.data, (size_t)Y->numel * ye);
             else add_into(tb[y], Y->dtype, ys.data, Y->numel);
         } else {
@@ -173,12 +173,12 @@ static int run_tiled(Rt *r, const PlanOp *o, const PlanOp *fo, void **tb, int ti
             HkTensor dxs = xs, dwt = view(r, wt, dw >= 0 ? tb[dw] : NULL), dbt = {0};
             dwt.dims[0] = rows;
             dxs.data = dx >= 0 ? bump(&sc, (size_t)(xr * rows) * xe) : NULL;
-            if (dx >= 0 && !dxs.data) return rt_fail(err, n, "tile scratch too small");
+            if (dx >= 0 && !dxs.data) return errorf(err, n, "tile scratch too small");
             if (db >= 0 && tile == 0 && tb[db]) dbt = view(r, db, tb[db]);
             rc = fo->prim == PRIM_LINEAR
                      ? hk_linear_bwd(&xs, &w, &dyt, dx >= 0 ? &dxs : NULL, dw >= 0 ? &dwt : NULL, dbt.data ? &dbt : NULL, ws)
                      : hk_matmul_bwd(&xs, &w, &dyt, dx >= 0 ? &dxs : NULL, dw >= 0 ? &dwt : NULL, false, false, ws);
-            if (rc) return rt_fail(err, n, "%s", hk_strerror(rc));
+            if (rc) return errorf(err, n, "%s", hk_strerror(rc));
             if (dx >= 0) cols_add_back(tb[dx], g->tensors[dx].dtype, dxs.data, xr, xc, r0, rows);
         }
         return 0;
@@ -187,17 +187,17 @@ static int run_tiled(Rt *r, const PlanOp *o, const PlanOp *fo, void **tb, int ti
     ys.dims[ys.rank - 1] = rows;
     if (!bwd) {
         ys.data = bump(&sc, (size_t)(yr * rows) * ye);
-        if (!ys.data) return rt_fail(err, n, "tile scratch too small");
+        if (!ys.data) return errorf(err, n, "tile scratch too small");
         HkTensor xa = view(r, x, tb[x]);
         rc = hk_matmul_fwd(&xa, &w, &ys, false, true, ws);
-        if (rc) return rt_fail(err, n, "%s", hk_strerror(rc));
+        if (rc) return errorf(err, n, "%s", hk_strerror(rc));
         cols_put_back(tb[y], ys.data, yr, yc, r0, rows, ye);
         return 0;
     }
     int dy = o->in[fo->nin + fo->nout];
     HkTensor dys = ys;
     dys.data = bump(&sc, (size_t)(yr * rows) * ye);
-    if (!dys.data) return rt_fail(err, n, "tile scratch too small");
+    if (!dys.data) return errorf(err, n, "tile scratch too small");
     cols_copy(dys.data, tb[dy], yr, yc, r0, rows, ye);
     int dx = o->out[0], dw = o->out[1];
     HkTensor xa = view(r, x, tb[x]);
@@ -205,13 +205,13 @@ static int run_tiled(Rt *r, const PlanOp *o, const PlanOp *fo, void **tb, int ti
     HkTensor dwt = view(r, wt, dw >= 0 ? tb[dw] : NULL);
     dwt.dims[0] = rows;
     rc = hk_matmul_bwd(&xa, &w, &dys, dx >= 0 ? &dxt : NULL, dw >= 0 ? &dwt : NULL, false, true, ws);
-    if (rc) return rt_fail(err, n, "%s", hk_strerror(rc));
+    if (rc) return errorf(err, n, "%s", hk_strerror(rc));
     return 0;
 }
 
 static int exec_kernel(Rt *r, const PlanInstr *in, int worker, char *err, size_t n) {
     const Plan *p = r->p;
-    if (in->arg < 0 || (uint32_t)in->arg >= p->nops) return rt_fail(err, n, "kernel of op %d outside the plan", in->arg);
+    if (in->arg < 0 || (uint32_t)in->arg >= p->nops) return errorf(err, n, "kernel of op %d outside the plan", in->arg);
     const PlanOp *o = &r->p->ops[in->arg];
     void **tb = r->table[worker];
     uint32_t k = 0;
@@ -222,12 +222,12 @@ static int exec_kernel(Rt *r, const PlanInstr *in, int worker, char *err, size_t
     int rc = 0;
     if (o->kind == OP_LOSS_GRAD) {
         void *d = tb[o->out[0]];
-        if (!d) return rt_fail(err, n, "loss_grad without its output");
+        if (!d) return errorf(err, n, "loss_grad without its output");
         rt_elem_set(d, r->p->tensors[o->out[0]].dtype, 0, (double)r->loss_grad * r->loss_scale);
         return 0;
     }
     int f = o->kind == OP_FWD ? in->arg : o->fwd;
-    if (f < 0 || (uint32_t)f >= r->p->nops) return rt_fail(err, n, "op %d names no forward op", in->arg);
+    if (f < 0 || (uint32_t)f >= r->p->nops) return errorf(err, n, "op %d names no forward op", in->arg);
     const PlanOp *fo = &r->p->ops[f];
     if (in->ntiles > 1) {
         rc = run_tiled(r, o, fo, tb, in->tile, in->ntiles, r->ws[f], worker, err, n);
@@ -238,8 +238,8 @@ static int exec_kernel(Rt *r, const PlanInstr *in, int worker, char *err, size_t
         rc = hk_op_forward(r->p, o, tb, r->ws[f], r->ws_bytes[f]);
     }
     if (rc) {
-        return rt_fail(err, n, "%s %s (op %d%s%s): %s", op_kind_names[o->kind], prim_names[o->prim], in->arg,
-                    o->scope && *o->scope ? " in " : "", o->scope ? o->scope : "", hk_strerror(rc));
+        return errorf(err, n, "%s %s (op %d%s%s): %s", op_kind_names[o->kind], prim_names[o->prim], in->arg,
+                   o->scope && *o->scope ? " in " : "", o->scope ? o->scope : "", hk_strerror(rc));
     }
     if (o->kind == OP_FWD && o->out[0] == p->loss && tb[p->loss] && in->tile == in->ntiles - 1) {
         r->loss_sum += rt_elem_get(tb[p->loss], r->p->tensors[p->loss].dtype, 0);
@@ -258,7 +258,7 @@ int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t n) {
         const PlanOperand *o = rt_opnd(r, in, 0);
         uint8_t *d = rt_opnd_ptr(r, o);
         const int32_t *src = in->arg == 0 ? r->tokens : r->targets;
-        if (!d || !src) return rt_fail(err, n, "input %d has no data", in->arg);
+        if (!d || !src) return errorf(err, n, "input %d has no data", in->arg);
         memcpy(d, src, o->bytes);
         r->bytes[in->queue] += o->bytes;
         return 0;
@@ -274,7 +274,7 @@ int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t n) {
     case PI_D2H: {
         const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
         uint8_t *sp = rt_opnd_ptr(r, s), *dp = rt_opnd_ptr(r, d);
-        if (!sp || !dp) return rt_fail(err, n, "%s operands must be in memory", plan_opcode_names[in->op]);
+        if (!sp || !dp) return errorf(err, n, "%s operands must be in memory", plan_opcode_names[in->op]);
         memcpy(dp, sp, s->bytes < d->bytes ? s->bytes : d->bytes);
         r->bytes[in->queue] += s->bytes;
         return 0;
@@ -287,14 +287,14 @@ int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t n) {
         const PlanOperand *o = rt_opnd(r, in, 0);
         uint8_t *d = rt_opnd_ptr(r, o);
         if (d) { memset(d, 0, o->bytes); return 0; }
-        if (o->bytes > r->scratch_bytes) return rt_fail(err, n, "zero scratch too small");
+        if (o->bytes > r->scratch_bytes) return errorf(err, n, "zero scratch too small");
         memset(r->scratch[worker], 0, o->bytes);
         return rtio_write(&r->io, rt_nvme_off(r, o), r->scratch[worker], o->bytes, err, n);
     }
     case PI_ACCUM: {
         const PlanOperand *s = rt_opnd(r, in, 0), *d = rt_opnd(r, in, 1);
         uint8_t *sp = rt_opnd_ptr(r, s), *dp = rt_opnd_ptr(r, d);
-        if (!sp || !dp) return rt_fail(err, n, "accum operands must be in memory");
+        if (!sp || !dp) return errorf(err, n, "accum operands must be in memory");
         int dt = p->tensors[in->arg].dtype;
         add_into(dp, dt, sp, (int64_t)(s->bytes / rt_dsz(dt)));
         return 0;
@@ -303,6 +303,6 @@ int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t n) {
     case PI_CPU_ADAM:
     case PI_GPU_ADAM: return rt_adam(r, in, err, n);
     case PI_STEP_END: return 0;
-    default: return rt_fail(err, n, "instruction %u: unknown opcode %u", i, in->op);
+    default: return errorf(err, n, "instruction %u: unknown opcode %u", i, in->op);
     }
 }

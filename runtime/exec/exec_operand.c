@@ -1,21 +1,12 @@
 /* exec_operand: what the code of every instruction uses, on either
- * backend: the executor's error convention (rt_fail), operand addressing,
- * element access, and reading and writing a shard's home wherever it lives
- * (GPU arena through the backend, host arenas, NVMe through rtio). The
- * lowest file of the executor: it calls no other. */
+ * backend: operand addressing, element access, and reading and writing a
+ * shard's home wherever it lives (GPU arena through the backend, host
+ * arenas, NVMe through rtio). The lowest file of the executor: it calls no
+ * other. */
 #include "exec_impl.h"
-#include <stdarg.h>
 #include <string.h>
 #include "half.h"
 #include "rtio.h"
-
-int rt_fail(char *err, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* ---- memory ---- */
 

@@ -33,7 +33,7 @@ int rt_grad_norm(Rt *r, const PlanInstr *in, int worker, char *err, size_t n) {
         int64_t ne = (int64_t)(o->bytes / rt_dsz(dt));
         const uint8_t *gp = rt_opnd_ptr(r, o);
         if (!gp) {
-            if (o->bytes > r->scratch_bytes) return rt_fail(err, n, "grad_norm scratch too small");
+            if (o->bytes > r->scratch_bytes) return errorf(err, n, "grad_norm scratch too small");
             bool dev = r->be->device_memory && r->p->buffers[o->buffer].arena == ARENA_GPU;
             if (dev ? r->be->copy_from_gpu(r, in->queue, o, r->scratch[worker], err, n)
                     : rtio_read(&r->io, rt_nvme_off(r, o), r->scratch[worker], o->bytes, err, n))
@@ -68,14 +68,14 @@ int rt_grad_norm(Rt *r, const PlanInstr *in, int worker, char *err, size_t n) {
 static int adam_backup(Rt *r, const PlanInstr *in, bool save, char *err, size_t n) {
     const PlanOperand *bk = rt_opnd(r, in, 6);
     uint8_t *bp = rt_opnd_ptr(r, bk);
-    if (!bp) return rt_fail(err, n, "adam on '%s': its backup is not in memory", r->p->tensors[in->arg].name);
+    if (!bp) return errorf(err, n, "adam on '%s': its backup is not in memory", r->p->tensors[in->arg].name);
     uint64_t at = 0;
     for (uint32_t k = 0; k < 5; k++) {
         const PlanOperand *o = rt_opnd(r, in, k);
         if (k == 1 || o->buffer < 0 || (k == 0 && !(o->mode & PLAN_R))) continue;
         uint8_t *p = rt_opnd_ptr(r, o);
         if (!p || at + o->bytes > bk->bytes)
-            return rt_fail(err, n, "adam on '%s': operand %u does not fit its backup", r->p->tensors[in->arg].name, k);
+            return errorf(err, n, "adam on '%s': operand %u does not fit its backup", r->p->tensors[in->arg].name, k);
         if (save) memcpy(bp + at, p, o->bytes);
         else memcpy(p, bp + at, o->bytes);
         at += o->bytes;
@@ -101,7 +101,7 @@ bool rt_speculation_failed(const Rt *r) { return r->skip || clip_coef(r) != 1.0;
 static int param_from_master(Rt *r, const PlanInstr *in, uint8_t *pp, const float *master, int64_t ne, char *err,
                              size_t n) {
     HkTensor from = hk_tensor((void *)master, DT_F32, 1, &ne), to = hk_tensor(pp, (DType)r->p->tensors[in->arg].dtype, 1, &ne);
-    if (hk_cast(&from, &to)) return rt_fail(err, n, "adam on '%s': cannot restore the parameter", r->p->tensors[in->arg].name);
+    if (hk_cast(&from, &to)) return errorf(err, n, "adam on '%s': cannot restore the parameter", r->p->tensors[in->arg].name);
     return 0;
 }
 
@@ -130,9 +130,9 @@ static int exec_adam_twin(Rt *r, const PlanInstr *in, char *err, size_t n) {
     for (int k = 0; k < 3; k++) {
         src[k] = (float *)rt_opnd_ptr(r, rt_opnd(r, in, 2 + (uint32_t)k));
         dst[k] = (float *)rt_opnd_ptr(r, rt_opnd(r, in, 6 + (uint32_t)k));
-        if (!src[k] || !dst[k]) return rt_fail(err, n, "adam on '%s': its state or twin is not in memory", name);
+        if (!src[k] || !dst[k]) return errorf(err, n, "adam on '%s': its state or twin is not in memory", name);
     }
-    if (!pp || !gp) return rt_fail(err, n, "adam on '%s': an operand is not in memory", name);
+    if (!pp || !gp) return errorf(err, n, "adam on '%s': an operand is not in memory", name);
     int64_t ne = (int64_t)(po->bytes / rt_dsz(pdt));
     if (r->skip) return speculative ? 0 : param_from_master(r, in, pp, src[0], ne, err, n);
     int gt = r->p->tensors[pt].grad;
@@ -141,12 +141,12 @@ static int exec_adam_twin(Rt *r, const PlanInstr *in, char *err, size_t n) {
     AdamParams ap = adam_params(r);
     AdamStatus as = adam_step_to(&ap, r->step + 1, src[0], src[1], src[2], dst[0], dst[1], dst[2], gp, (DType)gdt, pp,
                                  (DType)pdt, ne, (float)(clip / r->loss_scale));
-    if (as != ADAM_OK) return rt_fail(err, n, "adam on '%s': %s", name, adam_status_str(as));
+    if (as != ADAM_OK) return errorf(err, n, "adam on '%s': %s", name, adam_status_str(as));
     return 0;
 }
 
 int rt_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
-    if (in->nopnd < 6) return rt_fail(err, n, "adam needs 6 operands, has %u", in->nopnd);
+    if (in->nopnd < 6) return errorf(err, n, "adam needs 6 operands, has %u", in->nopnd);
     if (in->nopnd == 9) return exec_adam_twin(r, in, err, n);
     /* Without the norm operand: in the backward, before the norm exists:
      * coefficient 1, as the serial order has when the step neither clips
@@ -162,7 +162,7 @@ int rt_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
         const PlanOperand *po = rt_opnd(r, in, 0), *mo = rt_opnd(r, in, 2);
         uint8_t *pp = rt_opnd_ptr(r, po), *mp = rt_opnd_ptr(r, mo);
         if (mo->buffer < 0 || (po->mode & PLAN_R)) return 0; /* no master: the parameter is the (restored) state */
-        if (!pp || !mp) return rt_fail(err, n, "adam on '%s': an operand is not in memory", r->p->tensors[in->arg].name);
+        if (!pp || !mp) return errorf(err, n, "adam on '%s': an operand is not in memory", r->p->tensors[in->arg].name);
         return param_from_master(r, in, pp, (const float *)mp, (int64_t)(po->bytes / rt_dsz(r->p->tensors[in->arg].dtype)), err, n);
     }
     if (r->skip) return 0;
@@ -172,17 +172,17 @@ int rt_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
                       *v1 = rt_opnd(r, in, 4);
     uint8_t *pp = rt_opnd_ptr(r, po), *gp = rt_opnd_ptr(r, go), *mp = rt_opnd_ptr(r, mo), *m1p = rt_opnd_ptr(r, m1),
             *v1p = rt_opnd_ptr(r, v1);
-    if (!pp || !gp || !m1p || !v1p) return rt_fail(err, n, "adam on '%s': an operand is not in memory", r->p->tensors[pt].name);
+    if (!pp || !gp || !m1p || !v1p) return errorf(err, n, "adam on '%s': an operand is not in memory", r->p->tensors[pt].name);
     int64_t ne = (int64_t)(po->bytes / rt_dsz(pdt));
     int gt = r->p->tensors[pt].grad;
     int gdt = gt >= 0 ? r->p->tensors[gt].dtype : pdt;
     double clip = speculative ? 1.0 : clip_coef(r);
     AdamParams ap = adam_params(r);
     /* Without an fp32 master (f32 training) the parameter is the master. */
-    if (!mp && pdt != DT_F32) return rt_fail(err, n, "adam on '%s': a %s parameter needs an fp32 master", r->p->tensors[pt].name, dtype_name((DType)pdt));
+    if (!mp && pdt != DT_F32) return errorf(err, n, "adam on '%s': a %s parameter needs an fp32 master", r->p->tensors[pt].name, dtype_name((DType)pdt));
     float *master = mp ? (float *)mp : (float *)pp;
     AdamStatus as = adam_step(&ap, r->step + 1, master, (float *)m1p, (float *)v1p, gp, (DType)gdt, mp ? pp : NULL,
                               (DType)pdt, ne, (float)(clip / r->loss_scale));
-    if (as != ADAM_OK) return rt_fail(err, n, "adam on '%s': %s", r->p->tensors[pt].name, adam_status_str(as));
+    if (as != ADAM_OK) return errorf(err, n, "adam on '%s': %s", r->p->tensors[pt].name, adam_status_str(as));
     return 0;
 }

@@ -58,8 +58,8 @@ static int check_missing(Imp *im, char *err, size_t n) {
     char hint[600] = "";
     if (near) snprintf(hint, sizeof hint, " (the checkpoint has '%s' where the plan wants '%s': another naming?)", near, first);
     else if (missing == l->ngroups) snprintf(hint, sizeof hint, " (none of the plan's tensors is there: a checkpoint of another model?)");
-    return hf_fail(err, n, "%s: %d tensor%s the plan maps %s not in the checkpoint: %s%s", im->s->path, missing, missing == 1 ? "" : "s",
-                   missing == 1 ? "is" : "are", list, hint);
+    return errorf(err, n, "%s: %d tensor%s the plan maps %s not in the checkpoint: %s%s", im->s->path, missing, missing == 1 ? "" : "s",
+                  missing == 1 ? "is" : "are", list, hint);
 }
 
 /* Each group's tensor: a float dtype, exactly the shape the plan needs. */
@@ -72,15 +72,15 @@ static int check_shapes(Imp *im, char *err, size_t n) {
         if (!e) continue;
         const char *fn = st_set_file(im->s, e)->path;
         if (!st_dtype_is_float(e->dtype))
-            return hf_fail(err, n, "%s: tensor '%s' is %s; zinf imports F32, F16 and BF16", fn, e->name, st_dtype_name(e->dtype));
+            return errorf(err, n, "%s: tensor '%s' is %s; zinf imports F32, F16 and BF16", fn, e->name, st_dtype_name(e->dtype));
         bool same = e->rank == G->rank;
         for (int d = 0; same && d < G->rank; d++) same = e->shape[d] == G->shape[d];
         if (same) continue;
         char a[160], b[160];
         const PlanTensor *t = &p->tensors[l->pieces[G->first].tensor];
-        return hf_fail(err, n, "%s: tensor '%s' has shape %s, the plan needs %s (for '%s'%s)", fn, e->name,
-                       hf_shape_str(e->shape, e->rank, a, sizeof a), hf_shape_str(G->shape, G->rank, b, sizeof b), t->name,
-                       G->transpose ? ", transposed" : "");
+        return errorf(err, n, "%s: tensor '%s' has shape %s, the plan needs %s (for '%s'%s)", fn, e->name,
+                      hf_shape_str(e->shape, e->rank, a, sizeof a), hf_shape_str(G->shape, G->rank, b, sizeof b), t->name,
+                      G->transpose ? ", transposed" : "");
     }
     return 0;
 }
@@ -117,11 +117,11 @@ static int check_masters(const Imp *im, char *err, size_t n) {
         const PlanTensor *t = &p->tensors[im->l->pieces[i].tensor];
         if (t->master < 0) continue;
         const PlanTensor *m = &p->tensors[t->master];
-        if (m->shard < 0) return hf_fail(err, n, "hf: the master of '%s' has no shard", t->name);
+        if (m->shard < 0) return errorf(err, n, "hf: the master of '%s' has no shard", t->name);
         const PlanShard *a = &p->shards[t->shard], *b = &p->shards[m->shard];
         if (m->dtype != DT_F32 || a->ntiles != b->ntiles || a->tile_elems != b->tile_elems || a->tile_shard != b->tile_shard ||
             a->partitioned != b->partitioned)
-            return hf_fail(err, n, "hf: the master of '%s' is sharded unlike it; this import cannot write it", t->name);
+            return errorf(err, n, "hf: the master of '%s' is sharded unlike it; this import cannot write it", t->name);
     }
     return 0;
 }
@@ -232,7 +232,7 @@ static int import_copy(Imp *im, char *err, size_t n) {
 }
 
 static int import_checks(Imp *im, char *err, size_t n) {
-    if (im->r->step != 0) return hf_fail(err, n, "--init sets the weights of a run at step 0, this one is at step %" PRId64, im->r->step);
+    if (im->r->step != 0) return errorf(err, n, "--init sets the weights of a run at step 0, this one is at step %" PRId64, im->r->step);
     if (check_missing(im, err, n) || check_shapes(im, err, n) || check_masters(im, err, n)) return -1;
     list_unused(im);
     const Plan *p = im->r->p;
@@ -260,21 +260,21 @@ int hfio_import(Rt *r, const char *path, const HfioOptions *o, HfioReport *rep, 
         uint32_t own;
         rep->own_names = hf_uses_own_names(r->p, &s, &own);
         if (rep->own_names && !own && !hf_has_mapping(r->p))
-            rc = hf_fail(err, n, "%s: the plan has no Hugging Face mapping (its model has no hf block), and this is not a zinfrun --export "
-                                 "file of its model (none of its parameter names is there): compile the model with an hf block, "
-                                 "or from a Hugging Face directory with zinfc --from-hf DIR", path);
+            rc = errorf(err, n, "%s: the plan has no Hugging Face mapping (its model has no hf block), and this is not a zinfrun --export "
+                                "file of its model (none of its parameter names is there): compile the model with an hf block, "
+                                "or from a Hugging Face directory with zinfc --from-hf DIR", path);
         else
             rc = rep->own_names ? hf_layout_by_names(r->p, &l, err, n) : hf_layout_build(r->p, &l, err, n);
     }
-    if (!rc && !(im.ent = calloc((size_t)l.ngroups, sizeof *im.ent))) rc = hf_fail(err, n, "out of memory");
+    if (!rc && !(im.ent = calloc((size_t)l.ngroups, sizeof *im.ent))) rc = errorf(err, n, "out of memory");
     if (!rc) rc = import_checks(&im, err, n);
     if (!rc) rc = hf_stage_init(&im.st, o, err, n);
     int bad = hf_agree(r, rc, err, n);
-    if (bad > 0 && !rc) rc = hf_fail(err, n, "rank %d could not use the checkpoint %s (its message says why); nothing was imported", bad - 1, path);
+    if (bad > 0 && !rc) rc = errorf(err, n, "rank %d could not use the checkpoint %s (its message says why); nothing was imported", bad - 1, path);
     if (bad < 0) rc = -1;
     if (!rc) rc = import_copy(&im, err, n);
     bad = hf_agree(r, rc, err, n);
-    if (bad > 0 && !rc) rc = hf_fail(err, n, "rank %d failed importing %s (its message says why)", bad - 1, path);
+    if (bad > 0 && !rc) rc = errorf(err, n, "rank %d failed importing %s (its message says why)", bad - 1, path);
     if (bad < 0) rc = -1;
     hf_stage_free(&im.st);
     free(im.ent);

@@ -1,22 +1,13 @@
-/* hfio_common: what every hfio file uses, below all of them: the error
- * convention (hf_fail), shapes as text, PEFT's adapter names, the staging
+/* hfio_common: what every hfio file uses, below all of them: shapes as
+ * text, PEFT's adapter names, the staging
  * memory, block sizes, which rank holds a segment of a parameter, runs of
  * bytes to and from a shard's home, and the ranks' agreement on a failure. */
 #include "hfio_impl.h"
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int hf_fail(char *err, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && n) vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 const char *hf_shape_str(const int64_t *shape, int rank, char *buf, size_t n) {
     size_t u = (size_t)snprintf(buf, n, "[");
@@ -36,7 +27,7 @@ int hf_stage_init(HfStage *s, const HfioOptions *o, char *err, size_t n) {
     s->f = malloc((size_t)s->ch * sizeof(float));
     if (s->a && s->b && s->f) return 0;
     hf_stage_free(s);
-    return hf_fail(err, n, "out of memory for %zu bytes of staging", bytes);
+    return errorf(err, n, "out of memory for %zu bytes of staging", bytes);
 }
 
 void hf_stage_free(HfStage *s) {
@@ -111,10 +102,7 @@ int hf_home_write(void *ctx, uint64_t off, uint8_t *buf, uint64_t len, char *err
 }
 
 int hf_agree(Rt *r, int rc, char *err, size_t n) {
-    int64_t v = rc ? r->c->rank + 1 : 0;
-    if (comm_allreduce_max_i64(r->c, &v) != COMM_OK) {
-        if (!rc) hf_fail(err, n, "%s", comm_last_error(r->c));
-        return -1;
-    }
-    return (int)v;
+    int v = comm_agree(r->c, rc);
+    if (v < 0 && !rc) errorf(err, n, "%s", comm_last_error(r->c));
+    return v;
 }

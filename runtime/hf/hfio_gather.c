@@ -50,14 +50,14 @@ int hf_gather_block(Rt *r, HfStage *st, int t, int64_t cols, int64_t r0, int64_t
     /* a rank whose read failed still takes part, so that no rank waits */
     st_to_f32(sd, st->b, 1, st->f, cnt);
     if (coll && comm_allreduce_sum_f32(r->c, st->f, (size_t)cnt) != COMM_OK)
-        return rc ? rc : hf_fail(err, n, "%s", comm_last_error(r->c));
+        return rc ? rc : errorf(err, n, "%s", comm_last_error(r->c));
     return rc;
 }
 
 int hfio_gather(Rt *r, int tensor, void *dst, const HfioOptions *o, char *err, size_t n) {
     const Plan *p = r->p;
     if (tensor < 0 || (uint32_t)tensor >= p->ntensors || p->tensors[tensor].shard < 0 || st_dtype_from_plan(p->tensors[tensor].dtype) < 0)
-        return hf_fail(err, n, "tensor %d is not a persistent float tensor", tensor);
+        return errorf(err, n, "tensor %d is not a persistent float tensor", tensor);
     const PlanTensor *t = &p->tensors[tensor];
     StDtype sd = (StDtype)st_dtype_from_plan(t->dtype);
     size_t es = st_dtype_size(sd);
@@ -76,7 +76,7 @@ int hfio_gather(Rt *r, int tensor, void *dst, const HfioOptions *o, char *err, s
             for (int64_t i = r0; i < r1; i++) st_from_f32(sd, st.f + (i - r0) * (c1 - c0), (uint8_t *)dst + (size_t)(i * cols + c0) * es, c1 - c0);
         }
     if (!bad) bad = hf_agree(r, rc, err, n);
-    if (bad > 0 && !rc) rc = hf_fail(err, n, "rank %d failed gathering '%s'", bad - 1, t->name);
+    if (bad > 0 && !rc) rc = errorf(err, n, "rank %d failed gathering '%s'", bad - 1, t->name);
     if (bad < 0) rc = -1;
     hf_stage_free(&st);
     return rc;

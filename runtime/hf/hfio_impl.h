@@ -1,8 +1,9 @@
 /* hfio_impl: what the files of runtime/hf share. Private to them. Calls go
- * down: hfio.c (import), hfio_export.c (export) -> hfio_lora.c (adapters)
- * -> hfio_gather.c (a block, a tensor whole on rank 0) -> hfio_layout.c
- * (the mapping's layout) -> hfio_common.c (errors, staging, segments,
- * runs, homes, agreement). No loop. */
+ * down: hfio.c (import) and hfio_export.c (export) -> hfio_lora.c
+ * (adapters) -> hfio_gather.c (a block, a tensor whole on rank 0); the two
+ * -> hfio_layout.c (the mapping's layout); all -> hfio_common.c (staging,
+ * segments, runs, homes, agreement). No loop. Errors: errorf
+ * (runtime/base/errorf.h) into err, -1. */
 #ifndef ZINF_HFIO_IMPL_H
 #define ZINF_HFIO_IMPL_H
 #include "hfio.h"
@@ -45,7 +46,6 @@ typedef struct HfLayout {
 } HfLayout;
 
 /* hfio_common.c */
-int hf_fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* "[2, 3]" */
 const char *hf_shape_str(const int64_t *shape, int rank, char *buf, size_t n);
 

@@ -16,12 +16,12 @@ void hf_layout_free(HfLayout *l) {
 /* A piece's parameter as a matrix, and the checks every piece needs. */
 static int piece_init(const Plan *p, const PlanHfPiece *x, HfPiece *pc, const HfPiece *prev, char *err, size_t n) {
     const PlanTensor *t = &p->tensors[x->tensor];
-    if (t->shard < 0 || (uint32_t)t->shard >= p->nshards) return hf_fail(err, n, "hf: parameter '%s' has no shard", t->name);
+    if (t->shard < 0 || (uint32_t)t->shard >= p->nshards) return errorf(err, n, "hf: parameter '%s' has no shard", t->name);
     if (st_dtype_from_plan(t->dtype) < 0)
-        return hf_fail(err, n, "hf: parameter '%s' is %s; Hugging Face weights are floats", t->name, dtype_name((DType)t->dtype));
+        return errorf(err, n, "hf: parameter '%s' is %s; Hugging Face weights are floats", t->name, dtype_name((DType)t->dtype));
     const PlanShard *s = &p->shards[t->shard];
     if (s->ntiles < 1 || s->tile_elems < 1 || (int64_t)s->ntiles * s->tile_elems != t->numel || s->tile_shard < 1)
-        return hf_fail(err, n, "hf: the shard of '%s' does not cover it (%d tiles of %" PRId64 ")", t->name, s->ntiles, s->tile_elems);
+        return errorf(err, n, "hf: the shard of '%s' does not cover it (%d tiles of %" PRId64 ")", t->name, s->ntiles, s->tile_elems);
     pc->tensor = x->tensor;
     pc->cols = t->rank ? t->dims[t->rank - 1] : 1;
     pc->rows = pc->cols ? t->numel / pc->cols : 0;
@@ -64,9 +64,9 @@ static int group_columns(const Plan *p, HfLayout *l, int g, int *idx, int64_t *H
         const HfPiece *y = k ? &l->pieces[idx[k - 1]] : NULL;
         if (y && x->src_col == y->src_col && x->w == y->w) continue; /* the same columns again: read, not written */
         if (x->src_col > end)
-            return hf_fail(err, n, "hf tensor '%s': columns [%" PRId64 ", %" PRId64 ") come from no parameter", G->name, end, x->src_col);
+            return errorf(err, n, "hf tensor '%s': columns [%" PRId64 ", %" PRId64 ") come from no parameter", G->name, end, x->src_col);
         if (x->src_col < end)
-            return hf_fail(err, n, "hf tensor '%s': columns [%" PRId64 ", %" PRId64 ") of '%s' and [%" PRId64 ", %" PRId64 ") of '%s' overlap",
+            return errorf(err, n, "hf tensor '%s': columns [%" PRId64 ", %" PRId64 ") of '%s' and [%" PRId64 ", %" PRId64 ") of '%s' overlap",
                            G->name, y->src_col, y->src_col + y->w, p->tensors[y->tensor].name, x->src_col, x->src_col + x->w,
                            p->tensors[x->tensor].name);
         x->exported = true;
@@ -91,7 +91,7 @@ static int alias_fits(const Plan *p, const HfGroup *G, HfPiece *x, char *err, si
     }
     char a[160], b[160];
     if (!ok)
-        return hf_fail(err, n, "hf tensor '%s' is %s, but '%s' (%s) reads columns [%" PRId64 ", %" PRId64 ") of it %s", G->name,
+        return errorf(err, n, "hf tensor '%s' is %s, but '%s' (%s) reads columns [%" PRId64 ", %" PRId64 ") of it %s", G->name,
                        hf_shape_str(G->shape, G->rank, a, sizeof a), t->name, hf_shape_str(t->dims, t->rank, b, sizeof b), x->src_col,
                        x->src_col + x->w, x->transpose ? "transposed" : "as it is");
     return 0;
@@ -106,9 +106,9 @@ static int group_finish(const Plan *p, HfLayout *l, int g, int *idx, char *err, 
         const PlanTensor *t = &p->tensors[x->tensor];
         char a[160], b[160];
         if (x->group == g && x->transpose == G->transpose && !same_rows(t0, t, G->transpose))
-            return hf_fail(err, n, "hf tensor '%s': '%s' is %s but '%s' is %s; the pieces of one tensor need the same %s", G->name,
-                           t0->name, hf_shape_str(t0->dims, t0->rank, a, sizeof a), t->name, hf_shape_str(t->dims, t->rank, b, sizeof b),
-                           G->transpose ? "first axis" : "axes but the last");
+            return errorf(err, n, "hf tensor '%s': '%s' is %s but '%s' is %s; the pieces of one tensor need the same %s", G->name,
+                          t0->name, hf_shape_str(t0->dims, t0->rank, a, sizeof a), t->name, hf_shape_str(t->dims, t->rank, b, sizeof b),
+                          G->transpose ? "first axis" : "axes but the last");
     }
     int64_t H = 0;
     if (group_columns(p, l, g, idx, &H, err, n)) return -1;
@@ -143,7 +143,7 @@ static int layout_from(const Plan *p, const PlanHfPiece *pieces, uint32_t npiece
     l->pieces = calloc(npieces ? npieces : 1, sizeof *l->pieces);
     l->groups = calloc(npieces ? npieces : 1, sizeof *l->groups);
     int *idx = calloc(npieces ? npieces : 1, sizeof *idx);
-    int rc = l->pieces && l->groups && idx ? 0 : hf_fail(err, n, "out of memory for the hf mapping");
+    int rc = l->pieces && l->groups && idx ? 0 : errorf(err, n, "out of memory for the hf mapping");
     for (uint32_t i = 0; !rc && i < npieces; i++) {
         HfPiece *x = &l->pieces[i];
         rc = piece_init(p, &pieces[i], x, i ? x - 1 : NULL, err, n);
@@ -167,8 +167,8 @@ bool hf_has_mapping(const Plan *p) { return p->hf.arch && p->hf.arch[0] && p->hf
 int hf_layout_build(const Plan *p, HfLayout *l, char *err, size_t n) {
     memset(l, 0, sizeof *l);
     if (!hf_has_mapping(p))
-        return hf_fail(err, n, "the plan has no Hugging Face mapping (its model has no hf block): compile the model with one, "
-                               "or from a Hugging Face directory with zinfc --from-hf DIR");
+        return errorf(err, n, "the plan has no Hugging Face mapping (its model has no hf block): compile the model with one, "
+                              "or from a Hugging Face directory with zinfc --from-hf DIR");
     return layout_from(p, p->hf.pieces, p->hf.npieces, l, err, n);
 }
 
@@ -183,7 +183,7 @@ int hf_layout_by_names(const Plan *p, HfLayout *l, char *err, size_t n) {
     uint32_t np = 0;
     for (uint32_t t = 0; t < p->ntensors; t++) np += exported_param(p, t);
     PlanHfPiece *pc = calloc(np ? np : 1, sizeof *pc);
-    if (!pc) return hf_fail(err, n, "out of memory for the parameter names");
+    if (!pc) return errorf(err, n, "out of memory for the parameter names");
     uint32_t k = 0;
     for (uint32_t t = 0; t < p->ntensors; t++) {
         const PlanTensor *pt = &p->tensors[t];
