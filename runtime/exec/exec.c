@@ -359,9 +359,6 @@ int rt_step_trained(Rt *r, const int32_t *const *tokens, const int32_t *const *t
 
 static bool ckpt_class(int cls) { return cls == TC_PARAM || cls == TC_MASTER || cls == TC_MOMENTUM || cls == TC_VARIANCE; }
 
-/* Every rank learns whether any rank failed, so no rank waits forever (comm_agree). */
-static int agree(Rt *r, int rc) { return comm_agree(r->c, rc) ? -1 : 0; }
-
 /* The checkpoint code is runtime/exec/exec_ckpt.c's; which classes a checkpoint
  * holds is decided here. */
 int rt_checkpoint_save(Rt *r, const char *dir, const char *state_json, char *err, size_t n) {
@@ -430,7 +427,7 @@ int rt_export_safetensors(Rt *r, const char *path, char *err, size_t n) {
     if (!rc && r->c->rank == 0) rc = safetensors_write(path, st, k, p->model_name, err, n);
     for (int i = 0; i < k; i++) free((void *)st[i].data);
     free(st);
-    if (agree(r, rc)) return rc ? rc : errorf(err, n, "the export failed on another rank");
+    if (comm_agree(r->c, rc)) return rc ? rc : errorf(err, n, "the export failed on another rank");
     return 0;
 }
 

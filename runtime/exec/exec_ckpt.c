@@ -31,9 +31,6 @@ uint64_t rt_plan_hash(const Rt *r) {
     return h;
 }
 
-/* Every rank learns whether any rank failed, so no rank waits forever (comm_agree). */
-static int agree(Rt *r, int rc) { return comm_agree(r->c, rc) ? -1 : 0; }
-
 /* The plan's checkpointed tensors as the manifest describes them, in the
  * order of the shard files' entries (names point into the plan; free l->t). */
 static int plan_layout(const Rt *r, RtCkptClass keep, CkptLayout *l) {
@@ -76,7 +73,7 @@ int rt_ckpt_save(Rt *r, const char *dir, const char *state_json, RtCkptClass ckp
     if (!rc) rc = ckpt_write_shard(dir, next, r->c->rank, r->c->size, h, e, ne, err, n);
     for (int i = 0; i < ne; i++) free(e[i].data);
     free(e);
-    if (agree(r, rc)) return rc ? rc : errorf(err, n, "another rank failed to write its checkpoint shard");
+    if (comm_agree(r->c, rc)) return rc ? rc : errorf(err, n, "another rank failed to write its checkpoint shard");
     rc = 0;
     if (r->c->rank == 0) {
         char st[1024];
@@ -88,7 +85,7 @@ int rt_ckpt_save(Rt *r, const char *dir, const char *state_json, RtCkptClass ckp
         free(l.t);
         if (!rc) rc = ckpt_prune(dir, r->c->size, h, next, 2, err, n);
     }
-    if (agree(r, rc)) return rc ? rc : errorf(err, n, "rank 0 failed to write the checkpoint manifest");
+    if (comm_agree(r->c, rc)) return rc ? rc : errorf(err, n, "rank 0 failed to write the checkpoint manifest");
     return 0;
 }
 
