@@ -48,7 +48,7 @@ static uint64_t cuda_gpu_memory_used(const Rt *r);
 enum { LOSS_SLOTS = 4096 };
 
 struct RtCuda {
-    Cux x;
+    CuExec x;
     GpuComm g;
     bool g_open, failed;
     CUdeviceptr gpu;              /* the GPU arena */
@@ -71,7 +71,7 @@ struct RtCuda {
     uint64_t input_bytes;
     CUdeviceptr *bind[PLAN_NQUEUES];
     int64_t *elems[PLAN_NQUEUES];
-    CuxRt rt;
+    CuExecRt rt;
     double epoch_host;            /* qrun clock when the range's epoch event was recorded */
     double busy[PLAN_NQUEUES];
     double timeout_s;
@@ -132,13 +132,13 @@ static int wait_stream(Rt *r, int q, double t0, char *err, size_t n) {
 /* Copies between device and host memory on queue q's stream, waited for. */
 static int copy_d2h(Rt *r, int q, void *dst, CUdeviceptr src, size_t bytes, char *err, size_t n) {
     RtCuda *cu = r->cu;
-    CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(dst, src, bytes, cu->x.stream[q]), err, n);
+    CUEXEC_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(dst, src, bytes, cu->x.stream[q]), err, n);
     return wait_stream(r, q, clock_mono_s(), err, n);
 }
 
 static int copy_h2d(Rt *r, int q, CUdeviceptr dst, const void *src, size_t bytes, char *err, size_t n) {
     RtCuda *cu = r->cu;
-    CUX_CHECK(&cu->x, cu->x.drv.MemcpyHtoDAsync(dst, src, bytes, cu->x.stream[q]), err, n);
+    CUEXEC_CHECK(&cu->x, cu->x.drv.MemcpyHtoDAsync(dst, src, bytes, cu->x.stream[q]), err, n);
     return wait_stream(r, q, clock_mono_s(), err, n);
 }
 
@@ -158,7 +158,7 @@ static int order_deps(Rt *r, const PlanInstr *in, bool on_stream, char *err, siz
         if (!cu->dev[j]) continue; /* host work: the queue runner saw it finish */
         if (on_stream) {
             if (r->p->instrs[j].queue == in->queue) continue; /* stream order */
-            CUX_CHECK(&cu->x, cu->x.drv.StreamWaitEvent(cu->x.stream[in->queue], cu->x.ev_end[j], 0), err, n);
+            CUEXEC_CHECK(&cu->x, cu->x.drv.StreamWaitEvent(cu->x.stream[in->queue], cu->x.ev_end[j], 0), err, n);
         } else {
             char what[160];
             const PlanInstr *dj = &r->p->instrs[j];
@@ -194,10 +194,10 @@ static void bind_op(Rt *r, const PlanOp *o, const PlanInstr *in, int worker) {
 
 static int run_launches(Rt *r, uint32_t first, uint32_t count, int worker, CUstream s, char *err, size_t n) {
     RtCuda *cu = r->cu;
-    CuxBind b = {.tensor = cu->bind[worker], .elems = cu->elems[worker], .ws = cu->ws[worker], .gemm_ws = cu->gws[worker],
-                 .rt = &cu->rt};
+    CuExecBind b = {.tensor = cu->bind[worker], .elems = cu->elems[worker], .ws = cu->ws[worker], .gemm_ws = cu->gws[worker],
+                    .rt = &cu->rt};
     for (uint32_t li = first; li < first + count; li++)
-        if (cux_launch(&cu->x, r->p, li, &b, s, err, n)) return -1;
+        if (cuexec_launch(&cu->x, r->p, li, &b, s, err, n)) return -1;
     return 0;
 }
 
@@ -228,13 +228,13 @@ static int dev_kernel(Rt *r, uint32_t i, const PlanInstr *in, int worker, CUstre
     }
     const PlanOpCode *oc = &p->op_code[in->arg];
     if (oc->err_off >= 0 && cu->err_slot[i] >= 0)
-        CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(cu->errw + 3 * cu->err_slot[i], cu->ws[worker] + (CUdeviceptr)oc->err_off,
+        CUEXEC_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(cu->errw + 3 * cu->err_slot[i], cu->ws[worker] + (CUdeviceptr)oc->err_off,
                                                    12, s),
-                  err, n);
+                     err, n);
     if (o->kind == OP_FWD && o->nout > 0 && o->out[0] == p->loss && in->tile == in->ntiles - 1) {
         if (cu->nloss >= LOSS_SLOTS) return errorf(err, n, "rank %d: more than %d loss values in one step", r->c->rank, LOSS_SLOTS);
         CUdeviceptr lp = cu->bind[worker][p->loss];
-        CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(cu->loss + cu->nloss, lp, sizeof(float), s), err, n);
+        CUEXEC_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(cu->loss + cu->nloss, lp, sizeof(float), s), err, n);
         cu->nloss++;
     }
     return 0;
@@ -244,8 +244,8 @@ static int dev_axpy(Rt *r, int dt, CUdeviceptr y, CUdeviceptr x, int64_t ne, CUs
     RtCuda *cu = r->cu;
     int li = dt >= 0 && dt < PLAN_NDTYPES ? r->p->util[PLAN_UTIL_AXPY][dt] : -1;
     if (li < 0) return errorf(err, n, "rank %d: the plan has no GPU accumulation kernel for %s", r->c->rank, dtype_name((DType)dt));
-    CuxBind b = {.rt = &cu->rt, .pos = {y, x}, .npos = 2, .i64 = {ne}, .ni64 = 1, .f32 = {1.0f}, .nf32 = 1};
-    return cux_launch(&cu->x, r->p, (uint32_t)li, &b, s, err, n);
+    CuExecBind b = {.rt = &cu->rt, .pos = {y, x}, .npos = 2, .i64 = {ne}, .ni64 = 1, .f32 = {1.0f}, .nf32 = 1};
+    return cuexec_launch(&cu->x, r->p, (uint32_t)li, &b, s, err, n);
 }
 
 static int dev_collective(Rt *r, const PlanInstr *in, int worker, CUstream s, char *err, size_t n) {
@@ -258,7 +258,7 @@ static int dev_collective(Rt *r, const PlanInstr *in, int worker, CUstream s, ch
         if (so->bytes * (uint64_t)R == d->bytes) return gpucomm_allgather(&cu->g, sp, dp, so->bytes, s, err, n);
         /* the last rank's slice is padded: gather into scratch, keep the tile's bytes */
         if (gpucomm_allgather(&cu->g, sp, cu->cs[worker], so->bytes, s, err, n)) return -1;
-        CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoDAsync(dp, cu->cs[worker], d->bytes, s), err, n);
+        CUEXEC_CHECK(&cu->x, cu->x.drv.MemcpyDtoDAsync(dp, cu->cs[worker], d->bytes, s), err, n);
         return 0;
     }
     case PI_REDUCE_SCATTER: {
@@ -269,8 +269,8 @@ static int dev_collective(Rt *r, const PlanInstr *in, int worker, CUstream s, ch
         CUdeviceptr sp = dev_addr(r, so), dp = dev_addr(r, d), send = sp, recv = cu->cs[worker] + se * (uint64_t)R * es;
         if (so->bytes != se * (uint64_t)R * es) {
             /* a padded tile: zeros past its end */
-            CUX_CHECK(&cu->x, cu->x.drv.MemsetD8Async(cu->cs[worker], 0, se * (uint64_t)R * es, s), err, n);
-            CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoDAsync(cu->cs[worker], sp, so->bytes, s), err, n);
+            CUEXEC_CHECK(&cu->x, cu->x.drv.MemsetD8Async(cu->cs[worker], 0, se * (uint64_t)R * es, s), err, n);
+            CUEXEC_CHECK(&cu->x, cu->x.drv.MemcpyDtoDAsync(cu->cs[worker], sp, so->bytes, s), err, n);
             send = cu->cs[worker];
         }
         if (gpucomm_reduce_scatter(&cu->g, send, recv, se, dt, s, err, n)) return -1;
@@ -314,11 +314,11 @@ static int dev_instr(Rt *r, uint32_t i, const PlanInstr *in, int worker, CUstrea
         uint64_t bytes = so->bytes < d->bytes ? so->bytes : d->bytes;
         r->bytes[in->queue] += so->bytes;
         if (in_gpu(r, so) && in_gpu(r, d))
-            CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoDAsync(dev_addr(r, d), dev_addr(r, so), bytes, s), err, n);
+            CUEXEC_CHECK(&cu->x, cu->x.drv.MemcpyDtoDAsync(dev_addr(r, d), dev_addr(r, so), bytes, s), err, n);
         else if (in_gpu(r, d))
-            CUX_CHECK(&cu->x, cu->x.drv.MemcpyHtoDAsync(dev_addr(r, d), rt_opnd_ptr(r, so), bytes, s), err, n);
+            CUEXEC_CHECK(&cu->x, cu->x.drv.MemcpyHtoDAsync(dev_addr(r, d), rt_opnd_ptr(r, so), bytes, s), err, n);
         else
-            CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(rt_opnd_ptr(r, d), dev_addr(r, so), bytes, s), err, n);
+            CUEXEC_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(rt_opnd_ptr(r, d), dev_addr(r, so), bytes, s), err, n);
         return 0;
     }
     case PI_KERNEL: return dev_kernel(r, i, in, worker, s, err, n);
@@ -327,7 +327,7 @@ static int dev_instr(Rt *r, uint32_t i, const PlanInstr *in, int worker, CUstrea
     case PI_ALLREDUCE: r->bytes[in->queue] += rt_opnd(r, in, 0)->bytes; return dev_collective(r, in, worker, s, err, n);
     case PI_ZERO: {
         const PlanOperand *o = rt_opnd(r, in, 0);
-        CUX_CHECK(&cu->x, cu->x.drv.MemsetD8Async(dev_addr(r, o), 0, o->bytes, s), err, n);
+        CUEXEC_CHECK(&cu->x, cu->x.drv.MemsetD8Async(dev_addr(r, o), 0, o->bytes, s), err, n);
         return 0;
     }
     case PI_ACCUM: {
@@ -380,7 +380,7 @@ static int cuda_grad_sumsq(Rt *r, const PlanInstr *in, int worker, double *ss, c
         el[t] = !rt_tensor_partitioned(r, t) && r->c->rank != 0 ? 0 : (int64_t)(o->bytes / rt_dsz(p->tensors[t].dtype));
     }
     const PlanOpCode *oc = &p->op_code[cu->gnorm_op];
-    CuxBind b = {.tensor = bt, .elems = el, .ws = cu->ws[worker], .rt = &cu->rt};
+    CuExecBind b = {.tensor = bt, .elems = el, .ws = cu->ws[worker], .rt = &cu->rt};
     uint64_t end = 0;
     CUstream s = cu->x.stream[in->queue];
     for (uint32_t li = oc->first; li < oc->first + oc->count; li++) {
@@ -390,7 +390,7 @@ static int cuda_grad_sumsq(Rt *r, const PlanInstr *in, int worker, double *ss, c
         if (l->nargs < 3 || slot->kind != PARG_WS) return errorf(err, n, "the plan's gradient norm launches have an unknown shape");
         uint64_t e = (uint64_t)slot->i + 4ull * l->grid[0];
         if (e > end) end = e;
-        if (cux_launch(&cu->x, p, li, &b, s, err, n)) return -1;
+        if (cuexec_launch(&cu->x, p, li, &b, s, err, n)) return -1;
     }
     if (end > r->scratch_bytes) return 0;
     float *part = (float *)r->scratch[worker];
@@ -436,7 +436,7 @@ static int cuda_host_begin(Rt *r, uint32_t i, int worker, bool wait, char *err, 
     (void)worker;
     RtCuda *cu = r->cu;
     const PlanInstr *in = &r->p->instrs[i];
-    if (cux_bind_thread(&cu->x, err, n)) return -1;
+    if (cuexec_bind_thread(&cu->x, err, n)) return -1;
     if (!wait && deps_running(r, in)) return 1;
     if (order_deps(r, in, false, err, n)) return -1;
     cu->hstart[i] = qrun_now(&r->q);
@@ -452,12 +452,12 @@ static int cuda_instr(void *ctx, uint32_t i, int worker, char *err, size_t n) {
         if (in->op == PI_INPUT && in_gpu(r, rt_opnd(r, in, 0))) return host_input(r, in, err, n);
         return rt_host_instr(r, i, worker, err, n);
     }
-    if (cux_bind_thread(&cu->x, err, n)) return -1;
+    if (cuexec_bind_thread(&cu->x, err, n)) return -1;
     if (order_deps(r, in, true, err, n)) return -1;
     CUstream s = cu->x.stream[in->queue];
-    CUX_CHECK(&cu->x, cu->x.drv.EventRecord(cu->x.ev_begin[i], s), err, n);
+    CUEXEC_CHECK(&cu->x, cu->x.drv.EventRecord(cu->x.ev_begin[i], s), err, n);
     if (dev_instr(r, i, in, worker, s, err, n)) return -1;
-    CUX_CHECK(&cu->x, cu->x.drv.EventRecord(cu->x.ev_end[i], s), err, n);
+    CUEXEC_CHECK(&cu->x, cu->x.drv.EventRecord(cu->x.ev_end[i], s), err, n);
     return 0;
 }
 
@@ -524,7 +524,7 @@ static int cuda_create(Rt *r, char *err, size_t n) {
     if (!cu) return errorf(err, n, "out of memory");
     r->cu = cu;
     cu->timeout_s = r->c->timeout_s > 0 ? r->c->timeout_s : 300;
-    if (cux_open(&cu->x, p, r->c, err, n)) {
+    if (cuexec_open(&cu->x, p, r->c, err, n)) {
         free(cu);
         r->cu = NULL;
         return -1;
@@ -574,23 +574,23 @@ static int cuda_create(Rt *r, char *err, size_t n) {
     cu->ws_bytes = (cu->ws_bytes + 255) & ~(uint64_t)255;
     cu->cs_bytes = (cu->cs_bytes + 255) & ~(uint64_t)255;
     for (int q = 0; q < PLAN_NQUEUES; q++) {
-        if (launches[q] && cu->ws_bytes && cux_alloc_device(&cu->x, cu->ws_bytes, "kernel workspace", &cu->ws[q], err, n))
+        if (launches[q] && cu->ws_bytes && cuexec_alloc_device(&cu->x, cu->ws_bytes, "kernel workspace", &cu->ws[q], err, n))
             return -1;
-        if (nccl[q] && cu->cs_bytes && cux_alloc_device(&cu->x, cu->cs_bytes, "collective scratch", &cu->cs[q], err, n))
+        if (nccl[q] && cu->cs_bytes && cuexec_alloc_device(&cu->x, cu->cs_bytes, "collective scratch", &cu->cs[q], err, n))
             return -1;
         if (gemms[q] && cu->x.lt_ws_bytes &&
-            cux_alloc_device(&cu->x, cu->x.lt_ws_bytes, "cuBLASLt workspace", &cu->gws[q], err, n))
+            cuexec_alloc_device(&cu->x, cu->x.lt_ws_bytes, "cuBLASLt workspace", &cu->gws[q], err, n))
             return -1;
     }
     for (uint32_t i = 0; i < p->ninstrs; i++)
         if (p->instrs[i].op == PI_INPUT && p->instrs[i].nopnd > 0 && rt_opnd(r, &p->instrs[i], 0)->bytes > cu->input_bytes)
             cu->input_bytes = rt_opnd(r, &p->instrs[i], 0)->bytes;
     void *h;
-    if (cux_alloc_host(&cu->x, sizeof(float) * LOSS_SLOTS, "loss values", &h, err, n)) return -1;
+    if (cuexec_alloc_host(&cu->x, sizeof(float) * LOSS_SLOTS, "loss values", &h, err, n)) return -1;
     cu->loss = h;
-    if (cux_alloc_host(&cu->x, 12 * (size_t)(cu->nerr ? cu->nerr : 1), "kernel error words", &h, err, n)) return -1;
+    if (cuexec_alloc_host(&cu->x, 12 * (size_t)(cu->nerr ? cu->nerr : 1), "kernel error words", &h, err, n)) return -1;
     cu->errw = h;
-    if (cux_alloc_host(&cu->x, cu->input_bytes ? cu->input_bytes : 64, "token staging", &h, err, n)) return -1;
+    if (cuexec_alloc_host(&cu->x, cu->input_bytes ? cu->input_bytes : 64, "token staging", &h, err, n)) return -1;
     cu->input = h;
     bool any_nccl = false;
     for (int q = 0; q < PLAN_NQUEUES; q++) any_nccl |= nccl[q];
@@ -615,14 +615,14 @@ static int cuda_alloc_arenas(Rt *r, char *err, size_t n) {
         char what[64];
         snprintf(what, sizeof what, "the %s arena", plan_arena_names[k]);
         if (k == ARENA_GPU) {
-            if (cux_alloc_device(&cu->x, rounded, what, &cu->gpu, err, n)) return -1;
-            CUX_CHECK(&cu->x, cu->x.drv.MemsetD8Async(cu->gpu, 0, rounded, cu->x.stream[Q_COMPUTE]), err, n);
-            CUX_CHECK(&cu->x, cu->x.drv.StreamSynchronize(cu->x.stream[Q_COMPUTE]), err, n);
+            if (cuexec_alloc_device(&cu->x, rounded, what, &cu->gpu, err, n)) return -1;
+            CUEXEC_CHECK(&cu->x, cu->x.drv.MemsetD8Async(cu->gpu, 0, rounded, cu->x.stream[Q_COMPUTE]), err, n);
+            CUEXEC_CHECK(&cu->x, cu->x.drv.StreamSynchronize(cu->x.stream[Q_COMPUTE]), err, n);
         } else {
             /* page-locked; the arena starts on an NVME_ALIGN boundary inside the allocation (the driver's
              * own alignment may be less: the fake's is 256), so NVMe transfers go straight to it */
             void *h;
-            if (cux_alloc_host(&cu->x, rounded + NVME_ALIGN, what, &h, err, n)) return -1;
+            if (cuexec_alloc_host(&cu->x, rounded + NVME_ALIGN, what, &h, err, n)) return -1;
             r->arena[k] = (uint8_t *)(((uintptr_t)h + NVME_ALIGN - 1) & ~(uintptr_t)(NVME_ALIGN - 1));
         }
         r->arena_bytes[k] = sz;
@@ -644,7 +644,7 @@ static void cuda_destroy(Rt *r) {
     RtCuda *cu = r->cu;
     if (!cu) return;
     if (cu->g_open) gpucomm_close(&cu->g, cu->failed);
-    cux_close(&cu->x); /* frees the arenas and staging */
+    cuexec_close(&cu->x); /* frees the arenas and staging */
     for (int k = 0; k < PLAN_NARENAS; k++)
         if (k != ARENA_NVME) r->arena[k] = NULL;
     for (int q = 0; q < PLAN_NQUEUES; q++) {
@@ -661,12 +661,12 @@ static void cuda_destroy(Rt *r) {
 }
 
 static int cuda_home_read(Rt *r, uint64_t addr, void *dst, uint64_t bytes, char *err, size_t n) {
-    if (cux_bind_thread(&r->cu->x, err, n)) return -1;
+    if (cuexec_bind_thread(&r->cu->x, err, n)) return -1;
     return copy_d2h(r, Q_D2H, dst, r->cu->gpu + addr, bytes, err, n);
 }
 
 static int cuda_home_write(Rt *r, uint64_t addr, const void *src, uint64_t bytes, char *err, size_t n) {
-    if (cux_bind_thread(&r->cu->x, err, n)) return -1;
+    if (cuexec_bind_thread(&r->cu->x, err, n)) return -1;
     return copy_h2d(r, Q_H2D, r->cu->gpu + addr, src, bytes, err, n);
 }
 
@@ -693,7 +693,7 @@ static void cuda_step_begin(Rt *r) {
 static int cuda_range_end(Rt *r, uint32_t b0, uint32_t b1, char *err, size_t n) {
     RtCuda *cu = r->cu;
     const Plan *p = r->p;
-    if (cux_bind_thread(&cu->x, err, n)) return -1;
+    if (cuexec_bind_thread(&cu->x, err, n)) return -1;
     if (wait_streams(r, err, n)) return -1;
     int loss0 = r->loss_n;
     for (int k = loss0; k < cu->nloss; k++) {
@@ -749,7 +749,7 @@ static void cuda_memory_report(const Rt *r, FILE *out) {
             plan_bytes_str(cu->x.dev_total, c, sizeof c), plan_bytes_str(cu->ws_bytes, d, sizeof d),
             plan_bytes_str(cu->cs_bytes, a, sizeof a));
     char g[512];
-    fprintf(out, "  gemm: %s\n", cux_gemm_summary(&cu->x, r->p, g, sizeof g));
+    fprintf(out, "  gemm: %s\n", cuexec_gemm_summary(&cu->x, r->p, g, sizeof g));
     if (cu->g_open) fprintf(out, "  nccl %d.%d.%d, %d ranks\n", cu->g.version / 10000, cu->g.version / 100 % 100, cu->g.version % 100, cu->g.size);
 }
 
