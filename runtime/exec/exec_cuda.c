@@ -1,6 +1,6 @@
 /* exec_cuda: the CUDA backend of the executor (runtime/exec/exec.h).
  *
- * The plan's queues keep their worker threads (runtime/queues); under CUDA
+ * The plan's queues keep their worker threads (runtime/exec/qrun); under CUDA
  * each worker ENQUEUES its instructions on its queue's stream instead of
  * running them, so the NVMe -> pinned -> GPU -> all-gather -> compute
  * pipeline overlaps as the plan says. Per instruction, statically:

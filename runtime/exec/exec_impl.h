@@ -107,7 +107,7 @@ bool rt_speculation_failed(const Rt *r);
 /* exec_nvme.c */
 /* An NVME_READ or NVME_WRITE as one rtio transfer. */
 void rt_nvme_req(const Rt *r, const PlanInstr *in, RtioReq *q);
-/* Runs the nvme queue as a pipeline (queues.h, qrun_set_pipe), on either
+/* Runs the nvme queue as a pipeline (qrun.h, qrun_set_pipe), on either
  * backend: each NVMe transfer, once the backend's host_begin has let it,
  * goes in flight through rtio under its slot's tag; any other instruction
  * of the queue runs alone through the backend's instr. */

@@ -7,7 +7,7 @@
 #include <unistd.h>
 #include "hostk.h"
 #include "hostk_threads.h"
-#include "queues.h"
+#include "qrun.h"
 #include "clock.h"
 
 /* ---- host memory: the triad ---- */
