@@ -480,12 +480,13 @@ static int checkpoint_start(Rt *r, const Opts *o, bool lead, int64_t *start, int
 
 /* Every rank learns rank 0's verdict (bad: 1 when it refused, err then says why). */
 static int lead_agrees(int64_t bad, const char *what, char *err, size_t n) {
-    if (comm_allreduce_max_i64(&C, &bad) != COMM_OK) {
+    int v = comm_agree(&C, bad != 0);
+    if (v < 0) {
         snprintf(err, n, "%s", comm_last_error(&C));
         return -1;
     }
-    if (bad && C.rank != 0) snprintf(err, n, "rank 0 refused %s (its message says why)", what);
-    return bad ? -1 : 0;
+    if (v && C.rank != 0) snprintf(err, n, "rank 0 refused %s (its message says why)", what);
+    return v ? -1 : 0;
 }
 
 /* Rank 0 checks, before any step is trained, every path the run writes

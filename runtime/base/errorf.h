@@ -4,6 +4,11 @@
  * whole of a failure path. Only a main() prints. */
 #ifndef ZINF_ERRORF_H
 #define ZINF_ERRORF_H
+#include <stdarg.h>
 #include <stddef.h>
 int errorf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* errorf with the arguments as a va_list: for a module's own error
+ * function that adds something of its own (a prefix, a struct's fields)
+ * around the message. */
+int verrorf(char *err, size_t errlen, const char *fmt, va_list ap) __attribute__((format(printf, 3, 0)));
 #endif

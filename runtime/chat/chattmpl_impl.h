@@ -1,6 +1,16 @@
 /* chattmpl_impl: what chattmpl_parse.c (template text -> tree) and
  * chattmpl.c (tree -> rendered text) share: the tree's nodes and the
- * ChatTemplate that owns them. Not a public interface. */
+ * ChatTemplate that owns them. Not a public interface.
+ *
+ * The one call loop among the files of runtime/chat is the interpreter's
+ * own and stays: the evaluator (chattmpl_eval.c) calls the library
+ * (chattmpl_filters.c) for a filter, test, method or global, and the
+ * library calls the evaluator back, because a call's arguments are
+ * expressions it evaluates (ct_eval, ct_eval_args, ct_arg_or_kw), and
+ * filters and tests such as sort, unique, equalto and `in` compare values
+ * with the evaluator's semantics (ct_compare, ct_equal). The two are one
+ * interpreter split by job; the loop is the recursion of the expression
+ * grammar, as in any tree-walking interpreter. */
 #ifndef ZINF_CHATTMPL_IMPL_H
 #define ZINF_CHATTMPL_IMPL_H
 

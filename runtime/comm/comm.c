@@ -271,6 +271,12 @@ CommStatus comm_allreduce_max_i64(Comm *c, int64_t *v) {
     return allreduce(c, v, 1, MPI_INT64_T, sizeof(int64_t), MPI_MAX, "all-reduce");
 }
 
+int comm_agree(Comm *c, int rc) {
+    int64_t v = rc ? c->rank + 1 : 0;
+    if (comm_allreduce_max_i64(c, &v) != COMM_OK) return -1;
+    return (int)v;
+}
+
 CommStatus comm_bcast(Comm *c, void *buf, size_t bytes, int root) {
     if (!c->mpi || c->size == 1) return COMM_OK;
     for (size_t off = 0; off < bytes; off += CHUNK) {

@@ -84,6 +84,12 @@ void comm_sum_blocks_f32(const float *blocks, int nranks, size_t count, float *r
 CommStatus comm_allreduce_sum_f32(Comm *c, float *buf, size_t count);
 CommStatus comm_allreduce_sum_f64(Comm *c, double *buf, size_t count);
 CommStatus comm_allreduce_max_i64(Comm *c, int64_t *v);
+/* Every rank learns whether any rank failed, so that all go on or leave
+ * together and none waits alone in a later collective. rc is this rank's
+ * result (0: it succeeded). Returns 0 when every rank's rc is 0, else 1 +
+ * the highest rank whose rc is not; -1 when the agreement itself failed
+ * (comm_last_error says why). */
+int comm_agree(Comm *c, int rc);
 CommStatus comm_bcast(Comm *c, void *buf, size_t bytes, int root);
 
 #endif

@@ -88,7 +88,7 @@ static int init_shard(Rt *r, const PlanShard *s, uint8_t *tmp, float *vals, char
 static int init_state(Rt *r, char *err, size_t n) {
     uint8_t *tmp = malloc((size_t)INIT_CHUNK * 4);
     float *vals = malloc(sizeof(float) * INIT_CHUNK);
-    int rc = tmp && vals ? 0 : rt_fail(err, n, "out of memory initialising the parameters");
+    int rc = tmp && vals ? 0 : errorf(err, n, "out of memory initialising the parameters");
     for (uint32_t si = 0; si < r->p->nshards && !rc; si++) rc = init_shard(r, &r->p->shards[si], tmp, vals, err, n);
     free(tmp);
     free(vals);
@@ -131,13 +131,13 @@ static size_t instr_scratch(const Rt *r, const PlanInstr *in) {
 
 Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
     if (p->ranks != c->size) {
-        rt_fail(err, n, "the plan is for %d rank%s but this job has %d: run it with mpirun -np %d, or plan it for %d with "
-                "zinfc ... --ranks %d -o PLAN",
-                p->ranks, p->ranks == 1 ? "" : "s", c->size, p->ranks, c->size, c->size);
+        errorf(err, n, "the plan is for %d rank%s but this job has %d: run it with mpirun -np %d, or plan it for %d with "
+               "zinfc ... --ranks %d -o PLAN",
+               p->ranks, p->ranks == 1 ? "" : "s", c->size, p->ranks, c->size, c->size);
         return NULL;
     }
     Rt *r = calloc(1, sizeof *r);
-    if (!r) { rt_fail(err, n, "out of memory"); return NULL; }
+    if (!r) { errorf(err, n, "out of memory"); return NULL; }
     r->p = p;
     r->c = c;
     if (o) r->o = *o;
@@ -147,11 +147,11 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
     r->be = r->o.backend == RT_BACKEND_CUDA ? &rt_backend_cuda : &rt_backend_host;
     r->ws = calloc(p->nops ? p->nops : 1, sizeof *r->ws);
     r->ws_bytes = calloc(p->nops ? p->nops : 1, sizeof *r->ws_bytes);
-    if (!r->ws || !r->ws_bytes) { rt_fail(err, n, "out of memory"); goto bad; }
+    if (!r->ws || !r->ws_bytes) { errorf(err, n, "out of memory"); goto bad; }
     /* how far into each buffer any instruction reaches: past it, a buffer's
-     * last block is its rounding, which NVMe transfers may take (exec_host.c) */
+     * last block is its rounding, which NVMe transfers may take (exec_nvme.c) */
     r->buf_reach = calloc(p->nbuffers ? p->nbuffers : 1, sizeof *r->buf_reach);
-    if (!r->buf_reach) { rt_fail(err, n, "out of memory"); goto bad; }
+    if (!r->buf_reach) { errorf(err, n, "out of memory"); goto bad; }
     for (uint32_t k = 0; k < p->noperands; k++) {
         const PlanOperand *o = &p->operands[k];
         if (o->buffer >= 0 && (uint32_t)o->buffer < p->nbuffers && o->offset + o->bytes > r->buf_reach[o->buffer])
@@ -164,7 +164,7 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
     }
     r->boff = malloc(sizeof *r->boff * (p->nbuffers ? p->nbuffers : 1));
     r->twins = malloc(sizeof *r->twins * 2 * (p->nbuffers ? p->nbuffers : 1));
-    if (!r->boff || !r->twins) { rt_fail(err, n, "out of memory"); goto bad; }
+    if (!r->boff || !r->twins) { errorf(err, n, "out of memory"); goto bad; }
     for (uint32_t b = 0; b < p->nbuffers; b++) {
         r->boff[b] = p->buffers[b].offset;
         int32_t t = p->buffers[b].tensor;
@@ -180,7 +180,7 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
         if (r->o.nvme_dir) dirs[nd++] = r->o.nvme_dir;
         else
             for (int i = 0; i < p->target.nvme_npaths && nd < 16; i++) dirs[nd++] = p->target.nvme_paths[i];
-        if (!nd) { rt_fail(err, n, "the plan keeps state on NVMe but names no NVMe path: pass --nvme DIR"); goto bad; }
+        if (!nd) { errorf(err, n, "the plan keeps state on NVMe but names no NVMe path: pass --nvme DIR"); goto bad; }
         if (rtio_open(&r->io, dirs, nd, c->rank, p->arenas[ARENA_NVME].size, r->o.queue_depth, err, n)) goto bad;
         r->io_open = true;
         if (r->arena[ARENA_PINNED] &&
@@ -196,10 +196,10 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
     for (int q = 0; q < PLAN_NQUEUES; q++) {
         r->table[q] = calloc(p->ntensors ? p->ntensors : 1, sizeof(void *));
         r->scratch[q] = r->scratch_bytes ? aligned_alloc(64, r->scratch_bytes) : NULL;
-        if (!r->table[q] || (r->scratch_bytes && !r->scratch[q])) { rt_fail(err, n, "out of memory for scratch"); goto bad; }
+        if (!r->table[q] || (r->scratch_bytes && !r->scratch[q])) { errorf(err, n, "out of memory for scratch"); goto bad; }
     }
     if (init_state(r, err, n)) goto bad;
-    if (qrun_init(&r->q, p, r->be->instr, r)) { rt_fail(err, n, "out of memory"); goto bad; }
+    if (qrun_init(&r->q, p, r->be->instr, r)) { errorf(err, n, "out of memory"); goto bad; }
     const char *nobatch = getenv("ZINF_NVME_NOBATCH"); /* 1: one at a time, for comparison */
     if (!nobatch || !nobatch[0] || !strcmp(nobatch, "0")) rt_nvme_pipe(r); /* either backend */
     return r;
@@ -265,10 +265,10 @@ int rt_step_trained(Rt *r, const int32_t *const *tokens, const int32_t *const *t
     const Plan *p = r->p;
     int64_t B = 0, T = 0;
     if (trained == 0)
-        return rt_fail(err, n, "step %lld: no trained target in the global batch (skip the step instead)",
-                       (long long)r->step + 1);
+        return errorf(err, n, "step %lld: no trained target in the global batch (skip the step instead)",
+                      (long long)r->step + 1);
     if (trained > 0 && !plan_batch_shape(p, &B, &T))
-        return rt_fail(err, n, "the plan has no token batch to count trained targets in");
+        return errorf(err, n, "the plan has no token batch to count trained targets in");
     double t0 = qrun_now(&r->q);
     memset(r->bytes, 0, sizeof r->bytes);
     r->loss_sum = 0;
@@ -278,8 +278,8 @@ int rt_step_trained(Rt *r, const int32_t *const *tokens, const int32_t *const *t
     r->grad_norm = 0;
     if (accum < 1) accum = 1;
     if (accum > 1 && p->opt_begin > 0 && r->adam_in_batch)
-        return rt_fail(err, n, "this plan steps the optimizer in the backward, which needs one micro-batch per step (it has "
-                       "%d); recompile it with grad_accum = %d", accum, accum);
+        return errorf(err, n, "this plan steps the optimizer in the backward, which needs one micro-batch per step (it has "
+                      "%d); recompile it with grad_accum = %d", accum, accum);
     /* Each micro-batch's loss is the sum over its trained targets divided
      * by its B*T positions (hostk.h, cross_entropy): scaled by B*T over
      * the global batch's trained targets, the micro-batches of every rank
@@ -314,20 +314,20 @@ int rt_step_trained(Rt *r, const int32_t *const *tokens, const int32_t *const *t
         }
         if (qrun_range(&r->q, b0, b1)) {
             r->be->abort(r); /* before anything waits on the GPU */
-            return rt_fail(err, n, "rank %d, step %lld: %s", r->c->rank, (long long)r->step + 1, unranked(r, r->q.err));
+            return errorf(err, n, "rank %d, step %lld: %s", r->c->rank, (long long)r->step + 1, unranked(r, r->q.err));
         }
         /* Under CUDA the range has been enqueued, not run: wait for it (and
          * collect its losses and error words) before the next reuses buffers. */
         char cerr[512];
         if (r->be->range_end(r, b0, b1, cerr, sizeof cerr)) {
             r->be->abort(r);
-            return rt_fail(err, n, "rank %d, step %lld: %s", r->c->rank, (long long)r->step + 1, unranked(r, cerr));
+            return errorf(err, n, "rank %d, step %lld: %s", r->c->rank, (long long)r->step + 1, unranked(r, cerr));
         }
     }
     double loss[2] = {r->loss_sum, (double)r->loss_n};
     if (comm_allreduce_sum_f64(r->c, loss, 2)) return rt_comm_err(r, err, n);
     if (r->skip && p->train.dtype != DT_F16)
-        return rt_fail(err, n, "step %lld: the gradient norm is not finite: training diverged", (long long)r->step + 1);
+        return errorf(err, n, "step %lld: the gradient norm is not finite: training diverged", (long long)r->step + 1);
     if (r->skip) {
         r->loss_scale /= 2;
         r->good_steps = 0;
@@ -357,36 +357,7 @@ int rt_step_trained(Rt *r, const int32_t *const *tokens, const int32_t *const *t
     return 0;
 }
 
-uint64_t rt_plan_hash(const Rt *r) {
-    const Plan *p = r->p;
-    uint64_t h = 14695981039346656037ull;
-#define MIX(v)                                       \
-    do {                                             \
-        uint64_t x_ = (uint64_t)(v);                 \
-        h = (h ^ x_) * 1099511628211ull;             \
-    } while (0)
-    MIX(p->ranks);
-    for (uint32_t s = 0; s < p->nshards; s++) {
-        const PlanShard *sh = &p->shards[s];
-        const PlanTensor *t = &p->tensors[sh->tensor];
-        h ^= plan_fnv1a64(t->name, strlen(t->name));
-        MIX(t->dtype);
-        MIX(sh->ntiles);
-        MIX(sh->tile_shard);
-        MIX(sh->partitioned);
-    }
-#undef MIX
-    return h;
-}
-
 static bool ckpt_class(int cls) { return cls == TC_PARAM || cls == TC_MASTER || cls == TC_MOMENTUM || cls == TC_VARIANCE; }
-
-/* Every rank learns whether any rank failed, so no rank waits forever. */
-static int agree(Rt *r, int rc) {
-    int64_t v = rc != 0;
-    if (comm_allreduce_max_i64(r->c, &v)) return -1;
-    return v ? -1 : 0;
-}
 
 /* The checkpoint code is runtime/exec/exec_ckpt.c's; which classes a checkpoint
  * holds is decided here. */
@@ -427,7 +398,7 @@ int rt_export_safetensors(Rt *r, const char *path, char *err, size_t n) {
     int np = 0;
     for (uint32_t t = 0; t < p->ntensors; t++) np += p->tensors[t].cls == TC_PARAM && p->tensors[t].shard >= 0;
     StTensor *st = calloc((size_t)np + 1, sizeof *st);
-    int k = 0, rc = st ? 0 : rt_fail(err, n, "out of memory");
+    int k = 0, rc = st ? 0 : errorf(err, n, "out of memory");
     for (uint32_t t = 0; t < p->ntensors && !rc; t++) {
         const PlanTensor *pt = &p->tensors[t];
         if (pt->cls != TC_PARAM || pt->shard < 0) continue;
@@ -436,7 +407,7 @@ int rt_export_safetensors(Rt *r, const char *path, char *err, size_t n) {
         uint8_t *mine = malloc(sh->bytes ? sh->bytes : 1);
         uint8_t *all = malloc((size_t)sh->tile_shard * es * (size_t)r->c->size + 1);
         uint8_t *full = r->c->rank == 0 ? malloc((size_t)pt->numel * es + 1) : NULL;
-        if (!mine || !all || (r->c->rank == 0 && !full)) rc = rt_fail(err, n, "out of memory exporting %s", pt->name);
+        if (!mine || !all || (r->c->rank == 0 && !full)) rc = errorf(err, n, "out of memory exporting %s", pt->name);
         if (!rc) rc = rt_home_read(r, sh->buffer, 0, mine, sh->bytes, err, n);
         for (int32_t u = 0; u < sh->ntiles && !rc; u++) {
             size_t sb = (size_t)sh->tile_shard * es;
@@ -456,7 +427,7 @@ int rt_export_safetensors(Rt *r, const char *path, char *err, size_t n) {
     if (!rc && r->c->rank == 0) rc = safetensors_write(path, st, k, p->model_name, err, n);
     for (int i = 0; i < k; i++) free((void *)st[i].data);
     free(st);
-    if (agree(r, rc)) return rc ? rc : rt_fail(err, n, "the export failed on another rank");
+    if (comm_agree(r->c, rc)) return rc ? rc : errorf(err, n, "the export failed on another rank");
     return 0;
 }
 
@@ -499,15 +470,15 @@ int rt_choose_backend(Comm *c, const char *want, const Plan *p, const char *plan
     if (drv.lib) cudrv_close(&drv);
     bool code = p->nlaunches > 0;
     int64_t missing = !have;
-    if (comm_allreduce_max_i64(c, &missing) != COMM_OK) return rt_fail(err, n, "%s", comm_last_error(c));
+    if (comm_allreduce_max_i64(c, &missing) != COMM_OK) return errorf(err, n, "%s", comm_last_error(c));
     if (!strcmp(want, "cuda")) {
-        if (!have) return rt_fail(err, n, "--backend cuda: %s; use --backend host", why);
-        if (missing) return rt_fail(err, n, "--backend cuda: another rank has no usable GPU; use --backend host");
+        if (!have) return errorf(err, n, "--backend cuda: %s; use --backend host", why);
+        if (missing) return errorf(err, n, "--backend cuda: another rank has no usable GPU; use --backend host");
         if (!code)
-            return rt_fail(err, n,
-                           "--backend cuda: %s has no GPU code (compiled for the host target or with --kernels=none): "
-                           "compile it for a GPU target, e.g. zinfc --target h200, or use --backend host",
-                           plan_name);
+            return errorf(err, n,
+                          "--backend cuda: %s has no GPU code (compiled for the host target or with --kernels=none): "
+                          "compile it for a GPU target, e.g. zinfc --target h200, or use --backend host",
+                          plan_name);
         *out = RT_BACKEND_CUDA;
     } else if (have && !missing && code) {
         *out = RT_BACKEND_CUDA;

@@ -7,7 +7,7 @@
  * the NVMe arena as swap files through runtime/nvme), initialises this
  * rank's shards of every parameter from (seed, name, element) and zeroes
  * the optimizer state, then runs the plan's instruction stream step after
- * step on one worker per queue (runtime/queues): kernels through the host
+ * step on one worker per queue (runtime/exec/qrun): kernels through the host
  * kernels, collectives through runtime/comm, NVMe through io_uring, the
  * optimizer through the vectorised CPU Adam.
  *
@@ -23,7 +23,7 @@
 #include "comm.h"
 #include "vocab.h"
 #include "plan.h"
-#include "queues.h"
+#include "qrun.h"
 
 typedef enum RtBackend { RT_BACKEND_HOST, RT_BACKEND_CUDA } RtBackend;
 

@@ -8,11 +8,27 @@
 #include <string.h>
 #include "ckpt.h"
 
-/* Every rank learns whether any rank failed, so no rank waits forever. */
-static int agree(Rt *r, int rc) {
-    int64_t v = rc != 0;
-    if (comm_allreduce_max_i64(r->c, &v)) return -1;
-    return v ? -1 : 0;
+/* The checkpoint files name the plan by this hash (exec.h). */
+uint64_t rt_plan_hash(const Rt *r) {
+    const Plan *p = r->p;
+    uint64_t h = 14695981039346656037ull;
+#define MIX(v)                                       \
+    do {                                             \
+        uint64_t x_ = (uint64_t)(v);                 \
+        h = (h ^ x_) * 1099511628211ull;             \
+    } while (0)
+    MIX(p->ranks);
+    for (uint32_t s = 0; s < p->nshards; s++) {
+        const PlanShard *sh = &p->shards[s];
+        const PlanTensor *t = &p->tensors[sh->tensor];
+        h ^= plan_fnv1a64(t->name, strlen(t->name));
+        MIX(t->dtype);
+        MIX(sh->ntiles);
+        MIX(sh->tile_shard);
+        MIX(sh->partitioned);
+    }
+#undef MIX
+    return h;
 }
 
 /* The plan's checkpointed tensors as the manifest describes them, in the
@@ -41,13 +57,13 @@ int rt_ckpt_save(Rt *r, const char *dir, const char *state_json, RtCkptClass ckp
     const Plan *p = r->p;
     CkptEntry *e = calloc(p->nshards ? p->nshards : 1, sizeof *e);
     int ne = 0, rc = 0;
-    if (!e) rc = rt_fail(err, n, "out of memory");
+    if (!e) rc = errorf(err, n, "out of memory");
     for (uint32_t s = 0; s < p->nshards && !rc; s++) {
         const PlanShard *sh = &p->shards[s];
         const PlanTensor *t = &p->tensors[sh->tensor];
         if (!ckpt_class(t->cls)) continue;
         void *d = malloc(sh->bytes ? sh->bytes : 1);
-        if (!d) { rc = rt_fail(err, n, "out of memory"); break; }
+        if (!d) { rc = errorf(err, n, "out of memory"); break; }
         e[ne] = (CkptEntry){t->name, t->dtype, sh->bytes, d};
         ne++;
         rc = rt_home_read(r, sh->buffer, 0, d, sh->bytes, err, n);
@@ -57,19 +73,19 @@ int rt_ckpt_save(Rt *r, const char *dir, const char *state_json, RtCkptClass ckp
     if (!rc) rc = ckpt_write_shard(dir, next, r->c->rank, r->c->size, h, e, ne, err, n);
     for (int i = 0; i < ne; i++) free(e[i].data);
     free(e);
-    if (agree(r, rc)) return rc ? rc : rt_fail(err, n, "another rank failed to write its checkpoint shard");
+    if (comm_agree(r->c, rc)) return rc ? rc : errorf(err, n, "another rank failed to write its checkpoint shard");
     rc = 0;
     if (r->c->rank == 0) {
         char st[1024];
         snprintf(st, sizeof st, "{\"step\": %lld, \"loss_scale\": %.17g, \"good_steps\": %d, \"run\": %s}",
                  (long long)r->step, r->loss_scale, r->good_steps, state_json && *state_json ? state_json : "{}");
         CkptLayout l;
-        rc = plan_layout(r, ckpt_class, &l) ? rt_fail(err, n, "out of memory") : 0;
+        rc = plan_layout(r, ckpt_class, &l) ? errorf(err, n, "out of memory") : 0;
         if (!rc) rc = ckpt_write_manifest(dir, next, r->c->size, h, p->model_name, st, &l, err, n);
         free(l.t);
         if (!rc) rc = ckpt_prune(dir, r->c->size, h, next, 2, err, n);
     }
-    if (agree(r, rc)) return rc ? rc : rt_fail(err, n, "rank 0 failed to write the checkpoint manifest");
+    if (comm_agree(r->c, rc)) return rc ? rc : errorf(err, n, "rank 0 failed to write the checkpoint manifest");
     return 0;
 }
 
@@ -81,13 +97,13 @@ static int load_own(Rt *r, const char *dir, int64_t step, RtCkptClass ckpt_class
     int *buf = calloc(p->nshards ? p->nshards : 1, sizeof *buf);
     int ne = 0, rc = 0;
     int64_t why = 0; /* 1: the checkpoint does not load, 2: something else failed */
-    if (!e || !buf) rc = rt_fail(err, n, "out of memory");
+    if (!e || !buf) rc = errorf(err, n, "out of memory");
     for (uint32_t s = 0; s < p->nshards && !rc; s++) {
         const PlanShard *sh = &p->shards[s];
         const PlanTensor *t = &p->tensors[sh->tensor];
         if (!ckpt_class(t->cls)) continue;
         void *d = malloc(sh->bytes ? sh->bytes : 1);
-        if (!d) { rc = rt_fail(err, n, "out of memory"); break; }
+        if (!d) { rc = errorf(err, n, "out of memory"); break; }
         e[ne] = (CkptEntry){t->name, t->dtype, sh->bytes, d};
         buf[ne++] = sh->buffer;
     }
@@ -131,11 +147,11 @@ static int trained_set_difference(const CkptTensorLayout *state, const CkptLayou
     const char *pname = state_param(state);
     const CkptTensorLayout *pt = pname ? find_tensor(other, pname) : NULL;
     if (!pt || pt->cls != TC_PARAM) return 0;
-    return rt_fail(why, n,
-                   "parameter '%s' %s: a resume continues one run's optimizer, so the trained parameters must be the same; "
-                   "to start from these weights, write them with the checkpoint's plan (zinfrun --resume --steps 0 --export W.safetensors) "
-                   "and begin a new run with --init W.safetensors",
-                   pname, in_plan ? "is frozen in the checkpoint and trains in this plan" : "trains in the checkpoint and is frozen in this plan");
+    return errorf(why, n,
+                  "parameter '%s' %s: a resume continues one run's optimizer, so the trained parameters must be the same; "
+                  "to start from these weights, write them with the checkpoint's plan (zinfrun --resume --steps 0 --export W.safetensors) "
+                  "and begin a new run with --init W.safetensors",
+                  pname, in_plan ? "is frozen in the checkpoint and trains in this plan" : "trains in the checkpoint and is frozen in this plan");
 }
 
 /* The first checkpointed tensor in which two layouts differ (a missing or
@@ -146,19 +162,19 @@ static int first_tensor_difference(const CkptLayout *mine, const CkptLayout *ck,
     for (int i = 0; i < mine->n; i++) {
         const CkptTensorLayout *t = &mine->t[i], *c = find_tensor(ck, t->name);
         if (!c && trained_set_difference(t, ck, true, why, n)) return 2;
-        if (!c) return rt_fail(why, n, "tensor '%s' of this plan is not in the checkpoint", t->name);
+        if (!c) return errorf(why, n, "tensor '%s' of this plan is not in the checkpoint", t->name);
         shape_str(c, a, sizeof a);
         shape_str(t, b, sizeof b);
         bool same = c->cls == t->cls && c->rank == t->rank && c->dtype == t->dtype && c->s.numel == t->s.numel;
         for (int d = 0; same && d < t->rank; d++) same = c->dims[d] == t->dims[d];
         if (!same)
-            return rt_fail(why, n, "tensor '%s' is %s %s in the checkpoint, %s %s in this plan", t->name,
-                           c->cls < TC_COUNT ? tensor_class_names[c->cls] : "?", a, tensor_class_names[t->cls], b);
+            return errorf(why, n, "tensor '%s' is %s %s in the checkpoint, %s %s in this plan", t->name,
+                          c->cls < TC_COUNT ? tensor_class_names[c->cls] : "?", a, tensor_class_names[t->cls], b);
     }
     for (int i = 0; i < ck->n; i++) {
         if (find_tensor(mine, ck->t[i].name)) continue;
         if (trained_set_difference(&ck->t[i], mine, false, why, n)) return 2;
-        return rt_fail(why, n, "the checkpoint holds tensor '%s', which this plan does not have", ck->t[i].name);
+        return errorf(why, n, "the checkpoint holds tensor '%s', which this plan does not have", ck->t[i].name);
     }
     return 0;
 }
@@ -176,16 +192,16 @@ static int same_model(const Rt *r, const CkptLayout *mine, const CkptManifest *m
     char tw[1024] = "";
     int td = first_tensor_difference(mine, &m->layout, tw, sizeof tw);
     if (strcmp(m->model, p->model_name ? p->model_name : ""))
-        return rt_fail(why, n, "another model: '%s', this plan's is '%s'%s%s", m->model, p->model_name ? p->model_name : "",
-                       td ? "; first difference: " : "", td ? tw : "");
+        return errorf(why, n, "another model: '%s', this plan's is '%s'%s%s", m->model, p->model_name ? p->model_name : "",
+                      td ? "; first difference: " : "", td ? tw : "");
     if (m->layout.train_dtype != p->train.dtype)
-        return rt_fail(why, n, "trained in %s, this plan trains in %s", dtype_name((DType)m->layout.train_dtype),
-                       dtype_name((DType)p->train.dtype));
+        return errorf(why, n, "trained in %s, this plan trains in %s", dtype_name((DType)m->layout.train_dtype),
+                      dtype_name((DType)p->train.dtype));
     if (has_class(mine, TC_MOMENTUM) != has_class(&m->layout, TC_MOMENTUM))
-        return rt_fail(why, n, "%s", has_class(mine, TC_MOMENTUM) ? "the checkpoint holds no Adam state, this plan's optimizer needs it"
-                                                                 : "the checkpoint holds Adam state, this plan has none");
-    if (td == 2) return rt_fail(why, n, "%s", tw);
-    if (td) return rt_fail(why, n, "another model: %s", tw);
+        return errorf(why, n, "%s", has_class(mine, TC_MOMENTUM) ? "the checkpoint holds no Adam state, this plan's optimizer needs it"
+                                                                : "the checkpoint holds Adam state, this plan has none");
+    if (td == 2) return errorf(why, n, "%s", tw);
+    if (td) return errorf(why, n, "another model: %s", tw);
     return 0;
 }
 
@@ -198,11 +214,11 @@ int rt_ckpt_check(Rt *r, const char *dir, int64_t step, RtCkptClass keep, char *
         rc = 0;
     } else if (!m.has_layout) {
         rc = 1;
-        rt_fail(why, n, "written by %d rank%s of plan %016" PRIx64 " before checkpoints recorded their layout: only that plan on %d rank%s resumes it",
-                m.world, m.world == 1 ? "" : "s", m.plan_hash, m.world, m.world == 1 ? "" : "s");
+        errorf(why, n, "written by %d rank%s of plan %016" PRIx64 " before checkpoints recorded their layout: only that plan on %d rank%s resumes it",
+               m.world, m.world == 1 ? "" : "s", m.plan_hash, m.world, m.world == 1 ? "" : "s");
     } else if (plan_layout(r, keep, &mine)) {
         rc = -1;
-        rt_fail(why, n, "out of memory");
+        errorf(why, n, "out of memory");
     } else {
         rc = same_model(r, &mine, &m, why, n) ? 1 : 0;
         free(mine.t);
@@ -226,9 +242,9 @@ static int load_resharded(Rt *r, const char *dir, int64_t step, const CkptManife
         if (k >= (uint32_t)mine->n || strcmp(mine->t[k].name, t->name)) continue; /* not checkpointed */
         const CkptTensorLayout *c = find_tensor(&m->layout, t->name);
         k++;
-        if (!c) { rc = rt_fail(err, n, "tensor '%s' is not in the checkpoint", t->name); break; } /* same_model said it was */
+        if (!c) { rc = errorf(err, n, "tensor '%s' is not in the checkpoint", t->name); break; } /* same_model said it was */
         void *d = malloc(sh->bytes ? sh->bytes : 1);
-        if (!d) { rc = rt_fail(err, n, "out of memory"); break; }
+        if (!d) { rc = errorf(err, n, "out of memory"); break; }
         rc = ckpt_reader_read(&rd, (int)(c - m->layout.t), &mine->t[k - 1].s, r->c->rank, d, err, n);
         if (rc == -1) *whyp = 1;
         if (!rc) rc = rt_home_write(r, sh->buffer, 0, d, sh->bytes, err, n);
@@ -268,7 +284,7 @@ int rt_ckpt_load(Rt *r, const char *dir, int64_t step, RtCkptClass keep, bool *m
         why = rc > 0 ? 3 : 2;
     } else if ((rc = plan_layout(r, keep, &lay))) {
         why = 2;
-        rt_fail(err, n, "out of memory");
+        errorf(err, n, "out of memory");
     } else {
         rc = load_resharded(r, dir, step, &m, &lay, &why, err, n);
     }
@@ -283,10 +299,10 @@ int rt_ckpt_load(Rt *r, const char *dir, int64_t step, RtCkptClass keep, bool *m
     int64_t all = why;
     if (comm_allreduce_max_i64(r->c, &all)) {
         if (mine) *mine = true;
-        rt_fail(err, n, "%s", comm_last_error(r->c));
+        errorf(err, n, "%s", comm_last_error(r->c));
         return RT_LOAD_FAILED;
     }
     if (all && !rc)
-        rt_fail(err, n, "another rank %s step %" PRId64, all == 1 ? "found a defect in its shard of" : "failed loading", step);
+        errorf(err, n, "another rank %s step %" PRId64, all == 1 ? "found a defect in its shard of" : "failed loading", step);
     return all == 0 ? 0 : all == 1 ? RT_LOAD_DEFECT : all == 3 ? RT_LOAD_REFUSED : RT_LOAD_FAILED;
 }

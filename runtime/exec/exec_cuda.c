@@ -1,6 +1,6 @@
 /* exec_cuda: the CUDA backend of the executor (runtime/exec/exec.h).
  *
- * The plan's queues keep their worker threads (runtime/queues); under CUDA
+ * The plan's queues keep their worker threads (runtime/exec/qrun); under CUDA
  * each worker ENQUEUES its instructions on its queue's stream instead of
  * running them, so the NVMe -> pinned -> GPU -> all-gather -> compute
  * pipeline overlaps as the plan says. Per instruction, statically:
@@ -48,7 +48,7 @@ static uint64_t cuda_gpu_memory_used(const Rt *r);
 enum { LOSS_SLOTS = 4096 };
 
 struct RtCuda {
-    Cux x;
+    CuExec x;
     GpuComm g;
     bool g_open, failed;
     CUdeviceptr gpu;              /* the GPU arena */
@@ -71,7 +71,7 @@ struct RtCuda {
     uint64_t input_bytes;
     CUdeviceptr *bind[PLAN_NQUEUES];
     int64_t *elems[PLAN_NQUEUES];
-    CuxRt rt;
+    CuExecRt rt;
     double epoch_host;            /* qrun clock when the range's epoch event was recorded */
     double busy[PLAN_NQUEUES];
     double timeout_s;
@@ -110,14 +110,14 @@ static int poll_done(Rt *r, CUevent ev, CUstream stream, const char *what, doubl
             cudrv_fail(&cu->x.drv, rc, stream ? "cuStreamQuery" : "cuEventQuery", __FILE__, __LINE__, r->c->rank, why,
                        sizeof why);
             /* errors of asynchronous work surface here, not at their launch */
-            return rt_fail(err, n, "%s: %s failed (compute-sanitizer zinfrun ... names the kernel)", why, what);
+            return errorf(err, n, "%s: %s failed (compute-sanitizer zinfrun ... names the kernel)", why, what);
         }
         if (cu->g_open && gpucomm_check(&cu->g, err, n)) return -1;
         if (clock_mono_s() - t0 > cu->timeout_s)
-            return rt_fail(err, n,
-                           "rank %d: %s did not complete in %.0f s (a peer rank died or hangs?); set ZINF_COMM_TIMEOUT "
-                           "to wait longer",
-                           r->c->rank, what, cu->timeout_s);
+            return errorf(err, n,
+                          "rank %d: %s did not complete in %.0f s (a peer rank died or hangs?); set ZINF_COMM_TIMEOUT "
+                          "to wait longer",
+                          r->c->rank, what, cu->timeout_s);
         struct timespec ts = {0, spin < 100 ? 20000 : 500000};
         nanosleep(&ts, NULL);
     }
@@ -132,13 +132,13 @@ static int wait_stream(Rt *r, int q, double t0, char *err, size_t n) {
 /* Copies between device and host memory on queue q's stream, waited for. */
 static int copy_d2h(Rt *r, int q, void *dst, CUdeviceptr src, size_t bytes, char *err, size_t n) {
     RtCuda *cu = r->cu;
-    CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(dst, src, bytes, cu->x.stream[q]), err, n);
+    CUEXEC_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(dst, src, bytes, cu->x.stream[q]), err, n);
     return wait_stream(r, q, clock_mono_s(), err, n);
 }
 
 static int copy_h2d(Rt *r, int q, CUdeviceptr dst, const void *src, size_t bytes, char *err, size_t n) {
     RtCuda *cu = r->cu;
-    CUX_CHECK(&cu->x, cu->x.drv.MemcpyHtoDAsync(dst, src, bytes, cu->x.stream[q]), err, n);
+    CUEXEC_CHECK(&cu->x, cu->x.drv.MemcpyHtoDAsync(dst, src, bytes, cu->x.stream[q]), err, n);
     return wait_stream(r, q, clock_mono_s(), err, n);
 }
 
@@ -158,7 +158,7 @@ static int order_deps(Rt *r, const PlanInstr *in, bool on_stream, char *err, siz
         if (!cu->dev[j]) continue; /* host work: the queue runner saw it finish */
         if (on_stream) {
             if (r->p->instrs[j].queue == in->queue) continue; /* stream order */
-            CUX_CHECK(&cu->x, cu->x.drv.StreamWaitEvent(cu->x.stream[in->queue], cu->x.ev_end[j], 0), err, n);
+            CUEXEC_CHECK(&cu->x, cu->x.drv.StreamWaitEvent(cu->x.stream[in->queue], cu->x.ev_end[j], 0), err, n);
         } else {
             char what[160];
             const PlanInstr *dj = &r->p->instrs[j];
@@ -194,10 +194,10 @@ static void bind_op(Rt *r, const PlanOp *o, const PlanInstr *in, int worker) {
 
 static int run_launches(Rt *r, uint32_t first, uint32_t count, int worker, CUstream s, char *err, size_t n) {
     RtCuda *cu = r->cu;
-    CuxBind b = {.tensor = cu->bind[worker], .elems = cu->elems[worker], .ws = cu->ws[worker], .gemm_ws = cu->gws[worker],
-                 .rt = &cu->rt};
+    CuExecBind b = {.tensor = cu->bind[worker], .elems = cu->elems[worker], .ws = cu->ws[worker], .gemm_ws = cu->gws[worker],
+                    .rt = &cu->rt};
     for (uint32_t li = first; li < first + count; li++)
-        if (cux_launch(&cu->x, r->p, li, &b, s, err, n)) return -1;
+        if (cuexec_launch(&cu->x, r->p, li, &b, s, err, n)) return -1;
     return 0;
 }
 
@@ -228,13 +228,13 @@ static int dev_kernel(Rt *r, uint32_t i, const PlanInstr *in, int worker, CUstre
     }
     const PlanOpCode *oc = &p->op_code[in->arg];
     if (oc->err_off >= 0 && cu->err_slot[i] >= 0)
-        CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(cu->errw + 3 * cu->err_slot[i], cu->ws[worker] + (CUdeviceptr)oc->err_off,
+        CUEXEC_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(cu->errw + 3 * cu->err_slot[i], cu->ws[worker] + (CUdeviceptr)oc->err_off,
                                                    12, s),
-                  err, n);
+                     err, n);
     if (o->kind == OP_FWD && o->nout > 0 && o->out[0] == p->loss && in->tile == in->ntiles - 1) {
-        if (cu->nloss >= LOSS_SLOTS) return rt_fail(err, n, "rank %d: more than %d loss values in one step", r->c->rank, LOSS_SLOTS);
+        if (cu->nloss >= LOSS_SLOTS) return errorf(err, n, "rank %d: more than %d loss values in one step", r->c->rank, LOSS_SLOTS);
         CUdeviceptr lp = cu->bind[worker][p->loss];
-        CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(cu->loss + cu->nloss, lp, sizeof(float), s), err, n);
+        CUEXEC_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(cu->loss + cu->nloss, lp, sizeof(float), s), err, n);
         cu->nloss++;
     }
     return 0;
@@ -243,9 +243,9 @@ static int dev_kernel(Rt *r, uint32_t i, const PlanInstr *in, int worker, CUstre
 static int dev_axpy(Rt *r, int dt, CUdeviceptr y, CUdeviceptr x, int64_t ne, CUstream s, char *err, size_t n) {
     RtCuda *cu = r->cu;
     int li = dt >= 0 && dt < PLAN_NDTYPES ? r->p->util[PLAN_UTIL_AXPY][dt] : -1;
-    if (li < 0) return rt_fail(err, n, "rank %d: the plan has no GPU accumulation kernel for %s", r->c->rank, dtype_name((DType)dt));
-    CuxBind b = {.rt = &cu->rt, .pos = {y, x}, .npos = 2, .i64 = {ne}, .ni64 = 1, .f32 = {1.0f}, .nf32 = 1};
-    return cux_launch(&cu->x, r->p, (uint32_t)li, &b, s, err, n);
+    if (li < 0) return errorf(err, n, "rank %d: the plan has no GPU accumulation kernel for %s", r->c->rank, dtype_name((DType)dt));
+    CuExecBind b = {.rt = &cu->rt, .pos = {y, x}, .npos = 2, .i64 = {ne}, .ni64 = 1, .f32 = {1.0f}, .nf32 = 1};
+    return cuexec_launch(&cu->x, r->p, (uint32_t)li, &b, s, err, n);
 }
 
 static int dev_collective(Rt *r, const PlanInstr *in, int worker, CUstream s, char *err, size_t n) {
@@ -258,7 +258,7 @@ static int dev_collective(Rt *r, const PlanInstr *in, int worker, CUstream s, ch
         if (so->bytes * (uint64_t)R == d->bytes) return gpucomm_allgather(&cu->g, sp, dp, so->bytes, s, err, n);
         /* the last rank's slice is padded: gather into scratch, keep the tile's bytes */
         if (gpucomm_allgather(&cu->g, sp, cu->cs[worker], so->bytes, s, err, n)) return -1;
-        CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoDAsync(dp, cu->cs[worker], d->bytes, s), err, n);
+        CUEXEC_CHECK(&cu->x, cu->x.drv.MemcpyDtoDAsync(dp, cu->cs[worker], d->bytes, s), err, n);
         return 0;
     }
     case PI_REDUCE_SCATTER: {
@@ -269,8 +269,8 @@ static int dev_collective(Rt *r, const PlanInstr *in, int worker, CUstream s, ch
         CUdeviceptr sp = dev_addr(r, so), dp = dev_addr(r, d), send = sp, recv = cu->cs[worker] + se * (uint64_t)R * es;
         if (so->bytes != se * (uint64_t)R * es) {
             /* a padded tile: zeros past its end */
-            CUX_CHECK(&cu->x, cu->x.drv.MemsetD8Async(cu->cs[worker], 0, se * (uint64_t)R * es, s), err, n);
-            CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoDAsync(cu->cs[worker], sp, so->bytes, s), err, n);
+            CUEXEC_CHECK(&cu->x, cu->x.drv.MemsetD8Async(cu->cs[worker], 0, se * (uint64_t)R * es, s), err, n);
+            CUEXEC_CHECK(&cu->x, cu->x.drv.MemcpyDtoDAsync(cu->cs[worker], sp, so->bytes, s), err, n);
             send = cu->cs[worker];
         }
         if (gpucomm_reduce_scatter(&cu->g, send, recv, se, dt, s, err, n)) return -1;
@@ -282,7 +282,7 @@ static int dev_collective(Rt *r, const PlanInstr *in, int worker, CUstream s, ch
         int dt = r->p->tensors[in->arg].dtype;
         return gpucomm_allreduce(&cu->g, dev_addr(r, m), m->bytes / rt_dsz(dt), dt, s, err, n);
     }
-    default: return rt_fail(err, n, "not a collective");
+    default: return errorf(err, n, "not a collective");
     }
 }
 
@@ -290,7 +290,7 @@ static int dev_adam(Rt *r, const PlanInstr *in, int worker, CUstream s, char *er
     RtCuda *cu = r->cu;
     if (r->skip) return 0;
     int op = in->arg >= 0 && (uint32_t)in->arg < r->p->ntensors ? cu->adam_op[in->arg] : -1;
-    if (op < 0) return rt_fail(err, n, "rank %d: no Adam op for '%s'", r->c->rank, r->p->tensors[in->arg].name);
+    if (op < 0) return errorf(err, n, "rank %d: no Adam op for '%s'", r->c->rank, r->p->tensors[in->arg].name);
     const PlanOp *o = &r->p->ops[op];
     CUdeviceptr *bt = cu->bind[worker];
     int64_t *el = cu->elems[worker];
@@ -314,11 +314,11 @@ static int dev_instr(Rt *r, uint32_t i, const PlanInstr *in, int worker, CUstrea
         uint64_t bytes = so->bytes < d->bytes ? so->bytes : d->bytes;
         r->bytes[in->queue] += so->bytes;
         if (in_gpu(r, so) && in_gpu(r, d))
-            CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoDAsync(dev_addr(r, d), dev_addr(r, so), bytes, s), err, n);
+            CUEXEC_CHECK(&cu->x, cu->x.drv.MemcpyDtoDAsync(dev_addr(r, d), dev_addr(r, so), bytes, s), err, n);
         else if (in_gpu(r, d))
-            CUX_CHECK(&cu->x, cu->x.drv.MemcpyHtoDAsync(dev_addr(r, d), rt_opnd_ptr(r, so), bytes, s), err, n);
+            CUEXEC_CHECK(&cu->x, cu->x.drv.MemcpyHtoDAsync(dev_addr(r, d), rt_opnd_ptr(r, so), bytes, s), err, n);
         else
-            CUX_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(rt_opnd_ptr(r, d), dev_addr(r, so), bytes, s), err, n);
+            CUEXEC_CHECK(&cu->x, cu->x.drv.MemcpyDtoHAsync(rt_opnd_ptr(r, d), dev_addr(r, so), bytes, s), err, n);
         return 0;
     }
     case PI_KERNEL: return dev_kernel(r, i, in, worker, s, err, n);
@@ -327,7 +327,7 @@ static int dev_instr(Rt *r, uint32_t i, const PlanInstr *in, int worker, CUstrea
     case PI_ALLREDUCE: r->bytes[in->queue] += rt_opnd(r, in, 0)->bytes; return dev_collective(r, in, worker, s, err, n);
     case PI_ZERO: {
         const PlanOperand *o = rt_opnd(r, in, 0);
-        CUX_CHECK(&cu->x, cu->x.drv.MemsetD8Async(dev_addr(r, o), 0, o->bytes, s), err, n);
+        CUEXEC_CHECK(&cu->x, cu->x.drv.MemsetD8Async(dev_addr(r, o), 0, o->bytes, s), err, n);
         return 0;
     }
     case PI_ACCUM: {
@@ -336,7 +336,7 @@ static int dev_instr(Rt *r, uint32_t i, const PlanInstr *in, int worker, CUstrea
         return dev_axpy(r, dt, dev_addr(r, d), dev_addr(r, so), (int64_t)(so->bytes / rt_dsz(dt)), s, err, n);
     }
     case PI_GPU_ADAM: return dev_adam(r, in, worker, s, err, n);
-    default: return rt_fail(err, n, "instruction %u: %s is not a device instruction", i, plan_opcode_names[in->op]);
+    default: return errorf(err, n, "instruction %u: %s is not a device instruction", i, plan_opcode_names[in->op]);
     }
 }
 
@@ -346,8 +346,8 @@ static int host_input(Rt *r, const PlanInstr *in, char *err, size_t n) {
     RtCuda *cu = r->cu;
     const PlanOperand *o = rt_opnd(r, in, 0);
     const int32_t *src = in->arg == 0 ? r->tokens : r->targets;
-    if (!src) return rt_fail(err, n, "input %d has no data", in->arg);
-    if (o->bytes > cu->input_bytes) return rt_fail(err, n, "input staging too small");
+    if (!src) return errorf(err, n, "input %d has no data", in->arg);
+    if (o->bytes > cu->input_bytes) return errorf(err, n, "input staging too small");
     memcpy(cu->input, src, o->bytes);
     r->bytes[in->queue] += o->bytes;
     /* waited for: the staging is reused by the next input */
@@ -380,17 +380,17 @@ static int cuda_grad_sumsq(Rt *r, const PlanInstr *in, int worker, double *ss, c
         el[t] = !rt_tensor_partitioned(r, t) && r->c->rank != 0 ? 0 : (int64_t)(o->bytes / rt_dsz(p->tensors[t].dtype));
     }
     const PlanOpCode *oc = &p->op_code[cu->gnorm_op];
-    CuxBind b = {.tensor = bt, .elems = el, .ws = cu->ws[worker], .rt = &cu->rt};
+    CuExecBind b = {.tensor = bt, .elems = el, .ws = cu->ws[worker], .rt = &cu->rt};
     uint64_t end = 0;
     CUstream s = cu->x.stream[in->queue];
     for (uint32_t li = oc->first; li < oc->first + oc->count; li++) {
         const PlanLaunch *l = &p->launches[li];
         if (strcmp(l->entry, "zk_sumsq_partial")) continue; /* the final pass is this function's */
         const PlanLaunchArg *slot = &p->launch_args[l->arg];
-        if (l->nargs < 3 || slot->kind != PARG_WS) return rt_fail(err, n, "the plan's gradient norm launches have an unknown shape");
+        if (l->nargs < 3 || slot->kind != PARG_WS) return errorf(err, n, "the plan's gradient norm launches have an unknown shape");
         uint64_t e = (uint64_t)slot->i + 4ull * l->grid[0];
         if (e > end) end = e;
-        if (cux_launch(&cu->x, p, li, &b, s, err, n)) return -1;
+        if (cuexec_launch(&cu->x, p, li, &b, s, err, n)) return -1;
     }
     if (end > r->scratch_bytes) return 0;
     float *part = (float *)r->scratch[worker];
@@ -436,7 +436,7 @@ static int cuda_host_begin(Rt *r, uint32_t i, int worker, bool wait, char *err, 
     (void)worker;
     RtCuda *cu = r->cu;
     const PlanInstr *in = &r->p->instrs[i];
-    if (cux_bind_thread(&cu->x, err, n)) return -1;
+    if (cuexec_bind_thread(&cu->x, err, n)) return -1;
     if (!wait && deps_running(r, in)) return 1;
     if (order_deps(r, in, false, err, n)) return -1;
     cu->hstart[i] = qrun_now(&r->q);
@@ -452,12 +452,12 @@ static int cuda_instr(void *ctx, uint32_t i, int worker, char *err, size_t n) {
         if (in->op == PI_INPUT && in_gpu(r, rt_opnd(r, in, 0))) return host_input(r, in, err, n);
         return rt_host_instr(r, i, worker, err, n);
     }
-    if (cux_bind_thread(&cu->x, err, n)) return -1;
+    if (cuexec_bind_thread(&cu->x, err, n)) return -1;
     if (order_deps(r, in, true, err, n)) return -1;
     CUstream s = cu->x.stream[in->queue];
-    CUX_CHECK(&cu->x, cu->x.drv.EventRecord(cu->x.ev_begin[i], s), err, n);
+    CUEXEC_CHECK(&cu->x, cu->x.drv.EventRecord(cu->x.ev_begin[i], s), err, n);
     if (dev_instr(r, i, in, worker, s, err, n)) return -1;
-    CUX_CHECK(&cu->x, cu->x.drv.EventRecord(cu->x.ev_end[i], s), err, n);
+    CUEXEC_CHECK(&cu->x, cu->x.drv.EventRecord(cu->x.ev_end[i], s), err, n);
     return 0;
 }
 
@@ -476,42 +476,42 @@ static int classify(Rt *r, char *err, size_t n) {
         case PI_KERNEL:
             dev = true;
             if (in->arg < 0 || (uint32_t)in->arg >= p->nops || !p->op_code || p->op_code[in->arg].count == 0)
-                return rt_fail(err, n, "instruction %u: kernel of op %d has no GPU code in the plan", i, in->arg);
+                return errorf(err, n, "instruction %u: kernel of op %d has no GPU code in the plan", i, in->arg);
             if (in->ntiles > 1 && (cu->tile_code[i] = tile_code_of(p, in->arg, in->tile, in->ntiles)) < 0)
-                return rt_fail(err, n, "instruction %u: tile %d of %d of op %d (%s) has no GPU code in the plan", i, in->tile,
-                            in->ntiles, in->arg, p->ops[in->arg].scope ? p->ops[in->arg].scope : "");
+                return errorf(err, n, "instruction %u: tile %d of %d of op %d (%s) has no GPU code in the plan", i, in->tile,
+                           in->ntiles, in->arg, p->ops[in->arg].scope ? p->ops[in->arg].scope : "");
             break;
         case PI_ALLGATHER:
         case PI_REDUCE_SCATTER:
-            if (g0 != g1) return rt_fail(err, n, "instruction %u: %s between device and host memory", i, plan_opcode_names[in->op]);
+            if (g0 != g1) return errorf(err, n, "instruction %u: %s between device and host memory", i, plan_opcode_names[in->op]);
             dev = g0;
             break;
         case PI_ALLREDUCE:
         case PI_ZERO: dev = g0; break;
         case PI_ACCUM:
-            if (g0 != g1) return rt_fail(err, n, "instruction %u: accum between device and host memory", i);
+            if (g0 != g1) return errorf(err, n, "instruction %u: accum between device and host memory", i);
             dev = g0;
             break;
         case PI_GPU_ADAM:
             dev = true;
             if (in->arg < 0 || (uint32_t)in->arg >= p->ntensors || cu->adam_op[in->arg] < 0)
-                return rt_fail(err, n, "instruction %u: GPU Adam of a tensor without an Adam op", i);
+                return errorf(err, n, "instruction %u: GPU Adam of a tensor without an Adam op", i);
             break;
         case PI_CPU_ADAM:
             for (uint32_t k = 0; k < in->nopnd; k++)
                 if (in_gpu(r, rt_opnd(r, in, k)))
-                    return rt_fail(err, n, "instruction %u: CPU Adam on an operand in GPU memory", i);
+                    return errorf(err, n, "instruction %u: CPU Adam on an operand in GPU memory", i);
             break;
         case PI_NVME_READ:
         case PI_NVME_WRITE:
-            if (g0 || g1) return rt_fail(err, n, "instruction %u: NVMe transfer to GPU memory (it goes through pinned buffers)", i);
+            if (g0 || g1) return errorf(err, n, "instruction %u: NVMe transfer to GPU memory (it goes through pinned buffers)", i);
             break;
         default: break;
         }
         cu->dev[i] = dev;
         if (dev && (in->op == PI_ALLGATHER || in->op == PI_REDUCE_SCATTER || in->op == PI_ALLREDUCE) && in->queue != Q_COMM)
-            return rt_fail(err, n, "instruction %u: a collective on the %s queue (NCCL runs on the comm stream)", i,
-                        plan_queue_names[in->queue]);
+            return errorf(err, n, "instruction %u: a collective on the %s queue (NCCL runs on the comm stream)", i,
+                       plan_queue_names[in->queue]);
     }
     return 0;
 }
@@ -521,10 +521,10 @@ static int classify(Rt *r, char *err, size_t n) {
 static int cuda_create(Rt *r, char *err, size_t n) {
     const Plan *p = r->p;
     RtCuda *cu = calloc(1, sizeof *cu);
-    if (!cu) return rt_fail(err, n, "out of memory");
+    if (!cu) return errorf(err, n, "out of memory");
     r->cu = cu;
     cu->timeout_s = r->c->timeout_s > 0 ? r->c->timeout_s : 300;
-    if (cux_open(&cu->x, p, r->c, err, n)) {
+    if (cuexec_open(&cu->x, p, r->c, err, n)) {
         free(cu);
         r->cu = NULL;
         return -1;
@@ -534,7 +534,7 @@ static int cuda_create(Rt *r, char *err, size_t n) {
     cu->err_slot = malloc(sizeof *cu->err_slot * (p->ninstrs ? p->ninstrs : 1));
     cu->tile_code = malloc(sizeof *cu->tile_code * (p->ninstrs ? p->ninstrs : 1));
     cu->hstart = calloc(p->ninstrs ? p->ninstrs : 1, sizeof *cu->hstart);
-    if (!cu->dev || !cu->adam_op || !cu->err_slot || !cu->tile_code || !cu->hstart) return rt_fail(err, n, "out of memory");
+    if (!cu->dev || !cu->adam_op || !cu->err_slot || !cu->tile_code || !cu->hstart) return errorf(err, n, "out of memory");
     for (uint32_t i = 0; i < p->ninstrs; i++) cu->tile_code[i] = -1;
     for (uint32_t t = 0; t < p->ntensors; t++) cu->adam_op[t] = -1;
     cu->gnorm_op = -1;
@@ -545,7 +545,7 @@ static int cuda_create(Rt *r, char *err, size_t n) {
     for (int q = 0; q < PLAN_NQUEUES; q++) {
         cu->bind[q] = calloc(p->ntensors ? p->ntensors : 1, sizeof **cu->bind);
         cu->elems[q] = calloc(p->ntensors ? p->ntensors : 1, sizeof **cu->elems);
-        if (!cu->bind[q] || !cu->elems[q]) return rt_fail(err, n, "out of memory");
+        if (!cu->bind[q] || !cu->elems[q]) return errorf(err, n, "out of memory");
     }
     if (cuda_alloc_arenas(r, err, n)) return -1;
     if (classify(r, err, n)) return -1;
@@ -574,23 +574,23 @@ static int cuda_create(Rt *r, char *err, size_t n) {
     cu->ws_bytes = (cu->ws_bytes + 255) & ~(uint64_t)255;
     cu->cs_bytes = (cu->cs_bytes + 255) & ~(uint64_t)255;
     for (int q = 0; q < PLAN_NQUEUES; q++) {
-        if (launches[q] && cu->ws_bytes && cux_alloc_device(&cu->x, cu->ws_bytes, "kernel workspace", &cu->ws[q], err, n))
+        if (launches[q] && cu->ws_bytes && cuexec_alloc_device(&cu->x, cu->ws_bytes, "kernel workspace", &cu->ws[q], err, n))
             return -1;
-        if (nccl[q] && cu->cs_bytes && cux_alloc_device(&cu->x, cu->cs_bytes, "collective scratch", &cu->cs[q], err, n))
+        if (nccl[q] && cu->cs_bytes && cuexec_alloc_device(&cu->x, cu->cs_bytes, "collective scratch", &cu->cs[q], err, n))
             return -1;
         if (gemms[q] && cu->x.lt_ws_bytes &&
-            cux_alloc_device(&cu->x, cu->x.lt_ws_bytes, "cuBLASLt workspace", &cu->gws[q], err, n))
+            cuexec_alloc_device(&cu->x, cu->x.lt_ws_bytes, "cuBLASLt workspace", &cu->gws[q], err, n))
             return -1;
     }
     for (uint32_t i = 0; i < p->ninstrs; i++)
         if (p->instrs[i].op == PI_INPUT && p->instrs[i].nopnd > 0 && rt_opnd(r, &p->instrs[i], 0)->bytes > cu->input_bytes)
             cu->input_bytes = rt_opnd(r, &p->instrs[i], 0)->bytes;
     void *h;
-    if (cux_alloc_host(&cu->x, sizeof(float) * LOSS_SLOTS, "loss values", &h, err, n)) return -1;
+    if (cuexec_alloc_host(&cu->x, sizeof(float) * LOSS_SLOTS, "loss values", &h, err, n)) return -1;
     cu->loss = h;
-    if (cux_alloc_host(&cu->x, 12 * (size_t)(cu->nerr ? cu->nerr : 1), "kernel error words", &h, err, n)) return -1;
+    if (cuexec_alloc_host(&cu->x, 12 * (size_t)(cu->nerr ? cu->nerr : 1), "kernel error words", &h, err, n)) return -1;
     cu->errw = h;
-    if (cux_alloc_host(&cu->x, cu->input_bytes ? cu->input_bytes : 64, "token staging", &h, err, n)) return -1;
+    if (cuexec_alloc_host(&cu->x, cu->input_bytes ? cu->input_bytes : 64, "token staging", &h, err, n)) return -1;
     cu->input = h;
     bool any_nccl = false;
     for (int q = 0; q < PLAN_NQUEUES; q++) any_nccl |= nccl[q];
@@ -615,14 +615,14 @@ static int cuda_alloc_arenas(Rt *r, char *err, size_t n) {
         char what[64];
         snprintf(what, sizeof what, "the %s arena", plan_arena_names[k]);
         if (k == ARENA_GPU) {
-            if (cux_alloc_device(&cu->x, rounded, what, &cu->gpu, err, n)) return -1;
-            CUX_CHECK(&cu->x, cu->x.drv.MemsetD8Async(cu->gpu, 0, rounded, cu->x.stream[Q_COMPUTE]), err, n);
-            CUX_CHECK(&cu->x, cu->x.drv.StreamSynchronize(cu->x.stream[Q_COMPUTE]), err, n);
+            if (cuexec_alloc_device(&cu->x, rounded, what, &cu->gpu, err, n)) return -1;
+            CUEXEC_CHECK(&cu->x, cu->x.drv.MemsetD8Async(cu->gpu, 0, rounded, cu->x.stream[Q_COMPUTE]), err, n);
+            CUEXEC_CHECK(&cu->x, cu->x.drv.StreamSynchronize(cu->x.stream[Q_COMPUTE]), err, n);
         } else {
             /* page-locked; the arena starts on an NVME_ALIGN boundary inside the allocation (the driver's
              * own alignment may be less: the fake's is 256), so NVMe transfers go straight to it */
             void *h;
-            if (cux_alloc_host(&cu->x, rounded + NVME_ALIGN, what, &h, err, n)) return -1;
+            if (cuexec_alloc_host(&cu->x, rounded + NVME_ALIGN, what, &h, err, n)) return -1;
             r->arena[k] = (uint8_t *)(((uintptr_t)h + NVME_ALIGN - 1) & ~(uintptr_t)(NVME_ALIGN - 1));
         }
         r->arena_bytes[k] = sz;
@@ -644,7 +644,7 @@ static void cuda_destroy(Rt *r) {
     RtCuda *cu = r->cu;
     if (!cu) return;
     if (cu->g_open) gpucomm_close(&cu->g, cu->failed);
-    cux_close(&cu->x); /* frees the arenas and staging */
+    cuexec_close(&cu->x); /* frees the arenas and staging */
     for (int k = 0; k < PLAN_NARENAS; k++)
         if (k != ARENA_NVME) r->arena[k] = NULL;
     for (int q = 0; q < PLAN_NQUEUES; q++) {
@@ -661,12 +661,12 @@ static void cuda_destroy(Rt *r) {
 }
 
 static int cuda_home_read(Rt *r, uint64_t addr, void *dst, uint64_t bytes, char *err, size_t n) {
-    if (cux_bind_thread(&r->cu->x, err, n)) return -1;
+    if (cuexec_bind_thread(&r->cu->x, err, n)) return -1;
     return copy_d2h(r, Q_D2H, dst, r->cu->gpu + addr, bytes, err, n);
 }
 
 static int cuda_home_write(Rt *r, uint64_t addr, const void *src, uint64_t bytes, char *err, size_t n) {
-    if (cux_bind_thread(&r->cu->x, err, n)) return -1;
+    if (cuexec_bind_thread(&r->cu->x, err, n)) return -1;
     return copy_h2d(r, Q_H2D, r->cu->gpu + addr, src, bytes, err, n);
 }
 
@@ -693,7 +693,7 @@ static void cuda_step_begin(Rt *r) {
 static int cuda_range_end(Rt *r, uint32_t b0, uint32_t b1, char *err, size_t n) {
     RtCuda *cu = r->cu;
     const Plan *p = r->p;
-    if (cux_bind_thread(&cu->x, err, n)) return -1;
+    if (cuexec_bind_thread(&cu->x, err, n)) return -1;
     if (wait_streams(r, err, n)) return -1;
     int loss0 = r->loss_n;
     for (int k = loss0; k < cu->nloss; k++) {
@@ -708,8 +708,8 @@ static int cuda_range_end(Rt *r, uint32_t b0, uint32_t b1, char *err, size_t n) 
         const PlanOpCode *oc = &p->op_code[in->arg];
         int v = cu->errw[3 * s + 1], at = cu->errw[3 * s + 2];
         memset(cu->errw + 3 * s, 0, 12);
-        return rt_fail(err, n, "rank %d: op %d (%s): %s %d at position %d is out of range", r->c->rank, in->arg,
-                    o->scope && *o->scope ? o->scope : "?", oc->err_what && *oc->err_what ? oc->err_what : "value", v, at);
+        return errorf(err, n, "rank %d: op %d (%s): %s %d at position %d is out of range", r->c->rank, in->arg,
+                   o->scope && *o->scope ? o->scope : "?", oc->err_what && *oc->err_what ? oc->err_what : "value", v, at);
     }
     /* device times of the range, on the host clock of its start */
     for (uint32_t i = b0; i < b1; i++) {
@@ -749,7 +749,7 @@ static void cuda_memory_report(const Rt *r, FILE *out) {
             plan_bytes_str(cu->x.dev_total, c, sizeof c), plan_bytes_str(cu->ws_bytes, d, sizeof d),
             plan_bytes_str(cu->cs_bytes, a, sizeof a));
     char g[512];
-    fprintf(out, "  gemm: %s\n", cux_gemm_summary(&cu->x, r->p, g, sizeof g));
+    fprintf(out, "  gemm: %s\n", cuexec_gemm_summary(&cu->x, r->p, g, sizeof g));
     if (cu->g_open) fprintf(out, "  nccl %d.%d.%d, %d ranks\n", cu->g.version / 10000, cu->g.version / 100 % 100, cu->g.version % 100, cu->g.size);
 }
 

@@ -46,19 +46,19 @@ static int fwd_build(Rt *r, char *err, size_t n) {
         const PlanOp *o = &p->ops[in->arg];
         if (o->kind == OP_FWD && o->nout > 0 && o->out[0] == p->loss && in->tile == in->ntiles - 1) end = i;
     }
-    if (p->loss < 0 || end < 0) return rt_fail(err, n, "the plan has no forward kernel of its loss");
+    if (p->loss < 0 || end < 0) return errorf(err, n, "the plan has no forward kernel of its loss");
     r->fwd_run = calloc(p->ninstrs ? p->ninstrs : 1, 1);
     r->fwd_timing = malloc(sizeof *r->fwd_timing * ((size_t)end + 1));
-    if (!r->fwd_run || !r->fwd_timing) return rt_fail(err, n, "out of memory for the forward schedule");
+    if (!r->fwd_run || !r->fwd_timing) return errorf(err, n, "out of memory for the forward schedule");
     for (uint32_t i = 0; i <= (uint32_t)end; i++) r->fwd_run[i] = !left_out(p, &p->instrs[i]);
     for (uint32_t i = 0; i <= (uint32_t)end; i++) {
         const PlanInstr *in = &p->instrs[i];
         for (uint32_t k = 0; r->fwd_run[i] && k < in->ndeps; k++) {
             uint32_t d = p->deps[in->dep + k];
             if (d <= (uint32_t)end && !r->fwd_run[d])
-                return rt_fail(err, n, "the plan's forward schedule cannot run alone: instruction %u (%s) waits for %u (%s), "
-                               "which touches gradient or optimizer state", i, plan_opcode_names[in->op], d,
-                               plan_opcode_names[p->instrs[d].op]);
+                return errorf(err, n, "the plan's forward schedule cannot run alone: instruction %u (%s) waits for %u (%s), "
+                              "which touches gradient or optimizer state", i, plan_opcode_names[in->op], d,
+                              plan_opcode_names[p->instrs[d].op]);
         }
     }
     r->fwd_end = (uint32_t)end + 1;
@@ -100,15 +100,15 @@ int rt_forward(Rt *r, const int32_t *tokens, const int32_t *targets, double *los
     char cerr[512];
     if (qrun_subset(&r->q, 0, r->fwd_end, r->fwd_run)) {
         r->be->abort(r);
-        rc = rt_fail(err, n, "rank %d, forward: %s", r->c->rank, r->q.err);
+        rc = errorf(err, n, "rank %d, forward: %s", r->c->rank, r->q.err);
     } else if (r->be->range_end(r, 0, r->fwd_end, cerr, sizeof cerr)) {
         r->be->abort(r);
-        rc = rt_fail(err, n, "rank %d, forward: %s", r->c->rank, cerr);
+        rc = errorf(err, n, "rank %d, forward: %s", r->c->rank, cerr);
     }
     memcpy(r->q.timing, r->fwd_timing, sizeof *r->fwd_timing * r->fwd_end);
     for (int q = 0; q < PLAN_NQUEUES; q++) r->eval_busy[q] += r->be->busy_seconds(r, q) - busy0[q];
     if (rc) return rc;
-    if (r->loss_n != 1) return rt_fail(err, n, "rank %d, forward: %d loss values, expected 1", r->c->rank, r->loss_n);
+    if (r->loss_n != 1) return errorf(err, n, "rank %d, forward: %d loss values, expected 1", r->c->rank, r->loss_n);
     *loss = r->loss_sum;
     return 0;
 }
@@ -120,19 +120,19 @@ int rt_logits(Rt *r, int64_t row, float *out, char *err, size_t n) {
     const PlanInstr *in = &p->instrs[r->fwd_loss_kernel];
     const PlanOp *o = &p->ops[in->arg];
     if (in->nopnd < 1 || fi.vocab <= 0 || row < 0 || row >= fi.logits_rows)
-        return rt_fail(err, n, "logits row %lld outside the plan's %lld rows", (long long)row, (long long)fi.logits_rows);
+        return errorf(err, n, "logits row %lld outside the plan's %lld rows", (long long)row, (long long)fi.logits_rows);
     int dt = p->tensors[o->in[0]].dtype;
     size_t es = rt_dsz(dt), rb = (size_t)fi.vocab * es;
     PlanOperand at = *rt_opnd(r, in, 0);
-    if ((uint64_t)(row + 1) * rb > at.bytes) return rt_fail(err, n, "the logits operand holds fewer rows than its tensor");
+    if ((uint64_t)(row + 1) * rb > at.bytes) return errorf(err, n, "the logits operand holds fewer rows than its tensor");
     at.offset += (uint64_t)row * rb;
     at.bytes = rb;
     const uint8_t *src = rt_opnd_ptr(r, &at);
     uint8_t *tmp = NULL;
     if (!src) {
         if (p->buffers[at.buffer].arena != ARENA_GPU || !r->be->device_memory)
-            return rt_fail(err, n, "the logits are not in memory");
-        if (!(tmp = malloc(rb))) return rt_fail(err, n, "out of memory for the logits");
+            return errorf(err, n, "the logits are not in memory");
+        if (!(tmp = malloc(rb))) return errorf(err, n, "out of memory for the logits");
         if (r->be->copy_from_gpu(r, Q_COMPUTE, &at, tmp, err, n)) {
             free(tmp);
             return -1;
@@ -152,7 +152,7 @@ int rt_eval(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, 
      * trained targets, as in training. */
     double t0 = qrun_now(&r->q), sum[2] = {0, 0};
     int64_t B, T;
-    if (!plan_batch_shape(r->p, &B, &T)) return rt_fail(err, n, "the plan has no token batch to evaluate");
+    if (!plan_batch_shape(r->p, &B, &T)) return errorf(err, n, "the plan has no token batch to evaluate");
     for (int b = 0; b < nb; b++) {
         double l;
         if (rt_forward(r, tokens[b], targets[b], &l, err, n)) return -1;
@@ -168,7 +168,7 @@ int rt_eval(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, 
         if (r->neval == r->eval_cap) {
             int cap = r->eval_cap ? 2 * r->eval_cap : 16;
             RtEvalEvent *e = realloc(r->evals, sizeof *e * (size_t)cap);
-            if (!e) return rt_fail(err, n, "out of memory for the trace");
+            if (!e) return errorf(err, n, "out of memory for the trace");
             r->evals = e;
             r->eval_cap = cap;
         }

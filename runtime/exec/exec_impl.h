@@ -1,13 +1,22 @@
-/* exec_impl: what the executor's files share (private to runtime/exec/exec.c,
- * exec_host.c and exec_cuda.c): the Rt struct, the backend table, operand
- * addressing, element access, and the host implementation of every opcode
- * (exec_host.c), which the CUDA backend runs for the instructions that stay
- * on the host (NVMe, CPU Adam, host-memory accumulation and collectives).
- * Files: exec.c (life cycle, the step, checkpoints) -> RtBackendOps ->
- * exec_host.c or exec_cuda.c; exec_cuda.c -> exec_host.c. No loop. */
+/* exec_impl: what the executor's files share (private to runtime/exec): the
+ * Rt struct, the backend table, and the host semantics of every opcode,
+ * which both backends run (the CUDA one for the instructions that stay on
+ * the host: NVMe, CPU Adam, host-memory accumulation and collectives).
+ * Files, calls going down (no loop):
+ *   exec.c (life cycle, the step) -> exec_ckpt.c (checkpoints), exec_eval.c
+ *     (the forward-only schedule); it picks rt_backend_host or
+ *     rt_backend_cuda and reaches the backend only through that table;
+ *   exec_host.c, exec_cuda.c (the backends) -> exec_instr.c (rt_host_instr:
+ *     kernels and the dispatcher) -> exec_comm.c (collectives),
+ *     exec_optim.c (the norm, Adam), exec_nvme.c (transfers, the pipeline);
+ *   all of them -> exec_operand.c (operands, elements, homes).
+ * Errors: errorf (runtime/base/errorf.h) into err, -1.
+ * No file but the backends' own calls into a backend. */
 #ifndef ZINF_EXEC_IMPL_H
 #define ZINF_EXEC_IMPL_H
 #include "exec.h"
+#include "comm_wait.h"
+#include "errorf.h"
 #include "rtio.h"
 
 typedef struct RtCuda RtCuda;
@@ -64,19 +73,49 @@ struct Rt {
     uint64_t *buf_reach;    /* per buffer: the furthest byte any operand of the plan addresses */
 };
 
-/* Formats into err; returns -1 (the executor's error convention). */
-int rt_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* exec_operand.c */
 size_t rt_dsz(int dt);
 /* Host address of an operand; NULL for NVMe, absent, or device memory. */
 uint8_t *rt_opnd_ptr(const Rt *r, const PlanOperand *o);
+/* Byte offset of an NVMe operand in the NVMe arena. */
+uint64_t rt_nvme_off(const Rt *r, const PlanOperand *o);
 const PlanOperand *rt_opnd(const Rt *r, const PlanInstr *in, uint32_t k);
 double rt_elem_get(const void *p, int dt, int64_t i);
 void rt_elem_set(void *p, int dt, int64_t i, double v);
-bool rt_tensor_partitioned(const Rt *r, int t);
 /* Bytes [off, off+bytes) of home buffer `buffer` (a shard's home: GPU
  * arena, CPU arena or NVMe), to or from host memory. */
 int rt_home_read(Rt *r, int buffer, uint64_t off, void *dst, uint64_t bytes, char *err, size_t errlen);
 int rt_home_write(Rt *r, int buffer, uint64_t off, const void *src, uint64_t bytes, char *err, size_t errlen);
+
+/* exec_comm.c */
+/* The communicator's last error into err; -1. */
+int rt_comm_err(Rt *r, char *err, size_t errlen);
+/* A collective's status s, its waiting w noted as the worker's waiting. */
+int rt_comm_done(Rt *r, int worker, CommStatus s, const CommWait *w, char *err, size_t errlen);
+int rt_allgather(Rt *r, const PlanInstr *in, int worker, char *err, size_t errlen);
+int rt_reduce_scatter(Rt *r, const PlanInstr *in, int worker, char *err, size_t errlen);
+int rt_allreduce(Rt *r, const PlanInstr *in, int worker, char *err, size_t errlen);
+
+/* exec_optim.c */
+bool rt_tensor_partitioned(const Rt *r, int t);
+int rt_grad_norm(Rt *r, const PlanInstr *in, int worker, char *err, size_t errlen);
+int rt_adam(Rt *r, const PlanInstr *in, char *err, size_t errlen);
+/* After the norm of a speculative plan's step: whether it clips or is
+ * skipped, so that the speculative Adams must be redone. */
+bool rt_speculation_failed(const Rt *r);
+
+/* exec_nvme.c */
+/* An NVME_READ or NVME_WRITE as one rtio transfer. */
+void rt_nvme_req(const Rt *r, const PlanInstr *in, RtioReq *q);
+/* Runs the nvme queue as a pipeline (qrun.h, qrun_set_pipe), on either
+ * backend: each NVMe transfer, once the backend's host_begin has let it,
+ * goes in flight through rtio under its slot's tag; any other instruction
+ * of the queue runs alone through the backend's instr. */
+void rt_nvme_pipe(Rt *r);
+
+/* exec_instr.c: instruction i on the host (the host backend's semantics). */
+int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t errlen);
+
 /* The checkpoint code (runtime/exec/exec_ckpt.c), given which tensor classes a
  * checkpoint holds (exec.c decides). */
 typedef bool (*RtCkptClass)(int cls);
@@ -84,27 +123,15 @@ int rt_ckpt_save(Rt *r, const char *dir, const char *state_json, RtCkptClass kee
 int rt_ckpt_load(Rt *r, const char *dir, int64_t step, RtCkptClass keep, bool *mine, RtCkptOrigin *from, char *err,
                  size_t errlen);
 int rt_ckpt_check(Rt *r, const char *dir, int64_t step, RtCkptClass keep, char *why, size_t errlen);
-/* The communicator's last error into err; -1. */
-int rt_comm_err(Rt *r, char *err, size_t errlen);
-/* Instruction i on the host (the host backend's semantics). */
-int rt_host_instr(Rt *r, uint32_t i, int worker, char *err, size_t errlen);
-/* After the norm of a speculative plan's step: whether it clips or is
- * skipped, so that the speculative Adams must be redone (exec_host.c). */
-bool rt_speculation_failed(const Rt *r);
-/* Runs the nvme queue as a pipeline (queues.h, qrun_set_pipe), on either
- * backend: each NVMe transfer, once the backend's host_begin has let it,
- * goes in flight through rtio under its slot's tag; any other instruction
- * of the queue runs alone through the backend's instr. */
-void rt_nvme_pipe(Rt *r);
 
 /* exec_eval.c: frees the forward schedule; writes the evaluations' trace events. */
 void rt_forward_free(Rt *r);
 void rt_trace_evals(const Rt *r, FILE *out, bool first);
 
 /* A backend: what differs between running the plan on the host and on a
- * GPU. The executor (exec.c) and the host semantics (exec_host.c) reach the
- * device only through these, so neither file calls into the other's
- * backend and adding one is a new table, not new branches. */
+ * GPU. The executor (exec.c) and the host semantics (exec_instr.c and the
+ * files below it) reach the device only through these, so no core file
+ * calls into a backend and adding one is a new table, not new branches. */
 struct RtBackendOps {
     const char *name;
     /* Whether the GPU arena is device memory (reached only through

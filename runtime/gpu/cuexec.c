@@ -6,8 +6,8 @@
 #include <string.h>
 
 
-int cux_bind_thread(Cux *x, char *err, size_t n) {
-    CUX_CHECK(x, x->drv.CtxSetCurrent(x->ctx), err, n);
+int cuexec_bind_thread(CuExec *x, char *err, size_t n) {
+    CUEXEC_CHECK(x, x->drv.CtxSetCurrent(x->ctx), err, n);
     return 0;
 }
 
@@ -24,7 +24,7 @@ static void plan_archs(const Plan *p, char *out, size_t n) {
     }
 }
 
-static int load_code(Cux *x, const Plan *p, char *err, size_t n) {
+static int load_code(CuExec *x, const Plan *p, char *err, size_t n) {
     if (p->nlaunches == 0 || p->nkernels == 0)
         return errorf(err, n,
                     "rank %d: the plan has no GPU code (compiled for the host target, or with --kernels=none): "
@@ -75,7 +75,7 @@ static int load_code(Cux *x, const Plan *p, char *err, size_t n) {
 /* cuBLASLt for the plan's GEMMs, unless ZINF_CUBLASLT=0 or the plan has
  * none it may run; a library that does not load or start is not an error:
  * the GEMMs run their launches and the startup line says why. */
-static int open_gemms(Cux *x, const Plan *p, char *err, size_t n) {
+static int open_gemms(CuExec *x, const Plan *p, char *err, size_t n) {
     x->gemm_of = malloc(sizeof *x->gemm_of * (p->nlaunches ? p->nlaunches : 1));
     if (!x->gemm_of) return errorf(err, n, "rank %d: out of memory", x->rank);
     uint32_t nlt = 0;
@@ -95,7 +95,7 @@ static int open_gemms(Cux *x, const Plan *p, char *err, size_t n) {
     return 0;
 }
 
-const char *cux_gemm_summary(const Cux *x, const Plan *p, char *buf, size_t n) {
+const char *cuexec_gemm_summary(const CuExec *x, const Plan *p, char *buf, size_t n) {
     uint32_t ngemm = 0, nlt = 0, nsum = 0;
     for (uint32_t li = 0; li < p->nlaunches; li++) ngemm += p->launches[li].entry && !strcmp(p->launches[li].entry, "zk_gemm");
     for (uint32_t i = 0; i < p->ngemms; i++) {
@@ -117,7 +117,7 @@ const char *cux_gemm_summary(const Cux *x, const Plan *p, char *buf, size_t n) {
     return buf;
 }
 
-int cux_open(Cux *x, const Plan *p, const Comm *c, char *err, size_t n) {
+int cuexec_open(CuExec *x, const Plan *p, const Comm *c, char *err, size_t n) {
     memset(x, 0, sizeof *x);
     x->rank = c->rank;
     char why[512];
@@ -144,7 +144,7 @@ int cux_open(Cux *x, const Plan *p, const Comm *c, char *err, size_t n) {
         cudrv_fail(&x->drv, rc, "cuDevicePrimaryCtxRetain", __FILE__, __LINE__, x->rank, err, n);
         goto bad;
     }
-    if (cux_bind_thread(x, err, n)) goto bad;
+    if (cuexec_bind_thread(x, err, n)) goto bad;
     size_t total = 0;
     if (x->drv.MemGetInfo(&x->mem_free_at_open, &total) != CUDA_SUCCESS) x->mem_free_at_open = 0;
     if (load_code(x, p, err, n)) goto bad;
@@ -175,11 +175,11 @@ int cux_open(Cux *x, const Plan *p, const Comm *c, char *err, size_t n) {
     }
     return 0;
 bad:
-    cux_close(x);
+    cuexec_close(x);
     return -1;
 }
 
-void cux_close(Cux *x) {
+void cuexec_close(CuExec *x) {
     if (!x->drv.lib) return;
     if (x->ctx) {
         x->drv.CtxSetCurrent(x->ctx);
@@ -208,7 +208,7 @@ void cux_close(Cux *x) {
     memset(x, 0, sizeof *x);
 }
 
-int cux_alloc_device(Cux *x, size_t bytes, const char *what, CUdeviceptr *out, char *err, size_t n) {
+int cuexec_alloc_device(CuExec *x, size_t bytes, const char *what, CUdeviceptr *out, char *err, size_t n) {
     *out = 0;
     if (!bytes) return 0;
     if (x->ndev >= (int)(sizeof x->dev_alloc / sizeof *x->dev_alloc))
@@ -228,7 +228,7 @@ int cux_alloc_device(Cux *x, size_t bytes, const char *what, CUdeviceptr *out, c
     return 0;
 }
 
-int cux_alloc_host(Cux *x, size_t bytes, const char *what, void **out, char *err, size_t n) {
+int cuexec_alloc_host(CuExec *x, size_t bytes, const char *what, void **out, char *err, size_t n) {
     *out = NULL;
     if (!bytes) return 0;
     if (x->nhost >= (int)(sizeof x->host_alloc / sizeof *x->host_alloc))
@@ -245,7 +245,7 @@ int cux_alloc_host(Cux *x, size_t bytes, const char *what, void **out, char *err
     return 0;
 }
 
-int cux_launch(Cux *x, const Plan *p, uint32_t li, const CuxBind *b, CUstream s, char *err, size_t n) {
+int cuexec_launch(CuExec *x, const Plan *p, uint32_t li, const CuExecBind *b, CUstream s, char *err, size_t n) {
     if (li >= p->nlaunches) return errorf(err, n, "rank %d: launch %u outside the plan", x->rank, li);
     const PlanLaunch *l = &p->launches[li];
     if (x->lt_on && x->gemm_of && li < x->nlaunches && x->gemm_of[li] >= 0) {

@@ -1,331 +1,14 @@
-/* hfio: the mapping's layout, what import and export share, and the import
- * (zinfrun --init). The export is in runtime/hf/hfio_export.c. */
+/* hfio: the import (zinfrun --init). The mapping's layout is in
+ * runtime/hf/hfio_layout.c, what every hfio file shares in hfio_common.c,
+ * the export in hfio_export.c. */
 #include "hfio_impl.h"
 #include <inttypes.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "vocab.h"
 
-int hf_fail(char *err, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && n) vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-const char *hf_shape_str(const int64_t *shape, int rank, char *buf, size_t n) {
-    size_t u = (size_t)snprintf(buf, n, "[");
-    for (int d = 0; d < rank && u < n; d++) u += (size_t)snprintf(buf + u, n - u, "%s%" PRId64, d ? ", " : "", shape[d]);
-    if (u < n) snprintf(buf + u, n - u, "]");
-    return buf;
-}
-
-/* ---- the layout ---- */
-
-void hf_layout_free(HfLayout *l) {
-    free(l->pieces);
-    free(l->groups);
-    memset(l, 0, sizeof *l);
-}
-
-/* A piece's parameter as a matrix, and the checks every piece needs. */
-static int piece_init(const Plan *p, const PlanHfPiece *x, HfPiece *pc, const HfPiece *prev, char *err, size_t n) {
-    const PlanTensor *t = &p->tensors[x->tensor];
-    if (t->shard < 0 || (uint32_t)t->shard >= p->nshards) return hf_fail(err, n, "hf: parameter '%s' has no shard", t->name);
-    if (st_dtype_from_plan(t->dtype) < 0)
-        return hf_fail(err, n, "hf: parameter '%s' is %s; Hugging Face weights are floats", t->name, dtype_name((DType)t->dtype));
-    const PlanShard *s = &p->shards[t->shard];
-    if (s->ntiles < 1 || s->tile_elems < 1 || (int64_t)s->ntiles * s->tile_elems != t->numel || s->tile_shard < 1)
-        return hf_fail(err, n, "hf: the shard of '%s' does not cover it (%d tiles of %" PRId64 ")", t->name, s->ntiles, s->tile_elems);
-    pc->tensor = x->tensor;
-    pc->cols = t->rank ? t->dims[t->rank - 1] : 1;
-    pc->rows = pc->cols ? t->numel / pc->cols : 0;
-    pc->pc = prev && prev->tensor == x->tensor ? prev->pc + prev->w : 0;
-    pc->w = x->cols;
-    pc->src_col = x->src_col;
-    pc->transpose = x->transpose;
-    pc->group = -1;
-    return 0;
-}
-
-/* Whether two parameters read one HF tensor with the same rows: all axes
- * but the last equal (transposed: the first). */
-static bool same_rows(const PlanTensor *a, const PlanTensor *b, bool transpose) {
-    if (transpose) return a->dims[0] == b->dims[0];
-    if (a->rank != b->rank) return false;
-    for (int d = 0; d + 1 < a->rank; d++)
-        if (a->dims[d] != b->dims[d]) return false;
-    return true;
-}
-
-/* The group's members (pieces of its orientation) sorted by first column
- * tile [0, H) once: equal ranges repeat (a tied weight), others may not
- * overlap or leave a gap. */
-static int group_columns(const Plan *p, HfLayout *l, int g, int *idx, int64_t *H, char *err, size_t n) {
-    HfGroup *G = &l->groups[g];
-    int m = 0;
-    for (int i = G->first; i < l->npieces; i++)
-        if (l->pieces[i].group == g && l->pieces[i].transpose == G->transpose) {
-            int k = m++;
-            while (k > 0 && l->pieces[idx[k - 1]].src_col > l->pieces[i].src_col) {
-                idx[k] = idx[k - 1];
-                k--;
-            }
-            idx[k] = i;
-        }
-    int64_t end = 0;
-    for (int k = 0; k < m; k++) {
-        HfPiece *x = &l->pieces[idx[k]];
-        const HfPiece *y = k ? &l->pieces[idx[k - 1]] : NULL;
-        if (y && x->src_col == y->src_col && x->w == y->w) continue; /* the same columns again: read, not written */
-        if (x->src_col > end)
-            return hf_fail(err, n, "hf tensor '%s': columns [%" PRId64 ", %" PRId64 ") come from no parameter", G->name, end, x->src_col);
-        if (x->src_col < end)
-            return hf_fail(err, n, "hf tensor '%s': columns [%" PRId64 ", %" PRId64 ") of '%s' and [%" PRId64 ", %" PRId64 ") of '%s' overlap",
-                           G->name, y->src_col, y->src_col + y->w, p->tensors[y->tensor].name, x->src_col, x->src_col + x->w,
-                           p->tensors[x->tensor].name);
-        x->exported = true;
-        end = x->src_col + x->w;
-    }
-    *H = end;
-    return 0;
-}
-
-/* An alias (a piece reading the group's tensor in the other orientation)
- * must fit the group's shape. */
-static int alias_fits(const Plan *p, const HfGroup *G, HfPiece *x, char *err, size_t n) {
-    const PlanTensor *t = &p->tensors[x->tensor];
-    bool ok;
-    if (x->transpose) {
-        ok = G->rank == 2 && G->shape[1] == x->rows && x->src_col + x->w <= G->shape[0];
-        x->hstride = G->rank == 2 ? G->shape[1] : 0;
-    } else {
-        ok = G->rank == t->rank && x->src_col + x->w <= G->shape[G->rank - 1];
-        for (int d = 0; ok && d + 1 < t->rank; d++) ok = G->shape[d] == t->dims[d];
-        x->hstride = G->shape[G->rank - 1];
-    }
-    char a[160], b[160];
-    if (!ok)
-        return hf_fail(err, n, "hf tensor '%s' is %s, but '%s' (%s) reads columns [%" PRId64 ", %" PRId64 ") of it %s", G->name,
-                       hf_shape_str(G->shape, G->rank, a, sizeof a), t->name, hf_shape_str(t->dims, t->rank, b, sizeof b), x->src_col,
-                       x->src_col + x->w, x->transpose ? "transposed" : "as it is");
-    return 0;
-}
-
-/* Shape, dtype and column checks of group g. */
-static int group_finish(const Plan *p, HfLayout *l, int g, int *idx, char *err, size_t n) {
-    HfGroup *G = &l->groups[g];
-    const PlanTensor *t0 = &p->tensors[l->pieces[G->first].tensor];
-    for (int i = G->first; i < l->npieces; i++) {
-        const HfPiece *x = &l->pieces[i];
-        const PlanTensor *t = &p->tensors[x->tensor];
-        char a[160], b[160];
-        if (x->group == g && x->transpose == G->transpose && !same_rows(t0, t, G->transpose))
-            return hf_fail(err, n, "hf tensor '%s': '%s' is %s but '%s' is %s; the pieces of one tensor need the same %s", G->name,
-                           t0->name, hf_shape_str(t0->dims, t0->rank, a, sizeof a), t->name, hf_shape_str(t->dims, t->rank, b, sizeof b),
-                           G->transpose ? "first axis" : "axes but the last");
-    }
-    int64_t H = 0;
-    if (group_columns(p, l, g, idx, &H, err, n)) return -1;
-    if (G->transpose) {
-        G->rank = 2;
-        G->shape[0] = H;
-        G->shape[1] = t0->dims[0];
-    } else {
-        G->rank = t0->rank;
-        for (int d = 0; d + 1 < t0->rank; d++) G->shape[d] = t0->dims[d];
-        G->shape[G->rank - 1] = H;
-    }
-    G->numel = 1;
-    for (int d = 0; d < G->rank; d++) G->numel *= (uint64_t)G->shape[d];
-    G->dtype = t0->dtype;
-    for (int i = G->first; i < l->npieces; i++) {
-        HfPiece *x = &l->pieces[i];
-        if (x->group != g) continue;
-        if (x->transpose != G->transpose) {
-            if (alias_fits(p, G, x, err, n)) return -1;
-        } else {
-            x->hstride = G->transpose ? x->rows : H;
-        }
-    }
-    return 0;
-}
-
-/* The layout of npieces mapping pieces (the plan's hf mapping, or the
- * one-piece-per-parameter mapping of the plan's own names). */
-static int layout_from(const Plan *p, const PlanHfPiece *pieces, uint32_t npieces, HfLayout *l, char *err, size_t n) {
-    memset(l, 0, sizeof *l);
-    l->pieces = calloc(npieces ? npieces : 1, sizeof *l->pieces);
-    l->groups = calloc(npieces ? npieces : 1, sizeof *l->groups);
-    int *idx = calloc(npieces ? npieces : 1, sizeof *idx);
-    int rc = l->pieces && l->groups && idx ? 0 : hf_fail(err, n, "out of memory for the hf mapping");
-    for (uint32_t i = 0; !rc && i < npieces; i++) {
-        HfPiece *x = &l->pieces[i];
-        rc = piece_init(p, &pieces[i], x, i ? x - 1 : NULL, err, n);
-        if (rc) break;
-        int g = 0;
-        while (g < l->ngroups && strcmp(l->groups[g].name, pieces[i].hf_name)) g++;
-        if (g == l->ngroups)
-            l->groups[l->ngroups++] = (HfGroup){.name = pieces[i].hf_name, .transpose = x->transpose, .first = (int)i,
-                                                .adapter = hf_is_adapter(pieces[i].hf_name)};
-        x->group = g;
-        l->npieces++;
-    }
-    for (int g = 0; !rc && g < l->ngroups; g++) rc = group_finish(p, l, g, idx, err, n);
-    free(idx);
-    if (rc) hf_layout_free(l);
-    return rc;
-}
-
-static bool has_mapping(const Plan *p) { return p->hf.arch && p->hf.arch[0] && p->hf.npieces; }
-
-int hf_layout_build(const Plan *p, HfLayout *l, char *err, size_t n) {
-    memset(l, 0, sizeof *l);
-    if (!has_mapping(p))
-        return hf_fail(err, n, "the plan has no Hugging Face mapping (its model has no hf block): compile the model with one, "
-                               "or from a Hugging Face directory with zinfc --from-hf DIR");
-    return layout_from(p, p->hf.pieces, p->hf.npieces, l, err, n);
-}
-
-/* Whether a parameter is one zinfrun --export writes (rt_export_safetensors):
- * every parameter with a shard, under its own name. */
-static bool exported_param(const Plan *p, uint32_t t) { return p->tensors[t].cls == TC_PARAM && p->tensors[t].shard >= 0; }
-
-/* The mapping of zinfrun --export's file: each parameter is the tensor of
- * its own name, whole, as it is. The pieces name the plan's strings, so
- * the layout outlives the array built here. */
-static int layout_by_names(const Plan *p, HfLayout *l, char *err, size_t n) {
-    uint32_t np = 0;
-    for (uint32_t t = 0; t < p->ntensors; t++) np += exported_param(p, t);
-    PlanHfPiece *pc = calloc(np ? np : 1, sizeof *pc);
-    if (!pc) return hf_fail(err, n, "out of memory for the parameter names");
-    uint32_t k = 0;
-    for (uint32_t t = 0; t < p->ntensors; t++) {
-        const PlanTensor *pt = &p->tensors[t];
-        if (exported_param(p, t))
-            pc[k++] = (PlanHfPiece){(int32_t)t, pt->name, 0, 0, pt->rank ? pt->dims[pt->rank - 1] : 1};
-    }
-    int rc = layout_from(p, pc, k, l, err, n);
-    for (int g = 0; !rc && g < l->ngroups; g++) l->groups[g].adapter = false; /* an export holds every parameter */
-    free(pc);
-    return rc;
-}
-
-/* Which names the checkpoint uses: the plan's own parameter names (a file
- * of zinfrun --export) when it holds more of them than of the hf
- * mapping's names, or when the plan has no mapping; else the mapping's. */
-static bool uses_own_names(const Plan *p, const StSet *s, uint32_t *own) {
-    uint32_t hf = 0;
-    *own = 0;
-    for (uint32_t t = 0; t < p->ntensors; t++) *own += exported_param(p, t) && st_set_find(s, p->tensors[t].name);
-    for (uint32_t i = 0; i < p->hf.npieces; i++) hf += st_set_find(s, p->hf.pieces[i].hf_name) != NULL;
-    return !has_mapping(p) || *own > hf;
-}
-
-int hfio_check_plan(const Plan *p, char *err, size_t n) {
-    HfLayout l;
-    if (hf_layout_build(p, &l, err, n)) return -1;
-    hf_layout_free(&l);
-    return 0;
-}
-
-/* ---- shared machinery ---- */
-
-int hf_stage_init(HfStage *s, const HfioOptions *o, char *err, size_t n) {
-    size_t bytes = o && o->staging_bytes ? o->staging_bytes : HFIO_STAGING_DEFAULT;
-    s->ch = (int64_t)(bytes / 12);
-    if (s->ch < 1) s->ch = 1;
-    s->a = malloc((size_t)s->ch * 4);
-    s->b = malloc((size_t)s->ch * 4);
-    s->f = malloc((size_t)s->ch * sizeof(float));
-    if (s->a && s->b && s->f) return 0;
-    hf_stage_free(s);
-    return hf_fail(err, n, "out of memory for %zu bytes of staging", bytes);
-}
-
-void hf_stage_free(HfStage *s) {
-    free(s->a);
-    free(s->b);
-    free(s->f);
-    s->a = s->b = NULL;
-    s->f = NULL;
-}
-
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-void hf_block_dims(bool transposed, int64_t nrows, int64_t ncols, int64_t ch, int64_t *h, int64_t *w) {
-    if (!transposed) {
-        *w = min64(ncols, ch);
-        *h = min64(nrows, ch / *w > 1 ? ch / *w : 1);
-        return;
-    }
-    int64_t s = (int64_t)sqrt((double)ch);
-    if (s < 1) s = 1;
-    if (ncols <= s) {
-        *w = ncols;
-        *h = min64(nrows, ch / ncols > 1 ? ch / ncols : 1);
-    } else {
-        *h = min64(nrows, s);
-        *w = min64(ncols, ch / *h > 1 ? ch / *h : 1);
-    }
-}
-
-int64_t hf_segment(const PlanShard *s, int nranks, int64_t x, int64_t y, int *owner, int64_t *off) {
-    int64_t u = x / s->tile_elems, o = x % s->tile_elems;
-    if (!s->partitioned || nranks <= 1) {
-        *owner = s->partitioned ? 0 : -1;
-        *off = u * s->tile_shard + o;
-        return min64(y, (u + 1) * s->tile_elems);
-    }
-    int64_t q = o / s->tile_shard;
-    *owner = (int)q;
-    *off = u * s->tile_shard + (o - q * s->tile_shard);
-    return min64(y, u * s->tile_elems + min64((q + 1) * s->tile_shard, s->tile_elems));
-}
-
-int hf_runs_flush(HfRuns *r, char *err, size_t n) {
-    if (!r->len) return 0;
-    int rc = r->fn(r->ctx, r->off, r->buf, r->len, err, n);
-    r->total += r->len;
-    r->len = 0;
-    return rc;
-}
-
-int hf_runs_add(HfRuns *r, uint64_t off, uint8_t *buf, uint64_t len, char *err, size_t n) {
-    if (!len) return 0;
-    if (r->len && r->off + r->len == off && r->buf + r->len == buf) {
-        r->len += len;
-        return 0;
-    }
-    if (hf_runs_flush(r, err, n)) return -1;
-    r->off = off;
-    r->buf = buf;
-    r->len = len;
-    return 0;
-}
-
-int hf_home_read(void *ctx, uint64_t off, uint8_t *buf, uint64_t len, char *err, size_t n) {
-    HfHome *h = ctx;
-    return rt_home_read(h->r, h->buffer, off, buf, len, err, n);
-}
-
-int hf_home_write(void *ctx, uint64_t off, uint8_t *buf, uint64_t len, char *err, size_t n) {
-    HfHome *h = ctx;
-    return rt_home_write(h->r, h->buffer, off, buf, len, err, n);
-}
-
-int hf_agree(Rt *r, int rc, char *err, size_t n) {
-    int64_t v = rc ? r->c->rank + 1 : 0;
-    if (comm_allreduce_max_i64(r->c, &v) != COMM_OK) {
-        if (!rc) hf_fail(err, n, "%s", comm_last_error(r->c));
-        return -1;
-    }
-    return (int)v;
-}
 
 /* ---- import: the checks ---- */
 
@@ -375,8 +58,8 @@ static int check_missing(Imp *im, char *err, size_t n) {
     char hint[600] = "";
     if (near) snprintf(hint, sizeof hint, " (the checkpoint has '%s' where the plan wants '%s': another naming?)", near, first);
     else if (missing == l->ngroups) snprintf(hint, sizeof hint, " (none of the plan's tensors is there: a checkpoint of another model?)");
-    return hf_fail(err, n, "%s: %d tensor%s the plan maps %s not in the checkpoint: %s%s", im->s->path, missing, missing == 1 ? "" : "s",
-                   missing == 1 ? "is" : "are", list, hint);
+    return errorf(err, n, "%s: %d tensor%s the plan maps %s not in the checkpoint: %s%s", im->s->path, missing, missing == 1 ? "" : "s",
+                  missing == 1 ? "is" : "are", list, hint);
 }
 
 /* Each group's tensor: a float dtype, exactly the shape the plan needs. */
@@ -389,15 +72,15 @@ static int check_shapes(Imp *im, char *err, size_t n) {
         if (!e) continue;
         const char *fn = st_set_file(im->s, e)->path;
         if (!st_dtype_is_float(e->dtype))
-            return hf_fail(err, n, "%s: tensor '%s' is %s; zinf imports F32, F16 and BF16", fn, e->name, st_dtype_name(e->dtype));
+            return errorf(err, n, "%s: tensor '%s' is %s; zinf imports F32, F16 and BF16", fn, e->name, st_dtype_name(e->dtype));
         bool same = e->rank == G->rank;
         for (int d = 0; same && d < G->rank; d++) same = e->shape[d] == G->shape[d];
         if (same) continue;
         char a[160], b[160];
         const PlanTensor *t = &p->tensors[l->pieces[G->first].tensor];
-        return hf_fail(err, n, "%s: tensor '%s' has shape %s, the plan needs %s (for '%s'%s)", fn, e->name,
-                       hf_shape_str(e->shape, e->rank, a, sizeof a), hf_shape_str(G->shape, G->rank, b, sizeof b), t->name,
-                       G->transpose ? ", transposed" : "");
+        return errorf(err, n, "%s: tensor '%s' has shape %s, the plan needs %s (for '%s'%s)", fn, e->name,
+                      hf_shape_str(e->shape, e->rank, a, sizeof a), hf_shape_str(G->shape, G->rank, b, sizeof b), t->name,
+                      G->transpose ? ", transposed" : "");
     }
     return 0;
 }
@@ -434,11 +117,11 @@ static int check_masters(const Imp *im, char *err, size_t n) {
         const PlanTensor *t = &p->tensors[im->l->pieces[i].tensor];
         if (t->master < 0) continue;
         const PlanTensor *m = &p->tensors[t->master];
-        if (m->shard < 0) return hf_fail(err, n, "hf: the master of '%s' has no shard", t->name);
+        if (m->shard < 0) return errorf(err, n, "hf: the master of '%s' has no shard", t->name);
         const PlanShard *a = &p->shards[t->shard], *b = &p->shards[m->shard];
         if (m->dtype != DT_F32 || a->ntiles != b->ntiles || a->tile_elems != b->tile_elems || a->tile_shard != b->tile_shard ||
             a->partitioned != b->partitioned)
-            return hf_fail(err, n, "hf: the master of '%s' is sharded unlike it; this import cannot write it", t->name);
+            return errorf(err, n, "hf: the master of '%s' is sharded unlike it; this import cannot write it", t->name);
     }
     return 0;
 }
@@ -549,7 +232,7 @@ static int import_copy(Imp *im, char *err, size_t n) {
 }
 
 static int import_checks(Imp *im, char *err, size_t n) {
-    if (im->r->step != 0) return hf_fail(err, n, "--init sets the weights of a run at step 0, this one is at step %" PRId64, im->r->step);
+    if (im->r->step != 0) return errorf(err, n, "--init sets the weights of a run at step 0, this one is at step %" PRId64, im->r->step);
     if (check_missing(im, err, n) || check_shapes(im, err, n) || check_masters(im, err, n)) return -1;
     list_unused(im);
     const Plan *p = im->r->p;
@@ -575,23 +258,23 @@ int hfio_import(Rt *r, const char *path, const HfioOptions *o, HfioReport *rep, 
     rep->files = open ? s.nfiles : 0;
     if (!rc) {
         uint32_t own;
-        rep->own_names = uses_own_names(r->p, &s, &own);
-        if (rep->own_names && !own && !has_mapping(r->p))
-            rc = hf_fail(err, n, "%s: the plan has no Hugging Face mapping (its model has no hf block), and this is not a zinfrun --export "
-                                 "file of its model (none of its parameter names is there): compile the model with an hf block, "
-                                 "or from a Hugging Face directory with zinfc --from-hf DIR", path);
+        rep->own_names = hf_uses_own_names(r->p, &s, &own);
+        if (rep->own_names && !own && !hf_has_mapping(r->p))
+            rc = errorf(err, n, "%s: the plan has no Hugging Face mapping (its model has no hf block), and this is not a zinfrun --export "
+                                "file of its model (none of its parameter names is there): compile the model with an hf block, "
+                                "or from a Hugging Face directory with zinfc --from-hf DIR", path);
         else
-            rc = rep->own_names ? layout_by_names(r->p, &l, err, n) : hf_layout_build(r->p, &l, err, n);
+            rc = rep->own_names ? hf_layout_by_names(r->p, &l, err, n) : hf_layout_build(r->p, &l, err, n);
     }
-    if (!rc && !(im.ent = calloc((size_t)l.ngroups, sizeof *im.ent))) rc = hf_fail(err, n, "out of memory");
+    if (!rc && !(im.ent = calloc((size_t)l.ngroups, sizeof *im.ent))) rc = errorf(err, n, "out of memory");
     if (!rc) rc = import_checks(&im, err, n);
     if (!rc) rc = hf_stage_init(&im.st, o, err, n);
     int bad = hf_agree(r, rc, err, n);
-    if (bad > 0 && !rc) rc = hf_fail(err, n, "rank %d could not use the checkpoint %s (its message says why); nothing was imported", bad - 1, path);
+    if (bad > 0 && !rc) rc = errorf(err, n, "rank %d could not use the checkpoint %s (its message says why); nothing was imported", bad - 1, path);
     if (bad < 0) rc = -1;
     if (!rc) rc = import_copy(&im, err, n);
     bad = hf_agree(r, rc, err, n);
-    if (bad > 0 && !rc) rc = hf_fail(err, n, "rank %d failed importing %s (its message says why)", bad - 1, path);
+    if (bad > 0 && !rc) rc = errorf(err, n, "rank %d failed importing %s (its message says why)", bad - 1, path);
     if (bad < 0) rc = -1;
     hf_stage_free(&im.st);
     free(im.ent);

@@ -1,8 +1,7 @@
-/* hfio: the export (zinfrun --export-hf) and the gather of one tensor.
- * Each HF tensor is assembled block by block: every rank reads the part of
- * the block it holds into an f32 buffer that is -0.0 elsewhere, and an
- * all-reduce adds them up (x + -0.0 is x exactly), so rank 0 has the block
- * without any rank holding more than the staging buffer. */
+/* hfio_export: the export (zinfrun --export-hf). Each HF tensor is
+ * assembled block by block on rank 0 (hf_gather_block,
+ * runtime/hf/hfio_gather.c), without any rank holding more than the
+ * staging buffer. */
 #include "hfio_impl.h"
 #include <dirent.h>
 #include <errno.h>
@@ -16,54 +15,6 @@
 #include <unistd.h>
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-/* ---- one block of a parameter on rank 0 ---- */
-
-/* -0.0 in the dtype of es bytes, so that what a rank does not hold adds nothing. */
-static void fill_negzero(uint8_t *p, size_t es, int64_t count) {
-    if (es == 4) {
-        const uint32_t v = 0x80000000u;
-        for (int64_t i = 0; i < count; i++) memcpy(p + i * 4, &v, 4);
-    } else {
-        const uint16_t v = 0x8000u;
-        for (int64_t i = 0; i < count; i++) memcpy(p + i * 2, &v, 2);
-    }
-}
-
-/* Rows [r0, r1) x columns [c0, c1) of tensor t (a [rows, cols] matrix)
- * into st->f (f32) on rank 0. Collective when t is partitioned; when every
- * rank holds t whole, rank 0 reads it alone and the others return at once. */
-static int gather_block(Rt *r, HfStage *st, int t, int64_t cols, int64_t r0, int64_t r1, int64_t c0, int64_t c1, char *err, size_t n) {
-    const Plan *p = r->p;
-    const PlanTensor *pt = &p->tensors[t];
-    const PlanShard *sh = &p->shards[pt->shard];
-    int R = r->c->size, me = r->c->rank;
-    bool coll = sh->partitioned && R > 1;
-    if (!coll && me != 0) return 0;
-    StDtype sd = (StDtype)st_dtype_from_plan(pt->dtype);
-    size_t es = st_dtype_size(sd);
-    int64_t w = c1 - c0, cnt = (r1 - r0) * w;
-    if (coll) fill_negzero(st->b, es, cnt);
-    HfHome hh = {r, sh->buffer};
-    HfRuns runs = {.fn = hf_home_read, .ctx = &hh};
-    int rc = 0;
-    for (int64_t i = r0; i < r1 && !rc; i++) {
-        int64_t x0 = i * cols + c0, y = i * cols + c1;
-        for (int64_t x = x0; x < y && !rc;) {
-            int owner;
-            int64_t off, end = hf_segment(sh, R, x, y, &owner, &off);
-            if (owner == me || owner < 0)
-                rc = hf_runs_add(&runs, (uint64_t)off * es, st->b + (size_t)((i - r0) * w + (x - x0)) * es, (uint64_t)(end - x) * es, err, n);
-            x = end;
-        }
-    }
-    if (!rc) rc = hf_runs_flush(&runs, err, n);
-    /* a rank whose read failed still takes part, so that no rank waits */
-    st_to_f32(sd, st->b, 1, st->f, cnt);
-    if (coll && comm_allreduce_sum_f32(r->c, st->f, (size_t)cnt) != COMM_OK)
-        return rc ? rc : hf_fail(err, n, "%s", comm_last_error(r->c));
-    return rc;
-}
 
 /* ---- the files ---- */
 
@@ -97,7 +48,7 @@ static int pwrite_all(int fd, const char *path, uint64_t off, const uint8_t *buf
     while (len) {
         ssize_t w = pwrite(fd, buf, len > (1u << 30) ? (1u << 30) : (size_t)len, (off_t)off);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return hf_fail(err, n, "write to %s failed: %s", path, w < 0 ? strerror(errno) : "no progress");
+        if (w <= 0) return errorf(err, n, "write to %s failed: %s", path, w < 0 ? strerror(errno) : "no progress");
         buf += w;
         off += (uint64_t)w;
         len -= (uint64_t)w;
@@ -123,7 +74,7 @@ static int plan_files(Exp *ex, uint64_t max, char *err, size_t n) {
     ex->files = calloc((size_t)l->ngroups, sizeof *ex->files);
     ex->gfile = calloc((size_t)l->ngroups, sizeof *ex->gfile);
     ex->gslot = calloc((size_t)l->ngroups, sizeof *ex->gslot);
-    if (!ex->files || !ex->gfile || !ex->gslot) return hf_fail(err, n, "out of memory");
+    if (!ex->files || !ex->gfile || !ex->gslot) return errorf(err, n, "out of memory");
     uint64_t size = 0;
     for (int g = 0; g < l->ngroups; g++) {
         ex->gfile[g] = -1;
@@ -142,7 +93,7 @@ static int plan_files(Exp *ex, uint64_t max, char *err, size_t n) {
         o->fd = -1;
         o->t = calloc((size_t)o->nt, sizeof *o->t);
         o->name = malloc(64);
-        if (!o->t || !o->name) return hf_fail(err, n, "out of memory");
+        if (!o->t || !o->name) return errorf(err, n, "out of memory");
         if (ex->peft) snprintf(o->name, 64, "adapter_model.safetensors");
         else if (ex->nfiles == 1) snprintf(o->name, 64, "model.safetensors");
         else snprintf(o->name, 64, "model-%05d-of-%05d.safetensors", f + 1, ex->nfiles);
@@ -163,17 +114,17 @@ static int write_small(const char *dir, const char *name, const void *data, size
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return hf_fail(err, n, "cannot create %s: %s", path, strerror(errno));
+    if (fd < 0) return errorf(err, n, "cannot create %s: %s", path, strerror(errno));
     int rc = pwrite_all(fd, path, 0, data, len, err, n);
-    if (!rc && fsync(fd)) rc = hf_fail(err, n, "fsync of %s failed: %s", path, strerror(errno));
-    if (close(fd) && !rc) rc = hf_fail(err, n, "close of %s failed: %s", path, strerror(errno));
+    if (!rc && fsync(fd)) rc = errorf(err, n, "fsync of %s failed: %s", path, strerror(errno));
+    if (close(fd) && !rc) rc = errorf(err, n, "close of %s failed: %s", path, strerror(errno));
     return rc;
 }
 
 /* Rank 0: DIR.tmp.PID with config.json and every shard's header. */
 static int open_files(Exp *ex, char *err, size_t n) {
     const char *cfg = ex->r->p->hf.config;
-    if (mkdir(ex->tmp, 0755)) return hf_fail(err, n, "cannot create %s: %s", ex->tmp, strerror(errno));
+    if (mkdir(ex->tmp, 0755)) return errorf(err, n, "cannot create %s: %s", ex->tmp, strerror(errno));
     ex->tmp_made = true;
     if (ex->peft) {
         char *ac = hf_adapter_config(ex->r->p, ex->l, err, n);
@@ -191,7 +142,7 @@ static int open_files(Exp *ex, char *err, size_t n) {
         char path[4200];
         snprintf(path, sizeof path, "%s/%s", ex->tmp, o->name);
         o->fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        int rc = o->fd < 0 ? hf_fail(err, n, "cannot create %s: %s", path, strerror(errno)) : pwrite_all(o->fd, path, 0, hdr, hl, err, n);
+        int rc = o->fd < 0 ? errorf(err, n, "cannot create %s: %s", path, strerror(errno)) : pwrite_all(o->fd, path, 0, hdr, hl, err, n);
         free(hdr);
         if (rc) return -1;
         o->data_start = hl;
@@ -243,7 +194,7 @@ static int export_piece(Exp *ex, const HfPiece *x, const HfLora *lo, const float
     for (int64_t r0 = 0; r0 < x->rows; r0 += bh)
         for (int64_t c0 = x->pc; c0 < x->pc + x->w; c0 += bw) {
             int64_t r1 = min64(x->rows, r0 + bh), c1 = min64(x->pc + x->w, c0 + bw);
-            int g = gather_block(ex->r, &ex->st, x->tensor, x->cols, r0, r1, c0, c1, err, n);
+            int g = hf_gather_block(ex->r, &ex->st, x->tensor, x->cols, r0, r1, c0, c1, err, n);
             if (g && !rc) rc = g;
             if (!rc && lo && A && B) hf_lora_add(lo, A, B, x->cols, ex->st.f, r0, r1, c0, c1);
             if (!rc && ex->r->c->rank == 0) rc = put_block(ex, x, x->group, r0, r1, c0, c1, err, n);
@@ -266,7 +217,7 @@ static int write_index(Exp *ex, char *err, size_t n) {
         st_buf_json_string(&b, ex->files[ex->gfile[g]].name);
     }
     st_buf_printf(&b, "\n  }\n}\n");
-    int rc = b.oom ? hf_fail(err, n, "out of memory writing the index") : write_small(ex->tmp, "model.safetensors.index.json", b.p, b.len, err, n);
+    int rc = b.oom ? errorf(err, n, "out of memory writing the index") : write_small(ex->tmp, "model.safetensors.index.json", b.p, b.len, err, n);
     st_buf_free(&b);
     return rc;
 }
@@ -300,13 +251,13 @@ static int copy_companions(Exp *ex, char *err, size_t n) {
         if (fd < 0) continue;
         struct stat fs;
         uint8_t *buf = NULL;
-        int rc = fstat(fd, &fs) ? hf_fail(err, n, "%s: %s", from, strerror(errno)) : 0;
+        int rc = fstat(fd, &fs) ? errorf(err, n, "%s: %s", from, strerror(errno)) : 0;
         size_t len = rc ? 0 : (size_t)fs.st_size;
-        if (!rc && !(buf = malloc(len ? len : 1))) rc = hf_fail(err, n, "out of memory copying %s", from);
+        if (!rc && !(buf = malloc(len ? len : 1))) rc = errorf(err, n, "out of memory copying %s", from);
         for (size_t got = 0; !rc && got < len;) {
             ssize_t r = read(fd, buf + got, len - got);
             if (r < 0 && errno == EINTR) continue;
-            if (r <= 0) rc = hf_fail(err, n, "read of %s failed: %s", from, r < 0 ? strerror(errno) : "the file shrank");
+            if (r <= 0) rc = errorf(err, n, "read of %s failed: %s", from, r < 0 ? strerror(errno) : "the file shrank");
             else got += (size_t)r;
         }
         close(fd);
@@ -323,22 +274,22 @@ static int copy_companions(Exp *ex, char *err, size_t n) {
 static int finish_files(Exp *ex, char *err, size_t n) {
     for (int f = 0; f < ex->nfiles; f++) {
         OutFile *o = &ex->files[f];
-        int rc = fsync(o->fd) ? hf_fail(err, n, "fsync of %s/%s failed: %s", ex->tmp, o->name, strerror(errno)) : 0;
-        if (close(o->fd) && !rc) rc = hf_fail(err, n, "close of %s/%s failed: %s", ex->tmp, o->name, strerror(errno));
+        int rc = fsync(o->fd) ? errorf(err, n, "fsync of %s/%s failed: %s", ex->tmp, o->name, strerror(errno)) : 0;
+        if (close(o->fd) && !rc) rc = errorf(err, n, "close of %s/%s failed: %s", ex->tmp, o->name, strerror(errno));
         o->fd = -1;
         if (rc) return rc;
     }
     if (ex->nfiles > 1 && write_index(ex, err, n)) return -1;
     if (copy_companions(ex, err, n)) return -1;
-    if (fsync_path(ex->tmp)) return hf_fail(err, n, "fsync of %s failed: %s", ex->tmp, strerror(errno));
-    if (rmdir(ex->dir) && errno != ENOENT) return hf_fail(err, n, "%s: %s (it must be absent or empty)", ex->dir, strerror(errno));
-    if (rename(ex->tmp, ex->dir)) return hf_fail(err, n, "rename %s -> %s failed: %s", ex->tmp, ex->dir, strerror(errno));
+    if (fsync_path(ex->tmp)) return errorf(err, n, "fsync of %s failed: %s", ex->tmp, strerror(errno));
+    if (rmdir(ex->dir) && errno != ENOENT) return errorf(err, n, "%s: %s (it must be absent or empty)", ex->dir, strerror(errno));
+    if (rename(ex->tmp, ex->dir)) return errorf(err, n, "rename %s -> %s failed: %s", ex->tmp, ex->dir, strerror(errno));
     ex->tmp_made = false;
     char *parent = strdup(ex->dir);
     if (!parent) return 0;
     char *sl = strrchr(parent, '/');
     const char *pd = sl ? (sl == parent ? "/" : (*sl = 0, parent)) : ".";
-    int rc = fsync_path(pd) ? hf_fail(err, n, "fsync of %s failed: %s", pd, strerror(errno)) : 0;
+    int rc = fsync_path(pd) ? errorf(err, n, "fsync of %s failed: %s", pd, strerror(errno)) : 0;
     free(parent);
     return rc;
 }
@@ -386,16 +337,16 @@ static void remove_stale(const char *dir) {
 
 int hfio_check_export_dir(const char *dir, char *err, size_t n) {
     struct stat sb;
-    if (!dir || !*dir) return hf_fail(err, n, "--export-hf needs a directory");
-    if (stat(dir, &sb)) return errno == ENOENT ? 0 : hf_fail(err, n, "%s: %s", dir, strerror(errno));
-    if (!S_ISDIR(sb.st_mode)) return hf_fail(err, n, "%s exists and is not a directory", dir);
+    if (!dir || !*dir) return errorf(err, n, "--export-hf needs a directory");
+    if (stat(dir, &sb)) return errno == ENOENT ? 0 : errorf(err, n, "%s: %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return errorf(err, n, "%s exists and is not a directory", dir);
     DIR *d = opendir(dir);
-    if (!d) return hf_fail(err, n, "%s: %s", dir, strerror(errno));
+    if (!d) return errorf(err, n, "%s: %s", dir, strerror(errno));
     struct dirent *e;
     bool empty = true;
     while (empty && (e = readdir(d))) empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
     closedir(d);
-    if (!empty) return hf_fail(err, n, "%s already exists and is not empty: --export-hf writes a new directory (remove it or choose another)", dir);
+    if (!empty) return errorf(err, n, "%s already exists and is not empty: --export-hf writes a new directory (remove it or choose another)", dir);
     return 0;
 }
 
@@ -421,7 +372,7 @@ static int export_setup(Exp *ex, const char *dir, char *err, size_t n) {
     while (len > 1 && dir[len - 1] == '/') len--;
     ex->dir = strndup(dir, len);
     ex->tmp = ex->dir ? malloc(len + 32) : NULL;
-    if (!ex->tmp) return hf_fail(err, n, "out of memory");
+    if (!ex->tmp) return errorf(err, n, "out of memory");
     snprintf(ex->tmp, len + 32, "%s.tmp.%d", ex->dir, (int)getpid());
     if (hfio_check_export_dir(ex->dir, err, n)) return -1;
     remove_stale(ex->dir);
@@ -446,7 +397,7 @@ static int export_groups(Exp *ex, char *err, size_t n) {
         free(A);
         free(B);
         int bad = hf_agree(ex->r, rc, err, n);
-        if (bad > 0 && !rc) return hf_fail(err, n, "rank %d failed exporting '%s' (its message says why)", bad - 1, l->groups[g].name);
+        if (bad > 0 && !rc) return errorf(err, n, "rank %d failed exporting '%s' (its message says why)", bad - 1, l->groups[g].name);
         if (bad) return -1;
         ex->rep->tensors++;
     }
@@ -468,43 +419,15 @@ int hfio_export(Rt *r, const char *dir, const HfioOptions *o, HfioReport *rep, c
     if (!rc) rc = plan_files(&ex, ex.peft ? UINT64_MAX : o && o->max_shard_bytes ? o->max_shard_bytes : HFIO_SHARD_DEFAULT, err, n);
     if (!rc && lead) rc = export_setup(&ex, dir, err, n);
     int bad = hf_agree(r, rc, err, n);
-    if (bad > 0 && !rc) rc = hf_fail(err, n, "rank %d could not start the export to %s (its message says why)", bad - 1, dir);
+    if (bad > 0 && !rc) rc = errorf(err, n, "rank %d could not start the export to %s (its message says why)", bad - 1, dir);
     if (bad < 0) rc = -1;
     if (!rc) rc = export_groups(&ex, err, n);
     if (!rc && lead) rc = finish_files(&ex, err, n);
     bad = hf_agree(r, rc, err, n);
-    if (bad > 0 && !rc) rc = hf_fail(err, n, "rank %d failed finishing the export to %s", bad - 1, dir);
+    if (bad > 0 && !rc) rc = errorf(err, n, "rank %d failed finishing the export to %s", bad - 1, dir);
     if (bad < 0) rc = -1;
     rep->files = rc ? 0 : ex.nfiles;
     exp_free(&ex);
     hf_layout_free(&l);
-    return rc;
-}
-
-int hfio_gather(Rt *r, int tensor, void *dst, const HfioOptions *o, char *err, size_t n) {
-    const Plan *p = r->p;
-    if (tensor < 0 || (uint32_t)tensor >= p->ntensors || p->tensors[tensor].shard < 0 || st_dtype_from_plan(p->tensors[tensor].dtype) < 0)
-        return hf_fail(err, n, "tensor %d is not a persistent float tensor", tensor);
-    const PlanTensor *t = &p->tensors[tensor];
-    StDtype sd = (StDtype)st_dtype_from_plan(t->dtype);
-    size_t es = st_dtype_size(sd);
-    int64_t cols = t->rank ? t->dims[t->rank - 1] : 1, rows = cols ? t->numel / cols : 0;
-    HfStage st = {0};
-    int rc = hf_stage_init(&st, o, err, n), bad = 0;
-    int64_t bh = 1, bw = 1;
-    if (!rc) hf_block_dims(false, rows, cols, st.ch, &bh, &bw);
-    bad = hf_agree(r, rc, err, n);
-    for (int64_t r0 = 0; !bad && r0 < rows; r0 += bh)
-        for (int64_t c0 = 0; c0 < cols; c0 += bw) {
-            int64_t r1 = min64(rows, r0 + bh), c1 = min64(cols, c0 + bw);
-            int g = gather_block(r, &st, tensor, cols, r0, r1, c0, c1, err, n);
-            if (g && !rc) rc = g;
-            if (rc || r->c->rank != 0 || !dst) continue;
-            for (int64_t i = r0; i < r1; i++) st_from_f32(sd, st.f + (i - r0) * (c1 - c0), (uint8_t *)dst + (size_t)(i * cols + c0) * es, c1 - c0);
-        }
-    if (!bad) bad = hf_agree(r, rc, err, n);
-    if (bad > 0 && !rc) rc = hf_fail(err, n, "rank %d failed gathering '%s'", bad - 1, t->name);
-    if (bad < 0) rc = -1;
-    hf_stage_free(&st);
     return rc;
 }

@@ -1,5 +1,9 @@
-/* hfio_impl: what runtime/hf/hfio.c (the mapping, import) and
- * runtime/hf/hfio_export.c (export, gather) share. Private to them. */
+/* hfio_impl: what the files of runtime/hf share. Private to them. Calls go
+ * down: hfio.c (import) and hfio_export.c (export) -> hfio_lora.c
+ * (adapters) -> hfio_gather.c (a block, a tensor whole on rank 0); the two
+ * -> hfio_layout.c (the mapping's layout); all -> hfio_common.c (staging,
+ * segments, runs, homes, agreement). No loop. Errors: errorf
+ * (runtime/base/errorf.h) into err, -1. */
 #ifndef ZINF_HFIO_IMPL_H
 #define ZINF_HFIO_IMPL_H
 #include "hfio.h"
@@ -41,11 +45,24 @@ typedef struct HfLayout {
     int ngroups;
 } HfLayout;
 
-int hf_fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-int hf_layout_build(const Plan *p, HfLayout *l, char *err, size_t n);
-void hf_layout_free(HfLayout *l);
+/* hfio_common.c */
 /* "[2, 3]" */
 const char *hf_shape_str(const int64_t *shape, int rank, char *buf, size_t n);
+
+/* hfio_layout.c */
+/* Whether the plan has a Hugging Face mapping (an hf block). */
+bool hf_has_mapping(const Plan *p);
+/* The layout of the plan's mapping (an error when it has none). */
+int hf_layout_build(const Plan *p, HfLayout *l, char *err, size_t n);
+/* The layout of the plan's own names: each parameter zinfrun --export
+ * writes is the tensor of its own name, whole. */
+int hf_layout_by_names(const Plan *p, HfLayout *l, char *err, size_t n);
+void hf_layout_free(HfLayout *l);
+/* Whether checkpoint s uses the plan's own parameter names (*own of them)
+ * rather than the mapping's. */
+bool hf_uses_own_names(const Plan *p, const StSet *s, uint32_t *own);
+
+/* hfio_common.c, the machinery of import and export */
 
 /* The staging memory: ch elements of up to 4 bytes in a and b, ch floats in f. */
 typedef struct HfStage {
@@ -90,6 +107,11 @@ int hf_home_write(void *ctx, uint64_t off, uint8_t *buf, uint64_t len, char *err
  * rank (-1 when the agreement itself failed: err says why). */
 int hf_agree(Rt *r, int rc, char *err, size_t n);
 
+/* hfio_gather.c: rows [r0, r1) x columns [c0, c1) of tensor t (a [rows,
+ * cols] matrix) into st->f (f32) on rank 0; collective when t is
+ * partitioned. */
+int hf_gather_block(Rt *r, HfStage *st, int t, int64_t cols, int64_t r0, int64_t r1, int64_t c0, int64_t c1, char *err, size_t n);
+
 /* ---- LoRA adapters (runtime/hf/hfio_lora.c; docs/huggingface.md "LoRA") ----
  * An adapter's HF name is PEFT's: HF_PEFT_PREFIX + the module's path +
  * ".lora_A.weight" ([r, in]) or ".lora_B.weight" ([out, r]); the module's
@@ -97,7 +119,7 @@ int hf_agree(Rt *r, int rc, char *err, size_t n);
  * as a PEFT adapter directory, or (merge_lora) the base model with
  * W + A B scale in the base names. */
 #define HF_PEFT_PREFIX "base_model.model."
-bool hf_is_adapter(const char *hf_name);
+bool hf_is_adapter(const char *hf_name); /* hfio_common.c */
 typedef struct HfLora {
     int a, b;               /* the parameters A [in, r] and B [r, out] */
     int64_t rank;

@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool hf_is_adapter(const char *name) { return name && !strncmp(name, HF_PEFT_PREFIX, strlen(HF_PEFT_PREFIX)); }
-
 static int find_group(const HfLayout *l, const char *name) {
     for (int g = 0; g < l->ngroups; g++)
         if (!strcmp(l->groups[g].name, name)) return g;
@@ -58,16 +56,16 @@ int hf_lora_of(const Plan *p, const HfLayout *l, int g, HfLora *lo, char *err, s
     snprintf(bn, sizeof bn, "%s%.*s.lora_B.weight", HF_PEFT_PREFIX, (int)(bl - 7), base);
     int ga = find_group(l, an), gb = find_group(l, bn);
     if (ga < 0 && gb < 0) return 0;
-    if (ga < 0 || gb < 0) return hf_fail(err, n, "LoRA adapter of '%s': the mapping has %s but not %s", base, ga < 0 ? bn : an, ga < 0 ? an : bn);
+    if (ga < 0 || gb < 0) return errorf(err, n, "LoRA adapter of '%s': the mapping has %s but not %s", base, ga < 0 ? bn : an, ga < 0 ? an : bn);
     lo->a = l->pieces[l->groups[ga].first].tensor;
     lo->b = l->pieces[l->groups[gb].first].tensor;
     const PlanTensor *A = &p->tensors[lo->a], *B = &p->tensors[lo->b];
     lo->rank = A->rank == 2 ? A->dims[1] : -1;
     if (A->rank != 2 || B->rank != 2 || B->dims[0] != lo->rank)
-        return hf_fail(err, n, "LoRA adapter of '%s': '%s' and '%s' are not [in, r] and [r, out]", base, A->name, B->name);
+        return errorf(err, n, "LoRA adapter of '%s': '%s' and '%s' are not [in, r] and [r, out]", base, A->name, B->name);
     if (scale_of(p, lo->b, &lo->scale))
-        return hf_fail(err, n, "LoRA adapter of '%s': no scale(...) of the product with '%s' (the stdlib's adapters compute "
-                               "scale(linear(linear(x, A), B), alpha / rank))", base, B->name);
+        return errorf(err, n, "LoRA adapter of '%s': no scale(...) of the product with '%s' (the stdlib's adapters compute "
+                              "scale(linear(linear(x, A), B), alpha / rank))", base, B->name);
     return 1;
 }
 
@@ -126,17 +124,17 @@ char *hf_adapter_config(const Plan *p, const HfLayout *l, char *err, size_t n) {
         snprintf(wn, sizeof wn, "%s.weight", m);
         int base = find_group(l, wn);
         HfLora lo;
-        int k = base < 0 ? hf_fail(err, n, "LoRA adapter '%s': the mapping has no base weight '%s'", l->groups[g].name, wn)
+        int k = base < 0 ? errorf(err, n, "LoRA adapter '%s': the mapping has no base weight '%s'", l->groups[g].name, wn)
                          : hf_lora_of(p, l, base, &lo, err, n);
         if (k <= 0) {
-            if (!k) hf_fail(err, n, "LoRA adapter '%s' is incomplete", l->groups[g].name);
+            if (!k) errorf(err, n, "LoRA adapter '%s' is incomplete", l->groups[g].name);
             st_buf_free(&targets);
             return NULL;
         }
         double al = lo.scale * (double)lo.rank;
         if (rank && (lo.rank != rank || al != alpha)) {
-            hf_fail(err, n, "LoRA adapters of different ranks or alphas (%s: r = %" PRId64 ", alpha = %g; others r = %" PRId64 ", alpha = %g): "
-                    "the export writes one r and lora_alpha", m, lo.rank, al, rank, alpha);
+            errorf(err, n, "LoRA adapters of different ranks or alphas (%s: r = %" PRId64 ", alpha = %g; others r = %" PRId64 ", alpha = %g): "
+                   "the export writes one r and lora_alpha", m, lo.rank, al, rank, alpha);
             st_buf_free(&targets);
             return NULL;
         }
@@ -152,8 +150,8 @@ char *hf_adapter_config(const Plan *p, const HfLayout *l, char *err, size_t n) {
                   rank, alpha, (int)targets.len, targets.p ? targets.p : "", fan_in_fan_out ? "true" : "false");
     st_buf_free(&targets);
     if (b.oom || !rank) {
-        if (!rank) hf_fail(err, n, "the plan's mapping has no LoRA adapter");
-        else hf_fail(err, n, "out of memory");
+        if (!rank) errorf(err, n, "the plan's mapping has no LoRA adapter");
+        else errorf(err, n, "out of memory");
         st_buf_free(&b);
         return NULL;
     }
@@ -179,7 +177,7 @@ static int fetch_one(Rt *r, int t, float **out, char *err, size_t n) {
     bool lead = r->c->rank == 0;
     void *raw = lead ? malloc((size_t)pt->numel * st_dtype_size(sd)) : NULL;
     *out = lead ? malloc((size_t)pt->numel * sizeof(float)) : NULL;
-    int rc = lead && (!raw || !*out) ? hf_fail(err, n, "out of memory") : 0;
+    int rc = lead && (!raw || !*out) ? errorf(err, n, "out of memory") : 0;
     /* every rank takes part in the gather, even one that failed */
     int g = hfio_gather(r, t, rc ? NULL : raw, NULL, err, n);
     if (!rc) rc = g;

@@ -1,6 +1,7 @@
-/* hostk: tensor helpers, workspace carving, the GEMM-based kernels (linear,
- * matmul), and the generic entries. The other primitives are in
- * hostk_nn.c, the optimizer helpers in hostk_opt.c. */
+/* hostk: fp32 views of a tensor in the workspace and the GEMM-based
+ * kernels (linear, matmul). The tensor helpers are in hostk_tensor.c, the
+ * other primitives in hostk_nn.c and hostk_attn.c, the generic entries in
+ * hostk_run.c. */
 #include "hostk.h"
 #include <cblas.h>
 #include <math.h>
@@ -9,68 +10,7 @@
 #include "hostk_rows.h"
 #include "hostk_threads.h"
 
-const char *hk_strerror(int rc) {
-    switch (rc) {
-    case HK_OK: return "ok";
-    case HK_ERR_ARG: return "a required tensor is missing or an operand count is wrong";
-    case HK_ERR_DTYPE: return "unsupported dtype for this operand";
-    case HK_ERR_SHAPE: return "operand shapes do not agree";
-    case HK_ERR_ATTR: return "attribute out of range";
-    case HK_ERR_INDEX: return "an index (embedding id or target) is outside [0, V)";
-    case HK_ERR_WORKSPACE: return "workspace missing or smaller than declared";
-    case HK_ERR_PRIM: return "not a primitive these kernels run";
-    default: return "unknown host kernel error";
-    }
-}
-
-HkTensor hk_tensor(void *data, DType dt, int rank, const int64_t *dims) {
-    HkTensor t;
-    memset(&t, 0, sizeof t);
-    t.data = data;
-    t.dtype = dt;
-    t.rank = rank < 0 ? 0 : rank > HK_MAX_RANK ? HK_MAX_RANK : rank;
-    for (int i = 0; i < t.rank; i++) t.dims[i] = dims[i];
-    return t;
-}
-
-int64_t hk_numel(const HkTensor *t) {
-    int64_t n = 1;
-    for (int i = 0; i < t->rank; i++) n *= t->dims[i];
-    return n;
-}
-
-size_t hk_dtype_size(DType dt) {
-    switch (dt) {
-    case DT_F32: case DT_I32: return 4;
-    case DT_BF16: case DT_F16: return 2;
-    default: return 0;
-    }
-}
-
-float hk_get(const HkTensor *t, int64_t i) {
-    if (t->dtype == DT_I32) return (float)((const int32_t *)t->data)[i];
-    return hk_ld(t->data, t->dtype, i);
-}
-
-void hk_set(HkTensor *t, int64_t i, float v) {
-    if (t->dtype != DT_I32) {
-        hk_st(t->data, t->dtype, i, v);
-        return;
-    }
-    /* to i32: truncation, saturating, NaN -> 0 (a plain cast would be undefined there) */
-    int32_t x = v != v ? 0 : v >= 2147483648.0f ? INT32_MAX : v < -2147483648.0f ? INT32_MIN : (int32_t)v;
-    ((int32_t *)t->data)[i] = x;
-}
-
-/* ---- workspace carving ---- */
-
-size_t hk_align(size_t n) { return (n + 63) & ~(size_t)63; }
-
-float *hk_ws_take(HkWs *w, int64_t n) {
-    char *p = w->base + w->used;
-    w->used += hk_align((size_t)n * sizeof(float));
-    return (float *)p;
-}
+/* ---- fp32 views ---- */
 
 /* Bytes of an fp32 copy of t, 0 when t is already f32 (or absent). */
 size_t hk_f32_copy_bytes(const HkTensor *t) {
@@ -101,12 +41,6 @@ float *hk_view_out(HkTensor *t, HkWs *w, bool load) {
 void hk_view_done(HkTensor *t, const float *p) {
     if (t->dtype != DT_F32) hk_store_f32(t, p);
 }
-
-bool hk_is_float(const HkTensor *t) {
-    return t && (t->dtype == DT_F32 || t->dtype == DT_BF16 || t->dtype == DT_F16);
-}
-
-bool hk_present(const HkTensor *t) { return t && t->data; }
 
 /* ---- GEMM kernels ---- */
 

@@ -33,16 +33,18 @@ typedef struct HkWs {
     size_t used;
 } HkWs;
 
+/* hostk_tensor.c (below every other hostk file) */
 size_t hk_align(size_t n);
 float *hk_ws_take(HkWs *w, int64_t n);
+bool hk_is_float(const HkTensor *t);
+bool hk_present(const HkTensor *t);
+/* hostk.c */
 size_t hk_f32_copy_bytes(const HkTensor *t);
 void hk_load_f32(const HkTensor *t, float *dst);
 void hk_store_f32(HkTensor *t, const float *src);
 const float *hk_view_in(const HkTensor *t, HkWs *w);
 float *hk_view_out(HkTensor *t, HkWs *w, bool load);
 void hk_view_done(HkTensor *t, const float *p);
-bool hk_is_float(const HkTensor *t);
-bool hk_present(const HkTensor *t);
 void hk_colsum_acc(const float *dy, int64_t R, int64_t N, HkTensor *g);
 
 /* One call of a primitive's kernels, as hostk_run.c hands it to the

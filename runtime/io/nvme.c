@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#include "errorf.h"
 
 /* A chunk that keeps answering EAGAIN this many times is an error. */
 #define NVME_MAX_RETRIES 10000u
@@ -38,7 +39,7 @@ static NvmeStatus err_set(NvmeError *err, int no, const char *op, const char *pa
     if (fmt) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(err->detail, sizeof err->detail, fmt, ap);
+        verrorf(err->detail, sizeof err->detail, fmt, ap);
         va_end(ap);
     }
     return NVME_FAIL;

@@ -49,7 +49,7 @@ typedef struct RtioReq {
 } RtioReq;
 
 /* Transfers kept in flight together (the nvme queue's pipeline,
- * runtime/queues qrun_set_pipe): each under a tag of the caller's, from
+ * runtime/exec/qrun qrun_set_pipe): each under a tag of the caller's, from
  * RTIO_TAG_FIRST up (lower ones are rtio_read/rtio_write's), unique among
  * those not yet retired. rtio_start queues an aligned transfer in pieces
  * of 128 KiB (so that one large transfer keeps several of the device's

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "errorf.h"
 #include "half.h"
 #include "json.h"
 
@@ -56,15 +57,6 @@ void st_from_f32(StDtype d, const float *src, void *dst, int64_t n) {
     }
 }
 
-static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && n) vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* ---- the header ---- */
 
 static uint64_t le64(const uint8_t *p) {
@@ -90,37 +82,37 @@ static bool nonneg_int(const JsonValue *v, uint64_t *out) {
 /* One tensor's entry: dtype, shape and offsets, checked against the data size. */
 static int parse_entry(const char *fn, const JsonValue *m, uint64_t data_size, StEntry *e, char *err, size_t n) {
     const char *nm = m->key;
-    if (m->type != JSON_OBJECT) return fail(err, n, "%s: tensor '%s': %s, not an object", fn, nm, json_type_phrase(m->type));
+    if (m->type != JSON_OBJECT) return errorf(err, n, "%s: tensor '%s': %s, not an object", fn, nm, json_type_phrase(m->type));
     const JsonValue *dt = json_get_type(m, "dtype", JSON_STRING);
-    if (!dt) return fail(err, n, "%s: tensor '%s': no \"dtype\" string", fn, nm);
+    if (!dt) return errorf(err, n, "%s: tensor '%s': no \"dtype\" string", fn, nm);
     int d = st_dtype_parse(dt->string, dt->len);
-    if (d < 0) return fail(err, n, "%s: tensor '%s': unknown dtype '%s'", fn, nm, dt->string);
+    if (d < 0) return errorf(err, n, "%s: tensor '%s': unknown dtype '%s'", fn, nm, dt->string);
     e->dtype = (StDtype)d;
     const JsonValue *sh = json_get_type(m, "shape", JSON_ARRAY);
-    if (!sh) return fail(err, n, "%s: tensor '%s': no \"shape\" array", fn, nm);
-    if (sh->count > ST_MAX_RANK) return fail(err, n, "%s: tensor '%s': %zu axes (at most %d)", fn, nm, sh->count, ST_MAX_RANK);
+    if (!sh) return errorf(err, n, "%s: tensor '%s': no \"shape\" array", fn, nm);
+    if (sh->count > ST_MAX_RANK) return errorf(err, n, "%s: tensor '%s': %zu axes (at most %d)", fn, nm, sh->count, ST_MAX_RANK);
     e->rank = (int)sh->count;
     e->numel = 1;
     for (size_t k = 0; k < sh->count; k++) {
         uint64_t x;
-        if (!nonneg_int(&sh->items[k], &x)) return fail(err, n, "%s: tensor '%s': shape[%zu] is not a non-negative integer", fn, nm, k);
+        if (!nonneg_int(&sh->items[k], &x)) return errorf(err, n, "%s: tensor '%s': shape[%zu] is not a non-negative integer", fn, nm, k);
         e->shape[k] = (int64_t)x;
-        if (__builtin_mul_overflow(e->numel, x, &e->numel)) return fail(err, n, "%s: tensor '%s': the shape's size overflows", fn, nm);
+        if (__builtin_mul_overflow(e->numel, x, &e->numel)) return errorf(err, n, "%s: tensor '%s': the shape's size overflows", fn, nm);
     }
     const JsonValue *of = json_get_type(m, "data_offsets", JSON_ARRAY);
     uint64_t b, en, need;
     if (!of || of->count != 2 || !nonneg_int(&of->items[0], &b) || !nonneg_int(&of->items[1], &en))
-        return fail(err, n, "%s: tensor '%s': \"data_offsets\" is not a pair of non-negative integers", fn, nm);
-    if (en < b) return fail(err, n, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] end before they begin", fn, nm, b, en);
+        return errorf(err, n, "%s: tensor '%s': \"data_offsets\" is not a pair of non-negative integers", fn, nm);
+    if (en < b) return errorf(err, n, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] end before they begin", fn, nm, b, en);
     char ss[200], ns[32] = "more than 2^64";
     bool over = __builtin_mul_overflow(e->numel, (uint64_t)st_dtype_size(e->dtype), &need);
     if (!over) snprintf(ns, sizeof ns, "%" PRIu64, need);
     if (over || en - b != need)
-        return fail(err, n, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64 " bytes, but shape %s of %s needs %s",
-                    fn, nm, b, en, en - b, shape_str(e, ss, sizeof ss), dtype_names[d], ns);
+        return errorf(err, n, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64 " bytes, but shape %s of %s needs %s",
+                      fn, nm, b, en, en - b, shape_str(e, ss, sizeof ss), dtype_names[d], ns);
     if (en > data_size)
-        return fail(err, n, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] run past the end of the file (%" PRIu64
-                    " bytes of data after the header): the file is truncated or the header lies", fn, nm, b, en, data_size);
+        return errorf(err, n, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] run past the end of the file (%" PRIu64
+                      " bytes of data after the header): the file is truncated or the header lies", fn, nm, b, en, data_size);
     e->offset = b;
     e->bytes = en - b;
     return 0;
@@ -136,23 +128,23 @@ static int by_name(const void *a, const void *b) { return strcmp(((const StEntry
  * header does); no name is given twice. */
 static int check_layout(const char *fn, StEntry *v, size_t cnt, uint64_t base, char *err, size_t n) {
     const StEntry **o = malloc(sizeof *o * (cnt ? cnt : 1));
-    if (!o) return fail(err, n, "%s: out of memory", fn);
+    if (!o) return errorf(err, n, "%s: out of memory", fn);
     size_t k = 0;
     for (size_t i = 0; i < cnt; i++)
         if (v[i].bytes) o[k++] = &v[i];
     qsort(o, k, sizeof *o, by_offset);
     for (size_t i = 1; i < k; i++)
         if (o[i]->offset < o[i - 1]->offset + o[i - 1]->bytes) {
-            fail(err, n, "%s: tensors '%s' [%" PRIu64 ", %" PRIu64 "] and '%s' [%" PRIu64 ", %" PRIu64 "] overlap", fn,
-                 o[i - 1]->name, o[i - 1]->offset - base, o[i - 1]->offset + o[i - 1]->bytes - base, o[i]->name, o[i]->offset - base,
-                 o[i]->offset + o[i]->bytes - base);
+            errorf(err, n, "%s: tensors '%s' [%" PRIu64 ", %" PRIu64 "] and '%s' [%" PRIu64 ", %" PRIu64 "] overlap", fn,
+                   o[i - 1]->name, o[i - 1]->offset - base, o[i - 1]->offset + o[i - 1]->bytes - base, o[i]->name, o[i]->offset - base,
+                   o[i]->offset + o[i]->bytes - base);
             free(o);
             return -1;
         }
     free(o);
     qsort(v, cnt, sizeof *v, by_name);
     for (size_t i = 1; i < cnt; i++)
-        if (!strcmp(v[i].name, v[i - 1].name)) return fail(err, n, "%s: tensor '%s' is named twice in the header", fn, v[i].name);
+        if (!strcmp(v[i].name, v[i - 1].name)) return errorf(err, n, "%s: tensor '%s' is named twice in the header", fn, v[i].name);
     return 0;
 }
 
@@ -161,20 +153,20 @@ static int parse_header(StFile *f, const char *fn, const char *text, size_t hlen
     char jerr[256];
     if (json_parse(text, hlen, &doc, jerr, sizeof jerr)) {
         json_free(&doc);
-        return fail(err, n, "%s: header: %s", fn, jerr);
+        return errorf(err, n, "%s: header: %s", fn, jerr);
     }
     const JsonValue *root = doc.root;
     int rc = 0;
-    if (root->type != JSON_OBJECT) rc = fail(err, n, "%s: header: a JSON %s, not an object", fn, json_type_name(root->type));
+    if (root->type != JSON_OBJECT) rc = errorf(err, n, "%s: header: a JSON %s, not an object", fn, json_type_name(root->type));
     size_t cnt = 0;
     if (!rc) {
         f->entries = ARENA_NEWN(&f->arena, StEntry, root->count ? root->count : 1);
-        if (!f->entries) rc = fail(err, n, "%s: out of memory", fn);
+        if (!f->entries) rc = errorf(err, n, "%s: out of memory", fn);
     }
     for (size_t i = 0; !rc && i < root->count; i++) {
         const JsonValue *m = &root->items[i];
         if (!strcmp(m->key, "__metadata__")) {
-            if (m->type != JSON_OBJECT) rc = fail(err, n, "%s: header: __metadata__ is %s, not an object", fn, json_type_phrase(m->type));
+            if (m->type != JSON_OBJECT) rc = errorf(err, n, "%s: header: __metadata__ is %s, not an object", fn, json_type_phrase(m->type));
             continue;
         }
         StEntry *e = &f->entries[cnt];
@@ -183,7 +175,7 @@ static int parse_header(StFile *f, const char *fn, const char *text, size_t hlen
         if (rc) break;
         e->name = arena_strdup(&f->arena, m->key);
         e->offset += f->data_start;
-        if (!e->name) rc = fail(err, n, "%s: out of memory", fn);
+        if (!e->name) rc = errorf(err, n, "%s: out of memory", fn);
         cnt++;
     }
     json_free(&doc);
@@ -196,15 +188,15 @@ static int parse_header(StFile *f, const char *fn, const char *text, size_t hlen
  * the file's first len bytes. */
 static int header_length(const char *fn, const uint8_t *buf, size_t len, uint64_t file_size, uint64_t *hl, char *err, size_t n) {
     if (file_size < 8 || len < 8)
-        return fail(err, n, "%s: %" PRIu64 " bytes: too short for a safetensors file (an 8-byte header length, the header, the data)", fn,
-                    file_size);
+        return errorf(err, n, "%s: %" PRIu64 " bytes: too short for a safetensors file (an 8-byte header length, the header, the data)", fn,
+                      file_size);
     *hl = le64(buf);
     if (*hl > ST_MAX_HEADER)
-        return fail(err, n, "%s: header length %" PRIu64 " is absurd (the format allows at most %llu bytes): not a safetensors file?", fn,
-                    *hl, ST_MAX_HEADER);
+        return errorf(err, n, "%s: header length %" PRIu64 " is absurd (the format allows at most %llu bytes): not a safetensors file?", fn,
+                      *hl, ST_MAX_HEADER);
     if (*hl > file_size - 8)
-        return fail(err, n, "%s: header length %" PRIu64 " runs past the end of the file (%" PRIu64 " bytes): truncated?", fn, *hl,
-                    file_size);
+        return errorf(err, n, "%s: header length %" PRIu64 " runs past the end of the file (%" PRIu64 " bytes): truncated?", fn, *hl,
+                      file_size);
     return 0;
 }
 
@@ -217,10 +209,10 @@ static int init_file(StFile *f, const char *name) {
 }
 
 int st_parse(StFile *f, const char *name, const uint8_t *buf, size_t len, uint64_t file_size, char *err, size_t n) {
-    if (init_file(f, name)) return fail(err, n, "%s: out of memory", name);
+    if (init_file(f, name)) return errorf(err, n, "%s: out of memory", name);
     uint64_t hl;
     int rc = header_length(name, buf, len, file_size, &hl, err, n);
-    if (!rc && len < 8 + hl) rc = fail(err, n, "%s: only %zu of the header's %" PRIu64 " bytes given", name, len - 8, hl);
+    if (!rc && len < 8 + hl) rc = errorf(err, n, "%s: only %zu of the header's %" PRIu64 " bytes given", name, len - 8, hl);
     if (!rc) {
         f->size = file_size;
         f->data_start = 8 + hl;
@@ -231,12 +223,12 @@ int st_parse(StFile *f, const char *name, const uint8_t *buf, size_t len, uint64
 }
 
 int st_open(StFile *f, const char *path, char *err, size_t n) {
-    if (init_file(f, path)) return fail(err, n, "%s: out of memory", path);
+    if (init_file(f, path)) return errorf(err, n, "%s: out of memory", path);
     f->fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
     int rc = 0;
-    if (f->fd < 0) rc = fail(err, n, "%s: %s", path, strerror(errno));
-    else if (fstat(f->fd, &sb) || !S_ISREG(sb.st_mode)) rc = fail(err, n, "%s: not a regular file", path);
+    if (f->fd < 0) rc = errorf(err, n, "%s: %s", path, strerror(errno));
+    else if (fstat(f->fd, &sb) || !S_ISREG(sb.st_mode)) rc = errorf(err, n, "%s: not a regular file", path);
     uint8_t len8[8];
     uint64_t hl = 0;
     if (!rc) {
@@ -245,7 +237,7 @@ int st_open(StFile *f, const char *path, char *err, size_t n) {
         if (!rc) rc = header_length(path, len8, f->size >= 8 ? 8 : 0, f->size, &hl, err, n);
     }
     char *text = NULL;
-    if (!rc && !(text = malloc(hl ? hl : 1))) rc = fail(err, n, "%s: out of memory for a header of %" PRIu64 " bytes", path, hl);
+    if (!rc && !(text = malloc(hl ? hl : 1))) rc = errorf(err, n, "%s: out of memory for a header of %" PRIu64 " bytes", path, hl);
     if (!rc) rc = st_read(f, 8, text, hl, err, n);
     if (!rc) {
         f->data_start = 8 + hl;
@@ -275,9 +267,9 @@ int st_read(const StFile *f, uint64_t off, void *dst, uint64_t bytes, char *err,
         size_t want = bytes > (1u << 30) ? (1u << 30) : (size_t)bytes;
         ssize_t got = pread(f->fd, d, want, (off_t)off);
         if (got < 0 && errno == EINTR) continue;
-        if (got < 0) return fail(err, n, "%s: read of %zu bytes at offset %" PRIu64 " failed: %s", f->path, want, off, strerror(errno));
+        if (got < 0) return errorf(err, n, "%s: read of %zu bytes at offset %" PRIu64 " failed: %s", f->path, want, off, strerror(errno));
         if (got == 0)
-            return fail(err, n, "%s: the file ends at byte %" PRIu64 ", before the data its header promises (did it shrink?)", f->path, off);
+            return errorf(err, n, "%s: the file ends at byte %" PRIu64 ", before the data its header promises (did it shrink?)", f->path, off);
         d += got;
         off += (uint64_t)got;
         bytes -= (uint64_t)got;
@@ -289,17 +281,17 @@ int st_read(const StFile *f, uint64_t off, void *dst, uint64_t bytes, char *err,
 
 static char *slurp(const char *path, size_t max, size_t *len, char *err, size_t n) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) { fail(err, n, "%s: %s", path, strerror(errno)); return NULL; }
+    if (fd < 0) { errorf(err, n, "%s: %s", path, strerror(errno)); return NULL; }
     struct stat sb;
     char *buf = NULL;
-    if (fstat(fd, &sb) || (uint64_t)sb.st_size > max) fail(err, n, "%s: larger than %zu bytes", path, max);
-    else if (!(buf = malloc((size_t)sb.st_size + 1))) fail(err, n, "%s: out of memory", path);
+    if (fstat(fd, &sb) || (uint64_t)sb.st_size > max) errorf(err, n, "%s: larger than %zu bytes", path, max);
+    else if (!(buf = malloc((size_t)sb.st_size + 1))) errorf(err, n, "%s: out of memory", path);
     size_t got = 0;
     while (buf && got < (size_t)sb.st_size) {
         ssize_t r = read(fd, buf + got, (size_t)sb.st_size - got);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
-            fail(err, n, "%s: read failed: %s", path, r < 0 ? strerror(errno) : "the file shrank");
+            errorf(err, n, "%s: read failed: %s", path, r < 0 ? strerror(errno) : "the file shrank");
             free(buf);
             buf = NULL;
         } else {
@@ -321,13 +313,13 @@ static bool is_file(const char *p) {
  * each: a plain file name in the directory. */
 static int index_files(StSet *s, const char *ipath, const JsonValue *wm, const char ***names, int *count, char *err, size_t n) {
     const char **v = ARENA_NEWN(&s->arena, const char *, wm->count ? wm->count : 1);
-    if (!v) return fail(err, n, "%s: out of memory", ipath);
+    if (!v) return errorf(err, n, "%s: out of memory", ipath);
     int k = 0;
     for (size_t i = 0; i < wm->count; i++) {
         const JsonValue *m = &wm->items[i];
         if (m->type != JSON_STRING || !m->len || strlen(m->string) != m->len || strchr(m->string, '/') || !strcmp(m->string, "..") ||
             !strcmp(m->string, "."))
-            return fail(err, n, "%s: weight_map gives '%s' a file that is not a plain file name in the directory", ipath, m->key);
+            return errorf(err, n, "%s: weight_map gives '%s' a file that is not a plain file name in the directory", ipath, m->key);
         int j = 0;
         while (j < k && strcmp(v[j], m->string)) j++;
         if (j == k) v[k++] = m->string;
@@ -344,7 +336,7 @@ static int index_agrees(const StSet *s, const char *ipath, const JsonValue *wm, 
         int j = 0;
         while (j < s->nfiles && strcmp(names[j], m->string)) j++;
         if (!st_find(&s->files[j], m->key))
-            return fail(err, n, "%s: the index puts '%s' in %s, which does not hold it", ipath, m->key, m->string);
+            return errorf(err, n, "%s: the index puts '%s' in %s, which does not hold it", ipath, m->key, m->string);
     }
     return 0;
 }
@@ -356,19 +348,19 @@ static int open_index(StSet *s, const char *dir, const char *ipath, char *err, s
     JsonDoc doc;
     char jerr[256];
     int rc = 0;
-    if (json_parse(text, len, &doc, jerr, sizeof jerr)) rc = fail(err, n, "%s: %s", ipath, jerr);
+    if (json_parse(text, len, &doc, jerr, sizeof jerr)) rc = errorf(err, n, "%s: %s", ipath, jerr);
     free(text);
     const JsonValue *wm = rc ? NULL : json_get_type(doc.root, "weight_map", JSON_OBJECT);
-    if (!rc && !wm) rc = fail(err, n, "%s: no \"weight_map\" object", ipath);
+    if (!rc && !wm) rc = errorf(err, n, "%s: no \"weight_map\" object", ipath);
     const char **names = NULL;
     int nf = 0;
     if (!rc) rc = index_files(s, ipath, wm, &names, &nf, err, n);
-    if (!rc && !(s->files = ARENA_NEWN(&s->arena, StFile, nf ? nf : 1))) rc = fail(err, n, "%s: out of memory", ipath);
+    if (!rc && !(s->files = ARENA_NEWN(&s->arena, StFile, nf ? nf : 1))) rc = errorf(err, n, "%s: out of memory", ipath);
     for (int j = 0; !rc && j < nf; j++) {
         char *fp = arena_printf(&s->arena, "%s/%s", dir, names[j]);
-        if (!fp) { rc = fail(err, n, "%s: out of memory", ipath); break; }
+        if (!fp) { rc = errorf(err, n, "%s: out of memory", ipath); break; }
         if (access(fp, F_OK)) {
-            rc = fail(err, n, "%s names the shard %s, which does not exist", ipath, names[j]);
+            rc = errorf(err, n, "%s names the shard %s, which does not exist", ipath, names[j]);
             break;
         }
         rc = st_open(&s->files[j], fp, err, n);
@@ -390,7 +382,7 @@ static int merge_entries(StSet *s, char *err, size_t n) {
     size_t total = 0;
     for (int j = 0; j < s->nfiles; j++) total += s->files[j].n;
     s->all = ARENA_NEWN(&s->arena, StEntry, total ? total : 1);
-    if (!s->all) return fail(err, n, "%s: out of memory", s->path);
+    if (!s->all) return errorf(err, n, "%s: out of memory", s->path);
     for (int j = 0; j < s->nfiles; j++)
         for (size_t i = 0; i < s->files[j].n; i++) {
             s->all[s->n] = s->files[j].entries[i];
@@ -399,8 +391,8 @@ static int merge_entries(StSet *s, char *err, size_t n) {
     qsort(s->all, s->n, sizeof *s->all, by_name_file);
     for (size_t i = 1; i < s->n; i++)
         if (!strcmp(s->all[i].name, s->all[i - 1].name))
-            return fail(err, n, "tensor '%s' is in both %s and %s", s->all[i].name, s->files[s->all[i - 1].file].path,
-                        s->files[s->all[i].file].path);
+            return errorf(err, n, "tensor '%s' is in both %s and %s", s->all[i].name, s->files[s->all[i - 1].file].path,
+                          s->files[s->all[i].file].path);
     return 0;
 }
 
@@ -410,24 +402,24 @@ int st_set_open(StSet *s, const char *path, char *err, size_t n) {
     s->path = arena_strdup(&s->arena, path);
     struct stat sb;
     int rc = 0;
-    if (!s->path) rc = fail(err, n, "%s: out of memory", path);
-    else if (stat(path, &sb)) rc = fail(err, n, "%s: %s", path, strerror(errno));
+    if (!s->path) rc = errorf(err, n, "%s: out of memory", path);
+    else if (stat(path, &sb)) rc = errorf(err, n, "%s: %s", path, strerror(errno));
     else if (S_ISDIR(sb.st_mode)) {
         char *ip = arena_printf(&s->arena, "%s/model.safetensors.index.json", path);
         char *one = arena_printf(&s->arena, "%s/model.safetensors", path);
         char *bin = arena_printf(&s->arena, "%s/pytorch_model.bin", path);
-        if (!ip || !one || !bin) rc = fail(err, n, "%s: out of memory", path);
+        if (!ip || !one || !bin) rc = errorf(err, n, "%s: out of memory", path);
         else if (is_file(ip)) rc = open_index(s, path, ip, err, n);
         else if (is_file(one)) {
             s->files = ARENA_NEW(&s->arena, StFile);
-            rc = s->files ? st_open(&s->files[0], one, err, n) : fail(err, n, "%s: out of memory", path);
+            rc = s->files ? st_open(&s->files[0], one, err, n) : errorf(err, n, "%s: out of memory", path);
             if (!rc) s->nfiles = 1;
         } else
-            rc = fail(err, n, "%s: neither model.safetensors nor model.safetensors.index.json is there%s", path,
-                      is_file(bin) ? " (only pytorch_model.bin: zinf reads safetensors; save it with safe_serialization=True)" : "");
+            rc = errorf(err, n, "%s: neither model.safetensors nor model.safetensors.index.json is there%s", path,
+                        is_file(bin) ? " (only pytorch_model.bin: zinf reads safetensors; save it with safe_serialization=True)" : "");
     } else {
         s->files = ARENA_NEW(&s->arena, StFile);
-        rc = s->files ? st_open(&s->files[0], path, err, n) : fail(err, n, "%s: out of memory", path);
+        rc = s->files ? st_open(&s->files[0], path, err, n) : errorf(err, n, "%s: out of memory", path);
         if (!rc) s->nfiles = 1;
     }
     if (!rc) rc = merge_entries(s, err, n);
@@ -532,7 +524,7 @@ int st_header_build(StOutTensor *t, size_t n, const char *const *meta, size_t nm
     while (b.len % 8) st_buf_put(&b, " ", 1);
     if (b.oom) {
         st_buf_free(&b);
-        return fail(err, errlen, "out of memory building a safetensors header");
+        return errorf(err, errlen, "out of memory building a safetensors header");
     }
     uint64_t hl = b.len - 8;
     for (int i = 0; i < 8; i++) b.p[i] = (char)(hl >> (8 * i));

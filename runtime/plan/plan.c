@@ -2,11 +2,11 @@
 #include "plan_pack.h"
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "errorf.h"
 
 const char *const plan_queue_names[PLAN_NQUEUES] = {"nvme", "h2d", "d2h", "comm", "compute", "cpu"};
 const char *const plan_opcode_names[PI_COUNT] = {
@@ -693,15 +693,6 @@ enum { SECTION_RAW = 0, SECTION_PACKED = 1 };
 enum { FORMAT_VERSION = PLAN_VERSION };
 enum { NSECTIONS = sizeof sections / sizeof sections[0], NSECTIONS_V3 = NSECTIONS - 1, HEADER_BYTES = 24, SECHDR_BYTES = 24 };
 
-static void errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void errf(char *err, size_t n, const char *fmt, ...) {
-    if (!err || !n) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
-
 static void put_le(uint8_t *b, uint64_t v, int n) {
     for (int i = 0; i < n; i++) b[i] = (uint8_t)(v >> (8 * i));
 }
@@ -751,7 +742,7 @@ bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t er
     }
     if (c.oom) {
         free(c.buf);
-        errf(err, errlen, "out of memory encoding the plan");
+        errorf(err, errlen, "out of memory encoding the plan");
         return false;
     }
     *out = c.buf;
@@ -763,7 +754,7 @@ bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t er
  * can be made to read out of bounds by a forged file. */
 static bool check_indices(const Plan *p, const char *name, char *err, size_t errlen) {
 #define BAD(...) do { char m_[200]; snprintf(m_, sizeof m_, __VA_ARGS__); \
-        errf(err, errlen, "%s: %s (file corrupt?)", name, m_); return false; } while (0)
+        errorf(err, errlen, "%s: %s (file corrupt?)", name, m_); return false; } while (0)
     int64_t nt = p->ntensors;
 #define TID(x) ((x) >= -1 && (x) < nt)
     if (p->ranks < 1) BAD("rank count %d", p->ranks);
@@ -877,72 +868,72 @@ static bool check_indices(const Plan *p, const char *name, char *err, size_t err
 
 Plan *plan_decode(const uint8_t *buf, size_t len, const char *name, char *err, size_t errlen) {
     if (len < HEADER_BYTES || memcmp(buf, PLAN_MAGIC, 8) != 0) {
-        errf(err, errlen, "%s: not a zinf plan (bad magic)", name);
+        errorf(err, errlen, "%s: not a zinf plan (bad magic)", name);
         return NULL;
     }
     uint32_t ver = (uint32_t)get_le(buf + 8, 4), nsec = (uint32_t)get_le(buf + 12, 4);
     if (get_le(buf + 16, 8) != plan_fnv1a64(buf, 16)) {
-        errf(err, errlen, "%s: header checksum mismatch (file corrupt?)", name);
+        errorf(err, errlen, "%s: header checksum mismatch (file corrupt?)", name);
         return NULL;
     }
     if (ver < PLAN_VERSION_OLDEST || ver > FORMAT_VERSION) {
-        errf(err, errlen, "%s: plan format version %u, this build reads versions %d to %d (recompile the model)", name, ver,
-             PLAN_VERSION_OLDEST, FORMAT_VERSION);
+        errorf(err, errlen, "%s: plan format version %u, this build reads versions %d to %d (recompile the model)", name, ver,
+               PLAN_VERSION_OLDEST, FORMAT_VERSION);
         return NULL;
     }
     int nsections = ver == 3 ? NSECTIONS_V3 : NSECTIONS;
     if (nsec != (uint32_t)nsections) {
         /* fewer: a version-2 plan from before the tile_code section */
-        errf(err, errlen, "%s: %u sections, expected %d (%s)", name, nsec, nsections,
-             nsec < (uint32_t)nsections ? "written by an older build? recompile the model" : "file corrupt?");
+        errorf(err, errlen, "%s: %u sections, expected %d (%s)", name, nsec, nsections,
+               nsec < (uint32_t)nsections ? "written by an older build? recompile the model" : "file corrupt?");
         return NULL;
     }
     Plan *p = plan_new();
     if (!p) {
-        errf(err, errlen, "%s: out of memory", name);
+        errorf(err, errlen, "%s: out of memory", name);
         return NULL;
     }
     p->version = ver;
     size_t pos = HEADER_BYTES;
     for (int s = 0; s < nsections; s++) {
         if (len - pos < SECHDR_BYTES) {
-            errf(err, errlen, "%s: truncated before section '%s'", name, sections[s].name);
+            errorf(err, errlen, "%s: truncated before section '%s'", name, sections[s].name);
             goto fail;
         }
         uint32_t id = (uint32_t)get_le(buf + pos, 4), pad = (uint32_t)get_le(buf + pos + 4, 4);
         uint64_t plen = get_le(buf + pos + 8, 8), sum = get_le(buf + pos + 16, 8);
         if (id != (uint32_t)s || pad > (ver >= 5 ? SECTION_PACKED : SECTION_RAW)) {
-            errf(err, errlen, "%s: expected section '%s', found id %u (file corrupt?)", name, sections[s].name, id);
+            errorf(err, errlen, "%s: expected section '%s', found id %u (file corrupt?)", name, sections[s].name, id);
             goto fail;
         }
         pos += SECHDR_BYTES;
         if (plen > len - pos) {
-            errf(err, errlen, "%s: section '%s' runs past the end of the file (truncated?)", name, sections[s].name);
+            errorf(err, errlen, "%s: section '%s' runs past the end of the file (truncated?)", name, sections[s].name);
             goto fail;
         }
         if (plan_fnv1a64(buf + pos, (size_t)plen) != sum) {
-            errf(err, errlen, "%s: section '%s' checksum mismatch (file corrupt?)", name, sections[s].name);
+            errorf(err, errlen, "%s: section '%s' checksum mismatch (file corrupt?)", name, sections[s].name);
             goto fail;
         }
         uint8_t *raw = NULL;
         size_t rawlen = (size_t)plen;
         const char *why = NULL;
         if (pad == SECTION_PACKED && !plan_unpack(buf + pos, (size_t)plen, &sections[s].pack, &raw, &rawlen, &why)) {
-            errf(err, errlen, "%s: section '%s' malformed: %s", name, sections[s].name, why);
+            errorf(err, errlen, "%s: section '%s' malformed: %s", name, sections[s].name, why);
             goto fail;
         }
         Codec c = {.reading = true, .version = ver, .in = raw ? raw : buf + pos, .inlen = rawlen, .arena = &p->arena};
         sections[s].codec(&c, p);
         free(raw);
         if (c.bad || c.pos != c.inlen) {
-            errf(err, errlen, "%s: section '%s' malformed: %s", name, sections[s].name,
-                 c.bad ? c.why : "trailing bytes");
+            errorf(err, errlen, "%s: section '%s' malformed: %s", name, sections[s].name,
+                   c.bad ? c.why : "trailing bytes");
             goto fail;
         }
         pos += (size_t)plen;
     }
     if (pos != len) {
-        errf(err, errlen, "%s: %zu bytes after the last section (file corrupt?)", name, len - pos);
+        errorf(err, errlen, "%s: %zu bytes after the last section (file corrupt?)", name, len - pos);
         goto fail;
     }
     if (!check_indices(p, name, err, errlen)) goto fail;
@@ -961,7 +952,7 @@ bool plan_write(const Plan *p, const char *path, char *err, size_t errlen) {
     char *tmp = malloc(pl);
     if (!tmp) {
         free(buf);
-        errf(err, errlen, "%s: out of memory", path);
+        errorf(err, errlen, "%s: out of memory", path);
         return false;
     }
     snprintf(tmp, pl, "%s.tmp", path);
@@ -977,7 +968,7 @@ bool plan_write(const Plan *p, const char *path, char *err, size_t errlen) {
         e = errno;
     }
     if (!ok) {
-        errf(err, errlen, "%s: cannot write: %s", path, strerror(e));
+        errorf(err, errlen, "%s: cannot write: %s", path, strerror(e));
         remove(tmp);
     }
     free(tmp);
@@ -988,7 +979,7 @@ bool plan_write(const Plan *p, const char *path, char *err, size_t errlen) {
 Plan *plan_read(const char *path, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        errorf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     uint8_t *buf = NULL;
@@ -1000,7 +991,7 @@ Plan *plan_read(const char *path, char *err, size_t errlen) {
             if (!nb) {
                 free(buf);
                 fclose(f);
-                errf(err, errlen, "%s: out of memory", path);
+                errorf(err, errlen, "%s: out of memory", path);
                 return NULL;
             }
             buf = nb;
@@ -1014,7 +1005,7 @@ Plan *plan_read(const char *path, char *err, size_t errlen) {
     fclose(f);
     if (rerr) {
         free(buf);
-        errf(err, errlen, "%s: read error", path);
+        errorf(err, errlen, "%s: read error", path);
         return NULL;
     }
     Plan *p = plan_decode(buf, len, path, err, errlen);

@@ -86,8 +86,8 @@ static int gx_elapsed(Gx *x, double *secs, char *err, size_t n) {
 /* 0 when every rank's rc is 0; else -1, err naming another rank's failure
  * where this one did not fail. The ranks then leave together. */
 static int agree(Comm *c, int rc, const char *what, char *err, size_t n) {
-    double bad = rc ? 1 : 0;
-    if (comm_allreduce_sum_f64(c, &bad, 1) != COMM_OK) return errorf(err, n, "%s", comm_last_error(c));
+    int bad = comm_agree(c, rc);
+    if (bad < 0) return errorf(err, n, "%s", comm_last_error(c));
     if (bad > 0 && !rc) errorf(err, n, "%s failed on another rank", what);
     return bad > 0 ? -1 : 0;
 }

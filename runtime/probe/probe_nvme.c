@@ -9,7 +9,7 @@
 #include <sys/statvfs.h>
 #include "probe.h"
 #include "clock.h"
-#include "queues.h"
+#include "qrun.h"
 #include "rtio.h"
 
 typedef struct NvmeRun {
@@ -77,7 +77,7 @@ static int nvme_cpu_cost(NvmeRun *u, double *per, char *err, size_t n) {
 }
 
 /* One round of `total` transfers of sz bytes kept QRUN_PIPE_MAX in flight,
- * as the nvme queue's pipeline keeps them (runtime/exec/queues.h), each into its
+ * as the nvme queue's pipeline keeps them (runtime/exec/qrun.h), each into its
  * own slice of the buffer and of the region; the seconds per transfer
  * into *per. */
 static int nvme_round(NvmeRun *u, bool write, uint64_t sz, int total, double *per, char *err, size_t n) {

@@ -1,6 +1,6 @@
 /* probe_streams: the rates of two instructions that only stream memory
  * (probe.h, probe_streams), each timed with the function the host runtime
- * calls for it (exec_host.c): the CPU Adam (adam_step, the rank's thread
+ * calls for it (exec_optim.c): the CPU Adam (adam_step, the rank's thread
  * team) and the gradient norm's sum of squares (hk_sum_squares). A triad
  * says how fast memory is; these say how fast each pattern goes: on one
  * thread here an Adam moved its plan bytes at 1.1-1.4x the triad's rate,

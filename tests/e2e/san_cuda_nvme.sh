@@ -1,5 +1,5 @@
 #!/bin/sh
-# The CUDA backend's nvme queue pipeline (runtime/exec/exec_host.c rt_nvme_pipe,
+# The CUDA backend's nvme queue pipeline (runtime/exec/exec_nvme.c rt_nvme_pipe,
 # docs/runtime.md "NVMe transfers") on one rank of the fake driver
 # (tests/fakecuda), also run under AddressSanitizer (san_*): gpt-micro with
 # parameters, optimizer state and gradients on NVMe, so NVMe writes read

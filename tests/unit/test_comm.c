@@ -55,6 +55,15 @@ START_TEST(test_allreduce) {
 }
 END_TEST
 
+/* comm_agree: 0 when no rank failed, else 1 + the highest failing rank, on every rank. */
+START_TEST(test_agree) {
+    ck_assert_int_eq(comm_agree(&C, 0), 0);
+    ck_assert_int_eq(comm_agree(&C, C.rank == 0 ? -1 : 0), 1);
+    ck_assert_int_eq(comm_agree(&C, C.rank == C.size - 1 ? 3 : 0), C.size);
+    ck_assert_int_eq(comm_agree(&C, 1), C.size);
+}
+END_TEST
+
 START_TEST(test_bcast_barrier) {
     char buf[32] = "xxxxxxxxxxxxxxx";
     if (C.rank == C.size - 1) snprintf(buf, sizeof buf, "from %d", C.rank);
@@ -202,6 +211,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_allgather);
     tcase_add_test(tc, test_reduce_scatter);
     tcase_add_test(tc, test_allreduce);
+    tcase_add_test(tc, test_agree);
     tcase_add_test(tc, test_bcast_barrier);
     tcase_add_test(tc, test_layout_of);
     tcase_add_test(tc, test_layout_check);

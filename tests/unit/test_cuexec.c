@@ -67,7 +67,7 @@ static Plan *two_launches(void) {
     return p;
 }
 
-static void cux_stand_in(Cux *x, CUfunction *funcs) {
+static void cuexec_stand_in(CuExec *x, CUfunction *funcs) {
     memset(x, 0, sizeof *x);
     x->rank = 2;
     x->drv.LaunchKernel = fake_launch;
@@ -83,18 +83,18 @@ static uint64_t u64(int k) {
 
 START_TEST(test_every_argument_kind) {
     Plan *p = two_launches();
-    Cux x;
+    CuExec x;
     CUfunction funcs[2] = {(CUfunction)0x1111, (CUfunction)0x2222};
-    cux_stand_in(&x, funcs);
+    cuexec_stand_in(&x, funcs);
     CUdeviceptr bind[2] = {0x10000, 0x20000};
     int64_t elems[2] = {4096, 64};
-    CuxRt rt = {{0}};
+    CuExecRt rt = {{0}};
     rt.v[PLAN_RT_BC2] = 0.25f;
-    CuxBind b = {.tensor = bind, .elems = elems, .ws = 0x90000, .rt = &rt};
+    CuExecBind b = {.tensor = bind, .elems = elems, .ws = 0x90000, .rt = &rt};
     char err[512] = "";
     memset(&seen, 0, sizeof seen);
     seen.nparams = 8;
-    ck_assert_int_eq(cux_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), 0);
+    ck_assert_int_eq(cuexec_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), 0);
     ck_assert_ptr_eq(seen.f, funcs[0]);
     ck_assert_uint_eq(seen.grid[0], 3);
     ck_assert_uint_eq(seen.grid[1], 2);
@@ -117,13 +117,13 @@ END_TEST
 
 START_TEST(test_utility_binding_by_position) {
     Plan *p = two_launches();
-    Cux x;
+    CuExec x;
     CUfunction funcs[2] = {(CUfunction)0x1111, (CUfunction)0x2222};
-    cux_stand_in(&x, funcs);
-    CuxBind b = {.pos = {0xa000, 0xb000}, .npos = 2, .i64 = {99}, .ni64 = 1, .f32 = {-2.0f}, .nf32 = 1};
+    cuexec_stand_in(&x, funcs);
+    CuExecBind b = {.pos = {0xa000, 0xb000}, .npos = 2, .i64 = {99}, .ni64 = 1, .f32 = {-2.0f}, .nf32 = 1};
     char err[512] = "";
     seen.nparams = 4;
-    ck_assert_int_eq(cux_launch(&x, p, 1, &b, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(cuexec_launch(&x, p, 1, &b, NULL, err, sizeof err), 0);
     ck_assert_ptr_eq(seen.f, funcs[1]);
     ck_assert_uint_eq(u64(0), 0xa000);
     ck_assert_uint_eq(u64(1), 0xb000);
@@ -132,8 +132,8 @@ START_TEST(test_utility_binding_by_position) {
     memcpy(&f, seen.val[3], 4);
     ck_assert_float_eq(f, -2.0f);
     /* without overrides the plan's values stand */
-    CuxBind b2 = {.pos = {0xa000, 0xb000}, .npos = 2};
-    ck_assert_int_eq(cux_launch(&x, p, 1, &b2, NULL, err, sizeof err), 0);
+    CuExecBind b2 = {.pos = {0xa000, 0xb000}, .npos = 2};
+    ck_assert_int_eq(cuexec_launch(&x, p, 1, &b2, NULL, err, sizeof err), 0);
     ck_assert_int_eq((int64_t)u64(2), 7);
     plan_free(p);
 }
@@ -141,24 +141,24 @@ END_TEST
 
 START_TEST(test_messages) {
     Plan *p = two_launches();
-    Cux x;
+    CuExec x;
     CUfunction funcs[2] = {(CUfunction)0x1111, (CUfunction)0x2222};
-    cux_stand_in(&x, funcs);
+    cuexec_stand_in(&x, funcs);
     CUdeviceptr bind[2] = {0x10000, 0}; /* b1 not bound */
     int64_t elems[2] = {1, 1};
-    CuxBind b = {.tensor = bind, .elems = elems, .ws = 0x90000};
+    CuExecBind b = {.tensor = bind, .elems = elems, .ws = 0x90000};
     char err[512] = "";
     seen.nparams = 8;
-    ck_assert_int_eq(cux_launch(&x, p, 0, &b, NULL, err, sizeof err), -1);
+    ck_assert_int_eq(cuexec_launch(&x, p, 0, &b, NULL, err, sizeof err), -1);
     ck_assert_str_eq(err, "rank 2: zk_gemm argument 7: tensor block.0.mlp.b1 is not bound to device memory");
-    CuxBind nows = {.tensor = (CUdeviceptr[]){0x10000, 0x20000}, .elems = elems};
-    ck_assert_int_eq(cux_launch(&x, p, 0, &nows, NULL, err, sizeof err), -1);
+    CuExecBind nows = {.tensor = (CUdeviceptr[]){0x10000, 0x20000}, .elems = elems};
+    ck_assert_int_eq(cuexec_launch(&x, p, 0, &nows, NULL, err, sizeof err), -1);
     ck_assert_str_eq(err, "rank 2: zk_gemm needs a workspace");
-    ck_assert_int_eq(cux_launch(&x, p, 5, &b, NULL, err, sizeof err), -1);
+    ck_assert_int_eq(cuexec_launch(&x, p, 5, &b, NULL, err, sizeof err), -1);
     ck_assert_str_eq(err, "rank 2: launch 5 outside the plan");
     seen.rc = CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
     bind[1] = 0x20000;
-    ck_assert_int_eq(cux_launch(&x, p, 0, &b, NULL, err, sizeof err), -1);
+    ck_assert_int_eq(cuexec_launch(&x, p, 0, &b, NULL, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "rank 2: cuLaunchKernel failed at runtime/gpu/cuexec.c:") == err, "%s", err);
     ck_assert_msg(strstr(err, "CUresult 701") != NULL, "%s", err);
     ck_assert_msg(strstr(err, ": zk_gemm of gemm-0123456789ab.cu <<<3,2,1 / 256,1,1>>>") != NULL, "%s", err);
@@ -171,11 +171,11 @@ START_TEST(test_open_without_driver) {
     Plan *p = plan_new();
     Comm c;
     ck_assert_int_eq(comm_init(&c, NULL, NULL, false), COMM_OK);
-    Cux x;
+    CuExec x;
     char err[512] = "";
-    int rc = cux_open(&x, p, &c, err, sizeof err);
+    int rc = cuexec_open(&x, p, &c, err, sizeof err);
     if (rc == 0) {
-        cux_close(&x); /* a machine with a GPU: a plan without code is refused below */
+        cuexec_close(&x); /* a machine with a GPU: a plan without code is refused below */
     } else {
         ck_assert_msg(strncmp(err, "rank 0: ", 8) == 0, "%s", err);
         ck_assert_msg(strstr(err, "CUDA driver") || strstr(err, "no GPU code"), "%s", err);
@@ -306,7 +306,7 @@ static Plan *gemm_plan(void) {
     return p;
 }
 
-static void lt_stand_in(Cux *x) {
+static void lt_stand_in(CuExec *x) {
     CublasLt *l = &x->lt;
     l->Create = NULL;
     l->Destroy = s_destroy;
@@ -332,9 +332,9 @@ static void lt_stand_in(Cux *x) {
 
 START_TEST(test_gemm_through_cublaslt) {
     Plan *p = gemm_plan();
-    Cux x;
+    CuExec x;
     CUfunction funcs[2] = {(CUfunction)0x1111, (CUfunction)0x2222};
-    cux_stand_in(&x, funcs);
+    cuexec_stand_in(&x, funcs);
     lt_stand_in(&x);
     int32_t gemm_of[2] = {0, -1};
     x.gemm_of = gemm_of;
@@ -342,10 +342,10 @@ START_TEST(test_gemm_through_cublaslt) {
     lt.algos = 1;
     CUdeviceptr bind[4] = {0x10000, 0x20000, 0x30000, 0x40000};
     int64_t elems[4] = {1, 1, 1, 1};
-    CuxBind b = {.tensor = bind, .elems = elems, .ws = 0x90000, .gemm_ws = 0xa0000};
+    CuExecBind b = {.tensor = bind, .elems = elems, .ws = 0x90000, .gemm_ws = 0xa0000};
     char err[512] = "";
     memset(&seen, 0, sizeof seen);
-    ck_assert_int_eq(cux_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), 0);
+    ck_assert_int_eq(cuexec_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), 0);
     ck_assert_ptr_null(seen.f); /* no kernel launched */
     ck_assert_int_eq(lt.matmuls, 1);
     ck_assert_int_eq(lt.heuristics, 1);
@@ -372,36 +372,36 @@ START_TEST(test_gemm_through_cublaslt) {
     ck_assert_uint_eq(lt.align[2], 128); /* 0x40080 */
     /* the same shape and alignment again: the cached algorithm; accumulate now */
     p->gemms[0].flags |= PLAN_GEMM_ACCUM;
-    ck_assert_int_eq(cux_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), 0);
+    ck_assert_int_eq(cuexec_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), 0);
     ck_assert_int_eq(lt.heuristics, 1);
     ck_assert_int_eq(lt.matmuls, 2);
     ck_assert_float_eq(lt.beta, 1.0f);
     /* another alignment of A: asked again */
     bind[2] = 0x30010;
-    ck_assert_int_eq(cux_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), 0);
+    ck_assert_int_eq(cuexec_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), 0);
     ck_assert_int_eq(lt.heuristics, 2);
     ck_assert_uint_eq(lt.align[1], 16);
     /* no algorithm for a shape: its launch runs */
     lt.algos = 0;
     p->gemms[0].m = 65;
-    ck_assert_int_eq(cux_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), 0);
+    ck_assert_int_eq(cuexec_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), 0);
     ck_assert_int_eq(lt.matmuls, 3);
     ck_assert_ptr_eq(seen.f, funcs[0]);
     ck_assert_uint_eq(x.lt.calls, 3);
     ck_assert_uint_eq(x.lt.fallbacks, 1);
     /* an operand not bound */
     bind[3] = 0;
-    ck_assert_int_eq(cux_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), -1);
+    ck_assert_int_eq(cuexec_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), -1);
     ck_assert_str_eq(err, "rank 2: cuBLASLt gemm of launch 0: an operand is not bound to device memory");
     char line[256];
-    ck_assert_str_eq(cux_gemm_summary(&x, p, line, sizeof line), "cuBLASLt (libcublasLt.so.13 13.1.0) for 1 GEMM, NVRTC for 0");
+    ck_assert_str_eq(cuexec_gemm_summary(&x, p, line, sizeof line), "cuBLASLt (libcublasLt.so.13 13.1.0) for 1 GEMM, NVRTC for 0");
     x.lt_on = false;
     snprintf(x.lt_why, sizeof x.lt_why, "cuBLASLt off: ZINF_CUBLASLT=0");
-    ck_assert_str_eq(cux_gemm_summary(&x, p, line, sizeof line), "NVRTC for all 1 GEMM (cuBLASLt off: ZINF_CUBLASLT=0)");
+    ck_assert_str_eq(cuexec_gemm_summary(&x, p, line, sizeof line), "NVRTC for all 1 GEMM (cuBLASLt off: ZINF_CUBLASLT=0)");
     /* ZINF_CUBLASLT=0: the launch, never the library */
     bind[3] = 0x40000;
     seen.f = NULL;
-    ck_assert_int_eq(cux_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), 0);
+    ck_assert_int_eq(cuexec_launch(&x, p, 0, &b, (CUstream)0x77, err, sizeof err), 0);
     ck_assert_ptr_eq(seen.f, funcs[0]);
     ck_assert_int_eq(lt.matmuls, 3);
     x.gemm_of = NULL;

@@ -197,7 +197,7 @@ START_TEST(test_resume_bit_exact) {
 }
 END_TEST
 
-/* The nvme queue's pipeline (runtime/queues qrun_set_pipe, exec_host.c
+/* The nvme queue's pipeline (runtime/exec/qrun qrun_set_pipe, exec_nvme.c
  * rt_nvme_pipe) against ZINF_NVME_NOBATCH=1, one transfer at a time: the
  * same losses bit for bit (NVMe-homed parameters and optimizer state, the
  * MLP weights tiled, so transfers of one tensor go in flight together). */

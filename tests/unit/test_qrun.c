@@ -1,4 +1,4 @@
-/* queues: dependencies are honoured across queues, a failure stops every
+/* qrun: dependencies are honoured across queues, a failure stops every
  * queue without a hang, ranges run independently, a pipelined queue keeps
  * its ready instructions in flight together (never two that touch the
  * same bytes where one writes, never one whose dependencies have not
@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
-#include "queues.h"
+#include "qrun.h"
 
 typedef struct Ctx {
     atomic_int clock;
@@ -387,8 +387,8 @@ START_TEST(test_wait_is_not_busy) {
 END_TEST
 
 int main(void) {
-    Suite *s = suite_create("queues");
-    TCase *tc = tcase_create("queues");
+    Suite *s = suite_create("qrun");
+    TCase *tc = tcase_create("qrun");
     tcase_add_test(tc, test_order);
     tcase_add_test(tc, test_failure_stops_all);
     tcase_add_test(tc, test_ranges);

@@ -1,4 +1,4 @@
-#include "queues.h"
+#include "qrun.h"
 #include "clock.h"
 #include <pthread.h>
 #include <sched.h>

@@ -1,4 +1,4 @@
-/* queues: runs a range of a plan's instruction stream on one worker thread
+/* qrun: runs a range of a plan's instruction stream on one worker thread
  * per queue, each instruction after the ones it names.
  *
  * The stream is in program order; each queue takes its own instructions in
@@ -13,8 +13,8 @@
  *
  * Waiting workers sleep on a condition variable: a queue thread that has
  * nothing to run takes no core from the threads that do. */
-#ifndef ZINF_QUEUES_H
-#define ZINF_QUEUES_H
+#ifndef ZINF_QRUN_H
+#define ZINF_QRUN_H
 #include <stdbool.h>
 #include <stdint.h>
 #include "plan.h"
