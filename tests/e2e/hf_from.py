@@ -69,7 +69,7 @@ CASES = {
                                        num_attention_heads=4, num_key_value_heads=1, head_dim=8,
                                        max_position_embeddings=48, attention_bias=True), 16),
     # OLMo 2: post-norm, q/k RMSNorm over all heads; grouped kv heads, untied
-    "olmo2": (T.Olmo2Config, dict(vocab_size=83, hidden_size=48, intermediate_size=64, num_hidden_layers=2,
+    "olmo2-gqa": (T.Olmo2Config, dict(vocab_size=83, hidden_size=48, intermediate_size=64, num_hidden_layers=2,
                                   num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=48,
                                   rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
                                   pad_token_id=1, eos_token_id=2), 20),
@@ -78,7 +78,7 @@ CASES = {
                                             attention_bias=True, tie_word_embeddings=True,
                                             pad_token_id=1, eos_token_id=2), 16),
     # Phi-3: q, k, v in one qkv_proj and gate, up in one gate_up_proj; grouped kv heads
-    "phi3": (T.Phi3Config, dict(vocab_size=77, hidden_size=48, intermediate_size=56, num_hidden_layers=2,
+    "phi3-gqa": (T.Phi3Config, dict(vocab_size=77, hidden_size=48, intermediate_size=56, num_hidden_layers=2,
                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=48,
                                 original_max_position_embeddings=48, pad_token_id=0, bos_token_id=1,
                                 eos_token_id=2), 24),
