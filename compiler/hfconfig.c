@@ -31,16 +31,18 @@ typedef struct ArchInfo {
     AttnBias attention_bias;
     bool mlp_bias;          /* reads mlp_bias: biases on the MLP's linears (else true is refused) */
     Layout layout;
+    int64_t head_dim;       /* the config class's head_dim when config.json has none (0: hidden_size /
+                               num_attention_heads) */
 } ArchInfo;
 
 static const ArchInfo archs[] = {
-    {"GPT2LMHeadModel", "gpt2", FAM_GPT2, false, false, false, AB_NONE, false, LAY_LLAMA},
-    {"LlamaForCausalLM", "llama", FAM_LLAMA, false, false, false, AB_QKVO, true, LAY_LLAMA},
-    {"MistralForCausalLM", "mistral", FAM_LLAMA, false, false, false, AB_REFUSED, false, LAY_LLAMA},
-    {"Qwen2ForCausalLM", "qwen2", FAM_LLAMA, true, false, true, AB_NONE, false, LAY_LLAMA},
-    {"Qwen3ForCausalLM", "qwen3", FAM_LLAMA, false, true, true, AB_QKVO, false, LAY_LLAMA},
-    {"Olmo2ForCausalLM", "olmo2", FAM_LLAMA, false, true, false, AB_QKVO, false, LAY_OLMO2},
-    {"Phi3ForCausalLM", "phi3", FAM_LLAMA, false, false, false, AB_NONE, false, LAY_PHI3},
+    {"GPT2LMHeadModel", "gpt2", FAM_GPT2, false, false, false, AB_NONE, false, LAY_LLAMA, 0},
+    {"LlamaForCausalLM", "llama", FAM_LLAMA, false, false, false, AB_QKVO, true, LAY_LLAMA, 0},
+    {"MistralForCausalLM", "mistral", FAM_LLAMA, false, false, false, AB_REFUSED, false, LAY_LLAMA, 0},
+    {"Qwen2ForCausalLM", "qwen2", FAM_LLAMA, true, false, true, AB_NONE, false, LAY_LLAMA, 0},
+    {"Qwen3ForCausalLM", "qwen3", FAM_LLAMA, false, true, true, AB_QKVO, false, LAY_LLAMA, 128},
+    {"Olmo2ForCausalLM", "olmo2", FAM_LLAMA, false, true, false, AB_QKVO, false, LAY_OLMO2, 0},
+    {"Phi3ForCausalLM", "phi3", FAM_LLAMA, false, false, false, AB_NONE, false, LAY_PHI3, 0},
 };
 enum { NARCHS = sizeof archs / sizeof archs[0] };
 
@@ -404,7 +406,9 @@ static void read_llama(Cfg *c) {
     c->KV = c->H;
     get_int(c, "num_key_value_heads", false, 1, &c->KV);
     get_int(c, "max_position_embeddings", true, 1, &c->ctx);
-    c->hd = c->H > 0 && c->D % c->H == 0 ? c->D / c->H : 0;
+    /* no head_dim: the config class's default (Qwen3's 128), else hidden_size / num_attention_heads
+     * (LlamaConfig refuses heads that do not divide it) */
+    c->hd = c->arch->head_dim ? c->arch->head_dim : c->H > 0 && c->D % c->H == 0 ? c->D / c->H : 0;
     const JsonValue *hdv = get(c, "head_dim");
     if (hdv) get_int(c, "head_dim", false, 2, &c->hd);
     else if (!c->hd && c->H > 0) errf(c, NULL, "hidden_size = %" PRId64 " is not a multiple of num_attention_heads = %" PRId64

@@ -23,6 +23,7 @@ the loss by far more than the comparison's 1e-5.
 """
 import contextlib
 import io
+import json
 import os
 import struct
 import sys
@@ -68,6 +69,10 @@ CASES = {
     "qwen3-bias": (T.Qwen3Config, dict(vocab_size=71, hidden_size=32, intermediate_size=44, num_hidden_layers=2,
                                        num_attention_heads=4, num_key_value_heads=1, head_dim=8,
                                        max_position_embeddings=48, attention_bias=True), 16),
+    # no head_dim in config.json: Qwen3's config class has 128 (not hidden_size / heads = 16)
+    "qwen3-default-hd": (T.Qwen3Config, dict(vocab_size=59, hidden_size=32, intermediate_size=40, num_hidden_layers=1,
+                                             num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=48,
+                                             _drop=("head_dim",)), 16),
     # OLMo 2: post-norm, q/k RMSNorm over all heads; grouped kv heads, untied
     "olmo2-gqa": (T.Olmo2Config, dict(vocab_size=83, hidden_size=48, intermediate_size=64, num_hidden_layers=2,
                                   num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=48,
@@ -88,7 +93,8 @@ CASES = {
 def make(case, d):
     cls, kw, _ = CASES[case]
     torch.manual_seed(sum(map(ord, case)))
-    m = T.AutoModelForCausalLM.from_config(cls(**kw), dtype=torch.float32)
+    drop = kw.get("_drop", ())
+    m = T.AutoModelForCausalLM.from_config(cls(**{k: v for k, v in kw.items() if k != "_drop"}), dtype=torch.float32)
     with torch.no_grad():
         for _, p in m.named_parameters():
             if p.dim() >= 2:
@@ -96,6 +102,12 @@ def make(case, d):
             else:
                 p.normal_(1.0, 0.2)
     m.save_pretrained(d)
+    if drop:  # keys the config class fills in when config.json lacks them: zinf must do the same
+        path = os.path.join(d, "config.json")
+        cfg = json.load(open(path))
+        for k in drop:
+            del cfg[k]
+        json.dump(cfg, open(path, "w"), indent=2)
 
 
 def tokens(v, n, path):

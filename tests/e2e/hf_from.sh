@@ -5,7 +5,9 @@
 # tied embeddings; Mistral with a sliding window the sequence fits in;
 # Qwen2 with q/k/v biases; Qwen3 with per-head q/k norms and a head_dim of
 # its own, and with attention_bias; LLaMA with attention_bias, mlp_bias and
-# its own head_dim; OLMo 2 (post-norm, q/k norms over all heads) with grouped
+# its own head_dim; Qwen3 whose config.json has no head_dim (its config
+# class's 128, not hidden_size / heads);
+# OLMo 2 (post-norm, q/k norms over all heads) with grouped
 # kv heads, and with attention_bias, its own head_dim and tied embeddings;
 # Phi-3 with its fused qkv_proj and gate_up_proj; odd sizes throughout). For each:
 #   - zinfc --from-hf DIR --emit=zl prints a model, which checks as a file

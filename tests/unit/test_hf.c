@@ -479,6 +479,14 @@ START_TEST(config_to_zl_families) {
     ck_assert_int_eq(c.r.g.hf.npieces, 1 + 2 * (1 + 4 + 4 + 1 + 3 + 3) + 2);
     run_free(&c.r);
 
+    /* no head_dim: Qwen3's config class has 128, whatever hidden_size / heads is */
+    convert(&c, "{\"architectures\": [\"Qwen3ForCausalLM\"], \"vocab_size\": 50, \"hidden_size\": 32,"
+                " \"intermediate_size\": 40, \"num_hidden_layers\": 1, \"num_attention_heads\": 2,"
+                " \"max_position_embeddings\": 64}", 0);
+    ck_assert_msg(c.r.ok, "%s\n%s", c.r.text, c.zl ? c.zl : "");
+    ck_assert_ptr_nonnull(strstr(c.zl, ", HD = 128\n"));
+    run_free(&c.r);
+
     snprintf(cfg, sizeof cfg, "{\"architectures\": [\"Olmo2ForCausalLM\"], %s, \"attention_bias\": true,"
              " \"tie_word_embeddings\": true}", dims);
     convert(&c, cfg, 0);
