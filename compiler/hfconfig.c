@@ -203,6 +203,14 @@ static void need_bool(Cfg *c, const char *key, bool want, const char *what) {
     else if (v->boolean != want) errf(c, v, "%s = %s is not supported: %s", key, vtext(c, v), what);
 }
 
+/* A boolean the architecture has no use for: true is refused, naming what it would add. */
+static void refuse_true(Cfg *c, const char *key, const char *what) {
+    const JsonValue *v = get(c, key);
+    if (!v) return;
+    if (v->type != JSON_BOOL) errf(c, v, "%s must be true or false, got %s", key, vtext(c, v));
+    else if (v->boolean) errf(c, v, "%s = true is not supported: %s has no %s", key, c->arch->arch, what);
+}
+
 /* ---- the architecture ---- */
 
 static void read_arch(Cfg *c) {
@@ -425,10 +433,9 @@ static void read_llama(Cfg *c) {
     c->tied = false;
     get_bool(c, "tie_word_embeddings", &c->tied);
     if (c->arch->attention_bias == AB_QKVO) get_bool(c, "attention_bias", &c->attn_bias);
-    else if (c->arch->attention_bias == AB_REFUSED)
-        need_bool(c, "attention_bias", false, arena_printf(c->a, "%s has no biases on q, k, v and o", c->arch->arch));
+    else if (c->arch->attention_bias == AB_REFUSED) refuse_true(c, "attention_bias", "biases on q, k, v and o");
     if (c->arch->mlp_bias) get_bool(c, "mlp_bias", &c->mlp_bias);
-    else need_bool(c, "mlp_bias", false, arena_printf(c->a, "%s has no biases in the MLP", c->arch->arch));
+    else refuse_true(c, "mlp_bias", "biases in the MLP");
     /* Phi-3: the context longrope scaling starts from; read by no other rope type */
     if (c->arch->layout == LAY_PHI3) get(c, "original_max_position_embeddings");
     get(c, "pretraining_tp"); /* tensor-parallel slicing of the same products: numerics only */
