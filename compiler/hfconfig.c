@@ -42,7 +42,7 @@ static const ArchInfo archs[] = {
     {"Qwen2ForCausalLM", "qwen2", FAM_LLAMA, true, false, true, AB_NONE, false, LAY_LLAMA, 0},
     {"Qwen3ForCausalLM", "qwen3", FAM_LLAMA, false, true, true, AB_QKVO, false, LAY_LLAMA, 128},
     {"Olmo2ForCausalLM", "olmo2", FAM_LLAMA, false, true, false, AB_QKVO, false, LAY_OLMO2, 0},
-    {"Phi3ForCausalLM", "phi3", FAM_LLAMA, false, false, false, AB_NONE, false, LAY_PHI3, 0},
+    {"Phi3ForCausalLM", "phi3", FAM_LLAMA, false, false, false, AB_REFUSED, false, LAY_PHI3, 0},
 };
 enum { NARCHS = sizeof archs / sizeof archs[0] };
 

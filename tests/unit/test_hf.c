@@ -504,7 +504,7 @@ START_TEST(config_to_zl_families) {
     run_free(&c.r);
 
     snprintf(cfg, sizeof cfg, "{\"architectures\": [\"Phi3ForCausalLM\"], %s, \"original_max_position_embeddings\": 64,"
-             " \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"sliding_window\": null}", dims);
+             " \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"sliding_window\": null, \"attention_bias\": false}", dims);
     convert(&c, cfg, 0);
     ck_assert_msg(c.r.ok, "%s\n%s", c.r.text, c.zl ? c.zl : "");
     ck_assert_str_eq(c.r.text, "");
