@@ -13,20 +13,36 @@ enum { HFC_MAX_CONFIG = 16 << 20, HFC_MAX_LORA_NAMES = 16 };
 
 typedef enum Family { FAM_GPT2, FAM_LLAMA } Family;
 
+/* The LLaMA family's block layouts: LLaMA's pre-norm llama_block; OLMo 2's
+ * post-norm olmo2_block (stdlib/olmo2.zl); Phi-3's llama_block with q, k, v
+ * and gate, up fused into one HF tensor each (the mapping cuts them). */
+typedef enum Layout { LAY_LLAMA, LAY_OLMO2, LAY_PHI3 } Layout;
+
+/* What a config's attention_bias means to the architecture: not read (the
+ * key is unknown), read but not computed (true is refused), or biases on q,
+ * k, v and o. */
+typedef enum AttnBias { AB_NONE, AB_REFUSED, AB_QKVO } AttnBias;
+
 typedef struct ArchInfo {
     const char *arch, *model_type;
     Family fam;
     bool qkv_bias, qk_norm; /* Qwen2: q/k/v biases; Qwen3: per-head q/k RMSNorm */
     bool window_flag;       /* the sliding window applies only with use_sliding_window (Qwen) */
-    bool attention_bias;    /* reads attention_bias (biases on q, k, v and o: not supported) */
+    AttnBias attention_bias;
+    bool mlp_bias;          /* reads mlp_bias: biases on the MLP's linears (else true is refused) */
+    Layout layout;
+    int64_t head_dim;       /* the config class's head_dim when config.json has none (0: hidden_size /
+                               num_attention_heads) */
 } ArchInfo;
 
 static const ArchInfo archs[] = {
-    {"GPT2LMHeadModel", "gpt2", FAM_GPT2, false, false, false, false},
-    {"LlamaForCausalLM", "llama", FAM_LLAMA, false, false, false, true},
-    {"MistralForCausalLM", "mistral", FAM_LLAMA, false, false, false, true},
-    {"Qwen2ForCausalLM", "qwen2", FAM_LLAMA, true, false, true, false},
-    {"Qwen3ForCausalLM", "qwen3", FAM_LLAMA, false, true, true, true},
+    {"GPT2LMHeadModel", "gpt2", FAM_GPT2, false, false, false, AB_NONE, false, LAY_LLAMA, 0},
+    {"LlamaForCausalLM", "llama", FAM_LLAMA, false, false, false, AB_QKVO, true, LAY_LLAMA, 0},
+    {"MistralForCausalLM", "mistral", FAM_LLAMA, false, false, false, AB_REFUSED, false, LAY_LLAMA, 0},
+    {"Qwen2ForCausalLM", "qwen2", FAM_LLAMA, true, false, true, AB_NONE, false, LAY_LLAMA, 0},
+    {"Qwen3ForCausalLM", "qwen3", FAM_LLAMA, false, true, true, AB_QKVO, false, LAY_LLAMA, 128},
+    {"Olmo2ForCausalLM", "olmo2", FAM_LLAMA, false, true, false, AB_QKVO, false, LAY_OLMO2, 0},
+    {"Phi3ForCausalLM", "phi3", FAM_LLAMA, false, false, false, AB_REFUSED, false, LAY_PHI3, 0},
 };
 enum { NARCHS = sizeof archs / sizeof archs[0] };
 
@@ -48,6 +64,7 @@ typedef struct Cfg {
     int scaling;            /* 0 none, 1 linear, 2 llama3 (RopeScaling) */
     double factor, low, high;
     int64_t orig;
+    bool attn_bias, mlp_bias; /* attention_bias, mlp_bias read true (AB_QKVO, ArchInfo.mlp_bias) */
     const char *dtype;
     /* --lora: rank, alpha, the target names of SPEC (none: the family's
      * default), and once the family is known the adapted linears (bits in
@@ -73,6 +90,10 @@ static const LoraTarget llama_lora[] = {
     {"q_proj", "lora_q", true},     {"k_proj", "lora_k", false},       {"v_proj", "lora_v", true},
     {"o_proj", "lora_o", false},    {"gate_proj", "lora_gate", false}, {"up_proj", "lora_up", false},
     {"down_proj", "lora_down", false}, {NULL, NULL, false}};
+/* Phi-3: q, k, v are one qkv_proj and gate, up one gate_up_proj, each one
+ * linear to PEFT (one adapter over the fused output), which separate zinf
+ * adapters are not: only o_proj and down_proj, and no default. */
+static const LoraTarget phi3_lora[] = {{"o_proj", "lora_o", false}, {"down_proj", "lora_down", false}, {NULL, NULL, false}};
 static const LoraTarget gpt2_lora[] = {
     {"c_attn", "lora_c_attn", true},          {"c_proj", "lora_attn_c_proj", false}, {"attn.c_proj", "lora_attn_c_proj", false},
     {"c_fc", "lora_c_fc", false},             {"c_proj", "lora_mlp_c_proj", false},  {"mlp.c_proj", "lora_mlp_c_proj", false},
@@ -182,6 +203,14 @@ static void need_bool(Cfg *c, const char *key, bool want, const char *what) {
     else if (v->boolean != want) errf(c, v, "%s = %s is not supported: %s", key, vtext(c, v), what);
 }
 
+/* A boolean the architecture has no use for: true is refused, naming what it would add. */
+static void refuse_true(Cfg *c, const char *key, const char *what) {
+    const JsonValue *v = get(c, key);
+    if (!v) return;
+    if (v->type != JSON_BOOL) errf(c, v, "%s must be true or false, got %s", key, vtext(c, v));
+    else if (v->boolean) errf(c, v, "%s = true is not supported: %s has no %s", key, c->arch->arch, what);
+}
+
 /* ---- the architecture ---- */
 
 static void read_arch(Cfg *c) {
@@ -203,7 +232,7 @@ static void read_arch(Cfg *c) {
     if (!c->arch) {
         errf(c, av, "architecture \"%s\" is not supported", name);
         diag_hint(c->d, "supported: GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                        "Qwen3ForCausalLM");
+                        "Qwen3ForCausalLM, Olmo2ForCausalLM, Phi3ForCausalLM");
         return;
     }
     if (mt && mt->type == JSON_STRING && strcmp(mt->string, c->arch->model_type))
@@ -385,7 +414,9 @@ static void read_llama(Cfg *c) {
     c->KV = c->H;
     get_int(c, "num_key_value_heads", false, 1, &c->KV);
     get_int(c, "max_position_embeddings", true, 1, &c->ctx);
-    c->hd = c->H > 0 && c->D % c->H == 0 ? c->D / c->H : 0;
+    /* no head_dim: the config class's default (Qwen3's 128), else hidden_size / num_attention_heads
+     * (LlamaConfig refuses heads that do not divide it) */
+    c->hd = c->arch->head_dim ? c->arch->head_dim : c->H > 0 && c->D % c->H == 0 ? c->D / c->H : 0;
     const JsonValue *hdv = get(c, "head_dim");
     if (hdv) get_int(c, "head_dim", false, 2, &c->hd);
     else if (!c->hd && c->H > 0) errf(c, NULL, "hidden_size = %" PRId64 " is not a multiple of num_attention_heads = %" PRId64
@@ -401,9 +432,12 @@ static void read_llama(Cfg *c) {
     get_num(c, "rms_norm_eps", &c->eps);
     c->tied = false;
     get_bool(c, "tie_word_embeddings", &c->tied);
-    if (c->arch->attention_bias)
-        need_bool(c, "attention_bias", false, "zinf has biases on q, k and v (Qwen2), not on the output projection");
-    need_bool(c, "mlp_bias", false, "biases in the MLP");
+    if (c->arch->attention_bias == AB_QKVO) get_bool(c, "attention_bias", &c->attn_bias);
+    else if (c->arch->attention_bias == AB_REFUSED) refuse_true(c, "attention_bias", "biases on q, k, v and o");
+    if (c->arch->mlp_bias) get_bool(c, "mlp_bias", &c->mlp_bias);
+    else refuse_true(c, "mlp_bias", "biases in the MLP");
+    /* Phi-3: the context longrope scaling starts from; read by no other rope type */
+    if (c->arch->layout == LAY_PHI3) get(c, "original_max_position_embeddings");
     get(c, "pretraining_tp"); /* tensor-parallel slicing of the same products: numerics only */
     read_rope(c);
 }
@@ -576,7 +610,9 @@ static void put_config(Out *o, const char *text, size_t len) {
     put(o, "\n  ]\n");
 }
 
-static const LoraTarget *lora_table(const Cfg *c) { return c->arch->fam == FAM_GPT2 ? gpt2_lora : llama_lora; }
+static const LoraTarget *lora_table(const Cfg *c) {
+    return c->arch->fam == FAM_GPT2 ? gpt2_lora : c->arch->layout == LAY_PHI3 ? phi3_lora : llama_lora;
+}
 
 /* Whether --lora set the block option opt. */
 static bool lora_has(const Cfg *c, const char *opt) {
@@ -642,18 +678,25 @@ static void put_gpt2(Cfg *c, Out *o, const char *name) {
 
 static void put_llama(Cfg *c, Out *o, const char *name) {
     const ArchInfo *ai = c->arch;
-    bool own_hd = c->H > 0 && c->hd * c->H != c->D;
-    put(o, "import \"llama\"\n\n");
+    bool own_hd = c->H > 0 && c->hd * c->H != c->D, olmo2 = ai->layout == LAY_OLMO2;
+    put(o, "import \"llama\"\n%s\n", olmo2 ? "import \"olmo2\"\n" : "");
     put(o, "const V = %" PRId64 ", T = %" PRId64 ", D = %" PRId64 ", H = %" PRId64 ", KV = %" PRId64 ", F = %" PRId64
            ", L = %" PRId64, c->V, c->T, c->D, c->H, c->KV, c->F, c->L);
     if (own_hd) put(o, ", HD = %" PRId64, c->hd);
     put(o, "\n\nmodel %s(tokens: i32[B, T], targets: i32[B, T]) {\n", name);
     put(o, "  tok = param [V, D] init normal(0.02)\n");
     put(o, "  x = embedding(tok, tokens)\n");
-    put(o, "  repeat L {\n    x = llama_block(x, H, KV, F, eps = %s, theta = %s", flt(c, c->eps), flt(c, c->theta));
+    put(o, "  repeat L {\n    x = %s(x, H, KV, F, eps = %s, theta = %s", olmo2 ? "olmo2_block" : "llama_block", flt(c, c->eps),
+        flt(c, c->theta));
     if (own_hd) put(o, ", head_dim = HD");
-    if (ai->qkv_bias) put(o, ", qkv_bias = true");
-    if (ai->qk_norm) put(o, ", qk_norm = true");
+    if (olmo2) {
+        if (c->attn_bias) put(o, ", attention_bias = true");
+    } else {
+        if (ai->qkv_bias || c->attn_bias) put(o, ", qkv_bias = true");
+        if (c->attn_bias) put(o, ", o_bias = true");
+        if (c->mlp_bias) put(o, ", mlp_bias = true");
+        if (ai->qk_norm) put(o, ", qk_norm = true");
+    }
     if (c->lora_mask) {
         put(o, ",\n                    lora_rank = %" PRId64 ", lora_alpha = %s, lora_init = %s", c->lora_rank, flt(c, c->lora_alpha),
             flt(c, 1.0 / sqrt((double)c->D)));
@@ -696,21 +739,46 @@ static void put_map(Cfg *c, Out *o) {
         };
         for (size_t i = 0; i < sizeof m / sizeof *m; i++) put(o, "  \"%s\" = \"%s\"\n", m[i][0], m[i][1]);
     } else {
-        const char *p = "llama_block.{i}", *h = "model.layers.{i}";
+        const Layout lay = c->arch->layout;
+        const char *p = lay == LAY_OLMO2 ? "olmo2_block.{i}" : "llama_block.{i}", *h = "model.layers.{i}";
         put(o, "  \"tok\" = \"model.embed_tokens.weight\"\n");
-        put(o, "  \"%s.rms.g\" = \"%s.input_layernorm.weight\"\n", p, h);
+        if (lay != LAY_OLMO2) put(o, "  \"%s.rms.g\" = \"%s.input_layernorm.weight\"\n", p, h);
         static const char *const w[][2] = {{"wq", "q_proj"}, {"wk", "k_proj"}, {"wv", "v_proj"}, {"wo", "o_proj"}};
-        for (int i = 0; i < 4; i++) put(o, "  \"%s.rope_attn.%s\" = transpose(\"%s.self_attn.%s.weight\")\n", p, w[i][0], h, w[i][1]);
-        for (int i = 0; c->arch->qkv_bias && i < 3; i++)
+        if (lay == LAY_PHI3) {
+            /* one qkv_proj: q's H*hd columns (as read, transposed), then k's and v's KV*hd each */
+            int64_t q = c->H * c->hd, kv = c->KV * c->hd, first[3] = {0, q, q + kv}, count[3] = {q, kv, kv};
+            for (int i = 0; i < 3; i++)
+                put(o, "  \"%s.rope_attn.%s\" = cols(transpose(\"%s.self_attn.qkv_proj.weight\"), %" PRId64 ", %" PRId64 ")\n",
+                    p, w[i][0], h, first[i], count[i]);
+            put(o, "  \"%s.rope_attn.wo\" = transpose(\"%s.self_attn.o_proj.weight\")\n", p, h);
+        } else {
+            for (int i = 0; i < 4; i++)
+                put(o, "  \"%s.rope_attn.%s\" = transpose(\"%s.self_attn.%s.weight\")\n", p, w[i][0], h, w[i][1]);
+        }
+        for (int i = 0; (c->arch->qkv_bias || c->attn_bias) && i < 3; i++)
             put(o, "  \"%s.rope_attn.b%c\" = \"%s.self_attn.%s.bias\"\n", p, "qkv"[i], h, w[i][1]);
+        if (c->attn_bias) put(o, "  \"%s.rope_attn.bo\" = \"%s.self_attn.o_proj.bias\"\n", p, h);
         if (c->arch->qk_norm) {
             put(o, "  \"%s.rope_attn.q_norm\" = \"%s.self_attn.q_norm.weight\"\n", p, h);
             put(o, "  \"%s.rope_attn.k_norm\" = \"%s.self_attn.k_norm.weight\"\n", p, h);
         }
-        put(o, "  \"%s.rms_1.g\" = \"%s.post_attention_layernorm.weight\"\n", p, h);
-        put(o, "  \"%s.swiglu.w1\" = transpose(\"%s.mlp.gate_proj.weight\")\n", p, h);
-        put(o, "  \"%s.swiglu.w3\" = transpose(\"%s.mlp.up_proj.weight\")\n", p, h);
+        if (lay == LAY_OLMO2) put(o, "  \"%s.rms.g\" = \"%s.post_attention_layernorm.weight\"\n", p, h);
+        else put(o, "  \"%s.rms_1.g\" = \"%s.post_attention_layernorm.weight\"\n", p, h);
+        if (lay == LAY_PHI3) {
+            /* one gate_up_proj: the gate's F columns, then the up projection's */
+            put(o, "  \"%s.swiglu.w1\" = cols(transpose(\"%s.mlp.gate_up_proj.weight\"), 0, %" PRId64 ")\n", p, h, c->F);
+            put(o, "  \"%s.swiglu.w3\" = cols(transpose(\"%s.mlp.gate_up_proj.weight\"), %" PRId64 ", %" PRId64 ")\n", p, h,
+                c->F, c->F);
+        } else {
+            put(o, "  \"%s.swiglu.w1\" = transpose(\"%s.mlp.gate_proj.weight\")\n", p, h);
+            put(o, "  \"%s.swiglu.w3\" = transpose(\"%s.mlp.up_proj.weight\")\n", p, h);
+        }
         put(o, "  \"%s.swiglu.w2\" = transpose(\"%s.mlp.down_proj.weight\")\n", p, h);
+        if (c->mlp_bias) {
+            static const char *const mb[][2] = {{"b1", "gate_proj"}, {"b3", "up_proj"}, {"b2", "down_proj"}};
+            for (int i = 0; i < 3; i++) put(o, "  \"%s.swiglu.%s\" = \"%s.mlp.%s.bias\"\n", p, mb[i][0], h, mb[i][1]);
+        }
+        if (lay == LAY_OLMO2) put(o, "  \"%s.rms_1.g\" = \"%s.post_feedforward_layernorm.weight\"\n", p, h);
         put(o, "  \"rms.g\" = \"model.norm.weight\"\n");
     }
     if (!c->tied) put(o, "  \"head\" = transpose(\"lm_head.weight\")\n");
@@ -781,8 +849,20 @@ static int lora_resolve(Cfg *c) {
     const LoraTarget *t = lora_table(c);
     for (int i = 0; t[i].target; i++)
         if (!c->lora_nnames && t[i].dflt) c->lora_mask |= 1u << i;
+    if (c->arch->layout == LAY_PHI3 && !c->lora_nnames) {
+        diag_error(c->d, SPAN_NONE, "--lora: %s has no default targets zinf adapts (PEFT's, qkv_proj, is a fused linear)",
+                   c->arch->arch);
+        diag_hint(c->d, "name them: --lora targets=o_proj,down_proj");
+        return -1;
+    }
     for (int k = 0; k < c->lora_nnames; k++) {
         bool found = false;
+        if (c->arch->layout == LAY_PHI3 && (!strcmp(c->lora_names[k], "qkv_proj") || !strcmp(c->lora_names[k], "gate_up_proj"))) {
+            diag_error(c->d, SPAN_NONE, "--lora: target '%s' is a fused linear of %s (one adapter over %s): not supported; "
+                       "its adaptable linears are o_proj and down_proj", c->lora_names[k], c->arch->arch,
+                       strcmp(c->lora_names[k], "qkv_proj") ? "gate and up" : "q, k and v");
+            return -1;
+        }
         for (int i = 0; t[i].target; i++)
             if (!strcmp(t[i].target, c->lora_names[k])) {
                 c->lora_mask |= 1u << i;

@@ -86,6 +86,7 @@ done <<EOF2
 gpt-micro 1 gpu gpu gpu 1
 gpt-micro 2 nvme nvme cpu 1
 llama-micro 2 gpu gpu gpu 1
+olmo2-micro 1 gpu gpu gpu 1
 gpt-micro 2 cpu cpu cpu 2
 gpt2-tiny 1 cpu gpu gpu 1
 EOF2

@@ -23,6 +23,7 @@ the loss by far more than the comparison's 1e-5.
 """
 import contextlib
 import io
+import json
 import os
 import struct
 import sys
@@ -61,13 +62,39 @@ CASES = {
     "qwen3": (T.Qwen3Config, dict(vocab_size=71, hidden_size=40, intermediate_size=56, num_hidden_layers=2,
                                   num_attention_heads=4, num_key_value_heads=2, head_dim=24,
                                   max_position_embeddings=48), 16),
+    # LLaMA with attention_bias (q, k, v and o), mlp_bias and a head_dim of its own (4 x 12 != 40)
+    "llama-bias": (T.LlamaConfig, dict(vocab_size=73, hidden_size=40, intermediate_size=52, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, head_dim=12,
+                                       max_position_embeddings=48, attention_bias=True, mlp_bias=True), 16),
+    "qwen3-bias": (T.Qwen3Config, dict(vocab_size=71, hidden_size=32, intermediate_size=44, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=1, head_dim=8,
+                                       max_position_embeddings=48, attention_bias=True), 16),
+    # no head_dim in config.json: Qwen3's config class has 128 (not hidden_size / heads = 16)
+    "qwen3-default-hd": (T.Qwen3Config, dict(vocab_size=59, hidden_size=32, intermediate_size=40, num_hidden_layers=1,
+                                             num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=48,
+                                             _drop=("head_dim",)), 16),
+    # OLMo 2: post-norm, q/k RMSNorm over all heads; grouped kv heads, untied
+    "olmo2-gqa": (T.Olmo2Config, dict(vocab_size=83, hidden_size=48, intermediate_size=64, num_hidden_layers=2,
+                                  num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=48,
+                                  rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                                  pad_token_id=1, eos_token_id=2), 20),
+    "olmo2-bias-tied": (T.Olmo2Config, dict(vocab_size=61, hidden_size=32, intermediate_size=40, num_hidden_layers=2,
+                                            num_attention_heads=4, head_dim=10, max_position_embeddings=32,
+                                            attention_bias=True, tie_word_embeddings=True,
+                                            pad_token_id=1, eos_token_id=2), 16),
+    # Phi-3: q, k, v in one qkv_proj and gate, up in one gate_up_proj; grouped kv heads
+    "phi3-gqa": (T.Phi3Config, dict(vocab_size=77, hidden_size=48, intermediate_size=56, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=48,
+                                original_max_position_embeddings=48, pad_token_id=0, bos_token_id=1,
+                                eos_token_id=2), 24),
 }
 
 
 def make(case, d):
     cls, kw, _ = CASES[case]
     torch.manual_seed(sum(map(ord, case)))
-    m = T.AutoModelForCausalLM.from_config(cls(**kw), dtype=torch.float32)
+    drop = kw.get("_drop", ())
+    m = T.AutoModelForCausalLM.from_config(cls(**{k: v for k, v in kw.items() if k != "_drop"}), dtype=torch.float32)
     with torch.no_grad():
         for _, p in m.named_parameters():
             if p.dim() >= 2:
@@ -75,6 +102,12 @@ def make(case, d):
             else:
                 p.normal_(1.0, 0.2)
     m.save_pretrained(d)
+    if drop:  # keys the config class fills in when config.json lacks them: zinf must do the same
+        path = os.path.join(d, "config.json")
+        cfg = json.load(open(path))
+        for k in drop:
+            del cfg[k]
+        json.dump(cfg, open(path, "w"), indent=2)
 
 
 def tokens(v, n, path):

@@ -4,7 +4,12 @@
 # untied; LLaMA with GQA, with llama3 rope scaling, with linear scaling and
 # tied embeddings; Mistral with a sliding window the sequence fits in;
 # Qwen2 with q/k/v biases; Qwen3 with per-head q/k norms and a head_dim of
-# its own; odd sizes throughout). For each:
+# its own, and with attention_bias; LLaMA with attention_bias, mlp_bias and
+# its own head_dim; Qwen3 whose config.json has no head_dim (its config
+# class's 128, not hidden_size / heads);
+# OLMo 2 (post-norm, q/k norms over all heads) with grouped
+# kv heads, and with attention_bias, its own head_dim and tied embeddings;
+# Phi-3 with its fused qkv_proj and gate_up_proj; odd sizes throughout). For each:
 #   - zinfc --from-hf DIR --emit=zl prints a model, which checks as a file
 #     and plans to the same Hugging Face mapping as -o does directly;
 #   - the plan's mapping (zinfdump --hf) covers the checkpoint exactly: every
@@ -141,10 +146,18 @@ printf '{%s, "rope_scaling": {"type": "linear", "factor": 2.0, "attention_factor
   expect rope-extra - 'rope_scaling.attention_factor = 1.5 is not supported with rope_type linear'
 printf '{%s, "num_local_experts": 8, "num_experts_per_tok": 2}\n' "$L" |
   expect moe - 'num_local_experts = 8 is not supported (mixture of experts)'
-printf '{%s, "attention_bias": true}\n' "$L" |
-  expect attention-bias - 'attention_bias = true is not supported'
-printf '{%s, "mlp_bias": true}\n' "$L" |
-  expect mlp-bias - 'mlp_bias = true is not supported'
+M='"architectures": ["MistralForCausalLM"], "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
+  "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64'
+printf '{%s, "attention_bias": true}\n' "$M" |
+  expect attention-bias - 'attention_bias = true is not supported: MistralForCausalLM has no biases on q, k, v and o'
+printf '{%s, "mlp_bias": true}\n' "$(echo "$M" | sed 's/Mistral/Olmo2/')" |
+  expect mlp-bias - 'mlp_bias = true is not supported: Olmo2ForCausalLM has no biases in the MLP'
+P3='"architectures": ["Phi3ForCausalLM"], "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
+  "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64'
+printf '{%s, "rope_scaling": {"type": "longrope", "short_factor": [1.0, 1.0], "long_factor": [2.0, 2.0]}}\n' "$P3" |
+  expect phi3-longrope - 'rope_scaling.rope_type = "longrope" is not supported (zinf has default, linear and llama3)'
+printf '{%s, "partial_rotary_factor": 0.75}\n' "$P3" |
+  expect phi3-partial-rotary - 'partial_rotary_factor = 0.75 is not supported (rotary embeddings over part of a head)'
 printf '{%s, "partial_rotary_factor": 0.5}\n' "$L" |
   expect partial-rotary - 'partial_rotary_factor = 0.5 is not supported'
 printf '{%s, "hidden_act": "gelu"}\n' "$L" |
@@ -186,6 +199,16 @@ usage 2 "one model at a time" --from-hf "$T/gpt2" examples/gpt2-tiny.zl
 usage 2 "--seq needs a positive sequence length, not '0'" --from-hf "$T/gpt2" --seq 0
 usage 2 "--from-hf needs a value" --from-hf
 usage 1 "$T/none/config.json: No such file or directory" --from-hf "$T/none"
+# Phi-3's fused linears take no zinf adapter; o_proj and down_proj do
+e=$T/err-phi3-lora
+mkdir -p "$e"
+printf '{%s}\n' "$P3" > "$e/config.json"
+usage 1 "--lora: target 'qkv_proj' is a fused linear of Phi3ForCausalLM (one adapter over q, k and v): not supported" \
+  --from-hf "$e" --lora r=4,targets=qkv_proj,o_proj --emit=zl
+usage 1 "--lora: Phi3ForCausalLM has no default targets zinf adapts" --from-hf "$e" --lora r=4 --emit=zl
+if "$Z/zinfc" --from-hf "$e" --lora r=4,targets=o_proj,down_proj --emit=zl 2> "$e/err" | grep -q "lora_o = true, lora_down = true"; then
+  echo "ok cli: Phi-3 --lora targets=o_proj,down_proj"
+else cat "$e/err"; bad "Phi-3 --lora o_proj,down_proj"; fi
 
 # a key zinf does not know is a warning, and the model is still made
 w=$T/warn

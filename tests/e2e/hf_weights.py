@@ -31,6 +31,21 @@ MODELS = {
                   intermediate_size=86, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=16, rms_norm_eps=1e-5, rope_theta=10000.0, hidden_act="silu",
                   attention_bias=False, mlp_bias=False, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0),
+    # LLaMA with attention_bias (q, k, v, o), mlp_bias and a head_dim of its own (4 x 20 != 64)
+    "llama-bias": dict(model_type="llama", architectures=["LlamaForCausalLM"], vocab_size=101, hidden_size=64,
+                       intermediate_size=86, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                       head_dim=20, max_position_embeddings=16, rms_norm_eps=1e-5, attention_bias=True, mlp_bias=True,
+                       tie_word_embeddings=False, bos_token_id=0, eos_token_id=0),
+    # OLMo 2: post-norm, q/k RMSNorm over all heads, with attention_bias, tied
+    "olmo2": dict(model_type="olmo2", architectures=["Olmo2ForCausalLM"], vocab_size=101, hidden_size=64,
+                  intermediate_size=86, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=16, rms_norm_eps=1e-6, attention_bias=True, tie_word_embeddings=True,
+                  pad_token_id=1, bos_token_id=0, eos_token_id=0),
+    # Phi-3: fused qkv_proj and gate_up_proj, grouped kv heads
+    "phi3": dict(model_type="phi3", architectures=["Phi3ForCausalLM"], vocab_size=101, hidden_size=64,
+                 intermediate_size=86, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 max_position_embeddings=16, original_max_position_embeddings=16, rms_norm_eps=1e-5,
+                 tie_word_embeddings=False, pad_token_id=0, bos_token_id=0, eos_token_id=0),
 }
 BIG = dict(MODELS["llama"], vocab_size=16000, hidden_size=512, intermediate_size=1376, num_hidden_layers=6,
            num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=32)

@@ -3,7 +3,10 @@
 #
 # Small random models made with transformers and saved with save_pretrained
 # (GPT-2 with tied embeddings and an odd vocabulary; LLaMA with grouped-query
-# attention, an untied head and odd sizes; nothing downloaded) are compiled
+# attention, an untied head and odd sizes; LLaMA with attention_bias,
+# mlp_bias and its own head_dim; OLMo 2 with attention_bias and tied
+# embeddings; Phi-3, whose fused qkv_proj and gate_up_proj the export joins
+# again; nothing downloaded) are compiled
 # with zinfc --from-hf, then for 1 rank (the planner's placement, and
 # parameters on CPU) and 2 ranks with parameters and Adam state on NVMe:
 # zinfrun --init DIR trains 3 steps (its step-1 loss must be
@@ -46,7 +49,7 @@ zrun() { # zrun R args...: zinfrun on R ranks
 # placement, micro_batch 1 as zinfc --from-hf writes it), and from the .zl
 # that --emit=zl prints, edited (micro_batch 2, a learning rate that moves
 # the weights, a plan block) for 1 rank on CPU and 2 ranks on NVMe.
-for m in gpt2 llama; do
+for m in gpt2 llama llama-bias olmo2 phi3; do
   "$B/bin/zinfc" --from-hf "$W/$m/hf" --emit=zl > "$W/$m/gen.zl" 2> "$W/$m/gen.err" || { cat "$W/$m/gen.err"; echo "FAIL: zinfc --from-hf $m"; fail=1; continue; }
   for place in cpu nvme; do
     case $place in

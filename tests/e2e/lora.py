@@ -1,7 +1,7 @@
 """Helper of tests/e2e/lora.sh: a small random LLaMA (or GPT-2) and a token
 file, then zinf's LoRA fine-tuning held to peft's numbers.
 
-  lora.py make W0 KIND...        for each KIND (llama, gpt2), W = W0/KIND: model in W/hf, tokens in W/tok.bin
+  lora.py make W0 KIND...        for each KIND (llama, olmo2, phi3, gpt2), W = W0/KIND: model in W/hf, tokens in W/tok.bin
   lora.py check W0 STEP KIND...  for each KIND, W = W0/KIND: W/adapter (zinfrun --export-hf: PEFT layout) loaded with
                            PeftModel.from_pretrained onto W/hf, and W/merged (--merge-lora)
                            with from_pretrained, each give zinf's loss of step STEP
@@ -33,6 +33,20 @@ KINDS = {
                         ("swiglu.w2", "model.layers.%d.mlp.down_proj", True),
                         ("rms.g", "model.layers.%d.input_layernorm", False)],
                   block="llama_block.%d.", extra=[("tok", "model.embed_tokens.weight", False), ("head", "lm_head.weight", True)]),
+    # OLMo 2: the block's norms come after attention (rms) and the MLP (rms_1)
+    "olmo2": dict(r=4, alpha=8, targets={"q_proj", "v_proj", "down_proj"}, modules=3,
+                  base=[("rope_attn.wq", "model.layers.%d.self_attn.q_proj", True),
+                        ("rope_attn.wv", "model.layers.%d.self_attn.v_proj", True),
+                        ("rope_attn.q_norm", "model.layers.%d.self_attn.q_norm", False),
+                        ("swiglu.w2", "model.layers.%d.mlp.down_proj", True),
+                        ("rms.g", "model.layers.%d.post_attention_layernorm", False)],
+                  block="olmo2_block.%d.", extra=[("tok", "model.embed_tokens.weight", False)]),
+    # Phi-3: the unfused linears (an adapter on the fused qkv_proj or gate_up_proj is refused)
+    "phi3": dict(r=4, alpha=8, targets={"o_proj", "down_proj"}, modules=2,
+                 base=[("rope_attn.wo", "model.layers.%d.self_attn.o_proj", True),
+                       ("swiglu.w2", "model.layers.%d.mlp.down_proj", True),
+                       ("rms.g", "model.layers.%d.input_layernorm", False)],
+                 block="llama_block.%d.", extra=[("tok", "model.embed_tokens.weight", False), ("head", "lm_head.weight", True)]),
     # GPT-2's Conv1D: "c_proj" is attn's and mlp's, 4 adapted modules a layer; weights [in, out] as zinf's
     "gpt2": dict(r=4, alpha=16, targets={"c_attn", "c_proj", "c_fc"}, modules=4,
                  base=[("attn.wqkv", "transformer.h.%d.attn.c_attn", False), ("attn.wo", "transformer.h.%d.attn.c_proj", False),

@@ -98,7 +98,7 @@ mutate() { # mutate SRC DST: truncation or byte replacement, chosen by the LCG
 }
 
 PER=${ZINF_ROBUST_PER:-8}
-for f in examples/*.zl examples/zero-infinity/*.zl stdlib/nn.zl stdlib/llama.zl; do
+for f in examples/*.zl examples/zero-infinity/*.zl stdlib/nn.zl stdlib/llama.zl stdlib/olmo2.zl; do
   [ -f "$f" ] || continue
   for MODE in trunc byte token; do
     i=0
@@ -108,7 +108,8 @@ for f in examples/*.zl examples/zero-infinity/*.zl stdlib/nn.zl stdlib/llama.zl;
           # a damaged stdlib file, imported by a tiny model
           mkdir -p "$T/inc$((n + 1))"
           mutate "$f" "$T/inc$((n + 1))/$(basename "$f")"
-          case "$f" in *llama*) m=examples/llama-tiny.zl ;; *) m=examples/gpt2-tiny.zl ;; esac
+          case "$f" in *llama*) m=examples/llama-tiny.zl ;; *olmo2*) m=tests/e2e/models/olmo2-micro.zl ;;
+            *) m=examples/gpt2-tiny.zl ;; esac
           check "$m" -I "$T/inc$((n + 1))" ;;
         *)
           mutate "$f" "$T/v$((n + 1)).zl"

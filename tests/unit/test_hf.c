@@ -346,6 +346,57 @@ START_TEST(stdlib_llama_options) {
 }
 END_TEST
 
+/* The stdlib's bias options (LLaMA's attention_bias and mlp_bias) and OLMo 2's
+ * block: post-norm, q/k RMSNorm over the whole projection. */
+START_TEST(stdlib_bias_and_olmo2_options) {
+    Run r;
+    run_src(&r, "import \"llama\"\nimport \"olmo2\"\nconst V = 32, T = 8, D = 16\n"
+                "model m(tokens: i32[B, T], targets: i32[B, T]) {\n"
+                "  tok = param [V, D] init normal(0.02)\n  x = embedding(tok, tokens)\n"
+                "  repeat 1 { x = llama_block(x, 4, 2, 24, head_dim = 6, qkv_bias = true, o_bias = true, mlp_bias = true) }\n"
+                "  repeat 1 { x = olmo2_block(x, 4, 2, 24, attention_bias = true) }\n"
+                "  x = rms(x, 1e-6)\n"
+                "  loss cross_entropy(matmul(x, tok, transpose_b), targets)\n}\n");
+    ck_assert_msg(r.ok, "%s", r.text);
+    const Graph *g = &r.g;
+    ck_assert_int_eq(g->tensors[find_tensor(g, "llama_block.0.rope_attn.bq")].dims[0], 24);
+    ck_assert_int_eq(g->tensors[find_tensor(g, "llama_block.0.rope_attn.bo")].dims[0], 16);
+    ck_assert_int_eq(g->tensors[find_tensor(g, "llama_block.0.swiglu.b1")].dims[0], 24);
+    ck_assert_int_eq(g->tensors[find_tensor(g, "llama_block.0.swiglu.b3")].dims[0], 24);
+    ck_assert_int_eq(g->tensors[find_tensor(g, "llama_block.0.swiglu.b2")].dims[0], 16);
+    /* OLMo 2: q and k normalised over all heads at once: gains of 4 * 4 and 2 * 4 */
+    ck_assert_int_eq(g->tensors[find_tensor(g, "olmo2_block.0.rope_attn.q_norm")].dims[0], 16);
+    ck_assert_int_eq(g->tensors[find_tensor(g, "olmo2_block.0.rope_attn.k_norm")].dims[0], 8);
+    ck_assert_int_eq(g->tensors[find_tensor(g, "olmo2_block.0.rope_attn.bo")].dims[0], 16);
+    ck_assert_int_ge(find_tensor(g, "olmo2_block.0.rms_1.g"), 0);
+    ck_assert_int_lt(find_tensor(g, "olmo2_block.0.rms_2.g"), 0);
+    ck_assert_int_lt(find_tensor(g, "olmo2_block.0.swiglu.b1"), 0);
+    /* 512 + llama: 16+384+192+192+384 + 24+12+12+16 + 16 + 3*384 + 24+24+16
+     *     + olmo2: 256+128+128+256 + 16+8+8+16 + 16+8 + 16 + 3*384 + 16 + 16 */
+    ck_assert_int_eq(graph_param_count(g), 512 + 2424 + 2064 + 16);
+    run_free(&r);
+    /* a hand-written OLMo 2 maps only its own parameters: stdlib/olmo2.zl's hf block maps the blocks */
+    run_src(&r, "import \"llama\"\nimport \"olmo2\"\nconst V = 32, T = 8, D = 16\n"
+                "model m(tokens: i32[B, T], targets: i32[B, T]) {\n"
+                "  tok = param [V, D] init normal(0.02)\n  x = embedding(tok, tokens)\n"
+                "  repeat 2 { x = olmo2_block(x, 4, 2, 24) }\n"
+                "  x = rms(x, 1e-6)\n"
+                "  loss cross_entropy(matmul(x, tok, transpose_b), targets)\n}\n"
+                "hf \"Olmo2ForCausalLM\" {\n  \"tok\" = \"model.embed_tokens.weight\"\n"
+                "  \"rms.g\" = \"model.norm.weight\"\n}\n");
+    ck_assert_msg(r.ok, "%s", r.text);
+    ck_assert_str_eq(r.text, "");
+    int n;
+    const GraphHfPiece *p = pieces_of(&r.g, "olmo2_block.1.rms_1.g", &n);
+    ck_assert_int_eq(n, 1);
+    ck_assert_str_eq(p->hf_name, "model.layers.1.post_feedforward_layernorm.weight");
+    p = pieces_of(&r.g, "olmo2_block.0.rope_attn.q_norm", &n);
+    ck_assert_str_eq(p->hf_name, "model.layers.0.self_attn.q_norm.weight");
+    ck_assert_int_eq(r.g.hf.npieces, 2 + 2 * 11);
+    run_free(&r);
+}
+END_TEST
+
 /* ---- config.json -> .zl ---- */
 
 typedef struct Conv {
@@ -408,6 +459,74 @@ START_TEST(config_to_zl) {
 }
 END_TEST
 
+/* LLaMA's biases, OLMo 2's block and Phi-3's fused tensors, cut by the mapping. */
+START_TEST(config_to_zl_families) {
+    Conv c;
+    const char *dims = "\"vocab_size\": 50, \"hidden_size\": 32, \"intermediate_size\": 40, \"num_hidden_layers\": 2,"
+                       " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"max_position_embeddings\": 64";
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, "{\"architectures\": [\"LlamaForCausalLM\"], %s, \"head_dim\": 12, \"attention_bias\": true,"
+             " \"mlp_bias\": true}", dims);
+    convert(&c, cfg, 0);
+    ck_assert_msg(c.r.ok, "%s\n%s", c.r.text, c.zl ? c.zl : "");
+    ck_assert_ptr_nonnull(strstr(c.zl, "head_dim = HD, qkv_bias = true, o_bias = true, mlp_bias = true)"));
+    int n;
+    const GraphHfPiece *p = pieces_of(&c.r.g, "llama_block.1.rope_attn.bo", &n);
+    ck_assert_int_eq(n, 1);
+    ck_assert_str_eq(p->hf_name, "model.layers.1.self_attn.o_proj.bias");
+    p = pieces_of(&c.r.g, "llama_block.0.swiglu.b3", &n);
+    ck_assert_str_eq(p->hf_name, "model.layers.0.mlp.up_proj.bias");
+    ck_assert_int_eq(c.r.g.hf.npieces, 1 + 2 * (1 + 4 + 4 + 1 + 3 + 3) + 2);
+    run_free(&c.r);
+
+    /* no head_dim: Qwen3's config class has 128, whatever hidden_size / heads is */
+    convert(&c, "{\"architectures\": [\"Qwen3ForCausalLM\"], \"vocab_size\": 50, \"hidden_size\": 32,"
+                " \"intermediate_size\": 40, \"num_hidden_layers\": 1, \"num_attention_heads\": 2,"
+                " \"max_position_embeddings\": 64}", 0);
+    ck_assert_msg(c.r.ok, "%s\n%s", c.r.text, c.zl ? c.zl : "");
+    ck_assert_ptr_nonnull(strstr(c.zl, ", HD = 128\n"));
+    run_free(&c.r);
+
+    snprintf(cfg, sizeof cfg, "{\"architectures\": [\"Olmo2ForCausalLM\"], %s, \"attention_bias\": true,"
+             " \"tie_word_embeddings\": true}", dims);
+    convert(&c, cfg, 0);
+    ck_assert_msg(c.r.ok, "%s\n%s", c.r.text, c.zl ? c.zl : "");
+    ck_assert_ptr_nonnull(strstr(c.zl, "import \"llama\"\nimport \"olmo2\"\n"));
+    ck_assert_ptr_nonnull(strstr(c.zl, "x = olmo2_block(x, H, KV, F, eps = 1e-06, theta = 10000.0, attention_bias = true)"));
+    p = pieces_of(&c.r.g, "olmo2_block.0.rms.g", &n);
+    ck_assert_str_eq(p->hf_name, "model.layers.0.post_attention_layernorm.weight");
+    p = pieces_of(&c.r.g, "olmo2_block.1.rms_1.g", &n);
+    ck_assert_str_eq(p->hf_name, "model.layers.1.post_feedforward_layernorm.weight");
+    p = pieces_of(&c.r.g, "olmo2_block.1.rope_attn.k_norm", &n);
+    ck_assert_str_eq(p->hf_name, "model.layers.1.self_attn.k_norm.weight");
+    ck_assert_int_eq(p->cols, 16);
+    ck_assert_int_eq(c.r.g.hf.npieces, 1 + 2 * (4 + 4 + 2 + 2 + 3) + 1);
+    run_free(&c.r);
+
+    snprintf(cfg, sizeof cfg, "{\"architectures\": [\"Phi3ForCausalLM\"], %s, \"original_max_position_embeddings\": 64,"
+             " \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"sliding_window\": null, \"attention_bias\": false}", dims);
+    convert(&c, cfg, 0);
+    ck_assert_msg(c.r.ok, "%s\n%s", c.r.text, c.zl ? c.zl : "");
+    ck_assert_str_eq(c.r.text, "");
+    static const struct { const char *param, *hf; int64_t col, cols; } cut[] = {
+        {"llama_block.1.rope_attn.wq", "model.layers.1.self_attn.qkv_proj.weight", 0, 32},
+        {"llama_block.1.rope_attn.wk", "model.layers.1.self_attn.qkv_proj.weight", 32, 16},
+        {"llama_block.1.rope_attn.wv", "model.layers.1.self_attn.qkv_proj.weight", 48, 16},
+        {"llama_block.0.swiglu.w1", "model.layers.0.mlp.gate_up_proj.weight", 0, 40},
+        {"llama_block.0.swiglu.w3", "model.layers.0.mlp.gate_up_proj.weight", 40, 40},
+    };
+    for (size_t i = 0; i < sizeof cut / sizeof *cut; i++) {
+        p = pieces_of(&c.r.g, cut[i].param, &n);
+        ck_assert_int_eq(n, 1);
+        ck_assert_str_eq(p->hf_name, cut[i].hf);
+        ck_assert(p->transpose);
+        ck_assert_int_eq(p->src_col, cut[i].col);
+        ck_assert_int_eq(p->cols, cut[i].cols);
+    }
+    run_free(&c.r);
+}
+END_TEST
+
 START_TEST(config_errors) {
     Conv c;
     convert(&c, "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 10, \"hidden_size\": 8,\n"
@@ -422,11 +541,19 @@ START_TEST(config_errors) {
     expect_has(&c.r, "m/config.json:3:58: error: rope_scaling.rope_type = \"dynamic\" is not supported (zinf has default, "
                      "linear and llama3)");
     expect_has(&c.r, "m/config.json:4:16: error: hidden_act = \"gelu\" is not supported (the MLP is SwiGLU: silu)");
-    expect_has(&c.r, "m/config.json:4:36: error: mlp_bias = true is not supported: biases in the MLP");
     expect_has(&c.r, "m/config.json:4:57: error: num_experts = 4 is not supported (mixture of experts)");
     expect_has(&c.r, "m/config.json:5:36: error: rms_norm_eps must be a positive number, got -1");
     expect_has(&c.r, "m/config.json:4:75: warning: resid_pdrop = 0.1: zinf trains without dropout");
     expect_has(&c.r, "m/config.json:5:49: warning: novel = [...] is a key zinf does not know");
+    run_free(&c.r);
+    /* biases an architecture does not have, refused by name */
+    convert(&c, "{\"architectures\": [\"MistralForCausalLM\"], \"vocab_size\": 10, \"hidden_size\": 8,"
+                " \"intermediate_size\": 8, \"num_hidden_layers\": 1, \"num_attention_heads\": 2,"
+                " \"max_position_embeddings\": 64, \"attention_bias\": true, \"mlp_bias\": true}", 0);
+    ck_assert_ptr_null(c.zl);
+    expect_has(&c.r, "m/config.json:1:202: error: attention_bias = true is not supported: MistralForCausalLM has no biases on "
+                     "q, k, v and o");
+    expect_has(&c.r, "m/config.json:1:220: error: mlp_bias = true is not supported: MistralForCausalLM has no biases in the MLP");
     run_free(&c.r);
     convert(&c, "[1, 2]", 0);
     expect_has(&c.r, "error: m/config.json must hold a JSON object");
@@ -460,7 +587,9 @@ int main(void) {
     tcase_add_test(t, ast_of_if_and_hf);
     tcase_add_test(t, rope_scaling_and_rmsnorm_heads_from_zl);
     tcase_add_test(t, stdlib_llama_options);
+    tcase_add_test(t, stdlib_bias_and_olmo2_options);
     tcase_add_test(t, config_to_zl);
+    tcase_add_test(t, config_to_zl_families);
     tcase_add_test(t, config_errors);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
