@@ -10,6 +10,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 /* Elements per thread work unit; a multiple of every vector width. */
@@ -320,23 +321,25 @@ int adam_isa_parse(const char *name, AdamIsa *out) {
     return -1;
 }
 
+static atomic_int chosen; /* adam_isa_set: ADAM_ISA_AUTO (0) for the best */
+
+int adam_isa_set(AdamIsa isa) {
+    if (!adam_isa_supported(isa)) return -1;
+    atomic_store(&chosen, (int)isa);
+    return 0;
+}
+
 AdamIsa adam_isa_resolve(AdamIsa requested) {
     if (requested != ADAM_ISA_AUTO) return adam_isa_supported(requested) ? requested : ADAM_ISA_AUTO;
-    const char *env = getenv("ZINF_ADAM_ISA");
-    if (env && *env) {
-        AdamIsa isa;
-        if (adam_isa_parse(env, &isa) != 0) return ADAM_ISA_AUTO;
-        if (isa == ADAM_ISA_AUTO) return adam_isa_best();
-        return adam_isa_supported(isa) ? isa : ADAM_ISA_AUTO;
-    }
-    return adam_isa_best();
+    AdamIsa set = (AdamIsa)atomic_load_explicit(&chosen, memory_order_relaxed);
+    return set != ADAM_ISA_AUTO ? set : adam_isa_best();
 }
 
 const char *adam_status_str(AdamStatus s) {
     switch (s) {
     case ADAM_OK: return "ok";
     case ADAM_EDTYPE: return "adam: gradient dtype must be f32, bf16 or f16 and parameter dtype f32, bf16, f16 or none";
-    case ADAM_EISA: return "adam: the requested instruction set (argument or ZINF_ADAM_ISA) is not available on this processor";
+    case ADAM_EISA: return "adam: the requested instruction set is not available on this processor";
     case ADAM_EARG: return "adam: bad argument (n < 0, step < 1 or a NULL array)";
     }
     return "adam: unknown status";
