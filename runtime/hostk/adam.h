@@ -14,7 +14,9 @@
  * Instruction set: AVX-512F, AVX2+FMA+F16C or plain C, chosen per call:
  * p->isa, or when that is ADAM_ISA_AUTO the one adam_isa_set chose for the
  * process (the programs pass ZINF_ADAM_ISA=scalar|avx2|avx512), or else the
- * best the processor has (__builtin_cpu_supports). Threads: OpenMP over 64 KiB-element blocks;
+ * best the processor has (__builtin_cpu_supports). One kernel
+ * (runtime/hostk/adam_simd.h) serves the three, so they give bit-identical
+ * results. Threads: the rank's pool over 64 Ki-element blocks;
  * p->threads (0: the rank's team, hk_threads() of hostk_threads.h). Small tensors run on
  * the calling thread. Results do not depend on the thread count. adam_step
  * is reentrant; it keeps no state. */
