@@ -3,7 +3,7 @@
  * One Comm per process. Under mpirun (or srun) it is MPI_COMM_WORLD; run
  * alone it is a world of one rank and every collective is a local copy, with
  * no MPI call at all. Collectives are issued non-blocking and polled against
- * a deadline (ZINF_COMM_TIMEOUT seconds, default 300): a rank that died or
+ * a deadline (CommOptions.timeout_s, default 300 s): a rank that died or
  * hangs makes the others return COMM_ETIMEDOUT instead of waiting forever;
  * the caller then reports and calls comm_abort, which ends every rank.
  * Errors are returned as values; nothing here prints or exits. */
