@@ -20,9 +20,7 @@ void cuda_gen_init(CudaGen *cg, Arena *a, const CudaGenOptions *opt) {
     cg->arena = a;
     if (opt) cg->opt = *opt;
     const char *dir = cg->opt.kernel_dir;
-    const char *env = getenv("ZINF_KERNEL_DIR");
     if (dir && *dir) snprintf(cg->kernel_dir, sizeof cg->kernel_dir, "%s", dir);
-    else if (env && *env) snprintf(cg->kernel_dir, sizeof cg->kernel_dir, "%s", env);
     else snprintf(cg->kernel_dir, sizeof cg->kernel_dir, "%s/kernels", ZINF_STDLIB_DIR);
 }
 

@@ -104,7 +104,7 @@ typedef struct CudaOpInfo {
 } CudaOpInfo;
 
 typedef struct CudaGenOptions {
-    const char *kernel_dir;    /* NULL: $ZINF_KERNEL_DIR, else ZINF_STDLIB_DIR/kernels */
+    const char *kernel_dir;    /* NULL: ZINF_STDLIB_DIR/kernels (zinfc passes $ZINF_KERNEL_DIR) */
     const SourceSet *sources;  /* to turn spans into file:line:col; NULL: file#offset */
     int sm_count;              /* the target GPU's SMs, for the gemm tile rule; 0: 128 */
     int64_t gemm_ws_bytes;     /* cuBLASLt workspace a gemm may use; 0: CUDA_GEMM_WS_DEFAULT, -1: none */

@@ -371,9 +371,12 @@ static bool arch_serves(const Graph *g, const char *arch, DiagSink *d) {
     return true;
 }
 
-bool kernels_embed(Plan *p, const Graph *g, const char *archs, const char *source_dir, const SourceSet *src,
+bool kernels_embed(Plan *p, const Graph *g, const char *archs, const EmbedDirs *dirs, const SourceSet *src,
                    int sm_count, DiagSink *d, EmbedStats *st) {
     memset(st, 0, sizeof *st);
+    EmbedDirs none = {0};
+    if (!dirs) dirs = &none;
+    const char *source_dir = dirs->source_dir;
     char why[512];
     if (!nvrtc_available(why, sizeof why)) {
         diag_error(d, SPAN_NONE, "cannot compile the plan's CUDA kernels: %s", why);
@@ -394,7 +397,7 @@ bool kernels_embed(Plan *p, const Graph *g, const char *archs, const char *sourc
     Arena a;
     arena_init(&a);
     CudaGen cg;
-    CudaGenOptions co = {.sources = src, .sm_count = sm_count};
+    CudaGenOptions co = {.kernel_dir = dirs->kernel_dir, .sources = src, .sm_count = sm_count};
     cuda_gen_init(&cg, &a, &co);
     CudaModule m;
     /* A shape the kernels cannot serve fails every layer alike: show the
@@ -441,7 +444,7 @@ bool kernels_embed(Plan *p, const Graph *g, const char *archs, const char *sourc
             j->name = arena_strdup(&a, kernels_unit_name(&m, u, nb, sizeof nb));
             j->arch = list[k];
         }
-    NvrtcOptions no = {0};
+    NvrtcOptions no = {.cache_dir = dirs->cache_dir};
     int failed = nvrtc_compile_many(jobs, nj, &no, 0);
     bool ok = failed == 0;
     PlanKernel *pk = ok ? ARENA_NEWN(&p->arena, PlanKernel, nj ? nj : 1) : NULL;

@@ -20,11 +20,18 @@ typedef struct EmbedStats {
     uint64_t bytes;     /* cubin bytes embedded */
 } EmbedStats;
 
-/* archs: "sm_80,sm_90" style list. source_dir: when not NULL, every unit's
- * source is also written to source_dir/<PlanKernel name> (the names the
- * plan's launches use). Returns false with diagnostics (the NVRTC log and
- * the saved source of a failing unit) in d. */
-bool kernels_embed(Plan *p, const Graph *g, const char *archs, const char *source_dir, const SourceSet *src,
+/* Where kernels_embed reads and writes; each NULL for its default. */
+typedef struct EmbedDirs {
+    const char *source_dir; /* every unit's source also written to source_dir/<PlanKernel name>
+                             * (the names the plan's launches use) */
+    const char *kernel_dir; /* the kernel sources (CudaGenOptions.kernel_dir) */
+    const char *cache_dir;  /* NVRTC's cubin cache (NvrtcOptions.cache_dir) */
+} EmbedDirs;
+
+/* archs: "sm_80,sm_90" style list; dirs may be NULL (every default).
+ * Returns false with diagnostics (the NVRTC log and the saved source of a
+ * failing unit) in d. */
+bool kernels_embed(Plan *p, const Graph *g, const char *archs, const EmbedDirs *dirs, const SourceSet *src,
                    int sm_count, DiagSink *d, EmbedStats *st);
 
 /* The launch half of kernels_embed, which needs no NVRTC: appends the

@@ -64,6 +64,10 @@ typedef struct ZincOptions {
     int64_t seq;          /* --seq N: its training sequence length (0: the default) */
     const char *lora;     /* --lora SPEC: LoRA adapters on the --from-hf model (compiler/hfconfig.h) */
     int ranks;            /* --ranks N: plan for N data-parallel ranks (0: the target's) */
+    /* from the environment (read_environment; docs/environment.md) */
+    const char *probe;      /* ZINF_PROBE: the probe file in place of this machine's (NULL: unset) */
+    const char *kernel_dir; /* ZINF_KERNEL_DIR: the CUDA kernel sources (NULL: the stdlib's) */
+    const char *cache_dir;  /* ZINF_CACHE_DIR: NVRTC's cache (NULL: nvrtc_cache_dir's default) */
 } ZincOptions;
 
 static const char *const known_options[] = {"--check", "--emit=graph", "--emit=ast", "--emit=zl", "--help", "--version",
@@ -234,7 +238,7 @@ static bool choose_target(const ZincOptions *o, Arena *a, SourceSet *src, DiagSi
                           const char **how) {
     LoadOptions lo = {o->includes, o->ninclude, o->stdlib_dir};
     char probe[1024];
-    bool from_env = false;
+    bool from_env = o->probe != NULL;
     const char *file = o->target;
     if (o->target && target_builtin(o->target, t)) {
         *how = arena_printf(a, "the built-in target %s", o->target);
@@ -245,7 +249,7 @@ static bool choose_target(const ZincOptions *o, Arena *a, SourceSet *src, DiagSi
         *how = arena_printf(a, "the model's target %s", t->name);
         return true;
     }
-    if (!o->target && plan_probe_path(probe, sizeof probe, &from_env)) {
+    if (!o->target && plan_probe_path(o->probe, probe, sizeof probe)) {
         if (access(probe, R_OK) == 0) file = arena_strdup(a, probe);
         else if (from_env) {
             diag_error(d, SPAN_NONE, "ZINF_PROBE=%s: cannot read it: %s (run zinfprobe -o %s, or unset ZINF_PROBE)", probe,
@@ -291,7 +295,8 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
             plan_free(r.plan);
             return 1;
         }
-        if (!kernels_embed(r.plan, g, archs, o->kernel_src, src, t.gpu_sms, d, &es)) {
+        EmbedDirs dirs = {.source_dir = o->kernel_src, .kernel_dir = o->kernel_dir, .cache_dir = o->cache_dir};
+        if (!kernels_embed(r.plan, g, archs, &dirs, src, t.gpu_sms, d, &es)) {
             plan_free(r.plan);
             return 1;
         }
@@ -386,13 +391,22 @@ static int run_probe(int argc, char **argv) {
     return 2;
 }
 
+/* What zinfc takes from the environment, all of it here (docs/environment.md);
+ * an empty value counts as unset. */
+static void read_environment(ZincOptions *o) {
+    const char *e;
+    o->stdlib_dir = (e = getenv("ZINF_STDLIB")) && *e ? e : ZINF_STDLIB_DIR;
+    o->color = isatty(fileno(stderr)) && !getenv("NO_COLOR");
+    o->probe = getenv("ZINF_PROBE"); /* "" too: no probe file, as "none" */
+    o->kernel_dir = (e = getenv("ZINF_KERNEL_DIR")) && *e ? e : NULL;
+    o->cache_dir = (e = getenv("ZINF_CACHE_DIR")) && *e ? e : NULL;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--probe") == 0) return run_probe(argc, argv);
     ZincOptions o;
     memset(&o, 0, sizeof o);
-    const char *env = getenv("ZINF_STDLIB");
-    o.stdlib_dir = env && env[0] ? env : ZINF_STDLIB_DIR;
-    o.color = isatty(fileno(stderr)) && !getenv("NO_COLOR");
+    read_environment(&o);
     int rc = parse_args(argc, argv, &o);
     if (rc) {
         free(o.includes);

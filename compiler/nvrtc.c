@@ -258,7 +258,6 @@ static int mkdir_p(const char *path) {
 const char *nvrtc_cache_dir(const NvrtcOptions *opt, char *buf, size_t n) {
     const char *e;
     if (opt && opt->cache_dir && *opt->cache_dir) snprintf(buf, n, "%s", opt->cache_dir);
-    else if ((e = getenv("ZINF_CACHE_DIR")) && *e) snprintf(buf, n, "%s", e);
     else if ((e = getenv("XDG_CACHE_HOME")) && *e) snprintf(buf, n, "%s/zinf/kernels", e);
     else if ((e = getenv("HOME")) && *e) snprintf(buf, n, "%s/.cache/zinf/kernels", e);
     else snprintf(buf, n, ".zinf-cache/kernels");

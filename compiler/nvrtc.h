@@ -6,8 +6,9 @@
  * runs on the CPU.
  *
  * Cache: an entry per (source, entry name, arch, options, NVRTC version),
- * keyed by the SHA-256 of all of them, in $ZINF_CACHE_DIR, else
- * $XDG_CACHE_HOME/zinf/kernels, else ~/.cache/zinf/kernels. An entry holds
+ * keyed by the SHA-256 of all of them, in NvrtcOptions.cache_dir (zinfc
+ * passes $ZINF_CACHE_DIR), else $XDG_CACHE_HOME/zinf/kernels, else
+ * ~/.cache/zinf/kernels. An entry holds
  * the cubin and the compile log (so a hit still has the resource report),
  * is written atomically (temp file + rename) and checksummed: a corrupt or
  * truncated entry is ignored and rebuilt. A failed compilation saves its

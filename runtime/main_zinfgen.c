@@ -27,6 +27,7 @@
 #include "json.h"
 #include "sftdata.h"
 #include "hostk_threads.h"
+#include "main_env.h"
 #include "nearest.h"
 #include "plan.h"
 #include "verify.h"
@@ -198,6 +199,7 @@ static int parse(int argc, char **argv, GenOpts *o) {
 }
 
 static Comm C;
+static MainEnv E; /* the ZINF_* variables (main_env.h) */
 
 static int die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int die(const char *fmt, ...) {
@@ -610,6 +612,7 @@ static int run(const Plan *p, const GenOpts *o) {
     if (o->tokenizer && hftok_load(&g.tok, o->tokenizer, err, sizeof err)) FAIL("%s", err);
     if (rt_choose_backend(&C, o->backend, p, o->plan, &be, NULL, 0, err, sizeof err)) FAIL("%s", err);
     RtOptions ro = {.backend = be, .nvme_dir = o->nvme, .queue_depth = 32};
+    main_env_rt(&E, &ro);
     if (!(g.r = rt_create(p, &C, &ro, err, sizeof err))) FAIL("%s", err);
     if (rt_forward_info(g.r, &fi, err, sizeof err)) FAIL("%s: %s", o->plan, err);
     g.V = fi.vocab;
@@ -654,7 +657,12 @@ int main(int argc, char **argv) {
     GenOpts o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc;
-    if (comm_init(&C, &argc, &argv, false) != COMM_OK) {
+    char env_err[256];
+    if (main_env_read(&E, env_err, sizeof env_err) || main_env_apply(&E, env_err, sizeof env_err)) {
+        fprintf(stderr, "zinfgen: %s\n", env_err);
+        return 2;
+    }
+    if (comm_init(&C, &argc, &argv, &E.comm) != COMM_OK) {
         fprintf(stderr, "zinfgen: %s\n", comm_last_error(&C));
         return 1;
     }

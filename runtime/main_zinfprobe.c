@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include "comm.h"
 #include "hostk_threads.h"
+#include "main_env.h"
 #include "plan.h"
 #include "probe.h"
 #include "probe_gpu.h"
@@ -28,6 +29,7 @@ typedef struct Opts {
     const char *nvme, *out;
     int ranks;
     bool quick, host;
+    const char *probe_env; /* ZINF_PROBE: the default output in place of this machine's probe file */
 } Opts;
 
 static void usage(FILE *f) {
@@ -143,7 +145,7 @@ static int write_out(const ProbeResult *r, const ProbeGpu *g, const char *out, c
 
 /* The checks every rank agrees on before measuring; 0, 1 or 2. */
 static int setup(Comm *c, Opts *o, char *nvme_abs, size_t nn, char *outbuf, size_t on, char *err, size_t en) {
-    bool from_env = false;
+    bool from_env = o->probe_env != NULL;
     if (c->size > 1 && o->ranks && o->ranks != c->size)
         return snprintf(err, en, "--ranks %d, but mpirun started %d ranks (leave --ranks out under mpirun)", o->ranks, c->size), 2;
     if (!o->ranks) o->ranks = c->size;
@@ -154,7 +156,7 @@ static int setup(Comm *c, Opts *o, char *nvme_abs, size_t nn, char *outbuf, size
     if (o->nvme && check_nvme(o->nvme, nvme_abs, nn, err, en)) return 1;
     if (o->nvme) o->nvme = nvme_abs;
     bool is_default = !o->out;
-    if (is_default && !plan_probe_path(outbuf, on, &from_env))
+    if (is_default && !plan_probe_path(o->probe_env, outbuf, on))
         return snprintf(err, en, "no place for the probe file (ZINF_PROBE is \"none\", or no HOME): give -o FILE"), 1;
     if (is_default) o->out = outbuf;
     double bad = c->rank == 0 && check_out(o->out, is_default && !from_env, err, en) ? 1 : 0;
@@ -165,12 +167,18 @@ static int setup(Comm *c, Opts *o, char *nvme_abs, size_t nn, char *outbuf, size
 
 int main(int argc, char **argv) {
     static Comm C;
-    if (comm_init(&C, &argc, &argv, false) != COMM_OK) {
+    MainEnv env;
+    char env_err[256];
+    if (main_env_read(&env, env_err, sizeof env_err) || main_env_apply(&env, env_err, sizeof env_err)) {
+        fprintf(stderr, "zinfprobe: %s\n", env_err);
+        return 2;
+    }
+    if (comm_init(&C, &argc, &argv, &env.comm) != COMM_OK) {
         fprintf(stderr, "zinfprobe: %s\n", comm_last_error(&C));
         return 1;
     }
     bool lead = C.rank == 0;
-    Opts o = {0};
+    Opts o = {.probe_env = env.probe};
     int rc = parse(argc, argv, &o, lead);
     static char err[1024], nvme_abs[512], outbuf[4096];
     if (!rc) rc = setup(&C, &o, nvme_abs, sizeof nvme_abs, outbuf, sizeof outbuf, err, sizeof err);

@@ -21,6 +21,7 @@
 #include "exec.h"
 #include "hostk_threads.h"
 #include "hfio.h"
+#include "main_env.h"
 #include "hftok.h"
 #include "outpath.h"
 #include "plan.h"
@@ -744,6 +745,7 @@ static int check_layout(const Plan *p, RtBackend backend, char *err, size_t n) {
 /* Everything one run holds; run_close frees what exists. */
 typedef struct Run {
     Opts o;
+    MainEnv env;     /* the ZINF_* variables (main_env.h) */
     bool lead, tty;
     Plan *p;
     Rt *r;
@@ -846,6 +848,7 @@ static int run_start(Run *u, char *err, size_t n) {
     const Opts *o = &u->o;
     Plan *p = u->p;
     RtOptions ro = {.backend = u->backend, .nvme_dir = o->nvme, .queue_depth = 32, .trace = o->trace != NULL};
+    main_env_rt(&u->env, &ro);
     /* Hugging Face weights: the mapping and the target checked before anything is allocated or trained */
     char m[4096];
     /* --init may also read --export's file, which needs no mapping: hfio_import says which */
@@ -1248,7 +1251,12 @@ int main(int argc, char **argv) {
     static Run u; /* zeroed: what run_close frees is what exists */
     int rc = parse(argc, argv, &u.o);
     if (rc) return rc;
-    if (comm_init(&C, &argc, &argv, false) != COMM_OK) {
+    char env_err[256];
+    if (main_env_read(&u.env, env_err, sizeof env_err) || main_env_apply(&u.env, env_err, sizeof env_err)) {
+        fprintf(stderr, "zinfrun: %s\n", env_err);
+        return 2;
+    }
+    if (comm_init(&C, &argc, &argv, &u.env.comm) != COMM_OK) {
         fprintf(stderr, "zinfrun: %s\n", comm_last_error(&C));
         return 1;
     }
@@ -1256,7 +1264,7 @@ int main(int argc, char **argv) {
     catch_stop_signals(u.o.ckpt_dir, C.rank == 0);
     /* Under mpirun stdout is often a pseudo-terminal shared by every rank: plain lines then. */
     u.lead = C.rank == 0;
-    u.tty = isatty(1) && C.size == 1 && !getenv("ZINF_PLAIN");
+    u.tty = isatty(1) && C.size == 1 && !u.env.plain;
     u.loaded = -1;
     u.saved = -1;
     static char err[16384]; /* messages that list tensors or checkpoints */

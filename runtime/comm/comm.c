@@ -79,15 +79,15 @@ static CommStatus learn_layout(Comm *c) {
     return st;
 }
 
-CommStatus comm_init(Comm *c, int *argc, char ***argv, bool force_mpi) {
+CommStatus comm_init(Comm *c, int *argc, char ***argv, const CommOptions *o) {
     memset(c, 0, sizeof *c);
     c->size = 1;
     c->local_size = 1;
     c->layout = (CommLayout){1, 1, 1};
-    c->timeout_s = 300;
-    const char *t = getenv("ZINF_COMM_TIMEOUT");
-    if (t && atof(t) > 0) c->timeout_s = atof(t);
-    if (!force_mpi && !launched_by_mpi()) {
+    const CommOptions none = {0};
+    if (!o) o = &none;
+    c->timeout_s = o->timeout_s > 0 ? o->timeout_s : 300;
+    if (!o->force_mpi && !launched_by_mpi()) {
         /* srun's tasks learn their rank from an MPI plugin; without one
          * (--mpi=none) MPI would make each a world of one */
         int tasks = env_count("SLURM_STEP_NUM_TASKS");
@@ -108,8 +108,7 @@ CommStatus comm_init(Comm *c, int *argc, char ***argv, bool force_mpi) {
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c->size);
     MPI_Comm node;
-    const char *split = getenv("ZINF_TEST_NODE_SPLIT"); /* tests only: see comm.h */
-    int k = split ? atoi(split) : 0;
+    int k = o->node_split; /* tests only: see comm.h */
     if (k > 0 && k <= c->size)
         rc = MPI_Comm_split(MPI_COMM_WORLD, (int)((int64_t)c->rank * k / c->size), c->rank, &node);
     else

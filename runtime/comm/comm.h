@@ -3,7 +3,7 @@
  * One Comm per process. Under mpirun (or srun) it is MPI_COMM_WORLD; run
  * alone it is a world of one rank and every collective is a local copy, with
  * no MPI call at all. Collectives are issued non-blocking and polled against
- * a deadline (ZINF_COMM_TIMEOUT seconds, default 300): a rank that died or
+ * a deadline (CommOptions.timeout_s, default 300 s): a rank that died or
  * hangs makes the others return COMM_ETIMEDOUT instead of waiting forever;
  * the caller then reports and calls comm_abort, which ends every rank.
  * Errors are returned as values; nothing here prints or exits. */
@@ -38,16 +38,26 @@ typedef struct Comm {
     char err[256];
 } Comm;
 
+/* How comm_init joins; all zero (or a NULL pointer) for the defaults. The
+ * programs take timeout_s and node_split from ZINF_COMM_TIMEOUT and
+ * ZINF_TEST_NODE_SPLIT (docs/environment.md). */
+typedef struct CommOptions {
+    bool force_mpi;     /* MPI even without a launcher's environment */
+    double timeout_s;   /* how long a collective may wait for a peer (0: 300 s) */
+    int node_split;     /* tests only: pretend the ranks sit on this many nodes (0: as MPI groups them) */
+} CommOptions;
+
 /* Joins the job. Uses MPI when a launcher's environment is present
  * (OMPI_COMM_WORLD_SIZE from mpirun, PMIX_RANK from srun --mpi=pmix,
- * PMI_SIZE from a PMI-2 launcher, MPI_LOCALNRANKS from MPICH's) or force_mpi
- * is set; otherwise a world of one, except that several tasks of one srun
- * step with none of those (srun --mpi=none, the usual default) are refused
- * with COMM_ELAUNCH: each would train alone. The node of a rank is its
- * MPI_COMM_TYPE_SHARED group; for tests only, ZINF_TEST_NODE_SPLIT=k
- * pretends the ranks sit on k nodes instead (rank r on node r*k/size), since
- * one machine cannot be made to look like two to MPI. */
-CommStatus comm_init(Comm *c, int *argc, char ***argv, bool force_mpi);
+ * PMI_SIZE from a PMI-2 launcher, MPI_LOCALNRANKS from MPICH's) or
+ * o->force_mpi is set; otherwise a world of one, except that several tasks
+ * of one srun step with none of those (srun --mpi=none, the usual default)
+ * are refused with COMM_ELAUNCH: each would train alone. The node of a rank
+ * is its MPI_COMM_TYPE_SHARED group; for tests only, o->node_split = k
+ * (at most the world's size) pretends the ranks sit on k nodes instead
+ * (rank r on node r*k/size), since one machine cannot be made to look like
+ * two to MPI. o may be NULL. */
+CommStatus comm_init(Comm *c, int *argc, char ***argv, const CommOptions *o);
 void comm_finalize(Comm *c);
 /* Ends every rank of the job (MPI_Abort); returns only in a world of one. */
 void comm_abort(Comm *c, int code);

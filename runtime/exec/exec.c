@@ -200,8 +200,8 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
     }
     if (init_state(r, err, n)) goto bad;
     if (qrun_init(&r->q, p, r->be->instr, r)) { errorf(err, n, "out of memory"); goto bad; }
-    const char *nobatch = getenv("ZINF_NVME_NOBATCH"); /* 1: one at a time, for comparison */
-    if (!nobatch || !nobatch[0] || !strcmp(nobatch, "0")) rt_nvme_pipe(r); /* either backend */
+    if (r->o.queue_slice_us) r->q.slice_us = r->o.queue_slice_us < 0 ? 0 : r->o.queue_slice_us;
+    if (!r->o.nvme_unbatched) rt_nvme_pipe(r); /* either backend; one at a time is for comparison */
     return r;
 bad:
     rt_destroy(r);

@@ -42,6 +42,12 @@ typedef struct RtOptions {
     const char *nvme_dir;   /* overrides the plan target's NVMe paths (tests, demos) */
     int queue_depth;        /* io_uring depth (default 32) */
     bool trace;             /* keep per-step timings for --trace */
+    /* For comparison and tests; zero leaves the default (the programs take
+     * them from ZINF_* variables: docs/environment.md). */
+    bool nvme_unbatched;    /* NVMe transfers one at a time, not pipelined */
+    bool no_huge_pages;     /* the pinned arena stays on 4 KiB pages */
+    int queue_slice_us;     /* the I/O queues' scheduler slice: 0 -> 100 us, < 0 -> the kernel's default */
+    const char *cublaslt_off; /* non-NULL: every GEMM runs its NVRTC launch, not cuBLASLt; the reason shown */
 } RtOptions;
 
 typedef struct RtStepStats {

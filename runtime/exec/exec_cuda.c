@@ -524,7 +524,7 @@ static int cuda_create(Rt *r, char *err, size_t n) {
     if (!cu) return errorf(err, n, "out of memory");
     r->cu = cu;
     cu->timeout_s = r->c->timeout_s > 0 ? r->c->timeout_s : 300;
-    if (cuexec_open(&cu->x, p, r->c, err, n)) {
+    if (cuexec_open(&cu->x, p, r->c, r->o.cublaslt_off, err, n)) {
         free(cu);
         r->cu = NULL;
         return -1;

@@ -18,10 +18,9 @@ enum { HUGE_PAGE = 2 << 20 };
  * touch, so it is born on them: registration (nvme.c) then has nothing to
  * collapse, and a 1 MiB request is one scatter-gather entry
  * (docs/runtime.md, "NVMe transfers"). Best effort: where the kernel
- * refuses, 4 KiB pages; ZINF_NVME_HUGEPAGES=0 leaves them too. */
+ * refuses, 4 KiB pages; RtOptions.no_huge_pages leaves them too. */
 static int host_create(Rt *r, char *err, size_t n) {
     const Plan *p = r->p;
-    const char *huge = getenv("ZINF_NVME_HUGEPAGES");
     for (int k = 0; k < PLAN_NARENAS; k++) {
         if (k == ARENA_NVME) continue;
         uint64_t sz = p->arenas[k].size;
@@ -30,7 +29,7 @@ static int host_create(Rt *r, char *err, size_t n) {
         uint64_t rounded = (sz + align - 1) / align * align;
         r->arena[k] = aligned_alloc(align, rounded);
         if (!r->arena[k]) return errorf(err, n, "cannot allocate the %s arena (%llu bytes)", plan_arena_names[k], (unsigned long long)sz);
-        if (k == ARENA_PINNED && !(huge && huge[0] == '0'))
+        if (k == ARENA_PINNED && !r->o.no_huge_pages)
             (void)madvise(r->arena[k], rounded, MADV_HUGEPAGE); /* a refusal leaves 4 KiB pages */
         memset(r->arena[k], 0, rounded);
         r->arena_bytes[k] = sz;

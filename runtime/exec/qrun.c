@@ -33,6 +33,7 @@ int qrun_init(Qrun *q, const Plan *p, QrunExecFn fn, void *ctx) {
     q->plan = p;
     q->fn = fn;
     q->ctx = ctx;
+    q->slice_us = 100;
     q->done = calloc(p->ninstrs ? p->ninstrs : 1, sizeof *q->done);
     q->timing = calloc(p->ninstrs ? p->ninstrs : 1, sizeof *q->timing);
     QSync *s = calloc(1, sizeof *s);
@@ -124,8 +125,8 @@ static bool mine(const Worker *w, uint32_t i) {
  * 3 ms) unless it may preempt: a thread that asks for a short slice may
  * (EEVDF, Linux 6.12 and later: sched_attr.sched_runtime of a normal
  * thread; older kernels ignore it, nothing fails). No privilege needed;
- * the thread's share of the CPU is unchanged. ZINF_QUEUE_SLICE_US sets
- * the slice (0: leave the default). */
+ * the thread's share of the CPU is unchanged. Qrun.slice_us sets the
+ * slice (0: leave the default). */
 typedef struct SchedAttr { /* the kernel's struct sched_attr (its header clashes with <sched.h>) */
     uint32_t size, sched_policy;
     uint64_t sched_flags;
@@ -134,10 +135,8 @@ typedef struct SchedAttr { /* the kernel's struct sched_attr (its header clashes
     uint64_t sched_runtime, sched_deadline, sched_period;
 } SchedAttr;
 
-static void ask_short_slice(int queue) {
+static void ask_short_slice(int queue, long us) {
     if (queue == Q_COMPUTE) return;
-    const char *e = getenv("ZINF_QUEUE_SLICE_US");
-    long us = e ? atol(e) : 100;
     if (us <= 0) return;
     SchedAttr a;
     memset(&a, 0, sizeof a);
@@ -353,7 +352,7 @@ static void *worker_main(void *arg) {
     Worker *w = arg;
     Qrun *q = w->q;
     QSync *s = q->sync;
-    ask_short_slice(w->queue);
+    ask_short_slice(w->queue, q->slice_us);
     if (q->pipe[w->queue].start) {
         pipe_run(w);
         return NULL;

@@ -82,6 +82,7 @@ typedef struct Qrun {
     QrunPipe pipe[PLAN_NQUEUES];     /* qrun_set_pipe; start NULL: one instruction at a time */
     uint64_t overlapped[PLAN_NQUEUES]; /* instructions started while others of the queue were in flight */
     int peak[PLAN_NQUEUES];            /* the most of the queue's instructions in flight at once */
+    int slice_us;       /* the I/O workers' scheduler slice (qrun_init: 100; 0: the kernel's default); set before the first run */
 } Qrun;
 
 int qrun_init(Qrun *q, const Plan *p, QrunExecFn fn, void *ctx);

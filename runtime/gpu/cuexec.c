@@ -72,10 +72,10 @@ static int load_code(CuExec *x, const Plan *p, char *err, size_t n) {
     return 0;
 }
 
-/* cuBLASLt for the plan's GEMMs, unless ZINF_CUBLASLT=0 or the plan has
+/* cuBLASLt for the plan's GEMMs, unless the caller turned it off or the plan has
  * none it may run; a library that does not load or start is not an error:
  * the GEMMs run their launches and the startup line says why. */
-static int open_gemms(CuExec *x, const Plan *p, char *err, size_t n) {
+static int open_gemms(CuExec *x, const Plan *p, const char *off, char *err, size_t n) {
     x->gemm_of = malloc(sizeof *x->gemm_of * (p->nlaunches ? p->nlaunches : 1));
     if (!x->gemm_of) return errorf(err, n, "rank %d: out of memory", x->rank);
     uint32_t nlt = 0;
@@ -87,9 +87,8 @@ static int open_gemms(CuExec *x, const Plan *p, char *err, size_t n) {
             if ((uint64_t)(g->ws_off + g->ws_bytes) > x->lt_ws_bytes) x->lt_ws_bytes = (uint64_t)(g->ws_off + g->ws_bytes);
             nlt++;
         }
-    const char *env = getenv("ZINF_CUBLASLT");
     if (!nlt) snprintf(x->lt_why, sizeof x->lt_why, "%s", p->version < 4 ? "a version-3 plan describes no GEMMs" : "the plan gives cuBLASLt none");
-    else if (env && !strcmp(env, "0")) snprintf(x->lt_why, sizeof x->lt_why, "cuBLASLt off: ZINF_CUBLASLT=0");
+    else if (off) snprintf(x->lt_why, sizeof x->lt_why, "cuBLASLt off: %s", off);
     else if (cublaslt_open(&x->lt, x->lt_why, sizeof x->lt_why) == 0) x->lt_on = true;
     if (!x->lt_on) x->lt_ws_bytes = 0; /* the launches need none */
     return 0;
@@ -117,7 +116,7 @@ const char *cuexec_gemm_summary(const CuExec *x, const Plan *p, char *buf, size_
     return buf;
 }
 
-int cuexec_open(CuExec *x, const Plan *p, const Comm *c, char *err, size_t n) {
+int cuexec_open(CuExec *x, const Plan *p, const Comm *c, const char *cublaslt_off, char *err, size_t n) {
     memset(x, 0, sizeof *x);
     x->rank = c->rank;
     char why[512];
@@ -148,7 +147,7 @@ int cuexec_open(CuExec *x, const Plan *p, const Comm *c, char *err, size_t n) {
     size_t total = 0;
     if (x->drv.MemGetInfo(&x->mem_free_at_open, &total) != CUDA_SUCCESS) x->mem_free_at_open = 0;
     if (load_code(x, p, err, n)) goto bad;
-    if (open_gemms(x, p, err, n)) goto bad;
+    if (open_gemms(x, p, cublaslt_off, err, n)) goto bad;
     for (int q = 0; q < PLAN_NQUEUES; q++) {
         rc = x->drv.StreamCreate(&x->stream[q], CU_STREAM_NON_BLOCKING);
         if (rc != CUDA_SUCCESS) {

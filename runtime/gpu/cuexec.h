@@ -51,8 +51,10 @@ typedef struct CuExec {
 /* Opens the driver, picks device (local rank) of c's node, makes its context
  * current, loads every cubin of p for the device's architecture, resolves
  * every launch, creates streams and events. Errors name the device and the
- * architectures when the plan has no code for this GPU. */
-int cuexec_open(CuExec *x, const Plan *p, const Comm *c, char *err, size_t errlen);
+ * architectures when the plan has no code for this GPU. cublaslt_off: NULL,
+ * or every GEMM runs its NVRTC launch and this says why (zinfrun passes
+ * "ZINF_CUBLASLT=0"). */
+int cuexec_open(CuExec *x, const Plan *p, const Comm *c, const char *cublaslt_off, char *err, size_t errlen);
 void cuexec_close(CuExec *x);
 /* Makes the context current on the calling thread (each queue's worker). */
 int cuexec_bind_thread(CuExec *x, char *err, size_t errlen);

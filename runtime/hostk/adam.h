@@ -12,9 +12,11 @@
  * which is torch.optim.AdamW's update.
  *
  * Instruction set: AVX-512F, AVX2+FMA+F16C or plain C, chosen per call:
- * p->isa, or when that is ADAM_ISA_AUTO the environment variable
- * ZINF_ADAM_ISA=scalar|avx2|avx512, or else the best the processor has
- * (__builtin_cpu_supports). Threads: OpenMP over 64 KiB-element blocks;
+ * p->isa, or when that is ADAM_ISA_AUTO the one adam_isa_set chose for the
+ * process (the programs pass ZINF_ADAM_ISA=scalar|avx2|avx512), or else the
+ * best the processor has (__builtin_cpu_supports). One kernel
+ * (runtime/hostk/adam_simd.h) serves the three, so they give bit-identical
+ * results. Threads: the rank's pool over 64 Ki-element blocks;
  * p->threads (0: the rank's team, hk_threads() of hostk_threads.h). Small tensors run on
  * the calling thread. Results do not depend on the thread count. adam_step
  * is reentrant; it keeps no state. */
@@ -29,7 +31,7 @@ typedef enum AdamIsa { ADAM_ISA_AUTO = 0, ADAM_ISA_SCALAR, ADAM_ISA_AVX2, ADAM_I
 
 typedef struct AdamParams {
     float lr, beta1, beta2, eps, weight_decay;
-    AdamIsa isa;  /* ADAM_ISA_AUTO: environment, else the best available */
+    AdamIsa isa;  /* ADAM_ISA_AUTO: adam_isa_set's, else the best available */
     int threads;  /* 0: the rank's team (hk_threads) */
 } AdamParams;
 
@@ -51,7 +53,7 @@ AdamSchedule adam_schedule_of(const struct PlanTrain *t);
 typedef enum AdamStatus {
     ADAM_OK = 0,
     ADAM_EDTYPE,  /* gradient or parameter dtype not f32/bf16/f16 */
-    ADAM_EISA,    /* the ISA asked for (argument or ZINF_ADAM_ISA) is not available */
+    ADAM_EISA,    /* the ISA asked for is not available */
     ADAM_EARG,    /* n < 0, step < 1, or a NULL array */
 } AdamStatus;
 
@@ -73,8 +75,12 @@ AdamStatus adam_step_to(const AdamParams *p, int64_t step, const float *master_i
 AdamIsa adam_isa_best(void);
 /* 1 when this processor runs isa (AUTO and SCALAR always). */
 int adam_isa_supported(AdamIsa isa);
-/* What adam_step would use for `requested`; ADAM_ISA_AUTO if ZINF_ADAM_ISA
- * names an unknown or unsupported ISA (adam_step then fails with EISA). */
+/* The ISA of ADAM_ISA_AUTO for the whole process (once at start; for
+ * comparison and tests); ADAM_ISA_AUTO: back to the best. 0, or -1 when
+ * this processor does not run it (nothing changes). */
+int adam_isa_set(AdamIsa isa);
+/* What adam_step would use for `requested`; ADAM_ISA_AUTO when requested
+ * is not supported (adam_step then fails with EISA). */
 AdamIsa adam_isa_resolve(AdamIsa requested);
 /* "scalar", "avx2", "avx512"; "auto" for ADAM_ISA_AUTO. */
 const char *adam_isa_name(AdamIsa isa);

@@ -2,9 +2,12 @@
  * operations. runtime/hostk/hostk_vec.c includes this file three times, with
  * HK_SIMD set to 512 (AVX-512F), 256 (AVX2+FMA+F16C) or 1 (plain C); every
  * function carries the instruction set as a target attribute and gets the
- * suffix _avx512, _avx2 or _scalar. Not a public header. */
+ * suffix _avx512, _avx2 or _scalar. Another module of the room may write
+ * its own functions over the same operations: it defines HK_SIMD_FUNCS to
+ * the header that holds them, which is then included in place of
+ * hostk_vec.h's (runtime/hostk/adam.c: adam_simd.h). Not a public header. */
 #if !defined(HK_SIMD)
-#error "hostk_simd.h is included by hostk_vec.c only"
+#error "hostk_simd.h is included by hostk_vec.c and adam.c only"
 #endif
 
 #define AI __attribute__((always_inline, unused))
@@ -32,6 +35,7 @@ static inline AI TGT VF FN(v_add)(VF a, VF b) { return _mm512_add_ps(a, b); }
 static inline AI TGT VF FN(v_sub)(VF a, VF b) { return _mm512_sub_ps(a, b); }
 static inline AI TGT VF FN(v_mul)(VF a, VF b) { return _mm512_mul_ps(a, b); }
 static inline AI TGT VF FN(v_div)(VF a, VF b) { return _mm512_div_ps(a, b); }
+static inline AI TGT VF FN(v_sqrt)(VF a) { return _mm512_sqrt_ps(a); }
 static inline AI TGT VF FN(v_fma)(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
 static inline AI TGT VF FN(v_max)(VF a, VF b) { return _mm512_max_ps(a, b); }
 static inline AI TGT VF FN(v_min)(VF a, VF b) { return _mm512_min_ps(a, b); }
@@ -113,6 +117,7 @@ static inline AI TGT VF FN(v_add)(VF a, VF b) { return _mm256_add_ps(a, b); }
 static inline AI TGT VF FN(v_sub)(VF a, VF b) { return _mm256_sub_ps(a, b); }
 static inline AI TGT VF FN(v_mul)(VF a, VF b) { return _mm256_mul_ps(a, b); }
 static inline AI TGT VF FN(v_div)(VF a, VF b) { return _mm256_div_ps(a, b); }
+static inline AI TGT VF FN(v_sqrt)(VF a) { return _mm256_sqrt_ps(a); }
 static inline AI TGT VF FN(v_fma)(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
 static inline AI TGT VF FN(v_max)(VF a, VF b) { return _mm256_max_ps(a, b); }
 static inline AI TGT VF FN(v_min)(VF a, VF b) { return _mm256_min_ps(a, b); }
@@ -193,6 +198,7 @@ static inline AI VF FN(v_add)(VF a, VF b) { return a + b; }
 static inline AI VF FN(v_sub)(VF a, VF b) { return a - b; }
 static inline AI VF FN(v_mul)(VF a, VF b) { return a * b; }
 static inline AI VF FN(v_div)(VF a, VF b) { return a / b; }
+static inline AI VF FN(v_sqrt)(VF a) { return sqrtf(a); }
 static inline AI VF FN(v_fma)(VF a, VF b, VF c) { return fmaf(a, b, c); }
 /* as the instructions: the second operand when either is NaN */
 static inline AI VF FN(v_max)(VF a, VF b) { return a > b ? a : b; }
@@ -331,6 +337,9 @@ static inline AI TGT VF FN(v_silu_grad)(VF x) {
     return FN(v_nan_keep)(x, FN(v_fma)(FN(v_mul)(FN(v_mul)(xc, e), s), s, s));
 }
 
+#if defined(HK_SIMD_FUNCS)
+#include HK_SIMD_FUNCS
+#else
 /* ---- rows ---- */
 
 static TGT void FN(cast)(const void *src, DType st, void *dst, DType dt, int64_t n) {
@@ -965,6 +974,7 @@ static const HkVec FN(table) = {
     .softmax_cols = FN(softmax_cols),
     .transpose = FN(transpose),
 };
+#endif /* HK_SIMD_FUNCS */
 
 #undef AI
 #undef VF

@@ -19,6 +19,8 @@
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int policy_threads = 1, avail_cores = 1, online_cores = 1, local_ranks = 1;
 static atomic_int told_local_ranks; /* hk_threads_local_ranks: what MPI said, 0: not told */
+static atomic_int asked_threads;    /* hk_threads_ask: the user's count, 0: not asked */
+static char asked_why[64];
 static char policy_why[160];
 static atomic_int override_threads;
 static pthread_mutex_t team_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -50,9 +52,9 @@ static void init(void) {
         if (v) local_ranks = v, local_from = local_vars[i];
     }
     int v;
-    if ((v = env_count("ZINF_THREADS"))) {
+    if ((v = atomic_load(&asked_threads)) > 0) {
         policy_threads = v;
-        snprintf(policy_why, sizeof policy_why, "ZINF_THREADS");
+        snprintf(policy_why, sizeof policy_why, "%s", asked_why);
     } else if ((v = env_count("OMP_NUM_THREADS"))) {
         policy_threads = v;
         snprintf(policy_why, sizeof policy_why, "OMP_NUM_THREADS");
@@ -84,6 +86,17 @@ int hk_team(double ns) {
 }
 
 void hk_threads_local_ranks(int n) { atomic_store(&told_local_ranks, n > 0 ? n : 0); }
+
+int hk_threads_kernels_isa(const char *name) {
+    HkIsa isa;
+    if (hk_isa_parse(name, &isa)) return -1;
+    return hk_isa_set(isa) ? -2 : 0;
+}
+
+void hk_threads_ask(int n, const char *why) {
+    snprintf(asked_why, sizeof asked_why, "%s", why ? why : "asked for");
+    atomic_store(&asked_threads, n > 0 ? n : 0);
+}
 
 void hk_threads_set(int n) {
     pthread_once(&once, init);

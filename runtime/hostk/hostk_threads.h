@@ -2,7 +2,8 @@
  * kernels, the GEMMs under them, the CPU Adam).
  *
  * One team of T threads per rank does all of it:
- *  - T is ZINF_THREADS when set, else OMP_NUM_THREADS when set (the user's
+ *  - T is the count the program asked for (hk_threads_ask: zinfrun passes
+ *    ZINF_THREADS), else OMP_NUM_THREADS when set (the user's
  *    explicit choice, kept even when it oversubscribes), else the cores this
  *    process may run on (sched_getaffinity) divided by the ranks on this node
  *    (what MPI's shared-memory split counted, given by hk_threads_local_ranks;
@@ -46,9 +47,18 @@ int hk_team(double ns);
  * count is decided once). An srun without --ntasks-per-node sets none of
  * the launcher variables above. */
 void hk_threads_local_ranks(int n);
+/* The user's count (n >= 1; before OMP_NUM_THREADS) and the words that say
+ * where it came from (hk_threads_describe shows them, e.g. "ZINF_THREADS");
+ * call it before the first kernel, as hk_threads_local_ranks. */
+void hk_threads_ask(int n, const char *why);
 /* Overrides the count for the whole process (tests, benchmarks); n <= 0
  * returns to the policy above. */
 void hk_threads_set(int n);
+/* The host kernels' vector path for the whole process, by name: "scalar",
+ * "avx2", "avx512" or "auto" (the best the processor has, the default); for
+ * comparison (zinfrun passes ZINF_HK_ISA). 0; -1 for a name not among
+ * those, -2 when this processor does not run it (nothing changes). */
+int hk_threads_kernels_isa(const char *name);
 /* Sets the calling thread's OpenMP default team size to 1 (see above). */
 void hk_threads_adopt(void);
 /* What was chosen and why, one line without a newline, e.g.

@@ -54,15 +54,14 @@ static HkIsa best(void) {
     return HK_ISA_SCALAR;
 }
 
-/* ZINF_HK_ISA when it names an available path, else the best. */
-static HkIsa from_env(void) {
-    const char *e = getenv("ZINF_HK_ISA");
-    if (e && *e) {
-        static const HkIsa all[] = {HK_ISA_SCALAR, HK_ISA_AVX2, HK_ISA_AVX512};
-        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-            if (!strcmp(e, hk_isa_name(all[i])) && hk_isa_supported(all[i])) return all[i];
-    }
-    return best();
+int hk_isa_parse(const char *name, HkIsa *out) {
+    static const HkIsa all[] = {HK_ISA_AUTO, HK_ISA_SCALAR, HK_ISA_AVX2, HK_ISA_AVX512};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (name && !strcmp(name, hk_isa_name(all[i]))) {
+            *out = all[i];
+            return 0;
+        }
+    return -1;
 }
 
 static atomic_int chosen; /* 0: not decided yet */
@@ -70,7 +69,7 @@ static atomic_int chosen; /* 0: not decided yet */
 HkIsa hk_isa(void) {
     int c = atomic_load_explicit(&chosen, memory_order_relaxed);
     if (c) return (HkIsa)c;
-    HkIsa d = from_env();
+    HkIsa d = best();
     int expect = 0;
     atomic_compare_exchange_strong(&chosen, &expect, (int)d);
     return (HkIsa)atomic_load(&chosen);
@@ -78,7 +77,7 @@ HkIsa hk_isa(void) {
 
 int hk_isa_set(HkIsa isa) {
     if (!hk_isa_supported(isa)) return -1;
-    atomic_store(&chosen, (int)(isa == HK_ISA_AUTO ? from_env() : isa));
+    atomic_store(&chosen, (int)(isa == HK_ISA_AUTO ? best() : isa));
     return 0;
 }
 

@@ -2,9 +2,9 @@
  *
  * One table of row and tile functions per instruction set: AVX-512F,
  * AVX2+FMA+F16C, or plain C. The table in use is chosen once per process
- * like the CPU Adam's (runtime/hostk/adam.c): ZINF_HK_ISA=scalar|avx2|avx512 when
- * set and available, else the best the processor has; hk_isa_set() forces
- * one (tests). Every function is written once (runtime/hostk/hostk_simd.h) over a
+ * like the CPU Adam's (runtime/hostk/adam.c): the best the processor has,
+ * unless hk_isa_set() chose one (the programs pass ZINF_HK_ISA=scalar|avx2|avx512,
+ * for comparison; tests). Every function is written once (runtime/hostk/hostk_simd.h) over a
  * small set of vector operations and compiled three times with per-function
  * target attributes, so this file builds with the default flags.
  *
@@ -48,6 +48,7 @@ HkIsa hk_isa(void);                 /* the path in use (never AUTO) */
 bool hk_isa_supported(HkIsa isa);   /* AUTO and SCALAR: always */
 int hk_isa_set(HkIsa isa);          /* 0, or -1 when not supported; AUTO: back to the default */
 const char *hk_isa_name(HkIsa isa);
+int hk_isa_parse(const char *name, HkIsa *out); /* a name as hk_isa_name writes it; 0, or -1 when unknown */
 
 /* One instruction set's functions. Pointers are f32 unless a DType says
  * otherwise; n, D: elements; no function allocates or keeps state. */

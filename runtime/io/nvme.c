@@ -23,6 +23,10 @@
 /* The transparent huge page size this aims for (x86-64, arm64 with 4 KiB pages). */
 #define NVME_HUGE (2u << 20)
 
+static NvmeOptions options; /* nvme_set_options: once, before any engine opens */
+
+void nvme_set_options(const NvmeOptions *o) { options = o ? *o : (NvmeOptions){0}; }
+
 static void err_clear(NvmeError *err) {
     if (err) memset(err, 0, sizeof *err);
 }
@@ -258,10 +262,9 @@ NvmeStatus nvme_open(NvmeEngine *e, const char *const *paths, int npaths, int ra
     for (int i = 0; i < queue_depth; i++) e->free_slots[i] = queue_depth - 1 - i;
     e->nfree = queue_depth;
 
-    const char *force = getenv("ZINF_NVME_SYNC");
-    if (force && force[0] == '1') {
+    if (options.sync) {
         e->sync = 1;
-        snprintf(e->sync_reason, sizeof e->sync_reason, "ZINF_NVME_SYNC=1 in the environment");
+        snprintf(e->sync_reason, sizeof e->sync_reason, "%s", options.sync);
     } else {
         int rc = io_uring_queue_init((unsigned)queue_depth, &e->ring, 0);
         if (rc < 0) {
@@ -326,8 +329,7 @@ NvmeStatus nvme_register_buffers(NvmeEngine *e, void *const *bufs, const size_t 
         reg_free(e);
         return err_set(err, ENOMEM, "register", "", 0, 0, "buffer table");
     }
-    const char *huge = getenv("ZINF_NVME_HUGEPAGES");
-    int want_huge = !(huge && huge[0] == '0');
+    int want_huge = !options.no_huge_pages;
     e->reg_bytes = e->huge_bytes = 0;
     for (int i = 0; i < n; i++) {
         e->reg_bufs[i] = bufs[i];

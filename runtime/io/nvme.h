@@ -33,10 +33,10 @@
  * descriptors (a 256-entry ring) a 1 MiB read into scattered 4 KiB pages
  * takes the whole ring, so reads went one request at a time (869 MB/s
  * against fio's 1523 here; 1.9 GB/s with huge pages). Best effort:
- * huge_bytes says how much it got; ZINF_NVME_HUGEPAGES=0 turns it off.
+ * huge_bytes says how much it got; NvmeOptions.no_huge_pages turns it off.
  *
  * Fallback: when io_uring_queue_init fails (old kernel, seccomp sandbox) or
- * the environment sets ZINF_NVME_SYNC=1, the engine does the same work with
+ * NvmeOptions.sync asks for it, the engine does the same work with
  * pread/pwrite on the same O_DIRECT files inside submit; `sync` is then 1 and
  * `sync_reason` says why. The API and the errors are the same.
  *
@@ -49,6 +49,7 @@
 #ifndef ZINF_NVME_H
 #define ZINF_NVME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <liburing.h>
@@ -143,6 +144,16 @@ typedef struct NvmeEngine {
     NvmeStats stats;
     int batching;              /* nvme_batch_begin: submit only queues; nvme_wait / nvme_progress submit them all at once */
 } NvmeEngine;
+
+/* How the engines opened from now on work: for comparison and tests, set
+ * once at start before any engine opens (the programs take them from
+ * ZINF_NVME_SYNC and ZINF_NVME_HUGEPAGES: docs/environment.md). The
+ * default, all zero: io_uring, huge pages where the kernel agrees. */
+typedef struct NvmeOptions {
+    const char *sync;    /* non-NULL: pread/pwrite, not io_uring; the engine's sync_reason */
+    bool no_huge_pages;  /* registration leaves the buffers on the pages they have */
+} NvmeOptions;
+void nvme_set_options(const NvmeOptions *o);
 
 /* Create or open PATH/zinf-rankR.swap in each of `paths`, preallocate it to
  * bytes_per_path and set up a ring of queue_depth entries. On failure the

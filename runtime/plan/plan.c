@@ -1013,10 +1013,8 @@ Plan *plan_read(const char *path, char *err, size_t errlen) {
     return p;
 }
 
-bool plan_probe_path(char *buf, size_t n, bool *from_env) {
-    const char *env = getenv("ZINF_PROBE");
-    *from_env = env != NULL;
-    if (env) return *env && strcmp(env, "none") && (size_t)snprintf(buf, n, "%s", env) < n;
+bool plan_probe_path(const char *chosen, char *buf, size_t n) {
+    if (chosen) return *chosen && strcmp(chosen, "none") && (size_t)snprintf(buf, n, "%s", chosen) < n;
     char host[64] = "localhost";
     if (gethostname(host, sizeof host - 1) != 0 || !host[0]) snprintf(host, sizeof host, "localhost");
     host[sizeof host - 1] = 0;

@@ -409,11 +409,11 @@ uint64_t plan_fnv1a64(const void *data, size_t n);
 /* "1.50 GiB" */
 const char *plan_bytes_str(uint64_t bytes, char *buf, size_t n);
 /* Where this machine's probed target lives (zinfprobe writes it, zinfc with
- * no --target reads it): $ZINF_PROBE when set ("" or "none": no probe file;
- * returns false), else $XDG_CACHE_HOME/zinf/probe-HOST.zl, else
- * $HOME/.cache/zinf/probe-HOST.zl (HOST: the host name, [A-Za-z0-9_-] kept).
- * *from_env says whether ZINF_PROBE chose it. False when there is no such
+ * no --target reads it): `chosen` when not NULL (the programs pass
+ * ZINF_PROBE; "" or "none": no probe file, returns false), else
+ * $XDG_CACHE_HOME/zinf/probe-HOST.zl, else $HOME/.cache/zinf/probe-HOST.zl
+ * (HOST: the host name, [A-Za-z0-9_-] kept). False when there is no such
  * place (no HOME) or it does not fit in n. */
-bool plan_probe_path(char *buf, size_t n, bool *from_env);
+bool plan_probe_path(const char *chosen, char *buf, size_t n);
 
 #endif

@@ -14,6 +14,7 @@
 #include <string.h>
 #include "autodiff.h"
 #include "loader.h"
+#include "main_env.h"
 #include "refexec.h"
 #include "sema.h"
 #include "tokens.h"
@@ -43,6 +44,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: zinfref model.zl --data train.bin [--steps N] [--batch B] [-I dir]\n");
         return 2;
     }
+    MainEnv env; /* the host kernels' instruction set and threads (main_env.h) */
+    char env_err[256];
+    if (main_env_read(&env, env_err, sizeof env_err) || main_env_apply(&env, env_err, sizeof env_err)) {
+        fprintf(stderr, "zinfref: %s\n", env_err);
+        return 2;
+    }
     Arena a;
     arena_init(&a);
     SourceSet src;
@@ -50,7 +57,7 @@ int main(int argc, char **argv) {
     DiagSink d;
     diag_init(&d);
     Program prog;
-    LoadOptions lo = {.include_dirs = incs, .ninclude = ninc, .stdlib_dir = getenv("ZINF_STDLIB") ? getenv("ZINF_STDLIB") : ZINF_STDLIB_DIR};
+    LoadOptions lo = {.include_dirs = incs, .ninclude = ninc, .stdlib_dir = env.stdlib_dir ? env.stdlib_dir : ZINF_STDLIB_DIR};
     Graph g;
     int rc = 1;
     if (!program_load(&a, &src, &d, model, &lo, &prog) || d.errors) goto out;

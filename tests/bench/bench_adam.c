@@ -29,6 +29,7 @@
 #include <time.h>
 #include "adam.h"
 #include "hostk_threads.h"
+#include "main_env.h"
 
 enum { UNIT = 65536 }; /* elements per hk_parallel unit, as adam.c's ADAM_BLOCK */
 
@@ -148,6 +149,12 @@ static int torch_secs(int64_t n, int threads, int reps, double secs[2], char why
 }
 
 int main(int argc, char **argv) {
+    MainEnv env; /* the ZINF_* variables, as the programs take them (docs/environment.md) */
+    char env_err[256];
+    if (main_env_read(&env, env_err, sizeof env_err) || main_env_apply(&env, env_err, sizeof env_err)) {
+        fprintf(stderr, "%s: %s\n", argv[0], env_err);
+        return 2;
+    }
     int64_t n = 64ll << 20;
     int threads = 0, reps = 3;
     for (int i = 1; i < argc; i++) {

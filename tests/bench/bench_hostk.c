@@ -29,6 +29,7 @@
 #include "hostk.h"
 #include "hostk_threads.h"
 #include "hostk_vec.h"
+#include "main_env.h"
 
 static double now(void) {
     struct timespec t;
@@ -313,6 +314,12 @@ static void run_threads(int threads, int reps, bool quick) {
 }
 
 int main(int argc, char **argv) {
+    MainEnv env; /* the ZINF_* variables, as the programs take them (docs/environment.md) */
+    char env_err[256];
+    if (main_env_read(&env, env_err, sizeof env_err) || main_env_apply(&env, env_err, sizeof env_err)) {
+        fprintf(stderr, "%s: %s\n", argv[0], env_err);
+        return 2;
+    }
     int list[8], nl = 0, reps = 5;
     bool quick = false;
     for (int i = 1; i < argc; i++) {

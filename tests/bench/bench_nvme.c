@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "main_env.h"
 #include "nvme.h"
 
 static double now(void) {
@@ -149,6 +150,12 @@ static int run_bs(const char *dir, uint64_t size, uint64_t bs, int qd, int have_
 }
 
 int main(int argc, char **argv) {
+    MainEnv env; /* the ZINF_* variables, as the programs take them (docs/environment.md) */
+    char env_err[256];
+    if (main_env_read(&env, env_err, sizeof env_err) || main_env_apply(&env, env_err, sizeof env_err)) {
+        fprintf(stderr, "%s: %s\n", argv[0], env_err);
+        return 2;
+    }
     const char *dir = "build/bench-nvme";
     uint64_t size = 1ull << 30, bss[8];
     int nbs = 1, qd = 32;

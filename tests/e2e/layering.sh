@@ -8,7 +8,9 @@
 #    runtime room a header of a room above it (Makefile ROOM_SEES_*);
 #  - no library references a symbol that only a layer above it defines,
 #    and no room's objects one that only a room it may not see defines
-#    (which an extern declaration could sneak past the include paths).
+#    (which an extern declaration could sneak past the include paths);
+#  - no library reads a ZINF_* environment variable: the programs read them
+#    and pass them in (runtime/main_env.h, docs/environment.md).
 #   sh tests/e2e/layering.sh [BUILD]
 B=${1:-build}
 . tests/e2e/lib.sh
@@ -120,5 +122,21 @@ for prog in zinfrun zinfdump zinftok; do
     if nm "$B/bin/$prog" 2>/dev/null | grep -q " T $sym$"; then echo "FAIL: $prog contains $sym (compiler or lang code)"; fail=1; fi
   done
 done
-[ $fail -eq 0 ] && echo "layering: ok ($nprobe include probes, 5 libraries checked against the layers above them, $nrooms runtime rooms against the rooms they may not see, 3 runtime programs)"
+# no library object that calls getenv holds a string that is a ZINF_*
+# variable's whole name (a message that mentions one is fine), and no
+# library source passes one to getenv
+nenv=0
+for l in libzinfbase.a libzinfplan.a libzinflang.a libzinfcompiler.a libzinfrt.a libzinfref.a; do
+  for m in $(nm -A "$B/$l" 2>/dev/null | awk '$NF == "getenv" || $NF == "secure_getenv" { n = split($1, p, ":"); print p[n - 1] }' | sort -u); do
+    nenv=$((nenv + 1))
+    names=$(ar p "$B/$l" "$m" | strings -a | grep -E '^ZINF_[A-Z0-9_]+$' | sort -u)
+    [ -z "$names" ] || { echo "FAIL: $l($m) reads the environment and names $(echo $names): only the programs read ZINF_* variables"; fail=1; }
+  done
+done
+[ "$nenv" -gt 0 ] || { echo "FAIL: no library object calls getenv: the check above looks at nothing"; fail=1; }
+srcs=$(make -s --no-print-directory BUILD="$B" print-LIB_SRC)
+# shellcheck disable=SC2086
+bad=$(grep -lE 'getenv *\( *"ZINF_' $srcs 2>/dev/null)
+[ -z "$bad" ] || { echo "FAIL: library sources read ZINF_* variables: $(echo $bad)"; fail=1; }
+[ $fail -eq 0 ] && echo "layering: ok ($nprobe include probes, 5 libraries checked against the layers above them, $nrooms runtime rooms against the rooms they may not see, 3 runtime programs, $nenv library objects that read the environment read no ZINF_* variable)"
 exit $fail

@@ -258,6 +258,7 @@ static void d_launch(CUmodule m, const CudaKernel *k, void **params) {
 static char arch[16] = "sm_90";
 static CudaGen cg;
 static Arena garena;
+static NvrtcOptions nvrtc_opts; /* ZINF_CACHE_DIR when set (main) */
 
 typedef struct Mod {
     char hash[65];
@@ -279,7 +280,7 @@ static CUmodule unit_module(const CudaKernel *k) {
         ncompiled++;
         return m;
     }
-    if (nvrtc_compile(k->source, k->family, arch, NULL, &r) != 0) {
+    if (nvrtc_compile(k->source, k->family, arch, &nvrtc_opts, &r) != 0) {
         fprintf(stderr, "check_kernels: %s\n", r.error);
         exit(2);
     }
@@ -1265,7 +1266,8 @@ int main(int argc, char **argv) {
     if (!gpu) printf("check_kernels: no GPU (%s): dry run, kernels compiled for %s, host references run\n", dry ? "--dry" : why, arch);
     else printf("check_kernels: %s (%s), cuBLAS %s\n", devname, arch, cu.blas_handle ? "loaded" : "not found");
     arena_init(&garena);
-    CudaGenOptions o = {0};
+    CudaGenOptions o = {.kernel_dir = getenv("ZINF_KERNEL_DIR")}; /* as zinfc (docs/environment.md) */
+    nvrtc_opts.cache_dir = getenv("ZINF_CACHE_DIR");
     cuda_gen_init(&cg, &garena, &o);
 
     double t0 = (double)clock();

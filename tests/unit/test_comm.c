@@ -165,12 +165,12 @@ START_TEST(test_launcher) {
     comm_launcher_str(buf, sizeof buf);
     ck_assert_str_eq(buf, "srun (Slurm job 41, step 0)");
     Comm d;
-    ck_assert_int_eq(comm_init(&d, NULL, NULL, false), COMM_ELAUNCH);
+    ck_assert_int_eq(comm_init(&d, NULL, NULL, NULL), COMM_ELAUNCH);
     ck_assert_str_eq(comm_last_error(&d),
                      "srun started 2 tasks but gave them no MPI bootstrap (no PMIX_RANK or PMI_SIZE in the environment), "
                      "so each would run alone: launch with srun --mpi=pmix (srun --mpi=list shows what this cluster offers)");
     set("SLURM_STEP_NUM_TASKS", "1"); /* srun -n 1: a world of one */
-    ck_assert_int_eq(comm_init(&d, NULL, NULL, false), COMM_OK);
+    ck_assert_int_eq(comm_init(&d, NULL, NULL, NULL), COMM_OK);
     ck_assert_int_eq(d.size, 1);
     set("SLURM_STEP_ID", NULL), set("SLURM_STEP_NUM_TASKS", NULL); /* an sbatch script or salloc shell: not a step */
     comm_launcher_str(buf, sizeof buf);
@@ -186,7 +186,10 @@ START_TEST(test_launcher) {
 END_TEST
 
 int main(int argc, char **argv) {
-    if (comm_init(&C, &argc, &argv, false) != COMM_OK) {
+    /* as the programs take them (tests/e2e/comm_mpi.sh sets them) */
+    const char *t = getenv("ZINF_COMM_TIMEOUT"), *k = getenv("ZINF_TEST_NODE_SPLIT");
+    CommOptions co = {.timeout_s = t ? atof(t) : 0, .node_split = k ? atoi(k) : 0};
+    if (comm_init(&C, &argc, &argv, &co) != COMM_OK) {
         fprintf(stderr, "%s\n", comm_last_error(&C));
         return 1;
     }

@@ -170,10 +170,10 @@ END_TEST
 START_TEST(test_open_without_driver) {
     Plan *p = plan_new();
     Comm c;
-    ck_assert_int_eq(comm_init(&c, NULL, NULL, false), COMM_OK);
+    ck_assert_int_eq(comm_init(&c, NULL, NULL, NULL), COMM_OK);
     CuExec x;
     char err[512] = "";
-    int rc = cuexec_open(&x, p, &c, err, sizeof err);
+    int rc = cuexec_open(&x, p, &c, NULL, err, sizeof err);
     if (rc == 0) {
         cuexec_close(&x); /* a machine with a GPU: a plan without code is refused below */
     } else {

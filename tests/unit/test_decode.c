@@ -168,7 +168,7 @@ START_TEST(refusals) {
 END_TEST
 
 int main(int argc, char **argv) {
-    if (comm_init(&C, &argc, &argv, false) != COMM_OK) { fprintf(stderr, "%s\n", comm_last_error(&C)); return 1; }
+    if (comm_init(&C, &argc, &argv, NULL) != COMM_OK) { fprintf(stderr, "%s\n", comm_last_error(&C)); return 1; }
     Suite *s = suite_create("decode");
     TCase *tc = tcase_create("decode");
     tcase_set_timeout(tc, 120);

@@ -6,7 +6,8 @@
  * and whatever the number of ranks: run alone it is one rank; under mpirun
  * (tests/e2e/exec_mpi.sh) the ranks split the reference's global batch.
  * Checkpoint, resume and export are checked here too, and the nvme
- * queue's pipeline against ZINF_NVME_NOBATCH=1. */
+ * queue's pipeline against one transfer at a time (RtOptions.nvme_unbatched,
+ * zinfrun's ZINF_NVME_NOBATCH=1). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -88,9 +89,9 @@ static Plan *make_plan(const Variant *v, Arena *a, DiagSink *d) {
 
 /* The losses of STEPS steps of plan p on this job's ranks (the same
  * batches as the reference); what names the run in a failure. */
-static void plan_losses(const Plan *p, const char *what, double *out) {
+static void plan_losses_with(const Plan *p, const char *what, bool unbatched, double *out) {
     char err[512] = "";
-    RtOptions o = {.nvme_dir = nvme_dir};
+    RtOptions o = {.nvme_dir = nvme_dir, .nvme_unbatched = unbatched};
     Rt *r = rt_create(p, &C, &o, err, sizeof err);
     ck_assert_msg(r != NULL, "%s: %s", what, err);
     for (int k = 0; k < PLAN_NARENAS; k++) ck_assert_uint_eq(rt_arena_bytes(r, k), p->arenas[k].size);
@@ -106,6 +107,8 @@ static void plan_losses(const Plan *p, const char *what, double *out) {
     free(tok); free(tgt);
     rt_destroy(r);
 }
+
+static void plan_losses(const Plan *p, const char *what, double *out) { plan_losses_with(p, what, false, out); }
 
 static void run_variant(const Variant *v, const double *ref, const char *what) {
     Arena a; DiagSink d;
@@ -198,7 +201,7 @@ START_TEST(test_resume_bit_exact) {
 END_TEST
 
 /* The nvme queue's pipeline (runtime/exec/qrun qrun_set_pipe, exec_nvme.c
- * rt_nvme_pipe) against ZINF_NVME_NOBATCH=1, one transfer at a time: the
+ * rt_nvme_pipe) against RtOptions.nvme_unbatched, one transfer at a time: the
  * same losses bit for bit (NVMe-homed parameters and optimizer state, the
  * MLP weights tiled, so transfers of one tensor go in flight together). */
 START_TEST(test_nvme_pipe_bit_exact) {
@@ -207,11 +210,8 @@ START_TEST(test_nvme_pipe_bit_exact) {
     Variant v = {TIER_NVME, TIER_CPU, TIER_NVME, TIER_CPU, 4};
     Plan *p = make_plan(&v, &a, &d);
     double piped[STEPS], one[STEPS];
-    unsetenv("ZINF_NVME_NOBATCH");
     plan_losses(p, "pipelined", piped);
-    setenv("ZINF_NVME_NOBATCH", "1", 1);
-    plan_losses(p, "one at a time", one);
-    unsetenv("ZINF_NVME_NOBATCH");
+    plan_losses_with(p, "one at a time", true, one);
     for (int s = 0; s < STEPS; s++) ck_assert_msg(piped[s] == one[s], "step %d: pipelined %.9g, one at a time %.9g", s + 1, piped[s], one[s]);
     plan_free(p);
     arena_free(&a); diag_free(&d);
@@ -235,7 +235,7 @@ START_TEST(test_rank_mismatch) {
 END_TEST
 
 int main(int argc, char **argv) {
-    if (comm_init(&C, &argc, &argv, false) != COMM_OK) { fprintf(stderr, "%s\n", comm_last_error(&C)); return 1; }
+    if (comm_init(&C, &argc, &argv, NULL) != COMM_OK) { fprintf(stderr, "%s\n", comm_last_error(&C)); return 1; }
     snprintf(nvme_dir, sizeof nvme_dir, "/tmp/zinf-test-exec-%d-%d", (int)getppid(), C.rank);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", nvme_dir, nvme_dir);

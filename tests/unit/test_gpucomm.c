@@ -9,7 +9,7 @@
 
 START_TEST(test_open_without_gpu_fails_cleanly) {
     Comm c;
-    ck_assert_int_eq(comm_init(&c, NULL, NULL, false), COMM_OK);
+    ck_assert_int_eq(comm_init(&c, NULL, NULL, NULL), COMM_OK);
     GpuComm g;
     char err[512] = "";
     int rc = gpucomm_open(&g, &c, err, sizeof err);

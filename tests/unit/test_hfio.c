@@ -685,7 +685,7 @@ START_TEST(export_refusals) {
 END_TEST
 
 int main(int argc, char **argv) {
-    if (comm_init(&C, &argc, &argv, false) != COMM_OK) { fprintf(stderr, "%s\n", comm_last_error(&C)); return 1; }
+    if (comm_init(&C, &argc, &argv, NULL) != COMM_OK) { fprintf(stderr, "%s\n", comm_last_error(&C)); return 1; }
     snprintf(work, sizeof work, "/tmp/zinf-test-hfio-%d", (int)getppid());
     snprintf(nvme_dir, sizeof nvme_dir, "%s/nvme-%d", work, C.rank);
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", work);

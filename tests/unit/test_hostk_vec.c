@@ -550,7 +550,7 @@ END_TEST
  * own forked process: the policy is decided once per process. */
 START_TEST(test_local_ranks) {
     if (getenv("CK_FORK") && !strcmp(getenv("CK_FORK"), "no")) return; /* the policy may be decided already */
-    static const char *const vars[] = {"ZINF_THREADS", "OMP_NUM_THREADS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+    static const char *const vars[] = {"OMP_NUM_THREADS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
                                        "PMI_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
     setenv("SLURM_NTASKS_PER_NODE", "7", 1); /* MPI's count wins over the launcher's variables */
@@ -567,6 +567,21 @@ START_TEST(test_local_ranks) {
 }
 END_TEST
 
+/* A count the program asked for (zinfrun's ZINF_THREADS) wins over
+ * OMP_NUM_THREADS and is described with the words it came with. Forked,
+ * as above. */
+START_TEST(test_threads_asked) {
+    if (getenv("CK_FORK") && !strcmp(getenv("CK_FORK"), "no")) return; /* the policy may be decided already */
+    setenv("OMP_NUM_THREADS", "2", 1);
+    hk_threads_ask(3, "ZINF_THREADS");
+    ck_assert_int_eq(hk_threads(), 3);
+    char line[256];
+    ck_assert(hk_threads_describe(line, sizeof line) > 0);
+    ck_assert_msg(strstr(line, "threads: 3 per rank (ZINF_THREADS)") != NULL, "%s", line);
+    unsetenv("OMP_NUM_THREADS");
+}
+END_TEST
+
 START_TEST(test_isa_choice) {
     ck_assert(hk_isa() != HK_ISA_AUTO);
     ck_assert(hk_isa_supported(HK_ISA_SCALAR));
@@ -575,6 +590,14 @@ START_TEST(test_isa_choice) {
     ck_assert_int_eq(hk_vec()->width, 1);
     ck_assert_int_eq(hk_isa_set(HK_ISA_AUTO), 0);
     ck_assert_str_eq(hk_isa_name(HK_ISA_AVX512), "avx512");
+    /* by name, as the programs pass ZINF_HK_ISA */
+    ck_assert_int_eq(hk_threads_kernels_isa("scalar"), 0);
+    ck_assert_int_eq(hk_isa(), HK_ISA_SCALAR);
+    ck_assert_int_eq(hk_threads_kernels_isa("sse9"), -1);
+    ck_assert_int_eq(hk_isa(), HK_ISA_SCALAR);
+    ck_assert_int_eq(hk_threads_kernels_isa("avx512"), hk_isa_supported(HK_ISA_AVX512) ? 0 : -2);
+    ck_assert_int_eq(hk_threads_kernels_isa("auto"), 0);
+    ck_assert(hk_isa() != HK_ISA_SCALAR || !hk_isa_supported(HK_ISA_AVX2));
     for (int k = 0; k < NISA; k++)
         ck_assert((hk_vec_for(ALL_ISA[k]) != NULL) == hk_isa_supported(ALL_ISA[k]));
 }
@@ -600,6 +623,7 @@ static Suite *suite(void) {
     tcase_add_test(k, test_thread_invariance);
     tcase_add_test(k, test_pool);
     tcase_add_test(k, test_local_ranks);
+    tcase_add_test(k, test_threads_asked);
     tcase_add_test(k, test_isa_choice);
     suite_add_tcase(s, k);
     return s;

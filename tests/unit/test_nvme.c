@@ -164,17 +164,17 @@ END_TEST
 START_TEST(test_short_transfers_resumed) { round_trip(3, 1, 4096); }
 END_TEST
 START_TEST(test_sync_fallback) {
-    setenv("ZINF_NVME_SYNC", "1", 1);
+    nvme_set_options(&(NvmeOptions){.sync = "asked for by the test"});
     const char *paths[1] = {g_dirs[0]};
     NvmeEngine e;
     NvmeError err;
     ck_assert_int_eq(nvme_open(&e, paths, 1, 0, 256 * KB, 64 * KB, 4, &err), NVME_OK);
     ck_assert_int_eq(e.sync, 1);
-    ck_assert_ptr_nonnull(strstr(e.sync_reason, "ZINF_NVME_SYNC"));
+    ck_assert_str_eq(e.sync_reason, "asked for by the test");
     nvme_close(&e, 1);
     round_trip(1, 0, 0);
     round_trip(3, 1, 8192);
-    unsetenv("ZINF_NVME_SYNC");
+    nvme_set_options(NULL);
 }
 END_TEST
 
@@ -471,11 +471,11 @@ END_TEST
 
 /* Registration backs the buffers' whole 2 MiB pages with huge pages where
  * the kernel agrees, and never changes their contents;
- * ZINF_NVME_HUGEPAGES=0 leaves them be. */
+ * NvmeOptions.no_huge_pages leaves them be. */
 START_TEST(test_register_huge_pages) {
     const char *paths[1] = {g_dirs[0]};
     for (int off = 0; off < 2; off++) {
-        if (off) setenv("ZINF_NVME_HUGEPAGES", "0", 1);
+        nvme_set_options(&(NvmeOptions){.no_huge_pages = off});
         NvmeEngine e;
         NvmeError err;
         ck_assert_int_eq(nvme_open(&e, paths, 1, 0, 8 * MB, 64 * KB, 8, &err), NVME_OK);
@@ -504,7 +504,7 @@ START_TEST(test_register_huge_pages) {
         free(buf);
         free(ref);
     }
-    unsetenv("ZINF_NVME_HUGEPAGES");
+    nvme_set_options(NULL);
 }
 END_TEST
 

@@ -13,11 +13,12 @@
 #include "nvrtc.h"
 
 static char cache_dir[256];
+static NvrtcOptions cached; /* the cache in cache_dir */
 
 static void fresh_cache(void) {
     snprintf(cache_dir, sizeof cache_dir, "/tmp/zinf-nvrtc-test-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(cache_dir));
-    setenv("ZINF_CACHE_DIR", cache_dir, 1);
+    cached.cache_dir = cache_dir;
 }
 
 static void rm_rf(const char *dir) {
@@ -213,7 +214,7 @@ START_TEST(every_unit_compiles_cold_then_hits) {
             jobs[2 * i + a].name = u.name[i];
             jobs[2 * i + a].arch = archs[a];
         }
-    ck_assert_int_eq(nvrtc_compile_many(jobs, 2 * u.n, NULL, 2), 0);
+    ck_assert_int_eq(nvrtc_compile_many(jobs, 2 * u.n, &cached, 2), 0);
     for (int i = 0; i < u.n; i++)
         for (int a = 0; a < 2; a++) {
             NvrtcResult r = jobs[2 * i + a].result;
@@ -238,7 +239,7 @@ START_TEST(every_unit_compiles_cold_then_hits) {
     for (int i = 0; i < u.n; i++)
         for (int a = 0; a < 2; a++) {
             NvrtcResult r;
-            ck_assert_int_eq(nvrtc_compile(u.src[i], u.name[i], archs[a], NULL, &r), 0);
+            ck_assert_int_eq(nvrtc_compile(u.src[i], u.name[i], archs[a], &cached, &r), 0);
             ck_assert(r.cached);
             ck_assert_double_eq(r.seconds, 0);
             ck_assert_uint_eq(r.cubin_size, firstn[i][a]);
@@ -260,7 +261,7 @@ static const char *small_src = "extern \"C\" __global__ void k(float *y, long lo
 START_TEST(same_source_same_bytes_without_cache) {
     if (!require_nvrtc()) return;
     fresh_cache();
-    NvrtcOptions o = {.no_cache = true};
+    NvrtcOptions o = {.cache_dir = cache_dir, .no_cache = true};
     NvrtcResult a, b;
     ck_assert_int_eq(nvrtc_compile(small_src, "k.cu", "sm_90", &o, &a), 0);
     ck_assert_int_eq(nvrtc_compile(small_src, "k.cu", "sm_90", &o, &b), 0);
@@ -275,7 +276,7 @@ START_TEST(same_source_same_bytes_without_cache) {
     /* the key depends on the arch and the options */
     NvrtcResult c;
     const char *extra[] = {"-lineinfo"};
-    NvrtcOptions o2 = {.no_cache = true, .extra = extra, .nextra = 1};
+    NvrtcOptions o2 = {.cache_dir = cache_dir, .no_cache = true, .extra = extra, .nextra = 1};
     ck_assert_int_eq(nvrtc_compile(small_src, "k.cu", "sm_90", &o2, &c), 0);
     ck_assert_str_ne(a.key, c.key);
     nvrtc_result_free(&c);
@@ -292,7 +293,7 @@ START_TEST(corrupt_entry_is_rebuilt) {
     if (!require_nvrtc()) return;
     fresh_cache();
     NvrtcResult a;
-    ck_assert_int_eq(nvrtc_compile(small_src, "k.cu", "sm_80", NULL, &a), 0);
+    ck_assert_int_eq(nvrtc_compile(small_src, "k.cu", "sm_80", &cached, &a), 0);
     ck_assert(!a.cached);
     char path[512];
     snprintf(path, sizeof path, "%s/%s.cubin", cache_dir, a.key);
@@ -307,16 +308,16 @@ START_TEST(corrupt_entry_is_rebuilt) {
     fputc(ch ^ 0x5a, f);
     fclose(f);
     NvrtcResult b;
-    ck_assert_int_eq(nvrtc_compile(small_src, "k.cu", "sm_80", NULL, &b), 0);
+    ck_assert_int_eq(nvrtc_compile(small_src, "k.cu", "sm_80", &cached, &b), 0);
     ck_assert(!b.cached); /* ignored and rebuilt */
     ck_assert(b.cubin_size == a.cubin_size && memcmp(a.cubin, b.cubin, a.cubin_size) == 0);
     /* truncated */
     ck_assert_int_eq(truncate(path, 10), 0);
     NvrtcResult c;
-    ck_assert_int_eq(nvrtc_compile(small_src, "k.cu", "sm_80", NULL, &c), 0);
+    ck_assert_int_eq(nvrtc_compile(small_src, "k.cu", "sm_80", &cached, &c), 0);
     ck_assert(!c.cached);
     NvrtcResult d;
-    ck_assert_int_eq(nvrtc_compile(small_src, "k.cu", "sm_80", NULL, &d), 0);
+    ck_assert_int_eq(nvrtc_compile(small_src, "k.cu", "sm_80", &cached, &d), 0);
     ck_assert(d.cached); /* the rebuilt entry is good */
     nvrtc_result_free(&a);
     nvrtc_result_free(&b);
@@ -331,7 +332,7 @@ START_TEST(compile_error_carries_log_and_saved_source) {
     fresh_cache();
     const char *bad = "extern \"C\" __global__ void broken(float *y) {\n    y[0] = undeclared_thing;\n}\n";
     NvrtcResult r;
-    ck_assert_int_eq(nvrtc_compile(bad, "broken.cu", "sm_90", NULL, &r), -1);
+    ck_assert_int_eq(nvrtc_compile(bad, "broken.cu", "sm_90", &cached, &r), -1);
     ck_assert_ptr_nonnull(r.error);
     ck_assert_ptr_nonnull(strstr(r.error, "NVRTC failed to compile broken.cu for sm_90"));
     ck_assert_ptr_nonnull(strstr(r.error, "undeclared_thing"));
@@ -348,7 +349,7 @@ START_TEST(compile_error_carries_log_and_saved_source) {
     ck_assert_ptr_null(r.cubin);
     nvrtc_result_free(&r);
     /* a bad arch is refused before NVRTC */
-    ck_assert_int_eq(nvrtc_compile(small_src, "k.cu", "gfx90a", NULL, &r), -1);
+    ck_assert_int_eq(nvrtc_compile(small_src, "k.cu", "gfx90a", &cached, &r), -1);
     ck_assert_ptr_nonnull(strstr(r.error, "'gfx90a' is not a GPU architecture"));
     nvrtc_result_free(&r);
     rm_rf(cache_dir);
@@ -359,9 +360,6 @@ START_TEST(cache_dir_resolution) {
     char buf[512];
     NvrtcOptions o = {.cache_dir = "/x/y"};
     ck_assert_str_eq(nvrtc_cache_dir(&o, buf, sizeof buf), "/x/y");
-    setenv("ZINF_CACHE_DIR", "/zc", 1);
-    ck_assert_str_eq(nvrtc_cache_dir(NULL, buf, sizeof buf), "/zc");
-    unsetenv("ZINF_CACHE_DIR");
     setenv("XDG_CACHE_HOME", "/xdg", 1);
     ck_assert_str_eq(nvrtc_cache_dir(NULL, buf, sizeof buf), "/xdg/zinf/kernels");
     unsetenv("XDG_CACHE_HOME");
