@@ -45,18 +45,31 @@ static const DecodeEntry entries[] = {
 
 static const DType storage[] = {DT_F32, DT_BF16, DT_F16};
 
-/* The primitives a decode step can meet, each served by the kernels above
- * (cross_entropy is the loss, which the decoder does not run). */
-static bool decode_serves(PrimId p) {
-    switch (p) {
-    case PRIM_EMBEDDING: case PRIM_LINEAR: case PRIM_MATMUL: case PRIM_ADD: case PRIM_MUL: case PRIM_LAYERNORM:
-    case PRIM_RMSNORM: case PRIM_GELU: case PRIM_SILU: case PRIM_SPLIT: case PRIM_SCALE: case PRIM_ROPE:
-    case PRIM_ATTENTION: case PRIM_ARANGE: case PRIM_CROSS_ENTROPY:
-        return true;
-    default:
-        return false;
-    }
-}
+/* What the unit does with each family's forward ops (runtime/plan/prim.def's
+ * family column), as decode_<family>: DECODE_RUN, the kernels above serve
+ * them; DECODE_LOSS, the loss, which the decoder does not run; DECODE_NONE,
+ * none (a plan whose forward has one carries no decode unit). A family
+ * without an entry does not compile. */
+enum { DECODE_NONE, DECODE_RUN, DECODE_LOSS };
+enum {
+    decode_embedding = DECODE_RUN,
+    decode_linear = DECODE_RUN,
+    decode_matmul = DECODE_RUN,
+    decode_binary = DECODE_RUN,
+    decode_norm = DECODE_RUN,
+    decode_act = DECODE_RUN,
+    decode_rope = DECODE_RUN,
+    decode_attention = DECODE_RUN,
+    decode_split = DECODE_RUN,
+    decode_xent = DECODE_LOSS,
+    decode_arange = DECODE_RUN,
+    decode_scale = DECODE_RUN,
+};
+static const unsigned char decode_use[PRIM_COUNT] = {
+#define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = decode_##family,
+#include "prim.def"
+#undef PRIM
+};
 
 static char *read_kernel_text(CudaGen *cg, const char *name, DiagSink *d) {
     char path[1200];
@@ -104,8 +117,9 @@ int cuda_gen_decode_unit(CudaGen *cg, const Graph *g, CudaUnit *out, DiagSink *d
     for (int o = 0; o < g->nforward; o++) {
         const GOp *op = &g->ops[o];
         if (op->kind != OP_FWD) continue;
-        if (!decode_serves(op->prim)) return 0;
-        if (op->prim == PRIM_CROSS_ENTROPY) continue; /* the loss, which the decoder does not run */
+        int use = (unsigned)op->prim < PRIM_COUNT ? decode_use[op->prim] : DECODE_NONE;
+        if (use == DECODE_NONE) return 0;
+        if (use == DECODE_LOSS) continue;
         for (int i = 0; i < op->nin + op->nout; i++) {
             int t = i < op->nin ? op->in[i] : op->out[i - op->nin];
             for (size_t k = 0; t >= 0 && k < sizeof storage / sizeof *storage; k++) used[k] |= g->tensors[t].dtype == storage[k];

@@ -5,7 +5,7 @@
 #include <string.h>
 #include "vocab.h"
 
-const char *kvdec_prim_str(int prim) { return prim < PRIM_COUNT ? prim_names[prim] : "?"; }
+const char *kvdec_prim_str(int prim) { return (unsigned)prim < PRIM_COUNT ? prim_names[prim] : "?"; }
 
 void kvdec_view_dims(const KvDecoder *d, int t, int64_t dims[PLAN_MAX_RANK]) {
     const PlanTensor *pt = &d->p->tensors[t];
