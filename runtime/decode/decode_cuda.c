@@ -4,8 +4,9 @@
  * carved: the parameters whole, every constant, one row of every
  * activation, per attention op its f32 key and value caches [T, kv_dim],
  * the attention scores [heads, T] and an error word. The kernels are the
- * plan's decode unit (stdlib/kernels/decode.cu, put in the kernel table by
- * zinfc with the entries of the model's storage dtypes), found by name:
+ * plan's decode unit (stdlib/kernels/decode.cu and the training kernels it
+ * calls, put in the kernel table by zinfc with the entries of the model's
+ * storage dtypes), found by name:
  * zkd_<kernel>_<storage dtype>. A step is its
  * launches on one stream and one copy of the logits back. */
 #include <inttypes.h>
@@ -18,9 +19,9 @@
 #include "hostk.h"
 
 /* The unit's kernels (compiler/cuda_gen_decode.c's entries, in its order). */
-enum { KD_EMBED, KD_LINEAR, KD_BINARY, KD_LAYERNORM, KD_RMSNORM, KD_UNARY, KD_COLUMNS, KD_ROPE, KD_KV_APPEND, KD_ATTEND, KD_N };
-static const char *const kd_names[KD_N] = {"embed",   "linear",  "binary", "layernorm", "rmsnorm",
-                                           "unary",   "columns", "rope",   "kv_append", "attend"};
+enum { KD_EMBED, KD_LINEAR, KD_BINARY, KD_LAYERNORM, KD_RMSNORM, KD_GELU, KD_SILU, KD_SCALE, KD_COLUMNS, KD_ROPE, KD_KV_APPEND, KD_ATTEND, KD_N };
+static const char *const kd_names[KD_N] = {"embed", "linear", "binary",  "layernorm", "rmsnorm",   "gelu",
+                                           "silu",  "scale",  "columns", "rope",      "kv_append", "attend"};
 enum { NSTORAGE = 3, ALIGN = 256, BLOCK = 256 };
 static const char *const storage_names[NSTORAGE] = {"f32", "bf16", "f16"};
 static const char unit_prefix[] = "decode-";
@@ -249,19 +250,18 @@ static int run_norm(KvDecoder *d, int o, char *err, size_t n) {
 static int run_act(KvDecoder *d, int o, char *err, size_t n) {
     KvCuda *x = X_(d);
     Opnds v = opnds(d, o);
-    long long num = kvdec_view_numel(d, v.y0), what = v.op->prim == PRIM_GELU ? 0 : 1;
-    float by = 0;
-    void *args[] = {&v.y, &v.a, &num, &what, &by};
-    return launch(d, o, x->fn[KD_UNARY][v.st], blocks(num, BLOCK), 1, BLOCK, args, err, n);
+    long long num = kvdec_view_numel(d, v.y0);
+    void *args[] = {&v.y, &v.a, &num};
+    return launch(d, o, x->fn[v.op->prim == PRIM_GELU ? KD_GELU : KD_SILU][v.st], blocks(num, BLOCK), 1, BLOCK, args, err, n);
 }
 
 static int run_scale(KvDecoder *d, int o, char *err, size_t n) {
     KvCuda *x = X_(d);
     Opnds v = opnds(d, o);
-    long long num = kvdec_view_numel(d, v.y0), what = 2;
+    long long num = kvdec_view_numel(d, v.y0);
     float by = (float)v.op->fattr[0];
-    void *args[] = {&v.y, &v.a, &num, &what, &by};
-    return launch(d, o, x->fn[KD_UNARY][v.st], blocks(num, BLOCK), 1, BLOCK, args, err, n);
+    void *args[] = {&v.y, &v.a, &num, &by};
+    return launch(d, o, x->fn[KD_SCALE][v.st], blocks(num, BLOCK), 1, BLOCK, args, err, n);
 }
 
 static int run_split(KvDecoder *d, int o, char *err, size_t n) {

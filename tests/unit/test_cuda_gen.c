@@ -1082,6 +1082,16 @@ START_TEST(decode_unit) {
     ck_assert_ptr_nonnull(strstr(w.source, "void zkd_attend_f32(float *y, const float *q, const float *kc"));
     ck_assert_ptr_null(strstr(w.source, "zkd_linear_bf16("));
     ck_assert_ptr_null(strstr(u.source, "@"));
+    /* the training kernels a step reuses are the training files' code, as
+     * device functions in the dtype's namespace, which the entries call */
+    ck_assert_ptr_nonnull(strstr(u.source, "namespace zkt_bf16 {\ntypedef zk_bf16 T;"));
+    ck_assert_ptr_nonnull(strstr(u.source, "__device__ void zk_layernorm_fwd(T *y, const T *x"));
+    ck_assert_ptr_nonnull(strstr(u.source, "{ zkt_bf16::zk_layernorm_fwd(y, x, g, b, rows, D, eps); }"));
+    ck_assert_ptr_nonnull(strstr(v.source, "{ zkt_bf16::zk_silu_fwd(y, x, n); }"));
+    ck_assert_ptr_null(strstr(u.source, "extern \"C\" __global__ void zk_"));
+    ck_assert_ptr_null(strstr(u.source, "namespace zkt_f32"));
+    const char *set = strstr(u.source, "__global__ void zkd_set(");
+    ck_assert_ptr_null(strstr(set + 1, "__global__ void zkd_set(")); /* one, whatever the dtypes */
     g.ops[0].prim = PRIM_COUNT; /* a primitive the decode kernels do not know */
     ck_assert_int_eq(cuda_gen_decode_unit(&cg, &g, &v, &d), 0);
     diag_free(&d);
