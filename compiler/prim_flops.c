@@ -15,7 +15,7 @@ static double flops_gemm(const Graph *g, const GOp *op, double out) {
     int w = op->in[1];
     if (w < 0 || op->in[0] < 0) return out;
     const GTensor *wt = &g->tensors[w];
-    double k = wt->rank >= 2 ? (double)(op->prim == PRIM_MATMUL && op->iattr[1] ? wt->dims[1] : wt->dims[0]) : 1;
+    double k = wt->rank >= 2 ? (double)(op->prim == PRIM_MATMUL && op->iattr[IA_MATMUL_TRANSPOSE_B] ? wt->dims[1] : wt->dims[0]) : 1;
     return 2 * out * k;
 }
 

@@ -67,8 +67,8 @@ static int check_attention(const KvDecoder *d, uint32_t o, DecKind k, int act, c
 static int check_arange(const KvDecoder *d, uint32_t o, DecKind k, int act, char *why, size_t n) {
     (void)k, (void)act;
     const PlanOp *op = &d->p->ops[o];
-    if (op->nout != 1 || op->out[0] < 0 || op->iattr[0] != d->T)
-        return REFUSE(why, n, "op %u: arange(%" PRId64 ") is not of the window's T = %" PRId64, o, op->iattr[0], d->T);
+    if (op->nout != 1 || op->out[0] < 0 || op->iattr[IA_ARANGE_N] != d->T)
+        return REFUSE(why, n, "op %u: arange(%" PRId64 ") is not of the window's T = %" PRId64, o, op->iattr[IA_ARANGE_N], d->T);
     return 0;
 }
 

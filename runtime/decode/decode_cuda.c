@@ -91,8 +91,8 @@ static int check_gemm(const KvDecoder *d, int o, char *why, size_t n) {
     const PlanOp *op = &d->p->ops[o];
     const char *ps = kvdec_prim_str(op->prim);
     int w = op->in[1];
-    bool tb = op->prim == PRIM_MATMUL && op->iattr[1];
-    if (op->prim == PRIM_MATMUL && op->iattr[0])
+    bool tb = op->prim == PRIM_MATMUL && op->iattr[IA_MATMUL_TRANSPOSE_B];
+    if (op->prim == PRIM_MATMUL && op->iattr[IA_MATMUL_TRANSPOSE_A])
         return REFUSE(why, n, "op %d: a matmul with transpose_a has no GPU decode kernel", o);
     if (T_(d, w)->rank != 2 || d->kind[w] != DK_CONST)
         return REFUSE(why, n, "op %d (%s): its second operand '%s' is not a 2-D parameter", o, ps, T_(d, w)->name);
@@ -131,14 +131,14 @@ static int check_per_position(const KvDecoder *d, int o, char *why, size_t n) {
 
 static int check_rope(const KvDecoder *d, int o, char *why, size_t n) {
     const PlanOp *op = &d->p->ops[o];
-    int64_t C = kvdec_last_dim(d, op->in[0]), H = op->iattr[0];
+    int64_t C = kvdec_last_dim(d, op->in[0]), H = op->iattr[IA_ROPE_HEADS];
     if (H < 1 || C % H || (C / H) % 2) return REFUSE(why, n, "op %d: rope of %" PRId64 " over %" PRId64 " heads", o, C, H);
     return check_per_position(d, o, why, n);
 }
 
 static int check_attention(const KvDecoder *d, int o, char *why, size_t n) {
     const PlanOp *op = &d->p->ops[o];
-    int64_t H = op->iattr[0], KV = op->iattr[1] ? op->iattr[1] : H;
+    int64_t H = op->iattr[IA_ATTENTION_HEADS], KV = op->iattr[IA_ATTENTION_KV_HEADS] ? op->iattr[IA_ATTENTION_KV_HEADS] : H;
     int64_t qd = kvdec_last_dim(d, op->in[0]), kd = kvdec_last_dim(d, op->in[1]);
     if (H < 1 || KV < 1 || H % KV || qd % H || kd != (qd / H) * KV || kvdec_last_dim(d, op->in[2]) != kd)
         return REFUSE(why, n, "op %d: attention of q %" PRId64 ", k %" PRId64 " with %" PRId64 " heads, %" PRId64 " kv heads", o, qd,
@@ -217,7 +217,7 @@ static int run_gemm(KvDecoder *d, int o, char *err, size_t n) {
     KvCuda *x = X_(d);
     Opnds v = opnds(d, o);
     bool matmul = v.op->prim == PRIM_MATMUL;
-    long long K = kvdec_last_dim(d, v.op->in[0]), N = kvdec_last_dim(d, v.y0), tb = matmul && v.op->iattr[1];
+    long long K = kvdec_last_dim(d, v.op->in[0]), N = kvdec_last_dim(d, v.y0), tb = matmul && v.op->iattr[IA_MATMUL_TRANSPOSE_B];
     unsigned rows = (unsigned)(kvdec_view_numel(d, v.op->in[0]) / K);
     if (matmul) v.c = 0;
     void *args[] = {&v.y, &v.a, &v.b, &v.c, &K, &N, &tb};
@@ -239,9 +239,9 @@ static int run_norm(KvDecoder *d, int o, char *err, size_t n) {
     KvCuda *x = X_(d);
     Opnds v = opnds(d, o);
     bool rms = v.op->prim == PRIM_RMSNORM;
-    long long heads = rms && v.op->iattr[0] > 1 ? v.op->iattr[0] : 1;
+    long long heads = rms && v.op->iattr[IA_RMSNORM_HEADS] > 1 ? v.op->iattr[IA_RMSNORM_HEADS] : 1;
     long long D = kvdec_last_dim(d, v.op->in[0]) / heads, rows = kvdec_view_numel(d, v.op->in[0]) / D;
-    float eps = (float)(v.op->fattr[0] != 0 ? v.op->fattr[0] : 1e-5);
+    float eps = (float)(v.op->fattr[FA_LAYERNORM_EPS] != 0 ? v.op->fattr[FA_LAYERNORM_EPS] : 1e-5);
     void *ln[] = {&v.y, &v.a, &v.b, &v.c, &rows, &D, &eps}, *rmsa[] = {&v.y, &v.a, &v.b, &rows, &D, &eps};
     if (!rms) return launch(d, o, x->fn[KD_LAYERNORM][v.st], (unsigned)rows, 1, BLOCK, ln, err, n);
     return launch(d, o, x->fn[KD_RMSNORM][v.st], (unsigned)rows, 1, BLOCK, rmsa, err, n);
@@ -259,7 +259,7 @@ static int run_scale(KvDecoder *d, int o, char *err, size_t n) {
     KvCuda *x = X_(d);
     Opnds v = opnds(d, o);
     long long num = kvdec_view_numel(d, v.y0);
-    float by = (float)v.op->fattr[0];
+    float by = (float)v.op->fattr[FA_SCALE_BY];
     void *args[] = {&v.y, &v.a, &num, &by};
     return launch(d, o, x->fn[KD_SCALE][v.st], blocks(num, BLOCK), 1, BLOCK, args, err, n);
 }
@@ -291,7 +291,7 @@ static int run_rope(KvDecoder *d, int o, char *err, size_t n) {
 static int run_attention(KvDecoder *d, int o, char *err, size_t n) {
     KvCuda *x = X_(d);
     Opnds v = opnds(d, o);
-    long long H = v.op->iattr[0], KV = v.op->iattr[1] ? v.op->iattr[1] : H, kd = kvdec_last_dim(d, v.op->in[1]), hd = kd / KV;
+    long long H = v.op->iattr[IA_ATTENTION_HEADS], KV = v.op->iattr[IA_ATTENTION_KV_HEADS] ? v.op->iattr[IA_ATTENTION_KV_HEADS] : H, kd = kvdec_last_dim(d, v.op->in[1]), hd = kd / KV;
     long long T = d->T, pos = d->pos;
     CUdeviceptr kc = x->base + x->kc[o], vc = x->base + x->vc[o], sc = x->base + x->scores;
     void *app[] = {&kc, &vc, &v.b, &v.c, &kd, &pos};
@@ -391,7 +391,7 @@ static int layout(KvDecoder *d, KvCuda *x, char *err, size_t n) {
         x->vc[d->ops[i]] = at + b;
         at += 2 * b;
         x->cache_bytes += 2 * b;
-        if ((uint64_t)op->iattr[0] > maxh) maxh = (uint64_t)op->iattr[0];
+        if ((uint64_t)op->iattr[IA_ATTENTION_HEADS] > maxh) maxh = (uint64_t)op->iattr[IA_ATTENTION_HEADS];
     }
     x->scores = at;
     at += align_up(sizeof(float) * maxh * (uint64_t)d->T);

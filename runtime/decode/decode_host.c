@@ -41,7 +41,7 @@ static int attend(KvDecoder *d, int o, char *err, size_t n) {
     KvHost *h_ = H_(d);
     const PlanOp *op = &d->p->ops[o];
     HkTensor q = view(d, op->in[0]), k = view(d, op->in[1]), v = view(d, op->in[2]), y = view(d, op->out[0]);
-    int64_t H = op->iattr[0], KV = op->iattr[1] ? op->iattr[1] : H;
+    int64_t H = op->iattr[IA_ATTENTION_HEADS], KV = op->iattr[IA_ATTENTION_KV_HEADS] ? op->iattr[IA_ATTENTION_KV_HEADS] : H;
     int64_t qd = q.dims[q.rank - 1], kd = k.dims[k.rank - 1];
     if (H < 1 || KV < 1 || H % KV || qd % H || kd != (qd / H) * KV || v.dims[v.rank - 1] != kd)
         return errorf(err, n, "op %d: attention of q %" PRId64 ", k %" PRId64 " with %" PRId64 " heads, %" PRId64 " kv heads", o, qd, kd, H, KV);

@@ -196,7 +196,7 @@ typedef struct KSet {
  * the shared cache, as a plan's kernels find what another kernel wrote,
  * not from the core's own cache, where one set timed again would stay. */
 static double time_kernel(const KCase *k, KSet *sets, int nsets, void *ws, size_t wsb, bool bwd, double min_s) {
-    int64_t iattr[PLAN_MAX_IATTR] = {k->heads, 0};
+    int64_t iattr[PLAN_MAX_IATTR] = {[IA_ATTENTION_HEADS] = k->heads};
     double fattr[PLAN_MAX_FATTR] = {0}, t[256], start = clock_mono_s();
     int reps = 0;
     for (int i = -1; reps < 256 && (reps < 3 || clock_mono_s() - start < min_s); i++) { /* call -1 warms up */
@@ -239,7 +239,7 @@ static int kernel_case(const KCase *k, double min_s, double *fwd, double *bwd) {
             if (i < k->nin) sets[s].in[i] = t, sets[s].din[i] = g;
             else sets[s].out = t, sets[s].dout = g;
         }
-    int64_t iattr[PLAN_MAX_IATTR] = {k->heads, 0};
+    int64_t iattr[PLAN_MAX_IATTR] = {[IA_ATTENTION_HEADS] = k->heads};
     size_t wsb = hk_workspace_bytes(k->prim, sets[0].in, k->nin, &sets[0].out, 1, iattr);
     void *ws = malloc(wsb ? wsb : 1);
     ok &= ws != NULL;

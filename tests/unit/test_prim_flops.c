@@ -34,9 +34,9 @@ START_TEST(gemm_counts_two_k_per_output) {
     /* matmul with transpose_b: w is [N, K] = [16, 32]; K is its columns */
     int wt = tensor(2, 32, 16, 0), y2 = tensor(3, 2, 8, 32);
     GOp mm = op(PRIM_MATMUL, 2, x, wt, -1, y2);
-    mm.iattr[1] = 1;
+    mm.iattr[IA_MATMUL_TRANSPOSE_B] = 1;
     ck_assert(prim_flops(&G, &mm) == 2.0 * (2 * 8 * 32) * 16);
-    mm.iattr[1] = 0; /* without it the rows: 32 */
+    mm.iattr[IA_MATMUL_TRANSPOSE_B] = 0; /* without it the rows: 32 */
     ck_assert(prim_flops(&G, &mm) == 2.0 * (2 * 8 * 32) * 32);
 }
 END_TEST
