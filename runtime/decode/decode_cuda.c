@@ -198,7 +198,7 @@ typedef struct Opnds {
 static Opnds opnds(const KvDecoder *d, int o) {
     const PlanOp *op = &d->p->ops[o];
     Opnds v = {op, at(d, op->out[0]), at(d, op->in[0]), op->nin > 1 ? at(d, op->in[1]) : 0, op->nin > 2 ? at(d, op->in[2]) : 0,
-               op->out[0], storage_of(T_(d, op->out[0])->dtype)}; /* check_family: one float dtype an op; arange's is -1 and unused */
+               op->out[0], storage_of(T_(d, op->out[0])->dtype)}; /* check_op: one float dtype an op; arange's is -1 and unused */
     return v;
 }
 
