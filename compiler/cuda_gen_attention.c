@@ -30,7 +30,7 @@ static bool attn_shape(GenCtx *c, Attn *t) {
     t->k = o->in[1];
     t->v = o->in[2];
     const GTensor *Q = T_(c, t->q), *Kt = T_(c, t->k);
-    int64_t H = o->iattr[0], KV = o->iattr[1] > 0 ? o->iattr[1] : H;
+    int64_t H = o->iattr[IA_ATTENTION_HEADS], KV = o->iattr[IA_ATTENTION_KV_HEADS] > 0 ? o->iattr[IA_ATTENTION_KV_HEADS] : H;
     if (Q->rank != 3 || Kt->rank != 3 || H <= 0 || KV <= 0 || H % KV != 0 || Q->dims[2] % H != 0) {
         cg_fail(c, "attention needs q [B, T, H*hd], k and v [B, T, KV*hd], H a multiple of KV");
         return false;

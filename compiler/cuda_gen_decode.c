@@ -3,12 +3,15 @@
  *
  * Unlike the other families it has no launches in the plan: the decoder
  * computes one position at a time, with sizes the training schedule never
- * has, and finds its entry points by name. The unit is
- * stdlib/kernels/decode.cu (its kernels templates over the storage type)
- * with common.cuh pasted in, followed by the extern "C" entry points this
- * file writes, one per kernel and storage dtype of the model's forward
- * (zkd_<kernel>_<f32|bf16|f16>): one text per set of dtypes, so models of
- * the same dtype share one NVRTC compilation (cached). */
+ * has, and finds its entry points by name. The unit is common.cuh, then
+ * for each storage dtype of the model's forward a namespace zkt_<dtype>
+ * (with T its storage type) holding the training families' files that a
+ * step reuses (reused[] below: their kernels become __device__ functions
+ * there, their text otherwise as the training units have it) and
+ * stdlib/kernels/decode.cu, then the extern "C" entry points this file
+ * writes, one per kernel and storage dtype (zkd_<kernel>_<f32|bf16|f16>),
+ * each a call into its dtype's namespace: one text per set of dtypes, so
+ * models of the same dtype share one NVRTC compilation (cached). */
 #include "cuda_gen_impl.h"
 #include <errno.h>
 #include <stdio.h>
@@ -16,47 +19,74 @@
 #include <string.h>
 #include "nvrtc.h"
 
-/* The entry points: the template's name, its parameters with '@' for the
- * storage type, its arguments. */
+/* The entry points: the name, its parameters with '@' for the storage
+ * type, and the call in the dtype's namespace, a training kernel's or
+ * decode.cu's. once: one entry whatever the dtypes (no '@'). */
 typedef struct DecodeEntry {
-    const char *name, *params, *args;
+    const char *name, *params, *call;
+    bool once;
 } DecodeEntry;
 
 static const DecodeEntry entries[] = {
     {"embed", "@ *y, const @ *table, const int *ids, long long rows, long long V, long long D, int *err",
-     "y, table, ids, rows, V, D, err"},
-    {"linear", "@ *y, const @ *x, const @ *w, const @ *b, long long K, long long N, long long tb", "y, x, w, b, K, N, tb"},
-    {"binary", "@ *y, const @ *big, const @ *small, long long n, long long ns, long long mul", "y, big, small, n, ns, mul"},
+     "zk_embed_fwd(y, table, ids, rows, V, D, err)", false},
+    {"linear", "@ *y, const @ *x, const @ *w, const @ *b, long long K, long long N, long long tb",
+     "zkd_linear(y, x, w, b, K, N, tb)", false},
+    {"binary", "@ *y, const @ *big, const @ *small, long long n, long long ns, long long mul",
+     "zk_binary_fwd(y, big, small, n, n, ns, mul)", false},
     {"layernorm", "@ *y, const @ *x, const @ *g, const @ *b, long long rows, long long D, float eps",
-     "y, x, g, b, rows, D, eps"},
-    {"rmsnorm", "@ *y, const @ *x, const @ *g, long long rows, long long D, float eps", "y, x, g, rows, D, eps"},
-    {"unary", "@ *y, const @ *x, long long n, long long what, float by", "y, x, n, what, by"},
-    {"columns", "@ *y, const @ *x, long long rows, long long X, long long off, long long W", "y, x, rows, X, off, W"},
+     "zk_layernorm_fwd(y, x, g, b, rows, D, eps)", false},
+    {"rmsnorm", "@ *y, const @ *x, const @ *g, long long rows, long long D, float eps", "zk_rmsnorm_fwd(y, x, g, rows, D, eps)",
+     false},
+    {"gelu", "@ *y, const @ *x, long long n", "zk_gelu_fwd(y, x, n)", false},
+    {"silu", "@ *y, const @ *x, long long n", "zk_silu_fwd(y, x, n)", false},
+    {"scale", "@ *y, const @ *x, long long n, float by", "zkd_scale(y, x, n, by)", false},
+    {"columns", "@ *y, const @ *x, long long rows, long long X, long long off, long long W", "zk_slice_cols(y, x, rows, X, off, W)",
+     false},
     {"rope",
      "@ *y, const @ *x, long long H, long long hd, long long pos, double theta, long long scaling, double factor, "
      "double low, double high, double orig",
-     "y, x, H, hd, pos, theta, scaling, factor, low, high, orig"},
-    {"kv_append", "float *kc, float *vc, const @ *k, const @ *v, long long kd, long long pos", "kc, vc, k, v, kd, pos"},
+     "zkd_rope(y, x, H, hd, pos, theta, scaling, factor, low, high, orig)", false},
+    {"kv_append", "float *kc, float *vc, const @ *k, const @ *v, long long kd, long long pos", "zkd_kv_append(kc, vc, k, v, kd, pos)",
+     false},
     {"attend",
      "@ *y, const @ *q, const float *kc, const float *vc, float *sc, long long H, long long KV, long long hd, "
      "long long T, long long pos",
-     "y, q, kc, vc, sc, H, KV, hd, T, pos"},
+     "zkd_attend(y, q, kc, vc, sc, H, KV, hd, T, pos)", false},
+    {"set", "int *p, long long v", "zkd_set(p, v)", true},
 };
+
+/* The training families' files whose code the entries call, pasted before
+ * decode.cu in each dtype's namespace. */
+static const char *const reused[] = {"embedding.cu", "elementwise.cu", "norm.cu", "rope.cu"};
 
 static const DType storage[] = {DT_F32, DT_BF16, DT_F16};
 
-/* The primitives a decode step can meet, each served by the kernels above
- * (cross_entropy is the loss, which the decoder does not run). */
-static bool decode_serves(PrimId p) {
-    switch (p) {
-    case PRIM_EMBEDDING: case PRIM_LINEAR: case PRIM_MATMUL: case PRIM_ADD: case PRIM_MUL: case PRIM_LAYERNORM:
-    case PRIM_RMSNORM: case PRIM_GELU: case PRIM_SILU: case PRIM_SPLIT: case PRIM_SCALE: case PRIM_ROPE:
-    case PRIM_ATTENTION: case PRIM_ARANGE: case PRIM_CROSS_ENTROPY:
-        return true;
-    default:
-        return false;
-    }
-}
+/* What the unit does with each family's forward ops (runtime/plan/prim.def's
+ * family column), as decode_<family>: DECODE_RUN, the kernels above serve
+ * them; DECODE_LOSS, the loss, which the decoder does not run; DECODE_NONE,
+ * none (a plan whose forward has one carries no decode unit). A family
+ * without an entry does not compile. */
+enum { DECODE_NONE, DECODE_RUN, DECODE_LOSS };
+enum {
+    decode_embedding = DECODE_RUN,
+    decode_linear = DECODE_RUN,
+    decode_matmul = DECODE_RUN,
+    decode_binary = DECODE_RUN,
+    decode_norm = DECODE_RUN,
+    decode_act = DECODE_RUN,
+    decode_rope = DECODE_RUN,
+    decode_attention = DECODE_RUN,
+    decode_split = DECODE_RUN,
+    decode_xent = DECODE_LOSS,
+    decode_arange = DECODE_RUN,
+    decode_scale = DECODE_RUN,
+};
+static const unsigned char decode_use[PRIM_COUNT] = {
+#define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = decode_##family,
+#include "prim.def"
+#undef PRIM
+};
 
 static char *read_kernel_text(CudaGen *cg, const char *name, DiagSink *d) {
     char path[1200];
@@ -99,13 +129,34 @@ static char *typed(Arena *a, const char *params, const char *ctype) {
     return s;
 }
 
+/* A kernel file's text as the unit holds it inside a dtype's namespace:
+ * without its include of common.cuh (pasted once, before), and with each
+ * `extern "C" __global__` a `__device__` (a function the entry points
+ * call; an unmangled kernel could not be defined once per dtype). */
+static char *device_text(Arena *a, const char *text) {
+    static const char inc[] = "#include \"common.cuh\"", glob[] = "extern \"C\" __global__", dev[] = "__device__";
+    char *s = arena_strdup(a, "");
+    for (const char *p = text; s && *p;) {
+        const char *i = strstr(p, inc), *g = strstr(p, glob);
+        const char *at = i && (!g || i < g) ? i : g;
+        if (!at) {
+            s = cat(a, s, p);
+            break;
+        }
+        s = arena_printf(a, "%s%.*s%s", s, (int)(at - p), p, at == i ? "" : dev);
+        p = at + (at == i ? sizeof inc : sizeof glob) - 1;
+    }
+    return s;
+}
+
 int cuda_gen_decode_unit(CudaGen *cg, const Graph *g, CudaUnit *out, DiagSink *d) {
     bool used[sizeof storage / sizeof *storage] = {false};
     for (int o = 0; o < g->nforward; o++) {
         const GOp *op = &g->ops[o];
         if (op->kind != OP_FWD) continue;
-        if (!decode_serves(op->prim)) return 0;
-        if (op->prim == PRIM_CROSS_ENTROPY) continue; /* the loss, which the decoder does not run */
+        int use = (unsigned)op->prim < PRIM_COUNT ? decode_use[op->prim] : DECODE_NONE;
+        if (use == DECODE_NONE) return 0;
+        if (use == DECODE_LOSS) continue;
         for (int i = 0; i < op->nin + op->nout; i++) {
             int t = i < op->nin ? op->in[i] : op->out[i - op->nin];
             for (size_t k = 0; t >= 0 && k < sizeof storage / sizeof *storage; k++) used[k] |= g->tensors[t].dtype == storage[k];
@@ -117,8 +168,10 @@ int cuda_gen_decode_unit(CudaGen *cg, const Graph *g, CudaUnit *out, DiagSink *d
     Arena *a = cg->arena;
     const char *common = cg->common ? cg->common : read_kernel_text(cg, "common.cuh", d);
     const char *text = common ? read_kernel_text(cg, "decode.cu", d) : NULL;
+    const char *files[sizeof reused / sizeof *reused];
+    for (size_t f = 0; text && f < sizeof reused / sizeof *reused; f++)
+        if (!(files[f] = read_kernel_text(cg, reused[f], d))) text = NULL;
     if (!text) return -1;
-    const char *inc = "#include \"common.cuh\"", *at = strstr(text, inc);
     char *spec = arena_strdup(a, "");
     for (size_t k = 0; spec && k < sizeof storage / sizeof *storage; k++)
         if (used[k]) spec = arena_printf(a, "%s%s%s", spec, *spec ? ", " : "", cuda_dtype_name(storage[k]));
@@ -128,19 +181,32 @@ int cuda_gen_decode_unit(CudaGen *cg, const Graph *g, CudaUnit *out, DiagSink *d
     }
     char *s = arena_printf(a,
                            "// zinf CUDA kernel unit: decode (%s)\n"
-                           "// generated by zinfc from stdlib/kernels/decode.cu and common.cuh: the one-position\n"
-                           "// kernels of zinfgen --decode kv (no launches in the plan; the decoder finds them by name)\n"
-                           "#define ZK_T float\n"
-                           "%.*s%s%s\n// ---- the entry points, one per kernel and storage type ----\n",
-                           spec, at ? (int)(at - text) : 0, text, common, at ? at + strlen(inc) : text);
+                           "// generated by zinfc from stdlib/kernels/decode.cu, the training kernels it calls and\n"
+                           "// common.cuh: the one-position kernels of zinfgen --decode kv (no launches in the plan;\n"
+                           "// the decoder finds them by name)\n"
+                           "#define ZK_T float\n%s",
+                           spec, common);
+    const char *first = NULL;
+    for (size_t k = 0; k < sizeof storage / sizeof *storage; k++) {
+        if (!used[k]) continue;
+        const char *dn = cuda_dtype_name(storage[k]);
+        if (!first) first = dn;
+        s = cat(a, s, arena_printf(a, "\n// ---- %s: T = %s ----\nnamespace zkt_%s {\ntypedef %s T;\n", dn, dtype_ctype(storage[k]), dn,
+                                   dtype_ctype(storage[k])));
+        for (size_t f = 0; f < sizeof reused / sizeof *reused; f++) s = cat(a, s, device_text(a, files[f]));
+        s = cat(a, s, device_text(a, text));
+        s = cat(a, s, arena_printf(a, "} // namespace zkt_%s\n", dn));
+    }
+    s = cat(a, s, "\n// ---- the entry points, one per kernel and storage type ----\n");
     for (size_t e = 0; e < sizeof entries / sizeof *entries; e++)
         for (size_t k = 0; k < sizeof storage / sizeof *storage; k++) {
-            if (!used[k]) continue;
             const DecodeEntry *en = &entries[e];
-            const char *ct = dtype_ctype(storage[k]);
+            if (!used[k] || (en->once && strcmp(cuda_dtype_name(storage[k]), first))) continue;
+            const char *dn = cuda_dtype_name(storage[k]);
             s = cat(a, s,
-                    arena_printf(a, "extern \"C\" __global__ void zkd_%s_%s(%s) { zkd_%s<%s>(%s); }\n", en->name,
-                                 cuda_dtype_name(storage[k]), typed(a, en->params, ct), en->name, ct, en->args));
+                    en->once ? arena_printf(a, "extern \"C\" __global__ void zkd_%s(%s) { zkt_%s::%s; }\n", en->name, en->params, dn, en->call)
+                             : arena_printf(a, "extern \"C\" __global__ void zkd_%s_%s(%s) { zkt_%s::%s; }\n", en->name, dn,
+                                            typed(a, en->params, dtype_ctype(storage[k])), dn, en->call));
         }
     if (!s || a->failed) {
         diag_error(d, SPAN_NONE, "cuda_gen: out of memory");

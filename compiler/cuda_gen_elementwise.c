@@ -140,7 +140,7 @@ void cg_gen_scale(GenCtx *c, bool bwd) {
     arg_t(k, y);
     arg_t(k, src);
     arg_i(k, n);
-    arg_f(k, o->fattr[0]);
+    arg_f(k, o->fattr[FA_SCALE_BY]);
 }
 
 void cg_gen_split(GenCtx *c, bool bwd) {

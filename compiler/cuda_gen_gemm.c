@@ -266,7 +266,7 @@ void cg_gen_matmul(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
     int a = o->in[0], b = o->in[1];
     const GTensor *A = T_(c, a), *Bt = T_(c, b);
-    bool ta = o->iattr[0] != 0, tb = o->iattr[1] != 0;
+    bool ta = o->iattr[IA_MATMUL_TRANSPOSE_A] != 0, tb = o->iattr[IA_MATMUL_TRANSPOSE_B] != 0;
     if (c->ntiles && ta) {
         cg_fail(c, "a tiled matmul with transpose_a is not supported (tile b only when a is not transposed)");
         return;

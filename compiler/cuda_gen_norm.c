@@ -6,7 +6,7 @@
 
 enum { NORM_PARTS = 128 }; /* blocks (partial sums) of a norm backward */
 
-static double eps_of(const GOp *o) { return o->fattr[0] > 0 ? o->fattr[0] : 1e-5; }
+static double eps_of(const GOp *o) { return o->fattr[FA_LAYERNORM_EPS] > 0 ? o->fattr[FA_LAYERNORM_EPS] : 1e-5; }
 
 void cg_gen_norm(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
@@ -15,7 +15,7 @@ void cg_gen_norm(GenCtx *c, bool bwd) {
     int x = o->in[0], g = nfin >= 2 ? o->in[1] : -1, bb = ln && nfin >= 3 ? o->in[2] : -1;
     const GTensor *X = T_(c, x);
     /* rmsnorm with heads = H: the same kernels over rows of hd = D/H values */
-    int64_t heads = !ln && o->iattr[0] > 1 ? o->iattr[0] : 1;
+    int64_t heads = !ln && o->iattr[IA_RMSNORM_HEADS] > 1 ? o->iattr[IA_RMSNORM_HEADS] : 1;
     if (last_dim(X) % heads != 0) {
         cg_fail(c, "rmsnorm: heads = %" PRId64 " does not divide the last dimension %" PRId64, heads, last_dim(X));
         return;

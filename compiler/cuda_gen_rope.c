@@ -7,8 +7,8 @@ void cg_gen_rope(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
     int x = o->in[0];
     const GTensor *X = T_(c, x);
-    int64_t H = o->iattr[0], scaling = o->iattr[1];
-    double theta = o->fattr[0] > 0 ? o->fattr[0] : 10000.0;
+    int64_t H = o->iattr[IA_ROPE_HEADS], scaling = o->iattr[IA_ROPE_SCALING];
+    double theta = o->fattr[FA_ROPE_THETA] > 0 ? o->fattr[FA_ROPE_THETA] : 10000.0;
     if (X->rank < 2 || H <= 0 || last_dim(X) % H != 0 || (last_dim(X) / H) % 2 != 0) {
         cg_fail(c, "rope needs x [B, T, H*hd] with heads dividing the last dim and hd even");
         return;
@@ -35,8 +35,8 @@ void cg_gen_rope(GenCtx *c, bool bwd) {
     arg_i(k, bwd);
     arg_i(k, bwd);
     arg_i(k, scaling);
-    arg_f(k, scaling ? o->fattr[1] : 1.0);
-    arg_f(k, scaling == ROPE_LLAMA3 ? o->fattr[2] : 1.0);
-    arg_f(k, scaling == ROPE_LLAMA3 ? o->fattr[3] : 4.0);
-    arg_f(k, scaling == ROPE_LLAMA3 ? (double)o->iattr[2] : 8192.0);
+    arg_f(k, scaling ? o->fattr[FA_ROPE_FACTOR] : 1.0);
+    arg_f(k, scaling == ROPE_LLAMA3 ? o->fattr[FA_ROPE_LOW_FREQ_FACTOR] : 1.0);
+    arg_f(k, scaling == ROPE_LLAMA3 ? o->fattr[FA_ROPE_HIGH_FREQ_FACTOR] : 4.0);
+    arg_f(k, scaling == ROPE_LLAMA3 ? (double)o->iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] : 8192.0);
 }

@@ -49,15 +49,10 @@ typedef struct GOp {
     int nin, nout;
     int in[GRAPH_MAX_IN];
     int out[GRAPH_MAX_OUT];
-    /* Attributes; meaning per primitive in docs/primitives.md:
-     * matmul: i[0] transpose_a, i[1] transpose_b
-     * layernorm/rmsnorm: f[0] eps; rmsnorm: i[0] heads (1: the whole last dim;
-     *   H: each of its H slices, g of the slice's size)
-     * rope: i[0] heads, f[0] theta, i[1] scaling (RopeScaling), f[1] factor,
-     *   f[2] low_freq_factor, f[3] high_freq_factor, i[2] original_max_positions
-     * attention: i[0] heads, i[1] kv_heads
-     * split: i[0] number of pieces (sizes are the outputs' last dims)
-     * arange: i[0] n */
+    /* Attributes (meaning per primitive in docs/primitives.md), each at the
+     * slot runtime/plan/prim.def names: iattr[IA_<PRIM>_<NAME>] (integers,
+     * flags, words) and fattr[FA_<PRIM>_<NAME>] (numbers), e.g.
+     * iattr[IA_ROPE_HEADS], fattr[FA_ROPE_THETA]. */
     int64_t iattr[PLAN_MAX_IATTR];
     double fattr[PLAN_MAX_FATTR];
     int segment;        /* repeat instance (checkpoint segment), -1 outside any repeat */

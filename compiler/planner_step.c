@@ -2,35 +2,9 @@
  * parameters and checkpoints, the kernel, gradients to their homes, and
  * checkpoints off the GPU. */
 #include "planner_impl.h"
+#include "prim_flops.h"
 #include <stdio.h>
 #include <string.h>
-
-static double op_flops(const Graph *g, const GOp *op) {
-    const GTensor *o = op->nout > 0 && op->out[0] >= 0 ? &g->tensors[op->out[0]] : NULL;
-    double out = o ? (double)o->numel : 1;
-    if (op->kind == OP_BWD && op->fwd >= 0 && op->fwd < g->nops) {
-        const GOp *f = &g->ops[op->fwd];
-        return 2 * op_flops(g, f);
-    }
-    switch (op->prim) {
-    case PRIM_LINEAR:
-    case PRIM_MATMUL: {
-        int w = op->in[1];
-        if (w < 0 || op->in[0] < 0) return out;
-        const GTensor *wt = &g->tensors[w];
-        double k = wt->rank >= 2 ? (double)(op->prim == PRIM_MATMUL && op->iattr[1] ? wt->dims[1] : wt->dims[0]) : 1;
-        return 2 * out * k;
-    }
-    case PRIM_ATTENTION: {
-        const GTensor *q = op->in[0] >= 0 ? &g->tensors[op->in[0]] : NULL;
-        if (!q || q->rank < 3) return out;
-        return 2.0 * (double)q->numel * (double)q->dims[1]; /* causal: half of 4*B*T*T*D */
-    }
-    case PRIM_CROSS_ENTROPY: return op->in[0] >= 0 ? 5.0 * (double)g->tensors[op->in[0]].numel : out;
-    default: return 5 * out;
-    }
-}
-
 
 /* A checkpoint back to the GPU from where the forward saved it (through
  * pinned staging from NVMe). */
@@ -391,7 +365,7 @@ void pl_emit_step(PlanBuilder *b, const Step *s) {
     int tp = s->ntiles > 1 ? pl_tiled_param_of(b, op) : -1;
     if (!step_inputs(b, s, op, &so)) return;
     step_outputs(b, s, op, tp, &so);
-    int i = pl_ins(b, PI_KERNEL, Q_COMPUTE, s->op, s->tile, s->ntiles, op_flops(b->g, op) / s->ntiles);
+    int i = pl_ins(b, PI_KERNEL, Q_COMPUTE, s->op, s->tile, s->ntiles, prim_flops(b->g, op) / s->ntiles);
     for (int k = 0; k < so.np; k++) pl_opnd(b, i, so.pend[k].buf, so.pend[k].mode, so.pend[k].off, so.pend[k].bytes);
     for (int k = 0; k < so.ng; k++) grad_flush(b, so.gflush[k], so.gtile[k], so.gbuf[k]);
     if (op->kind == OP_FWD && s->tile == s->ntiles - 1 && b->pl.tier[PC_CHECKPOINTS] != TIER_GPU) save_checkpoints(b, op);

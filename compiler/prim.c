@@ -18,7 +18,7 @@ void prim_defaults(PrimCall *c) {
         else c->iattr[a->slot] = (int64_t)a->def;
     }
     /* kv_heads defaults to heads */
-    if (c->prim == PRIM_ATTENTION && !c->attr_set[1]) c->iattr[1] = c->iattr[0];
+    if (c->prim == PRIM_ATTENTION && !c->attr_set[1]) c->iattr[IA_ATTENTION_KV_HEADS] = c->iattr[IA_ATTENTION_HEADS];
 }
 
 const char *prim_dtype_str(DType t) {
@@ -128,7 +128,7 @@ static bool rule_linear(const PrimCall *c, const PrimInfo *p, PrimShape *out, in
 static bool rule_matmul(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
     (void)nout; /* one output */
     char sb[2][96];
-    bool ta = c->iattr[0] != 0, tb = c->iattr[1] != 0;
+    bool ta = c->iattr[IA_MATMUL_TRANSPOSE_A] != 0, tb = c->iattr[IA_MATMUL_TRANSPOSE_B] != 0;
     if (!need_rank(c, p, 0, ta ? 2 : 1, GRAPH_MAX_RANK, e) || !need_rank(c, p, 1, 2, 2, e)) return false;
     if (!need_float(c, p, 3, e)) return false;
     const PrimShape *a = &c->in[0], *b = &c->in[1];
@@ -167,7 +167,7 @@ static bool rule_norm(const PrimCall *c, const PrimInfo *p, PrimShape *out, int 
     if (!need_rank(c, p, 0, 1, GRAPH_MAX_RANK, e)) return false;
     if (!need_float(c, p, 7, e)) return false;
     /* rmsnorm with heads = H normalises each of the H slices of hd = D/H values */
-    int64_t heads = c->prim == PRIM_RMSNORM ? c->iattr[0] : 1, D = LAST(c->in[0]);
+    int64_t heads = c->prim == PRIM_RMSNORM ? c->iattr[IA_RMSNORM_HEADS] : 1, D = LAST(c->in[0]);
     if (heads < 1) return fail(e, 0, "%s: heads must be positive, got %" PRId64, p->name, heads);
     if (D % heads != 0)
         return fail(e, 1, "%s: x's last dimension %" PRId64 " is not a multiple of heads = %" PRId64 " (x is %s)", p->name,
@@ -183,7 +183,7 @@ static bool rule_norm(const PrimCall *c, const PrimInfo *p, PrimShape *out, int 
                         " (x is %s, %s is %s)", p->name, NAME(i), c->in[i].dims[0], D, SH(0), NAME(i),
                         SH(i));
     }
-    if (!(c->fattr[0] > 0)) return fail(e, 0, "%s: eps must be positive, got %g", p->name, c->fattr[0]);
+    if (!(c->fattr[FA_LAYERNORM_EPS] > 0)) return fail(e, 0, "%s: eps must be positive, got %g", p->name, c->fattr[FA_LAYERNORM_EPS]);
     copy_shape(out, &c->in[0], c->act_dtype);
     return true;
 }
@@ -198,23 +198,25 @@ static bool rule_act(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *
 static bool rule_scale(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
     (void)nout; /* one output */
     if (!need_float(c, p, 1, e)) return false;
-    if (!isfinite(c->fattr[0])) return fail(e, 0, "%s: by must be a finite number, got %g", p->name, c->fattr[0]);
+    if (!isfinite(c->fattr[FA_SCALE_BY])) return fail(e, 0, "%s: by must be a finite number, got %g", p->name, c->fattr[FA_SCALE_BY]);
     copy_shape(out, &c->in[0], c->act_dtype);
     return true;
 }
 
 /* The scaling attributes in their ranges. */
 static bool rope_scaling_ok(const PrimCall *c, PrimError *e) {
-    int64_t sc = c->iattr[1];
+    int64_t sc = c->iattr[IA_ROPE_SCALING];
     if (sc < ROPE_NONE || sc > ROPE_LLAMA3) return fail(e, 0, "rope: unknown scaling %" PRId64, sc);
     if (sc == ROPE_NONE) return true;
-    if (!(c->fattr[1] > 0)) return fail(e, 0, "rope: factor must be positive, got %g", c->fattr[1]);
+    if (!(c->fattr[FA_ROPE_FACTOR] > 0)) return fail(e, 0, "rope: factor must be positive, got %g", c->fattr[FA_ROPE_FACTOR]);
     if (sc == ROPE_LINEAR) return true;
-    if (!(c->fattr[2] > 0)) return fail(e, 0, "rope: low_freq_factor must be positive, got %g", c->fattr[2]);
-    if (!(c->fattr[3] > c->fattr[2]))
-        return fail(e, 0, "rope: high_freq_factor (%g) must be greater than low_freq_factor (%g)", c->fattr[3], c->fattr[2]);
-    if (c->iattr[2] < 1)
-        return fail(e, 0, "rope: original_max_positions must be positive, got %" PRId64, c->iattr[2]);
+    if (!(c->fattr[FA_ROPE_LOW_FREQ_FACTOR] > 0))
+        return fail(e, 0, "rope: low_freq_factor must be positive, got %g", c->fattr[FA_ROPE_LOW_FREQ_FACTOR]);
+    if (!(c->fattr[FA_ROPE_HIGH_FREQ_FACTOR] > c->fattr[FA_ROPE_LOW_FREQ_FACTOR]))
+        return fail(e, 0, "rope: high_freq_factor (%g) must be greater than low_freq_factor (%g)", c->fattr[FA_ROPE_HIGH_FREQ_FACTOR],
+                    c->fattr[FA_ROPE_LOW_FREQ_FACTOR]);
+    if (c->iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] < 1)
+        return fail(e, 0, "rope: original_max_positions must be positive, got %" PRId64, c->iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS]);
     return true;
 }
 
@@ -222,14 +224,14 @@ static bool rule_rope(const PrimCall *c, const PrimInfo *p, PrimShape *out, int 
     (void)nout; /* one output */
     char sb[1][96];
     if (!need_rank(c, p, 0, 3, 3, e) || !need_float(c, p, 1, e)) return false;
-    int64_t h = c->iattr[0], n = LAST(c->in[0]);
+    int64_t h = c->iattr[IA_ROPE_HEADS], n = LAST(c->in[0]);
     if (h <= 0) return fail(e, 0, "rope: heads must be positive, got %" PRId64, h);
     if (n % h != 0)
         return fail(e, 1, "rope: x's last dimension %" PRId64 " is not a multiple of heads = %" PRId64 " (x is %s)", n,
                     h, SH(0));
     if ((n / h) % 2 != 0)
         return fail(e, 1, "rope: the head dimension %" PRId64 " / %" PRId64 " = %" PRId64 " must be even", n, h, n / h);
-    if (!(c->fattr[0] > 0)) return fail(e, 0, "rope: theta must be positive, got %g", c->fattr[0]);
+    if (!(c->fattr[FA_ROPE_THETA] > 0)) return fail(e, 0, "rope: theta must be positive, got %g", c->fattr[FA_ROPE_THETA]);
     if (!rope_scaling_ok(c, e)) return false;
     copy_shape(out, &c->in[0], c->act_dtype);
     return true;
@@ -242,7 +244,7 @@ static bool rule_attention(const PrimCall *c, const PrimInfo *p, PrimShape *out,
         if (!need_rank(c, p, i, 3, 3, e)) return false;
     if (!need_float(c, p, 7, e)) return false;
     const PrimShape *q = &c->in[0], *k = &c->in[1], *v = &c->in[2];
-    int64_t h = c->iattr[0], kv = c->iattr[1];
+    int64_t h = c->iattr[IA_ATTENTION_HEADS], kv = c->iattr[IA_ATTENTION_KV_HEADS];
     if (h <= 0) return fail(e, 0, "attention: heads must be positive, got %" PRId64, h);
     if (kv <= 0) return fail(e, 0, "attention: kv_heads must be positive, got %" PRId64, kv);
     if (h % kv != 0)
@@ -270,7 +272,7 @@ static bool rule_split(const PrimCall *c, const PrimInfo *p, PrimShape *out, int
     if (!need_rank(c, p, 0, 1, GRAPH_MAX_RANK, e) || !need_float(c, p, 1, e)) return false;
     int64_t n = LAST(c->in[0]);
     if (c->nsizes == 0) {
-        int64_t k = c->iattr[0];
+        int64_t k = c->iattr[IA_SPLIT_N];
         if (k < 1 || k > GRAPH_MAX_OUT)
             return fail(e, 0, "split: the number of pieces must be 1 to %d, got %" PRId64, GRAPH_MAX_OUT, k);
         if (n % k != 0)
@@ -322,11 +324,12 @@ static bool rule_xent(const PrimCall *c, const PrimInfo *p, PrimShape *out, int 
 
 static bool rule_arange(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
     (void)p, (void)nout;
-    if (c->iattr[0] <= 0) return fail(e, 0, "arange: n must be positive, got %" PRId64, c->iattr[0]);
-    if (c->iattr[0] > INT32_MAX) return fail(e, 0, "arange: n = %" PRId64 " does not fit in i32", c->iattr[0]);
+    int64_t n = c->iattr[IA_ARANGE_N];
+    if (n <= 0) return fail(e, 0, "arange: n must be positive, got %" PRId64, n);
+    if (n > INT32_MAX) return fail(e, 0, "arange: n = %" PRId64 " does not fit in i32", n);
     out->dtype = DT_I32;
     out->rank = 1;
-    out->dims[0] = c->iattr[0];
+    out->dims[0] = n;
     return true;
 }
 
@@ -337,7 +340,7 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     /* rope attribute indices: 2 scaling, 3 factor, 4 low_freq_factor, 5 high_freq_factor,
      * 6 original_max_positions; each is read by the scalings that need it */
     const PrimInfo *p = prim_info(PRIM_ROPE);
-    int64_t sc = c->iattr[1];
+    int64_t sc = c->iattr[IA_ROPE_SCALING];
     if (sc < ROPE_NONE || sc > ROPE_LLAMA3) return true; /* prim_infer reports it */
     for (int i = 3; i <= 6; i++) {
         const PrimAttr *a = &p->attrs[i];
@@ -351,8 +354,8 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
 }
 
 /* The compiler's half of each primitive's row (the other half, identity
- * and family, is runtime/plan/prim.def): operand roles, attributes (slots
- * follow the GOp comment in graph.h), the one-line documentation, and
+ * and family, is runtime/plan/prim.def): operand roles, attributes (in
+ * the slots prim.def names), the one-line documentation, and
  * which inputs have gradients (a bit per input; autodiff's VJP rule: the
  * backward op of the primitive computes exactly those). */
 #define ROW_EMBEDDING \
@@ -365,8 +368,8 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     .grad_inputs = 0x7 /* x, w, b */
 #define ROW_MATMUL \
     {"a", "b"}, 2, \
-    {{"transpose_a", PA_FLAG, 0, false, false, 0, NULL}, \
-     {"transpose_b", PA_FLAG, 1, false, false, 0, NULL}}, \
+    {{"transpose_a", PA_FLAG, IA_MATMUL_TRANSPOSE_A, false, false, 0, NULL}, \
+     {"transpose_b", PA_FLAG, IA_MATMUL_TRANSPOSE_B, false, false, 0, NULL}}, \
     "matmul(a[S..., M, K], b[K, N]; transpose_a, transpose_b) -> [S..., M, N]", \
     .grad_inputs = 0x3 /* a, b */
 #define ROW_ADD \
@@ -379,13 +382,13 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     .grad_inputs = 0x3
 #define ROW_LAYERNORM \
     {"x", "g", "b"}, 1, \
-    {{"eps", PA_FLOAT, 0, false, true, 1e-5, NULL}}, \
+    {{"eps", PA_FLOAT, FA_LAYERNORM_EPS, false, true, 1e-5, NULL}}, \
     "layernorm(x[S..., D], g[D]?, b[D]?; eps = 1e-5) -> [S..., D]", \
     .grad_inputs = 0x7 /* x, g, b */
 #define ROW_RMSNORM \
     {"x", "g"}, 2, \
-    {{"eps", PA_FLOAT, 0, false, true, 1e-5, NULL}, \
-     {"heads", PA_INT, 0, false, false, 1, NULL}}, \
+    {{"eps", PA_FLOAT, FA_RMSNORM_EPS, false, true, 1e-5, NULL}, \
+     {"heads", PA_INT, IA_RMSNORM_HEADS, false, false, 1, NULL}}, \
     "rmsnorm(x[S..., H*hd], g[hd]?; eps = 1e-5, heads = 1) -> [S..., H*hd]", \
     .grad_inputs = 0x3 /* x, g */
 #define ROW_GELU \
@@ -398,25 +401,25 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     .grad_inputs = 0x1
 #define ROW_ROPE \
     {"x"}, 7, \
-    {{"heads", PA_INT, 0, true, true, 0, NULL}, \
-     {"theta", PA_FLOAT, 0, false, true, 10000.0, NULL}, \
-     {"scaling", PA_WORD, 1, false, false, ROPE_NONE, rope_scalings}, \
-     {"factor", PA_FLOAT, 1, false, false, 1.0, NULL}, \
-     {"low_freq_factor", PA_FLOAT, 2, false, false, 1.0, NULL}, \
-     {"high_freq_factor", PA_FLOAT, 3, false, false, 4.0, NULL}, \
-     {"original_max_positions", PA_INT, 2, false, false, 8192, NULL}}, \
+    {{"heads", PA_INT, IA_ROPE_HEADS, true, true, 0, NULL}, \
+     {"theta", PA_FLOAT, FA_ROPE_THETA, false, true, 10000.0, NULL}, \
+     {"scaling", PA_WORD, IA_ROPE_SCALING, false, false, ROPE_NONE, rope_scalings}, \
+     {"factor", PA_FLOAT, FA_ROPE_FACTOR, false, false, 1.0, NULL}, \
+     {"low_freq_factor", PA_FLOAT, FA_ROPE_LOW_FREQ_FACTOR, false, false, 1.0, NULL}, \
+     {"high_freq_factor", PA_FLOAT, FA_ROPE_HIGH_FREQ_FACTOR, false, false, 4.0, NULL}, \
+     {"original_max_positions", PA_INT, IA_ROPE_ORIGINAL_MAX_POSITIONS, false, false, 8192, NULL}}, \
     "rope(x[B, T, H*hd]; heads, theta = 10000, scaling = \"none\" | \"linear\" | \"llama3\", factor = 1, " \
     "low_freq_factor = 1, high_freq_factor = 4, original_max_positions = 8192) -> [B, T, H*hd]", \
     .grad_inputs = 0x1
 #define ROW_ATTENTION \
     {"q", "k", "v"}, 2, \
-    {{"heads", PA_INT, 0, true, true, 0, NULL}, \
-     {"kv_heads", PA_INT, 1, false, true, 0, NULL}}, \
+    {{"heads", PA_INT, IA_ATTENTION_HEADS, true, true, 0, NULL}, \
+     {"kv_heads", PA_INT, IA_ATTENTION_KV_HEADS, false, true, 0, NULL}}, \
     "attention(q[B, T, H*hd], k[B, T, KV*hd], v[B, T, KV*hd]; heads, kv_heads = heads) -> [B, T, H*hd]", \
     .grad_inputs = 0x7 /* q, k, v */
 #define ROW_SPLIT \
     {"x"}, 1, \
-    {{"n", PA_SIZES, 0, true, true, 0, NULL}}, \
+    {{"n", PA_SIZES, IA_SPLIT_N, true, true, 0, NULL}}, \
     "split(x[S..., N], n | [s0, s1, ...]) -> a tuple of pieces of the last dimension", \
     .grad_inputs = 0x1
 #define ROW_CROSS_ENTROPY \
@@ -425,15 +428,24 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     .grad_inputs = 0x1 /* logits; targets are integers */
 #define ROW_ARANGE \
     {NULL}, 1, \
-    {{"n", PA_INT, 0, true, true, 0, NULL}}, \
+    {{"n", PA_INT, IA_ARANGE_N, true, true, 0, NULL}}, \
     "arange(n) -> i32[n]", \
     .grad_inputs = 0x0
 
 #define ROW_SCALE \
     {"x"}, 1, \
-    {{"by", PA_FLOAT, 0, true, true, 0, NULL}}, \
+    {{"by", PA_FLOAT, FA_SCALE_BY, true, true, 0, NULL}}, \
     "scale(x, by) -> x * by, the same shape (by a finite number)", \
     .grad_inputs = 0x1
+
+/* Every slot prim.def names is one an op has. */
+#define PRIM(id, name, nin_min, nin_max, nout, family)
+#define PRIM_IATTR(id, NAME, slot, name) _Static_assert(slot >= 0 && slot < PLAN_MAX_IATTR, #id " " name ": no such iattr slot");
+#define PRIM_FATTR(id, NAME, slot, name) _Static_assert(slot >= 0 && slot < PLAN_MAX_FATTR, #id " " name ": no such fattr slot");
+#include "prim.def"
+#undef PRIM
+#undef PRIM_IATTR
+#undef PRIM_FATTR
 
 /* The table: prim.def's identity, the row above, the family's shape rule. */
 static const PrimInfo prim_table[PRIM_COUNT] = {

@@ -57,7 +57,7 @@ typedef struct PrimCall {
     double fattr[PLAN_MAX_FATTR];
     bool attr_set[PRIM_MAX_ATTR];      /* which attributes were given */
     int64_t sizes[GRAPH_MAX_OUT];      /* split with a size list */
-    int nsizes;                        /* 0: split into iattr[0] equal pieces */
+    int nsizes;                        /* 0: split into iattr[IA_SPLIT_N] equal pieces */
     DType act_dtype;                   /* dtype of floating-point results (the training dtype) */
 } PrimCall;
 

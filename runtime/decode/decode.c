@@ -9,7 +9,6 @@
 #include "hfio.h"
 #include "vocab.h"
 
-const char *kvdec_prim_str(int prim) { return prim < PRIM_COUNT ? prim_names[prim] : "?"; }
 #define prim_str kvdec_prim_str
 
 /* The loss op: the forward whose output is the plan's loss. */
@@ -26,16 +25,66 @@ static bool leading_ok(const PlanTensor *t, DecKind k, int64_t B, int64_t T) {
     return true;
 }
 
-static bool position_wise(int prim) {
-    switch (prim) {
-    case PRIM_EMBEDDING: case PRIM_LINEAR: case PRIM_MATMUL: case PRIM_ADD: case PRIM_MUL: case PRIM_LAYERNORM:
-    case PRIM_RMSNORM: case PRIM_GELU: case PRIM_SILU: case PRIM_SPLIT: case PRIM_SCALE: case PRIM_ROPE: case PRIM_ATTENTION:
-    case PRIM_ARANGE:
-        return true;
-    default:
-        return false;
-    }
+/* ---- the families' decode rules ---- */
+
+/* How a family's forward ops take part in a step (runtime/plan/prim.def's
+ * family column): dec_<family> below; a family without one does not
+ * compile. */
+typedef struct DecRule {
+    /* false: no decode rule; a plan whose step would run the op is refused */
+    bool rows;
+    /* DK_T: its outputs are [T, ...] whatever it reads (arange); DK_UNSEEN:
+     * the largest kind of its inputs */
+    DecKind makes;
+    /* An op of the step (kind k, act inputs that are activations): 1 and
+     * why when the family cannot decode it. NULL: every one can. */
+    int (*check)(const KvDecoder *d, uint32_t o, DecKind k, int act, char *why, size_t n);
+} DecRule;
+
+/* x[K] times a parameter is one row; times another activation it is not. */
+static int check_matmul(const KvDecoder *d, uint32_t o, DecKind k, int act, char *why, size_t n) {
+    (void)d, (void)k;
+    return act > 1 ? REFUSE(why, n, "op %u: a matmul of two activations looks across positions", o) : 0;
 }
+
+/* rope turns each row by its position, which only a [B, T, ...] row has. */
+static int check_rope(const KvDecoder *d, uint32_t o, DecKind k, int act, char *why, size_t n) {
+    (void)act;
+    return k != DK_BT ? REFUSE(why, n, "op %u (%s) on a [T, ...] tensor", o, prim_str(d->p->ops[o].prim)) : 0;
+}
+
+/* attention reads the keys and values of the positions before: q, k and v
+ * rows of the token ids' [B, T, ...]. */
+static int check_attention(const KvDecoder *d, uint32_t o, DecKind k, int act, char *why, size_t n) {
+    const PlanOp *op = &d->p->ops[o];
+    int rc = check_rope(d, o, k, act, why, n);
+    for (int i = 0; !rc && i < 3; i++)
+        if (d->kind[op->in[i]] != DK_BT) rc = REFUSE(why, n, "op %u: attention of a parameter", o);
+    return rc;
+}
+
+/* arange(T)'s one value a step is the position. */
+static int check_arange(const KvDecoder *d, uint32_t o, DecKind k, int act, char *why, size_t n) {
+    (void)k, (void)act;
+    const PlanOp *op = &d->p->ops[o];
+    if (op->nout != 1 || op->out[0] < 0 || op->iattr[IA_ARANGE_N] != d->T)
+        return REFUSE(why, n, "op %u: arange(%" PRId64 ") is not of the window's T = %" PRId64, o, op->iattr[IA_ARANGE_N], d->T);
+    return 0;
+}
+
+static const DecRule dec_embedding = {true, DK_UNSEEN, NULL}, dec_linear = {true, DK_UNSEEN, NULL},
+                     dec_matmul = {true, DK_UNSEEN, check_matmul}, dec_binary = {true, DK_UNSEEN, NULL},
+                     dec_norm = {true, DK_UNSEEN, NULL}, dec_act = {true, DK_UNSEEN, NULL},
+                     dec_rope = {true, DK_UNSEEN, check_rope}, dec_attention = {true, DK_UNSEEN, check_attention},
+                     dec_split = {true, DK_UNSEEN, NULL}, dec_scale = {true, DK_UNSEEN, NULL},
+                     dec_arange = {true, DK_T, check_arange},
+                     dec_xent = {false, DK_UNSEEN, NULL}; /* the loss, which a step does not run */
+
+static const DecRule *const dec_rules[PRIM_COUNT] = {
+#define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = &dec_##family,
+#include "prim.def"
+#undef PRIM
+};
 
 /* Classifies every tensor and picks the ops of a step; 1 and why when the
  * plan's forward cannot be decoded a position at a time. */
@@ -68,18 +117,13 @@ static int analyse(KvDecoder *d, char *why, size_t n) {
             if (ki > k) k = ki;
             act += ki >= DK_T;
         }
-        if (op->prim == PRIM_ARANGE) {
-            k = DK_T;
-            if (op->nout != 1 || op->out[0] < 0 || op->iattr[0] != d->T)
-                return REFUSE(why, n, "op %u: arange(%" PRId64 ") is not of the window's T = %" PRId64, o, op->iattr[0], d->T);
-        }
+        if ((unsigned)op->prim >= PRIM_COUNT) return REFUSE(why, n, "op %u has an unknown primitive %d", o, (int)op->prim);
+        const DecRule *rule = dec_rules[op->prim];
+        if (rule->makes != DK_UNSEEN) k = rule->makes;
         if (k >= DK_T) {
-            if (!position_wise(op->prim)) return REFUSE(why, n, "op %u (%s) has no decode rule", o, prim_str(op->prim));
-            if (op->prim == PRIM_MATMUL && act > 1) return REFUSE(why, n, "op %u: a matmul of two activations looks across positions", o);
-            if ((op->prim == PRIM_ATTENTION || op->prim == PRIM_ROPE) && k != DK_BT)
-                return REFUSE(why, n, "op %u (%s) on a [T, ...] tensor", o, prim_str(op->prim));
-            for (int i = 0; op->prim == PRIM_ATTENTION && i < 3; i++)
-                if (d->kind[op->in[i]] != DK_BT) return REFUSE(why, n, "op %u: attention of a parameter", o);
+            if (!rule->rows) return REFUSE(why, n, "op %u (%s) has no decode rule", o, prim_str(op->prim));
+            int rc = rule->check ? rule->check(d, o, k, act, why, n) : 0;
+            if (rc) return rc;
             d->ops[d->nops++] = (int32_t)o;
         }
         for (int j = 0; j < op->nout; j++) {
@@ -95,35 +139,6 @@ static int analyse(KvDecoder *d, char *why, size_t n) {
     }
     if (d->kind[d->logits] != DK_BT) return REFUSE(why, n, "the logits '%s' are not per position", p->tensors[d->logits].name);
     return 0;
-}
-
-void kvdec_view_dims(const KvDecoder *d, int t, int64_t dims[PLAN_MAX_RANK]) {
-    const PlanTensor *pt = &d->p->tensors[t];
-    memcpy(dims, pt->dims, sizeof pt->dims[0] * PLAN_MAX_RANK);
-    if (d->kind[t] == DK_BT) dims[0] = dims[1] = 1;
-    if (d->kind[t] == DK_T) dims[0] = 1;
-}
-
-int64_t kvdec_view_numel(const KvDecoder *d, int t) {
-    const PlanTensor *pt = &d->p->tensors[t];
-    int64_t rows = d->kind[t] == DK_BT ? d->B * d->T : d->kind[t] == DK_T ? d->T : 1;
-    return pt->numel / rows;
-}
-
-uint64_t kvdec_view_bytes(const KvDecoder *d, int t) {
-    return (uint64_t)kvdec_view_numel(d, t) * (uint64_t)plan_dtype_size(d->p->tensors[t].dtype);
-}
-
-int64_t kvdec_last_dim(const KvDecoder *d, int t) {
-    const PlanTensor *pt = &d->p->tensors[t];
-    return pt->rank ? pt->dims[pt->rank - 1] : 1;
-}
-
-uint64_t kvdec_param_bytes(const Plan *p) {
-    uint64_t b = 0;
-    for (uint32_t t = 0; t < p->ntensors; t++)
-        if (p->tensors[t].cls == TC_PARAM) b += (uint64_t)p->tensors[t].numel * (uint64_t)plan_dtype_size(p->tensors[t].dtype);
-    return b;
 }
 
 /* Whether only parameters reach op o (its outputs are whole constants). */

@@ -4,8 +4,9 @@
  * carved: the parameters whole, every constant, one row of every
  * activation, per attention op its f32 key and value caches [T, kv_dim],
  * the attention scores [heads, T] and an error word. The kernels are the
- * plan's decode unit (stdlib/kernels/decode.cu, put in the kernel table by
- * zinfc with the entries of the model's storage dtypes), found by name:
+ * plan's decode unit (stdlib/kernels/decode.cu and the training kernels it
+ * calls, put in the kernel table by zinfc with the entries of the model's
+ * storage dtypes), found by name:
  * zkd_<kernel>_<storage dtype>. A step is its
  * launches on one stream and one copy of the logits back. */
 #include <inttypes.h>
@@ -17,9 +18,10 @@
 #include "half.h"
 #include "hostk.h"
 
-enum { KD_EMBED, KD_LINEAR, KD_BINARY, KD_LAYERNORM, KD_RMSNORM, KD_UNARY, KD_COLUMNS, KD_ROPE, KD_KV_APPEND, KD_ATTEND, KD_N };
-static const char *const kd_names[KD_N] = {"embed",   "linear",  "binary", "layernorm", "rmsnorm",
-                                           "unary",   "columns", "rope",   "kv_append", "attend"};
+/* The unit's kernels (compiler/cuda_gen_decode.c's entries, in its order). */
+enum { KD_EMBED, KD_LINEAR, KD_BINARY, KD_LAYERNORM, KD_RMSNORM, KD_GELU, KD_SILU, KD_SCALE, KD_COLUMNS, KD_ROPE, KD_KV_APPEND, KD_ATTEND, KD_N };
+static const char *const kd_names[KD_N] = {"embed", "linear", "binary",  "layernorm", "rmsnorm",   "gelu",
+                                           "silu",  "scale",  "columns", "rope",      "kv_append", "attend"};
 enum { NSTORAGE = 3, ALIGN = 256, BLOCK = 256 };
 static const char *const storage_names[NSTORAGE] = {"f32", "bf16", "f16"};
 static const char unit_prefix[] = "decode-";
@@ -74,9 +76,272 @@ static bool suffix_of(const KvDecoder *d, int small, int big) {
     return true;
 }
 
+/* ---- the families' checks (every rank, from the plan) ---- */
+
+static int check_embedding(const KvDecoder *d, int o, char *why, size_t n) {
+    const PlanOp *op = &d->p->ops[o];
+    if (T_(d, op->in[0])->rank != 2 || d->kind[op->in[0]] != DK_CONST || T_(d, op->in[1])->dtype != DT_I32)
+        return REFUSE(why, n, "op %d: embedding of a table that is not a [V, D] parameter", o);
+    return 0;
+}
+
+/* linear and matmul: one row times a 2-D parameter, [K, N] (or [N, K]
+ * with transpose_b). */
+static int check_gemm(const KvDecoder *d, int o, char *why, size_t n) {
+    const PlanOp *op = &d->p->ops[o];
+    const char *ps = kvdec_prim_str(op->prim);
+    int w = op->in[1];
+    bool tb = op->prim == PRIM_MATMUL && op->iattr[IA_MATMUL_TRANSPOSE_B];
+    if (op->prim == PRIM_MATMUL && op->iattr[IA_MATMUL_TRANSPOSE_A])
+        return REFUSE(why, n, "op %d: a matmul with transpose_a has no GPU decode kernel", o);
+    if (T_(d, w)->rank != 2 || d->kind[w] != DK_CONST)
+        return REFUSE(why, n, "op %d (%s): its second operand '%s' is not a 2-D parameter", o, ps, T_(d, w)->name);
+    int64_t K = kvdec_last_dim(d, op->in[0]), N = kvdec_last_dim(d, op->out[0]);
+    if (T_(d, w)->dims[tb ? 1 : 0] != K || T_(d, w)->dims[tb ? 0 : 1] != N)
+        return REFUSE(why, n, "op %d (%s): '%s' is not [%" PRId64 ", %" PRId64 "]", o, ps, T_(d, w)->name, K, N);
+    if (kvdec_view_numel(d, op->in[0]) / K > 65535) return REFUSE(why, n, "op %d (%s): more than 65535 rows at once", o, ps);
+    return 0;
+}
+
+static int check_binary(const KvDecoder *d, int o, char *why, size_t n) {
+    const PlanOp *op = &d->p->ops[o];
+    int a = op->in[0], b = op->in[1];
+    bool a_big = T_(d, a)->rank >= T_(d, b)->rank;
+    int big = a_big ? a : b, small = a_big ? b : a;
+    if (!suffix_of(d, small, big) || kvdec_view_numel(d, op->out[0]) != kvdec_view_numel(d, big))
+        return REFUSE(why, n, "op %d (%s): '%s' does not broadcast over one position of '%s'", o, kvdec_prim_str(op->prim),
+                      T_(d, small)->name, T_(d, big)->name);
+    return 0;
+}
+
+static int check_split(const KvDecoder *d, int o, char *why, size_t n) {
+    const PlanOp *op = &d->p->ops[o];
+    for (int j = 0; j < op->nout; j++)
+        if (op->out[j] < 0) return REFUSE(why, n, "op %d: split with an absent piece", o);
+    return 0;
+}
+
+/* rope and attention read the position: a row of it, not parameters whole. */
+static int check_per_position(const KvDecoder *d, int o, char *why, size_t n) {
+    const PlanOp *op = &d->p->ops[o];
+    if (d->kind[op->out[0]] != DK_BT)
+        return REFUSE(why, n, "op %d (%s) of parameters only has no GPU decode kernel", o, kvdec_prim_str(op->prim));
+    return 0;
+}
+
+static int check_rope(const KvDecoder *d, int o, char *why, size_t n) {
+    const PlanOp *op = &d->p->ops[o];
+    int64_t C = kvdec_last_dim(d, op->in[0]), H = op->iattr[IA_ROPE_HEADS];
+    if (H < 1 || C % H || (C / H) % 2) return REFUSE(why, n, "op %d: rope of %" PRId64 " over %" PRId64 " heads", o, C, H);
+    return check_per_position(d, o, why, n);
+}
+
+static int check_attention(const KvDecoder *d, int o, char *why, size_t n) {
+    const PlanOp *op = &d->p->ops[o];
+    int64_t H = op->iattr[IA_ATTENTION_HEADS], KV = op->iattr[IA_ATTENTION_KV_HEADS] ? op->iattr[IA_ATTENTION_KV_HEADS] : H;
+    int64_t qd = kvdec_last_dim(d, op->in[0]), kd = kvdec_last_dim(d, op->in[1]);
+    if (H < 1 || KV < 1 || H % KV || qd % H || kd != (qd / H) * KV || kvdec_last_dim(d, op->in[2]) != kd)
+        return REFUSE(why, n, "op %d: attention of q %" PRId64 ", k %" PRId64 " with %" PRId64 " heads, %" PRId64 " kv heads", o, qd,
+                      kd, H, KV);
+    return check_per_position(d, o, why, n);
+}
+
+/* ---- rank 0: the device, the layout, the steps ---- */
+
+/* A failing driver call: -1 with its name and the driver's words in err. */
+#define DRV(x, call, what, err, n)                                                                         \
+    do {                                                                                                   \
+        CUresult rc_ = (call);                                                                             \
+        if (rc_ != CUDA_SUCCESS) return cudrv_fail(&(x)->drv, rc_, what, __FILE__, __LINE__, 0, err, n); \
+    } while (0)
+
+static CUdeviceptr at(const KvDecoder *d, int t) { return t < 0 ? 0 : X_(d)->base + X_(d)->off[t]; }
+
+static int cuda_param_put(KvDecoder *d, int t, char *err, size_t n) {
+    KvCuda *x = X_(d);
+    DRV(x, x->drv.MemcpyHtoDAsync(at(d, t), x->staging, kvdec_view_bytes(d, t), x->s), "cuMemcpyHtoDAsync", err, n);
+    DRV(x, x->drv.StreamSynchronize(x->s), "cuStreamSynchronize", err, n); /* the staging is the next one's */
+    return 0;
+}
+
+static unsigned blocks(int64_t work, int per) {
+    int64_t b = (work + per - 1) / per;
+    return (unsigned)(b < 1 ? 1 : b > 16384 ? 16384 : b);
+}
+
+/* One launch on the decoder's stream, for op o (-1: the step's token id). */
+static int launch(KvDecoder *d, int o, CUfunction f, unsigned gx, unsigned gy, unsigned block, void **args, char *err, size_t n) {
+    KvCuda *x = X_(d);
+    CUresult rc = x->drv.LaunchKernel(f, gx, gy, 1, block, 1, 1, 0, x->s, args, NULL);
+    if (rc == CUDA_SUCCESS) return 0;
+    char e[384], what[64] = "the token id";
+    cudrv_fail(&x->drv, rc, "cuLaunchKernel", __FILE__, __LINE__, 0, e, sizeof e);
+    if (o >= 0) snprintf(what, sizeof what, "op %d (%s)", o, kvdec_prim_str(d->p->ops[o].prim));
+    return errorf(err, n, "%s: %s at position %" PRId64 " <<<%u,%u / %u>>>", e, what, d->pos, gx, gy, block);
+}
+
+static int set_i32(KvDecoder *d, int o, CUdeviceptr p, long long v, char *err, size_t n) {
+    void *args[] = {&p, &v};
+    return launch(d, o, X_(d)->set, 1, 1, 32, args, err, n);
+}
+
+/* ---- the families' steps (rank 0) ---- */
+
+/* The operands of op o on the device: y its first output, a, b, c its
+ * first inputs (0: absent), st the storage of its float tensors. */
+typedef struct Opnds {
+    const PlanOp *op;
+    CUdeviceptr y, a, b, c;
+    int y0, st;
+} Opnds;
+
+static Opnds opnds(const KvDecoder *d, int o) {
+    const PlanOp *op = &d->p->ops[o];
+    Opnds v = {op, at(d, op->out[0]), at(d, op->in[0]), op->nin > 1 ? at(d, op->in[1]) : 0, op->nin > 2 ? at(d, op->in[2]) : 0,
+               op->out[0], storage_of(T_(d, op->out[0])->dtype)}; /* check_op: one float dtype an op; arange's is -1 and unused */
+    return v;
+}
+
+static int run_arange(KvDecoder *d, int o, char *err, size_t n) { return set_i32(d, o, opnds(d, o).y, d->pos, err, n); }
+
+static int run_embedding(KvDecoder *d, int o, char *err, size_t n) {
+    KvCuda *x = X_(d);
+    Opnds v = opnds(d, o);
+    long long rows = kvdec_view_numel(d, v.op->in[1]), V = T_(d, v.op->in[0])->dims[0], D = T_(d, v.op->in[0])->dims[1];
+    CUdeviceptr ew = x->base + x->errw;
+    void *args[] = {&v.y, &v.a, &v.b, &rows, &V, &D, &ew};
+    return launch(d, o, x->fn[KD_EMBED][v.st], (unsigned)rows, 1, BLOCK, args, err, n);
+}
+
+static int run_gemm(KvDecoder *d, int o, char *err, size_t n) {
+    KvCuda *x = X_(d);
+    Opnds v = opnds(d, o);
+    bool matmul = v.op->prim == PRIM_MATMUL;
+    long long K = kvdec_last_dim(d, v.op->in[0]), N = kvdec_last_dim(d, v.y0), tb = matmul && v.op->iattr[IA_MATMUL_TRANSPOSE_B];
+    unsigned rows = (unsigned)(kvdec_view_numel(d, v.op->in[0]) / K);
+    if (matmul) v.c = 0;
+    void *args[] = {&v.y, &v.a, &v.b, &v.c, &K, &N, &tb};
+    return launch(d, o, x->fn[KD_LINEAR][v.st], blocks(N, tb ? BLOCK / 32 : BLOCK), rows, BLOCK, args, err, n);
+}
+
+static int run_binary(KvDecoder *d, int o, char *err, size_t n) {
+    KvCuda *x = X_(d);
+    Opnds v = opnds(d, o);
+    bool a_big = T_(d, v.op->in[0])->rank >= T_(d, v.op->in[1])->rank;
+    CUdeviceptr big = a_big ? v.a : v.b, small = a_big ? v.b : v.a;
+    long long nb = kvdec_view_numel(d, v.y0), ns = kvdec_view_numel(d, a_big ? v.op->in[1] : v.op->in[0]), mul = v.op->prim == PRIM_MUL;
+    if (ns == 0) return 0;
+    void *args[] = {&v.y, &big, &small, &nb, &ns, &mul};
+    return launch(d, o, x->fn[KD_BINARY][v.st], blocks(nb, BLOCK), 1, BLOCK, args, err, n);
+}
+
+static int run_norm(KvDecoder *d, int o, char *err, size_t n) {
+    KvCuda *x = X_(d);
+    Opnds v = opnds(d, o);
+    bool rms = v.op->prim == PRIM_RMSNORM;
+    long long heads = rms && v.op->iattr[IA_RMSNORM_HEADS] > 1 ? v.op->iattr[IA_RMSNORM_HEADS] : 1;
+    long long D = kvdec_last_dim(d, v.op->in[0]) / heads, rows = kvdec_view_numel(d, v.op->in[0]) / D;
+    float eps = (float)(v.op->fattr[FA_LAYERNORM_EPS] != 0 ? v.op->fattr[FA_LAYERNORM_EPS] : 1e-5);
+    void *ln[] = {&v.y, &v.a, &v.b, &v.c, &rows, &D, &eps}, *rmsa[] = {&v.y, &v.a, &v.b, &rows, &D, &eps};
+    if (!rms) return launch(d, o, x->fn[KD_LAYERNORM][v.st], (unsigned)rows, 1, BLOCK, ln, err, n);
+    return launch(d, o, x->fn[KD_RMSNORM][v.st], (unsigned)rows, 1, BLOCK, rmsa, err, n);
+}
+
+static int run_act(KvDecoder *d, int o, char *err, size_t n) {
+    KvCuda *x = X_(d);
+    Opnds v = opnds(d, o);
+    long long num = kvdec_view_numel(d, v.y0);
+    void *args[] = {&v.y, &v.a, &num};
+    return launch(d, o, x->fn[v.op->prim == PRIM_GELU ? KD_GELU : KD_SILU][v.st], blocks(num, BLOCK), 1, BLOCK, args, err, n);
+}
+
+static int run_scale(KvDecoder *d, int o, char *err, size_t n) {
+    KvCuda *x = X_(d);
+    Opnds v = opnds(d, o);
+    long long num = kvdec_view_numel(d, v.y0);
+    float by = (float)v.op->fattr[FA_SCALE_BY];
+    void *args[] = {&v.y, &v.a, &num, &by};
+    return launch(d, o, x->fn[KD_SCALE][v.st], blocks(num, BLOCK), 1, BLOCK, args, err, n);
+}
+
+static int run_split(KvDecoder *d, int o, char *err, size_t n) {
+    KvCuda *x = X_(d);
+    Opnds v = opnds(d, o);
+    long long X = kvdec_last_dim(d, v.op->in[0]), rows = kvdec_view_numel(d, v.op->in[0]) / X, off = 0;
+    for (int j = 0; j < v.op->nout; j++) {
+        CUdeviceptr yj = at(d, v.op->out[j]);
+        long long W = kvdec_last_dim(d, v.op->out[j]);
+        void *args[] = {&yj, &v.a, &rows, &X, &off, &W};
+        if (launch(d, o, x->fn[KD_COLUMNS][v.st], blocks(rows * W, BLOCK), 1, BLOCK, args, err, n)) return -1;
+        off += W;
+    }
+    return 0;
+}
+
+static int run_rope(KvDecoder *d, int o, char *err, size_t n) {
+    KvCuda *x = X_(d);
+    Opnds v = opnds(d, o);
+    HkRope r = hk_rope_attrs(v.op->iattr, v.op->fattr);
+    long long H = r.heads, hd = kvdec_last_dim(d, v.op->in[0]) / H, pos = d->pos, scaling = r.scaling;
+    double theta = r.theta, factor = r.factor, low = r.low_freq_factor, high = r.high_freq_factor, orig = r.original_max;
+    void *args[] = {&v.y, &v.a, &H, &hd, &pos, &theta, &scaling, &factor, &low, &high, &orig};
+    return launch(d, o, x->fn[KD_ROPE][v.st], blocks(H * (hd / 2), BLOCK), 1, BLOCK, args, err, n);
+}
+
+static int run_attention(KvDecoder *d, int o, char *err, size_t n) {
+    KvCuda *x = X_(d);
+    Opnds v = opnds(d, o);
+    long long H = v.op->iattr[IA_ATTENTION_HEADS], KV = v.op->iattr[IA_ATTENTION_KV_HEADS] ? v.op->iattr[IA_ATTENTION_KV_HEADS] : H, kd = kvdec_last_dim(d, v.op->in[1]), hd = kd / KV;
+    long long T = d->T, pos = d->pos;
+    CUdeviceptr kc = x->base + x->kc[o], vc = x->base + x->vc[o], sc = x->base + x->scores;
+    void *app[] = {&kc, &vc, &v.b, &v.c, &kd, &pos};
+    if (launch(d, o, x->fn[KD_KV_APPEND][v.st], blocks(kd, BLOCK), 1, BLOCK, app, err, n)) return -1;
+    void *args[] = {&v.y, &v.a, &kc, &vc, &sc, &H, &KV, &hd, &T, &pos};
+    return launch(d, o, x->fn[KD_ATTEND][v.st], (unsigned)H, 1, 128, args, err, n);
+}
+
+/* A family on the GPU (runtime/plan/prim.def's family column): cuda_<family>
+ * below; a family without one does not compile. */
+typedef struct CudaFamily {
+    /* 1 and why when the decode kernels do not take op o (beyond one float
+     * dtype an op); NULL: they take every one */
+    int (*check)(const KvDecoder *d, int o, char *why, size_t n);
+    /* its launches; NULL: none (the analysis refuses the family) */
+    int (*run)(KvDecoder *d, int o, char *err, size_t n);
+    /* an op of the step keeps a key and value cache ([T, kv_dim] f32 each)
+     * and scores ([heads, T] f32) */
+    bool cache;
+    /* its tensors may all be integers (no float storage) */
+    bool ints;
+} CudaFamily;
+
+static const CudaFamily cuda_embedding = {check_embedding, run_embedding, false, false},
+                        cuda_linear = {check_gemm, run_gemm, false, false}, cuda_matmul = {check_gemm, run_gemm, false, false},
+                        cuda_binary = {check_binary, run_binary, false, false}, cuda_norm = {NULL, run_norm, false, false},
+                        cuda_act = {NULL, run_act, false, false}, cuda_rope = {check_rope, run_rope, false, false},
+                        cuda_attention = {check_attention, run_attention, true, false},
+                        cuda_split = {check_split, run_split, false, false}, cuda_scale = {NULL, run_scale, false, false},
+                        cuda_arange = {NULL, run_arange, false, true}, cuda_xent = {NULL, NULL, false, false};
+
+static const CudaFamily *const cuda_families[PRIM_COUNT] = {
+#define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = &cuda_##family,
+#include "prim.def"
+#undef PRIM
+};
+
+static int cuda_run_op(KvDecoder *d, int o, char *err, size_t n) {
+    const PlanOp *op = &d->p->ops[o];
+    const CudaFamily *f = (unsigned)op->prim < PRIM_COUNT ? cuda_families[op->prim] : NULL;
+    if (!f || !f->run) return errorf(err, n, "op %d (%s) has no GPU decode kernel", o, kvdec_prim_str(op->prim));
+    return f->run(d, o, err, n);
+}
+
+/* Op o: one float dtype (the kernels take one an op), then its family's check. */
 static int check_op(const KvDecoder *d, int o, char *why, size_t n) {
     const PlanOp *op = &d->p->ops[o];
     const char *ps = kvdec_prim_str(op->prim);
+    const CudaFamily *f = (unsigned)op->prim < PRIM_COUNT ? cuda_families[op->prim] : NULL;
+    if (!f || !f->run) return REFUSE(why, n, "op %d (%s) has no GPU decode kernel", o, ps);
     int st = -1;
     for (int i = 0; i < op->nin + op->nout; i++) {
         int t = i < op->nin ? op->in[i] : op->out[i - op->nin];
@@ -87,55 +352,8 @@ static int check_op(const KvDecoder *d, int o, char *why, size_t n) {
                           T_(d, t)->name, dtype_name((DType)T_(d, t)->dtype));
         st = s;
     }
-    if (st < 0 && op->prim != PRIM_ARANGE) return REFUSE(why, n, "op %d (%s) has no float tensor", o, ps);
-    switch (op->prim) {
-    case PRIM_EMBEDDING:
-        if (T_(d, op->in[0])->rank != 2 || d->kind[op->in[0]] != DK_CONST || T_(d, op->in[1])->dtype != DT_I32)
-            return REFUSE(why, n, "op %d: embedding of a table that is not a [V, D] parameter", o);
-        break;
-    case PRIM_LINEAR: case PRIM_MATMUL: {
-        int w = op->in[1];
-        bool tb = op->prim == PRIM_MATMUL && op->iattr[1];
-        if (op->prim == PRIM_MATMUL && op->iattr[0])
-            return REFUSE(why, n, "op %d: a matmul with transpose_a has no GPU decode kernel", o);
-        if (T_(d, w)->rank != 2 || d->kind[w] != DK_CONST)
-            return REFUSE(why, n, "op %d (%s): its second operand '%s' is not a 2-D parameter", o, ps, T_(d, w)->name);
-        int64_t K = kvdec_last_dim(d, op->in[0]), N = kvdec_last_dim(d, op->out[0]);
-        if (T_(d, w)->dims[tb ? 1 : 0] != K || T_(d, w)->dims[tb ? 0 : 1] != N)
-            return REFUSE(why, n, "op %d (%s): '%s' is not [%" PRId64 ", %" PRId64 "]", o, ps, T_(d, w)->name, K, N);
-        if (kvdec_view_numel(d, op->in[0]) / K > 65535) return REFUSE(why, n, "op %d (%s): more than 65535 rows at once", o, ps);
-        break;
-    }
-    case PRIM_ADD: case PRIM_MUL: {
-        int a = op->in[0], b = op->in[1];
-        bool a_big = T_(d, a)->rank >= T_(d, b)->rank;
-        int big = a_big ? a : b, small = a_big ? b : a;
-        if (!suffix_of(d, small, big) || kvdec_view_numel(d, op->out[0]) != kvdec_view_numel(d, big))
-            return REFUSE(why, n, "op %d (%s): '%s' does not broadcast over one position of '%s'", o, ps, T_(d, small)->name,
-                          T_(d, big)->name);
-        break;
-    }
-    case PRIM_SPLIT:
-        for (int j = 0; j < op->nout; j++)
-            if (op->out[j] < 0) return REFUSE(why, n, "op %d: split with an absent piece", o);
-        break;
-    case PRIM_ROPE: {
-        int64_t C = kvdec_last_dim(d, op->in[0]), H = op->iattr[0];
-        if (H < 1 || C % H || (C / H) % 2) return REFUSE(why, n, "op %d: rope of %" PRId64 " over %" PRId64 " heads", o, C, H);
-        break;
-    }
-    case PRIM_ATTENTION: {
-        int64_t H = op->iattr[0], KV = op->iattr[1] ? op->iattr[1] : H;
-        int64_t qd = kvdec_last_dim(d, op->in[0]), kd = kvdec_last_dim(d, op->in[1]);
-        if (H < 1 || KV < 1 || H % KV || qd % H || kd != (qd / H) * KV || kvdec_last_dim(d, op->in[2]) != kd)
-            return REFUSE(why, n, "op %d: attention of q %" PRId64 ", k %" PRId64 " with %" PRId64 " heads, %" PRId64 " kv heads", o, qd,
-                          kd, H, KV);
-        break;
-    }
-    default:
-        break;
-    }
-    return 0;
+    if (st < 0 && !f->ints) return REFUSE(why, n, "op %d (%s) has no float tensor", o, ps);
+    return f->check ? f->check(d, o, why, n) : 0;
 }
 
 static int cuda_check(const KvDecoder *d, char *why, size_t n) {
@@ -148,15 +366,6 @@ static int cuda_check(const KvDecoder *d, char *why, size_t n) {
     }
     return 0;
 }
-
-/* ---- rank 0: the device, the layout, the steps ---- */
-
-/* A failing driver call: -1 with its name and the driver's words in err. */
-#define DRV(x, call, what, err, n)                                                                         \
-    do {                                                                                                   \
-        CUresult rc_ = (call);                                                                             \
-        if (rc_ != CUDA_SUCCESS) return cudrv_fail(&(x)->drv, rc_, what, __FILE__, __LINE__, 0, err, n); \
-    } while (0)
 
 /* Offsets of everything in the one allocation; the bytes by kind. */
 static int layout(KvDecoder *d, KvCuda *x, char *err, size_t n) {
@@ -176,13 +385,13 @@ static int layout(KvDecoder *d, KvCuda *x, char *err, size_t n) {
     }
     for (int i = 0; i < d->nops; i++) {
         const PlanOp *op = &p->ops[d->ops[i]];
-        if (op->prim != PRIM_ATTENTION || d->kind[op->out[0]] != DK_BT) continue;
+        if (!cuda_families[op->prim]->cache || d->kind[op->out[0]] != DK_BT) continue;
         uint64_t b = align_up(sizeof(float) * (uint64_t)(d->T * kvdec_last_dim(d, op->in[1])));
         x->kc[d->ops[i]] = at;
         x->vc[d->ops[i]] = at + b;
         at += 2 * b;
         x->cache_bytes += 2 * b;
-        if ((uint64_t)op->iattr[0] > maxh) maxh = (uint64_t)op->iattr[0];
+        if ((uint64_t)op->iattr[IA_ATTENTION_HEADS] > maxh) maxh = (uint64_t)op->iattr[IA_ATTENTION_HEADS];
     }
     x->scores = at;
     at += align_up(sizeof(float) * maxh * (uint64_t)d->T);
@@ -272,112 +481,6 @@ static int cuda_allocate(KvDecoder *d, char *err, size_t n) {
 static void *cuda_param_dst(KvDecoder *d, int t) {
     (void)t;
     return X_(d)->staging;
-}
-
-static CUdeviceptr at(const KvDecoder *d, int t) { return t < 0 ? 0 : X_(d)->base + X_(d)->off[t]; }
-
-static int cuda_param_put(KvDecoder *d, int t, char *err, size_t n) {
-    KvCuda *x = X_(d);
-    DRV(x, x->drv.MemcpyHtoDAsync(at(d, t), x->staging, kvdec_view_bytes(d, t), x->s), "cuMemcpyHtoDAsync", err, n);
-    DRV(x, x->drv.StreamSynchronize(x->s), "cuStreamSynchronize", err, n); /* the staging is the next one's */
-    return 0;
-}
-
-static unsigned blocks(int64_t work, int per) {
-    int64_t b = (work + per - 1) / per;
-    return (unsigned)(b < 1 ? 1 : b > 16384 ? 16384 : b);
-}
-
-/* One launch on the decoder's stream, for op o (-1: the step's token id). */
-static int launch(KvDecoder *d, int o, CUfunction f, unsigned gx, unsigned gy, unsigned block, void **args, char *err, size_t n) {
-    KvCuda *x = X_(d);
-    CUresult rc = x->drv.LaunchKernel(f, gx, gy, 1, block, 1, 1, 0, x->s, args, NULL);
-    if (rc == CUDA_SUCCESS) return 0;
-    char e[384], what[64] = "the token id";
-    cudrv_fail(&x->drv, rc, "cuLaunchKernel", __FILE__, __LINE__, 0, e, sizeof e);
-    if (o >= 0) snprintf(what, sizeof what, "op %d (%s)", o, kvdec_prim_str(d->p->ops[o].prim));
-    return errorf(err, n, "%s: %s at position %" PRId64 " <<<%u,%u / %u>>>", e, what, d->pos, gx, gy, block);
-}
-
-static int set_i32(KvDecoder *d, int o, CUdeviceptr p, long long v, char *err, size_t n) {
-    void *args[] = {&p, &v};
-    return launch(d, o, X_(d)->set, 1, 1, 32, args, err, n);
-}
-
-static int cuda_run_op(KvDecoder *d, int o, char *err, size_t n) {
-    KvCuda *x = X_(d);
-    const PlanOp *op = &d->p->ops[o];
-    int y0 = op->out[0];
-    CUdeviceptr y = at(d, y0), a = at(d, op->in[0]), b = op->nin > 1 ? at(d, op->in[1]) : 0, c = op->nin > 2 ? at(d, op->in[2]) : 0;
-    int st = storage_of(T_(d, y0)->dtype); /* check_op: one float dtype an op; arange's is -1 and unused */
-    switch (op->prim) {
-    case PRIM_ARANGE:
-        return set_i32(d, o, y, d->pos, err, n);
-    case PRIM_EMBEDDING: {
-        long long rows = kvdec_view_numel(d, op->in[1]), V = T_(d, op->in[0])->dims[0], D = T_(d, op->in[0])->dims[1];
-        CUdeviceptr ew = x->base + x->errw;
-        void *args[] = {&y, &a, &b, &rows, &V, &D, &ew};
-        return launch(d, o, x->fn[KD_EMBED][st], (unsigned)rows, 1, BLOCK, args, err, n);
-    }
-    case PRIM_LINEAR: case PRIM_MATMUL: {
-        long long K = kvdec_last_dim(d, op->in[0]), N = kvdec_last_dim(d, y0), tb = op->prim == PRIM_MATMUL && op->iattr[1];
-        unsigned rows = (unsigned)(kvdec_view_numel(d, op->in[0]) / K);
-        if (op->prim == PRIM_MATMUL) c = 0;
-        void *args[] = {&y, &a, &b, &c, &K, &N, &tb};
-        return launch(d, o, x->fn[KD_LINEAR][st], blocks(N, tb ? BLOCK / 32 : BLOCK), rows, BLOCK, args, err, n);
-    }
-    case PRIM_ADD: case PRIM_MUL: {
-        bool a_big = T_(d, op->in[0])->rank >= T_(d, op->in[1])->rank;
-        CUdeviceptr big = a_big ? a : b, small = a_big ? b : a;
-        long long nb = kvdec_view_numel(d, y0), ns = kvdec_view_numel(d, a_big ? op->in[1] : op->in[0]), mul = op->prim == PRIM_MUL;
-        if (ns == 0) return 0;
-        void *args[] = {&y, &big, &small, &nb, &ns, &mul};
-        return launch(d, o, x->fn[KD_BINARY][st], blocks(nb, BLOCK), 1, BLOCK, args, err, n);
-    }
-    case PRIM_LAYERNORM: case PRIM_RMSNORM: {
-        long long heads = op->prim == PRIM_RMSNORM && op->iattr[0] > 1 ? op->iattr[0] : 1;
-        long long D = kvdec_last_dim(d, op->in[0]) / heads, rows = kvdec_view_numel(d, op->in[0]) / D;
-        float eps = (float)(op->fattr[0] != 0 ? op->fattr[0] : 1e-5);
-        void *ln[] = {&y, &a, &b, &c, &rows, &D, &eps}, *rms[] = {&y, &a, &b, &rows, &D, &eps};
-        if (op->prim == PRIM_LAYERNORM) return launch(d, o, x->fn[KD_LAYERNORM][st], (unsigned)rows, 1, BLOCK, ln, err, n);
-        return launch(d, o, x->fn[KD_RMSNORM][st], (unsigned)rows, 1, BLOCK, rms, err, n);
-    }
-    case PRIM_GELU: case PRIM_SILU: case PRIM_SCALE: {
-        long long num = kvdec_view_numel(d, y0), what = op->prim == PRIM_GELU ? 0 : op->prim == PRIM_SILU ? 1 : 2;
-        float by = (float)op->fattr[0];
-        void *args[] = {&y, &a, &num, &what, &by};
-        return launch(d, o, x->fn[KD_UNARY][st], blocks(num, BLOCK), 1, BLOCK, args, err, n);
-    }
-    case PRIM_SPLIT: {
-        long long X = kvdec_last_dim(d, op->in[0]), rows = kvdec_view_numel(d, op->in[0]) / X, off = 0;
-        for (int j = 0; j < op->nout; j++) {
-            CUdeviceptr yj = at(d, op->out[j]);
-            long long W = kvdec_last_dim(d, op->out[j]);
-            void *args[] = {&yj, &a, &rows, &X, &off, &W};
-            if (launch(d, o, x->fn[KD_COLUMNS][st], blocks(rows * W, BLOCK), 1, BLOCK, args, err, n)) return -1;
-            off += W;
-        }
-        return 0;
-    }
-    case PRIM_ROPE: {
-        HkRope r = hk_rope_attrs(op->iattr, op->fattr);
-        long long H = r.heads, hd = kvdec_last_dim(d, op->in[0]) / H, pos = d->pos, scaling = r.scaling;
-        double theta = r.theta, factor = r.factor, low = r.low_freq_factor, high = r.high_freq_factor, orig = r.original_max;
-        void *args[] = {&y, &a, &H, &hd, &pos, &theta, &scaling, &factor, &low, &high, &orig};
-        return launch(d, o, x->fn[KD_ROPE][st], blocks(H * (hd / 2), BLOCK), 1, BLOCK, args, err, n);
-    }
-    case PRIM_ATTENTION: {
-        long long H = op->iattr[0], KV = op->iattr[1] ? op->iattr[1] : H, kd = kvdec_last_dim(d, op->in[1]), hd = kd / KV;
-        long long T = d->T, pos = d->pos;
-        CUdeviceptr kc = x->base + x->kc[o], vc = x->base + x->vc[o], sc = x->base + x->scores;
-        void *app[] = {&kc, &vc, &b, &c, &kd, &pos};
-        if (launch(d, o, x->fn[KD_KV_APPEND][st], blocks(kd, BLOCK), 1, BLOCK, app, err, n)) return -1;
-        void *args[] = {&y, &a, &kc, &vc, &sc, &H, &KV, &hd, &T, &pos};
-        return launch(d, o, x->fn[KD_ATTEND][st], (unsigned)H, 1, 128, args, err, n);
-    }
-    default:
-        return errorf(err, n, "op %d (%s) has no GPU decode kernel", o, kvdec_prim_str(op->prim));
-    }
 }
 
 static int cuda_set_token(KvDecoder *d, int32_t token, char *err, size_t n) {

@@ -41,7 +41,7 @@ static int attend(KvDecoder *d, int o, char *err, size_t n) {
     KvHost *h_ = H_(d);
     const PlanOp *op = &d->p->ops[o];
     HkTensor q = view(d, op->in[0]), k = view(d, op->in[1]), v = view(d, op->in[2]), y = view(d, op->out[0]);
-    int64_t H = op->iattr[0], KV = op->iattr[1] ? op->iattr[1] : H;
+    int64_t H = op->iattr[IA_ATTENTION_HEADS], KV = op->iattr[IA_ATTENTION_KV_HEADS] ? op->iattr[IA_ATTENTION_KV_HEADS] : H;
     int64_t qd = q.dims[q.rank - 1], kd = k.dims[k.rank - 1];
     if (H < 1 || KV < 1 || H % KV || qd % H || kd != (qd / H) * KV || v.dims[v.rank - 1] != kd)
         return errorf(err, n, "op %d: attention of q %" PRId64 ", k %" PRId64 " with %" PRId64 " heads, %" PRId64 " kv heads", o, qd, kd, H, KV);
@@ -73,23 +73,65 @@ static int attend(KvDecoder *d, int o, char *err, size_t n) {
     return 0;
 }
 
-static int host_run_op(KvDecoder *d, int o, char *err, size_t n) {
+/* ---- the families' steps ---- */
+
+/* An op of the step, through the host kernels: what a position-wise op
+ * does to one row, and what an op of constants does once, whole. */
+static int host_rows(KvDecoder *d, int o, char *err, size_t n) {
     const PlanOp *op = &d->p->ops[o];
     HkTensor in[PLAN_MAX_IN], out[PLAN_MAX_OUT];
     views(d, op, in, out);
-    int rc;
-    if (op->prim == PRIM_ARANGE && d->kind[op->out[0]] == DK_T) {
-        ((int32_t *)H_(d)->buf[op->out[0]])[0] = (int32_t)d->pos;
-        return 0;
-    }
-    if (op->prim == PRIM_ATTENTION && d->kind[op->out[0]] == DK_BT) return attend(d, o, err, n);
-    if (op->prim == PRIM_ROPE && d->kind[op->out[0]] == DK_BT) {
-        HkRope r = hk_rope_attrs(op->iattr, op->fattr);
-        rc = hk_rope_fwd_at(&in[0], &out[0], &r, d->pos);
-    } else {
-        rc = hk_run_fwd((PrimId)op->prim, in, op->nin, out, op->nout, op->iattr, op->fattr, H_(d)->ws, H_(d)->ws_bytes);
-    }
+    int rc = hk_run_fwd((PrimId)op->prim, in, op->nin, out, op->nout, op->iattr, op->fattr, H_(d)->ws, H_(d)->ws_bytes);
     return rc ? errorf(err, n, "op %d (%s) at position %" PRId64 ": %s", o, kvdec_prim_str(op->prim), d->pos, hk_strerror(rc)) : 0;
+}
+
+/* rope of a row: turned by the step's position. */
+static int host_rope_row(KvDecoder *d, int o, char *err, size_t n) {
+    const PlanOp *op = &d->p->ops[o];
+    if (d->kind[op->out[0]] != DK_BT) return host_rows(d, o, err, n);
+    HkTensor x = view(d, op->in[0]), y = view(d, op->out[0]);
+    HkRope r = hk_rope_attrs(op->iattr, op->fattr);
+    int rc = hk_rope_fwd_at(&x, &y, &r, d->pos);
+    return rc ? errorf(err, n, "op %d (%s) at position %" PRId64 ": %s", o, kvdec_prim_str(op->prim), d->pos, hk_strerror(rc)) : 0;
+}
+
+static int host_attention_row(KvDecoder *d, int o, char *err, size_t n) {
+    return d->kind[d->p->ops[o].out[0]] == DK_BT ? attend(d, o, err, n) : host_rows(d, o, err, n);
+}
+
+/* arange(T)'s one value: the position. */
+static int host_arange_row(KvDecoder *d, int o, char *err, size_t n) {
+    const PlanOp *op = &d->p->ops[o];
+    if (d->kind[op->out[0]] != DK_T) return host_rows(d, o, err, n);
+    ((int32_t *)H_(d)->buf[op->out[0]])[0] = (int32_t)d->pos;
+    return 0;
+}
+
+/* A family's step on the host (runtime/plan/prim.def's family column):
+ * host_<family> below; a family without one does not compile. */
+typedef struct HostFamily {
+    int (*run)(KvDecoder *d, int o, char *err, size_t n); /* NULL: the analysis refuses the family */
+    bool cache;                                           /* an op of the step keeps a key and value cache */
+} HostFamily;
+
+static const HostFamily host_embedding = {host_rows, false}, host_linear = {host_rows, false},
+                        host_matmul = {host_rows, false}, host_binary = {host_rows, false}, host_norm = {host_rows, false},
+                        host_act = {host_rows, false}, host_rope = {host_rope_row, false},
+                        host_attention = {host_attention_row, true}, host_split = {host_rows, false},
+                        host_scale = {host_rows, false}, host_arange = {host_arange_row, false},
+                        host_xent = {NULL, false};
+
+static const HostFamily *const host_families[PRIM_COUNT] = {
+#define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = &host_##family,
+#include "prim.def"
+#undef PRIM
+};
+
+static int host_run_op(KvDecoder *d, int o, char *err, size_t n) {
+    const PlanOp *op = &d->p->ops[o];
+    const HostFamily *f = (unsigned)op->prim < PRIM_COUNT ? host_families[op->prim] : NULL;
+    if (!f || !f->run) return errorf(err, n, "op %d (%s) has no decode rule", o, kvdec_prim_str(op->prim));
+    return f->run(d, o, err, n);
 }
 
 /* Rank 0 keeps the parameters whole in its memory: refused above half of
@@ -126,7 +168,7 @@ static int host_allocate(KvDecoder *d, char *err, size_t n) {
         const PlanOp *op = &p->ops[d->ops[i]];
         HkTensor in[PLAN_MAX_IN], out[PLAN_MAX_OUT];
         views(d, op, in, out);
-        if (op->prim == PRIM_ATTENTION && d->kind[op->out[0]] == DK_BT) {
+        if (host_families[op->prim]->cache && d->kind[op->out[0]] == DK_BT) {
             int64_t kd = kvdec_last_dim(d, op->in[1]);
             h->kc[d->ops[i]] = calloc((size_t)(d->T * kd), sizeof(float));
             h->vc[d->ops[i]] = calloc((size_t)(d->T * kd), sizeof(float));

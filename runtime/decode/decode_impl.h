@@ -1,13 +1,16 @@
 /* decode_impl: what runtime/decode/decode*.c share; private to them (no other
  * file includes it).
  *
+ * decode_view.c, below the rest, says how a step sees a tensor (its view:
+ * one row of what the token ids, or arange, reach; the whole of a
+ * constant).
  * decode.c owns the analysis of a plan's forward (what each tensor is in a
  * step, which ops a step runs), the collective setup (refusals, gathering
  * the parameters whole to rank 0, the ops only parameters reach) and the
  * public entry points. A step back end runs the ops: decode_host.c on the
  * host kernels in rank 0's memory, decode_cuda.c on the plan's decode
- * kernels in rank 0's GPU memory. Both see a tensor as its view: one row
- * of what the token ids (or arange) reach, the whole of a constant. */
+ * kernels in rank 0's GPU memory. Calls go down: decode.c to the back
+ * ends, every file to decode_view.c. */
 #ifndef ZINF_DECODE_IMPL_H
 #define ZINF_DECODE_IMPL_H
 #include "decode.h"
@@ -60,6 +63,8 @@ extern const KvBackend kvdec_host, kvdec_cuda;
 /* A refusal (the plan cannot be decoded this way): the reason into why, as
  * errorf words it, and 1 instead of errorf's -1. */
 #define REFUSE(...) (errorf(__VA_ARGS__), 1)
+
+/* ---- decode_view.c ---- */
 
 const char *kvdec_prim_str(int prim);
 /* Tensor t's dims as a step sees them: [B, T, ...] and [T, ...] with their

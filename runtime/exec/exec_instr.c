@@ -141,8 +141,8 @@ static int run_tiled(Rt *r, const PlanOp *o, const PlanOp *fo, void **tb, int ti
         }
         return 0;
     }
-    bool tb_flag = fo->prim == PRIM_MATMUL && fo->iattr[1];
-    if (fo->prim == PRIM_MATMUL && fo->iattr[0]) return errorf(err, n, "tiled matmul with transpose_a is not supported");
+    bool tb_flag = fo->prim == PRIM_MATMUL && fo->iattr[IA_MATMUL_TRANSPOSE_B];
+    if (fo->prim == PRIM_MATMUL && fo->iattr[IA_MATMUL_TRANSPOSE_A]) return errorf(err, n, "tiled matmul with transpose_a is not supported");
     int x = fo->in[0], y = fo->out[0];
     const PlanTensor *X = &g->tensors[x], *Y = &g->tensors[y];
     int64_t xr = X->numel / X->dims[X->rank - 1], xc = X->dims[X->rank - 1];

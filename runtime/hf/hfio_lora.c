@@ -25,7 +25,7 @@ static int scale_of(const Plan *p, int btensor, double *s) {
         for (uint32_t j = 0; j < p->nops; j++) {
             const PlanOp *q = &p->ops[j];
             if (q->kind == OP_FWD && q->prim == PRIM_SCALE && q->nin >= 1 && q->in[0] == o->out[0]) {
-                *s = q->fattr[0];
+                *s = q->fattr[FA_SCALE_BY];
                 return 0;
             }
         }

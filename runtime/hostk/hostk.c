@@ -247,9 +247,9 @@ static int fam_linear_bwd(const HkCall *c) { return hk_linear_bwd(c->a, c->b, c-
 const HkFamily hk_family_linear = {fam_linear_fwd, fam_linear_bwd, fam_gemm_ws};
 
 static int fam_matmul_fwd(const HkCall *c) {
-    return hk_matmul_fwd(c->a, c->b, &c->out[0], hk_attr_flag(c->iattr, 0), hk_attr_flag(c->iattr, 1), c->ws);
+    return hk_matmul_fwd(c->a, c->b, &c->out[0], hk_attr_flag(c->iattr, IA_MATMUL_TRANSPOSE_A), hk_attr_flag(c->iattr, IA_MATMUL_TRANSPOSE_B), c->ws);
 }
 static int fam_matmul_bwd(const HkCall *c) {
-    return hk_matmul_bwd(c->a, c->b, c->dy, c->da, c->db, hk_attr_flag(c->iattr, 0), hk_attr_flag(c->iattr, 1), c->ws);
+    return hk_matmul_bwd(c->a, c->b, c->dy, c->da, c->db, hk_attr_flag(c->iattr, IA_MATMUL_TRANSPOSE_A), hk_attr_flag(c->iattr, IA_MATMUL_TRANSPOSE_B), c->ws);
 }
 const HkFamily hk_family_matmul = {fam_matmul_fwd, fam_matmul_bwd, fam_gemm_ws};

@@ -123,7 +123,7 @@ typedef struct HkRope {
     double factor, low_freq_factor, high_freq_factor;
     double original_max;       /* llama3: the context length the model was trained at */
 } HkRope;
-/* From an op's attributes (PlanOp conventions; fattr[0] == 0: theta 10000). */
+/* From an op's attributes (PlanOp conventions; fattr[FA_ROPE_THETA] == 0: theta 10000). */
 HkRope hk_rope_attrs(const int64_t *iattr, const double *fattr);
 /* The rotation frequency of pair j of a head of hd, scaling applied. */
 double hk_rope_freq(const HkRope *r, int64_t j, int64_t hd);
@@ -164,8 +164,9 @@ int hk_arange_fwd(HkTensor *y, int64_t n);
 /* ---- Generic entries (what the executors call). ----
  * in[0, nin): the op's tensor inputs (data NULL or index >= nin: an absent
  * optional input); out[0, nout): its outputs. iattr/fattr as PlanOp (plan.h);
- * fattr[0] == 0 means the default (eps 1e-5, theta 10000), iattr[1] == 0 for
- * attention means kv_heads = heads. Backward: dout[j] is the gradient of
+ * an eps or theta of 0 (fattr[FA_LAYERNORM_EPS], fattr[FA_ROPE_THETA]) means
+ * the default (1e-5, 10000), iattr[IA_ATTENTION_KV_HEADS] == 0 that kv_heads
+ * = heads. Backward: dout[j] is the gradient of
  * out[j]; din[i] the gradient of in[i] (data NULL: not wanted). */
 size_t hk_workspace_bytes(PrimId p, const HkTensor *in, int nin, const HkTensor *out, int nout,
                           const int64_t *iattr);

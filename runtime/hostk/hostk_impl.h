@@ -78,9 +78,11 @@ typedef struct HkFamily {
 #undef PRIM
 
 /* Attribute defaults of the generic entries (hostk.h). */
-static inline double hk_attr_eps(const double *f) { return f && f[0] != 0 ? f[0] : 1e-5; }
+static inline double hk_attr_eps(const double *f) { return f && f[FA_LAYERNORM_EPS] != 0 ? f[FA_LAYERNORM_EPS] : 1e-5; }
 static inline int64_t hk_attr_i(const int64_t *a, int i) { return a ? a[i] : 0; }
 static inline bool hk_attr_flag(const int64_t *a, int i) { return hk_attr_i(a, i) != 0; }
-static inline int64_t hk_attr_kv(const int64_t *a) { return hk_attr_i(a, 1) ? hk_attr_i(a, 1) : hk_attr_i(a, 0); }
+static inline int64_t hk_attr_kv(const int64_t *a) {
+    return hk_attr_i(a, IA_ATTENTION_KV_HEADS) ? hk_attr_i(a, IA_ATTENTION_KV_HEADS) : hk_attr_i(a, IA_ATTENTION_HEADS);
+}
 
 #endif

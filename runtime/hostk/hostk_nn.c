@@ -280,15 +280,15 @@ int hk_scale_bwd(const HkTensor *dy, HkTensor *dx, double by) {
 HkRope hk_rope_attrs(const int64_t *iattr, const double *fattr) {
     HkRope r = {0, 10000.0, ROPE_NONE, 1.0, 1.0, 4.0, 8192.0};
     if (iattr) {
-        r.heads = iattr[0];
-        r.scaling = (int)iattr[1];
-        if (iattr[2] > 0) r.original_max = (double)iattr[2];
+        r.heads = iattr[IA_ROPE_HEADS];
+        r.scaling = (int)iattr[IA_ROPE_SCALING];
+        if (iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] > 0) r.original_max = (double)iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS];
     }
     if (fattr) {
-        if (fattr[0] != 0) r.theta = fattr[0];
-        r.factor = fattr[1];
-        r.low_freq_factor = fattr[2];
-        r.high_freq_factor = fattr[3];
+        if (fattr[FA_ROPE_THETA] != 0) r.theta = fattr[FA_ROPE_THETA];
+        r.factor = fattr[FA_ROPE_FACTOR];
+        r.low_freq_factor = fattr[FA_ROPE_LOW_FREQ_FACTOR];
+        r.high_freq_factor = fattr[FA_ROPE_HIGH_FREQ_FACTOR];
     }
     return r;
 }
@@ -502,21 +502,21 @@ const HkFamily hk_family_binary = {fam_binary_fwd, fam_binary_bwd, NULL};
 /* rmsnorm per head: the same kernels on x seen as [rows*H, D/H] */
 static size_t fam_norm_ws(const HkCall *c) {
     if (c->prim == PRIM_LAYERNORM) return hk_layernorm_workspace_bytes(c->a);
-    HkTensor v = hk_heads_view(c->a, hk_attr_i(c->iattr, 0));
+    HkTensor v = hk_heads_view(c->a, hk_attr_i(c->iattr, IA_RMSNORM_HEADS));
     return hk_rmsnorm_workspace_bytes(&v);
 }
 static int fam_norm_fwd(const HkCall *c) {
     double eps = hk_attr_eps(c->fattr);
     if (c->prim == PRIM_LAYERNORM) return hk_layernorm_fwd(c->a, c->b, c->c, &c->out[0], eps, c->ws);
     if (!c->a) return HK_ERR_ARG;
-    int64_t h = hk_attr_i(c->iattr, 0);
+    int64_t h = hk_attr_i(c->iattr, IA_RMSNORM_HEADS);
     HkTensor xv = hk_heads_view(c->a, h), yv = hk_heads_view(&c->out[0], h);
     return hk_rmsnorm_fwd(&xv, c->b, &yv, eps, c->ws);
 }
 static int fam_norm_bwd(const HkCall *c) {
     if (c->prim == PRIM_LAYERNORM) return hk_layernorm_bwd(c->a, c->b, c->dy, c->da, c->db, c->dc, c->ws);
     if (!c->a) return HK_ERR_ARG;
-    int64_t h = hk_attr_i(c->iattr, 0);
+    int64_t h = hk_attr_i(c->iattr, IA_RMSNORM_HEADS);
     HkTensor xv = hk_heads_view(c->a, h), dyv = hk_heads_view(c->dy, h), dav;
     if (c->da) dav = hk_heads_view(c->da, h);
     return hk_rmsnorm_bwd(&xv, c->b, &dyv, c->da ? &dav : NULL, c->db, c->ws);
@@ -527,8 +527,8 @@ static int fam_act_fwd(const HkCall *c) { return c->prim == PRIM_GELU ? hk_gelu_
 static int fam_act_bwd(const HkCall *c) { return c->prim == PRIM_GELU ? hk_gelu_bwd(c->a, c->dy, c->da) : hk_silu_bwd(c->a, c->dy, c->da); }
 const HkFamily hk_family_act = {fam_act_fwd, fam_act_bwd, NULL};
 
-static int fam_scale_fwd(const HkCall *c) { return hk_scale_fwd(c->a, &c->out[0], c->fattr ? c->fattr[0] : 1.0); }
-static int fam_scale_bwd(const HkCall *c) { return hk_scale_bwd(c->dy, c->da, c->fattr ? c->fattr[0] : 1.0); }
+static int fam_scale_fwd(const HkCall *c) { return hk_scale_fwd(c->a, &c->out[0], c->fattr ? c->fattr[FA_SCALE_BY] : 1.0); }
+static int fam_scale_bwd(const HkCall *c) { return hk_scale_bwd(c->dy, c->da, c->fattr ? c->fattr[FA_SCALE_BY] : 1.0); }
 const HkFamily hk_family_scale = {fam_scale_fwd, fam_scale_bwd, NULL};
 
 static int fam_rope_fwd(const HkCall *c) {
@@ -542,7 +542,7 @@ static int fam_rope_bwd(const HkCall *c) {
 const HkFamily hk_family_rope = {fam_rope_fwd, fam_rope_bwd, NULL};
 
 static int fam_split_fwd(const HkCall *c) {
-    int64_t n = hk_attr_i(c->iattr, 0);
+    int64_t n = hk_attr_i(c->iattr, IA_SPLIT_N);
     if (n && n != c->nout) return HK_ERR_ATTR;
     return hk_split_fwd(c->a, c->out, c->nout);
 }
@@ -554,5 +554,5 @@ static int fam_xent_fwd(const HkCall *c) { return hk_cross_entropy_fwd(c->a, c->
 static int fam_xent_bwd(const HkCall *c) { return hk_cross_entropy_bwd(c->a, c->b, c->dy, c->da, c->ws); }
 const HkFamily hk_family_xent = {fam_xent_fwd, fam_xent_bwd, fam_xent_ws};
 
-static int fam_arange_fwd(const HkCall *c) { return hk_arange_fwd(&c->out[0], hk_attr_i(c->iattr, 0)); }
+static int fam_arange_fwd(const HkCall *c) { return hk_arange_fwd(&c->out[0], hk_attr_i(c->iattr, IA_ARANGE_N)); }
 const HkFamily hk_family_arange = {fam_arange_fwd, NULL, NULL};

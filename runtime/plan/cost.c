@@ -13,19 +13,30 @@ static double per_node_share(const Plan *p, double rate) {
 /* A measured latency: 0 where the target gives none (or a forged plan a bad one). */
 static double latency(double s) { return isfinite(s) && s > 0 ? s : 0; }
 
-PlanFamily cost_family(int prim) {
-    switch (prim) {
-    case PRIM_LINEAR:
-    case PRIM_MATMUL: return FAM_GEMM;
-    case PRIM_ATTENTION: return FAM_ATTENTION;
-    case PRIM_LAYERNORM:
-    case PRIM_RMSNORM: return FAM_NORM;
-    case PRIM_GELU:
-    case PRIM_SILU:
-    case PRIM_CROSS_ENTROPY: return FAM_ACTIVATION;
-    default: return FAM_ELEMENTWISE;
-    }
-}
+/* The cost model's family of each primitive family (runtime/plan/prim.def's
+ * family column), as cost_<family>: a family without an entry does not
+ * compile. */
+enum {
+    cost_embedding = FAM_ELEMENTWISE,
+    cost_linear = FAM_GEMM,
+    cost_matmul = FAM_GEMM,
+    cost_binary = FAM_ELEMENTWISE,
+    cost_norm = FAM_NORM,
+    cost_act = FAM_ACTIVATION,
+    cost_rope = FAM_ELEMENTWISE,
+    cost_attention = FAM_ATTENTION,
+    cost_split = FAM_ELEMENTWISE,
+    cost_xent = FAM_ACTIVATION,
+    cost_arange = FAM_ELEMENTWISE,
+    cost_scale = FAM_ELEMENTWISE,
+};
+static const PlanFamily cost_families[PRIM_COUNT] = {
+#define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = (PlanFamily)cost_##family,
+#include "prim.def"
+#undef PRIM
+};
+
+PlanFamily cost_family(int prim) { return prim >= 0 && prim < PRIM_COUNT ? cost_families[prim] : FAM_ELEMENTWISE; }
 
 static bool valid_eff(double e) { return isfinite(e) && e > 0 && e <= 1; }
 
@@ -316,7 +327,7 @@ bool cost_simulate(const Plan *p, CostResult *r) {
          * ready: its thread must be woken first */
         if (woken >= 0) st += wake;
         if ((s->op == PI_NVME_READ || s->op == PI_NVME_WRITE) && s->queue == Q_NVME) {
-            /* the nvme queue is a pipeline on both backends (runtime/exec/queues.h): up
+            /* the nvme queue is a pipeline on both backends (runtime/exec/qrun.h): up
              * to COST_NVME_DEPTH transfers in flight, their bytes one after
              * another at the drive's rate, each one's latency beside the
              * others', retired in order; the queue is busy while any is in flight */

@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include "plan.h"
 
-/* How many NVMe transfers the nvme queue keeps in flight (runtime/exec/queues.h
+/* How many NVMe transfers the nvme queue keeps in flight (runtime/exec/qrun.h
  * QRUN_PIPE_MAX; runtime/exec/exec.c checks they agree). */
 enum { COST_NVME_DEPTH = 32 };
 
@@ -32,7 +32,8 @@ typedef struct CostResult {
     double *wait;                  /* per instruction: time in flight beside others (the nvme pipeline), not busy */
 } CostResult;
 
-/* The cost model's family of a primitive (PrimId of vocab.h). */
+/* The cost model's family of a primitive (PrimId of vocab.h): its prim.def
+ * family's entry in cost.c; FAM_ELEMENTWISE for an id out of range. */
 PlanFamily cost_family(int prim);
 /* The share of peak the target gives family f: its eff[f], 1 where the
  * target gives none. */

@@ -22,6 +22,21 @@ typedef enum PrimId {
 } PrimId;
 extern const char *const prim_names[PRIM_COUNT];
 
+/* The attribute slots (prim.def's PRIM_IATTR and PRIM_FATTR lines): an
+ * op of primitive P keeps its attribute N in iattr[IA_P_N] or fattr[FA_P_N].
+ * Where primitives of one family share an attribute its slots agree, so
+ * the family's code may read it by either name. */
+enum {
+#define PRIM(id, name, nin_min, nin_max, nout, family)
+#define PRIM_IATTR(id, NAME, slot, name) IA_##id##_##NAME = slot,
+#define PRIM_FATTR(id, NAME, slot, name) FA_##id##_##NAME = slot,
+#include "prim.def"
+#undef PRIM
+#undef PRIM_IATTR
+#undef PRIM_FATTR
+};
+_Static_assert(FA_LAYERNORM_EPS == FA_RMSNORM_EPS, "the norm family reads eps at one slot");
+
 /* What kind of state a tensor is: the memory model counts bytes per class
  * and the planner places each class. */
 typedef enum TensorClass {

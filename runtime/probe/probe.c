@@ -9,6 +9,8 @@
 #include "hostk_threads.h"
 #include "qrun.h"
 #include "clock.h"
+#include "cost.h"
+#include "flops.h"
 
 /* ---- host memory: the triad ---- */
 
@@ -121,14 +123,26 @@ int probe_memory(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, size
 
 typedef struct KCase {
     PrimId prim;
-    PlanFamily family;
     int nin;
     int rank[4];          /* in[0..nin), then out */
     int64_t dims[4][3];
     int64_t heads;
-    double flops;         /* forward, in the plan's counting */
     char name[40];
 } KCase;
+
+/* The case's forward FLOPs, in the plan's counting (flops.h). */
+static double case_flops(const KCase *k) {
+    FlopsOperand in[3] = {{0}};
+    double out = 1;
+    for (int i = 0; i <= k->nin; i++) {
+        int64_t numel = 1;
+        for (int j = 0; j < k->rank[i]; j++) numel *= k->dims[i][j];
+        if (i < k->nin) in[i] = (FlopsOperand){k->rank[i], k->dims[i], numel};
+        else out = (double)numel;
+    }
+    int64_t iattr[PLAN_MAX_IATTR] = {[IA_ATTENTION_HEADS] = k->heads};
+    return flops_forward(k->prim, iattr, in, k->nin, out);
+}
 
 static float *filled(int64_t numel) {
     float *d = malloc((size_t)(numel > 0 ? numel : 1) * sizeof *d);
@@ -148,7 +162,7 @@ typedef struct KSet {
  * the shared cache, as a plan's kernels find what another kernel wrote,
  * not from the core's own cache, where one set timed again would stay. */
 static double time_kernel(const KCase *k, KSet *sets, int nsets, void *ws, size_t wsb, bool bwd, double min_s) {
-    int64_t iattr[PLAN_MAX_IATTR] = {k->heads, 0};
+    int64_t iattr[PLAN_MAX_IATTR] = {[IA_ATTENTION_HEADS] = k->heads};
     double fattr[PLAN_MAX_FATTR] = {0}, t[256], start = clock_mono_s();
     int reps = 0;
     for (int i = -1; reps < 256 && (reps < 3 || clock_mono_s() - start < min_s); i++) { /* call -1 warms up */
@@ -191,7 +205,7 @@ static int kernel_case(const KCase *k, double min_s, double *fwd, double *bwd) {
             if (i < k->nin) sets[s].in[i] = t, sets[s].din[i] = g;
             else sets[s].out = t, sets[s].dout = g;
         }
-    int64_t iattr[PLAN_MAX_IATTR] = {k->heads, 0};
+    int64_t iattr[PLAN_MAX_IATTR] = {[IA_ATTENTION_HEADS] = k->heads};
     size_t wsb = hk_workspace_bytes(k->prim, sets[0].in, k->nin, &sets[0].out, 1, iattr);
     void *ws = malloc(wsb ? wsb : 1);
     ok &= ws != NULL;
@@ -205,20 +219,19 @@ static int kernel_case(const KCase *k, double min_s, double *fwd, double *bwd) {
 }
 
 static KCase gemm_case(int64_t m, int64_t kk, int64_t nn) {
-    KCase k = {PRIM_LINEAR, FAM_GEMM, 2, {2, 2, 2}, {{m, kk}, {kk, nn}, {m, nn}}, 0, 2.0 * m * kk * nn, ""};
+    KCase k = {PRIM_LINEAR, 2, {2, 2, 2}, {{m, kk}, {kk, nn}, {m, nn}}, 0, ""};
     snprintf(k.name, sizeof k.name, "linear %lldx%lldx%lld", (long long)m, (long long)kk, (long long)nn);
     return k;
 }
 
 static KCase attn_case(int64_t b, int64_t t, int64_t d, int64_t h) {
-    KCase k = {PRIM_ATTENTION, FAM_ATTENTION, 3, {3, 3, 3, 3}, {{b, t, d}, {b, t, d}, {b, t, d}, {b, t, d}}, h,
-               2.0 * (double)(b * t * d) * (double)t, ""};
+    KCase k = {PRIM_ATTENTION, 3, {3, 3, 3, 3}, {{b, t, d}, {b, t, d}, {b, t, d}, {b, t, d}}, h, ""};
     snprintf(k.name, sizeof k.name, "attention %lldx%lldx%lld/%lld", (long long)b, (long long)t, (long long)d, (long long)h);
     return k;
 }
 
-static KCase rows_case(PrimId p, PlanFamily f, int nin, int64_t rows, int64_t d, const char *name) {
-    KCase k = {p, f, nin, {2, 1, 1, 2}, {{rows, d}, {d}, {d}, {rows, d}}, 0, 5.0 * (double)(rows * d), ""};
+static KCase rows_case(PrimId p, int nin, int64_t rows, int64_t d, const char *name) {
+    KCase k = {p, nin, {2, 1, 1, 2}, {{rows, d}, {d}, {d}, {rows, d}}, 0, ""};
     snprintf(k.name, sizeof k.name, "%s %lldx%lld", name, (long long)rows, (long long)d);
     if (p == PRIM_ADD) k.rank[1] = 2, k.dims[1][0] = rows, k.dims[1][1] = d;
     k.rank[nin] = 2; /* the output */
@@ -245,14 +258,14 @@ static int kernel_cases(bool quick, KCase *cases) {
         {attn_case(4, 64, 128, 4), true},
         {attn_case(1, 32, 64, 2), false},
         {attn_case(4, 256, 256, 4), false},
-        {rows_case(PRIM_LAYERNORM, FAM_NORM, 3, 256, 128, "layernorm"), true},
-        {rows_case(PRIM_LAYERNORM, FAM_NORM, 3, 32, 128, "layernorm"), false},
-        {rows_case(PRIM_LAYERNORM, FAM_NORM, 3, 1024, 1024, "layernorm"), false},
-        {rows_case(PRIM_GELU, FAM_ACTIVATION, 1, 256, 512, "gelu"), true},
-        {rows_case(PRIM_ADD, FAM_ELEMENTWISE, 2, 256, 128, "add"), true},
-        {rows_case(PRIM_ADD, FAM_ELEMENTWISE, 2, 32, 128, "add"), false},
-        {rows_case(PRIM_GELU, FAM_ACTIVATION, 1, 1024, 1024, "gelu"), false},
-        {rows_case(PRIM_GELU, FAM_ACTIVATION, 1, 32, 128, "gelu"), false},
+        {rows_case(PRIM_LAYERNORM, 3, 256, 128, "layernorm"), true},
+        {rows_case(PRIM_LAYERNORM, 3, 32, 128, "layernorm"), false},
+        {rows_case(PRIM_LAYERNORM, 3, 1024, 1024, "layernorm"), false},
+        {rows_case(PRIM_GELU, 1, 256, 512, "gelu"), true},
+        {rows_case(PRIM_ADD, 2, 256, 128, "add"), true},
+        {rows_case(PRIM_ADD, 2, 32, 128, "add"), false},
+        {rows_case(PRIM_GELU, 1, 1024, 1024, "gelu"), false},
+        {rows_case(PRIM_GELU, 1, 32, 128, "gelu"), false},
     };
     _Static_assert(sizeof all / sizeof *all <= PROBE_MAX_CASES, "PROBE_MAX_RATES holds a forward and a backward per case");
     int nc = 0;
@@ -294,9 +307,9 @@ int probe_kernels(Comm *c, const ProbeOptions *o, ProbeResult *r, char *err, siz
     for (int i = 0; i < nc; i++)
         for (int pass = 0; pass < 2; pass++) {
             ProbeRate *q = &r->rates[r->nrates++];
-            q->family = cases[i].family;
+            q->family = cost_family(cases[i].prim);
             snprintf(q->what, sizeof q->what, "%s %s", cases[i].name, pass ? "bwd" : "fwd");
-            q->flops = pass ? 2 * cases[i].flops : cases[i].flops; /* a backward counts twice its forward */
+            q->flops = pass ? 2 * case_flops(&cases[i]) : case_flops(&cases[i]); /* a backward counts twice its forward */
             q->secs = best[2 * i + pass] / c->size;
         }
     probe_summarise_rates(r);

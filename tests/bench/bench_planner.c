@@ -76,8 +76,8 @@ static bool build(Graph *g, Arena *a, DiagSink *d, int L, int64_t D, int H, int6
     int logits = tensor(g, "%logits", 3, B, T, V, TC_ACT, -1), loss = tensor(g, "%loss", 0, 0, 0, 0, TC_ACT, -1);
     g->tensors[loss].dtype = DT_F32;
     op(g, PRIM_MATMUL, -1, (int[]){x, wte}, 2, &logits, 1, 0);
-    g->ops[g->nops - 1].iattr[0] = 0;
-    g->ops[g->nops - 1].iattr[1] = 1; /* tied embedding, transposed */
+    g->ops[g->nops - 1].iattr[IA_MATMUL_TRANSPOSE_A] = 0;
+    g->ops[g->nops - 1].iattr[IA_MATMUL_TRANSPOSE_B] = 1; /* tied embedding, transposed */
     op(g, PRIM_CROSS_ENTROPY, -1, (int[]){logits, tgt}, 2, &loss, 1, 0);
     g->loss = loss;
     return ad_build(g, d);

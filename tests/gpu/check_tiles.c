@@ -259,7 +259,7 @@ static int matmul_tb(DType dt) {
     f.in[1] = b;
     f.nout = 1;
     f.out[0] = y;
-    f.iattr[1] = 1;
+    f.iattr[IA_MATMUL_TRANSPOSE_B] = 1;
     c.fwd = graph_add_op(&c.g, &f);
     int outs[2] = {da, db};
     c.bwd = add_bwd(&c, 2, y, dc, 2, outs);

@@ -221,6 +221,13 @@ START_TEST(measured_terms) {
     ck_assert_int_eq(cost_family(PRIM_CROSS_ENTROPY), FAM_ACTIVATION);
     ck_assert_int_eq(cost_family(PRIM_GELU), FAM_ACTIVATION);
     ck_assert_int_eq(cost_family(PRIM_ADD), FAM_ELEMENTWISE);
+    ck_assert_int_eq(cost_family(PRIM_LINEAR), FAM_GEMM);
+    ck_assert_int_eq(cost_family(PRIM_LAYERNORM), FAM_NORM);
+    ck_assert_int_eq(cost_family(PRIM_SILU), FAM_ACTIVATION);
+    ck_assert_int_eq(cost_family(PRIM_SCALE), FAM_ELEMENTWISE);
+    ck_assert_int_eq(cost_family(PRIM_EMBEDDING), FAM_ELEMENTWISE);
+    ck_assert_int_eq(cost_family(PRIM_COUNT), FAM_ELEMENTWISE); /* a forged plan's code */
+    ck_assert_int_eq(cost_family(-1), FAM_ELEMENTWISE);
     /* a target measured before activations were timed apart: they take elementwise's share (the gelu above) */
     p->target.eff[FAM_ACTIVATION] = 0.5;
     ck_assert(cost_efficiency(&p->target, FAM_ACTIVATION) == 0.5);

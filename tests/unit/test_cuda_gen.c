@@ -202,13 +202,13 @@ START_TEST(rope_scaling_and_rmsnorm_heads) {
     op.in[0] = x;
     op.nout = 1;
     op.out[0] = y;
-    op.iattr[0] = 4;
-    op.iattr[1] = ROPE_LLAMA3;
-    op.iattr[2] = 8192;
-    op.fattr[0] = 500000;
-    op.fattr[1] = 32;
-    op.fattr[2] = 1;
-    op.fattr[3] = 4;
+    op.iattr[IA_ROPE_HEADS] = 4;
+    op.iattr[IA_ROPE_SCALING] = ROPE_LLAMA3;
+    op.iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] = 8192;
+    op.fattr[FA_ROPE_THETA] = 500000;
+    op.fattr[FA_ROPE_FACTOR] = 32;
+    op.fattr[FA_ROPE_LOW_FREQ_FACTOR] = 1;
+    op.fattr[FA_ROPE_HIGH_FREQ_FACTOR] = 4;
     int r = graph_add_op(&o.g, &op);
     ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, r, o.k, 64, NULL, &o.d), 1);
     ck_assert_int_eq(o.k[0].nargs, 14);
@@ -217,7 +217,7 @@ START_TEST(rope_scaling_and_rmsnorm_heads) {
     ck_assert_float_eq(o.k[0].args[11].f, 1.0f);
     ck_assert_float_eq(o.k[0].args[12].f, 4.0f);
     ck_assert_float_eq(o.k[0].args[13].f, 8192.0f);
-    o.g.ops[r].iattr[1] = 9; /* no such scaling */
+    o.g.ops[r].iattr[IA_ROPE_SCALING] = 9; /* no such scaling */
     ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, r, o.k, 64, NULL, &o.d), -1);
     ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "unknown scaling 9"));
     int errs = o.d.errors;
@@ -229,8 +229,8 @@ START_TEST(rope_scaling_and_rmsnorm_heads) {
     nm.in[1] = g;
     nm.nout = 1;
     nm.out[0] = y;
-    nm.iattr[0] = 4;
-    nm.fattr[0] = 1e-6;
+    nm.iattr[IA_RMSNORM_HEADS] = 4;
+    nm.fattr[FA_RMSNORM_EPS] = 1e-6;
     int n = graph_add_op(&o.g, &nm);
     ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, n, o.k, 64, NULL, &o.d), 1);
     ck_assert_uint_eq(o.k[0].grid[0], 2 * 16 * 4);
@@ -277,7 +277,7 @@ START_TEST(unsupported_input_is_an_error) {
     op.in[0] = op.in[1] = op.in[2] = q;
     op.nout = 1;
     op.out[0] = y;
-    op.iattr[0] = 2;
+    op.iattr[IA_ATTENTION_HEADS] = 2;
     int at = graph_add_op(&o.g, &op);
     ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, at, o.k, 64, NULL, &o.d), 1);
     ck_assert_ptr_nonnull(strstr(o.k[0].spec, "hd=80 fwd=mma.sync rows/warp=4/2 padded=96"));
@@ -557,8 +557,8 @@ START_TEST(matmul_launches_compute_the_products) {
     f.in[1] = b;
     f.nout = 1;
     f.out[0] = c;
-    f.iattr[0] = ta;
-    f.iattr[1] = tb;
+    f.iattr[IA_MATMUL_TRANSPOSE_A] = ta;
+    f.iattr[IA_MATMUL_TRANSPOSE_B] = tb;
     int fi = graph_add_op(&o.g, &f);
     GOp bw = f;
     bw.kind = OP_BWD;
@@ -848,7 +848,7 @@ START_TEST(tile_launches_matmul) {
     f.in[1] = b;
     f.nout = 1;
     f.out[0] = y;
-    f.iattr[1] = tb;
+    f.iattr[IA_MATMUL_TRANSPOSE_B] = tb;
     c.fwd = graph_add_op(&c.o.g, &f);
     int extra[2] = {y, dc}, outs[2] = {da, db};
     c.bwd = tc_bwd_of(&c, c.fwd, 2, 2, extra, 2, outs);
@@ -858,7 +858,7 @@ START_TEST(tile_launches_matmul) {
     tc_check(&c, 2, tb ? "matmul transpose_b" : "matmul");
     tc_check(&c, tb ? 3 : 4, tb ? "matmul transpose_b" : "matmul");
     /* a tiled matmul with transpose_a is refused, naming the op */
-    c.o.g.ops[c.fwd].iattr[0] = 1;
+    c.o.g.ops[c.fwd].iattr[IA_MATMUL_TRANSPOSE_A] = 1;
     int e0 = c.o.d.errors;
     ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, c.fwd, 0, 2, c.o.k, 64, NULL, &c.o.d), -1);
     ck_assert_int_eq(c.o.d.errors, e0 + 1);
@@ -1082,6 +1082,16 @@ START_TEST(decode_unit) {
     ck_assert_ptr_nonnull(strstr(w.source, "void zkd_attend_f32(float *y, const float *q, const float *kc"));
     ck_assert_ptr_null(strstr(w.source, "zkd_linear_bf16("));
     ck_assert_ptr_null(strstr(u.source, "@"));
+    /* the training kernels a step reuses are the training files' code, as
+     * device functions in the dtype's namespace, which the entries call */
+    ck_assert_ptr_nonnull(strstr(u.source, "namespace zkt_bf16 {\ntypedef zk_bf16 T;"));
+    ck_assert_ptr_nonnull(strstr(u.source, "__device__ void zk_layernorm_fwd(T *y, const T *x"));
+    ck_assert_ptr_nonnull(strstr(u.source, "{ zkt_bf16::zk_layernorm_fwd(y, x, g, b, rows, D, eps); }"));
+    ck_assert_ptr_nonnull(strstr(v.source, "{ zkt_bf16::zk_silu_fwd(y, x, n); }"));
+    ck_assert_ptr_null(strstr(u.source, "extern \"C\" __global__ void zk_"));
+    ck_assert_ptr_null(strstr(u.source, "namespace zkt_f32"));
+    const char *set = strstr(u.source, "__global__ void zkd_set(");
+    ck_assert_ptr_null(strstr(set + 1, "__global__ void zkd_set(")); /* one, whatever the dtypes */
     g.ops[0].prim = PRIM_COUNT; /* a primitive the decode kernels do not know */
     ck_assert_int_eq(cuda_gen_decode_unit(&cg, &g, &v, &d), 0);
     diag_free(&d);

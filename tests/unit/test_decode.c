@@ -149,6 +149,16 @@ START_TEST(refusals) {
             "  loss cross_entropy(matmul(x, wte, transpose_b), targets)\n}\n"
             "train { micro_batch = 2 }\n",
             "which a decode step does not have (only the loss may read the targets)");
+    /* a family without a decode step (cross_entropy, the loss's) on the
+     * token ids' activations before the loss */
+    refused("const V = 32, T = 8, D = 16\n"
+            "model m(tokens: i32[B, T], targets: i32[B, T]) {\n"
+            "  wte = param [V, D] init normal(0.02)\n"
+            "  x = embedding(wte, tokens)\n"
+            "  aux = cross_entropy(x, tokens)\n"
+            "  loss cross_entropy(matmul(x + aux, wte, transpose_b), targets)\n}\n"
+            "train { micro_batch = 2 }\n",
+            "(cross_entropy) has no decode rule");
     /* on the GPU: a plan without GPU code has no decode kernels, refused
      * from the plan alone (no driver is opened) with the way out */
     /* the same analysis on the GPU: a matmul of two activations is refused

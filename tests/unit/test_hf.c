@@ -267,12 +267,12 @@ START_TEST(rope_scaling_and_rmsnorm_heads_from_zl) {
     ck_assert_msg(r.ok, "%s", r.text);
     const GOp *nm = &r.g.ops[1], *ro = &r.g.ops[2], *li = &r.g.ops[3];
     ck_assert_int_eq(nm->prim, PRIM_RMSNORM);
-    ck_assert_int_eq(nm->iattr[0], 4);
-    ck_assert_int_eq(ro->iattr[1], ROPE_LLAMA3);
-    ck_assert_int_eq(ro->iattr[2], 16);
-    ck_assert_double_eq(ro->fattr[1], 8.0);
-    ck_assert_double_eq(ro->fattr[3], 4.0);
-    ck_assert_int_eq(li->iattr[1], ROPE_LINEAR);
+    ck_assert_int_eq(nm->iattr[IA_RMSNORM_HEADS], 4);
+    ck_assert_int_eq(ro->iattr[IA_ROPE_SCALING], ROPE_LLAMA3);
+    ck_assert_int_eq(ro->iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS], 16);
+    ck_assert_double_eq(ro->fattr[FA_ROPE_FACTOR], 8.0);
+    ck_assert_double_eq(ro->fattr[FA_ROPE_HIGH_FREQ_FACTOR], 4.0);
+    ck_assert_int_eq(li->iattr[IA_ROPE_SCALING], ROPE_LINEAR);
     /* the graph listing shows them */
     char *buf = NULL;
     size_t n = 0;

@@ -74,7 +74,7 @@ static void op(uint8_t prim, int a, int b, int y, double by) {
     o->in[0] = a;
     o->in[1] = b;
     o->out[0] = y;
-    o->fattr[0] = by;
+    o->fattr[FA_SCALE_BY] = by;
     o->fwd = o->segment = -1;
 }
 

@@ -182,7 +182,7 @@ static int opn(Graph *g, PrimId prim, int seg, const int *in, int nin, const int
     for (int i = 0; i < GRAPH_MAX_OUT; i++) o.out[i] = i < nout ? out[i] : -1;
     o.nin = nin;
     o.nout = nout;
-    if (prim == PRIM_LAYERNORM) o.fattr[0] = 1e-5;
+    if (prim == PRIM_LAYERNORM) o.fattr[FA_LAYERNORM_EPS] = 1e-5;
     int k = graph_add_op(g, &o);
     ck_assert_int_ge(k, 0);
     return k;
@@ -233,11 +233,11 @@ static int build_gpt(Graph *g, Arena *a, Gpt s) {
         opn(g, PRIM_LINEAR, l, IN(a1, wqkv, bqkv), &qkv, 1);
         int q = A(D), k = A(D), v = A(D);
         int k_split = opn(g, PRIM_SPLIT, l, IN(qkv), IN(q, k, v));
-        g->ops[k_split].iattr[0] = 3;
+        g->ops[k_split].iattr[IA_SPLIT_N] = 3;
         int at = A(D);
         int k_att = opn(g, PRIM_ATTENTION, l, IN(q, k, v), &at, 1);
-        g->ops[k_att].iattr[0] = s.H;
-        g->ops[k_att].iattr[1] = s.H;
+        g->ops[k_att].iattr[IA_ATTENTION_HEADS] = s.H;
+        g->ops[k_att].iattr[IA_ATTENTION_KV_HEADS] = s.H;
         int pr = A(D);
         opn(g, PRIM_LINEAR, l, IN(at, wo, bo), &pr, 1);
         int x1 = A(D);
@@ -263,7 +263,7 @@ static int build_gpt(Graph *g, Arena *a, Gpt s) {
     opn(g, PRIM_LAYERNORM, -1, IN(x, gf, bf), &xf, 1);
     int logits = ten(g, "%logits", s.dt, 3, B, T, V, TC_ACT, -1);
     int km = opn(g, PRIM_MATMUL, -1, IN(xf, wte), &logits, 1);
-    g->ops[km].iattr[1] = 1;
+    g->ops[km].iattr[IA_MATMUL_TRANSPOSE_B] = 1;
     int loss = ten(g, "%loss", DT_F32, 0, 0, 0, 0, TC_ACT, -1);
     opn(g, PRIM_CROSS_ENTROPY, -1, IN(logits, tgt), &loss, 1);
     g->loss = loss;

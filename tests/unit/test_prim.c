@@ -67,6 +67,45 @@ START_TEST(table_matches_def) {
 }
 END_TEST
 
+/* prim.def's slot names and prim.c's attributes agree: every attribute
+ * of a row is at the slot prim.def names for its primitive and name, in
+ * the array of its kind, and prim.def names no other. */
+START_TEST(attr_slots_match_def) {
+    static const struct {
+        PrimId prim;
+        const char *name;
+        bool f;
+        int slot;
+    } def[] = {
+#define PRIM(id, name, nin_min, nin_max, nout, family)
+#define PRIM_IATTR(id, NAME, slot, name) {PRIM_##id, name, false, IA_##id##_##NAME},
+#define PRIM_FATTR(id, NAME, slot, name) {PRIM_##id, name, true, FA_##id##_##NAME},
+#include "prim.def"
+#undef PRIM
+#undef PRIM_IATTR
+#undef PRIM_FATTR
+    };
+    int n = (int)(sizeof def / sizeof *def), rows = 0;
+    for (int i = 0; i < PRIM_COUNT; i++) rows += prim_info((PrimId)i)->nattr;
+    ck_assert_int_eq(rows, n);
+    for (int i = 0; i < n; i++) {
+        const PrimInfo *p = prim_info(def[i].prim);
+        const PrimAttr *a = prim_attr(p, def[i].name);
+        ck_assert_msg(a, "%s has no attribute %s", p->name, def[i].name);
+        ck_assert_msg((a->kind == PA_FLOAT) == def[i].f, "%s.%s: %s in prim.c", p->name, a->name, def[i].f ? "not a number" : "a number");
+        ck_assert_msg(a->slot == def[i].slot, "%s.%s: slot %d in prim.c, %d in prim.def", p->name, a->name, a->slot, def[i].slot);
+    }
+    /* no two attributes of a primitive share a slot */
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            ck_assert_msg(def[i].prim != def[j].prim || def[i].f != def[j].f || def[i].slot != def[j].slot, "%s and %s share a slot",
+                          def[i].name, def[j].name);
+    /* the slots are the plan format's: existing plans keep their meaning */
+    ck_assert_int_eq(IA_ROPE_ORIGINAL_MAX_POSITIONS, 2);
+    ck_assert_int_eq(FA_ROPE_HIGH_FREQ_FACTOR, 3);
+}
+END_TEST
+
 START_TEST(embedding_rule) {
     PrimCall c = C(PRIM_EMBEDDING, 2, S(DT_F32, 2, 256, 64, 0), S(DT_I32, 2, 4, 16, 0), NO);
     ck_assert(infer(&c));
@@ -104,7 +143,7 @@ END_TEST
 
 START_TEST(matmul_rule) {
     PrimCall c = C(PRIM_MATMUL, 2, S(DT_F32, 3, 2, 16, 64), S(DT_F32, 2, 256, 64, 0), NO);
-    c.iattr[1] = 1; /* transpose_b: b is [N, K] */
+    c.iattr[IA_MATMUL_TRANSPOSE_B] = 1; /* transpose_b: b is [N, K] */
     c.attr_set[1] = true;
     ck_assert(infer(&c));
     expect_shape(0, DT_BF16, 3, 2, 16, 256);
@@ -113,7 +152,7 @@ START_TEST(matmul_rule) {
     ck_assert_str_eq(err.msg, "matmul: a has inner dimension 64 but b has 256 rows (a is [2, 16, 64], b is [256, 64])");
     /* transpose_a swaps a's last two dims: [2, 64, 16]^T . [64, 8] -> [2, 16, 8] */
     c = C(PRIM_MATMUL, 2, S(DT_F32, 3, 2, 64, 16), S(DT_F32, 2, 64, 8, 0), NO);
-    c.iattr[0] = 1;
+    c.iattr[IA_MATMUL_TRANSPOSE_A] = 1;
     c.attr_set[0] = true;
     ck_assert(infer(&c));
     expect_shape(0, DT_BF16, 3, 2, 16, 8);
@@ -121,7 +160,7 @@ START_TEST(matmul_rule) {
     c = C(PRIM_MATMUL, 2, S(DT_F32, 1, 64, 0, 0), S(DT_F32, 2, 64, 8, 0), NO);
     ck_assert(infer(&c));
     expect_shape(0, DT_BF16, 1, 8, 0, 0);
-    c.iattr[0] = 1;
+    c.iattr[IA_MATMUL_TRANSPOSE_A] = 1;
     c.attr_set[0] = true;
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "matmul: a must have rank at least 2, but it is [64] (rank 1)");
@@ -145,7 +184,7 @@ END_TEST
 START_TEST(norm_rules) {
     PrimCall c = C(PRIM_LAYERNORM, 3, S(DT_F32, 3, 4, 16, 64), S(DT_F32, 1, 64, 0, 0), S(DT_F32, 1, 64, 0, 0));
     ck_assert(infer(&c));
-    ck_assert_double_eq(c.fattr[0], 1e-5); /* default eps */
+    ck_assert_double_eq(c.fattr[FA_LAYERNORM_EPS], 1e-5); /* default eps */
     expect_shape(0, DT_BF16, 3, 4, 16, 64);
     c = C(PRIM_LAYERNORM, 1, S(DT_F32, 3, 4, 16, 64), NO, NO);
     ck_assert(infer(&c));
@@ -153,26 +192,26 @@ START_TEST(norm_rules) {
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "rmsnorm: g has 32 elements but x has last dimension 64 (x is [4, 16, 64], g is [32])");
     c = C(PRIM_RMSNORM, 1, S(DT_F32, 3, 4, 16, 64), NO, NO);
-    c.fattr[0] = -1;
+    c.fattr[FA_RMSNORM_EPS] = -1;
     c.attr_set[0] = true;
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "rmsnorm: eps must be positive, got -1");
     /* per head: 4 heads of 16, g [16] */
     c = C(PRIM_RMSNORM, 2, S(DT_F32, 3, 4, 16, 64), S(DT_F32, 1, 16, 0, 0), NO);
     ck_assert(!infer(&c));
-    ck_assert_int_eq(c.iattr[0], 1); /* default heads: g must cover the whole last dimension */
+    ck_assert_int_eq(c.iattr[IA_RMSNORM_HEADS], 1); /* default heads: g must cover the whole last dimension */
     c = C(PRIM_RMSNORM, 2, S(DT_F32, 3, 4, 16, 64), S(DT_F32, 1, 16, 0, 0), NO);
-    c.iattr[0] = 4;
+    c.iattr[IA_RMSNORM_HEADS] = 4;
     c.attr_set[1] = true;
     ck_assert(infer(&c));
     expect_shape(0, DT_BF16, 3, 4, 16, 64);
     c.in[1] = S(DT_F32, 1, 64, 0, 0);
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "rmsnorm: g has 64 elements but the head dimension is 64 / 4 = 16 (x is [4, 16, 64], g is [64])");
-    c.iattr[0] = 5;
+    c.iattr[IA_RMSNORM_HEADS] = 5;
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "rmsnorm: x's last dimension 64 is not a multiple of heads = 5 (x is [4, 16, 64])");
-    c.iattr[0] = 0;
+    c.iattr[IA_RMSNORM_HEADS] = 0;
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "rmsnorm: heads must be positive, got 0");
 }
@@ -186,11 +225,11 @@ START_TEST(unary_rules) {
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "silu: x is i32, expected a floating-point tensor (f32, bf16 or f16)");
     c = C(PRIM_SCALE, 1, S(DT_F32, 2, 3, 5, 0), NO, NO);
-    c.fattr[0] = 2.0;
+    c.fattr[FA_SCALE_BY] = 2.0;
     c.attr_set[0] = true;
     ck_assert(infer(&c));
     expect_shape(0, DT_BF16, 2, 3, 5, 0);
-    c.fattr[0] = INFINITY;
+    c.fattr[FA_SCALE_BY] = INFINITY;
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "scale: by must be a finite number, got inf");
     c.attr_set[0] = false;
@@ -203,55 +242,55 @@ START_TEST(rope_rule) {
     PrimCall c = C(PRIM_ROPE, 1, S(DT_F32, 3, 2, 16, 64), NO, NO);
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "rope: missing attribute 'heads'");
-    c.iattr[0] = 4;
+    c.iattr[IA_ROPE_HEADS] = 4;
     c.attr_set[0] = true;
     ck_assert(infer(&c));
-    ck_assert_double_eq(c.fattr[0], 10000.0);
+    ck_assert_double_eq(c.fattr[FA_ROPE_THETA], 10000.0);
     expect_shape(0, DT_BF16, 3, 2, 16, 64);
-    c.iattr[0] = 5;
+    c.iattr[IA_ROPE_HEADS] = 5;
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "rope: x's last dimension 64 is not a multiple of heads = 5 (x is [2, 16, 64])");
-    c.iattr[0] = 64; /* head dim 1: odd */
+    c.iattr[IA_ROPE_HEADS] = 64; /* head dim 1: odd */
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "rope: the head dimension 64 / 64 = 1 must be even");
     /* scaling: attribute indices 2 scaling, 3 factor, 4 low, 5 high, 6 original_max_positions */
     c = C(PRIM_ROPE, 1, S(DT_F32, 3, 2, 16, 64), NO, NO);
-    c.iattr[0] = 4;
+    c.iattr[IA_ROPE_HEADS] = 4;
     c.attr_set[0] = true;
-    c.fattr[1] = 8;
+    c.fattr[FA_ROPE_FACTOR] = 8;
     c.attr_set[3] = true;
     ck_assert(infer(&c)); /* the shape rule takes it; the checker asks prim_unused_attrs */
     ck_assert(!prim_unused_attrs(&c, &err));
     ck_assert_str_eq(err.msg, "rope: 'factor' is not used with scaling = \"none\" (it takes scaling = \"linear\" or \"llama3\")");
-    c.fattr[1] = 1; /* the default, given: changes nothing, accepted */
+    c.fattr[FA_ROPE_FACTOR] = 1; /* the default, given: changes nothing, accepted */
     ck_assert(prim_unused_attrs(&c, &err));
-    c.fattr[1] = 8;
-    c.iattr[1] = ROPE_LINEAR;
+    c.fattr[FA_ROPE_FACTOR] = 8;
+    c.iattr[IA_ROPE_SCALING] = ROPE_LINEAR;
     c.attr_set[2] = true;
     ck_assert(infer(&c));
     ck_assert(prim_unused_attrs(&c, &err));
-    c.iattr[2] = 4096;
+    c.iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] = 4096;
     c.attr_set[6] = true;
     ck_assert(!prim_unused_attrs(&c, &err));
     ck_assert_str_eq(err.msg, "rope: 'original_max_positions' is not used with scaling = \"linear\" (it takes scaling = \"llama3\")");
-    c.iattr[1] = ROPE_LLAMA3;
+    c.iattr[IA_ROPE_SCALING] = ROPE_LLAMA3;
     ck_assert(prim_unused_attrs(&c, &err));
     ck_assert(infer(&c));
-    ck_assert_double_eq(c.fattr[2], 1.0); /* defaults: low 1, high 4 */
-    ck_assert_double_eq(c.fattr[3], 4.0);
-    c.fattr[3] = 0.5;
+    ck_assert_double_eq(c.fattr[FA_ROPE_LOW_FREQ_FACTOR], 1.0); /* defaults: low 1, high 4 */
+    ck_assert_double_eq(c.fattr[FA_ROPE_HIGH_FREQ_FACTOR], 4.0);
+    c.fattr[FA_ROPE_HIGH_FREQ_FACTOR] = 0.5;
     c.attr_set[5] = true;
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "rope: high_freq_factor (0.5) must be greater than low_freq_factor (1)");
-    c.fattr[3] = 4;
-    c.fattr[1] = 0;
+    c.fattr[FA_ROPE_HIGH_FREQ_FACTOR] = 4;
+    c.fattr[FA_ROPE_FACTOR] = 0;
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "rope: factor must be positive, got 0");
-    c.fattr[1] = 8;
-    c.iattr[2] = 0;
+    c.fattr[FA_ROPE_FACTOR] = 8;
+    c.iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] = 0;
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "rope: original_max_positions must be positive, got 0");
-    c.iattr[1] = 3;
+    c.iattr[IA_ROPE_SCALING] = 3;
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "rope: unknown scaling 3");
     const PrimAttr *sc = prim_attr(prim_info(PRIM_ROPE), "scaling");
@@ -264,24 +303,24 @@ END_TEST
 START_TEST(attention_rule) {
     /* GQA: 8 query heads of 16, 2 kv heads */
     PrimCall c = C(PRIM_ATTENTION, 3, S(DT_F32, 3, 2, 16, 128), S(DT_F32, 3, 2, 16, 32), S(DT_F32, 3, 2, 16, 32));
-    c.iattr[0] = 8;
+    c.iattr[IA_ATTENTION_HEADS] = 8;
     c.attr_set[0] = true;
-    c.iattr[1] = 2;
+    c.iattr[IA_ATTENTION_KV_HEADS] = 2;
     c.attr_set[1] = true;
     ck_assert(infer(&c));
     expect_shape(0, DT_BF16, 3, 2, 16, 128);
     /* kv_heads defaults to heads: k must then be as wide as q */
     c.attr_set[1] = false;
     ck_assert(!infer(&c));
-    ck_assert_int_eq(c.iattr[1], 8);
+    ck_assert_int_eq(c.iattr[IA_ATTENTION_KV_HEADS], 8);
     ck_assert_str_eq(err.msg, "attention: k has last dimension 32 but kv_heads * head dimension = 8 * 16 = 128 (q is "
                               "[2, 16, 128], k is [2, 16, 32])");
-    c.iattr[1] = 3;
+    c.iattr[IA_ATTENTION_KV_HEADS] = 3;
     c.attr_set[1] = true;
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "attention: heads = 8 is not a multiple of kv_heads = 3");
     c = C(PRIM_ATTENTION, 3, S(DT_F32, 3, 2, 16, 128), S(DT_F32, 3, 2, 16, 128), S(DT_F32, 3, 2, 8, 128));
-    c.iattr[0] = 8;
+    c.iattr[IA_ATTENTION_HEADS] = 8;
     c.attr_set[0] = true;
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "attention: k and v must have the same shape, but k is [2, 16, 128] and v is [2, 8, 128]");
@@ -290,15 +329,15 @@ END_TEST
 
 START_TEST(split_rule) {
     PrimCall c = C(PRIM_SPLIT, 1, S(DT_F32, 3, 2, 16, 192), NO, NO);
-    c.iattr[0] = 3;
+    c.iattr[IA_SPLIT_N] = 3;
     c.attr_set[0] = true;
     ck_assert(infer(&c));
     ck_assert_int_eq(nout, 3);
     for (int i = 0; i < 3; i++) expect_shape(i, DT_BF16, 3, 2, 16, 64);
-    c.iattr[0] = 5;
+    c.iattr[IA_SPLIT_N] = 5;
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "split: x's last dimension 192 does not divide into 5 equal pieces (x is [2, 16, 192])");
-    c.iattr[0] = 2;
+    c.iattr[IA_SPLIT_N] = 2;
     c.nsizes = 2;
     c.sizes[0] = 128;
     c.sizes[1] = 64;
@@ -310,7 +349,7 @@ START_TEST(split_rule) {
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "split: the sizes sum to 160 but x's last dimension is 192 (x is [2, 16, 192])");
     c.nsizes = 0;
-    c.iattr[0] = GRAPH_MAX_OUT + 1;
+    c.iattr[IA_SPLIT_N] = GRAPH_MAX_OUT + 1;
     ck_assert(!infer(&c));
 }
 END_TEST
@@ -331,11 +370,11 @@ END_TEST
 
 START_TEST(arange_rule) {
     PrimCall c = C(PRIM_ARANGE, 0, NO, NO, NO);
-    c.iattr[0] = 64;
+    c.iattr[IA_ARANGE_N] = 64;
     c.attr_set[0] = true;
     ck_assert(infer(&c));
     expect_shape(0, DT_I32, 1, 64, 0, 0);
-    c.iattr[0] = 0;
+    c.iattr[IA_ARANGE_N] = 0;
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "arange: n must be positive, got 0");
 }
@@ -345,6 +384,7 @@ int main(void) {
     Suite *s = suite_create("prim");
     TCase *t = tcase_create("rules");
     tcase_add_test(t, table_matches_def);
+    tcase_add_test(t, attr_slots_match_def);
     tcase_add_test(t, embedding_rule);
     tcase_add_test(t, linear_rule);
     tcase_add_test(t, matmul_rule);

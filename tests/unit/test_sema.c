@@ -180,8 +180,8 @@ START_TEST(gpt2_tiny_graph) {
     for (int k = 0; k < g->nops; k++) {
         const GOp *o = &g->ops[k];
         if (o->prim == PRIM_ATTENTION) {
-            ck_assert_int_eq(o->iattr[0], 4);
-            ck_assert_int_eq(o->iattr[1], 4);
+            ck_assert_int_eq(o->iattr[IA_ATTENTION_HEADS], 4);
+            ck_assert_int_eq(o->iattr[IA_ATTENTION_KV_HEADS], 4);
             char want[32];
             snprintf(want, sizeof want, "block.%d.attn", seen_attn);
             ck_assert_str_eq(o->scope, want);
@@ -190,7 +190,7 @@ START_TEST(gpt2_tiny_graph) {
         }
         if (o->prim == PRIM_SPLIT) {
             ck_assert_int_eq(o->nout, 3);
-            ck_assert_int_eq(o->iattr[0], 3);
+            ck_assert_int_eq(o->iattr[IA_SPLIT_N], 3);
         }
     }
     ck_assert_int_eq(seen_attn, 4);
@@ -254,7 +254,7 @@ START_TEST(tuple_split_and_repeat_index) {
         if (g->ops[k].prim == PRIM_SPLIT && sp < 0) sp = k;
     ck_assert_int_ge(sp, 0);
     ck_assert_int_eq(g->ops[sp].nout, 2);
-    ck_assert_int_eq(g->ops[sp].iattr[0], 2);
+    ck_assert_int_eq(g->ops[sp].iattr[IA_SPLIT_N], 2);
     ck_assert_int_eq(g->tensors[g->ops[sp].out[0]].dims[2], 4);
     ck_assert_int_eq(g->tensors[g->ops[sp].out[1]].dims[2], 12);
     ck_assert_str_eq(g->ops[sp].scope, "two");

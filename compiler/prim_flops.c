@@ -1,0 +1,19 @@
+#include "prim_flops.h"
+#include "flops.h"
+
+double prim_flops(const Graph *g, const GOp *op) {
+    const GTensor *o = op->nout > 0 && op->out[0] >= 0 ? &g->tensors[op->out[0]] : NULL;
+    double out = o ? (double)o->numel : 1;
+    if (op->kind == OP_BWD && op->fwd >= 0 && op->fwd < g->nops) {
+        const GOp *f = &g->ops[op->fwd];
+        return 2 * prim_flops(g, f);
+    }
+    FlopsOperand in[3] = {{0}};
+    int nin = op->nin < 3 ? op->nin : 3;
+    for (int i = 0; i < nin; i++)
+        if (op->in[i] >= 0) {
+            const GTensor *t = &g->tensors[op->in[i]];
+            in[i] = (FlopsOperand){t->rank, t->dims, t->numel};
+        }
+    return flops_forward(op->prim, op->iattr, in, nin, out);
+}

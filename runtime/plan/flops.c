@@ -1,0 +1,61 @@
+#include "flops.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include "vocab.h"
+
+/* A family's count: the op's inputs in[0..nin) (absent ones with dims NULL)
+ * and its first output's element count. */
+typedef double (*FlopsRule)(int prim, const int64_t *iattr, const FlopsOperand *in, int nin, double out);
+
+static const FlopsOperand *input(const FlopsOperand *in, int nin, int i) { return i < nin && in[i].dims ? &in[i] : NULL; }
+
+/* Element-wise work: a few operations an output element. */
+static double flops_elementwise(int prim, const int64_t *iattr, const FlopsOperand *in, int nin, double out) {
+    (void)prim, (void)iattr, (void)in, (void)nin;
+    return 5 * out;
+}
+
+/* 2 K per output element, K the weight's inner dimension (its columns
+ * with matmul's transpose_b). */
+static double flops_gemm(int prim, const int64_t *iattr, const FlopsOperand *in, int nin, double out) {
+    const FlopsOperand *x = input(in, nin, 0), *w = input(in, nin, 1);
+    if (!w || !x) return out;
+    bool tb = prim == PRIM_MATMUL && iattr && iattr[IA_MATMUL_TRANSPOSE_B];
+    double k = w->rank >= 2 ? (double)(tb ? w->dims[1] : w->dims[0]) : 1;
+    return 2 * out * k;
+}
+
+static double flops_attention(int prim, const int64_t *iattr, const FlopsOperand *in, int nin, double out) {
+    (void)prim, (void)iattr;
+    const FlopsOperand *q = input(in, nin, 0);
+    if (!q || q->rank < 3) return out;
+    return 2.0 * (double)q->numel * (double)q->dims[1]; /* causal: half of 4*B*T*T*D */
+}
+
+/* Per logit, not per (scalar) output. */
+static double flops_xent(int prim, const int64_t *iattr, const FlopsOperand *in, int nin, double out) {
+    (void)prim, (void)iattr;
+    const FlopsOperand *logits = input(in, nin, 0);
+    return logits ? 5.0 * (double)logits->numel : out;
+}
+
+#define flops_embedding flops_elementwise
+#define flops_linear flops_gemm
+#define flops_matmul flops_gemm
+#define flops_binary flops_elementwise
+#define flops_norm flops_elementwise
+#define flops_act flops_elementwise
+#define flops_rope flops_elementwise
+#define flops_split flops_elementwise
+#define flops_arange flops_elementwise
+#define flops_scale flops_elementwise
+
+static const FlopsRule rules[PRIM_COUNT] = {
+#define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = flops_##family,
+#include "prim.def"
+#undef PRIM
+};
+
+double flops_forward(int prim, const int64_t *iattr, const FlopsOperand *in, int nin, double out) {
+    return (unsigned)prim < PRIM_COUNT ? rules[prim](prim, iattr, in, nin, out) : 5 * out;
+}
