@@ -212,6 +212,11 @@ void pl_emit_optimizer(PlanBuilder *b, int bwd_end);
  * pl_emit_optimizer then starts with them loaded. False: out of memory. */
 bool pl_hoist_prepare(PlanBuilder *b, Arena *a, int bwd_end);
 void pl_emit_hoisted(PlanBuilder *b, int s);
+/* Whether b->pl with hoist set would issue any such read, from the
+ * build just made for b->pl (its Adams stepped in the backward, which
+ * the hoist leaves as they are): without one the hoisted build is that
+ * build again. */
+bool pl_hoist_any(const PlanBuilder *b);
 
 /* planner_alloc.c: step 5, and whether its arenas fit the target (the
  * first that does not, in why) */
