@@ -94,6 +94,7 @@ typedef struct PlanBuilder {
     bool *grad_rmw;                /* grad tensor -> accumulated on NVMe (zeroed after its Adam) */
     PlanBuf *bufs;
     int nbufs, cbufs;
+    int persist_end;               /* every persistent buffer is below this index (the homes and twins come first) */
     Ins *ins;
     int nins, cins;
     PlanOperand *opnds;
