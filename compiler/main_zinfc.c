@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -388,6 +389,12 @@ static int run_probe(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--probe") == 0) return run_probe(argc, argv);
+    /* The planner builds, costs and frees a schedule per candidate placement
+     * (hundreds of MB each for the largest models): freed memory stays in
+     * the heap for the next one, rather than going back to the kernel in
+     * munmap and coming again as freshly zeroed pages (a fault a page). */
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
     ZincOptions o;
     memset(&o, 0, sizeof o);
     const char *env = getenv("ZINF_STDLIB");

@@ -65,9 +65,16 @@ static void plan_schedule(const PlanBuilder *b, Plan *p) {
     Arena *pa = &p->arena;
     p->nbuffers = (uint32_t)b->nbufs;
     p->buffers = ARENA_NEWN(pa, PlanBuffer, b->nbufs + 1);
-    for (int i = 0; i < b->nbufs; i++) {
+    /* most buffers are named by their tensor: one copy of each such name */
+    int nt = b->g->ntensors;
+    const char **tname = ARENA_NEWN(pa, const char *, nt + 1);
+    for (int i = 0; i < b->nbufs && tname; i++) {
+        const char *src = b->bufs[i].b.name ? b->bufs[i].b.name : "";
+        int t = b->bufs[i].b.tensor;
+        bool of_tensor = t >= 0 && t < nt && src == b->g->tensors[t].name;
+        if (of_tensor && !tname[t]) tname[t] = arena_strdup(pa, src);
         p->buffers[i] = b->bufs[i].b;
-        p->buffers[i].name = arena_strdup(pa, b->bufs[i].b.name ? b->bufs[i].b.name : "");
+        p->buffers[i].name = of_tensor ? tname[t] : arena_strdup(pa, src);
     }
     p->noperands = (uint32_t)b->nopnds;
     p->operands = ARENA_NEWN(pa, PlanOperand, b->nopnds + 1);
