@@ -125,19 +125,25 @@ typedef struct Codec {
     Arena *arena;
 } Codec;
 
-static void put(Codec *c, const void *d, size_t n) {
-    if (c->oom) return;
-    if (c->len + n > c->cap) {
-        size_t nc = c->cap ? c->cap * 2 : 4096;
-        while (nc < c->len + n) nc *= 2;
-        uint8_t *nb = realloc(c->buf, nc);
-        if (!nb) {
-            c->oom = true;
-            return;
-        }
-        c->buf = nb;
-        c->cap = nc;
+/* Room for n more bytes: doubling, or exactly n more when that is more
+ * (a table's count says how much follows). */
+static bool reserve(Codec *c, size_t n) {
+    if (c->oom) return false;
+    if (c->len + n <= c->cap) return true;
+    size_t nc = c->cap ? c->cap * 2 : 4096;
+    if (nc < c->len + n) nc = c->len + n;
+    uint8_t *nb = realloc(c->buf, nc);
+    if (!nb) {
+        c->oom = true;
+        return false;
     }
+    c->buf = nb;
+    c->cap = nc;
+    return true;
+}
+
+static void put(Codec *c, const void *d, size_t n) {
+    if (!reserve(c, n)) return;
     memcpy(c->buf + c->len, d, n);
     c->len += n;
 }
@@ -247,7 +253,7 @@ static void c_str(Codec *c, const char **s) {
  * forged count cannot make the reader allocate more than the file holds. */
 static bool c_count(Codec *c, uint32_t *n, size_t min_bytes, void **arr, size_t elem) {
     c_u32(c, n);
-    if (!c->reading) return true;
+    if (!c->reading) return reserve(c, (size_t)*n * min_bytes);
     if (c->bad) return false;
     if ((uint64_t)*n * min_bytes > c->inlen - c->pos) {
         c->bad = true;
@@ -719,36 +725,43 @@ bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t er
     put_le(hdr + 12, NSECTIONS, 4); /* always the newest format */
     put_le(hdr + 16, plan_fnv1a64(hdr, 16), 8);
     put(&c, hdr, sizeof hdr);
-    for (int s = 0; s < NSECTIONS; s++) {
-        size_t at = c.len;
-        uint8_t sh[SECHDR_BYTES] = {0};
-        put(&c, sh, sizeof sh);
-        sections[s].codec(&c, (Plan *)p); /* writing only reads *p */
-        if (c.oom) break;
-        size_t plen = c.len - at - SECHDR_BYTES;
+    /* each section's raw payload is written into raw (its buffer reused
+     * from section to section), then copied or packed into c */
+    Codec raw = {.version = FORMAT_VERSION};
+    for (int s = 0; s < NSECTIONS && !c.oom; s++) {
+        raw.len = 0;
+        sections[s].codec(&raw, (Plan *)p); /* writing only reads *p */
+        if (raw.oom) {
+            c.oom = true;
+            break;
+        }
+        const uint8_t *payload = raw.buf;
+        size_t plen = raw.len;
         uint32_t form = SECTION_RAW;
+        uint8_t *pk = NULL;
         if (plen >= PLAN_PACK_MIN) {
-            uint8_t *pk;
             size_t pklen;
             const char *why;
-            if (!plan_pack(c.buf + at + SECHDR_BYTES, plen, &sections[s].pack, &pk, &pklen, &why)) {
+            if (!plan_pack(raw.buf, plen, &sections[s].pack, &pk, &pklen, &why)) {
                 c.oom = true;
                 break;
             }
             if (pklen < plen) { /* the packed payload replaces the raw one */
-                c.len = at + SECHDR_BYTES;
-                put(&c, pk, pklen);
+                payload = pk;
                 plen = pklen;
                 form = SECTION_PACKED;
             }
-            free(pk);
-            if (c.oom) break;
         }
-        put_le(c.buf + at, (uint64_t)s, 4);
-        put_le(c.buf + at + 4, form, 4);
-        put_le(c.buf + at + 8, plen, 8);
-        put_le(c.buf + at + 16, plan_fnv1a64(c.buf + at + SECHDR_BYTES, plen), 8);
+        uint8_t sh[SECHDR_BYTES];
+        put_le(sh, (uint64_t)s, 4);
+        put_le(sh + 4, form, 4);
+        put_le(sh + 8, plen, 8);
+        put_le(sh + 16, plan_fnv1a64(payload, plen), 8);
+        put(&c, sh, sizeof sh);
+        if (plen) put(&c, payload, plen);
+        free(pk);
     }
+    free(raw.buf);
     if (c.oom) {
         free(c.buf);
         errf(err, errlen, "out of memory encoding the plan");
