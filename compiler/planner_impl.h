@@ -86,6 +86,7 @@ typedef struct PlanBuilder {
     bool *name_pinned;             /* per tensor: a `pin` names this parameter (NULL: none does) */
     int64_t *tile_shard;
     bool *tile_pinned;
+    const char ***tile_name;       /* per tiled parameter, the names "name#k" of its tiles' buffers (made once, on first use) */
     /* per build */
     int *home;                     /* state tensor -> home buffer */
     int *cur;                      /* tensor -> current GPU buffer version */
