@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include "arena.h"
 #include "memmodel.h"
@@ -65,11 +66,12 @@ typedef struct ZincOptions {
     int64_t seq;          /* --seq N: its training sequence length (0: the default) */
     const char *lora;     /* --lora SPEC: LoRA adapters on the --from-hf model (compiler/hfconfig.h) */
     int ranks;            /* --ranks N: plan for N data-parallel ranks (0: the target's) */
+    bool reprobe;         /* --reprobe: measure this machine again, replacing the cached probe */
 } ZincOptions;
 
 static const char *const known_options[] = {"--check", "--emit=graph", "--emit=ast", "--emit=zl", "--help", "--version",
                                             "-I", "--target", "-o", "--explain", "--probe", "--kernels=", "--kernel-src=",
-                                            "--from-hf", "--seq", "--lora", "--ranks"};
+                                            "--from-hf", "--seq", "--lora", "--ranks", "--reprobe"};
 enum { NKNOWN = sizeof known_options / sizeof known_options[0] };
 
 static void usage(FILE *out) {
@@ -88,8 +90,11 @@ static void usage(FILE *out) {
           "                  a part left out takes its default (r=8, alpha=16, q_proj,v_proj or c_attn)\n"
           "  -I DIR          look for imports in DIR (repeatable; before the stdlib)\n"
           "  --target T      plan for target T: a .zl file with a target block, or dgx2, dgx-a100,\n"
-          "                  dgx-h100, h200, host (default: the model's target block, else this\n"
-          "                  machine's probe file, else what libcuda or sysconf say)\n"
+          "                  dgx-h100, h200, host, or probe: this machine as zinfprobe measured it\n"
+          "                  (default: the model's target block, else probe)\n"
+          "  --reprobe       measure this machine again (the probe is measured once, on the first\n"
+          "                  plan for it, and cached: zinf/probe-MACHINE.zl in $XDG_CACHE_HOME or\n"
+          "                  ~/.cache)\n"
           "  --probe [ARGS]  measure this machine: runs zinfprobe ARGS (beside zinfc; zinfprobe --help),\n"
           "                  which writes the probe file that planning without --target reads\n"
           "  --ranks N       plan for N ranks (processes of zinfrun, or GPUs) instead of the target's\n"
@@ -105,8 +110,10 @@ static void usage(FILE *out) {
           "  --help          this text\n"
           "  --version       the version\n"
           "environment: ZINF_STDLIB overrides the stdlib directory (" ZINF_STDLIB_DIR ")\n"
-          "  ZINF_PROBE: the probe file (default $XDG_CACHE_HOME or ~/.cache: zinf/probe-HOST.zl;\n"
-          "  \"none\": do not read one)\n"
+          "  ZINF_PROBE: the probe file (default $XDG_CACHE_HOME or ~/.cache: zinf/probe-MACHINE.zl;\n"
+          "  \"none\": do not read or measure one; the target is what libcuda or sysconf say)\n"
+          "  ZINF_PROBE_ARGS: more arguments for the zinfprobe that measures the cached probe\n"
+          "  (\"--quick\": seconds, rough figures)\n"
           "exit status: 0 ok, 1 errors in the input, 2 usage\n",
           out);
 }
@@ -180,6 +187,8 @@ static int parse_args(int argc, char **argv, ZincOptions *o) {
             o->ranks = (int)n;
         } else if (strcmp(a, "--explain") == 0) {
             o->explain = true;
+        } else if (strcmp(a, "--reprobe") == 0) {
+            o->reprobe = true;
         } else if (strncmp(a, "--kernels=", 10) == 0) {
             o->kernels = a + 10;
         } else if (strncmp(a, "--kernel-src=", 13) == 0) {
@@ -228,16 +237,141 @@ static void explain_memory(const Graph *g, const Target *t, const PlannerOptions
 }
 
 /* ---- planning: autodiff, target, planner, plan file ---- */
+/* ---- this machine, measured once: the cached probe ---- */
+
+/* zinfprobe's path: beside zinfc. False when /proc/self/exe is unreadable. */
+static bool zinfprobe_path(char *exe, size_t n) {
+    ssize_t k = readlink("/proc/self/exe", exe, n - 16);
+    if (k <= 0) return false;
+    exe[k] = 0;
+    char *slash = strrchr(exe, '/');
+    strcpy(slash ? slash + 1 : exe, "zinfprobe");
+    return true;
+}
+
+/* Measures this machine for `ranks` ranks into file with zinfprobe (--host
+ * where no GPU was found: a host target; else its GPUs, a cuda target; the
+ * NVMe timed in the nvme folder beside file, which zinfprobe leaves empty),
+ * plus the words of ZINF_PROBE_ARGS; zinfprobe's report goes to stderr.
+ * False (reported in d) when it fails. */
+static bool measure_machine(const char *file, int ranks, bool host, DiagSink *d) {
+    char exe[4096], nvme[4096], rs[16], extra[512] = "";
+    if (!zinfprobe_path(exe, sizeof exe)) {
+        diag_error(d, SPAN_NONE, "cannot find zinfc's own directory to run zinfprobe: %s", strerror(errno));
+        return false;
+    }
+    snprintf(nvme, sizeof nvme, "%s", file);
+    char *slash = strrchr(nvme, '/');
+    snprintf(slash ? slash + 1 : nvme, sizeof nvme - (size_t)(slash ? slash + 1 - nvme : 0), "nvme");
+    for (char *c = nvme + 1; (c = strchr(c, '/')); c++) { /* mkdir -p */
+        *c = 0;
+        mkdir(nvme, 0777);
+        *c = '/';
+    }
+    if (mkdir(nvme, 0777) != 0 && errno != EEXIST) {
+        diag_error(d, SPAN_NONE, "cannot make %s to measure this machine's disk in: %s", nvme, strerror(errno));
+        return false;
+    }
+    snprintf(rs, sizeof rs, "%d", ranks);
+    const char *args[24] = {exe, "--ranks", rs, "--nvme", nvme, "-o", file};
+    int na = 7;
+    if (host) args[na++] = "--host";
+    const char *env = getenv("ZINF_PROBE_ARGS");
+    if (env) snprintf(extra, sizeof extra, "%s", env);
+    for (char *w = strtok(extra, " \t"); w && na < 23; w = strtok(NULL, " \t")) args[na++] = w;
+    args[na] = NULL;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(2, 1); /* the report beside zinfc's diagnostics, not in its output */
+        execv(exe, (char *const *)args);
+        fprintf(stderr, "zinfc: cannot run %s: %s\n", exe, strerror(errno));
+        _exit(127);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        diag_error(d, SPAN_NONE, "measuring this machine failed (%s, status %d)", exe, st);
+        diag_hint(d, "plan for a target file (--target), or set ZINF_PROBE=none to plan from what sysconf says");
+        return false;
+    }
+    return true;
+}
+
+/* Reads file as a target into t, its errors into a sink of their own: NULL
+ * when it is one, else the first error's message (in a). */
+static const char *read_probe(const char *file, const LoadOptions *lo, Arena *a, SourceSet *src, Target *t) {
+    DiagSink pd;
+    diag_init(&pd);
+    Program tp;
+    memset(&tp, 0, sizeof tp);
+    bool ok = program_load(a, src, &pd, file, lo, &tp) && !pd.errors && target_from_program(&tp, NULL, a, &pd, t) && !pd.errors;
+    const char *why = NULL;
+    if (!ok) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&text, &len);
+        if (m) {
+            diag_render(&pd, src, m, false);
+            fclose(m);
+        }
+        char *nl = text ? strchr(text, '\n') : NULL;
+        if (nl) *nl = 0;
+        why = arena_strdup(a, text && *text ? text : "not a target");
+        free(text);
+    }
+    diag_free(&pd);
+    return why;
+}
+
+/* This machine as zinfprobe measured it, from the cache (file): measured
+ * now when the file is not there, --reprobe asks, the file is not a target
+ * (a corrupt or truncated cache), or it is for other ranks than wanted
+ * (--ranks, else the detected machine's: one a core, or a GPU each). Says
+ * which on stdout. False on errors (in d). */
+static bool cached_probe(const ZincOptions *o, const char *file, const LoadOptions *lo, Arena *a, SourceSet *src, DiagSink *d,
+                         Target *t) {
+    Target det;
+    const char *dhow;
+    target_detect(a, &det, &dhow);
+    int ranks = o->ranks > 0 ? o->ranks : target_ranks(&det);
+    const char *why = o->reprobe ? "--reprobe" : access(file, F_OK) != 0 ? "not measured yet" : NULL;
+    if (!why) {
+        const char *bad = read_probe(file, lo, a, src, t);
+        if (bad) {
+            printf("target: the cached probe %s is not a target (%s): it is refused and this machine measured again\n", file, bad);
+            why = "the cached probe was refused";
+        } else if (target_ranks(t) != ranks) {
+            why = arena_printf(a, "the cached probe is for %d rank%s", target_ranks(t), target_ranks(t) > 1 ? "s" : "");
+        } else {
+            printf("target: %s, measured by zinfprobe, from %s (cached; zinfc --reprobe measures again)\n", t->name, file);
+            return true;
+        }
+    }
+    printf("target: measuring this machine for %d rank%s with zinfprobe (%s), once: cached in %s\n", ranks, ranks > 1 ? "s" : "", why,
+           file);
+    fflush(stdout);
+    if (!measure_machine(file, ranks, !strcmp(det.backend, "host"), d)) return false;
+    const char *bad = read_probe(file, lo, a, src, t);
+    if (bad) {
+        diag_error(d, SPAN_NONE, "the probe zinfprobe wrote, %s, is not a target: %s", file, bad);
+        return false;
+    }
+    printf("target: %s, measured by zinfprobe, wrote %s\n", t->name, file);
+    return true;
+}
+
 /* The target: --target, else the model's target block, else the probe
- * file of this machine (plan_probe_path: zinfprobe wrote it), else what
- * target_detect finds. False on errors (in d). */
+ * file of this machine (plan_probe_path: $ZINF_PROBE, else the cache,
+ * measured by zinfprobe the first time), else (ZINF_PROBE=none) what
+ * target_detect finds. --target probe is the cache's. False on errors (in d). */
 static bool choose_target(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *d, const Program *prog, Target *t,
                           const char **how) {
     LoadOptions lo = {o->includes, o->ninclude, o->stdlib_dir};
     char probe[1024];
     bool from_env = false;
-    const char *file = o->target;
-    if (o->target && target_builtin(o->target, t)) {
+    bool want_probe = o->target && !strcmp(o->target, "probe");
+    const char *file = want_probe ? NULL : o->target;
+    if (file && target_builtin(file, t)) {
         *how = arena_printf(a, "the built-in target %s", o->target);
         return true;
     }
@@ -246,13 +380,22 @@ static bool choose_target(const ZincOptions *o, Arena *a, SourceSet *src, DiagSi
         *how = arena_printf(a, "the model's target %s", t->name);
         return true;
     }
-    if (!o->target && plan_probe_path(probe, sizeof probe, &from_env)) {
+    if (!file && plan_probe_path(probe, sizeof probe, &from_env)) {
+        if (!from_env) {
+            if (!cached_probe(o, probe, &lo, a, src, d, t)) return false;
+            *how = arena_printf(a, "target %s from %s", t->name, probe);
+            return true;
+        }
         if (access(probe, R_OK) == 0) file = arena_strdup(a, probe);
-        else if (from_env) {
+        else {
             diag_error(d, SPAN_NONE, "ZINF_PROBE=%s: cannot read it: %s (run zinfprobe -o %s, or unset ZINF_PROBE)", probe,
                        strerror(errno), probe);
             return false;
         }
+    }
+    if (!file && want_probe) {
+        diag_error(d, SPAN_NONE, "--target probe: no probe file (ZINF_PROBE is \"none\", or no HOME or XDG_CACHE_HOME)");
+        return false;
     }
     if (!file) {
         target_detect(a, t, how);
@@ -263,7 +406,7 @@ static bool choose_target(const ZincOptions *o, Arena *a, SourceSet *src, DiagSi
     if (!program_load(a, src, d, file, &lo, &tp) || d->errors) return false;
     if (!target_from_program(&tp, NULL, a, d, t)) return false;
     *how = arena_printf(a, "target %s from %s", t->name, file);
-    if (!o->target) printf("target: %s, measured by zinfprobe, from %s\n", t->name, file);
+    if (!o->target || want_probe) printf("target: %s, measured by zinfprobe, from %s\n", t->name, file);
     return true;
 }
 
@@ -372,14 +515,10 @@ static int zinfc_run(ZincOptions *o, Arena *a, SourceSet *src, DiagSink *d) {
  * installed beside zinfc; this runs it. Returns only when it cannot. */
 static int run_probe(int argc, char **argv) {
     char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 16);
-    if (n <= 0) {
+    if (!zinfprobe_path(exe, sizeof exe)) {
         fprintf(stderr, "zinfc: --probe: cannot find zinfc's own directory: %s\n", strerror(errno));
         return 2;
     }
-    exe[n] = 0;
-    char *slash = strrchr(exe, '/');
-    strcpy(slash ? slash + 1 : exe, "zinfprobe");
     argv[1] = exe;
     execv(exe, argv + 1);
     fprintf(stderr, "zinfc: --probe: cannot run %s: %s\n", exe, strerror(errno));

@@ -1036,19 +1036,50 @@ Plan *plan_read(const char *path, char *err, size_t errlen) {
     return p;
 }
 
+/* This machine as a file name's part: the CPU model (/proc/cpuinfo's
+ * "model name", [A-Za-z0-9_-] kept, runs of others one '_'), the cores and
+ * the memory in GiB: "Intel_R_Xeon_R_Platinum_8481C-2c-31g". A machine with
+ * another CPU, more cores or more memory has another key, so its figures
+ * are measured again. */
+static void machine_key(char *key, size_t n) {
+    char model[128] = "cpu";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) || !colon) continue;
+        size_t k = 0;
+        bool sep = false;
+        for (const char *c = colon + 1; *c && k + 2 < sizeof model; c++) {
+            bool keep = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-';
+            if (keep) {
+                if (sep && k) model[k++] = '_';
+                model[k++] = *c;
+                sep = false;
+            } else {
+                sep = true;
+            }
+        }
+        model[k] = 0;
+        if (!k) snprintf(model, sizeof model, "cpu");
+        break;
+    }
+    if (f) fclose(f);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    uint64_t gib = pages > 0 && psize > 0 ? ((uint64_t)pages * (uint64_t)psize + (1u << 29)) >> 30 : 0;
+    snprintf(key, n, "%s-%ldc-%" PRIu64 "g", model, cores > 0 ? cores : 1, gib);
+}
+
 bool plan_probe_path(char *buf, size_t n, bool *from_env) {
     const char *env = getenv("ZINF_PROBE");
     *from_env = env != NULL;
     if (env) return *env && strcmp(env, "none") && (size_t)snprintf(buf, n, "%s", env) < n;
-    char host[64] = "localhost";
-    if (gethostname(host, sizeof host - 1) != 0 || !host[0]) snprintf(host, sizeof host, "localhost");
-    host[sizeof host - 1] = 0;
-    for (char *h = host; *h; h++)
-        if (!((*h >= 'a' && *h <= 'z') || (*h >= 'A' && *h <= 'Z') || (*h >= '0' && *h <= '9') || *h == '-' || *h == '_')) *h = '_';
+    char key[192];
+    machine_key(key, sizeof key);
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     int k;
-    if (xdg && *xdg) k = snprintf(buf, n, "%s/zinf/probe-%s.zl", xdg, host);
-    else if (home && *home) k = snprintf(buf, n, "%s/.cache/zinf/probe-%s.zl", home, host);
+    if (xdg && *xdg) k = snprintf(buf, n, "%s/zinf/probe-%s.zl", xdg, key);
+    else if (home && *home) k = snprintf(buf, n, "%s/.cache/zinf/probe-%s.zl", home, key);
     else return false;
     return k > 0 && (size_t)k < n;
 }
