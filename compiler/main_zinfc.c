@@ -249,11 +249,44 @@ static bool zinfprobe_path(char *exe, size_t n) {
     return true;
 }
 
+/* The path of `name` on $PATH, into out; false when it is not there. */
+static bool on_path(const char *name, char *out, size_t n) {
+    const char *path = getenv("PATH");
+    while (path && *path) {
+        const char *end = strchr(path, ':');
+        size_t len = end ? (size_t)(end - path) : strlen(path);
+        if (len && (size_t)snprintf(out, n, "%.*s/%s", (int)len, path, name) < n && access(out, X_OK) == 0) return true;
+        path = end ? end + 1 : NULL;
+    }
+    return false;
+}
+
+/* Runs args (args[0] the program) with its stdout on stderr and no stdin;
+ * true when it exits 0. Under mpirun as root, Open MPI is told that is
+ * meant (the probe's ranks are this user's processes). */
+static bool run_quiet(const char *const *args) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(2, 1); /* the report beside zinfc's diagnostics, not in its output */
+        if (!freopen("/dev/null", "r", stdin)) _exit(127);
+        if (geteuid() == 0) setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0), setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+        execv(args[0], (char *const *)args);
+        fprintf(stderr, "zinfc: cannot run %s: %s\n", args[0], strerror(errno));
+        _exit(127);
+    }
+    int st = 0;
+    return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
 /* Measures this machine for `ranks` ranks into file with zinfprobe (--host
  * where no GPU was found: a host target; else its GPUs, a cuda target; the
  * NVMe timed in the nvme folder beside file, which zinfprobe leaves empty),
  * plus the words of ZINF_PROBE_ARGS; zinfprobe's report goes to stderr.
- * False (reported in d) when it fails. */
+ * More than one rank runs under mpirun where there is one, so that the
+ * collectives between the ranks are measured too (else, or when that
+ * fails, one process with a rank's share of the cores). False (reported
+ * in d) when it fails. */
 static bool measure_machine(const char *file, int ranks, bool host, DiagSink *d) {
     char exe[4096], nvme[4096], rs[16], extra[512] = "";
     if (!zinfprobe_path(exe, sizeof exe)) {
@@ -273,24 +306,22 @@ static bool measure_machine(const char *file, int ranks, bool host, DiagSink *d)
         return false;
     }
     snprintf(rs, sizeof rs, "%d", ranks);
-    const char *args[24] = {exe, "--ranks", rs, "--nvme", nvme, "-o", file};
-    int na = 7;
+    char mpirun[4096];
+    const char *args[32] = {mpirun, "-np", rs, "--oversubscribe", exe, "--nvme", nvme, "-o", file};
+    int na = 9;
     if (host) args[na++] = "--host";
     const char *env = getenv("ZINF_PROBE_ARGS");
     if (env) snprintf(extra, sizeof extra, "%s", env);
-    for (char *w = strtok(extra, " \t"); w && na < 23; w = strtok(NULL, " \t")) args[na++] = w;
+    for (char *w = strtok(extra, " \t"); w && na < 29; w = strtok(NULL, " \t")) args[na++] = w;
     args[na] = NULL;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(2, 1); /* the report beside zinfc's diagnostics, not in its output */
-        execv(exe, (char *const *)args);
-        fprintf(stderr, "zinfc: cannot run %s: %s\n", exe, strerror(errno));
-        _exit(127);
+    if (ranks > 1 && on_path("mpirun", mpirun, sizeof mpirun)) {
+        if (run_quiet(args)) return true;
+        printf("target: zinfprobe under mpirun failed (its messages above): measuring one process for %d ranks, without "
+               "the collectives\n", ranks);
     }
-    int st = 0;
-    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        diag_error(d, SPAN_NONE, "measuring this machine failed (%s, status %d)", exe, st);
+    args[2] = exe, args[3] = "--ranks", args[4] = rs; /* one process: zinfprobe --ranks N --nvme ... */
+    if (!run_quiet(args + 2)) {
+        diag_error(d, SPAN_NONE, "measuring this machine failed (%s)", exe);
         diag_hint(d, "plan for a target file (--target), or set ZINF_PROBE=none to plan from what sysconf says");
         return false;
     }

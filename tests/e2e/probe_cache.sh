@@ -4,8 +4,8 @@
 # plan writes the cache and says so, the second reads it (no second probe:
 # the file and its time are unchanged, the message says cached), --reprobe
 # measures again, a corrupt cache is refused with a message and measured
-# again, a cache for other ranks is measured again, and --target probe is
-# the same cache. zinfprobe --repeat keeps medians and prints the spread.
+# again, a cache for other ranks is measured again (2 ranks under mpirun,
+# with the collectives), and --target probe is the same cache. zinfprobe --repeat keeps medians and prints the spread.
 # The user's own cache is never touched (XDG_CACHE_HOME is the test's).
 #   tests/e2e/probe_cache.sh BUILD
 B=${1:-build}
@@ -50,6 +50,12 @@ grep -q "^target: the cached probe $f is not a target (.*error.*): it is refused
 zc --ranks 2 || bad "--ranks 2"
 grep -q "^target: measuring this machine for 2 ranks with zinfprobe (the cached probe is for 1 rank)" "$W/zc.log" &&
   grep -q '^  ranks = 2$' "$f" && ok "a cache for other ranks was measured again" || { cat "$W/zc.log"; bad "a cache for 1 rank, planning 2"; }
+if command -v mpirun > /dev/null; then
+  grep -q '^  net  {' "$f" && grep -q '^collectives (MPI, 2 ranks)' "$W/zc.err" && ok "2 ranks were measured under mpirun, collectives too" ||
+    { cat "$W/zc.err"; bad "no collectives in the 2-rank probe"; }
+else
+  e2e_skip_part "no mpirun: the collectives of the 2-rank probe (make deps installs Open MPI)"
+fi
 "$B/bin/zinfc" examples/gpt2-tiny-offload.zl --target probe --ranks 2 -o "$W/o.plan" > "$W/zo.log" 2>&1 || { cat "$W/zo.log"; bad "--target probe"; }
 grep -q "(cached; zinfc --reprobe measures again)" "$W/zo.log" && grep -q "on probe_[A-Za-z0-9_]*, 2 ranks," "$W/zo.log" &&
   ok "--target probe planned the model with a target block for the cached probe" || { cat "$W/zo.log"; bad "--target probe did not read the cache"; }
