@@ -53,7 +53,7 @@ static void usage(FILE *f) {
           "               N must equal it); without mpirun, N > 1 measures one rank with its\n"
           "               share of the cores and no collectives\n"
           "  -o FILE      where to write the target (default: the probe file zinfc reads,\n"
-          "               $ZINF_PROBE, else ~/.cache/zinf/probe-HOST.zl)\n"
+          "               $ZINF_PROBE, else ~/.cache/zinf/probe-MACHINE.zl)\n"
           "  --quick      tiny sizes, a few seconds (tests; the figures are rough)\n"
           "  --repeat N   measure the host N times (default 3, at most 9) and keep each figure's\n"
           "               median; the report gives the spread (the GPU is measured once)\n"
