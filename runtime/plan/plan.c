@@ -718,6 +718,41 @@ static uint64_t get_le(const uint8_t *b, int n) {
     return v;
 }
 
+/* One section's payload as written: raw, or packed where a large one
+ * packs smaller; oom when out of memory. */
+typedef struct SectionOut {
+    uint8_t *buf;
+    size_t len;
+    uint32_t form;
+    uint64_t hash;
+    bool oom;
+} SectionOut;
+
+static void encode_section(const Plan *p, int s, SectionOut *o) {
+    Codec raw = {.version = FORMAT_VERSION};
+    sections[s].codec(&raw, (Plan *)p); /* writing only reads *p */
+    o->buf = raw.buf;
+    o->len = raw.len;
+    o->form = SECTION_RAW;
+    o->oom = raw.oom;
+    if (!o->oom && raw.len >= PLAN_PACK_MIN) {
+        uint8_t *pk;
+        size_t pklen;
+        const char *why;
+        if (!plan_pack(raw.buf, raw.len, &sections[s].pack, &pk, &pklen, &why)) {
+            o->oom = true;
+        } else if (pklen < raw.len) { /* the packed payload replaces the raw one */
+            free(raw.buf);
+            o->buf = pk;
+            o->len = pklen;
+            o->form = SECTION_PACKED;
+        } else {
+            free(pk);
+        }
+    }
+    o->hash = o->oom ? 0 : plan_fnv1a64(o->buf, o->len);
+}
+
 bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t errlen) {
     Codec c = {.version = FORMAT_VERSION};
     uint8_t hdr[HEADER_BYTES];
@@ -726,43 +761,25 @@ bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t er
     put_le(hdr + 12, NSECTIONS, 4); /* always the newest format */
     put_le(hdr + 16, plan_fnv1a64(hdr, 16), 8);
     put(&c, hdr, sizeof hdr);
-    /* each section's raw payload is written into raw (its buffer reused
-     * from section to section), then copied or packed into c */
-    Codec raw = {.version = FORMAT_VERSION};
-    for (int s = 0; s < NSECTIONS && !c.oom; s++) {
-        raw.len = 0;
-        sections[s].codec(&raw, (Plan *)p); /* writing only reads *p */
-        if (raw.oom) {
-            c.oom = true;
-            break;
-        }
-        const uint8_t *payload = raw.buf;
-        size_t plen = raw.len;
-        uint32_t form = SECTION_RAW;
-        uint8_t *pk = NULL;
-        if (plen >= PLAN_PACK_MIN) {
-            size_t pklen;
-            const char *why;
-            if (!plan_pack(raw.buf, plen, &sections[s].pack, &pk, &pklen, &why)) {
-                c.oom = true;
-                break;
-            }
-            if (pklen < plen) { /* the packed payload replaces the raw one */
-                payload = pk;
-                plen = pklen;
-                form = SECTION_PACKED;
-            }
-        }
+    /* the sections are independent: encoded (and the large ones packed)
+     * side by side, then written in order */
+    SectionOut outs[NSECTIONS];
+    memset(outs, 0, sizeof outs);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
+    for (int s = 0; s < NSECTIONS; s++) encode_section(p, s, &outs[s]);
+    for (int s = 0; s < NSECTIONS; s++) {
+        c.oom |= outs[s].oom;
         uint8_t sh[SECHDR_BYTES];
         put_le(sh, (uint64_t)s, 4);
-        put_le(sh + 4, form, 4);
-        put_le(sh + 8, plen, 8);
-        put_le(sh + 16, plan_fnv1a64(payload, plen), 8);
+        put_le(sh + 4, outs[s].form, 4);
+        put_le(sh + 8, outs[s].len, 8);
+        put_le(sh + 16, outs[s].hash, 8);
         put(&c, sh, sizeof sh);
-        if (plen) put(&c, payload, plen);
-        free(pk);
+        if (outs[s].len) put(&c, outs[s].buf, outs[s].len);
+        free(outs[s].buf);
     }
-    free(raw.buf);
     if (c.oom) {
         free(c.buf);
         errf(err, errlen, "out of memory encoding the plan");
