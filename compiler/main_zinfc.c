@@ -16,10 +16,12 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include "arena.h"
 #include "memmodel.h"
@@ -68,11 +70,13 @@ typedef struct ZincOptions {
     const char *probe;      /* ZINF_PROBE: the probe file in place of this machine's (NULL: unset) */
     const char *kernel_dir; /* ZINF_KERNEL_DIR: the CUDA kernel sources (NULL: the stdlib's) */
     const char *cache_dir;  /* ZINF_CACHE_DIR: NVRTC's cache (NULL: nvrtc_cache_dir's default) */
+    bool reprobe;           /* --reprobe: measure this machine again, replacing the cached probe */
+    const char *probe_args; /* ZINF_PROBE_ARGS: more arguments for the zinfprobe that measures it (NULL: none) */
 } ZincOptions;
 
 static const char *const known_options[] = {"--check", "--emit=graph", "--emit=ast", "--emit=zl", "--help", "--version",
                                             "-I", "--target", "-o", "--explain", "--probe", "--kernels=", "--kernel-src=",
-                                            "--from-hf", "--seq", "--lora", "--ranks"};
+                                            "--from-hf", "--seq", "--lora", "--ranks", "--reprobe"};
 enum { NKNOWN = sizeof known_options / sizeof known_options[0] };
 
 static void usage(FILE *out) {
@@ -91,8 +95,11 @@ static void usage(FILE *out) {
           "                  a part left out takes its default (r=8, alpha=16, q_proj,v_proj or c_attn)\n"
           "  -I DIR          look for imports in DIR (repeatable; before the stdlib)\n"
           "  --target T      plan for target T: a .zl file with a target block, or dgx2, dgx-a100,\n"
-          "                  dgx-h100, h200, host (default: the model's target block, else this\n"
-          "                  machine's probe file, else what libcuda or sysconf say)\n"
+          "                  dgx-h100, h200, host, or probe: this machine as zinfprobe measured it\n"
+          "                  (default: the model's target block, else probe)\n"
+          "  --reprobe       measure this machine again (the probe is measured once, on the first\n"
+          "                  plan for it, and cached: zinf/probe-MACHINE.zl in $XDG_CACHE_HOME or\n"
+          "                  ~/.cache)\n"
           "  --probe [ARGS]  measure this machine: runs zinfprobe ARGS (beside zinfc; zinfprobe --help),\n"
           "                  which writes the probe file that planning without --target reads\n"
           "  --ranks N       plan for N ranks (processes of zinfrun, or GPUs) instead of the target's\n"
@@ -108,8 +115,10 @@ static void usage(FILE *out) {
           "  --help          this text\n"
           "  --version       the version\n"
           "environment: ZINF_STDLIB overrides the stdlib directory (" ZINF_STDLIB_DIR ")\n"
-          "  ZINF_PROBE: the probe file (default $XDG_CACHE_HOME or ~/.cache: zinf/probe-HOST.zl;\n"
-          "  \"none\": do not read one)\n"
+          "  ZINF_PROBE: the probe file (default $XDG_CACHE_HOME or ~/.cache: zinf/probe-MACHINE.zl;\n"
+          "  \"none\": do not read or measure one; the target is what libcuda or sysconf say)\n"
+          "  ZINF_PROBE_ARGS: more arguments for the zinfprobe that measures the cached probe\n"
+          "  (\"--quick\": seconds, rough figures)\n"
           "exit status: 0 ok, 1 errors in the input, 2 usage\n",
           out);
 }
@@ -183,6 +192,8 @@ static int parse_args(int argc, char **argv, ZincOptions *o) {
             o->ranks = (int)n;
         } else if (strcmp(a, "--explain") == 0) {
             o->explain = true;
+        } else if (strcmp(a, "--reprobe") == 0) {
+            o->reprobe = true;
         } else if (strncmp(a, "--kernels=", 10) == 0) {
             o->kernels = a + 10;
         } else if (strncmp(a, "--kernel-src=", 13) == 0) {
@@ -231,16 +242,171 @@ static void explain_memory(const Graph *g, const Target *t, const PlannerOptions
 }
 
 /* ---- planning: autodiff, target, planner, plan file ---- */
+/* ---- this machine, measured once: the cached probe ---- */
+
+/* zinfprobe's path: beside zinfc. False when /proc/self/exe is unreadable. */
+static bool zinfprobe_path(char *exe, size_t n) {
+    ssize_t k = readlink("/proc/self/exe", exe, n - 16);
+    if (k <= 0) return false;
+    exe[k] = 0;
+    char *slash = strrchr(exe, '/');
+    strcpy(slash ? slash + 1 : exe, "zinfprobe");
+    return true;
+}
+
+/* The path of `name` on $PATH, into out; false when it is not there. */
+static bool on_path(const char *name, char *out, size_t n) {
+    const char *path = getenv("PATH");
+    while (path && *path) {
+        const char *end = strchr(path, ':');
+        size_t len = end ? (size_t)(end - path) : strlen(path);
+        if (len && (size_t)snprintf(out, n, "%.*s/%s", (int)len, path, name) < n && access(out, X_OK) == 0) return true;
+        path = end ? end + 1 : NULL;
+    }
+    return false;
+}
+
+/* Runs args (args[0] the program) with its stdout on stderr and no stdin;
+ * true when it exits 0. Under mpirun as root, Open MPI is told that is
+ * meant (the probe's ranks are this user's processes). */
+static bool run_quiet(const char *const *args) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(2, 1); /* the report beside zinfc's diagnostics, not in its output */
+        if (!freopen("/dev/null", "r", stdin)) _exit(127);
+        if (geteuid() == 0) setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0), setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+        execv(args[0], (char *const *)args);
+        fprintf(stderr, "zinfc: cannot run %s: %s\n", args[0], strerror(errno));
+        _exit(127);
+    }
+    int st = 0;
+    return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+/* Measures this machine for `ranks` ranks into file with zinfprobe (--host
+ * where no GPU was found: a host target; else its GPUs, a cuda target; the
+ * NVMe timed in the nvme folder beside file, which zinfprobe leaves empty),
+ * plus the words of probe_args (ZINF_PROBE_ARGS, or NULL); zinfprobe's report goes to stderr.
+ * More than one rank runs under mpirun where there is one, so that the
+ * collectives between the ranks are measured too (else, or when that
+ * fails, one process with a rank's share of the cores). False (reported
+ * in d) when it fails. */
+static bool measure_machine(const char *file, int ranks, bool host, const char *probe_args, DiagSink *d) {
+    char exe[4096], nvme[4096], rs[16], extra[512] = "";
+    if (!zinfprobe_path(exe, sizeof exe)) {
+        diag_error(d, SPAN_NONE, "cannot find zinfc's own directory to run zinfprobe: %s", strerror(errno));
+        return false;
+    }
+    snprintf(nvme, sizeof nvme, "%s", file);
+    char *slash = strrchr(nvme, '/');
+    snprintf(slash ? slash + 1 : nvme, sizeof nvme - (size_t)(slash ? slash + 1 - nvme : 0), "nvme");
+    for (char *c = nvme + 1; (c = strchr(c, '/')); c++) { /* mkdir -p */
+        *c = 0;
+        mkdir(nvme, 0777);
+        *c = '/';
+    }
+    if (mkdir(nvme, 0777) != 0 && errno != EEXIST) {
+        diag_error(d, SPAN_NONE, "cannot make %s to measure this machine's disk in: %s", nvme, strerror(errno));
+        return false;
+    }
+    snprintf(rs, sizeof rs, "%d", ranks);
+    char mpirun[4096];
+    const char *args[32] = {mpirun, "-np", rs, "--oversubscribe", exe, "--nvme", nvme, "-o", file};
+    int na = 9;
+    if (host) args[na++] = "--host";
+    if (probe_args) snprintf(extra, sizeof extra, "%s", probe_args);
+    for (char *w = strtok(extra, " \t"); w && na < 29; w = strtok(NULL, " \t")) args[na++] = w;
+    args[na] = NULL;
+    if (ranks > 1 && on_path("mpirun", mpirun, sizeof mpirun)) {
+        if (run_quiet(args)) return true;
+        printf("target: zinfprobe under mpirun failed (its messages above): measuring one process for %d ranks, without "
+               "the collectives\n", ranks);
+    }
+    args[2] = exe, args[3] = "--ranks", args[4] = rs; /* one process: zinfprobe --ranks N --nvme ... */
+    if (!run_quiet(args + 2)) {
+        diag_error(d, SPAN_NONE, "measuring this machine failed (%s)", exe);
+        diag_hint(d, "plan for a target file (--target), or set ZINF_PROBE=none to plan from what sysconf says");
+        return false;
+    }
+    return true;
+}
+
+/* Reads file as a target into t, its errors into a sink of their own: NULL
+ * when it is one, else the first error's message (in a). */
+static const char *read_probe(const char *file, const LoadOptions *lo, Arena *a, SourceSet *src, Target *t) {
+    DiagSink pd;
+    diag_init(&pd);
+    Program tp;
+    memset(&tp, 0, sizeof tp);
+    bool ok = program_load(a, src, &pd, file, lo, &tp) && !pd.errors && target_from_program(&tp, NULL, a, &pd, t) && !pd.errors;
+    const char *why = NULL;
+    if (!ok) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&text, &len);
+        if (m) {
+            diag_render(&pd, src, m, false);
+            fclose(m);
+        }
+        char *nl = text ? strchr(text, '\n') : NULL;
+        if (nl) *nl = 0;
+        why = arena_strdup(a, text && *text ? text : "not a target");
+        free(text);
+    }
+    diag_free(&pd);
+    return why;
+}
+
+/* This machine as zinfprobe measured it, from the cache (file): measured
+ * now when the file is not there, --reprobe asks, the file is not a target
+ * (a corrupt or truncated cache), or it is for other ranks than wanted
+ * (--ranks, else the detected machine's: one a core, or a GPU each). Says
+ * which on stdout. False on errors (in d). */
+static bool cached_probe(const ZincOptions *o, const char *file, const LoadOptions *lo, Arena *a, SourceSet *src, DiagSink *d,
+                         Target *t) {
+    Target det;
+    const char *dhow;
+    target_detect(a, &det, &dhow);
+    int ranks = o->ranks > 0 ? o->ranks : target_ranks(&det);
+    const char *why = o->reprobe ? "--reprobe" : access(file, F_OK) != 0 ? "not measured yet" : NULL;
+    if (!why) {
+        const char *bad = read_probe(file, lo, a, src, t);
+        if (bad) {
+            printf("target: the cached probe %s is not a target (%s): it is refused and this machine measured again\n", file, bad);
+            why = "the cached probe was refused";
+        } else if (target_ranks(t) != ranks) {
+            why = arena_printf(a, "the cached probe is for %d rank%s", target_ranks(t), target_ranks(t) > 1 ? "s" : "");
+        } else {
+            printf("target: %s, measured by zinfprobe, from %s (cached; zinfc --reprobe measures again)\n", t->name, file);
+            return true;
+        }
+    }
+    printf("target: measuring this machine for %d rank%s with zinfprobe (%s), once: cached in %s\n", ranks, ranks > 1 ? "s" : "", why,
+           file);
+    fflush(stdout);
+    if (!measure_machine(file, ranks, !strcmp(det.backend, "host"), o->probe_args, d)) return false;
+    const char *bad = read_probe(file, lo, a, src, t);
+    if (bad) {
+        diag_error(d, SPAN_NONE, "the probe zinfprobe wrote, %s, is not a target: %s", file, bad);
+        return false;
+    }
+    printf("target: %s, measured by zinfprobe, wrote %s\n", t->name, file);
+    return true;
+}
+
 /* The target: --target, else the model's target block, else the probe
- * file of this machine (plan_probe_path: zinfprobe wrote it), else what
- * target_detect finds. False on errors (in d). */
+ * file of this machine (plan_probe_path: $ZINF_PROBE, else the cache,
+ * measured by zinfprobe the first time), else (ZINF_PROBE=none) what
+ * target_detect finds. --target probe is the cache's. False on errors (in d). */
 static bool choose_target(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *d, const Program *prog, Target *t,
                           const char **how) {
     LoadOptions lo = {o->includes, o->ninclude, o->stdlib_dir};
     char probe[1024];
     bool from_env = o->probe != NULL;
-    const char *file = o->target;
-    if (o->target && target_builtin(o->target, t)) {
+    bool want_probe = o->target && !strcmp(o->target, "probe");
+    const char *file = want_probe ? NULL : o->target;
+    if (file && target_builtin(file, t)) {
         *how = arena_printf(a, "the built-in target %s", o->target);
         return true;
     }
@@ -249,13 +415,22 @@ static bool choose_target(const ZincOptions *o, Arena *a, SourceSet *src, DiagSi
         *how = arena_printf(a, "the model's target %s", t->name);
         return true;
     }
-    if (!o->target && plan_probe_path(o->probe, probe, sizeof probe)) {
+    if (!file && plan_probe_path(o->probe, probe, sizeof probe)) {
+        if (!from_env) {
+            if (!cached_probe(o, probe, &lo, a, src, d, t)) return false;
+            *how = arena_printf(a, "target %s from %s", t->name, probe);
+            return true;
+        }
         if (access(probe, R_OK) == 0) file = arena_strdup(a, probe);
-        else if (from_env) {
+        else {
             diag_error(d, SPAN_NONE, "ZINF_PROBE=%s: cannot read it: %s (run zinfprobe -o %s, or unset ZINF_PROBE)", probe,
                        strerror(errno), probe);
             return false;
         }
+    }
+    if (!file && want_probe) {
+        diag_error(d, SPAN_NONE, "--target probe: no probe file (ZINF_PROBE is \"none\", or no HOME or XDG_CACHE_HOME)");
+        return false;
     }
     if (!file) {
         target_detect(a, t, how);
@@ -266,7 +441,7 @@ static bool choose_target(const ZincOptions *o, Arena *a, SourceSet *src, DiagSi
     if (!program_load(a, src, d, file, &lo, &tp) || d->errors) return false;
     if (!target_from_program(&tp, NULL, a, d, t)) return false;
     *how = arena_printf(a, "target %s from %s", t->name, file);
-    if (!o->target) printf("target: %s, measured by zinfprobe, from %s\n", t->name, file);
+    if (!o->target || want_probe) printf("target: %s, measured by zinfprobe, from %s\n", t->name, file);
     return true;
 }
 
@@ -376,14 +551,10 @@ static int zinfc_run(ZincOptions *o, Arena *a, SourceSet *src, DiagSink *d) {
  * installed beside zinfc; this runs it. Returns only when it cannot. */
 static int run_probe(int argc, char **argv) {
     char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 16);
-    if (n <= 0) {
+    if (!zinfprobe_path(exe, sizeof exe)) {
         fprintf(stderr, "zinfc: --probe: cannot find zinfc's own directory: %s\n", strerror(errno));
         return 2;
     }
-    exe[n] = 0;
-    char *slash = strrchr(exe, '/');
-    strcpy(slash ? slash + 1 : exe, "zinfprobe");
     argv[1] = exe;
     execv(exe, argv + 1);
     fprintf(stderr, "zinfc: --probe: cannot run %s: %s\n", exe, strerror(errno));
@@ -400,10 +571,17 @@ static void read_environment(ZincOptions *o) {
     o->probe = getenv("ZINF_PROBE"); /* "" too: no probe file, as "none" */
     o->kernel_dir = (e = getenv("ZINF_KERNEL_DIR")) && *e ? e : NULL;
     o->cache_dir = (e = getenv("ZINF_CACHE_DIR")) && *e ? e : NULL;
+    o->probe_args = (e = getenv("ZINF_PROBE_ARGS")) && *e ? e : NULL;
 }
 
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--probe") == 0) return run_probe(argc, argv);
+    /* The planner builds, costs and frees a schedule per candidate placement
+     * (hundreds of MB each for the largest models): freed memory stays in
+     * the heap for the next one, rather than going back to the kernel in
+     * munmap and coming again as freshly zeroed pages (a fault a page). */
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
     ZincOptions o;
     memset(&o, 0, sizeof o);
     read_environment(&o);

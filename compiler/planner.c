@@ -255,7 +255,8 @@ static Outcome try_prefetch(Search *S, Place *cand, int k, bool *cpu_short, char
     Place other = *cand;
     if (nvme) {
         other.hoist = true;
-        if (build_one(S, &other, k, cpu_short, why2, sizeof why2) == OUT_ERROR) return OUT_ERROR;
+        /* nothing to hoist (the first sub-group's gradient is on NVMe): that build is cand's again */
+        if (pl_hoist_any(S->b) && build_one(S, &other, k, cpu_short, why2, sizeof why2) == OUT_ERROR) return OUT_ERROR;
         other.overlap_nvme = nvme_early;
         if (nvme_early && build_one(S, &other, k, cpu_short, why2, sizeof why2) == OUT_ERROR) return OUT_ERROR;
     }

@@ -200,7 +200,7 @@ static bool place_persistent(PlanBuilder *b, Packer *pk) {
     int *with = malloc(sizeof(int) * (size_t)(nt + 1) * NORDER); /* [param][k]: the home of its state k on NVMe, -1 */
     if (!with) return false;
     for (int k = 0; k < (nt + 1) * NORDER; k++) with[k] = -1;
-    for (int i = 0; i < b->nbufs; i++) {
+    for (int i = 0; i < b->persist_end; i++) {
         const PlanBuf *x = &b->bufs[i];
         int t = x->b.tensor;
         if (!(x->b.flags & PLAN_BUF_PERSISTENT) || x->b.arena != ARENA_NVME || t < 0) continue;
@@ -209,7 +209,7 @@ static bool place_persistent(PlanBuilder *b, Packer *pk) {
         for (int k = 0; k < NORDER; k++)
             if ((int)b->g->tensors[t].cls == order[k]) with[p * NORDER + k] = i;
     }
-    for (int i = 0; i < b->nbufs; i++) {
+    for (int i = 0; i < b->persist_end; i++) {
         PlanBuf *x = &b->bufs[i];
         if (!(x->b.flags & PLAN_BUF_PERSISTENT)) continue;
         int t = x->b.tensor;
@@ -237,12 +237,10 @@ static int first_use_order(const PlanBuilder *b, int *order) {
     int *cnt = calloc((size_t)b->nins + 2, sizeof *cnt);
     if (!cnt) return -1;
     for (int i = 0; i < n; i++)
-        if (!(b->bufs[i].b.flags & PLAN_BUF_PERSISTENT) && b->bufs[i].first >= 0) cnt[b->bufs[i].first + 1]++;
+        if (!(b->bufs[i].b.flags & PLAN_BUF_PERSISTENT) && b->bufs[i].first >= 0) cnt[b->bufs[i].first + 1]++, m++;
     for (int i = 0; i < b->nins; i++) cnt[i + 1] += cnt[i];
     for (int i = 0; i < n; i++)
         if (!(b->bufs[i].b.flags & PLAN_BUF_PERSISTENT) && b->bufs[i].first >= 0) order[cnt[b->bufs[i].first]++] = i;
-    for (int i = 0; i < n; i++)
-        if (!(b->bufs[i].b.flags & PLAN_BUF_PERSISTENT) && b->bufs[i].first >= 0) m++;
     free(cnt);
     return m;
 }
@@ -308,18 +306,16 @@ static bool place_one(PlanBuilder *b, Packer *pk, int i) {
     return !bytes || occ_place(b, ap, at, at + bytes, i);
 }
 
-static bool pack(PlanBuilder *b, bool delay) {
+/* Every buffer placed: the persistent homes, then the m buffers of order
+ * (first_use_order); false: out of memory. */
+static bool pack(PlanBuilder *b, bool delay, const int *order, int m) {
     Packer pk;
     memset(&pk, 0, sizeof pk);
     pk.delay = delay;
-    int *order = malloc(sizeof(int) * (size_t)(b->nbufs + 1));
-    int m = -1;
-    if (order && place_persistent(b, &pk)) m = first_use_order(b, order);
-    bool ok = m >= 0;
+    bool ok = place_persistent(b, &pk);
     for (int k = 0; ok && k < m; k++) ok = place_one(b, &pk, order[k]);
     if (ok)
         for (int a = 0; a < PLAN_NARENAS; a++) b->size[a] = pk.ar[a].top;
-    free(order);
     for (int a = 0; a < PLAN_NARENAS; a++) {
         free(pk.ar[a].live);
         free(pk.ar[a].dying);
@@ -338,14 +334,23 @@ bool pl_allocate(PlanBuilder *b) {
         b->oom = true;
         return false;
     }
+    int *order = malloc(sizeof(int) * (size_t)(b->nbufs + 1));
+    int m = order ? first_use_order(b, order) : -1;
+    if (m < 0) {
+        free(depq);
+        free(order);
+        b->oom = true;
+        return false;
+    }
     for (int i = 0; i < b->nins; i++) memcpy(depq[i], b->ins[i].depq, sizeof depq[i]);
     char why[256];
-    bool ok = pack(b, true);
+    bool ok = pack(b, true, order, m);
     if (ok && !pl_fits(b, why, sizeof why)) {
         for (int i = 0; i < b->nins; i++) memcpy(b->ins[i].depq, depq[i], sizeof depq[i]);
-        ok = pack(b, false);
+        ok = pack(b, false, order, m);
     }
     free(depq);
+    free(order);
     if (!ok) b->oom = true;
     return ok;
 }

@@ -86,6 +86,7 @@ typedef struct PlanBuilder {
     bool *name_pinned;             /* per tensor: a `pin` names this parameter (NULL: none does) */
     int64_t *tile_shard;
     bool *tile_pinned;
+    const char ***tile_name;       /* per tiled parameter, the names "name#k" of its tiles' buffers (made once, on first use) */
     /* per build */
     int *home;                     /* state tensor -> home buffer */
     int *cur;                      /* tensor -> current GPU buffer version */
@@ -94,6 +95,7 @@ typedef struct PlanBuilder {
     bool *grad_rmw;                /* grad tensor -> accumulated on NVMe (zeroed after its Adam) */
     PlanBuf *bufs;
     int nbufs, cbufs;
+    int persist_end;               /* every persistent buffer is below this index (the homes and twins come first) */
     Ins *ins;
     int nins, cins;
     PlanOperand *opnds;
@@ -212,6 +214,11 @@ void pl_emit_optimizer(PlanBuilder *b, int bwd_end);
  * pl_emit_optimizer then starts with them loaded. False: out of memory. */
 bool pl_hoist_prepare(PlanBuilder *b, Arena *a, int bwd_end);
 void pl_emit_hoisted(PlanBuilder *b, int s);
+/* Whether b->pl with hoist set would issue any such read, from the
+ * build just made for b->pl (its Adams stepped in the backward, which
+ * the hoist leaves as they are): without one the hoisted build is that
+ * build again. */
+bool pl_hoist_any(const PlanBuilder *b);
 
 /* planner_alloc.c: step 5, and whether its arenas fit the target (the
  * first that does not, in why) */

@@ -408,6 +408,31 @@ static uint64_t adam_read_budget(const PlanBuilder *b, int cj) {
 
 /* ---- the optimizer's first reads in the backward ---- */
 
+/* The window pl_emit_optimizer's read-ahead loads first, into out (NULL:
+ * only counted): the first sub-group and those after it within the
+ * budget, all of NVMe state and none with a gradient on NVMe (that is
+ * final only at the end). How many sub-groups it has. */
+static int hoist_window(const PlanBuilder *b, int bwd_end, AdamViews *out) {
+    int cj = bwd_end - 1, n = 0;
+    int64_t e0 = 0, ne = 0;
+    uint64_t budget = adam_read_budget(b, cj), ahead = 0;
+    while (n <= ADAM_AHEAD && adam_next(b, &cj, &e0, &ne)) {
+        int p = b->g->ops[cj].in[0];
+        uint64_t sb = adam_staged_bytes(b, cj, ne);
+        if (!adam_nvme(b, cj) || pl_grad_tier(b, p) == TIER_NVME || (n > 1 && ahead + sb > budget)) break;
+        if (n) ahead += sb;
+        if (out) out[n] = (AdamViews){.op = cj, .e0 = e0, .ne = ne, .backup = -1};
+        n++;
+    }
+    return n;
+}
+
+bool pl_hoist_any(const PlanBuilder *b) {
+    const Graph *g = b->g;
+    int bwd_end = g->nbackward_end > g->nforward ? g->nbackward_end : g->nforward;
+    return hoist_window(b, bwd_end, NULL) > 0;
+}
+
 bool pl_hoist_prepare(PlanBuilder *b, Arena *a, int bwd_end) {
     b->nhoist = b->hoist_done = 0;
     if (!b->pl.hoist) return true;
@@ -419,19 +444,7 @@ bool pl_hoist_prepare(PlanBuilder *b, Arena *a, int bwd_end) {
             return false;
         }
     }
-    /* the window pl_emit_optimizer's read-ahead loads first: the first
-     * sub-group and those after it within the budget, all of NVMe state
-     * and none with a gradient on NVMe (that is final only at the end) */
-    int cj = bwd_end - 1;
-    int64_t e0 = 0, ne = 0;
-    uint64_t budget = adam_read_budget(b, cj), ahead = 0;
-    while (b->nhoist <= ADAM_AHEAD && adam_next(b, &cj, &e0, &ne)) {
-        int p = b->g->ops[cj].in[0];
-        uint64_t sb = adam_staged_bytes(b, cj, ne);
-        if (!adam_nvme(b, cj) || pl_grad_tier(b, p) == TIER_NVME || (b->nhoist > 1 && ahead + sb > budget)) break;
-        if (b->nhoist) ahead += sb;
-        b->hoist[b->nhoist++] = (AdamViews){.op = cj, .e0 = e0, .ne = ne, .backup = -1};
-    }
+    b->nhoist = hoist_window(b, bwd_end, b->hoist);
     /* spread over the backward's steps, so that the parameters' fetches
      * there keep their place in the NVMe queue's order */
     int first = b->nsteps;

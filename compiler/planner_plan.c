@@ -2,6 +2,8 @@
  * graph's tables (compiler/graph_plan.h), shards, arenas, buffers and the
  * instruction stream with its dependencies. */
 #include "planner_impl.h"
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include "graph_plan.h"
 
@@ -59,16 +61,54 @@ static void plan_arenas(const PlanBuilder *b, Plan *p) {
     p->arenas[ARENA_CPU].capacity = host > b->size[ARENA_PINNED] ? host - b->size[ARENA_PINNED] : 0;
 }
 
+/* Copies of names in a plan's arena, one per name pointer (an open-addressed
+ * table of pointers); a name is copied again only when out of memory. */
+typedef struct Interned {
+    struct { const char *src, *copy; } *slot;
+    size_t cap, n;
+} Interned;
+
+static const char *intern(Interned *in, Arena *pa, const char *src) {
+    if (2 * (in->n + 1) > in->cap) {
+        size_t nc = in->cap ? 2 * in->cap : 1024;
+        void *ns = calloc(nc, sizeof *in->slot);
+        if (!ns) return arena_strdup(pa, src);
+        Interned grown = {ns, nc, 0};
+        for (size_t k = 0; k < in->cap; k++)
+            if (in->slot[k].src) {
+                size_t h = ((uintptr_t)in->slot[k].src >> 4) * 0x9E3779B97F4A7C15u & (nc - 1);
+                while (grown.slot[h].src) h = (h + 1) & (nc - 1);
+                grown.slot[h] = in->slot[k];
+                grown.n++;
+            }
+        free(in->slot);
+        *in = grown;
+    }
+    size_t h = ((uintptr_t)src >> 4) * 0x9E3779B97F4A7C15u & (in->cap - 1);
+    while (in->slot[h].src && in->slot[h].src != src) h = (h + 1) & (in->cap - 1);
+    if (!in->slot[h].src) {
+        const char *copy = arena_strdup(pa, src);
+        if (!copy) return NULL;
+        in->slot[h].src = src;
+        in->slot[h].copy = copy;
+        in->n++;
+    }
+    return in->slot[h].copy;
+}
+
 /* buffers, operands, instructions and their dependencies (one list, each
  * instruction's a range of it) */
 static void plan_schedule(const PlanBuilder *b, Plan *p) {
     Arena *pa = &p->arena;
     p->nbuffers = (uint32_t)b->nbufs;
     p->buffers = ARENA_NEWN(pa, PlanBuffer, b->nbufs + 1);
+    /* many buffers share a name (a tensor's, a tile's): one copy of each */
+    Interned in = {0};
     for (int i = 0; i < b->nbufs; i++) {
         p->buffers[i] = b->bufs[i].b;
-        p->buffers[i].name = arena_strdup(pa, b->bufs[i].b.name ? b->bufs[i].b.name : "");
+        p->buffers[i].name = intern(&in, pa, b->bufs[i].b.name ? b->bufs[i].b.name : "");
     }
+    free(in.slot);
     p->noperands = (uint32_t)b->nopnds;
     p->operands = ARENA_NEWN(pa, PlanOperand, b->nopnds + 1);
     if (b->nopnds) memcpy(p->operands, b->opnds, sizeof(PlanOperand) * (size_t)b->nopnds);

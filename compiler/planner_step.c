@@ -33,6 +33,18 @@ static void fetch_checkpoint(PlanBuilder *b, Req *r) {
     r->buf = dst;
 }
 
+/* The name of tile k of parameter p's buffers, "name#k": made once per
+ * planning (every build fetches the same tiles), in the graph's arena. */
+static const char *tile_name(PlanBuilder *b, int p, int k) {
+    Arena *a = b->g->arena;
+    if (!b->tile_name) b->tile_name = ARENA_NEWN(a, const char **, b->g->ntensors + 1);
+    if (!b->tile_name) return pl_tname(b, p);
+    if (!b->tile_name[p]) b->tile_name[p] = ARENA_NEWN(a, const char *, b->ntiles[p] + 1);
+    if (!b->tile_name[p]) return pl_tname(b, p);
+    if (!b->tile_name[p][k]) b->tile_name[p][k] = arena_printf(a, "%s#%d", pl_tname(b, p), k);
+    return b->tile_name[p][k] ? b->tile_name[p][k] : pl_tname(b, p);
+}
+
 void pl_emit_fetch(PlanBuilder *b, Req *r) {
     int p = r->tensor;
     uint64_t ds = (uint64_t)pl_dsz(b, p);
@@ -55,7 +67,7 @@ void pl_emit_fetch(PlanBuilder *b, Req *r) {
         r->off = (uint64_t)t0 * tb;
         return;
     }
-    const char *nm = n > 1 && r->tile >= 0 ? arena_printf(b->g->arena, "%s#%d", pl_tname(b, p), r->tile) : pl_tname(b, p);
+    const char *nm = n > 1 && r->tile >= 0 ? tile_name(b, p, r->tile) : pl_tname(b, p);
     int full = pl_newbuf(b, ARENA_GPU, (uint64_t)(t1 - t0) * tb, p, nm, false);
     for (int u = t0; u < t1; u++) {
         uint64_t fo = (uint64_t)(u - t0) * tb;

@@ -32,6 +32,7 @@ int pl_newbuf(PlanBuilder *b, int arena, uint64_t bytes, int tensor, const char 
     x->first = x->last = -1;
     x->writer = -1;
     for (int q = 0; q < PLAN_NQUEUES; q++) x->lastq[q] = x->readq[q] = -1;
+    if (persistent) b->persist_end = b->nbufs + 1;
     return b->nbufs++;
 }
 

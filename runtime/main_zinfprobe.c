@@ -28,12 +28,17 @@
 typedef struct Opts {
     const char *nvme, *out;
     int ranks;
+    int repeat; /* --repeat N: whole host measurements, the median of each figure kept (0: the default) */
     bool quick, host;
     const char *probe_env; /* ZINF_PROBE: the default output in place of this machine's probe file */
 } Opts;
 
+/* Host measurements repeated by default: a burst of another process's
+ * work moves one of three, not the median. */
+enum { REPEAT_DEFAULT = 3, REPEAT_MAX = 9 };
+
 static void usage(FILE *f) {
-    fputs("usage: zinfprobe [--nvme DIR] [--ranks N] [-o FILE] [--quick] [--host]\n"
+    fputs("usage: zinfprobe [--nvme DIR] [--ranks N] [-o FILE] [--quick] [--host] [--repeat N]\n"
           "       mpirun -np N zinfprobe [...]     (measures the collectives of N ranks)\n"
           "Measures this machine as plans use it and writes a host target with what it found:\n"
           "NVMe through the io_uring engine (O_DIRECT; latency + bandwidth), host memory (a triad),\n"
@@ -50,8 +55,10 @@ static void usage(FILE *f) {
           "               N must equal it); without mpirun, N > 1 measures one rank with its\n"
           "               share of the cores and no collectives\n"
           "  -o FILE      where to write the target (default: the probe file zinfc reads,\n"
-          "               $ZINF_PROBE, else ~/.cache/zinf/probe-HOST.zl)\n"
+          "               $ZINF_PROBE, else ~/.cache/zinf/probe-MACHINE.zl)\n"
           "  --quick      tiny sizes, a few seconds (tests; the figures are rough)\n"
+          "  --repeat N   measure the host N times (default 3, at most 9) and keep each figure's\n"
+          "               median; the report gives the spread (the GPU is measured once)\n"
           "  --host       a host target even where a GPU is found (the GPU is not measured)\n"
           "exit status: 0 ok, 1 a measurement or the file failed, 2 usage\n",
           f);
@@ -61,7 +68,7 @@ static void usage(FILE *f) {
 static int parse(int argc, char **argv, Opts *o, bool lead) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        bool val = !strcmp(a, "--nvme") || !strcmp(a, "--ranks") || !strcmp(a, "-o");
+        bool val = !strcmp(a, "--nvme") || !strcmp(a, "--ranks") || !strcmp(a, "-o") || !strcmp(a, "--repeat");
         if (val && i + 1 >= argc) {
             if (lead) fprintf(stderr, "zinfprobe: %s needs a value\n", a);
             return 2;
@@ -77,6 +84,14 @@ static int parse(int argc, char **argv, Opts *o, bool lead) {
             o->nvme = argv[++i];
         } else if (!strcmp(a, "-o")) {
             o->out = argv[++i];
+        } else if (!strcmp(a, "--repeat")) {
+            char *end;
+            long n = strtol(argv[++i], &end, 10);
+            if (*end || end == argv[i] || n < 1 || n > REPEAT_MAX) {
+                if (lead) fprintf(stderr, "zinfprobe: --repeat needs a count from 1 to %d, not '%s'\n", REPEAT_MAX, argv[i]);
+                return 2;
+            }
+            o->repeat = (int)n;
         } else if (!strcmp(a, "--ranks")) {
             char *end;
             long n = strtol(argv[++i], &end, 10);
@@ -143,6 +158,92 @@ static int write_out(const ProbeResult *r, const ProbeGpu *g, const char *out, c
     return 0;
 }
 
+/* The spread of n values, (max - min) / median; 0 when the median is 0. */
+static double spread(const double *v, int n) {
+    double lo = v[0], hi = v[0], s[REPEAT_MAX];
+    for (int k = 0; k < n; k++) {
+        s[k] = v[k];
+        lo = v[k] < lo ? v[k] : lo;
+        hi = v[k] > hi ? v[k] : hi;
+    }
+    double m = probe_median(s, n);
+    return m > 0 ? (hi - lo) / m : 0;
+}
+
+/* r = the n runs with every measured figure their median (the kernels'
+ * calls each, then the peak and efficiencies from those); the largest
+ * spread of the main figures into *worst and its name into *what, a line
+ * for the report into line. Runs are of one machine with the same sizes,
+ * so their tables line up. */
+static void merge_runs(const ProbeResult *runs, int n, ProbeResult *r, char *line, size_t ln) {
+    double v[REPEAT_MAX];
+    *r = runs[0];
+#define MEDIAN(F)                                    \
+    do {                                             \
+        for (int k_ = 0; k_ < n; k_++) v[k_] = runs[k_].F; \
+        r->F = probe_median(v, n);                   \
+    } while (0)
+    MEDIAN(mem_bandwidth);
+    MEDIAN(cache_bandwidth);
+    MEDIAN(adam_bandwidth);
+    MEDIAN(read_bandwidth);
+    MEDIAN(launch);
+    MEDIAN(copy);
+    MEDIAN(wake);
+    for (int i = 0; i < r->nrates; i++) MEDIAN(rates[i].secs);
+    probe_summarise_rates(r);
+    if (r->nvme) {
+        MEDIAN(nvme_read.latency);
+        MEDIAN(nvme_read.bandwidth);
+        MEDIAN(nvme_write.latency);
+        MEDIAN(nvme_write.bandwidth);
+        MEDIAN(nvme_pipe_read.latency);
+        MEDIAN(nvme_pipe_read.bandwidth);
+        MEDIAN(nvme_pipe_write.latency);
+        MEDIAN(nvme_pipe_write.bandwidth);
+        MEDIAN(nvme_cpu);
+        for (int i = 0; i < r->nnvme_sizes; i++)
+            for (int d = 0; d < 2; d++) {
+                MEDIAN(nvme_sizes[i].alone[d]);
+                MEDIAN(nvme_sizes[i].drive[d]);
+            }
+    }
+    if (r->net) {
+        MEDIAN(coll.latency);
+        MEDIAN(coll.bandwidth);
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < r->ncoll; j++) MEDIAN(coll_secs[i][j]);
+    }
+    double secs = 0;
+    for (int k = 0; k < n; k++) {
+        secs += runs[k].seconds;
+        if (runs[k].steal > r->steal) r->steal = runs[k].steal;
+    }
+    r->seconds = secs;
+#undef MEDIAN
+    /* the spread of the figures a plan's time leans on most */
+    double peak[REPEAT_MAX], mem[REPEAT_MAX], adam[REPEAT_MAX], nvr[REPEAT_MAX], coll[REPEAT_MAX], kern = 0;
+    for (int k = 0; k < n; k++) {
+        ProbeResult one = runs[k];
+        probe_summarise_rates(&one);
+        peak[k] = one.peak_flops;
+        mem[k] = runs[k].mem_bandwidth;
+        adam[k] = runs[k].adam_bandwidth;
+        nvr[k] = runs[k].nvme_read.bandwidth;
+        coll[k] = runs[k].coll.bandwidth;
+    }
+    for (int i = 0; i < r->nrates; i++) {
+        for (int k = 0; k < n; k++) v[k] = runs[k].rates[i].secs;
+        double sp = spread(v, n);
+        kern = sp > kern ? sp : kern;
+    }
+    int k = snprintf(line, ln, "repeated %d times, each figure the median; spread (max - min) / median: gemm peak %.0f%%, "
+                     "memory %.0f%%, CPU Adam %.0f%%, kernel calls up to %.0f%%", n, 100 * spread(peak, n), 100 * spread(mem, n),
+                     100 * spread(adam, n), 100 * kern);
+    if (r->nvme && k > 0 && (size_t)k < ln) k += snprintf(line + k, ln - (size_t)k, ", NVMe reads %.0f%%", 100 * spread(nvr, n));
+    if (r->net && k > 0 && (size_t)k < ln) snprintf(line + k, ln - (size_t)k, ", collectives %.0f%%", 100 * spread(coll, n));
+}
+
 /* The checks every rank agrees on before measuring; 0, 1 or 2. */
 static int setup(Comm *c, Opts *o, char *nvme_abs, size_t nn, char *outbuf, size_t on, char *err, size_t en) {
     bool from_env = o->probe_env != NULL;
@@ -183,12 +284,16 @@ int main(int argc, char **argv) {
     static char err[1024], nvme_abs[512], outbuf[4096];
     if (!rc) rc = setup(&C, &o, nvme_abs, sizeof nvme_abs, outbuf, sizeof outbuf, err, sizeof err);
     if (rc && rc != 100 && *err && lead) fprintf(stderr, "zinfprobe: %s\n", err);
-    static ProbeResult r;
+    static ProbeResult r, runs[REPEAT_MAX];
+    static char spread_line[512];
     ProbeOptions po = {o.nvme, o.quick};
-    if (!rc && probe_run(&C, &po, &r, err, sizeof err)) {
-        fprintf(stderr, "zinfprobe: rank %d: %s\n", C.rank, err);
-        rc = 1;
-    }
+    int nrep = o.repeat ? o.repeat : REPEAT_DEFAULT;
+    for (int k = 0; !rc && k < nrep; k++)
+        if (probe_run(&C, &po, &runs[k], err, sizeof err)) {
+            fprintf(stderr, "zinfprobe: rank %d: %s\n", C.rank, err);
+            rc = 1;
+        }
+    if (!rc) merge_runs(runs, nrep, &r, spread_line, sizeof spread_line);
     static ProbeGpu g;
     if (!rc && o.host) snprintf(g.why, sizeof g.why, "--host");
     if (!rc && !o.host && probe_gpu_run(&C, &po, &g, err, sizeof err)) {
@@ -204,6 +309,7 @@ int main(int argc, char **argv) {
     if (!rc) r.ranks = g.ranks = o.ranks;
     if (!rc && lead) {
         probe_report(&r, stdout);
+        if (nrep > 1) printf("%s\n", spread_line);
         probe_gpu_report(&g, stdout);
         if (write_out(&r, &g, o.out, err, sizeof err)) {
             fprintf(stderr, "zinfprobe: %s\n", err);

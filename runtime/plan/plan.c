@@ -125,19 +125,26 @@ typedef struct Codec {
     Arena *arena;
 } Codec;
 
-static void put(Codec *c, const void *d, size_t n) {
-    if (c->oom) return;
-    if (c->len + n > c->cap) {
-        size_t nc = c->cap ? c->cap * 2 : 4096;
-        while (nc < c->len + n) nc *= 2;
-        uint8_t *nb = realloc(c->buf, nc);
-        if (!nb) {
-            c->oom = true;
-            return;
-        }
-        c->buf = nb;
-        c->cap = nc;
+/* Room for n more bytes: doubling, or exactly n more when that is more
+ * (a table's count says how much follows). */
+static bool reserve(Codec *c, size_t n) {
+    if (c->oom) return false;
+    if (c->len + n <= c->cap) return true;
+    size_t nc = c->cap ? c->cap * 2 : 4096;
+    if (nc < c->len + n) nc = c->len + n;
+    uint8_t *nb = realloc(c->buf, nc);
+    if (!nb) {
+        c->oom = true;
+        return false;
     }
+    c->buf = nb;
+    c->cap = nc;
+    return true;
+}
+
+/* inline: a field's put is then one store (n is a constant there) */
+static inline void put(Codec *c, const void *d, size_t n) {
+    if (c->len + n > c->cap && !reserve(c, n)) return;
     memcpy(c->buf + c->len, d, n);
     c->len += n;
 }
@@ -247,7 +254,7 @@ static void c_str(Codec *c, const char **s) {
  * forged count cannot make the reader allocate more than the file holds. */
 static bool c_count(Codec *c, uint32_t *n, size_t min_bytes, void **arr, size_t elem) {
     c_u32(c, n);
-    if (!c->reading) return true;
+    if (!c->reading) return reserve(c, (size_t)*n * min_bytes);
     if (c->bad) return false;
     if ((uint64_t)*n * min_bytes > c->inlen - c->pos) {
         c->bad = true;
@@ -702,6 +709,41 @@ static uint64_t get_le(const uint8_t *b, int n) {
     return v;
 }
 
+/* One section's payload as written: raw, or packed where a large one
+ * packs smaller; oom when out of memory. */
+typedef struct SectionOut {
+    uint8_t *buf;
+    size_t len;
+    uint32_t form;
+    uint64_t hash;
+    bool oom;
+} SectionOut;
+
+static void encode_section(const Plan *p, int s, SectionOut *o) {
+    Codec raw = {.version = FORMAT_VERSION};
+    sections[s].codec(&raw, (Plan *)p); /* writing only reads *p */
+    o->buf = raw.buf;
+    o->len = raw.len;
+    o->form = SECTION_RAW;
+    o->oom = raw.oom;
+    if (!o->oom && raw.len >= PLAN_PACK_MIN) {
+        uint8_t *pk;
+        size_t pklen;
+        const char *why;
+        if (!plan_pack(raw.buf, raw.len, &sections[s].pack, &pk, &pklen, &why)) {
+            o->oom = true;
+        } else if (pklen < raw.len) { /* the packed payload replaces the raw one */
+            free(raw.buf);
+            o->buf = pk;
+            o->len = pklen;
+            o->form = SECTION_PACKED;
+        } else {
+            free(pk);
+        }
+    }
+    o->hash = o->oom ? 0 : plan_fnv1a64(o->buf, o->len);
+}
+
 bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t errlen) {
     Codec c = {.version = FORMAT_VERSION};
     uint8_t hdr[HEADER_BYTES];
@@ -710,35 +752,24 @@ bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t er
     put_le(hdr + 12, NSECTIONS, 4); /* always the newest format */
     put_le(hdr + 16, plan_fnv1a64(hdr, 16), 8);
     put(&c, hdr, sizeof hdr);
+    /* the sections are independent: encoded (and the large ones packed)
+     * side by side, then written in order */
+    SectionOut outs[NSECTIONS];
+    memset(outs, 0, sizeof outs);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
+    for (int s = 0; s < NSECTIONS; s++) encode_section(p, s, &outs[s]);
     for (int s = 0; s < NSECTIONS; s++) {
-        size_t at = c.len;
-        uint8_t sh[SECHDR_BYTES] = {0};
+        c.oom |= outs[s].oom;
+        uint8_t sh[SECHDR_BYTES];
+        put_le(sh, (uint64_t)s, 4);
+        put_le(sh + 4, outs[s].form, 4);
+        put_le(sh + 8, outs[s].len, 8);
+        put_le(sh + 16, outs[s].hash, 8);
         put(&c, sh, sizeof sh);
-        sections[s].codec(&c, (Plan *)p); /* writing only reads *p */
-        if (c.oom) break;
-        size_t plen = c.len - at - SECHDR_BYTES;
-        uint32_t form = SECTION_RAW;
-        if (plen >= PLAN_PACK_MIN) {
-            uint8_t *pk;
-            size_t pklen;
-            const char *why;
-            if (!plan_pack(c.buf + at + SECHDR_BYTES, plen, &sections[s].pack, &pk, &pklen, &why)) {
-                c.oom = true;
-                break;
-            }
-            if (pklen < plen) { /* the packed payload replaces the raw one */
-                c.len = at + SECHDR_BYTES;
-                put(&c, pk, pklen);
-                plen = pklen;
-                form = SECTION_PACKED;
-            }
-            free(pk);
-            if (c.oom) break;
-        }
-        put_le(c.buf + at, (uint64_t)s, 4);
-        put_le(c.buf + at + 4, form, 4);
-        put_le(c.buf + at + 8, plen, 8);
-        put_le(c.buf + at + 16, plan_fnv1a64(c.buf + at + SECHDR_BYTES, plen), 8);
+        if (outs[s].len) put(&c, outs[s].buf, outs[s].len);
+        free(outs[s].buf);
     }
     if (c.oom) {
         free(c.buf);
@@ -1013,17 +1044,48 @@ Plan *plan_read(const char *path, char *err, size_t errlen) {
     return p;
 }
 
+/* This machine as a file name's part: the CPU model (/proc/cpuinfo's
+ * "model name", [A-Za-z0-9_-] kept, runs of others one '_'), the cores and
+ * the memory in GiB: "Intel_R_Xeon_R_Platinum_8481C-2c-31g". A machine with
+ * another CPU, more cores or more memory has another key, so its figures
+ * are measured again. */
+static void machine_key(char *key, size_t n) {
+    char model[128] = "cpu";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) || !colon) continue;
+        size_t k = 0;
+        bool sep = false;
+        for (const char *c = colon + 1; *c && k + 2 < sizeof model; c++) {
+            bool keep = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-';
+            if (keep) {
+                if (sep && k) model[k++] = '_';
+                model[k++] = *c;
+                sep = false;
+            } else {
+                sep = true;
+            }
+        }
+        model[k] = 0;
+        if (!k) snprintf(model, sizeof model, "cpu");
+        break;
+    }
+    if (f) fclose(f);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    uint64_t gib = pages > 0 && psize > 0 ? ((uint64_t)pages * (uint64_t)psize + (1u << 29)) >> 30 : 0;
+    snprintf(key, n, "%s-%ldc-%" PRIu64 "g", model, cores > 0 ? cores : 1, gib);
+}
+
 bool plan_probe_path(const char *chosen, char *buf, size_t n) {
     if (chosen) return *chosen && strcmp(chosen, "none") && (size_t)snprintf(buf, n, "%s", chosen) < n;
-    char host[64] = "localhost";
-    if (gethostname(host, sizeof host - 1) != 0 || !host[0]) snprintf(host, sizeof host, "localhost");
-    host[sizeof host - 1] = 0;
-    for (char *h = host; *h; h++)
-        if (!((*h >= 'a' && *h <= 'z') || (*h >= 'A' && *h <= 'Z') || (*h >= '0' && *h <= '9') || *h == '-' || *h == '_')) *h = '_';
+    char key[192];
+    machine_key(key, sizeof key);
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     int k;
-    if (xdg && *xdg) k = snprintf(buf, n, "%s/zinf/probe-%s.zl", xdg, host);
-    else if (home && *home) k = snprintf(buf, n, "%s/.cache/zinf/probe-%s.zl", home, host);
+    if (xdg && *xdg) k = snprintf(buf, n, "%s/zinf/probe-%s.zl", xdg, key);
+    else if (home && *home) k = snprintf(buf, n, "%s/.cache/zinf/probe-%s.zl", home, key);
     else return false;
     return k > 0 && (size_t)k < n;
 }

@@ -409,10 +409,12 @@ uint64_t plan_fnv1a64(const void *data, size_t n);
 /* "1.50 GiB" */
 const char *plan_bytes_str(uint64_t bytes, char *buf, size_t n);
 /* Where this machine's probed target lives (zinfprobe writes it, zinfc with
- * no --target reads it): `chosen` when not NULL (the programs pass
- * ZINF_PROBE; "" or "none": no probe file, returns false), else
- * $XDG_CACHE_HOME/zinf/probe-HOST.zl, else $HOME/.cache/zinf/probe-HOST.zl
- * (HOST: the host name, [A-Za-z0-9_-] kept). False when there is no such
+ * no --target reads it, and measures it first when it is not there):
+ * `chosen` when not NULL (the programs pass ZINF_PROBE; "" or "none": no
+ * probe file, returns false), else $XDG_CACHE_HOME/zinf/probe-MACHINE.zl,
+ * else $HOME/.cache/zinf/probe-MACHINE.zl (MACHINE: the CPU model, the
+ * cores and the memory, "Intel_R_Xeon_R_Platinum_8481C-2c-31g": another
+ * machine sharing the home directory has a file of its own). False when there is no such
  * place (no HOME) or it does not fit in n. */
 bool plan_probe_path(const char *chosen, char *buf, size_t n);
 

@@ -27,6 +27,17 @@ bool plan_unpack(const uint8_t *in, size_t len, const PlanPackLayout *l, uint8_t
     return false;
 }
 #else
+/* Little-endian values of n bytes: on a little-endian host a copy, which
+ * the compiler makes one load or store where n is a constant. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+static inline uint64_t get_le(const uint8_t *b, int n) {
+    uint64_t v = 0;
+    memcpy(&v, b, (size_t)n);
+    return v;
+}
+
+static inline void put_le(uint8_t *b, uint64_t v, int n) { memcpy(b, &v, (size_t)n); }
+#else
 static uint64_t get_le(const uint8_t *b, int n) {
     uint64_t v = 0;
     for (int i = n - 1; i >= 0; i--) v = v << 8 | b[i];
@@ -36,6 +47,7 @@ static uint64_t get_le(const uint8_t *b, int n) {
 static void put_le(uint8_t *b, uint64_t v, int n) {
     for (int i = 0; i < n; i++) b[i] = (uint8_t)(v >> (8 * i));
 }
+#endif
 
 static size_t record_bytes(const PlanPackLayout *l) {
     size_t r = 0;
@@ -51,6 +63,22 @@ static bool is_table(const uint8_t *raw, size_t len, const PlanPackLayout *l, ui
     return (len - 4) % rec == 0 && (len - 4) / rec == *count;
 }
 
+/* One field of n records of rec bytes (at offset off) as a column of
+ * differences (forward), or back; W the field's width, a constant in each
+ * instance so that a value is one load and one store. */
+#define COLUMN_LOOP(W)                                                                  \
+    for (uint64_t i = 0; i < n; i++) {                                                  \
+        if (forward) {                                                                  \
+            uint64_t v = get_le(in + 4 + i * rec + off, W);                             \
+            put_le(out + 4 + off * n + i * (uint64_t)(W), (v - prev) & mask, W);        \
+            prev = v;                                                                   \
+        } else {                                                                        \
+            uint64_t v = (get_le(col + i * (uint64_t)(W), W) + prev) & mask;            \
+            put_le(out + 4 + i * rec + off, v, W);                                      \
+            prev = v;                                                                   \
+        }                                                                               \
+    }
+
 /* Rows to columns, each value minus the row before's (mod 2^(8 width)), or back. */
 static void columns(const uint8_t *in, uint8_t *out, uint64_t n, const PlanPackLayout *l, bool forward) {
     size_t rec = record_bytes(l), off = 0;
@@ -60,20 +88,17 @@ static void columns(const uint8_t *in, uint8_t *out, uint64_t n, const PlanPackL
         int w = l->width[f];
         uint64_t mask = w == 8 ? UINT64_MAX : ((uint64_t)1 << (8 * w)) - 1, prev = 0;
         const uint8_t *col = col_base + off * n; /* columns are stored one after another */
-        for (uint64_t i = 0; i < n; i++) {
-            if (forward) {
-                uint64_t v = get_le(in + 4 + i * rec + off, w);
-                put_le(out + 4 + off * n + i * (uint64_t)w, (v - prev) & mask, w);
-                prev = v;
-            } else {
-                uint64_t v = (get_le(col + i * (uint64_t)w, w) + prev) & mask;
-                put_le(out + 4 + i * rec + off, v, w);
-                prev = v;
-            }
+        switch (w) {
+        case 1: COLUMN_LOOP(1) break;
+        case 2: COLUMN_LOOP(2) break;
+        case 4: COLUMN_LOOP(4) break;
+        case 8: COLUMN_LOOP(8) break;
+        default: COLUMN_LOOP(w) break;
         }
         off += (size_t)w;
     }
 }
+#undef COLUMN_LOOP
 
 bool plan_pack(const uint8_t *raw, size_t len, const PlanPackLayout *l, uint8_t **out, size_t *outlen, const char **why) {
     *out = NULL;
