@@ -104,6 +104,43 @@ static int scan_docs(DataOrder *d, char *err, size_t errlen) {
     return rc;
 }
 
+/* A packed file (tokens.h, version 4): its rows, in either order. */
+static int packed_open(DataOrder *d, char *err, size_t errlen) {
+    TokReader *r = d->r;
+    if (r->pack_T != d->T)
+        return errorf(err, errlen,
+                      "%s: packed into rows of T = %lld tokens, but the model's T is %lld: pack the samples again with "
+                      "zinftok --pack %lld",
+                      r->path, (long long)r->pack_T, (long long)d->T, (long long)d->T);
+    if (d->o.eos >= 0)
+        return errorf(err, errlen, "--eos does not apply to %s: a packed file's rows are its samples already", r->path);
+    d->packed = true;
+    d->rows = r->pack_rows;
+    if (d->rows < d->B * d->world)
+        return errorf(err, errlen,
+                      "%s: %lld packed row%s, fewer than the %lld of one global micro-batch (B=%lld on %lld rank%s)",
+                      r->path, (long long)d->rows, d->rows == 1 ? "" : "s", (long long)(d->B * d->world),
+                      (long long)d->B, (long long)d->world, d->world == 1 ? "" : "s");
+    d->tokens_used = r->ntokens;
+    return 0;
+}
+
+int dord_segments(DataOrder *d, int rank, int64_t g, int32_t *seg, char *err, size_t errlen) {
+    int64_t T = d->T;
+    if (!d->packed) {
+        memset(seg, 0, sizeof *seg * (size_t)(d->B * T));
+        return 0;
+    }
+    if (rank < 0 || rank >= d->world || g < 0 || g > INT64_MAX / (d->B * d->world) - 1)
+        return errorf(err, errlen, "%s: no micro-batch %lld on rank %d", d->r->path, (long long)g, rank);
+    for (int64_t b = 0; b < d->B; b++) {
+        int64_t off = dord_global_row_start(d, (g * d->world + rank) * d->B + b);
+        if (off < 0) return errorf(err, errlen, "%s: no row for micro-batch %lld", d->r->path, (long long)g);
+        if (tok_row_segments(d->r, off / (T + 1), seg + b * T, err, errlen)) return -1;
+    }
+    return 0;
+}
+
 int dord_open(DataOrder *d, TokReader *r, const DordOptions *o, int64_t B, int64_t T, int world, char *err,
               size_t errlen) {
     memset(d, 0, sizeof *d);
@@ -116,7 +153,9 @@ int dord_open(DataOrder *d, TokReader *r, const DordOptions *o, int64_t B, int64
         return errorf(err, errlen, "%s: bad micro-batch shape B=%lld T=%lld on %d ranks", r->path, (long long)B,
                     (long long)T, world);
     int64_t global = B * world; /* rows of one global micro-batch */
-    if (o->eos >= 0) {
+    if (r->pack_T) {
+        if (packed_open(d, err, errlen)) return -1;
+    } else if (o->eos >= 0) {
         int64_t vocab = r->vocab > 0 ? r->vocab : r->file_vocab;
         if (vocab > 0 && o->eos >= vocab)
             return errorf(err, errlen, "--eos %lld is not a token id of the vocabulary of %lld ids (0..%lld)",
@@ -192,6 +231,7 @@ int64_t dord_row_start(const DataOrder *d, int64_t j) {
         int64_t w = d->rows / d->B;
         return ((j / d->B) % w) * d->B * d->T + (j % d->B) * d->T;
     }
+    if (d->packed) return j * (d->T + 1);
     if (d->o.eos < 0) return j * d->T;
     /* the last document whose first row is at or before j */
     int64_t lo = 0, hi = d->ndocs - 1;

@@ -36,6 +36,9 @@
  *       than a row and documents of at most T tokens are not read. E is
  *       the rows of all documents, numbered in file order.
  *
+ *   packed file (tokens.h, version 4, either order; no EOS): its rows,
+ *       E = R, row j at token j*(T+1); the file's T must be the model's.
+ *
  * Permutation: a 6-round balanced Feistel network over the smallest 2h-bit
  * domain (4^h >= E) with splitmix64 round functions keyed by (seed, epoch),
  * cycle-walked into [0, E): a bijection of [0, E), O(1) memory, fewer than
@@ -67,6 +70,7 @@ typedef struct DataOrder {
     TokReader *r;            /* read through, not owned */
     int64_t B, T, world;
     bool windows;            /* sequential without EOS: tok_batch's windows */
+    bool packed;             /* a packed file (tokens.h, version 4): its rows of T+1 tokens */
     int64_t rows;            /* E: rows of one epoch */
     /* EOS layout: documents holding at least one row, owned */
     int64_t ndocs;
@@ -98,6 +102,11 @@ int64_t dord_global_row_start(const DataOrder *d, int64_t q);
 /* The micro-batch of rank `rank` at global micro-batch g into tokens[B*T]
  * and targets[B*T] (TOK_UNTRAINED at untrained targets). 0, or -1 with err. */
 int dord_batch(DataOrder *d, int rank, int64_t g, int32_t *tokens, int32_t *targets, char *err, size_t errlen);
+/* Where each input's sample begins in its row (tokens.h, "Packed rows"),
+ * for the micro-batch dord_batch reads: seg[b*T + t] for row b, input t;
+ * all 0 for a file that is not packed (a row is one sample). 0, or -1
+ * with err. */
+int dord_segments(DataOrder *d, int rank, int64_t g, int32_t *seg, char *err, size_t errlen);
 /* The trained targets (tokens.h, "Targets") of global micro-batch g on
  * every rank together: what each rank can count from the file before the
  * step, so that the step's loss is the mean over the trained targets of
