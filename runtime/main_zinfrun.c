@@ -601,7 +601,9 @@ static void data_describe(const DataOrder *d, const Opts *o, int64_t g) {
                d->rows, d->T + 1, d->ndocs, d->docs_all, d->o.eos, d->tokens_used);
     else
         printf("%" PRId64 " rows of T+1 = %" PRId64 " tokens an epoch", d->rows, d->T + 1);
-    if (d->r->version == TOK_VERSION_MASKED)
+    if (d->packed)
+        printf("; packed: %" PRId64 " samples in its rows", d->r->pack_samples);
+    if (d->r->version == TOK_VERSION_MASKED || d->r->version == TOK_VERSION_PACKED)
         printf("; %" PRId64 " of its tokens trained (%.1f%%), the loss their mean over each global batch", d->r->ntrained,
                d->r->ntokens ? 100.0 * (double)d->r->ntrained / (double)d->r->ntokens : 0.0);
     if (g > 0) printf("; from global micro-batch %" PRId64 " (epoch %" PRId64 ")", g, dord_epoch(d, g) + 1);
@@ -662,6 +664,8 @@ static int eval_open(Eval *e, const Opts *o, int64_t vocab, int64_t B, int64_t T
     memset(e, 0, sizeof *e);
     if (tok_open(&e->tr, o->eval_data, vocab, err, n)) return -1;
     e->have_tr = true;
+    if (e->tr.pack_T)
+        return snprintf(err, n, "--eval-data %s is a packed file: evaluate on one made without --pack", o->eval_data), -1;
     if (ids_ok(&e->tr, err, n)) return -1;
     DordOptions dopt = {.order = DORD_SEQUENTIAL, .seed = 0, .eos = -1};
     if (dord_open(&e->d, &e->tr, &dopt, B, T, C.size, err, n)) return -1;
@@ -752,6 +756,7 @@ typedef struct Run {
     DataOrder dord;
     bool have_data, have_order, have_cost;
     int32_t *tok[PLAN_MAX_ACCUM], *tgt[PLAN_MAX_ACCUM];
+    int32_t *seg[PLAN_MAX_ACCUM]; /* a packed file's sample starts (dord_segments), else NULL */
     FILE *lossf;
     TbWriter *tb;                     /* --tensorboard, rank 0 */
     double tb_busy[PLAN_NQUEUES];     /* each queue's busy seconds at the last event */
@@ -911,7 +916,10 @@ static int open_data(Run *u, char *err, size_t n) {
             u->tok[a] = malloc(sizeof(int32_t) * (size_t)(u->B * u->T));
             u->tgt[a] = malloc(sizeof(int32_t) * (size_t)(u->B * u->T));
             if (!u->tok[a] || !u->tgt[a]) return snprintf(err, n, "out of memory for batches"), -1;
+            if (u->dord.packed && !(u->seg[a] = malloc(sizeof(int32_t) * (size_t)(u->B * u->T))))
+                return snprintf(err, n, "out of memory for batches"), -1;
         }
+        if (u->dord.packed && rt_set_segments(u->r, (const int32_t *const *)u->seg, err, n)) return -1;
     }
     if (o->eval_data && eval_open(&u->ev, o, plan_vocab(u->p), u->B, u->T, err, n)) return -1;
     if (o->eval_data && lead_agrees(u->lead && tokenizer_ok(u, &u->ev.tr, err, n), "the eval file", err, n))
@@ -1016,11 +1024,13 @@ static int train(Run *u, char *err, size_t n) {
             return 0;
         }
         for (int a = 0; a < u->accum; a++)
-            if (dord_batch(&u->dord, C.rank, s * u->accum + a, u->tok[a], u->tgt[a], err, n)) return -1;
+            if (dord_batch(&u->dord, C.rank, s * u->accum + a, u->tok[a], u->tgt[a], err, n) ||
+                (u->seg[a] && dord_segments(&u->dord, C.rank, s * u->accum + a, u->seg[a], err, n)))
+                return -1;
         /* A file with a mask: the trained targets of the whole global batch,
          * counted here on every rank alike, set the loss's divisor. */
         int64_t trained = -1;
-        if (u->tr.version == TOK_VERSION_MASKED) {
+        if (u->tr.version == TOK_VERSION_MASKED || u->tr.version == TOK_VERSION_PACKED) {
             trained = 0;
             for (int a = 0; a < u->accum; a++) {
                 int64_t c = dord_trained(&u->dord, s * u->accum + a, err, n);
@@ -1231,6 +1241,7 @@ static void run_close(Run *u) {
     for (int a = 0; a < PLAN_MAX_ACCUM; a++) {
         free(u->tok[a]);
         free(u->tgt[a]);
+        free(u->seg[a]);
     }
     if (u->lossf) fclose(u->lossf);
     char why[512];

@@ -77,6 +77,15 @@ int rt_step(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, 
  * refused: the caller skips such a step (rt_step_skip). */
 int rt_step_trained(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, int accum, int64_t trained,
                     RtStepStats *st, char *err, size_t errlen);
+/* Packed rows (runtime/data/tokens.h, "Packed rows"): seg[a] ([B*T],
+ * dord_segments) says where each input's sample begins in its row, for
+ * micro-batch a of every following rt_step / rt_step_trained (the caller
+ * refills the arrays before each step, as it does tokens); NULL: a row is
+ * one sample. Each sample then attends only to itself and its rope
+ * positions count from its start. Refused (-1 with err) where that cannot
+ * be kept: the CUDA backend, a model whose positions come from arange
+ * (learned position embeddings), which does not restart per sample. */
+int rt_set_segments(Rt *r, const int32_t *const *seg, char *err, size_t errlen);
 /* Counts a step that had nothing to train as done, changing no weight
  * and no optimizer state: the learning-rate schedule and the data
  * position move on as if it had run. Not collective (every rank skips the

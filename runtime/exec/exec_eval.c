@@ -93,6 +93,7 @@ int rt_forward(Rt *r, const int32_t *tokens, const int32_t *targets, double *los
     memcpy(r->fwd_timing, r->q.timing, sizeof *r->fwd_timing * r->fwd_end);
     r->tokens = tokens;
     r->targets = targets;
+    r->seg = NULL;
     r->loss_sum = 0;
     r->loss_n = 0;
     r->be->step_begin(r);

@@ -35,6 +35,8 @@ struct Rt {
     Qrun q;
     /* the step in flight */
     const int32_t *tokens, *targets;
+    const int32_t *seg;               /* the micro-batch's packed rows (rt_set_segments), NULL: none */
+    const int32_t *const *segs;       /* per micro-batch of the next steps, NULL: not packed */
     float loss_grad;
     double loss_sum;
     int loss_n;

@@ -61,6 +61,7 @@ typedef struct HkCall {
     const int64_t *iattr;
     const double *fattr;
     void *ws;
+    const int32_t *seg;            /* packed rows' sample starts (hostk.h), NULL: a row is one sample */
 } HkCall;
 
 /* A family's kernels. bwd NULL: no backward (arange); ws NULL: no
