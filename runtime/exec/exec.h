@@ -81,10 +81,11 @@ int rt_step_trained(Rt *r, const int32_t *const *tokens, const int32_t *const *t
  * dord_segments) says where each input's sample begins in its row, for
  * micro-batch a of every following rt_step / rt_step_trained (the caller
  * refills the arrays before each step, as it does tokens); NULL: a row is
- * one sample. Each sample then attends only to itself and its rope
- * positions count from its start. Refused (-1 with err) where that cannot
- * be kept: the CUDA backend, a model whose positions come from arange
- * (learned position embeddings), which does not restart per sample. */
+ * one sample. Each sample then attends only to itself and its positions
+ * count from its start: rope's, and a learned position embedding's (a
+ * tensor [T, ...] added to the tokens' [B, T, ...] is read at each
+ * token's position in its sample). Refused (-1 with err) on the CUDA
+ * backend, whose kernels do not read the samples yet. */
 int rt_set_segments(Rt *r, const int32_t *const *seg, char *err, size_t errlen);
 /* Counts a step that had nothing to train as done, changing no weight
  * and no optimizer state: the learning-rate schedule and the data

@@ -198,7 +198,10 @@ int hk_op_forward(const Plan *p, const PlanOp *o, void *const *buf, void *ws, si
 int hk_op_backward(const Plan *p, const PlanOp *o, void *const *buf, void *ws, size_t ws_bytes);
 /* The same on a micro-batch of packed rows: seg as for
  * hk_attention_fwd_packed, [B*T] of the batch's tokens (NULL: a row is
- * one sample), read by attention and rope; other ops ignore it. */
+ * one sample), read by attention and rope, and by add and mul of a tensor
+ * broadcast over the batch ([T, ...] against [B, T, ...]: a learned
+ * position embedding), which read it at each token's position in its
+ * sample (hostk_packed.c); other ops ignore it. */
 int hk_op_forward_packed(const Plan *p, const PlanOp *o, void *const *buf, void *ws, size_t ws_bytes, const int32_t *seg);
 int hk_op_backward_packed(const Plan *p, const PlanOp *o, void *const *buf, void *ws, size_t ws_bytes,
                           const int32_t *seg);

@@ -519,9 +519,11 @@ static int fam_embedding_bwd(const HkCall *c) { return hk_embedding_bwd(c->b, c-
 const HkFamily hk_family_embedding = {fam_embedding_fwd, fam_embedding_bwd, NULL};
 
 static int fam_binary_fwd(const HkCall *c) {
+    if (hk_packed_binary(c)) return hk_packed_binary_fwd(c);
     return c->prim == PRIM_ADD ? hk_add_fwd(c->a, c->b, &c->out[0]) : hk_mul_fwd(c->a, c->b, &c->out[0]);
 }
 static int fam_binary_bwd(const HkCall *c) {
+    if (hk_packed_binary(c)) return hk_packed_binary_bwd(c);
     return c->prim == PRIM_ADD ? hk_add_bwd(c->a, c->b, c->dy, c->da, c->db) : hk_mul_bwd(c->a, c->b, c->dy, c->da, c->db);
 }
 const HkFamily hk_family_binary = {fam_binary_fwd, fam_binary_bwd, NULL};

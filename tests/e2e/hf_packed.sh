@@ -8,8 +8,9 @@
 # 4 rows one by one. zinfrun reads the same 4 rows as one global batch
 # (one micro-batch of 4; grad_accum 2 of 2; 2 ranks of 2): its step-1 loss
 # and gradient norm must be the samples' one by one within 1e-5 relative
-# (f32). LLaMA's positions are rope's; GPT-2's are learned, from
-# arange(T), which zinfrun refuses to pack with a message.
+# (f32). LLaMA's positions are rope's; GPT-2's are learned (an embedding
+# of arange(T) added to the tokens': read at each token's position in its
+# sample).
 # Then the bad inputs: a sample longer than a row, a corrupt sample table,
 # a file packed for another T.
 #   tests/e2e/hf_packed.sh BUILD
@@ -68,15 +69,6 @@ for c in gpt2 llama-gqa; do
         --backend host --init "$d" --data "$d.bin" --steps 1 --losses "$T/$n.losses" > "$T/$n.log" 2>&1
     fi
     rc=$?
-    if [ "$c" = gpt2 ]; then
-      # learned positions (arange) do not restart per sample: refused, with the way out
-      if [ $rc -ne 0 ] && grep -q "packed rows need positions that restart at each sample" "$T/$n.log"; then
-        echo "ok $n: refused (learned positions)"
-      else
-        tail -5 "$T/$n.log"; bad "$n: a packed file with learned positions was not refused"
-      fi
-      continue
-    fi
     if [ $rc -ne 0 ]; then tail -20 "$T/$n.log"; bad "$n: zinfrun"; continue; fi
     got=$(awk '$1 == "step" && $2 == 1 { print $4 }' "$T/$n.losses")
     gn=$(awk '$1 == "step" && $2 == 1 { print $6 }' "$T/$n.losses")
