@@ -126,9 +126,9 @@ START_TEST(test_bad_magic) {
 END_TEST
 
 START_TEST(test_bad_version) {
-    write_raw(20240520, 4, 0, 1024, 0);
-    expect_open_error(256, "unsupported version 4 (expected 1: uint16 tokens, 2: uint32 tokens, or 3: tokens with a "
-                           "trained-token mask)");
+    write_raw(20240520, 5, 0, 1024, 0);
+    expect_open_error(256, "unsupported version 5 (expected 1: uint16 tokens, 2: uint32 tokens, 3: tokens with a "
+                           "trained-token mask, or 4: packed rows)");
     write_raw(20240520, 3, 0, 1024, 0); /* [4], bytes per id, 0 */
     expect_open_error(256, "version 3 header says 0 bytes per token id (expected 2 or 4)");
 }
