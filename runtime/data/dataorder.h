@@ -29,12 +29,15 @@
  *   shuffle, no EOS: E = (N-1) / T rows, row j at token j*T.
  *   EOS id given (either order): documents. A document ends with an EOS
  *       token (included) or at the end of the file; the next starts just
- *       after it. A document of n tokens holds (n-1) / T rows, row k of
- *       it at its start + k*T: rows start at the document's start, step T,
- *       and never read past its last token, so no row (no input and no
- *       target) crosses a document boundary; a document's tail shorter
- *       than a row and documents of at most T tokens are not read. E is
- *       the rows of all documents, numbered in file order.
+ *       after it. A document of n >= 2 tokens holds ceil((n-1) / T) rows,
+ *       row k of it at its start + k*T: rows start at the document's
+ *       start, step T, and never read past its last token, so no row (no
+ *       input and no target) crosses a document boundary. The last row of
+ *       a document reads what is left of it (a document of at most T
+ *       tokens: all of it) and is padded with the EOS id to T+1 tokens,
+ *       the padding's targets untrained (TOK_UNTRAINED): every target of
+ *       every document trains once an epoch. E is the rows of all
+ *       documents, numbered in file order.
  *
  *   packed file (tokens.h, version 4, either order; no EOS): its rows,
  *       E = R, row j at token j*(T+1); the file's T must be the model's.
@@ -76,6 +79,7 @@ typedef struct DataOrder {
     int64_t ndocs;
     int64_t *doc_start;      /* [ndocs] first token */
     int64_t *doc_rows;       /* [ndocs + 1] rows before document d */
+    int64_t *doc_end;        /* [ndocs] the token after its last */
     /* what the EOS scan saw */
     int64_t docs_all, eos_count, longest;
     int64_t tokens_used;     /* distinct tokens the rows of an epoch cover (not windows) */
@@ -126,7 +130,9 @@ int dord_parse_order(const char *s, DordOrder *o);
  * checkpoint's run state:
  *   {"order": "shuffle", "seed": 7, "eos": -1, "tokens": N,
  *    "micro_batches": g, "epoch": e}
- * (epoch: of the next micro-batch, from 1). Returns snprintf's count. */
+ * (epoch: of the next micro-batch, from 1; with an EOS id also
+ * "eos_rows": "padded", the layout above: a checkpoint without it was
+ * written when short documents were left out, and is refused). Returns snprintf's count. */
 int dord_state_json(const DataOrder *d, int64_t g, char *buf, size_t n);
 /* Checks a checkpoint's run state (the manifest's state object, which
  * holds the JSON above under "data", or none when written before data
