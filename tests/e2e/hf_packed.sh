@@ -12,7 +12,8 @@
 # of arange(T) added to the tokens': read at each token's position in its
 # sample).
 # Then the bad inputs: a sample longer than a row, a corrupt sample table,
-# a file packed for another T.
+# a file packed for another T; and the CUDA backend (fake driver), which
+# refuses packed rows for now.
 #   tests/e2e/hf_packed.sh BUILD
 set -u
 B=${1:-build}
@@ -105,5 +106,30 @@ if "$Z/zinfrun" "$T/llama-gqa-mb4.plan" --backend host --init "$d" --data "$T/ot
 else
   grep -q "packed into rows of T = $((seq - 4)) tokens, but the model's T is $seq" "$T/other.out" &&
     echo "ok: a file packed for another T is refused" || { cat "$T/other.out"; bad "the other T's message"; }
+fi
+# the CUDA backend (on the fake driver) refuses packed rows until its kernels read them
+if . tests/fakecuda/env.sh; then
+  c=llama-gqa d=$T/llama-gqa k=llama-cuda
+  cat > "$T/$k.zl" <<ZL
+import "$T/llama-gqa-mb4.zl"
+target fake { nodes = 1; gpus_per_node = 1
+  gpu { memory = 1 GiB; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "sm_90"; sms = 8 }
+  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2 } }
+ZL
+  mkdir -p "$T/src-$k"
+  if "$Z/zinfc" "$T/$k.zl" --kernels=sm_90 --kernel-src="$T/src-$k" -o "$T/$k.plan" > "$T/$k.zinfc" 2>&1 &&
+     "$FAKE/fakecuda_prep" "$T/$k.plan" "$T/src-$k" sm_90 "$UNITS" > "$T/$k.prep" 2>&1; then
+    if env LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$UNITS" FAKECUDA_DEVICES=1 \
+         timeout 300 "$Z/zinfrun" "$T/$k.plan" --backend cuda --init "$d" --data "$d.bin" --steps 1 < /dev/null > "$T/$k.log" 2>&1; then
+      bad "$k: the CUDA backend trained packed rows its kernels do not read"
+    else
+      grep -q "packed rows train on the host backend only" "$T/$k.log" && echo "ok $k: refused on the CUDA backend" ||
+        { tail -5 "$T/$k.log"; bad "$k: the CUDA backend's refusal"; }
+    fi
+  else
+    cat "$T/$k.zinfc" "$T/$k.prep"; bad "$k: zinfc or fakecuda_prep"
+  fi
+else
+  fail=1
 fi
 exit $fail
