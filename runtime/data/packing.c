@@ -170,7 +170,7 @@ int pack_samples(const uint32_t *ids, const uint8_t *trained, const size_t *ends
             free(from);
             return errorf(err, errlen,
                           "sample %lld (of %lld) has %lld tokens, more than a row of T+1 = %lld: cut the samples to "
-                          "fit (--max-tokens %lld)",
+                          "fit (JSONL samples: --max-tokens %lld)",
                           (long long)k + 1, (long long)nsamples, (long long)l, (long long)cap, (long long)cap);
         }
         if (l == 0) continue;

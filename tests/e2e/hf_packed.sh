@@ -107,6 +107,20 @@ else
   grep -q "packed into rows of T = $((seq - 4)) tokens, but the model's T is $seq" "$T/other.out" &&
     echo "ok: a file packed for another T is refused" || { cat "$T/other.out"; bad "the other T's message"; }
 fi
+# --val takes whole rows; a packed evaluation file is refused
+"$Z/zinftok" "$T/llama-gqa.jsonl" -o "$T/tr.bin" --val "$T/va.bin" --val-fraction 0.25 --pack "$seq" > "$T/val.out" 2>&1 ||
+  { cat "$T/val.out"; bad "--pack with --val"; }
+rows=$(sed -n 's/.* packed into \([0-9]*\) rows .* -> .*tr.bin, \([0-9]*\) -> .*va.bin .*/\1 \2/p' "$T/val.out")
+[ -n "$rows" ] && echo "ok: --pack --val: $rows rows to train.bin and val.bin" || { cat "$T/val.out"; bad "--pack --val's summary"; }
+printf '\141\000\000\000' | dd of="$T/va.bin" bs=1 seek=12 conv=notrunc 2> /dev/null # vocabulary 97
+if "$Z/zinfrun" "$T/llama-gqa-mb4.plan" --backend host --init "$d" --data "$d.bin" --eval-data "$T/va.bin" --steps 1 \
+     > "$T/eval.out" 2>&1; then
+  bad "a packed --eval-data was read"
+else
+  grep -q "is a packed file: evaluate on one made without --pack" "$T/eval.out" && echo "ok: a packed --eval-data is refused" ||
+    { tail -3 "$T/eval.out"; bad "the packed --eval-data's message"; }
+fi
+
 # the CUDA backend (on the fake driver) refuses packed rows until its kernels read them
 if . tests/fakecuda/env.sh; then
   c=llama-gqa d=$T/llama-gqa k=llama-cuda

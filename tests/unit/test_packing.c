@@ -119,7 +119,7 @@ START_TEST(test_pack_rows) {
     /* a sample longer than T+1 */
     ck_assert_int_eq(pack_samples(s.ids, s.trained, s.ends, n, 15, 7, 3, &a, err, sizeof err), -1);
     ck_assert_str_eq(err, "sample 4 (of 12) has 17 tokens, more than a row of T+1 = 16: cut the samples to fit "
-                          "(--max-tokens 16)");
+                          "(JSONL samples: --max-tokens 16)");
     free_samples(&s);
 }
 END_TEST
