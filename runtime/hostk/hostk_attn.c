@@ -359,8 +359,11 @@ static int64_t seg_runs(const int32_t *seg, int64_t B, int64_t T, SegRun *runs) 
     return n;
 }
 
+/* x's rows of the sample (a gradient not wanted: NULL, then none) */
 static HkTensor seg_view(const HkTensor *x, const AttnShape *s, const SegRun *g, int64_t c) {
-    HkTensor v = *x;
+    HkTensor v = {0};
+    if (!x) return v;
+    v = *x;
     if (v.data) v.data = (char *)x->data + (g->b * s->T + g->t0) * c * (int64_t)hk_dtype_size(x->dtype);
     v.dims[0] = 1;
     v.dims[1] = g->n;
@@ -377,7 +380,6 @@ typedef struct SegJob {
     const AttnJob *j;
     const SegRun *runs;
     int64_t nruns;
-    int64_t per; /* tasks of a tile of a sample: heads (forward) or kv heads (backward) */
 } SegJob;
 
 /* the run holding task */
@@ -453,7 +455,7 @@ int hk_attention_fwd_packed(const HkTensor *q, const HkTensor *k, const HkTensor
     if (nruns < 0) return HK_ERR_ARG;
     AttnWs a = attn_ws(ws, q, &s);
     AttnJob j = {hk_vec(), &s, q, k, v, NULL, y, NULL, NULL, NULL, &a, (float)(1.0 / sqrt((double)s.hd)), 0};
-    SegJob sj = {&j, runs, nruns, s.H};
+    SegJob sj = {&j, runs, nruns};
     hk_parallel(hk_team((double)s.H * work * (double)s.hd * 0.05), ntasks, seg_fwd_unit, &sj);
     return HK_OK;
 }
@@ -476,7 +478,7 @@ int hk_attention_bwd_packed(const HkTensor *q, const HkTensor *k, const HkTensor
     if (a.dQ && hk_present(dq)) memset(a.dQ, 0, sizeof(float) * (size_t)(s.B * s.H * s.T * s.hd));
     AttnJob j = {hk_vec(), &s, q, k, v, dy, NULL, hk_present(dq) ? dq : NULL, hk_present(dk) ? dk : NULL,
                  hk_present(dv) ? dv : NULL, &a, (float)(1.0 / sqrt((double)s.hd)), 0};
-    SegJob sj = {&j, runs, nruns, s.KV};
+    SegJob sj = {&j, runs, nruns};
     hk_parallel(hk_team((double)s.H * work * (double)s.hd * 0.125), ntasks, seg_bwd_unit, &sj);
     return HK_OK;
 }

@@ -998,6 +998,10 @@ START_TEST(test_packed_rows) {
     ck_assert_msg(!memcmp(y.data, y1.data, nq), "packed attention differs from the samples one by one");
     ck_assert_msg(!memcmp(dq.data, dq1.data, nq) && !memcmp(dk.data, dk1.data, nk) && !memcmp(dv.data, dv1.data, nk),
                   "packed attention's gradients differ from the samples one by one");
+    /* a gradient not wanted is left out, the others the same */
+    memset(dk1.data, 0, nk);
+    ck_assert_int_eq(hk_attention_bwd_packed(&q, &k, &v, &dy, NULL, &dk1, NULL, H, KV, seg, ws), HK_OK);
+    ck_assert_msg(!memcmp(dk.data, dk1.data, nk), "packed attention's dk differs without dq and dv");
     /* and differs from attention over the whole rows: the test can fail */
     ck_assert_int_eq(hk_attention_fwd(&q, &k, &v, &y1, H, KV, ws1), HK_OK);
     ck_assert_msg(memcmp(y.data, y1.data, nq), "packed attention is the whole rows' attention");
