@@ -1027,10 +1027,11 @@ static int train(Run *u, char *err, size_t n) {
             if (dord_batch(&u->dord, C.rank, s * u->accum + a, u->tok[a], u->tgt[a], err, n) ||
                 (u->seg[a] && dord_segments(&u->dord, C.rank, s * u->accum + a, u->seg[a], err, n)))
                 return -1;
-        /* A file with a mask: the trained targets of the whole global batch,
-         * counted here on every rank alike, set the loss's divisor. */
+        /* A file with a mask (or --eos, whose padding trains nothing): the
+         * trained targets of the whole global batch, counted here on every
+         * rank alike, set the loss's divisor. */
         int64_t trained = -1;
-        if (u->tr.version == TOK_VERSION_MASKED || u->tr.version == TOK_VERSION_PACKED) {
+        if (u->tr.version == TOK_VERSION_MASKED || u->tr.version == TOK_VERSION_PACKED || u->dord.o.eos >= 0) {
             trained = 0;
             for (int a = 0; a < u->accum; a++) {
                 int64_t c = dord_trained(&u->dord, s * u->accum + a, err, n);
