@@ -2,9 +2,16 @@
 
     python hf_packed.py make ROOT       for every case: ROOT/CASE (a small random model, hf_from.py's),
                                         ROOT/CASE.jsonl (pre-tokenized samples of random lengths, some
-                                        labels -100) and ROOT/CASE.seq (T)
-    python hf_packed.py vocab ROOT      for every case: ROOT/CASE.bin's header records the model's
-                                        vocabulary (zinftok without a tokenizer records 256)
+                                        labels -100), ROOT/CASE-eos.jsonl (the same, each ended by the
+                                        EOS id, the vocabulary's last) and ROOT/CASE.seq (T)
+    python hf_packed.py vocab ROOT      for every case: ROOT/CASE.bin's and ROOT/CASE-eos.bin's header
+                                        records the model's vocabulary (zinftok without a tokenizer
+                                        records 256); "CASE VOCAB" on stdout
+    python hf_packed.py eosref ROOT ROWS   for every case: ROOT/CASE-eos.bin (zinftok of CASE-eos.jsonl,
+                                        the samples each ended by EOS, not packed) split into documents
+                                        at EOS; "CASE LOSS GRAD_NORM" of transformers on the first ROWS
+                                        documents one by one (what zinfrun --eos reads: a document a
+                                        row, padded)
     python hf_packed.py ref ROOT ROWS   for every case: reads ROOT/CASE.bin, the packed file zinftok
                                         --pack made of CASE.jsonl, with a reader of its own; checks
                                         that its rows hold every sample once, whole, with its labels
@@ -41,12 +48,14 @@ def make(root):
             hf_from.make(case, d)
         v = kw["vocab_size"]
         r = random.Random(77)
-        with open(d + ".jsonl", "w") as f:
+        with open(d + ".jsonl", "w") as f, open(d + "-eos.jsonl", "w") as g:
             for _ in range(40):
                 n = r.randint(2, t // 2)
-                ids = [r.randrange(v) for _ in range(n)]
+                ids = [r.randrange(v - 1) for _ in range(n)]
                 lab = [i if r.random() < 0.7 else -100 for i in ids]
                 f.write(json.dumps({"input_ids": ids, "labels": lab}) + "\n")
+                # the same sample ended by EOS (the last id, in no sample), which trains
+                g.write(json.dumps({"input_ids": ids + [v - 1], "labels": lab + [v - 1]}) + "\n")
         open(d + ".seq", "w").write("%d\n" % t)
 
 
@@ -70,6 +79,47 @@ def read_packed(path):
         s = list(starts[first[i]:first[i + 1]])
         rows.append([(a, e) for a, e in zip(s, s[1:] + [T + 1])])
     return T, ids, trained, rows
+
+
+def one_by_one(m, docs, total):
+    """transformers on each (ids, trained) alone: the loss summed as the mean over total trained targets"""
+    loss = 0.0
+    for ids, trained in docs:
+        x = torch.tensor([ids])
+        lab = torch.tensor([[i if tr else -100 for i, tr in zip(ids, trained)]])
+        c = int((lab[0, 1:] != -100).sum())
+        if c == 0:
+            continue
+        one = m(input_ids=x, labels=lab).loss * (c / total)
+        one.backward()
+        loss += one.item()
+    gn = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in m.parameters() if p.grad is not None)).item()
+    return loss, gn
+
+
+def eosref(root, nrows):
+    """--eos: ROOT/CASE-eos.bin (a version 3 file of the samples, each ended by EOS) read as documents, one
+    padded row each: transformers on the first nrows documents one by one"""
+    for case in CASES:
+        d = "%s/%s" % (root, case)
+        eos = hf_from.CASES[case][1]["vocab_size"] - 1
+        b = open(d + "-eos.bin", "rb").read()
+        h = struct.unpack_from("<256i", b, 0)
+        n = h[2]
+        ids = list(struct.unpack_from("<%dH" % n, b, 1024))
+        mask = b[1024 + 2 * n:]
+        trained = [(mask[i // 8] >> (i % 8)) & 1 for i in range(n)]
+        docs, s = [], 0
+        for i, x in enumerate(ids):
+            if x == eos:
+                docs.append((ids[s:i + 1], trained[s:i + 1]))
+                s = i + 1
+        docs = docs[:nrows]
+        total = sum(sum(tr[1:]) for _, tr in docs)
+        m = hf_from.T.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+        m.eval()
+        loss, gn = one_by_one(m, docs, total)
+        print("%s %.10f %.10f" % (case, loss, gn))
 
 
 def ref(root, nrows):
@@ -117,10 +167,11 @@ def ref(root, nrows):
 
 def vocab(root):
     for case in CASES:
-        path = "%s/%s.bin" % (root, case)
-        with open(path, "r+b") as f:
-            f.seek(12)
-            f.write(struct.pack("<i", hf_from.CASES[case][1]["vocab_size"]))
+        for path in ("%s/%s.bin" % (root, case), "%s/%s-eos.bin" % (root, case)):
+            with open(path, "r+b") as f:
+                f.seek(12)
+                f.write(struct.pack("<i", hf_from.CASES[case][1]["vocab_size"]))
+        print(case, hf_from.CASES[case][1]["vocab_size"])
 
 
 def main():
@@ -130,6 +181,8 @@ def main():
         vocab(sys.argv[2])
     elif sys.argv[1] == "ref":
         ref(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1] == "eosref":
+        eosref(sys.argv[2], int(sys.argv[3]))
     else:
         sys.exit("hf_packed.py: unknown command " + sys.argv[1])
 

@@ -13,7 +13,9 @@
 # sample).
 # Then the bad inputs: a sample longer than a row, a corrupt sample table,
 # a file packed for another T; and the CUDA backend (fake driver), which
-# refuses packed rows for now.
+# refuses packed rows for now. Last, --eos on the samples each ended by EOS
+# (not packed): each document alone in a padded row gives transformers'
+# loss and gradient of the documents one by one.
 #   tests/e2e/hf_packed.sh BUILD
 set -u
 B=${1:-build}
@@ -34,9 +36,12 @@ for c in gpt2 llama-gqa; do
   "$Z/zinftok" "$T/$c.jsonl" -o "$T/$c.bin" --pack "$seq" --pack-seed 5 > "$T/$c.tok" 2>&1 ||
     { cat "$T/$c.tok"; bad "$c: zinftok --pack"; }
   grep -q "^zinftok: packing efficiency " "$T/$c.tok" || { cat "$T/$c.tok"; bad "$c: no packing efficiency in the summary"; }
+  "$Z/zinftok" "$T/$c-eos.jsonl" -o "$T/$c-eos.bin" > "$T/$c-eos.tok" 2>&1 || { cat "$T/$c-eos.tok"; bad "$c: zinftok"; }
 done
-"$ZINF_PY" tests/e2e/hf_packed.py vocab "$T" || bad "recording the vocabulary"
+"$ZINF_PY" tests/e2e/hf_packed.py vocab "$T" > "$T/vocab" || bad "recording the vocabulary"
 "$ZINF_PY" tests/e2e/hf_packed.py ref "$T" 4 > "$T/ref" 2> "$T/ref.log" || { cat "$T/ref.log"; echo "FAIL: transformers' reference"; exit 1; }
+
+"$ZINF_PY" tests/e2e/hf_packed.py eosref "$T" 4 > "$T/eosref" 2> "$T/eosref.log" || { cat "$T/eosref.log"; echo "FAIL: transformers' --eos reference"; exit 1; }
 
 target() { # NAME RANKS
   cat > "$T/$1.target.zl" <<ZL
@@ -78,6 +83,23 @@ for c in gpt2 llama-gqa; do
     if close "$gn" "$want_gn" 1e-5; then echo "ok $n: gradient norm $gn, the samples one by one $want_gn"
     else bad "$n: gradient norm $gn, the samples one by one $want_gn (more than 1e-5 apart)"; fi
   done
+done
+
+# --eos: a document shorter than a row trains, alone in its row (padded): the documents one by one
+for c in gpt2 llama-gqa; do
+  d=$T/$c n=$c-mb4
+  eos=$(( $(awk -v c="$c" '$1 == c { print $2 }' "$T/vocab") - 1 ))
+  want=$(awk -v c="$c" '$1 == c { print $2 }' "$T/eosref")
+  want_gn=$(awk -v c="$c" '$1 == c { print $3 }' "$T/eosref")
+  "$Z/zinfrun" "$T/$n.plan" --backend host --init "$d" --data "$d-eos.bin" --eos "$eos" --steps 1 --losses "$T/$n-eos.losses" \
+    > "$T/$n-eos.log" 2>&1 || { tail -5 "$T/$n-eos.log"; bad "$n --eos: zinfrun"; continue; }
+  got=$(awk '$1 == "step" && $2 == 1 { print $4 }' "$T/$n-eos.losses")
+  gn=$(awk '$1 == "step" && $2 == 1 { print $6 }' "$T/$n-eos.losses")
+  if close "$got" "$want" 1e-5 && close "$gn" "$want_gn" 1e-5; then
+    echo "ok $n --eos $eos: loss $got, gradient norm $gn; the documents one by one $want, $want_gn"
+  else
+    bad "$n --eos $eos: loss $got, gradient norm $gn; the documents one by one $want, $want_gn (more than 1e-5 apart)"
+  fi
 done
 
 # bad inputs: a clear message and exit 1
