@@ -46,9 +46,9 @@
  * domain (4^h >= E) with splitmix64 round functions keyed by (seed, epoch),
  * cycle-walked into [0, E): a bijection of [0, E), O(1) memory, fewer than
  * 4 passes of the network per row on average. The EOS layout keeps the first
- * token and the row count before each document that holds a row (16 bytes
- * a document, made by one scan of the file at open); row j is found by
- * binary search.
+ * token, the end and the row count before each document that holds a row
+ * (24 bytes a document, made by one scan of the file at open); row j (and
+ * the document a row is in) is found by binary search.
  *
  * Errors are one line "PATH: what is wrong" (or "--eos ...") in the
  * caller's buffer; nothing here prints or exits. */
