@@ -646,15 +646,18 @@ typedef struct Eval {
     int64_t last_step;
     double last_loss;
     int32_t **tok, **tgt;
+    int32_t **seg;          /* a packed file's sample starts per batch, else NULL */
 } Eval;
 
 static void eval_close(Eval *e) {
     for (int b = 0; e->tok && b < e->k; b++) {
         free(e->tok[b]);
         free(e->tgt[b]);
+        if (e->seg) free(e->seg[b]);
     }
     free(e->tok);
     free(e->tgt);
+    free(e->seg);
     if (e->have_d) dord_close(&e->d);
     if (e->have_tr) tok_close(&e->tr);
     memset(e, 0, sizeof *e);
@@ -664,8 +667,6 @@ static int eval_open(Eval *e, const Opts *o, int64_t vocab, int64_t B, int64_t T
     memset(e, 0, sizeof *e);
     if (tok_open(&e->tr, o->eval_data, vocab, err, n)) return -1;
     e->have_tr = true;
-    if (e->tr.pack_T)
-        return snprintf(err, n, "--eval-data %s is a packed file: evaluate on one made without --pack", o->eval_data), -1;
     if (ids_ok(&e->tr, err, n)) return -1;
     DordOptions dopt = {.order = DORD_SEQUENTIAL, .seed = 0, .eos = -1};
     if (dord_open(&e->d, &e->tr, &dopt, B, T, C.size, err, n)) return -1;
@@ -680,13 +681,17 @@ static int eval_open(Eval *e, const Opts *o, int64_t vocab, int64_t B, int64_t T
     if (k > INT32_MAX / 2) k = INT32_MAX / 2;
     e->tok = calloc((size_t)k, sizeof *e->tok);
     e->tgt = calloc((size_t)k, sizeof *e->tgt);
-    if (!e->tok || !e->tgt) return snprintf(err, n, "out of memory for the evaluation batches"), -1;
+    if (e->d.packed) e->seg = calloc((size_t)k, sizeof *e->seg);
+    if (!e->tok || !e->tgt || (e->d.packed && !e->seg)) return snprintf(err, n, "out of memory for the evaluation batches"), -1;
     e->k = (int)k;
     for (int b = 0; b < e->k; b++) {
         e->tok[b] = malloc(sizeof(int32_t) * (size_t)(B * T));
         e->tgt[b] = malloc(sizeof(int32_t) * (size_t)(B * T));
         if (!e->tok[b] || !e->tgt[b]) return snprintf(err, n, "out of memory for the evaluation batches"), -1;
         if (dord_batch(&e->d, C.rank, b, e->tok[b], e->tgt[b], err, n)) return -1;
+        if (e->seg && (!(e->seg[b] = malloc(sizeof(int32_t) * (size_t)(B * T))) ||
+                       dord_segments(&e->d, C.rank, b, e->seg[b], err, n)))
+            return e->seg[b] ? -1 : (snprintf(err, n, "out of memory for the evaluation batches"), -1);
     }
     return 0;
 }
@@ -709,7 +714,9 @@ static void tb_stop(TbWriter **tb, const char *why);
 static int eval_at(Rt *r, Eval *e, int64_t s, int64_t tokens, const Opts *o, FILE *lossf, TbWriter **tb, bool tty,
                    char *err, size_t n) {
     RtEvalStats st;
-    if (rt_eval(r, (const int32_t *const *)e->tok, (const int32_t *const *)e->tgt, e->k, &st, err, n)) return -1;
+    if (rt_eval_packed(r, (const int32_t *const *)e->tok, (const int32_t *const *)e->tgt, (const int32_t *const *)e->seg,
+                       e->k, &st, err, n))
+        return -1;
     int64_t g = (int64_t)e->k * C.size;
     e->ran = true;
     e->last_step = s;

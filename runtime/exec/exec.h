@@ -174,6 +174,10 @@ typedef struct RtEvalStats {
  * Recorded for --trace (an instant event at the step it ran after). */
 int rt_eval(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, int nb, RtEvalStats *st, char *err,
             size_t errlen);
+/* The same on packed rows: seg[b] ([B*T], dord_segments) for batch b, as
+ * rt_set_segments says; NULL: rt_eval. Refused on the CUDA backend. */
+int rt_eval_packed(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, const int32_t *const *seg, int nb,
+                   RtEvalStats *st, char *err, size_t errlen);
 
 /* The measured timeline of the last step, Chrome trace JSON. */
 int rt_write_trace(const Rt *r, FILE *out);

@@ -16,3 +16,14 @@ int rt_set_segments(Rt *r, const int32_t *const *seg, char *err, size_t errlen) 
     r->segs = seg;
     return 0;
 }
+
+int rt_eval_packed(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, const int32_t *const *seg, int nb,
+                   RtEvalStats *st, char *err, size_t errlen) {
+    if (seg && r->cu)
+        return rt_fail(err, errlen, "packed rows evaluate on the host backend only (--backend host): the CUDA kernels "
+                       "keep a row's attention causal over the whole row");
+    r->eval_segs = seg;
+    int rc = rt_eval(r, tokens, targets, nb, st, err, errlen);
+    r->eval_segs = NULL;
+    return rc;
+}

@@ -4,9 +4,12 @@
                                         ROOT/CASE.jsonl (pre-tokenized samples of random lengths, some
                                         labels -100), ROOT/CASE-eos.jsonl (the same, each ended by the
                                         EOS id, the vocabulary's last) and ROOT/CASE.seq (T)
-    python hf_packed.py vocab ROOT      for every case: ROOT/CASE.bin's and ROOT/CASE-eos.bin's header
+    python hf_packed.py vocab ROOT      for every case: ROOT/CASE.bin's, CASE-eos.bin's and CASE-va.bin's header
                                         records the model's vocabulary (zinftok without a tokenizer
                                         records 256); "CASE VOCAB" on stdout
+    python hf_packed.py evalref ROOT NAME ROWS   for every case: "CASE LOSS" of transformers on the samples of
+                                        the first ROWS rows of ROOT/CASE-NAME.bin (another packed file) one
+                                        by one
     python hf_packed.py eosref ROOT ROWS   for every case: ROOT/CASE-eos.bin (zinftok of CASE-eos.jsonl,
                                         the samples each ended by EOS, not packed) split into documents
                                         at EOS; "CASE LOSS GRAD_NORM" of transformers on the first ROWS
@@ -81,7 +84,7 @@ def read_packed(path):
     return T, ids, trained, rows
 
 
-def one_by_one(m, docs, total):
+def one_by_one(m, docs, total, grad=True):
     """transformers on each (ids, trained) alone: the loss summed as the mean over total trained targets"""
     loss = 0.0
     for ids, trained in docs:
@@ -91,8 +94,11 @@ def one_by_one(m, docs, total):
         if c == 0:
             continue
         one = m(input_ids=x, labels=lab).loss * (c / total)
-        one.backward()
+        if grad:
+            one.backward()
         loss += one.item()
+    if not grad:
+        return loss, None
     gn = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in m.parameters() if p.grad is not None)).item()
     return loss, gn
 
@@ -147,27 +153,38 @@ def ref(root, nrows):
             sys.exit("hf_packed.py: %s: samples %s are in no row" % (case, unused))
         m = hf_from.T.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
         m.eval()
-        total = sum(trained[i * (T + 1) + 1:(i + 1) * (T + 1)].count(1) for i in range(nrows))
-        loss = 0.0
-        for i in range(nrows):
-            base = i * (T + 1)
-            for a, e in rows[i]:
-                x = torch.tensor([ids[base + a:base + e]])
-                lab = torch.tensor([[ids[base + j] if trained[base + j] else -100 for j in range(a, e)]])
-                c = int((lab[0, 1:] != -100).sum())
-                if c == 0:
-                    continue
-                # the sample alone: transformers' mean over its c targets, weighted to the batch's mean
-                one = m(input_ids=x, labels=lab).loss * (c / total)
-                one.backward()
-                loss += one.item()
-        gn = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in m.parameters() if p.grad is not None)).item()
+        loss, gn = one_by_one(m, row_samples(T, ids, trained, rows, nrows), row_trained(T, trained, nrows))
         print("%s %.10f %.10f" % (case, loss, gn))
+
+
+def row_samples(T, ids, trained, rows, nrows):
+    """the samples of the first nrows rows: (ids, trained) each"""
+    out = []
+    for i in range(nrows):
+        base = i * (T + 1)
+        out += [(ids[base + a:base + e], trained[base + a:base + e]) for a, e in rows[i]]
+    return out
+
+
+def row_trained(T, trained, nrows):
+    return sum(trained[i * (T + 1) + 1:(i + 1) * (T + 1)].count(1) for i in range(nrows))
+
+
+def evalref(root, name, nrows):
+    """ROOT/CASE-NAME.bin, another packed file: the loss of its first nrows rows' samples one by one"""
+    for case in CASES:
+        d = "%s/%s" % (root, case)
+        T, ids, trained, rows = read_packed("%s-%s.bin" % (d, name))
+        m = hf_from.T.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+        m.eval()
+        with torch.no_grad():
+            loss, _ = one_by_one(m, row_samples(T, ids, trained, rows, nrows), row_trained(T, trained, nrows), grad=False)
+        print("%s %.10f" % (case, loss))
 
 
 def vocab(root):
     for case in CASES:
-        for path in ("%s/%s.bin" % (root, case), "%s/%s-eos.bin" % (root, case)):
+        for path in ("%s/%s.bin" % (root, case), "%s/%s-eos.bin" % (root, case), "%s/%s-va.bin" % (root, case)):
             with open(path, "r+b") as f:
                 f.seek(12)
                 f.write(struct.pack("<i", hf_from.CASES[case][1]["vocab_size"]))
@@ -181,6 +198,8 @@ def main():
         vocab(sys.argv[2])
     elif sys.argv[1] == "ref":
         ref(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1] == "evalref":
+        evalref(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif sys.argv[1] == "eosref":
         eosref(sys.argv[2], int(sys.argv[3]))
     else:

@@ -12,7 +12,8 @@
 # of arange(T) added to the tokens': read at each token's position in its
 # sample).
 # Then the bad inputs: a sample longer than a row, a corrupt sample table,
-# a file packed for another T; and the CUDA backend (fake driver), which
+# a file packed for another T; a packed --eval-data (zinftok --pack --val's)
+# evaluates to the samples' loss one by one; the CUDA backend (fake driver), which
 # refuses packed rows for now. Last, --eos on the samples each ended by EOS
 # (not packed): each document alone in a padded row gives transformers'
 # loss and gradient of the documents one by one.
@@ -37,10 +38,16 @@ for c in gpt2 llama-gqa; do
     { cat "$T/$c.tok"; bad "$c: zinftok --pack"; }
   grep -q "^zinftok: packing efficiency " "$T/$c.tok" || { cat "$T/$c.tok"; bad "$c: no packing efficiency in the summary"; }
   "$Z/zinftok" "$T/$c-eos.jsonl" -o "$T/$c-eos.bin" > "$T/$c-eos.tok" 2>&1 || { cat "$T/$c-eos.tok"; bad "$c: zinftok"; }
+  # --val takes whole rows: half of them, a packed evaluation file
+  "$Z/zinftok" "$T/$c.jsonl" -o "$T/$c-tr.bin" --val "$T/$c-va.bin" --val-fraction 0.5 --pack "$seq" --pack-seed 5 > "$T/$c-val.tok" 2>&1 ||
+    { cat "$T/$c-val.tok"; bad "$c: zinftok --pack --val"; }
+  grep -q "packed into [0-9]* rows of T+1 = $((seq + 1)) tokens -> $T/$c-tr.bin, [0-9]* -> $T/$c-va.bin (seed 5)" "$T/$c-val.tok" ||
+    { cat "$T/$c-val.tok"; bad "$c: --pack --val's summary"; }
 done
 "$ZINF_PY" tests/e2e/hf_packed.py vocab "$T" > "$T/vocab" || bad "recording the vocabulary"
 "$ZINF_PY" tests/e2e/hf_packed.py ref "$T" 4 > "$T/ref" 2> "$T/ref.log" || { cat "$T/ref.log"; echo "FAIL: transformers' reference"; exit 1; }
 
+"$ZINF_PY" tests/e2e/hf_packed.py evalref "$T" va 4 > "$T/evalref" 2> "$T/evalref.log" || { cat "$T/evalref.log"; echo "FAIL: transformers' evaluation reference"; exit 1; }
 "$ZINF_PY" tests/e2e/hf_packed.py eosref "$T" 4 > "$T/eosref" 2> "$T/eosref.log" || { cat "$T/eosref.log"; echo "FAIL: transformers' --eos reference"; exit 1; }
 
 target() { # NAME RANKS
@@ -129,19 +136,16 @@ else
   grep -q "packed into rows of T = $((seq - 4)) tokens, but the model's T is $seq" "$T/other.out" &&
     echo "ok: a file packed for another T is refused" || { cat "$T/other.out"; bad "the other T's message"; }
 fi
-# --val takes whole rows; a packed evaluation file is refused
-"$Z/zinftok" "$T/llama-gqa.jsonl" -o "$T/tr.bin" --val "$T/va.bin" --val-fraction 0.25 --pack "$seq" > "$T/val.out" 2>&1 ||
-  { cat "$T/val.out"; bad "--pack with --val"; }
-rows=$(sed -n 's/.* packed into \([0-9]*\) rows .* -> .*tr.bin, \([0-9]*\) -> .*va.bin .*/\1 \2/p' "$T/val.out")
-[ -n "$rows" ] && echo "ok: --pack --val: $rows rows to train.bin and val.bin" || { cat "$T/val.out"; bad "--pack --val's summary"; }
-printf '\141\000\000\000' | dd of="$T/va.bin" bs=1 seek=12 conv=notrunc 2> /dev/null # vocabulary 97
-if "$Z/zinfrun" "$T/llama-gqa-mb4.plan" --backend host --init "$d" --data "$d.bin" --eval-data "$T/va.bin" --steps 1 \
-     > "$T/eval.out" 2>&1; then
-  bad "a packed --eval-data was read"
-else
-  grep -q "is a packed file: evaluate on one made without --pack" "$T/eval.out" && echo "ok: a packed --eval-data is refused" ||
-    { tail -3 "$T/eval.out"; bad "the packed --eval-data's message"; }
-fi
+# a packed evaluation file (--val's rows): its first batch's loss before step 1 is the samples' one by one
+for c in gpt2 llama-gqa; do
+  d=$T/$c n=$c-mb4
+  want=$(awk -v c="$c" '$1 == c { print $2 }' "$T/evalref")
+  "$Z/zinfrun" "$T/$n.plan" --backend host --init "$d" --data "$d.bin" --eval-data "$d-va.bin" --eval-batches 1 \
+    --eval-every 1 --steps 1 --losses "$T/$n-eval.losses" > "$T/$n-eval.log" 2>&1 || { tail -5 "$T/$n-eval.log"; bad "$n --eval-data: zinfrun"; continue; }
+  got=$(awk '$1 == "eval" && $3 == 0 { print $5 }' "$T/$n-eval.losses")
+  if close "$got" "$want" 1e-5; then echo "ok $n: evaluation loss $got on packed rows, the samples one by one $want"
+  else bad "$n: evaluation loss $got on packed rows, the samples one by one $want (more than 1e-5 apart)"; fi
+done
 
 # the CUDA backend (on the fake driver) refuses packed rows until its kernels read them
 if . tests/fakecuda/env.sh; then
