@@ -603,7 +603,9 @@ static void data_describe(const DataOrder *d, const Opts *o, int64_t g) {
                d->rows, d->T + 1, d->ndocs, d->docs_all, d->o.eos, d->tokens_used);
     else
         printf("%" PRId64 " rows of T+1 = %" PRId64 " tokens an epoch", d->rows, d->T + 1);
-    if (d->r->version == TOK_VERSION_MASKED)
+    if (d->packed)
+        printf("; packed: %" PRId64 " samples in its rows", d->r->pack_samples);
+    if (d->r->version == TOK_VERSION_MASKED || d->r->version == TOK_VERSION_PACKED)
         printf("; %" PRId64 " of its tokens trained (%.1f%%), the loss their mean over each global batch", d->r->ntrained,
                d->r->ntokens ? 100.0 * (double)d->r->ntrained / (double)d->r->ntokens : 0.0);
     if (g > 0) printf("; from global micro-batch %" PRId64 " (epoch %" PRId64 ")", g, dord_epoch(d, g) + 1);
@@ -646,15 +648,18 @@ typedef struct Eval {
     int64_t last_step;
     double last_loss;
     int32_t **tok, **tgt;
+    int32_t **seg;          /* a packed file's sample starts per batch, else NULL */
 } Eval;
 
 static void eval_close(Eval *e) {
     for (int b = 0; e->tok && b < e->k; b++) {
         free(e->tok[b]);
         free(e->tgt[b]);
+        if (e->seg) free(e->seg[b]);
     }
     free(e->tok);
     free(e->tgt);
+    free(e->seg);
     if (e->have_d) dord_close(&e->d);
     if (e->have_tr) tok_close(&e->tr);
     memset(e, 0, sizeof *e);
@@ -678,13 +683,17 @@ static int eval_open(Eval *e, const Opts *o, int64_t vocab, int64_t B, int64_t T
     if (k > INT32_MAX / 2) k = INT32_MAX / 2;
     e->tok = calloc((size_t)k, sizeof *e->tok);
     e->tgt = calloc((size_t)k, sizeof *e->tgt);
-    if (!e->tok || !e->tgt) return snprintf(err, n, "out of memory for the evaluation batches"), -1;
+    if (e->d.packed) e->seg = calloc((size_t)k, sizeof *e->seg);
+    if (!e->tok || !e->tgt || (e->d.packed && !e->seg)) return snprintf(err, n, "out of memory for the evaluation batches"), -1;
     e->k = (int)k;
     for (int b = 0; b < e->k; b++) {
         e->tok[b] = malloc(sizeof(int32_t) * (size_t)(B * T));
         e->tgt[b] = malloc(sizeof(int32_t) * (size_t)(B * T));
         if (!e->tok[b] || !e->tgt[b]) return snprintf(err, n, "out of memory for the evaluation batches"), -1;
         if (dord_batch(&e->d, C.rank, b, e->tok[b], e->tgt[b], err, n)) return -1;
+        if (e->seg && (!(e->seg[b] = malloc(sizeof(int32_t) * (size_t)(B * T))) ||
+                       dord_segments(&e->d, C.rank, b, e->seg[b], err, n)))
+            return e->seg[b] ? -1 : (snprintf(err, n, "out of memory for the evaluation batches"), -1);
     }
     return 0;
 }
@@ -707,7 +716,9 @@ static void tb_stop(TbWriter **tb, const char *why);
 static int eval_at(Rt *r, Eval *e, int64_t s, int64_t tokens, const Opts *o, FILE *lossf, TbWriter **tb, bool tty,
                    char *err, size_t n) {
     RtEvalStats st;
-    if (rt_eval(r, (const int32_t *const *)e->tok, (const int32_t *const *)e->tgt, e->k, &st, err, n)) return -1;
+    if (rt_eval_packed(r, (const int32_t *const *)e->tok, (const int32_t *const *)e->tgt, (const int32_t *const *)e->seg,
+                       e->k, &st, err, n))
+        return -1;
     int64_t g = (int64_t)e->k * C.size;
     e->ran = true;
     e->last_step = s;
@@ -755,6 +766,7 @@ typedef struct Run {
     DataOrder dord;
     bool have_data, have_order, have_cost;
     int32_t *tok[PLAN_MAX_ACCUM], *tgt[PLAN_MAX_ACCUM];
+    int32_t *seg[PLAN_MAX_ACCUM]; /* a packed file's sample starts (dord_segments), else NULL */
     FILE *lossf;
     TbWriter *tb;                     /* --tensorboard, rank 0 */
     double tb_busy[PLAN_NQUEUES];     /* each queue's busy seconds at the last event */
@@ -915,7 +927,10 @@ static int open_data(Run *u, char *err, size_t n) {
             u->tok[a] = malloc(sizeof(int32_t) * (size_t)(u->B * u->T));
             u->tgt[a] = malloc(sizeof(int32_t) * (size_t)(u->B * u->T));
             if (!u->tok[a] || !u->tgt[a]) return snprintf(err, n, "out of memory for batches"), -1;
+            if (u->dord.packed && !(u->seg[a] = malloc(sizeof(int32_t) * (size_t)(u->B * u->T))))
+                return snprintf(err, n, "out of memory for batches"), -1;
         }
+        if (u->dord.packed && rt_set_segments(u->r, (const int32_t *const *)u->seg, err, n)) return -1;
     }
     if (o->eval_data && eval_open(&u->ev, o, plan_vocab(u->p), u->B, u->T, err, n)) return -1;
     if (o->eval_data && lead_agrees(u->lead && tokenizer_ok(u, &u->ev.tr, err, n), "the eval file", err, n))
@@ -1020,11 +1035,14 @@ static int train(Run *u, char *err, size_t n) {
             return 0;
         }
         for (int a = 0; a < u->accum; a++)
-            if (dord_batch(&u->dord, C.rank, s * u->accum + a, u->tok[a], u->tgt[a], err, n)) return -1;
-        /* A file with a mask: the trained targets of the whole global batch,
-         * counted here on every rank alike, set the loss's divisor. */
+            if (dord_batch(&u->dord, C.rank, s * u->accum + a, u->tok[a], u->tgt[a], err, n) ||
+                (u->seg[a] && dord_segments(&u->dord, C.rank, s * u->accum + a, u->seg[a], err, n)))
+                return -1;
+        /* A file with a mask (or --eos, whose padding trains nothing): the
+         * trained targets of the whole global batch, counted here on every
+         * rank alike, set the loss's divisor. */
         int64_t trained = -1;
-        if (u->tr.version == TOK_VERSION_MASKED) {
+        if (u->tr.version == TOK_VERSION_MASKED || u->tr.version == TOK_VERSION_PACKED || u->dord.o.eos >= 0) {
             trained = 0;
             for (int a = 0; a < u->accum; a++) {
                 int64_t c = dord_trained(&u->dord, s * u->accum + a, err, n);
@@ -1235,6 +1253,7 @@ static void run_close(Run *u) {
     for (int a = 0; a < PLAN_MAX_ACCUM; a++) {
         free(u->tok[a]);
         free(u->tgt[a]);
+        free(u->seg[a]);
     }
     if (u->lossf) fclose(u->lossf);
     char why[512];

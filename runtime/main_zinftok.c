@@ -10,6 +10,9 @@
  *       (runtime/data/sftdata.h): [--train-on completion|all]
  *       [--max-tokens N [--too-long truncate|refuse]]; when some token is
  *       untrained the file carries the mask (tokens.h, version 3)
+ *       [--pack T [--pack-seed S]]: the samples (JSONL lines, documents)
+ *       packed into rows of T+1 tokens (runtime/data/packing.h), written
+ *       as a packed file (tokens.h, version 4); --val takes whole rows
  *   zinftok --decode [--tokenizer tokenizer.json] [--skip-special] [TRAIN.bin | -]
  *       ids back to text on stdout: a token file, or decimal ids on stdin
  * Exit 0, 1 on bad input or I/O errors, 2 on usage. */
@@ -25,6 +28,7 @@
 #include "bpe.h"
 #include "chattmpl.h"
 #include "hftok.h"
+#include "packing.h"
 #include "sftdata.h"
 #include "tokens.h"
 #include "unicode.h"
@@ -43,6 +47,8 @@ static void usage(FILE *f) {
             "         or {\"input_ids\": [...], \"labels\": [...]} (-100: untrained); the file then carries which\n"
             "         tokens are trained. --train-on completion (default) | all: what of a prompt/completion trains;\n"
             "         --max-tokens N: a longer sample is cut to N tokens, or refused with --too-long refuse\n"
+            "       --pack T [--pack-seed S]: samples (JSONL lines, documents) packed into rows of T+1 tokens, each\n"
+            "         sample attending only to itself in training (T: the model's sequence length)\n"
             "       zinftok --decode [--tokenizer tokenizer.json] [--skip-special] [TRAIN.bin | -]\n"
             "         token ids back to text (a token file, or decimal ids on standard input)\n");
 }
@@ -109,6 +115,8 @@ typedef struct {
     bool refuse_long;
     int no_bos, no_eos, decode, skip_special;
     double frac;
+    int64_t pack;        /* --pack T; 0: not packed */
+    uint64_t pack_seed;
     const char **inputs; /* argv[1..nin], compacted there while parsing */
     int nin;
 } Opts;
@@ -219,6 +227,62 @@ static int run_decode(const Opts *o, HfTok *t) {
     return 0;
 }
 
+/* What the JSONL inputs held (the line goes on). */
+static void print_samples(const Opts *o, const SftStats *st) {
+    printf("zinftok: %" PRId64 " sample%s (%" PRId64 " text, %" PRId64 " prompt/completion, %" PRId64 " pre-tokenized)",
+           st->samples, st->samples == 1 ? "" : "s", st->text, st->prompt_completion, st->pretokenized);
+    if (st->conversations) printf(", %" PRId64 " conversation%s", st->conversations, st->conversations == 1 ? "" : "s");
+    if (o->max_tokens > 0) printf(", %" PRId64 " longer than %" PRId64 " tokens truncated", st->truncated, o->max_tokens);
+}
+
+/* Rows [r0, r1) of a packing as a packed file. */
+static int write_rows(const char *path, const PackRows *pr, int64_t r0, int64_t r1, int64_t vocab, uint64_t fp,
+                      char *err, size_t errlen) {
+    int64_t cap = pr->T + 1, s0 = pr->row_first[r0], ns = pr->row_first[r1] - s0;
+    int32_t *first = malloc(sizeof *first * (size_t)(r1 - r0 + 1));
+    if (!first) return snprintf(err, errlen, "%s: out of memory", path), -1;
+    for (int64_t i = r0; i <= r1; i++) first[i - r0] = (int32_t)(pr->row_first[i] - s0);
+    int rc = tok_write_packed(path, pr->ids + r0 * cap, pr->trained + r0 * cap, r1 - r0, pr->T, first,
+                              pr->starts + s0, ns, vocab, fp, err, errlen);
+    free(first);
+    return rc;
+}
+
+/* --pack T: the samples in rows of T+1 tokens, the padding pad_id; the
+ * last --val-fraction of the rows (in their seeded order) to --val. */
+static int write_packed(const Opts *o, const SftOut *out, uint32_t pad_id, int64_t vocab, uint64_t fp) {
+    char err[1024];
+    PackRows pr;
+    if (pack_samples(out->ids.v, out->trained, out->ends, (int64_t)out->nends, o->pack, pad_id, o->pack_seed, &pr, err,
+                     sizeof err)) {
+        fprintf(stderr, "zinftok: --pack %" PRId64 ": %s\n", o->pack, err);
+        return 1;
+    }
+    int64_t nval = o->val ? (int64_t)((double)pr.rows * o->frac) : 0, ntrain = pr.rows - nval;
+    int rc = 0;
+    if (o->val && (nval == 0 || ntrain == 0)) {
+        fprintf(stderr, "zinftok: --val with --pack: %" PRId64 " row%s cannot be split %.2f : %.2f\n", pr.rows,
+                pr.rows == 1 ? "" : "s", 1 - o->frac, o->frac);
+        rc = 1;
+    } else if (write_rows(o->out, &pr, 0, ntrain, vocab, fp, err, sizeof err) ||
+               (o->val && write_rows(o->val, &pr, ntrain, pr.rows, vocab, fp, err, sizeof err))) {
+        fprintf(stderr, "zinftok: %s\n", err);
+        rc = 1;
+    } else {
+        int64_t cap = o->pack + 1, trained = 0;
+        for (int64_t i = 0; i < pr.rows * cap; i++) trained += pr.trained[i];
+        printf("zinftok: %" PRId64 " sample%s packed into %" PRId64 " row%s of T+1 = %" PRId64 " tokens -> %s", pr.samples,
+               pr.samples == 1 ? "" : "s", ntrain, ntrain == 1 ? "" : "s", cap, o->out);
+        if (o->val) printf(", %" PRId64 " -> %s", nval, o->val);
+        printf(" (seed %" PRIu64 ")\n", o->pack_seed);
+        printf("zinftok: packing efficiency %.2f%% (%" PRId64 " sample tokens of %" PRId64 " row tokens); trained tokens: %"
+               PRId64 "\n",
+               100.0 * pack_efficiency(&pr), pr.real, pr.rows * cap, trained);
+    }
+    pack_rows_free(&pr);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     Opts o = {.frac = 0.1, .inputs = (const char **)argv + 1, .train_on = SFT_TRAIN_COMPLETION};
     bool sft_opts = false;
@@ -226,7 +290,8 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         int takes = !strcmp(a, "-o") || !strcmp(a, "--val") || !strcmp(a, "--val-fraction") || !strcmp(a, "--tokenizer") ||
                     !strcmp(a, "--bos") || !strcmp(a, "--eos") || !strcmp(a, "--train-on") || !strcmp(a, "--max-tokens") ||
-                    !strcmp(a, "--too-long") || !strcmp(a, "--chat-template");
+                    !strcmp(a, "--too-long") || !strcmp(a, "--chat-template") || !strcmp(a, "--pack") ||
+                    !strcmp(a, "--pack-seed");
         if (takes && i + 1 == argc) {
             fprintf(stderr, "zinftok: option '%s' needs an argument\n", a);
             return 2;
@@ -259,6 +324,18 @@ int main(int argc, char **argv) {
                 return 2;
             }
             o.max_tokens = v;
+        } else if (!strcmp(a, "--pack") || !strcmp(a, "--pack-seed")) {
+            bool seed = !strcmp(a, "--pack-seed");
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(argv[++i], &end, 10);
+            if (*end || end == argv[i] || argv[i][0] == '-' || errno || (!seed && (v < 1 || v > INT32_MAX - 1))) {
+                fprintf(stderr, "zinftok: %s '%s': expected %s\n", a, argv[i],
+                        seed ? "a seed (a whole number)" : "the model's sequence length T, 1 or more");
+                return 2;
+            }
+            if (seed) o.pack_seed = v;
+            else o.pack = (int64_t)v;
         } else if (!strcmp(a, "--too-long")) {
             sft_opts = true;
             if (strcmp(argv[++i], "truncate") && strcmp(argv[i], "refuse")) {
@@ -296,6 +373,10 @@ int main(int argc, char **argv) {
     for (int k = 0; k < o.nin; k++) any_jsonl |= is_jsonl(o.inputs[k]);
     if (sft_opts && (o.decode || !any_jsonl)) {
         fprintf(stderr, "zinftok: --train-on, --max-tokens, --too-long and --chat-template are for JSONL inputs (*.jsonl)\n");
+        return 2;
+    }
+    if (o.decode && o.pack) {
+        fprintf(stderr, "zinftok: --pack is for making a token file, not --decode\n");
         return 2;
     }
     if (o.refuse_long && !o.max_tokens) {
@@ -422,7 +503,7 @@ int main(int argc, char **argv) {
             for (size_t j = 0; j < npost && !rc; j++) rc = bpe_ids_push(&out.ids, post[j]) ? 1 : 0;
             free(fixed);
         }
-        if (rc || sft_out_mark_trained(&out, from)) {
+        if (rc || sft_out_mark_trained(&out, from) || sft_out_end_sample(&out)) {
             fprintf(stderr, "zinftok: out of memory\n");
             rc = 1;
         }
@@ -438,7 +519,13 @@ int main(int argc, char **argv) {
         rc = 1;
     }
     uint64_t fp = t ? hftok_fingerprint(t) : 0;
-    if (!rc) {
+    if (!rc && o.pack) {
+        rc = write_packed(&o, &out, npost ? post[0] : 0, vocab, fp);
+        if (!rc && njsonl) {
+            print_samples(&o, &sst);
+            printf("\n");
+        }
+    } else if (!rc) {
         const uint32_t *ids = out.ids.v;
         size_t ntok = out.ids.n, nval = o.val ? (size_t)((double)ntok * o.frac) : 0, ntrain = ntok - nval;
         int64_t trained[2] = {0, 0};
@@ -457,12 +544,7 @@ int main(int argc, char **argv) {
             else
                 printf(" (byte-level, vocabulary 256)\n");
             if (njsonl) {
-                printf("zinftok: %" PRId64 " sample%s (%" PRId64 " text, %" PRId64 " prompt/completion, %" PRId64
-                       " pre-tokenized)",
-                       sst.samples, sst.samples == 1 ? "" : "s", sst.text, sst.prompt_completion, sst.pretokenized);
-                if (sst.conversations) printf(", %" PRId64 " conversation%s", sst.conversations, sst.conversations == 1 ? "" : "s");
-                if (o.max_tokens > 0)
-                    printf(", %" PRId64 " longer than %" PRId64 " tokens truncated", sst.truncated, o.max_tokens);
+                print_samples(&o, &sst);
                 printf("; trained tokens: %" PRId64 " of %zu", trained[0], ntrain);
                 if (o.val) printf(", %" PRId64 " of %zu", trained[1], nval);
                 printf(" (--train-on %s)\n", o.train_on == SFT_TRAIN_ALL ? "all" : "completion");

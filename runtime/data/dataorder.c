@@ -59,7 +59,7 @@ static int add_doc(DataOrder *d, int64_t s, int64_t e, int64_t *cap) {
     int64_t n = e - s;
     d->docs_all++;
     if (n > d->longest) d->longest = n;
-    int64_t rows = n > 0 ? (n - 1) / d->T : 0;
+    int64_t rows = n >= 2 ? (n - 2) / d->T + 1 : 0; /* ceil((n-1)/T): the last one padded */
     if (rows == 0) return 0;
     if (d->ndocs + 1 >= *cap) {
         int64_t nc = *cap ? *cap * 2 : 1024;
@@ -69,13 +69,17 @@ static int add_doc(DataOrder *d, int64_t s, int64_t e, int64_t *cap) {
         int64_t *b = realloc(d->doc_rows, (size_t)(nc + 1) * sizeof *b);
         if (!b) return -1;
         d->doc_rows = b;
+        int64_t *c = realloc(d->doc_end, (size_t)nc * sizeof *c);
+        if (!c) return -1;
+        d->doc_end = c;
         *cap = nc;
     }
     if (d->ndocs == 0) d->doc_rows[0] = 0;
     d->doc_start[d->ndocs] = s;
+    d->doc_end[d->ndocs] = e;
     d->doc_rows[d->ndocs + 1] = d->doc_rows[d->ndocs] + rows;
     d->ndocs++;
-    d->tokens_used += rows * d->T + 1;
+    d->tokens_used += n;
     return 0;
 }
 
@@ -104,6 +108,43 @@ static int scan_docs(DataOrder *d, char *err, size_t errlen) {
     return rc;
 }
 
+/* A packed file (tokens.h, version 4): its rows, in either order. */
+static int packed_open(DataOrder *d, char *err, size_t errlen) {
+    TokReader *r = d->r;
+    if (r->pack_T != d->T)
+        return errorf(err, errlen,
+                      "%s: packed into rows of T = %lld tokens, but the model's T is %lld: pack the samples again with "
+                      "zinftok --pack %lld",
+                      r->path, (long long)r->pack_T, (long long)d->T, (long long)d->T);
+    if (d->o.eos >= 0)
+        return errorf(err, errlen, "--eos does not apply to %s: a packed file's rows are its samples already", r->path);
+    d->packed = true;
+    d->rows = r->pack_rows;
+    if (d->rows < d->B * d->world)
+        return errorf(err, errlen,
+                      "%s: %lld packed row%s, fewer than the %lld of one global micro-batch (B=%lld on %lld rank%s)",
+                      r->path, (long long)d->rows, d->rows == 1 ? "" : "s", (long long)(d->B * d->world),
+                      (long long)d->B, (long long)d->world, d->world == 1 ? "" : "s");
+    d->tokens_used = r->ntokens;
+    return 0;
+}
+
+int dord_segments(DataOrder *d, int rank, int64_t g, int32_t *seg, char *err, size_t errlen) {
+    int64_t T = d->T;
+    if (!d->packed) {
+        memset(seg, 0, sizeof *seg * (size_t)(d->B * T));
+        return 0;
+    }
+    if (rank < 0 || rank >= d->world || g < 0 || g > INT64_MAX / (d->B * d->world) - 1)
+        return errorf(err, errlen, "%s: no micro-batch %lld on rank %d", d->r->path, (long long)g, rank);
+    for (int64_t b = 0; b < d->B; b++) {
+        int64_t off = dord_global_row_start(d, (g * d->world + rank) * d->B + b);
+        if (off < 0) return errorf(err, errlen, "%s: no row for micro-batch %lld", d->r->path, (long long)g);
+        if (tok_row_segments(d->r, off / (T + 1), seg + b * T, err, errlen)) return -1;
+    }
+    return 0;
+}
+
 int dord_open(DataOrder *d, TokReader *r, const DordOptions *o, int64_t B, int64_t T, int world, char *err,
               size_t errlen) {
     memset(d, 0, sizeof *d);
@@ -116,7 +157,9 @@ int dord_open(DataOrder *d, TokReader *r, const DordOptions *o, int64_t B, int64
         return errorf(err, errlen, "%s: bad micro-batch shape B=%lld T=%lld on %d ranks", r->path, (long long)B,
                     (long long)T, world);
     int64_t global = B * world; /* rows of one global micro-batch */
-    if (o->eos >= 0) {
+    if (r->pack_T) {
+        if (packed_open(d, err, errlen)) return -1;
+    } else if (o->eos >= 0) {
         int64_t vocab = r->vocab > 0 ? r->vocab : r->file_vocab;
         if (vocab > 0 && o->eos >= vocab)
             return errorf(err, errlen, "--eos %lld is not a token id of the vocabulary of %lld ids (0..%lld)",
@@ -128,10 +171,8 @@ int dord_open(DataOrder *d, TokReader *r, const DordOptions *o, int64_t B, int64
         if (d->rows == 0) {
             dord_close(d);
             return errorf(err, errlen,
-                        "%s: no document holds a row of T+1 = %lld tokens (%lld document%s split at EOS %lld, the longest "
-                        "%lld tokens)",
-                        r->path, (long long)(T + 1), (long long)d->docs_all, d->docs_all == 1 ? "" : "s",
-                        (long long)o->eos, (long long)d->longest);
+                        "%s: no document holds a target: %lld document%s split at EOS %lld, of at most 1 token each",
+                        r->path, (long long)d->docs_all, d->docs_all == 1 ? "" : "s", (long long)o->eos);
         }
         if (d->rows < global) {
             int64_t rows = d->rows;
@@ -180,8 +221,9 @@ int dord_open(DataOrder *d, TokReader *r, const DordOptions *o, int64_t B, int64
 void dord_close(DataOrder *d) {
     free(d->doc_start);
     free(d->doc_rows);
+    free(d->doc_end);
     free(d->row);
-    d->doc_start = d->doc_rows = NULL;
+    d->doc_start = d->doc_rows = d->doc_end = NULL;
     d->row = NULL;
     d->ndocs = 0;
 }
@@ -192,6 +234,7 @@ int64_t dord_row_start(const DataOrder *d, int64_t j) {
         int64_t w = d->rows / d->B;
         return ((j / d->B) % w) * d->B * d->T + (j % d->B) * d->T;
     }
+    if (d->packed) return j * (d->T + 1);
     if (d->o.eos < 0) return j * d->T;
     /* the last document whose first row is at or before j */
     int64_t lo = 0, hi = d->ndocs - 1;
@@ -201,6 +244,20 @@ int64_t dord_row_start(const DataOrder *d, int64_t j) {
         else hi = mid - 1;
     }
     return d->doc_start[lo] + (j - d->doc_rows[lo]) * d->T;
+}
+
+/* How many of the T+1 tokens of the row at `off` are its document's: T+1,
+ * but for the last row of an EOS document, which the padding fills up. */
+static int64_t row_len(const DataOrder *d, int64_t off) {
+    if (d->o.eos < 0 || d->packed || d->windows) return d->T + 1;
+    int64_t lo = 0, hi = d->ndocs - 1;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if (d->doc_start[mid] <= off) lo = mid;
+        else hi = mid - 1;
+    }
+    int64_t n = d->doc_end[lo] - off;
+    return n < d->T + 1 ? n : d->T + 1;
 }
 
 int64_t dord_global_row_start(const DataOrder *d, int64_t q) {
@@ -223,12 +280,14 @@ int dord_batch(DataOrder *d, int rank, int64_t g, int32_t *tokens, int32_t *targ
     for (int64_t b = 0; b < d->B; b++) {
         int64_t off = dord_global_row_start(d, (g * d->world + rank) * d->B + b);
         if (off < 0) return errorf(err, errlen, "%s: no row for micro-batch %lld", r->path, (long long)g);
-        if (tok_read(r, off, T + 1, d->row, err, errlen)) return -1;
+        int64_t n = row_len(d, off); /* 2..T+1 */
+        if (tok_read(r, off, n, d->row, err, errlen)) return -1;
+        for (int64_t t = n; t <= T; t++) d->row[t] = (uint32_t)d->o.eos; /* padding */
         for (int64_t t = 0; t < T; t++) {
             tokens[b * T + t] = (int32_t)d->row[t];
-            targets[b * T + t] = (int32_t)d->row[t + 1];
+            targets[b * T + t] = t + 1 < n ? (int32_t)d->row[t + 1] : TOK_UNTRAINED;
         }
-        if (tok_mask_targets(r, off + 1, T, targets + b * T, err, errlen)) return -1;
+        if (tok_mask_targets(r, off + 1, n - 1, targets + b * T, err, errlen)) return -1;
     }
     return 0;
 }
@@ -254,7 +313,7 @@ int64_t dord_trained(DataOrder *d, int64_t g, char *err, size_t errlen) {
     for (int64_t q = g * per; q < (g + 1) * per; q++) {
         int64_t off = dord_global_row_start(d, q);
         if (off < 0) return errorf(err, errlen, "%s: no row for micro-batch %lld", r->path, (long long)g);
-        int64_t c = tok_count_trained(r, off + 1, T, err, errlen);
+        int64_t c = tok_count_trained(r, off + 1, row_len(d, off) - 1, err, errlen);
         if (c < 0) return -1;
         count += c;
     }
@@ -276,9 +335,9 @@ double dord_epochs_read(const DataOrder *d, int64_t g) {
 int dord_state_json(const DataOrder *d, int64_t g, char *buf, size_t n) {
     return snprintf(buf, n,
                     "{\"order\": \"%s\", \"seed\": %" PRIu64 ", \"eos\": %lld, \"tokens\": %lld, \"micro_batches\": %lld, "
-                    "\"epoch\": %lld}",
+                    "\"epoch\": %lld%s}",
                     dord_order_name(d->o.order), d->o.seed, (long long)d->o.eos, (long long)d->r->ntokens,
-                    (long long)g, (long long)(dord_epoch(d, g) + 1));
+                    (long long)g, (long long)(dord_epoch(d, g) + 1), d->o.eos >= 0 ? ", \"eos_rows\": \"padded\"" : "");
 }
 
 /* A field of a flat JSON object [obj, end): its value's text into out. */
@@ -352,7 +411,7 @@ int dord_state_check(const DataOrder *d, const char *state, int64_t g, char *err
             !field(p, end, "micro_batches", v, sizeof v) || !num(v, false, &mb, NULL))
             return errorf(err, errlen, "the checkpoint's data position lacks tokens or micro_batches");
     }
-    char diff[1024] = "";
+    char diff[1024] = "", v_rows[32];
     size_t used = 0;
     if (was.order != d->o.order)
         diff_add(diff, sizeof diff, &used, "--data-order: the checkpoint's %s%s, this run's %s", dord_order_name(was.order),
@@ -365,6 +424,10 @@ int dord_state_check(const DataOrder *d, const char *state, int64_t g, char *err
         eos_str(d->o.eos, b, sizeof b);
         diff_add(diff, sizeof diff, &used, "--eos: the checkpoint's %s, this run's %s", a, b);
     }
+    else if (p && was.eos >= 0 && !field(p, strchr(p, '}'), "eos_rows", v_rows, sizeof v_rows))
+        diff_add(diff, sizeof diff, &used,
+                 "--eos: the checkpoint's rows left out documents of at most T tokens and the tails of longer ones "
+                 "(written before they were padded to a row), this run's pad them");
     if (tokens >= 0 && tokens != d->r->ntokens)
         diff_add(diff, sizeof diff, &used, "the data file: the checkpoint's had %lld tokens, %s has %lld", tokens, d->r->path, (long long)d->r->ntokens);
     if (used)

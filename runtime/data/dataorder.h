@@ -29,20 +29,26 @@
  *   shuffle, no EOS: E = (N-1) / T rows, row j at token j*T.
  *   EOS id given (either order): documents. A document ends with an EOS
  *       token (included) or at the end of the file; the next starts just
- *       after it. A document of n tokens holds (n-1) / T rows, row k of
- *       it at its start + k*T: rows start at the document's start, step T,
- *       and never read past its last token, so no row (no input and no
- *       target) crosses a document boundary; a document's tail shorter
- *       than a row and documents of at most T tokens are not read. E is
- *       the rows of all documents, numbered in file order.
+ *       after it. A document of n >= 2 tokens holds ceil((n-1) / T) rows,
+ *       row k of it at its start + k*T: rows start at the document's
+ *       start, step T, and never read past its last token, so no row (no
+ *       input and no target) crosses a document boundary. The last row of
+ *       a document reads what is left of it (a document of at most T
+ *       tokens: all of it) and is padded with the EOS id to T+1 tokens,
+ *       the padding's targets untrained (TOK_UNTRAINED): every target of
+ *       every document trains once an epoch. E is the rows of all
+ *       documents, numbered in file order.
+ *
+ *   packed file (tokens.h, version 4, either order; no EOS): its rows,
+ *       E = R, row j at token j*(T+1); the file's T must be the model's.
  *
  * Permutation: a 6-round balanced Feistel network over the smallest 2h-bit
  * domain (4^h >= E) with splitmix64 round functions keyed by (seed, epoch),
  * cycle-walked into [0, E): a bijection of [0, E), O(1) memory, fewer than
  * 4 passes of the network per row on average. The EOS layout keeps the first
- * token and the row count before each document that holds a row (16 bytes
- * a document, made by one scan of the file at open); row j is found by
- * binary search.
+ * token, the end and the row count before each document that holds a row
+ * (24 bytes a document, made by one scan of the file at open); row j (and
+ * the document a row is in) is found by binary search.
  *
  * Errors are one line "PATH: what is wrong" (or "--eos ...") in the
  * caller's buffer; nothing here prints or exits. */
@@ -67,11 +73,13 @@ typedef struct DataOrder {
     TokReader *r;            /* read through, not owned */
     int64_t B, T, world;
     bool windows;            /* sequential without EOS: tok_batch's windows */
+    bool packed;             /* a packed file (tokens.h, version 4): its rows of T+1 tokens */
     int64_t rows;            /* E: rows of one epoch */
     /* EOS layout: documents holding at least one row, owned */
     int64_t ndocs;
     int64_t *doc_start;      /* [ndocs] first token */
     int64_t *doc_rows;       /* [ndocs + 1] rows before document d */
+    int64_t *doc_end;        /* [ndocs] the token after its last */
     /* what the EOS scan saw */
     int64_t docs_all, eos_count, longest;
     int64_t tokens_used;     /* distinct tokens the rows of an epoch cover (not windows) */
@@ -98,6 +106,11 @@ int64_t dord_global_row_start(const DataOrder *d, int64_t q);
 /* The micro-batch of rank `rank` at global micro-batch g into tokens[B*T]
  * and targets[B*T] (TOK_UNTRAINED at untrained targets). 0, or -1 with err. */
 int dord_batch(DataOrder *d, int rank, int64_t g, int32_t *tokens, int32_t *targets, char *err, size_t errlen);
+/* Where each input's sample begins in its row (tokens.h, "Packed rows"),
+ * for the micro-batch dord_batch reads: seg[b*T + t] for row b, input t;
+ * all 0 for a file that is not packed (a row is one sample). 0, or -1
+ * with err. */
+int dord_segments(DataOrder *d, int rank, int64_t g, int32_t *seg, char *err, size_t errlen);
 /* The trained targets (tokens.h, "Targets") of global micro-batch g on
  * every rank together: what each rank can count from the file before the
  * step, so that the step's loss is the mean over the trained targets of
@@ -117,7 +130,9 @@ int dord_parse_order(const char *s, DordOrder *o);
  * checkpoint's run state:
  *   {"order": "shuffle", "seed": 7, "eos": -1, "tokens": N,
  *    "micro_batches": g, "epoch": e}
- * (epoch: of the next micro-batch, from 1). Returns snprintf's count. */
+ * (epoch: of the next micro-batch, from 1; with an EOS id also
+ * "eos_rows": "padded", the layout above: a checkpoint without it was
+ * written when short documents were left out, and is refused). Returns snprintf's count. */
 int dord_state_json(const DataOrder *d, int64_t g, char *buf, size_t n);
 /* Checks a checkpoint's run state (the manifest's state object, which
  * holds the JSON above under "data", or none when written before data

@@ -17,7 +17,19 @@
 void sft_out_free(SftOut *o) {
     bpe_ids_free(&o->ids);
     free(o->trained);
+    free(o->ends);
     memset(o, 0, sizeof *o);
+}
+
+int sft_out_end_sample(SftOut *o) {
+    if (o->nends == o->ends_cap) {
+        size_t c = o->ends_cap ? o->ends_cap * 2 : 256;
+        size_t *e = realloc(o->ends, c * sizeof *e);
+        if (!e) return -1;
+        o->ends = e, o->ends_cap = c;
+    }
+    o->ends[o->nends++] = o->ids.n;
+    return 0;
 }
 
 int sft_parse_train_on(const char *s, SftTrainOn *t) {
@@ -62,6 +74,7 @@ static int finish_sample(const SftOptions *o, size_t start, const char *where, S
         st->truncated++;
     }
     st->samples++;
+    if (sft_out_end_sample(out)) return errorf(err, errlen, "%s: out of memory", where);
     return 0;
 }
 

@@ -88,8 +88,13 @@ typedef struct SftOut {
     BpeIds ids;
     uint8_t *trained;        /* owned, ids.cap long */
     size_t trained_cap;
+    size_t *ends;            /* owned: where each sample ends in ids (zinftok --pack cuts there) */
+    size_t nends, ends_cap;
 } SftOut;
 void sft_out_free(SftOut *o);
+/* Ends a sample at ids.n (a plain-text document, appended directly). 0,
+ * or -1 when out of memory. */
+int sft_out_end_sample(SftOut *o);
 /* Marks ids.v[from..ids.n) trained (ids appended to out.ids directly, as
  * plain text is). 0, or -1 when out of memory. */
 int sft_out_mark_trained(SftOut *o, size_t from);

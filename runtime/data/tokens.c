@@ -3,6 +3,7 @@
 #include "errorf.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdarg.h>
@@ -24,6 +25,54 @@ static ssize_t pread_full(int fd, void *buf, size_t n, off_t off) {
         done += (size_t)r;
     }
     return (ssize_t)done;
+}
+
+/* A packed file's sample table (after the mask), read whole and checked:
+ * a corrupt table is refused here, not met at the step that reads it. */
+static int read_rows(TokReader *r, const int32_t *h, char *err, size_t errlen) {
+    int64_t T = h[8], R = h[9], S = h[10];
+    r->pack_T = T, r->pack_rows = R, r->pack_samples = S;
+    r->row_first = malloc((size_t)(R + 1) * sizeof *r->row_first);
+    r->sample_start = malloc((size_t)(S ? S : 1) * sizeof *r->sample_start);
+    if (!r->row_first || !r->sample_start)
+        return errorf(err, errlen, "%s: out of memory for the sample table of %lld rows", r->path, (long long)R);
+    off_t pos = (off_t)TOK_HEADER_BYTES + (off_t)r->ntokens * r->width + (off_t)((r->ntokens + 7) / 8);
+    size_t a = (size_t)(R + 1) * 4, b = (size_t)S * 4;
+    if (pread_full(r->fd, r->row_first, a, pos) != (ssize_t)a ||
+        pread_full(r->fd, r->sample_start, b, pos + (off_t)a) != (ssize_t)b)
+        return errorf(err, errlen, "%s: cannot read the sample table of the packed rows", r->path);
+    if (r->row_first[0] != 0 || r->row_first[R] != S)
+        return errorf(err, errlen, "%s: corrupt sample table: the row offsets run from %d to %d, expected 0 to %lld",
+                      r->path, r->row_first[0], r->row_first[R], (long long)S);
+    for (int64_t i = 0; i < R; i++) {
+        int32_t f = r->row_first[i], l = r->row_first[i + 1];
+        if (l <= f || l > S)
+            return errorf(err, errlen, "%s: corrupt sample table: row %lld has samples %d..%d (of %lld)", r->path,
+                          (long long)i, f, l - 1, (long long)S);
+        for (int32_t k = f; k < l; k++) {
+            int32_t st = r->sample_start[k];
+            bool bad = k == f ? st != 0 : st <= r->sample_start[k - 1] || st > T;
+            if (bad)
+                return errorf(err, errlen,
+                              "%s: corrupt sample table: row %lld's sample %d starts at token %d (starts run from 0 "
+                              "upwards, below T+1 = %lld)",
+                              r->path, (long long)i, k - f, st, (long long)T + 1);
+        }
+    }
+    return 0;
+}
+
+int tok_row_segments(const TokReader *r, int64_t row, int32_t *seg, char *err, size_t errlen) {
+    if (!r->pack_T) return errorf(err, errlen, "%s: not a packed token file", r->path);
+    if (row < 0 || row >= r->pack_rows)
+        return errorf(err, errlen, "%s: row %lld is outside the file's %lld packed rows", r->path, (long long)row,
+                      (long long)r->pack_rows);
+    int32_t k = r->row_first[row], last = r->row_first[row + 1] - 1;
+    for (int64_t t = 0; t < r->pack_T; t++) {
+        while (k < last && r->sample_start[k + 1] <= t) k++;
+        seg[t] = r->sample_start[k];
+    }
+    return 0;
 }
 
 int tok_open(TokReader *r, const char *path, int64_t vocab, char *err, size_t errlen) {
@@ -61,19 +110,21 @@ int tok_open(TokReader *r, const char *path, int64_t vocab, char *err, size_t er
         close(fd);
         return errorf(err, errlen, "%s: bad magic 0x%x (expected %d): not a token file", path, (unsigned)h[0], TOK_MAGIC);
     }
-    if (h[1] != TOK_VERSION && h[1] != TOK_VERSION32 && h[1] != TOK_VERSION_MASKED) {
+    if (h[1] != TOK_VERSION && h[1] != TOK_VERSION32 && h[1] != TOK_VERSION_MASKED && h[1] != TOK_VERSION_PACKED) {
         close(fd);
         return errorf(err, errlen,
-                      "%s: unsupported version %d (expected %d: uint16 tokens, %d: uint32 tokens, or %d: tokens with a "
-                      "trained-token mask)",
-                      path, h[1], TOK_VERSION, TOK_VERSION32, TOK_VERSION_MASKED);
+                      "%s: unsupported version %d (expected %d: uint16 tokens, %d: uint32 tokens, %d: tokens with a "
+                      "trained-token mask, or %d: packed rows)",
+                      path, h[1], TOK_VERSION, TOK_VERSION32, TOK_VERSION_MASKED, TOK_VERSION_PACKED);
     }
     int width = h[1] == TOK_VERSION ? 2 : 4;
-    if (h[1] == TOK_VERSION_MASKED) {
+    bool masked = h[1] == TOK_VERSION_MASKED || h[1] == TOK_VERSION_PACKED;
+    if (masked) {
         width = h[6];
         if (width != 2 && width != 4) {
             close(fd);
-            return errorf(err, errlen, "%s: version 3 header says %d bytes per token id (expected 2 or 4)", path, h[6]);
+            return errorf(err, errlen, "%s: version %d header says %d bytes per token id (expected 2 or 4)", path, h[1],
+                          h[6]);
         }
         if (h[2] >= 0 && (h[7] < 0 || h[7] > h[2])) {
             close(fd);
@@ -94,7 +145,16 @@ int tok_open(TokReader *r, const char *path, int64_t vocab, char *err, size_t er
         return errorf(err, errlen, "%s: negative token count %d in the header", path, h[2]);
     }
     int64_t want = TOK_HEADER_BYTES + width * (int64_t)h[2];
-    if (h[1] == TOK_VERSION_MASKED) want += ((int64_t)h[2] + 7) / 8;
+    if (masked) want += ((int64_t)h[2] + 7) / 8;
+    if (h[1] == TOK_VERSION_PACKED) {
+        if (h[8] < 1 || h[9] < 0 || h[10] < h[9] || (int64_t)h[9] * (h[8] + 1) != h[2]) {
+            close(fd);
+            return errorf(err, errlen,
+                          "%s: corrupt packed header: %d rows of T+1 = %lld tokens and %d samples for %d tokens", path,
+                          h[9], (long long)h[8] + 1, h[10], h[2]);
+        }
+        want += 4 * ((int64_t)h[9] + 1 + h[10]);
+    }
     if ((int64_t)st.st_size != want) {
         close(fd);
         return errorf(err, errlen, "%s: %s: the header says %d tokens (%lld bytes) but the file has %lld bytes", path,
@@ -108,7 +168,11 @@ int tok_open(TokReader *r, const char *path, int64_t vocab, char *err, size_t er
     r->tokenizer = (uint64_t)(uint32_t)h[4] | (uint64_t)(uint32_t)h[5] << 32;
     r->width = width;
     r->version = h[1];
-    r->ntrained = h[1] == TOK_VERSION_MASKED ? h[7] : h[2];
+    r->ntrained = masked ? h[7] : h[2];
+    if (h[1] == TOK_VERSION_PACKED && read_rows(r, h, err, errlen)) {
+        tok_close(r);
+        return -1;
+    }
     return 0;
 }
 
@@ -184,7 +248,7 @@ static int check_range(const TokReader *r, int64_t off, int64_t n, char *err, si
 
 int tok_read_trained(TokReader *r, int64_t off, int64_t n, uint8_t *trained, char *err, size_t errlen) {
     if (check_range(r, off, n, err, errlen)) return -1;
-    if (r->version != TOK_VERSION_MASKED || n == 0) {
+    if ((r->version != TOK_VERSION_MASKED && r->version != TOK_VERSION_PACKED) || n == 0) {
         memset(trained, 1, (size_t)n);
         return 0;
     }
@@ -203,7 +267,7 @@ int tok_read_trained(TokReader *r, int64_t off, int64_t n, uint8_t *trained, cha
 
 int64_t tok_count_trained(TokReader *r, int64_t off, int64_t n, char *err, size_t errlen) {
     if (check_range(r, off, n, err, errlen)) return -1;
-    if (r->version != TOK_VERSION_MASKED || n == 0) return n;
+    if ((r->version != TOK_VERSION_MASKED && r->version != TOK_VERSION_PACKED) || n == 0) return n;
     const int64_t chunk = INT64_C(1) << 23;
     int64_t count = 0;
     for (int64_t done = 0; done < n;) {
@@ -219,7 +283,7 @@ int64_t tok_count_trained(TokReader *r, int64_t off, int64_t n, char *err, size_
 }
 
 int tok_mask_targets(TokReader *r, int64_t off, int64_t n, int32_t *targets, char *err, size_t errlen) {
-    if (r->version != TOK_VERSION_MASKED || n == 0) return 0;
+    if ((r->version != TOK_VERSION_MASKED && r->version != TOK_VERSION_PACKED) || n == 0) return 0;
     if (check_range(r, off, n, err, errlen)) return -1;
     int64_t first;
     if (read_bits(r, off, n, &first, err, errlen)) return -1;
@@ -294,6 +358,8 @@ void tok_close(TokReader *r) {
     if (r->fd >= 0) close(r->fd);
     free(r->buf);
     free(r->bits);
+    free(r->row_first);
+    free(r->sample_start);
     memset(r, 0, sizeof *r);
     r->fd = -1;
 }
@@ -312,8 +378,14 @@ static int write_full(int fd, const void *buf, size_t n) {
 /* mask: NULL (versions 1, 2) or the version 3 mask, ceil(n/8) bytes with
  * `trained` bits set; tokenizer: the fingerprint recorded in [4..5], 0:
  * none. */
+/* The sample table of a packed file (version 4): NULL for the others. */
+typedef struct PackTable {
+    int64_t T, rows, samples;
+    const int32_t *row_first, *starts;
+} PackTable;
+
 static int write_file(const char *path, const void *body, int64_t n, int width, int32_t vocab, uint64_t tokenizer,
-                      const uint8_t *mask, int64_t trained, char *err, size_t errlen) {
+                      const uint8_t *mask, int64_t trained, const PackTable *pack, char *err, size_t errlen) {
     if (n < 0 || n > INT32_MAX)
         return errorf(err, errlen, "%s: %lld tokens do not fit the int32 count of the header", path, (long long)n);
     char tmp[600];
@@ -334,9 +406,18 @@ static int write_file(const char *path, const void *body, int64_t n, int width, 
         h[6] = width;
         h[7] = (int32_t)trained;
     }
+    if (pack) {
+        h[1] = TOK_VERSION_PACKED;
+        h[8] = (int32_t)pack->T;
+        h[9] = (int32_t)pack->rows;
+        h[10] = (int32_t)pack->samples;
+    }
     const char *what = "write";
     if (write_full(fd, h, sizeof h) != 0 || write_full(fd, body, (size_t)n * (size_t)width) != 0) goto bad;
     if (mask && write_full(fd, mask, (size_t)(n + 7) / 8) != 0) goto bad;
+    if (pack && (write_full(fd, pack->row_first, (size_t)(pack->rows + 1) * 4) != 0 ||
+                 write_full(fd, pack->starts, (size_t)pack->samples * 4) != 0))
+        goto bad;
     what = "fsync";
     if (fsync(fd) != 0) goto bad;
     what = "close";
@@ -365,11 +446,11 @@ bad: {
 }
 
 int tok_write(const char *path, const uint16_t *tokens, int64_t n, char *err, size_t errlen) {
-    return write_file(path, tokens, n, 2, 0, 0, NULL, 0, err, errlen);
+    return write_file(path, tokens, n, 2, 0, 0, NULL, 0, NULL, err, errlen);
 }
 
 static int write_ids(const char *path, const uint32_t *ids, const uint8_t *mask, int64_t trained, int64_t n,
-                     int64_t vocab, uint64_t tokenizer, char *err, size_t errlen) {
+                     int64_t vocab, uint64_t tokenizer, const PackTable *pack, char *err, size_t errlen) {
     if (vocab < 1 || vocab > INT32_MAX)
         return errorf(err, errlen, "%s: vocabulary size %lld is not 1..%d", path, (long long)vocab, INT32_MAX);
     if (n < 0 || n > INT32_MAX)
@@ -378,22 +459,22 @@ static int write_ids(const char *path, const uint32_t *ids, const uint8_t *mask,
         if (ids[i] >= vocab)
             return errorf(err, errlen, "%s: token %u at position %lld is not below the vocabulary size %lld", path,
                         (unsigned)ids[i], (long long)i, (long long)vocab);
-    if (vocab > TOK_MAX_VOCAB16) return write_file(path, ids, n, 4, (int32_t)vocab, tokenizer, mask, trained, err, errlen);
+    if (vocab > TOK_MAX_VOCAB16) return write_file(path, ids, n, 4, (int32_t)vocab, tokenizer, mask, trained, pack, err, errlen);
     uint16_t *narrow = malloc((size_t)(n ? n : 1) * sizeof *narrow);
     if (!narrow) return errorf(err, errlen, "%s: out of memory", path);
     for (int64_t i = 0; i < n; i++) narrow[i] = (uint16_t)ids[i];
-    int rc = write_file(path, narrow, n, 2, (int32_t)vocab, tokenizer, mask, trained, err, errlen);
+    int rc = write_file(path, narrow, n, 2, (int32_t)vocab, tokenizer, mask, trained, pack, err, errlen);
     free(narrow);
     return rc;
 }
 
 int tok_write_ids(const char *path, const uint32_t *ids, int64_t n, int64_t vocab, char *err, size_t errlen) {
-    return write_ids(path, ids, NULL, 0, n, vocab, 0, err, errlen);
+    return write_ids(path, ids, NULL, 0, n, vocab, 0, NULL, err, errlen);
 }
 
 int tok_write_ids_of(const char *path, const uint32_t *ids, int64_t n, int64_t vocab, uint64_t tokenizer, char *err,
                      size_t errlen) {
-    return write_ids(path, ids, NULL, 0, n, vocab, tokenizer, err, errlen);
+    return write_ids(path, ids, NULL, 0, n, vocab, tokenizer, NULL, err, errlen);
 }
 
 int tok_write_masked(const char *path, const uint32_t *ids, const uint8_t *trained, int64_t n, int64_t vocab,
@@ -402,12 +483,38 @@ int tok_write_masked(const char *path, const uint32_t *ids, const uint8_t *train
         return errorf(err, errlen, "%s: %lld tokens do not fit the int32 count of the header", path, (long long)n);
     int64_t count = 0;
     for (int64_t i = 0; i < n; i++) count += trained[i] != 0;
-    if (count == n) return write_ids(path, ids, NULL, 0, n, vocab, tokenizer, err, errlen);
+    if (count == n) return write_ids(path, ids, NULL, 0, n, vocab, tokenizer, NULL, err, errlen);
     uint8_t *mask = calloc((size_t)(n + 7) / 8 + 1, 1);
     if (!mask) return errorf(err, errlen, "%s: out of memory", path);
     for (int64_t i = 0; i < n; i++)
         if (trained[i]) mask[i / 8] |= (uint8_t)(1u << (i % 8));
-    int rc = write_ids(path, ids, mask, count, n, vocab, tokenizer, err, errlen);
+    int rc = write_ids(path, ids, mask, count, n, vocab, tokenizer, NULL, err, errlen);
+    free(mask);
+    return rc;
+}
+
+int tok_write_packed(const char *path, const uint32_t *ids, const uint8_t *trained, int64_t rows, int64_t T,
+                     const int32_t *row_first, const int32_t *starts, int64_t nsamples, int64_t vocab,
+                     uint64_t tokenizer, char *err, size_t errlen) {
+    if (T < 1 || rows < 1 || rows > INT32_MAX / (T + 1) || nsamples < rows || nsamples > INT32_MAX)
+        return errorf(err, errlen, "%s: %lld rows of T+1 = %lld tokens and %lld samples do not fit a packed file", path,
+                      (long long)rows, (long long)T + 1, (long long)nsamples);
+    if (row_first[0] != 0 || row_first[rows] != nsamples)
+        return errorf(err, errlen, "%s: the row offsets run from %d to %d, expected 0 to %lld", path, row_first[0],
+                      row_first[rows], (long long)nsamples);
+    for (int64_t i = 0; i < rows; i++)
+        for (int32_t k = row_first[i]; k < row_first[i + 1]; k++)
+            if (k == row_first[i] ? starts[k] != 0 : starts[k] <= starts[k - 1] || starts[k] > T)
+                return errorf(err, errlen, "%s: row %lld's sample starts are not 0, then increasing below %lld", path,
+                              (long long)i, (long long)T + 1);
+    int64_t n = rows * (T + 1), count = 0;
+    for (int64_t i = 0; i < n; i++) count += trained[i] != 0;
+    uint8_t *mask = calloc((size_t)(n + 7) / 8 + 1, 1);
+    if (!mask) return errorf(err, errlen, "%s: out of memory", path);
+    for (int64_t i = 0; i < n; i++)
+        if (trained[i]) mask[i / 8] |= (uint8_t)(1u << (i % 8));
+    PackTable pt = {T, rows, nsamples, row_first, starts};
+    int rc = write_ids(path, ids, mask, count, n, vocab, tokenizer, &pt, err, errlen);
     free(mask);
     return rc;
 }

@@ -5,7 +5,9 @@
  *           (0: not recorded; zinftok --tokenizer records it, so that a
  *           run can tell a file made by another tokenizer of the same
  *           vocabulary size), version 3 only: [6] bytes per id, 2 or 4,
- *           [7] trained tokens M; the rest zero
+ *           [7] trained tokens M, version 4 only: [6], [7] as version 3
+ *           and [8] the row length T of a packed file, [9] its rows R,
+ *           [10] its samples S; the rest zero
  *   body:   N little-endian token ids: version 1 uint16 (llm.c's own
  *           files), version 2 uint32 (written when the vocabulary has more
  *           than 65536 ids, which llm.c's readers refuse by its version),
@@ -14,12 +16,29 @@
  *           least significant first, of byte i/8) set when token i is
  *           trained: the loss counts predicting it from the tokens before
  *           it. M bits are set; the bits past N are zero.
+ *   rows:   version 4 only (a packed file: samples packed into rows, see
+ *           "Packed rows" below): after the mask, R+1 int32 row offsets
+ *           (row i's samples are entries first[i]..first[i+1]-1; first[0]
+ *           = 0, first[R] = S) then S int32 sample starts, each the token
+ *           of its row (0..T) where the sample begins; a row's first
+ *           sample begins at 0 and its starts increase.
  * so a valid file is exactly 1024 + 2*N (version 1), 1024 + 4*N
- * (version 2) or 1024 + width*N + ceil(N/8) (version 3) bytes. Versions
- * 1 and 2 train every token. Instruction data (a prompt and its answer,
+ * (version 2), 1024 + width*N + ceil(N/8) (version 3) or that plus
+ * 4*(R+1+S) (version 4) bytes. Versions 1 and 2 train every token. Instruction data (a prompt and its answer,
  * labels -100 in transformers' terms) is a version 3 file whose prompt
  * tokens are untrained; zinftok writes it from JSONL. docs/huggingface.md
  * ("Tokenizers", "Instruction data") describes it.
+ *
+ * Packed rows (version 4, zinftok --pack T). The file is R rows of T+1
+ * tokens (N = R*(T+1)): each row holds whole samples one after another,
+ * then padding (untrained) up to T+1 tokens. A row's inputs are its first
+ * T tokens and its targets the same shifted by one, as any row (see
+ * dataorder.h); the first token of every sample is untrained, so that no
+ * target is predicted across a sample's start. A model trained on such a
+ * row keeps each sample's attention inside the sample and counts its
+ * positions from the sample's start: the loss and gradients of a row are
+ * those of its samples run one by one. The padding after the last sample
+ * belongs to it (it attends only backwards and trains nothing).
  *
  * Targets. A target whose token is untrained reads TOK_UNTRAINED (-1)
  * in every targets array filled here and in dataorder.h; cross_entropy
@@ -54,6 +73,7 @@ enum {
     TOK_VERSION = 1,    /* uint16 ids */
     TOK_VERSION32 = 2,  /* uint32 ids */
     TOK_VERSION_MASKED = 3, /* uint16 or uint32 ids, then the trained-token mask */
+    TOK_VERSION_PACKED = 4, /* version 3 and the packed rows' sample starts */
     TOK_HEADER_INTS = 256,
     TOK_HEADER_BYTES = 1024,
 };
@@ -75,6 +95,10 @@ typedef struct TokReader {
     size_t bits_cap;
     unsigned char *buf; /* one window, owned by the reader */
     size_t buf_cap;     /* in bytes */
+    /* a packed file (version 4); pack_T 0: not packed */
+    int64_t pack_T, pack_rows, pack_samples;
+    int32_t *row_first;     /* [pack_rows + 1], owned */
+    int32_t *sample_start;  /* [pack_samples], owned */
 } TokReader;
 
 /* Open and validate a token file (magic, version, count against the file
@@ -118,6 +142,12 @@ int64_t tok_count_trained(TokReader *r, int64_t off, int64_t n, char *err, size_
  * Returns 0, or -1 with tok_read's message for the first bad id. */
 int tok_check_ids(TokReader *r, char *err, size_t errlen);
 
+/* Packed file: the inputs of row `row` (0 <= row < pack_rows) into
+ * seg[T]: seg[t] the token of the row where the sample holding input t
+ * begins (0 <= seg[t] <= t). 0, or -1 with err (not a packed file, row
+ * out of range). */
+int tok_row_segments(const TokReader *r, int64_t row, int32_t *seg, char *err, size_t errlen);
+
 /* Write n tokens to path atomically: a temporary file beside it, fsync,
  * rename over path, fsync of the directory. n must fit the int32 count.
  * Version 1, vocabulary not recorded. Returns 0, or -1 with err (and no
@@ -135,6 +165,14 @@ int tok_write_ids_of(const char *path, const uint32_t *ids, int64_t n, int64_t v
  * of 2 bytes when vocab <= 65536, else 4) when some token is untrained,
  * else exactly what tok_write_ids_of writes. */
 int tok_write_masked(const char *path, const uint32_t *ids, const uint8_t *trained, int64_t n, int64_t vocab,
+                     uint64_t tokenizer, char *err, size_t errlen);
+
+/* A packed file (version 4): rows*(T+1) ids and their trained[] (the
+ * first token of each sample and the padding already untrained), the
+ * rows' sample offsets row_first[rows+1] and starts[nsamples] as the
+ * layout above says (checked). */
+int tok_write_packed(const char *path, const uint32_t *ids, const uint8_t *trained, int64_t rows, int64_t T,
+                     const int32_t *row_first, const int32_t *starts, int64_t nsamples, int64_t vocab,
                      uint64_t tokenizer, char *err, size_t errlen);
 
 #endif

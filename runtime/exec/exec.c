@@ -311,6 +311,7 @@ int rt_step_trained(Rt *r, const int32_t *const *tokens, const int32_t *const *t
         if (a < accum) {
             r->tokens = tokens[a];
             r->targets = targets[a];
+            r->seg = r->segs ? r->segs[a] : NULL;
         }
         if (qrun_range(&r->q, b0, b1)) {
             r->be->abort(r); /* before anything waits on the GPU */

@@ -83,6 +83,16 @@ int rt_step(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, 
  * refused: the caller skips such a step (rt_step_skip). */
 int rt_step_trained(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, int accum, int64_t trained,
                     RtStepStats *st, char *err, size_t errlen);
+/* Packed rows (runtime/data/tokens.h, "Packed rows"): seg[a] ([B*T],
+ * dord_segments) says where each input's sample begins in its row, for
+ * micro-batch a of every following rt_step / rt_step_trained (the caller
+ * refills the arrays before each step, as it does tokens); NULL: a row is
+ * one sample. Each sample then attends only to itself and its positions
+ * count from its start: rope's, and a learned position embedding's (a
+ * tensor [T, ...] added to the tokens' [B, T, ...] is read at each
+ * token's position in its sample). Refused (-1 with err) on the CUDA
+ * backend, whose kernels do not read the samples yet. */
+int rt_set_segments(Rt *r, const int32_t *const *seg, char *err, size_t errlen);
 /* Counts a step that had nothing to train as done, changing no weight
  * and no optimizer state: the learning-rate schedule and the data
  * position move on as if it had run. Not collective (every rank skips the
@@ -170,6 +180,10 @@ typedef struct RtEvalStats {
  * Recorded for --trace (an instant event at the step it ran after). */
 int rt_eval(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, int nb, RtEvalStats *st, char *err,
             size_t errlen);
+/* The same on packed rows: seg[b] ([B*T], dord_segments) for batch b, as
+ * rt_set_segments says; NULL: rt_eval. Refused on the CUDA backend. */
+int rt_eval_packed(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, const int32_t *const *seg, int nb,
+                   RtEvalStats *st, char *err, size_t errlen);
 
 /* The measured timeline of the last step, Chrome trace JSON. */
 int rt_write_trace(const Rt *r, FILE *out);

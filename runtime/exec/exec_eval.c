@@ -93,6 +93,7 @@ int rt_forward(Rt *r, const int32_t *tokens, const int32_t *targets, double *los
     memcpy(r->fwd_timing, r->q.timing, sizeof *r->fwd_timing * r->fwd_end);
     r->tokens = tokens;
     r->targets = targets;
+    r->seg = r->fwd_seg;
     r->loss_sum = 0;
     r->loss_n = 0;
     r->be->step_begin(r);
@@ -155,7 +156,10 @@ int rt_eval(Rt *r, const int32_t *const *tokens, const int32_t *const *targets, 
     if (!plan_batch_shape(r->p, &B, &T)) return errorf(err, n, "the plan has no token batch to evaluate");
     for (int b = 0; b < nb; b++) {
         double l;
-        if (rt_forward(r, tokens[b], targets[b], &l, err, n)) return -1;
+        r->fwd_seg = r->eval_segs ? r->eval_segs[b] : NULL;
+        int rc = rt_forward(r, tokens[b], targets[b], &l, err, n);
+        r->fwd_seg = NULL;
+        if (rc) return -1;
         sum[0] += l;
         for (int64_t i = 0; i < B * T; i++) sum[1] += targets[b][i] >= 0;
     }

@@ -44,6 +44,10 @@ struct Rt {
     Qrun q;
     /* the step in flight */
     const int32_t *tokens, *targets;
+    const int32_t *seg;               /* the micro-batch's packed rows (rt_set_segments), NULL: none */
+    const int32_t *const *segs;       /* per micro-batch of the next steps, NULL: not packed */
+    const int32_t *const *eval_segs;  /* per batch of the evaluation in progress (rt_eval_packed), NULL: none */
+    const int32_t *fwd_seg;           /* the next rt_forward's, NULL: none */
     float loss_grad;
     double loss_sum;
     int loss_n;

@@ -233,9 +233,9 @@ static int exec_kernel(Rt *r, const PlanInstr *in, int worker, char *err, size_t
         rc = run_tiled(r, o, fo, tb, in->tile, in->ntiles, r->ws[f], worker, err, n);
         if (rc) return rc;
     } else if (o->kind == OP_BWD) {
-        rc = hk_op_backward(r->p, o, tb, r->ws[f], r->ws_bytes[f]);
+        rc = hk_op_backward_packed(r->p, o, tb, r->ws[f], r->ws_bytes[f], r->seg);
     } else {
-        rc = hk_op_forward(r->p, o, tb, r->ws[f], r->ws_bytes[f]);
+        rc = hk_op_forward_packed(r->p, o, tb, r->ws[f], r->ws_bytes[f], r->seg);
     }
     if (rc) {
         return errorf(err, n, "%s %s (op %d%s%s): %s", op_kind_names[o->kind], prim_names[o->prim], in->arg,

@@ -132,6 +132,10 @@ int hk_rope_fwd(const HkTensor *x, HkTensor *y, const HkRope *r);
  * one row is position pos0 of the text). */
 int hk_rope_fwd_at(const HkTensor *x, HkTensor *y, const HkRope *r, int64_t pos0);
 int hk_rope_bwd(const HkTensor *dy, HkTensor *dx, const HkRope *r);
+/* Packed rows: position t of row b at t - seg[b*T + t], its sample's own
+ * position (seg as for hk_attention_fwd_packed). */
+int hk_rope_fwd_packed(const HkTensor *x, HkTensor *y, const HkRope *r, const int32_t *seg);
+int hk_rope_bwd_packed(const HkTensor *dy, HkTensor *dx, const HkRope *r, const int32_t *seg);
 
 /* attention: causal, q [B,T,H*hd], k, v [B,T,KV*hd] -> y [B,T,H*hd].
  * Workspace: row logsumexp [B,H,T] (saved by forward), then two T x T and
@@ -141,6 +145,16 @@ int hk_attention_fwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, Hk
                      int64_t kv_heads, void *ws);
 int hk_attention_bwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
                      HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, void *ws);
+
+/* Packed rows (several samples in a row, runtime/data/tokens.h): seg
+ * [B*T], seg[b*T + t] the position of row b where the sample holding t
+ * begins (0 <= seg <= t; a position's start is its own or the one before
+ * it's). Each sample attends only to itself, as if run alone. Same
+ * workspace; -1 (HK_ERR_ARG) for a seg that is no such layout. */
+int hk_attention_fwd_packed(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
+                            int64_t kv_heads, const int32_t *seg, void *ws);
+int hk_attention_bwd_packed(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
+                            HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, const int32_t *seg, void *ws);
 
 /* split: x [S...,N] -> n pieces [S...,n_i] (sizes: the pieces' last dims, summing to N). */
 int hk_split_fwd(const HkTensor *x, HkTensor *pieces, int n);
@@ -183,6 +197,15 @@ HkTensor hk_plan_tensor(const Plan *p, int t, void *const *buf);
 size_t hk_op_workspace_bytes(const Plan *p, int fwd_op);
 int hk_op_forward(const Plan *p, const PlanOp *o, void *const *buf, void *ws, size_t ws_bytes);
 int hk_op_backward(const Plan *p, const PlanOp *o, void *const *buf, void *ws, size_t ws_bytes);
+/* The same on a micro-batch of packed rows: seg as for
+ * hk_attention_fwd_packed, [B*T] of the batch's tokens (NULL: a row is
+ * one sample), read by attention and rope, and by add and mul of a tensor
+ * broadcast over the batch ([T, ...] against [B, T, ...]: a learned
+ * position embedding), which read it at each token's position in its
+ * sample (hostk_packed.c); other ops ignore it. */
+int hk_op_forward_packed(const Plan *p, const PlanOp *o, void *const *buf, void *ws, size_t ws_bytes, const int32_t *seg);
+int hk_op_backward_packed(const Plan *p, const PlanOp *o, void *const *buf, void *ws, size_t ws_bytes,
+                          const int32_t *seg);
 
 /* ---- Optimizer-side helpers (plain fp32 reference). ---- */
 typedef struct HkAdam {

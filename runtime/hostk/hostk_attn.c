@@ -31,6 +31,11 @@
 
 #define TILE_FLOATS 4096
 
+/* Bytes of the packed rows' sample runs (four int64 a position). */
+static size_t hk_attention_packed_bytes(const HkTensor *q) {
+    return hk_align((size_t)(q->dims[0] * q->dims[1]) * 4 * sizeof(int64_t));
+}
+
 typedef struct AttnShape {
     int64_t B, T, H, KV, hd, qc, kc; /* qc = H*hd, kc = KV*hd: row lengths */
     int64_t tile;                    /* rows of a query or key tile */
@@ -80,13 +85,14 @@ static int attn_check(const HkTensor *q, const HkTensor *k, const HkTensor *v, c
     return HK_OK;
 }
 
-/* lse [B,H,T], O [B,H,T,hd], D [B,H,T], and dQ [B,H,T,hd] when q is not f32. */
+/* lse [B,H,T], O [B,H,T,hd], D [B,H,T], and dQ [B,H,T,hd] when q is not f32;
+ * then room for the samples of packed rows (hk_attention_fwd_packed). */
 size_t hk_attention_workspace_bytes(const HkTensor *q, int64_t heads) {
     if (!q || q->rank != 3 || heads <= 0) return 0;
     size_t rows = (size_t)(q->dims[0] * heads * q->dims[1]), n = (size_t)hk_numel(q);
     size_t b = 2 * hk_align(rows * 4) + hk_align(n * 4);
     if (q->dtype != DT_F32) b += hk_align(n * 4);
-    return b;
+    return b + hk_attention_packed_bytes(q); /* the samples of packed rows, last (below) */
 }
 
 typedef struct AttnWs {
@@ -307,11 +313,173 @@ int hk_attention_bwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, co
 
 /* ---- family (runtime/plan/prim.def) ---- */
 
-static size_t fam_attention_ws(const HkCall *c) { return hk_attention_workspace_bytes(c->a, hk_attr_i(c->iattr, 0)); }
+static size_t fam_attention_ws(const HkCall *c) { return hk_attention_workspace_bytes(c->a, hk_attr_i(c->iattr, IA_ATTENTION_HEADS)); }
 static int fam_attention_fwd(const HkCall *c) {
-    return hk_attention_fwd(c->a, c->b, c->c, &c->out[0], hk_attr_i(c->iattr, 0), hk_attr_kv(c->iattr), c->ws);
+    if (c->seg)
+        return hk_attention_fwd_packed(c->a, c->b, c->c, &c->out[0], hk_attr_i(c->iattr, IA_ATTENTION_HEADS), hk_attr_kv(c->iattr), c->seg,
+                                       c->ws);
+    return hk_attention_fwd(c->a, c->b, c->c, &c->out[0], hk_attr_i(c->iattr, IA_ATTENTION_HEADS), hk_attr_kv(c->iattr), c->ws);
 }
 static int fam_attention_bwd(const HkCall *c) {
-    return hk_attention_bwd(c->a, c->b, c->c, c->dy, c->da, c->db, c->dc, hk_attr_i(c->iattr, 0), hk_attr_kv(c->iattr), c->ws);
+    if (c->seg)
+        return hk_attention_bwd_packed(c->a, c->b, c->c, c->dy, c->da, c->db, c->dc, hk_attr_i(c->iattr, IA_ATTENTION_HEADS),
+                                       hk_attr_kv(c->iattr), c->seg, c->ws);
+    return hk_attention_bwd(c->a, c->b, c->c, c->dy, c->da, c->db, c->dc, hk_attr_i(c->iattr, IA_ATTENTION_HEADS), hk_attr_kv(c->iattr), c->ws);
 }
 const HkFamily hk_family_attention = {fam_attention_fwd, fam_attention_bwd, fam_attention_ws};
+
+/* ---- packed rows: attention inside each sample ----
+ * seg[b*T + t] is where the sample of row b's position t begins (hostk.h).
+ * A sample's positions [t0, t0+n) are a tensor [1, n, C] of their own in
+ * the row-major layout, so each sample is the causal attention above on
+ * that view. Its workspace rows (lse, O, D, dQ) are the ones at the
+ * sample's first token, taken as [1, H, n]: the forward and the backward
+ * of one micro-batch see the same samples and so the same places. */
+
+typedef struct SegRun {
+    int64_t b, t0, n, task0; /* row, first position, length, first task */
+} SegRun;
+_Static_assert(sizeof(SegRun) == 4 * sizeof(int64_t), "hk_attention_packed_bytes counts four int64 a position");
+
+/* The samples of seg, in order; -1 when seg does not describe samples
+ * (a start after its position, or a position whose start is neither its
+ * own nor its predecessor's). runs holds B*T. */
+static int64_t seg_runs(const int32_t *seg, int64_t B, int64_t T, SegRun *runs) {
+    int64_t n = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++) {
+            int32_t s = seg[b * T + t];
+            if (s == t) {
+                runs[n++] = (SegRun){b, t, 1, 0};
+                continue;
+            }
+            if (t == 0 || s > t || s != seg[b * T + t - 1]) return -1;
+            runs[n - 1].n++;
+        }
+    return n;
+}
+
+/* x's rows of the sample (a gradient not wanted: NULL, then none) */
+static HkTensor seg_view(const HkTensor *x, const AttnShape *s, const SegRun *g, int64_t c) {
+    HkTensor v = {0};
+    if (!x) return v;
+    v = *x;
+    if (v.data) v.data = (char *)x->data + (g->b * s->T + g->t0) * c * (int64_t)hk_dtype_size(x->dtype);
+    v.dims[0] = 1;
+    v.dims[1] = g->n;
+    return v;
+}
+
+static AttnWs seg_ws(const AttnWs *a, const AttnShape *s, const SegRun *g) {
+    int64_t at0 = (g->b * s->T + g->t0) * s->H;
+    AttnWs w = {a->lse + at0, a->O + at0 * s->hd, a->D + at0, a->dQ ? a->dQ + at0 * s->hd : NULL};
+    return w;
+}
+
+typedef struct SegJob {
+    const AttnJob *j;
+    const SegRun *runs;
+    int64_t nruns;
+} SegJob;
+
+/* the run holding task */
+static const SegRun *seg_find(const SegJob *sj, int64_t task) {
+    int64_t lo = 0, hi = sj->nruns - 1;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if (sj->runs[mid].task0 <= task) lo = mid;
+        else hi = mid - 1;
+    }
+    return &sj->runs[lo];
+}
+
+static void seg_fwd_unit(void *ctx, int64_t task) {
+    const SegJob *sj = ctx;
+    const AttnJob *j = sj->j;
+    const SegRun *g = seg_find(sj, task);
+    AttnShape s = *j->s;
+    s.B = 1;
+    s.T = g->n;
+    int64_t k = task - g->task0, h = k % s.H, i = k / s.H;
+    HkTensor q = seg_view(j->q, j->s, g, s.qc), kk = seg_view(j->k, j->s, g, s.kc), v = seg_view(j->v, j->s, g, s.kc);
+    HkTensor y = seg_view(j->y, j->s, g, s.qc);
+    AttnWs a = seg_ws(j->a, j->s, g);
+    fwd_tile(j->V, &s, &q, &kk, &v, &y, &a, 0, h, i, j->scale);
+}
+
+static void seg_bwd_unit(void *ctx, int64_t task) {
+    const SegJob *sj = ctx;
+    const AttnJob *j = sj->j;
+    const SegRun *g = seg_find(sj, task);
+    AttnShape s = *j->s;
+    s.B = 1;
+    s.T = g->n;
+    HkTensor q = seg_view(j->q, j->s, g, s.qc), kk = seg_view(j->k, j->s, g, s.kc), v = seg_view(j->v, j->s, g, s.kc);
+    HkTensor dy = seg_view(j->dy, j->s, g, s.qc), dq = seg_view(j->dq, j->s, g, s.qc);
+    HkTensor dk = seg_view(j->dk, j->s, g, s.kc), dv = seg_view(j->dv, j->s, g, s.kc);
+    AttnWs a = seg_ws(j->a, j->s, g);
+    bwd_group(j->V, &s, &q, &kk, &v, &dy, j->dq ? &dq : NULL, j->dk ? &dk : NULL, j->dv ? &dv : NULL, &a, 0,
+              task - g->task0, j->scale);
+}
+
+/* The samples' runs and tasks into runs (B*T long): per run, tiles * per
+ * (forward) or per (backward). -1: seg is not a sample layout. */
+static int64_t seg_tasks(const int32_t *seg, const AttnShape *s, bool fwd, SegRun *runs, int64_t *ntasks, double *work) {
+    int64_t n = seg_runs(seg, s->B, s->T, runs), tasks = 0;
+    *work = 0;
+    for (int64_t i = 0; i < n; i++) {
+        runs[i].task0 = tasks;
+        tasks += fwd ? s->H * ((runs[i].n + s->tile - 1) / s->tile) : s->KV;
+        *work += (double)runs[i].n * (double)runs[i].n;
+    }
+    *ntasks = tasks;
+    return n;
+}
+
+/* The runs of the samples: the end of the workspace. */
+static SegRun *seg_area(void *ws, const HkTensor *q, int64_t heads) {
+    return (SegRun *)(void *)((char *)ws + hk_attention_workspace_bytes(q, heads) - hk_attention_packed_bytes(q));
+}
+
+int hk_attention_fwd_packed(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
+                            int64_t kv_heads, const int32_t *seg, void *ws) {
+    AttnShape s;
+    int rc = attn_check(q, k, v, y, heads, kv_heads, &s);
+    if (rc) return rc;
+    if (!ws && hk_attention_workspace_bytes(q, heads)) return HK_ERR_WORKSPACE;
+    if (s.T == 0 || s.hd == 0 || s.B == 0) return HK_OK;
+    SegRun *runs = seg_area(ws, q, heads);
+    int64_t ntasks;
+    double work;
+    int64_t nruns = seg_tasks(seg, &s, true, runs, &ntasks, &work);
+    if (nruns < 0) return HK_ERR_ARG;
+    AttnWs a = attn_ws(ws, q, &s);
+    AttnJob j = {hk_vec(), &s, q, k, v, NULL, y, NULL, NULL, NULL, &a, (float)(1.0 / sqrt((double)s.hd)), 0};
+    SegJob sj = {&j, runs, nruns};
+    hk_parallel(hk_team((double)s.H * work * (double)s.hd * 0.05), ntasks, seg_fwd_unit, &sj);
+    return HK_OK;
+}
+
+int hk_attention_bwd_packed(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
+                            HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, const int32_t *seg, void *ws) {
+    AttnShape s;
+    int rc = attn_check(q, k, v, dy, heads, kv_heads, &s);
+    if (rc) return rc;
+    if ((rc = check_grad(dq, q)) || (rc = check_grad(dk, k)) || (rc = check_grad(dv, v))) return rc;
+    if (!ws && hk_attention_workspace_bytes(q, heads)) return HK_ERR_WORKSPACE;
+    if (s.T == 0 || s.hd == 0 || s.B == 0) return HK_OK;
+    if (!hk_present(dq) && !hk_present(dk) && !hk_present(dv)) return HK_OK;
+    SegRun *runs = seg_area(ws, q, heads);
+    int64_t ntasks;
+    double work;
+    int64_t nruns = seg_tasks(seg, &s, false, runs, &ntasks, &work);
+    if (nruns < 0) return HK_ERR_ARG;
+    AttnWs a = attn_ws(ws, q, &s);
+    if (a.dQ && hk_present(dq)) memset(a.dQ, 0, sizeof(float) * (size_t)(s.B * s.H * s.T * s.hd));
+    AttnJob j = {hk_vec(), &s, q, k, v, dy, NULL, hk_present(dq) ? dq : NULL, hk_present(dk) ? dk : NULL,
+                 hk_present(dv) ? dv : NULL, &a, (float)(1.0 / sqrt((double)s.hd)), 0};
+    SegJob sj = {&j, runs, nruns};
+    hk_parallel(hk_team((double)s.H * work * (double)s.hd * 0.125), ntasks, seg_bwd_unit, &sj);
+    return HK_OK;
+}
+

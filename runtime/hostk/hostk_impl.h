@@ -63,7 +63,16 @@ typedef struct HkCall {
     const int64_t *iattr;
     const double *fattr;
     void *ws;
+    const int32_t *seg;            /* packed rows' sample starts (hostk.h), NULL: a row is one sample */
+    int64_t seg_T, seg_tokens;     /* with seg: the batch's T and B*T */
 } HkCall;
+
+/* Packed rows (hostk_packed.c): whether an add or mul is of a tensor
+ * broadcast over the batch ([T, ...] against [B, T, ...]), read per
+ * position of each sample; its kernels. */
+bool hk_packed_binary(const HkCall *c);
+int hk_packed_binary_fwd(const HkCall *c);
+int hk_packed_binary_bwd(const HkCall *c);
 
 /* A family's kernels. bwd NULL: no backward (arange); ws NULL: no
  * workspace. ws sees shapes only (data may be a dummy). Defined beside the

@@ -330,6 +330,7 @@ typedef struct RopeJob {
     int sign;
     bool acc;
     int64_t pos0;              /* the position of row t = 0 (a decode step's) */
+    const int32_t *seg;        /* packed rows: where each position's sample begins (hostk.h); NULL: 0 */
 } RopeJob;
 
 /* one position bt of [B*T] (a unit of the rank's pool, hostk_threads.h) */
@@ -342,7 +343,7 @@ static void rope_unit(void *ctx, int64_t bt) {
     bool acc = jb->acc;
     int64_t T = x->dims[1], C = x->dims[2], heads = r->heads, hd = C / heads, half = hd / 2;
     {
-        int64_t t = bt % T + jb->pos0;
+        int64_t t = bt % T + jb->pos0 - (jb->seg ? jb->seg[bt] : 0);
         for (int64_t j = 0; j < half; j++) {
             double a = (double)t * hk_rope_freq(r, j, hd);
             float c = (float)cos(a), s = (float)(sign * sin(a));
@@ -362,8 +363,9 @@ static void rope_unit(void *ctx, int64_t bt) {
     }
 }
 
-static void rope_apply(const HkTensor *x, HkTensor *y, const HkRope *r, int sign, bool acc, int64_t pos0) {
-    RopeJob jb = {x, y, r, sign, acc, pos0};
+static void rope_apply(const HkTensor *x, HkTensor *y, const HkRope *r, int sign, bool acc, int64_t pos0,
+                       const int32_t *seg) {
+    RopeJob jb = {x, y, r, sign, acc, pos0, seg};
     int64_t rows = x->dims[0] * x->dims[1];
     hk_parallel(hk_team((double)(rows * x->dims[2]) * 2.0), rows, rope_unit, &jb);
 }
@@ -374,7 +376,7 @@ int hk_rope_fwd_at(const HkTensor *x, HkTensor *y, const HkRope *r, int64_t pos0
     int rc = rope_check(x, y, r);
     if (rc) return rc;
     if (pos0 < 0) return HK_ERR_ATTR;
-    rope_apply(x, y, r, 1, false, pos0);
+    rope_apply(x, y, r, 1, false, pos0, NULL);
     return HK_OK;
 }
 
@@ -382,7 +384,32 @@ int hk_rope_bwd(const HkTensor *dy, HkTensor *dx, const HkRope *r) {
     if (!hk_present(dx)) return HK_OK;
     int rc = rope_check(dy, dx, r);
     if (rc) return rc;
-    rope_apply(dy, dx, r, -1, true, 0);
+    rope_apply(dy, dx, r, -1, true, 0, NULL);
+    return HK_OK;
+}
+
+/* a packed layout: every start at or before its position */
+static bool seg_ok(const HkTensor *x, const int32_t *seg) {
+    int64_t T = x->dims[1], n = x->dims[0] * T;
+    for (int64_t i = 0; i < n; i++)
+        if (seg[i] < 0 || seg[i] > i % T) return false;
+    return true;
+}
+
+int hk_rope_fwd_packed(const HkTensor *x, HkTensor *y, const HkRope *r, const int32_t *seg) {
+    int rc = rope_check(x, y, r);
+    if (rc) return rc;
+    if (!seg_ok(x, seg)) return HK_ERR_ARG;
+    rope_apply(x, y, r, 1, false, 0, seg);
+    return HK_OK;
+}
+
+int hk_rope_bwd_packed(const HkTensor *dy, HkTensor *dx, const HkRope *r, const int32_t *seg) {
+    if (!hk_present(dx)) return HK_OK;
+    int rc = rope_check(dy, dx, r);
+    if (rc) return rc;
+    if (!seg_ok(dy, seg)) return HK_ERR_ARG;
+    rope_apply(dy, dx, r, -1, true, 0, seg);
     return HK_OK;
 }
 
@@ -492,9 +519,11 @@ static int fam_embedding_bwd(const HkCall *c) { return hk_embedding_bwd(c->b, c-
 const HkFamily hk_family_embedding = {fam_embedding_fwd, fam_embedding_bwd, NULL};
 
 static int fam_binary_fwd(const HkCall *c) {
+    if (hk_packed_binary(c)) return hk_packed_binary_fwd(c);
     return c->prim == PRIM_ADD ? hk_add_fwd(c->a, c->b, &c->out[0]) : hk_mul_fwd(c->a, c->b, &c->out[0]);
 }
 static int fam_binary_bwd(const HkCall *c) {
+    if (hk_packed_binary(c)) return hk_packed_binary_bwd(c);
     return c->prim == PRIM_ADD ? hk_add_bwd(c->a, c->b, c->dy, c->da, c->db) : hk_mul_bwd(c->a, c->b, c->dy, c->da, c->db);
 }
 const HkFamily hk_family_binary = {fam_binary_fwd, fam_binary_bwd, NULL};
@@ -533,10 +562,12 @@ const HkFamily hk_family_scale = {fam_scale_fwd, fam_scale_bwd, NULL};
 
 static int fam_rope_fwd(const HkCall *c) {
     HkRope r = hk_rope_attrs(c->iattr, c->fattr);
+    if (c->seg) return hk_rope_fwd_packed(c->a, &c->out[0], &r, c->seg);
     return hk_rope_fwd(c->a, &c->out[0], &r);
 }
 static int fam_rope_bwd(const HkCall *c) {
     HkRope r = hk_rope_attrs(c->iattr, c->fattr);
+    if (c->seg) return hk_rope_bwd_packed(c->dy, c->da, &r, c->seg);
     return hk_rope_bwd(c->dy, c->da, &r);
 }
 const HkFamily hk_family_rope = {fam_rope_fwd, fam_rope_bwd, NULL};

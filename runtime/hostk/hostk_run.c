@@ -58,25 +58,34 @@ static int ws_ok(PrimId p, const HkTensor *in, int nin, const HkTensor *out, int
 /* A primitive of variable outputs (split) takes any number; the rest one. */
 static bool nout_ok(PrimId p, int nout) { return nout >= 1 && (prim_nout[p] < 0 || nout == prim_nout[p]); }
 
+/* A packed micro-batch's sample starts and shape (hostk.h), seg NULL: none. */
+typedef struct Packed {
+    const int32_t *seg;
+    int64_t T, tokens;
+} Packed;
+
 static int run_fwd(PrimId p, const HkTensor *in, int nin, HkTensor *out, int nout, const int64_t *iattr,
-                   const double *fattr, void *ws, size_t ws_bytes) {
+                   const double *fattr, void *ws, size_t ws_bytes, const Packed *pk) {
     if ((unsigned)p >= PRIM_COUNT) return HK_ERR_PRIM;
     if (nin < 0 || !nout_ok(p, nout) || !out) return HK_ERR_ARG;
     int rc = ws_ok(p, in, nin, out, nout, iattr, ws, ws_bytes);
     if (rc) return rc;
     HkCall c = make_call(p, in, nin, out, nout, iattr, fattr, ws);
     c.out = out;
+    if (pk) c.seg = pk->seg, c.seg_T = pk->T, c.seg_tokens = pk->tokens;
     return families[p]->fwd(&c);
 }
 
 static int run_bwd(PrimId p, const HkTensor *in, int nin, const HkTensor *out, const HkTensor *dout, int nout,
-                   HkTensor *din, const int64_t *iattr, const double *fattr, void *ws, size_t ws_bytes) {
+                   HkTensor *din, const int64_t *iattr, const double *fattr, void *ws, size_t ws_bytes,
+                   const Packed *pk) {
     if ((unsigned)p >= PRIM_COUNT) return HK_ERR_PRIM;
     if (nin < 0 || !nout_ok(p, nout) || !dout || !out) return HK_ERR_ARG;
     int rc = ws_ok(p, in, nin, out, nout, iattr, ws, ws_bytes);
     if (rc) return rc;
     HkCall c = make_call(p, in, nin, out, nout, iattr, fattr, ws);
     c.dout = dout;
+    if (pk) c.seg = pk->seg, c.seg_T = pk->T, c.seg_tokens = pk->tokens;
     c.dy = arg(dout, nout, 0);
     c.da = garg(din, nin, 0);
     c.db = garg(din, nin, 1);
@@ -92,7 +101,7 @@ int hk_run_fwd(PrimId p, const HkTensor *in, int nin, HkTensor *out, int nout, c
                const double *fattr, void *ws, size_t ws_bytes) {
     hk_threads_adopt();
     hk_team_enter();
-    int rc = run_fwd(p, in, nin, out, nout, iattr, fattr, ws, ws_bytes);
+    int rc = run_fwd(p, in, nin, out, nout, iattr, fattr, ws, ws_bytes, NULL);
     hk_team_leave();
     return rc;
 }
@@ -101,7 +110,7 @@ int hk_run_bwd(PrimId p, const HkTensor *in, int nin, const HkTensor *out, const
                HkTensor *din, const int64_t *iattr, const double *fattr, void *ws, size_t ws_bytes) {
     hk_threads_adopt();
     hk_team_enter();
-    int rc = run_bwd(p, in, nin, out, dout, nout, din, iattr, fattr, ws, ws_bytes);
+    int rc = run_bwd(p, in, nin, out, dout, nout, din, iattr, fattr, ws, ws_bytes, NULL);
     hk_team_leave();
     return rc;
 }
@@ -138,15 +147,31 @@ size_t hk_op_workspace_bytes(const Plan *p, int k) {
 }
 
 int hk_op_forward(const Plan *p, const PlanOp *o, void *const *buf, void *ws, size_t ws_bytes) {
+    return hk_op_forward_packed(p, o, buf, ws, ws_bytes, NULL);
+}
+
+int hk_op_forward_packed(const Plan *p, const PlanOp *o, void *const *buf, void *ws, size_t ws_bytes, const int32_t *seg) {
     if (!p || !o || !buf) return HK_ERR_ARG;
     if (o->kind != OP_FWD && o->kind != OP_RECOMPUTE) return HK_ERR_PRIM;
     HkTensor in[PLAN_MAX_IN], out[PLAN_MAX_OUT];
     if (o->nout > PLAN_MAX_OUT || collect(p, o->in, o->nin, buf, in) || collect(p, o->out, o->nout, buf, out))
         return HK_ERR_ARG;
-    return hk_run_fwd((PrimId)o->prim, in, o->nin, out, o->nout, o->iattr, o->fattr, ws, ws_bytes);
+    Packed pk = {seg, 0, 0};
+    if (seg && !plan_batch_shape(p, &pk.tokens, &pk.T)) return HK_ERR_ARG;
+    pk.tokens *= pk.T;
+    hk_threads_adopt();
+    hk_team_enter();
+    int rc = run_fwd((PrimId)o->prim, in, o->nin, out, o->nout, o->iattr, o->fattr, ws, ws_bytes, seg ? &pk : NULL);
+    hk_team_leave();
+    return rc;
 }
 
 int hk_op_backward(const Plan *p, const PlanOp *o, void *const *buf, void *ws, size_t ws_bytes) {
+    return hk_op_backward_packed(p, o, buf, ws, ws_bytes, NULL);
+}
+
+int hk_op_backward_packed(const Plan *p, const PlanOp *o, void *const *buf, void *ws, size_t ws_bytes,
+                          const int32_t *seg) {
     if (!p || !o || !buf) return HK_ERR_ARG;
     if (o->kind != OP_BWD) return HK_ERR_PRIM;
     int nfin = o->nfin, nout = (o->nin - nfin) / 2;
@@ -155,7 +180,15 @@ int hk_op_backward(const Plan *p, const PlanOp *o, void *const *buf, void *ws, s
     HkTensor in[PLAN_MAX_IN], din[PLAN_MAX_OUT];
     if (collect(p, o->in, o->nin, buf, in)) return HK_ERR_ARG;
     for (int i = 0; i < nfin; i++) din[i] = hk_plan_tensor(p, i < o->nout ? o->out[i] : -1, buf);
-    return hk_run_bwd((PrimId)o->prim, in, nfin, in + nfin, in + nfin + nout, nout, din, o->iattr, o->fattr, ws, ws_bytes);
+    Packed pk = {seg, 0, 0};
+    if (seg && !plan_batch_shape(p, &pk.tokens, &pk.T)) return HK_ERR_ARG;
+    pk.tokens *= pk.T;
+    hk_threads_adopt();
+    hk_team_enter();
+    int rc = run_bwd((PrimId)o->prim, in, nfin, in + nfin, in + nfin + nout, nout, din, o->iattr, o->fattr, ws, ws_bytes,
+                     seg ? &pk : NULL);
+    hk_team_leave();
+    return rc;
 }
 
 /* ---- optimizer-side helpers ---- */

@@ -85,6 +85,12 @@ int main(int argc, char **argv) {
         ref_free(&r);
         goto out;
     }
+    if (tr.pack_T) { /* its rows need each sample's attention to itself: zinfrun's */
+        fprintf(stderr, "zinfref: %s is a packed file (zinftok --pack): zinfref reads windows; train it with zinfrun\n", data);
+        tok_close(&tr);
+        ref_free(&r);
+        goto out;
+    }
     int64_t n = steps >= 0 ? steps : g.train.steps;
     int64_t A = g.train.grad_accum > 0 ? g.train.grad_accum : 1;
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)(B * T)), *tgt = malloc(sizeof(int32_t) * (size_t)(B * T));

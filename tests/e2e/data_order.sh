@@ -127,8 +127,13 @@ expect "2 ranks, resume with another seed" 1 "--data-seed: the checkpoint's 1234
 # 5. bad input
 expect "--eos outside the vocabulary" 1 "--eos 256 is not a token id of the vocabulary of 256 ids (0..255)" \
   "$RUN" "$W/m1.plan" --data "$W/train.bin" --steps 1 --eos 256
-expect "no document long enough" 1 "no document holds a row of T+1 = 17 tokens (3 documents split at EOS 10, the longest 3 tokens)" \
+# documents shorter than a row train, each a row padded with EOS
+expect "short documents train" 0 "3 rows of T+1 = 17 tokens an epoch in 3 of 3 documents split at EOS 10 (9 tokens read an epoch)" \
   "$RUN" "$W/m1.plan" --data "$W/short.bin" --steps 1 --eos 10
+printf '\n\n\n\n' > "$W/eos.txt"
+"$B/bin/zinftok" "$W/eos.txt" -o "$W/eos.bin" > /dev/null || exit 1
+expect "no document with a target" 1 "no document holds a target: 4 documents split at EOS 10, of at most 1 token each" \
+  "$RUN" "$W/m1.plan" --data "$W/eos.bin" --steps 1 --eos 10
 expect "file shorter than a row" 1 "9 tokens is too short for one row of T+1 = 17 tokens" \
   "$RUN" "$W/m1.plan" --data "$W/short.bin" --steps 1 --data-order shuffle
 expect "file shorter than a window" 1 "too short for one window" "$RUN" "$W/m1.plan" --data "$W/short.bin" --steps 1

@@ -66,4 +66,17 @@ bad_jsonl '{"text":"abcdef"}' '1: the sample has 6 tokens, more than --max-token
 "$Z" "$D/in.txt" -o "$D/t.bin" --train-on all 2> "$D/err"; [ $? = 2 ] || fail "--train-on without jsonl"
 "$Z" "$D/s.jsonl" -o "$D/t.bin" --train-on answers 2> "$D/err"; [ $? = 2 ] || fail "--train-on answers"
 grep -q "expected completion, assistant or all" "$D/err" || fail "--train-on message: $(cat "$D/err")"
+# --pack T: whole samples in rows of T+1 (a version 4 file of rows*(T+1) ids), the same file for the same seed
+printf '{"input_ids":[1,2,3]}\n{"input_ids":[4,5,6,7,8]}\n{"input_ids":[9,10]}\n{"text":"abcdefg"}\n' > "$D/p.jsonl"
+"$Z" "$D/p.jsonl" -o "$D/p1.bin" --pack 7 --pack-seed 3 > "$D/out" || fail "--pack"
+grep -q "^zinftok: 4 samples packed into 3 rows of T+1 = 8 tokens -> $D/p1.bin (seed 3)$" "$D/out" || fail "--pack summary: $(cat "$D/out")"
+grep -q "^zinftok: packing efficiency 70.83% (17 sample tokens of 24 row tokens); trained tokens: 13$" "$D/out" ||
+  fail "--pack efficiency: $(cat "$D/out")"
+[ "$(od -An -t d4 -j 4 -N 4 "$D/p1.bin" | tr -d ' ')" = 4 ] || fail "--pack writes version 4"
+"$Z" "$D/p.jsonl" -o "$D/p2.bin" --pack 7 --pack-seed 3 > /dev/null && cmp -s "$D/p1.bin" "$D/p2.bin" || fail "--pack is not deterministic"
+"$Z" "$D/p.jsonl" -o "$D/p2.bin" --pack 5 > "$D/out" 2> "$D/err"; [ $? = 1 ] || fail "--pack with a sample longer than a row"
+[ "$(cat "$D/err")" = "zinftok: --pack 5: sample 4 (of 4) has 7 tokens, more than a row of T+1 = 6: cut the samples to fit (JSONL samples: --max-tokens 6)" ] ||
+  fail "--pack too long: $(cat "$D/err")"
+"$Z" "$D/p.jsonl" -o "$D/p2.bin" --pack 0 2> "$D/err"; [ $? = 2 ] || fail "--pack 0"
+grep -q "expected the model's sequence length T, 1 or more" "$D/err" || fail "--pack 0 message: $(cat "$D/err")"
 echo "zinftok e2e: ok"

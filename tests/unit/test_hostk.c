@@ -939,6 +939,97 @@ START_TEST(test_f16) {
 }
 END_TEST
 
+/* ---- packed rows (several samples a row) ---- */
+
+/* tensor [1, n, c] at position t0 of row b of x [B, T, c] (f32) */
+static HkTensor row_view(const HkTensor *x, int64_t b, int64_t t0, int64_t n) {
+    HkTensor v = *x;
+    v.data = (float *)x->data + (b * x->dims[1] + t0) * x->dims[2];
+    v.dims[0] = 1;
+    v.dims[1] = n;
+    return v;
+}
+
+static void fill_rand(HkTensor *t) {
+    for (int64_t i = 0; i < numel(t->rank, t->dims); i++) ((float *)t->data)[i] = (float)rng_unif();
+}
+
+/* Attention, rope and a position table added to packed rows equal the
+ * samples run one by one (each a row of its own, positions from 0): the
+ * same kernels on each sample's view, so exactly; and a segment table that
+ * is no sample layout is refused. */
+START_TEST(test_packed_rows) {
+    enum { B = 2, T = 70, H = 4, KV = 2, HD = 8 };
+    const int64_t starts[B][4] = {{0, 13, 50, -1}, {0, 66, -1, -1}};
+    int32_t seg[B * T];
+    for (int b = 0; b < B; b++)
+        for (int t = 0, k = 0; t < T; t++) {
+            if (k + 1 < 4 && starts[b][k + 1] >= 0 && starts[b][k + 1] <= t) k++;
+            seg[b * T + t] = (int32_t)starts[b][k];
+        }
+    rng_seed(4242);
+    int64_t dq_[3] = {B, T, H * HD}, dk_[3] = {B, T, KV * HD};
+    HkTensor q, k, v, y, dy, dq, dk, dv, y1, dq1, dk1, dv1;
+    HkTensor *all[] = {&q, &k, &v, &y, &dy, &dq, &dk, &dv, &y1, &dq1, &dk1, &dv1};
+    for (int i = 0; i < 12; i++) {
+        bool kv = all[i] == &k || all[i] == &v || all[i] == &dk || all[i] == &dv || all[i] == &dk1 || all[i] == &dv1;
+        alloc_tensor(all[i], DT_F32, 3, kv ? dk_ : dq_);
+        memset(all[i]->data, 0, sizeof(float) * (size_t)numel(3, kv ? dk_ : dq_));
+    }
+    fill_rand(&q), fill_rand(&k), fill_rand(&v), fill_rand(&dy);
+    size_t wsb = hk_attention_workspace_bytes(&q, H);
+    void *ws = malloc(wsb), *ws1 = malloc(wsb);
+    ck_assert_int_eq(hk_attention_fwd_packed(&q, &k, &v, &y, H, KV, seg, ws), HK_OK);
+    ck_assert_int_eq(hk_attention_bwd_packed(&q, &k, &v, &dy, &dq, &dk, &dv, H, KV, seg, ws), HK_OK);
+    /* one by one */
+    int nsamples = 0;
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < 4 && starts[b][j] >= 0; j++) {
+            int64_t t0 = starts[b][j], t1 = j + 1 < 4 && starts[b][j + 1] >= 0 ? starts[b][j + 1] : T, n = t1 - t0;
+            HkTensor qs = row_view(&q, b, t0, n), ks = row_view(&k, b, t0, n), vs = row_view(&v, b, t0, n);
+            HkTensor ys = row_view(&y1, b, t0, n), dys = row_view(&dy, b, t0, n);
+            HkTensor dqs = row_view(&dq1, b, t0, n), dks = row_view(&dk1, b, t0, n), dvs = row_view(&dv1, b, t0, n);
+            ck_assert_int_eq(hk_attention_fwd(&qs, &ks, &vs, &ys, H, KV, ws1), HK_OK);
+            ck_assert_int_eq(hk_attention_bwd(&qs, &ks, &vs, &dys, &dqs, &dks, &dvs, H, KV, ws1), HK_OK);
+            nsamples++;
+        }
+    ck_assert_int_eq(nsamples, 5);
+    size_t nq = sizeof(float) * (size_t)(B * T * H * HD), nk = sizeof(float) * (size_t)(B * T * KV * HD);
+    ck_assert_msg(!memcmp(y.data, y1.data, nq), "packed attention differs from the samples one by one");
+    ck_assert_msg(!memcmp(dq.data, dq1.data, nq) && !memcmp(dk.data, dk1.data, nk) && !memcmp(dv.data, dv1.data, nk),
+                  "packed attention's gradients differ from the samples one by one");
+    /* a gradient not wanted is left out, the others the same */
+    memset(dk1.data, 0, nk);
+    ck_assert_int_eq(hk_attention_bwd_packed(&q, &k, &v, &dy, NULL, &dk1, NULL, H, KV, seg, ws), HK_OK);
+    ck_assert_msg(!memcmp(dk.data, dk1.data, nk), "packed attention's dk differs without dq and dv");
+    /* and differs from attention over the whole rows: the test can fail */
+    ck_assert_int_eq(hk_attention_fwd(&q, &k, &v, &y1, H, KV, ws1), HK_OK);
+    ck_assert_msg(memcmp(y.data, y1.data, nq), "packed attention is the whole rows' attention");
+    /* rope: positions from each sample's start */
+    HkRope rope = {H, 10000.0, ROPE_NONE, 1, 1, 4, 8192};
+    ck_assert_int_eq(hk_rope_fwd_packed(&q, &y, &rope, seg), HK_OK);
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < 4 && starts[b][j] >= 0; j++) {
+            int64_t t0 = starts[b][j], t1 = j + 1 < 4 && starts[b][j + 1] >= 0 ? starts[b][j + 1] : T;
+            HkTensor qs = row_view(&q, b, t0, t1 - t0), ys = row_view(&y1, b, t0, t1 - t0);
+            ck_assert_int_eq(hk_rope_fwd(&qs, &ys, &rope), HK_OK);
+        }
+    ck_assert_msg(!memcmp(y.data, y1.data, nq), "packed rope differs from the samples one by one");
+    /* a start after its position, or a start that is neither the position's nor its predecessor's */
+    int32_t bad[B * T];
+    memcpy(bad, seg, sizeof bad);
+    bad[20] = 21;
+    ck_assert_int_eq(hk_attention_fwd_packed(&q, &k, &v, &y, H, KV, bad, ws), HK_ERR_ARG);
+    ck_assert_int_eq(hk_rope_fwd_packed(&q, &y, &rope, bad), HK_ERR_ARG);
+    memcpy(bad, seg, sizeof bad);
+    bad[20] = 5;
+    ck_assert_int_eq(hk_attention_fwd_packed(&q, &k, &v, &y, H, KV, bad, ws), HK_ERR_ARG);
+    for (int i = 0; i < 12; i++) free(all[i]->data);
+    free(ws);
+    free(ws1);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("hostk");
     TCase *tc = tcase_create("prims");
@@ -958,6 +1049,7 @@ int main(void) {
     tcase_add_test(tm, test_optimizer_helpers);
     tcase_add_test(tm, test_bf16);
     tcase_add_test(tm, test_f16);
+    tcase_add_test(tm, test_packed_rows);
     suite_add_tcase(s, tm);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

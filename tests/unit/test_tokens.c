@@ -126,9 +126,9 @@ START_TEST(test_bad_magic) {
 END_TEST
 
 START_TEST(test_bad_version) {
-    write_raw(20240520, 4, 0, 1024, 0);
-    expect_open_error(256, "unsupported version 4 (expected 1: uint16 tokens, 2: uint32 tokens, or 3: tokens with a "
-                           "trained-token mask)");
+    write_raw(20240520, 5, 0, 1024, 0);
+    expect_open_error(256, "unsupported version 5 (expected 1: uint16 tokens, 2: uint32 tokens, 3: tokens with a "
+                           "trained-token mask, or 4: packed rows)");
     write_raw(20240520, 3, 0, 1024, 0); /* [4], bytes per id, 0 */
     expect_open_error(256, "version 3 header says 0 bytes per token id (expected 2 or 4)");
 }
@@ -374,8 +374,8 @@ static int64_t write_docs(void) {
 }
 
 /* EOS documents: rows start at a document's start and step T, never read
- * past the document's last token (its EOS); short documents and tails are
- * not read. */
+ * past the document's last token (its EOS); a document's last row (a short
+ * document's only one) is padded with EOS, its padding untrained. */
 START_TEST(test_eos_rows) {
     int64_t n = write_docs();
     TokReader r;
@@ -385,15 +385,18 @@ START_TEST(test_eos_rows) {
     DataOrder d;
     DordOptions o = {.order = DORD_SEQUENTIAL, .seed = 0, .eos = 0};
     ck_assert_msg(dord_open(&d, &r, &o, 2, T, 1, err, sizeof err) == 0, "%s", err);
-    /* expected rows: (len-1)/T per document */
-    int64_t want[64], nw = 0, start = 0, used = 0, with = 0;
+    /* expected rows: ceil((len-1)/T) per document, and how many tokens of the document each reads */
+    int64_t want[64], wlen[64], nw = 0, start = 0, used = 0, with = 0;
     for (int k = 0; k < NDOCS; k++) {
-        int64_t rows = (doc_len[k] - 1) / T;
-        for (int64_t j = 0; j < rows; j++) want[nw++] = start + j * T;
-        if (rows) { used += rows * T + 1; with++; }
+        int64_t rows = doc_len[k] >= 2 ? (doc_len[k] - 2) / T + 1 : 0;
+        for (int64_t j = 0; j < rows; j++) {
+            want[nw] = start + j * T;
+            wlen[nw++] = doc_len[k] - j * T < T + 1 ? doc_len[k] - j * T : T + 1;
+        }
+        if (rows) { used += doc_len[k]; with++; }
         start += doc_len[k];
     }
-    ck_assert_int_eq(nw, 2 + 1 + 1 + 3 + 2 + 4 + 1); /* 40:2 17:1 18:1 50:3 33:2 70:4 29:1 */
+    ck_assert_int_eq(nw, 1 + 3 + 1 + 2 + 1 + 4 + 2 + 5 + 2); /* 5:1 40:3 17:1 18:2 3:1 50:4 33:2 1:0 70:5 29:2 */
     ck_assert_int_eq(d.rows, nw);
     ck_assert_int_eq(d.ndocs, with);
     ck_assert_int_eq(d.docs_all, NDOCS);
@@ -402,37 +405,46 @@ START_TEST(test_eos_rows) {
     ck_assert_int_eq(d.tokens_used, used);
     for (int64_t j = 0; j < nw; j++) ck_assert_int_eq(dord_row_start(&d, j), want[j]);
     ck_assert_int_eq(dord_row_start(&d, nw), -1);
-    /* no row holds an EOS but as its last token */
+    /* batches in sequential order wrap after an epoch: the document's tokens, then EOS padding whose targets are
+     * untrained; no EOS but as a document's last token */
     uint32_t row[17];
-    for (int64_t j = 0; j < nw; j++) {
-        ck_assert_int_eq(tok_read(&r, want[j], T + 1, row, err, sizeof err), 0);
-        for (int t = 0; t < T; t++) ck_assert_uint_ne(row[t], 0);
-    }
-    /* batches in sequential order wrap after an epoch */
     int32_t tok[32], tgt[32];
+    int64_t trained = 0;
     for (int64_t g = 0; g < 3 * nw; g++) {
         ck_assert_int_eq(dord_batch(&d, 0, g, tok, tgt, err, sizeof err), 0);
+        int64_t c = dord_trained(&d, g, err, sizeof err);
+        int64_t count = 0;
         for (int b = 0; b < 2; b++) {
-            ck_assert_int_eq(tok_read(&r, want[(g * 2 + b) % nw], T + 1, row, err, sizeof err), 0);
-            for (int t = 0; t < T; t++)
-                if (tok[b * T + t] != (int32_t)row[t] || tgt[b * T + t] != (int32_t)row[t + 1])
-                    ck_abort_msg("micro-batch %lld row %d token %d", (long long)g, b, t);
+            int64_t before = count;
+            int64_t q = (g * 2 + b) % nw, len = wlen[q];
+            ck_assert_int_eq(tok_read(&r, want[q], len, row, err, sizeof err), 0);
+            for (int t = 0; t < T; t++) {
+                int32_t wt = t < len ? (int32_t)row[t] : 0, wg = t + 1 < len ? (int32_t)row[t + 1] : -1;
+                if (tok[b * T + t] != wt || tgt[b * T + t] != wg)
+                    ck_abort_msg("micro-batch %lld row %d token %d: %d -> %d, expected %d -> %d", (long long)g, b, t,
+                                 tok[b * T + t], tgt[b * T + t], wt, wg);
+                if (t + 1 < len) ck_assert_int_ne(tok[b * T + t], 0);
+                count += tgt[b * T + t] >= 0;
+            }
+            if (g * 2 + b < nw) trained += count - before;
         }
+        ck_assert_int_eq(c, count);
     }
+    /* an epoch trains every target of every document once: a document of L tokens has L - 1 */
+    ck_assert_int_eq(trained, n - NDOCS);
     ck_assert_int_eq(dord_epoch(&d, nw / 2 - 1), 0);
     ck_assert_int_eq(dord_epoch(&d, 3 * nw), 6);
     dord_close(&d);
     (void)n;
-    /* a document must hold a row */
+    /* documents longer than a row hold one too */
     char want_err[800];
-    ck_assert_int_eq(dord_open(&d, &r, &o, 1, 80, 1, err, sizeof err), -1);
+    ck_assert_int_eq(dord_open(&d, &r, &o, 1, 80, 1, err, sizeof err), 0);
+    ck_assert_int_eq(d.rows, NDOCS - 1);
+    dord_close(&d);
+    ck_assert_int_eq(dord_open(&d, &r, &o, 4, T, 6, err, sizeof err), -1);
     snprintf(want_err, sizeof want_err,
-             "%s: no document holds a row of T+1 = 81 tokens (10 documents split at EOS 0, the longest 70 tokens)", g_path);
-    ck_assert_str_eq(err, want_err);
-    ck_assert_int_eq(dord_open(&d, &r, &o, 4, T, 4, err, sizeof err), -1);
-    snprintf(want_err, sizeof want_err,
-             "%s: the documents split at EOS 0 hold 14 rows of T+1 = 17 tokens, fewer than the 16 of one global "
-             "micro-batch (B=4 on 4 ranks)", g_path);
+             "%s: the documents split at EOS 0 hold 21 rows of T+1 = 17 tokens, fewer than the 24 of one global "
+             "micro-batch (B=4 on 6 ranks)", g_path);
     ck_assert_str_eq(err, want_err);
     o.eos = 256;
     ck_assert_int_eq(dord_open(&d, &r, &o, 1, T, 1, err, sizeof err), -1);
@@ -442,7 +454,7 @@ START_TEST(test_eos_rows) {
     ck_assert_int_eq(dord_open(&d, &r, &o, 1, T, 1, err, sizeof err), 0);
     ck_assert_int_eq(d.eos_count, 0);
     ck_assert_int_eq(d.docs_all, 1);
-    ck_assert_int_eq(d.rows, (n - 1) / T);
+    ck_assert_int_eq(d.rows, (n - 2) / T + 1); /* ceil((n-1)/T): the last row padded */
     dord_close(&d);
     tok_close(&r);
 }
@@ -611,6 +623,20 @@ START_TEST(test_state_check) {
     ck_assert_msg(dord_state_check(&e, st, 40, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(dord_state_check(&e, "{\"run\": {\"data\": {\"order\": \"random\"}}}", 40, err, sizeof err), -1);
     ck_assert_str_eq(err, "the checkpoint's data position has no order it knows ('random')");
+    dord_close(&e);
+    /* --eos: the layout that pads documents is recorded; a checkpoint from before it is refused */
+    DordOptions eos = {DORD_SEQUENTIAL, 0, 3};
+    ck_assert_int_eq(dord_open(&e, &r2, &eos, 2, 8, 1, err, sizeof err), 0);
+    dord_state_json(&e, 40, js, sizeof js);
+    ck_assert_str_eq(js, "{\"order\": \"sequential\", \"seed\": 0, \"eos\": 3, \"tokens\": 4000, \"micro_batches\": 40, "
+                         "\"epoch\": 1, \"eos_rows\": \"padded\"}");
+    snprintf(st, sizeof st, "{\"run\": {\"data\": %s}}", js);
+    ck_assert_msg(dord_state_check(&e, st, 40, err, sizeof err) == 0, "%s", err);
+    const char *before = "{\"run\": {\"data\": {\"order\": \"sequential\", \"seed\": 0, \"eos\": 3, \"tokens\": 4000, "
+                         "\"micro_batches\": 40, \"epoch\": 1}}}";
+    ck_assert_int_eq(dord_state_check(&e, before, 40, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "(--eos: the checkpoint's rows left out documents of at most T tokens and the tails "
+                                      "of longer ones (written before they were padded to a row), this run's pad them)"));
     dord_close(&e);
     dord_close(&d);
     tok_close(&r2);
