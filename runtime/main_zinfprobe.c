@@ -117,7 +117,7 @@ static int check_nvme(const char *dir, char *abs, size_t n, char *err, size_t en
     if (access(dir, W_OK) != 0) return snprintf(err, en, "--nvme %s: not writable: %s", dir, strerror(errno)), -1;
     if (!realpath(dir, rp) || strlen(rp) >= n) return snprintf(err, en, "--nvme %s: cannot resolve the path", dir), -1;
     if (strpbrk(rp, "\"\\\n")) return snprintf(err, en, "--nvme %s: a quote, backslash or newline in the path", dir), -1;
-    snprintf(abs, n, "%s", rp);
+    memcpy(abs, rp, strlen(rp) + 1); /* fits: checked above */
     return 0;
 }
 
