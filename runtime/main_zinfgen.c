@@ -23,6 +23,7 @@
 #include "decode.h"
 #include "exec.h"
 #include "hfio.h"
+#include "progress_meter.h"
 #include "hftok.h"
 #include "json.h"
 #include "sftdata.h"
@@ -266,10 +267,14 @@ static int load_checkpoint(Rt *r, const GenOpts *o, int64_t *step, char *err, si
 static int load_weights(Rt *r, const Plan *p, const GenOpts *o, char *err, size_t n) {
     bool say = C.rank == 0 && !o->quiet;
     if (o->init) {
-        HfioOptions ho = {.staging_bytes = HFIO_STAGING_DEFAULT};
+        ProgressMeter meter;
+        progress_meter_init(&meter, stderr, isatty(2) && C.size == 1);
+        HfioOptions ho = {.staging_bytes = HFIO_STAGING_DEFAULT, .progress = say ? &meter.base : NULL};
         HfioReport rep;
         char e[16000];
-        if (hfio_import(r, o->init, &ho, &rep, e, sizeof e)) return snprintf(err, n, "--init: %s", e), -1;
+        int rc = hfio_import(r, o->init, &ho, &rep, e, sizeof e);
+        progress_meter_finish(&meter);
+        if (rc) return snprintf(err, n, "--init: %s", e), -1;
         if (say)
             fprintf(stderr, "weights: %d parameters from %s%s\n", rep.params, o->init,
                     rep.own_names ? " (zinfrun --export: the plan's own names)" : "");

@@ -31,6 +31,7 @@
 #include "tokens.h"
 #include "verify.h"
 #include "clock.h"
+#include "progress_meter.h"
 
 typedef struct Opts {
     const char *plan, *data, *backend, *ckpt_dir, *trace, *nvme, *export_path, *losses, *init, *export_hf;
@@ -762,6 +763,7 @@ typedef struct Run {
     Rt *r;
     RtBackend backend;
     HfioOptions ho;
+    ProgressMeter meter; /* rank 0's long phases (--init, --export-hf) on stderr */
     TokReader tr;
     DataOrder dord;
     bool have_data, have_order, have_cost;
@@ -1307,11 +1309,14 @@ int main(int argc, char **argv) {
     u.accum = u.p->train.grad_accum > 0 ? (int)u.p->train.grad_accum : 1;
     u.ho = (HfioOptions){.staging_bytes = HFIO_STAGING_DEFAULT, .max_shard_bytes = u.o.shard_size, .merge_lora = u.o.merge_lora,
                         .companions_from = u.o.init};
+    progress_meter_init(&u.meter, stderr, isatty(2) && C.size == 1 && !u.env.plain);
+    if (u.lead && !u.o.quiet) u.ho.progress = &u.meter.base;
     int status = 0;
     if (run_start(&u, err, sizeof err) || open_data(&u, err, sizeof err) || train(&u, err, sizeof err) ||
-        finish(&u, err, sizeof err))
+        finish(&u, err, sizeof err)) {
+        progress_meter_finish(&u.meter);
         status = die("%s", err);
-    else if (u.lead && !(u.stopped && u.ran == 0))
+    } else if (u.lead && !(u.stopped && u.ran == 0))
         print_summary(&u);
     if (!status && u.stopped) status = say_stopped(&u);
     run_close(&u);

@@ -33,6 +33,7 @@
 #include "tokens.h"
 #include "unicode.h"
 #include "clock.h"
+#include "progress_meter.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -283,6 +284,21 @@ static int write_packed(const Opts *o, const SftOut *out, uint32_t pad_id, int64
     return rc;
 }
 
+/* The inputs as one phase: a file's own progress (sft_read_jsonl reports
+ * bytes of its file) shifted by the bytes of the files before it. */
+typedef struct InputsProgress {
+    Progress base;
+    Progress *to;
+    uint64_t before, total;
+} InputsProgress;
+
+static void inputs_report(Progress *p, const char *phase, const char *unit, uint64_t done, uint64_t total) {
+    InputsProgress *ip = (InputsProgress *)p;
+    (void)total;
+    if (ip->before + done > ip->total) ip->total = 0; /* an input stat did not size (a pipe): no total */
+    progress_report(ip->to, phase, unit, ip->before + done, ip->total);
+}
+
 int main(int argc, char **argv) {
     Opts o = {.frac = 0.1, .inputs = (const char **)argv + 1, .train_on = SFT_TRAIN_COMPLETION};
     bool sft_opts = false;
@@ -458,10 +474,20 @@ int main(int argc, char **argv) {
     size_t bytes = 0;
     double t0 = clock_mono_s();
     int rc = 0;
+    ProgressMeter meter;
+    progress_meter_init(&meter, stderr, isatty(2));
+    InputsProgress inputs = {.base = {inputs_report}, .to = &meter.base};
+    for (int k = 0; k < o.nin; k++) {
+        struct stat sb;
+        if (stat(o.inputs[k], &sb) == 0) inputs.total += (uint64_t)sb.st_size;
+    }
+    so.progress = &inputs.base;
     for (int k = 0; k < o.nin && !rc; k++) {
+        inputs.before = bytes;
         char *text;
         size_t n;
         if (read_all(o.inputs[k], &text, &n, err, sizeof err)) {
+            progress_meter_finish(&meter);
             fprintf(stderr, "zinftok: %s\n", err);
             rc = 1;
             break;
@@ -470,6 +496,7 @@ int main(int argc, char **argv) {
         if (is_jsonl(o.inputs[k])) {
             njsonl++;
             if (sft_read_jsonl(&so, o.inputs[k], text, n, &out, &sst, err, sizeof err)) {
+                progress_meter_finish(&meter);
                 fprintf(stderr, "zinftok: %s\n", err);
                 rc = 1;
             }
@@ -486,15 +513,19 @@ int main(int argc, char **argv) {
             char *fixed = uni_utf8_repair((const uint8_t *)text, n, &fixed_n, &nbad);
             free(text);
             if (!fixed) {
+                progress_meter_finish(&meter);
                 fprintf(stderr, "zinftok: out of memory\n");
                 rc = 1;
                 break;
             }
-            if (nbad)
+            if (nbad) {
+                progress_meter_finish(&meter);
                 fprintf(stderr, "zinftok: note: %s: %zu invalid UTF-8 sequence%s replaced by U+FFFD\n", o.inputs[k], nbad,
                         nbad == 1 ? "" : "s");
+            }
             for (size_t j = 0; j < npre && !rc; j++) rc = bpe_ids_push(&out.ids, pre[j]) ? 1 : 0;
             if (!rc && hftok_encode(t, fixed, fixed_n, &out.ids, err, sizeof err)) {
+                progress_meter_finish(&meter);
                 fprintf(stderr, "zinftok: %s: %s\n", o.inputs[k], err);
                 free(fixed);
                 rc = 1;
@@ -504,10 +535,14 @@ int main(int argc, char **argv) {
             free(fixed);
         }
         if (rc || sft_out_mark_trained(&out, from) || sft_out_end_sample(&out)) {
+            progress_meter_finish(&meter);
             fprintf(stderr, "zinftok: out of memory\n");
             rc = 1;
         }
+        inputs_report(&inputs.base, "tokenizing", "B", n, n);
     }
+    if (rc) progress_meter_finish(&meter);
+    else progress_report(&meter.base, "tokenizing", "B", bytes, bytes);
     double secs = clock_mono_s() - t0;
     int64_t vocab = t ? hftok_vocab_size(t) : 256;
     if (!rc && out.ids.n == 0) {

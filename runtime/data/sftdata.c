@@ -445,6 +445,7 @@ int sft_read_jsonl(const SftOptions *o, const char *path, const char *text, size
             if (rc) return -1;
         }
         at = end + 1;
+        progress_report(o->progress, "tokenizing", "B", at < n ? at : n, n);
     }
     st->tokens = (int64_t)out->ids.n;
     st->trained = 0;

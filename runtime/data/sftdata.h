@@ -57,6 +57,7 @@
 #include "bpe.h"
 #include "chattmpl.h"
 #include "hftok.h"
+#include "progress.h"
 
 /* What trains: every token, or the answers: the completion of a
  * prompt/completion sample, the assistant messages of a conversation
@@ -75,6 +76,7 @@ typedef struct SftOptions {
     bool refuse_long;        /* a longer sample is an error, not truncated */
     const ChatTemplate *chat; /* renders {"messages": ...}; NULL: conversations refused */
     const ChatRenderOptions *chat_opts; /* NULL: no extra variables */
+    Progress *progress;      /* sft_read_jsonl's bytes of the file read (base/progress.h); NULL: nobody listens */
 } SftOptions;
 
 typedef struct SftStats {

@@ -19,6 +19,9 @@ typedef struct Imp {
     const StEntry **ent;    /* per group: its tensor in the checkpoint */
     HfStage st;
     HfioReport *rep;
+    Progress *progress;     /* NULL: nobody listens */
+    bool counting;          /* a pass that only adds up the bytes the copy will read, into total */
+    uint64_t total;
 } Imp;
 
 /* Appends name to a ", "-separated list of cap bytes, or counts it as more. */
@@ -204,14 +207,21 @@ static int copy_interval(Imp *im, const HfPiece *x, int64_t s, int64_t e, int64_
     for (int64_t r0 = ra; r0 < rb; r0 += bh)
         for (int64_t b0 = c0; b0 < c1; b0 += bw) {
             int64_t r1 = min64(rb, r0 + bh), b1 = min64(c1, b0 + bw);
+            if (im->counting) {
+                im->total += (uint64_t)((r1 - r0) * (b1 - b0)) * st_dtype_size(ent->dtype);
+                continue;
+            }
             if (read_block(im, x, ent, r0, r1, b0, b1, err, n)) return -1;
             if (mbuf >= 0 && write_block(im, mbuf, DT_F32, x, r0, r1, b0, b1, s, e, base, err, n)) return -1;
             if (write_block(im, p->shards[t->shard].buffer, t->dtype, x, r0, r1, b0, b1, s, e, base, err, n)) return -1;
+            progress_report(im->progress, "importing weights", "B", im->rep->bytes, im->total);
         }
     return 0;
 }
 
-static int import_copy(Imp *im, char *err, size_t n) {
+/* Every piece's part of this rank's shards, read and stored; with
+ * im->counting set, only the bytes that would be read, added up. */
+static int import_pieces(Imp *im, char *err, size_t n) {
     const Plan *p = im->r->p;
     const HfLayout *l = im->l;
     int rank = im->r->c->rank;
@@ -227,7 +237,21 @@ static int import_copy(Imp *im, char *err, size_t n) {
             if (copy_interval(im, x, s, s + cnt, (int64_t)u * sh->tile_shard, err, n)) return -1;
         }
     }
-    im->rep->tensors = l->ngroups;
+    return 0;
+}
+
+static int import_copy(Imp *im, char *err, size_t n) {
+    if (im->progress) {
+        int params = im->rep->params;
+        im->counting = true;
+        int rc = import_pieces(im, err, n);
+        im->counting = false;
+        im->rep->params = params;
+        if (rc) return rc;
+    }
+    if (import_pieces(im, err, n)) return -1;
+    progress_report(im->progress, "importing weights", "B", im->total, im->total);
+    im->rep->tensors = im->l->ngroups;
     return 0;
 }
 
@@ -252,7 +276,7 @@ int hfio_import(Rt *r, const char *path, const HfioOptions *o, HfioReport *rep, 
     HfLayout l = {0};
     StSet s;
     bool open = false;
-    Imp im = {.r = r, .l = &l, .s = &s, .rep = rep};
+    Imp im = {.r = r, .l = &l, .s = &s, .rep = rep, .progress = o ? o->progress : NULL};
     int rc = st_set_open(&s, path, err, n);
     open = !rc;
     rep->files = open ? s.nfiles : 0;

@@ -34,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "exec.h"
+#include "progress.h"
 
 #define HFIO_STAGING_DEFAULT ((size_t)64 << 20)
 #define HFIO_SHARD_DEFAULT 5000000000ull /* save_pretrained's max_shard_size "5GB" */
@@ -45,6 +46,8 @@ typedef struct HfioOptions {
                                  (W + A B alpha/r in the base names), not the PEFT adapter */
     const char *companions_from; /* export: a model directory (--init's) whose tokenizer files and
                                     generation_config.json are copied along; NULL: none */
+    Progress *progress;          /* how far it has come (base/progress.h): import in bytes this rank
+                                    reads, export in tensors written; NULL: nobody listens */
 } HfioOptions;
 
 enum { HFIO_LIST = 1024 };

@@ -39,6 +39,7 @@ typedef struct Exp {
     bool peft;                  /* the LoRA adapters alone, as PEFT saves them; else the base groups */
     bool merge;                 /* the base groups with their adapters merged */
     const char *companions;     /* the model directory whose tokenizer and generation files go along, NULL */
+    Progress *progress;         /* NULL: nobody listens */
 } Exp;
 
 /* Whether group g is written: the adapters for a PEFT export, else the rest. */
@@ -382,6 +383,8 @@ static int export_setup(Exp *ex, const char *dir, char *err, size_t n) {
 /* Every group's exported pieces; the ranks agree after each group. */
 static int export_groups(Exp *ex, char *err, size_t n) {
     const HfLayout *l = ex->l;
+    uint64_t total = 0;
+    for (int g = 0; g < l->ngroups; g++) total += exported(ex, g);
     for (int g = 0; g < l->ngroups; g++) {
         if (!exported(ex, g)) continue;
         HfLora lo;
@@ -400,6 +403,7 @@ static int export_groups(Exp *ex, char *err, size_t n) {
         if (bad > 0 && !rc) return errorf(err, n, "rank %d failed exporting '%s' (its message says why)", bad - 1, l->groups[g].name);
         if (bad) return -1;
         ex->rep->tensors++;
+        progress_report(ex->progress, "exporting weights", "tensors", (uint64_t)ex->rep->tensors, total);
     }
     return 0;
 }
@@ -409,7 +413,7 @@ int hfio_export(Rt *r, const char *dir, const HfioOptions *o, HfioReport *rep, c
     if (!rep) rep = &dummy;
     memset(rep, 0, sizeof *rep);
     HfLayout l = {0};
-    Exp ex = {.r = r, .l = &l, .rep = rep, .companions = o ? o->companions_from : NULL};
+    Exp ex = {.r = r, .l = &l, .rep = rep, .companions = o ? o->companions_from : NULL, .progress = o ? o->progress : NULL};
     bool lead = r->c->rank == 0;
     int rc = hf_layout_build(r->p, &l, err, n);
     for (int g = 0; !rc && g < l.ngroups; g++) ex.merge |= l.groups[g].adapter;

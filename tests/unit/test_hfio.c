@@ -389,6 +389,27 @@ static void rmrf(const char *p) {
     comm_barrier(&C);
 }
 
+/* A listener that keeps what a phase reported: how often, the last
+ * figures, and whether done ever went down or past the total. */
+typedef struct Recorder {
+    Progress base;
+    char phase[64], unit[16];
+    int reports;
+    uint64_t done, total;
+    bool backwards, past_total;
+} Recorder;
+
+static void record(Progress *p, const char *phase, const char *unit, uint64_t done, uint64_t total) {
+    Recorder *r = (Recorder *)p;
+    if (r->reports && done < r->done) r->backwards = true;
+    if (total && done > total) r->past_total = true;
+    snprintf(r->phase, sizeof r->phase, "%s", phase);
+    snprintf(r->unit, sizeof r->unit, "%s", unit);
+    r->reports++;
+    r->done = done;
+    r->total = total;
+}
+
 START_TEST(import_train_export) {
     const Variant *v = &variants[_i];
     char what[160], out[300], out2[300];
@@ -396,11 +417,20 @@ START_TEST(import_train_export) {
              plan_tier_names[v->optimizer], v->tiles, v->staging, C.size);
     Plan *p = make_plan(v);
     RtOptions ro = {.nvme_dir = nvme_dir};
-    HfioOptions ho = {.staging_bytes = v->staging, .max_shard_bytes = 20000};
+    Recorder heard = {.base = {record}};
+    HfioOptions ho = {.staging_bytes = v->staging, .max_shard_bytes = 20000, .progress = &heard.base};
     Rt *r = rt_create(p, &C, &ro, err, sizeof err);
     ck_assert_msg(r != NULL, "%s: %s", what, err);
     HfioReport rep;
     ck_assert_msg(hfio_import(r, ckpt, &ho, &rep, err, sizeof err) == 0, "%s: %s", what, err);
+    /* the import's progress: bytes read, up to exactly what it read */
+    ck_assert_str_eq(heard.phase, "importing weights");
+    ck_assert_str_eq(heard.unit, "B");
+    ck_assert_int_gt(heard.reports, 2);
+    ck_assert_msg(!heard.backwards && !heard.past_total, "%s: progress went backwards or past its total", what);
+    ck_assert_uint_eq(heard.total, rep.bytes);
+    ck_assert_uint_eq(heard.done, rep.bytes);
+    heard = (Recorder){.base = {record}};
     ck_assert_int_eq(rep.files, 2);
     ck_assert_int_eq(rep.tensors, NH - 2);
     ck_assert_int_eq(rep.params, 10);
@@ -415,6 +445,11 @@ START_TEST(import_train_export) {
     snprintf(out, sizeof out, "%s/export-%d", work, _i);
     ck_assert_msg(hfio_export(r, out, &ho, &rep, err, sizeof err) == 0, "%s: %s", what, err);
     ck_assert_int_eq(rep.tensors, NH - 2);
+    ck_assert_str_eq(heard.phase, "exporting weights");
+    ck_assert_int_eq(heard.reports, NH - 2);
+    ck_assert_msg(!heard.backwards && !heard.past_total, "%s: export progress went backwards or past its total", what);
+    ck_assert_uint_eq(heard.done, NH - 2);
+    ck_assert_uint_eq(heard.total, NH - 2);
     if (C.rank == 0) ck_assert_int_eq(rep.files, 6);
     check_exported(out, 6, true);
     double ref[STEPS];
