@@ -861,7 +861,8 @@ static int random_start(const Run *u, char *err, size_t n) {
 static int run_start(Run *u, char *err, size_t n) {
     const Opts *o = &u->o;
     Plan *p = u->p;
-    RtOptions ro = {.backend = u->backend, .nvme_dir = o->nvme, .queue_depth = 32, .trace = o->trace != NULL};
+    RtOptions ro = {.backend = u->backend, .nvme_dir = o->nvme, .queue_depth = 32, .trace = o->trace != NULL,
+                    .progress = u->ho.progress /* rank 0's meter, as for --init */};
     main_env_rt(&u->env, &ro);
     /* Hugging Face weights: the mapping and the target checked before anything is allocated or trained */
     char m[4096];

@@ -23,6 +23,7 @@
 #include "comm.h"
 #include "vocab.h"
 #include "plan.h"
+#include "progress.h"
 #include "qrun.h"
 
 typedef enum RtBackend { RT_BACKEND_HOST, RT_BACKEND_CUDA } RtBackend;
@@ -48,6 +49,7 @@ typedef struct RtOptions {
     bool no_huge_pages;     /* the pinned arena stays on 4 KiB pages */
     int queue_slice_us;     /* the I/O queues' scheduler slice: 0 -> 100 us, < 0 -> the kernel's default */
     const char *cublaslt_off; /* non-NULL: every GEMM runs its NVRTC launch, not cuBLASLt; the reason shown */
+    Progress *progress;     /* checkpoint saves and loads say how far they have come (base/progress.h); NULL: nobody */
 } RtOptions;
 
 typedef struct RtStepStats {

@@ -58,6 +58,8 @@ int rt_ckpt_save(Rt *r, const char *dir, const char *state_json, RtCkptClass ckp
     CkptEntry *e = calloc(p->nshards ? p->nshards : 1, sizeof *e);
     int ne = 0, rc = 0;
     if (!e) rc = errorf(err, n, "out of memory");
+    uint64_t total = 0, done = 0; /* the shards' bytes gathered from their homes (NVMe reads, device copies) */
+    for (uint32_t s = 0; s < p->nshards; s++) total += ckpt_class(p->tensors[p->shards[s].tensor].cls) ? p->shards[s].bytes : 0;
     for (uint32_t s = 0; s < p->nshards && !rc; s++) {
         const PlanShard *sh = &p->shards[s];
         const PlanTensor *t = &p->tensors[sh->tensor];
@@ -67,10 +69,12 @@ int rt_ckpt_save(Rt *r, const char *dir, const char *state_json, RtCkptClass ckp
         e[ne] = (CkptEntry){t->name, t->dtype, sh->bytes, d};
         ne++;
         rc = rt_home_read(r, sh->buffer, 0, d, sh->bytes, err, n);
+        done += sh->bytes;
+        if (!rc && total) progress_report(r->o.progress, "gathering the checkpoint", "B", done, total);
     }
     uint64_t h = rt_plan_hash(r);
     int64_t next = r->step;
-    if (!rc) rc = ckpt_write_shard(dir, next, r->c->rank, r->c->size, h, e, ne, err, n);
+    if (!rc) rc = ckpt_write_shard(dir, next, r->c->rank, r->c->size, h, e, ne, r->o.progress, err, n);
     for (int i = 0; i < ne; i++) free(e[i].data);
     free(e);
     if (comm_agree(r->c, rc)) return rc ? rc : errorf(err, n, "another rank failed to write its checkpoint shard");
@@ -108,7 +112,7 @@ static int load_own(Rt *r, const char *dir, int64_t step, RtCkptClass ckpt_class
         buf[ne++] = sh->buffer;
     }
     if (rc) why = 2;
-    else if ((rc = ckpt_read_shard(dir, step, r->c->rank, r->c->size, rt_plan_hash(r), e, ne, err, n))) why = 1;
+    else if ((rc = ckpt_read_shard(dir, step, r->c->rank, r->c->size, rt_plan_hash(r), e, ne, r->o.progress, err, n))) why = 1;
     for (int i = 0; i < ne && !rc; i++)
         if ((rc = rt_home_write(r, buf[i], 0, e[i].data, e[i].bytes, err, n))) why = 2;
     for (int i = 0; i < ne; i++) free(e[i].data);
@@ -236,6 +240,9 @@ static int load_resharded(Rt *r, const char *dir, int64_t step, const CkptManife
     *whyp = 2;
     if (ckpt_reader_open(&rd, dir, step, m, (size_t)64 << 20, err, n)) return -1;
     int rc = 0;
+    uint64_t total = 0, done = 0; /* this rank's bytes of the checkpointed shards */
+    for (uint32_t s = 0, k = 0; s < p->nshards; s++)
+        if (k < (uint32_t)mine->n && !strcmp(mine->t[k].name, p->tensors[p->shards[s].tensor].name)) total += p->shards[s].bytes, k++;
     for (uint32_t s = 0, k = 0; s < p->nshards && !rc; s++) {
         const PlanShard *sh = &p->shards[s];
         const PlanTensor *t = &p->tensors[sh->tensor];
@@ -249,6 +256,8 @@ static int load_resharded(Rt *r, const char *dir, int64_t step, const CkptManife
         if (rc == -1) *whyp = 1;
         if (!rc) rc = rt_home_write(r, sh->buffer, 0, d, sh->bytes, err, n);
         free(d);
+        done += sh->bytes;
+        if (!rc && total) progress_report(r->o.progress, "resharding the checkpoint", "B", done, total);
     }
     ckpt_reader_close(&rd);
     if (!rc) *whyp = 0;

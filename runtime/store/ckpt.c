@@ -62,8 +62,9 @@ static int fsync_dir_of(const char *path) {
     return rc;
 }
 
-int ckpt_write_file_atomic(const char *path, const void *const *parts, const size_t *lens, int nparts,
-                           char *err, size_t errlen) {
+/* ckpt_write_file_atomic, telling progress (NULL: nobody) the bytes written. */
+static int write_file_atomic(const char *path, const void *const *parts, const size_t *lens, int nparts, Progress *progress,
+                             char *err, size_t errlen) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -71,11 +72,14 @@ int ckpt_write_file_atomic(const char *path, const void *const *parts, const siz
     /* Held until the rename: a cleaner that can take it knows the writer is
      * gone, even when the PID in the name is another machine's. */
     while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {}
+    uint64_t total = 0, done = 0;
+    for (int i = 0; i < nparts; i++) total += lens[i];
     for (int i = 0; i < nparts; i++) {
         const char *p = parts[i];
         size_t left = lens[i];
         while (left) {
-            ssize_t w = write(fd, p, left > (1u << 30) ? (1u << 30) : left);
+            /* 64 MiB at a time, so that progress moves on a large shard */
+            ssize_t w = write(fd, p, left > (64u << 20) ? (64u << 20) : left);
             if (w < 0 && errno == EINTR) continue;
             if (w <= 0) {
                 int e = w < 0 ? errno : EIO;
@@ -85,6 +89,8 @@ int ckpt_write_file_atomic(const char *path, const void *const *parts, const siz
             }
             p += w;
             left -= (size_t)w;
+            done += (uint64_t)w;
+            if (done < total) progress_report(progress, "writing the checkpoint", "B", done, total);
         }
     }
     if (fsync(fd) != 0) {
@@ -104,7 +110,13 @@ int ckpt_write_file_atomic(const char *path, const void *const *parts, const siz
         return errorf(err, errlen, "rename %s -> %s failed: %s", tmp, path, strerror(e));
     }
     if (fsync_dir_of(path) != 0) return errorf(err, errlen, "fsync of the directory of %s failed: %s", path, strerror(errno));
+    if (total) progress_report(progress, "writing the checkpoint", "B", total, total); /* on the disk: the phase ends */
     return 0;
+}
+
+int ckpt_write_file_atomic(const char *path, const void *const *parts, const size_t *lens, int nparts,
+                           char *err, size_t errlen) {
+    return write_file_atomic(path, parts, lens, nparts, NULL, err, errlen);
 }
 
 /* A little-endian byte builder for headers. */
@@ -141,7 +153,7 @@ static void put_u64(Buf *b, uint64_t v) {
 }
 
 int ckpt_write_shard(const char *root, int64_t step, int rank, int world, uint64_t plan_hash,
-                     const CkptEntry *e, int n, char *err, size_t errlen) {
+                     const CkptEntry *e, int n, Progress *progress, char *err, size_t errlen) {
     char dir[4096], path[4200];
     ckpt_step_dir(root, step, dir, sizeof dir);
     if (mkdir_p(dir, err, errlen)) return -1;
@@ -194,7 +206,7 @@ int ckpt_write_shard(const char *root, int64_t step, int rank, int world, uint64
         put_u64(tb, h);
         parts[k] = tb->p; lens[k] = tb->len; k++;
         rc = tb->oom ? errorf(err, errlen, "out of memory writing %s", path)
-                     : ckpt_write_file_atomic(path, parts, lens, k, err, errlen);
+                     : write_file_atomic(path, parts, lens, k, progress, err, errlen);
     }
     for (int i = 0; i < 2 * n + 2; i++) free(hdrs[i].p);
     free(hdrs);
@@ -598,7 +610,7 @@ int ckpt_clean_debris(const char *root, int world, uint64_t plan_hash, char *rep
     return rc ? rc : removed;
 }
 int ckpt_read_shard(const char *root, int64_t step, int rank, int world, uint64_t plan_hash,
-                    CkptEntry *e, int n, char *err, size_t errlen) {
+                    CkptEntry *e, int n, Progress *progress, char *err, size_t errlen) {
     char dir[4096], path[4200];
     ckpt_step_dir(root, step, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/rank-%05d.zck", dir, rank);
@@ -607,6 +619,8 @@ int ckpt_read_shard(const char *root, int64_t step, int rank, int world, uint64_
     uint64_t h = CKPT_FNV_INIT;
     unsigned char hdr[36];
     int rc = -1;
+    uint64_t total = 0, read_bytes = 0;
+    for (int i = 0; i < n; i++) total += e[i].bytes;
     if (fread(hdr, 1, 36, f) != 36) { errorf(err, errlen, "%s: truncated header", path); goto out; }
     h = ckpt_fnv_update(h, hdr, 36);
     if (memcmp(hdr, ckpt_magic, 8) != 0) { errorf(err, errlen, "%s: not a zinf checkpoint shard (bad magic)", path); goto out; }
@@ -653,7 +667,13 @@ int ckpt_read_shard(const char *root, int64_t step, int rank, int world, uint64_
                 h = ckpt_fnv_update(h, cbuf, 8);
             }
         }
-        if (fread(e[i].data, 1, e[i].bytes, f) != e[i].bytes) { errorf(err, errlen, "%s: truncated in '%s'", path, name); goto out; }
+        for (uint64_t at = 0; at < e[i].bytes;) { /* 64 MiB at a time, so that progress moves */
+            size_t want = e[i].bytes - at > (64u << 20) ? (64u << 20) : (size_t)(e[i].bytes - at);
+            if (fread((char *)e[i].data + at, 1, want, f) != want) { errorf(err, errlen, "%s: truncated in '%s'", path, name); goto out; }
+            at += want;
+            read_bytes += want;
+            if (read_bytes < total) progress_report(progress, "reading the checkpoint", "B", read_bytes, total);
+        }
         h = ckpt_fnv_update(h, e[i].data, e[i].bytes);
         if (ckpt_fnv_update(CKPT_FNV_INIT, e[i].data, e[i].bytes) != ckpt_get_le(eh + 9, 8)) {
             errorf(err, errlen, "%s: checksum mismatch in '%s' (file corrupt)", path, name);
@@ -664,6 +684,7 @@ int ckpt_read_shard(const char *root, int64_t step, int rank, int world, uint64_
     if (fread(tail, 1, 8, f) != 8) { errorf(err, errlen, "%s: truncated", path); goto out; }
     if (ckpt_get_le(tail, 8) != h) { errorf(err, errlen, "%s: file checksum mismatch (file corrupt)", path); goto out; }
     if (fgetc(f) != EOF) { errorf(err, errlen, "%s: trailing bytes after the shard", path); goto out; }
+    if (total) progress_report(progress, "reading the checkpoint", "B", total, total);
     rc = 0;
 out:
     fclose(f);

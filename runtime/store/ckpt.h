@@ -32,6 +32,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "progress.h"
 
 /* Chunks of 1 MiB by default; tests make them small. */
 enum { CKPT_CHUNK_SHIFT = 20, CKPT_CHUNK_SHIFT_MIN = 6, CKPT_CHUNK_SHIFT_MAX = 40 };
@@ -81,9 +82,10 @@ enum { CKPT_MANIFEST_MAX = 256 << 20 };
 /* "DIR/step-00000010" into buf. */
 const char *ckpt_step_dir(const char *root, int64_t step, char *buf, size_t n);
 
-/* Writes this rank's shard of step `step` (creating the directories). */
+/* Writes this rank's shard of step `step` (creating the directories);
+ * progress (NULL: nobody listens) hears "writing the checkpoint" in bytes. */
 int ckpt_write_shard(const char *root, int64_t step, int rank, int world, uint64_t plan_hash,
-                     const CkptEntry *e, int n, char *err, size_t errlen);
+                     const CkptEntry *e, int n, Progress *progress, char *err, size_t errlen);
 /* Rank 0, after every shard is written: the manifest that makes the
  * checkpoint complete. state_json is a JSON object of training state
  * (loss scale, data position...), copied verbatim under "state". */
@@ -128,9 +130,10 @@ bool ckpt_is_own(const CkptInfo *ci, int world, uint64_t plan_hash);
  * and only this run's temporaries are removed. */
 int ckpt_clean_debris(const char *root, int world, uint64_t plan_hash, char *report, size_t replen, char *err, size_t errlen);
 /* Reads this rank's shard into the entries' buffers, checking that names,
- * dtypes and sizes match and every checksum holds. */
+ * dtypes and sizes match and every checksum holds; progress (NULL: nobody
+ * listens) hears "reading the checkpoint" in bytes. */
 int ckpt_read_shard(const char *root, int64_t step, int rank, int world, uint64_t plan_hash,
-                    CkptEntry *e, int n, char *err, size_t errlen);
+                    CkptEntry *e, int n, Progress *progress, char *err, size_t errlen);
 /* The manifest's "state" object (malloc'd; caller frees), or NULL. */
 char *ckpt_read_state(const char *root, int64_t step, char *err, size_t errlen);
 /* Renames step `step`'s directory to step-N.bad (or .bad.K when taken), so

@@ -40,7 +40,7 @@ static int write_ckpt_of(int step, int world, uint64_t hash) {
     fill(step);
     CkptEntry e[2] = {{"w", 1, sizeof A, A}, {"master.w", 1, sizeof Bv, Bv}};
     for (int r = 0; r < world; r++)
-        if (ckpt_write_shard(root, step, r, world, hash, e, 2, err, sizeof err)) return -1;
+        if (ckpt_write_shard(root, step, r, world, hash, e, 2, NULL, err, sizeof err)) return -1;
     return ckpt_write_manifest(root, step, world, hash, "tiny", "{\"loss_scale\": 1, \"tokens\": 42}", NULL, err, sizeof err);
 }
 static int write_ckpt(int step, int world) { return write_ckpt_of(step, world, 0xabcdef); }
@@ -58,7 +58,7 @@ static int read_ckpt(int step, int rank, int world, char *err, size_t n) {
     memset(A, 0, sizeof A);
     memset(Bv, 0, sizeof Bv);
     CkptEntry e[2] = {{"w", 1, sizeof A, A}, {"master.w", 1, sizeof Bv, Bv}};
-    return ckpt_read_shard(root, step, rank, world, 0xabcdef, e, 2, err, n);
+    return ckpt_read_shard(root, step, rank, world, 0xabcdef, e, 2, NULL, err, n);
 }
 
 static char *shard_path(int step, int rank) {
@@ -119,13 +119,58 @@ START_TEST(test_corruption) {
 }
 END_TEST
 
+/* What a listener hears of a shard's write and read: the phase, how many
+ * reports, the last figures, and whether they ever went down. */
+typedef struct Heard {
+    Progress base;
+    char phase[64];
+    int reports;
+    uint64_t done, total;
+    bool backwards;
+} Heard;
+
+static void heard(Progress *p, const char *phase, const char *unit, uint64_t done, uint64_t total) {
+    Heard *h = (Heard *)p;
+    ck_assert_str_eq(unit, "B");
+    if (h->reports && done < h->done) h->backwards = true;
+    snprintf(h->phase, sizeof h->phase, "%s", phase);
+    h->reports++;
+    h->done = done;
+    h->total = total;
+}
+
+START_TEST(test_progress) {
+    char err[512];
+    fill(5);
+    CkptEntry e[2] = {{"w", 1, sizeof A, A}, {"master.w", 1, sizeof Bv, Bv}};
+    Heard w = {.base = {heard}};
+    ck_assert_int_eq(ckpt_write_shard(root, 5, 0, 1, 0xabcdef, e, 2, &w.base, err, sizeof err), 0);
+    struct stat st;
+    ck_assert_int_eq(stat(shard_path(5, 0), &st), 0);
+    /* bytes written, up to the whole file, ended once it is on the disk */
+    ck_assert_str_eq(w.phase, "writing the checkpoint");
+    ck_assert_int_gt(w.reports, 2);
+    ck_assert(!w.backwards);
+    ck_assert_uint_eq(w.done, (uint64_t)st.st_size);
+    ck_assert_uint_eq(w.total, (uint64_t)st.st_size);
+    Heard r = {.base = {heard}};
+    memset(A, 0, sizeof A);
+    ck_assert_int_eq(ckpt_read_shard(root, 5, 0, 1, 0xabcdef, e, 2, &r.base, err, sizeof err), 0);
+    ck_assert_str_eq(r.phase, "reading the checkpoint");
+    ck_assert(!r.backwards);
+    ck_assert_uint_eq(r.done, sizeof A + sizeof Bv); /* the tensors' bytes */
+    ck_assert_uint_eq(r.total, sizeof A + sizeof Bv);
+    ck_assert(A[3] == 7.5f);
+}
+END_TEST
+
 START_TEST(test_incomplete_skipped) {
     ck_assert_int_eq(write_ckpt(3, 2), 0);
     /* Step 7: shards but no manifest (a crash before it was written). */
     char err[512];
     fill(7);
     CkptEntry e[2] = {{"w", 1, sizeof A, A}, {"master.w", 1, sizeof Bv, Bv}};
-    ck_assert_int_eq(ckpt_write_shard(root, 7, 0, 2, 0xabcdef, e, 2, err, sizeof err), 0);
+    ck_assert_int_eq(ckpt_write_shard(root, 7, 0, 2, 0xabcdef, e, 2, NULL, err, sizeof err), 0);
     /* The manifest refuses while a shard is missing. */
     ck_assert_int_eq(ckpt_write_manifest(root, 7, 2, 0xabcdef, "tiny", "{}", NULL, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "missing") != NULL, "%s", err);
@@ -205,7 +250,7 @@ START_TEST(test_scan_states) {
     /* step 7: a shard but no manifest */
     fill(7);
     CkptEntry e[2] = {{"w", 1, sizeof A, A}, {"master.w", 1, sizeof Bv, Bv}};
-    ck_assert_int_eq(ckpt_write_shard(root, 7, 0, 1, 0xabcdef, e, 2, err, sizeof err), 0);
+    ck_assert_int_eq(ckpt_write_shard(root, 7, 0, 1, 0xabcdef, e, 2, NULL, err, sizeof err), 0);
     CkptInfo *v;
     int n;
     ck_assert_int_eq(ckpt_scan(root, &v, &n, err, sizeof err), 0);
@@ -232,7 +277,7 @@ START_TEST(test_debris) {
     fill(2);
     CkptEntry e[2] = {{"w", 1, sizeof A, A}, {"master.w", 1, sizeof Bv, Bv}};
     /* step 2 of this run: one shard done, the other cut short by a dead writer */
-    ck_assert_int_eq(ckpt_write_shard(root, 2, 0, 2, 0xabcdef, e, 2, err, sizeof err), 0);
+    ck_assert_int_eq(ckpt_write_shard(root, 2, 0, 2, 0xabcdef, e, 2, NULL, err, sizeof err), 0);
     ckpt_step_dir(root, 2, d, sizeof d);
     snprintf(p, sizeof p, "%s/rank-00000.zck", d);
     char tmp[700];
@@ -244,7 +289,7 @@ START_TEST(test_debris) {
     snprintf(cmd, sizeof cmd, "head -c 100 %s > %s", p, tmp);
     ck_assert_int_eq(system(cmd), 0);
     /* step 3: another run's incomplete checkpoint, by a dead writer too */
-    ck_assert_int_eq(ckpt_write_shard(root, 3, 0, 4, 0x99, e, 2, err, sizeof err), 0);
+    ck_assert_int_eq(ckpt_write_shard(root, 3, 0, 4, 0x99, e, 2, NULL, err, sizeof err), 0);
     /* step 1: a dead writer's temporary manifest beside the complete one */
     char m[700];
     snprintf(m, sizeof m, "%s/manifest.json.tmp.%d", ckpt_step_dir(root, 1, d, sizeof d), (int)dead);
@@ -252,13 +297,13 @@ START_TEST(test_debris) {
     fputs("{", f);
     fclose(f);
     /* step 4: this run's, being written by a live process (us) */
-    ck_assert_int_eq(ckpt_write_shard(root, 4, 0, 2, 0xabcdef, e, 2, err, sizeof err), 0);
+    ck_assert_int_eq(ckpt_write_shard(root, 4, 0, 2, 0xabcdef, e, 2, NULL, err, sizeof err), 0);
     char live[700];
     snprintf(live, sizeof live, "%s/rank-00001.zck.tmp.%d", ckpt_step_dir(root, 4, d, sizeof d), (int)getpid());
     f = fopen(live, "w");
     fclose(f);
     /* step 9: a removal of this run's killed midway; step 11: a writer killed after its mkdir */
-    ck_assert_int_eq(ckpt_write_shard(root, 9, 0, 2, 0xabcdef, e, 2, err, sizeof err), 0);
+    ck_assert_int_eq(ckpt_write_shard(root, 9, 0, 2, 0xabcdef, e, 2, NULL, err, sizeof err), 0);
     char gone[700], from[500];
     ckpt_step_dir(root, 9, from, sizeof from);
     snprintf(gone, sizeof gone, "%s.deleting.%d", from, (int)dead);
@@ -411,7 +456,7 @@ static void write_layout_ckpt(int step, const CkptShardLayout *l, int R) {
             d[e] = g < 0 ? 1e30f : (float)g;
         }
         CkptEntry e[1] = {{"w", 1, sizeof(float) * (uint64_t)n, d}};
-        ck_assert_int_eq(ckpt_write_shard(root, step, r, R, 0x5eed, e, 1, err, sizeof err), 0);
+        ck_assert_int_eq(ckpt_write_shard(root, step, r, R, 0x5eed, e, 1, NULL, err, sizeof err), 0);
     }
     free(d);
     CkptTensorLayout t = {.name = "w", .dtype = 1, .cls = 1, .rank = 1, .dims = {l->numel}, .s = *l};
@@ -506,6 +551,7 @@ int main(void) {
     tcase_add_test(tc, test_round_trip);
     tcase_add_test(tc, test_corruption);
     tcase_add_test(tc, test_incomplete_skipped);
+    tcase_add_test(tc, test_progress);
     tcase_add_test(tc, test_full_disk_keeps_previous);
     tcase_add_test(tc, test_prune);
     tcase_add_test(tc, test_prune_by_identity);
