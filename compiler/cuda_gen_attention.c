@@ -95,6 +95,7 @@ static void attn_fwd(GenCtx *c, const Attn *t, int out, int64_t lse, const char 
     arg_i(k, t->H);
     arg_i(k, t->KV);
     arg_f(k, t->scale);
+    arg_seg(k); /* packed rows: each query sees its own sample's keys */
 }
 
 static void attn_bwd(GenCtx *c, const Attn *t) {
@@ -142,6 +143,7 @@ static void attn_bwd(GenCtx *c, const Attn *t) {
         arg_i(k, t->H);
         arg_i(k, t->KV);
         arg_f(k, t->scale);
+        arg_seg(k);
     }
 }
 

@@ -226,6 +226,7 @@ typedef enum PlanArgKind {
     PARG_F32,    /* float f */
     PARG_RT,     /* float supplied each step: rt (CudaRtValue order: lr, bc1, bc2, 1/loss scale, loss grad) */
     PARG_NUMEL,  /* long long: elements of the operand bound to `tensor` */
+    PARG_SEG,    /* const int *: the micro-batch's sample starts [B*T] (packed rows), NULL when not packed */
     PLAN_NARGKINDS
 } PlanArgKind;
 enum { PLAN_RT_LR, PLAN_RT_BC1, PLAN_RT_BC2, PLAN_RT_INV_LOSS_SCALE, PLAN_RT_LOSS_GRAD, PLAN_NRT };
