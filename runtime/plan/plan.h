@@ -138,6 +138,10 @@ typedef struct PlanTensor {
     int32_t shard;             /* index into shards, -1 for non-state tensors */
 } PlanTensor;
 
+/* OP_ADAM's attribute slot: 1 = step the parameter without weight decay
+ * (train { no_decay }; compiler/graph.h's GRAPH_ADAM_NO_DECAY). */
+enum { PLAN_ADAM_NO_DECAY = 0 };
+
 /* A graph op, as the executor's KERNEL instructions need it. */
 typedef struct PlanOp {
     uint8_t kind, prim, nin, nout; /* OpKind, PrimId of compiler/graph.h */
