@@ -148,8 +148,9 @@ for c in gpt2 llama-gqa; do
 done
 
 # the CUDA backend (on the fake driver): the same 4 rows as one micro-batch,
-# the kernels reading the rows' sample starts, give the samples' loss and
-# gradient norm one by one; a packed --eval-data evaluates likewise
+# the kernels reading the rows' sample starts (a buffer of the plan, that the
+# planner counts), give the samples' loss and gradient norm one by one; a
+# packed --eval-data evaluates likewise
 if . tests/fakecuda/env.sh; then
   for c in gpt2 llama-gqa; do
     d=$T/$c k=$c-cuda
@@ -166,6 +167,15 @@ ZL
     if ! "$Z/zinfc" "$T/$k.zl" --kernels=sm_90 --kernel-src="$T/src-$k" -o "$T/$k.plan" > "$T/$k.zinfc" 2>&1 ||
        ! "$FAKE/fakecuda_prep" "$T/$k.plan" "$T/src-$k" sm_90 "$UNITS" > "$T/$k.prep" 2>&1; then
       cat "$T/$k.zinfc" "$T/$k.prep"; bad "$k: zinfc or fakecuda_prep"; continue
+    fi
+    # the planner counts the sample starts: a persistent GPU buffer of 4 bytes a token (B = 4 rows of T), written by the input of the tokens
+    sb=$((4 * 4 * $(cat "$d.seq")))
+    "$Z/zinfdump" "$T/$k.plan" --memory > "$T/$k.mem" 2>&1 && "$Z/zinfdump" "$T/$k.plan" --schedule > "$T/$k.sched" 2>&1
+    if awk -v b="$sb" '$2 == b && $3 == "persistent" && $4 == "sample_starts" { f = 1 } END { exit !f }' "$T/$k.mem" &&
+       grep -q " input 0 | =gpu:tokens@[0-9]*+$sb =gpu:sample_starts@[0-9]*+$sb |" "$T/$k.sched"; then
+      echo "ok $k: the plan holds the sample starts ($sb bytes on the GPU, written with the tokens)"
+    else
+      grep -n "sample_starts\| input 0 " "$T/$k.mem" "$T/$k.sched"; bad "$k: the plan does not count the sample starts"
     fi
     if ! env LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$UNITS" FAKECUDA_DEVICES=1 \
          timeout 300 "$Z/zinfrun" "$T/$k.plan" --backend cuda --init "$d" --data "$d.bin" --eval-data "$d-va.bin" \
