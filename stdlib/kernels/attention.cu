@@ -43,8 +43,8 @@
  * with no [T, T] tensor. Key tiles before the first query's start are
  * skipped; a row may still meet tiles it sees nothing of, where its running
  * max stays -inf and the softmax rescales against 0 (zk_attn_ref). */
-__device__ __forceinline__ long long zk_attn_lo(const int *seg, long long b, long long Tn, long long t) {
-    return seg ? (long long)seg[b * Tn + t] : 0;
+__device__ __forceinline__ int zk_attn_lo(const int *seg, long long b, long long Tn, long long t) {
+    return seg ? seg[b * Tn + t] : 0;
 }
 /* The exponent base of a running max: mn itself, 0 while no key was seen. */
 __device__ __forceinline__ float zk_attn_ref(float mn) { return mn == -ZK_INF ? 0.f : mn; }
@@ -108,7 +108,7 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
     /* this lane's two rows: r0 = q0 + 16w + g and r0 + 8 */
     const long long r0 = q0 + w * 16 + g, r1 = r0 + 8;
     const long long m0 = r0 < Tn ? r0 : Tn - 1, m1 = r1 < Tn ? r1 : Tn - 1;
-    const long long lo0 = zk_attn_lo(seg, b, Tn, m0), lo1 = zk_attn_lo(seg, b, Tn, m1);
+    const int lo0 = zk_attn_lo(seg, b, Tn, m0), lo1 = zk_attn_lo(seg, b, Tn, m1);
     float mx[2] = {-ZK_INF, -ZK_INF}, l[2] = {0.f, 0.f};
     float acc[ZK_HDP / 8][4];
 #pragma unroll
@@ -151,7 +151,8 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 long long key = k0 + j * 8 + 2 * tg + (c & 1);
-                long long row = c < 2 ? m0 : m1, lo = c < 2 ? lo0 : lo1;
+                long long row = c < 2 ? m0 : m1;
+                int lo = c < 2 ? lo0 : lo1;
                 float x = key > row || key < lo ? -ZK_INF : s[j][c] * sc;
                 s[j][c] = x;
                 tmax[c >> 1] = fmaxf(tmax[c >> 1], x);
@@ -266,7 +267,8 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
         Qs[r][d] = in ? zk_ld(q + ((b * Tn + t) * H + h) * ZK_HD + d) * sc : 0.f;
     }
     float m[R], l[R], acc[R][ZK_DPL];
-    long long tq[R], tm[R], lo[R];
+    long long tq[R], tm[R];
+    int lo[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
         m[r] = -ZK_INF;
@@ -402,7 +404,7 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
         oa[kk][2] = zk_pair(o0p, r0 < Tn, d + 8);
         oa[kk][3] = zk_pair(o1p, r1 < Tn, d + 8);
     }
-    const long long lo0 = zk_attn_lo(seg, b, Tn, m0), lo1 = zk_attn_lo(seg, b, Tn, m1);
+    const int lo0 = zk_attn_lo(seg, b, Tn, m0), lo1 = zk_attn_lo(seg, b, Tn, m1);
     const float L[2] = {lse[(b * H + h) * Tn + m0], lse[(b * H + h) * Tn + m1]};
     const float Dl[2] = {delta[(b * H + h) * Tn + m0], delta[(b * H + h) * Tn + m1]};
     float acc[ZK_HDP / 8][4];
@@ -442,9 +444,12 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
         for (int j = 0; j < ZK_TKB / 8; j++)
 #pragma unroll
             for (int c = 0; c < 4; c++) {
-                long long key = k0 + j * 8 + 2 * tg + (c & 1), row = c < 2 ? m0 : m1, lo = c < 2 ? lo0 : lo1;
+                long long key = k0 + j * 8 + 2 * tg + (c & 1), row = c < 2 ? m0 : m1;
+                int lo = c < 2 ? lo0 : lo1;
                 bool live = c < 2 ? r0 < Tn : r1 < Tn;
-                float p = (key <= row && key >= lo && live) ? exp2f(s[j][c] * sc - L[c >> 1]) : 0.f;
+                /* lo <= key <= row, one compare (lo <= row always) */
+                bool seen = (unsigned long long)(key - lo) <= (unsigned long long)(row - lo);
+                float p = (seen && live) ? exp2f(s[j][c] * sc - L[c >> 1]) : 0.f;
                 s[j][c] = p * (dp[j][c] - Dl[c >> 1]); /* dS */
             }
 #pragma unroll
@@ -503,7 +508,8 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
         dOs[r][d] = in ? zk_ld(dout + off) : 0.f;
     }
     float L[R], Dl[R], acc[R][ZK_DPL];
-    long long tq[R], tm[R], lo[R];
+    long long tq[R], tm[R];
+    int lo[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
         tq[r] = q0 + w * R + r;
@@ -608,7 +614,7 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
     __shared__ __align__(16) unsigned short Qt[ZK_HDP][ZK_QT + 8];
     __shared__ __align__(16) unsigned short Ot[ZK_HDP][ZK_QT + 8];
     __shared__ float Ls[ZK_QT], Ds[ZK_QT];
-    __shared__ long long Ss[ZK_QT]; /* each query's sample start (zk_attn_lo) */
+    __shared__ int Ss[ZK_QT]; /* each query's sample start (zk_attn_lo) */
     (void)B;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
     const long long b = blockIdx.z, kvh = blockIdx.y, k0 = (long long)blockIdx.x * ZK_QB;
@@ -740,7 +746,7 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
 /* dk/dv's step for one query tile above hd 128: the scores against Q's
  * tile, dP against dO's in its place, dV += P dO, then Q's again for
  * dK += dS Q (one [32][hd+1] tile fits, two do not). */
-__device__ __forceinline__ void zk_dkdv_split(float (*S)[ZK_HDP + 1], float *Ls, float *Ds, long long *Ss,
+__device__ __forceinline__ void zk_dkdv_split(float (*S)[ZK_HDP + 1], float *Ls, float *Ds, int *Ss,
                                               const int *seg, const float (*Kr)[ZK_HDP],
                                               const float (*Vr)[ZK_HDP], const T *q, const T *dout, const float *lse,
                                               const float *delta, long long b, long long h, long long H, long long qt,
@@ -804,7 +810,7 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
     __shared__ float dOs[ZK_KB][ZK_HDP + 1];
 #endif
     __shared__ float Ls[ZK_KB], Ds[ZK_KB];
-    __shared__ long long Ss[ZK_KB]; /* each query's sample start (zk_attn_lo) */
+    __shared__ int Ss[ZK_KB]; /* each query's sample start (zk_attn_lo) */
     (void)B;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const long long b = blockIdx.z, kvh = blockIdx.y, k0 = (long long)blockIdx.x * KR;
