@@ -240,6 +240,7 @@ static bool emit_adam(AdState *s, int t, int norm) {
     a.in[3] = mo;
     a.in[4] = va;
     a.in[5] = norm;
+    a.iattr[GRAPH_ADAM_NO_DECAY] = g->tensors[t].no_decay;
     a.nout = 0;
     a.segment = p.segment;
     a.span = p.span;

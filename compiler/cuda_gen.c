@@ -307,6 +307,7 @@ static void dump_arg(FILE *out, const Graph *g, const CudaArg *a) {
     case CARG_I64: fprintf(out, "%" PRId64, a->i); break;
     case CARG_F32: fprintf(out, "%.9g", (double)a->f); break;
     case CARG_RT: fprintf(out, "$%s", cuda_rt_names[a->rt]); break;
+    case CARG_SEG: fprintf(out, "$seg"); break;
     }
 }
 

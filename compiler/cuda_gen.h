@@ -30,6 +30,7 @@ typedef enum CudaArgKind {
     CARG_I64,    /* long long i */
     CARG_F32,    /* float f */
     CARG_RT,     /* float the executor supplies at run time: rt */
+    CARG_SEG,    /* const int *: the micro-batch's sample starts [B*T] (packed rows), NULL when a row is one sample */
 } CudaArgKind;
 
 typedef enum CudaRtValue {

@@ -36,7 +36,7 @@ void cg_gen_adam(GenCtx *c) {
     arg_f(k, tc->beta1);
     arg_f(k, tc->beta2);
     arg_f(k, tc->eps);
-    arg_f(k, tc->weight_decay);
+    arg_f(k, c->o->iattr[GRAPH_ADAM_NO_DECAY] ? 0.0 : tc->weight_decay); /* train { no_decay } */
     arg_rt(k, CRT_BC1);
     arg_rt(k, CRT_BC2);
     arg_rt(k, CRT_INV_LOSS_SCALE);

@@ -1,7 +1,8 @@
 /* cuda_gen_attention: the launches of causal attention (grouped kv heads)
  * on stdlib/kernels/attention.cu: the flash forward, and the backward as a
  * recompute of each query row's log-sum-exp, delta = rowsum(dO * O), dq,
- * and dk/dv summed over each kv head's query heads. */
+ * and dk/dv summed over each kv head's query heads. Every launch takes the
+ * micro-batch's sample starts last (arg_seg: packed rows, NULL otherwise). */
 #include <inttypes.h>
 #include <math.h>
 #include "cuda_gen_impl.h"
@@ -95,6 +96,7 @@ static void attn_fwd(GenCtx *c, const Attn *t, int out, int64_t lse, const char 
     arg_i(k, t->H);
     arg_i(k, t->KV);
     arg_f(k, t->scale);
+    arg_seg(k); /* packed rows: each query sees its own sample's keys */
 }
 
 static void attn_bwd(GenCtx *c, const Attn *t) {
@@ -142,6 +144,7 @@ static void attn_bwd(GenCtx *c, const Attn *t) {
         arg_i(k, t->H);
         arg_i(k, t->KV);
         arg_f(k, t->scale);
+        arg_seg(k);
     }
 }
 

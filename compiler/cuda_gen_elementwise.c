@@ -44,8 +44,83 @@ int64_t cg_err_word(GenCtx *c, DType unit_dt, const char *what) {
     return off;
 }
 
+/* A [T, ...] operand broadcast over the batch of a [B, T, ...] one (a
+ * learned position embedding): its launches read the micro-batch's sample
+ * starts, so that in a packed row each token reads its sample's own
+ * position (zk_binary_pos_*). *big: the [B, T, ...] operand's index. */
+static bool positional(GenCtx *c, int a, int b, int *big) {
+    const GTensor *A = T_(c, a), *Bt = T_(c, b);
+    const GTensor *g = A->rank >= Bt->rank ? A : Bt, *s = A->rank >= Bt->rank ? Bt : A;
+    *big = A->rank >= Bt->rank ? 0 : 1;
+    if (s->rank < 2 || g->rank != s->rank + 1) return false;
+    for (int i = 0; i < s->rank; i++)
+        if (s->dims[i] != g->dims[i + 1]) return false;
+    return true;
+}
+
+static void gen_binary_pos(GenCtx *c, bool bwd, int ibig) {
+    const GOp *o = c->o;
+    int big = o->in[ibig], small = o->in[1 - ibig];
+    const GTensor *S = T_(c, small);
+    int64_t n = T_(c, big)->numel, ns = S->numel, Tn = S->dims[0];
+    int64_t op = o->prim == PRIM_MUL;
+    DType dt = T_(c, big)->dtype;
+    if (!bwd) {
+        int ts[3] = {big, small, o->out[0]};
+        if (!cg_same_dtype(c, dt, ts, 3)) return;
+        CudaKernel *k = cg_kdt(c, "elementwise", dt, "zk_binary_pos_fwd",
+                               op ? "y = a * b[position in its sample]" : "y = a + b[position in its sample]");
+        elementwise_grid(k, n);
+        arg_t(k, o->out[0]);
+        arg_t(k, big);
+        arg_t(k, small);
+        arg_seg(k);
+        arg_i(k, n);
+        arg_i(k, ns);
+        arg_i(k, Tn);
+        arg_i(k, op);
+        return;
+    }
+    int dy = o->in[o->nfin + 1];
+    int dbig = o->nout > ibig ? o->out[ibig] : -1, dsmall = o->nout > 1 - ibig ? o->out[1 - ibig] : -1;
+    int ts[5] = {big, small, dy, dbig, dsmall};
+    if (!cg_same_dtype(c, dt, ts, 5)) return;
+    if (dbig >= 0) {
+        CudaKernel *k = cg_kdt(c, "elementwise", dt, "zk_binary_pos_bwd_big",
+                               op ? "d(batch operand) += dy * b[position]" : "d(batch operand) += dy");
+        elementwise_grid(k, n);
+        arg_t(k, dbig);
+        arg_t(k, dy);
+        arg_t(k, small);
+        arg_seg(k);
+        arg_i(k, n);
+        arg_i(k, ns);
+        arg_i(k, Tn);
+        arg_i(k, op);
+    }
+    if (dsmall >= 0) {
+        CudaKernel *k = cg_kdt(c, "elementwise", dt, "zk_binary_pos_bwd_small",
+                               op ? "d(position operand) += sum over its tokens of dy * a"
+                                  : "d(position operand) += sum over its tokens of dy");
+        elementwise_grid(k, ns);
+        arg_t(k, dsmall);
+        arg_t(k, dy);
+        arg_t(k, big);
+        arg_seg(k);
+        arg_i(k, n);
+        arg_i(k, ns);
+        arg_i(k, Tn);
+        arg_i(k, op);
+    }
+}
+
 void cg_gen_binary(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
+    int ibig;
+    if (positional(c, o->in[0], o->in[1], &ibig)) {
+        gen_binary_pos(c, bwd, ibig);
+        return;
+    }
     int a = o->in[0], b = o->in[1];
     int64_t na = T_(c, a)->numel, nb = T_(c, b)->numel;
     int64_t n = na > nb ? na : nb;

@@ -96,6 +96,8 @@ static inline void arg_f(CudaKernel *k, double v) {
     a->kind = CARG_F32;
     a->f = (float)v;
 }
+/* The micro-batch's sample starts (packed rows; NULL when not packed). */
+static inline void arg_seg(CudaKernel *k) { arg_new(k)->kind = CARG_SEG; }
 static inline void arg_rt(CudaKernel *k, CudaRtValue rt) {
     CudaArg *a = arg_new(k);
     a->kind = CARG_RT;

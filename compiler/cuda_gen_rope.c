@@ -39,4 +39,5 @@ void cg_gen_rope(GenCtx *c, bool bwd) {
     arg_f(k, scaling == ROPE_LLAMA3 ? o->fattr[FA_ROPE_LOW_FREQ_FACTOR] : 1.0);
     arg_f(k, scaling == ROPE_LLAMA3 ? o->fattr[FA_ROPE_HIGH_FREQ_FACTOR] : 4.0);
     arg_f(k, scaling == ROPE_LLAMA3 ? (double)o->iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] : 8192.0);
+    arg_seg(k); /* packed rows: positions restart per sample */
 }

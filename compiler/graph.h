@@ -40,8 +40,13 @@ typedef struct GTensor {
     int segment;        /* checkpoint segment (a repeat instance) it belongs to, -1 outside */
     bool frozen;        /* parameter: not trained (train { freeze = [...] }): no gradient,
                          * no optimizer state, no Adam; still fetched for forward and backward */
+    bool no_decay;      /* parameter: AdamW steps it without weight decay (train { no_decay = [...] }); its
+                         * OP_ADAM's iattr[GRAPH_ADAM_NO_DECAY] is 1 */
     Span span;          /* where it was written in the source */
 } GTensor;
+
+/* OP_ADAM's attribute slot: 1 = no weight decay (runtime/plan/plan.h's PLAN_ADAM_NO_DECAY). */
+enum { GRAPH_ADAM_NO_DECAY = 0 };
 
 typedef struct GOp {
     OpKind kind;

@@ -639,6 +639,8 @@ static void put_train(Cfg *c, Out *o) {
            "  steps = 1000\n"
            "  dtype = %s\n"
            "  optimizer = adam(lr = 2e-5, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0)\n"
+           "  # no weight decay for biases and norm weights, as the Hugging Face Trainer ([] decays every parameter)\n"
+           "  no_decay = [\"bias\", \"norm\"]\n"
            "  warmup = 20\n"
            "  schedule = constant\n"
            "  grad_clip = 1.0\n"

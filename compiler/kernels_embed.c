@@ -27,6 +27,7 @@ static PlanLaunchArg plan_arg(const CudaArg *a) {
     case CARG_I64: r.kind = PARG_I64; r.i = a->i; break;
     case CARG_F32: r.kind = PARG_F32; r.f = a->f; break;
     case CARG_RT: r.kind = PARG_RT; r.rt = (uint8_t)a->rt; break;
+    case CARG_SEG: r.kind = PARG_SEG; break;
     }
     return r;
 }

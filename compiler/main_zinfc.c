@@ -454,6 +454,8 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
     planner_options_default(&po);
     if (!planner_options_from_program(prog, a, d, &po)) return 1;
     if (o->ranks > 0) po.ranks = o->ranks;
+    const char *archs = o->kernels && strcmp(o->kernels, "auto") ? o->kernels : (strcmp(t.backend, "host") ? "sm_80,sm_90" : "none");
+    po.sample_starts = o->output && strcmp(archs, "none"); /* the kernels read them: their buffer in the plan */
     if (o->explain) explain_memory(g, &t, &po, d);
     PlannerResult r;
     if (!planner_run(g, &t, &po, a, d, &r)) return 1;
@@ -461,7 +463,6 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
     if (o->explain) printf("planning for %s\n%s", how, r.explain);
     int rc = 0;
     char err[512], gb[32];
-    const char *archs = o->kernels && strcmp(o->kernels, "auto") ? o->kernels : (strcmp(t.backend, "host") ? "sm_80,sm_90" : "none");
     if (o->output && strcmp(archs, "none")) {
         EmbedStats es;
         /* --kernel-src names a directory to fill: make it (one level), as -o makes its file */

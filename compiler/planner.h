@@ -54,6 +54,8 @@ typedef struct PlannerOptions {
     int npins;
     int ranks;             /* 0: the target's; else overrides it (host targets, tests) */
     int overlap;           /* optimizer_overlap: 0 "auto" (the planner costs both), 1 "on" (overlapped only), -1 "off" (serial) */
+    bool sample_starts;    /* the plan gets CUDA kernels, which read packed rows' sample starts: a persistent GPU
+                            * buffer of B*T int32 that the input of the tokens also writes (zinfc sets it) */
 } PlannerOptions;
 
 void planner_options_default(PlannerOptions *o);

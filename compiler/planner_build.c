@@ -103,6 +103,15 @@ bool pl_build(PlanBuilder *b, Arena *a) {
         if (tier < 0) continue;
         b->home[i] = pl_newbuf(b, arena_of_tier[tier], pl_shard_bytes(b, i), i, pl_tname(b, i), true);
     }
+    /* packed rows: the micro-batch's sample starts, one int32 a token, that
+     * the CUDA kernels read (PARG_SEG) all through the micro-batch; the
+     * input of the tokens writes them, and they count as its bytes */
+    int seg_buf = -1;
+    uint64_t seg_bytes = 0;
+    if (b->o->sample_starts && g->ninputs > 0 && g->inputs[0] >= 0) {
+        seg_bytes = (uint64_t)g->tensors[g->inputs[0]].numel * sizeof(int32_t);
+        seg_buf = pl_newbuf(b, ARENA_GPU, seg_bytes, -1, "sample_starts", true);
+    }
     if (!pl_overlap_twins(b, a) || !pl_hoist_prepare(b, a, bwd_end)) return false;
     /* the step: inputs, forward, backward with fetches hoisted, optimizer */
     for (int k = 0; k < g->ninputs; k++) {
@@ -112,6 +121,10 @@ bool pl_build(PlanBuilder *b, Arena *a) {
         int buf = pl_newbuf(b, ARENA_GPU, bytes, x, pl_tname(b, x), false);
         int i = pl_ins(b, PI_INPUT, Q_H2D, k, 0, 1, 0);
         pl_opnd(b, i, buf, PLAN_W, 0, bytes);
+        if (k == 0 && seg_buf >= 0) {
+            pl_opnd(b, i, seg_buf, PLAN_W, 0, seg_bytes);
+            if (i >= 0 && !b->oom) b->ins[i].s.bytes += seg_bytes; /* a copy counts its largest operand: both move */
+        }
         b->cur[x] = buf;
     }
     int f = 0, k = b->pl.prefetch;

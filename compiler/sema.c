@@ -166,6 +166,7 @@ bool sema_check(Sema *s, Graph *g) {
     g->nbackward_end = g->nops;
     /* frozen parameters and the Hugging Face mapping name parameters: only once they are all there */
     if (s->d->errors == errors0 && !s->a->failed) sema_apply_freeze(s, g);
+    if (s->d->errors == errors0 && !s->a->failed) sema_apply_no_decay(s, g);
     if (s->d->errors == errors0 && !s->a->failed) hfmap_build(s, s->prog, g, s->d);
     if (s->a->failed) {
         diag_error(s->d, SPAN_NONE, "out of memory");

@@ -213,6 +213,13 @@ void sema_read_train(Sema *s);
  * a pattern matching nothing, every parameter frozen). */
 void sema_apply_freeze(Sema *s, Graph *g);
 
+/* ---- sema_decay.c ---- */
+
+/* train { no_decay = ["bias", "norm"] }: marks the parameters AdamW steps
+ * without weight decay (reported: a class that is no class, a value that is
+ * no list of them). */
+void sema_apply_no_decay(Sema *s, Graph *g);
+
 /* ---- sema_expr.c ---- */
 
 /* Evaluates e in c (bounded recursion depth); errors give POISON. */

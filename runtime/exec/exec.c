@@ -199,6 +199,7 @@ Rt *rt_create(const Plan *p, Comm *c, const RtOptions *o, char *err, size_t n) {
         if (!r->table[q] || (r->scratch_bytes && !r->scratch[q])) { errorf(err, n, "out of memory for scratch"); goto bad; }
     }
     if (init_state(r, err, n)) goto bad;
+    if (rt_optim_init(r, err, n)) goto bad;
     if (qrun_init(&r->q, p, r->be->instr, r)) { errorf(err, n, "out of memory"); goto bad; }
     if (r->o.queue_slice_us) r->q.slice_us = r->o.queue_slice_us < 0 ? 0 : r->o.queue_slice_us;
     if (!r->o.nvme_unbatched) rt_nvme_pipe(r); /* either backend; one at a time is for comparison */
@@ -219,6 +220,7 @@ void rt_destroy(Rt *r) {
     free(r->buf_reach);
     free(r->boff);
     free(r->twins);
+    free(r->no_decay);
     for (int q = 0; q < PLAN_NQUEUES; q++) {
         free(r->table[q]);
         free(r->scratch[q]);

@@ -69,6 +69,7 @@ struct RtCuda {
     int nloss;
     uint8_t *input;               /* pinned staging of token input */
     uint64_t input_bytes;
+    CUdeviceptr seg;              /* packed rows: the micro-batch's sample starts [B*T] (PARG_SEG), allocated at the first */
     CUdeviceptr *bind[PLAN_NQUEUES];
     int64_t *elems[PLAN_NQUEUES];
     CuExecRt rt;
@@ -195,7 +196,7 @@ static void bind_op(Rt *r, const PlanOp *o, const PlanInstr *in, int worker) {
 static int run_launches(Rt *r, uint32_t first, uint32_t count, int worker, CUstream s, char *err, size_t n) {
     RtCuda *cu = r->cu;
     CuExecBind b = {.tensor = cu->bind[worker], .elems = cu->elems[worker], .ws = cu->ws[worker], .gemm_ws = cu->gws[worker],
-                    .rt = &cu->rt};
+                    .rt = &cu->rt, .seg = r->seg ? cu->seg : 0};
     for (uint32_t li = first; li < first + count; li++)
         if (cuexec_launch(&cu->x, r->p, li, &b, s, err, n)) return -1;
     return 0;
@@ -354,6 +355,28 @@ static int host_input(Rt *r, const PlanInstr *in, char *err, size_t n) {
     return cuda_copy_to_gpu(r, in->queue, o, cu->input, o->bytes, err, n);
 }
 
+/* Packed rows: the micro-batch's sample starts go to the GPU with its
+ * tokens, waited for; the range's kernels read them (PARG_SEG), and the
+ * previous range has drained before this input runs. Their buffer is the
+ * input's second operand where the planner gave them one (every plan with
+ * kernels from a zinfc that knows them), else allocated here once. */
+static int seg_upload(Rt *r, const PlanInstr *in, char *err, size_t n) {
+    RtCuda *cu = r->cu;
+    int64_t B, T;
+    if (!r->seg) return 0;
+    if (!plan_batch_shape(r->p, &B, &T)) return errorf(err, n, "packed rows: the plan has no token batch [B, T]");
+    size_t bytes = sizeof(int32_t) * (size_t)(B * T);
+    if (!cu->seg && in->nopnd > 1) {
+        const PlanOperand *o = rt_opnd(r, in, 1);
+        if (o->bytes != bytes || !(cu->seg = dev_addr(r, o)))
+            return errorf(err, n, "packed rows: the plan's buffer of sample starts holds %llu bytes, not %zu",
+                          (unsigned long long)o->bytes, bytes);
+    }
+    if (!cu->seg && cuexec_alloc_device(&cu->x, bytes, "sample starts", &cu->seg, err, n)) return -1;
+    r->bytes[in->queue] += bytes;
+    return copy_h2d(r, in->queue, cu->seg, r->seg, bytes, err, n);
+}
+
 /* The squares of the gradient shards in GPU memory, summed on the GPU by
  * the plan's zk_sumsq_partial launches (one per gradient, SUMSQ blocks
  * each, into the workspace), the partials then added in f64 here: the
@@ -449,6 +472,7 @@ static int cuda_instr(void *ctx, uint32_t i, int worker, char *err, size_t n) {
     const PlanInstr *in = &r->p->instrs[i];
     if (!cu->dev[i]) {
         if (cuda_host_begin(r, i, worker, true, err, n)) return -1;
+        if (in->op == PI_INPUT && in->arg == 0 && seg_upload(r, in, err, n)) return -1;
         if (in->op == PI_INPUT && in_gpu(r, rt_opnd(r, in, 0))) return host_input(r, in, err, n);
         return rt_host_instr(r, i, worker, err, n);
     }

@@ -22,6 +22,8 @@ static bool left_out(const Plan *p, const PlanInstr *in) {
     case PI_ZERO: case PI_ACCUM: case PI_REDUCE_SCATTER: case PI_ALLREDUCE: case PI_GRAD_NORM:
     case PI_CPU_ADAM: case PI_GPU_ADAM: case PI_STEP_END:
         return true;
+    case PI_INPUT: /* the batch, and the sample starts of packed rows (a persistent buffer, not state) */
+        return false;
     case PI_KERNEL:
         if (in->arg < 0 || (uint32_t)in->arg >= p->nops) return true;
         if (p->ops[in->arg].kind == OP_BWD || p->ops[in->arg].kind == OP_LOSS_GRAD) return true;

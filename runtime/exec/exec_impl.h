@@ -48,6 +48,7 @@ struct Rt {
     const int32_t *const *segs;       /* per micro-batch of the next steps, NULL: not packed */
     const int32_t *const *eval_segs;  /* per batch of the evaluation in progress (rt_eval_packed), NULL: none */
     const int32_t *fwd_seg;           /* the next rt_forward's, NULL: none */
+    uint8_t *no_decay;                /* per tensor: 1 = its Adam steps it without weight decay (rt_optim_init) */
     float loss_grad;
     double loss_sum;
     int loss_n;
@@ -104,6 +105,9 @@ int rt_allreduce(Rt *r, const PlanInstr *in, int worker, char *err, size_t errle
 bool rt_tensor_partitioned(const Rt *r, int t);
 int rt_grad_norm(Rt *r, const PlanInstr *in, int worker, char *err, size_t errlen);
 int rt_adam(Rt *r, const PlanInstr *in, char *err, size_t errlen);
+/* The parameters stepped without weight decay (OP_ADAM's PLAN_ADAM_NO_DECAY)
+ * into r->no_decay; freed by rt_destroy. */
+int rt_optim_init(Rt *r, char *err, size_t errlen);
 /* After the norm of a speculative plan's step: whether it clips or is
  * skipped, so that the speculative Adams must be redone. */
 bool rt_speculation_failed(const Rt *r);

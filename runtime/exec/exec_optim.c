@@ -5,6 +5,7 @@
  * must be redone (rt_speculation_failed, which rt_step asks). */
 #include "exec_impl.h"
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "adam.h"
 #include "hostk.h"
@@ -105,12 +106,27 @@ static int param_from_master(Rt *r, const PlanInstr *in, uint8_t *pp, const floa
     return 0;
 }
 
-/* The AdamW settings of this step (docs/training.md). */
-static AdamParams adam_params(const Rt *r) {
+int rt_optim_init(Rt *r, char *err, size_t n) {
+    const Plan *p = r->p;
+    r->no_decay = calloc(p->ntensors ? p->ntensors : 1, 1);
+    if (!r->no_decay) return errorf(err, n, "out of memory");
+    for (uint32_t k = 0; k < p->nops; k++) {
+        const PlanOp *o = &p->ops[k];
+        if (o->kind == OP_ADAM && o->nin > 0 && o->in[0] >= 0 && (uint32_t)o->in[0] < p->ntensors)
+            r->no_decay[o->in[0]] = o->iattr[PLAN_ADAM_NO_DECAY] != 0;
+    }
+    return 0;
+}
+
+/* The AdamW settings of this step for parameter pt (docs/training.md):
+ * no weight decay for one train { no_decay } names. */
+static AdamParams adam_params(const Rt *r, int pt) {
     const PlanTrain *t = &r->p->train;
     AdamSchedule sch = adam_schedule_of(t);
+    bool decay = !(r->no_decay && pt >= 0 && (uint32_t)pt < r->p->ntensors && r->no_decay[pt]);
     return (AdamParams){.lr = (float)adam_lr(&sch, r->step + 1), .beta1 = (float)t->beta1, .beta2 = (float)t->beta2,
-                        .eps = (float)t->eps, .weight_decay = (float)t->weight_decay, .isa = ADAM_ISA_AUTO, .threads = 0};
+                        .eps = (float)t->eps, .weight_decay = decay ? (float)t->weight_decay : 0.f,
+                        .isa = ADAM_ISA_AUTO, .threads = 0};
 }
 
 /* A speculative Adam on twins (9 operands: param, grad, master, m, v
@@ -138,7 +154,7 @@ static int exec_adam_twin(Rt *r, const PlanInstr *in, char *err, size_t n) {
     int gt = r->p->tensors[pt].grad;
     int gdt = gt >= 0 ? r->p->tensors[gt].dtype : pdt;
     double clip = speculative ? 1.0 : clip_coef(r);
-    AdamParams ap = adam_params(r);
+    AdamParams ap = adam_params(r, pt);
     AdamStatus as = adam_step_to(&ap, r->step + 1, src[0], src[1], src[2], dst[0], dst[1], dst[2], gp, (DType)gdt, pp,
                                  (DType)pdt, ne, (float)(clip / r->loss_scale));
     if (as != ADAM_OK) return errorf(err, n, "adam on '%s': %s", name, adam_status_str(as));
@@ -177,7 +193,7 @@ int rt_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
     int gt = r->p->tensors[pt].grad;
     int gdt = gt >= 0 ? r->p->tensors[gt].dtype : pdt;
     double clip = speculative ? 1.0 : clip_coef(r);
-    AdamParams ap = adam_params(r);
+    AdamParams ap = adam_params(r, pt);
     /* Without an fp32 master (f32 training) the parameter is the master. */
     if (!mp && pdt != DT_F32) return errorf(err, n, "adam on '%s': a %s parameter needs an fp32 master", r->p->tensors[pt].name, dtype_name((DType)pdt));
     float *master = mp ? (float *)mp : (float *)pp;

@@ -291,6 +291,7 @@ int cuexec_launch(CuExec *x, const Plan *p, uint32_t li, const CuExecBind *b, CU
         case PARG_NUMEL:
             val[k].i = a->tensor >= 0 && (uint32_t)a->tensor < p->ntensors && b->elems ? b->elems[a->tensor] : 0;
             break;
+        case PARG_SEG: val[k].ptr = (void *)(uintptr_t)b->seg; break;
         default: return errorf(err, n, "rank %d: %s argument %u has unknown kind %u", x->rank, l->entry, k, a->kind);
         }
         params[k] = &val[k];

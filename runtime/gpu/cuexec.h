@@ -79,6 +79,7 @@ typedef struct CuExecBind {
     CUdeviceptr ws;              /* the op's workspace */
     CUdeviceptr gemm_ws;         /* the queue's GEMM workspace (cuBLASLt), CuExec.lt_ws_bytes */
     const CuExecRt *rt;
+    CUdeviceptr seg;             /* the micro-batch's sample starts (PARG_SEG), 0: not packed */
     CUdeviceptr pos[4];          /* utility launches: pointer arguments in order */
     int npos;
     int64_t i64[4];              /* utility launches: PARG_I64 values in order (when set) */

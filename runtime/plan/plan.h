@@ -138,6 +138,10 @@ typedef struct PlanTensor {
     int32_t shard;             /* index into shards, -1 for non-state tensors */
 } PlanTensor;
 
+/* OP_ADAM's attribute slot: 1 = step the parameter without weight decay
+ * (train { no_decay }; compiler/graph.h's GRAPH_ADAM_NO_DECAY). */
+enum { PLAN_ADAM_NO_DECAY = 0 };
+
 /* A graph op, as the executor's KERNEL instructions need it. */
 typedef struct PlanOp {
     uint8_t kind, prim, nin, nout; /* OpKind, PrimId of compiler/graph.h */
@@ -226,6 +230,7 @@ typedef enum PlanArgKind {
     PARG_F32,    /* float f */
     PARG_RT,     /* float supplied each step: rt (CudaRtValue order: lr, bc1, bc2, 1/loss scale, loss grad) */
     PARG_NUMEL,  /* long long: elements of the operand bound to `tensor` */
+    PARG_SEG,    /* const int *: the micro-batch's sample starts [B*T] (packed rows), NULL when not packed */
     PLAN_NARGKINDS
 } PlanArgKind;
 enum { PLAN_RT_LR, PLAN_RT_BC1, PLAN_RT_BC2, PLAN_RT_INV_LOSS_SCALE, PLAN_RT_LOSS_GRAD, PLAN_NRT };

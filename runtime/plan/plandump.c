@@ -241,6 +241,7 @@ static void launch_arg_str(const Plan *p, const PlanLaunchArg *a, FILE *out) {
     case PARG_F32: fprintf(out, "%.9g", (double)a->f); break;
     case PARG_RT: fprintf(out, "$%s", a->rt < PLAN_NRT ? rt_names[a->rt] : "?"); break;
     case PARG_NUMEL: fprintf(out, "numel(%s)", a->tensor < 0 ? "_" : tname(p, a->tensor)); break;
+    case PARG_SEG: fprintf(out, "$seg"); break;
     default: fprintf(out, "?%u", a->kind); break;
     }
 }

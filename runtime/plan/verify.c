@@ -143,6 +143,8 @@ static void check_layouts(V *v) {
                         p->ops[s->arg].nin + p->ops[s->arg].nout);
             continue;
         }
+        /* the input of the tokens may also write the sample starts of packed rows (the planner's sample_starts) */
+        if (s->op == PI_INPUT && s->arg == 0 && s->nopnd == 2) lay = "WW";
         size_t n = strlen(lay);
         if (s->nopnd != n) {
             vf_problem(v, "instruction %u (%s) has %u operands, expected %zu (%s)", i, vf_iname(p, i), s->nopnd, n, lay);

@@ -37,6 +37,18 @@
 #define ZK_KB 32
 #define ZK_DPL (ZK_HDP / 32)
 
+/* Packed rows (several samples a row): seg[b*Tn + t] is the position of row
+ * b where the sample holding position t begins; NULL, a row is one sample.
+ * Query t sees the keys [zk_attn_lo(t), t]: the block-diagonal causal mask,
+ * with no [T, T] tensor. Key tiles before the first query's start are
+ * skipped; a row may still meet tiles it sees nothing of, where its running
+ * max stays -inf and the softmax rescales against 0 (zk_attn_ref). */
+__device__ __forceinline__ int zk_attn_lo(const int *seg, long long b, long long Tn, long long t) {
+    return seg ? seg[b * Tn + t] : 0;
+}
+/* The exponent base of a running max: mn itself, 0 while no key was seen. */
+__device__ __forceinline__ float zk_attn_ref(float mn) { return mn == -ZK_INF ? 0.f : mn; }
+
 #if ZK_TC_ATTN
 /* Forward on the tensor cores (bf16/f16 units): a block of 4 warps owns 64
  * query rows (16 per warp) of one (b, h); key tiles of 32 rows. S = Q K^T
@@ -78,7 +90,7 @@ __device__ __forceinline__ unsigned zk_pack2(float lo, float hi) {
 
 extern "C" __global__ void __launch_bounds__(128)
 zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long write_o, long long B,
-            long long Tn, long long H, long long KV, float scale) {
+            long long Tn, long long H, long long KV, float scale, const int *seg) {
     __shared__ __align__(16) unsigned short Qs[ZK_QB][ZK_HP];
     __shared__ __align__(16) unsigned short Ks[ZK_TKB][ZK_HP];
     __shared__ __align__(16) unsigned short Vt[ZK_HDP][ZK_TKB + 8];
@@ -96,12 +108,13 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
     /* this lane's two rows: r0 = q0 + 16w + g and r0 + 8 */
     const long long r0 = q0 + w * 16 + g, r1 = r0 + 8;
     const long long m0 = r0 < Tn ? r0 : Tn - 1, m1 = r1 < Tn ? r1 : Tn - 1;
+    const int lo0 = zk_attn_lo(seg, b, Tn, m0), lo1 = zk_attn_lo(seg, b, Tn, m1);
     float mx[2] = {-ZK_INF, -ZK_INF}, l[2] = {0.f, 0.f};
     float acc[ZK_HDP / 8][4];
 #pragma unroll
     for (int j = 0; j < ZK_HDP / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     const long long kend = q0 + ZK_QB < Tn ? q0 + ZK_QB : Tn;
-    for (long long k0 = 0; k0 < kend; k0 += ZK_TKB) {
+    for (long long k0 = zk_attn_lo(seg, b, Tn, q0) / ZK_TKB * ZK_TKB; k0 < kend; k0 += ZK_TKB) {
         __syncthreads();
         for (int e = threadIdx.x; e < ZK_TKB * ZK_HDP; e += blockDim.x) {
             int j = e / ZK_HDP, d = e % ZK_HDP;
@@ -139,17 +152,19 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
             for (int c = 0; c < 4; c++) {
                 long long key = k0 + j * 8 + 2 * tg + (c & 1);
                 long long row = c < 2 ? m0 : m1;
-                float x = key > row ? -ZK_INF : s[j][c] * sc;
+                int lo = c < 2 ? lo0 : lo1;
+                float x = key > row || key < lo ? -ZK_INF : s[j][c] * sc;
                 s[j][c] = x;
                 tmax[c >> 1] = fmaxf(tmax[c >> 1], x);
             }
-        float alpha[2];
+        float alpha[2], mref[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
             tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
             float mn = fmaxf(mx[r], tmax[r]);
-            alpha[r] = exp2f(mx[r] - mn);
+            mref[r] = zk_attn_ref(mn);
+            alpha[r] = exp2f(mx[r] - mref[r]);
             mx[r] = mn;
         }
         float rs[2] = {0.f, 0.f};
@@ -157,7 +172,7 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
         for (int j = 0; j < ZK_TKB / 8; j++)
 #pragma unroll
             for (int c = 0; c < 4; c++) {
-                float p = exp2f(s[j][c] - mx[c >> 1]);
+                float p = exp2f(s[j][c] - mref[c >> 1]);
                 s[j][c] = p;
                 rs[c >> 1] += p;
             }
@@ -231,7 +246,7 @@ __device__ __forceinline__ void zk_tile(float (*S)[ZK_HDP + 1], const T *x, long
 #endif
 extern "C" __global__ void __launch_bounds__(ZK_NW * 32)
 zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long write_o, long long B,
-            long long Tn, long long H, long long KV, float scale) {
+            long long Tn, long long H, long long KV, float scale, const int *seg) {
     const int R = ZK_RPW_FWD, QB = ZK_NW * ZK_RPW_FWD;
     __shared__ float Qs[ZK_NW * ZK_RPW_FWD][ZK_HDP];
     __shared__ float Ks[ZK_KB][ZK_HDP + 1];
@@ -253,17 +268,19 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
     }
     float m[R], l[R], acc[R][ZK_DPL];
     long long tq[R], tm[R];
+    int lo[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
         m[r] = -ZK_INF;
         l[r] = 0.f;
         tq[r] = q0 + w * R + r;
         tm[r] = tq[r] < Tn ? tq[r] : Tn - 1;
+        lo[r] = zk_attn_lo(seg, b, Tn, tm[r]);
 #pragma unroll
         for (int c = 0; c < ZK_DPL; c++) acc[r][c] = 0.f;
     }
     const long long kend = q0 + QB < Tn ? q0 + QB : Tn;
-    for (long long k0 = 0; k0 < kend; k0 += ZK_KB) {
+    for (long long k0 = zk_attn_lo(seg, b, Tn, q0) / ZK_KB * ZK_KB; k0 < kend; k0 += ZK_KB) {
 #if ZK_HDP > 128
         zk_tile(Ks, k, b, k0, Tn, KV, kvh, 1.f);
 #else
@@ -289,10 +306,10 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
         }
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            if (kj > tm[r]) s[r] = -ZK_INF;
+            if (kj > tm[r] || kj < lo[r]) s[r] = -ZK_INF;
             float mn = fmaxf(m[r], zk_warp_max(s[r]));
-            float alpha = exp2f(m[r] - mn);
-            float p = exp2f(s[r] - mn);
+            float alpha = exp2f(m[r] - zk_attn_ref(mn));
+            float p = exp2f(s[r] - zk_attn_ref(mn));
             l[r] = l[r] * alpha + zk_warp_sum(p);
             m[r] = mn;
 #pragma unroll
@@ -361,7 +378,7 @@ __device__ __forceinline__ unsigned zk_pair(const T *row, bool ok, int d) {
 
 extern "C" __global__ void __launch_bounds__(128)
 zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const float *lse, const float *delta,
-               long long B, long long Tn, long long H, long long KV, float scale) {
+               long long B, long long Tn, long long H, long long KV, float scale, const int *seg) {
     __shared__ __align__(16) unsigned short Ks[ZK_TKB][ZK_HP];
     __shared__ __align__(16) unsigned short Vs[ZK_TKB][ZK_HP];
     __shared__ __align__(16) unsigned short Kt[ZK_HDP][ZK_TKB + 8];
@@ -387,13 +404,14 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
         oa[kk][2] = zk_pair(o0p, r0 < Tn, d + 8);
         oa[kk][3] = zk_pair(o1p, r1 < Tn, d + 8);
     }
+    const int lo0 = zk_attn_lo(seg, b, Tn, m0), lo1 = zk_attn_lo(seg, b, Tn, m1);
     const float L[2] = {lse[(b * H + h) * Tn + m0], lse[(b * H + h) * Tn + m1]};
     const float Dl[2] = {delta[(b * H + h) * Tn + m0], delta[(b * H + h) * Tn + m1]};
     float acc[ZK_HDP / 8][4];
 #pragma unroll
     for (int j = 0; j < ZK_HDP / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     const long long kend = q0 + ZK_QB < Tn ? q0 + ZK_QB : Tn;
-    for (long long k0 = 0; k0 < kend; k0 += ZK_TKB) {
+    for (long long k0 = zk_attn_lo(seg, b, Tn, q0) / ZK_TKB * ZK_TKB; k0 < kend; k0 += ZK_TKB) {
         __syncthreads();
         for (int e = threadIdx.x; e < ZK_TKB * ZK_HDP; e += blockDim.x) {
             int j = e / ZK_HDP, d = e % ZK_HDP;
@@ -427,8 +445,11 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 long long key = k0 + j * 8 + 2 * tg + (c & 1), row = c < 2 ? m0 : m1;
+                int lo = c < 2 ? lo0 : lo1;
                 bool live = c < 2 ? r0 < Tn : r1 < Tn;
-                float p = (key <= row && live) ? exp2f(s[j][c] * sc - L[c >> 1]) : 0.f;
+                /* lo <= key <= row, one compare (lo <= row always) */
+                bool seen = (unsigned long long)(key - lo) <= (unsigned long long)(row - lo);
+                float p = (seen && live) ? exp2f(s[j][c] * sc - L[c >> 1]) : 0.f;
                 s[j][c] = p * (dp[j][c] - Dl[c >> 1]); /* dS */
             }
 #pragma unroll
@@ -466,7 +487,7 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
 /* dq[b, t, h] += scale * sum_j ds_j k_j, ds = p (dp - delta), dp = dO . v_j. */
 extern "C" __global__ void __launch_bounds__(ZK_NW * 32)
 zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const float *lse, const float *delta,
-               long long B, long long Tn, long long H, long long KV, float scale) {
+               long long B, long long Tn, long long H, long long KV, float scale, const int *seg) {
     const int R = ZK_RPW_BWD, QB = ZK_NW * ZK_RPW_BWD;
     __shared__ float Qs[ZK_NW * ZK_RPW_BWD][ZK_HDP];
     __shared__ float dOs[ZK_NW * ZK_RPW_BWD][ZK_HDP];
@@ -488,17 +509,19 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
     }
     float L[R], Dl[R], acc[R][ZK_DPL];
     long long tq[R], tm[R];
+    int lo[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
         tq[r] = q0 + w * R + r;
         tm[r] = tq[r] < Tn ? tq[r] : Tn - 1;
+        lo[r] = zk_attn_lo(seg, b, Tn, tm[r]);
         L[r] = lse[(b * H + h) * Tn + tm[r]];
         Dl[r] = delta[(b * H + h) * Tn + tm[r]];
 #pragma unroll
         for (int c = 0; c < ZK_DPL; c++) acc[r][c] = 0.f;
     }
     const long long kend = q0 + QB < Tn ? q0 + QB : Tn;
-    for (long long k0 = 0; k0 < kend; k0 += ZK_KB) {
+    for (long long k0 = zk_attn_lo(seg, b, Tn, q0) / ZK_KB * ZK_KB; k0 < kend; k0 += ZK_KB) {
         const long long kj = k0 + lane;
         float s[R], dp[R];
 #pragma unroll
@@ -536,7 +559,7 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
 #endif
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            float p = (kj <= tm[r] && tq[r] < Tn) ? exp2f(s[r] - L[r]) : 0.f;
+            float p = (kj <= tm[r] && kj >= lo[r] && tq[r] < Tn) ? exp2f(s[r] - L[r]) : 0.f;
             s[r] = p * (dp[r] - Dl[r]); /* ds */
         }
 #pragma unroll 4
@@ -581,7 +604,8 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
 
 extern "C" __global__ void __launch_bounds__(128)
 zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout, const float *lse,
-                 const float *delta, long long B, long long Tn, long long H, long long KV, float scale) {
+                 const float *delta, long long B, long long Tn, long long H, long long KV, float scale,
+                 const int *seg) {
     __shared__ __align__(16) unsigned short Vr[ZK_QB][ZK_HP];
 #if ZK_HDP <= 128 /* above, B fragments of Q and dO come from Qt and Ot */
     __shared__ __align__(16) unsigned short Qs[ZK_QT][ZK_HP];
@@ -590,6 +614,7 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
     __shared__ __align__(16) unsigned short Qt[ZK_HDP][ZK_QT + 8];
     __shared__ __align__(16) unsigned short Ot[ZK_HDP][ZK_QT + 8];
     __shared__ float Ls[ZK_QT], Ds[ZK_QT];
+    __shared__ int Ss[ZK_QT]; /* each query's sample start (zk_attn_lo) */
     (void)B;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
     const long long b = blockIdx.z, kvh = blockIdx.y, k0 = (long long)blockIdx.x * ZK_QB;
@@ -621,6 +646,7 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
     for (long long hh = 0; hh < G; hh++) {
         const long long h = kvh * G + hh;
         for (long long qt = k0; qt < Tn; qt += ZK_QT) {
+            if (zk_attn_lo(seg, b, Tn, qt) >= k0 + ZK_QB) break; /* queries of later samples only, from here on */
             __syncthreads();
             for (int e = threadIdx.x; e < ZK_QT * ZK_HDP; e += blockDim.x) {
                 int i = e / ZK_HDP, d = e % ZK_HDP;
@@ -639,6 +665,7 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
                 long long t = qt + threadIdx.x;
                 Ls[threadIdx.x] = t < Tn ? lse[(b * H + h) * Tn + t] : 0.f;
                 Ds[threadIdx.x] = t < Tn ? delta[(b * H + h) * Tn + t] : 0.f;
+                Ss[threadIdx.x] = t < Tn ? zk_attn_lo(seg, b, Tn, t) : 0;
             }
             __syncthreads();
             float s[ZK_QT / 8][4], dp[ZK_QT / 8][4];
@@ -670,7 +697,7 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
                 for (int c = 0; c < 4; c++) {
                     int qi = j * 8 + 2 * tg + (c & 1);
                     long long query = qt + qi, key = c < 2 ? r0 : r1;
-                    bool ok = query < Tn && key < Tn && query >= key;
+                    bool ok = query < Tn && key < Tn && query >= key && key >= Ss[qi];
                     float p = ok ? exp2f(s[j][c] * sc - Ls[qi]) : 0.f;
                     s[j][c] = p;
                     dp[j][c] = p * (dp[j][c] - Ds[qi]); /* dS^T */
@@ -719,7 +746,8 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
 /* dk/dv's step for one query tile above hd 128: the scores against Q's
  * tile, dP against dO's in its place, dV += P dO, then Q's again for
  * dK += dS Q (one [32][hd+1] tile fits, two do not). */
-__device__ __forceinline__ void zk_dkdv_split(float (*S)[ZK_HDP + 1], float *Ls, float *Ds, const float (*Kr)[ZK_HDP],
+__device__ __forceinline__ void zk_dkdv_split(float (*S)[ZK_HDP + 1], float *Ls, float *Ds, int *Ss,
+                                              const int *seg, const float (*Kr)[ZK_HDP],
                                               const float (*Vr)[ZK_HDP], const T *q, const T *dout, const float *lse,
                                               const float *delta, long long b, long long h, long long H, long long qt,
                                               long long Tn, const long long *tk, float sc, float (*dka)[ZK_DPL],
@@ -730,6 +758,7 @@ __device__ __forceinline__ void zk_dkdv_split(float (*S)[ZK_HDP + 1], float *Ls,
         long long t = qt + threadIdx.x;
         Ls[threadIdx.x] = t < Tn ? lse[(b * H + h) * Tn + t] : 0.f;
         Ds[threadIdx.x] = t < Tn ? delta[(b * H + h) * Tn + t] : 0.f;
+        Ss[threadIdx.x] = t < Tn ? zk_attn_lo(seg, b, Tn, t) : 0;
     }
     const long long qi = qt + lane;
     float p[R], ds[R];
@@ -744,7 +773,7 @@ __device__ __forceinline__ void zk_dkdv_split(float (*S)[ZK_HDP + 1], float *Ls,
         for (int r = 0; r < R; r++) ds[r] += S[lane][d] * Vr[w * R + r][d];
 #pragma unroll
     for (int r = 0; r < R; r++) {
-        bool ok = qi < Tn && qi >= tk[r] && tk[r] < Tn;
+        bool ok = qi < Tn && qi >= tk[r] && tk[r] < Tn && tk[r] >= Ss[lane];
         float pr = ok ? exp2f(p[r] - Ls[lane]) : 0.f;
         ds[r] = pr * (ds[r] - Ds[lane]);
         p[r] = pr;
@@ -771,7 +800,8 @@ __device__ __forceinline__ void zk_dkdv_split(float (*S)[ZK_HDP + 1], float *Ls,
  * every query head of the kv head. */
 extern "C" __global__ void __launch_bounds__(ZK_NW * 32)
 zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout, const float *lse,
-                 const float *delta, long long B, long long Tn, long long H, long long KV, float scale) {
+                 const float *delta, long long B, long long Tn, long long H, long long KV, float scale,
+                 const int *seg) {
     const int R = ZK_RPW_BWD, KR = ZK_NW * ZK_RPW_BWD;
     __shared__ float Kr[ZK_NW * ZK_RPW_BWD][ZK_HDP];
     __shared__ float Vr[ZK_NW * ZK_RPW_BWD][ZK_HDP];
@@ -780,6 +810,7 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
     __shared__ float dOs[ZK_KB][ZK_HDP + 1];
 #endif
     __shared__ float Ls[ZK_KB], Ds[ZK_KB];
+    __shared__ int Ss[ZK_KB]; /* each query's sample start (zk_attn_lo) */
     (void)B;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const long long b = blockIdx.z, kvh = blockIdx.y, k0 = (long long)blockIdx.x * KR;
@@ -803,8 +834,9 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
     for (long long hh = 0; hh < G; hh++) {
         const long long h = kvh * G + hh;
         for (long long qt = k0; qt < Tn; qt += ZK_KB) {
+            if (zk_attn_lo(seg, b, Tn, qt) >= k0 + KR) break; /* queries of later samples only, from here on */
 #if ZK_HDP > 128
-            zk_dkdv_split(Qs, Ls, Ds, Kr, Vr, q, dout, lse, delta, b, h, H, qt, Tn, tk, sc, dka, dva);
+            zk_dkdv_split(Qs, Ls, Ds, Ss, seg, Kr, Vr, q, dout, lse, delta, b, h, H, qt, Tn, tk, sc, dka, dva);
 #else
             __syncthreads();
             for (int e = threadIdx.x; e < ZK_KB * ZK_HDP; e += blockDim.x) {
@@ -818,6 +850,7 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
                 long long t = qt + threadIdx.x;
                 Ls[threadIdx.x] = t < Tn ? lse[(b * H + h) * Tn + t] : 0.f;
                 Ds[threadIdx.x] = t < Tn ? delta[(b * H + h) * Tn + t] : 0.f;
+                Ss[threadIdx.x] = t < Tn ? zk_attn_lo(seg, b, Tn, t) : 0;
             }
             __syncthreads();
             const long long qi = qt + lane;
@@ -835,7 +868,7 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
             }
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                bool ok = qi < Tn && qi >= tk[r] && tk[r] < Tn;
+                bool ok = qi < Tn && qi >= tk[r] && tk[r] < Tn && tk[r] >= Ss[lane];
                 float pr = ok ? exp2f(p[r] - Ls[lane]) : 0.f;
                 ds[r] = pr * (ds[r] - Ds[lane]);
                 p[r] = pr;

@@ -77,6 +77,53 @@ extern "C" __global__ void zk_binary_bwd_full(T *dx, const T *dy, const T *other
     }
 }
 
+/* add / mul of a [Tn, ...] operand ("small", ns elements, a learned
+ * position embedding) broadcast over the batch of a [B, Tn, ...] one ("big",
+ * n elements). In a packed row (seg, several samples a row: seg[b*Tn + t]
+ * where the sample holding position t of row b begins) position t reads
+ * small at its sample's own position t - seg; seg NULL, at t (the suffix
+ * broadcast of zk_binary_fwd). op 0 add, 1 mul. */
+__device__ __forceinline__ long long zk_pos_index(const int *seg, long long i, long long ns, long long Tn) {
+    long long inner = ns / Tn, row = i / inner, t = row % Tn;
+    return (seg ? t - seg[row] : t) * inner + i % inner;
+}
+extern "C" __global__ void zk_binary_pos_fwd(T *y, const T *big, const T *small, const int *seg, long long n,
+                                             long long ns, long long Tn, long long op) {
+    ZK_LOOP(i, n) {
+        float u = zk_ld(big + i), v = zk_ld(small + zk_pos_index(seg, i, ns, Tn));
+        zk_st(y + i, op ? u * v : u + v);
+    }
+}
+/* dbig[i] += dy[i] (add) or dy[i] * small[its position] (mul). */
+extern "C" __global__ void zk_binary_pos_bwd_big(T *dbig, const T *dy, const T *small, const int *seg, long long n,
+                                                 long long ns, long long Tn, long long op) {
+    ZK_LOOP(i, n) {
+        float g = zk_ld(dy + i);
+        if (op) g *= zk_ld(small + zk_pos_index(seg, i, ns, Tn));
+        zk_st(dbig + i, zk_ld(dbig + i) + g);
+    }
+}
+/* dsmall[p, k] += sum over the tokens at sample position p of dy (* big):
+ * one thread an element of small, the rows in order (the same sums however
+ * the grid runs). Packed, each row is searched for the positions t whose
+ * sample starts at t - p: B*Tn reads of seg a thread. */
+extern "C" __global__ void zk_binary_pos_bwd_small(T *dsmall, const T *dy, const T *big, const int *seg, long long n,
+                                                   long long ns, long long Tn, long long op) {
+    long long inner = ns / Tn, B = n / ns;
+    ZK_LOOP(j, ns) {
+        long long p = j / inner, k = j % inner;
+        float acc = 0.f;
+        for (long long b = 0; b < B; b++)
+            for (long long t = p; t < Tn; t++) {
+                if (seg ? t - seg[b * Tn + t] != p : t != p) continue;
+                long long i = (b * Tn + t) * inner + k;
+                acc += op ? zk_ld(dy + i) * zk_ld(big + i) : zk_ld(dy + i);
+                if (!seg) break;
+            }
+        zk_st(dsmall + j, zk_ld(dsmall + j) + acc);
+    }
+}
+
 /* Casts and scaling. y (+)= alpha * x. */
 extern "C" __global__ void zk_cast_to_f32(float *y, const T *x, long long n, float alpha, long long acc) {
     ZK_LOOP(i, n) y[i] = (acc ? y[i] : 0.f) + alpha * zk_ld(x + i);

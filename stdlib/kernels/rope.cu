@@ -7,7 +7,10 @@
  * Backward applies the inverse rotation (-a) to dy and accumulates into dx.
  * The angle and its sine and cosine are computed in fp64: t*f reaches
  * thousands of radians, where an fp32 angle is off by 1e-4. One thread per
- * pair; sizes are arguments. */
+ * pair; sizes are arguments. Packed rows (several samples a row): seg
+ * [B*T], seg[b*T + t] the position where the sample holding t begins, and
+ * position t rotates by its sample's own position t - seg; NULL, a row is
+ * one sample. */
 #include "common.cuh"
 
 __device__ double zk_rope_freq(double theta, long long j, long long hd, long long scaling, double factor,
@@ -24,12 +27,13 @@ __device__ double zk_rope_freq(double theta, long long j, long long hd, long lon
 
 extern "C" __global__ void zk_rope(T *y, const T *x, long long B, long long Tn, long long H, long long hd,
                                    float theta, long long inverse, long long acc, long long scaling, float factor,
-                                   float low, float high, float orig) {
+                                   float low, float high, float orig, const int *seg) {
     long long half = hd / 2, n = B * Tn * H * half;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
         long long j = i % half, rest = i / half;  /* rest = (b*T + t)*H + h */
         long long t = (rest / H) % Tn;
+        if (seg) t -= seg[rest / H];
         double f = zk_rope_freq((double)theta, j, hd, scaling, (double)factor, (double)low, (double)high, (double)orig);
         double sa, ca;
         sincos((double)t * f, &sa, &ca);

@@ -2,7 +2,8 @@
 file; then the reference of a fine-tuning run with frozen weights: torch
 autograd on the same transformers model, requires_grad=False on the frozen
 tensors, AdamW on the rest with zinf's settings (global-norm clipping over
-the trainable gradients), on the batches zinfrun trained on.
+the trainable gradients; no decay for biases and norm weights, in the Hugging
+Face Trainer's groups), on the batches zinfrun trained on.
 
   freeze.py make W                      model in W/hf, tokens in W/tok.bin
   freeze.py check W STEPS LR WD EPS R EXP [R EXP ...]
@@ -62,7 +63,13 @@ def check(w, steps, lr, wd, eps, R, exp):
         p.requires_grad_(not FROZEN.match(name))
         if p.requires_grad:
             trainable.append(p)
-    opt = torch.optim.AdamW(trainable, lr=lr, betas=(0.9, 0.999), eps=eps, weight_decay=wd)
+    # the Hugging Face Trainer's groups: no decay for biases and norm weights
+    # (zinfc --from-hf's no_decay = ["bias", "norm"])
+    from transformers import Trainer
+    decay = set(Trainer.get_decay_parameter_names(None, m))
+    groups = [{"params": [p for n, p in m.named_parameters() if p.requires_grad and n in decay], "weight_decay": wd},
+              {"params": [p for n, p in m.named_parameters() if p.requires_grad and n not in decay], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=eps)
     T = m.config.max_position_embeddings
     m.train()
     for step in range(1, steps + 1):

@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_from  # noqa: E402
 
-CASES = ["gpt2", "llama-gqa"]
+CASES = ["gpt2", "llama-gqa", "qwen3"]
 
 
 def write_masked(path, ids, trained, vocab):

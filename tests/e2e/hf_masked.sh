@@ -1,6 +1,7 @@
 #!/bin/sh
 # Trained-token masks against transformers (never downloads anything): a
-# random GPT-2 and a random LLaMA with GQA (tests/e2e/hf_from.py's), a
+# random GPT-2, a random LLaMA with GQA and a random Qwen3 (q/k norms per
+# head; tests/e2e/hf_from.py's), a
 # version 3 token file whose rows hold different numbers of trained targets
 # (one row none), and transformers' loss with labels = -100 at the untrained
 # tokens over the first 4 rows as one batch, and its gradient's norm

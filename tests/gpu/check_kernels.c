@@ -309,6 +309,9 @@ typedef struct Case {
     bool written[128];
     bool poisoned[128];
     int nkernels;
+    int32_t *seg;         /* packed rows: the sample starts [B*T] (both sides read them), NULL: none */
+    int64_t nseg;
+    CUdeviceptr dseg;
 } Case;
 
 static size_t tbytes(const GTensor *t) { return (size_t)t->numel * hk_dtype_size(t->dtype); }
@@ -439,9 +442,13 @@ static void ref_op(Case *c, int op, void **ws) {
         case PRIM_RMSNORM: rc = hk_rmsnorm_fwd(&x0, o->nin > 1 ? &in[1] : NULL, &y0, eps, w); break;
         case PRIM_GELU: rc = hk_gelu_fwd(&in[0], &out[0]); break;
         case PRIM_SILU: rc = hk_silu_fwd(&in[0], &out[0]); break;
-        case PRIM_ROPE: rc = hk_rope_fwd(&in[0], &out[0], &rope); break;
+        case PRIM_ROPE: rc = c->seg ? hk_rope_fwd_packed(&in[0], &out[0], &rope, c->seg) : hk_rope_fwd(&in[0], &out[0], &rope); break;
         case PRIM_ATTENTION:
-            rc = hk_attention_fwd(&in[0], &in[1], &in[2], &out[0], o->iattr[0], o->iattr[1] ? o->iattr[1] : o->iattr[0], w);
+            if (c->seg)
+                rc = hk_attention_fwd_packed(&in[0], &in[1], &in[2], &out[0], o->iattr[0],
+                                             o->iattr[1] ? o->iattr[1] : o->iattr[0], c->seg, w);
+            else
+                rc = hk_attention_fwd(&in[0], &in[1], &in[2], &out[0], o->iattr[0], o->iattr[1] ? o->iattr[1] : o->iattr[0], w);
             break;
         case PRIM_SPLIT: rc = hk_split_fwd(&in[0], out, o->nout); break;
         case PRIM_CROSS_ENTROPY: rc = hk_cross_entropy_fwd(&in[0], &in[1], &out[0], w); break;
@@ -469,11 +476,15 @@ static void ref_op(Case *c, int op, void **ws) {
         }
         case PRIM_GELU: rc = hk_gelu_bwd(&in[0], dy, d0); break;
         case PRIM_SILU: rc = hk_silu_bwd(&in[0], dy, d0); break;
-        case PRIM_ROPE: rc = hk_rope_bwd(dy, d0, &rope); break;
+        case PRIM_ROPE: rc = c->seg ? hk_rope_bwd_packed(dy, d0, &rope, c->seg) : hk_rope_bwd(dy, d0, &rope); break;
         case PRIM_SCALE: rc = hk_scale_bwd(dy, d0, o->fattr[0]); break;
         case PRIM_ATTENTION:
-            rc = hk_attention_bwd(&in[0], &in[1], &in[2], dy, d0, d1, d2, o->iattr[0],
-                                  o->iattr[1] ? o->iattr[1] : o->iattr[0], w);
+            if (c->seg)
+                rc = hk_attention_bwd_packed(&in[0], &in[1], &in[2], dy, d0, d1, d2, o->iattr[0],
+                                             o->iattr[1] ? o->iattr[1] : o->iattr[0], c->seg, w);
+            else
+                rc = hk_attention_bwd(&in[0], &in[1], &in[2], dy, d0, d1, d2, o->iattr[0],
+                                      o->iattr[1] ? o->iattr[1] : o->iattr[0], w);
             break;
         case PRIM_SPLIT: rc = hk_split_bwd(dy, nout, d0); break;
         case PRIM_CROSS_ENTROPY: rc = hk_cross_entropy_bwd(&in[0], &in[1], dy, d0, w); break;
@@ -565,6 +576,7 @@ static void dev_op(Case *c, int op) {
             case CARG_I64: ints[j] = a->i; params[j] = &ints[j]; break;
             case CARG_F32: flts[j] = a->f; params[j] = &flts[j]; break;
             case CARG_RT: flts[j] = rt_values[a->rt]; params[j] = &flts[j]; break;
+            case CARG_SEG: ptrs[j] = c->dseg; params[j] = &ptrs[j]; break;
             }
         }
         d_launch(m, k, params);
@@ -663,6 +675,10 @@ static void case_run(Case *c) {
             d_h2d(c->d[t], c->h[t], nb ? nb : 4);
         }
     }
+    if (gpu && c->seg) {
+        d_alloc(&c->dseg, (size_t)c->nseg * 4);
+        d_h2d(c->dseg, c->seg, (size_t)c->nseg * 4);
+    }
     void *ws[64] = {0};
     for (int k = 0; k < g->nops && k < 64; k++) {
         size_t b = ref_ws_bytes(c, k);
@@ -711,6 +727,8 @@ static void case_run(Case *c) {
         if (gpu && c->d[t]) d_free(c->d[t]);
     }
     for (int k = 0; k < 64; k++) free(ws[k]);
+    if (gpu && c->dseg) d_free(c->dseg);
+    free(c->seg);
     arena_free(&c->a);
 }
 
@@ -747,6 +765,61 @@ static void case_attention(DType dt, int64_t B, int64_t T, int64_t H, int64_t KV
     int v = tn(&c, "v", dt, TC_ACT, 3, B, T, KV * hd), y = tn(&c, "o", dt, TC_ACT, 3, B, T, H * hd);
     int ins[3] = {q, k, v};
     int f = fwd(&c, PRIM_ATTENTION, ins, 3, &y, 1, H, KV, 0);
+    bwd(&c, f);
+    case_run(&c);
+}
+
+/* Packed rows: the sample lengths of each row in order (each row's sum T,
+ * a 0 ends a row), as runtime/data/tokens.h lays them out: seg[b*T + t] is
+ * where the sample holding t begins. */
+static void case_seg(Case *c, int64_t B, int64_t T, const int *lens) {
+    c->nseg = B * T;
+    c->seg = malloc(sizeof *c->seg * (size_t)c->nseg);
+    if (!c->seg) {
+        fprintf(stderr, "check_kernels: out of memory\n");
+        exit(2);
+    }
+    for (int64_t b = 0; b < B; b++) {
+        int64_t t = 0;
+        for (; *lens; lens++) {
+            for (int64_t i = 0; i < *lens && t + i < T; i++) c->seg[b * T + t + i] = (int32_t)t;
+            t += *lens;
+        }
+        lens++;
+        for (; t < T; t++) c->seg[b * T + t] = (int32_t)(t ? c->seg[b * T + t - 1] : 0);
+    }
+}
+
+/* Attention over packed rows: each query sees the keys of its own sample
+ * only (lens as for case_seg). */
+static void case_attention_packed(DType dt, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd, const int *lens) {
+    Case c;
+    case_init(&c, arena_printf(&garena, "attention packed B%ld T%ld H%ld KV%ld hd%ld", (long)B, (long)T, (long)H, (long)KV, (long)hd), dt);
+    if (!wanted(c.name)) {
+        arena_free(&c.a);
+        return;
+    }
+    case_seg(&c, B, T, lens);
+    int q = tn(&c, "q", dt, TC_ACT, 3, B, T, H * hd), k = tn(&c, "k", dt, TC_ACT, 3, B, T, KV * hd);
+    int v = tn(&c, "v", dt, TC_ACT, 3, B, T, KV * hd), y = tn(&c, "o", dt, TC_ACT, 3, B, T, H * hd);
+    int ins[3] = {q, k, v};
+    int f = fwd(&c, PRIM_ATTENTION, ins, 3, &y, 1, H, KV, 0);
+    bwd(&c, f);
+    case_run(&c);
+}
+
+/* rope over packed rows: positions restart at each sample */
+static void case_rope_packed(DType dt) {
+    static const int lens[] = {7, 40, 1, 32, 0, 80, 0};
+    Case c;
+    case_init(&c, "rope packed [2,80,2*16]", dt);
+    if (!wanted(c.name)) {
+        arena_free(&c.a);
+        return;
+    }
+    case_seg(&c, 2, 80, lens);
+    int x = tn(&c, "x", dt, TC_ACT, 3, 2, 80, 32), y = tn(&c, "y", dt, TC_ACT, 3, 2, 80, 32);
+    int f = fwd(&c, PRIM_ROPE, &x, 1, &y, 1, 2, 0, 10000.0);
     bwd(&c, f);
     case_run(&c);
 }
@@ -1012,6 +1085,7 @@ static double time_launches(const CudaKernel *ks, int n, CUdeviceptr *bufs, CUde
             case CARG_I64: ints[i][j] = a->i; params[i][j] = &ints[i][j]; break;
             case CARG_F32: flts[i][j] = a->f; params[i][j] = &flts[i][j]; break;
             case CARG_RT: flts[i][j] = rt_values[a->rt]; params[i][j] = &flts[i][j]; break;
+            case CARG_SEG: ptrs[i][j] = 0; params[i][j] = &ptrs[i][j]; break;
             }
         }
     }
@@ -1291,6 +1365,14 @@ int main(int argc, char **argv) {
         case_attention(dt, 1, 17, 2, 1, 7);
         case_attention(dt, 1, 33, 2, 1, 256); /* above 128: smaller tiles */
         case_attention(dt, 1, 17, 2, 2, 200);
+        {
+            /* samples across tile edges, a 1-token sample, a row that is one sample */
+            static const int p100[] = {5, 30, 1, 64, 0, 100, 0}, p70[] = {33, 2, 35, 0}, p33[] = {1, 16, 16, 0};
+            case_attention_packed(dt, 2, 100, 4, 2, 64, p100);
+            case_attention_packed(dt, 1, 70, 2, 2, 128, p70);
+            case_attention_packed(dt, 1, 33, 2, 1, 40, p33);
+            case_attention_packed(dt, 1, 33, 2, 1, 256, p33);
+        }
         case_norm(dt, true, 50, 300);
         case_norm(dt, false, 50, 300);
         case_norm(dt, true, 9, 37);
@@ -1302,6 +1384,7 @@ int main(int argc, char **argv) {
         case_binary(dt, PRIM_MUL, true);
         case_rope(dt);
         case_rope_llama3(dt);
+        case_rope_packed(dt);
         case_rmsnorm_heads(dt);
         case_embedding(dt);
         case_xent(dt);

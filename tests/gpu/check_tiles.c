@@ -143,6 +143,7 @@ static void run(Case *c, int op, int tile, int ntiles, void **buf) {
             case CARG_I64: i64[j] = a->i; params[j] = &i64[j]; break;
             case CARG_F32: f32[j] = a->f; params[j] = &f32[j]; break;
             case CARG_RT: f32[j] = 1.0f; params[j] = &f32[j]; break;
+            case CARG_SEG: ptrs[j] = NULL; params[j] = &ptrs[j]; break;
             }
         }
         char name[160], err[256];

@@ -211,7 +211,8 @@ START_TEST(rope_scaling_and_rmsnorm_heads) {
     op.fattr[FA_ROPE_HIGH_FREQ_FACTOR] = 4;
     int r = graph_add_op(&o.g, &op);
     ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, r, o.k, 64, NULL, &o.d), 1);
-    ck_assert_int_eq(o.k[0].nargs, 14);
+    ck_assert_int_eq(o.k[0].nargs, 15);
+    ck_assert_int_eq(o.k[0].args[14].kind, CARG_SEG); /* packed rows: positions per sample */
     ck_assert_int_eq(o.k[0].args[9].i, ROPE_LLAMA3);
     ck_assert_float_eq(o.k[0].args[10].f, 32.0f);
     ck_assert_float_eq(o.k[0].args[11].f, 1.0f);

@@ -582,7 +582,7 @@ START_TEST(launch_messages) {
     p->launch_args[5].kind = PLAN_NARGKINDS;
     encode(p, &a, &n);
     ck_assert_ptr_null(plan_decode(a, n, "g.plan", err, sizeof err));
-    ck_assert_str_eq(err, "g.plan: launch argument 5: unknown kind 7 (file corrupt?)");
+    ck_assert_str_eq(err, "g.plan: launch argument 5: unknown kind 8 (file corrupt?)");
     free(a);
     p->launch_args[5].kind = kind5;
     int32_t t6 = p->launch_args[6].tensor;
