@@ -249,6 +249,9 @@ static bool rule_attention(const PrimCall *c, const PrimInfo *p, PrimShape *out,
     if (kv <= 0) return fail(e, 0, "attention: kv_heads must be positive, got %" PRId64, kv);
     if (h % kv != 0)
         return fail(e, 0, "attention: heads = %" PRId64 " is not a multiple of kv_heads = %" PRId64, h, kv);
+    if (c->iattr[IA_ATTENTION_WINDOW] < 0)
+        return fail(e, 0, "attention: window must be 0 (none) or a positive number of positions, got %" PRId64,
+                    c->iattr[IA_ATTENTION_WINDOW]);
     if (k->dims[0] != v->dims[0] || k->dims[1] != v->dims[1] || k->dims[2] != v->dims[2])
         return fail(e, 6, "attention: k and v must have the same shape, but k is %s and v is %s", SH(1), SH(2));
     if (q->dims[0] != k->dims[0] || q->dims[1] != k->dims[1])
@@ -412,10 +415,11 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     "low_freq_factor = 1, high_freq_factor = 4, original_max_positions = 8192) -> [B, T, H*hd]", \
     .grad_inputs = 0x1
 #define ROW_ATTENTION \
-    {"q", "k", "v"}, 2, \
+    {"q", "k", "v"}, 3, \
     {{"heads", PA_INT, IA_ATTENTION_HEADS, true, true, 0, NULL}, \
-     {"kv_heads", PA_INT, IA_ATTENTION_KV_HEADS, false, true, 0, NULL}}, \
-    "attention(q[B, T, H*hd], k[B, T, KV*hd], v[B, T, KV*hd]; heads, kv_heads = heads) -> [B, T, H*hd]", \
+     {"kv_heads", PA_INT, IA_ATTENTION_KV_HEADS, false, true, 0, NULL}, \
+     {"window", PA_INT, IA_ATTENTION_WINDOW, false, false, 0, NULL}}, \
+    "attention(q[B, T, H*hd], k[B, T, KV*hd], v[B, T, KV*hd]; heads, kv_heads = heads, window = 0) -> [B, T, H*hd]", \
     .grad_inputs = 0x7 /* q, k, v */
 #define ROW_SPLIT \
     {"x"}, 1, \

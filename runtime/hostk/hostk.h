@@ -156,6 +156,17 @@ int hk_attention_fwd_packed(const HkTensor *q, const HkTensor *k, const HkTensor
 int hk_attention_bwd_packed(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
                             HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, const int32_t *seg, void *ws);
 
+/* Sliding-window attention (the attention primitive's window): query t sees
+ * the keys [max(start(t), t - window + 1), t], start(t) its sample's first
+ * position (seg, as above; NULL: 0); window 0 is no window (the functions
+ * above). Same workspace; only the key tiles within the window are
+ * computed. */
+int hk_attention_fwd_window(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
+                            int64_t kv_heads, int64_t window, const int32_t *seg, void *ws);
+int hk_attention_bwd_window(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
+                            HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, int64_t window, const int32_t *seg,
+                            void *ws);
+
 /* split: x [S...,N] -> n pieces [S...,n_i] (sizes: the pieces' last dims, summing to N). */
 int hk_split_fwd(const HkTensor *x, HkTensor *pieces, int n);
 int hk_split_bwd(const HkTensor *dpieces, int n, HkTensor *dx); /* a piece with NULL data contributes 0 */
