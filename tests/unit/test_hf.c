@@ -459,6 +459,50 @@ START_TEST(config_to_zl) {
 }
 END_TEST
 
+/* Sliding windows per layer: the emitted expression of the repeat index
+ * gives each layer's attention the window transformers applies there (a
+ * periodic layer_types, one of no period, Qwen2's max_window_layers; a
+ * Qwen2 config without use_sliding_window has none). */
+static void check_windows(const char *config, const int64_t *want, int L) {
+    Conv c;
+    convert(&c, config, 32);
+    ck_assert_msg(c.r.ok, "%s\n%s", c.r.text, c.zl ? c.zl : "");
+    int k = 0;
+    for (int i = 0; i < c.r.g.nops; i++)
+        if (c.r.g.ops[i].kind == OP_FWD && c.r.g.ops[i].prim == PRIM_ATTENTION) {
+            ck_assert_int_lt(k, L);
+            ck_assert_msg(c.r.g.ops[i].iattr[IA_ATTENTION_WINDOW] == want[k], "layer %d: window %lld, want %lld\n%s", k,
+                          (long long)c.r.g.ops[i].iattr[IA_ATTENTION_WINDOW], (long long)want[k], c.zl);
+            k++;
+        }
+    ck_assert_int_eq(k, L);
+    run_free(&c.r);
+}
+
+#define QWEN2_6 "{\"architectures\": [\"Qwen2ForCausalLM\"], \"vocab_size\": 10, \"hidden_size\": 8," \
+    " \"intermediate_size\": 8, \"num_hidden_layers\": 6, \"num_attention_heads\": 2," \
+    " \"max_position_embeddings\": 64, "
+
+START_TEST(config_to_zl_windows) {
+    const char *S = "\"sliding_attention\"", *F = "\"full_attention\"";
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, QWEN2_6 "\"use_sliding_window\": true, \"sliding_window\": 7, \"layer_types\": [%s, %s, %s, %s, %s, %s]}",
+             S, S, F, S, S, F);
+    check_windows(cfg, (const int64_t[]){7, 7, 0, 7, 7, 0}, 6);
+    snprintf(cfg, sizeof cfg, QWEN2_6 "\"use_sliding_window\": true, \"sliding_window\": 5, \"layer_types\": [%s, %s, %s, %s, %s, %s]}",
+             F, S, F, F, S, S);
+    check_windows(cfg, (const int64_t[]){0, 5, 0, 0, 5, 5}, 6);
+    check_windows(QWEN2_6 "\"use_sliding_window\": true, \"sliding_window\": 9, \"max_window_layers\": 4}",
+                  (const int64_t[]){0, 0, 0, 0, 9, 9}, 6);
+    check_windows(QWEN2_6 "\"use_sliding_window\": false, \"sliding_window\": 9, \"max_window_layers\": 4}",
+                  (const int64_t[]){0, 0, 0, 0, 0, 0}, 6);
+    check_windows("{\"architectures\": [\"MistralForCausalLM\"], \"vocab_size\": 10, \"hidden_size\": 8,"
+                  " \"intermediate_size\": 8, \"num_hidden_layers\": 3, \"num_attention_heads\": 2,"
+                  " \"max_position_embeddings\": 64, \"sliding_window\": 4}",
+                  (const int64_t[]){4, 4, 4}, 3);
+}
+END_TEST
+
 /* LLaMA's biases, OLMo 2's block and Phi-3's fused tensors, cut by the mapping. */
 START_TEST(config_to_zl_families) {
     Conv c;
@@ -584,6 +628,7 @@ int main(void) {
     tcase_add_test(t, mapping_errors);
     tcase_add_test(t, mapping_from_several_files);
     tcase_add_test(t, if_statement);
+    tcase_add_test(t, config_to_zl_windows);
     tcase_add_test(t, ast_of_if_and_hf);
     tcase_add_test(t, rope_scaling_and_rmsnorm_heads_from_zl);
     tcase_add_test(t, stdlib_llama_options);
