@@ -61,7 +61,7 @@ typedef struct Cfg {
     int64_t V, D, L, H, KV, F, hd, ctx, T, seq;
     double eps, theta;
     bool tied;
-    int scaling;            /* 0 none, 1 linear, 2 llama3 (RopeScaling) */
+    int scaling;            /* 0 none, 1 linear, 2 llama3, 3 yarn (RopeScaling) */
     double factor, low, high;
     int64_t orig;
     bool attn_bias, mlp_bias; /* attention_bias, mlp_bias read true (AB_QKVO, ArchInfo.mlp_bias) */
@@ -79,6 +79,9 @@ typedef struct Cfg {
      * it slides (NULL: none does) */
     int64_t window;
     bool *sliding;
+    /* yarn rope scaling (scaling 3): the ramp's ends (0: YaRN's defaults),
+     * the factor q and k are multiplied by (1: none) */
+    double beta_fast, beta_slow, attn_factor;
 } Cfg;
 
 /* The linears --lora may adapt: PEFT's module name (the target_modules
@@ -328,11 +331,44 @@ static double sub_num(Cfg *c, const JsonValue *obj, const char *objname, const c
     return v->number;
 }
 
+/* YaRN's mscale (Eq. 21 of the paper, transformers' yarn_get_mscale). */
+static double yarn_mscale(double factor, double mscale) { return factor <= 1 ? 1.0 : 0.1 * mscale * log(factor) + 1.0; }
+
+/* yarn, as transformers' _compute_yarn_parameters reads it: factor (absent:
+ * max_position_embeddings / original_max_position_embeddings), the
+ * original context (absent: max_position_embeddings, as the config's
+ * standardisation fills it in), beta_fast and beta_slow (absent or 0: 32
+ * and 1), and the attention factor: attention_factor, else
+ * mscale(factor, mscale) / mscale(factor, mscale_all_dim) when both are
+ * set (DeepSeek), else mscale(factor, 1). truncate = false is refused. */
+static void read_yarn(Cfg *c, const JsonValue *o, const char *name) {
+    c->scaling = 3;
+    const JsonValue *om = sub(o, "original_max_position_embeddings");
+    c->orig = c->ctx;
+    if (om && (!is_int(om) || om->integer < 1))
+        errf(c, om, "%s.original_max_position_embeddings must be a positive integer, got %s", name, vtext(c, om));
+    else if (om) c->orig = om->integer;
+    c->factor = sub(o, "factor") ? sub_num(c, o, name, "factor", 1, true) : c->orig > 0 ? (double)c->ctx / (double)c->orig : 1;
+    c->beta_fast = sub(o, "beta_fast") ? sub_num(c, o, name, "beta_fast", 32, true) : 0;
+    c->beta_slow = sub(o, "beta_slow") ? sub_num(c, o, name, "beta_slow", 1, true) : 0;
+    const JsonValue *tr = sub(o, "truncate");
+    if (tr && !(tr->type == JSON_BOOL && tr->boolean))
+        errf(c, tr, "%s.truncate = %s is not supported (zinf's yarn ramp is truncated to whole pairs, transformers' "
+             "default)", name, vtext(c, tr));
+    double ms = sub(o, "mscale") ? sub_num(c, o, name, "mscale", 1, true) : 0;
+    double msa = sub(o, "mscale_all_dim") ? sub_num(c, o, name, "mscale_all_dim", 1, true) : 0;
+    if (sub(o, "attention_factor")) c->attn_factor = sub_num(c, o, name, "attention_factor", 1, true);
+    else if (ms != 0 && msa != 0) c->attn_factor = yarn_mscale(c->factor, ms) / yarn_mscale(c->factor, msa);
+    else c->attn_factor = yarn_mscale(c->factor, 1);
+}
+
 /* rope_scaling (transformers 4) or rope_parameters (transformers 5): the
  * type, its parameters, and (rope_parameters) the base. */
 static void read_rope_obj(Cfg *c, const JsonValue *o, const char *name) {
     static const char *const known[] = {"rope_type", "type", "rope_theta", "factor", "low_freq_factor", "high_freq_factor",
                                         "original_max_position_embeddings"};
+    static const char *const yarn_keys[] = {"beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim",
+                                            "truncate"};
     if (o->type != JSON_OBJECT) {
         errf(c, o, "%s must be an object, got %s", name, vtext(c, o));
         return;
@@ -358,14 +394,17 @@ static void read_rope_obj(Cfg *c, const JsonValue *o, const char *name) {
             errf(c, om, "%s.original_max_position_embeddings must be a positive integer, got %s", name, vtext(c, om));
         else c->orig = om->integer;
         if (!(c->high > c->low)) errf(c, o, "%s: high_freq_factor must be greater than low_freq_factor", name);
+    } else if (!strcmp(kind, "yarn")) {
+        read_yarn(c, o, name);
     } else {
-        errf(c, t, "%s.rope_type = %s is not supported (zinf has default, linear and llama3)", name, vtext(c, t));
+        errf(c, t, "%s.rope_type = %s is not supported (zinf has default, linear, llama3 and yarn)", name, vtext(c, t));
         return;
     }
     for (size_t i = 0; i < o->count; i++) {
         const JsonValue *m = &o->items[i];
         bool k = false;
         for (size_t j = 0; j < sizeof known / sizeof *known; j++) k |= !strcmp(m->key, known[j]);
+        for (size_t j = 0; c->scaling == 3 && j < sizeof yarn_keys / sizeof *yarn_keys; j++) k |= !strcmp(m->key, yarn_keys[j]);
         if (!strcmp(m->key, "partial_rotary_factor") && !(m->type == JSON_NUMBER && m->number == 1.0))
             errf(c, m, "%s.partial_rotary_factor = %s is not supported (rotary embeddings over the whole head)", name,
                  vtext(c, m));
@@ -769,6 +808,14 @@ static void put_llama(Cfg *c, Out *o, const char *name) {
         put(o, ",\n                    rope_scaling = \"llama3\", rope_factor = %s, low_freq_factor = %s,"
                "\n                    high_freq_factor = %s, original_max_positions = %" PRId64,
             flt(c, c->factor), flt(c, c->low), flt(c, c->high), c->orig);
+    if (c->scaling == 3) {
+        put(o, ",\n                    rope_scaling = \"yarn\", rope_factor = %s, original_max_positions = %" PRId64,
+            flt(c, c->factor), c->orig);
+        if (c->beta_fast > 0) put(o, ", beta_fast = %s", flt(c, c->beta_fast));
+        if (c->beta_slow > 0) put(o, ", beta_slow = %s", flt(c, c->beta_slow));
+        if (c->attn_factor != 1)
+            put(o, ",\n                    rope_attention_scale = true, rope_attention_factor = %s", flt(c, c->attn_factor));
+    }
     if (wexpr) put(o, ",\n                    window = %s", wexpr);
     else if (all_slide) put(o, ",\n                    window = %" PRId64, c->window);
     put(o, ")\n  }\n");

@@ -133,6 +133,8 @@ static int check_rope(const KvDecoder *d, int o, char *why, size_t n) {
     const PlanOp *op = &d->p->ops[o];
     int64_t C = kvdec_last_dim(d, op->in[0]), H = op->iattr[IA_ROPE_HEADS];
     if (H < 1 || C % H || (C / H) % 2) return REFUSE(why, n, "op %d: rope of %" PRId64 " over %" PRId64 " heads", o, C, H);
+    if (op->iattr[IA_ROPE_SCALING] > ROPE_LLAMA3)
+        return REFUSE(why, n, "op %d: rope with yarn scaling (the CUDA step has none, linear and llama3)", o);
     return check_per_position(d, o, why, n);
 }
 

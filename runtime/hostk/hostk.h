@@ -119,9 +119,10 @@ int hk_scale_bwd(const HkTensor *dy, HkTensor *dx, double by);
 typedef struct HkRope {
     int64_t heads;
     double theta;
-    int scaling;               /* ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3 */
+    int scaling;               /* ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3, ROPE_YARN */
     double factor, low_freq_factor, high_freq_factor;
-    double original_max;       /* llama3: the context length the model was trained at */
+    double original_max;       /* llama3, yarn: the context length the model was trained at */
+    double beta_fast, beta_slow; /* yarn: the ramp's ends in rotations per original_max (0: 32 and 1) */
 } HkRope;
 /* From an op's attributes (PlanOp conventions; fattr[FA_ROPE_THETA] == 0: theta 10000). */
 HkRope hk_rope_attrs(const int64_t *iattr, const double *fattr);

@@ -1,12 +1,13 @@
 """hf_window: the Python side of tests/e2e/hf_window.sh (never downloads anything).
 
     python hf_window.py make ROOT    for every case: ROOT/CASE (save_pretrained of a small random model
-                                     whose sliding window is shorter than its training sequence),
-                                     ROOT/CASE.bin (a token file, llm.c layout), ROOT/CASE.seq, and
-                                     on stdout "CASE LOSS FULL": the mean cross-entropy transformers
-                                     computes on the first [1, T] batch (eager attention, which applies
-                                     the window), and the same model's loss with the window taken away
-                                     (so that a test that ignored the window would fail)
+                                     whose sliding window is shorter than its training sequence, or
+                                     with yarn rope scaling), ROOT/CASE.bin (a token file, llm.c
+                                     layout), ROOT/CASE.seq, and on stdout "CASE LOSS WITHOUT": the
+                                     mean cross-entropy transformers computes on the first [1, T]
+                                     batch (eager attention, which applies the window), and the same
+                                     weights' loss without the window or the rope scaling (so that a
+                                     test that ignored them would fail)
     python hf_window.py gen ROOT CASE IDS N   transformers' greedy tokens (generate, do_sample=False)
 
 Weights are drawn wider than the models' own initialisation (std 0.3, norm
@@ -40,6 +41,23 @@ CASES = {
                                         use_sliding_window=True, sliding_window=3,
                                         layer_types=["full_attention", "sliding_attention",
                                                      "sliding_attention"]), 18),
+    # yarn (Qwen2.5's 128K form: type, factor, original context): attention factor 1 + 0.1 ln 4
+    "qwen2-yarn": (T.Qwen2Config, dict(SMALL, vocab_size=61, num_hidden_layers=2, head_dim=16, num_attention_heads=2,
+                                       num_key_value_heads=1,
+                                       rope_scaling={"type": "yarn", "factor": 4.0,
+                                                     "original_max_position_embeddings": 16}), 32),
+    # yarn as DeepSeek writes it: its own betas, mscale / mscale_all_dim for the attention factor
+    "llama-yarn-mscale": (T.LlamaConfig, dict(SMALL, vocab_size=59, num_hidden_layers=2, head_dim=16,
+                                              num_attention_heads=2, num_key_value_heads=1,
+                                              rope_scaling={"rope_type": "yarn", "factor": 8.0,
+                                                            "original_max_position_embeddings": 8, "beta_fast": 16,
+                                                            "beta_slow": 2, "mscale": 0.707,
+                                                            "mscale_all_dim": 1.0}), 28),
+    # yarn with an explicit attention_factor, and a window
+    "mistral-yarn-w7": (T.MistralConfig, dict(SMALL, vocab_size=53, num_hidden_layers=2, sliding_window=7,
+                                              rope_scaling={"rope_type": "yarn", "factor": 2.0,
+                                                            "original_max_position_embeddings": 16,
+                                                            "attention_factor": 1.25}), 24),
 }
 
 
@@ -67,10 +85,11 @@ def tokens(v, n, path):
 
 def load(d, full=False):
     kw = dict(dtype=torch.float32, attn_implementation="eager")
-    if full:  # the same weights, no window anywhere
+    if full:  # the same weights, no window anywhere and no rope scaling
         cfg = T.AutoConfig.from_pretrained(d)
         cfg.sliding_window = None
         cfg.layer_types = ["full_attention"] * cfg.num_hidden_layers
+        cfg.rope_parameters = {"rope_type": "default", "rope_theta": cfg.rope_parameters["rope_theta"]}
         kw["config"] = cfg
     return T.AutoModelForCausalLM.from_pretrained(d, **kw).eval()
 

@@ -1,13 +1,17 @@
 #!/bin/sh
-# Sliding-window attention imported with zinfc --from-hf, against transformers
-# (never downloads anything): small random Mistral (every layer a window of
-# 5), Qwen2 with max_window_layers (layer 0 full, then windows of 6), Qwen2
-# with alternating layer_types and Qwen3 with layer_types of no period, each
-# window shorter than the training sequence. For each:
-#   - the emitted model carries the layers' windows and plans;
+# Sliding-window attention and yarn rope scaling imported with zinfc
+# --from-hf, against transformers (never downloads anything): small random
+# Mistral (every layer a window of 5), Qwen2 with max_window_layers (layer 0
+# full, then windows of 6), Qwen2 with alternating layer_types and Qwen3 with
+# layer_types of no period, each window shorter than the training sequence;
+# yarn as Qwen2.5 writes it (type, factor, original context), as DeepSeek
+# does (its own betas, mscale and mscale_all_dim) and with an explicit
+# attention_factor beside a window (Mistral). For each:
+#   - the emitted model carries the layers' windows or the yarn scaling, and plans;
 #   - zinfrun --init runs one step on a fixed batch: its loss equals
 #     transformers' (eager attention) within 1e-5 relative, and differs from
-#     the loss of the same weights without the window (the window matters);
+#     the loss of the same weights without the window and the rope scaling
+#     (they matter);
 # then zinfgen's greedy tokens past the window equal transformers' generate,
 # with the KV cache and with the window decode; and layer_types with another
 # kind of layer, or a window on LLaMA (which has none in transformers) shorter
@@ -36,7 +40,10 @@ while read -r c want full; do
   d=$W/$c
   seq=$(cat "$d.seq")
   "$Z/zinfc" --from-hf "$d" --seq "$seq" --emit=zl > "$d.zl" 2> "$d.err" || { cat "$d.err"; bad "$c: --emit=zl"; continue; }
-  grep -q "window = " "$d.zl" || bad "$c: the emitted model has no window"
+  case $c in
+    *yarn*) grep -q 'rope_scaling = "yarn"' "$d.zl" || bad "$c: the emitted model has no yarn scaling" ;;
+    *) grep -q "window = " "$d.zl" || bad "$c: the emitted model has no window" ;;
+  esac
   "$Z/zinfc" --from-hf "$d" --seq "$seq" --target "$W/one.zl" -o "$d.plan" > "$d.plan.log" 2>&1 ||
     { cat "$d.plan.log"; bad "$c: plan"; continue; }
   "$Z/zinfrun" "$d.plan" --backend host --init "$d" --data "$d.bin" --steps 1 --losses "$d.losses" > "$d.run.log" 2>&1 ||
@@ -48,11 +55,11 @@ while read -r c want full; do
     bad "$c: loss $got, transformers $want (more than 1e-5 apart)"
   fi
   awk -v w="$want" -v f="$full" 'BEGIN { e = (f - w) / w; if (e < 0) e = -e; exit !(e > 1e-3) }' ||
-    bad "$c: the window does not change transformers' loss ($want, $full without): the case tests nothing"
+    bad "$c: the window or rope scaling does not change transformers' loss ($want, $full without): the case tests nothing"
 done < "$W/hf-losses"
 
-# greedy past the window (5 and 4 positions): 4 prompt tokens, 12 new
-for c in mistral-w5 qwen2-types; do
+# greedy past the window (5, 4 and 7 positions; the last with yarn): 4 prompt tokens, 12 new
+for c in mistral-w5 qwen2-types mistral-yarn-w7; do
   want=$("$ZINF_PY" tests/e2e/hf_window.py gen "$W" "$c" 3,14,15,9 12 2> "$W/gen.err") ||
     { cat "$W/gen.err"; bad "$c: transformers generate"; continue; }
   for mode in kv window; do

@@ -557,7 +557,7 @@ START_TEST(test_errors) {
     /* rope: hd odd; heads not dividing */
     int64_t d113[3] = {1, 1, 6};
     HkTensor R = hk_tensor(a, DT_F32, 3, d113), RY = hk_tensor(y, DT_F32, 3, d113);
-    HkRope ro = {2, 10000, ROPE_NONE, 1, 1, 4, 8192};
+    HkRope ro = {2, 10000, ROPE_NONE, 1, 1, 4, 8192, 0, 0};
     ck_assert_int_eq(hk_rope_fwd(&R, &RY, &ro), HK_ERR_ATTR); /* hd 3 */
     ro.heads = 4;
     ck_assert_int_eq(hk_rope_fwd(&R, &RY, &ro), HK_ERR_ATTR);
@@ -1033,7 +1033,7 @@ START_TEST(test_packed_rows) {
     ck_assert_int_eq(hk_attention_fwd(&q, &k, &v, &y1, H, KV, ws1), HK_OK);
     ck_assert_msg(memcmp(y.data, y1.data, nq), "packed attention is the whole rows' attention");
     /* rope: positions from each sample's start */
-    HkRope rope = {H, 10000.0, ROPE_NONE, 1, 1, 4, 8192};
+    HkRope rope = {H, 10000.0, ROPE_NONE, 1, 1, 4, 8192, 0, 0};
     ck_assert_int_eq(hk_rope_fwd_packed(&q, &y, &rope, seg), HK_OK);
     for (int b = 0; b < B; b++)
         for (int j = 0; j < 4 && starts[b][j] >= 0; j++) {
@@ -1057,6 +1057,28 @@ START_TEST(test_packed_rows) {
 }
 END_TEST
 
+/* YaRN's frequencies equal transformers' _compute_yarn_parameters (its
+ * float32 inv_freq, printed for a head of 32, theta 10000): factor 4 over
+ * an original context of 64 with the default betas, and factor 8 over 256
+ * with beta_fast 16, beta_slow 2. */
+START_TEST(test_rope_yarn) {
+    static const double want[2][16] = {
+        {1, 0.477990121, 0.221359432, 0.0978053659, 0.0399999991, 0.0140585322, 0.00790569466, 0.00444569858,
+         0.00249999994, 0.00140585331, 0.000790569466, 0.000444569858, 0.000250000012, 0.000140585325, 7.90569466e-05,
+         4.44569851e-05},
+        {1, 0.562341332, 0.260887921, 0.115588166, 0.0474999994, 0.0168702379, 0.00395284733, 0.00222284929,
+         0.00124999997, 0.000702926656, 0.000395284733, 0.000222284929, 0.000125000006, 7.02926627e-05, 3.95284733e-05,
+         2.22284925e-05}};
+    const HkRope r[2] = {{2, 10000, ROPE_YARN, 4, 1, 4, 64, 0, 0}, {2, 10000, ROPE_YARN, 8, 1, 4, 256, 16, 2}};
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 16; j++) {
+            double got = hk_rope_freq(&r[k], j, 32);
+            ck_assert_msg(fabs(got - want[k][j]) <= 1e-6 * want[k][j], "yarn %d pair %d: %.9g, transformers %.9g", k, j, got,
+                          want[k][j]);
+        }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("hostk");
     TCase *tc = tcase_create("prims");
@@ -1075,6 +1097,7 @@ int main(void) {
     tcase_add_test(tm, test_errors);
     tcase_add_test(tm, test_optimizer_helpers);
     tcase_add_test(tm, test_bf16);
+    tcase_add_test(tm, test_rope_yarn);
     tcase_add_test(tm, test_f16);
     tcase_add_loop_test(tm, test_packed_rows, 0, (int)(sizeof packed_windows / sizeof *packed_windows));
     suite_add_tcase(s, tm);
