@@ -41,6 +41,10 @@ CASES = {
                                         use_sliding_window=True, sliding_window=3,
                                         layer_types=["full_attention", "sliding_attention",
                                                      "sliding_attention"]), 18),
+    # Phi-3 (fused qkv_proj, gate_up_proj): every layer a window of 6
+    "phi3-w6": (T.Phi3Config, dict(SMALL, vocab_size=57, num_hidden_layers=2, sliding_window=6,
+                                   original_max_position_embeddings=64, pad_token_id=0, bos_token_id=1,
+                                   eos_token_id=2), 20),
     # yarn (Qwen2.5's 128K form: type, factor, original context): attention factor 1 + 0.1 ln 4
     "qwen2-yarn": (T.Qwen2Config, dict(SMALL, vocab_size=61, num_hidden_layers=2, head_dim=16, num_attention_heads=2,
                                        num_key_value_heads=1,

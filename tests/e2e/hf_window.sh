@@ -3,7 +3,8 @@
 # --from-hf, against transformers (never downloads anything): small random
 # Mistral (every layer a window of 5), Qwen2 with max_window_layers (layer 0
 # full, then windows of 6), Qwen2 with alternating layer_types and Qwen3 with
-# layer_types of no period, each window shorter than the training sequence;
+# layer_types of no period, Phi-3 (every layer a window of 6), each window
+# shorter than the training sequence;
 # yarn as Qwen2.5 writes it (type, factor, original context), as DeepSeek
 # does (its own betas, mscale and mscale_all_dim) and with an explicit
 # attention_factor beside a window (Mistral). For each:
