@@ -48,6 +48,12 @@ static bool attn_shape(GenCtx *c, Attn *t) {
                    "value tiles must fit a block's 48 KiB of static shared memory)", hd, ATTN_MAX_HD);
         return false;
     }
+    if (o->iattr[IA_ATTENTION_WINDOW] > 0 && o->iattr[IA_ATTENTION_WINDOW] < Tn) {
+        cg_fail(c, "attention with a sliding window of %" PRId64 " positions, shorter than T = %" PRId64 ": the CUDA "
+                   "kernels compute full causal attention only (the host backend computes windows)",
+                o->iattr[IA_ATTENTION_WINDOW], Tn);
+        return false;
+    }
     if (B > 65535 || H > 65535) {
         cg_fail(c, "attention: batch or heads exceed the grid limit (65535)");
         return false;

@@ -13,6 +13,11 @@ void cg_gen_rope(GenCtx *c, bool bwd) {
         cg_fail(c, "rope needs x [B, T, H*hd] with heads dividing the last dim and hd even");
         return;
     }
+    if (scaling == ROPE_YARN) {
+        cg_fail(c, "rope with scaling = \"yarn\": the CUDA kernels have none, linear and llama3 (the host backend computes "
+                   "yarn)");
+        return;
+    }
     if (scaling < ROPE_NONE || scaling > ROPE_LLAMA3) {
         cg_fail(c, "rope: unknown scaling %" PRId64, scaling);
         return;

@@ -125,12 +125,17 @@ static const char *tname(const Graph *g, int id, char *buf, size_t n) {
 }
 
 /* Every attribute of the op's primitive, from its row (compiler/prim.c):
- * name=value, a flag by its name when set, a word attribute by its word. */
+ * name=value, a flag by its name when set, a word attribute by its word;
+ * an optional number whose default 0 means "not used" (attention's window,
+ * rope's beta_fast) only when it is not 0. */
 static void dump_attrs(const GOp *o, FILE *out) {
     const PrimInfo *p = prim_info(o->prim);
     for (int i = 0; p && i < p->nattr; i++) {
         const PrimAttr *a = &p->attrs[i];
         int64_t v = a->kind == PA_FLOAT ? 0 : o->iattr[a->slot];
+        if (!a->required && a->def == 0 && (a->kind == PA_INT || a->kind == PA_FLOAT) &&
+            (a->kind == PA_FLOAT ? o->fattr[a->slot] == 0 : v == 0))
+            continue;
         switch (a->kind) {
         case PA_FLAG:
             if (v) fprintf(out, " %s", a->name);

@@ -61,7 +61,7 @@ typedef struct Cfg {
     int64_t V, D, L, H, KV, F, hd, ctx, T, seq;
     double eps, theta;
     bool tied;
-    int scaling;            /* 0 none, 1 linear, 2 llama3 (RopeScaling) */
+    int scaling;            /* 0 none, 1 linear, 2 llama3, 3 yarn (RopeScaling) */
     double factor, low, high;
     int64_t orig;
     bool attn_bias, mlp_bias; /* attention_bias, mlp_bias read true (AB_QKVO, ArchInfo.mlp_bias) */
@@ -75,6 +75,13 @@ typedef struct Cfg {
     const char *lora_names[HFC_MAX_LORA_NAMES];
     int lora_nnames;
     unsigned lora_mask;
+    /* sliding-window attention: the window (0: none) and, per layer, whether
+     * it slides (NULL: none does) */
+    int64_t window;
+    bool *sliding;
+    /* yarn rope scaling (scaling 3): the ramp's ends (0: YaRN's defaults),
+     * the factor q and k are multiplied by (1: none) */
+    double beta_fast, beta_slow, attn_factor;
 } Cfg;
 
 /* The linears --lora may adapt: PEFT's module name (the target_modules
@@ -324,11 +331,44 @@ static double sub_num(Cfg *c, const JsonValue *obj, const char *objname, const c
     return v->number;
 }
 
+/* YaRN's mscale (Eq. 21 of the paper, transformers' yarn_get_mscale). */
+static double yarn_mscale(double factor, double mscale) { return factor <= 1 ? 1.0 : 0.1 * mscale * log(factor) + 1.0; }
+
+/* yarn, as transformers' _compute_yarn_parameters reads it: factor (absent:
+ * max_position_embeddings / original_max_position_embeddings), the
+ * original context (absent: max_position_embeddings, as the config's
+ * standardisation fills it in), beta_fast and beta_slow (absent or 0: 32
+ * and 1), and the attention factor: attention_factor, else
+ * mscale(factor, mscale) / mscale(factor, mscale_all_dim) when both are
+ * set (DeepSeek), else mscale(factor, 1). truncate = false is refused. */
+static void read_yarn(Cfg *c, const JsonValue *o, const char *name) {
+    c->scaling = 3;
+    const JsonValue *om = sub(o, "original_max_position_embeddings");
+    c->orig = c->ctx;
+    if (om && (!is_int(om) || om->integer < 1))
+        errf(c, om, "%s.original_max_position_embeddings must be a positive integer, got %s", name, vtext(c, om));
+    else if (om) c->orig = om->integer;
+    c->factor = sub(o, "factor") ? sub_num(c, o, name, "factor", 1, true) : c->orig > 0 ? (double)c->ctx / (double)c->orig : 1;
+    c->beta_fast = sub(o, "beta_fast") ? sub_num(c, o, name, "beta_fast", 32, true) : 0;
+    c->beta_slow = sub(o, "beta_slow") ? sub_num(c, o, name, "beta_slow", 1, true) : 0;
+    const JsonValue *tr = sub(o, "truncate");
+    if (tr && !(tr->type == JSON_BOOL && tr->boolean))
+        errf(c, tr, "%s.truncate = %s is not supported (zinf's yarn ramp is truncated to whole pairs, transformers' "
+             "default)", name, vtext(c, tr));
+    double ms = sub(o, "mscale") ? sub_num(c, o, name, "mscale", 1, true) : 0;
+    double msa = sub(o, "mscale_all_dim") ? sub_num(c, o, name, "mscale_all_dim", 1, true) : 0;
+    if (sub(o, "attention_factor")) c->attn_factor = sub_num(c, o, name, "attention_factor", 1, true);
+    else if (ms != 0 && msa != 0) c->attn_factor = yarn_mscale(c->factor, ms) / yarn_mscale(c->factor, msa);
+    else c->attn_factor = yarn_mscale(c->factor, 1);
+}
+
 /* rope_scaling (transformers 4) or rope_parameters (transformers 5): the
  * type, its parameters, and (rope_parameters) the base. */
 static void read_rope_obj(Cfg *c, const JsonValue *o, const char *name) {
     static const char *const known[] = {"rope_type", "type", "rope_theta", "factor", "low_freq_factor", "high_freq_factor",
                                         "original_max_position_embeddings"};
+    static const char *const yarn_keys[] = {"beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim",
+                                            "truncate"};
     if (o->type != JSON_OBJECT) {
         errf(c, o, "%s must be an object, got %s", name, vtext(c, o));
         return;
@@ -354,14 +394,17 @@ static void read_rope_obj(Cfg *c, const JsonValue *o, const char *name) {
             errf(c, om, "%s.original_max_position_embeddings must be a positive integer, got %s", name, vtext(c, om));
         else c->orig = om->integer;
         if (!(c->high > c->low)) errf(c, o, "%s: high_freq_factor must be greater than low_freq_factor", name);
+    } else if (!strcmp(kind, "yarn")) {
+        read_yarn(c, o, name);
     } else {
-        errf(c, t, "%s.rope_type = %s is not supported (zinf has default, linear and llama3)", name, vtext(c, t));
+        errf(c, t, "%s.rope_type = %s is not supported (zinf has default, linear, llama3 and yarn)", name, vtext(c, t));
         return;
     }
     for (size_t i = 0; i < o->count; i++) {
         const JsonValue *m = &o->items[i];
         bool k = false;
         for (size_t j = 0; j < sizeof known / sizeof *known; j++) k |= !strcmp(m->key, known[j]);
+        for (size_t j = 0; c->scaling == 3 && j < sizeof yarn_keys / sizeof *yarn_keys; j++) k |= !strcmp(m->key, yarn_keys[j]);
         if (!strcmp(m->key, "partial_rotary_factor") && !(m->type == JSON_NUMBER && m->number == 1.0))
             errf(c, m, "%s.partial_rotary_factor = %s is not supported (rotary embeddings over the whole head)", name,
                  vtext(c, m));
@@ -378,31 +421,54 @@ static void read_rope(Cfg *c) {
     if (rp) read_rope_obj(c, rp, "rope_parameters");
 }
 
-/* Sliding-window attention: equivalent to full causal attention when the
- * window holds the whole training sequence; otherwise an error. */
+/* Sliding-window attention, per layer, as transformers applies it: Qwen2
+ * and Qwen3 (window_flag) slide only with use_sliding_window, and then the
+ * layers layer_types calls "sliding_attention", or without layer_types the
+ * layers from max_window_layers (default 28) on; Mistral and Phi-3 slide
+ * every layer (Mistral ignores layer_types). LLaMA and OLMo 2 have no
+ * window in transformers: one shorter than the sequence is refused there,
+ * rather than silently trained without. */
 static void read_window(Cfg *c) {
-    const JsonValue *sw = get(c, "sliding_window"), *lt = get(c, "layer_types");
-    bool use = !c->arch->window_flag, sliding_layers = false;
+    const JsonValue *sw = get(c, "sliding_window"), *lt = get(c, "layer_types"), *mwl = get(c, "max_window_layers");
+    bool use = !c->arch->window_flag;
+    const char *mt = c->arch->model_type;
+    bool applies = c->arch->window_flag || !strcmp(mt, "mistral") || !strcmp(mt, "phi3");
+    int64_t max_window_layers = 28; /* Qwen2Config's and Qwen3Config's default */
     get_bool(c, "use_sliding_window", &use);
-    get(c, "max_window_layers"); /* which layers slide: only matters when the window is shorter */
+    if (mwl && (!is_int(mwl) || mwl->integer < 0))
+        errf(c, mwl, "max_window_layers must be a non-negative integer, got %s", vtext(c, mwl));
+    else if (mwl) max_window_layers = mwl->integer;
     if (lt && lt->type != JSON_ARRAY) errf(c, lt, "layer_types must be a list, got %s", vtext(c, lt));
     for (size_t i = 0; lt && lt->type == JSON_ARRAY && i < lt->count; i++) {
         const JsonValue *x = &lt->items[i];
-        if (x->type == JSON_STRING && !strcmp(x->string, "sliding_attention")) sliding_layers = true;
-        else if (!(x->type == JSON_STRING && !strcmp(x->string, "full_attention")))
-            errf(c, x, "layer_types has %s: zinf has full_attention (and sliding_attention with a window at least the "
-                 "sequence)", vtext(c, x));
+        if (!(x->type == JSON_STRING && (!strcmp(x->string, "sliding_attention") || !strcmp(x->string, "full_attention"))))
+            errf(c, x, "layer_types has %s: zinf has full_attention and sliding_attention", vtext(c, x));
     }
     if (lt && lt->type == JSON_ARRAY && lt->count != (size_t)c->L && c->L > 0)
         errf(c, lt, "layer_types lists %zu layers, num_hidden_layers is %" PRId64, lt->count, c->L);
-    if (!sw || !(use || sliding_layers)) return;
+    if (!sw || !use) return;
     if (!is_int(sw) || sw->integer < 1) {
         errf(c, sw, "sliding_window must be a positive integer or null, got %s", vtext(c, sw));
-    } else if (sw->integer < c->T) {
-        errf(c, sw, "sliding_window = %" PRId64 " is shorter than the training sequence T = %" PRId64
-             ": sliding-window attention is not supported", sw->integer, c->T);
-        diag_hint(c->d, "--seq %" PRId64 " (or less) trains sequences the window covers whole", sw->integer);
+        return;
     }
+    if (!applies) {
+        if (sw->integer < c->T) {
+            errf(c, sw, "sliding_window = %" PRId64 " is shorter than the training sequence T = %" PRId64 ": %s has no "
+                 "sliding-window attention in transformers", sw->integer, c->T, c->arch->arch);
+            diag_hint(c->d, "--seq %" PRId64 " (or less) trains sequences the window covers whole", sw->integer);
+        }
+        return;
+    }
+    if (c->failed || c->L < 1 || !(c->sliding = ARENA_NEWN(c->a, bool, (size_t)c->L))) return;
+    bool any = false;
+    for (int64_t i = 0; i < c->L; i++) {
+        if (!c->arch->window_flag) c->sliding[i] = true;
+        else if (lt) c->sliding[i] = !strcmp(lt->items[i].string, "sliding_attention");
+        else c->sliding[i] = i >= max_window_layers;
+        any |= c->sliding[i];
+    }
+    if (any) c->window = sw->integer;
+    else c->sliding = NULL;
 }
 
 static void read_llama(Cfg *c) {
@@ -678,6 +744,30 @@ static void put_gpt2(Cfg *c, Out *o, const char *name) {
     }
 }
 
+/* The layers' windows as one expression of the repeat index i (the
+ * language has integer + - * / % and no comparison): the smallest period p
+ * of the layers' pattern (p = L when there is none), then the pattern over
+ * r = i % p as its first value plus a step at each change c, where for
+ * 0 <= r < p the quotient (r + p) / (p + c) is 1 from r = c on and 0 before.
+ * NULL when every layer is the same (*uniform: whether they slide). */
+static const char *window_expr(Cfg *c, bool *uniform) {
+    int64_t L = c->L, p = 1;
+    while (p < L) {
+        bool ok = true;
+        for (int64_t i = p; i < L && ok; i++) ok = c->sliding[i] == c->sliding[i % p];
+        if (ok) break;
+        p++;
+    }
+    *uniform = c->sliding[0];
+    if (p == 1) return NULL;
+    const char *r = p < L ? arena_printf(c->a, "i %% %" PRId64, p) : "i";
+    const char *e = c->sliding[0] ? "1" : "0";
+    for (int64_t k = 1; k < p; k++)
+        if (c->sliding[k] != c->sliding[k - 1])
+            e = arena_printf(c->a, "%s %c (%s + %" PRId64 ") / %" PRId64, e, c->sliding[k] ? '+' : '-', r, p, p + k);
+    return arena_printf(c->a, "%" PRId64 " * (%s)", c->window, e);
+}
+
 static void put_llama(Cfg *c, Out *o, const char *name) {
     const ArchInfo *ai = c->arch;
     bool own_hd = c->H > 0 && c->hd * c->H != c->D, olmo2 = ai->layout == LAY_OLMO2;
@@ -688,8 +778,16 @@ static void put_llama(Cfg *c, Out *o, const char *name) {
     put(o, "\n\nmodel %s(tokens: i32[B, T], targets: i32[B, T]) {\n", name);
     put(o, "  tok = param [V, D] init normal(0.02)\n");
     put(o, "  x = embedding(tok, tokens)\n");
-    put(o, "  repeat L {\n    x = %s(x, H, KV, F, eps = %s, theta = %s", olmo2 ? "olmo2_block" : "llama_block", flt(c, c->eps),
-        flt(c, c->theta));
+    bool all_slide = false;
+    const char *wexpr = c->sliding ? window_expr(c, &all_slide) : NULL;
+    if (c->sliding) {
+        put(o, "  # sliding-window attention (%" PRId64 " positions) in layers", c->window);
+        for (int64_t i = 0; i < c->L; i++)
+            if (c->sliding[i]) put(o, " %" PRId64, i);
+        put(o, "%s\n", wexpr ? ", full attention in the others" : "");
+    }
+    put(o, "  repeat L%s {\n    x = %s(x, H, KV, F, eps = %s, theta = %s", wexpr ? " as i" : "", olmo2 ? "olmo2_block" : "llama_block",
+        flt(c, c->eps), flt(c, c->theta));
     if (own_hd) put(o, ", head_dim = HD");
     if (olmo2) {
         if (c->attn_bias) put(o, ", attention_bias = true");
@@ -712,6 +810,16 @@ static void put_llama(Cfg *c, Out *o, const char *name) {
         put(o, ",\n                    rope_scaling = \"llama3\", rope_factor = %s, low_freq_factor = %s,"
                "\n                    high_freq_factor = %s, original_max_positions = %" PRId64,
             flt(c, c->factor), flt(c, c->low), flt(c, c->high), c->orig);
+    if (c->scaling == 3) {
+        put(o, ",\n                    rope_scaling = \"yarn\", rope_factor = %s, original_max_positions = %" PRId64,
+            flt(c, c->factor), c->orig);
+        if (c->beta_fast > 0) put(o, ", beta_fast = %s", flt(c, c->beta_fast));
+        if (c->beta_slow > 0) put(o, ", beta_slow = %s", flt(c, c->beta_slow));
+        if (c->attn_factor != 1)
+            put(o, ",\n                    rope_attention_scale = true, rope_attention_factor = %s", flt(c, c->attn_factor));
+    }
+    if (wexpr) put(o, ",\n                    window = %s", wexpr);
+    else if (all_slide) put(o, ",\n                    window = %" PRId64, c->window);
     put(o, ")\n  }\n");
     put(o, "  x = rms(x, %s)\n", flt(c, c->eps));
     if (c->tied) {

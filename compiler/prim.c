@@ -6,7 +6,7 @@
 #include <string.h>
 
 /* The words of rope's `scaling` attribute, in RopeScaling order (graph.h). */
-static const char *const rope_scalings[] = {"none", "linear", "llama3", NULL};
+static const char *const rope_scalings[] = {"none", "linear", "llama3", "yarn", NULL};
 
 void prim_defaults(PrimCall *c) {
     const PrimInfo *p = prim_info(c->prim);
@@ -206,10 +206,19 @@ static bool rule_scale(const PrimCall *c, const PrimInfo *p, PrimShape *out, int
 /* The scaling attributes in their ranges. */
 static bool rope_scaling_ok(const PrimCall *c, PrimError *e) {
     int64_t sc = c->iattr[IA_ROPE_SCALING];
-    if (sc < ROPE_NONE || sc > ROPE_LLAMA3) return fail(e, 0, "rope: unknown scaling %" PRId64, sc);
+    if (sc < ROPE_NONE || sc > ROPE_YARN) return fail(e, 0, "rope: unknown scaling %" PRId64, sc);
     if (sc == ROPE_NONE) return true;
     if (!(c->fattr[FA_ROPE_FACTOR] > 0)) return fail(e, 0, "rope: factor must be positive, got %g", c->fattr[FA_ROPE_FACTOR]);
     if (sc == ROPE_LINEAR) return true;
+    if (sc == ROPE_YARN) {
+        if (c->fattr[FA_ROPE_BETA_FAST] < 0 || c->fattr[FA_ROPE_BETA_SLOW] < 0)
+            return fail(e, 0, "rope: beta_fast and beta_slow must be positive (0: 32 and 1), got %g and %g",
+                        c->fattr[FA_ROPE_BETA_FAST], c->fattr[FA_ROPE_BETA_SLOW]);
+        if (c->iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] < 1)
+            return fail(e, 0, "rope: original_max_positions must be positive, got %" PRId64,
+                        c->iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS]);
+        return true;
+    }
     if (!(c->fattr[FA_ROPE_LOW_FREQ_FACTOR] > 0))
         return fail(e, 0, "rope: low_freq_factor must be positive, got %g", c->fattr[FA_ROPE_LOW_FREQ_FACTOR]);
     if (!(c->fattr[FA_ROPE_HIGH_FREQ_FACTOR] > c->fattr[FA_ROPE_LOW_FREQ_FACTOR]))
@@ -249,6 +258,9 @@ static bool rule_attention(const PrimCall *c, const PrimInfo *p, PrimShape *out,
     if (kv <= 0) return fail(e, 0, "attention: kv_heads must be positive, got %" PRId64, kv);
     if (h % kv != 0)
         return fail(e, 0, "attention: heads = %" PRId64 " is not a multiple of kv_heads = %" PRId64, h, kv);
+    if (c->iattr[IA_ATTENTION_WINDOW] < 0)
+        return fail(e, 0, "attention: window must be 0 (none) or a positive number of positions, got %" PRId64,
+                    c->iattr[IA_ATTENTION_WINDOW]);
     if (k->dims[0] != v->dims[0] || k->dims[1] != v->dims[1] || k->dims[2] != v->dims[2])
         return fail(e, 6, "attention: k and v must have the same shape, but k is %s and v is %s", SH(1), SH(2));
     if (q->dims[0] != k->dims[0] || q->dims[1] != k->dims[1])
@@ -338,17 +350,21 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     err->blame = 0;
     if (c->prim != PRIM_ROPE) return true;
     /* rope attribute indices: 2 scaling, 3 factor, 4 low_freq_factor, 5 high_freq_factor,
-     * 6 original_max_positions; each is read by the scalings that need it */
+     * 6 original_max_positions, 7 beta_fast, 8 beta_slow; each is read by the scalings that
+     * need it (bit i of a row: attribute 3 + i), and named by who takes it */
+    static const unsigned used[] = {[ROPE_NONE] = 0, [ROPE_LINEAR] = 0x01, [ROPE_LLAMA3] = 0x0f, [ROPE_YARN] = 0x39};
+    static const char *const takers[] = {"\"linear\", \"llama3\" or \"yarn\"", "\"llama3\"", "\"llama3\"",
+                                         "\"llama3\" or \"yarn\"", "\"yarn\"", "\"yarn\""};
     const PrimInfo *p = prim_info(PRIM_ROPE);
     int64_t sc = c->iattr[IA_ROPE_SCALING];
-    if (sc < ROPE_NONE || sc > ROPE_LLAMA3) return true; /* prim_infer reports it */
-    for (int i = 3; i <= 6; i++) {
+    if (sc < ROPE_NONE || sc > ROPE_YARN) return true; /* prim_infer reports it */
+    for (int i = 3; i <= 8; i++) {
         const PrimAttr *a = &p->attrs[i];
         double v = a->kind == PA_FLOAT ? c->fattr[a->slot] : (double)c->iattr[a->slot];
         /* a layer passing its defaults through is fine: only a value that would change something */
-        if (c->attr_set[i] && v != a->def && (sc == ROPE_NONE || (sc == ROPE_LINEAR && i > 3)))
-            return fail(err, 0, "rope: '%s' is not used with scaling = \"%s\"%s", p->attrs[i].name, rope_scalings[sc],
-                        i == 3 ? " (it takes scaling = \"linear\" or \"llama3\")" : " (it takes scaling = \"llama3\")");
+        if (c->attr_set[i] && v != a->def && !(used[sc] >> (i - 3) & 1))
+            return fail(err, 0, "rope: '%s' is not used with scaling = \"%s\" (it takes scaling = %s)", p->attrs[i].name,
+                        rope_scalings[sc], takers[i - 3]);
     }
     return true;
 }
@@ -400,22 +416,26 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     "silu(x) -> same shape", \
     .grad_inputs = 0x1
 #define ROW_ROPE \
-    {"x"}, 7, \
+    {"x"}, 9, \
     {{"heads", PA_INT, IA_ROPE_HEADS, true, true, 0, NULL}, \
      {"theta", PA_FLOAT, FA_ROPE_THETA, false, true, 10000.0, NULL}, \
      {"scaling", PA_WORD, IA_ROPE_SCALING, false, false, ROPE_NONE, rope_scalings}, \
      {"factor", PA_FLOAT, FA_ROPE_FACTOR, false, false, 1.0, NULL}, \
      {"low_freq_factor", PA_FLOAT, FA_ROPE_LOW_FREQ_FACTOR, false, false, 1.0, NULL}, \
      {"high_freq_factor", PA_FLOAT, FA_ROPE_HIGH_FREQ_FACTOR, false, false, 4.0, NULL}, \
-     {"original_max_positions", PA_INT, IA_ROPE_ORIGINAL_MAX_POSITIONS, false, false, 8192, NULL}}, \
-    "rope(x[B, T, H*hd]; heads, theta = 10000, scaling = \"none\" | \"linear\" | \"llama3\", factor = 1, " \
-    "low_freq_factor = 1, high_freq_factor = 4, original_max_positions = 8192) -> [B, T, H*hd]", \
+     {"original_max_positions", PA_INT, IA_ROPE_ORIGINAL_MAX_POSITIONS, false, false, 8192, NULL}, \
+     {"beta_fast", PA_FLOAT, FA_ROPE_BETA_FAST, false, false, 0, NULL}, \
+     {"beta_slow", PA_FLOAT, FA_ROPE_BETA_SLOW, false, false, 0, NULL}}, \
+    "rope(x[B, T, H*hd]; heads, theta = 10000, scaling = \"none\" | \"linear\" | \"llama3\" | \"yarn\", factor = 1, " \
+    "low_freq_factor = 1, high_freq_factor = 4, original_max_positions = 8192, beta_fast = 0 (32), " \
+    "beta_slow = 0 (1)) -> [B, T, H*hd]", \
     .grad_inputs = 0x1
 #define ROW_ATTENTION \
-    {"q", "k", "v"}, 2, \
+    {"q", "k", "v"}, 3, \
     {{"heads", PA_INT, IA_ATTENTION_HEADS, true, true, 0, NULL}, \
-     {"kv_heads", PA_INT, IA_ATTENTION_KV_HEADS, false, true, 0, NULL}}, \
-    "attention(q[B, T, H*hd], k[B, T, KV*hd], v[B, T, KV*hd]; heads, kv_heads = heads) -> [B, T, H*hd]", \
+     {"kv_heads", PA_INT, IA_ATTENTION_KV_HEADS, false, true, 0, NULL}, \
+     {"window", PA_INT, IA_ATTENTION_WINDOW, false, false, 0, NULL}}, \
+    "attention(q[B, T, H*hd], k[B, T, KV*hd], v[B, T, KV*hd]; heads, kv_heads = heads, window = 0) -> [B, T, H*hd]", \
     .grad_inputs = 0x7 /* q, k, v */
 #define ROW_SPLIT \
     {"x"}, 1, \

@@ -133,6 +133,8 @@ static int check_rope(const KvDecoder *d, int o, char *why, size_t n) {
     const PlanOp *op = &d->p->ops[o];
     int64_t C = kvdec_last_dim(d, op->in[0]), H = op->iattr[IA_ROPE_HEADS];
     if (H < 1 || C % H || (C / H) % 2) return REFUSE(why, n, "op %d: rope of %" PRId64 " over %" PRId64 " heads", o, C, H);
+    if (op->iattr[IA_ROPE_SCALING] > ROPE_LLAMA3)
+        return REFUSE(why, n, "op %d: rope with yarn scaling (the CUDA step has none, linear and llama3)", o);
     return check_per_position(d, o, why, n);
 }
 
@@ -143,6 +145,10 @@ static int check_attention(const KvDecoder *d, int o, char *why, size_t n) {
     if (H < 1 || KV < 1 || H % KV || qd % H || kd != (qd / H) * KV || kvdec_last_dim(d, op->in[2]) != kd)
         return REFUSE(why, n, "op %d: attention of q %" PRId64 ", k %" PRId64 " with %" PRId64 " heads, %" PRId64 " kv heads", o, qd,
                       kd, H, KV);
+    if (op->iattr[IA_ATTENTION_WINDOW] > 0 && op->iattr[IA_ATTENTION_WINDOW] < d->T)
+        return REFUSE(why, n, "op %d: attention with a sliding window of %" PRId64 ", shorter than the cache of %" PRId64
+                      " positions (the CUDA step attends to every position; the host decoder keeps to the window)", o,
+                      op->iattr[IA_ATTENTION_WINDOW], (int64_t)d->T);
     return check_per_position(d, o, why, n);
 }
 

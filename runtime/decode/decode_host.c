@@ -35,8 +35,9 @@ static void views(const KvDecoder *d, const PlanOp *op, HkTensor *in, HkTensor *
 }
 
 /* Attention at position pos: this row's keys and values into the cache,
- * then softmax(q K^T / sqrt(hd)) V over positions 0..pos, per head (a query
- * head reads kv head h / (H / KV)). Sums in double. */
+ * then softmax(q K^T / sqrt(hd)) V over positions lo..pos, per head (a query
+ * head reads kv head h / (H / KV)); lo is 0, or pos - window + 1 with the
+ * op's sliding window (the training kernels' rule). Sums in double. */
 static int attend(KvDecoder *d, int o, char *err, size_t n) {
     KvHost *h_ = H_(d);
     const PlanOp *op = &d->p->ops[o];
@@ -45,7 +46,7 @@ static int attend(KvDecoder *d, int o, char *err, size_t n) {
     int64_t qd = q.dims[q.rank - 1], kd = k.dims[k.rank - 1];
     if (H < 1 || KV < 1 || H % KV || qd % H || kd != (qd / H) * KV || v.dims[v.rank - 1] != kd)
         return errorf(err, n, "op %d: attention of q %" PRId64 ", k %" PRId64 " with %" PRId64 " heads, %" PRId64 " kv heads", o, qd, kd, H, KV);
-    int64_t hd = qd / H, pos = d->pos;
+    int64_t hd = qd / H, pos = d->pos, W = op->iattr[IA_ATTENTION_WINDOW], lo = W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0;
     float *K = h_->kc[o] + pos * kd, *V = h_->vc[o] + pos * kd;
     for (int64_t i = 0; i < kd; i++) {
         K[i] = hk_get(&k, i);
@@ -55,7 +56,7 @@ static int attend(KvDecoder *d, int o, char *err, size_t n) {
     for (int64_t h = 0; h < H; h++) {
         int64_t g = h / (H / KV);
         double m = -INFINITY;
-        for (int64_t j = 0; j <= pos; j++) {
+        for (int64_t j = lo; j <= pos; j++) {
             const float *kj = h_->kc[o] + j * kd + g * hd;
             double s = 0;
             for (int64_t e = 0; e < hd; e++) s += (double)hk_get(&q, h * hd + e) * kj[e];
@@ -63,10 +64,10 @@ static int attend(KvDecoder *d, int o, char *err, size_t n) {
             if (sc[j] > m) m = sc[j];
         }
         double sum = 0;
-        for (int64_t j = 0; j <= pos; j++) sum += sc[j] = exp(sc[j] - m);
+        for (int64_t j = lo; j <= pos; j++) sum += sc[j] = exp(sc[j] - m);
         for (int64_t e = 0; e < hd; e++) {
             double acc = 0;
-            for (int64_t j = 0; j <= pos; j++) acc += sc[j] * h_->vc[o][j * kd + g * hd + e];
+            for (int64_t j = lo; j <= pos; j++) acc += sc[j] * h_->vc[o][j * kd + g * hd + e];
             hk_set(&y, h * hd + e, (float)(acc / sum));
         }
     }

@@ -119,9 +119,10 @@ int hk_scale_bwd(const HkTensor *dy, HkTensor *dx, double by);
 typedef struct HkRope {
     int64_t heads;
     double theta;
-    int scaling;               /* ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3 */
+    int scaling;               /* ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3, ROPE_YARN */
     double factor, low_freq_factor, high_freq_factor;
-    double original_max;       /* llama3: the context length the model was trained at */
+    double original_max;       /* llama3, yarn: the context length the model was trained at */
+    double beta_fast, beta_slow; /* yarn: the ramp's ends in rotations per original_max (0: 32 and 1) */
 } HkRope;
 /* From an op's attributes (PlanOp conventions; fattr[FA_ROPE_THETA] == 0: theta 10000). */
 HkRope hk_rope_attrs(const int64_t *iattr, const double *fattr);
@@ -155,6 +156,17 @@ int hk_attention_fwd_packed(const HkTensor *q, const HkTensor *k, const HkTensor
                             int64_t kv_heads, const int32_t *seg, void *ws);
 int hk_attention_bwd_packed(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
                             HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, const int32_t *seg, void *ws);
+
+/* Sliding-window attention (the attention primitive's window): query t sees
+ * the keys [max(start(t), t - window + 1), t], start(t) its sample's first
+ * position (seg, as above; NULL: 0); window 0 is no window (the functions
+ * above). Same workspace; only the key tiles within the window are
+ * computed. */
+int hk_attention_fwd_window(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
+                            int64_t kv_heads, int64_t window, const int32_t *seg, void *ws);
+int hk_attention_bwd_window(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
+                            HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, int64_t window, const int32_t *seg,
+                            void *ws);
 
 /* split: x [S...,N] -> n pieces [S...,n_i] (sizes: the pieces' last dims, summing to N). */
 int hk_split_fwd(const HkTensor *x, HkTensor *pieces, int n);

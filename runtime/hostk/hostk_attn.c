@@ -21,7 +21,16 @@
  * dK_j and dV_j are complete after the group and are added to dk, dv once;
  * dQ accumulates into dq (f32) or an f32 copy in the workspace (q not f32)
  * that is added to dq at the end. Every tile is computed the same way
- * whatever the thread count. */
+ * whatever the thread count.
+ *
+ * A sliding window of W positions (W > 0) lets query t see keys
+ * [max(0, t - W + 1), t] (of its sample, for packed rows): key tiles wholly
+ * before the window are never visited, so the work is T min(W, T) rather
+ * than T^2 / 2; the scores of a tile that straddles the window's first key
+ * are set to -inf below it. The forward then visits its key tiles from the
+ * diagonal down (the diagonal holds every query's own key, so the running
+ * max is finite before a masked column comes); without a window the order
+ * stays upwards, as it always was. */
 #include <math.h>
 #include <string.h>
 #include "hostk.h"
@@ -39,6 +48,7 @@ static size_t hk_attention_packed_bytes(const HkTensor *q) {
 typedef struct AttnShape {
     int64_t B, T, H, KV, hd, qc, kc; /* qc = H*hd, kc = KV*hd: row lengths */
     int64_t tile;                    /* rows of a query or key tile */
+    int64_t window;                  /* keys a query sees, itself included (0: all before it) */
 } AttnShape;
 
 static bool same_shape(const HkTensor *a, const HkTensor *b) {
@@ -81,6 +91,7 @@ static int attn_check(const HkTensor *q, const HkTensor *k, const HkTensor *v, c
     s->kc = kv_heads * s->hd;
     if (s->hd > TILE_FLOATS) return HK_ERR_ATTR; /* a head wider than a tile */
     s->tile = tile_of(s->hd);
+    s->window = 0;
     if (k->dims[0] != s->B || k->dims[1] != s->T || k->dims[2] != s->kc) return HK_ERR_SHAPE;
     return HK_OK;
 }
@@ -163,10 +174,17 @@ static void fwd_tile(const HkVec *V, const AttnShape *s, const HkTensor *q, cons
     for (int r = 0; r < 80; r++) m[r] = -INFINITY, corr[r] = 1, l[r] = 0;
     pack_cols(V, q, s, s->qc, b, h, i0, bq, bq, QT);
     memset(O, 0, sizeof(float) * (size_t)(bq * hd));
-    for (int64_t j0 = 0; j0 <= i0; j0 += ts) {
+    /* the key tiles: from the one holding query i0's first key (0 without a window) to the diagonal;
+     * upwards without a window, downwards with one (above) */
+    int64_t W = s->window, first = W > 0 && i0 - W + 1 > 0 ? (i0 - W + 1) / ts * ts : 0;
+    for (int64_t n = 0, nk = (i0 - first) / ts + 1; n < nk; n++) {
+        int64_t j0 = W > 0 ? i0 - n * ts : first + n * ts;
         int64_t bk = T - j0 < ts ? T - j0 : ts;
         Rows Kr = rows_f32(V, k, s, s->kc, b, g, j0, bk, Kb), Vr = rows_f32(V, v, s, s->kc, b, g, j0, bk, Vb);
         V->gemm(bk, bq, hd, Kr.p, Kr.ld, 1, QT, bq, S, bq, false); /* S^T = K Q^T */
+        if (W > 0 && j0 + W <= i0 + bq - 1) /* key j0 + u is before the window of queries i0 + r >= j0 + u + W */
+            for (int64_t u = 0; u < bk; u++)
+                for (int64_t r = j0 + u + W - i0 > 0 ? j0 + u + W - i0 : 0; r < bq; r++) S[u * bq + r] = -INFINITY;
         V->softmax_cols(S, bq, bk, bq, scale, m, l, corr, j0 == i0); /* the diagonal tile: key u after query r masked */
         for (int64_t r = 0; r < bq; r++)
             if (corr[r] != 1.0f) V->scale(O + r * hd, corr[r], hd);
@@ -197,11 +215,17 @@ static void fwd_unit(void *ctx, int64_t task) {
     fwd_tile(j->V, j->s, j->q, j->k, j->v, j->y, j->a, bh / j->s->H, bh % j->s->H, i, j->scale);
 }
 
-int hk_attention_fwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
-                     int64_t kv_heads, void *ws) {
+/* The keys a query sees on average, doubled (the causal half of T without a
+ * window): the work of a (batch, head) is T span hd multiply-adds per product. */
+static double attn_span(int64_t T, int64_t window) { return window > 0 && 2 * window < T ? 2.0 * (double)window : (double)T; }
+
+static int attn_fwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
+                    int64_t kv_heads, int64_t window, void *ws) {
     AttnShape s;
     int rc = attn_check(q, k, v, y, heads, kv_heads, &s);
     if (rc) return rc;
+    if (window < 0) return HK_ERR_ATTR;
+    s.window = window;
     if (!ws && hk_attention_workspace_bytes(q, heads)) return HK_ERR_WORKSPACE;
     if (s.T == 0 || s.hd == 0 || s.B == 0) return HK_OK;
     AttnWs a = attn_ws(ws, q, &s);
@@ -209,7 +233,7 @@ int hk_attention_fwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, Hk
     float scale = (float)(1.0 / sqrt((double)s.hd));
     int64_t nt = (s.T + s.tile - 1) / s.tile;
     /* T^2 hd multiply-adds per (batch, head) over the causal half, about 20 G/s */
-    int th = hk_team((double)(s.B * s.H) * (double)s.T * (double)s.T * (double)s.hd * 0.05);
+    int th = hk_team((double)(s.B * s.H) * (double)s.T * attn_span(s.T, window) * (double)s.hd * 0.05);
     AttnJob j = {V, &s, q, k, v, NULL, y, NULL, NULL, NULL, &a, scale, nt};
     hk_parallel(th, s.B * s.H * nt, fwd_unit, &j);
     return HK_OK;
@@ -241,17 +265,27 @@ static void bwd_group(const HkVec *V, const AttnShape *s, const HkTensor *q, con
         memset(dV, 0, sizeof(float) * (size_t)(bk * hd));
         for (int64_t h = g * grp; h < (g + 1) * grp; h++) {
             const float *lse = a->lse + (b * s->H + h) * T, *Dr = a->D + (b * s->H + h) * T;
-            for (int64_t i0 = j0; i0 < T; i0 += ts) {
+            /* the query tiles that see key tile j0: from the diagonal to the last query whose window holds
+             * key j0 + bk - 1 */
+            int64_t last = s->window > 0 && j0 + bk - 2 + s->window < T ? j0 + bk - 2 + s->window : T - 1;
+            for (int64_t i0 = j0; i0 <= last; i0 += ts) {
                 int64_t bq = T - i0 < ts ? T - i0 : ts;
                 Rows Q = rows_f32(V, q, s, s->qc, b, h, i0, bq, Qb), dO = rows_f32(V, dy, s, s->qc, b, h, i0, bq, dOb);
                 V->gemm(bq, bk, hd, Q.p, Q.ld, 1, KT, bk, P, bk, false);   /* S = Q K^T */
                 V->gemm(bq, bk, hd, dO.p, dO.ld, 1, VT, bk, dP, bk, false); /* dP = dO V^T */
                 for (int64_t r = 0; r < bq; r++) {
+                    /* the keys of the tile query t sees: [lo, n) */
                     int64_t t = i0 + r, n = t - j0 + 1 < bk ? t - j0 + 1 : bk;
+                    int64_t lo = s->window > 0 && t - s->window + 1 - j0 > 0 ? t - s->window + 1 - j0 : 0;
                     float *pr = P + r * bk, *dr = dP + r * bk;
                     if (n < 0) n = 0;
-                    V->exp_shift(pr, scale, lse[t], n);
-                    V->dsoftmax(pr, dr, Dr[t], scale, n);
+                    if (lo > n) lo = n;
+                    V->exp_shift(pr + lo, scale, lse[t], n - lo);
+                    V->dsoftmax(pr + lo, dr + lo, Dr[t], scale, n - lo);
+                    if (lo > 0) {
+                        memset(pr, 0, sizeof(float) * (size_t)lo);
+                        memset(dr, 0, sizeof(float) * (size_t)lo);
+                    }
                     if (n < bk) {
                         memset(pr + n, 0, sizeof(float) * (size_t)(bk - n));
                         memset(dr + n, 0, sizeof(float) * (size_t)(bk - n));
@@ -291,11 +325,18 @@ static void bwd_unit(void *ctx, int64_t task) {
     bwd_group(j->V, j->s, j->q, j->k, j->v, j->dy, j->dq, j->dk, j->dv, j->a, task / j->s->KV, task % j->s->KV, j->scale);
 }
 
-int hk_attention_bwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
-                     HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, void *ws) {
+int hk_attention_fwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
+                     int64_t kv_heads, void *ws) {
+    return attn_fwd(q, k, v, y, heads, kv_heads, 0, ws);
+}
+
+static int attn_bwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
+                    HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, int64_t window, void *ws) {
     AttnShape s;
     int rc = attn_check(q, k, v, dy, heads, kv_heads, &s);
     if (rc) return rc;
+    if (window < 0) return HK_ERR_ATTR;
+    s.window = window;
     if ((rc = check_grad(dq, q)) || (rc = check_grad(dk, k)) || (rc = check_grad(dv, v))) return rc;
     if (!ws && hk_attention_workspace_bytes(q, heads)) return HK_ERR_WORKSPACE;
     if (s.T == 0 || s.hd == 0 || s.B == 0) return HK_OK;
@@ -305,26 +346,27 @@ int hk_attention_bwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, co
     const HkVec *V = hk_vec();
     float scale = (float)(1.0 / sqrt((double)s.hd));
     /* 2.5 T^2 hd multiply-adds per (batch, head), about 20 G/s */
-    int th = hk_team((double)(s.B * s.H) * (double)s.T * (double)s.T * (double)s.hd * 0.125);
+    int th = hk_team((double)(s.B * s.H) * (double)s.T * attn_span(s.T, window) * (double)s.hd * 0.125);
     AttnJob j = {V, &s, q, k, v, dy, NULL, dq, dk, dv, &a, scale, 0};
     hk_parallel(th, s.B * s.KV, bwd_unit, &j);
     return HK_OK;
+}
+
+int hk_attention_bwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
+                     HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, void *ws) {
+    return attn_bwd(q, k, v, dy, dq, dk, dv, heads, kv_heads, 0, ws);
 }
 
 /* ---- family (runtime/plan/prim.def) ---- */
 
 static size_t fam_attention_ws(const HkCall *c) { return hk_attention_workspace_bytes(c->a, hk_attr_i(c->iattr, IA_ATTENTION_HEADS)); }
 static int fam_attention_fwd(const HkCall *c) {
-    if (c->seg)
-        return hk_attention_fwd_packed(c->a, c->b, c->c, &c->out[0], hk_attr_i(c->iattr, IA_ATTENTION_HEADS), hk_attr_kv(c->iattr), c->seg,
-                                       c->ws);
-    return hk_attention_fwd(c->a, c->b, c->c, &c->out[0], hk_attr_i(c->iattr, IA_ATTENTION_HEADS), hk_attr_kv(c->iattr), c->ws);
+    return hk_attention_fwd_window(c->a, c->b, c->c, &c->out[0], hk_attr_i(c->iattr, IA_ATTENTION_HEADS), hk_attr_kv(c->iattr),
+                                   hk_attr_i(c->iattr, IA_ATTENTION_WINDOW), c->seg, c->ws);
 }
 static int fam_attention_bwd(const HkCall *c) {
-    if (c->seg)
-        return hk_attention_bwd_packed(c->a, c->b, c->c, c->dy, c->da, c->db, c->dc, hk_attr_i(c->iattr, IA_ATTENTION_HEADS),
-                                       hk_attr_kv(c->iattr), c->seg, c->ws);
-    return hk_attention_bwd(c->a, c->b, c->c, c->dy, c->da, c->db, c->dc, hk_attr_i(c->iattr, IA_ATTENTION_HEADS), hk_attr_kv(c->iattr), c->ws);
+    return hk_attention_bwd_window(c->a, c->b, c->c, c->dy, c->da, c->db, c->dc, hk_attr_i(c->iattr, IA_ATTENTION_HEADS),
+                                   hk_attr_kv(c->iattr), hk_attr_i(c->iattr, IA_ATTENTION_WINDOW), c->seg, c->ws);
 }
 const HkFamily hk_family_attention = {fam_attention_fwd, fam_attention_bwd, fam_attention_ws};
 
@@ -441,11 +483,13 @@ static SegRun *seg_area(void *ws, const HkTensor *q, int64_t heads) {
     return (SegRun *)(void *)((char *)ws + hk_attention_workspace_bytes(q, heads) - hk_attention_packed_bytes(q));
 }
 
-int hk_attention_fwd_packed(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
-                            int64_t kv_heads, const int32_t *seg, void *ws) {
+static int attn_fwd_packed(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
+                           int64_t kv_heads, int64_t window, const int32_t *seg, void *ws) {
     AttnShape s;
     int rc = attn_check(q, k, v, y, heads, kv_heads, &s);
     if (rc) return rc;
+    if (window < 0) return HK_ERR_ATTR;
+    s.window = window;
     if (!ws && hk_attention_workspace_bytes(q, heads)) return HK_ERR_WORKSPACE;
     if (s.T == 0 || s.hd == 0 || s.B == 0) return HK_OK;
     SegRun *runs = seg_area(ws, q, heads);
@@ -460,11 +504,14 @@ int hk_attention_fwd_packed(const HkTensor *q, const HkTensor *k, const HkTensor
     return HK_OK;
 }
 
-int hk_attention_bwd_packed(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
-                            HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, const int32_t *seg, void *ws) {
+static int attn_bwd_packed(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
+                           HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, int64_t window, const int32_t *seg,
+                           void *ws) {
     AttnShape s;
     int rc = attn_check(q, k, v, dy, heads, kv_heads, &s);
     if (rc) return rc;
+    if (window < 0) return HK_ERR_ATTR;
+    s.window = window;
     if ((rc = check_grad(dq, q)) || (rc = check_grad(dk, k)) || (rc = check_grad(dv, v))) return rc;
     if (!ws && hk_attention_workspace_bytes(q, heads)) return HK_ERR_WORKSPACE;
     if (s.T == 0 || s.hd == 0 || s.B == 0) return HK_OK;
@@ -483,3 +530,26 @@ int hk_attention_bwd_packed(const HkTensor *q, const HkTensor *k, const HkTensor
     return HK_OK;
 }
 
+
+int hk_attention_fwd_packed(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
+                            int64_t kv_heads, const int32_t *seg, void *ws) {
+    return attn_fwd_packed(q, k, v, y, heads, kv_heads, 0, seg, ws);
+}
+
+int hk_attention_bwd_packed(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
+                            HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, const int32_t *seg, void *ws) {
+    return attn_bwd_packed(q, k, v, dy, dq, dk, dv, heads, kv_heads, 0, seg, ws);
+}
+
+int hk_attention_fwd_window(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
+                            int64_t kv_heads, int64_t window, const int32_t *seg, void *ws) {
+    if (seg) return attn_fwd_packed(q, k, v, y, heads, kv_heads, window, seg, ws);
+    return attn_fwd(q, k, v, y, heads, kv_heads, window, ws);
+}
+
+int hk_attention_bwd_window(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
+                            HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, int64_t window, const int32_t *seg,
+                            void *ws) {
+    if (seg) return attn_bwd_packed(q, k, v, dy, dq, dk, dv, heads, kv_heads, window, seg, ws);
+    return attn_bwd(q, k, v, dy, dq, dk, dv, heads, kv_heads, window, ws);
+}

@@ -278,7 +278,7 @@ int hk_scale_bwd(const HkTensor *dy, HkTensor *dx, double by) {
 /* ---- rope ---- */
 
 HkRope hk_rope_attrs(const int64_t *iattr, const double *fattr) {
-    HkRope r = {0, 10000.0, ROPE_NONE, 1.0, 1.0, 4.0, 8192.0};
+    HkRope r = {0, 10000.0, ROPE_NONE, 1.0, 1.0, 4.0, 8192.0, 0, 0};
     if (iattr) {
         r.heads = iattr[IA_ROPE_HEADS];
         r.scaling = (int)iattr[IA_ROPE_SCALING];
@@ -289,8 +289,29 @@ HkRope hk_rope_attrs(const int64_t *iattr, const double *fattr) {
         r.factor = fattr[FA_ROPE_FACTOR];
         r.low_freq_factor = fattr[FA_ROPE_LOW_FREQ_FACTOR];
         r.high_freq_factor = fattr[FA_ROPE_HIGH_FREQ_FACTOR];
+        r.beta_fast = fattr[FA_ROPE_BETA_FAST];
+        r.beta_slow = fattr[FA_ROPE_BETA_SLOW];
     }
     return r;
+}
+
+/* YaRN (Hugging Face's _compute_yarn_parameters, truncate = true): pair j
+ * of a head of hd keeps its frequency f (extrapolation) below the ramp,
+ * takes f / factor (interpolation) above it, and blends linearly on it; the
+ * ramp runs over the pairs [low, high] whose wavelength makes between
+ * beta_fast and beta_slow rotations in original_max positions (floored and
+ * ceiled to whole pairs, within [0, hd - 1]). */
+static double yarn_freq(const HkRope *r, double f, int64_t j, int64_t hd) {
+    double fast = r->beta_fast > 0 ? r->beta_fast : 32, slow = r->beta_slow > 0 ? r->beta_slow : 1;
+    double lb = 2.0 * log(r->theta), d = (double)hd;
+    double low = floor(d * log(r->original_max / (fast * 2.0 * M_PI)) / lb);
+    double high = ceil(d * log(r->original_max / (slow * 2.0 * M_PI)) / lb);
+    if (low < 0) low = 0;
+    if (high > d - 1) high = d - 1;
+    if (low == high) high += 0.001; /* as transformers: no division by zero */
+    double ramp = ((double)j - low) / (high - low);
+    ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+    return f / r->factor * ramp + f * (1.0 - ramp);
 }
 
 /* theta^(-2j/hd), then scaled: linear divides every frequency by factor;
@@ -300,6 +321,7 @@ HkRope hk_rope_attrs(const int64_t *iattr, const double *fattr) {
 double hk_rope_freq(const HkRope *r, int64_t j, int64_t hd) {
     double f = pow(r->theta, -2.0 * (double)j / (double)hd);
     if (r->scaling == ROPE_LINEAR) return f / r->factor;
+    if (r->scaling == ROPE_YARN) return yarn_freq(r, f, j, hd);
     if (r->scaling != ROPE_LLAMA3) return f;
     double wavelen = 2.0 * M_PI / f;
     if (wavelen < r->original_max / r->high_freq_factor) return f;
@@ -314,7 +336,9 @@ static int rope_check(const HkTensor *x, const HkTensor *y, const HkRope *r) {
     if (x->rank != 3 || !same_shape(x, y)) return HK_ERR_SHAPE;
     int64_t heads = r->heads;
     if (heads <= 0 || !(r->theta > 0) || x->dims[2] % heads || (x->dims[2] / heads) % 2) return HK_ERR_ATTR;
-    if (r->scaling < ROPE_NONE || r->scaling > ROPE_LLAMA3) return HK_ERR_ATTR;
+    if (r->scaling < ROPE_NONE || r->scaling > ROPE_YARN) return HK_ERR_ATTR;
+    if (r->scaling == ROPE_YARN && !(r->original_max > 0 && r->theta > 1 && r->beta_fast >= 0 && r->beta_slow >= 0))
+        return HK_ERR_ATTR;
     if (r->scaling != ROPE_NONE && !(r->factor > 0)) return HK_ERR_ATTR;
     if (r->scaling == ROPE_LLAMA3 &&
         !(r->low_freq_factor > 0 && r->high_freq_factor > r->low_freq_factor && r->original_max > 0))

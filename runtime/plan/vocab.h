@@ -74,8 +74,9 @@ extern const char *const op_kind_names[OP_KIND_COUNT];
 
 /* rope's frequency scaling (docs/primitives.md): none; linear (every
  * frequency divided by factor); llama3 (low frequencies divided by factor,
- * high ones kept, a smooth blend between). */
-typedef enum RopeScaling { ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3 } RopeScaling;
+ * high ones kept, a smooth blend between); yarn (YaRN's ramp between the
+ * two by rotations per original context, beta_fast and beta_slow). */
+typedef enum RopeScaling { ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3, ROPE_YARN } RopeScaling;
 
 /* The learning-rate schedule after warmup (train { schedule = ... };
  * docs/training.md): lr throughout, a cosine or a straight line from lr to

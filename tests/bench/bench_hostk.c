@@ -16,6 +16,12 @@
  * measured back to back, and the fraction is the median of the per-rep
  * fractions, so a noisy machine moves both alike. Goals (printed, never
  * asserted): norms >= 50% of copy, attention >= 40% of sgemm (seq >= 256).
+ *   - long context: attention at T = 8192 (4 heads of 64), forward and
+ *     backward, beside sgemm (goal >= 50%), and with a sliding window of
+ *     1024 in the same run: its time beside the full one's, and the ratio
+ *     of their query-key pairs (what a window that skips the key tiles
+ *     outside it should save); at most 3 repetitions (the full backward
+ *     takes seconds).
  *   bench_hostk [--threads LIST] [--reps R] [--quick]
  * LIST: thread counts, e.g. 1,2 (default: 1 and the rank policy's count of
  * runtime/hostk/hostk_threads.h when it differs). */
@@ -163,6 +169,50 @@ static double gemm_blas_own_threads(const float *a, const float *b, float *c, in
     return t;
 }
 
+/* Attention at T = 8192, 4 heads of 64: full, then a window of 1024, each
+ * rep measured beside sgemm; rates in GFLOP/s of the pairs each computes. */
+static void long_attention(int r, float *ga, float *gb, float *gc, int G, double gflop, double sgemm) {
+    enum { T = 8192, H = 4, HD = 64, C = H * HD, WIN = 1024 };
+    int64_t d[3] = {1, T, C};
+    float *q = xmalloc(sizeof(float) * T * C), *k = xmalloc(sizeof(float) * T * C), *v = xmalloc(sizeof(float) * T * C);
+    float *o = xmalloc(sizeof(float) * T * C), *g = calloc(3 * (size_t)T * C, sizeof(float));
+    if (!g) exit(1);
+    fill(q, (int64_t)T * C, 20), fill(k, (int64_t)T * C, 21), fill(v, (int64_t)T * C, 22);
+    HkTensor Q = hk_tensor(q, DT_F32, 3, d), Kt = hk_tensor(k, DT_F32, 3, d), V = hk_tensor(v, DT_F32, 3, d),
+             O = hk_tensor(o, DT_F32, 3, d), dQ = hk_tensor(g, DT_F32, 3, d), dK = hk_tensor(g + T * C, DT_F32, 3, d),
+             dV = hk_tensor(g + 2 * T * C, DT_F32, 3, d);
+    void *aws = xmalloc(hk_attention_workspace_bytes(&Q, H));
+    /* query-key pairs: full causal T(T+1)/2; windowed W(W+1)/2 + (T-W)W */
+    double pairs[2] = {(double)T * (T + 1) / 2, (double)WIN * (WIN + 1) / 2 + (double)(T - WIN) * WIN};
+    int64_t wins[2] = {0, WIN};
+    double tf[2][64], tb[2][64], qf[2][64], qb[2][64];
+    for (int kk = 0; kk < r; kk++)
+        for (int w = 0; w < 2; w++) {
+            double ff = 2 * 2.0 * HD * H * pairs[w], fb = 2 * ff;
+            double s = gflop / gemm_limit(ga, gb, gc, G) * 1e-9;
+            double t0 = now();
+            hk_attention_fwd_window(&Q, &Kt, &V, &O, H, H, wins[w], NULL, aws);
+            double t1 = now();
+            hk_attention_bwd_window(&Q, &Kt, &V, &O, &dQ, &dK, &dV, H, H, wins[w], NULL, aws);
+            double t2 = now();
+            tf[w][kk] = t1 - t0, tb[w][kk] = t2 - t1;
+            qf[w][kk] = ff / tf[w][kk] * 1e-9 / s, qb[w][kk] = fb / tb[w][kk] * 1e-9 / s;
+        }
+    for (int w = 0; w < 2; w++) {
+        char name[64];
+        double ff = 2 * 2.0 * HD * H * pairs[w], mf = median(qf[w], r), mb = median(qb[w], r);
+        snprintf(name, sizeof name, w ? "attn fwd T=8192 W=1024" : "attention fwd T=8192");
+        printf("%-22s %10.2f %12.2f %7.0f%%   %.3f s%s\n", name, ff / median(tf[w], r) * 1e-9, sgemm, 100 * mf,
+               median(tf[w], r), w ? "" : (mf >= 0.5 ? "   >= 50%: met" : "   >= 50%: below"));
+        snprintf(name, sizeof name, w ? "attn bwd T=8192 W=1024" : "attention bwd T=8192");
+        printf("%-22s %10.2f %12.2f %7.0f%%   %.3f s%s\n", name, 2 * ff / median(tb[w], r) * 1e-9, sgemm, 100 * mb,
+               median(tb[w], r), w ? "" : (mb >= 0.5 ? "   >= 50%: met" : "   >= 50%: below"));
+    }
+    printf("%-22s %10s %12s %8s   full / windowed time: forward %.2fx, backward %.2fx (pairs %.2fx)\n", "window 1024 of 8192",
+           "", "", "", median(tf[0], r) / median(tf[1], r), median(tb[0], r) / median(tb[1], r), pairs[0] / pairs[1]);
+    free(q), free(k), free(v), free(o), free(g), free(aws);
+}
+
 static void run_threads(int threads, int reps, bool quick) {
     hk_threads_set(threads);
     printf("-- %d thread%s (kernels %s)\n", threads, threads == 1 ? "" : "s", hk_isa_name(hk_isa()));
@@ -270,6 +320,7 @@ static void run_threads(int threads, int reps, bool quick) {
         printf("%-22s %10.2f %12.2f %7.0f%%   %s\n", name, median(rb, r), sgemm, 100 * mb, mb >= 0.4 ? ">= 40%: met" : ">= 40%: below");
         free(q), free(k), free(v), free(o), free(g), free(aws);
     }
+    long_attention(r < 3 ? r : 3, ga, gb, gc, G, gflop, sgemm);
     /* the plain triple loop and bf16 storage, beside the GEMM, on [512,768]x[768,768] */
     {
         enum { M = 512, K = 768, Nn = 768 };

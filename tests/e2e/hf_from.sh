@@ -140,8 +140,10 @@ L='"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 6
 G='"architectures": ["GPT2LMHeadModel"], "vocab_size": 64, "n_positions": 40, "n_embd": 32, "n_layer": 2, "n_head": 4'
 printf '{\n  %s,\n  "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}\n}\n' "$L" |
   expect rope-dynamic - 'config.json:4:33: error: rope_scaling.rope_type = "dynamic" is not supported'
-printf '{%s, "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0}}\n' "$L" |
-  expect rope-yarn - 'rope_parameters.rope_type = "yarn" is not supported'
+printf '{%s, "rope_parameters": {"rope_type": "dynamic", "factor": 4.0, "rope_theta": 10000.0}}\n' "$L" |
+  expect rope-dynamic - 'rope_parameters.rope_type = "dynamic" is not supported'
+printf '{%s, "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "truncate": false}}\n' "$L" |
+  expect rope-yarn-truncate - 'rope_scaling.truncate = false is not supported'
 printf '{%s, "rope_scaling": {"type": "linear", "factor": 2.0, "attention_factor": 1.5}}\n' "$L" |
   expect rope-extra - 'rope_scaling.attention_factor = 1.5 is not supported with rope_type linear'
 printf '{%s, "num_local_experts": 8, "num_experts_per_tok": 2}\n' "$L" |
@@ -155,7 +157,7 @@ printf '{%s, "mlp_bias": true}\n' "$(echo "$M" | sed 's/Mistral/Olmo2/')" |
 P3='"architectures": ["Phi3ForCausalLM"], "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
   "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64'
 printf '{%s, "rope_scaling": {"type": "longrope", "short_factor": [1.0, 1.0], "long_factor": [2.0, 2.0]}}\n' "$P3" |
-  expect phi3-longrope - 'rope_scaling.rope_type = "longrope" is not supported (zinf has default, linear and llama3)'
+  expect phi3-longrope - 'rope_scaling.rope_type = "longrope" is not supported (zinf has default, linear, llama3 and yarn)'
 printf '{%s, "partial_rotary_factor": 0.75}\n' "$P3" |
   expect phi3-partial-rotary - 'partial_rotary_factor = 0.75 is not supported (rotary embeddings over part of a head)'
 printf '{%s, "partial_rotary_factor": 0.5}\n' "$L" |
@@ -166,13 +168,7 @@ printf '{%s, "num_key_value_heads": 3}\n' "$L" |
   expect kv-heads - 'num_attention_heads = 4 is not a multiple of num_key_value_heads = 3'
 printf '{%s, "alibi": true}\n' "$L" |
   expect alibi - 'alibi = true is not supported (ALiBi position biases)'
-echo '{"architectures": ["MistralForCausalLM"], "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
-  "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64, "sliding_window": 8}' |
-  expect sliding-window 16 'sliding_window = 8 is shorter than the training sequence T = 16'
-echo '{"architectures": ["Qwen2ForCausalLM"], "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
-  "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64, "use_sliding_window": true,
-  "sliding_window": 4}' |
-  expect qwen-window - 'sliding_window = 4 is shorter than the training sequence T = 64'
+# (windows shorter than the sequence: tests/e2e/hf_window.sh)
 echo '{"architectures": ["MixtralForCausalLM"], "vocab_size": 64}' |
   expect arch - 'architecture "MixtralForCausalLM" is not supported'
 printf '{%s, "activation_function": "relu"}\n' "$G" |

@@ -291,6 +291,18 @@ START_TEST(unsupported_input_is_an_error) {
     ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, at, o.k, 64, NULL, &o.d), -1);
     ck_assert_int_eq(o.d.errors, 1);
     ck_assert_ptr_nonnull(strstr(o.d.items[0].msg, "head dim 320: the CUDA kernels support head dims up to 256"));
+    /* a sliding window: as long as T (16) is full attention, shorter is refused */
+    op.in[0] = op.in[1] = op.in[2] = q;
+    op.out[0] = y;
+    op.iattr[IA_ATTENTION_WINDOW] = 16;
+    at = graph_add_op(&o.g, &op);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, at, o.k, 64, NULL, &o.d), 1);
+    op.iattr[IA_ATTENTION_WINDOW] = 5;
+    at = graph_add_op(&o.g, &op);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, at, o.k, 64, NULL, &o.d), -1);
+    ck_assert_int_eq(o.d.errors, 2);
+    ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "sliding window of 5 positions, shorter than T = 16"));
+    op.iattr[IA_ATTENTION_WINDOW] = 0;
     /* mixed dtypes */
     int a = cm_t(&o.g, "a", DT_BF16, TC_ACT, 1, 8, 0, 0), b = cm_t(&o.g, "b", DT_F32, TC_ACT, 1, 8, 0, 0);
     GOp ad = cm_op(PRIM_ADD);

@@ -286,12 +286,12 @@ START_TEST(rope_scaling_and_rmsnorm_heads_from_zl) {
                                       "original_max_positions=8192\n"));
     free(buf);
     run_free(&r);
-    run_src(&r, TINY "  y = rope(x, heads = 2, scaling = \"yarn\")\n  y = rope(x, heads = 2, factor = 4.0)\n"
+    run_src(&r, TINY "  y = rope(x, heads = 2, scaling = \"dynamic\")\n  y = rope(x, heads = 2, factor = 4.0)\n"
                 "  y = rope(x, heads = 2, scaling = 3)\n" TAIL);
-    expect_has(&r, "main.zl:5:36: error: rope: 'scaling' must be one of \"none\", \"linear\", \"llama3\", got \"yarn\"");
+    expect_has(&r, "main.zl:5:36: error: rope: 'scaling' must be one of \"none\", \"linear\", \"llama3\", \"yarn\", got \"dynamic\"");
     expect_has(&r, "main.zl:6:7: error: rope: 'factor' is not used with scaling = \"none\" (it takes scaling = "
-                   "\"linear\" or \"llama3\")");
-    expect_has(&r, "main.zl:7:36: error: rope: 'scaling' must be one of \"none\", \"linear\", \"llama3\", got an integer");
+                   "\"linear\", \"llama3\" or \"yarn\")");
+    expect_has(&r, "main.zl:7:36: error: rope: 'scaling' must be one of \"none\", \"linear\", \"llama3\", \"yarn\", got an integer");
     run_free(&r);
 }
 END_TEST
@@ -459,6 +459,50 @@ START_TEST(config_to_zl) {
 }
 END_TEST
 
+/* Sliding windows per layer: the emitted expression of the repeat index
+ * gives each layer's attention the window transformers applies there (a
+ * periodic layer_types, one of no period, Qwen2's max_window_layers; a
+ * Qwen2 config without use_sliding_window has none). */
+static void check_windows(const char *config, const int64_t *want, int L) {
+    Conv c;
+    convert(&c, config, 32);
+    ck_assert_msg(c.r.ok, "%s\n%s", c.r.text, c.zl ? c.zl : "");
+    int k = 0;
+    for (int i = 0; i < c.r.g.nops; i++)
+        if (c.r.g.ops[i].kind == OP_FWD && c.r.g.ops[i].prim == PRIM_ATTENTION) {
+            ck_assert_int_lt(k, L);
+            ck_assert_msg(c.r.g.ops[i].iattr[IA_ATTENTION_WINDOW] == want[k], "layer %d: window %lld, want %lld\n%s", k,
+                          (long long)c.r.g.ops[i].iattr[IA_ATTENTION_WINDOW], (long long)want[k], c.zl);
+            k++;
+        }
+    ck_assert_int_eq(k, L);
+    run_free(&c.r);
+}
+
+#define QWEN2_6 "{\"architectures\": [\"Qwen2ForCausalLM\"], \"vocab_size\": 10, \"hidden_size\": 8," \
+    " \"intermediate_size\": 8, \"num_hidden_layers\": 6, \"num_attention_heads\": 2," \
+    " \"max_position_embeddings\": 64, "
+
+START_TEST(config_to_zl_windows) {
+    const char *S = "\"sliding_attention\"", *F = "\"full_attention\"";
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, QWEN2_6 "\"use_sliding_window\": true, \"sliding_window\": 7, \"layer_types\": [%s, %s, %s, %s, %s, %s]}",
+             S, S, F, S, S, F);
+    check_windows(cfg, (const int64_t[]){7, 7, 0, 7, 7, 0}, 6);
+    snprintf(cfg, sizeof cfg, QWEN2_6 "\"use_sliding_window\": true, \"sliding_window\": 5, \"layer_types\": [%s, %s, %s, %s, %s, %s]}",
+             F, S, F, F, S, S);
+    check_windows(cfg, (const int64_t[]){0, 5, 0, 0, 5, 5}, 6);
+    check_windows(QWEN2_6 "\"use_sliding_window\": true, \"sliding_window\": 9, \"max_window_layers\": 4}",
+                  (const int64_t[]){0, 0, 0, 0, 9, 9}, 6);
+    check_windows(QWEN2_6 "\"use_sliding_window\": false, \"sliding_window\": 9, \"max_window_layers\": 4}",
+                  (const int64_t[]){0, 0, 0, 0, 0, 0}, 6);
+    check_windows("{\"architectures\": [\"MistralForCausalLM\"], \"vocab_size\": 10, \"hidden_size\": 8,"
+                  " \"intermediate_size\": 8, \"num_hidden_layers\": 3, \"num_attention_heads\": 2,"
+                  " \"max_position_embeddings\": 64, \"sliding_window\": 4}",
+                  (const int64_t[]){4, 4, 4}, 3);
+}
+END_TEST
+
 /* LLaMA's biases, OLMo 2's block and Phi-3's fused tensors, cut by the mapping. */
 START_TEST(config_to_zl_families) {
     Conv c;
@@ -539,7 +583,7 @@ START_TEST(config_errors) {
     expect_has(&c.r, "m/config.json:1:1: error: hidden_size = 8 is not a multiple of num_attention_heads = 3 and there is "
                      "no head_dim");
     expect_has(&c.r, "m/config.json:3:58: error: rope_scaling.rope_type = \"dynamic\" is not supported (zinf has default, "
-                     "linear and llama3)");
+                     "linear, llama3 and yarn)");
     expect_has(&c.r, "m/config.json:4:16: error: hidden_act = \"gelu\" is not supported (the MLP is SwiGLU: silu)");
     expect_has(&c.r, "m/config.json:4:57: error: num_experts = 4 is not supported (mixture of experts)");
     expect_has(&c.r, "m/config.json:5:36: error: rms_norm_eps must be a positive number, got -1");
@@ -584,6 +628,7 @@ int main(void) {
     tcase_add_test(t, mapping_errors);
     tcase_add_test(t, mapping_from_several_files);
     tcase_add_test(t, if_statement);
+    tcase_add_test(t, config_to_zl_windows);
     tcase_add_test(t, ast_of_if_and_hf);
     tcase_add_test(t, rope_scaling_and_rmsnorm_heads_from_zl);
     tcase_add_test(t, stdlib_llama_options);

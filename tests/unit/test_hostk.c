@@ -170,24 +170,25 @@ static void ref_rope(const Case *c, double *const *in, double **out) {
 
 static void ref_attention(const Case *c, double *const *in, double **out) {
     int64_t B = c->dims[0][0], T = c->dims[0][1], H = c->iattr[0], KV = c->iattr[1];
-    int64_t hd = c->dims[0][2] / H, qc = H * hd, kc = KV * hd;
-    double p[256];
+    int64_t hd = c->dims[0][2] / H, qc = H * hd, kc = KV * hd, W = c->iattr[2];
+    double p[512];
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++) {
             int64_t g = h / (H / KV);
             for (int64_t t = 0; t < T; t++) {
                 double m = -1e300, sum = 0;
-                for (int64_t s = 0; s <= t; s++) {
+                int64_t lo = W > 0 && t - W + 1 > 0 ? t - W + 1 : 0; /* the window's first key */
+                for (int64_t s = lo; s <= t; s++) {
                     double d = 0;
                     for (int64_t e = 0; e < hd; e++)
                         d += in[0][(b * T + t) * qc + h * hd + e] * in[1][(b * T + s) * kc + g * hd + e];
                     p[s] = d / sqrt((double)hd);
                     if (p[s] > m) m = p[s];
                 }
-                for (int64_t s = 0; s <= t; s++) sum += p[s] = exp(p[s] - m);
+                for (int64_t s = lo; s <= t; s++) sum += p[s] = exp(p[s] - m);
                 for (int64_t e = 0; e < hd; e++) {
                     double acc = 0;
-                    for (int64_t s = 0; s <= t; s++) acc += p[s] / sum * in[2][(b * T + s) * kc + g * hd + e];
+                    for (int64_t s = lo; s <= t; s++) acc += p[s] / sum * in[2][(b * T + s) * kc + g * hd + e];
                     out[0][(b * T + t) * qc + h * hd + e] = acc;
                 }
             }
@@ -420,6 +421,14 @@ static const Case cases[] = {
      {D(1, 6, 8)}, {2, 2}, {0}, 0x7, {0}},
     {"attention H3 KV1", PRIM_ATTENTION, 3, 1, {3, 3, 3}, {D(2, 3, 6), D(2, 3, 2), D(2, 3, 2)}, {0}, {3},
      {D(2, 3, 6)}, {3, 1}, {0}, 0x7, {0}},
+    /* sliding windows: a query sees itself alone (1), its neighbour (2), three positions */
+    /* window 1: y = v, whatever q and k (their gradients are zero, no relative error to take) */
+    {"attention window 1", PRIM_ATTENTION, 3, 1, {3, 3, 3}, {D(1, 5, 8), D(1, 5, 4), D(1, 5, 4)}, {0}, {3},
+     {D(1, 5, 8)}, {2, 1, 1}, {0}, 0x4, {0}},
+    {"attention window 2 H4 KV2", PRIM_ATTENTION, 3, 1, {3, 3, 3}, {D(2, 6, 12), D(2, 6, 6), D(2, 6, 6)}, {0}, {3},
+     {D(2, 6, 12)}, {4, 2, 2}, {0}, 0x7, {0}},
+    {"attention window 3", PRIM_ATTENTION, 3, 1, {3, 3, 3}, {D(1, 7, 8), D(1, 7, 8), D(1, 7, 8)}, {0}, {3},
+     {D(1, 7, 8)}, {2, 2, 3}, {0}, 0x7, {0}},
     {"split unequal", PRIM_SPLIT, 1, 3, {3}, {D(2, 3, 9)}, {0}, {3, 3, 3}, {D(2, 3, 2), D(2, 3, 4), D(2, 3, 3)},
      {3}, {0}, 0x1, {0}},
     {"split equal", PRIM_SPLIT, 1, 2, {2}, {D(3, 8)}, {0}, {2, 2}, {D(3, 4), D(3, 4)}, {2}, {0}, 0x1, {0}},
@@ -450,6 +459,15 @@ static const Case big[] = {
     {"big linear+bias", PRIM_LINEAR, 3, 1, {2, 2, 1}, {D(130, 67), D(67, 150), D(150)}, {0}, {2}, {D(130, 150)}, {0}, {0}, 0x7, {0}},
     {"big attention", PRIM_ATTENTION, 3, 1, {3, 3, 3}, {D(1, 200, 32), D(1, 200, 16), D(1, 200, 16)}, {0}, {3},
      {D(1, 200, 32)}, {2, 1}, {0}, 0x7, {0}},
+    /* windows across tiles of 64 rows (hd 16): shorter than a tile, a tile exactly, longer than one, past T */
+    {"big attention window 37", PRIM_ATTENTION, 3, 1, {3, 3, 3}, {D(1, 200, 32), D(1, 200, 16), D(1, 200, 16)}, {0}, {3},
+     {D(1, 200, 32)}, {2, 1, 37}, {0}, 0x7, {0}},
+    {"big attention window 64 H4 KV2", PRIM_ATTENTION, 3, 1, {3, 3, 3}, {D(2, 150, 64), D(2, 150, 32), D(2, 150, 32)}, {0},
+     {3}, {D(2, 150, 64)}, {4, 2, 64}, {0}, 0x7, {0}},
+    {"big attention window 100 hd 40", PRIM_ATTENTION, 3, 1, {3, 3, 3}, {D(1, 230, 80), D(1, 230, 40), D(1, 230, 40)}, {0},
+     {3}, {D(1, 230, 80)}, {2, 1, 100}, {0}, 0x7, {0}},
+    {"big attention window past T", PRIM_ATTENTION, 3, 1, {3, 3, 3}, {D(1, 130, 16), D(1, 130, 16), D(1, 130, 16)}, {0},
+     {3}, {D(1, 130, 16)}, {1, 1, 500}, {0}, 0x7, {0}},
     {"big layernorm", PRIM_LAYERNORM, 3, 1, {2, 1, 1}, {D(300, 129), D(129), D(129)}, {0}, {2}, {D(300, 129)}, {0}, {1e-5}, 0x7, {0}},
     {"big rmsnorm", PRIM_RMSNORM, 2, 1, {2, 1}, {D(300, 129), D(129)}, {0}, {2}, {D(300, 129)}, {0}, {1e-5}, 0x3, {0}},
     {"big embedding", PRIM_EMBEDDING, 2, 1, {2, 1}, {D(50, 200), D(400)}, {0, 50}, {2}, {D(400, 200)}, {0}, {0}, 0x1, {0}},
@@ -539,7 +557,7 @@ START_TEST(test_errors) {
     /* rope: hd odd; heads not dividing */
     int64_t d113[3] = {1, 1, 6};
     HkTensor R = hk_tensor(a, DT_F32, 3, d113), RY = hk_tensor(y, DT_F32, 3, d113);
-    HkRope ro = {2, 10000, ROPE_NONE, 1, 1, 4, 8192};
+    HkRope ro = {2, 10000, ROPE_NONE, 1, 1, 4, 8192, 0, 0};
     ck_assert_int_eq(hk_rope_fwd(&R, &RY, &ro), HK_ERR_ATTR); /* hd 3 */
     ro.heads = 4;
     ck_assert_int_eq(hk_rope_fwd(&R, &RY, &ro), HK_ERR_ATTR);
@@ -957,9 +975,13 @@ static void fill_rand(HkTensor *t) {
 /* Attention, rope and a position table added to packed rows equal the
  * samples run one by one (each a row of its own, positions from 0): the
  * same kernels on each sample's view, so exactly; and a segment table that
- * is no sample layout is refused. */
+ * is no sample layout is refused. Without a window (the packed functions)
+ * and with windows of 5 and 20 positions (a query sees
+ * [max(start, t - W + 1), t]). */
+static const int64_t packed_windows[] = {0, 5, 20};
 START_TEST(test_packed_rows) {
     enum { B = 2, T = 70, H = 4, KV = 2, HD = 8 };
+    const int64_t W = packed_windows[_i];
     const int64_t starts[B][4] = {{0, 13, 50, -1}, {0, 66, -1, -1}};
     int32_t seg[B * T];
     for (int b = 0; b < B; b++)
@@ -979,8 +1001,13 @@ START_TEST(test_packed_rows) {
     fill_rand(&q), fill_rand(&k), fill_rand(&v), fill_rand(&dy);
     size_t wsb = hk_attention_workspace_bytes(&q, H);
     void *ws = malloc(wsb), *ws1 = malloc(wsb);
-    ck_assert_int_eq(hk_attention_fwd_packed(&q, &k, &v, &y, H, KV, seg, ws), HK_OK);
-    ck_assert_int_eq(hk_attention_bwd_packed(&q, &k, &v, &dy, &dq, &dk, &dv, H, KV, seg, ws), HK_OK);
+    if (W == 0) {
+        ck_assert_int_eq(hk_attention_fwd_packed(&q, &k, &v, &y, H, KV, seg, ws), HK_OK);
+        ck_assert_int_eq(hk_attention_bwd_packed(&q, &k, &v, &dy, &dq, &dk, &dv, H, KV, seg, ws), HK_OK);
+    } else {
+        ck_assert_int_eq(hk_attention_fwd_window(&q, &k, &v, &y, H, KV, W, seg, ws), HK_OK);
+        ck_assert_int_eq(hk_attention_bwd_window(&q, &k, &v, &dy, &dq, &dk, &dv, H, KV, W, seg, ws), HK_OK);
+    }
     /* one by one */
     int nsamples = 0;
     for (int b = 0; b < B; b++)
@@ -989,8 +1016,8 @@ START_TEST(test_packed_rows) {
             HkTensor qs = row_view(&q, b, t0, n), ks = row_view(&k, b, t0, n), vs = row_view(&v, b, t0, n);
             HkTensor ys = row_view(&y1, b, t0, n), dys = row_view(&dy, b, t0, n);
             HkTensor dqs = row_view(&dq1, b, t0, n), dks = row_view(&dk1, b, t0, n), dvs = row_view(&dv1, b, t0, n);
-            ck_assert_int_eq(hk_attention_fwd(&qs, &ks, &vs, &ys, H, KV, ws1), HK_OK);
-            ck_assert_int_eq(hk_attention_bwd(&qs, &ks, &vs, &dys, &dqs, &dks, &dvs, H, KV, ws1), HK_OK);
+            ck_assert_int_eq(hk_attention_fwd_window(&qs, &ks, &vs, &ys, H, KV, W, NULL, ws1), HK_OK);
+            ck_assert_int_eq(hk_attention_bwd_window(&qs, &ks, &vs, &dys, &dqs, &dks, &dvs, H, KV, W, NULL, ws1), HK_OK);
             nsamples++;
         }
     ck_assert_int_eq(nsamples, 5);
@@ -1000,13 +1027,13 @@ START_TEST(test_packed_rows) {
                   "packed attention's gradients differ from the samples one by one");
     /* a gradient not wanted is left out, the others the same */
     memset(dk1.data, 0, nk);
-    ck_assert_int_eq(hk_attention_bwd_packed(&q, &k, &v, &dy, NULL, &dk1, NULL, H, KV, seg, ws), HK_OK);
+    ck_assert_int_eq(hk_attention_bwd_window(&q, &k, &v, &dy, NULL, &dk1, NULL, H, KV, W, seg, ws), HK_OK);
     ck_assert_msg(!memcmp(dk.data, dk1.data, nk), "packed attention's dk differs without dq and dv");
     /* and differs from attention over the whole rows: the test can fail */
     ck_assert_int_eq(hk_attention_fwd(&q, &k, &v, &y1, H, KV, ws1), HK_OK);
     ck_assert_msg(memcmp(y.data, y1.data, nq), "packed attention is the whole rows' attention");
     /* rope: positions from each sample's start */
-    HkRope rope = {H, 10000.0, ROPE_NONE, 1, 1, 4, 8192};
+    HkRope rope = {H, 10000.0, ROPE_NONE, 1, 1, 4, 8192, 0, 0};
     ck_assert_int_eq(hk_rope_fwd_packed(&q, &y, &rope, seg), HK_OK);
     for (int b = 0; b < B; b++)
         for (int j = 0; j < 4 && starts[b][j] >= 0; j++) {
@@ -1030,6 +1057,28 @@ START_TEST(test_packed_rows) {
 }
 END_TEST
 
+/* YaRN's frequencies equal transformers' _compute_yarn_parameters (its
+ * float32 inv_freq, printed for a head of 32, theta 10000): factor 4 over
+ * an original context of 64 with the default betas, and factor 8 over 256
+ * with beta_fast 16, beta_slow 2. */
+START_TEST(test_rope_yarn) {
+    static const double want[2][16] = {
+        {1, 0.477990121, 0.221359432, 0.0978053659, 0.0399999991, 0.0140585322, 0.00790569466, 0.00444569858,
+         0.00249999994, 0.00140585331, 0.000790569466, 0.000444569858, 0.000250000012, 0.000140585325, 7.90569466e-05,
+         4.44569851e-05},
+        {1, 0.562341332, 0.260887921, 0.115588166, 0.0474999994, 0.0168702379, 0.00395284733, 0.00222284929,
+         0.00124999997, 0.000702926656, 0.000395284733, 0.000222284929, 0.000125000006, 7.02926627e-05, 3.95284733e-05,
+         2.22284925e-05}};
+    const HkRope r[2] = {{2, 10000, ROPE_YARN, 4, 1, 4, 64, 0, 0}, {2, 10000, ROPE_YARN, 8, 1, 4, 256, 16, 2}};
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 16; j++) {
+            double got = hk_rope_freq(&r[k], j, 32);
+            ck_assert_msg(fabs(got - want[k][j]) <= 1e-6 * want[k][j], "yarn %d pair %d: %.9g, transformers %.9g", k, j, got,
+                          want[k][j]);
+        }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("hostk");
     TCase *tc = tcase_create("prims");
@@ -1048,8 +1097,9 @@ int main(void) {
     tcase_add_test(tm, test_errors);
     tcase_add_test(tm, test_optimizer_helpers);
     tcase_add_test(tm, test_bf16);
+    tcase_add_test(tm, test_rope_yarn);
     tcase_add_test(tm, test_f16);
-    tcase_add_test(tm, test_packed_rows);
+    tcase_add_loop_test(tm, test_packed_rows, 0, (int)(sizeof packed_windows / sizeof *packed_windows));
     suite_add_tcase(s, tm);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

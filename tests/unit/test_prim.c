@@ -261,7 +261,7 @@ START_TEST(rope_rule) {
     c.attr_set[3] = true;
     ck_assert(infer(&c)); /* the shape rule takes it; the checker asks prim_unused_attrs */
     ck_assert(!prim_unused_attrs(&c, &err));
-    ck_assert_str_eq(err.msg, "rope: 'factor' is not used with scaling = \"none\" (it takes scaling = \"linear\" or \"llama3\")");
+    ck_assert_str_eq(err.msg, "rope: 'factor' is not used with scaling = \"none\" (it takes scaling = \"linear\", \"llama3\" or \"yarn\")");
     c.fattr[FA_ROPE_FACTOR] = 1; /* the default, given: changes nothing, accepted */
     ck_assert(prim_unused_attrs(&c, &err));
     c.fattr[FA_ROPE_FACTOR] = 8;
@@ -272,7 +272,7 @@ START_TEST(rope_rule) {
     c.iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] = 4096;
     c.attr_set[6] = true;
     ck_assert(!prim_unused_attrs(&c, &err));
-    ck_assert_str_eq(err.msg, "rope: 'original_max_positions' is not used with scaling = \"linear\" (it takes scaling = \"llama3\")");
+    ck_assert_str_eq(err.msg, "rope: 'original_max_positions' is not used with scaling = \"linear\" (it takes scaling = \"llama3\" or \"yarn\")");
     c.iattr[IA_ROPE_SCALING] = ROPE_LLAMA3;
     ck_assert(prim_unused_attrs(&c, &err));
     ck_assert(infer(&c));
@@ -290,13 +290,14 @@ START_TEST(rope_rule) {
     c.iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] = 0;
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "rope: original_max_positions must be positive, got 0");
-    c.iattr[IA_ROPE_SCALING] = 3;
+    c.iattr[IA_ROPE_SCALING] = 4;
     ck_assert(!infer(&c));
-    ck_assert_str_eq(err.msg, "rope: unknown scaling 3");
+    ck_assert_str_eq(err.msg, "rope: unknown scaling 4");
     const PrimAttr *sc = prim_attr(prim_info(PRIM_ROPE), "scaling");
     ck_assert_int_eq(sc->kind, PA_WORD);
     ck_assert_str_eq(sc->words[ROPE_LLAMA3], "llama3");
-    ck_assert_ptr_null(sc->words[3]);
+    ck_assert_str_eq(sc->words[ROPE_YARN], "yarn");
+    ck_assert_ptr_null(sc->words[4]);
 }
 END_TEST
 
