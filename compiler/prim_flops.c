@@ -6,7 +6,8 @@ double prim_flops(const Graph *g, const GOp *op) {
     double out = o ? (double)o->numel : 1;
     if (op->kind == OP_BWD && op->fwd >= 0 && op->fwd < g->nops) {
         const GOp *f = &g->ops[op->fwd];
-        return 2 * prim_flops(g, f);
+        /* linear_cross_entropy's backward computes its logits again: one GEMM more */
+        return (f->prim == PRIM_LINEAR_CROSS_ENTROPY ? 3 : 2) * prim_flops(g, f);
     }
     FlopsOperand in[3] = {{0}};
     int nin = op->nin < 3 ? op->nin : 3;

@@ -172,6 +172,21 @@ int hk_cross_entropy_fwd(const HkTensor *logits, const HkTensor *targets, HkTens
 int hk_cross_entropy_bwd(const HkTensor *logits, const HkTensor *targets, const HkTensor *dloss,
                          HkTensor *dlogits, void *ws);
 
+/* linear_cross_entropy: x [S...,D], w [D,V] (or [V,D] with tb), targets
+ * i32 [S...] -> loss (one element, f32) = cross_entropy(matmul(x, w; tb),
+ * targets), with cross_entropy's untrained targets and divisor, computed
+ * `chunk` rows at a time (0: all at once) so that only [chunk, V] logits
+ * exist at once (hostk_linxent.c). The backward computes each chunk's
+ * logits again. Gradients have their inputs' dtypes. Workspace: the row
+ * logsumexps [R] first (forward to backward), then one chunk's scratch and
+ * fp32 copies of w and dw where they are not f32. */
+size_t hk_linear_cross_entropy_workspace_bytes(const HkTensor *x, const HkTensor *w, const HkTensor *targets,
+                                               int64_t chunk, bool tb);
+int hk_linear_cross_entropy_fwd(const HkTensor *x, const HkTensor *w, const HkTensor *targets, HkTensor *loss,
+                                int64_t chunk, bool tb, void *ws);
+int hk_linear_cross_entropy_bwd(const HkTensor *x, const HkTensor *w, const HkTensor *targets, const HkTensor *dloss,
+                                HkTensor *dx, HkTensor *dw, int64_t chunk, bool tb, void *ws);
+
 /* arange: y i32 [n] = 0..n-1 (no backward). */
 int hk_arange_fwd(HkTensor *y, int64_t n);
 
