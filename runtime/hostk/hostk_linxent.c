@@ -1,16 +1,23 @@
 /* hostk_linxent: linear_cross_entropy, the output projection and the
  * cross-entropy loss of cross_entropy(matmul(x, w; transpose_b), targets)
  * computed `chunk` rows at a time, so that the logits [R, V] are never held
- * whole: a chunk's logits live in the workspace while its row logsumexps
- * (forward) or its gradients (backward) are taken. The backward computes
- * each chunk's logits again (one more GEMM than the unfused pair) and
- * accumulates dx chunk by chunk and dw over the chunks in fp32.
+ * whole: a chunk's logits live in the workspace while its row logsumexps,
+ * its loss and its logits' gradient are taken.
+ *
+ * The loss is the last op of the forward and its gradient is linear in
+ * the incoming dloss, so the forward also computes the gradients for
+ * dloss = 1 while each chunk's logits are at hand (dx's rows and dw, in
+ * fp32 in the workspace; as Liger's fused linear cross-entropy does) and
+ * the backward only scales them by dloss into dx and dw: the three GEMMs
+ * of the unfused pair, none again. A forward-only run (evaluation) pays
+ * the two gradient GEMMs too.
  *
  * Every step is the unfused kernels' own (hk_sgemm, the logits rounded to
  * the activation dtype, hk_rows_ce_lse, hk_rows_ce_bwd on a chunk of
  * zeroed gradient), so that the result equals matmul + cross_entropy: to
- * the bit for the loss and dx where the GEMM's rows do not depend on how
- * many there are, and to fp32 summation order for dw. */
+ * the bit for the loss where the GEMM's rows do not depend on how many
+ * there are, to fp32 rounding for the gradients (dw summed over the chunks,
+ * the dloss scaling applied after the GEMMs). */
 #include <string.h>
 #include "hostk.h"
 #include "hostk_impl.h"
@@ -47,11 +54,11 @@ static int lx_targets(const HkTensor *targets, int64_t V) {
 static size_t f32_bytes(int64_t n) { return hk_align((size_t)n * sizeof(float)); }
 static size_t dt_bytes(DType dt, int64_t n) { return hk_align((size_t)n * hk_dtype_size(dt)); }
 
-/* Layout: the row logsumexps [R] (the forward's, read by the backward),
- * then w in fp32 (when it is not), a chunk of x in fp32, a chunk of logits
- * in fp32 and in the activation dtype, a chunk of their gradient in the
- * activation dtype and in fp32, a chunk of dx in fp32, dw in fp32 (each
- * fp32 copy only where the tensor is not f32 itself). */
+/* Layout: the row logsumexps [R], dx and dw for dloss = 1 in fp32 (the
+ * forward's, read by the backward), then w in fp32 (when it is not), a
+ * chunk of x in fp32, a chunk of logits in fp32 and in the activation
+ * dtype, a chunk of their gradient in the activation dtype and in fp32
+ * (each fp32 copy only where the tensor is not f32 itself). */
 size_t hk_linear_cross_entropy_workspace_bytes(const HkTensor *x, const HkTensor *w, const HkTensor *targets,
                                                int64_t chunk, bool tb) {
     LxShape s;
@@ -59,12 +66,12 @@ size_t hk_linear_cross_entropy_workspace_bytes(const HkTensor *x, const HkTensor
     DType dt = x->dtype;
     bool f = dt == DT_F32;
     size_t cv = f32_bytes(s.C * s.V), cd = f32_bytes(s.C * s.D);
-    return f32_bytes(s.R) + (w->dtype == DT_F32 ? 0 : f32_bytes(s.V * s.D)) + (f ? 0 : cd) + cv + (f ? 0 : dt_bytes(dt, s.C * s.V)) +
-           dt_bytes(dt, s.C * s.V) + (f ? 0 : cv) + (f ? 0 : cd) + (w->dtype == DT_F32 ? 0 : f32_bytes(s.V * s.D));
+    return f32_bytes(s.R) + f32_bytes(s.R * s.D) + f32_bytes(s.V * s.D) + (w->dtype == DT_F32 ? 0 : f32_bytes(s.V * s.D)) +
+           (f ? 0 : cd) + cv + (f ? 0 : dt_bytes(dt, s.C * s.V)) + dt_bytes(dt, s.C * s.V) + (f ? 0 : cv);
 }
 
 typedef struct LxWork {
-    float *lse, *W, *X, *L32, *dL32, *dX, *dW;
+    float *lse, *dXu, *dWu, *W, *X, *L32, *dL32;
     HkTensor L, dL; /* a chunk of logits and of their gradient, [C, V] in the activation dtype */
 } LxWork;
 
@@ -80,14 +87,14 @@ static void lx_carve(const LxShape *s, const HkTensor *x, const HkTensor *w, voi
     bool f = dt == DT_F32;
     int64_t cv[2] = {s->C, s->V};
     k->lse = hk_ws_take(&b, s->R);
+    k->dXu = hk_ws_take(&b, s->R * s->D);
+    k->dWu = hk_ws_take(&b, s->V * s->D);
     k->W = w->dtype == DT_F32 ? (float *)w->data : hk_ws_take(&b, s->V * s->D);
     k->X = f ? NULL : hk_ws_take(&b, s->C * s->D);
     k->L32 = hk_ws_take(&b, s->C * s->V);
     k->L = hk_tensor(f ? (void *)k->L32 : take_bytes(&b, (size_t)(s->C * s->V) * hk_dtype_size(dt)), dt, 2, cv);
     k->dL = hk_tensor(take_bytes(&b, (size_t)(s->C * s->V) * hk_dtype_size(dt)), dt, 2, cv);
     k->dL32 = f ? (float *)k->dL.data : hk_ws_take(&b, s->C * s->V);
-    k->dX = f ? NULL : hk_ws_take(&b, s->C * s->D);
-    k->dW = w->dtype == DT_F32 ? NULL : hk_ws_take(&b, s->V * s->D);
 }
 
 /* Rows [r0, r0 + n) of x as fp32 (x's own storage when f32). */
@@ -120,15 +127,29 @@ int hk_linear_cross_entropy_fwd(const HkTensor *x, const HkTensor *w, const HkTe
     lx_carve(&s, x, w, ws, &k);
     if (w->dtype != DT_F32) hk_load_f32(w, k.W);
     const int32_t *tg = targets->data;
+    /* the gradients' scale for dloss = 1, as cross_entropy's backward takes dloss / R */
+    float dl = s.R ? (float)(1.0 / (double)s.R) : 0.0f;
     /* the sum in row order, as cross_entropy's, so that chunking does not change it */
     double total = 0;
     for (int64_t r0 = 0; r0 < s.R; r0 += s.C) {
         int64_t n = s.R - r0 < s.C ? s.R - r0 : s.C;
-        chunk_logits(&s, x_rows(x, &s, &k, r0, n), &k, n);
+        const float *X = x_rows(x, &s, &k, r0, n);
+        chunk_logits(&s, X, &k, n);
         hk_rows_ce_lse(&k.L, k.lse + r0);
         for (int64_t r = 0; r < n; r++)
             if (tg[r0 + r] >= 0) total += (double)k.lse[r0 + r] - hk_ld(k.L.data, k.L.dtype, r * s.V + tg[r0 + r]);
+        /* the chunk's logits' gradient, into zeros as the unfused one is */
+        k.dL.dims[0] = n;
+        memset(k.dL.data, 0, (size_t)(n * s.V) * hk_dtype_size(k.dL.dtype));
+        hk_rows_ce_bwd(&k.L, tg + r0, k.lse + r0, dl, &k.dL);
+        if (k.dL.dtype != DT_F32) hk_rows_cast(k.dL.data, k.dL.dtype, k.dL32, DT_F32, n * s.V);
+        /* dx's rows = dL op(w)^T (op(w) is [D, V]); dw (+)= op-transposed products */
+        hk_sgemm(false, !s.tb, n, s.D, s.V, k.dL32, k.W, 0.0f, k.dXu + r0 * s.D);
+        float beta = r0 ? 1.0f : 0.0f;
+        if (s.tb) hk_sgemm(true, false, s.V, s.D, n, k.dL32, X, beta, k.dWu); /* [V, D] = dL^T x */
+        else hk_sgemm(true, false, s.D, s.V, n, X, k.dL32, beta, k.dWu);      /* [D, V] = x^T dL */
     }
+    if (s.R == 0) memset(k.dWu, 0, (size_t)(s.V * s.D) * sizeof(float));
     hk_st(loss->data, loss->dtype, 0, s.R ? (float)(total / (double)s.R) : 0.0f);
     return HK_OK;
 }
@@ -139,6 +160,17 @@ static int grad_of(const HkTensor *g, const HkTensor *t) {
     return hk_numel(g) == hk_numel(t) ? HK_OK : HK_ERR_SHAPE;
 }
 
+/* g += scale * u, g of any float dtype (rounded once). */
+static void add_scaled(HkTensor *g, const float *u, float scale) {
+    int64_t n = hk_numel(g);
+    if (g->dtype == DT_F32) {
+        float *p = g->data;
+        for (int64_t i = 0; i < n; i++) p[i] += scale * u[i];
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) hk_st(g->data, g->dtype, i, hk_ld(g->data, g->dtype, i) + scale * u[i]);
+}
+
 int hk_linear_cross_entropy_bwd(const HkTensor *x, const HkTensor *w, const HkTensor *targets, const HkTensor *dloss,
                                 HkTensor *dx, HkTensor *dw, int64_t chunk, bool tb, void *ws) {
     LxShape s;
@@ -146,43 +178,14 @@ int hk_linear_cross_entropy_bwd(const HkTensor *x, const HkTensor *w, const HkTe
     if (rc) return rc;
     if (!hk_present(dloss)) return HK_ERR_ARG;
     if ((rc = grad_of(dx, x)) || (rc = grad_of(dw, w))) return rc;
-    /* the fp32 copies are laid out by x's and w's dtypes: their gradients have them */
-    if ((hk_present(dx) && dx->dtype != x->dtype) || (hk_present(dw) && dw->dtype != w->dtype)) return HK_ERR_DTYPE;
     bool wx = hk_present(dx), ww = hk_present(dw);
     if (!wx && !ww) return HK_OK;
-    if ((rc = lx_targets(targets, s.V))) return rc;
     if (!ws) return HK_ERR_WORKSPACE;
-    if (s.R == 0) return HK_OK;
     LxWork k;
     lx_carve(&s, x, w, ws, &k);
-    if (w->dtype != DT_F32) hk_load_f32(w, k.W);
-    if (ww && !k.dW) k.dW = (float *)dw->data;
-    else if (ww) hk_load_f32(dw, k.dW);
-    const int32_t *tg = targets->data;
-    float dl = (float)((double)hk_get(dloss, 0) / (double)s.R);
-    for (int64_t r0 = 0; r0 < s.R; r0 += s.C) {
-        int64_t n = s.R - r0 < s.C ? s.R - r0 : s.C;
-        const float *X = x_rows(x, &s, &k, r0, n);
-        chunk_logits(&s, X, &k, n);
-        /* the gradient of the chunk's logits, into zeros as the unfused one is */
-        k.dL.dims[0] = n;
-        memset(k.dL.data, 0, (size_t)(n * s.V) * hk_dtype_size(k.dL.dtype));
-        hk_rows_ce_bwd(&k.L, tg + r0, k.lse + r0, dl, &k.dL);
-        if (k.dL.dtype != DT_F32) hk_rows_cast(k.dL.data, k.dL.dtype, k.dL32, DT_F32, n * s.V);
-        if (wx) {
-            char *dxp = (char *)dx->data + (size_t)(r0 * s.D) * hk_dtype_size(dx->dtype);
-            float *dX = dx->dtype == DT_F32 ? (float *)dxp : k.dX;
-            if (dx->dtype != DT_F32) hk_rows_cast(dxp, dx->dtype, dX, DT_F32, n * s.D);
-            /* dx += dL op(w)^T: op(w) is [D, V], w [V, D] when transposed */
-            hk_sgemm(false, !s.tb, n, s.D, s.V, k.dL32, k.W, 1.0f, dX);
-            if (dx->dtype != DT_F32) hk_rows_cast(dX, DT_F32, dxp, dx->dtype, n * s.D);
-        }
-        if (ww) {
-            if (s.tb) hk_sgemm(true, false, s.V, s.D, n, k.dL32, X, 1.0f, k.dW); /* [V, D] += dL^T x */
-            else hk_sgemm(true, false, s.D, s.V, n, X, k.dL32, 1.0f, k.dW);      /* [D, V] += x^T dL */
-        }
-    }
-    if (ww && dw->dtype != DT_F32) hk_store_f32(dw, k.dW);
+    float scale = hk_get(dloss, 0);
+    if (wx) add_scaled(dx, k.dXu, scale);
+    if (ww) add_scaled(dw, k.dWu, scale);
     return HK_OK;
 }
 
