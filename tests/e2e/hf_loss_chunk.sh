@@ -8,7 +8,8 @@
 # (plan { loss_chunk = 0 }), chunked by 5 rows (not a divisor of the rows),
 # and chunked by 1 row; --explain must say which. Step 1's loss and
 # gradient norm must equal transformers' within 1e-5 relative, and the
-# chunked runs' losses of 3 steps those of the whole within 1e-6 relative.
+# chunked runs' losses of 3 steps those of the whole within 1e-6 relative;
+# zinfgen refuses a chunked plan by name.
 #   tests/e2e/hf_loss_chunk.sh BUILD
 set -u
 B=${1:-build}
@@ -58,6 +59,10 @@ for c in $(cut -d' ' -f1 "$T/ref"); do
     if close "$gn" "$want_gn" 1e-5; then echo "ok $name: gradient norm $gn, transformers $want_gn"
     else bad "$name: gradient norm $gn, transformers $want_gn (more than 1e-5 apart)"; fi
     [ "$chunk" = 0 ] && continue
+    # generation needs logits: a chunked plan is refused by name
+    if "$Z/zinfgen" "$T/$name.plan" --init "$d" --prompt-ids 1,2,3 --max-new 2 > "$T/$name.gen" 2>&1; then bad "$name: zinfgen ran a chunked plan"
+    else grep -q "loss is linear_cross_entropy, which holds no logits" "$T/$name.gen" && echo "ok $name: zinfgen refuses the chunked plan" ||
+      { cat "$T/$name.gen"; bad "$name: zinfgen's refusal does not say why"; }; fi
     for s in 1 2 3; do
       a=$(awk -v s=$s '$1 == "step" && $2 == s { print $4 }' "$T/$name.losses")
       w=$(awk -v s=$s '$1 == "step" && $2 == s { print $4 }' "$T/$c-0.losses")
