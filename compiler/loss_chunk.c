@@ -44,6 +44,26 @@ int64_t loss_chunk_rows(const Graph *g, const Target *t) {
     return c > R ? R : c;
 }
 
+static uint64_t align64(uint64_t n) { return (n + 63) / 64 * 64; }
+
+uint64_t loss_chunk_workspace_bytes(const Graph *g) {
+    for (int i = 0; i < g->nforward; i++) {
+        const GOp *o = &g->ops[i];
+        if (o->prim != PRIM_LINEAR_CROSS_ENTROPY || o->nin < 3 || o->in[0] < 0 || o->in[1] < 0 || o->in[2] < 0) continue;
+        const GTensor *x = &g->tensors[o->in[0]], *w = &g->tensors[o->in[1]], *t = &g->tensors[o->in[2]];
+        if (x->rank < 1 || w->rank != 2) return 0;
+        bool tb = o->iattr[IA_LINEAR_CROSS_ENTROPY_TRANSPOSE_B] != 0;
+        uint64_t R = (uint64_t)t->numel, D = (uint64_t)x->dims[x->rank - 1], V = (uint64_t)(tb ? w->dims[0] : w->dims[1]);
+        int64_t ch = o->iattr[IA_LINEAR_CROSS_ENTROPY_CHUNK];
+        uint64_t C = ch <= 0 || (uint64_t)ch > R ? R : (uint64_t)ch;
+        bool f = x->dtype == DT_F32;
+        uint64_t dsz = f ? 4 : 2, cv = align64(4 * C * V), cd = align64(4 * C * D);
+        return align64(4 * R) + align64(4 * R * D) + align64(4 * V * D) + (w->dtype == DT_F32 ? 0 : align64(4 * V * D)) +
+               (f ? 0 : cd) + cv + (f ? 0 : align64(dsz * C * V)) + align64(dsz * C * V) + (f ? 0 : cv);
+    }
+    return 0;
+}
+
 bool loss_chunk_apply(Graph *g, int64_t chunk) {
     int proj, xent;
     if (!loss_chunk_find(g, &proj, &xent)) return false;

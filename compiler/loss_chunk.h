@@ -26,6 +26,13 @@ int64_t loss_chunk_rows(const Graph *g, const Target *t);
 /* Rewrites the loss into linear_cross_entropy with `chunk` rows (0: all at
  * once). False when the graph has no such loss. */
 bool loss_chunk_apply(Graph *g, int64_t chunk);
+/* The bytes of the workspace of g's linear_cross_entropy op (0 when g has
+ * none), as runtime/hostk/hostk_linxent.c lays it out: the row logsumexps,
+ * dx and dw for dloss = 1 in fp32 (kept from forward to backward), an fp32
+ * copy of w unless f32, and one chunk's scratch. It is outside the
+ * planned arenas, so the planner keeps that much of the GPU (or, on the
+ * host backend, the working budget) free for it. */
+uint64_t loss_chunk_workspace_bytes(const Graph *g);
 /* A copy of g (its tensors and ops arrays new, in g's arena), for planning
  * it twice. False when out of memory. */
 bool loss_chunk_copy_graph(const Graph *g, Graph *out);
