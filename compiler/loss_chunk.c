@@ -37,7 +37,7 @@ int64_t loss_chunk_rows(const Graph *g, const Target *t) {
     DType dt = g->tensors[g->ops[xent].in[0]].dtype;
     /* a row's scratch: logits and their gradient in fp32 and, unless f32, in the activation dtype */
     int64_t per_row = V * (dt == DT_F32 ? 8 : 12);
-    int64_t budget = (int64_t)(t->gpu_memory / 16);
+    int64_t budget = (int64_t)(t->gpu_memory / 64);
     int64_t c = per_row > 0 ? budget / per_row : R;
     if (c >= 64) c -= c % 64;
     if (c < 1) c = 1;

@@ -19,9 +19,10 @@ bool loss_chunk_find(const Graph *g, int *proj, int *xent);
 /* The rows of the loss's logits (B*T) and the logits' vocabulary. */
 void loss_chunk_shape(const Graph *g, int xent, int64_t *rows, int64_t *vocab);
 /* The rows per chunk for t: the most whose scratch (a chunk of logits and
- * of their gradient, in fp32 and the activation dtype) takes at most 1/16
- * of the GPU's memory (the share a weight tile may take), a multiple of
- * 64 where there are that many; at least 1, at most the rows. */
+ * of their gradient, in fp32 and the activation dtype) takes at most 1/64
+ * of the GPU's memory (a quarter of the share a weight tile may take: the
+ * GEMM of a chunk is still large, [rows, D] x [D, V]), a multiple of 64
+ * where there are that many; at least 1, at most the rows. */
 int64_t loss_chunk_rows(const Graph *g, const Target *t);
 /* Rewrites the loss into linear_cross_entropy with `chunk` rows (0: all at
  * once). False when the graph has no such loss. */
