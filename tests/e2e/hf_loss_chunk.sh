@@ -6,7 +6,8 @@
 # token file with trained-token masks (untrained targets, one row none).
 # Each model is planned three ways on the host backend: the logits whole
 # (plan { loss_chunk = 0 }), chunked by 5 rows (not a divisor of the rows),
-# and chunked by 1 row; --explain must say which. Step 1's loss and
+# chunked by 1 row, and by 5 with the 4 rows as grad_accum 2 of 2 (the
+# forward's gradients are each micro-batch's); --explain must say which. Step 1's loss and
 # gradient norm must equal transformers' within 1e-5 relative, and the
 # chunked runs' losses of 3 steps those of the whole within 1e-6 relative;
 # zinfgen refuses a chunked plan by name.
@@ -41,9 +42,13 @@ for c in $(cut -d' ' -f1 "$T/ref"); do
   want=$(awk -v c="$c" '$1 == c { print $2 }' "$T/ref")
   want_gn=$(awk -v c="$c" '$1 == c { print $3 }' "$T/ref")
   "$Z/zinfc" --from-hf "$d" --seq "$seq" --emit=zl > "$d.zl" 2> "$d.emit.err" || { cat "$d.emit.err"; bad "$c: --emit=zl"; continue; }
-  for chunk in 0 5 1; do
+  for chunk in 0 5 1 5a; do
     name=$c-$chunk
-    sed -e "s/^  micro_batch = .*/  micro_batch = 4/" "$d.zl" > "$T/$name.zl"
+    # 5a: chunks of 5 rows, the 4 rows as grad_accum 2 of micro-batches of 2
+    case $chunk in
+      5a) chunk=5; sed -e "s/^  micro_batch = .*/  micro_batch = 2\n  grad_accum = 2/" "$d.zl" > "$T/$name.zl" ;;
+      *) sed -e "s/^  micro_batch = .*/  micro_batch = 4/" "$d.zl" > "$T/$name.zl" ;;
+    esac
     printf 'plan { loss_chunk = %s }\n' "$chunk" >> "$T/$name.zl"
     if ! "$Z/zinfc" "$T/$name.zl" --target "$T/one.target.zl" -o "$T/$name.plan" --explain > "$T/$name.zinfc" 2>&1; then
       cat "$T/$name.zinfc"; bad "$name: zinfc"; continue
