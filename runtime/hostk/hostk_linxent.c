@@ -22,6 +22,7 @@
 #include "hostk.h"
 #include "hostk_impl.h"
 #include "hostk_rows.h"
+#include "hostk_threads.h"
 
 typedef struct LxShape {
     int64_t R, D, V, C; /* rows, model width, vocabulary, rows per chunk */
@@ -160,15 +161,30 @@ static int grad_of(const HkTensor *g, const HkTensor *t) {
     return hk_numel(g) == hk_numel(t) ? HK_OK : HK_ERR_SHAPE;
 }
 
-/* g += scale * u, g of any float dtype (rounded once). */
-static void add_scaled(HkTensor *g, const float *u, float scale) {
-    int64_t n = hk_numel(g);
-    if (g->dtype == DT_F32) {
-        float *p = g->data;
-        for (int64_t i = 0; i < n; i++) p[i] += scale * u[i];
+/* g += scale * u, g of any float dtype (rounded once), in blocks of
+ * ADD_BLOCK elements over the team. */
+enum { ADD_BLOCK = 65536 };
+typedef struct AddJob {
+    HkTensor *g;
+    const float *u;
+    float scale;
+    int64_t n;
+} AddJob;
+
+static void add_unit(void *ctx, int64_t k) {
+    const AddJob *j = ctx;
+    int64_t i0 = k * ADD_BLOCK, i1 = i0 + ADD_BLOCK < j->n ? i0 + ADD_BLOCK : j->n;
+    if (j->g->dtype == DT_F32) {
+        float *p = j->g->data;
+        for (int64_t i = i0; i < i1; i++) p[i] += j->scale * j->u[i];
         return;
     }
-    for (int64_t i = 0; i < n; i++) hk_st(g->data, g->dtype, i, hk_ld(g->data, g->dtype, i) + scale * u[i]);
+    for (int64_t i = i0; i < i1; i++) hk_st(j->g->data, j->g->dtype, i, hk_ld(j->g->data, j->g->dtype, i) + j->scale * j->u[i]);
+}
+
+static void add_scaled(HkTensor *g, const float *u, float scale) {
+    AddJob j = {g, u, scale, hk_numel(g)};
+    hk_parallel(hk_team((double)j.n), (j.n + ADD_BLOCK - 1) / ADD_BLOCK, add_unit, &j);
 }
 
 int hk_linear_cross_entropy_bwd(const HkTensor *x, const HkTensor *w, const HkTensor *targets, const HkTensor *dloss,
