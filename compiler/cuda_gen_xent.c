@@ -58,3 +58,11 @@ void cg_gen_xent(GenCtx *c, bool bwd) {
     arg_i(k, N);
     arg_i(k, V);
 }
+
+/* linear_cross_entropy has host kernels only (runtime/hostk/hostk_linxent.c):
+ * a CUDA plan that needs the chunked loss is refused here, by name. */
+void cg_gen_linxent(GenCtx *c, bool bwd) {
+    (void)bwd;
+    cg_fail(c, "linear_cross_entropy (the chunked loss) has no CUDA kernels yet: it runs on the host backend; plan with "
+               "plan { loss_chunk = 0 } to keep the logits whole");
+}

@@ -33,6 +33,7 @@
 #include "sema.h"
 /* planning (compiler/planner.h) */
 #include "autodiff.h"
+#include "loss_chunk.h"
 #include "plan.h"
 #include "planner.h"
 #include "kernels_embed.h"
@@ -445,8 +446,50 @@ static bool choose_target(const ZincOptions *o, Arena *a, SourceSet *src, DiagSi
     return true;
 }
 
+/* Diagnostics of a trial planning, copied into d. */
+static void replay_diags(const DiagSink *from, DiagSink *d) {
+    for (int i = 0; i < from->len; i++) {
+        const Diag *x = &from->items[i];
+        if (x->level == DIAG_ERROR) diag_error(d, x->span, "%s", x->msg);
+        else if (x->level == DIAG_WARNING) diag_warning(d, x->span, "%s", x->msg);
+        else if (x->level == DIAG_NOTE) diag_note(d, x->span, "%s", x->msg);
+        else diag_hint(d, "%s", x->msg);
+    }
+}
+
+/* Plans g, its loss chunked as po->loss_chunk says (compiler/loss_chunk.h):
+ * "auto" plans the whole logits first and, when that does not fit, the
+ * loss chunked to the target's memory. *chunked: the rows a chunk took,
+ * 0 when the logits stay whole. */
+static bool plan_with_loss(Graph *g, const Target *t, const PlannerOptions *po, Arena *a, DiagSink *d, PlannerResult *r,
+                           int64_t *chunked) {
+    *chunked = 0;
+    int proj, xent;
+    Graph fwd;
+    bool can = po->loss_chunk != 0 && loss_chunk_find(g, &proj, &xent);
+    if (can && !loss_chunk_copy_graph(g, &fwd)) {
+        diag_error(d, SPAN_NONE, "out of memory");
+        return false;
+    }
+    if (po->loss_chunk > 0 && !can) diag_warning(d, SPAN_NONE, "loss_chunk: the loss is not cross_entropy of a matmul or linear without a bias, so it is not chunked");
+    if (po->loss_chunk < 0 || !can) {
+        if (!ad_build(g, d)) return false;
+        if (!can) return planner_run(g, t, po, a, d, r);
+        DiagSink trial;
+        diag_init(&trial);
+        bool ok = planner_run(g, t, po, a, &trial, r);
+        if (ok) replay_diags(&trial, d);
+        diag_free(&trial);
+        if (ok) return true;
+    }
+    int64_t rows = po->loss_chunk > 0 ? po->loss_chunk : loss_chunk_rows(&fwd, t);
+    *g = fwd;
+    if (!loss_chunk_apply(g, rows) || !ad_build(g, d)) return false;
+    *chunked = rows;
+    return planner_run(g, t, po, a, d, r);
+}
+
 static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *d, const Program *prog, Graph *g) {
-    if (!ad_build(g, d)) return 1;
     Target t;
     const char *how = NULL;
     if (!choose_target(o, a, src, d, prog, &t, &how)) return 1;
@@ -456,11 +499,26 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
     if (o->ranks > 0) po.ranks = o->ranks;
     const char *archs = o->kernels && strcmp(o->kernels, "auto") ? o->kernels : (strcmp(t.backend, "host") ? "sm_80,sm_90" : "none");
     po.sample_starts = o->output && strcmp(archs, "none"); /* the kernels read them: their buffer in the plan */
-    if (o->explain) explain_memory(g, &t, &po, d);
+    int proj, xent;
+    int64_t lrows = 0, lvocab = 0;
+    if (loss_chunk_find(g, &proj, &xent)) loss_chunk_shape(g, xent, &lrows, &lvocab);
     PlannerResult r;
-    if (!planner_run(g, &t, &po, a, d, &r)) return 1;
+    int64_t chunked = 0;
+    bool planned = plan_with_loss(g, &t, &po, a, d, &r, &chunked);
+    if (o->explain && g->nbackward_end > g->nforward) explain_memory(g, &t, &po, d);
+    if (!planned) return 1;
     r.plan->source = o->input;
     if (o->explain) printf("planning for %s\n%s", how, r.explain);
+    if (o->explain && lvocab) {
+        if (chunked)
+            printf("loss: chunked, linear_cross_entropy over %" PRId64 " of the %" PRId64 " rows at a time (%s of logits a "
+                   "chunk instead of [%" PRId64 ", %" PRId64 "] whole: %s)\n",
+                   chunked, lrows, plan_bytes_str((uint64_t)(chunked < lrows ? chunked : lrows) * (uint64_t)lvocab * 4, (char[32]){0}, 32),
+                   lrows, lvocab, po.loss_chunk > 0 ? "pinned by loss_chunk" : "the plan does not fit with the whole logits");
+        else
+            printf("loss: logits [%" PRId64 ", %" PRId64 "] whole (%s)\n", lrows, lvocab,
+                   po.loss_chunk == 0 ? "pinned by loss_chunk = 0" : "the plan fits with them");
+    }
     int rc = 0;
     char err[512], gb[32];
     if (o->output && strcmp(archs, "none")) {

@@ -11,6 +11,7 @@ void planner_options_default(PlannerOptions *o) {
     memset(o, 0, sizeof *o);
     for (int i = 0; i < PC_COUNT; i++) o->tier[i] = -1;
     o->whole_below = 100000;
+    o->loss_chunk = -1;
 }
 
 /* ---- plan { } block ---- */
@@ -58,7 +59,7 @@ static bool tier_pin(const Setting *s, Arena *a, DiagSink *d, PlannerOptions *o)
 
 bool planner_options_from_decl(const Decl *decl, Arena *a, DiagSink *d, PlannerOptions *o) {
     static const char *const keys[] = {"params", "grads", "optimizer", "checkpoints", "prefetch", "whole_below", "tiles", "pin",
-                                       "optimizer_overlap"};
+                                       "optimizer_overlap", "loss_chunk"};
     enum { NKEYS = sizeof keys / sizeof *keys };
     bool ok = true;
     for (int i = 0; i < decl->settings.len; i++) {
@@ -101,6 +102,15 @@ bool planner_options_from_decl(const Decl *decl, Arena *a, DiagSink *d, PlannerO
                 diag_error(d, e ? e->span : s->span, "optimizer_overlap must be \"auto\", \"on\" or \"off\"");
                 ok = false;
             }
+        } else if (k == 9) {
+            const Expr *e = s->value;
+            int64_t v;
+            if (e && e->kind == EX_STR && !strcmp(e->str, "auto")) o->loss_chunk = -1;
+            else if (e && e->kind == EX_STR) {
+                diag_error(d, e->span, "loss_chunk must be \"auto\", 0 (the whole logits) or a number of rows");
+                ok = false;
+            } else if (int_value(s, d, 0, INT64_MAX / 2, &v)) o->loss_chunk = v;
+            else ok = false;
         } else {
             int64_t v;
             if (!s->selector) {

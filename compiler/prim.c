@@ -334,6 +334,33 @@ static bool rule_xent(const PrimCall *c, const PrimInfo *p, PrimShape *out, int 
     return true;
 }
 
+/* linear_cross_entropy: cross_entropy(matmul(x, w; transpose_b), targets)
+ * in one op that never holds the logits whole (runtime/hostk/hostk.h). */
+static bool rule_linxent(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
+    (void)nout; /* one output */
+    char sb[3][96];
+    bool tb = c->iattr[IA_LINEAR_CROSS_ENTROPY_TRANSPOSE_B] != 0;
+    if (!need_rank(c, p, 0, 1, GRAPH_MAX_RANK, e) || !need_rank(c, p, 1, 2, 2, e) || !need_float(c, p, 3, e)) return false;
+    if (c->in[2].dtype != DT_I32)
+        return fail(e, 4, "linear_cross_entropy: targets must be i32, but they are %s", prim_dtype_str(c->in[2].dtype));
+    const PrimShape *x = &c->in[0], *w = &c->in[1], *t = &c->in[2];
+    int64_t k = tb ? w->dims[1] : w->dims[0];
+    if (LAST(*x) != k)
+        return fail(e, 3, "linear_cross_entropy: x has last dimension %" PRId64 " but w%s has %" PRId64 " %s (x is %s, w is %s)",
+                    LAST(*x), tb ? " (transposed)" : "", k, tb ? "columns" : "rows", SH(0), SH(1));
+    bool ok = t->rank == x->rank - 1;
+    for (int i = 0; ok && i < t->rank; i++) ok = t->dims[i] == x->dims[i];
+    if (!ok)
+        return fail(e, 5, "linear_cross_entropy: targets must have the shape of x without its last dimension, "
+                    "but x is %s and targets %s", SH(0), SH(2));
+    if (c->iattr[IA_LINEAR_CROSS_ENTROPY_CHUNK] < 0)
+        return fail(e, 0, "linear_cross_entropy: chunk must be 0 (all rows at once) or a positive row count, got %" PRId64,
+                    c->iattr[IA_LINEAR_CROSS_ENTROPY_CHUNK]);
+    out->dtype = DT_F32;
+    out->rank = 0;
+    return true;
+}
+
 static bool rule_arange(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
     (void)p, (void)nout;
     int64_t n = c->iattr[IA_ARANGE_N];
@@ -457,6 +484,14 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     {{"by", PA_FLOAT, FA_SCALE_BY, true, true, 0, NULL}}, \
     "scale(x, by) -> x * by, the same shape (by a finite number)", \
     .grad_inputs = 0x1
+
+#define ROW_LINEAR_CROSS_ENTROPY \
+    {"x", "w", "targets"}, 2, \
+    {{"transpose_b", PA_FLAG, IA_LINEAR_CROSS_ENTROPY_TRANSPOSE_B, false, false, 0, NULL}, \
+     {"chunk", PA_INT, IA_LINEAR_CROSS_ENTROPY_CHUNK, false, false, 0, NULL}}, \
+    "linear_cross_entropy(x[S..., D], w[D, V] (or [V, D] with transpose_b), targets i32[S...]; transpose_b, " \
+    "chunk = 0) -> f32 scalar", \
+    .grad_inputs = 0x3 /* x, w; targets are integers */
 
 /* Every slot prim.def names is one an op has. */
 #define PRIM(id, name, nin_min, nin_max, nout, family)

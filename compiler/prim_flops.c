@@ -6,6 +6,10 @@ double prim_flops(const Graph *g, const GOp *op) {
     double out = o ? (double)o->numel : 1;
     if (op->kind == OP_BWD && op->fwd >= 0 && op->fwd < g->nops) {
         const GOp *f = &g->ops[op->fwd];
+        /* linear_cross_entropy's forward computes the gradients for dloss = 1 (flops_linxent
+         * counts them); its backward scales them into dx and dw */
+        if (f->prim == PRIM_LINEAR_CROSS_ENTROPY && f->nin >= 2 && f->in[0] >= 0 && f->in[1] >= 0)
+            return 2.0 * (double)(g->tensors[f->in[0]].numel + g->tensors[f->in[1]].numel);
         return 2 * prim_flops(g, f);
     }
     FlopsOperand in[3] = {{0}};

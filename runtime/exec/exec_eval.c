@@ -74,6 +74,9 @@ int rt_forward_info(Rt *r, RtForwardInfo *fi, char *err, size_t n) {
     if (!r->fwd_run && fwd_build(r, err, n)) return -1;
     const Plan *p = r->p;
     const PlanOp *o = &p->ops[p->instrs[r->fwd_loss_kernel].arg];
+    if (o->prim != PRIM_CROSS_ENTROPY) /* linear_cross_entropy: the logits are never whole */
+        return errorf(err, n, "the plan's loss is %s, which holds no logits to read (a chunked loss: plan with "
+                      "plan { loss_chunk = 0 } to generate)", (unsigned)o->prim < PRIM_COUNT ? prim_names[o->prim] : "?");
     memset(fi, 0, sizeof *fi);
     fi->instructions = r->fwd_end - r->fwd_skipped;
     fi->prefix = r->fwd_end;

@@ -184,6 +184,22 @@ int hk_cross_entropy_fwd(const HkTensor *logits, const HkTensor *targets, HkTens
 int hk_cross_entropy_bwd(const HkTensor *logits, const HkTensor *targets, const HkTensor *dloss,
                          HkTensor *dlogits, void *ws);
 
+/* linear_cross_entropy: x [S...,D], w [D,V] (or [V,D] with tb), targets
+ * i32 [S...] -> loss (one element, f32) = cross_entropy(matmul(x, w; tb),
+ * targets), with cross_entropy's untrained targets and divisor, computed
+ * `chunk` rows at a time (0: all at once) so that only [chunk, V] logits
+ * exist at once (hostk_linxent.c). The forward also computes dx and dw
+ * for dloss = 1 into the workspace; the backward adds them scaled by
+ * dloss (so it needs the workspace of the forward on the same inputs).
+ * Workspace: the row logsumexps [R], those gradients in fp32 ([R, D] and
+ * w's shape), then one chunk's scratch and an fp32 copy of w unless f32. */
+size_t hk_linear_cross_entropy_workspace_bytes(const HkTensor *x, const HkTensor *w, const HkTensor *targets,
+                                               int64_t chunk, bool tb);
+int hk_linear_cross_entropy_fwd(const HkTensor *x, const HkTensor *w, const HkTensor *targets, HkTensor *loss,
+                                int64_t chunk, bool tb, void *ws);
+int hk_linear_cross_entropy_bwd(const HkTensor *x, const HkTensor *w, const HkTensor *targets, const HkTensor *dloss,
+                                HkTensor *dx, HkTensor *dw, int64_t chunk, bool tb, void *ws);
+
 /* arange: y i32 [n] = 0..n-1 (no backward). */
 int hk_arange_fwd(HkTensor *y, int64_t n);
 

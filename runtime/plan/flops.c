@@ -39,6 +39,18 @@ static double flops_xent(int prim, const int64_t *iattr, const FlopsOperand *in,
     return logits ? 5.0 * (double)logits->numel : out;
 }
 
+/* The projection's GEMM and, for dloss = 1, the two of its gradients
+ * (3 x 2 D per logit: hostk_linxent.c computes them in the forward), and
+ * cross_entropy's 5 per logit. */
+static double flops_linxent(int prim, const int64_t *iattr, const FlopsOperand *in, int nin, double out) {
+    (void)prim;
+    const FlopsOperand *x = input(in, nin, 0), *w = input(in, nin, 1);
+    if (!x || !w || x->rank < 1 || w->rank != 2) return out;
+    bool tb = iattr && iattr[IA_LINEAR_CROSS_ENTROPY_TRANSPOSE_B];
+    double D = (double)x->dims[x->rank - 1], V = (double)(tb ? w->dims[0] : w->dims[1]);
+    return (6 * D + 5) * ((double)x->numel / (D ? D : 1)) * V;
+}
+
 #define flops_embedding flops_elementwise
 #define flops_linear flops_gemm
 #define flops_matmul flops_gemm

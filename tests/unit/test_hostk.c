@@ -1079,6 +1079,95 @@ START_TEST(test_rope_yarn) {
 }
 END_TEST
 
+/* linear_cross_entropy, chunked or not, equals matmul + cross_entropy (the
+ * unfused kernels) for the loss and both gradients, with the projection's
+ * weight transposed (tied embeddings) or not, untrained targets, a chunk
+ * that does not divide the rows, a dloss other than 1, f32 (1e-6
+ * relative) and bf16 (the loss the same; the gradients to bf16 rounding:
+ * the logits' gradient is rounded before the dloss scaling, and dw's fp32
+ * sums over the chunks are ordered otherwise). The gradients accumulate
+ * into random starting values. */
+static double max_rel(const HkTensor *a, const HkTensor *b) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < hk_numel(a); i++) {
+        double d = fabs((double)hk_get(a, i) - (double)hk_get(b, i)), m = fabs((double)hk_get(b, i));
+        num = d > num ? d : num;
+        den = m > den ? m : den;
+    }
+    return den > 0 ? num / den : num;
+}
+
+START_TEST(test_linear_cross_entropy) {
+    enum { B = 2, T = 23, D = 24, V = 37 };
+    const int64_t chunks[] = {0, 1, 5, 16, 46, 100};
+    for (int tbi = 0; tbi < 2; tbi++)
+        for (int dti = 0; dti < 2; dti++) {
+            bool tb = tbi;
+            DType dt = dti ? DT_BF16 : DT_F32;
+            rng_seed(77 + (uint64_t)(tbi * 2 + dti));
+            int64_t dx_[3] = {B, T, D}, dw_[2] = {tb ? V : D, tb ? D : V}, dl_[3] = {B, T, V}, dt_[2] = {B, T};
+            HkTensor x, w, lg, dlg, dx0, dw0, dx1, dw1, tg;
+            alloc_tensor(&x, dt, 3, dx_), alloc_tensor(&w, dt, 2, dw_), alloc_tensor(&lg, dt, 3, dl_);
+            alloc_tensor(&dlg, dt, 3, dl_), alloc_tensor(&dx0, dt, 3, dx_), alloc_tensor(&dw0, dt, 2, dw_);
+            alloc_tensor(&dx1, dt, 3, dx_), alloc_tensor(&dw1, dt, 2, dw_), alloc_tensor(&tg, DT_I32, 2, dt_);
+            for (int64_t i = 0; i < B * T * D; i++) hk_set(&x, i, (float)(2 * rng_unif()));
+            for (int64_t i = 0; i < V * D; i++) hk_set(&w, i, (float)rng_unif());
+            int32_t *t = tg.data;
+            for (int64_t i = 0; i < B * T; i++) t[i] = i % 9 == 4 ? -1 : (int32_t)((rng_next() >> 20) % V);
+            float loss0 = 0, loss1 = 0, one = 0.37f; /* dloss: the gradients scale with it */
+            HkTensor L0 = hk_tensor(&loss0, DT_F32, 0, NULL), L1 = hk_tensor(&loss1, DT_F32, 0, NULL);
+            HkTensor DL = hk_tensor(&one, DT_F32, 0, NULL);
+            /* the unfused pair */
+            void *wm = malloc(hk_matmul_workspace_bytes(&x, &w, &lg) + 64), *wc = malloc(hk_cross_entropy_workspace_bytes(&lg));
+            for (int64_t i = 0; i < B * T * D; i++) hk_set(&dx0, i, (float)rng_unif());
+            for (int64_t i = 0; i < V * D; i++) hk_set(&dw0, i, (float)rng_unif());
+            memcpy(dx1.data, dx0.data, (size_t)(B * T * D) * hk_dtype_size(dt));
+            memcpy(dw1.data, dw0.data, (size_t)(V * D) * hk_dtype_size(dt));
+            HkTensor dxs = dx0, dws = dw0; /* the starting values, kept */
+            dxs.data = malloc((size_t)(B * T * D) * hk_dtype_size(dt)), dws.data = malloc((size_t)(V * D) * hk_dtype_size(dt));
+            memcpy(dxs.data, dx0.data, (size_t)(B * T * D) * hk_dtype_size(dt));
+            memcpy(dws.data, dw0.data, (size_t)(V * D) * hk_dtype_size(dt));
+            ck_assert_int_eq(hk_matmul_fwd(&x, &w, &lg, false, tb, wm), HK_OK);
+            ck_assert_int_eq(hk_cross_entropy_fwd(&lg, &tg, &L0, wc), HK_OK);
+            memset(dlg.data, 0, (size_t)(B * T * V) * hk_dtype_size(dt));
+            ck_assert_int_eq(hk_cross_entropy_bwd(&lg, &tg, &DL, &dlg, wc), HK_OK);
+            ck_assert_int_eq(hk_matmul_bwd(&x, &w, &dlg, &dx0, &dw0, false, tb, wm), HK_OK);
+            for (size_t c = 0; c < sizeof chunks / sizeof *chunks; c++) {
+                int64_t ia[PLAN_MAX_IATTR] = {0};
+                ia[IA_LINEAR_CROSS_ENTROPY_TRANSPOSE_B] = tb;
+                ia[IA_LINEAR_CROSS_ENTROPY_CHUNK] = chunks[c];
+                HkTensor in[3] = {x, w, tg}, out[1] = {L1}, din[3] = {dx1, dw1, {0}}, dout[1] = {DL};
+                memcpy(dx1.data, dxs.data, (size_t)(B * T * D) * hk_dtype_size(dt));
+                memcpy(dw1.data, dws.data, (size_t)(V * D) * hk_dtype_size(dt));
+                size_t wsb = hk_workspace_bytes(PRIM_LINEAR_CROSS_ENTROPY, in, 3, out, 1, ia);
+                ck_assert_uint_eq(wsb, hk_linear_cross_entropy_workspace_bytes(&x, &w, &tg, chunks[c], tb));
+                void *ws = malloc(wsb);
+                ck_assert_int_eq(hk_run_fwd(PRIM_LINEAR_CROSS_ENTROPY, in, 3, out, 1, ia, NULL, ws, wsb), HK_OK);
+                ck_assert_int_eq(hk_run_bwd(PRIM_LINEAR_CROSS_ENTROPY, in, 3, out, dout, 1, din, ia, NULL, ws, wsb), HK_OK);
+                ck_assert_msg(fabs((double)loss1 - loss0) <= 1e-6 * fabs((double)loss0), "chunk %lld tb %d %s: loss %.9g, unfused %.9g",
+                              (long long)chunks[c], tbi, dti ? "bf16" : "f32", loss1, loss0);
+                double ex = max_rel(&dx1, &dx0), ew = max_rel(&dw1, &dw0);
+                ck_assert_msg(ex <= (dti ? 8e-3 : 1e-6) && ew <= (dti ? 8e-3 : 1e-6), "chunk %lld tb %d %s: dx %.3g dw %.3g from the unfused",
+                              (long long)chunks[c], tbi, dti ? "bf16" : "f32", ex, ew);
+                /* and the gradients moved: the check can fail */
+                ck_assert(max_rel(&dx1, &dxs) > 1e-3 && max_rel(&dw1, &dws) > 1e-3);
+                /* the workspace is needed */
+                ck_assert_int_eq(hk_linear_cross_entropy_fwd(&x, &w, &tg, &L1, chunks[c], tb, NULL), HK_ERR_WORKSPACE);
+                free(ws);
+            }
+            t[3] = V;
+            void *ws = malloc(hk_linear_cross_entropy_workspace_bytes(&x, &w, &tg, 4, tb));
+            ck_assert_int_eq(hk_linear_cross_entropy_fwd(&x, &w, &tg, &L1, 4, tb, ws), HK_ERR_INDEX);
+            ck_assert_int_eq(hk_linear_cross_entropy_fwd(&x, &w, &tg, &L1, -1, tb, ws), HK_ERR_ATTR);
+            ck_assert_int_eq(hk_linear_cross_entropy_fwd(&x, &x, &tg, &L1, 4, tb, ws), HK_ERR_SHAPE);
+            free(ws);
+            HkTensor *all[] = {&x, &w, &lg, &dlg, &dx0, &dw0, &dx1, &dw1, &tg, &dxs, &dws};
+            for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]->data);
+            free(wm), free(wc);
+        }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("hostk");
     TCase *tc = tcase_create("prims");
@@ -1100,6 +1189,7 @@ int main(void) {
     tcase_add_test(tm, test_rope_yarn);
     tcase_add_test(tm, test_f16);
     tcase_add_loop_test(tm, test_packed_rows, 0, (int)(sizeof packed_windows / sizeof *packed_windows));
+    tcase_add_test(tm, test_linear_cross_entropy);
     suite_add_tcase(s, tm);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
