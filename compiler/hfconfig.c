@@ -11,7 +11,7 @@
 
 enum { HFC_MAX_CONFIG = 16 << 20, HFC_MAX_LORA_NAMES = 16 };
 
-typedef enum Family { FAM_GPT2, FAM_LLAMA } Family;
+typedef enum Family { FAM_GPT2, FAM_LLAMA, FAM_GEMMA } Family;
 
 /* The LLaMA family's block layouts: LLaMA's pre-norm llama_block; OLMo 2's
  * post-norm olmo2_block (stdlib/olmo2.zl); Phi-3's llama_block with q, k, v
@@ -43,6 +43,7 @@ static const ArchInfo archs[] = {
     {"Qwen3ForCausalLM", "qwen3", FAM_LLAMA, false, true, true, AB_QKVO, false, LAY_LLAMA, 128},
     {"Olmo2ForCausalLM", "olmo2", FAM_LLAMA, false, true, false, AB_QKVO, false, LAY_OLMO2, 0},
     {"Phi3ForCausalLM", "phi3", FAM_LLAMA, false, false, false, AB_REFUSED, false, LAY_PHI3, 0},
+    {"Gemma2ForCausalLM", "gemma2", FAM_GEMMA, false, false, false, AB_QKVO, false, LAY_LLAMA, 256},
 };
 enum { NARCHS = sizeof archs / sizeof archs[0] };
 
@@ -66,6 +67,8 @@ typedef struct Cfg {
     int64_t orig;
     bool attn_bias, mlp_bias; /* attention_bias, mlp_bias read true (AB_QKVO, ArchInfo.mlp_bias) */
     const char *dtype;
+    /* Gemma: query_pre_attn_scalar, the attention and final-logit soft-caps (0: none) */
+    double qpas, attn_cap, final_cap;
     /* --lora: rank, alpha, the target names of SPEC (none: the family's
      * default), and once the family is known the adapted linears (bits in
      * the family's LoraTarget table); lora false: no --lora */
@@ -232,7 +235,7 @@ static void read_arch(Cfg *c) {
     if (!c->arch) {
         errf(c, av, "architecture \"%s\" is not supported", name);
         diag_hint(c->d, "supported: GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                        "Qwen3ForCausalLM, Olmo2ForCausalLM, Phi3ForCausalLM");
+                        "Qwen3ForCausalLM, Olmo2ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM");
         return;
     }
     if (mt && mt->type == JSON_STRING && strcmp(mt->string, c->arch->model_type))
@@ -440,6 +443,62 @@ static void read_llama(Cfg *c) {
     if (c->arch->layout == LAY_PHI3) get(c, "original_max_position_embeddings");
     get(c, "pretraining_tp"); /* tensor-parallel slicing of the same products: numerics only */
     read_rope(c);
+}
+
+/* ---- Gemma 2 ---- */
+
+/* A soft-cap: a positive number, or null (none); absent: *out kept (the
+ * config class's default). */
+static void get_cap(Cfg *c, const char *key, double *out) {
+    const JsonValue *r = c->root, *v = NULL;
+    for (size_t i = 0; i < r->count; i++)
+        if (!strcmp(r->items[i].key, key)) {
+            c->handled[i] = true;
+            if (!v) v = &r->items[i];
+        }
+    if (!v) return;
+    if (v->type == JSON_NULL) *out = 0;
+    else if (v->type != JSON_NUMBER || !(v->number > 0) || !isfinite(v->number))
+        errf(c, v, "%s must be a positive number or null, got %s", key, vtext(c, v));
+    else *out = v->number;
+}
+
+static void read_gemma(Cfg *c) {
+    get_int(c, "vocab_size", true, 1, &c->V);
+    get_int(c, "hidden_size", true, 1, &c->D);
+    get_int(c, "intermediate_size", true, 1, &c->F);
+    get_int(c, "num_hidden_layers", true, 1, &c->L);
+    get_int(c, "num_attention_heads", true, 1, &c->H);
+    c->KV = c->H;
+    get_int(c, "num_key_value_heads", false, 1, &c->KV);
+    get_int(c, "max_position_embeddings", true, 1, &c->ctx);
+    c->hd = c->arch->head_dim; /* Gemma2Config's default */
+    get_int(c, "head_dim", false, 2, &c->hd);
+    if (c->hd % 2) errf(c, get(c, "head_dim"), "the head dimension %" PRId64 " must be even for rotary embeddings", c->hd);
+    if (c->H > 0 && c->KV > 0 && c->H % c->KV)
+        errf(c, get(c, "num_key_value_heads"), "num_attention_heads = %" PRId64 " is not a multiple of num_key_value_heads = %" PRId64,
+             c->H, c->KV);
+    /* hidden_activation (transformers' key), or hidden_act in older configs */
+    const char *const acts[] = {"hidden_activation", "hidden_act"};
+    for (int i = 0; i < 2; i++) {
+        const JsonValue *act = get(c, acts[i]);
+        if (act && !(act->type == JSON_STRING && !strcmp(act->string, "gelu_pytorch_tanh")))
+            errf(c, act, "%s = %s is not supported (the MLP is GeGLU with gelu_pytorch_tanh)", acts[i], vtext(c, act));
+    }
+    c->eps = 1e-6;
+    get_num(c, "rms_norm_eps", &c->eps);
+    c->tied = true;
+    get_bool(c, "tie_word_embeddings", &c->tied);
+    get_bool(c, "attention_bias", &c->attn_bias);
+    refuse_true(c, "use_bidirectional_attention", "bidirectional attention");
+    c->qpas = 256;
+    get_num(c, "query_pre_attn_scalar", &c->qpas);
+    c->attn_cap = 50.0, c->final_cap = 30.0; /* Gemma2Config's defaults */
+    get_cap(c, "attn_logit_softcapping", &c->attn_cap);
+    get_cap(c, "final_logit_softcapping", &c->final_cap);
+    get(c, "cache_implementation"); /* generation's cache layout: not the model */
+    read_rope(c);
+    if (c->scaling == 2) errf(c, get(c, "rope_scaling"), "rope scaling llama3 is not supported for %s (default and linear are)", c->arch->arch);
 }
 
 /* ---- every other key ---- */
@@ -721,10 +780,73 @@ static void put_llama(Cfg *c, Out *o, const char *name) {
     }
 }
 
+/* sqrt(D) as transformers multiplies the embeddings by it: a tensor of the
+ * hidden dtype, so rounded to bf16 when training in bf16 (to nearest, ties
+ * to even). */
+static double embed_normalizer(const Cfg *c) {
+    float f = (float)sqrt((double)c->D);
+    if (strcmp(c->dtype, "bf16")) return f;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void put_gemma(Cfg *c, Out *o, const char *name) {
+    put(o, "import \"gemma\"\n\n");
+    put(o, "const V = %" PRId64 ", T = %" PRId64 ", D = %" PRId64 ", H = %" PRId64 ", KV = %" PRId64 ", F = %" PRId64
+           ", L = %" PRId64 ", HD = %" PRId64 "\n\n", c->V, c->T, c->D, c->H, c->KV, c->F, c->L, c->hd);
+    put(o, "model %s(tokens: i32[B, T], targets: i32[B, T]) {\n", name);
+    put(o, "  tok = param [V, D] init normal(0.02)\n");
+    put(o, "  # the embeddings times sqrt(D), rounded to the training dtype as transformers does\n");
+    put(o, "  x = scale(embedding(tok, tokens), %s)\n", flt(c, embed_normalizer(c)));
+    put(o, "  # scores scaled by 1/sqrt(query_pre_attn_scalar = %s)\n", flt(c, c->qpas));
+    put(o, "  repeat L {\n    x = gemma_block(x, H, KV, F, HD, %s", flt(c, 1.0 / sqrt(c->qpas)));
+    if (c->attn_cap > 0) put(o, ", softcap = %s", flt(c, c->attn_cap));
+    put(o, ", eps = %s, theta = %s", flt(c, c->eps), flt(c, c->theta));
+    if (c->attn_bias) put(o, ", bias = true");
+    if (c->scaling == 1) put(o, ",\n                      rope_scaling = \"linear\", rope_factor = %s", flt(c, c->factor));
+    put(o, ")\n  }\n");
+    put(o, "  x = gemma_rms(x, %s)\n", flt(c, c->eps));
+    const char *logits = c->tied ? "matmul(x, tok, transpose_b)" : "linear(x, head)";
+    if (c->tied) put(o, "  # tied embeddings: the output head is tok transposed\n");
+    else put(o, "  head = param [D, V] init normal(0.02)\n");
+    if (c->final_cap > 0) {
+        put(o, "  # final-logit soft-capping\n");
+        put(o, "  loss cross_entropy(softcap(%s, %s), targets)\n}\n", logits, flt(c, c->final_cap));
+    } else {
+        put(o, "  loss cross_entropy(%s, targets)\n}\n", logits);
+    }
+}
+
+static void put_gemma_map(Cfg *c, Out *o) {
+    const char *p = "gemma_block.{i}", *h = "model.layers.{i}";
+    static const char *const w[][2] = {{"wq", "q_proj"}, {"wk", "k_proj"}, {"wv", "v_proj"}, {"wo", "o_proj"}};
+    put(o, "  \"tok\" = \"model.embed_tokens.weight\"\n");
+    put(o, "  \"%s.gemma_rms.g\" = \"%s.input_layernorm.weight\"\n", p, h);
+    for (int i = 0; i < 4; i++) put(o, "  \"%s.gemma_attn.%s\" = transpose(\"%s.self_attn.%s.weight\")\n", p, w[i][0], h, w[i][1]);
+    for (int i = 0; c->attn_bias && i < 4; i++)
+        put(o, "  \"%s.gemma_attn.b%c\" = \"%s.self_attn.%s.bias\"\n", p, "qkvo"[i], h, w[i][1]);
+    if (c->arch->qk_norm) {
+        put(o, "  \"%s.gemma_attn.q_norm\" = \"%s.self_attn.q_norm.weight\"\n", p, h);
+        put(o, "  \"%s.gemma_attn.k_norm\" = \"%s.self_attn.k_norm.weight\"\n", p, h);
+    }
+    put(o, "  \"%s.gemma_rms_1.g\" = \"%s.post_attention_layernorm.weight\"\n", p, h);
+    put(o, "  \"%s.gemma_rms_2.g\" = \"%s.pre_feedforward_layernorm.weight\"\n", p, h);
+    put(o, "  \"%s.geglu.w1\" = transpose(\"%s.mlp.gate_proj.weight\")\n", p, h);
+    put(o, "  \"%s.geglu.w3\" = transpose(\"%s.mlp.up_proj.weight\")\n", p, h);
+    put(o, "  \"%s.geglu.w2\" = transpose(\"%s.mlp.down_proj.weight\")\n", p, h);
+    put(o, "  \"%s.gemma_rms_3.g\" = \"%s.post_feedforward_layernorm.weight\"\n", p, h);
+    put(o, "  \"gemma_rms.g\" = \"model.norm.weight\"\n");
+}
+
 /* Every parameter's Hugging Face tensor (the stdlib's hf blocks say the same
  * for the blocks; written out here so the file says it all). */
 static void put_map(Cfg *c, Out *o) {
-    if (c->arch->fam == FAM_GPT2) {
+    if (c->arch->fam == FAM_GEMMA) {
+        put_gemma_map(c, o);
+    } else if (c->arch->fam == FAM_GPT2) {
         static const char *const m[][2] = {
             {"wte", "transformer.wte.weight"}, {"wpe", "transformer.wpe.weight"},
             {"block.{i}.ln.g", "transformer.h.{i}.ln_1.weight"}, {"block.{i}.ln.b", "transformer.h.{i}.ln_1.bias"},
@@ -793,6 +915,7 @@ static const char *generate(Cfg *c) {
             "# yours to edit. The hf block maps every parameter to its Hugging Face tensor\n"
             "# and carries config.json, for zinfrun --init and --export-hf.\n");
     if (c->arch->fam == FAM_GPT2) put_gpt2(c, &o, name);
+    else if (c->arch->fam == FAM_GEMMA) put_gemma(c, &o, name);
     else put_llama(c, &o, name);
     put_train(c, &o);
     put(&o, "\nhf \"%s\" {\n", c->arch->arch);
@@ -847,6 +970,10 @@ bad:
  * none named: the family's defaults. 0, or -1 with the error reported. */
 static int lora_resolve(Cfg *c) {
     const LoraTarget *t = lora_table(c);
+    if (c->arch->fam == FAM_GEMMA) {
+        diag_error(c->d, SPAN_NONE, "--lora: %s has no LoRA adapters in zinf yet (stdlib/gemma.zl's block has none)", c->arch->arch);
+        return -1;
+    }
     for (int i = 0; t[i].target; i++)
         if (!c->lora_nnames && t[i].dflt) c->lora_mask |= 1u << i;
     if (c->arch->layout == LAY_PHI3 && !c->lora_nnames) {
@@ -912,10 +1039,11 @@ const char *hfconfig_text_to_zl(Arena *a, const SourceSet *src, int file, DiagSi
         if (c.arch) {
             read_dtype(&c);
             if (c.arch->fam == FAM_GPT2) read_gpt2(&c);
+            else if (c.arch->fam == FAM_GEMMA) read_gemma(&c);
             else read_llama(&c);
             if (!c.failed) pick_seq(&c, get(&c, c.arch->fam == FAM_GPT2 ? "n_positions" : "max_position_embeddings"),
                                     c.arch->fam == FAM_GPT2 ? "n_positions" : "max_position_embeddings");
-            if (c.arch->fam == FAM_LLAMA) read_window(&c); /* T is 0 after errors: no window complaint then */
+            if (c.arch->fam != FAM_GPT2) read_window(&c); /* T is 0 after errors: no window complaint then */
             check_rest(&c);
             if (c.lora && lora_resolve(&c)) c.failed = true;
             if (!c.failed) out = generate(&c);

@@ -143,7 +143,22 @@ static int check_attention(const KvDecoder *d, int o, char *why, size_t n) {
     if (H < 1 || KV < 1 || H % KV || qd % H || kd != (qd / H) * KV || kvdec_last_dim(d, op->in[2]) != kd)
         return REFUSE(why, n, "op %d: attention of q %" PRId64 ", k %" PRId64 " with %" PRId64 " heads, %" PRId64 " kv heads", o, qd,
                       kd, H, KV);
+    if (op->fattr[FA_ATTENTION_SCALE] != 0 || op->fattr[FA_ATTENTION_SOFTCAP] != 0)
+        return REFUSE(why, n, "op %d: attention's %s has no GPU decode kernel yet", o,
+                      op->fattr[FA_ATTENTION_SOFTCAP] != 0 ? "softcap" : "scale");
     return check_per_position(d, o, why, n);
+}
+
+/* Gemma's attributes the kernels do not have yet: refused by name. */
+static int check_norm(const KvDecoder *d, int o, char *why, size_t n) {
+    const PlanOp *op = &d->p->ops[o];
+    if (op->prim == PRIM_RMSNORM && op->fattr[FA_RMSNORM_OFFSET] != 0)
+        return REFUSE(why, n, "op %d: rmsnorm's offset has no GPU decode kernel yet", o);
+    return 0;
+}
+static int check_scale(const KvDecoder *d, int o, char *why, size_t n) {
+    if (d->p->ops[o].prim == PRIM_SOFTCAP) return REFUSE(why, n, "op %d: softcap has no GPU decode kernel yet", o);
+    return 0;
 }
 
 /* ---- rank 0: the device, the layout, the steps ---- */
@@ -317,10 +332,10 @@ typedef struct CudaFamily {
 
 static const CudaFamily cuda_embedding = {check_embedding, run_embedding, false, false},
                         cuda_linear = {check_gemm, run_gemm, false, false}, cuda_matmul = {check_gemm, run_gemm, false, false},
-                        cuda_binary = {check_binary, run_binary, false, false}, cuda_norm = {NULL, run_norm, false, false},
+                        cuda_binary = {check_binary, run_binary, false, false}, cuda_norm = {check_norm, run_norm, false, false},
                         cuda_act = {NULL, run_act, false, false}, cuda_rope = {check_rope, run_rope, false, false},
                         cuda_attention = {check_attention, run_attention, true, false},
-                        cuda_split = {check_split, run_split, false, false}, cuda_scale = {NULL, run_scale, false, false},
+                        cuda_split = {check_split, run_split, false, false}, cuda_scale = {check_scale, run_scale, false, false},
                         cuda_arange = {NULL, run_arange, false, true}, cuda_xent = {NULL, NULL, false, false};
 
 static const CudaFamily *const cuda_families[PRIM_COUNT] = {

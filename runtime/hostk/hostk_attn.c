@@ -39,6 +39,7 @@ static size_t hk_attention_packed_bytes(const HkTensor *q) {
 typedef struct AttnShape {
     int64_t B, T, H, KV, hd, qc, kc; /* qc = H*hd, kc = KV*hd: row lengths */
     int64_t tile;                    /* rows of a query or key tile */
+    float softcap;                   /* > 0: scores s become softcap tanh(s / softcap) before the softmax */
 } AttnShape;
 
 static bool same_shape(const HkTensor *a, const HkTensor *b) {
@@ -77,6 +78,7 @@ static int attn_check(const HkTensor *q, const HkTensor *k, const HkTensor *v, c
     s->H = heads;
     s->KV = kv_heads;
     s->hd = q->dims[2] / heads;
+    s->softcap = 0;
     s->qc = q->dims[2];
     s->kc = kv_heads * s->hd;
     if (s->hd > TILE_FLOATS) return HK_ERR_ATTR; /* a head wider than a tile */
@@ -148,6 +150,17 @@ static Rows rows_f32(const HkVec *V, const HkTensor *x, const AttnShape *s, int6
     return (Rows){buf, s->hd};
 }
 
+/* soft-capping of n raw scores in place: x becomes (cap / scale) tanh(scale x / cap),
+ * so that the softmax's scale x is cap tanh(scale x / cap); th (if not NULL)
+ * keeps the tanh for the backward's chain factor 1 - tanh^2 */
+static void softcap_scores(float *x, int64_t n, float scale, float cap, float *th) {
+    for (int64_t i = 0; i < n; i++) {
+        float t = tanhf(scale * x[i] / cap);
+        if (th) th[i] = t;
+        x[i] = cap / scale * t;
+    }
+}
+
 /* forward of query tile i of (b, h), in the transposed layout: S^T [keys,
  * queries] = K Q^T, so that the online softmax runs down columns, one
  * vector of queries at a time, and K, V are read where they are */
@@ -167,6 +180,7 @@ static void fwd_tile(const HkVec *V, const AttnShape *s, const HkTensor *q, cons
         int64_t bk = T - j0 < ts ? T - j0 : ts;
         Rows Kr = rows_f32(V, k, s, s->kc, b, g, j0, bk, Kb), Vr = rows_f32(V, v, s, s->kc, b, g, j0, bk, Vb);
         V->gemm(bk, bq, hd, Kr.p, Kr.ld, 1, QT, bq, S, bq, false); /* S^T = K Q^T */
+        if (s->softcap > 0) softcap_scores(S, bk * bq, scale, s->softcap, NULL);
         V->softmax_cols(S, bq, bk, bq, scale, m, l, corr, j0 == i0); /* the diagonal tile: key u after query r masked */
         for (int64_t r = 0; r < bq; r++)
             if (corr[r] != 1.0f) V->scale(O + r * hd, corr[r], hd);
@@ -199,14 +213,21 @@ static void fwd_unit(void *ctx, int64_t task) {
 
 int hk_attention_fwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
                      int64_t kv_heads, void *ws) {
+    return hk_attention_fwd_capped(q, k, v, y, heads, kv_heads, 0, 0, ws);
+}
+
+int hk_attention_fwd_capped(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
+                            int64_t kv_heads, double scale_attr, double softcap, void *ws) {
     AttnShape s;
     int rc = attn_check(q, k, v, y, heads, kv_heads, &s);
     if (rc) return rc;
+    if (!(scale_attr >= 0) || !(softcap >= 0)) return HK_ERR_ATTR;
+    s.softcap = (float)softcap;
     if (!ws && hk_attention_workspace_bytes(q, heads)) return HK_ERR_WORKSPACE;
     if (s.T == 0 || s.hd == 0 || s.B == 0) return HK_OK;
     AttnWs a = attn_ws(ws, q, &s);
     const HkVec *V = hk_vec();
-    float scale = (float)(1.0 / sqrt((double)s.hd));
+    float scale = (float)(scale_attr > 0 ? scale_attr : 1.0 / sqrt((double)s.hd));
     int64_t nt = (s.T + s.tile - 1) / s.tile;
     /* T^2 hd multiply-adds per (batch, head) over the causal half, about 20 G/s */
     int th = hk_team((double)(s.B * s.H) * (double)s.T * (double)s.T * (double)s.hd * 0.05);
@@ -222,7 +243,7 @@ static void bwd_group(const HkVec *V, const AttnShape *s, const HkTensor *q, con
     int64_t T = s->T, hd = s->hd, ts = s->tile, grp = s->H / s->KV;
     bool wq = hk_present(dq), wk = hk_present(dk), wv = hk_present(dv);
     float Qb[TILE_FLOATS], dOb[TILE_FLOATS], KT[TILE_FLOATS], Kb[TILE_FLOATS], VT[TILE_FLOATS];
-    float P[TILE_FLOATS], dP[TILE_FLOATS], dK[TILE_FLOATS], dV[TILE_FLOATS];
+    float P[TILE_FLOATS], dP[TILE_FLOATS], dK[TILE_FLOATS], dV[TILE_FLOATS], th[TILE_FLOATS];
     /* D = rowsum(dO o O) for every query row of the group */
     for (int64_t h = g * grp; h < (g + 1) * grp; h++)
         for (int64_t t0 = 0; t0 < T; t0 += ts) {
@@ -250,8 +271,11 @@ static void bwd_group(const HkVec *V, const AttnShape *s, const HkTensor *q, con
                     int64_t t = i0 + r, n = t - j0 + 1 < bk ? t - j0 + 1 : bk;
                     float *pr = P + r * bk, *dr = dP + r * bk;
                     if (n < 0) n = 0;
+                    if (s->softcap > 0) softcap_scores(pr, n, scale, s->softcap, th);
                     V->exp_shift(pr, scale, lse[t], n);
                     V->dsoftmax(pr, dr, Dr[t], scale, n);
+                    if (s->softcap > 0)
+                        for (int64_t u = 0; u < n; u++) dr[u] *= 1.0f - th[u] * th[u];
                     if (n < bk) {
                         memset(pr + n, 0, sizeof(float) * (size_t)(bk - n));
                         memset(dr + n, 0, sizeof(float) * (size_t)(bk - n));
@@ -293,9 +317,17 @@ static void bwd_unit(void *ctx, int64_t task) {
 
 int hk_attention_bwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
                      HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, void *ws) {
+    return hk_attention_bwd_capped(q, k, v, dy, dq, dk, dv, heads, kv_heads, 0, 0, ws);
+}
+
+int hk_attention_bwd_capped(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
+                            HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, double scale_attr, double softcap,
+                            void *ws) {
     AttnShape s;
     int rc = attn_check(q, k, v, dy, heads, kv_heads, &s);
     if (rc) return rc;
+    if (!(scale_attr >= 0) || !(softcap >= 0)) return HK_ERR_ATTR;
+    s.softcap = (float)softcap;
     if ((rc = check_grad(dq, q)) || (rc = check_grad(dk, k)) || (rc = check_grad(dv, v))) return rc;
     if (!ws && hk_attention_workspace_bytes(q, heads)) return HK_ERR_WORKSPACE;
     if (s.T == 0 || s.hd == 0 || s.B == 0) return HK_OK;
@@ -303,7 +335,7 @@ int hk_attention_bwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, co
     AttnWs a = attn_ws(ws, q, &s);
     if (a.dQ && hk_present(dq)) memset(a.dQ, 0, sizeof(float) * (size_t)(s.B * s.H * s.T * s.hd));
     const HkVec *V = hk_vec();
-    float scale = (float)(1.0 / sqrt((double)s.hd));
+    float scale = (float)(scale_attr > 0 ? scale_attr : 1.0 / sqrt((double)s.hd));
     /* 2.5 T^2 hd multiply-adds per (batch, head), about 20 G/s */
     int th = hk_team((double)(s.B * s.H) * (double)s.T * (double)s.T * (double)s.hd * 0.125);
     AttnJob j = {V, &s, q, k, v, dy, NULL, dq, dk, dv, &a, scale, 0};
@@ -314,17 +346,22 @@ int hk_attention_bwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, co
 /* ---- family (runtime/plan/prim.def) ---- */
 
 static size_t fam_attention_ws(const HkCall *c) { return hk_attention_workspace_bytes(c->a, hk_attr_i(c->iattr, IA_ATTENTION_HEADS)); }
+static double attn_f(const HkCall *c, int slot) { return c->fattr ? c->fattr[slot] : 0; }
 static int fam_attention_fwd(const HkCall *c) {
+    if (c->seg && (attn_f(c, FA_ATTENTION_SCALE) != 0 || attn_f(c, FA_ATTENTION_SOFTCAP) != 0)) return HK_ERR_ATTR;
     if (c->seg)
         return hk_attention_fwd_packed(c->a, c->b, c->c, &c->out[0], hk_attr_i(c->iattr, IA_ATTENTION_HEADS), hk_attr_kv(c->iattr), c->seg,
                                        c->ws);
-    return hk_attention_fwd(c->a, c->b, c->c, &c->out[0], hk_attr_i(c->iattr, IA_ATTENTION_HEADS), hk_attr_kv(c->iattr), c->ws);
+    return hk_attention_fwd_capped(c->a, c->b, c->c, &c->out[0], hk_attr_i(c->iattr, IA_ATTENTION_HEADS), hk_attr_kv(c->iattr),
+                                   attn_f(c, FA_ATTENTION_SCALE), attn_f(c, FA_ATTENTION_SOFTCAP), c->ws);
 }
 static int fam_attention_bwd(const HkCall *c) {
+    if (c->seg && (attn_f(c, FA_ATTENTION_SCALE) != 0 || attn_f(c, FA_ATTENTION_SOFTCAP) != 0)) return HK_ERR_ATTR;
     if (c->seg)
         return hk_attention_bwd_packed(c->a, c->b, c->c, c->dy, c->da, c->db, c->dc, hk_attr_i(c->iattr, IA_ATTENTION_HEADS),
                                        hk_attr_kv(c->iattr), c->seg, c->ws);
-    return hk_attention_bwd(c->a, c->b, c->c, c->dy, c->da, c->db, c->dc, hk_attr_i(c->iattr, IA_ATTENTION_HEADS), hk_attr_kv(c->iattr), c->ws);
+    return hk_attention_bwd_capped(c->a, c->b, c->c, c->dy, c->da, c->db, c->dc, hk_attr_i(c->iattr, IA_ATTENTION_HEADS),
+                                   hk_attr_kv(c->iattr), attn_f(c, FA_ATTENTION_SCALE), attn_f(c, FA_ATTENTION_SOFTCAP), c->ws);
 }
 const HkFamily hk_family_attention = {fam_attention_fwd, fam_attention_bwd, fam_attention_ws};
 
