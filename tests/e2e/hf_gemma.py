@@ -4,7 +4,8 @@
                                         Gemma model), ROOT/CASE.bin (a token file of random ids below
                                         its vocabulary) and ROOT/CASE.seq (its sequence); then
                                         "CASE LOSS" on stdout, transformers' mean cross-entropy on the
-                                        first micro-batch zinfrun reads (B = 1, tokens[0:T+1])
+                                        first micro-batch zinfrun reads (B = 1, tokens[0:T+1]) and
+                                        the norm of its gradient over every parameter
     python hf_gemma.py export CASE DIR TOKENS T   loads DIR (zinfrun --export-hf) with from_pretrained:
                                         "keys CASE missing=N unexpected=M" and "loss CASE LOSS"
 
@@ -60,15 +61,24 @@ def tokens(v, n, path):
         f.write(struct.pack("<%dH" % n, *ids))
 
 
-def loss(m, path, t):
+def loss(m, path, t, grad=False):
+    """The loss on the first T + 1 tokens of PATH (and with grad, the gradient's norm)."""
     raw = open(path, "rb").read()
     n = struct.unpack("<256i", raw[:1024])[2]
     ids = torch.tensor(struct.unpack("<%dH" % n, raw[1024:1024 + 2 * n]), dtype=torch.long)
     x, y = ids[:t].view(1, t), ids[1:t + 1].view(1, t)
     m.eval()
-    with torch.no_grad():
-        lg = m(input_ids=x).logits.double()
-    return torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1)).item()
+    if not grad:
+        with torch.no_grad():
+            lg = m(input_ids=x).logits.double()
+        return torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1)).item()
+    # nn.Embedding's padding_idx keeps the pad token's row out of the gradient, a
+    # convention of the module rather than the model's derivative: zinf differentiates it
+    m.model.embed_tokens.padding_idx = None
+    lg = m(input_ids=x).logits
+    l = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1))
+    l.backward()
+    return torch.sqrt(sum((p.grad.double() ** 2).sum() for p in m.parameters())).item()
 
 
 def load(d):
@@ -86,12 +96,12 @@ def main():
             tokens(kw["vocab_size"], 4 * t + 1, d + ".bin")
             open(d + ".seq", "w").write("%d\n" % t)
             m, _ = load(d)
-            print("%s %.10f" % (case, loss(m, d + ".bin", t)))
+            print("%s %.10f %.10f" % (case, loss(m, d + ".bin", t), loss(m, d + ".bin", t, grad=True)))
     elif cmd == "export":
         case, d, path, t = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
         m, info = load(d)
         print("keys %s missing=%d unexpected=%d %s" % (case, len(info["missing_keys"]), len(info["unexpected_keys"]),
-                                                       json.dumps(info["missing_keys"] + info["unexpected_keys"])))
+                                                       json.dumps(sorted(info["missing_keys"]) + sorted(info["unexpected_keys"]))))
         print("loss %s %.10f" % (case, loss(m, path, t)))
     else:
         sys.exit("hf_gemma.py: unknown command " + cmd)
