@@ -8,6 +8,8 @@
                                         the norm of its gradient over every parameter
     python hf_gemma.py export CASE DIR TOKENS T   loads DIR (zinfrun --export-hf) with from_pretrained:
                                         "keys CASE missing=N unexpected=M" and "loss CASE LOSS"
+    python hf_gemma.py generate DIR IDS N   transformers' greedy generate: the N tokens after the
+                                        comma-separated prompt IDS, space-separated
 
 Attention is transformers' eager implementation: the only one that soft-caps
 attention logits. The weights are drawn wider than the models' own
@@ -103,6 +105,14 @@ def main():
         print("keys %s missing=%d unexpected=%d %s" % (case, len(info["missing_keys"]), len(info["unexpected_keys"]),
                                                        json.dumps(sorted(info["missing_keys"]) + sorted(info["unexpected_keys"]))))
         print("loss %s %.10f" % (case, loss(m, path, t)))
+    elif cmd == "generate":
+        m, _ = load(sys.argv[2])
+        ids = [int(i) for i in sys.argv[3].split(",")]
+        with torch.no_grad():
+            out = m.eval().generate(torch.tensor([ids]), max_new_tokens=int(sys.argv[4]), do_sample=False,
+                                    eos_token_id=None, pad_token_id=0,
+                                    attention_mask=torch.ones(1, len(ids), dtype=torch.long))
+        print(" ".join(map(str, out[0, len(ids):].tolist())))
     else:
         sys.exit("hf_gemma.py: unknown command " + cmd)
 

@@ -10,6 +10,7 @@
 #     gradient's norm match transformers' within 1e-5 relative (f32);
 #   - zinfrun --export-hf writes weights from_pretrained loads with no
 #     missing or unexpected key, on which transformers computes that loss;
+#   - zinfgen greedy (KV cache and window decodes) equals generate;
 # then the keys zinf cannot compute for Gemma are errors naming them.
 #   tests/e2e/hf_gemma.sh BUILD
 set -u
@@ -67,6 +68,14 @@ for c in $(cut -d' ' -f1 "$T/hf-losses"); do
   el=$(awk '$1 == "loss" { print $3 }' "$d.export.out")
   if close "$el" "$got"; then echo "ok $c: export loads, transformers' loss on it $el"
   else bad "$c: transformers' loss on the export $el, zinf's $got"; fi
+  # greedy decoding, with the KV cache and by windows: transformers' generate token for token
+  want=$("$ZINF_PY" tests/e2e/hf_gemma.py generate "$d" 5,17,30,42 10 2> "$d.gen.err") || { cat "$d.gen.err"; bad "$c: generate"; continue; }
+  for mode in kv window; do
+    gen=$("$Z/zinfgen" "$d.plan" --init "$d" --temperature 0 --decode $mode --prompt-ids 5,17,30,42 --max-new 10 --quiet 2> "$d.zgen.err") ||
+      { cat "$d.zgen.err"; bad "$c: zinfgen --decode $mode"; continue; }
+    if [ "$gen" = "$want" ]; then echo "ok $c: zinfgen greedy ($mode) $gen"
+    else bad "$c: zinfgen greedy ($mode) '$gen', transformers '$want'"; fi
+  done
 done
 "$ZINF_PY" tests/e2e/hf_from.py batch "$T/batch" > "$T/batch.out" 2> "$T/batch.log" ||
   { cat "$T/batch.out" "$T/batch.log"; bad "hf_from.py batch exited $?"; }
