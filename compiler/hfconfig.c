@@ -44,6 +44,7 @@ static const ArchInfo archs[] = {
     {"Olmo2ForCausalLM", "olmo2", FAM_LLAMA, false, true, false, AB_QKVO, false, LAY_OLMO2, 0},
     {"Phi3ForCausalLM", "phi3", FAM_LLAMA, false, false, false, AB_REFUSED, false, LAY_PHI3, 0},
     {"Gemma2ForCausalLM", "gemma2", FAM_GEMMA, false, false, false, AB_QKVO, false, LAY_LLAMA, 256},
+    {"Gemma3ForCausalLM", "gemma3_text", FAM_GEMMA, false, true, false, AB_QKVO, false, LAY_LLAMA, 256},
 };
 enum { NARCHS = sizeof archs / sizeof archs[0] };
 
@@ -69,6 +70,10 @@ typedef struct Cfg {
     const char *dtype;
     /* Gemma: query_pre_attn_scalar, the attention and final-logit soft-caps (0: none) */
     double qpas, attn_cap, final_cap;
+    /* Gemma 3: the sliding layers' rope base, and the period P of the layers
+     * (layer i is global when (i + 1) % P == 0; P > L: none is) */
+    double local_theta;
+    int64_t period;
     /* --lora: rank, alpha, the target names of SPEC (none: the family's
      * default), and once the family is known the adapted linears (bits in
      * the family's LoraTarget table); lora false: no --lora */
@@ -235,7 +240,7 @@ static void read_arch(Cfg *c) {
     if (!c->arch) {
         errf(c, av, "architecture \"%s\" is not supported", name);
         diag_hint(c->d, "supported: GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                        "Qwen3ForCausalLM, Olmo2ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM");
+                        "Qwen3ForCausalLM, Olmo2ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM");
         return;
     }
     if (mt && mt->type == JSON_STRING && strcmp(mt->string, c->arch->model_type))
@@ -463,6 +468,59 @@ static void get_cap(Cfg *c, const char *key, double *out) {
     else *out = v->number;
 }
 
+/* Gemma 3's two rope bases and which layers are global. rope_parameters
+ * (transformers 5) holds one object per layer type; older configs have
+ * rope_theta, rope_scaling (the global layers') and rope_local_base_freq.
+ * The layers: layer_types, else sliding_window_pattern (6 when absent). */
+static void read_gemma3_layers(Cfg *c) {
+    const JsonValue *rp = get(c, "rope_parameters");
+    c->theta = 1000000.0, c->local_theta = 10000.0; /* Gemma3TextConfig's defaults */
+    if (rp && rp->type == JSON_OBJECT && (sub(rp, "full_attention") || sub(rp, "sliding_attention"))) {
+        const JsonValue *full = sub(rp, "full_attention"), *slide = sub(rp, "sliding_attention");
+        for (size_t i = 0; i < rp->count; i++)
+            if (strcmp(rp->items[i].key, "full_attention") && strcmp(rp->items[i].key, "sliding_attention"))
+                errf(c, &rp->items[i], "rope_parameters.%s is not a layer type of %s (full_attention, sliding_attention)",
+                     rp->items[i].key, c->arch->arch);
+        if (slide) {
+            c->theta = c->local_theta;
+            read_rope_obj(c, slide, "rope_parameters.sliding_attention");
+            if (c->scaling) errf(c, slide, "rope_parameters.sliding_attention: only the default rope is supported for the sliding layers");
+            c->local_theta = c->theta;
+            c->theta = 1000000.0;
+        }
+        if (full) read_rope_obj(c, full, "rope_parameters.full_attention");
+    } else {
+        get_num(c, "rope_theta", &c->theta);
+        const JsonValue *rs = get(c, "rope_scaling");
+        if (rs) read_rope_obj(c, rs, "rope_scaling");
+        if (rp) read_rope_obj(c, rp, "rope_parameters");
+    }
+    get_num(c, "rope_local_base_freq", &c->local_theta);
+    c->period = 6;
+    const JsonValue *pv = get(c, "sliding_window_pattern"), *pv_ = get(c, "_sliding_window_pattern");
+    if (!pv) pv = pv_;
+    if (pv && (!is_int(pv) || pv->integer < 1)) errf(c, pv, "sliding_window_pattern must be a positive integer, got %s", vtext(c, pv));
+    else if (pv) c->period = pv->integer;
+    const JsonValue *lt = get(c, "layer_types");
+    if (!lt || lt->type != JSON_ARRAY || c->L < 1 || lt->count != (size_t)c->L) return; /* read_window says what is wrong */
+    /* the period: the first global layer's number + 1 (none: every layer slides) */
+    c->period = c->L + 1;
+    for (size_t i = 0; i < lt->count; i++)
+        if (lt->items[i].type == JSON_STRING && !strcmp(lt->items[i].string, "full_attention")) {
+            c->period = (int64_t)i + 1;
+            break;
+        }
+    for (size_t i = 0; i < lt->count; i++) {
+        bool full = lt->items[i].type == JSON_STRING && !strcmp(lt->items[i].string, "full_attention");
+        if (full != ((int64_t)(i + 1) % c->period == 0)) {
+            errf(c, &lt->items[i], "layer_types: layer %zu is %s: zinf has Gemma 3's pattern, layer i global when "
+                 "(i + 1) %% P == 0 (here P = %" PRId64 ", from the first global layer), and no other", i, vtext(c, &lt->items[i]),
+                 c->period);
+            return;
+        }
+    }
+}
+
 static void read_gemma(Cfg *c) {
     get_int(c, "vocab_size", true, 1, &c->V);
     get_int(c, "hidden_size", true, 1, &c->D);
@@ -493,11 +551,19 @@ static void read_gemma(Cfg *c) {
     refuse_true(c, "use_bidirectional_attention", "bidirectional attention");
     c->qpas = 256;
     get_num(c, "query_pre_attn_scalar", &c->qpas);
-    c->attn_cap = 50.0, c->final_cap = 30.0; /* Gemma2Config's defaults */
+    bool gemma3 = c->arch->qk_norm;
+    c->attn_cap = gemma3 ? 0 : 50.0, c->final_cap = gemma3 ? 0 : 30.0; /* the config classes' defaults */
     get_cap(c, "attn_logit_softcapping", &c->attn_cap);
     get_cap(c, "final_logit_softcapping", &c->final_cap);
+    if (gemma3 && c->attn_cap > 0) {
+        /* Gemma3Attention keeps the value but never passes it to the attention */
+        warnf(c, get(c, "attn_logit_softcapping"), "attn_logit_softcapping = %s: transformers' Gemma 3 does not soft-cap "
+              "attention logits, nor does zinf", vtext(c, get(c, "attn_logit_softcapping")));
+        c->attn_cap = 0;
+    }
     get(c, "cache_implementation"); /* generation's cache layout: not the model */
-    read_rope(c);
+    if (gemma3) read_gemma3_layers(c);
+    else read_rope(c);
     if (c->scaling == 2) errf(c, get(c, "rope_scaling"), "rope scaling llama3 is not supported for %s (default and linear are)", c->arch->arch);
 }
 
@@ -802,12 +868,30 @@ static void put_gemma(Cfg *c, Out *o, const char *name) {
     put(o, "  # the embeddings times sqrt(D), rounded to the training dtype as transformers does\n");
     put(o, "  x = scale(embedding(tok, tokens), %s)\n", flt(c, embed_normalizer(c)));
     put(o, "  # scores scaled by 1/sqrt(query_pre_attn_scalar = %s)\n", flt(c, c->qpas));
-    put(o, "  repeat L {\n    x = gemma_block(x, H, KV, F, HD, %s", flt(c, 1.0 / sqrt(c->qpas)));
-    if (c->attn_cap > 0) put(o, ", softcap = %s", flt(c, c->attn_cap));
-    put(o, ", eps = %s, theta = %s", flt(c, c->eps), flt(c, c->theta));
-    if (c->attn_bias) put(o, ", bias = true");
-    if (c->scaling == 1) put(o, ",\n                      rope_scaling = \"linear\", rope_factor = %s", flt(c, c->factor));
-    put(o, ")\n  }\n");
+    if (c->arch->qk_norm) {
+        /* Gemma 3: layer i is global when (i + 1) % P == 0 (G = 1), with rope_theta and
+         * its scaling; the sliding layers (G = 0) rotate by the local base, unscaled
+         * (linear by 1) */
+        put(o, "  # layer i is global (G = 1) when (i + 1) %% %" PRId64 " == 0: rope base %s%s; the others %s\n", c->period,
+            flt(c, c->theta), c->scaling == 1 ? arena_printf(c->a, ", linear scaling by %s", flt(c, c->factor)) : "",
+            flt(c, c->local_theta));
+        put(o, "  repeat L as i {\n    G = (i + 1) / %" PRId64 " - i / %" PRId64 "\n", c->period, c->period);
+        put(o, "    x = gemma_block(x, H, KV, F, HD, %s", flt(c, 1.0 / sqrt(c->qpas)));
+        if (c->attn_cap > 0) put(o, ", softcap = %s", flt(c, c->attn_cap));
+        put(o, ", eps = %s, qk_norm = true,\n                    theta = %s * G + %s * (1 - G)", flt(c, c->eps),
+            flt(c, c->theta), flt(c, c->local_theta));
+        if (c->attn_bias) put(o, ", bias = true");
+        if (c->scaling == 1)
+            put(o, ",\n                    rope_scaling = \"linear\", rope_factor = %s * G + 1.0 * (1 - G)", flt(c, c->factor));
+        put(o, ")\n  }\n");
+    } else {
+        put(o, "  repeat L {\n    x = gemma_block(x, H, KV, F, HD, %s", flt(c, 1.0 / sqrt(c->qpas)));
+        if (c->attn_cap > 0) put(o, ", softcap = %s", flt(c, c->attn_cap));
+        put(o, ", eps = %s, theta = %s", flt(c, c->eps), flt(c, c->theta));
+        if (c->attn_bias) put(o, ", bias = true");
+        if (c->scaling == 1) put(o, ",\n                      rope_scaling = \"linear\", rope_factor = %s", flt(c, c->factor));
+        put(o, ")\n  }\n");
+    }
     put(o, "  x = gemma_rms(x, %s)\n", flt(c, c->eps));
     const char *logits = c->tied ? "matmul(x, tok, transpose_b)" : "linear(x, head)";
     if (c->tied) put(o, "  # tied embeddings: the output head is tok transposed\n");

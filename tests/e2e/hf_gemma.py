@@ -39,6 +39,24 @@ CASES = {
                                                 attn_logit_softcapping=None, final_logit_softcapping=None,
                                                 attention_bias=True, tie_word_embeddings=False,
                                                 pad_token_id=0, eos_token_id=1, bos_token_id=2), 16),
+    # Gemma 3: q/k norms per head; every second layer global (rope_theta, linearly scaled), the others
+    # sliding (rope_local_base_freq); grouped kv heads
+    "gemma3": (T.Gemma3TextConfig, dict(vocab_size=71, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                                        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                        max_position_embeddings=64, sliding_window=24, sliding_window_pattern=2,
+                                        query_pre_attn_scalar=24, rope_theta=20000.0, rope_local_base_freq=100.0,
+                                        rope_scaling={"rope_type": "linear", "factor": 4.0},
+                                        pad_token_id=0, eos_token_id=1, bos_token_id=2), 24),
+    # Gemma 3 untied, with attention biases and the final-logit soft-cap, the layer types listed, no
+    # scaling; attn_logit_softcapping, which transformers' Gemma 3 attention does not apply
+    "gemma3-untied-caps": (T.Gemma3TextConfig, dict(vocab_size=53, hidden_size=24, intermediate_size=40,
+                                                    num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                                                    head_dim=12, max_position_embeddings=48, sliding_window=20,
+                                                    layer_types=["sliding_attention", "full_attention"],
+                                                    query_pre_attn_scalar=12, attn_logit_softcapping=3.0,
+                                                    final_logit_softcapping=4.0, attention_bias=True,
+                                                    tie_word_embeddings=False,
+                                                    pad_token_id=0, eos_token_id=1, bos_token_id=2), 16),
 }
 
 

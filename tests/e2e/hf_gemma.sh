@@ -1,9 +1,13 @@
 #!/bin/sh
-# zinfc --from-hf for Gemma 2 against transformers (eager attention, the one
-# that soft-caps; never downloads anything): small random models made here
-# with save_pretrained (tests/e2e/hf_gemma.py): grouped kv heads, both
-# soft-caps, a query_pre_attn_scalar other than head_dim, tied embeddings;
-# and untied with attention biases and no soft-capping. For each:
+# zinfc --from-hf for Gemma 2 and Gemma 3 against transformers (eager
+# attention, the one that soft-caps; never downloads anything): small random
+# models made here with save_pretrained (tests/e2e/hf_gemma.py): Gemma 2 with
+# grouped kv heads, both soft-caps, a query_pre_attn_scalar other than
+# head_dim, tied embeddings, and untied with attention biases and no
+# soft-capping; Gemma 3 with q/k norms, global and sliding layers on their
+# own rope bases (the global ones linearly scaled), and untied with biases,
+# the final soft-cap and an attn_logit_softcapping it warns it ignores, as
+# transformers does. For each:
 #   - zinfc --from-hf DIR --emit=zl prints a model that checks as a file;
 #   - the plan's mapping covers the checkpoint exactly (tests/e2e/hf_check.py);
 #   - zinfrun --init imports the weights and runs one step: its loss and its
@@ -42,6 +46,10 @@ for c in $(cut -d' ' -f1 "$T/hf-losses"); do
     cat "$d.emit.err"; bad "$c: --emit=zl"; continue
   fi
   "$Z/zinfc" "$d.zl" > "$d.check" 2>&1 || { cat "$d.check"; bad "$c: the emitted file does not check"; }
+  case $c in gemma3-untied-caps)
+    grep -qF "attn_logit_softcapping = 3.0: transformers' Gemma 3 does not soft-cap attention logits, nor does zinf" "$d.emit.err" ||
+      { cat "$d.emit.err"; bad "$c: no warning for attn_logit_softcapping"; } ;;
+  esac
   "$Z/zinfc" --from-hf "$d" --seq "$seq" --target "$T/one.zl" -o "$d.plan" > "$d.plan.log" 2>&1 ||
     { cat "$d.plan.log"; bad "$c: -o plan"; continue; }
   "$Z/zinfdump" "$d.plan" --hf > "$d.hf" || bad "$c: zinfdump --hf"
@@ -103,6 +111,11 @@ printf '{%s, "hidden_activation": "gelu"}\n' "$G" | expect activation 16 'hidden
 printf '{%s, "attn_logit_softcapping": -1}\n' "$G" | expect softcap 16 'attn_logit_softcapping must be a positive number or null, got -1'
 printf '{%s, "use_bidirectional_attention": true}\n' "$G" |
   expect bidirectional 16 'use_bidirectional_attention = true is not supported: Gemma2ForCausalLM has no bidirectional attention'
+G3=$(echo "$G" | sed 's/Gemma2ForCausalLM/Gemma3ForCausalLM/; s/"gemma2"/"gemma3_text"/')
+printf '{%s, "layer_types": ["full_attention", "sliding_attention"]}\n' "$G3" |
+  expect gemma3-pattern 16 'layer_types: layer 1 is "sliding_attention": zinf has Gemma 3'"'"'s pattern'
+printf '{%s, "rope_parameters": {"sliding_attention": {"rope_type": "linear", "factor": 2.0}}}\n' "$G3" |
+  expect gemma3-local-scaling 16 'only the default rope is supported for the sliding layers'
 e=$T/err-window; printf '{%s}\n' "$G" > "$e/config.json"
 if "$Z/zinfc" --from-hf "$e" --lora r=4 --emit=zl 2> "$e/lora.err" >/dev/null; then bad "--lora on Gemma: accepted"
 elif grep -qF -- "--lora: Gemma2ForCausalLM has no LoRA adapters" "$e/lora.err"; then echo "ok error lora"
