@@ -11,6 +11,7 @@
 
 enum { HFC_MAX_CONFIG = 16 << 20, HFC_MAX_LORA_NAMES = 16 };
 
+/* FAM_GEMMA: Gemma 2 and 3, stdlib/gemma.zl (read_gemma, put_gemma) */
 typedef enum Family { FAM_GPT2, FAM_LLAMA, FAM_GEMMA } Family;
 
 /* The LLaMA family's block layouts: LLaMA's pre-norm llama_block; OLMo 2's
