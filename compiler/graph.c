@@ -125,7 +125,9 @@ static const char *tname(const Graph *g, int id, char *buf, size_t n) {
 }
 
 /* Every attribute of the op's primitive, from its row (compiler/prim.c):
- * name=value, a flag by its name when set, a word attribute by its word. */
+ * name=value, a flag by its name when set, a word attribute by its word; an
+ * optional number left at a default of 0 ("none": rmsnorm's offset,
+ * attention's scale and softcap) is not printed. */
 static void dump_attrs(const GOp *o, FILE *out) {
     const PrimInfo *p = prim_info(o->prim);
     for (int i = 0; p && i < p->nattr; i++) {
@@ -135,7 +137,9 @@ static void dump_attrs(const GOp *o, FILE *out) {
         case PA_FLAG:
             if (v) fprintf(out, " %s", a->name);
             break;
-        case PA_FLOAT: fprintf(out, " %s=%g", a->name, o->fattr[a->slot]); break;
+        case PA_FLOAT:
+            if (a->required || a->def != 0 || o->fattr[a->slot] != 0) fprintf(out, " %s=%g", a->name, o->fattr[a->slot]);
+            break;
         case PA_WORD: {
             int nw = 0;
             while (a->words[nw]) nw++;
