@@ -6,10 +6,11 @@
                                         "CASE LOSS" on stdout, transformers' mean cross-entropy on the
                                         first micro-batch zinfrun reads (B = 1, tokens[0:T+1]) and
                                         the norm of its gradient over every parameter
-    python hf_gemma.py export CASE DIR TOKENS T   loads DIR (zinfrun --export-hf) with from_pretrained:
-                                        "keys CASE missing=N unexpected=M" and "loss CASE LOSS"
-    python hf_gemma.py generate DIR IDS N   transformers' greedy generate: the N tokens after the
-                                        comma-separated prompt IDS, space-separated
+    python hf_gemma.py export CASE DIR TOKENS T IDS N   loads DIR (zinfrun --export-hf) with
+                                        from_pretrained: "keys CASE missing=K unexpected=M", "loss CASE
+                                        LOSS", and "gen CASE TOKENS...", greedy generate's N tokens
+                                        after the comma-separated prompt IDS (one Python for the three:
+                                        importing torch and transformers takes seconds)
 
 Attention is transformers' eager implementation: the only one that soft-caps
 attention logits. The weights are drawn wider than the models' own
@@ -123,14 +124,12 @@ def main():
         print("keys %s missing=%d unexpected=%d %s" % (case, len(info["missing_keys"]), len(info["unexpected_keys"]),
                                                        json.dumps(sorted(info["missing_keys"]) + sorted(info["unexpected_keys"]))))
         print("loss %s %.10f" % (case, loss(m, path, t)))
-    elif cmd == "generate":
-        m, _ = load(sys.argv[2])
-        ids = [int(i) for i in sys.argv[3].split(",")]
+        ids = [int(i) for i in sys.argv[6].split(",")]
         with torch.no_grad():
-            out = m.eval().generate(torch.tensor([ids]), max_new_tokens=int(sys.argv[4]), do_sample=False,
+            out = m.eval().generate(torch.tensor([ids]), max_new_tokens=int(sys.argv[7]), do_sample=False,
                                     eos_token_id=None, pad_token_id=0,
                                     attention_mask=torch.ones(1, len(ids), dtype=torch.long))
-        print(" ".join(map(str, out[0, len(ids):].tolist())))
+        print("gen %s %s" % (case, " ".join(map(str, out[0, len(ids):].tolist()))))
     else:
         sys.exit("hf_gemma.py: unknown command " + cmd)
 

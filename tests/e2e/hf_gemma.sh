@@ -70,14 +70,15 @@ for c in $(cut -d' ' -f1 "$T/hf-losses"); do
   if ! "$Z/zinfrun" "$d.plan" --backend host --init "$d" --data "$d.bin" --steps 0 --export-hf "$d.export" > "$d.export.log" 2>&1; then
     cat "$d.export.log"; bad "$c: --export-hf"; continue
   fi
-  "$ZINF_PY" tests/e2e/hf_gemma.py export "$c" "$d.export" "$d.bin" "$seq" > "$d.export.out" 2> "$d.export.err" ||
+  # the export has the imported weights: transformers' greedy tokens from it are the original's
+  "$ZINF_PY" tests/e2e/hf_gemma.py export "$c" "$d.export" "$d.bin" "$seq" 5,17,30,42 10 > "$d.export.out" 2> "$d.export.err" ||
     { cat "$d.export.err"; bad "$c: from_pretrained of the export"; continue; }
   grep -q "^keys $c missing=0 unexpected=0 " "$d.export.out" || { cat "$d.export.out"; bad "$c: export keys"; }
   el=$(awk '$1 == "loss" { print $3 }' "$d.export.out")
   if close "$el" "$got"; then echo "ok $c: export loads, transformers' loss on it $el"
   else bad "$c: transformers' loss on the export $el, zinf's $got"; fi
   # greedy decoding, with the KV cache and by windows: transformers' generate token for token
-  want=$("$ZINF_PY" tests/e2e/hf_gemma.py generate "$d" 5,17,30,42 10 2> "$d.gen.err") || { cat "$d.gen.err"; bad "$c: generate"; continue; }
+  want=$(awk '$1 == "gen" { $1 = ""; $2 = ""; sub(/^ +/, ""); print }' "$d.export.out")
   for mode in kv window; do
     gen=$("$Z/zinfgen" "$d.plan" --init "$d" --temperature 0 --decode $mode --prompt-ids 5,17,30,42 --max-new 10 --quiet 2> "$d.zgen.err") ||
       { cat "$d.zgen.err"; bad "$c: zinfgen --decode $mode"; continue; }
