@@ -156,6 +156,11 @@ static void attn_bwd(GenCtx *c, const Attn *t) {
 
 void cg_gen_attention(GenCtx *c, bool bwd) {
     Attn t;
+    if (c->o->fattr[FA_ATTENTION_SCALE] != 0 || c->o->fattr[FA_ATTENTION_SOFTCAP] != 0) {
+        cg_fail(c, "attention: the CUDA backend has no kernel for the %s attribute yet (the host backend has)",
+                c->o->fattr[FA_ATTENTION_SOFTCAP] != 0 ? "softcap" : "scale");
+        return;
+    }
     if (!attn_shape(c, &t)) return;
     if (bwd) {
         attn_bwd(c, &t);

@@ -202,6 +202,10 @@ void cg_gen_act(GenCtx *c, bool bwd) {
 /* scale on the existing kernels: y = 0 then y += by * x; dx += by * dy. */
 void cg_gen_scale(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
+    if (o->prim == PRIM_SOFTCAP) {
+        cg_fail(c, "softcap: the CUDA backend has no soft-capping kernel yet (the host backend has)");
+        return;
+    }
     int x = o->in[0];
     DType dt = T_(c, x)->dtype;
     int64_t n = T_(c, x)->numel;

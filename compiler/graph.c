@@ -127,7 +127,8 @@ static const char *tname(const Graph *g, int id, char *buf, size_t n) {
 /* Every attribute of the op's primitive, from its row (compiler/prim.c):
  * name=value, a flag by its name when set, a word attribute by its word;
  * an optional number whose default 0 means "not used" (attention's window,
- * rope's beta_fast) only when it is not 0. */
+ * scale and softcap, rope's beta_fast, rmsnorm's offset) only when it is
+ * not 0. */
 static void dump_attrs(const GOp *o, FILE *out) {
     const PrimInfo *p = prim_info(o->prim);
     for (int i = 0; p && i < p->nattr; i++) {
@@ -140,7 +141,9 @@ static void dump_attrs(const GOp *o, FILE *out) {
         case PA_FLAG:
             if (v) fprintf(out, " %s", a->name);
             break;
-        case PA_FLOAT: fprintf(out, " %s=%g", a->name, o->fattr[a->slot]); break;
+        case PA_FLOAT:
+            if (a->required || a->def != 0 || o->fattr[a->slot] != 0) fprintf(out, " %s=%g", a->name, o->fattr[a->slot]);
+            break;
         case PA_WORD: {
             int nw = 0;
             while (a->words[nw]) nw++;

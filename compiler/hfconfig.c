@@ -11,7 +11,8 @@
 
 enum { HFC_MAX_CONFIG = 16 << 20, HFC_MAX_LORA_NAMES = 16 };
 
-typedef enum Family { FAM_GPT2, FAM_LLAMA } Family;
+/* FAM_GEMMA: Gemma 2 and 3, stdlib/gemma.zl (read_gemma, put_gemma) */
+typedef enum Family { FAM_GPT2, FAM_LLAMA, FAM_GEMMA } Family;
 
 /* The LLaMA family's block layouts: LLaMA's pre-norm llama_block; OLMo 2's
  * post-norm olmo2_block (stdlib/olmo2.zl); Phi-3's llama_block with q, k, v
@@ -43,6 +44,8 @@ static const ArchInfo archs[] = {
     {"Qwen3ForCausalLM", "qwen3", FAM_LLAMA, false, true, true, AB_QKVO, false, LAY_LLAMA, 128},
     {"Olmo2ForCausalLM", "olmo2", FAM_LLAMA, false, true, false, AB_QKVO, false, LAY_OLMO2, 0},
     {"Phi3ForCausalLM", "phi3", FAM_LLAMA, false, false, false, AB_REFUSED, false, LAY_PHI3, 0},
+    {"Gemma2ForCausalLM", "gemma2", FAM_GEMMA, false, false, false, AB_QKVO, false, LAY_LLAMA, 256},
+    {"Gemma3ForCausalLM", "gemma3_text", FAM_GEMMA, false, true, false, AB_QKVO, false, LAY_LLAMA, 256},
 };
 enum { NARCHS = sizeof archs / sizeof archs[0] };
 
@@ -66,6 +69,12 @@ typedef struct Cfg {
     int64_t orig;
     bool attn_bias, mlp_bias; /* attention_bias, mlp_bias read true (AB_QKVO, ArchInfo.mlp_bias) */
     const char *dtype;
+    /* Gemma: query_pre_attn_scalar, the attention and final-logit soft-caps (0: none) */
+    double qpas, attn_cap, final_cap;
+    /* Gemma 3: the sliding layers' rope base, and the period P of the layers
+     * (layer i is global when (i + 1) % P == 0; P > L: none is) */
+    double local_theta;
+    int64_t period;
     /* --lora: rank, alpha, the target names of SPEC (none: the family's
      * default), and once the family is known the adapted linears (bits in
      * the family's LoraTarget table); lora false: no --lora */
@@ -239,7 +248,7 @@ static void read_arch(Cfg *c) {
     if (!c->arch) {
         errf(c, av, "architecture \"%s\" is not supported", name);
         diag_hint(c->d, "supported: GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                        "Qwen3ForCausalLM, Olmo2ForCausalLM, Phi3ForCausalLM");
+                        "Qwen3ForCausalLM, Olmo2ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM");
         return;
     }
     if (mt && mt->type == JSON_STRING && strcmp(mt->string, c->arch->model_type))
@@ -506,6 +515,123 @@ static void read_llama(Cfg *c) {
     if (c->arch->layout == LAY_PHI3) get(c, "original_max_position_embeddings");
     get(c, "pretraining_tp"); /* tensor-parallel slicing of the same products: numerics only */
     read_rope(c);
+}
+
+/* ---- Gemma 2 ---- */
+
+/* A soft-cap: a positive number, or null (none); absent: *out kept (the
+ * config class's default). */
+static void get_cap(Cfg *c, const char *key, double *out) {
+    const JsonValue *r = c->root, *v = NULL;
+    for (size_t i = 0; i < r->count; i++)
+        if (!strcmp(r->items[i].key, key)) {
+            c->handled[i] = true;
+            if (!v) v = &r->items[i];
+        }
+    if (!v) return;
+    if (v->type == JSON_NULL) *out = 0;
+    else if (v->type != JSON_NUMBER || !(v->number > 0) || !isfinite(v->number))
+        errf(c, v, "%s must be a positive number or null, got %s", key, vtext(c, v));
+    else *out = v->number;
+}
+
+/* Gemma 3's two rope bases and which layers are global. rope_parameters
+ * (transformers 5) holds one object per layer type; older configs have
+ * rope_theta, rope_scaling (the global layers') and rope_local_base_freq.
+ * The layers: layer_types, else sliding_window_pattern (6 when absent). */
+static void read_gemma3_layers(Cfg *c) {
+    const JsonValue *rp = get(c, "rope_parameters");
+    c->theta = 1000000.0, c->local_theta = 10000.0; /* Gemma3TextConfig's defaults */
+    if (rp && rp->type == JSON_OBJECT && (sub(rp, "full_attention") || sub(rp, "sliding_attention"))) {
+        const JsonValue *full = sub(rp, "full_attention"), *slide = sub(rp, "sliding_attention");
+        for (size_t i = 0; i < rp->count; i++)
+            if (strcmp(rp->items[i].key, "full_attention") && strcmp(rp->items[i].key, "sliding_attention"))
+                errf(c, &rp->items[i], "rope_parameters.%s is not a layer type of %s (full_attention, sliding_attention)",
+                     rp->items[i].key, c->arch->arch);
+        if (slide) {
+            c->theta = c->local_theta;
+            read_rope_obj(c, slide, "rope_parameters.sliding_attention");
+            if (c->scaling) errf(c, slide, "rope_parameters.sliding_attention: only the default rope is supported for the sliding layers");
+            c->local_theta = c->theta;
+            c->theta = 1000000.0;
+        }
+        if (full) read_rope_obj(c, full, "rope_parameters.full_attention");
+    } else {
+        get_num(c, "rope_theta", &c->theta);
+        const JsonValue *rs = get(c, "rope_scaling");
+        if (rs) read_rope_obj(c, rs, "rope_scaling");
+        if (rp) read_rope_obj(c, rp, "rope_parameters");
+    }
+    get_num(c, "rope_local_base_freq", &c->local_theta);
+    c->period = 6;
+    const JsonValue *pv = get(c, "sliding_window_pattern"), *pv_ = get(c, "_sliding_window_pattern");
+    if (!pv) pv = pv_;
+    if (pv && (!is_int(pv) || pv->integer < 1)) errf(c, pv, "sliding_window_pattern must be a positive integer, got %s", vtext(c, pv));
+    else if (pv) c->period = pv->integer;
+    const JsonValue *lt = get(c, "layer_types");
+    if (!lt || lt->type != JSON_ARRAY || c->L < 1 || lt->count != (size_t)c->L) return; /* read_window says what is wrong */
+    /* the period: the first global layer's number + 1 (none: every layer slides) */
+    c->period = c->L + 1;
+    for (size_t i = 0; i < lt->count; i++)
+        if (lt->items[i].type == JSON_STRING && !strcmp(lt->items[i].string, "full_attention")) {
+            c->period = (int64_t)i + 1;
+            break;
+        }
+    for (size_t i = 0; i < lt->count; i++) {
+        bool full = lt->items[i].type == JSON_STRING && !strcmp(lt->items[i].string, "full_attention");
+        if (full != ((int64_t)(i + 1) % c->period == 0)) {
+            errf(c, &lt->items[i], "layer_types: layer %zu is %s: zinf has Gemma 3's pattern, layer i global when "
+                 "(i + 1) %% P == 0 (here P = %" PRId64 ", from the first global layer), and no other", i, vtext(c, &lt->items[i]),
+                 c->period);
+            return;
+        }
+    }
+}
+
+static void read_gemma(Cfg *c) {
+    get_int(c, "vocab_size", true, 1, &c->V);
+    get_int(c, "hidden_size", true, 1, &c->D);
+    get_int(c, "intermediate_size", true, 1, &c->F);
+    get_int(c, "num_hidden_layers", true, 1, &c->L);
+    get_int(c, "num_attention_heads", true, 1, &c->H);
+    c->KV = c->H;
+    get_int(c, "num_key_value_heads", false, 1, &c->KV);
+    get_int(c, "max_position_embeddings", true, 1, &c->ctx);
+    c->hd = c->arch->head_dim; /* Gemma2Config's default */
+    get_int(c, "head_dim", false, 2, &c->hd);
+    if (c->hd % 2) errf(c, get(c, "head_dim"), "the head dimension %" PRId64 " must be even for rotary embeddings", c->hd);
+    if (c->H > 0 && c->KV > 0 && c->H % c->KV)
+        errf(c, get(c, "num_key_value_heads"), "num_attention_heads = %" PRId64 " is not a multiple of num_key_value_heads = %" PRId64,
+             c->H, c->KV);
+    /* hidden_activation (transformers' key), or hidden_act in older configs */
+    const char *const acts[] = {"hidden_activation", "hidden_act"};
+    for (int i = 0; i < 2; i++) {
+        const JsonValue *act = get(c, acts[i]);
+        if (act && !(act->type == JSON_STRING && !strcmp(act->string, "gelu_pytorch_tanh")))
+            errf(c, act, "%s = %s is not supported (the MLP is GeGLU with gelu_pytorch_tanh)", acts[i], vtext(c, act));
+    }
+    c->eps = 1e-6;
+    get_num(c, "rms_norm_eps", &c->eps);
+    c->tied = true;
+    get_bool(c, "tie_word_embeddings", &c->tied);
+    get_bool(c, "attention_bias", &c->attn_bias);
+    refuse_true(c, "use_bidirectional_attention", "bidirectional attention");
+    c->qpas = 256;
+    get_num(c, "query_pre_attn_scalar", &c->qpas);
+    bool gemma3 = c->arch->qk_norm;
+    c->attn_cap = gemma3 ? 0 : 50.0, c->final_cap = gemma3 ? 0 : 30.0; /* the config classes' defaults */
+    get_cap(c, "attn_logit_softcapping", &c->attn_cap);
+    get_cap(c, "final_logit_softcapping", &c->final_cap);
+    if (gemma3 && c->attn_cap > 0) {
+        /* Gemma3Attention keeps the value but never passes it to the attention */
+        warnf(c, get(c, "attn_logit_softcapping"), "attn_logit_softcapping = %s: transformers' Gemma 3 does not soft-cap "
+              "attention logits, nor does zinf", vtext(c, get(c, "attn_logit_softcapping")));
+        c->attn_cap = 0;
+    }
+    get(c, "cache_implementation"); /* generation's cache layout: not the model */
+    if (gemma3) read_gemma3_layers(c);
+    else read_rope(c);
+    if (c->scaling == 2) errf(c, get(c, "rope_scaling"), "rope scaling llama3 is not supported for %s (default and linear are)", c->arch->arch);
 }
 
 /* ---- every other key ---- */
@@ -831,10 +957,91 @@ static void put_llama(Cfg *c, Out *o, const char *name) {
     }
 }
 
+/* sqrt(D) as transformers multiplies the embeddings by it: a tensor of the
+ * hidden dtype, so rounded to bf16 when training in bf16 (to nearest, ties
+ * to even). */
+static double embed_normalizer(const Cfg *c) {
+    float f = (float)sqrt((double)c->D);
+    if (strcmp(c->dtype, "bf16")) return f;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void put_gemma(Cfg *c, Out *o, const char *name) {
+    put(o, "import \"gemma\"\n\n");
+    put(o, "const V = %" PRId64 ", T = %" PRId64 ", D = %" PRId64 ", H = %" PRId64 ", KV = %" PRId64 ", F = %" PRId64
+           ", L = %" PRId64 ", HD = %" PRId64 "\n\n", c->V, c->T, c->D, c->H, c->KV, c->F, c->L, c->hd);
+    put(o, "model %s(tokens: i32[B, T], targets: i32[B, T]) {\n", name);
+    put(o, "  tok = param [V, D] init normal(0.02)\n");
+    put(o, "  # the embeddings times sqrt(D), rounded to the training dtype as transformers does\n");
+    put(o, "  x = scale(embedding(tok, tokens), %s)\n", flt(c, embed_normalizer(c)));
+    put(o, "  # scores scaled by 1/sqrt(query_pre_attn_scalar = %s)\n", flt(c, c->qpas));
+    if (c->arch->qk_norm) {
+        /* Gemma 3: layer i is global when (i + 1) % P == 0 (G = 1), with rope_theta and
+         * its scaling; the sliding layers (G = 0) rotate by the local base, unscaled
+         * (linear by 1) */
+        put(o, "  # layer i is global (G = 1) when (i + 1) %% %" PRId64 " == 0: rope base %s%s; the others %s\n", c->period,
+            flt(c, c->theta), c->scaling == 1 ? arena_printf(c->a, ", linear scaling by %s", flt(c, c->factor)) : "",
+            flt(c, c->local_theta));
+        put(o, "  repeat L as i {\n    G = (i + 1) / %" PRId64 " - i / %" PRId64 "\n", c->period, c->period);
+        put(o, "    x = gemma_block(x, H, KV, F, HD, %s", flt(c, 1.0 / sqrt(c->qpas)));
+        if (c->attn_cap > 0) put(o, ", softcap = %s", flt(c, c->attn_cap));
+        put(o, ", eps = %s, qk_norm = true,\n                    theta = %s * G + %s * (1 - G)", flt(c, c->eps),
+            flt(c, c->theta), flt(c, c->local_theta));
+        if (c->attn_bias) put(o, ", bias = true");
+        if (c->scaling == 1)
+            put(o, ",\n                    rope_scaling = \"linear\", rope_factor = %s * G + 1.0 * (1 - G)", flt(c, c->factor));
+        put(o, ")\n  }\n");
+    } else {
+        put(o, "  repeat L {\n    x = gemma_block(x, H, KV, F, HD, %s", flt(c, 1.0 / sqrt(c->qpas)));
+        if (c->attn_cap > 0) put(o, ", softcap = %s", flt(c, c->attn_cap));
+        put(o, ", eps = %s, theta = %s", flt(c, c->eps), flt(c, c->theta));
+        if (c->attn_bias) put(o, ", bias = true");
+        if (c->scaling == 1) put(o, ",\n                      rope_scaling = \"linear\", rope_factor = %s", flt(c, c->factor));
+        put(o, ")\n  }\n");
+    }
+    put(o, "  x = gemma_rms(x, %s)\n", flt(c, c->eps));
+    const char *logits = c->tied ? "matmul(x, tok, transpose_b)" : "linear(x, head)";
+    if (c->tied) put(o, "  # tied embeddings: the output head is tok transposed\n");
+    else put(o, "  head = param [D, V] init normal(0.02)\n");
+    if (c->final_cap > 0) {
+        put(o, "  # final-logit soft-capping\n");
+        put(o, "  loss cross_entropy(softcap(%s, %s), targets)\n}\n", logits, flt(c, c->final_cap));
+    } else {
+        put(o, "  loss cross_entropy(%s, targets)\n}\n", logits);
+    }
+}
+
+static void put_gemma_map(Cfg *c, Out *o) {
+    const char *p = "gemma_block.{i}", *h = "model.layers.{i}";
+    static const char *const w[][2] = {{"wq", "q_proj"}, {"wk", "k_proj"}, {"wv", "v_proj"}, {"wo", "o_proj"}};
+    put(o, "  \"tok\" = \"model.embed_tokens.weight\"\n");
+    put(o, "  \"%s.gemma_rms.g\" = \"%s.input_layernorm.weight\"\n", p, h);
+    for (int i = 0; i < 4; i++) put(o, "  \"%s.gemma_attn.%s\" = transpose(\"%s.self_attn.%s.weight\")\n", p, w[i][0], h, w[i][1]);
+    for (int i = 0; c->attn_bias && i < 4; i++)
+        put(o, "  \"%s.gemma_attn.b%c\" = \"%s.self_attn.%s.bias\"\n", p, "qkvo"[i], h, w[i][1]);
+    if (c->arch->qk_norm) {
+        put(o, "  \"%s.gemma_attn.q_norm\" = \"%s.self_attn.q_norm.weight\"\n", p, h);
+        put(o, "  \"%s.gemma_attn.k_norm\" = \"%s.self_attn.k_norm.weight\"\n", p, h);
+    }
+    put(o, "  \"%s.gemma_rms_1.g\" = \"%s.post_attention_layernorm.weight\"\n", p, h);
+    put(o, "  \"%s.gemma_rms_2.g\" = \"%s.pre_feedforward_layernorm.weight\"\n", p, h);
+    put(o, "  \"%s.geglu.w1\" = transpose(\"%s.mlp.gate_proj.weight\")\n", p, h);
+    put(o, "  \"%s.geglu.w3\" = transpose(\"%s.mlp.up_proj.weight\")\n", p, h);
+    put(o, "  \"%s.geglu.w2\" = transpose(\"%s.mlp.down_proj.weight\")\n", p, h);
+    put(o, "  \"%s.gemma_rms_3.g\" = \"%s.post_feedforward_layernorm.weight\"\n", p, h);
+    put(o, "  \"gemma_rms.g\" = \"model.norm.weight\"\n");
+}
+
 /* Every parameter's Hugging Face tensor (the stdlib's hf blocks say the same
  * for the blocks; written out here so the file says it all). */
 static void put_map(Cfg *c, Out *o) {
-    if (c->arch->fam == FAM_GPT2) {
+    if (c->arch->fam == FAM_GEMMA) {
+        put_gemma_map(c, o);
+    } else if (c->arch->fam == FAM_GPT2) {
         static const char *const m[][2] = {
             {"wte", "transformer.wte.weight"}, {"wpe", "transformer.wpe.weight"},
             {"block.{i}.ln.g", "transformer.h.{i}.ln_1.weight"}, {"block.{i}.ln.b", "transformer.h.{i}.ln_1.bias"},
@@ -903,6 +1110,7 @@ static const char *generate(Cfg *c) {
             "# yours to edit. The hf block maps every parameter to its Hugging Face tensor\n"
             "# and carries config.json, for zinfrun --init and --export-hf.\n");
     if (c->arch->fam == FAM_GPT2) put_gpt2(c, &o, name);
+    else if (c->arch->fam == FAM_GEMMA) put_gemma(c, &o, name);
     else put_llama(c, &o, name);
     put_train(c, &o);
     put(&o, "\nhf \"%s\" {\n", c->arch->arch);
@@ -957,6 +1165,10 @@ bad:
  * none named: the family's defaults. 0, or -1 with the error reported. */
 static int lora_resolve(Cfg *c) {
     const LoraTarget *t = lora_table(c);
+    if (c->arch->fam == FAM_GEMMA) {
+        diag_error(c->d, SPAN_NONE, "--lora: %s has no LoRA adapters in zinf yet (stdlib/gemma.zl's block has none)", c->arch->arch);
+        return -1;
+    }
     for (int i = 0; t[i].target; i++)
         if (!c->lora_nnames && t[i].dflt) c->lora_mask |= 1u << i;
     if (c->arch->layout == LAY_PHI3 && !c->lora_nnames) {
@@ -1022,10 +1234,11 @@ const char *hfconfig_text_to_zl(Arena *a, const SourceSet *src, int file, DiagSi
         if (c.arch) {
             read_dtype(&c);
             if (c.arch->fam == FAM_GPT2) read_gpt2(&c);
+            else if (c.arch->fam == FAM_GEMMA) read_gemma(&c);
             else read_llama(&c);
             if (!c.failed) pick_seq(&c, get(&c, c.arch->fam == FAM_GPT2 ? "n_positions" : "max_position_embeddings"),
                                     c.arch->fam == FAM_GPT2 ? "n_positions" : "max_position_embeddings");
-            if (c.arch->fam == FAM_LLAMA) read_window(&c); /* T is 0 after errors: no window complaint then */
+            if (c.arch->fam != FAM_GPT2) read_window(&c); /* T is 0 after errors: no window complaint then */
             check_rest(&c);
             if (c.lora && lora_resolve(&c)) c.failed = true;
             if (!c.failed) out = generate(&c);

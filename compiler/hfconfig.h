@@ -6,7 +6,8 @@
  * with the stdlib layers hand-written models use (stdlib/nn.zl for
  * GPT2LMHeadModel; stdlib/llama.zl for LlamaForCausalLM,
  * MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM;
- * stdlib/olmo2.zl for Olmo2ForCausalLM), a default
+ * stdlib/olmo2.zl for Olmo2ForCausalLM; stdlib/gemma.zl for
+ * Gemma2ForCausalLM, Gemma3ForCausalLM), a default
  * fine-tuning train block, and the hf block (every parameter's Hugging Face
  * tensor, the config.json text as is). Every key is accounted for: read,
  * known not to change the computation, or reported: an error for what zinf

@@ -184,6 +184,8 @@ static bool rule_norm(const PrimCall *c, const PrimInfo *p, PrimShape *out, int 
                         SH(i));
     }
     if (!(c->fattr[FA_LAYERNORM_EPS] > 0)) return fail(e, 0, "%s: eps must be positive, got %g", p->name, c->fattr[FA_LAYERNORM_EPS]);
+    if (c->prim == PRIM_RMSNORM && !isfinite(c->fattr[FA_RMSNORM_OFFSET]))
+        return fail(e, 0, "%s: offset must be a finite number, got %g", p->name, c->fattr[FA_RMSNORM_OFFSET]);
     copy_shape(out, &c->in[0], c->act_dtype);
     return true;
 }
@@ -198,6 +200,8 @@ static bool rule_act(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *
 static bool rule_scale(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
     (void)nout; /* one output */
     if (!need_float(c, p, 1, e)) return false;
+    if (c->prim == PRIM_SOFTCAP && !(c->fattr[FA_SOFTCAP_CAP] > 0 && isfinite(c->fattr[FA_SOFTCAP_CAP])))
+        return fail(e, 0, "%s: cap must be a positive number, got %g", p->name, c->fattr[FA_SOFTCAP_CAP]);
     if (!isfinite(c->fattr[FA_SCALE_BY])) return fail(e, 0, "%s: by must be a finite number, got %g", p->name, c->fattr[FA_SCALE_BY]);
     copy_shape(out, &c->in[0], c->act_dtype);
     return true;
@@ -275,6 +279,11 @@ static bool rule_attention(const PrimCall *c, const PrimInfo *p, PrimShape *out,
                     "attention: k has last dimension %" PRId64 " but kv_heads * head dimension = %" PRId64 " * %" PRId64
                     " = %" PRId64 " (q is %s, k is %s)",
                     k->dims[2], kv, hd, kv * hd, SH(0), SH(1));
+    if (!(c->fattr[FA_ATTENTION_SCALE] >= 0 && isfinite(c->fattr[FA_ATTENTION_SCALE])))
+        return fail(e, 0, "attention: scale must be a positive number (0: 1/sqrt(head dimension)), got %g",
+                    c->fattr[FA_ATTENTION_SCALE]);
+    if (!(c->fattr[FA_ATTENTION_SOFTCAP] >= 0 && isfinite(c->fattr[FA_ATTENTION_SOFTCAP])))
+        return fail(e, 0, "attention: softcap must be a positive number (0: none), got %g", c->fattr[FA_ATTENTION_SOFTCAP]);
     copy_shape(out, q, c->act_dtype);
     return true;
 }
@@ -429,10 +438,11 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     "layernorm(x[S..., D], g[D]?, b[D]?; eps = 1e-5) -> [S..., D]", \
     .grad_inputs = 0x7 /* x, g, b */
 #define ROW_RMSNORM \
-    {"x", "g"}, 2, \
+    {"x", "g"}, 3, \
     {{"eps", PA_FLOAT, FA_RMSNORM_EPS, false, true, 1e-5, NULL}, \
-     {"heads", PA_INT, IA_RMSNORM_HEADS, false, false, 1, NULL}}, \
-    "rmsnorm(x[S..., H*hd], g[hd]?; eps = 1e-5, heads = 1) -> [S..., H*hd]", \
+     {"heads", PA_INT, IA_RMSNORM_HEADS, false, false, 1, NULL}, \
+     {"offset", PA_FLOAT, FA_RMSNORM_OFFSET, false, false, 0, NULL}}, \
+    "rmsnorm(x[S..., H*hd], g[hd]?; eps = 1e-5, heads = 1, offset = 0) -> [S..., H*hd], scaled by (offset + g)", \
     .grad_inputs = 0x3 /* x, g */
 #define ROW_GELU \
     {"x"}, 0, {{0}}, \
@@ -458,11 +468,14 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     "beta_slow = 0 (1)) -> [B, T, H*hd]", \
     .grad_inputs = 0x1
 #define ROW_ATTENTION \
-    {"q", "k", "v"}, 3, \
+    {"q", "k", "v"}, 5, \
     {{"heads", PA_INT, IA_ATTENTION_HEADS, true, true, 0, NULL}, \
      {"kv_heads", PA_INT, IA_ATTENTION_KV_HEADS, false, true, 0, NULL}, \
-     {"window", PA_INT, IA_ATTENTION_WINDOW, false, false, 0, NULL}}, \
-    "attention(q[B, T, H*hd], k[B, T, KV*hd], v[B, T, KV*hd]; heads, kv_heads = heads, window = 0) -> [B, T, H*hd]", \
+     {"window", PA_INT, IA_ATTENTION_WINDOW, false, false, 0, NULL}, \
+     {"scale", PA_FLOAT, FA_ATTENTION_SCALE, false, false, 0, NULL}, \
+     {"softcap", PA_FLOAT, FA_ATTENTION_SOFTCAP, false, false, 0, NULL}}, \
+    "attention(q[B, T, H*hd], k[B, T, KV*hd], v[B, T, KV*hd]; heads, kv_heads = heads, window = 0, scale = 1/sqrt(hd), " \
+    "softcap = none) -> [B, T, H*hd]", \
     .grad_inputs = 0x7 /* q, k, v */
 #define ROW_SPLIT \
     {"x"}, 1, \
@@ -483,6 +496,11 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     {"x"}, 1, \
     {{"by", PA_FLOAT, FA_SCALE_BY, true, true, 0, NULL}}, \
     "scale(x, by) -> x * by, the same shape (by a finite number)", \
+    .grad_inputs = 0x1
+#define ROW_SOFTCAP \
+    {"x"}, 1, \
+    {{"cap", PA_FLOAT, FA_SOFTCAP_CAP, true, true, 0, NULL}}, \
+    "softcap(x, cap) -> cap * tanh(x / cap), the same shape (cap a positive number)", \
     .grad_inputs = 0x1
 
 #define ROW_LINEAR_CROSS_ENTROPY \

@@ -149,7 +149,22 @@ static int check_attention(const KvDecoder *d, int o, char *why, size_t n) {
         return REFUSE(why, n, "op %d: attention with a sliding window of %" PRId64 ", shorter than the cache of %" PRId64
                       " positions (the CUDA step attends to every position; the host decoder keeps to the window)", o,
                       op->iattr[IA_ATTENTION_WINDOW], (int64_t)d->T);
+    if (op->fattr[FA_ATTENTION_SCALE] != 0 || op->fattr[FA_ATTENTION_SOFTCAP] != 0)
+        return REFUSE(why, n, "op %d: attention's %s has no GPU decode kernel yet", o,
+                      op->fattr[FA_ATTENTION_SOFTCAP] != 0 ? "softcap" : "scale");
     return check_per_position(d, o, why, n);
+}
+
+/* Gemma's attributes the kernels do not have yet: refused by name. */
+static int check_norm(const KvDecoder *d, int o, char *why, size_t n) {
+    const PlanOp *op = &d->p->ops[o];
+    if (op->prim == PRIM_RMSNORM && op->fattr[FA_RMSNORM_OFFSET] != 0)
+        return REFUSE(why, n, "op %d: rmsnorm's offset has no GPU decode kernel yet", o);
+    return 0;
+}
+static int check_scale(const KvDecoder *d, int o, char *why, size_t n) {
+    if (d->p->ops[o].prim == PRIM_SOFTCAP) return REFUSE(why, n, "op %d: softcap has no GPU decode kernel yet", o);
+    return 0;
 }
 
 /* ---- rank 0: the device, the layout, the steps ---- */
@@ -323,10 +338,10 @@ typedef struct CudaFamily {
 
 static const CudaFamily cuda_embedding = {check_embedding, run_embedding, false, false},
                         cuda_linear = {check_gemm, run_gemm, false, false}, cuda_matmul = {check_gemm, run_gemm, false, false},
-                        cuda_binary = {check_binary, run_binary, false, false}, cuda_norm = {NULL, run_norm, false, false},
+                        cuda_binary = {check_binary, run_binary, false, false}, cuda_norm = {check_norm, run_norm, false, false},
                         cuda_act = {NULL, run_act, false, false}, cuda_rope = {check_rope, run_rope, false, false},
                         cuda_attention = {check_attention, run_attention, true, false},
-                        cuda_split = {check_split, run_split, false, false}, cuda_scale = {NULL, run_scale, false, false},
+                        cuda_split = {check_split, run_split, false, false}, cuda_scale = {check_scale, run_scale, false, false},
                         cuda_arange = {NULL, run_arange, false, true}, cuda_xent = {NULL, NULL, false, false},
                         cuda_linxent = {NULL, NULL, false, false};
 

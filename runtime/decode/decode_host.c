@@ -52,7 +52,8 @@ static int attend(KvDecoder *d, int o, char *err, size_t n) {
         K[i] = hk_get(&k, i);
         V[i] = hk_get(&v, i);
     }
-    double scale = 1.0 / sqrt((double)hd), *sc = h_->scores;
+    double scale = op->fattr[FA_ATTENTION_SCALE] > 0 ? op->fattr[FA_ATTENTION_SCALE] : 1.0 / sqrt((double)hd), *sc = h_->scores;
+    double cap = op->fattr[FA_ATTENTION_SOFTCAP]; /* > 0: soft-capped scores */
     for (int64_t h = 0; h < H; h++) {
         int64_t g = h / (H / KV);
         double m = -INFINITY;
@@ -60,7 +61,7 @@ static int attend(KvDecoder *d, int o, char *err, size_t n) {
             const float *kj = h_->kc[o] + j * kd + g * hd;
             double s = 0;
             for (int64_t e = 0; e < hd; e++) s += (double)hk_get(&q, h * hd + e) * kj[e];
-            sc[j] = s * scale;
+            sc[j] = cap > 0 ? cap * tanh(s * scale / cap) : s * scale;
             if (sc[j] > m) m = sc[j];
         }
         double sum = 0;

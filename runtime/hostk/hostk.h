@@ -113,6 +113,9 @@ int hk_silu_bwd(const HkTensor *x, const HkTensor *dy, HkTensor *dx);
 /* scale: y = by * x; backward dx += by * dy (LoRA's alpha / rank). */
 int hk_scale_fwd(const HkTensor *x, HkTensor *y, double by);
 int hk_scale_bwd(const HkTensor *dy, HkTensor *dx, double by);
+/* softcap: y = cap tanh(x / cap) (cap > 0); the backward adds dy (1 - tanh^2(x / cap)) to dx. */
+int hk_softcap_fwd(const HkTensor *x, HkTensor *y, double cap);
+int hk_softcap_bwd(const HkTensor *x, const HkTensor *dy, HkTensor *dx, double cap);
 
 /* rope: x [B,T,H*hd], hd even, rotate-half; theta > 0; the frequencies
  * scaled as `scaling` (RopeScaling of vocab.h) says. */
@@ -146,6 +149,14 @@ int hk_attention_fwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, Hk
                      int64_t kv_heads, void *ws);
 int hk_attention_bwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
                      HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, void *ws);
+/* The same with the primitive's scale (0: 1/sqrt(hd)) and softcap (0: none;
+ * else scores s = scale q.k become softcap tanh(s / softcap) before the
+ * softmax, Gemma 2's attention-logit soft-capping). */
+int hk_attention_fwd_capped(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
+                            int64_t kv_heads, double scale, double softcap, void *ws);
+int hk_attention_bwd_capped(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
+                            HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, double scale, double softcap,
+                            void *ws);
 
 /* Packed rows (several samples in a row, runtime/data/tokens.h): seg
  * [B*T], seg[b*T + t] the position of row b where the sample holding t

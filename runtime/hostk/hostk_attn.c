@@ -49,6 +49,7 @@ typedef struct AttnShape {
     int64_t B, T, H, KV, hd, qc, kc; /* qc = H*hd, kc = KV*hd: row lengths */
     int64_t tile;                    /* rows of a query or key tile */
     int64_t window;                  /* keys a query sees, itself included (0: all before it) */
+    float softcap;                   /* > 0: scores s become softcap tanh(s / softcap) before the softmax */
 } AttnShape;
 
 static bool same_shape(const HkTensor *a, const HkTensor *b) {
@@ -87,6 +88,7 @@ static int attn_check(const HkTensor *q, const HkTensor *k, const HkTensor *v, c
     s->H = heads;
     s->KV = kv_heads;
     s->hd = q->dims[2] / heads;
+    s->softcap = 0;
     s->qc = q->dims[2];
     s->kc = kv_heads * s->hd;
     if (s->hd > TILE_FLOATS) return HK_ERR_ATTR; /* a head wider than a tile */
@@ -159,6 +161,17 @@ static Rows rows_f32(const HkVec *V, const HkTensor *x, const AttnShape *s, int6
     return (Rows){buf, s->hd};
 }
 
+/* soft-capping of n raw scores in place: x becomes (cap / scale) tanh(scale x / cap),
+ * so that the softmax's scale x is cap tanh(scale x / cap); th (if not NULL)
+ * keeps the tanh for the backward's chain factor 1 - tanh^2 */
+static void softcap_scores(float *x, int64_t n, float scale, float cap, float *th) {
+    for (int64_t i = 0; i < n; i++) {
+        float t = tanhf(scale * x[i] / cap);
+        if (th) th[i] = t;
+        x[i] = cap / scale * t;
+    }
+}
+
 /* forward of query tile i of (b, h), in the transposed layout: S^T [keys,
  * queries] = K Q^T, so that the online softmax runs down columns, one
  * vector of queries at a time, and K, V are read where they are */
@@ -182,6 +195,7 @@ static void fwd_tile(const HkVec *V, const AttnShape *s, const HkTensor *q, cons
         int64_t bk = T - j0 < ts ? T - j0 : ts;
         Rows Kr = rows_f32(V, k, s, s->kc, b, g, j0, bk, Kb), Vr = rows_f32(V, v, s, s->kc, b, g, j0, bk, Vb);
         V->gemm(bk, bq, hd, Kr.p, Kr.ld, 1, QT, bq, S, bq, false); /* S^T = K Q^T */
+        if (s->softcap > 0) softcap_scores(S, bk * bq, scale, s->softcap, NULL);
         if (W > 0 && j0 + W <= i0 + bq - 1) /* key j0 + u is before the window of queries i0 + r >= j0 + u + W */
             for (int64_t u = 0; u < bk; u++)
                 for (int64_t r = j0 + u + W - i0 > 0 ? j0 + u + W - i0 : 0; r < bq; r++) S[u * bq + r] = -INFINITY;
@@ -219,18 +233,20 @@ static void fwd_unit(void *ctx, int64_t task) {
  * window): the work of a (batch, head) is T span hd multiply-adds per product. */
 static double attn_span(int64_t T, int64_t window) { return window > 0 && 2 * window < T ? 2.0 * (double)window : (double)T; }
 
+/* scale_attr: the scores' scale (0: 1/sqrt(hd)); softcap: > 0 caps them (Gemma) */
 static int attn_fwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
-                    int64_t kv_heads, int64_t window, void *ws) {
+                    int64_t kv_heads, int64_t window, double scale_attr, double softcap, void *ws) {
     AttnShape s;
     int rc = attn_check(q, k, v, y, heads, kv_heads, &s);
     if (rc) return rc;
-    if (window < 0) return HK_ERR_ATTR;
+    if (window < 0 || !(scale_attr >= 0) || !(softcap >= 0)) return HK_ERR_ATTR;
     s.window = window;
+    s.softcap = (float)softcap;
     if (!ws && hk_attention_workspace_bytes(q, heads)) return HK_ERR_WORKSPACE;
     if (s.T == 0 || s.hd == 0 || s.B == 0) return HK_OK;
     AttnWs a = attn_ws(ws, q, &s);
     const HkVec *V = hk_vec();
-    float scale = (float)(1.0 / sqrt((double)s.hd));
+    float scale = (float)(scale_attr > 0 ? scale_attr : 1.0 / sqrt((double)s.hd));
     int64_t nt = (s.T + s.tile - 1) / s.tile;
     /* T^2 hd multiply-adds per (batch, head) over the causal half, about 20 G/s */
     int th = hk_team((double)(s.B * s.H) * (double)s.T * attn_span(s.T, window) * (double)s.hd * 0.05);
@@ -246,7 +262,7 @@ static void bwd_group(const HkVec *V, const AttnShape *s, const HkTensor *q, con
     int64_t T = s->T, hd = s->hd, ts = s->tile, grp = s->H / s->KV;
     bool wq = hk_present(dq), wk = hk_present(dk), wv = hk_present(dv);
     float Qb[TILE_FLOATS], dOb[TILE_FLOATS], KT[TILE_FLOATS], Kb[TILE_FLOATS], VT[TILE_FLOATS];
-    float P[TILE_FLOATS], dP[TILE_FLOATS], dK[TILE_FLOATS], dV[TILE_FLOATS];
+    float P[TILE_FLOATS], dP[TILE_FLOATS], dK[TILE_FLOATS], dV[TILE_FLOATS], th[TILE_FLOATS];
     /* D = rowsum(dO o O) for every query row of the group */
     for (int64_t h = g * grp; h < (g + 1) * grp; h++)
         for (int64_t t0 = 0; t0 < T; t0 += ts) {
@@ -280,8 +296,11 @@ static void bwd_group(const HkVec *V, const AttnShape *s, const HkTensor *q, con
                     float *pr = P + r * bk, *dr = dP + r * bk;
                     if (n < 0) n = 0;
                     if (lo > n) lo = n;
+                    if (s->softcap > 0) softcap_scores(pr + lo, n - lo, scale, s->softcap, th + lo);
                     V->exp_shift(pr + lo, scale, lse[t], n - lo);
                     V->dsoftmax(pr + lo, dr + lo, Dr[t], scale, n - lo);
+                    if (s->softcap > 0)
+                        for (int64_t u = lo; u < n; u++) dr[u] *= 1.0f - th[u] * th[u];
                     if (lo > 0) {
                         memset(pr, 0, sizeof(float) * (size_t)lo);
                         memset(dr, 0, sizeof(float) * (size_t)lo);
@@ -327,16 +346,23 @@ static void bwd_unit(void *ctx, int64_t task) {
 
 int hk_attention_fwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
                      int64_t kv_heads, void *ws) {
-    return attn_fwd(q, k, v, y, heads, kv_heads, 0, ws);
+    return attn_fwd(q, k, v, y, heads, kv_heads, 0, 0, 0, ws);
+}
+
+int hk_attention_fwd_capped(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
+                            int64_t kv_heads, double scale_attr, double softcap, void *ws) {
+    return attn_fwd(q, k, v, y, heads, kv_heads, 0, scale_attr, softcap, ws);
 }
 
 static int attn_bwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
-                    HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, int64_t window, void *ws) {
+                    HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, int64_t window, double scale_attr,
+                    double softcap, void *ws) {
     AttnShape s;
     int rc = attn_check(q, k, v, dy, heads, kv_heads, &s);
     if (rc) return rc;
-    if (window < 0) return HK_ERR_ATTR;
+    if (window < 0 || !(scale_attr >= 0) || !(softcap >= 0)) return HK_ERR_ATTR;
     s.window = window;
+    s.softcap = (float)softcap;
     if ((rc = check_grad(dq, q)) || (rc = check_grad(dk, k)) || (rc = check_grad(dv, v))) return rc;
     if (!ws && hk_attention_workspace_bytes(q, heads)) return HK_ERR_WORKSPACE;
     if (s.T == 0 || s.hd == 0 || s.B == 0) return HK_OK;
@@ -344,7 +370,7 @@ static int attn_bwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, con
     AttnWs a = attn_ws(ws, q, &s);
     if (a.dQ && hk_present(dq)) memset(a.dQ, 0, sizeof(float) * (size_t)(s.B * s.H * s.T * s.hd));
     const HkVec *V = hk_vec();
-    float scale = (float)(1.0 / sqrt((double)s.hd));
+    float scale = (float)(scale_attr > 0 ? scale_attr : 1.0 / sqrt((double)s.hd));
     /* 2.5 T^2 hd multiply-adds per (batch, head), about 20 G/s */
     int th = hk_team((double)(s.B * s.H) * (double)s.T * attn_span(s.T, window) * (double)s.hd * 0.125);
     AttnJob j = {V, &s, q, k, v, dy, NULL, dq, dk, dv, &a, scale, 0};
@@ -354,19 +380,34 @@ static int attn_bwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, con
 
 int hk_attention_bwd(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
                      HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, void *ws) {
-    return attn_bwd(q, k, v, dy, dq, dk, dv, heads, kv_heads, 0, ws);
+    return attn_bwd(q, k, v, dy, dq, dk, dv, heads, kv_heads, 0, 0, 0, ws);
+}
+
+int hk_attention_bwd_capped(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
+                            HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, double scale_attr, double softcap,
+                            void *ws) {
+    return attn_bwd(q, k, v, dy, dq, dk, dv, heads, kv_heads, 0, scale_attr, softcap, ws);
 }
 
 /* ---- family (runtime/plan/prim.def) ---- */
 
 static size_t fam_attention_ws(const HkCall *c) { return hk_attention_workspace_bytes(c->a, hk_attr_i(c->iattr, IA_ATTENTION_HEADS)); }
+static double attn_f(const HkCall *c, int slot) { return c->fattr ? c->fattr[slot] : 0; }
 static int fam_attention_fwd(const HkCall *c) {
-    return hk_attention_fwd_window(c->a, c->b, c->c, &c->out[0], hk_attr_i(c->iattr, IA_ATTENTION_HEADS), hk_attr_kv(c->iattr),
-                                   hk_attr_i(c->iattr, IA_ATTENTION_WINDOW), c->seg, c->ws);
+    if (c->seg && (attn_f(c, FA_ATTENTION_SCALE) != 0 || attn_f(c, FA_ATTENTION_SOFTCAP) != 0)) return HK_ERR_ATTR;
+    if (c->seg)
+        return hk_attention_fwd_window(c->a, c->b, c->c, &c->out[0], hk_attr_i(c->iattr, IA_ATTENTION_HEADS), hk_attr_kv(c->iattr),
+                                       hk_attr_i(c->iattr, IA_ATTENTION_WINDOW), c->seg, c->ws);
+    return attn_fwd(c->a, c->b, c->c, &c->out[0], hk_attr_i(c->iattr, IA_ATTENTION_HEADS), hk_attr_kv(c->iattr),
+                    hk_attr_i(c->iattr, IA_ATTENTION_WINDOW), attn_f(c, FA_ATTENTION_SCALE), attn_f(c, FA_ATTENTION_SOFTCAP), c->ws);
 }
 static int fam_attention_bwd(const HkCall *c) {
-    return hk_attention_bwd_window(c->a, c->b, c->c, c->dy, c->da, c->db, c->dc, hk_attr_i(c->iattr, IA_ATTENTION_HEADS),
-                                   hk_attr_kv(c->iattr), hk_attr_i(c->iattr, IA_ATTENTION_WINDOW), c->seg, c->ws);
+    if (c->seg && (attn_f(c, FA_ATTENTION_SCALE) != 0 || attn_f(c, FA_ATTENTION_SOFTCAP) != 0)) return HK_ERR_ATTR;
+    if (c->seg)
+        return hk_attention_bwd_window(c->a, c->b, c->c, c->dy, c->da, c->db, c->dc, hk_attr_i(c->iattr, IA_ATTENTION_HEADS),
+                                       hk_attr_kv(c->iattr), hk_attr_i(c->iattr, IA_ATTENTION_WINDOW), c->seg, c->ws);
+    return attn_bwd(c->a, c->b, c->c, c->dy, c->da, c->db, c->dc, hk_attr_i(c->iattr, IA_ATTENTION_HEADS), hk_attr_kv(c->iattr),
+                    hk_attr_i(c->iattr, IA_ATTENTION_WINDOW), attn_f(c, FA_ATTENTION_SCALE), attn_f(c, FA_ATTENTION_SOFTCAP), c->ws);
 }
 const HkFamily hk_family_attention = {fam_attention_fwd, fam_attention_bwd, fam_attention_ws};
 
@@ -544,12 +585,12 @@ int hk_attention_bwd_packed(const HkTensor *q, const HkTensor *k, const HkTensor
 int hk_attention_fwd_window(const HkTensor *q, const HkTensor *k, const HkTensor *v, HkTensor *y, int64_t heads,
                             int64_t kv_heads, int64_t window, const int32_t *seg, void *ws) {
     if (seg) return attn_fwd_packed(q, k, v, y, heads, kv_heads, window, seg, ws);
-    return attn_fwd(q, k, v, y, heads, kv_heads, window, ws);
+    return attn_fwd(q, k, v, y, heads, kv_heads, window, 0, 0, ws);
 }
 
 int hk_attention_bwd_window(const HkTensor *q, const HkTensor *k, const HkTensor *v, const HkTensor *dy, HkTensor *dq,
                             HkTensor *dk, HkTensor *dv, int64_t heads, int64_t kv_heads, int64_t window, const int32_t *seg,
                             void *ws) {
     if (seg) return attn_bwd_packed(q, k, v, dy, dq, dk, dv, heads, kv_heads, window, seg, ws);
-    return attn_bwd(q, k, v, dy, dq, dk, dv, heads, kv_heads, window, ws);
+    return attn_bwd(q, k, v, dy, dq, dk, dv, heads, kv_heads, window, 0, 0, ws);
 }

@@ -275,6 +275,31 @@ int hk_scale_bwd(const HkTensor *dy, HkTensor *dx, double by) {
     return HK_OK;
 }
 
+/* ---- softcap: y = cap tanh(x / cap) ---- */
+
+int hk_softcap_fwd(const HkTensor *x, HkTensor *y, double cap) {
+    int rc = unary_check(x, y);
+    if (rc) return rc;
+    if (!(cap > 0)) return HK_ERR_ATTR;
+    float c = (float)cap;
+    for (int64_t i = 0, n = hk_numel(x); i < n; i++) ST(y, i, c * tanhf(LD(x, i) / c));
+    return HK_OK;
+}
+
+/* dx += dy (1 - tanh^2(x / cap)) */
+int hk_softcap_bwd(const HkTensor *x, const HkTensor *dy, HkTensor *dx, double cap) {
+    if (!hk_present(dx)) return check_float(dy);
+    int rc = unary_check(dy, dx);
+    if (rc || (rc = unary_check(x, dy))) return rc;
+    if (!(cap > 0)) return HK_ERR_ATTR;
+    float c = (float)cap;
+    for (int64_t i = 0, n = hk_numel(dy); i < n; i++) {
+        float t = tanhf(LD(x, i) / c);
+        ACC(dx, i, LD(dy, i) * (1.0f - t * t));
+    }
+    return HK_OK;
+}
+
 /* ---- rope ---- */
 
 HkRope hk_rope_attrs(const int64_t *iattr, const double *fattr) {
@@ -552,27 +577,49 @@ static int fam_binary_bwd(const HkCall *c) {
 }
 const HkFamily hk_family_binary = {fam_binary_fwd, fam_binary_bwd, NULL};
 
-/* rmsnorm per head: the same kernels on x seen as [rows*H, D/H] */
+/* rmsnorm per head: the same kernels on x seen as [rows*H, D/H]. With an
+ * offset the gain is offset + g, formed in f32 after the kernels' workspace
+ * (Gemma's RMSNorm scales by 1 + w in f32); its gradient is g's. */
+static double norm_offset(const HkCall *c) { return c->prim == PRIM_RMSNORM && c->fattr ? c->fattr[FA_RMSNORM_OFFSET] : 0; }
+static size_t rms_ws_bytes(const HkCall *c) {
+    HkTensor v = hk_heads_view(c->a, hk_attr_i(c->iattr, IA_RMSNORM_HEADS));
+    return (hk_rmsnorm_workspace_bytes(&v) + 63) / 64 * 64;
+}
 static size_t fam_norm_ws(const HkCall *c) {
     if (c->prim == PRIM_LAYERNORM) return hk_layernorm_workspace_bytes(c->a);
-    HkTensor v = hk_heads_view(c->a, hk_attr_i(c->iattr, IA_RMSNORM_HEADS));
-    return hk_rmsnorm_workspace_bytes(&v);
+    size_t n = rms_ws_bytes(c);
+    /* room for offset + g whatever the offset: the size is asked without the attributes' values */
+    if (hk_present(c->b)) n += sizeof(float) * (size_t)hk_numel(c->b);
+    return n;
+}
+/* the gain offset + g in the workspace's tail, or g itself */
+static const HkTensor *offset_gain(const HkCall *c, HkTensor *buf) {
+    double off = norm_offset(c);
+    if (off == 0 || !hk_present(c->b) || !c->ws) return c->b;
+    *buf = *c->b;
+    buf->dtype = DT_F32;
+    buf->data = (char *)c->ws + rms_ws_bytes(c);
+    float *d = buf->data;
+    for (int64_t i = 0, n = hk_numel(c->b); i < n; i++) d[i] = (float)off + hk_ld(c->b->data, c->b->dtype, i);
+    return buf;
 }
 static int fam_norm_fwd(const HkCall *c) {
     double eps = hk_attr_eps(c->fattr);
     if (c->prim == PRIM_LAYERNORM) return hk_layernorm_fwd(c->a, c->b, c->c, &c->out[0], eps, c->ws);
     if (!c->a) return HK_ERR_ARG;
+    if (norm_offset(c) != 0 && !hk_present(c->b)) return HK_ERR_ATTR; /* an offset scales a gain */
     int64_t h = hk_attr_i(c->iattr, IA_RMSNORM_HEADS);
-    HkTensor xv = hk_heads_view(c->a, h), yv = hk_heads_view(&c->out[0], h);
-    return hk_rmsnorm_fwd(&xv, c->b, &yv, eps, c->ws);
+    HkTensor xv = hk_heads_view(c->a, h), yv = hk_heads_view(&c->out[0], h), gb;
+    return hk_rmsnorm_fwd(&xv, offset_gain(c, &gb), &yv, eps, c->ws);
 }
 static int fam_norm_bwd(const HkCall *c) {
     if (c->prim == PRIM_LAYERNORM) return hk_layernorm_bwd(c->a, c->b, c->dy, c->da, c->db, c->dc, c->ws);
     if (!c->a) return HK_ERR_ARG;
+    if (norm_offset(c) != 0 && !hk_present(c->b)) return HK_ERR_ATTR;
     int64_t h = hk_attr_i(c->iattr, IA_RMSNORM_HEADS);
-    HkTensor xv = hk_heads_view(c->a, h), dyv = hk_heads_view(c->dy, h), dav;
+    HkTensor xv = hk_heads_view(c->a, h), dyv = hk_heads_view(c->dy, h), dav, gb;
     if (c->da) dav = hk_heads_view(c->da, h);
-    return hk_rmsnorm_bwd(&xv, c->b, &dyv, c->da ? &dav : NULL, c->db, c->ws);
+    return hk_rmsnorm_bwd(&xv, offset_gain(c, &gb), &dyv, c->da ? &dav : NULL, c->db, c->ws);
 }
 const HkFamily hk_family_norm = {fam_norm_fwd, fam_norm_bwd, fam_norm_ws};
 
@@ -580,8 +627,15 @@ static int fam_act_fwd(const HkCall *c) { return c->prim == PRIM_GELU ? hk_gelu_
 static int fam_act_bwd(const HkCall *c) { return c->prim == PRIM_GELU ? hk_gelu_bwd(c->a, c->dy, c->da) : hk_silu_bwd(c->a, c->dy, c->da); }
 const HkFamily hk_family_act = {fam_act_fwd, fam_act_bwd, NULL};
 
-static int fam_scale_fwd(const HkCall *c) { return hk_scale_fwd(c->a, &c->out[0], c->fattr ? c->fattr[FA_SCALE_BY] : 1.0); }
-static int fam_scale_bwd(const HkCall *c) { return hk_scale_bwd(c->dy, c->da, c->fattr ? c->fattr[FA_SCALE_BY] : 1.0); }
+/* scale and softcap: one attribute at slot 0 */
+static int fam_scale_fwd(const HkCall *c) {
+    if (c->prim == PRIM_SOFTCAP) return hk_softcap_fwd(c->a, &c->out[0], c->fattr ? c->fattr[FA_SOFTCAP_CAP] : 0);
+    return hk_scale_fwd(c->a, &c->out[0], c->fattr ? c->fattr[FA_SCALE_BY] : 1.0);
+}
+static int fam_scale_bwd(const HkCall *c) {
+    if (c->prim == PRIM_SOFTCAP) return c->a ? hk_softcap_bwd(c->a, c->dy, c->da, c->fattr ? c->fattr[FA_SOFTCAP_CAP] : 0) : HK_ERR_ARG;
+    return hk_scale_bwd(c->dy, c->da, c->fattr ? c->fattr[FA_SCALE_BY] : 1.0);
+}
 const HkFamily hk_family_scale = {fam_scale_fwd, fam_scale_bwd, NULL};
 
 static int fam_rope_fwd(const HkCall *c) {

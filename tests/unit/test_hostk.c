@@ -122,7 +122,8 @@ static void ref_layernorm(const Case *c, double *const *in, double **out) {
         for (int64_t j = 0; j < D; j++) var += (x[j] - mu) * (x[j] - mu) / (double)D;
         for (int64_t j = 0; j < D; j++) ms += x[j] * x[j] / (double)D;
         for (int64_t j = 0; j < D; j++) {
-            double g = c->nin > 1 ? in[1][j] : 1;
+            /* rmsnorm's offset: the gain is offset + g (Gemma's 1 + w) */
+            double g = c->nin > 1 ? (c->prim == PRIM_RMSNORM ? c->fattr[1] : 0) + in[1][j] : 1;
             if (c->prim == PRIM_LAYERNORM)
                 out[0][r * D + j] = (x[j] - mu) / sqrt(var + eps) * g + (c->nin > 2 ? in[2][j] : 0);
             else
@@ -171,6 +172,8 @@ static void ref_rope(const Case *c, double *const *in, double **out) {
 static void ref_attention(const Case *c, double *const *in, double **out) {
     int64_t B = c->dims[0][0], T = c->dims[0][1], H = c->iattr[0], KV = c->iattr[1];
     int64_t hd = c->dims[0][2] / H, qc = H * hd, kc = KV * hd, W = c->iattr[2];
+    /* the scale attribute (0: 1/sqrt(hd)) and soft-capping of the scaled scores */
+    double scale = c->fattr[0] > 0 ? c->fattr[0] : 1 / sqrt((double)hd), cap = c->fattr[1];
     double p[512];
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++) {
@@ -182,7 +185,7 @@ static void ref_attention(const Case *c, double *const *in, double **out) {
                     double d = 0;
                     for (int64_t e = 0; e < hd; e++)
                         d += in[0][(b * T + t) * qc + h * hd + e] * in[1][(b * T + s) * kc + g * hd + e];
-                    p[s] = d / sqrt((double)hd);
+                    p[s] = cap > 0 ? cap * tanh(d * scale / cap) : d * scale;
                     if (p[s] > m) m = p[s];
                 }
                 for (int64_t s = lo; s <= t; s++) sum += p[s] = exp(p[s] - m);
@@ -229,6 +232,9 @@ static void ref_forward(const Case *c, double *const *in, double **out) {
     case PRIM_GELU: case PRIM_SILU: ref_unary(c, in, out); break;
     case PRIM_SCALE:
         for (int64_t i = 0; i < numel(c->rank[0], c->dims[0]); i++) out[0][i] = c->fattr[0] * in[0][i];
+        break;
+    case PRIM_SOFTCAP:
+        for (int64_t i = 0; i < numel(c->rank[0], c->dims[0]); i++) out[0][i] = c->fattr[0] * tanh(in[0][i] / c->fattr[0]);
         break;
     case PRIM_ROPE: ref_rope(c, in, out); break;
     case PRIM_ATTENTION: ref_attention(c, in, out); break;
@@ -442,6 +448,15 @@ static const Case cases[] = {
     {"layernorm mixed g b f32", PRIM_LAYERNORM, 3, 1, {2, 1, 1}, {D(3, 6), D(6), D(6)}, {0}, {2}, {D(3, 6)}, {0}, {1e-5}, 0x7,
      {DT_NONE, DT_F32, DT_F32}},
     {"cross_entropy 2d", PRIM_CROSS_ENTROPY, 2, 1, {2, 1}, {D(4, 11), D(4)}, {0, 11}, {0}, {D(0)}, {0}, {0}, 0x1, {0}},
+    /* Gemma: rmsnorm's offset (per head too), attention's scale and softcap, softcap */
+    {"rmsnorm offset 1", PRIM_RMSNORM, 2, 1, {3, 1}, {D(2, 3, 7), D(7)}, {0}, {3}, {D(2, 3, 7)}, {0}, {1e-6, 1.0}, 0x3, {0}},
+    {"rmsnorm heads 2 offset", PRIM_RMSNORM, 2, 1, {3, 1}, {D(2, 3, 8), D(4)}, {0}, {3}, {D(2, 3, 8)}, {2}, {1e-6, 1.0},
+     0x3, {0}},
+    {"attention scale softcap", PRIM_ATTENTION, 3, 1, {3, 3, 3}, {D(2, 5, 12), D(2, 5, 6), D(2, 5, 6)}, {0}, {3},
+     {D(2, 5, 12)}, {4, 2}, {0.7, 0.8}, 0x7, {0}},
+    {"attention scale", PRIM_ATTENTION, 3, 1, {3, 3, 3}, {D(1, 6, 8), D(1, 6, 8), D(1, 6, 8)}, {0}, {3},
+     {D(1, 6, 8)}, {2, 2}, {0.3}, 0x7, {0}},
+    {"softcap", PRIM_SOFTCAP, 1, 1, {3}, {D(2, 3, 5)}, {0}, {3}, {D(2, 3, 5)}, {0}, {0.6}, 0x1, {0}},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 

@@ -1,0 +1,138 @@
+"""hf_gemma: the Python side of tests/e2e/hf_gemma.sh (never downloads anything).
+
+    python hf_gemma.py make ROOT        for every case: ROOT/CASE (save_pretrained of a small random
+                                        Gemma model), ROOT/CASE.bin (a token file of random ids below
+                                        its vocabulary) and ROOT/CASE.seq (its sequence); then
+                                        "CASE LOSS" on stdout, transformers' mean cross-entropy on the
+                                        first micro-batch zinfrun reads (B = 1, tokens[0:T+1]) and
+                                        the norm of its gradient over every parameter
+    python hf_gemma.py export CASE DIR TOKENS T IDS N   loads DIR (zinfrun --export-hf) with
+                                        from_pretrained: "keys CASE missing=K unexpected=M", "loss CASE
+                                        LOSS", and "gen CASE TOKENS...", greedy generate's N tokens
+                                        after the comma-separated prompt IDS (one Python for the three:
+                                        importing torch and transformers takes seconds)
+
+Attention is transformers' eager implementation: the only one that soft-caps
+attention logits. The weights are drawn wider than the models' own
+initialisation (std 0.3; norm weights around 0, Gemma's norms scaling by
+1 + w) and the soft-caps small, so that every feature moves the loss by far
+more than the comparison's 1e-5.
+"""
+import json
+import struct
+import sys
+
+import torch
+import transformers as T
+
+# name: (config class, keyword arguments, training sequence)
+CASES = {
+    # grouped kv heads, both soft-caps, a query_pre_attn_scalar of its own, a window the sequence fits in
+    "gemma2": (T.Gemma2Config, dict(vocab_size=67, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                    max_position_embeddings=64, sliding_window=24, query_pre_attn_scalar=24,
+                                    attn_logit_softcapping=3.0, final_logit_softcapping=4.0,
+                                    pad_token_id=0, eos_token_id=1, bos_token_id=2), 24),
+    # untied head, attention biases, no soft-capping
+    "gemma2-bias-untied": (T.Gemma2Config, dict(vocab_size=59, hidden_size=40, intermediate_size=56, num_hidden_layers=2,
+                                                num_attention_heads=2, num_key_value_heads=1, head_dim=12,
+                                                max_position_embeddings=48, sliding_window=32, query_pre_attn_scalar=12,
+                                                attn_logit_softcapping=None, final_logit_softcapping=None,
+                                                attention_bias=True, tie_word_embeddings=False,
+                                                pad_token_id=0, eos_token_id=1, bos_token_id=2), 16),
+    # Gemma 3: q/k norms per head; every second layer global (rope_theta, linearly scaled), the others
+    # sliding (rope_local_base_freq); grouped kv heads
+    "gemma3": (T.Gemma3TextConfig, dict(vocab_size=71, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                                        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                        max_position_embeddings=64, sliding_window=24, sliding_window_pattern=2,
+                                        query_pre_attn_scalar=24, rope_theta=20000.0, rope_local_base_freq=100.0,
+                                        rope_scaling={"rope_type": "linear", "factor": 4.0},
+                                        pad_token_id=0, eos_token_id=1, bos_token_id=2), 24),
+    # Gemma 3 untied, with attention biases and the final-logit soft-cap, the layer types listed, no
+    # scaling; attn_logit_softcapping, which transformers' Gemma 3 attention does not apply
+    "gemma3-untied-caps": (T.Gemma3TextConfig, dict(vocab_size=53, hidden_size=24, intermediate_size=40,
+                                                    num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                                                    head_dim=12, max_position_embeddings=48, sliding_window=20,
+                                                    layer_types=["sliding_attention", "full_attention"],
+                                                    query_pre_attn_scalar=12, attn_logit_softcapping=3.0,
+                                                    final_logit_softcapping=4.0, attention_bias=True,
+                                                    tie_word_embeddings=False,
+                                                    pad_token_id=0, eos_token_id=1, bos_token_id=2), 16),
+}
+
+
+def make(case, d):
+    cls, kw, _ = CASES[case]
+    torch.manual_seed(sum(map(ord, case)))
+    m = T.AutoModelForCausalLM.from_config(cls(**kw), dtype=torch.float32)
+    with torch.no_grad():
+        for _, p in m.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.3)
+            else:
+                p.normal_(0.0, 0.3)
+    m.save_pretrained(d)
+
+
+def tokens(v, n, path):
+    g = torch.Generator().manual_seed(1234)
+    ids = torch.randint(0, v, (n,), generator=g).tolist()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *([20240520, 1, n, v] + [0] * 252)))
+        f.write(struct.pack("<%dH" % n, *ids))
+
+
+def loss(m, path, t, grad=False):
+    """The loss on the first T + 1 tokens of PATH (and with grad, the gradient's norm)."""
+    raw = open(path, "rb").read()
+    n = struct.unpack("<256i", raw[:1024])[2]
+    ids = torch.tensor(struct.unpack("<%dH" % n, raw[1024:1024 + 2 * n]), dtype=torch.long)
+    x, y = ids[:t].view(1, t), ids[1:t + 1].view(1, t)
+    m.eval()
+    if not grad:
+        with torch.no_grad():
+            lg = m(input_ids=x).logits.double()
+        return torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1)).item()
+    # nn.Embedding's padding_idx keeps the pad token's row out of the gradient, a
+    # convention of the module rather than the model's derivative: zinf differentiates it
+    m.model.embed_tokens.padding_idx = None
+    lg = m(input_ids=x).logits
+    l = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1))
+    l.backward()
+    return torch.sqrt(sum((p.grad.double() ** 2).sum() for p in m.parameters())).item()
+
+
+def load(d):
+    return T.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager",
+                                                  output_loading_info=True)
+
+
+def main():
+    cmd = sys.argv[1]
+    if cmd == "make":
+        root = sys.argv[2]
+        for case, (cls, kw, t) in CASES.items():
+            d = "%s/%s" % (root, case)
+            make(case, d)
+            tokens(kw["vocab_size"], 4 * t + 1, d + ".bin")
+            open(d + ".seq", "w").write("%d\n" % t)
+            m, _ = load(d)
+            print("%s %.10f %.10f" % (case, loss(m, d + ".bin", t), loss(m, d + ".bin", t, grad=True)))
+    elif cmd == "export":
+        case, d, path, t = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+        m, info = load(d)
+        print("keys %s missing=%d unexpected=%d %s" % (case, len(info["missing_keys"]), len(info["unexpected_keys"]),
+                                                       json.dumps(sorted(info["missing_keys"]) + sorted(info["unexpected_keys"]))))
+        print("loss %s %.10f" % (case, loss(m, path, t)))
+        ids = [int(i) for i in sys.argv[6].split(",")]
+        with torch.no_grad():
+            out = m.eval().generate(torch.tensor([ids]), max_new_tokens=int(sys.argv[7]), do_sample=False,
+                                    eos_token_id=None, pad_token_id=0,
+                                    attention_mask=torch.ones(1, len(ids), dtype=torch.long))
+        print("gen %s %s" % (case, " ".join(map(str, out[0, len(ids):].tolist()))))
+    else:
+        sys.exit("hf_gemma.py: unknown command " + cmd)
+
+
+if __name__ == "__main__":
+    main()
