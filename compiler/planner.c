@@ -185,6 +185,20 @@ static void explain_partition(Search *S) {
     if (nfrozen)
         pl_say(&S->ex, "frozen: %d parameter tensors placed and fetched like the others, with no gradient or optimizer state "
                     "(no reduce-scatter, no Adam)", nfrozen);
+    uint64_t qbytes = 0, qplain = 0;
+    int nq = 0, qdt = 0;
+    for (int i = 0; i < g->ntensors; i++)
+        if (g->tensors[i].cls == TC_PARAM && dtype_is_quant(g->tensors[i].dtype)) {
+            nq++;
+            qdt = g->tensors[i].dtype;
+            qbytes += pl_shard_bytes(b, i);
+            qplain += (uint64_t)b->ntiles[i] * (uint64_t)b->tile_shard[i] * (uint64_t)plan_dtype_size(g->train.dtype);
+        }
+    if (nq)
+        pl_say(&S->ex, "quantized: %d frozen weights stored %s, %s per rank, %.3g of their %s in %s: their homes, fetches and "
+                    "NVMe staging move these bytes; the host kernels dequantize each before its GEMM", nq, dtype_name((DType)qdt),
+               plan_bytes_str(qbytes, s1, sizeof s1), qplain ? (double)qbytes / (double)qplain : 0.0,
+               plan_bytes_str(qplain, s2, sizeof s2), dtype_name(g->train.dtype));
 }
 
 /* ---- cost and keep the best ---- */
@@ -585,21 +599,6 @@ static bool finish(Search *S) {
 
 /* ---- the driver ---- */
 
-/* Weights stored quantized (train { quantize }) are dequantized by the host
- * kernels; the CUDA kernels do not read them yet: false (reported) for a
- * GPU target. */
-static bool quantized_backend(const Graph *g, const Target *t, DiagSink *d) {
-    if (!strcmp(t->backend, "host")) return true;
-    for (int i = 0; i < g->ntensors; i++)
-        if (g->tensors[i].cls == TC_PARAM && dtype_is_quant(g->tensors[i].dtype)) {
-            diag_error(d, g->tensors[i].span, "'%s' is stored quantized (%s), which only the host backend runs for now",
-                       g->tensors[i].name, dtype_name(g->tensors[i].dtype));
-            diag_hint(d, "plan for a target with backend = \"host\", or leave quantize out of the train block");
-            return false;
-        }
-    return true;
-}
-
 bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena *a, DiagSink *d, PlannerResult *out) {
     memset(out, 0, sizeof *out);
     PlannerOptions defopt;
@@ -611,7 +610,7 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
     PlanBuilder b = {0};
     Search S = {.b = &b, .a = a, .d = d, .o = o, .best_time = INFINITY,
                 .overlap_auto = o->overlap == 0, .host = strcmp(local.backend, "host") == 0};
-    bool ok = quantized_backend(g, &local, d) && setup(&b, g, &local, o, d) && pl_partition(&b, a) && pl_apply_pins(&b, a);
+    bool ok = setup(&b, g, &local, o, d) && pl_partition(&b, a) && pl_apply_pins(&b, a);
     if (ok) {
         explain_partition(&S);
         Outcome r = search_placements(&S);

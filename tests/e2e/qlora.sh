@@ -20,8 +20,9 @@
 #  6. on 2 ranks (every weight over 1000 elements split, the quantized
 #     ones in whole blocks): the same exported weights, and the step-1 loss
 #     of the global batch equals transformers';
-#  7. errors: quantizing a trained weight names it; a GPU target refuses;
-#     zinfgen says how to generate from a QLoRA run.
+#  7. errors: quantizing a trained weight names it; CUDA code for a
+#     quantized weight is refused (an h200 plan with --kernels=none is
+#     made, for its figures); zinfgen says how to generate from a QLoRA run.
 #   tests/e2e/qlora.sh BUILD
 B=${1:-build}
 . tests/e2e/lib.sh
@@ -58,6 +59,11 @@ else bad "nf4: $nq block linears nf4, $nff of the $nf others f32 in --emit=graph
 if "$B/bin/zinfdump" "$M/nf4.plan" --memory 2>&1 | grep -q " 2304  persistent  *llama_block.0.rope_attn.wq$"; then
   ok "nf4: wq's home holds 2304 bytes (64 blocks of 36)"
 else bad "nf4: zinfdump does not show wq's 2304 bytes"; "$B/bin/zinfdump" "$M/nf4.plan" --memory 2>&1 | grep "rope_attn.wq" | head -3; fi
+# the summary and the planner's explanation count the blocks: 57600 weights, 0.5625 bytes each against f32's 4
+if "$B/bin/zinfdump" "$M/nf4.plan" | grep -q "^quantized: 14 frozen weights, 57600 parameters stored nf4: 31.64 KiB per rank (0.141 of 225.00 KiB in f32); gpu 31.64 KiB" &&
+   "$B/bin/zinfc" "$M/nf4.zl" --target "$W/t.zl" -o "$W/x.plan" --explain 2>&1 | grep -q "^quantized: 14 frozen weights stored nf4, 31.64 KiB per rank, 0.141 of their 225.00 KiB in f32"; then
+  ok "nf4: zinfdump and --explain count 31.64 KiB for 57600 weights (0.141 of f32)"
+else bad "nf4: zinfdump or --explain lack the quantized bytes"; "$B/bin/zinfdump" "$M/nf4.plan" | head -6; fi
 # 2-5
 for q in nf4 int8; do
   [ -f "$M/$q.plan" ] || continue
@@ -106,6 +112,11 @@ if "$B/bin/zinfc" "$W/trained.zl" > "$W/err.out" 2>&1; then bad "quantizing adap
 elif grep -q "cannot store 'llama_block.0.rope_attn.lora_q_a' quantized: it is trained" "$W/err.out"; then ok "quantizing a trained weight is an error naming it"
 else bad "quantizing a trained weight: unexpected message"; cat "$W/err.out"; fi
 if "$B/bin/zinfc" "$M/nf4.zl" --target h200 -o "$W/gpu.plan" > "$W/err.out" 2>&1; then bad "a GPU target took quantized weights"
-elif grep -q "is stored quantized (nf4), which only the host backend runs for now" "$W/err.out"; then ok "a GPU target refuses quantized weights"
+elif grep -q "is stored quantized (nf4), which the CUDA kernels do not read yet" "$W/err.out"; then ok "CUDA code for quantized weights is refused"
 else bad "GPU target: unexpected message"; cat "$W/err.out"; fi
+# --kernels=none plans them for a GPU target (the figures of docs/tuning.md)
+if "$B/bin/zinfc" "$M/nf4.zl" --target h200 --kernels=none -o "$W/gpu.plan" > "$W/err.out" 2>&1 &&
+   "$B/bin/zinfdump" "$W/gpu.plan" | grep -q "^quantized: 14 frozen weights, 57600 parameters stored nf4: 31.64 KiB per rank"; then
+  ok "an h200 plan with --kernels=none holds the nf4 weights"
+else bad "h200 --kernels=none"; cat "$W/err.out"; fi
 e2e_end
