@@ -91,6 +91,7 @@ typedef struct Cfg {
     /* yarn rope scaling (scaling 3): the ramp's ends (0: YaRN's defaults),
      * the factor q and k are multiplied by (1: none) */
     double beta_fast, beta_slow, attn_factor;
+    const char *quantize;   /* --quantize: "nf4", "int8", or NULL */
 } Cfg;
 
 /* The linears --lora may adapt: PEFT's module name (the target_modules
@@ -837,10 +838,13 @@ static void put_train(Cfg *c, Out *o) {
            "  schedule = constant\n"
            "  grad_clip = 1.0\n"
            "  checkpoint = \"layer\"\n"
-           "%s"
-           "}\n",
+           "%s",
         c->dtype, c->lora_mask ? "  # LoRA: only the adapters are trained (zinfrun --export-hf writes them as PEFT does)\n"
                                  "  freeze = [\"*\", \"!*.lora_*\"]\n" : "");
+    if (c->quantize)
+        put(o, "  # QLoRA: the frozen linear weights of the blocks stored %s (docs/training.md)\n"
+               "  quantize = \"%s\"\n", !strcmp(c->quantize, "nf4") ? "4-bit NF4" : "8-bit", c->quantize);
+    put(o, "}\n");
 }
 
 static void put_gpt2(Cfg *c, Out *o, const char *name) {
@@ -1218,6 +1222,7 @@ const char *hfconfig_text_to_zl(Arena *a, const SourceSet *src, int file, DiagSi
     c.len = src->files[file].len;
     c.seq = o ? o->seq : 0;
     if (o && o->lora && *o->lora && read_lora(&c, o->lora)) return NULL;
+    c.quantize = o ? o->quantize : NULL;
     JsonDoc doc;
     char jerr[256];
     if (json_parse(c.text, c.len, &doc, jerr, sizeof jerr) != 0) {

@@ -27,6 +27,8 @@ typedef struct HfConfigOptions {
     const char *lora;     /* --lora SPEC: LoRA adapters, "r=8,alpha=16,targets=q_proj,v_proj" (any part
                              may be left out: r=8, alpha=16, and PEFT's default targets, q_proj,v_proj
                              for the LLaMA family, c_attn for GPT-2); "" or NULL: none */
+    const char *quantize; /* --quantize nf4|int8 (with --lora): the frozen weights stored quantized
+                             (train { quantize }); NULL: none */
 } HfConfigOptions;
 
 /* The .zl text for DIR's config.json, or NULL with the errors in d. */

@@ -47,6 +47,11 @@ static int64_t dsize(DType t) {
     }
 }
 
+/* Bytes of n elements of t: whole blocks for a quantized frozen weight. */
+static int64_t tbytes(Acc *a, const GTensor *t, int64_t n) {
+    return dtype_is_quant(t->dtype) ? dtype_bytes(t->dtype, n) : mul(a, n, dsize(t->dtype));
+}
+
 static const char *dname(DType t) {
     switch (t) {
     case DT_F32: return "f32";
@@ -162,15 +167,16 @@ static int check_ops(const Graph *g, MemModel *m, int *fwd_end) {
  * state it does not have (gradient in its dtype, fp32 master when mixed,
  * momentum, variance) counted as saved; only the parameter itself is
  * allocated. True when its bytes are counted here (a forward graph). */
-static bool add_frozen(const GTensor *t, int64_t n, int64_t sh, MemModel *m, Acc *a) {
-    int64_t per = dsize(t->dtype) + (t->dtype != DT_F32 ? 4 : 0) + 4 + 4;
+static bool add_frozen(const GTensor *t, int64_t n, int64_t sh, MemModel *m, Acc *a, DType train_dt) {
+    DType dt = dtype_is_quant(t->dtype) ? train_dt : t->dtype; /* quantized: what it would train in */
+    int64_t per = dsize(dt) + (dt != DT_F32 ? 4 : 0) + 4 + 4;
     m->nfrozen++;
     m->frozen_params = add(a, m->frozen_params, n);
     m->frozen_saved = add(a, m->frozen_saved, mul(a, n, per));
     m->frozen_saved_rank = add(a, m->frozen_saved_rank, mul(a, sh, per));
     if (m->training_graph) return false;
-    m->model[TC_PARAM] = add(a, m->model[TC_PARAM], mul(a, n, dsize(t->dtype)));
-    m->rank[TC_PARAM] = add(a, m->rank[TC_PARAM], mul(a, sh, dsize(t->dtype)));
+    m->model[TC_PARAM] = add(a, m->model[TC_PARAM], tbytes(a, t, n));
+    m->rank[TC_PARAM] = add(a, m->rank[TC_PARAM], tbytes(a, t, sh));
     return true;
 }
 
@@ -178,14 +184,16 @@ static bool add_frozen(const GTensor *t, int64_t n, int64_t sh, MemModel *m, Acc
  * gradient copy (mixed precision). In a graph without state tensors
  * (inference), its gradient and optimizer state are derived from it: true
  * when that is done. */
-static bool add_param(const GTensor *t, int64_t n, int64_t sh, int R, const MemOptions *o, MemModel *m, Acc *a, DType *pdt) {
+static bool add_param(const GTensor *t, int64_t n, int64_t sh, int R, const MemOptions *o, MemModel *m, Acc *a, DType *pdt,
+                      DType train_dt) {
     m->params = add(a, m->params, n);
     m->nparam_tensors++;
     m->nsharded += R > 1 && n >= o->whole_below;
+    if (dtype_is_quant(t->dtype)) return add_frozen(t, n, sh, m, a, train_dt); /* frozen (sema_freeze.c) */
     if (*pdt == DT_NONE || t->dtype != DT_F32) *pdt = t->dtype;
     bool mixed = t->dtype != DT_F32;
     if (mixed) m->mixed = true;
-    if (t->frozen) return add_frozen(t, n, sh, m, a);
+    if (t->frozen) return add_frozen(t, n, sh, m, a, train_dt);
     /* the paper's fp32 gradient copy, whatever graph this is */
     if (mixed) {
         m->grad32_model = add(a, m->grad32_model, mul(a, n, 4));
@@ -217,11 +225,11 @@ static int model_states(const Graph *g, const MemOptions *o, MemModel *m, Acc *a
             return fail(m, "memory model: malformed graph: tensor %d has rank %d, %" PRId64 " elements", i, t->rank, t->numel);
         if (t->cls != TC_PARAM && !is_state(t->cls)) continue;
         int64_t ds = dsize(t->dtype);
-        if (!ds) return fail(m, "memory model: tensor '%s' has no dtype", t->name ? t->name : "?");
+        if (!ds && !dtype_is_quant(t->dtype)) return fail(m, "memory model: tensor '%s' has no dtype", t->name ? t->name : "?");
         int64_t n = t->numel, sh;
         if (t->cls == TC_PARAM) {
             sh = shard_elems(n, R, o->whole_below);
-            if (add_param(t, n, sh, R, o, m, a, &pdt)) continue;
+            if (add_param(t, n, sh, R, o, m, a, &pdt, g->train.dtype)) continue;
         } else {
             if (!m->training_graph) continue;
             if (t->param >= 0 && t->param < g->ntensors && g->tensors[t->param].cls == TC_PARAM)
@@ -232,8 +240,8 @@ static int model_states(const Graph *g, const MemOptions *o, MemModel *m, Acc *a
                 return fail(m, "memory model: '%s' has %" PRId64 " elements, its parameter %" PRId64, t->name ? t->name : "?", n,
                             g->tensors[t->param].numel);
         }
-        m->model[t->cls] = add(a, m->model[t->cls], mul(a, n, ds));
-        m->rank[t->cls] = add(a, m->rank[t->cls], mul(a, sh, ds));
+        m->model[t->cls] = add(a, m->model[t->cls], tbytes(a, t, n));
+        m->rank[t->cls] = add(a, m->rank[t->cls], tbytes(a, t, sh));
     }
     m->dtype = g->train.dtype != DT_NONE ? g->train.dtype : pdt;
     m->model_states_alloc = m->model_states_alloc_rank = 0;
@@ -262,7 +270,7 @@ static void ms_working(const Graph *g, MemModel *m, Acc *a, int fwd_end) {
             const GTensor *p = &g->tensors[x];
             int64_t gs = p->frozen ? 0 : dsize(p->dtype);
             if (p->grad >= 0 && p->grad < g->ntensors) gs = dsize(g->tensors[p->grad].dtype);
-            w = add(a, w, mul(a, p->numel, dsize(p->dtype) + gs));
+            w = add(a, w, add(a, tbytes(a, p, p->numel), mul(a, p->numel, gs)));
         }
         if (w > m->ms_working) {
             m->ms_working = w;

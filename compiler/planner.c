@@ -172,7 +172,7 @@ static void explain_partition(Search *S) {
             if (ntiled < 6)
                 pl_say(&S->ex, "tile %s %s in %d tiles of %" PRId64 " rows: %s whole, %s", pl_tname(b, i),
                     graph_shape_str(g, i, s4, sizeof s4), b->ntiles[i], g->tensors[i].dims[0] / b->ntiles[i],
-                    plan_bytes_str((uint64_t)g->tensors[i].numel * (uint64_t)pl_dsz(b, i), s1, sizeof s1),
+                    plan_bytes_str(pl_ebytes(b, i, g->tensors[i].numel), s1, sizeof s1),
                     b->tile_pinned[i] ? "pinned by the plan block" : "more than 1/16 of GPU memory");
             ntiled++;
         }
@@ -193,6 +193,20 @@ static void explain_partition(Search *S) {
     if (nfrozen)
         pl_say(&S->ex, "frozen: %d parameter tensors placed and fetched like the others, with no gradient or optimizer state "
                     "(no reduce-scatter, no Adam)", nfrozen);
+    uint64_t qbytes = 0, qplain = 0;
+    int nq = 0, qdt = 0;
+    for (int i = 0; i < g->ntensors; i++)
+        if (g->tensors[i].cls == TC_PARAM && dtype_is_quant(g->tensors[i].dtype)) {
+            nq++;
+            qdt = g->tensors[i].dtype;
+            qbytes += pl_shard_bytes(b, i);
+            qplain += (uint64_t)b->ntiles[i] * (uint64_t)b->tile_shard[i] * (uint64_t)plan_dtype_size(g->train.dtype);
+        }
+    if (nq)
+        pl_say(&S->ex, "quantized: %d frozen weights stored %s, %s per rank, %.3g of their %s in %s: their homes, fetches and "
+                    "NVMe staging move these bytes; the host kernels dequantize each before its GEMM", nq, dtype_name((DType)qdt),
+               plan_bytes_str(qbytes, s1, sizeof s1), qplain ? (double)qbytes / (double)qplain : 0.0,
+               plan_bytes_str(qplain, s2, sizeof s2), dtype_name(g->train.dtype));
 }
 
 /* ---- cost and keep the best ---- */

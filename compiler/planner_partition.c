@@ -49,7 +49,7 @@ static bool choose_tiles(PlanBuilder *b, const bool *untileable) {
         const GTensor *t = &g->tensors[i];
         b->ntiles[i] = 1;
         if (t->cls != TC_PARAM) continue;
-        uint64_t bytes = (uint64_t)t->numel * (uint64_t)pl_dsz(b, i);
+        uint64_t bytes = pl_ebytes(b, i, t->numel);
         int want = 0;
         Span sp = SPAN_NONE;
         for (int k = 0; k < b->o->ntiles; k++)
@@ -58,6 +58,11 @@ static bool choose_tiles(PlanBuilder *b, const bool *untileable) {
                 sp = b->o->tiles[k].span;
             }
         if (want > 1) {
+            if (dtype_is_quant(t->dtype)) { /* its blocks run across the rows' ends */
+                diag_error(b->d, sp, "cannot tile '%s': it is stored quantized (train { quantize })", t->name);
+                ok = false;
+                continue;
+            }
             if (untileable[i] || t->rank != 2) {
                 diag_error(b->d, sp, "cannot tile '%s': only 2-D weights of linear, matmul and embedding are tiled", t->name);
                 ok = false;
@@ -70,7 +75,7 @@ static bool choose_tiles(PlanBuilder *b, const bool *untileable) {
             }
             b->ntiles[i] = want;
             b->tile_pinned[i] = true;
-        } else if (!want && !untileable[i] && t->rank == 2 && bytes > limit) {
+        } else if (!want && !untileable[i] && t->rank == 2 && bytes > limit && !dtype_is_quant(t->dtype)) {
             int64_t need = (int64_t)((bytes + limit - 1) / limit);
             int64_t nt = need;
             while (nt < t->dims[0] && t->dims[0] % nt) nt++;

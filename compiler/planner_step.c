@@ -47,7 +47,6 @@ static const char *tile_name(PlanBuilder *b, int p, int k) {
 
 void pl_emit_fetch(PlanBuilder *b, Req *r) {
     int p = r->tensor;
-    uint64_t ds = (uint64_t)pl_dsz(b, p);
     if (r->alias >= 0) {
         r->buf = b->reqs[r->alias].buf;
         r->off = b->reqs[r->alias].off;
@@ -59,7 +58,7 @@ void pl_emit_fetch(PlanBuilder *b, Req *r) {
     }
     int n = b->ntiles[p];
     int64_t tile = b->g->tensors[p].numel / n;
-    uint64_t tb = (uint64_t)tile * ds, sb = (uint64_t)b->tile_shard[p] * ds;
+    uint64_t tb = pl_ebytes(b, p, tile), sb = pl_ebytes(b, p, b->tile_shard[p]);
     int home = b->home[p], P = pl_param_tier(b, p);
     int t0 = r->tile < 0 ? 0 : r->tile, t1 = r->tile < 0 ? n : r->tile + 1;
     if (P == TIER_GPU && !b->part[p]) {
@@ -280,7 +279,7 @@ static bool step_inputs(PlanBuilder *b, const Step *s, const GOp *op, StepOps *s
                 for (int q = s->req0; q < s->req0 + s->nreq; q++)
                     if (b->reqs[q].tensor == x && !b->reqs[q].ckpt) r = &b->reqs[q];
                 if (r) {
-                    uint64_t ds = (uint64_t)pl_dsz(b, x), tb = (uint64_t)(xt->numel / b->ntiles[x]) * ds;
+                    uint64_t tb = pl_ebytes(b, x, xt->numel / b->ntiles[x]);
                     pe = (Pend){r->buf, PLAN_R, r->off, r->tile >= 0 ? tb : tb * (uint64_t)b->ntiles[x]};
                 }
             } else {

@@ -27,6 +27,8 @@ const char *prim_dtype_str(DType t) {
     case DT_BF16: return "bf16";
     case DT_F16: return "f16";
     case DT_I32: return "i32";
+    case DT_NF4: return "nf4";   /* a frozen weight stored quantized (train { quantize }) */
+    case DT_INT8: return "int8";
     default: return "none";
     }
 }

@@ -8,7 +8,7 @@
 static const char *const train_keys[] = {
     "micro_batch", "steps", "dtype", "seed", "optimizer", "lr", "warmup", "warmup_steps", "min_lr", "schedule",
     "grad_clip", "loss_scale", "checkpoint", "checkpoint_every", "grad_accum", "beta1", "beta2", "eps",
-    "weight_decay", "freeze", "no_decay",
+    "weight_decay", "freeze", "no_decay", "quantize", "quantize_params",
 };
 enum { NTRAIN_KEYS = sizeof train_keys / sizeof train_keys[0] };
 
@@ -278,7 +278,8 @@ void sema_read_train(Sema *s) {
             continue;
         }
         if (strcmp(st->key, "micro_batch") == 0) sema_micro_batch(s);
-        else if (strcmp(st->key, "freeze") == 0) continue; /* once the parameters exist: sema_freeze.c */
+        else if (strcmp(st->key, "freeze") == 0 || strcmp(st->key, "quantize") == 0 || strcmp(st->key, "quantize_params") == 0)
+            continue; /* once the parameters exist: sema_freeze.c */
         else if (strcmp(st->key, "no_decay") == 0) continue; /* likewise: sema_decay.c */
         else if (!read_int_setting(s, st, t) && !read_num_setting(s, st, t, schedule_set) &&
                  !read_word_setting(s, st, t, &schedule_set))

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "quant.h"
 #include "cost.h"
 
 /* The cost model prices the nvme queue's pipeline (both backends run one) at its depth. */
@@ -392,8 +393,26 @@ uint64_t rt_export_bytes(const Rt *r) {
     const Plan *p = r->p;
     uint64_t b = 0;
     for (uint32_t t = 0; t < p->ntensors; t++)
-        if (p->tensors[t].cls == TC_PARAM && p->tensors[t].shard >= 0) b += (uint64_t)p->tensors[t].numel * rt_dsz(p->tensors[t].dtype);
+        if (p->tensors[t].cls == TC_PARAM && p->tensors[t].shard >= 0)
+            b += (uint64_t)p->tensors[t].numel * rt_dsz(dtype_is_quant(p->tensors[t].dtype) ? p->train.dtype : p->tensors[t].dtype);
     return b;
+}
+
+/* The n elements of a quantized tensor (DT_NF4, DT_INT8) in dtype dt, in a
+ * malloc'd buffer (NULL: out of memory). */
+static uint8_t *rt_dequantize(const uint8_t *q, int qdt, int64_t n, int dt) {
+    float *f = malloc((size_t)n * sizeof *f + 1);
+    uint8_t *out = malloc((size_t)n * rt_dsz(dt) + 1);
+    if (f && out) {
+        quant_decode(qdt == DT_NF4 ? QUANT_NF4 : QUANT_INT8, q, n, f);
+        for (int64_t i = 0; i < n; i++) rt_elem_set(out, dt, i, f[i]);
+    }
+    free(f);
+    if (!f) {
+        free(out);
+        return NULL;
+    }
+    return out;
 }
 
 int rt_export_safetensors(Rt *r, const char *path, char *err, size_t n) {
@@ -406,24 +425,39 @@ int rt_export_safetensors(Rt *r, const char *path, char *err, size_t n) {
         const PlanTensor *pt = &p->tensors[t];
         if (pt->cls != TC_PARAM || pt->shard < 0) continue;
         const PlanShard *sh = &p->shards[pt->shard];
-        size_t es = rt_dsz(pt->dtype);
+        /* a quantized weight moves in blocks of 64 (its tiles and shards are
+         * whole blocks) and is written dequantized, in the training dtype */
+        bool quant = dtype_is_quant(pt->dtype);
+        int64_t unit = quant ? DTYPE_QBLOCK : 1;
+        size_t es = quant ? (size_t)dtype_bytes((DType)pt->dtype, DTYPE_QBLOCK) : rt_dsz(pt->dtype);
         uint8_t *mine = malloc(sh->bytes ? sh->bytes : 1);
-        uint8_t *all = malloc((size_t)sh->tile_shard * es * (size_t)r->c->size + 1);
-        uint8_t *full = r->c->rank == 0 ? malloc((size_t)pt->numel * es + 1) : NULL;
+        uint8_t *all = malloc((size_t)(sh->tile_shard / unit) * es * (size_t)r->c->size + 1);
+        uint8_t *full = r->c->rank == 0 ? malloc((size_t)(pt->numel / unit) * es + 1) : NULL;
         if (!mine || !all || (r->c->rank == 0 && !full)) rc = errorf(err, n, "out of memory exporting %s", pt->name);
         if (!rc) rc = rt_home_read(r, sh->buffer, 0, mine, sh->bytes, err, n);
         for (int32_t u = 0; u < sh->ntiles && !rc; u++) {
-            size_t sb = (size_t)sh->tile_shard * es;
+            size_t sb = (size_t)(sh->tile_shard / unit) * es;
             if (sh->partitioned) {
                 if (comm_allgather(r->c, mine + (size_t)u * sb, all, sb)) { rc = rt_comm_err(r, err, n); break; }
             } else {
                 memcpy(all, mine + (size_t)u * sb, sb);
             }
-            if (full) memcpy(full + (size_t)u * (size_t)sh->tile_elems * es, all, (size_t)sh->tile_elems * es);
+            if (full) memcpy(full + (size_t)u * (size_t)(sh->tile_elems / unit) * es, all, (size_t)(sh->tile_elems / unit) * es);
         }
         free(mine);
         free(all);
-        st[k] = (StTensor){pt->name, pt->dtype, pt->rank, {0}, full, (uint64_t)pt->numel * es};
+        int dt = pt->dtype;
+        if (quant && full && !rc) {
+            uint8_t *deq = rt_dequantize(full, pt->dtype, pt->numel, p->train.dtype);
+            free(full);
+            full = deq;
+            if (!full) rc = errorf(err, n, "out of memory exporting %s", pt->name);
+        }
+        if (quant) {
+            dt = p->train.dtype;
+            es = rt_dsz(dt);
+        }
+        st[k] = (StTensor){pt->name, dt, pt->rank, {0}, full, (uint64_t)pt->numel * es};
         memcpy(st[k].dims, pt->dims, sizeof st[k].dims);
         k++;
     }

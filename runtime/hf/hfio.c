@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "quant.h"
 #include "vocab.h"
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -22,6 +23,10 @@ typedef struct Imp {
     Progress *progress;     /* NULL: nobody listens */
     bool counting;          /* a pass that only adds up the bytes the copy will read, into total */
     uint64_t total;
+    /* a parameter stored quantized (DT_NF4, DT_INT8) is gathered here in
+     * f32, its shard's elements at their shard offsets, and encoded into
+     * its home once all its pieces are in: one such shard at a time */
+    float *qf;
 } Imp;
 
 /* Appends name to a ", "-separated list of cap bytes, or counts it as more. */
@@ -169,6 +174,14 @@ static int read_block(Imp *im, const HfPiece *x, const StEntry *e, int64_t r0, i
 static int write_block(Imp *im, int buffer, int pd, const HfPiece *x, int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t s,
                        int64_t e, int64_t base, char *err, size_t n) {
     int64_t w = c1 - c0;
+    if (dtype_is_quant(pd)) {
+        for (int64_t i = r0; i < r1; i++) {
+            int64_t x0 = i * x->cols + c0, y0 = i * x->cols + c1;
+            int64_t a = x0 > s ? x0 : s, b = y0 < e ? y0 : e;
+            if (a < b) memcpy(im->qf + base + a - s, im->st.f + (i - r0) * w + (a - x0), (size_t)(b - a) * sizeof(float));
+        }
+        return 0;
+    }
     StDtype sd = (StDtype)st_dtype_from_plan(pd);
     size_t es = st_dtype_size(sd);
     uint8_t *src = (uint8_t *)im->st.f;
@@ -219,6 +232,24 @@ static int copy_interval(Imp *im, const HfPiece *x, int64_t s, int64_t e, int64_
     return 0;
 }
 
+/* The f32 values gathered in im->qf, encoded into the home of the
+ * quantized parameter t (tile by tile: a tile's shard is whole blocks). */
+static int store_quantized(Imp *im, const PlanTensor *t, char *err, size_t n) {
+    const PlanShard *sh = &im->r->p->shards[t->shard];
+    size_t tb = (size_t)plan_dtype_bytes(t->dtype, sh->tile_shard);
+    uint8_t *q = malloc(tb ? tb : 1);
+    if (!q) return errorf(err, n, "out of memory quantizing '%s'", t->name);
+    QuantKind k = t->dtype == DT_NF4 ? QUANT_NF4 : QUANT_INT8;
+    HfHome hh = {im->r, sh->buffer};
+    int rc = 0;
+    for (int32_t u = 0; u < sh->ntiles && !rc; u++) {
+        quant_encode(k, im->qf + (size_t)u * (size_t)sh->tile_shard, sh->tile_shard, q);
+        rc = hf_home_write(&hh, (uint64_t)u * tb, q, tb, err, n);
+    }
+    free(q);
+    return rc;
+}
+
 /* Every piece's part of this rank's shards, read and stored; with
  * im->counting set, only the bytes that would be read, added up. */
 static int import_pieces(Imp *im, char *err, size_t n) {
@@ -227,15 +258,27 @@ static int import_pieces(Imp *im, char *err, size_t n) {
     int rank = im->r->c->rank;
     for (int i = 0; i < l->npieces; i++) {
         const HfPiece *x = &l->pieces[i];
-        const PlanShard *sh = &p->shards[p->tensors[x->tensor].shard];
-        if (!i || l->pieces[i - 1].tensor != x->tensor) im->rep->params++;
-        for (int32_t u = 0; u < sh->ntiles; u++) {
+        const PlanTensor *t = &p->tensors[x->tensor];
+        const PlanShard *sh = &p->shards[t->shard];
+        bool first = !i || l->pieces[i - 1].tensor != x->tensor, last = i + 1 == l->npieces || l->pieces[i + 1].tensor != x->tensor;
+        bool quant = dtype_is_quant(t->dtype) && !im->counting;
+        if (first) im->rep->params++;
+        if (quant && first && !(im->qf = calloc((size_t)sh->ntiles * (size_t)sh->tile_shard + 1, sizeof(float))))
+            return errorf(err, n, "out of memory quantizing '%s'", t->name);
+        int rc = 0;
+        for (int32_t u = 0; u < sh->ntiles && !rc; u++) {
             int64_t w0 = sh->partitioned ? (int64_t)rank * sh->tile_shard : 0;
             int64_t cnt = min64(sh->tile_shard, sh->tile_elems - w0);
             if (cnt <= 0) continue;
             int64_t s = (int64_t)u * sh->tile_elems + w0;
-            if (copy_interval(im, x, s, s + cnt, (int64_t)u * sh->tile_shard, err, n)) return -1;
+            rc = copy_interval(im, x, s, s + cnt, (int64_t)u * sh->tile_shard, err, n);
         }
+        if (quant && last && !rc) rc = store_quantized(im, t, err, n);
+        if (quant && (last || rc)) {
+            free(im->qf);
+            im->qf = NULL;
+        }
+        if (rc) return -1;
     }
     return 0;
 }

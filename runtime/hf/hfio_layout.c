@@ -17,7 +17,7 @@ void hf_layout_free(HfLayout *l) {
 static int piece_init(const Plan *p, const PlanHfPiece *x, HfPiece *pc, const HfPiece *prev, char *err, size_t n) {
     const PlanTensor *t = &p->tensors[x->tensor];
     if (t->shard < 0 || (uint32_t)t->shard >= p->nshards) return errorf(err, n, "hf: parameter '%s' has no shard", t->name);
-    if (st_dtype_from_plan(t->dtype) < 0)
+    if (st_dtype_from_plan(t->dtype) < 0 && !dtype_is_quant(t->dtype)) /* quantized: encoded on import, decoded on export */
         return errorf(err, n, "hf: parameter '%s' is %s; Hugging Face weights are floats", t->name, dtype_name((DType)t->dtype));
     const PlanShard *s = &p->shards[t->shard];
     if (s->ntiles < 1 || s->tile_elems < 1 || (int64_t)s->ntiles * s->tile_elems != t->numel || s->tile_shard < 1)
@@ -123,7 +123,7 @@ static int group_finish(const Plan *p, HfLayout *l, int g, int *idx, char *err, 
     }
     G->numel = 1;
     for (int d = 0; d < G->rank; d++) G->numel *= (uint64_t)G->shape[d];
-    G->dtype = t0->dtype;
+    G->dtype = dtype_is_quant(t0->dtype) ? p->train.dtype : t0->dtype; /* exported dequantized, in the training dtype */
     for (int i = G->first; i < l->npieces; i++) {
         HfPiece *x = &l->pieces[i];
         if (x->group != g) continue;

@@ -18,7 +18,10 @@ size_t hk_f32_copy_bytes(const HkTensor *t) {
     return hk_align((size_t)hk_numel(t) * sizeof(float));
 }
 
-void hk_load_f32(const HkTensor *t, float *dst) { hk_rows_cast(t->data, t->dtype, dst, DT_F32, hk_numel(t)); }
+void hk_load_f32(const HkTensor *t, float *dst) {
+    if (dtype_is_quant(t->dtype)) hk_dequant_f32(t, dst); /* a frozen weight stored quantized */
+    else hk_rows_cast(t->data, t->dtype, dst, DT_F32, hk_numel(t));
+}
 
 void hk_store_f32(HkTensor *t, const float *src) { hk_rows_cast(src, DT_F32, t->data, t->dtype, hk_numel(t)); }
 
@@ -55,7 +58,8 @@ typedef struct MmShape {
 
 static int mm_shape(const HkTensor *a, const HkTensor *b, const HkTensor *y, bool ta, bool tb, MmShape *s) {
     if (!hk_present(a) || !hk_present(b) || !hk_present(y)) return HK_ERR_ARG;
-    if (!hk_is_float(a) || !hk_is_float(b) || !hk_is_float(y)) return HK_ERR_DTYPE;
+    /* b may be a weight stored quantized: read dequantized (hk_load_f32) */
+    if (!hk_is_float(a) || !(hk_is_float(b) || dtype_is_quant(b->dtype)) || !hk_is_float(y)) return HK_ERR_DTYPE;
     if (a->rank < 1 || b->rank < 2 || (ta && a->rank < 2)) return HK_ERR_SHAPE;
     int64_t bk = tb ? b->dims[b->rank - 1] : b->dims[b->rank - 2];
     int64_t bn = tb ? b->dims[b->rank - 2] : b->dims[b->rank - 1];

@@ -41,6 +41,8 @@ bool hk_present(const HkTensor *t);
 /* hostk.c */
 size_t hk_f32_copy_bytes(const HkTensor *t);
 void hk_load_f32(const HkTensor *t, float *dst);
+/* hostk_quant.c: a DT_NF4 or DT_INT8 tensor decoded into dst (its numel f32) */
+void hk_dequant_f32(const HkTensor *t, float *dst);
 void hk_store_f32(HkTensor *t, const float *src);
 const float *hk_view_in(const HkTensor *t, HkWs *w);
 float *hk_view_out(HkTensor *t, HkWs *w, bool load);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "errorf.h"
+#include "vocab.h"
 
 const char *const plan_queue_names[PLAN_NQUEUES] = {"nvme", "h2d", "d2h", "comm", "compute", "cpu"};
 const char *const plan_opcode_names[PI_COUNT] = {
@@ -62,6 +63,10 @@ int plan_gemm_of_launch(const Plan *p, uint32_t li) {
     }
     return lo < p->ngemms && p->gemms[lo].launch == li ? (int)lo : -1;
 }
+
+uint64_t plan_dtype_bytes(int dtype, int64_t n) { return (uint64_t)dtype_bytes((DType)dtype, n); }
+
+bool plan_dtype_known(int dtype) { return plan_dtype_size(dtype) > 0 || dtype_is_quant(dtype); }
 
 int plan_dtype_size(int dtype) {
     switch (dtype) { /* DType of lang/ast.h: NONE, F32, BF16, F16, I32 */
@@ -801,7 +806,7 @@ static bool check_indices(const Plan *p, const char *name, char *err, size_t err
         if (!TID(t->param) || !TID(t->grad) || !TID(t->master) || !TID(t->momentum) || !TID(t->variance))
             BAD("tensor %u '%s' refers to a tensor out of range", i, t->name);
         if (t->shard < -1 || t->shard >= (int64_t)p->nshards) BAD("tensor %u '%s': shard %d out of range", i, t->name, t->shard);
-        if (!plan_dtype_size(t->dtype)) BAD("tensor %u '%s': unknown dtype %u", i, t->name, t->dtype);
+        if (!plan_dtype_known(t->dtype)) BAD("tensor %u '%s': unknown dtype %u", i, t->name, t->dtype);
         int64_t n = 1;
         for (int d = 0; d < t->rank; d++) {
             if (t->dims[d] < 0 || (t->dims[d] && n > INT64_MAX / 16 / t->dims[d]))

@@ -383,8 +383,13 @@ typedef struct Plan {
 /* A new empty plan (NULL on out of memory). */
 Plan *plan_new(void);
 void plan_free(Plan *p);
-/* Bytes per element of a DType code (0 if unknown). */
+/* Bytes per element of a DType code (0 if unknown, and for the quantized
+ * dtypes, which have bytes per block: plan_dtype_bytes). */
 int plan_dtype_size(int dtype);
+/* Bytes of n elements of a DType code (whole blocks for DT_NF4, DT_INT8). */
+uint64_t plan_dtype_bytes(int dtype, int64_t n);
+/* A DType code a tensor may have. */
+bool plan_dtype_known(int dtype);
 
 /* Serialises into a malloc'd buffer the caller frees. */
 bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t errlen);

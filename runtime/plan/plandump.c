@@ -95,11 +95,38 @@ static void frozen_line(const Plan *p, FILE *out) {
         elems += (uint64_t)t->numel;
         if (t->shard < 0 || (uint32_t)t->shard >= p->nshards) continue;
         uint64_t e = (uint64_t)p->shards[t->shard].ntiles * (uint64_t)p->shards[t->shard].tile_shard;
-        saved += e * (uint64_t)(plan_dtype_size(t->dtype) + (t->dtype != DT_F32 ? 4 : 0) + 8);
+        int dt = dtype_is_quant(t->dtype) ? p->train.dtype : t->dtype; /* stored quantized: what it would train in */
+        saved += e * (uint64_t)(plan_dtype_size(dt) + (dt != DT_F32 ? 4 : 0) + 8);
     }
     char a[32];
     if (n) fprintf(out, "frozen: %" PRIu64 " parameter tensors, %" PRIu64 " parameters: no gradient or optimizer state, %s (%" PRIu64 " bytes) per rank saved\n",
                    n, elems, plan_bytes_str(saved, a, sizeof a), saved);
+}
+
+/* Frozen weights stored quantized (train { quantize }): their bytes per
+ * rank, each tier's, against the same shards in the training dtype. */
+static void quantized_line(const Plan *p, FILE *out) {
+    uint64_t n = 0, elems = 0, bytes[PLAN_NTIERS] = {0}, plain = 0, all = 0;
+    int dt = 0;
+    for (uint32_t i = 0; i < p->ntensors; i++) {
+        const PlanTensor *t = &p->tensors[i];
+        if (t->cls != TC_PARAM || !dtype_is_quant(t->dtype) || t->shard < 0 || (uint32_t)t->shard >= p->nshards) continue;
+        const PlanShard *s = &p->shards[t->shard];
+        n++;
+        dt = t->dtype;
+        elems += (uint64_t)t->numel;
+        bytes[s->home < PLAN_NTIERS ? s->home : 0] += s->bytes;
+        all += s->bytes;
+        plain += (uint64_t)s->ntiles * (uint64_t)s->tile_shard * (uint64_t)plan_dtype_size(p->train.dtype);
+    }
+    if (!n) return;
+    char a[32], b[32];
+    fprintf(out, "quantized: %" PRIu64 " frozen weights, %" PRIu64 " parameters stored %s: %s per rank (%.3g of %s in %s);", n, elems,
+            dtype_name((DType)dt), plan_bytes_str(all, a, sizeof a), plain ? (double)all / (double)plain : 0.0,
+            plan_bytes_str(plain, b, sizeof b), dtype_name((DType)p->train.dtype));
+    for (int k = 0; k < PLAN_NTIERS; k++)
+        if (bytes[k]) fprintf(out, " %s %s", plan_tier_names[k], plan_bytes_str(bytes[k], a, sizeof a));
+    fputc('\n', out);
 }
 
 void plandump_summary(const Plan *p, const CostResult *c, FILE *out) {
@@ -121,6 +148,7 @@ void plandump_summary(const Plan *p, const CostResult *c, FILE *out) {
     }
     fprintf(out, "parameters: %" PRIu64 " (%.4g%s)\n", total_params, pv, sfx[si]);
     frozen_line(p, out);
+    quantized_line(p, out);
     fprintf(out, "memory per rank (peak = the allocation):\n");
     for (int k = 0; k < PLAN_NARENAS; k++)
         fprintf(out, "  %-7s %12s of %12s\n", plan_arena_names[k], plan_bytes_str(p->arenas[k].size, a, sizeof a),

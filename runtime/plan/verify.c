@@ -344,7 +344,9 @@ static void check_shards(V *v) {
             vf_problem(v, "shard of '%s': %d ranks x %" PRId64 " elements do not cover a tile of %" PRId64, t->name, p->ranks,
                     s->tile_shard, s->tile_elems);
         if (__builtin_mul_overflow((int64_t)s->ntiles, s->tile_shard, &shard_elems) ||
-            __builtin_mul_overflow(shard_elems, (int64_t)ds, &shard_bytes) || (uint64_t)shard_bytes != s->bytes)
+            (dtype_is_quant(t->dtype) ? (shard_bytes = (int64_t)s->ntiles * (int64_t)plan_dtype_bytes(t->dtype, s->tile_shard), 0)
+                                      : __builtin_mul_overflow(shard_elems, (int64_t)ds, &shard_bytes)) ||
+            (uint64_t)shard_bytes != s->bytes)
             vf_problem(v, "shard of '%s': %" PRIu64 " bytes does not match its tiles", t->name, s->bytes);
         const PlanBuffer *b = &p->buffers[s->buffer];
         if (b->bytes < s->bytes)

@@ -37,7 +37,7 @@ static inline bool vf_on_nvme(const Plan *p, const PlanOperand *o) {
     return o->buffer >= 0 && p->buffers[o->buffer].arena == ARENA_NVME;
 }
 static inline uint64_t vf_tensor_bytes(const PlanTensor *t) {
-    return (uint64_t)t->numel * (uint64_t)plan_dtype_size(t->dtype);
+    return plan_dtype_bytes(t->dtype, t->numel);
 }
 
 /* verify_kernels.c */

@@ -22,6 +22,8 @@ const char *dtype_name(DType t) {
     case DT_BF16: return "bf16";
     case DT_F16: return "f16";
     case DT_I32: return "i32";
+    case DT_NF4: return "nf4";
+    case DT_INT8: return "int8";
     default: return "any";
     }
 }
@@ -33,6 +35,16 @@ int dtype_size(DType t) {
     case DT_BF16:
     case DT_F16: return 2;
     default: return 0;
+    }
+}
+
+int64_t dtype_bytes(DType t, int64_t n) {
+    if (n <= 0) return 0;
+    int64_t blocks = (n + DTYPE_QBLOCK - 1) / DTYPE_QBLOCK;
+    switch (t) {
+    case DT_NF4: return blocks * (DTYPE_QBLOCK / 2 + 4);
+    case DT_INT8: return blocks * (DTYPE_QBLOCK + 4);
+    default: return n * dtype_size(t);
     }
 }
 

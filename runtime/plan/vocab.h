@@ -5,12 +5,23 @@
  * kind/prim are these codes; changing one is a plan format change. */
 #ifndef ZINF_VOCAB_H
 #define ZINF_VOCAB_H
+#include <stdint.h>
 
-typedef enum DType { DT_NONE = 0, DT_F32, DT_BF16, DT_F16, DT_I32 } DType;
-/* "f32", "bf16", "f16", "i32"; "any" for DT_NONE. */
+/* DT_NF4 and DT_INT8 are the quantized storage of frozen weights
+ * (runtime/hostk/quant.h, docs/training.md): blocks of DTYPE_QBLOCK
+ * elements with their absmax, a whole number of bytes per block, not per
+ * element, so dtype_size is 0 for them and dtype_bytes counts them. */
+typedef enum DType { DT_NONE = 0, DT_F32, DT_BF16, DT_F16, DT_I32, DT_NF4, DT_INT8 } DType;
+/* "f32", "bf16", "f16", "i32", "nf4", "int8"; "any" for DT_NONE. */
 const char *dtype_name(DType t);
-/* Bytes per element; 0 for DT_NONE. */
+/* Bytes per element; 0 for DT_NONE and the quantized dtypes. */
 int dtype_size(DType t);
+enum { DTYPE_QBLOCK = 64 };
+/* DT_NF4 or DT_INT8 */
+static inline int dtype_is_quant(int t) { return t == DT_NF4 || t == DT_INT8; }
+/* Bytes of n elements: n * dtype_size, or whole blocks of a quantized
+ * dtype (36 bytes per 64 for nf4, 68 for int8); 0 for DT_NONE. */
+int64_t dtype_bytes(DType t, int64_t n);
 
 typedef enum InitKind { INIT_NONE, INIT_NORMAL, INIT_ZEROS, INIT_ONES, INIT_UNIFORM } InitKind;
 

@@ -51,7 +51,7 @@ static int parse_tensor(const JsonValue *o, int world, CkptTensorLayout *t, char
     if (!name || !shape || shape->count > 6 || !get_i64(o, "dtype", &dt) || !get_i64(o, "class", &cls) ||
         !get_i64(o, "numel", &t->s.numel) || !get_i64(o, "ntiles", &nt) || !get_i64(o, "tile_elems", &t->s.tile_elems) ||
         !get_i64(o, "tile_shard", &t->s.tile_shard) || part < 0 || dt < 0 || dt > 255 || cls < 0 || cls > 255 ||
-        nt < 1 || nt > INT32_MAX || dtype_size((DType)dt) <= 0)
+        nt < 1 || nt > INT32_MAX || dtype_bytes((DType)dt, 1) <= 0)
         return errorf(err, errlen, "a layout entry lacks a field or has a bad one");
     if (!(t->name = strdup(name))) return errorf(err, errlen, "out of memory");
     t->dtype = (uint8_t)dt;
@@ -145,6 +145,21 @@ void ckpt_manifest_free(CkptManifest *m) {
 }
 
 /* ---- the range arithmetic ---- */
+
+/* The reader counts a tensor in units of one element, or of one block of
+ * 64 for a quantized one (DT_NF4, DT_INT8: its tiles and shards are whole
+ * blocks, so its byte ranges are linear in blocks): bytes per unit, and a
+ * layout in units. */
+static size_t unit_bytes(int dt) { return (size_t)(dtype_is_quant(dt) ? dtype_bytes((DType)dt, DTYPE_QBLOCK) : dtype_size((DType)dt)); }
+static CkptShardLayout in_units(const CkptShardLayout *s, int dt) {
+    CkptShardLayout u = *s;
+    if (dtype_is_quant(dt)) {
+        u.numel /= DTYPE_QBLOCK;
+        u.tile_elems /= DTYPE_QBLOCK;
+        u.tile_shard /= DTYPE_QBLOCK;
+    }
+    return u;
+}
 
 int ckpt_reshard_pieces(const CkptShardLayout *from, int from_world, const CkptShardLayout *to, int rank,
                         CkptPieceFn fn, void *ctx) {
@@ -269,7 +284,7 @@ static int index_writer(CkptReader *rd, int w, const char *path, char *err, size
         if (pread_all(rd->fd[w], name, nl, pos + 2) || pread_all(rd->fd[w], eh, 17, pos + 2 + nl))
             return errorf(err, errlen, "%s: truncated", path);
         name[nl] = 0;
-        uint64_t bytes = (uint64_t)t->s.ntiles * (uint64_t)t->s.tile_shard * (uint64_t)dtype_size((DType)t->dtype);
+        uint64_t bytes = (uint64_t)t->s.ntiles * (uint64_t)in_units(&t->s, t->dtype).tile_shard * (uint64_t)unit_bytes(t->dtype);
         if (strcmp(name, t->name) || eh[0] != t->dtype || ckpt_get_le(eh + 1, 8) != bytes)
             return errorf(err, errlen, "%s: entry %d is '%s' (%" PRIu64 " bytes), the manifest says '%s' (%" PRIu64 " bytes)", path, k,
                         name, ckpt_get_le(eh + 1, 8), t->name, bytes);
@@ -346,8 +361,8 @@ static int stream_range(CkptReader *rd, int w, uint64_t base, uint64_t x0, uint6
 static int read_chunks(CkptReader *rd, int w, int k, const Piece *p, size_t np, uint8_t *dst, const char *path, char *err,
                        size_t errlen) {
     const CkptTensorLayout *t = &rd->m->layout.t[k];
-    size_t es = (size_t)dtype_size((DType)t->dtype);
-    uint64_t bytes = (uint64_t)t->s.ntiles * (uint64_t)t->s.tile_shard * es;
+    size_t es = unit_bytes(t->dtype);
+    uint64_t bytes = (uint64_t)t->s.ntiles * (uint64_t)in_units(&t->s, t->dtype).tile_shard * es;
     unsigned shift = rd->shift[w][k];
     int64_t done = -1; /* the last chunk read */
     for (size_t i = 0; i < np; i++) {
@@ -373,8 +388,8 @@ static int read_chunks(CkptReader *rd, int w, int k, const Piece *p, size_t np, 
  * entry once (version 1). */
 static int read_entry(CkptReader *rd, int w, int k, const Piece *p, size_t np, uint8_t *dst, char *err, size_t errlen) {
     const CkptTensorLayout *t = &rd->m->layout.t[k];
-    size_t es = (size_t)dtype_size((DType)t->dtype);
-    uint64_t bytes = (uint64_t)t->s.ntiles * (uint64_t)t->s.tile_shard * es, h = CKPT_FNV_INIT;
+    size_t es = unit_bytes(t->dtype);
+    uint64_t bytes = (uint64_t)t->s.ntiles * (uint64_t)in_units(&t->s, t->dtype).tile_shard * es, h = CKPT_FNV_INIT;
     char path[4200];
     snprintf(path, sizeof path, "%s/rank-%05d.zck", rd->dir, w);
     if (!rd->off[w] && index_writer(rd, w, path, err, errlen)) {
@@ -390,10 +405,11 @@ static int read_entry(CkptReader *rd, int w, int k, const Piece *p, size_t np, u
 
 int ckpt_reader_read(CkptReader *rd, int k, const CkptShardLayout *to, int rank, void *dst, char *err, size_t errlen) {
     const CkptTensorLayout *t = &rd->m->layout.t[k];
-    size_t es = (size_t)dtype_size((DType)t->dtype);
-    memset(dst, 0, (size_t)to->ntiles * (size_t)to->tile_shard * es);
+    size_t es = unit_bytes(t->dtype);
+    CkptShardLayout from_u = in_units(&t->s, t->dtype), to_u = in_units(to, t->dtype);
+    memset(dst, 0, (size_t)to->ntiles * (size_t)to_u.tile_shard * es);
     Pieces ps = {0};
-    int rc = ckpt_reshard_pieces(&t->s, rd->m->world, to, rank, piece_add, &ps);
+    int rc = ckpt_reshard_pieces(&from_u, rd->m->world, &to_u, rank, piece_add, &ps);
     if (rc == -2) errorf(err, errlen, "out of memory reading '%s'", t->name);
     else if (rc) rc = errorf(err, errlen, "'%s': the checkpoint's layout and this plan's do not describe the same tensor", t->name);
     if (!rc && ps.n > 1) qsort(ps.v, ps.n, sizeof *ps.v, by_writer_src);

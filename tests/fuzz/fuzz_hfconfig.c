@@ -61,10 +61,10 @@ static void convert(const uint8_t *data, size_t size, const HfConfigOptions *o) 
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    HfConfigOptions plain = {0, NULL};
+    HfConfigOptions plain = {.seq = 0};
     convert(data, size, &plain);
-    HfConfigOptions lora = {size ? (int64_t)(data[0] % 7) * 100 - 100 : 64,
-                            lora_specs[size ? data[size - 1] % (sizeof lora_specs / sizeof *lora_specs) : 1]};
+    HfConfigOptions lora = {.seq = size ? (int64_t)(data[0] % 7) * 100 - 100 : 64,
+                            .lora = lora_specs[size ? data[size - 1] % (sizeof lora_specs / sizeof *lora_specs) : 1]};
     convert(data, size, &lora);
     return 0;
 }

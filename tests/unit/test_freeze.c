@@ -12,7 +12,11 @@
  *  - planner: frozen parameters placed and fetched, no reduce-scatter,
  *    accumulation or Adam for them, the plan verified; the verifier rejects
  *    a frozen parameter with optimizer state, an Adam on one, and a plan
- *    with nothing trained.
+ *    with nothing trained;
+ *  - train { quantize }: which frozen weights are stored quantized (by
+ *    default the repeated blocks' linear weights; quantize_params' patterns),
+ *    the errors naming a trained or unfit parameter, and their bytes in the
+ *    memory model and in a 2-rank plan's shards (36 per 64 for nf4).
  * Run from the repository root. */
 #include <check.h>
 #include <stdio.h>
@@ -396,6 +400,78 @@ START_TEST(plan_instructions) {
 }
 END_TEST
 
+static DType dtype_of(const Graph *g, const char *name) {
+    int t = find_tensor(g, name);
+    ck_assert_msg(t >= 0, "no tensor %s", name);
+    return g->tensors[t].dtype;
+}
+
+START_TEST(quantized) {
+    Run r;
+    run_train(&r, "freeze = [\"*\", \"!ln.*\"]\nquantize = \"nf4\"");
+    ck_assert_msg(r.ok, "%s", r.text);
+    const char *q[] = {"block.0.attn.wqkv", "block.0.attn.wo", "block.1.mlp.w1", "block.1.mlp.w2"};
+    for (int i = 0; i < 4; i++) ck_assert_msg(dtype_of(&r.g, q[i]) == DT_NF4, "%s", q[i]);
+    /* the embedding (also the head here), norms and biases stay f32 */
+    const char *f[] = {"wte", "block.0.ln.g", "block.0.attn.bqkv", "block.1.mlp.b1", "ln.g"};
+    for (int i = 0; i < 5; i++) ck_assert_msg(dtype_of(&r.g, f[i]) == DT_F32, "%s", f[i]);
+    /* the memory model counts 36 bytes per 64 quantized weights */
+    ck_assert(ad_build(&r.g, &r.d));
+    MemModel mm;
+    MemOptions mo;
+    memmodel_options_default(&mo);
+    ck_assert_int_eq(memmodel_compute(&r.g, &mo, &mm), 0);
+    int64_t pbytes = 0;
+    for (int t = 0; t < r.g.ntensors; t++) {
+        const GTensor *x = &r.g.tensors[t];
+        if (x->cls == TC_PARAM) pbytes += x->dtype == DT_NF4 ? x->numel / 64 * 36 : x->numel * 4;
+    }
+    ck_assert_int_eq(mm.model[TC_PARAM], pbytes);
+    /* a 2-rank plan: the quantized weights' shards are whole blocks, their bytes the blocks' */
+    Target t;
+    ck_assert(target_builtin("host", &t));
+    PlannerOptions o;
+    planner_options_default(&o);
+    o.ranks = 2;
+    o.whole_below = 1000;
+    PlannerResult pr;
+    ck_assert_msg(planner_run(&r.g, &t, &o, &r.a, &r.d, &pr), "planner failed");
+    char msgs[2048];
+    ck_assert_msg(verify_plan(pr.plan, msgs, sizeof msgs) == 0, "%s", msgs);
+    int nq = 0;
+    for (uint32_t k = 0; k < pr.plan->ntensors; k++) {
+        const PlanTensor *x = &pr.plan->tensors[k];
+        if (x->dtype != DT_NF4) continue;
+        const PlanShard *sh = &pr.plan->shards[x->shard];
+        ck_assert(sh->partitioned && sh->tile_shard % 64 == 0);
+        ck_assert_uint_eq(sh->bytes, (uint64_t)sh->ntiles * (uint64_t)(sh->tile_shard / 64 * 36));
+        nq++;
+    }
+    ck_assert_int_eq(nq, 8);
+    plan_free(pr.plan);
+    run_free(&r);
+    /* quantize_params: a pattern list, "!" taking one out */
+    run_train(&r, "freeze = [\"block.*\"]\nquantize = \"int8\"\nquantize_params = [\"*.attn.w*\", \"!block.1.*\"]");
+    ck_assert_msg(r.ok, "%s", r.text);
+    ck_assert(dtype_of(&r.g, "block.0.attn.wqkv") == DT_INT8 && dtype_of(&r.g, "block.0.attn.wo") == DT_INT8);
+    ck_assert(dtype_of(&r.g, "block.1.attn.wqkv") == DT_F32 && dtype_of(&r.g, "block.0.mlp.w1") == DT_F32);
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(quantize_errors) {
+    expect_error("freeze = [\"*\", \"!ln.*\"]\nquantize = \"fp4\"", "quantize must be \"nf4\", \"int8\" or \"none\"");
+    expect_error("quantize = \"nf4\"", "quantize: no frozen linear weight to store quantized");
+    expect_error("freeze = [\"block.*\"]\nquantize = \"nf4\"\nquantize_params = [\"block.0.attn.wqkv\", \"ln.g\"]",
+                 "quantize: cannot store 'ln.g' quantized: it is trained (only frozen parameters are stored quantized: add it to freeze)");
+    expect_error("freeze = [\"block.*\"]\nquantize = \"nf4\"\nquantize_params = [\"block.0.attn.bqkv\"]",
+                 "cannot store 'block.0.attn.bqkv' quantized: only the weights of linear and matmul are stored quantized");
+    expect_error("freeze = [\"block.*\"]\nquantize = \"nf4\"\nquantize_params = [\"block.0.atn.*\"]",
+                 "the pattern \"block.0.atn.*\" matches no parameter; did you mean \"block.0.attn.*\"?");
+    expect_error("freeze = [\"block.*\"]\nquantize_params = [\"block.0.attn.wo\"]", "quantize_params without quantize");
+}
+END_TEST
+
 Suite *freeze_suite(void) {
     Suite *s = suite_create("freeze");
     TCase *t = tcase_create("core");
@@ -408,6 +484,8 @@ Suite *freeze_suite(void) {
     tcase_add_test(t, same_gradients_upstream);
     tcase_add_test(t, memory_saved);
     tcase_add_test(t, plan_instructions);
+    tcase_add_test(t, quantized);
+    tcase_add_test(t, quantize_errors);
     suite_add_tcase(s, t);
     return s;
 }
