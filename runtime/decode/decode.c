@@ -78,7 +78,8 @@ static const DecRule dec_embedding = {true, DK_UNSEEN, NULL}, dec_linear = {true
                      dec_rope = {true, DK_UNSEEN, check_rope}, dec_attention = {true, DK_UNSEEN, check_attention},
                      dec_split = {true, DK_UNSEEN, NULL}, dec_scale = {true, DK_UNSEEN, NULL},
                      dec_arange = {true, DK_T, check_arange},
-                     dec_xent = {false, DK_UNSEEN, NULL}; /* the loss, which a step does not run */
+                     dec_xent = {false, DK_UNSEEN, NULL}, /* the loss, which a step does not run */
+                     dec_moe = {false, DK_UNSEEN, NULL}; /* mixture of experts: not decoded a position at a time yet */
 
 static const DecRule *const dec_rules[PRIM_COUNT] = {
 #define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = &dec_##family,
