@@ -12,7 +12,11 @@ tests/e2e/moe.sh.
                      torch's gradients of every parameter in W/C-gR.safetensors
                      (R ranks: the mean of the ranks' micro-batch gradients);
                      W/tok.bin
-  moe.py check W C R EXPORT LOSSES
+  moe.py gen W C IDS N
+                     transformers' greedy continuation (N tokens) of the ids
+                     IDS (1,2,3) by case C's model, one line of ids
+  moe.py check W CHECKS
+                     for each line "C R EXPORT LOSSES" of the file CHECKS:
                      zinfrun's step-1 loss (LOSSES) against transformers' and
                      the gradients read off its one AdamW step (EXPORT: its
                      --export after it) against torch's
@@ -273,10 +277,25 @@ def check(w, name, R, export, losses):
     return fail
 
 
+def gen(w, name, ids, n):
+    c = CASES[name]
+    m = make_model(c, 20 + list(CASES).index(name))
+    m.eval()
+    x = torch.tensor([[int(i) for i in ids.split(",")]])
+    with torch.no_grad():
+        out = m.generate(x, max_new_tokens=int(n), do_sample=False, pad_token_id=0, eos_token_id=None)
+    print(" ".join(str(int(t)) for t in out[0, x.shape[1]:]))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "make":
         make(sys.argv[2])
+    elif sys.argv[1] == "gen":
+        gen(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     elif sys.argv[1] == "check":
-        sys.exit(check(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]))
+        bad = 0
+        for line in open(sys.argv[3]):
+            bad |= check(sys.argv[2], *line.split())
+        sys.exit(bad)
     else:
         sys.exit(__doc__)

@@ -12,7 +12,10 @@
 #    step, equals torch autograd's;
 # on 1 rank, on 2 ranks (mpirun: the mean of the ranks' losses and
 # gradients, as data parallelism in torch), and with the parameters homed
-# on NVMe (2 ranks).
+# on NVMe (2 ranks). Then: zinfgen's greedy continuation equals
+# transformers' generate; a CUDA target's kernels are refused naming the
+# primitive; top_k above the expert count and a mismatched load are errors
+# naming them.
 #   tests/e2e/moe.sh BUILD
 set -u
 B=${1:-build}
@@ -53,9 +56,30 @@ run() { # CASE RANKS KIND(cpu|nvme)
 for c in $cases; do run "$c" 1 cpu; done
 for c in mixtral qwen3moe skewed; do run "$c" 2 cpu; done
 run olmoe 2 nvme
-while read -r c R e l; do
-  "$ZINF_PY" tests/e2e/moe.py check "$W" "$c" "$R" "$e" "$l" || fail=1
-done < "$W/checks"
+"$ZINF_PY" tests/e2e/moe.py check "$W" "$W/checks" || fail=1
 [ "$(wc -l < "$W/checks")" -ge 10 ] || { echo "FAIL: only $(wc -l < "$W/checks") runs"; fail=1; }
+
+# generation: the window forward each token (no KV cache for the family), greedy
+want=$("$ZINF_PY" tests/e2e/moe.py gen "$W" mixtral-noaux 5,17,40 9 2> "$W/gen.err") || { cat "$W/gen.err"; fail=1; }
+got=$("$Z/zinfgen" "$W/mixtral-noaux-1-cpu.plan" --init "$W/mixtral-noaux.safetensors" --prompt-ids 5,17,40 \
+      --temperature 0 --max-new 9 --quiet 2> "$W/zinfgen.err") || { cat "$W/zinfgen.err"; fail=1; }
+[ -n "$want" ] && [ "$got" = "$want" ] || { echo "FAIL: zinfgen greedy '$got', transformers '$want'"; fail=1; }
+
+# the CUDA backend has no kernels for the family: refused, naming the primitive
+if "$Z/zinfc" "$W/mixtral.zl" --target examples/targets/h200.zl -o "$W/cuda.plan" > "$W/cuda.err" 2>&1; then
+  echo "FAIL: a CUDA plan of an MoE model was written"; fail=1
+fi
+grep -q "moe_topk: mixture-of-experts primitives have no CUDA kernels yet" "$W/cuda.err" ||
+  { cat "$W/cuda.err"; echo "FAIL: the CUDA refusal does not name the primitive"; fail=1; }
+
+# bad configurations: errors naming what is wrong
+sed 's/^const \(.*\)K = 2,/const \1K = 5,/' "$W/mixtral.zl" > "$W/bad-k.zl"
+if "$Z/zinfc" "$W/bad-k.zl" > "$W/bad-k.err" 2>&1; then echo "FAIL: top_k 5 of 4 experts accepted"; fail=1; fi
+grep -q "moe_topk: k = 5 is larger than the number of experts, logits' last dimension 4" "$W/bad-k.err" ||
+  { cat "$W/bad-k.err"; echo "FAIL: top_k > experts not named"; fail=1; }
+sed 's/load = moe_load(experts = E)/load = moe_load(experts = E + 1)/' "$W/mixtral.zl" > "$W/bad-load.zl"
+if "$Z/zinfc" "$W/bad-load.zl" > "$W/bad-load.err" 2>&1; then echo "FAIL: a load of 5 experts accepted"; fail=1; fi
+grep -q "moe_load: acc must be f32\[2, 4\]" "$W/bad-load.err" ||
+  { cat "$W/bad-load.err"; echo "FAIL: the mismatched load not named"; fail=1; }
 [ $fail = 0 ] && echo "moe: ok"
 exit $fail
