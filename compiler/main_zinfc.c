@@ -34,6 +34,7 @@
 /* planning (compiler/planner.h) */
 #include "autodiff.h"
 #include "plan.h"
+#include "plandump.h"
 #include "planner.h"
 #include "kernels_embed.h"
 #include "target.h"
@@ -459,6 +460,7 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
     if (!planner_run(g, &t, &po, a, d, &r)) return 1;
     r.plan->source = o->input;
     if (o->explain) printf("planning for %s\n%s", how, r.explain);
+    if (o->explain) plandump_moe(r.plan, stdout);
     int rc = 0;
     char err[512], gb[32];
     const char *archs = o->kernels && strcmp(o->kernels, "auto") ? o->kernels : (strcmp(t.backend, "host") ? "sm_80,sm_90" : "none");

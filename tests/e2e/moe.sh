@@ -65,6 +65,12 @@ got=$("$Z/zinfgen" "$W/mixtral-noaux-1-cpu.plan" --init "$W/mixtral-noaux.safete
       --temperature 0 --max-new 9 --quiet 2> "$W/zinfgen.err") || { cat "$W/zinfgen.err"; fail=1; }
 [ -n "$want" ] && [ "$got" = "$want" ] || { echo "FAIL: zinfgen greedy '$got', transformers '$want'"; fail=1; }
 
+# the cost model's line: active FLOPs against all experts', the bytes of all experts
+# (mixtral: 2 layers x 3 expert GEMMs, 4 experts of 3 [40, 48] weights each)
+"$Z/zinfdump" "$W/mixtral-1-cpu.plan" > "$W/dump" 2>&1 || { cat "$W/dump"; fail=1; }
+grep -q "^mixture of experts: 6 expert GEMMs a step (moe_expert), 4 experts, 2 a token; .*expert parameters 46080 " "$W/dump" ||
+  { cat "$W/dump"; echo "FAIL: zinfdump's mixture-of-experts line"; fail=1; }
+
 # the CUDA backend has no kernels for the family: refused, naming the primitive
 if "$Z/zinfc" "$W/mixtral.zl" --target examples/targets/h200.zl -o "$W/cuda.plan" > "$W/cuda.err" 2>&1; then
   echo "FAIL: a CUDA plan of an MoE model was written"; fail=1
