@@ -12,9 +12,11 @@ tests/e2e/moe.sh.
                      torch's gradients of every parameter in W/C-gR.safetensors
                      (R ranks: the mean of the ranks' micro-batch gradients);
                      W/tok.bin
-  moe.py gen W C IDS N
+  moe.py gen W C IDS N LOGITS...
                      transformers' greedy continuation (N tokens) of the ids
-                     IDS (1,2,3) by case C's model, one line of ids
+                     IDS (1,2,3) by case C's model, one line of ids; each
+                     LOGITS file (zinfgen --logits) must hold the logits
+                     each token was picked from (1e-4 of their largest)
   moe.py check W CHECKS
                      for each line "C R EXPORT LOSSES" of the file CHECKS:
                      zinfrun's step-1 loss (LOSSES) against transformers' and
@@ -79,6 +81,8 @@ def zl_model(name, c):
     if c["model_type"] == "olmoe":
         opts += ", qk_norm = true, qk_norm_full = true"
     aux = " + moe_aux_loss(load, E, L, B * T, %r)" % c["router_aux_loss_coef"] if c["output_router_logits"] else ""
+    if not c["output_router_logits"]:
+        opts += ", aux = false"
     return """import "llama"
 import "moe"
 
@@ -277,21 +281,31 @@ def check(w, name, R, export, losses):
     return fail
 
 
-def gen(w, name, ids, n):
+def gen(w, name, ids, n, logit_files):
     c = CASES[name]
     m = make_model(c, 20 + list(CASES).index(name))
     m.eval()
     x = torch.tensor([[int(i) for i in ids.split(",")]])
     with torch.no_grad():
-        out = m.generate(x, max_new_tokens=int(n), do_sample=False, pad_token_id=0, eos_token_id=None)
-    print(" ".join(str(int(t)) for t in out[0, x.shape[1]:]))
+        out = m.generate(x, max_new_tokens=int(n), do_sample=False, pad_token_id=0, eos_token_id=None,
+                         output_logits=True, return_dict_in_generate=True)
+    want = torch.cat(out.logits).double()
+    bad = 0
+    for f in logit_files:
+        got = torch.tensor(np.loadtxt(f, ndmin=2), dtype=torch.float64)
+        err = (got - want).abs().max().item() / want.abs().max().item() if got.shape == want.shape else float("inf")
+        if not err <= 1e-4:
+            sys.stderr.write("FAIL: %s holds logits %s off transformers' by %.2e of the largest\n" % (f, tuple(got.shape), err))
+            bad = 1
+    print(" ".join(str(int(t)) for t in out.sequences[0, x.shape[1]:]))
+    return bad
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "make":
         make(sys.argv[2])
     elif sys.argv[1] == "gen":
-        gen(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
+        sys.exit(gen(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]))
     elif sys.argv[1] == "check":
         bad = 0
         for line in open(sys.argv[3]):

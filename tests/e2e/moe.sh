@@ -59,11 +59,20 @@ run olmoe 2 nvme
 "$ZINF_PY" tests/e2e/moe.py check "$W" "$W/checks" || fail=1
 [ "$(wc -l < "$W/checks")" -ge 10 ] || { echo "FAIL: only $(wc -l < "$W/checks") runs"; fail=1; }
 
-# generation: the window forward each token (no KV cache for the family), greedy
-want=$("$ZINF_PY" tests/e2e/moe.py gen "$W" mixtral-noaux 5,17,40 9 2> "$W/gen.err") || { cat "$W/gen.err"; fail=1; }
-got=$("$Z/zinfgen" "$W/mixtral-noaux-1-cpu.plan" --init "$W/mixtral-noaux.safetensors" --prompt-ids 5,17,40 \
-      --temperature 0 --max-new 9 --quiet 2> "$W/zinfgen.err") || { cat "$W/zinfgen.err"; fail=1; }
-[ -n "$want" ] && [ "$got" = "$want" ] || { echo "FAIL: zinfgen greedy '$got', transformers '$want'"; fail=1; }
+# generation, greedy, with the KV cache (the model written with aux = false) and
+# with a forward of the window each token: the tokens and the logits of transformers' generate
+for dm in kv window; do
+  "$Z/zinfgen" "$W/mixtral-noaux-1-cpu.plan" --init "$W/mixtral-noaux.safetensors" --prompt-ids 5,17,40 --decode $dm \
+      --temperature 0 --max-new 9 --logits "$W/logits-$dm" > "$W/gen-$dm" 2> "$W/zinfgen-$dm.err" ||
+    { cat "$W/zinfgen-$dm.err"; echo "FAIL: zinfgen --decode $dm"; fail=1; }
+done
+grep -q "KV cache of T = 12 positions" "$W/zinfgen-kv.err" || { cat "$W/zinfgen-kv.err"; echo "FAIL: no KV cache"; fail=1; }
+want=$("$ZINF_PY" tests/e2e/moe.py gen "$W" mixtral-noaux 5,17,40 9 "$W/logits-kv" "$W/logits-window" 2> "$W/gen.err") ||
+  { cat "$W/gen.err"; fail=1; }
+for dm in kv window; do
+  got=$(cat "$W/gen-$dm")
+  [ -n "$want" ] && [ "$got" = "$want" ] || { echo "FAIL: zinfgen --decode $dm greedy '$got', transformers '$want'"; fail=1; }
+done
 
 # the cost model's line: active FLOPs against all experts', the bytes of all experts
 # (mixtral: 2 layers x 3 expert GEMMs, 4 experts of 3 [40, 48] weights each)
