@@ -158,6 +158,9 @@ static bool rule_binary(const PrimCall *c, const PrimInfo *p, PrimShape *out, in
                         "dimension %d is %" PRId64 " against %" PRId64 ")",
                         p->name, SH(0), SH(1), off + i, big->dims[off + i], small->dims[i]);
     copy_shape(out, big, c->act_dtype);
+    /* two f32 scalars (the loss and an auxiliary loss: moe_balance) make an
+     * f32 loss whatever the training dtype */
+    if (big->rank == 0 && a->dtype == DT_F32 && b->dtype == DT_F32) out->dtype = DT_F32;
     return true;
 }
 
