@@ -454,6 +454,17 @@ static bool rule_moe(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *
         out->rank = 0;
         return true;
     }
+    case PRIM_MOE_SHARED_GATE: {
+        if (!need_rank(c, p, 0, 1, GRAPH_MAX_RANK, e) || !need_float(c, p, 3, e)) return false;
+        const PrimShape *y = &c->in[0], *g = &c->in[1];
+        bool ok = g->rank == y->rank && LAST(*g) == 1;
+        for (int i = 0; ok && i < y->rank - 1; i++) ok = g->dims[i] == y->dims[i];
+        if (!ok)
+            return fail(e, 3, "moe_shared_gate: logit must be [S..., 1] for y [S..., D], but y is %s and logit %s", SH(0),
+                        SH(1));
+        copy_shape(out, y, c->act_dtype);
+        return true;
+    }
     default: return fail(e, 0, "%s is not a mixture-of-experts primitive", p->name);
     }
 }
@@ -592,6 +603,10 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     {{"scale", PA_FLOAT, FA_MOE_BALANCE_SCALE, true, true, 0, NULL}}, \
     "moe_balance(load f32[2, E], scale) -> f32 scalar, scale * sum(load[0] * load[1])", \
     .grad_inputs = 0x1
+#define ROW_MOE_SHARED_GATE \
+    {"y", "logit"}, 0, {{0}}, \
+    "moe_shared_gate(y[S..., D], logit[S..., 1]) -> [S..., D], sigmoid(logit) * y", \
+    .grad_inputs = 0x3
 
 /* Every slot prim.def names is one an op has. */
 #define PRIM(id, name, nin_min, nin_max, nout, family)

@@ -251,5 +251,8 @@ int hk_moe_load_bwd(const HkTensor *logits, const HkTensor *dy, HkTensor *dlogit
 /* moe_balance: y f32 scalar = scale * sum_e load[0, e] load[1, e]; the gradient reaches load[1] only. */
 int hk_moe_balance_fwd(const HkTensor *load, HkTensor *y, double scale);
 int hk_moe_balance_bwd(const HkTensor *load, const HkTensor *dy, HkTensor *dload, double scale);
+/* moe_shared_gate: out [R, D] = sigmoid(logit [R, 1]) y (Qwen2-MoE's gated shared expert). */
+int hk_moe_shared_gate_fwd(const HkTensor *y, const HkTensor *logit, HkTensor *out);
+int hk_moe_shared_gate_bwd(const HkTensor *y, const HkTensor *logit, const HkTensor *dout, HkTensor *dy, HkTensor *dlogit);
 
 #endif

@@ -491,6 +491,60 @@ int hk_moe_balance_bwd(const HkTensor *load, const HkTensor *dy, HkTensor *dload
     return HK_OK;
 }
 
+/* ---- moe_shared_gate ---- */
+
+typedef struct SgCtx {
+    const HkTensor *y, *g, *dout;
+    HkTensor *out, *dy, *dg;
+    int64_t D;
+} SgCtx;
+
+static void sg_unit(void *vctx, int64_t r) {
+    SgCtx *c = vctx;
+    int64_t D = c->D;
+    double s = 1 / (1 + exp(-(double)hk_ld(c->g->data, c->g->dtype, r)));
+    if (!c->dout) {
+        for (int64_t d = 0; d < D; d++)
+            hk_st(c->out->data, c->out->dtype, r * D + d, (float)(s * hk_ld(c->y->data, c->y->dtype, r * D + d)));
+        return;
+    }
+    double dot = 0;
+    for (int64_t d = 0; d < D; d++) {
+        float o = hk_ld(c->dout->data, c->dout->dtype, r * D + d);
+        dot += (double)o * hk_ld(c->y->data, c->y->dtype, r * D + d);
+        if (c->dy) hk_st(c->dy->data, c->dy->dtype, r * D + d, (float)(hk_ld(c->dy->data, c->dy->dtype, r * D + d) + s * o));
+    }
+    if (c->dg) hk_st(c->dg->data, c->dg->dtype, r, (float)(hk_ld(c->dg->data, c->dg->dtype, r) + dot * s * (1 - s)));
+}
+
+static int sg_check(const HkTensor *y, const HkTensor *g, const HkTensor *o, int64_t *D) {
+    if (!hk_present(y) || !hk_present(g) || !hk_present(o)) return HK_ERR_ARG;
+    if (!hk_is_float(y) || !hk_is_float(g) || !hk_is_float(o)) return HK_ERR_DTYPE;
+    *D = last_dim(y);
+    if (hk_numel(g) != lead_rows(y) || hk_numel(o) != hk_numel(y)) return HK_ERR_SHAPE;
+    return HK_OK;
+}
+
+int hk_moe_shared_gate_fwd(const HkTensor *y, const HkTensor *logit, HkTensor *out) {
+    SgCtx c = {.y = y, .g = logit, .out = out};
+    int rc = sg_check(y, logit, out, &c.D);
+    if (rc) return rc;
+    hk_parallel(hk_team((double)hk_numel(y) * 2), lead_rows(y), sg_unit, &c);
+    return HK_OK;
+}
+
+int hk_moe_shared_gate_bwd(const HkTensor *y, const HkTensor *logit, const HkTensor *dout, HkTensor *dy, HkTensor *dlogit) {
+    SgCtx c = {.y = y, .g = logit, .dout = dout, .dy = hk_present(dy) ? dy : NULL, .dg = hk_present(dlogit) ? dlogit : NULL};
+    int rc = sg_check(y, logit, dout, &c.D);
+    if (rc) return rc;
+    if ((c.dy && (!hk_is_float(c.dy) || hk_numel(c.dy) != hk_numel(y))) ||
+        (c.dg && (!hk_is_float(c.dg) || hk_numel(c.dg) != hk_numel(logit))))
+        return HK_ERR_SHAPE;
+    if (!c.dy && !c.dg) return HK_OK;
+    hk_parallel(hk_team((double)hk_numel(y) * 4), lead_rows(y), sg_unit, &c);
+    return HK_OK;
+}
+
 /* ---- family (runtime/plan/prim.def) ---- */
 
 static size_t fam_moe_ws(const HkCall *c) {
@@ -510,6 +564,7 @@ static int fam_moe_fwd(const HkCall *c) {
     case PRIM_MOE_COMBINE: return hk_moe_combine_fwd(c->a, c->b, &c->out[0]);
     case PRIM_MOE_LOAD: return hk_moe_load_fwd(c->a, c->b, c->c, &c->out[0], c->ws);
     case PRIM_MOE_BALANCE: return hk_moe_balance_fwd(c->a, &c->out[0], c->fattr ? c->fattr[FA_MOE_BALANCE_SCALE] : 1.0);
+    case PRIM_MOE_SHARED_GATE: return hk_moe_shared_gate_fwd(c->a, c->b, &c->out[0]);
     default: return HK_ERR_PRIM;
     }
 }
@@ -523,6 +578,7 @@ static int fam_moe_bwd(const HkCall *c) {
     case PRIM_MOE_COMBINE: return hk_moe_combine_bwd(c->a, c->b, c->dy, c->da, c->db);
     case PRIM_MOE_LOAD: return hk_moe_load_bwd(c->a, c->dy, c->da, c->dc, c->ws);
     case PRIM_MOE_BALANCE: return hk_moe_balance_bwd(c->a, c->dy, c->da, c->fattr ? c->fattr[FA_MOE_BALANCE_SCALE] : 1.0);
+    case PRIM_MOE_SHARED_GATE: return hk_moe_shared_gate_bwd(c->a, c->b, c->dy, c->da, c->db);
     default: return HK_ERR_PRIM;
     }
 }

@@ -1,8 +1,9 @@
 """Mixture-of-experts models (stdlib/moe.zl) against transformers, for
 tests/e2e/moe.sh.
 
-  moe.py make W      small random MixtralForCausalLM, Qwen3MoeForCausalLM and
-                     OlmoeForCausalLM models (and variants: without the
+  moe.py make W      small random MixtralForCausalLM, Qwen3MoeForCausalLM,
+                     OlmoeForCausalLM and Qwen2MoeForCausalLM models (and
+                     variants: without the
                      auxiliary loss; a routing where every token picks the
                      same experts and the others get none); for each case C:
                      W/C.zl (the model written with stdlib/moe.zl),
@@ -55,6 +56,11 @@ CASES = {
                   num_experts_per_tok=2, norm_topk_prob=False, output_router_logits=True,
                   router_aux_loss_coef=0.01, clip_qkv=None),
     # every token routed to experts 0 and 1 (top-1: expert 0); experts 2, 3 get no token
+    # Qwen2-MoE: q/k/v biases, a shared expert scaled by its sigmoid gate
+    "qwen2moe": dict(model_type="qwen2_moe", arch="Qwen2MoeForCausalLM", moe_intermediate_size=20,
+                     intermediate_size=64, shared_expert_intermediate_size=36, num_experts=4, num_experts_per_tok=2,
+                     norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[], qkv_bias=True,
+                     output_router_logits=True, router_aux_loss_coef=0.01),
     "skewed": dict(model_type="qwen3_moe", arch="Qwen3MoeForCausalLM", moe_intermediate_size=24,
                    intermediate_size=64, num_experts=4, num_experts_per_tok=2, norm_topk_prob=False, head_dim=12,
                    decoder_sparse_step=1, mlp_only_layers=[], output_router_logits=True,
@@ -80,6 +86,8 @@ def zl_model(name, c):
         opts += ", qk_norm = true, head_dim = %d" % c["head_dim"]
     if c["model_type"] == "olmoe":
         opts += ", qk_norm = true, qk_norm_full = true"
+    if c["model_type"] == "qwen2_moe":
+        opts += ", qkv_bias = true, shared_expert = true, shared_hidden = %d" % c["shared_expert_intermediate_size"]
     aux = " + moe_aux_loss(load, E, L, B * T, %r)" % c["router_aux_loss_coef"] if c["output_router_logits"] else ""
     if not c["output_router_logits"]:
         opts += ", aux = false"
@@ -140,6 +148,9 @@ def zinf_names(m, c):
         out[p + "rms_1.g"] = layer.post_attention_layernorm.weight
         for n in "qkvo":
             out[p + "rope_attn.w" + n] = getattr(a, n + "_proj").weight.t()
+        if getattr(a.q_proj, "bias", None) is not None:
+            for n in "qkv":
+                out[p + "rope_attn.b" + n] = getattr(a, n + "_proj").bias
         if hasattr(a, "q_norm"):
             out[p + "rope_attn.q_norm"] = a.q_norm.weight
             out[p + "rope_attn.k_norm"] = a.k_norm.weight
@@ -149,6 +160,12 @@ def zinf_names(m, c):
         out[p + "moe_mlp.wg"] = gu[:, :F, :]
         out[p + "moe_mlp.wu"] = gu[:, F:, :]
         out[p + "moe_mlp.wd"] = mlp.experts.down_proj
+        if hasattr(mlp, "shared_expert"):
+            se = mlp.shared_expert
+            out[p + "moe_mlp.ws"] = mlp.shared_expert_gate.weight
+            out[p + "moe_mlp.swiglu.w1"] = se.gate_proj.weight.t()
+            out[p + "moe_mlp.swiglu.w3"] = se.up_proj.weight.t()
+            out[p + "moe_mlp.swiglu.w2"] = se.down_proj.weight.t()
     return out
 
 

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Mixture-of-experts models (stdlib/moe.zl, the moe_* primitives) against
 # transformers on the host backend. tests/e2e/moe.py makes small random
-# MixtralForCausalLM, Qwen3MoeForCausalLM and OlmoeForCausalLM models (with
+# MixtralForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM and
+# Qwen2MoeForCausalLM (its shared expert and sigmoid gate) models (with
 # and without the load-balancing loss; a routing where every token picks the
 # same experts and the others get no token, top-2 and top-1) and writes each
 # as a .zl model with its weights under zinf's names. For each, zinfrun

@@ -392,6 +392,42 @@ START_TEST(test_load_balance) {
 }
 END_TEST
 
+/* ---- moe_shared_gate ---- */
+
+typedef struct SgRef {
+    double *y, *g;
+    int64_t R, D;
+} SgRef;
+static void sg_fn(void *c, double *out) {
+    SgRef *s = c;
+    for (int64_t r = 0; r < s->R; r++)
+        for (int64_t d = 0; d < s->D; d++) out[r * s->D + d] = s->y[r * s->D + d] / (1 + exp(-s->g[r]));
+}
+
+START_TEST(test_shared_gate) {
+    rng_seed(6);
+    enum { R = 7, D = 5 };
+    float *y = rnd(R * D, 1), *g = rnd(R, 3), *dout = rnd(R * D, 1), *dy = rnd(R * D, 1), *dg = rnd(R, 1), o[R * D];
+    HkTensor Y = t2(y, DT_F32, R, D), G = t2(g, DT_F32, R, 1), O = t2(o, DT_F32, R, D), DO = t2(dout, DT_F32, R, D);
+    HkTensor DY = t2(dy, DT_F32, R, D), DG = t2(dg, DT_F32, R, 1);
+    ck_assert_int_eq(hk_moe_shared_gate_fwd(&Y, &G, &O), HK_OK);
+    SgRef s = {to_d(y, R * D), to_d(g, R), R, D};
+    double want[R * D], gy[R * D], gg[R], *dod = to_d(dout, R * D), *dy0 = to_d(dy, R * D), *dg0 = to_d(dg, R);
+    sg_fn(&s, want);
+    ck_assert(relerr(o, want, R * D) < 1e-5);
+    ck_assert_int_eq(hk_moe_shared_gate_bwd(&Y, &G, &DO, &DY, &DG), HK_OK);
+    fd_grad(s.y, R * D, dod, R * D, sg_fn, &s, gy);
+    fd_grad(s.g, R, dod, R * D, sg_fn, &s, gg);
+    for (int i = 0; i < R * D; i++) gy[i] += dy0[i];
+    for (int i = 0; i < R; i++) gg[i] += dg0[i];
+    ck_assert_msg(relerr(dy, gy, R * D) < 1e-5, "shared gate dy %g", relerr(dy, gy, R * D));
+    ck_assert_msg(relerr(dg, gg, R) < 1e-5, "shared gate dlogit %g", relerr(dg, gg, R));
+    HkTensor Gbad = t2(g, DT_F32, R - 1, 1);
+    ck_assert_int_eq(hk_moe_shared_gate_fwd(&Y, &Gbad, &O), HK_ERR_SHAPE);
+    free(y), free(g), free(dout), free(dy), free(dg), free(s.y), free(s.g), free(dod), free(dy0), free(dg0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("hostk_moe");
     TCase *tc = tcase_create("kernels");
@@ -401,6 +437,7 @@ int main(void) {
     tcase_add_test(tc, test_expert_threads);
     tcase_add_test(tc, test_combine);
     tcase_add_test(tc, test_load_balance);
+    tcase_add_test(tc, test_shared_gate);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

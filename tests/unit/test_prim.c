@@ -449,6 +449,13 @@ START_TEST(moe_rules) {
     expect_shape(0, DT_F32, 0, 0, 0, 0);
     c.in[0] = S(DT_F32, 2, 3, 6, 0);
     ck_assert(!infer(&c));
+    /* moe_shared_gate: y [S..., D] scaled by a [S..., 1] logit */
+    c = C(PRIM_MOE_SHARED_GATE, 2, S(DT_BF16, 3, 2, 8, 16), S(DT_BF16, 3, 2, 8, 1), NO);
+    ck_assert(infer(&c));
+    expect_shape(0, DT_BF16, 3, 2, 8, 16);
+    c.in[1] = S(DT_BF16, 3, 2, 8, 2);
+    ck_assert(!infer(&c));
+    ck_assert(strstr(err.msg, "logit must be [S..., 1]") != NULL);
     /* two f32 scalars add up to an f32 loss in a bf16 model */
     c = C(PRIM_ADD, 2, S(DT_F32, 0, 0, 0, 0), S(DT_F32, 0, 0, 0, 0), NO);
     ck_assert(infer(&c));
