@@ -81,6 +81,12 @@ done
 grep -q "^mixture of experts: 6 expert GEMMs a step (moe_expert), 4 experts, 2 a token; .*expert parameters 46080 " "$W/dump" ||
   { cat "$W/dump"; echo "FAIL: zinfdump's mixture-of-experts line"; fail=1; }
 
+# the MoE examples plan on their targets (docs/tuning.md's figures; no GPU code)
+for ex in qwen3-30b-a3b:h200 mixtral-8x7b:dgx-h100; do
+  "$Z/zinfc" "examples/moe/${ex%%:*}.zl" --target "${ex#*:}" --kernels=none -o "$W/ex.plan" > "$W/ex.log" 2>&1 ||
+    { cat "$W/ex.log"; echo "FAIL: planning examples/moe/${ex%%:*}.zl"; fail=1; }
+done
+
 # the CUDA backend has no kernels for the family: refused, naming the primitive
 if "$Z/zinfc" "$W/mixtral.zl" --target examples/targets/h200.zl -o "$W/cuda.plan" > "$W/cuda.err" 2>&1; then
   echo "FAIL: a CUDA plan of an MoE model was written"; fail=1
