@@ -82,6 +82,7 @@ enum {
     decode_arange = DECODE_RUN,
     decode_scale = DECODE_RUN,
     decode_linxent = DECODE_LOSS,
+    decode_moe = DECODE_NONE,
 };
 static const unsigned char decode_use[PRIM_COUNT] = {
 #define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = decode_##family,

@@ -139,6 +139,7 @@ void cg_gen_act(GenCtx *c, bool bwd);
 void cg_gen_scale(GenCtx *c, bool bwd);
 void cg_gen_split(GenCtx *c, bool bwd);
 void cg_gen_arange(GenCtx *c, bool bwd);
+void cg_gen_moe(GenCtx *c, bool bwd);       /* cuda_gen_moe.c */
 void cg_gen_loss_grad(GenCtx *c);
 
 /* ---- cuda_gen_reduce.c ---- */

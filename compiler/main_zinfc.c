@@ -35,6 +35,7 @@
 #include "autodiff.h"
 #include "loss_chunk.h"
 #include "plan.h"
+#include "plandump.h"
 #include "planner.h"
 #include "kernels_embed.h"
 #include "target.h"
@@ -548,6 +549,7 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
             printf("loss: logits [%" PRId64 ", %" PRId64 "] whole (%s)\n", lrows, lvocab,
                    po.loss_chunk == 0 ? "pinned by loss_chunk = 0" : "the plan fits with them");
     }
+    if (o->explain) plandump_moe(r.plan, stdout);
     int rc = 0;
     char err[512], gb[32];
     if (o->output && strcmp(archs, "none") && !quantized_kernels(g, d)) {

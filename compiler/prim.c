@@ -160,6 +160,9 @@ static bool rule_binary(const PrimCall *c, const PrimInfo *p, PrimShape *out, in
                         "dimension %d is %" PRId64 " against %" PRId64 ")",
                         p->name, SH(0), SH(1), off + i, big->dims[off + i], small->dims[i]);
     copy_shape(out, big, c->act_dtype);
+    /* two f32 scalars (the loss and an auxiliary loss: moe_balance) make an
+     * f32 loss whatever the training dtype */
+    if (big->rank == 0 && a->dtype == DT_F32 && b->dtype == DT_F32) out->dtype = DT_F32;
     return true;
 }
 
@@ -383,6 +386,139 @@ static bool rule_arange(const PrimCall *c, const PrimInfo *p, PrimShape *out, in
     return true;
 }
 
+/* The mixture-of-experts family (docs/primitives.md, "Mixture of experts"):
+ * routing (moe_topk, moe_gate), the experts' GEMMs on the routed rows
+ * (moe_expert), their weighted sum (moe_combine) and the load-balancing loss
+ * (moe_load, moe_balance). idx[S..., k] says which k experts each of the
+ * rows S... goes to. */
+
+/* idx is i32 with the leading dims of `of` (its last dim aside): the routing
+ * of of's rows. */
+static bool moe_idx_rows(const PrimCall *c, const PrimInfo *p, int of, int idx, PrimError *e) {
+    char sb[3][96];
+    const PrimShape *a = &c->in[of], *r = &c->in[idx];
+    if (r->dtype != DT_I32)
+        return fail(e, 1u << idx, "%s: %s must be i32 (moe_topk's output), but it is %s", p->name, NAME(idx),
+                    prim_dtype_str(r->dtype));
+    bool ok = r->rank == a->rank;
+    for (int i = 0; ok && i < a->rank - 1; i++) ok = r->dims[i] == a->dims[i];
+    if (!ok)
+        return fail(e, 1u << of | 1u << idx, "%s: %s must have the leading dimensions of %s ([S..., k] against [S..., %s]), "
+                    "but %s is %s and %s is %s", p->name, NAME(idx), NAME(of), of == 0 && c->prim != PRIM_MOE_EXPERT ? "E" : "I",
+                    NAME(idx), SH(idx), NAME(of), SH(of));
+    return true;
+}
+
+static bool rule_moe(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
+    (void)nout; /* one output */
+    char sb[3][96];
+    switch (c->prim) {
+    case PRIM_MOE_TOPK: {
+        if (!need_rank(c, p, 0, 1, GRAPH_MAX_RANK, e) || !need_float(c, p, 1, e)) return false;
+        int64_t k = c->iattr[IA_MOE_TOPK_K], E = LAST(c->in[0]);
+        if (k < 1) return fail(e, 0, "moe_topk: k must be positive, got %" PRId64, k);
+        if (k > E)
+            return fail(e, 1, "moe_topk: k = %" PRId64 " is larger than the number of experts, logits' last dimension %"
+                        PRId64 " (logits are %s)", k, E, SH(0));
+        copy_shape(out, &c->in[0], DT_I32);
+        out->dims[out->rank - 1] = k;
+        return true;
+    }
+    case PRIM_MOE_GATE: {
+        if (!need_rank(c, p, 0, 1, GRAPH_MAX_RANK, e) || !need_float(c, p, 1, e) || !moe_idx_rows(c, p, 0, 1, e))
+            return false;
+        if (LAST(c->in[1]) > LAST(c->in[0]))
+            return fail(e, 3, "moe_gate: idx picks %" PRId64 " experts of %" PRId64 " (logits are %s, idx %s)",
+                        LAST(c->in[1]), LAST(c->in[0]), SH(0), SH(1));
+        copy_shape(out, &c->in[1], c->act_dtype);
+        return true;
+    }
+    case PRIM_MOE_EXPERT: {
+        if (!need_rank(c, p, 1, 1, GRAPH_MAX_RANK - 1, e) || !need_rank(c, p, 2, 3, 3, e) ||
+            !need_rank(c, p, 0, 1, GRAPH_MAX_RANK, e) || !need_float(c, p, 5, e))
+            return false;
+        const PrimShape *x = &c->in[0], *r = &c->in[1], *w = &c->in[2];
+        if (r->dtype != DT_I32)
+            return fail(e, 2, "moe_expert: idx must be i32 (moe_topk's output), but it is %s", prim_dtype_str(r->dtype));
+        /* x is a row per token (shared by its k experts) or a row per (token, expert) */
+        bool ok = x->rank == r->rank || x->rank == r->rank + 1;
+        int lead = x->rank == r->rank ? r->rank - 1 : r->rank;
+        for (int i = 0; ok && i < lead; i++) ok = x->dims[i] == r->dims[i];
+        if (!ok)
+            return fail(e, 3, "moe_expert: x must be [S..., I] or [S..., k, I] for idx [S..., k], but x is %s and idx %s",
+                        SH(0), SH(1));
+        if (LAST(*x) != w->dims[2])
+            return fail(e, 5, "moe_expert: x has last dimension %" PRId64 " but the experts' weights w [E, O, I] take I = %"
+                        PRId64 " (x is %s, w is %s)", LAST(*x), w->dims[2], SH(0), SH(2));
+        copy_shape(out, r, c->act_dtype);
+        out->rank = r->rank + 1;
+        out->dims[r->rank] = w->dims[1];
+        return true;
+    }
+    case PRIM_MOE_COMBINE: {
+        if (!need_rank(c, p, 0, 2, GRAPH_MAX_RANK, e) || !need_float(c, p, 3, e)) return false;
+        const PrimShape *o = &c->in[0], *w = &c->in[1];
+        bool ok = w->rank == o->rank - 1;
+        for (int i = 0; ok && i < w->rank; i++) ok = w->dims[i] == o->dims[i];
+        if (!ok)
+            return fail(e, 3, "moe_combine: weights must be o's shape without its last dimension ([S..., k] for o "
+                        "[S..., k, D]), but o is %s and weights %s", SH(0), SH(1));
+        copy_shape(out, o, c->act_dtype);
+        out->rank = o->rank - 1;
+        out->dims[out->rank - 1] = LAST(*o);
+        return true;
+    }
+    case PRIM_MOE_LOAD: {
+        int64_t E = c->iattr[IA_MOE_LOAD_EXPERTS];
+        if (E < 1) return fail(e, 0, "moe_load: experts must be positive, got %" PRId64, E);
+        if (c->nin == 1) return fail(e, 1, "moe_load takes no tensor (zeros), or logits and idx (and acc), not logits alone");
+        if (c->nin >= 2) {
+            if (!need_rank(c, p, 0, 1, GRAPH_MAX_RANK, e) || !need_float(c, p, 1, e) || !moe_idx_rows(c, p, 0, 1, e))
+                return false;
+            if (LAST(c->in[0]) != E)
+                return fail(e, 1, "moe_load: logits have last dimension %" PRId64 " but experts = %" PRId64 " (logits are %s)",
+                            LAST(c->in[0]), E, SH(0));
+            if (LAST(c->in[1]) > E)
+                return fail(e, 2, "moe_load: idx picks %" PRId64 " experts of %" PRId64, LAST(c->in[1]), E);
+        }
+        if (c->nin == 3) {
+            const PrimShape *a = &c->in[2];
+            if (a->dtype != DT_F32 || a->rank != 2 || a->dims[0] != 2 || a->dims[1] != E)
+                return fail(e, 4, "moe_load: acc must be f32[2, %" PRId64 "] (a moe_load's output), but it is %s %s", E,
+                            prim_dtype_str(a->dtype), SH(2));
+        }
+        out->dtype = DT_F32;
+        out->rank = 2;
+        out->dims[0] = 2;
+        out->dims[1] = E;
+        return true;
+    }
+    case PRIM_MOE_BALANCE: {
+        const PrimShape *l = &c->in[0];
+        if (l->dtype != DT_F32 || l->rank != 2 || l->dims[0] != 2)
+            return fail(e, 1, "moe_balance: load must be f32[2, E] (moe_load's output), but it is %s %s",
+                        prim_dtype_str(l->dtype), SH(0));
+        if (!isfinite(c->fattr[FA_MOE_BALANCE_SCALE]))
+            return fail(e, 0, "moe_balance: scale must be a finite number, got %g", c->fattr[FA_MOE_BALANCE_SCALE]);
+        out->dtype = DT_F32;
+        out->rank = 0;
+        return true;
+    }
+    case PRIM_MOE_SHARED_GATE: {
+        if (!need_rank(c, p, 0, 1, GRAPH_MAX_RANK, e) || !need_float(c, p, 3, e)) return false;
+        const PrimShape *y = &c->in[0], *g = &c->in[1];
+        bool ok = g->rank == y->rank && LAST(*g) == 1;
+        for (int i = 0; ok && i < y->rank - 1; i++) ok = g->dims[i] == y->dims[i];
+        if (!ok)
+            return fail(e, 3, "moe_shared_gate: logit must be [S..., 1] for y [S..., D], but y is %s and logit %s", SH(0),
+                        SH(1));
+        copy_shape(out, y, c->act_dtype);
+        return true;
+    }
+    default: return fail(e, 0, "%s is not a mixture-of-experts primitive", p->name);
+    }
+}
+
 bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     err->msg[0] = 0;
     err->blame = 0;
@@ -512,6 +648,40 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     "linear_cross_entropy(x[S..., D], w[D, V] (or [V, D] with transpose_b), targets i32[S...]; transpose_b, " \
     "chunk = 0) -> f32 scalar", \
     .grad_inputs = 0x3 /* x, w; targets are integers */
+
+#define ROW_MOE_TOPK \
+    {"logits"}, 1, \
+    {{"k", PA_INT, IA_MOE_TOPK_K, true, true, 0, NULL}}, \
+    "moe_topk(logits[S..., E], k) -> i32[S..., k], the k experts of largest logit, largest first", \
+    .grad_inputs = 0x0 /* an integer choice */
+#define ROW_MOE_GATE \
+    {"logits", "idx"}, 1, \
+    {{"normalize", PA_FLAG, IA_MOE_GATE_NORMALIZE, false, false, 0, NULL}}, \
+    "moe_gate(logits[S..., E], idx i32[S..., k]; normalize) -> [S..., k], softmax(logits) at idx (over their sum)", \
+    .grad_inputs = 0x1 /* logits */
+#define ROW_MOE_EXPERT \
+    {"x", "idx", "w"}, 0, {{0}}, \
+    "moe_expert(x[S..., I] or [S..., k, I], idx i32[S..., k], w[E, O, I]) -> [S..., k, O], row j: w[idx[j]] x", \
+    .grad_inputs = 0x5 /* x, w */
+#define ROW_MOE_COMBINE \
+    {"o", "weights"}, 0, {{0}}, \
+    "moe_combine(o[S..., k, D], weights[S..., k]) -> [S..., D], the weighted sum over k", \
+    .grad_inputs = 0x3 /* o, weights */
+#define ROW_MOE_LOAD \
+    {"logits", "idx", "acc"}, 1, \
+    {{"experts", PA_INT, IA_MOE_LOAD_EXPERTS, true, false, 0, NULL}}, \
+    "moe_load(logits[S..., E]?, idx i32[S..., k]?, acc f32[2, E]?; experts = E) -> f32[2, E]: acc + (tokens routed to " \
+    "each expert, summed router probabilities)", \
+    .grad_inputs = 0x5 /* logits, acc */
+#define ROW_MOE_BALANCE \
+    {"load"}, 1, \
+    {{"scale", PA_FLOAT, FA_MOE_BALANCE_SCALE, true, true, 0, NULL}}, \
+    "moe_balance(load f32[2, E], scale) -> f32 scalar, scale * sum(load[0] * load[1])", \
+    .grad_inputs = 0x1
+#define ROW_MOE_SHARED_GATE \
+    {"y", "logit"}, 0, {{0}}, \
+    "moe_shared_gate(y[S..., D], logit[S..., 1]) -> [S..., D], sigmoid(logit) * y", \
+    .grad_inputs = 0x3
 
 /* Every slot prim.def names is one an op has. */
 #define PRIM(id, name, nin_min, nin_max, nout, family)

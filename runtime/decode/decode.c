@@ -72,6 +72,18 @@ static int check_arange(const KvDecoder *d, uint32_t o, DecKind k, int act, char
     return 0;
 }
 
+/* Mixture of experts: routing, experts and combination are per row; the
+ * load-balancing statistics sum over the rows (a model decoded a position
+ * at a time is written with aux = false, stdlib/moe.zl). */
+static int check_moe(const KvDecoder *d, uint32_t o, DecKind k, int act, char *why, size_t n) {
+    (void)k, (void)act;
+    int prim = d->p->ops[o].prim;
+    if (prim == PRIM_MOE_LOAD || prim == PRIM_MOE_BALANCE)
+        return REFUSE(why, n, "op %u (%s): the load-balancing statistics sum over all positions (write the model's "
+                      "moe_block with aux = false to decode it with the KV cache)", o, prim_str(prim));
+    return 0;
+}
+
 static const DecRule dec_embedding = {true, DK_UNSEEN, NULL}, dec_linear = {true, DK_UNSEEN, NULL},
                      dec_matmul = {true, DK_UNSEEN, check_matmul}, dec_binary = {true, DK_UNSEEN, NULL},
                      dec_norm = {true, DK_UNSEEN, NULL}, dec_act = {true, DK_UNSEEN, NULL},
@@ -79,7 +91,8 @@ static const DecRule dec_embedding = {true, DK_UNSEEN, NULL}, dec_linear = {true
                      dec_split = {true, DK_UNSEEN, NULL}, dec_scale = {true, DK_UNSEEN, NULL},
                      dec_arange = {true, DK_T, check_arange},
                      dec_xent = {false, DK_UNSEEN, NULL}, /* the loss, which a step does not run */
-                     dec_linxent = {false, DK_UNSEEN, NULL};
+                     dec_linxent = {false, DK_UNSEEN, NULL},
+                     dec_moe = {true, DK_UNSEEN, check_moe};
 
 static const DecRule *const dec_rules[PRIM_COUNT] = {
 #define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = &dec_##family,

@@ -263,4 +263,35 @@ int hk_scale(HkTensor *t, double s);       /* t *= s */
 int hk_cast(const HkTensor *src, HkTensor *dst); /* same numel, any dtypes */
 void hk_zero(HkTensor *t);
 
+/* ---- Mixture of experts (hostk_moe.c; docs/primitives.md). R rows (the
+ * leading dims), E experts, k of them a row. Backward kernels add into the
+ * gradients they are given (NULL or no data: not wanted). ---- */
+/* moe_topk: logits [R, E] -> idx i32 [R, k], the k largest, largest first (ties: the lower expert). */
+int hk_moe_topk_fwd(const HkTensor *logits, HkTensor *idx);
+/* moe_gate: y [R, k] = softmax(logits)[idx], over their sum when normalize. Workspace: per-unit rows. */
+size_t hk_moe_gate_workspace_bytes(const HkTensor *logits, const HkTensor *idx);
+int hk_moe_gate_fwd(const HkTensor *logits, const HkTensor *idx, HkTensor *y, bool normalize, void *ws);
+int hk_moe_gate_bwd(const HkTensor *logits, const HkTensor *idx, const HkTensor *dy, HkTensor *dlogits,
+                    bool normalize, void *ws);
+/* moe_expert: x [R, I] (a row shared by its k slots) or [R, k, I], w [E, O, I] -> y [R, k, O],
+ * y[r, j] = w[idx[r, j]] x[r (, j)]; grouped by expert (the file's header). */
+size_t hk_moe_expert_workspace_bytes(const HkTensor *x, const HkTensor *idx, const HkTensor *w, const HkTensor *y);
+int hk_moe_expert_fwd(const HkTensor *x, const HkTensor *idx, const HkTensor *w, HkTensor *y, void *ws);
+int hk_moe_expert_bwd(const HkTensor *x, const HkTensor *idx, const HkTensor *w, const HkTensor *dy, HkTensor *dx,
+                      HkTensor *dw, void *ws);
+/* moe_combine: o [R, k, D], weights [R, k] -> y [R, D] = sum_j weights[r, j] o[r, j]. */
+int hk_moe_combine_fwd(const HkTensor *o, const HkTensor *wt, HkTensor *y);
+int hk_moe_combine_bwd(const HkTensor *o, const HkTensor *wt, const HkTensor *dy, HkTensor *dout, HkTensor *dwt);
+/* moe_load: y f32 [2, E] = acc (or 0) + (tokens routed to each expert; summed softmax(logits));
+ * logits and idx NULL: zeros. */
+size_t hk_moe_load_workspace_bytes(const HkTensor *logits);
+int hk_moe_load_fwd(const HkTensor *logits, const HkTensor *idx, const HkTensor *acc, HkTensor *y, void *ws);
+int hk_moe_load_bwd(const HkTensor *logits, const HkTensor *dy, HkTensor *dlogits, HkTensor *dacc, void *ws);
+/* moe_balance: y f32 scalar = scale * sum_e load[0, e] load[1, e]; the gradient reaches load[1] only. */
+int hk_moe_balance_fwd(const HkTensor *load, HkTensor *y, double scale);
+int hk_moe_balance_bwd(const HkTensor *load, const HkTensor *dy, HkTensor *dload, double scale);
+/* moe_shared_gate: out [R, D] = sigmoid(logit [R, 1]) y (Qwen2-MoE's gated shared expert). */
+int hk_moe_shared_gate_fwd(const HkTensor *y, const HkTensor *logit, HkTensor *out);
+int hk_moe_shared_gate_bwd(const HkTensor *y, const HkTensor *logit, const HkTensor *dout, HkTensor *dy, HkTensor *dlogit);
+
 #endif

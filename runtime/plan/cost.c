@@ -30,6 +30,7 @@ enum {
     cost_arange = FAM_ELEMENTWISE,
     cost_scale = FAM_ELEMENTWISE,
     cost_linxent = FAM_GEMM,
+    cost_moe = FAM_GEMM, /* priced by its expert GEMMs, the family's work */
 };
 static const PlanFamily cost_families[PRIM_COUNT] = {
 #define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = (PlanFamily)cost_##family,

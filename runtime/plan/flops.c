@@ -51,6 +51,18 @@ static double flops_linxent(int prim, const int64_t *iattr, const FlopsOperand *
     return (6 * D + 5) * ((double)x->numel / (D ? D : 1)) * V;
 }
 
+/* Mixture of experts: moe_expert is a GEMM of each routed row (k per token)
+ * with its expert's [O, I] weight, 2 I per output element, so the count is
+ * of the active experts only; the routing, the combination and the load
+ * statistics are a few operations an element of their largest operand. */
+static double flops_moe(int prim, const int64_t *iattr, const FlopsOperand *in, int nin, double out) {
+    (void)iattr;
+    const FlopsOperand *a = input(in, nin, 0), *w = input(in, nin, 2);
+    if (prim == PRIM_MOE_EXPERT) return w && w->rank == 3 ? 2 * out * (double)w->dims[2] : out;
+    double n = a && (double)a->numel > out ? (double)a->numel : out;
+    return 5 * n;
+}
+
 #define flops_embedding flops_elementwise
 #define flops_linear flops_gemm
 #define flops_matmul flops_gemm

@@ -157,6 +157,7 @@ void plandump_summary(const Plan *p, const CostResult *c, FILE *out) {
         fprintf(out, "  (host backend: the gpu arena is each rank's device arena, in host memory)\n");
     fprintf(out, "model state homes per rank: gpu %s, cpu %s, nvme %s\n", plan_bytes_str(home[TIER_GPU], a, sizeof a),
             plan_bytes_str(home[TIER_CPU], b, sizeof b), plan_bytes_str(home[TIER_NVME], (char[32]){0}, 32));
+    plandump_moe(p, out);
     if (!c) return;
     fprintf(out, "predicted step time: %.6g s", c->step_time);
     if (p->train.grad_accum > 1) fprintf(out, " (%" PRId64 " micro-batches)", p->train.grad_accum);

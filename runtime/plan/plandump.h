@@ -9,6 +9,10 @@
 
 /* Memory per tier and rank, predicted step time, queue busy times, the bottleneck. */
 void plandump_summary(const Plan *p, const CostResult *c, FILE *out);
+/* A mixture-of-experts plan's expert FLOPs (active: k of E experts a
+ * token) against all experts', and its expert parameter bytes, one line;
+ * nothing for a plan without experts (plandump_moe.c). */
+void plandump_moe(const Plan *p, FILE *out);
 /* One instruction per line. rank >= 0 also shows that rank's slice of each
  * partitioned tensor an instruction moves. */
 void plandump_schedule(const Plan *p, int rank, FILE *out);

@@ -381,6 +381,89 @@ START_TEST(arange_rule) {
 }
 END_TEST
 
+/* The mixture-of-experts family: shapes of a routed MLP, and each rule's refusals. */
+START_TEST(moe_rules) {
+    PrimShape logits = S(DT_BF16, 3, 2, 8, 6), idx = S(DT_I32, 3, 2, 8, 2);
+    /* moe_topk: [S..., E] -> i32 [S..., k]; k above E refused */
+    PrimCall c = C(PRIM_MOE_TOPK, 1, logits, NO, NO);
+    c.iattr[IA_MOE_TOPK_K] = 2;
+    c.attr_set[0] = true;
+    ck_assert(infer(&c));
+    expect_shape(0, DT_I32, 3, 2, 8, 2);
+    c.iattr[IA_MOE_TOPK_K] = 7;
+    ck_assert(!infer(&c));
+    ck_assert(strstr(err.msg, "k = 7 is larger than the number of experts") != NULL);
+    /* moe_gate: [S..., k] of the training dtype; idx must be i32 with logits' rows */
+    c = C(PRIM_MOE_GATE, 2, logits, idx, NO);
+    ck_assert(infer(&c));
+    expect_shape(0, DT_BF16, 3, 2, 8, 2);
+    c = C(PRIM_MOE_GATE, 2, logits, S(DT_BF16, 3, 2, 8, 2), NO);
+    ck_assert(!infer(&c));
+    ck_assert(strstr(err.msg, "idx must be i32") != NULL);
+    c = C(PRIM_MOE_GATE, 2, logits, S(DT_I32, 3, 2, 7, 2), NO);
+    ck_assert(!infer(&c));
+    /* moe_expert: shared x [S..., I] or per slot [S..., k, I]; w [E, O, I] */
+    PrimShape x = S(DT_BF16, 3, 2, 8, 16), w = S(DT_BF16, 3, 6, 24, 16);
+    c = C(PRIM_MOE_EXPERT, 3, x, idx, w);
+    ck_assert(infer(&c));
+    ck_assert_int_eq(out[0].rank, 4);
+    ck_assert_int_eq(out[0].dims[2], 2);
+    ck_assert_int_eq(out[0].dims[3], 24);
+    PrimShape h = S(DT_BF16, 4, 2, 8, 2);
+    h.dims[3] = 24;
+    c = C(PRIM_MOE_EXPERT, 3, h, idx, S(DT_BF16, 3, 6, 16, 24));
+    ck_assert(infer(&c));
+    ck_assert_int_eq(out[0].dims[3], 16);
+    c = C(PRIM_MOE_EXPERT, 3, x, idx, S(DT_BF16, 3, 6, 24, 15));
+    ck_assert(!infer(&c));
+    ck_assert(strstr(err.msg, "take I = 15") != NULL);
+    /* moe_combine: o [S..., k, D], weights [S..., k] -> [S..., D] */
+    PrimShape o = S(DT_BF16, 4, 2, 8, 2);
+    o.dims[3] = 16;
+    c = C(PRIM_MOE_COMBINE, 2, o, S(DT_BF16, 3, 2, 8, 2), NO);
+    ck_assert(infer(&c));
+    expect_shape(0, DT_BF16, 3, 2, 8, 16);
+    c = C(PRIM_MOE_COMBINE, 2, o, S(DT_BF16, 3, 2, 8, 3), NO);
+    ck_assert(!infer(&c));
+    /* moe_load: f32 [2, E], with no tensor, with logits and idx, with acc too */
+    c = C(PRIM_MOE_LOAD, 0, NO, NO, NO);
+    c.iattr[IA_MOE_LOAD_EXPERTS] = 6;
+    c.attr_set[0] = true;
+    ck_assert(infer(&c));
+    expect_shape(0, DT_F32, 2, 2, 6, 0);
+    c.nin = 3;
+    c.in[0] = logits, c.in[1] = idx, c.in[2] = S(DT_F32, 2, 2, 6, 0);
+    ck_assert(infer(&c));
+    c.in[2] = S(DT_F32, 2, 2, 5, 0);
+    ck_assert(!infer(&c));
+    ck_assert(strstr(err.msg, "acc must be f32[2, 6]") != NULL);
+    c.nin = 1;
+    ck_assert(!infer(&c));
+    c.nin = 2;
+    c.iattr[IA_MOE_LOAD_EXPERTS] = 5;
+    ck_assert(!infer(&c));
+    /* moe_balance: f32 scalar; a load of another shape refused */
+    c = C(PRIM_MOE_BALANCE, 1, S(DT_F32, 2, 2, 6, 0), NO, NO);
+    c.fattr[FA_MOE_BALANCE_SCALE] = 0.5;
+    c.attr_set[0] = true;
+    ck_assert(infer(&c));
+    expect_shape(0, DT_F32, 0, 0, 0, 0);
+    c.in[0] = S(DT_F32, 2, 3, 6, 0);
+    ck_assert(!infer(&c));
+    /* moe_shared_gate: y [S..., D] scaled by a [S..., 1] logit */
+    c = C(PRIM_MOE_SHARED_GATE, 2, S(DT_BF16, 3, 2, 8, 16), S(DT_BF16, 3, 2, 8, 1), NO);
+    ck_assert(infer(&c));
+    expect_shape(0, DT_BF16, 3, 2, 8, 16);
+    c.in[1] = S(DT_BF16, 3, 2, 8, 2);
+    ck_assert(!infer(&c));
+    ck_assert(strstr(err.msg, "logit must be [S..., 1]") != NULL);
+    /* two f32 scalars add up to an f32 loss in a bf16 model */
+    c = C(PRIM_ADD, 2, S(DT_F32, 0, 0, 0, 0), S(DT_F32, 0, 0, 0, 0), NO);
+    ck_assert(infer(&c));
+    expect_shape(0, DT_F32, 0, 0, 0, 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("prim");
     TCase *t = tcase_create("rules");
@@ -397,6 +480,7 @@ int main(void) {
     tcase_add_test(t, split_rule);
     tcase_add_test(t, xent_rule);
     tcase_add_test(t, arange_rule);
+    tcase_add_test(t, moe_rules);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -1,0 +1,107 @@
+#!/bin/sh
+# Mixture-of-experts models (stdlib/moe.zl, the moe_* primitives) against
+# transformers on the host backend. tests/e2e/moe.py makes small random
+# MixtralForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM and
+# Qwen2MoeForCausalLM (its shared expert and sigmoid gate) models (with
+# and without the load-balancing loss; a routing where every token picks the
+# same experts and the others get no token, top-2 and top-1) and writes each
+# as a .zl model with its weights under zinf's names. For each, zinfrun
+# --init runs one step and --export's the parameters:
+#  - the step-1 loss equals transformers' (cross-entropy plus
+#    router_aux_loss_coef * load_balancing_loss_func) within 1e-5 relative;
+#  - every parameter's gradient (routers included), read off the AdamW
+#    step, equals torch autograd's;
+# on 1 rank, on 2 ranks (mpirun: the mean of the ranks' losses and
+# gradients, as data parallelism in torch), and with the parameters homed
+# on NVMe (2 ranks). Then: zinfgen's greedy continuation equals
+# transformers' generate; a CUDA target's kernels are refused naming the
+# primitive; top_k above the expert count and a mismatched load are errors
+# naming them.
+#   tests/e2e/moe.sh BUILD
+set -u
+B=${1:-build}
+Z=$B/bin
+. tests/e2e/lib.sh
+e2e_need_py transformers
+e2e_workdir moe
+e2e_mpi
+export TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
+fail=0
+"$ZINF_PY" tests/e2e/moe.py make "$W" > "$W/make.log" 2>&1 || { cat "$W/make.log"; echo "FAIL: making the models"; exit 1; }
+cases=$(grep -v '^\[' "$W/make.log")
+mkdir -p "$W/nvme"
+for R in 1 2; do
+  cat > "$W/t$R.zl" <<ZL
+target t$R { backend = "host"; ranks = $R; budget = 1 GiB
+  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2; flops = 20 G }
+  nvme { paths = ["$W/nvme"]; read = 1.5 GB/s; write = 1.5 GB/s; capacity = 4 GiB } }
+ZL
+done
+run() { # CASE RANKS KIND(cpu|nvme)
+  c=$1 R=$2 k=$3 n=$1-$2-$3
+  if [ "$k" = nvme ]; then
+    { cat "$W/$c.zl"; echo 'plan { params = "nvme"; optimizer = "nvme"; grads = "cpu"; whole_below = 1000 }'; } > "$W/$n.zl"
+  else
+    cp "$W/$c.zl" "$W/$n.zl"
+  fi
+  "$Z/zinfc" "$W/$n.zl" --target "$W/t$R.zl" -o "$W/$n.plan" > "$W/$n.zinfc" 2>&1 ||
+    { cat "$W/$n.zinfc"; echo "FAIL: zinfc $n"; fail=1; return; }
+  if [ "$R" = 1 ]; then set -- "$Z/zinfrun"; else set -- mpirun -np "$R" --oversubscribe "$Z/zinfrun"; fi
+  rm -rf "$W/nvme"/*
+  timeout 120 "$@" "$W/$n.plan" --backend host --init "$W/$c.safetensors" --data "$W/tok.bin" --steps 1 \
+      --nvme "$W/nvme" --losses "$W/$n.losses" --export "$W/$n.out.safetensors" < /dev/null > "$W/$n.run" 2>&1 ||
+    { cat "$W/$n.run"; echo "FAIL: zinfrun $n"; fail=1; return; }
+  echo "$c $R $W/$n.out.safetensors $W/$n.losses" >> "$W/checks"
+}
+: > "$W/checks"
+for c in $cases; do run "$c" 1 cpu; done
+for c in mixtral qwen3moe skewed; do run "$c" 2 cpu; done
+run olmoe 2 nvme
+"$ZINF_PY" tests/e2e/moe.py check "$W" "$W/checks" || fail=1
+[ "$(wc -l < "$W/checks")" -ge 10 ] || { echo "FAIL: only $(wc -l < "$W/checks") runs"; fail=1; }
+
+# generation, greedy, with the KV cache (the model written with aux = false) and
+# with a forward of the window each token: the tokens and the logits of transformers' generate
+for dm in kv window; do
+  "$Z/zinfgen" "$W/mixtral-noaux-1-cpu.plan" --init "$W/mixtral-noaux.safetensors" --prompt-ids 5,17,40 --decode $dm \
+      --temperature 0 --max-new 9 --logits "$W/logits-$dm" > "$W/gen-$dm" 2> "$W/zinfgen-$dm.err" ||
+    { cat "$W/zinfgen-$dm.err"; echo "FAIL: zinfgen --decode $dm"; fail=1; }
+done
+grep -q "KV cache of T = 12 positions" "$W/zinfgen-kv.err" || { cat "$W/zinfgen-kv.err"; echo "FAIL: no KV cache"; fail=1; }
+want=$("$ZINF_PY" tests/e2e/moe.py gen "$W" mixtral-noaux 5,17,40 9 "$W/logits-kv" "$W/logits-window" 2> "$W/gen.err") ||
+  { cat "$W/gen.err"; fail=1; }
+for dm in kv window; do
+  got=$(cat "$W/gen-$dm")
+  [ -n "$want" ] && [ "$got" = "$want" ] || { echo "FAIL: zinfgen --decode $dm greedy '$got', transformers '$want'"; fail=1; }
+done
+
+# the cost model's line: active FLOPs against all experts', the bytes of all experts
+# (mixtral: 2 layers x 3 expert GEMMs, 4 experts of 3 [40, 48] weights each)
+"$Z/zinfdump" "$W/mixtral-1-cpu.plan" > "$W/dump" 2>&1 || { cat "$W/dump"; fail=1; }
+grep -q "^mixture of experts: 6 expert GEMMs a step (moe_expert), 4 experts, 2 a token; .*expert parameters 46080 " "$W/dump" ||
+  { cat "$W/dump"; echo "FAIL: zinfdump's mixture-of-experts line"; fail=1; }
+
+# the MoE examples plan on their targets (docs/tuning.md's figures; no GPU code)
+for ex in qwen3-30b-a3b:h200 mixtral-8x7b:dgx-h100; do
+  "$Z/zinfc" "examples/moe/${ex%%:*}.zl" --target "${ex#*:}" --kernels=none -o "$W/ex.plan" > "$W/ex.log" 2>&1 ||
+    { cat "$W/ex.log"; echo "FAIL: planning examples/moe/${ex%%:*}.zl"; fail=1; }
+done
+
+# the CUDA backend has no kernels for the family: refused, naming the primitive
+if "$Z/zinfc" "$W/mixtral.zl" --target examples/targets/h200.zl -o "$W/cuda.plan" > "$W/cuda.err" 2>&1; then
+  echo "FAIL: a CUDA plan of an MoE model was written"; fail=1
+fi
+grep -q "moe_topk: mixture-of-experts primitives have no CUDA kernels yet" "$W/cuda.err" ||
+  { cat "$W/cuda.err"; echo "FAIL: the CUDA refusal does not name the primitive"; fail=1; }
+
+# bad configurations: errors naming what is wrong
+sed 's/^const \(.*\)K = 2,/const \1K = 5,/' "$W/mixtral.zl" > "$W/bad-k.zl"
+if "$Z/zinfc" "$W/bad-k.zl" > "$W/bad-k.err" 2>&1; then echo "FAIL: top_k 5 of 4 experts accepted"; fail=1; fi
+grep -q "moe_topk: k = 5 is larger than the number of experts, logits' last dimension 4" "$W/bad-k.err" ||
+  { cat "$W/bad-k.err"; echo "FAIL: top_k > experts not named"; fail=1; }
+sed 's/load = moe_load(experts = E)/load = moe_load(experts = E + 1)/' "$W/mixtral.zl" > "$W/bad-load.zl"
+if "$Z/zinfc" "$W/bad-load.zl" > "$W/bad-load.err" 2>&1; then echo "FAIL: a load of 5 experts accepted"; fail=1; fi
+grep -q "moe_load: acc must be f32\[2, 4\]" "$W/bad-load.err" ||
+  { cat "$W/bad-load.err"; echo "FAIL: the mismatched load not named"; fail=1; }
+[ $fail = 0 ] && echo "moe: ok"
+exit $fail
