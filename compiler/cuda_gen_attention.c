@@ -1,8 +1,11 @@
 /* cuda_gen_attention: the launches of causal attention (grouped kv heads)
  * on stdlib/kernels/attention.cu: the flash forward, and the backward as a
  * recompute of each query row's log-sum-exp, delta = rowsum(dO * O), dq,
- * and dk/dv summed over each kv head's query heads. Every launch takes the
- * micro-batch's sample starts last (arg_seg: packed rows, NULL otherwise). */
+ * and dk/dv summed over each kv head's query heads. The scores' scale
+ * (the attribute, else 1/sqrt(hd)), the sliding window (0: none) and the
+ * soft-cap (0: none) are arguments, so they share the units of plain
+ * attention. Every launch takes the micro-batch's sample starts last
+ * (arg_seg: packed rows, NULL otherwise). */
 #include <inttypes.h>
 #include <math.h>
 #include "cuda_gen_impl.h"
@@ -19,7 +22,9 @@ typedef struct Attn {
     int q, k, v;
     int64_t B, Tn, H, KV, hd;
     const char *spec, *defs;
-    float scale;
+    float scale;   /* the scores' scale: the attribute, or 1/sqrt(hd) */
+    float softcap; /* > 0: scores s become softcap tanh(s / softcap) (Gemma 2) */
+    int64_t window; /* > 0: query t sees keys [t - window + 1, t] (sliding window) */
     bool tca;     /* on the tensor cores: qbt query rows per block of qbt / 16 warps */
     int qbt;
     int qbf, qbb; /* query rows per block: forward, SIMT backward */
@@ -48,10 +53,10 @@ static bool attn_shape(GenCtx *c, Attn *t) {
                    "value tiles must fit a block's 48 KiB of static shared memory)", hd, ATTN_MAX_HD);
         return false;
     }
-    if (o->iattr[IA_ATTENTION_WINDOW] > 0 && o->iattr[IA_ATTENTION_WINDOW] < Tn) {
-        cg_fail(c, "attention with a sliding window of %" PRId64 " positions, shorter than T = %" PRId64 ": the CUDA "
-                   "kernels compute full causal attention only (the host backend computes windows)",
-                o->iattr[IA_ATTENTION_WINDOW], Tn);
+    int64_t window = o->iattr[IA_ATTENTION_WINDOW];
+    double scale = o->fattr[FA_ATTENTION_SCALE], softcap = o->fattr[FA_ATTENTION_SOFTCAP];
+    if (window < 0 || !(scale >= 0) || !(softcap >= 0)) {
+        cg_fail(c, "attention: window %" PRId64 ", scale %g and softcap %g must not be negative", window, scale, softcap);
         return false;
     }
     if (B > 65535 || H > 65535) {
@@ -75,7 +80,9 @@ static bool attn_shape(GenCtx *c, Attn *t) {
         t->defs = arena_printf(c->cg->arena, "%s\nZK_HDP %" PRId64, t->defs, hdp);
         t->spec = arena_printf(c->cg->arena, "%s padded=%" PRId64, t->spec, hdp);
     }
-    t->scale = (float)(1.0 / sqrt((double)hd));
+    t->scale = (float)(scale > 0 ? scale : 1.0 / sqrt((double)hd));
+    t->softcap = (float)softcap;
+    t->window = window >= Tn ? 0 : window; /* a window of T or more is no window */
     t->qbt = hdp <= 128 ? 64 : 32;
     t->qbf = t->tca ? t->qbt : 4 * rf;
     t->qbb = 4 * rb;
@@ -102,6 +109,8 @@ static void attn_fwd(GenCtx *c, const Attn *t, int out, int64_t lse, const char 
     arg_i(k, t->H);
     arg_i(k, t->KV);
     arg_f(k, t->scale);
+    arg_i(k, t->window);
+    arg_f(k, t->softcap);
     arg_seg(k); /* packed rows: each query sees its own sample's keys */
 }
 
@@ -150,17 +159,14 @@ static void attn_bwd(GenCtx *c, const Attn *t) {
         arg_i(k, t->H);
         arg_i(k, t->KV);
         arg_f(k, t->scale);
+        arg_i(k, t->window);
+        arg_f(k, t->softcap);
         arg_seg(k);
     }
 }
 
 void cg_gen_attention(GenCtx *c, bool bwd) {
     Attn t;
-    if (c->o->fattr[FA_ATTENTION_SCALE] != 0 || c->o->fattr[FA_ATTENTION_SOFTCAP] != 0) {
-        cg_fail(c, "attention: the CUDA backend has no kernel for the %s attribute yet (the host backend has)",
-                c->o->fattr[FA_ATTENTION_SOFTCAP] != 0 ? "softcap" : "scale");
-        return;
-    }
     if (!attn_shape(c, &t)) return;
     if (bwd) {
         attn_bwd(c, &t);
@@ -168,5 +174,9 @@ void cg_gen_attention(GenCtx *c, bool bwd) {
     }
     int ts[4] = {t.q, t.k, t.v, c->o->out[0]};
     if (!cg_same_dtype(c, T_(c, t.q)->dtype, ts, 4)) return;
-    attn_fwd(c, &t, c->o->out[0], -1, "o = causal softmax(q k^T / sqrt(hd)) v");
+    attn_fwd(c, &t, c->o->out[0], -1,
+             t.window > 0 ? (t.softcap > 0 ? "o = windowed causal softmax(softcap(q k^T * scale)) v"
+                                            : "o = windowed causal softmax(q k^T * scale) v")
+                          : (t.softcap > 0 ? "o = causal softmax(softcap(q k^T * scale)) v"
+                                           : "o = causal softmax(q k^T * scale) v"));
 }

@@ -36,7 +36,7 @@ static const DecodeEntry entries[] = {
      "zk_binary_fwd(y, big, small, n, n, ns, mul)", false},
     {"layernorm", "@ *y, const @ *x, const @ *g, const @ *b, long long rows, long long D, float eps",
      "zk_layernorm_fwd(y, x, g, b, rows, D, eps)", false},
-    {"rmsnorm", "@ *y, const @ *x, const @ *g, long long rows, long long D, float eps", "zk_rmsnorm_fwd(y, x, g, rows, D, eps)",
+    {"rmsnorm", "@ *y, const @ *x, const @ *g, long long rows, long long D, float eps", "zk_rmsnorm_fwd(y, x, g, rows, D, eps, 0.f)",
      false},
     {"gelu", "@ *y, const @ *x, long long n", "zk_gelu_fwd(y, x, n)", false},
     {"silu", "@ *y, const @ *x, long long n", "zk_silu_fwd(y, x, n)", false},

@@ -199,11 +199,36 @@ void cg_gen_act(GenCtx *c, bool bwd) {
     arg_i(k, n);
 }
 
+/* softcap: y = cap tanh(x / cap); dx += dy (1 - tanh^2(x / cap)). */
+static void gen_softcap(GenCtx *c, bool bwd) {
+    const GOp *o = c->o;
+    int x = o->in[0], y = o->out[0];
+    double cap = o->fattr[FA_SOFTCAP_CAP];
+    DType dt = T_(c, x)->dtype;
+    int64_t n = T_(c, x)->numel;
+    if (!(cap > 0)) {
+        cg_fail(c, "softcap: cap must be positive (got %g)", cap);
+        return;
+    }
+    if (y < 0) return;
+    int dy = bwd ? o->in[o->nfin + 1] : -1;
+    int ts[3] = {x, y, dy};
+    if (!cg_same_dtype(c, dt, ts, 3)) return;
+    CudaKernel *k = cg_kdt(c, "elementwise", dt, bwd ? "zk_softcap_bwd" : "zk_softcap_fwd",
+                           bwd ? "dx += dy*(1 - tanh^2(x/cap))" : "y = cap*tanh(x/cap)");
+    elementwise_grid(k, n);
+    arg_t(k, y);
+    arg_t(k, x);
+    if (bwd) arg_t(k, dy);
+    arg_i(k, n);
+    arg_f(k, cap);
+}
+
 /* scale on the existing kernels: y = 0 then y += by * x; dx += by * dy. */
 void cg_gen_scale(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
     if (o->prim == PRIM_SOFTCAP) {
-        cg_fail(c, "softcap: the CUDA backend has no soft-capping kernel yet (the host backend has)");
+        gen_softcap(c, bwd);
         return;
     }
     int x = o->in[0];

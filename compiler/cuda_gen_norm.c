@@ -1,5 +1,5 @@
 /* cuda_gen_norm: the launches of layernorm and rmsnorm (rmsnorm per head
- * too) on stdlib/kernels/norm.cu; the backward's gain and bias gradients
+ * too, and with Gemma's gain offset) on stdlib/kernels/norm.cu; the backward's gain and bias gradients
  * are partial sums that reduce.cu's zk_colsum_final adds up. */
 #include <inttypes.h>
 #include "cuda_gen_impl.h"
@@ -11,12 +11,14 @@ static double eps_of(const GOp *o) { return o->fattr[FA_LAYERNORM_EPS] > 0 ? o->
 void cg_gen_norm(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
     bool ln = o->prim == PRIM_LAYERNORM;
-    if (!ln && o->fattr[FA_RMSNORM_OFFSET] != 0) {
-        cg_fail(c, "rmsnorm: the CUDA backend has no kernel for the offset attribute yet (the host backend has)");
-        return;
-    }
     int nfin = bwd ? o->nfin : o->nin;
     int x = o->in[0], g = nfin >= 2 ? o->in[1] : -1, bb = ln && nfin >= 3 ? o->in[2] : -1;
+    /* rmsnorm's offset: the gain is offset + g (Gemma: 1 + w), formed in fp32 inside the kernels */
+    double offset = ln ? 0 : o->fattr[FA_RMSNORM_OFFSET];
+    if (offset != 0 && g < 0) {
+        cg_fail(c, "rmsnorm: an offset needs a gain g (it scales by offset + g)");
+        return;
+    }
     const GTensor *X = T_(c, x);
     /* rmsnorm with heads = H: the same kernels over rows of hd = D/H values */
     int64_t heads = !ln && o->iattr[IA_RMSNORM_HEADS] > 1 ? o->iattr[IA_RMSNORM_HEADS] : 1;
@@ -34,7 +36,8 @@ void cg_gen_norm(GenCtx *c, bool bwd) {
         int ts[4] = {x, g, bb, o->out[0]};
         if (!cg_same_dtype(c, dt, ts, 4)) return;
         CudaKernel *k = cg_kdt(c, "norm", dt, ln ? "zk_layernorm_fwd" : "zk_rmsnorm_fwd",
-                            ln ? "y = (x - mean)/sqrt(var + eps)*g + b" : "y = x/sqrt(mean(x^2) + eps)*g");
+                            ln ? "y = (x - mean)/sqrt(var + eps)*g + b"
+                               : offset != 0 ? "y = x/sqrt(mean(x^2) + eps)*(offset + g)" : "y = x/sqrt(mean(x^2) + eps)*g");
         k->grid[0] = cg_gdim(c, (rows > 0 ? rows : 1), 0x7fffffff);
         k->block[0] = 256;
         arg_t(k, o->out[0]);
@@ -44,6 +47,7 @@ void cg_gen_norm(GenCtx *c, bool bwd) {
         arg_i(k, rows);
         arg_i(k, D);
         arg_f(k, eps_of(o));
+        if (!ln) arg_f(k, offset);
         return;
     }
     int dy = o->in[nfin + 1];
@@ -74,6 +78,7 @@ void cg_gen_norm(GenCtx *c, bool bwd) {
     arg_i(k, dx >= 0);
     arg_i(k, dg >= 0);
     if (ln) arg_i(k, db >= 0);
+    else arg_f(k, offset);
     for (int i = 0; i < nparts; i++) {
         int t = i ? db : dg;
         if (t < 0) continue;

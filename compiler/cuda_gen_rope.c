@@ -1,5 +1,5 @@
 /* cuda_gen_rope: the launch of rope (rotary position embedding, forward and
- * backward; llama3 frequency scaling) on stdlib/kernels/rope.cu. */
+ * backward; linear, llama3 and YaRN frequency scaling) on stdlib/kernels/rope.cu. */
 #include <inttypes.h>
 #include "cuda_gen_impl.h"
 
@@ -13,12 +13,7 @@ void cg_gen_rope(GenCtx *c, bool bwd) {
         cg_fail(c, "rope needs x [B, T, H*hd] with heads dividing the last dim and hd even");
         return;
     }
-    if (scaling == ROPE_YARN) {
-        cg_fail(c, "rope with scaling = \"yarn\": the CUDA kernels have none, linear and llama3 (the host backend computes "
-                   "yarn)");
-        return;
-    }
-    if (scaling < ROPE_NONE || scaling > ROPE_LLAMA3) {
+    if (scaling < ROPE_NONE || scaling > ROPE_YARN) {
         cg_fail(c, "rope: unknown scaling %" PRId64, scaling);
         return;
     }
@@ -41,8 +36,11 @@ void cg_gen_rope(GenCtx *c, bool bwd) {
     arg_i(k, bwd);
     arg_i(k, scaling);
     arg_f(k, scaling ? o->fattr[FA_ROPE_FACTOR] : 1.0);
-    arg_f(k, scaling == ROPE_LLAMA3 ? o->fattr[FA_ROPE_LOW_FREQ_FACTOR] : 1.0);
-    arg_f(k, scaling == ROPE_LLAMA3 ? o->fattr[FA_ROPE_HIGH_FREQ_FACTOR] : 4.0);
-    arg_f(k, scaling == ROPE_LLAMA3 ? (double)o->iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] : 8192.0);
+    /* low and high: llama3's frequency factors, or YaRN's beta_fast and beta_slow (0: 32 and 1) */
+    bool yarn = scaling == ROPE_YARN, l3 = scaling == ROPE_LLAMA3;
+    arg_f(k, l3 ? o->fattr[FA_ROPE_LOW_FREQ_FACTOR] : yarn ? o->fattr[FA_ROPE_BETA_FAST] : 1.0);
+    arg_f(k, l3 ? o->fattr[FA_ROPE_HIGH_FREQ_FACTOR] : yarn ? o->fattr[FA_ROPE_BETA_SLOW] : 4.0);
+    int64_t orig = o->iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS];
+    arg_f(k, (l3 || yarn) && orig > 0 ? (double)orig : 8192.0); /* 0: 8192, as hk_rope_attrs */
     arg_seg(k); /* packed rows: positions restart per sample */
 }

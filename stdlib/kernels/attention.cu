@@ -39,12 +39,30 @@
 
 /* Packed rows (several samples a row): seg[b*Tn + t] is the position of row
  * b where the sample holding position t begins; NULL, a row is one sample.
- * Query t sees the keys [zk_attn_lo(t), t]: the block-diagonal causal mask,
- * with no [T, T] tensor. Key tiles before the first query's start are
- * skipped; a row may still meet tiles it sees nothing of, where its running
- * max stays -inf and the softmax rescales against 0 (zk_attn_ref). */
-__device__ __forceinline__ int zk_attn_lo(const int *seg, long long b, long long Tn, long long t) {
-    return seg ? seg[b * Tn + t] : 0;
+ * A sliding window of W > 0 positions (Mistral, Gemma's local layers)
+ * moves that start to t - W + 1 when later. Query t sees the keys
+ * [zk_attn_lo(t), t]: the block-diagonal, banded causal mask, with no
+ * [T, T] tensor. zk_attn_lo never decreases with t, so key tiles before the
+ * first query's start are skipped (a window of W costs T W, not T^2 / 2),
+ * and dk/dv stop at the first query tile that starts after their keys; a
+ * row may still meet tiles it sees nothing of, where its running max stays
+ * -inf and the softmax rescales against 0 (zk_attn_ref). */
+__device__ __forceinline__ int zk_attn_lo(const int *seg, long long b, long long Tn, long long t, long long window) {
+    long long lo = seg ? seg[b * Tn + t] : 0;
+    if (window > 0 && t - window + 1 > lo) lo = t - window + 1;
+    return (int)lo;
+}
+/* Soft-capping in the kernels' base-2 score domain: capl = softcap log2 e,
+ * x = scale q.k log2 e becomes capl tanh(x / capl) (= softcap tanh(s /
+ * softcap) log2 e, Gemma 2's attention-logit capping); capl 0 is none.
+ * *th keeps the tanh for the backward's chain factor 1 - tanh^2. */
+__device__ __forceinline__ float zk_attn_cap(float x, float capl, float *th) {
+    if (capl <= 0.f) {
+        *th = 0.f;
+        return x;
+    }
+    *th = tanhf(x / capl);
+    return capl * *th;
 }
 /* The exponent base of a running max: mn itself, 0 while no key was seen. */
 __device__ __forceinline__ float zk_attn_ref(float mn) { return mn == -ZK_INF ? 0.f : mn; }
@@ -90,7 +108,8 @@ __device__ __forceinline__ unsigned zk_pack2(float lo, float hi) {
 
 extern "C" __global__ void __launch_bounds__(128)
 zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long write_o, long long B,
-            long long Tn, long long H, long long KV, float scale, const int *seg) {
+            long long Tn, long long H, long long KV, float scale, long long window, float softcap,
+            const int *seg) {
     __shared__ __align__(16) unsigned short Qs[ZK_QB][ZK_HP];
     __shared__ __align__(16) unsigned short Ks[ZK_TKB][ZK_HP];
     __shared__ __align__(16) unsigned short Vt[ZK_HDP][ZK_TKB + 8];
@@ -98,7 +117,7 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
     const long long b = blockIdx.z, h = blockIdx.y, q0 = (long long)blockIdx.x * ZK_QB;
     const long long kvh = h / (H / KV);
-    const float sc = scale * ZK_LOG2E;
+    const float sc = scale * ZK_LOG2E, capl = softcap * ZK_LOG2E;
     for (int e = threadIdx.x; e < ZK_QB * ZK_HDP; e += blockDim.x) {
         int r = e / ZK_HDP, d = e % ZK_HDP;
         long long t = q0 + r;
@@ -108,13 +127,13 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
     /* this lane's two rows: r0 = q0 + 16w + g and r0 + 8 */
     const long long r0 = q0 + w * 16 + g, r1 = r0 + 8;
     const long long m0 = r0 < Tn ? r0 : Tn - 1, m1 = r1 < Tn ? r1 : Tn - 1;
-    const int lo0 = zk_attn_lo(seg, b, Tn, m0), lo1 = zk_attn_lo(seg, b, Tn, m1);
+    const int lo0 = zk_attn_lo(seg, b, Tn, m0, window), lo1 = zk_attn_lo(seg, b, Tn, m1, window);
     float mx[2] = {-ZK_INF, -ZK_INF}, l[2] = {0.f, 0.f};
     float acc[ZK_HDP / 8][4];
 #pragma unroll
     for (int j = 0; j < ZK_HDP / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     const long long kend = q0 + ZK_QB < Tn ? q0 + ZK_QB : Tn;
-    for (long long k0 = zk_attn_lo(seg, b, Tn, q0) / ZK_TKB * ZK_TKB; k0 < kend; k0 += ZK_TKB) {
+    for (long long k0 = zk_attn_lo(seg, b, Tn, q0, window) / ZK_TKB * ZK_TKB; k0 < kend; k0 += ZK_TKB) {
         __syncthreads();
         for (int e = threadIdx.x; e < ZK_TKB * ZK_HDP; e += blockDim.x) {
             int j = e / ZK_HDP, d = e % ZK_HDP;
@@ -153,7 +172,8 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
                 long long key = k0 + j * 8 + 2 * tg + (c & 1);
                 long long row = c < 2 ? m0 : m1;
                 int lo = c < 2 ? lo0 : lo1;
-                float x = key > row || key < lo ? -ZK_INF : s[j][c] * sc;
+                float th, x = zk_attn_cap(s[j][c] * sc, capl, &th);
+                x = key > row || key < lo ? -ZK_INF : x;
                 s[j][c] = x;
                 tmax[c >> 1] = fmaxf(tmax[c >> 1], x);
             }
@@ -246,7 +266,8 @@ __device__ __forceinline__ void zk_tile(float (*S)[ZK_HDP + 1], const T *x, long
 #endif
 extern "C" __global__ void __launch_bounds__(ZK_NW * 32)
 zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long write_o, long long B,
-            long long Tn, long long H, long long KV, float scale, const int *seg) {
+            long long Tn, long long H, long long KV, float scale, long long window, float softcap,
+            const int *seg) {
     const int R = ZK_RPW_FWD, QB = ZK_NW * ZK_RPW_FWD;
     __shared__ float Qs[ZK_NW * ZK_RPW_FWD][ZK_HDP];
     __shared__ float Ks[ZK_KB][ZK_HDP + 1];
@@ -259,7 +280,7 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const long long b = blockIdx.z, h = blockIdx.y, q0 = (long long)blockIdx.x * QB;
     const long long kvh = h / (H / KV);
-    const float sc = scale * ZK_LOG2E;
+    const float sc = scale * ZK_LOG2E, capl = softcap * ZK_LOG2E;
     for (int e = threadIdx.x; e < QB * ZK_HDP; e += blockDim.x) {
         int r = e / ZK_HDP, d = e % ZK_HDP;
         long long t = q0 + r;
@@ -275,12 +296,12 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
         l[r] = 0.f;
         tq[r] = q0 + w * R + r;
         tm[r] = tq[r] < Tn ? tq[r] : Tn - 1;
-        lo[r] = zk_attn_lo(seg, b, Tn, tm[r]);
+        lo[r] = zk_attn_lo(seg, b, Tn, tm[r], window);
 #pragma unroll
         for (int c = 0; c < ZK_DPL; c++) acc[r][c] = 0.f;
     }
     const long long kend = q0 + QB < Tn ? q0 + QB : Tn;
-    for (long long k0 = zk_attn_lo(seg, b, Tn, q0) / ZK_KB * ZK_KB; k0 < kend; k0 += ZK_KB) {
+    for (long long k0 = zk_attn_lo(seg, b, Tn, q0, window) / ZK_KB * ZK_KB; k0 < kend; k0 += ZK_KB) {
 #if ZK_HDP > 128
         zk_tile(Ks, k, b, k0, Tn, KV, kvh, 1.f);
 #else
@@ -306,6 +327,8 @@ zk_attn_fwd(T *o, float *lse, const T *q, const T *k, const T *v, long long writ
         }
 #pragma unroll
         for (int r = 0; r < R; r++) {
+            float th;
+            s[r] = zk_attn_cap(s[r], capl, &th);
             if (kj > tm[r] || kj < lo[r]) s[r] = -ZK_INF;
             float mn = fmaxf(m[r], zk_warp_max(s[r]));
             float alpha = exp2f(m[r] - zk_attn_ref(mn));
@@ -378,7 +401,8 @@ __device__ __forceinline__ unsigned zk_pair(const T *row, bool ok, int d) {
 
 extern "C" __global__ void __launch_bounds__(128)
 zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const float *lse, const float *delta,
-               long long B, long long Tn, long long H, long long KV, float scale, const int *seg) {
+               long long B, long long Tn, long long H, long long KV, float scale, long long window, float softcap,
+               const int *seg) {
     __shared__ __align__(16) unsigned short Ks[ZK_TKB][ZK_HP];
     __shared__ __align__(16) unsigned short Vs[ZK_TKB][ZK_HP];
     __shared__ __align__(16) unsigned short Kt[ZK_HDP][ZK_TKB + 8];
@@ -386,7 +410,7 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
     const long long b = blockIdx.z, h = blockIdx.y, q0 = (long long)blockIdx.x * ZK_QB;
     const long long kvh = h / (H / KV);
-    const float sc = scale * ZK_LOG2E;
+    const float sc = scale * ZK_LOG2E, capl = softcap * ZK_LOG2E;
     const long long r0 = q0 + w * 16 + g, r1 = r0 + 8;
     const long long m0 = r0 < Tn ? r0 : Tn - 1, m1 = r1 < Tn ? r1 : Tn - 1;
     const T *q0p = q + ((b * Tn + m0) * H + h) * ZK_HD, *q1p = q + ((b * Tn + m1) * H + h) * ZK_HD;
@@ -404,14 +428,14 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
         oa[kk][2] = zk_pair(o0p, r0 < Tn, d + 8);
         oa[kk][3] = zk_pair(o1p, r1 < Tn, d + 8);
     }
-    const int lo0 = zk_attn_lo(seg, b, Tn, m0), lo1 = zk_attn_lo(seg, b, Tn, m1);
+    const int lo0 = zk_attn_lo(seg, b, Tn, m0, window), lo1 = zk_attn_lo(seg, b, Tn, m1, window);
     const float L[2] = {lse[(b * H + h) * Tn + m0], lse[(b * H + h) * Tn + m1]};
     const float Dl[2] = {delta[(b * H + h) * Tn + m0], delta[(b * H + h) * Tn + m1]};
     float acc[ZK_HDP / 8][4];
 #pragma unroll
     for (int j = 0; j < ZK_HDP / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     const long long kend = q0 + ZK_QB < Tn ? q0 + ZK_QB : Tn;
-    for (long long k0 = zk_attn_lo(seg, b, Tn, q0) / ZK_TKB * ZK_TKB; k0 < kend; k0 += ZK_TKB) {
+    for (long long k0 = zk_attn_lo(seg, b, Tn, q0, window) / ZK_TKB * ZK_TKB; k0 < kend; k0 += ZK_TKB) {
         __syncthreads();
         for (int e = threadIdx.x; e < ZK_TKB * ZK_HDP; e += blockDim.x) {
             int j = e / ZK_HDP, d = e % ZK_HDP;
@@ -449,8 +473,9 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
                 bool live = c < 2 ? r0 < Tn : r1 < Tn;
                 /* lo <= key <= row, one compare (lo <= row always) */
                 bool seen = (unsigned long long)(key - lo) <= (unsigned long long)(row - lo);
-                float p = (seen && live) ? exp2f(s[j][c] * sc - L[c >> 1]) : 0.f;
-                s[j][c] = p * (dp[j][c] - Dl[c >> 1]); /* dS */
+                float th, x = zk_attn_cap(s[j][c] * sc, capl, &th);
+                float p = (seen && live) ? exp2f(x - L[c >> 1]) : 0.f;
+                s[j][c] = p * (dp[j][c] - Dl[c >> 1]) * (1.f - th * th); /* dS */
             }
 #pragma unroll
         for (int ks = 0; ks < ZK_TKB / 16; ks++) {
@@ -487,7 +512,8 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
 /* dq[b, t, h] += scale * sum_j ds_j k_j, ds = p (dp - delta), dp = dO . v_j. */
 extern "C" __global__ void __launch_bounds__(ZK_NW * 32)
 zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const float *lse, const float *delta,
-               long long B, long long Tn, long long H, long long KV, float scale, const int *seg) {
+               long long B, long long Tn, long long H, long long KV, float scale, long long window, float softcap,
+               const int *seg) {
     const int R = ZK_RPW_BWD, QB = ZK_NW * ZK_RPW_BWD;
     __shared__ float Qs[ZK_NW * ZK_RPW_BWD][ZK_HDP];
     __shared__ float dOs[ZK_NW * ZK_RPW_BWD][ZK_HDP];
@@ -499,7 +525,7 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const long long b = blockIdx.z, h = blockIdx.y, q0 = (long long)blockIdx.x * QB;
     const long long kvh = h / (H / KV);
-    const float sc = scale * ZK_LOG2E;
+    const float sc = scale * ZK_LOG2E, capl = softcap * ZK_LOG2E;
     for (int e = threadIdx.x; e < QB * ZK_HDP; e += blockDim.x) {
         int r = e / ZK_HDP, d = e % ZK_HDP;
         long long t = q0 + r, off = ((b * Tn + t) * H + h) * ZK_HD + d;
@@ -514,14 +540,14 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
     for (int r = 0; r < R; r++) {
         tq[r] = q0 + w * R + r;
         tm[r] = tq[r] < Tn ? tq[r] : Tn - 1;
-        lo[r] = zk_attn_lo(seg, b, Tn, tm[r]);
+        lo[r] = zk_attn_lo(seg, b, Tn, tm[r], window);
         L[r] = lse[(b * H + h) * Tn + tm[r]];
         Dl[r] = delta[(b * H + h) * Tn + tm[r]];
 #pragma unroll
         for (int c = 0; c < ZK_DPL; c++) acc[r][c] = 0.f;
     }
     const long long kend = q0 + QB < Tn ? q0 + QB : Tn;
-    for (long long k0 = zk_attn_lo(seg, b, Tn, q0) / ZK_KB * ZK_KB; k0 < kend; k0 += ZK_KB) {
+    for (long long k0 = zk_attn_lo(seg, b, Tn, q0, window) / ZK_KB * ZK_KB; k0 < kend; k0 += ZK_KB) {
         const long long kj = k0 + lane;
         float s[R], dp[R];
 #pragma unroll
@@ -559,8 +585,9 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
 #endif
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            float p = (kj <= tm[r] && kj >= lo[r] && tq[r] < Tn) ? exp2f(s[r] - L[r]) : 0.f;
-            s[r] = p * (dp[r] - Dl[r]); /* ds */
+            float th, x = zk_attn_cap(s[r], capl, &th);
+            float p = (kj <= tm[r] && kj >= lo[r] && tq[r] < Tn) ? exp2f(x - L[r]) : 0.f;
+            s[r] = p * (dp[r] - Dl[r]) * (1.f - th * th); /* ds */
         }
 #pragma unroll 4
         for (int j = 0; j < ZK_KB; j++) {
@@ -605,7 +632,7 @@ zk_attn_bwd_dq(T *dq, const T *q, const T *k, const T *v, const T *dout, const f
 extern "C" __global__ void __launch_bounds__(128)
 zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout, const float *lse,
                  const float *delta, long long B, long long Tn, long long H, long long KV, float scale,
-                 const int *seg) {
+                 long long window, float softcap, const int *seg) {
     __shared__ __align__(16) unsigned short Vr[ZK_QB][ZK_HP];
 #if ZK_HDP <= 128 /* above, B fragments of Q and dO come from Qt and Ot */
     __shared__ __align__(16) unsigned short Qs[ZK_QT][ZK_HP];
@@ -614,12 +641,12 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
     __shared__ __align__(16) unsigned short Qt[ZK_HDP][ZK_QT + 8];
     __shared__ __align__(16) unsigned short Ot[ZK_HDP][ZK_QT + 8];
     __shared__ float Ls[ZK_QT], Ds[ZK_QT];
-    __shared__ int Ss[ZK_QT]; /* each query's sample start (zk_attn_lo) */
+    __shared__ int Ss[ZK_QT]; /* each query's first key (zk_attn_lo) */
     (void)B;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tg = lane & 3;
     const long long b = blockIdx.z, kvh = blockIdx.y, k0 = (long long)blockIdx.x * ZK_QB;
     const long long G = H / KV;
-    const float sc = scale * ZK_LOG2E;
+    const float sc = scale * ZK_LOG2E, capl = softcap * ZK_LOG2E;
     const long long r0 = k0 + w * 16 + g, r1 = r0 + 8; /* this lane's two key rows */
     const long long c0 = r0 < Tn ? r0 : Tn - 1, c1 = r1 < Tn ? r1 : Tn - 1;
     const T *k0p = k + ((b * Tn + c0) * KV + kvh) * ZK_HD, *k1p = k + ((b * Tn + c1) * KV + kvh) * ZK_HD;
@@ -646,7 +673,7 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
     for (long long hh = 0; hh < G; hh++) {
         const long long h = kvh * G + hh;
         for (long long qt = k0; qt < Tn; qt += ZK_QT) {
-            if (zk_attn_lo(seg, b, Tn, qt) >= k0 + ZK_QB) break; /* queries of later samples only, from here on */
+            if (zk_attn_lo(seg, b, Tn, qt, window) >= k0 + ZK_QB) break; /* queries of later samples only, from here on */
             __syncthreads();
             for (int e = threadIdx.x; e < ZK_QT * ZK_HDP; e += blockDim.x) {
                 int i = e / ZK_HDP, d = e % ZK_HDP;
@@ -665,7 +692,7 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
                 long long t = qt + threadIdx.x;
                 Ls[threadIdx.x] = t < Tn ? lse[(b * H + h) * Tn + t] : 0.f;
                 Ds[threadIdx.x] = t < Tn ? delta[(b * H + h) * Tn + t] : 0.f;
-                Ss[threadIdx.x] = t < Tn ? zk_attn_lo(seg, b, Tn, t) : 0;
+                Ss[threadIdx.x] = t < Tn ? zk_attn_lo(seg, b, Tn, t, window) : 0;
             }
             __syncthreads();
             float s[ZK_QT / 8][4], dp[ZK_QT / 8][4];
@@ -698,9 +725,10 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
                     int qi = j * 8 + 2 * tg + (c & 1);
                     long long query = qt + qi, key = c < 2 ? r0 : r1;
                     bool ok = query < Tn && key < Tn && query >= key && key >= Ss[qi];
-                    float p = ok ? exp2f(s[j][c] * sc - Ls[qi]) : 0.f;
+                    float th, x = zk_attn_cap(s[j][c] * sc, capl, &th);
+                    float p = ok ? exp2f(x - Ls[qi]) : 0.f;
                     s[j][c] = p;
-                    dp[j][c] = p * (dp[j][c] - Ds[qi]); /* dS^T */
+                    dp[j][c] = p * (dp[j][c] - Ds[qi]) * (1.f - th * th); /* dS^T */
                 }
             unsigned pa[4], da[4];
             pa[0] = zk_pack2(s[0][0], s[0][1]);
@@ -750,15 +778,15 @@ __device__ __forceinline__ void zk_dkdv_split(float (*S)[ZK_HDP + 1], float *Ls,
                                               const int *seg, const float (*Kr)[ZK_HDP],
                                               const float (*Vr)[ZK_HDP], const T *q, const T *dout, const float *lse,
                                               const float *delta, long long b, long long h, long long H, long long qt,
-                                              long long Tn, const long long *tk, float sc, float (*dka)[ZK_DPL],
-                                              float (*dva)[ZK_DPL]) {
+                                              long long Tn, const long long *tk, float sc, long long window,
+                                              float capl, float (*dka)[ZK_DPL], float (*dva)[ZK_DPL]) {
     const int R = ZK_RPW_BWD, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     zk_tile(S, q, b, qt, Tn, H, h, sc);
     if (threadIdx.x < ZK_KB) { /* read after the next zk_tile's barrier */
         long long t = qt + threadIdx.x;
         Ls[threadIdx.x] = t < Tn ? lse[(b * H + h) * Tn + t] : 0.f;
         Ds[threadIdx.x] = t < Tn ? delta[(b * H + h) * Tn + t] : 0.f;
-        Ss[threadIdx.x] = t < Tn ? zk_attn_lo(seg, b, Tn, t) : 0;
+        Ss[threadIdx.x] = t < Tn ? zk_attn_lo(seg, b, Tn, t, window) : 0;
     }
     const long long qi = qt + lane;
     float p[R], ds[R];
@@ -774,8 +802,9 @@ __device__ __forceinline__ void zk_dkdv_split(float (*S)[ZK_HDP + 1], float *Ls,
 #pragma unroll
     for (int r = 0; r < R; r++) {
         bool ok = qi < Tn && qi >= tk[r] && tk[r] < Tn && tk[r] >= Ss[lane];
-        float pr = ok ? exp2f(p[r] - Ls[lane]) : 0.f;
-        ds[r] = pr * (ds[r] - Ds[lane]);
+        float th, x = zk_attn_cap(p[r], capl, &th);
+        float pr = ok ? exp2f(x - Ls[lane]) : 0.f;
+        ds[r] = pr * (ds[r] - Ds[lane]) * (1.f - th * th);
         p[r] = pr;
     }
     for (int i = 0; i < ZK_KB; i++)
@@ -801,7 +830,7 @@ __device__ __forceinline__ void zk_dkdv_split(float (*S)[ZK_HDP + 1], float *Ls,
 extern "C" __global__ void __launch_bounds__(ZK_NW * 32)
 zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout, const float *lse,
                  const float *delta, long long B, long long Tn, long long H, long long KV, float scale,
-                 const int *seg) {
+                 long long window, float softcap, const int *seg) {
     const int R = ZK_RPW_BWD, KR = ZK_NW * ZK_RPW_BWD;
     __shared__ float Kr[ZK_NW * ZK_RPW_BWD][ZK_HDP];
     __shared__ float Vr[ZK_NW * ZK_RPW_BWD][ZK_HDP];
@@ -810,12 +839,12 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
     __shared__ float dOs[ZK_KB][ZK_HDP + 1];
 #endif
     __shared__ float Ls[ZK_KB], Ds[ZK_KB];
-    __shared__ int Ss[ZK_KB]; /* each query's sample start (zk_attn_lo) */
+    __shared__ int Ss[ZK_KB]; /* each query's first key (zk_attn_lo) */
     (void)B;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const long long b = blockIdx.z, kvh = blockIdx.y, k0 = (long long)blockIdx.x * KR;
     const long long G = H / KV;
-    const float sc = scale * ZK_LOG2E;
+    const float sc = scale * ZK_LOG2E, capl = softcap * ZK_LOG2E;
     for (int e = threadIdx.x; e < KR * ZK_HDP; e += blockDim.x) {
         int r = e / ZK_HDP, d = e % ZK_HDP;
         long long t = k0 + r, off = ((b * Tn + t) * KV + kvh) * ZK_HD + d;
@@ -834,9 +863,10 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
     for (long long hh = 0; hh < G; hh++) {
         const long long h = kvh * G + hh;
         for (long long qt = k0; qt < Tn; qt += ZK_KB) {
-            if (zk_attn_lo(seg, b, Tn, qt) >= k0 + KR) break; /* queries of later samples only, from here on */
+            if (zk_attn_lo(seg, b, Tn, qt, window) >= k0 + KR) break; /* queries of later samples only, from here on */
 #if ZK_HDP > 128
-            zk_dkdv_split(Qs, Ls, Ds, Ss, seg, Kr, Vr, q, dout, lse, delta, b, h, H, qt, Tn, tk, sc, dka, dva);
+            zk_dkdv_split(Qs, Ls, Ds, Ss, seg, Kr, Vr, q, dout, lse, delta, b, h, H, qt, Tn, tk, sc, window, capl, dka,
+                          dva);
 #else
             __syncthreads();
             for (int e = threadIdx.x; e < ZK_KB * ZK_HDP; e += blockDim.x) {
@@ -850,7 +880,7 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
                 long long t = qt + threadIdx.x;
                 Ls[threadIdx.x] = t < Tn ? lse[(b * H + h) * Tn + t] : 0.f;
                 Ds[threadIdx.x] = t < Tn ? delta[(b * H + h) * Tn + t] : 0.f;
-                Ss[threadIdx.x] = t < Tn ? zk_attn_lo(seg, b, Tn, t) : 0;
+                Ss[threadIdx.x] = t < Tn ? zk_attn_lo(seg, b, Tn, t, window) : 0;
             }
             __syncthreads();
             const long long qi = qt + lane;
@@ -869,8 +899,9 @@ zk_attn_bwd_dkdv(T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 bool ok = qi < Tn && qi >= tk[r] && tk[r] < Tn && tk[r] >= Ss[lane];
-                float pr = ok ? exp2f(p[r] - Ls[lane]) : 0.f;
-                ds[r] = pr * (ds[r] - Ds[lane]);
+                float th, x = zk_attn_cap(p[r], capl, &th);
+                float pr = ok ? exp2f(x - Ls[lane]) : 0.f;
+                ds[r] = pr * (ds[r] - Ds[lane]) * (1.f - th * th);
                 p[r] = pr;
             }
 #pragma unroll 4

@@ -43,6 +43,18 @@ extern "C" __global__ void zk_gelu_bwd(T *dx, const T *x, const T *dy, long long
     }
 }
 
+/* softcap: y = cap tanh(x / cap) (Gemma's final-logit soft-capping);
+ * backward dx += dy (1 - tanh^2(x / cap)). */
+extern "C" __global__ void zk_softcap_fwd(T *y, const T *x, long long n, float cap) {
+    ZK_LOOP(i, n) zk_st(y + i, cap * tanhf(zk_ld(x + i) / cap));
+}
+extern "C" __global__ void zk_softcap_bwd(T *dx, const T *x, const T *dy, long long n, float cap) {
+    ZK_LOOP(i, n) {
+        float th = tanhf(zk_ld(x + i) / cap);
+        zk_st(dx + i, zk_ld(dx + i) + zk_ld(dy + i) * (1.f - th * th));
+    }
+}
+
 /* silu: x * sigmoid(x). */
 extern "C" __global__ void zk_silu_fwd(T *y, const T *x, long long n) {
     ZK_LOOP(i, n) {

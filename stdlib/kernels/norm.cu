@@ -70,9 +70,10 @@ extern "C" __global__ void zk_layernorm_bwd(T *dx, float *ws, const T *x, const 
     }
 }
 
-/* y = x / sqrt(mean(x^2) + eps) * g; g may be NULL. */
+/* y = x / sqrt(mean(x^2) + eps) * (offset + g); g may be NULL (gain 1).
+ * offset: Gemma's RMSNorm scales by 1 + w (0 elsewhere), added in fp32. */
 extern "C" __global__ void zk_rmsnorm_fwd(T *y, const T *x, const T *g, long long rows, long long D,
-                                          float eps) {
+                                          float eps, float offset) {
     __shared__ float scratch[32];
     long long r = blockIdx.x;
     if (r >= rows) return;
@@ -85,15 +86,16 @@ extern "C" __global__ void zk_rmsnorm_fwd(T *y, const T *x, const T *g, long lon
     float rs = rsqrtf(zk_block_sum(q, scratch) / (float)D + eps);
     for (long long c = threadIdx.x; c < D; c += blockDim.x) {
         float v = zk_ld(xr + c) * rs;
-        if (g) v *= zk_ld(g + c);
+        if (g) v *= offset + zk_ld(g + c);
         zk_st(y + r * D + c, v);
     }
 }
 
-/* dx += r (dyh - x r^2 mean(dyh x)), dyh = dy g; ws partial of dg = sum dy x r. */
+/* dx += r (dyh - x r^2 mean(dyh x)), dyh = dy (offset + g); ws partial of
+ * dg = sum dy x r (the offset is a constant: g's gradient is unchanged). */
 extern "C" __global__ void zk_rmsnorm_bwd(T *dx, float *ws, const T *x, const T *g, const T *dy,
                                           long long rows, long long D, float eps, long long want_dx,
-                                          long long want_dg) {
+                                          long long want_dg, float offset) {
     __shared__ float scratch[32];
     long long P = gridDim.x;
     float *wg = ws + blockIdx.x * D;
@@ -108,7 +110,7 @@ extern "C" __global__ void zk_rmsnorm_bwd(T *dx, float *ws, const T *x, const T 
         float s = 0.f;
         for (long long c = threadIdx.x; c < D; c += blockDim.x) {
             float xv = zk_ld(xr + c), gy = zk_ld(dyr + c);
-            float dyh = g ? gy * zk_ld(g + c) : gy;
+            float dyh = g ? gy * (offset + zk_ld(g + c)) : gy;
             s += dyh * xv;
             if (want_dg) wg[c] += gy * xv * rs;
         }
@@ -116,7 +118,7 @@ extern "C" __global__ void zk_rmsnorm_bwd(T *dx, float *ws, const T *x, const T 
         if (want_dx)
             for (long long c = threadIdx.x; c < D; c += blockDim.x) {
                 float xv = zk_ld(xr + c), gy = zk_ld(dyr + c);
-                float dyh = g ? gy * zk_ld(g + c) : gy;
+                float dyh = g ? gy * (offset + zk_ld(g + c)) : gy;
                 T *p = dx + r * D + c;
                 zk_st(p, zk_ld(p) + rs * (dyh - xv * rs * rs * m));
             }

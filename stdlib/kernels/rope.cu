@@ -3,7 +3,12 @@
  * f = theta^(-2j/hd) and a = t*f, (x[j], x[j+hd/2]) is rotated by a.
  * Scaling (RopeScaling of compiler/graph.h) changes f: 1 linear, f/factor;
  * 2 llama3, wavelength 2pi/f below orig/high kept, above orig/low divided by
- * factor, in between blended with s = (orig/wavelength - low)/(high - low).
+ * factor, in between blended with s = (orig/wavelength - low)/(high - low);
+ * 3 YaRN (low, high = beta_fast, beta_slow, 0 meaning 32 and 1): pair j
+ * blends f/factor and f by a ramp over the pairs whose wavelength makes
+ * between beta_fast and beta_slow rotations in orig positions (as
+ * transformers' _compute_yarn_parameters with truncate, and the host's
+ * hk_rope_freq). YaRN's attention factor is a scale op of the model.
  * Backward applies the inverse rotation (-a) to dy and accumulates into dx.
  * The angle and its sine and cosine are computed in fp64: t*f reaches
  * thousands of radians, where an fp32 angle is off by 1e-4. One thread per
@@ -17,6 +22,17 @@ __device__ double zk_rope_freq(double theta, long long j, long long hd, long lon
                                double low, double high, double orig) {
     double f = pow(theta, -2.0 * (double)j / (double)hd);
     if (scaling == 1) return f / factor;
+    if (scaling == 3) {
+        double fast = low > 0 ? low : 32.0, slow = high > 0 ? high : 1.0, lb = 2.0 * log(theta), d = (double)hd;
+        double lo = floor(d * log(orig / (fast * 6.283185307179586)) / lb);
+        double hi = ceil(d * log(orig / (slow * 6.283185307179586)) / lb);
+        if (lo < 0) lo = 0;
+        if (hi > d - 1) hi = d - 1;
+        if (lo == hi) hi += 0.001;
+        double ramp = ((double)j - lo) / (hi - lo);
+        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+        return f / factor * ramp + f * (1.0 - ramp);
+    }
     if (scaling != 2) return f;
     double wavelen = 6.283185307179586 / f;
     if (wavelen < orig / high) return f;

@@ -310,6 +310,7 @@ typedef struct Case {
     bool poisoned[128];
     int nkernels;
     int32_t *seg;         /* packed rows: the sample starts [B*T] (both sides read them), NULL: none */
+    bool generic;         /* the reference through hk_run_fwd/bwd with every attribute of the op */
     int64_t nseg;
     CUdeviceptr dseg;
 } Case;
@@ -416,6 +417,18 @@ static double norm_of_grads(Case *c) {
     return sqrt(s);
 }
 
+static size_t ref_ws_bytes(Case *c, int op);
+
+/* The host's generic entries (what the host executor calls), with the op's
+ * attributes as they are: the window, scale and soft-cap of attention, the
+ * offset of rmsnorm, YaRN's rope, softcap. */
+static int ref_generic(Case *c, const GOp *o, HkTensor *in, HkTensor *out, void *w, size_t wsz) {
+    if (o->kind == OP_FWD) return hk_run_fwd(o->prim, in, o->nin, out, o->nout, o->iattr, o->fattr, w, wsz);
+    int nf = o->nfin, nout = (o->nin - nf) / 2;
+    (void)c;
+    return hk_run_bwd(o->prim, in, nf, &in[nf], &in[nf + nout], nout, out, o->iattr, o->fattr, w, wsz);
+}
+
 static void ref_op(Case *c, int op, void **ws) {
     const GOp *o = &c->g.ops[op];
     HkTensor in[GRAPH_MAX_IN], out[GRAPH_MAX_OUT];
@@ -424,6 +437,24 @@ static void ref_op(Case *c, int op, void **ws) {
     int rc = 0;
     int f = o->kind == OP_BWD ? o->fwd : op;
     void *w = ws[f];
+    if (c->generic && (o->kind == OP_FWD || o->kind == OP_BWD)) {
+        int64_t W = o->prim == PRIM_ATTENTION ? o->iattr[IA_ATTENTION_WINDOW] : 0, kv = o->iattr[IA_ATTENTION_KV_HEADS];
+        if (o->prim == PRIM_ATTENTION && c->seg) /* packed rows with a window */
+            rc = o->kind == OP_FWD
+                     ? hk_attention_fwd_window(&in[0], &in[1], &in[2], &out[0], o->iattr[IA_ATTENTION_HEADS],
+                                               kv ? kv : o->iattr[IA_ATTENTION_HEADS], W, c->seg, w)
+                     : hk_attention_bwd_window(&in[0], &in[1], &in[2], &in[o->nfin + 1], o->out[0] >= 0 ? &out[0] : NULL,
+                                               o->out[1] >= 0 ? &out[1] : NULL, o->out[2] >= 0 ? &out[2] : NULL,
+                                               o->iattr[IA_ATTENTION_HEADS], kv ? kv : o->iattr[IA_ATTENTION_HEADS], W,
+                                               c->seg, w);
+        else rc = ref_generic(c, o, in, out, w, ref_ws_bytes(c, f));
+        if (rc != 0) {
+            fprintf(stderr, "check_kernels: %s: host reference of op %d (%s %s) failed: %s\n", c->name, op,
+                    op_kind_names[o->kind], prim_names[o->prim], hk_strerror(rc));
+            exit(2);
+        }
+        return;
+    }
     double eps = o->fattr[0] > 0 ? o->fattr[0] : 1e-5;
     HkRope rope = hk_rope_attrs(o->iattr, o->fattr);
     /* rmsnorm per head: the kernels on [rows*H, hd] views */
@@ -524,6 +555,12 @@ static void ref_op(Case *c, int op, void **ws) {
 static size_t ref_ws_bytes(Case *c, int op) {
     const GOp *o = &c->g.ops[op];
     if (o->kind != OP_FWD) return 0;
+    if (c->generic) {
+        HkTensor in[GRAPH_MAX_IN], out[GRAPH_MAX_OUT];
+        for (int i = 0; i < GRAPH_MAX_IN; i++) in[i] = ht(c, i < o->nin ? o->in[i] : -1);
+        for (int i = 0; i < GRAPH_MAX_OUT; i++) out[i] = ht(c, i < o->nout ? o->out[i] : -1);
+        return hk_workspace_bytes(o->prim, in, o->nin, out, o->nout, o->iattr);
+    }
     HkTensor in0 = ht(c, o->in[0]), in1 = ht(c, o->nin > 1 ? o->in[1] : -1), out0 = ht(c, o->out[0]);
     switch (o->prim) {
     case PRIM_LINEAR: return hk_linear_workspace_bytes(&in0, &in1, &out0);
@@ -1066,6 +1103,76 @@ static void case_util(DType dt) {
     arena_free(&c.a);
 }
 
+/* ---- the attributes of long-context and Gemma models ---- */
+
+/* Attention with a sliding window (0: none), the scores' scale (0:
+ * 1/sqrt(hd)) and soft-capping (0: none), against the host's generic
+ * entry; lens: packed rows as for case_seg (NULL: none). */
+static void case_attention_attrs(DType dt, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd, int64_t window,
+                                 double scale, double softcap, const int *lens) {
+    Case c;
+    case_init(&c, arena_printf(&garena, "attention %s B%ld T%ld H%ld KV%ld hd%ld w%ld s%g c%g",
+                               lens ? "window seg" : window ? "window" : "softcap", (long)B, (long)T, (long)H,
+                               (long)KV, (long)hd, (long)window, scale, softcap), dt);
+    if (!wanted(c.name)) {
+        arena_free(&c.a);
+        return;
+    }
+    c.generic = true;
+    if (lens) case_seg(&c, B, T, lens);
+    int q = tn(&c, "q", dt, TC_ACT, 3, B, T, H * hd), k = tn(&c, "k", dt, TC_ACT, 3, B, T, KV * hd);
+    int v = tn(&c, "v", dt, TC_ACT, 3, B, T, KV * hd), y = tn(&c, "o", dt, TC_ACT, 3, B, T, H * hd);
+    int ins[3] = {q, k, v};
+    int f = fwd(&c, PRIM_ATTENTION, ins, 3, &y, 1, H, KV, 0);
+    c.g.ops[f].iattr[IA_ATTENTION_WINDOW] = window;
+    c.g.ops[f].fattr[FA_ATTENTION_SCALE] = scale;
+    c.g.ops[f].fattr[FA_ATTENTION_SOFTCAP] = softcap;
+    bwd(&c, f);
+    case_run(&c);
+}
+
+/* rmsnorm scaling by offset + g (Gemma: 1 + w), whole rows or per head */
+static void case_rmsnorm_offset(DType dt, int64_t R, int64_t D, int64_t heads) {
+    Case c;
+    case_init(&c, arena_printf(&garena, "rmsnorm offset [%ld,%ld] heads %ld", (long)R, (long)D, (long)heads), dt);
+    c.generic = true;
+    int x = tn(&c, "x", dt, TC_ACT, 2, R, D, 0), g = tn(&c, "g", dt, TC_PARAM, 1, D / heads, 0, 0);
+    int y = tn(&c, "y", dt, TC_ACT, 2, R, D, 0);
+    int ins[2] = {x, g};
+    int f = fwd(&c, PRIM_RMSNORM, ins, 2, &y, 1, heads > 1 ? heads : 0, 0, 1e-6);
+    c.g.ops[f].fattr[FA_RMSNORM_OFFSET] = 1.0;
+    bwd(&c, f);
+    case_run(&c);
+}
+
+/* the softcap primitive (Gemma 2's final logits): inputs in [-1, 1] against a cap of 0.8 */
+static void case_softcap(DType dt) {
+    Case c;
+    case_init(&c, "softcap [7,333] cap 0.8", dt);
+    c.generic = true;
+    int x = tn(&c, "x", dt, TC_ACT, 2, 7, 333, 0), y = tn(&c, "y", dt, TC_ACT, 2, 7, 333, 0);
+    int f = fwd(&c, PRIM_SOFTCAP, &x, 1, &y, 1, 0, 0, 0.8);
+    bwd(&c, f);
+    case_run(&c);
+}
+
+/* YaRN frequency scaling: original context 32, factor 4; beta_fast and
+ * beta_slow 0 (YaRN's 32 and 1) or 16 and 2 */
+static void case_rope_yarn(DType dt, double fast, double slow) {
+    Case c;
+    case_init(&c, arena_printf(&garena, "rope yarn [2,80,2*16] beta %g/%g", fast, slow), dt);
+    c.generic = true;
+    int x = tn(&c, "x", dt, TC_ACT, 3, 2, 80, 32), y = tn(&c, "y", dt, TC_ACT, 3, 2, 80, 32);
+    int f = fwd(&c, PRIM_ROPE, &x, 1, &y, 1, 2, ROPE_YARN, 10000.0);
+    GOp *o = &c.g.ops[f];
+    o->iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] = 32;
+    o->fattr[FA_ROPE_FACTOR] = 4;
+    o->fattr[FA_ROPE_BETA_FAST] = fast;
+    o->fattr[FA_ROPE_BETA_SLOW] = slow;
+    bwd(&c, f);
+    case_run(&c);
+}
+
 /* ---- timing ---- */
 
 static double time_launches(const CudaKernel *ks, int n, CUdeviceptr *bufs, CUdeviceptr ws, int reps) {
@@ -1391,6 +1498,29 @@ int main(int argc, char **argv) {
         case_split(dt);
         case_adam(dt);
         case_util(dt == DT_F32 ? DT_F16 : dt);
+        /* sliding windows (window 1, shorter than a tile, across tiles, as long as T and longer), the
+         * scores' scale and soft-capping, GQA, padded and wide heads, packed rows with a window */
+        case_attention_attrs(dt, 2, 70, 4, 2, 64, 16, 0, 0, NULL);
+        case_attention_attrs(dt, 1, 70, 2, 1, 64, 1, 0, 0, NULL);
+        case_attention_attrs(dt, 1, 100, 2, 2, 128, 40, 0, 0, NULL);
+        case_attention_attrs(dt, 1, 33, 2, 1, 32, 33, 0, 0, NULL);
+        case_attention_attrs(dt, 1, 33, 2, 1, 32, 100, 0, 0, NULL);
+        case_attention_attrs(dt, 1, 70, 4, 2, 40, 7, 0, 0, NULL);
+        case_attention_attrs(dt, 1, 40, 2, 1, 256, 9, 0, 0, NULL);
+        case_attention_attrs(dt, 1, 33, 2, 1, 32, 0, 1.0, 0.5, NULL);
+        case_attention_attrs(dt, 1, 70, 4, 2, 64, 0, 0.0625, 0, NULL);
+        case_attention_attrs(dt, 1, 70, 4, 2, 64, 0, 0.0625, 2.0, NULL);
+        case_attention_attrs(dt, 1, 40, 2, 1, 256, 0, 0.0625, 1.0, NULL);
+        case_attention_attrs(dt, 1, 70, 4, 1, 72, 20, 0.25, 1.5, NULL);
+        {
+            static const int p70[] = {33, 2, 35, 0};
+            case_attention_attrs(dt, 1, 70, 2, 2, 64, 12, 0, 0, p70);
+        }
+        case_rmsnorm_offset(dt, 50, 300, 1);
+        case_rmsnorm_offset(dt, 40, 96, 4);
+        case_softcap(dt);
+        case_rope_yarn(dt, 0, 0);
+        case_rope_yarn(dt, 16, 2);
     }
     case_linear(DT_F16, 300, 200, 130, true);
     case_attention(DT_F16, 2, 100, 4, 2, 64);

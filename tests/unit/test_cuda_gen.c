@@ -291,18 +291,33 @@ START_TEST(unsupported_input_is_an_error) {
     ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, at, o.k, 64, NULL, &o.d), -1);
     ck_assert_int_eq(o.d.errors, 1);
     ck_assert_ptr_nonnull(strstr(o.d.items[0].msg, "head dim 320: the CUDA kernels support head dims up to 256"));
-    /* a sliding window: as long as T (16) is full attention, shorter is refused */
+    /* a sliding window: as long as T (16) is full attention (argument 0), shorter is the kernels'
+     * argument after the scale; then the soft-cap and the scale attribute */
     op.in[0] = op.in[1] = op.in[2] = q;
     op.out[0] = y;
     op.iattr[IA_ATTENTION_WINDOW] = 16;
     at = graph_add_op(&o.g, &op);
     ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, at, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(o.k[0].nargs, 14);
+    ck_assert_int_eq(o.k[0].args[11].kind, CARG_I64);
+    ck_assert_int_eq(o.k[0].args[11].i, 0);
     op.iattr[IA_ATTENTION_WINDOW] = 5;
+    op.fattr[FA_ATTENTION_SCALE] = 0.125;
+    op.fattr[FA_ATTENTION_SOFTCAP] = 50;
+    at = graph_add_op(&o.g, &op);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, at, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(o.d.errors, 1);
+    ck_assert_double_eq_tol(o.k[0].args[10].f, 0.125, 1e-9);
+    ck_assert_int_eq(o.k[0].args[11].i, 5);
+    ck_assert_double_eq_tol(o.k[0].args[12].f, 50, 1e-9);
+    ck_assert_int_eq(o.k[0].args[13].kind, CARG_SEG);
+    op.iattr[IA_ATTENTION_WINDOW] = -1;
     at = graph_add_op(&o.g, &op);
     ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, at, o.k, 64, NULL, &o.d), -1);
     ck_assert_int_eq(o.d.errors, 2);
-    ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "sliding window of 5 positions, shorter than T = 16"));
+    ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "window -1, scale 0.125 and softcap 50 must not be negative"));
     op.iattr[IA_ATTENTION_WINDOW] = 0;
+    op.fattr[FA_ATTENTION_SCALE] = op.fattr[FA_ATTENTION_SOFTCAP] = 0;
     /* mixed dtypes */
     int a = cm_t(&o.g, "a", DT_BF16, TC_ACT, 1, 8, 0, 0), b = cm_t(&o.g, "b", DT_F32, TC_ACT, 1, 8, 0, 0);
     GOp ad = cm_op(PRIM_ADD);
