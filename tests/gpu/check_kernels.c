@@ -1111,7 +1111,7 @@ static void case_util(DType dt) {
 static void case_attention_attrs(DType dt, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd, int64_t window,
                                  double scale, double softcap, const int *lens) {
     Case c;
-    case_init(&c, arena_printf(&garena, "attention %s B%ld T%ld H%ld KV%ld hd%ld w%ld s%g c%g",
+    case_init(&c, arena_printf(&garena, "attention %s B%ldT%ld H%ld/%ld hd%ld w%ld s%g c%g",
                                lens ? "window seg" : window ? "window" : "softcap", (long)B, (long)T, (long)H,
                                (long)KV, (long)hd, (long)window, scale, softcap), dt);
     if (!wanted(c.name)) {
