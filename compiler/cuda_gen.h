@@ -64,14 +64,18 @@ enum { CUDA_MAX_ARGS = 20, CUDA_OP_MAX_KERNELS = 8 };
  * cuBLASLt workspace is [ws_off, ws_off + ws_bytes) of the GEMM workspace the
  * executor allocates (per queue, the largest of the plan's gemms). */
 enum { CUDA_GEMM_WHY_NONE, CUDA_GEMM_WHY_BATCH_SUM };
+/* An operand id (c, a or b) that is the op's workspace, not a tensor: the
+ * launch's CARG_WS argument, off_* its byte offset there (the chunked
+ * loss's logits; the plan's PLAN_GEMM_OP_WS). */
+enum { CUDA_GEMM_WS = -2 };
 typedef struct CudaGemm {
     bool on;               /* this launch is a gemm */
     bool lt;               /* cuBLASLt can run it */
     int why;               /* CUDA_GEMM_WHY_* when !lt */
     DType dtype;
     bool ta, tb, accumulate; /* accumulate: beta 1, else 0 */
-    int c, a, b, bias;     /* tensor ids, bias -1: none */
-    int64_t off_c, off_a, off_b; /* bytes */
+    int c, a, b, bias;     /* tensor ids (c, a, b: CUDA_GEMM_WS, the op's workspace), bias -1: none */
+    int64_t off_c, off_a, off_b; /* bytes (into the op's workspace for CUDA_GEMM_WS) */
     int64_t M, N, K, lda, ldb, ldc;
     int64_t batch, sA, sB, sC, rbatch, rsA, rsB;
     int64_t ws_off, ws_bytes;

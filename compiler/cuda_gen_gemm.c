@@ -13,8 +13,10 @@ enum {
 };
 
 typedef struct Gemm {
-    int C, A, B, bias;           /* tensor ids (bias -1) */
+    int C, A, B, bias;           /* tensor ids (bias -1); C, A, B may be CUDA_GEMM_WS */
     int64_t offC, offA, offB;    /* elements past each operand's start (a tile's columns) */
+    int64_t wsC, wsA, wsB;       /* a CUDA_GEMM_WS operand's start: a byte offset of the op's workspace */
+    DType dt;                    /* the operands' dtype (DT_NONE: C's tensor's) */
     bool ta, tb;
     int64_t M, N, K, lda, ldb, ldc;
     int64_t batch, sA, sB, sC;   /* output batches (grid.z) */
@@ -22,10 +24,17 @@ typedef struct Gemm {
     double beta;
 } Gemm;
 
+/* Operand x of a gemm launch: its tensor plus off elements, or the op's workspace at ws bytes plus off. */
+static void gemm_operand(CudaKernel *k, int t, int64_t off, int64_t ws, int64_t es) {
+    if (t == CUDA_GEMM_WS) arg_ws(k, ws + off * es);
+    else arg_t_off(k, t, off * es);
+}
+
 static void k_gemm(GenCtx *c, const Gemm *p, const char *role) {
-    DType dt = T_(c, p->C)->dtype;
-    int ts[3] = {p->A, p->B, p->bias};
-    if (!cg_same_dtype(c, dt, ts, 3)) return;
+    DType dt = p->dt != DT_NONE ? p->dt : T_(c, p->C)->dtype;
+    int ts[4] = {p->C == CUDA_GEMM_WS ? -1 : p->C, p->A == CUDA_GEMM_WS ? -1 : p->A, p->B == CUDA_GEMM_WS ? -1 : p->B,
+                 p->bias};
+    if (!cg_same_dtype(c, dt, ts, 4)) return;
     if (p->batch > 65535) {
         cg_fail(c, "%" PRId64 " batched products exceed the grid limit (65535)", p->batch);
         return;
@@ -68,9 +77,9 @@ static void k_gemm(GenCtx *c, const Gemm *p, const char *role) {
     k->grid[2] = cg_gdim(c, p->batch, 65535);
     k->block[0] = tc ? (unsigned)((bm / wm) * (bn / wn) * 32) : 256;
     int64_t es = dt == DT_F32 ? 4 : 2;
-    arg_t_off(k, p->C, p->offC * es);
-    arg_t_off(k, p->A, p->offA * es);
-    arg_t_off(k, p->B, p->offB * es);
+    gemm_operand(k, p->C, p->offC, p->wsC, es);
+    gemm_operand(k, p->A, p->offA, p->wsA, es);
+    gemm_operand(k, p->B, p->offB, p->wsB, es);
     arg_t(k, p->bias);
     arg_i(k, p->M);
     arg_i(k, p->N);
@@ -92,7 +101,9 @@ static void k_gemm(GenCtx *c, const Gemm *p, const char *role) {
     CudaGemm *g = &k->gemm;
     *g = (CudaGemm){.on = true, .lt = p->rbatch == 1, .why = p->rbatch == 1 ? CUDA_GEMM_WHY_NONE : CUDA_GEMM_WHY_BATCH_SUM,
                     .dtype = dt, .ta = p->ta, .tb = p->tb, .accumulate = p->beta != 0, .c = p->C, .a = p->A, .b = p->B,
-                    .bias = p->bias, .off_c = p->offC * es, .off_a = p->offA * es, .off_b = p->offB * es, .M = p->M,
+                    .bias = p->bias, .off_c = (p->C == CUDA_GEMM_WS ? p->wsC : 0) + p->offC * es,
+                    .off_a = (p->A == CUDA_GEMM_WS ? p->wsA : 0) + p->offA * es,
+                    .off_b = (p->B == CUDA_GEMM_WS ? p->wsB : 0) + p->offB * es, .M = p->M,
                     .N = p->N, .K = p->K, .lda = p->lda, .ldb = p->ldb, .ldc = p->ldc, .batch = p->batch, .sA = p->sA,
                     .sB = p->sB, .sC = p->sC, .rbatch = p->rbatch, .rsA = p->rsA, .rsB = p->rsB};
     int64_t want = c->cg->opt.gemm_ws_bytes ? c->cg->opt.gemm_ws_bytes : CUDA_GEMM_WS_DEFAULT;
@@ -122,7 +133,23 @@ static Gemm gemm_of(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int A, in
     p.batch = 1;
     p.rbatch = 1;
     p.beta = beta;
+    p.dt = DT_NONE;
     return p;
+}
+
+/* A product of the chunked loss (cuda_gen_xent.c): one of its three
+ * operands the op's workspace at ws bytes (c, a or b CUDA_GEMM_WS), the
+ * others tensors from element offsets offc/offa/offb; dtype dt. */
+void cg_gemm_ws(GenCtx *c, DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int A, int64_t offa, int64_t lda,
+                int B, int64_t offb, int64_t ldb, double beta, int C, int64_t offc, int64_t ldc, int64_t ws,
+                const char *role) {
+    Gemm p = gemm_of(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    p.dt = dt;
+    p.offA = offa;
+    p.offB = offb;
+    p.offC = offc;
+    p.wsA = p.wsB = p.wsC = ws;
+    k_gemm(c, &p, role);
 }
 
 /* The operands of y = x w (matmul: c = a b) and, backward, of its

@@ -149,6 +149,12 @@ void cg_gen_grad_norm(GenCtx *c);
 
 /* ---- one generator per primitive family: the whole op, or (linear, matmul,
  * embedding) one tile of it ---- */
+/* cuda_gen_gemm.c: a product with one operand (c, a or b: CUDA_GEMM_WS)
+ * the op's workspace at byte ws, the others tensors at element offsets;
+ * beta 0 overwrites C, 1 adds to it. */
+void cg_gemm_ws(GenCtx *c, DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int A, int64_t offa, int64_t lda,
+                int B, int64_t offb, int64_t ldb, double beta, int C, int64_t offc, int64_t ldc, int64_t ws,
+                const char *role);
 void cg_gen_linear(GenCtx *c, bool bwd);    /* cuda_gen_gemm.c */
 void cg_gen_matmul(GenCtx *c, bool bwd);    /* cuda_gen_gemm.c */
 void cg_gen_norm(GenCtx *c, bool bwd);      /* cuda_gen_norm.c */

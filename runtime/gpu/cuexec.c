@@ -250,8 +250,10 @@ int cuexec_launch(CuExec *x, const Plan *p, uint32_t li, const CuExecBind *b, CU
     if (x->lt_on && x->gemm_of && li < x->nlaunches && x->gemm_of[li] >= 0) {
         const PlanGemm *g = &p->gemms[x->gemm_of[li]];
         const CUdeviceptr *t = b->tensor;
-        LtOperands o = {.c = t ? t[g->c] : 0, .a = t ? t[g->a] : 0, .b = t ? t[g->b] : 0,
+#define LT_OPERAND(id) ((id) == PLAN_GEMM_OP_WS ? b->ws : t ? t[id] : 0) /* the op's workspace, or a tensor */
+        LtOperands o = {.c = LT_OPERAND(g->c), .a = LT_OPERAND(g->a), .b = LT_OPERAND(g->b),
                         .bias = t && g->bias >= 0 ? t[g->bias] : 0, .ws = b->gemm_ws};
+#undef LT_OPERAND
         if (!o.c || !o.a || !o.b || (g->bias >= 0 && !o.bias))
             return errorf(err, n, "rank %d: cuBLASLt gemm of launch %u: an operand is not bound to device memory", x->rank, li);
         int rc = cublaslt_gemm(&x->lt, g, &o, s, err, n);

@@ -793,6 +793,7 @@ static bool check_indices(const Plan *p, const char *name, char *err, size_t err
         errorf(err, errlen, "%s: %s (file corrupt?)", name, m_); return false; } while (0)
     int64_t nt = p->ntensors;
 #define TID(x) ((x) >= -1 && (x) < nt)
+#define GEMM_OPERAND(t) ((t) == PLAN_GEMM_OP_WS || ((t) >= 0 && (t) < nt)) /* a tensor or the op's workspace */
     if (p->ranks < 1) BAD("rank count %d", p->ranks);
     if (!TID(p->loss)) BAD("loss tensor %d out of range", p->loss);
     if (p->ninputs < 0 || p->ninputs > 4) BAD("input count %d", p->ninputs);
@@ -885,7 +886,7 @@ static bool check_indices(const Plan *p, const char *name, char *err, size_t err
         if (g->path >= PLAN_NGEMM_PATHS || g->why >= PLAN_NGEMM_WHYS) BAD("gemm %u: path %u, reason %u", i, g->path, g->why);
         if (!plan_dtype_size(g->dtype) || g->flags > (PLAN_GEMM_TA | PLAN_GEMM_TB | PLAN_GEMM_ACCUM))
             BAD("gemm %u: dtype %u, flags %u", i, g->dtype, g->flags);
-        if (g->c < 0 || g->c >= nt || g->a < 0 || g->a >= nt || g->b < 0 || g->b >= nt || !TID(g->bias))
+        if (!GEMM_OPERAND(g->c) || !GEMM_OPERAND(g->a) || !GEMM_OPERAND(g->b) || !TID(g->bias))
             BAD("gemm %u: tensor out of range", i);
         int64_t nonneg[] = {g->off_c, g->off_a, g->off_b, g->m, g->n, g->k, g->stride_a, g->stride_b, g->stride_c,
                             g->rstride_a, g->rstride_b, g->ws_off, g->ws_bytes};
@@ -899,6 +900,7 @@ static bool check_indices(const Plan *p, const char *name, char *err, size_t err
         if (p->hf.pieces[i].tensor < 0 || p->hf.pieces[i].tensor >= nt) BAD("hf piece %u: tensor %d out of range", i, p->hf.pieces[i].tensor);
     return true;
 #undef TID
+#undef GEMM_OPERAND
 #undef BAD
 }
 

@@ -301,6 +301,10 @@ typedef enum PlanGemmWhy {
 extern const char *const plan_gemm_path_names[PLAN_NGEMM_PATHS];
 extern const char *const plan_gemm_why_names[PLAN_NGEMM_WHYS];
 enum { PLAN_GEMM_TA = 1, PLAN_GEMM_TB = 2, PLAN_GEMM_ACCUM = 4 }; /* PlanGemm.flags; ACCUM: beta 1, else 0 */
+/* An operand (c, a or b) that is the launch's op workspace rather than a
+ * tensor: the launch's PARG_WS argument, off_* its byte offset there (the
+ * chunked loss's logits, linear_cross_entropy on the CUDA backend). */
+#define PLAN_GEMM_OP_WS (-2)
 #define PLAN_GEMM_MAX_WS ((int64_t)1 << 30) /* a GEMM workspace beyond 1 GiB is a forged plan */
 
 typedef struct PlanGemm {
@@ -308,7 +312,7 @@ typedef struct PlanGemm {
     uint8_t path, why;         /* PlanGemmPath, PlanGemmWhy */
     uint8_t dtype;             /* of A, B, C and bias */
     uint8_t flags;             /* PLAN_GEMM_TA | TB | ACCUM */
-    int32_t c, a, b, bias;     /* tensor ids; bias -1: none */
+    int32_t c, a, b, bias;     /* tensor ids (c, a, b may be PLAN_GEMM_OP_WS); bias -1: none */
     int64_t off_c, off_a, off_b; /* bytes past the bound address */
     int64_t m, n, k, lda, ldb, ldc;
     int64_t batch, stride_a, stride_b, stride_c; /* output batches and their strides (elements) */

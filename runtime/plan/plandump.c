@@ -255,6 +255,7 @@ void plandump_trace(const Plan *p, const CostResult *c, FILE *out) {
 static const char *const rt_names[PLAN_NRT] = {"lr", "bc1", "bc2", "inv_loss_scale", "loss_grad"};
 
 static const char *tname(const Plan *p, int32_t t) {
+    if (t == PLAN_GEMM_OP_WS) return "ws";
     return t >= 0 && (uint32_t)t < p->ntensors && p->tensors[t].name ? p->tensors[t].name : "?";
 }
 

@@ -146,17 +146,19 @@ static void check_gemm(V *v, uint32_t gi) {
     bool ta = g->flags & PLAN_GEMM_TA, tb = g->flags & PLAN_GEMM_TB;
     int64_t ints[12] = {g->m, g->n, g->k, g->lda, g->ldb, g->ldc, g->stride_a, g->stride_b, g->stride_c, g->rbatch,
                         g->rstride_a, g->rstride_b};
-    bool same = a[0].kind == PARG_TENSOR && a[0].tensor == g->c && a[0].i == g->off_c && a[1].kind == PARG_TENSOR &&
-                a[1].tensor == g->a && a[1].i == g->off_a && a[2].kind == PARG_TENSOR && a[2].tensor == g->b &&
-                a[2].i == g->off_b &&
+    int32_t ts[4] = {g->c, g->a, g->b, g->bias};
+    int64_t offs[3] = {g->off_c, g->off_a, g->off_b};
+    bool same = true;
+    for (int k = 0; k < 3; k++) /* a tensor at its byte offset, or the op's workspace (PLAN_GEMM_OP_WS) at it */
+        same = same && (ts[k] == PLAN_GEMM_OP_WS ? a[k].kind == PARG_WS : a[k].kind == PARG_TENSOR && a[k].tensor == ts[k]) &&
+               a[k].i == offs[k];
+    same = same &&
                 (g->bias < 0 ? a[3].kind == PARG_NULL : a[3].kind == PARG_TENSOR && a[3].tensor == g->bias && a[3].i == 0) &&
                 a[16].kind == PARG_F32 && a[16].f == 1.0f && a[17].kind == PARG_F32 &&
                 a[17].f == ((g->flags & PLAN_GEMM_ACCUM) ? 1.0f : 0.0f) && (int64_t)l->grid[2] == g->batch;
     for (int k = 0; k < 12 && same; k++) same = a[4 + k].kind == PARG_I64 && a[4 + k].i == ints[k];
     if (!same) vf_problem(v, "gemm %u: its launch %u's arguments are not the descriptor's (tensors, sizes, strides, beta, batches)", gi, li);
     int es = plan_dtype_size(g->dtype);
-    int32_t ts[4] = {g->c, g->a, g->b, g->bias};
-    int64_t offs[3] = {g->off_c, g->off_a, g->off_b};
     for (int k = 0; k < 4; k++)
         if (ts[k] >= 0 && p->tensors[ts[k]].dtype != g->dtype)
             vf_problem(v, "gemm %u: tensor '%s' is %s, the gemm %s", gi, p->tensors[ts[k]].name,
@@ -168,14 +170,18 @@ static void check_gemm(V *v, uint32_t gi) {
     int64_t dims[3][3] = {{g->m, g->n, g->ldc}, {ta ? g->k : g->m, ta ? g->m : g->k, g->lda}, {tb ? g->n : g->k, tb ? g->k : g->n, g->ldb}};
     int64_t sb[3] = {g->stride_c, g->stride_a, g->stride_b}, sr[3] = {0, g->rstride_a, g->rstride_b};
     static const char *const what[3] = {"C", "A", "B"};
+    /* a workspace operand lies inside its op's workspace */
+    int64_t ws_elems = l->op >= 0 && (uint32_t)l->op < p->nops && p->op_code ? p->op_code[l->op].ws_bytes / es : 0;
     for (int k = 0; k < 3; k++) {
         int64_t end;
-        const PlanTensor *t = &p->tensors[ts[k]];
+        bool ws = ts[k] == PLAN_GEMM_OP_WS;
+        const char *name = ws ? "the op's workspace" : p->tensors[ts[k]].name;
+        int64_t numel = ws ? ws_elems : p->tensors[ts[k]].numel;
         if (!gemm_extent(offs[k] / es, dims[k][0], dims[k][1], dims[k][2], g->batch, sb[k], k ? g->rbatch : 1, sr[k], &end))
             vf_problem(v, "gemm %u: %s (%s) has leading dim %" PRId64 " for %" PRId64 " columns, or its extent overflows", gi,
-                    what[k], t->name, dims[k][2], dims[k][1]);
-        else if (end > t->numel)
-            vf_problem(v, "gemm %u: %s reaches element %" PRId64 " of '%s', which has %" PRId64, gi, what[k], end, t->name, t->numel);
+                    what[k], name, dims[k][2], dims[k][1]);
+        else if (end > numel)
+            vf_problem(v, "gemm %u: %s reaches element %" PRId64 " of '%s', which has %" PRId64, gi, what[k], end, name, numel);
     }
     if (g->bias >= 0 && p->tensors[g->bias].numel < g->n)
         vf_problem(v, "gemm %u: bias '%s' has %" PRId64 " elements for %" PRId64 " columns", gi, p->tensors[g->bias].name,

@@ -6,7 +6,11 @@
  * max and sum recomputed. A negative target is an untrained position: its
  * row loss is 0 and it gets no gradient (N still counts it; the runtime
  * scales the loss to the mean over trained targets). A target >= V sets
- * err = {1, target, row}. */
+ * err = {1, target, row0 + row}.
+ * The chunked loss (linear_cross_entropy) runs zk_xent_fwd on each chunk's
+ * logits (row0 its first row), zk_xent_mean over all rows, and backward
+ * zk_xent_grad, which turns a chunk's recomputed logits into their
+ * gradient in place. */
 #include "common.cuh"
 
 /* Block-wide online softmax statistics of one row: returns max in *m, sum of exp(x - m). */
@@ -45,7 +49,7 @@ __device__ float zk_row_stats(const T *xr, long long V, float *m_out, float *scr
 }
 
 extern "C" __global__ void zk_xent_fwd(float *row_loss, const T *logits, const int *targets, long long N,
-                                       long long V, int *err) {
+                                       long long V, int *err, long long row0) {
     __shared__ float scratch[64];
     long long r = blockIdx.x;
     if (r >= N) return;
@@ -59,7 +63,7 @@ extern "C" __global__ void zk_xent_fwd(float *row_loss, const T *logits, const i
         } else if (t >= V) {
             if (atomicCAS(err, 0, 1) == 0) {
                 err[1] = (int)t;
-                err[2] = (int)r;
+                err[2] = (int)(row0 + r);
             }
             row_loss[r] = 0.f;
         } else {
@@ -93,4 +97,27 @@ extern "C" __global__ void zk_xent_bwd(T *dlogits, const T *logits, const int *t
         float p = expf(zk_ld(xr + c) - m) * inv - (c == t ? 1.f : 0.f);
         zk_st(dr + c, zk_ld(dr + c) + p * k);
     }
+}
+
+/* In place: logits[r] (n rows of a chunk) becomes (softmax - onehot(target))
+ * * dloss[0] / N, N the rows of the whole loss; a row whose target is
+ * untrained (< 0) or outside [0, V) (the forward reported it) becomes 0.
+ * Each thread writes only the columns it read, after the block's last
+ * barrier in zk_row_stats, so no read sees a written value. */
+extern "C" __global__ void zk_xent_grad(T *logits, const int *targets, const float *dloss, long long n, long long V,
+                                        long long N) {
+    __shared__ float scratch[64];
+    long long r = blockIdx.x;
+    if (r >= n) return;
+    long long t = targets[r];
+    T *xr = logits + r * V;
+    if (t < 0 || t >= V) { /* the whole block leaves before any barrier */
+        for (long long c = threadIdx.x; c < V; c += blockDim.x) zk_st(xr + c, 0.f);
+        return;
+    }
+    float m;
+    float s = zk_row_stats(xr, V, &m, scratch);
+    float k = dloss[0] / (float)N, inv = 1.f / s;
+    for (long long c = threadIdx.x; c < V; c += blockDim.x)
+        zk_st(xr + c, (expf(zk_ld(xr + c) - m) * inv - (c == t ? 1.f : 0.f)) * k);
 }

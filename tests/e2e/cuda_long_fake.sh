@@ -9,9 +9,14 @@
 #            soft-capping, final-logit softcap;
 #   window   a Mistral-style micro model (stdlib/llama.zl): a sliding window
 #            per layer (5 and 12 positions of T = 16, and one layer whose
-#            window holds T), YaRN rope with its attention factor.
+#            window holds T), YaRN rope with its attention factor;
+#   chunk    tests/e2e/models/llama-micro.zl with its loss chunked by 5 rows
+#            (plan { loss_chunk = 5 }: 32 rows, the last chunk shorter):
+#            linear_cross_entropy's GEMMs on the fake cuBLASLt, their logits
+#            in the op's workspace.
 # Each plan must carry the kernels' arguments (zinfdump --kernels: the
-# window, the scale and the soft-cap of each attention launch).
+# window, the scale and the soft-cap of each attention launch, the chunked
+# loss's products with the workspace as an operand).
 #   tests/e2e/cuda_long_fake.sh BUILD
 B=${1:-build}
 . tests/e2e/lib.sh
@@ -60,15 +65,19 @@ model window_micro(tokens: i32[B, T], targets: i32[B, T]) {
 }
 $TRAIN
 ZL
+{ sed '/^train {/,$d' tests/e2e/models/llama-micro.zl; printf '%s\nplan { loss_chunk = 5 }\n' "$TRAIN"; } > "$W/chunk.zl"
 fail=0
-for k in gemma window; do
+for k in gemma window chunk; do
   mkdir -p "$W/src-$k"
   "$B/bin/zinfc" "$W/$k.zl" --kernels=sm_90 --kernel-src="$W/src-$k" -o "$W/$k.plan" > "$W/$k.zinfc" 2>&1 &&
     "$FAKE/fakecuda_prep" "$W/$k.plan" "$W/src-$k" sm_90 "$UNITS" > "$W/$k.prep" 2>&1 ||
     { cat "$W/$k.zinfc" "$W/$k.prep"; echo "FAIL: $k: zinfc or fakecuda_prep"; fail=1; continue; }
-  # the attributes reach the kernels: zk_attn_fwd's scale, window and soft-cap (its 11th to 13th arguments)
+  # the attributes reach the kernels: zk_attn_fwd's scale, window and soft-cap (its 11th to 13th arguments);
+  # the chunked loss: the last, shorter chunk's gradient, a weight gradient with the workspace as its B
   "$B/bin/zinfdump" "$W/$k.plan" --kernels > "$W/$k.kernels" 2>&1 || { echo "FAIL: $k: zinfdump --kernels"; fail=1; continue; }
-  if [ $k = gemma ]; then
+  if [ $k = chunk ]; then
+    want="zk_xent_grad <<<(2,1,1), (256,1,1), 0>>> (ws+0, targets+120B" other="cublaslt f32 TN m=64 n=256 k=5 .* grad.head = %[0-9]*\*ws (accumulate)"
+  elif [ $k = gemma ]; then
     want="zk_attn_fwd .*, 0.25, 0, 0.05[0-9]*, \\\$seg)" other="zk_softcap_fwd .*, 0.5)"
   else
     want="zk_attn_fwd .*, 0.25, 5, 0, \\\$seg)" other="zk_attn_fwd .*, 0.25, 12, 0, \\\$seg)"
@@ -89,6 +98,22 @@ for k in gemma window; do
     END { if (rows != 3 || got != 3 || worst > 2e-4) { printf "FAIL %s: %d and %d steps, worst relative difference %.2e\n", name, rows, got, worst; exit 1 }
           printf "ok   %s on the CUDA backend (fake driver): 3 steps, losses and gradient norms = the host backend'"'"'s (%.1e relative)\n", name, worst }' \
     "$W/$k.host" "$W/$k.cuda" || { cat "$W/$k.host" "$W/$k.cuda"; fail=1; }
+  [ $k = chunk ] || continue
+  # the chunked loss's GEMMs both ways: through the fake cuBLASLt (it counts them), and as the NVRTC launches
+  for lt in 1 0; do
+    rm -f "$W/lt.log"
+    env LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$UNITS" FAKECUBLASLT_LOG="$W/lt.log" \
+      ZINF_CUBLASLT=$lt timeout 300 "$B/bin/zinfrun" "$W/$k.plan" --data "$W/gpl.bin" --backend cuda --steps 3 \
+      --losses "$W/$k.lt$lt" --quiet < /dev/null > "$W/$k.lt$lt.out" 2>&1 || { tail -3 "$W/$k.lt$lt.out"; echo "FAIL: chunk ZINF_CUBLASLT=$lt"; fail=1; continue; }
+    m=$(awk '{ s += $4 } END { print s + 0 }' "$W/lt.log" 2>/dev/null)
+    [ "$lt" = 1 ] && nlt=${m:-0}
+    if [ "$lt" = 1 ] && [ "${m:-0}" -lt 1 ]; then echo "FAIL: chunk: cuBLASLt ran no GEMM"; fail=1; fi
+    if [ "$lt" = 0 ] && [ "${m:-0}" -ne 0 ]; then echo "FAIL: chunk: cuBLASLt ran $m GEMMs with ZINF_CUBLASLT=0"; fail=1; fi
+    cmp -s "$W/$k.cuda" "$W/$k.lt$lt" || [ "$lt" = 0 ] || { echo "FAIL: chunk: two cuBLASLt runs differ"; fail=1; }
+    awk 'NR == FNR { l[FNR] = $4; next } { d = ($4 - l[FNR]) / l[FNR]; if (d < 0) d = -d; if (d > 2e-4) bad = 1 } END { exit bad }' \
+      "$W/$k.host" "$W/$k.lt$lt" || { echo "FAIL: chunk: ZINF_CUBLASLT=$lt losses differ from the host's"; fail=1; }
+  done
+  echo "ok   chunk: its GEMMs (the workspace an operand) through cuBLASLt ($nlt products with ZINF_CUBLASLT=1 counted by the fake) and NVRTC alike"
 done
 [ $fail -eq 0 ] && echo "cuda_long_fake: ok"
 exit $fail

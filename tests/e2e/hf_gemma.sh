@@ -15,7 +15,8 @@
 #   - zinfrun --export-hf writes weights from_pretrained loads with no
 #     missing or unexpected key, on which transformers computes that loss;
 #   - zinfgen greedy (KV cache and window decodes) equals generate;
-# then the keys zinf cannot compute for Gemma are errors naming them.
+# then a CUDA plan of Gemma 2 compiles its kernels, and the keys zinf cannot
+# compute for Gemma are errors naming them.
 #   tests/e2e/hf_gemma.sh BUILD
 set -u
 B=${1:-build}
@@ -121,11 +122,12 @@ e=$T/err-window; printf '{%s}\n' "$G" > "$e/config.json"
 if "$Z/zinfc" --from-hf "$e" --lora r=4 --emit=zl 2> "$e/lora.err" >/dev/null; then bad "--lora on Gemma: accepted"
 elif grep -qF -- "--lora: Gemma2ForCausalLM has no LoRA adapters" "$e/lora.err"; then echo "ok error lora"
 else cat "$e/lora.err"; bad "--lora on Gemma: message"; fi
-# the CUDA backend has no kernels for Gemma's attributes yet: refused, naming one
+# the CUDA backend has kernels for Gemma's attributes (norm offset, attention scale and soft-capping, softcap):
+# a plan for a GPU target compiles them (tests/e2e/cuda_long_fake.sh runs them on the fake driver)
 if "$Z/zinfc" --from-hf "$T/gemma2" --seq 16 --target examples/targets/h200.zl -o "$T/gpu.plan" > "$T/gpu.log" 2>&1; then
-  bad "a CUDA plan of Gemma 2: accepted"
-elif grep -qE "has no kernel for the (offset|softcap|scale) attribute|no soft-capping kernel" "$T/gpu.log"; then
-  echo "ok the CUDA backend refuses Gemma's attributes by name"
-else cat "$T/gpu.log"; bad "a CUDA plan of Gemma 2: message"; fi
+  echo "ok a CUDA plan of Gemma 2 compiles its kernels"
+elif grep -q "NVRTC not found" "$T/gpu.log"; then
+  echo "skip a CUDA plan of Gemma 2: no NVRTC here"
+else cat "$T/gpu.log"; bad "a CUDA plan of Gemma 2: refused"; fi
 if [ -s "$T/failed" ]; then echo "hf_gemma: $(wc -l < "$T/failed") failed"; exit 1; fi
 echo "hf_gemma: ok"

@@ -607,7 +607,7 @@ static void dev_op(Case *c, int op) {
         for (int j = 0; j < k->nargs; j++) {
             const CudaArg *a = &k->args[j];
             switch (a->kind) {
-            case CARG_TENSOR: ptrs[j] = c->d[a->tensor]; params[j] = &ptrs[j]; break;
+            case CARG_TENSOR: ptrs[j] = c->d[a->tensor] + (CUdeviceptr)a->off; params[j] = &ptrs[j]; break; /* off: rows of a chunk */
             case CARG_WS: ptrs[j] = ws + (CUdeviceptr)a->ws_off; params[j] = &ptrs[j]; break;
             case CARG_NULL: ptrs[j] = 0; params[j] = &ptrs[j]; break;
             case CARG_I64: ints[j] = a->i; params[j] = &ints[j]; break;
@@ -1173,6 +1173,24 @@ static void case_rope_yarn(DType dt, double fast, double slow) {
     case_run(&c);
 }
 
+/* linear_cross_entropy, the chunked loss: x [R, D], w [D, V] ([V, D] with
+ * transpose_b), `chunk` rows at a time (0: all; one that does not divide R
+ * leaves a shorter last chunk), against the host's chunked kernels */
+static void case_linxent(DType dt, int64_t R, int64_t D, int64_t V, int64_t chunk, bool tb) {
+    Case c;
+    case_init(&c, arena_printf(&garena, "linxent R%ld D%ld V%ld chunk %ld%s", (long)R, (long)D, (long)V, (long)chunk,
+                               tb ? " tb" : ""), dt);
+    c.generic = true;
+    int x = tn(&c, "x", dt, TC_ACT, 2, R, D, 0);
+    int w = tb ? tn(&c, "w", dt, TC_PARAM, 2, V, D, 0) : tn(&c, "w", dt, TC_PARAM, 2, D, V, 0);
+    int tg = tn(&c, "targets", DT_I32, TC_INPUT, 1, R, 0, 0), loss = tn(&c, "loss", DT_F32, TC_ACT, 0, 0, 0, 0);
+    c.irange[tg] = V;
+    int ins[3] = {x, w, tg};
+    int f = fwd(&c, PRIM_LINEAR_CROSS_ENTROPY, ins, 3, &loss, 1, tb, chunk, 0);
+    bwd(&c, f);
+    case_run(&c);
+}
+
 /* ---- timing ---- */
 
 static double time_launches(const CudaKernel *ks, int n, CUdeviceptr *bufs, CUdeviceptr ws, int reps) {
@@ -1521,6 +1539,10 @@ int main(int argc, char **argv) {
         case_softcap(dt);
         case_rope_yarn(dt, 0, 0);
         case_rope_yarn(dt, 16, 2);
+        case_linxent(dt, 70, 40, 300, 32, false);
+        case_linxent(dt, 70, 40, 300, 35, false);
+        case_linxent(dt, 70, 40, 300, 0, false);
+        case_linxent(dt, 70, 40, 300, 16, true);
     }
     case_linear(DT_F16, 300, 200, 130, true);
     case_attention(DT_F16, 2, 100, 4, 2, 64);
