@@ -242,6 +242,130 @@ START_TEST(rope_scaling_and_rmsnorm_heads) {
 }
 END_TEST
 
+/* Gemma's and long context's attributes reach their kernels: rmsnorm's
+ * offset (the last argument), softcap, YaRN's beta_fast/beta_slow in rope's
+ * low/high slots, and the chunked loss: per chunk a gemm into the op's
+ * workspace (its descriptor names CUDA_GEMM_WS at the workspace's offset)
+ * and a kernel on those logits; backward recomputes them, turns them into
+ * their gradient in place and feeds them to both weight products. */
+START_TEST(gemma_and_long_context_launches) {
+    One o;
+    one_init(&o);
+    int x = cm_t(&o.g, "x", DT_BF16, TC_ACT, 3, 2, 16, 64), y = cm_t(&o.g, "y", DT_BF16, TC_ACT, 3, 2, 16, 64);
+    int g = cm_t(&o.g, "g", DT_BF16, TC_PARAM, 1, 64, 0, 0);
+    GOp nm = cm_op(PRIM_RMSNORM);
+    nm.nin = 2;
+    nm.in[0] = x;
+    nm.in[1] = g;
+    nm.nout = 1;
+    nm.out[0] = y;
+    nm.fattr[FA_RMSNORM_OFFSET] = 1.0;
+    int n = graph_add_op(&o.g, &nm);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, n, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(o.k[0].nargs, 7);
+    ck_assert_float_eq(o.k[0].args[6].f, 1.0f);
+    nm.nin = 1; /* an offset scales a gain: none is an error */
+    n = graph_add_op(&o.g, &nm);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, n, o.k, 64, NULL, &o.d), -1);
+    ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "an offset needs a gain g"));
+    /* softcap */
+    GOp sc = cm_op(PRIM_SOFTCAP);
+    sc.nin = 1;
+    sc.in[0] = x;
+    sc.nout = 1;
+    sc.out[0] = y;
+    sc.fattr[FA_SOFTCAP_CAP] = 30;
+    n = graph_add_op(&o.g, &sc);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, n, o.k, 64, NULL, &o.d), 1);
+    ck_assert_str_eq(o.k[0].entry, "zk_softcap_fwd");
+    ck_assert_float_eq(o.k[0].args[3].f, 30.0f);
+    sc.fattr[FA_SOFTCAP_CAP] = 0;
+    n = graph_add_op(&o.g, &sc);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, n, o.k, 64, NULL, &o.d), -1);
+    ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "softcap: cap must be positive"));
+    /* YaRN */
+    GOp rp = cm_op(PRIM_ROPE);
+    rp.nin = 1;
+    rp.in[0] = x;
+    rp.nout = 1;
+    rp.out[0] = y;
+    rp.iattr[IA_ROPE_HEADS] = 4;
+    rp.iattr[IA_ROPE_SCALING] = ROPE_YARN;
+    rp.iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] = 4096;
+    rp.fattr[FA_ROPE_FACTOR] = 8;
+    rp.fattr[FA_ROPE_BETA_FAST] = 16;
+    n = graph_add_op(&o.g, &rp);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, n, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(o.k[0].args[9].i, ROPE_YARN);
+    ck_assert_float_eq(o.k[0].args[10].f, 8.0f);
+    ck_assert_float_eq(o.k[0].args[11].f, 16.0f);
+    ck_assert_float_eq(o.k[0].args[12].f, 0.0f);
+    ck_assert_float_eq(o.k[0].args[13].f, 4096.0f);
+    int errs = o.d.errors;
+    /* linear_cross_entropy over 32 rows, 5 at a time: 7 chunks, the last of 2 */
+    int w = cm_t(&o.g, "w", DT_BF16, TC_PARAM, 2, 64, 256, 0), tg = cm_t(&o.g, "t", DT_I32, TC_INPUT, 2, 2, 16, 0);
+    int loss = cm_t(&o.g, "loss", DT_F32, TC_ACT, 0, 0, 0, 0);
+    int dx = cm_t(&o.g, "dx", DT_BF16, TC_ACT, 3, 2, 16, 64), dw = cm_t(&o.g, "dw", DT_BF16, TC_PARAM, 2, 64, 256, 0);
+    int dl = cm_t(&o.g, "dl", DT_F32, TC_ACT, 0, 0, 0, 0);
+    GOp lx = cm_op(PRIM_LINEAR_CROSS_ENTROPY);
+    lx.nin = 3;
+    lx.in[0] = x;
+    lx.in[1] = w;
+    lx.in[2] = tg;
+    lx.nout = 1;
+    lx.out[0] = loss;
+    lx.iattr[IA_LINEAR_CROSS_ENTROPY_CHUNK] = 5;
+    int f = graph_add_op(&o.g, &lx);
+    CudaKernel ks[64];
+    CudaOpInfo info;
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, f, ks, 64, &info, &o.d), 1 + 7 * 2 + 1);
+    ck_assert_int_ge(info.ws_bytes, 5 * 256 * 2 + 32 * 4);
+    ck_assert_int_ge(info.err_off, 0);
+    for (int i = 0; i < 7; i++) {
+        const CudaKernel *gm = &ks[1 + 2 * i], *xe = &ks[2 + 2 * i];
+        ck_assert_str_eq(gm->entry, "zk_gemm");
+        ck_assert(gm->gemm.on && gm->gemm.lt);
+        ck_assert_int_eq(gm->gemm.c, CUDA_GEMM_WS);
+        ck_assert_int_eq(gm->args[0].kind, CARG_WS);
+        ck_assert_int_eq(gm->gemm.off_c, gm->args[0].ws_off);
+        ck_assert_int_eq(gm->gemm.a, x);
+        ck_assert_int_eq(gm->gemm.off_a, i * 5 * 64 * 2);
+        ck_assert_int_eq(gm->gemm.M, i < 6 ? 5 : 2);
+        ck_assert_str_eq(xe->entry, "zk_xent_fwd");
+        ck_assert_int_eq(xe->args[1].ws_off, gm->args[0].ws_off);
+        ck_assert_int_eq(xe->args[2].off, i * 5 * 4);
+        ck_assert_int_eq(xe->args[6].i, i * 5);
+    }
+    ck_assert_str_eq(ks[15].entry, "zk_xent_mean");
+    GOp lb = lx;
+    lb.kind = OP_BWD;
+    lb.fwd = f;
+    lb.nfin = 3;
+    lb.nin = 5;
+    lb.in[3] = loss;
+    lb.in[4] = dl;
+    lb.nout = 3;
+    lb.out[0] = dx;
+    lb.out[1] = dw;
+    lb.out[2] = -1;
+    int b = graph_add_op(&o.g, &lb);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, b, ks, 64, &info, &o.d), 7 * 4);
+    for (int i = 0; i < 7; i++) {
+        const CudaKernel *k = &ks[4 * i];
+        ck_assert_str_eq(k[1].entry, "zk_xent_grad");
+        ck_assert_int_eq(k[1].args[0].ws_off, k[0].args[0].ws_off);
+        ck_assert_int_eq(k[2].gemm.c, dx);
+        ck_assert_int_eq(k[2].gemm.a, CUDA_GEMM_WS);
+        ck_assert(k[2].gemm.accumulate && k[2].gemm.tb);
+        ck_assert_int_eq(k[3].gemm.c, dw);
+        ck_assert_int_eq(k[3].gemm.b, CUDA_GEMM_WS);
+        ck_assert(k[3].gemm.accumulate && k[3].gemm.ta);
+    }
+    ck_assert_int_eq(o.d.errors, errs);
+    one_free(&o);
+}
+END_TEST
+
 START_TEST(comment_names_op_and_line) {
     One o;
     one_init(&o);
@@ -1136,6 +1260,7 @@ int main(void) {
     tcase_add_test(t, gemm_tile_rule);
     tcase_add_test(t, comment_names_op_and_line);
     tcase_add_test(t, rope_scaling_and_rmsnorm_heads);
+    tcase_add_test(t, gemma_and_long_context_launches);
     tcase_add_test(t, unsupported_input_is_an_error);
     tcase_add_test(t, workspace_and_error_words);
     tcase_add_test(t, utility_launches);
