@@ -651,6 +651,31 @@ START_TEST(gemm_descriptors) {
     memmove(&p->gemms[g], &p->gemms[g + 1], sizeof *p->gemms * (p->ngemms - g - 1));
     p->ngemms--;
     expectf(p, "launch %u (zk_gemm) has no gemm descriptor", li);
+    /* an operand in the op's workspace (the chunked loss's logits): the launch must pass the workspace at that
+     * offset, and the matrix must lie inside the op's workspace */
+    p = fresh_gpu();
+    li = p->gemms[g].launch;
+    p->gemms[g].c = PLAN_GEMM_OP_WS;
+    expectf(p, "gemm %u: its launch %u's arguments are not the descriptor's", g, li);
+    p = fresh_gpu();
+    PlanLaunchArg *c0 = &p->launch_args[p->launches[li].arg];
+    p->gemms[g].c = PLAN_GEMM_OP_WS;
+    p->gemms[g].off_c = 0;
+    *c0 = (PlanLaunchArg){.kind = PARG_WS, .tensor = -1, .i = 0};
+    int op = p->launches[li].op;
+    int64_t need = p->gemms[g].m * p->gemms[g].ldc * plan_dtype_size(p->gemms[g].dtype);
+    p->op_code[op].ws_bytes = need - 256;
+    expectf(p, "gemm %u: C reaches element %lld of 'the op's workspace', which has %lld", g,
+            (long long)(need / plan_dtype_size(p->gemms[g].dtype) - p->gemms[g].ldc + p->gemms[g].n),
+            (long long)((need - 256) / plan_dtype_size(p->gemms[g].dtype)));
+    p = fresh_gpu();
+    c0 = &p->launch_args[p->launches[li].arg];
+    p->gemms[g].c = PLAN_GEMM_OP_WS;
+    p->gemms[g].off_c = 0;
+    *c0 = (PlanLaunchArg){.kind = PARG_WS, .tensor = -1, .i = 0};
+    p->op_code[op].ws_bytes = need;
+    ck_assert_int_eq(verify_plan(p, msgs, sizeof msgs), 0);
+    plan_free(p);
     /* a plan with no descriptors at all (version 3) is sound: its launches run */
     p = fresh_gpu();
     p->ngemms = 0;
