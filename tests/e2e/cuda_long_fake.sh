@@ -17,12 +17,22 @@
 # Each plan must carry the kernels' arguments (zinfdump --kernels: the
 # window, the scale and the soft-cap of each attention launch, the chunked
 # loss's products with the workspace as an operand).
+# With CUDA_LONG_GPU=1 (tests/gpu/run_all.sh on a machine with a GPU) the
+# same runs take the real driver, cuBLASLt and the GPU's architecture.
 #   tests/e2e/cuda_long_fake.sh BUILD
 B=${1:-build}
 . tests/e2e/lib.sh
 e2e_workdir cudalong
-e2e_mpi
-. tests/fakecuda/env.sh || exit 1
+if [ "${CUDA_LONG_GPU:-0}" = 1 ]; then
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
+  arch=sm_${arch:-90} FAKE=""
+  cudaenv() { env "$@"; }
+else
+  e2e_mpi
+  . tests/fakecuda/env.sh || exit 1
+  arch=sm_90
+  cudaenv() { env LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$UNITS" "$@"; }
+fi
 "$B/bin/zinftok" /usr/share/common-licenses/GPL-3 -o "$W/gpl.bin" > /dev/null || exit 1
 TRAIN='train {
   micro_batch = 2
@@ -34,7 +44,7 @@ TRAIN='train {
   checkpoint = "layer"
 }
 target fake { nodes = 1; gpus_per_node = 1
-  gpu { memory = 1 GiB; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "sm_90"; sms = 8 }
+  gpu { memory = 1 GiB; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "$arch"; sms = 8 }
   cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2 }
   net { bandwidth = 10 GB/s; latency_us = 5 } }'
 cat > "$W/gemma.zl" <<ZL
@@ -69,8 +79,8 @@ ZL
 fail=0
 for k in gemma window chunk; do
   mkdir -p "$W/src-$k"
-  "$B/bin/zinfc" "$W/$k.zl" --kernels=sm_90 --kernel-src="$W/src-$k" -o "$W/$k.plan" > "$W/$k.zinfc" 2>&1 &&
-    "$FAKE/fakecuda_prep" "$W/$k.plan" "$W/src-$k" sm_90 "$UNITS" > "$W/$k.prep" 2>&1 ||
+  "$B/bin/zinfc" "$W/$k.zl" --kernels="$arch" --kernel-src="$W/src-$k" -o "$W/$k.plan" > "$W/$k.zinfc" 2>&1 &&
+    { [ -z "$FAKE" ] || "$FAKE/fakecuda_prep" "$W/$k.plan" "$W/src-$k" "$arch" "$UNITS" > "$W/$k.prep" 2>&1; } ||
     { cat "$W/$k.zinfc" "$W/$k.prep"; echo "FAIL: $k: zinfc or fakecuda_prep"; fail=1; continue; }
   # the attributes reach the kernels: zk_attn_fwd's scale, window and soft-cap (its 11th to 13th arguments);
   # the chunked loss: the last, shorter chunk's gradient, a weight gradient with the workspace as its B
@@ -89,21 +99,19 @@ for k in gemma window chunk; do
   fi
   timeout 120 "$B/bin/zinfrun" "$W/$k.plan" --data "$W/gpl.bin" --backend host --steps 3 --losses "$W/$k.host" --quiet \
     < /dev/null > "$W/$k.hout" 2>&1 &&
-    env LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$UNITS" \
-      timeout 300 "$B/bin/zinfrun" "$W/$k.plan" --data "$W/gpl.bin" --backend cuda --steps 3 --losses "$W/$k.cuda" \
+    cudaenv timeout 300 "$B/bin/zinfrun" "$W/$k.plan" --data "$W/gpl.bin" --backend cuda --steps 3 --losses "$W/$k.cuda" \
       --quiet < /dev/null > "$W/$k.cout" 2>&1 || { tail -5 "$W/$k.hout" "$W/$k.cout"; echo "FAIL: $k: zinfrun"; fail=1; continue; }
-  awk -v name="$k" 'NR == FNR { l[FNR] = $4; n[FNR] = $6; rows = FNR; next }
+  awk -v name="$k" -v dev="$([ -n "$FAKE" ] && echo "fake driver" || echo GPU)" 'NR == FNR { l[FNR] = $4; n[FNR] = $6; rows = FNR; next }
     { d = ($4 - l[FNR]) / l[FNR]; e = ($6 - n[FNR]) / n[FNR]; d = d < 0 ? -d : d; e = e < 0 ? -e : e
       if (d > worst) worst = d; if (e > worst) worst = e; got++ }
     END { if (rows != 3 || got != 3 || worst > 2e-4) { printf "FAIL %s: %d and %d steps, worst relative difference %.2e\n", name, rows, got, worst; exit 1 }
-          printf "ok   %s on the CUDA backend (fake driver): 3 steps, losses and gradient norms = the host backend'"'"'s (%.1e relative)\n", name, worst }' \
+          printf "ok   %s on the CUDA backend (%s): 3 steps, losses and gradient norms = the host backend'"'"'s (%.1e relative)\n", name, dev, worst }' \
     "$W/$k.host" "$W/$k.cuda" || { cat "$W/$k.host" "$W/$k.cuda"; fail=1; }
-  [ $k = chunk ] || continue
+  [ $k = chunk ] && [ -n "$FAKE" ] || continue
   # the chunked loss's GEMMs both ways: through the fake cuBLASLt (it counts them), and as the NVRTC launches
   for lt in 1 0; do
     rm -f "$W/lt.log"
-    env LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$UNITS" FAKECUBLASLT_LOG="$W/lt.log" \
-      ZINF_CUBLASLT=$lt timeout 300 "$B/bin/zinfrun" "$W/$k.plan" --data "$W/gpl.bin" --backend cuda --steps 3 \
+    cudaenv FAKECUBLASLT_LOG="$W/lt.log" ZINF_CUBLASLT=$lt timeout 300 "$B/bin/zinfrun" "$W/$k.plan" --data "$W/gpl.bin" --backend cuda --steps 3 \
       --losses "$W/$k.lt$lt" --quiet < /dev/null > "$W/$k.lt$lt.out" 2>&1 || { tail -3 "$W/$k.lt$lt.out"; echo "FAIL: chunk ZINF_CUBLASLT=$lt"; fail=1; continue; }
     m=$(awk '{ s += $4 } END { print s + 0 }' "$W/lt.log" 2>/dev/null)
     [ "$lt" = 1 ] && nlt=${m:-0}

@@ -1376,15 +1376,17 @@ static void timing(void) {
     /* attention: fused causal forward, and the backward's 4 launches; the
      * reference is cuBLAS running the two products q k^T and p v (all
      * T x T blocks, no softmax, no mask) as strided batched GEMMs */
-    const int64_t ash[][4] = {{4, 1024, 12, 64}, {1, 4096, 32, 128}};
-    for (int s = 0; s < 2; s++) {
-        int64_t B = ash[s][0], T = ash[s][1], H = ash[s][2], hd = ash[s][3];
+    /* then a sliding window: its cost should follow T*window, not T^2/2 (the kernels skip the key tiles before it) */
+    const int64_t ash[][5] = {{4, 1024, 12, 64, 0}, {1, 4096, 32, 128, 0}, {1, 8192, 32, 128, 0}, {1, 8192, 32, 128, 1024}};
+    for (int s = 0; s < 4; s++) {
+        int64_t B = ash[s][0], T = ash[s][1], H = ash[s][2], hd = ash[s][3], win = ash[s][4];
         Case c;
         case_init(&c, "t", DT_BF16);
         int q = tn(&c, "q", DT_BF16, TC_ACT, 3, B, T, H * hd), k = tn(&c, "k", DT_BF16, TC_ACT, 3, B, T, H * hd);
         int v = tn(&c, "v", DT_BF16, TC_ACT, 3, B, T, H * hd), y = tn(&c, "o", DT_BF16, TC_ACT, 3, B, T, H * hd);
         int ins[3] = {q, k, v};
         int f = fwd(&c, PRIM_ATTENTION, ins, 3, &y, 1, H, H, 0);
+        c.g.ops[f].iattr[IA_ATTENTION_WINDOW] = win;
         int b = bwd(&c, f);
         CudaKernel kf[4], kb[8];
         CudaOpInfo info;
@@ -1398,14 +1400,16 @@ static void timing(void) {
         CUdeviceptr ws;
         CK(cu.MemAlloc(&ws, (size_t)info.ws_bytes));
         double fms = time_launches(kf, nf, bufs, 0, 10), bms = time_launches(kb, nb, bufs, ws, 10);
-        double fl = 4.0 * B * H * T * T * hd / 2; /* causal: half of the two products */
+        /* causal: half of the two products; a window: T*window of them */
+        double fl = win > 0 ? 4.0 * B * H * T * (double)win * hd : 4.0 * B * H * T * T * hd / 2;
         CUdeviceptr S;
         CK(cu.MemAlloc(&S, (size_t)(B * H) * (size_t)(T * T) * 2));
         /* per (b, h) as a batch: S = q k^T (M=T, N=T, K=hd) then o = S v (M=T, N=hd, K=T) */
         double r1 = time_cublas(T, T, hd, DT_BF16, bufs[q], bufs[k], S, B * H, 10);
         double r2 = time_cublas(T, hd, T, DT_BF16, S, bufs[v], bufs[y], B * H, 10);
         char label[64];
-        snprintf(label, sizeof label, "attention fwd B%ld T%ld H%ld hd%ld", (long)B, (long)T, (long)H, (long)hd);
+        snprintf(label, sizeof label, "attention fwd B%ld T%ld H%ld hd%ld%s", (long)B, (long)T, (long)H, (long)hd,
+                 win ? arena_printf(&garena, " window %ld", (long)win) : "");
         if (r1 > 0 && r2 > 0)
             printf("%-44s %10.3f %9.1f %12.3f %9.1f %7.2f\n", label, fms, fl / fms * 1e-9, r1 + r2, 2 * fl / (r1 + r2) * 1e-9,
                    (r1 + r2) / fms);
@@ -1419,7 +1423,8 @@ static void timing(void) {
         arena_free(&c.a);
     }
     printf("(attention reference: cuBLAS strided-batched q k^T and p v over every T x T block, no mask or softmax;\n"
-           " FLOP/s of zinf count the causal half; the bwd rate counts 2.5x the forward's products)\n");
+           " FLOP/s of zinf count the causal half, or T x window with a window; the bwd rate counts 2.5x the forward's\n"
+           " products)\n");
 }
 
 int main(int argc, char **argv) {

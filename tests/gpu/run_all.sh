@@ -12,8 +12,14 @@
 #              cuda: measured against predicted ms per step, then again on the
 #              target calibrated from that run (zinfdump --calibrate);
 #   3. kernels tests/gpu/check_kernels.sh: every kernel family against the
-#              host reference, then GEMMs timed three ways (the NVRTC gemm,
-#              cuBLASLt as zinfrun calls it, cuBLAS) and attention;
+#              host reference (Gemma's norm offset, attention scale and
+#              soft-capping, softcap, sliding windows, YaRN rope and the
+#              chunked loss among them), then GEMMs timed three ways (the
+#              NVRTC gemm, cuBLASLt as zinfrun calls it, cuBLAS) and
+#              attention (full, and with a sliding window);
+#   3b. long   tests/e2e/cuda_long_fake.sh with CUDA_LONG_GPU=1: a Gemma-style,
+#              a windowed Mistral-style (YaRN rope) and a chunked-loss micro
+#              model, 3 steps on --backend cuda against --backend host;
 #   4. train   tests/gpu/train_e2e.sh: gpt2-small with parameters and
 #              optimizer state in CPU memory, then on NVMe, on --backend
 #              cuda, the first steps against --backend host, and again with
@@ -304,6 +310,14 @@ elif [ -n "$FAKE" ]; then
 else
   step kernels 150 env BUILD=build sh tests/gpu/check_kernels.sh
   figures "cases, .* failed|FAIL|^cuBLASLt|^gemm |^attention|^timing"
+fi
+
+# ---- 3b. long: Gemma's attributes, sliding windows, YaRN and the chunked loss, end to end ----
+if [ -n "$FAKE" ]; then
+  say "step long: rehearsed by name only (fake): CUDA_LONG_GPU=1 sh tests/e2e/cuda_long_fake.sh (which runs on the fakes in the e2e suite)"
+else
+  step long 150 env CUDA_LONG_GPU=1 sh tests/e2e/cuda_long_fake.sh "${BUNDLE:-build}"
+  figures "^ok |^FAIL|cuda_long_fake"
 fi
 
 # ---- 4. train: gpt2-small offloaded, against the host, both GEMM paths ----
