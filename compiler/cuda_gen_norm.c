@@ -1,6 +1,7 @@
 /* cuda_gen_norm: the launches of layernorm and rmsnorm (rmsnorm per head
- * too, and with Gemma's gain offset) on stdlib/kernels/norm.cu; the backward's gain and bias gradients
- * are partial sums that reduce.cu's zk_colsum_final adds up. */
+ * too, and with Gemma's gain offset) on stdlib/kernels/norm.cu; the
+ * backward's gain and bias gradients are partial sums that reduce.cu's
+ * zk_colsum_final adds up. */
 #include <inttypes.h>
 #include "cuda_gen_impl.h"
 

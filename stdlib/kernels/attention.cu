@@ -1,5 +1,7 @@
 /* attention: fused causal attention, FlashAttention-style, never storing
- * T x T; softmax statistics and accumulation in fp32.
+ * T x T; softmax statistics and accumulation in fp32. The scores' scale,
+ * a sliding window (0: none) and soft-capping (0: none) are arguments of
+ * every kernel but zk_attn_bwd_pre (zk_attn_lo, zk_attn_cap below).
  *
  * q [B, T, H*HD], k and v [B, T, KV*HD]; query head h reads kv head
  * h / (H/KV). Specialised on ZK_HD (head dim, any up to 128; padded to ZK_HDP,
