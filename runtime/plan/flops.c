@@ -25,11 +25,17 @@ static double flops_gemm(int prim, const int64_t *iattr, const FlopsOperand *in,
     return 2 * out * k;
 }
 
+/* 4 flops a (query, key) pair a dim (q.k and p.v): causal, T^2/2 pairs a
+ * row (half of 4*B*T*T*D); with a sliding window W < T, W T - W (W - 1) / 2
+ * pairs, which the kernels of both backends visit (no more: they skip the
+ * key tiles before the window). */
 static double flops_attention(int prim, const int64_t *iattr, const FlopsOperand *in, int nin, double out) {
-    (void)prim, (void)iattr;
+    (void)prim;
     const FlopsOperand *q = input(in, nin, 0);
     if (!q || q->rank < 3) return out;
-    return 2.0 * (double)q->numel * (double)q->dims[1]; /* causal: half of 4*B*T*T*D */
+    double T = (double)q->dims[1], W = iattr ? (double)iattr[IA_ATTENTION_WINDOW] : 0;
+    if (W > 0 && W < T) return 4.0 * (double)q->numel / T * (W * T - W * (W - 1) / 2);
+    return 2.0 * (double)q->numel * T;
 }
 
 /* Per logit, not per (scalar) output. */

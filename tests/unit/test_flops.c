@@ -1,5 +1,5 @@
 /* flops: the plan's FLOP count of a forward op from its operands' shapes,
- * worked out by hand (the rules of each family; absent operands; an
+ * worked out by hand (the rules of each family, attention's window; absent operands; an
  * unknown primitive). tests/unit/test_prim_flops.c counts graph ops. */
 #include <check.h>
 #include "flops.h"
@@ -19,6 +19,12 @@ START_TEST(rules_by_family) {
     ck_assert(flops_forward(PRIM_LINEAR, NULL, in, 1, 6 * 32) == 6 * 32);
     FlopsOperand qs[3] = {{3, q, 256}, {3, q, 256}, {3, q, 256}};
     ck_assert(flops_forward(PRIM_ATTENTION, NULL, qs, 3, 256) == 2.0 * 256 * 8);
+    /* a window of 3 of T = 8: 1 + 2 + 3 * 6 = 21 (query, key) pairs a row, 4 flops a pair a dim; as long as T: causal */
+    int64_t wa[PLAN_MAX_IATTR] = {0};
+    wa[IA_ATTENTION_WINDOW] = 3;
+    ck_assert(flops_forward(PRIM_ATTENTION, wa, qs, 3, 256) == 4.0 * 2 * 16 * 21);
+    wa[IA_ATTENTION_WINDOW] = 8;
+    ck_assert(flops_forward(PRIM_ATTENTION, wa, qs, 3, 256) == 2.0 * 256 * 8);
     ck_assert(flops_forward(PRIM_CROSS_ENTROPY, NULL, in, 2, 1) == 5.0 * 96);
     ck_assert(flops_forward(PRIM_RMSNORM, NULL, in, 1, 96) == 5.0 * 96);
     ck_assert(flops_forward(PRIM_COUNT, NULL, in, 1, 96) == 5.0 * 96); /* a forged plan's code */
