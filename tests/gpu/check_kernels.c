@@ -422,10 +422,9 @@ static size_t ref_ws_bytes(Case *c, int op);
 /* The host's generic entries (what the host executor calls), with the op's
  * attributes as they are: the window, scale and soft-cap of attention, the
  * offset of rmsnorm, YaRN's rope, softcap. */
-static int ref_generic(Case *c, const GOp *o, HkTensor *in, HkTensor *out, void *w, size_t wsz) {
+static int ref_generic(const GOp *o, HkTensor *in, HkTensor *out, void *w, size_t wsz) {
     if (o->kind == OP_FWD) return hk_run_fwd(o->prim, in, o->nin, out, o->nout, o->iattr, o->fattr, w, wsz);
     int nf = o->nfin, nout = (o->nin - nf) / 2;
-    (void)c;
     return hk_run_bwd(o->prim, in, nf, &in[nf], &in[nf + nout], nout, out, o->iattr, o->fattr, w, wsz);
 }
 
@@ -447,7 +446,7 @@ static void ref_op(Case *c, int op, void **ws) {
                                                o->out[1] >= 0 ? &out[1] : NULL, o->out[2] >= 0 ? &out[2] : NULL,
                                                o->iattr[IA_ATTENTION_HEADS], kv ? kv : o->iattr[IA_ATTENTION_HEADS], W,
                                                c->seg, w);
-        else rc = ref_generic(c, o, in, out, w, ref_ws_bytes(c, f));
+        else rc = ref_generic(o, in, out, w, ref_ws_bytes(c, f));
         if (rc != 0) {
             fprintf(stderr, "check_kernels: %s: host reference of op %d (%s %s) failed: %s\n", c->name, op,
                     op_kind_names[o->kind], prim_names[o->prim], hk_strerror(rc));
