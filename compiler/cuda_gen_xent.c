@@ -70,6 +70,8 @@ void cg_gen_xent(GenCtx *c, bool bwd) {
  * kernels do: the GPU's memory is the scarce one), zk_xent_grad turns them
  * into dlogits in place, then dx_c += dlogits w^T and dw += x_c^T dlogits
  * (tb: dw += dlogits^T x_c) accumulate straight into the gradients. */
+enum { LINXENT_MAX_CHUNKS = 4096 }; /* the launches of a chunked loss grow with its chunks */
+
 void cg_gen_linxent(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
     int x = o->in[0], w = o->in[1], tg = o->in[2];
@@ -96,6 +98,12 @@ void cg_gen_linxent(GenCtx *c, bool bwd) {
     }
     int64_t n = chunk > 0 && chunk < R ? chunk : R;
     if (n < 1) n = 1;
+    if ((R + n - 1) / n > LINXENT_MAX_CHUNKS) {
+        cg_fail(c, "linear_cross_entropy: %" PRId64 " rows in chunks of %" PRId64 " are more than the CUDA kernels' %d "
+                   "chunks (4 launches each, every step): plan a larger loss_chunk",
+                R, n, LINXENT_MAX_CHUNKS);
+        return;
+    }
     int64_t es = dt == DT_F32 ? 4 : 2;
     if (!bwd) {
         int ts[2] = {x, w};

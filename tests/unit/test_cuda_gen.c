@@ -362,6 +362,15 @@ START_TEST(gemma_and_long_context_launches) {
         ck_assert(k[3].gemm.accumulate && k[3].gemm.ta);
     }
     ck_assert_int_eq(o.d.errors, errs);
+    /* 1 row a chunk over 8192 rows: more chunks than a plan should launch, refused with the way out */
+    int xl = cm_t(&o.g, "xl", DT_BF16, TC_ACT, 2, 8192, 64, 0), tl = cm_t(&o.g, "tl", DT_I32, TC_INPUT, 1, 8192, 0, 0);
+    lx.in[0] = xl;
+    lx.in[2] = tl;
+    lx.iattr[IA_LINEAR_CROSS_ENTROPY_CHUNK] = 1;
+    f = graph_add_op(&o.g, &lx);
+    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, f, ks, 64, &info, &o.d), -1);
+    ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "8192 rows in chunks of 1 are more than the CUDA kernels' 4096 "
+                                                             "chunks (4 launches each, every step): plan a larger loss_chunk"));
     one_free(&o);
 }
 END_TEST
