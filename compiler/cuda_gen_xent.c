@@ -100,7 +100,7 @@ void cg_gen_linxent(GenCtx *c, bool bwd) {
     if (n < 1) n = 1;
     if ((R + n - 1) / n > LINXENT_MAX_CHUNKS) {
         cg_fail(c, "linear_cross_entropy: %" PRId64 " rows in chunks of %" PRId64 " are more than the CUDA kernels' %d "
-                   "chunks (4 launches each, every step): plan a larger loss_chunk",
+                   "chunks (6 launches each, every step): plan a larger loss_chunk",
                 R, n, LINXENT_MAX_CHUNKS);
         return;
     }
