@@ -17,7 +17,7 @@
 #              chunked loss among them), then GEMMs timed three ways (the
 #              NVRTC gemm, cuBLASLt as zinfrun calls it, cuBLAS) and
 #              attention (full, and with a sliding window);
-#   3b. long   tests/e2e/cuda_long_fake.sh with CUDA_LONG_GPU=1: a Gemma-style,
+#   3b. long   tests/e2e/cuda_long_fake.sh with CUDA_LONG_GPU=1: a Gemma-style (f32, bf16),
 #              a windowed Mistral-style (YaRN rope) and a chunked-loss micro
 #              model, 3 steps on --backend cuda against --backend host;
 #   4. train   tests/gpu/train_e2e.sh: gpt2-small with parameters and
