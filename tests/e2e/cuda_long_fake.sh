@@ -35,7 +35,8 @@ else
   cudaenv() { env LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$UNITS" "$@"; }
 fi
 "$B/bin/zinftok" /usr/share/common-licenses/GPL-3 -o "$W/gpl.bin" > /dev/null || exit 1
-TRAIN='train {
+TRAIN=$(cat <<ZL
+train {
   micro_batch = 2
   steps = 20
   dtype = f32
@@ -47,7 +48,9 @@ TRAIN='train {
 target fake { nodes = 1; gpus_per_node = 1
   gpu { memory = 1 GiB; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "$arch"; sms = 8 }
   cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2 }
-  net { bandwidth = 10 GB/s; latency_us = 5 } }'
+  net { bandwidth = 10 GB/s; latency_us = 5 } }
+ZL
+)
 cat > "$W/gemma2.zl" <<ZL
 import "gemma"
 const V = 256, T = 16, D = 64, H = 2, KV = 1, F = 96, L = 2, HD = 32
