@@ -306,15 +306,38 @@ static bool place_one(PlanBuilder *b, Packer *pk, int i) {
     return !bytes || occ_place(b, ap, at, at + bytes, i);
 }
 
+/* The first arena (by PlanArena index) whose bytes per rank, size[a]
+ * (pinned and pageable CPU memory together), exceed the target's, or -1. */
+static int first_over(const PlanBuilder *b, const uint64_t size[PLAN_NARENAS]) {
+    for (int a = 0; a < PLAN_NARENAS; a++) {
+        bool cpu = a == ARENA_PINNED || a == ARENA_CPU;
+        uint64_t cap = cpu ? b->cap[ARENA_CPU] : b->cap[a];
+        uint64_t use = cpu ? size[ARENA_PINNED] + size[ARENA_CPU] : size[a];
+        if (use > cap) return a;
+    }
+    return -1;
+}
+
+typedef enum PackResult { PACK_OOM, PACK_PLACED, PACK_OVER } PackResult;
+
 /* Every buffer placed: the persistent homes, then the m buffers of order
- * (first_use_order); false: out of memory. */
-static bool pack(PlanBuilder *b, bool delay, const int *order, int m) {
+ * (first_use_order), and the arenas' sizes set. With delay the packing
+ * stops as soon as an arena outgrows the target (PACK_OVER, sizes unset):
+ * the arenas only grow, so it could not fit, and pl_allocate packs tightly
+ * instead. */
+static PackResult pack(PlanBuilder *b, bool delay, const int *order, int m) {
     Packer pk;
     memset(&pk, 0, sizeof pk);
     pk.delay = delay;
-    bool ok = place_persistent(b, &pk);
-    for (int k = 0; ok && k < m; k++) ok = place_one(b, &pk, order[k]);
-    if (ok)
+    bool ok = place_persistent(b, &pk), over = false;
+    uint64_t top[PLAN_NARENAS];
+    for (int k = 0; ok && !over && k <= m; k++) {
+        if (k < m) ok = place_one(b, &pk, order[k]);
+        if (!delay) continue;
+        for (int a = 0; a < PLAN_NARENAS; a++) top[a] = pk.ar[a].top;
+        over = first_over(b, top) >= 0;
+    }
+    if (ok && !over)
         for (int a = 0; a < PLAN_NARENAS; a++) b->size[a] = pk.ar[a].top;
     for (int a = 0; a < PLAN_NARENAS; a++) {
         free(pk.ar[a].live);
@@ -322,7 +345,7 @@ static bool pack(PlanBuilder *b, bool delay, const int *order, int m) {
         free(pk.ar[a].held);
         free(pk.ar[a].occ);
     }
-    return ok;
+    return !ok ? PACK_OOM : over ? PACK_OVER : PACK_PLACED;
 }
 
 /* Delayed reuse when it fits, else tight packing; the address-reuse
@@ -343,12 +366,12 @@ bool pl_allocate(PlanBuilder *b) {
         return false;
     }
     for (int i = 0; i < b->nins; i++) memcpy(depq[i], b->ins[i].depq, sizeof depq[i]);
-    char why[256];
-    bool ok = pack(b, true, order, m);
-    if (ok && !pl_fits(b, why, sizeof why)) {
+    PackResult r = pack(b, true, order, m);
+    if (r == PACK_OVER) {
         for (int i = 0; i < b->nins; i++) memcpy(b->ins[i].depq, depq[i], sizeof depq[i]);
-        ok = pack(b, false, order, m);
+        r = pack(b, false, order, m);
     }
+    bool ok = r == PACK_PLACED;
     free(depq);
     free(order);
     if (!ok) b->oom = true;
@@ -358,15 +381,13 @@ bool pl_allocate(PlanBuilder *b) {
 
 bool pl_fits(const PlanBuilder *b, char *why, size_t n) {
     char u[32], c[32];
-    for (int a = 0; a < PLAN_NARENAS; a++) {
-        uint64_t cap = a == ARENA_PINNED || a == ARENA_CPU ? b->cap[ARENA_CPU] : b->cap[a];
-        uint64_t use = a == ARENA_PINNED || a == ARENA_CPU ? b->size[ARENA_PINNED] + b->size[ARENA_CPU] : b->size[a];
-        if (use > cap) {
-            snprintf(why, n, "%s needs %s per rank, has %s", a == ARENA_PINNED || a == ARENA_CPU ? "CPU memory" : plan_arena_names[a],
-                     plan_bytes_str(use, u, sizeof u), plan_bytes_str(cap, c, sizeof c));
-            return false;
-        }
-    }
-    return true;
+    int a = first_over(b, b->size);
+    if (a < 0) return true;
+    bool cpu = a == ARENA_PINNED || a == ARENA_CPU;
+    uint64_t cap = cpu ? b->cap[ARENA_CPU] : b->cap[a];
+    uint64_t use = cpu ? b->size[ARENA_PINNED] + b->size[ARENA_CPU] : b->size[a];
+    snprintf(why, n, "%s needs %s per rank, has %s", cpu ? "CPU memory" : plan_arena_names[a], plan_bytes_str(use, u, sizeof u),
+             plan_bytes_str(cap, c, sizeof c));
+    return false;
 }
 
