@@ -633,10 +633,10 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
         plan_free(S.plan);
     }
     free(S.ex.s);
-    free(b.bufs);
-    free(b.ins);
+    pl_table_free(b.bufs, b.cbufs, sizeof *b.bufs);
+    pl_table_free(b.ins, b.cins, sizeof *b.ins);
     free(b.spec);
-    free(b.opnds);
+    pl_table_free(b.opnds, b.copnds, sizeof *b.opnds);
     free(b.reqs);
     return ok;
 }

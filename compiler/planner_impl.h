@@ -188,6 +188,13 @@ bool pl_partition(PlanBuilder *b, Arena *a);
  * every arena's alignment, by PlanArena index */
 extern const uint64_t pl_arena_align[PLAN_NARENAS];
 bool pl_grow(void **p, int *cap, int need, size_t elem);
+/* The builder's big tables (bufs, ins, opnds: millions of entries on a
+ * deep model) in their own mappings, grown by mremap, which moves pages
+ * where realloc would copy the table at every doubling (zinfc keeps all
+ * of its heap, mallopt in main_zinfc.c, so realloc cannot remap). Freed
+ * with pl_table_free and the capacity they were grown to. */
+bool pl_table_grow(void **p, int *cap, int need, size_t elem);
+void pl_table_free(void *p, int cap, size_t elem);
 int pl_newbuf(PlanBuilder *b, int arena, uint64_t bytes, int tensor, const char *name, bool persistent);
 void pl_dep_on(PlanBuilder *b, int i, int j);
 int pl_ins(PlanBuilder *b, int op, int queue, int arg, int tile, int ntiles, double flops);
