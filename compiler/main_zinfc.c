@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -519,6 +520,43 @@ static bool quantized_kernels(const Graph *g, DiagSink *d) {
     return true;
 }
 
+/* The independent check of a plan (verify_plan), run in a thread of its
+ * own while the plan is encoded: both only read the plan. */
+typedef struct VerifyJob {
+    const Plan *plan;
+    int problems;
+    char msgs[1024];
+} VerifyJob;
+
+static void *verify_job(void *arg) {
+    VerifyJob *j = arg;
+    j->problems = verify_plan(j->plan, j->msgs, sizeof j->msgs);
+    return NULL;
+}
+
+/* Verifies plan p (planner_verified: the planner left it to zinfc) while
+ * encoding it, and writes it to path only when it passes; false when it
+ * fails or cannot be written (reported to d). */
+static bool verify_and_write(const Plan *p, const char *path, DiagSink *d) {
+    VerifyJob job = {.plan = p};
+    pthread_t th;
+    bool threaded = pthread_create(&th, NULL, verify_job, &job) == 0;
+    if (!threaded) verify_job(&job);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    char err[512];
+    bool encoded = plan_encode(p, &buf, &len, err, sizeof err);
+    if (threaded) pthread_join(th, NULL);
+    if (!planner_verified(job.problems, job.msgs, d)) {
+        free(buf);
+        return false;
+    }
+    bool ok = encoded && plan_write_bytes(buf, len, path, err, sizeof err);
+    if (!ok) diag_error(d, SPAN_NONE, "%s", err);
+    free(buf);
+    return ok;
+}
+
 static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *d, const Program *prog, Graph *g) {
     Target t;
     const char *how = NULL;
@@ -529,6 +567,7 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
     if (o->ranks > 0) po.ranks = o->ranks;
     const char *archs = o->kernels && strcmp(o->kernels, "auto") ? o->kernels : (strcmp(t.backend, "host") ? "sm_80,sm_90" : "none");
     po.sample_starts = o->output && strcmp(archs, "none"); /* the kernels read them: their buffer in the plan */
+    po.verify_by_caller = o->output && !strcmp(archs, "none"); /* verify_and_write */
     int proj, xent;
     int64_t lrows = 0, lvocab = 0;
     if (loss_chunk_find(g, &proj, &xent)) loss_chunk_shape(g, xent, &lrows, &lvocab);
@@ -581,8 +620,14 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
         printf("kernels: %d units x %d archs (%s): %d compiled in %.1f s, %d from the cache, %llu bytes of cubin\n",
                es.units, es.archs, archs, es.compiled, es.seconds, es.cached, (unsigned long long)es.bytes);
     }
-    if (o->output && !plan_write(r.plan, o->output, err, sizeof err)) {
+    bool written = true;
+    if (o->output && po.verify_by_caller) {
+        written = verify_and_write(r.plan, o->output, d);
+    } else if (o->output && !plan_write(r.plan, o->output, err, sizeof err)) {
         diag_error(d, SPAN_NONE, "%s", err);
+        written = false;
+    }
+    if (!written) {
         rc = 1;
     } else if (o->output) {
         bool host = !strcmp(t.backend, "host");

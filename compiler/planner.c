@@ -595,13 +595,18 @@ static bool finish(Search *S) {
         S->best.prefetch, S->best.reuse ? ", weights kept from recompute to backward" : "",
         !early ? "" : plan_speculative(S->plan) ? ", optimizer overlapped with the backward (speculative)" :
         ", optimizer overlapped with the backward", hs, S->tried, S->best_time);
+    if (S->o->verify_by_caller) return true;
     char vm[1024];
     int problems = verify_plan(S->plan, vm, sizeof vm);
+    return planner_verified(problems, vm, S->d);
+}
+
+bool planner_verified(int problems, char *msgs, DiagSink *d) {
     if (!problems) return true;
-    char *nl = strchr(vm, '\n');
+    char *nl = strchr(msgs, '\n');
     if (nl) *nl = 0;
-    diag_error(S->d, SPAN_NONE, "internal planner error: the plan fails verification (%d problem%s): %s", problems,
-               problems > 1 ? "s" : "", vm);
+    diag_error(d, SPAN_NONE, "internal planner error: the plan fails verification (%d problem%s): %s", problems,
+               problems > 1 ? "s" : "", msgs);
     return false;
 }
 

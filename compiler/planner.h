@@ -58,6 +58,8 @@ typedef struct PlannerOptions {
                             * buffer of B*T int32 that the input of the tokens also writes (zinfc sets it) */
     int64_t loss_chunk;    /* loss_chunk: -1 "auto" (whole logits when the plan fits with them), 0 whole, N rows a chunk
                             * (compiler/loss_chunk.h; zinfc applies it before autodiff) */
+    bool verify_by_caller; /* the caller runs verify_plan on the plan and planner_verified on its verdict (zinfc
+                            * does, beside the plan's encoding); false: planner_run does before it returns */
 } PlannerOptions;
 
 void planner_options_default(PlannerOptions *o);
@@ -77,5 +79,9 @@ typedef struct PlannerResult {
 
 /* Plans g for t. Returns false with diagnostics in d when no plan fits. */
 bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena *a, DiagSink *d, PlannerResult *out);
+/* The verdict of verify_plan (its count of problems and its messages,
+ * whose first line is kept) on a planned plan: false, reported to d as an
+ * internal planner error, when there are problems. */
+bool planner_verified(int problems, char *msgs, DiagSink *d);
 
 #endif

@@ -1068,11 +1068,16 @@ bool plan_write(const Plan *p, const char *path, char *err, size_t errlen) {
     uint8_t *buf;
     size_t len;
     if (!plan_encode(p, &buf, &len, err, errlen)) return false;
+    bool ok = plan_write_bytes(buf, len, path, err, errlen);
+    free(buf);
+    return ok;
+}
+
+bool plan_write_bytes(const uint8_t *buf, size_t len, const char *path, char *err, size_t errlen) {
     /* Write beside the destination and rename: a crash never leaves half a plan. */
     size_t pl = strlen(path) + 8;
     char *tmp = malloc(pl);
     if (!tmp) {
-        free(buf);
         errorf(err, errlen, "%s: out of memory", path);
         return false;
     }
@@ -1093,7 +1098,6 @@ bool plan_write(const Plan *p, const char *path, char *err, size_t errlen) {
         remove(tmp);
     }
     free(tmp);
-    free(buf);
     return ok;
 }
 

@@ -398,6 +398,8 @@ bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t er
  * gemms section: ngemms 0). */
 Plan *plan_decode(const uint8_t *buf, size_t len, const char *name, char *err, size_t errlen);
 bool plan_write(const Plan *p, const char *path, char *err, size_t errlen);
+/* Writes buf[0..len), a plan_encode, to path (beside it, then renamed). */
+bool plan_write_bytes(const uint8_t *buf, size_t len, const char *path, char *err, size_t errlen);
 Plan *plan_read(const char *path, char *err, size_t errlen);
 
 /* Index into p->gemms of launch li's GEMM descriptor, -1: none (binary
