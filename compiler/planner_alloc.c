@@ -166,7 +166,7 @@ static bool occ_place(PlanBuilder *b, ArenaPack *ap, uint64_t lo, uint64_t hi, i
     int j = l;
     for (; j < ap->nocc && s[j].lo < hi; j++) {
         const PlanBuf *prev = &b->bufs[s[j].buf];
-        for (int q = 0; q < PLAN_NQUEUES && first >= 0; q++) pl_dep_on(b, first, prev->lastq[q]);
+        for (int q = 0; q < PLAN_NQUEUES && first >= 0; q++) pl_dep_on_queue(b, first, prev->lastq[q], q);
     }
     Seg put[3];
     int n = 0;

@@ -197,6 +197,13 @@ bool pl_table_grow(void **p, int *cap, int need, size_t elem);
 void pl_table_free(void *p, int cap, size_t elem);
 int pl_newbuf(PlanBuilder *b, int arena, uint64_t bytes, int tensor, const char *name, bool persistent);
 void pl_dep_on(PlanBuilder *b, int i, int j);
+/* pl_dep_on for j on queue q, known without reading instruction j (a
+ * buffer's lastq[q] or readq[q]): the packing adds these for millions of
+ * buffers, and j lies far back in the table. */
+static inline void pl_dep_on_queue(PlanBuilder *b, int i, int j, int q) {
+    if (j < 0 || j >= i || q == b->ins[i].s.queue) return;
+    if (b->ins[i].depq[q] < j) b->ins[i].depq[q] = j;
+}
 int pl_ins(PlanBuilder *b, int op, int queue, int arg, int tile, int ntiles, double flops);
 void pl_opnd(PlanBuilder *b, int i, int buf, int mode, uint64_t off, uint64_t bytes);
 int pl_tiled_param_of(const PlanBuilder *b, const GOp *op);

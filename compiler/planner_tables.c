@@ -109,7 +109,7 @@ void pl_opnd(PlanBuilder *b, int i, int buf, int mode, uint64_t off, uint64_t by
     x->lastq[q] = i;
     pl_dep_on(b, i, x->writer);
     if (mode & PLAN_W) {
-        for (int k = 0; k < PLAN_NQUEUES; k++) pl_dep_on(b, i, x->readq[k]);
+        for (int k = 0; k < PLAN_NQUEUES; k++) pl_dep_on_queue(b, i, x->readq[k], k);
         x->writer = i;
         for (int k = 0; k < PLAN_NQUEUES; k++) x->readq[k] = -1;
     } else {
