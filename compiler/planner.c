@@ -60,22 +60,31 @@ static const char *place_str(const Place *pl, char *buf, size_t n) {
  * for Adams that step after it (the optimizer's first reads, hoisted: not
  * those of an Adam stepped in the backward itself). 0 when out of memory. */
 static uint64_t plan_hoisted_bytes(const Plan *p) {
+    /* one pass: per parameter, whether a CPU Adam steps it in the backward
+     * and the bytes of its state read from NVMe there */
     uint8_t *early = p ? calloc(p->ntensors + 1, 1) : NULL;
-    if (!early) return 0;
-    for (uint32_t i = 0; i < p->opt_begin && i < p->ninstrs; i++)
-        if (p->instrs[i].op == PI_CPU_ADAM && p->instrs[i].arg >= 0 && (uint32_t)p->instrs[i].arg < p->ntensors) early[p->instrs[i].arg] = 1;
-    uint64_t n = 0;
+    uint64_t *read = p ? calloc(p->ntensors + 1, sizeof *read) : NULL;
+    if (!early || !read) {
+        free(early);
+        free(read);
+        return 0;
+    }
     for (uint32_t i = 0; i < p->opt_begin && i < p->ninstrs; i++) {
         const PlanInstr *s = &p->instrs[i];
+        if (s->op == PI_CPU_ADAM && s->arg >= 0 && (uint32_t)s->arg < p->ntensors) early[s->arg] = 1;
         const PlanOperand *o = s->nopnd ? &p->operands[s->opnd] : NULL;
         if (s->op != PI_NVME_READ || !o || o->buffer < 0) continue;
         int32_t t = p->buffers[o->buffer].tensor;
         if (t < 0 || (uint32_t)t >= p->ntensors) continue;
         const PlanTensor *x = &p->tensors[t];
         bool state = x->cls == TC_MASTER || x->cls == TC_MOMENTUM || x->cls == TC_VARIANCE;
-        if (state && x->param >= 0 && (uint32_t)x->param < p->ntensors && !early[x->param]) n += o->bytes;
+        if (state && x->param >= 0 && (uint32_t)x->param < p->ntensors) read[x->param] += o->bytes;
     }
+    uint64_t n = 0;
+    for (uint32_t t = 0; t < p->ntensors; t++)
+        if (!early[t]) n += read[t];
     free(early);
+    free(read);
     return n;
 }
 

@@ -74,9 +74,18 @@ typedef struct ArenaPack {
     bool sealed;  /* the optimizer's buffers began: nothing below top is theirs (seal) */
 } ArenaPack;
 
+typedef struct Undo { /* a dependency the packing changed: ins[i].depq[q] was old */
+    int32_t i, old;
+    int q;
+} Undo;
+
 typedef struct Packer {
     ArenaPack ar[PLAN_NARENAS];
     bool delay; /* reserve freed ranges (reuse_delay); false: pack tightly */
+    /* with delay, every dependency it adds, to take back when the packing
+     * is dropped (pl_allocate) */
+    Undo *undo;
+    int nundo, cundo;
 } Packer;
 
 static uint64_t align_up(uint64_t v, uint64_t al) { return (v + al - 1) / al * al; }
@@ -152,9 +161,21 @@ static bool retire(ArenaPack *ap, int a, int first, bool delay, int opt_begin) {
     return true;
 }
 
+/* Instruction i waits for j, on queue q, as pl_dep_on_queue; noted in the
+ * undo log of a delayed packing. False: out of memory. */
+static bool reuse_dep(PlanBuilder *b, Packer *pk, int i, int j, int q) {
+    if (j < 0 || j >= i || q == b->ins[i].s.queue || b->ins[i].depq[q] >= j) return true;
+    if (pk->delay) {
+        if (!pl_grow((void **)&pk->undo, &pk->cundo, pk->nundo + 1, sizeof(Undo))) return false;
+        pk->undo[pk->nundo++] = (Undo){i, b->ins[i].depq[q], q};
+    }
+    b->ins[i].depq[q] = j;
+    return true;
+}
+
 /* buf takes [lo, hi): every previous occupant of the range must be done
  * before buf's first use; false: out of memory */
-static bool occ_place(PlanBuilder *b, ArenaPack *ap, uint64_t lo, uint64_t hi, int buf) {
+static bool occ_place(PlanBuilder *b, Packer *pk, ArenaPack *ap, uint64_t lo, uint64_t hi, int buf) {
     int first = b->bufs[buf].first;
     Seg *s = ap->occ;
     int l = 0, h = ap->nocc; /* the first that ends above lo */
@@ -166,7 +187,8 @@ static bool occ_place(PlanBuilder *b, ArenaPack *ap, uint64_t lo, uint64_t hi, i
     int j = l;
     for (; j < ap->nocc && s[j].lo < hi; j++) {
         const PlanBuf *prev = &b->bufs[s[j].buf];
-        for (int q = 0; q < PLAN_NQUEUES && first >= 0; q++) pl_dep_on_queue(b, first, prev->lastq[q], q);
+        for (int q = 0; q < PLAN_NQUEUES && first >= 0; q++)
+            if (!reuse_dep(b, pk, first, prev->lastq[q], q)) return false;
     }
     Seg put[3];
     int n = 0;
@@ -303,7 +325,7 @@ static bool place_one(PlanBuilder *b, Packer *pk, int i) {
     }
     x->b.offset = at;
     if (at + bytes > ap->top) ap->top = at + bytes;
-    return !bytes || occ_place(b, ap, at, at + bytes, i);
+    return !bytes || occ_place(b, pk, ap, at, at + bytes, i);
 }
 
 /* The first arena (by PlanArena index) whose bytes per rank, size[a]
@@ -339,40 +361,31 @@ static PackResult pack(PlanBuilder *b, bool delay, const int *order, int m) {
     }
     if (ok && !over)
         for (int a = 0; a < PLAN_NARENAS; a++) b->size[a] = pk.ar[a].top;
+    if (ok && over) /* the dependencies it added go (latest first: an earlier one may have changed the same) */
+        for (int k = pk.nundo - 1; k >= 0; k--) b->ins[pk.undo[k].i].depq[pk.undo[k].q] = pk.undo[k].old;
     for (int a = 0; a < PLAN_NARENAS; a++) {
         free(pk.ar[a].live);
         free(pk.ar[a].dying);
         free(pk.ar[a].held);
         free(pk.ar[a].occ);
     }
+    free(pk.undo);
     return !ok ? PACK_OOM : over ? PACK_OVER : PACK_PLACED;
 }
 
 /* Delayed reuse when it fits, else tight packing; the address-reuse
- * dependencies of a packing that is dropped are dropped with it. */
+ * dependencies of a packing that is dropped are dropped with it (pack). */
 bool pl_allocate(PlanBuilder *b) {
-    size_t n = (size_t)b->nins + 1;
-    int32_t(*depq)[PLAN_NQUEUES] = malloc(sizeof *depq * n);
-    if (!depq) {
-        b->oom = true;
-        return false;
-    }
     int *order = malloc(sizeof(int) * (size_t)(b->nbufs + 1));
     int m = order ? first_use_order(b, order) : -1;
     if (m < 0) {
-        free(depq);
         free(order);
         b->oom = true;
         return false;
     }
-    for (int i = 0; i < b->nins; i++) memcpy(depq[i], b->ins[i].depq, sizeof depq[i]);
     PackResult r = pack(b, true, order, m);
-    if (r == PACK_OVER) {
-        for (int i = 0; i < b->nins; i++) memcpy(b->ins[i].depq, depq[i], sizeof depq[i]);
-        r = pack(b, false, order, m);
-    }
+    if (r == PACK_OVER) r = pack(b, false, order, m);
     bool ok = r == PACK_PLACED;
-    free(depq);
     free(order);
     if (!ok) b->oom = true;
     return ok;
