@@ -166,6 +166,12 @@ static bool take(Codec *c, void *d, size_t n) {
     return true;
 }
 
+/* Little-endian on the host: a value's bytes are its file bytes. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define HOST_LE 1
+#else
+#define HOST_LE 0
+#endif
 static void c_u64(Codec *c, uint64_t *v) {
     uint8_t b[8];
     if (c->reading) {
@@ -173,6 +179,8 @@ static void c_u64(Codec *c, uint64_t *v) {
         uint64_t x = 0;
         for (int i = 7; i >= 0; i--) x = x << 8 | b[i];
         *v = x;
+    } else if (HOST_LE) {
+        put(c, v, 8);
     } else {
         for (int i = 0; i < 8; i++) b[i] = (uint8_t)(*v >> (8 * i));
         put(c, b, 8);
@@ -184,6 +192,10 @@ static void c_u32(Codec *c, uint32_t *v) {
         uint8_t b[4];
         take(c, b, 4);
         *v = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+        return;
+    }
+    if (HOST_LE) {
+        put(c, v, 4);
         return;
     }
     uint8_t b[4] = {(uint8_t)x, (uint8_t)(x >> 8), (uint8_t)(x >> 16), (uint8_t)(x >> 24)};
