@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 
 /* The packing of one arena keeps what it asks about in order, so that a
  * placement touches only the few entries it changes: the live ranges
@@ -74,18 +75,19 @@ typedef struct ArenaPack {
     bool sealed;  /* the optimizer's buffers began: nothing below top is theirs (seal) */
 } ArenaPack;
 
-typedef struct Undo { /* a dependency the packing changed: ins[i].depq[q] was old */
-    int32_t i, old;
-    int q;
-} Undo;
+typedef struct Reuse { /* an address-reuse dependency: instruction i waits for j, on queue q */
+    int32_t i, j, q;
+} Reuse;
 
+/* The packing of some arenas: the GPU arena is packed beside the others
+ * (pack), each part in a thread of its own. Neither writes an instruction:
+ * the dependencies address reuse needs are listed and added once the
+ * packing is kept, so a packing that is dropped leaves none behind. */
 typedef struct Packer {
     ArenaPack ar[PLAN_NARENAS];
     bool delay; /* reserve freed ranges (reuse_delay); false: pack tightly */
-    /* with delay, every dependency it adds, to take back when the packing
-     * is dropped (pl_allocate) */
-    Undo *undo;
-    int nundo, cundo;
+    Reuse *deps;
+    int ndeps, cdeps;
 } Packer;
 
 static uint64_t align_up(uint64_t v, uint64_t al) { return (v + al - 1) / al * al; }
@@ -161,15 +163,13 @@ static bool retire(ArenaPack *ap, int a, int first, bool delay, int opt_begin) {
     return true;
 }
 
-/* Instruction i waits for j, on queue q, as pl_dep_on_queue; noted in the
- * undo log of a delayed packing. False: out of memory. */
-static bool reuse_dep(PlanBuilder *b, Packer *pk, int i, int j, int q) {
+/* Instruction i is to wait for j, on queue q (pl_dep_on_queue once the
+ * packing is kept); listed unless i waits for j or later already. False:
+ * out of memory. */
+static bool reuse_dep(const PlanBuilder *b, Packer *pk, int i, int j, int q) {
     if (j < 0 || j >= i || q == b->ins[i].s.queue || b->ins[i].depq[q] >= j) return true;
-    if (pk->delay) {
-        if (!pl_grow((void **)&pk->undo, &pk->cundo, pk->nundo + 1, sizeof(Undo))) return false;
-        pk->undo[pk->nundo++] = (Undo){i, b->ins[i].depq[q], q};
-    }
-    b->ins[i].depq[q] = j;
+    if (!pl_grow((void **)&pk->deps, &pk->cdeps, pk->ndeps + 1, sizeof(Reuse))) return false;
+    pk->deps[pk->ndeps++] = (Reuse){i, j, q};
     return true;
 }
 
@@ -340,37 +340,78 @@ static int first_over(const PlanBuilder *b, const uint64_t size[PLAN_NARENAS]) {
     return -1;
 }
 
-typedef enum PackResult { PACK_OOM, PACK_PLACED, PACK_OVER } PackResult;
+typedef enum PackResult { PACK_OOM, PACK_PLACED, PACK_OVER, PACK_STOPPED } PackResult;
+
+/* the part of the packing arena a is in: the GPU's, or the rest */
+static int part_of(int a) { return a == ARENA_GPU ? 0 : 1; }
+
+/* One part's m buffers of order placed, after the homes (pk holds their
+ * arenas' floors). With pk->delay it stops as soon as one of its arenas
+ * outgrows the target (PACK_OVER; the arenas only grow, so the packing
+ * could not fit), or the other part has (PACK_STOPPED, *stop). */
+static PackResult pack_part(PlanBuilder *b, Packer *pk, int part, const int *order, int m, atomic_bool *stop) {
+    for (int k = 0; k <= m; k++) {
+        if (k < m && !place_one(b, pk, order[k])) {
+            atomic_store(stop, true);
+            return PACK_OOM;
+        }
+        if (!pk->delay) continue;
+        if (atomic_load_explicit(stop, memory_order_relaxed)) return PACK_STOPPED;
+        uint64_t top[PLAN_NARENAS];
+        for (int a = 0; a < PLAN_NARENAS; a++) top[a] = part_of(a) == part ? pk->ar[a].top : 0;
+        if (first_over(b, top) >= 0) {
+            atomic_store(stop, true);
+            return PACK_OVER;
+        }
+    }
+    return PACK_PLACED;
+}
 
 /* Every buffer placed: the persistent homes, then the m buffers of order
- * (first_use_order), and the arenas' sizes set. With delay the packing
- * stops as soon as an arena outgrows the target (PACK_OVER, sizes unset):
- * the arenas only grow, so it could not fit, and pl_allocate packs tightly
- * instead. */
+ * (first_use_order), the GPU's beside the others' (pack_part); then the
+ * arenas' sizes set and the address-reuse dependencies added. With delay,
+ * PACK_OVER as soon as an arena outgrows the target (sizes unset, nothing
+ * added): pl_allocate packs tightly instead. */
 static PackResult pack(PlanBuilder *b, bool delay, const int *order, int m) {
-    Packer pk;
-    memset(&pk, 0, sizeof pk);
-    pk.delay = delay;
-    bool ok = place_persistent(b, &pk), over = false;
-    uint64_t top[PLAN_NARENAS];
-    for (int k = 0; ok && !over && k <= m; k++) {
-        if (k < m) ok = place_one(b, &pk, order[k]);
-        if (!delay) continue;
-        for (int a = 0; a < PLAN_NARENAS; a++) top[a] = pk.ar[a].top;
-        over = first_over(b, top) >= 0;
+    Packer pk[2];
+    memset(pk, 0, sizeof pk);
+    pk[0].delay = pk[1].delay = delay;
+    int *split = malloc(sizeof(int) * (size_t)(m + 1)), m0 = 0;
+    if (!split || !place_persistent(b, &pk[0])) {
+        free(split);
+        return PACK_OOM;
     }
-    if (ok && !over)
-        for (int a = 0; a < PLAN_NARENAS; a++) b->size[a] = pk.ar[a].top;
-    if (ok && over) /* the dependencies it added go (latest first: an earlier one may have changed the same) */
-        for (int k = pk.nundo - 1; k >= 0; k--) b->ins[pk.undo[k].i].depq[pk.undo[k].q] = pk.undo[k].old;
-    for (int a = 0; a < PLAN_NARENAS; a++) {
-        free(pk.ar[a].live);
-        free(pk.ar[a].dying);
-        free(pk.ar[a].held);
-        free(pk.ar[a].occ);
+    for (int a = 0; a < PLAN_NARENAS; a++) pk[1].ar[a] = pk[0].ar[a]; /* the floors above the homes (no structures yet) */
+    for (int k = 0; k < m; k++)
+        if (part_of(b->bufs[order[k]].b.arena) == 0) split[m0++] = order[k];
+    for (int k = 0, n = m0; k < m; k++)
+        if (part_of(b->bufs[order[k]].b.arena) == 1) split[n++] = order[k];
+    atomic_bool stop;
+    atomic_init(&stop, false);
+    PackResult r[2];
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(2) schedule(static, 1)
+#endif
+    for (int part = 0; part < 2; part++)
+        r[part] = part == 0 ? pack_part(b, &pk[0], 0, split, m0, &stop) : pack_part(b, &pk[1], 1, split + m0, m - m0, &stop);
+    PackResult res = r[0] == PACK_OOM || r[1] == PACK_OOM ? PACK_OOM
+                     : r[0] == PACK_OVER || r[1] == PACK_OVER ? PACK_OVER : PACK_PLACED;
+    if (res == PACK_PLACED) {
+        for (int a = 0; a < PLAN_NARENAS; a++) b->size[a] = pk[part_of(a)].ar[a].top;
+        for (int p = 0; p < 2; p++)
+            for (int k = 0; k < pk[p].ndeps; k++) pl_dep_on_queue(b, pk[p].deps[k].i, pk[p].deps[k].j, pk[p].deps[k].q);
     }
-    free(pk.undo);
-    return !ok ? PACK_OOM : over ? PACK_OVER : PACK_PLACED;
+    for (int p = 0; p < 2; p++) {
+        for (int a = 0; a < PLAN_NARENAS; a++) {
+            free(pk[p].ar[a].live);
+            free(pk[p].ar[a].dying);
+            free(pk[p].ar[a].held);
+            free(pk[p].ar[a].occ);
+        }
+        free(pk[p].deps);
+    }
+    free(split);
+    return res;
 }
 
 /* Delayed reuse when it fits, else tight packing; the address-reuse
