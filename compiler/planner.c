@@ -342,7 +342,15 @@ static Outcome search_prefetch(Search *S, Place cand, bool *cpu_short) {
     char why[256], s4[160];
     Outcome r;
     cand.reuse = true;
-    if (nk > 1 && (r = try_prefetch(S, &cand, ks[0], cpu_short, why, sizeof why)) != OUT_NOFIT) return r;
+    /* When the deepest does not fit, the least is tried next, and what it
+     * says supersedes why the deepest did not fit: that the deepest does
+     * not is all that matters (b->fits_only). */
+    if (nk > 1) {
+        S->b->fits_only = true;
+        r = try_prefetch(S, &cand, ks[0], cpu_short, why, sizeof why);
+        S->b->fits_only = false;
+        if (r != OUT_NOFIT) return r;
+    }
     int least = ks[nk > 1 ? 1 : 0];
     r = try_prefetch(S, &cand, least, cpu_short, why, sizeof why);
     if (r == OUT_NOFIT) { /* again without holding weights from recompute to backward */

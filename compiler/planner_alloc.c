@@ -348,15 +348,19 @@ static int part_of(int a) { return a == ARENA_GPU ? 0 : 1; }
 /* One part's m buffers of order placed, after the homes (pk holds their
  * arenas' floors). With pk->delay it stops as soon as one of its arenas
  * outgrows the target (PACK_OVER; the arenas only grow, so the packing
- * could not fit), or the other part has (PACK_STOPPED, *stop). */
+ * could not fit), or the other part has (PACK_STOPPED, *stop). Packing
+ * tightly for b->fits_only it stops likewise once the GPU arena outgrows
+ * the target: that arena is then the first that does not fit (pl_fits),
+ * whatever the others need. */
 static PackResult pack_part(PlanBuilder *b, Packer *pk, int part, const int *order, int m, atomic_bool *stop) {
+    bool watch = pk->delay || (b->fits_only && part == part_of(ARENA_GPU)), yield = pk->delay || b->fits_only;
     for (int k = 0; k <= m; k++) {
         if (k < m && !place_one(b, pk, order[k])) {
             atomic_store(stop, true);
             return PACK_OOM;
         }
-        if (!pk->delay) continue;
-        if (atomic_load_explicit(stop, memory_order_relaxed)) return PACK_STOPPED;
+        if (yield && atomic_load_explicit(stop, memory_order_relaxed)) return PACK_STOPPED;
+        if (!watch) continue;
         uint64_t top[PLAN_NARENAS];
         for (int a = 0; a < PLAN_NARENAS; a++) top[a] = part_of(a) == part ? pk->ar[a].top : 0;
         if (first_over(b, top) >= 0) {
@@ -396,6 +400,10 @@ static PackResult pack(PlanBuilder *b, bool delay, const int *order, int m) {
         r[part] = part == 0 ? pack_part(b, &pk[0], 0, split, m0, &stop) : pack_part(b, &pk[1], 1, split + m0, m - m0, &stop);
     PackResult res = r[0] == PACK_OOM || r[1] == PACK_OOM ? PACK_OOM
                      : r[0] == PACK_OVER || r[1] == PACK_OVER ? PACK_OVER : PACK_PLACED;
+    if (res == PACK_OVER && !delay) { /* b->fits_only: the GPU arena does not fit, by at least this much */
+        for (int a = 0; a < PLAN_NARENAS; a++) b->size[a] = pk[part_of(a)].ar[a].top;
+        b->size_partial = true;
+    }
     if (res == PACK_PLACED) {
         for (int a = 0; a < PLAN_NARENAS; a++) b->size[a] = pk[part_of(a)].ar[a].top;
         for (int p = 0; p < 2; p++)
@@ -426,7 +434,7 @@ bool pl_allocate(PlanBuilder *b) {
     }
     PackResult r = pack(b, true, order, m);
     if (r == PACK_OVER) r = pack(b, false, order, m);
-    bool ok = r == PACK_PLACED;
+    bool ok = r == PACK_PLACED || (r == PACK_OVER && b->size_partial);
     free(order);
     if (!ok) b->oom = true;
     return ok;
@@ -440,8 +448,8 @@ bool pl_fits(const PlanBuilder *b, char *why, size_t n) {
     bool cpu = a == ARENA_PINNED || a == ARENA_CPU;
     uint64_t cap = cpu ? b->cap[ARENA_CPU] : b->cap[a];
     uint64_t use = cpu ? b->size[ARENA_PINNED] + b->size[ARENA_CPU] : b->size[a];
-    snprintf(why, n, "%s needs %s per rank, has %s", cpu ? "CPU memory" : plan_arena_names[a], plan_bytes_str(use, u, sizeof u),
-             plan_bytes_str(cap, c, sizeof c));
+    snprintf(why, n, "%s needs %s%s per rank, has %s", cpu ? "CPU memory" : plan_arena_names[a], b->size_partial ? "more than " : "",
+             plan_bytes_str(use, u, sizeof u), plan_bytes_str(cap, c, sizeof c));
     return false;
 }
 

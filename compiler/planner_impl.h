@@ -126,6 +126,11 @@ typedef struct PlanBuilder {
     uint64_t cap[PLAN_NARENAS];
     uint64_t loss_ws;      /* the chunked loss's workspace kept out of cap[ARENA_GPU] (compiler/loss_chunk.h), 0: none */
     uint64_t size[PLAN_NARENAS];
+    /* Whether this build fitting matters and by how much it does not, not
+     * (the deepest look-ahead, tried first: search_prefetch): then its
+     * tight packing stops once the GPU arena outgrows the target, and
+     * size_partial says size[] holds what was placed until then. */
+    bool fits_only, size_partial;
     bool oom, internal;
     char why[256];
 } PlanBuilder;
