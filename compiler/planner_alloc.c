@@ -14,7 +14,9 @@
  * compute queue stays reserved while the next REUSE_DELAY buffers of its
  * arena are placed (for pinned staging, 1: double-buffering, two slices
  * in flight). When the delayed packing does not fit the target, the
- * arenas are packed tightly as before; either way the sizes are exact. */
+ * arenas are packed tightly as before; either way the sizes are exact,
+ * except for a build that only has to say whether it fits (fits_only):
+ * its tight packing stops once the GPU arena does not. */
 #include "planner_impl.h"
 #include <stdio.h>
 #include <stdlib.h>
