@@ -66,7 +66,7 @@ int plan_gemm_of_launch(const Plan *p, uint32_t li) {
 
 uint64_t plan_dtype_bytes(int dtype, int64_t n) { return (uint64_t)dtype_bytes((DType)dtype, n); }
 
-bool plan_dtype_known(int dtype) { return plan_dtype_size(dtype) > 0 || dtype_is_quant(dtype); }
+bool plan_dtype_known(int dtype) { return plan_dtype_size(dtype) > 0 || dtype_is_blocked(dtype); }
 
 int plan_dtype_size(int dtype) {
     switch (dtype) { /* DType of lang/ast.h: NONE, F32, BF16, F16, I32 */

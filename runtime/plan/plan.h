@@ -386,7 +386,8 @@ void plan_free(Plan *p);
 /* Bytes per element of a DType code (0 if unknown, and for the quantized
  * dtypes, which have bytes per block: plan_dtype_bytes). */
 int plan_dtype_size(int dtype);
-/* Bytes of n elements of a DType code (whole blocks for DT_NF4, DT_INT8). */
+/* Bytes of n elements of a DType code (whole blocks for DT_NF4, DT_INT8,
+ * DT_DYN8, DT_UDYN8). */
 uint64_t plan_dtype_bytes(int dtype, int64_t n);
 /* A DType code a tensor may have. */
 bool plan_dtype_known(int dtype);
