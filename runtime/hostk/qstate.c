@@ -1,6 +1,7 @@
 /* qstate: 8-bit blocks of bitsandbytes' dynamic maps (qstate.h). */
 #include "qstate.h"
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 /* functional.create_dynamic_map(signed=True), as bitsandbytes builds it
@@ -151,25 +152,30 @@ void qstate_decode_block(bool is_unsigned, const uint8_t *blk, int n, float *y) 
     for (int i = 0; i < n; i++) y[i] = map[blk[i]] * absmax;
 }
 
+/* The midpoints between adjacent values of each map, worked out once. */
+static float bounds[2][255];
+static pthread_once_t bounds_once = PTHREAD_ONCE_INIT;
+
+static void make_bounds(void) {
+    for (int u = 0; u < 2; u++) {
+        const float *map = u ? qstate_map_unsigned : qstate_map_signed;
+        for (int i = 0; i < 255; i++) bounds[u][i] = (float)(((double)map[i] + (double)map[i + 1]) / 2.0);
+    }
+}
+
 void qstate_encode_block(bool is_unsigned, const float *x, int n, uint8_t *blk) {
-    const float *map = is_unsigned ? qstate_map_unsigned : qstate_map_signed;
-    float bound[255];
-    for (int i = 0; i < 255; i++) bound[i] = (float)(((double)map[i] + (double)map[i + 1]) / 2.0);
+    pthread_once(&bounds_once, make_bounds);
+    const float *bound = bounds[is_unsigned];
     float absmax = 0.0f;
     for (int i = 0; i < n; i++) absmax = fmaxf(absmax, fabsf(x[i]));
     uint8_t zero = qstate_zero_code(is_unsigned);
+    if (absmax == 0.0f) n = 0; /* a block of zeros: every code that of 0 */
     for (int i = 0; i < n; i++) {
-        if (absmax == 0.0f) {
-            blk[i] = zero;
-            continue;
-        }
         float v = x[i] / absmax;
-        int lo = 0, hi = 255; /* the code: how many bounds lie strictly below v */
-        while (lo < hi) {
-            int mid = (lo + hi) / 2;
-            if (v > bound[mid]) lo = mid + 1;
-            else hi = mid;
-        }
+        /* the code: how many bounds lie strictly below v, found in 8
+         * halvings of [0, 256) without branches */
+        int lo = 0;
+        for (int step = 128; step > 0; step >>= 1) lo += (lo + step - 1 < 255 && v > bound[lo + step - 1]) ? step : 0;
         blk[i] = (uint8_t)lo;
     }
     memset(blk + n, zero, (size_t)(QSTATE_BLOCK - n));
