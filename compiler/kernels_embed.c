@@ -39,8 +39,9 @@ static bool shard_counts(const Graph *g, const CudaKernel *k, PlanLaunchArg *arg
     const GOp *o = &g->ops[k->op];
     int at = -1, tensor = -1;
     if (o->kind == OP_ADAM) {
-        if (strcmp(k->entry, "zk_adam")) {
-            diag_error(d, o->span, "kernels: the adam op launches %s, expected zk_adam (cuda_gen changed?)", k->entry);
+        if (strcmp(k->entry, "zk_adam") && strcmp(k->entry, "zk_adam_bf16s") && strcmp(k->entry, "zk_adam_q8")) {
+            diag_error(d, o->span, "kernels: the adam op launches %s, expected zk_adam, zk_adam_bf16s or zk_adam_q8 (cuda_gen changed?)",
+                       k->entry);
             return false;
         }
         at = 6;
