@@ -14,7 +14,9 @@
 # - a checkpoint at step 3 resumes to step 6 bit for bit (2 ranks), and
 #   resharded onto 1 and 4 ranks and onto a plan with the MLP weights in 2
 #   tiles equals the straight run within reshard.sh's 1e-5 relative;
-# - a checkpoint of 8-bit moments does not resume into a plan of f32 ones.
+# - a checkpoint of 8-bit moments does not resume into a plan of f32 ones;
+# - the CUDA backend on the fake driver, the GPU Adam's bf16 and 8-bit
+#   kernels on the emulator, equals the host backend (relative 2e-4).
 #   sh tests/e2e/optim_state.sh [BUILD]
 B=${1:-build}
 . tests/e2e/lib.sh
@@ -23,6 +25,7 @@ e2e_need_py numpy torch
 [ -x "$B/tools/adam_state" ] || e2e_skip "$B/tools/adam_state is not built"
 e2e_workdir optim_state
 e2e_mpi
+ROOT=$(pwd)
 PY="$ZINF_PY tests/e2e/optim_state.py"
 
 # ---- one step against the numpy reference ----
@@ -126,5 +129,45 @@ rc=$?
 if [ $rc -eq 1 ] && grep -q "tensor 'm.wte' is momentum \[256, 64\] dyn8 in the checkpoint, momentum \[256, 64\] f32 in this plan" "$W/out"; then
   ok "a checkpoint of 8-bit moments is refused by a plan of f32 ones, naming the moment"
 else bad "8-bit into f32 moments: exit $rc"; sed 's/^/    | /' "$W/out"; fi
+
+# the CUDA backend on the fake driver (the GPU Adam's kernels on the emulator) against the host backend, 6 steps
+if . tests/fakecuda/env.sh; then
+  for st in bf16 8bit; do
+    name=gpu-$st
+    sed -e "s/weight_decay = 0.1)/weight_decay = 0.1, state = \"$st\")/" tests/e2e/models/gpt-micro.zl > "$W/m-$st.zl"
+    cat > "$W/$name.zl" <<ZL
+import "$W/m-$st"
+target fake { nodes = 1; gpus_per_node = 1
+  gpu { memory = 1 GiB; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "sm_90"; sms = 8 }
+  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2 }
+  nvme { paths = ["$W"]; read = 1 GB/s; write = 1 GB/s; capacity = 4 GiB }
+  net { bandwidth = 10 GB/s; latency_us = 5 } }
+plan { params = "gpu"; optimizer = "gpu"; grads = "gpu"; whole_below = 1000 }
+ZL
+    mkdir -p "$W/src-$name"
+    if ! "$B/bin/zinfc" "$W/$name.zl" -I tests/e2e/models --kernels=sm_90 --kernel-src="$W/src-$name" -o "$W/$name.plan" > "$W/out" 2>&1 ||
+       ! "$FAKE/fakecuda_prep" "$W/$name.plan" "$W/src-$name" sm_90 "$UNITS" >> "$W/out" 2>&1; then
+      bad "$name: zinfc or fakecuda_prep"; sed 's/^/    | /' "$W/out"; continue
+    fi
+    grep -q "zk_adam_$([ $st = bf16 ] && echo bf16s || echo q8)" "$W/src-$name"/* || bad "$name: the plan does not launch the $st Adam kernel"
+    run 1 "$W/$name.plan" --backend host --steps 6 --losses "$W/$name.host" --quiet || bad "$name: host backend"
+    if ! LD_LIBRARY_PATH="$ROOT/$FAKE:${LD_LIBRARY_PATH:-}" FAKECUDA_UNITS="$UNITS" timeout 300 "$B/bin/zinfrun" "$W/$name.plan" \
+         --data "$W/train.bin" --backend cuda --steps 6 --losses "$W/$name.cuda" --quiet < /dev/null > "$W/out" 2>&1; then
+      bad "$name: cuda backend on the fake driver"; sed 's/^/    | /' "$W/out"; continue
+    fi
+    if "$ZINF_PY" - "$W/$name.host" "$W/$name.cuda" <<'PY'
+import sys
+ref = [l.split() for l in open(sys.argv[1])]
+got = [l.split() for l in open(sys.argv[2])]
+ok = len(ref) == len(got) == 6 and all(abs(float(a[i]) - float(b[i])) <= 2e-4 * abs(float(a[i])) for a, b in zip(ref, got) for i in (3, 5))
+print("    host/cuda: " + " ".join("%s/%s" % (a[3], b[3]) for a, b in zip(ref, got)))
+sys.exit(0 if ok else 1)
+PY
+    then ok "$st moments on the CUDA backend (fake driver) equal the host backend's (relative 2e-4, as cuda_fake.sh)"
+    else bad "$name: cuda losses differ from the host's"; fi
+  done
+else
+  bad "the fake CUDA driver did not build"
+fi
 [ -z "$(ls "$W/nvme")" ] || bad "swap files left: $(ls "$W/nvme")"
 e2e_end
