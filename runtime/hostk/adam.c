@@ -158,7 +158,6 @@ const char *adam_status_str(AdamStatus s) {
     return "adam: unknown status";
 }
 
-/* _Static_assert: a thread's unit is whole blocks of 8-bit moments */
 _Static_assert(ADAM_BLOCK % QSTATE_BLOCK == 0, "Adam's thread units hold whole 8-bit blocks");
 
 typedef struct AdamJob {

@@ -10,7 +10,8 @@
 #   decades, a zero block;
 # - 200 steps of gpt-micro on the host: the mean loss of the last 20 steps
 #   within 2% of the fp32 moments' run;
-# - --explain counts the moments' bytes; a plan's shards hold them;
+# - --explain counts the moments' bytes; tiles that are not whole blocks
+#   of 8-bit moments are refused;
 # - a checkpoint at step 3 resumes to step 6 bit for bit (2 ranks), and
 #   resharded onto 1 and 4 ranks and onto a plan with the MLP weights in 2
 #   tiles equals the straight run within reshard.sh's 1e-5 relative;
@@ -69,6 +70,13 @@ if grep -q "^momentum (dyn8) .* 1.0[0-9][0-9] .*" "$W/s1-8bit.explain" && grep -
    grep -q "^momentum (bf16) *2 " "$W/s1-bf16.explain" && grep -q "^momentum (f32) *4 " "$W/s1-fp32.explain"; then
   ok "--explain counts the moments as stored: $(grep '^momentum' "$W/s1-8bit.explain" | tr -s ' ' | cut -d' ' -f1-5)"
 else bad "--explain's momentum rows"; grep -E "^(momentum|variance)" "$W"/s1-*.explain | sed 's/^/    | /'; fi
+
+# tiles of 8-bit moments are whole blocks: 16 tiles of the [64, 256] MLP weights (1024 elements) are refused
+sed -e 's/^plan { whole_below = 1000 }/plan { whole_below = 1000; tiles "*.mlp.w*" = 16 }/' "$W/s1-8bit.zl" > "$W/t16.zl"
+if ! "$B/bin/zinfc" "$W/t16.zl" -I tests/e2e/models --target "$W/ts1-8bit.zl" -o "$W/t16.plan" > "$W/out" 2>&1 &&
+   grep -q "error: cannot cut 'block.0.mlp.w1' into 16 tiles: its 8-bit Adam moments need tiles of whole blocks of 2048 elements, and a tile has 1024" "$W/out"; then
+  ok "tiles that are not whole blocks of 8-bit moments are refused, naming the weight"
+else bad "16 tiles of 8-bit moments"; sed 's/^/    | /' "$W/out"; fi
 
 mkdir -p "$W/nvme"
 run() { np=$1; shift; timeout 120 mpirun -np "$np" --oversubscribe "$B/bin/zinfrun" "$@" --data "$W/train.bin" --nvme "$W/nvme" < /dev/null > "$W/out" 2>&1; }
