@@ -29,7 +29,8 @@ const char *const plan_tier_names[PLAN_NTIERS] = {"gpu", "cpu", "nvme"};
 const char *const plan_family_names[PLAN_NFAMILIES] = {"gemm", "attention", "norm", "elementwise", "activation"};
 const char *const plan_arena_names[PLAN_NARENAS] = {"gpu", "pinned", "cpu", "nvme"};
 const char *const plan_gemm_path_names[PLAN_NGEMM_PATHS] = {"cublaslt", "nvrtc"};
-const char *const plan_gemm_why_names[PLAN_NGEMM_WHYS] = {"", "sums products over batches"};
+const char *const plan_gemm_why_names[PLAN_NGEMM_WHYS] = {"", "sums products over batches",
+                                                           "reads its weight dequantized in the workspace"};
 
 Plan *plan_new(void) {
     Plan *p = calloc(1, sizeof *p);

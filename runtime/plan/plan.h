@@ -296,6 +296,8 @@ typedef enum PlanGemmWhy {
     PLAN_GEMM_WHY_NONE,      /* cuBLASLt can run it */
     PLAN_GEMM_WHY_BATCH_SUM, /* sums products over batches (rbatch > 1: transpose_a's weight gradient):
                               * the reduction index is not one strided dimension, no matrix layout holds it */
+    PLAN_GEMM_WHY_DEQUANT,   /* B is the weight b (stored quantized: nf4, int8) dequantized into the op's
+                              * workspace by the launch before, at the launch's argument 2 (PARG_WS) */
     PLAN_NGEMM_WHYS
 } PlanGemmWhy;
 extern const char *const plan_gemm_path_names[PLAN_NGEMM_PATHS];
