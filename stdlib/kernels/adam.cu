@@ -204,7 +204,7 @@ __device__ const float zk_qmap_unsigned[256] = {
 /* The code of x / absmax: how many midpoints of the map lie strictly below. */
 __device__ __forceinline__ unsigned char zk_q8_code(const float *bound, float v) {
     int lo = 0;
-    for (int step = 128; step > 0; step >>= 1) lo += (lo + step - 1 < 255 && v > bound[lo + step - 1]) ? step : 0;
+    for (int step = 128; step > 0; step >>= 1) lo += (int)(v > bound[lo + step - 1]) * step; /* lo + step - 1 <= 254 */
     return (unsigned char)lo;
 }
 
