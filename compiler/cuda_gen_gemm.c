@@ -14,6 +14,7 @@ enum {
 
 typedef struct Gemm {
     int C, A, B, bias;           /* tensor ids (bias -1) */
+    int64_t wsB;                 /* B read from the op's workspace at this byte offset (a dequantized weight); -1: from B */
     int64_t offC, offA, offB;    /* elements past each operand's start (a tile's columns) */
     bool ta, tb;
     int64_t M, N, K, lda, ldb, ldc;
@@ -24,7 +25,7 @@ typedef struct Gemm {
 
 static void k_gemm(GenCtx *c, const Gemm *p, const char *role) {
     DType dt = T_(c, p->C)->dtype;
-    int ts[3] = {p->A, p->B, p->bias};
+    int ts[3] = {p->A, p->wsB >= 0 ? -1 : p->B, p->bias};
     if (!cg_same_dtype(c, dt, ts, 3)) return;
     if (p->batch > 65535) {
         cg_fail(c, "%" PRId64 " batched products exceed the grid limit (65535)", p->batch);
@@ -70,7 +71,8 @@ static void k_gemm(GenCtx *c, const Gemm *p, const char *role) {
     int64_t es = dt == DT_F32 ? 4 : 2;
     arg_t_off(k, p->C, p->offC * es);
     arg_t_off(k, p->A, p->offA * es);
-    arg_t_off(k, p->B, p->offB * es);
+    if (p->wsB >= 0) arg_ws(k, p->wsB + p->offB * es);
+    else arg_t_off(k, p->B, p->offB * es);
     arg_t(k, p->bias);
     arg_i(k, p->M);
     arg_i(k, p->N);
@@ -97,6 +99,31 @@ static void k_gemm(GenCtx *c, const Gemm *p, const char *role) {
                     .sB = p->sB, .sC = p->sC, .rbatch = p->rbatch, .rsA = p->rsA, .rsB = p->rsB};
     int64_t want = c->cg->opt.gemm_ws_bytes ? c->cg->opt.gemm_ws_bytes : CUDA_GEMM_WS_DEFAULT;
     if (g->lt && want > 0) g->ws_bytes = want;
+    if (p->wsB >= 0) { /* B is the weight dequantized into the op's workspace: the launch runs it */
+        g->lt = false;
+        g->why = CUDA_GEMM_WHY_DEQUANT;
+        g->ws_bytes = 0;
+    }
+}
+
+/* A weight stored quantized (nf4, int8: a frozen one, train { quantize })
+ * decoded whole into the op's workspace in the compute dtype dt, as the
+ * host kernels decode it (stdlib/kernels/dequant.cu): the workspace
+ * offset, or -1 (reported) when it cannot be. */
+static int64_t dequant_weight(GenCtx *c, int w, DType dt) {
+    const GTensor *W = T_(c, w);
+    if (c->ntiles > 0) {
+        cg_fail(c, "'%s' is stored quantized and cut into tiles, which the CUDA kernels do not read", W->name ? W->name : "?");
+        return -1;
+    }
+    int64_t es = dt == DT_F32 ? 4 : 2, off = cg_ws_alloc(c, W->numel * es);
+    CudaKernel *k = cg_kdt(c, "dequant", dt, W->dtype == DT_NF4 ? "zk_dequant_nf4" : "zk_dequant_int8",
+                           arena_printf(c->cg->arena, "w (%s) dequantized into the workspace", dtype_name(W->dtype)));
+    elementwise_grid(k, W->numel);
+    arg_ws(k, off);
+    arg_t(k, w);
+    arg_i(k, W->numel);
+    return off;
 }
 
 /* The product C = op(A) op(B) + beta C, its arguments in BLAS's order
@@ -122,6 +149,7 @@ static Gemm gemm_of(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int A, in
     p.batch = 1;
     p.rbatch = 1;
     p.beta = beta;
+    p.wsB = -1;
     return p;
 }
 
@@ -130,6 +158,7 @@ static Gemm gemm_of(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int A, in
 typedef struct XW {
     int x, w, bias, y;
     int dy, dx, dw, db;
+    int64_t w_ws;               /* w dequantized into the workspace at this offset; -1: w itself */
 } XW;
 
 /* A whole op's launch comments: y, dx, dw, db (a tile's name its columns). */
@@ -151,6 +180,7 @@ static void gemm_w_rows(GenCtx *c, bool bwd, const XW *t, const WRoles *r, int64
     bool first = c->tile == 0, tiled = c->ntiles > 0;
     if (!bwd) {
         Gemm p = gemm_of(false, false, M, N, rows, t->x, K, t->w, N, first ? 0 : 1, t->y, N);
+        p.wsB = t->w_ws;
         p.offA = r0;
         p.bias = first ? t->bias : -1;
         k_gemm(c, &p,
@@ -161,6 +191,7 @@ static void gemm_w_rows(GenCtx *c, bool bwd, const XW *t, const WRoles *r, int64
     }
     if (t->dx >= 0) {
         Gemm p = gemm_of(false, true, M, rows, N, t->dy, N, t->w, N, 1, t->dx, K);
+        p.wsB = t->w_ws;
         p.offC = r0;
         k_gemm(c, &p, tiled ? arena_printf(a, "dx[:, %" PRId64 ":%" PRId64 "] += dy*w_t^T", r0, r1) : r->dx);
     }
@@ -188,13 +219,20 @@ void cg_gen_linear(GenCtx *c, bool bwd) {
         cg_fail(c, "linear: x's last dim %" PRId64 " != weight's rows %" PRId64, last_dim(X), I);
         return;
     }
-    XW t = {.x = x, .w = w, .bias = b, .y = -1, .dy = -1, .dx = -1, .dw = -1, .db = -1};
+    XW t = {.x = x, .w = w, .bias = b, .y = -1, .dy = -1, .dx = -1, .dw = -1, .db = -1, .w_ws = -1};
     if (!bwd) t.y = o->out[0];
     else {
         t.dy = o->in[nfin + 1];
         t.dx = o->out[0];
         t.dw = o->nout > 1 ? o->out[1] : -1;
         t.db = o->nout > 2 ? o->out[2] : -1;
+    }
+    if (dtype_is_quant(W->dtype)) {
+        if (t.dw >= 0) {
+            cg_fail(c, "'%s' is stored quantized but has a gradient", W->name ? W->name : "?");
+            return;
+        }
+        if ((!bwd || t.dx >= 0) && (t.w_ws = dequant_weight(c, w, X->dtype)) < 0) return; /* (read by y and dx only) */
     }
     WRoles r = {b >= 0 ? "y = x*w + b" : "y = x*w", "dx += dy*w^T", "dw += x^T*dy", "db += sum_rows dy"};
     gemm_w_rows(c, bwd, &t, &r, X->numel / I, I, O, rows, r0);
@@ -302,8 +340,13 @@ void cg_gen_matmul(GenCtx *c, bool bwd) {
         cg_fail(c, "matmul: inner dims differ (%" PRId64 " and %" PRId64 ")", K, Kb);
         return;
     }
+    if (dtype_is_quant(Bt->dtype)) {
+        cg_fail(c, "'%s' is stored quantized (%s), which the CUDA kernels read as the weight of a linear only", Bt->name ? Bt->name : "?",
+                dtype_name(Bt->dtype));
+        return;
+    }
     XW t = {.x = a, .w = b, .bias = -1, .y = bwd ? -1 : o->out[0], .dy = bwd ? o->in[o->nfin + 1] : -1,
-            .dx = bwd ? o->out[0] : -1, .dw = bwd && o->nout > 1 ? o->out[1] : -1, .db = -1};
+            .dx = bwd ? o->out[0] : -1, .dw = bwd && o->nout > 1 ? o->out[1] : -1, .db = -1, .w_ws = -1};
     if (ta) gemm_ta(c, bwd, &t, tb, M, K, N, batch);
     else if (tb) gemm_bt_rows(c, bwd, &t, M, K, N, rows, r0);
     else {

@@ -67,6 +67,15 @@ typedef struct GOp {
     Span span;          /* the .zl expression it lowers */
 } GOp;
 
+/* How Adam stores its moments (train { optimizer = adam(state = ...) },
+ * docs/training.md): f32; bf16 (rounded to nearest even); 8-bit blocks of
+ * bitsandbytes' dynamic maps (DT_DYN8 momentum, DT_UDYN8 variance), for
+ * parameters of at least OPT_STATE_8BIT_MIN elements, as bitsandbytes
+ * keeps smaller ones in f32. */
+typedef enum OptState { OPT_STATE_FP32, OPT_STATE_BF16, OPT_STATE_8BIT, OPT_NSTATES } OptState;
+enum { OPT_STATE_8BIT_MIN = 4096 };
+extern const char *const opt_state_names[OPT_NSTATES]; /* "fp32", "bf16", "8bit" */
+
 typedef struct TrainConfig {
     int64_t micro_batch;     /* B */
     int64_t steps;
@@ -74,6 +83,7 @@ typedef struct TrainConfig {
     uint64_t seed;
     /* AdamW */
     double lr, beta1, beta2, eps, weight_decay;
+    uint8_t opt_state;       /* OptState of the moments */
     int64_t warmup_steps;    /* linear warmup from 0 */
     double min_lr;           /* the schedule's end: from lr to min_lr over steps (LrSchedule) */
     uint8_t schedule;        /* LrSchedule */
@@ -119,6 +129,10 @@ typedef struct Graph {
     TrainConfig train;
     GraphHf hf;              /* empty unless the model's file has an hf block */
 } Graph;
+
+/* The dtype of Adam's momentum (variance: its variance) for a parameter of
+ * numel elements under t's opt_state. */
+DType graph_moment_dtype(const TrainConfig *t, int64_t numel, bool variance);
 
 void graph_init(Graph *g, Arena *a);
 /* Adds a tensor and returns its id (-1 on out of memory). */

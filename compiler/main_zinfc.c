@@ -505,21 +505,6 @@ static bool plan_with_loss(Graph *g, const Target *t, const PlannerOptions *po, 
     return planner_run(g, t, po, a, d, r);
 }
 
-/* Weights stored quantized (train { quantize }) are dequantized by the host
- * kernels; the CUDA kernels do not read them yet: false (reported) when a
- * plan with CUDA code would have one. --kernels=none still plans (and
- * predicts) it. */
-static bool quantized_kernels(const Graph *g, DiagSink *d) {
-    for (int i = 0; i < g->ntensors; i++)
-        if (g->tensors[i].cls == TC_PARAM && dtype_is_quant(g->tensors[i].dtype)) {
-            diag_error(d, g->tensors[i].span, "'%s' is stored quantized (%s), which the CUDA kernels do not read yet",
-                       g->tensors[i].name, dtype_name(g->tensors[i].dtype));
-            diag_hint(d, "plan for a target with backend = \"host\", or with --kernels=none for the plan's figures only");
-            return false;
-        }
-    return true;
-}
-
 /* The independent check of a plan (verify_plan), run in a thread of its
  * own while the plan is encoded: both only read the plan. */
 typedef struct VerifyJob {
@@ -591,10 +576,6 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
     if (o->explain) plandump_moe(r.plan, stdout);
     int rc = 0;
     char err[512], gb[32];
-    if (o->output && strcmp(archs, "none") && !quantized_kernels(g, d)) {
-        plan_free(r.plan);
-        return 1;
-    }
     if (o->output && strcmp(archs, "none")) {
         EmbedStats es;
         /* --kernel-src names a directory to fill: make it (one level), as -o makes its file */

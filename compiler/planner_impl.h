@@ -152,11 +152,12 @@ static inline int pl_dsz(const PlanBuilder *b, int t) {
 static inline const char *pl_tname(const PlanBuilder *b, int t) { return b->g->tensors[t].name ? b->g->tensors[t].name : "?"; }
 
 /* bytes of n elements of tensor t: whole blocks when it is stored
- * quantized (a parameter's tiles and shards are whole blocks: sema and
- * pl_partition see to it) */
+ * quantized or is an 8-bit moment (a parameter's tiles and shards are
+ * whole blocks: sema and pl_partition see to it; an untiled tensor's last
+ * 8-bit block may be short, and takes a whole block's bytes) */
 static inline uint64_t pl_ebytes(const PlanBuilder *b, int t, int64_t n) {
     int dt = b->g->tensors[t].dtype;
-    return dtype_is_quant(dt) ? plan_dtype_bytes(dt, n) : (uint64_t)n * (uint64_t)pl_dsz(b, t);
+    return dtype_is_blocked(dt) ? plan_dtype_bytes(dt, n) : (uint64_t)n * (uint64_t)pl_dsz(b, t);
 }
 
 /* per-rank bytes of a state tensor's home */

@@ -29,7 +29,8 @@ const char *const plan_tier_names[PLAN_NTIERS] = {"gpu", "cpu", "nvme"};
 const char *const plan_family_names[PLAN_NFAMILIES] = {"gemm", "attention", "norm", "elementwise", "activation"};
 const char *const plan_arena_names[PLAN_NARENAS] = {"gpu", "pinned", "cpu", "nvme"};
 const char *const plan_gemm_path_names[PLAN_NGEMM_PATHS] = {"cublaslt", "nvrtc"};
-const char *const plan_gemm_why_names[PLAN_NGEMM_WHYS] = {"", "sums products over batches"};
+const char *const plan_gemm_why_names[PLAN_NGEMM_WHYS] = {"", "sums products over batches",
+                                                           "reads its weight dequantized in the workspace"};
 
 Plan *plan_new(void) {
     Plan *p = calloc(1, sizeof *p);
@@ -66,7 +67,7 @@ int plan_gemm_of_launch(const Plan *p, uint32_t li) {
 
 uint64_t plan_dtype_bytes(int dtype, int64_t n) { return (uint64_t)dtype_bytes((DType)dtype, n); }
 
-bool plan_dtype_known(int dtype) { return plan_dtype_size(dtype) > 0 || dtype_is_quant(dtype); }
+bool plan_dtype_known(int dtype) { return plan_dtype_size(dtype) > 0 || dtype_is_blocked(dtype); }
 
 int plan_dtype_size(int dtype) {
     switch (dtype) { /* DType of lang/ast.h: NONE, F32, BF16, F16, I32 */

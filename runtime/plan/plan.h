@@ -296,6 +296,8 @@ typedef enum PlanGemmWhy {
     PLAN_GEMM_WHY_NONE,      /* cuBLASLt can run it */
     PLAN_GEMM_WHY_BATCH_SUM, /* sums products over batches (rbatch > 1: transpose_a's weight gradient):
                               * the reduction index is not one strided dimension, no matrix layout holds it */
+    PLAN_GEMM_WHY_DEQUANT,   /* B is the weight b (stored quantized: nf4, int8) dequantized into the op's
+                              * workspace by the launch before, at the launch's argument 2 (PARG_WS) */
     PLAN_NGEMM_WHYS
 } PlanGemmWhy;
 extern const char *const plan_gemm_path_names[PLAN_NGEMM_PATHS];
@@ -386,7 +388,8 @@ void plan_free(Plan *p);
 /* Bytes per element of a DType code (0 if unknown, and for the quantized
  * dtypes, which have bytes per block: plan_dtype_bytes). */
 int plan_dtype_size(int dtype);
-/* Bytes of n elements of a DType code (whole blocks for DT_NF4, DT_INT8). */
+/* Bytes of n elements of a DType code (whole blocks for DT_NF4, DT_INT8,
+ * DT_DYN8, DT_UDYN8). */
 uint64_t plan_dtype_bytes(int dtype, int64_t n);
 /* A DType code a tensor may have. */
 bool plan_dtype_known(int dtype);

@@ -343,8 +343,15 @@ static void check_shards(V *v) {
         if (!covers)
             vf_problem(v, "shard of '%s': %d ranks x %" PRId64 " elements do not cover a tile of %" PRId64, t->name, p->ranks,
                     s->tile_shard, s->tile_elems);
+        /* 8-bit moments: blocks start at multiples of 2048 elements of the
+         * tensor, so a tile and a rank's slice hold whole blocks (the last,
+         * of an untiled tensor, may be short) */
+        if (dtype_is_qstate(t->dtype) && ((s->ntiles > 1 && s->tile_elems % DTYPE_QSTATE_BLOCK) ||
+                                          (s->partitioned && s->tile_shard % DTYPE_QSTATE_BLOCK)))
+            vf_problem(v, "shard of '%s' (%s): its tiles or slices are not whole blocks of %d elements", t->name,
+                    dtype_name((DType)t->dtype), DTYPE_QSTATE_BLOCK);
         if (__builtin_mul_overflow((int64_t)s->ntiles, s->tile_shard, &shard_elems) ||
-            (dtype_is_quant(t->dtype) ? (shard_bytes = (int64_t)s->ntiles * (int64_t)plan_dtype_bytes(t->dtype, s->tile_shard), 0)
+            (dtype_is_blocked(t->dtype) ? (shard_bytes = (int64_t)s->ntiles * (int64_t)plan_dtype_bytes(t->dtype, s->tile_shard), 0)
                                       : __builtin_mul_overflow(shard_elems, (int64_t)ds, &shard_bytes)) ||
             (uint64_t)shard_bytes != s->bytes)
             vf_problem(v, "shard of '%s': %" PRIu64 " bytes does not match its tiles", t->name, s->bytes);

@@ -146,16 +146,19 @@ static void check_gemm(V *v, uint32_t gi) {
     bool ta = g->flags & PLAN_GEMM_TA, tb = g->flags & PLAN_GEMM_TB;
     int64_t ints[12] = {g->m, g->n, g->k, g->lda, g->ldb, g->ldc, g->stride_a, g->stride_b, g->stride_c, g->rbatch,
                         g->rstride_a, g->rstride_b};
+    /* B dequantized into the op's workspace: argument 2 is the workspace, b the quantized weight it comes from */
+    bool bws = g->why == PLAN_GEMM_WHY_DEQUANT;
     bool same = a[0].kind == PARG_TENSOR && a[0].tensor == g->c && a[0].i == g->off_c && a[1].kind == PARG_TENSOR &&
-                a[1].tensor == g->a && a[1].i == g->off_a && a[2].kind == PARG_TENSOR && a[2].tensor == g->b &&
-                a[2].i == g->off_b &&
+                a[1].tensor == g->a && a[1].i == g->off_a &&
+                (bws ? a[2].kind == PARG_WS && dtype_is_quant(p->tensors[g->b].dtype)
+                     : a[2].kind == PARG_TENSOR && a[2].tensor == g->b && a[2].i == g->off_b) &&
                 (g->bias < 0 ? a[3].kind == PARG_NULL : a[3].kind == PARG_TENSOR && a[3].tensor == g->bias && a[3].i == 0) &&
                 a[16].kind == PARG_F32 && a[16].f == 1.0f && a[17].kind == PARG_F32 &&
                 a[17].f == ((g->flags & PLAN_GEMM_ACCUM) ? 1.0f : 0.0f) && (int64_t)l->grid[2] == g->batch;
     for (int k = 0; k < 12 && same; k++) same = a[4 + k].kind == PARG_I64 && a[4 + k].i == ints[k];
     if (!same) vf_problem(v, "gemm %u: its launch %u's arguments are not the descriptor's (tensors, sizes, strides, beta, batches)", gi, li);
     int es = plan_dtype_size(g->dtype);
-    int32_t ts[4] = {g->c, g->a, g->b, g->bias};
+    int32_t ts[4] = {g->c, g->a, bws ? -1 : g->b, g->bias};
     int64_t offs[3] = {g->off_c, g->off_a, g->off_b};
     for (int k = 0; k < 4; k++)
         if (ts[k] >= 0 && p->tensors[ts[k]].dtype != g->dtype)
@@ -170,6 +173,14 @@ static void check_gemm(V *v, uint32_t gi) {
     static const char *const what[3] = {"C", "A", "B"};
     for (int k = 0; k < 3; k++) {
         int64_t end;
+        if (ts[k] < 0) { /* B in the op's workspace, from its argument's offset */
+            int64_t ws = l->op >= 0 && l->op < (int64_t)p->nops && p->op_code ? p->op_code[l->op].ws_bytes : 0;
+            if (!gemm_extent(offs[k] / es, dims[k][0], dims[k][1], dims[k][2], g->batch, sb[k], g->rbatch, sr[k], &end) ||
+                end > (ws - a[2].i) / es)
+                vf_problem(v, "gemm %u: B, dequantized, does not fit its op's %" PRId64 "-byte workspace from byte %" PRId64, gi, ws,
+                        a[2].i);
+            continue;
+        }
         const PlanTensor *t = &p->tensors[ts[k]];
         if (!gemm_extent(offs[k] / es, dims[k][0], dims[k][1], dims[k][2], g->batch, sb[k], k ? g->rbatch : 1, sr[k], &end))
             vf_problem(v, "gemm %u: %s (%s) has leading dim %" PRId64 " for %" PRId64 " columns, or its extent overflows", gi,

@@ -176,6 +176,15 @@ START_TEST(shards) {
     p = fresh();
     p->shards[0].home = TIER_NVME;
     expect(p, "has home nvme but its buffer is in arena");
+    /* an 8-bit moment (dyn8) whose rank slices are not whole blocks of 2048 */
+    p = fresh();
+    int mo = -1;
+    for (uint32_t i = 0; i < p->nshards && mo < 0; i++)
+        if (p->tensors[p->shards[i].tensor].cls == TC_MOMENTUM && p->shards[i].partitioned) mo = (int)i;
+    ck_assert_int_ge(mo, 0);
+    p->tensors[p->shards[mo].tensor].dtype = DT_DYN8;
+    p->shards[mo].tile_shard += 64;
+    expectf(p, "shard of '%s' (dyn8): its tiles or slices are not whole blocks of 2048 elements", p->tensors[p->shards[mo].tensor].name);
 }
 END_TEST
 
@@ -638,6 +647,11 @@ START_TEST(gemm_descriptors) {
     p->gemms[g].why = PLAN_GEMM_WHY_BATCH_SUM;
     ck_assert_int_eq(verify_plan(p, msgs, sizeof msgs), 0); /* NVRTC only: allowed, the launch runs */
     plan_free(p);
+    /* B dequantized into the workspace: the launch's argument 2 must be the workspace, b a quantized weight */
+    p = fresh_gpu();
+    p->gemms[g].path = PLAN_GEMM_NVRTC;
+    p->gemms[g].why = PLAN_GEMM_WHY_DEQUANT;
+    expectf(p, "gemm %u: its launch %u's arguments are not the descriptor's", g, li);
     p = fresh_gpu();
     p->gemms[g].rbatch = 2;
     p->launch_args[p->launches[li].arg + 13].i = 2;
