@@ -178,6 +178,7 @@ int64_t mlp_tile_rows(const Graph *g, const Target *t) {
     int x = no->in[0], y = g->ops[b.down].out[0];
     WsShape s1 = ws_shape(g, x, no->in[1], g->ops[b.gate].in[1], g->ops[b.up].in[1], g->ops[b.down].in[1], y, 64);
     WsShape s2 = s1;
+    s1.C = 64; /* unclamped by the rows: the growth of a tile of 64 more */
     s2.C = 128;
     int64_t R = s1.D ? g->tensors[x].numel / (int64_t)s1.D : 0;
     /* a row's share of the scratch; the tile-independent rest (the weights' fp32 copies and accumulators) is apart */
