@@ -2,7 +2,8 @@
  * forward graph's MLP blocks
  *   n = rmsnorm(x, g); a = linear(n, w_gate); s = silu(a) (or gelu);
  *   u = linear(n, w_up); h = mul(s, u); y = linear(h, w_down)
- * (no biases; every intermediate used by the block alone) can each be
+ * (no biases; every intermediate used by the block alone; each linear may
+ * carry a LoRA adapter, + scale(linear(linear(v, A), B))) can each be
  * rewritten into one gated_mlp op that computes them a tile of rows at a
  * time, so that the [rows, I] intermediates of a whole sequence never
  * exist (docs/primitives.md, docs/tuning.md "Long context"): the memory
@@ -18,9 +19,19 @@
 #include "graph.h"
 #include "target.h"
 
-/* One MLP block of a forward graph: its six ops. */
+/* A projection of a block: its linear (base) and, where it has a LoRA
+ * adapter (out = base + scale(linear(linear(v, A), B))), the adapter's
+ * ops (-1 without); out: the projection's value. */
+typedef struct MlpProj {
+    int base, a, b, scale, add;
+    int out;
+} MlpProj;
+
+/* One MLP block of a forward graph: its norm, activation and product, and
+ * its projections gate, up and down. */
 typedef struct MlpBlock {
-    int norm, gate, act, up, mul, down;
+    int norm, act, mul;
+    MlpProj proj[3];
 } MlpBlock;
 
 /* The MLP blocks of a forward graph (before autodiff), up to max of them
