@@ -11,6 +11,7 @@
 #  - "auto" on 1 GiB keeps the MLP as written (--explain says so); on a
 #    64 MiB target, where it does not fit as written, the planner tiles it
 #    by itself (--explain says so and why), and step 1's loss is the same;
+#  - zinfdump's summary says the plan's MLP is tiled;
 #  - every run allocates exactly the plan's device arena (the tiled one's
 #    under its 64 MiB);
 #  - with the logits whole, zinfgen decodes a tiled plan into the tokens
@@ -73,6 +74,8 @@ if plan tiled 1024 'plan { mlp_tile = 1000; loss_chunk = 512 }'; then
   grep -q "^mlp: tiled, gated_mlp over 1000 of the 8192 rows at a time in 2 blocks .*pinned by mlp_tile)" "$T/tiled.zinfc" ||
     bad "tiled: --explain does not say the MLP is tiled by 1000"
   grep -q "kept for the chunked loss's and the tiled MLP's workspace" "$T/tiled.zinfc" || bad "tiled: --explain keeps no workspace"
+  "$Z/zinfdump" "$T/tiled.plan" > "$T/tiled.dump" 2>&1 && grep -q "^mlp: tiled, gated_mlp over 1000 of the 8192 rows at a time in 2 blocks" "$T/tiled.dump" ||
+    bad "tiled: zinfdump does not say the MLP is tiled"
   if run tiled 2 && [ -f "$T/written.losses" ]; then
     for s in 1 2; do
       for c in 4 6; do
