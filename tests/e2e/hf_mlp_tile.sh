@@ -11,6 +11,7 @@
 #  - "auto" on 1 GiB keeps the MLP as written (--explain says so); on a
 #    64 MiB target, where it does not fit as written, the planner tiles it
 #    by itself (--explain says so and why), and step 1's loss is the same;
+#  - CUDA code generation refuses the tiled plan, naming gated_mlp;
 #  - zinfdump's summary says the plan's MLP is tiled;
 #  - every run allocates exactly the plan's device arena (the tiled one's
 #    under its 64 MiB);
@@ -86,6 +87,10 @@ if plan tiled 1024 'plan { mlp_tile = 1000; loss_chunk = 512 }'; then
     done
   fi
 fi
+# CUDA code generation refuses the tiled MLP by name
+if "$Z/zinfc" "$T/tiled.zl" --target h200 -o "$T/cuda.plan" > "$T/cuda.err" 2>&1; then bad "cuda: zinfc generated kernels for gated_mlp"
+else grep -q "gated_mlp (the MLP tiled by rows) has no CUDA kernels yet: it runs on the host backend; plan with plan { mlp_tile = 0 }" \
+  "$T/cuda.err" && echo "ok cuda: zinfc refuses gated_mlp by name" || { head -5 "$T/cuda.err"; bad "cuda: the refusal does not name gated_mlp"; }; fi
 [ "$arena_tiled" -gt 0 ] && [ "$arena_tiled" -lt "$arena_written" ] && echo "ok the tiled device arena $arena_tiled < $arena_written" ||
   bad "the tiled device arena ($arena_tiled) is not smaller than the written one's ($arena_written)"
 
