@@ -11,7 +11,7 @@ GOp graph_op_blank(OpKind k) {
     o.scope = "";
     o.span = SPAN_NONE;
     for (int i = 0; i < GRAPH_MAX_IN; i++) o.in[i] = -1;
-    for (int i = 0; i < GRAPH_MAX_OUT; i++) o.out[i] = -1;
+    for (int i = 0; i < GRAPH_MAX_OPOUT; i++) o.out[i] = -1;
     return o;
 }
 

@@ -19,9 +19,11 @@
 #include "vocab.h" /* DType, PrimId, TensorClass, OpKind, RopeScaling */
 #include "plan.h" /* PLAN_MAX_IATTR, PLAN_MAX_FATTR: ops carry their attributes into the plan */
 
-enum { GRAPH_MAX_RANK = 6, GRAPH_MAX_IN = 24, GRAPH_MAX_OUT = 8 };
+enum { GRAPH_MAX_RANK = 6, GRAPH_MAX_IN = 24, GRAPH_MAX_OUT = 8, GRAPH_MAX_OPOUT = 12 };
 /* split makes at most GRAPH_MAX_OUT pieces; a backward op lists up to
- * 3 + 2 * GRAPH_MAX_OUT tensors. */
+ * 3 + 2 * GRAPH_MAX_OUT tensors. An op has at most GRAPH_MAX_OPOUT
+ * outputs: a backward op one gradient per input of its forward op (11 of
+ * gated_mlp with its adapters), a forward op GRAPH_MAX_OUT. */
 
 typedef struct GTensor {
     const char *name;   /* parameters: hierarchical "block.3.attn.wqkv"; others: "%12" style */
@@ -53,7 +55,7 @@ typedef struct GOp {
     PrimId prim;
     int nin, nout;
     int in[GRAPH_MAX_IN];
-    int out[GRAPH_MAX_OUT];
+    int out[GRAPH_MAX_OPOUT];
     /* Attributes (meaning per primitive in docs/primitives.md), each at the
      * slot runtime/plan/prim.def names: iattr[IA_<PRIM>_<NAME>] (integers,
      * flags, words) and fattr[FA_<PRIM>_<NAME>] (numbers), e.g.

@@ -35,6 +35,7 @@
 /* planning (compiler/planner.h) */
 #include "autodiff.h"
 #include "loss_chunk.h"
+#include "mlp_tile.h"
 #include "plan.h"
 #include "plandump.h"
 #include "planner.h"
@@ -473,24 +474,54 @@ static void replay_diags(const DiagSink *from, DiagSink *d) {
     }
 }
 
-/* Plans g, its loss chunked as po->loss_chunk says (compiler/loss_chunk.h):
- * "auto" plans the whole logits first and, when that does not fit, the
- * loss chunked to the target's memory. *chunked: the rows a chunk took,
- * 0 when the logits stay whole. */
-static bool plan_with_loss(Graph *g, const Target *t, const PlannerOptions *po, Arena *a, DiagSink *d, PlannerResult *r,
-                           int64_t *chunked) {
-    *chunked = 0;
+/* Plans g, its loss chunked as po->loss_chunk says (compiler/loss_chunk.h)
+ * and its MLP tiled as po->mlp_tile says (compiler/mlp_tile.h). "auto"
+ * keeps the model as written when the plan fits with it: the candidates,
+ * in order, are the model as written, the loss chunked, and the loss
+ * chunked with the MLP tiled (each only where its setting allows it; a
+ * pinned setting is in every candidate), the first that fits is the plan.
+ * *chunked and *tiled: the rows a loss chunk and an MLP tile took, 0 when
+ * not rewritten. */
+static bool plan_with_rewrites(Graph *g, const Target *t, const PlannerOptions *po, Arena *a, DiagSink *d, PlannerResult *r,
+                               int64_t *chunked, int64_t *tiled) {
+    *chunked = *tiled = 0;
     int proj, xent;
+    bool lc = po->loss_chunk != 0 && loss_chunk_find(g, &proj, &xent);
+    bool mt = po->mlp_tile != 0 && mlp_tile_find(g, NULL, 0) > 0;
+    if (po->loss_chunk > 0 && !lc) diag_warning(d, SPAN_NONE, "loss_chunk: the loss is not cross_entropy of a matmul or linear without a bias, so it is not chunked");
+    if (po->mlp_tile > 0 && !mt)
+        diag_warning(d, SPAN_NONE, "mlp_tile: the model has no MLP block of rmsnorm, gate and up linears, silu or gelu, their "
+                                   "product and a down linear (no biases, no adapters), so nothing is tiled");
+    int64_t lrows = !lc ? 0 : po->loss_chunk > 0 ? po->loss_chunk : loss_chunk_rows(g, t);
+    int64_t mrows = !mt ? 0 : po->mlp_tile > 0 ? po->mlp_tile : mlp_tile_rows(g, t);
+    /* (loss rows, MLP rows) per candidate: "auto" starts at 0, a pin stays */
+    int64_t cand[3][2] = {{po->loss_chunk > 0 ? lrows : 0, po->mlp_tile > 0 ? mrows : 0}, {lrows, po->mlp_tile > 0 ? mrows : 0},
+                          {lrows, mrows}};
+    int ncand = 0;
+    int64_t list[3][2];
+    for (int k = 0; k < 3; k++) {
+        bool dup = ncand > 0 && list[ncand - 1][0] == cand[k][0] && list[ncand - 1][1] == cand[k][1];
+        if (!dup) list[ncand][0] = cand[k][0], list[ncand][1] = cand[k][1], ncand++;
+    }
     Graph fwd;
-    bool can = po->loss_chunk != 0 && loss_chunk_find(g, &proj, &xent);
-    if (can && !loss_chunk_copy_graph(g, &fwd)) {
+    if (ncand > 1 && !loss_chunk_copy_graph(g, &fwd)) {
         diag_error(d, SPAN_NONE, "out of memory");
         return false;
     }
-    if (po->loss_chunk > 0 && !can) diag_warning(d, SPAN_NONE, "loss_chunk: the loss is not cross_entropy of a matmul or linear without a bias, so it is not chunked");
-    if (po->loss_chunk < 0 || !can) {
+    for (int k = 0; k < ncand; k++) {
+        if (k > 0 && !loss_chunk_copy_graph(&fwd, g)) {
+            diag_error(d, SPAN_NONE, "out of memory");
+            return false;
+        }
+        if (list[k][0] && !loss_chunk_apply(g, list[k][0])) return false;
+        if (list[k][1] && mlp_tile_apply(g, list[k][1]) <= 0) {
+            diag_error(d, SPAN_NONE, "out of memory");
+            return false;
+        }
         if (!ad_build(g, d)) return false;
-        if (!can) return planner_run(g, t, po, a, d, r);
+        *chunked = list[k][0];
+        *tiled = list[k][1];
+        if (k == ncand - 1) return planner_run(g, t, po, a, d, r);
         DiagSink trial;
         diag_init(&trial);
         bool ok = planner_run(g, t, po, a, &trial, r);
@@ -498,11 +529,7 @@ static bool plan_with_loss(Graph *g, const Target *t, const PlannerOptions *po, 
         diag_free(&trial);
         if (ok) return true;
     }
-    int64_t rows = po->loss_chunk > 0 ? po->loss_chunk : loss_chunk_rows(&fwd, t);
-    *g = fwd;
-    if (!loss_chunk_apply(g, rows) || !ad_build(g, d)) return false;
-    *chunked = rows;
-    return planner_run(g, t, po, a, d, r);
+    return false;
 }
 
 /* The independent check of a plan (verify_plan), run in a thread of its
@@ -556,9 +583,12 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
     int proj, xent;
     int64_t lrows = 0, lvocab = 0;
     if (loss_chunk_find(g, &proj, &xent)) loss_chunk_shape(g, xent, &lrows, &lvocab);
+    int64_t mlp_rows = 0, mlp_d = 0, mlp_i = 0;
+    int mlp_blocks = mlp_tile_find(g, NULL, 0);
+    if (mlp_blocks) mlp_tile_shape(g, &mlp_rows, &mlp_d, &mlp_i);
     PlannerResult r;
-    int64_t chunked = 0;
-    bool planned = plan_with_loss(g, &t, &po, a, d, &r, &chunked);
+    int64_t chunked = 0, tiled = 0;
+    bool planned = plan_with_rewrites(g, &t, &po, a, d, &r, &chunked, &tiled);
     if (o->explain && g->nbackward_end > g->nforward) explain_memory(g, &t, &po, d);
     if (!planned) return 1;
     r.plan->source = o->input;
@@ -572,6 +602,21 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
         else
             printf("loss: logits [%" PRId64 ", %" PRId64 "] whole (%s)\n", lrows, lvocab,
                    po.loss_chunk == 0 ? "pinned by loss_chunk = 0" : "the plan fits with them");
+    }
+    if (o->explain && mlp_blocks) {
+        char b1[32], b2[32];
+        int dsz = g->train.dtype == DT_F32 ? 4 : 2;
+        if (tiled)
+            printf("mlp: tiled, gated_mlp over %" PRId64 " of the %" PRId64 " rows at a time in %d block%s (%s of [rows, %" PRId64
+                   "] intermediates a tile instead of %s: %s)\n",
+                   tiled < mlp_rows ? tiled : mlp_rows, mlp_rows, mlp_blocks, mlp_blocks > 1 ? "s" : "",
+                   plan_bytes_str((uint64_t)(tiled < mlp_rows ? tiled : mlp_rows) * (uint64_t)mlp_i * (uint64_t)dsz, b1, sizeof b1), mlp_i,
+                   plan_bytes_str((uint64_t)mlp_rows * (uint64_t)mlp_i * (uint64_t)dsz, b2, sizeof b2),
+                   po.mlp_tile > 0 ? "pinned by mlp_tile" : "the plan does not fit with the MLP as written");
+        else
+            printf("mlp: as written, %d block%s of [%" PRId64 ", %" PRId64 "] intermediates (%s)\n", mlp_blocks,
+                   mlp_blocks > 1 ? "s" : "", mlp_rows, mlp_i,
+                   po.mlp_tile == 0 ? "pinned by mlp_tile = 0" : "the plan fits with them");
     }
     if (o->explain) plandump_moe(r.plan, stdout);
     int rc = 0;

@@ -156,7 +156,7 @@ static int check_ops(const Graph *g, MemModel *m, int *fwd_end) {
     }
     for (int k = 0; k < g->nops; k++) {
         const GOp *op = &g->ops[k];
-        if (op->nin < 0 || op->nin > GRAPH_MAX_IN || op->nout < 0 || op->nout > GRAPH_MAX_OUT)
+        if (op->nin < 0 || op->nin > GRAPH_MAX_IN || op->nout < 0 || op->nout > GRAPH_MAX_OPOUT)
             return fail(m, "memory model: malformed graph: op %d has %d inputs and %d outputs", k, op->nin, op->nout);
         for (int i = 0; i < op->nin; i++)
             if (op->in[i] < -1 || op->in[i] >= g->ntensors) return fail(m, "memory model: malformed graph: op %d reads tensor %d of %d", k, op->in[i], g->ntensors);

@@ -6,6 +6,7 @@
  * diagnostics say why. */
 #include "planner_impl.h"
 #include "loss_chunk.h"
+#include "mlp_tile.h"
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -139,10 +140,11 @@ static bool setup(PlanBuilder *b, const Graph *g, const Target *t, const Planner
         return false;
     }
     b->cap[ARENA_GPU] = pl_gpu_capacity(t);
-    /* the chunked loss's workspace, outside the arenas, is kept free */
-    uint64_t lws = loss_chunk_workspace_bytes(g);
-    b->cap[ARENA_GPU] = b->cap[ARENA_GPU] > lws ? b->cap[ARENA_GPU] - lws : 0;
+    /* the chunked loss's and the tiled MLP's workspaces, outside the arenas, are kept free */
+    uint64_t lws = loss_chunk_workspace_bytes(g), mws = mlp_tile_workspace_bytes(g);
+    b->cap[ARENA_GPU] = b->cap[ARENA_GPU] > lws + mws ? b->cap[ARENA_GPU] - lws - mws : 0;
     b->loss_ws = lws;
+    b->mlp_ws = mws;
     b->cap[ARENA_CPU] = b->cap[ARENA_PINNED] = pl_cpu_capacity(t);
     b->cap[ARENA_NVME] = t->nvme_capacity / (uint64_t)(t->gpus_per_node > 0 ? t->gpus_per_node : 1);
     for (int c = 0; c < PC_COUNT; c++)
@@ -165,9 +167,11 @@ static void explain_partition(Search *S) {
     pl_say(&S->ex, "target %s: %d rank%s (%s), %s %s, %s CPU memory and %s NVMe per rank", t->name, b->R, b->R > 1 ? "s" : "",
         host ? "host processes" : arena_printf(S->a, "%d node%s x %d GPUs", t->nodes, t->nodes > 1 ? "s" : "", t->gpus_per_node),
         plan_bytes_str(b->cap[ARENA_GPU], s1, sizeof s1),
-        b->loss_ws ? arena_printf(S->a, "%s (%s kept for the chunked loss's workspace)", host ? "working budget" : "GPU memory usable",
-                                  plan_bytes_str(b->loss_ws, s4, sizeof s4))
-                   : host ? "working budget" : "GPU memory usable",
+        b->loss_ws || b->mlp_ws
+            ? arena_printf(S->a, "%s (%s kept for the %s workspace)", host ? "working budget" : "GPU memory usable",
+                           plan_bytes_str(b->loss_ws + b->mlp_ws, s4, sizeof s4),
+                           !b->mlp_ws ? "chunked loss's" : !b->loss_ws ? "tiled MLP's" : "chunked loss's and the tiled MLP's")
+            : host ? "working budget" : "GPU memory usable",
         plan_bytes_str(b->cap[ARENA_CPU], s2, sizeof s2), b->cap[ARENA_NVME] ? plan_bytes_str(b->cap[ARENA_NVME], s3, sizeof s3) : "no");
     if (host) /* the tiers keep the plan block's names; on this backend the first is not a GPU */
         pl_say(&S->ex, "host backend: the tier called gpu (plan { ... = \"gpu\" }) is each rank's device arena, in host memory; "

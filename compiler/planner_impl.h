@@ -125,6 +125,7 @@ typedef struct PlanBuilder {
     int nhoist, hoist_done;
     uint64_t cap[PLAN_NARENAS];
     uint64_t loss_ws;      /* the chunked loss's workspace kept out of cap[ARENA_GPU] (compiler/loss_chunk.h), 0: none */
+    uint64_t mlp_ws;       /* the tiled MLP's workspace kept out of cap[ARENA_GPU] (compiler/mlp_tile.h), 0: none */
     uint64_t size[PLAN_NARENAS];
     /* Whether this build fitting matters and by how much it does not, not
      * (the deepest look-ahead, tried first: search_prefetch): then its

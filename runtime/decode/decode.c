@@ -92,7 +92,8 @@ static const DecRule dec_embedding = {true, DK_UNSEEN, NULL}, dec_linear = {true
                      dec_arange = {true, DK_T, check_arange},
                      dec_xent = {false, DK_UNSEEN, NULL}, /* the loss, which a step does not run */
                      dec_linxent = {false, DK_UNSEEN, NULL},
-                     dec_moe = {true, DK_UNSEEN, check_moe};
+                     dec_moe = {true, DK_UNSEEN, check_moe},
+                     dec_gmlp = {true, DK_UNSEEN, NULL}; /* position-wise: a row's MLP */
 
 static const DecRule *const dec_rules[PRIM_COUNT] = {
 #define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = &dec_##family,

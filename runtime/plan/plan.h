@@ -20,7 +20,7 @@
 #include <stdint.h>
 #include "arena.h"
 
-enum { PLAN_VERSION = 6, PLAN_VERSION_OLDEST = 3, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 8, PLAN_MAX_IATTR = 6, PLAN_MAX_FATTR = 6,
+enum { PLAN_VERSION = 6, PLAN_VERSION_OLDEST = 3, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 12, PLAN_MAX_IATTR = 6, PLAN_MAX_FATTR = 6,
        PLAN_MAX_ACCUM = 64 /* micro-batches per optimizer step (grad_accum) */ };
 #define PLAN_MAGIC "ZINFPLAN"
 

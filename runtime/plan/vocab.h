@@ -99,6 +99,8 @@ extern const char *const op_kind_names[OP_KIND_COUNT];
  * high ones kept, a smooth blend between); yarn (YaRN's ramp between the
  * two by rotations per original context, beta_fast and beta_slow). */
 typedef enum RopeScaling { ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3, ROPE_YARN } RopeScaling;
+/* gated_mlp's gate activation (its iattr[IA_GATED_MLP_ACT], the word "silu" or "gelu"). */
+typedef enum GatedMlpAct { GATED_MLP_SILU, GATED_MLP_GELU } GatedMlpAct;
 
 /* The learning-rate schedule after warmup (train { schedule = ... };
  * docs/training.md): lr throughout, a cosine or a straight line from lr to
