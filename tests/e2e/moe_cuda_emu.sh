@@ -1,0 +1,77 @@
+#!/bin/sh
+# The mixture-of-experts primitives on the CUDA backend, without a GPU:
+#  1. tests/gpu/check_moe.c: each kernel of stdlib/kernels/moe.cu, forward
+#     and backward, as compiler/cuda_gen_moe.c launches it, RUN on the host
+#     emulator (tests/gpu/emu.c) against runtime/hostk/hostk_moe.c on the same
+#     values, f32 (1e-5) and bf16 (2e-2): top-k, gates with and without
+#     renormalisation, the grouped expert GEMMs (random routings, every token
+#     on the same experts so that the others get none, top-1 with every
+#     token on one expert, several 64-row tiles an expert), combine, load
+#     with and without acc, balance, the shared expert's gate;
+#  2. tests/e2e/models/moe-micro.zl (Mixtral-shaped, 2 layers of top-2 of 4
+#     experts, shared expert, load-balancing loss) trained 3 steps by zinfrun
+#     --backend cuda on the fake driver (tests/fakecuda) and by --backend
+#     host from the same plan: losses and gradient norms within 2e-4
+#     relative (the GPU kernels sum in another order).
+# $1: the build directory. GPU=1 (tests/gpu/run_all.sh on a GPU machine):
+# part 1 only, the kernels on the emulator, and part 2 on the real device.
+set -u
+B=${1:-build}
+ROOT=$(pwd)
+. tests/e2e/lib.sh
+e2e_workdir moe-cuda-emu
+mkdir -p "$B/gpu" || exit 1
+blas=-lopenblas
+printf '#include <cblas.h>\nint main(void){return 0;}\n' | cc -x c - -o "$W/probe" -lopenblas > /dev/null 2>&1 ||
+  blas="tests/gpu/cblas_shim.c -Itests/gpu/shim"
+# shellcheck disable=SC2046,SC2086
+cc -std=c11 -D_GNU_SOURCE -O1 -rdynamic -Ilang -Icompiler -Iruntime $(printf -- "-I%s " runtime/*/) -I"$B/gen" \
+  -DZINF_STDLIB_DIR="\"$ROOT/stdlib\"" -DZINF_EMU_HEADER="\"$ROOT/tests/gpu/emu.h\"" \
+  tests/gpu/check_moe.c tests/gpu/emu.c tests/gpu/emu_wrap.c runtime/base/arena.c runtime/base/errorf.c runtime/plan/vocab.c \
+  runtime/base/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/cuda_gen*.c compiler/nvrtc.c \
+  runtime/hostk/hostk*.c runtime/hostk/quant.c runtime/plan/plan.c runtime/plan/plan_pack.c $blas -o "$B/gpu/check_moe" -lz -ldl -lm -lpthread > "$W/build.log" 2>&1 ||
+  { cat "$W/build.log"; echo "moe_cuda_emu: check_moe did not build"; exit 1; }
+out=$(TMPDIR="${TMPDIR:-/tmp}" "$B/gpu/check_moe" 2>&1)
+rc=$?
+echo "$out"
+[ $rc -eq 0 ] || { echo "moe_cuda_emu: check_moe failed (exit $rc)"; exit 1; }
+n=$(echo "$out" | grep -c " PASS")
+[ "$n" -eq 34 ] || { echo "moe_cuda_emu: expected 34 passing cases, got $n"; exit 1; }
+echo "$out" | grep -q "^34 cases, 0 failed$" || { echo "moe_cuda_emu: no closing line \"34 cases, 0 failed\""; exit 1; }
+
+# 2. end to end: the CUDA executor (fake driver, or the GPU) against the host backend
+if [ "${GPU:-0}" = 1 ]; then
+  FAKEENV=""
+else
+  export ZINF_CACHE_DIR="$B/fakecuda/nvrtc-cache"
+  sh tests/fakecuda/build.sh "$B" > "$W/fb.log" 2>&1 || { cat "$W/fb.log"; echo "moe_cuda_emu: the fakes did not build"; exit 1; }
+  FAKEENV="env LD_LIBRARY_PATH=$ROOT/$B/fakecuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} FAKECUDA_UNITS=$ROOT/$B/fakecuda/units FAKECUDA_JITTER_US=100"
+fi
+arch=${MOE_ARCH:-sm_90}
+cat > "$W/m.zl" <<ZL
+import "$ROOT/tests/e2e/models/moe-micro"
+target fake { nodes = 1; gpus_per_node = 1
+  gpu { memory = 1 GiB; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "$arch"; sms = 8 }
+  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2 }
+  net { bandwidth = 10 GB/s; latency_us = 5 } }
+plan { params = "gpu"; optimizer = "gpu"; grads = "gpu" }
+ZL
+"$B/bin/zinfc" "$W/m.zl" --kernels="$arch" --kernel-src="$W/src" -o "$W/m.plan" > "$W/zinfc.log" 2>&1 ||
+  { cat "$W/zinfc.log"; echo "moe_cuda_emu: zinfc of moe-micro for the CUDA backend failed"; exit 1; }
+if [ -z "$FAKEENV" ]; then :; else
+  "$B/fakecuda/fakecuda_prep" "$W/m.plan" "$W/src" "$arch" "$B/fakecuda/units" > "$W/prep.log" 2>&1 ||
+    { cat "$W/prep.log"; echo "moe_cuda_emu: fakecuda_prep failed"; exit 1; }
+fi
+"$B/bin/zinftok" README.md docs/primitives.md -o "$W/train.bin" > /dev/null || exit 1
+# shellcheck disable=SC2086
+timeout 300 $FAKEENV "$B/bin/zinfrun" "$W/m.plan" --data "$W/train.bin" --backend cuda --steps 3 --losses "$W/cuda.l" \
+  > "$W/cuda.out" 2>&1 < /dev/null || { tail -20 "$W/cuda.out"; echo "moe_cuda_emu: zinfrun --backend cuda failed"; exit 1; }
+timeout 300 "$B/bin/zinfrun" "$W/m.plan" --data "$W/train.bin" --backend host --steps 3 --losses "$W/host.l" \
+  > "$W/host.out" 2>&1 < /dev/null || { tail -20 "$W/host.out"; echo "moe_cuda_emu: zinfrun --backend host failed"; exit 1; }
+awk 'NR == FNR { l[FNR] = $4; g[FNR] = $6; n = FNR; next }
+     { for (i = 4; i <= 6; i += 2) { h = i == 4 ? l[FNR] : g[FNR]; d = $i - h; if (d < 0) d = -d
+         r = d / (h < 0 ? -h : h); if (r > 2e-4) bad = 1 }
+       printf "moe-micro step %d: host loss %s grad_norm %s, cuda loss %s grad_norm %s\n", FNR, l[FNR], g[FNR], $4, $6; k++ }
+     END { if (k != 3 || n != 3) { print "moe_cuda_emu: expected 3 steps of each"; exit 1 }
+           if (bad) { print "moe_cuda_emu: the CUDA losses differ from the host backend'"'"'s"; exit 1 } }' "$W/host.l" "$W/cuda.l" || exit 1
+echo "moe_cuda_emu: ok"
