@@ -5,12 +5,14 @@
  * moe_expert is dropless with buffers fixed at compile time: the routing
  * varies, the n = R*k (row, slot) pairs do not. Its workspace holds the
  * error word, start[E+1] and order[n] (the pairs listed expert by expert on
- * the device, zk_moe_route), and, backward, an fp32 [n, I] block of each
- * pair's input gradient before the rows sum it. The grouped products read
+ * the device, zk_moe_route), nothing else. The grouped products read
  * the counts on the device: their grid is the bound on the 64-row tiles of
  * the segments, ceil(n/64) + min(E, n), which holds whatever the routing
  * (every token on one expert, experts with no token); the weight gradient
- * has a block per expert and tile of w[e]. */
+ * has a block per expert and tile of w[e]. The input gradient of x with a
+ * row per token runs one slot at a time (k passes of R pairs, each row once
+ * a pass), accumulating into dx without a buffer or atomics, the slots of a
+ * row in slot order. */
 #include <inttypes.h>
 #include "cuda_gen_impl.h"
 
@@ -108,19 +110,28 @@ static void gen_expert(GenCtx *c, bool bwd) {
     if (!moe_dtype(c, ts, 5, &dt)) return;
     int64_t err = cg_err_word(c, dt, "moe_expert idx");
     int64_t start = cg_ws_alloc(c, (E + 1) * 4), order = cg_ws_alloc(c, n * 4);
-    CudaKernel *k = cg_kdt(c, "moe", dt, "zk_moe_route", "list the (row, slot) pairs by expert");
-    k->block[0] = MOE_BLOCK;
-    arg_ws(k, start);
-    arg_ws(k, order);
-    arg_t(k, idx);
-    arg_i(k, n);
-    arg_i(k, E);
-    arg_ws(k, err);
-    int64_t tiles = (n + MOE_TILE - 1) / MOE_TILE + (E < n ? E : n);
+    /* the pairs of all slots (the forward, dw, dx with a row per pair) or of slot `slot` */
+    CudaKernel *k;
+#define ROUTE(slot_)                                                                                                     \
+    k = cg_kdt(c, "moe", dt, "zk_moe_route",                                                                            \
+               (slot_) < 0 ? "list the (row, slot) pairs by expert"                                                     \
+                           : arena_printf(c->cg->arena, "list slot %" PRId64 "'s pairs by expert", (int64_t)(slot_))); \
+    k->block[0] = MOE_BLOCK;                                                                                             \
+    arg_ws(k, start);                                                                                                    \
+    arg_ws(k, order);                                                                                                    \
+    arg_t(k, idx);                                                                                                       \
+    arg_i(k, n);                                                                                                         \
+    arg_i(k, E);                                                                                                         \
+    arg_i(k, slots);                                                                                                     \
+    arg_i(k, (slot_));                                                                                                   \
+    arg_ws(k, err)
+    /* the 64-row tiles of m pairs cut by expert: at most ceil(m/64) + min(E, m), whatever the routing */
+#define TILES(m) ((m) + MOE_TILE - 1) / MOE_TILE + (E < (m) ? E : (m))
     if (!bwd) {
+        ROUTE(-1);
         k = cg_kdt(c, "moe", dt, "zk_moe_gemm_fwd", "y[p] = w[idx[p]] x[p], grouped by expert");
         k->grid[0] = cg_gdim(c, (O + MOE_TILE - 1) / MOE_TILE, 2147483647);
-        k->grid[1] = cg_gdim(c, tiles, 65535);
+        k->grid[1] = cg_gdim(c, TILES(n), 65535);
         k->block[0] = MOE_BLOCK;
         arg_t(k, dy);
         arg_t(k, x);
@@ -133,13 +144,17 @@ static void gen_expert(GenCtx *c, bool bwd) {
         arg_i(k, kdiv);
         return;
     }
-    if (dx >= 0) {
-        int64_t dxs = cg_ws_alloc(c, n * I * 4);
-        k = cg_kdt(c, "moe", dt, "zk_moe_gemm_dx", "dxs[p] = dy[p] w[idx[p]], grouped by expert (fp32)");
+    /* dx: one pass of all pairs (a row per pair), or one pass per slot (a row per token: each row once a pass) */
+    for (int64_t s = 0; dx >= 0 && s < (kdiv > 1 ? slots : 1); s++) {
+        int64_t m = kdiv > 1 ? n / slots : n;
+        ROUTE(kdiv > 1 ? s : -1);
+        k = cg_kdt(c, "moe", dt, "zk_moe_gemm_dx",
+                   kdiv > 1 ? arena_printf(c->cg->arena, "dx[r] += dy[r, %" PRId64 "] w[idx[r, %" PRId64 "]], grouped by expert", s, s)
+                            : "dx[p] += dy[p] w[idx[p]], grouped by expert");
         k->grid[0] = cg_gdim(c, (I + MOE_TILE - 1) / MOE_TILE, 2147483647);
-        k->grid[1] = cg_gdim(c, tiles, 65535);
+        k->grid[1] = cg_gdim(c, TILES(m), 65535);
         k->block[0] = MOE_BLOCK;
-        arg_ws(k, dxs);
+        arg_t(k, dx);
         arg_t(k, dy);
         arg_t(k, w);
         arg_ws(k, start);
@@ -147,15 +162,12 @@ static void gen_expert(GenCtx *c, bool bwd) {
         arg_i(k, E);
         arg_i(k, O);
         arg_i(k, I);
-        k = cg_kdt(c, "moe", dt, "zk_moe_dx_sum", kdiv > 1 ? "dx[r] += sum over the row's k slots of dxs" : "dx += dxs");
-        elementwise_grid(k, n / kdiv * I);
-        arg_t(k, dx);
-        arg_ws(k, dxs);
-        arg_i(k, n / kdiv);
         arg_i(k, kdiv);
-        arg_i(k, I);
     }
     if (dw >= 0) {
+        if (dx < 0 || kdiv > 1) {
+            ROUTE(-1);
+        }
         k = cg_kdt(c, "moe", dt, "zk_moe_gemm_dw", "dw[e] += dy_e^T x_e over expert e's pairs");
         k->grid[0] = cg_gdim(c, (I + MOE_TILE - 1) / MOE_TILE, 2147483647);
         k->grid[1] = cg_gdim(c, (O + MOE_TILE - 1) / MOE_TILE, 65535);
@@ -170,6 +182,8 @@ static void gen_expert(GenCtx *c, bool bwd) {
         arg_i(k, I);
         arg_i(k, kdiv);
     }
+#undef ROUTE
+#undef TILES
 }
 
 /* moe_combine: o [R, k, D], weights [R, k] -> [R, D]. */

@@ -122,26 +122,29 @@ extern "C" __global__ void zk_moe_gate_bwd(T *dlogits, const T *logits, const in
 
 /* ---- moe_expert ---- */
 
-/* The n (row, slot) pairs p = r k + j by expert: start[e] .. start[e+1] in
- * order[], each expert's in row order. One block: a thread per expert counts
- * and lists its pairs; thread 0 checks the ids and sums the counts. A pair
- * naming no expert is the op's error and is left out. */
-extern "C" __global__ void zk_moe_route(int *start, int *order, const int *idx, long long n, long long E, int *err) {
+/* The (row, slot) pairs p = r k + j by expert: start[e] .. start[e+1] in
+ * order[], each expert's in row order; all n pairs (slot < 0), or the R =
+ * n / k pairs of one slot. One block: a thread per expert counts and lists
+ * its pairs; thread 0 checks the ids and sums the counts. A pair naming no
+ * expert is the op's error and is left out. */
+extern "C" __global__ void zk_moe_route(int *start, int *order, const int *idx, long long n, long long E, long long k,
+                                        long long slot, int *err) {
+    long long step = slot < 0 ? 1 : k, p0 = slot < 0 ? 0 : slot;
     for (long long e = threadIdx.x; e < E; e += blockDim.x) {
         int c = 0;
-        for (long long p = 0; p < n; p++) c += idx[p] == e;
+        for (long long p = p0; p < n; p += step) c += idx[p] == e;
         start[e + 1] = c;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (long long p = 0; p < n; p++) zk_moe_bad(idx[p], E, p, err);
+        for (long long p = p0; p < n; p += step) zk_moe_bad(idx[p], E, p, err);
         start[0] = 0;
         for (long long e = 0; e < E; e++) start[e + 1] += start[e];
     }
     __syncthreads();
     for (long long e = threadIdx.x; e < E; e += blockDim.x) {
         int at = start[e];
-        for (long long p = 0; p < n; p++)
+        for (long long p = p0; p < n; p += step)
             if (idx[p] == e) order[at++] = (int)p;
     }
 }
@@ -165,12 +168,12 @@ __device__ __forceinline__ bool zk_moe_tile(const int *start, long long E, long 
 }
 
 /* One 64x64 tile of a grouped product, 256 threads of 4x4 outputs, fp32:
- * C[order[p] / cdiv, n] = sum_q A[order[p] / adiv, q] B_e(q, n) for the
- * pairs p of the block's tile; B_e = w[e] [N, K] read transposed (tb) or
- * [K, N]. */
-template <typename TC, bool TB>
-__device__ __forceinline__ void zk_moe_gemm_tile(TC *c, const T *a, const T *w, const int *start, const int *order,
-                                                 long long E, long long N, long long K, long long adiv) {
+ * C[order[p] / cdiv, n] (+)= sum_q A[order[p] / adiv, q] B_e(q, n) for the
+ * pairs p of the block's tile; B_e = w[e] [N, K] read transposed (TB) or
+ * [K, N]; ACC adds into C. */
+template <bool TB, bool ACC>
+__device__ __forceinline__ void zk_moe_gemm_tile(T *c, const T *a, const T *w, const int *start, const int *order,
+                                                 long long E, long long N, long long K, long long adiv, long long cdiv) {
     __shared__ float As[ZK_MOE_BK][ZK_MOE_BM + 4];
     __shared__ float Bs[ZK_MOE_BK][ZK_MOE_BN + 4];
     __shared__ long long prow[ZK_MOE_BM];
@@ -210,9 +213,10 @@ __device__ __forceinline__ void zk_moe_gemm_tile(TC *c, const T *a, const T *w, 
     for (int i = 0; i < 4; i++) {
         long long pr = prow[ty * 4 + i];
         if (pr < 0) continue;
+        T *cr = c + (pr / cdiv) * N;
         for (int j = 0; j < 4; j++) {
             long long cn = n0 + tx * 4 + j;
-            if (cn < N) zk_st(c + pr * N + cn, acc[i][j]);
+            if (cn < N) zk_st(cr + cn, ACC ? zk_ld(cr + cn) + acc[i][j] : acc[i][j]);
         }
     }
 }
@@ -222,25 +226,16 @@ __device__ __forceinline__ void zk_moe_gemm_tile(TC *c, const T *a, const T *w, 
  * (ceil(O / 64), the tile bound), 256 threads. */
 extern "C" __global__ void zk_moe_gemm_fwd(T *y, const T *x, const T *w, const int *start, const int *order,
                                            long long E, long long O, long long I, long long kdiv) {
-    zk_moe_gemm_tile<T, true>(y, x, w, start, order, E, O, I, kdiv);
+    zk_moe_gemm_tile<true, false>(y, x, w, start, order, E, O, I, kdiv, 1);
 }
 
-/* Backward, the input's part per pair: dxs[p, :] = dy[p, :] w[idx[p]] (fp32,
- * overwritten), summed into dx by zk_moe_dx_sum. Grid (ceil(I / 64), the tile bound). */
-extern "C" __global__ void zk_moe_gemm_dx(float *dxs, const T *dy, const T *w, const int *start, const int *order,
-                                          long long E, long long O, long long I) {
-    zk_moe_gemm_tile<float, false>(dxs, dy, w, start, order, E, I, O, 1);
-}
-
-/* dx[r, i] += sum_{j < kdiv} dxs[r kdiv + j, i], j in order. */
-extern "C" __global__ void zk_moe_dx_sum(T *dx, const float *dxs, long long rows, long long kdiv, long long I) {
-    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < rows * I;
-         t += (long long)gridDim.x * blockDim.x) {
-        long long r = t / I, i = t % I;
-        float v = 0.f;
-        for (long long j = 0; j < kdiv; j++) v += dxs[(r * kdiv + j) * I + i];
-        zk_st(dx + t, zk_ld(dx + t) + v);
-    }
+/* Backward, the input: dx[p / kdiv, :] += dy[p, :] w[idx[p]] for the listed
+ * pairs. With kdiv = k (a row per token) the pairs of one slot at a time
+ * (zk_moe_route's slot), so that no two blocks add into one row: the k
+ * slots of a row are added in slot order. Grid (ceil(I / 64), the tile bound). */
+extern "C" __global__ void zk_moe_gemm_dx(T *dx, const T *dy, const T *w, const int *start, const int *order,
+                                          long long E, long long O, long long I, long long kdiv) {
+    zk_moe_gemm_tile<false, true>(dx, dy, w, start, order, E, I, O, 1, kdiv);
 }
 
 /* Backward, the weights: dw[e] [O, I] += sum over e's pairs p of dy[p, :]^T
