@@ -22,14 +22,16 @@ ROOT=$(pwd)
 e2e_workdir moe-cuda-emu
 mkdir -p "$B/gpu" || exit 1
 blas=-lopenblas
-printf '#include <cblas.h>\nint main(void){return 0;}\n' | cc -x c - -o "$W/probe" -lopenblas > /dev/null 2>&1 ||
+[ "${ZINF_CBLAS_SHIM:-0}" != 1 ] && printf '#include <cblas.h>\nint main(void){return 0;}\n' | cc -x c - -o "$W/probe" -lopenblas > /dev/null 2>&1 ||
   blas="tests/gpu/cblas_shim.c -Itests/gpu/shim"
+# plan.c's packed sections want zlib; without its header plan_pack.c builds without it (as check_kernels.sh)
+printf '#include <zlib.h>\nint main(void){return zlibVersion() == 0;}\n' | cc -x c - -o "$W/zprobe" -lz > /dev/null 2>&1 && blas="$blas -lz"
 # shellcheck disable=SC2046,SC2086
 cc -std=c11 -D_GNU_SOURCE -O1 -rdynamic -Ilang -Icompiler -Iruntime $(printf -- "-I%s " runtime/*/) -I"$B/gen" \
   -DZINF_STDLIB_DIR="\"$ROOT/stdlib\"" -DZINF_EMU_HEADER="\"$ROOT/tests/gpu/emu.h\"" \
   tests/gpu/check_moe.c tests/gpu/emu.c tests/gpu/emu_wrap.c runtime/base/arena.c runtime/base/errorf.c runtime/plan/vocab.c \
   runtime/base/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/cuda_gen*.c compiler/nvrtc.c \
-  runtime/hostk/hostk*.c runtime/hostk/quant.c runtime/plan/plan.c runtime/plan/plan_pack.c $blas -o "$B/gpu/check_moe" -lz -ldl -lm -lpthread > "$W/build.log" 2>&1 ||
+  runtime/hostk/hostk*.c runtime/hostk/quant.c runtime/plan/plan.c runtime/plan/plan_pack.c $blas -o "$B/gpu/check_moe" -ldl -lm -lpthread > "$W/build.log" 2>&1 ||
   { cat "$W/build.log"; echo "moe_cuda_emu: check_moe did not build"; exit 1; }
 out=$(TMPDIR="${TMPDIR:-/tmp}" "$B/gpu/check_moe" 2>&1)
 rc=$?
