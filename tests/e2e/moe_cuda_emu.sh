@@ -12,7 +12,8 @@
 #     experts, shared expert, load-balancing loss) trained 3 steps by zinfrun
 #     --backend cuda on the fake driver (tests/fakecuda) and by --backend
 #     host from the same plan: losses and gradient norms within 2e-4
-#     relative (the GPU kernels sum in another order).
+#     relative (the GPU kernels sum in another order); 1 rank with the
+#     state on the GPU, 2 ranks with it in CPU memory.
 # $1: the build directory. GPU=1 (tests/gpu/run_all.sh on a GPU machine):
 # part 1 only, the kernels on the emulator, and part 2 on the real device.
 set -u
@@ -43,37 +44,51 @@ echo "$out" | grep -q "^34 cases, 0 failed$" || { echo "moe_cuda_emu: no closing
 
 # 2. end to end: the CUDA executor (fake driver, or the GPU) against the host backend
 if [ "${GPU:-0}" = 1 ]; then
-  FAKEENV=""
+  FAKEENV="env"
 else
   export ZINF_CACHE_DIR="$B/fakecuda/nvrtc-cache"
   sh tests/fakecuda/build.sh "$B" > "$W/fb.log" 2>&1 || { cat "$W/fb.log"; echo "moe_cuda_emu: the fakes did not build"; exit 1; }
   FAKEENV="env LD_LIBRARY_PATH=$ROOT/$B/fakecuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} FAKECUDA_UNITS=$ROOT/$B/fakecuda/units FAKECUDA_JITTER_US=100"
 fi
 arch=${MOE_ARCH:-sm_90}
-cat > "$W/m.zl" <<ZL
+e2e_mpi
+"$B/bin/zinftok" README.md docs/primitives.md -o "$W/train.bin" > /dev/null || exit 1
+fail=0
+run_case() { # NAME RANKS PLACEMENT: zinfc, then 3 steps on each backend, losses and gradient norms compared
+  name=$1 np=$2 place=$3
+  cat > "$W/$name.zl" <<ZL
 import "$ROOT/tests/e2e/models/moe-micro"
-target fake { nodes = 1; gpus_per_node = 1
+target fake { nodes = 1; gpus_per_node = $np
   gpu { memory = 1 GiB; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "$arch"; sms = 8 }
   cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2 }
   net { bandwidth = 10 GB/s; latency_us = 5 } }
-plan { params = "gpu"; optimizer = "gpu"; grads = "gpu" }
+plan { params = "$place"; optimizer = "$place"; grads = "$place"; whole_below = 1000 }
 ZL
-"$B/bin/zinfc" "$W/m.zl" --kernels="$arch" --kernel-src="$W/src" -o "$W/m.plan" > "$W/zinfc.log" 2>&1 ||
-  { cat "$W/zinfc.log"; echo "moe_cuda_emu: zinfc of moe-micro for the CUDA backend failed"; exit 1; }
-if [ -z "$FAKEENV" ]; then :; else
-  "$B/fakecuda/fakecuda_prep" "$W/m.plan" "$W/src" "$arch" "$B/fakecuda/units" > "$W/prep.log" 2>&1 ||
-    { cat "$W/prep.log"; echo "moe_cuda_emu: fakecuda_prep failed"; exit 1; }
-fi
-"$B/bin/zinftok" README.md docs/primitives.md -o "$W/train.bin" > /dev/null || exit 1
-# shellcheck disable=SC2086
-timeout 300 $FAKEENV "$B/bin/zinfrun" "$W/m.plan" --data "$W/train.bin" --backend cuda --steps 3 --losses "$W/cuda.l" \
-  > "$W/cuda.out" 2>&1 < /dev/null || { tail -20 "$W/cuda.out"; echo "moe_cuda_emu: zinfrun --backend cuda failed"; exit 1; }
-timeout 300 "$B/bin/zinfrun" "$W/m.plan" --data "$W/train.bin" --backend host --steps 3 --losses "$W/host.l" \
-  > "$W/host.out" 2>&1 < /dev/null || { tail -20 "$W/host.out"; echo "moe_cuda_emu: zinfrun --backend host failed"; exit 1; }
-awk 'NR == FNR { l[FNR] = $4; g[FNR] = $6; n = FNR; next }
-     { for (i = 4; i <= 6; i += 2) { h = i == 4 ? l[FNR] : g[FNR]; d = $i - h; if (d < 0) d = -d
-         r = d / (h < 0 ? -h : h); if (r > 2e-4) bad = 1 }
-       printf "moe-micro step %d: host loss %s grad_norm %s, cuda loss %s grad_norm %s\n", FNR, l[FNR], g[FNR], $4, $6; k++ }
-     END { if (k != 3 || n != 3) { print "moe_cuda_emu: expected 3 steps of each"; exit 1 }
-           if (bad) { print "moe_cuda_emu: the CUDA losses differ from the host backend'"'"'s"; exit 1 } }' "$W/host.l" "$W/cuda.l" || exit 1
+  "$B/bin/zinfc" "$W/$name.zl" --kernels="$arch" --kernel-src="$W/src-$name" -o "$W/$name.plan" > "$W/$name.zinfc" 2>&1 ||
+    { cat "$W/$name.zinfc"; echo "moe_cuda_emu: zinfc of $name for the CUDA backend failed"; fail=1; return; }
+  if [ "${GPU:-0}" != 1 ]; then
+    "$B/fakecuda/fakecuda_prep" "$W/$name.plan" "$W/src-$name" "$arch" "$B/fakecuda/units" > "$W/$name.prep" 2>&1 ||
+      { cat "$W/$name.prep"; echo "moe_cuda_emu: fakecuda_prep $name failed"; fail=1; return; }
+  fi
+  if [ "$np" = 1 ]; then set -- "$B/bin/zinfrun"; else set -- mpirun -np "$np" --oversubscribe -x LD_LIBRARY_PATH -x FAKECUDA_UNITS \
+    -x FAKECUDA_DEVICES -x FAKECUDA_JITTER_US "$B/bin/zinfrun"; fi
+  # shellcheck disable=SC2086
+  timeout 300 $FAKEENV FAKECUDA_DEVICES="$np" "$@" "$W/$name.plan" --data "$W/train.bin" --backend cuda --steps 3 \
+    --losses "$W/$name.cuda" > "$W/$name.cuda.out" 2>&1 < /dev/null ||
+    { tail -20 "$W/$name.cuda.out"; echo "moe_cuda_emu: zinfrun --backend cuda $name failed"; fail=1; return; }
+  timeout 300 "$@" "$W/$name.plan" --data "$W/train.bin" --backend host --steps 3 --losses "$W/$name.host" \
+    > "$W/$name.host.out" 2>&1 < /dev/null ||
+    { tail -20 "$W/$name.host.out"; echo "moe_cuda_emu: zinfrun --backend host $name failed"; fail=1; return; }
+  awk -v name="$name" 'NR == FNR { l[FNR] = $4; g[FNR] = $6; n = FNR; next }
+       { for (i = 4; i <= 6; i += 2) { h = i == 4 ? l[FNR] : g[FNR]; d = $i - h; if (d < 0) d = -d
+           r = d / (h < 0 ? -h : h); if (r > 2e-4) bad = 1 }
+         printf "moe-micro %s step %d: host loss %s grad_norm %s, cuda loss %s grad_norm %s\n", name, FNR, l[FNR], g[FNR], $4, $6; k++ }
+       END { if (k != 3 || n != 3) { print "moe_cuda_emu: " name ": expected 3 steps of each"; exit 1 }
+             if (bad) { print "moe_cuda_emu: " name ": the CUDA losses differ from the host backend'"'"'s"; exit 1 } }' \
+    "$W/$name.host" "$W/$name.cuda" || fail=1
+}
+run_case gpu1 1 gpu
+# two ranks (data parallel: the experts' gradients reduced over ranks), parameters and Adam state in CPU memory
+[ "${GPU:-0}" = 1 ] || run_case cpu2 2 cpu
+[ $fail = 0 ] || exit 1
 echo "moe_cuda_emu: ok"
