@@ -28,7 +28,7 @@ blas=-lopenblas
 # plan.c's packed sections want zlib; without its header plan_pack.c builds without it (as check_kernels.sh)
 printf '#include <zlib.h>\nint main(void){return zlibVersion() == 0;}\n' | cc -x c - -o "$W/zprobe" -lz > /dev/null 2>&1 && blas="$blas -lz"
 # shellcheck disable=SC2046,SC2086
-cc -std=c11 -D_GNU_SOURCE -O1 -rdynamic -Ilang -Icompiler -Iruntime $(printf -- "-I%s " runtime/*/) -I"$B/gen" \
+cc -std=c11 -D_GNU_SOURCE -O1 -Wall -Wextra -Werror -Wno-unknown-pragmas -rdynamic -Ilang -Icompiler -Iruntime $(printf -- "-I%s " runtime/*/) -I"$B/gen" \
   -DZINF_STDLIB_DIR="\"$ROOT/stdlib\"" -DZINF_EMU_HEADER="\"$ROOT/tests/gpu/emu.h\"" \
   tests/gpu/check_moe.c tests/gpu/emu.c tests/gpu/emu_wrap.c runtime/base/arena.c runtime/base/errorf.c runtime/plan/vocab.c \
   runtime/base/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/cuda_gen*.c compiler/nvrtc.c \

@@ -234,7 +234,7 @@ static void run_host(Case *c) {
     }
     free(ws);
     if (rc) {
-        char m[96];
+        char m[160];
         snprintf(m, sizeof m, "%s: host kernel error %d", c->name, rc);
         die(m);
     }
