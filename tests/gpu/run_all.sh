@@ -14,6 +14,9 @@
 #   3. kernels tests/gpu/check_kernels.sh: every kernel family against the
 #              host reference, then GEMMs timed three ways (the NVRTC gemm,
 #              cuBLASLt as zinfrun calls it, cuBLAS) and attention;
+#   3b. moe    tests/e2e/moe_cuda_emu.sh: the mixture-of-experts kernels on
+#              the emulator against the host kernels, then a micro MoE model
+#              trained on the GPU against --backend host;
 #   4. train   tests/gpu/train_e2e.sh: gpt2-small with parameters and
 #              optimizer state in CPU memory, then on NVMe, on --backend
 #              cuda, the first steps against --backend host, and again with
@@ -304,6 +307,17 @@ elif [ -n "$FAKE" ]; then
 else
   step kernels 150 env BUILD=build sh tests/gpu/check_kernels.sh
   figures "cases, .* failed|FAIL|^cuBLASLt|^gemm |^attention|^timing"
+fi
+
+# ---- 3b. moe: the mixture-of-experts kernels against the host's, and a MoE model trained on the GPU ----
+if [ -n "$FAKE" ]; then
+  say "step moe: rehearsed by name only (fake): GPU=1 sh tests/e2e/moe_cuda_emu.sh build (tests/e2e/moe_cuda_emu.sh runs it on the fakes)"
+elif [ -n "$BUNDLE" ]; then
+  say "step moe: not run (a bundle has no build tree for tests/gpu/check_moe.c)"
+else
+  march=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
+  step moe 150 env GPU=1 MOE_ARCH="sm_${march:-90}" sh tests/e2e/moe_cuda_emu.sh build
+  figures "cases, .* failed|FAIL|^moe-micro step|^moe_cuda_emu"
 fi
 
 # ---- 4. train: gpt2-small offloaded, against the host, both GEMM paths ----
