@@ -644,7 +644,7 @@ static void sec_hf(Codec *c, Plan *p) {
     c_str(c, &p->hf.arch);
     c_str(c, &p->hf.config);
     void *arr = p->hf.pieces;
-    if (!c_count(c, &p->hf.npieces, 4 + 8 + 1 + 8 + 8, &arr, sizeof(PlanHfPiece))) return;
+    if (!c_count(c, &p->hf.npieces, 4 + 8 + 1 + 8 + 8 + (c->version >= 7 ? 1 + 4 : 0), &arr, sizeof(PlanHfPiece))) return;
     p->hf.pieces = arr;
     for (uint32_t i = 0; i < p->hf.npieces && !c->bad; i++) {
         PlanHfPiece *h = &p->hf.pieces[i];
@@ -653,6 +653,13 @@ static void sec_hf(Codec *c, Plan *p) {
         c_u8(c, &h->transpose);
         c_i64(c, &h->src_col);
         c_i64(c, &h->cols);
+        if (c->version >= 7) { /* stacked pieces */
+            c_u8(c, &h->stacked);
+            c_i32(c, &h->index);
+        } else if (c->reading) {
+            h->stacked = 0;
+            h->index = 0;
+        }
     }
 }
 
@@ -702,7 +709,15 @@ static const Section sections[] = {
  * 6 the speculative optimizer's ranges in meta (an older plan has none). An older
  * plan is refused with the version message, not as a corrupt file. */
 enum { SECTION_RAW = 0, SECTION_PACKED = 1 };
-enum { FORMAT_VERSION = PLAN_VERSION };
+enum { FORMAT_VERSION = PLAN_VERSION_STACKED }; /* the newest read */
+
+/* The version a plan is written as: 7 when its hf mapping stacks pieces,
+ * else 6, so that a plan without them reads as it did before. */
+static uint32_t written_version(const Plan *p) {
+    for (uint32_t i = 0; i < p->hf.npieces; i++)
+        if (p->hf.pieces[i].stacked) return PLAN_VERSION_STACKED;
+    return PLAN_VERSION;
+}
 enum { NSECTIONS = sizeof sections / sizeof sections[0], NSECTIONS_V3 = NSECTIONS - 1, HEADER_BYTES = 24, SECHDR_BYTES = 24 };
 
 static void put_le(uint8_t *b, uint64_t v, int n) {
@@ -725,7 +740,7 @@ typedef struct SectionOut {
 } SectionOut;
 
 static void encode_section(const Plan *p, int s, SectionOut *o) {
-    Codec raw = {.version = FORMAT_VERSION};
+    Codec raw = {.version = written_version(p)};
     sections[s].codec(&raw, (Plan *)p); /* writing only reads *p */
     o->buf = raw.buf;
     o->len = raw.len;
@@ -750,10 +765,10 @@ static void encode_section(const Plan *p, int s, SectionOut *o) {
 }
 
 bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t errlen) {
-    Codec c = {.version = FORMAT_VERSION};
+    Codec c = {.version = written_version(p)};
     uint8_t hdr[HEADER_BYTES];
     memcpy(hdr, PLAN_MAGIC, 8);
-    put_le(hdr + 8, FORMAT_VERSION, 4);
+    put_le(hdr + 8, c.version, 4);
     put_le(hdr + 12, NSECTIONS, 4); /* always the newest format */
     put_le(hdr + 16, plan_fnv1a64(hdr, 16), 8);
     put(&c, hdr, sizeof hdr);

@@ -322,8 +322,8 @@ static Plan *with_hf(int32_t *param) {
     p->hf.arch = "GPT2LMHeadModel";
     p->hf.config = "{}";
     p->hf.pieces = arena_alloc(&p->arena, 2 * sizeof *p->hf.pieces);
-    p->hf.pieces[0] = (PlanHfPiece){w, "a.weight", 1, 0, n / 2};
-    p->hf.pieces[1] = (PlanHfPiece){w, "b.weight", 1, 4, n - n / 2};
+    p->hf.pieces[0] = (PlanHfPiece){w, "a.weight", 1, 0, n / 2, 0, 0};
+    p->hf.pieces[1] = (PlanHfPiece){w, "b.weight", 1, 4, n - n / 2, 0, 0};
     p->hf.npieces = 2;
     ck_assert_msg(verify_plan(p, msgs, sizeof msgs) == 0, "%s", msgs);
     *param = w;
