@@ -1139,6 +1139,13 @@ static void put_moe_map(Cfg *c, Out *o) {
         for (int i = 0; i < 3; i++)
             put(o, "  \"%s.moe_mlp.swiglu.%s\" = transpose(\"%s.mlp.shared_expert.%s.weight\")\n", p, sw[i][0], h, sw[i][1]);
     }
+    for (int i = 0; i < 4; i++) { /* --lora: PEFT's adapter names */
+        char opt[16];
+        snprintf(opt, sizeof opt, "lora_%c", "qkvo"[i]);
+        for (int ab = 0; lora_has(c, opt) && ab < 2; ab++)
+            put(o, "  \"%s.rope_attn.%s_%c\" = transpose(\"base_model.model.%s.self_attn.%s.lora_%c.weight\")\n", p, opt,
+                "ab"[ab], h, w[i][1], "AB"[ab]);
+    }
     put(o, "  \"rms.g\" = \"model.norm.weight\"\n");
 }
 

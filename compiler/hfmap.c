@@ -211,7 +211,7 @@ static bool read_piece(HfCtx *c, const Expr *e, Piece *pc) {
         pc->stacked = true;
         return true;
     }
-    if (!strcmp(e->str, "cat")) return err(c, e->span, "cat goes outermost: cat(a, b, ...) of names, transposes, cols and stacks");
+    if (!strcmp(e->str, "cat")) return err(c, e->span, "cat goes outermost: cat(a, b, ...) of names, transposes and cols");
     const char *near = diag_nearest(e->str, hf_funcs, 4);
     if (near) return err(c, e->name_span, "unknown hf function '%s'; did you mean '%s'?", e->str, near);
     return err(c, e->name_span, "unknown hf function '%s' (the functions are transpose, cat, cols and stack)", e->str);

@@ -305,7 +305,7 @@ static void check_hf(V *v) {
             if (!x->hf_name || !x->hf_name[0]) vf_problem(v, "hf piece %u of '%s' names no tensor", j, t->name);
             if ((x->stacked != 0) != stacked || x->stacked > 1)
                 vf_problem(v, "hf piece %u of '%s': stacked %u among pieces that are%s", j, t->name, x->stacked, stacked ? "" : " not");
-            if (stacked && cols == last && x->index == index + 1) { /* the next index starts */
+            if (stacked && cols == last) { /* the slice is full: the next index starts */
                 index++;
                 cols = 0;
             }

@@ -16,12 +16,23 @@ tests/e2e/moe_hf.sh.
                      mismatched keys, and its step-2 loss equals LOSS2
                      (zinf's) within 1e-5 relative, while the step-2 loss of
                      the checkpoint before the step differs from it
+  moe_hf.py peft W C ADAPTER MERGED LOSS2
+                     ADAPTER (--export-hf of a run with LoRA on the
+                     attention, after one step) loads with
+                     PeftModel.from_pretrained onto W/C and MERGED
+                     (--merge-lora) with from_pretrained, no key missing or
+                     unexpected; both give zinf's step-2 loss LOSS2 within
+                     1e-5 relative
   moe_hf.py same DIR OUT
                      every tensor of OUT's safetensors equals DIR's, bit for
                      bit, and they hold the same names
-  moe_hf.py gen W C IDS N
+  moe_hf.py gen W C IDS N GOT
                      transformers' greedy continuation (N new tokens) of
-                     the ids IDS (1,2,3), one line of ids
+                     the ids IDS (1,2,3) must be the ids of file GOT
+                     (zinfgen's)
+  moe_hf.py batch W FILE
+                     each line of FILE is the arguments of one command
+                     above (export, peft, same, gen), run in one process
   moe_hf.py drop DIR NAME OUT
                      DIR copied to OUT without the tensor NAME
 """
@@ -132,6 +143,31 @@ def check_export(w, name, out, loss2):
     return 0
 
 
+def check_peft(w, name, adapter, merged, loss2):
+    from peft import PeftModel
+    x, y = batch(os.path.join(w, "tok.bin"), 2)
+    fail = 0
+    cfg = json.load(open(os.path.join(adapter, "adapter_config.json")))
+    got = hf_loss(PeftModel.from_pretrained(load(os.path.join(w, name)), adapter).eval(), x, y)
+    before = hf_loss(load(os.path.join(w, name)), x, y)
+    if abs(before - loss2) / abs(loss2) < 1e-5:
+        print("FAIL: %s: the LoRA step left the step-2 loss as it was (%.9g)" % (name, before))
+        fail = 1
+    m, info = AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32, output_loading_info=True)
+    bad = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+    got_m = hf_loss(m.eval(), x, y)
+    for what, g in (("base + PEFT adapter", got), ("merged", got_m)):
+        rel = abs(g - loss2) / abs(loss2)
+        if rel > 1e-5 or bad:
+            print("FAIL: %s: %s step-2 loss %.9g, zinf's %.9g (rel %.2e)%s" % (name, what, g, loss2, rel,
+                                                                              " %s" % bad if bad else ""))
+            fail = 1
+        else:
+            print("ok   %s: %s (targets %s) step-2 loss %.9g, zinf's %.9g (rel %.1e)"
+                  % (name, what, sorted(cfg["target_modules"]), g, loss2, rel))
+    return fail
+
+
 def same(a, b):
     def tensors(d):
         out = {}
@@ -152,12 +188,32 @@ def same(a, b):
     return 0
 
 
-def gen(w, name, ids, n):
+def gen(w, name, ids, n, got_file):
     m = load(os.path.join(w, name))
     x = torch.tensor([[int(i) for i in ids.split(",")]])
     with torch.no_grad():
         y = m.generate(x, max_new_tokens=n, do_sample=False, pad_token_id=0)
-    print(" ".join(str(int(t)) for t in y[0, x.shape[1]:]))
+    want = " ".join(str(int(t)) for t in y[0, x.shape[1]:])
+    got = open(got_file).read().strip()
+    if got != want:
+        print("FAIL: %s: zinfgen greedy '%s', transformers' generate '%s'" % (name, got, want))
+        return 1
+    print("ok   %s: zinfgen greedy '%s' = generate's" % (name, got))
+    return 0
+
+
+def command(a):
+    if a[0] == "export":
+        return check_export(a[1], a[2], a[3], float(a[4]))
+    if a[0] == "peft":
+        return check_peft(a[1], a[2], a[3], a[4], float(a[5]))
+    if a[0] == "same":
+        return same(a[1], a[2])
+    if a[0] == "gen":
+        return gen(a[1], a[2], a[3], int(a[4]), a[5])
+    if a[0] == "drop":
+        return drop(a[1], a[2], a[3])
+    sys.exit("moe_hf.py: unknown command " + a[0])
 
 
 def drop(d, name, out):
@@ -166,20 +222,22 @@ def drop(d, name, out):
     t = load_file(f)
     del t[name]
     save_file(t, f, metadata={"format": "pt"})
+    return 0
 
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    cmd = sys.argv[1]
-    if cmd == "make":
+    if sys.argv[1] == "make":
         make(sys.argv[2])
-    elif cmd == "export":
-        sys.exit(check_export(sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])))
-    elif cmd == "same":
-        sys.exit(same(sys.argv[2], sys.argv[3]))
-    elif cmd == "gen":
-        gen(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
-    elif cmd == "drop":
-        drop(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif sys.argv[1] == "batch":
+        fail = 0
+        for line in open(sys.argv[3]):
+            if line.split():
+                try:
+                    fail |= command(line.split())
+                except Exception as e:  # one check's error fails it, not the others
+                    print("FAIL: %s: %s: %s" % (line.strip(), type(e).__name__, e))
+                    fail = 1
+        sys.exit(fail)
     else:
-        sys.exit("moe_hf.py: unknown command " + cmd)
+        sys.exit(command(sys.argv[1:]))
