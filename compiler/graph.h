@@ -99,12 +99,15 @@ typedef struct TrainConfig {
  * the planner copies it into Plan.hf): a parameter is the concatenation,
  * along its last axis, of its pieces, which are adjacent and in order; a
  * piece is columns [src_col, src_col + cols) of HF tensor hf_name read in
- * zinf's [in, out] layout (transposed first when `transpose`). */
+ * zinf's [in, out] layout (transposed first when `transpose`); a stacked
+ * piece does so for the slice P[index, ...] alone (PlanHfPiece). */
 typedef struct GraphHfPiece {
     int tensor;              /* a TC_PARAM tensor id */
     const char *hf_name;
     bool transpose;
     int64_t src_col, cols;
+    bool stacked;            /* the piece makes only P[index, ...] (stack(): one expert's tensor) */
+    int32_t index;
 } GraphHfPiece;
 
 typedef struct GraphHf {

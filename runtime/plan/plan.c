@@ -658,7 +658,7 @@ static void sec_hf(Codec *c, Plan *p) {
     c_str(c, &p->hf.arch);
     c_str(c, &p->hf.config);
     void *arr = p->hf.pieces;
-    if (!c_count(c, &p->hf.npieces, 4 + 8 + 1 + 8 + 8, &arr, sizeof(PlanHfPiece))) return;
+    if (!c_count(c, &p->hf.npieces, 4 + 8 + 1 + 8 + 8 + (c->version >= 7 ? 1 + 4 : 0), &arr, sizeof(PlanHfPiece))) return;
     p->hf.pieces = arr;
     for (uint32_t i = 0; i < p->hf.npieces && !c->bad; i++) {
         PlanHfPiece *h = &p->hf.pieces[i];
@@ -667,6 +667,13 @@ static void sec_hf(Codec *c, Plan *p) {
         c_u8(c, &h->transpose);
         c_i64(c, &h->src_col);
         c_i64(c, &h->cols);
+        if (c->version >= 7) { /* stacked pieces */
+            c_u8(c, &h->stacked);
+            c_i32(c, &h->index);
+        } else if (c->reading) {
+            h->stacked = 0;
+            h->index = 0;
+        }
     }
 }
 
@@ -777,7 +784,15 @@ static const Section sections[] = {
  * 6 the speculative optimizer's ranges in meta (an older plan has none). An older
  * plan is refused with the version message, not as a corrupt file. */
 enum { SECTION_RAW = 0, SECTION_PACKED = 1 };
-enum { FORMAT_VERSION = PLAN_VERSION };
+enum { FORMAT_VERSION = PLAN_VERSION_STACKED }; /* the newest read */
+
+/* The version a plan is written as: 7 when its hf mapping stacks pieces,
+ * else 6, so that a plan without them reads as it did before. */
+static uint32_t written_version(const Plan *p) {
+    for (uint32_t i = 0; i < p->hf.npieces; i++)
+        if (p->hf.pieces[i].stacked) return PLAN_VERSION_STACKED;
+    return PLAN_VERSION;
+}
 enum { NSECTIONS = sizeof sections / sizeof sections[0], NSECTIONS_V3 = NSECTIONS - 1, HEADER_BYTES = 24, SECHDR_BYTES = 24 };
 
 static void put_le(uint8_t *b, uint64_t v, int n) {
@@ -827,6 +842,7 @@ static bool pack_section(const Plan *p, int s, const uint8_t *raw, size_t len, S
 }
 
 static void encode_section(const Plan *p, int s, SectionOut *o) {
+<<<<<<< HEAD
     const Section *sec = &sections[s];
     bool packed = false;
     if (sec->columns) {
@@ -843,15 +859,37 @@ static void encode_section(const Plan *p, int s, SectionOut *o) {
         o->oom = raw.oom;
         /* a table whose columns packed no smaller stays raw */
         if (!sec->columns && pack_section(p, s, raw.buf, raw.len, o)) free(raw.buf);
+=======
+    Codec raw = {.version = written_version(p)};
+    sections[s].codec(&raw, (Plan *)p); /* writing only reads *p */
+    o->buf = raw.buf;
+    o->len = raw.len;
+    o->form = SECTION_RAW;
+    o->oom = raw.oom;
+    if (!o->oom && raw.len >= PLAN_PACK_MIN) {
+        uint8_t *pk;
+        size_t pklen;
+        const char *why;
+        if (!plan_pack(raw.buf, raw.len, &sections[s].pack, &pk, &pklen, &why)) {
+            o->oom = true;
+        } else if (pklen < raw.len) { /* the packed payload replaces the raw one */
+            free(raw.buf);
+            o->buf = pk;
+            o->len = pklen;
+            o->form = SECTION_PACKED;
+        } else {
+            free(pk);
+        }
+>>>>>>> moehf
     }
     o->hash = o->oom ? 0 : plan_fnv1a64(o->buf, o->len);
 }
 
 bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t errlen) {
-    Codec c = {.version = FORMAT_VERSION};
+    Codec c = {.version = written_version(p)};
     uint8_t hdr[HEADER_BYTES];
     memcpy(hdr, PLAN_MAGIC, 8);
-    put_le(hdr + 8, FORMAT_VERSION, 4);
+    put_le(hdr + 8, c.version, 4);
     put_le(hdr + 12, NSECTIONS, 4); /* always the newest format */
     put_le(hdr + 16, plan_fnv1a64(hdr, 16), 8);
     put(&c, hdr, sizeof hdr);

@@ -20,7 +20,13 @@
 #include <stdint.h>
 #include "arena.h"
 
+<<<<<<< HEAD
 enum { PLAN_VERSION = 6, PLAN_VERSION_OLDEST = 3, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 12, PLAN_MAX_IATTR = 6, PLAN_MAX_FATTR = 6,
+=======
+/* PLAN_VERSION is what a plan is written as; PLAN_VERSION_STACKED (the newest
+ * read) only a plan whose hf mapping stacks per-expert tensors (PlanHfPiece.stacked). */
+enum { PLAN_VERSION = 6, PLAN_VERSION_STACKED = 7, PLAN_VERSION_OLDEST = 3, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 8, PLAN_MAX_IATTR = 6, PLAN_MAX_FATTR = 6,
+>>>>>>> moehf
        PLAN_MAX_ACCUM = 64 /* micro-batches per optimizer step (grad_accum) */ };
 #define PLAN_MAGIC "ZINFPLAN"
 
@@ -327,12 +333,20 @@ typedef struct PlanGemm {
  * when `transpose` (nn.Linear stores [out, in]). So a fused zinf weight is
  * several pieces (cat), and a zinf weight cut from a fused HF one takes a
  * column range (cols); 1-D tensors have one axis to cut. Parameters with no
- * piece have no HF counterpart (e.g. adapters). */
+ * piece have no HF counterpart (e.g. adapters). A stacked piece (version 7)
+ * makes only P[index, ...], the slice of index `index` along P's first
+ * axis, read as a parameter of its own (its columns the slice's last
+ * axis): the E per-expert tensors of a mixture-of-experts layer
+ * ("...experts.3.w1.weight") stacked into one [E, ...] parameter. A
+ * parameter's pieces are all stacked or none; stacked ones come in index
+ * order, every index once, each index's pieces covering its columns. */
 typedef struct PlanHfPiece {
     int32_t tensor;            /* a TC_PARAM tensor id */
     const char *hf_name;       /* "model.layers.3.self_attn.q_proj.weight" */
     uint8_t transpose;
     int64_t src_col, cols;
+    uint8_t stacked;           /* 1: the piece is part of P[index, ...] */
+    int32_t index;             /* stacked: the index along P's first axis */
 } PlanHfPiece;
 
 typedef struct PlanHf {

@@ -406,6 +406,8 @@ void plandump_hf(const Plan *p, FILE *out) {
         const PlanTensor *t = &p->tensors[x->tensor];
         fprintf(out, "piece %s [", t->name);
         for (int d = 0; d < t->rank; d++) fprintf(out, "%s%" PRId64, d ? "," : "", t->dims[d]);
-        fprintf(out, "] <- %s %s %" PRId64 " %" PRId64 "\n", x->hf_name, x->transpose ? "T" : "-", x->src_col, x->cols);
+        fprintf(out, "]");
+        if (x->stacked) fprintf(out, "[%d]", x->index); /* the slice this per-expert tensor fills */
+        fprintf(out, " <- %s %s %" PRId64 " %" PRId64 "\n", x->hf_name, x->transpose ? "T" : "-", x->src_col, x->cols);
     }
 }
