@@ -842,7 +842,6 @@ static bool pack_section(const Plan *p, int s, const uint8_t *raw, size_t len, S
 }
 
 static void encode_section(const Plan *p, int s, SectionOut *o) {
-<<<<<<< HEAD
     const Section *sec = &sections[s];
     bool packed = false;
     if (sec->columns) {
@@ -851,7 +850,7 @@ static void encode_section(const Plan *p, int s, SectionOut *o) {
         packed = pack_section(p, s, NULL, 4 + (size_t)sec->columns(p, NULL) * rec, o);
     }
     if (!packed && !o->oom) {
-        Codec raw = {.version = FORMAT_VERSION};
+        Codec raw = {.version = written_version(p)};
         sec->codec(&raw, (Plan *)p); /* writing only reads *p */
         o->buf = raw.buf;
         o->len = raw.len;
@@ -859,28 +858,6 @@ static void encode_section(const Plan *p, int s, SectionOut *o) {
         o->oom = raw.oom;
         /* a table whose columns packed no smaller stays raw */
         if (!sec->columns && pack_section(p, s, raw.buf, raw.len, o)) free(raw.buf);
-=======
-    Codec raw = {.version = written_version(p)};
-    sections[s].codec(&raw, (Plan *)p); /* writing only reads *p */
-    o->buf = raw.buf;
-    o->len = raw.len;
-    o->form = SECTION_RAW;
-    o->oom = raw.oom;
-    if (!o->oom && raw.len >= PLAN_PACK_MIN) {
-        uint8_t *pk;
-        size_t pklen;
-        const char *why;
-        if (!plan_pack(raw.buf, raw.len, &sections[s].pack, &pk, &pklen, &why)) {
-            o->oom = true;
-        } else if (pklen < raw.len) { /* the packed payload replaces the raw one */
-            free(raw.buf);
-            o->buf = pk;
-            o->len = pklen;
-            o->form = SECTION_PACKED;
-        } else {
-            free(pk);
-        }
->>>>>>> moehf
     }
     o->hash = o->oom ? 0 : plan_fnv1a64(o->buf, o->len);
 }

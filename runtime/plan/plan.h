@@ -20,13 +20,9 @@
 #include <stdint.h>
 #include "arena.h"
 
-<<<<<<< HEAD
-enum { PLAN_VERSION = 6, PLAN_VERSION_OLDEST = 3, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 12, PLAN_MAX_IATTR = 6, PLAN_MAX_FATTR = 6,
-=======
 /* PLAN_VERSION is what a plan is written as; PLAN_VERSION_STACKED (the newest
  * read) only a plan whose hf mapping stacks per-expert tensors (PlanHfPiece.stacked). */
-enum { PLAN_VERSION = 6, PLAN_VERSION_STACKED = 7, PLAN_VERSION_OLDEST = 3, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 8, PLAN_MAX_IATTR = 6, PLAN_MAX_FATTR = 6,
->>>>>>> moehf
+enum { PLAN_VERSION = 6, PLAN_VERSION_STACKED = 7, PLAN_VERSION_OLDEST = 3, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 12, PLAN_MAX_IATTR = 6, PLAN_MAX_FATTR = 6,
        PLAN_MAX_ACCUM = 64 /* micro-batches per optimizer step (grad_accum) */ };
 #define PLAN_MAGIC "ZINFPLAN"
 
