@@ -223,8 +223,10 @@ static bool emit_adam(AdState *s, int t, int norm) {
         if (ms < 0) return false;
         g->tensors[ms].param = t;
     }
-    int mo = graph_add_tensor(g, arena_printf(g->arena, "m.%s", p.name), DT_F32, p.rank, p.dims, TC_MOMENTUM);
-    int va = graph_add_tensor(g, arena_printf(g->arena, "v.%s", p.name), DT_F32, p.rank, p.dims, TC_VARIANCE);
+    int mo = graph_add_tensor(g, arena_printf(g->arena, "m.%s", p.name), graph_moment_dtype(&g->train, p.numel, false), p.rank,
+                              p.dims, TC_MOMENTUM);
+    int va = graph_add_tensor(g, arena_printf(g->arena, "v.%s", p.name), graph_moment_dtype(&g->train, p.numel, true), p.rank,
+                              p.dims, TC_VARIANCE);
     if (mo < 0 || va < 0) return false;
     g->tensors[gt].param = t;
     g->tensors[mo].param = t;

@@ -84,7 +84,7 @@ static bool tensor_ok(const Graph *g, int t) { return t >= -1 && t < g->ntensors
 static bool operands_ok(GenCtx *c) {
     const Graph *g = c->g;
     const GOp *o = c->o;
-    if (o->nin < 0 || o->nin > GRAPH_MAX_IN || o->nout < 0 || o->nout > GRAPH_MAX_OUT) {
+    if (o->nin < 0 || o->nin > GRAPH_MAX_IN || o->nout < 0 || o->nout > GRAPH_MAX_OPOUT) {
         cg_fail(c, "malformed op");
         return false;
     }

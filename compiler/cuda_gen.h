@@ -63,7 +63,7 @@ enum { CUDA_MAX_ARGS = 20, CUDA_OP_MAX_KERNELS = 8 };
  * (CUDA_GEMM_WHY_*) says what it cannot do and the launch always runs. The
  * cuBLASLt workspace is [ws_off, ws_off + ws_bytes) of the GEMM workspace the
  * executor allocates (per queue, the largest of the plan's gemms). */
-enum { CUDA_GEMM_WHY_NONE, CUDA_GEMM_WHY_BATCH_SUM };
+enum { CUDA_GEMM_WHY_NONE, CUDA_GEMM_WHY_BATCH_SUM, CUDA_GEMM_WHY_DEQUANT };
 /* An operand id (c, a or b) that is the op's workspace, not a tensor: the
  * launch's CARG_WS argument, off_* its byte offset there (the chunked
  * loss's logits; the plan's PLAN_GEMM_OP_WS). */

@@ -1,5 +1,6 @@
-/* cuda_gen_adam: the launch of an AdamW step (fp32 master, moments, the
- * run-time learning rate and bias corrections) on stdlib/kernels/adam.cu. */
+/* cuda_gen_adam: the launch of an AdamW step (fp32 master, moments in f32,
+ * bf16 or 8-bit blocks, the run-time learning rate and bias corrections)
+ * on stdlib/kernels/adam.cu. */
 #include <inttypes.h>
 #include "cuda_gen_impl.h"
 
@@ -14,8 +15,10 @@ void cg_gen_adam(GenCtx *c) {
     DType dt = T_(c, p)->dtype;
     int ts[2] = {p, gr};
     if (!cg_same_dtype(c, dt, ts, 2)) return;
-    if (T_(c, m)->dtype != DT_F32 || T_(c, v)->dtype != DT_F32 || (ms >= 0 && T_(c, ms)->dtype != DT_F32)) {
-        cg_fail(c, "adam: master and moments must be f32");
+    DType md = T_(c, m)->dtype, vd = T_(c, v)->dtype;
+    bool f32s = md == DT_F32 && vd == DT_F32, bf16s = md == DT_BF16 && vd == DT_BF16, q8 = md == DT_DYN8 && vd == DT_UDYN8;
+    if ((!f32s && !bf16s && !q8) || (ms >= 0 && T_(c, ms)->dtype != DT_F32)) {
+        cg_fail(c, "adam: the master must be f32 and the moments f32, bf16, or dyn8 and udyn8");
         return;
     }
     if (ms < 0 && dt != DT_F32) {
@@ -23,8 +26,16 @@ void cg_gen_adam(GenCtx *c) {
         return;
     }
     int64_t n = T_(c, p)->numel;
-    CudaKernel *k = cg_kdt(c, "adam", dt, "zk_adam", "AdamW step (fp32 master, m, v)");
-    elementwise_grid(k, n);
+    CudaKernel *k = f32s ? cg_kdt(c, "adam", dt, "zk_adam", "AdamW step (fp32 master, m, v)")
+                  : bf16s ? cg_kdt(c, "adam", dt, "zk_adam_bf16s", "AdamW step (fp32 master, bf16 m, v)")
+                          : cg_kdt(c, "adam", dt, "zk_adam_q8", "AdamW step (fp32 master, 8-bit m, v)");
+    if (q8) { /* a CUDA block of 256 threads per block of 2048 elements */
+        int64_t nb = (n + DTYPE_QSTATE_BLOCK - 1) / DTYPE_QSTATE_BLOCK;
+        k->grid[0] = (unsigned)(nb < 65535 ? nb : 65535);
+        k->block[0] = 256;
+    } else {
+        elementwise_grid(k, n);
+    }
     arg_t(k, p);
     arg_t(k, ms);
     arg_t(k, gr);

@@ -14,6 +14,7 @@ enum {
 
 typedef struct Gemm {
     int C, A, B, bias;           /* tensor ids (bias -1); C, A, B may be CUDA_GEMM_WS */
+    int64_t deqB;                /* B (a quantized weight) read dequantized from the op's workspace at this byte offset; -1: from B */
     int64_t offC, offA, offB;    /* elements past each operand's start (a tile's columns) */
     int64_t wsC, wsA, wsB;       /* a CUDA_GEMM_WS operand's start: a byte offset of the op's workspace */
     DType dt;                    /* the operands' dtype (DT_NONE: C's tensor's) */
@@ -32,8 +33,8 @@ static void gemm_operand(CudaKernel *k, int t, int64_t off, int64_t ws, int64_t 
 
 static void k_gemm(GenCtx *c, const Gemm *p, const char *role) {
     DType dt = p->dt != DT_NONE ? p->dt : T_(c, p->C)->dtype;
-    int ts[4] = {p->C == CUDA_GEMM_WS ? -1 : p->C, p->A == CUDA_GEMM_WS ? -1 : p->A, p->B == CUDA_GEMM_WS ? -1 : p->B,
-                 p->bias};
+    int ts[4] = {p->C == CUDA_GEMM_WS ? -1 : p->C, p->A == CUDA_GEMM_WS ? -1 : p->A,
+                 p->B == CUDA_GEMM_WS || p->deqB >= 0 ? -1 : p->B, p->bias};
     if (!cg_same_dtype(c, dt, ts, 4)) return;
     if (p->batch > 65535) {
         cg_fail(c, "%" PRId64 " batched products exceed the grid limit (65535)", p->batch);
@@ -79,7 +80,8 @@ static void k_gemm(GenCtx *c, const Gemm *p, const char *role) {
     int64_t es = dt == DT_F32 ? 4 : 2;
     gemm_operand(k, p->C, p->offC, p->wsC, es);
     gemm_operand(k, p->A, p->offA, p->wsA, es);
-    gemm_operand(k, p->B, p->offB, p->wsB, es);
+    if (p->deqB >= 0) arg_ws(k, p->deqB + p->offB * es);
+    else gemm_operand(k, p->B, p->offB, p->wsB, es);
     arg_t(k, p->bias);
     arg_i(k, p->M);
     arg_i(k, p->N);
@@ -108,6 +110,31 @@ static void k_gemm(GenCtx *c, const Gemm *p, const char *role) {
                     .sB = p->sB, .sC = p->sC, .rbatch = p->rbatch, .rsA = p->rsA, .rsB = p->rsB};
     int64_t want = c->cg->opt.gemm_ws_bytes ? c->cg->opt.gemm_ws_bytes : CUDA_GEMM_WS_DEFAULT;
     if (g->lt && want > 0) g->ws_bytes = want;
+    if (p->deqB >= 0) { /* B is the weight dequantized into the op's workspace: the launch runs it */
+        g->lt = false;
+        g->why = CUDA_GEMM_WHY_DEQUANT;
+        g->ws_bytes = 0;
+    }
+}
+
+/* A weight stored quantized (nf4, int8: a frozen one, train { quantize })
+ * decoded whole into the op's workspace in the compute dtype dt, as the
+ * host kernels decode it (stdlib/kernels/dequant.cu): the workspace
+ * offset, or -1 (reported) when it cannot be. */
+static int64_t dequant_weight(GenCtx *c, int w, DType dt) {
+    const GTensor *W = T_(c, w);
+    if (c->ntiles > 0) {
+        cg_fail(c, "'%s' is stored quantized and cut into tiles, which the CUDA kernels do not read", W->name ? W->name : "?");
+        return -1;
+    }
+    int64_t es = dt == DT_F32 ? 4 : 2, off = cg_ws_alloc(c, W->numel * es);
+    CudaKernel *k = cg_kdt(c, "dequant", dt, W->dtype == DT_NF4 ? "zk_dequant_nf4" : "zk_dequant_int8",
+                           arena_printf(c->cg->arena, "w (%s) dequantized into the workspace", dtype_name(W->dtype)));
+    elementwise_grid(k, W->numel);
+    arg_ws(k, off);
+    arg_t(k, w);
+    arg_i(k, W->numel);
+    return off;
 }
 
 /* The product C = op(A) op(B) + beta C, its arguments in BLAS's order
@@ -134,6 +161,7 @@ static Gemm gemm_of(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int A, in
     p.rbatch = 1;
     p.beta = beta;
     p.dt = DT_NONE;
+    p.deqB = -1;
     return p;
 }
 
@@ -157,6 +185,7 @@ void cg_gemm_ws(GenCtx *c, DType dt, bool ta, bool tb, int64_t M, int64_t N, int
 typedef struct XW {
     int x, w, bias, y;
     int dy, dx, dw, db;
+    int64_t w_ws;               /* w dequantized into the workspace at this offset; -1: w itself */
 } XW;
 
 /* A whole op's launch comments: y, dx, dw, db (a tile's name its columns). */
@@ -178,6 +207,7 @@ static void gemm_w_rows(GenCtx *c, bool bwd, const XW *t, const WRoles *r, int64
     bool first = c->tile == 0, tiled = c->ntiles > 0;
     if (!bwd) {
         Gemm p = gemm_of(false, false, M, N, rows, t->x, K, t->w, N, first ? 0 : 1, t->y, N);
+        p.deqB = t->w_ws;
         p.offA = r0;
         p.bias = first ? t->bias : -1;
         k_gemm(c, &p,
@@ -188,6 +218,7 @@ static void gemm_w_rows(GenCtx *c, bool bwd, const XW *t, const WRoles *r, int64
     }
     if (t->dx >= 0) {
         Gemm p = gemm_of(false, true, M, rows, N, t->dy, N, t->w, N, 1, t->dx, K);
+        p.deqB = t->w_ws;
         p.offC = r0;
         k_gemm(c, &p, tiled ? arena_printf(a, "dx[:, %" PRId64 ":%" PRId64 "] += dy*w_t^T", r0, r1) : r->dx);
     }
@@ -215,13 +246,20 @@ void cg_gen_linear(GenCtx *c, bool bwd) {
         cg_fail(c, "linear: x's last dim %" PRId64 " != weight's rows %" PRId64, last_dim(X), I);
         return;
     }
-    XW t = {.x = x, .w = w, .bias = b, .y = -1, .dy = -1, .dx = -1, .dw = -1, .db = -1};
+    XW t = {.x = x, .w = w, .bias = b, .y = -1, .dy = -1, .dx = -1, .dw = -1, .db = -1, .w_ws = -1};
     if (!bwd) t.y = o->out[0];
     else {
         t.dy = o->in[nfin + 1];
         t.dx = o->out[0];
         t.dw = o->nout > 1 ? o->out[1] : -1;
         t.db = o->nout > 2 ? o->out[2] : -1;
+    }
+    if (dtype_is_quant(W->dtype)) {
+        if (t.dw >= 0) {
+            cg_fail(c, "'%s' is stored quantized but has a gradient", W->name ? W->name : "?");
+            return;
+        }
+        if ((!bwd || t.dx >= 0) && (t.w_ws = dequant_weight(c, w, X->dtype)) < 0) return; /* (read by y and dx only) */
     }
     WRoles r = {b >= 0 ? "y = x*w + b" : "y = x*w", "dx += dy*w^T", "dw += x^T*dy", "db += sum_rows dy"};
     gemm_w_rows(c, bwd, &t, &r, X->numel / I, I, O, rows, r0);
@@ -329,12 +367,26 @@ void cg_gen_matmul(GenCtx *c, bool bwd) {
         cg_fail(c, "matmul: inner dims differ (%" PRId64 " and %" PRId64 ")", K, Kb);
         return;
     }
+    if (dtype_is_quant(Bt->dtype)) {
+        cg_fail(c, "'%s' is stored quantized (%s), which the CUDA kernels read as the weight of a linear only", Bt->name ? Bt->name : "?",
+                dtype_name(Bt->dtype));
+        return;
+    }
     XW t = {.x = a, .w = b, .bias = -1, .y = bwd ? -1 : o->out[0], .dy = bwd ? o->in[o->nfin + 1] : -1,
-            .dx = bwd ? o->out[0] : -1, .dw = bwd && o->nout > 1 ? o->out[1] : -1, .db = -1};
+            .dx = bwd ? o->out[0] : -1, .dw = bwd && o->nout > 1 ? o->out[1] : -1, .db = -1, .w_ws = -1};
     if (ta) gemm_ta(c, bwd, &t, tb, M, K, N, batch);
     else if (tb) gemm_bt_rows(c, bwd, &t, M, K, N, rows, r0);
     else {
         WRoles r = {"c = op(a)*op(b)", "da += dc*op(b)^T", "db += op(a)^T*dc", NULL};
         gemm_w_rows(c, bwd, &t, &r, M, K, N, rows, r0);
     }
+}
+
+/* gated_mlp (the MLP tiled by rows) has host kernels only
+ * (runtime/hostk/hostk_gmlp.c): a CUDA plan that tiles the MLP is refused
+ * here, by name. */
+void cg_gen_gmlp(GenCtx *c, bool bwd) {
+    (void)bwd;
+    cg_fail(c, "gated_mlp (the MLP tiled by rows) has no CUDA kernels yet: it runs on the host backend; plan with "
+               "plan { mlp_tile = 0 } to keep the MLP's ops as written");
 }

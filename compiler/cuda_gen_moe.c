@@ -1,10 +1,363 @@
-/* cuda_gen_moe: the mixture-of-experts family on the GPU. Its kernels
- * (routing, the grouped expert GEMMs, the combination) run on the host
- * backend only so far: a plan with one of its ops is refused here, before
- * any kernel is made, with the primitive named and the way to run it. */
+/* cuda_gen_moe: the launches of the mixture-of-experts family on
+ * stdlib/kernels/moe.cu, forward and backward, the same arithmetic as the
+ * host kernels (runtime/hostk/hostk_moe.c).
+ *
+ * moe_expert is dropless with buffers fixed at compile time: the routing
+ * varies, the n = R*k (row, slot) pairs do not. Its workspace holds the
+ * error word, start[E+1] and order[n] (the pairs listed expert by expert on
+ * the device, zk_moe_route), nothing else. The grouped products read
+ * the counts on the device: their grid is the bound on the 64-row tiles of
+ * the segments, ceil(n/64) + min(E, n), which holds whatever the routing
+ * (every token on one expert, experts with no token); the weight gradient
+ * has a block per expert and tile of w[e]. The input gradient of x with a
+ * row per token runs one slot at a time (k passes of R pairs, each row once
+ * a pass), accumulating into dx without a buffer or atomics, the slots of a
+ * row in slot order. */
+#include <inttypes.h>
 #include "cuda_gen_impl.h"
 
+enum { MOE_TILE = 64, MOE_BLOCK = 256 };
+
+static int out_at(const GOp *o, int i) { return i < o->nout ? o->out[i] : -1; }
+
+/* Thread per row launches: blocks of 128, as many as the rows need (grid-stride beyond). */
+static void row_grid(CudaKernel *k, int64_t rows) {
+    k->grid[0] = ew_blocks(rows, 128);
+    k->block[0] = 128;
+}
+/* Warp per item launches: 8 warps a block. */
+static void warp_grid(CudaKernel *k, int64_t items) {
+    k->grid[0] = ew_blocks(items, 8);
+    k->block[0] = 256;
+}
+
+static int64_t lead(const GTensor *t) {
+    int64_t r = 1;
+    for (int i = 0; i < t->rank - 1; i++) r *= t->dims[i];
+    return r;
+}
+
+/* The float operands share one dtype (the unit's). */
+static bool moe_dtype(GenCtx *c, const int *ts, int n, DType *dt) {
+    *dt = DT_F32;
+    for (int i = 0; i < n; i++)
+        if (ts[i] >= 0) {
+            *dt = T_(c, ts[i])->dtype;
+            break;
+        }
+    return cg_same_dtype(c, *dt, ts, n);
+}
+
+static void gen_topk(GenCtx *c, bool bwd) {
+    if (bwd) return; /* an integer choice: nothing flows back */
+    const GOp *o = c->o;
+    const GTensor *L = T_(c, o->in[0]), *I = T_(c, o->out[0]);
+    DType dt;
+    if (!moe_dtype(c, &o->in[0], 1, &dt)) return;
+    CudaKernel *k = cg_kdt(c, "moe", dt, "zk_moe_topk", "idx = the top-k experts of each row");
+    row_grid(k, lead(L));
+    arg_t(k, o->out[0]);
+    arg_t(k, o->in[0]);
+    arg_i(k, lead(L));
+    arg_i(k, last_dim(L));
+    arg_i(k, last_dim(I));
+}
+
+static void gen_gate(GenCtx *c, bool bwd) {
+    const GOp *o = c->o;
+    int logits = o->in[0], idx = o->in[1];
+    const GTensor *L = T_(c, logits), *I = T_(c, idx);
+    int dlog = bwd ? out_at(o, 0) : -1, y = bwd ? o->in[o->nfin + 1] : o->out[0];
+    if (bwd && dlog < 0) return;
+    int ts[3] = {logits, y, dlog};
+    DType dt;
+    if (!moe_dtype(c, ts, 3, &dt)) return;
+    int64_t err = cg_err_word(c, dt, "moe_gate idx");
+    bool norm = o->iattr[IA_MOE_GATE_NORMALIZE] != 0;
+    CudaKernel *k = cg_kdt(c, "moe", dt, bwd ? "zk_moe_gate_bwd" : "zk_moe_gate_fwd",
+                           bwd ? "dlogits += softmax gradient through the gates" : "gates = softmax(logits) at idx");
+    row_grid(k, lead(L));
+    arg_t(k, bwd ? dlog : y);
+    arg_t(k, logits);
+    arg_t(k, idx);
+    if (bwd) arg_t(k, y);
+    arg_i(k, lead(L));
+    arg_i(k, last_dim(L));
+    arg_i(k, last_dim(I));
+    arg_i(k, norm);
+    arg_ws(k, err);
+}
+
+/* moe_expert: x [R, I] (a row per token) or [R*k, I], idx [R, k], w [E, O, I]. */
+static void gen_expert(GenCtx *c, bool bwd) {
+    const GOp *o = c->o;
+    int x = o->in[0], idx = o->in[1], w = o->in[2];
+    const GTensor *X = T_(c, x), *Ix = T_(c, idx), *W = T_(c, w);
+    if (W->rank != 3 || Ix->dtype != DT_I32) {
+        cg_fail(c, "moe_expert needs w [E, O, I] and i32 idx");
+        return;
+    }
+    int64_t slots = last_dim(Ix), n = Ix->numel, E = W->dims[0], O = W->dims[1], I = W->dims[2];
+    int64_t kdiv = X->numel / I == n ? 1 : slots;
+    if (n > INT32_MAX) {
+        cg_fail(c, "%" PRId64 " routed (row, expert) pairs do not fit the 32-bit pair list of the kernels", n);
+        return;
+    }
+    int dx = bwd ? out_at(o, 0) : -1, dw = bwd ? out_at(o, 2) : -1, dy = bwd ? o->in[o->nfin + 1] : o->out[0];
+    if (bwd && dx < 0 && dw < 0) return;
+    int ts[5] = {x, w, dy, dx, dw};
+    DType dt;
+    if (!moe_dtype(c, ts, 5, &dt)) return;
+    int64_t err = cg_err_word(c, dt, "moe_expert idx");
+    int64_t start = cg_ws_alloc(c, (E + 1) * 4), order = cg_ws_alloc(c, n * 4);
+    /* the pairs of all slots (the forward, dw, dx with a row per pair) or of slot `slot` */
+    CudaKernel *k;
+#define ROUTE(slot_)                                                                                                     \
+    k = cg_kdt(c, "moe", dt, "zk_moe_route",                                                                            \
+               (slot_) < 0 ? "list the (row, slot) pairs by expert"                                                     \
+                           : arena_printf(c->cg->arena, "list slot %" PRId64 "'s pairs by expert", (int64_t)(slot_))); \
+    k->block[0] = MOE_BLOCK;                                                                                             \
+    arg_ws(k, start);                                                                                                    \
+    arg_ws(k, order);                                                                                                    \
+    arg_t(k, idx);                                                                                                       \
+    arg_i(k, n);                                                                                                         \
+    arg_i(k, E);                                                                                                         \
+    arg_i(k, slots);                                                                                                     \
+    arg_i(k, (slot_));                                                                                                   \
+    arg_ws(k, err)
+    /* the 64-row tiles of m pairs cut by expert: at most ceil(m/64) + min(E, m), whatever the routing */
+#define TILES(m) ((m) + MOE_TILE - 1) / MOE_TILE + (E < (m) ? E : (m))
+    if (!bwd) {
+        ROUTE(-1);
+        k = cg_kdt(c, "moe", dt, "zk_moe_gemm_fwd", "y[p] = w[idx[p]] x[p], grouped by expert");
+        k->grid[0] = cg_gdim(c, (O + MOE_TILE - 1) / MOE_TILE, 2147483647);
+        k->grid[1] = cg_gdim(c, TILES(n), 65535);
+        k->block[0] = MOE_BLOCK;
+        arg_t(k, dy);
+        arg_t(k, x);
+        arg_t(k, w);
+        arg_ws(k, start);
+        arg_ws(k, order);
+        arg_i(k, E);
+        arg_i(k, O);
+        arg_i(k, I);
+        arg_i(k, kdiv);
+        return;
+    }
+    /* dx: one pass of all pairs (a row per pair), or one pass per slot (a row per token: each row once a pass) */
+    for (int64_t s = 0; dx >= 0 && s < (kdiv > 1 ? slots : 1); s++) {
+        int64_t m = kdiv > 1 ? n / slots : n;
+        ROUTE(kdiv > 1 ? s : -1);
+        k = cg_kdt(c, "moe", dt, "zk_moe_gemm_dx",
+                   kdiv > 1 ? arena_printf(c->cg->arena, "dx[r] += dy[r, %" PRId64 "] w[idx[r, %" PRId64 "]], grouped by expert", s, s)
+                            : "dx[p] += dy[p] w[idx[p]], grouped by expert");
+        k->grid[0] = cg_gdim(c, (I + MOE_TILE - 1) / MOE_TILE, 2147483647);
+        k->grid[1] = cg_gdim(c, TILES(m), 65535);
+        k->block[0] = MOE_BLOCK;
+        arg_t(k, dx);
+        arg_t(k, dy);
+        arg_t(k, w);
+        arg_ws(k, start);
+        arg_ws(k, order);
+        arg_i(k, E);
+        arg_i(k, O);
+        arg_i(k, I);
+        arg_i(k, kdiv);
+    }
+    if (dw >= 0) {
+        if (dx < 0 || kdiv > 1) {
+            ROUTE(-1);
+        }
+        k = cg_kdt(c, "moe", dt, "zk_moe_gemm_dw", "dw[e] += dy_e^T x_e over expert e's pairs");
+        k->grid[0] = cg_gdim(c, (I + MOE_TILE - 1) / MOE_TILE, 2147483647);
+        k->grid[1] = cg_gdim(c, (O + MOE_TILE - 1) / MOE_TILE, 65535);
+        k->grid[2] = cg_gdim(c, E, 65535);
+        k->block[0] = MOE_BLOCK;
+        arg_t(k, dw);
+        arg_t(k, dy);
+        arg_t(k, x);
+        arg_ws(k, start);
+        arg_ws(k, order);
+        arg_i(k, O);
+        arg_i(k, I);
+        arg_i(k, kdiv);
+    }
+#undef ROUTE
+#undef TILES
+}
+
+/* moe_combine: o [R, k, D], weights [R, k] -> [R, D]. */
+static void gen_combine(GenCtx *c, bool bwd) {
+    const GOp *o = c->o;
+    int ov = o->in[0], wt = o->in[1];
+    const GTensor *Ov = T_(c, ov);
+    if (Ov->rank < 2) {
+        cg_fail(c, "moe_combine needs o [S..., k, D]");
+        return;
+    }
+    int64_t D = last_dim(Ov), k = Ov->dims[Ov->rank - 2], R = Ov->numel / (k * D);
+    int dout = bwd ? out_at(o, 0) : -1, dwt = bwd ? out_at(o, 1) : -1, y = bwd ? o->in[o->nfin + 1] : o->out[0];
+    int ts[5] = {ov, wt, y, dout, dwt};
+    DType dt;
+    if (!moe_dtype(c, ts, 5, &dt)) return;
+    if (!bwd) {
+        CudaKernel *k_ = cg_kdt(c, "moe", dt, "zk_moe_combine_fwd", "y = sum_j weights[j] o[j]");
+        elementwise_grid(k_, R * D);
+        arg_t(k_, y);
+        arg_t(k_, ov);
+        arg_t(k_, wt);
+        arg_i(k_, R);
+        arg_i(k_, k);
+        arg_i(k_, D);
+        return;
+    }
+    if (dout >= 0) {
+        CudaKernel *k_ = cg_kdt(c, "moe", dt, "zk_moe_combine_bwd_o", "do[j] += weights[j] dy");
+        elementwise_grid(k_, R * k * D);
+        arg_t(k_, dout);
+        arg_t(k_, y);
+        arg_t(k_, wt);
+        arg_i(k_, R);
+        arg_i(k_, k);
+        arg_i(k_, D);
+    }
+    if (dwt >= 0) {
+        CudaKernel *k_ = cg_kdt(c, "moe", dt, "zk_moe_combine_bwd_w", "dweights[j] += dy . o[j]");
+        warp_grid(k_, R * k);
+        arg_t(k_, dwt);
+        arg_t(k_, y);
+        arg_t(k_, ov);
+        arg_i(k_, R);
+        arg_i(k_, k);
+        arg_i(k_, D);
+    }
+}
+
+/* moe_load: logits [R, E]?, idx [R, k]?, acc f32 [2, E]? -> f32 [2, E]. */
+static void gen_load(GenCtx *c, bool bwd) {
+    const GOp *o = c->o;
+    int nfwd = bwd ? o->nfin : o->nin;
+    int logits = nfwd >= 2 ? o->in[0] : -1, idx = nfwd >= 2 ? o->in[1] : -1, acc = nfwd >= 3 ? o->in[2] : -1;
+    int64_t E = o->iattr[IA_MOE_LOAD_EXPERTS];
+    int64_t R = logits >= 0 ? lead(T_(c, logits)) : 0, k = idx >= 0 ? last_dim(T_(c, idx)) : 0;
+    DType dt = logits >= 0 ? T_(c, logits)->dtype : DT_F32;
+    if (!bwd) {
+        int ts[1] = {logits};
+        if (!moe_dtype(c, ts, 1, &dt)) return;
+        int64_t st = -1;
+        if (logits >= 0) {
+            st = cg_ws_alloc(c, 2 * R * 4);
+            CudaKernel *k_ = cg_kdt(c, "moe", dt, "zk_moe_row_stats", "each row's softmax max and 1/sum");
+            row_grid(k_, R);
+            arg_ws(k_, st);
+            arg_t(k_, logits);
+            arg_i(k_, R);
+            arg_i(k_, E);
+        }
+        CudaKernel *k_ = cg_kdt(c, "moe", dt, "zk_moe_load_fwd",
+                                logits >= 0 ? "load = acc + (tokens per expert, summed probabilities)" : "load = acc (or zeros)");
+        k_->grid[0] = cg_gdim(c, E, 2147483647);
+        k_->block[0] = MOE_BLOCK;
+        arg_t(k_, o->out[0]);
+        arg_t(k_, acc);
+        arg_t(k_, logits);
+        arg_t(k_, idx);
+        if (st >= 0) arg_ws(k_, st);
+        else arg_t(k_, -1);
+        arg_i(k_, R);
+        arg_i(k_, E);
+        arg_i(k_, k);
+        return;
+    }
+    int dlog = logits >= 0 ? out_at(o, 0) : -1, dacc = acc >= 0 ? out_at(o, 2) : -1, dy = o->in[o->nfin + 1];
+    if (dlog < 0 && dacc < 0) return;
+    int ts[2] = {logits, dlog};
+    if (logits >= 0 && !moe_dtype(c, ts, 2, &dt)) return;
+    CudaKernel *k_ = cg_kdt(c, "moe", dt, "zk_moe_load_bwd", "dlogits += softmax gradient of the summed probabilities; dacc += dload");
+    row_grid(k_, R > 2 * E ? R : 2 * E);
+    arg_t(k_, dlog);
+    arg_t(k_, dacc);
+    arg_t(k_, logits);
+    arg_t(k_, dy);
+    arg_i(k_, R);
+    arg_i(k_, E);
+}
+
+static void gen_balance(GenCtx *c, bool bwd) {
+    const GOp *o = c->o;
+    int load = o->in[0];
+    int64_t E = T_(c, load)->numel / 2;
+    double scale = o->fattr[FA_MOE_BALANCE_SCALE];
+    if (!bwd) {
+        CudaKernel *k = cg_kdt(c, "moe", DT_F32, "zk_moe_balance_fwd", "aux = scale sum_e load[0, e] load[1, e]");
+        k->block[0] = MOE_BLOCK;
+        arg_t(k, o->out[0]);
+        arg_t(k, load);
+        arg_i(k, E);
+        arg_f(k, scale);
+        return;
+    }
+    int dload = out_at(o, 0);
+    if (dload < 0) return;
+    CudaKernel *k = cg_kdt(c, "moe", DT_F32, "zk_moe_balance_bwd", "dload[1, e] += scale load[0, e] daux");
+    row_grid(k, E);
+    arg_t(k, dload);
+    arg_t(k, load);
+    arg_t(k, o->in[o->nfin + 1]);
+    arg_i(k, E);
+    arg_f(k, scale);
+}
+
+/* moe_shared_gate: y [R, D], logit [R, 1] -> sigmoid(logit) y. */
+static void gen_shared_gate(GenCtx *c, bool bwd) {
+    const GOp *o = c->o;
+    int y = o->in[0], g = o->in[1];
+    const GTensor *Y = T_(c, y);
+    int64_t D = last_dim(Y), R = Y->numel / D;
+    int dyy = bwd ? out_at(o, 0) : -1, dg = bwd ? out_at(o, 1) : -1, out = bwd ? o->in[o->nfin + 1] : o->out[0];
+    int ts[5] = {y, g, out, dyy, dg};
+    DType dt;
+    if (!moe_dtype(c, ts, 5, &dt)) return;
+    if (!bwd) {
+        CudaKernel *k = cg_kdt(c, "moe", dt, "zk_moe_sgate_fwd", "out = sigmoid(logit) y");
+        elementwise_grid(k, R * D);
+        arg_t(k, out);
+        arg_t(k, y);
+        arg_t(k, g);
+        arg_i(k, R);
+        arg_i(k, D);
+        return;
+    }
+    if (dyy >= 0) {
+        CudaKernel *k = cg_kdt(c, "moe", dt, "zk_moe_sgate_bwd_y", "dy += sigmoid(logit) dout");
+        elementwise_grid(k, R * D);
+        arg_t(k, dyy);
+        arg_t(k, out);
+        arg_t(k, g);
+        arg_i(k, R);
+        arg_i(k, D);
+    }
+    if (dg >= 0) {
+        CudaKernel *k = cg_kdt(c, "moe", dt, "zk_moe_sgate_bwd_g", "dlogit += s (1 - s) dout . y");
+        warp_grid(k, R);
+        arg_t(k, dg);
+        arg_t(k, out);
+        arg_t(k, y);
+        arg_t(k, g);
+        arg_i(k, R);
+        arg_i(k, D);
+    }
+}
+
 void cg_gen_moe(GenCtx *c, bool bwd) {
-    cg_fail(c, "%s%s: mixture-of-experts primitives have no CUDA kernels yet; train this model with --backend host "
-            "(docs/huggingface.md, \"Mixture of experts\")", prim_names[c->o->prim], bwd ? " (backward)" : "");
+    switch (c->o->prim) {
+    case PRIM_MOE_TOPK: gen_topk(c, bwd); break;
+    case PRIM_MOE_GATE: gen_gate(c, bwd); break;
+    case PRIM_MOE_EXPERT: gen_expert(c, bwd); break;
+    case PRIM_MOE_COMBINE: gen_combine(c, bwd); break;
+    case PRIM_MOE_LOAD: gen_load(c, bwd); break;
+    case PRIM_MOE_BALANCE: gen_balance(c, bwd); break;
+    case PRIM_MOE_SHARED_GATE: gen_shared_gate(c, bwd); break;
+    default: cg_fail(c, "%s is not a mixture-of-experts primitive", prim_names[c->o->prim]); break;
+    }
 }

@@ -31,7 +31,7 @@ struct CudaUnitCache {
     CudaUnitCache *next;
 };
 static const char *const families[] = {"elementwise", "reduce", "norm", "rope", "embedding",
-                                       "xent", "adam", "attention", "gemm"};
+                                       "xent", "adam", "attention", "gemm", "dequant", "moe"};
 enum { NFAMILIES = sizeof families / sizeof *families };
 
 static char *read_text(Arena *a, const char *path, int *err) {

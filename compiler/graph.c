@@ -11,8 +11,16 @@ GOp graph_op_blank(OpKind k) {
     o.scope = "";
     o.span = SPAN_NONE;
     for (int i = 0; i < GRAPH_MAX_IN; i++) o.in[i] = -1;
-    for (int i = 0; i < GRAPH_MAX_OUT; i++) o.out[i] = -1;
+    for (int i = 0; i < GRAPH_MAX_OPOUT; i++) o.out[i] = -1;
     return o;
+}
+
+const char *const opt_state_names[OPT_NSTATES] = {"fp32", "bf16", "8bit"};
+
+DType graph_moment_dtype(const TrainConfig *t, int64_t numel, bool variance) {
+    if (t->opt_state == OPT_STATE_BF16) return DT_BF16;
+    if (t->opt_state == OPT_STATE_8BIT && numel >= OPT_STATE_8BIT_MIN) return variance ? DT_UDYN8 : DT_DYN8;
+    return DT_F32;
 }
 
 void graph_init(Graph *g, Arena *a) {

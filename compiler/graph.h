@@ -19,9 +19,11 @@
 #include "vocab.h" /* DType, PrimId, TensorClass, OpKind, RopeScaling */
 #include "plan.h" /* PLAN_MAX_IATTR, PLAN_MAX_FATTR: ops carry their attributes into the plan */
 
-enum { GRAPH_MAX_RANK = 6, GRAPH_MAX_IN = 24, GRAPH_MAX_OUT = 8 };
+enum { GRAPH_MAX_RANK = 6, GRAPH_MAX_IN = 24, GRAPH_MAX_OUT = 8, GRAPH_MAX_OPOUT = 12 };
 /* split makes at most GRAPH_MAX_OUT pieces; a backward op lists up to
- * 3 + 2 * GRAPH_MAX_OUT tensors. */
+ * 3 + 2 * GRAPH_MAX_OUT tensors. An op has at most GRAPH_MAX_OPOUT
+ * outputs: a backward op one gradient per input of its forward op (11 of
+ * gated_mlp with its adapters), a forward op GRAPH_MAX_OUT. */
 
 typedef struct GTensor {
     const char *name;   /* parameters: hierarchical "block.3.attn.wqkv"; others: "%12" style */
@@ -53,7 +55,7 @@ typedef struct GOp {
     PrimId prim;
     int nin, nout;
     int in[GRAPH_MAX_IN];
-    int out[GRAPH_MAX_OUT];
+    int out[GRAPH_MAX_OPOUT];
     /* Attributes (meaning per primitive in docs/primitives.md), each at the
      * slot runtime/plan/prim.def names: iattr[IA_<PRIM>_<NAME>] (integers,
      * flags, words) and fattr[FA_<PRIM>_<NAME>] (numbers), e.g.
@@ -67,6 +69,15 @@ typedef struct GOp {
     Span span;          /* the .zl expression it lowers */
 } GOp;
 
+/* How Adam stores its moments (train { optimizer = adam(state = ...) },
+ * docs/training.md): f32; bf16 (rounded to nearest even); 8-bit blocks of
+ * bitsandbytes' dynamic maps (DT_DYN8 momentum, DT_UDYN8 variance), for
+ * parameters of at least OPT_STATE_8BIT_MIN elements, as bitsandbytes
+ * keeps smaller ones in f32. */
+typedef enum OptState { OPT_STATE_FP32, OPT_STATE_BF16, OPT_STATE_8BIT, OPT_NSTATES } OptState;
+enum { OPT_STATE_8BIT_MIN = 4096 };
+extern const char *const opt_state_names[OPT_NSTATES]; /* "fp32", "bf16", "8bit" */
+
 typedef struct TrainConfig {
     int64_t micro_batch;     /* B */
     int64_t steps;
@@ -74,6 +85,7 @@ typedef struct TrainConfig {
     uint64_t seed;
     /* AdamW */
     double lr, beta1, beta2, eps, weight_decay;
+    uint8_t opt_state;       /* OptState of the moments */
     int64_t warmup_steps;    /* linear warmup from 0 */
     double min_lr;           /* the schedule's end: from lr to min_lr over steps (LrSchedule) */
     uint8_t schedule;        /* LrSchedule */
@@ -87,12 +99,15 @@ typedef struct TrainConfig {
  * the planner copies it into Plan.hf): a parameter is the concatenation,
  * along its last axis, of its pieces, which are adjacent and in order; a
  * piece is columns [src_col, src_col + cols) of HF tensor hf_name read in
- * zinf's [in, out] layout (transposed first when `transpose`). */
+ * zinf's [in, out] layout (transposed first when `transpose`); a stacked
+ * piece does so for the slice P[index, ...] alone (PlanHfPiece). */
 typedef struct GraphHfPiece {
     int tensor;              /* a TC_PARAM tensor id */
     const char *hf_name;
     bool transpose;
     int64_t src_col, cols;
+    bool stacked;            /* the piece makes only P[index, ...] (stack(): one expert's tensor) */
+    int32_t index;
 } GraphHfPiece;
 
 typedef struct GraphHf {
@@ -119,6 +134,10 @@ typedef struct Graph {
     TrainConfig train;
     GraphHf hf;              /* empty unless the model's file has an hf block */
 } Graph;
+
+/* The dtype of Adam's momentum (variance: its variance) for a parameter of
+ * numel elements under t's opt_state. */
+DType graph_moment_dtype(const TrainConfig *t, int64_t numel, bool variance);
 
 void graph_init(Graph *g, Arena *a);
 /* Adds a tensor and returns its id (-1 on out of memory). */

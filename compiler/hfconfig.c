@@ -11,8 +11,9 @@
 
 enum { HFC_MAX_CONFIG = 16 << 20, HFC_MAX_LORA_NAMES = 16 };
 
-/* FAM_GEMMA: Gemma 2 and 3, stdlib/gemma.zl (read_gemma, put_gemma) */
-typedef enum Family { FAM_GPT2, FAM_LLAMA, FAM_GEMMA } Family;
+/* FAM_GEMMA: Gemma 2 and 3, stdlib/gemma.zl (read_gemma, put_gemma);
+ * FAM_MOE: Mixtral, Qwen3-MoE, OLMoE, Qwen2-MoE, stdlib/moe.zl (read_moe, put_moe) */
+typedef enum Family { FAM_GPT2, FAM_LLAMA, FAM_GEMMA, FAM_MOE } Family;
 
 /* The LLaMA family's block layouts: LLaMA's pre-norm llama_block; OLMo 2's
  * post-norm olmo2_block (stdlib/olmo2.zl); Phi-3's llama_block with q, k, v
@@ -46,6 +47,10 @@ static const ArchInfo archs[] = {
     {"Phi3ForCausalLM", "phi3", FAM_LLAMA, false, false, false, AB_REFUSED, false, LAY_PHI3, 0},
     {"Gemma2ForCausalLM", "gemma2", FAM_GEMMA, false, false, false, AB_QKVO, false, LAY_LLAMA, 256},
     {"Gemma3ForCausalLM", "gemma3_text", FAM_GEMMA, false, true, false, AB_QKVO, false, LAY_LLAMA, 256},
+    {"MixtralForCausalLM", "mixtral", FAM_MOE, false, false, false, AB_REFUSED, false, LAY_LLAMA, 0},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", FAM_MOE, false, true, true, AB_REFUSED, false, LAY_LLAMA, 0},
+    {"OlmoeForCausalLM", "olmoe", FAM_MOE, false, true, false, AB_REFUSED, false, LAY_LLAMA, 0},
+    {"Qwen2MoeForCausalLM", "qwen2_moe", FAM_MOE, true, false, true, AB_REFUSED, false, LAY_LLAMA, 0},
 };
 enum { NARCHS = sizeof archs / sizeof archs[0] };
 
@@ -92,6 +97,15 @@ typedef struct Cfg {
      * the factor q and k are multiplied by (1: none) */
     double beta_fast, beta_slow, attn_factor;
     const char *quantize;   /* --quantize: "nf4", "int8", or NULL */
+    /* mixture of experts (FAM_MOE): experts E, top_k K, an expert's width
+     * (moe_intermediate_size; Mixtral: intermediate_size), the gates
+     * renormalised over the top k, the load-balancing loss (with
+     * output_router_logits) and its coefficient, the shared expert's width
+     * (Qwen2-MoE; 0 none), per-head (Qwen3-MoE) or whole-projection (OLMoE)
+     * q/k norms, q/k/v biases (Qwen2-MoE's qkv_bias) */
+    int64_t E, K, moe_F, shared_F;
+    bool normalize, aux, qk_full, moe_qkv_bias;
+    double aux_coef;
 } Cfg;
 
 /* The linears --lora may adapt: PEFT's module name (the target_modules
@@ -110,6 +124,11 @@ static const LoraTarget llama_lora[] = {
 /* Phi-3: q, k, v are one qkv_proj and gate, up one gate_up_proj, each one
  * linear to PEFT (one adapter over the fused output), which separate zinf
  * adapters are not: only o_proj and down_proj, and no default. */
+/* MoE blocks: adapters on the attention's linears only (the experts are
+ * stacked parameters, the router a gate PEFT does not adapt by default) */
+static const LoraTarget moe_lora[] = {
+    {"q_proj", "lora_q", true}, {"k_proj", "lora_k", false}, {"v_proj", "lora_v", true}, {"o_proj", "lora_o", false},
+    {NULL, NULL, false}};
 static const LoraTarget phi3_lora[] = {{"o_proj", "lora_o", false}, {"down_proj", "lora_down", false}, {NULL, NULL, false}};
 static const LoraTarget gpt2_lora[] = {
     {"c_attn", "lora_c_attn", true},          {"c_proj", "lora_attn_c_proj", false}, {"attn.c_proj", "lora_attn_c_proj", false},
@@ -249,7 +268,8 @@ static void read_arch(Cfg *c) {
     if (!c->arch) {
         errf(c, av, "architecture \"%s\" is not supported", name);
         diag_hint(c->d, "supported: GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                        "Qwen3ForCausalLM, Olmo2ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM");
+                        "Qwen3ForCausalLM, Olmo2ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "
+                        "MixtralForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, Qwen2MoeForCausalLM");
         return;
     }
     if (mt && mt->type == JSON_STRING && strcmp(mt->string, c->arch->model_type))
@@ -516,6 +536,97 @@ static void read_llama(Cfg *c) {
     if (c->arch->layout == LAY_PHI3) get(c, "original_max_position_embeddings");
     get(c, "pretraining_tp"); /* tensor-parallel slicing of the same products: numerics only */
     read_rope(c);
+}
+
+/* ---- mixture of experts ---- */
+
+static bool zero_like(const JsonValue *v);
+
+/* The layers transformers makes sparse (Qwen2-MoE, Qwen3-MoE): those not in
+ * mlp_only_layers whose (i + 1) is a multiple of decoder_sparse_step. A
+ * dense layer among them is refused, naming the key that makes it. */
+static void read_sparse_layers(Cfg *c) {
+    int64_t step = 1;
+    const JsonValue *sv = get(c, "decoder_sparse_step"), *ml = get(c, "mlp_only_layers");
+    if (sv) get_int(c, "decoder_sparse_step", false, 1, &step);
+    if (ml && ml->type != JSON_ARRAY) errf(c, ml, "mlp_only_layers must be a list of layer indices, got %s", vtext(c, ml));
+    for (size_t i = 0; ml && ml->type == JSON_ARRAY && i < ml->count; i++) {
+        const JsonValue *x = &ml->items[i];
+        if (!is_int(x) || x->integer < 0) errf(c, x, "mlp_only_layers has %s: a layer index is an integer from 0", vtext(c, x));
+        else if (x->integer < c->L) {
+            errf(c, x, "mlp_only_layers lists layer %" PRId64 ", a dense MLP: dense layers among the sparse ones are not "
+                 "supported (every layer of stdlib/moe.zl's model is a moe_block)", x->integer);
+            return;
+        }
+    }
+    if (step > 1 && c->L > 0)
+        errf(c, sv, "decoder_sparse_step = %" PRId64 " makes layer 0%s a dense MLP: dense layers among the sparse ones are not "
+             "supported (every layer of stdlib/moe.zl's model is a moe_block)", step, c->L > 1 ? " (and every layer i with i + 1 "
+             "not a multiple of it)" : "");
+}
+
+static void read_moe(Cfg *c) {
+    const ArchInfo *ai = c->arch;
+    bool mixtral = !strcmp(ai->model_type, "mixtral"), olmoe = !strcmp(ai->model_type, "olmoe");
+    bool qwen2 = !strcmp(ai->model_type, "qwen2_moe");
+    read_llama(c);
+    const JsonValue *ev = get(c, "num_local_experts"), *ev2 = get(c, "num_experts");
+    if (ev && ev2 && !(is_int(ev) && is_int(ev2) && ev->integer == ev2->integer))
+        errf(c, ev2, "num_experts = %s and num_local_experts = %s disagree", vtext(c, ev2), vtext(c, ev));
+    const char *ekey = ev ? "num_local_experts" : "num_experts";
+    get_int(c, ekey, true, 1, &c->E);
+    get_int(c, "num_experts_per_tok", true, 1, &c->K);
+    if (c->E > 0 && c->K > c->E)
+        errf(c, get(c, "num_experts_per_tok"), "num_experts_per_tok = %" PRId64 " is more than the %" PRId64 " experts (%s)",
+             c->K, c->E, ekey);
+    if (mixtral || olmoe) c->moe_F = c->F; /* their experts are intermediate_size wide */
+    else get_int(c, "moe_intermediate_size", true, 1, &c->moe_F);
+    c->normalize = mixtral;
+    if (!mixtral) get_bool(c, "norm_topk_prob", &c->normalize);
+    get_bool(c, "output_router_logits", &c->aux);
+    c->aux_coef = olmoe ? 0.01 : 0.001; /* the config classes' defaults */
+    const JsonValue *cv = get(c, "router_aux_loss_coef");
+    if (cv && (cv->type != JSON_NUMBER || !(cv->number >= 0) || !isfinite(cv->number)))
+        errf(c, cv, "router_aux_loss_coef must be a number of 0 or more, got %s", vtext(c, cv));
+    else if (cv) c->aux_coef = cv->number;
+    if (mixtral) {
+        const JsonValue *jv = get(c, "router_jitter_noise");
+        if (jv && !zero_like(jv))
+            errf(c, jv, "router_jitter_noise = %s is not supported: zinf routes without noise on the router's input", vtext(c, jv));
+    }
+    if (olmoe) {
+        const JsonValue *qv = get(c, "clip_qkv");
+        if (qv) errf(c, qv, "clip_qkv = %s is not supported: OLMoE's q, k and v clamped to +-clip_qkv (the blocks clamp nothing)",
+                     vtext(c, qv));
+    }
+    c->qk_full = olmoe;
+    c->moe_qkv_bias = ai->qkv_bias;
+    if (qwen2) {
+        get_bool(c, "qkv_bias", &c->moe_qkv_bias);
+        get_int(c, "shared_expert_intermediate_size", true, 1, &c->shared_F);
+    }
+    if (!mixtral && !olmoe) read_sparse_layers(c);
+    if (c->scaling)
+        errf(c, get(c, "rope_scaling") ? get(c, "rope_scaling") : get(c, "rope_parameters"),
+             "rope scaling is not supported for %s (stdlib/moe.zl's moe_block rotates with rope_theta alone)", ai->arch);
+}
+
+/* Sliding-window attention of an MoE model: none in the blocks, so a
+ * window shorter than the training sequence is refused (Mixtral's
+ * sliding_window; Qwen's with use_sliding_window). */
+static void read_moe_window(Cfg *c) {
+    bool use = !c->arch->window_flag;
+    get_bool(c, "use_sliding_window", &use);
+    get(c, "max_window_layers");
+    get(c, "layer_types");
+    const JsonValue *sw = get(c, "sliding_window");
+    if (!sw || !use || c->T < 1) return;
+    if (!is_int(sw) || sw->integer < 0) errf(c, sw, "sliding_window must be a non-negative integer or null, got %s", vtext(c, sw));
+    else if (sw->integer > 0 && sw->integer < c->T) {
+        errf(c, sw, "sliding_window = %" PRId64 " is shorter than the training sequence T = %" PRId64 ": stdlib/moe.zl's "
+             "moe_block has no sliding-window attention", sw->integer, c->T);
+        diag_hint(c->d, "--seq %" PRId64 " (or less) trains sequences the window covers whole", sw->integer);
+    }
 }
 
 /* ---- Gemma 2 ---- */
@@ -804,7 +915,7 @@ static void put_config(Out *o, const char *text, size_t len) {
 }
 
 static const LoraTarget *lora_table(const Cfg *c) {
-    return c->arch->fam == FAM_GPT2 ? gpt2_lora : c->arch->layout == LAY_PHI3 ? phi3_lora : llama_lora;
+    return c->arch->fam == FAM_GPT2 ? gpt2_lora : c->arch->fam == FAM_MOE ? moe_lora : c->arch->layout == LAY_PHI3 ? phi3_lora : llama_lora;
 }
 
 /* Whether --lora set the block option opt. */
@@ -961,6 +1072,83 @@ static void put_llama(Cfg *c, Out *o, const char *name) {
     }
 }
 
+static void put_moe(Cfg *c, Out *o, const char *name) {
+    bool own_hd = c->H > 0 && c->hd * c->H != c->D;
+    put(o, "import \"llama\"\nimport \"moe\"\n\n");
+    put(o, "const V = %" PRId64 ", T = %" PRId64 ", D = %" PRId64 ", H = %" PRId64 ", KV = %" PRId64 ", E = %" PRId64
+           ", K = %" PRId64 ", F = %" PRId64 ", L = %" PRId64, c->V, c->T, c->D, c->H, c->KV, c->E, c->K, c->moe_F, c->L);
+    if (own_hd) put(o, ", HD = %" PRId64, c->hd);
+    if (c->shared_F) put(o, ", S = %" PRId64, c->shared_F);
+    put(o, "\n\nmodel %s(tokens: i32[B, T], targets: i32[B, T]) {\n", name);
+    put(o, "  tok = param [V, D] init normal(0.02)\n");
+    put(o, "  x = embedding(tok, tokens)\n");
+    put(o, "  # every layer a sparse MLP: E experts of width F, the top K of each token%s\n",
+        c->normalize ? ", their gates renormalised over the K" : "");
+    put(o, "  load = moe_load(experts = E)\n");
+    put(o, "  repeat L {\n    x, load = moe_block(x, load, H, KV, E, K, F, normalize = %s, eps = %s, theta = %s",
+        c->normalize ? "true" : "false", flt(c, c->eps), flt(c, c->theta));
+    if (own_hd) put(o, ", head_dim = HD");
+    if (c->arch->qk_norm) put(o, ", qk_norm = true%s", c->qk_full ? ", qk_norm_full = true" : "");
+    if (c->moe_qkv_bias) put(o, ", qkv_bias = true");
+    if (c->shared_F) put(o, ",\n                        shared_expert = true, shared_hidden = S");
+    if (!c->aux) put(o, ",\n                        aux = false");
+    if (c->lora_mask) {
+        put(o, ",\n                        lora_rank = %" PRId64 ", lora_alpha = %s, lora_init = %s", c->lora_rank,
+            flt(c, c->lora_alpha), flt(c, 1.0 / sqrt((double)c->D)));
+        if (lora_has(c, "lora_o") && c->H * c->hd != c->D) put(o, ", lora_init_o = %s", flt(c, 1.0 / sqrt((double)(c->H * c->hd))));
+        put_lora_options(c, o);
+    }
+    put(o, ")\n  }\n");
+    put(o, "  x = rms(x, %s)\n", flt(c, c->eps));
+    const char *logits = c->tied ? "matmul(x, tok, transpose_b)" : "linear(x, head)";
+    if (c->tied) put(o, "  # tied embeddings: the output head is tok transposed\n");
+    else put(o, "  head = param [D, V] init normal(0.02)\n");
+    if (c->aux) {
+        put(o, "  # output_router_logits: the load-balancing loss times router_aux_loss_coef, as transformers adds it\n");
+        put(o, "  loss cross_entropy(%s, targets) + moe_aux_loss(load, E, L, B * T, %s)\n}\n", logits, flt(c, c->aux_coef));
+    } else {
+        put(o, "  loss cross_entropy(%s, targets)\n}\n", logits);
+    }
+}
+
+/* The MoE blocks' tensors: attention as LLaMA's, the router and the experts
+ * (each expert's tensor one slice of the stacked [E, ...] parameter, in
+ * its own [out, in] layout), Qwen2-MoE's shared expert and its gate. */
+static void put_moe_map(Cfg *c, Out *o) {
+    bool mixtral = !strcmp(c->arch->model_type, "mixtral");
+    const char *p = "moe_block.{i}", *h = "model.layers.{i}", *m = mixtral ? "block_sparse_moe" : "mlp";
+    static const char *const w[][2] = {{"wq", "q_proj"}, {"wk", "k_proj"}, {"wv", "v_proj"}, {"wo", "o_proj"}};
+    put(o, "  \"tok\" = \"model.embed_tokens.weight\"\n");
+    put(o, "  \"%s.rms.g\" = \"%s.input_layernorm.weight\"\n", p, h);
+    for (int i = 0; i < 4; i++) put(o, "  \"%s.rope_attn.%s\" = transpose(\"%s.self_attn.%s.weight\")\n", p, w[i][0], h, w[i][1]);
+    for (int i = 0; c->moe_qkv_bias && i < 3; i++)
+        put(o, "  \"%s.rope_attn.b%c\" = \"%s.self_attn.%s.bias\"\n", p, "qkv"[i], h, w[i][1]);
+    if (c->arch->qk_norm) {
+        put(o, "  \"%s.rope_attn.q_norm\" = \"%s.self_attn.q_norm.weight\"\n", p, h);
+        put(o, "  \"%s.rope_attn.k_norm\" = \"%s.self_attn.k_norm.weight\"\n", p, h);
+    }
+    put(o, "  \"%s.rms_1.g\" = \"%s.post_attention_layernorm.weight\"\n", p, h);
+    put(o, "  \"%s.moe_mlp.wr\" = \"%s.%s.gate.weight\"\n", p, h, m);
+    static const char *const ex[2][3] = {{"gate_proj", "up_proj", "down_proj"}, {"w1", "w3", "w2"}};
+    static const char *const zw[3] = {"wg", "wu", "wd"};
+    for (int i = 0; i < 3; i++)
+        put(o, "  \"%s.moe_mlp.%s\" = stack(\"%s.%s.experts.{e}.%s.weight\")\n", p, zw[i], h, m, ex[mixtral][i]);
+    if (c->shared_F) {
+        put(o, "  \"%s.moe_mlp.ws\" = \"%s.mlp.shared_expert_gate.weight\"\n", p, h);
+        static const char *const sw[][2] = {{"w1", "gate_proj"}, {"w3", "up_proj"}, {"w2", "down_proj"}};
+        for (int i = 0; i < 3; i++)
+            put(o, "  \"%s.moe_mlp.swiglu.%s\" = transpose(\"%s.mlp.shared_expert.%s.weight\")\n", p, sw[i][0], h, sw[i][1]);
+    }
+    for (int i = 0; i < 4; i++) { /* --lora: PEFT's adapter names */
+        char opt[16];
+        snprintf(opt, sizeof opt, "lora_%c", "qkvo"[i]);
+        for (int ab = 0; lora_has(c, opt) && ab < 2; ab++)
+            put(o, "  \"%s.rope_attn.%s_%c\" = transpose(\"base_model.model.%s.self_attn.%s.lora_%c.weight\")\n", p, opt,
+                "ab"[ab], h, w[i][1], "AB"[ab]);
+    }
+    put(o, "  \"rms.g\" = \"model.norm.weight\"\n");
+}
+
 /* sqrt(D) as transformers multiplies the embeddings by it: a tensor of the
  * hidden dtype, so rounded to bf16 when training in bf16 (to nearest, ties
  * to even). */
@@ -1045,6 +1233,8 @@ static void put_gemma_map(Cfg *c, Out *o) {
 static void put_map(Cfg *c, Out *o) {
     if (c->arch->fam == FAM_GEMMA) {
         put_gemma_map(c, o);
+    } else if (c->arch->fam == FAM_MOE) {
+        put_moe_map(c, o);
     } else if (c->arch->fam == FAM_GPT2) {
         static const char *const m[][2] = {
             {"wte", "transformer.wte.weight"}, {"wpe", "transformer.wpe.weight"},
@@ -1115,6 +1305,7 @@ static const char *generate(Cfg *c) {
             "# and carries config.json, for zinfrun --init and --export-hf.\n");
     if (c->arch->fam == FAM_GPT2) put_gpt2(c, &o, name);
     else if (c->arch->fam == FAM_GEMMA) put_gemma(c, &o, name);
+    else if (c->arch->fam == FAM_MOE) put_moe(c, &o, name);
     else put_llama(c, &o, name);
     put_train(c, &o);
     put(&o, "\nhf \"%s\" {\n", c->arch->arch);
@@ -1203,7 +1394,7 @@ static int lora_resolve(Cfg *c) {
                 snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", *names ? ", " : "", t[i].target);
         }
         diag_error(c->d, SPAN_NONE, "--lora: unknown target '%s' (%s linears: %s)", c->lora_names[k],
-                   c->arch->fam == FAM_GPT2 ? "GPT-2" : "LLaMA-family", names);
+                   c->arch->fam == FAM_GPT2 ? "GPT-2" : c->arch->fam == FAM_MOE ? "the MoE blocks' attention" : "LLaMA-family", names);
         return -1;
     }
     return 0;
@@ -1240,10 +1431,17 @@ const char *hfconfig_text_to_zl(Arena *a, const SourceSet *src, int file, DiagSi
             read_dtype(&c);
             if (c.arch->fam == FAM_GPT2) read_gpt2(&c);
             else if (c.arch->fam == FAM_GEMMA) read_gemma(&c);
+            else if (c.arch->fam == FAM_MOE) read_moe(&c);
             else read_llama(&c);
             if (!c.failed) pick_seq(&c, get(&c, c.arch->fam == FAM_GPT2 ? "n_positions" : "max_position_embeddings"),
                                     c.arch->fam == FAM_GPT2 ? "n_positions" : "max_position_embeddings");
-            if (c.arch->fam != FAM_GPT2) read_window(&c); /* T is 0 after errors: no window complaint then */
+            if (c.arch->fam == FAM_MOE && c.quantize) {
+                diag_error(d, SPAN_NONE, "--quantize: %s is not supported (the experts are stacked parameters the "
+                           "quantized linears do not cover)", c.arch->arch);
+                c.failed = true;
+            }
+            if (c.arch->fam == FAM_MOE) read_moe_window(&c);
+            else if (c.arch->fam != FAM_GPT2) read_window(&c); /* T is 0 after errors: no window complaint then */
             check_rest(&c);
             if (c.lora && lora_resolve(&c)) c.failed = true;
             if (!c.failed) out = generate(&c);

@@ -117,6 +117,8 @@ typedef struct Piece {
     Span span;
     bool transpose, sized;
     int64_t first, count; /* sized (cols): the column range */
+    bool stacked;         /* stack(): one HF tensor per index of the parameter's first axis */
+    const char *hole;     /* stacked: the placeholder that index fills (not one of the pattern's) */
 } Piece;
 
 typedef struct Entry {
@@ -156,7 +158,7 @@ static bool err(HfCtx *c, Span sp, const char *fmt, ...) {
     return false;
 }
 
-static const char *const hf_funcs[] = {"transpose", "cat", "cols"};
+static const char *const hf_funcs[] = {"transpose", "cat", "cols", "stack"};
 
 /* One piece: "name", transpose("name"), cols(X, first, count) with X one of
  * the two. */
@@ -182,6 +184,7 @@ static bool read_piece(HfCtx *c, const Expr *e, Piece *pc) {
         const Expr *x = e->args.items[0].value;
         if (x->kind == EX_CALL && !strcmp(x->str, "cols")) return err(c, x->span, "cols of cols: give one column range");
         if (x->kind == EX_CALL && !strcmp(x->str, "cat")) return err(c, x->span, "cols of cat: write the pieces of the cat instead");
+        if (x->kind == EX_CALL && !strcmp(x->str, "stack")) return err(c, x->span, "cols of stack: write stack(cols(...)) instead");
         if (!read_piece(c, x, pc)) return false;
         int64_t first, count;
         if (!sema_eval_int(c->s, e->args.items[1].value, &first) || !sema_eval_int(c->s, e->args.items[2].value, &count)) {
@@ -196,10 +199,47 @@ static bool read_piece(HfCtx *c, const Expr *e, Piece *pc) {
         pc->count = count;
         return true;
     }
+    if (!strcmp(e->str, "stack")) {
+        if (e->args.len != 1 || e->args.items[0].name)
+            return err(c, e->span, "stack takes one HF tensor name with a placeholder for the index: "
+                                   "stack(\"...experts.{e}.w1.weight\")");
+        const Expr *x = e->args.items[0].value;
+        if (x->kind == EX_CALL && (!strcmp(x->str, "stack") || !strcmp(x->str, "transpose") || !strcmp(x->str, "cat")))
+            return err(c, x->span, "stack of %s: a stacked tensor is a name, or cols of a name, in the parameter's own layout", x->str);
+        if (!read_piece(c, x, pc)) return false;
+        if (pc->transpose) return err(c, x->span, "stack of a transposed tensor: a stacked tensor is in the parameter's own layout");
+        pc->stacked = true;
+        return true;
+    }
     if (!strcmp(e->str, "cat")) return err(c, e->span, "cat goes outermost: cat(a, b, ...) of names, transposes and cols");
-    const char *near = diag_nearest(e->str, hf_funcs, 3);
+    const char *near = diag_nearest(e->str, hf_funcs, 4);
     if (near) return err(c, e->name_span, "unknown hf function '%s'; did you mean '%s'?", e->str, near);
-    return err(c, e->name_span, "unknown hf function '%s' (the functions are transpose, cat and cols)", e->str);
+    return err(c, e->name_span, "unknown hf function '%s' (the functions are transpose, cat, cols and stack)", e->str);
+}
+
+/* The placeholder of stacked piece pc that the index fills: the one of its
+ * name that is not the pattern's (names: those, n of them); exactly one. */
+static bool stack_hole(HfCtx *c, Piece *pc, const char *pattern, const char *const *names, int n) {
+    pc->hole = NULL;
+    for (const char *p = pc->tmpl; *p;) {
+        const char *nm;
+        size_t nl, k = read_hole(p, &nm, &nl);
+        if (!k) {
+            p++;
+            continue;
+        }
+        bool known = false;
+        for (int j = 0; j < n && !known; j++) known = strlen(names[j]) == nl && !memcmp(names[j], nm, nl);
+        if (!known && pc->hole && (strlen(pc->hole) != nl || memcmp(pc->hole, nm, nl)))
+            return err(c, pc->span, "stack: \"%s\" has two placeholders that are not the pattern's ('{%s}' and '{%.*s}'); "
+                       "one is the index along the parameter's first axis", pc->tmpl, pc->hole, (int)nl, nm);
+        if (!known && !pc->hole) pc->hole = arena_strndup(c->a, nm, nl);
+        p += k;
+    }
+    if (!pc->hole)
+        return err(c, pc->span, "stack: \"%s\" has no placeholder for the index along the first axis (all of its are the "
+                   "pattern \"%s\"'s)", pc->tmpl, pattern);
+    return true;
 }
 
 /* An entry's pieces: one piece, or cat(piece, ...). Each name's
@@ -238,9 +278,17 @@ static bool read_entry(HfCtx *c, Entry *en) {
         p += k;
     }
     for (int i = 0; i < en->npieces; i++) {
+        Piece *pc = &en->pieces[i];
+        if (pc->stacked != en->pieces[0].stacked)
+            return err(c, pc->span, "the pieces of one parameter are all stacked or none");
         const char *bad = NULL;
-        if (!hfmap_subst(c->a, en->pieces[i].tmpl, names, vals, n, &bad) && bad)
-            return err(c, en->pieces[i].span, "'{%s}' is not a placeholder of the pattern \"%s\"", bad, st->key);
+        if (pc->stacked && !stack_hole(c, pc, st->key, names, n)) return false;
+        const char *nm2[HFMAP_MAX_HOLES + 1], *v2[HFMAP_MAX_HOLES + 1];
+        for (int k = 0; k < n; k++) nm2[k] = names[k], v2[k] = vals[k];
+        int n2 = n;
+        if (pc->stacked) nm2[n2] = pc->hole, v2[n2++] = "0";
+        if (!hfmap_subst(c->a, pc->tmpl, nm2, v2, n2, &bad) && bad)
+            return err(c, pc->span, "'{%s}' is not a placeholder of the pattern \"%s\"", bad, st->key);
     }
     return true;
 }
@@ -379,6 +427,19 @@ static void emit_pieces(HfCtx *c, Pieces *ps, int t, Entry *en, const char **nam
     const GTensor *pt = &c->g->tensors[t];
     int64_t N = pt->dims[pt->rank - 1], given = 0;
     int unsized = 0;
+    bool stacked = en->npieces > 0 && en->pieces[0].stacked;
+    if (stacked && pt->rank >= 2 && pt->dims[0] > HFMAP_MAX_STACK) {
+        if (!*reported) err(c, en->st->span, "stack of %" PRId64 " tensors (the first axis of '%s'): at most %d", pt->dims[0],
+                            pt->name, HFMAP_MAX_STACK);
+        *reported = true;
+        return;
+    }
+    if (stacked && pt->rank < 2) {
+        if (!*reported) err(c, en->st->span, "stack needs a parameter of rank 2 or more (the first axis indexes the stacked "
+                            "tensors), but '%s' has rank %d", pt->name, pt->rank);
+        *reported = true;
+        return;
+    }
     for (int i = 0; i < en->npieces; i++) {
         const Piece *p = &en->pieces[i];
         if (p->transpose && pt->rank != 2) {
@@ -403,13 +464,19 @@ static void emit_pieces(HfCtx *c, Pieces *ps, int t, Entry *en, const char **nam
         *reported = true;
         return;
     }
-    for (int i = 0; i < en->npieces; i++) {
-        const Piece *p = &en->pieces[i];
-        const char *bad = NULL, *name = hfmap_subst(c->a, p->tmpl, names, vals, nh, &bad);
-        if (!name) return;
-        GraphHfPiece gp = {t, name, p->transpose, p->sized ? p->first : 0, p->sized ? p->count : each};
-        if (!push_piece(c, ps, gp)) return;
-    }
+    int64_t nidx = stacked ? pt->dims[0] : 1;
+    const char *nm2[HFMAP_MAX_HOLES + 1], *v2[HFMAP_MAX_HOLES + 1];
+    for (int k = 0; k < nh; k++) nm2[k] = names[k], v2[k] = vals[k];
+    for (int64_t x = 0; x < nidx; x++)
+        for (int i = 0; i < en->npieces; i++) {
+            const Piece *p = &en->pieces[i];
+            int n2 = nh;
+            if (stacked) nm2[n2] = p->hole, v2[n2++] = arena_printf(c->a, "%" PRId64, x);
+            const char *bad = NULL, *name = hfmap_subst(c->a, p->tmpl, nm2, v2, n2, &bad);
+            if (!name) return;
+            GraphHfPiece gp = {t, name, p->transpose, p->sized ? p->first : 0, p->sized ? p->count : each, stacked, (int32_t)x};
+            if (!push_piece(c, ps, gp)) return;
+        }
 }
 
 /* The entry of block b matching parameter t (NULL: none); two matching

@@ -27,7 +27,7 @@
 #include "graph.h"
 #include "sema.h"
 
-enum { HFMAP_MAX_PIECES = 16, HFMAP_MAX_HOLES = 8 };
+enum { HFMAP_MAX_PIECES = 16, HFMAP_MAX_HOLES = 8, HFMAP_MAX_STACK = 65536 /* tensors one stack() makes a parameter of */ };
 
 /* Fills g->hf from prog's hf blocks (after sema_check built g's parameters;
  * constants in the blocks are evaluated by s in the main file's scope).

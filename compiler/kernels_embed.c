@@ -39,8 +39,9 @@ static bool shard_counts(const Graph *g, const CudaKernel *k, PlanLaunchArg *arg
     const GOp *o = &g->ops[k->op];
     int at = -1, tensor = -1;
     if (o->kind == OP_ADAM) {
-        if (strcmp(k->entry, "zk_adam")) {
-            diag_error(d, o->span, "kernels: the adam op launches %s, expected zk_adam (cuda_gen changed?)", k->entry);
+        if (strcmp(k->entry, "zk_adam") && strcmp(k->entry, "zk_adam_bf16s") && strcmp(k->entry, "zk_adam_q8")) {
+            diag_error(d, o->span, "kernels: the adam op launches %s, expected zk_adam, zk_adam_bf16s or zk_adam_q8 (cuda_gen changed?)",
+                       k->entry);
             return false;
         }
         at = 6;
@@ -288,7 +289,10 @@ bool kernels_embed_launches(Plan *p, const Graph *g, CudaGen *cg, CudaModule *m,
         const CudaGemm *x = &m->kernels[i].gemm;
         if (!x->on) continue;
         gs[ng++] = (PlanGemm){.launch = (uint32_t)i, .path = x->lt ? PLAN_GEMM_LT : PLAN_GEMM_NVRTC,
-                              .why = x->lt ? PLAN_GEMM_WHY_NONE : PLAN_GEMM_WHY_BATCH_SUM, .dtype = (uint8_t)x->dtype,
+                              .why = x->lt                                   ? PLAN_GEMM_WHY_NONE
+                                     : x->why == CUDA_GEMM_WHY_DEQUANT ? PLAN_GEMM_WHY_DEQUANT
+                                                                       : PLAN_GEMM_WHY_BATCH_SUM,
+                              .dtype = (uint8_t)x->dtype,
                               .flags = (uint8_t)((x->ta ? PLAN_GEMM_TA : 0) | (x->tb ? PLAN_GEMM_TB : 0) |
                                                  (x->accumulate ? PLAN_GEMM_ACCUM : 0)),
                               .c = x->c, .a = x->a, .b = x->b, .bias = x->bias, .off_c = x->off_c, .off_a = x->off_a,

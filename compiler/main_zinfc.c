@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,7 @@
 /* planning (compiler/planner.h) */
 #include "autodiff.h"
 #include "loss_chunk.h"
+#include "mlp_tile.h"
 #include "plan.h"
 #include "plandump.h"
 #include "planner.h"
@@ -472,24 +474,54 @@ static void replay_diags(const DiagSink *from, DiagSink *d) {
     }
 }
 
-/* Plans g, its loss chunked as po->loss_chunk says (compiler/loss_chunk.h):
- * "auto" plans the whole logits first and, when that does not fit, the
- * loss chunked to the target's memory. *chunked: the rows a chunk took,
- * 0 when the logits stay whole. */
-static bool plan_with_loss(Graph *g, const Target *t, const PlannerOptions *po, Arena *a, DiagSink *d, PlannerResult *r,
-                           int64_t *chunked) {
-    *chunked = 0;
+/* Plans g, its loss chunked as po->loss_chunk says (compiler/loss_chunk.h)
+ * and its MLP tiled as po->mlp_tile says (compiler/mlp_tile.h). "auto"
+ * keeps the model as written when the plan fits with it: the candidates,
+ * in order, are the model as written, the loss chunked, and the loss
+ * chunked with the MLP tiled (each only where its setting allows it; a
+ * pinned setting is in every candidate), the first that fits is the plan.
+ * *chunked and *tiled: the rows a loss chunk and an MLP tile took, 0 when
+ * not rewritten. */
+static bool plan_with_rewrites(Graph *g, const Target *t, const PlannerOptions *po, Arena *a, DiagSink *d, PlannerResult *r,
+                               int64_t *chunked, int64_t *tiled) {
+    *chunked = *tiled = 0;
     int proj, xent;
+    bool lc = po->loss_chunk != 0 && loss_chunk_find(g, &proj, &xent);
+    bool mt = po->mlp_tile != 0 && mlp_tile_find(g, NULL, 0) > 0;
+    if (po->loss_chunk > 0 && !lc) diag_warning(d, SPAN_NONE, "loss_chunk: the loss is not cross_entropy of a matmul or linear without a bias, so it is not chunked");
+    if (po->mlp_tile > 0 && !mt)
+        diag_warning(d, SPAN_NONE, "mlp_tile: the model has no MLP block of rmsnorm, gate and up linears, silu or gelu, their "
+                                   "product and a down linear (no biases, no adapters), so nothing is tiled");
+    int64_t lrows = !lc ? 0 : po->loss_chunk > 0 ? po->loss_chunk : loss_chunk_rows(g, t);
+    int64_t mrows = !mt ? 0 : po->mlp_tile > 0 ? po->mlp_tile : mlp_tile_rows(g, t);
+    /* (loss rows, MLP rows) per candidate: "auto" starts at 0, a pin stays */
+    int64_t cand[3][2] = {{po->loss_chunk > 0 ? lrows : 0, po->mlp_tile > 0 ? mrows : 0}, {lrows, po->mlp_tile > 0 ? mrows : 0},
+                          {lrows, mrows}};
+    int ncand = 0;
+    int64_t list[3][2];
+    for (int k = 0; k < 3; k++) {
+        bool dup = ncand > 0 && list[ncand - 1][0] == cand[k][0] && list[ncand - 1][1] == cand[k][1];
+        if (!dup) list[ncand][0] = cand[k][0], list[ncand][1] = cand[k][1], ncand++;
+    }
     Graph fwd;
-    bool can = po->loss_chunk != 0 && loss_chunk_find(g, &proj, &xent);
-    if (can && !loss_chunk_copy_graph(g, &fwd)) {
+    if (ncand > 1 && !loss_chunk_copy_graph(g, &fwd)) {
         diag_error(d, SPAN_NONE, "out of memory");
         return false;
     }
-    if (po->loss_chunk > 0 && !can) diag_warning(d, SPAN_NONE, "loss_chunk: the loss is not cross_entropy of a matmul or linear without a bias, so it is not chunked");
-    if (po->loss_chunk < 0 || !can) {
+    for (int k = 0; k < ncand; k++) {
+        if (k > 0 && !loss_chunk_copy_graph(&fwd, g)) {
+            diag_error(d, SPAN_NONE, "out of memory");
+            return false;
+        }
+        if (list[k][0] && !loss_chunk_apply(g, list[k][0])) return false;
+        if (list[k][1] && mlp_tile_apply(g, list[k][1]) <= 0) {
+            diag_error(d, SPAN_NONE, "out of memory");
+            return false;
+        }
         if (!ad_build(g, d)) return false;
-        if (!can) return planner_run(g, t, po, a, d, r);
+        *chunked = list[k][0];
+        *tiled = list[k][1];
+        if (k == ncand - 1) return planner_run(g, t, po, a, d, r);
         DiagSink trial;
         diag_init(&trial);
         bool ok = planner_run(g, t, po, a, &trial, r);
@@ -497,26 +529,44 @@ static bool plan_with_loss(Graph *g, const Target *t, const PlannerOptions *po, 
         diag_free(&trial);
         if (ok) return true;
     }
-    int64_t rows = po->loss_chunk > 0 ? po->loss_chunk : loss_chunk_rows(&fwd, t);
-    *g = fwd;
-    if (!loss_chunk_apply(g, rows) || !ad_build(g, d)) return false;
-    *chunked = rows;
-    return planner_run(g, t, po, a, d, r);
+    return false;
 }
 
-/* Weights stored quantized (train { quantize }) are dequantized by the host
- * kernels; the CUDA kernels do not read them yet: false (reported) when a
- * plan with CUDA code would have one. --kernels=none still plans (and
- * predicts) it. */
-static bool quantized_kernels(const Graph *g, DiagSink *d) {
-    for (int i = 0; i < g->ntensors; i++)
-        if (g->tensors[i].cls == TC_PARAM && dtype_is_quant(g->tensors[i].dtype)) {
-            diag_error(d, g->tensors[i].span, "'%s' is stored quantized (%s), which the CUDA kernels do not read yet",
-                       g->tensors[i].name, dtype_name(g->tensors[i].dtype));
-            diag_hint(d, "plan for a target with backend = \"host\", or with --kernels=none for the plan's figures only");
-            return false;
-        }
-    return true;
+/* The independent check of a plan (verify_plan), run in a thread of its
+ * own while the plan is encoded: both only read the plan. */
+typedef struct VerifyJob {
+    const Plan *plan;
+    int problems;
+    char msgs[1024];
+} VerifyJob;
+
+static void *verify_job(void *arg) {
+    VerifyJob *j = arg;
+    j->problems = verify_plan(j->plan, j->msgs, sizeof j->msgs);
+    return NULL;
+}
+
+/* Verifies plan p (planner_verified: the planner left it to zinfc) while
+ * encoding it, and writes it to path only when it passes; false when it
+ * fails or cannot be written (reported to d). */
+static bool verify_and_write(const Plan *p, const char *path, DiagSink *d) {
+    VerifyJob job = {.plan = p};
+    pthread_t th;
+    bool threaded = pthread_create(&th, NULL, verify_job, &job) == 0;
+    if (!threaded) verify_job(&job);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    char err[512];
+    bool encoded = plan_encode(p, &buf, &len, err, sizeof err);
+    if (threaded) pthread_join(th, NULL);
+    if (!planner_verified(job.problems, job.msgs, d)) {
+        free(buf);
+        return false;
+    }
+    bool ok = encoded && plan_write_bytes(buf, len, path, err, sizeof err);
+    if (!ok) diag_error(d, SPAN_NONE, "%s", err);
+    free(buf);
+    return ok;
 }
 
 static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *d, const Program *prog, Graph *g) {
@@ -529,12 +579,16 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
     if (o->ranks > 0) po.ranks = o->ranks;
     const char *archs = o->kernels && strcmp(o->kernels, "auto") ? o->kernels : (strcmp(t.backend, "host") ? "sm_80,sm_90" : "none");
     po.sample_starts = o->output && strcmp(archs, "none"); /* the kernels read them: their buffer in the plan */
+    po.verify_by_caller = o->output && !strcmp(archs, "none"); /* verify_and_write */
     int proj, xent;
     int64_t lrows = 0, lvocab = 0;
     if (loss_chunk_find(g, &proj, &xent)) loss_chunk_shape(g, xent, &lrows, &lvocab);
+    int64_t mlp_rows = 0, mlp_d = 0, mlp_i = 0;
+    int mlp_blocks = mlp_tile_find(g, NULL, 0);
+    if (mlp_blocks) mlp_tile_shape(g, &mlp_rows, &mlp_d, &mlp_i);
     PlannerResult r;
-    int64_t chunked = 0;
-    bool planned = plan_with_loss(g, &t, &po, a, d, &r, &chunked);
+    int64_t chunked = 0, tiled = 0;
+    bool planned = plan_with_rewrites(g, &t, &po, a, d, &r, &chunked, &tiled);
     if (o->explain && g->nbackward_end > g->nforward) explain_memory(g, &t, &po, d);
     if (!planned) return 1;
     r.plan->source = o->input;
@@ -549,13 +603,24 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
             printf("loss: logits [%" PRId64 ", %" PRId64 "] whole (%s)\n", lrows, lvocab,
                    po.loss_chunk == 0 ? "pinned by loss_chunk = 0" : "the plan fits with them");
     }
+    if (o->explain && mlp_blocks) {
+        char b1[32], b2[32];
+        int dsz = g->train.dtype == DT_F32 ? 4 : 2;
+        if (tiled)
+            printf("mlp: tiled, gated_mlp over %" PRId64 " of the %" PRId64 " rows at a time in %d block%s (%s of [rows, %" PRId64
+                   "] intermediates a tile instead of %s: %s)\n",
+                   tiled < mlp_rows ? tiled : mlp_rows, mlp_rows, mlp_blocks, mlp_blocks > 1 ? "s" : "",
+                   plan_bytes_str((uint64_t)(tiled < mlp_rows ? tiled : mlp_rows) * (uint64_t)mlp_i * (uint64_t)dsz, b1, sizeof b1), mlp_i,
+                   plan_bytes_str((uint64_t)mlp_rows * (uint64_t)mlp_i * (uint64_t)dsz, b2, sizeof b2),
+                   po.mlp_tile > 0 ? "pinned by mlp_tile" : "the plan does not fit with the MLP as written");
+        else
+            printf("mlp: as written, %d block%s of [%" PRId64 ", %" PRId64 "] intermediates (%s)\n", mlp_blocks,
+                   mlp_blocks > 1 ? "s" : "", mlp_rows, mlp_i,
+                   po.mlp_tile == 0 ? "pinned by mlp_tile = 0" : "the plan fits with them");
+    }
     if (o->explain) plandump_moe(r.plan, stdout);
     int rc = 0;
     char err[512], gb[32];
-    if (o->output && strcmp(archs, "none") && !quantized_kernels(g, d)) {
-        plan_free(r.plan);
-        return 1;
-    }
     if (o->output && strcmp(archs, "none")) {
         EmbedStats es;
         /* --kernel-src names a directory to fill: make it (one level), as -o makes its file */
@@ -581,8 +646,14 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
         printf("kernels: %d units x %d archs (%s): %d compiled in %.1f s, %d from the cache, %llu bytes of cubin\n",
                es.units, es.archs, archs, es.compiled, es.seconds, es.cached, (unsigned long long)es.bytes);
     }
-    if (o->output && !plan_write(r.plan, o->output, err, sizeof err)) {
+    bool written = true;
+    if (o->output && po.verify_by_caller) {
+        written = verify_and_write(r.plan, o->output, d);
+    } else if (o->output && !plan_write(r.plan, o->output, err, sizeof err)) {
         diag_error(d, SPAN_NONE, "%s", err);
+        written = false;
+    }
+    if (!written) {
         rc = 1;
     } else if (o->output) {
         bool host = !strcmp(t.backend, "host");

@@ -47,9 +47,10 @@ static int64_t dsize(DType t) {
     }
 }
 
-/* Bytes of n elements of t: whole blocks for a quantized frozen weight. */
+/* Bytes of n elements of t: whole blocks for a quantized frozen weight
+ * and an 8-bit moment. */
 static int64_t tbytes(Acc *a, const GTensor *t, int64_t n) {
-    return dtype_is_quant(t->dtype) ? dtype_bytes(t->dtype, n) : mul(a, n, dsize(t->dtype));
+    return dtype_is_blocked(t->dtype) ? dtype_bytes(t->dtype, n) : mul(a, n, dsize(t->dtype));
 }
 
 static const char *dname(DType t) {
@@ -58,6 +59,8 @@ static const char *dname(DType t) {
     case DT_BF16: return "bf16";
     case DT_F16: return "f16";
     case DT_I32: return "i32";
+    case DT_DYN8: return "dyn8";
+    case DT_UDYN8: return "udyn8";
     default: return "?";
     }
 }
@@ -153,7 +156,7 @@ static int check_ops(const Graph *g, MemModel *m, int *fwd_end) {
     }
     for (int k = 0; k < g->nops; k++) {
         const GOp *op = &g->ops[k];
-        if (op->nin < 0 || op->nin > GRAPH_MAX_IN || op->nout < 0 || op->nout > GRAPH_MAX_OUT)
+        if (op->nin < 0 || op->nin > GRAPH_MAX_IN || op->nout < 0 || op->nout > GRAPH_MAX_OPOUT)
             return fail(m, "memory model: malformed graph: op %d has %d inputs and %d outputs", k, op->nin, op->nout);
         for (int i = 0; i < op->nin; i++)
             if (op->in[i] < -1 || op->in[i] >= g->ntensors) return fail(m, "memory model: malformed graph: op %d reads tensor %d of %d", k, op->in[i], g->ntensors);
@@ -167,13 +170,18 @@ static int check_ops(const Graph *g, MemModel *m, int *fwd_end) {
  * state it does not have (gradient in its dtype, fp32 master when mixed,
  * momentum, variance) counted as saved; only the parameter itself is
  * allocated. True when its bytes are counted here (a forward graph). */
-static bool add_frozen(const GTensor *t, int64_t n, int64_t sh, MemModel *m, Acc *a, DType train_dt) {
-    DType dt = dtype_is_quant(t->dtype) ? train_dt : t->dtype; /* quantized: what it would train in */
-    int64_t per = dsize(dt) + (dt != DT_F32 ? 4 : 0) + 4 + 4;
+/* Bytes of n elements of a moment of dtype md. */
+static int64_t moment_bytes(Acc *a, DType md, int64_t n) { return dtype_is_blocked(md) ? dtype_bytes(md, n) : mul(a, n, dsize(md)); }
+
+static bool add_frozen(const GTensor *t, int64_t n, int64_t sh, MemModel *m, Acc *a, const TrainConfig *tc) {
+    DType dt = dtype_is_quant(t->dtype) ? tc->dtype : t->dtype; /* quantized: what it would train in */
+    int64_t per = dsize(dt) + (dt != DT_F32 ? 4 : 0);
+    DType m1 = graph_moment_dtype(tc, n, false), m2 = graph_moment_dtype(tc, n, true);
     m->nfrozen++;
     m->frozen_params = add(a, m->frozen_params, n);
-    m->frozen_saved = add(a, m->frozen_saved, mul(a, n, per));
-    m->frozen_saved_rank = add(a, m->frozen_saved_rank, mul(a, sh, per));
+    m->frozen_saved = add(a, m->frozen_saved, add(a, mul(a, n, per), add(a, moment_bytes(a, m1, n), moment_bytes(a, m2, n))));
+    m->frozen_saved_rank =
+        add(a, m->frozen_saved_rank, add(a, mul(a, sh, per), add(a, moment_bytes(a, m1, sh), moment_bytes(a, m2, sh))));
     if (m->training_graph) return false;
     m->model[TC_PARAM] = add(a, m->model[TC_PARAM], tbytes(a, t, n));
     m->rank[TC_PARAM] = add(a, m->rank[TC_PARAM], tbytes(a, t, sh));
@@ -185,31 +193,37 @@ static bool add_frozen(const GTensor *t, int64_t n, int64_t sh, MemModel *m, Acc
  * (inference), its gradient and optimizer state are derived from it: true
  * when that is done. */
 static bool add_param(const GTensor *t, int64_t n, int64_t sh, int R, const MemOptions *o, MemModel *m, Acc *a, DType *pdt,
-                      DType train_dt) {
+                      const TrainConfig *tc) {
     m->params = add(a, m->params, n);
     m->nparam_tensors++;
     m->nsharded += R > 1 && n >= o->whole_below;
-    if (dtype_is_quant(t->dtype)) return add_frozen(t, n, sh, m, a, train_dt); /* frozen (sema_freeze.c) */
+    if (dtype_is_quant(t->dtype)) return add_frozen(t, n, sh, m, a, tc); /* frozen (sema_freeze.c) */
     if (*pdt == DT_NONE || t->dtype != DT_F32) *pdt = t->dtype;
     bool mixed = t->dtype != DT_F32;
     if (mixed) m->mixed = true;
-    if (t->frozen) return add_frozen(t, n, sh, m, a, train_dt);
+    if (t->frozen) return add_frozen(t, n, sh, m, a, tc);
     /* the paper's fp32 gradient copy, whatever graph this is */
     if (mixed) {
         m->grad32_model = add(a, m->grad32_model, mul(a, n, 4));
         m->grad32_rank = add(a, m->grad32_rank, mul(a, sh, 4));
     }
     if (m->training_graph) return false;
-    /* derived from the parameter: gradient in its dtype, fp32 state */
+    /* derived from the parameter: gradient in its dtype, fp32 master,
+     * moments as train { optimizer = adam(state) } stores them */
     int64_t per[TC_COUNT] = {0};
     per[TC_PARAM] = dsize(t->dtype);
     per[TC_GRAD] = dsize(t->dtype);
     per[TC_MASTER] = mixed ? 4 : 0;
-    per[TC_MOMENTUM] = 4;
-    per[TC_VARIANCE] = 4;
-    for (int c = TC_PARAM; c <= TC_VARIANCE; c++) {
+    for (int c = TC_PARAM; c <= TC_MASTER; c++) {
         m->model[c] = add(a, m->model[c], mul(a, n, per[c]));
         m->rank[c] = add(a, m->rank[c], mul(a, sh, per[c]));
+    }
+    if (n >= m->moment_numel) m->moment_numel = n;
+    for (int c = TC_MOMENTUM; c <= TC_VARIANCE; c++) {
+        DType md = graph_moment_dtype(tc, n, c == TC_VARIANCE);
+        if (n >= m->moment_numel) m->moment_dtype[c == TC_VARIANCE] = md;
+        m->model[c] = add(a, m->model[c], moment_bytes(a, md, n));
+        m->rank[c] = add(a, m->rank[c], moment_bytes(a, md, sh));
     }
     return true;
 }
@@ -225,11 +239,11 @@ static int model_states(const Graph *g, const MemOptions *o, MemModel *m, Acc *a
             return fail(m, "memory model: malformed graph: tensor %d has rank %d, %" PRId64 " elements", i, t->rank, t->numel);
         if (t->cls != TC_PARAM && !is_state(t->cls)) continue;
         int64_t ds = dsize(t->dtype);
-        if (!ds && !dtype_is_quant(t->dtype)) return fail(m, "memory model: tensor '%s' has no dtype", t->name ? t->name : "?");
+        if (!ds && !dtype_is_blocked(t->dtype)) return fail(m, "memory model: tensor '%s' has no dtype", t->name ? t->name : "?");
         int64_t n = t->numel, sh;
         if (t->cls == TC_PARAM) {
             sh = shard_elems(n, R, o->whole_below);
-            if (add_param(t, n, sh, R, o, m, a, &pdt, g->train.dtype)) continue;
+            if (add_param(t, n, sh, R, o, m, a, &pdt, &g->train)) continue;
         } else {
             if (!m->training_graph) continue;
             if (t->param >= 0 && t->param < g->ntensors && g->tensors[t->param].cls == TC_PARAM)
@@ -239,6 +253,10 @@ static int model_states(const Graph *g, const MemOptions *o, MemModel *m, Acc *a
             if (t->param >= 0 && t->param < g->ntensors && g->tensors[t->param].numel != n)
                 return fail(m, "memory model: '%s' has %" PRId64 " elements, its parameter %" PRId64, t->name ? t->name : "?", n,
                             g->tensors[t->param].numel);
+        }
+        if ((t->cls == TC_MOMENTUM || t->cls == TC_VARIANCE) && n >= m->moment_numel) {
+            m->moment_dtype[t->cls == TC_VARIANCE] = t->dtype;
+            if (t->cls == TC_VARIANCE) m->moment_numel = n;
         }
         m->model[t->cls] = add(a, m->model[t->cls], tbytes(a, t, n));
         m->rank[t->cls] = add(a, m->rank[t->cls], tbytes(a, t, sh));
@@ -441,9 +459,11 @@ void memmodel_print(const MemModel *m, FILE *out) {
     for (int i = 0; i < 5; i++) {
         TensorClass c = st[i];
         if (c == TC_MASTER && !m->mixed) continue;
-        DType dt = c == TC_PARAM || c == TC_GRAD ? m->dtype : DT_F32;
-        snprintf(name, sizeof name, "%s (%s)", sn[i], c == TC_MASTER ? "f32" : dname(dt));
-        snprintf(bpp, sizeof bpp, "%.0f", (double)m->model[c] / (double)P);
+        DType dt = c == TC_PARAM || c == TC_GRAD ? m->dtype : c == TC_MASTER ? DT_F32 : m->moment_dtype[c == TC_VARIANCE];
+        if (dt == DT_NONE) dt = DT_F32; /* nothing trained */
+        snprintf(name, sizeof name, "%s (%s)", sn[i], dname(dt));
+        /* 8-bit moments: 1 byte and a 4-byte absmax per 2048 */
+        snprintf(bpp, sizeof bpp, dtype_is_qstate(dt) ? "%.3f" : "%.0f", (double)m->model[c] / (double)P);
         row(out, m, name, bpp, m->model[c], m->rank[c], false);
     }
     if (m->mixed) {

@@ -57,6 +57,12 @@ typedef struct MemModel {
      * variance), whole model and per rank; counted in params above */
     int nfrozen;
     int64_t frozen_params, frozen_saved, frozen_saved_rank;
+    /* Adam's momentum [0] and variance [1] dtype (train { optimizer =
+     * adam(state) }) of the largest trained parameter, of moment_numel
+     * elements; DT_NONE before any (under state = "8bit" the smaller ones
+     * may be f32) */
+    DType moment_dtype[2];
+    int64_t moment_numel;
 
     /* bytes per tensor class. model[] is the whole job: model states
      * unsharded, activations, inputs and workspace one micro-batch on every

@@ -6,6 +6,7 @@
  * diagnostics say why. */
 #include "planner_impl.h"
 #include "loss_chunk.h"
+#include "mlp_tile.h"
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -60,22 +61,31 @@ static const char *place_str(const Place *pl, char *buf, size_t n) {
  * for Adams that step after it (the optimizer's first reads, hoisted: not
  * those of an Adam stepped in the backward itself). 0 when out of memory. */
 static uint64_t plan_hoisted_bytes(const Plan *p) {
+    /* one pass: per parameter, whether a CPU Adam steps it in the backward
+     * and the bytes of its state read from NVMe there */
     uint8_t *early = p ? calloc(p->ntensors + 1, 1) : NULL;
-    if (!early) return 0;
-    for (uint32_t i = 0; i < p->opt_begin && i < p->ninstrs; i++)
-        if (p->instrs[i].op == PI_CPU_ADAM && p->instrs[i].arg >= 0 && (uint32_t)p->instrs[i].arg < p->ntensors) early[p->instrs[i].arg] = 1;
-    uint64_t n = 0;
+    uint64_t *read = p ? calloc(p->ntensors + 1, sizeof *read) : NULL;
+    if (!early || !read) {
+        free(early);
+        free(read);
+        return 0;
+    }
     for (uint32_t i = 0; i < p->opt_begin && i < p->ninstrs; i++) {
         const PlanInstr *s = &p->instrs[i];
+        if (s->op == PI_CPU_ADAM && s->arg >= 0 && (uint32_t)s->arg < p->ntensors) early[s->arg] = 1;
         const PlanOperand *o = s->nopnd ? &p->operands[s->opnd] : NULL;
         if (s->op != PI_NVME_READ || !o || o->buffer < 0) continue;
         int32_t t = p->buffers[o->buffer].tensor;
         if (t < 0 || (uint32_t)t >= p->ntensors) continue;
         const PlanTensor *x = &p->tensors[t];
         bool state = x->cls == TC_MASTER || x->cls == TC_MOMENTUM || x->cls == TC_VARIANCE;
-        if (state && x->param >= 0 && (uint32_t)x->param < p->ntensors && !early[x->param]) n += o->bytes;
+        if (state && x->param >= 0 && (uint32_t)x->param < p->ntensors) read[x->param] += o->bytes;
     }
+    uint64_t n = 0;
+    for (uint32_t t = 0; t < p->ntensors; t++)
+        if (!early[t]) n += read[t];
     free(early);
+    free(read);
     return n;
 }
 
@@ -130,10 +140,11 @@ static bool setup(PlanBuilder *b, const Graph *g, const Target *t, const Planner
         return false;
     }
     b->cap[ARENA_GPU] = pl_gpu_capacity(t);
-    /* the chunked loss's workspace, outside the arenas, is kept free */
-    uint64_t lws = loss_chunk_workspace_bytes(g);
-    b->cap[ARENA_GPU] = b->cap[ARENA_GPU] > lws ? b->cap[ARENA_GPU] - lws : 0;
+    /* the chunked loss's and the tiled MLP's workspaces, outside the arenas, are kept free */
+    uint64_t lws = loss_chunk_workspace_bytes(g), mws = mlp_tile_workspace_bytes(g);
+    b->cap[ARENA_GPU] = b->cap[ARENA_GPU] > lws + mws ? b->cap[ARENA_GPU] - lws - mws : 0;
     b->loss_ws = lws;
+    b->mlp_ws = mws;
     b->cap[ARENA_CPU] = b->cap[ARENA_PINNED] = pl_cpu_capacity(t);
     b->cap[ARENA_NVME] = t->nvme_capacity / (uint64_t)(t->gpus_per_node > 0 ? t->gpus_per_node : 1);
     for (int c = 0; c < PC_COUNT; c++)
@@ -156,9 +167,11 @@ static void explain_partition(Search *S) {
     pl_say(&S->ex, "target %s: %d rank%s (%s), %s %s, %s CPU memory and %s NVMe per rank", t->name, b->R, b->R > 1 ? "s" : "",
         host ? "host processes" : arena_printf(S->a, "%d node%s x %d GPUs", t->nodes, t->nodes > 1 ? "s" : "", t->gpus_per_node),
         plan_bytes_str(b->cap[ARENA_GPU], s1, sizeof s1),
-        b->loss_ws ? arena_printf(S->a, "%s (%s kept for the chunked loss's workspace)", host ? "working budget" : "GPU memory usable",
-                                  plan_bytes_str(b->loss_ws, s4, sizeof s4))
-                   : host ? "working budget" : "GPU memory usable",
+        b->loss_ws || b->mlp_ws
+            ? arena_printf(S->a, "%s (%s kept for the %s workspace)", host ? "working budget" : "GPU memory usable",
+                           plan_bytes_str(b->loss_ws + b->mlp_ws, s4, sizeof s4),
+                           !b->mlp_ws ? "chunked loss's" : !b->loss_ws ? "tiled MLP's" : "chunked loss's and the tiled MLP's")
+            : host ? "working budget" : "GPU memory usable",
         plan_bytes_str(b->cap[ARENA_CPU], s2, sizeof s2), b->cap[ARENA_NVME] ? plan_bytes_str(b->cap[ARENA_NVME], s3, sizeof s3) : "no");
     if (host) /* the tiers keep the plan block's names; on this backend the first is not a GPU */
         pl_say(&S->ex, "host backend: the tier called gpu (plan { ... = \"gpu\" }) is each rank's device arena, in host memory; "
@@ -333,7 +346,15 @@ static Outcome search_prefetch(Search *S, Place cand, bool *cpu_short) {
     char why[256], s4[160];
     Outcome r;
     cand.reuse = true;
-    if (nk > 1 && (r = try_prefetch(S, &cand, ks[0], cpu_short, why, sizeof why)) != OUT_NOFIT) return r;
+    /* When the deepest does not fit, the least is tried next, and what it
+     * says supersedes why the deepest did not fit: that the deepest does
+     * not is all that matters (b->fits_only). */
+    if (nk > 1) {
+        S->b->fits_only = true;
+        r = try_prefetch(S, &cand, ks[0], cpu_short, why, sizeof why);
+        S->b->fits_only = false;
+        if (r != OUT_NOFIT) return r;
+    }
     int least = ks[nk > 1 ? 1 : 0];
     r = try_prefetch(S, &cand, least, cpu_short, why, sizeof why);
     if (r == OUT_NOFIT) { /* again without holding weights from recompute to backward */
@@ -595,13 +616,18 @@ static bool finish(Search *S) {
         S->best.prefetch, S->best.reuse ? ", weights kept from recompute to backward" : "",
         !early ? "" : plan_speculative(S->plan) ? ", optimizer overlapped with the backward (speculative)" :
         ", optimizer overlapped with the backward", hs, S->tried, S->best_time);
+    if (S->o->verify_by_caller) return true;
     char vm[1024];
     int problems = verify_plan(S->plan, vm, sizeof vm);
+    return planner_verified(problems, vm, S->d);
+}
+
+bool planner_verified(int problems, char *msgs, DiagSink *d) {
     if (!problems) return true;
-    char *nl = strchr(vm, '\n');
+    char *nl = strchr(msgs, '\n');
     if (nl) *nl = 0;
-    diag_error(S->d, SPAN_NONE, "internal planner error: the plan fails verification (%d problem%s): %s", problems,
-               problems > 1 ? "s" : "", vm);
+    diag_error(d, SPAN_NONE, "internal planner error: the plan fails verification (%d problem%s): %s", problems,
+               problems > 1 ? "s" : "", msgs);
     return false;
 }
 
@@ -633,10 +659,10 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
         plan_free(S.plan);
     }
     free(S.ex.s);
-    free(b.bufs);
-    free(b.ins);
+    pl_table_free(b.bufs, b.cbufs, sizeof *b.bufs);
+    pl_table_free(b.ins, b.cins, sizeof *b.ins);
     free(b.spec);
-    free(b.opnds);
+    pl_table_free(b.opnds, b.copnds, sizeof *b.opnds);
     free(b.reqs);
     return ok;
 }

@@ -58,12 +58,17 @@ typedef struct PlannerOptions {
                             * buffer of B*T int32 that the input of the tokens also writes (zinfc sets it) */
     int64_t loss_chunk;    /* loss_chunk: -1 "auto" (whole logits when the plan fits with them), 0 whole, N rows a chunk
                             * (compiler/loss_chunk.h; zinfc applies it before autodiff) */
+    bool verify_by_caller; /* the caller runs verify_plan on the plan and planner_verified on its verdict (zinfc
+                            * does, beside the plan's encoding); false: planner_run does before it returns */
+    int64_t mlp_tile;      /* mlp_tile: -1 "auto" (the MLP as written when the plan fits with it), 0 as written, N rows a
+                            * tile (compiler/mlp_tile.h; zinfc applies it before autodiff) */
 } PlannerOptions;
 
 void planner_options_default(PlannerOptions *o);
 /* Reads a `plan { params = "nvme"; optimizer = "cpu"; checkpoints = "cpu";
  * grads = "cpu"; prefetch = 3; whole_below = 100000; tiles "block.*.mlp" = 4;
- * pin "block.0.*" = "gpu"; optimizer_overlap = "off"; loss_chunk = 4096 }`
+ * pin "block.0.*" = "gpu"; optimizer_overlap = "off"; loss_chunk = 4096;
+ * mlp_tile = 8192 }`
  * declaration into o (which holds the defaults). */
 bool planner_options_from_decl(const Decl *decl, Arena *a, DiagSink *d, PlannerOptions *o);
 /* Every plan block of the program, in order (later settings win). */
@@ -77,5 +82,9 @@ typedef struct PlannerResult {
 
 /* Plans g for t. Returns false with diagnostics in d when no plan fits. */
 bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena *a, DiagSink *d, PlannerResult *out);
+/* The verdict of verify_plan (its count of problems and its messages,
+ * whose first line is kept) on a planned plan: false, reported to d as an
+ * internal planner error, when there are problems. */
+bool planner_verified(int problems, char *msgs, DiagSink *d);
 
 #endif

@@ -14,11 +14,14 @@
  * compute queue stays reserved while the next REUSE_DELAY buffers of its
  * arena are placed (for pinned staging, 1: double-buffering, two slices
  * in flight). When the delayed packing does not fit the target, the
- * arenas are packed tightly as before; either way the sizes are exact. */
+ * arenas are packed tightly as before; either way the sizes are exact,
+ * except for a build that only has to say whether it fits (fits_only):
+ * its tight packing stops once the GPU arena does not. */
 #include "planner_impl.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 
 /* The packing of one arena keeps what it asks about in order, so that a
  * placement touches only the few entries it changes: the live ranges
@@ -74,9 +77,19 @@ typedef struct ArenaPack {
     bool sealed;  /* the optimizer's buffers began: nothing below top is theirs (seal) */
 } ArenaPack;
 
+typedef struct Reuse { /* an address-reuse dependency: instruction i waits for j, on queue q */
+    int32_t i, j, q;
+} Reuse;
+
+/* The packing of some arenas: the GPU arena is packed beside the others
+ * (pack), each part in a thread of its own. Neither writes an instruction:
+ * the dependencies address reuse needs are listed and added once the
+ * packing is kept, so a packing that is dropped leaves none behind. */
 typedef struct Packer {
     ArenaPack ar[PLAN_NARENAS];
     bool delay; /* reserve freed ranges (reuse_delay); false: pack tightly */
+    Reuse *deps;
+    int ndeps, cdeps;
 } Packer;
 
 static uint64_t align_up(uint64_t v, uint64_t al) { return (v + al - 1) / al * al; }
@@ -152,9 +165,19 @@ static bool retire(ArenaPack *ap, int a, int first, bool delay, int opt_begin) {
     return true;
 }
 
+/* Instruction i is to wait for j, on queue q (pl_dep_on_queue once the
+ * packing is kept); listed unless i waits for j or later already. False:
+ * out of memory. */
+static bool reuse_dep(const PlanBuilder *b, Packer *pk, int i, int j, int q) {
+    if (j < 0 || j >= i || q == b->ins[i].s.queue || b->ins[i].depq[q] >= j) return true;
+    if (!pl_grow((void **)&pk->deps, &pk->cdeps, pk->ndeps + 1, sizeof(Reuse))) return false;
+    pk->deps[pk->ndeps++] = (Reuse){i, j, q};
+    return true;
+}
+
 /* buf takes [lo, hi): every previous occupant of the range must be done
  * before buf's first use; false: out of memory */
-static bool occ_place(PlanBuilder *b, ArenaPack *ap, uint64_t lo, uint64_t hi, int buf) {
+static bool occ_place(PlanBuilder *b, Packer *pk, ArenaPack *ap, uint64_t lo, uint64_t hi, int buf) {
     int first = b->bufs[buf].first;
     Seg *s = ap->occ;
     int l = 0, h = ap->nocc; /* the first that ends above lo */
@@ -166,7 +189,8 @@ static bool occ_place(PlanBuilder *b, ArenaPack *ap, uint64_t lo, uint64_t hi, i
     int j = l;
     for (; j < ap->nocc && s[j].lo < hi; j++) {
         const PlanBuf *prev = &b->bufs[s[j].buf];
-        for (int q = 0; q < PLAN_NQUEUES && first >= 0; q++) pl_dep_on(b, first, prev->lastq[q]);
+        for (int q = 0; q < PLAN_NQUEUES && first >= 0; q++)
+            if (!reuse_dep(b, pk, first, prev->lastq[q], q)) return false;
     }
     Seg put[3];
     int n = 0;
@@ -303,53 +327,116 @@ static bool place_one(PlanBuilder *b, Packer *pk, int i) {
     }
     x->b.offset = at;
     if (at + bytes > ap->top) ap->top = at + bytes;
-    return !bytes || occ_place(b, ap, at, at + bytes, i);
+    return !bytes || occ_place(b, pk, ap, at, at + bytes, i);
+}
+
+/* The first arena (by PlanArena index) whose bytes per rank, size[a]
+ * (pinned and pageable CPU memory together), exceed the target's, or -1. */
+static int first_over(const PlanBuilder *b, const uint64_t size[PLAN_NARENAS]) {
+    for (int a = 0; a < PLAN_NARENAS; a++) {
+        bool cpu = a == ARENA_PINNED || a == ARENA_CPU;
+        uint64_t cap = cpu ? b->cap[ARENA_CPU] : b->cap[a];
+        uint64_t use = cpu ? size[ARENA_PINNED] + size[ARENA_CPU] : size[a];
+        if (use > cap) return a;
+    }
+    return -1;
+}
+
+typedef enum PackResult { PACK_OOM, PACK_PLACED, PACK_OVER, PACK_STOPPED } PackResult;
+
+/* the part of the packing arena a is in: the GPU's, or the rest */
+static int part_of(int a) { return a == ARENA_GPU ? 0 : 1; }
+
+/* One part's m buffers of order placed, after the homes (pk holds their
+ * arenas' floors). With pk->delay it stops as soon as one of its arenas
+ * outgrows the target (PACK_OVER; the arenas only grow, so the packing
+ * could not fit), or the other part has (PACK_STOPPED, *stop). Packing
+ * tightly for b->fits_only it stops likewise once the GPU arena outgrows
+ * the target: that arena is then the first that does not fit (pl_fits),
+ * whatever the others need. */
+static PackResult pack_part(PlanBuilder *b, Packer *pk, int part, const int *order, int m, atomic_bool *stop) {
+    bool watch = pk->delay || (b->fits_only && part == part_of(ARENA_GPU)), yield = pk->delay || b->fits_only;
+    for (int k = 0; k <= m; k++) {
+        if (k < m && !place_one(b, pk, order[k])) {
+            atomic_store(stop, true);
+            return PACK_OOM;
+        }
+        if (yield && atomic_load_explicit(stop, memory_order_relaxed)) return PACK_STOPPED;
+        if (!watch) continue;
+        uint64_t top[PLAN_NARENAS];
+        for (int a = 0; a < PLAN_NARENAS; a++) top[a] = part_of(a) == part ? pk->ar[a].top : 0;
+        if (first_over(b, top) >= 0) {
+            atomic_store(stop, true);
+            return PACK_OVER;
+        }
+    }
+    return PACK_PLACED;
 }
 
 /* Every buffer placed: the persistent homes, then the m buffers of order
- * (first_use_order); false: out of memory. */
-static bool pack(PlanBuilder *b, bool delay, const int *order, int m) {
-    Packer pk;
-    memset(&pk, 0, sizeof pk);
-    pk.delay = delay;
-    bool ok = place_persistent(b, &pk);
-    for (int k = 0; ok && k < m; k++) ok = place_one(b, &pk, order[k]);
-    if (ok)
-        for (int a = 0; a < PLAN_NARENAS; a++) b->size[a] = pk.ar[a].top;
-    for (int a = 0; a < PLAN_NARENAS; a++) {
-        free(pk.ar[a].live);
-        free(pk.ar[a].dying);
-        free(pk.ar[a].held);
-        free(pk.ar[a].occ);
+ * (first_use_order), the GPU's beside the others' (pack_part); then the
+ * arenas' sizes set and the address-reuse dependencies added. With delay,
+ * PACK_OVER as soon as an arena outgrows the target (sizes unset, nothing
+ * added): pl_allocate packs tightly instead. */
+static PackResult pack(PlanBuilder *b, bool delay, const int *order, int m) {
+    Packer pk[2];
+    memset(pk, 0, sizeof pk);
+    pk[0].delay = pk[1].delay = delay;
+    int *split = malloc(sizeof(int) * (size_t)(m + 1)), m0 = 0;
+    if (!split || !place_persistent(b, &pk[0])) {
+        free(split);
+        return PACK_OOM;
     }
-    return ok;
+    for (int a = 0; a < PLAN_NARENAS; a++) pk[1].ar[a] = pk[0].ar[a]; /* the floors above the homes (no structures yet) */
+    for (int k = 0; k < m; k++)
+        if (part_of(b->bufs[order[k]].b.arena) == 0) split[m0++] = order[k];
+    for (int k = 0, n = m0; k < m; k++)
+        if (part_of(b->bufs[order[k]].b.arena) == 1) split[n++] = order[k];
+    atomic_bool stop;
+    atomic_init(&stop, false);
+    PackResult r[2];
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(2) schedule(static, 1)
+#endif
+    for (int part = 0; part < 2; part++)
+        r[part] = part == 0 ? pack_part(b, &pk[0], 0, split, m0, &stop) : pack_part(b, &pk[1], 1, split + m0, m - m0, &stop);
+    PackResult res = r[0] == PACK_OOM || r[1] == PACK_OOM ? PACK_OOM
+                     : r[0] == PACK_OVER || r[1] == PACK_OVER ? PACK_OVER : PACK_PLACED;
+    if (res == PACK_OVER && !delay) { /* b->fits_only: the GPU arena does not fit, by at least this much */
+        for (int a = 0; a < PLAN_NARENAS; a++) b->size[a] = pk[part_of(a)].ar[a].top;
+        b->size_partial = true;
+    }
+    if (res == PACK_PLACED) {
+        for (int a = 0; a < PLAN_NARENAS; a++) b->size[a] = pk[part_of(a)].ar[a].top;
+        for (int p = 0; p < 2; p++)
+            for (int k = 0; k < pk[p].ndeps; k++) pl_dep_on_queue(b, pk[p].deps[k].i, pk[p].deps[k].j, pk[p].deps[k].q);
+    }
+    for (int p = 0; p < 2; p++) {
+        for (int a = 0; a < PLAN_NARENAS; a++) {
+            free(pk[p].ar[a].live);
+            free(pk[p].ar[a].dying);
+            free(pk[p].ar[a].held);
+            free(pk[p].ar[a].occ);
+        }
+        free(pk[p].deps);
+    }
+    free(split);
+    return res;
 }
 
 /* Delayed reuse when it fits, else tight packing; the address-reuse
- * dependencies of a packing that is dropped are dropped with it. */
+ * dependencies of a packing that is dropped are dropped with it (pack). */
 bool pl_allocate(PlanBuilder *b) {
-    size_t n = (size_t)b->nins + 1;
-    int32_t(*depq)[PLAN_NQUEUES] = malloc(sizeof *depq * n);
-    if (!depq) {
-        b->oom = true;
-        return false;
-    }
     int *order = malloc(sizeof(int) * (size_t)(b->nbufs + 1));
     int m = order ? first_use_order(b, order) : -1;
     if (m < 0) {
-        free(depq);
         free(order);
         b->oom = true;
         return false;
     }
-    for (int i = 0; i < b->nins; i++) memcpy(depq[i], b->ins[i].depq, sizeof depq[i]);
-    char why[256];
-    bool ok = pack(b, true, order, m);
-    if (ok && !pl_fits(b, why, sizeof why)) {
-        for (int i = 0; i < b->nins; i++) memcpy(b->ins[i].depq, depq[i], sizeof depq[i]);
-        ok = pack(b, false, order, m);
-    }
-    free(depq);
+    PackResult r = pack(b, true, order, m);
+    if (r == PACK_OVER) r = pack(b, false, order, m);
+    bool ok = r == PACK_PLACED || (r == PACK_OVER && b->size_partial);
     free(order);
     if (!ok) b->oom = true;
     return ok;
@@ -358,15 +445,13 @@ bool pl_allocate(PlanBuilder *b) {
 
 bool pl_fits(const PlanBuilder *b, char *why, size_t n) {
     char u[32], c[32];
-    for (int a = 0; a < PLAN_NARENAS; a++) {
-        uint64_t cap = a == ARENA_PINNED || a == ARENA_CPU ? b->cap[ARENA_CPU] : b->cap[a];
-        uint64_t use = a == ARENA_PINNED || a == ARENA_CPU ? b->size[ARENA_PINNED] + b->size[ARENA_CPU] : b->size[a];
-        if (use > cap) {
-            snprintf(why, n, "%s needs %s per rank, has %s", a == ARENA_PINNED || a == ARENA_CPU ? "CPU memory" : plan_arena_names[a],
-                     plan_bytes_str(use, u, sizeof u), plan_bytes_str(cap, c, sizeof c));
-            return false;
-        }
-    }
-    return true;
+    int a = first_over(b, b->size);
+    if (a < 0) return true;
+    bool cpu = a == ARENA_PINNED || a == ARENA_CPU;
+    uint64_t cap = cpu ? b->cap[ARENA_CPU] : b->cap[a];
+    uint64_t use = cpu ? b->size[ARENA_PINNED] + b->size[ARENA_CPU] : b->size[a];
+    snprintf(why, n, "%s needs %s%s per rank, has %s", cpu ? "CPU memory" : plan_arena_names[a], b->size_partial ? "more than " : "",
+             plan_bytes_str(use, u, sizeof u), plan_bytes_str(cap, c, sizeof c));
+    return false;
 }
 

@@ -71,7 +71,7 @@ static bool build_steps(PlanBuilder *b, Arena *a, int bwd_end) {
 
 static void reset(PlanBuilder *b) {
     b->nbufs = b->nins = b->nopnds = b->persist_end = 0;
-    b->oom = b->internal = false;
+    b->oom = b->internal = b->size_partial = false;
     b->why[0] = 0;
 }
 

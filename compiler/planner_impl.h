@@ -125,7 +125,13 @@ typedef struct PlanBuilder {
     int nhoist, hoist_done;
     uint64_t cap[PLAN_NARENAS];
     uint64_t loss_ws;      /* the chunked loss's workspace kept out of cap[ARENA_GPU] (compiler/loss_chunk.h), 0: none */
+    uint64_t mlp_ws;       /* the tiled MLP's workspace kept out of cap[ARENA_GPU] (compiler/mlp_tile.h), 0: none */
     uint64_t size[PLAN_NARENAS];
+    /* Whether this build fitting matters and by how much it does not, not
+     * (the deepest look-ahead, tried first: search_prefetch): then its
+     * tight packing stops once the GPU arena outgrows the target, and
+     * size_partial says size[] holds what was placed until then. */
+    bool fits_only, size_partial;
     bool oom, internal;
     char why[256];
 } PlanBuilder;
@@ -147,11 +153,12 @@ static inline int pl_dsz(const PlanBuilder *b, int t) {
 static inline const char *pl_tname(const PlanBuilder *b, int t) { return b->g->tensors[t].name ? b->g->tensors[t].name : "?"; }
 
 /* bytes of n elements of tensor t: whole blocks when it is stored
- * quantized (a parameter's tiles and shards are whole blocks: sema and
- * pl_partition see to it) */
+ * quantized or is an 8-bit moment (a parameter's tiles and shards are
+ * whole blocks: sema and pl_partition see to it; an untiled tensor's last
+ * 8-bit block may be short, and takes a whole block's bytes) */
 static inline uint64_t pl_ebytes(const PlanBuilder *b, int t, int64_t n) {
     int dt = b->g->tensors[t].dtype;
-    return dtype_is_quant(dt) ? plan_dtype_bytes(dt, n) : (uint64_t)n * (uint64_t)pl_dsz(b, t);
+    return dtype_is_blocked(dt) ? plan_dtype_bytes(dt, n) : (uint64_t)n * (uint64_t)pl_dsz(b, t);
 }
 
 /* per-rank bytes of a state tensor's home */
@@ -188,8 +195,22 @@ bool pl_partition(PlanBuilder *b, Arena *a);
  * every arena's alignment, by PlanArena index */
 extern const uint64_t pl_arena_align[PLAN_NARENAS];
 bool pl_grow(void **p, int *cap, int need, size_t elem);
+/* The builder's big tables (bufs, ins, opnds: millions of entries on a
+ * deep model) in their own mappings, grown by mremap, which moves pages
+ * where realloc would copy the table at every doubling (zinfc keeps all
+ * of its heap, mallopt in main_zinfc.c, so realloc cannot remap). Freed
+ * with pl_table_free and the capacity they were grown to. */
+bool pl_table_grow(void **p, int *cap, int need, size_t elem);
+void pl_table_free(void *p, int cap, size_t elem);
 int pl_newbuf(PlanBuilder *b, int arena, uint64_t bytes, int tensor, const char *name, bool persistent);
 void pl_dep_on(PlanBuilder *b, int i, int j);
+/* pl_dep_on for j on queue q, known without reading instruction j (a
+ * buffer's lastq[q] or readq[q]): the packing adds these for millions of
+ * buffers, and j lies far back in the table. */
+static inline void pl_dep_on_queue(PlanBuilder *b, int i, int j, int q) {
+    if (j < 0 || j >= i || q == b->ins[i].s.queue) return;
+    if (b->ins[i].depq[q] < j) b->ins[i].depq[q] = j;
+}
 int pl_ins(PlanBuilder *b, int op, int queue, int arg, int tile, int ntiles, double flops);
 void pl_opnd(PlanBuilder *b, int i, int buf, int mode, uint64_t off, uint64_t bytes);
 int pl_tiled_param_of(const PlanBuilder *b, const GOp *op);

@@ -26,7 +26,9 @@ struct AdamViews {
 };
 typedef struct AdamViews AdamViews;
 
-static uint64_t ebytes(const PlanBuilder *b, int t, int64_t ne) { return (uint64_t)ne * (uint64_t)pl_dsz(b, t); }
+/* Bytes of ne elements of t; a sub-group starts at a multiple of
+ * ADAM_CHUNK elements, whole blocks of an 8-bit moment. */
+static uint64_t ebytes(const PlanBuilder *b, int t, int64_t ne) { return pl_ebytes(b, t, ne); }
 
 static void adam_load(PlanBuilder *b, AdamViews *v) {
     const Graph *g = b->g;
@@ -99,10 +101,10 @@ static void adam_load(PlanBuilder *b, AdamViews *v) {
 /* What a speculative Adam of sub-group v changes and cannot recompute:
  * the parameter when it is the fp32 state, the master, the moments
  * (docs/schedule.md, "The speculative optimizer"). */
-static uint64_t backup_bytes(const AdamViews *v) {
+static uint64_t backup_bytes(const PlanBuilder *b, const AdamViews *v) {
     uint64_t s = v->pread ? (uint64_t)v->ne * 4 : 0;
     for (int k = 0; k < 3; k++)
-        if (v->state[k] >= 0) s += (uint64_t)v->ne * 4;
+        if (v->state[k] >= 0) s += ebytes(b, v->state[k], v->ne);
     return s;
 }
 
@@ -120,7 +122,7 @@ static void adam_step(PlanBuilder *b, const AdamViews *v) {
         pl_opnd(b, i, v->sview[k], v->twin ? PLAN_R : PLAN_M, v->soff[k], v->state[k] >= 0 ? ebytes(b, v->state[k], v->ne) : 0);
     bool norm = gn >= 0 && !v->early;
     pl_opnd(b, i, norm ? b->cur[gn] : -1, PLAN_R, 0, norm ? 4 : 0);
-    if (v->backup >= 0) pl_opnd(b, i, v->backup, v->bmode, 0, backup_bytes(v));
+    if (v->backup >= 0) pl_opnd(b, i, v->backup, v->bmode, 0, backup_bytes(b, v));
     if (v->twin)
         for (int k = 0; k < 3; k++) pl_opnd(b, i, b->twin[v->state[k]], PLAN_W, v->soff[k], ebytes(b, v->state[k], v->ne));
     if (O == TIER_NVME)
@@ -368,7 +370,7 @@ void pl_emit_early_adams(PlanBuilder *b, int s) {
             } else if (op->in[5] >= 0 && b->twin[op->in[3]] >= 0) { /* a norm follows: speculate, out of place */
                 v.twin = true;
             } else if (op->in[5] >= 0) { /* the same keeping a copy of what the step changes (no master) */
-                uint64_t bb = backup_bytes(&v);
+                uint64_t bb = backup_bytes(b, &v);
                 v.backup = pl_newbuf(b, ARENA_CPU, bb, op->in[0], "adam_backup", false);
                 v.bmode = PLAN_W;
                 b->spec_copy_bytes += b->bufs[v.backup].b.bytes;

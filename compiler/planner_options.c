@@ -12,6 +12,7 @@ void planner_options_default(PlannerOptions *o) {
     for (int i = 0; i < PC_COUNT; i++) o->tier[i] = -1;
     o->whole_below = 100000;
     o->loss_chunk = -1;
+    o->mlp_tile = -1;
 }
 
 /* ---- plan { } block ---- */
@@ -59,7 +60,7 @@ static bool tier_pin(const Setting *s, Arena *a, DiagSink *d, PlannerOptions *o)
 
 bool planner_options_from_decl(const Decl *decl, Arena *a, DiagSink *d, PlannerOptions *o) {
     static const char *const keys[] = {"params", "grads", "optimizer", "checkpoints", "prefetch", "whole_below", "tiles", "pin",
-                                       "optimizer_overlap", "loss_chunk"};
+                                       "optimizer_overlap", "loss_chunk", "mlp_tile"};
     enum { NKEYS = sizeof keys / sizeof *keys };
     bool ok = true;
     for (int i = 0; i < decl->settings.len; i++) {
@@ -110,6 +111,15 @@ bool planner_options_from_decl(const Decl *decl, Arena *a, DiagSink *d, PlannerO
                 diag_error(d, e->span, "loss_chunk must be \"auto\", 0 (the whole logits) or a number of rows");
                 ok = false;
             } else if (int_value(s, d, 0, INT64_MAX / 2, &v)) o->loss_chunk = v;
+            else ok = false;
+        } else if (k == 10) {
+            const Expr *e = s->value;
+            int64_t v;
+            if (e && e->kind == EX_STR && !strcmp(e->str, "auto")) o->mlp_tile = -1;
+            else if (e && e->kind == EX_STR) {
+                diag_error(d, e->span, "mlp_tile must be \"auto\", 0 (the MLP as written) or a number of rows");
+                ok = false;
+            } else if (int_value(s, d, 0, INT64_MAX / 2, &v)) o->mlp_tile = v;
             else ok = false;
         } else {
             int64_t v;

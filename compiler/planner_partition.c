@@ -37,6 +37,14 @@ static void find_untileable(const Graph *g, bool *untileable) {
     }
 }
 
+/* Whether parameter t's Adam moments are stored in 8-bit blocks, whose
+ * tiles must then be whole blocks (blocks start at multiples of 2048
+ * elements of the tensor whatever the tiling and world size, which keeps
+ * a checkpoint readable on any other). */
+static bool qstate_moments(const Graph *g, const GTensor *t) {
+    return t->momentum >= 0 && t->momentum < g->ntensors && dtype_is_qstate(g->tensors[t->momentum].dtype);
+}
+
 /* How many tiles each parameter is cut into: the plan block's pins (2-D
  * weights only, rows divided evenly), else enough that a tile takes at
  * most 1/TILE_FRACTION of GPU memory. False (reported) on a bad pin. */
@@ -73,13 +81,21 @@ static bool choose_tiles(PlanBuilder *b, const bool *untileable) {
                 ok = false;
                 continue;
             }
+            if (qstate_moments(g, t) && (t->numel / want) % DTYPE_QSTATE_BLOCK) {
+                diag_error(b->d, sp, "cannot cut '%s' into %d tiles: its 8-bit Adam moments need tiles of whole blocks of %d elements, "
+                           "and a tile has %" PRId64, t->name, want, DTYPE_QSTATE_BLOCK, t->numel / want);
+                ok = false;
+                continue;
+            }
             b->ntiles[i] = want;
             b->tile_pinned[i] = true;
         } else if (!want && !untileable[i] && t->rank == 2 && bytes > limit && !dtype_is_quant(t->dtype)) {
             int64_t need = (int64_t)((bytes + limit - 1) / limit);
             int64_t nt = need;
-            while (nt < t->dims[0] && t->dims[0] % nt) nt++;
+            bool q8 = qstate_moments(g, t);
+            while (nt < t->dims[0] && (t->dims[0] % nt || (q8 && (t->numel / nt) % DTYPE_QSTATE_BLOCK))) nt++;
             if (nt > t->dims[0]) nt = t->dims[0];
+            if (q8 && (t->numel / nt) % DTYPE_QSTATE_BLOCK) nt = 1; /* no tiling holds whole blocks */
             b->ntiles[i] = (int)nt;
         }
     }

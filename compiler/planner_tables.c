@@ -6,6 +6,7 @@
 #include "planner_impl.h"
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 bool pl_grow(void **p, int *cap, int need, size_t elem) {
     if (need <= *cap) return true;
@@ -18,10 +19,33 @@ bool pl_grow(void **p, int *cap, int need, size_t elem) {
     return true;
 }
 
+/* A big table's bytes for cap entries, whole pages (0: none mapped). */
+static size_t table_bytes(int cap, size_t elem) {
+    size_t page = 4096, n = (size_t)cap * elem;
+    return (n + page - 1) / page * page;
+}
+
+bool pl_table_grow(void **p, int *cap, int need, size_t elem) {
+    if (need <= *cap) return true;
+    int nc = *cap ? *cap * 2 : 1024;
+    while (nc < need) nc *= 2;
+    size_t old = table_bytes(*cap, elem), now = table_bytes(nc, elem);
+    void *np = *p ? mremap(*p, old, now, MREMAP_MAYMOVE) : mmap(NULL, now, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (np == MAP_FAILED) return false;
+    madvise(np, now, MADV_HUGEPAGE);
+    *p = np;
+    *cap = nc;
+    return true;
+}
+
+void pl_table_free(void *p, int cap, size_t elem) {
+    if (p) munmap(p, table_bytes(cap, elem));
+}
+
 const uint64_t pl_arena_align[PLAN_NARENAS] = {GPU_ALIGN, IO_ALIGN, IO_ALIGN, IO_ALIGN};
 
 int pl_newbuf(PlanBuilder *b, int arena, uint64_t bytes, int tensor, const char *name, bool persistent) {
-    if (!pl_grow((void **)&b->bufs, &b->cbufs, b->nbufs + 1, sizeof(PlanBuf))) {
+    if (!pl_table_grow((void **)&b->bufs, &b->cbufs, b->nbufs + 1, sizeof(PlanBuf))) {
         b->oom = true;
         return -1;
     }
@@ -44,7 +68,7 @@ void pl_dep_on(PlanBuilder *b, int i, int j) {
 }
 
 int pl_ins(PlanBuilder *b, int op, int queue, int arg, int tile, int ntiles, double flops) {
-    if (!pl_grow((void **)&b->ins, &b->cins, b->nins + 1, sizeof(Ins))) {
+    if (!pl_table_grow((void **)&b->ins, &b->cins, b->nins + 1, sizeof(Ins))) {
         b->oom = true;
         return -1;
     }
@@ -65,7 +89,7 @@ int pl_ins(PlanBuilder *b, int op, int queue, int arg, int tile, int ntiles, dou
  * access needs: read after write, write after read and write. */
 void pl_opnd(PlanBuilder *b, int i, int buf, int mode, uint64_t off, uint64_t bytes) {
     if (i < 0 || b->oom) return;
-    if (!pl_grow((void **)&b->opnds, &b->copnds, b->nopnds + 1, sizeof(PlanOperand))) {
+    if (!pl_table_grow((void **)&b->opnds, &b->copnds, b->nopnds + 1, sizeof(PlanOperand))) {
         b->oom = true;
         return;
     }
@@ -85,7 +109,7 @@ void pl_opnd(PlanBuilder *b, int i, int buf, int mode, uint64_t off, uint64_t by
     x->lastq[q] = i;
     pl_dep_on(b, i, x->writer);
     if (mode & PLAN_W) {
-        for (int k = 0; k < PLAN_NQUEUES; k++) pl_dep_on(b, i, x->readq[k]);
+        for (int k = 0; k < PLAN_NQUEUES; k++) pl_dep_on_queue(b, i, x->readq[k], k);
         x->writer = i;
         for (int k = 0; k < PLAN_NQUEUES; k++) x->readq[k] = -1;
     } else {

@@ -7,6 +7,8 @@
 
 /* The words of rope's `scaling` attribute, in RopeScaling order (graph.h). */
 static const char *const rope_scalings[] = {"none", "linear", "llama3", "yarn", NULL};
+/* The words of gated_mlp's `act` attribute: the gate's activation (GATED_MLP_SILU, GATED_MLP_GELU of vocab.h). */
+static const char *const gmlp_acts[] = {"silu", "gelu", NULL};
 
 void prim_defaults(PrimCall *c) {
     const PrimInfo *p = prim_info(c->prim);
@@ -375,6 +377,49 @@ static bool rule_linxent(const PrimCall *c, const PrimInfo *p, PrimShape *out, i
     return true;
 }
 
+/* gated_mlp: linear(act(linear(n, w_gate)) * linear(n, w_up), w_down) of
+ * n = rmsnorm(x, g), computed `rows` rows at a time so that the [rows, I]
+ * intermediates are all that exist of them (runtime/hostk/hostk_gmlp.c);
+ * with 11 inputs, each of the three linears has a LoRA adapter (A, B). */
+static bool rule_gmlp(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
+    (void)nout; /* one output */
+    char sb[11][96];
+    if (!need_rank(c, p, 0, 1, GRAPH_MAX_RANK, e) || !need_rank(c, p, 1, 1, 1, e) || !need_rank(c, p, 2, 2, 2, e) ||
+        !need_rank(c, p, 3, 2, 2, e) || !need_rank(c, p, 4, 2, 2, e) || !need_float(c, p, 0x7ff, e))
+        return false;
+    const PrimShape *x = &c->in[0], *g = &c->in[1], *wg = &c->in[2], *wu = &c->in[3], *wd = &c->in[4];
+    int64_t D = LAST(*x), I = wg->dims[1];
+    if (g->dims[0] != D)
+        return fail(e, 3, "gated_mlp: g has %" PRId64 " elements but x has last dimension %" PRId64 " (x is %s, g is %s)",
+                    g->dims[0], D, SH(0), SH(1));
+    if (wg->dims[0] != D || wu->dims[0] != D || wu->dims[1] != I)
+        return fail(e, 0xd, "gated_mlp: w_gate and w_up must both be [%" PRId64 ", I], but they are %s and %s (x is %s)", D,
+                    SH(2), SH(3), SH(0));
+    if (wd->dims[0] != I || wd->dims[1] != D)
+        return fail(e, 0x15, "gated_mlp: w_down must be [%" PRId64 ", %" PRId64 "], but it is %s (w_gate is %s)", I, D, SH(4),
+                    SH(2));
+    if (c->nin != 5 && c->nin != 11)
+        return fail(e, 0, "gated_mlp takes 5 tensor inputs, or 11 with the LoRA adapters (A, B) of gate, up and down; got %d", c->nin);
+    for (int k = 0; c->nin == 11 && k < 3; k++) {
+        const PrimShape *A = &c->in[5 + 2 * k], *B = &c->in[6 + 2 * k];
+        int64_t in = k < 2 ? D : I, o = k < 2 ? I : D;
+        if (!need_rank(c, p, 5 + 2 * k, 2, 2, e) || !need_rank(c, p, 6 + 2 * k, 2, 2, e)) return false;
+        if (A->dims[0] != in || B->dims[1] != o || B->dims[0] != A->dims[1])
+            return fail(e, 3u << (5 + 2 * k), "gated_mlp: %s and %s must be [%" PRId64 ", r] and [r, %" PRId64 "], but they are %s and %s",
+                        NAME(5 + 2 * k), NAME(6 + 2 * k), in, o, SH(5 + 2 * k), SH(6 + 2 * k));
+    }
+    if (!(c->fattr[FA_GATED_MLP_EPS] > 0)) return fail(e, 0, "gated_mlp: eps must be positive, got %g", c->fattr[FA_GATED_MLP_EPS]);
+    if (!isfinite(c->fattr[FA_GATED_MLP_OFFSET]))
+        return fail(e, 0, "gated_mlp: offset must be a finite number, got %g", c->fattr[FA_GATED_MLP_OFFSET]);
+    if (c->iattr[IA_GATED_MLP_ACT] != GATED_MLP_SILU && c->iattr[IA_GATED_MLP_ACT] != GATED_MLP_GELU)
+        return fail(e, 0, "gated_mlp: unknown act %" PRId64, c->iattr[IA_GATED_MLP_ACT]);
+    if (c->iattr[IA_GATED_MLP_ROWS] < 0)
+        return fail(e, 0, "gated_mlp: rows must be 0 (all rows at once) or a positive row count, got %" PRId64,
+                    c->iattr[IA_GATED_MLP_ROWS]);
+    copy_shape(out, x, c->act_dtype);
+    return true;
+}
+
 static bool rule_arange(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
     (void)p, (void)nout;
     int64_t n = c->iattr[IA_ARANGE_N];
@@ -682,6 +727,22 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     {"y", "logit"}, 0, {{0}}, \
     "moe_shared_gate(y[S..., D], logit[S..., 1]) -> [S..., D], sigmoid(logit) * y", \
     .grad_inputs = 0x3
+
+#define ROW_GATED_MLP \
+    {"x", "g", "w_gate", "w_up", "w_down", "a_gate", "b_gate", "a_up", "b_up", "a_down", "b_down"}, 8, \
+    {{"act", PA_WORD, IA_GATED_MLP_ACT, false, false, GATED_MLP_SILU, gmlp_acts}, \
+     {"rows", PA_INT, IA_GATED_MLP_ROWS, false, false, 0, NULL}, \
+     {"frozen", PA_INT, IA_GATED_MLP_FROZEN, false, false, 0, NULL}, \
+     {"eps", PA_FLOAT, FA_GATED_MLP_EPS, false, true, 1e-5, NULL}, \
+     {"offset", PA_FLOAT, FA_GATED_MLP_OFFSET, false, false, 0, NULL}, \
+     {"lora_gate", PA_FLOAT, FA_GATED_MLP_LORA_GATE, false, false, 1, NULL}, \
+     {"lora_up", PA_FLOAT, FA_GATED_MLP_LORA_UP, false, false, 1, NULL}, \
+     {"lora_down", PA_FLOAT, FA_GATED_MLP_LORA_DOWN, false, false, 1, NULL}}, \
+    "gated_mlp(x[S..., D], g[D], w_gate[D, I], w_up[D, I], w_down[I, D] (, a_gate[D, r], b_gate[r, I], a_up, b_up, " \
+    "a_down[I, r], b_down[r, D]); act = \"silu\" | \"gelu\", rows = 0, frozen = 0, eps = 1e-5, offset = 0, lora_gate = 1, " \
+    "lora_up = 1, lora_down = 1) -> [S..., D]: linear(act(gate) * up, w_down) (+ its adapter), gate = linear(n, w_gate) " \
+    "+ lora_gate * linear(linear(n, a_gate), b_gate) and up alike, n = rmsnorm(x, g)", \
+    .grad_inputs = 0x7ff /* every input */
 
 /* Every slot prim.def names is one an op has. */
 #define PRIM(id, name, nin_min, nin_max, nout, family)

@@ -19,7 +19,7 @@
 #include "ast.h"
 #include "graph.h"
 
-enum { PRIM_MAX_IN = 3, PRIM_MAX_ATTR = 10 };
+enum { PRIM_MAX_IN = 11, PRIM_MAX_ATTR = 10 };
 
 typedef enum PrimAttrKind {
     PA_INT,   /* integer, stored in iattr[slot] */

@@ -10,7 +10,8 @@ double prim_flops(const Graph *g, const GOp *op) {
          * counts them); its backward scales them into dx and dw */
         if (f->prim == PRIM_LINEAR_CROSS_ENTROPY && f->nin >= 2 && f->in[0] >= 0 && f->in[1] >= 0)
             return 2.0 * (double)(g->tensors[f->in[0]].numel + g->tensors[f->in[1]].numel);
-        return 2 * prim_flops(g, f);
+        /* gated_mlp's backward recomputes its forward, tile by tile, before the gradients */
+        return (f->prim == PRIM_GATED_MLP ? 3 : 2) * prim_flops(g, f);
     }
     FlopsOperand in[3] = {{0}};
     int nin = op->nin < 3 ? op->nin : 3;

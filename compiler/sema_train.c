@@ -72,21 +72,32 @@ static const char *setting_word(const Setting *st) {
     return NULL;
 }
 
+/* adam(state = "fp32" | "bf16" | "8bit"): how the moments are stored. */
+static void read_opt_state(Sema *s, const Expr *v, TrainConfig *t) {
+    const char *w = v->kind == EX_STR || v->kind == EX_NAME ? v->str : NULL;
+    for (int i = 0; w && i < OPT_NSTATES; i++)
+        if (strcmp(w, opt_state_names[i]) == 0) {
+            t->opt_state = (uint8_t)i;
+            return;
+        }
+    sema_error(s, v->span, "adam: state must be \"fp32\", \"bf16\" or \"8bit\" (how the moments are stored)");
+}
+
 static void read_adam(Sema *s, const Expr *e, TrainConfig *t) {
-    static const char *const keys[] = {"lr", "beta1", "beta2", "eps", "weight_decay"};
+    static const char *const keys[] = {"lr", "beta1", "beta2", "eps", "weight_decay", "state"};
     double *slots[] = {&t->lr, &t->beta1, &t->beta2, &t->eps, &t->weight_decay};
-    bool set[5] = {0};
+    bool set[6] = {0};
     int pos = 0;
     for (int k = 0; k < e->args.len; k++) {
         const Arg *a = &e->args.items[k];
         int idx = -1;
         if (a->name) {
-            for (int i = 0; i < 5; i++)
+            for (int i = 0; i < 6; i++)
                 if (strcmp(keys[i], a->name) == 0) idx = i;
             if (idx < 0) {
-                const char *near = diag_nearest(a->name, keys, 5);
+                const char *near = diag_nearest(a->name, keys, 6);
                 if (near) sema_error(s, a->name_span, "adam has no argument '%s'; did you mean '%s'?", a->name, near);
-                else sema_error(s, a->name_span, "adam has no argument '%s' (it has lr, beta1, beta2, eps, weight_decay)",
+                else sema_error(s, a->name_span, "adam has no argument '%s' (it has lr, beta1, beta2, eps, weight_decay, state)",
                                 a->name);
                 continue;
             }
@@ -102,6 +113,10 @@ static void read_adam(Sema *s, const Expr *e, TrainConfig *t) {
             continue;
         }
         set[idx] = true;
+        if (idx == 5) {
+            read_opt_state(s, a->value, t);
+            continue;
+        }
         EvalCtx c = sema_const_ctx(s->train_scope);
         Val v = sema_eval_expr(s, &c, a->value);
         double x;
@@ -225,7 +240,7 @@ static bool read_word_setting(Sema *s, const Setting *st, TrainConfig *t, bool *
             /* adam with its defaults (or the lr, beta1, ... settings) */
         } else {
             sema_error(s, e->span,
-                       "optimizer must be adam(lr = ..., beta1 = ..., beta2 = ..., eps = ..., weight_decay = ...)");
+                       "optimizer must be adam(lr = ..., beta1 = ..., beta2 = ..., eps = ..., weight_decay = ..., state = ...)");
         }
     } else if (strcmp(k, "schedule") == 0) {
         const char *w = setting_word(st);

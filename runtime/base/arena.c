@@ -1,17 +1,33 @@
 #include "arena.h"
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 struct ArenaBlock {
     ArenaBlock *next;
     size_t size, used;
+    bool mapped;  /* a big one-off block in a mapping of its own (arena_alloc) */
     _Alignas(16) unsigned char data[];
 };
 
-enum { ARENA_BLOCK_MIN = 64 * 1024 };
+/* A request of ARENA_MAP_MIN bytes or more (a large plan's instruction or
+ * operand table) gets a mapping of its own, on huge pages where the kernel
+ * gives them: the pages come zeroed (no memset) and are faulted 2 MiB at a
+ * time, and unmapped when the arena is freed. */
+enum { ARENA_BLOCK_MIN = 64 * 1024, ARENA_MAP_MIN = 32 << 20 };
+
+static ArenaBlock *map_block(size_t bytes) {
+    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    madvise(m, bytes, MADV_HUGEPAGE);
+    ArenaBlock *b = m;
+    b->mapped = true;
+    return b;
+}
 
 void arena_init(Arena *a) { memset(a, 0, sizeof *a); }
 
@@ -19,7 +35,8 @@ void arena_free(Arena *a) {
     ArenaBlock *b = a->head;
     while (b) {
         ArenaBlock *n = b->next;
-        free(b);
+        if (b->mapped) munmap(b, sizeof(ArenaBlock) + b->size);
+        else free(b);
         b = n;
     }
     memset(a, 0, sizeof *a);
@@ -32,8 +49,10 @@ void *arena_alloc(Arena *a, size_t size) {
     if (!b || b->size - b->used < size) {
         size_t bs = size > ARENA_BLOCK_MIN ? size : ARENA_BLOCK_MIN;
         if (bs > SIZE_MAX - sizeof(ArenaBlock)) { a->failed = true; return NULL; }
-        ArenaBlock *nb = malloc(sizeof(ArenaBlock) + bs);
+        bool big = bs == size && size >= ARENA_MAP_MIN;
+        ArenaBlock *nb = big ? map_block(sizeof(ArenaBlock) + bs) : malloc(sizeof(ArenaBlock) + bs);
         if (!nb) { a->failed = true; return NULL; }
+        if (!big) nb->mapped = false;
         nb->size = bs;
         nb->used = 0;
         /* A big one-off block goes behind the head so the head's free space is kept. */
@@ -47,9 +66,10 @@ void *arena_alloc(Arena *a, size_t size) {
         b = nb;
     }
     void *p = b->data + b->used;
+    bool fresh = b->mapped && b->used == 0; /* a new mapping is zeroed already */
     b->used += size;
     a->used_total += size;
-    memset(p, 0, size);
+    if (!fresh) memset(p, 0, size);
     return p;
 }
 

@@ -73,8 +73,9 @@ static int check_arange(const KvDecoder *d, uint32_t o, DecKind k, int act, char
 }
 
 /* Mixture of experts: routing, experts and combination are per row; the
- * load-balancing statistics sum over the rows (a model decoded a position
- * at a time is written with aux = false, stdlib/moe.zl). */
+ * load-balancing statistics sum over the rows, so a step that needed them
+ * is refused (a step runs only what the logits need: the statistics feed
+ * the loss alone). */
 static int check_moe(const KvDecoder *d, uint32_t o, DecKind k, int act, char *why, size_t n) {
     (void)k, (void)act;
     int prim = d->p->ops[o].prim;
@@ -92,7 +93,8 @@ static const DecRule dec_embedding = {true, DK_UNSEEN, NULL}, dec_linear = {true
                      dec_arange = {true, DK_T, check_arange},
                      dec_xent = {false, DK_UNSEEN, NULL}, /* the loss, which a step does not run */
                      dec_linxent = {false, DK_UNSEEN, NULL},
-                     dec_moe = {true, DK_UNSEEN, check_moe};
+                     dec_moe = {true, DK_UNSEEN, check_moe},
+                     dec_gmlp = {true, DK_UNSEEN, NULL}; /* position-wise: a row's MLP */
 
 static const DecRule *const dec_rules[PRIM_COUNT] = {
 #define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = &dec_##family,
@@ -100,24 +102,80 @@ static const DecRule *const dec_rules[PRIM_COUNT] = {
 #undef PRIM
 };
 
+/* The forward op that makes tensor t, or -1. */
+static int producer(const Plan *p, int t) {
+    for (uint32_t o = 0; t >= 0 && o < p->nops; o++)
+        if (p->ops[o].kind == OP_FWD && p->ops[o].nout > 0 && p->ops[o].out[0] == t) return (int)o;
+    return -1;
+}
+
+/* The cross_entropy op of the logits: the loss op itself, or one input of
+ * a loss that adds a term to it (an MoE model's load-balancing loss). -1
+ * when there is none. */
+static int xent_op(const Plan *p, int lo) {
+    const PlanOp *L = &p->ops[lo];
+    if (L->prim == PRIM_CROSS_ENTROPY) return lo;
+    if (L->prim != PRIM_ADD) return -1;
+    int found = -1;
+    for (int i = 0; i < L->nin; i++) {
+        int o = producer(p, L->in[i]);
+        if (o >= 0 && p->ops[o].prim == PRIM_CROSS_ENTROPY) {
+            if (found >= 0) return -1;
+            found = o;
+        }
+    }
+    return found;
+}
+
+/* Marks need[] (per op) for the forward ops the logits depend on: a step
+ * runs only those (not the loss, nor an MoE model's load statistics). */
+static int mark_needed(const Plan *p, int logits, uint8_t *need, char *why, size_t n) {
+    uint8_t *want = calloc(p->ntensors ? p->ntensors : 1, 1);
+    if (!want) return errorf(why, n, "out of memory");
+    want[logits] = 1;
+    for (uint32_t o = p->nops; o-- > 0;) {
+        const PlanOp *op = &p->ops[o];
+        if (op->kind != OP_FWD) continue;
+        for (int j = 0; j < op->nout && !need[o]; j++) need[o] = op->out[j] >= 0 && want[op->out[j]];
+        for (int i = 0; need[o] && i < op->nin; i++)
+            if (op->in[i] >= 0) want[op->in[i]] = 1;
+    }
+    free(want);
+    return 0;
+}
+
+static int classify(KvDecoder *d, const uint8_t *need, char *why, size_t n);
+
 /* Classifies every tensor and picks the ops of a step; 1 and why when the
  * plan's forward cannot be decoded a position at a time. */
 static int analyse(KvDecoder *d, char *why, size_t n) {
     const Plan *p = d->p;
     int lo = loss_op(p);
     if (lo < 0) return REFUSE(why, n, "the plan has no forward op that makes its loss");
-    const PlanOp *L = &p->ops[lo];
-    if (L->prim != PRIM_CROSS_ENTROPY || L->nin < 1 || L->in[0] < 0)
-        return REFUSE(why, n, "the loss is made by %s, not cross_entropy of logits", prim_str(L->prim));
+    int xo = xent_op(p, lo);
+    const PlanOp *L = &p->ops[xo >= 0 ? xo : lo];
+    if (xo < 0 || L->nin < 1 || L->in[0] < 0)
+        return REFUSE(why, n, "the loss is made by %s, not cross_entropy of logits (alone or plus another term)", prim_str(L->prim));
     d->tokens = p->inputs[0];
     d->logits = L->in[0];
+    uint8_t *need = calloc(p->nops ? p->nops : 1, 1);
+    if (!need) return errorf(why, n, "out of memory");
+    int rc = mark_needed(p, d->logits, need, why, n);
+    if (!rc) rc = classify(d, need, why, n);
+    free(need);
+    return rc;
+}
+
+/* The kinds of the tensors the needed ops make, and the ops of a step. */
+static int classify(KvDecoder *d, const uint8_t *need, char *why, size_t n) {
+    const Plan *p = d->p;
     for (uint32_t t = 0; t < p->ntensors; t++)
         if (p->tensors[t].cls == TC_PARAM) d->kind[t] = DK_CONST;
     for (int i = 0; i < p->ninputs; i++) d->kind[p->inputs[i]] = DK_ABSENT;
     d->kind[d->tokens] = DK_BT;
     for (uint32_t o = 0; o < p->nops; o++) {
         const PlanOp *op = &p->ops[o];
-        if (op->kind != OP_FWD || (int)o == lo) continue;
+        if (op->kind != OP_FWD || !need[o]) continue;
         DecKind k = DK_CONST;
         int act = 0; /* inputs that are activations */
         for (int i = 0; i < op->nin; i++) {

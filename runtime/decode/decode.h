@@ -11,7 +11,9 @@
  * cache: each attention op keeps [T, kv_dim] of f32 keys and values, filled
  * one row a step), rope (applied at position p) and arange (whose one value
  * is p). Every other primitive is position-wise. Ops that only parameters
- * reach run once.
+ * reach run once. Only the ops the logits depend on run: the loss is
+ * cross_entropy of the logits, or that plus another term (an MoE model's
+ * load-balancing loss, whose statistics a step then never computes).
  *
  * Where it runs (KvDevice): KV_HOST, the host kernels in rank 0's memory
  * (runtime/decode/decode_host.c); KV_CUDA, the plan's decode kernels (the decode

@@ -344,7 +344,7 @@ static const CudaFamily cuda_embedding = {check_embedding, run_embedding, false,
                         cuda_split = {check_split, run_split, false, false}, cuda_scale = {check_scale, run_scale, false, false},
                         cuda_arange = {NULL, run_arange, false, true}, cuda_xent = {NULL, NULL, false, false},
                         cuda_linxent = {NULL, NULL, false, false},
-                        cuda_moe = {NULL, NULL, false, false};
+                        cuda_moe = {NULL, NULL, false, false}, cuda_gmlp = {NULL, NULL, false, false};
 
 static const CudaFamily *const cuda_families[PRIM_COUNT] = {
 #define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = &cuda_##family,

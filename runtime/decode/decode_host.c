@@ -121,7 +121,8 @@ static const HostFamily host_embedding = {host_rows, false}, host_linear = {host
                         host_act = {host_rows, false}, host_rope = {host_rope_row, false},
                         host_attention = {host_attention_row, true}, host_split = {host_rows, false},
                         host_scale = {host_rows, false}, host_arange = {host_arange_row, false},
-                        host_xent = {NULL, false}, host_linxent = {NULL, false}, host_moe = {host_rows, false};
+                        host_xent = {NULL, false}, host_linxent = {NULL, false}, host_moe = {host_rows, false},
+                        host_gmlp = {host_rows, false};
 
 static const HostFamily *const host_families[PRIM_COUNT] = {
 #define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = &host_##family,

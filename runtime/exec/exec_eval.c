@@ -11,7 +11,10 @@
  * waited for one left out, the schedule is refused (the plan would need
  * the left-out one's ordering); no planner makes such a plan today.
  * The instruction timings of the last training step and the queues' busy
- * time are kept as they were (--trace and the summary show training). */
+ * time are kept as they were (--trace and the summary show training).
+ * The logits are the first operand of the loss kernel, or of the
+ * cross_entropy kernel whose loss a later add extends (an MoE model's
+ * load-balancing term) when nothing after it writes over them. */
 #include "exec_impl.h"
 #include <math.h>
 #include <stdlib.h>
@@ -35,6 +38,47 @@ static bool left_out(const Plan *p, const PlanInstr *in) {
         if (o->buffer >= 0 && (o->mode & PLAN_W) && (p->buffers[o->buffer].flags & PLAN_BUF_PERSISTENT)) return true;
     }
     return false;
+}
+
+/* The last forward kernel of op o before instruction end that runs, or -1. */
+static int64_t last_kernel_of(const Rt *r, int op, uint32_t end) {
+    for (uint32_t i = end; i-- > 0;) {
+        const PlanInstr *in = &r->p->instrs[i];
+        if (in->op == PI_KERNEL && in->arg == op && in->tile == in->ntiles - 1 && r->fwd_run[i]) return i;
+    }
+    return -1;
+}
+
+/* The kernel whose first operand holds the logits once the forward is
+ * done: the loss kernel when the loss is cross_entropy; when the loss adds
+ * a term to a cross_entropy (an MoE model's load-balancing loss), that
+ * cross_entropy's kernel, provided no instruction after it writes over its
+ * logits. -1: none (rt_forward_info says why). */
+static int64_t logits_kernel(const Rt *r) {
+    const Plan *p = r->p;
+    uint32_t end = r->fwd_loss_kernel;
+    const PlanOp *L = &p->ops[p->instrs[end].arg];
+    if (L->prim == PRIM_CROSS_ENTROPY) return end;
+    if (L->prim != PRIM_ADD) return -1;
+    int xo = -1;
+    for (int i = 0; i < L->nin; i++)
+        for (uint32_t o = 0; L->in[i] >= 0 && o < p->nops; o++)
+            if (p->ops[o].kind == OP_FWD && p->ops[o].prim == PRIM_CROSS_ENTROPY && p->ops[o].nout > 0 && p->ops[o].out[0] == L->in[i]) {
+                if (xo >= 0) return -1;
+                xo = (int)o;
+            }
+    int64_t k = xo >= 0 ? last_kernel_of(r, xo, end) : -1;
+    if (k < 0 || p->instrs[k].nopnd < 1) return -1;
+    const PlanOperand *lg = rt_opnd(r, &p->instrs[k], 0);
+    for (uint32_t i = (uint32_t)k + 1; i <= end; i++) {
+        const PlanInstr *in = &p->instrs[i];
+        for (uint32_t j = 0; r->fwd_run[i] && j < in->nopnd; j++) {
+            const PlanOperand *o = rt_opnd(r, in, j);
+            if (o->buffer == lg->buffer && (o->mode & PLAN_W) && o->offset < lg->offset + lg->bytes && lg->offset < o->offset + o->bytes)
+                return -1;
+        }
+    }
+    return k;
 }
 
 /* The loss kernel and the logits operand; the run flags of the prefix. */
@@ -65,6 +109,7 @@ static int fwd_build(Rt *r, char *err, size_t n) {
     }
     r->fwd_end = (uint32_t)end + 1;
     r->fwd_loss_kernel = (uint32_t)end;
+    r->fwd_logits_kernel = logits_kernel(r);
     r->fwd_skipped = 0;
     for (uint32_t i = 0; i < r->fwd_end; i++) r->fwd_skipped += !r->fwd_run[i];
     return 0;
@@ -74,9 +119,14 @@ int rt_forward_info(Rt *r, RtForwardInfo *fi, char *err, size_t n) {
     if (!r->fwd_run && fwd_build(r, err, n)) return -1;
     const Plan *p = r->p;
     const PlanOp *o = &p->ops[p->instrs[r->fwd_loss_kernel].arg];
-    if (o->prim != PRIM_CROSS_ENTROPY) /* linear_cross_entropy: the logits are never whole */
+    if (r->fwd_logits_kernel < 0) { /* linear_cross_entropy: the logits are never whole */
+        if (o->prim == PRIM_ADD)
+            return errorf(err, n, "the plan's loss adds a term to its cross_entropy, whose logits the forward does not keep "
+                          "to its end (zinfgen --decode kv reads them a position at a time)");
         return errorf(err, n, "the plan's loss is %s, which holds no logits to read (a chunked loss: plan with "
                       "plan { loss_chunk = 0 } to generate)", (unsigned)o->prim < PRIM_COUNT ? prim_names[o->prim] : "?");
+    }
+    o = &p->ops[p->instrs[r->fwd_logits_kernel].arg];
     memset(fi, 0, sizeof *fi);
     fi->instructions = r->fwd_end - r->fwd_skipped;
     fi->prefix = r->fwd_end;
@@ -123,7 +173,7 @@ int rt_logits(Rt *r, int64_t row, float *out, char *err, size_t n) {
     RtForwardInfo fi;
     if (rt_forward_info(r, &fi, err, n)) return -1;
     const Plan *p = r->p;
-    const PlanInstr *in = &p->instrs[r->fwd_loss_kernel];
+    const PlanInstr *in = &p->instrs[r->fwd_logits_kernel];
     const PlanOp *o = &p->ops[in->arg];
     if (in->nopnd < 1 || fi.vocab <= 0 || row < 0 || row >= fi.logits_rows)
         return errorf(err, n, "logits row %lld outside the plan's %lld rows", (long long)row, (long long)fi.logits_rows);

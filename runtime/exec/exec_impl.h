@@ -70,6 +70,7 @@ struct Rt {
     /* the forward-only schedule (runtime/exec/exec_eval.c), built at first use */
     uint8_t *fwd_run;       /* per instruction: runs in it */
     uint32_t fwd_end, fwd_loss_kernel, fwd_skipped; /* instrs[0, fwd_end); the loss kernel; left out */
+    int64_t fwd_logits_kernel; /* the cross_entropy kernel whose logits operand holds them after a forward; -1: none */
     QrunTiming *fwd_timing; /* the training step's timings, kept across a forward */
     double eval_busy[PLAN_NQUEUES]; /* queue time spent in forwards, not counted as training's */
     RtEvalEvent *evals;     /* for --trace */

@@ -118,6 +118,13 @@ int rt_optim_init(Rt *r, char *err, size_t n) {
     return 0;
 }
 
+/* The dtype of parameter pt's momentum (variance: its variance): f32,
+ * bf16, or dyn8 and udyn8 (train { optimizer = adam(state) }). */
+static DType moment_dtype(const Rt *r, int pt, bool variance) {
+    int s = variance ? r->p->tensors[pt].variance : r->p->tensors[pt].momentum;
+    return s >= 0 && (uint32_t)s < r->p->ntensors ? (DType)r->p->tensors[s].dtype : DT_F32;
+}
+
 /* The AdamW settings of this step for parameter pt (docs/training.md):
  * no weight decay for one train { no_decay } names. */
 static AdamParams adam_params(const Rt *r, int pt) {
@@ -142,10 +149,10 @@ static int exec_adam_twin(Rt *r, const PlanInstr *in, char *err, size_t n) {
     bool speculative = rt_opnd(r, in, 5)->buffer < 0;
     const PlanOperand *po = rt_opnd(r, in, 0);
     uint8_t *pp = rt_opnd_ptr(r, po), *gp = rt_opnd_ptr(r, rt_opnd(r, in, 1));
-    float *src[3], *dst[3];
+    void *src[3], *dst[3];
     for (int k = 0; k < 3; k++) {
-        src[k] = (float *)rt_opnd_ptr(r, rt_opnd(r, in, 2 + (uint32_t)k));
-        dst[k] = (float *)rt_opnd_ptr(r, rt_opnd(r, in, 6 + (uint32_t)k));
+        src[k] = rt_opnd_ptr(r, rt_opnd(r, in, 2 + (uint32_t)k));
+        dst[k] = rt_opnd_ptr(r, rt_opnd(r, in, 6 + (uint32_t)k));
         if (!src[k] || !dst[k]) return errorf(err, n, "adam on '%s': its state or twin is not in memory", name);
     }
     if (!pp || !gp) return errorf(err, n, "adam on '%s': an operand is not in memory", name);
@@ -155,8 +162,8 @@ static int exec_adam_twin(Rt *r, const PlanInstr *in, char *err, size_t n) {
     int gdt = gt >= 0 ? r->p->tensors[gt].dtype : pdt;
     double clip = speculative ? 1.0 : clip_coef(r);
     AdamParams ap = adam_params(r, pt);
-    AdamStatus as = adam_step_to(&ap, r->step + 1, src[0], src[1], src[2], dst[0], dst[1], dst[2], gp, (DType)gdt, pp,
-                                 (DType)pdt, ne, (float)(clip / r->loss_scale));
+    AdamStatus as = adam_step_state(&ap, r->step + 1, src[0], src[1], src[2], dst[0], dst[1], dst[2], moment_dtype(r, pt, false),
+                                    moment_dtype(r, pt, true), gp, (DType)gdt, pp, (DType)pdt, ne, (float)(clip / r->loss_scale));
     if (as != ADAM_OK) return errorf(err, n, "adam on '%s': %s", name, adam_status_str(as));
     return 0;
 }
@@ -197,8 +204,9 @@ int rt_adam(Rt *r, const PlanInstr *in, char *err, size_t n) {
     /* Without an fp32 master (f32 training) the parameter is the master. */
     if (!mp && pdt != DT_F32) return errorf(err, n, "adam on '%s': a %s parameter needs an fp32 master", r->p->tensors[pt].name, dtype_name((DType)pdt));
     float *master = mp ? (float *)mp : (float *)pp;
-    AdamStatus as = adam_step(&ap, r->step + 1, master, (float *)m1p, (float *)v1p, gp, (DType)gdt, mp ? pp : NULL,
-                              (DType)pdt, ne, (float)(clip / r->loss_scale));
+    AdamStatus as = adam_step_state(&ap, r->step + 1, master, m1p, v1p, master, m1p, v1p, moment_dtype(r, pt, false),
+                                    moment_dtype(r, pt, true), gp, (DType)gdt, mp ? pp : NULL, (DType)pdt, ne,
+                                    (float)(clip / r->loss_scale));
     if (as != ADAM_OK) return errorf(err, n, "adam on '%s': %s", r->p->tensors[pt].name, adam_status_str(as));
     return 0;
 }

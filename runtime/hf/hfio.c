@@ -152,12 +152,12 @@ static int read_block(Imp *im, const HfPiece *x, const StEntry *e, int64_t r0, i
     uint8_t *a = im->st.a;
     if (!x->transpose) {
         for (int64_t i = r0; i < r1; i++) {
-            int64_t el = i * x->hstride + x->src_col + (c0 - x->pc);
+            int64_t el = (i - x->row0) * x->hstride + x->src_col + (c0 - x->pc);
             if (hf_runs_add(&runs, e->offset + (uint64_t)el * es, a + (size_t)((i - r0) * w) * es, (uint64_t)w * es, err, n)) return -1;
         }
     } else {
         for (int64_t j = c0; j < c1; j++) {
-            int64_t el = (x->src_col + j - x->pc) * x->hstride + r0;
+            int64_t el = (x->src_col + j - x->pc) * x->hstride + r0 - x->row0;
             if (hf_runs_add(&runs, e->offset + (uint64_t)el * es, a + (size_t)((j - c0) * h) * es, (uint64_t)h * es, err, n)) return -1;
         }
     }
@@ -208,6 +208,9 @@ static int copy_interval(Imp *im, const HfPiece *x, int64_t s, int64_t e, int64_
     const StEntry *ent = im->ent[x->group];
     if (!ent) return 0;
     int64_t ra = s / x->cols, rb = (e - 1) / x->cols + 1;
+    if (ra < x->row0) ra = x->row0; /* a stacked piece: the rows of its slice */
+    if (rb > x->row0 + x->nrows) rb = x->row0 + x->nrows;
+    if (ra >= rb) return 0;
     int64_t c0 = x->pc, c1 = x->pc + x->w;
     if (rb - ra == 1) { /* within one row: only the columns it holds */
         if (s - ra * x->cols > c0) c0 = s - ra * x->cols;

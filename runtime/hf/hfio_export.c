@@ -168,7 +168,7 @@ static int put_block(Exp *ex, const HfPiece *x, int g, int64_t r0, int64_t r1, i
     if (!x->transpose) {
         st_from_f32(t->dtype, ex->st.f, o, h * w);
         for (int64_t i = r0; i < r1; i++) {
-            int64_t el = i * x->hstride + x->src_col + (c0 - x->pc);
+            int64_t el = (i - x->row0) * x->hstride + x->src_col + (c0 - x->pc);
             if (hf_runs_add(&runs, base + (uint64_t)el * es, o + (size_t)((i - r0) * w) * es, (uint64_t)w * es, err, n)) return -1;
         }
     } else {
@@ -177,7 +177,7 @@ static int put_block(Exp *ex, const HfPiece *x, int g, int64_t r0, int64_t r1, i
             for (int64_t j = 0; j < w; j++) tr[j * h + i] = ex->st.f[i * w + j];
         st_from_f32(t->dtype, tr, o, h * w);
         for (int64_t j = c0; j < c1; j++) {
-            int64_t el = (x->src_col + j - x->pc) * x->hstride + r0;
+            int64_t el = (x->src_col + j - x->pc) * x->hstride + r0 - x->row0;
             if (hf_runs_add(&runs, base + (uint64_t)el * es, o + (size_t)((j - c0) * h) * es, (uint64_t)h * es, err, n)) return -1;
         }
     }
@@ -190,11 +190,11 @@ static int put_block(Exp *ex, const HfPiece *x, int g, int64_t r0, int64_t r1, i
  * failure on rank 0 stops its writing, not its part in the collectives. */
 static int export_piece(Exp *ex, const HfPiece *x, const HfLora *lo, const float *A, const float *B, char *err, size_t n) {
     int64_t bh, bw;
-    hf_block_dims(x->transpose, x->rows, x->w, ex->st.ch, &bh, &bw);
+    hf_block_dims(x->transpose, x->nrows, x->w, ex->st.ch, &bh, &bw);
     int rc = 0;
-    for (int64_t r0 = 0; r0 < x->rows; r0 += bh)
+    for (int64_t r0 = x->row0; r0 < x->row0 + x->nrows; r0 += bh)
         for (int64_t c0 = x->pc; c0 < x->pc + x->w; c0 += bw) {
-            int64_t r1 = min64(x->rows, r0 + bh), c1 = min64(x->pc + x->w, c0 + bw);
+            int64_t r1 = min64(x->row0 + x->nrows, r0 + bh), c1 = min64(x->pc + x->w, c0 + bw);
             int g = hf_gather_block(ex->r, &ex->st, x->tensor, x->cols, r0, r1, c0, c1, err, n);
             if (g && !rc) rc = g;
             if (!rc && lo && A && B) hf_lora_add(lo, A, B, x->cols, ex->st.f, r0, r1, c0, c1);

@@ -11,15 +11,17 @@
 #include "safetensors.h"
 
 /* A piece of the mapping, with its geometry: parameter P seen as a
- * [rows, cols] matrix (cols its last axis); the piece is P's columns
- * [pc, pc + w), taken from columns [src_col, src_col + w) of the HF tensor
- * in zinf layout. P's element (i, j) is the HF tensor's element
- *   i * hstride + src_col + (j - pc)       not transposed (hstride: the HF last axis)
- *   (src_col + j - pc) * hstride + i       transposed (hstride = rows) */
+ * [rows, cols] matrix (cols its last axis); the piece is P's rows [row0,
+ * row0 + nrows) (all of them; a stacked piece: those of its slice P[index])
+ * x columns [pc, pc + w), taken from columns [src_col, src_col + w) of the
+ * HF tensor in zinf layout. P's element (i, j) is the HF tensor's element
+ *   (i - row0) * hstride + src_col + (j - pc)   not transposed (hstride: the HF last axis)
+ *   (src_col + j - pc) * hstride + i - row0     transposed (hstride = nrows) */
 typedef struct HfPiece {
     int tensor;
     int64_t rows, cols, pc, w, src_col, hstride;
-    bool transpose;
+    int64_t row0, nrows;
+    bool transpose, stacked;
     int group;
     bool exported;          /* it writes its group's columns (not a repeat of the same columns, not an alias) */
 } HfPiece;

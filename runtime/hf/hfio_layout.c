@@ -25,7 +25,16 @@ static int piece_init(const Plan *p, const PlanHfPiece *x, HfPiece *pc, const Hf
     pc->tensor = x->tensor;
     pc->cols = t->rank ? t->dims[t->rank - 1] : 1;
     pc->rows = pc->cols ? t->numel / pc->cols : 0;
-    pc->pc = prev && prev->tensor == x->tensor ? prev->pc + prev->w : 0;
+    pc->stacked = x->stacked;
+    pc->row0 = 0;
+    pc->nrows = pc->rows;
+    if (x->stacked) { /* the slice P[index]: rows / dims[0] rows of P as a matrix */
+        if (t->rank < 2 || x->index < 0 || x->index >= t->dims[0])
+            return errorf(err, n, "hf: a stacked piece of '%s' has index %d", t->name, x->index);
+        pc->nrows = pc->rows / t->dims[0];
+        pc->row0 = x->index * pc->nrows;
+    }
+    pc->pc = prev && prev->tensor == x->tensor && prev->row0 == pc->row0 ? prev->pc + prev->w : 0;
     pc->w = x->cols;
     pc->src_col = x->src_col;
     pc->transpose = x->transpose;
@@ -34,11 +43,12 @@ static int piece_init(const Plan *p, const PlanHfPiece *x, HfPiece *pc, const Hf
 }
 
 /* Whether two parameters read one HF tensor with the same rows: all axes
- * but the last equal (transposed: the first). */
-static bool same_rows(const PlanTensor *a, const PlanTensor *b, bool transpose) {
+ * but the last equal (transposed: the first; stacked: of the slices, so
+ * without the first). */
+static bool same_rows(const PlanTensor *a, const PlanTensor *b, bool transpose, bool stacked) {
     if (transpose) return a->dims[0] == b->dims[0];
     if (a->rank != b->rank) return false;
-    for (int d = 0; d + 1 < a->rank; d++)
+    for (int d = stacked ? 1 : 0; d + 1 < a->rank; d++)
         if (a->dims[d] != b->dims[d]) return false;
     return true;
 }
@@ -101,11 +111,15 @@ static int alias_fits(const Plan *p, const HfGroup *G, HfPiece *x, char *err, si
 static int group_finish(const Plan *p, HfLayout *l, int g, int *idx, char *err, size_t n) {
     HfGroup *G = &l->groups[g];
     const PlanTensor *t0 = &p->tensors[l->pieces[G->first].tensor];
+    bool stacked = l->pieces[G->first].stacked;
     for (int i = G->first; i < l->npieces; i++) {
         const HfPiece *x = &l->pieces[i];
         const PlanTensor *t = &p->tensors[x->tensor];
         char a[160], b[160];
-        if (x->group == g && x->transpose == G->transpose && !same_rows(t0, t, G->transpose))
+        if (x->group == g && x->stacked != stacked)
+            return errorf(err, n, "hf tensor '%s' is one slice of '%s' and all of '%s'; a tensor is stacked in every piece or "
+                          "in none", G->name, stacked ? t0->name : t->name, stacked ? t->name : t0->name);
+        if (x->group == g && x->transpose == G->transpose && !same_rows(t0, t, G->transpose, stacked))
             return errorf(err, n, "hf tensor '%s': '%s' is %s but '%s' is %s; the pieces of one tensor need the same %s", G->name,
                           t0->name, hf_shape_str(t0->dims, t0->rank, a, sizeof a), t->name, hf_shape_str(t->dims, t->rank, b, sizeof b),
                           G->transpose ? "first axis" : "axes but the last");
@@ -116,9 +130,10 @@ static int group_finish(const Plan *p, HfLayout *l, int g, int *idx, char *err, 
         G->rank = 2;
         G->shape[0] = H;
         G->shape[1] = t0->dims[0];
-    } else {
-        G->rank = t0->rank;
-        for (int d = 0; d + 1 < t0->rank; d++) G->shape[d] = t0->dims[d];
+    } else { /* stacked: the shape of one slice */
+        int s = stacked ? 1 : 0;
+        G->rank = t0->rank - s;
+        for (int d = s; d + 1 < t0->rank; d++) G->shape[d - s] = t0->dims[d];
         G->shape[G->rank - 1] = H;
     }
     G->numel = 1;
@@ -130,7 +145,7 @@ static int group_finish(const Plan *p, HfLayout *l, int g, int *idx, char *err, 
         if (x->transpose != G->transpose) {
             if (alias_fits(p, G, x, err, n)) return -1;
         } else {
-            x->hstride = G->transpose ? x->rows : H;
+            x->hstride = G->transpose ? x->nrows : H;
         }
     }
     return 0;
@@ -188,7 +203,7 @@ int hf_layout_by_names(const Plan *p, HfLayout *l, char *err, size_t n) {
     for (uint32_t t = 0; t < p->ntensors; t++) {
         const PlanTensor *pt = &p->tensors[t];
         if (exported_param(p, t))
-            pc[k++] = (PlanHfPiece){(int32_t)t, pt->name, 0, 0, pt->rank ? pt->dims[pt->rank - 1] : 1};
+            pc[k++] = (PlanHfPiece){(int32_t)t, pt->name, 0, 0, pt->rank ? pt->dims[pt->rank - 1] : 1, 0, 0};
     }
     int rc = layout_from(p, pc, k, l, err, n);
     for (int g = 0; !rc && g < l->ngroups; g++) l->groups[g].adapter = false; /* an export holds every parameter */

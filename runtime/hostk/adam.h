@@ -71,6 +71,18 @@ AdamStatus adam_step_to(const AdamParams *p, int64_t step, const float *master_i
                         float *master, float *m, float *v, const void *grad, DType grad_dt, void *param_out,
                         DType param_dt, int64_t n, float grad_scale);
 
+/* The same step with moments stored as m_dt and v_dt: both DT_F32 (as
+ * adam_step_to), both DT_BF16 (widened exactly, the new moments stored
+ * rounded to nearest even; the update uses them before rounding), or
+ * DT_DYN8 and DT_UDYN8, 8-bit blocks of bitsandbytes' dynamic maps
+ * (qstate.h): elements 0 of the arrays start a block, every block is
+ * decoded, stepped as f32 moments and encoded with its new absmax (a
+ * short last block when n is not a multiple of 2048). In place or out of
+ * place as adam_step_to. */
+AdamStatus adam_step_state(const AdamParams *p, int64_t step, const float *master_in, const void *m_in, const void *v_in,
+                           float *master, void *m, void *v, DType m_dt, DType v_dt, const void *grad, DType grad_dt,
+                           void *param_out, DType param_dt, int64_t n, float grad_scale);
+
 /* The best ISA this processor runs. */
 AdamIsa adam_isa_best(void);
 /* 1 when this processor runs isa (AUTO and SCALAR always). */

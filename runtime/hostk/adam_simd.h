@@ -29,43 +29,48 @@ static inline AI TGT void FN(adam_lane)(const FN(AdamLanes) *k, VF g, VF w0, VF 
     *w = FN(v_fma)(k->neg_step, FN(v_div)(*m, den), FN(v_mul)(w0, k->decay));
 }
 
-/* [0, n) for one (gradient, parameter) dtype pair, inlined per pair so the
- * dtype tests leave the loop: whole vectors, then the last n % W elements
- * as zero-padded vectors. The state is read from w0, m0, v0 and written to
- * w, m, v (the same arrays for a step in place). */
-static inline AI TGT void FN(adam_body)(const Coef *c, const float *w0, const float *m0, const float *v0, float *w,
-                                        float *m, float *v, const void *g, DType gdt, void *p, DType pdt, int64_t n) {
+/* [0, n) for one (gradient, parameter, moments) dtype triple, inlined per
+ * triple so the dtype tests leave the loop: whole vectors, then the last
+ * n % W elements as zero-padded vectors. The state is read from w0, m0, v0
+ * and written to w, m, v (the same arrays for a step in place); the
+ * moments are f32 or bf16 (sdt: widened exactly, stored rounded to
+ * nearest even; the update uses the new moments before rounding). */
+static inline AI TGT void FN(adam_body)(const Coef *c, const float *w0, const void *m0, const void *v0, float *w, void *m,
+                                        void *v, const void *g, DType gdt, void *p, DType pdt, DType sdt, int64_t n) {
     const FN(AdamLanes) k = FN(adam_lanes)(c);
     VF wi, mi, vi;
     int64_t i = 0;
     for (; i + W <= n; i += W) {
-        FN(adam_lane)(&k, FN(v_ld)(g, gdt, i), FN(v_load)(w0 + i), FN(v_load)(m0 + i), FN(v_load)(v0 + i), &wi, &mi, &vi);
-        FN(v_store)(m + i, mi);
-        FN(v_store)(v + i, vi);
+        FN(adam_lane)(&k, FN(v_ld)(g, gdt, i), FN(v_load)(w0 + i), FN(v_ld)(m0, sdt, i), FN(v_ld)(v0, sdt, i), &wi, &mi, &vi);
+        FN(v_st)(m, sdt, i, mi);
+        FN(v_st)(v, sdt, i, vi);
         FN(v_store)(w + i, wi);
         if (pdt != DT_NONE) FN(v_st)(p, pdt, i, wi);
     }
     if (i == n) return;
     int64_t r = n - i;
-    FN(adam_lane)(&k, FN(v_ld_n)(g, gdt, i, r, 0.0f), FN(v_ld_n)(w0, DT_F32, i, r, 0.0f), FN(v_ld_n)(m0, DT_F32, i, r, 0.0f),
-                  FN(v_ld_n)(v0, DT_F32, i, r, 0.0f), &wi, &mi, &vi);
-    FN(v_st_n)(m, DT_F32, i, r, mi);
-    FN(v_st_n)(v, DT_F32, i, r, vi);
+    FN(adam_lane)(&k, FN(v_ld_n)(g, gdt, i, r, 0.0f), FN(v_ld_n)(w0, DT_F32, i, r, 0.0f), FN(v_ld_n)(m0, sdt, i, r, 0.0f),
+                  FN(v_ld_n)(v0, sdt, i, r, 0.0f), &wi, &mi, &vi);
+    FN(v_st_n)(m, sdt, i, r, mi);
+    FN(v_st_n)(v, sdt, i, r, vi);
     FN(v_st_n)(w, DT_F32, i, r, wi);
     if (pdt != DT_NONE) FN(v_st_n)(p, pdt, i, r, wi);
 }
 
-static TGT void FN(adam_run)(const Coef *c, const float *w0, const float *m0, const float *v0, float *w, float *m,
-                             float *v, const void *g, DType gdt, void *p, DType pdt, int64_t n) {
-#define ADAM_CASE(G, P) \
-    if (gdt == G && pdt == P) { \
-        FN(adam_body)(c, w0, m0, v0, w, m, v, g, G, p, P, n); \
+static TGT void FN(adam_run)(const Coef *c, const float *w0, const void *m0, const void *v0, float *w, void *m, void *v,
+                             const void *g, DType gdt, void *p, DType pdt, DType sdt, int64_t n) {
+#define ADAM_CASE(G, P, S) \
+    if (gdt == G && pdt == P && sdt == S) { \
+        FN(adam_body)(c, w0, m0, v0, w, m, v, g, G, p, P, S, n); \
         return; \
     }
-#define ADAM_ROW(G) ADAM_CASE(G, DT_NONE) ADAM_CASE(G, DT_F32) ADAM_CASE(G, DT_BF16) ADAM_CASE(G, DT_F16)
-    ADAM_ROW(DT_F32)
-    ADAM_ROW(DT_BF16)
-    ADAM_ROW(DT_F16)
+#define ADAM_ROW(G, S) ADAM_CASE(G, DT_NONE, S) ADAM_CASE(G, DT_F32, S) ADAM_CASE(G, DT_BF16, S) ADAM_CASE(G, DT_F16, S)
+    ADAM_ROW(DT_F32, DT_F32)
+    ADAM_ROW(DT_BF16, DT_F32)
+    ADAM_ROW(DT_F16, DT_F32)
+    ADAM_ROW(DT_F32, DT_BF16)
+    ADAM_ROW(DT_BF16, DT_BF16)
+    ADAM_ROW(DT_F16, DT_BF16)
 #undef ADAM_ROW
 #undef ADAM_CASE
 }

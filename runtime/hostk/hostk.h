@@ -211,6 +211,27 @@ int hk_linear_cross_entropy_fwd(const HkTensor *x, const HkTensor *w, const HkTe
 int hk_linear_cross_entropy_bwd(const HkTensor *x, const HkTensor *w, const HkTensor *targets, const HkTensor *dloss,
                                 HkTensor *dx, HkTensor *dw, int64_t chunk, bool tb, void *ws);
 
+/* gated_mlp: in = x [S...,D], g [D], w_gate, w_up [D,I], w_down [I,D]
+ * and, with 11 inputs, LoRA adapters a_gate [D,r], b_gate [r,I], a_up,
+ * b_up, a_down [I,r], b_down [r,D] (an absent pair: NULL) -> y [S...,D] =
+ * down(act(gate(n)) * up(n)), n = rmsnorm(x, g) (gain offset + g), each
+ * projection linear(v, w) + lora * linear(linear(v, a), b) (its adapter's
+ * term where it has one), act silu or gelu (GatedMlpAct), computed `rows`
+ * rows at a time (0: all at once) so that only [rows, I] intermediates
+ * exist (hostk_gmlp.c). The backward recomputes each tile (nothing is
+ * kept from the forward); din[i] is in[i]'s gradient (NULL: not wanted),
+ * and an input whose bit is set in `frozen` gets none. Workspace: one
+ * tile's intermediates and their gradients (the adapters' too), the
+ * norm's and the largest linear's workspace of a tile, fp32 accumulators
+ * of the wanted parameters' gradients that are not f32. */
+typedef struct HkGatedMlp {
+    int64_t act, rows, frozen;
+    double eps, offset, lora[3]; /* lora: the adapters' scales (gate, up, down) */
+} HkGatedMlp;
+size_t hk_gated_mlp_workspace_bytes(const HkTensor *const *in, const HkTensor *y, const HkGatedMlp *at);
+int hk_gated_mlp_fwd(const HkTensor *const *in, int nin, HkTensor *y, const HkGatedMlp *at, void *ws);
+int hk_gated_mlp_bwd(const HkTensor *const *in, int nin, const HkTensor *dy, HkTensor *const *din, const HkGatedMlp *at, void *ws);
+
 /* arange: y i32 [n] = 0..n-1 (no backward). */
 int hk_arange_fwd(HkTensor *y, int64_t n);
 

@@ -62,6 +62,7 @@ typedef struct HkCall {
     const HkTensor *y;             /* the first output, present or not (workspace sizes read its shape) */
     const HkTensor *dout, *dy;     /* backward: the outputs' gradients, dout[0] */
     HkTensor *da, *db, *dc;        /* backward: the inputs' gradients wanted, NULL: not */
+    HkTensor *din;                 /* backward: every input's gradient, din[i] for in[i] (data NULL: not wanted) */
     const int64_t *iattr;
     const double *fattr;
     void *ws;

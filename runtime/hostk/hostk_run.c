@@ -90,6 +90,7 @@ static int run_bwd(PrimId p, const HkTensor *in, int nin, const HkTensor *out, c
     c.da = garg(din, nin, 0);
     c.db = garg(din, nin, 1);
     c.dc = garg(din, nin, 2);
+    c.din = din;
     if (!c.dy && prim_nout[p] >= 0) return HK_ERR_ARG;
     return families[p]->bwd ? families[p]->bwd(&c) : HK_ERR_PRIM; /* arange has no backward */
 }

@@ -31,6 +31,7 @@ enum {
     cost_scale = FAM_ELEMENTWISE,
     cost_linxent = FAM_GEMM,
     cost_moe = FAM_GEMM, /* priced by its expert GEMMs, the family's work */
+    cost_gmlp = FAM_GEMM, /* three GEMMs of the rows */
 };
 static const PlanFamily cost_families[PRIM_COUNT] = {
 #define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = (PlanFamily)cost_##family,

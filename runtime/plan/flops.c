@@ -69,6 +69,16 @@ static double flops_moe(int prim, const int64_t *iattr, const FlopsOperand *in, 
     return 5 * n;
 }
 
+/* gated_mlp: its three GEMMs, 2 D I per row each, and a few operations
+ * an element of the intermediates and of the norm. */
+static double flops_gmlp(int prim, const int64_t *iattr, const FlopsOperand *in, int nin, double out) {
+    (void)prim, (void)iattr;
+    const FlopsOperand *x = input(in, nin, 0), *wg = input(in, nin, 2);
+    if (!x || !wg || x->rank < 1 || wg->rank != 2) return out;
+    double D = (double)x->dims[x->rank - 1], I = (double)wg->dims[1], R = (double)x->numel / (D ? D : 1);
+    return R * (6 * D * I + 4 * I + 5 * D);
+}
+
 #define flops_embedding flops_elementwise
 #define flops_linear flops_gemm
 #define flops_matmul flops_gemm

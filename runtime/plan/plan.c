@@ -29,7 +29,8 @@ const char *const plan_tier_names[PLAN_NTIERS] = {"gpu", "cpu", "nvme"};
 const char *const plan_family_names[PLAN_NFAMILIES] = {"gemm", "attention", "norm", "elementwise", "activation"};
 const char *const plan_arena_names[PLAN_NARENAS] = {"gpu", "pinned", "cpu", "nvme"};
 const char *const plan_gemm_path_names[PLAN_NGEMM_PATHS] = {"cublaslt", "nvrtc"};
-const char *const plan_gemm_why_names[PLAN_NGEMM_WHYS] = {"", "sums products over batches"};
+const char *const plan_gemm_why_names[PLAN_NGEMM_WHYS] = {"", "sums products over batches",
+                                                           "reads its weight dequantized in the workspace"};
 
 Plan *plan_new(void) {
     Plan *p = calloc(1, sizeof *p);
@@ -66,7 +67,7 @@ int plan_gemm_of_launch(const Plan *p, uint32_t li) {
 
 uint64_t plan_dtype_bytes(int dtype, int64_t n) { return (uint64_t)dtype_bytes((DType)dtype, n); }
 
-bool plan_dtype_known(int dtype) { return plan_dtype_size(dtype) > 0 || dtype_is_quant(dtype); }
+bool plan_dtype_known(int dtype) { return plan_dtype_size(dtype) > 0 || dtype_is_blocked(dtype); }
 
 int plan_dtype_size(int dtype) {
     switch (dtype) { /* DType of lang/ast.h: NONE, F32, BF16, F16, I32 */
@@ -166,6 +167,12 @@ static bool take(Codec *c, void *d, size_t n) {
     return true;
 }
 
+/* Little-endian on the host: a value's bytes are its file bytes. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define HOST_LE 1
+#else
+#define HOST_LE 0
+#endif
 static void c_u64(Codec *c, uint64_t *v) {
     uint8_t b[8];
     if (c->reading) {
@@ -173,6 +180,8 @@ static void c_u64(Codec *c, uint64_t *v) {
         uint64_t x = 0;
         for (int i = 7; i >= 0; i--) x = x << 8 | b[i];
         *v = x;
+    } else if (HOST_LE) {
+        put(c, v, 8);
     } else {
         for (int i = 0; i < 8; i++) b[i] = (uint8_t)(*v >> (8 * i));
         put(c, b, 8);
@@ -184,6 +193,10 @@ static void c_u32(Codec *c, uint32_t *v) {
         uint8_t b[4];
         take(c, b, 4);
         *v = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+        return;
+    }
+    if (HOST_LE) {
+        put(c, v, 4);
         return;
     }
     uint8_t b[4] = {(uint8_t)x, (uint8_t)(x >> 8), (uint8_t)(x >> 16), (uint8_t)(x >> 24)};
@@ -513,38 +526,39 @@ static void sec_buffers(Codec *c, Plan *p) {
     }
 }
 
+/* The three big tables' records, field by field (type, member): the codec
+ * below, the packed form's layouts (sections[]) and its columns written
+ * straight from the plan (write_columns) all read these lists. */
+#define OPERAND_FIELDS(F) F(i32, buffer) F(u8, mode) F(u64, offset) F(u64, bytes)
+#define INSTR_FIELDS(F)                                                                                        \
+    F(u8, op) F(u8, queue) F(i32, arg) F(i32, tile) F(i32, ntiles) F(u32, opnd) F(u32, nopnd) F(u32, dep) \
+    F(u32, ndeps) F(f64, flops) F(u64, bytes)
+enum { W_u8 = 1, W_i32 = 4, W_u32 = 4, W_u64 = 8, W_f64 = 8 };
+#define FIELD_WIDTH(t, m) W_##t,
+#define FIELD_BYTES(t, m) +W_##t
+#define FIELD_COUNT(t, m) +1
+
+#define FIELD_CODEC(t, m) c_##t(c, &r->m);
 static void sec_operands(Codec *c, Plan *p) {
     void *arr = p->operands;
-    if (!c_count(c, &p->noperands, 21, &arr, sizeof(PlanOperand))) return;
+    if (!c_count(c, &p->noperands, 0 OPERAND_FIELDS(FIELD_BYTES), &arr, sizeof(PlanOperand))) return;
     p->operands = arr;
     for (uint32_t i = 0; i < p->noperands && !c->bad; i++) {
-        PlanOperand *o = &p->operands[i];
-        c_i32(c, &o->buffer);
-        c_u8(c, &o->mode);
-        c_u64(c, &o->offset);
-        c_u64(c, &o->bytes);
+        PlanOperand *r = &p->operands[i];
+        OPERAND_FIELDS(FIELD_CODEC)
     }
 }
 
 static void sec_schedule(Codec *c, Plan *p) {
     void *arr = p->instrs;
-    if (!c_count(c, &p->ninstrs, 2 + 12 + 16 + 16, &arr, sizeof(PlanInstr))) return;
+    if (!c_count(c, &p->ninstrs, 0 INSTR_FIELDS(FIELD_BYTES), &arr, sizeof(PlanInstr))) return;
     p->instrs = arr;
     for (uint32_t i = 0; i < p->ninstrs && !c->bad; i++) {
-        PlanInstr *s = &p->instrs[i];
-        c_u8(c, &s->op);
-        c_u8(c, &s->queue);
-        c_i32(c, &s->arg);
-        c_i32(c, &s->tile);
-        c_i32(c, &s->ntiles);
-        c_u32(c, &s->opnd);
-        c_u32(c, &s->nopnd);
-        c_u32(c, &s->dep);
-        c_u32(c, &s->ndeps);
-        c_f64(c, &s->flops);
-        c_u64(c, &s->bytes);
+        PlanInstr *r = &p->instrs[i];
+        INSTR_FIELDS(FIELD_CODEC)
     }
 }
+#undef FIELD_CODEC
 
 static void sec_deps(Codec *c, Plan *p) {
     void *arr = p->deps;
@@ -644,7 +658,7 @@ static void sec_hf(Codec *c, Plan *p) {
     c_str(c, &p->hf.arch);
     c_str(c, &p->hf.config);
     void *arr = p->hf.pieces;
-    if (!c_count(c, &p->hf.npieces, 4 + 8 + 1 + 8 + 8, &arr, sizeof(PlanHfPiece))) return;
+    if (!c_count(c, &p->hf.npieces, 4 + 8 + 1 + 8 + 8 + (c->version >= 7 ? 1 + 4 : 0), &arr, sizeof(PlanHfPiece))) return;
     p->hf.pieces = arr;
     for (uint32_t i = 0; i < p->hf.npieces && !c->bad; i++) {
         PlanHfPiece *h = &p->hf.pieces[i];
@@ -653,6 +667,13 @@ static void sec_hf(Codec *c, Plan *p) {
         c_u8(c, &h->transpose);
         c_i64(c, &h->src_col);
         c_i64(c, &h->cols);
+        if (c->version >= 7) { /* stacked pieces */
+            c_u8(c, &h->stacked);
+            c_i32(c, &h->index);
+        } else if (c->reading) {
+            h->stacked = 0;
+            h->index = 0;
+        }
     }
 }
 
@@ -679,19 +700,80 @@ static void sec_gemms(Codec *c, Plan *p) {
     }
 }
 
+/* A big table's packed form is columns (plan_pack.h): each field's values
+ * in record order, each minus the record before's modulo its width. These
+ * write them straight from the plan, the bytes plan_pack makes of the
+ * records the codec writes (tests/unit/test_plan_pack.c compares them),
+ * without the raw records in between (a large plan's schedule and operands
+ * are over a hundred megabytes each). Each returns its table's record
+ * count; with out, the u32 count and the columns are written there. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+static inline void store_le(uint8_t *b, uint64_t v, int n) { memcpy(b, &v, (size_t)n); }
+#else
+static inline void store_le(uint8_t *b, uint64_t v, int n) {
+    for (int i = 0; i < n; i++) b[i] = (uint8_t)(v >> (8 * i));
+}
+#endif
+static inline uint64_t bits_u8(const uint8_t *v) { return *v; }
+static inline uint64_t bits_i32(const int32_t *v) { return (uint32_t)*v; }
+static inline uint64_t bits_u32(const uint32_t *v) { return *v; }
+static inline uint64_t bits_u64(const uint64_t *v) { return *v; }
+static inline uint64_t bits_f64(const double *v) {
+    uint64_t x;
+    memcpy(&x, v, 8);
+    return x;
+}
+/* where each field's column starts: after the count, the columns in field order */
+#define COLUMN_START(t, m) col[nf++] = at, at += W_##t * n;
+#define FIELD_COLUMN(t, m)                                      \
+    {                                                           \
+        uint64_t v = bits_##t(&r->m);                           \
+        store_le(col[f] + i * W_##t, v - prev[f], W_##t);       \
+        prev[f++] = v;                                          \
+    }
+#define TABLE_COLUMNS(FIELDS, rows, count)                      \
+    if (!out) return count;                                     \
+    uint64_t n = count, prev[PLAN_PACK_MAX_FIELDS] = {0};       \
+    uint8_t *col[PLAN_PACK_MAX_FIELDS], *at = out + 4;          \
+    int nf = 0;                                                 \
+    FIELDS(COLUMN_START)                                        \
+    (void)nf;                                                   \
+    store_le(out, n, 4);                                        \
+    for (uint64_t i = 0; i < n; i++) {                          \
+        const __typeof__(*(rows)) *r = &(rows)[i];              \
+        int f = 0;                                              \
+        FIELDS(FIELD_COLUMN)                                    \
+    }                                                           \
+    return count;
+
+static uint32_t columns_operands(const Plan *p, uint8_t *out) { TABLE_COLUMNS(OPERAND_FIELDS, p->operands, p->noperands) }
+static uint32_t columns_schedule(const Plan *p, uint8_t *out) { TABLE_COLUMNS(INSTR_FIELDS, p->instrs, p->ninstrs) }
+#define DEP_FIELDS(F) F(u32, dep)
+static uint32_t columns_deps(const Plan *p, uint8_t *out) {
+    typedef struct { uint32_t dep; } Dep; /* a dependency as a one-field record */
+    const Dep *deps = (const Dep *)p->deps;
+    TABLE_COLUMNS(DEP_FIELDS, deps, p->ndeps)
+}
+#undef TABLE_COLUMNS
+#undef FIELD_COLUMN
+#undef COLUMN_START
+
 typedef struct Section {
     const char *name;
     void (*codec)(Codec *, Plan *);
     PlanPackLayout pack;       /* the record of a table section (its fields' widths), for the packed form */
+    uint32_t (*columns)(const Plan *, uint8_t *); /* a table's packed columns written directly, or NULL */
 } Section;
 
 static const Section sections[] = {
-    {"meta", sec_meta, {0}},       {"target", sec_target, {0}},     {"train", sec_train, {0}},
-    {"tensors", sec_tensors, {0}}, {"ops", sec_ops, {0}},           {"shards", sec_shards, {0}},
-    {"arenas", sec_arenas, {0}},   {"buffers", sec_buffers, {0}},   {"operands", sec_operands, {4, {4, 1, 8, 8}}},
-    {"schedule", sec_schedule, {11, {1, 1, 4, 4, 4, 4, 4, 4, 4, 8, 8}}}, {"deps", sec_deps, {1, {4}}},
-    {"kernels", sec_kernels, {0}}, {"launches", sec_launches, {0}}, {"launch_args", sec_launch_args, {0}},
-    {"op_code", sec_op_code, {0}}, {"tile_code", sec_tile_code, {0}}, {"hf", sec_hf, {0}}, {"gemms", sec_gemms, {0}},
+    {"meta", sec_meta, {0}, NULL},       {"target", sec_target, {0}, NULL},     {"train", sec_train, {0}, NULL},
+    {"tensors", sec_tensors, {0}, NULL}, {"ops", sec_ops, {0}, NULL},           {"shards", sec_shards, {0}, NULL},
+    {"arenas", sec_arenas, {0}, NULL},   {"buffers", sec_buffers, {0}, NULL},
+    {"operands", sec_operands, {0 OPERAND_FIELDS(FIELD_COUNT), {OPERAND_FIELDS(FIELD_WIDTH)}}, columns_operands},
+    {"schedule", sec_schedule, {0 INSTR_FIELDS(FIELD_COUNT), {INSTR_FIELDS(FIELD_WIDTH)}}, columns_schedule},
+    {"deps", sec_deps, {0 DEP_FIELDS(FIELD_COUNT), {DEP_FIELDS(FIELD_WIDTH)}}, columns_deps},
+    {"kernels", sec_kernels, {0}, NULL}, {"launches", sec_launches, {0}, NULL}, {"launch_args", sec_launch_args, {0}, NULL},
+    {"op_code", sec_op_code, {0}, NULL}, {"tile_code", sec_tile_code, {0}, NULL}, {"hf", sec_hf, {0}, NULL}, {"gemms", sec_gemms, {0}, NULL},
 };
 /* The format this file writes and reads. Version 2 added the launches,
  * launch_args, op_code and tile_code sections; version 3 six float and six
@@ -702,7 +784,15 @@ static const Section sections[] = {
  * 6 the speculative optimizer's ranges in meta (an older plan has none). An older
  * plan is refused with the version message, not as a corrupt file. */
 enum { SECTION_RAW = 0, SECTION_PACKED = 1 };
-enum { FORMAT_VERSION = PLAN_VERSION };
+enum { FORMAT_VERSION = PLAN_VERSION_STACKED }; /* the newest read */
+
+/* The version a plan is written as: 7 when its hf mapping stacks pieces,
+ * else 6, so that a plan without them reads as it did before. */
+static uint32_t written_version(const Plan *p) {
+    for (uint32_t i = 0; i < p->hf.npieces; i++)
+        if (p->hf.pieces[i].stacked) return PLAN_VERSION_STACKED;
+    return PLAN_VERSION;
+}
 enum { NSECTIONS = sizeof sections / sizeof sections[0], NSECTIONS_V3 = NSECTIONS - 1, HEADER_BYTES = 24, SECHDR_BYTES = 24 };
 
 static void put_le(uint8_t *b, uint64_t v, int n) {
@@ -724,36 +814,59 @@ typedef struct SectionOut {
     bool oom;
 } SectionOut;
 
+/* Section s packed into *o when its raw payload of len bytes is large and
+ * packs smaller; false (*o untouched) when it stays raw. A table with its
+ * columns writer is packed from its columns (deflate only: they are the
+ * transform already), any other from its raw payload (raw, not NULL). */
+static bool pack_section(const Plan *p, int s, const uint8_t *raw, size_t len, SectionOut *o) {
+    if (o->oom || len < PLAN_PACK_MIN) return false;
+    const Section *sec = &sections[s];
+    uint8_t *cols = NULL, *pk;
+    size_t pklen;
+    const char *why;
+    if (!raw) {
+        if (!(cols = malloc(len))) return o->oom = true, false;
+        sec->columns(p, cols);
+    }
+    bool ok = raw ? plan_pack(raw, len, &sec->pack, &pk, &pklen, &why) : plan_pack(cols, len, &(PlanPackLayout){0}, &pk, &pklen, &why);
+    free(cols);
+    if (!ok) return o->oom = true, false;
+    if (pklen >= len) {
+        free(pk);
+        return false;
+    }
+    o->buf = pk; /* the packed payload replaces the raw one */
+    o->len = pklen;
+    o->form = SECTION_PACKED;
+    return true;
+}
+
 static void encode_section(const Plan *p, int s, SectionOut *o) {
-    Codec raw = {.version = FORMAT_VERSION};
-    sections[s].codec(&raw, (Plan *)p); /* writing only reads *p */
-    o->buf = raw.buf;
-    o->len = raw.len;
-    o->form = SECTION_RAW;
-    o->oom = raw.oom;
-    if (!o->oom && raw.len >= PLAN_PACK_MIN) {
-        uint8_t *pk;
-        size_t pklen;
-        const char *why;
-        if (!plan_pack(raw.buf, raw.len, &sections[s].pack, &pk, &pklen, &why)) {
-            o->oom = true;
-        } else if (pklen < raw.len) { /* the packed payload replaces the raw one */
-            free(raw.buf);
-            o->buf = pk;
-            o->len = pklen;
-            o->form = SECTION_PACKED;
-        } else {
-            free(pk);
-        }
+    const Section *sec = &sections[s];
+    bool packed = false;
+    if (sec->columns) {
+        size_t rec = 0;
+        for (int f = 0; f < sec->pack.nfields; f++) rec += sec->pack.width[f];
+        packed = pack_section(p, s, NULL, 4 + (size_t)sec->columns(p, NULL) * rec, o);
+    }
+    if (!packed && !o->oom) {
+        Codec raw = {.version = written_version(p)};
+        sec->codec(&raw, (Plan *)p); /* writing only reads *p */
+        o->buf = raw.buf;
+        o->len = raw.len;
+        o->form = SECTION_RAW;
+        o->oom = raw.oom;
+        /* a table whose columns packed no smaller stays raw */
+        if (!sec->columns && pack_section(p, s, raw.buf, raw.len, o)) free(raw.buf);
     }
     o->hash = o->oom ? 0 : plan_fnv1a64(o->buf, o->len);
 }
 
 bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t errlen) {
-    Codec c = {.version = FORMAT_VERSION};
+    Codec c = {.version = written_version(p)};
     uint8_t hdr[HEADER_BYTES];
     memcpy(hdr, PLAN_MAGIC, 8);
-    put_le(hdr + 8, FORMAT_VERSION, 4);
+    put_le(hdr + 8, c.version, 4);
     put_le(hdr + 12, NSECTIONS, 4); /* always the newest format */
     put_le(hdr + 16, plan_fnv1a64(hdr, 16), 8);
     put(&c, hdr, sizeof hdr);
@@ -985,11 +1098,16 @@ bool plan_write(const Plan *p, const char *path, char *err, size_t errlen) {
     uint8_t *buf;
     size_t len;
     if (!plan_encode(p, &buf, &len, err, errlen)) return false;
+    bool ok = plan_write_bytes(buf, len, path, err, errlen);
+    free(buf);
+    return ok;
+}
+
+bool plan_write_bytes(const uint8_t *buf, size_t len, const char *path, char *err, size_t errlen) {
     /* Write beside the destination and rename: a crash never leaves half a plan. */
     size_t pl = strlen(path) + 8;
     char *tmp = malloc(pl);
     if (!tmp) {
-        free(buf);
         errorf(err, errlen, "%s: out of memory", path);
         return false;
     }
@@ -1010,7 +1128,6 @@ bool plan_write(const Plan *p, const char *path, char *err, size_t errlen) {
         remove(tmp);
     }
     free(tmp);
-    free(buf);
     return ok;
 }
 

@@ -20,7 +20,9 @@
 #include <stdint.h>
 #include "arena.h"
 
-enum { PLAN_VERSION = 6, PLAN_VERSION_OLDEST = 3, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 8, PLAN_MAX_IATTR = 6, PLAN_MAX_FATTR = 6,
+/* PLAN_VERSION is what a plan is written as; PLAN_VERSION_STACKED (the newest
+ * read) only a plan whose hf mapping stacks per-expert tensors (PlanHfPiece.stacked). */
+enum { PLAN_VERSION = 6, PLAN_VERSION_STACKED = 7, PLAN_VERSION_OLDEST = 3, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 12, PLAN_MAX_IATTR = 6, PLAN_MAX_FATTR = 6,
        PLAN_MAX_ACCUM = 64 /* micro-batches per optimizer step (grad_accum) */ };
 #define PLAN_MAGIC "ZINFPLAN"
 
@@ -296,6 +298,8 @@ typedef enum PlanGemmWhy {
     PLAN_GEMM_WHY_NONE,      /* cuBLASLt can run it */
     PLAN_GEMM_WHY_BATCH_SUM, /* sums products over batches (rbatch > 1: transpose_a's weight gradient):
                               * the reduction index is not one strided dimension, no matrix layout holds it */
+    PLAN_GEMM_WHY_DEQUANT,   /* B is the weight b (stored quantized: nf4, int8) dequantized into the op's
+                              * workspace by the launch before, at the launch's argument 2 (PARG_WS) */
     PLAN_NGEMM_WHYS
 } PlanGemmWhy;
 extern const char *const plan_gemm_path_names[PLAN_NGEMM_PATHS];
@@ -329,12 +333,20 @@ typedef struct PlanGemm {
  * when `transpose` (nn.Linear stores [out, in]). So a fused zinf weight is
  * several pieces (cat), and a zinf weight cut from a fused HF one takes a
  * column range (cols); 1-D tensors have one axis to cut. Parameters with no
- * piece have no HF counterpart (e.g. adapters). */
+ * piece have no HF counterpart (e.g. adapters). A stacked piece (version 7)
+ * makes only P[index, ...], the slice of index `index` along P's first
+ * axis, read as a parameter of its own (its columns the slice's last
+ * axis): the E per-expert tensors of a mixture-of-experts layer
+ * ("...experts.3.w1.weight") stacked into one [E, ...] parameter. A
+ * parameter's pieces are all stacked or none; stacked ones come in index
+ * order, every index once, each index's pieces covering its columns. */
 typedef struct PlanHfPiece {
     int32_t tensor;            /* a TC_PARAM tensor id */
     const char *hf_name;       /* "model.layers.3.self_attn.q_proj.weight" */
     uint8_t transpose;
     int64_t src_col, cols;
+    uint8_t stacked;           /* 1: the piece is part of P[index, ...] */
+    int32_t index;             /* stacked: the index along P's first axis */
 } PlanHfPiece;
 
 typedef struct PlanHf {
@@ -390,7 +402,8 @@ void plan_free(Plan *p);
 /* Bytes per element of a DType code (0 if unknown, and for the quantized
  * dtypes, which have bytes per block: plan_dtype_bytes). */
 int plan_dtype_size(int dtype);
-/* Bytes of n elements of a DType code (whole blocks for DT_NF4, DT_INT8). */
+/* Bytes of n elements of a DType code (whole blocks for DT_NF4, DT_INT8,
+ * DT_DYN8, DT_UDYN8). */
 uint64_t plan_dtype_bytes(int dtype, int64_t n);
 /* A DType code a tensor may have. */
 bool plan_dtype_known(int dtype);
@@ -402,6 +415,8 @@ bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t er
  * gemms section: ngemms 0). */
 Plan *plan_decode(const uint8_t *buf, size_t len, const char *name, char *err, size_t errlen);
 bool plan_write(const Plan *p, const char *path, char *err, size_t errlen);
+/* Writes buf[0..len), a plan_encode, to path (beside it, then renamed). */
+bool plan_write_bytes(const uint8_t *buf, size_t len, const char *path, char *err, size_t errlen);
 Plan *plan_read(const char *path, char *err, size_t errlen);
 
 /* Index into p->gemms of launch li's GEMM descriptor, -1: none (binary

@@ -129,6 +129,31 @@ static void quantized_line(const Plan *p, FILE *out) {
     fputc('\n', out);
 }
 
+/* The long-context rewrites a plan carries (compiler/loss_chunk.h,
+ * compiler/mlp_tile.h): the chunked loss and the tiled MLP, a line each. */
+static void long_context_lines(const Plan *p, FILE *out) {
+    int nmlp = 0;
+    int64_t rows = 0, tile = 0;
+    for (uint32_t i = 0; i < p->nops; i++) {
+        const PlanOp *o = &p->ops[i];
+        if (o->kind != OP_FWD || o->nin < 1 || o->in[0] < 0 || (uint32_t)o->in[0] >= p->ntensors) continue;
+        const PlanTensor *x = &p->tensors[o->in[0]];
+        int64_t d = x->rank ? x->dims[x->rank - 1] : 1, r = d > 0 ? x->numel / d : 0;
+        if (o->prim == PRIM_LINEAR_CROSS_ENTROPY) {
+            int64_t c = o->iattr[IA_LINEAR_CROSS_ENTROPY_CHUNK];
+            fprintf(out, "loss: chunked, linear_cross_entropy over %" PRId64 " of the %" PRId64 " rows at a time\n", c > 0 && c < r ? c : r, r);
+        } else if (o->prim == PRIM_GATED_MLP) {
+            int64_t c = o->iattr[IA_GATED_MLP_ROWS];
+            nmlp++;
+            rows = r;
+            tile = c > 0 && c < r ? c : r;
+        }
+    }
+    if (nmlp)
+        fprintf(out, "mlp: tiled, gated_mlp over %" PRId64 " of the %" PRId64 " rows at a time in %d block%s\n", tile, rows, nmlp,
+                nmlp > 1 ? "s" : "");
+}
+
 void plandump_summary(const Plan *p, const CostResult *c, FILE *out) {
     char a[32], b[32];
     const PlanTarget *t = &p->target;
@@ -149,6 +174,7 @@ void plandump_summary(const Plan *p, const CostResult *c, FILE *out) {
     fprintf(out, "parameters: %" PRIu64 " (%.4g%s)\n", total_params, pv, sfx[si]);
     frozen_line(p, out);
     quantized_line(p, out);
+    long_context_lines(p, out);
     fprintf(out, "memory per rank (peak = the allocation):\n");
     for (int k = 0; k < PLAN_NARENAS; k++)
         fprintf(out, "  %-7s %12s of %12s\n", plan_arena_names[k], plan_bytes_str(p->arenas[k].size, a, sizeof a),
@@ -381,6 +407,8 @@ void plandump_hf(const Plan *p, FILE *out) {
         const PlanTensor *t = &p->tensors[x->tensor];
         fprintf(out, "piece %s [", t->name);
         for (int d = 0; d < t->rank; d++) fprintf(out, "%s%" PRId64, d ? "," : "", t->dims[d]);
-        fprintf(out, "] <- %s %s %" PRId64 " %" PRId64 "\n", x->hf_name, x->transpose ? "T" : "-", x->src_col, x->cols);
+        fprintf(out, "]");
+        if (x->stacked) fprintf(out, "[%d]", x->index); /* the slice this per-expert tensor fills */
+        fprintf(out, " <- %s %s %" PRId64 " %" PRId64 "\n", x->hf_name, x->transpose ? "T" : "-", x->src_col, x->cols);
     }
 }

@@ -296,18 +296,32 @@ static void check_hf(V *v) {
         if (t->cls != TC_PARAM || t->rank < 1) vf_problem(v, "hf piece %u maps '%s', which is not a parameter", i, t->name);
         if (seen[id]) vf_problem(v, "hf pieces of '%s' are not adjacent", t->name);
         seen[id] = 1;
-        int64_t cols = 0;
+        int64_t cols = 0, last = t->rank >= 1 ? t->dims[t->rank - 1] : 0;
+        bool stacked = h->pieces[i].stacked != 0;
+        int32_t index = 0; /* stacked: the index the pieces fill now */
         uint32_t j = i;
         for (; j < h->npieces && h->pieces[j].tensor == id; j++) {
             const PlanHfPiece *x = &h->pieces[j];
             if (!x->hf_name || !x->hf_name[0]) vf_problem(v, "hf piece %u of '%s' names no tensor", j, t->name);
+            if ((x->stacked != 0) != stacked || x->stacked > 1)
+                vf_problem(v, "hf piece %u of '%s': stacked %u among pieces that are%s", j, t->name, x->stacked, stacked ? "" : " not");
+            if (stacked && cols == last) { /* the slice is full: the next index starts */
+                index++;
+                cols = 0;
+            }
+            if (stacked && (x->index != index || t->rank < 2 || x->index >= t->dims[0]))
+                vf_problem(v, "hf piece %u of '%s': stacked index %d, expected %d of %" PRId64, j, t->name, x->index, index,
+                           t->rank >= 1 ? t->dims[0] : 0);
             if (x->cols < 1 || x->src_col < 0 || x->src_col > INT64_MAX - x->cols || cols > INT64_MAX - x->cols)
                 vf_problem(v, "hf piece %u of '%s': columns [%" PRId64 ", +%" PRId64 ")", j, t->name, x->src_col, x->cols);
             else cols += x->cols;
             if (x->transpose && t->rank != 2) vf_problem(v, "hf piece %u of '%s' transposes a tensor of rank %u", j, t->name, t->rank);
+            if (x->transpose && stacked) vf_problem(v, "hf piece %u of '%s' is stacked and transposed", j, t->name);
         }
-        if (t->rank >= 1 && cols != t->dims[t->rank - 1])
-            vf_problem(v, "hf pieces of '%s' give %" PRId64 " columns, its last axis has %" PRId64, t->name, cols, t->dims[t->rank - 1]);
+        if (t->rank >= 1 && cols != last)
+            vf_problem(v, "hf pieces of '%s' give %" PRId64 " columns, its last axis has %" PRId64, t->name, cols, last);
+        if (stacked && t->rank >= 2 && index + 1 != t->dims[0])
+            vf_problem(v, "hf pieces of '%s' stack %d slices, its first axis has %" PRId64, t->name, index + 1, t->dims[0]);
         i = j;
     }
     free(seen);
@@ -343,8 +357,15 @@ static void check_shards(V *v) {
         if (!covers)
             vf_problem(v, "shard of '%s': %d ranks x %" PRId64 " elements do not cover a tile of %" PRId64, t->name, p->ranks,
                     s->tile_shard, s->tile_elems);
+        /* 8-bit moments: blocks start at multiples of 2048 elements of the
+         * tensor, so a tile and a rank's slice hold whole blocks (the last,
+         * of an untiled tensor, may be short) */
+        if (dtype_is_qstate(t->dtype) && ((s->ntiles > 1 && s->tile_elems % DTYPE_QSTATE_BLOCK) ||
+                                          (s->partitioned && s->tile_shard % DTYPE_QSTATE_BLOCK)))
+            vf_problem(v, "shard of '%s' (%s): its tiles or slices are not whole blocks of %d elements", t->name,
+                    dtype_name((DType)t->dtype), DTYPE_QSTATE_BLOCK);
         if (__builtin_mul_overflow((int64_t)s->ntiles, s->tile_shard, &shard_elems) ||
-            (dtype_is_quant(t->dtype) ? (shard_bytes = (int64_t)s->ntiles * (int64_t)plan_dtype_bytes(t->dtype, s->tile_shard), 0)
+            (dtype_is_blocked(t->dtype) ? (shard_bytes = (int64_t)s->ntiles * (int64_t)plan_dtype_bytes(t->dtype, s->tile_shard), 0)
                                       : __builtin_mul_overflow(shard_elems, (int64_t)ds, &shard_bytes)) ||
             (uint64_t)shard_bytes != s->bytes)
             vf_problem(v, "shard of '%s': %" PRIu64 " bytes does not match its tiles", t->name, s->bytes);

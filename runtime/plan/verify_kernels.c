@@ -146,12 +146,18 @@ static void check_gemm(V *v, uint32_t gi) {
     bool ta = g->flags & PLAN_GEMM_TA, tb = g->flags & PLAN_GEMM_TB;
     int64_t ints[12] = {g->m, g->n, g->k, g->lda, g->ldb, g->ldc, g->stride_a, g->stride_b, g->stride_c, g->rbatch,
                         g->rstride_a, g->rstride_b};
+    /* B dequantized into the op's workspace: argument 2 is the workspace, b the quantized weight it comes from */
+    bool bws = g->why == PLAN_GEMM_WHY_DEQUANT;
     int32_t ts[4] = {g->c, g->a, g->b, g->bias};
     int64_t offs[3] = {g->off_c, g->off_a, g->off_b};
     bool same = true;
     for (int k = 0; k < 3; k++) /* a tensor at its byte offset, or the op's workspace (PLAN_GEMM_OP_WS) at it */
-        same = same && (ts[k] == PLAN_GEMM_OP_WS ? a[k].kind == PARG_WS : a[k].kind == PARG_TENSOR && a[k].tensor == ts[k]) &&
-               a[k].i == offs[k];
+        if (k == 2 && bws)
+            same = same && a[2].kind == PARG_WS && g->b >= 0 && dtype_is_quant(p->tensors[g->b].dtype);
+        else
+            same = same &&
+                   (ts[k] == PLAN_GEMM_OP_WS ? a[k].kind == PARG_WS : a[k].kind == PARG_TENSOR && a[k].tensor == ts[k]) &&
+                   a[k].i == offs[k];
     same = same &&
                 (g->bias < 0 ? a[3].kind == PARG_NULL : a[3].kind == PARG_TENSOR && a[3].tensor == g->bias && a[3].i == 0) &&
                 a[16].kind == PARG_F32 && a[16].f == 1.0f && a[17].kind == PARG_F32 &&
@@ -159,6 +165,7 @@ static void check_gemm(V *v, uint32_t gi) {
     for (int k = 0; k < 12 && same; k++) same = a[4 + k].kind == PARG_I64 && a[4 + k].i == ints[k];
     if (!same) vf_problem(v, "gemm %u: its launch %u's arguments are not the descriptor's (tensors, sizes, strides, beta, batches)", gi, li);
     int es = plan_dtype_size(g->dtype);
+    if (bws) ts[2] = -1;
     for (int k = 0; k < 4; k++)
         if (ts[k] >= 0 && p->tensors[ts[k]].dtype != g->dtype)
             vf_problem(v, "gemm %u: tensor '%s' is %s, the gemm %s", gi, p->tensors[ts[k]].name,
@@ -174,6 +181,14 @@ static void check_gemm(V *v, uint32_t gi) {
     int64_t ws_elems = l->op >= 0 && (uint32_t)l->op < p->nops && p->op_code ? p->op_code[l->op].ws_bytes / es : 0;
     for (int k = 0; k < 3; k++) {
         int64_t end;
+        if (ts[k] == -1) { /* B in the op's workspace, from its argument's offset */
+            int64_t ws = l->op >= 0 && l->op < (int64_t)p->nops && p->op_code ? p->op_code[l->op].ws_bytes : 0;
+            if (!gemm_extent(offs[k] / es, dims[k][0], dims[k][1], dims[k][2], g->batch, sb[k], g->rbatch, sr[k], &end) ||
+                end > (ws - a[2].i) / es)
+                vf_problem(v, "gemm %u: B, dequantized, does not fit its op's %" PRId64 "-byte workspace from byte %" PRId64, gi, ws,
+                        a[2].i);
+            continue;
+        }
         bool ws = ts[k] == PLAN_GEMM_OP_WS;
         const char *name = ws ? "the op's workspace" : p->tensors[ts[k]].name;
         int64_t numel = ws ? ws_elems : p->tensors[ts[k]].numel;

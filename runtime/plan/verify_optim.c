@@ -40,12 +40,16 @@ static bool staged_adam(const Plan *p, const PlanInstr *s) {
 
 /* The bytes a speculative Adam's backup holds: what the step changes that
  * it cannot recompute (docs/schedule.md, "The speculative optimizer"). */
-static uint64_t adam_backup_bytes(const PlanOperand *o, uint64_t ne) {
+static uint64_t adam_backup_bytes(const PlanOperand *o, uint64_t ne, const int sdt[5]) {
     uint64_t b = (o[0].mode & PLAN_R) && o[0].buffer >= 0 ? ne * 4 : 0; /* the parameter, when it is the fp32 state */
     for (int k = 2; k < 5; k++)
-        if (o[k].buffer >= 0) b += ne * 4;
+        if (o[k].buffer >= 0) b += plan_dtype_bytes(sdt[k], (int64_t)ne);
     return b;
 }
+
+/* The dtype of parameter t's state tensor (master, momentum, variance;
+ * f32 when it has none or names one out of range). */
+static int state_dtype(const Plan *p, int32_t s) { return s >= 0 && (uint32_t)s < p->ntensors ? p->tensors[s].dtype : DT_F32; }
 
 void vf_check_adam_operands(V *v, uint32_t i) {
     const Plan *p = v->p;
@@ -55,7 +59,9 @@ void vf_check_adam_operands(V *v, uint32_t i) {
     const PlanOperand *o = &p->operands[s->opnd];
     int pdt = plan_dtype_size(t->dtype), gdt = t->grad >= 0 ? plan_dtype_size(p->tensors[t->grad].dtype) : pdt;
     uint64_t ne = o[0].bytes / (uint64_t)pdt;
-    const uint64_t need[5] = {0, ne * (uint64_t)gdt, ne * 4, ne * 4, ne * 4};
+    const int sdt[5] = {0, 0, state_dtype(p, t->master), state_dtype(p, t->momentum), state_dtype(p, t->variance)};
+    const uint64_t need[5] = {0, ne * (uint64_t)gdt, plan_dtype_bytes(sdt[2], (int64_t)ne), plan_dtype_bytes(sdt[3], (int64_t)ne),
+                              plan_dtype_bytes(sdt[4], (int64_t)ne)};
     for (int k = 1; k < 5; k++)
         if (o[k].buffer >= 0 && o[k].bytes < need[k])
             vf_problem(v, "instruction %u (%s) on '%s': operand %d holds %" PRIu64 " bytes, its %" PRIu64 " elements need %" PRIu64, i,
@@ -90,7 +96,7 @@ void vf_check_adam_operands(V *v, uint32_t i) {
         return;
     }
     const PlanOperand *bk = &o[6];
-    uint64_t want = adam_backup_bytes(o, ne);
+    uint64_t want = adam_backup_bytes(o, ne, sdt);
     if (bk->buffer < 0 || bk->bytes != want)
         vf_problem(v, "instruction %u (%s) on '%s': its backup holds %" PRIu64 " bytes, what it changes is %" PRIu64, i, vf_iname(p, i),
                 t->name, bk->buffer < 0 ? 0 : bk->bytes, want);

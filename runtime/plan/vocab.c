@@ -24,6 +24,8 @@ const char *dtype_name(DType t) {
     case DT_I32: return "i32";
     case DT_NF4: return "nf4";
     case DT_INT8: return "int8";
+    case DT_DYN8: return "dyn8";
+    case DT_UDYN8: return "udyn8";
     default: return "any";
     }
 }
@@ -40,10 +42,12 @@ int dtype_size(DType t) {
 
 int64_t dtype_bytes(DType t, int64_t n) {
     if (n <= 0) return 0;
-    int64_t blocks = (n + DTYPE_QBLOCK - 1) / DTYPE_QBLOCK;
+    int64_t blocks = (n + dtype_block(t) - 1) / dtype_block(t);
     switch (t) {
     case DT_NF4: return blocks * (DTYPE_QBLOCK / 2 + 4);
     case DT_INT8: return blocks * (DTYPE_QBLOCK + 4);
+    case DT_DYN8:
+    case DT_UDYN8: return blocks * (DTYPE_QSTATE_BLOCK + 4);
     default: return n * dtype_size(t);
     }
 }

@@ -11,16 +11,27 @@
  * (runtime/hostk/quant.h, docs/training.md): blocks of DTYPE_QBLOCK
  * elements with their absmax, a whole number of bytes per block, not per
  * element, so dtype_size is 0 for them and dtype_bytes counts them. */
-typedef enum DType { DT_NONE = 0, DT_F32, DT_BF16, DT_F16, DT_I32, DT_NF4, DT_INT8 } DType;
-/* "f32", "bf16", "f16", "i32", "nf4", "int8"; "any" for DT_NONE. */
+/* DT_DYN8 and DT_UDYN8 are the 8-bit forms of Adam's moments (train {
+ * optimizer = adam(state = "8bit") }, runtime/hostk/qstate.h): blocks of
+ * DTYPE_QSTATE_BLOCK elements, a byte each (an index into bitsandbytes'
+ * signed or unsigned dynamic map), then the block's f32 absmax. */
+typedef enum DType { DT_NONE = 0, DT_F32, DT_BF16, DT_F16, DT_I32, DT_NF4, DT_INT8, DT_DYN8, DT_UDYN8 } DType;
+/* "f32", "bf16", "f16", "i32", "nf4", "int8", "dyn8", "udyn8"; "any" for DT_NONE. */
 const char *dtype_name(DType t);
-/* Bytes per element; 0 for DT_NONE and the quantized dtypes. */
+/* Bytes per element; 0 for DT_NONE and the blocked dtypes. */
 int dtype_size(DType t);
-enum { DTYPE_QBLOCK = 64 };
-/* DT_NF4 or DT_INT8 */
+enum { DTYPE_QBLOCK = 64, DTYPE_QSTATE_BLOCK = 2048 };
+/* DT_NF4 or DT_INT8 (a frozen weight stored quantized) */
 static inline int dtype_is_quant(int t) { return t == DT_NF4 || t == DT_INT8; }
-/* Bytes of n elements: n * dtype_size, or whole blocks of a quantized
- * dtype (36 bytes per 64 for nf4, 68 for int8); 0 for DT_NONE. */
+/* DT_DYN8 or DT_UDYN8 (an Adam moment stored in 8 bits) */
+static inline int dtype_is_qstate(int t) { return t == DT_DYN8 || t == DT_UDYN8; }
+/* Stored in blocks (either of the above): bytes count per block, not per element. */
+static inline int dtype_is_blocked(int t) { return dtype_is_quant(t) || dtype_is_qstate(t); }
+/* Elements of a block: 64, 2048; 1 for the other dtypes. */
+static inline int64_t dtype_block(int t) { return dtype_is_quant(t) ? DTYPE_QBLOCK : dtype_is_qstate(t) ? DTYPE_QSTATE_BLOCK : 1; }
+/* Bytes of n elements: n * dtype_size, or whole blocks of a blocked
+ * dtype (36 bytes per 64 for nf4, 68 for int8, 2052 per 2048 for dyn8
+ * and udyn8: a short last block takes a whole one); 0 for DT_NONE. */
 int64_t dtype_bytes(DType t, int64_t n);
 
 typedef enum InitKind { INIT_NONE, INIT_NORMAL, INIT_ZEROS, INIT_ONES, INIT_UNIFORM } InitKind;
@@ -88,6 +99,8 @@ extern const char *const op_kind_names[OP_KIND_COUNT];
  * high ones kept, a smooth blend between); yarn (YaRN's ramp between the
  * two by rotations per original context, beta_fast and beta_slow). */
 typedef enum RopeScaling { ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3, ROPE_YARN } RopeScaling;
+/* gated_mlp's gate activation (its iattr[IA_GATED_MLP_ACT], the word "silu" or "gelu"). */
+typedef enum GatedMlpAct { GATED_MLP_SILU, GATED_MLP_GELU } GatedMlpAct;
 
 /* The learning-rate schedule after warmup (train { schedule = ... };
  * docs/training.md): lr throughout, a cosine or a straight line from lr to

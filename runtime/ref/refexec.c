@@ -194,6 +194,23 @@ int ref_optimizer_step(RefExec *r) {
             const GTensor *p = &g->tensors[t];
             if (p->cls != TC_PARAM || p->grad < 0) continue;
             HkTensor pt = hk_plan_tensor(r->tables, t, r->buf), gt = hk_plan_tensor(r->tables, p->grad, r->buf);
+            DType mdt = g->tensors[p->momentum].dtype, vdt = g->tensors[p->variance].dtype;
+            if (mdt != DT_F32) {
+                /* bf16 or 8-bit moments (train { optimizer = adam(state) }): the
+                 * runtime's Adam on the whole tensor, whose blocks start where
+                 * every shard layout's do */
+                AdamParams ap = {.lr = (float)lr, .beta1 = (float)tc->beta1, .beta2 = (float)tc->beta2, .eps = (float)tc->eps,
+                                 .weight_decay = p->no_decay ? 0.f : (float)tc->weight_decay};
+                float *w = p->master >= 0 ? r->buf[p->master] : r->buf[t];
+                AdamStatus as = adam_step_state(&ap, r->step, w, r->buf[p->momentum], r->buf[p->variance], w, r->buf[p->momentum],
+                                                r->buf[p->variance], mdt, vdt, gt.data, gt.dtype, p->master >= 0 ? pt.data : NULL,
+                                                pt.dtype, p->numel, (float)(clip / r->loss_scale));
+                if (as != ADAM_OK) {
+                    snprintf(r->err, sizeof r->err, "adamw on %s: %s", p->name, adam_status_str(as));
+                    return -1;
+                }
+                continue;
+            }
             int rc = hk_adamw(&pt, &gt, p->master >= 0 ? r->buf[p->master] : NULL, r->buf[p->momentum],
                               r->buf[p->variance], &ad);
             if (rc) {

@@ -146,17 +146,29 @@ void ckpt_manifest_free(CkptManifest *m) {
 
 /* ---- the range arithmetic ---- */
 
-/* The reader counts a tensor in units of one element, or of one block of
- * 64 for a quantized one (DT_NF4, DT_INT8: its tiles and shards are whole
- * blocks, so its byte ranges are linear in blocks): bytes per unit, and a
- * layout in units. */
-static size_t unit_bytes(int dt) { return (size_t)(dtype_is_quant(dt) ? dtype_bytes((DType)dt, DTYPE_QBLOCK) : dtype_size((DType)dt)); }
+/* The reader counts a tensor in units of one element, or of one block
+ * for a blocked one (DT_NF4, DT_INT8: 64; DT_DYN8, DT_UDYN8, 8-bit Adam
+ * moments: 2048. Its tiles and shards are whole blocks, but for the short
+ * last block of an untiled 8-bit moment, which takes a whole block's bytes;
+ * so its byte ranges are linear in blocks, and blocks start at the same
+ * elements in every layout): bytes per unit, and a layout in units. */
+static size_t unit_bytes(int dt) {
+    return (size_t)(dtype_is_blocked(dt) ? dtype_bytes((DType)dt, dtype_block(dt)) : dtype_size((DType)dt));
+}
+static int64_t blocks_of(int64_t n, int64_t blk) { return (n + blk - 1) / blk; }
+/* A layout whose tiles and slices are whole blocks of dt (all but the
+ * last block of an untiled tensor): what in_units assumes. */
+static bool whole_blocks(const CkptShardLayout *s, int dt) {
+    int64_t blk = dtype_block(dt);
+    return !((s->ntiles > 1 && s->tile_elems % blk) || (s->partitioned && s->tile_shard % blk));
+}
 static CkptShardLayout in_units(const CkptShardLayout *s, int dt) {
     CkptShardLayout u = *s;
-    if (dtype_is_quant(dt)) {
-        u.numel /= DTYPE_QBLOCK;
-        u.tile_elems /= DTYPE_QBLOCK;
-        u.tile_shard /= DTYPE_QBLOCK;
+    if (dtype_is_blocked(dt)) {
+        int64_t blk = dtype_block(dt);
+        u.numel = blocks_of(u.numel, blk);
+        u.tile_elems = blocks_of(u.tile_elems, blk);
+        u.tile_shard = blocks_of(u.tile_shard, blk);
     }
     return u;
 }
@@ -406,6 +418,9 @@ static int read_entry(CkptReader *rd, int w, int k, const Piece *p, size_t np, u
 int ckpt_reader_read(CkptReader *rd, int k, const CkptShardLayout *to, int rank, void *dst, char *err, size_t errlen) {
     const CkptTensorLayout *t = &rd->m->layout.t[k];
     size_t es = unit_bytes(t->dtype);
+    if (!whole_blocks(&t->s, t->dtype) || !whole_blocks(to, t->dtype))
+        return errorf(err, errlen, "'%s' (%s): a tile or slice of the checkpoint's layout or this plan's is not whole blocks of %" PRId64
+                      " elements", t->name, dtype_name((DType)t->dtype), dtype_block(t->dtype));
     CkptShardLayout from_u = in_units(&t->s, t->dtype), to_u = in_units(to, t->dtype);
     memset(dst, 0, (size_t)to->ntiles * (size_t)to_u.tile_shard * es);
     Pieces ps = {0};

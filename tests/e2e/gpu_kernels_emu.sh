@@ -4,7 +4,9 @@
 # with its backward, odd sizes too; flash attention forward/backward with
 # grouped kv heads and head dims 32, 40, 72, 80, 96, 100, 112, 200, 256 and 7, padded
 # to a multiple of 32 inside the kernels; layernorm, odd sizes too; rope with
-# llama3 frequency scaling, rmsnorm per head, scale; attention and rope on
+# llama3 frequency scaling, rmsnorm per head, scale; a linear whose weight is
+# stored nf4 or int8 (its dequantized weight equal to the host's decoding bit
+# for bit); attention and rope on
 # packed rows, several samples a row, against the host's packed kernels) on the host emulator of
 # tests/gpu/emu.c, each against the host reference (runtime/hostk) in f32, bf16 and f16. Exit code is the verdict.
 # $1: the build directory (the harness is built under it).
@@ -13,13 +15,13 @@ B=${1:-build}
 . tests/e2e/lib.sh
 e2e_workdir kernels-emu; T=$W
 export ZINF_CACHE_DIR="$T/cache"
-out=$(BUILD="$B" sh tests/gpu/check_kernels.sh --emu --only "attention B1 T33,attention B1 T20,attention B1 T17,linear 300x200x130+b,linear 37x7x33,layernorm,rope llama3,rmsnorm heads,scale [7,packed" 2>&1)
+out=$(BUILD="$B" sh tests/gpu/check_kernels.sh --emu --only "linear nf4,linear int8,attention B1 T33,attention B1 T20,attention B1 T17,linear 300x200x130+b,linear 37x7x33,layernorm,rope llama3,rmsnorm heads,scale [7,packed" 2>&1)
 rc=$?
 echo "$out" | tail -12
 [ $rc -eq 0 ] || { echo "gpu_kernels_emu: check_kernels --emu failed (exit $rc)"; exit 1; }
 n=$(echo "$out" | grep -c " PASS ")
-[ "$n" -eq 45 ] || { echo "gpu_kernels_emu: expected 45 passing cases, got $n"; exit 1; }
-# its closing line, "45 cases, N units compiled for ARCH, 0 failed (host time ...)"
-echo "$out" | grep -q "^45 cases, [0-9]* units compiled for [^,]*, 0 failed (" ||
-  { echo "gpu_kernels_emu: no closing line \"45 cases, ..., 0 failed\""; exit 1; }
+[ "$n" -eq 49 ] || { echo "gpu_kernels_emu: expected 49 passing cases, got $n"; exit 1; }
+# its closing line, "49 cases, N units compiled for ARCH, 0 failed (host time ...)"
+echo "$out" | grep -q "^49 cases, [0-9]* units compiled for [^,]*, 0 failed (" ||
+  { echo "gpu_kernels_emu: no closing line \"49 cases, ..., 0 failed\""; exit 1; }
 echo "gpu_kernels_emu: ok"

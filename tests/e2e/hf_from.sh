@@ -169,8 +169,8 @@ printf '{%s, "num_key_value_heads": 3}\n' "$L" |
 printf '{%s, "alibi": true}\n' "$L" |
   expect alibi - 'alibi = true is not supported (ALiBi position biases)'
 # (windows shorter than the sequence: tests/e2e/hf_window.sh)
-echo '{"architectures": ["MixtralForCausalLM"], "vocab_size": 64}' |
-  expect arch - 'architecture "MixtralForCausalLM" is not supported'
+echo '{"architectures": ["DeepseekV3ForCausalLM"], "vocab_size": 64}' |
+  expect arch - 'architecture "DeepseekV3ForCausalLM" is not supported'
 printf '{%s, "activation_function": "relu"}\n' "$G" |
   expect gpt2-act - 'activation_function = "relu" is not supported'
 printf '{%s}\n' "$G" |

@@ -368,6 +368,8 @@ static void fields_of(Plan *p, Entity e, uint32_t i, Fields *fs) {
         add(fs, &h->transpose, K_U8, 2);
         add(fs, &h->src_col, K_I64, 0);
         add(fs, &h->cols, K_I64, 0);
+        add(fs, &h->stacked, K_U8, 2);
+        add(fs, &h->index, K_I32, 0);
         break;
     }
     case E_COUNT: break;

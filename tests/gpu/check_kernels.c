@@ -31,8 +31,10 @@
 #include "check_lt.h"
 #include "emu_wrap.h"
 #include "cuda_gen.h"
+#include "half.h"
 #include "hostk.h"
 #include "nvrtc.h"
+#include "quant.h"
 
 /* ---- driver API and cuBLAS, loaded at run time ------------------------------ */
 
@@ -313,9 +315,13 @@ typedef struct Case {
     bool generic;         /* the reference through hk_run_fwd/bwd with every attribute of the op */
     int64_t nseg;
     CUdeviceptr dseg;
+    int dequant_bad;      /* dequantized weights (zk_dequant_*) that differ from the host's decoding */
 } Case;
 
-static size_t tbytes(const GTensor *t) { return (size_t)t->numel * hk_dtype_size(t->dtype); }
+/* bytes of a tensor: whole blocks of a quantized weight (nf4, int8) */
+static size_t tbytes(const GTensor *t) {
+    return dtype_is_quant(t->dtype) ? (size_t)dtype_bytes(t->dtype, t->numel) : (size_t)t->numel * hk_dtype_size(t->dtype);
+}
 
 static void case_init(Case *c, const char *name, DType dt) {
     memset(c, 0, sizeof *c);
@@ -372,7 +378,7 @@ static int bwd(Case *c, int f) {
     unsigned m = ad_differentiable_inputs(fo.prim);
     for (int i = 0; i < fo.nin; i++) {
         const GTensor *x = &c->g.tensors[fo.in[i]];
-        if (!(m >> i & 1) || x->dtype == DT_I32) {
+        if (!(m >> i & 1) || x->dtype == DT_I32 || dtype_is_quant(x->dtype)) { /* a quantized weight is frozen */
             b.out[i] = -1;
             continue;
         }
@@ -577,6 +583,41 @@ static size_t ref_ws_bytes(Case *c, int op) {
 
 /* ---- device execution of one op ---- */
 
+/* A weight dequantized into the workspace by launch k (zk_dequant_nf4,
+ * zk_dequant_int8: ws, w, n) equals the host's decoding (quant_decode)
+ * rounded to the case's dtype, bit for bit; false, said, when not. */
+static bool dequant_exact(Case *c, const CudaKernel *k, CUdeviceptr ws) {
+    int w = k->args[1].tensor;
+    int64_t n = k->args[2].i;
+    DType dt = c->g.train.dtype;
+    size_t es = dt == DT_F32 ? 4 : 2;
+    float *ref = malloc((size_t)n * 4);
+    uint8_t *got = malloc((size_t)n * es);
+    if (!ref || !got) {
+        fprintf(stderr, "check_kernels: out of memory\n");
+        exit(2);
+    }
+    quant_decode(c->g.tensors[w].dtype == DT_NF4 ? QUANT_NF4 : QUANT_INT8, c->h[w], n, ref);
+    d_d2h(got, ws + (CUdeviceptr)k->args[0].ws_off, (size_t)n * es);
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++) {
+        bool same;
+        if (dt == DT_F32) same = !memcmp(got + i * 4, &ref[i], 4);
+        else {
+            uint16_t h;
+            memcpy(&h, got + i * 2, 2);
+            same = h == (dt == DT_BF16 ? half_f32_to_bf16(ref[i]) : half_f32_to_f16(ref[i]));
+        }
+        if (!same && !bad++) first = i;
+    }
+    if (bad)
+        printf("    %s: %s's dequantized %s differs from the host's in %lld of %lld elements (first %lld)\n", c->name, k->entry,
+               c->g.tensors[w].name, (long long)bad, (long long)n, (long long)first);
+    free(ref);
+    free(got);
+    return bad == 0;
+}
+
 static void dev_op(Case *c, int op) {
     CudaKernel ks[256];
     CudaOpInfo info;
@@ -616,6 +657,7 @@ static void dev_op(Case *c, int op) {
             }
         }
         d_launch(m, k, params);
+        if (!strncmp(k->entry, "zk_dequant_", 11) && !dequant_exact(c, k, ws)) c->dequant_bad++;
     }
     if (gpu && info.err_off >= 0) {
         int err[3];
@@ -697,7 +739,13 @@ static void case_run(Case *c) {
         c->h[t] = malloc(nb ? nb : 4);
         HkTensor h = ht(c, t);
         if (c->poisoned[t]) memset(c->h[t], 0xff, nb);
-        else if (x->dtype == DT_I32)
+        else if (dtype_is_quant(x->dtype)) { /* a frozen weight stored quantized: values over three decades, encoded */
+            float *v = malloc((size_t)x->numel * 4);
+            if (!v) exit(2);
+            for (int64_t i = 0; i < x->numel; i++) v[i] = (float)((2 * urand() - 1) * pow(10.0, -3.0 * urand()));
+            quant_encode(x->dtype == DT_NF4 ? QUANT_NF4 : QUANT_INT8, v, x->numel, c->h[t]);
+            free(v);
+        } else if (x->dtype == DT_I32)
             for (int64_t i = 0; i < x->numel; i++) ((int32_t *)c->h[t])[i] = (int32_t)(urand() * (double)c->irange[t]);
         else
             for (int64_t i = 0; i < x->numel; i++) {
@@ -758,6 +806,10 @@ static void case_run(Case *c) {
         }
     }
     if (gpu && !(r->err <= r->limit)) r->pass = false;
+    if (c->dequant_bad) {
+        r->pass = false;
+        snprintf(r->worst, sizeof r->worst, "dequantized weight");
+    }
     for (int t = 0; t < g->ntensors; t++) {
         free(c->h[t]);
         if (gpu && c->d[t]) d_free(c->d[t]);
@@ -777,6 +829,21 @@ static void case_linear(DType dt, int64_t M, int64_t I, int64_t O, bool bias) {
     int b = tn(&c, "b", dt, TC_PARAM, 1, O, 0, 0), y = tn(&c, "y", dt, TC_ACT, 2, M, O, 0);
     int ins[3] = {x, w, b};
     int f = fwd(&c, PRIM_LINEAR, ins, bias ? 3 : 2, &y, 1, 0, 0, 0);
+    bwd(&c, f);
+    case_run(&c);
+}
+
+/* A linear whose frozen weight is stored quantized (train { quantize }):
+ * dequantized into the op's workspace (checked bit for bit against the
+ * host's decoding), then the GEMM; y and dx against the host kernels. */
+static void case_linear_q(DType dt, DType qdt, int64_t M, int64_t I, int64_t O) {
+    Case c;
+    case_init(&c, arena_printf(&garena, "linear %s %ldx%ldx%ld", dtype_name(qdt), (long)M, (long)I, (long)O), dt);
+    int x = tn(&c, "x", dt, TC_ACT, 2, M, I, 0), w = tn(&c, "w", qdt, TC_PARAM, 2, I, O, 0);
+    int y = tn(&c, "y", dt, TC_ACT, 2, M, O, 0);
+    c.g.tensors[w].frozen = true;
+    int ins[2] = {x, w};
+    int f = fwd(&c, PRIM_LINEAR, ins, 2, &y, 1, 0, 0, 0);
     bwd(&c, f);
     case_run(&c);
 }
@@ -1480,6 +1547,8 @@ int main(int argc, char **argv) {
         case_linear(dt, 300, 200, 130, true);
         case_linear(dt, 1024, 256, 1536, false);
         case_linear(dt, 37, 7, 33, true); /* odd sizes: every tile edge partial */
+        case_linear_q(dt, DT_NF4, 37, 64, 96);
+        case_linear_q(dt, DT_INT8, 37, 64, 96);
         for (int t = 0; t < 4; t++) case_matmul(dt, t & 1, t >> 1);
         case_attention(dt, 2, 100, 4, 2, 64);
         case_attention(dt, 1, 70, 2, 2, 128);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "adam.h"
+#include "qstate.h"
 #include "vocab.h"
 
 /* Per-element checks: Check records every passing assertion (a write to its
@@ -180,6 +181,157 @@ static void check_case(AdamIsa isa, DType gdt, DType pdt, int64_t n, int steps, 
 static const AdamIsa ISAS[] = {ADAM_ISA_SCALAR, ADAM_ISA_AVX2, ADAM_ISA_AVX512};
 static const DType GDTS[] = {DT_F32, DT_BF16, DT_F16};
 static const DType PDTS[] = {DT_NONE, DT_F32, DT_BF16, DT_F16};
+
+/* ---- compact moments (adam_step_state, qstate.h) ---- */
+
+/* bitsandbytes' dynamic maps: ascending, 0 where qstate_zero_code says,
+ * 1 last, the signed map symmetric but for its 1 and its 0. */
+START_TEST(test_qstate_maps) {
+    for (int i = 0; i < 255; i++) {
+        ck_assert(qstate_map_signed[i] < qstate_map_signed[i + 1]);
+        ck_assert(qstate_map_unsigned[i] < qstate_map_unsigned[i + 1]);
+    }
+    ck_assert(qstate_map_signed[qstate_zero_code(false)] == 0.0f && qstate_zero_code(false) == 127);
+    ck_assert(qstate_map_unsigned[qstate_zero_code(true)] == 0.0f && qstate_zero_code(true) == 0);
+    ck_assert(qstate_map_signed[255] == 1.0f && qstate_map_unsigned[255] == 1.0f);
+    for (int i = 0; i < 127; i++) ck_assert(qstate_map_signed[i] == -qstate_map_signed[254 - i]);
+    /* the smallest magnitudes: 10^-6 times the midpoint of linspace(0.1, 1, 2) */
+    ck_assert_float_eq_tol(qstate_map_signed[128], 5.5e-7f, 1e-12f);
+    ck_assert_float_eq_tol(qstate_map_unsigned[1], 3.25e-7f, 1e-12f);
+}
+END_TEST
+
+/* A block's codes: the largest |x| decodes exactly to itself, every value
+ * to the nearest map value (relative to absmax), a short block pads with
+ * the code of 0, a zero block has absmax 0 and decodes to zeros. */
+START_TEST(test_qstate_codec) {
+    static float x[QSTATE_BLOCK], y[QSTATE_BLOCK];
+    static uint8_t blk[QSTATE_BLOCK_BYTES];
+    for (int u = 0; u < 2; u++) {
+        const float *map = u ? qstate_map_unsigned : qstate_map_signed;
+        int n = 1500;
+        for (int i = 0; i < n; i++) x[i] = (float)((u ? 1.0 : (i % 2 ? -1.0 : 1.0)) * pow(10.0, -7.0 * (double)i / n) * 3.0);
+        qstate_encode_block(u, x, n, blk);
+        float absmax;
+        memcpy(&absmax, blk + QSTATE_BLOCK, 4);
+        ck_assert_float_eq(absmax, 3.0f);
+        for (int i = n; i < QSTATE_BLOCK; i++) ck_assert_uint_eq(blk[i], qstate_zero_code(u));
+        qstate_decode_block(u, blk, n, y);
+        ck_assert_float_eq(y[0], 3.0f);
+        for (int i = 0; i < n; i++) {
+            float v = x[i] / absmax, got = map[blk[i]];
+            for (int k = 0; k < 256; k++)
+                EXPECT(fabsf(map[k] - v) >= fabsf(got - v) * (1 - 1e-6f), "element %d: code %d (%g) is not nearest %g (code %d: %g)", i,
+                       blk[i], (double)got, (double)v, k, (double)map[k]);
+            EXPECT(y[i] == got * absmax, "element %d decodes to %g, not map * absmax", i, (double)y[i]);
+        }
+        memset(x, 0, sizeof x);
+        qstate_encode_block(u, x, QSTATE_BLOCK, blk);
+        memcpy(&absmax, blk + QSTATE_BLOCK, 4);
+        ck_assert_float_eq(absmax, 0.0f);
+        qstate_decode_block(u, blk, QSTATE_BLOCK, y);
+        for (int i = 0; i < QSTATE_BLOCK; i++) EXPECT(y[i] == 0.0f, "zero block element %d: %g", i, (double)y[i]);
+    }
+}
+END_TEST
+
+static AdamParams q_params(AdamIsa isa, int threads) {
+    return (AdamParams){.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f, .isa = isa, .threads = threads};
+}
+
+/* bf16 moments: each step equals an f32-moment step from the widened
+ * moments, its new moments rounded to nearest even (this file's rounding);
+ * every ISA the same bits. */
+START_TEST(test_bf16_moments) {
+    enum { N = 70001 };
+    float *w = malloc(N * 4), *w2 = malloc(N * 4), *g = malloc(N * 4), *mf = malloc(N * 4), *vf = malloc(N * 4);
+    uint16_t *m = calloc(N, 2), *v = calloc(N, 2);
+    ck_assert(w && w2 && g && mf && vf && m && v);
+    for (int i = 0; i < N; i++) w[i] = w2[i] = 0.01f * sinf((float)i);
+    AdamParams ap = q_params(ADAM_ISA_SCALAR, 1);
+    for (int t = 1; t <= 3; t++) {
+        for (int i = 0; i < N; i++) {
+            g[i] = cosf((float)(i * t)) * powf(10.0f, (float)(i % 9) - 6.0f);
+            mf[i] = ref_bf16_decode(m[i]);
+            vf[i] = ref_bf16_decode(v[i]);
+        }
+        ck_assert_int_eq(adam_step(&ap, t, w2, mf, vf, g, DT_F32, NULL, DT_NONE, N, 1.0f), ADAM_OK);
+        ck_assert_int_eq(adam_step_state(&ap, t, w, m, v, w, m, v, DT_BF16, DT_BF16, g, DT_F32, NULL, DT_NONE, N, 1.0f), ADAM_OK);
+        for (int i = 0; i < N; i++) {
+            EXPECT(w[i] == w2[i], "step %d element %d: master %g, f32 moments give %g", t, i, (double)w[i], (double)w2[i]);
+            EXPECT(m[i] == ref_bf16_round(mf[i]) && v[i] == ref_bf16_round(vf[i]), "step %d element %d: moments not rounded", t, i);
+        }
+    }
+    /* every ISA, threaded, the same bits */
+    for (int isa = ADAM_ISA_AVX2; isa <= ADAM_ISA_AVX512; isa++) {
+        if (!adam_isa_supported((AdamIsa)isa)) continue;
+        uint16_t *m2 = malloc(N * 2), *v2 = malloc(N * 2);
+        float *w3 = malloc(N * 4);
+        ck_assert(m2 && v2 && w3);
+        memcpy(m2, m, N * 2), memcpy(v2, v, N * 2), memcpy(w3, w, N * 4);
+        AdamParams a1 = q_params(ADAM_ISA_SCALAR, 1), a2 = q_params((AdamIsa)isa, 3);
+        ck_assert_int_eq(adam_step_state(&a1, 4, w, m, v, w, m, v, DT_BF16, DT_BF16, g, DT_F32, NULL, DT_NONE, N, 1.0f), ADAM_OK);
+        ck_assert_int_eq(adam_step_state(&a2, 4, w3, m2, v2, w3, m2, v2, DT_BF16, DT_BF16, g, DT_F32, NULL, DT_NONE, N, 1.0f), ADAM_OK);
+        ck_assert(!memcmp(w, w3, N * 4) && !memcmp(m, m2, N * 2) && !memcmp(v, v2, N * 2));
+        free(m2), free(v2), free(w3);
+        break;
+    }
+    free(w), free(w2), free(g), free(mf), free(vf), free(m), free(v);
+}
+END_TEST
+
+/* 8-bit moments: each block is an f32-moment step from the decoded
+ * moments, encoded after; the thread count and ISA change no bit; in
+ * place and out of place agree. */
+START_TEST(test_q8_moments) {
+    enum { N = 3 * 65536 + 5000 };
+    int64_t bytes = dtype_bytes(DT_DYN8, N);
+    ck_assert_int_eq(bytes, (N + 2047) / 2048 * 2052);
+    float *w = malloc(N * 4), *w2 = malloc(N * 4), *g = malloc(N * 4), *mf = malloc(N * 4), *vf = malloc(N * 4);
+    uint8_t *m = calloc((size_t)bytes, 1), *v = calloc((size_t)bytes, 1), *m2 = malloc((size_t)bytes), *v2 = malloc((size_t)bytes);
+    uint8_t *mr = malloc((size_t)bytes), *vr = malloc((size_t)bytes);
+    ck_assert(w && w2 && g && mf && vf && m && v && m2 && v2 && mr && vr);
+    for (int i = 0; i < N; i++) w[i] = w2[i] = 0.02f * cosf((float)i);
+    for (int t = 1; t <= 3; t++) {
+        for (int i = 0; i < N; i++) g[i] = sinf((float)(i + t)) * powf(10.0f, (float)((i / 2048) % 9) - 6.0f);
+        for (int64_t b = 0; b * 2048 < N; b++) {
+            int len = (int)(N - b * 2048 < 2048 ? N - b * 2048 : 2048);
+            qstate_decode_block(false, m + b * 2052, len, mf + b * 2048);
+            qstate_decode_block(true, v + b * 2052, len, vf + b * 2048);
+        }
+        AdamParams a1 = q_params(ADAM_ISA_SCALAR, 1);
+        ck_assert_int_eq(adam_step(&a1, t, w2, mf, vf, g, DT_F32, NULL, DT_NONE, N, 1.0f), ADAM_OK);
+        for (int64_t b = 0; b * 2048 < N; b++) {
+            int len = (int)(N - b * 2048 < 2048 ? N - b * 2048 : 2048);
+            qstate_encode_block(false, mf + b * 2048, len, mr + b * 2052);
+            qstate_encode_block(true, vf + b * 2048, len, vr + b * 2052);
+        }
+        AdamParams a2 = q_params(ADAM_ISA_AUTO, 3);
+        memcpy(m2, m, (size_t)bytes), memcpy(v2, v, (size_t)bytes);
+        float *w3 = malloc(N * 4);
+        ck_assert(w3 != NULL);
+        /* out of place, from the old state, then in place */
+        ck_assert_int_eq(adam_step_state(&a2, t, w, m2, v2, w3, m2, v2, DT_DYN8, DT_UDYN8, g, DT_F32, NULL, DT_NONE, N, 1.0f), ADAM_OK);
+        ck_assert_int_eq(adam_step_state(&a1, t, w, m, v, w, m, v, DT_DYN8, DT_UDYN8, g, DT_F32, NULL, DT_NONE, N, 1.0f), ADAM_OK);
+        ck_assert(!memcmp(w, w2, N * 4) && !memcmp(w3, w, N * 4));
+        ck_assert(!memcmp(m, mr, (size_t)bytes) && !memcmp(v, vr, (size_t)bytes));
+        ck_assert(!memcmp(m2, m, (size_t)bytes) && !memcmp(v2, v, (size_t)bytes));
+        free(w3);
+    }
+    free(w), free(w2), free(g), free(mf), free(vf), free(m), free(v), free(m2), free(v2), free(mr), free(vr);
+}
+END_TEST
+
+/* The moments come in pairs: f32, bf16, or dyn8 with udyn8. */
+START_TEST(test_state_pairs) {
+    float w = 0, g = 1, s[2] = {0, 0};
+    AdamParams ap = q_params(ADAM_ISA_SCALAR, 1);
+    ck_assert_int_eq(adam_step_state(&ap, 1, &w, s, s + 1, &w, s, s + 1, DT_F32, DT_BF16, &g, DT_F32, NULL, DT_NONE, 1, 1.0f), ADAM_EDTYPE);
+    ck_assert_int_eq(adam_step_state(&ap, 1, &w, s, s + 1, &w, s, s + 1, DT_UDYN8, DT_DYN8, &g, DT_F32, NULL, DT_NONE, 1, 1.0f), ADAM_EDTYPE);
+    ck_assert_int_eq(adam_step_state(&ap, 1, &w, s, s + 1, &w, s, s + 1, DT_NF4, DT_NF4, &g, DT_F32, NULL, DT_NONE, 1, 1.0f), ADAM_EDTYPE);
+    ck_assert_int_eq(adam_step_state(&ap, 1, &w, s, s + 1, &w, s, s + 1, DT_F32, DT_F32, &g, DT_F32, NULL, DT_NONE, 1, 1.0f), ADAM_OK);
+}
+END_TEST
 
 START_TEST(test_all_isas_dtypes_tails) {
     f16_table_init();
@@ -436,6 +588,13 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("adam");
+    TCase *tq = tcase_create("compact moments");
+    tcase_add_test(tq, test_qstate_maps);
+    tcase_add_test(tq, test_qstate_codec);
+    tcase_add_test(tq, test_bf16_moments);
+    tcase_add_test(tq, test_q8_moments);
+    tcase_add_test(tq, test_state_pairs);
+    suite_add_tcase(s, tq);
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_all_isas_dtypes_tails);

@@ -1165,7 +1165,8 @@ END_TEST
 /* Every example model, through the real front end: every op lowers, and the
  * launches of forward ops name their .zl line. */
 START_TEST(example_models_lower) {
-    const char *ex[] = {"gpt2-tiny", "gpt2-small", "gpt2-tiny-offload", "gpt3-175b", "llama-tiny", "llama2-7b", "llama2-70b"};
+    const char *ex[] = {"gpt2-tiny", "gpt2-small", "gpt2-tiny-offload", "gpt3-175b", "llama-tiny", "llama2-7b", "llama2-70b",
+                        "moe/mixtral-8x7b", "moe/qwen3-30b-a3b"};
     for (size_t e = 0; e < sizeof ex / sizeof *ex; e++) {
         Arena a;
         arena_init(&a);

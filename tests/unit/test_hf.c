@@ -322,6 +322,62 @@ START_TEST(ast_of_if_and_hf) {
 END_TEST
 
 /* The stdlib's LLaMA options: Qwen2's biases, Qwen3's q/k norms and head_dim. */
+/* stack(): the per-expert tensors of an MoE layer, each one slice of the
+ * stacked [E, ...] parameter, with cols inside and cat of stacks; and its
+ * errors. */
+#define MOE_MODEL "import \"moe\"\nconst V = 32, T = 8, D = 16\n" \
+    "model m(tokens: i32[B, T], targets: i32[B, T]) {\n" \
+    "  tok = param [V, D] init normal(0.02)\n  x = embedding(tok, tokens)\n  load = moe_load(experts = 3)\n" \
+    "  repeat 2 { x, load = moe_block(x, load, 4, 2, 3, 2, 8) }\n" \
+    "  loss cross_entropy(matmul(x, tok, transpose_b), targets)\n}\n"
+
+START_TEST(mapping_stack) {
+    Run r;
+    run_src(&r, MOE_MODEL "hf \"MixtralForCausalLM\" {\n"
+                "  \"moe_block.{i}.moe_mlp.wg\" = stack(\"l.{i}.experts.{e}.w1.weight\")\n"
+                "  \"moe_block.{i}.moe_mlp.wd\" = cat(stack(cols(\"l.{i}.experts.{x}.w2.weight\", 0, 5)),\n"
+                "                                    stack(cols(\"l.{i}.experts.{x}.w2b.weight\", 2, 3)))\n"
+                "}\n");
+    ck_assert_msg(r.ok, "%s", r.text);
+    const Graph *g = &r.g;
+    int n;
+    const GraphHfPiece *p = pieces_of(g, "moe_block.1.moe_mlp.wg", &n);
+    ck_assert_int_eq(n, 3); /* [3, 8, 16]: one tensor per expert */
+    for (int e = 0; e < 3; e++) {
+        char want[64];
+        snprintf(want, sizeof want, "l.1.experts.%d.w1.weight", e);
+        ck_assert_str_eq(p[e].hf_name, want);
+        ck_assert(p[e].stacked && p[e].index == e && !p[e].transpose);
+        ck_assert_int_eq(p[e].cols, 16);
+    }
+    p = pieces_of(g, "moe_block.0.moe_mlp.wd", &n);
+    ck_assert_int_eq(n, 6); /* [3, 16, 8]: per expert its two column ranges */
+    ck_assert_str_eq(p[2].hf_name, "l.0.experts.1.w2.weight");
+    ck_assert(p[3].stacked && p[3].index == 1 && p[3].src_col == 2 && p[3].cols == 3);
+    ck_assert_str_eq(p[3].hf_name, "l.0.experts.1.w2b.weight");
+    run_free(&r);
+    run_src(&r, MOE_MODEL "hf \"MixtralForCausalLM\" {\n"
+                "  \"moe_block.{i}.moe_mlp.wg\" = stack(\"l.{i}.experts.w1.weight\")\n"
+                "  \"moe_block.{i}.moe_mlp.wu\" = stack(\"l.{i}.experts.{e}.{f}.weight\")\n"
+                "  \"moe_block.{i}.moe_mlp.wd\" = cat(stack(\"l.{i}.{e}.a\"), \"l.{i}.b\")\n"
+                "  \"moe_block.{i}.rms.g\" = stack(\"l.{i}.{e}.norm\")\n"
+                "  \"moe_block.{i}.moe_mlp.wr\" = stack(transpose(\"l.{i}.{e}.gate\"))\n"
+                "  \"tok\" = cols(stack(\"t.{e}\"), 0, 16)\n"
+                "}\n");
+    ck_assert(!r.ok);
+    expect_has(&r, "main.zl:11:38: error: stack: \"l.{i}.experts.w1.weight\" has no placeholder for the index along the "
+                   "first axis (all of its are the pattern \"moe_block.{i}.moe_mlp.wg\"'s)");
+    expect_has(&r, "error: stack: \"l.{i}.experts.{e}.{f}.weight\" has two placeholders that are not the pattern's "
+                   "('{e}' and '{f}'); one is the index along the parameter's first axis");
+    expect_has(&r, "error: the pieces of one parameter are all stacked or none");
+    expect_has(&r, "error: stack needs a parameter of rank 2 or more (the first axis indexes the stacked tensors), but "
+                   "'moe_block.0.rms.g' has rank 1");
+    expect_has(&r, "error: stack of transpose: a stacked tensor is a name, or cols of a name, in the parameter's own layout");
+    expect_has(&r, "error: cols of stack: write stack(cols(...)) instead");
+    run_free(&r);
+}
+END_TEST
+
 START_TEST(stdlib_llama_options) {
     Run r;
     run_src(&r, "import \"llama\"\nconst V = 32, T = 8, D = 16\n"
@@ -571,6 +627,65 @@ START_TEST(config_to_zl_families) {
 }
 END_TEST
 
+/* The MoE families: stdlib/moe.zl's blocks, each expert's tensor one slice
+ * of a stacked parameter, the load-balancing loss with output_router_logits. */
+START_TEST(config_to_zl_moe) {
+    Conv c;
+    convert(&c, "{\"architectures\": [\"Qwen2MoeForCausalLM\"], \"vocab_size\": 50, \"hidden_size\": 32,"
+                " \"intermediate_size\": 40, \"moe_intermediate_size\": 12, \"shared_expert_intermediate_size\": 20,"
+                " \"num_experts\": 4, \"num_experts_per_tok\": 2, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+                " \"num_key_value_heads\": 2, \"max_position_embeddings\": 64, \"decoder_sparse_step\": 1,"
+                " \"mlp_only_layers\": [], \"output_router_logits\": true, \"router_aux_loss_coef\": 0.01,"
+                " \"use_sliding_window\": false, \"sliding_window\": 32, \"qkv_bias\": true}", 16);
+    ck_assert_msg(c.r.ok, "%s\n%s", c.r.text, c.zl ? c.zl : "");
+    ck_assert_str_eq(c.r.text, "");
+    ck_assert_ptr_nonnull(strstr(c.zl, "const V = 50, T = 16, D = 32, H = 4, KV = 2, E = 4, K = 2, F = 12, L = 2, S = 20\n"));
+    ck_assert_ptr_nonnull(strstr(c.zl, "x, load = moe_block(x, load, H, KV, E, K, F, normalize = false, eps = 1e-06, "
+                                       "theta = 10000.0, qkv_bias = true,\n"
+                                       "                        shared_expert = true, shared_hidden = S)"));
+    ck_assert_ptr_nonnull(strstr(c.zl, "loss cross_entropy(linear(x, head), targets) + moe_aux_loss(load, E, L, B * T, 0.01)"));
+    int n;
+    const GraphHfPiece *p = pieces_of(&c.r.g, "moe_block.1.moe_mlp.wu", &n);
+    ck_assert_int_eq(n, 4);
+    ck_assert_str_eq(p[3].hf_name, "model.layers.1.mlp.experts.3.up_proj.weight");
+    ck_assert(p[3].stacked && p[3].index == 3 && !p[3].transpose);
+    p = pieces_of(&c.r.g, "moe_block.0.moe_mlp.ws", &n);
+    ck_assert_str_eq(p->hf_name, "model.layers.0.mlp.shared_expert_gate.weight");
+    p = pieces_of(&c.r.g, "moe_block.0.moe_mlp.swiglu.w2", &n);
+    ck_assert_str_eq(p->hf_name, "model.layers.0.mlp.shared_expert.down_proj.weight");
+    ck_assert(p->transpose);
+    /* tok, head, final norm; a layer: 2 norms, 4 + 3 attention, router, 3 x 4 experts, shared gate and 3 linears */
+    ck_assert_int_eq(c.r.g.hf.npieces, 3 + 2 * (2 + 7 + 1 + 12 + 4));
+    run_free(&c.r);
+
+    /* Mixtral: block_sparse_moe's w1/w3/w2, gates renormalised, no load-balancing loss */
+    convert(&c, "{\"architectures\": [\"MixtralForCausalLM\"], \"vocab_size\": 50, \"hidden_size\": 32,"
+                " \"intermediate_size\": 24, \"num_local_experts\": 3, \"num_experts_per_tok\": 2, \"num_hidden_layers\": 1,"
+                " \"num_attention_heads\": 4, \"max_position_embeddings\": 64, \"router_jitter_noise\": 0.0,"
+                " \"sliding_window\": null, \"head_dim\": null}", 0);
+    ck_assert_msg(c.r.ok, "%s\n%s", c.r.text, c.zl ? c.zl : "");
+    ck_assert_ptr_nonnull(strstr(c.zl, "normalize = true, eps = 1e-06, theta = 10000.0,\n                        aux = false)"));
+    p = pieces_of(&c.r.g, "moe_block.0.moe_mlp.wd", &n);
+    ck_assert_int_eq(n, 3);
+    ck_assert_str_eq(p[1].hf_name, "model.layers.0.block_sparse_moe.experts.1.w2.weight");
+    p = pieces_of(&c.r.g, "moe_block.0.moe_mlp.wr", &n);
+    ck_assert_str_eq(p->hf_name, "model.layers.0.block_sparse_moe.gate.weight");
+    run_free(&c.r);
+
+    /* OLMoE: q/k norms over the whole projections, experts intermediate_size wide */
+    convert(&c, "{\"architectures\": [\"OlmoeForCausalLM\"], \"vocab_size\": 50, \"hidden_size\": 32,"
+                " \"intermediate_size\": 20, \"num_experts\": 5, \"num_experts_per_tok\": 2, \"num_hidden_layers\": 1,"
+                " \"num_attention_heads\": 4, \"max_position_embeddings\": 64, \"clip_qkv\": null,"
+                " \"norm_topk_prob\": false}", 0);
+    ck_assert_msg(c.r.ok, "%s\n%s", c.r.text, c.zl ? c.zl : "");
+    ck_assert_ptr_nonnull(strstr(c.zl, "E = 5, K = 2, F = 20, L = 1\n"));
+    ck_assert_ptr_nonnull(strstr(c.zl, "qk_norm = true, qk_norm_full = true"));
+    p = pieces_of(&c.r.g, "moe_block.0.rope_attn.q_norm", &n);
+    ck_assert_int_eq(p->cols, 32);
+    run_free(&c.r);
+}
+END_TEST
+
 START_TEST(config_errors) {
     Conv c;
     convert(&c, "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 10, \"hidden_size\": 8,\n"
@@ -626,6 +741,7 @@ int main(void) {
     tcase_add_test(t, patterns_match_and_substitute);
     tcase_add_test(t, mapping_pieces);
     tcase_add_test(t, mapping_errors);
+    tcase_add_test(t, mapping_stack);
     tcase_add_test(t, mapping_from_several_files);
     tcase_add_test(t, if_statement);
     tcase_add_test(t, config_to_zl_windows);
@@ -635,6 +751,7 @@ int main(void) {
     tcase_add_test(t, stdlib_bias_and_olmo2_options);
     tcase_add_test(t, config_to_zl);
     tcase_add_test(t, config_to_zl_families);
+    tcase_add_test(t, config_to_zl_moe);
     tcase_add_test(t, config_errors);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);

@@ -501,8 +501,10 @@ START_TEST(graph_working_memory_op) {
 END_TEST
 
 /* After autodiff the same figures come from the training graph's own
- * gradient, master, moment tensors and TC_CKPT marks. */
+ * gradient, master, moment tensors and TC_CKPT marks, whatever the
+ * moments' storage (train { optimizer = adam(state) }). */
 START_TEST(training_graph_agrees) {
+    for (int st = 0; st < OPT_NSTATES; st++)
     for (int dt = 0; dt < 2; dt++)
         for (int ci = 0; ci <= 2; ci++) {
             Arena a;
@@ -512,6 +514,7 @@ START_TEST(training_graph_agrees) {
             s.dt = dt ? DT_F32 : DT_BF16;
             s.ckpt_every = ci;
             build_gpt(&g, &a, s);
+            g.train.opt_state = (uint8_t)st;
             MemOptions o;
             memmodel_options_default(&o);
             o.ranks = 3;
@@ -531,6 +534,18 @@ START_TEST(training_graph_agrees) {
             }
             ck_assert_int_eq(mt.model_states, mf.model_states);
             ck_assert_int_eq(mt.model_states_rank, mf.model_states_rank);
+            ck_assert_int_eq(mt.moment_dtype[0], mf.moment_dtype[0]);
+            ck_assert_int_eq(mt.moment_dtype[1], mf.moment_dtype[1]);
+            /* the moments' bytes: 4, 2 or 8-bit blocks (f32 below 4096 elements) per element */
+            int64_t want = 0;
+            for (int i = 0; i < g.ntensors; i++)
+                if (g.tensors[i].cls == TC_PARAM) {
+                    int64_t n = g.tensors[i].numel;
+                    want += st == OPT_STATE_FP32 ? 4 * n : st == OPT_STATE_BF16 ? 2 * n : n >= OPT_STATE_8BIT_MIN ? dtype_bytes(DT_DYN8, n) : 4 * n;
+                }
+            ck_assert_int_eq(mf.model[TC_MOMENTUM], want);
+            ck_assert_int_eq(mf.model[TC_VARIANCE], want);
+            ck_assert_int_eq(mf.moment_dtype[0], st == OPT_STATE_FP32 ? DT_F32 : st == OPT_STATE_BF16 ? DT_BF16 : DT_DYN8);
             ck_assert_int_eq(mt.ms_working, mf.ms_working);
             ck_assert_int_eq(mt.rank[TC_CKPT], mf.rank[TC_CKPT]);
             ck_assert_int_eq(mt.act_working, mf.act_working);

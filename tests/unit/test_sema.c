@@ -473,6 +473,18 @@ START_TEST(train_settings) {
     expect_has(&r, "error: a program has one train block; this is a second one");
     ck_assert_int_eq(r.g.train.checkpoint_every, 3);
     run_free(&r);
+    /* how Adam stores its moments */
+    run_src(&r, MODEL_HEAD MODEL_TAIL "train { optimizer = adam(lr = 1e-3, state = \"8bit\") }\n");
+    ck_assert_msg(r.ok, "%s", r.text);
+    ck_assert_int_eq(r.g.train.opt_state, OPT_STATE_8BIT);
+    run_free(&r);
+    run_src(&r, MODEL_HEAD MODEL_TAIL "train { optimizer = adam(state = \"bf16\") }\n");
+    ck_assert_int_eq(r.g.train.opt_state, OPT_STATE_BF16);
+    run_free(&r);
+    run_src(&r, MODEL_HEAD MODEL_TAIL "train { optimizer = adam(state = \"4bit\", stat = 1) }\n");
+    expect_has(&r, "error: adam: state must be \"fp32\", \"bf16\" or \"8bit\" (how the moments are stored)");
+    expect_has(&r, "error: adam has no argument 'stat'; did you mean 'state'?");
+    run_free(&r);
     run_src(&r, MODEL_HEAD MODEL_TAIL "train { grad_accum = 65 }\n");
     expect_has(&r, "error: grad_accum must be at most 64 (micro-batches per step the runtime holds), got 65");
     run_free(&r);

@@ -176,6 +176,15 @@ START_TEST(shards) {
     p = fresh();
     p->shards[0].home = TIER_NVME;
     expect(p, "has home nvme but its buffer is in arena");
+    /* an 8-bit moment (dyn8) whose rank slices are not whole blocks of 2048 */
+    p = fresh();
+    int mo = -1;
+    for (uint32_t i = 0; i < p->nshards && mo < 0; i++)
+        if (p->tensors[p->shards[i].tensor].cls == TC_MOMENTUM && p->shards[i].partitioned) mo = (int)i;
+    ck_assert_int_ge(mo, 0);
+    p->tensors[p->shards[mo].tensor].dtype = DT_DYN8;
+    p->shards[mo].tile_shard += 64;
+    expectf(p, "shard of '%s' (dyn8): its tiles or slices are not whole blocks of 2048 elements", p->tensors[p->shards[mo].tensor].name);
 }
 END_TEST
 
@@ -322,8 +331,8 @@ static Plan *with_hf(int32_t *param) {
     p->hf.arch = "GPT2LMHeadModel";
     p->hf.config = "{}";
     p->hf.pieces = arena_alloc(&p->arena, 2 * sizeof *p->hf.pieces);
-    p->hf.pieces[0] = (PlanHfPiece){w, "a.weight", 1, 0, n / 2};
-    p->hf.pieces[1] = (PlanHfPiece){w, "b.weight", 1, 4, n - n / 2};
+    p->hf.pieces[0] = (PlanHfPiece){w, "a.weight", 1, 0, n / 2, 0, 0};
+    p->hf.pieces[1] = (PlanHfPiece){w, "b.weight", 1, 4, n - n / 2, 0, 0};
     p->hf.npieces = 2;
     ck_assert_msg(verify_plan(p, msgs, sizeof msgs) == 0, "%s", msgs);
     *param = w;
@@ -347,6 +356,43 @@ START_TEST(hf_mapping) {
     p = with_hf(&w);
     p->hf.pieces[1].tensor = p->inputs[0];
     expect(p, "which is not a parameter");
+}
+END_TEST
+
+/* the fixture's first 2-D parameter [a, n] as a stack of a HF tensors [n] */
+static Plan *with_stack(int32_t *param) {
+    Plan *p = fresh();
+    int32_t w = -1;
+    for (uint32_t i = 0; i < p->ntensors && w < 0; i++)
+        if (p->tensors[i].cls == TC_PARAM && p->tensors[i].rank == 2) w = (int32_t)i;
+    ck_assert_int_ge(w, 0);
+    int64_t a = p->tensors[w].dims[0], n = p->tensors[w].dims[1];
+    p->hf.arch = "MixtralForCausalLM";
+    p->hf.config = "{}";
+    p->hf.pieces = arena_alloc(&p->arena, (size_t)a * sizeof *p->hf.pieces);
+    for (int64_t e = 0; e < a; e++)
+        p->hf.pieces[e] = (PlanHfPiece){w, arena_printf(&p->arena, "experts.%d.weight", (int)e), 0, 0, n, 1, (int32_t)e};
+    p->hf.npieces = (uint32_t)a;
+    ck_assert_msg(verify_plan(p, msgs, sizeof msgs) == 0, "%s", msgs);
+    *param = w;
+    return p;
+}
+
+START_TEST(hf_stacked) {
+    int32_t w;
+    Plan *p = with_stack(&w);
+    int64_t a = p->tensors[w].dims[0];
+    p->hf.npieces--;
+    expectf(p, "hf pieces of '%s' stack %d slices, its first axis has %d", p->tensors[w].name, (int)a - 1, (int)a);
+    p = with_stack(&w);
+    p->hf.pieces[1].index = 2;
+    expectf(p, "hf piece 1 of '%s': stacked index 2, expected 1", p->tensors[w].name);
+    p = with_stack(&w);
+    p->hf.pieces[1].stacked = 0;
+    expect(p, "stacked 0 among pieces that are");
+    p = with_stack(&w);
+    p->hf.pieces[0].transpose = 1;
+    expect(p, "is stacked and transposed");
 }
 END_TEST
 
@@ -638,6 +684,11 @@ START_TEST(gemm_descriptors) {
     p->gemms[g].why = PLAN_GEMM_WHY_BATCH_SUM;
     ck_assert_int_eq(verify_plan(p, msgs, sizeof msgs), 0); /* NVRTC only: allowed, the launch runs */
     plan_free(p);
+    /* B dequantized into the workspace: the launch's argument 2 must be the workspace, b a quantized weight */
+    p = fresh_gpu();
+    p->gemms[g].path = PLAN_GEMM_NVRTC;
+    p->gemms[g].why = PLAN_GEMM_WHY_DEQUANT;
+    expectf(p, "gemm %u: its launch %u's arguments are not the descriptor's", g, li);
     p = fresh_gpu();
     p->gemms[g].rbatch = 2;
     p->launch_args[p->launches[li].arg + 13].i = 2;
@@ -870,6 +921,7 @@ int main(void) {
     tcase_add_test(t, micro_batch_and_inputs);
     tcase_add_test(t, operands_the_executor_addresses);
     tcase_add_test(t, hf_mapping);
+    tcase_add_test(t, hf_stacked);
     tcase_add_test(t, message_cap);
     tcase_add_test(t, gpu_plan_launches);
     tcase_add_test(t, launch_names_and_ranges);

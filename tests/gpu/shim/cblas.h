@@ -10,4 +10,6 @@ enum CBLAS_TRANSPOSE { CblasNoTrans = 111, CblasTrans = 112 };
 void cblas_sgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, blasint M, blasint N,
                  blasint K, float alpha, const float *A, blasint lda, const float *B, blasint ldb, float beta,
                  float *C, blasint ldc);
+/* runtime/hostk/hostk_threads.c sizes OpenBLAS's own pool; the shim has none */
+void openblas_set_num_threads(int n);
 #endif

@@ -1,0 +1,100 @@
+#!/bin/sh
+# The mixture-of-experts primitives on the CUDA backend, without a GPU:
+#  1. tests/gpu/check_moe.c: each kernel of stdlib/kernels/moe.cu, forward
+#     and backward, as compiler/cuda_gen_moe.c launches it, RUN on the host
+#     emulator (tests/gpu/emu.c) against runtime/hostk/hostk_moe.c on the same
+#     values, f32 (1e-5) and bf16 (2e-2): top-k, gates with and without
+#     renormalisation, the grouped expert GEMMs (random routings, every token
+#     on the same experts so that the others get none, top-1 with every
+#     token on one expert, several 64-row tiles an expert), combine, load
+#     with and without acc, balance, the shared expert's gate;
+#  2. tests/e2e/models/moe-micro.zl (Mixtral-shaped, 2 layers of top-2 of 4
+#     experts, shared expert, load-balancing loss) trained 3 steps by zinfrun
+#     --backend cuda on the fake driver (tests/fakecuda) and by --backend
+#     host from the same plan: losses and gradient norms within 2e-4
+#     relative (the GPU kernels sum in another order); 1 rank with the
+#     state on the GPU, 2 ranks with it in CPU memory; and in bf16, within
+#     2e-3.
+# $1: the build directory. GPU=1 (tests/gpu/run_all.sh on a GPU machine):
+# part 1 only, the kernels on the emulator, and part 2 on the real device.
+set -u
+B=${1:-build}
+ROOT=$(pwd)
+. tests/e2e/lib.sh
+e2e_workdir moe-cuda-emu
+mkdir -p "$B/gpu" || exit 1
+blas=-lopenblas
+[ "${ZINF_CBLAS_SHIM:-0}" != 1 ] && printf '#include <cblas.h>\nint main(void){return 0;}\n' | cc -x c - -o "$W/probe" -lopenblas > /dev/null 2>&1 ||
+  blas="tests/gpu/cblas_shim.c -Itests/gpu/shim"
+# plan.c's packed sections want zlib; without its header plan_pack.c builds without it (as check_kernels.sh)
+printf '#include <zlib.h>\nint main(void){return zlibVersion() == 0;}\n' | cc -x c - -o "$W/zprobe" -lz > /dev/null 2>&1 && blas="$blas -lz"
+# shellcheck disable=SC2046,SC2086
+cc -std=c11 -D_GNU_SOURCE -O1 -Wall -Wextra -Werror -Wno-unknown-pragmas -rdynamic -Ilang -Icompiler -Iruntime $(printf -- "-I%s " runtime/*/) -I"$B/gen" \
+  -DZINF_STDLIB_DIR="\"$ROOT/stdlib\"" -DZINF_EMU_HEADER="\"$ROOT/tests/gpu/emu.h\"" \
+  tests/gpu/check_moe.c tests/gpu/emu.c tests/gpu/emu_wrap.c runtime/base/arena.c runtime/base/errorf.c runtime/plan/vocab.c \
+  runtime/base/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/cuda_gen*.c compiler/nvrtc.c \
+  runtime/hostk/hostk*.c runtime/hostk/quant.c runtime/plan/plan.c runtime/plan/plan_pack.c $blas -o "$B/gpu/check_moe" -ldl -lm -lpthread > "$W/build.log" 2>&1 ||
+  { cat "$W/build.log"; echo "moe_cuda_emu: check_moe did not build"; exit 1; }
+out=$(TMPDIR="${TMPDIR:-/tmp}" "$B/gpu/check_moe" 2>&1)
+rc=$?
+echo "$out"
+[ $rc -eq 0 ] || { echo "moe_cuda_emu: check_moe failed (exit $rc)"; exit 1; }
+n=$(echo "$out" | grep -c " PASS")
+[ "$n" -eq 34 ] || { echo "moe_cuda_emu: expected 34 passing cases, got $n"; exit 1; }
+echo "$out" | grep -q "^34 cases, 0 failed$" || { echo "moe_cuda_emu: no closing line \"34 cases, 0 failed\""; exit 1; }
+
+# 2. end to end: the CUDA executor (fake driver, or the GPU) against the host backend
+if [ "${GPU:-0}" = 1 ]; then
+  FAKEENV="env"
+else
+  export ZINF_CACHE_DIR="$B/fakecuda/nvrtc-cache"
+  sh tests/fakecuda/build.sh "$B" > "$W/fb.log" 2>&1 || { cat "$W/fb.log"; echo "moe_cuda_emu: the fakes did not build"; exit 1; }
+  FAKEENV="env LD_LIBRARY_PATH=$ROOT/$B/fakecuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} FAKECUDA_UNITS=$ROOT/$B/fakecuda/units FAKECUDA_JITTER_US=100"
+fi
+arch=${MOE_ARCH:-sm_90}
+e2e_mpi
+# Open MPI's own allocations are reported as leaks under ASan (as tests/e2e/san_hfio_mpi.sh)
+[ "${ZINF_TEST_MODE:-}" = asan ] && export ASAN_OPTIONS="detect_leaks=0:abort_on_error=0"
+"$B/bin/zinftok" README.md docs/primitives.md -o "$W/train.bin" > /dev/null || exit 1
+fail=0
+# the model in bf16 (the host backend computes in f32 from bf16 storage, as the kernels do)
+sed 's/dtype = f32/dtype = bf16/; s/^model moe_micro/model moe_micro_bf16/' tests/e2e/models/moe-micro.zl > "$W/moe-micro-bf16.zl"
+run_case() { # NAME RANKS PLACEMENT MODEL TOLERANCE: zinfc, then 3 steps on each backend, losses and gradient norms compared
+  name=$1 np=$2 place=$3 model=$4 tol=$5
+  cat > "$W/$name.zl" <<ZL
+import "$model"
+target fake { nodes = 1; gpus_per_node = $np
+  gpu { memory = 1 GiB; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "$arch"; sms = 8 }
+  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2 }
+  net { bandwidth = 10 GB/s; latency_us = 5 } }
+plan { params = "$place"; optimizer = "$place"; grads = "$place"; whole_below = 1000 }
+ZL
+  "$B/bin/zinfc" "$W/$name.zl" --kernels="$arch" --kernel-src="$W/src-$name" -o "$W/$name.plan" > "$W/$name.zinfc" 2>&1 ||
+    { cat "$W/$name.zinfc"; echo "moe_cuda_emu: zinfc of $name for the CUDA backend failed"; fail=1; return; }
+  if [ "${GPU:-0}" != 1 ]; then
+    "$B/fakecuda/fakecuda_prep" "$W/$name.plan" "$W/src-$name" "$arch" "$B/fakecuda/units" > "$W/$name.prep" 2>&1 ||
+      { cat "$W/$name.prep"; echo "moe_cuda_emu: fakecuda_prep $name failed"; fail=1; return; }
+  fi
+  if [ "$np" = 1 ]; then set -- "$B/bin/zinfrun"; else set -- mpirun -np "$np" --oversubscribe -x LD_LIBRARY_PATH -x FAKECUDA_UNITS \
+    -x FAKECUDA_DEVICES -x FAKECUDA_JITTER_US "$B/bin/zinfrun"; fi
+  # shellcheck disable=SC2086
+  timeout 300 $FAKEENV FAKECUDA_DEVICES="$np" "$@" "$W/$name.plan" --data "$W/train.bin" --backend cuda --steps 3 \
+    --losses "$W/$name.cuda" > "$W/$name.cuda.out" 2>&1 < /dev/null ||
+    { tail -20 "$W/$name.cuda.out"; echo "moe_cuda_emu: zinfrun --backend cuda $name failed"; fail=1; return; }
+  timeout 300 "$@" "$W/$name.plan" --data "$W/train.bin" --backend host --steps 3 --losses "$W/$name.host" \
+    > "$W/$name.host.out" 2>&1 < /dev/null ||
+    { tail -20 "$W/$name.host.out"; echo "moe_cuda_emu: zinfrun --backend host $name failed"; fail=1; return; }
+  awk -v name="$name" -v tol="$tol" 'NR == FNR { l[FNR] = $4; g[FNR] = $6; n = FNR; next }
+       { for (i = 4; i <= 6; i += 2) { h = i == 4 ? l[FNR] : g[FNR]; d = $i - h; if (d < 0) d = -d
+           r = d / (h < 0 ? -h : h); if (r > tol) bad = 1 }
+         printf "moe-micro %s step %d: host loss %s grad_norm %s, cuda loss %s grad_norm %s\n", name, FNR, l[FNR], g[FNR], $4, $6; k++ }
+       END { if (k != 3 || n != 3) { print "moe_cuda_emu: " name ": expected 3 steps of each"; exit 1 }
+             if (bad) { print "moe_cuda_emu: " name ": the CUDA losses differ from the host backend'"'"'s"; exit 1 } }' \
+    "$W/$name.host" "$W/$name.cuda" || fail=1
+}
+run_case gpu1 1 gpu "$ROOT/tests/e2e/models/moe-micro" 2e-4
+# two ranks (data parallel: the experts' gradients reduced over ranks), parameters and Adam state in CPU memory
+[ "${GPU:-0}" = 1 ] || run_case cpu2 2 cpu "$ROOT/tests/e2e/models/moe-micro" 2e-4
+run_case bf16 1 gpu "$W/moe-micro-bf16" 2e-3
+[ $fail = 0 ] || exit 1
+echo "moe_cuda_emu: ok"

@@ -1,0 +1,142 @@
+#!/bin/sh
+# Mixture-of-experts models through the Hugging Face interchange: small
+# random MixtralForCausalLM (with and without the load-balancing loss),
+# Qwen3MoeForCausalLM, OlmoeForCausalLM and Qwen2MoeForCausalLM models
+# saved by transformers' save_pretrained (per-expert tensors,
+# experts.N.w1/w2/w3 or experts.N.gate_proj/up_proj/down_proj), made by
+# tests/e2e/moe_hf.py. For each:
+#   - zinfc --from-hf plans it, each expert's tensor one slice of the
+#     stacked [E, ...] parameter (zinfdump --hf);
+#   - zinfrun --init DIR runs one step: its loss equals transformers' within
+#     1e-5 relative (cross-entropy, plus router_aux_loss_coef times the
+#     load-balancing loss with output_router_logits);
+#   - its --export-hf after that step loads with from_pretrained with no
+#     missing or unexpected keys and gives zinf's step-2 loss;
+#   - zinfgen's greedy continuation equals transformers' generate (with the
+#     KV cache, the load-balancing loss or not; and a forward of the window);
+# then a round trip on 2 ranks with the experts partitioned (--steps 0
+# --export-hf: the same tensors, bit for bit); LoRA on the attention
+# exports a PEFT adapter and a merged model that give zinf's next loss
+# (LoRA on the experts is refused by name); and bad input is an error naming the key or the
+# tensor: top-k above the expert count, dense layers among the sparse ones,
+# OLMoE's clip_qkv, a checkpoint without one expert's tensor.
+#   tests/e2e/moe_hf.sh BUILD
+set -u
+B=${1:-build}
+Z=$B/bin
+. tests/e2e/lib.sh
+e2e_need_py transformers
+e2e_workdir moe-hf
+e2e_mpi
+export TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error HF_HUB_DISABLE_PROGRESS_BARS=1
+SEQ=8
+"$ZINF_PY" tests/e2e/moe_hf.py make "$W" > "$W/losses" 2> "$W/make.log" ||
+  { cat "$W/make.log"; echo "FAIL: making the models"; exit 1; }
+cases=$(cut -d' ' -f1 "$W/losses")
+for R in 1 2; do
+  cat > "$W/t$R.zl" <<ZL
+target t$R { backend = "host"; ranks = $R; budget = 1 GiB
+  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2; flops = 20 G } }
+ZL
+done
+: > "$W/batch"   # the checks in Python, run in one process after the zinf runs
+relok() { awk -v g="$1" -v w="$2" 'BEGIN { e = (g - w) / w; if (e < 0) e = -e; exit !(g != "" && w != "" && e <= 1e-5) }'; }
+
+for c in $cases; do
+  d=$W/$c
+  # the model, with a learning rate that moves the weights in one step
+  "$Z/zinfc" --from-hf "$d" --seq $SEQ --emit=zl > "$d.zl" 2> "$d.emit" || { cat "$d.emit"; bad "$c: --from-hf"; continue; }
+  [ -s "$d.emit" ] && { cat "$d.emit"; bad "$c: --from-hf warned"; }
+  sed -i 's/lr = 2e-5/lr = 1e-2/; s/warmup = 20/warmup = 0/' "$d.zl"
+  "$Z/zinfc" "$d.zl" --target "$W/t1.zl" -o "$d.plan" > "$d.zinfc" 2>&1 || { cat "$d.zinfc"; bad "$c: zinfc"; continue; }
+  "$Z/zinfdump" "$d.plan" --hf > "$d.hf" 2>&1 || bad "$c: zinfdump --hf"
+  E=$(sed -n 's/^const .* E = \([0-9]*\),.*/\1/p' "$d.zl")
+  n=$(grep -c "moe_mlp.wg \[$E,.*\]\[[0-9]*\] <- model.layers.0\..*experts\.[0-9]*\.\(w1\|gate_proj\)\.weight - 0 32$" "$d.hf")
+  [ "$n" = "$E" ] && ok "$c: layer 0's gate projections are $E stacked expert tensors" ||
+    { cat "$d.hf"; bad "$c: $n stacked pieces of wg, $E experts"; }
+  # one step from the checkpoint, then its export
+  "$Z/zinfrun" "$d.plan" --backend host --init "$d" --data "$W/tok.bin" --steps 1 --losses "$d.l1" \
+      --export-hf "$d.out" < /dev/null > "$d.run1" 2>&1 || { cat "$d.run1"; bad "$c: zinfrun --init --export-hf"; continue; }
+  "$Z/zinfrun" "$d.plan" --backend host --init "$d" --data "$W/tok.bin" --steps 2 --losses "$d.l2" \
+      < /dev/null > "$d.run2" 2>&1 || { cat "$d.run2"; bad "$c: zinfrun --steps 2"; continue; }
+  got=$(awk '$1 == "step" && $2 == 1 { print $4 }' "$d.l1")
+  want=$(awk -v c="$c" '$1 == c { print $2 }' "$W/losses")
+  relok "$got" "$want" && ok "$c: step-1 loss $got, transformers' $want" || bad "$c: step-1 loss '$got', transformers' $want"
+  z2=$(awk '$1 == "step" && $2 == 2 { print $4 }' "$d.l2")
+  echo "export $W $c $d.out $z2" >> "$W/batch"
+  # greedy generation against transformers' generate
+  "$Z/zinfgen" "$d.plan" --init "$d" --prompt-ids 5,17,40 --temperature 0 --max-new 5 > "$d.gen" 2> "$d.gen.err" ||
+    { cat "$d.gen.err"; bad "$c: zinfgen"; continue; }
+  echo "gen $W $c 5,17,40 5 $d.gen" >> "$W/batch"
+done
+for c in mixtral mixtral-noaux; do
+  grep -q "KV cache" "$W/$c.gen.err" || { cat "$W/$c.gen.err"; bad "$c: zinfgen without the KV cache"; }
+done
+# a forward of the window each token, the logits read before the load-balancing term is added
+"$Z/zinfgen" "$W/mixtral.plan" --init "$W/mixtral" --prompt-ids 5,17,40 --temperature 0 --max-new 5 --decode window \
+    > "$W/window.gen" 2> "$W/window.err" || { cat "$W/window.err"; bad "mixtral: zinfgen --decode window"; }
+[ "$(cat "$W/window.gen")" = "$(cat "$W/mixtral.gen")" ] && ok "mixtral: zinfgen --decode window as the KV cache" ||
+  bad "mixtral: --decode window '$(cat "$W/window.gen")', kv '$(cat "$W/mixtral.gen")'"
+
+# 2 ranks, the experts partitioned: import and export again, the same tensors
+c=qwen2moe d=$W/$c
+{ cat "$d.zl"; echo 'plan { whole_below = 16 }'; } > "$d-2.zl"
+if "$Z/zinfc" "$d-2.zl" --target "$W/t2.zl" -o "$d-2.plan" > "$d-2.zinfc" 2>&1; then
+  timeout 120 mpirun -np 2 --oversubscribe "$Z/zinfrun" "$d-2.plan" --backend host --init "$d" --data "$W/tok.bin" \
+      --steps 0 --export-hf "$d-2.out" < /dev/null > "$d-2.run" 2>&1 || { cat "$d-2.run"; bad "$c: 2 ranks, --steps 0 --export-hf"; }
+  echo "same $d $d-2.out" >> "$W/batch"
+else
+  cat "$d-2.zinfc"; bad "$c: zinfc for 2 ranks"
+fi
+
+# LoRA on the attention (q, v, o) of an MoE model with the load-balancing loss:
+# the PEFT adapter and the merged model give zinf's step-2 loss
+c=qwen3moe d=$W/$c
+if "$Z/zinfc" --from-hf "$d" --seq $SEQ --lora r=4,alpha=8,targets=q_proj,v_proj,o_proj --emit=zl > "$d-lora.zl" 2> "$d-lora.err"; then
+  sed -i 's/lr = 2e-5/lr = 1e-2/; s/warmup = 20/warmup = 0/' "$d-lora.zl"
+  "$Z/zinfc" "$d-lora.zl" --target "$W/t1.zl" -o "$d-lora.plan" > "$d-lora.zinfc" 2>&1 || { cat "$d-lora.zinfc"; bad "$c: zinfc --lora"; }
+  for m in adapter merged; do
+    a=; [ $m = merged ] && a=--merge-lora
+    "$Z/zinfrun" "$d-lora.plan" --backend host --init "$d" --data "$W/tok.bin" --steps 1 --export-hf "$d-$m" $a \
+      < /dev/null > "$d-$m.run" 2>&1 || { cat "$d-$m.run"; bad "$c: LoRA --export-hf $a"; }
+  done
+  "$Z/zinfrun" "$d-lora.plan" --backend host --init "$d" --data "$W/tok.bin" --steps 2 --losses "$d-lora.l2" \
+    < /dev/null > "$d-lora.run2" 2>&1 || { cat "$d-lora.run2"; bad "$c: LoRA --steps 2"; }
+  z2=$(awk '$1 == "step" && $2 == 2 { print $4 }' "$d-lora.l2")
+  echo "peft $W $c $d-adapter $d-merged $z2" >> "$W/batch"
+else
+  cat "$d-lora.err"; bad "$c: --from-hf --lora"
+fi
+if "$Z/zinfc" --from-hf "$d" --seq $SEQ --lora targets=gate_proj --emit=zl > /dev/null 2> "$W/lora-bad.err"; then
+  bad "--lora targets=gate_proj accepted for an MoE model"
+elif grep -qF "unknown target 'gate_proj' (the MoE blocks' attention linears: q_proj, k_proj, v_proj, o_proj)" "$W/lora-bad.err"; then
+  ok "--lora on the experts is refused by name"
+else cat "$W/lora-bad.err"; bad "--lora targets=gate_proj: unclear error"; fi
+
+"$ZINF_PY" tests/e2e/moe_hf.py batch "$W" "$W/batch" 2> "$W/py.log" || { tail -5 "$W/py.log"; bad "the checks in Python (above)"; }
+
+# bad input: errors naming the key or the tensor
+cfgerr() { # NAME SED MESSAGE: config.json of mixtral (or $CFG) edited by SED must fail with MESSAGE
+  src=$W/${CFG:-mixtral}
+  rm -rf "$W/bad"; mkdir "$W/bad"; sed "$2" "$src/config.json" > "$W/bad/config.json"
+  if "$Z/zinfc" --from-hf "$W/bad" --seq $SEQ --emit=zl > /dev/null 2> "$W/bad.err"; then bad "$1: accepted"
+  elif grep -qF "$3" "$W/bad.err"; then ok "$1: $3"
+  else cat "$W/bad.err"; bad "$1: the error does not say '$3'"; fi
+}
+cfgerr "top-k above the experts" 's/"num_experts_per_tok": 2/"num_experts_per_tok": 5/' \
+  "num_experts_per_tok = 5 is more than the 4 experts (num_local_experts)"
+cfgerr "router noise" 's/"router_jitter_noise": 0.0/"router_jitter_noise": 0.1/' "router_jitter_noise = 0.1 is not supported"
+CFG=qwen3moe cfgerr "dense layers" 's/"mlp_only_layers": \[\]/"mlp_only_layers": [1]/' \
+  "mlp_only_layers lists layer 1, a dense MLP: dense layers among the sparse ones are not supported"
+CFG=qwen2moe cfgerr "sparse step" 's/"decoder_sparse_step": 1/"decoder_sparse_step": 2/' \
+  "decoder_sparse_step = 2 makes layer 0 (and every layer i with i + 1 not a multiple of it) a dense MLP"
+CFG=olmoe cfgerr "clip_qkv" 's/"clip_qkv": null/"clip_qkv": 8.0/' "clip_qkv = 8.0 is not supported"
+CFG=qwen3moe cfgerr "no moe_intermediate_size" '/"moe_intermediate_size"/d' "config.json has no moe_intermediate_size"
+# a checkpoint without one expert's tensor
+miss=model.layers.1.block_sparse_moe.experts.2.w3.weight
+"$ZINF_PY" tests/e2e/moe_hf.py drop "$W/mixtral" "$miss" "$W/miss" 2>> "$W/py.log" || bad "making the checkpoint without $miss"
+if "$Z/zinfrun" "$W/mixtral.plan" --backend host --init "$W/miss" --data "$W/tok.bin" --steps 1 < /dev/null > "$W/miss.err" 2>&1; then
+  bad "a checkpoint without $miss imported"
+elif grep -qF "1 tensor the plan maps is not in the checkpoint: $miss" "$W/miss.err"; then ok "a missing expert tensor is named"
+else cat "$W/miss.err"; bad "the missing expert tensor is not named"; fi
+e2e_end
