@@ -91,7 +91,10 @@ typedef struct Cfg {
     /* yarn rope scaling (scaling 3): the ramp's ends (0: YaRN's defaults),
      * the factor q and k are multiplied by (1: none) */
     double beta_fast, beta_slow, attn_factor;
+    int64_t rotary_dim;     /* rotated columns of a head (Phi-3's partial_rotary_factor); 0: all */
     const char *quantize;   /* --quantize: "nf4", "int8", or NULL */
+    /* Phi-3: partial_rotary_factor (0: none given), read from rope_parameters or the top level */
+    const JsonValue *partial_rotary;
 } Cfg;
 
 /* The linears --lora may adapt: PEFT's module name (the target_modules
@@ -226,6 +229,19 @@ static void refuse_true(Cfg *c, const char *key, const char *what) {
     if (!v) return;
     if (v->type != JSON_BOOL) errf(c, v, "%s must be true or false, got %s", key, vtext(c, v));
     else if (v->boolean) errf(c, v, "%s = true is not supported: %s has no %s", key, c->arch->arch, what);
+}
+
+/* A boolean the architecture's transformers model reads nowhere (Phi-3's
+ * attention_bias and mlp_bias: Phi3ForCausalLM builds its linears without
+ * biases whatever they say): true is computed as transformers computes it,
+ * without, and said in a warning. */
+static void ignore_true(Cfg *c, const char *key, const char *what) {
+    const JsonValue *v = get(c, key);
+    if (!v) return;
+    if (v->type != JSON_BOOL) errf(c, v, "%s must be true or false, got %s", key, vtext(c, v));
+    else if (v->boolean)
+        warnf(c, v, "%s = true is not read by transformers' %s, which has no %s: zinf computes without them too", key,
+              c->arch->arch, what);
 }
 
 /* ---- the architecture ---- */
@@ -415,7 +431,9 @@ static void read_rope_obj(Cfg *c, const JsonValue *o, const char *name) {
         bool k = false;
         for (size_t j = 0; j < sizeof known / sizeof *known; j++) k |= !strcmp(m->key, known[j]);
         for (size_t j = 0; c->scaling == 3 && j < sizeof yarn_keys / sizeof *yarn_keys; j++) k |= !strcmp(m->key, yarn_keys[j]);
-        if (!strcmp(m->key, "partial_rotary_factor") && !(m->type == JSON_NUMBER && m->number == 1.0))
+        if (!strcmp(m->key, "partial_rotary_factor") && c->arch && c->arch->layout == LAY_PHI3)
+            c->partial_rotary = m; /* rope_parameters' wins over the top level's, as Phi3Config's setdefault */
+        else if (!strcmp(m->key, "partial_rotary_factor") && !(m->type == JSON_NUMBER && m->number == 1.0))
             errf(c, m, "%s.partial_rotary_factor = %s is not supported (rotary embeddings over the whole head)", name,
                  vtext(c, m));
         else if (!k && strcmp(m->key, "partial_rotary_factor") && m->type != JSON_NULL)
@@ -423,12 +441,32 @@ static void read_rope_obj(Cfg *c, const JsonValue *o, const char *name) {
     }
 }
 
+/* The rotated columns of a head under Phi-3's partial_rotary_factor f:
+ * int(head_dim * f), as Phi3RotaryEmbedding computes its dim; it must be
+ * even and positive (the pairs of rotate-half). 0: the whole head. */
+static int64_t rotary_dim(Cfg *c) {
+    const JsonValue *v = c->partial_rotary;
+    if (!v || v->type == JSON_NULL) return 0;
+    if (v->type != JSON_NUMBER || !(v->number > 0 && v->number <= 1)) {
+        errf(c, v, "partial_rotary_factor must be a number in (0, 1], got %s", vtext(c, v));
+        return 0;
+    }
+    int64_t rd = (int64_t)((double)c->hd * v->number);
+    if (rd == c->hd) return 0;
+    if (rd < 2 || rd % 2)
+        errf(c, v, "partial_rotary_factor = %s turns %" PRId64 " of the %" PRId64 " columns of a head: rotary embeddings "
+             "need an even number of them, at least 2", vtext(c, v), rd, c->hd);
+    return rd;
+}
+
 static void read_rope(Cfg *c) {
     c->theta = 10000.0;
     get_num(c, "rope_theta", &c->theta);
+    if (c->arch->layout == LAY_PHI3) c->partial_rotary = get(c, "partial_rotary_factor");
     const JsonValue *rs = get(c, "rope_scaling"), *rp = get(c, "rope_parameters");
     if (rs) read_rope_obj(c, rs, "rope_scaling");
     if (rp) read_rope_obj(c, rp, "rope_parameters");
+    if (c->arch->layout == LAY_PHI3) c->rotary_dim = rotary_dim(c);
 }
 
 /* Sliding-window attention, per layer, as transformers applies it: Qwen2
@@ -508,10 +546,15 @@ static void read_llama(Cfg *c) {
     get_num(c, "rms_norm_eps", &c->eps);
     c->tied = false;
     get_bool(c, "tie_word_embeddings", &c->tied);
-    if (c->arch->attention_bias == AB_QKVO) get_bool(c, "attention_bias", &c->attn_bias);
-    else if (c->arch->attention_bias == AB_REFUSED) refuse_true(c, "attention_bias", "biases on q, k, v and o");
-    if (c->arch->mlp_bias) get_bool(c, "mlp_bias", &c->mlp_bias);
-    else refuse_true(c, "mlp_bias", "biases in the MLP");
+    if (c->arch->layout == LAY_PHI3) {
+        ignore_true(c, "attention_bias", "biases on qkv_proj and o_proj");
+        ignore_true(c, "mlp_bias", "biases on gate_up_proj and down_proj");
+    } else {
+        if (c->arch->attention_bias == AB_QKVO) get_bool(c, "attention_bias", &c->attn_bias);
+        else if (c->arch->attention_bias == AB_REFUSED) refuse_true(c, "attention_bias", "biases on q, k, v and o");
+        if (c->arch->mlp_bias) get_bool(c, "mlp_bias", &c->mlp_bias);
+        else refuse_true(c, "mlp_bias", "biases in the MLP");
+    }
     /* Phi-3: the context longrope scaling starts from; read by no other rope type */
     if (c->arch->layout == LAY_PHI3) get(c, "original_max_position_embeddings");
     get(c, "pretraining_tp"); /* tensor-parallel slicing of the same products: numerics only */
@@ -948,6 +991,7 @@ static void put_llama(Cfg *c, Out *o, const char *name) {
         if (c->attn_factor != 1)
             put(o, ",\n                    rope_attention_scale = true, rope_attention_factor = %s", flt(c, c->attn_factor));
     }
+    if (c->rotary_dim) put(o, ",\n                    rotary_dim = %" PRId64, c->rotary_dim);
     if (wexpr) put(o, ",\n                    window = %s", wexpr);
     else if (all_slide) put(o, ",\n                    window = %" PRId64, c->window);
     put(o, ")\n  }\n");

@@ -250,6 +250,10 @@ static bool rule_rope(const PrimCall *c, const PrimInfo *p, PrimShape *out, int 
     if ((n / h) % 2 != 0)
         return fail(e, 1, "rope: the head dimension %" PRId64 " / %" PRId64 " = %" PRId64 " must be even", n, h, n / h);
     if (!(c->fattr[FA_ROPE_THETA] > 0)) return fail(e, 0, "rope: theta must be positive, got %g", c->fattr[FA_ROPE_THETA]);
+    int64_t rd = c->iattr[IA_ROPE_ROTARY_DIM];
+    if (rd < 0 || rd > n / h || rd % 2)
+        return fail(e, 0, "rope: rotary_dim = %" PRId64 " must be even and between 0 (the whole head) and the head dimension %" PRId64,
+                    rd, n / h);
     if (!rope_scaling_ok(c, e)) return false;
     copy_shape(out, &c->in[0], c->act_dtype);
     return true;
@@ -591,7 +595,7 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     "silu(x) -> same shape", \
     .grad_inputs = 0x1
 #define ROW_ROPE \
-    {"x"}, 9, \
+    {"x"}, 10, \
     {{"heads", PA_INT, IA_ROPE_HEADS, true, true, 0, NULL}, \
      {"theta", PA_FLOAT, FA_ROPE_THETA, false, true, 10000.0, NULL}, \
      {"scaling", PA_WORD, IA_ROPE_SCALING, false, false, ROPE_NONE, rope_scalings}, \
@@ -600,10 +604,11 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
      {"high_freq_factor", PA_FLOAT, FA_ROPE_HIGH_FREQ_FACTOR, false, false, 4.0, NULL}, \
      {"original_max_positions", PA_INT, IA_ROPE_ORIGINAL_MAX_POSITIONS, false, false, 8192, NULL}, \
      {"beta_fast", PA_FLOAT, FA_ROPE_BETA_FAST, false, false, 0, NULL}, \
-     {"beta_slow", PA_FLOAT, FA_ROPE_BETA_SLOW, false, false, 0, NULL}}, \
+     {"beta_slow", PA_FLOAT, FA_ROPE_BETA_SLOW, false, false, 0, NULL}, \
+     {"rotary_dim", PA_INT, IA_ROPE_ROTARY_DIM, false, false, 0, NULL}}, \
     "rope(x[B, T, H*hd]; heads, theta = 10000, scaling = \"none\" | \"linear\" | \"llama3\" | \"yarn\", factor = 1, " \
     "low_freq_factor = 1, high_freq_factor = 4, original_max_positions = 8192, beta_fast = 0 (32), " \
-    "beta_slow = 0 (1)) -> [B, T, H*hd]", \
+    "beta_slow = 0 (1), rotary_dim = 0 (hd)) -> [B, T, H*hd]", \
     .grad_inputs = 0x1
 #define ROW_ATTENTION \
     {"q", "k", "v"}, 5, \

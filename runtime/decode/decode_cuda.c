@@ -135,6 +135,9 @@ static int check_rope(const KvDecoder *d, int o, char *why, size_t n) {
     if (H < 1 || C % H || (C / H) % 2) return REFUSE(why, n, "op %d: rope of %" PRId64 " over %" PRId64 " heads", o, C, H);
     if (op->iattr[IA_ROPE_SCALING] > ROPE_LLAMA3)
         return REFUSE(why, n, "op %d: rope with yarn scaling (the CUDA step has none, linear and llama3)", o);
+    if (op->iattr[IA_ROPE_ROTARY_DIM] != 0 && op->iattr[IA_ROPE_ROTARY_DIM] != C / H)
+        return REFUSE(why, n, "op %d: rope with rotary_dim = %" PRId64 " (partial rotary; the CUDA step turns whole heads)", o,
+                      op->iattr[IA_ROPE_ROTARY_DIM]);
     return check_per_position(d, o, why, n);
 }
 

@@ -126,6 +126,8 @@ typedef struct HkRope {
     double factor, low_freq_factor, high_freq_factor;
     double original_max;       /* llama3, yarn: the context length the model was trained at */
     double beta_fast, beta_slow; /* yarn: the ramp's ends in rotations per original_max (0: 32 and 1) */
+    int64_t rotary_dim;        /* the first rotary_dim of each head turn (rotate-half over them, the
+                                  frequencies of a head of rotary_dim); the rest pass through. 0: hd */
 } HkRope;
 /* From an op's attributes (PlanOp conventions; fattr[FA_ROPE_THETA] == 0: theta 10000). */
 HkRope hk_rope_attrs(const int64_t *iattr, const double *fattr);

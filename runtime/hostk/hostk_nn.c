@@ -303,11 +303,12 @@ int hk_softcap_bwd(const HkTensor *x, const HkTensor *dy, HkTensor *dx, double c
 /* ---- rope ---- */
 
 HkRope hk_rope_attrs(const int64_t *iattr, const double *fattr) {
-    HkRope r = {0, 10000.0, ROPE_NONE, 1.0, 1.0, 4.0, 8192.0, 0, 0};
+    HkRope r = {0, 10000.0, ROPE_NONE, 1.0, 1.0, 4.0, 8192.0, 0, 0, 0};
     if (iattr) {
         r.heads = iattr[IA_ROPE_HEADS];
         r.scaling = (int)iattr[IA_ROPE_SCALING];
         if (iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] > 0) r.original_max = (double)iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS];
+        r.rotary_dim = iattr[IA_ROPE_ROTARY_DIM];
     }
     if (fattr) {
         if (fattr[FA_ROPE_THETA] != 0) r.theta = fattr[FA_ROPE_THETA];
@@ -361,6 +362,7 @@ static int rope_check(const HkTensor *x, const HkTensor *y, const HkRope *r) {
     if (x->rank != 3 || !same_shape(x, y)) return HK_ERR_SHAPE;
     int64_t heads = r->heads;
     if (heads <= 0 || !(r->theta > 0) || x->dims[2] % heads || (x->dims[2] / heads) % 2) return HK_ERR_ATTR;
+    if (r->rotary_dim < 0 || r->rotary_dim % 2 || r->rotary_dim > x->dims[2] / heads) return HK_ERR_ATTR;
     if (r->scaling < ROPE_NONE || r->scaling > ROPE_YARN) return HK_ERR_ATTR;
     if (r->scaling == ROPE_YARN && !(r->original_max > 0 && r->theta > 1 && r->beta_fast >= 0 && r->beta_slow >= 0))
         return HK_ERR_ATTR;
@@ -390,11 +392,18 @@ static void rope_unit(void *ctx, int64_t bt) {
     const HkRope *r = jb->r;
     int sign = jb->sign;
     bool acc = jb->acc;
-    int64_t T = x->dims[1], C = x->dims[2], heads = r->heads, hd = C / heads, half = hd / 2;
+    int64_t T = x->dims[1], C = x->dims[2], heads = r->heads, hd = C / heads;
+    int64_t rd = r->rotary_dim ? r->rotary_dim : hd, half = rd / 2;
     {
         int64_t t = bt % T + jb->pos0 - (jb->seg ? jb->seg[bt] : 0);
+        /* partial rotary: the columns past rd of each head are x itself (its transpose too) */
+        for (int64_t h = 0; h < heads; h++)
+            for (int64_t i = bt * C + h * hd + rd; i < bt * C + (h + 1) * hd; i++) {
+                if (acc) ACC(y, i, LD(x, i));
+                else ST(y, i, LD(x, i));
+            }
         for (int64_t j = 0; j < half; j++) {
-            double a = (double)t * hk_rope_freq(r, j, hd);
+            double a = (double)t * hk_rope_freq(r, j, rd);
             float c = (float)cos(a), s = (float)(sign * sin(a));
             for (int64_t h = 0; h < heads; h++) {
                 int64_t i0 = bt * C + h * hd + j, i1 = i0 + half;
