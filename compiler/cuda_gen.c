@@ -54,6 +54,16 @@ static bool rope_host_only(GenCtx *c) {
                    "whole heads (the host backend computes it)", rd, hd);
         return true;
     }
+    if (o->iattr[IA_ROPE_SCALING] == ROPE_LONGROPE) {
+        cg_fail(c, "rope with scaling = \"longrope\": the CUDA kernels have none, linear and llama3 (the host backend "
+                   "computes longrope)");
+        return true;
+    }
+    double af = o->fattr[FA_ROPE_ATTENTION_FACTOR];
+    if (af != 0 && af != 1) {
+        cg_fail(c, "rope with attention_factor = %g: the CUDA kernels do not scale cos and sin (the host backend does)", af);
+        return true;
+    }
     return false;
 }
 

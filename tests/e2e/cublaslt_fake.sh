@@ -73,14 +73,25 @@ def unpack(sid, d):
             out[4 + i * rec + off: 4 + i * rec + off + fw] = prev.to_bytes(fw, "little")
         col += n * fw; off += fw
     return bytes(out)
+def ops_v6(d):  # version 7 added two float attributes and the list attributes to each op
+    n = struct.unpack_from("<I", d, 0)[0]; out = bytearray(d[:4]); p = 4
+    for _ in range(n):
+        nin, nout = d[p + 2], d[p + 3]; head = 4 + 4 * (nin + nout) + 8 * 6 + 8 * 6
+        out += d[p:p + head]; p += head + 16
+        slen = struct.unpack_from("<Q", d, p + 12)[0]; tail = 12 + 8 + slen
+        out += d[p:p + tail]; p += tail
+        p += 4 + 8 * struct.unpack_from("<I", d, p)[0]
+    assert p == len(d)
+    return bytes(out)
 ver, nsec = struct.unpack_from("<II", b, 8)
-assert (ver, nsec) == (6, 18), (ver, nsec)
+assert (ver, nsec) == (7, 18), (ver, nsec)
 pos, body = 24, b""
 for s in range(17):
     sid, form, plen = struct.unpack_from("<IIQ", b, pos)
     d = b[pos + 24: pos + 24 + plen]
     if form == 1: d = unpack(sid, d)
     if sid == 0: d = d[:-8]  # version 6 added the speculative optimizer's two ranges to meta
+    if sid == 4: d = ops_v6(d)
     body += struct.pack("<IIQQ", sid, 0, len(d), fnv(d)) + d
     pos += 24 + plen
 hdr = bytearray(b[:24]); struct.pack_into("<II", hdr, 8, 3, 17); struct.pack_into("<Q", hdr, 16, fnv(hdr[:16]))

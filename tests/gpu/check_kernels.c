@@ -425,7 +425,7 @@ static void ref_op(Case *c, int op, void **ws) {
     int f = o->kind == OP_BWD ? o->fwd : op;
     void *w = ws[f];
     double eps = o->fattr[0] > 0 ? o->fattr[0] : 1e-5;
-    HkRope rope = hk_rope_attrs(o->iattr, o->fattr);
+    HkRope rope = hk_rope_attrs(o->iattr, o->fattr, o->table, o->ntable);
     /* rmsnorm per head: the kernels on [rows*H, hd] views */
     int64_t nh = o->prim == PRIM_RMSNORM ? o->iattr[0] : 1;
     HkTensor x0 = hk_heads_view(&in[0], nh), y0 = hk_heads_view(&out[0], nh);

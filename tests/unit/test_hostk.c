@@ -49,7 +49,7 @@ typedef struct Case {
     int orank[MAXT];
     int64_t odims[MAXT][6];
     int64_t iattr[6];
-    double fattr[6];
+    double fattr[PLAN_MAX_FATTR];
     unsigned diff;      /* differentiable inputs */
     DType idt[3];       /* an input's own dtype (DT_NONE: the run's); its gradient has it too */
 } Case;
@@ -580,7 +580,7 @@ START_TEST(test_errors) {
     /* rope: hd odd; heads not dividing */
     int64_t d113[3] = {1, 1, 6};
     HkTensor R = hk_tensor(a, DT_F32, 3, d113), RY = hk_tensor(y, DT_F32, 3, d113);
-    HkRope ro = {2, 10000, ROPE_NONE, 1, 1, 4, 8192, 0, 0, 0};
+    HkRope ro = {2, 10000, ROPE_NONE, 1, 1, 4, 8192, 0, 0, 0, 0, NULL, NULL};
     ck_assert_int_eq(hk_rope_fwd(&R, &RY, &ro), HK_ERR_ATTR); /* hd 3 */
     ro.heads = 4;
     ck_assert_int_eq(hk_rope_fwd(&R, &RY, &ro), HK_ERR_ATTR);
@@ -1066,7 +1066,7 @@ START_TEST(test_packed_rows) {
     ck_assert_int_eq(hk_attention_fwd(&q, &k, &v, &y1, H, KV, ws1), HK_OK);
     ck_assert_msg(memcmp(y.data, y1.data, nq), "packed attention is the whole rows' attention");
     /* rope: positions from each sample's start */
-    HkRope rope = {H, 10000.0, ROPE_NONE, 1, 1, 4, 8192, 0, 0, 0};
+    HkRope rope = {H, 10000.0, ROPE_NONE, 1, 1, 4, 8192, 0, 0, 0, 0, NULL, NULL};
     ck_assert_int_eq(hk_rope_fwd_packed(&q, &y, &rope, seg), HK_OK);
     for (int b = 0; b < B; b++)
         for (int j = 0; j < 4 && starts[b][j] >= 0; j++) {
@@ -1102,10 +1102,10 @@ START_TEST(test_rope_yarn) {
         {1, 0.562341332, 0.260887921, 0.115588166, 0.0474999994, 0.0168702379, 0.00395284733, 0.00222284929,
          0.00124999997, 0.000702926656, 0.000395284733, 0.000222284929, 0.000125000006, 7.02926627e-05, 3.95284733e-05,
          2.22284925e-05}};
-    const HkRope r[2] = {{2, 10000, ROPE_YARN, 4, 1, 4, 64, 0, 0, 0}, {2, 10000, ROPE_YARN, 8, 1, 4, 256, 16, 2, 0}};
+    const HkRope r[2] = {{2, 10000, ROPE_YARN, 4, 1, 4, 64, 0, 0, 0, 0, NULL, NULL}, {2, 10000, ROPE_YARN, 8, 1, 4, 256, 16, 2, 0, 0, NULL, NULL}};
     for (int k = 0; k < 2; k++)
         for (int j = 0; j < 16; j++) {
-            double got = hk_rope_freq(&r[k], j, 32);
+            double got = hk_rope_freq(&r[k], j, 32, 0);
             ck_assert_msg(fabs(got - want[k][j]) <= 1e-6 * want[k][j], "yarn %d pair %d: %.9g, transformers %.9g", k, j, got,
                           want[k][j]);
         }

@@ -330,15 +330,15 @@ START_TEST(version_and_helpers) {
     Plan *q = plan_decode(a, n, "e.plan", err, sizeof err);
     ck_assert_msg(q == NULL, "an empty plan has no ranks");
     ck_assert_str_eq(err, "e.plan: rank count 0 (file corrupt?)");
-    a[8] = 7;
+    a[8] = 8;
     wr64(a + 16, plan_fnv1a64(a, 16));
     ck_assert_ptr_null(plan_decode(a, n, "e.plan", err, sizeof err));
-    ck_assert_str_eq(err, "e.plan: plan format version 7, this build reads versions 3 to 6 (recompile the model)");
+    ck_assert_str_eq(err, "e.plan: plan format version 8, this build reads versions 3 to 7 (recompile the model)");
     /* a plan from before the launch sections */
     a[8] = 1;
     wr64(a + 16, plan_fnv1a64(a, 16));
     ck_assert_ptr_null(plan_decode(a, n, "old.plan", err, sizeof err));
-    ck_assert_str_eq(err, "old.plan: plan format version 1, this build reads versions 3 to 6 (recompile the model)");
+    ck_assert_str_eq(err, "old.plan: plan format version 1, this build reads versions 3 to 7 (recompile the model)");
     free(a);
     plan_free(p);
     char b[32];
@@ -693,11 +693,43 @@ static size_t drop_redo_ranges(uint8_t *a, size_t len) {
     return len - 8;
 }
 
+/* A version-7 ops section holds eight float attributes per op and its list
+ * attributes (a count, then the numbers), the older formats six and none:
+ * each op rewritten so, the file after moved down. Returns the file's new
+ * length. */
+static size_t drop_op_tables(uint8_t *a, size_t len) {
+    size_t ops = section_at(a, S_OPS);
+    ck_assert_int_eq(a[ops + 4], 0);
+    uint64_t plen = rd64(a + ops + 8);
+    uint8_t *p = a + ops + 24, *w = p + 4;
+    const uint8_t *r = p + 4;
+    uint32_t nops = (uint32_t)rd64(p) & 0xffffffffu;
+    for (uint32_t i = 0; i < nops; i++) {
+        size_t head = 4 + 4 * (size_t)(r[2] + r[3]) + 8 * 6 + 8 * 6; /* through fattr[5] */
+        memmove(w, r, head);
+        w += head;
+        r += head + 16; /* fattr[6], fattr[7] */
+        size_t tail = 12 + 8 + (size_t)rd64(r + 12); /* segment, fwd, nfin, the scope */
+        memmove(w, r, tail);
+        w += tail;
+        r += tail;
+        uint32_t nt = (uint32_t)rd64(r) & 0xffffffffu;
+        r += 4 + 8 * (size_t)nt;
+    }
+    size_t end = ops + 24 + (size_t)plen, cut = (size_t)(r - w);
+    ck_assert_uint_eq((size_t)(r - a), end);
+    memmove(w, r, len - end);
+    wr64(a + ops + 8, plen - cut);
+    wr64(a + ops + 16, plan_fnv1a64(p, (size_t)(plen - cut)));
+    return len - cut;
+}
+
 /* The same bytes as the version-3 file of p's plan: without the gemms
  * section (the last), the header saying version 3 and 17 sections. Only
  * for plans whose sections are all raw (small: none packed, which version
  * 5 added). */
 static size_t to_v3(uint8_t *a, size_t len) {
+    len = drop_op_tables(a, len);
     drop_redo_ranges(a, len);
     size_t end = section_at(a, S_GEMMS);
     for (size_t pos = 24; pos < end; pos += 24 + (size_t)rd64(a + pos + 8)) ck_assert_int_eq(a[pos + 4], 0);
