@@ -64,7 +64,7 @@ typedef struct Cfg {
     int64_t V, D, L, H, KV, F, hd, ctx, T, seq;
     double eps, theta;
     bool tied;
-    int scaling;            /* 0 none, 1 linear, 2 llama3, 3 yarn (RopeScaling) */
+    int scaling;            /* 0 none, 1 linear, 2 llama3, 3 yarn, 4 longrope (RopeScaling) */
     double factor, low, high;
     int64_t orig;
     bool attn_bias, mlp_bias; /* attention_bias, mlp_bias read true (AB_QKVO, ArchInfo.mlp_bias) */
@@ -95,6 +95,11 @@ typedef struct Cfg {
     const char *quantize;   /* --quantize: "nf4", "int8", or NULL */
     /* Phi-3: partial_rotary_factor (0: none given), read from rope_parameters or the top level */
     const JsonValue *partial_rotary;
+    /* longrope (scaling 4): the per-pair tables as config.json gives them, the attention factor
+     * (0: transformers' default from factor and the original context), factor (0: max / original) */
+    const JsonValue *short_factor, *long_factor;
+    double lr_attn, lr_factor;
+    bool top_orig;          /* Phi-3: original_max_position_embeddings at the top level (it wins) */
 } Cfg;
 
 /* The linears --lora may adapt: PEFT's module name (the target_modules
@@ -388,6 +393,35 @@ static void read_yarn(Cfg *c, const JsonValue *o, const char *name) {
     else c->attn_factor = yarn_mscale(c->factor, 1);
 }
 
+/* longrope (Phi-3's su; Phi3Config reads yarn as it too), as transformers'
+ * _compute_longrope_parameters: short_factor and long_factor (checked
+ * against the rotated pairs once the head is known), the original context
+ * (Phi-3's top-level original_max_position_embeddings wins, as the config's
+ * standardisation does; else the object's, else max_position_embeddings),
+ * factor (absent: max_position_embeddings / original) and attention_factor
+ * (absent: sqrt(1 + ln factor / ln original), 1 for factor <= 1). */
+static void read_longrope(Cfg *c, const JsonValue *o, const char *name) {
+    c->scaling = 4;
+    const JsonValue *om = sub(o, "original_max_position_embeddings");
+    if (om && (!is_int(om) || om->integer < 1))
+        errf(c, om, "%s.original_max_position_embeddings must be a positive integer, got %s", name, vtext(c, om));
+    else if (om && !c->top_orig) c->orig = om->integer;
+    if (!c->orig) c->orig = c->ctx;
+    c->lr_factor = sub(o, "factor") ? sub_num(c, o, name, "factor", 1, true) : 0;
+    c->lr_attn = sub(o, "attention_factor") ? sub_num(c, o, name, "attention_factor", 1, true) : 0;
+    static const char *const tabs[] = {"short_factor", "long_factor"};
+    for (int i = 0; i < 2; i++) {
+        const JsonValue *t = sub(o, tabs[i]);
+        if (!t) errf(c, o, "%s has no %s (longrope's per-pair factors)", name, tabs[i]);
+        else if (t->type != JSON_ARRAY) errf(c, t, "%s.%s must be a list of numbers, got %s", name, tabs[i], vtext(c, t));
+        for (size_t j = 0; t && t->type == JSON_ARRAY && j < t->count; j++)
+            if (t->items[j].type != JSON_NUMBER || !(t->items[j].number > 0) || !isfinite(t->items[j].number))
+                errf(c, &t->items[j], "%s.%s[%zu] must be a positive number, got %s", name, tabs[i], j, vtext(c, &t->items[j]));
+        if (i == 0) c->short_factor = t;
+        else c->long_factor = t;
+    }
+}
+
 /* rope_scaling (transformers 4) or rope_parameters (transformers 5): the
  * type, its parameters, and (rope_parameters) the base. */
 static void read_rope_obj(Cfg *c, const JsonValue *o, const char *name) {
@@ -395,6 +429,7 @@ static void read_rope_obj(Cfg *c, const JsonValue *o, const char *name) {
                                         "original_max_position_embeddings"};
     static const char *const yarn_keys[] = {"beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim",
                                             "truncate"};
+    static const char *const longrope_keys[] = {"short_factor", "long_factor", "attention_factor"};
     if (o->type != JSON_OBJECT) {
         errf(c, o, "%s must be an object, got %s", name, vtext(c, o));
         return;
@@ -420,10 +455,13 @@ static void read_rope_obj(Cfg *c, const JsonValue *o, const char *name) {
             errf(c, om, "%s.original_max_position_embeddings must be a positive integer, got %s", name, vtext(c, om));
         else c->orig = om->integer;
         if (!(c->high > c->low)) errf(c, o, "%s: high_freq_factor must be greater than low_freq_factor", name);
+    } else if (!strcmp(kind, "longrope") || (c->arch->layout == LAY_PHI3 && (!strcmp(kind, "su") || !strcmp(kind, "yarn")))) {
+        read_longrope(c, o, name); /* Phi3Config reads su and yarn as longrope */
     } else if (!strcmp(kind, "yarn")) {
         read_yarn(c, o, name);
     } else {
-        errf(c, t, "%s.rope_type = %s is not supported (zinf has default, linear, llama3 and yarn)", name, vtext(c, t));
+        errf(c, t, "%s.rope_type = %s is not supported (zinf has default, linear, llama3, yarn and longrope)", name,
+             vtext(c, t));
         return;
     }
     for (size_t i = 0; i < o->count; i++) {
@@ -431,6 +469,8 @@ static void read_rope_obj(Cfg *c, const JsonValue *o, const char *name) {
         bool k = false;
         for (size_t j = 0; j < sizeof known / sizeof *known; j++) k |= !strcmp(m->key, known[j]);
         for (size_t j = 0; c->scaling == 3 && j < sizeof yarn_keys / sizeof *yarn_keys; j++) k |= !strcmp(m->key, yarn_keys[j]);
+        for (size_t j = 0; c->scaling == 4 && j < sizeof longrope_keys / sizeof *longrope_keys; j++)
+            k |= !strcmp(m->key, longrope_keys[j]);
         if (!strcmp(m->key, "partial_rotary_factor") && c->arch && c->arch->layout == LAY_PHI3)
             c->partial_rotary = m; /* rope_parameters' wins over the top level's, as Phi3Config's setdefault */
         else if (!strcmp(m->key, "partial_rotary_factor") && !(m->type == JSON_NUMBER && m->number == 1.0))
@@ -467,6 +507,15 @@ static void read_rope(Cfg *c) {
     if (rs) read_rope_obj(c, rs, "rope_scaling");
     if (rp) read_rope_obj(c, rp, "rope_parameters");
     if (c->arch->layout == LAY_PHI3) c->rotary_dim = rotary_dim(c);
+    if (c->scaling != 4) return;
+    int64_t pairs = (c->rotary_dim ? c->rotary_dim : c->hd) / 2;
+    const JsonValue *tabs[] = {c->short_factor, c->long_factor};
+    for (int i = 0; i < 2; i++)
+        if (tabs[i] && tabs[i]->type == JSON_ARRAY && (int64_t)tabs[i]->count != pairs)
+            errf(c, tabs[i], "%s has %zu numbers: longrope needs one per pair of rotated columns, %" PRId64, i ? "long_factor" :
+                 "short_factor", tabs[i]->count, pairs);
+    double factor = c->lr_factor > 0 ? c->lr_factor : (double)c->ctx / (double)c->orig;
+    if (!(c->lr_attn > 0)) c->lr_attn = factor <= 1 ? 1.0 : sqrt(1.0 + log(factor) / log((double)c->orig));
 }
 
 /* Sliding-window attention, per layer, as transformers applies it: Qwen2
@@ -556,7 +605,10 @@ static void read_llama(Cfg *c) {
         else refuse_true(c, "mlp_bias", "biases in the MLP");
     }
     /* Phi-3: the context longrope scaling starts from; read by no other rope type */
-    if (c->arch->layout == LAY_PHI3) get(c, "original_max_position_embeddings");
+    const JsonValue *om = c->arch->layout == LAY_PHI3 ? get(c, "original_max_position_embeddings") : NULL;
+    if (om && (!is_int(om) || om->integer < 1))
+        errf(c, om, "original_max_position_embeddings must be a positive integer, got %s", vtext(c, om));
+    else if (om) c->orig = om->integer, c->top_orig = true;
     get(c, "pretraining_tp"); /* tensor-parallel slicing of the same products: numerics only */
     read_rope(c);
 }
@@ -948,6 +1000,15 @@ static void put_llama(Cfg *c, Out *o, const char *name) {
     put(o, "const V = %" PRId64 ", T = %" PRId64 ", D = %" PRId64 ", H = %" PRId64 ", KV = %" PRId64 ", F = %" PRId64
            ", L = %" PRId64, c->V, c->T, c->D, c->H, c->KV, c->F, c->L);
     if (own_hd) put(o, ", HD = %" PRId64, c->hd);
+    if (c->scaling == 4) { /* longrope's tables, eight numbers a line */
+        const JsonValue *tabs[] = {c->short_factor, c->long_factor};
+        for (int i = 0; i < 2; i++) {
+            put(o, ",\n      %s = [", i ? "LONG_FACTOR" : "SHORT_FACTOR");
+            for (size_t j = 0; j < tabs[i]->count; j++)
+                put(o, "%s%s", j ? (j % 8 ? ", " : ",\n        ") : "", flt(c, tabs[i]->items[j].number));
+            put(o, "]");
+        }
+    }
     put(o, "\n\nmodel %s(tokens: i32[B, T], targets: i32[B, T]) {\n", name);
     put(o, "  tok = param [V, D] init normal(0.02)\n");
     put(o, "  x = embedding(tok, tokens)\n");
@@ -990,6 +1051,11 @@ static void put_llama(Cfg *c, Out *o, const char *name) {
         if (c->beta_slow > 0) put(o, ", beta_slow = %s", flt(c, c->beta_slow));
         if (c->attn_factor != 1)
             put(o, ",\n                    rope_attention_scale = true, rope_attention_factor = %s", flt(c, c->attn_factor));
+    }
+    if (c->scaling == 4) {
+        put(o, ",\n                    rope_scaling = \"longrope\", original_max_positions = %" PRId64
+               ", attention_factor = %s,\n                    short_factor = SHORT_FACTOR, long_factor = LONG_FACTOR",
+            c->orig, flt(c, c->lr_attn));
     }
     if (c->rotary_dim) put(o, ",\n                    rotary_dim = %" PRId64, c->rotary_dim);
     if (wexpr) put(o, ",\n                    window = %s", wexpr);

@@ -93,7 +93,7 @@ static int host_rope_row(KvDecoder *d, int o, char *err, size_t n) {
     if (d->kind[op->out[0]] != DK_BT) return host_rows(d, o, err, n);
     HkTensor x = view(d, op->in[0]), y = view(d, op->out[0]);
     HkRope r = hk_rope_attrs(op->iattr, op->fattr, op->table, op->ntable);
-    int rc = hk_rope_fwd_at(&x, &y, &r, d->pos);
+    int rc = hk_rope_fwd_seq(&x, &y, &r, d->pos, d->rope_seq > d->pos + 1 ? d->rope_seq : d->pos + 1);
     return rc ? errorf(err, n, "op %d (%s) at position %" PRId64 ": %s", o, kvdec_prim_str(op->prim), d->pos, hk_strerror(rc)) : 0;
 }
 

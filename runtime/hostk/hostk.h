@@ -143,6 +143,9 @@ int hk_rope_fwd(const HkTensor *x, HkTensor *y, const HkRope *r);
 /* The same with x's position t at pos0 + t (a KV-cache decode step, whose
  * one row is position pos0 of the text). */
 int hk_rope_fwd_at(const HkTensor *x, HkTensor *y, const HkRope *r, int64_t pos0);
+/* The same with longrope's table chosen by a text of seq positions (at least pos0 + T): a decode
+ * step that turns its cache again by the long factors. */
+int hk_rope_fwd_seq(const HkTensor *x, HkTensor *y, const HkRope *r, int64_t pos0, int64_t seq);
 int hk_rope_bwd(const HkTensor *dy, HkTensor *dx, const HkRope *r);
 /* Packed rows: position t of row b at t - seg[b*T + t], its sample's own
  * position (seg as for hk_attention_fwd_packed). */

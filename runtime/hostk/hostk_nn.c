@@ -436,8 +436,9 @@ static void rope_unit(void *ctx, int64_t bt) {
 }
 
 static void rope_apply(const HkTensor *x, HkTensor *y, const HkRope *r, int sign, bool acc, int64_t pos0,
-                       const int32_t *seg) {
+                       const int32_t *seg, int64_t seq_at_least) {
     int64_t rows = x->dims[0] * x->dims[1], seq = pos0 + x->dims[1];
+    if (seq_at_least > seq) seq = seq_at_least;
     if (seg) { /* packed: the longest sample's last position, as position_ids' maximum */
         seq = 0;
         for (int64_t i = 0; i < rows; i++)
@@ -450,10 +451,14 @@ static void rope_apply(const HkTensor *x, HkTensor *y, const HkRope *r, int sign
 int hk_rope_fwd(const HkTensor *x, HkTensor *y, const HkRope *r) { return hk_rope_fwd_at(x, y, r, 0); }
 
 int hk_rope_fwd_at(const HkTensor *x, HkTensor *y, const HkRope *r, int64_t pos0) {
+    return hk_rope_fwd_seq(x, y, r, pos0, 0);
+}
+
+int hk_rope_fwd_seq(const HkTensor *x, HkTensor *y, const HkRope *r, int64_t pos0, int64_t seq) {
     int rc = rope_check(x, y, r);
     if (rc) return rc;
     if (pos0 < 0) return HK_ERR_ATTR;
-    rope_apply(x, y, r, 1, false, pos0, NULL);
+    rope_apply(x, y, r, 1, false, pos0, NULL, seq);
     return HK_OK;
 }
 
@@ -461,7 +466,7 @@ int hk_rope_bwd(const HkTensor *dy, HkTensor *dx, const HkRope *r) {
     if (!hk_present(dx)) return HK_OK;
     int rc = rope_check(dy, dx, r);
     if (rc) return rc;
-    rope_apply(dy, dx, r, -1, true, 0, NULL);
+    rope_apply(dy, dx, r, -1, true, 0, NULL, 0);
     return HK_OK;
 }
 
@@ -477,7 +482,7 @@ int hk_rope_fwd_packed(const HkTensor *x, HkTensor *y, const HkRope *r, const in
     int rc = rope_check(x, y, r);
     if (rc) return rc;
     if (!seg_ok(x, seg)) return HK_ERR_ARG;
-    rope_apply(x, y, r, 1, false, 0, seg);
+    rope_apply(x, y, r, 1, false, 0, seg, 0);
     return HK_OK;
 }
 
@@ -486,7 +491,7 @@ int hk_rope_bwd_packed(const HkTensor *dy, HkTensor *dx, const HkRope *r, const 
     int rc = rope_check(dy, dx, r);
     if (rc) return rc;
     if (!seg_ok(dy, seg)) return HK_ERR_ARG;
-    rope_apply(dy, dx, r, -1, true, 0, seg);
+    rope_apply(dy, dx, r, -1, true, 0, seg, 0);
     return HK_OK;
 }
 

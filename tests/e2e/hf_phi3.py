@@ -32,6 +32,16 @@ CASES = {
     # half of each head, with a window of 6 shorter than the sequence
     "phi3-partial-w6": (dict(SMALL, vocab_size=59, num_hidden_layers=2, partial_rotary_factor=0.5,
                              sliding_window=6), 20, "partial"),
+    # Phi-4-mini's longrope beside its partial rotary: 6 pairs turned, an original context of 16 in 64
+    # (attention factor sqrt(1 + ln 4 / ln 16)); T = 12 within it: the short factors
+    "phi3-longrope": (dict(SMALL, vocab_size=67, num_hidden_layers=2, original_max_position_embeddings=16,
+                           rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.75,
+                                                short_factor=[1.0, 1.25, 1.5, 2.0, 2.5, 3.0],
+                                                long_factor=[1.5, 2.0, 4.0, 6.0, 9.0, 12.0])), 12, "rope"),
+    # the same beyond the original context (T = 24 > 16): the long factors; su as Phi-3-mini-128k writes it
+    "phi3-longrope-long": (dict(SMALL, vocab_size=71, num_hidden_layers=2, original_max_position_embeddings=16,
+                                rope_scaling=dict(type="su", short_factor=[1.0, 1.1, 1.2, 1.4, 1.6, 1.8, 2.0, 2.2],
+                                                  long_factor=[1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 34.0])), 24, "rope"),
     # attention_bias and mlp_bias: keys transformers' Phi3 does not read (no biases)
     "phi3-bias": (dict(SMALL, vocab_size=53, num_hidden_layers=2, attention_bias=True, mlp_bias=True), 16, None),
 }

@@ -4,7 +4,9 @@
 # Phi3ForCausalLM made here with save_pretrained (tests/e2e/hf_phi3.py):
 # Phi-4-mini's partial rotary (partial_rotary_factor 0.75: 12 of 16 columns
 # of a head turn), half a head beside a window shorter than the sequence,
-# and attention_bias / mlp_bias true (keys transformers' Phi3 does not read:
+# longrope (Phi-4-mini's form, within the original context; su beyond it, where
+# generate drops its cache and turns every position by the long factors), and
+# attention_bias / mlp_bias true (keys transformers' Phi3 does not read:
 # a warning, and no biases). For each:
 #   - the emitted model carries rotary_dim and checks as a file;
 #   - the plan's mapping covers the checkpoint exactly (tests/e2e/hf_check.py);
@@ -51,6 +53,8 @@ while read -r c want wgn other; do
     phi3-partial) grep -q "rotary_dim = 12" "$d.zl" || bad "$c: the emitted model has no rotary_dim = 12" ;;
     phi3-partial-w6) grep -q "rotary_dim = 8" "$d.zl" && grep -q "window = 6" "$d.zl" ||
       bad "$c: the emitted model has no rotary_dim = 8 and window = 6" ;;
+    phi3-longrope*) grep -q 'rope_scaling = "longrope", original_max_positions = 16, attention_factor = 1.224744871391589' "$d.zl" ||
+      { grep -n longrope "$d.zl"; bad "$c: the emitted model has no longrope scaling with its attention factor"; } ;;
     phi3-bias)
       grep -qF "attention_bias = true is not read by transformers' Phi3ForCausalLM, which has no biases on qkv_proj and o_proj" "$d.emit.err" &&
       grep -qF "mlp_bias = true is not read by transformers' Phi3ForCausalLM" "$d.emit.err" ||
@@ -76,16 +80,28 @@ while read -r c want wgn other; do
   if ! "$Z/zinfrun" "$d.plan" --backend host --init "$d" --data "$d.bin" --steps 0 --export-hf "$d.export" > "$d.export.log" 2>&1; then
     cat "$d.export.log"; bad "$c: --export-hf"; continue
   fi
-  "$ZINF_PY" tests/e2e/hf_phi3.py export "$c" "$d.export" "$d.bin" "$seq" 5,17,30,42 12 > "$d.export.out" 2> "$d.export.err" ||
+  # greedy within the plan's T (a longer text slides its window, which transformers does not)
+  new=$((seq - 4)); [ $new -gt 16 ] && new=16
+  "$ZINF_PY" tests/e2e/hf_phi3.py export "$c" "$d.export" "$d.bin" "$seq" 5,17,30,42 $new > "$d.export.out" 2> "$d.export.err" ||
     { cat "$d.export.err"; bad "$c: from_pretrained of the export"; continue; }
   grep -q "^keys $c missing=0 unexpected=0 " "$d.export.out" || { cat "$d.export.out"; bad "$c: export keys"; }
   el=$(awk '$1 == "loss" { print $3 }' "$d.export.out")
   if close "$el" "$got"; then echo "ok $c: export loads, transformers' loss on it $el"
   else bad "$c: transformers' loss on the export $el, zinf's $got"; fi
-  # greedy decoding (16 positions: past phi3-partial-w6's window), with the KV cache and by windows
+  # greedy decoding (past phi3-partial-w6's window of 6 and phi3-longrope-long's original
+  # context of 16), with the KV cache and by windows
   gw=$(awk '$1 == "gen" { $1 = ""; $2 = ""; sub(/^ +/, ""); print }' "$d.export.out")
   for mode in kv window; do
-    gen=$("$Z/zinfgen" "$d.plan" --init "$d" --temperature 0 --decode $mode --prompt-ids 5,17,30,42 --max-new 12 --quiet 2> "$d.zgen.err") ||
+    if [ "$c" = phi3-longrope-long ] && [ $mode = window ]; then
+      # T = 24 > the original 16: a window forward would turn a short text by the long factors
+      if "$Z/zinfgen" "$d.plan" --init "$d" --temperature 0 --decode window --prompt-ids 5,17,30,42 --max-new 12 --quiet \
+           > /dev/null 2> "$d.zgen.err"; then bad "$c: zinfgen --decode window accepted"
+      elif grep -qF "the plan's rope is longrope with original_max_positions 16 < T = 24" "$d.zgen.err"; then
+        echo "ok $c: zinfgen --decode window refused (longrope past the original context)"
+      else cat "$d.zgen.err"; bad "$c: zinfgen --decode window: message"; fi
+      continue
+    fi
+    gen=$("$Z/zinfgen" "$d.plan" --init "$d" --temperature 0 --decode $mode --prompt-ids 5,17,30,42 --max-new $new --quiet 2> "$d.zgen.err") ||
       { cat "$d.zgen.err"; bad "$c: zinfgen --decode $mode"; continue; }
     if [ "$gen" = "$gw" ]; then echo "ok $c: zinfgen greedy ($mode) $gen"
     else bad "$c: zinfgen greedy ($mode) '$gen', transformers '$gw'"; fi
@@ -115,6 +131,12 @@ printf '{%s, "partial_rotary_factor": 0.33}\n' "$P" |
   expect partial-odd 16 'partial_rotary_factor = 0.33 turns 5 of the 16 columns'
 printf '{%s, "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.33}}\n' "$P" |
   expect partial-odd-rope 16 'partial_rotary_factor = 0.33 turns 5 of the 16 columns'
+printf '{%s, "rope_scaling": {"type": "su", "short_factor": [1, 1, 1], "long_factor": [1, 2, 3, 4, 5, 6, 7, 8]}}\n' "$P" |
+  expect longrope-length 16 'short_factor has 3 numbers: longrope needs one per pair of rotated columns, 8'
+printf '{%s, "rope_scaling": {"type": "longrope", "short_factor": [1, 1, 1, 1, 1, 1, 1, 0], "long_factor": [1, 2, 3, 4, 5, 6, 7, 8]}}\n' "$P" |
+  expect longrope-value 16 'rope_scaling.short_factor[7] must be a positive number, got 0'
+printf '{%s, "rope_scaling": {"type": "longrope", "long_factor": [1, 2, 3, 4, 5, 6, 7, 8]}}\n' "$P" |
+  expect longrope-missing 16 'rope_scaling has no short_factor'
 L='"architectures": ["LlamaForCausalLM"], "vocab_size": 64, "hidden_size": 64,
   "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64'
 printf '{%s, "partial_rotary_factor": 0.5}\n' "$L" |
@@ -125,5 +147,10 @@ if "$Z/zinfc" --from-hf "$T/phi3-partial" --seq 16 --target examples/targets/h20
 elif grep -qF "rope with rotary_dim = 12 of a head of 16 (partial rotary): the CUDA kernels turn whole heads" "$T/gpu.log"; then
   echo "ok the CUDA backend refuses partial rotary by name"
 else cat "$T/gpu.log"; bad "a CUDA plan with partial rotary: message"; fi
+if "$Z/zinfc" --from-hf "$T/phi3-longrope-long" --seq 16 --target examples/targets/h200.zl -o "$T/gpu2.plan" > "$T/gpu2.log" 2>&1; then
+  bad "a CUDA plan with longrope: accepted"
+elif grep -qF 'rope with scaling = "longrope": the CUDA kernels have none, linear and llama3' "$T/gpu2.log"; then
+  echo "ok the CUDA backend refuses longrope by name"
+else cat "$T/gpu2.log"; bad "a CUDA plan with longrope: message"; fi
 if [ -s "$T/failed" ]; then echo "hf_phi3: $(wc -l < "$T/failed") failed"; exit 1; fi
 echo "hf_phi3: ok"
