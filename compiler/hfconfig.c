@@ -522,14 +522,17 @@ static void read_rope(Cfg *c) {
  * and Qwen3 (window_flag) slide only with use_sliding_window, and then the
  * layers layer_types calls "sliding_attention", or without layer_types the
  * layers from max_window_layers (default 28) on; Mistral and Phi-3 slide
- * every layer (Mistral ignores layer_types). LLaMA and OLMo 2 have no
+ * every layer (Mistral ignores layer_types); Gemma 2 and 3 the layers
+ * layer_types calls "sliding_attention", without it Gemma 2 every other
+ * layer from layer 0 and Gemma 3 all but the global ones (read_gemma3_layers'
+ * period). LLaMA and OLMo 2 have no
  * window in transformers: one shorter than the sequence is refused there,
  * rather than silently trained without. */
 static void read_window(Cfg *c) {
     const JsonValue *sw = get(c, "sliding_window"), *lt = get(c, "layer_types"), *mwl = get(c, "max_window_layers");
     bool use = !c->arch->window_flag;
     const char *mt = c->arch->model_type;
-    bool applies = c->arch->window_flag || !strcmp(mt, "mistral") || !strcmp(mt, "phi3");
+    bool applies = c->arch->window_flag || !strcmp(mt, "mistral") || !strcmp(mt, "phi3") || c->arch->fam == FAM_GEMMA;
     int64_t max_window_layers = 28; /* Qwen2Config's and Qwen3Config's default */
     get_bool(c, "use_sliding_window", &use);
     if (mwl && (!is_int(mwl) || mwl->integer < 0))
@@ -559,7 +562,9 @@ static void read_window(Cfg *c) {
     if (c->failed || c->L < 1 || !(c->sliding = ARENA_NEWN(c->a, bool, (size_t)c->L))) return;
     bool any = false;
     for (int64_t i = 0; i < c->L; i++) {
-        if (!c->arch->window_flag) c->sliding[i] = true;
+        if (c->arch->fam == FAM_GEMMA && lt) c->sliding[i] = !strcmp(lt->items[i].string, "sliding_attention");
+        else if (c->arch->fam == FAM_GEMMA) c->sliding[i] = (i + 1) % (c->arch->qk_norm ? c->period : 2) != 0;
+        else if (!c->arch->window_flag) c->sliding[i] = true;
         else if (lt) c->sliding[i] = !strcmp(lt->items[i].string, "sliding_attention");
         else c->sliding[i] = i >= max_window_layers;
         any |= c->sliding[i];
@@ -1085,6 +1090,10 @@ static double embed_normalizer(const Cfg *c) {
 }
 
 static void put_gemma(Cfg *c, Out *o, const char *name) {
+    bool all_slide = false;
+    const char *wexpr = c->sliding ? window_expr(c, &all_slide) : NULL;
+    const char *win = wexpr ? arena_printf(c->a, ",\n                    window = %s", wexpr)
+                      : all_slide ? arena_printf(c->a, ",\n                    window = %" PRId64, c->window) : "";
     put(o, "import \"gemma\"\n\n");
     put(o, "const V = %" PRId64 ", T = %" PRId64 ", D = %" PRId64 ", H = %" PRId64 ", KV = %" PRId64 ", F = %" PRId64
            ", L = %" PRId64 ", HD = %" PRId64 "\n\n", c->V, c->T, c->D, c->H, c->KV, c->F, c->L, c->hd);
@@ -1108,14 +1117,14 @@ static void put_gemma(Cfg *c, Out *o, const char *name) {
         if (c->attn_bias) put(o, ", bias = true");
         if (c->scaling == 1)
             put(o, ",\n                    rope_scaling = \"linear\", rope_factor = %s * G + 1.0 * (1 - G)", flt(c, c->factor));
-        put(o, ")\n  }\n");
+        put(o, "%s)\n  }\n", win);
     } else {
-        put(o, "  repeat L {\n    x = gemma_block(x, H, KV, F, HD, %s", flt(c, 1.0 / sqrt(c->qpas)));
+        put(o, "  repeat L%s {\n    x = gemma_block(x, H, KV, F, HD, %s", wexpr ? " as i" : "", flt(c, 1.0 / sqrt(c->qpas)));
         if (c->attn_cap > 0) put(o, ", softcap = %s", flt(c, c->attn_cap));
         put(o, ", eps = %s, theta = %s", flt(c, c->eps), flt(c, c->theta));
         if (c->attn_bias) put(o, ", bias = true");
         if (c->scaling == 1) put(o, ",\n                      rope_scaling = \"linear\", rope_factor = %s", flt(c, c->factor));
-        put(o, ")\n  }\n");
+        put(o, "%s)\n  }\n", win);
     }
     put(o, "  x = gemma_rms(x, %s)\n", flt(c, c->eps));
     const char *logits = c->tied ? "matmul(x, tok, transpose_b)" : "linear(x, head)";

@@ -58,6 +58,18 @@ CASES = {
                                                     final_logit_softcapping=4.0, attention_bias=True,
                                                     tie_word_embeddings=False,
                                                     pad_token_id=0, eos_token_id=1, bos_token_id=2), 16),
+    # sliding windows shorter than the sequence: Gemma 2's alternating layers (0 and 2 a window of 5)
+    "gemma2-w5": (T.Gemma2Config, dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                                       num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                       max_position_embeddings=64, sliding_window=5, query_pre_attn_scalar=8,
+                                       attn_logit_softcapping=3.0, final_logit_softcapping=4.0,
+                                       pad_token_id=0, eos_token_id=1, bos_token_id=2), 20),
+    # Gemma 3's local/global pattern (every third layer global): layers 0, 1 and 3 a window of 4
+    "gemma3-w4": (T.Gemma3TextConfig, dict(vocab_size=57, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
+                                           num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                           max_position_embeddings=64, sliding_window=4, sliding_window_pattern=3,
+                                           query_pre_attn_scalar=8, rope_theta=20000.0, rope_local_base_freq=100.0,
+                                           pad_token_id=0, eos_token_id=1, bos_token_id=2), 20),
 }
 
 
