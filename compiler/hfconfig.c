@@ -904,6 +904,7 @@ static void put_config(Out *o, const char *text, size_t len) {
 }
 
 static const LoraTarget *lora_table(const Cfg *c) {
+    /* Gemma's linears have LLaMA's names */
     return c->arch->fam == FAM_GPT2 ? gpt2_lora : c->arch->layout == LAY_PHI3 ? phi3_lora : llama_lora;
 }
 
@@ -998,6 +999,17 @@ static const char *window_expr(Cfg *c, bool *uniform) {
     return arena_printf(c->a, "%" PRId64 " * (%s)", c->window, e);
 }
 
+/* The LLaMA and Gemma blocks' LoRA options, when --lora set any. */
+static void put_block_lora(Cfg *c, Out *o) {
+    if (!c->lora_mask) return;
+    put(o, ",\n                    lora_rank = %" PRId64 ", lora_alpha = %s, lora_init = %s", c->lora_rank, flt(c, c->lora_alpha),
+        flt(c, 1.0 / sqrt((double)c->D)));
+    /* PEFT's kaiming-uniform bound is 1/sqrt(in) of the adapted linear: o_proj reads H*hd, down_proj F */
+    if (lora_has(c, "lora_o") && c->H * c->hd != c->D) put(o, ", lora_init_o = %s", flt(c, 1.0 / sqrt((double)(c->H * c->hd))));
+    if (lora_has(c, "lora_down")) put(o, ", lora_init_down = %s", flt(c, 1.0 / sqrt((double)c->F)));
+    put_lora_options(c, o);
+}
+
 static void put_llama(Cfg *c, Out *o, const char *name) {
     const ArchInfo *ai = c->arch;
     bool own_hd = c->H > 0 && c->hd * c->H != c->D, olmo2 = ai->layout == LAY_OLMO2;
@@ -1036,14 +1048,7 @@ static void put_llama(Cfg *c, Out *o, const char *name) {
         if (c->mlp_bias) put(o, ", mlp_bias = true");
         if (ai->qk_norm) put(o, ", qk_norm = true");
     }
-    if (c->lora_mask) {
-        put(o, ",\n                    lora_rank = %" PRId64 ", lora_alpha = %s, lora_init = %s", c->lora_rank, flt(c, c->lora_alpha),
-            flt(c, 1.0 / sqrt((double)c->D)));
-        /* PEFT's kaiming-uniform bound is 1/sqrt(in) of the adapted linear: o_proj reads H*hd, down_proj F */
-        if (lora_has(c, "lora_o") && c->H * c->hd != c->D) put(o, ", lora_init_o = %s", flt(c, 1.0 / sqrt((double)(c->H * c->hd))));
-        if (lora_has(c, "lora_down")) put(o, ", lora_init_down = %s", flt(c, 1.0 / sqrt((double)c->F)));
-        put_lora_options(c, o);
-    }
+    put_block_lora(c, o);
     if (c->scaling == 1) put(o, ",\n                    rope_scaling = \"linear\", rope_factor = %s", flt(c, c->factor));
     if (c->scaling == 2)
         put(o, ",\n                    rope_scaling = \"llama3\", rope_factor = %s, low_freq_factor = %s,"
@@ -1117,6 +1122,7 @@ static void put_gemma(Cfg *c, Out *o, const char *name) {
         if (c->attn_bias) put(o, ", bias = true");
         if (c->scaling == 1)
             put(o, ",\n                    rope_scaling = \"linear\", rope_factor = %s * G + 1.0 * (1 - G)", flt(c, c->factor));
+        put_block_lora(c, o);
         put(o, "%s)\n  }\n", win);
     } else {
         put(o, "  repeat L%s {\n    x = gemma_block(x, H, KV, F, HD, %s", wexpr ? " as i" : "", flt(c, 1.0 / sqrt(c->qpas)));
@@ -1124,6 +1130,7 @@ static void put_gemma(Cfg *c, Out *o, const char *name) {
         put(o, ", eps = %s, theta = %s", flt(c, c->eps), flt(c, c->theta));
         if (c->attn_bias) put(o, ", bias = true");
         if (c->scaling == 1) put(o, ",\n                      rope_scaling = \"linear\", rope_factor = %s", flt(c, c->factor));
+        put_block_lora(c, o);
         put(o, "%s)\n  }\n", win);
     }
     put(o, "  x = gemma_rms(x, %s)\n", flt(c, c->eps));
@@ -1288,10 +1295,6 @@ bad:
  * none named: the family's defaults. 0, or -1 with the error reported. */
 static int lora_resolve(Cfg *c) {
     const LoraTarget *t = lora_table(c);
-    if (c->arch->fam == FAM_GEMMA) {
-        diag_error(c->d, SPAN_NONE, "--lora: %s has no LoRA adapters in zinf yet (stdlib/gemma.zl's block has none)", c->arch->arch);
-        return -1;
-    }
     for (int i = 0; t[i].target; i++)
         if (!c->lora_nnames && t[i].dflt) c->lora_mask |= 1u << i;
     if (c->arch->layout == LAY_PHI3 && !c->lora_nnames) {
