@@ -455,8 +455,13 @@ static void read_rope_obj(Cfg *c, const JsonValue *o, const char *name) {
             errf(c, om, "%s.original_max_position_embeddings must be a positive integer, got %s", name, vtext(c, om));
         else c->orig = om->integer;
         if (!(c->high > c->low)) errf(c, o, "%s: high_freq_factor must be greater than low_freq_factor", name);
-    } else if (!strcmp(kind, "longrope") || (c->arch->layout == LAY_PHI3 && (!strcmp(kind, "su") || !strcmp(kind, "yarn")))) {
+    } else if (c->arch->layout == LAY_PHI3 && (!strcmp(kind, "longrope") || !strcmp(kind, "su") || !strcmp(kind, "yarn"))) {
         read_longrope(c, o, name); /* Phi3Config reads su and yarn as longrope */
+    } else if (!strcmp(kind, "longrope") || !strcmp(kind, "su")) {
+        /* elsewhere transformers' generate keeps the short-factor cache past the original context */
+        errf(c, t, "%s.rope_type = %s is not supported for %s (zinf reads longrope as Phi3ForCausalLM computes it)", name,
+             vtext(c, t), c->arch->arch);
+        return;
     } else if (!strcmp(kind, "yarn")) {
         read_yarn(c, o, name);
     } else {
