@@ -47,7 +47,10 @@ for c in $(cut -d' ' -f1 "$T/hf-losses"); do
   fi
   "$Z/zinfc" "$d.zl" > "$d.check" 2>&1 || { cat "$d.check"; bad "$c: the emitted file does not check"; }
   case $c in *-w[0-9]*)
-    grep -q "window = " "$d.zl" || bad "$c: the emitted model has no window" ;;
+    grep -q "window = " "$d.zl" || bad "$c: the emitted model has no window"
+    nw=$(awk -v c="$c" '$1 == c { print $4 }' "$T/hf-losses"); lw=$(awk -v c="$c" '$1 == c { print $2 }' "$T/hf-losses")
+    awk -v a="$nw" -v b="$lw" 'BEGIN { e = (a - b) / b; if (e < 0) e = -e; exit !(a != "" && e > 1e-3) }' ||
+      bad "$c: the window does not change transformers' loss ($lw, $nw without): the case tests nothing" ;;
   esac
   case $c in gemma3-untied-caps)
     grep -qF "attn_logit_softcapping = 3.0: transformers' Gemma 3 does not soft-cap attention logits, nor does zinf" "$d.emit.err" ||
