@@ -321,6 +321,8 @@ if [ -n "$FAKE" ]; then
 else
   step long 150 env CUDA_LONG_GPU=1 sh tests/e2e/cuda_long_fake.sh "${BUNDLE:-build}"
   figures "^ok |^FAIL|cuda_long_fake"
+fi
+
 # ---- 3c. moe: the mixture-of-experts kernels against the host's, and a MoE model trained on the GPU ----
 if [ -n "$FAKE" ]; then
   say "step moe: rehearsed by name only (fake): GPU=1 sh tests/e2e/moe_cuda_emu.sh build (tests/e2e/moe_cuda_emu.sh runs it on the fakes)"
