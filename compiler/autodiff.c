@@ -152,6 +152,8 @@ static bool emit_backward_op(AdState *s, int k, int *cur_group) {
     b.span = fo.span;
     memcpy(b.iattr, fo.iattr, sizeof b.iattr);
     memcpy(b.fattr, fo.fattr, sizeof b.fattr);
+    b.table = fo.table;
+    b.ntable = fo.ntable;
     if (fo.nin + 2 * fo.nout > GRAPH_MAX_IN) {
         diag_error(s->d, fo.span, "autodiff: %s has too many operands for a backward op", prim_names[fo.prim]);
         return false;

@@ -141,6 +141,7 @@ static void dump_attrs(const GOp *o, FILE *out) {
     const PrimInfo *p = prim_info(o->prim);
     for (int i = 0; p && i < p->nattr; i++) {
         const PrimAttr *a = &p->attrs[i];
+        if (a->kind == PA_FLOATS) continue; /* the lists: the table, below */
         int64_t v = a->kind == PA_FLOAT ? 0 : o->iattr[a->slot];
         if (!a->required && a->def == 0 && (a->kind == PA_INT || a->kind == PA_FLOAT) &&
             (a->kind == PA_FLOAT ? o->fattr[a->slot] == 0 : v == 0))
@@ -162,6 +163,7 @@ static void dump_attrs(const GOp *o, FILE *out) {
         default: fprintf(out, " %s=%" PRId64, a->name, v); break;
         }
     }
+    if (o->ntable) fprintf(out, " table=[%d numbers]", o->ntable);
 }
 
 void graph_dump(const Graph *g, FILE *out) {

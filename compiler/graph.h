@@ -67,6 +67,10 @@ typedef struct GOp {
     int nfin;           /* OP_BWD: how many of in[] are the forward op's inputs */
     const char *scope;  /* call path, e.g. "block.3.attn" ("" at model level) */
     Span span;          /* the .zl expression it lowers */
+    /* list attributes (compiler/prim.c's PA_FLOATS), concatenated in slot
+     * order (runtime/plan/plan.h's PlanOp.table); NULL, 0: none */
+    const double *table;
+    int ntable;
 } GOp;
 
 /* How Adam stores its moments (train { optimizer = adam(state = ...) },

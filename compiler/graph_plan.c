@@ -35,6 +35,11 @@ static void copy_op(Arena *pa, const GOp *o, PlanOp *po) {
     po->fwd = o->fwd;
     po->nfin = o->nfin;
     po->scope = arena_strdup(pa, o->scope ? o->scope : "");
+    po->ntable = (uint32_t)(o->ntable > 0 ? o->ntable : 0);
+    double *tab = po->ntable ? ARENA_NEWN(pa, double, po->ntable) : NULL;
+    if (tab) memcpy(tab, o->table, po->ntable * sizeof *tab);
+    else po->ntable = 0;
+    po->table = tab;
 }
 
 /* The Hugging Face mapping (tensor ids are the graph's). */

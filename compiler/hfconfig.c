@@ -69,7 +69,7 @@ typedef struct Cfg {
     int64_t V, D, L, H, KV, F, hd, ctx, T, seq;
     double eps, theta;
     bool tied;
-    int scaling;            /* 0 none, 1 linear, 2 llama3, 3 yarn (RopeScaling) */
+    int scaling;            /* 0 none, 1 linear, 2 llama3, 3 yarn, 4 longrope (RopeScaling) */
     double factor, low, high;
     int64_t orig;
     bool attn_bias, mlp_bias; /* attention_bias, mlp_bias read true (AB_QKVO, ArchInfo.mlp_bias) */
@@ -96,6 +96,7 @@ typedef struct Cfg {
     /* yarn rope scaling (scaling 3): the ramp's ends (0: YaRN's defaults),
      * the factor q and k are multiplied by (1: none) */
     double beta_fast, beta_slow, attn_factor;
+    int64_t rotary_dim;     /* rotated columns of a head (Phi-3's partial_rotary_factor); 0: all */
     const char *quantize;   /* --quantize: "nf4", "int8", or NULL */
     /* mixture of experts (FAM_MOE): experts E, top_k K, an expert's width
      * (moe_intermediate_size; Mixtral: intermediate_size), the gates
@@ -106,6 +107,13 @@ typedef struct Cfg {
     int64_t E, K, moe_F, shared_F;
     bool normalize, aux, qk_full, moe_qkv_bias;
     double aux_coef;
+    /* Phi-3: partial_rotary_factor (0: none given), read from rope_parameters or the top level */
+    const JsonValue *partial_rotary;
+    /* longrope (scaling 4): the per-pair tables as config.json gives them, the attention factor
+     * (0: transformers' default from factor and the original context), factor (0: max / original) */
+    const JsonValue *short_factor, *long_factor;
+    double lr_attn, lr_factor;
+    bool top_orig;          /* Phi-3: original_max_position_embeddings at the top level (it wins) */
 } Cfg;
 
 /* The linears --lora may adapt: PEFT's module name (the target_modules
@@ -245,6 +253,19 @@ static void refuse_true(Cfg *c, const char *key, const char *what) {
     if (!v) return;
     if (v->type != JSON_BOOL) errf(c, v, "%s must be true or false, got %s", key, vtext(c, v));
     else if (v->boolean) errf(c, v, "%s = true is not supported: %s has no %s", key, c->arch->arch, what);
+}
+
+/* A boolean the architecture's transformers model reads nowhere (Phi-3's
+ * attention_bias and mlp_bias: Phi3ForCausalLM builds its linears without
+ * biases whatever they say): true is computed as transformers computes it,
+ * without, and said in a warning. */
+static void ignore_true(Cfg *c, const char *key, const char *what) {
+    const JsonValue *v = get(c, key);
+    if (!v) return;
+    if (v->type != JSON_BOOL) errf(c, v, "%s must be true or false, got %s", key, vtext(c, v));
+    else if (v->boolean)
+        warnf(c, v, "%s = true is not read by transformers' %s, which has no %s: zinf computes without them too", key,
+              c->arch->arch, what);
 }
 
 /* ---- the architecture ---- */
@@ -392,6 +413,35 @@ static void read_yarn(Cfg *c, const JsonValue *o, const char *name) {
     else c->attn_factor = yarn_mscale(c->factor, 1);
 }
 
+/* longrope (Phi-3's su; Phi3Config reads yarn as it too), as transformers'
+ * _compute_longrope_parameters: short_factor and long_factor (checked
+ * against the rotated pairs once the head is known), the original context
+ * (Phi-3's top-level original_max_position_embeddings wins, as the config's
+ * standardisation does; else the object's, else max_position_embeddings),
+ * factor (absent: max_position_embeddings / original) and attention_factor
+ * (absent: sqrt(1 + ln factor / ln original), 1 for factor <= 1). */
+static void read_longrope(Cfg *c, const JsonValue *o, const char *name) {
+    c->scaling = 4;
+    const JsonValue *om = sub(o, "original_max_position_embeddings");
+    if (om && (!is_int(om) || om->integer < 1))
+        errf(c, om, "%s.original_max_position_embeddings must be a positive integer, got %s", name, vtext(c, om));
+    else if (om && !c->top_orig) c->orig = om->integer;
+    if (!c->orig) c->orig = c->ctx;
+    c->lr_factor = sub(o, "factor") ? sub_num(c, o, name, "factor", 1, true) : 0;
+    c->lr_attn = sub(o, "attention_factor") ? sub_num(c, o, name, "attention_factor", 1, true) : 0;
+    static const char *const tabs[] = {"short_factor", "long_factor"};
+    for (int i = 0; i < 2; i++) {
+        const JsonValue *t = sub(o, tabs[i]);
+        if (!t) errf(c, o, "%s has no %s (longrope's per-pair factors)", name, tabs[i]);
+        else if (t->type != JSON_ARRAY) errf(c, t, "%s.%s must be a list of numbers, got %s", name, tabs[i], vtext(c, t));
+        for (size_t j = 0; t && t->type == JSON_ARRAY && j < t->count; j++)
+            if (t->items[j].type != JSON_NUMBER || !(t->items[j].number > 0) || !isfinite(t->items[j].number))
+                errf(c, &t->items[j], "%s.%s[%zu] must be a positive number, got %s", name, tabs[i], j, vtext(c, &t->items[j]));
+        if (i == 0) c->short_factor = t;
+        else c->long_factor = t;
+    }
+}
+
 /* rope_scaling (transformers 4) or rope_parameters (transformers 5): the
  * type, its parameters, and (rope_parameters) the base. */
 static void read_rope_obj(Cfg *c, const JsonValue *o, const char *name) {
@@ -399,6 +449,7 @@ static void read_rope_obj(Cfg *c, const JsonValue *o, const char *name) {
                                         "original_max_position_embeddings"};
     static const char *const yarn_keys[] = {"beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim",
                                             "truncate"};
+    static const char *const longrope_keys[] = {"short_factor", "long_factor", "attention_factor"};
     if (o->type != JSON_OBJECT) {
         errf(c, o, "%s must be an object, got %s", name, vtext(c, o));
         return;
@@ -424,10 +475,18 @@ static void read_rope_obj(Cfg *c, const JsonValue *o, const char *name) {
             errf(c, om, "%s.original_max_position_embeddings must be a positive integer, got %s", name, vtext(c, om));
         else c->orig = om->integer;
         if (!(c->high > c->low)) errf(c, o, "%s: high_freq_factor must be greater than low_freq_factor", name);
+    } else if (c->arch->layout == LAY_PHI3 && (!strcmp(kind, "longrope") || !strcmp(kind, "su") || !strcmp(kind, "yarn"))) {
+        read_longrope(c, o, name); /* Phi3Config reads su and yarn as longrope */
+    } else if (!strcmp(kind, "longrope") || !strcmp(kind, "su")) {
+        /* elsewhere transformers' generate keeps the short-factor cache past the original context */
+        errf(c, t, "%s.rope_type = %s is not supported for %s (zinf reads longrope as Phi3ForCausalLM computes it)", name,
+             vtext(c, t), c->arch->arch);
+        return;
     } else if (!strcmp(kind, "yarn")) {
         read_yarn(c, o, name);
     } else {
-        errf(c, t, "%s.rope_type = %s is not supported (zinf has default, linear, llama3 and yarn)", name, vtext(c, t));
+        errf(c, t, "%s.rope_type = %s is not supported (zinf has default, linear, llama3, yarn and longrope)", name,
+             vtext(c, t));
         return;
     }
     for (size_t i = 0; i < o->count; i++) {
@@ -435,7 +494,11 @@ static void read_rope_obj(Cfg *c, const JsonValue *o, const char *name) {
         bool k = false;
         for (size_t j = 0; j < sizeof known / sizeof *known; j++) k |= !strcmp(m->key, known[j]);
         for (size_t j = 0; c->scaling == 3 && j < sizeof yarn_keys / sizeof *yarn_keys; j++) k |= !strcmp(m->key, yarn_keys[j]);
-        if (!strcmp(m->key, "partial_rotary_factor") && !(m->type == JSON_NUMBER && m->number == 1.0))
+        for (size_t j = 0; c->scaling == 4 && j < sizeof longrope_keys / sizeof *longrope_keys; j++)
+            k |= !strcmp(m->key, longrope_keys[j]);
+        if (!strcmp(m->key, "partial_rotary_factor") && c->arch && c->arch->layout == LAY_PHI3)
+            c->partial_rotary = m; /* rope_parameters' wins over the top level's, as Phi3Config's setdefault */
+        else if (!strcmp(m->key, "partial_rotary_factor") && !(m->type == JSON_NUMBER && m->number == 1.0))
             errf(c, m, "%s.partial_rotary_factor = %s is not supported (rotary embeddings over the whole head)", name,
                  vtext(c, m));
         else if (!k && strcmp(m->key, "partial_rotary_factor") && m->type != JSON_NULL)
@@ -443,26 +506,58 @@ static void read_rope_obj(Cfg *c, const JsonValue *o, const char *name) {
     }
 }
 
+/* The rotated columns of a head under Phi-3's partial_rotary_factor f:
+ * int(head_dim * f), as Phi3RotaryEmbedding computes its dim; it must be
+ * even and positive (the pairs of rotate-half). 0: the whole head. */
+static int64_t rotary_dim(Cfg *c) {
+    const JsonValue *v = c->partial_rotary;
+    if (!v || v->type == JSON_NULL) return 0;
+    if (v->type != JSON_NUMBER || !(v->number > 0 && v->number <= 1)) {
+        errf(c, v, "partial_rotary_factor must be a number in (0, 1], got %s", vtext(c, v));
+        return 0;
+    }
+    int64_t rd = (int64_t)((double)c->hd * v->number);
+    if (rd == c->hd) return 0;
+    if (rd < 2 || rd % 2)
+        errf(c, v, "partial_rotary_factor = %s turns %" PRId64 " of the %" PRId64 " columns of a head: rotary embeddings "
+             "need an even number of them, at least 2", vtext(c, v), rd, c->hd);
+    return rd;
+}
+
 static void read_rope(Cfg *c) {
     c->theta = 10000.0;
     get_num(c, "rope_theta", &c->theta);
+    if (c->arch->layout == LAY_PHI3) c->partial_rotary = get(c, "partial_rotary_factor");
     const JsonValue *rs = get(c, "rope_scaling"), *rp = get(c, "rope_parameters");
     if (rs) read_rope_obj(c, rs, "rope_scaling");
     if (rp) read_rope_obj(c, rp, "rope_parameters");
+    if (c->arch->layout == LAY_PHI3) c->rotary_dim = rotary_dim(c);
+    if (c->scaling != 4) return;
+    int64_t pairs = (c->rotary_dim ? c->rotary_dim : c->hd) / 2;
+    const JsonValue *tabs[] = {c->short_factor, c->long_factor};
+    for (int i = 0; i < 2; i++)
+        if (tabs[i] && tabs[i]->type == JSON_ARRAY && (int64_t)tabs[i]->count != pairs)
+            errf(c, tabs[i], "%s has %zu numbers: longrope needs one per pair of rotated columns, %" PRId64, i ? "long_factor" :
+                 "short_factor", tabs[i]->count, pairs);
+    double factor = c->lr_factor > 0 ? c->lr_factor : (double)c->ctx / (double)c->orig;
+    if (!(c->lr_attn > 0)) c->lr_attn = factor <= 1 ? 1.0 : sqrt(1.0 + log(factor) / log((double)c->orig));
 }
 
 /* Sliding-window attention, per layer, as transformers applies it: Qwen2
  * and Qwen3 (window_flag) slide only with use_sliding_window, and then the
  * layers layer_types calls "sliding_attention", or without layer_types the
  * layers from max_window_layers (default 28) on; Mistral and Phi-3 slide
- * every layer (Mistral ignores layer_types). LLaMA and OLMo 2 have no
+ * every layer (Mistral ignores layer_types); Gemma 2 and 3 the layers
+ * layer_types calls "sliding_attention", without it Gemma 2 every other
+ * layer from layer 0 and Gemma 3 all but the global ones (read_gemma3_layers'
+ * period). LLaMA and OLMo 2 have no
  * window in transformers: one shorter than the sequence is refused there,
  * rather than silently trained without. */
 static void read_window(Cfg *c) {
     const JsonValue *sw = get(c, "sliding_window"), *lt = get(c, "layer_types"), *mwl = get(c, "max_window_layers");
     bool use = !c->arch->window_flag;
     const char *mt = c->arch->model_type;
-    bool applies = c->arch->window_flag || !strcmp(mt, "mistral") || !strcmp(mt, "phi3");
+    bool applies = c->arch->window_flag || !strcmp(mt, "mistral") || !strcmp(mt, "phi3") || c->arch->fam == FAM_GEMMA;
     int64_t max_window_layers = 28; /* Qwen2Config's and Qwen3Config's default */
     get_bool(c, "use_sliding_window", &use);
     if (mwl && (!is_int(mwl) || mwl->integer < 0))
@@ -492,7 +587,9 @@ static void read_window(Cfg *c) {
     if (c->failed || c->L < 1 || !(c->sliding = ARENA_NEWN(c->a, bool, (size_t)c->L))) return;
     bool any = false;
     for (int64_t i = 0; i < c->L; i++) {
-        if (!c->arch->window_flag) c->sliding[i] = true;
+        if (c->arch->fam == FAM_GEMMA && lt) c->sliding[i] = !strcmp(lt->items[i].string, "sliding_attention");
+        else if (c->arch->fam == FAM_GEMMA) c->sliding[i] = (i + 1) % (c->arch->qk_norm ? c->period : 2) != 0;
+        else if (!c->arch->window_flag) c->sliding[i] = true;
         else if (lt) c->sliding[i] = !strcmp(lt->items[i].string, "sliding_attention");
         else c->sliding[i] = i >= max_window_layers;
         any |= c->sliding[i];
@@ -528,12 +625,20 @@ static void read_llama(Cfg *c) {
     get_num(c, "rms_norm_eps", &c->eps);
     c->tied = false;
     get_bool(c, "tie_word_embeddings", &c->tied);
-    if (c->arch->attention_bias == AB_QKVO) get_bool(c, "attention_bias", &c->attn_bias);
-    else if (c->arch->attention_bias == AB_REFUSED) refuse_true(c, "attention_bias", "biases on q, k, v and o");
-    if (c->arch->mlp_bias) get_bool(c, "mlp_bias", &c->mlp_bias);
-    else refuse_true(c, "mlp_bias", "biases in the MLP");
+    if (c->arch->layout == LAY_PHI3) {
+        ignore_true(c, "attention_bias", "biases on qkv_proj and o_proj");
+        ignore_true(c, "mlp_bias", "biases on gate_up_proj and down_proj");
+    } else {
+        if (c->arch->attention_bias == AB_QKVO) get_bool(c, "attention_bias", &c->attn_bias);
+        else if (c->arch->attention_bias == AB_REFUSED) refuse_true(c, "attention_bias", "biases on q, k, v and o");
+        if (c->arch->mlp_bias) get_bool(c, "mlp_bias", &c->mlp_bias);
+        else refuse_true(c, "mlp_bias", "biases in the MLP");
+    }
     /* Phi-3: the context longrope scaling starts from; read by no other rope type */
-    if (c->arch->layout == LAY_PHI3) get(c, "original_max_position_embeddings");
+    const JsonValue *om = c->arch->layout == LAY_PHI3 ? get(c, "original_max_position_embeddings") : NULL;
+    if (om && (!is_int(om) || om->integer < 1))
+        errf(c, om, "original_max_position_embeddings must be a positive integer, got %s", vtext(c, om));
+    else if (om) c->orig = om->integer, c->top_orig = true;
     get(c, "pretraining_tp"); /* tensor-parallel slicing of the same products: numerics only */
     read_rope(c);
 }
@@ -915,6 +1020,7 @@ static void put_config(Out *o, const char *text, size_t len) {
 }
 
 static const LoraTarget *lora_table(const Cfg *c) {
+    /* Gemma's linears have LLaMA's names */
     return c->arch->fam == FAM_GPT2 ? gpt2_lora : c->arch->fam == FAM_MOE ? moe_lora : c->arch->layout == LAY_PHI3 ? phi3_lora : llama_lora;
 }
 
@@ -1009,6 +1115,17 @@ static const char *window_expr(Cfg *c, bool *uniform) {
     return arena_printf(c->a, "%" PRId64 " * (%s)", c->window, e);
 }
 
+/* The LLaMA and Gemma blocks' LoRA options, when --lora set any. */
+static void put_block_lora(Cfg *c, Out *o) {
+    if (!c->lora_mask) return;
+    put(o, ",\n                    lora_rank = %" PRId64 ", lora_alpha = %s, lora_init = %s", c->lora_rank, flt(c, c->lora_alpha),
+        flt(c, 1.0 / sqrt((double)c->D)));
+    /* PEFT's kaiming-uniform bound is 1/sqrt(in) of the adapted linear: o_proj reads H*hd, down_proj F */
+    if (lora_has(c, "lora_o") && c->H * c->hd != c->D) put(o, ", lora_init_o = %s", flt(c, 1.0 / sqrt((double)(c->H * c->hd))));
+    if (lora_has(c, "lora_down")) put(o, ", lora_init_down = %s", flt(c, 1.0 / sqrt((double)c->F)));
+    put_lora_options(c, o);
+}
+
 static void put_llama(Cfg *c, Out *o, const char *name) {
     const ArchInfo *ai = c->arch;
     bool own_hd = c->H > 0 && c->hd * c->H != c->D, olmo2 = ai->layout == LAY_OLMO2;
@@ -1016,6 +1133,15 @@ static void put_llama(Cfg *c, Out *o, const char *name) {
     put(o, "const V = %" PRId64 ", T = %" PRId64 ", D = %" PRId64 ", H = %" PRId64 ", KV = %" PRId64 ", F = %" PRId64
            ", L = %" PRId64, c->V, c->T, c->D, c->H, c->KV, c->F, c->L);
     if (own_hd) put(o, ", HD = %" PRId64, c->hd);
+    if (c->scaling == 4) { /* longrope's tables, eight numbers a line */
+        const JsonValue *tabs[] = {c->short_factor, c->long_factor};
+        for (int i = 0; i < 2; i++) {
+            put(o, ",\n      %s = [", i ? "LONG_FACTOR" : "SHORT_FACTOR");
+            for (size_t j = 0; j < tabs[i]->count; j++)
+                put(o, "%s%s", j ? (j % 8 ? ", " : ",\n        ") : "", flt(c, tabs[i]->items[j].number));
+            put(o, "]");
+        }
+    }
     put(o, "\n\nmodel %s(tokens: i32[B, T], targets: i32[B, T]) {\n", name);
     put(o, "  tok = param [V, D] init normal(0.02)\n");
     put(o, "  x = embedding(tok, tokens)\n");
@@ -1038,14 +1164,7 @@ static void put_llama(Cfg *c, Out *o, const char *name) {
         if (c->mlp_bias) put(o, ", mlp_bias = true");
         if (ai->qk_norm) put(o, ", qk_norm = true");
     }
-    if (c->lora_mask) {
-        put(o, ",\n                    lora_rank = %" PRId64 ", lora_alpha = %s, lora_init = %s", c->lora_rank, flt(c, c->lora_alpha),
-            flt(c, 1.0 / sqrt((double)c->D)));
-        /* PEFT's kaiming-uniform bound is 1/sqrt(in) of the adapted linear: o_proj reads H*hd, down_proj F */
-        if (lora_has(c, "lora_o") && c->H * c->hd != c->D) put(o, ", lora_init_o = %s", flt(c, 1.0 / sqrt((double)(c->H * c->hd))));
-        if (lora_has(c, "lora_down")) put(o, ", lora_init_down = %s", flt(c, 1.0 / sqrt((double)c->F)));
-        put_lora_options(c, o);
-    }
+    put_block_lora(c, o);
     if (c->scaling == 1) put(o, ",\n                    rope_scaling = \"linear\", rope_factor = %s", flt(c, c->factor));
     if (c->scaling == 2)
         put(o, ",\n                    rope_scaling = \"llama3\", rope_factor = %s, low_freq_factor = %s,"
@@ -1059,6 +1178,12 @@ static void put_llama(Cfg *c, Out *o, const char *name) {
         if (c->attn_factor != 1)
             put(o, ",\n                    rope_attention_scale = true, rope_attention_factor = %s", flt(c, c->attn_factor));
     }
+    if (c->scaling == 4) {
+        put(o, ",\n                    rope_scaling = \"longrope\", original_max_positions = %" PRId64
+               ", attention_factor = %s,\n                    short_factor = SHORT_FACTOR, long_factor = LONG_FACTOR",
+            c->orig, flt(c, c->lr_attn));
+    }
+    if (c->rotary_dim) put(o, ",\n                    rotary_dim = %" PRId64, c->rotary_dim);
     if (wexpr) put(o, ",\n                    window = %s", wexpr);
     else if (all_slide) put(o, ",\n                    window = %" PRId64, c->window);
     put(o, ")\n  }\n");
@@ -1163,6 +1288,10 @@ static double embed_normalizer(const Cfg *c) {
 }
 
 static void put_gemma(Cfg *c, Out *o, const char *name) {
+    bool all_slide = false;
+    const char *wexpr = c->sliding ? window_expr(c, &all_slide) : NULL;
+    const char *win = wexpr ? arena_printf(c->a, ",\n                    window = %s", wexpr)
+                      : all_slide ? arena_printf(c->a, ",\n                    window = %" PRId64, c->window) : "";
     put(o, "import \"gemma\"\n\n");
     put(o, "const V = %" PRId64 ", T = %" PRId64 ", D = %" PRId64 ", H = %" PRId64 ", KV = %" PRId64 ", F = %" PRId64
            ", L = %" PRId64 ", HD = %" PRId64 "\n\n", c->V, c->T, c->D, c->H, c->KV, c->F, c->L, c->hd);
@@ -1186,14 +1315,16 @@ static void put_gemma(Cfg *c, Out *o, const char *name) {
         if (c->attn_bias) put(o, ", bias = true");
         if (c->scaling == 1)
             put(o, ",\n                    rope_scaling = \"linear\", rope_factor = %s * G + 1.0 * (1 - G)", flt(c, c->factor));
-        put(o, ")\n  }\n");
+        put_block_lora(c, o);
+        put(o, "%s)\n  }\n", win);
     } else {
-        put(o, "  repeat L {\n    x = gemma_block(x, H, KV, F, HD, %s", flt(c, 1.0 / sqrt(c->qpas)));
+        put(o, "  repeat L%s {\n    x = gemma_block(x, H, KV, F, HD, %s", wexpr ? " as i" : "", flt(c, 1.0 / sqrt(c->qpas)));
         if (c->attn_cap > 0) put(o, ", softcap = %s", flt(c, c->attn_cap));
         put(o, ", eps = %s, theta = %s", flt(c, c->eps), flt(c, c->theta));
         if (c->attn_bias) put(o, ", bias = true");
         if (c->scaling == 1) put(o, ",\n                      rope_scaling = \"linear\", rope_factor = %s", flt(c, c->factor));
-        put(o, ")\n  }\n");
+        put_block_lora(c, o);
+        put(o, "%s)\n  }\n", win);
     }
     put(o, "  x = gemma_rms(x, %s)\n", flt(c, c->eps));
     const char *logits = c->tied ? "matmul(x, tok, transpose_b)" : "linear(x, head)";
@@ -1360,10 +1491,6 @@ bad:
  * none named: the family's defaults. 0, or -1 with the error reported. */
 static int lora_resolve(Cfg *c) {
     const LoraTarget *t = lora_table(c);
-    if (c->arch->fam == FAM_GEMMA) {
-        diag_error(c->d, SPAN_NONE, "--lora: %s has no LoRA adapters in zinf yet (stdlib/gemma.zl's block has none)", c->arch->arch);
-        return -1;
-    }
     for (int i = 0; t[i].target; i++)
         if (!c->lora_nnames && t[i].dflt) c->lora_mask |= 1u << i;
     if (c->arch->layout == LAY_PHI3 && !c->lora_nnames) {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 /* The words of rope's `scaling` attribute, in RopeScaling order (graph.h). */
-static const char *const rope_scalings[] = {"none", "linear", "llama3", "yarn", NULL};
+static const char *const rope_scalings[] = {"none", "linear", "llama3", "yarn", "longrope", NULL};
 /* The words of gated_mlp's `act` attribute: the gate's activation (GATED_MLP_SILU, GATED_MLP_GELU of vocab.h). */
 static const char *const gmlp_acts[] = {"silu", "gelu", NULL};
 
@@ -17,7 +17,7 @@ void prim_defaults(PrimCall *c) {
         const PrimAttr *a = &p->attrs[i];
         if (c->attr_set[i] || a->required) continue;
         if (a->kind == PA_FLOAT) c->fattr[a->slot] = a->def;
-        else c->iattr[a->slot] = (int64_t)a->def;
+        else if (a->kind != PA_FLOATS) c->iattr[a->slot] = (int64_t)a->def;
     }
     /* kv_heads defaults to heads */
     if (c->prim == PRIM_ATTENTION && !c->attr_set[1]) c->iattr[IA_ATTENTION_KV_HEADS] = c->iattr[IA_ATTENTION_HEADS];
@@ -217,8 +217,14 @@ static bool rule_scale(const PrimCall *c, const PrimInfo *p, PrimShape *out, int
 /* The scaling attributes in their ranges. */
 static bool rope_scaling_ok(const PrimCall *c, PrimError *e) {
     int64_t sc = c->iattr[IA_ROPE_SCALING];
-    if (sc < ROPE_NONE || sc > ROPE_YARN) return fail(e, 0, "rope: unknown scaling %" PRId64, sc);
+    if (sc < ROPE_NONE || sc > ROPE_LONGROPE) return fail(e, 0, "rope: unknown scaling %" PRId64, sc);
     if (sc == ROPE_NONE) return true;
+    if (sc == ROPE_LONGROPE) {
+        if (c->iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] < 1)
+            return fail(e, 0, "rope: original_max_positions must be positive, got %" PRId64,
+                        c->iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS]);
+        return true; /* the tables: rope_tables_ok */
+    }
     if (!(c->fattr[FA_ROPE_FACTOR] > 0)) return fail(e, 0, "rope: factor must be positive, got %g", c->fattr[FA_ROPE_FACTOR]);
     if (sc == ROPE_LINEAR) return true;
     if (sc == ROPE_YARN) {
@@ -240,6 +246,26 @@ static bool rope_scaling_ok(const PrimCall *c, PrimError *e) {
     return true;
 }
 
+/* longrope's short_factor and long_factor: given with it (and only with
+ * it), rotary_dim / 2 positive numbers each (one per pair turned). */
+static bool rope_tables_ok(const PrimCall *c, int64_t rd, PrimError *e) {
+    static const char *const names[] = {"short_factor", "long_factor"};
+    bool lr = c->iattr[IA_ROPE_SCALING] == ROPE_LONGROPE;
+    for (int l = 0; l < 2; l++) {
+        int n = c->nlists[l == 0 ? LA_ROPE_SHORT_FACTOR : LA_ROPE_LONG_FACTOR];
+        const double *v = c->lists[l == 0 ? LA_ROPE_SHORT_FACTOR : LA_ROPE_LONG_FACTOR];
+        if (!lr && n) return fail(e, 0, "rope: '%s' is used only with scaling = \"longrope\"", names[l]);
+        if (!lr) continue;
+        if (n != rd / 2)
+            return fail(e, 0, "rope: %s has %d numbers, longrope needs one per pair turned: %" PRId64 " (rotary_dim %" PRId64
+                        " / 2)", names[l], n, rd / 2, rd);
+        for (int i = 0; i < n; i++)
+            if (!(v[i] > 0) || !isfinite(v[i]))
+                return fail(e, 0, "rope: %s[%d] must be a positive number, got %g", names[l], i, v[i]);
+    }
+    return true;
+}
+
 static bool rule_rope(const PrimCall *c, const PrimInfo *p, PrimShape *out, int *nout, PrimError *e) {
     (void)nout; /* one output */
     char sb[1][96];
@@ -252,7 +278,13 @@ static bool rule_rope(const PrimCall *c, const PrimInfo *p, PrimShape *out, int 
     if ((n / h) % 2 != 0)
         return fail(e, 1, "rope: the head dimension %" PRId64 " / %" PRId64 " = %" PRId64 " must be even", n, h, n / h);
     if (!(c->fattr[FA_ROPE_THETA] > 0)) return fail(e, 0, "rope: theta must be positive, got %g", c->fattr[FA_ROPE_THETA]);
-    if (!rope_scaling_ok(c, e)) return false;
+    int64_t rd = c->iattr[IA_ROPE_ROTARY_DIM];
+    if (rd < 0 || rd > n / h || rd % 2)
+        return fail(e, 0, "rope: rotary_dim = %" PRId64 " must be even and between 0 (the whole head) and the head dimension %" PRId64,
+                    rd, n / h);
+    if (!rope_scaling_ok(c, e) || !rope_tables_ok(c, rd ? rd : n / h, e)) return false;
+    double af = c->fattr[FA_ROPE_ATTENTION_FACTOR];
+    if (!(af >= 0) || !isfinite(af)) return fail(e, 0, "rope: attention_factor must be positive (0: 1), got %g", af);
     copy_shape(out, &c->in[0], c->act_dtype);
     return true;
 }
@@ -571,12 +603,13 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     /* rope attribute indices: 2 scaling, 3 factor, 4 low_freq_factor, 5 high_freq_factor,
      * 6 original_max_positions, 7 beta_fast, 8 beta_slow; each is read by the scalings that
      * need it (bit i of a row: attribute 3 + i), and named by who takes it */
-    static const unsigned used[] = {[ROPE_NONE] = 0, [ROPE_LINEAR] = 0x01, [ROPE_LLAMA3] = 0x0f, [ROPE_YARN] = 0x39};
+    static const unsigned used[] = {[ROPE_NONE] = 0, [ROPE_LINEAR] = 0x01, [ROPE_LLAMA3] = 0x0f, [ROPE_YARN] = 0x39,
+                                    [ROPE_LONGROPE] = 0x08};
     static const char *const takers[] = {"\"linear\", \"llama3\" or \"yarn\"", "\"llama3\"", "\"llama3\"",
-                                         "\"llama3\" or \"yarn\"", "\"yarn\"", "\"yarn\""};
+                                         "\"llama3\", \"yarn\" or \"longrope\"", "\"yarn\"", "\"yarn\""};
     const PrimInfo *p = prim_info(PRIM_ROPE);
     int64_t sc = c->iattr[IA_ROPE_SCALING];
-    if (sc < ROPE_NONE || sc > ROPE_YARN) return true; /* prim_infer reports it */
+    if (sc < ROPE_NONE || sc > ROPE_LONGROPE) return true; /* prim_infer reports it */
     for (int i = 3; i <= 8; i++) {
         const PrimAttr *a = &p->attrs[i];
         double v = a->kind == PA_FLOAT ? c->fattr[a->slot] : (double)c->iattr[a->slot];
@@ -636,7 +669,7 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
     "silu(x) -> same shape", \
     .grad_inputs = 0x1
 #define ROW_ROPE \
-    {"x"}, 9, \
+    {"x"}, 13, \
     {{"heads", PA_INT, IA_ROPE_HEADS, true, true, 0, NULL}, \
      {"theta", PA_FLOAT, FA_ROPE_THETA, false, true, 10000.0, NULL}, \
      {"scaling", PA_WORD, IA_ROPE_SCALING, false, false, ROPE_NONE, rope_scalings}, \
@@ -645,10 +678,15 @@ bool prim_unused_attrs(const PrimCall *c, PrimError *err) {
      {"high_freq_factor", PA_FLOAT, FA_ROPE_HIGH_FREQ_FACTOR, false, false, 4.0, NULL}, \
      {"original_max_positions", PA_INT, IA_ROPE_ORIGINAL_MAX_POSITIONS, false, false, 8192, NULL}, \
      {"beta_fast", PA_FLOAT, FA_ROPE_BETA_FAST, false, false, 0, NULL}, \
-     {"beta_slow", PA_FLOAT, FA_ROPE_BETA_SLOW, false, false, 0, NULL}}, \
-    "rope(x[B, T, H*hd]; heads, theta = 10000, scaling = \"none\" | \"linear\" | \"llama3\" | \"yarn\", factor = 1, " \
-    "low_freq_factor = 1, high_freq_factor = 4, original_max_positions = 8192, beta_fast = 0 (32), " \
-    "beta_slow = 0 (1)) -> [B, T, H*hd]", \
+     {"beta_slow", PA_FLOAT, FA_ROPE_BETA_SLOW, false, false, 0, NULL}, \
+     {"rotary_dim", PA_INT, IA_ROPE_ROTARY_DIM, false, false, 0, NULL}, \
+     {"attention_factor", PA_FLOAT, FA_ROPE_ATTENTION_FACTOR, false, false, 0, NULL}, \
+     {"short_factor", PA_FLOATS, LA_ROPE_SHORT_FACTOR, false, false, 0, NULL}, \
+     {"long_factor", PA_FLOATS, LA_ROPE_LONG_FACTOR, false, false, 0, NULL}}, \
+    "rope(x[B, T, H*hd]; heads, theta = 10000, scaling = \"none\" | \"linear\" | \"llama3\" | \"yarn\" | \"longrope\", " \
+    "factor = 1, low_freq_factor = 1, high_freq_factor = 4, original_max_positions = 8192, beta_fast = 0 (32), " \
+    "beta_slow = 0 (1), rotary_dim = 0 (hd), attention_factor = 0 (1), short_factor = [...], long_factor = [...]) " \
+    "-> [B, T, H*hd]", \
     .grad_inputs = 0x1
 #define ROW_ATTENTION \
     {"q", "k", "v"}, 5, \

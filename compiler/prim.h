@@ -19,7 +19,7 @@
 #include "ast.h"
 #include "graph.h"
 
-enum { PRIM_MAX_IN = 11, PRIM_MAX_ATTR = 10 };
+enum { PRIM_MAX_IN = 11, PRIM_MAX_ATTR = 13, PRIM_MAX_LISTS = 2 };
 
 typedef enum PrimAttrKind {
     PA_INT,   /* integer, stored in iattr[slot] */
@@ -27,6 +27,8 @@ typedef enum PrimAttrKind {
     PA_FLAG,  /* boolean (bare flag name, or = true/false), iattr[slot] = 0/1 */
     PA_SIZES, /* split: a piece count or a list of sizes (iattr[slot] = pieces) */
     PA_WORD,  /* one of the strings in words (e.g. scaling = "llama3"): iattr[slot] = its index */
+    PA_FLOATS, /* a list of numbers (rope's short_factor): PrimCall.lists[slot]; the op's table holds
+                * the lists in slot order (GOp.table) */
 } PrimAttrKind;
 
 typedef struct PrimAttr {
@@ -58,6 +60,8 @@ typedef struct PrimCall {
     bool attr_set[PRIM_MAX_ATTR];      /* which attributes were given */
     int64_t sizes[GRAPH_MAX_OUT];      /* split with a size list */
     int nsizes;                        /* 0: split into iattr[IA_SPLIT_N] equal pieces */
+    const double *lists[PRIM_MAX_LISTS]; /* PA_FLOATS attributes, by slot */
+    int nlists[PRIM_MAX_LISTS];
     DType act_dtype;                   /* dtype of floating-point results (the training dtype) */
 } PrimCall;
 

@@ -74,6 +74,15 @@ Val sema_emit_prim(Sema *s, EvalCtx *c, const PrimInfo *p, const Expr *call, con
     for (int i = 0; i < nin; i++) op.in[i] = tin[i].t;
     memcpy(op.iattr, pc->iattr, sizeof op.iattr);
     memcpy(op.fattr, pc->fattr, sizeof op.fattr);
+    /* the list attributes, one table in slot order */
+    for (int l = 0; l < PRIM_MAX_LISTS; l++) op.ntable += pc->nlists[l];
+    if (op.ntable) {
+        double *tab = ARENA_NEWN(s->a, double, (size_t)op.ntable);
+        if (!tab) return POISON;
+        for (int l = 0, at = 0; l < PRIM_MAX_LISTS; at += pc->nlists[l], l++)
+            if (pc->nlists[l]) memcpy(tab + at, pc->lists[l], (size_t)pc->nlists[l] * sizeof *tab);
+        op.table = tab;
+    }
     op.nout = nout;
     op.segment = s->segment;
     op.scope = c->path;
@@ -138,6 +147,25 @@ static bool set_attr(Sema *s, const PrimInfo *p, PrimCall *pc, int ai, Val v, Sp
             return false;
         }
         pc->iattr[a->slot] = w;
+        break;
+    }
+    case PA_FLOATS: {
+        if (v.k != V_LIST) {
+            sema_error(s, sp, "%s: '%s' must be a list of numbers, got %s", p->name, a->name, sema_vkind_name(v.k));
+            return false;
+        }
+        double *l = v.n ? ARENA_NEWN(s->a, double, (size_t)v.n) : NULL;
+        if (v.n && !l) return false;
+        for (int i = 0; i < v.n; i++) {
+            if (!is_num(&v.items[i])) {
+                sema_error(s, sp, "%s: '%s' must be a list of numbers, item %d is %s", p->name, a->name, i,
+                           sema_vkind_name(v.items[i].k));
+                return false;
+            }
+            l[i] = v.items[i].k == V_INT ? (double)v.items[i].i : v.items[i].f;
+        }
+        pc->lists[a->slot] = l;
+        pc->nlists[a->slot] = v.n;
         break;
     }
     case PA_SIZES:

@@ -634,6 +634,16 @@ static int run(const Plan *p, const GenOpts *o) {
         if (rc < 0) FAIL("%s", why);
         if (rc > 0 && !strcmp(o->decode, "kv")) FAIL("--decode kv: %s", why);
     }
+    if (!g.kv) { /* a window forward turns every position by the table of T's length */
+        for (uint32_t k = 0; k < p->nops; k++) {
+            const PlanOp *op = &p->ops[k];
+            if (op->prim == PRIM_ROPE && op->iattr[IA_ROPE_SCALING] == ROPE_LONGROPE && op->iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] < g.T)
+                FAIL("--decode window: the plan's rope is longrope with original_max_positions %" PRId64 " < T = %" PRId64
+                     ": each forward of the window would turn a shorter text by the long factors, which transformers uses only past %" PRId64
+                     " positions; use --decode kv (or plan with --seq %" PRId64 ")%s%s", op->iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS], g.T,
+                     op->iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS], op->iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS], why[0] ? "; no KV cache: " : "", why);
+        }
+    }
     if (C.rank == 0 && !o->quiet && g.kv && be == RT_BACKEND_CUDA) {
         char b1[32], b2[32];
         fprintf(stderr, "zinfgen: %s on the cuda backend, KV cache of T = %" PRId64 " positions (%s of rank 0's GPU memory beside the "

@@ -243,6 +243,13 @@ int kvdec_create(Rt *r, const Plan *p, Comm *c, KvDevice on, KvDecoder **out, ch
         d->ops = calloc(p->nops ? p->nops : 1, sizeof *d->ops);
         rc = d->kind && d->ops ? analyse(d, err, n) : errorf(err, n, "out of memory");
     }
+    for (int i = 0; !rc && i < d->nops; i++) {
+        const PlanOp *op = &p->ops[d->ops[i]];
+        int64_t orig = op->iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS];
+        if (op->prim == PRIM_ROPE && op->iattr[IA_ROPE_SCALING] == ROPE_LONGROPE && (!d->longrope_orig || orig < d->longrope_orig))
+            d->longrope_orig = orig;
+    }
+    if (!rc && d->longrope_orig && !(d->fed = calloc((size_t)d->T, sizeof *d->fed))) rc = errorf(err, n, "out of memory");
     if (!rc && d->be->check) rc = d->be->check(d, err, n);
     /* a failure of its own (out of memory) on any rank ends it on every
      * rank; a refusal (1) is the same on every rank, as it reads the plan */
@@ -288,12 +295,12 @@ void kvdec_free(KvDecoder *d) {
     if (d->state) d->be->close(d);
     free(d->kind);
     free(d->ops);
+    free(d->fed);
     free(d);
 }
 
-int kvdec_step(KvDecoder *d, int32_t token, float *logits, char *err, size_t n) {
-    if (!d->state) return errorf(err, n, "the decoder runs on rank 0");
-    if (d->pos >= d->T) return errorf(err, n, "the cache holds the window's %" PRId64 " positions: reset it", d->T);
+static int one_step(KvDecoder *d, int32_t token, float *logits, char *err, size_t n) {
+    if (d->fed) d->fed[d->pos] = token;
     if (d->be->set_token(d, token, err, n)) return -1;
     for (int i = 0; i < d->nops; i++)
         if (d->be->run_op(d, d->ops[i], err, n)) return -1;
@@ -302,7 +309,26 @@ int kvdec_step(KvDecoder *d, int32_t token, float *logits, char *err, size_t n) 
     return 0;
 }
 
-void kvdec_reset(KvDecoder *d) { d->pos = 0; }
+int kvdec_step(KvDecoder *d, int32_t token, float *logits, char *err, size_t n) {
+    if (!d->state) return errorf(err, n, "the decoder runs on rank 0");
+    if (d->pos >= d->T) return errorf(err, n, "the cache holds the window's %" PRId64 " positions: reset it", d->T);
+    /* longrope: the text outgrows original_max_positions with this token; from now on every
+     * position turns by the long factors, the cached ones too: they are computed again, as
+     * Phi3ForCausalLM's generate drops its cache there */
+    if (d->longrope_orig && d->pos == d->longrope_orig && d->rope_seq <= d->longrope_orig) {
+        int64_t p = d->pos;
+        d->rope_seq = p + 1;
+        d->pos = 0;
+        for (int64_t i = 0; i < p; i++)
+            if (one_step(d, d->fed[i], logits, err, n)) return -1;
+    }
+    return one_step(d, token, logits, err, n);
+}
+
+void kvdec_reset(KvDecoder *d) {
+    d->pos = 0;
+    d->rope_seq = 0;
+}
 
 int64_t kvdec_position(const KvDecoder *d) { return d->pos; }
 

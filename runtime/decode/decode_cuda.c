@@ -134,7 +134,14 @@ static int check_rope(const KvDecoder *d, int o, char *why, size_t n) {
     int64_t C = kvdec_last_dim(d, op->in[0]), H = op->iattr[IA_ROPE_HEADS];
     if (H < 1 || C % H || (C / H) % 2) return REFUSE(why, n, "op %d: rope of %" PRId64 " over %" PRId64 " heads", o, C, H);
     if (op->iattr[IA_ROPE_SCALING] > ROPE_LLAMA3)
-        return REFUSE(why, n, "op %d: rope with yarn scaling (the CUDA step has none, linear and llama3)", o);
+        return REFUSE(why, n, "op %d: rope with %s scaling (the CUDA step has none, linear and llama3)", o,
+                      op->iattr[IA_ROPE_SCALING] == ROPE_YARN ? "yarn" : "longrope");
+    if (op->fattr[FA_ROPE_ATTENTION_FACTOR] != 0 && op->fattr[FA_ROPE_ATTENTION_FACTOR] != 1)
+        return REFUSE(why, n, "op %d: rope with attention_factor %g (the CUDA step does not scale cos and sin)", o,
+                      op->fattr[FA_ROPE_ATTENTION_FACTOR]);
+    if (op->iattr[IA_ROPE_ROTARY_DIM] != 0 && op->iattr[IA_ROPE_ROTARY_DIM] != C / H)
+        return REFUSE(why, n, "op %d: rope with rotary_dim = %" PRId64 " (partial rotary; the CUDA step turns whole heads)", o,
+                      op->iattr[IA_ROPE_ROTARY_DIM]);
     return check_per_position(d, o, why, n);
 }
 
@@ -302,7 +309,7 @@ static int run_split(KvDecoder *d, int o, char *err, size_t n) {
 static int run_rope(KvDecoder *d, int o, char *err, size_t n) {
     KvCuda *x = X_(d);
     Opnds v = opnds(d, o);
-    HkRope r = hk_rope_attrs(v.op->iattr, v.op->fattr);
+    HkRope r = hk_rope_attrs(v.op->iattr, v.op->fattr, v.op->table, v.op->ntable);
     long long H = r.heads, hd = kvdec_last_dim(d, v.op->in[0]) / H, pos = d->pos, scaling = r.scaling;
     double theta = r.theta, factor = r.factor, low = r.low_freq_factor, high = r.high_freq_factor, orig = r.original_max;
     void *args[] = {&v.y, &v.a, &H, &hd, &pos, &theta, &scaling, &factor, &low, &high, &orig};

@@ -12,7 +12,9 @@
 
 typedef struct KvHost {
     void **buf;                /* per tensor: its view's values, NULL when none */
-    float **kc, **vc;          /* per op: an attention op's key and value cache [T, kv_dim], else NULL */
+    float **kc, **vc;          /* per op: an attention op's key and value cache [rows, kv_dim], else NULL */
+    int64_t *rows;             /* per op: its cache's rows, T, or W for a sliding window of W < T: a ring,
+                                * position j in row j % W (the window never reads further back) */
     double *scores;            /* [T] scratch of the attention step */
     void *ws;
     size_t ws_bytes;
@@ -37,7 +39,8 @@ static void views(const KvDecoder *d, const PlanOp *op, HkTensor *in, HkTensor *
 /* Attention at position pos: this row's keys and values into the cache,
  * then softmax(q K^T / sqrt(hd)) V over positions lo..pos, per head (a query
  * head reads kv head h / (H / KV)); lo is 0, or pos - window + 1 with the
- * op's sliding window (the training kernels' rule). Sums in double. */
+ * op's sliding window (the training kernels' rule), whose cache is a ring of
+ * the window's rows. Sums in double. */
 static int attend(KvDecoder *d, int o, char *err, size_t n) {
     KvHost *h_ = H_(d);
     const PlanOp *op = &d->p->ops[o];
@@ -47,7 +50,8 @@ static int attend(KvDecoder *d, int o, char *err, size_t n) {
     if (H < 1 || KV < 1 || H % KV || qd % H || kd != (qd / H) * KV || v.dims[v.rank - 1] != kd)
         return errorf(err, n, "op %d: attention of q %" PRId64 ", k %" PRId64 " with %" PRId64 " heads, %" PRId64 " kv heads", o, qd, kd, H, KV);
     int64_t hd = qd / H, pos = d->pos, W = op->iattr[IA_ATTENTION_WINDOW], lo = W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0;
-    float *K = h_->kc[o] + pos * kd, *V = h_->vc[o] + pos * kd;
+    int64_t R = h_->rows[o];
+    float *K = h_->kc[o] + pos % R * kd, *V = h_->vc[o] + pos % R * kd;
     for (int64_t i = 0; i < kd; i++) {
         K[i] = hk_get(&k, i);
         V[i] = hk_get(&v, i);
@@ -58,7 +62,7 @@ static int attend(KvDecoder *d, int o, char *err, size_t n) {
         int64_t g = h / (H / KV);
         double m = -INFINITY;
         for (int64_t j = lo; j <= pos; j++) {
-            const float *kj = h_->kc[o] + j * kd + g * hd;
+            const float *kj = h_->kc[o] + j % R * kd + g * hd;
             double s = 0;
             for (int64_t e = 0; e < hd; e++) s += (double)hk_get(&q, h * hd + e) * kj[e];
             sc[j] = cap > 0 ? cap * tanh(s * scale / cap) : s * scale;
@@ -68,7 +72,7 @@ static int attend(KvDecoder *d, int o, char *err, size_t n) {
         for (int64_t j = lo; j <= pos; j++) sum += sc[j] = exp(sc[j] - m);
         for (int64_t e = 0; e < hd; e++) {
             double acc = 0;
-            for (int64_t j = lo; j <= pos; j++) acc += sc[j] * h_->vc[o][j * kd + g * hd + e];
+            for (int64_t j = lo; j <= pos; j++) acc += sc[j] * h_->vc[o][j % R * kd + g * hd + e];
             hk_set(&y, h * hd + e, (float)(acc / sum));
         }
     }
@@ -92,8 +96,8 @@ static int host_rope_row(KvDecoder *d, int o, char *err, size_t n) {
     const PlanOp *op = &d->p->ops[o];
     if (d->kind[op->out[0]] != DK_BT) return host_rows(d, o, err, n);
     HkTensor x = view(d, op->in[0]), y = view(d, op->out[0]);
-    HkRope r = hk_rope_attrs(op->iattr, op->fattr);
-    int rc = hk_rope_fwd_at(&x, &y, &r, d->pos);
+    HkRope r = hk_rope_attrs(op->iattr, op->fattr, op->table, op->ntable);
+    int rc = hk_rope_fwd_seq(&x, &y, &r, d->pos, d->rope_seq > d->pos + 1 ? d->rope_seq : d->pos + 1);
     return rc ? errorf(err, n, "op %d (%s) at position %" PRId64 ": %s", o, kvdec_prim_str(op->prim), d->pos, hk_strerror(rc)) : 0;
 }
 
@@ -159,7 +163,8 @@ static int host_allocate(KvDecoder *d, char *err, size_t n) {
     h->buf = calloc(p->ntensors ? p->ntensors : 1, sizeof *h->buf);
     h->kc = calloc(p->nops ? p->nops : 1, sizeof *h->kc);
     h->vc = calloc(p->nops ? p->nops : 1, sizeof *h->vc);
-    if (!h->buf || !h->kc || !h->vc) return errorf(err, n, "out of memory");
+    h->rows = calloc(p->nops ? p->nops : 1, sizeof *h->rows);
+    if (!h->buf || !h->kc || !h->vc || !h->rows) return errorf(err, n, "out of memory");
     for (uint32_t t = 0; t < p->ntensors; t++) {
         if (d->kind[t] < DK_CONST) continue;
         uint64_t b = kvdec_view_bytes(d, (int)t);
@@ -172,11 +177,12 @@ static int host_allocate(KvDecoder *d, char *err, size_t n) {
         HkTensor in[PLAN_MAX_IN], out[PLAN_MAX_OUT];
         views(d, op, in, out);
         if (host_families[op->prim]->cache && d->kind[op->out[0]] == DK_BT) {
-            int64_t kd = kvdec_last_dim(d, op->in[1]);
-            h->kc[d->ops[i]] = calloc((size_t)(d->T * kd), sizeof(float));
-            h->vc[d->ops[i]] = calloc((size_t)(d->T * kd), sizeof(float));
+            int64_t kd = kvdec_last_dim(d, op->in[1]), W = op->iattr[IA_ATTENTION_WINDOW];
+            int64_t rows = h->rows[d->ops[i]] = W > 0 && W < d->T ? W : d->T;
+            h->kc[d->ops[i]] = calloc((size_t)(rows * kd), sizeof(float));
+            h->vc[d->ops[i]] = calloc((size_t)(rows * kd), sizeof(float));
             if (!h->kc[d->ops[i]] || !h->vc[d->ops[i]]) return errorf(err, n, "out of memory for the KV cache");
-            d->bytes += 2 * sizeof(float) * (uint64_t)(d->T * kd);
+            d->bytes += 2 * sizeof(float) * (uint64_t)(rows * kd);
             continue;
         }
         size_t w = hk_workspace_bytes((PrimId)op->prim, in, op->nin, out, op->nout, op->iattr);
@@ -218,6 +224,7 @@ static void host_close(KvDecoder *d) {
     free(h->buf);
     free(h->kc);
     free(h->vc);
+    free(h->rows);
     free(h->scores);
     free(h->ws);
     free(h);

@@ -29,6 +29,11 @@ struct KvDecoder {
     const Comm *c;
     const KvBackend *be;
     int64_t B, T, pos;
+    /* longrope (Phi-3): the smallest original_max_positions of its rope ops (0: none), the
+     * text's length its tables are chosen by (0: the step's position + 1), and the ids fed at
+     * positions 0..pos-1, to turn them again by the long factors when the text outgrows it */
+    int64_t longrope_orig, rope_seq;
+    int32_t *fed;
     uint8_t *kind;             /* per tensor: DecKind */
     int32_t *ops;              /* the forward ops a step runs, in plan order (at create: the constant ones too) */
     int nops;

@@ -126,15 +126,26 @@ typedef struct HkRope {
     double factor, low_freq_factor, high_freq_factor;
     double original_max;       /* llama3, yarn: the context length the model was trained at */
     double beta_fast, beta_slow; /* yarn: the ramp's ends in rotations per original_max (0: 32 and 1) */
+    int64_t rotary_dim;        /* the first rotary_dim of each head turn (rotate-half over them, the
+                                  frequencies of a head of rotary_dim); the rest pass through. 0: hd */
+    double attention_factor;   /* cos and sin multiplied by it (transformers' attention_scaling); 0: 1 */
+    /* longrope: pair j's frequency divided by short_factor[j] while the sequence (the last position
+     * + 1) is at most original_max, by long_factor[j] beyond; rotary_dim / 2 each */
+    const double *short_factor, *long_factor;
 } HkRope;
-/* From an op's attributes (PlanOp conventions; fattr[FA_ROPE_THETA] == 0: theta 10000). */
-HkRope hk_rope_attrs(const int64_t *iattr, const double *fattr);
-/* The rotation frequency of pair j of a head of hd, scaling applied. */
-double hk_rope_freq(const HkRope *r, int64_t j, int64_t hd);
+/* From an op's attributes (PlanOp conventions; fattr[FA_ROPE_THETA] == 0: theta 10000) and its
+ * list attributes (PlanOp.table: longrope's short_factor, long_factor; NULL, 0: none). */
+HkRope hk_rope_attrs(const int64_t *iattr, const double *fattr, const double *table, int64_t ntable);
+/* The rotation frequency of pair j of a head of hd (the rotated columns), scaling applied; seq:
+ * the sequence's length (longrope's choice of table). */
+double hk_rope_freq(const HkRope *r, int64_t j, int64_t hd, int64_t seq);
 int hk_rope_fwd(const HkTensor *x, HkTensor *y, const HkRope *r);
 /* The same with x's position t at pos0 + t (a KV-cache decode step, whose
  * one row is position pos0 of the text). */
 int hk_rope_fwd_at(const HkTensor *x, HkTensor *y, const HkRope *r, int64_t pos0);
+/* The same with longrope's table chosen by a text of seq positions (at least pos0 + T): a decode
+ * step that turns its cache again by the long factors. */
+int hk_rope_fwd_seq(const HkTensor *x, HkTensor *y, const HkRope *r, int64_t pos0, int64_t seq);
 int hk_rope_bwd(const HkTensor *dy, HkTensor *dx, const HkRope *r);
 /* Packed rows: position t of row b at t - seg[b*T + t], its sample's own
  * position (seg as for hk_attention_fwd_packed). */

@@ -65,6 +65,8 @@ typedef struct HkCall {
     HkTensor *din;                 /* backward: every input's gradient, din[i] for in[i] (data NULL: not wanted) */
     const int64_t *iattr;
     const double *fattr;
+    const double *table;           /* the op's list attributes (PlanOp.table), NULL: none */
+    int64_t ntable;
     void *ws;
     const int32_t *seg;            /* packed rows' sample starts (hostk.h), NULL: a row is one sample */
     int64_t seg_T, seg_tokens;     /* with seg: the batch's T and B*T */

@@ -302,12 +302,13 @@ int hk_softcap_bwd(const HkTensor *x, const HkTensor *dy, HkTensor *dx, double c
 
 /* ---- rope ---- */
 
-HkRope hk_rope_attrs(const int64_t *iattr, const double *fattr) {
-    HkRope r = {0, 10000.0, ROPE_NONE, 1.0, 1.0, 4.0, 8192.0, 0, 0};
+HkRope hk_rope_attrs(const int64_t *iattr, const double *fattr, const double *table, int64_t ntable) {
+    HkRope r = {0, 10000.0, ROPE_NONE, 1.0, 1.0, 4.0, 8192.0, 0, 0, 0, 0, NULL, NULL};
     if (iattr) {
         r.heads = iattr[IA_ROPE_HEADS];
         r.scaling = (int)iattr[IA_ROPE_SCALING];
         if (iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] > 0) r.original_max = (double)iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS];
+        r.rotary_dim = iattr[IA_ROPE_ROTARY_DIM];
     }
     if (fattr) {
         if (fattr[FA_ROPE_THETA] != 0) r.theta = fattr[FA_ROPE_THETA];
@@ -316,6 +317,13 @@ HkRope hk_rope_attrs(const int64_t *iattr, const double *fattr) {
         r.high_freq_factor = fattr[FA_ROPE_HIGH_FREQ_FACTOR];
         r.beta_fast = fattr[FA_ROPE_BETA_FAST];
         r.beta_slow = fattr[FA_ROPE_BETA_SLOW];
+        r.attention_factor = fattr[FA_ROPE_ATTENTION_FACTOR];
+    }
+    /* longrope's two tables, half the list each (the shape rule made them equal) */
+    if (table && ntable > 0 && ntable % 2 == 0) {
+        r.short_factor = table;
+        r.long_factor = table + ntable / 2;
+        if (!r.rotary_dim) r.rotary_dim = ntable; /* the check compares it with the head */
     }
     return r;
 }
@@ -343,8 +351,9 @@ static double yarn_freq(const HkRope *r, double f, int64_t j, int64_t hd) {
  * llama3 (Hugging Face's _compute_llama3_parameters) keeps wavelengths
  * below original_max/high_freq_factor, divides those above
  * original_max/low_freq_factor, and blends linearly in between. */
-double hk_rope_freq(const HkRope *r, int64_t j, int64_t hd) {
+double hk_rope_freq(const HkRope *r, int64_t j, int64_t hd, int64_t seq) {
     double f = pow(r->theta, -2.0 * (double)j / (double)hd);
+    if (r->scaling == ROPE_LONGROPE) return f / ((double)seq > r->original_max ? r->long_factor : r->short_factor)[j];
     if (r->scaling == ROPE_LINEAR) return f / r->factor;
     if (r->scaling == ROPE_YARN) return yarn_freq(r, f, j, hd);
     if (r->scaling != ROPE_LLAMA3) return f;
@@ -361,10 +370,15 @@ static int rope_check(const HkTensor *x, const HkTensor *y, const HkRope *r) {
     if (x->rank != 3 || !same_shape(x, y)) return HK_ERR_SHAPE;
     int64_t heads = r->heads;
     if (heads <= 0 || !(r->theta > 0) || x->dims[2] % heads || (x->dims[2] / heads) % 2) return HK_ERR_ATTR;
-    if (r->scaling < ROPE_NONE || r->scaling > ROPE_YARN) return HK_ERR_ATTR;
+    if (r->rotary_dim < 0 || r->rotary_dim % 2 || r->rotary_dim > x->dims[2] / heads) return HK_ERR_ATTR;
+    if (r->scaling < ROPE_NONE || r->scaling > ROPE_LONGROPE || !(r->attention_factor >= 0)) return HK_ERR_ATTR;
+    if (r->scaling == ROPE_LONGROPE &&
+        !(r->short_factor && r->long_factor && r->original_max > 0 &&
+          (r->rotary_dim ? r->rotary_dim : x->dims[2] / heads) == (r->long_factor - r->short_factor) * 2))
+        return HK_ERR_ATTR;
     if (r->scaling == ROPE_YARN && !(r->original_max > 0 && r->theta > 1 && r->beta_fast >= 0 && r->beta_slow >= 0))
         return HK_ERR_ATTR;
-    if (r->scaling != ROPE_NONE && !(r->factor > 0)) return HK_ERR_ATTR;
+    if (r->scaling != ROPE_NONE && r->scaling != ROPE_LONGROPE && !(r->factor > 0)) return HK_ERR_ATTR;
     if (r->scaling == ROPE_LLAMA3 &&
         !(r->low_freq_factor > 0 && r->high_freq_factor > r->low_freq_factor && r->original_max > 0))
         return HK_ERR_ATTR;
@@ -380,6 +394,7 @@ typedef struct RopeJob {
     bool acc;
     int64_t pos0;              /* the position of row t = 0 (a decode step's) */
     const int32_t *seg;        /* packed rows: where each position's sample begins (hostk.h); NULL: 0 */
+    int64_t seq;               /* the sequence's length: the last position + 1 (longrope's choice) */
 } RopeJob;
 
 /* one position bt of [B*T] (a unit of the rank's pool, hostk_threads.h) */
@@ -390,12 +405,20 @@ static void rope_unit(void *ctx, int64_t bt) {
     const HkRope *r = jb->r;
     int sign = jb->sign;
     bool acc = jb->acc;
-    int64_t T = x->dims[1], C = x->dims[2], heads = r->heads, hd = C / heads, half = hd / 2;
+    int64_t T = x->dims[1], C = x->dims[2], heads = r->heads, hd = C / heads;
+    int64_t rd = r->rotary_dim ? r->rotary_dim : hd, half = rd / 2;
     {
         int64_t t = bt % T + jb->pos0 - (jb->seg ? jb->seg[bt] : 0);
+        /* partial rotary: the columns past rd of each head are x itself (its transpose too) */
+        for (int64_t h = 0; h < heads; h++)
+            for (int64_t i = bt * C + h * hd + rd; i < bt * C + (h + 1) * hd; i++) {
+                if (acc) ACC(y, i, LD(x, i));
+                else ST(y, i, LD(x, i));
+            }
+        double af = r->attention_factor > 0 ? r->attention_factor : 1.0;
         for (int64_t j = 0; j < half; j++) {
-            double a = (double)t * hk_rope_freq(r, j, hd);
-            float c = (float)cos(a), s = (float)(sign * sin(a));
+            double a = (double)t * hk_rope_freq(r, j, rd, jb->seq);
+            float c = (float)(cos(a) * af), s = (float)(sign * sin(a) * af);
             for (int64_t h = 0; h < heads; h++) {
                 int64_t i0 = bt * C + h * hd + j, i1 = i0 + half;
                 float x0 = LD(x, i0), x1 = LD(x, i1);
@@ -413,19 +436,29 @@ static void rope_unit(void *ctx, int64_t bt) {
 }
 
 static void rope_apply(const HkTensor *x, HkTensor *y, const HkRope *r, int sign, bool acc, int64_t pos0,
-                       const int32_t *seg) {
-    RopeJob jb = {x, y, r, sign, acc, pos0, seg};
-    int64_t rows = x->dims[0] * x->dims[1];
+                       const int32_t *seg, int64_t seq_at_least) {
+    int64_t rows = x->dims[0] * x->dims[1], seq = pos0 + x->dims[1];
+    if (seq_at_least > seq) seq = seq_at_least;
+    if (seg) { /* packed: the longest sample's last position, as position_ids' maximum */
+        seq = 0;
+        for (int64_t i = 0; i < rows; i++)
+            if (i % x->dims[1] - seg[i] + 1 > seq) seq = i % x->dims[1] - seg[i] + 1;
+    }
+    RopeJob jb = {x, y, r, sign, acc, pos0, seg, seq};
     hk_parallel(hk_team((double)(rows * x->dims[2]) * 2.0), rows, rope_unit, &jb);
 }
 
 int hk_rope_fwd(const HkTensor *x, HkTensor *y, const HkRope *r) { return hk_rope_fwd_at(x, y, r, 0); }
 
 int hk_rope_fwd_at(const HkTensor *x, HkTensor *y, const HkRope *r, int64_t pos0) {
+    return hk_rope_fwd_seq(x, y, r, pos0, 0);
+}
+
+int hk_rope_fwd_seq(const HkTensor *x, HkTensor *y, const HkRope *r, int64_t pos0, int64_t seq) {
     int rc = rope_check(x, y, r);
     if (rc) return rc;
     if (pos0 < 0) return HK_ERR_ATTR;
-    rope_apply(x, y, r, 1, false, pos0, NULL);
+    rope_apply(x, y, r, 1, false, pos0, NULL, seq);
     return HK_OK;
 }
 
@@ -433,7 +466,7 @@ int hk_rope_bwd(const HkTensor *dy, HkTensor *dx, const HkRope *r) {
     if (!hk_present(dx)) return HK_OK;
     int rc = rope_check(dy, dx, r);
     if (rc) return rc;
-    rope_apply(dy, dx, r, -1, true, 0, NULL);
+    rope_apply(dy, dx, r, -1, true, 0, NULL, 0);
     return HK_OK;
 }
 
@@ -449,7 +482,7 @@ int hk_rope_fwd_packed(const HkTensor *x, HkTensor *y, const HkRope *r, const in
     int rc = rope_check(x, y, r);
     if (rc) return rc;
     if (!seg_ok(x, seg)) return HK_ERR_ARG;
-    rope_apply(x, y, r, 1, false, 0, seg);
+    rope_apply(x, y, r, 1, false, 0, seg, 0);
     return HK_OK;
 }
 
@@ -458,7 +491,7 @@ int hk_rope_bwd_packed(const HkTensor *dy, HkTensor *dx, const HkRope *r, const 
     int rc = rope_check(dy, dx, r);
     if (rc) return rc;
     if (!seg_ok(dy, seg)) return HK_ERR_ARG;
-    rope_apply(dy, dx, r, -1, true, 0, seg);
+    rope_apply(dy, dx, r, -1, true, 0, seg, 0);
     return HK_OK;
 }
 
@@ -639,12 +672,12 @@ static int fam_scale_bwd(const HkCall *c) {
 const HkFamily hk_family_scale = {fam_scale_fwd, fam_scale_bwd, NULL};
 
 static int fam_rope_fwd(const HkCall *c) {
-    HkRope r = hk_rope_attrs(c->iattr, c->fattr);
+    HkRope r = hk_rope_attrs(c->iattr, c->fattr, c->table, c->ntable);
     if (c->seg) return hk_rope_fwd_packed(c->a, &c->out[0], &r, c->seg);
     return hk_rope_fwd(c->a, &c->out[0], &r);
 }
 static int fam_rope_bwd(const HkCall *c) {
-    HkRope r = hk_rope_attrs(c->iattr, c->fattr);
+    HkRope r = hk_rope_attrs(c->iattr, c->fattr, c->table, c->ntable);
     if (c->seg) return hk_rope_bwd_packed(c->dy, c->da, &r, c->seg);
     return hk_rope_bwd(c->dy, c->da, &r);
 }

@@ -64,8 +64,14 @@ typedef struct Packed {
     int64_t T, tokens;
 } Packed;
 
+/* An op's list attributes (PlanOp.table); NULL for the per-primitive entries. */
+typedef struct Table {
+    const double *v;
+    int64_t n;
+} Table;
+
 static int run_fwd(PrimId p, const HkTensor *in, int nin, HkTensor *out, int nout, const int64_t *iattr,
-                   const double *fattr, void *ws, size_t ws_bytes, const Packed *pk) {
+                   const double *fattr, void *ws, size_t ws_bytes, const Packed *pk, const Table *tab) {
     if ((unsigned)p >= PRIM_COUNT) return HK_ERR_PRIM;
     if (nin < 0 || !nout_ok(p, nout) || !out) return HK_ERR_ARG;
     int rc = ws_ok(p, in, nin, out, nout, iattr, ws, ws_bytes);
@@ -73,12 +79,13 @@ static int run_fwd(PrimId p, const HkTensor *in, int nin, HkTensor *out, int nou
     HkCall c = make_call(p, in, nin, out, nout, iattr, fattr, ws);
     c.out = out;
     if (pk) c.seg = pk->seg, c.seg_T = pk->T, c.seg_tokens = pk->tokens;
+    if (tab) c.table = tab->v, c.ntable = tab->n;
     return families[p]->fwd(&c);
 }
 
 static int run_bwd(PrimId p, const HkTensor *in, int nin, const HkTensor *out, const HkTensor *dout, int nout,
                    HkTensor *din, const int64_t *iattr, const double *fattr, void *ws, size_t ws_bytes,
-                   const Packed *pk) {
+                   const Packed *pk, const Table *tab) {
     if ((unsigned)p >= PRIM_COUNT) return HK_ERR_PRIM;
     if (nin < 0 || !nout_ok(p, nout) || !dout || !out) return HK_ERR_ARG;
     int rc = ws_ok(p, in, nin, out, nout, iattr, ws, ws_bytes);
@@ -86,6 +93,7 @@ static int run_bwd(PrimId p, const HkTensor *in, int nin, const HkTensor *out, c
     HkCall c = make_call(p, in, nin, out, nout, iattr, fattr, ws);
     c.dout = dout;
     if (pk) c.seg = pk->seg, c.seg_T = pk->T, c.seg_tokens = pk->tokens;
+    if (tab) c.table = tab->v, c.ntable = tab->n;
     c.dy = arg(dout, nout, 0);
     c.da = garg(din, nin, 0);
     c.db = garg(din, nin, 1);
@@ -102,7 +110,7 @@ int hk_run_fwd(PrimId p, const HkTensor *in, int nin, HkTensor *out, int nout, c
                const double *fattr, void *ws, size_t ws_bytes) {
     hk_threads_adopt();
     hk_team_enter();
-    int rc = run_fwd(p, in, nin, out, nout, iattr, fattr, ws, ws_bytes, NULL);
+    int rc = run_fwd(p, in, nin, out, nout, iattr, fattr, ws, ws_bytes, NULL, NULL);
     hk_team_leave();
     return rc;
 }
@@ -111,7 +119,7 @@ int hk_run_bwd(PrimId p, const HkTensor *in, int nin, const HkTensor *out, const
                HkTensor *din, const int64_t *iattr, const double *fattr, void *ws, size_t ws_bytes) {
     hk_threads_adopt();
     hk_team_enter();
-    int rc = run_bwd(p, in, nin, out, dout, nout, din, iattr, fattr, ws, ws_bytes, NULL);
+    int rc = run_bwd(p, in, nin, out, dout, nout, din, iattr, fattr, ws, ws_bytes, NULL, NULL);
     hk_team_leave();
     return rc;
 }
@@ -162,7 +170,8 @@ int hk_op_forward_packed(const Plan *p, const PlanOp *o, void *const *buf, void 
     pk.tokens *= pk.T;
     hk_threads_adopt();
     hk_team_enter();
-    int rc = run_fwd((PrimId)o->prim, in, o->nin, out, o->nout, o->iattr, o->fattr, ws, ws_bytes, seg ? &pk : NULL);
+    Table tab = {o->table, o->ntable};
+    int rc = run_fwd((PrimId)o->prim, in, o->nin, out, o->nout, o->iattr, o->fattr, ws, ws_bytes, seg ? &pk : NULL, &tab);
     hk_team_leave();
     return rc;
 }
@@ -186,8 +195,9 @@ int hk_op_backward_packed(const Plan *p, const PlanOp *o, void *const *buf, void
     pk.tokens *= pk.T;
     hk_threads_adopt();
     hk_team_enter();
+    Table tab = {o->table, o->ntable};
     int rc = run_bwd((PrimId)o->prim, in, nfin, in + nfin, in + nfin + nout, nout, din, o->iattr, o->fattr, ws, ws_bytes,
-                     seg ? &pk : NULL);
+                     seg ? &pk : NULL, &tab);
     hk_team_leave();
     return rc;
 }

@@ -220,13 +220,13 @@ static void c_f32(Codec *c, float *v) {
     uint32_t x;
     memcpy(&x, v, 4);
     c_u32(c, &x);
-    memcpy(v, &x, 4);
+    if (c->reading) memcpy(v, &x, 4); /* written values may lie in read-only memory */
 }
 static void c_f64(Codec *c, double *v) {
     uint64_t x;
     memcpy(&x, v, 8);
     c_u64(c, &x);
-    memcpy(v, &x, 8);
+    if (c->reading) memcpy(v, &x, 8);
 }
 static void c_blob(Codec *c, const uint8_t **data, uint64_t *n) {
     c_u64(c, n);
@@ -458,7 +458,8 @@ static void sec_tensors(Codec *c, Plan *p) {
 
 static void sec_ops(Codec *c, Plan *p) {
     void *arr = p->ops;
-    if (!c_count(c, &p->nops, 4 + 8 * (PLAN_MAX_IATTR + PLAN_MAX_FATTR) + 12 + 8, &arr, sizeof(PlanOp))) return;
+    size_t rec = 4 + 8 * (PLAN_MAX_IATTR + (c->version >= PLAN_VERSION_TABLES ? PLAN_MAX_FATTR : 6)) + 12 + 8 + (c->version >= PLAN_VERSION_TABLES ? 4 : 0);
+    if (!c_count(c, &p->nops, rec, &arr, sizeof(PlanOp))) return;
     p->ops = arr;
     for (uint32_t i = 0; i < p->nops && !c->bad; i++) {
         PlanOp *o = &p->ops[i];
@@ -476,11 +477,23 @@ static void sec_ops(Codec *c, Plan *p) {
         for (int k = o->nin; c->reading && k < PLAN_MAX_IN; k++) o->in[k] = -1;
         for (int k = o->nout; c->reading && k < PLAN_MAX_OUT; k++) o->out[k] = -1;
         for (int k = 0; k < PLAN_MAX_IATTR; k++) c_i64(c, &o->iattr[k]);
-        for (int k = 0; k < PLAN_MAX_FATTR; k++) c_f64(c, &o->fattr[k]);
+        /* version 8: eight float attributes (six before) and the list attributes */
+        for (int k = 0; k < (c->version >= PLAN_VERSION_TABLES ? PLAN_MAX_FATTR : 6); k++) c_f64(c, &o->fattr[k]);
         c_i32(c, &o->segment);
         c_i32(c, &o->fwd);
         c_i32(c, &o->nfin);
         c_str(c, &o->scope);
+        if (c->version >= PLAN_VERSION_TABLES) {
+            void *tab = (void *)o->table;
+            if (!c_count(c, &o->ntable, 8, &tab, sizeof(double))) return;
+            if (c->reading && o->ntable > PLAN_MAX_TABLE) {
+                c->bad = true;
+                c->why = "an op's list attributes are too long";
+                return;
+            }
+            for (uint32_t k = 0; k < o->ntable && !c->bad; k++) c_f64(c, (double *)tab + k);
+            o->table = tab;
+        }
     }
 }
 
@@ -781,14 +794,23 @@ static const Section sections[] = {
  * section (a version-3 file is read as one without GEMM descriptors: its
  * GEMMs run their launches); version 5 packed sections (plan_pack.h: a
  * section header's second word is 1 where the payload is packed); version
- * 6 the speculative optimizer's ranges in meta (an older plan has none). An older
+ * 6 the speculative optimizer's ranges in meta (an older plan has none); version 7
+ * stacked hf pieces; version 8 eight float attributes per op and its list
+ * attributes (rope's longrope tables; an older plan has six and none). An older
  * plan is refused with the version message, not as a corrupt file. */
 enum { SECTION_RAW = 0, SECTION_PACKED = 1 };
-enum { FORMAT_VERSION = PLAN_VERSION_STACKED }; /* the newest read */
+enum { FORMAT_VERSION = PLAN_VERSION_TABLES }; /* the newest read */
 
-/* The version a plan is written as: 7 when its hf mapping stacks pieces,
+/* The version a plan is written as: 8 when an op uses the last two float
+ * attributes or list attributes, else 7 when its hf mapping stacks pieces,
  * else 6, so that a plan without them reads as it did before. */
 static uint32_t written_version(const Plan *p) {
+    for (uint32_t i = 0; i < p->nops; i++) {
+        const PlanOp *o = &p->ops[i];
+        if (o->ntable > 0) return PLAN_VERSION_TABLES;
+        for (int k = 6; k < PLAN_MAX_FATTR; k++)
+            if (o->fattr[k] != 0) return PLAN_VERSION_TABLES;
+    }
     for (uint32_t i = 0; i < p->hf.npieces; i++)
         if (p->hf.pieces[i].stacked) return PLAN_VERSION_STACKED;
     return PLAN_VERSION;

@@ -20,9 +20,12 @@
 #include <stdint.h>
 #include "arena.h"
 
-/* PLAN_VERSION is what a plan is written as; PLAN_VERSION_STACKED (the newest
- * read) only a plan whose hf mapping stacks per-expert tensors (PlanHfPiece.stacked). */
-enum { PLAN_VERSION = 6, PLAN_VERSION_STACKED = 7, PLAN_VERSION_OLDEST = 3, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 12, PLAN_MAX_IATTR = 6, PLAN_MAX_FATTR = 6,
+/* PLAN_VERSION is what a plan is written as; PLAN_VERSION_STACKED only a plan
+ * whose hf mapping stacks per-expert tensors (PlanHfPiece.stacked);
+ * PLAN_VERSION_TABLES (the newest read) only a plan with an op that uses the
+ * seventh or eighth float attribute or list attributes (rope's longrope). */
+enum { PLAN_VERSION = 6, PLAN_VERSION_STACKED = 7, PLAN_VERSION_TABLES = 8, PLAN_VERSION_OLDEST = 3, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 12, PLAN_MAX_IATTR = 6, PLAN_MAX_FATTR = 8,
+       PLAN_MAX_TABLE = 1 << 16 /* numbers in an op's list attributes */,
        PLAN_MAX_ACCUM = 64 /* micro-batches per optimizer step (grad_accum) */ };
 #define PLAN_MAGIC "ZINFPLAN"
 
@@ -152,6 +155,11 @@ typedef struct PlanOp {
     double fattr[PLAN_MAX_FATTR];
     int32_t segment, fwd, nfin;
     const char *scope;
+    /* the op's list attributes (prim.def's PRIM_LATTR), concatenated in
+     * slot order; each primitive's shape rule fixes their lengths (rope's
+     * short_factor and long_factor: rotary_dim / 2 each). Version 7. */
+    uint32_t ntable;
+    const double *table;
 } PlanOp;
 
 /* This rank's slice of a persistent tensor (parameter, gradient, optimizer

@@ -52,10 +52,12 @@ enum {
 #define PRIM(id, name, nin_min, nin_max, nout, family)
 #define PRIM_IATTR(id, NAME, slot, name) IA_##id##_##NAME = slot,
 #define PRIM_FATTR(id, NAME, slot, name) FA_##id##_##NAME = slot,
+#define PRIM_LATTR(id, NAME, slot, name) LA_##id##_##NAME = slot,
 #include "prim.def"
 #undef PRIM
 #undef PRIM_IATTR
 #undef PRIM_FATTR
+#undef PRIM_LATTR
 };
 _Static_assert(FA_LAYERNORM_EPS == FA_RMSNORM_EPS, "the norm family reads eps at one slot");
 
@@ -98,7 +100,9 @@ extern const char *const op_kind_names[OP_KIND_COUNT];
  * frequency divided by factor); llama3 (low frequencies divided by factor,
  * high ones kept, a smooth blend between); yarn (YaRN's ramp between the
  * two by rotations per original context, beta_fast and beta_slow). */
-typedef enum RopeScaling { ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3, ROPE_YARN } RopeScaling;
+/* longrope (Phi-3's su): per-pair divisors, short_factor while the sequence is at most
+ * original_max_positions long, long_factor beyond (the op's table, LA_ROPE_*) */
+typedef enum RopeScaling { ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3, ROPE_YARN, ROPE_LONGROPE } RopeScaling;
 /* gated_mlp's gate activation (its iattr[IA_GATED_MLP_ACT], the word "silu" or "gelu"). */
 typedef enum GatedMlpAct { GATED_MLP_SILU, GATED_MLP_GELU } GatedMlpAct;
 

@@ -156,10 +156,10 @@ printf '{%s, "mlp_bias": true}\n' "$(echo "$M" | sed 's/Mistral/Olmo2/')" |
   expect mlp-bias - 'mlp_bias = true is not supported: Olmo2ForCausalLM has no biases in the MLP'
 P3='"architectures": ["Phi3ForCausalLM"], "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
   "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64'
+printf '{%s, "rope_scaling": {"type": "longrope", "short_factor": [1.0, 1.0], "long_factor": [2.0, 2.0]}}\n' "$L" |
+  expect llama-longrope - 'rope_scaling.rope_type = "longrope" is not supported for LlamaForCausalLM (zinf reads longrope as Phi3ForCausalLM computes it)'
 printf '{%s, "rope_scaling": {"type": "longrope", "short_factor": [1.0, 1.0], "long_factor": [2.0, 2.0]}}\n' "$P3" |
-  expect phi3-longrope - 'rope_scaling.rope_type = "longrope" is not supported (zinf has default, linear, llama3 and yarn)'
-printf '{%s, "partial_rotary_factor": 0.75}\n' "$P3" |
-  expect phi3-partial-rotary - 'partial_rotary_factor = 0.75 is not supported (rotary embeddings over part of a head)'
+  expect phi3-longrope-length - 'short_factor has 2 numbers: longrope needs one per pair of rotated columns, 4'
 printf '{%s, "partial_rotary_factor": 0.5}\n' "$L" |
   expect partial-rotary - 'partial_rotary_factor = 0.5 is not supported'
 printf '{%s, "hidden_act": "gelu"}\n' "$L" |

@@ -58,6 +58,18 @@ CASES = {
                                                     final_logit_softcapping=4.0, attention_bias=True,
                                                     tie_word_embeddings=False,
                                                     pad_token_id=0, eos_token_id=1, bos_token_id=2), 16),
+    # sliding windows shorter than the sequence: Gemma 2's alternating layers (0 and 2 a window of 5)
+    "gemma2-w5": (T.Gemma2Config, dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                                       num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                       max_position_embeddings=64, sliding_window=5, query_pre_attn_scalar=8,
+                                       attn_logit_softcapping=3.0, final_logit_softcapping=4.0,
+                                       tie_word_embeddings=False, pad_token_id=0, eos_token_id=1, bos_token_id=2), 20),
+    # Gemma 3's local/global pattern (every third layer global): layers 0, 1 and 3 a window of 4
+    "gemma3-w4": (T.Gemma3TextConfig, dict(vocab_size=57, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
+                                           num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                           max_position_embeddings=64, sliding_window=4, sliding_window_pattern=3,
+                                           query_pre_attn_scalar=8, rope_theta=20000.0, rope_local_base_freq=100.0,
+                                           tie_word_embeddings=False, pad_token_id=0, eos_token_id=1, bos_token_id=2), 20),
 }
 
 
@@ -117,7 +129,14 @@ def main():
             tokens(kw["vocab_size"], 4 * t + 1, d + ".bin")
             open(d + ".seq", "w").write("%d\n" % t)
             m, _ = load(d)
-            print("%s %.10f %.10f" % (case, loss(m, d + ".bin", t), loss(m, d + ".bin", t, grad=True)))
+            # the windowed cases: also the loss of the same weights with a window holding the sequence
+            nowin = ""
+            if "-w" in case:
+                cfg = T.AutoConfig.from_pretrained(d)
+                cfg.sliding_window = 4 * t
+                w = T.AutoModelForCausalLM.from_pretrained(d, config=cfg, dtype=torch.float32, attn_implementation="eager")
+                nowin = " %.10f" % loss(w, d + ".bin", t)
+            print("%s %.10f %.10f%s" % (case, loss(m, d + ".bin", t), loss(m, d + ".bin", t, grad=True), nowin))
     elif cmd == "export":
         case, d, path, t = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
         m, info = load(d)

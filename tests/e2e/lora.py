@@ -1,7 +1,7 @@
 """Helper of tests/e2e/lora.sh: a small random LLaMA (or GPT-2) and a token
 file, then zinf's LoRA fine-tuning held to peft's numbers.
 
-  lora.py make W0 KIND...        for each KIND (llama, olmo2, phi3, gpt2), W = W0/KIND: model in W/hf, tokens in W/tok.bin
+  lora.py make W0 KIND...        for each KIND (llama, olmo2, phi3, gemma2, gpt2), W = W0/KIND: model in W/hf, tokens in W/tok.bin
   lora.py check W0 STEP KIND...  for each KIND, W = W0/KIND: W/adapter (zinfrun --export-hf: PEFT layout) loaded with
                            PeftModel.from_pretrained onto W/hf, and W/merged (--merge-lora)
                            with from_pretrained, each give zinf's loss of step STEP
@@ -47,6 +47,14 @@ KINDS = {
                        ("swiglu.w2", "model.layers.%d.mlp.down_proj", True),
                        ("rms.g", "model.layers.%d.input_layernorm", False)],
                  block="llama_block.%d.", extra=[("tok", "model.embed_tokens.weight", False), ("head", "lm_head.weight", True)]),
+    # Gemma 2: LLaMA's linear names on its own block (norms after attention and the MLP too)
+    "gemma2": dict(r=4, alpha=8, targets={"q_proj", "o_proj", "up_proj", "down_proj"}, modules=4,
+                   base=[("gemma_attn.wq", "model.layers.%d.self_attn.q_proj", True),
+                         ("gemma_attn.wo", "model.layers.%d.self_attn.o_proj", True),
+                         ("geglu.w3", "model.layers.%d.mlp.up_proj", True),
+                         ("geglu.w2", "model.layers.%d.mlp.down_proj", True),
+                         ("gemma_rms.g", "model.layers.%d.input_layernorm", False)],
+                   block="gemma_block.%d.", extra=[("tok", "model.embed_tokens.weight", False)]),
     # GPT-2's Conv1D: "c_proj" is attn's and mlp's, 4 adapted modules a layer; weights [in, out] as zinf's
     "gpt2": dict(r=4, alpha=16, targets={"c_attn", "c_proj", "c_fc"}, modules=4,
                  base=[("attn.wqkv", "transformer.h.%d.attn.c_attn", False), ("attn.wo", "transformer.h.%d.attn.c_proj", False),
@@ -56,8 +64,19 @@ KINDS = {
 }
 
 
+# Models of this test alone (hf_weights.MODELS are every test's): Gemma 2, tied, without the
+# attention soft-cap (transformers' sdpa attention, which loss_of uses, does not apply it)
+OWN = {
+    "gemma2": dict(model_type="gemma2", architectures=["Gemma2ForCausalLM"], vocab_size=89, hidden_size=48,
+                   intermediate_size=72, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                   max_position_embeddings=16, sliding_window=16, query_pre_attn_scalar=16,
+                   attn_logit_softcapping=None, final_logit_softcapping=10.0, pad_token_id=0, bos_token_id=2,
+                   eos_token_id=1),
+}
+
+
 def make(w, kind):
-    cfg = hf_weights.MODELS[kind]
+    cfg = OWN.get(kind) or hf_weights.MODELS[kind]
     hf_weights.make_model(cfg, os.path.join(w, "hf"), 10)
     hf_weights.tokens(os.path.join(w, "tok.bin"), 4000, cfg["vocab_size"], 7)
 

@@ -5,6 +5,7 @@
 #   LLaMA  r=4,alpha=8,targets=q_proj,v_proj,down_proj
 #   OLMo 2 the same (its q and k norms after the adapted projections)
 #   Phi-3  r=4,alpha=8,targets=o_proj,down_proj (its unfused linears)
+#   Gemma 2 r=4,alpha=8,targets=q_proj,o_proj,up_proj,down_proj
 #   GPT-2  r=4,alpha=16,targets=c_attn,c_proj,c_fc (Conv1D layers; "c_proj"
 #          is attn's and mlp's, as PEFT's target is)
 # adapters on those linears, everything else frozen (freeze = ["*",
@@ -29,8 +30,8 @@ target t { backend = "host"; ranks = 1; budget = 1 GiB
 ZL
 # Python starts twice (lora.py make for both kinds, lora.py check for both):
 # importing torch, transformers and peft costs seconds, each check less.
-mkdir -p "$W0/llama" "$W0/olmo2" "$W0/phi3" "$W0/gpt2"
-"$ZINF_PY" tests/e2e/lora.py make "$W0" llama olmo2 phi3 gpt2 > "$W0/make.log" 2>&1 || { cat "$W0/make.log"; echo "FAIL: making the models"; exit 1; }
+mkdir -p "$W0/llama" "$W0/olmo2" "$W0/phi3" "$W0/gemma2" "$W0/gpt2"
+"$ZINF_PY" tests/e2e/lora.py make "$W0" llama olmo2 phi3 gemma2 gpt2 > "$W0/make.log" 2>&1 || { cat "$W0/make.log"; echo "FAIL: making the models"; exit 1; }
 # one KIND SPEC OPTIONS: OPTIONS is what the generated block call must say
 one() {
   W="$W0/$1"
@@ -52,6 +53,7 @@ fail=0 ran=""
 one llama r=4,alpha=8,targets=q_proj,v_proj,down_proj 'lora_q = true, lora_v = true, lora_down = true' || fail=1
 one olmo2 r=4,alpha=8,targets=q_proj,v_proj,down_proj 'lora_q = true, lora_v = true, lora_down = true' || fail=1
 one phi3 r=4,alpha=8,targets=o_proj,down_proj 'lora_o = true, lora_down = true' || fail=1
+one gemma2 r=4,alpha=8,targets=q_proj,o_proj,up_proj,down_proj 'lora_q = true, lora_o = true, lora_up = true, lora_down = true' || fail=1
 one gpt2 r=4,alpha=16,targets=c_attn,c_proj,c_fc \
   'lora_c_attn = true, lora_attn_c_proj = true, lora_c_fc = true, lora_mlp_c_proj = true' || fail=1
 # shellcheck disable=SC2086

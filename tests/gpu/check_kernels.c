@@ -461,7 +461,7 @@ static void ref_op(Case *c, int op, void **ws) {
         return;
     }
     double eps = o->fattr[0] > 0 ? o->fattr[0] : 1e-5;
-    HkRope rope = hk_rope_attrs(o->iattr, o->fattr);
+    HkRope rope = hk_rope_attrs(o->iattr, o->fattr, o->table, o->ntable);
     /* rmsnorm per head: the kernels on [rows*H, hd] views */
     int64_t nh = o->prim == PRIM_RMSNORM ? o->iattr[0] : 1;
     HkTensor x0 = hk_heads_view(&in[0], nh), y0 = hk_heads_view(&out[0], nh);

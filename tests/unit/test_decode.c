@@ -112,6 +112,52 @@ END_TEST
 START_TEST(llama_bf16) { against_window("examples/llama-tiny.zl", DT_BF16, TIER_CPU, 2e-2); }
 END_TEST
 
+/* Sliding windows of 3 and 5 over 12 positions (the caches are rings of 3
+ * and 5 rows, wrapping several times; the third layer attends to all),
+ * partial rotary (12 of 16 columns) and longrope within its original
+ * context: the KV cache's logits are the window's, and the windowed
+ * caches are smaller than the same model's without windows. */
+static const char *windowed(int w0, int w1) {
+    static char text[2048];
+    snprintf(text, sizeof text,
+             "import \"llama\"\n"
+             "const V = 40, T = 12, D = 32, H = 2, KV = 1, F = 48, L = 3\n"
+             "model m(tokens: i32[B, T], targets: i32[B, T]) {\n"
+             "  tok = param [V, D] init normal(0.3)\n"
+             "  x = embedding(tok, tokens)\n"
+             "  repeat L as i {\n"
+             "    x = llama_block(x, H, KV, F, rotary_dim = 12, rope_scaling = \"longrope\", original_max_positions = 16,\n"
+             "                    attention_factor = 1.2, short_factor = [1.0, 1.5, 2.0, 3.0, 4.0, 6.0],\n"
+             "                    long_factor = [2.0, 3.0, 5.0, 8.0, 13.0, 21.0],\n"
+             "                    window = %d * (1 - i / 2) * (1 - i %% 2) + %d * (i %% 2))\n"
+             "  }\n"
+             "  x = rms(x)\n"
+             "  loss cross_entropy(matmul(x, tok, transpose_b), targets)\n}\n"
+             "train { micro_batch = 2 }\n", w0, w1);
+    return text;
+}
+
+START_TEST(windows_partial_longrope) {
+    against_window(write_model(windowed(3, 5)), DT_NONE, TIER_CPU, 1e-5);
+    uint64_t bytes[2];
+    for (int k = 0; k < 2; k++) {
+        ZlModel m;
+        Plan *p = compile(&m, write_model(k ? windowed(0, 0) : windowed(3, 5)), DT_NONE, TIER_CPU);
+        RtOptions ro = {.nvme_dir = tmpdir};
+        Rt *r = rt_create(p, &C, &ro, err, sizeof err);
+        ck_assert_msg(r != NULL, "%s", err);
+        KvDecoder *d = NULL;
+        ck_assert_msg(kvdec_create(r, p, &C, KV_HOST, &d, err, sizeof err) == 0, "%s", err);
+        bytes[k] = kvdec_bytes(d);
+        kvdec_free(d);
+        rt_destroy(r);
+        zl_free(&m);
+    }
+    /* layer 0: 3 rows instead of 12, layer 1: 5; of 16 f32 a row, keys and values */
+    ck_assert_uint_eq(bytes[1] - bytes[0], (uint64_t)((12 - 3) + (12 - 5)) * 16 * 4 * 2);
+}
+END_TEST
+
 /* A model the decoder refuses on `on`: 1 and the reason, no decoder. */
 static void refused_on(KvDevice on, const char *path, const char *needle) {
     ZlModel m;
@@ -186,6 +232,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, gpt2_f32);
     tcase_add_test(tc, llama_f32_nvme);
     tcase_add_test(tc, llama_bf16);
+    tcase_add_test(tc, windows_partial_longrope);
     tcase_add_test(tc, refusals);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

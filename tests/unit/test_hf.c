@@ -288,10 +288,10 @@ START_TEST(rope_scaling_and_rmsnorm_heads_from_zl) {
     run_free(&r);
     run_src(&r, TINY "  y = rope(x, heads = 2, scaling = \"dynamic\")\n  y = rope(x, heads = 2, factor = 4.0)\n"
                 "  y = rope(x, heads = 2, scaling = 3)\n" TAIL);
-    expect_has(&r, "main.zl:5:36: error: rope: 'scaling' must be one of \"none\", \"linear\", \"llama3\", \"yarn\", got \"dynamic\"");
+    expect_has(&r, "main.zl:5:36: error: rope: 'scaling' must be one of \"none\", \"linear\", \"llama3\", \"yarn\", \"longrope\", got \"dynamic\"");
     expect_has(&r, "main.zl:6:7: error: rope: 'factor' is not used with scaling = \"none\" (it takes scaling = "
                    "\"linear\", \"llama3\" or \"yarn\")");
-    expect_has(&r, "main.zl:7:36: error: rope: 'scaling' must be one of \"none\", \"linear\", \"llama3\", \"yarn\", got an integer");
+    expect_has(&r, "main.zl:7:36: error: rope: 'scaling' must be one of \"none\", \"linear\", \"llama3\", \"yarn\", \"longrope\", got an integer");
     run_free(&r);
 }
 END_TEST
@@ -698,7 +698,7 @@ START_TEST(config_errors) {
     expect_has(&c.r, "m/config.json:1:1: error: hidden_size = 8 is not a multiple of num_attention_heads = 3 and there is "
                      "no head_dim");
     expect_has(&c.r, "m/config.json:3:58: error: rope_scaling.rope_type = \"dynamic\" is not supported (zinf has default, "
-                     "linear, llama3 and yarn)");
+                     "linear, llama3, yarn and longrope)");
     expect_has(&c.r, "m/config.json:4:16: error: hidden_act = \"gelu\" is not supported (the MLP is SwiGLU: silu)");
     expect_has(&c.r, "m/config.json:4:57: error: num_experts = 4 is not supported (mixture of experts)");
     expect_has(&c.r, "m/config.json:5:36: error: rms_norm_eps must be a positive number, got -1");

@@ -49,7 +49,7 @@ typedef struct Case {
     int orank[MAXT];
     int64_t odims[MAXT][6];
     int64_t iattr[6];
-    double fattr[6];
+    double fattr[PLAN_MAX_FATTR];
     unsigned diff;      /* differentiable inputs */
     DType idt[3];       /* an input's own dtype (DT_NONE: the run's); its gradient has it too */
 } Case;
@@ -157,13 +157,16 @@ static double ref_rope_freq(const Case *c, double theta, int64_t j, int64_t hd) 
 
 static void ref_rope(const Case *c, double *const *in, double **out) {
     int64_t B = c->dims[0][0], T = c->dims[0][1], C = c->dims[0][2], H = c->iattr[0], hd = C / H;
+    /* rotary_dim (iattr 3): the first rd columns of a head turn as a head of rd; the others are x */
+    int64_t rd = c->iattr[3] ? c->iattr[3] : hd;
     double theta = c->fattr[0];
+    for (int64_t i = 0; i < B * T * C; i++) out[0][i] = in[0][i];
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < T; t++)
             for (int64_t h = 0; h < H; h++)
-                for (int64_t j = 0; j < hd / 2; j++) {
-                    int64_t i0 = (b * T + t) * C + h * hd + j, i1 = i0 + hd / 2;
-                    double a = (double)t * ref_rope_freq(c, theta, j, hd);
+                for (int64_t j = 0; j < rd / 2; j++) {
+                    int64_t i0 = (b * T + t) * C + h * hd + j, i1 = i0 + rd / 2;
+                    double a = (double)t * ref_rope_freq(c, theta, j, rd);
                     out[0][i0] = in[0][i0] * cos(a) - in[0][i1] * sin(a);
                     out[0][i1] = in[0][i0] * sin(a) + in[0][i1] * cos(a);
                 }
@@ -419,6 +422,11 @@ static const Case cases[] = {
     /* hd 16, L 64: pair 0 kept, pairs 1-2 blended, 3-7 divided by 8 */
     {"rope llama3", PRIM_ROPE, 1, 1, {3}, {D(2, 9, 32)}, {0}, {3}, {D(2, 9, 32)}, {2, ROPE_LLAMA3, 64},
      {10000, 8, 1, 4}, 0x1, {0}},
+    /* partial rotary (Phi-4-mini's partial_rotary_factor): 6 of 10 columns, then 4 of 16 under llama3 */
+    {"rope rotary_dim 6 of 10", PRIM_ROPE, 1, 1, {3}, {D(2, 5, 20)}, {0}, {3}, {D(2, 5, 20)}, {2, 0, 0, 6}, {10000}, 0x1,
+     {0}},
+    {"rope rotary_dim 4 llama3", PRIM_ROPE, 1, 1, {3}, {D(1, 9, 32)}, {0}, {3}, {D(1, 9, 32)}, {2, ROPE_LLAMA3, 64, 4},
+     {10000, 8, 1, 4}, 0x1, {0}},
     {"rmsnorm heads 3", PRIM_RMSNORM, 2, 1, {3, 1}, {D(2, 3, 12), D(4)}, {0}, {3}, {D(2, 3, 12)}, {3}, {1e-6}, 0x3,
      {0}},
     {"attention H4 KV2", PRIM_ATTENTION, 3, 1, {3, 3, 3}, {D(2, 5, 12), D(2, 5, 6), D(2, 5, 6)}, {0}, {3},
@@ -572,12 +580,22 @@ START_TEST(test_errors) {
     /* rope: hd odd; heads not dividing */
     int64_t d113[3] = {1, 1, 6};
     HkTensor R = hk_tensor(a, DT_F32, 3, d113), RY = hk_tensor(y, DT_F32, 3, d113);
-    HkRope ro = {2, 10000, ROPE_NONE, 1, 1, 4, 8192, 0, 0};
+    HkRope ro = {2, 10000, ROPE_NONE, 1, 1, 4, 8192, 0, 0, 0, 0, NULL, NULL};
     ck_assert_int_eq(hk_rope_fwd(&R, &RY, &ro), HK_ERR_ATTR); /* hd 3 */
     ro.heads = 4;
     ck_assert_int_eq(hk_rope_fwd(&R, &RY, &ro), HK_ERR_ATTR);
     ro.heads = 3;
     ck_assert_int_eq(hk_rope_fwd(&R, &RY, &ro), HK_OK);
+    /* rotary_dim: odd, or past the head */
+    ro.heads = 1;
+    ro.rotary_dim = 3;
+    ck_assert_int_eq(hk_rope_fwd(&R, &RY, &ro), HK_ERR_ATTR);
+    ro.rotary_dim = 8;
+    ck_assert_int_eq(hk_rope_fwd(&R, &RY, &ro), HK_ERR_ATTR);
+    ro.rotary_dim = 4;
+    ck_assert_int_eq(hk_rope_fwd(&R, &RY, &ro), HK_OK);
+    ro.rotary_dim = 0;
+    ro.heads = 3;
     /* scaling: unknown kind, factor not positive, llama3 with high <= low */
     ro.scaling = 7;
     ck_assert_int_eq(hk_rope_fwd(&R, &RY, &ro), HK_ERR_ATTR);
@@ -1048,7 +1066,7 @@ START_TEST(test_packed_rows) {
     ck_assert_int_eq(hk_attention_fwd(&q, &k, &v, &y1, H, KV, ws1), HK_OK);
     ck_assert_msg(memcmp(y.data, y1.data, nq), "packed attention is the whole rows' attention");
     /* rope: positions from each sample's start */
-    HkRope rope = {H, 10000.0, ROPE_NONE, 1, 1, 4, 8192, 0, 0};
+    HkRope rope = {H, 10000.0, ROPE_NONE, 1, 1, 4, 8192, 0, 0, 0, 0, NULL, NULL};
     ck_assert_int_eq(hk_rope_fwd_packed(&q, &y, &rope, seg), HK_OK);
     for (int b = 0; b < B; b++)
         for (int j = 0; j < 4 && starts[b][j] >= 0; j++) {
@@ -1084,10 +1102,10 @@ START_TEST(test_rope_yarn) {
         {1, 0.562341332, 0.260887921, 0.115588166, 0.0474999994, 0.0168702379, 0.00395284733, 0.00222284929,
          0.00124999997, 0.000702926656, 0.000395284733, 0.000222284929, 0.000125000006, 7.02926627e-05, 3.95284733e-05,
          2.22284925e-05}};
-    const HkRope r[2] = {{2, 10000, ROPE_YARN, 4, 1, 4, 64, 0, 0}, {2, 10000, ROPE_YARN, 8, 1, 4, 256, 16, 2}};
+    const HkRope r[2] = {{2, 10000, ROPE_YARN, 4, 1, 4, 64, 0, 0, 0, 0, NULL, NULL}, {2, 10000, ROPE_YARN, 8, 1, 4, 256, 16, 2, 0, 0, NULL, NULL}};
     for (int k = 0; k < 2; k++)
         for (int j = 0; j < 16; j++) {
-            double got = hk_rope_freq(&r[k], j, 32);
+            double got = hk_rope_freq(&r[k], j, 32, 0);
             ck_assert_msg(fabs(got - want[k][j]) <= 1e-6 * want[k][j], "yarn %d pair %d: %.9g, transformers %.9g", k, j, got,
                           want[k][j]);
         }

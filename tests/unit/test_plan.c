@@ -330,15 +330,15 @@ START_TEST(version_and_helpers) {
     Plan *q = plan_decode(a, n, "e.plan", err, sizeof err);
     ck_assert_msg(q == NULL, "an empty plan has no ranks");
     ck_assert_str_eq(err, "e.plan: rank count 0 (file corrupt?)");
-    a[8] = 8;
+    a[8] = 9;
     wr64(a + 16, plan_fnv1a64(a, 16));
     ck_assert_ptr_null(plan_decode(a, n, "e.plan", err, sizeof err));
-    ck_assert_str_eq(err, "e.plan: plan format version 8, this build reads versions 3 to 7 (recompile the model)");
+    ck_assert_str_eq(err, "e.plan: plan format version 9, this build reads versions 3 to 8 (recompile the model)");
     /* a plan from before the launch sections */
     a[8] = 1;
     wr64(a + 16, plan_fnv1a64(a, 16));
     ck_assert_ptr_null(plan_decode(a, n, "old.plan", err, sizeof err));
-    ck_assert_str_eq(err, "old.plan: plan format version 1, this build reads versions 3 to 7 (recompile the model)");
+    ck_assert_str_eq(err, "old.plan: plan format version 1, this build reads versions 3 to 8 (recompile the model)");
     free(a);
     plan_free(p);
     char b[32];
@@ -479,6 +479,38 @@ START_TEST(round_trip_hf) {
     encode(p, &a, &n);
     ck_assert_ptr_null(plan_decode(a, n, "h.plan", err, sizeof err));
     ck_assert_msg(strstr(err, "hf piece 0: tensor") != NULL, "%s", err);
+    free(a);
+    plan_free(p);
+}
+END_TEST
+
+/* An op's seventh and eighth float attributes and its list attributes (rope's
+ * attention_factor and longrope tables) survive the file, which is then
+ * written as version 8; a plan without them stays version 6. */
+START_TEST(round_trip_op_tables) {
+    Plan *p = fx_plan("host", 2, 1, 1, -1);
+    ck_assert_uint_gt(p->nops, 0);
+    uint8_t *a;
+    size_t n;
+    encode(p, &a, &n);
+    ck_assert_uint_eq(a[8], PLAN_VERSION);
+    free(a);
+    static const double tab[4] = {1.0, 1.25, 2.5, 4.0};
+    PlanOp *o = &p->ops[p->nops - 1];
+    o->fattr[6] = 1.1902380714238083;
+    o->table = tab;
+    o->ntable = 4;
+    encode(p, &a, &n);
+    ck_assert_uint_eq(a[8], PLAN_VERSION_TABLES);
+    char err[256];
+    Plan *q = plan_decode(a, n, "t.plan", err, sizeof err);
+    ck_assert_msg(q != NULL, "%s", err);
+    const PlanOp *r = &q->ops[q->nops - 1];
+    ck_assert_uint_eq(r->ntable, 4);
+    for (int k = 0; k < 4; k++) ck_assert_double_eq(r->table[k], tab[k]);
+    ck_assert_double_eq(r->fattr[6], 1.1902380714238083);
+    ck_assert_uint_eq(q->ops[0].ntable, p->nops > 1 ? 0u : 4u);
+    plan_free(q);
     free(a);
     plan_free(p);
 }
@@ -820,6 +852,7 @@ int main(void) {
     tcase_add_test(t, round_trip_launches);
     tcase_add_test(t, round_trip_no_launches);
     tcase_add_test(t, round_trip_hf);
+    tcase_add_test(t, round_trip_op_tables);
     tcase_add_test(t, round_trip_tile_code);
     tcase_add_test(t, tile_code_messages);
     tcase_add_test(t, every_flipped_launch_byte_is_caught);

@@ -74,16 +74,18 @@ START_TEST(attr_slots_match_def) {
     static const struct {
         PrimId prim;
         const char *name;
-        bool f;
+        int f; /* 0 iattr, 1 fattr, 2 a list (the op's table) */
         int slot;
     } def[] = {
 #define PRIM(id, name, nin_min, nin_max, nout, family)
-#define PRIM_IATTR(id, NAME, slot, name) {PRIM_##id, name, false, IA_##id##_##NAME},
-#define PRIM_FATTR(id, NAME, slot, name) {PRIM_##id, name, true, FA_##id##_##NAME},
+#define PRIM_IATTR(id, NAME, slot, name) {PRIM_##id, name, 0, IA_##id##_##NAME},
+#define PRIM_FATTR(id, NAME, slot, name) {PRIM_##id, name, 1, FA_##id##_##NAME},
+#define PRIM_LATTR(id, NAME, slot, name) {PRIM_##id, name, 2, LA_##id##_##NAME},
 #include "prim.def"
 #undef PRIM
 #undef PRIM_IATTR
 #undef PRIM_FATTR
+#undef PRIM_LATTR
     };
     int n = (int)(sizeof def / sizeof *def), rows = 0;
     for (int i = 0; i < PRIM_COUNT; i++) rows += prim_info((PrimId)i)->nattr;
@@ -92,7 +94,9 @@ START_TEST(attr_slots_match_def) {
         const PrimInfo *p = prim_info(def[i].prim);
         const PrimAttr *a = prim_attr(p, def[i].name);
         ck_assert_msg(a, "%s has no attribute %s", p->name, def[i].name);
-        ck_assert_msg((a->kind == PA_FLOAT) == def[i].f, "%s.%s: %s in prim.c", p->name, a->name, def[i].f ? "not a number" : "a number");
+        int k = a->kind == PA_FLOAT ? 1 : a->kind == PA_FLOATS ? 2 : 0;
+        static const char *const kinds[] = {"an integer", "a number", "a list"};
+        ck_assert_msg(k == def[i].f, "%s.%s: %s in prim.c, %s in prim.def", p->name, a->name, kinds[k], kinds[def[i].f]);
         ck_assert_msg(a->slot == def[i].slot, "%s.%s: slot %d in prim.c, %d in prim.def", p->name, a->name, a->slot, def[i].slot);
     }
     /* no two attributes of a primitive share a slot */
@@ -272,7 +276,7 @@ START_TEST(rope_rule) {
     c.iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] = 4096;
     c.attr_set[6] = true;
     ck_assert(!prim_unused_attrs(&c, &err));
-    ck_assert_str_eq(err.msg, "rope: 'original_max_positions' is not used with scaling = \"linear\" (it takes scaling = \"llama3\" or \"yarn\")");
+    ck_assert_str_eq(err.msg, "rope: 'original_max_positions' is not used with scaling = \"linear\" (it takes scaling = \"llama3\", \"yarn\" or \"longrope\")");
     c.iattr[IA_ROPE_SCALING] = ROPE_LLAMA3;
     ck_assert(prim_unused_attrs(&c, &err));
     ck_assert(infer(&c));
@@ -290,14 +294,37 @@ START_TEST(rope_rule) {
     c.iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] = 0;
     ck_assert(!infer(&c));
     ck_assert_str_eq(err.msg, "rope: original_max_positions must be positive, got 0");
-    c.iattr[IA_ROPE_SCALING] = 4;
+    c.iattr[IA_ROPE_SCALING] = 5;
     ck_assert(!infer(&c));
-    ck_assert_str_eq(err.msg, "rope: unknown scaling 4");
+    ck_assert_str_eq(err.msg, "rope: unknown scaling 5");
     const PrimAttr *sc = prim_attr(prim_info(PRIM_ROPE), "scaling");
     ck_assert_int_eq(sc->kind, PA_WORD);
     ck_assert_str_eq(sc->words[ROPE_LLAMA3], "llama3");
     ck_assert_str_eq(sc->words[ROPE_YARN], "yarn");
-    ck_assert_ptr_null(sc->words[4]);
+    ck_assert_str_eq(sc->words[ROPE_LONGROPE], "longrope");
+    ck_assert_ptr_null(sc->words[5]);
+    /* longrope: a table per length, one number per pair turned (rotary_dim 12 of a head of 16: 6) */
+    c.iattr[IA_ROPE_SCALING] = ROPE_LONGROPE;
+    c.iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] = 8;
+    c.iattr[IA_ROPE_ROTARY_DIM] = 12;
+    c.attr_set[9] = true;
+    static const double shortf[6] = {1, 1.5, 2, 2.5, 3, 3.5}, longf[8] = {2, 3, 4, 5, 6, 7, 8, 9};
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "rope: short_factor has 0 numbers, longrope needs one per pair turned: 6 (rotary_dim 12 / 2)");
+    c.lists[LA_ROPE_SHORT_FACTOR] = shortf, c.nlists[LA_ROPE_SHORT_FACTOR] = 6;
+    c.lists[LA_ROPE_LONG_FACTOR] = longf, c.nlists[LA_ROPE_LONG_FACTOR] = 8;
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "rope: long_factor has 8 numbers, longrope needs one per pair turned: 6 (rotary_dim 12 / 2)");
+    c.nlists[LA_ROPE_LONG_FACTOR] = 6;
+    ck_assert(infer(&c));
+    c.iattr[IA_ROPE_ROTARY_DIM] = 7;
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "rope: rotary_dim = 7 must be even and between 0 (the whole head) and the head dimension 16");
+    c.iattr[IA_ROPE_ROTARY_DIM] = 12;
+    c.iattr[IA_ROPE_SCALING] = ROPE_LINEAR;
+    c.fattr[FA_ROPE_FACTOR] = 2;
+    ck_assert(!infer(&c));
+    ck_assert_str_eq(err.msg, "rope: 'short_factor' is used only with scaling = \"longrope\"");
 }
 END_TEST
 

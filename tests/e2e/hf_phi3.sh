@@ -1,0 +1,156 @@
+#!/bin/sh
+# zinfc --from-hf for Phi-3 beyond tests/e2e/hf_from.sh's case, against
+# transformers (eager attention; never downloads anything): small random
+# Phi3ForCausalLM made here with save_pretrained (tests/e2e/hf_phi3.py):
+# Phi-4-mini's partial rotary (partial_rotary_factor 0.75: 12 of 16 columns
+# of a head turn), half a head beside a window shorter than the sequence,
+# longrope (Phi-4-mini's form, within the original context; su beyond it, where
+# generate drops its cache and turns every position by the long factors), and
+# attention_bias / mlp_bias true (keys transformers' Phi3 does not read:
+# a warning, and no biases). For each:
+#   - the emitted model carries rotary_dim and checks as a file;
+#   - the plan's mapping covers the checkpoint exactly (tests/e2e/hf_check.py);
+#   - zinfrun --init runs one step: its loss and its gradient's norm match
+#     transformers' within 1e-5 relative (f32), and the loss differs from
+#     that of the same weights turning whole heads (the case tests something);
+#   - zinfrun --export-hf writes weights from_pretrained loads with no
+#     missing or unexpected key, on which transformers computes that loss;
+#   - zinfgen greedy (KV cache and window decodes) equals generate, past
+#     the window where there is one;
+# then a partial_rotary_factor that turns an odd number of columns is an error.
+#   tests/e2e/hf_phi3.sh BUILD
+set -u
+B=${1:-build}
+Z=$B/bin
+. tests/e2e/lib.sh
+e2e_need_py transformers
+e2e_workdir hf-phi3; T=$W
+bad() { echo "FAIL: $*"; echo "$*" >> "$T/failed"; }
+# |a - b| <= 1e-5 |b|
+close() { awk -v g="$1" -v w="$2" 'BEGIN { e = (g - w) / w; if (e < 0) e = -e; exit !(g != "" && w != "" && e <= 1e-5) }'; }
+export OMP_NUM_THREADS=1 TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
+
+cat > "$T/one.zl" <<'EOF2'
+target one {
+  backend = "host"
+  ranks = 1
+  budget = 1 GiB
+  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2; flops = 20 G }
+}
+EOF2
+
+"$ZINF_PY" tests/e2e/hf_phi3.py make "$T" > "$T/hf-losses" 2> "$T/make.log" ||
+  { cat "$T/make.log"; echo "FAIL: making the models or transformers' losses (above)"; exit 1; }
+: > "$T/batch"
+while read -r c want wgn other; do
+  d=$T/$c
+  seq=$(cat "$d.seq")
+  if ! "$Z/zinfc" --from-hf "$d" --seq "$seq" --emit=zl > "$d.zl" 2> "$d.emit.err"; then
+    cat "$d.emit.err"; bad "$c: --emit=zl"; continue
+  fi
+  "$Z/zinfc" "$d.zl" > "$d.check" 2>&1 || { cat "$d.check"; bad "$c: the emitted file does not check"; }
+  case $c in
+    phi3-partial) grep -q "rotary_dim = 12" "$d.zl" || bad "$c: the emitted model has no rotary_dim = 12" ;;
+    phi3-partial-w6) grep -q "rotary_dim = 8" "$d.zl" && grep -q "window = 6" "$d.zl" ||
+      bad "$c: the emitted model has no rotary_dim = 8 and window = 6" ;;
+    phi3-longrope*) grep -q 'rope_scaling = "longrope", original_max_positions = 16, attention_factor = 1.224744871391589' "$d.zl" ||
+      { grep -n longrope "$d.zl"; bad "$c: the emitted model has no longrope scaling with its attention factor"; } ;;
+    phi3-bias)
+      grep -qF "attention_bias = true is not read by transformers' Phi3ForCausalLM, which has no biases on qkv_proj and o_proj" "$d.emit.err" &&
+      grep -qF "mlp_bias = true is not read by transformers' Phi3ForCausalLM" "$d.emit.err" ||
+        { cat "$d.emit.err"; bad "$c: no warnings for attention_bias and mlp_bias"; } ;;
+  esac
+  "$Z/zinfc" --from-hf "$d" --seq "$seq" --target "$T/one.zl" -o "$d.plan" > "$d.plan.log" 2>&1 ||
+    { cat "$d.plan.log"; bad "$c: -o plan"; continue; }
+  "$Z/zinfdump" "$d.plan" --hf > "$d.hf" || bad "$c: zinfdump --hf"
+  "$Z/zinfdump" "$d.plan" --hf-config > "$d.config" || bad "$c: zinfdump --hf-config"
+  echo "check $c $d.hf $d $d.config" >> "$T/batch"
+  if ! "$Z/zinfrun" "$d.plan" --backend host --init "$d" --data "$d.bin" --steps 1 --losses "$d.losses" > "$d.run.log" 2>&1; then
+    cat "$d.run.log"; bad "$c: zinfrun --init"; continue
+  fi
+  got=$(awk '$1 == "step" && $2 == 1 { print $4 }' "$d.losses")
+  gn=$(awk '$1 == "step" && $2 == 1 { print $6 }' "$d.losses")
+  if close "$got" "$want"; then echo "ok $c: loss $got, transformers $want"
+  else bad "$c: loss $got, transformers $want (more than 1e-5 apart)"; fi
+  if close "$gn" "$wgn"; then echo "ok $c: gradient norm $gn, transformers $wgn"
+  else bad "$c: gradient norm $gn, transformers $wgn (more than 1e-5 apart)"; fi
+  if [ "$other" != "$want" ] && close "$other" "$want"; then
+    bad "$c: turning the feature off does not change transformers' loss ($want, $other): the case tests nothing"
+  fi
+  if ! "$Z/zinfrun" "$d.plan" --backend host --init "$d" --data "$d.bin" --steps 0 --export-hf "$d.export" > "$d.export.log" 2>&1; then
+    cat "$d.export.log"; bad "$c: --export-hf"; continue
+  fi
+  # greedy within the plan's T (a longer text slides its window, which transformers does not)
+  new=$((seq - 4)); [ $new -gt 16 ] && new=16
+  "$ZINF_PY" tests/e2e/hf_phi3.py export "$c" "$d.export" "$d.bin" "$seq" 5,17,30,42 $new > "$d.export.out" 2> "$d.export.err" ||
+    { cat "$d.export.err"; bad "$c: from_pretrained of the export"; continue; }
+  grep -q "^keys $c missing=0 unexpected=0 " "$d.export.out" || { cat "$d.export.out"; bad "$c: export keys"; }
+  el=$(awk '$1 == "loss" { print $3 }' "$d.export.out")
+  if close "$el" "$got"; then echo "ok $c: export loads, transformers' loss on it $el"
+  else bad "$c: transformers' loss on the export $el, zinf's $got"; fi
+  # greedy decoding (past phi3-partial-w6's window of 6 and phi3-longrope-long's original
+  # context of 16), with the KV cache and by windows
+  gw=$(awk '$1 == "gen" { $1 = ""; $2 = ""; sub(/^ +/, ""); print }' "$d.export.out")
+  for mode in kv window; do
+    if [ "$c" = phi3-longrope-long ] && [ $mode = window ]; then
+      # T = 24 > the original 16: a window forward would turn a short text by the long factors
+      if "$Z/zinfgen" "$d.plan" --init "$d" --temperature 0 --decode window --prompt-ids 5,17,30,42 --max-new 12 --quiet \
+           > /dev/null 2> "$d.zgen.err"; then bad "$c: zinfgen --decode window accepted"
+      elif grep -qF "the plan's rope is longrope with original_max_positions 16 < T = 24" "$d.zgen.err"; then
+        echo "ok $c: zinfgen --decode window refused (longrope past the original context)"
+      else cat "$d.zgen.err"; bad "$c: zinfgen --decode window: message"; fi
+      continue
+    fi
+    gen=$("$Z/zinfgen" "$d.plan" --init "$d" --temperature 0 --decode $mode --prompt-ids 5,17,30,42 --max-new $new --quiet 2> "$d.zgen.err") ||
+      { cat "$d.zgen.err"; bad "$c: zinfgen --decode $mode"; continue; }
+    if [ "$gen" = "$gw" ]; then echo "ok $c: zinfgen greedy ($mode) $gen"
+    else bad "$c: zinfgen greedy ($mode) '$gen', transformers '$gw'"; fi
+  done
+done < "$T/hf-losses"
+"$ZINF_PY" tests/e2e/hf_from.py batch "$T/batch" > "$T/batch.out" 2> "$T/batch.log" ||
+  { cat "$T/batch.out" "$T/batch.log"; bad "hf_from.py batch exited $?"; }
+for c in $(cut -d' ' -f1 "$T/hf-losses"); do
+  if grep -qx "result check $c 0" "$T/batch.out"; then echo "ok $c: the mapping covers the checkpoint"
+  else grep -v '^result ' "$T/batch.out"; bad "$c: the mapping does not cover the checkpoint"; fi
+done
+
+# ---- what zinf cannot compute: an error naming the key and its value ----
+expect() { # NAME SEQ 'message' < config.json text
+  e=$T/err-$1
+  mkdir -p "$e"
+  cat > "$e/config.json"
+  "$Z/zinfc" --from-hf "$e" --seq "$2" --emit=zl > "$e/out" 2> "$e/err"
+  rc=$?
+  if [ $rc -ne 1 ]; then cat "$e/err"; bad "$1: exit $rc, expected 1"; return; fi
+  grep -qF -- "$3" "$e/err" || { cat "$e/err"; bad "$1: no '$3'"; return; }
+  echo "ok error $1"
+}
+P='"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "vocab_size": 64, "hidden_size": 64,
+  "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64'
+printf '{%s, "partial_rotary_factor": 0.33}\n' "$P" |
+  expect partial-odd 16 'partial_rotary_factor = 0.33 turns 5 of the 16 columns'
+printf '{%s, "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.33}}\n' "$P" |
+  expect partial-odd-rope 16 'partial_rotary_factor = 0.33 turns 5 of the 16 columns'
+printf '{%s, "rope_scaling": {"type": "su", "short_factor": [1, 1, 1], "long_factor": [1, 2, 3, 4, 5, 6, 7, 8]}}\n' "$P" |
+  expect longrope-length 16 'short_factor has 3 numbers: longrope needs one per pair of rotated columns, 8'
+printf '{%s, "rope_scaling": {"type": "longrope", "short_factor": [1, 1, 1, 1, 1, 1, 1, 0], "long_factor": [1, 2, 3, 4, 5, 6, 7, 8]}}\n' "$P" |
+  expect longrope-value 16 'rope_scaling.short_factor[7] must be a positive number, got 0'
+printf '{%s, "rope_scaling": {"type": "longrope", "long_factor": [1, 2, 3, 4, 5, 6, 7, 8]}}\n' "$P" |
+  expect longrope-missing 16 'rope_scaling has no short_factor'
+L='"architectures": ["LlamaForCausalLM"], "vocab_size": 64, "hidden_size": 64,
+  "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64'
+printf '{%s, "partial_rotary_factor": 0.5}\n' "$L" |
+  expect llama-partial 16 'partial_rotary_factor = 0.5 is not supported (rotary embeddings over part of a head)'
+# the CUDA backend turns whole heads: a partial rotary plan is refused, naming the attribute
+if "$Z/zinfc" --from-hf "$T/phi3-partial" --seq 16 --target examples/targets/h200.zl -o "$T/gpu.plan" > "$T/gpu.log" 2>&1; then
+  bad "a CUDA plan with partial rotary: accepted"
+elif grep -qF "rope with rotary_dim = 12 of a head of 16 (partial rotary): the CUDA kernels turn whole heads" "$T/gpu.log"; then
+  echo "ok the CUDA backend refuses partial rotary by name"
+else cat "$T/gpu.log"; bad "a CUDA plan with partial rotary: message"; fi
+if "$Z/zinfc" --from-hf "$T/phi3-longrope-long" --seq 16 --target examples/targets/h200.zl -o "$T/gpu2.plan" > "$T/gpu2.log" 2>&1; then
+  bad "a CUDA plan with longrope: accepted"
+elif grep -qF 'rope with scaling = "longrope": the CUDA kernels have none, linear and llama3' "$T/gpu2.log"; then
+  echo "ok the CUDA backend refuses longrope by name"
+else cat "$T/gpu2.log"; bad "a CUDA plan with longrope: message"; fi
+if [ -s "$T/failed" ]; then echo "hf_phi3: $(wc -l < "$T/failed") failed"; exit 1; fi
+echo "hf_phi3: ok"
