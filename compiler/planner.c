@@ -217,7 +217,8 @@ static void explain_partition(Search *S) {
         }
     if (nq)
         pl_say(&S->ex, "quantized: %d frozen weights stored %s, %s per rank, %.3g of their %s in %s: their homes, fetches and "
-                    "NVMe staging move these bytes; the host kernels dequantize each before its GEMM", nq, dtype_name((DType)qdt),
+                    "NVMe staging move these bytes; each GEMM that reads one decodes it first, a pass the predicted step "
+                    "counts (its blocks read, its elements written in the compute dtype, at memory bandwidth)", nq, dtype_name((DType)qdt),
                plan_bytes_str(qbytes, s1, sizeof s1), qplain ? (double)qbytes / (double)qplain : 0.0,
                plan_bytes_str(qplain, s2, sizeof s2), dtype_name(g->train.dtype));
 }

@@ -142,20 +142,44 @@ static double collective(const Plan *p, double bytes, double factor) {
     return tree < ring ? tree : ring;
 }
 
+double cost_dequant_bytes(const Plan *p, const PlanInstr *s) {
+    if (s->op != PI_KERNEL || s->arg < 0 || (uint32_t)s->arg >= p->nops) return 0;
+    const PlanOp *o = &p->ops[s->arg];
+    /* backward, only dx (out[0]) reads the weight: a frozen one has no dw */
+    if (o->kind != OP_FWD && o->kind != OP_RECOMPUTE && !(o->kind == OP_BWD && o->out[0] >= 0)) return 0;
+    bool host = p->target.backend && !strcmp(p->target.backend, "host");
+    int nin = o->nin < PLAN_MAX_IN ? o->nin : PLAN_MAX_IN;
+    double bytes = 0;
+    for (int k = 0; k < nin; k++) {
+        int w = o->in[k];
+        if (w < 0 || (uint32_t)w >= p->ntensors || !dtype_is_quant(p->tensors[w].dtype)) continue;
+        /* the compute dtype: the host kernels' f32; CUDA's, that of the activation (input 0) */
+        int x = o->in[0];
+        int es = host || x < 0 || (uint32_t)x >= p->ntensors || p->tensors[x].dtype == DT_F32 ? 4 : 2;
+        int64_t n = p->tensors[w].numel / (s->ntiles > 1 ? s->ntiles : 1);
+        bytes += (double)dtype_bytes((DType)p->tensors[w].dtype, n) + (double)n * es;
+    }
+    return bytes;
+}
+
 /* A kernel: as its family's timed calls of that many flops give it where
  * the target has them (zinfprobe; they moved their bytes as the kernel
  * does), else the longer of its flops at the family's share of peak and
- * its bytes at memory bandwidth; plus the dispatch of an instruction. */
+ * its bytes at memory bandwidth; plus the dispatch of an instruction.
+ * Before a GEMM that reads a weight stored quantized, the pass that
+ * decodes it (cost_dequant_bytes) at memory bandwidth, the same for timed
+ * calls (they read plain weights); on CUDA its own launch. */
 static double kernel_time(const Plan *p, const PlanInstr *s, double hbm) {
     const PlanTarget *t = &p->target;
-    double c = -1;
+    double c = -1, dq = cost_dequant_bytes(p, s);
+    if (dq > 0) dq = dq / hbm + (strcmp(t->backend ? t->backend : "", "host") ? latency(t->kernel_latency) : 0);
     PlanFamily f = FAM_ELEMENTWISE;
     bool known = s->arg >= 0 && (uint32_t)s->arg < p->nops;
     if (known) f = cost_family(p->ops[s->arg].prim), c = cost_measured_kernel(t, f, s->flops);
-    if (c >= 0) return c + latency(t->kernel_latency); /* the timed calls moved their bytes too */
+    if (c >= 0) return c + dq + latency(t->kernel_latency); /* the timed calls moved their bytes too */
     c = s->flops / ((t->gpu_flops > 0 ? t->gpu_flops : 1e12) * (known ? cost_efficiency(t, f) : 1));
     double m = (double)s->bytes / hbm;
-    return (c > m ? c : m) + latency(t->kernel_latency);
+    return (c > m ? c : m) + dq + latency(t->kernel_latency);
 }
 
 bool cost_in_cache(const Plan *p) {

@@ -62,6 +62,15 @@ void cost_nvme_transfer(const Plan *p, bool write, double bytes, double *xfer, d
  * of a node) fits in the target's shared cache: its memory-bound
  * instructions stream at the cache's bandwidth. */
 bool cost_in_cache(const Plan *p);
+/* Bytes the pass that decodes a weight stored quantized (nf4, int8: train
+ * { quantize }) moves before kernel instruction s's GEMM: for each such
+ * input, its quantized blocks read and its elements written in the compute
+ * dtype (the host kernels' f32, runtime/hostk/hostk_quant.c; CUDA's, the
+ * activation's, stdlib/kernels/dequant.cu). A forward or recompute op
+ * decodes it; a backward one only where it computes dx (out[0]); 0 for
+ * any other instruction. The cost model prices them at memory bandwidth
+ * (the host's: the CPU's per rank; CUDA's: HBM). */
+double cost_dequant_bytes(const Plan *p, const PlanInstr *s);
 /* Duration of one instruction on the plan's target, in seconds. */
 double cost_instr_time(const Plan *p, const PlanInstr *s);
 /* Simulates the schedule; false only on out of memory. */

@@ -283,6 +283,74 @@ START_TEST(timed_kernel_calls) {
 }
 END_TEST
 
+/* A GEMM that reads a weight stored quantized first decodes it whole: its
+ * blocks read (nf4: 36 bytes per 64, int8: 68) and its elements written in
+ * the compute dtype, at memory bandwidth; on CUDA in the activation's
+ * dtype with a launch of its own, on the host in f32 within the kernel's
+ * dispatch. A backward op decodes it only where it computes dx. */
+START_TEST(dequant_before_gemm) {
+    Plan *p = hand_plan(1);
+    PlanTarget *t = &p->target;
+    t->backend = "cuda";
+    t->kernel_latency = 1e-6;
+    PlanTensor ts[3];
+    memset(ts, 0, sizeof ts);
+    ts[0] = (PlanTensor){.name = "x", .dtype = DT_BF16, .rank = 2, .dims = {512, 4096}, .numel = 512 * 4096};
+    ts[1] = (PlanTensor){.name = "w", .dtype = DT_NF4, .rank = 2, .dims = {4096, 4096}, .numel = 4096 * 4096};
+    ts[2] = (PlanTensor){.name = "dx", .dtype = DT_BF16, .rank = 2, .dims = {512, 4096}, .numel = 512 * 4096};
+    PlanOp ops[2];
+    memset(ops, 0, sizeof ops);
+    ops[0] = (PlanOp){.kind = OP_FWD, .prim = PRIM_LINEAR, .nin = 2, .nout = 1};
+    ops[0].in[0] = 0, ops[0].in[1] = 1, ops[0].out[0] = -1;
+    ops[1] = ops[0];
+    ops[1].kind = OP_BWD;
+    ops[1].out[0] = -1; /* no dx */
+    p->tensors = ts;
+    p->ntensors = 3;
+    p->ops = ops;
+    p->nops = 2;
+    /* 1e9 flops at 10 TFLOP/s: 1e-4 s, beyond its bytes (1000 at 1 TB/s) */
+    PlanInstr k = {.op = PI_KERNEL, .queue = Q_COMPUTE, .flops = 1e9, .bytes = 1000, .ntiles = 1, .arg = 0};
+    /* nf4 [4096, 4096]: 262144 blocks of 36 bytes read, 16777216 bf16 written */
+    double nf4 = 262144.0 * 36 + 16777216.0 * 2;
+    NEAR(cost_dequant_bytes(p, &k), nf4);
+    NEAR(cost_instr_time(p, &k), 1e-4 + 1e-6 + nf4 / 1e12 + 1e-6);
+    /* backward without dx: the weight is not read */
+    k.arg = 1;
+    NEAR(cost_dequant_bytes(p, &k), 0);
+    NEAR(cost_instr_time(p, &k), 1e-4 + 1e-6);
+    ops[1].out[0] = 2; /* dx = dy w^T reads it */
+    NEAR(cost_instr_time(p, &k), 1e-4 + 1e-6 + nf4 / 1e12 + 1e-6);
+    /* int8: 68 bytes per block; an f32 activation: f32 written */
+    ts[1].dtype = DT_INT8;
+    ts[0].dtype = DT_F32;
+    double i8 = 262144.0 * 68 + 16777216.0 * 4;
+    NEAR(cost_instr_time(p, &k), 1e-4 + 1e-6 + i8 / 1e12 + 1e-6);
+    /* the host: f32 at the rank's memory bandwidth (the plan's gpu_hbm), no launch of its own */
+    t->backend = "host";
+    t->gpu_hbm = 10e9;
+    ts[1].dtype = DT_NF4;
+    ts[0].dtype = DT_BF16;
+    double host = 262144.0 * 36 + 16777216.0 * 4;
+    k.arg = 0;
+    NEAR(cost_dequant_bytes(p, &k), host);
+    NEAR(cost_instr_time(p, &k), 1e-4 + host / 10e9 + 1e-6);
+    /* timed GEMM calls read plain weights: the decoding comes on top */
+    t->nkernel_points = 1;
+    t->kernel_points[0] = (PlanKernelPoint){FAM_GEMM, 1e9, 2e-4};
+    NEAR(cost_instr_time(p, &k), 2e-4 + host / 10e9 + 1e-6);
+    /* a plain weight: nothing */
+    ts[1].dtype = DT_BF16;
+    NEAR(cost_dequant_bytes(p, &k), 0);
+    NEAR(cost_instr_time(p, &k), 2e-4 + 1e-6);
+    p->ops = NULL;
+    p->nops = 0;
+    p->tensors = NULL;
+    p->ntensors = 0;
+    release(p);
+}
+END_TEST
+
 /* A queue idle until another queue's instruction makes it ready starts a
  * wake-up later; one that waits on its own queue, or is busy anyway, does
  * not. */
@@ -486,6 +554,7 @@ int main(void) {
     tcase_add_test(t, measured_terms);
     tcase_add_test(t, host_cores_shared);
     tcase_add_test(t, timed_kernel_calls);
+    tcase_add_test(t, dequant_before_gemm);
     tcase_add_test(t, wake_up_across_queues);
     tcase_add_test(t, cache_resident_plans);
     tcase_add_test(t, nvme_pipeline);
