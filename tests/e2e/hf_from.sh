@@ -86,8 +86,8 @@ for c in $cases; do
     # (olmo2-bias-tied's tied embeddings repeat most prompts' last guess: one whose continuation changes)
     case $c in llama-bias|olmo2-gqa|olmo2-bias-tied)
       ids=5,17,30,42 n=10
-      [ $c = olmo2-bias-tied ] && ids=3,9,27,50 n=10
-      if "$Z/zinfgen" "$d.plan" --init "$d" --temperature 0 --decode kv --prompt-ids $ids --max-new $n --quiet \
+      [ $c = olmo2-bias-tied ] && ids=3,9,27,50
+      if "$Z/zinfgen" "$d.plan" --init "$d" --temperature 0 --decode kv --prompt-ids "$ids" --max-new "$n" --quiet \
            > "$d.zgen" 2> "$d.zgen.err"; then
         echo "gen $c $d $ids $n" >> "$T/batch"
       else cat "$d.zgen.err"; bad "$c: zinfgen --decode kv"; fi ;;

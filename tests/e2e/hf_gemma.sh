@@ -98,7 +98,9 @@ for c in $(cut -d' ' -f1 "$T/hf-losses"); do
     { cat "$d.export.err"; bad "$c: from_pretrained of the export"; continue; }
   if [ -n "$next" ]; then
     z3=$(awk '$1 == "step" && $2 == 3 { print $4 }' "$d.next.losses")
-    set -- $(awk '$1 == "next" { print $3, $4, $5, $6 }' "$d.export.out")
+    nx=$(awk '$1 == "next" { print $3, $4, $5, $6 }' "$d.export.out")
+    # shellcheck disable=SC2086
+    set -- $nx
     if [ "${1:-}" != missing=0 ] || [ "${2:-}" != unexpected=0 ]; then grep "^next" "$d.export.out"; bad "$c: keys of the trained export"
     elif close "$z3" "${3:-}" && ! close "$z3" "${4:-}"; then
       echo "ok $c: after 2 steps, transformers' loss on the export $3, zinf's step 3 $z3 (before training $4)"

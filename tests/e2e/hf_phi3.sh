@@ -106,6 +106,7 @@ while read -r c want wgn other; do
   if [ -n "$next" ]; then
     z3=$(awk '$1 == "step" && $2 == 3 { print $4 }' "$d.next.losses")
     nx=$(awk '$1 == "next" { print $3, $4, $5, $6 }' "$d.export.out")
+    # shellcheck disable=SC2086
     set -- $nx
     if [ "${1:-}" != missing=0 ] || [ "${2:-}" != unexpected=0 ]; then grep "^next" "$d.export.out"; bad "$c: keys of the trained export"
     elif close "$z3" "${3:-}" && ! close "$z3" "${4:-}"; then
