@@ -55,7 +55,7 @@ static bool rope_host_only(GenCtx *c) {
         return true;
     }
     if (o->iattr[IA_ROPE_SCALING] == ROPE_LONGROPE) {
-        cg_fail(c, "rope with scaling = \"longrope\": the CUDA kernels have none, linear and llama3 (the host backend "
+        cg_fail(c, "rope with scaling = \"longrope\": the CUDA kernels have none, linear, llama3 and yarn (the host backend "
                    "computes longrope)");
         return true;
     }

@@ -6,7 +6,9 @@
 # norms within 2e-4 relative per step, cuda_fake.sh's tolerance):
 #   gemma2   a Gemma-2-style micro model (stdlib/gemma.zl): RMSNorm by 1 + w
 #            (rmsnorm's offset, per q and k head too), attention scale and
-#            soft-capping, final-logit softcap; in f32 and in bf16 (the
+#            soft-capping, final-logit softcap; Gemma 3's alternating
+#            layers (a window of 5 of T = 16 and rope base 100, then no window
+#            and base 10000); in f32 and in bf16 (the
 #            tensor-core attention kernels; 3e-2, train_e2e.sh's bf16 tolerance);
 #   window   a Mistral-style micro model (stdlib/llama.zl): a sliding window
 #            per layer (5 and 12 positions of T = 16, and one layer whose
@@ -16,7 +18,8 @@
 #            linear_cross_entropy's GEMMs on the fake cuBLASLt, their logits
 #            in the op's workspace.
 # Each plan must carry the kernels' arguments (zinfdump --kernels: the
-# window, the scale and the soft-cap of each attention launch, the chunked
+# window, the scale and the soft-cap of each attention launch, each rope
+# launch's base, the chunked
 # loss's products with the workspace as an operand).
 # With CUDA_LONG_GPU=1 (tests/gpu/run_all.sh on a machine with a GPU) the
 # same runs take the real driver, cuBLASLt and the GPU's architecture.
@@ -57,7 +60,12 @@ const V = 256, T = 16, D = 64, H = 2, KV = 1, F = 96, L = 2, HD = 32
 model gemma_micro(tokens: i32[B, T], targets: i32[B, T]) {
   tok = param [V, D] init normal(0.02)
   x = scale(embedding(tok, tokens), 8.0)
-  repeat L { x = gemma_block(x, H, KV, F, HD, 0.25, softcap = 0.05, qk_norm = true) }
+  # Gemma 3's pattern of period 2: layer 0 sliding (a window of 5, rope base 100), layer 1 global (10000)
+  repeat L as i {
+    G = (i + 1) / 2 - i / 2
+    x = gemma_block(x, H, KV, F, HD, 0.25, softcap = 0.05, qk_norm = true, theta = 10000.0 * G + 100.0 * (1 - G),
+                    window = 5 * (1 - G))
+  }
   x = gemma_rms(x)
   loss cross_entropy(softcap(matmul(x, tok, transpose_b), 0.5), targets)
 }
@@ -94,7 +102,7 @@ for k in gemma2 gemma2-bf16 window chunk; do
   if [ $k = chunk ]; then
     want="zk_xent_grad <<<(2,1,1), (256,1,1), 0>>> (ws+0, targets+120B" other="cublaslt f32 TN m=64 n=256 k=5 .* grad.head = %[0-9]*\*ws (accumulate)"
   elif [ $k = gemma2 ] || [ $k = gemma2-bf16 ]; then
-    want="zk_attn_fwd .*, 0.25, 0, 0.05[0-9]*, \\\$seg)" other="zk_softcap_fwd .*, 0.5)"
+    want="zk_attn_fwd .*, 0.25, 5, 0.05[0-9]*, \\\$seg)" other="zk_softcap_fwd .*, 0.5)"
   else
     want="zk_attn_fwd .*, 0.25, 5, 0, \\\$seg)" other="zk_attn_fwd .*, 0.25, 12, 0, \\\$seg)"
   fi
@@ -103,6 +111,12 @@ for k in gemma2 gemma2-bf16 window chunk; do
   if [ $k = window ] && ! grep -q "zk_attn_fwd .*, 0.25, 0, 0, \$seg)" "$W/$k.kernels"; then
     echo "FAIL: window: a window of 23 >= T = 16 is not passed as no window"; fail=1; continue
   fi
+  # Gemma's global layer: no window; each layer's rope base (zk_rope's 7th argument, after the head width 32)
+  case $k in gemma2*)
+    grep -q "zk_attn_fwd .*, 0.25, 0, 0.05[0-9]*, \$seg)" "$W/$k.kernels" && grep -q "zk_rope .*, 32, 100, " "$W/$k.kernels" &&
+      grep -q "zk_rope .*, 32, 10000, " "$W/$k.kernels" ||
+      { grep "zk_attn_fwd\|zk_rope " "$W/$k.kernels"; echo "FAIL: $k: the global layer has a window, or a layer lacks its rope base"; fail=1; continue; } ;;
+  esac
   timeout 120 "$B/bin/zinfrun" "$W/$k.plan" --data "$W/gpl.bin" --backend host --steps 3 --losses "$W/$k.host" --quiet \
     < /dev/null > "$W/$k.hout" 2>&1 &&
     cudaenv timeout 300 "$B/bin/zinfrun" "$W/$k.plan" --data "$W/gpl.bin" --backend cuda --steps 3 --losses "$W/$k.cuda" \

@@ -11,8 +11,11 @@
     python hf_from.py batch FILE    one process for what hf_from.sh asks after its runs, a line each:
                                       check CASE LISTING DIR CONFIG   tests/e2e/hf_check.py LISTING DIR CONFIG
                                       loss1 NAME DIR TOKENS B T       loss1 DIR TOKENS B T
-                                    each answered by its own output, then "result check CASE 0|1" or
+                                      gen CASE DIR IDS N              generate's greedy N tokens after the
+                                                                      comma-separated prompt IDS
+                                    each answered by its own output, then "result check CASE 0|1",
                                     "result loss1 NAME LOSS" ("result loss1 NAME error" when it raised)
+                                    or "result gen CASE TOKENS..." ("result gen CASE error")
 
 One process, not one per model: importing torch and transformers takes
 each Python 3 s or more, and the comparisons themselves take a fraction of that.
@@ -130,6 +133,15 @@ def loss(d, path, b, t):
     print("%.10f" % torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1)).item())
 
 
+def gen(d, ids, n):
+    """Greedy generate (no early stop) of N tokens after the prompt IDS, as zinfgen --temperature 0."""
+    m = T.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+    with torch.no_grad():
+        out = m.eval().generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, eos_token_id=None,
+                                pad_token_id=0, attention_mask=torch.ones(1, len(ids), dtype=torch.long))
+    return out[0, len(ids):].tolist()
+
+
 def batch(path):
     """hf_check.py and loss1 for every line of PATH, in this process."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -154,6 +166,13 @@ def batch(path):
             except Exception:
                 traceback.print_exc(file=sys.stdout)
                 print("result loss1 %s error" % f[1])
+        elif f[0] == "gen":
+            try:
+                toks = gen(f[2], [int(i) for i in f[3].split(",")], int(f[4]))
+                print("result gen %s %s" % (f[1], " ".join(map(str, toks))))
+            except Exception:
+                traceback.print_exc(file=sys.stdout)
+                print("result gen %s error" % f[1])
         else:
             sys.exit("hf_from.py: unknown batch line " + line)
         sys.stdout.flush()

@@ -14,6 +14,10 @@
 #     gradient's norm match transformers' within 1e-5 relative (f32);
 #   - zinfrun --export-hf writes weights from_pretrained loads with no
 #     missing or unexpected key, on which transformers computes that loss;
+#   - after 2 training steps (checkpointed, exported), the export loads with
+#     no missing or unexpected key and transformers' loss on it, on step 3's
+#     window, is zinf's step-3 loss (1e-5 relative) and not that of the
+#     weights before training;
 #   - zinfgen greedy (KV cache and window decodes) equals generate;
 # then a CUDA plan of Gemma 2 compiles its kernels, and the keys zinf cannot
 # compute for Gemma are errors naming them.
@@ -77,9 +81,31 @@ for c in $(cut -d' ' -f1 "$T/hf-losses"); do
   if ! "$Z/zinfrun" "$d.plan" --backend host --init "$d" --data "$d.bin" --steps 0 --export-hf "$d.export" > "$d.export.log" 2>&1; then
     cat "$d.export.log"; bad "$c: --export-hf"; continue
   fi
+  # trained weights out: 2 steps (lr 1e-3, no warmup) checkpointed and exported, step 3 resumed from
+  # the checkpoint; transformers' loss on the export, on step 3's window, is zinf's step-3 loss
+  next=""
+  sed -e 's/lr = 2e-5/lr = 1e-3/' -e 's/warmup = 20$/warmup = 0/' "$d.zl" > "$d.train.zl"
+  grep -q "lr = 1e-3" "$d.train.zl" || bad "$c: the emitted model has no lr = 2e-5 to raise"
+  if "$Z/zinfc" "$d.train.zl" --target "$T/one.zl" -o "$d.train.plan" > "$d.train.log" 2>&1 &&
+     "$Z/zinfrun" "$d.train.plan" --backend host --init "$d" --data "$d.bin" --steps 2 --checkpoint-dir "$d.ck" \
+       --export-hf "$d.next" >> "$d.train.log" 2>&1 &&
+     "$Z/zinfrun" "$d.train.plan" --backend host --data "$d.bin" --steps 3 --checkpoint-dir "$d.ck" --resume \
+       --losses "$d.next.losses" >> "$d.train.log" 2>&1; then next="$d.next 3"
+  else cat "$d.train.log"; bad "$c: training, checkpointing and exporting"; fi
   # the export has the imported weights: transformers' greedy tokens from it are the original's
-  "$ZINF_PY" tests/e2e/hf_gemma.py export "$c" "$d.export" "$d.bin" "$seq" 5,17,30,42 10 > "$d.export.out" 2> "$d.export.err" ||
+  # shellcheck disable=SC2086
+  "$ZINF_PY" tests/e2e/hf_gemma.py export "$c" "$d.export" "$d.bin" "$seq" 5,17,30,42 10 $next > "$d.export.out" 2> "$d.export.err" ||
     { cat "$d.export.err"; bad "$c: from_pretrained of the export"; continue; }
+  if [ -n "$next" ]; then
+    z3=$(awk '$1 == "step" && $2 == 3 { print $4 }' "$d.next.losses")
+    nx=$(awk '$1 == "next" { print $3, $4, $5, $6 }' "$d.export.out")
+    # shellcheck disable=SC2086
+    set -- $nx
+    if [ "${1:-}" != missing=0 ] || [ "${2:-}" != unexpected=0 ]; then grep "^next" "$d.export.out"; bad "$c: keys of the trained export"
+    elif close "$z3" "${3:-}" && ! close "$z3" "${4:-}"; then
+      echo "ok $c: after 2 steps, transformers' loss on the export $3, zinf's step 3 $z3 (before training $4)"
+    else bad "$c: after 2 steps, transformers' loss on the export ${3:-}, zinf's step 3 $z3, the weights before training ${4:-}"; fi
+  fi
   grep -q "^keys $c missing=0 unexpected=0 " "$d.export.out" || { cat "$d.export.out"; bad "$c: export keys"; }
   el=$(awk '$1 == "loss" { print $3 }' "$d.export.out")
   if close "$el" "$got"; then echo "ok $c: export loads, transformers' loss on it $el"
@@ -123,7 +149,7 @@ printf '{%s, "layer_types": ["full_attention", "sliding_attention"]}\n' "$G3" |
 printf '{%s, "rope_parameters": {"sliding_attention": {"rope_type": "linear", "factor": 2.0}}}\n' "$G3" |
   expect gemma3-local-scaling 16 'only the default rope is supported for the sliding layers'
 # --lora on Gemma 3: PEFT's defaults (q_proj, v_proj) on gemma_block, everything else frozen, and the
-# plan maps the adapters to PEFT's names (tests/e2e/lora.sh trains Gemma 2's against peft)
+# plan maps the adapters to PEFT's names (tests/e2e/lora.sh trains Gemma 2's and Gemma 3's against peft)
 e=$T/lora; mkdir -p "$e"; printf '{%s}\n' "$G3" > "$e/config.json"
 if ! "$Z/zinfc" --from-hf "$e" --seq 16 --lora r=4 --emit=zl > "$e/lora.zl" 2> "$e/lora.err"; then cat "$e/lora.err"; bad "--lora on Gemma 3"
 elif grep -qF "lora_q = true, lora_v = true" "$e/lora.zl" && grep -qF 'freeze = ["*", "!*.lora_*"]' "$e/lora.zl" &&

@@ -11,6 +11,10 @@
     python hf_phi3.py export CASE DIR TOKENS T IDS N   loads DIR with from_pretrained: "keys CASE
                                      missing=K unexpected=M [...]", "loss CASE L" on the first T + 1
                                      tokens of TOKENS, "gen CASE ..." (generate, greedy, N new tokens)
+    python hf_phi3.py export ... NEXT STEP   also loads NEXT (the export after STEP - 1 training steps):
+                                     "next CASE missing=K unexpected=M LOSS BEFORE", its loss on the window
+                                     step STEP trains on (B = 1, tokens[(STEP-1)T:STEP T+1] of the 4
+                                     windows) and that of DIR's weights on it
 
 Weights are drawn wider than the model's own initialisation (std 0.3) so
 that the features tested move the loss by far more than 1e-5.
@@ -68,12 +72,13 @@ def tokens(v, n, path):
         f.write(struct.pack("<%dH" % n, *ids))
 
 
-def loss(m, path, t, grad=False):
-    """The loss on the first T + 1 tokens of PATH (and with grad, the gradient's norm)."""
+def loss(m, path, t, grad=False, window=0):
+    """The loss on tokens [window T, (window + 1) T + 1) of PATH (and with grad, the gradient's norm)."""
     raw = open(path, "rb").read()
     n = struct.unpack("<256i", raw[:1024])[2]
     ids = torch.tensor(struct.unpack("<%dH" % n, raw[1024:1024 + 2 * n]), dtype=torch.long)
-    x, y = ids[:t].view(1, t), ids[1:t + 1].view(1, t)
+    o = window * t
+    x, y = ids[o:o + t].view(1, t), ids[o + 1:o + t + 1].view(1, t)
     m.eval()
     if not grad:
         with torch.no_grad():
@@ -128,6 +133,12 @@ def main():
                                     eos_token_id=None, pad_token_id=0,
                                     attention_mask=torch.ones(1, len(ids), dtype=torch.long))
         print("gen %s %s" % (case, " ".join(map(str, out[0, len(ids):].tolist()))))
+        if len(sys.argv) > 9:
+            step = int(sys.argv[9])
+            nm, ninfo = load(sys.argv[8])
+            print("next %s missing=%d unexpected=%d %.10f %.10f" % (
+                case, len(ninfo["missing_keys"]), len(ninfo["unexpected_keys"]),
+                loss(nm, path, t, window=step - 1), loss(m, path, t, window=step - 1)))
     else:
         sys.exit("hf_phi3.py: unknown command " + cmd)
 

@@ -15,6 +15,10 @@
 #     that of the same weights turning whole heads (the case tests something);
 #   - zinfrun --export-hf writes weights from_pretrained loads with no
 #     missing or unexpected key, on which transformers computes that loss;
+#   - for Phi-4-mini's partial rotary and its longrope: after 2 training steps
+#     (checkpointed, exported), the export loads with no missing or unexpected
+#     key and transformers' loss on it, on step 3's window, is zinf's step-3
+#     loss (1e-5 relative) and not that of the weights before training;
 #   - zinfgen greedy (KV cache and window decodes) equals generate, past
 #     the window where there is one;
 # then a partial_rotary_factor that turns an odd number of columns is an error.
@@ -80,10 +84,35 @@ while read -r c want wgn other; do
   if ! "$Z/zinfrun" "$d.plan" --backend host --init "$d" --data "$d.bin" --steps 0 --export-hf "$d.export" > "$d.export.log" 2>&1; then
     cat "$d.export.log"; bad "$c: --export-hf"; continue
   fi
+  # trained weights out (Phi-4-mini's partial rotary and longrope): 2 steps (lr 1e-3, no warmup)
+  # checkpointed and exported, step 3 resumed; transformers' loss on the export, on step 3's window,
+  # is zinf's step-3 loss
+  next=""
+  case $c in phi3-partial|phi3-longrope)
+    sed -e 's/lr = 2e-5/lr = 1e-3/' -e 's/warmup = 20$/warmup = 0/' "$d.zl" > "$d.train.zl"
+    grep -q "lr = 1e-3" "$d.train.zl" || bad "$c: the emitted model has no lr = 2e-5 to raise"
+    if "$Z/zinfc" "$d.train.zl" --target "$T/one.zl" -o "$d.train.plan" > "$d.train.log" 2>&1 &&
+       "$Z/zinfrun" "$d.train.plan" --backend host --init "$d" --data "$d.bin" --steps 2 --checkpoint-dir "$d.ck" \
+         --export-hf "$d.next" >> "$d.train.log" 2>&1 &&
+       "$Z/zinfrun" "$d.train.plan" --backend host --data "$d.bin" --steps 3 --checkpoint-dir "$d.ck" --resume \
+         --losses "$d.next.losses" >> "$d.train.log" 2>&1; then next="$d.next 3"
+    else cat "$d.train.log"; bad "$c: training, checkpointing and exporting"; fi ;;
+  esac
   # greedy within the plan's T (a longer text slides its window, which transformers does not)
   new=$((seq - 4)); [ $new -gt 16 ] && new=16
-  "$ZINF_PY" tests/e2e/hf_phi3.py export "$c" "$d.export" "$d.bin" "$seq" 5,17,30,42 $new > "$d.export.out" 2> "$d.export.err" ||
+  # shellcheck disable=SC2086
+  "$ZINF_PY" tests/e2e/hf_phi3.py export "$c" "$d.export" "$d.bin" "$seq" 5,17,30,42 $new $next > "$d.export.out" 2> "$d.export.err" ||
     { cat "$d.export.err"; bad "$c: from_pretrained of the export"; continue; }
+  if [ -n "$next" ]; then
+    z3=$(awk '$1 == "step" && $2 == 3 { print $4 }' "$d.next.losses")
+    nx=$(awk '$1 == "next" { print $3, $4, $5, $6 }' "$d.export.out")
+    # shellcheck disable=SC2086
+    set -- $nx
+    if [ "${1:-}" != missing=0 ] || [ "${2:-}" != unexpected=0 ]; then grep "^next" "$d.export.out"; bad "$c: keys of the trained export"
+    elif close "$z3" "${3:-}" && ! close "$z3" "${4:-}"; then
+      echo "ok $c: after 2 steps, transformers' loss on the export $3, zinf's step 3 $z3 (before training $4)"
+    else bad "$c: after 2 steps, transformers' loss on the export ${3:-}, zinf's step 3 $z3, the weights before training ${4:-}"; fi
+  fi
   grep -q "^keys $c missing=0 unexpected=0 " "$d.export.out" || { cat "$d.export.out"; bad "$c: export keys"; }
   el=$(awk '$1 == "loss" { print $3 }' "$d.export.out")
   if close "$el" "$got"; then echo "ok $c: export loads, transformers' loss on it $el"
@@ -149,7 +178,7 @@ elif grep -qF "rope with rotary_dim = 12 of a head of 16 (partial rotary): the C
 else cat "$T/gpu.log"; bad "a CUDA plan with partial rotary: message"; fi
 if "$Z/zinfc" --from-hf "$T/phi3-longrope-long" --seq 16 --target examples/targets/h200.zl -o "$T/gpu2.plan" > "$T/gpu2.log" 2>&1; then
   bad "a CUDA plan with longrope: accepted"
-elif grep -qF 'rope with scaling = "longrope": the CUDA kernels have none, linear and llama3' "$T/gpu2.log"; then
+elif grep -qF 'rope with scaling = "longrope": the CUDA kernels have none, linear, llama3 and yarn' "$T/gpu2.log"; then
   echo "ok the CUDA backend refuses longrope by name"
 else cat "$T/gpu2.log"; bad "a CUDA plan with longrope: message"; fi
 if [ -s "$T/failed" ]; then echo "hf_phi3: $(wc -l < "$T/failed") failed"; exit 1; fi
