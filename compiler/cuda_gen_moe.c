@@ -186,6 +186,18 @@ static void gen_expert(GenCtx *c, bool bwd) {
 #undef TILES
 }
 
+/* A launch of moe_combine or moe_shared_gate: a "moe" kernel of the tensors
+ * ts[0..nts) then the sizes dims[0..ndims), a thread per element of n, or
+ * (warp) a warp per item of n. */
+static void launch_ew(GenCtx *c, DType dt, const char *entry, const char *role, bool warp, int64_t n, const int *ts,
+                      int nts, const int64_t *dims, int ndims) {
+    CudaKernel *k = cg_kdt(c, "moe", dt, entry, role);
+    if (warp) warp_grid(k, n);
+    else elementwise_grid(k, n);
+    for (int i = 0; i < nts; i++) arg_t(k, ts[i]);
+    for (int i = 0; i < ndims; i++) arg_i(k, dims[i]);
+}
+
 /* moe_combine: o [R, k, D], weights [R, k] -> [R, D]. */
 static void gen_combine(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
@@ -200,37 +212,12 @@ static void gen_combine(GenCtx *c, bool bwd) {
     int ts[5] = {ov, wt, y, dout, dwt};
     DType dt;
     if (!moe_dtype(c, ts, 5, &dt)) return;
-    if (!bwd) {
-        CudaKernel *k_ = cg_kdt(c, "moe", dt, "zk_moe_combine_fwd", "y = sum_j weights[j] o[j]");
-        elementwise_grid(k_, R * D);
-        arg_t(k_, y);
-        arg_t(k_, ov);
-        arg_t(k_, wt);
-        arg_i(k_, R);
-        arg_i(k_, k);
-        arg_i(k_, D);
-        return;
-    }
-    if (dout >= 0) {
-        CudaKernel *k_ = cg_kdt(c, "moe", dt, "zk_moe_combine_bwd_o", "do[j] += weights[j] dy");
-        elementwise_grid(k_, R * k * D);
-        arg_t(k_, dout);
-        arg_t(k_, y);
-        arg_t(k_, wt);
-        arg_i(k_, R);
-        arg_i(k_, k);
-        arg_i(k_, D);
-    }
-    if (dwt >= 0) {
-        CudaKernel *k_ = cg_kdt(c, "moe", dt, "zk_moe_combine_bwd_w", "dweights[j] += dy . o[j]");
-        warp_grid(k_, R * k);
-        arg_t(k_, dwt);
-        arg_t(k_, y);
-        arg_t(k_, ov);
-        arg_i(k_, R);
-        arg_i(k_, k);
-        arg_i(k_, D);
-    }
+    const int64_t dims[3] = {R, k, D};
+    if (!bwd) launch_ew(c, dt, "zk_moe_combine_fwd", "y = sum_j weights[j] o[j]", false, R * D, (int[]){y, ov, wt}, 3, dims, 3);
+    if (dout >= 0)
+        launch_ew(c, dt, "zk_moe_combine_bwd_o", "do[j] += weights[j] dy", false, R * k * D, (int[]){dout, y, wt}, 3, dims, 3);
+    if (dwt >= 0)
+        launch_ew(c, dt, "zk_moe_combine_bwd_w", "dweights[j] += dy . o[j]", true, R * k, (int[]){dwt, y, ov}, 3, dims, 3);
 }
 
 /* moe_load: logits [R, E]?, idx [R, k]?, acc f32 [2, E]? -> f32 [2, E]. */
@@ -318,35 +305,12 @@ static void gen_shared_gate(GenCtx *c, bool bwd) {
     int ts[5] = {y, g, out, dyy, dg};
     DType dt;
     if (!moe_dtype(c, ts, 5, &dt)) return;
-    if (!bwd) {
-        CudaKernel *k = cg_kdt(c, "moe", dt, "zk_moe_sgate_fwd", "out = sigmoid(logit) y");
-        elementwise_grid(k, R * D);
-        arg_t(k, out);
-        arg_t(k, y);
-        arg_t(k, g);
-        arg_i(k, R);
-        arg_i(k, D);
-        return;
-    }
-    if (dyy >= 0) {
-        CudaKernel *k = cg_kdt(c, "moe", dt, "zk_moe_sgate_bwd_y", "dy += sigmoid(logit) dout");
-        elementwise_grid(k, R * D);
-        arg_t(k, dyy);
-        arg_t(k, out);
-        arg_t(k, g);
-        arg_i(k, R);
-        arg_i(k, D);
-    }
-    if (dg >= 0) {
-        CudaKernel *k = cg_kdt(c, "moe", dt, "zk_moe_sgate_bwd_g", "dlogit += s (1 - s) dout . y");
-        warp_grid(k, R);
-        arg_t(k, dg);
-        arg_t(k, out);
-        arg_t(k, y);
-        arg_t(k, g);
-        arg_i(k, R);
-        arg_i(k, D);
-    }
+    const int64_t dims[2] = {R, D};
+    if (!bwd) launch_ew(c, dt, "zk_moe_sgate_fwd", "out = sigmoid(logit) y", false, R * D, (int[]){out, y, g}, 3, dims, 2);
+    if (dyy >= 0)
+        launch_ew(c, dt, "zk_moe_sgate_bwd_y", "dy += sigmoid(logit) dout", false, R * D, (int[]){dyy, out, g}, 3, dims, 2);
+    if (dg >= 0)
+        launch_ew(c, dt, "zk_moe_sgate_bwd_g", "dlogit += s (1 - s) dout . y", true, R, (int[]){dg, out, y, g}, 4, dims, 2);
 }
 
 void cg_gen_moe(GenCtx *c, bool bwd) {
