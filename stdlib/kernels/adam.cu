@@ -12,16 +12,34 @@
  * executor each step. */
 #include "common.cuh"
 
+/* The gradient's factor f, the set-up every Adam kernel shares; false when
+ * the norm is not finite (the step is skipped: every thread returns). */
+__device__ __forceinline__ bool zk_adam_factor(const float *norm, float inv_loss_scale, float clip, float *f) {
+    *f = inv_loss_scale;
+    if (norm) {
+        float nr = norm[0] * inv_loss_scale;
+        if (!isfinite(nr)) return false;
+        if (clip > 0.f && nr > 0.f) *f *= fminf(1.f, clip / (nr + 1e-6f));
+    }
+    return true;
+}
+
+/* Element i's step, after its moments mi and vi: the master (or the
+ * parameter itself) w updated, then rounded into the parameter. */
+__device__ __forceinline__ void zk_adam_update(T *param, float *master, long long i, float mi, float vi, float lr,
+                                               float eps, float wd, float bc1, float bc2) {
+    float w = master ? master[i] : zk_ld(param + i);
+    w -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * w);
+    if (master) master[i] = w;
+    zk_st(param + i, w);
+}
+
 extern "C" __global__ void zk_adam(T *param, float *master, const T *grad, float *m, float *v,
                                    const float *norm, long long n, float lr, float beta1, float beta2,
                                    float eps, float wd, float bc1, float bc2, float inv_loss_scale,
                                    float clip) {
-    float f = inv_loss_scale;
-    if (norm) {
-        float nr = norm[0] * inv_loss_scale;
-        if (!isfinite(nr)) return;
-        if (clip > 0.f && nr > 0.f) f *= fminf(1.f, clip / (nr + 1e-6f));
-    }
+    float f;
+    if (!zk_adam_factor(norm, inv_loss_scale, clip, &f)) return;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
         float g = zk_ld(grad + i) * f;
@@ -29,10 +47,7 @@ extern "C" __global__ void zk_adam(T *param, float *master, const T *grad, float
         float vi = beta2 * v[i] + (1.f - beta2) * g * g;
         m[i] = mi;
         v[i] = vi;
-        float w = master ? master[i] : zk_ld(param + i);
-        w -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * w);
-        if (master) master[i] = w;
-        zk_st(param + i, w);
+        zk_adam_update(param, master, i, mi, vi, lr, eps, wd, bc1, bc2);
     }
 }
 
@@ -42,12 +57,8 @@ extern "C" __global__ void zk_adam_bf16s(T *param, float *master, const T *grad,
                                          const float *norm, long long n, float lr, float beta1, float beta2,
                                          float eps, float wd, float bc1, float bc2, float inv_loss_scale,
                                          float clip) {
-    float f = inv_loss_scale;
-    if (norm) {
-        float nr = norm[0] * inv_loss_scale;
-        if (!isfinite(nr)) return;
-        if (clip > 0.f && nr > 0.f) f *= fminf(1.f, clip / (nr + 1e-6f));
-    }
+    float f;
+    if (!zk_adam_factor(norm, inv_loss_scale, clip, &f)) return;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
         float g = zk_ld(grad + i) * f;
@@ -55,10 +66,7 @@ extern "C" __global__ void zk_adam_bf16s(T *param, float *master, const T *grad,
         float vi = beta2 * zk_ld(v + i) + (1.f - beta2) * g * g;
         zk_st(m + i, mi);
         zk_st(v + i, vi);
-        float w = master ? master[i] : zk_ld(param + i);
-        w -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * w);
-        if (master) master[i] = w;
-        zk_st(param + i, w);
+        zk_adam_update(param, master, i, mi, vi, lr, eps, wd, bc1, bc2);
     }
 }
 
@@ -102,12 +110,8 @@ extern "C" __global__ void zk_adam_q8(T *param, float *master, const T *grad, un
                                       float clip) {
     __shared__ float bound[2][255];
     __shared__ float red[ZK_QTHREADS];
-    float f = inv_loss_scale;
-    if (norm) {
-        float nr = norm[0] * inv_loss_scale;
-        if (!isfinite(nr)) return;
-        if (clip > 0.f && nr > 0.f) f *= fminf(1.f, clip / (nr + 1e-6f));
-    }
+    float f;
+    if (!zk_adam_factor(norm, inv_loss_scale, clip, &f)) return;
     for (int i = threadIdx.x; i < 255; i += blockDim.x) {
         bound[0][i] = zq_bound(zk_qmap_signed, i);
         bound[1][i] = zq_bound(zk_qmap_unsigned, i);
@@ -131,10 +135,7 @@ extern "C" __global__ void zk_adam_q8(T *param, float *master, const T *grad, un
             vs[j] = vi;
             mmax = fmaxf(mmax, fabsf(mi));
             vmax = fmaxf(vmax, fabsf(vi));
-            float w = master ? master[i] : zk_ld(param + i);
-            w -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * w);
-            if (master) master[i] = w;
-            zk_st(param + i, w);
+            zk_adam_update(param, master, i, mi, vi, lr, eps, wd, bc1, bc2);
         }
         mmax = zk_q8_max(mmax, red); /* every thread has read the old absmax before it is written */
         vmax = zk_q8_max(vmax, red);
