@@ -27,6 +27,12 @@
 #                        Python environment with WHAT is missing
 #   ok MSG / bad MSG     a check's verdict: "ok   MSG", or "FAIL: MSG" and the
 #                        script will fail
+#   e2e_close G W TOL    true when G is within TOL of W, relative:
+#                        |G - W| <= TOL * |W| (false when either is empty)
+#   e2e_host_target FILE NAME BUDGET
+#                        writes FILE: target NAME, the host backend, one
+#                        rank, a device budget of BUDGET (e.g. "1 GiB"), a
+#                        small CPU (2 cores, 8 GiB, 20 GB/s, 20 GFLOP/s)
 #   e2e_end [FAIL]       ends the script: 1 if FAIL is not 0 or any bad, else
 #                        77 if a part was skipped, else 0
 # Exit codes are the verdict (tests/run.sh): 0 passed, 77 skipped, any
@@ -83,6 +89,19 @@ e2e_need_py() {
 ok() { echo "ok   $*"; }
 
 bad() { echo "FAIL: $*"; e2e_failed=1; }
+
+e2e_close() { awk -v g="$1" -v w="$2" -v t="$3" 'BEGIN { e = (g - w) / w; if (e < 0) e = -e; exit !(g != "" && w != "" && e <= t) }'; }
+
+e2e_host_target() {
+  cat > "$1" <<EOT
+target $2 {
+  backend = "host"
+  ranks = 1
+  budget = $3
+  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2; flops = 20 G }
+}
+EOT
+}
 
 e2e_end() {
   if [ "${1:-0}" -ne 0 ] || [ "$e2e_failed" -ne 0 ]; then exit 1; fi
