@@ -1,11 +1,13 @@
 /* What a unit test builds a training graph from by hand (no front end):
  * tensors, forward ops, the token inputs with their embedding and the
- * loss. plan_fixture.h, test_loss_chunk.c and test_mlp_tile.c build their
+ * loss; and planning it on the host. plan_fixture.h, test_loss_chunk.c and test_mlp_tile.c build their
  * graphs from these. Static inline: a suite that needs only some of them
  * compiles without unused-function warnings. */
 #ifndef ZINF_TEST_GRAPH_FIXTURE_H
 #define ZINF_TEST_GRAPH_FIXTURE_H
 #include "graph.h"
+#include "planner.h"
+#include "target.h"
 
 /* A tensor of segment seg (-1: none); a parameter is initialised N(0, 0.02). */
 static inline int fx_tensor(Graph *g, const char *name, DType dt, int rank, int64_t a, int64_t b, int64_t c,
@@ -54,6 +56,16 @@ static inline int fx_loss(Graph *g, int logits, int tgt) {
     fx_op(g, PRIM_CROSS_ENTROPY, -1, logits, tgt, -1, loss);
     g->loss = loss;
     return loss;
+}
+
+/* Plans g on the built-in host target, one rank, into r (false: it does not plan). */
+static inline bool fx_plan_host(Graph *g, Arena *a, DiagSink *d, PlannerResult *r) {
+    Target t;
+    if (!target_builtin("host", &t)) return false;
+    PlannerOptions po;
+    planner_options_default(&po);
+    po.ranks = 1;
+    return planner_run(g, &t, &po, a, d, r);
 }
 
 #endif

@@ -96,13 +96,8 @@ START_TEST(rewrite) {
         hx.data = hw.data = ht.data = &one; /* present; the size reads shapes */
         ck_assert_uint_eq(loss_chunk_workspace_bytes(&g), hk_linear_cross_entropy_workspace_bytes(&hx, &hw, &ht, 5, tied));
         /* and the rewritten graph plans, keeping it free */
-        Target t;
-        ck_assert(target_builtin("host", &t));
-        PlannerOptions po;
-        planner_options_default(&po);
-        po.ranks = 1;
         PlannerResult r;
-        ck_assert_msg(planner_run(&g, &t, &po, &a, &d, &r), "the chunked graph does not plan");
+        ck_assert_msg(fx_plan_host(&g, &a, &d, &r), "the chunked graph does not plan");
         ck_assert(strstr(r.explain, "kept for the chunked loss's workspace"));
         plan_free(r.plan);
         diag_free(&d);
