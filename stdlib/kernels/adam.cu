@@ -34,31 +34,13 @@ __device__ __forceinline__ void zk_adam_update(T *param, float *master, long lon
     zk_st(param + i, w);
 }
 
-extern "C" __global__ void zk_adam(T *param, float *master, const T *grad, float *m, float *v,
-                                   const float *norm, long long n, float lr, float beta1, float beta2,
-                                   float eps, float wd, float bc1, float bc2, float inv_loss_scale,
-                                   float clip) {
-    float f;
-    if (!zk_adam_factor(norm, inv_loss_scale, clip, &f)) return;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (long long)gridDim.x * blockDim.x) {
-        float g = zk_ld(grad + i) * f;
-        float mi = beta1 * m[i] + (1.f - beta1) * g;
-        float vi = beta2 * v[i] + (1.f - beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        zk_adam_update(param, master, i, mi, vi, lr, eps, wd, bc1, bc2);
-    }
-}
-
-/* bf16 moments: as zk_adam, the new moments stored rounded to bf16 (the
- * update uses them before rounding, as the CPU Adam does). */
-extern "C" __global__ void zk_adam_bf16s(T *param, float *master, const T *grad, zk_bf16 *m, zk_bf16 *v,
-                                         const float *norm, long long n, float lr, float beta1, float beta2,
-                                         float eps, float wd, float bc1, float bc2, float inv_loss_scale,
-                                         float clip) {
-    float f;
-    if (!zk_adam_factor(norm, inv_loss_scale, clip, &f)) return;
+/* Moments stored as M, f32 or bf16 (zk_st rounds to nearest even; the
+ * update uses them before rounding, as the CPU Adam does), a thread per
+ * element, grid-stride. */
+template <typename M>
+__device__ __forceinline__ void zk_adam_moments(T *param, float *master, const T *grad, M *m, M *v, long long n, float f,
+                                                float lr, float beta1, float beta2, float eps, float wd, float bc1,
+                                                float bc2) {
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
         float g = zk_ld(grad + i) * f;
@@ -68,6 +50,25 @@ extern "C" __global__ void zk_adam_bf16s(T *param, float *master, const T *grad,
         zk_st(v + i, vi);
         zk_adam_update(param, master, i, mi, vi, lr, eps, wd, bc1, bc2);
     }
+}
+
+extern "C" __global__ void zk_adam(T *param, float *master, const T *grad, float *m, float *v,
+                                   const float *norm, long long n, float lr, float beta1, float beta2,
+                                   float eps, float wd, float bc1, float bc2, float inv_loss_scale,
+                                   float clip) {
+    float f;
+    if (zk_adam_factor(norm, inv_loss_scale, clip, &f))
+        zk_adam_moments(param, master, grad, m, v, n, f, lr, beta1, beta2, eps, wd, bc1, bc2);
+}
+
+/* bf16 moments: as zk_adam, the new moments stored rounded to bf16. */
+extern "C" __global__ void zk_adam_bf16s(T *param, float *master, const T *grad, zk_bf16 *m, zk_bf16 *v,
+                                         const float *norm, long long n, float lr, float beta1, float beta2,
+                                         float eps, float wd, float bc1, float bc2, float inv_loss_scale,
+                                         float clip) {
+    float f;
+    if (zk_adam_factor(norm, inv_loss_scale, clip, &f))
+        zk_adam_moments(param, master, grad, m, v, n, f, lr, beta1, beta2, eps, wd, bc1, bc2);
 }
 
 /* bitsandbytes' create_dynamic_map(signed=True) and (signed=False), a
