@@ -88,6 +88,22 @@ static void gen_gate(GenCtx *c, bool bwd) {
     arg_ws(k, err);
 }
 
+/* A grouped product of moe_expert, zk_moe_gemm_fwd or zk_moe_gemm_dx: the
+ * tensors ts[0..3) (the result first), the pairs as start and order list
+ * them, the sizes E, O, I and kdiv; a block per 64 of the result's cols
+ * columns and per 64-row tile of the pairs (at most tiles of them). */
+static void grouped_gemm(GenCtx *c, DType dt, const char *entry, const char *role, int64_t cols, int64_t tiles,
+                         const int *ts, int64_t start, int64_t order, const int64_t *sizes) {
+    CudaKernel *k = cg_kdt(c, "moe", dt, entry, role);
+    k->grid[0] = cg_gdim(c, (cols + MOE_TILE - 1) / MOE_TILE, 2147483647);
+    k->grid[1] = cg_gdim(c, tiles, 65535);
+    k->block[0] = MOE_BLOCK;
+    for (int i = 0; i < 3; i++) arg_t(k, ts[i]);
+    arg_ws(k, start);
+    arg_ws(k, order);
+    for (int i = 0; i < 4; i++) arg_i(k, sizes[i]);
+}
+
 /* moe_expert: x [R, I] (a row per token) or [R*k, I], idx [R, k], w [E, O, I]. */
 static void gen_expert(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
@@ -110,6 +126,7 @@ static void gen_expert(GenCtx *c, bool bwd) {
     if (!moe_dtype(c, ts, 5, &dt)) return;
     int64_t err = cg_err_word(c, dt, "moe_expert idx");
     int64_t start = cg_ws_alloc(c, (E + 1) * 4), order = cg_ws_alloc(c, n * 4);
+    const int64_t sizes[4] = {E, O, I, kdiv};
     /* the pairs of all slots (the forward, dw, dx with a row per pair) or of slot `slot` */
     CudaKernel *k;
 #define ROUTE(slot_)                                                                                                     \
@@ -129,40 +146,18 @@ static void gen_expert(GenCtx *c, bool bwd) {
 #define TILES(m) ((m) + MOE_TILE - 1) / MOE_TILE + (E < (m) ? E : (m))
     if (!bwd) {
         ROUTE(-1);
-        k = cg_kdt(c, "moe", dt, "zk_moe_gemm_fwd", "y[p] = w[idx[p]] x[p], grouped by expert");
-        k->grid[0] = cg_gdim(c, (O + MOE_TILE - 1) / MOE_TILE, 2147483647);
-        k->grid[1] = cg_gdim(c, TILES(n), 65535);
-        k->block[0] = MOE_BLOCK;
-        arg_t(k, dy);
-        arg_t(k, x);
-        arg_t(k, w);
-        arg_ws(k, start);
-        arg_ws(k, order);
-        arg_i(k, E);
-        arg_i(k, O);
-        arg_i(k, I);
-        arg_i(k, kdiv);
+        grouped_gemm(c, dt, "zk_moe_gemm_fwd", "y[p] = w[idx[p]] x[p], grouped by expert", O, TILES(n),
+                     (int[]){dy, x, w}, start, order, sizes);
         return;
     }
     /* dx: one pass of all pairs (a row per pair), or one pass per slot (a row per token: each row once a pass) */
     for (int64_t s = 0; dx >= 0 && s < (kdiv > 1 ? slots : 1); s++) {
         int64_t m = kdiv > 1 ? n / slots : n;
         ROUTE(kdiv > 1 ? s : -1);
-        k = cg_kdt(c, "moe", dt, "zk_moe_gemm_dx",
-                   kdiv > 1 ? arena_printf(c->cg->arena, "dx[r] += dy[r, %" PRId64 "] w[idx[r, %" PRId64 "]], grouped by expert", s, s)
-                            : "dx[p] += dy[p] w[idx[p]], grouped by expert");
-        k->grid[0] = cg_gdim(c, (I + MOE_TILE - 1) / MOE_TILE, 2147483647);
-        k->grid[1] = cg_gdim(c, TILES(m), 65535);
-        k->block[0] = MOE_BLOCK;
-        arg_t(k, dx);
-        arg_t(k, dy);
-        arg_t(k, w);
-        arg_ws(k, start);
-        arg_ws(k, order);
-        arg_i(k, E);
-        arg_i(k, O);
-        arg_i(k, I);
-        arg_i(k, kdiv);
+        grouped_gemm(c, dt, "zk_moe_gemm_dx",
+                     kdiv > 1 ? arena_printf(c->cg->arena, "dx[r] += dy[r, %" PRId64 "] w[idx[r, %" PRId64 "]], grouped by expert", s, s)
+                              : "dx[p] += dy[p] w[idx[p]], grouped by expert",
+                     I, TILES(m), (int[]){dx, dy, w}, start, order, sizes);
     }
     if (dw >= 0) {
         if (dx < 0 || kdiv > 1) {
