@@ -215,25 +215,10 @@ static void case_init(Case *c, DType dt, const char *fmt, ...) {
     ec_gen_init(&c->a, &c->d, &c->g, &c->cg, dt);
 }
 
-static void set_fwd(Case *c, GOp *f, int nin, const int *in, int out) {
-    f->nin = nin;
-    for (int i = 0; i < nin; i++) f->in[i] = in[i];
-    f->nout = 1;
-    f->out[0] = out;
-    c->fwd = graph_add_op(&c->g, f);
-}
+static void set_fwd(Case *c, GOp *f, int nin, const int *in, int out) { c->fwd = ec_add_fwd(&c->g, f, nin, in, out); }
 static void set_bwd(Case *c, int dy, int nout, const int *outs) {
-    GOp b = c->g.ops[c->fwd];
-    int nfin = b.nin;
-    b.kind = OP_BWD;
-    b.fwd = c->fwd;
-    b.nfin = nfin;
-    b.in[nfin] = b.out[0];
-    b.in[nfin + 1] = dy;
-    b.nin = nfin + 2;
-    b.nout = nout;
-    for (int i = 0; i < GRAPH_MAX_OUT; i++) b.out[i] = i < nout ? outs[i] : -1;
-    c->bwd = graph_add_op(&c->g, &b);
+    const GOp *f = &c->g.ops[c->fwd];
+    c->bwd = ec_add_bwd(&c->g, c->fwd, f->nin, f->out[0], dy, nout, outs);
 }
 
 static int topk(DType dt, int64_t R, int64_t E, int64_t k) {

@@ -137,17 +137,16 @@ static void case_free(Case *c) {
     arena_free(&c->a);
 }
 
-static int add_bwd(Case *c, int nfin, int y, int dy, int nout, const int *outs) {
-    GOp b = c->g.ops[c->fwd];
-    b.kind = OP_BWD;
-    b.fwd = c->fwd;
-    b.nfin = nfin;
-    b.in[nfin] = y;
-    b.in[nfin + 1] = dy;
-    b.nin = nfin + 2;
-    b.nout = nout;
-    for (int i = 0; i < nout; i++) b.out[i] = outs[i];
-    return graph_add_op(&c->g, &b);
+/* The case's forward op f, reading in[0..nin) and writing y, and its
+ * backward (then y and dy; writing outs[0..nout)); the tiled weight w and
+ * its gradient gw, rows of wrow elements. */
+static void add_ops(Case *c, GOp *f, int nin, const int *in, int y, int dy, int nout, const int *outs, int w, int gw,
+                    int64_t wrow) {
+    c->fwd = ec_add_fwd(&c->g, f, nin, in, y);
+    c->bwd = ec_add_bwd(&c->g, c->fwd, nin, y, dy, nout, outs);
+    c->w = w;
+    c->gw = gw;
+    c->wrow = wrow;
 }
 
 /* linear x [R, I] * w [I, O] + b; I = 72 cut in 2 (36 columns: 16-byte loads only where aligned) and 3 */
@@ -159,18 +158,7 @@ static int linear(DType dt) {
     int dy = add_t(&c, "dy", dt, TC_ACT, 2, 130, 96, 0), dx = add_t(&c, "dx", dt, TC_ACT, 2, 130, 72, 0);
     int dw = add_t(&c, "dw", dt, TC_GRAD, 2, 72, 96, 0), db = add_t(&c, "db", dt, TC_GRAD, 1, 96, 0, 0);
     GOp f = cm_op(PRIM_LINEAR);
-    f.nin = 3;
-    f.in[0] = x;
-    f.in[1] = w;
-    f.in[2] = b;
-    f.nout = 1;
-    f.out[0] = y;
-    c.fwd = graph_add_op(&c.g, &f);
-    int outs[3] = {dx, dw, db};
-    c.bwd = add_bwd(&c, 3, y, dy, 3, outs);
-    c.w = w;
-    c.gw = dw;
-    c.wrow = 96;
+    add_ops(&c, &f, 3, (int[]){x, w, b}, y, dy, 3, (int[]){dx, dw, db}, w, dw, 96);
     int fails = check(&c, 2) + check(&c, 3);
     case_free(&c);
     return fails;
@@ -184,18 +172,8 @@ static int matmul_tb(DType dt) {
     int y = add_t(&c, "c", dt, TC_ACT, 3, 2, 40, 96), dc = add_t(&c, "dc", dt, TC_ACT, 3, 2, 40, 96);
     int da = add_t(&c, "da", dt, TC_ACT, 3, 2, 40, 64), db = add_t(&c, "db", dt, TC_GRAD, 2, 96, 64, 0);
     GOp f = cm_op(PRIM_MATMUL);
-    f.nin = 2;
-    f.in[0] = a;
-    f.in[1] = b;
-    f.nout = 1;
-    f.out[0] = y;
     f.iattr[IA_MATMUL_TRANSPOSE_B] = 1;
-    c.fwd = graph_add_op(&c.g, &f);
-    int outs[2] = {da, db};
-    c.bwd = add_bwd(&c, 2, y, dc, 2, outs);
-    c.w = b;
-    c.gw = db;
-    c.wrow = 64;
+    add_ops(&c, &f, 2, (int[]){a, b}, y, dc, 2, (int[]){da, db}, b, db, 64);
     int fails = check(&c, 2) + check(&c, 4);
     case_free(&c);
     return fails;
@@ -211,17 +189,7 @@ static int embedding(DType dt) {
     c.ids = ids;
     c.V = 64;
     GOp f = cm_op(PRIM_EMBEDDING);
-    f.nin = 2;
-    f.in[0] = tab;
-    f.in[1] = ids;
-    f.nout = 1;
-    f.out[0] = y;
-    c.fwd = graph_add_op(&c.g, &f);
-    int outs[1] = {dt_};
-    c.bwd = add_bwd(&c, 2, y, dy, 1, outs);
-    c.w = tab;
-    c.gw = dt_;
-    c.wrow = 40;
+    add_ops(&c, &f, 2, (int[]){tab, ids}, y, dy, 1, (int[]){dt_}, tab, dt_, 40);
     int fails = check(&c, 2) + check(&c, 4);
     case_free(&c);
     return fails;

@@ -31,6 +31,27 @@ void ec_gen_init(Arena *a, DiagSink *d, Graph *g, CudaGen *cg, DType dt) {
     cuda_gen_init(cg, a, &o);
 }
 
+int ec_add_fwd(Graph *g, GOp *f, int nin, const int *in, int out) {
+    f->nin = nin;
+    for (int i = 0; i < nin; i++) f->in[i] = in[i];
+    f->nout = 1;
+    f->out[0] = out;
+    return graph_add_op(g, f);
+}
+
+int ec_add_bwd(Graph *g, int fwd, int nfin, int y, int dy, int nout, const int *outs) {
+    GOp b = g->ops[fwd];
+    b.kind = OP_BWD;
+    b.fwd = fwd;
+    b.nfin = nfin;
+    b.in[nfin] = y;
+    b.in[nfin + 1] = dy;
+    b.nin = nfin + 2;
+    b.nout = nout;
+    for (int i = 0; i < GRAPH_MAX_OUT; i++) b.out[i] = i < nout ? outs[i] : -1;
+    return graph_add_op(g, &b);
+}
+
 /* The emulated unit of launch k (built once per source, cached in $TMPDIR/zinf-emu by the source's hash). */
 static void *unit_of(const CudaKernel *k) {
     static struct { char hash[65]; void *h; } mods[64];

@@ -1,6 +1,6 @@
 /* emu_check: what the emulator checks of generated launches share
  * (tests/gpu/check_moe.c, tests/gpu/check_tiles.c): the set-up of a graph
- * and its generator, the emulated unit of a launch, running an op's
+ * and its generator, an op and its backward, the emulated unit of a launch, running an op's
  * launches with their arguments bound, bf16 values and the normwise error
  * of one tensor against its reference. A setup error prints the program's
  * name and exits 2, the harnesses' exit code for it. */
@@ -19,6 +19,12 @@ void ec_die(const char *what);
 /* An empty graph of training dtype dt and a generator on the checkout's
  * kernels (ZINF_STDLIB_DIR/kernels). */
 void ec_gen_init(Arena *a, DiagSink *d, Graph *g, CudaGen *cg, DType dt);
+
+/* Adds forward op f reading in[0..nin) and writing out; returns its id. */
+int ec_add_fwd(Graph *g, GOp *f, int nin, const int *in, int out);
+/* Adds the backward op of forward op fwd: its first nfin inputs, then y
+ * and dy; writing outs[0..nout). Returns its id. */
+int ec_add_bwd(Graph *g, int fwd, int nfin, int y, int dy, int nout, const int *outs);
 
 size_t ec_esz(DType dt);
 uint16_t ec_to_bf16(float f); /* rounded to nearest even */
