@@ -88,6 +88,22 @@ static void gen_gate(GenCtx *c, bool bwd) {
     arg_ws(k, err);
 }
 
+/* A grouped product of moe_expert, zk_moe_gemm_fwd or zk_moe_gemm_dx: the
+ * tensors ts[0..3) (the result first), the pairs as start and order list
+ * them, the sizes E, O, I and kdiv; a block per 64 of the result's cols
+ * columns and per 64-row tile of the pairs (at most tiles of them). */
+static void grouped_gemm(GenCtx *c, DType dt, const char *entry, const char *role, int64_t cols, int64_t tiles,
+                         const int *ts, int64_t start, int64_t order, const int64_t *sizes) {
+    CudaKernel *k = cg_kdt(c, "moe", dt, entry, role);
+    k->grid[0] = cg_gdim(c, (cols + MOE_TILE - 1) / MOE_TILE, 2147483647);
+    k->grid[1] = cg_gdim(c, tiles, 65535);
+    k->block[0] = MOE_BLOCK;
+    for (int i = 0; i < 3; i++) arg_t(k, ts[i]);
+    arg_ws(k, start);
+    arg_ws(k, order);
+    for (int i = 0; i < 4; i++) arg_i(k, sizes[i]);
+}
+
 /* moe_expert: x [R, I] (a row per token) or [R*k, I], idx [R, k], w [E, O, I]. */
 static void gen_expert(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
@@ -110,6 +126,7 @@ static void gen_expert(GenCtx *c, bool bwd) {
     if (!moe_dtype(c, ts, 5, &dt)) return;
     int64_t err = cg_err_word(c, dt, "moe_expert idx");
     int64_t start = cg_ws_alloc(c, (E + 1) * 4), order = cg_ws_alloc(c, n * 4);
+    const int64_t sizes[4] = {E, O, I, kdiv};
     /* the pairs of all slots (the forward, dw, dx with a row per pair) or of slot `slot` */
     CudaKernel *k;
 #define ROUTE(slot_)                                                                                                     \
@@ -129,40 +146,18 @@ static void gen_expert(GenCtx *c, bool bwd) {
 #define TILES(m) ((m) + MOE_TILE - 1) / MOE_TILE + (E < (m) ? E : (m))
     if (!bwd) {
         ROUTE(-1);
-        k = cg_kdt(c, "moe", dt, "zk_moe_gemm_fwd", "y[p] = w[idx[p]] x[p], grouped by expert");
-        k->grid[0] = cg_gdim(c, (O + MOE_TILE - 1) / MOE_TILE, 2147483647);
-        k->grid[1] = cg_gdim(c, TILES(n), 65535);
-        k->block[0] = MOE_BLOCK;
-        arg_t(k, dy);
-        arg_t(k, x);
-        arg_t(k, w);
-        arg_ws(k, start);
-        arg_ws(k, order);
-        arg_i(k, E);
-        arg_i(k, O);
-        arg_i(k, I);
-        arg_i(k, kdiv);
+        grouped_gemm(c, dt, "zk_moe_gemm_fwd", "y[p] = w[idx[p]] x[p], grouped by expert", O, TILES(n),
+                     (int[]){dy, x, w}, start, order, sizes);
         return;
     }
     /* dx: one pass of all pairs (a row per pair), or one pass per slot (a row per token: each row once a pass) */
     for (int64_t s = 0; dx >= 0 && s < (kdiv > 1 ? slots : 1); s++) {
         int64_t m = kdiv > 1 ? n / slots : n;
         ROUTE(kdiv > 1 ? s : -1);
-        k = cg_kdt(c, "moe", dt, "zk_moe_gemm_dx",
-                   kdiv > 1 ? arena_printf(c->cg->arena, "dx[r] += dy[r, %" PRId64 "] w[idx[r, %" PRId64 "]], grouped by expert", s, s)
-                            : "dx[p] += dy[p] w[idx[p]], grouped by expert");
-        k->grid[0] = cg_gdim(c, (I + MOE_TILE - 1) / MOE_TILE, 2147483647);
-        k->grid[1] = cg_gdim(c, TILES(m), 65535);
-        k->block[0] = MOE_BLOCK;
-        arg_t(k, dx);
-        arg_t(k, dy);
-        arg_t(k, w);
-        arg_ws(k, start);
-        arg_ws(k, order);
-        arg_i(k, E);
-        arg_i(k, O);
-        arg_i(k, I);
-        arg_i(k, kdiv);
+        grouped_gemm(c, dt, "zk_moe_gemm_dx",
+                     kdiv > 1 ? arena_printf(c->cg->arena, "dx[r] += dy[r, %" PRId64 "] w[idx[r, %" PRId64 "]], grouped by expert", s, s)
+                              : "dx[p] += dy[p] w[idx[p]], grouped by expert",
+                     I, TILES(m), (int[]){dx, dy, w}, start, order, sizes);
     }
     if (dw >= 0) {
         if (dx < 0 || kdiv > 1) {
@@ -186,6 +181,18 @@ static void gen_expert(GenCtx *c, bool bwd) {
 #undef TILES
 }
 
+/* A launch of moe_combine or moe_shared_gate: a "moe" kernel of the tensors
+ * ts[0..nts) then the sizes dims[0..ndims), a thread per element of n, or
+ * (warp) a warp per item of n. */
+static void launch_ew(GenCtx *c, DType dt, const char *entry, const char *role, bool warp, int64_t n, const int *ts,
+                      int nts, const int64_t *dims, int ndims) {
+    CudaKernel *k = cg_kdt(c, "moe", dt, entry, role);
+    if (warp) warp_grid(k, n);
+    else elementwise_grid(k, n);
+    for (int i = 0; i < nts; i++) arg_t(k, ts[i]);
+    for (int i = 0; i < ndims; i++) arg_i(k, dims[i]);
+}
+
 /* moe_combine: o [R, k, D], weights [R, k] -> [R, D]. */
 static void gen_combine(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
@@ -200,37 +207,12 @@ static void gen_combine(GenCtx *c, bool bwd) {
     int ts[5] = {ov, wt, y, dout, dwt};
     DType dt;
     if (!moe_dtype(c, ts, 5, &dt)) return;
-    if (!bwd) {
-        CudaKernel *k_ = cg_kdt(c, "moe", dt, "zk_moe_combine_fwd", "y = sum_j weights[j] o[j]");
-        elementwise_grid(k_, R * D);
-        arg_t(k_, y);
-        arg_t(k_, ov);
-        arg_t(k_, wt);
-        arg_i(k_, R);
-        arg_i(k_, k);
-        arg_i(k_, D);
-        return;
-    }
-    if (dout >= 0) {
-        CudaKernel *k_ = cg_kdt(c, "moe", dt, "zk_moe_combine_bwd_o", "do[j] += weights[j] dy");
-        elementwise_grid(k_, R * k * D);
-        arg_t(k_, dout);
-        arg_t(k_, y);
-        arg_t(k_, wt);
-        arg_i(k_, R);
-        arg_i(k_, k);
-        arg_i(k_, D);
-    }
-    if (dwt >= 0) {
-        CudaKernel *k_ = cg_kdt(c, "moe", dt, "zk_moe_combine_bwd_w", "dweights[j] += dy . o[j]");
-        warp_grid(k_, R * k);
-        arg_t(k_, dwt);
-        arg_t(k_, y);
-        arg_t(k_, ov);
-        arg_i(k_, R);
-        arg_i(k_, k);
-        arg_i(k_, D);
-    }
+    const int64_t dims[3] = {R, k, D};
+    if (!bwd) launch_ew(c, dt, "zk_moe_combine_fwd", "y = sum_j weights[j] o[j]", false, R * D, (int[]){y, ov, wt}, 3, dims, 3);
+    if (dout >= 0)
+        launch_ew(c, dt, "zk_moe_combine_bwd_o", "do[j] += weights[j] dy", false, R * k * D, (int[]){dout, y, wt}, 3, dims, 3);
+    if (dwt >= 0)
+        launch_ew(c, dt, "zk_moe_combine_bwd_w", "dweights[j] += dy . o[j]", true, R * k, (int[]){dwt, y, ov}, 3, dims, 3);
 }
 
 /* moe_load: logits [R, E]?, idx [R, k]?, acc f32 [2, E]? -> f32 [2, E]. */
@@ -318,35 +300,12 @@ static void gen_shared_gate(GenCtx *c, bool bwd) {
     int ts[5] = {y, g, out, dyy, dg};
     DType dt;
     if (!moe_dtype(c, ts, 5, &dt)) return;
-    if (!bwd) {
-        CudaKernel *k = cg_kdt(c, "moe", dt, "zk_moe_sgate_fwd", "out = sigmoid(logit) y");
-        elementwise_grid(k, R * D);
-        arg_t(k, out);
-        arg_t(k, y);
-        arg_t(k, g);
-        arg_i(k, R);
-        arg_i(k, D);
-        return;
-    }
-    if (dyy >= 0) {
-        CudaKernel *k = cg_kdt(c, "moe", dt, "zk_moe_sgate_bwd_y", "dy += sigmoid(logit) dout");
-        elementwise_grid(k, R * D);
-        arg_t(k, dyy);
-        arg_t(k, out);
-        arg_t(k, g);
-        arg_i(k, R);
-        arg_i(k, D);
-    }
-    if (dg >= 0) {
-        CudaKernel *k = cg_kdt(c, "moe", dt, "zk_moe_sgate_bwd_g", "dlogit += s (1 - s) dout . y");
-        warp_grid(k, R);
-        arg_t(k, dg);
-        arg_t(k, out);
-        arg_t(k, y);
-        arg_t(k, g);
-        arg_i(k, R);
-        arg_i(k, D);
-    }
+    const int64_t dims[2] = {R, D};
+    if (!bwd) launch_ew(c, dt, "zk_moe_sgate_fwd", "out = sigmoid(logit) y", false, R * D, (int[]){out, y, g}, 3, dims, 2);
+    if (dyy >= 0)
+        launch_ew(c, dt, "zk_moe_sgate_bwd_y", "dy += sigmoid(logit) dout", false, R * D, (int[]){dyy, out, g}, 3, dims, 2);
+    if (dg >= 0)
+        launch_ew(c, dt, "zk_moe_sgate_bwd_g", "dlogit += s (1 - s) dout . y", true, R, (int[]){dg, out, y, g}, 4, dims, 2);
 }
 
 void cg_gen_moe(GenCtx *c, bool bwd) {

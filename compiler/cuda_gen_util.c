@@ -8,6 +8,7 @@
 #include "cuda_gen_impl.h"
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,34 +55,18 @@ static char *read_text(Arena *a, const char *path, int *err) {
     return out;
 }
 
-static const char *family_text(CudaGen *cg, const char *fam, DiagSink *d, Span sp) {
-    int idx = -1;
-    for (int i = 0; i < NFAMILIES; i++)
-        if (!strcmp(families[i], fam)) idx = i;
-    if (idx < 0) return NULL;
-    if (!cg->common) {
-        char path[1200];
-        int err = 0;
-        snprintf(path, sizeof path, "%s/common.cuh", cg->kernel_dir);
-        cg->common = read_text(cg->arena, path, &err);
-        if (!cg->common) {
-            diag_error(d, sp, "cannot read kernel source %s: %s", path, strerror(err));
-            diag_hint(d, "set ZINF_KERNEL_DIR to the stdlib/kernels directory");
-            return NULL;
-        }
+/* The text of kernel file name (its first len bytes) in the kernel
+ * directory; NULL with a diagnostic when it cannot be read. */
+static char *read_kernel(CudaGen *cg, const char *name, int len, DiagSink *d, Span sp) {
+    char path[1200];
+    int err = 0;
+    snprintf(path, sizeof path, "%s/%.*s", cg->kernel_dir, len, name);
+    char *text = read_text(cg->arena, path, &err);
+    if (!text) {
+        diag_error(d, sp, "cannot read kernel source %s: %s", path, strerror(err));
+        diag_hint(d, "set ZINF_KERNEL_DIR to the stdlib/kernels directory");
     }
-    if (!cg->family_text[idx]) {
-        char path[1200];
-        int err = 0;
-        snprintf(path, sizeof path, "%s/%s.cu", cg->kernel_dir, fam);
-        cg->family_text[idx] = read_text(cg->arena, path, &err);
-        if (!cg->family_text[idx]) {
-            diag_error(d, sp, "cannot read kernel source %s: %s", path, strerror(err));
-            diag_hint(d, "set ZINF_KERNEL_DIR to the stdlib/kernels directory");
-            return NULL;
-        }
-    }
-    return cg->family_text[idx];
+    return text;
 }
 
 /* A growable string in the arena. */
@@ -106,6 +91,54 @@ static void buf_add(TextBuf *b, const char *s, size_t n) {
     b->p[b->len] = 0;
 }
 static void buf_str(TextBuf *b, const char *s) { buf_add(b, s, strlen(s)); }
+
+/* A family's text with each `#include "NAME"` of a header beside it, other
+ * than common.cuh (pasted per unit, after the defines), replaced by the
+ * header's text, so that the unit is one self-contained text (NVRTC
+ * compiles it with no include path): e.g. adam.cu's qmap.h, which the
+ * host's runtime/hostk/qstate.c includes too. One level deep: a pasted
+ * header includes nothing. NULL with a diagnostic when one is unreadable. */
+static const char *paste_headers(CudaGen *cg, const char *text, DiagSink *d, Span sp) {
+    static const char inc[] = "#include \"", common[] = "common.cuh\"";
+    TextBuf b = {.a = cg->arena};
+    const char *p = text;
+    for (const char *at = strstr(p, inc); at; at = strstr(p, inc)) {
+        const char *name = at + sizeof inc - 1, *end = strchr(name, '"');
+        if (!end) break;
+        if (!strncmp(name, common, sizeof common - 1)) {
+            buf_add(&b, p, (size_t)(end + 1 - p));
+            p = end + 1;
+            continue;
+        }
+        const char *h = read_kernel(cg, name, (int)(end - name), d, sp);
+        if (!h) return NULL;
+        buf_add(&b, p, (size_t)(at - p));
+        buf_str(&b, h);
+        p = end + 1;
+    }
+    buf_str(&b, p);
+    if (!b.p || cg->arena->failed) {
+        diag_error(d, sp, "cuda_gen: out of memory");
+        return NULL;
+    }
+    return b.p;
+}
+
+static const char *family_text(CudaGen *cg, const char *fam, DiagSink *d, Span sp) {
+    int idx = -1;
+    for (int i = 0; i < NFAMILIES; i++)
+        if (!strcmp(families[i], fam)) idx = i;
+    if (idx < 0) return NULL;
+    if (!cg->common && !(cg->common = read_kernel(cg, "common.cuh", INT_MAX, d, sp))) return NULL;
+    if (!cg->family_text[idx]) {
+        char name[64];
+        snprintf(name, sizeof name, "%s.cu", fam);
+        const char *text = read_kernel(cg, name, INT_MAX, d, sp);
+        if (!text) return NULL;
+        cg->family_text[idx] = paste_headers(cg, text, d, sp);
+    }
+    return cg->family_text[idx];
+}
 
 /* The unit of family specialised by defines ("NAME VALUE" lines joined by
  * '\n'); spec is its human-readable name. */

@@ -13,15 +13,4 @@
 set -u
 B=${1:-build}
 . tests/e2e/lib.sh
-e2e_workdir kernels-emu; T=$W
-export ZINF_CACHE_DIR="$T/cache"
-out=$(BUILD="$B" sh tests/gpu/check_kernels.sh --emu --only "linear nf4,linear int8,attention B1 T33,attention B1 T20,attention B1 T17,linear 300x200x130+b,linear 37x7x33,layernorm,rope llama3,rmsnorm heads,scale [7,packed" 2>&1)
-rc=$?
-echo "$out" | tail -12
-[ $rc -eq 0 ] || { echo "gpu_kernels_emu: check_kernels --emu failed (exit $rc)"; exit 1; }
-n=$(echo "$out" | grep -c " PASS ")
-[ "$n" -eq 49 ] || { echo "gpu_kernels_emu: expected 49 passing cases, got $n"; exit 1; }
-# its closing line, "49 cases, N units compiled for ARCH, 0 failed (host time ...)"
-echo "$out" | grep -q "^49 cases, [0-9]* units compiled for [^,]*, 0 failed (" ||
-  { echo "gpu_kernels_emu: no closing line \"49 cases, ..., 0 failed\""; exit 1; }
-echo "gpu_kernels_emu: ok"
+e2e_kernels_emu gpu_kernels_emu 49 12 "linear nf4,linear int8,attention B1 T33,attention B1 T20,attention B1 T17,linear 300x200x130+b,linear 37x7x33,layernorm,rope llama3,rmsnorm heads,scale [7,packed"

@@ -15,14 +15,4 @@
 set -u
 B=${1:-build}
 . tests/e2e/lib.sh
-e2e_workdir kernels-emu-long; T=$W
-export ZINF_CACHE_DIR="$T/cache"
-out=$(BUILD="$B" sh tests/gpu/check_kernels.sh --emu --only "attention window,attention softcap,rmsnorm offset,softcap [,rope yarn,linxent" 2>&1)
-rc=$?
-echo "$out" | tail -40
-[ $rc -eq 0 ] || { echo "gpu_kernels_emu_long: check_kernels --emu failed (exit $rc)"; exit 1; }
-n=$(echo "$out" | grep -c " PASS ")
-[ "$n" -eq 44 ] || { echo "gpu_kernels_emu_long: expected 44 passing cases, got $n"; exit 1; }
-echo "$out" | grep -q "^44 cases, [0-9]* units compiled for [^,]*, 0 failed (" ||
-  { echo "gpu_kernels_emu_long: no closing line \"44 cases, ..., 0 failed\""; exit 1; }
-echo "gpu_kernels_emu_long: ok"
+e2e_kernels_emu gpu_kernels_emu_long 44 40 "attention window,attention softcap,rmsnorm offset,softcap [,rope yarn,linxent"

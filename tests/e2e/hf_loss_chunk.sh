@@ -20,21 +20,10 @@ e2e_need_py transformers
 e2e_workdir hf-loss-chunk
 T=$W
 export OMP_NUM_THREADS=1
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
-# |a - b| <= tol * |b|
-close() { awk -v g="$1" -v w="$2" -v t="$3" 'BEGIN { e = (g - w) / w; if (e < 0) e = -e; exit !(g != "" && w != "" && e <= t) }'; }
 
 "$ZINF_PY" tests/e2e/hf_masked.py make "$T" 4 > "$T/ref" 2> "$T/make.log" ||
   { cat "$T/make.log"; echo "FAIL: making the models or transformers' losses (above)"; exit 1; }
-cat > "$T/one.target.zl" <<EOT
-target one {
-  backend = "host"
-  ranks = 1
-  budget = 1 GiB
-  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2; flops = 20 G }
-}
-EOT
+e2e_host_target "$T/one.target.zl" one "1 GiB"
 
 for c in $(cut -d' ' -f1 "$T/ref"); do
   d=$T/$c
@@ -59,9 +48,9 @@ for c in $(cut -d' ' -f1 "$T/ref"); do
       > "$T/$name.log" 2>&1; then tail -20 "$T/$name.log"; bad "$name: zinfrun"; continue; fi
     got=$(awk '$1 == "step" && $2 == 1 { print $4 }' "$T/$name.losses")
     gn=$(awk '$1 == "step" && $2 == 1 { print $6 }' "$T/$name.losses")
-    if close "$got" "$want" 1e-5; then echo "ok $name: loss $got, transformers $want"
+    if e2e_close "$got" "$want" 1e-5; then echo "ok $name: loss $got, transformers $want"
     else bad "$name: loss $got, transformers $want (more than 1e-5 apart)"; fi
-    if close "$gn" "$want_gn" 1e-5; then echo "ok $name: gradient norm $gn, transformers $want_gn"
+    if e2e_close "$gn" "$want_gn" 1e-5; then echo "ok $name: gradient norm $gn, transformers $want_gn"
     else bad "$name: gradient norm $gn, transformers $want_gn (more than 1e-5 apart)"; fi
     [ "$chunk" = 0 ] && continue
     # generation needs logits: a chunked plan is refused by name
@@ -71,10 +60,10 @@ for c in $(cut -d' ' -f1 "$T/ref"); do
     for s in 1 2 3; do
       a=$(awk -v s=$s '$1 == "step" && $2 == s { print $4 }' "$T/$name.losses")
       w=$(awk -v s=$s '$1 == "step" && $2 == s { print $4 }' "$T/$c-0.losses")
-      if close "$a" "$w" 1e-6; then echo "ok $name: step $s loss $a, whole logits $w"
+      if e2e_close "$a" "$w" 1e-6; then echo "ok $name: step $s loss $a, whole logits $w"
       else bad "$name: step $s loss $a, whole logits $w (more than 1e-6 apart)"; fi
     done
   done
 done
-[ $fail = 0 ] && echo "PASS hf_loss_chunk"
-exit $fail
+[ $e2e_failed = 0 ] && echo "PASS hf_loss_chunk"
+e2e_end

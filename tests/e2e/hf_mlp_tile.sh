@@ -26,25 +26,13 @@ e2e_need_py transformers
 e2e_workdir hf-mlp-tile
 T=$W
 export OMP_NUM_THREADS=1
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
-close() { awk -v g="$1" -v w="$2" -v t="$3" 'BEGIN { e = (g - w) / w; if (e < 0) e = -e; exit !(g != "" && w != "" && e <= t) }'; }
 col() { awk -v s="$2" -v c="$3" '$1 == "step" && $2 == s { print $c }' "$1"; }
 
 want=$("$ZINF_PY" tests/e2e/hf_long.py make "$T" 8192 512 2> "$T/make.log") ||
   { cat "$T/make.log"; echo "FAIL: making the model or transformers' loss (above)"; exit 1; }
 "$Z/zinfc" --from-hf "$T/model" --seq 8192 --emit=zl > "$T/m.zl" 2> "$T/emit.err" || { cat "$T/emit.err"; echo "FAIL: --emit=zl"; exit 1; }
 sed -i -e 's/^  micro_batch = .*/  micro_batch = 1/' "$T/m.zl"
-for mib in 1024 64; do
-  cat > "$T/t$mib.zl" <<EOT
-target small$mib {
-  backend = "host"
-  ranks = 1
-  budget = $mib MiB
-  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2; flops = 20 G }
-}
-EOT
-done
+for mib in 1024 64; do e2e_host_target "$T/t$mib.zl" small$mib "$mib MiB"; done
 
 # plan NAME TARGET_MIB PLAN_BLOCK: zinfc --explain into $T/NAME.zinfc
 plan() {
@@ -67,7 +55,7 @@ if plan written 1024 'plan { mlp_tile = 0; loss_chunk = 512 }'; then
     bad "written: --explain does not say the MLP is as written"
   if run written 2; then
     got=$(col "$T/written.losses" 1 4)
-    if close "$got" "$want" 1e-5; then echo "ok written: loss $got, transformers $want"
+    if e2e_close "$got" "$want" 1e-5; then echo "ok written: loss $got, transformers $want"
     else bad "written: loss $got, transformers $want (more than 1e-5 apart)"; fi
   fi
 fi
@@ -81,7 +69,7 @@ if plan tiled 1024 'plan { mlp_tile = 1000; loss_chunk = 512 }'; then
     for s in 1 2; do
       for c in 4 6; do
         a=$(col "$T/tiled.losses" $s $c) w=$(col "$T/written.losses" $s $c)
-        if close "$a" "$w" 1e-6; then echo "ok tiled: step $s $(col "$T/tiled.losses" $s $((c - 1))) $a, as written $w"
+        if e2e_close "$a" "$w" 1e-6; then echo "ok tiled: step $s $(col "$T/tiled.losses" $s $((c - 1))) $a, as written $w"
         else bad "tiled: step $s column $c $a, as written $w (more than 1e-6 apart)"; fi
       done
     done
@@ -103,7 +91,7 @@ if plan auto 64 ''; then
     "$T/auto.zinfc" || bad "auto: --explain does not say the planner tiled the MLP"
   if run auto 1 && [ -f "$T/written.losses" ]; then
     a=$(col "$T/auto.losses" 1 4) w=$(col "$T/written.losses" 1 4)
-    if close "$a" "$w" 1e-6; then echo "ok auto: loss $a, as written $w"; else bad "auto: loss $a, as written $w (more than 1e-6 apart)"; fi
+    if e2e_close "$a" "$w" 1e-6; then echo "ok auto: loss $a, as written $w"; else bad "auto: loss $a, as written $w (more than 1e-6 apart)"; fi
     [ "$arena_auto" -gt 0 ] && [ "$arena_auto" -le $((64 * 1048576)) ] && echo "ok auto: the device arena is under its 64 MiB" ||
       bad "auto: the device arena $arena_auto is over the budget"
   fi
@@ -117,5 +105,5 @@ done
 a=$(grep -E "^[0-9]+( [0-9]+)*$" "$T/gen1000.out" 2> /dev/null) w=$(grep -E "^[0-9]+( [0-9]+)*$" "$T/gen0.out" 2> /dev/null)
 [ -n "$a" ] && [ "$a" = "$w" ] && echo "ok zinfgen: the tiled plan decodes $a, as written" || bad "zinfgen: tiled '$a', as written '$w'"
 
-[ $fail = 0 ] && echo "PASS hf_mlp_tile"
-exit $fail
+[ $e2e_failed = 0 ] && echo "PASS hf_mlp_tile"
+e2e_end

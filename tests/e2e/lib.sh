@@ -27,6 +27,20 @@
 #                        Python environment with WHAT is missing
 #   ok MSG / bad MSG     a check's verdict: "ok   MSG", or "FAIL: MSG" and the
 #                        script will fail
+#   e2e_close G W TOL    true when G is within TOL of W, relative:
+#                        |G - W| <= TOL * |W| (false when either is empty)
+#   e2e_host_target FILE NAME BUDGET
+#                        writes FILE: target NAME, the host backend, one
+#                        rank, a device budget of BUDGET (e.g. "1 GiB"), a
+#                        small CPU (2 cores, 8 GiB, 20 GB/s, 20 GFLOP/s)
+#   e2e_kernels_emu NAME N LINES ONLY
+#                        the script NAME's run of tests/gpu/check_kernels.sh
+#                        --emu --only ONLY (kernel families on the host
+#                        emulator, the harness built under $B) in a fresh
+#                        workdir with its own kernel cache: shows the last
+#                        LINES lines and exits 1 unless exactly N cases
+#                        PASS and the closing line says none failed; then
+#                        says "NAME: ok"
 #   e2e_end [FAIL]       ends the script: 1 if FAIL is not 0 or any bad, else
 #                        77 if a part was skipped, else 0
 # Exit codes are the verdict (tests/run.sh): 0 passed, 77 skipped, any
@@ -83,6 +97,35 @@ e2e_need_py() {
 ok() { echo "ok   $*"; }
 
 bad() { echo "FAIL: $*"; e2e_failed=1; }
+
+e2e_close() { awk -v g="$1" -v w="$2" -v t="$3" 'BEGIN { e = (g - w) / w; if (e < 0) e = -e; exit !(g != "" && w != "" && e <= t) }'; }
+
+e2e_host_target() {
+  cat > "$1" <<EOT
+target $2 {
+  backend = "host"
+  ranks = 1
+  budget = $3
+  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2; flops = 20 G }
+}
+EOT
+}
+
+e2e_kernels_emu() {
+  _name=$1
+  e2e_workdir "$_name"
+  export ZINF_CACHE_DIR="$W/cache"
+  _out=$(BUILD="$B" sh tests/gpu/check_kernels.sh --emu --only "$4" 2>&1)
+  _rc=$?
+  echo "$_out" | tail -n "$3"
+  [ $_rc -eq 0 ] || { echo "$_name: check_kernels --emu failed (exit $_rc)"; exit 1; }
+  _n=$(echo "$_out" | grep -c " PASS ")
+  [ "$_n" -eq "$2" ] || { echo "$_name: expected $2 passing cases, got $_n"; exit 1; }
+  # its closing line, "N cases, U units compiled for ARCH, 0 failed (host time ...)"
+  echo "$_out" | grep -q "^$2 cases, [0-9]* units compiled for [^,]*, 0 failed (" ||
+    { echo "$_name: no closing line \"$2 cases, ..., 0 failed\""; exit 1; }
+  echo "$_name: ok"
+}
 
 e2e_end() {
   if [ "${1:-0}" -ne 0 ] || [ "$e2e_failed" -ne 0 ]; then exit 1; fi

@@ -14,7 +14,6 @@
  * GEMMs). tests/e2e/moe_cuda_emu.sh builds and runs it; tests/gpu/run_all.sh
  * runs the same script on the GPU machine. Exit 0: every case passed; 1: a
  * case differs; 2: setup error. */
-#include <dlfcn.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -23,37 +22,8 @@
 #include <string.h>
 #include "../unit/cuda_models.h"
 #include "cuda_gen.h"
-#include "emu_wrap.h"
+#include "emu_check.h"
 #include "hostk.h"
-
-int emu_launch(void (*fn)(void **), void **params, const unsigned grid[3], const unsigned block[3], char *err,
-               size_t nerr);
-
-static void die(const char *what) {
-    fprintf(stderr, "check_moe: %s\n", what);
-    exit(2);
-}
-
-/* The emulated unit of launch k (built once per source, cached in $TMPDIR/zinf-emu by the source's hash). */
-static void *unit_of(const CudaKernel *k) {
-    static struct { char hash[65]; void *h; } mods[64];
-    static int nmods;
-    for (int i = 0; i < nmods; i++)
-        if (!strcmp(mods[i].hash, k->hash)) return mods[i].h;
-    const char *tmp = getenv("TMPDIR");
-    char dir[256], cu[320], so[320], cmd[300], why[1024];
-    snprintf(dir, sizeof dir, "%s/zinf-emu", tmp && *tmp ? tmp : "/tmp");
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
-    if (system(cmd) != 0) die("cannot make the unit directory");
-    snprintf(cu, sizeof cu, "%s/moe-%.24s.cu", dir, k->hash);
-    snprintf(so, sizeof so, "%s/moe-%.24s.so", dir, k->hash);
-    if (emu_compile_unit(k->source, cu, so, ZINF_EMU_HEADER, why, sizeof why) != 0) die(why);
-    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-    if (!h || nmods >= 64) die(h ? "too many units" : dlerror());
-    memcpy(mods[nmods].hash, k->hash, 65);
-    mods[nmods].h = h;
-    return mods[nmods++].h;
-}
 
 enum { MAXT = 16, ROUTE_RANDOM = 0, ROUTE_SAME = 1 };
 typedef struct Case {
@@ -70,29 +40,15 @@ typedef struct Case {
     void *gpu[MAXT], *host[MAXT];
 } Case;
 
-static size_t esz(DType dt) { return dt == DT_F32 || dt == DT_I32 ? 4 : 2; }
-static uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-}
-static float ld(const void *p, DType dt, int64_t i) {
-    if (dt == DT_F32) return ((const float *)p)[i];
-    uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static int slot_of(Case *c, int t) {
     for (int i = 0; i < c->nts; i++)
         if (c->ts[i] == t) return i;
-    die("no such tensor");
+    ec_die("no such tensor");
     return -1;
 }
 static int add_t(Case *c, const char *name, DType dt, TensorClass cls, int rank, int64_t d0, int64_t d1, int64_t d2) {
     int t = cm_t(&c->g, name, dt, cls, rank, d0, d1, d2);
-    if (t < 0 || c->nts >= MAXT) die("cannot add a tensor");
+    if (t < 0 || c->nts >= MAXT) ec_die("cannot add a tensor");
     c->ts[c->nts++] = t;
     return t;
 }
@@ -103,9 +59,9 @@ static void fill(Case *c) {
     unsigned seed = 7;
     for (int i = 0; i < c->nts; i++) {
         const GTensor *t = &c->g.tensors[c->ts[i]];
-        size_t bytes = (size_t)t->numel * esz(t->dtype);
+        size_t bytes = (size_t)t->numel * ec_esz(t->dtype);
         void *p = calloc(bytes, 1), *q = malloc(bytes);
-        if (!p || !q) die("out of memory");
+        if (!p || !q) ec_die("out of memory");
         if (c->ts[i] == c->idx) {
             int64_t k = t->dims[t->rank - 1];
             for (int64_t r = 0; r < t->numel / k; r++)
@@ -126,7 +82,7 @@ static void fill(Case *c) {
                 if (c->ts[i] == c->positive) v = 2.0f * (v + 1.0f);
                 if (t->dtype == DT_F32) ((float *)p)[j] = v;
                 else if (t->dtype == DT_I32) ((int32_t *)p)[j] = 0;
-                else ((uint16_t *)p)[j] = to_bf16(v);
+                else ((uint16_t *)p)[j] = ec_to_bf16(v);
             }
         }
         memcpy(q, p, bytes);
@@ -135,40 +91,22 @@ static void fill(Case *c) {
     }
 }
 
+/* Where tensor t's GPU copy lies. */
+static uint8_t *gpu_addr(void *ctx, int t) {
+    Case *c = ctx;
+    return c->gpu[slot_of(c, t)];
+}
+
 /* The launches of op on the GPU copies. */
 static void run_gpu(Case *c, int op) {
     static CudaKernel ks[64]; /* moe_expert's backward: 2 launches a slot (top-k up to 30) */
     CudaOpInfo info;
     int n = cuda_gen_op(&c->cg, &c->g, op, ks, 64, &info, &c->d);
-    if (n < 0 || n > 64) die(c->d.len ? c->d.items[c->d.len - 1].msg : "cuda_gen failed");
+    if (n < 0 || n > 64) ec_die(c->d.len ? c->d.items[c->d.len - 1].msg : "cuda_gen failed");
     uint8_t *ws = malloc((size_t)info.ws_bytes + 16);
-    if (!ws) die("out of memory");
+    if (!ws) ec_die("out of memory");
     memset(ws, 0xff, (size_t)info.ws_bytes + 16); /* as the fake driver poisons: the launches initialise what they read */
-    for (int i = 0; i < n; i++) {
-        const CudaKernel *k = &ks[i];
-        void *ptrs[CUDA_MAX_ARGS], *params[CUDA_MAX_ARGS];
-        long long i64[CUDA_MAX_ARGS];
-        float f32[CUDA_MAX_ARGS];
-        for (int j = 0; j < k->nargs; j++) {
-            const CudaArg *a = &k->args[j];
-            switch (a->kind) {
-            case CARG_TENSOR: ptrs[j] = (uint8_t *)c->gpu[slot_of(c, a->tensor)] + a->off; params[j] = &ptrs[j]; break;
-            case CARG_WS: ptrs[j] = ws + a->ws_off; params[j] = &ptrs[j]; break;
-            case CARG_NULL:
-            case CARG_SEG: ptrs[j] = NULL; params[j] = &ptrs[j]; break;
-            case CARG_I64: i64[j] = a->i; params[j] = &i64[j]; break;
-            case CARG_F32: f32[j] = a->f; params[j] = &f32[j]; break;
-            case CARG_RT: f32[j] = 1.0f; params[j] = &f32[j]; break;
-            }
-        }
-        char name[160], err[256];
-        snprintf(name, sizeof name, "emu_tramp_%s", k->entry);
-        void (*fn)(void **);
-        *(void **)&fn = dlsym(unit_of(k), name);
-        if (!fn) die(name);
-        if (emu_launch(fn, params, k->grid, k->block, err, sizeof err) != 0) die(err);
-    }
-    if (info.err_off >= 0 && ((int32_t *)(ws + info.err_off))[0]) die("the error word is set");
+    ec_run(ks, n, &info, ws, gpu_addr, c);
     free(ws);
 }
 
@@ -187,7 +125,7 @@ static HkTensor H(Case *c, int t) {
 
 static void *ws_of(size_t bytes) {
     void *p = calloc(bytes + 64, 1);
-    if (!p) die("out of memory");
+    if (!p) ec_die("out of memory");
     return p;
 }
 
@@ -230,13 +168,13 @@ static void run_host(Case *c) {
         rc = hk_moe_shared_gate_fwd(&a, &bb, &y);
         if (!rc) rc = hk_moe_shared_gate_bwd(&a, &bb, &dy, &da, &db);
         break;
-    default: die("not a MoE primitive");
+    default: ec_die("not a MoE primitive");
     }
     free(ws);
     if (rc) {
         char m[160];
         snprintf(m, sizeof m, "%s: host kernel error %d", c->name, rc);
-        die(m);
+        ec_die(m);
     }
 }
 
@@ -249,17 +187,7 @@ static int check(Case *c) {
     const char *at = "";
     for (int i = 0; i < c->nts; i++) {
         const GTensor *x = &c->g.tensors[c->ts[i]];
-        double md = 0, mr = 0;
-        for (int64_t j = 0; j < x->numel; j++) {
-            if (x->dtype == DT_I32) {
-                if (((int32_t *)c->gpu[i])[j] != ((int32_t *)c->host[i])[j]) md = INFINITY;
-                continue;
-            }
-            double h = ld(c->host[i], x->dtype, j), g = ld(c->gpu[i], x->dtype, j);
-            md = fmax(md, isnan(g) || isnan(h) ? INFINITY : fabs(h - g));
-            mr = fmax(mr, fabs(h));
-        }
-        double e = md / (mr > 0 ? mr : 1);
+        double e = ec_normwise(c->host[i], c->gpu[i], x->dtype, x->numel);
         if (e > worst || isnan(e)) {
             worst = e;
             at = x->name;
@@ -284,33 +212,13 @@ static void case_init(Case *c, DType dt, const char *fmt, ...) {
     va_end(ap);
     c->dt = dt;
     c->idx = c->positive = c->bwd = -1;
-    arena_init(&c->a);
-    diag_init(&c->d);
-    graph_init(&c->g, &c->a);
-    c->g.train.dtype = dt;
-    CudaGenOptions o = {.kernel_dir = ZINF_STDLIB_DIR "/kernels"};
-    cuda_gen_init(&c->cg, &c->a, &o);
+    ec_gen_init(&c->a, &c->d, &c->g, &c->cg, dt);
 }
 
-static void set_fwd(Case *c, GOp *f, int nin, const int *in, int out) {
-    f->nin = nin;
-    for (int i = 0; i < nin; i++) f->in[i] = in[i];
-    f->nout = 1;
-    f->out[0] = out;
-    c->fwd = graph_add_op(&c->g, f);
-}
+static void set_fwd(Case *c, GOp *f, int nin, const int *in, int out) { c->fwd = ec_add_fwd(&c->g, f, nin, in, out); }
 static void set_bwd(Case *c, int dy, int nout, const int *outs) {
-    GOp b = c->g.ops[c->fwd];
-    int nfin = b.nin;
-    b.kind = OP_BWD;
-    b.fwd = c->fwd;
-    b.nfin = nfin;
-    b.in[nfin] = b.out[0];
-    b.in[nfin + 1] = dy;
-    b.nin = nfin + 2;
-    b.nout = nout;
-    for (int i = 0; i < GRAPH_MAX_OUT; i++) b.out[i] = i < nout ? outs[i] : -1;
-    c->bwd = graph_add_op(&c->g, &b);
+    const GOp *f = &c->g.ops[c->fwd];
+    c->bwd = ec_add_bwd(&c->g, c->fwd, f->nin, f->out[0], dy, nout, outs);
 }
 
 static int topk(DType dt, int64_t R, int64_t E, int64_t k) {
@@ -430,6 +338,7 @@ static int shared_gate(DType dt, int64_t R, int64_t D) {
 
 int main(void) {
     int fails = 0, n = 0;
+    ec_init("check_moe", "moe");
     const DType dts[] = {DT_F32, DT_BF16};
     printf("%-52s %-5s  %10s  %6s\n", "case (emulated GPU kernels vs runtime/hostk)", "dtype", "error", "tol");
     for (int i = 0; i < 2; i++) {

@@ -17,11 +17,10 @@
  * (ROOMS is one -I for each folder under runtime):
  *   mkdir -p build/gpu && cc -std=c11 -D_GNU_SOURCE -O1 -rdynamic -Ilang -Icompiler -Iruntime $ROOMS -Ibuild/gen \
  *     -DZINF_STDLIB_DIR="\"$PWD/stdlib\"" -DZINF_EMU_HEADER="\"$PWD/tests/gpu/emu.h\"" \
- *     tests/gpu/check_tiles.c tests/gpu/emu.c tests/gpu/emu_wrap.c runtime/base/arena.c runtime/plan/vocab.c \
+ *     tests/gpu/check_tiles.c tests/gpu/emu_check.c tests/gpu/emu.c tests/gpu/emu_wrap.c runtime/base/arena.c runtime/plan/vocab.c \
  *     runtime/base/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/cuda_gen*.c compiler/nvrtc.c -o build/gpu/check_tiles -ldl -lm -lpthread
  *   build/gpu/check_tiles
  * Exit 0: every case passed; 1: a case differs; 2: setup error. */
-#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,38 +28,8 @@
 #include <string.h>
 #include "../unit/cuda_models.h"
 #include "cuda_gen.h"
-#include "emu_wrap.h"
+#include "emu_check.h"
 #include "nvrtc.h"
-
-int emu_launch(void (*fn)(void **), void **params, const unsigned grid[3], const unsigned block[3], char *err,
-               size_t nerr);
-
-static void die(const char *what) {
-    fprintf(stderr, "check_tiles: %s\n", what);
-    exit(2);
-}
-
-/* The emulated unit of launch k (built once per source, cached in $TMPDIR/zinf-emu by the source's hash). */
-static void *unit_of(const CudaKernel *k) {
-    static struct { char hash[65]; void *h; } mods[64];
-    static int nmods;
-    for (int i = 0; i < nmods; i++)
-        if (!strcmp(mods[i].hash, k->hash)) return mods[i].h;
-    const char *tmp = getenv("TMPDIR");
-    char dir[256], cu[320], so[320], cmd[300], why[1024];
-    snprintf(dir, sizeof dir, "%s/zinf-emu", tmp && *tmp ? tmp : "/tmp");
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
-    if (system(cmd) != 0) die("cannot make the unit directory");
-    /* the tiles' own name space: the header may change under check_kernels' names */
-    snprintf(cu, sizeof cu, "%s/tiles-%.24s.cu", dir, k->hash);
-    snprintf(so, sizeof so, "%s/tiles-%.24s.so", dir, k->hash);
-    if (emu_compile_unit(k->source, cu, so, ZINF_EMU_HEADER, why, sizeof why) != 0) die(why);
-    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-    if (!h || nmods >= 64) die(h ? "too many units" : dlerror());
-    memcpy(mods[nmods].hash, k->hash, 65);
-    mods[nmods].h = h;
-    return mods[nmods++].h;
-}
 
 enum { MAXT = 12 };
 typedef struct Case {
@@ -75,21 +44,6 @@ typedef struct Case {
     int ts[MAXT], nts;
 } Case;
 
-static size_t esz(DType dt) { return dt == DT_F32 || dt == DT_I32 ? 4 : 2; }
-
-static uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-}
-static float ld(const void *p, DType dt, int64_t i) {
-    if (dt == DT_F32) return ((const float *)p)[i];
-    uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static int add_t(Case *c, const char *name, DType dt, TensorClass cls, int rank, int64_t d0, int64_t d1, int64_t d2) {
     int t = cm_t(&c->g, name, dt, cls, rank, d0, d1, d2);
     c->ts[c->nts++] = t;
@@ -99,17 +53,33 @@ static int add_t(Case *c, const char *name, DType dt, TensorClass cls, int rank,
 static void fill(Case *c, void **buf, unsigned seed) {
     for (int i = 0; i < c->nts; i++) {
         const GTensor *t = &c->g.tensors[c->ts[i]];
-        void *p = calloc((size_t)t->numel, esz(t->dtype));
-        if (!p) die("out of memory");
+        void *p = calloc((size_t)t->numel, ec_esz(t->dtype));
+        if (!p) ec_die("out of memory");
         for (int64_t j = 0; j < t->numel; j++) {
             seed = seed * 1103515245u + 12345u;
             float v = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
             if (c->ts[i] == c->ids) ((int32_t *)p)[j] = (int32_t)((seed >> 8) % (unsigned)c->V);
             else if (t->dtype == DT_F32) ((float *)p)[j] = v;
-            else ((uint16_t *)p)[j] = to_bf16(v);
+            else ((uint16_t *)p)[j] = ec_to_bf16(v);
         }
         buf[c->ts[i]] = p;
     }
+}
+
+/* The buffers of a run, the weight and its gradient bound from row r0 on. */
+typedef struct Bound {
+    Case *c;
+    void **buf;
+    int64_t r0;
+} Bound;
+
+/* Where tensor t lies: the executor's binding, the weight and its gradient
+ * holding the tile's rows. */
+static uint8_t *tile_addr(void *ctx, int t) {
+    const Bound *b = ctx;
+    uint8_t *p = b->buf[t];
+    if (t == b->c->w || t == b->c->gw) p += b->r0 * (int64_t)ec_esz(b->c->g.tensors[t].dtype);
+    return p;
 }
 
 /* The launches of op (whole when ntiles is 0, else tile `tile`) on buf. */
@@ -118,42 +88,12 @@ static void run(Case *c, int op, int tile, int ntiles, void **buf) {
     CudaOpInfo info;
     int n = ntiles ? cuda_gen_op_tile(&c->cg, &c->g, op, tile, ntiles, ks, CUDA_OP_MAX_KERNELS, &info, &c->d)
                    : cuda_gen_op(&c->cg, &c->g, op, ks, CUDA_OP_MAX_KERNELS, &info, &c->d);
-    if (n < 0 || n > CUDA_OP_MAX_KERNELS) die(c->d.len ? c->d.items[c->d.len - 1].msg : "cuda_gen failed");
+    if (n < 0 || n > CUDA_OP_MAX_KERNELS) ec_die(c->d.len ? c->d.items[c->d.len - 1].msg : "cuda_gen failed");
     uint8_t *ws = calloc((size_t)info.ws_bytes + 16, 1);
-    if (!ws) die("out of memory");
+    if (!ws) ec_die("out of memory");
     int64_t r0 = ntiles ? (int64_t)tile * (c->g.tensors[c->w].dims[0] / ntiles) * c->wrow : 0;
-    for (int i = 0; i < n; i++) {
-        const CudaKernel *k = &ks[i];
-        void *ptrs[CUDA_MAX_ARGS], *params[CUDA_MAX_ARGS];
-        long long i64[CUDA_MAX_ARGS];
-        float f32[CUDA_MAX_ARGS];
-        for (int j = 0; j < k->nargs; j++) {
-            const CudaArg *a = &k->args[j];
-            switch (a->kind) {
-            case CARG_TENSOR: {
-                uint8_t *p = buf[a->tensor];
-                /* the executor's binding: the weight and its gradient hold the tile's rows */
-                if (a->tensor == c->w || a->tensor == c->gw) p += r0 * (int64_t)esz(c->g.tensors[a->tensor].dtype);
-                ptrs[j] = p + a->off;
-                params[j] = &ptrs[j];
-                break;
-            }
-            case CARG_WS: ptrs[j] = ws + a->ws_off; params[j] = &ptrs[j]; break;
-            case CARG_NULL: ptrs[j] = NULL; params[j] = &ptrs[j]; break;
-            case CARG_I64: i64[j] = a->i; params[j] = &i64[j]; break;
-            case CARG_F32: f32[j] = a->f; params[j] = &f32[j]; break;
-            case CARG_RT: f32[j] = 1.0f; params[j] = &f32[j]; break;
-            case CARG_SEG: ptrs[j] = NULL; params[j] = &ptrs[j]; break;
-            }
-        }
-        char name[160], err[256];
-        snprintf(name, sizeof name, "emu_tramp_%s", k->entry);
-        void (*fn)(void **);
-        *(void **)&fn = dlsym(unit_of(k), name);
-        if (!fn) die(name);
-        if (emu_launch(fn, params, k->grid, k->block, err, sizeof err) != 0) die(err);
-    }
-    if (info.err_off >= 0 && ((int32_t *)(ws + info.err_off))[0]) die("the error word is set");
+    Bound bd = {c, buf, r0};
+    ec_run(ks, n, &info, ws, tile_addr, &bd);
     free(ws);
 }
 
@@ -171,13 +111,7 @@ static int check(Case *c, int ntiles) {
     for (int i = 0; i < c->nts; i++) {
         int t = c->ts[i];
         const GTensor *x = &c->g.tensors[t];
-        double md = 0, mr = 0;
-        for (int64_t j = 0; t != c->ids && j < x->numel; j++) {
-            double a = ld(whole[t], x->dtype, j), b = ld(tiled[t], x->dtype, j);
-            md = fmax(md, isnan(b) ? INFINITY : fabs(a - b));
-            mr = fmax(mr, fabs(a));
-        }
-        double e = md / (mr > 0 ? mr : 1);
+        double e = t == c->ids ? 0 : ec_normwise(whole[t], tiled[t], x->dtype, x->numel);
         if (e > worst) {
             worst = e;
             at = x->name;
@@ -196,29 +130,23 @@ static void case_init(Case *c, const char *name, DType dt) {
     c->name = name;
     c->dt = dt;
     c->ids = -1;
-    arena_init(&c->a);
-    diag_init(&c->d);
-    graph_init(&c->g, &c->a);
-    c->g.train.dtype = dt;
-    CudaGenOptions o = {.kernel_dir = ZINF_STDLIB_DIR "/kernels"};
-    cuda_gen_init(&c->cg, &c->a, &o);
+    ec_gen_init(&c->a, &c->d, &c->g, &c->cg, dt);
 }
 static void case_free(Case *c) {
     diag_free(&c->d);
     arena_free(&c->a);
 }
 
-static int add_bwd(Case *c, int nfin, int y, int dy, int nout, const int *outs) {
-    GOp b = c->g.ops[c->fwd];
-    b.kind = OP_BWD;
-    b.fwd = c->fwd;
-    b.nfin = nfin;
-    b.in[nfin] = y;
-    b.in[nfin + 1] = dy;
-    b.nin = nfin + 2;
-    b.nout = nout;
-    for (int i = 0; i < nout; i++) b.out[i] = outs[i];
-    return graph_add_op(&c->g, &b);
+/* The case's forward op f, reading in[0..nin) and writing y, and its
+ * backward (then y and dy; writing outs[0..nout)); the tiled weight w and
+ * its gradient gw, rows of wrow elements. */
+static void add_ops(Case *c, GOp *f, int nin, const int *in, int y, int dy, int nout, const int *outs, int w, int gw,
+                    int64_t wrow) {
+    c->fwd = ec_add_fwd(&c->g, f, nin, in, y);
+    c->bwd = ec_add_bwd(&c->g, c->fwd, nin, y, dy, nout, outs);
+    c->w = w;
+    c->gw = gw;
+    c->wrow = wrow;
 }
 
 /* linear x [R, I] * w [I, O] + b; I = 72 cut in 2 (36 columns: 16-byte loads only where aligned) and 3 */
@@ -230,18 +158,7 @@ static int linear(DType dt) {
     int dy = add_t(&c, "dy", dt, TC_ACT, 2, 130, 96, 0), dx = add_t(&c, "dx", dt, TC_ACT, 2, 130, 72, 0);
     int dw = add_t(&c, "dw", dt, TC_GRAD, 2, 72, 96, 0), db = add_t(&c, "db", dt, TC_GRAD, 1, 96, 0, 0);
     GOp f = cm_op(PRIM_LINEAR);
-    f.nin = 3;
-    f.in[0] = x;
-    f.in[1] = w;
-    f.in[2] = b;
-    f.nout = 1;
-    f.out[0] = y;
-    c.fwd = graph_add_op(&c.g, &f);
-    int outs[3] = {dx, dw, db};
-    c.bwd = add_bwd(&c, 3, y, dy, 3, outs);
-    c.w = w;
-    c.gw = dw;
-    c.wrow = 96;
+    add_ops(&c, &f, 3, (int[]){x, w, b}, y, dy, 3, (int[]){dx, dw, db}, w, dw, 96);
     int fails = check(&c, 2) + check(&c, 3);
     case_free(&c);
     return fails;
@@ -255,18 +172,8 @@ static int matmul_tb(DType dt) {
     int y = add_t(&c, "c", dt, TC_ACT, 3, 2, 40, 96), dc = add_t(&c, "dc", dt, TC_ACT, 3, 2, 40, 96);
     int da = add_t(&c, "da", dt, TC_ACT, 3, 2, 40, 64), db = add_t(&c, "db", dt, TC_GRAD, 2, 96, 64, 0);
     GOp f = cm_op(PRIM_MATMUL);
-    f.nin = 2;
-    f.in[0] = a;
-    f.in[1] = b;
-    f.nout = 1;
-    f.out[0] = y;
     f.iattr[IA_MATMUL_TRANSPOSE_B] = 1;
-    c.fwd = graph_add_op(&c.g, &f);
-    int outs[2] = {da, db};
-    c.bwd = add_bwd(&c, 2, y, dc, 2, outs);
-    c.w = b;
-    c.gw = db;
-    c.wrow = 64;
+    add_ops(&c, &f, 2, (int[]){a, b}, y, dc, 2, (int[]){da, db}, b, db, 64);
     int fails = check(&c, 2) + check(&c, 4);
     case_free(&c);
     return fails;
@@ -282,17 +189,7 @@ static int embedding(DType dt) {
     c.ids = ids;
     c.V = 64;
     GOp f = cm_op(PRIM_EMBEDDING);
-    f.nin = 2;
-    f.in[0] = tab;
-    f.in[1] = ids;
-    f.nout = 1;
-    f.out[0] = y;
-    c.fwd = graph_add_op(&c.g, &f);
-    int outs[1] = {dt_};
-    c.bwd = add_bwd(&c, 2, y, dy, 1, outs);
-    c.w = tab;
-    c.gw = dt_;
-    c.wrow = 40;
+    add_ops(&c, &f, 2, (int[]){tab, ids}, y, dy, 1, (int[]){dt_}, tab, dt_, 40);
     int fails = check(&c, 2) + check(&c, 4);
     case_free(&c);
     return fails;
@@ -300,6 +197,7 @@ static int embedding(DType dt) {
 
 int main(void) {
     int fails = 0;
+    ec_init("check_tiles", "tiles"); /* the tiles' own name space: the header may change under check_kernels' names */
     const DType dts[] = {DT_F32, DT_BF16};
     printf("%-34s %-5s %-7s  %10s  %6s\n", "case (tiles vs the whole op, emulated)", "dtype", "tiles", "error", "tol");
     for (int i = 0; i < 2; i++) fails += linear(dts[i]) + matmul_tb(dts[i]) + embedding(dts[i]);

@@ -19,109 +19,37 @@ static CudaGenOptions opts(void) {
     return o;
 }
 
+/* An op of prim p reading in[0..nin) and writing out[0..nout). */
+static GOp io_op(PrimId p, int nin, const int *in, int nout, const int *out) {
+    GOp op = cm_op(p);
+    op.nin = nin;
+    for (int i = 0; i < nin; i++) op.in[i] = in[i];
+    op.nout = nout;
+    for (int i = 0; i < nout; i++) op.out[i] = out[i];
+    return op;
+}
+
+/* The backward op of forward op fi (its first nfin inputs), reading also
+ * extra[0..nextra) and writing outs[0..nout). */
+static int bwd_of(Graph *g, int fi, int nfin, int nextra, const int *extra, int nout, const int *outs) {
+    GOp bw = g->ops[fi];
+    bw.kind = OP_BWD;
+    bw.fwd = fi;
+    bw.nfin = nfin;
+    for (int i = 0; i < nextra; i++) bw.in[nfin + i] = extra[i];
+    bw.nin = nfin + nextra;
+    bw.nout = nout;
+    for (int i = 0; i < nout; i++) bw.out[i] = outs[i];
+    return graph_add_op(g, &bw);
+}
+
 static int count_entry(const CudaModule *m, const char *entry) {
     int n = 0;
     for (int i = 0; i < m->nkernels; i++) n += !strcmp(m->kernels[i].entry, entry);
     return n;
 }
 
-START_TEST(gpt2_module_is_complete) {
-    Arena a;
-    arena_init(&a);
-    DiagSink d;
-    diag_init(&d);
-    Graph g;
-    ck_assert(cm_build(&g, &a, &cm_gpt2_tiny, &d));
-    CudaGen cg;
-    CudaGenOptions o = opts();
-    cuda_gen_init(&cg, &a, &o);
-    CudaModule m;
-    ck_assert_int_eq(cuda_gen_graph(&cg, &g, &m, &d), 0);
-    ck_assert_int_eq(d.errors, 0);
-    for (int i = 0; i < g.nops; i++) {
-        const GOp *op = &g.ops[i];
-        if (op->kind == OP_FWD || op->kind == OP_ADAM || op->kind == OP_ZERO_GRAD) ck_assert_int_gt(m.op_count[i], 0);
-    }
-    for (int i = 0; i < m.nkernels; i++) {
-        const CudaKernel *k = &m.kernels[i];
-        ck_assert_ptr_nonnull(strstr(k->source, k->entry));
-        unsigned threads = k->block[0] * k->block[1] * k->block[2];
-        ck_assert_uint_ge(threads, 32);
-        ck_assert_uint_le(threads, 1024);
-        ck_assert_uint_ge(k->grid[0], 1);
-        ck_assert_uint_le(k->grid[1], 65535);
-        ck_assert_uint_le(k->grid[2], 65535);
-        for (int j = 0; j < k->nargs; j++)
-            if (k->args[j].kind == CARG_TENSOR) ck_assert(k->args[j].tensor >= 0 && k->args[j].tensor < g.ntensors);
-            else if (k->args[j].kind == CARG_WS) ck_assert_int_lt(k->args[j].ws_off, m.op_info[k->op].ws_bytes);
-        ck_assert_int_ge(k->unit, 0);
-        ck_assert_int_lt(k->unit, m.nunits);
-    }
-    /* the distinct compilations stay few: units dedupe across ops and layers */
-    ck_assert_int_le(m.nunits, 14);
-    ck_assert_int_ge(m.nunits, 8);
-    ck_assert_int_eq(count_entry(&m, "zk_attn_bwd_dkdv"), cm_gpt2_tiny.layers);
-    ck_assert_int_eq(count_entry(&m, "zk_norm_final"), 1);
-    /* the sources as written for a reader: users first, then the compiled text */
-    char dir[] = "/tmp/zinf-cuda-gen-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    ck_assert_int_eq(cuda_module_write_sources(&m, dir, &d), 0);
-    char path[256];
-    snprintf(path, sizeof path, "%s/%s-%.12s.cu", dir, m.units[0].family, m.units[0].hash);
-    FILE *f = fopen(path, "r");
-    ck_assert_ptr_nonnull(f);
-    char head[256] = {0};
-    ck_assert_ptr_nonnull(fgets(head, sizeof head, f));
-    ck_assert_ptr_nonnull(strstr(head, "// unit 0: "));
-    ck_assert_ptr_nonnull(fgets(head, sizeof head, f));
-    ck_assert_ptr_nonnull(strstr(head, "launched by"));
-    ck_assert_ptr_nonnull(fgets(head, sizeof head, f));
-    ck_assert_ptr_nonnull(strstr(head, "//   op "));
-    fclose(f);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
-    ck_assert_int_eq(cuda_module_write_sources(&m, "/nonexistent/dir", &d), -1);
-    ck_assert_ptr_nonnull(strstr(d.items[d.len - 1].msg, "cannot write /nonexistent/dir/"));
-    d.errors = 0;
-    diag_free(&d);
-    arena_free(&a);
-}
-END_TEST
-
-static char *dump_of(const CmShape *s) {
-    Arena a;
-    arena_init(&a);
-    DiagSink d;
-    diag_init(&d);
-    Graph g;
-    ck_assert(cm_build(&g, &a, s, &d));
-    CudaGen cg;
-    CudaGenOptions o = opts();
-    cuda_gen_init(&cg, &a, &o);
-    CudaModule m;
-    ck_assert_int_eq(cuda_gen_graph(&cg, &g, &m, &d), 0);
-    char *buf = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&buf, &n);
-    cuda_module_dump(&m, &g, f);
-    for (int u = 0; u < m.nunits; u++) fputs(m.units[u].source, f);
-    fclose(f);
-    diag_free(&d);
-    arena_free(&a);
-    return buf;
-}
-
-START_TEST(generation_is_deterministic) {
-    char *x = dump_of(&cm_llama_gqa), *y = dump_of(&cm_llama_gqa);
-    ck_assert_str_eq(x, y);
-    ck_assert_ptr_nonnull(strstr(x, "zk_rope"));
-    free(x);
-    free(y);
-}
-END_TEST
-
-/* One op graph helper. */
+/* A graph and its generator: one op at a time, or a whole model. */
 typedef struct One {
     Arena a;
     DiagSink d;
@@ -139,20 +67,112 @@ static void one_init(One *o) {
     CudaGenOptions op = opts();
     cuda_gen_init(&o->cg, &o->a, &op);
 }
+/* One over model s, as cm_build makes it. */
+static void one_model(One *o, const CmShape *s) {
+    arena_init(&o->a);
+    diag_init(&o->d);
+    ck_assert(cm_build(&o->g, &o->a, s, &o->d));
+    CudaGenOptions op = opts();
+    cuda_gen_init(&o->cg, &o->a, &op);
+}
 static void one_free(One *o) {
     diag_free(&o->d);
     arena_free(&o->a);
 }
 
+/* The launches of op into o->k. */
+static int gen(One *o, int op) { return cuda_gen_op(&o->cg, &o->g, op, o->k, 64, NULL, &o->d); }
+
+/* op is refused, its last diagnostic saying why. */
+static void gen_refused(One *o, int op, const char *why) {
+    ck_assert_int_eq(gen(o, op), -1);
+    ck_assert_ptr_nonnull(strstr(o->d.items[o->d.len - 1].msg, why));
+}
+
+START_TEST(gpt2_module_is_complete) {
+    One o;
+    one_model(&o, &cm_gpt2_tiny);
+    CudaModule m;
+    ck_assert_int_eq(cuda_gen_graph(&o.cg, &o.g, &m, &o.d), 0);
+    ck_assert_int_eq(o.d.errors, 0);
+    for (int i = 0; i < o.g.nops; i++) {
+        const GOp *op = &o.g.ops[i];
+        if (op->kind == OP_FWD || op->kind == OP_ADAM || op->kind == OP_ZERO_GRAD) ck_assert_int_gt(m.op_count[i], 0);
+    }
+    for (int i = 0; i < m.nkernels; i++) {
+        const CudaKernel *k = &m.kernels[i];
+        ck_assert_ptr_nonnull(strstr(k->source, k->entry));
+        unsigned threads = k->block[0] * k->block[1] * k->block[2];
+        ck_assert_uint_ge(threads, 32);
+        ck_assert_uint_le(threads, 1024);
+        ck_assert_uint_ge(k->grid[0], 1);
+        ck_assert_uint_le(k->grid[1], 65535);
+        ck_assert_uint_le(k->grid[2], 65535);
+        for (int j = 0; j < k->nargs; j++)
+            if (k->args[j].kind == CARG_TENSOR) ck_assert(k->args[j].tensor >= 0 && k->args[j].tensor < o.g.ntensors);
+            else if (k->args[j].kind == CARG_WS) ck_assert_int_lt(k->args[j].ws_off, m.op_info[k->op].ws_bytes);
+        ck_assert_int_ge(k->unit, 0);
+        ck_assert_int_lt(k->unit, m.nunits);
+    }
+    /* the distinct compilations stay few: units dedupe across ops and layers */
+    ck_assert_int_le(m.nunits, 14);
+    ck_assert_int_ge(m.nunits, 8);
+    ck_assert_int_eq(count_entry(&m, "zk_attn_bwd_dkdv"), cm_gpt2_tiny.layers);
+    ck_assert_int_eq(count_entry(&m, "zk_norm_final"), 1);
+    /* the sources as written for a reader: users first, then the compiled text */
+    char dir[] = "/tmp/zinf-cuda-gen-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(cuda_module_write_sources(&m, dir, &o.d), 0);
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s-%.12s.cu", dir, m.units[0].family, m.units[0].hash);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char head[256] = {0};
+    ck_assert_ptr_nonnull(fgets(head, sizeof head, f));
+    ck_assert_ptr_nonnull(strstr(head, "// unit 0: "));
+    ck_assert_ptr_nonnull(fgets(head, sizeof head, f));
+    ck_assert_ptr_nonnull(strstr(head, "launched by"));
+    ck_assert_ptr_nonnull(fgets(head, sizeof head, f));
+    ck_assert_ptr_nonnull(strstr(head, "//   op "));
+    fclose(f);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(cuda_module_write_sources(&m, "/nonexistent/dir", &o.d), -1);
+    ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "cannot write /nonexistent/dir/"));
+    o.d.errors = 0;
+    one_free(&o);
+}
+END_TEST
+
+static char *dump_of(const CmShape *s) {
+    One o;
+    one_model(&o, s);
+    CudaModule m;
+    ck_assert_int_eq(cuda_gen_graph(&o.cg, &o.g, &m, &o.d), 0);
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    cuda_module_dump(&m, &o.g, f);
+    for (int u = 0; u < m.nunits; u++) fputs(m.units[u].source, f);
+    fclose(f);
+    one_free(&o);
+    return buf;
+}
+
+START_TEST(generation_is_deterministic) {
+    char *x = dump_of(&cm_llama_gqa), *y = dump_of(&cm_llama_gqa);
+    ck_assert_str_eq(x, y);
+    ck_assert_ptr_nonnull(strstr(x, "zk_rope"));
+    free(x);
+    free(y);
+}
+END_TEST
+
 static int linear_op(One *o, DType dt, int64_t M, int64_t I, int64_t N) {
     int x = cm_t(&o->g, "x", dt, TC_ACT, 2, M, I, 0), w = cm_t(&o->g, "w", dt, TC_PARAM, 2, I, N, 0);
     int y = cm_t(&o->g, "y", dt, TC_ACT, 2, M, N, 0);
-    GOp op = cm_op(PRIM_LINEAR);
-    op.nin = 2;
-    op.in[0] = x;
-    op.in[1] = w;
-    op.nout = 1;
-    op.out[0] = y;
+    GOp op = io_op(PRIM_LINEAR, 2, (int[]){x, w}, 1, (int[]){y});
     return graph_add_op(&o->g, &op);
 }
 
@@ -161,29 +181,29 @@ START_TEST(gemm_tile_rule) {
     one_init(&o);
     int big = linear_op(&o, DT_BF16, 8192, 768, 3072), small = linear_op(&o, DT_BF16, 256, 256, 256);
     int f32 = linear_op(&o, DT_F32, 8192, 768, 768);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, big, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(gen(&o, big), 1);
     ck_assert_int_eq(o.k[0].tile_m, 128);
     ck_assert_int_eq(o.k[0].block[0], 256);
     ck_assert_uint_eq(o.k[0].grid[0], 3072 / 128);
     ck_assert_uint_eq(o.k[0].grid[1], 8192 / 128);
     char h1[65];
     memcpy(h1, o.k[0].hash, 65);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, small, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(gen(&o, small), 1);
     ck_assert_int_eq(o.k[0].tile_m, 64);
     ck_assert_int_eq(o.k[0].block[0], 128);
     ck_assert_str_ne(h1, o.k[0].hash);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, f32, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(gen(&o, f32), 1);
     ck_assert_int_eq(o.k[0].tile_k, 16);
     ck_assert_ptr_nonnull(strstr(o.k[0].spec, "simt"));
     ck_assert_ptr_nonnull(strstr(o.k[0].source, "#define ZK_TC 0"));
     /* 96 tiles of 128x128: big by default, small for a GPU of 200 SMs */
     int mid = linear_op(&o, DT_BF16, 1024, 512, 1536);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, mid, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(gen(&o, mid), 1);
     ck_assert_int_eq(o.k[0].tile_m, 128);
     CudaGenOptions many = opts();
     many.sm_count = 200;
     cuda_gen_init(&o.cg, &o.a, &many);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, mid, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(gen(&o, mid), 1);
     ck_assert_int_eq(o.k[0].tile_m, 64);
     ck_assert_int_eq(o.d.errors, 0);
     one_free(&o);
@@ -197,11 +217,7 @@ START_TEST(rope_scaling_and_rmsnorm_heads) {
     One o;
     one_init(&o);
     int x = cm_t(&o.g, "x", DT_BF16, TC_ACT, 3, 2, 16, 128), y = cm_t(&o.g, "y", DT_BF16, TC_ACT, 3, 2, 16, 128);
-    GOp op = cm_op(PRIM_ROPE);
-    op.nin = 1;
-    op.in[0] = x;
-    op.nout = 1;
-    op.out[0] = y;
+    GOp op = io_op(PRIM_ROPE, 1, (int[]){x}, 1, (int[]){y});
     op.iattr[IA_ROPE_HEADS] = 4;
     op.iattr[IA_ROPE_SCALING] = ROPE_LLAMA3;
     op.iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] = 8192;
@@ -210,7 +226,7 @@ START_TEST(rope_scaling_and_rmsnorm_heads) {
     op.fattr[FA_ROPE_LOW_FREQ_FACTOR] = 1;
     op.fattr[FA_ROPE_HIGH_FREQ_FACTOR] = 4;
     int r = graph_add_op(&o.g, &op);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, r, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(gen(&o, r), 1);
     ck_assert_int_eq(o.k[0].nargs, 15);
     ck_assert_int_eq(o.k[0].args[14].kind, CARG_SEG); /* packed rows: positions per sample */
     ck_assert_int_eq(o.k[0].args[9].i, ROPE_LLAMA3);
@@ -219,21 +235,15 @@ START_TEST(rope_scaling_and_rmsnorm_heads) {
     ck_assert_float_eq(o.k[0].args[12].f, 4.0f);
     ck_assert_float_eq(o.k[0].args[13].f, 8192.0f);
     o.g.ops[r].iattr[IA_ROPE_SCALING] = 9; /* no such scaling */
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, r, o.k, 64, NULL, &o.d), -1);
-    ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "unknown scaling 9"));
+    gen_refused(&o, r, "unknown scaling 9");
     int errs = o.d.errors;
     /* rmsnorm over 4 heads of 32: 2*16*4 rows of 32, g [32] */
     int g = cm_t(&o.g, "g", DT_BF16, TC_PARAM, 1, 32, 0, 0);
-    GOp nm = cm_op(PRIM_RMSNORM);
-    nm.nin = 2;
-    nm.in[0] = x;
-    nm.in[1] = g;
-    nm.nout = 1;
-    nm.out[0] = y;
+    GOp nm = io_op(PRIM_RMSNORM, 2, (int[]){x, g}, 1, (int[]){y});
     nm.iattr[IA_RMSNORM_HEADS] = 4;
     nm.fattr[FA_RMSNORM_EPS] = 1e-6;
     int n = graph_add_op(&o.g, &nm);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, n, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(gen(&o, n), 1);
     ck_assert_uint_eq(o.k[0].grid[0], 2 * 16 * 4);
     ck_assert_int_eq(o.k[0].args[3].i, 2 * 16 * 4);
     ck_assert_int_eq(o.k[0].args[4].i, 32);
@@ -253,49 +263,34 @@ START_TEST(gemma_and_long_context_launches) {
     one_init(&o);
     int x = cm_t(&o.g, "x", DT_BF16, TC_ACT, 3, 2, 16, 64), y = cm_t(&o.g, "y", DT_BF16, TC_ACT, 3, 2, 16, 64);
     int g = cm_t(&o.g, "g", DT_BF16, TC_PARAM, 1, 64, 0, 0);
-    GOp nm = cm_op(PRIM_RMSNORM);
-    nm.nin = 2;
-    nm.in[0] = x;
-    nm.in[1] = g;
-    nm.nout = 1;
-    nm.out[0] = y;
+    GOp nm = io_op(PRIM_RMSNORM, 2, (int[]){x, g}, 1, (int[]){y});
     nm.fattr[FA_RMSNORM_OFFSET] = 1.0;
     int n = graph_add_op(&o.g, &nm);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, n, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(gen(&o, n), 1);
     ck_assert_int_eq(o.k[0].nargs, 7);
     ck_assert_float_eq(o.k[0].args[6].f, 1.0f);
     nm.nin = 1; /* an offset scales a gain: none is an error */
     n = graph_add_op(&o.g, &nm);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, n, o.k, 64, NULL, &o.d), -1);
-    ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "an offset needs a gain g"));
+    gen_refused(&o, n, "an offset needs a gain g");
     /* softcap */
-    GOp sc = cm_op(PRIM_SOFTCAP);
-    sc.nin = 1;
-    sc.in[0] = x;
-    sc.nout = 1;
-    sc.out[0] = y;
+    GOp sc = io_op(PRIM_SOFTCAP, 1, (int[]){x}, 1, (int[]){y});
     sc.fattr[FA_SOFTCAP_CAP] = 30;
     n = graph_add_op(&o.g, &sc);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, n, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(gen(&o, n), 1);
     ck_assert_str_eq(o.k[0].entry, "zk_softcap_fwd");
     ck_assert_float_eq(o.k[0].args[3].f, 30.0f);
     sc.fattr[FA_SOFTCAP_CAP] = 0;
     n = graph_add_op(&o.g, &sc);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, n, o.k, 64, NULL, &o.d), -1);
-    ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "softcap: cap must be positive"));
+    gen_refused(&o, n, "softcap: cap must be positive");
     /* YaRN */
-    GOp rp = cm_op(PRIM_ROPE);
-    rp.nin = 1;
-    rp.in[0] = x;
-    rp.nout = 1;
-    rp.out[0] = y;
+    GOp rp = io_op(PRIM_ROPE, 1, (int[]){x}, 1, (int[]){y});
     rp.iattr[IA_ROPE_HEADS] = 4;
     rp.iattr[IA_ROPE_SCALING] = ROPE_YARN;
     rp.iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] = 4096;
     rp.fattr[FA_ROPE_FACTOR] = 8;
     rp.fattr[FA_ROPE_BETA_FAST] = 16;
     n = graph_add_op(&o.g, &rp);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, n, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(gen(&o, n), 1);
     ck_assert_int_eq(o.k[0].args[9].i, ROPE_YARN);
     ck_assert_float_eq(o.k[0].args[10].f, 8.0f);
     ck_assert_float_eq(o.k[0].args[11].f, 16.0f);
@@ -307,13 +302,7 @@ START_TEST(gemma_and_long_context_launches) {
     int loss = cm_t(&o.g, "loss", DT_F32, TC_ACT, 0, 0, 0, 0);
     int dx = cm_t(&o.g, "dx", DT_BF16, TC_ACT, 3, 2, 16, 64), dw = cm_t(&o.g, "dw", DT_BF16, TC_PARAM, 2, 64, 256, 0);
     int dl = cm_t(&o.g, "dl", DT_F32, TC_ACT, 0, 0, 0, 0);
-    GOp lx = cm_op(PRIM_LINEAR_CROSS_ENTROPY);
-    lx.nin = 3;
-    lx.in[0] = x;
-    lx.in[1] = w;
-    lx.in[2] = tg;
-    lx.nout = 1;
-    lx.out[0] = loss;
+    GOp lx = io_op(PRIM_LINEAR_CROSS_ENTROPY, 3, (int[]){x, w, tg}, 1, (int[]){loss});
     lx.iattr[IA_LINEAR_CROSS_ENTROPY_CHUNK] = 5;
     int f = graph_add_op(&o.g, &lx);
     CudaKernel ks[64];
@@ -337,18 +326,7 @@ START_TEST(gemma_and_long_context_launches) {
         ck_assert_int_eq(xe->args[6].i, i * 5);
     }
     ck_assert_str_eq(ks[15].entry, "zk_xent_mean");
-    GOp lb = lx;
-    lb.kind = OP_BWD;
-    lb.fwd = f;
-    lb.nfin = 3;
-    lb.nin = 5;
-    lb.in[3] = loss;
-    lb.in[4] = dl;
-    lb.nout = 3;
-    lb.out[0] = dx;
-    lb.out[1] = dw;
-    lb.out[2] = -1;
-    int b = graph_add_op(&o.g, &lb);
+    int b = bwd_of(&o.g, f, 3, 2, (int[]){loss, dl}, 3, (int[]){dx, dw, -1});
     ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, b, ks, 64, &info, &o.d), 7 * 4);
     for (int i = 0; i < 7; i++) {
         const CudaKernel *k = &ks[4 * i];
@@ -388,13 +366,13 @@ START_TEST(comment_names_op_and_line) {
     CudaGenOptions go = opts();
     go.sources = &ss;
     cuda_gen_init(&o.cg, &o.a, &go);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, op, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(gen(&o, op), 1);
     ck_assert_str_eq(o.k[0].comment, "op 0 fwd linear (block.3.mlp) at m.zl:3:7: y = x*w");
     /* without a SourceSet: the offset */
     cuda_gen_init(&o.cg, &o.a, NULL);
     CudaGenOptions go2 = opts();
     cuda_gen_init(&o.cg, &o.a, &go2);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, op, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(gen(&o, op), 1);
     ck_assert_ptr_nonnull(strstr(o.k[0].comment, "at file 0 offset 26: y = x*w"));
     source_set_free(&ss);
     one_free(&o);
@@ -413,7 +391,7 @@ START_TEST(unsupported_input_is_an_error) {
     op.out[0] = y;
     op.iattr[IA_ATTENTION_HEADS] = 2;
     int at = graph_add_op(&o.g, &op);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, at, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(gen(&o, at), 1);
     ck_assert_ptr_nonnull(strstr(o.k[0].spec, "hd=80 fwd=mma.sync rows/warp=4/2 padded=96"));
     ck_assert_ptr_nonnull(strstr(o.k[0].source, "#define ZK_HDP 96"));
     /* head dim 320: past the kernels' limit */
@@ -421,7 +399,7 @@ START_TEST(unsupported_input_is_an_error) {
     op.in[0] = op.in[1] = op.in[2] = q2;
     op.out[0] = y2;
     at = graph_add_op(&o.g, &op);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, at, o.k, 64, NULL, &o.d), -1);
+    ck_assert_int_eq(gen(&o, at), -1);
     ck_assert_int_eq(o.d.errors, 1);
     ck_assert_ptr_nonnull(strstr(o.d.items[0].msg, "head dim 320: the CUDA kernels support head dims up to 256"));
     /* a sliding window: as long as T (16) is full attention (argument 0), shorter is the kernels'
@@ -430,7 +408,7 @@ START_TEST(unsupported_input_is_an_error) {
     op.out[0] = y;
     op.iattr[IA_ATTENTION_WINDOW] = 16;
     at = graph_add_op(&o.g, &op);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, at, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(gen(&o, at), 1);
     ck_assert_int_eq(o.k[0].nargs, 14);
     ck_assert_int_eq(o.k[0].args[11].kind, CARG_I64);
     ck_assert_int_eq(o.k[0].args[11].i, 0);
@@ -438,7 +416,7 @@ START_TEST(unsupported_input_is_an_error) {
     op.fattr[FA_ATTENTION_SCALE] = 0.125;
     op.fattr[FA_ATTENTION_SOFTCAP] = 50;
     at = graph_add_op(&o.g, &op);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, at, o.k, 64, NULL, &o.d), 1);
+    ck_assert_int_eq(gen(&o, at), 1);
     ck_assert_int_eq(o.d.errors, 1);
     ck_assert_double_eq_tol(o.k[0].args[10].f, 0.125, 1e-9);
     ck_assert_int_eq(o.k[0].args[11].i, 5);
@@ -446,46 +424,34 @@ START_TEST(unsupported_input_is_an_error) {
     ck_assert_int_eq(o.k[0].args[13].kind, CARG_SEG);
     op.iattr[IA_ATTENTION_WINDOW] = -1;
     at = graph_add_op(&o.g, &op);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, at, o.k, 64, NULL, &o.d), -1);
+    ck_assert_int_eq(gen(&o, at), -1);
     ck_assert_int_eq(o.d.errors, 2);
     ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "window -1, scale 0.125 and softcap 50 must not be negative"));
     op.iattr[IA_ATTENTION_WINDOW] = 0;
     op.fattr[FA_ATTENTION_SCALE] = op.fattr[FA_ATTENTION_SOFTCAP] = 0;
     /* mixed dtypes */
     int a = cm_t(&o.g, "a", DT_BF16, TC_ACT, 1, 8, 0, 0), b = cm_t(&o.g, "b", DT_F32, TC_ACT, 1, 8, 0, 0);
-    GOp ad = cm_op(PRIM_ADD);
-    ad.nin = 2;
-    ad.in[0] = a;
-    ad.in[1] = b;
-    ad.nout = 1;
-    ad.out[0] = a;
+    GOp ad = io_op(PRIM_ADD, 2, (int[]){a, b}, 1, (int[]){a});
     int ai = graph_add_op(&o.g, &ad);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, ai, o.k, 64, NULL, &o.d), -1);
-    ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "mixed dtypes (bf16 and f32)"));
+    gen_refused(&o, ai, "mixed dtypes (bf16 and f32)");
     /* malformed: a missing operand */
     GOp bad = cm_op(PRIM_GELU);
     bad.nin = 1;
     bad.nout = 1;
     bad.out[0] = a;
     int bi = graph_add_op(&o.g, &bad);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, bi, o.k, 64, NULL, &o.d), -1);
-    ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "operand 0 is missing"));
+    gen_refused(&o, bi, "operand 0 is missing");
     /* a grid beyond the launch limits */
     int hx = cm_t(&o.g, "hx", DT_BF16, TC_ACT, 2, 3000000000LL, 2, 0), hy = cm_t(&o.g, "hy", DT_BF16, TC_ACT, 2, 3000000000LL, 2, 0);
-    GOp ln = cm_op(PRIM_RMSNORM);
-    ln.nin = 1;
-    ln.in[0] = hx;
-    ln.nout = 1;
-    ln.out[0] = hy;
+    GOp ln = io_op(PRIM_RMSNORM, 1, (int[]){hx}, 1, (int[]){hy});
     int lni = graph_add_op(&o.g, &ln);
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, lni, o.k, 64, NULL, &o.d), -1);
-    ck_assert_ptr_nonnull(strstr(o.d.items[o.d.len - 1].msg, "needs 3000000000 blocks along one grid axis"));
+    gen_refused(&o, lni, "needs 3000000000 blocks along one grid axis");
     /* kernel sources missing */
     CudaGenOptions go = {.kernel_dir = "/nonexistent/kernels"};
     cuda_gen_init(&o.cg, &o.a, &go);
     int li = linear_op(&o, DT_BF16, 64, 64, 64);
     int e0 = o.d.errors;
-    ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, li, o.k, 64, NULL, &o.d), -1);
+    ck_assert_int_eq(gen(&o, li), -1);
     ck_assert_int_gt(o.d.errors, e0);
     ck_assert_ptr_nonnull(strstr(o.d.items[e0 < o.d.len ? o.d.len - 2 : 0].msg, "cannot read kernel source /nonexistent/kernels/"));
     one_free(&o);
@@ -493,27 +459,20 @@ START_TEST(unsupported_input_is_an_error) {
 END_TEST
 
 START_TEST(workspace_and_error_words) {
-    Arena a;
-    arena_init(&a);
-    DiagSink d;
-    diag_init(&d);
-    Graph g;
-    ck_assert(cm_build(&g, &a, &cm_gpt2_tiny, &d));
-    CudaGen cg;
-    CudaGenOptions o = opts();
-    cuda_gen_init(&cg, &a, &o);
+    One o;
+    one_model(&o, &cm_gpt2_tiny);
     CudaKernel k[CUDA_OP_MAX_KERNELS];
     int seen_emb_bwd = 0, seen_norm = 0, seen_gn = 0;
-    for (int i = 0; i < g.nops; i++) {
-        const GOp *op = &g.ops[i];
+    for (int i = 0; i < o.g.nops; i++) {
+        const GOp *op = &o.g.ops[i];
         CudaOpInfo info;
-        int n = cuda_gen_op(&cg, &g, i, k, CUDA_OP_MAX_KERNELS, &info, &d);
+        int n = cuda_gen_op(&o.cg, &o.g, i, k, CUDA_OP_MAX_KERNELS, &info, &o.d);
         ck_assert_int_ge(n, 0);
         if (op->kind == OP_FWD && op->prim == PRIM_EMBEDDING) {
             ck_assert_int_ge(info.err_off, 0);
             ck_assert_str_eq(info.err_what, "embedding id");
         }
-        if (op->kind == OP_BWD && op->prim == PRIM_EMBEDDING && g.tensors[op->in[0]].dims[0] == cm_gpt2_tiny.V) {
+        if (op->kind == OP_BWD && op->prim == PRIM_EMBEDDING && o.g.tensors[op->in[0]].dims[0] == cm_gpt2_tiny.V) {
             /* bf16 table: fp32 accumulator, zeroed, atomics, then added into the gradient */
             ck_assert_int_eq(n, 3);
             ck_assert_int_ge(info.ws_bytes, cm_gpt2_tiny.V * cm_gpt2_tiny.D * 4);
@@ -529,10 +488,10 @@ START_TEST(workspace_and_error_words) {
         }
         if (op->kind == OP_GRAD_NORM) {
             int np = 0;
-            for (int t = 0; t < g.ntensors; t++) np += g.tensors[t].cls == TC_PARAM;
+            for (int t = 0; t < o.g.ntensors; t++) np += o.g.tensors[t].cls == TC_PARAM;
             ck_assert_int_eq(n, np + 1); /* more than fits: the count says how many */
             CudaKernel *all = malloc(sizeof *all * (size_t)n);
-            ck_assert_int_eq(cuda_gen_op(&cg, &g, i, all, n, &info, &d), n);
+            ck_assert_int_eq(cuda_gen_op(&o.cg, &o.g, i, all, n, &info, &o.d), n);
             ck_assert_str_eq(all[n - 1].entry, "zk_norm_final");
             ck_assert_int_eq(all[n - 1].args[2].i, (int64_t)np * 64);
             free(all);
@@ -542,9 +501,8 @@ START_TEST(workspace_and_error_words) {
     ck_assert_int_eq(seen_emb_bwd, 1);
     ck_assert_int_eq(seen_norm, 2 * cm_gpt2_tiny.layers + 1);
     ck_assert_int_eq(seen_gn, 1);
-    ck_assert_int_eq(d.errors, 0);
-    diag_free(&d);
-    arena_free(&a);
+    ck_assert_int_eq(o.d.errors, 0);
+    one_free(&o);
 }
 END_TEST
 
@@ -712,26 +670,11 @@ START_TEST(matmul_launches_compute_the_products) {
     int b = tb ? cm_t(&o.g, "b", DT_F32, TC_PARAM, 2, N, K, 0) : cm_t(&o.g, "b", DT_F32, TC_PARAM, 2, K, N, 0);
     int c = cm_t(&o.g, "c", DT_F32, TC_ACT, 3, S, M, N), dc = cm_t(&o.g, "dc", DT_F32, TC_ACT, 3, S, M, N);
     int da = cm_t(&o.g, "da", DT_F32, TC_ACT, 3, 1, 1, S * M * K), db = cm_t(&o.g, "db", DT_F32, TC_GRAD, 2, K, N, 0);
-    GOp f = cm_op(PRIM_MATMUL);
-    f.nin = 2;
-    f.in[0] = a;
-    f.in[1] = b;
-    f.nout = 1;
-    f.out[0] = c;
+    GOp f = io_op(PRIM_MATMUL, 2, (int[]){a, b}, 1, (int[]){c});
     f.iattr[IA_MATMUL_TRANSPOSE_A] = ta;
     f.iattr[IA_MATMUL_TRANSPOSE_B] = tb;
     int fi = graph_add_op(&o.g, &f);
-    GOp bw = f;
-    bw.kind = OP_BWD;
-    bw.fwd = fi;
-    bw.nfin = 2;
-    bw.nin = 4;
-    bw.in[2] = c;
-    bw.in[3] = dc;
-    bw.nout = 2;
-    bw.out[0] = da;
-    bw.out[1] = db;
-    int bi = graph_add_op(&o.g, &bw);
+    int bi = bwd_of(&o.g, fi, 2, 2, (int[]){c, dc}, 2, (int[]){da, db});
     unsigned seed = 7 + (unsigned)_i;
     Bufs B;
     memset(&B, 0, sizeof B);
@@ -792,25 +735,9 @@ START_TEST(linear_launches_compute_the_products) {
     int bb = cm_t(&o.g, "b", DT_F32, TC_PARAM, 1, O, 0, 0), y = cm_t(&o.g, "y", DT_F32, TC_ACT, 2, R, O, 0);
     int dy = cm_t(&o.g, "dy", DT_F32, TC_ACT, 2, R, O, 0), dx = cm_t(&o.g, "dx", DT_F32, TC_ACT, 2, R, I, 0);
     int dw = cm_t(&o.g, "dw", DT_F32, TC_GRAD, 2, I, O, 0), db = cm_t(&o.g, "db", DT_F32, TC_GRAD, 1, O, 0, 0);
-    GOp f = cm_op(PRIM_LINEAR);
-    f.nin = 3;
-    f.in[0] = x;
-    f.in[1] = w;
-    f.in[2] = bb;
-    f.nout = 1;
-    f.out[0] = y;
+    GOp f = io_op(PRIM_LINEAR, 3, (int[]){x, w, bb}, 1, (int[]){y});
     int fi = graph_add_op(&o.g, &f);
-    GOp bw = f;
-    bw.kind = OP_BWD;
-    bw.nfin = 3;
-    bw.nin = 5;
-    bw.in[3] = y;
-    bw.in[4] = dy;
-    bw.nout = 3;
-    bw.out[0] = dx;
-    bw.out[1] = dw;
-    bw.out[2] = db;
-    int bi = graph_add_op(&o.g, &bw);
+    int bi = bwd_of(&o.g, fi, 3, 2, (int[]){y, dy}, 3, (int[]){dx, dw, db});
     unsigned seed = 3;
     Bufs B;
     memset(&B, 0, sizeof B);
@@ -939,42 +866,38 @@ static void tc_check(TileCase *c, int ntiles, const char *what) {
     ck_assert_int_eq(c->o.d.errors, 0);
 }
 
-static int tc_bwd_of(TileCase *c, int fi, int nfin, int nin_extra, const int *extra, int nout, const int *outs) {
-    GOp bw = c->o.g.ops[fi];
-    bw.kind = OP_BWD;
-    bw.fwd = fi;
-    bw.nfin = nfin;
-    for (int i = 0; i < nin_extra; i++) bw.in[nfin + i] = extra[i];
-    bw.nin = nfin + nin_extra;
-    bw.nout = nout;
-    for (int i = 0; i < nout; i++) bw.out[i] = outs[i];
-    return graph_add_op(&c->o.g, &bw);
+/* An empty f32 case. */
+static void tc_init(TileCase *c) {
+    memset(c, 0, sizeof *c);
+    c->ids = -1;
+    one_init(&c->o);
+    c->o.g.train.dtype = DT_F32;
+}
+
+/* The case's ops: forward f, its backward (f's first nfin inputs, then y
+ * and dy; writing outs[0..nout)), and the tiled weight w with its gradient
+ * gw, rows of wrow elements. */
+static void tc_ops(TileCase *c, const GOp *f, int nfin, int y, int dy, int nout, const int *outs, int w, int gw,
+                   int64_t wrow) {
+    c->fwd = graph_add_op(&c->o.g, f);
+    c->bwd = bwd_of(&c->o.g, c->fwd, nfin, 2, (int[]){y, dy}, nout, outs);
+    c->w = w;
+    c->gw = gw;
+    c->wrow = wrow;
 }
 
 /* linear with bias (x [R, I] * w [I, O]; w's rows, I, are the reduction dim) */
 START_TEST(tile_launches_linear) {
     const int64_t R = 70, I = 6, O = 5;
     gemm_via_desc = _i;
-    TileCase c = {.ids = -1};
-    one_init(&c.o);
-    c.o.g.train.dtype = DT_F32;
+    TileCase c;
+    tc_init(&c);
     int x = tc_t(&c, "x", TC_ACT, 2, R, I, 0, DT_F32), w = tc_t(&c, "w", TC_PARAM, 2, I, O, 0, DT_F32);
     int bb = tc_t(&c, "b", TC_PARAM, 1, O, 0, 0, DT_F32), y = tc_t(&c, "y", TC_ACT, 2, R, O, 0, DT_F32);
     int dy = tc_t(&c, "dy", TC_ACT, 2, R, O, 0, DT_F32), dx = tc_t(&c, "dx", TC_ACT, 2, R, I, 0, DT_F32);
     int dw = tc_t(&c, "dw", TC_GRAD, 2, I, O, 0, DT_F32), db = tc_t(&c, "db", TC_GRAD, 1, O, 0, 0, DT_F32);
-    GOp f = cm_op(PRIM_LINEAR);
-    f.nin = 3;
-    f.in[0] = x;
-    f.in[1] = w;
-    f.in[2] = bb;
-    f.nout = 1;
-    f.out[0] = y;
-    c.fwd = graph_add_op(&c.o.g, &f);
-    int extra[2] = {y, dy}, outs[3] = {dx, dw, db};
-    c.bwd = tc_bwd_of(&c, c.fwd, 3, 2, extra, 3, outs);
-    c.w = w;
-    c.gw = dw;
-    c.wrow = O;
+    GOp f = io_op(PRIM_LINEAR, 3, (int[]){x, w, bb}, 1, (int[]){y});
+    tc_ops(&c, &f, 3, y, dy, 3, (int[]){dx, dw, db}, w, dw, O);
     tc_check(&c, 2, "linear");
     tc_check(&c, 3, "linear");
     tc_check(&c, 6, "linear");
@@ -995,27 +918,16 @@ START_TEST(tile_launches_matmul) {
     int tb = _i & 1;
     gemm_via_desc = _i >> 1;
     const int64_t S = 2, M = 3, K = 4, N = 6;
-    TileCase c = {.ids = -1};
-    one_init(&c.o);
-    c.o.g.train.dtype = DT_F32;
+    TileCase c;
+    tc_init(&c);
     int a = tc_t(&c, "a", TC_ACT, 3, S, M, K, DT_F32);
     int b = tb ? tc_t(&c, "b", TC_PARAM, 2, N, K, 0, DT_F32) : tc_t(&c, "b", TC_PARAM, 2, K, N, 0, DT_F32);
     int y = tc_t(&c, "c", TC_ACT, 3, S, M, N, DT_F32), dc = tc_t(&c, "dc", TC_ACT, 3, S, M, N, DT_F32);
     int da = tc_t(&c, "da", TC_ACT, 3, S, M, K, DT_F32);
     int db = tb ? tc_t(&c, "db", TC_GRAD, 2, N, K, 0, DT_F32) : tc_t(&c, "db", TC_GRAD, 2, K, N, 0, DT_F32);
-    GOp f = cm_op(PRIM_MATMUL);
-    f.nin = 2;
-    f.in[0] = a;
-    f.in[1] = b;
-    f.nout = 1;
-    f.out[0] = y;
+    GOp f = io_op(PRIM_MATMUL, 2, (int[]){a, b}, 1, (int[]){y});
     f.iattr[IA_MATMUL_TRANSPOSE_B] = tb;
-    c.fwd = graph_add_op(&c.o.g, &f);
-    int extra[2] = {y, dc}, outs[2] = {da, db};
-    c.bwd = tc_bwd_of(&c, c.fwd, 2, 2, extra, 2, outs);
-    c.w = b;
-    c.gw = db;
-    c.wrow = tb ? K : N;
+    tc_ops(&c, &f, 2, y, dc, 2, (int[]){da, db}, b, db, tb ? K : N);
     tc_check(&c, 2, tb ? "matmul transpose_b" : "matmul");
     tc_check(&c, tb ? 3 : 4, tb ? "matmul transpose_b" : "matmul");
     /* a tiled matmul with transpose_a is refused, naming the op */
@@ -1031,26 +943,15 @@ END_TEST
 /* embedding (table [V, D] cut by vocabulary rows) */
 START_TEST(tile_launches_embedding) {
     const int64_t V = 12, D = 5, B = 3, T = 7;
-    TileCase c = {0};
-    one_init(&c.o);
-    c.o.g.train.dtype = DT_F32;
+    TileCase c;
+    tc_init(&c);
     int tab = tc_t(&c, "table", TC_PARAM, 2, V, D, 0, DT_F32), ids = tc_t(&c, "ids", TC_INPUT, 2, B, T, 0, DT_I32);
     int y = tc_t(&c, "y", TC_ACT, 3, B, T, D, DT_F32), dy = tc_t(&c, "dy", TC_ACT, 3, B, T, D, DT_F32);
     int dt = tc_t(&c, "dtable", TC_GRAD, 2, V, D, 0, DT_F32);
     c.ids = ids;
     c.V = V;
-    GOp f = cm_op(PRIM_EMBEDDING);
-    f.nin = 2;
-    f.in[0] = tab;
-    f.in[1] = ids;
-    f.nout = 1;
-    f.out[0] = y;
-    c.fwd = graph_add_op(&c.o.g, &f);
-    int extra[2] = {y, dy}, outs[1] = {dt};
-    c.bwd = tc_bwd_of(&c, c.fwd, 2, 2, extra, 1, outs);
-    c.w = tab;
-    c.gw = dt;
-    c.wrow = D;
+    GOp f = io_op(PRIM_EMBEDDING, 2, (int[]){tab, ids}, 1, (int[]){y});
+    tc_ops(&c, &f, 2, y, dy, 1, (int[]){dt}, tab, dt, D);
     tc_check(&c, 2, "embedding");
     tc_check(&c, 3, "embedding");
     tc_check(&c, 4, "embedding");
@@ -1064,11 +965,7 @@ START_TEST(tile_launches_embedding) {
     int e0 = c.o.d.errors;
     ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, c.fwd, 0, 5, c.o.k, 64, NULL, &c.o.d), -1);
     ck_assert_ptr_nonnull(strstr(c.o.d.items[c.o.d.len - 1].msg, "5 tiles do not divide the 12 rows of table"));
-    GOp g = cm_op(PRIM_GELU);
-    g.nin = 1;
-    g.in[0] = y;
-    g.nout = 1;
-    g.out[0] = dy;
+    GOp g = io_op(PRIM_GELU, 1, (int[]){y}, 1, (int[]){dy});
     int gi = graph_add_op(&c.o.g, &g);
     ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, gi, 0, 2, c.o.k, 64, NULL, &c.o.d), -1);
     ck_assert_msg(strstr(c.o.d.items[c.o.d.len - 1].msg, "fwd gelu, tile 0 of 2: only linear, matmul and embedding ops are tiled"), "%s", c.o.d.items[c.o.d.len - 1].msg);
@@ -1142,7 +1039,7 @@ START_TEST(random_ops_never_crash) {
         op.fattr[0] = RND(3) ? 1e-5 : -1;
         int id = graph_add_op(&o.g, &op);
         int e0 = o.d.errors;
-        int n = cuda_gen_op(&o.cg, &o.g, id, o.k, 64, NULL, &o.d);
+        int n = gen(&o, id);
         if (n < 0) {
             ck_assert_int_gt(o.d.errors, e0);
             refused++;

@@ -14,40 +14,10 @@
 #include "loss_chunk.h"
 #include "autodiff.h"
 #include "graph.h"
+#include "graph_fixture.h"
 #include "planner.h"
 #include "target.h"
 #include <string.h>
-
-static int fx_tensor(Graph *g, const char *name, DType dt, int rank, int64_t a, int64_t b, int64_t c, TensorClass cls, int seg) {
-    int64_t dims[3] = {a, b, c};
-    int t = graph_add_tensor(g, name, dt, rank, dims, cls);
-    g->tensors[t].segment = seg;
-    if (cls == TC_PARAM) {
-        g->tensors[t].init = INIT_NORMAL;
-        g->tensors[t].init_std = 0.02;
-    }
-    return t;
-}
-
-static int fx_op(Graph *g, PrimId prim, int seg, int a, int b, int c, int out) {
-    GOp o;
-    memset(&o, 0, sizeof o);
-    o.kind = OP_FWD;
-    o.prim = prim;
-    o.segment = seg;
-    o.fwd = -1;
-    o.scope = "";
-    o.span = SPAN_NONE;
-    for (int i = 0; i < GRAPH_MAX_IN; i++) o.in[i] = -1;
-    for (int i = 0; i < GRAPH_MAX_OUT; i++) o.out[i] = -1;
-    o.in[0] = a;
-    o.in[1] = b;
-    o.in[2] = c;
-    o.nin = c >= 0 ? 3 : b >= 0 ? 2 : 1;
-    o.out[0] = out;
-    o.nout = 1;
-    return graph_add_op(g, &o);
-}
 
 /* The fixture's forward graph, its head a linear (or, tied, a matmul of
  * wte transposed); extra: the logits also feed an add (not the pattern). */
@@ -58,12 +28,8 @@ static void forward(Graph *g, Arena *a, bool tied, bool extra, bool bias, DType 
     *tc = (TrainConfig){.micro_batch = 2, .steps = 1, .dtype = dt, .seed = 1, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95,
                         .eps = 1e-8, .min_lr = 1e-3, .loss_scale = 1, .grad_accum = 1};
     int64_t B = 2, T = 24, V = 300, D = 32;
-    int tok = fx_tensor(g, "tokens", DT_I32, 2, B, T, 0, TC_INPUT, -1);
-    int tgt = fx_tensor(g, "targets", DT_I32, 2, B, T, 0, TC_INPUT, -1);
-    g->inputs[0] = tok, g->inputs[1] = tgt, g->ninputs = 2;
-    int wte = fx_tensor(g, "wte", dt, 2, V, D, 0, TC_PARAM, -1);
-    int x = fx_tensor(g, "%x", dt, 3, B, T, D, TC_ACT, -1);
-    fx_op(g, PRIM_EMBEDDING, -1, wte, tok, -1, x);
+    int tgt, wte;
+    int x = fx_embed_inputs(g, B, T, V, D, dt, "%x", &tgt, &wte);
     int logits = fx_tensor(g, "%logits", dt, 3, B, T, V, TC_ACT, -1);
     if (tied) {
         int o = fx_op(g, PRIM_MATMUL, -1, x, wte, -1, logits);
@@ -78,9 +44,7 @@ static void forward(Graph *g, Arena *a, bool tied, bool extra, bool bias, DType 
         lin = fx_tensor(g, "%l2", dt, 3, B, T, V, TC_ACT, -1);
         fx_op(g, PRIM_ADD, -1, logits, logits, -1, lin);
     }
-    int loss = fx_tensor(g, "%loss", DT_F32, 0, 0, 0, 0, TC_ACT, -1);
-    fx_op(g, PRIM_CROSS_ENTROPY, -1, lin, tgt, -1, loss);
-    g->loss = loss;
+    fx_loss(g, lin, tgt);
     g->nforward = g->nbackward_end = g->nops; /* as the checker leaves it */
 }
 
@@ -132,13 +96,8 @@ START_TEST(rewrite) {
         hx.data = hw.data = ht.data = &one; /* present; the size reads shapes */
         ck_assert_uint_eq(loss_chunk_workspace_bytes(&g), hk_linear_cross_entropy_workspace_bytes(&hx, &hw, &ht, 5, tied));
         /* and the rewritten graph plans, keeping it free */
-        Target t;
-        ck_assert(target_builtin("host", &t));
-        PlannerOptions po;
-        planner_options_default(&po);
-        po.ranks = 1;
         PlannerResult r;
-        ck_assert_msg(planner_run(&g, &t, &po, &a, &d, &r), "the chunked graph does not plan");
+        ck_assert_msg(fx_plan_host(&g, &a, &d, &r), "the chunked graph does not plan");
         ck_assert(strstr(r.explain, "kept for the chunked loss's workspace"));
         plan_free(r.plan);
         diag_free(&d);

@@ -17,6 +17,7 @@
 #include "autodiff.h"
 #include "diag.h"
 #include "graph.h"
+#include "graph_fixture.h"
 #include "hostk.h"
 #include "mlp_tile.h"
 #include "planner.h"
@@ -238,31 +239,6 @@ END_TEST
 
 /* ---- the rewrite ---- */
 
-static int fx_tensor(Graph *g, const char *name, DType dt, int rank, int64_t a, int64_t b, int64_t c, TensorClass cls, int seg) {
-    int64_t dims[3] = {a, b, c};
-    int t = graph_add_tensor(g, name, dt, rank, dims, cls);
-    g->tensors[t].segment = seg;
-    if (cls == TC_PARAM) {
-        g->tensors[t].init = INIT_NORMAL;
-        g->tensors[t].init_std = 0.02;
-    }
-    return t;
-}
-
-static int fx_op(Graph *g, PrimId prim, int seg, int a, int b, int c, int out) {
-    GOp o = graph_op_blank(OP_FWD);
-    o.prim = prim;
-    o.segment = seg;
-    o.in[0] = a;
-    o.in[1] = b;
-    o.in[2] = c;
-    o.nin = c >= 0 ? 3 : b >= 0 ? 2 : 1;
-    o.out[0] = out;
-    o.nout = 1;
-    if (prim == PRIM_RMSNORM) o.fattr[FA_RMSNORM_EPS] = 1e-5;
-    return graph_add_op(g, &o);
-}
-
 enum { T_ = 24, B_ = 2, D_ = 32, I_ = 96, V_ = 64 };
 
 /* Two blocks x = x + mlp(rmsnorm(x)) (segments 0 and 1), then a linear
@@ -299,12 +275,8 @@ static void forward(Graph *g, Arena *a, DType dt, bool bias, bool leak) {
     g->model_name = "mlp";
     g->train = (TrainConfig){.micro_batch = B_, .steps = 1, .dtype = dt, .seed = 1, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95,
                              .eps = 1e-8, .min_lr = 1e-3, .loss_scale = 1, .grad_accum = 1, .checkpoint_every = 1};
-    int tok = fx_tensor(g, "tokens", DT_I32, 2, B_, T_, 0, TC_INPUT, -1);
-    int tgt = fx_tensor(g, "targets", DT_I32, 2, B_, T_, 0, TC_INPUT, -1);
-    g->inputs[0] = tok, g->inputs[1] = tgt, g->ninputs = 2;
-    int wte = fx_tensor(g, "wte", dt, 2, V_, D_, 0, TC_PARAM, -1);
-    int x = fx_tensor(g, "%x", dt, 3, B_, T_, D_, TC_ACT, -1);
-    fx_op(g, PRIM_EMBEDDING, -1, wte, tok, -1, x);
+    int tgt, wte;
+    int x = fx_embed_inputs(g, B_, T_, V_, D_, dt, "%x", &tgt, &wte);
     for (int s = 0; s < 2; s++) {
         char nm[5][32];
         const char *pn[5] = {"g", "w1", "w3", "w2", "b3"};
@@ -318,7 +290,7 @@ static void forward(Graph *g, Arena *a, DType dt, bool bias, bool leak) {
             sv = fx_tensor(g, "%s", dt, 3, B_, T_, I_, TC_ACT, s), u = fx_tensor(g, "%u", dt, 3, B_, T_, I_, TC_ACT, s),
             h = fx_tensor(g, "%h", dt, 3, B_, T_, I_, TC_ACT, s), y = fx_tensor(g, "%y", dt, 3, B_, T_, D_, TC_ACT, s),
             x2 = fx_tensor(g, "%x2", dt, 3, B_, T_, D_, TC_ACT, s);
-        fx_op(g, PRIM_RMSNORM, s, x, gn, -1, n);
+        g->ops[fx_op(g, PRIM_RMSNORM, s, x, gn, -1, n)].fattr[FA_RMSNORM_EPS] = 1e-5;
         fx_proj(g, s, n, w1, -1, av, "gate");
         fx_op(g, PRIM_SILU, s, av, -1, -1, sv);
         fx_proj(g, s, n, w3, b3, u, "up");
@@ -337,11 +309,21 @@ static void forward(Graph *g, Arena *a, DType dt, bool bias, bool leak) {
     int head = fx_tensor(g, "head", dt, 2, D_, V_, 0, TC_PARAM, -1);
     int logits = fx_tensor(g, "%logits", dt, 3, B_, T_, V_, TC_ACT, -1);
     fx_op(g, PRIM_LINEAR, -1, x, head, -1, logits);
-    int loss = fx_tensor(g, "%loss", DT_F32, 0, 0, 0, 0, TC_ACT, -1);
-    fx_op(g, PRIM_CROSS_ENTROPY, -1, logits, tgt, -1, loss);
-    g->loss = loss;
+    fx_loss(g, logits, tgt);
     g->nsegments = 2;
     g->nforward = g->nbackward_end = g->nops; /* as the checker leaves it */
+}
+
+/* The workspace the planner keeps for g's tiled MLP is what the host
+ * kernel asks for its first gated_mlp op. */
+static void check_workspace(const Graph *g) {
+    const GOp *o = NULL;
+    for (int i = 0; i < g->nops && !o; i++)
+        if (g->ops[i].prim == PRIM_GATED_MLP) o = &g->ops[i];
+    HkTensor in[5], out;
+    for (int k = 0; k < 5; k++) in[k] = hk_tensor(&in, g->tensors[o->in[k]].dtype, g->tensors[o->in[k]].rank, g->tensors[o->in[k]].dims);
+    out = hk_tensor(&out, g->tensors[o->out[0]].dtype, g->tensors[o->out[0]].rank, g->tensors[o->out[0]].dims);
+    ck_assert_uint_eq(mlp_tile_workspace_bytes(g), hk_workspace_bytes(PRIM_GATED_MLP, in, 5, &out, 1, o->iattr));
 }
 
 START_TEST(rewrite) {
@@ -381,13 +363,7 @@ START_TEST(rewrite) {
     }
     ck_assert_int_eq(nm, 2);
     /* the planner's workspace is the host kernel's */
-    const GOp *o = NULL;
-    for (int i = 0; i < g.nops && !o; i++)
-        if (g.ops[i].prim == PRIM_GATED_MLP) o = &g.ops[i];
-    HkTensor in[5], out;
-    for (int k = 0; k < 5; k++) in[k] = hk_tensor(&in, g.tensors[o->in[k]].dtype, g.tensors[o->in[k]].rank, g.tensors[o->in[k]].dims);
-    out = hk_tensor(&out, g.tensors[o->out[0]].dtype, g.tensors[o->out[0]].rank, g.tensors[o->out[0]].dims);
-    ck_assert_uint_eq(mlp_tile_workspace_bytes(&g), hk_workspace_bytes(PRIM_GATED_MLP, in, 5, &out, 1, o->iattr));
+    check_workspace(&g);
     DiagSink d;
     diag_init(&d);
     ck_assert(ad_build(&g, &d));
@@ -411,13 +387,7 @@ START_TEST(bf16_workspace) {
     Graph g;
     forward(&g, &a, DT_BF16, false, false);
     ck_assert_int_eq(mlp_tile_apply(&g, 5), 2);
-    const GOp *o = NULL;
-    for (int i = 0; i < g.nops && !o; i++)
-        if (g.ops[i].prim == PRIM_GATED_MLP) o = &g.ops[i];
-    HkTensor in[5], out;
-    for (int k = 0; k < 5; k++) in[k] = hk_tensor(&in, g.tensors[o->in[k]].dtype, g.tensors[o->in[k]].rank, g.tensors[o->in[k]].dims);
-    out = hk_tensor(&out, g.tensors[o->out[0]].dtype, g.tensors[o->out[0]].rank, g.tensors[o->out[0]].dims);
-    ck_assert_uint_eq(mlp_tile_workspace_bytes(&g), hk_workspace_bytes(PRIM_GATED_MLP, in, 5, &out, 1, o->iattr));
+    check_workspace(&g);
     arena_free(&a);
 }
 END_TEST
@@ -530,13 +500,8 @@ START_TEST(plans_smaller) {
         DiagSink d;
         diag_init(&d);
         ck_assert(ad_build(&g, &d));
-        Target t;
-        ck_assert(target_builtin("host", &t));
-        PlannerOptions po;
-        planner_options_default(&po);
-        po.ranks = 1;
         PlannerResult r;
-        ck_assert_msg(planner_run(&g, &t, &po, &a, &d, &r), "the %s graph does not plan", tiled ? "tiled" : "written");
+        ck_assert_msg(fx_plan_host(&g, &a, &d, &r), "the %s graph does not plan", tiled ? "tiled" : "written");
         peak[tiled] = r.plan->arenas[ARENA_GPU].size;
         plan_free(r.plan);
         diag_free(&d);
