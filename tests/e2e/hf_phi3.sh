@@ -103,20 +103,7 @@ while read -r c want wgn other; do
   # shellcheck disable=SC2086
   "$ZINF_PY" tests/e2e/hf_phi3.py export "$c" "$d.export" "$d.bin" "$seq" 5,17,30,42 $new $next > "$d.export.out" 2> "$d.export.err" ||
     { cat "$d.export.err"; bad "$c: from_pretrained of the export"; continue; }
-  if [ -n "$next" ]; then
-    z3=$(awk '$1 == "step" && $2 == 3 { print $4 }' "$d.next.losses")
-    nx=$(awk '$1 == "next" { print $3, $4, $5, $6 }' "$d.export.out")
-    # shellcheck disable=SC2086
-    set -- $nx
-    if [ "${1:-}" != missing=0 ] || [ "${2:-}" != unexpected=0 ]; then grep "^next" "$d.export.out"; bad "$c: keys of the trained export"
-    elif close "$z3" "${3:-}" && ! close "$z3" "${4:-}"; then
-      echo "ok $c: after 2 steps, transformers' loss on the export $3, zinf's step 3 $z3 (before training $4)"
-    else bad "$c: after 2 steps, transformers' loss on the export ${3:-}, zinf's step 3 $z3, the weights before training ${4:-}"; fi
-  fi
-  grep -q "^keys $c missing=0 unexpected=0 " "$d.export.out" || { cat "$d.export.out"; bad "$c: export keys"; }
-  el=$(awk '$1 == "loss" { print $3 }' "$d.export.out")
-  if close "$el" "$got"; then echo "ok $c: export loads, transformers' loss on it $el"
-  else bad "$c: transformers' loss on the export $el, zinf's $got"; fi
+  hf_export_checks "$c" "$d" "$got" "$next"
   # greedy decoding (past phi3-partial-w6's window of 6 and phi3-longrope-long's original
   # context of 16), with the KV cache and by windows
   gw=$(awk '$1 == "gen" { $1 = ""; $2 = ""; sub(/^ +/, ""); print }' "$d.export.out")

@@ -132,3 +132,25 @@ e2e_end() {
   [ "$e2e_skipped" -eq 0 ] || exit 77
   exit 0
 }
+
+# The checks of an hf_*.py export's output DIR.export.out for case C (hf_gemma.sh,
+# hf_phi3.sh): its keys, transformers' loss on it against zinf's GOT and, with
+# NEXT set, the trained export's loss against zinf's step 3 (DIR.next.losses).
+# Uses the calling script's close and bad.
+hf_export_checks() { # C DIR GOT NEXT
+  c=$1; d=$2; got=$3; next=$4
+  if [ -n "$next" ]; then
+    z3=$(awk '$1 == "step" && $2 == 3 { print $4 }' "$d.next.losses")
+    nx=$(awk '$1 == "next" { print $3, $4, $5, $6 }' "$d.export.out")
+    # shellcheck disable=SC2086
+    set -- $nx
+    if [ "${1:-}" != missing=0 ] || [ "${2:-}" != unexpected=0 ]; then grep "^next" "$d.export.out"; bad "$c: keys of the trained export"
+    elif close "$z3" "${3:-}" && ! close "$z3" "${4:-}"; then
+      echo "ok $c: after 2 steps, transformers' loss on the export $3, zinf's step 3 $z3 (before training $4)"
+    else bad "$c: after 2 steps, transformers' loss on the export ${3:-}, zinf's step 3 $z3, the weights before training ${4:-}"; fi
+  fi
+  grep -q "^keys $c missing=0 unexpected=0 " "$d.export.out" || { cat "$d.export.out"; bad "$c: export keys"; }
+  el=$(awk '$1 == "loss" { print $3 }' "$d.export.out")
+  if close "$el" "$got"; then echo "ok $c: export loads, transformers' loss on it $el"
+  else bad "$c: transformers' loss on the export $el, zinf's $got"; fi
+}
