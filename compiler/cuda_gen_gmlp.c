@@ -266,7 +266,7 @@ static bool gm_setup(GenCtx *c, bool bwd, Gm *m) {
     }
     for (int i = 0; i < 11; i++) m->in[i] = i < m->nf ? o->in[i] : -1;
     if (!mlp_tile_layout(c->g, o, 0, &m->L)) {
-        cg_fail(c, "gated_mlp lacks one of x, g, w_gate, w_up, w_down or its output");
+        cg_fail(c, "gated_mlp lacks one of x, g, w_gate, w_up, w_down or its output, or their shapes do not go together");
         return false;
     }
     const GTensor *X = T_(c, m->in[0]);
@@ -288,6 +288,10 @@ static bool gm_setup(GenCtx *c, bool bwd, Gm *m) {
     for (int i = 0; i < 11; i++) ts[i] = m->in[i];
     ts[11] = bwd ? o->in[m->nf] : o->out[0];
     if (!cg_same_dtype(c, m->dt, ts, 12)) return false;
+    if (T_(c, ts[11])->numel != X->numel) {
+        cg_fail(c, "gated_mlp: the output has %" PRId64 " elements, x %" PRId64, T_(c, ts[11])->numel, X->numel);
+        return false;
+    }
     if ((m->R + m->C - 1) / m->C > GMLP_MAX_TILES) {
         cg_fail(c, "gated_mlp: %" PRId64 " rows in tiles of %" PRId64 " are more than the CUDA kernels' %d tiles (some 30 "
                    "launches each, every step): plan a larger mlp_tile",
@@ -342,6 +346,14 @@ void cg_gen_gmlp(GenCtx *c, bool bwd) {
     int ts[12] = {dy, dx};
     for (int i = 1; i < 11; i++) ts[i + 1] = din[i];
     if (!cg_same_dtype(c, m.dt, ts, 12)) return;
+    for (int i = 0; i < 12; i++) { /* each gradient the size of its input (dy and dx: of x) */
+        int of = i < 2 ? m.in[0] : m.in[i - 1];
+        if (ts[i] >= 0 && T_(c, ts[i])->numel != T_(c, of)->numel) {
+            cg_fail(c, "gated_mlp: a gradient of %" PRId64 " elements for an input of %" PRId64, T_(c, ts[i])->numel,
+                    T_(c, of)->numel);
+            return;
+        }
+    }
     m.rows = "before the tiles";
     for (int i = 2; i < 11; i++) { /* a non-f32 weight's product of a tile goes through the linears' scratch */
         if (din[i] < 0 || m.L.acc[i] < 0) continue;

@@ -179,6 +179,29 @@ static uint64_t lin_bytes(DType dt, uint64_t vnumel, const GTensor *w, uint64_t 
     return ga + gb + gy + (ga > gb ? ga : gb);
 }
 
+/* x [..., D], g [D], w_gate and w_up [D, I], w_down [I, D], each adapter
+ * [in, r] and [r, out] (what prim.c's rule checks; a graph built by hand
+ * may not hold it). */
+static bool gmlp_shapes_ok(const Graph *g, const GOp *o, int nf) {
+    const GTensor *x = &g->tensors[o->in[0]], *gn = &g->tensors[o->in[1]], *w[3];
+    for (int k = 0; k < 3; k++) w[k] = &g->tensors[o->in[2 + k]];
+    if (x->rank < 1 || gn->rank != 1 || w[0]->rank != 2 || w[1]->rank != 2 || w[2]->rank != 2) return false;
+    int64_t D = x->dims[x->rank - 1], I = w[0]->dims[1];
+    if (D < 1 || I < 1 || gn->dims[0] != D || w[0]->dims[0] != D || w[1]->dims[0] != D || w[1]->dims[1] != I ||
+        w[2]->dims[0] != I || w[2]->dims[1] != D)
+        return false;
+    for (int k = 0; nf == 11 && k < 3; k++) {
+        int a = o->in[5 + 2 * k], b = o->in[6 + 2 * k];
+        if (a < 0 && b < 0) continue;
+        if (a < 0 || b < 0) return false;
+        const GTensor *A = &g->tensors[a], *B = &g->tensors[b];
+        int64_t vin = k < 2 ? D : I, out = k < 2 ? I : D;
+        if (A->rank != 2 || B->rank != 2 || A->dims[0] != vin || A->dims[1] < 1 || B->dims[0] != A->dims[1] || B->dims[1] != out)
+            return false;
+    }
+    return true;
+}
+
 /* The regions of gated_mlp op o's workspace at C rows a tile (C <= 0: its
  * own rows attribute, clamped to the rows), in hostk_gmlp.c's order:
  * false when o is not a gated_mlp op with its five tensors. */
@@ -188,6 +211,7 @@ bool mlp_tile_layout(const Graph *g, const GOp *o, int64_t C, MlpTileWs *w) {
     if (o->prim != PRIM_GATED_MLP || (nf != 5 && nf != 11) || yt < 0) return false;
     for (int k = 0; k < 5; k++)
         if (o->in[k] < 0) return false;
+    if (!gmlp_shapes_ok(g, o, nf)) return false;
     memset(w, 0, sizeof *w);
     const GTensor *x = &g->tensors[o->in[0]], *wg = &g->tensors[o->in[2]];
     DType dt = g->tensors[yt].dtype;
