@@ -103,6 +103,7 @@ static void check_expert_kernels(const Plan *p, const char *wname, int n) {
         const PlanInstr *in = &p->instrs[i];
         if (in->op != PI_KERNEL) continue;
         const PlanOp *o = &p->ops[in->arg];
+        if (o->kind != OP_FWD && o->fwd < 0) continue; /* zero_grad, loss_grad: no forward op */
         const PlanOp *fo = o->kind == OP_FWD ? o : &p->ops[o->fwd];
         if (fo->prim != PRIM_MOE_EXPERT || fo->in[2] != w) continue;
         ck_assert_int_eq(in->ntiles, n);
