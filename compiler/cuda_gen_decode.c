@@ -53,12 +53,22 @@ static const DecodeEntry entries[] = {
      "@ *y, const @ *q, const float *kc, const float *vc, float *sc, long long H, long long KV, long long hd, "
      "long long T, long long pos",
      "zkd_attend(y, q, kc, vc, sc, H, KV, hd, T, pos)", false},
+    {"moe_topk", "int *idx, const @ *logits, long long R, long long E, long long k", "zk_moe_topk(idx, logits, R, E, k)", false},
+    {"moe_gate", "@ *y, const @ *logits, const int *idx, long long R, long long E, long long k, long long normalize, int *err",
+     "zk_moe_gate_fwd(y, logits, idx, R, E, k, normalize, err)", false},
+    {"moe_expert",
+     "@ *y, const @ *x, const int *idx, const @ *w, long long R, long long k, long long E, long long O, long long I, "
+     "long long shared, int *err",
+     "zkd_moe_expert(y, x, idx, w, R, k, E, O, I, shared, err)", false},
+    {"moe_combine", "@ *y, const @ *o, const @ *wt, long long R, long long k, long long D", "zk_moe_combine_fwd(y, o, wt, R, k, D)",
+     false},
+    {"moe_shared_gate", "@ *y, const @ *x, const @ *g, long long R, long long D", "zk_moe_sgate_fwd(y, x, g, R, D)", false},
     {"set", "int *p, long long v", "zkd_set(p, v)", true},
 };
 
 /* The training families' files whose code the entries call, pasted before
  * decode.cu in each dtype's namespace. */
-static const char *const reused[] = {"embedding.cu", "elementwise.cu", "norm.cu", "rope.cu"};
+static const char *const reused[] = {"embedding.cu", "elementwise.cu", "norm.cu", "rope.cu", "moe.cu"};
 
 static const DType storage[] = {DT_F32, DT_BF16, DT_F16};
 
@@ -82,7 +92,7 @@ enum {
     decode_arange = DECODE_RUN,
     decode_scale = DECODE_RUN,
     decode_linxent = DECODE_LOSS,
-    decode_moe = DECODE_NONE,
+    decode_moe = DECODE_RUN, /* routing, experts, combination, shared gate; the load statistics the decoder refuses */
     decode_gmlp = DECODE_NONE, /* the tiled MLP: no decode entry (zinfgen's host decoder runs it a row at a time) */
 };
 static const unsigned char decode_use[PRIM_COUNT] = {

@@ -3,12 +3,13 @@
  * same primary context) holds everything a step reads in one allocation,
  * carved: the parameters whole, every constant, one row of every
  * activation, per attention op its f32 key and value caches [T, kv_dim],
- * the attention scores [heads, T] and an error word. The kernels are the
+ * the attention scores [heads, T] and the error words. The kernels are the
  * plan's decode unit (stdlib/kernels/decode.cu and the training kernels it
  * calls, put in the kernel table by zinfc with the entries of the model's
  * storage dtypes), found by name:
  * zkd_<kernel>_<storage dtype>. A step is its
- * launches on one stream and one copy of the logits back. */
+ * launches on one stream and one copy of the logits back: a mixture of
+ * experts' ids stay on the device, read there by the expert products. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,10 +20,18 @@
 #include "hostk.h"
 
 /* The unit's kernels (compiler/cuda_gen_decode.c's entries, in its order). */
-enum { KD_EMBED, KD_LINEAR, KD_BINARY, KD_LAYERNORM, KD_RMSNORM, KD_GELU, KD_SILU, KD_SCALE, KD_COLUMNS, KD_ROPE, KD_KV_APPEND, KD_ATTEND, KD_N };
-static const char *const kd_names[KD_N] = {"embed", "linear", "binary",  "layernorm", "rmsnorm",   "gelu",
-                                           "silu",  "scale",  "columns", "rope",      "kv_append", "attend"};
+enum {
+    KD_EMBED, KD_LINEAR, KD_BINARY, KD_LAYERNORM, KD_RMSNORM, KD_GELU, KD_SILU, KD_SCALE, KD_COLUMNS, KD_ROPE, KD_KV_APPEND, KD_ATTEND,
+    KD_MOE_TOPK, KD_MOE_GATE, KD_MOE_EXPERT, KD_MOE_COMBINE, KD_MOE_SGATE, KD_N
+};
+static const char *const kd_names[KD_N] = {"embed",    "linear",   "binary",     "layernorm",   "rmsnorm",        "gelu",
+                                           "silu",     "scale",    "columns",    "rope",        "kv_append",      "attend",
+                                           "moe_topk", "moe_gate", "moe_expert", "moe_combine", "moe_shared_gate"};
 enum { NSTORAGE = 3, ALIGN = 256, BLOCK = 256 };
+/* The error words, int[3] each ({1, value, where}, first writer wins) in
+ * the ALIGN bytes at errw: the embedding's id, then the experts' (an id
+ * outside [0, E) in moe_gate or moe_expert). */
+enum { ERR_EMBED = 0, ERR_MOE = 16 };
 static const char *const storage_names[NSTORAGE] = {"f32", "bf16", "f16"};
 static const char unit_prefix[] = "decode-";
 
@@ -174,6 +183,36 @@ static int check_scale(const KvDecoder *d, int o, char *why, size_t n) {
     return 0;
 }
 
+/* Mixture of experts, a row at a time: routing (moe_topk, moe_gate), the
+ * chosen experts' products (moe_expert of a stacked [E, O, I] parameter),
+ * the gated sum (moe_combine) and the shared expert's gate. The load
+ * statistics never reach a step (decode.c refuses a step that needs them);
+ * an expert with more operands than x, idx and w (LoRA on the experts) has
+ * no kernel here. */
+static int check_moe(const KvDecoder *d, int o, char *why, size_t n) {
+    const PlanOp *op = &d->p->ops[o];
+    const char *ps = kvdec_prim_str(op->prim);
+    switch (op->prim) {
+    case PRIM_MOE_TOPK:
+    case PRIM_MOE_GATE:
+    case PRIM_MOE_COMBINE:
+    case PRIM_MOE_SHARED_GATE: return 0;
+    case PRIM_MOE_EXPERT: break;
+    default: return REFUSE(why, n, "op %d (%s) has no GPU decode kernel", o, ps);
+    }
+    if (op->nin != 3) return REFUSE(why, n, "op %d (%s) with %d operands (LoRA on the experts) has no GPU decode kernel", o, ps, op->nin);
+    int w = op->in[2];
+    if (T_(d, w)->rank != 3 || d->kind[w] != DK_CONST)
+        return REFUSE(why, n, "op %d (%s): its experts '%s' are not a 3-D parameter", o, ps, T_(d, w)->name);
+    int64_t k = kvdec_last_dim(d, op->in[1]), R = kvdec_view_numel(d, op->in[1]) / (k ? k : 1);
+    int64_t xr = kvdec_view_numel(d, op->in[0]) / kvdec_last_dim(d, op->in[0]);
+    if (kvdec_last_dim(d, op->in[0]) != T_(d, w)->dims[2] || (xr != R && xr != R * k) ||
+        kvdec_view_numel(d, op->out[0]) != R * k * T_(d, w)->dims[1])
+        return REFUSE(why, n, "op %d (%s): '%s' does not fit its input and output", o, ps, T_(d, w)->name);
+    if (R * k > 65535) return REFUSE(why, n, "op %d (%s): more than 65535 (row, expert) pairs at once", o, ps);
+    return 0;
+}
+
 /* ---- rank 0: the device, the layout, the steps ---- */
 
 /* A failing driver call: -1 with its name and the driver's words in err. */
@@ -236,7 +275,7 @@ static int run_embedding(KvDecoder *d, int o, char *err, size_t n) {
     KvCuda *x = X_(d);
     Opnds v = opnds(d, o);
     long long rows = kvdec_view_numel(d, v.op->in[1]), V = T_(d, v.op->in[0])->dims[0], D = T_(d, v.op->in[0])->dims[1];
-    CUdeviceptr ew = x->base + x->errw;
+    CUdeviceptr ew = x->base + x->errw + ERR_EMBED;
     void *args[] = {&v.y, &v.a, &v.b, &rows, &V, &D, &ew};
     return launch(d, o, x->fn[KD_EMBED][v.st], (unsigned)rows, 1, BLOCK, args, err, n);
 }
@@ -328,6 +367,45 @@ static int run_attention(KvDecoder *d, int o, char *err, size_t n) {
     return launch(d, o, x->fn[KD_ATTEND][v.st], (unsigned)H, 1, 128, args, err, n);
 }
 
+/* The MoE ops of a step (check_moe). Each reads the expert ids where
+ * moe_topk wrote them on the device: no copy back, no wait. */
+static int run_moe(KvDecoder *d, int o, char *err, size_t n) {
+    KvCuda *x = X_(d);
+    Opnds v = opnds(d, o);
+    int st = storage_of(T_(d, v.op->in[0])->dtype); /* moe_topk's output is the i32 ids */
+    CUdeviceptr ew = x->base + x->errw + ERR_MOE;
+    switch (v.op->prim) {
+    case PRIM_MOE_TOPK:
+    case PRIM_MOE_GATE: {
+        long long E = kvdec_last_dim(d, v.op->in[0]), R = kvdec_view_numel(d, v.op->in[0]) / E;
+        long long k = kvdec_last_dim(d, v.op->prim == PRIM_MOE_TOPK ? v.y0 : v.op->in[1]);
+        long long norm = v.op->prim == PRIM_MOE_GATE && v.op->iattr[IA_MOE_GATE_NORMALIZE];
+        void *topk[] = {&v.y, &v.a, &R, &E, &k}, *gate[] = {&v.y, &v.a, &v.b, &R, &E, &k, &norm, &ew};
+        if (v.op->prim == PRIM_MOE_TOPK) return launch(d, o, x->fn[KD_MOE_TOPK][st], blocks(R, BLOCK), 1, BLOCK, topk, err, n);
+        return launch(d, o, x->fn[KD_MOE_GATE][st], blocks(R, BLOCK), 1, BLOCK, gate, err, n);
+    }
+    case PRIM_MOE_EXPERT: {
+        const PlanTensor *w = T_(d, v.op->in[2]);
+        long long k = kvdec_last_dim(d, v.op->in[1]), R = kvdec_view_numel(d, v.op->in[1]) / k, E = w->dims[0], O = w->dims[1],
+                  I = w->dims[2], shared = kvdec_view_numel(d, v.op->in[0]) / I == R;
+        void *args[] = {&v.y, &v.a, &v.b, &v.c, &R, &k, &E, &O, &I, &shared, &ew};
+        return launch(d, o, x->fn[KD_MOE_EXPERT][st], blocks(O, BLOCK / 32), (unsigned)(R * k), BLOCK, args, err, n);
+    }
+    case PRIM_MOE_COMBINE: {
+        const PlanTensor *ot = T_(d, v.op->in[0]);
+        long long D = kvdec_last_dim(d, v.op->in[0]), k = ot->rank >= 2 ? ot->dims[ot->rank - 2] : 1;
+        long long R = kvdec_view_numel(d, v.op->in[0]) / (k * D);
+        void *args[] = {&v.y, &v.a, &v.b, &R, &k, &D};
+        return launch(d, o, x->fn[KD_MOE_COMBINE][st], blocks(R * D, BLOCK), 1, BLOCK, args, err, n);
+    }
+    default: { /* check_moe: moe_shared_gate */
+        long long D = kvdec_last_dim(d, v.op->in[0]), R = kvdec_view_numel(d, v.op->in[0]) / D;
+        void *args[] = {&v.y, &v.a, &v.b, &R, &D};
+        return launch(d, o, x->fn[KD_MOE_SGATE][st], blocks(R * D, BLOCK), 1, BLOCK, args, err, n);
+    }
+    }
+}
+
 /* A family on the GPU (runtime/plan/prim.def's family column): cuda_<family>
  * below; a family without one does not compile. */
 typedef struct CudaFamily {
@@ -351,7 +429,7 @@ static const CudaFamily cuda_embedding = {check_embedding, run_embedding, false,
                         cuda_split = {check_split, run_split, false, false}, cuda_scale = {check_scale, run_scale, false, false},
                         cuda_arange = {NULL, run_arange, false, true}, cuda_xent = {NULL, NULL, false, false},
                         cuda_linxent = {NULL, NULL, false, false},
-                        cuda_moe = {NULL, NULL, false, false}, cuda_gmlp = {NULL, NULL, false, false};
+                        cuda_moe = {check_moe, run_moe, false, false}, cuda_gmlp = {NULL, NULL, false, false};
 
 static const CudaFamily *const cuda_families[PRIM_COUNT] = {
 #define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = &cuda_##family,
@@ -520,13 +598,15 @@ static int cuda_set_token(KvDecoder *d, int32_t token, char *err, size_t n) {
 static int cuda_logits(KvDecoder *d, float *out, char *err, size_t n) {
     KvCuda *x = X_(d);
     uint64_t bytes = kvdec_view_bytes(d, d->logits);
-    int32_t ew[3];
+    int32_t ew[(ERR_MOE + 12) / 4];
+    const int32_t *em = ew + ERR_EMBED / 4, *mo = ew + ERR_MOE / 4;
     DRV(x, x->drv.MemcpyDtoHAsync(x->lg, at(d, d->logits), bytes, x->s), "cuMemcpyDtoHAsync", err, n);
     DRV(x, x->drv.MemcpyDtoHAsync(ew, x->base + x->errw, sizeof ew, x->s), "cuMemcpyDtoHAsync", err, n);
     DRV(x, x->drv.StreamSynchronize(x->s), "cuStreamSynchronize", err, n);
-    if (ew[0]) {
+    if (em[0] || mo[0]) {
         DRV(x, x->drv.MemsetD8Async(x->base + x->errw, 0, sizeof ew, x->s), "cuMemsetD8Async", err, n);
-        return errorf(err, n, "position %" PRId64 ": embedding id %d is outside its table", d->pos, ew[1]);
+        if (em[0]) return errorf(err, n, "position %" PRId64 ": embedding id %d is outside its table", d->pos, em[1]);
+        return errorf(err, n, "position %" PRId64 ": expert id %d (of the pair %d) is outside the experts", d->pos, mo[1], mo[2]);
     }
     int64_t V = kvdec_view_numel(d, d->logits);
     int dt = T_(d, d->logits)->dtype;

@@ -17,7 +17,9 @@
  * functions are written in T like theirs; its extern "C" entry points
  * (zkd_<kernel>_<f32|bf16|f16>) come after. What is here is only what
  * training has no kernel for: the matrix-vector product, rope at a
- * position, and attention over the cache. The attention keys and values
+ * position, attention over the cache, and a mixture of experts' products
+ * for one row (moe.cu, also pasted, gives routing, gates, combination and
+ * the shared expert's gate). The attention keys and values
  * live in fp32 caches [T, KV*hd] that zkd_kv_append fills one row a step;
  * zkd_attend reads positions 0..p, with one block per query head and the
  * scores in a [H, T] fp32 scratch. */
@@ -127,6 +129,34 @@ __device__ void zkd_attend(T *y, const T *q, const float *kc, const float *vc, f
         for (long long j = 0; j <= pos; j++) acc += s[j] * vc[j * kd + g * hd + e];
         zk_st(y + h * hd + e, acc / sum);
     }
+}
+
+/* moe_expert for a step's rows: y[p, :] = w[idx[p]] x[p / k or p, :] for
+ * the R*k (row, slot) pairs p (shared: x has a row per token, else one per
+ * pair), w [E, O, I] in the [out, in] layout. The expert ids stay on the
+ * device: each pair's block reads its own, so a step needs no copy back
+ * and reads only its k experts' weights. As zkd_linear with tb: a warp
+ * owns an output and its lanes read adjacent weights of the row. An id
+ * outside [0, E) is moe.cu's error (err = {1, id, pair}) and its row is
+ * zeros. grid: (ceil(O / 8), R*k). */
+__device__ void zkd_moe_expert(T *y, const T *x, const int *idx, const T *w, long long R, long long k, long long E,
+                               long long O, long long I, long long shared, int *err) {
+    long long p = blockIdx.y;
+    if (p >= R * k) return;
+    long long n = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31, e = idx[p];
+    bool bad = !(e >= 0 && e < E);
+    if (bad) {
+        if (blockIdx.x == 0 && threadIdx.x == 0) zk_moe_bad(e, E, p, err);
+        if (n < O && lane == 0) zk_st(y + p * O + n, 0.f);
+        return;
+    }
+    const T *xr = x + (shared ? p / k : p) * I, *we = w + (long long)e * O * I;
+    float acc = 0.f;
+    if (n < O)
+        for (long long i = lane; i < I; i += 32) acc += zk_ld(xr + i) * zk_ld(we + n * I + i);
+    acc = zk_warp_sum(acc); /* every lane takes part: the shuffle is warp-wide */
+    if (n < O && lane == 0) zk_st(y + p * O + n, acc);
 }
 
 /* *p = v: the token id of the step, or arange's one value (the position). */

@@ -1211,6 +1211,15 @@ START_TEST(decode_unit) {
     ck_assert_ptr_nonnull(strstr(u.source, "__device__ void zk_layernorm_fwd(T *y, const T *x"));
     ck_assert_ptr_nonnull(strstr(u.source, "{ zkt_bf16::zk_layernorm_fwd(y, x, g, b, rows, D, eps); }"));
     ck_assert_ptr_nonnull(strstr(v.source, "{ zkt_bf16::zk_silu_fwd(y, x, n); }"));
+    /* a mixture of experts: moe.cu's routing, gates, combination and shared
+     * gate, and decode.cu's expert products reading the ids on the device */
+    ck_assert_ptr_nonnull(strstr(u.source, "__device__ void zk_moe_topk(int *idx, const T *logits"));
+    ck_assert_ptr_nonnull(strstr(u.source, "{ zkt_bf16::zk_moe_topk(idx, logits, R, E, k); }"));
+    ck_assert_ptr_nonnull(strstr(u.source, "{ zkt_bf16::zk_moe_gate_fwd(y, logits, idx, R, E, k, normalize, err); }"));
+    ck_assert_ptr_nonnull(strstr(u.source, "{ zkt_bf16::zk_moe_combine_fwd(y, o, wt, R, k, D); }"));
+    ck_assert_ptr_nonnull(strstr(u.source, "{ zkt_bf16::zk_moe_sgate_fwd(y, x, g, R, D); }"));
+    ck_assert_ptr_nonnull(strstr(u.source, "void zkd_moe_expert_bf16(zk_bf16 *y, const zk_bf16 *x, const int *idx, const zk_bf16 *w"));
+    ck_assert_ptr_nonnull(strstr(w.source, "void zkd_moe_expert_f32(float *y, const float *x, const int *idx, const float *w"));
     ck_assert_ptr_null(strstr(u.source, "extern \"C\" __global__ void zk_"));
     ck_assert_ptr_null(strstr(u.source, "namespace zkt_f32"));
     const char *set = strstr(u.source, "__global__ void zkd_set(");

@@ -1,0 +1,92 @@
+#!/bin/sh
+# zinfgen --decode kv of a mixture of experts on the CUDA backend: the
+# plan's decode kernels (stdlib/kernels/decode.cu's zkd_moe_expert and
+# moe.cu's routing, gates, combination and shared gate, as
+# compiler/cuda_gen_decode.c puts them in the decode unit) on the fake
+# driver and kernel emulator of tests/fakecuda (docs/testing-gpu-fake.md),
+# against the host decoder (runtime/hostk/hostk_moe.c), for a micro model of
+# each router variant of stdlib/moe.zl:
+#   - mixtral: top-2 of 4 experts, renormalised gates (normalize = true),
+#     trained with the load-balancing loss (which a step leaves out);
+#   - qwen3: top-2 of 4, the gates not renormalised (norm_topk_prob false),
+#     per-head q and k norms, aux = false;
+#   - qwen2: top-1 of 4 not renormalised, q/k/v biases, and the shared
+#     expert scaled by sigmoid(x ws^T) (moe_shared_gate).
+# Each: its 10 greedy tokens after a prompt of 3 (the cache of T = 16
+# positions) equal the host decoder's, and the logits of every new token
+# (--logits) are within 1e-5 of the largest of the host decoder's (f32: the
+# GPU sums in another order). The embedding is drawn small (normal(0.001))
+# so that what the blocks add, the experts' outputs among it, decides the
+# tokens (the router reads rms(x), so its logits stay far from ties).
+# The stderr line says the decoder runs on the CUDA backend.
+#   tests/e2e/moe_gen_cuda.sh BUILD
+B=${1:-build}
+. tests/e2e/lib.sh
+e2e_workdir moegencuda
+e2e_mpi
+. tests/fakecuda/env.sh || exit 1
+fail=0
+# the models at a path that does not change from run to run (the units' comments name their
+# lines, and fakecuda_prep keeps a unit built from the same text)
+M="$(cd "$UNITS/.." && pwd)/moe_gen_cuda"
+mkdir -p "$M" || exit 1
+model() { # NAME BLOCK-ARGS
+  cat > "$W/model.zl" <<ZL
+# tests/e2e/moe_gen_cuda.sh: a micro mixture of experts ($1)
+import "llama"
+import "moe"
+const V = 128, T = 16, D = 32, H = 2, KV = 1, E = 4, F = 24, L = 2
+model moe_gen_$1(tokens: i32[B, T], targets: i32[B, T]) {
+  tok = param [V, D] init normal(0.001)
+  x = embedding(tok, tokens)
+  load = moe_load(experts = E)
+  repeat L { x, load = moe_block(x, load, H, KV, E, $2) }
+  x = rms(x)
+  head = param [D, V] init normal(0.2)
+  loss cross_entropy(linear(x, head), targets)$3
+}
+train { micro_batch = 1; steps = 1; dtype = f32; optimizer = adam(lr = 1e-3) }
+ZL
+  cmp -s "$W/model.zl" "$M/$1.zl" || mv -f "$W/model.zl" "$M/$1.zl"
+  cat > "$W/$1.zl" <<ZL
+import "$M/$1.zl"
+target fake { nodes = 1; gpus_per_node = 1
+  gpu { memory = 1 GiB; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "sm_90"; sms = 8 }
+  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2 }
+  net { bandwidth = 10 GB/s; latency_us = 5 } }
+plan { params = "gpu"; optimizer = "gpu"; grads = "gpu"; whole_below = 1000 }
+ZL
+  mkdir -p "$W/src-$1"
+  "$B/bin/zinfc" "$W/$1.zl" --kernels=sm_90 --kernel-src="$W/src-$1" -o "$W/$1.plan" > "$W/$1.zinfc" 2>&1 &&
+    "$FAKE/fakecuda_prep" "$W/$1.plan" "$W/src-$1" sm_90 "$UNITS" > "$W/$1.prep" 2>&1 ||
+    { cat "$W/$1.zinfc" "$W/$1.prep"; echo "FAIL: $1: zinfc or fakecuda_prep"; fail=1; return 1; }
+}
+kvcheck() { # NAME
+  n=$1
+  g="$W/$n.plan --prompt-ids 5,17,30 --max-new 10 --temperature 0 --decode kv"
+  # shellcheck disable=SC2086
+  if ! env LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$UNITS" \
+         timeout 300 "$B/bin/zinfgen" $g --backend cuda --logits "$W/$n.lc" > "$W/$n.kc" 2> "$W/$n.ekc" < /dev/null ||
+     ! timeout 120 "$B/bin/zinfgen" $g --backend host --logits "$W/$n.lh" > "$W/$n.kh" 2> "$W/$n.ekh" < /dev/null; then
+    tail -n 3 "$W/$n.ekc" "$W/$n.ekh"; echo "FAIL $n: zinfgen"; fail=1; return
+  fi
+  if ! grep -q "on the cuda backend, KV cache of T = 16 positions" "$W/$n.ekc"; then
+    cat "$W/$n.ekc"; echo "FAIL $n: --decode kv did not say it runs on the cuda backend"; fail=1; return
+  fi
+  d=$(awk 'NR == FNR { for (i = 1; i <= NF; i++) a[FNR, i] = $i; n = FNR; w = NF; next }
+           { for (i = 1; i <= NF; i++) { x = $i - a[FNR, i]; if (x < 0) x = -x; if (x > m) m = x
+                                         y = a[FNR, i]; if (y < 0) y = -y; if (y > big) big = y }
+             if (NF != w) bad = 1; k = FNR }
+           END { if (bad || k != n || n != 10) print "shape"; else printf "%.3g %.3g\n", m, big }' "$W/$n.lh" "$W/$n.lc")
+  if [ -s "$W/$n.kc" ] && cmp -s "$W/$n.kc" "$W/$n.kh" &&
+     echo "$d" | awk 'NF == 2 && $1 <= 1e-5 * $2 { ok = 1 } END { exit !ok }'; then
+    echo "ok   $n: --decode kv on cuda = on the host: $(cat "$W/$n.kc"); logits differ by" \
+         "$(echo "$d" | awk '{ printf "%s (largest %s)", $1, $2 }')"
+  else
+    echo "FAIL $n: kv cuda [$(cat "$W/$n.kc")] kv host [$(cat "$W/$n.kh")]; logits: $d"; fail=1
+  fi
+}
+model mixtral "2, F, normalize = true" " + moe_aux_loss(load, E, L, B * T, 0.02)" && kvcheck mixtral
+model qwen3 "2, F, normalize = false, qk_norm = true, aux = false" "" && kvcheck qwen3
+model qwen2 "1, F, normalize = false, qkv_bias = true, aux = false, shared_expert = true, shared_hidden = 16" "" && kvcheck qwen2
+exit $fail
