@@ -21,15 +21,22 @@
 # tokens (the router reads rms(x), so its logits stay far from ties).
 # The stderr line says the decoder runs on the CUDA backend.
 #   tests/e2e/moe_gen_cuda.sh BUILD
+# GPU=1 (a GPU machine): the same on the real device, with its driver.
 B=${1:-build}
 . tests/e2e/lib.sh
 e2e_workdir moegencuda
 e2e_mpi
-. tests/fakecuda/env.sh || exit 1
 fail=0
-# the models at a path that does not change from run to run (the units' comments name their
-# lines, and fakecuda_prep keeps a unit built from the same text)
-M="$(cd "$UNITS/.." && pwd)/moe_gen_cuda"
+arch=${MOE_ARCH:-sm_90}
+if [ "${GPU:-0}" = 1 ]; then
+  M="$W/models" FAKEENV="env"
+else
+  . tests/fakecuda/env.sh || exit 1
+  # the models at a path that does not change from run to run (the units' comments name their
+  # lines, and fakecuda_prep keeps a unit built from the same text)
+  M="$(cd "$UNITS/.." && pwd)/moe_gen_cuda"
+  FAKEENV="env LD_LIBRARY_PATH=$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} FAKECUDA_UNITS=$UNITS"
+fi
 mkdir -p "$M" || exit 1
 model() { # NAME DTYPE BLOCK-ARGS LOSS-TERM
   cat > "$W/model.zl" <<ZL
@@ -52,22 +59,22 @@ ZL
   cat > "$W/$1.zl" <<ZL
 import "$M/$1.zl"
 target fake { nodes = 1; gpus_per_node = 1
-  gpu { memory = 1 GiB; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "sm_90"; sms = 8 }
+  gpu { memory = 1 GiB; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "$arch"; sms = 8 }
   cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2 }
   net { bandwidth = 10 GB/s; latency_us = 5 } }
 plan { params = "gpu"; optimizer = "gpu"; grads = "gpu"; whole_below = 1000 }
 ZL
   mkdir -p "$W/src-$1"
-  "$B/bin/zinfc" "$W/$1.zl" --kernels=sm_90 --kernel-src="$W/src-$1" -o "$W/$1.plan" > "$W/$1.zinfc" 2>&1 &&
-    "$FAKE/fakecuda_prep" "$W/$1.plan" "$W/src-$1" sm_90 "$UNITS" > "$W/$1.prep" 2>&1 ||
+  : > "$W/$1.prep"
+  "$B/bin/zinfc" "$W/$1.zl" --kernels="$arch" --kernel-src="$W/src-$1" -o "$W/$1.plan" > "$W/$1.zinfc" 2>&1 &&
+    { [ "${GPU:-0}" = 1 ] || "$FAKE/fakecuda_prep" "$W/$1.plan" "$W/src-$1" "$arch" "$UNITS" > "$W/$1.prep" 2>&1; } ||
     { cat "$W/$1.zinfc" "$W/$1.prep"; echo "FAIL: $1: zinfc or fakecuda_prep"; fail=1; return 1; }
 }
 kvcheck() { # NAME TOL FRAC: the logits within TOL of the largest, at most FRAC of them not equal
   n=$1 tol=$2 frac=$3
   g="$W/$n.plan --prompt-ids 5,17,30 --max-new 10 --temperature 0 --decode kv"
   # shellcheck disable=SC2086
-  if ! env LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$UNITS" \
-         timeout 300 "$B/bin/zinfgen" $g --backend cuda --logits "$W/$n.lc" > "$W/$n.kc" 2> "$W/$n.ekc" < /dev/null ||
+  if ! $FAKEENV timeout 300 "$B/bin/zinfgen" $g --backend cuda --logits "$W/$n.lc" > "$W/$n.kc" 2> "$W/$n.ekc" < /dev/null ||
      ! timeout 120 "$B/bin/zinfgen" $g --backend host --logits "$W/$n.lh" > "$W/$n.kh" 2> "$W/$n.ekh" < /dev/null; then
     tail -n 3 "$W/$n.ekc" "$W/$n.ekh"; echo "FAIL $n: zinfgen"; fail=1; return
   fi
