@@ -179,7 +179,7 @@ def zinf_names(m, c):
         out[p + "moe_mlp.wr"] = mlp.gate.weight
         ex = mlp.experts
         while hasattr(ex, "base_layer"):  # PEFT's ParamWrappers, one per targeted parameter
-            out.update(lora_names(p + "moe_mlp.", ex, F))
+            out.update(lora_names(p + "moe_mlp.", ex))
             ex = ex.base_layer
         gu = ex.gate_up_proj
         out[p + "moe_mlp.wg"] = gu[:, :F, :]
@@ -194,19 +194,18 @@ def zinf_names(m, c):
     return out
 
 
-def lora_names(p, w, F):
+def lora_names(p, w):
     """A ParamWrapper's factors under zinf's names: lora_A [r E, in] is
     [E, r, in] (expert e's rows e r .. e r + r - 1); lora_B [out, r E] holds
     expert e's column k at k E + e, so it is [out, r, E] permuted to
-    [E, out, r]; gate_up_proj's rows are gate's F, then up's."""
+    [E, out, r]."""
     A, Bw = w.lora_A.default.weight, w.lora_B.default.weight
     E = w.num_experts
     r = A.shape[0] // E
     a = A.reshape(E, r, A.shape[1])
     b = Bw.reshape(Bw.shape[0], r, E).permute(2, 0, 1)
-    if w.parameter_name == "gate_up_proj":
-        return {p + "lora_gate_up_a": a, p + "lora_gate_b": b[:, :F, :], p + "lora_up_b": b[:, F:, :]}
-    return {p + "lora_down_a": a, p + "lora_down_b": b}
+    n = {"gate_up_proj": "gate_up", "down_proj": "down"}[w.parameter_name]
+    return {p + "lora_%s_a" % n: a, p + "lora_%s_b" % n: b}
 
 
 def tokens(path, n, seed):
