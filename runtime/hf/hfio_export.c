@@ -165,7 +165,13 @@ static int put_block(Exp *ex, const HfPiece *x, int g, int64_t r0, int64_t r1, i
     OutCtx oc = {f, ex->tmp};
     HfRuns runs = {.fn = out_write, .ctx = &oc};
     uint8_t *o = ex->st.b;
-    if (!x->transpose) {
+    if (x->layout == PLAN_HF_EXPERT_COLS) { /* element by element: a row's columns are E apart */
+        st_from_f32(t->dtype, ex->st.f, o, h * w);
+        for (int64_t i = r0; i < r1; i++)
+            for (int64_t j = c0; j < c1; j++)
+                if (hf_runs_add(&runs, base + (uint64_t)hf_expert_col(x, i, j) * es, o + (size_t)((i - r0) * w + j - c0) * es, es, err, n))
+                    return -1;
+    } else if (!x->transpose) {
         st_from_f32(t->dtype, ex->st.f, o, h * w);
         for (int64_t i = r0; i < r1; i++) {
             int64_t el = (i - x->row0) * x->hstride + x->src_col + (c0 - x->pc);

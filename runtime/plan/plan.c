@@ -671,7 +671,9 @@ static void sec_hf(Codec *c, Plan *p) {
     c_str(c, &p->hf.arch);
     c_str(c, &p->hf.config);
     void *arr = p->hf.pieces;
-    if (!c_count(c, &p->hf.npieces, 4 + 8 + 1 + 8 + 8 + (c->version >= 7 ? 1 + 4 : 0), &arr, sizeof(PlanHfPiece))) return;
+    if (!c_count(c, &p->hf.npieces, 4 + 8 + 1 + 8 + 8 + (c->version >= 7 ? 1 + 4 : 0) + (c->version >= 9 ? 1 : 0), &arr,
+                 sizeof(PlanHfPiece)))
+        return;
     p->hf.pieces = arr;
     for (uint32_t i = 0; i < p->hf.npieces && !c->bad; i++) {
         PlanHfPiece *h = &p->hf.pieces[i];
@@ -687,6 +689,8 @@ static void sec_hf(Codec *c, Plan *p) {
             h->stacked = 0;
             h->index = 0;
         }
+        if (c->version >= 9) c_u8(c, &h->layout); /* PEFT's expert layouts */
+        else if (c->reading) h->layout = PLAN_HF_PLAIN;
     }
 }
 
@@ -796,15 +800,19 @@ static const Section sections[] = {
  * section header's second word is 1 where the payload is packed); version
  * 6 the speculative optimizer's ranges in meta (an older plan has none); version 7
  * stacked hf pieces; version 8 eight float attributes per op and its list
- * attributes (rope's longrope tables; an older plan has six and none). An older
+ * attributes (rope's longrope tables; an older plan has six and none); version
+ * 9 an hf piece's layout (PEFT's LoRA on the experts). An older
  * plan is refused with the version message, not as a corrupt file. */
 enum { SECTION_RAW = 0, SECTION_PACKED = 1 };
-enum { FORMAT_VERSION = PLAN_VERSION_TABLES }; /* the newest read */
+enum { FORMAT_VERSION = PLAN_VERSION_EXPERTS }; /* the newest read */
 
-/* The version a plan is written as: 8 when an op uses the last two float
- * attributes or list attributes, else 7 when its hf mapping stacks pieces,
- * else 6, so that a plan without them reads as it did before. */
+/* The version a plan is written as: 9 when an hf piece has an expert
+ * layout, else 8 when an op uses the last two float attributes or list
+ * attributes, else 7 when its hf mapping stacks pieces, else 6, so that a
+ * plan without them reads as it did before. */
 static uint32_t written_version(const Plan *p) {
+    for (uint32_t i = 0; i < p->hf.npieces; i++)
+        if (p->hf.pieces[i].layout != PLAN_HF_PLAIN) return PLAN_VERSION_EXPERTS;
     for (uint32_t i = 0; i < p->nops; i++) {
         const PlanOp *o = &p->ops[i];
         if (o->ntable > 0) return PLAN_VERSION_TABLES;

@@ -18,8 +18,10 @@ tests/e2e/moe_hf.sh.
                      the checkpoint before the step differs from it
   moe_hf.py peft W C ADAPTER MERGED LOSS2
                      ADAPTER (--export-hf of a run with LoRA on the
-                     attention, after one step) loads with
-                     PeftModel.from_pretrained onto W/C and MERGED
+                     attention or the experts, after one step) loads with
+                     PeftModel.from_pretrained onto W/C, its tensors exactly
+                     the adapter's (PEFT's state dict of it: no key missing
+                     or unexpected, the same values), and MERGED
                      (--merge-lora) with from_pretrained, no key missing or
                      unexpected; both give zinf's step-2 loss LOSS2 within
                      1e-5 relative
@@ -144,11 +146,18 @@ def check_export(w, name, out, loss2):
 
 
 def check_peft(w, name, adapter, merged, loss2):
-    from peft import PeftModel
+    from peft import PeftModel, get_peft_model_state_dict
     x, y = batch(os.path.join(w, "tok.bin"), 2)
     fail = 0
     cfg = json.load(open(os.path.join(adapter, "adapter_config.json")))
-    got = hf_loss(PeftModel.from_pretrained(load(os.path.join(w, name)), adapter).eval(), x, y)
+    pm = PeftModel.from_pretrained(load(os.path.join(w, name)), adapter).eval()
+    have, saved = get_peft_model_state_dict(pm), load_file(os.path.join(adapter, "adapter_model.safetensors"))
+    if set(have) != set(saved) or any(not torch.equal(have[k], saved[k]) for k in saved):
+        print("FAIL: %s: PEFT's adapter after loading differs from the file: missing %s, unexpected %s, other values %s"
+              % (name, sorted(set(have) - set(saved))[:4], sorted(set(saved) - set(have))[:4],
+                 [k for k in saved if k in have and not torch.equal(have[k], saved[k])][:4]))
+        fail = 1
+    got = hf_loss(pm, x, y)
     before = hf_loss(load(os.path.join(w, name)), x, y)
     if abs(before - loss2) / abs(loss2) < 1e-5:
         print("FAIL: %s: the LoRA step left the step-2 loss as it was (%.9g)" % (name, before))
@@ -164,7 +173,7 @@ def check_peft(w, name, adapter, merged, loss2):
             fail = 1
         else:
             print("ok   %s: %s (targets %s) step-2 loss %.9g, zinf's %.9g (rel %.1e)"
-                  % (name, what, sorted(cfg["target_modules"]), g, loss2, rel))
+                  % (name, what, sorted(cfg["target_modules"]) + cfg.get("target_parameters", []), g, loss2, rel))
     return fail
 
 

@@ -445,8 +445,8 @@ START_TEST(round_trip_hf) {
     p->hf.arch = "LlamaForCausalLM";
     p->hf.config = "{\"model_type\": \"llama\"}";
     p->hf.pieces = arena_alloc(&p->arena, 2 * sizeof *p->hf.pieces);
-    p->hf.pieces[0] = (PlanHfPiece){3, "model.layers.0.mlp.gate_proj.weight", 1, 0, 7, 0, 0};
-    p->hf.pieces[1] = (PlanHfPiece){3, "model.layers.0.mlp.up_proj.weight", 1, 5, 9, 0, 0};
+    p->hf.pieces[0] = (PlanHfPiece){3, "model.layers.0.mlp.gate_proj.weight", 1, 0, 7, 0, 0, 0};
+    p->hf.pieces[1] = (PlanHfPiece){3, "model.layers.0.mlp.up_proj.weight", 1, 5, 9, 0, 0, 0};
     p->hf.npieces = 2;
     uint8_t *a;
     size_t n;
@@ -465,8 +465,8 @@ START_TEST(round_trip_hf) {
     plan_free(q);
     free(a);
     /* stacked pieces (one expert's tensor each): written as version 7, read back */
-    p->hf.pieces[0] = (PlanHfPiece){3, "model.layers.0.mlp.experts.0.gate_proj.weight", 0, 0, 7, 1, 0};
-    p->hf.pieces[1] = (PlanHfPiece){3, "model.layers.0.mlp.experts.1.gate_proj.weight", 0, 0, 7, 1, 1};
+    p->hf.pieces[0] = (PlanHfPiece){3, "model.layers.0.mlp.experts.0.gate_proj.weight", 0, 0, 7, 1, 0, 0};
+    p->hf.pieces[1] = (PlanHfPiece){3, "model.layers.0.mlp.experts.1.gate_proj.weight", 0, 0, 7, 1, 1, 0};
     encode(p, &a, &n);
     ck_assert_uint_eq(a[8], PLAN_VERSION_STACKED);
     q = plan_decode(a, n, "h.plan", err, sizeof err);
