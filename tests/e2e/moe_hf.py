@@ -37,6 +37,9 @@ tests/e2e/moe_hf.sh.
                      above (export, peft, same, gen), run in one process
   moe_hf.py drop DIR NAME OUT
                      DIR copied to OUT without the tensor NAME
+  moe_hf.py join DIR ADAPTER OUT
+                     DIR's tensors and those of the PEFT adapter ADAPTER in
+                     one safetensors file OUT
 """
 import json
 import os
@@ -222,6 +225,11 @@ def command(a):
         return gen(a[1], a[2], a[3], int(a[4]), a[5])
     if a[0] == "drop":
         return drop(a[1], a[2], a[3])
+    if a[0] == "join":
+        t = load_file(os.path.join(a[1], "model.safetensors"))
+        t.update(load_file(os.path.join(a[2], "adapter_model.safetensors")))
+        save_file(t, a[3], metadata={"format": "pt"})
+        return 0
     sys.exit("moe_hf.py: unknown command " + a[0])
 
 

@@ -115,9 +115,21 @@ for ct in qwen3moe:q_proj,v_proj,o_proj qwen3moe:experts.gate_up_proj,experts.do
     cat "$l.err"; bad "$ct: --from-hf --lora"
   fi
 done
-grep -q '"target_parameters": \["experts.gate_up_proj", "experts.down_proj"\]' \
-    "$W/qwen3moe-lora-experts-gate_up_proj-experts-down_proj-adapter/adapter_config.json" &&
+l=$W/qwen3moe-lora-experts-gate_up_proj-experts-down_proj
+grep -q '"target_parameters": \["experts.gate_up_proj", "experts.down_proj"\]' "$l-adapter/adapter_config.json" &&
   ok "the adapter's config names PEFT's target_parameters" || bad "no target_parameters in the experts' adapter_config.json"
+# the experts' adapter read back (--init of the checkpoint with the adapter's tensors) on 2 ranks, the
+# adapters partitioned, and written again: the same tensors, bit for bit
+{ cat "$l.zl"; echo 'plan { whole_below = 16 }'; } > "$l-2.zl"
+if "$ZINF_PY" tests/e2e/moe_hf.py join "$W/qwen3moe" "$l-adapter" "$l-both.safetensors" 2>> "$W/py.log" &&
+   "$Z/zinfc" "$l-2.zl" --target "$W/t2.zl" -o "$l-2.plan" > "$l-2.zinfc" 2>&1; then
+  timeout 120 mpirun -np 2 --oversubscribe "$Z/zinfrun" "$l-2.plan" --backend host --init "$l-both.safetensors" \
+      --data "$W/tok.bin" --steps 0 --export-hf "$l-2.out" < /dev/null > "$l-2.run" 2>&1 ||
+    { cat "$l-2.run"; bad "experts' LoRA: 2 ranks, --steps 0 --export-hf"; }
+  echo "same $l-adapter $l-2.out" >> "$W/batch"
+else
+  cat "$l-2.zinfc"; bad "experts' LoRA: the checkpoint with the adapter, or zinfc for 2 ranks"
+fi
 # the experts' per-expert linears by their checkpoint names: refused, naming PEFT's fused targets
 if "$Z/zinfc" --from-hf "$W/qwen3moe" --seq $SEQ --lora targets=gate_proj --emit=zl > /dev/null 2> "$W/lora-bad.err"; then
   bad "--lora targets=gate_proj accepted for an MoE model"
