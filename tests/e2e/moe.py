@@ -28,6 +28,7 @@ tests/e2e/moe.sh.
 import json
 import os
 import sys
+import warnings
 
 import numpy as np
 import torch
@@ -146,8 +147,10 @@ def make_model(c, seed):
     if c.get("lora"):
         from peft import LoraConfig, get_peft_model
         r, alpha = c["lora"]
-        m = get_peft_model(m, LoraConfig(r=r, lora_alpha=alpha, target_modules=[],
-                                         target_parameters=["experts.gate_up_proj", "experts.down_proj"]))
+        with warnings.catch_warnings():  # transformers' deprecation notes that peft triggers, not ours
+            warnings.simplefilter("ignore")
+            m = get_peft_model(m, LoraConfig(r=r, lora_alpha=alpha, target_modules=[],
+                                             target_parameters=["experts.gate_up_proj", "experts.down_proj"]))
         with torch.no_grad():
             for n, p in m.named_parameters():
                 if "lora_B" in n:
