@@ -393,6 +393,13 @@ START_TEST(hf_stacked) {
     p = with_stack(&w);
     p->hf.pieces[0].transpose = 1;
     expect(p, "is stacked and transposed");
+    /* PEFT's expert layouts take a rank-3 parameter whole, in one piece */
+    p = with_stack(&w);
+    p->hf.pieces[0].layout = PLAN_HF_EXPERT_ROWS;
+    expectf(p, "hf piece 0 of '%s': an expert layout takes a rank-3 parameter whole, in one piece", p->tensors[w].name);
+    p = with_stack(&w);
+    p->hf.pieces[0].layout = 3;
+    expectf(p, "hf piece 0 of '%s': layout 3", p->tensors[w].name);
 }
 END_TEST
 
