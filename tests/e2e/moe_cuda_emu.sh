@@ -13,8 +13,8 @@
 #     --backend cuda on the fake driver (tests/fakecuda) and by --backend
 #     host from the same plan: losses and gradient norms within 2e-4
 #     relative (the GPU kernels sum in another order); 1 rank with the
-#     state on the GPU, 2 ranks with it in CPU memory; and in bf16, within
-#     2e-3.
+#     state on the GPU, 2 ranks with it in CPU memory; in bf16, within
+#     2e-3; and with LoRA on the experts (lora_gate_up, lora_down), 2e-4.
 # $1: the build directory. GPU=1 (tests/gpu/run_all.sh on a GPU machine):
 # part 1 only, the kernels on the emulator, and part 2 on the real device.
 set -u
@@ -96,5 +96,10 @@ run_case gpu1 1 gpu "$ROOT/tests/e2e/models/moe-micro" 2e-4
 # two ranks (data parallel: the experts' gradients reduced over ranks), parameters and Adam state in CPU memory
 [ "${GPU:-0}" = 1 ] || run_case cpu2 2 cpu "$ROOT/tests/e2e/models/moe-micro" 2e-4
 run_case bf16 1 gpu "$W/moe-micro-bf16" 2e-3
+# LoRA on the experts (stdlib/moe.zl's lora_gate_up, lora_down: grouped GEMMs of rank 4, a split, scales)
+sed 's/shared_hidden = 32)/shared_hidden = 32, lora_rank = 4, lora_alpha = 8.0, lora_gate_up = true, lora_down = true)/;
+     s/^model moe_micro/model moe_micro_lora/' tests/e2e/models/moe-micro.zl > "$W/moe-micro-lora.zl"
+grep -q "lora_gate_up = true" "$W/moe-micro-lora.zl" || { echo "moe_cuda_emu: the LoRA variant was not made"; fail=1; }
+run_case lora 1 gpu "$W/moe-micro-lora" 2e-4
 [ $fail = 0 ] || exit 1
 echo "moe_cuda_emu: ok"
