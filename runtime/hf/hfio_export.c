@@ -455,6 +455,10 @@ int hfio_export(Rt *r, const char *dir, const HfioOptions *o, HfioReport *rep, c
     for (int g = 0; !rc && g < l.ngroups; g++) ex.merge |= l.groups[g].adapter;
     ex.peft = ex.merge && !(o && o->merge_lora);
     ex.merge &= !ex.peft;
+    for (int g = 0; !rc && ex.merge && g < l.ngroups; g++) { /* an expert adapter merges only where the ops show its weight */
+        char t[256];
+        if (l.pieces[l.groups[g].first].layout == PLAN_HF_EXPERT_ROWS) rc = hf_expert_target(r->p, &l, g, t, sizeof t, err, n);
+    }
     if (!rc) rc = hf_stage_init(&ex.st, o, err, n);
     if (!rc) rc = plan_files(&ex, ex.peft ? UINT64_MAX : o && o->max_shard_bytes ? o->max_shard_bytes : HFIO_SHARD_DEFAULT, err, n);
     if (!rc && lead) rc = export_setup(&ex, dir, err, n);
