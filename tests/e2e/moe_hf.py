@@ -28,10 +28,14 @@ tests/e2e/moe_hf.sh.
   moe_hf.py same DIR OUT
                      every tensor of OUT's safetensors equals DIR's, bit for
                      bit, and they hold the same names
-  moe_hf.py gen W C IDS N GOT
+  moe_hf.py gen W C IDS N GOT [ADAPTER]
                      transformers' greedy continuation (N new tokens) of
                      the ids IDS (1,2,3) must be the ids of file GOT
-                     (zinfgen's)
+                     (zinfgen's); with ADAPTER, of W/C with that PEFT
+                     adapter (PeftModel.from_pretrained), and GOT.logits
+                     (zinfgen --logits) the logits each token was picked
+                     from (1e-4 of their largest), which the base model's
+                     are not
   moe_hf.py batch W FILE
                      each line of FILE is the arguments of one command
                      above (export, peft, same, gen), run in one process
@@ -200,17 +204,36 @@ def same(a, b):
     return 0
 
 
-def gen(w, name, ids, n, got_file):
+def gen(w, name, ids, n, got_file, adapter=None):
     m = load(os.path.join(w, name))
+    if adapter:
+        from peft import PeftModel
+        m = PeftModel.from_pretrained(m, adapter).eval()
     x = torch.tensor([[int(i) for i in ids.split(",")]])
     with torch.no_grad():
-        y = m.generate(x, max_new_tokens=n, do_sample=False, pad_token_id=0)
+        out = m.generate(x, max_new_tokens=n, do_sample=False, pad_token_id=0, output_logits=True,
+                         return_dict_in_generate=True)
+        y = out.sequences
     want = " ".join(str(int(t)) for t in y[0, x.shape[1]:])
+    if adapter:  # the logits: PEFT's, and not the base model's
+        lw = torch.cat(out.logits).double()
+        lg = torch.tensor(np.loadtxt(got_file + ".logits", ndmin=2), dtype=torch.float64)
+        err = (lg - lw).abs().max().item() / lw.abs().max().item() if lg.shape == lw.shape else float("inf")
+        with m.disable_adapter():
+            with torch.no_grad():
+                lb = m(y[:, :-1]).logits[0, x.shape[1] - 1:].double()
+        base = (lb - lw).abs().max().item() / lw.abs().max().item()
+        if not err <= 1e-4 or base <= 1e-4:
+            print("FAIL: %s + adapter: zinfgen's logits %.2e off PEFT's (of the largest), the base model's %.2e"
+                  % (name, err, base))
+            return 1
+        print("ok   %s + PEFT adapter: zinfgen's logits %.1e off PEFT's, the base model's %.1e" % (name, err, base))
     got = open(got_file).read().strip()
     if got != want:
-        print("FAIL: %s: zinfgen greedy '%s', transformers' generate '%s'" % (name, got, want))
+        print("FAIL: %s%s: zinfgen greedy '%s', transformers' generate '%s'" % (name, " + adapter" if adapter else "", got,
+                                                                               want))
         return 1
-    print("ok   %s: zinfgen greedy '%s' = generate's" % (name, got))
+    print("ok   %s%s: zinfgen greedy '%s' = generate's" % (name, " + PEFT adapter" if adapter else "", got))
     return 0
 
 
@@ -222,7 +245,7 @@ def command(a):
     if a[0] == "same":
         return same(a[1], a[2])
     if a[0] == "gen":
-        return gen(a[1], a[2], a[3], int(a[4]), a[5])
+        return gen(a[1], a[2], a[3], int(a[4]), a[5], a[6] if len(a) > 6 else None)
     if a[0] == "drop":
         return drop(a[1], a[2], a[3])
     if a[0] == "join":

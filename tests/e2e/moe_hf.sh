@@ -18,8 +18,9 @@
 # --export-hf: the same tensors, bit for bit); LoRA on the attention and
 # on the experts (PEFT's target_parameters experts.gate_up_proj and
 # experts.down_proj) exports a PEFT adapter and a merged model that give
-# zinf's next loss (the router, and the experts by their per-expert names,
-# are refused by name); and bad input is an error naming the key or the
+# zinf's next loss, and zinfgen with the experts' adapter PEFT's tokens and
+# logits (the router, and the experts by their per-expert names, are
+# refused by name); and bad input is an error naming the key or the
 # tensor: top-k above the expert count, dense layers among the sparse ones,
 # OLMoE's clip_qkv, a checkpoint without one expert's tensor.
 #   tests/e2e/moe_hf.sh BUILD
@@ -127,6 +128,11 @@ if "$ZINF_PY" tests/e2e/moe_hf.py join "$W/qwen3moe" "$l-adapter" "$l-both.safet
       --data "$W/tok.bin" --steps 0 --export-hf "$l-2.out" < /dev/null > "$l-2.run" 2>&1 ||
     { cat "$l-2.run"; bad "experts' LoRA: 2 ranks, --steps 0 --export-hf"; }
   echo "same $l-adapter $l-2.out" >> "$W/batch"
+  # zinfgen with the experts' adapter (KV cache) against PEFT's generate
+  "$Z/zinfgen" "$l.plan" --init "$l-both.safetensors" --prompt-ids 5,17,40 --temperature 0 --max-new 5 --logits "$l.gen.logits" \
+      > "$l.gen" 2> "$l.gen.err" ||
+    { cat "$l.gen.err"; bad "experts' LoRA: zinfgen"; }
+  echo "gen $W qwen3moe 5,17,40 5 $l.gen $l-adapter" >> "$W/batch"
 else
   cat "$l-2.zinfc"; bad "experts' LoRA: the checkpoint with the adapter, or zinfc for 2 ranks"
 fi
