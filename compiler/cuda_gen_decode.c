@@ -83,7 +83,7 @@ enum {
     decode_scale = DECODE_RUN,
     decode_linxent = DECODE_LOSS,
     decode_moe = DECODE_NONE,
-    decode_gmlp = DECODE_NONE, /* the tiled MLP has no CUDA kernels (cg_gen_gmlp) */
+    decode_gmlp = DECODE_NONE, /* the tiled MLP: no decode entry (zinfgen's host decoder runs it a row at a time) */
 };
 static const unsigned char decode_use[PRIM_COUNT] = {
 #define PRIM(id, name, nin_min, nin_max, nout, family) [PRIM_##id] = decode_##family,

@@ -381,12 +381,3 @@ void cg_gen_matmul(GenCtx *c, bool bwd) {
         gemm_w_rows(c, bwd, &t, &r, M, K, N, rows, r0);
     }
 }
-
-/* gated_mlp (the MLP tiled by rows) has host kernels only
- * (runtime/hostk/hostk_gmlp.c): a CUDA plan that tiles the MLP is refused
- * here, by name. */
-void cg_gen_gmlp(GenCtx *c, bool bwd) {
-    (void)bwd;
-    cg_fail(c, "gated_mlp (the MLP tiled by rows) has no CUDA kernels yet: it runs on the host backend; plan with "
-               "plan { mlp_tile = 0 } to keep the MLP's ops as written");
-}

@@ -163,7 +163,7 @@ void cg_gen_attention(GenCtx *c, bool bwd); /* cuda_gen_attention.c */
 void cg_gen_embedding(GenCtx *c, bool bwd); /* cuda_gen_embedding.c */
 void cg_gen_xent(GenCtx *c, bool bwd);      /* cuda_gen_xent.c */
 void cg_gen_linxent(GenCtx *c, bool bwd);   /* cuda_gen_xent.c */
-void cg_gen_gmlp(GenCtx *c, bool bwd);      /* cuda_gen_gemm.c */
+void cg_gen_gmlp(GenCtx *c, bool bwd);      /* cuda_gen_gmlp.c */
 void cg_gen_adam(GenCtx *c);                /* cuda_gen_adam.c */
 
 #endif

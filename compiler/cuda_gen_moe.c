@@ -4,15 +4,18 @@
  *
  * moe_expert is dropless with buffers fixed at compile time: the routing
  * varies, the n = R*k (row, slot) pairs do not. Its workspace holds the
- * error word, start[E+1] and order[n] (the pairs listed expert by expert on
- * the device, zk_moe_route), nothing else. The grouped products read
- * the counts on the device: their grid is the bound on the 64-row tiles of
- * the segments, ceil(n/64) + min(E, n), which holds whatever the routing
- * (every token on one expert, experts with no token); the weight gradient
- * has a block per expert and tile of w[e]. The input gradient of x with a
- * row per token runs one slot at a time (k passes of R pairs, each row once
- * a pass), accumulating into dx without a buffer or atomics, the slots of a
- * row in slot order. */
+ * error word, start[E+1], order[n] and pos[n] (the pairs listed expert by
+ * expert on the device, zk_moe_route) and two gathered blocks [n, I] and
+ * [n, O]: rows copied in by zk_moe_gather, contiguous by expert, and
+ * copied or added back by zk_moe_scatter. The products between them
+ * (zk_moe_gemm_*) run through cuBLASLt at run time, one call per expert
+ * with rows (runtime/gpu/cumoe.c), or as these NVRTC launches without it;
+ * their grid is the bound on the 64-row tiles of the segments, ceil(n/64)
+ * + min(E, n), which holds whatever the routing (every token on one
+ * expert, experts with no token); the weight gradient has a block per
+ * expert and tile of w[e]. The input gradient of x with a row per token is
+ * added by the scatter, a thread per element summing a row's slots in slot
+ * order: no atomics. */
 #include <inttypes.h>
 #include "cuda_gen_impl.h"
 
@@ -88,23 +91,61 @@ static void gen_gate(GenCtx *c, bool bwd) {
     arg_ws(k, err);
 }
 
-/* A grouped product of moe_expert, zk_moe_gemm_fwd or zk_moe_gemm_dx: the
- * tensors ts[0..3) (the result first), the pairs as start and order list
- * them, the sizes E, O, I and kdiv; a block per 64 of the result's cols
- * columns and per 64-row tile of the pairs (at most tiles of them). */
+/* A grouped product of moe_expert on the gathered rows, zk_moe_gemm_fwd or
+ * zk_moe_gemm_dx: the result ws block c, A ws block a, the weights w, a
+ * block per 64 of the result's cols columns and per 64-row tile of the
+ * pairs (at most tiles of them). The argument list is what runtime/gpu
+ * reads to run the same product through cuBLASLt (docs/kernels.md). */
 static void grouped_gemm(GenCtx *c, DType dt, const char *entry, const char *role, int64_t cols, int64_t tiles,
-                         const int *ts, int64_t start, int64_t order, const int64_t *sizes) {
+                         int64_t cws, int64_t aws, int w, int64_t start, const int64_t *sizes) {
     CudaKernel *k = cg_kdt(c, "moe", dt, entry, role);
     k->grid[0] = cg_gdim(c, (cols + MOE_TILE - 1) / MOE_TILE, 2147483647);
     k->grid[1] = cg_gdim(c, tiles, 65535);
     k->block[0] = MOE_BLOCK;
-    for (int i = 0; i < 3; i++) arg_t(k, ts[i]);
+    arg_ws(k, cws);
+    arg_ws(k, aws);
+    arg_t(k, w);
     arg_ws(k, start);
-    arg_ws(k, order);
-    for (int i = 0; i < 4; i++) arg_i(k, sizes[i]);
+    for (int i = 0; i < 3; i++) arg_i(k, sizes[i]);
 }
 
-/* moe_expert: x [R, I] (a row per token) or [R*k, I], idx [R, k], w [E, O, I]. */
+/* zk_moe_gather: the n rows of src (row order[q] / div, cols columns) into the ws block dst. */
+static void gather(GenCtx *c, DType dt, const char *role, int64_t dst, int src, int64_t start, int64_t order, int64_t n,
+                   int64_t E, int64_t cols, int64_t div) {
+    CudaKernel *k = cg_kdt(c, "moe", dt, "zk_moe_gather", role);
+    elementwise_grid(k, n * cols);
+    arg_ws(k, dst);
+    arg_t(k, src);
+    arg_ws(k, start);
+    arg_ws(k, order);
+    arg_i(k, n);
+    arg_i(k, E);
+    arg_i(k, cols);
+    arg_i(k, div);
+}
+
+/* zk_moe_scatter: the ws block src back to dst's rows rows of group pairs each. */
+static void scatter(GenCtx *c, DType dt, const char *role, int dst, int64_t src, int64_t pos, int64_t rows, int64_t group,
+                    int64_t cols, bool acc) {
+    CudaKernel *k = cg_kdt(c, "moe", dt, "zk_moe_scatter", role);
+    elementwise_grid(k, rows * cols);
+    arg_t(k, dst);
+    arg_ws(k, src);
+    arg_ws(k, pos);
+    arg_i(k, rows);
+    arg_i(k, group);
+    arg_i(k, cols);
+    arg_i(k, acc);
+}
+
+/* moe_expert: x [R, I] (a row per token) or [R*k, I], idx [R, k], w [E, O, I].
+ * Workspace: the error word, start [E+1], order [n], pos [n] (int32), and
+ * two gathered blocks, [n, I] and [n, O] in the op's dtype: sized by n =
+ * R*k, which no routing changes. Forward: route, gather x, the products
+ * into the [n, O] block, scatter it to y. Backward: route, gather dy (and
+ * x for dw), dw[e] += dyg_e^T xg_e, then dxg = dyg_e w[e] into the [n, I]
+ * block (xg is read no more) and dx += its rows, a row's slots in slot
+ * order. */
 static void gen_expert(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
     int x = o->in[0], idx = o->in[1], w = o->in[2];
@@ -113,8 +154,8 @@ static void gen_expert(GenCtx *c, bool bwd) {
         cg_fail(c, "moe_expert needs w [E, O, I] and i32 idx");
         return;
     }
-    int64_t slots = last_dim(Ix), n = Ix->numel, E = W->dims[0], O = W->dims[1], I = W->dims[2];
-    int64_t kdiv = X->numel / I == n ? 1 : slots;
+    int64_t n = Ix->numel, E = W->dims[0], O = W->dims[1], I = W->dims[2];
+    int64_t kdiv = X->numel / I == n ? 1 : last_dim(Ix);
     if (n > INT32_MAX) {
         cg_fail(c, "%" PRId64 " routed (row, expert) pairs do not fit the 32-bit pair list of the kernels", n);
         return;
@@ -124,61 +165,47 @@ static void gen_expert(GenCtx *c, bool bwd) {
     int ts[5] = {x, w, dy, dx, dw};
     DType dt;
     if (!moe_dtype(c, ts, 5, &dt)) return;
+    int64_t es = dtype_size(dt);
     int64_t err = cg_err_word(c, dt, "moe_expert idx");
-    int64_t start = cg_ws_alloc(c, (E + 1) * 4), order = cg_ws_alloc(c, n * 4);
-    const int64_t sizes[4] = {E, O, I, kdiv};
-    /* the pairs of all slots (the forward, dw, dx with a row per pair) or of slot `slot` */
-    CudaKernel *k;
-#define ROUTE(slot_)                                                                                                     \
-    k = cg_kdt(c, "moe", dt, "zk_moe_route",                                                                            \
-               (slot_) < 0 ? "list the (row, slot) pairs by expert"                                                     \
-                           : arena_printf(c->cg->arena, "list slot %" PRId64 "'s pairs by expert", (int64_t)(slot_))); \
-    k->block[0] = MOE_BLOCK;                                                                                             \
-    arg_ws(k, start);                                                                                                    \
-    arg_ws(k, order);                                                                                                    \
-    arg_t(k, idx);                                                                                                       \
-    arg_i(k, n);                                                                                                         \
-    arg_i(k, E);                                                                                                         \
-    arg_i(k, slots);                                                                                                     \
-    arg_i(k, (slot_));                                                                                                   \
-    arg_ws(k, err)
-    /* the 64-row tiles of m pairs cut by expert: at most ceil(m/64) + min(E, m), whatever the routing */
-#define TILES(m) ((m) + MOE_TILE - 1) / MOE_TILE + (E < (m) ? E : (m))
+    int64_t start = cg_ws_alloc(c, (E + 1) * 4), order = cg_ws_alloc(c, n * 4), pos = cg_ws_alloc(c, n * 4);
+    int64_t bi = cg_ws_alloc(c, n * I * es), bo = cg_ws_alloc(c, n * O * es); /* gathered [n, I], [n, O] */
+    const int64_t sizes[3] = {E, O, I};
+    /* the 64-row tiles of the n pairs cut by expert: at most ceil(n/64) + min(E, n), whatever the routing */
+    int64_t tiles = (n + MOE_TILE - 1) / MOE_TILE + (E < n ? E : n);
+    CudaKernel *k = cg_kdt(c, "moe", dt, "zk_moe_route", "list the (row, slot) pairs by expert");
+    k->block[0] = MOE_BLOCK;
+    arg_ws(k, start);
+    arg_ws(k, order);
+    arg_ws(k, pos);
+    arg_t(k, idx);
+    arg_i(k, n);
+    arg_i(k, E);
+    arg_ws(k, err);
     if (!bwd) {
-        ROUTE(-1);
-        grouped_gemm(c, dt, "zk_moe_gemm_fwd", "y[p] = w[idx[p]] x[p], grouped by expert", O, TILES(n),
-                     (int[]){dy, x, w}, start, order, sizes);
+        gather(c, dt, "xg = x's rows by expert", bi, x, start, order, n, E, I, kdiv);
+        grouped_gemm(c, dt, "zk_moe_gemm_fwd", "yg = xg w[e]^T, expert by expert", O, tiles, bo, bi, w, start, sizes);
+        scatter(c, dt, "y[p] = yg[pos[p]]", dy, bo, pos, n, 1, O, false);
         return;
     }
-    /* dx: one pass of all pairs (a row per pair), or one pass per slot (a row per token: each row once a pass) */
-    for (int64_t s = 0; dx >= 0 && s < (kdiv > 1 ? slots : 1); s++) {
-        int64_t m = kdiv > 1 ? n / slots : n;
-        ROUTE(kdiv > 1 ? s : -1);
-        grouped_gemm(c, dt, "zk_moe_gemm_dx",
-                     kdiv > 1 ? arena_printf(c->cg->arena, "dx[r] += dy[r, %" PRId64 "] w[idx[r, %" PRId64 "]], grouped by expert", s, s)
-                              : "dx[p] += dy[p] w[idx[p]], grouped by expert",
-                     I, TILES(m), (int[]){dx, dy, w}, start, order, sizes);
-    }
+    gather(c, dt, "dyg = dy's rows by expert", bo, dy, start, order, n, E, O, 1);
     if (dw >= 0) {
-        if (dx < 0 || kdiv > 1) {
-            ROUTE(-1);
-        }
-        k = cg_kdt(c, "moe", dt, "zk_moe_gemm_dw", "dw[e] += dy_e^T x_e over expert e's pairs");
+        gather(c, dt, "xg = x's rows by expert", bi, x, start, order, n, E, I, kdiv);
+        k = cg_kdt(c, "moe", dt, "zk_moe_gemm_dw", "dw[e] += dyg_e^T xg_e, expert by expert");
         k->grid[0] = cg_gdim(c, (I + MOE_TILE - 1) / MOE_TILE, 2147483647);
         k->grid[1] = cg_gdim(c, (O + MOE_TILE - 1) / MOE_TILE, 65535);
         k->grid[2] = cg_gdim(c, E, 65535);
         k->block[0] = MOE_BLOCK;
         arg_t(k, dw);
-        arg_t(k, dy);
-        arg_t(k, x);
+        arg_ws(k, bo);
+        arg_ws(k, bi);
         arg_ws(k, start);
-        arg_ws(k, order);
-        arg_i(k, O);
-        arg_i(k, I);
-        arg_i(k, kdiv);
+        for (int i = 0; i < 3; i++) arg_i(k, sizes[i]);
     }
-#undef ROUTE
-#undef TILES
+    if (dx >= 0) {
+        grouped_gemm(c, dt, "zk_moe_gemm_dx", "dxg = dyg w[e], expert by expert", I, tiles, bi, bo, w, start, sizes);
+        scatter(c, dt, kdiv > 1 ? "dx[r] += dxg[pos[r, j]] over the slots j" : "dx[p] += dxg[pos[p]]", dx, bi, pos,
+                n / kdiv, kdiv, I, true);
+    }
 }
 
 /* A launch of moe_combine or moe_shared_gate: a "moe" kernel of the tensors

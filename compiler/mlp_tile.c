@@ -179,10 +179,42 @@ static uint64_t lin_bytes(DType dt, uint64_t vnumel, const GTensor *w, uint64_t 
     return ga + gb + gy + (ga > gb ? ga : gb);
 }
 
-/* The workspace of gated_mlp op o at C rows a tile (C <= 0: its own rows attribute, clamped to the rows). */
-static uint64_t op_ws_bytes(const Graph *g, const GOp *o, int64_t C) {
+/* x [..., D], g [D], w_gate and w_up [D, I], w_down [I, D], each adapter
+ * [in, r] and [r, out] (what prim.c's rule checks; a graph built by hand
+ * may not hold it). */
+static bool gmlp_shapes_ok(const Graph *g, const GOp *o, int nf) {
+    const GTensor *x = &g->tensors[o->in[0]], *gn = &g->tensors[o->in[1]], *w[3];
+    for (int k = 0; k < 3; k++) w[k] = &g->tensors[o->in[2 + k]];
+    if (x->rank < 1 || gn->rank != 1 || w[0]->rank != 2 || w[1]->rank != 2 || w[2]->rank != 2) return false;
+    int64_t D = x->dims[x->rank - 1], I = w[0]->dims[1];
+    if (D < 1 || I < 1 || gn->dims[0] != D || w[0]->dims[0] != D || w[1]->dims[0] != D || w[1]->dims[1] != I ||
+        w[2]->dims[0] != I || w[2]->dims[1] != D)
+        return false;
+    for (int k = 0; nf == 11 && k < 3; k++) {
+        int a = o->in[5 + 2 * k], b = o->in[6 + 2 * k];
+        if (a < 0 && b < 0) continue;
+        if (a < 0 || b < 0) return false;
+        const GTensor *A = &g->tensors[a], *B = &g->tensors[b];
+        int64_t vin = k < 2 ? D : I, out = k < 2 ? I : D;
+        if (A->rank != 2 || B->rank != 2 || A->dims[0] != vin || A->dims[1] < 1 || B->dims[0] != A->dims[1] || B->dims[1] != out)
+            return false;
+    }
+    return true;
+}
+
+/* The regions of gated_mlp op o's workspace at C rows a tile (C <= 0: its
+ * own rows attribute, clamped to the rows), in hostk_gmlp.c's order:
+ * false when o is not a gated_mlp op with its five tensors. */
+bool mlp_tile_layout(const Graph *g, const GOp *o, int64_t C, MlpTileWs *w) {
+    bool bwd = o->kind == OP_BWD;
+    int nf = bwd ? o->nfin : o->nin, yt = bwd ? (nf < o->nin ? o->in[nf] : -1) : o->out[0];
+    if (o->prim != PRIM_GATED_MLP || (nf != 5 && nf != 11) || yt < 0) return false;
+    for (int k = 0; k < 5; k++)
+        if (o->in[k] < 0) return false;
+    if (!gmlp_shapes_ok(g, o, nf)) return false;
+    memset(w, 0, sizeof *w);
     const GTensor *x = &g->tensors[o->in[0]], *wg = &g->tensors[o->in[2]];
-    DType dt = g->tensors[o->out[0]].dtype;
+    DType dt = g->tensors[yt].dtype;
     uint64_t D = (uint64_t)x->dims[x->rank - 1], I = (uint64_t)wg->dims[1], R = D ? (uint64_t)x->numel / D : 0, ed = dsize(dt);
     uint64_t c;
     if (C > 0) c = (uint64_t)C;
@@ -191,30 +223,52 @@ static uint64_t op_ws_bytes(const Graph *g, const GOp *o, int64_t C) {
         c = rows <= 0 || (uint64_t)rows > R ? R : (uint64_t)rows;
     }
     if (c < 1) c = 1;
+    w->rows = (int64_t)c;
+    uint64_t n = 0;
+#define TAKE(field, bytes) (w->field = n, n += align64(bytes))
+    TAKE(n, c * D * ed);
+    TAKE(dn, c * D * ed);
+    for (int i = 0; i < 8; i++) TAKE(mid[i], c * I * ed);
     /* the norm family: rstd and partial sums of a tile, then room for offset + g */
-    uint64_t n = 2 * align64(c * D * ed) + 8 * align64(c * I * ed) + align64(align64(align64(4 * c) + norm_partial((int64_t)c, (int64_t)D)) + 4 * D);
+    w->norm_bytes = align64(align64(align64(4 * c) + norm_partial((int64_t)c, (int64_t)D)) + 4 * D);
+    TAKE(norm, w->norm_bytes);
     uint64_t lw = 0;
     for (int k = 0; k < 3; k++) {
         uint64_t vin = k < 2 ? D : I, out = k < 2 ? I : D;
         uint64_t b = lin_bytes(dt, c * vin, &g->tensors[o->in[2 + k]], c * out);
         lw = b > lw ? b : lw;
-        if (o->nin < 11 || o->in[5 + 2 * k] < 0) continue;
+        if (nf < 11 || o->in[5 + 2 * k] < 0) continue;
         const GTensor *A = &g->tensors[o->in[5 + 2 * k]];
         uint64_t r = (uint64_t)A->dims[1];
         b = lin_bytes(dt, c * vin, A, c * r);
         lw = b > lw ? b : lw;
         b = lin_bytes(dt, c * r, &g->tensors[o->in[6 + 2 * k]], c * out);
         lw = b > lw ? b : lw;
-        n += 4 * align64(c * out * ed) + 2 * align64(c * r * ed);
     }
-    n += align64(lw);
+    w->lin_bytes = align64(lw);
+    TAKE(lin, w->lin_bytes);
+    for (int k = 0; k < 3; k++) {
+        if (nf < 11 || o->in[5 + 2 * k] < 0) continue;
+        uint64_t out = k < 2 ? I : D, r = (uint64_t)g->tensors[o->in[5 + 2 * k]].dims[1];
+        for (int j = 0; j < 4; j++) TAKE(ad[k][j], c * out * ed);
+        for (int j = 4; j < 6; j++) TAKE(ad[k][j], c * r * ed);
+    }
+#undef TAKE
     /* fp32 accumulators of the wanted gradients that are not f32 */
-    for (int i = 1; i < o->nin; i++) {
+    for (int i = 0; i < 11; i++) w->acc[i] = -1;
+    for (int i = 1; i < nf; i++) {
         int t = o->in[i];
         if (t < 0 || (o->iattr[IA_GATED_MLP_FROZEN] >> i & 1) || g->tensors[t].dtype == DT_F32) continue;
+        w->acc[i] = (int64_t)n;
         n += align64(4 * (uint64_t)g->tensors[t].numel);
     }
-    return n;
+    w->total = n;
+    return true;
+}
+
+static uint64_t op_ws_bytes(const Graph *g, const GOp *o, int64_t C) {
+    MlpTileWs w;
+    return mlp_tile_layout(g, o, C, &w) ? w.total : 0;
 }
 
 static bool is_gmlp(const GOp *o) { return o->kind == OP_FWD && o->prim == PRIM_GATED_MLP && (o->nin == 5 || o->nin == 11) && o->out[0] >= 0; }

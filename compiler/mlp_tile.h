@@ -55,4 +55,24 @@ int mlp_tile_apply(Graph *g, int64_t rows);
  * host backend, the working budget) free for it. */
 uint64_t mlp_tile_workspace_bytes(const Graph *g);
 
+/* The regions of one gated_mlp op's workspace, bytes from its start, as
+ * runtime/hostk/hostk_gmlp.c lays them out (each 64-byte aligned). The
+ * CUDA kernels (compiler/cuda_gen_gmlp.c) use the same regions, so the
+ * op's workspace is the bytes mlp_tile_workspace_bytes charges on either
+ * backend. */
+typedef struct MlpTileWs {
+    int64_t rows;              /* C: rows a tile */
+    uint64_t n, dn;            /* the norm's output and its gradient, [C, D] */
+    uint64_t mid[8];           /* a, s, u, h and dh, ds, du, da: [C, I] */
+    uint64_t norm, norm_bytes; /* the norm's scratch */
+    uint64_t lin, lin_bytes;   /* the linears' scratch */
+    uint64_t ad[3][6];         /* per adapter (gate, up, down; width O = I, I, D): base, q, qs, dq [C, O], p, dp [C, r] */
+    int64_t acc[11];           /* input i's fp32 gradient accumulator (wanted and not f32); -1: none */
+    uint64_t total;
+} MlpTileWs;
+/* The layout of gated_mlp op o (forward or backward) at C rows a tile
+ * (C <= 0: its rows attribute); false when o is not such an op with its
+ * five tensors. */
+bool mlp_tile_layout(const Graph *g, const GOp *o, int64_t C, MlpTileWs *w);
+
 #endif

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -251,9 +252,15 @@ static Comm C;
 static volatile sig_atomic_t stop_signal;
 static char stop_line[1200];
 static size_t stop_line_len;
+/* Signals taken so far. The process has threads (I/O, the optimizer), and
+ * two signals sent together may be handled at once on two of them: a
+ * plain test of stop_signal would let both count as the first. A
+ * lock-free atomic is async-signal-safe. */
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the stop-signal count must be lock-free to be used in a handler");
+static atomic_int stop_signals_taken;
 
 static void on_stop_signal(int sig) {
-    if (stop_signal) {
+    if (atomic_fetch_add(&stop_signals_taken, 1) > 0) {
         static const char again[] = "zinfrun: interrupted again: exiting now, without a checkpoint of the step in progress\n";
         if (stop_line_len && write(2, again, sizeof again - 1) < 0) _exit(128 + sig);
         _exit(128 + sig);
@@ -275,6 +282,9 @@ static void catch_stop_signals(const char *ckpt_dir, bool lead) {
     sa.sa_handler = on_stop_signal;
     sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGINT);  /* on one thread, one handler at a time */
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sigaddset(&sa.sa_mask, SIGUSR1);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);

@@ -40,7 +40,11 @@ run_one() { # name command...
   esac
   end=$(date +%s)
   printf '%-5s %-40s %4ss  [%s]\n' "$status" "$name" "$((end - start))" "$MODE"
-  if [ $status = FAIL ]; then sed 's/^/    | /' "$log" | tail -40; fi
+  # the failed checks first (with what each printed after it), then the log's end
+  if [ $status = FAIL ]; then
+    grep -A6 '^FAIL' "$log" | head -30 | sed 's/^/    ! /'
+    sed 's/^/    | /' "$log" | tail -40
+  fi
   if [ $status = SKIP ]; then grep '^skip: ' "$log" | sed 's/^/    | /'; fi
 }
 

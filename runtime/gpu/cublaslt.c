@@ -95,6 +95,7 @@ void cublaslt_close(CublasLt *lt) {
         if (s->lc) lt->MatrixLayoutDestroy(s->lc);
     }
     free(lt->shapes);
+    free(lt->slots);
     if (lt->handle) lt->Destroy(lt->handle);
     if (lt->lock_ok) pthread_mutex_destroy(&lt->lock);
     if (lt->lib) dlclose(lt->lib);
@@ -150,11 +151,47 @@ static int op_desc(CublasLt *lt, const PlanGemm *g, CUdeviceptr bias, cublasLtMa
     return 0;
 }
 
+/* FNV-1a of a key (memset before it is filled: padding included). */
+static uint64_t key_hash(const LtKey *key) {
+    const unsigned char *b = (const unsigned char *)key;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < sizeof *key; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* The slot of key in the hash index: its entry + 1, or 0 where it would go. */
+static uint32_t *slot_of(CublasLt *lt, const LtKey *key) {
+    uint32_t mask = lt->nslots - 1, i = (uint32_t)key_hash(key) & mask;
+    while (lt->slots[i] && memcmp(&lt->shapes[lt->slots[i] - 1].key, key, sizeof *key)) i = (i + 1) & mask;
+    return &lt->slots[i];
+}
+
+/* The index over the shapes, at most half full. The expert products of a
+ * mixture of experts make a shape per distinct row count a step brings,
+ * so the cache can hold thousands: a lookup must not walk them. */
+static bool grow_index(CublasLt *lt) {
+    if (lt->nslots && (lt->nshapes + 1) * 2 <= lt->nslots) return true;
+    uint32_t ns = lt->nslots ? lt->nslots * 2 : 64;
+    uint32_t *sl = calloc(ns, sizeof *sl);
+    if (!sl) return false;
+    free(lt->slots);
+    lt->slots = sl;
+    lt->nslots = ns;
+    for (uint32_t i = 0; i < lt->nshapes; i++) *slot_of(lt, &lt->shapes[i].key) = i + 1;
+    return true;
+}
+
 /* The cache entry of key, asking the heuristic the first time; the caller
  * holds the lock. NULL with err on failure. */
 static LtShape *shape_of(CublasLt *lt, const PlanGemm *g, const LtKey *key, char *err, size_t n) {
-    for (uint32_t i = 0; i < lt->nshapes; i++)
-        if (!memcmp(&lt->shapes[i].key, key, sizeof *key)) return &lt->shapes[i];
+    if (lt->nslots) {
+        uint32_t at = *slot_of(lt, key);
+        if (at) return &lt->shapes[at - 1];
+    }
+    if (!grow_index(lt)) {
+        errorf(err, n, "cuBLASLt: out of memory");
+        return NULL;
+    }
     if (lt->nshapes == lt->cap) {
         uint32_t nc = lt->cap ? lt->cap * 2 : 32;
         LtShape *ns = realloc(lt->shapes, sizeof *ns * nc);
@@ -165,6 +202,7 @@ static LtShape *shape_of(CublasLt *lt, const PlanGemm *g, const LtKey *key, char
         lt->shapes = ns;
         lt->cap = nc;
     }
+    *slot_of(lt, key) = lt->nshapes + 1; /* filled below; a failed entry stays (its layouts are freed at close) */
     LtShape *s = &lt->shapes[lt->nshapes];
     memset(s, 0, sizeof *s);
     s->key = *key;
@@ -209,29 +247,44 @@ static LtShape *shape_of(CublasLt *lt, const PlanGemm *g, const LtKey *key, char
     return rc ? NULL : s;
 }
 
+/* The cache key of g on these operands. */
+static void key_of(const PlanGemm *g, const LtOperands *o, LtKey *key) {
+    memset(key, 0, sizeof *key); /* compared with memcmp and hashed: padding too */
+    key->dtype = g->dtype;
+    key->flags = g->flags & (PLAN_GEMM_TA | PLAN_GEMM_TB);
+    key->bias = g->bias >= 0;
+    key->m = g->m;
+    key->n = g->n;
+    key->k = g->k;
+    key->lda = g->lda;
+    key->ldb = g->ldb;
+    key->ldc = g->ldc;
+    key->batch = g->batch;
+    key->sa = g->stride_a;
+    key->sb = g->stride_b;
+    key->sc = g->stride_c;
+    key->ws_bytes = g->ws_bytes;
+    key->align[0] = align_of(o->b + (CUdeviceptr)g->off_b);
+    key->align[1] = align_of(o->a + (CUdeviceptr)g->off_a);
+    key->align[2] = key->align[3] = align_of(o->c + (CUdeviceptr)g->off_c);
+}
+
+int cublaslt_check(CublasLt *lt, const PlanGemm *g, const LtOperands *o, char *err, size_t n) {
+    LtKey key;
+    key_of(g, o, &key);
+    pthread_mutex_lock(&lt->lock);
+    LtShape *s = shape_of(lt, g, &key, err, n);
+    bool ok = s && s->ok;
+    pthread_mutex_unlock(&lt->lock);
+    return !s ? -1 : ok ? 0 : 1;
+}
+
 int cublaslt_gemm(CublasLt *lt, const PlanGemm *g, const LtOperands *o, CUstream stream, char *err, size_t n) {
     CUdeviceptr c = o->c + (CUdeviceptr)g->off_c, a = o->a + (CUdeviceptr)g->off_a, b = o->b + (CUdeviceptr)g->off_b;
     CUdeviceptr ws = g->ws_bytes ? o->ws + (CUdeviceptr)g->ws_off : 0;
     if (g->ws_bytes && !o->ws) return errorf(err, n, "cuBLASLt gemm of launch %u: no workspace bound", g->launch);
     LtKey key;
-    memset(&key, 0, sizeof key); /* compared with memcmp: padding too */
-    key.dtype = g->dtype;
-    key.flags = g->flags & (PLAN_GEMM_TA | PLAN_GEMM_TB);
-    key.bias = g->bias >= 0;
-    key.m = g->m;
-    key.n = g->n;
-    key.k = g->k;
-    key.lda = g->lda;
-    key.ldb = g->ldb;
-    key.ldc = g->ldc;
-    key.batch = g->batch;
-    key.sa = g->stride_a;
-    key.sb = g->stride_b;
-    key.sc = g->stride_c;
-    key.ws_bytes = g->ws_bytes;
-    key.align[0] = align_of(b);
-    key.align[1] = align_of(a);
-    key.align[2] = key.align[3] = align_of(c);
+    key_of(g, o, &key);
     pthread_mutex_lock(&lt->lock);
     LtShape *s = shape_of(lt, g, &key, err, n);
     bool ok = s && s->ok;

@@ -53,6 +53,7 @@ typedef struct CublasLt {
     bool lock_ok;
     LtShape *shapes;
     uint32_t nshapes, cap;
+    uint32_t *slots, nslots;   /* hash index over shapes: entry + 1, 0 empty; nslots a power of two */
     uint64_t calls, fallbacks; /* matmuls run; gemms no algorithm served (their launch ran) */
 } CublasLt;
 
@@ -75,6 +76,12 @@ typedef struct LtOperands {
  * algorithm for it (the caller runs the GEMM's launch instead), -1 with the
  * failing call and cuBLASLt's message in err. */
 int cublaslt_gemm(CublasLt *lt, const PlanGemm *g, const LtOperands *o, CUstream s, char *err, size_t errlen);
+
+/* Whether cuBLASLt has an algorithm for g on these operands (asking the
+ * heuristic once per shape, as cublaslt_gemm does), without running it:
+ * 0 it has, 1 it has none, -1 with err on failure. For a caller that
+ * must know before it runs a group of gemms that all of them will. */
+int cublaslt_check(CublasLt *lt, const PlanGemm *g, const LtOperands *o, char *errbuf, size_t errlen);
 
 /* "libcublasLt.so.13 13.1.0" */
 const char *cublaslt_describe(const CublasLt *lt, char *buf, size_t n);

@@ -78,8 +78,14 @@ static int load_code(CuExec *x, const Plan *p, char *err, size_t n) {
 static int open_gemms(CuExec *x, const Plan *p, const char *off, char *err, size_t n) {
     x->gemm_of = malloc(sizeof *x->gemm_of * (p->nlaunches ? p->nlaunches : 1));
     if (!x->gemm_of) return errorf(err, n, "rank %d: out of memory", x->rank);
+    x->moe_of = calloc(p->nlaunches ? p->nlaunches : 1, sizeof *x->moe_of);
+    if (!x->moe_of) return errorf(err, n, "rank %d: out of memory", x->rank);
     uint32_t nlt = 0;
-    for (uint32_t li = 0; li < p->nlaunches; li++) x->gemm_of[li] = -1;
+    for (uint32_t li = 0; li < p->nlaunches; li++) {
+        x->gemm_of[li] = -1;
+        x->moe_of[li] = (uint8_t)cumoe_kind(p, li);
+        x->nmoe += x->moe_of[li] != CUMOE_NONE;
+    }
     for (uint32_t i = 0; i < p->ngemms; i++)
         if (p->gemms[i].path == PLAN_GEMM_LT) {
             const PlanGemm *g = &p->gemms[i];
@@ -87,7 +93,7 @@ static int open_gemms(CuExec *x, const Plan *p, const char *off, char *err, size
             if ((uint64_t)(g->ws_off + g->ws_bytes) > x->lt_ws_bytes) x->lt_ws_bytes = (uint64_t)(g->ws_off + g->ws_bytes);
             nlt++;
         }
-    if (!nlt) snprintf(x->lt_why, sizeof x->lt_why, "%s", p->version < 4 ? "a version-3 plan describes no GEMMs" : "the plan gives cuBLASLt none");
+    if (!nlt && !x->nmoe) snprintf(x->lt_why, sizeof x->lt_why, "%s", p->version < 4 ? "a version-3 plan describes no GEMMs" : "the plan gives cuBLASLt none");
     else if (off) snprintf(x->lt_why, sizeof x->lt_why, "cuBLASLt off: %s", off);
     else if (cublaslt_open(&x->lt, x->lt_why, sizeof x->lt_why) == 0) x->lt_on = true;
     if (!x->lt_on) x->lt_ws_bytes = 0; /* the launches need none */
@@ -108,10 +114,16 @@ const char *cuexec_gemm_summary(const CuExec *x, const Plan *p, char *buf, size_
                          nlt == 1 ? "" : "s", ngemm - nlt);
         if (nsum && k > 0 && (size_t)k < n)
             k += snprintf(buf + k, n - (size_t)k, " (%u %s)", nsum, plan_gemm_why_names[PLAN_GEMM_WHY_BATCH_SUM]);
+        if (x->nmoe && k > 0 && (size_t)k < n)
+            k += snprintf(buf + k, n - (size_t)k, "; expert GEMMs of %u moe_expert launch%s per expert", x->nmoe,
+                          x->nmoe == 1 ? "" : "es");
         if (x->lt_ws_bytes && k > 0 && (size_t)k < n)
             snprintf(buf + k, n - (size_t)k, "; workspace %s per queue", plan_bytes_str(x->lt_ws_bytes, w, sizeof w));
     } else {
-        snprintf(buf, n, "NVRTC for all %u GEMM%s (%s)", ngemm, ngemm == 1 ? "" : "s", x->lt_why);
+        int k = snprintf(buf, n, "NVRTC for all %u GEMM%s", ngemm, ngemm == 1 ? "" : "s");
+        if (x->nmoe && k > 0 && (size_t)k < n)
+            k += snprintf(buf + k, n - (size_t)k, " and %u moe_expert launch%s", x->nmoe, x->nmoe == 1 ? "" : "es");
+        if (k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, " (%s)", x->lt_why);
     }
     return buf;
 }
@@ -203,6 +215,7 @@ void cuexec_close(CuExec *x) {
     free(x->modules);
     free(x->funcs);
     free(x->gemm_of);
+    free(x->moe_of);
     cudrv_close(&x->drv);
     memset(x, 0, sizeof *x);
 }
@@ -259,6 +272,21 @@ int cuexec_launch(CuExec *x, const Plan *p, uint32_t li, const CuExecBind *b, CU
         int rc = cublaslt_gemm(&x->lt, g, &o, s, err, n);
         if (rc <= 0) return rc;
         /* no algorithm for this shape: its launch */
+    }
+    if (x->lt_on && x->moe_of && li < x->nlaunches && x->moe_of[li] != CUMOE_NONE) {
+        CuMoeKind k = (CuMoeKind)x->moe_of[li];
+        const PlanLaunchArg *wa = &p->launch_args[l->arg + (k == CUMOE_DW ? 0 : 2)];
+        CUdeviceptr w = b->tensor ? b->tensor[wa->tensor] : 0;
+        if (!w || !b->ws || l->op < 0 || (uint32_t)l->op >= p->nops || !p->op_code)
+            return errorf(err, n, "rank %d: %s (launch %u): its weight or workspace is not bound to device memory", x->rank,
+                          l->entry, li);
+        const PlanTensor *wt = &p->tensors[wa->tensor]; /* f32, bf16 or f16 (cumoe_kind) */
+        CuMoeBind mb = {.ws = b->ws, .w = w + (CUdeviceptr)wa->i, .gemm_ws = b->gemm_ws, .ws_bytes = p->op_code[l->op].ws_bytes,
+                        .w_elems = wt->numel - wa->i / plan_dtype_size(wt->dtype),
+                        .gemm_ws_bytes = b->gemm_ws ? (int64_t)x->lt_ws_bytes : 0, .rank = x->rank};
+        int rc = cumoe_run(&x->lt, &x->drv, p, li, k, &mb, s, err, n);
+        if (rc <= 0) return rc;
+        /* no algorithm for an expert's shape: the launch */
     }
     union {
         void *ptr;

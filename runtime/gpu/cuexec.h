@@ -16,6 +16,7 @@
 #include "comm.h"
 #include "cublaslt.h"
 #include "cudrv.h"
+#include "cumoe.h"
 #include "plan.h"
 
 typedef struct CuExec {
@@ -46,6 +47,8 @@ typedef struct CuExec {
     char lt_why[256];            /* why not, when !lt_on and the plan has such gemms */
     int32_t *gemm_of;            /* per launch: its cuBLASLt gemm (index into p->gemms), -1: the launch runs */
     uint64_t lt_ws_bytes;        /* the GEMM workspace each queue that runs gemms needs (PlanGemm.ws_off + ws_bytes) */
+    uint8_t *moe_of;             /* per launch: its CuMoeKind, an expert product cuBLASLt runs per expert (cumoe.h) */
+    uint32_t nmoe;               /* such launches */
 } CuExec;
 
 /* Opens the driver, picks device (local rank) of c's node, makes its context

@@ -8,14 +8,18 @@
  *
  * The expert GEMMs are dropless and their buffers static: the n = R*k
  * (row, slot) pairs are listed expert by expert (zk_moe_route: start[E+1],
- * order[n], each expert's pairs in row order, as the host kernel lists
- * them) on the device, and the grouped products read that list there. The
- * output is [R, k, O] whatever the routing. A block of the product owns a
- * 64-row tile of one expert's segment; the segments cut into tiles number
- * at most ceil(n/64) + min(E, n) whatever the routing (every token on one
- * expert included), which is the launch's grid: blocks past the last tile
- * return at once. The weight gradient's blocks (one per expert and 64x64
- * tile of w[e]) loop over their expert's segment, empty or all n rows. */
+ * order[n] and its inverse pos[n], each expert's pairs in row order, as
+ * the host kernel lists them) on the device; zk_moe_gather copies the rows
+ * into a block [n, C] contiguous by expert, the products run on it
+ * (through cuBLASLt, one call per expert with rows, or zk_moe_gemm_*), and
+ * zk_moe_scatter moves or adds the result rows back to their (row, slot)
+ * places. The output is [R, k, O] whatever the routing. A block of the
+ * NVRTC product owns a 64-row tile of one expert's segment; the segments
+ * cut into tiles number at most ceil(n/64) + min(E, n) whatever the
+ * routing (every token on one expert included), which is the launch's
+ * grid: blocks past the last tile return at once. The weight gradient's
+ * blocks (one per expert and 64x64 tile of w[e]) loop over their expert's
+ * segment, empty or all n rows. */
 #include "common.cuh"
 
 #define ZK_MOE_BM 64
@@ -123,34 +127,67 @@ extern "C" __global__ void zk_moe_gate_bwd(T *dlogits, const T *logits, const in
 /* ---- moe_expert ---- */
 
 /* The (row, slot) pairs p = r k + j by expert: start[e] .. start[e+1] in
- * order[], each expert's in row order; all n pairs (slot < 0), or the R =
- * n / k pairs of one slot. One block: a thread per expert counts and lists
- * its pairs; thread 0 checks the ids and sums the counts. A pair naming no
- * expert is the op's error and is left out. */
-extern "C" __global__ void zk_moe_route(int *start, int *order, const int *idx, long long n, long long E, long long k,
-                                        long long slot, int *err) {
-    long long step = slot < 0 ? 1 : k, p0 = slot < 0 ? 0 : slot;
+ * order[], each expert's in row order, and pos[p] the place of pair p in
+ * order[] (its row in the gathered blocks; -1 for a pair naming no expert,
+ * which is the op's error and is left out). One block: a thread per expert
+ * counts and lists its pairs; thread 0 checks the ids and sums the counts. */
+extern "C" __global__ void zk_moe_route(int *start, int *order, int *pos, const int *idx, long long n, long long E,
+                                        int *err) {
     for (long long e = threadIdx.x; e < E; e += blockDim.x) {
         int c = 0;
-        for (long long p = p0; p < n; p += step) c += idx[p] == e;
+        for (long long p = 0; p < n; p++) c += idx[p] == e;
         start[e + 1] = c;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (long long p = p0; p < n; p += step) zk_moe_bad(idx[p], E, p, err);
+        for (long long p = 0; p < n; p++)
+            if (zk_moe_bad(idx[p], E, p, err)) pos[p] = -1;
         start[0] = 0;
         for (long long e = 0; e < E; e++) start[e + 1] += start[e];
     }
     __syncthreads();
     for (long long e = threadIdx.x; e < E; e += blockDim.x) {
         int at = start[e];
-        for (long long p = p0; p < n; p += step)
-            if (idx[p] == e) order[at++] = (int)p;
+        for (long long p = 0; p < n; p++)
+            if (idx[p] == e) {
+                pos[p] = at;
+                order[at++] = (int)p;
+            }
+    }
+}
+
+/* The gather: dst[q, :] = src[order[q] / div, :] for the listed pairs q <
+ * start[E] (C columns), zero past them (pairs left out by a bad id), so the
+ * expert products read rows contiguous by expert. */
+extern "C" __global__ void zk_moe_gather(T *dst, const T *src, const int *start, const int *order, long long n,
+                                         long long E, long long C, long long div) {
+    long long listed = start[E];
+    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < n * C; t += (long long)gridDim.x * blockDim.x) {
+        long long q = t / C, c = t % C;
+        zk_st(dst + t, q < listed ? zk_ld(src + (long long)(order[q] / div) * C + c) : 0.f);
+    }
+}
+
+/* The scatter: dst[r, :] (+)= sum_j src[pos[r group + j], :] over the group
+ * pairs of row r in slot order (group = k when dst has a row per token, 1
+ * when it has one per pair), for rows [0, rows); a pair with pos < 0 adds
+ * nothing. ACC adds into dst, else overwrites it. A thread per element: no
+ * two threads write one element, no atomics. */
+extern "C" __global__ void zk_moe_scatter(T *dst, const T *src, const int *pos, long long rows, long long group,
+                                          long long C, long long acc) {
+    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < rows * C; t += (long long)gridDim.x * blockDim.x) {
+        long long r = t / C, c = t % C;
+        float v = acc ? zk_ld(dst + t) : 0.f;
+        for (long long j = 0; j < group; j++) {
+            int q = pos[r * group + j];
+            if (q >= 0) v += zk_ld(src + (long long)q * C + c);
+        }
+        zk_st(dst + t, v);
     }
 }
 
 /* Tile t of the segments cut into 64-row tiles, expert by expert: its expert
- * and its pairs [m0, m1) of order[]; false past the last tile. */
+ * and its rows [m0, m1) of the gathered block; false past the last tile. */
 __device__ __forceinline__ bool zk_moe_tile(const int *start, long long E, long long t, long long *e_out, long long *m0,
                                             long long *m1) {
     long long before = 0;
@@ -167,31 +204,26 @@ __device__ __forceinline__ bool zk_moe_tile(const int *start, long long E, long 
     return false;
 }
 
-/* One 64x64 tile of a grouped product, 256 threads of 4x4 outputs, fp32:
- * C[order[p] / cdiv, n] (+)= sum_q A[order[p] / adiv, q] B_e(q, n) for the
- * pairs p of the block's tile; B_e = w[e] [N, K] read transposed (TB) or
- * [K, N]; ACC adds into C. */
-template <bool TB, bool ACC>
-__device__ __forceinline__ void zk_moe_gemm_tile(T *c, const T *a, const T *w, const int *start, const int *order,
-                                                 long long E, long long N, long long K, long long adiv, long long cdiv) {
+/* One 64x64 tile of a grouped product on the gathered rows, 256 threads of
+ * 4x4 outputs, fp32: C[m, n] = sum_q A[m, q] B_e(q, n) for the rows m of
+ * the block's tile; B_e = w[e] [N, K] read transposed (TB) or [K, N]. */
+template <bool TB>
+__device__ __forceinline__ void zk_moe_gemm_tile(T *c, const T *a, const T *w, const int *start, long long E,
+                                                 long long N, long long K) {
     __shared__ float As[ZK_MOE_BK][ZK_MOE_BM + 4];
     __shared__ float Bs[ZK_MOE_BK][ZK_MOE_BN + 4];
-    __shared__ long long prow[ZK_MOE_BM];
     long long e, m0, m1;
     if (!zk_moe_tile(start, E, blockIdx.y, &e, &m0, &m1)) return;
     const T *we = w + e * N * K;
     long long n0 = (long long)blockIdx.x * ZK_MOE_BN;
     int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-    if (tid < ZK_MOE_BM) prow[tid] = m0 + tid < m1 ? order[m0 + tid] : -1;
-    __syncthreads();
     float acc[4][4];
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) acc[i][j] = 0.f;
     for (long long k0 = 0; k0 < K; k0 += ZK_MOE_BK) {
         for (int i = tid; i < ZK_MOE_BM * ZK_MOE_BK; i += 256) {
             int r = i / ZK_MOE_BK, q = i % ZK_MOE_BK;
-            long long pr = prow[r];
-            As[q][r] = pr >= 0 && k0 + q < K ? zk_ld(a + (pr / adiv) * K + k0 + q) : 0.f;
+            As[q][r] = m0 + r < m1 && k0 + q < K ? zk_ld(a + (m0 + r) * K + k0 + q) : 0.f;
         }
         for (int i = tid; i < ZK_MOE_BN * ZK_MOE_BK; i += 256) {
             int cn, q;
@@ -211,41 +243,41 @@ __device__ __forceinline__ void zk_moe_gemm_tile(T *c, const T *a, const T *w, c
         __syncthreads();
     }
     for (int i = 0; i < 4; i++) {
-        long long pr = prow[ty * 4 + i];
-        if (pr < 0) continue;
-        T *cr = c + (pr / cdiv) * N;
+        long long m = m0 + ty * 4 + i;
+        if (m >= m1) continue;
         for (int j = 0; j < 4; j++) {
             long long cn = n0 + tx * 4 + j;
-            if (cn < N) zk_st(cr + cn, ACC ? zk_ld(cr + cn) + acc[i][j] : acc[i][j]);
+            if (cn < N) zk_st(c + m * N + cn, acc[i][j]);
         }
     }
 }
 
-/* Forward: y[p, :] = w[idx[p]] x[p / kdiv, :] for every pair p (kdiv = k when
- * x has a row per token, 1 when it has one per pair); w [E, O, I]. Grid
- * (ceil(O / 64), the tile bound), 256 threads. */
-extern "C" __global__ void zk_moe_gemm_fwd(T *y, const T *x, const T *w, const int *start, const int *order,
-                                           long long E, long long O, long long I, long long kdiv) {
-    zk_moe_gemm_tile<true, false>(y, x, w, start, order, E, O, I, kdiv, 1);
+/* The expert products on the gathered rows, the same three cuBLASLt runs
+ * one call per expert with rows for (runtime/gpu/cumoe.c; these kernels are
+ * its fallback: no cuBLASLt, ZINF_CUBLASLT=0, no algorithm). Forward:
+ * yg[q, :] = w[e] xg[q, :] for the rows q of expert e's segment, w [E, O,
+ * I]. Grid (ceil(O / 64), the tile bound), 256 threads. */
+extern "C" __global__ void zk_moe_gemm_fwd(T *yg, const T *xg, const T *w, const int *start, long long E, long long O,
+                                           long long I) {
+    zk_moe_gemm_tile<true>(yg, xg, w, start, E, O, I);
 }
 
-/* Backward, the input: dx[p / kdiv, :] += dy[p, :] w[idx[p]] for the listed
- * pairs. With kdiv = k (a row per token) the pairs of one slot at a time
- * (zk_moe_route's slot), so that no two blocks add into one row: the k
- * slots of a row are added in slot order. Grid (ceil(I / 64), the tile bound). */
-extern "C" __global__ void zk_moe_gemm_dx(T *dx, const T *dy, const T *w, const int *start, const int *order,
-                                          long long E, long long O, long long I, long long kdiv) {
-    zk_moe_gemm_tile<false, true>(dx, dy, w, start, order, E, I, O, 1, kdiv);
+/* Backward, the input: dxg[q, :] = dyg[q, :] w[e] (overwrite; zk_moe_scatter
+ * adds the rows into dx). Grid (ceil(I / 64), the tile bound). */
+extern "C" __global__ void zk_moe_gemm_dx(T *dxg, const T *dyg, const T *w, const int *start, long long E, long long O,
+                                          long long I) {
+    zk_moe_gemm_tile<false>(dxg, dyg, w, start, E, I, O);
 }
 
-/* Backward, the weights: dw[e] [O, I] += sum over e's pairs p of dy[p, :]^T
- * x[p / kdiv, :], the pairs in row order. Grid (ceil(I / 64), ceil(O / 64), E). */
-extern "C" __global__ void zk_moe_gemm_dw(T *dw, const T *dy, const T *x, const int *start, const int *order,
-                                          long long O, long long I, long long kdiv) {
+/* Backward, the weights: dw[e] [O, I] += dyg_e^T xg_e over expert e's rows
+ * of the gathered blocks, in order. Grid (ceil(I / 64), ceil(O / 64), E). */
+extern "C" __global__ void zk_moe_gemm_dw(T *dw, const T *dyg, const T *xg, const int *start, long long E, long long O,
+                                          long long I) {
     __shared__ float As[ZK_MOE_BK][ZK_MOE_BM + 4];
     __shared__ float Bs[ZK_MOE_BK][ZK_MOE_BN + 4];
-    __shared__ long long prow[ZK_MOE_BK];
-    long long e = blockIdx.z, p0 = start[e], p1 = start[e + 1];
+    long long e = blockIdx.z;
+    if (e >= E) return;
+    long long p0 = start[e], p1 = start[e + 1];
     if (p0 == p1) return;
     long long i0 = (long long)blockIdx.x * ZK_MOE_BN, o0 = (long long)blockIdx.y * ZK_MOE_BM;
     int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -253,17 +285,13 @@ extern "C" __global__ void zk_moe_gemm_dw(T *dw, const T *dy, const T *x, const 
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) acc[i][j] = 0.f;
     for (long long q0 = p0; q0 < p1; q0 += ZK_MOE_BK) {
-        if (tid < ZK_MOE_BK) prow[tid] = q0 + tid < p1 ? order[q0 + tid] : -1;
-        __syncthreads();
         for (int i = tid; i < ZK_MOE_BM * ZK_MOE_BK; i += 256) {
             int q = i / ZK_MOE_BM, o = i % ZK_MOE_BM;
-            long long pr = prow[q];
-            As[q][o] = pr >= 0 && o0 + o < O ? zk_ld(dy + pr * O + o0 + o) : 0.f;
+            As[q][o] = q0 + q < p1 && o0 + o < O ? zk_ld(dyg + (q0 + q) * O + o0 + o) : 0.f;
         }
         for (int i = tid; i < ZK_MOE_BN * ZK_MOE_BK; i += 256) {
             int q = i / ZK_MOE_BN, c = i % ZK_MOE_BN;
-            long long pr = prow[q];
-            Bs[q][c] = pr >= 0 && i0 + c < I ? zk_ld(x + (pr / kdiv) * I + i0 + c) : 0.f;
+            Bs[q][c] = q0 + q < p1 && i0 + c < I ? zk_ld(xg + (q0 + q) * I + i0 + c) : 0.f;
         }
         __syncthreads();
         for (int q = 0; q < ZK_MOE_BK; q++) {

@@ -28,12 +28,13 @@ import contextlib
 import io
 import json
 import os
-import struct
 import sys
 import traceback
 
 import torch
 import transformers as T
+
+import hf_ref
 
 # name: (config class, keyword arguments, training sequence)
 CASES = {
@@ -95,16 +96,8 @@ CASES = {
 
 def make(case, d):
     cls, kw, _ = CASES[case]
-    torch.manual_seed(sum(map(ord, case)))
     drop = kw.get("_drop", ())
-    m = T.AutoModelForCausalLM.from_config(cls(**{k: v for k, v in kw.items() if k != "_drop"}), dtype=torch.float32)
-    with torch.no_grad():
-        for _, p in m.named_parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, 0.3)
-            else:
-                p.normal_(1.0, 0.2)
-    m.save_pretrained(d)
+    hf_ref.make_model(cls(**{k: v for k, v in kw.items() if k != "_drop"}), case, d)
     if drop:  # keys the config class fills in when config.json lacks them: zinf must do the same
         path = os.path.join(d, "config.json")
         cfg = json.load(open(path))
@@ -113,18 +106,11 @@ def make(case, d):
         json.dump(cfg, open(path, "w"), indent=2)
 
 
-def tokens(v, n, path):
-    g = torch.Generator().manual_seed(1234)
-    ids = torch.randint(0, v, (n,), generator=g).tolist()
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *([20240520, 1, n, v] + [0] * 252)))
-        f.write(struct.pack("<%dH" % n, *ids))
+tokens = hf_ref.write_tokens
 
 
 def loss(d, path, b, t):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<256i", raw[:1024])[2]
-    ids = torch.tensor(struct.unpack("<%dH" % n, raw[1024:1024 + 2 * n]), dtype=torch.long)
+    ids = hf_ref.read_tokens(path)
     x, y = ids[:b * t].view(b, t), ids[1:b * t + 1].view(b, t)
     m = T.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
     m.eval()

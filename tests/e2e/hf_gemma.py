@@ -23,11 +23,12 @@ initialisation (std 0.3; norm weights around 0, Gemma's norms scaling by
 more than the comparison's 1e-5.
 """
 import json
-import struct
 import sys
 
 import torch
 import transformers as T
+
+import hf_ref
 
 # name: (config class, keyword arguments, training sequence)
 CASES = {
@@ -79,44 +80,11 @@ CASES = {
 
 def make(case, d):
     cls, kw, _ = CASES[case]
-    torch.manual_seed(sum(map(ord, case)))
-    m = T.AutoModelForCausalLM.from_config(cls(**kw), dtype=torch.float32)
-    with torch.no_grad():
-        for _, p in m.named_parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, 0.3)
-            else:
-                p.normal_(0.0, 0.3)
-    m.save_pretrained(d)
+    hf_ref.make_model(cls(**kw), case, d, vector_mean=None)
 
 
-def tokens(v, n, path):
-    g = torch.Generator().manual_seed(1234)
-    ids = torch.randint(0, v, (n,), generator=g).tolist()
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *([20240520, 1, n, v] + [0] * 252)))
-        f.write(struct.pack("<%dH" % n, *ids))
-
-
-def loss(m, path, t, grad=False, window=0):
-    """The loss on tokens [window T, (window + 1) T + 1) of PATH (and with grad, the gradient's norm)."""
-    raw = open(path, "rb").read()
-    n = struct.unpack("<256i", raw[:1024])[2]
-    ids = torch.tensor(struct.unpack("<%dH" % n, raw[1024:1024 + 2 * n]), dtype=torch.long)
-    o = window * t
-    x, y = ids[o:o + t].view(1, t), ids[o + 1:o + t + 1].view(1, t)
-    m.eval()
-    if not grad:
-        with torch.no_grad():
-            lg = m(input_ids=x).logits.double()
-        return torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1)).item()
-    # nn.Embedding's padding_idx keeps the pad token's row out of the gradient, a
-    # convention of the module rather than the model's derivative: zinf differentiates it
-    m.model.embed_tokens.padding_idx = None
-    lg = m(input_ids=x).logits
-    l = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1))
-    l.backward()
-    return torch.sqrt(sum((p.grad.double() ** 2).sum() for p in m.parameters())).item()
+tokens = hf_ref.write_tokens
+loss = hf_ref.window_loss
 
 
 def load(d):

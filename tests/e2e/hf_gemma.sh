@@ -30,7 +30,6 @@ e2e_need_py transformers
 e2e_workdir hf-gemma; T=$W
 bad() { echo "FAIL: $*"; echo "$*" >> "$T/failed"; }
 # |a - b| <= 1e-5 |b|
-close() { awk -v g="$1" -v w="$2" 'BEGIN { e = (g - w) / w; if (e < 0) e = -e; exit !(g != "" && w != "" && e <= 1e-5) }'; }
 
 cat > "$T/one.zl" <<'EOF2'
 target one {
@@ -73,9 +72,9 @@ for c in $(cut -d' ' -f1 "$T/hf-losses"); do
   gn=$(awk '$1 == "step" && $2 == 1 { print $6 }' "$d.losses")
   want=$(awk -v c="$c" '$1 == c { print $2 }' "$T/hf-losses")
   wgn=$(awk -v c="$c" '$1 == c { print $3 }' "$T/hf-losses")
-  if close "$got" "$want"; then echo "ok $c: loss $got, transformers $want"
+  if e2e_close "$got" "$want" 1e-5; then echo "ok $c: loss $got, transformers $want"
   else bad "$c: loss $got, transformers $want (more than 1e-5 apart)"; fi
-  if close "$gn" "$wgn"; then echo "ok $c: gradient norm $gn, transformers $wgn"
+  if e2e_close "$gn" "$wgn" 1e-5; then echo "ok $c: gradient norm $gn, transformers $wgn"
   else bad "$c: gradient norm $gn, transformers $wgn (more than 1e-5 apart)"; fi
   # the imported weights out again: transformers loads them whole and computes the same loss
   if ! "$Z/zinfrun" "$d.plan" --backend host --init "$d" --data "$d.bin" --steps 0 --export-hf "$d.export" > "$d.export.log" 2>&1; then

@@ -18,7 +18,6 @@ T=$W
 export OMP_NUM_THREADS=1
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
-close() { awk -v g="$1" -v w="$2" -v t="$3" 'BEGIN { e = (g - w) / w; if (e < 0) e = -e; exit !(g != "" && w != "" && e <= t) }'; }
 
 want=$("$ZINF_PY" tests/e2e/hf_long.py make "$T" 8192 2> "$T/make.log") ||
   { cat "$T/make.log"; echo "FAIL: making the model or transformers' loss (above)"; exit 1; }
@@ -43,7 +42,7 @@ EOT
   "$Z/zinfrun" "$T/m$mib.plan" --backend host --init "$T/model" --data "$T/train.bin" --steps 1 --losses "$T/l$mib" > "$T/run$mib" 2>&1 ||
     { tail -20 "$T/run$mib"; bad "$mib MiB: zinfrun"; continue; }
   got=$(awk '$1 == "step" && $2 == 1 { print $4 }' "$T/l$mib")
-  if close "$got" "$want" 1e-5; then echo "ok $mib MiB: loss $got, transformers $want"
+  if e2e_close "$got" "$want" 1e-5; then echo "ok $mib MiB: loss $got, transformers $want"
   else bad "$mib MiB: loss $got, transformers $want (more than 1e-5 apart)"; fi
   losses="$losses $got"
   a=$(sed -n 's/^  arena gpu *\([0-9]*\) bytes .* allocated; the plan says \([0-9]*\) .*/\1 \2/p' "$T/run$mib")
@@ -56,6 +55,6 @@ EOT
   fi
 done
 set -- $losses
-if [ $# = 2 ] && close "$2" "$1" 1e-6; then echo "ok chunked loss $2, whole $1"; else bad "chunked and whole losses differ: $losses"; fi
+if [ $# = 2 ] && e2e_close "$2" "$1" 1e-6; then echo "ok chunked loss $2, whole $1"; else bad "chunked and whole losses differ: $losses"; fi
 [ $fail = 0 ] && echo "PASS hf_long"
 exit $fail

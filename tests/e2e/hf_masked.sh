@@ -28,7 +28,6 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 # |a - b| <= tol * |b|
-close() { awk -v g="$1" -v w="$2" -v t="$3" 'BEGIN { e = (g - w) / w; if (e < 0) e = -e; exit !(g != "" && w != "" && e <= t) }'; }
 
 "$ZINF_PY" tests/e2e/hf_masked.py make "$T" 4 > "$T/ref" 2> "$T/make.log" ||
   { cat "$T/make.log"; echo "FAIL: making the models or transformers' losses (above)"; exit 1; }
@@ -74,13 +73,13 @@ for c in $(cut -d' ' -f1 "$T/ref"); do
     got=$(awk '$1 == "step" && $2 == 1 { print $4 }' "$T/$name.losses")
     gn=$(awk '$1 == "step" && $2 == 1 { print $6 }' "$T/$name.losses")
     s2=$(awk '$1 == "step" && $2 == 2 { print $4 }' "$T/$name.losses")
-    if close "$got" "$want" 1e-5; then echo "ok $name: loss $got, transformers $want"
+    if e2e_close "$got" "$want" 1e-5; then echo "ok $name: loss $got, transformers $want"
     else bad "$name: loss $got, transformers $want (more than 1e-5 apart)"; fi
-    if close "$gn" "$want_gn" 1e-5; then echo "ok $name: gradient norm $gn, transformers $want_gn"
+    if e2e_close "$gn" "$want_gn" 1e-5; then echo "ok $name: gradient norm $gn, transformers $want_gn"
     else bad "$name: gradient norm $gn, transformers $want_gn (more than 1e-5 apart)"; fi
     grep -q "tokens trained" "$T/$name.log" || { [ "$2" = 2 ] || bad "$name: the data line does not count the trained tokens"; }
     if [ -z "$step2" ]; then step2=$s2
-    elif close "$s2" "$step2" 1e-5; then echo "ok $name: step 2 loss $s2 as the first run's $step2"
+    elif e2e_close "$s2" "$step2" 1e-5; then echo "ok $name: step 2 loss $s2 as the first run's $step2"
     else bad "$name: step 2 loss $s2, the first run's $step2 (more than 1e-5 apart)"; fi
   done
 
@@ -121,7 +120,7 @@ ZL
          --data "$d.bin" --steps 1 --losses "$T/$k.losses" < /dev/null > "$T/$k.log" 2>&1; then
       got=$(awk '$1 == "step" && $2 == 1 { print $4 }' "$T/$k.losses")
       gn=$(awk '$1 == "step" && $2 == 1 { print $6 }' "$T/$k.losses")
-      if close "$got" "$want" 2e-4 && close "$gn" "$want_gn" 2e-4; then
+      if e2e_close "$got" "$want" 2e-4 && e2e_close "$gn" "$want_gn" 2e-4; then
         echo "ok $k: loss $got, gradient norm $gn; transformers $want, $want_gn"
       else
         bad "$k: loss $got, gradient norm $gn; transformers $want, $want_gn (more than 2e-4 apart)"

@@ -11,7 +11,8 @@
 #  - "auto" on 1 GiB keeps the MLP as written (--explain says so); on a
 #    64 MiB target, where it does not fit as written, the planner tiles it
 #    by itself (--explain says so and why), and step 1's loss is the same;
-#  - CUDA code generation refuses the tiled plan, naming gated_mlp;
+#  - CUDA code generation gives the tiled plan's gated_mlp its launches
+#    (a tile at a time);
 #  - zinfdump's summary says the plan's MLP is tiled;
 #  - every run allocates exactly the plan's device arena (the tiled one's
 #    under its 64 MiB);
@@ -75,10 +76,15 @@ if plan tiled 1024 'plan { mlp_tile = 1000; loss_chunk = 512 }'; then
     done
   fi
 fi
-# CUDA code generation refuses the tiled MLP by name
-if "$Z/zinfc" "$T/tiled.zl" --target h200 -o "$T/cuda.plan" > "$T/cuda.err" 2>&1; then bad "cuda: zinfc generated kernels for gated_mlp"
-else grep -q "gated_mlp (the MLP tiled by rows) has no CUDA kernels yet: it runs on the host backend; plan with plan { mlp_tile = 0 }" \
-  "$T/cuda.err" && echo "ok cuda: zinfc refuses gated_mlp by name" || { head -5 "$T/cuda.err"; bad "cuda: the refusal does not name gated_mlp"; }; fi
+# CUDA code generation: gated_mlp's launches, a tile (9 of them, the last of 192 rows) at a time
+# (tests/e2e/cuda_long_fake.sh runs them on the fake driver)
+if "$Z/zinfc" "$T/tiled.zl" --target h200 -o "$T/cuda.plan" > "$T/cuda.err" 2>&1 &&
+  "$Z/zinfdump" "$T/cuda.plan" --kernels > "$T/cuda.kernels" 2>&1; then
+  grep -q "fwd gated_mlp .*workspace [0-9]* B: 54 launches" "$T/cuda.kernels" &&
+    grep -q "zk_rmsnorm_fwd <<<(192,1,1), .*+[0-9]*B, .*, 192, 32, " "$T/cuda.kernels" &&
+    echo "ok cuda: zinfc generates gated_mlp's launches, 6 a tile" ||
+    { grep -m3 "gated_mlp" "$T/cuda.kernels"; bad "cuda: gated_mlp's launches are not 6 a tile over 9 tiles"; }
+else head -5 "$T/cuda.err"; bad "cuda: zinfc or zinfdump --kernels failed on the tiled plan"; fi
 [ "$arena_tiled" -gt 0 ] && [ "$arena_tiled" -lt "$arena_written" ] && echo "ok the tiled device arena $arena_tiled < $arena_written" ||
   bad "the tiled device arena ($arena_tiled) is not smaller than the written one's ($arena_written)"
 

@@ -29,7 +29,6 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 # |a - b| <= tol * |b|
-close() { awk -v g="$1" -v w="$2" -v t="$3" 'BEGIN { e = (g - w) / w; if (e < 0) e = -e; exit !(g != "" && w != "" && e <= t) }'; }
 
 "$ZINF_PY" tests/e2e/hf_packed.py make "$T" > "$T/make.log" 2>&1 || { cat "$T/make.log"; echo "FAIL: making the models"; exit 1; }
 for c in gpt2 llama-gqa; do
@@ -85,9 +84,9 @@ for c in gpt2 llama-gqa; do
     if [ $rc -ne 0 ]; then tail -20 "$T/$n.log"; bad "$n: zinfrun"; continue; fi
     got=$(awk '$1 == "step" && $2 == 1 { print $4 }' "$T/$n.losses")
     gn=$(awk '$1 == "step" && $2 == 1 { print $6 }' "$T/$n.losses")
-    if close "$got" "$want" 1e-5; then echo "ok $n: loss $got, the samples one by one $want"
+    if e2e_close "$got" "$want" 1e-5; then echo "ok $n: loss $got, the samples one by one $want"
     else bad "$n: loss $got, the samples one by one $want (more than 1e-5 apart)"; fi
-    if close "$gn" "$want_gn" 1e-5; then echo "ok $n: gradient norm $gn, the samples one by one $want_gn"
+    if e2e_close "$gn" "$want_gn" 1e-5; then echo "ok $n: gradient norm $gn, the samples one by one $want_gn"
     else bad "$n: gradient norm $gn, the samples one by one $want_gn (more than 1e-5 apart)"; fi
   done
 done
@@ -102,7 +101,7 @@ for c in gpt2 llama-gqa; do
     > "$T/$n-eos.log" 2>&1 || { tail -5 "$T/$n-eos.log"; bad "$n --eos: zinfrun"; continue; }
   got=$(awk '$1 == "step" && $2 == 1 { print $4 }' "$T/$n-eos.losses")
   gn=$(awk '$1 == "step" && $2 == 1 { print $6 }' "$T/$n-eos.losses")
-  if close "$got" "$want" 1e-5 && close "$gn" "$want_gn" 1e-5; then
+  if e2e_close "$got" "$want" 1e-5 && e2e_close "$gn" "$want_gn" 1e-5; then
     echo "ok $n --eos $eos: loss $got, gradient norm $gn; the documents one by one $want, $want_gn"
   else
     bad "$n --eos $eos: loss $got, gradient norm $gn; the documents one by one $want, $want_gn (more than 1e-5 apart)"
@@ -143,7 +142,7 @@ for c in gpt2 llama-gqa; do
   "$Z/zinfrun" "$T/$n.plan" --backend host --init "$d" --data "$d.bin" --eval-data "$d-va.bin" --eval-batches 1 \
     --eval-every 1 --steps 1 --losses "$T/$n-eval.losses" > "$T/$n-eval.log" 2>&1 || { tail -5 "$T/$n-eval.log"; bad "$n --eval-data: zinfrun"; continue; }
   got=$(awk '$1 == "eval" && $3 == 0 { print $5 }' "$T/$n-eval.losses")
-  if close "$got" "$want" 1e-5; then echo "ok $n: evaluation loss $got on packed rows, the samples one by one $want"
+  if e2e_close "$got" "$want" 1e-5; then echo "ok $n: evaluation loss $got on packed rows, the samples one by one $want"
   else bad "$n: evaluation loss $got on packed rows, the samples one by one $want (more than 1e-5 apart)"; fi
 done
 
@@ -185,12 +184,12 @@ ZL
     got=$(awk '$1 == "step" && $2 == 1 { print $4 }' "$T/$k.losses")
     gn=$(awk '$1 == "step" && $2 == 1 { print $6 }' "$T/$k.losses")
     ev=$(awk '$1 == "eval" && $3 == 0 { print $5 }' "$T/$k.losses")
-    if close "$got" "$want" 1e-5 && close "$gn" "$want_gn" 1e-5; then
+    if e2e_close "$got" "$want" 1e-5 && e2e_close "$gn" "$want_gn" 1e-5; then
       echo "ok $k: loss $got, gradient norm $gn on the CUDA backend; the samples one by one $want, $want_gn"
     else
       bad "$k: loss $got, gradient norm $gn on the CUDA backend; the samples one by one $want, $want_gn (more than 1e-5 apart)"
     fi
-    if close "$ev" "$want_ev" 1e-5; then echo "ok $k: evaluation loss $ev on packed rows, the samples one by one $want_ev"
+    if e2e_close "$ev" "$want_ev" 1e-5; then echo "ok $k: evaluation loss $ev on packed rows, the samples one by one $want_ev"
     else bad "$k: evaluation loss $ev on packed rows, the samples one by one $want_ev (more than 1e-5 apart)"; fi
   done
 else

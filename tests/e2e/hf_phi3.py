@@ -20,11 +20,12 @@ Weights are drawn wider than the model's own initialisation (std 0.3) so
 that the features tested move the loss by far more than 1e-5.
 """
 import json
-import struct
 import sys
 
 import torch
 import transformers as T
+
+import hf_ref
 
 SMALL = dict(hidden_size=64, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
              max_position_embeddings=64, original_max_position_embeddings=64, rope_theta=10000.0,
@@ -52,44 +53,11 @@ CASES = {
 
 
 def make(case, d):
-    kw, _, _ = CASES[case]
-    torch.manual_seed(sum(map(ord, case)))
-    m = T.AutoModelForCausalLM.from_config(T.Phi3Config(**kw), dtype=torch.float32)
-    with torch.no_grad():
-        for _, p in m.named_parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, 0.3)
-            else:
-                p.normal_(1.0, 0.2)
-    m.save_pretrained(d)
+    hf_ref.make_model(T.Phi3Config(**CASES[case][0]), case, d)
 
 
-def tokens(v, n, path):
-    g = torch.Generator().manual_seed(1234)
-    ids = torch.randint(0, v, (n,), generator=g).tolist()
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *([20240520, 1, n, v] + [0] * 252)))
-        f.write(struct.pack("<%dH" % n, *ids))
-
-
-def loss(m, path, t, grad=False, window=0):
-    """The loss on tokens [window T, (window + 1) T + 1) of PATH (and with grad, the gradient's norm)."""
-    raw = open(path, "rb").read()
-    n = struct.unpack("<256i", raw[:1024])[2]
-    ids = torch.tensor(struct.unpack("<%dH" % n, raw[1024:1024 + 2 * n]), dtype=torch.long)
-    o = window * t
-    x, y = ids[o:o + t].view(1, t), ids[o + 1:o + t + 1].view(1, t)
-    m.eval()
-    if not grad:
-        with torch.no_grad():
-            lg = m(input_ids=x).logits.double()
-        return torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1)).item()
-    # nn.Embedding's padding_idx keeps the pad token's row out of the gradient: zinf differentiates it
-    m.model.embed_tokens.padding_idx = None
-    lg = m(input_ids=x).logits
-    l = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1))
-    l.backward()
-    return torch.sqrt(sum((p.grad.double() ** 2).sum() for p in m.parameters())).item()
+tokens = hf_ref.write_tokens
+loss = hf_ref.window_loss
 
 
 def load(d, off=None):

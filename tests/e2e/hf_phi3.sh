@@ -31,7 +31,6 @@ e2e_need_py transformers
 e2e_workdir hf-phi3; T=$W
 bad() { echo "FAIL: $*"; echo "$*" >> "$T/failed"; }
 # |a - b| <= 1e-5 |b|
-close() { awk -v g="$1" -v w="$2" 'BEGIN { e = (g - w) / w; if (e < 0) e = -e; exit !(g != "" && w != "" && e <= 1e-5) }'; }
 export OMP_NUM_THREADS=1 TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 
 cat > "$T/one.zl" <<'EOF2'
@@ -74,11 +73,11 @@ while read -r c want wgn other; do
   fi
   got=$(awk '$1 == "step" && $2 == 1 { print $4 }' "$d.losses")
   gn=$(awk '$1 == "step" && $2 == 1 { print $6 }' "$d.losses")
-  if close "$got" "$want"; then echo "ok $c: loss $got, transformers $want"
+  if e2e_close "$got" "$want" 1e-5; then echo "ok $c: loss $got, transformers $want"
   else bad "$c: loss $got, transformers $want (more than 1e-5 apart)"; fi
-  if close "$gn" "$wgn"; then echo "ok $c: gradient norm $gn, transformers $wgn"
+  if e2e_close "$gn" "$wgn" 1e-5; then echo "ok $c: gradient norm $gn, transformers $wgn"
   else bad "$c: gradient norm $gn, transformers $wgn (more than 1e-5 apart)"; fi
-  if [ "$other" != "$want" ] && close "$other" "$want"; then
+  if [ "$other" != "$want" ] && e2e_close "$other" "$want" 1e-5; then
     bad "$c: turning the feature off does not change transformers' loss ($want, $other): the case tests nothing"
   fi
   if ! "$Z/zinfrun" "$d.plan" --backend host --init "$d" --data "$d.bin" --steps 0 --export-hf "$d.export" > "$d.export.log" 2>&1; then

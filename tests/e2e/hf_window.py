@@ -15,12 +15,12 @@ gains around 1), as tests/e2e/hf_from.py does, so that the window moves the
 loss by far more than the comparison's 1e-5.
 """
 import contextlib
-import os
-import struct
 import sys
 
 import torch
 import transformers as T
+
+import hf_ref
 
 SMALL = dict(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
              max_position_embeddings=64, rope_theta=10000.0)
@@ -67,24 +67,10 @@ CASES = {
 
 def make(case, d):
     cls, kw, _ = CASES[case]
-    torch.manual_seed(sum(map(ord, case)))
-    m = T.AutoModelForCausalLM.from_config(cls(**kw), dtype=torch.float32)
-    with torch.no_grad():
-        for _, p in m.named_parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, 0.3)
-            else:
-                p.normal_(1.0, 0.2)
-    m.save_pretrained(d)
+    hf_ref.make_model(cls(**kw), case, d)
 
 
-def tokens(v, n, path):
-    g = torch.Generator().manual_seed(1234)
-    ids = torch.randint(0, v, (n,), generator=g).tolist()
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *([20240520, 1, n, v] + [0] * 252)))
-        f.write(struct.pack("<%dH" % n, *ids))
-    return ids
+tokens = hf_ref.write_tokens
 
 
 def load(d, full=False):

@@ -13,10 +13,20 @@
 #     --backend cuda on the fake driver (tests/fakecuda) and by --backend
 #     host from the same plan: losses and gradient norms within 2e-4
 #     relative (the GPU kernels sum in another order); 1 rank with the
-#     state on the GPU, 2 ranks with it in CPU memory; in bf16, within
-#     2e-3; and with LoRA on the experts (lora_gate_up, lora_down), 2e-4.
+#     state on the GPU, 2 ranks with it in CPU memory; and in bf16, within
+#     2e-3; the expert products through the fake cuBLASLt, one matmul per
+#     expert with rows (runtime/gpu/cumoe.c);
+#  3. the same with ZINF_CUBLASLT=0: the products' NVRTC launches;
+#  4. extreme routings through cuBLASLt: the embedding zero, so that the
+#     router's logits tie at step 1: top-1 puts every token on expert 0,
+#     top-2 every token on experts 0 and 1 and none on 2 and 3 (the fake's
+#     matmul shapes show it), 3 steps against the host backend;
+#  5. LoRA on the experts (stdlib/moe.zl's lora_gate_up, lora_down: expert
+#     products of rank 4, a split, scales), 3 steps against the host, 2e-4.
 # $1: the build directory. GPU=1 (tests/gpu/run_all.sh on a GPU machine):
-# part 1 only, the kernels on the emulator, and part 2 on the real device.
+# part 1 on the emulator, part 2 on the real device and its cuBLASLt
+# (without the two-rank case; no matmul shapes to check), and with
+# MOE_ALL=1 parts 3, 4 and 5 there too.
 set -u
 B=${1:-build}
 ROOT=$(pwd)
@@ -59,8 +69,9 @@ e2e_mpi
 fail=0
 # the model in bf16 (the host backend computes in f32 from bf16 storage, as the kernels do)
 sed 's/dtype = f32/dtype = bf16/; s/^model moe_micro/model moe_micro_bf16/' tests/e2e/models/moe-micro.zl > "$W/moe-micro-bf16.zl"
-run_case() { # NAME RANKS PLACEMENT MODEL TOLERANCE: zinfc, then 3 steps on each backend, losses and gradient norms compared
-  name=$1 np=$2 place=$3 model=$4 tol=$5
+run_case() { # NAME RANKS PLACEMENT MODEL TOLERANCE [ENV]: zinfc, then 3 steps on each backend, losses and gradient norms
+  # compared; ENV: variables for the CUDA run only
+  name=$1 np=$2 place=$3 model=$4 tol=$5 extra=${6:-}
   cat > "$W/$name.zl" <<ZL
 import "$model"
 target fake { nodes = 1; gpus_per_node = $np
@@ -78,7 +89,7 @@ ZL
   if [ "$np" = 1 ]; then set -- "$B/bin/zinfrun"; else set -- mpirun -np "$np" --oversubscribe -x LD_LIBRARY_PATH -x FAKECUDA_UNITS \
     -x FAKECUDA_DEVICES -x FAKECUDA_JITTER_US "$B/bin/zinfrun"; fi
   # shellcheck disable=SC2086
-  timeout 300 $FAKEENV FAKECUDA_DEVICES="$np" "$@" "$W/$name.plan" --data "$W/train.bin" --backend cuda --steps 3 \
+  timeout 300 $FAKEENV $extra FAKECUDA_DEVICES="$np" "$@" "$W/$name.plan" --data "$W/train.bin" --backend cuda --steps 3 \
     --losses "$W/$name.cuda" > "$W/$name.cuda.out" 2>&1 < /dev/null ||
     { tail -20 "$W/$name.cuda.out"; echo "moe_cuda_emu: zinfrun --backend cuda $name failed"; fail=1; return; }
   timeout 300 "$@" "$W/$name.plan" --data "$W/train.bin" --backend host --steps 3 --losses "$W/$name.host" \
@@ -92,14 +103,48 @@ ZL
              if (bad) { print "moe_cuda_emu: " name ": the CUDA losses differ from the host backend'"'"'s"; exit 1 } }' \
     "$W/$name.host" "$W/$name.cuda" || fail=1
 }
-run_case gpu1 1 gpu "$ROOT/tests/e2e/models/moe-micro" 2e-4
+run_case gpu1 1 gpu "$ROOT/tests/e2e/models/moe-micro" 2e-4 "FAKECUBLASLT_SHAPES=$W/gpu1.shapes"
 # two ranks (data parallel: the experts' gradients reduced over ranks), parameters and Adam state in CPU memory
 [ "${GPU:-0}" = 1 ] || run_case cpu2 2 cpu "$ROOT/tests/e2e/models/moe-micro" 2e-4
 run_case bf16 1 gpu "$W/moe-micro-bf16" 2e-3
-# LoRA on the experts (stdlib/moe.zl's lora_gate_up, lora_down: grouped GEMMs of rank 4, a split, scales)
-sed 's/shared_hidden = 32)/shared_hidden = 32, lora_rank = 4, lora_alpha = 8.0, lora_gate_up = true, lora_down = true)/;
-     s/^model moe_micro/model moe_micro_lora/' tests/e2e/models/moe-micro.zl > "$W/moe-micro-lora.zl"
-grep -q "lora_gate_up = true" "$W/moe-micro-lora.zl" || { echo "moe_cuda_emu: the LoRA variant was not made"; fail=1; }
-run_case lora 1 gpu "$W/moe-micro-lora" 2e-4
+fake=$([ "${GPU:-0}" = 1 ] && echo 0 || echo 1) # the fake cuBLASLt logs its matmul shapes; the real one does not
+# the expert products' two paths. By default cuBLASLt runs them, one matmul
+# per expert with rows: the forward products of wg and wu and the input
+# gradient through wd are the only matmuls of 48 x rows x 64 (F x rows x D,
+# column-major), and each covers the 2 * 16 * 2 (row, slot) pairs of a
+# micro-batch.
+grep -q "^  gemm: cuBLASLt (libcublasLt.so.1[0-9] [0-9.]*) for [0-9]* GEMMs, NVRTC for 0; expert GEMMs of 24 moe_expert launches per expert" \
+  "$W/gpu1.cuda.out" || { grep gemm "$W/gpu1.cuda.out"; echo "moe_cuda_emu: gpu1 does not run the expert GEMMs through cuBLASLt"; fail=1; }
+[ "$fake" = 0 ] || awk '$1 == 48 && $3 == 64 && $4 == 1 { n++; s += $2 } END { if (!n || s % 64) { print "moe_cuda_emu: " n + 0 " expert matmuls of 48 x m x 64 with " s + 0 " rows in all (want a multiple of 64)"; exit 1 }
+     print "moe_cuda_emu: gpu1: " n " expert matmuls of 48 x m x 64 through the fake cuBLASLt, " s " rows = " s / 64 " products of 64 pairs" }' "$W/gpu1.shapes" || fail=1
+# parts 3, 4 and 5 on the GPU machine only with MOE_ALL=1 (run_all.sh gives the step 150 s)
+if [ "${GPU:-0}" != 1 ] || [ "${MOE_ALL:-0}" = 1 ]; then
+  # 3. with ZINF_CUBLASLT=0 their NVRTC launches (zk_moe_gemm_*)
+  run_case nvrtc 1 gpu "$ROOT/tests/e2e/models/moe-micro" 2e-4 "ZINF_CUBLASLT=0 FAKECUBLASLT_SHAPES=$W/nvrtc.shapes"
+  if ! grep -q "^  gemm: NVRTC for all [0-9]* GEMMs and 24 moe_expert launches (cuBLASLt off: ZINF_CUBLASLT=0)" "$W/nvrtc.cuda.out" ||
+     [ -s "$W/nvrtc.shapes" ]; then
+    grep gemm "$W/nvrtc.cuda.out"; echo "moe_cuda_emu: ZINF_CUBLASLT=0 still calls cuBLASLt"; fail=1
+  fi
+  # 4. extreme routings through cuBLASLt: the embedding zero, every token's
+  # router logits tie at step 1 and top-k takes the lowest experts: with top-1
+  # every token on expert 0 (32 rows, the others none), with top-2 experts 0
+  # and 1 get all 32 tokens each and experts 2 and 3 none
+  sed 's/^\( *tok = param \[V, D\] init\) normal(0.02)/\1 zeros/' tests/e2e/models/moe-micro.zl > "$W/moe-tie2.zl"
+  sed 's/K = 2,/K = 1,/; s/^model moe_micro/model moe_micro_top1/' "$W/moe-tie2.zl" > "$W/moe-tie1.zl"
+  for k in 1 2; do
+    run_case "tie$k" 1 gpu "$W/moe-tie$k" 2e-4 "FAKECUBLASLT_SHAPES=$W/tie$k.shapes"
+    [ "$fake" = 1 ] || continue
+    # the first forward product: k matmuls of all 32 rows, then the next product begins
+    got=$(awk '$1 == 48 && $3 == 64 { printf "%s%s", sep, $2; sep = " " }' "$W/tie$k.shapes" | cut -d' ' -f1-"$((k + 1))")
+    want=$([ $k = 1 ] && echo "32 32" || echo "32 32 32")
+    if [ "$got" = "$want" ]; then echo "moe_cuda_emu: tie$k: the first expert matmuls have $got rows (top-$k of tied logits)"
+    else echo "moe_cuda_emu: tie$k: first expert matmuls of $got rows, want $want"; fail=1; fi
+  done
+  # 5. LoRA on the experts
+  sed 's/shared_hidden = 32)/shared_hidden = 32, lora_rank = 4, lora_alpha = 8.0, lora_gate_up = true, lora_down = true)/;
+       s/^model moe_micro/model moe_micro_lora/' tests/e2e/models/moe-micro.zl > "$W/moe-micro-lora.zl"
+  grep -q "lora_gate_up = true" "$W/moe-micro-lora.zl" || { echo "moe_cuda_emu: the LoRA variant was not made"; fail=1; }
+  run_case lora 1 gpu "$W/moe-micro-lora" 2e-4
+fi
 [ $fail = 0 ] || exit 1
 echo "moe_cuda_emu: ok"

@@ -209,10 +209,12 @@ for sig in ${ZINF_MPI_SIGNALS-USR1}; do  # ZINF_MPI_SIGNALS= leaves these out
   how=SIG$sig; [ $sig = INT ] && how=SIGTERM
   line=$(grep "^zinfrun: interrupted by $how at step [0-9]* of 1000000: checkpoint $W/ck/step-[0-9]* written" "$W/out")
   step=$(echo "$line" | sed 's/.* at step \([0-9]*\) of.*/\1/')
-  if [ $rc -ne 0 ] && [ -n "$line" ] && [ -d "$(printf '%s/ck/step-%08d' "$W" "$step")" ] &&
-     TMPDIR="$W/mpitmp" timeout 120 mpirun -np 2 --oversubscribe "$RUN" "$W/m2.plan" --data "$W/train.bin" --steps $((step + 1)) \
-       --checkpoint-dir "$W/ck" --resume > "$W/out2" 2>&1 < /dev/null && grep -q "^resume: from step $step " "$W/out2"; then
-    ok "mpirun -np 2, SIG$sig to mpirun: exit $rc, every rank stopped after step $step with a checkpoint that resumes"
-  else bad "mpirun -np 2, SIG$sig to mpirun: exit $rc"; fi
+  if [ $rc -eq 0 ]; then bad "mpirun -np 2, SIG$sig to mpirun: exit 0"
+  elif [ -z "$line" ]; then grep "^zinfrun" "$W/out" | head -5; bad "mpirun -np 2, SIG$sig to mpirun: exit $rc, no line 'interrupted by $how ... checkpoint ... written'"
+  elif [ ! -d "$(printf '%s/ck/step-%08d' "$W" "$step")" ]; then ls -l "$W/ck"; bad "mpirun -np 2, SIG$sig to mpirun: exit $rc, no checkpoint of step $step"
+  elif ! TMPDIR="$W/mpitmp" timeout 120 mpirun -np 2 --oversubscribe "$RUN" "$W/m2.plan" --data "$W/train.bin" --steps $((step + 1)) \
+       --checkpoint-dir "$W/ck" --resume > "$W/out2" 2>&1 < /dev/null || ! grep -q "^resume: from step $step " "$W/out2"; then
+    tail -8 "$W/out2"; bad "mpirun -np 2, SIG$sig to mpirun: exit $rc, the checkpoint of step $step does not resume (above: the resumed run's end)"
+  else ok "mpirun -np 2, SIG$sig to mpirun: exit $rc, every rank stopped after step $step with a checkpoint that resumes"; fi
 done
 e2e_end $fail

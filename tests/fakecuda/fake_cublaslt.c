@@ -25,6 +25,8 @@
  *   FAKECUBLASLT_FAIL=create    cublasLtCreate fails (CUBLAS_STATUS_NOT_INITIALIZED)
  *   FAKECUBLASLT_FAIL=heuristic every heuristic query finds no algorithm
  *   FAKECUBLASLT_WS=BYTES   the workspace each algorithm needs (default 0)
+ *   FAKECUBLASLT_SHAPES=FILE  append "m n k batch" (the library's column-major
+ *                           problem) for every matmul enqueued, in call order
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -537,5 +539,12 @@ EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op
         return misuse(CUBLAS_STATUS_EXECUTION_FAILED, call, "cuLaunchHostFunc failed (a sticky error on the stream?)");
     }
     atomic_fetch_add(&g_matmuls, 1);
+    const char *shapes = getenv("FAKECUBLASLT_SHAPES");
+    FILE *f = shapes && *shapes ? fopen(shapes, "a") : NULL;
+    if (f) {
+        fprintf(f, "%llu %llu %llu %llu\n", (unsigned long long)pr.m, (unsigned long long)pr.n, (unsigned long long)pr.k,
+                (unsigned long long)pr.batch);
+        fclose(f);
+    }
     return CUBLAS_STATUS_SUCCESS;
 }

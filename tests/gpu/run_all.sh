@@ -18,8 +18,9 @@
 #              NVRTC gemm, cuBLASLt as zinfrun calls it, cuBLAS) and
 #              attention (full, and with a sliding window);
 #   3b. long   tests/e2e/cuda_long_fake.sh with CUDA_LONG_GPU=1: a Gemma-style (f32, bf16),
-#              a windowed Mistral-style (YaRN rope) and a chunked-loss micro
-#              model, 3 steps on --backend cuda against --backend host;
+#              a windowed Mistral-style (YaRN rope), a chunked-loss and a
+#              tiled-MLP micro model, 3 steps on --backend cuda against
+#              --backend host;
 #   3c. moe    tests/e2e/moe_cuda_emu.sh: the mixture-of-experts kernels on
 #              the emulator against the host kernels, then a micro MoE model
 #              trained on the GPU against --backend host;
@@ -315,11 +316,11 @@ else
   figures "cases, .* failed|FAIL|^cuBLASLt|^gemm |^attention|^timing"
 fi
 
-# ---- 3b. long: Gemma's attributes, sliding windows, YaRN and the chunked loss, end to end ----
+# ---- 3b. long: Gemma's attributes, sliding windows, YaRN, the chunked loss and the tiled MLP, end to end ----
 if [ -n "$FAKE" ]; then
   say "step long: rehearsed by name only (fake): CUDA_LONG_GPU=1 sh tests/e2e/cuda_long_fake.sh (which runs on the fakes in the e2e suite)"
 else
-  step long 150 env CUDA_LONG_GPU=1 sh tests/e2e/cuda_long_fake.sh "${BUNDLE:-build}"
+  step long 240 env CUDA_LONG_GPU=1 sh tests/e2e/cuda_long_fake.sh "${BUNDLE:-build}"
   figures "^ok |^FAIL|cuda_long_fake"
 fi
 

@@ -1059,6 +1059,61 @@ START_TEST(random_ops_never_crash) {
 }
 END_TEST
 
+/* moe_expert: route, gather, the grouped product, scatter; the arguments
+ * runtime/gpu/cumoe.c reads to run the product through cuBLASLt (two
+ * workspace blocks, the weight, start[], E, O, I); a workspace sized by
+ * the n = R*k pairs, whatever the routing. */
+START_TEST(moe_expert_gathers_by_expert) {
+    One o;
+    one_init(&o);
+    const int64_t R = 10, k = 2, E = 4, I = 24, O = 40, n = R * k;
+    int x = cm_t(&o.g, "x", DT_BF16, TC_ACT, 2, R, I, 0), idx = cm_t(&o.g, "idx", DT_I32, TC_ACT, 2, R, k, 0);
+    int w = cm_t(&o.g, "w", DT_BF16, TC_PARAM, 3, E, O, I), y = cm_t(&o.g, "y", DT_BF16, TC_ACT, 3, R, k, O);
+    int dy = cm_t(&o.g, "dy", DT_BF16, TC_ACT, 3, R, k, O), dx = cm_t(&o.g, "dx", DT_BF16, TC_ACT, 2, R, I, 0);
+    int dw = cm_t(&o.g, "dw", DT_BF16, TC_GRAD, 3, E, O, I);
+    GOp f = io_op(PRIM_MOE_EXPERT, 3, (int[]){x, idx, w}, 1, (int[]){y});
+    int fi = graph_add_op(&o.g, &f);
+    int bi = bwd_of(&o.g, fi, 3, 2, (int[]){y, dy}, 3, (int[]){dx, -1, dw});
+    CudaKernel kk[CUDA_OP_MAX_KERNELS];
+    CudaOpInfo info;
+    int nf = cuda_gen_op(&o.cg, &o.g, fi, kk, CUDA_OP_MAX_KERNELS, &info, &o.d);
+    ck_assert_int_ge(nf, 4);
+    /* err word, start [E+1], order [n], pos [n], then [n, I] and [n, O] bf16 blocks, each slice 256-aligned */
+    ck_assert_int_ge(info.ws_bytes, (E + 1 + 2 * n) * 4 + n * (I + O) * 2);
+    ck_assert_int_le(info.ws_bytes, (E + 1 + 2 * n) * 4 + n * (I + O) * 2 + 6 * 256);
+    const char *fwd[4] = {"zk_moe_route", "zk_moe_gather", "zk_moe_gemm_fwd", "zk_moe_scatter"};
+    for (int i = 0; i < 4; i++) ck_assert_str_eq(kk[nf - 4 + i].entry, fwd[i]);
+    const CudaKernel *g = &kk[nf - 2];
+    ck_assert_int_eq(g->nargs, 7);
+    const CudaArgKind want[7] = {CARG_WS, CARG_WS, CARG_TENSOR, CARG_WS, CARG_I64, CARG_I64, CARG_I64};
+    for (int i = 0; i < 7; i++) ck_assert_int_eq(g->args[i].kind, want[i]);
+    ck_assert_int_eq(g->args[2].tensor, w);
+    ck_assert_int_eq(g->args[4].i, E);
+    ck_assert_int_eq(g->args[5].i, O);
+    ck_assert_int_eq(g->args[6].i, I);
+    ck_assert_int_eq(g->grid[1], (n + 63) / 64 + E); /* the tile bound: every token on one expert fits */
+    /* the C block holds n rows of O, the A block n rows of I, inside the workspace */
+    ck_assert_int_le(g->args[0].ws_off + n * O * 2, info.ws_bytes);
+    ck_assert_int_le(g->args[1].ws_off + n * I * 2, info.ws_bytes);
+    const CudaKernel *ga = &kk[nf - 3];
+    ck_assert_int_eq(ga->args[1].tensor, x);
+    ck_assert_int_eq(ga->args[6].i, I);
+    ck_assert_int_eq(ga->args[7].i, k); /* x has a row per token: pair p reads row p / k */
+    int nb = cuda_gen_op(&o.cg, &o.g, bi, kk, CUDA_OP_MAX_KERNELS, &info, &o.d);
+    ck_assert_int_ge(nb, 6);
+    const char *bwd[6] = {"zk_moe_route", "zk_moe_gather", "zk_moe_gather", "zk_moe_gemm_dw", "zk_moe_gemm_dx", "zk_moe_scatter"};
+    for (int i = 0; i < 6; i++) ck_assert_str_eq(kk[nb - 6 + i].entry, bwd[i]);
+    ck_assert_int_eq(kk[nb - 3].args[0].tensor, dw);
+    const CudaKernel *sc = &kk[nb - 1];
+    ck_assert_int_eq(sc->args[0].tensor, dx);
+    ck_assert_int_eq(sc->args[3].i, R); /* a row per token, */
+    ck_assert_int_eq(sc->args[4].i, k); /* its k slots summed */
+    ck_assert_int_eq(sc->args[6].i, 1); /* into dx */
+    ck_assert_int_eq(o.d.errors, 0);
+    one_free(&o);
+}
+END_TEST
+
 /* Every example model, through the real front end: every op lowers, and the
  * launches of forward ops name their .zl line. */
 START_TEST(example_models_lower) {
@@ -1163,6 +1218,7 @@ int main(void) {
     TCase *t = tcase_create("core");
     tcase_set_timeout(t, 60);
     tcase_add_test(t, gpt2_module_is_complete);
+    tcase_add_test(t, moe_expert_gathers_by_expert);
     tcase_add_test(t, generation_is_deterministic);
     tcase_add_test(t, gemm_tile_rule);
     tcase_add_test(t, comment_names_op_and_line);

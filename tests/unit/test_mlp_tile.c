@@ -15,6 +15,7 @@
 #include <string.h>
 #include "arena.h"
 #include "autodiff.h"
+#include "cuda_gen.h"
 #include "diag.h"
 #include "graph.h"
 #include "graph_fixture.h"
@@ -314,6 +315,39 @@ static void forward(Graph *g, Arena *a, DType dt, bool bias, bool leak) {
     g->nforward = g->nbackward_end = g->nops; /* as the checker leaves it */
 }
 
+/* On the CUDA backend every gated_mlp op (forward, recompute or backward)
+ * takes its host layout's workspace too (mlp_tile_layout, the largest of
+ * which the planner keeps), rounded up to the 256 bytes every CUDA
+ * workspace is aligned to. */
+static void check_cuda_workspace(const Graph *g) {
+    int seen = 0;
+    uint64_t most = 0;
+    for (int i = 0; i < g->nops; i++) {
+        if (g->ops[i].prim != PRIM_GATED_MLP) continue;
+        MlpTileWs L;
+        ck_assert(mlp_tile_layout(g, &g->ops[i], 0, &L));
+        uint64_t want = (L.total + 255) / 256 * 256;
+        if (g->ops[i].kind == OP_FWD && L.total > most) most = L.total;
+        Arena a;
+        arena_init(&a);
+        DiagSink d;
+        diag_init(&d);
+        CudaGen cg;
+        CudaGenOptions opt = {.kernel_dir = ZINF_STDLIB_DIR "/kernels"};
+        cuda_gen_init(&cg, &a, &opt);
+        CudaKernel k[1];
+        CudaOpInfo info;
+        ck_assert_int_gt(cuda_gen_op(&cg, g, i, k, 1, &info, &d), 10);
+        ck_assert_int_eq(d.errors, 0);
+        ck_assert_uint_eq((uint64_t)info.ws_bytes, want);
+        seen++;
+        diag_free(&d);
+        arena_free(&a);
+    }
+    ck_assert_int_gt(seen, 0);
+    ck_assert_uint_eq(most, mlp_tile_workspace_bytes(g));
+}
+
 /* The workspace the planner keeps for g's tiled MLP is what the host
  * kernel asks for its first gated_mlp op. */
 static void check_workspace(const Graph *g) {
@@ -324,6 +358,7 @@ static void check_workspace(const Graph *g) {
     for (int k = 0; k < 5; k++) in[k] = hk_tensor(&in, g->tensors[o->in[k]].dtype, g->tensors[o->in[k]].rank, g->tensors[o->in[k]].dims);
     out = hk_tensor(&out, g->tensors[o->out[0]].dtype, g->tensors[o->out[0]].rank, g->tensors[o->out[0]].dims);
     ck_assert_uint_eq(mlp_tile_workspace_bytes(g), hk_workspace_bytes(PRIM_GATED_MLP, in, 5, &out, 1, o->iattr));
+    check_cuda_workspace(g);
 }
 
 START_TEST(rewrite) {
@@ -376,6 +411,7 @@ START_TEST(rewrite) {
             for (int k = 0; k < 5; k++) ck_assert_int_ge(g.ops[i].out[k], 0);
         }
     ck_assert_int_eq(nb, 2);
+    check_cuda_workspace(&g); /* the backward ops' workspace too */
     diag_free(&d);
     arena_free(&a);
 }
@@ -433,6 +469,7 @@ START_TEST(lora_blocks) {
     ck_assert_uint_gt(ws[1], 0);
     ck_assert_uint_lt(ws[1], ws[0]);
     ck_assert_uint_eq(mlp_tile_workspace_bytes(&g), ws[0]);
+    check_cuda_workspace(&g);
     /* and the adapters' op alone (the first one's set aside for a moment) */
     for (int i = 0; i < g.nops; i++)
         if (g.ops[i].prim == PRIM_GATED_MLP && g.ops[i].segment == 0) g.ops[i].kind = OP_RECOMPUTE;
@@ -450,6 +487,7 @@ START_TEST(lora_blocks) {
             for (int k = 5; k < 11; k++) ck_assert_int_ge(g.ops[i].out[k], 0);
         }
     ck_assert_int_eq(nb, 1);
+    check_cuda_workspace(&g); /* the backward ops' (adapters in bf16: accumulators) */
     diag_free(&d);
     arena_free(&a);
 }
