@@ -42,7 +42,7 @@ printf '#include <zlib.h>\nint main(void){return zlibVersion() == 0;}\n' | cc -x
 cc -std=c11 -D_GNU_SOURCE -O1 -Wall -Wextra -Werror -Wno-unknown-pragmas -rdynamic -Ilang -Icompiler -Iruntime $(printf -- "-I%s " runtime/*/) -I"$B/gen" \
   -DZINF_STDLIB_DIR="\"$ROOT/stdlib\"" -DZINF_EMU_HEADER="\"$ROOT/tests/gpu/emu.h\"" \
   tests/gpu/check_moe.c tests/gpu/emu_check.c tests/gpu/emu.c tests/gpu/emu_wrap.c runtime/base/arena.c runtime/base/errorf.c runtime/plan/vocab.c \
-  runtime/base/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/cuda_gen*.c compiler/nvrtc.c \
+  runtime/base/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/cuda_gen*.c compiler/mlp_tile.c compiler/nvrtc.c \
   runtime/hostk/hostk*.c runtime/hostk/quant.c runtime/plan/plan.c runtime/plan/plan_pack.c $blas -o "$B/gpu/check_moe" -ldl -lm -lpthread > "$W/build.log" 2>&1 ||
   { cat "$W/build.log"; echo "moe_cuda_emu: check_moe did not build"; exit 1; }
 out=$(TMPDIR="${TMPDIR:-/tmp}" "$B/gpu/check_moe" 2>&1)
