@@ -183,8 +183,9 @@ static void explain_partition(Search *S) {
         else nwhole++;
         if (b->ntiles[i] > 1) {
             if (ntiled < 6)
-                pl_say(&S->ex, "tile %s %s in %d tiles of %" PRId64 " rows: %s whole, %s", pl_tname(b, i),
+                pl_say(&S->ex, "tile %s %s in %d tiles of %" PRId64 " %s: %s whole, %s", pl_tname(b, i),
                     graph_shape_str(g, i, s4, sizeof s4), b->ntiles[i], g->tensors[i].dims[0] / b->ntiles[i],
+                    g->tensors[i].rank != 3 ? "rows" : g->tensors[i].dims[0] == b->ntiles[i] ? "expert" : "experts",
                     plan_bytes_str(pl_ebytes(b, i, g->tensors[i].numel), s1, sizeof s1),
                     b->tile_pinned[i] ? "pinned by the plan block" : "more than 1/16 of GPU memory");
             ntiled++;
