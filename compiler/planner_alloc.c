@@ -200,7 +200,11 @@ static bool occ_place(PlanBuilder *b, Packer *pk, ArenaPack *ap, uint64_t lo, ui
     if (!pl_grow((void **)&ap->occ, &ap->cocc, ap->nocc + 3, sizeof(Seg))) return false;
     s = ap->occ;
     memmove(&s[l + n], &s[j], sizeof(Seg) * (size_t)(ap->nocc - j));
-    memcpy(&s[l], put, sizeof(Seg) * (size_t)n);
+    /* one to three records: stored one by one (a copy of a variable
+     * length is a rep movs, slow to start, once per buffer placed) */
+    s[l] = put[0];
+    if (n > 1) s[l + 1] = put[1];
+    if (n > 2) s[l + 2] = put[2];
     ap->nocc += n - (j - l);
     return true;
 }
@@ -365,6 +369,20 @@ typedef enum PackResult { PACK_OOM, PACK_PLACED, PACK_OVER, PACK_STOPPED } PackR
 static PackResult pack_part(PlanBuilder *b, Packer *pk, int part, const int *order, int m, atomic_bool *stop) {
     bool watch = pk->delay || (b->fits_only && part == part_of(ARENA_GPU)), yield = pk->delay || b->fits_only;
     for (int k = 0; k <= m; k++) {
+        /* the buffers ahead and their first instructions, fetched early:
+         * one buffer is read a few hundred bytes from the last, and each a
+         * cache miss otherwise (the instruction's address is read from a
+         * buffer fetched four places before) */
+        if (k + 8 < m) {
+            const char *x = (const char *)&b->bufs[order[k + 8]];
+            __builtin_prefetch(x);
+            __builtin_prefetch(x + sizeof(PlanBuf) - 1);
+        }
+        if (k + 4 < m && b->bufs[order[k + 4]].first >= 0) {
+            const char *x = (const char *)&b->ins[b->bufs[order[k + 4]].first];
+            __builtin_prefetch(x);
+            __builtin_prefetch(x + sizeof(Ins) - 1);
+        }
         if (k < m && !place_one(b, pk, order[k])) {
             atomic_store(stop, true);
             return PACK_OOM;
