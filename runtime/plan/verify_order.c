@@ -22,12 +22,21 @@ bool vf_build_order(V *v) {
     uint32_t last[PLAN_NQUEUES], cnt[PLAN_NQUEUES] = {0};
     for (int q = 0; q < PLAN_NQUEUES; q++) last[q] = UINT32_MAX;
     uint64_t nedges = 0;
+    bool backward = true; /* every dependency on an earlier instruction */
     for (uint32_t i = 0; i < n; i++) {
         const PlanInstr *s = &p->instrs[i];
         prevq[i] = last[s->queue];
         last[s->queue] = i;
         v->qpos[i] = ++cnt[s->queue];
         nedges += s->ndeps + (prevq[i] != UINT32_MAX);
+        for (uint32_t k = 0; k < s->ndeps; k++) backward &= p->deps[s->dep + k] < i;
+    }
+    /* Where every dependency is on an earlier instruction (as the planner
+     * writes them), program order is a topological order: no cycle, and
+     * no successor lists to build for one. */
+    if (backward) {
+        for (uint32_t i = 0; i < n; i++) v->order[i] = i;
+        goto clocks;
     }
     succ = malloc((nedges + 1) * sizeof *succ);
     if (!succ) goto oom;
@@ -68,6 +77,7 @@ bool vf_build_order(V *v) {
         vf_problem(v, "dependency cycle: %u instructions wait on each other, among them %s", n - tail, list);
         goto done;
     }
+clocks:
     /* vector clocks in topological order: vc[i][q] = the highest position on
      * queue q of an instruction ordered before or equal to i */
     for (uint32_t k = 0; k < n; k++) {
