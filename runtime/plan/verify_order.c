@@ -15,10 +15,11 @@ bool vf_build_order(V *v) {
     uint32_t *indeg = calloc(n + 1, sizeof *indeg), *succ_start = calloc(n + 2, sizeof *succ_start);
     uint32_t *prevq = malloc((n + 1) * sizeof *prevq), *succ = NULL;
     v->qpos = calloc(n + 1, sizeof *v->qpos);
+    v->queue = malloc(n + 1);
     v->order = malloc((n + 1) * sizeof *v->order);
     v->vc = calloc((size_t)(n + 1) * PLAN_NQUEUES, sizeof *v->vc);
     bool ok = false;
-    if (!indeg || !succ_start || !prevq || !v->qpos || !v->order || !v->vc) goto oom;
+    if (!indeg || !succ_start || !prevq || !v->qpos || !v->queue || !v->order || !v->vc) goto oom;
     uint32_t last[PLAN_NQUEUES], cnt[PLAN_NQUEUES] = {0};
     for (int q = 0; q < PLAN_NQUEUES; q++) last[q] = UINT32_MAX;
     uint64_t nedges = 0;
@@ -28,6 +29,7 @@ bool vf_build_order(V *v) {
         prevq[i] = last[s->queue];
         last[s->queue] = i;
         v->qpos[i] = ++cnt[s->queue];
+        v->queue[i] = s->queue;
         nedges += s->ndeps + (prevq[i] != UINT32_MAX);
         for (uint32_t k = 0; k < s->ndeps; k++) backward &= p->deps[s->dep + k] < i;
     }
@@ -109,7 +111,7 @@ done:
 /* a happens before b (a != b) */
 static bool before(const V *v, uint32_t a, uint32_t b) {
     if (a == b) return false;
-    return v->vc[(size_t)b * PLAN_NQUEUES + v->p->instrs[a].queue] >= v->qpos[a];
+    return v->vc[(size_t)b * PLAN_NQUEUES + v->queue[a]] >= v->qpos[a];
 }
 
 /* ---- 5. uses of each buffer ---- */
@@ -156,14 +158,14 @@ static bool dataflow_clean(const V *v, uint32_t b, uint32_t *wq) {
     uint32_t s = v->use_start[b], e = v->use_start[b + 1];
     uint32_t start[PLAN_NQUEUES + 1] = {0}, fill[PLAN_NQUEUES];
     for (uint32_t w = s; w < e; w++)
-        if (v->use_mode[w] & PLAN_W) start[p->instrs[v->use_list[w]].queue + 1]++;
+        if (v->use_mode[w] & PLAN_W) start[v->queue[v->use_list[w]] + 1]++;
     for (int q = 0; q < PLAN_NQUEUES; q++) start[q + 1] += start[q];
     memcpy(fill, start, sizeof fill);
     for (uint32_t w = s; w < e; w++) /* in instruction order: in queue order on each queue */
-        if (v->use_mode[w] & PLAN_W) wq[fill[p->instrs[v->use_list[w]].queue]++] = v->use_list[w];
+        if (v->use_mode[w] & PLAN_W) wq[fill[v->queue[v->use_list[w]]]++] = v->use_list[w];
     bool persistent = p->buffers[b].flags & PLAN_BUF_PERSISTENT;
     for (uint32_t r = s; r < e; r++) {
-        uint32_t ri = v->use_list[r], qr = p->instrs[ri].queue;
+        uint32_t ri = v->use_list[r], qr = v->queue[ri];
         const uint32_t *vr = v->vc + (size_t)ri * PLAN_NQUEUES;
         bool filled = persistent;
         for (int q = 0; q < PLAN_NQUEUES; q++) {
@@ -236,7 +238,7 @@ static void extent(const V *v, uint32_t b, Ext *x) {
     for (int q = 0; q < PLAN_NQUEUES; q++) x->first[q] = x->last[q] = UINT32_MAX;
     for (uint32_t u = v->use_start[b]; u < v->use_start[b + 1]; u++) {
         uint32_t i = v->use_list[u];
-        int q = v->p->instrs[i].queue;
+        int q = v->queue[i];
         if (x->first[q] == UINT32_MAX || i < x->first[q]) x->first[q] = i;
         if (x->last[q] == UINT32_MAX || i > x->last[q]) x->last[q] = i;
         x->used = true;
