@@ -12,14 +12,14 @@
 bool vf_build_order(V *v) {
     const Plan *p = v->p;
     uint32_t n = p->ninstrs;
-    uint32_t *indeg = calloc(n + 1, sizeof *indeg), *succ_start = calloc(n + 2, sizeof *succ_start);
+    uint32_t *indeg = NULL, *succ_start = NULL; /* for the sort, where program order is not one */
     uint32_t *prevq = malloc((n + 1) * sizeof *prevq), *succ = NULL;
-    v->qpos = calloc(n + 1, sizeof *v->qpos);
+    v->qpos = malloc((n + 1) * sizeof *v->qpos);
     v->queue = malloc(n + 1);
     v->order = malloc((n + 1) * sizeof *v->order);
     v->vc = calloc((size_t)(n + 1) * PLAN_NQUEUES, sizeof *v->vc);
     bool ok = false;
-    if (!indeg || !succ_start || !prevq || !v->qpos || !v->queue || !v->order || !v->vc) goto oom;
+    if (!prevq || !v->qpos || !v->queue || !v->order || !v->vc) goto oom;
     uint32_t last[PLAN_NQUEUES], cnt[PLAN_NQUEUES] = {0};
     for (int q = 0; q < PLAN_NQUEUES; q++) last[q] = UINT32_MAX;
     uint64_t nedges = 0;
@@ -40,8 +40,10 @@ bool vf_build_order(V *v) {
         for (uint32_t i = 0; i < n; i++) v->order[i] = i;
         goto clocks;
     }
+    indeg = calloc(n + 1, sizeof *indeg);
+    succ_start = calloc(n + 2, sizeof *succ_start);
     succ = malloc((nedges + 1) * sizeof *succ);
-    if (!succ) goto oom;
+    if (!indeg || !succ_start || !succ) goto oom;
     for (uint32_t i = 0; i < n; i++) {
         const PlanInstr *s = &p->instrs[i];
         for (uint32_t k = 0; k < s->ndeps; k++) succ_start[p->deps[s->dep + k] + 1]++;
