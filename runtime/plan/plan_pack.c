@@ -143,11 +143,11 @@ __attribute__((target("ssse3"))) static uint32_t adler32_ssse3(uint32_t adler, c
 }
 #endif
 
-static uint32_t stream_adler32(const uint8_t *buf, size_t len) {
+static uint32_t stream_adler32(uint32_t adler, const uint8_t *buf, size_t len) {
 #ifdef PLAN_PACK_SSSE3
-    if (__builtin_cpu_supports("ssse3")) return adler32_ssse3(1, buf, len);
+    if (__builtin_cpu_supports("ssse3")) return adler32_ssse3(adler, buf, len);
 #endif
-    return (uint32_t)adler32_z(1, buf, len);
+    return (uint32_t)adler32_z(adler, buf, len);
 }
 
 bool plan_pack(const uint8_t *raw, size_t len, const PlanPackLayout *l, uint8_t **out, size_t *outlen, const char **why) {
@@ -173,7 +173,13 @@ bool plan_pack(const uint8_t *raw, size_t len, const PlanPackLayout *l, uint8_t 
      * seconds on a 300 MB schedule for a few percent. The zlib stream is
      * written around a raw deflate: its header (0x78 0x01: a 32 KiB window,
      * level 1), the deflate stream deflateInit(1) makes, then the Adler-32
-     * of the input, big-endian (stream_adler32: faster than deflate's). */
+     * of the input, big-endian (stream_adler32: faster than deflate's),
+     * summed a chunk at a time right after deflate has read it, while it
+     * is in cache. (deflate's output does not depend on how its input is
+     * handed to it without a flush: the stream is compress2's,
+     * test_plan_pack checks it.) */
+    enum { CHUNK = 256 << 10 };
+    uint32_t adler = 1;
     bool ok = deflateInit2(&z, 1, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) == Z_OK;
     if (ok) {
         buf[8] = 0x78;
@@ -184,17 +190,19 @@ bool plan_pack(const uint8_t *raw, size_t len, const PlanPackLayout *l, uint8_t 
         size_t in_left = len, out_left = (size_t)bound - 6; /* the bound counts the header and the checksum */
         int rc = Z_OK;
         while (rc == Z_OK) {
-            uInt ic = in_left > UINT32_MAX ? UINT32_MAX : (uInt)in_left, oc = out_left > UINT32_MAX ? UINT32_MAX : (uInt)out_left;
+            uInt ic = in_left > CHUNK ? CHUNK : (uInt)in_left, oc = out_left > UINT32_MAX ? UINT32_MAX : (uInt)out_left;
+            const uint8_t *from = z.next_in;
             z.avail_in = ic;
             z.avail_out = oc;
             rc = deflate(&z, in_left == ic ? Z_FINISH : Z_NO_FLUSH);
+            adler = stream_adler32(adler, from, ic - z.avail_in);
             in_left -= ic - z.avail_in;
             out_left -= oc - z.avail_out;
             if (rc == Z_BUF_ERROR && !out_left) break;
         }
         ok = rc == Z_STREAM_END;
         if (ok) {
-            uint32_t a = stream_adler32(src, len);
+            uint32_t a = adler;
             uint8_t *end = buf + 10 + z.total_out;
             end[0] = (uint8_t)(a >> 24), end[1] = (uint8_t)(a >> 16), end[2] = (uint8_t)(a >> 8), end[3] = (uint8_t)a;
         }
