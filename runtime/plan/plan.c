@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include "errorf.h"
 #include "vocab.h"
@@ -844,6 +845,24 @@ typedef struct SectionOut {
     bool oom;
 } SectionOut;
 
+/* Room for a big table's columns (hundreds of MB for a large plan's
+ * operands and schedule): from 32 MiB on a mapping of its own on huge
+ * pages where the kernel gives them, a page fault per 2 MiB instead of per
+ * 4 KiB; smaller from the heap. */
+enum { SCRATCH_MAP_MIN = 32 << 20 };
+static uint8_t *scratch_alloc(size_t n) {
+    if (n < SCRATCH_MAP_MIN) return malloc(n ? n : 1);
+    void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    (void)madvise(m, n, MADV_HUGEPAGE); /* a refusal leaves 4 KiB pages */
+    return m;
+}
+
+static void scratch_free(uint8_t *m, size_t n) {
+    if (n < SCRATCH_MAP_MIN) free(m);
+    else if (m) munmap(m, n);
+}
+
 /* Section s packed into *o when its raw payload of len bytes is large and
  * packs smaller; false (*o untouched) when it stays raw. A table with its
  * columns writer is packed from its columns (deflate only: they are the
@@ -855,11 +874,11 @@ static bool pack_section(const Plan *p, int s, const uint8_t *raw, size_t len, S
     size_t pklen;
     const char *why;
     if (!raw) {
-        if (!(cols = malloc(len))) return o->oom = true, false;
+        if (!(cols = scratch_alloc(len))) return o->oom = true, false;
         sec->columns(p, cols);
     }
     bool ok = raw ? plan_pack(raw, len, &sec->pack, &pk, &pklen, &why) : plan_pack(cols, len, &(PlanPackLayout){0}, &pk, &pklen, &why);
-    free(cols);
+    if (cols) scratch_free(cols, len);
     if (!ok) return o->oom = true, false;
     if (pklen >= len) {
         free(pk);

@@ -412,6 +412,7 @@ int verify_plan(const Plan *p, char *msgs, size_t n) {
         }
     }
     free(v.qpos);
+    free(v.queue);
     free(v.vc);
     free(v.order);
     free(v.use_start);
