@@ -4,7 +4,9 @@
 # MixtralForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM and
 # Qwen2MoeForCausalLM (its shared expert and sigmoid gate) models (with
 # and without the load-balancing loss; a routing where every token picks the
-# same experts and the others get no token, top-2 and top-1) and writes each
+# same experts and the others get no token, top-2 and top-1; Qwen3-MoE with
+# PEFT's LoRA on the experts, target_parameters experts.gate_up_proj and
+# experts.down_proj, its B nonzero) and writes each
 # as a .zl model with its weights under zinf's names. For each, zinfrun
 # --init runs one step and --export's the parameters:
 #  - the step-1 loss equals transformers' (cross-entropy plus
@@ -74,7 +76,7 @@ same_losses() { # CASE RANKS KIND TILES
 }
 : > "$W/checks"
 for c in $cases; do run "$c" 1 cpu; done
-for c in mixtral qwen3moe skewed; do run "$c" 2 cpu; done
+for c in mixtral qwen3moe qwen3moe-lora skewed; do run "$c" 2 cpu; done
 run olmoe 2 nvme
 # tiled by expert (4 experts a layer), checked against transformers as above
 run mixtral 1 cpu 2
