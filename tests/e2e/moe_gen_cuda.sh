@@ -11,7 +11,10 @@
 #   - qwen3: top-2 of 4, the gates not renormalised (norm_topk_prob false),
 #     per-head q and k norms, aux = false;
 #   - qwen2: top-1 of 4 not renormalised, q/k/v biases, and the shared
-#     expert scaled by sigmoid(x ws^T) (moe_shared_gate); in f32 and bf16.
+#     expert scaled by sigmoid(x ws^T) (moe_shared_gate); in f32 and bf16;
+#   - lora: qwen3 with LoRA on the experts (lora_gate_up, lora_down: more
+#     moe_expert products, of the [E, r, D] and [E, 2F, r] adapters), from
+#     a checkpoint of 3 steps on the host (the adapters' B start at zero).
 # Each: its 10 greedy tokens after a prompt of 3 (the cache of T = 16
 # positions) equal the host decoder's, and the logits of every new token
 # (--logits) are within 1e-5 of the largest of the host decoder's (f32: the
@@ -38,12 +41,12 @@ else
   FAKEENV="env LD_LIBRARY_PATH=$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} FAKECUDA_UNITS=$UNITS"
 fi
 mkdir -p "$M" || exit 1
-model() { # NAME DTYPE BLOCK-ARGS LOSS-TERM
+model() { # NAME DTYPE BLOCK-ARGS LOSS-TERM [LR]
   cat > "$W/model.zl" <<ZL
 # tests/e2e/moe_gen_cuda.sh: a micro mixture of experts ($1)
 import "llama"
 import "moe"
-const V = 128, T = 16, D = 32, H = 2, KV = 1, E = 4, F = 24, L = 2
+const V = 256, T = 16, D = 32, H = 2, KV = 1, E = 4, F = 24, L = 2
 model moe_gen_$1(tokens: i32[B, T], targets: i32[B, T]) {
   tok = param [V, D] init normal(0.001)
   x = embedding(tok, tokens)
@@ -53,7 +56,7 @@ model moe_gen_$1(tokens: i32[B, T], targets: i32[B, T]) {
   head = param [D, V] init normal(0.2)
   loss cross_entropy(linear(x, head), targets)$4
 }
-train { micro_batch = 1; steps = 1; dtype = $2; optimizer = adam(lr = 1e-3) }
+train { micro_batch = 1; steps = 1; dtype = $2; optimizer = adam(lr = ${5:-1e-3}) }
 ZL
   cmp -s "$W/model.zl" "$M/$1.zl" || mv -f "$W/model.zl" "$M/$1.zl"
   cat > "$W/$1.zl" <<ZL
@@ -70,9 +73,10 @@ ZL
     { [ "${GPU:-0}" = 1 ] || "$FAKE/fakecuda_prep" "$W/$1.plan" "$W/src-$1" "$arch" "$UNITS" > "$W/$1.prep" 2>&1; } ||
     { cat "$W/$1.zinfc" "$W/$1.prep"; echo "FAIL: $1: zinfc or fakecuda_prep"; fail=1; return 1; }
 }
-kvcheck() { # NAME TOL FRAC: the logits within TOL of the largest, at most FRAC of them not equal
+kvcheck() { # NAME TOL FRAC [ARGS...]: the logits within TOL of the largest, at most FRAC of them not equal
   n=$1 tol=$2 frac=$3
-  g="$W/$n.plan --prompt-ids 5,17,30 --max-new 10 --temperature 0 --decode kv"
+  shift 3
+  g="$W/$n.plan --prompt-ids 5,17,30 --max-new 10 --temperature 0 --decode kv $*"
   # shellcheck disable=SC2086
   if ! $FAKEENV timeout 300 "$B/bin/zinfgen" $g --backend cuda --logits "$W/$n.lc" > "$W/$n.kc" 2> "$W/$n.ekc" < /dev/null ||
      ! timeout 120 "$B/bin/zinfgen" $g --backend host --logits "$W/$n.lh" > "$W/$n.kh" 2> "$W/$n.ekh" < /dev/null; then
@@ -98,5 +102,13 @@ qwen2="1, F, normalize = false, qkv_bias = true, aux = false, shared_expert = tr
 model mixtral f32 "2, F, normalize = true" " + moe_aux_loss(load, E, L, B * T, 0.02)" && kvcheck mixtral 1e-5 1
 model qwen3 f32 "2, F, normalize = false, qk_norm = true, aux = false" "" && kvcheck qwen3 1e-5 1
 model qwen2 f32 "$qwen2" "" && kvcheck qwen2 1e-5 1
+# LoRA on the experts (moe_expert of the [E, r, D] and [E, 2F, r] adapters): B starts at zero,
+# so 3 steps of zinfrun on the host first, at a rate that makes the adapters count
+if model lora f32 "2, F, normalize = false, qk_norm = true, aux = false, lora_gate_up = true, lora_down = true" "" 3e-2; then
+  "$B/bin/zinftok" README.md -o "$W/train.bin" > /dev/null &&
+    timeout 120 "$B/bin/zinfrun" "$W/lora.plan" --data "$W/train.bin" --steps 3 --backend host --checkpoint-dir "$W/ck-lora" \
+      --checkpoint-every 3 --quiet < /dev/null > "$W/lora.train" 2>&1 &&
+    kvcheck lora 1e-5 1 --checkpoint "$W/ck-lora" || { tail -5 "$W/lora.train"; echo "FAIL lora: zinfrun"; fail=1; }
+fi
 model qwen2_bf16 bf16 "$qwen2" "" && kvcheck qwen2_bf16 8e-3 0.02
 exit $fail
