@@ -184,11 +184,10 @@ static int check_scale(const KvDecoder *d, int o, char *why, size_t n) {
 }
 
 /* Mixture of experts, a row at a time: routing (moe_topk, moe_gate), the
- * chosen experts' products (moe_expert of a stacked [E, O, I] parameter),
- * the gated sum (moe_combine) and the shared expert's gate. The load
- * statistics never reach a step (decode.c refuses a step that needs them);
- * an expert with more operands than x, idx and w (LoRA on the experts) has
- * no kernel here. */
+ * chosen experts' products (moe_expert of a stacked [E, O, I] parameter:
+ * the experts, and LoRA's adapters on them), the gated sum (moe_combine)
+ * and the shared expert's gate. The load statistics never reach a step
+ * (decode.c refuses a step that needs them). */
 static int check_moe(const KvDecoder *d, int o, char *why, size_t n) {
     const PlanOp *op = &d->p->ops[o];
     const char *ps = kvdec_prim_str(op->prim);
@@ -200,7 +199,6 @@ static int check_moe(const KvDecoder *d, int o, char *why, size_t n) {
     case PRIM_MOE_EXPERT: break;
     default: return REFUSE(why, n, "op %d (%s) has no GPU decode kernel", o, ps);
     }
-    if (op->nin != 3) return REFUSE(why, n, "op %d (%s) with %d operands (LoRA on the experts) has no GPU decode kernel", o, ps, op->nin);
     int w = op->in[2];
     if (T_(d, w)->rank != 3 || d->kind[w] != DK_CONST)
         return REFUSE(why, n, "op %d (%s): its experts '%s' are not a 3-D parameter", o, ps, T_(d, w)->name);
