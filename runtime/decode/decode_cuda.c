@@ -208,6 +208,8 @@ static int check_moe(const KvDecoder *d, int o, char *why, size_t n) {
         kvdec_view_numel(d, op->out[0]) != R * k * T_(d, w)->dims[1])
         return REFUSE(why, n, "op %d (%s): '%s' does not fit its input and output", o, ps, T_(d, w)->name);
     if (R * k > 65535) return REFUSE(why, n, "op %d (%s): more than 65535 (row, expert) pairs at once", o, ps);
+    if (T_(d, w)->dims[1] > 16384 * (BLOCK / 32)) /* blocks()' grid, 8 outputs a block */
+        return REFUSE(why, n, "op %d (%s): experts of %" PRId64 " outputs, more than %d", o, ps, T_(d, w)->dims[1], 16384 * (BLOCK / 32));
     return 0;
 }
 
