@@ -37,6 +37,7 @@
 #include "loss_chunk.h"
 #include "mlp_tile.h"
 #include "plan.h"
+#include "devmem.h"
 #include "plandump.h"
 #include "planner.h"
 #include "kernels_embed.h"
@@ -569,6 +570,24 @@ static bool verify_and_write(const Plan *p, const char *path, DiagSink *d) {
     return ok;
 }
 
+/* Whether the GPU holds what zinfrun will allocate on it: the gpu arena and,
+ * beside it, the kernel workspaces, collective scratch and cuBLASLt
+ * workspaces its kernels need (runtime/plan/devmem.h), known once the
+ * kernels are generated. Reported when not. */
+static bool devmem_fits(const Plan *p, DiagSink *d) {
+    PlanDevMem m;
+    plan_devmem(p, true, &m);
+    if (m.total <= p->target.gpu_memory) return true;
+    char a[32], b[32], c[32], e[32], items[512];
+    diag_error(d, SPAN_NONE,
+               "the plan needs %s of GPU memory per rank, more than target '%s' has (%s): the gpu arena %s plus %s beside it "
+               "(%s)",
+               plan_bytes_str(m.total, a, sizeof a), p->target.name, plan_bytes_str(p->target.gpu_memory, b, sizeof b),
+               plan_bytes_str(m.arena, c, sizeof c), plan_bytes_str(m.extra, e, sizeof e), plan_devmem_items_str(&m, items, sizeof items));
+    diag_hint(d, "plan for more ranks, move state off the GPU (plan { params = \"cpu\" ... }), or give the target more GPU memory");
+    return false;
+}
+
 static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *d, const Program *prog, Graph *g) {
     Target t;
     const char *how = NULL;
@@ -645,7 +664,12 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
         }
         printf("kernels: %d units x %d archs (%s): %d compiled in %.1f s, %d from the cache, %llu bytes of cubin\n",
                es.units, es.archs, archs, es.compiled, es.seconds, es.cached, (unsigned long long)es.bytes);
+        if (!devmem_fits(r.plan, d)) {
+            plan_free(r.plan);
+            return 1;
+        }
     }
+    if (o->explain && strcmp(t.backend, "host")) plandump_devmem(r.plan, stdout);
     bool written = true;
     if (o->output && po.verify_by_caller) {
         written = verify_and_write(r.plan, o->output, d);

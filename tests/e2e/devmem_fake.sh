@@ -1,0 +1,86 @@
+#!/bin/sh
+# The GPU memory a CUDA plan holds, known before launch: zinfdump's "on the
+# gpu" line (the gpu arena plus the kernel workspaces, collective scratch and
+# cuBLASLt workspaces zinfrun allocates beside it, runtime/plan/devmem.h)
+# against the bytes zinfrun's CUDA backend allocates on the fake driver
+# (tests/fakecuda), equal to the byte: moe-micro on 2 ranks (expert kernels'
+# workspace, all-gathers and reduce-scatters on the comm queue) and
+# gpt-micro with its loss chunked (the chunked loss's workspace), 1 step
+# each. Then: zinfc refuses a plan whose arena fits the target's GPU but
+# whose allocations beside it do not, and a plan without GPU code says its
+# workspaces are unknown.
+# $1: the build directory.
+B=${1:-build}
+ROOT=$(pwd)
+. tests/e2e/lib.sh
+e2e_workdir devmem
+e2e_mpi
+sh tests/fakecuda/build.sh "$B" > "$W/build.log" 2>&1 || { cat "$W/build.log"; echo "devmem_fake: the fakes did not build"; exit 1; }
+FAKE="$ROOT/$B/fakecuda"
+case "$B" in /*) FAKE="$B/fakecuda" ;; esac
+export ZINF_CACHE_DIR="$FAKE/nvrtc-cache"
+"$B/bin/zinftok" README.md -o "$W/train.bin" > /dev/null || exit 1
+
+target() { # FILE MODEL RANKS GPU_MEMORY PLAN_EXTRA
+  cat > "$1" <<ZL
+import "$ROOT/tests/e2e/models/$2"
+target fake { nodes = 1; gpus_per_node = $3
+  gpu { memory = $4; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "sm_90"; sms = 8 }
+  cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2 }
+  net { bandwidth = 10 GB/s; latency_us = 5 } }
+plan { params = "gpu"; optimizer = "gpu"; grads = "gpu"; whole_below = 1000; $5 }
+ZL
+}
+
+check() { # NAME MODEL RANKS PLAN_EXTRA ITEM...: predicted = allocated, and the line names each ITEM
+  name=$1 model=$2 np=$3 extra=$4
+  shift 4
+  target "$W/$name.zl" "$model" "$np" "1 GiB" "$extra"
+  "$B/bin/zinfc" "$W/$name.zl" --kernels=sm_90 --kernel-src="$W/src-$name" -o "$W/$name.plan" > "$W/$name.zinfc" 2>&1 ||
+    { cat "$W/$name.zinfc"; bad "$name: zinfc"; return; }
+  "$FAKE/fakecuda_prep" "$W/$name.plan" "$W/src-$name" sm_90 "$FAKE/units" > "$W/$name.prep" 2>&1 ||
+    { cat "$W/$name.prep"; bad "$name: fakecuda_prep"; return; }
+  line=$("$B/bin/zinfdump" "$W/$name.plan" | grep "^  on the gpu: ")
+  want=$(echo "$line" | sed -n 's/^  on the gpu: [^(]*(\([0-9]*\) bytes).*/\1/p')
+  [ -n "$want" ] || { bad "$name: zinfdump has no 'on the gpu' line with bytes: $line"; return; }
+  for item in "$@"; do
+    echo "$line" | grep -q "$item" || bad "$name: zinfdump's line does not name the $item: $line"
+  done
+  env LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$FAKE/units" FAKECUDA_DEVICES="$np" \
+    timeout 300 mpirun -np "$np" --oversubscribe -x LD_LIBRARY_PATH -x FAKECUDA_UNITS -x FAKECUDA_DEVICES \
+    "$B/bin/zinfrun" "$W/$name.plan" --data "$W/train.bin" --backend cuda --steps 1 > "$W/$name.out" 2>&1 < /dev/null ||
+    { tail -20 "$W/$name.out"; bad "$name: zinfrun --backend cuda on the fake driver"; return; }
+  got=$(sed -n 's/^  gpu memory allocated [^(]*(\([0-9]*\) bytes).*/\1/p' "$W/$name.out")
+  planned=$(sed -n 's/^  gpu memory allocated .*; planned [^(]*(\([0-9]*\) bytes)$/\1/p' "$W/$name.out")
+  if [ -n "$got" ] && [ "$got" = "$want" ] && [ "$planned" = "$want" ]; then
+    ok "$name: zinfrun allocated $got bytes on the GPU, as zinfdump predicted: ${line#  on the gpu: }"
+  else
+    bad "$name: zinfdump predicted ${want:-?} bytes, zinfrun allocated ${got:-?} (its own plan: ${planned:-?}):"
+    grep "gpu memory allocated" "$W/$name.out"
+  fi
+}
+
+check moe2 moe-micro 2 "" "kernel workspace" "collective scratch" "cuBLASLt workspace"
+check chunk1 gpt-micro 1 "loss_chunk = 8" "kernel workspace" "cuBLASLt workspace"
+"$B/bin/zinfdump" "$W/chunk1.plan" --kernels | grep -q "fwd linear_cross_entropy, workspace" || bad "chunk1: the loss is not chunked"
+
+# the arena fits 4 MiB (92% of it usable) but not with its 4 MiB of cuBLASLt workspace beside it
+target "$W/small.zl" moe-micro 2 "4 MiB" ""
+out=$("$B/bin/zinfc" "$W/small.zl" --kernels=sm_90 -o "$W/small.plan" 2>&1)
+rc=$?
+if [ $rc -ne 0 ] && echo "$out" | grep -q "the plan needs [0-9.]* MiB of GPU memory per rank, more than target 'fake' has (4.00 MiB): the gpu arena"; then
+  ok "zinfc refuses what the GPU cannot hold (exit $rc): $(echo "$out" | grep -m1 "the plan needs" | cut -c1-200)"
+else
+  bad "zinfc of a plan too large for the GPU with its workspaces: exit $rc"
+  echo "$out" | tail -5
+fi
+[ ! -f "$W/small.plan" ] || bad "zinfc wrote the refused plan"
+
+"$B/bin/zinfc" "$W/moe2.zl" --kernels=none -o "$W/none.plan" > /dev/null 2>&1 || bad "zinfc --kernels=none"
+if "$B/bin/zinfdump" "$W/none.plan" | grep -q "^  on the gpu: the arena .*, plus kernel workspaces unknown (the plan has no GPU code: --kernels=none)"; then
+  ok "a plan without GPU code: its workspaces are unknown"
+else
+  bad "zinfdump of a plan without GPU code:"
+  "$B/bin/zinfdump" "$W/none.plan" | grep "on the gpu"
+fi
+e2e_end
