@@ -160,7 +160,8 @@ void plandump_devmem(const Plan *p, FILE *out) {
     plan_devmem(p, true, &m);
     char a[32], b[32], c[32], items[512];
     if (!m.code) {
-        fprintf(out, "  on the gpu: the arena %s, plus kernel workspaces unknown (the plan has no GPU code: --kernels=none)\n",
+        fprintf(out, "  on the gpu: the arena %s, plus workspaces unknown until the kernels are generated (the plan has no GPU "
+                     "code: --kernels=none, or zinfc without -o)\n",
                 plan_bytes_str(m.arena, a, sizeof a));
         return;
     }
