@@ -55,10 +55,8 @@ struct RtCuda {
     bool g_open, failed;
     CUdeviceptr gpu;              /* the GPU arena */
     CUdeviceptr ws[PLAN_NQUEUES]; /* kernel workspace, per queue that launches */
-    uint64_t ws_bytes;
-    CUdeviceptr gws[PLAN_NQUEUES]; /* cuBLASLt workspace, per queue that runs kernels (x.lt_ws_bytes) */
+    CUdeviceptr gws[PLAN_NQUEUES]; /* cuBLASLt workspace, per queue that runs kernels (dm, = x.lt_ws_bytes) */
     CUdeviceptr cs[PLAN_NQUEUES]; /* collective padding scratch, per queue that runs NCCL */
-    uint64_t cs_bytes;
     PlanDevMem dm;                /* what is allocated beside the arena, and on which queues (runtime/plan/devmem.h) */
     uint8_t *dev;                 /* per instruction: 1 = enqueued on a stream */
     int32_t *adam_op;             /* per tensor: its OP_ADAM, -1 */
@@ -574,17 +572,16 @@ static int cuda_create(Rt *r, char *err, size_t n) {
     if (classify(r, err, n)) return -1;
     /* device scratch beside the arena: the plan's rules (runtime/plan/devmem.h), with cuBLASLt as it opened */
     plan_devmem(p, cu->x.lt_on, &cu->dm);
-    cu->ws_bytes = cu->dm.bytes[PLAN_DEV_KERNEL_WS];
-    cu->cs_bytes = cu->dm.bytes[PLAN_DEV_COLL_SCRATCH];
     for (uint32_t i = 0; i < p->ninstrs; i++) {
         cu->err_slot[i] = -1;
         if (cu->dev[i] && p->instrs[i].op == PI_KERNEL && p->op_code[p->instrs[i].arg].err_off >= 0) cu->err_slot[i] = cu->nerr++;
     }
     for (int q = 0; q < PLAN_NQUEUES; q++) {
-        if (cu->dm.on[PLAN_DEV_KERNEL_WS][q] && cuexec_alloc_device(&cu->x, cu->ws_bytes, "kernel workspace", &cu->ws[q], err, n))
+        if (cu->dm.on[PLAN_DEV_KERNEL_WS][q] &&
+            cuexec_alloc_device(&cu->x, cu->dm.bytes[PLAN_DEV_KERNEL_WS], "kernel workspace", &cu->ws[q], err, n))
             return -1;
         if (cu->dm.on[PLAN_DEV_COLL_SCRATCH][q] &&
-            cuexec_alloc_device(&cu->x, cu->cs_bytes, "collective scratch", &cu->cs[q], err, n))
+            cuexec_alloc_device(&cu->x, cu->dm.bytes[PLAN_DEV_COLL_SCRATCH], "collective scratch", &cu->cs[q], err, n))
             return -1;
         if (cu->dm.on[PLAN_DEV_GEMM_WS][q] &&
             cuexec_alloc_device(&cu->x, cu->dm.bytes[PLAN_DEV_GEMM_WS], "cuBLASLt workspace", &cu->gws[q], err, n))

@@ -6,7 +6,8 @@
 # (tests/fakecuda), equal to the byte: moe-micro on 2 ranks (expert kernels'
 # workspace, all-gathers and reduce-scatters on the comm queue) and
 # gpt-micro with its loss chunked (the chunked loss's workspace), 1 step
-# each. Then: zinfc refuses a plan whose arena fits the target's GPU but
+# each, and moe-micro with cuBLASLt off (ZINF_CUBLASLT=0: no GEMM
+# workspace). Then: zinfc refuses a plan whose arena fits the target's GPU but
 # whose allocations beside it do not, and a plan without GPU code says its
 # workspaces are unknown.
 # $1: the build directory.
@@ -61,6 +62,23 @@ check() { # NAME MODEL RANKS PLAN_EXTRA ITEM...: predicted = allocated, and the 
 }
 
 check moe2 moe-micro 2 "" "kernel workspace" "collective scratch" "cuBLASLt workspace"
+# cuBLASLt off: no GEMM workspace, the rest as predicted
+if [ -f "$W/moe2.plan" ]; then
+  env ZINF_CUBLASLT=0 LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$FAKE/units" FAKECUDA_DEVICES=2 \
+    timeout 300 mpirun -np 2 --oversubscribe -x ZINF_CUBLASLT -x LD_LIBRARY_PATH -x FAKECUDA_UNITS -x FAKECUDA_DEVICES \
+    "$B/bin/zinfrun" "$W/moe2.plan" --data "$W/train.bin" --backend cuda --steps 1 > "$W/nolt.out" 2>&1 < /dev/null ||
+    { tail -20 "$W/nolt.out"; bad "moe2 with ZINF_CUBLASLT=0: zinfrun"; }
+  full=$("$B/bin/zinfdump" "$W/moe2.plan" | sed -n 's/^  on the gpu: [^(]*(\([0-9]*\) bytes).*/\1/p')
+  lt=$(grep "^  gemm: .*workspace" "$W/moe2.out" | sed -n 's/.*; workspace \([0-9.]*\) MiB per queue.*/\1/p')
+  got=$(sed -n 's/^  gpu memory allocated [^(]*(\([0-9]*\) bytes).*/\1/p' "$W/nolt.out")
+  if [ -n "$got" ] && [ -n "$lt" ] && [ "$got" -eq "$(awk -v f="$full" -v l="$lt" 'BEGIN { printf "%d", f - l * 1048576 }')" ] &&
+     ! grep -q "^  gpu memory allocated .*cuBLASLt workspace" "$W/nolt.out"; then
+    ok "moe2 with ZINF_CUBLASLT=0: $got bytes, the prediction less its $lt MiB cuBLASLt workspace"
+  else
+    bad "moe2 with ZINF_CUBLASLT=0: allocated ${got:-?}, predicted ${full:-?} with a cuBLASLt workspace of ${lt:-?} MiB"
+    grep "gpu memory allocated\|gemm:" "$W/nolt.out"
+  fi
+fi
 check chunk1 gpt-micro 1 "loss_chunk = 8" "kernel workspace" "cuBLASLt workspace"
 "$B/bin/zinfdump" "$W/chunk1.plan" --kernels | grep -q "fwd linear_cross_entropy, workspace" || bad "chunk1: the loss is not chunked"
 
