@@ -112,6 +112,7 @@ typedef struct GraphHfPiece {
     int64_t src_col, cols;
     bool stacked;            /* the piece makes only P[index, ...] (stack(): one expert's tensor) */
     int32_t index;
+    uint8_t layout;          /* PLAN_HF_PLAIN, or expert_rows()/expert_cols(): PEFT's expert layouts (plan.h) */
 } GraphHfPiece;
 
 typedef struct GraphHf {

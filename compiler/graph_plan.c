@@ -53,7 +53,7 @@ static void copy_hf(const Graph *g, Plan *p) {
     for (int i = 0; i < g->hf.npieces; i++) {
         const GraphHfPiece *h = &g->hf.pieces[i];
         p->hf.pieces[i] = (PlanHfPiece){h->tensor, arena_strdup(pa, h->hf_name), h->transpose, h->src_col, h->cols, h->stacked,
-                                        h->index};
+                                        h->index, h->layout};
     }
     p->hf.npieces = (uint32_t)g->hf.npieces;
 }

@@ -132,10 +132,18 @@ static const LoraTarget llama_lora[] = {
 /* Phi-3: q, k, v are one qkv_proj and gate, up one gate_up_proj, each one
  * linear to PEFT (one adapter over the fused output), which separate zinf
  * adapters are not: only o_proj and down_proj, and no default. */
-/* MoE blocks: adapters on the attention's linears only (the experts are
- * stacked parameters, the router a gate PEFT does not adapt by default) */
+/* MoE blocks: adapters on the attention's linears, and on the experts as
+ * PEFT's target_parameters (transformers keeps them fused: experts.gate_up_proj
+ * [E, 2F, D], experts.down_proj [E, D, F]; stdlib/moe.zl's moe_mlp). The
+ * router, a gate, has none. */
 static const LoraTarget moe_lora[] = {
-    {"q_proj", "lora_q", true}, {"k_proj", "lora_k", false}, {"v_proj", "lora_v", true}, {"o_proj", "lora_o", false},
+    {"q_proj", "lora_q", true},
+    {"k_proj", "lora_k", false},
+    {"v_proj", "lora_v", true},
+    {"o_proj", "lora_o", false},
+    {"experts.gate_up_proj", "lora_gate_up", false},
+    {"experts.down_proj", "lora_down", false},
+    {"gate_up_proj", "lora_gate_up", false},
     {NULL, NULL, false}};
 static const LoraTarget phi3_lora[] = {{"o_proj", "lora_o", false}, {"down_proj", "lora_down", false}, {NULL, NULL, false}};
 static const LoraTarget gpt2_lora[] = {
@@ -1221,6 +1229,7 @@ static void put_moe(Cfg *c, Out *o, const char *name) {
         put(o, ",\n                        lora_rank = %" PRId64 ", lora_alpha = %s, lora_init = %s", c->lora_rank,
             flt(c, c->lora_alpha), flt(c, 1.0 / sqrt((double)c->D)));
         if (lora_has(c, "lora_o") && c->H * c->hd != c->D) put(o, ", lora_init_o = %s", flt(c, 1.0 / sqrt((double)(c->H * c->hd))));
+        if (lora_has(c, "lora_down")) put(o, ", lora_init_down = %s", flt(c, 1.0 / sqrt((double)c->moe_F)));
         put_lora_options(c, o);
     }
     put(o, ")\n  }\n");
@@ -1271,6 +1280,16 @@ static void put_moe_map(Cfg *c, Out *o) {
             put(o, "  \"%s.rope_attn.%s_%c\" = transpose(\"base_model.model.%s.self_attn.%s.lora_%c.weight\")\n", p, opt,
                 "ab"[ab], h, w[i][1], "AB"[ab]);
     }
+    /* LoRA on the experts: PEFT's ParamWrapper of the loaded model's fused
+     * mlp.experts (Mixtral's too), one per targeted parameter, nested:
+     * down_proj's wraps gate_up_proj's, whose names gain ".base_layer" */
+    bool gu = lora_has(c, "lora_gate_up"), dn = lora_has(c, "lora_down");
+    for (int ab = 0; gu && ab < 2; ab++)
+        put(o, "  \"%s.moe_mlp.lora_gate_up_%c\" = expert_%s(\"base_model.model.%s.mlp.experts%s.lora_%c.weight\")\n", p, "ab"[ab],
+            ab ? "cols" : "rows", h, dn ? ".base_layer" : "", "AB"[ab]);
+    for (int ab = 0; dn && ab < 2; ab++)
+        put(o, "  \"%s.moe_mlp.lora_down_%c\" = expert_%s(\"base_model.model.%s.mlp.experts.lora_%c.weight\")\n", p, "ab"[ab],
+            ab ? "cols" : "rows", h, "AB"[ab]);
     put(o, "  \"rms.g\" = \"model.norm.weight\"\n");
 }
 
@@ -1513,6 +1532,14 @@ static int lora_resolve(Cfg *c) {
                 found = true;
             }
         if (found) continue;
+        const char *nm = c->lora_names[k];
+        if (c->arch->fam == FAM_MOE && (!strcmp(nm, "gate_proj") || !strcmp(nm, "up_proj") || !strcmp(nm, "down_proj") ||
+                                       !strcmp(nm, "w1") || !strcmp(nm, "w2") || !strcmp(nm, "w3"))) {
+            diag_error(c->d, SPAN_NONE, "--lora: target '%s': %s's experts are fused parameters to PEFT (transformers' "
+                       "experts.gate_up_proj and experts.down_proj, LoRA's target_parameters): name experts.gate_up_proj "
+                       "(gate and up, one adapter) or experts.down_proj", nm, c->arch->arch);
+            return -1;
+        }
         char names[256] = "";
         for (int i = 0; t[i].target; i++) {
             bool seen = false;
@@ -1520,8 +1547,9 @@ static int lora_resolve(Cfg *c) {
             if (!seen)
                 snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", *names ? ", " : "", t[i].target);
         }
-        diag_error(c->d, SPAN_NONE, "--lora: unknown target '%s' (%s linears: %s)", c->lora_names[k],
-                   c->arch->fam == FAM_GPT2 ? "GPT-2" : c->arch->fam == FAM_MOE ? "the MoE blocks' attention" : "LLaMA-family", names);
+        diag_error(c->d, SPAN_NONE, "--lora: unknown target '%s' (%s: %s)", c->lora_names[k],
+                   c->arch->fam == FAM_GPT2 ? "GPT-2 linears" : c->arch->fam == FAM_MOE ? "the MoE blocks' attention linears and experts"
+                                                                                      : "LLaMA-family linears", names);
         return -1;
     }
     return 0;

@@ -119,6 +119,7 @@ typedef struct Piece {
     int64_t first, count; /* sized (cols): the column range */
     bool stacked;         /* stack(): one HF tensor per index of the parameter's first axis */
     const char *hole;     /* stacked: the placeholder that index fills (not one of the pattern's) */
+    uint8_t layout;       /* expert_rows() / expert_cols(): PEFT's expert layouts (plan.h) */
 } Piece;
 
 typedef struct Entry {
@@ -158,7 +159,7 @@ static bool err(HfCtx *c, Span sp, const char *fmt, ...) {
     return false;
 }
 
-static const char *const hf_funcs[] = {"transpose", "cat", "cols", "stack"};
+static const char *const hf_funcs[] = {"transpose", "cat", "cols", "stack", "expert_rows", "expert_cols"};
 
 /* One piece: "name", transpose("name"), cols(X, first, count) with X one of
  * the two. */
@@ -185,6 +186,8 @@ static bool read_piece(HfCtx *c, const Expr *e, Piece *pc) {
         if (x->kind == EX_CALL && !strcmp(x->str, "cols")) return err(c, x->span, "cols of cols: give one column range");
         if (x->kind == EX_CALL && !strcmp(x->str, "cat")) return err(c, x->span, "cols of cat: write the pieces of the cat instead");
         if (x->kind == EX_CALL && !strcmp(x->str, "stack")) return err(c, x->span, "cols of stack: write stack(cols(...)) instead");
+        if (x->kind == EX_CALL && !strncmp(x->str, "expert_", 7))
+            return err(c, x->span, "cols of %s: an expert layout maps its parameter whole", x->str);
         if (!read_piece(c, x, pc)) return false;
         int64_t first, count;
         if (!sema_eval_int(c->s, e->args.items[1].value, &first) || !sema_eval_int(c->s, e->args.items[2].value, &count)) {
@@ -204,17 +207,27 @@ static bool read_piece(HfCtx *c, const Expr *e, Piece *pc) {
             return err(c, e->span, "stack takes one HF tensor name with a placeholder for the index: "
                                    "stack(\"...experts.{e}.w1.weight\")");
         const Expr *x = e->args.items[0].value;
-        if (x->kind == EX_CALL && (!strcmp(x->str, "stack") || !strcmp(x->str, "transpose") || !strcmp(x->str, "cat")))
+        if (x->kind == EX_CALL && (!strcmp(x->str, "stack") || !strcmp(x->str, "transpose") || !strcmp(x->str, "cat") ||
+                                   !strncmp(x->str, "expert_", 7)))
             return err(c, x->span, "stack of %s: a stacked tensor is a name, or cols of a name, in the parameter's own layout", x->str);
         if (!read_piece(c, x, pc)) return false;
         if (pc->transpose) return err(c, x->span, "stack of a transposed tensor: a stacked tensor is in the parameter's own layout");
         pc->stacked = true;
         return true;
     }
+    if (!strcmp(e->str, "expert_rows") || !strcmp(e->str, "expert_cols")) { /* PEFT's LoRA on fused expert weights */
+        if (e->args.len != 1 || e->args.items[0].name || e->args.items[0].value->kind != EX_STR)
+            return err(c, e->span, "%s takes one HF tensor name: %s(\"...lora_%c.weight\")", e->str, e->str,
+                       e->str[7] == 'r' ? 'A' : 'B');
+        if (!read_piece(c, e->args.items[0].value, pc)) return false;
+        pc->layout = e->str[7] == 'r' ? PLAN_HF_EXPERT_ROWS : PLAN_HF_EXPERT_COLS;
+        return true;
+    }
     if (!strcmp(e->str, "cat")) return err(c, e->span, "cat goes outermost: cat(a, b, ...) of names, transposes and cols");
-    const char *near = diag_nearest(e->str, hf_funcs, 4);
+    const char *near = diag_nearest(e->str, hf_funcs, 6);
     if (near) return err(c, e->name_span, "unknown hf function '%s'; did you mean '%s'?", e->str, near);
-    return err(c, e->name_span, "unknown hf function '%s' (the functions are transpose, cat, cols and stack)", e->str);
+    return err(c, e->name_span, "unknown hf function '%s' (the functions are transpose, cat, cols, stack, expert_rows and "
+               "expert_cols)", e->str);
 }
 
 /* The placeholder of stacked piece pc that the index fills: the one of its
@@ -281,6 +294,9 @@ static bool read_entry(HfCtx *c, Entry *en) {
         Piece *pc = &en->pieces[i];
         if (pc->stacked != en->pieces[0].stacked)
             return err(c, pc->span, "the pieces of one parameter are all stacked or none");
+        if (pc->layout && en->npieces > 1)
+            return err(c, pc->span, "%s in a cat: an expert layout maps its parameter whole, alone",
+                       pc->layout == PLAN_HF_EXPERT_ROWS ? "expert_rows" : "expert_cols");
         const char *bad = NULL;
         if (pc->stacked && !stack_hole(c, pc, st->key, names, n)) return false;
         const char *nm2[HFMAP_MAX_HOLES + 1], *v2[HFMAP_MAX_HOLES + 1];
@@ -447,6 +463,13 @@ static void emit_pieces(HfCtx *c, Pieces *ps, int t, Entry *en, const char **nam
             *reported = true;
             return;
         }
+        if (p->layout && pt->rank != 3) {
+            if (!*reported)
+                err(c, p->span, "%s needs a parameter [experts, rows, columns] of rank 3, but '%s' has rank %d",
+                    p->layout == PLAN_HF_EXPERT_ROWS ? "expert_rows" : "expert_cols", pt->name, pt->rank);
+            *reported = true;
+            return;
+        }
         if (p->sized) given += p->count;
         else unsized++;
     }
@@ -474,7 +497,8 @@ static void emit_pieces(HfCtx *c, Pieces *ps, int t, Entry *en, const char **nam
             if (stacked) nm2[n2] = p->hole, v2[n2++] = arena_printf(c->a, "%" PRId64, x);
             const char *bad = NULL, *name = hfmap_subst(c->a, p->tmpl, nm2, v2, n2, &bad);
             if (!name) return;
-            GraphHfPiece gp = {t, name, p->transpose, p->sized ? p->first : 0, p->sized ? p->count : each, stacked, (int32_t)x};
+            GraphHfPiece gp = {t, name, p->transpose, p->sized ? p->first : 0, p->sized ? p->count : each, stacked, (int32_t)x,
+                               p->layout};
             if (!push_piece(c, ps, gp)) return;
         }
 }

@@ -31,6 +31,13 @@ typedef struct Search {
     bool any_state_fit, any_pins_met;
     char last_why[512];            /* why the last candidate did not fit */
     int tried;                     /* builds */
+    /* what cost_and_keep found of the plan it kept last, while no build
+     * followed (kept_tried == tried) and nothing restored another: its
+     * cost (no times per instruction) and its hoisted bytes, not worked
+     * out again for the refinement and the last line */
+    CostResult kept_cost;
+    uint64_t kept_hoisted;
+    int kept_tried;
     bool overlap_auto;             /* optimizer_overlap "auto": the orders are costed */
     bool host;                     /* the host backend: CPU Adams share the kernels' cores */
 } Search;
@@ -91,9 +98,8 @@ static uint64_t plan_hoisted_bytes(const Plan *p) {
 
 /* How the build's optimizer runs, for the explanation: "" when serial
  * (its first reads hoisted into the backward count as not serial). */
-static const char *overlap_str(const PlanBuilder *b, const Plan *p, char *buf, size_t n) {
+static const char *overlap_str(const PlanBuilder *b, uint64_t hoisted, char *buf, size_t n) {
     char s1[32], s2[32], s3[96];
-    uint64_t hoisted = plan_hoisted_bytes(p);
     s3[0] = 0;
     if (hoisted) snprintf(s3, sizeof s3, ", optimizer state read from NVMe in the backward (%s)", plan_bytes_str(hoisted, s2, sizeof s2));
     if (!b->early_any) {
@@ -183,8 +189,9 @@ static void explain_partition(Search *S) {
         else nwhole++;
         if (b->ntiles[i] > 1) {
             if (ntiled < 6)
-                pl_say(&S->ex, "tile %s %s in %d tiles of %" PRId64 " rows: %s whole, %s", pl_tname(b, i),
+                pl_say(&S->ex, "tile %s %s in %d tiles of %" PRId64 " %s: %s whole, %s", pl_tname(b, i),
                     graph_shape_str(g, i, s4, sizeof s4), b->ntiles[i], g->tensors[i].dims[0] / b->ntiles[i],
+                    g->tensors[i].rank != 3 ? "rows" : g->tensors[i].dims[0] == b->ntiles[i] ? "expert" : "experts",
                     plan_bytes_str(pl_ebytes(b, i, g->tensors[i].numel), s1, sizeof s1),
                     b->tile_pinned[i] ? "pinned by the plan block" : "more than 1/16 of GPU memory");
             ntiled++;
@@ -237,14 +244,19 @@ static Outcome cost_and_keep(Search *S, const Place *cand) {
         diag_error(S->d, SPAN_NONE, "out of memory while planning");
         return OUT_ERROR;
     }
+    uint64_t hoisted = plan_hoisted_bytes(p);
     pl_say(&S->ex, "  %s prefetch %d%s%s: %.4g s/step, %s peak %s", place_str(cand, s4, sizeof s4), cand->prefetch,
-        cand->reuse ? ", weights kept from recompute to backward" : "", overlap_str(b, p, ov, sizeof ov), cr.step_time,
+        cand->reuse ? ", weights kept from recompute to backward" : "", overlap_str(b, hoisted, ov, sizeof ov), cr.step_time,
         strcmp(b->t->backend, "host") ? "GPU" : "device", plan_bytes_str(b->size[ARENA_GPU], s1, sizeof s1));
     if (cr.step_time < S->best_time * 0.999) {
         S->best_time = cr.step_time;
         S->best = *cand;
         plan_free(S->plan);
         S->plan = p;
+        S->kept_cost = cr;
+        S->kept_cost.start = S->kept_cost.end = S->kept_cost.wait = NULL; /* freed below */
+        S->kept_hoisted = hoisted;
+        S->kept_tried = S->tried;
     } else {
         plan_free(p);
     }
@@ -541,6 +553,9 @@ static bool plan_overlaps(const Plan *p) {
 }
 
 
+/* The cost of S->plan, where cost_and_keep costed it and no build followed. */
+static const CostResult *kept_cost(const Search *S) { return S->kept_tried == S->tried ? &S->kept_cost : NULL; }
+
 static bool refine(Search *S) {
     PlanBuilder *b = S->b;
     int nt = b->g->ntensors;
@@ -550,7 +565,7 @@ static bool refine(Search *S) {
     memset(tiers0, -1, 2 * (size_t)nt + 2);
     if (b->ptier) memcpy(tiers0, b->ptier, (size_t)nt), memcpy(tiers0 + nt, b->otier, (size_t)nt);
     b->pl = S->best;
-    if (!pl_refine(b, S->a, &S->ex, &S->plan, &S->best_time, &S->tried)) return refine_failed(S);
+    if (!pl_refine(b, S->a, &S->ex, &S->plan, &S->best_time, &S->tried, kept_cost(S))) return refine_failed(S);
     /* "auto" on a GPU target: the chosen placement with the optimizer
      * overlapped, refined as well, where some Adam steps state in CPU
      * memory. (On the host backend the CPU Adam and the kernels share the
@@ -580,7 +595,7 @@ static bool refine(Search *S) {
         }
         if (r == OUT_PLACED) {
             b->pl = S->best;
-            if (!pl_refine(b, S->a, &S->ex, &S->plan, &S->best_time, &S->tried)) {
+            if (!pl_refine(b, S->a, &S->ex, &S->plan, &S->best_time, &S->tried, kept_cost(S))) {
                 plan_free(plan1);
                 return refine_failed(S);
             }
@@ -594,6 +609,7 @@ static bool refine(Search *S) {
             else pl_say(&S->ex, "kept the %s order: %.4g s/step (%s, it does not fit)", o1, time1, o2);
             plan_free(S->plan);
             S->plan = plan1;
+            S->kept_tried = -1; /* S->plan is no longer the one cost_and_keep kept last */
             S->best_time = time1;
             S->best = best1;
             b->pl = best1;
@@ -610,7 +626,7 @@ static bool refine(Search *S) {
 static bool finish(Search *S) {
     char s4[160], s1[32], hs[96] = "";
     bool early = plan_overlaps(S->plan);
-    uint64_t hoisted = plan_hoisted_bytes(S->plan);
+    uint64_t hoisted = S->kept_tried == S->tried ? S->kept_hoisted : plan_hoisted_bytes(S->plan);
     if (hoisted)
         snprintf(hs, sizeof hs, ", optimizer state read from NVMe in the backward (%s)", plan_bytes_str(hoisted, s1, sizeof s1));
     pl_say(&S->ex, "chosen: %s, prefetch %d%s%s%s (of %d builds): %.4g s/step predicted", place_str(&S->best, s4, sizeof s4),
@@ -644,7 +660,7 @@ bool planner_run(const Graph *g, const Target *t, const PlannerOptions *o, Arena
     Target local = ranked_target(t, o);
     PlanBuilder b = {0};
     Search S = {.b = &b, .a = a, .d = d, .o = o, .best_time = INFINITY,
-                .overlap_auto = o->overlap == 0, .host = strcmp(local.backend, "host") == 0};
+                .overlap_auto = o->overlap == 0, .kept_tried = -1, .host = strcmp(local.backend, "host") == 0};
     bool ok = setup(&b, g, &local, o, d) && pl_partition(&b, a) && pl_apply_pins(&b, a);
     if (ok) {
         explain_partition(&S);

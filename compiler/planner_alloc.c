@@ -200,7 +200,11 @@ static bool occ_place(PlanBuilder *b, Packer *pk, ArenaPack *ap, uint64_t lo, ui
     if (!pl_grow((void **)&ap->occ, &ap->cocc, ap->nocc + 3, sizeof(Seg))) return false;
     s = ap->occ;
     memmove(&s[l + n], &s[j], sizeof(Seg) * (size_t)(ap->nocc - j));
-    memcpy(&s[l], put, sizeof(Seg) * (size_t)n);
+    /* one to three records: stored one by one (a copy of a variable
+     * length is a rep movs, slow to start, once per buffer placed) */
+    s[l] = put[0];
+    if (n > 1) s[l + 1] = put[1];
+    if (n > 2) s[l + 2] = put[2];
     ap->nocc += n - (j - l);
     return true;
 }
@@ -254,17 +258,28 @@ static bool place_persistent(PlanBuilder *b, Packer *pk) {
     return true;
 }
 
-/* the rest in order of first use: counting sort by first instruction; how
- * many, or -1 when out of memory */
-static int first_use_order(const PlanBuilder *b, int *order) {
-    int n = b->nbufs, m = 0;
-    int *cnt = calloc((size_t)b->nins + 2, sizeof *cnt);
+/* the part of the packing arena a is in: the GPU's, or the rest */
+static int part_of(int a) { return a == ARENA_GPU ? 0 : 1; }
+
+/* the rest in order of first use, the GPU part's (part_of) before the
+ * other's: a counting sort by part and first instruction, reading each
+ * buffer once in index order (in order of first use the buffers are read
+ * all over the table, a cache miss each); how many, with the GPU part's
+ * count in *m0, or -1 when out of memory */
+static int first_use_order(const PlanBuilder *b, int *order, int *m0) {
+    int n = b->nbufs, m = 0, nins = b->nins;
+    int *cnt = calloc(2 * ((size_t)nins + 1) + 1, sizeof *cnt); /* part 0's firsts, then part 1's */
     if (!cnt) return -1;
-    for (int i = 0; i < n; i++)
-        if (!(b->bufs[i].b.flags & PLAN_BUF_PERSISTENT) && b->bufs[i].first >= 0) cnt[b->bufs[i].first + 1]++, m++;
-    for (int i = 0; i < b->nins; i++) cnt[i + 1] += cnt[i];
-    for (int i = 0; i < n; i++)
-        if (!(b->bufs[i].b.flags & PLAN_BUF_PERSISTENT) && b->bufs[i].first >= 0) order[cnt[b->bufs[i].first]++] = i;
+    for (int i = 0; i < n; i++) {
+        const PlanBuf *x = &b->bufs[i];
+        if (!(x->b.flags & PLAN_BUF_PERSISTENT) && x->first >= 0) cnt[part_of(x->b.arena) * (nins + 1) + x->first + 1]++, m++;
+    }
+    for (int k = 0; k < 2 * (nins + 1); k++) cnt[k + 1] += cnt[k];
+    *m0 = cnt[nins + 1];
+    for (int i = 0; i < n; i++) {
+        const PlanBuf *x = &b->bufs[i];
+        if (!(x->b.flags & PLAN_BUF_PERSISTENT) && x->first >= 0) order[cnt[part_of(x->b.arena) * (nins + 1) + x->first]++] = i;
+    }
     free(cnt);
     return m;
 }
@@ -344,9 +359,6 @@ static int first_over(const PlanBuilder *b, const uint64_t size[PLAN_NARENAS]) {
 
 typedef enum PackResult { PACK_OOM, PACK_PLACED, PACK_OVER, PACK_STOPPED } PackResult;
 
-/* the part of the packing arena a is in: the GPU's, or the rest */
-static int part_of(int a) { return a == ARENA_GPU ? 0 : 1; }
-
 /* One part's m buffers of order placed, after the homes (pk holds their
  * arenas' floors). With pk->delay it stops as soon as one of its arenas
  * outgrows the target (PACK_OVER; the arenas only grow, so the packing
@@ -357,6 +369,20 @@ static int part_of(int a) { return a == ARENA_GPU ? 0 : 1; }
 static PackResult pack_part(PlanBuilder *b, Packer *pk, int part, const int *order, int m, atomic_bool *stop) {
     bool watch = pk->delay || (b->fits_only && part == part_of(ARENA_GPU)), yield = pk->delay || b->fits_only;
     for (int k = 0; k <= m; k++) {
+        /* the buffers ahead and their first instructions, fetched early:
+         * one buffer is read a few hundred bytes from the last, and each a
+         * cache miss otherwise (the instruction's address is read from a
+         * buffer fetched four places before) */
+        if (k + 8 < m) {
+            const char *x = (const char *)&b->bufs[order[k + 8]];
+            __builtin_prefetch(x);
+            __builtin_prefetch(x + sizeof(PlanBuf) - 1);
+        }
+        if (k + 4 < m && b->bufs[order[k + 4]].first >= 0) {
+            const char *x = (const char *)&b->ins[b->bufs[order[k + 4]].first];
+            __builtin_prefetch(x);
+            __builtin_prefetch(x + sizeof(Ins) - 1);
+        }
         if (k < m && !place_one(b, pk, order[k])) {
             atomic_store(stop, true);
             return PACK_OOM;
@@ -374,24 +400,17 @@ static PackResult pack_part(PlanBuilder *b, Packer *pk, int part, const int *ord
 }
 
 /* Every buffer placed: the persistent homes, then the m buffers of order
- * (first_use_order), the GPU's beside the others' (pack_part); then the
+ * (first_use_order: the GPU part's m0 first), the GPU's beside the
+ * others' (pack_part); then the
  * arenas' sizes set and the address-reuse dependencies added. With delay,
  * PACK_OVER as soon as an arena outgrows the target (sizes unset, nothing
  * added): pl_allocate packs tightly instead. */
-static PackResult pack(PlanBuilder *b, bool delay, const int *order, int m) {
+static PackResult pack(PlanBuilder *b, bool delay, const int *order, int m, int m0) {
     Packer pk[2];
     memset(pk, 0, sizeof pk);
     pk[0].delay = pk[1].delay = delay;
-    int *split = malloc(sizeof(int) * (size_t)(m + 1)), m0 = 0;
-    if (!split || !place_persistent(b, &pk[0])) {
-        free(split);
-        return PACK_OOM;
-    }
+    if (!place_persistent(b, &pk[0])) return PACK_OOM;
     for (int a = 0; a < PLAN_NARENAS; a++) pk[1].ar[a] = pk[0].ar[a]; /* the floors above the homes (no structures yet) */
-    for (int k = 0; k < m; k++)
-        if (part_of(b->bufs[order[k]].b.arena) == 0) split[m0++] = order[k];
-    for (int k = 0, n = m0; k < m; k++)
-        if (part_of(b->bufs[order[k]].b.arena) == 1) split[n++] = order[k];
     atomic_bool stop;
     atomic_init(&stop, false);
     PackResult r[2];
@@ -399,7 +418,7 @@ static PackResult pack(PlanBuilder *b, bool delay, const int *order, int m) {
 #pragma omp parallel for num_threads(2) schedule(static, 1)
 #endif
     for (int part = 0; part < 2; part++)
-        r[part] = part == 0 ? pack_part(b, &pk[0], 0, split, m0, &stop) : pack_part(b, &pk[1], 1, split + m0, m - m0, &stop);
+        r[part] = part == 0 ? pack_part(b, &pk[0], 0, order, m0, &stop) : pack_part(b, &pk[1], 1, order + m0, m - m0, &stop);
     PackResult res = r[0] == PACK_OOM || r[1] == PACK_OOM ? PACK_OOM
                      : r[0] == PACK_OVER || r[1] == PACK_OVER ? PACK_OVER : PACK_PLACED;
     if (res == PACK_OVER && !delay) { /* b->fits_only: the GPU arena does not fit, by at least this much */
@@ -420,7 +439,6 @@ static PackResult pack(PlanBuilder *b, bool delay, const int *order, int m) {
         }
         free(pk[p].deps);
     }
-    free(split);
     return res;
 }
 
@@ -428,14 +446,14 @@ static PackResult pack(PlanBuilder *b, bool delay, const int *order, int m) {
  * dependencies of a packing that is dropped are dropped with it (pack). */
 bool pl_allocate(PlanBuilder *b) {
     int *order = malloc(sizeof(int) * (size_t)(b->nbufs + 1));
-    int m = order ? first_use_order(b, order) : -1;
+    int m0 = 0, m = order ? first_use_order(b, order, &m0) : -1;
     if (m < 0) {
         free(order);
         b->oom = true;
         return false;
     }
-    PackResult r = pack(b, true, order, m);
-    if (r == PACK_OVER) r = pack(b, false, order, m);
+    PackResult r = pack(b, true, order, m, m0);
+    if (r == PACK_OVER) r = pack(b, false, order, m, m0);
     bool ok = r == PACK_PLACED || (r == PACK_OVER && b->size_partial);
     free(order);
     if (!ok) b->oom = true;

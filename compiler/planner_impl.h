@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "planner.h"
+#include "cost.h"
 
 enum { IO_ALIGN = 4096, GPU_ALIGN = 256, TILE_FRACTION = 16 };
 
@@ -268,8 +269,10 @@ bool pl_apply_pins(PlanBuilder *b, Arena *a);
  * docs/tuning.md): moves the state of single parameters to a faster tier
  * while the build fits and the predicted step improves. b->pl is the
  * chosen placement, *plan its plan and *time its step; they become the
- * refined ones. *builds counts the builds. False only when a build failed
- * (out of memory, internal error: b->oom, b->internal, b->why). */
-bool pl_refine(PlanBuilder *b, Arena *a, PlText *ex, Plan **plan, double *time, int *builds);
+ * refined ones. known: *plan's cost where the caller has it (its busy
+ * times and pass are read), else NULL (it is simulated again). *builds
+ * counts the builds. False only when a build failed (out of memory,
+ * internal error: b->oom, b->internal, b->why). */
+bool pl_refine(PlanBuilder *b, Arena *a, PlText *ex, Plan **plan, double *time, int *builds, const CostResult *known);
 
 #endif

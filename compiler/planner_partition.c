@@ -8,7 +8,7 @@
 bool pl_tileable_use(const GOp *op, int slot) {
     if (op->kind != OP_FWD && op->kind != OP_BWD && op->kind != OP_RECOMPUTE) return false;
     return (op->prim == PRIM_LINEAR && slot == 1) || (op->prim == PRIM_MATMUL && slot == 1) ||
-           (op->prim == PRIM_EMBEDDING && slot == 0);
+           (op->prim == PRIM_EMBEDDING && slot == 0) || (op->prim == PRIM_MOE_EXPERT && slot == 2);
 }
 
 uint64_t pl_gpu_capacity(const Target *t) {
@@ -23,8 +23,10 @@ uint64_t pl_cpu_capacity(const Target *t) {
 }
 
 /* Parameters some use of which cannot take a tile: anything but the weight
- * of a linear or matmul or the table of an embedding. */
-static void find_untileable(const Graph *g, bool *untileable) {
+ * of a linear or matmul, the table of an embedding or the experts' weights
+ * of a moe_expert (use: USE_EXPERTS for those, USE_ROWS for the others). */
+enum { USE_ROWS = 1, USE_EXPERTS = 2 };
+static void find_untileable(const Graph *g, bool *untileable, uint8_t *use) {
     for (int i = 0; i < g->nops; i++) {
         const GOp *op = &g->ops[i];
         if (op->kind != OP_FWD && op->kind != OP_BWD && op->kind != OP_RECOMPUTE) continue;
@@ -33,8 +35,15 @@ static void find_untileable(const Graph *g, bool *untileable) {
             int x = op->in[k];
             if (x < 0 || g->tensors[x].cls != TC_PARAM) continue;
             if (k >= nfin || !pl_tileable_use(op, k)) untileable[x] = true;
+            else use[x] |= op->prim == PRIM_MOE_EXPERT ? USE_EXPERTS : USE_ROWS;
         }
     }
+}
+
+/* Whether parameter i has a shape its uses take tiles of: a 2-D weight cut
+ * by rows, or a moe_expert's [E, O, I] experts cut into whole experts. */
+static bool tile_shape(const GTensor *t, bool untileable, uint8_t use) {
+    return !untileable && ((use == USE_ROWS && t->rank == 2) || (use == USE_EXPERTS && t->rank == 3));
 }
 
 /* Whether parameter t's Adam moments are stored in 8-bit blocks, whose
@@ -46,12 +55,16 @@ static bool qstate_moments(const Graph *g, const GTensor *t) {
 }
 
 /* How many tiles each parameter is cut into: the plan block's pins (2-D
- * weights only, rows divided evenly), else enough that a tile takes at
- * most 1/TILE_FRACTION of GPU memory. False (reported) on a bad pin. */
-static bool choose_tiles(PlanBuilder *b, const bool *untileable) {
+ * weights' rows, or moe_expert weights' experts, divided evenly), else
+ * enough that a tile takes at most 1/TILE_FRACTION of GPU memory. Expert
+ * weights are tiled on the host backend only: the CUDA backend's grouped
+ * expert GEMMs (stdlib/kernels/moe.cu) take every expert at once, so a pin
+ * there is refused and none is chosen. False (reported) on a bad pin. */
+static bool choose_tiles(PlanBuilder *b, const bool *untileable, const uint8_t *use) {
     const Graph *g = b->g;
     int n = g->ntensors;
     uint64_t limit = b->t->gpu_memory / TILE_FRACTION;
+    bool host = !strcmp(b->t->backend, "host");
     bool ok = true;
     for (int i = 0; i < n; i++) {
         const GTensor *t = &g->tensors[i];
@@ -71,13 +84,21 @@ static bool choose_tiles(PlanBuilder *b, const bool *untileable) {
                 ok = false;
                 continue;
             }
-            if (untileable[i] || t->rank != 2) {
-                diag_error(b->d, sp, "cannot tile '%s': only 2-D weights of linear, matmul and embedding are tiled", t->name);
+            if (!tile_shape(t, untileable[i], use[i])) {
+                diag_error(b->d, sp, "cannot tile '%s': only 2-D weights of linear, matmul and embedding, and the [E, O, I] "
+                           "experts of moe_expert, are tiled", t->name);
+                ok = false;
+                continue;
+            }
+            if (use[i] == USE_EXPERTS && !host) {
+                diag_error(b->d, sp, "cannot tile '%s' by expert on the %s backend: its moe_expert kernels take every expert "
+                           "at once; tiling by expert runs on the host backend only", t->name, b->t->backend);
                 ok = false;
                 continue;
             }
             if (t->dims[0] % want) {
-                diag_error(b->d, sp, "cannot cut '%s' into %d tiles: %d does not divide its %" PRId64 " rows", t->name, want, want, t->dims[0]);
+                diag_error(b->d, sp, "cannot cut '%s' into %d tiles: %d does not divide its %" PRId64 " %s", t->name, want, want,
+                           t->dims[0], use[i] == USE_EXPERTS ? "experts (a tile holds whole experts)" : "rows");
                 ok = false;
                 continue;
             }
@@ -89,7 +110,8 @@ static bool choose_tiles(PlanBuilder *b, const bool *untileable) {
             }
             b->ntiles[i] = want;
             b->tile_pinned[i] = true;
-        } else if (!want && !untileable[i] && t->rank == 2 && bytes > limit && !dtype_is_quant(t->dtype)) {
+        } else if (!want && tile_shape(t, untileable[i], use[i]) && (use[i] == USE_ROWS || host) && bytes > limit &&
+                   !dtype_is_quant(t->dtype)) {
             int64_t need = (int64_t)((bytes + limit - 1) / limit);
             int64_t nt = need;
             bool q8 = qstate_moments(g, t);
@@ -132,10 +154,11 @@ bool pl_partition(PlanBuilder *b, Arena *a) {
     b->part = ARENA_NEWN(a, bool, n + 1);
     b->tile_shard = ARENA_NEWN(a, int64_t, n + 1);
     bool *untileable = ARENA_NEWN(a, bool, n + 1);
+    uint8_t *use = ARENA_NEWN(a, uint8_t, n + 1);
     b->tile_pinned = ARENA_NEWN(a, bool, n + 1);
-    if (!b->ntiles || !b->part || !b->tile_shard || !untileable || !b->tile_pinned) return false;
-    find_untileable(g, untileable);
-    bool ok = choose_tiles(b, untileable);
+    if (!b->ntiles || !b->part || !b->tile_shard || !untileable || !use || !b->tile_pinned) return false;
+    find_untileable(g, untileable, use);
+    bool ok = choose_tiles(b, untileable, use);
     state_layout(b);
     return ok;
 }

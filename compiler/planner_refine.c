@@ -218,14 +218,17 @@ static bool refine_kind(Refine *R, MoveKind k, CostResult *cur) {
     return true;
 }
 
-bool pl_refine(PlanBuilder *b, Arena *a, PlText *ex, Plan **plan, double *time, int *builds) {
+bool pl_refine(PlanBuilder *b, Arena *a, PlText *ex, Plan **plan, double *time, int *builds, const CostResult *known) {
     Refine R = {.b = b, .a = a, .ex = ex, .plan = plan, .time = time, .builds = builds};
     if (!refine_setup(&R)) {
         b->oom = true;
         return false;
     }
     CostResult cur;
-    if (!cost_simulate(*plan, &cur)) {
+    if (known) {
+        cur = *known; /* the times per instruction are not read here */
+        cur.start = cur.end = cur.wait = NULL;
+    } else if (!cost_simulate(*plan, &cur)) {
         b->oom = true;
         return false;
     }

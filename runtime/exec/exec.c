@@ -121,6 +121,7 @@ static size_t instr_scratch(const Rt *r, const PlanInstr *in) {
         if (in->ntiles <= 1 || in->arg < 0 || (uint32_t)in->arg >= p->nops) return 0;
         const PlanOp *o = &r->p->ops[in->arg];
         const PlanOp *fo = o->kind == OP_FWD ? o : &r->p->ops[o->fwd];
+        if (fo->prim == PRIM_MOE_EXPERT) return 0; /* its tiles work in the op's workspace */
         size_t b = 256;
         if (fo->in[0] >= 0) b += 2 * (size_t)r->p->tensors[fo->in[0]].numel * rt_dsz(r->p->tensors[fo->in[0]].dtype);
         if (fo->out[0] >= 0) b += 2 * (size_t)r->p->tensors[fo->out[0]].numel * rt_dsz(r->p->tensors[fo->out[0]].dtype);

@@ -99,10 +99,38 @@ static void *bump(Bump *b, size_t n) {
     return q;
 }
 
+/* Tile t of n of moe_expert, its [E, O, I] weight cut by expert: the weight
+ * operand (and dw's) holds experts [t E/n, (t+1) E/n). The forward writes
+ * the places routed to them (tile 0 clears y first: the buffer is new); the
+ * backward adds their share of dx, tile after tile in order. */
+static int run_tiled_moe(Rt *r, const PlanOp *o, const PlanOp *fo, void **tb, int tile, int ntiles, void *ws, char *err,
+                         size_t n) {
+    const Plan *g = r->p;
+    int x = fo->in[0], idx = fo->in[1], wt = fo->in[2], y = fo->out[0];
+    const PlanTensor *W = &g->tensors[wt];
+    int64_t per = W->dims[0] / ntiles;
+    HkTensor w = view(r, wt, tb[wt]), xs = view(r, x, tb[x]), is = view(r, idx, tb[idx]);
+    w.dims[0] = per;
+    int rc;
+    if (o->kind != OP_BWD) {
+        HkTensor ys = view(r, y, tb[y]);
+        if (tile == 0) memset(tb[y], 0, (size_t)g->tensors[y].numel * rt_dsz(g->tensors[y].dtype));
+        rc = hk_moe_expert_fwd_tile(&xs, &is, &w, tile * per, W->dims[0], &ys, ws);
+    } else {
+        int dy = o->in[fo->nin + fo->nout], dx = o->out[0], dw = o->out[2];
+        HkTensor dyt = view(r, dy, tb[dy]), dxt = dx >= 0 ? view(r, dx, tb[dx]) : (HkTensor){0};
+        HkTensor dwt = dw >= 0 ? view(r, wt, tb[dw]) : (HkTensor){0};
+        dwt.dims[0] = per;
+        rc = hk_moe_expert_bwd_tile(&xs, &is, &w, tile * per, W->dims[0], &dyt, dx >= 0 ? &dxt : NULL, dw >= 0 ? &dwt : NULL, ws);
+    }
+    return rc ? errorf(err, n, "moe_expert tile %d of %d: %s", tile, ntiles, hk_strerror(rc)) : 0;
+}
+
 /* Tile t of n of an op whose 2-D weight (linear w, matmul b, embedding
  * table) is cut by rows: the weight operand holds only those rows. */
 static int run_tiled(Rt *r, const PlanOp *o, const PlanOp *fo, void **tb, int tile, int ntiles, void *ws, int worker,
                      char *err, size_t n) {
+    if (fo->prim == PRIM_MOE_EXPERT) return run_tiled_moe(r, o, fo, tb, tile, ntiles, ws, err, n);
     const Plan *g = r->p;
     Bump sc = {r->scratch[worker], 0, r->scratch_bytes};
     bool bwd = o->kind == OP_BWD;

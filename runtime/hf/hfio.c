@@ -150,6 +150,20 @@ static int read_block(Imp *im, const HfPiece *x, const StEntry *e, int64_t r0, i
     size_t es = st_dtype_size(e->dtype);
     int64_t h = r1 - r0, w = c1 - c0;
     uint8_t *a = im->st.a;
+    if (x->layout == PLAN_HF_EXPERT_COLS) { /* a row's columns are E apart: its span, read and strided */
+        int64_t span = (w - 1) * x->experts + 1;
+        if (span > im->st.ch)
+            return errorf(err, n, "hf tensor '%s': a row of %" PRId64 " elements does not fit the staging buffer of %" PRId64, e->name,
+                          span, im->st.ch);
+        for (int64_t i = r0; i < r1; i++) {
+            int64_t el = hf_expert_col(x, i, c0);
+            if (hf_runs_add(&runs, e->offset + (uint64_t)el * es, a, (uint64_t)span * es, err, n) || hf_runs_flush(&runs, err, n))
+                return -1;
+            st_to_f32(e->dtype, a, x->experts, im->st.f + (i - r0) * w, w);
+        }
+        im->rep->bytes += runs.total;
+        return 0;
+    }
     if (!x->transpose) {
         for (int64_t i = r0; i < r1; i++) {
             int64_t el = (i - x->row0) * x->hstride + x->src_col + (c0 - x->pc);

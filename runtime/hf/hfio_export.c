@@ -40,6 +40,7 @@ typedef struct Exp {
     bool merge;                 /* the base groups with their adapters merged */
     const char *companions;     /* the model directory whose tokenizer and generation files go along, NULL */
     Progress *progress;         /* NULL: nobody listens */
+    uint8_t *whole;             /* rank 0, a PLAN_HF_EXPERT_COLS piece: its HF tensor, assembled (its columns are E apart) */
 } Exp;
 
 /* Whether group g is written: the adapters for a PEFT export, else the rest. */
@@ -165,6 +166,13 @@ static int put_block(Exp *ex, const HfPiece *x, int g, int64_t r0, int64_t r1, i
     OutCtx oc = {f, ex->tmp};
     HfRuns runs = {.fn = out_write, .ctx = &oc};
     uint8_t *o = ex->st.b;
+    if (x->layout == PLAN_HF_EXPERT_COLS) { /* into the assembled tensor, written whole by export_piece */
+        st_from_f32(t->dtype, ex->st.f, o, h * w);
+        for (int64_t i = r0; i < r1; i++)
+            for (int64_t j = c0; j < c1; j++)
+                memcpy(ex->whole + (size_t)hf_expert_col(x, i, j) * es, o + (size_t)((i - r0) * w + j - c0) * es, es);
+        return 0;
+    }
     if (!x->transpose) {
         st_from_f32(t->dtype, ex->st.f, o, h * w);
         for (int64_t i = r0; i < r1; i++) {
@@ -192,6 +200,12 @@ static int export_piece(Exp *ex, const HfPiece *x, const HfLora *lo, const float
     int64_t bh, bw;
     hf_block_dims(x->transpose, x->nrows, x->w, ex->st.ch, &bh, &bw);
     int rc = 0;
+    const OutFile *f = ex->files && ex->gfile[x->group] >= 0 ? &ex->files[ex->gfile[x->group]] : NULL;
+    const StOutTensor *ot = f ? &f->t[ex->gslot[x->group]] : NULL;
+    if (x->layout == PLAN_HF_EXPERT_COLS && ex->r->c->rank == 0) { /* an adapter's lora_B: assembled in memory */
+        ex->whole = ot ? malloc(ot->bytes ? (size_t)ot->bytes : 1) : NULL;
+        if (!ex->whole) rc = errorf(err, n, "out of memory assembling '%s'", ex->l->groups[x->group].name);
+    }
     for (int64_t r0 = x->row0; r0 < x->row0 + x->nrows; r0 += bh)
         for (int64_t c0 = x->pc; c0 < x->pc + x->w; c0 += bw) {
             int64_t r1 = min64(x->row0 + x->nrows, r0 + bh), c1 = min64(x->pc + x->w, c0 + bw);
@@ -200,6 +214,15 @@ static int export_piece(Exp *ex, const HfPiece *x, const HfLora *lo, const float
             if (!rc && lo && A && B) hf_lora_add(lo, A, B, x->cols, ex->st.f, r0, r1, c0, c1);
             if (!rc && ex->r->c->rank == 0) rc = put_block(ex, x, x->group, r0, r1, c0, c1, err, n);
         }
+    if (x->layout == PLAN_HF_EXPERT_COLS && ex->r->c->rank == 0) {
+        if (!rc) {
+            OutCtx oc = {f, ex->tmp};
+            rc = out_write(&oc, f->data_start + ot->offset, ex->whole, ot->bytes, err, n);
+            if (!rc) ex->rep->bytes += ot->bytes;
+        }
+        free(ex->whole);
+        ex->whole = NULL;
+    }
     return rc;
 }
 
@@ -385,27 +408,40 @@ static int export_groups(Exp *ex, char *err, size_t n) {
     const HfLayout *l = ex->l;
     uint64_t total = 0;
     for (int g = 0; g < l->ngroups; g++) total += exported(ex, g);
-    for (int g = 0; g < l->ngroups; g++) {
+    /* A and B of the adapter last fetched: the experts' tensors of one
+     * weight (a group each) share theirs, fetched once (every rank decides
+     * alike: the collective stays matched) */
+    float *A = NULL, *B = NULL;
+    int fa = -1, fb = -1, rc = 0;
+    for (int g = 0; g < l->ngroups && !rc; g++) {
         if (!exported(ex, g)) continue;
         HfLora lo;
-        float *A = NULL, *B = NULL;
         int has = ex->merge ? hf_lora_of(ex->r->p, l, g, &lo, err, n) : 0;
-        int rc = has < 0 ? -1 : has ? hf_lora_fetch(ex->r, &lo, &A, &B, err, n) : 0;
+        rc = has < 0 ? -1 : 0;
+        if (has > 0 && (lo.a != fa || lo.b != fb)) {
+            free(A);
+            free(B);
+            A = B = NULL;
+            fa = lo.a;
+            fb = lo.b;
+            rc = hf_lora_fetch(ex->r, &lo, &A, &B, err, n);
+        }
         for (int i = l->groups[g].first; i < l->npieces; i++) {
             const HfPiece *x = &l->pieces[i];
             if (x->group != g || !x->exported) continue;
             int k = export_piece(ex, x, has > 0 ? &lo : NULL, A, B, err, n);
             if (k && !rc) rc = k;
         }
-        free(A);
-        free(B);
         int bad = hf_agree(ex->r, rc, err, n);
-        if (bad > 0 && !rc) return errorf(err, n, "rank %d failed exporting '%s' (its message says why)", bad - 1, l->groups[g].name);
-        if (bad) return -1;
+        if (bad > 0 && !rc) rc = errorf(err, n, "rank %d failed exporting '%s' (its message says why)", bad - 1, l->groups[g].name);
+        else if (bad) rc = -1;
+        if (rc) break;
         ex->rep->tensors++;
         progress_report(ex->progress, "exporting weights", "tensors", (uint64_t)ex->rep->tensors, total);
     }
-    return 0;
+    free(A);
+    free(B);
+    return rc;
 }
 
 int hfio_export(Rt *r, const char *dir, const HfioOptions *o, HfioReport *rep, char *err, size_t n) {
@@ -419,6 +455,10 @@ int hfio_export(Rt *r, const char *dir, const HfioOptions *o, HfioReport *rep, c
     for (int g = 0; !rc && g < l.ngroups; g++) ex.merge |= l.groups[g].adapter;
     ex.peft = ex.merge && !(o && o->merge_lora);
     ex.merge &= !ex.peft;
+    for (int g = 0; !rc && ex.merge && g < l.ngroups; g++) { /* an expert adapter merges only where the ops show its weight */
+        char t[256];
+        if (l.pieces[l.groups[g].first].layout == PLAN_HF_EXPERT_ROWS) rc = hf_expert_target(r->p, &l, g, t, sizeof t, err, n);
+    }
     if (!rc) rc = hf_stage_init(&ex.st, o, err, n);
     if (!rc) rc = plan_files(&ex, ex.peft ? UINT64_MAX : o && o->max_shard_bytes ? o->max_shard_bytes : HFIO_SHARD_DEFAULT, err, n);
     if (!rc && lead) rc = export_setup(&ex, dir, err, n);

@@ -16,11 +16,17 @@
  * x columns [pc, pc + w), taken from columns [src_col, src_col + w) of the
  * HF tensor in zinf layout. P's element (i, j) is the HF tensor's element
  *   (i - row0) * hstride + src_col + (j - pc)   not transposed (hstride: the HF last axis)
- *   (src_col + j - pc) * hstride + i - row0     transposed (hstride = nrows) */
+ *   (src_col + j - pc) * hstride + i - row0     transposed (hstride = nrows)
+ * and, for a piece of PEFT's expert layout PLAN_HF_EXPERT_COLS (P [E, O, r]
+ * whole, the HF tensor [O, r E]; plan.h), with i = e O + o,
+ *   o r E + j E + e                             (hf_expert_col)
+ * (PLAN_HF_EXPERT_ROWS is the first form: P [E, r, I] is [E r, I] as it is). */
 typedef struct HfPiece {
     int tensor;
     int64_t rows, cols, pc, w, src_col, hstride;
     int64_t row0, nrows;
+    int layout;             /* PLAN_HF_PLAIN or an expert layout */
+    int64_t experts, per;   /* an expert layout: E, and O (PLAN_HF_EXPERT_COLS's rows per expert) */
     bool transpose, stacked;
     int group;
     bool exported;          /* it writes its group's columns (not a repeat of the same columns, not an alias) */
@@ -50,6 +56,11 @@ typedef struct HfLayout {
 /* hfio_common.c */
 /* "[2, 3]" */
 const char *hf_shape_str(const int64_t *shape, int rank, char *buf, size_t n);
+
+/* The HF element of P's (i, j) for a PLAN_HF_EXPERT_COLS piece. */
+static inline int64_t hf_expert_col(const HfPiece *x, int64_t i, int64_t j) {
+    return (i % x->per) * x->cols * x->experts + j * x->experts + i / x->per;
+}
 
 /* hfio_layout.c */
 /* Whether the plan has a Hugging Face mapping (an hf block). */
@@ -126,13 +137,19 @@ typedef struct HfLora {
     int a, b;               /* the parameters A [in, r] and B [r, out] */
     int64_t rank;
     double scale;           /* alpha / rank: the `by` of the scale op B's product feeds */
+    /* LoRA on the experts (PEFT's ParamWrapper; stdlib/moe.zl): A [E, r, I]
+     * and B [E, BO, r], the base W [E, WO, I]; W[e]'s rows are B[e]'s rows
+     * [brow0, brow0 + WO) (gate and up share B, gate's rows first). */
+    int64_t experts, wper, bper, brow0;
 } HfLora;
 /* The adapter of base group g: 1 and *lo when it has one, 0 when not, -1
  * (err) when it is incomplete or its scale cannot be found. */
 int hf_lora_of(const Plan *p, const HfLayout *l, int g, HfLora *lo, char *err, size_t n);
 /* The merge of one block: f (the base weight W's rows [r0, r1) x columns
  * [c0, c1), zinf's [in, out] layout, row-major) += A[r0:r1] B[:, c0:c1]
- * scale, with A [in, r] and B [r, out] (out columns) whole, in double. */
+ * scale, with A [in, r] and B [r, out] (out columns) whole, in double; on
+ * the experts (lo->experts), W [E, WO, I] as a matrix, row i = e WO + o:
+ * += B[e, brow0 + o, :] A[e, :, c0:c1] scale. */
 void hf_lora_add(const HfLora *lo, const float *A, const float *B, int64_t out, float *f, int64_t r0, int64_t r1, int64_t c0,
                  int64_t c1);
 /* adapter_config.json for the plan's adapters (malloc'd, NULL: err): r,
@@ -141,6 +158,11 @@ void hf_lora_add(const HfLora *lo, const float *A, const float *B, int64_t out, 
  * (a base weight kept [in, out], GPT-2's Conv1D); adapters of different
  * ranks or alphas are refused. */
 char *hf_adapter_config(const Plan *p, const HfLayout *l, char *err, size_t n);
+/* The PEFT target parameter of expert adapter A (a group whose piece has
+ * the layout PLAN_HF_EXPERT_ROWS) into buf: "experts.gate_up_proj" (its B
+ * feeds gate and up through a split) or "experts.down_proj", the module's
+ * last name from its HF name; -1 (err) when the plan's ops do not show it. */
+int hf_expert_target(const Plan *p, const HfLayout *l, int ga, char *buf, size_t bn, char *err, size_t n);
 /* Collective: A and B whole, as f32, on rank 0 (*fa, *fb malloc'd there, NULL elsewhere). */
 int hf_lora_fetch(Rt *r, const HfLora *lo, float **fa, float **fb, char *err, size_t n);
 

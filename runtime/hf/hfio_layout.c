@@ -39,6 +39,13 @@ static int piece_init(const Plan *p, const PlanHfPiece *x, HfPiece *pc, const Hf
     pc->src_col = x->src_col;
     pc->transpose = x->transpose;
     pc->group = -1;
+    pc->layout = x->layout;
+    if (x->layout != PLAN_HF_PLAIN) { /* PEFT's expert layouts: a rank-3 parameter whole (verified) */
+        if (t->rank != 3 || x->transpose || x->stacked || x->src_col || x->cols != pc->cols)
+            return errorf(err, n, "hf: the expert layout of '%s' needs the whole rank-3 parameter", t->name);
+        pc->experts = t->dims[0];
+        pc->per = t->dims[1];
+    }
     return 0;
 }
 
@@ -136,6 +143,16 @@ static int group_finish(const Plan *p, HfLayout *l, int g, int *idx, char *err, 
         for (int d = s; d + 1 < t0->rank; d++) G->shape[d - s] = t0->dims[d];
         G->shape[G->rank - 1] = H;
     }
+    const HfPiece *x0 = &l->pieces[G->first];
+    if (x0->layout != PLAN_HF_PLAIN) { /* PEFT's [E r, I] or [O, r E] */
+        for (int i = G->first + 1; i < l->npieces; i++)
+            if (l->pieces[i].group == g)
+                return errorf(err, n, "hf tensor '%s' is an expert layout of '%s' and is read by '%s' too", G->name, t0->name,
+                              p->tensors[l->pieces[i].tensor].name);
+        G->rank = 2;
+        G->shape[0] = x0->layout == PLAN_HF_EXPERT_ROWS ? x0->rows : x0->per;
+        G->shape[1] = x0->layout == PLAN_HF_EXPERT_ROWS ? x0->cols : x0->cols * x0->experts;
+    }
     G->numel = 1;
     for (int d = 0; d < G->rank; d++) G->numel *= (uint64_t)G->shape[d];
     G->dtype = dtype_is_quant(t0->dtype) ? p->train.dtype : t0->dtype; /* exported dequantized, in the training dtype */
@@ -203,7 +220,7 @@ int hf_layout_by_names(const Plan *p, HfLayout *l, char *err, size_t n) {
     for (uint32_t t = 0; t < p->ntensors; t++) {
         const PlanTensor *pt = &p->tensors[t];
         if (exported_param(p, t))
-            pc[k++] = (PlanHfPiece){(int32_t)t, pt->name, 0, 0, pt->rank ? pt->dims[pt->rank - 1] : 1, 0, 0};
+            pc[k++] = (PlanHfPiece){(int32_t)t, pt->name, 0, 0, pt->rank ? pt->dims[pt->rank - 1] : 1, 0, 0, 0};
     }
     int rc = layout_from(p, pc, k, l, err, n);
     for (int g = 0; !rc && g < l->ngroups; g++) l->groups[g].adapter = false; /* an export holds every parameter */

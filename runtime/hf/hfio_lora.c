@@ -47,7 +47,88 @@ static char adapter_module(const char *name, char *buf, size_t n) {
     return which;
 }
 
+/* ---- LoRA on the experts: found from the ops (stdlib/moe.zl's moe_mlp) ----
+ * base:    y = moe_expert(x, idx, W)
+ * adapter: d = scale(moe_expert(moe_expert(x, idx, A), idx, B), alpha / r)
+ *          and y + d, or (gate and up sharing B) split(d, 2) and y + piece k */
+
+/* The forward op of primitive prim whose input slot `slot` is tensor t, from op `from` on; -1: none. */
+static int op_with(const Plan *p, int prim, int slot, int t, uint32_t from) {
+    for (uint32_t i = from; i < p->nops; i++) {
+        const PlanOp *o = &p->ops[i];
+        if (o->kind == OP_FWD && o->prim == prim && slot < o->nin && o->in[slot] == t) return (int)i;
+    }
+    return -1;
+}
+
+/* The layout of parameter t's first piece (PLAN_HF_PLAIN when unmapped). */
+static int layout_of(const HfLayout *l, int t) {
+    for (int i = 0; i < l->npieces; i++)
+        if (l->pieces[i].tensor == t) return l->pieces[i].layout;
+    return PLAN_HF_PLAIN;
+}
+
+/* From adapter A (moe_expert op ua): B, the scale op, and whether a split follows it (*split: its op, -1 none). */
+static int expert_chain(const Plan *p, const HfLayout *l, int ua, int *b, int *sc, int *split) {
+    int ub = op_with(p, PRIM_MOE_EXPERT, 0, p->ops[ua].out[0], 0);
+    if (ub < 0 || layout_of(l, p->ops[ub].in[2]) != PLAN_HF_EXPERT_COLS) return -1;
+    *b = p->ops[ub].in[2];
+    *sc = op_with(p, PRIM_SCALE, 0, p->ops[ub].out[0], 0);
+    if (*sc < 0) return -1;
+    *split = op_with(p, PRIM_SPLIT, 0, p->ops[*sc].out[0], 0);
+    return 0;
+}
+
+/* The expert adapter of stacked base group g: 1 and *lo, 0 when none. */
+static int expert_lora_of(const Plan *p, const HfLayout *l, int g, HfLora *lo, char *err, size_t n) {
+    int w = l->pieces[l->groups[g].first].tensor;
+    const PlanTensor *W = &p->tensors[w];
+    for (int uw = op_with(p, PRIM_MOE_EXPERT, 2, w, 0); uw >= 0; uw = op_with(p, PRIM_MOE_EXPERT, 2, w, (uint32_t)uw + 1)) {
+        int x = p->ops[uw].in[0];
+        for (int ua = op_with(p, PRIM_MOE_EXPERT, 0, x, 0); ua >= 0; ua = op_with(p, PRIM_MOE_EXPERT, 0, x, (uint32_t)ua + 1)) {
+            int a = p->ops[ua].in[2], b, sc, split;
+            if (a == w || layout_of(l, a) != PLAN_HF_EXPERT_ROWS || expert_chain(p, l, ua, &b, &sc, &split)) continue;
+            const PlanTensor *A = &p->tensors[a], *B = &p->tensors[b];
+            *lo = (HfLora){.a = a, .b = b, .rank = A->dims[1], .scale = p->ops[sc].fattr[FA_SCALE_BY], .experts = A->dims[0],
+                           .wper = W->dims[1], .bper = B->dims[1], .brow0 = 0};
+            if (split >= 0) { /* W's rows are the piece of the split that is added to W's product */
+                const PlanOp *s = &p->ops[split];
+                int k = -1;
+                for (int j = 0; j < s->nout && k < 0; j++)
+                    for (int ad = op_with(p, PRIM_ADD, 0, p->ops[uw].out[0], 0); ad >= 0 && k < 0;
+                         ad = op_with(p, PRIM_ADD, 0, p->ops[uw].out[0], (uint32_t)ad + 1))
+                        if (p->ops[ad].in[1] == s->out[j]) k = j;
+                if (k < 0) continue;
+                lo->brow0 = (int64_t)k * W->dims[1];
+            }
+            if (A->rank != 3 || B->rank != 3 || A->dims[0] != W->dims[0] || B->dims[0] != W->dims[0] || A->dims[2] != W->dims[2] ||
+                B->dims[2] != lo->rank || lo->brow0 + lo->wper > lo->bper)
+                return errorf(err, n, "LoRA adapter of '%s': '%s' and '%s' are not [E, r, in] and [E, out, r] of its experts", W->name,
+                              A->name, B->name);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int hf_expert_target(const Plan *p, const HfLayout *l, int ga, char *buf, size_t bn, char *err, size_t n) {
+    const char *nm = l->groups[ga].name;
+    int a = l->pieces[l->groups[ga].first].tensor, b, sc, split;
+    int ua = op_with(p, PRIM_MOE_EXPERT, 2, a, 0);
+    if (ua < 0 || expert_chain(p, l, ua, &b, &sc, &split))
+        return errorf(err, n, "LoRA adapter '%s': no moe_expert(moe_expert(x, idx, A), idx, B) of it (stdlib/moe.zl's)", nm);
+    /* the module: PEFT's prefix and the nested wrappers' ".base_layer" left out */
+    const char *m = nm + strlen(HF_PEFT_PREFIX);
+    size_t len = strlen(m) - strlen(".lora_A.weight");
+    while (len > 11 && !strncmp(m + len - 11, ".base_layer", 11)) len -= 11;
+    size_t s = len;
+    while (s > 0 && m[s - 1] != '.') s--;
+    snprintf(buf, bn, "%.*s.%s", (int)(len - s), m + s, split >= 0 ? "gate_up_proj" : "down_proj");
+    return 0;
+}
+
 int hf_lora_of(const Plan *p, const HfLayout *l, int g, HfLora *lo, char *err, size_t n) {
+    if (!l->groups[g].adapter && l->pieces[l->groups[g].first].stacked) return expert_lora_of(p, l, g, lo, err, n);
     const char *base = l->groups[g].name;
     size_t bl = strlen(base);
     if (l->groups[g].adapter || bl < 8 || strcmp(base + bl - 7, ".weight")) return 0;
@@ -57,8 +138,7 @@ int hf_lora_of(const Plan *p, const HfLayout *l, int g, HfLora *lo, char *err, s
     int ga = find_group(l, an), gb = find_group(l, bn);
     if (ga < 0 && gb < 0) return 0;
     if (ga < 0 || gb < 0) return errorf(err, n, "LoRA adapter of '%s': the mapping has %s but not %s", base, ga < 0 ? bn : an, ga < 0 ? an : bn);
-    lo->a = l->pieces[l->groups[ga].first].tensor;
-    lo->b = l->pieces[l->groups[gb].first].tensor;
+    *lo = (HfLora){.a = l->pieces[l->groups[ga].first].tensor, .b = l->pieces[l->groups[gb].first].tensor};
     const PlanTensor *A = &p->tensors[lo->a], *B = &p->tensors[lo->b];
     lo->rank = A->rank == 2 ? A->dims[1] : -1;
     if (A->rank != 2 || B->rank != 2 || B->dims[0] != lo->rank)
@@ -104,17 +184,18 @@ static void put_targets(const HfLayout *l, StBuf *b, int *count) {
     bool full = false;
     char m[1024];
     for (int g = 0; g < l->ngroups; g++)
-        if (adapter_module(l->groups[g].name, m, sizeof m) == 'A') {
+        if (adapter_module(l->groups[g].name, m, sizeof m) == 'A' && !l->pieces[l->groups[g].first].layout) {
             const char *dot = strrchr(m, '.');
             full |= !short_name_exact(l, dot ? dot + 1 : m);
         }
     for (int g = 0; g < l->ngroups; g++)
-        if (adapter_module(l->groups[g].name, m, sizeof m) == 'A') add_target(b, m, full, count);
+        if (adapter_module(l->groups[g].name, m, sizeof m) == 'A' && !l->pieces[l->groups[g].first].layout)
+            add_target(b, m, full, count);
 }
 
 char *hf_adapter_config(const Plan *p, const HfLayout *l, char *err, size_t n) {
-    StBuf targets = {0};
-    int ntargets = 0;
+    StBuf targets = {0}, params = {0};
+    int ntargets = 0, nparams = 0;
     int64_t rank = 0;
     double alpha = 0;
     bool fan_in_fan_out = false;
@@ -122,13 +203,30 @@ char *hf_adapter_config(const Plan *p, const HfLayout *l, char *err, size_t n) {
         char m[1024], wn[1100];
         if (adapter_module(l->groups[g].name, m, sizeof m) != 'A') continue;
         snprintf(wn, sizeof wn, "%s.weight", m);
-        int base = find_group(l, wn);
-        HfLora lo;
-        int k = base < 0 ? errorf(err, n, "LoRA adapter '%s': the mapping has no base weight '%s'", l->groups[g].name, wn)
+        bool expert = l->pieces[l->groups[g].first].layout == PLAN_HF_EXPERT_ROWS;
+        int base = expert ? -1 : find_group(l, wn), b = -1, sc = -1, split = -1, ua = -1;
+        HfLora lo = {0};
+        int k;
+        if (expert) { /* PEFT's target_parameters: experts.gate_up_proj, experts.down_proj */
+            k = hf_expert_target(p, l, g, wn, sizeof wn, err, n) ? -1 : 1;
+            if (k > 0) {
+                ua = op_with(p, PRIM_MOE_EXPERT, 2, l->pieces[l->groups[g].first].tensor, 0);
+                expert_chain(p, l, ua, &b, &sc, &split);
+                lo = (HfLora){.rank = p->tensors[p->ops[ua].in[2]].dims[1], .scale = p->ops[sc].fattr[FA_SCALE_BY]};
+                char q[1200];
+                snprintf(q, sizeof q, "\"%s\"", wn);
+                if (!params.p || !strstr(params.p, q)) {
+                    if (nparams++) st_buf_put(&params, ", ", 2);
+                    st_buf_json_string(&params, wn);
+                }
+            }
+        } else
+            k = base < 0 ? errorf(err, n, "LoRA adapter '%s': the mapping has no base weight '%s'", l->groups[g].name, wn)
                          : hf_lora_of(p, l, base, &lo, err, n);
         if (k <= 0) {
             if (!k) errorf(err, n, "LoRA adapter '%s' is incomplete", l->groups[g].name);
             st_buf_free(&targets);
+            st_buf_free(&params);
             return NULL;
         }
         double al = lo.scale * (double)lo.rank;
@@ -136,19 +234,23 @@ char *hf_adapter_config(const Plan *p, const HfLayout *l, char *err, size_t n) {
             errorf(err, n, "LoRA adapters of different ranks or alphas (%s: r = %" PRId64 ", alpha = %g; others r = %" PRId64 ", alpha = %g): "
                    "the export writes one r and lora_alpha", m, lo.rank, al, rank, alpha);
             st_buf_free(&targets);
+            st_buf_free(&params);
             return NULL;
         }
         rank = lo.rank;
         alpha = al;
-        fan_in_fan_out |= !l->groups[base].transpose; /* GPT-2's Conv1D keeps [in, out] */
+        if (!expert) fan_in_fan_out |= !l->groups[base].transpose; /* GPT-2's Conv1D keeps [in, out] */
     }
     if (rank) put_targets(l, &targets, &ntargets);
     StBuf b = {0};
     st_buf_printf(&b, "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"base_model_name_or_path\": null,\n"
                       "  \"r\": %" PRId64 ",\n  \"lora_alpha\": %.17g,\n  \"lora_dropout\": 0.0,\n  \"target_modules\": [%.*s],\n"
-                      "  \"fan_in_fan_out\": %s,\n  \"bias\": \"none\",\n  \"modules_to_save\": null,\n  \"inference_mode\": true\n}\n",
+                      "  \"fan_in_fan_out\": %s,\n  \"bias\": \"none\",\n  \"modules_to_save\": null,\n  \"inference_mode\": true",
                   rank, alpha, (int)targets.len, targets.p ? targets.p : "", fan_in_fan_out ? "true" : "false");
+    if (nparams) st_buf_printf(&b, ",\n  \"target_parameters\": [%.*s]", (int)params.len, params.p); /* LoRA on the experts */
+    st_buf_printf(&b, "\n}\n");
     st_buf_free(&targets);
+    st_buf_free(&params);
     if (b.oom || !rank) {
         if (!rank) errorf(err, n, "the plan's mapping has no LoRA adapter");
         else errorf(err, n, "out of memory");
@@ -162,6 +264,19 @@ char *hf_adapter_config(const Plan *p, const HfLayout *l, char *err, size_t n) {
 void hf_lora_add(const HfLora *lo, const float *A, const float *B, int64_t out, float *f, int64_t r0, int64_t r1, int64_t c0,
                  int64_t c1) {
     int64_t w = c1 - c0, R = lo->rank;
+    if (lo->experts) { /* out: I, W's columns */
+        for (int64_t i = r0; i < r1; i++) {
+            int64_t e = i / lo->wper, o = i % lo->wper;
+            const float *b = B + (e * lo->bper + lo->brow0 + o) * R, *a = A + e * R * out;
+            for (int64_t j = c0; j < c1; j++) {
+                double acc = 0;
+                for (int64_t k = 0; k < R; k++) acc += (double)b[k] * (double)a[k * out + j];
+                float *y = &f[(i - r0) * w + (j - c0)];
+                *y = (float)((double)*y + acc * lo->scale);
+            }
+        }
+        return;
+    }
     for (int64_t i = r0; i < r1; i++)
         for (int64_t j = c0; j < c1; j++) {
             double acc = 0;

@@ -311,6 +311,14 @@ size_t hk_moe_expert_workspace_bytes(const HkTensor *x, const HkTensor *idx, con
 int hk_moe_expert_fwd(const HkTensor *x, const HkTensor *idx, const HkTensor *w, HkTensor *y, void *ws);
 int hk_moe_expert_bwd(const HkTensor *x, const HkTensor *idx, const HkTensor *w, const HkTensor *dy, HkTensor *dx,
                       HkTensor *dw, void *ws);
+/* moe_expert tiled by expert: w holds experts [e0, e0 + E) of `all` (idx ranges over all of
+ * them). The forward writes the (row, slot) places routed to those experts and leaves the
+ * others; the backward adds their share of dx and their dw (w's shape). The tiles run in
+ * order add dx's terms in the untiled kernel's order. Workspace: the untiled one's bound. */
+int hk_moe_expert_fwd_tile(const HkTensor *x, const HkTensor *idx, const HkTensor *w, int64_t e0, int64_t all, HkTensor *y,
+                           void *ws);
+int hk_moe_expert_bwd_tile(const HkTensor *x, const HkTensor *idx, const HkTensor *w, int64_t e0, int64_t all,
+                           const HkTensor *dy, HkTensor *dx, HkTensor *dw, void *ws);
 /* moe_combine: o [R, k, D], weights [R, k] -> y [R, D] = sum_j weights[r, j] o[r, j]. */
 int hk_moe_combine_fwd(const HkTensor *o, const HkTensor *wt, HkTensor *y);
 int hk_moe_combine_bwd(const HkTensor *o, const HkTensor *wt, const HkTensor *dy, HkTensor *dout, HkTensor *dwt);

@@ -13,7 +13,13 @@
  * moe_topk made idx, so at most R rows; an idx naming one expert twice for
  * a row is run in blocks of R rows). Experts run one after another, so the
  * sums (dx's scatter-add above all) come in a fixed order: the results do
- * not depend on the thread count. */
+ * not depend on the thread count.
+ *
+ * Tiled by expert (a plan's tiles of the [E, O, I] weight, docs/tuning.md
+ * "Tile"), a call sees experts [e0, e0 + E/n) only and lists only the pairs
+ * routed to them; its workspace is the untiled call's bound, whatever the
+ * routing. The tiles run in order, so dx's sums come in the same order
+ * as untiled. */
 #include <math.h>
 #include <string.h>
 #include "hostk.h"
@@ -193,9 +199,10 @@ int hk_moe_gate_bwd(const HkTensor *logits, const HkTensor *idx, const HkTensor 
 
 /* ---- moe_expert ---- */
 
-/* x [R, I] (shared by a row's k slots) or [R*k, I]; idx [R, k]; w [E, O, I]; y [R*k, O]. */
+/* x [R, I] (shared by a row's k slots) or [R*k, I]; idx [R, k]; w [E, O, I]; y [R*k, O].
+ * Tiled by expert, w holds experts [e0, e0 + E) of `all`. */
 typedef struct ExpShape {
-    int64_t R, k, E, O, I;
+    int64_t R, k, E, O, I, e0, all;
     bool shared; /* x has a row per token, not per (token, slot) */
 } ExpShape;
 
@@ -207,6 +214,8 @@ static int expert_shape(const HkTensor *x, const HkTensor *idx, const HkTensor *
     s->k = last_dim(idx);
     s->R = hk_numel(idx) / (s->k ? s->k : 1);
     s->E = w->dims[0];
+    s->e0 = 0;
+    s->all = s->E;
     s->O = w->dims[1];
     s->I = w->dims[2];
     if (last_dim(x) != s->I) return HK_ERR_SHAPE;
@@ -237,17 +246,19 @@ size_t hk_moe_expert_workspace_bytes(const HkTensor *x, const HkTensor *idx, con
     return expert_ws(&s, x, w, yy.dtype);
 }
 
-/* The (row, slot) pairs p = r k + j listed by expert: order[start[e] .. start[e+1]). */
+/* The (row, slot) pairs p = r k + j listed by expert: order[start[e] .. start[e+1])
+ * for the experts e0 + e of w (a tile's: the pairs routed elsewhere are left out). */
 static int expert_group(const ExpShape *s, const int32_t *idx, int32_t *order, int64_t *start) {
     int64_t n = s->R * s->k;
     memset(start, 0, (size_t)(s->E + 1) * sizeof *start);
     for (int64_t p = 0; p < n; p++) {
-        if (idx[p] < 0 || idx[p] >= s->E) return HK_ERR_INDEX;
-        start[idx[p] + 1]++;
+        if (idx[p] < 0 || idx[p] >= s->all) return HK_ERR_INDEX;
+        if (idx[p] >= s->e0 && idx[p] < s->e0 + s->E) start[idx[p] - s->e0 + 1]++;
     }
     for (int64_t e = 0; e < s->E; e++) start[e + 1] += start[e];
     /* fill in row order: start[e] walks forward, then is restored */
-    for (int64_t p = 0; p < n; p++) order[start[idx[p]]++] = (int32_t)p;
+    for (int64_t p = 0; p < n; p++)
+        if (idx[p] >= s->e0 && idx[p] < s->e0 + s->E) order[start[idx[p] - s->e0]++] = (int32_t)p;
     for (int64_t e = s->E; e > 0; e--) start[e] = start[e - 1];
     start[0] = 0;
     return HK_OK;
@@ -273,16 +284,30 @@ static void expert_ws_take(const ExpShape *s, ExpWs *x) {
 
 static int64_t src_row(const ExpShape *s, int32_t p) { return s->shared ? p / s->k : p; }
 
+/* A tile of experts [e0, e0 + w's E) of `all`: checked, else HK_ERR_SHAPE. */
+static int expert_tile(ExpShape *s, int64_t e0, int64_t all) {
+    if (e0 < 0 || all < s->E || e0 > all - s->E) return HK_ERR_SHAPE;
+    s->e0 = e0;
+    s->all = all;
+    return HK_OK;
+}
+
 int hk_moe_expert_fwd(const HkTensor *x, const HkTensor *idx, const HkTensor *w, HkTensor *y, void *ws) {
+    return hk_moe_expert_fwd_tile(x, idx, w, 0, w && w->rank == 3 ? w->dims[0] : 0, y, ws);
+}
+
+int hk_moe_expert_fwd_tile(const HkTensor *x, const HkTensor *idx, const HkTensor *w, int64_t e0, int64_t all, HkTensor *y,
+                           void *ws) {
     ExpShape s;
     int rc = expert_shape(x, idx, w, y, &s);
-    if (rc) return rc;
+    if (rc || (rc = expert_tile(&s, e0, all))) return rc;
     if (!ws) return HK_ERR_WORKSPACE;
     ExpWs W = {.w = {ws, 0}};
     expert_ws_take(&s, &W);
     if ((rc = expert_group(&s, idx->data, W.order, W.start))) return rc;
     const float *X = hk_view_in(x, &W.w), *Wt = hk_view_in(w, &W.w);
-    float *Y = hk_view_out(y, &W.w, false);
+    /* a tile writes its experts' rows only: the other tiles' stay */
+    float *Y = hk_view_out(y, &W.w, s.E < s.all);
     for (int64_t e = 0; e < s.E; e++)
         for (int64_t b = W.start[e]; b < W.start[e + 1]; b += s.R) {
             int64_t n = W.start[e + 1] - b < s.R ? W.start[e + 1] - b : s.R;
@@ -297,9 +322,14 @@ int hk_moe_expert_fwd(const HkTensor *x, const HkTensor *idx, const HkTensor *w,
 
 int hk_moe_expert_bwd(const HkTensor *x, const HkTensor *idx, const HkTensor *w, const HkTensor *dy, HkTensor *dx,
                       HkTensor *dw, void *ws) {
+    return hk_moe_expert_bwd_tile(x, idx, w, 0, w && w->rank == 3 ? w->dims[0] : 0, dy, dx, dw, ws);
+}
+
+int hk_moe_expert_bwd_tile(const HkTensor *x, const HkTensor *idx, const HkTensor *w, int64_t e0, int64_t all,
+                           const HkTensor *dy, HkTensor *dx, HkTensor *dw, void *ws) {
     ExpShape s;
     int rc = expert_shape(x, idx, w, dy, &s);
-    if (rc) return rc;
+    if (rc || (rc = expert_tile(&s, e0, all))) return rc;
     bool wx = hk_present(dx), ww = hk_present(dw);
     if ((wx && (!hk_is_float(dx) || hk_numel(dx) != hk_numel(x))) || (ww && (!hk_is_float(dw) || hk_numel(dw) != hk_numel(w))))
         return wx && !hk_is_float(dx) ? HK_ERR_DTYPE : HK_ERR_SHAPE;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include "errorf.h"
 #include "vocab.h"
@@ -671,7 +672,9 @@ static void sec_hf(Codec *c, Plan *p) {
     c_str(c, &p->hf.arch);
     c_str(c, &p->hf.config);
     void *arr = p->hf.pieces;
-    if (!c_count(c, &p->hf.npieces, 4 + 8 + 1 + 8 + 8 + (c->version >= 7 ? 1 + 4 : 0), &arr, sizeof(PlanHfPiece))) return;
+    if (!c_count(c, &p->hf.npieces, 4 + 8 + 1 + 8 + 8 + (c->version >= 7 ? 1 + 4 : 0) + (c->version >= 9 ? 1 : 0), &arr,
+                 sizeof(PlanHfPiece)))
+        return;
     p->hf.pieces = arr;
     for (uint32_t i = 0; i < p->hf.npieces && !c->bad; i++) {
         PlanHfPiece *h = &p->hf.pieces[i];
@@ -687,6 +690,8 @@ static void sec_hf(Codec *c, Plan *p) {
             h->stacked = 0;
             h->index = 0;
         }
+        if (c->version >= 9) c_u8(c, &h->layout); /* PEFT's expert layouts */
+        else if (c->reading) h->layout = PLAN_HF_PLAIN;
     }
 }
 
@@ -796,15 +801,19 @@ static const Section sections[] = {
  * section header's second word is 1 where the payload is packed); version
  * 6 the speculative optimizer's ranges in meta (an older plan has none); version 7
  * stacked hf pieces; version 8 eight float attributes per op and its list
- * attributes (rope's longrope tables; an older plan has six and none). An older
+ * attributes (rope's longrope tables; an older plan has six and none); version
+ * 9 an hf piece's layout (PEFT's LoRA on the experts). An older
  * plan is refused with the version message, not as a corrupt file. */
 enum { SECTION_RAW = 0, SECTION_PACKED = 1 };
-enum { FORMAT_VERSION = PLAN_VERSION_TABLES }; /* the newest read */
+enum { FORMAT_VERSION = PLAN_VERSION_EXPERTS }; /* the newest read */
 
-/* The version a plan is written as: 8 when an op uses the last two float
- * attributes or list attributes, else 7 when its hf mapping stacks pieces,
- * else 6, so that a plan without them reads as it did before. */
+/* The version a plan is written as: 9 when an hf piece has an expert
+ * layout, else 8 when an op uses the last two float attributes or list
+ * attributes, else 7 when its hf mapping stacks pieces, else 6, so that a
+ * plan without them reads as it did before. */
 static uint32_t written_version(const Plan *p) {
+    for (uint32_t i = 0; i < p->hf.npieces; i++)
+        if (p->hf.pieces[i].layout != PLAN_HF_PLAIN) return PLAN_VERSION_EXPERTS;
     for (uint32_t i = 0; i < p->nops; i++) {
         const PlanOp *o = &p->ops[i];
         if (o->ntable > 0) return PLAN_VERSION_TABLES;
@@ -836,6 +845,24 @@ typedef struct SectionOut {
     bool oom;
 } SectionOut;
 
+/* Room for a big table's columns (hundreds of MB for a large plan's
+ * operands and schedule): from 32 MiB on a mapping of its own on huge
+ * pages where the kernel gives them, a page fault per 2 MiB instead of per
+ * 4 KiB; smaller from the heap. */
+enum { SCRATCH_MAP_MIN = 32 << 20 };
+static uint8_t *scratch_alloc(size_t n) {
+    if (n < SCRATCH_MAP_MIN) return malloc(n ? n : 1);
+    void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    (void)madvise(m, n, MADV_HUGEPAGE); /* a refusal leaves 4 KiB pages */
+    return m;
+}
+
+static void scratch_free(uint8_t *m, size_t n) {
+    if (n < SCRATCH_MAP_MIN) free(m);
+    else if (m) munmap(m, n);
+}
+
 /* Section s packed into *o when its raw payload of len bytes is large and
  * packs smaller; false (*o untouched) when it stays raw. A table with its
  * columns writer is packed from its columns (deflate only: they are the
@@ -847,11 +874,11 @@ static bool pack_section(const Plan *p, int s, const uint8_t *raw, size_t len, S
     size_t pklen;
     const char *why;
     if (!raw) {
-        if (!(cols = malloc(len))) return o->oom = true, false;
+        if (!(cols = scratch_alloc(len))) return o->oom = true, false;
         sec->columns(p, cols);
     }
     bool ok = raw ? plan_pack(raw, len, &sec->pack, &pk, &pklen, &why) : plan_pack(cols, len, &(PlanPackLayout){0}, &pk, &pklen, &why);
-    free(cols);
+    if (cols) scratch_free(cols, len);
     if (!ok) return o->oom = true, false;
     if (pklen >= len) {
         free(pk);

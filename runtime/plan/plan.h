@@ -22,9 +22,11 @@
 
 /* PLAN_VERSION is what a plan is written as; PLAN_VERSION_STACKED only a plan
  * whose hf mapping stacks per-expert tensors (PlanHfPiece.stacked);
- * PLAN_VERSION_TABLES (the newest read) only a plan with an op that uses the
- * seventh or eighth float attribute or list attributes (rope's longrope). */
-enum { PLAN_VERSION = 6, PLAN_VERSION_STACKED = 7, PLAN_VERSION_TABLES = 8, PLAN_VERSION_OLDEST = 3, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 12, PLAN_MAX_IATTR = 6, PLAN_MAX_FATTR = 8,
+ * PLAN_VERSION_TABLES only a plan with an op that uses the seventh or eighth
+ * float attribute or list attributes (rope's longrope); PLAN_VERSION_EXPERTS
+ * (the newest read) only a plan whose hf mapping has a piece of PEFT's
+ * expert layout (PlanHfPiece.layout). */
+enum { PLAN_VERSION = 6, PLAN_VERSION_STACKED = 7, PLAN_VERSION_TABLES = 8, PLAN_VERSION_EXPERTS = 9, PLAN_VERSION_OLDEST = 3, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 12, PLAN_MAX_IATTR = 6, PLAN_MAX_FATTR = 8,
        PLAN_MAX_TABLE = 1 << 16 /* numbers in an op's list attributes */,
        PLAN_MAX_ACCUM = 64 /* micro-batches per optimizer step (grad_accum) */ };
 #define PLAN_MAGIC "ZINFPLAN"
@@ -347,7 +349,15 @@ typedef struct PlanGemm {
  * axis): the E per-expert tensors of a mixture-of-experts layer
  * ("...experts.3.w1.weight") stacked into one [E, ...] parameter. A
  * parameter's pieces are all stacked or none; stacked ones come in index
- * order, every index once, each index's pieces covering its columns. */
+ * order, every index once, each index's pieces covering its columns.
+ * A piece of an expert layout (version 9) is a rank-3 parameter's only
+ * piece, whole, neither transposed nor stacked: the factors of PEFT's LoRA
+ * on a fused [E, ...] expert weight (its ParamWrapper), one per expert.
+ *   PLAN_HF_EXPERT_ROWS  P [E, r, I] is the HF tensor [E r, I] (lora_A: the
+ *                        experts' blocks of r rows, in order)
+ *   PLAN_HF_EXPERT_COLS  P [E, O, r] is the HF tensor [O, r E] with P[e, o, k]
+ *                        at [o, k E + e] (lora_B: the experts interleaved) */
+enum { PLAN_HF_PLAIN = 0, PLAN_HF_EXPERT_ROWS = 1, PLAN_HF_EXPERT_COLS = 2 };
 typedef struct PlanHfPiece {
     int32_t tensor;            /* a TC_PARAM tensor id */
     const char *hf_name;       /* "model.layers.3.self_attn.q_proj.weight" */
@@ -355,6 +365,7 @@ typedef struct PlanHfPiece {
     int64_t src_col, cols;
     uint8_t stacked;           /* 1: the piece is part of P[index, ...] */
     int32_t index;             /* stacked: the index along P's first axis */
+    uint8_t layout;            /* PLAN_HF_PLAIN or an expert layout */
 } PlanHfPiece;
 
 typedef struct PlanHf {

@@ -427,6 +427,7 @@ void plandump_hf(const Plan *p, FILE *out) {
         for (int d = 0; d < t->rank; d++) fprintf(out, "%s%" PRId64, d ? "," : "", t->dims[d]);
         fprintf(out, "]");
         if (x->stacked) fprintf(out, "[%d]", x->index); /* the slice this per-expert tensor fills */
+        if (x->layout) fprintf(out, " %s", x->layout == PLAN_HF_EXPERT_ROWS ? "expert_rows" : "expert_cols");
         fprintf(out, " <- %s %s %" PRId64 " %" PRId64 "\n", x->hf_name, x->transpose ? "T" : "-", x->src_col, x->cols);
     }
 }

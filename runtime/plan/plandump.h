@@ -28,8 +28,10 @@ void plandump_memory(const Plan *p, FILE *out);
 void plandump_kernels(const Plan *p, FILE *out);
 /* The Hugging Face mapping: a header line ("hf ARCH: N pieces of M
  * parameters, config.json of B bytes"), then one line per piece:
- *   piece PARAM [d0,d1] <- HF_NAME T|- FIRST COUNT
- * (T: the HF tensor is transposed first; columns FIRST .. FIRST+COUNT). */
+ *   piece PARAM [d0,d1][INDEX] LAYOUT <- HF_NAME T|- FIRST COUNT
+ * (T: the HF tensor is transposed first; columns FIRST .. FIRST+COUNT;
+ * [INDEX] for a stacked piece, LAYOUT expert_rows or expert_cols for a
+ * piece of PEFT's expert layouts, both only when they apply). */
 void plandump_hf(const Plan *p, FILE *out);
 /* The predicted timeline as Chrome trace JSON (chrome://tracing, Perfetto). */
 void plandump_trace(const Plan *p, const CostResult *c, FILE *out);

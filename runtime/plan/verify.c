@@ -317,6 +317,10 @@ static void check_hf(V *v) {
             else cols += x->cols;
             if (x->transpose && t->rank != 2) vf_problem(v, "hf piece %u of '%s' transposes a tensor of rank %u", j, t->name, t->rank);
             if (x->transpose && stacked) vf_problem(v, "hf piece %u of '%s' is stacked and transposed", j, t->name);
+            if (x->layout > PLAN_HF_EXPERT_COLS) vf_problem(v, "hf piece %u of '%s': layout %u", j, t->name, x->layout);
+            else if (x->layout != PLAN_HF_PLAIN && (t->rank != 3 || x->transpose || stacked || x->src_col || x->cols != last ||
+                                                    (j + 1 < h->npieces && h->pieces[j + 1].tensor == id) || j != i))
+                vf_problem(v, "hf piece %u of '%s': an expert layout takes a rank-3 parameter whole, in one piece", j, t->name);
         }
         if (t->rank >= 1 && cols != last)
             vf_problem(v, "hf pieces of '%s' give %" PRId64 " columns, its last axis has %" PRId64, t->name, cols, last);
@@ -408,6 +412,7 @@ int verify_plan(const Plan *p, char *msgs, size_t n) {
         }
     }
     free(v.qpos);
+    free(v.queue);
     free(v.vc);
     free(v.order);
     free(v.use_start);

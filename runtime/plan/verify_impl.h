@@ -20,6 +20,7 @@ typedef struct V {
     int problems;
     /* derived */
     uint32_t *qpos;   /* 1-based position of each instruction in its queue */
+    uint8_t *queue;   /* each instruction's queue: the pairwise checks read it at random, a byte instead of a record */
     uint32_t *vc;     /* ninstrs x PLAN_NQUEUES vector clocks */
     uint32_t *order;  /* a topological order */
     /* per buffer: uses */

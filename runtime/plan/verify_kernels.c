@@ -307,19 +307,20 @@ void vf_check_kernel_operands(V *v, uint32_t i) {
     int32_t wt = -1, dw = -1;
     int64_t rows = 0;
     if (s->ntiles > 1) {
-        bool emb = fo->prim == PRIM_EMBEDDING;
-        if ((!emb && fo->prim != PRIM_LINEAR && fo->prim != PRIM_MATMUL) || o->kind == OP_LOSS_GRAD || fo->nin < 2) {
-            vf_problem(v, "instruction %u (kernel) tiles op %d, which is not a linear, matmul or embedding", i, s->arg);
+        bool emb = fo->prim == PRIM_EMBEDDING, moe = fo->prim == PRIM_MOE_EXPERT; /* moe: whole experts a tile */
+        if ((!emb && !moe && fo->prim != PRIM_LINEAR && fo->prim != PRIM_MATMUL) || o->kind == OP_LOSS_GRAD || fo->nin < (moe ? 3 : 2)) {
+            vf_problem(v, "instruction %u (kernel) tiles op %d, which is not a linear, matmul, embedding or moe_expert", i, s->arg);
             return;
         }
-        wt = fo->in[emb ? 0 : 1];
+        int slot = emb ? 0 : moe ? 2 : 1;
+        wt = fo->in[slot];
         const PlanTensor *w = wt >= 0 ? &p->tensors[wt] : NULL;
-        if (!w || w->rank != 2 || w->dims[0] % s->ntiles) {
-            vf_problem(v, "instruction %u (kernel): %d tiles of a weight that is not 2-D with rows divisible by them", i, s->ntiles);
+        if (!w || w->rank != (moe ? 3 : 2) || w->dims[0] % s->ntiles) {
+            vf_problem(v, "instruction %u (kernel): %d tiles of a weight that is not 2-D (3-D experts) with rows divisible by them", i, s->ntiles);
             return;
         }
         rows = w->dims[0] / s->ntiles;
-        if (o->kind == OP_BWD) dw = o->out[emb ? 0 : 1];
+        if (o->kind == OP_BWD) dw = o->out[slot];
     }
     uint32_t k = 0;
     for (int pass = 0; pass < 2; pass++) {
@@ -330,7 +331,7 @@ void vf_check_kernel_operands(V *v, uint32_t i) {
             if (ids[j] < 0 || x->buffer < 0) continue;
             const PlanTensor *t = &p->tensors[ids[j]];
             uint64_t need = vf_tensor_bytes(t);
-            if (ids[j] == wt || ids[j] == dw) need = (uint64_t)rows * (uint64_t)t->dims[1] * (uint64_t)plan_dtype_size(t->dtype);
+            if (ids[j] == wt || ids[j] == dw) need = (uint64_t)rows * (uint64_t)(t->numel / t->dims[0]) * (uint64_t)plan_dtype_size(t->dtype);
             if (x->bytes < need)
                 vf_problem(v, "instruction %u (kernel): operand %u holds %" PRIu64 " bytes of '%s', which needs %" PRIu64, i, k,
                         x->bytes, t->name, need);

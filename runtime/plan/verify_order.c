@@ -12,25 +12,38 @@
 bool vf_build_order(V *v) {
     const Plan *p = v->p;
     uint32_t n = p->ninstrs;
-    uint32_t *indeg = calloc(n + 1, sizeof *indeg), *succ_start = calloc(n + 2, sizeof *succ_start);
+    uint32_t *indeg = NULL, *succ_start = NULL; /* for the sort, where program order is not one */
     uint32_t *prevq = malloc((n + 1) * sizeof *prevq), *succ = NULL;
-    v->qpos = calloc(n + 1, sizeof *v->qpos);
+    v->qpos = malloc((n + 1) * sizeof *v->qpos);
+    v->queue = malloc(n + 1);
     v->order = malloc((n + 1) * sizeof *v->order);
     v->vc = calloc((size_t)(n + 1) * PLAN_NQUEUES, sizeof *v->vc);
     bool ok = false;
-    if (!indeg || !succ_start || !prevq || !v->qpos || !v->order || !v->vc) goto oom;
+    if (!prevq || !v->qpos || !v->queue || !v->order || !v->vc) goto oom;
     uint32_t last[PLAN_NQUEUES], cnt[PLAN_NQUEUES] = {0};
     for (int q = 0; q < PLAN_NQUEUES; q++) last[q] = UINT32_MAX;
     uint64_t nedges = 0;
+    bool backward = true; /* every dependency on an earlier instruction */
     for (uint32_t i = 0; i < n; i++) {
         const PlanInstr *s = &p->instrs[i];
         prevq[i] = last[s->queue];
         last[s->queue] = i;
         v->qpos[i] = ++cnt[s->queue];
+        v->queue[i] = s->queue;
         nedges += s->ndeps + (prevq[i] != UINT32_MAX);
+        for (uint32_t k = 0; k < s->ndeps; k++) backward &= p->deps[s->dep + k] < i;
     }
+    /* Where every dependency is on an earlier instruction (as the planner
+     * writes them), program order is a topological order: no cycle, and
+     * no successor lists to build for one. */
+    if (backward) {
+        for (uint32_t i = 0; i < n; i++) v->order[i] = i;
+        goto clocks;
+    }
+    indeg = calloc(n + 1, sizeof *indeg);
+    succ_start = calloc(n + 2, sizeof *succ_start);
     succ = malloc((nedges + 1) * sizeof *succ);
-    if (!succ) goto oom;
+    if (!indeg || !succ_start || !succ) goto oom;
     for (uint32_t i = 0; i < n; i++) {
         const PlanInstr *s = &p->instrs[i];
         for (uint32_t k = 0; k < s->ndeps; k++) succ_start[p->deps[s->dep + k] + 1]++;
@@ -68,6 +81,7 @@ bool vf_build_order(V *v) {
         vf_problem(v, "dependency cycle: %u instructions wait on each other, among them %s", n - tail, list);
         goto done;
     }
+clocks:
     /* vector clocks in topological order: vc[i][q] = the highest position on
      * queue q of an instruction ordered before or equal to i */
     for (uint32_t k = 0; k < n; k++) {
@@ -99,7 +113,7 @@ done:
 /* a happens before b (a != b) */
 static bool before(const V *v, uint32_t a, uint32_t b) {
     if (a == b) return false;
-    return v->vc[(size_t)b * PLAN_NQUEUES + v->p->instrs[a].queue] >= v->qpos[a];
+    return v->vc[(size_t)b * PLAN_NQUEUES + v->queue[a]] >= v->qpos[a];
 }
 
 /* ---- 5. uses of each buffer ---- */
@@ -146,14 +160,14 @@ static bool dataflow_clean(const V *v, uint32_t b, uint32_t *wq) {
     uint32_t s = v->use_start[b], e = v->use_start[b + 1];
     uint32_t start[PLAN_NQUEUES + 1] = {0}, fill[PLAN_NQUEUES];
     for (uint32_t w = s; w < e; w++)
-        if (v->use_mode[w] & PLAN_W) start[p->instrs[v->use_list[w]].queue + 1]++;
+        if (v->use_mode[w] & PLAN_W) start[v->queue[v->use_list[w]] + 1]++;
     for (int q = 0; q < PLAN_NQUEUES; q++) start[q + 1] += start[q];
     memcpy(fill, start, sizeof fill);
     for (uint32_t w = s; w < e; w++) /* in instruction order: in queue order on each queue */
-        if (v->use_mode[w] & PLAN_W) wq[fill[p->instrs[v->use_list[w]].queue]++] = v->use_list[w];
+        if (v->use_mode[w] & PLAN_W) wq[fill[v->queue[v->use_list[w]]]++] = v->use_list[w];
     bool persistent = p->buffers[b].flags & PLAN_BUF_PERSISTENT;
     for (uint32_t r = s; r < e; r++) {
-        uint32_t ri = v->use_list[r], qr = p->instrs[ri].queue;
+        uint32_t ri = v->use_list[r], qr = v->queue[ri];
         const uint32_t *vr = v->vc + (size_t)ri * PLAN_NQUEUES;
         bool filled = persistent;
         for (int q = 0; q < PLAN_NQUEUES; q++) {
@@ -218,18 +232,15 @@ void vf_check_dataflow(V *v) {
 
 typedef struct Ext {
     uint32_t first[PLAN_NQUEUES], last[PLAN_NQUEUES];
-    bool used;
 } Ext;
 
 static void extent(const V *v, uint32_t b, Ext *x) {
-    x->used = false;
     for (int q = 0; q < PLAN_NQUEUES; q++) x->first[q] = x->last[q] = UINT32_MAX;
     for (uint32_t u = v->use_start[b]; u < v->use_start[b + 1]; u++) {
         uint32_t i = v->use_list[u];
-        int q = v->p->instrs[i].queue;
+        int q = v->queue[i];
         if (x->first[q] == UINT32_MAX || i < x->first[q]) x->first[q] = i;
         if (x->last[q] == UINT32_MAX || i > x->last[q]) x->last[q] = i;
-        x->used = true;
     }
 }
 
@@ -312,8 +323,11 @@ static void overlap_problem(V *v, uint32_t x, uint32_t y, uint32_t ix, uint32_t 
             a->name, a->offset, a->bytes, b->name, b->offset, b->bytes, plan_arena_names[a->arena], ix, vf_iname(p, ix), iy, vf_iname(p, iy));
 }
 
-/* Places buffer b over [lo, hi) in m, checking it against what it displaces. */
-static bool map_place(V *v, Map *m, const Ext *ext, uint32_t b, uint64_t lo, uint64_t hi) {
+/* Places buffer b over [lo, hi) in m, checking it against what it
+ * displaces. The extents are worked out here, for b and each buffer it
+ * displaces (a few), not kept for every buffer (a large plan's would be
+ * 80 MB, written once and read at random). */
+static bool map_place(V *v, Map *m, uint32_t b, uint64_t lo, uint64_t hi) {
     uint32_t need = m->n + 3;
     if (need > m->cap) {
         uint32_t nc = m->cap ? m->cap * 2 : 64;
@@ -334,11 +348,17 @@ static bool map_place(V *v, Map *m, const Ext *ext, uint32_t b, uint64_t lo, uin
     Seg keep[2];
     int nkeep = 0;
     uint32_t reported = UINT32_MAX;
-    bool persistent = v->p->buffers[b].flags & PLAN_BUF_PERSISTENT;
+    bool persistent = v->p->buffers[b].flags & PLAN_BUF_PERSISTENT, have_eb = false;
+    Ext ea, eb;
     while (last < m->n && m->s[last].lo < hi) {
         Seg sg = m->s[last];
         uint32_t a = sg.buf, ia = 0, ib = 0;
-        bool ok = !persistent && !(v->p->buffers[a].flags & PLAN_BUF_PERSISTENT) && all_before(v, &ext[a], &ext[b], &ia, &ib);
+        bool ok = !persistent && !(v->p->buffers[a].flags & PLAN_BUF_PERSISTENT);
+        if (ok) {
+            if (!have_eb) extent(v, b, &eb), have_eb = true;
+            extent(v, a, &ea);
+            ok = all_before(v, &ea, &eb, &ia, &ib);
+        }
         if (!ok && a != reported && !STOP(v)) {
             overlap_problem(v, a, b, ia, ib);
             reported = a;
@@ -365,19 +385,17 @@ void vf_check_overlap(V *v) {
     const Plan *p = v->p;
     uint32_t nb = p->nbuffers, n = p->ninstrs;
     Item *items = malloc((nb + 1) * sizeof *items);
-    Ext *ext = malloc((nb + 1) * sizeof *ext);
     uint32_t *topo = malloc((n + 1) * sizeof *topo);
     Map maps[PLAN_NARENAS] = {{0}};
-    if (!items || !ext || !topo) {
+    if (!items || !topo) {
         vf_problem(v, "out of memory verifying buffer overlap");
         goto done;
     }
     for (uint32_t k = 0; k < n; k++) topo[v->order[k]] = k;
     uint32_t m = 0;
     for (uint32_t b = 0; b < nb; b++) {
-        extent(v, b, &ext[b]);
-        bool persistent = p->buffers[b].flags & PLAN_BUF_PERSISTENT;
-        if (!p->buffers[b].bytes || (!persistent && !ext[b].used)) continue;
+        bool persistent = p->buffers[b].flags & PLAN_BUF_PERSISTENT, used = v->use_start[b + 1] > v->use_start[b];
+        if (!p->buffers[b].bytes || (!persistent && !used)) continue;
         uint64_t first = UINT64_MAX;
         for (uint32_t u = v->use_start[b]; u < v->use_start[b + 1]; u++)
             if (topo[v->use_list[u]] < first) first = topo[v->use_list[u]];
@@ -386,7 +404,7 @@ void vf_check_overlap(V *v) {
     sort_items(&items, m, n);
     for (uint32_t k = 0; k < m && !STOP(v); k++) {
         const PlanBuffer *bf = &p->buffers[items[k].buf];
-        if (!map_place(v, &maps[bf->arena], ext, items[k].buf, bf->offset, bf->offset + bf->bytes)) {
+        if (!map_place(v, &maps[bf->arena], items[k].buf, bf->offset, bf->offset + bf->bytes)) {
             vf_problem(v, "out of memory verifying buffer overlap");
             break;
         }
@@ -394,6 +412,5 @@ void vf_check_overlap(V *v) {
 done:
     for (int a = 0; a < PLAN_NARENAS; a++) free(maps[a].s);
     free(items);
-    free(ext);
     free(topo);
 }

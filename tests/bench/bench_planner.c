@@ -5,9 +5,10 @@
  * prints the planning time beside the 2 s aim and the plan's size beside the
  * size of the same model planned for 16 ranks (it must not grow); then runs
  * the zinfc command that plans the largest row (zi-100t, 101T parameters,
- * on 2048 ranks) and prints its wall time beside the same aim, its user +
- * sys CPU time (on a shared machine the wall time says more about the
- * others), and its plan's size beside 20 MB. Run from the repository root.
+ * on 2048 ranks) and prints its median wall time beside the same aim, its
+ * user + sys CPU time (on a shared machine the wall time says more about
+ * the others), and its plan's size beside 20 MB; ZINF_BENCH_BEFORE=ZINFC
+ * times an older zinfc in the same loop. Run from the repository root.
  * Measured figures: docs/plan-format.md ("Packed sections"). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,14 +106,51 @@ static void zinfc_path(const char *argv0, char *out, size_t n) {
     snprintf(out, n, "%.*s/../bin/zinfc", dir, slash ? argv0 : ".");
 }
 
+/* One run of zinfc (args[0]) with stdout to /dev/null: its wall and user +
+ * sys CPU seconds; false when it fails. */
+static bool run_zinfc(const char *const *args, double *wall, double *cpu) {
+    double t0 = now();
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stdout)) _exit(127);
+        execv(args[0], (char *const *)args);
+        _exit(127);
+    }
+    int st = 0;
+    struct rusage ru;
+    if (pid < 0 || wait4(pid, &st, 0, &ru) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) {
+        fprintf(stderr, "bench_planner: %s failed (status %d)\n", args[0], st);
+        return false;
+    }
+    *wall = now() - t0;
+    *cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+    return true;
+}
+
+static int by_value(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 /* zinfc examples/zero-infinity/zi-100t.zl --target dgx2 --ranks 2048
  * --kernels=none -o PLAN (docs/plan-format.md), run ZI100T_RUNS times:
- * the best wall time beside the 2 s aim, the best user + sys CPU time,
- * the plan's size beside 20 MB. Nonzero when zinfc fails. */
-enum { ZI100T_RUNS = 3 };
+ * the median wall time beside the 2 s aim (and the best), the median user
+ * + sys CPU time, the plan's size beside 20 MB. With ZINF_BENCH_BEFORE
+ * naming another zinfc (an older build), that one runs the same command
+ * in the same loop, alternated with this one, and its medians are printed
+ * beside: on a machine shared with others only figures from one loop
+ * compare. Nonzero when a zinfc fails. */
+enum { ZI100T_RUNS = 5 };
 static int bench_zinfc_100t(const char *argv0) {
     char zinfc[1024], plan[64] = "/tmp/zinf-bench-100t.XXXXXX";
     zinfc_path(argv0, zinfc, sizeof zinfc);
+    const char *before = getenv("ZINF_BENCH_BEFORE");
+    if (before && !*before) before = NULL;
     int fd = mkstemp(plan);
     if (fd < 0) {
         perror("bench_planner: mkstemp");
@@ -120,35 +158,28 @@ static int bench_zinfc_100t(const char *argv0) {
     }
     close(fd);
     const char *args[] = {zinfc, "examples/zero-infinity/zi-100t.zl", "--target", "dgx2", "--ranks", "2048", "--kernels=none", "-o", plan, NULL};
+    const char *bargs[] = {before, args[1], args[2], args[3], args[4], args[5], args[6], args[7], plan, NULL};
     printf("bench_planner: %s examples/zero-infinity/zi-100t.zl --target dgx2 --ranks 2048 --kernels=none -o PLAN "
-           "(101T parameters on 128 DGX-2 nodes), best of %d\n", zinfc, ZI100T_RUNS);
+           "(101T parameters on 128 DGX-2 nodes), %d runs%s%s\n", zinfc, ZI100T_RUNS, before ? ", alternated with " : "",
+           before ? before : "");
     fflush(stdout);
-    double best = 1e30, best_cpu = 1e30;
-    for (int r = 0; r < ZI100T_RUNS; r++) {
-        double t0 = now();
-        pid_t pid = fork();
-        if (pid == 0) {
-            if (!freopen("/dev/null", "w", stdout)) _exit(127);
-            execv(zinfc, (char *const *)args);
-            _exit(127);
-        }
-        int st = 0;
-        struct rusage ru;
-        if (pid < 0 || wait4(pid, &st, 0, &ru) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) {
-            fprintf(stderr, "bench_planner: %s failed (status %d)\n", zinfc, st);
+    double wall[ZI100T_RUNS], cpu[ZI100T_RUNS], bwall[ZI100T_RUNS], bcpu[ZI100T_RUNS];
+    for (int r = 0; r < ZI100T_RUNS; r++)
+        if ((before && !run_zinfc(bargs, &bwall[r], &bcpu[r])) || !run_zinfc(args, &wall[r], &cpu[r])) {
             unlink(plan);
             return 1;
         }
-        double t = now() - t0;
-        double cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
-        if (t < best) best = t;
-        if (cpu < best_cpu) best_cpu = cpu;
-    }
     struct stat sb;
     long long size = stat(plan, &sb) == 0 ? (long long)sb.st_size : -1;
     unlink(plan);
-    printf("zinfc zi-100t, 2048 ranks: %.2f s wall   (aim: < 2 s), %.2f s user + sys, plan %lld bytes   (aim: < 20 MB)\n", best,
-           best_cpu, size);
+    double mw = median(wall, ZI100T_RUNS), mc = median(cpu, ZI100T_RUNS);
+    printf("zinfc zi-100t, 2048 ranks: %.2f s wall, median of %d (best %.2f)   (aim: < 2 s), %.2f s user + sys, plan %lld bytes   "
+           "(aim: < 20 MB)\n", mw, ZI100T_RUNS, wall[0], mc, size);
+    if (before) {
+        double bw = median(bwall, ZI100T_RUNS), bc = median(bcpu, ZI100T_RUNS);
+        printf("before (%s), same loop: %.2f s wall, median (best %.2f), %.2f s user + sys: now %.2fx its wall, %.2fx its CPU\n", before,
+               bw, bwall[0], bc, mw / bw, mc / bc);
+    }
     return 0;
 }
 

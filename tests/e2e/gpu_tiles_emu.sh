@@ -13,7 +13,7 @@ mkdir -p "$B/gpu" || exit 1
 cc -std=c11 -D_GNU_SOURCE -O1 -rdynamic -Ilang -Icompiler -Iruntime $(printf -- "-I%s " runtime/*/) -I"$B/gen" \
   -DZINF_STDLIB_DIR="\"$ROOT/stdlib\"" -DZINF_EMU_HEADER="\"$ROOT/tests/gpu/emu.h\"" \
   tests/gpu/check_tiles.c tests/gpu/emu_check.c tests/gpu/emu.c tests/gpu/emu_wrap.c runtime/base/arena.c runtime/plan/vocab.c runtime/base/nearest.c \
-  lang/diag.c compiler/graph.c compiler/prim.c compiler/cuda_gen*.c compiler/nvrtc.c -o "$B/gpu/check_tiles" -ldl -lm -lpthread \
+  lang/diag.c compiler/graph.c compiler/prim.c compiler/cuda_gen*.c compiler/mlp_tile.c compiler/nvrtc.c -o "$B/gpu/check_tiles" -ldl -lm -lpthread \
   > "$T/build.log" 2>&1 || { cat "$T/build.log"; echo "gpu_tiles_emu: check_tiles did not build"; exit 1; }
 out=$("$B/gpu/check_tiles" 2>&1)
 rc=$?

@@ -5,7 +5,8 @@ tests/e2e/moe.sh.
                      OlmoeForCausalLM and Qwen2MoeForCausalLM models (and
                      variants: without the
                      auxiliary loss; a routing where every token picks the
-                     same experts and the others get none); for each case C:
+                     same experts and the others get none; PEFT's LoRA on the
+                     experts, every parameter trained); for each case C:
                      W/C.zl (the model written with stdlib/moe.zl),
                      W/C.safetensors (the weights under zinf's names: the
                      experts' [E, ...] tensors as transformers holds them),
@@ -27,6 +28,7 @@ tests/e2e/moe.sh.
 import json
 import os
 import sys
+import warnings
 
 import numpy as np
 import torch
@@ -61,6 +63,12 @@ CASES = {
                      intermediate_size=64, shared_expert_intermediate_size=36, num_experts=4, num_experts_per_tok=2,
                      norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[], qkv_bias=True,
                      output_router_logits=True, router_aux_loss_coef=0.01),
+    # LoRA on the experts (PEFT's target_parameters experts.gate_up_proj and experts.down_proj), its B
+    # drawn nonzero so that the step-1 loss and every gradient see the adapters; every parameter trains
+    "qwen3moe-lora": dict(model_type="qwen3_moe", arch="Qwen3MoeForCausalLM", moe_intermediate_size=24,
+                          intermediate_size=64, num_experts=6, num_experts_per_tok=3, norm_topk_prob=True,
+                          head_dim=16, decoder_sparse_step=1, mlp_only_layers=[], output_router_logits=True,
+                          router_aux_loss_coef=0.02, lora=(3, 5.0)),
     "skewed": dict(model_type="qwen3_moe", arch="Qwen3MoeForCausalLM", moe_intermediate_size=24,
                    intermediate_size=64, num_experts=4, num_experts_per_tok=2, norm_topk_prob=False, head_dim=12,
                    decoder_sparse_step=1, mlp_only_layers=[], output_router_logits=True,
@@ -91,6 +99,8 @@ def zl_model(name, c):
     aux = " + moe_aux_loss(load, E, L, B * T, %r)" % c["router_aux_loss_coef"] if c["output_router_logits"] else ""
     if not c["output_router_logits"]:
         opts += ", aux = false"
+    if c.get("lora"):
+        opts += ", lora_rank = %d, lora_alpha = %r, lora_gate_up = true, lora_down = true" % c["lora"]
     return """import "llama"
 import "moe"
 
@@ -118,7 +128,7 @@ train {
 
 def make_model(c, seed):
     cfg = dict(COMMON)
-    cfg.update({k: v for k, v in c.items() if k not in ("arch", "skew")})
+    cfg.update({k: v for k, v in c.items() if k not in ("arch", "skew", "lora")})
     conf = AutoConfig.for_model(**cfg)
     conf.architectures = [c["arch"]]
     torch.manual_seed(seed)
@@ -134,6 +144,20 @@ def make_model(c, seed):
                 w = layer.mlp.gate.weight
                 w.zero_()
                 w[:, 0] = torch.linspace(0.6, -0.6, w.shape[0])
+    if c.get("lora"):
+        from peft import LoraConfig, get_peft_model
+        r, alpha = c["lora"]
+        with warnings.catch_warnings():  # transformers' deprecation notes that peft triggers, not ours
+            warnings.simplefilter("ignore")
+            m = get_peft_model(m, LoraConfig(r=r, lora_alpha=alpha, target_modules=[],
+                                             target_parameters=["experts.gate_up_proj", "experts.down_proj"]))
+        with torch.no_grad():
+            for n, p in m.named_parameters():
+                if "lora_B" in n:
+                    p.copy_(torch.randn_like(p) * 0.2)
+        for p in m.parameters():  # the base trains too, so its gradients are compared as well
+            p.requires_grad_(True)
+        m = m.base_model.model
     return m
 
 
@@ -156,10 +180,14 @@ def zinf_names(m, c):
             out[p + "rope_attn.k_norm"] = a.k_norm.weight
         mlp = layer.mlp
         out[p + "moe_mlp.wr"] = mlp.gate.weight
-        gu = mlp.experts.gate_up_proj
+        ex = mlp.experts
+        while hasattr(ex, "base_layer"):  # PEFT's ParamWrappers, one per targeted parameter
+            out.update(lora_names(p + "moe_mlp.", ex))
+            ex = ex.base_layer
+        gu = ex.gate_up_proj
         out[p + "moe_mlp.wg"] = gu[:, :F, :]
         out[p + "moe_mlp.wu"] = gu[:, F:, :]
-        out[p + "moe_mlp.wd"] = mlp.experts.down_proj
+        out[p + "moe_mlp.wd"] = ex.down_proj
         if hasattr(mlp, "shared_expert"):
             se = mlp.shared_expert
             out[p + "moe_mlp.ws"] = mlp.shared_expert_gate.weight
@@ -167,6 +195,20 @@ def zinf_names(m, c):
             out[p + "moe_mlp.swiglu.w3"] = se.up_proj.weight.t()
             out[p + "moe_mlp.swiglu.w2"] = se.down_proj.weight.t()
     return out
+
+
+def lora_names(p, w):
+    """A ParamWrapper's factors under zinf's names: lora_A [r E, in] is
+    [E, r, in] (expert e's rows e r .. e r + r - 1); lora_B [out, r E] holds
+    expert e's column k at k E + e, so it is [out, r, E] permuted to
+    [E, out, r]."""
+    A, Bw = w.lora_A.default.weight, w.lora_B.default.weight
+    E = w.num_experts
+    r = A.shape[0] // E
+    a = A.reshape(E, r, A.shape[1])
+    b = Bw.reshape(Bw.shape[0], r, E).permute(2, 0, 1)
+    n = {"gate_up_proj": "gate_up", "down_proj": "down"}[w.parameter_name]
+    return {p + "lora_%s_a" % n: a, p + "lora_%s_b" % n: b}
 
 
 def tokens(path, n, seed):

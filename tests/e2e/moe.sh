@@ -4,7 +4,9 @@
 # MixtralForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM and
 # Qwen2MoeForCausalLM (its shared expert and sigmoid gate) models (with
 # and without the load-balancing loss; a routing where every token picks the
-# same experts and the others get no token, top-2 and top-1) and writes each
+# same experts and the others get no token, top-2 and top-1; Qwen3-MoE with
+# PEFT's LoRA on the experts, target_parameters experts.gate_up_proj and
+# experts.down_proj, its B nonzero) and writes each
 # as a .zl model with its weights under zinf's names. For each, zinfrun
 # --init runs one step and --export's the parameters:
 #  - the step-1 loss equals transformers' (cross-entropy plus
@@ -13,10 +15,15 @@
 #    step, equals torch autograd's;
 # on 1 rank, on 2 ranks (mpirun: the mean of the ranks' losses and
 # gradients, as data parallelism in torch), and with the parameters homed
-# on NVMe (2 ranks). Then: zinfgen's greedy continuation equals
+# on NVMe (2 ranks); and with the experts' weights tiled by expert (plan
+# { tiles }: 2 and 4 tiles of 4 experts, 1 and 2 ranks, experts homed on
+# CPU and on NVMe, the skewed routings where every token picks expert 0
+# and experts get no token among them), whose losses over 3 steps also
+# equal the untiled run's within 1e-6 relative (the tiles add in the
+# untiled kernel's order: in f32 the same bits). Then: zinfgen's greedy continuation equals
 # transformers' generate; a CUDA target's plan compiles with the family's
-# kernels; top_k above the expert count and a mismatched load are errors
-# naming them.
+# kernels (and refuses tiles by expert, by name); top_k above the expert
+# count and a mismatched load are errors naming them.
 #   tests/e2e/moe.sh BUILD
 set -u
 B=${1:-build}
@@ -37,28 +44,52 @@ target t$R { backend = "host"; ranks = $R; budget = 1 GiB
   nvme { paths = ["$W/nvme"]; read = 1.5 GB/s; write = 1.5 GB/s; capacity = 4 GiB } }
 ZL
 done
-run() { # CASE RANKS KIND(cpu|nvme)
-  c=$1 R=$2 k=$3 n=$1-$2-$3
-  if [ "$k" = nvme ]; then
-    { cat "$W/$c.zl"; echo 'plan { params = "nvme"; optimizer = "nvme"; grads = "cpu"; whole_below = 1000 }'; } > "$W/$n.zl"
-  else
-    cp "$W/$c.zl" "$W/$n.zl"
-  fi
-  "$Z/zinfc" "$W/$n.zl" --target "$W/t$R.zl" -o "$W/$n.plan" > "$W/$n.zinfc" 2>&1 ||
+run() { # CASE RANKS KIND(cpu|nvme) [TILES of each expert weight, 1: none [STEPS, 1: checked against transformers]]
+  c=$1 R=$2 k=$3 nt=${4:-1} steps=${5:-1} n=$1-$2-$3
+  [ "$nt" = 1 ] || n=$n-t$nt
+  [ "$steps" = 1 ] || n=$n-s$steps
+  pl=
+  [ "$k" = nvme ] && pl='params = "nvme"; optimizer = "nvme"; grads = "cpu"; whole_below = 1000; '
+  [ "$nt" = 1 ] || pl="$pl"'tiles "*.moe_mlp.wg" = '$nt'; tiles "*.moe_mlp.wu" = '$nt'; tiles "*.moe_mlp.wd" = '$nt
+  if [ -n "$pl" ]; then { cat "$W/$c.zl"; echo "plan { $pl }"; } > "$W/$n.zl"; else cp "$W/$c.zl" "$W/$n.zl"; fi
+  "$Z/zinfc" "$W/$n.zl" --target "$W/t$R.zl" -o "$W/$n.plan" --explain > "$W/$n.zinfc" 2>&1 ||
     { cat "$W/$n.zinfc"; echo "FAIL: zinfc $n"; fail=1; return; }
+  if [ "$nt" != 1 ] && ! grep -q "^tile moe_block.1.moe_mlp.wd \[4, [0-9]*, [0-9]*\] in $nt tiles of $((4 / nt)) expert" "$W/$n.zinfc"; then
+    cat "$W/$n.zinfc"; echo "FAIL: $n: the experts are not in $nt tiles"; fail=1; return
+  fi
   if [ "$R" = 1 ]; then set -- "$Z/zinfrun"; else set -- mpirun -np "$R" --oversubscribe "$Z/zinfrun"; fi
-  rm -rf "$W/nvme"/*
-  timeout 120 "$@" "$W/$n.plan" --backend host --init "$W/$c.safetensors" --data "$W/tok.bin" --steps 1 \
+  rm -rf "$W/nvme"/* "$W/$n.losses"
+  timeout 120 "$@" "$W/$n.plan" --backend host --init "$W/$c.safetensors" --data "$W/tok.bin" --steps "$steps" \
       --nvme "$W/nvme" --losses "$W/$n.losses" --export "$W/$n.out.safetensors" < /dev/null > "$W/$n.run" 2>&1 ||
     { cat "$W/$n.run"; echo "FAIL: zinfrun $n"; fail=1; return; }
-  echo "$c $R $W/$n.out.safetensors $W/$n.losses" >> "$W/checks"
+  [ "$steps" = 1 ] && echo "$c $R $W/$n.out.safetensors $W/$n.losses" >> "$W/checks"
+}
+# the losses of 3 steps tiled by expert against untiled: the same within 1e-6 relative
+same_losses() { # CASE RANKS KIND TILES
+  run "$1" "$2" "$3" 1 3
+  run "$1" "$2" "$3" "$4" 3
+  a="$W/$1-$2-$3-s3.losses" b="$W/$1-$2-$3-t$4-s3.losses"
+  [ -s "$a" ] && [ -s "$b" ] && [ "$(wc -l < "$a")" = 3 ] && [ "$(wc -l < "$b")" = 3 ] &&
+    paste "$a" "$b" | awk '{ d = $4 - $10; if (d < 0) d = -d; m = $4 < 0 ? -$4 : $4
+                              if ($2 != $8 || d > 1e-6 * m) exit 1 }' ||
+    { paste "$a" "$b"; echo "FAIL: $1 on $2 rank(s), $3, $4 tiles: the losses of 3 steps differ from untiled"; fail=1; }
 }
 : > "$W/checks"
 for c in $cases; do run "$c" 1 cpu; done
-for c in mixtral qwen3moe skewed; do run "$c" 2 cpu; done
+for c in mixtral qwen3moe qwen3moe-lora skewed; do run "$c" 2 cpu; done
 run olmoe 2 nvme
+# tiled by expert (4 experts a layer), checked against transformers as above
+run mixtral 1 cpu 2
+run skewed-top1 1 cpu 4
+run skewed 2 cpu 2
+run mixtral 2 nvme 4
+run skewed-top1 1 nvme 2
+# and their losses over 3 steps against untiled
+same_losses mixtral 1 cpu 4
+same_losses skewed 2 nvme 2
+same_losses skewed-top1 2 cpu 2
 "$ZINF_PY" tests/e2e/moe.py check "$W" "$W/checks" || fail=1
-[ "$(wc -l < "$W/checks")" -ge 10 ] || { echo "FAIL: only $(wc -l < "$W/checks") runs"; fail=1; }
+[ "$(wc -l < "$W/checks")" -ge 16 ] || { echo "FAIL: only $(wc -l < "$W/checks") runs"; fail=1; }
 
 # generation, greedy, with the KV cache (the model written with aux = false) and
 # with a forward of the window each token: the tokens and the logits of transformers' generate
@@ -106,5 +137,12 @@ sed 's/load = moe_load(experts = E)/load = moe_load(experts = E + 1)/' "$W/mixtr
 if "$Z/zinfc" "$W/bad-load.zl" > "$W/bad-load.err" 2>&1; then echo "FAIL: a load of 5 experts accepted"; fail=1; fi
 grep -q "moe_load: acc must be f32\[2, 4\]" "$W/bad-load.err" ||
   { cat "$W/bad-load.err"; echo "FAIL: the mismatched load not named"; fail=1; }
+# tiles by expert are the host backend's: a CUDA target refuses them by name
+{ cat "$W/mixtral.zl"; echo 'plan { tiles "*.moe_mlp.wg" = 2 }'; } > "$W/cuda-tiled.zl"
+if "$Z/zinfc" "$W/cuda-tiled.zl" --target examples/targets/h200.zl --kernels=none -o "$W/cuda-tiled.plan" > "$W/cuda-tiled.err" 2>&1; then
+  echo "FAIL: a CUDA plan with experts tiled by expert accepted"; fail=1
+fi
+grep -q "cannot tile 'moe_block.0.moe_mlp.wg' by expert on the cuda backend: its moe_expert kernels take every expert at once; tiling by expert runs on the host backend only" "$W/cuda-tiled.err" ||
+  { cat "$W/cuda-tiled.err"; echo "FAIL: the CUDA refusal of tiles by expert not named"; fail=1; }
 [ $fail = 0 ] && echo "moe: ok"
 exit $fail

@@ -20,11 +20,13 @@
 #  4. extreme routings through cuBLASLt: the embedding zero, so that the
 #     router's logits tie at step 1: top-1 puts every token on expert 0,
 #     top-2 every token on experts 0 and 1 and none on 2 and 3 (the fake's
-#     matmul shapes show it), 3 steps against the host backend.
+#     matmul shapes show it), 3 steps against the host backend;
+#  5. LoRA on the experts (stdlib/moe.zl's lora_gate_up, lora_down: expert
+#     products of rank 4, a split, scales), 3 steps against the host, 2e-4.
 # $1: the build directory. GPU=1 (tests/gpu/run_all.sh on a GPU machine):
 # part 1 on the emulator, part 2 on the real device and its cuBLASLt
 # (without the two-rank case; no matmul shapes to check), and with
-# MOE_ALL=1 parts 3 and 4 there too.
+# MOE_ALL=1 parts 3, 4 and 5 there too.
 set -u
 B=${1:-build}
 ROOT=$(pwd)
@@ -40,7 +42,7 @@ printf '#include <zlib.h>\nint main(void){return zlibVersion() == 0;}\n' | cc -x
 cc -std=c11 -D_GNU_SOURCE -O1 -Wall -Wextra -Werror -Wno-unknown-pragmas -rdynamic -Ilang -Icompiler -Iruntime $(printf -- "-I%s " runtime/*/) -I"$B/gen" \
   -DZINF_STDLIB_DIR="\"$ROOT/stdlib\"" -DZINF_EMU_HEADER="\"$ROOT/tests/gpu/emu.h\"" \
   tests/gpu/check_moe.c tests/gpu/emu_check.c tests/gpu/emu.c tests/gpu/emu_wrap.c runtime/base/arena.c runtime/base/errorf.c runtime/plan/vocab.c \
-  runtime/base/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/cuda_gen*.c compiler/nvrtc.c \
+  runtime/base/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/cuda_gen*.c compiler/mlp_tile.c compiler/nvrtc.c \
   runtime/hostk/hostk*.c runtime/hostk/quant.c runtime/plan/plan.c runtime/plan/plan_pack.c $blas -o "$B/gpu/check_moe" -ldl -lm -lpthread > "$W/build.log" 2>&1 ||
   { cat "$W/build.log"; echo "moe_cuda_emu: check_moe did not build"; exit 1; }
 out=$(TMPDIR="${TMPDIR:-/tmp}" "$B/gpu/check_moe" 2>&1)
@@ -115,7 +117,7 @@ grep -q "^  gemm: cuBLASLt (libcublasLt.so.1[0-9] [0-9.]*) for [0-9]* GEMMs, NVR
   "$W/gpu1.cuda.out" || { grep gemm "$W/gpu1.cuda.out"; echo "moe_cuda_emu: gpu1 does not run the expert GEMMs through cuBLASLt"; fail=1; }
 [ "$fake" = 0 ] || awk '$1 == 48 && $3 == 64 && $4 == 1 { n++; s += $2 } END { if (!n || s % 64) { print "moe_cuda_emu: " n + 0 " expert matmuls of 48 x m x 64 with " s + 0 " rows in all (want a multiple of 64)"; exit 1 }
      print "moe_cuda_emu: gpu1: " n " expert matmuls of 48 x m x 64 through the fake cuBLASLt, " s " rows = " s / 64 " products of 64 pairs" }' "$W/gpu1.shapes" || fail=1
-# parts 3 and 4 on the GPU machine only with MOE_ALL=1 (run_all.sh gives the step 150 s)
+# parts 3, 4 and 5 on the GPU machine only with MOE_ALL=1 (run_all.sh gives the step 150 s)
 if [ "${GPU:-0}" != 1 ] || [ "${MOE_ALL:-0}" = 1 ]; then
   # 3. with ZINF_CUBLASLT=0 their NVRTC launches (zk_moe_gemm_*)
   run_case nvrtc 1 gpu "$ROOT/tests/e2e/models/moe-micro" 2e-4 "ZINF_CUBLASLT=0 FAKECUBLASLT_SHAPES=$W/nvrtc.shapes"
@@ -138,6 +140,11 @@ if [ "${GPU:-0}" != 1 ] || [ "${MOE_ALL:-0}" = 1 ]; then
     if [ "$got" = "$want" ]; then echo "moe_cuda_emu: tie$k: the first expert matmuls have $got rows (top-$k of tied logits)"
     else echo "moe_cuda_emu: tie$k: first expert matmuls of $got rows, want $want"; fail=1; fi
   done
+  # 5. LoRA on the experts
+  sed 's/shared_hidden = 32)/shared_hidden = 32, lora_rank = 4, lora_alpha = 8.0, lora_gate_up = true, lora_down = true)/;
+       s/^model moe_micro/model moe_micro_lora/' tests/e2e/models/moe-micro.zl > "$W/moe-micro-lora.zl"
+  grep -q "lora_gate_up = true" "$W/moe-micro-lora.zl" || { echo "moe_cuda_emu: the LoRA variant was not made"; fail=1; }
+  run_case lora 1 gpu "$W/moe-micro-lora" 2e-4
 fi
 [ $fail = 0 ] || exit 1
 echo "moe_cuda_emu: ok"

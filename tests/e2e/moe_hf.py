@@ -18,23 +18,32 @@ tests/e2e/moe_hf.sh.
                      the checkpoint before the step differs from it
   moe_hf.py peft W C ADAPTER MERGED LOSS2
                      ADAPTER (--export-hf of a run with LoRA on the
-                     attention, after one step) loads with
-                     PeftModel.from_pretrained onto W/C and MERGED
+                     attention or the experts, after one step) loads with
+                     PeftModel.from_pretrained onto W/C, its tensors exactly
+                     the adapter's (PEFT's state dict of it: no key missing
+                     or unexpected, the same values), and MERGED
                      (--merge-lora) with from_pretrained, no key missing or
                      unexpected; both give zinf's step-2 loss LOSS2 within
                      1e-5 relative
   moe_hf.py same DIR OUT
                      every tensor of OUT's safetensors equals DIR's, bit for
                      bit, and they hold the same names
-  moe_hf.py gen W C IDS N GOT
+  moe_hf.py gen W C IDS N GOT [ADAPTER]
                      transformers' greedy continuation (N new tokens) of
                      the ids IDS (1,2,3) must be the ids of file GOT
-                     (zinfgen's)
+                     (zinfgen's); with ADAPTER, of W/C with that PEFT
+                     adapter (PeftModel.from_pretrained), and GOT.logits
+                     (zinfgen --logits) the logits each token was picked
+                     from (1e-4 of their largest), which the base model's
+                     are not
   moe_hf.py batch W FILE
                      each line of FILE is the arguments of one command
                      above (export, peft, same, gen), run in one process
   moe_hf.py drop DIR NAME OUT
                      DIR copied to OUT without the tensor NAME
+  moe_hf.py join DIR ADAPTER OUT
+                     DIR's tensors and those of the PEFT adapter ADAPTER in
+                     one safetensors file OUT
 """
 import json
 import os
@@ -144,11 +153,18 @@ def check_export(w, name, out, loss2):
 
 
 def check_peft(w, name, adapter, merged, loss2):
-    from peft import PeftModel
+    from peft import PeftModel, get_peft_model_state_dict
     x, y = batch(os.path.join(w, "tok.bin"), 2)
     fail = 0
     cfg = json.load(open(os.path.join(adapter, "adapter_config.json")))
-    got = hf_loss(PeftModel.from_pretrained(load(os.path.join(w, name)), adapter).eval(), x, y)
+    pm = PeftModel.from_pretrained(load(os.path.join(w, name)), adapter).eval()
+    have, saved = get_peft_model_state_dict(pm), load_file(os.path.join(adapter, "adapter_model.safetensors"))
+    if set(have) != set(saved) or any(not torch.equal(have[k], saved[k]) for k in saved):
+        print("FAIL: %s: PEFT's adapter after loading differs from the file: missing %s, unexpected %s, other values %s"
+              % (name, sorted(set(have) - set(saved))[:4], sorted(set(saved) - set(have))[:4],
+                 [k for k in saved if k in have and not torch.equal(have[k], saved[k])][:4]))
+        fail = 1
+    got = hf_loss(pm, x, y)
     before = hf_loss(load(os.path.join(w, name)), x, y)
     if abs(before - loss2) / abs(loss2) < 1e-5:
         print("FAIL: %s: the LoRA step left the step-2 loss as it was (%.9g)" % (name, before))
@@ -164,7 +180,7 @@ def check_peft(w, name, adapter, merged, loss2):
             fail = 1
         else:
             print("ok   %s: %s (targets %s) step-2 loss %.9g, zinf's %.9g (rel %.1e)"
-                  % (name, what, sorted(cfg["target_modules"]), g, loss2, rel))
+                  % (name, what, sorted(cfg["target_modules"]) + cfg.get("target_parameters", []), g, loss2, rel))
     return fail
 
 
@@ -188,17 +204,36 @@ def same(a, b):
     return 0
 
 
-def gen(w, name, ids, n, got_file):
+def gen(w, name, ids, n, got_file, adapter=None):
     m = load(os.path.join(w, name))
+    if adapter:
+        from peft import PeftModel
+        m = PeftModel.from_pretrained(m, adapter).eval()
     x = torch.tensor([[int(i) for i in ids.split(",")]])
     with torch.no_grad():
-        y = m.generate(x, max_new_tokens=n, do_sample=False, pad_token_id=0)
+        out = m.generate(x, max_new_tokens=n, do_sample=False, pad_token_id=0, output_logits=True,
+                         return_dict_in_generate=True)
+        y = out.sequences
     want = " ".join(str(int(t)) for t in y[0, x.shape[1]:])
+    if adapter:  # the logits: PEFT's, and not the base model's
+        lw = torch.cat(out.logits).double()
+        lg = torch.tensor(np.loadtxt(got_file + ".logits", ndmin=2), dtype=torch.float64)
+        err = (lg - lw).abs().max().item() / lw.abs().max().item() if lg.shape == lw.shape else float("inf")
+        with m.disable_adapter():
+            with torch.no_grad():
+                lb = m(y[:, :-1]).logits[0, x.shape[1] - 1:].double()
+        base = (lb - lw).abs().max().item() / lw.abs().max().item()
+        if not err <= 1e-4 or base <= 1e-4:
+            print("FAIL: %s + adapter: zinfgen's logits %.2e off PEFT's (of the largest), the base model's %.2e"
+                  % (name, err, base))
+            return 1
+        print("ok   %s + PEFT adapter: zinfgen's logits %.1e off PEFT's, the base model's %.1e" % (name, err, base))
     got = open(got_file).read().strip()
     if got != want:
-        print("FAIL: %s: zinfgen greedy '%s', transformers' generate '%s'" % (name, got, want))
+        print("FAIL: %s%s: zinfgen greedy '%s', transformers' generate '%s'" % (name, " + adapter" if adapter else "", got,
+                                                                               want))
         return 1
-    print("ok   %s: zinfgen greedy '%s' = generate's" % (name, got))
+    print("ok   %s%s: zinfgen greedy '%s' = generate's" % (name, " + PEFT adapter" if adapter else "", got))
     return 0
 
 
@@ -210,9 +245,14 @@ def command(a):
     if a[0] == "same":
         return same(a[1], a[2])
     if a[0] == "gen":
-        return gen(a[1], a[2], a[3], int(a[4]), a[5])
+        return gen(a[1], a[2], a[3], int(a[4]), a[5], a[6] if len(a) > 6 else None)
     if a[0] == "drop":
         return drop(a[1], a[2], a[3])
+    if a[0] == "join":
+        t = load_file(os.path.join(a[1], "model.safetensors"))
+        t.update(load_file(os.path.join(a[2], "adapter_model.safetensors")))
+        save_file(t, a[3], metadata={"format": "pt"})
+        return 0
     sys.exit("moe_hf.py: unknown command " + a[0])
 
 

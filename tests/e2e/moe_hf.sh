@@ -15,9 +15,12 @@
 #   - zinfgen's greedy continuation equals transformers' generate (with the
 #     KV cache, the load-balancing loss or not; and a forward of the window);
 # then a round trip on 2 ranks with the experts partitioned (--steps 0
-# --export-hf: the same tensors, bit for bit); LoRA on the attention
-# exports a PEFT adapter and a merged model that give zinf's next loss
-# (LoRA on the experts is refused by name); and bad input is an error naming the key or the
+# --export-hf: the same tensors, bit for bit); LoRA on the attention and
+# on the experts (PEFT's target_parameters experts.gate_up_proj and
+# experts.down_proj) exports a PEFT adapter and a merged model that give
+# zinf's next loss, and zinfgen with the experts' adapter PEFT's tokens and
+# logits (the router, and the experts by their per-expert names, are
+# refused by name); and bad input is an error naming the key or the
 # tensor: top-k above the expert count, dense layers among the sparse ones,
 # OLMoE's clip_qkv, a checkpoint without one expert's tensor.
 #   tests/e2e/moe_hf.sh BUILD
@@ -89,29 +92,61 @@ else
   cat "$d-2.zinfc"; bad "$c: zinfc for 2 ranks"
 fi
 
-# LoRA on the attention (q, v, o) of an MoE model with the load-balancing loss:
-# the PEFT adapter and the merged model give zinf's step-2 loss
-c=qwen3moe d=$W/$c
-if "$Z/zinfc" --from-hf "$d" --seq $SEQ --lora r=4,alpha=8,targets=q_proj,v_proj,o_proj --emit=zl > "$d-lora.zl" 2> "$d-lora.err"; then
-  sed -i 's/lr = 2e-5/lr = 1e-2/; s/warmup = 20/warmup = 0/' "$d-lora.zl"
-  "$Z/zinfc" "$d-lora.zl" --target "$W/t1.zl" -o "$d-lora.plan" > "$d-lora.zinfc" 2>&1 || { cat "$d-lora.zinfc"; bad "$c: zinfc --lora"; }
-  for m in adapter merged; do
-    a=; [ $m = merged ] && a=--merge-lora
-    "$Z/zinfrun" "$d-lora.plan" --backend host --init "$d" --data "$W/tok.bin" --steps 1 --export-hf "$d-$m" $a \
-      < /dev/null > "$d-$m.run" 2>&1 || { cat "$d-$m.run"; bad "$c: LoRA --export-hf $a"; }
-  done
-  "$Z/zinfrun" "$d-lora.plan" --backend host --init "$d" --data "$W/tok.bin" --steps 2 --losses "$d-lora.l2" \
-    < /dev/null > "$d-lora.run2" 2>&1 || { cat "$d-lora.run2"; bad "$c: LoRA --steps 2"; }
-  z2=$(awk '$1 == "step" && $2 == 2 { print $4 }' "$d-lora.l2")
-  echo "peft $W $c $d-adapter $d-merged $z2" >> "$W/batch"
+# LoRA with the load-balancing loss: on the attention (q, v, o) of Qwen3-MoE;
+# on its experts alone (PEFT's target_parameters, both: nested wrappers); on
+# Mixtral's fused gate and up and its v_proj; on OLMoE's down_proj experts.
+# The PEFT adapter (its tensors exactly those PEFT holds after loading it)
+# and the merged model give zinf's step-2 loss.
+for ct in qwen3moe:q_proj,v_proj,o_proj qwen3moe:experts.gate_up_proj,experts.down_proj \
+          mixtral:v_proj,gate_up_proj olmoe:experts.down_proj; do
+  c=${ct%%:*} d=$W/$c l=$W/$c-lora-$(echo "${ct#*:}" | tr -c 'a-z_\n' '-')
+  if "$Z/zinfc" --from-hf "$d" --seq $SEQ --lora "r=4,alpha=8,targets=${ct#*:}" --emit=zl > "$l.zl" 2> "$l.err"; then
+    sed -i 's/lr = 2e-5/lr = 1e-2/; s/warmup = 20/warmup = 0/' "$l.zl"
+    "$Z/zinfc" "$l.zl" --target "$W/t1.zl" -o "$l.plan" > "$l.zinfc" 2>&1 || { cat "$l.zinfc"; bad "$ct: zinfc --lora"; continue; }
+    for m in adapter merged; do
+      a=; [ $m = merged ] && a=--merge-lora
+      "$Z/zinfrun" "$l.plan" --backend host --init "$d" --data "$W/tok.bin" --steps 1 --export-hf "$l-$m" $a \
+        < /dev/null > "$l-$m.run" 2>&1 || { cat "$l-$m.run"; bad "$ct: LoRA --export-hf $a"; }
+    done
+    "$Z/zinfrun" "$l.plan" --backend host --init "$d" --data "$W/tok.bin" --steps 2 --losses "$l.l2" \
+      < /dev/null > "$l.run2" 2>&1 || { cat "$l.run2"; bad "$ct: LoRA --steps 2"; }
+    z2=$(awk '$1 == "step" && $2 == 2 { print $4 }' "$l.l2")
+    echo "peft $W $c $l-adapter $l-merged $z2" >> "$W/batch"
+  else
+    cat "$l.err"; bad "$ct: --from-hf --lora"
+  fi
+done
+l=$W/qwen3moe-lora-experts-gate_up_proj-experts-down_proj
+grep -q '"target_parameters": \["experts.gate_up_proj", "experts.down_proj"\]' "$l-adapter/adapter_config.json" &&
+  ok "the adapter's config names PEFT's target_parameters" || bad "no target_parameters in the experts' adapter_config.json"
+# the experts' adapter read back (--init of the checkpoint with the adapter's tensors) on 2 ranks, the
+# adapters partitioned, and written again: the same tensors, bit for bit
+{ cat "$l.zl"; echo 'plan { whole_below = 16 }'; } > "$l-2.zl"
+if "$ZINF_PY" tests/e2e/moe_hf.py join "$W/qwen3moe" "$l-adapter" "$l-both.safetensors" 2>> "$W/py.log" &&
+   "$Z/zinfc" "$l-2.zl" --target "$W/t2.zl" -o "$l-2.plan" > "$l-2.zinfc" 2>&1; then
+  timeout 120 mpirun -np 2 --oversubscribe "$Z/zinfrun" "$l-2.plan" --backend host --init "$l-both.safetensors" \
+      --data "$W/tok.bin" --steps 0 --export-hf "$l-2.out" < /dev/null > "$l-2.run" 2>&1 ||
+    { cat "$l-2.run"; bad "experts' LoRA: 2 ranks, --steps 0 --export-hf"; }
+  echo "same $l-adapter $l-2.out" >> "$W/batch"
+  # zinfgen with the experts' adapter (KV cache) against PEFT's generate
+  "$Z/zinfgen" "$l.plan" --init "$l-both.safetensors" --prompt-ids 5,17,40 --temperature 0 --max-new 5 --logits "$l.gen.logits" \
+      > "$l.gen" 2> "$l.gen.err" ||
+    { cat "$l.gen.err"; bad "experts' LoRA: zinfgen"; }
+  echo "gen $W qwen3moe 5,17,40 5 $l.gen $l-adapter" >> "$W/batch"
 else
-  cat "$d-lora.err"; bad "$c: --from-hf --lora"
+  cat "$l-2.zinfc"; bad "experts' LoRA: the checkpoint with the adapter, or zinfc for 2 ranks"
 fi
-if "$Z/zinfc" --from-hf "$d" --seq $SEQ --lora targets=gate_proj --emit=zl > /dev/null 2> "$W/lora-bad.err"; then
+# the experts' per-expert linears by their checkpoint names: refused, naming PEFT's fused targets
+if "$Z/zinfc" --from-hf "$W/qwen3moe" --seq $SEQ --lora targets=gate_proj --emit=zl > /dev/null 2> "$W/lora-bad.err"; then
   bad "--lora targets=gate_proj accepted for an MoE model"
-elif grep -qF "unknown target 'gate_proj' (the MoE blocks' attention linears: q_proj, k_proj, v_proj, o_proj)" "$W/lora-bad.err"; then
-  ok "--lora on the experts is refused by name"
+elif grep -qF "target 'gate_proj': Qwen3MoeForCausalLM's experts are fused parameters to PEFT (transformers' experts.gate_up_proj and experts.down_proj, LoRA's target_parameters): name experts.gate_up_proj (gate and up, one adapter) or experts.down_proj" "$W/lora-bad.err"; then
+  ok "--lora targets=gate_proj is refused, naming the experts' fused targets"
 else cat "$W/lora-bad.err"; bad "--lora targets=gate_proj: unclear error"; fi
+if "$Z/zinfc" --from-hf "$W/qwen3moe" --seq $SEQ --lora targets=gate --emit=zl > /dev/null 2> "$W/lora-bad.err"; then
+  bad "--lora targets=gate (the router) accepted"
+elif grep -qF "unknown target 'gate' (the MoE blocks' attention linears and experts: q_proj, k_proj, v_proj, o_proj, experts.gate_up_proj, experts.down_proj, gate_up_proj)" "$W/lora-bad.err"; then
+  ok "--lora on the router is refused by name"
+else cat "$W/lora-bad.err"; bad "--lora targets=gate: unclear error"; fi
 
 "$ZINF_PY" tests/e2e/moe_hf.py batch "$W" "$W/batch" 2> "$W/py.log" || { tail -5 "$W/py.log"; bad "the checks in Python (above)"; }
 

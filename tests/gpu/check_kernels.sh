@@ -44,7 +44,7 @@ printf '#include <zlib.h>\nint main(void){return zlibVersion() == 0;}\n' | $CC -
 omp="-fopenmp"
 printf 'int main(void){return 0;}\n' | $CC -x c - -fopenmp -o "$OUTD/omp_probe" >/dev/null 2>&1 || omp=""
 harness="tests/gpu/check_kernels.c tests/gpu/check_lt.c tests/gpu/emu.c tests/gpu/emu_wrap.c $blas"
-lib="runtime/gpu/cublaslt.c runtime/base/errorf.c runtime/plan/plan.c runtime/plan/plan_pack.c runtime/base/arena.c runtime/plan/vocab.c runtime/base/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/autodiff.c $(ls compiler/cuda_gen*.c) compiler/nvrtc.c $(ls runtime/hostk/hostk*.c runtime/hostk/quant.c)"
+lib="runtime/gpu/cublaslt.c runtime/base/errorf.c runtime/plan/plan.c runtime/plan/plan_pack.c runtime/base/arena.c runtime/plan/vocab.c runtime/base/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/autodiff.c $(ls compiler/cuda_gen*.c) compiler/mlp_tile.c compiler/nvrtc.c $(ls runtime/hostk/hostk*.c runtime/hostk/quant.c)"
 cflags="-std=c11 -D_GNU_SOURCE -O2 -U_FORTIFY_SOURCE -D_FORTIFY_SOURCE=2 -g $omp -Wall -Wextra -Werror -Wno-unknown-pragmas -Ilang -Icompiler -Iruntime $(printf -- "-I%s " runtime/*/) -I$BUILD/gen -I$CUDA/include $blasinc"
 ROOT=$(pwd)
 # shellcheck disable=SC2086

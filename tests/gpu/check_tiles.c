@@ -18,7 +18,7 @@
  *   mkdir -p build/gpu && cc -std=c11 -D_GNU_SOURCE -O1 -rdynamic -Ilang -Icompiler -Iruntime $ROOMS -Ibuild/gen \
  *     -DZINF_STDLIB_DIR="\"$PWD/stdlib\"" -DZINF_EMU_HEADER="\"$PWD/tests/gpu/emu.h\"" \
  *     tests/gpu/check_tiles.c tests/gpu/emu_check.c tests/gpu/emu.c tests/gpu/emu_wrap.c runtime/base/arena.c runtime/plan/vocab.c \
- *     runtime/base/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/cuda_gen*.c compiler/nvrtc.c -o build/gpu/check_tiles -ldl -lm -lpthread
+ *     runtime/base/nearest.c lang/diag.c compiler/graph.c compiler/prim.c compiler/cuda_gen*.c compiler/mlp_tile.c compiler/nvrtc.c -o build/gpu/check_tiles -ldl -lm -lpthread
  *   build/gpu/check_tiles
  * Exit 0: every case passed; 1: a case differs; 2: setup error. */
 #include <math.h>

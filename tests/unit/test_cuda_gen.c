@@ -969,10 +969,19 @@ START_TEST(tile_launches_embedding) {
     int gi = graph_add_op(&c.o.g, &g);
     ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, gi, 0, 2, c.o.k, 64, NULL, &c.o.d), -1);
     ck_assert_msg(strstr(c.o.d.items[c.o.d.len - 1].msg, "fwd gelu, tile 0 of 2: only linear, matmul and embedding ops are tiled"), "%s", c.o.d.items[c.o.d.len - 1].msg);
+    /* a moe_expert tiled by expert is the host backend's: refused by name */
+    int mx = tc_t(&c, "mx", TC_ACT, 2, 4, 5, 0, DT_F32), mi = tc_t(&c, "midx", TC_ACT, 2, 4, 2, 0, DT_I32);
+    int mw = tc_t(&c, "mw", TC_PARAM, 3, 4, 6, 5, DT_F32), my = tc_t(&c, "my", TC_ACT, 3, 4, 2, 6, DT_F32);
+    GOp m = io_op(PRIM_MOE_EXPERT, 3, (int[]){mx, mi, mw}, 1, (int[]){my});
+    int mo = graph_add_op(&c.o.g, &m);
+    ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, mo, 1, 2, c.o.k, 64, NULL, &c.o.d), -1);
+    ck_assert_msg(strstr(c.o.d.items[c.o.d.len - 1].msg, "moe_expert tiled by expert (2 tiles): the CUDA kernels take every "
+                                                         "expert at once; tiling by expert runs on the host backend only"),
+                  "%s", c.o.d.items[c.o.d.len - 1].msg);
     ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, c.fwd, 2, 2, c.o.k, 64, NULL, &c.o.d), -1);
     ck_assert_ptr_nonnull(strstr(c.o.d.items[c.o.d.len - 1].msg, "tile 2 of 2: no such tile"));
     ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, c.fwd, 0, 1, c.o.k, 64, NULL, &c.o.d), -1);
-    ck_assert_int_eq(c.o.d.errors, e0 + 4);
+    ck_assert_int_eq(c.o.d.errors, e0 + 5);
     one_free(&c.o);
 }
 END_TEST

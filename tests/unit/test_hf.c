@@ -186,6 +186,24 @@ START_TEST(mapping_errors) {
 }
 END_TEST
 
+/* PEFT's expert layouts: a rank-3 parameter, whole, alone */
+START_TEST(mapping_expert_layout_errors) {
+    Run r;
+    run_src(&r, FUSED "hf \"Fused\" {\n"
+                "  \"blk.{i}.g\" = expert_rows(\"n\")\n"
+                "  \"blk.{i}.w13\" = cat(expert_cols(\"a\"), \"b\")\n"
+                "  \"blk.{i}.w2\" = expert_rows(transpose(\"a\"))\n"
+                "  \"blk.{i}.wqkv\" = cols(expert_cols(\"a\"), 0, 1)\n"
+                "}\n");
+    ck_assert(!r.ok);
+    expect_has(&r, "main.zl:18:29: error: expert_rows needs a parameter [experts, rows, columns] of rank 3, but 'blk.0.g' has rank 1");
+    expect_has(&r, "main.zl:19:35: error: expert_cols in a cat: an expert layout maps its parameter whole, alone");
+    expect_has(&r, "main.zl:20:18: error: expert_rows takes one HF tensor name: expert_rows(\"...lora_A.weight\")");
+    expect_has(&r, "main.zl:21:25: error: cols of expert_cols: an expert layout maps its parameter whole");
+    run_free(&r);
+}
+END_TEST
+
 START_TEST(mapping_from_several_files) {
     /* lib.zl's block names no architecture: it adds entries; other.zl's names
      * another one: it is left out. The model's file wins over both. */
@@ -741,6 +759,7 @@ int main(void) {
     tcase_add_test(t, patterns_match_and_substitute);
     tcase_add_test(t, mapping_pieces);
     tcase_add_test(t, mapping_errors);
+    tcase_add_test(t, mapping_expert_layout_errors);
     tcase_add_test(t, mapping_stack);
     tcase_add_test(t, mapping_from_several_files);
     tcase_add_test(t, if_statement);

@@ -191,7 +191,7 @@ static void attach_hf(Plan *p, const Pc *map, int n) {
     p->hf.config = "{\"model_type\": \"test\", \"hidden_size\": 32}\n";
     p->hf.pieces = arena_alloc(&p->arena, sizeof *p->hf.pieces * (size_t)n);
     for (int i = 0; i < n; i++)
-        p->hf.pieces[i] = (PlanHfPiece){tensor_named(p, map[i].param), map[i].hf, (uint8_t)map[i].transpose, map[i].src, map[i].cols, 0, 0};
+        p->hf.pieces[i] = (PlanHfPiece){tensor_named(p, map[i].param), map[i].hf, (uint8_t)map[i].transpose, map[i].src, map[i].cols, 0, 0, 0};
     p->hf.npieces = (uint32_t)n;
 }
 

@@ -10,7 +10,8 @@
  * weight kept [in, out], GPT-2's Conv1D); the refusals of mixed ranks and
  * mixed alphas, of an adapter without its B or its scale; and the merge
  * W + A B alpha/r (hf_lora_add) against products worked out by hand, for
- * the whole weight and for a block of it. */
+ * the whole weight and for a block of it; LoRA on the experts: PEFT's
+ * target_parameters, and the merge of each expert's slice. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -101,6 +102,39 @@ static void module(const char *m, bool transpose, int64_t in, int64_t out, int64
     if (with_b) group(n, b, true);
 }
 
+/* LoRA on the experts of layer "model.layers.0.mlp.experts" (stdlib/moe.zl):
+ * A [E, r, in] (expert_rows), B [E, out, r] (expert_cols) under PEFT's
+ * names (`wrap`: ".base_layer" or ""), and the ops
+ * scale(moe_expert(moe_expert(x, idx, A), idx, B), scale), split in two
+ * when `split` (gate and up sharing B). */
+static void experts(const char *wrap, int64_t E, int64_t in, int64_t out, int64_t r, double scale, bool split) {
+    char n[NAME];
+    int x = tensor("x", TC_ACT, 5, in), idx = tensor("idx", TC_ACT, 5, 2);
+    int a = tensor("a", TC_PARAM, E, r), b = tensor("b", TC_PARAM, E, out);
+    F.t[a].rank = F.t[b].rank = 3; /* [E, r, in] and [E, out, r] */
+    F.t[a].dims[2] = in;
+    F.t[b].dims[2] = r;
+    int t = tensor("t", TC_ACT, 10, r), u = tensor("u", TC_ACT, 10, out), s = tensor("s", TC_ACT, 10, out);
+    op(PRIM_MOE_EXPERT, x, idx, t, 0);
+    F.o[F.p.nops - 1].nin = 3;
+    F.o[F.p.nops - 1].in[2] = a;
+    op(PRIM_MOE_EXPERT, t, idx, u, 0);
+    F.o[F.p.nops - 1].nin = 3;
+    F.o[F.p.nops - 1].in[2] = b;
+    op(PRIM_SCALE, u, -1, s, scale);
+    if (split) {
+        int d0 = tensor("d0", TC_ACT, 10, out / 2), d1 = tensor("d1", TC_ACT, 10, out / 2);
+        op(PRIM_SPLIT, s, -1, d0, 0);
+        F.o[F.p.nops - 1].nout = 2;
+        F.o[F.p.nops - 1].out[1] = d1;
+    }
+    for (int k = 0; k < 2; k++) {
+        snprintf(n, sizeof n, HF_PEFT_PREFIX "model.layers.0.mlp.experts%s.lora_%c.weight", wrap, "AB"[k]);
+        group(n, k ? b : a, false);
+        F.pc[F.l.npieces - 1].layout = k ? PLAN_HF_EXPERT_COLS : PLAN_HF_EXPERT_ROWS;
+    }
+}
+
 /* adapter_config.json of F, which must contain each of the lines. */
 static void config_has(const char *const *lines) {
     char *c = hf_adapter_config(&F.p, &F.l, err, sizeof err);
@@ -167,6 +201,28 @@ START_TEST(config_full_paths) {
 }
 END_TEST
 
+/* PEFT's target_parameters: gate_up_proj where B's product is split (gate
+ * and up), down_proj where not, the nested wrappers' ".base_layer" left out;
+ * with an attention adapter beside them. */
+START_TEST(config_experts) {
+    fx_init();
+    experts(".base_layer", 4, 8, 12, 2, 3.0, true);
+    experts("", 4, 6, 8, 2, 3.0, false);
+    const char *want[] = {"\"r\": 2,", "\"lora_alpha\": 6,", "\"target_modules\": [],", "\"fan_in_fan_out\": false,",
+                          "\"target_parameters\": [\"experts.gate_up_proj\", \"experts.down_proj\"]", NULL};
+    config_has(want);
+    fx_init();
+    module("model.layers.0.self_attn.q_proj", true, 8, 8, 2, 3.0, true);
+    experts("", 4, 6, 8, 2, 3.0, false);
+    const char *mixed[] = {"\"target_modules\": [\"q_proj\"],", "\"target_parameters\": [\"experts.down_proj\"]", NULL};
+    config_has(mixed);
+    fx_init();
+    module("model.layers.0.self_attn.q_proj", true, 8, 8, 2, 3.0, true);
+    experts("", 4, 6, 8, 4, 3.0, false);
+    config_refused("LoRA adapters of different ranks or alphas");
+}
+END_TEST
+
 START_TEST(config_refusals) {
     fx_init();
     module("m.0.q_proj", true, 8, 8, 4, 4, true);
@@ -213,6 +269,24 @@ START_TEST(merge_arithmetic) {
 }
 END_TEST
 
+/* The experts' merge: W [E = 2, WO = 2, I = 2] as a matrix of 4 rows, B [2,
+ * BO = 4, r = 1] whose rows [2, 4) are W's (up's, after gate's), A [2, 1, 2]:
+ * W[e, o, j] += B[e, 2 + o, 0] A[e, 0, j] scale. */
+START_TEST(merge_experts) {
+    const float a[4] = {1, 2, -1, 3};                 /* A[0] = (1, 2), A[1] = (-1, 3) */
+    const float b[8] = {9, 9, 2, -1, 9, 9, 0.5f, 4};  /* B[0] rows 2, 3: 2, -1; B[1]: 0.5, 4 */
+    HfLora lo = {.rank = 1, .scale = 2, .experts = 2, .wper = 2, .bper = 4, .brow0 = 2};
+    float w[8] = {0};
+    hf_lora_add(&lo, a, b, 2, w, 0, 4, 0, 2);
+    const float want[8] = {4, 8, -2, -4, -1, 3, -8, 24}; /* 2 * (2 (1, 2); -1 (1, 2); 0.5 (-1, 3); 4 (-1, 3)) */
+    for (int i = 0; i < 8; i++) ck_assert_msg(w[i] == want[i], "W[%d] = %g, want %g", i, w[i], want[i]);
+    /* a block: rows [3, 4) x column [1, 2) */
+    float blk[1] = {1};
+    hf_lora_add(&lo, a, b, 2, blk, 3, 4, 1, 2);
+    ck_assert_msg(blk[0] == 25, "block = %g, want 25", blk[0]);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("hfio_lora");
     TCase *tc = tcase_create("hfio_lora");
@@ -220,6 +294,8 @@ int main(void) {
     tcase_add_test(tc, config_gpt2);
     tcase_add_test(tc, config_full_paths);
     tcase_add_test(tc, config_refusals);
+    tcase_add_test(tc, config_experts);
+    tcase_add_test(tc, merge_experts);
     tcase_add_test(tc, merge_arithmetic);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

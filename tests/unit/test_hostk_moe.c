@@ -287,6 +287,62 @@ START_TEST(test_expert_threads) {
 }
 END_TEST
 
+/* Tiled by expert: tiles of E/n experts run in order give the untiled
+ * kernel's bits (y; dx's terms added in the same order; dw), with each
+ * tile's workspace no more than the untiled call's. */
+static void check_expert_tiles(const int32_t *idx, int64_t R, int64_t k, int64_t E, int64_t O, int64_t I, bool shared, int n,
+                               const char *what) {
+    int64_t nx = (shared ? R : R * k) * I, nw = E * O * I, ny = R * k * O, per = E / n;
+    float *x = rnd(nx, 1), *w = rnd(nw, 0.5), *dy = rnd(ny, 1), *dx = rnd(nx, 1), *dw = rnd(nw, 1);
+    float *y = calloc((size_t)ny, sizeof *y), *yt = malloc((size_t)ny * sizeof *yt);
+    float *dxt = malloc((size_t)nx * sizeof *dxt), *dwt = malloc((size_t)nw * sizeof *dwt);
+    memcpy(dxt, dx, (size_t)nx * sizeof *dx);
+    memcpy(dwt, dw, (size_t)nw * sizeof *dw);
+    for (int64_t i = 0; i < ny; i++) yt[i] = NAN; /* every place is some tile's to write */
+    int32_t *ix = malloc((size_t)(R * k) * sizeof *ix);
+    memcpy(ix, idx, (size_t)(R * k) * sizeof *ix);
+    HkTensor X = shared ? t2(x, DT_F32, R, I) : t3(x, DT_F32, R, k, I), Ix = t2(ix, DT_I32, R, k);
+    HkTensor W = t3(w, DT_F32, E, O, I), Y = t3(y, DT_F32, R, k, O), DY = t3(dy, DT_F32, R, k, O);
+    HkTensor DX = shared ? t2(dx, DT_F32, R, I) : t3(dx, DT_F32, R, k, I), DW = t3(dw, DT_F32, E, O, I);
+    size_t full = hk_moe_expert_workspace_bytes(&X, &Ix, &W, &Y);
+    void *ws = ws_for(full);
+    ck_assert_int_eq(hk_moe_expert_fwd(&X, &Ix, &W, &Y, ws), HK_OK);
+    ck_assert_int_eq(hk_moe_expert_bwd(&X, &Ix, &W, &DY, &DX, &DW, ws), HK_OK);
+    HkTensor YT = t3(yt, DT_F32, R, k, O), DXT = DX;
+    DXT.data = dxt;
+    for (int t = 0; t < n; t++) {
+        HkTensor Wt = t3(w + t * per * O * I, DT_F32, per, O, I), DWt = t3(dwt + t * per * O * I, DT_F32, per, O, I);
+        ck_assert_uint_le(hk_moe_expert_workspace_bytes(&X, &Ix, &Wt, &YT), full);
+        ck_assert_int_eq(hk_moe_expert_fwd_tile(&X, &Ix, &Wt, t * per, E, &YT, ws), HK_OK);
+        ck_assert_int_eq(hk_moe_expert_bwd_tile(&X, &Ix, &Wt, t * per, E, &DY, &DXT, &DWt, ws), HK_OK);
+    }
+    ck_assert_msg(!memcmp(y, yt, (size_t)ny * sizeof *y), "%s, %d tiles: y differs", what, n);
+    ck_assert_msg(!memcmp(dx, dxt, (size_t)nx * sizeof *dx), "%s, %d tiles: dx differs", what, n);
+    ck_assert_msg(!memcmp(dw, dwt, (size_t)nw * sizeof *dw), "%s, %d tiles: dw differs", what, n);
+    /* a tile past the experts */
+    HkTensor W2 = t3(w, DT_F32, per, O, I);
+    ck_assert_int_eq(hk_moe_expert_fwd_tile(&X, &Ix, &W2, E - per + 1, E, &YT, ws), HK_ERR_SHAPE);
+    free(x), free(w), free(dy), free(dx), free(dw), free(y), free(yt), free(dxt), free(dwt), free(ix), free(ws);
+}
+
+START_TEST(test_expert_tiles) {
+    rng_seed(5);
+    enum { R = 6, K = 2, E = 4, O = 5, I = 7 };
+    int32_t some[R * K] = {0, 1, 0, 2, 1, 0, 0, 2, 2, 0, 0, 1}; /* expert 3 gets no row: tile 2 of 4 and 1 of 2 run empty */
+    int32_t one[R * K];
+    for (int i = 0; i < R * K; i++) one[i] = 1; /* every slot to expert 1 */
+    for (int n = 2; n <= 4; n += 2) {
+        check_expert_tiles(some, R, K, E, O, I, true, n, "shared x");
+        check_expert_tiles(some, R, K, E, O, I, false, n, "x per slot");
+        check_expert_tiles(one, R, K, E, O, I, true, n, "one expert");
+    }
+    /* top-1 over 8 experts, every row to expert 5 */
+    int32_t top1[R];
+    for (int i = 0; i < R; i++) top1[i] = 5;
+    check_expert_tiles(top1, R, 1, 8, O, I, true, 4, "top-1");
+}
+END_TEST
+
 /* ---- moe_combine ---- */
 
 typedef struct CombRef {
@@ -435,6 +491,7 @@ int main(void) {
     tcase_add_test(tc, test_gate);
     tcase_add_test(tc, test_expert);
     tcase_add_test(tc, test_expert_threads);
+    tcase_add_test(tc, test_expert_tiles);
     tcase_add_test(tc, test_combine);
     tcase_add_test(tc, test_load_balance);
     tcase_add_test(tc, test_shared_gate);

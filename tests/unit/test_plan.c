@@ -330,15 +330,15 @@ START_TEST(version_and_helpers) {
     Plan *q = plan_decode(a, n, "e.plan", err, sizeof err);
     ck_assert_msg(q == NULL, "an empty plan has no ranks");
     ck_assert_str_eq(err, "e.plan: rank count 0 (file corrupt?)");
-    a[8] = 9;
+    a[8] = 10;
     wr64(a + 16, plan_fnv1a64(a, 16));
     ck_assert_ptr_null(plan_decode(a, n, "e.plan", err, sizeof err));
-    ck_assert_str_eq(err, "e.plan: plan format version 9, this build reads versions 3 to 8 (recompile the model)");
+    ck_assert_str_eq(err, "e.plan: plan format version 10, this build reads versions 3 to 9 (recompile the model)");
     /* a plan from before the launch sections */
     a[8] = 1;
     wr64(a + 16, plan_fnv1a64(a, 16));
     ck_assert_ptr_null(plan_decode(a, n, "old.plan", err, sizeof err));
-    ck_assert_str_eq(err, "old.plan: plan format version 1, this build reads versions 3 to 8 (recompile the model)");
+    ck_assert_str_eq(err, "old.plan: plan format version 1, this build reads versions 3 to 9 (recompile the model)");
     free(a);
     plan_free(p);
     char b[32];
@@ -445,8 +445,8 @@ START_TEST(round_trip_hf) {
     p->hf.arch = "LlamaForCausalLM";
     p->hf.config = "{\"model_type\": \"llama\"}";
     p->hf.pieces = arena_alloc(&p->arena, 2 * sizeof *p->hf.pieces);
-    p->hf.pieces[0] = (PlanHfPiece){3, "model.layers.0.mlp.gate_proj.weight", 1, 0, 7, 0, 0};
-    p->hf.pieces[1] = (PlanHfPiece){3, "model.layers.0.mlp.up_proj.weight", 1, 5, 9, 0, 0};
+    p->hf.pieces[0] = (PlanHfPiece){3, "model.layers.0.mlp.gate_proj.weight", 1, 0, 7, 0, 0, 0};
+    p->hf.pieces[1] = (PlanHfPiece){3, "model.layers.0.mlp.up_proj.weight", 1, 5, 9, 0, 0, 0};
     p->hf.npieces = 2;
     uint8_t *a;
     size_t n;
@@ -465,14 +465,26 @@ START_TEST(round_trip_hf) {
     plan_free(q);
     free(a);
     /* stacked pieces (one expert's tensor each): written as version 7, read back */
-    p->hf.pieces[0] = (PlanHfPiece){3, "model.layers.0.mlp.experts.0.gate_proj.weight", 0, 0, 7, 1, 0};
-    p->hf.pieces[1] = (PlanHfPiece){3, "model.layers.0.mlp.experts.1.gate_proj.weight", 0, 0, 7, 1, 1};
+    p->hf.pieces[0] = (PlanHfPiece){3, "model.layers.0.mlp.experts.0.gate_proj.weight", 0, 0, 7, 1, 0, 0};
+    p->hf.pieces[1] = (PlanHfPiece){3, "model.layers.0.mlp.experts.1.gate_proj.weight", 0, 0, 7, 1, 1, 0};
     encode(p, &a, &n);
     ck_assert_uint_eq(a[8], PLAN_VERSION_STACKED);
     q = plan_decode(a, n, "h.plan", err, sizeof err);
     ck_assert_msg(q != NULL, "%s", err);
     ck_assert(q->hf.pieces[1].stacked == 1 && q->hf.pieces[1].index == 1 && q->hf.pieces[0].index == 0);
     ck_assert_str_eq(q->hf.pieces[1].hf_name, "model.layers.0.mlp.experts.1.gate_proj.weight");
+    ck_assert(q->hf.pieces[0].layout == PLAN_HF_PLAIN && q->hf.pieces[1].layout == PLAN_HF_PLAIN);
+    plan_free(q);
+    free(a);
+    /* a piece of PEFT's expert layout: written as version 9, its layout read back */
+    p->hf.pieces[0] = (PlanHfPiece){3, "base_model.model.model.layers.0.mlp.experts.lora_B.weight", 0, 0, 7, 0, 0,
+                                    PLAN_HF_EXPERT_COLS};
+    p->hf.npieces = 1;
+    encode(p, &a, &n);
+    ck_assert_uint_eq(a[8], PLAN_VERSION_EXPERTS);
+    q = plan_decode(a, n, "h.plan", err, sizeof err);
+    ck_assert_msg(q != NULL, "%s", err);
+    ck_assert(q->hf.npieces == 1 && q->hf.pieces[0].layout == PLAN_HF_EXPERT_COLS && !q->hf.pieces[0].stacked);
     plan_free(q);
     free(a);
     p->hf.pieces[0].tensor = (int32_t)p->ntensors;

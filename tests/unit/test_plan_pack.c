@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 #include "plan.h"
 #include "plan_pack.h"
 #include "zl_fixture.h"
@@ -74,6 +75,34 @@ START_TEST(tables_and_blobs) {
     uint8_t blob[3000];
     for (size_t i = 0; i < sizeof blob; i++) blob[i] = (uint8_t)next();
     for (size_t n = 0; n <= sizeof blob; n += 499) round_trip(blob, n, &none, NULL);
+}
+END_TEST
+
+/* A packed payload is the raw length and then, byte for byte, the stream
+ * zlib's compress2 makes at level 1 (plan_pack writes the header and the
+ * Adler-32 around a raw deflate itself): random bytes, runs, and bytes of
+ * 255 (the largest sums), of lengths about the 32-byte blocks and the
+ * 5552-byte stretches the checksum is reduced over. */
+START_TEST(zlib_stream) {
+    const size_t lens[] = {PLAN_PACK_MIN, PLAN_PACK_MIN + 31, 5552 * 7 + 33, 100000, 1000003};
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
+        for (int kind = 0; kind < 3; kind++) {
+            size_t len = lens[li];
+            uint8_t *raw = malloc(len);
+            for (size_t i = 0; i < len; i++) raw[i] = kind == 0 ? (uint8_t)next() : kind == 1 ? (uint8_t)(i / 300 % 7) : 255;
+            uint8_t *pk;
+            size_t pklen;
+            const char *why = NULL;
+            ck_assert_msg(plan_pack(raw, len, &(PlanPackLayout){0}, &pk, &pklen, &why), "%s", why);
+            uLongf zlen = compressBound((uLong)len);
+            uint8_t *z = malloc(zlen);
+            ck_assert_int_eq(compress2(z, &zlen, raw, (uLong)len, 1), Z_OK);
+            ck_assert_uint_eq(pklen, 8 + zlen);
+            ck_assert_msg(memcmp(pk + 8, z, zlen) == 0, "length %zu, kind %d: not zlib's stream", len, kind);
+            free(z);
+            free(pk);
+            free(raw);
+        }
 }
 END_TEST
 
@@ -204,6 +233,7 @@ int main(void) {
     TCase *tc = tcase_create("plan_pack");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, tables_and_blobs);
+    tcase_add_test(tc, zlib_stream);
     tcase_add_test(tc, damaged);
     tcase_add_test(tc, plan_file);
     suite_add_tcase(s, tc);

@@ -331,8 +331,8 @@ static Plan *with_hf(int32_t *param) {
     p->hf.arch = "GPT2LMHeadModel";
     p->hf.config = "{}";
     p->hf.pieces = arena_alloc(&p->arena, 2 * sizeof *p->hf.pieces);
-    p->hf.pieces[0] = (PlanHfPiece){w, "a.weight", 1, 0, n / 2, 0, 0};
-    p->hf.pieces[1] = (PlanHfPiece){w, "b.weight", 1, 4, n - n / 2, 0, 0};
+    p->hf.pieces[0] = (PlanHfPiece){w, "a.weight", 1, 0, n / 2, 0, 0, 0};
+    p->hf.pieces[1] = (PlanHfPiece){w, "b.weight", 1, 4, n - n / 2, 0, 0, 0};
     p->hf.npieces = 2;
     ck_assert_msg(verify_plan(p, msgs, sizeof msgs) == 0, "%s", msgs);
     *param = w;
@@ -371,7 +371,7 @@ static Plan *with_stack(int32_t *param) {
     p->hf.config = "{}";
     p->hf.pieces = arena_alloc(&p->arena, (size_t)a * sizeof *p->hf.pieces);
     for (int64_t e = 0; e < a; e++)
-        p->hf.pieces[e] = (PlanHfPiece){w, arena_printf(&p->arena, "experts.%d.weight", (int)e), 0, 0, n, 1, (int32_t)e};
+        p->hf.pieces[e] = (PlanHfPiece){w, arena_printf(&p->arena, "experts.%d.weight", (int)e), 0, 0, n, 1, (int32_t)e, 0};
     p->hf.npieces = (uint32_t)a;
     ck_assert_msg(verify_plan(p, msgs, sizeof msgs) == 0, "%s", msgs);
     *param = w;
@@ -393,6 +393,13 @@ START_TEST(hf_stacked) {
     p = with_stack(&w);
     p->hf.pieces[0].transpose = 1;
     expect(p, "is stacked and transposed");
+    /* PEFT's expert layouts take a rank-3 parameter whole, in one piece */
+    p = with_stack(&w);
+    p->hf.pieces[0].layout = PLAN_HF_EXPERT_ROWS;
+    expectf(p, "hf piece 0 of '%s': an expert layout takes a rank-3 parameter whole, in one piece", p->tensors[w].name);
+    p = with_stack(&w);
+    p->hf.pieces[0].layout = 3;
+    expectf(p, "hf piece 0 of '%s': layout 3", p->tensors[w].name);
 }
 END_TEST
 
