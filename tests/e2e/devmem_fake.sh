@@ -23,20 +23,22 @@ export ZINF_CACHE_DIR="$FAKE/nvrtc-cache"
 "$B/bin/zinftok" README.md -o "$W/train.bin" > /dev/null || exit 1
 
 target() { # FILE MODEL RANKS GPU_MEMORY PLAN_EXTRA
+  pins=${PINS-'params = "gpu"; optimizer = "gpu"; grads = "gpu";'}
   cat > "$1" <<ZL
 import "$ROOT/tests/e2e/models/$2"
 target fake { nodes = 1; gpus_per_node = $3
   gpu { memory = $4; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "sm_90"; sms = 8 }
   cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2 }
   net { bandwidth = 10 GB/s; latency_us = 5 } }
-plan { params = "gpu"; optimizer = "gpu"; grads = "gpu"; whole_below = 1000; $5 }
+plan { $pins whole_below = 1000; $5 }
 ZL
 }
 
-check() { # NAME MODEL RANKS PLAN_EXTRA ITEM...: predicted = allocated, and the line names each ITEM
+check() { # NAME MODEL RANKS PLAN_EXTRA ITEM...: predicted = allocated, and the line names each ITEM (GPU_MEM: the
+          # target's GPU memory, 1 GiB; PINS: the plan block's tiers, all on the GPU)
   name=$1 model=$2 np=$3 extra=$4
   shift 4
-  target "$W/$name.zl" "$model" "$np" "1 GiB" "$extra"
+  target "$W/$name.zl" "$model" "$np" "${GPU_MEM:-1 GiB}" "$extra"
   "$B/bin/zinfc" "$W/$name.zl" --kernels=sm_90 --kernel-src="$W/src-$name" -o "$W/$name.plan" > "$W/$name.zinfc" 2>&1 ||
     { cat "$W/$name.zinfc"; bad "$name: zinfc"; return; }
   "$FAKE/fakecuda_prep" "$W/$name.plan" "$W/src-$name" sm_90 "$FAKE/units" > "$W/$name.prep" 2>&1 ||
@@ -82,12 +84,21 @@ fi
 check chunk1 gpt-micro 1 "loss_chunk = 8" "kernel workspace" "cuBLASLt workspace"
 "$B/bin/zinfdump" "$W/chunk1.plan" --kernels | grep -q "fwd linear_cross_entropy, workspace" || bad "chunk1: the loss is not chunked"
 
-# the arena fits 4 MiB (92% of it usable) but not with its 4 MiB of cuBLASLt workspace beside it
+# 5 MiB, the planner free to place state: the first plan's arena (1.75 MiB) and the
+# 4.15 MiB beside it do not fit, so zinfc plans again with those kept free; the
+# second plan's total is what zinfrun allocates
+GPU_MEM="5 MiB" PINS="" check replan moe-micro 2 "" "kernel workspace" "cuBLASLt workspace"
+if grep -q "^gpu: the arena [0-9.]* MiB and [0-9.]* MiB beside it exceed the 5.00 MiB of target 'fake': planning again with [0-9.]* MiB kept free beside the arena" "$W/replan.zinfc"; then
+  ok "replan: zinfc planned again with the kernels' allocations kept free"
+else bad "replan: no 'planning again' line"; cat "$W/replan.zinfc"; fi
+# 4 MiB with everything pinned on the GPU: the second plan cannot hold the state
+# beside the 4 MiB of cuBLASLt workspace; refused, nothing written
 target "$W/small.zl" moe-micro 2 "4 MiB" ""
 out=$("$B/bin/zinfc" "$W/small.zl" --kernels=sm_90 -o "$W/small.plan" 2>&1)
 rc=$?
-if [ $rc -ne 0 ] && echo "$out" | grep -q "the plan needs [0-9.]* MiB of GPU memory per rank, more than target 'fake' has (4.00 MiB): the gpu arena"; then
-  ok "zinfc refuses what the GPU cannot hold (exit $rc): $(echo "$out" | grep -m1 "the plan needs" | cut -c1-200)"
+if [ $rc -ne 0 ] && echo "$out" | grep -q "planning again with [0-9.]* MiB kept free beside the arena" &&
+   echo "$out" | grep -q "^error: the plan block puts params and grads and optimizer on gpu: .* more than the target's 0 B of gpu per rank"; then
+  ok "zinfc refuses what the GPU cannot hold (exit $rc): $(echo "$out" | grep -m1 "^error" | cut -c1-200)"
 else
   bad "zinfc of a plan too large for the GPU with its workspaces: exit $rc"
   echo "$out" | tail -5
