@@ -37,6 +37,7 @@
 #include "loss_chunk.h"
 #include "mlp_tile.h"
 #include "plan.h"
+#include "devmem.h"
 #include "plandump.h"
 #include "planner.h"
 #include "kernels_embed.h"
@@ -569,6 +570,44 @@ static bool verify_and_write(const Plan *p, const char *path, DiagSink *d) {
     return ok;
 }
 
+/* Whether the GPU holds what zinfrun will allocate on it: the gpu arena and,
+ * beside it, the kernel workspaces, collective scratch and cuBLASLt
+ * workspaces its kernels need (runtime/plan/devmem.h), known once the
+ * kernels are generated. Reported when not. */
+static bool devmem_fits(const Plan *p, DiagSink *d) {
+    PlanDevMem m;
+    plan_devmem(p, true, &m);
+    if (m.total <= p->target.gpu_memory) return true;
+    char a[32], b[32], c[32], e[32], items[512];
+    diag_error(d, SPAN_NONE,
+               "the plan needs %s of GPU memory per rank, more than target '%s' has (%s): the gpu arena %s plus %s beside it "
+               "(%s)",
+               plan_bytes_str(m.total, a, sizeof a), p->target.name, plan_bytes_str(p->target.gpu_memory, b, sizeof b),
+               plan_bytes_str(m.arena, c, sizeof c), plan_bytes_str(m.extra, e, sizeof e), plan_devmem_items_str(&m, items, sizeof items));
+    diag_hint(d, "plan for more ranks, move state off the GPU (plan { params = \"cpu\" ... }), or give the target more GPU memory");
+    return false;
+}
+
+/* The plan's CUDA kernels: generated (or taken from the cache), embedded,
+ * and the launches verified; reported. */
+static bool gen_kernels(const ZincOptions *o, Plan *plan, const Graph *g, const char *archs, SourceSet *src, const Target *t,
+                        DiagSink *d) {
+    EmbedStats es;
+    EmbedDirs dirs = {.source_dir = o->kernel_src, .kernel_dir = o->kernel_dir, .cache_dir = o->cache_dir};
+    if (!kernels_embed(plan, g, archs, &dirs, src, t->gpu_sms, d, &es)) return false;
+    /* The planner verified the schedule; the launches are new. */
+    char vm[4096];
+    int problems = verify_plan(plan, vm, sizeof vm);
+    if (problems) {
+        diag_error(d, SPAN_NONE, "internal error: the plan's CUDA launches fail verification (%d problem%s):\n%s", problems,
+                   problems > 1 ? "s" : "", vm);
+        return false;
+    }
+    printf("kernels: %d units x %d archs (%s): %d compiled in %.1f s, %d from the cache, %llu bytes of cubin\n", es.units,
+           es.archs, archs, es.compiled, es.seconds, es.cached, (unsigned long long)es.bytes);
+    return true;
+}
+
 static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *d, const Program *prog, Graph *g) {
     Target t;
     const char *how = NULL;
@@ -622,30 +661,44 @@ static int zinfc_plan(const ZincOptions *o, Arena *a, SourceSet *src, DiagSink *
     int rc = 0;
     char err[512], gb[32];
     if (o->output && strcmp(archs, "none")) {
-        EmbedStats es;
         /* --kernel-src names a directory to fill: make it (one level), as -o makes its file */
         if (o->kernel_src && mkdir(o->kernel_src, 0777) != 0 && errno != EEXIST) {
             fprintf(stderr, "zinfc: --kernel-src=%s: cannot create the directory: %s\n", o->kernel_src, strerror(errno));
             plan_free(r.plan);
             return 1;
         }
-        EmbedDirs dirs = {.source_dir = o->kernel_src, .kernel_dir = o->kernel_dir, .cache_dir = o->cache_dir};
-        if (!kernels_embed(r.plan, g, archs, &dirs, src, t.gpu_sms, d, &es)) {
+        if (!gen_kernels(o, r.plan, g, archs, src, &t, d)) {
             plan_free(r.plan);
             return 1;
         }
-        /* The planner verified the schedule; the launches are new. */
-        char vm[4096];
-        int problems = verify_plan(r.plan, vm, sizeof vm);
-        if (problems) {
-            diag_error(d, SPAN_NONE, "internal error: the plan's CUDA launches fail verification (%d problem%s):\n%s", problems,
-                       problems > 1 ? "s" : "", vm);
+        /* What zinfrun allocates beside the arena is known now. When the
+         * first plan's arena leaves too little room for it, plan once more
+         * with all of it kept free (the same graph: chunking and tiling as
+         * chosen); the workspaces depend on the ops, not on the placement. */
+        PlanDevMem m;
+        plan_devmem(r.plan, true, &m);
+        if (m.total > r.plan->target.gpu_memory && m.extra > po.gpu_keep) {
+            char b1[32], b2[32], b3[32], b4[32];
+            printf("gpu: the arena %s and %s beside it exceed the %s of target '%s': planning again with %s kept free beside "
+                   "the arena\n",
+                   plan_bytes_str(m.arena, b1, sizeof b1), plan_bytes_str(m.extra, b2, sizeof b2),
+                   plan_bytes_str(r.plan->target.gpu_memory, b3, sizeof b3), t.name, plan_bytes_str(m.extra, b4, sizeof b4));
+            po.gpu_keep = m.extra;
+            plan_free(r.plan);
+            if (!planner_run(g, &t, &po, a, d, &r)) return 1;
+            r.plan->source = o->input;
+            if (o->explain) printf("%s", r.explain);
+            if (!gen_kernels(o, r.plan, g, archs, src, &t, d)) {
+                plan_free(r.plan);
+                return 1;
+            }
+        }
+        if (!devmem_fits(r.plan, d)) {
             plan_free(r.plan);
             return 1;
         }
-        printf("kernels: %d units x %d archs (%s): %d compiled in %.1f s, %d from the cache, %llu bytes of cubin\n",
-               es.units, es.archs, archs, es.compiled, es.seconds, es.cached, (unsigned long long)es.bytes);
     }
+    if (o->explain && strcmp(t.backend, "host")) plandump_devmem(r.plan, stdout);
     bool written = true;
     if (o->output && po.verify_by_caller) {
         written = verify_and_write(r.plan, o->output, d);

@@ -146,9 +146,11 @@ static bool setup(PlanBuilder *b, const Graph *g, const Target *t, const Planner
         return false;
     }
     b->cap[ARENA_GPU] = pl_gpu_capacity(t);
-    /* the chunked loss's and the tiled MLP's workspaces, outside the arenas, are kept free */
+    /* the chunked loss's and the tiled MLP's workspaces, outside the arenas, are kept free; or, when
+     * zinfc knows them from a first plan's kernels, everything zinfrun allocates beside the arena */
     uint64_t lws = loss_chunk_workspace_bytes(g), mws = mlp_tile_workspace_bytes(g);
-    b->cap[ARENA_GPU] = b->cap[ARENA_GPU] > lws + mws ? b->cap[ARENA_GPU] - lws - mws : 0;
+    uint64_t keep = o->gpu_keep > lws + mws ? o->gpu_keep : lws + mws;
+    b->cap[ARENA_GPU] = b->cap[ARENA_GPU] > keep ? b->cap[ARENA_GPU] - keep : 0;
     b->loss_ws = lws;
     b->mlp_ws = mws;
     b->cap[ARENA_CPU] = b->cap[ARENA_PINNED] = pl_cpu_capacity(t);
@@ -173,7 +175,11 @@ static void explain_partition(Search *S) {
     pl_say(&S->ex, "target %s: %d rank%s (%s), %s %s, %s CPU memory and %s NVMe per rank", t->name, b->R, b->R > 1 ? "s" : "",
         host ? "host processes" : arena_printf(S->a, "%d node%s x %d GPUs", t->nodes, t->nodes > 1 ? "s" : "", t->gpus_per_node),
         plan_bytes_str(b->cap[ARENA_GPU], s1, sizeof s1),
-        b->loss_ws || b->mlp_ws
+        b->o->gpu_keep > b->loss_ws + b->mlp_ws
+            ? arena_printf(S->a, "%s (%s kept for the kernel and cuBLASLt workspaces and collective scratch beside the arena, "
+                                 "as the first plan's kernels need)",
+                           host ? "working budget" : "GPU memory usable", plan_bytes_str(b->o->gpu_keep, s4, sizeof s4))
+        : b->loss_ws || b->mlp_ws
             ? arena_printf(S->a, "%s (%s kept for the %s workspace)", host ? "working budget" : "GPU memory usable",
                            plan_bytes_str(b->loss_ws + b->mlp_ws, s4, sizeof s4),
                            !b->mlp_ws ? "chunked loss's" : !b->loss_ws ? "tiled MLP's" : "chunked loss's and the tiled MLP's")

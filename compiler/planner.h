@@ -62,6 +62,9 @@ typedef struct PlannerOptions {
                             * does, beside the plan's encoding); false: planner_run does before it returns */
     int64_t mlp_tile;      /* mlp_tile: -1 "auto" (the MLP as written when the plan fits with it), 0 as written, N rows a
                             * tile (compiler/mlp_tile.h; zinfc applies it before autodiff) */
+    uint64_t gpu_keep;     /* GPU bytes per rank kept free beside the arena for what zinfrun allocates there (kernel and
+                            * cuBLASLt workspaces, collective scratch: runtime/plan/devmem.h), as a first plan's kernels
+                            * showed; 0: the chunked loss's and the tiled MLP's workspaces only (zinfc sets it) */
 } PlannerOptions;
 
 void planner_options_default(PlannerOptions *o);

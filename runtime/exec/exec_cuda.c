@@ -17,12 +17,14 @@
  * A range of the stream (a micro-batch, the optimizer) ends with every
  * stream drained, as the host backend's ranges do; then the losses, the
  * kernels' error words and the device timings of the range are collected. */
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "cuexec.h"
+#include "devmem.h"
 #include "exec_impl.h"
 #include "gpucomm.h"
 #include "adam.h"
@@ -53,10 +55,9 @@ struct RtCuda {
     bool g_open, failed;
     CUdeviceptr gpu;              /* the GPU arena */
     CUdeviceptr ws[PLAN_NQUEUES]; /* kernel workspace, per queue that launches */
-    uint64_t ws_bytes;
-    CUdeviceptr gws[PLAN_NQUEUES]; /* cuBLASLt workspace, per queue that runs kernels (x.lt_ws_bytes) */
+    CUdeviceptr gws[PLAN_NQUEUES]; /* cuBLASLt workspace, per queue that runs kernels (dm, = x.lt_ws_bytes) */
     CUdeviceptr cs[PLAN_NQUEUES]; /* collective padding scratch, per queue that runs NCCL */
-    uint64_t cs_bytes;
+    PlanDevMem dm;                /* what is allocated beside the arena, and on which queues (runtime/plan/devmem.h) */
     uint8_t *dev;                 /* per instruction: 1 = enqueued on a stream */
     int32_t *adam_op;             /* per tensor: its OP_ADAM, -1 */
     int32_t gnorm_op;             /* the OP_GRAD_NORM, -1 */
@@ -493,12 +494,11 @@ static int classify(Rt *r, char *err, size_t n) {
     for (uint32_t i = 0; i < p->ninstrs; i++) {
         const PlanInstr *in = &p->instrs[i];
         bool g0 = in->nopnd > 0 && in_gpu(r, rt_opnd(r, in, 0)), g1 = in->nopnd > 1 && in_gpu(r, rt_opnd(r, in, 1));
-        bool dev = false;
+        bool dev = plan_instr_on_device(p, in); /* where it runs; here, what the GPU cannot run */
         switch ((PlanOpcode)in->op) {
         case PI_H2D:
-        case PI_D2H: dev = g0 || g1; break;
+        case PI_D2H: break;
         case PI_KERNEL:
-            dev = true;
             if (in->arg < 0 || (uint32_t)in->arg >= p->nops || !p->op_code || p->op_code[in->arg].count == 0)
                 return errorf(err, n, "instruction %u: kernel of op %d has no GPU code in the plan", i, in->arg);
             if (in->ntiles > 1 && (cu->tile_code[i] = tile_code_of(p, in->arg, in->tile, in->ntiles)) < 0)
@@ -508,16 +508,13 @@ static int classify(Rt *r, char *err, size_t n) {
         case PI_ALLGATHER:
         case PI_REDUCE_SCATTER:
             if (g0 != g1) return errorf(err, n, "instruction %u: %s between device and host memory", i, plan_opcode_names[in->op]);
-            dev = g0;
             break;
         case PI_ALLREDUCE:
-        case PI_ZERO: dev = g0; break;
+        case PI_ZERO: break;
         case PI_ACCUM:
             if (g0 != g1) return errorf(err, n, "instruction %u: accum between device and host memory", i);
-            dev = g0;
             break;
         case PI_GPU_ADAM:
-            dev = true;
             if (in->arg < 0 || (uint32_t)in->arg >= p->ntensors || cu->adam_op[in->arg] < 0)
                 return errorf(err, n, "instruction %u: GPU Adam of a tensor without an Adam op", i);
             break;
@@ -573,37 +570,21 @@ static int cuda_create(Rt *r, char *err, size_t n) {
     }
     if (cuda_alloc_arenas(r, err, n)) return -1;
     if (classify(r, err, n)) return -1;
-    /* device scratch: the largest op workspace, the largest padded collective */
-    bool launches[PLAN_NQUEUES] = {0}, nccl[PLAN_NQUEUES] = {0}, gemms[PLAN_NQUEUES] = {0};
+    /* device scratch beside the arena: the plan's rules (runtime/plan/devmem.h), with cuBLASLt as it opened */
+    plan_devmem(p, cu->x.lt_on, &cu->dm);
     for (uint32_t i = 0; i < p->ninstrs; i++) {
-        const PlanInstr *in = &p->instrs[i];
         cu->err_slot[i] = -1;
-        if (!cu->dev[i]) continue;
-        if (in->op == PI_KERNEL || in->op == PI_GPU_ADAM || in->op == PI_ACCUM) launches[in->queue] = true;
-        if (in->op == PI_KERNEL) gemms[in->queue] = true; /* the only instructions with gemm launches */
-        if (in->op == PI_KERNEL && p->op_code[in->arg].err_off >= 0) cu->err_slot[i] = cu->nerr++;
-        if (in->op == PI_ALLGATHER || in->op == PI_REDUCE_SCATTER) {
-            nccl[in->queue] = true;
-            launches[in->queue] = true; /* the accumulation after a reduce-scatter */
-            uint64_t need = 0, R = (uint64_t)r->c->size;
-            if (in->op == PI_ALLGATHER) need = R * rt_opnd(r, in, 0)->bytes;
-            else need = (R + 1) * rt_opnd(r, in, 1)->bytes;
-            if (need > cu->cs_bytes) cu->cs_bytes = need;
-        }
+        if (cu->dev[i] && p->instrs[i].op == PI_KERNEL && p->op_code[p->instrs[i].arg].err_off >= 0) cu->err_slot[i] = cu->nerr++;
     }
-    for (uint32_t k = 0; k < p->nops && p->op_code; k++)
-        if ((uint64_t)p->op_code[k].ws_bytes > cu->ws_bytes) cu->ws_bytes = (uint64_t)p->op_code[k].ws_bytes;
-    for (uint32_t k = 0; k < p->ntile_code; k++)
-        if ((uint64_t)p->tile_code[k].ws_bytes > cu->ws_bytes) cu->ws_bytes = (uint64_t)p->tile_code[k].ws_bytes;
-    cu->ws_bytes = (cu->ws_bytes + 255) & ~(uint64_t)255;
-    cu->cs_bytes = (cu->cs_bytes + 255) & ~(uint64_t)255;
     for (int q = 0; q < PLAN_NQUEUES; q++) {
-        if (launches[q] && cu->ws_bytes && cuexec_alloc_device(&cu->x, cu->ws_bytes, "kernel workspace", &cu->ws[q], err, n))
+        if (cu->dm.on[PLAN_DEV_KERNEL_WS][q] &&
+            cuexec_alloc_device(&cu->x, cu->dm.bytes[PLAN_DEV_KERNEL_WS], "kernel workspace", &cu->ws[q], err, n))
             return -1;
-        if (nccl[q] && cu->cs_bytes && cuexec_alloc_device(&cu->x, cu->cs_bytes, "collective scratch", &cu->cs[q], err, n))
+        if (cu->dm.on[PLAN_DEV_COLL_SCRATCH][q] &&
+            cuexec_alloc_device(&cu->x, cu->dm.bytes[PLAN_DEV_COLL_SCRATCH], "collective scratch", &cu->cs[q], err, n))
             return -1;
-        if (gemms[q] && cu->x.lt_ws_bytes &&
-            cuexec_alloc_device(&cu->x, cu->x.lt_ws_bytes, "cuBLASLt workspace", &cu->gws[q], err, n))
+        if (cu->dm.on[PLAN_DEV_GEMM_WS][q] &&
+            cuexec_alloc_device(&cu->x, cu->dm.bytes[PLAN_DEV_GEMM_WS], "cuBLASLt workspace", &cu->gws[q], err, n))
             return -1;
     }
     for (uint32_t i = 0; i < p->ninstrs; i++)
@@ -617,8 +598,9 @@ static int cuda_create(Rt *r, char *err, size_t n) {
     if (cuexec_alloc_host(&cu->x, cu->input_bytes ? cu->input_bytes : 64, "token staging", &h, err, n)) return -1;
     cu->input = h;
     bool any_nccl = false;
-    for (int q = 0; q < PLAN_NQUEUES; q++) any_nccl |= nccl[q];
-    for (uint32_t i = 0; i < p->ninstrs; i++) any_nccl |= cu->dev[i] && p->instrs[i].op == PI_ALLREDUCE;
+    for (uint32_t i = 0; i < p->ninstrs; i++)
+        any_nccl |= cu->dev[i] && (p->instrs[i].op == PI_ALLGATHER || p->instrs[i].op == PI_REDUCE_SCATTER ||
+                                   p->instrs[i].op == PI_ALLREDUCE);
     /* every rank joins NCCL or none does: the decision is the plan's, the same everywhere */
     /* (one rank too: NCCL then copies, and the code path is the cluster's) */
     if (any_nccl) {
@@ -769,9 +751,10 @@ static void cuda_memory_report(const Rt *r, FILE *out) {
     char a[32], b[32], c[32], d[32];
     fprintf(out, "  gpu %d: %s (%s), %s; %s free before zinfrun allocated\n", cu->x.ordinal, cu->x.name, cu->x.arch,
             plan_bytes_str(cu->x.mem_total, a, sizeof a), plan_bytes_str(cu->x.mem_free_at_open, b, sizeof b));
-    fprintf(out, "  gpu memory allocated %s: the gpu arena plus kernel workspace %s x queues, collective scratch %s\n",
-            plan_bytes_str(cu->x.dev_total, c, sizeof c), plan_bytes_str(cu->ws_bytes, d, sizeof d),
-            plan_bytes_str(cu->cs_bytes, a, sizeof a));
+    char items[512];
+    fprintf(out, "  gpu memory allocated %s (%zu bytes): the gpu arena %s plus %s; planned %s (%" PRIu64 " bytes)\n",
+            plan_bytes_str(cu->x.dev_total, c, sizeof c), cu->x.dev_total, plan_bytes_str(cu->dm.arena, d, sizeof d),
+            plan_devmem_items_str(&cu->dm, items, sizeof items), plan_bytes_str(cu->dm.total, a, sizeof a), cu->dm.total);
     char g[512];
     fprintf(out, "  gemm: %s\n", cuexec_gemm_summary(&cu->x, r->p, g, sizeof g));
     if (cu->g_open) fprintf(out, "  nccl %d.%d.%d, %d ranks\n", cu->g.version / 10000, cu->g.version / 100 % 100, cu->g.version % 100, cu->g.size);

@@ -1,4 +1,5 @@
 #include "cuexec.h"
+#include "devmem.h"
 #include "errorf.h"
 #include <stdarg.h>
 #include <stdio.h>
@@ -90,13 +91,12 @@ static int open_gemms(CuExec *x, const Plan *p, const char *off, char *err, size
         if (p->gemms[i].path == PLAN_GEMM_LT) {
             const PlanGemm *g = &p->gemms[i];
             x->gemm_of[g->launch] = (int32_t)i;
-            if ((uint64_t)(g->ws_off + g->ws_bytes) > x->lt_ws_bytes) x->lt_ws_bytes = (uint64_t)(g->ws_off + g->ws_bytes);
             nlt++;
         }
     if (!nlt && !x->nmoe) snprintf(x->lt_why, sizeof x->lt_why, "%s", p->version < 4 ? "a version-3 plan describes no GEMMs" : "the plan gives cuBLASLt none");
     else if (off) snprintf(x->lt_why, sizeof x->lt_why, "cuBLASLt off: %s", off);
     else if (cublaslt_open(&x->lt, x->lt_why, sizeof x->lt_why) == 0) x->lt_on = true;
-    if (!x->lt_on) x->lt_ws_bytes = 0; /* the launches need none */
+    x->lt_ws_bytes = x->lt_on ? plan_gemm_ws_bytes(p) : 0; /* without cuBLASLt the launches need none */
     return 0;
 }
 

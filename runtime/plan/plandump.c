@@ -2,6 +2,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include "devmem.h"
 #include "plandump_impl.h"
 #include "vocab.h"
 
@@ -154,6 +155,21 @@ static void long_context_lines(const Plan *p, FILE *out) {
                 nmlp > 1 ? "s" : "");
 }
 
+void plandump_devmem(const Plan *p, FILE *out) {
+    PlanDevMem m;
+    plan_devmem(p, true, &m);
+    char a[32], b[32], c[32], items[512];
+    if (!m.code) {
+        fprintf(out, "  on the gpu: the arena %s, plus workspaces unknown until the kernels are generated (the plan has no GPU "
+                     "code: --kernels=none, or zinfc without -o)\n",
+                plan_bytes_str(m.arena, a, sizeof a));
+        return;
+    }
+    fprintf(out, "  on the gpu: %s (%" PRIu64 " bytes) of %s = the arena %s + %s beside it: %s\n", plan_bytes_str(m.total, a, sizeof a),
+            m.total, plan_bytes_str(p->target.gpu_memory, b, sizeof b), plan_bytes_str(m.arena, c, sizeof c),
+            plan_bytes_str(m.extra, (char[32]){0}, 32), plan_devmem_items_str(&m, items, sizeof items));
+}
+
 void plandump_summary(const Plan *p, const CostResult *c, FILE *out) {
     char a[32], b[32];
     const PlanTarget *t = &p->target;
@@ -181,6 +197,8 @@ void plandump_summary(const Plan *p, const CostResult *c, FILE *out) {
                 plan_bytes_str(p->arenas[k].capacity, b, sizeof b));
     if (p->target.backend && !strcmp(p->target.backend, "host"))
         fprintf(out, "  (host backend: the gpu arena is each rank's device arena, in host memory)\n");
+    else
+        plandump_devmem(p, out);
     fprintf(out, "model state homes per rank: gpu %s, cpu %s, nvme %s\n", plan_bytes_str(home[TIER_GPU], a, sizeof a),
             plan_bytes_str(home[TIER_CPU], b, sizeof b), plan_bytes_str(home[TIER_NVME], (char[32]){0}, 32));
     plandump_moe(p, out);

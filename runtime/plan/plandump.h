@@ -9,6 +9,10 @@
 
 /* Memory per tier and rank, predicted step time, queue busy times, the bottleneck. */
 void plandump_summary(const Plan *p, const CostResult *c, FILE *out);
+/* The summary's line for a CUDA plan: what zinfrun holds on the GPU, the
+ * gpu arena and the allocations beside it (devmem.h), against the target's
+ * GPU memory; zinfc --explain prints it too. */
+void plandump_devmem(const Plan *p, FILE *out);
 /* A mixture-of-experts plan's expert FLOPs (active: k of E experts a
  * token) against all experts', and its expert parameter bytes, one line;
  * nothing for a plan without experts (plandump_moe.c). */

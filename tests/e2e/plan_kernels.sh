@@ -66,12 +66,19 @@ if [ -s "$W/files" ] && cmp -s "$W/units" "$W/files" && cmp -s "$W/launched" "$W
 else echo "FAIL: --kernel-src files differ from the units"; diff "$W/units" "$W/files"; diff "$W/units" "$W/used"; fail=1; fi
 "$B/bin/zinfc" examples/gpt2-tiny.zl --target host -o "$W/h.plan" > /dev/null 2>&1 && "$B/bin/zinfdump" "$W/h.plan" --kernels | grep -q "^0 kernels" \
   && echo "ok   a host plan carries no GPU code" || { echo "FAIL: host plan kernels"; fail=1; }
-# the paper's 1T model: head dim 100, padded to 128 inside the attention kernels
+# the paper's 1T model: head dim 100, padded to 128 inside the attention kernels. On a
+# DGX-2 the first plan's arena fills the 92% of a GPU the planner uses, and the kernels'
+# workspaces beside it (attention's 4.79 GiB on each of 2 queues, the collective
+# scratch) would not fit: zinfc plans again with them kept free, says so, and the
+# plan's whole GPU allocation (zinfdump's "on the gpu") is within the 32 GiB.
 "$B/bin/zinfc" examples/zero-infinity/zi-1t.zl --target dgx2 -o "$W/z.plan" > "$W/zo" 2>&1
 rc=$?
-if [ $rc -eq 0 ] && "$B/bin/zinfdump" "$W/z.plan" --kernels | grep -q "hd=100 fwd=mma.sync rows/warp=4/2 padded=128"; then
-  echo "ok   head dim 100: padded attention units"
-else echo "FAIL: head dim 100 gave exit $rc"; head -5 "$W/zo"; fail=1; fi
+again=$(grep "^gpu: the arena [0-9.]* GiB and [0-9.]* GiB beside it exceed the 32.00 GiB of target 'dgx2': planning again with [0-9.]* GiB kept free beside the arena" "$W/zo")
+total=$("$B/bin/zinfdump" "$W/z.plan" 2>/dev/null | sed -n 's/^  on the gpu: [0-9.]* [KMG]iB (\([0-9]*\) bytes) of 32.00 GiB = .*/\1/p')
+if [ $rc -eq 0 ] && [ -n "$again" ] && [ -n "$total" ] && [ "$total" -le 34359738368 ] &&
+   "$B/bin/zinfdump" "$W/z.plan" --kernels | grep -q "hd=100 fwd=mma.sync rows/warp=4/2 padded=128"; then
+  echo "ok   zi-1t on dgx2: planned again with the kernels' workspaces kept free ($total bytes on the GPU); padded attention units"
+else echo "FAIL: zi-1t on dgx2 gave exit $rc, total '$total'"; grep -m3 "error\|wrote\|^gpu:" "$W/zo"; fail=1; fi
 # past the kernels' head dims: an error naming the limit, and the way out
 cat > "$W/hd320.zl" <<ZL
 import "llama"
