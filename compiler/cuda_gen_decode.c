@@ -21,54 +21,58 @@
 
 /* The entry points: the name, its parameters with '@' for the storage
  * type, and the call in the dtype's namespace, a training kernel's or
- * decode.cu's. once: one entry whatever the dtypes (no '@'). */
+ * decode.cu's. once: one entry whatever the dtypes (no '@'). moe: only in
+ * the unit of a model with mixture-of-experts ops (with moe.cu). */
 typedef struct DecodeEntry {
     const char *name, *params, *call;
-    bool once;
+    bool once, moe;
 } DecodeEntry;
 
 static const DecodeEntry entries[] = {
     {"embed", "@ *y, const @ *table, const int *ids, long long rows, long long V, long long D, int *err",
-     "zk_embed_fwd(y, table, ids, rows, V, D, err)", false},
+     "zk_embed_fwd(y, table, ids, rows, V, D, err)", false, false},
     {"linear", "@ *y, const @ *x, const @ *w, const @ *b, long long K, long long N, long long tb",
-     "zkd_linear(y, x, w, b, K, N, tb)", false},
+     "zkd_linear(y, x, w, b, K, N, tb)", false, false},
     {"binary", "@ *y, const @ *big, const @ *small, long long n, long long ns, long long mul",
-     "zk_binary_fwd(y, big, small, n, n, ns, mul)", false},
+     "zk_binary_fwd(y, big, small, n, n, ns, mul)", false, false},
     {"layernorm", "@ *y, const @ *x, const @ *g, const @ *b, long long rows, long long D, float eps",
-     "zk_layernorm_fwd(y, x, g, b, rows, D, eps)", false},
+     "zk_layernorm_fwd(y, x, g, b, rows, D, eps)", false, false},
     {"rmsnorm", "@ *y, const @ *x, const @ *g, long long rows, long long D, float eps", "zk_rmsnorm_fwd(y, x, g, rows, D, eps, 0.f)",
-     false},
-    {"gelu", "@ *y, const @ *x, long long n", "zk_gelu_fwd(y, x, n)", false},
-    {"silu", "@ *y, const @ *x, long long n", "zk_silu_fwd(y, x, n)", false},
-    {"scale", "@ *y, const @ *x, long long n, float by", "zkd_scale(y, x, n, by)", false},
+     false, false},
+    {"gelu", "@ *y, const @ *x, long long n", "zk_gelu_fwd(y, x, n)", false, false},
+    {"silu", "@ *y, const @ *x, long long n", "zk_silu_fwd(y, x, n)", false, false},
+    {"scale", "@ *y, const @ *x, long long n, float by", "zkd_scale(y, x, n, by)", false, false},
     {"columns", "@ *y, const @ *x, long long rows, long long X, long long off, long long W", "zk_slice_cols(y, x, rows, X, off, W)",
-     false},
+     false, false},
     {"rope",
      "@ *y, const @ *x, long long H, long long hd, long long pos, double theta, long long scaling, double factor, "
      "double low, double high, double orig",
-     "zkd_rope(y, x, H, hd, pos, theta, scaling, factor, low, high, orig)", false},
+     "zkd_rope(y, x, H, hd, pos, theta, scaling, factor, low, high, orig)", false, false},
     {"kv_append", "float *kc, float *vc, const @ *k, const @ *v, long long kd, long long pos", "zkd_kv_append(kc, vc, k, v, kd, pos)",
-     false},
+     false, false},
     {"attend",
      "@ *y, const @ *q, const float *kc, const float *vc, float *sc, long long H, long long KV, long long hd, "
      "long long T, long long pos",
-     "zkd_attend(y, q, kc, vc, sc, H, KV, hd, T, pos)", false},
-    {"moe_topk", "int *idx, const @ *logits, long long R, long long E, long long k", "zk_moe_topk(idx, logits, R, E, k)", false},
+     "zkd_attend(y, q, kc, vc, sc, H, KV, hd, T, pos)", false, false},
+    {"moe_topk", "int *idx, const @ *logits, long long R, long long E, long long k", "zk_moe_topk(idx, logits, R, E, k)", false, true},
     {"moe_gate", "@ *y, const @ *logits, const int *idx, long long R, long long E, long long k, long long normalize, int *err",
-     "zk_moe_gate_fwd(y, logits, idx, R, E, k, normalize, err)", false},
+     "zk_moe_gate_fwd(y, logits, idx, R, E, k, normalize, err)", false, true},
     {"moe_expert",
      "@ *y, const @ *x, const int *idx, const @ *w, long long R, long long k, long long E, long long O, long long I, "
      "long long shared, int *err",
-     "zkd_moe_expert(y, x, idx, w, R, k, E, O, I, shared, err)", false},
+     "zkd_moe_expert(y, x, idx, w, R, k, E, O, I, shared, err)", false, true},
     {"moe_combine", "@ *y, const @ *o, const @ *wt, long long R, long long k, long long D", "zk_moe_combine_fwd(y, o, wt, R, k, D)",
-     false},
-    {"moe_shared_gate", "@ *y, const @ *x, const @ *g, long long R, long long D", "zk_moe_sgate_fwd(y, x, g, R, D)", false},
-    {"set", "int *p, long long v", "zkd_set(p, v)", true},
+     false, true},
+    {"moe_shared_gate", "@ *y, const @ *x, const @ *g, long long R, long long D", "zk_moe_sgate_fwd(y, x, g, R, D)", false, true},
+    {"set", "int *p, long long v", "zkd_set(p, v)", true, false},
 };
 
 /* The training families' files whose code the entries call, pasted before
- * decode.cu in each dtype's namespace. */
+ * decode.cu in each dtype's namespace; the last, moe.cu (21 KB, as much as
+ * the others together), only for a model with mixture-of-experts ops, so
+ * that a dense model's unit does not compile it. */
 static const char *const reused[] = {"embedding.cu", "elementwise.cu", "norm.cu", "rope.cu", "moe.cu"};
+enum { REUSED_MOE = 4 };
 
 static const DType storage[] = {DT_F32, DT_BF16, DT_F16};
 
@@ -100,6 +104,20 @@ static const unsigned char decode_use[PRIM_COUNT] = {
 #include "prim.def"
 #undef PRIM
 };
+
+/* prim.def's moe family, whose decode entries need moe.cu. */
+static bool is_moe_prim(int prim) {
+    switch (prim) {
+    case PRIM_MOE_TOPK:
+    case PRIM_MOE_GATE:
+    case PRIM_MOE_EXPERT:
+    case PRIM_MOE_COMBINE:
+    case PRIM_MOE_LOAD:
+    case PRIM_MOE_BALANCE:
+    case PRIM_MOE_SHARED_GATE: return true;
+    default: return false;
+    }
+}
 
 static char *read_kernel_text(CudaGen *cg, const char *name, DiagSink *d) {
     char path[1200];
@@ -163,11 +181,12 @@ static char *device_text(Arena *a, const char *text) {
 }
 
 int cuda_gen_decode_unit(CudaGen *cg, const Graph *g, CudaUnit *out, DiagSink *d) {
-    bool used[sizeof storage / sizeof *storage] = {false};
+    bool used[sizeof storage / sizeof *storage] = {false}, moe = false;
     for (int o = 0; o < g->nforward; o++) {
         const GOp *op = &g->ops[o];
         if (op->kind != OP_FWD) continue;
         int use = (unsigned)op->prim < PRIM_COUNT ? decode_use[op->prim] : DECODE_NONE;
+        moe |= use == DECODE_RUN && is_moe_prim(op->prim);
         if (use == DECODE_NONE) return 0;
         if (use == DECODE_LOSS) continue;
         for (int i = 0; i < op->nin + op->nout; i++) {
@@ -183,7 +202,7 @@ int cuda_gen_decode_unit(CudaGen *cg, const Graph *g, CudaUnit *out, DiagSink *d
     const char *text = common ? read_kernel_text(cg, "decode.cu", d) : NULL;
     const char *files[sizeof reused / sizeof *reused];
     for (size_t f = 0; text && f < sizeof reused / sizeof *reused; f++)
-        if (!(files[f] = read_kernel_text(cg, reused[f], d))) text = NULL;
+        if ((f != REUSED_MOE || moe) && !(files[f] = read_kernel_text(cg, reused[f], d))) text = NULL;
     if (!text) return -1;
     char *spec = arena_strdup(a, "");
     for (size_t k = 0; spec && k < sizeof storage / sizeof *storage; k++)
@@ -197,8 +216,8 @@ int cuda_gen_decode_unit(CudaGen *cg, const Graph *g, CudaUnit *out, DiagSink *d
                            "// generated by zinfc from stdlib/kernels/decode.cu, the training kernels it calls and\n"
                            "// common.cuh: the one-position kernels of zinfgen --decode kv (no launches in the plan;\n"
                            "// the decoder finds them by name)\n"
-                           "#define ZK_T float\n%s",
-                           spec, common);
+                           "#define ZK_T float\n%s%s",
+                           spec, moe ? "#define ZK_DECODE_MOE 1\n" : "", common);
     const char *first = NULL;
     for (size_t k = 0; k < sizeof storage / sizeof *storage; k++) {
         if (!used[k]) continue;
@@ -206,7 +225,8 @@ int cuda_gen_decode_unit(CudaGen *cg, const Graph *g, CudaUnit *out, DiagSink *d
         if (!first) first = dn;
         s = cat(a, s, arena_printf(a, "\n// ---- %s: T = %s ----\nnamespace zkt_%s {\ntypedef %s T;\n", dn, dtype_ctype(storage[k]), dn,
                                    dtype_ctype(storage[k])));
-        for (size_t f = 0; f < sizeof reused / sizeof *reused; f++) s = cat(a, s, device_text(a, files[f]));
+        for (size_t f = 0; f < sizeof reused / sizeof *reused; f++)
+            if (f != REUSED_MOE || moe) s = cat(a, s, device_text(a, files[f]));
         s = cat(a, s, device_text(a, text));
         s = cat(a, s, arena_printf(a, "} // namespace zkt_%s\n", dn));
     }
@@ -214,7 +234,7 @@ int cuda_gen_decode_unit(CudaGen *cg, const Graph *g, CudaUnit *out, DiagSink *d
     for (size_t e = 0; e < sizeof entries / sizeof *entries; e++)
         for (size_t k = 0; k < sizeof storage / sizeof *storage; k++) {
             const DecodeEntry *en = &entries[e];
-            if (!used[k] || (en->once && strcmp(cuda_dtype_name(storage[k]), first))) continue;
+            if (!used[k] || (en->once && strcmp(cuda_dtype_name(storage[k]), first)) || (en->moe && !moe)) continue;
             const char *dn = cuda_dtype_name(storage[k]);
             s = cat(a, s,
                     en->once ? arena_printf(a, "extern \"C\" __global__ void zkd_%s(%s) { zkt_%s::%s; }\n", en->name, en->params, dn, en->call)

@@ -19,7 +19,8 @@
 #include "half.h"
 #include "hostk.h"
 
-/* The unit's kernels (compiler/cuda_gen_decode.c's entries, in its order). */
+/* The unit's kernels (compiler/cuda_gen_decode.c's entries, in its order); the
+ * mixture-of-experts ones last, from KD_MOE_TOPK: a dense model's unit has none. */
 enum {
     KD_EMBED, KD_LINEAR, KD_BINARY, KD_LAYERNORM, KD_RMSNORM, KD_GELU, KD_SILU, KD_SCALE, KD_COLUMNS, KD_ROPE, KD_KV_APPEND, KD_ATTEND,
     KD_MOE_TOPK, KD_MOE_GATE, KD_MOE_EXPERT, KD_MOE_COMBINE, KD_MOE_SGATE, KD_N
@@ -549,16 +550,22 @@ static int cuda_open(KvDecoder *d, char *why, size_t n) {
         cudrv_fail(&x->drv, rc, "cuModuleLoadData", __FILE__, __LINE__, 0, e, sizeof e);
         return errorf(why, n, "%s, loading %s for %s", e, d->p->kernels[k].name, x->arch);
     }
-    /* the unit has the entries of the model's storage dtypes: those its ops have */
-    bool has[NSTORAGE] = {false};
+    /* the unit has the entries of the model's storage dtypes: those its ops
+     * have; and the mixture-of-experts entries only for a model with such ops
+     * (compiler/cuda_gen_decode.c leaves moe.cu out of a dense model's unit) */
+    bool has[NSTORAGE] = {false}, moe = false;
     for (int i = 0; i < d->nops; i++) {
-        int st = storage_of(T_(d, d->p->ops[d->ops[i]].out[0])->dtype);
+        const PlanOp *op = &d->p->ops[d->ops[i]];
+        int st = storage_of(T_(d, op->out[0])->dtype);
         if (st >= 0) has[st] = true;
+        moe |= op->prim == PRIM_MOE_TOPK || op->prim == PRIM_MOE_GATE || op->prim == PRIM_MOE_EXPERT ||
+               op->prim == PRIM_MOE_COMBINE || op->prim == PRIM_MOE_SHARED_GATE;
     }
     for (int f = 0; f <= KD_N * NSTORAGE; f++) {
         char entry[64];
         CUfunction *fp = f == KD_N * NSTORAGE ? &x->set : &x->fn[f / NSTORAGE][f % NSTORAGE];
         if (f < KD_N * NSTORAGE && !has[f % NSTORAGE]) continue;
+        if (f < KD_N * NSTORAGE && f / NSTORAGE >= KD_MOE_TOPK && !moe) continue;
         if (f == KD_N * NSTORAGE) snprintf(entry, sizeof entry, "zkd_set");
         else snprintf(entry, sizeof entry, "zkd_%s_%s", kd_names[f / NSTORAGE], storage_names[f % NSTORAGE]);
         rc = x->drv.ModuleGetFunction(fp, x->mod, entry);

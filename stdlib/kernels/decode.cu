@@ -131,6 +131,7 @@ __device__ void zkd_attend(T *y, const T *q, const float *kc, const float *vc, f
     }
 }
 
+#ifdef ZK_DECODE_MOE /* a unit for a mixture of experts: moe.cu comes before this file */
 /* moe_expert for a step's rows: y[p, :] = w[idx[p]] x[p / k or p, :] for
  * the R*k (row, slot) pairs p (shared: x has a row per token, else one per
  * pair), w [E, O, I] in the [out, in] layout. The expert ids stay on the
@@ -158,6 +159,7 @@ __device__ void zkd_moe_expert(T *y, const T *x, const int *idx, const T *w, lon
     acc = zk_warp_sum(acc); /* every lane takes part: the shuffle is warp-wide */
     if (n < O && lane == 0) zk_st(y + p * O + n, acc);
 }
+#endif
 
 /* *p = v: the token id of the step, or arange's one value (the position). */
 __device__ void zkd_set(int *p, long long v) {

@@ -23,7 +23,9 @@
 #              --backend host;
 #   3c. moe    tests/e2e/moe_cuda_emu.sh: the mixture-of-experts kernels on
 #              the emulator against the host kernels, then a micro MoE model
-#              trained on the GPU against --backend host;
+#              trained on the GPU against --backend host; then
+#              tests/e2e/moe_gen_cuda.sh: zinfgen's CUDA decoder on MoE
+#              models against the host decoder's tokens;
 #   4. train   tests/gpu/train_e2e.sh: gpt2-small with parameters and
 #              optimizer state in CPU memory, then on NVMe, on --backend
 #              cuda, the first steps against --backend host, and again with
@@ -327,12 +329,15 @@ fi
 # ---- 3c. moe: the mixture-of-experts kernels against the host's, and a MoE model trained on the GPU ----
 if [ -n "$FAKE" ]; then
   say "step moe: rehearsed by name only (fake): GPU=1 sh tests/e2e/moe_cuda_emu.sh build (tests/e2e/moe_cuda_emu.sh runs it on the fakes)"
+  say "step moegen: rehearsed by name only (fake): GPU=1 sh tests/e2e/moe_gen_cuda.sh build (tests/e2e/moe_gen_cuda.sh runs it on the fakes)"
 elif [ -n "$BUNDLE" ]; then
   say "step moe: not run (a bundle has no build tree for tests/gpu/check_moe.c)"
 else
   march=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
   step moe 150 env GPU=1 MOE_ARCH="sm_${march:-90}" sh tests/e2e/moe_cuda_emu.sh build
   figures "cases, .* failed|FAIL|^moe-micro step|^moe_cuda_emu"
+  step moegen 90 env GPU=1 MOE_ARCH="sm_${march:-90}" sh tests/e2e/moe_gen_cuda.sh build
+  figures "^ok |^FAIL"
 fi
 
 # ---- 4. train: gpt2-small offloaded, against the host, both GEMM paths ----

@@ -1211,15 +1211,33 @@ START_TEST(decode_unit) {
     ck_assert_ptr_nonnull(strstr(u.source, "__device__ void zk_layernorm_fwd(T *y, const T *x"));
     ck_assert_ptr_nonnull(strstr(u.source, "{ zkt_bf16::zk_layernorm_fwd(y, x, g, b, rows, D, eps); }"));
     ck_assert_ptr_nonnull(strstr(v.source, "{ zkt_bf16::zk_silu_fwd(y, x, n); }"));
+    /* a dense model's unit leaves moe.cu out (as much code as the rest) */
+    ck_assert_ptr_null(strstr(u.source, "zk_moe_topk"));
+    ck_assert_ptr_null(strstr(u.source, "zkd_moe_expert_bf16("));
+    ck_assert_ptr_null(strstr(u.source, "#define ZK_DECODE_MOE"));
     /* a mixture of experts: moe.cu's routing, gates, combination and shared
      * gate, and decode.cu's expert products reading the ids on the device */
-    ck_assert_ptr_nonnull(strstr(u.source, "__device__ void zk_moe_topk(int *idx, const T *logits"));
-    ck_assert_ptr_nonnull(strstr(u.source, "{ zkt_bf16::zk_moe_topk(idx, logits, R, E, k); }"));
-    ck_assert_ptr_nonnull(strstr(u.source, "{ zkt_bf16::zk_moe_gate_fwd(y, logits, idx, R, E, k, normalize, err); }"));
-    ck_assert_ptr_nonnull(strstr(u.source, "{ zkt_bf16::zk_moe_combine_fwd(y, o, wt, R, k, D); }"));
-    ck_assert_ptr_nonnull(strstr(u.source, "{ zkt_bf16::zk_moe_sgate_fwd(y, x, g, R, D); }"));
-    ck_assert_ptr_nonnull(strstr(u.source, "void zkd_moe_expert_bf16(zk_bf16 *y, const zk_bf16 *x, const int *idx, const zk_bf16 *w"));
-    ck_assert_ptr_nonnull(strstr(w.source, "void zkd_moe_expert_f32(float *y, const float *x, const int *idx, const float *w"));
+    One m;
+    one_init(&m);
+    int lg = cm_t(&m.g, "lg", DT_BF16, TC_ACT, 2, 4, 4, 0), idx = cm_t(&m.g, "idx", DT_I32, TC_ACT, 2, 4, 2, 0);
+    int x = cm_t(&m.g, "x", DT_BF16, TC_ACT, 2, 4, 8, 0), we = cm_t(&m.g, "w", DT_BF16, TC_PARAM, 3, 4, 8, 8);
+    int y = cm_t(&m.g, "y", DT_BF16, TC_ACT, 3, 4, 2, 8);
+    GOp tk = io_op(PRIM_MOE_TOPK, 1, (int[]){lg}, 1, (int[]){idx}), ex = io_op(PRIM_MOE_EXPERT, 3, (int[]){x, idx, we}, 1, (int[]){y});
+    graph_add_op(&m.g, &tk);
+    graph_add_op(&m.g, &ex);
+    m.g.nforward = m.g.nops;
+    CudaUnit mu;
+    ck_assert_int_eq(cuda_gen_decode_unit(&m.cg, &m.g, &mu, &m.d), 1);
+    ck_assert_ptr_nonnull(strstr(mu.source, "#define ZK_DECODE_MOE 1\n"));
+    ck_assert_ptr_nonnull(strstr(mu.source, "__device__ void zk_moe_topk(int *idx, const T *logits"));
+    ck_assert_ptr_nonnull(strstr(mu.source, "{ zkt_bf16::zk_moe_topk(idx, logits, R, E, k); }"));
+    ck_assert_ptr_nonnull(strstr(mu.source, "{ zkt_bf16::zk_moe_gate_fwd(y, logits, idx, R, E, k, normalize, err); }"));
+    ck_assert_ptr_nonnull(strstr(mu.source, "{ zkt_bf16::zk_moe_combine_fwd(y, o, wt, R, k, D); }"));
+    ck_assert_ptr_nonnull(strstr(mu.source, "{ zkt_bf16::zk_moe_sgate_fwd(y, x, g, R, D); }"));
+    ck_assert_ptr_nonnull(strstr(mu.source, "void zkd_moe_expert_bf16(zk_bf16 *y, const zk_bf16 *x, const int *idx, const zk_bf16 *w"));
+    ck_assert_ptr_null(strstr(mu.source, "zkd_moe_expert_f32("));
+    ck_assert_str_ne(mu.hash, u.hash);
+    one_free(&m);
     ck_assert_ptr_null(strstr(u.source, "extern \"C\" __global__ void zk_"));
     ck_assert_ptr_null(strstr(u.source, "namespace zkt_f32"));
     const char *set = strstr(u.source, "__global__ void zkd_set(");
