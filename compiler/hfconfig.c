@@ -106,6 +106,10 @@ typedef struct Cfg {
      * q/k norms, q/k/v biases (Qwen2-MoE's qkv_bias) */
     int64_t E, K, moe_F, shared_F;
     bool normalize, aux, qk_full, moe_qkv_bias;
+    /* Qwen2-MoE, Qwen3-MoE: per layer, whether its MLP is dense (of width
+     * intermediate_size; NULL: every layer is sparse), and the sparse layers' count */
+    bool *dense;
+    int64_t nsparse;
     double aux_coef;
     /* Phi-3: partial_rotary_factor (0: none given), read from rope_parameters or the top level */
     const JsonValue *partial_rotary;
@@ -144,6 +148,11 @@ static const LoraTarget moe_lora[] = {
     {"experts.gate_up_proj", "lora_gate_up", false},
     {"experts.down_proj", "lora_down", false},
     {"gate_up_proj", "lora_gate_up", false},
+    /* the SwiGLU linears of Qwen2-MoE's shared expert and of the dense
+     * layers (mlp_only_layers, decoder_sparse_step): nn.Linear modules */
+    {"gate_proj", "lora_mlp_gate", false},
+    {"up_proj", "lora_mlp_up", false},
+    {"down_proj", "lora_mlp_down", false},
     {NULL, NULL, false}};
 static const LoraTarget phi3_lora[] = {{"o_proj", "lora_o", false}, {"down_proj", "lora_down", false}, {NULL, NULL, false}};
 static const LoraTarget gpt2_lora[] = {
@@ -655,9 +664,12 @@ static void read_llama(Cfg *c) {
 
 static bool zero_like(const JsonValue *v);
 
-/* The layers transformers makes sparse (Qwen2-MoE, Qwen3-MoE): those not in
- * mlp_only_layers whose (i + 1) is a multiple of decoder_sparse_step. A
- * dense layer among them is refused, naming the key that makes it. */
+/* The layers transformers makes sparse (Qwen2-MoE, Qwen3-MoE: its
+ * Qwen3MoeDecoderLayer): those not in mlp_only_layers whose (i + 1) is a
+ * multiple of decoder_sparse_step; the others have a dense MLP of width
+ * intermediate_size (c->dense). An index past the layers matches none, as
+ * in transformers. A model without a sparse layer is refused (transformers'
+ * load-balancing loss has no router logits to read then). */
 static void read_sparse_layers(Cfg *c) {
     int64_t step = 1;
     const JsonValue *sv = get(c, "decoder_sparse_step"), *ml = get(c, "mlp_only_layers");
@@ -666,16 +678,20 @@ static void read_sparse_layers(Cfg *c) {
     for (size_t i = 0; ml && ml->type == JSON_ARRAY && i < ml->count; i++) {
         const JsonValue *x = &ml->items[i];
         if (!is_int(x) || x->integer < 0) errf(c, x, "mlp_only_layers has %s: a layer index is an integer from 0", vtext(c, x));
-        else if (x->integer < c->L) {
-            errf(c, x, "mlp_only_layers lists layer %" PRId64 ", a dense MLP: dense layers among the sparse ones are not "
-                 "supported (every layer of stdlib/moe.zl's model is a moe_block)", x->integer);
-            return;
-        }
     }
-    if (step > 1 && c->L > 0)
-        errf(c, sv, "decoder_sparse_step = %" PRId64 " makes layer 0%s a dense MLP: dense layers among the sparse ones are not "
-             "supported (every layer of stdlib/moe.zl's model is a moe_block)", step, c->L > 1 ? " (and every layer i with i + 1 "
-             "not a multiple of it)" : "");
+    if (c->failed || c->L < 1 || step < 1 || !(c->dense = ARENA_NEWN(c->a, bool, (size_t)c->L))) return;
+    bool any = false;
+    c->nsparse = 0;
+    for (int64_t i = 0; i < c->L; i++) {
+        c->dense[i] = (i + 1) % step != 0;
+        for (size_t k = 0; ml && ml->type == JSON_ARRAY && k < ml->count; k++) c->dense[i] |= ml->items[k].integer == i;
+        any |= c->dense[i];
+        c->nsparse += !c->dense[i];
+    }
+    if (!c->nsparse)
+        errf(c, ml && ml->count ? ml : sv, "every layer has a dense MLP (mlp_only_layers, decoder_sparse_step = %" PRId64 "): "
+             "a %s without a sparse layer is not supported", step, c->arch->arch);
+    if (!any) c->dense = NULL;
 }
 
 static void read_moe(Cfg *c) {
@@ -1099,28 +1115,37 @@ static void put_gpt2(Cfg *c, Out *o, const char *name) {
     }
 }
 
-/* The layers' windows as one expression of the repeat index i (the
- * language has integer + - * / % and no comparison): the smallest period p
- * of the layers' pattern (p = L when there is none), then the pattern over
- * r = i % p as its first value plus a step at each change c, where for
- * 0 <= r < p the quotient (r + p) / (p + c) is 1 from r = c on and 0 before.
- * NULL when every layer is the same (*uniform: whether they slide). */
-static const char *window_expr(Cfg *c, bool *uniform) {
+/* A per-layer pattern (pat[i] for the L layers) as one 0/1 expression of
+ * the repeat index i (the language has integer + - * / % and no
+ * comparison): the smallest period p of the pattern (p = L when there is
+ * none), then the pattern over r = i % p as its first value plus a step at
+ * each change c, where for 0 <= r < p the quotient (r + p) / (p + c) is 1
+ * from r = c on and 0 before. NULL when every layer is the same (*uniform:
+ * their value). */
+static const char *pattern_expr(Cfg *c, const bool *pat, bool *uniform) {
     int64_t L = c->L, p = 1;
     while (p < L) {
         bool ok = true;
-        for (int64_t i = p; i < L && ok; i++) ok = c->sliding[i] == c->sliding[i % p];
+        for (int64_t i = p; i < L && ok; i++) ok = pat[i] == pat[i % p];
         if (ok) break;
         p++;
     }
-    *uniform = c->sliding[0];
+    *uniform = pat[0];
     if (p == 1) return NULL;
     const char *r = p < L ? arena_printf(c->a, "i %% %" PRId64, p) : "i";
-    const char *e = c->sliding[0] ? "1" : "0";
+    const char *e = pat[0] ? "1" : "0";
     for (int64_t k = 1; k < p; k++)
-        if (c->sliding[k] != c->sliding[k - 1])
-            e = arena_printf(c->a, "%s %c (%s + %" PRId64 ") / %" PRId64, e, c->sliding[k] ? '+' : '-', r, p, p + k);
-    return arena_printf(c->a, "%" PRId64 " * (%s)", c->window, e);
+        if (pat[k] != pat[k - 1])
+            e = arena_printf(c->a, "%s %c (%s + %" PRId64 ") / %" PRId64, e, pat[k] ? '+' : '-', r, p, p + k);
+    return e;
+}
+
+/* The layers' windows as one expression of the repeat index i: the window
+ * times the sliding pattern. NULL when every layer is the same (*uniform:
+ * whether they slide). */
+static const char *window_expr(Cfg *c, bool *uniform) {
+    const char *e = pattern_expr(c, c->sliding, uniform);
+    return e ? arena_printf(c->a, "%" PRId64 " * (%s)", c->window, e) : NULL;
 }
 
 /* The LLaMA and Gemma blocks' LoRA options, when --lora set any. */
@@ -1212,14 +1237,30 @@ static void put_moe(Cfg *c, Out *o, const char *name) {
            ", K = %" PRId64 ", F = %" PRId64 ", L = %" PRId64, c->V, c->T, c->D, c->H, c->KV, c->E, c->K, c->moe_F, c->L);
     if (own_hd) put(o, ", HD = %" PRId64, c->hd);
     if (c->shared_F) put(o, ", S = %" PRId64, c->shared_F);
+    /* dense layers among the sparse ones: their width, the sparse layers' count (the load-balancing
+     * loss's), and the pattern as a 0/1 expression of the layer (1: sparse) */
+    bool *sparse = c->dense ? ARENA_NEWN(c->a, bool, (size_t)c->L) : NULL, all_sparse = true;
+    for (int64_t i = 0; sparse && i < c->L; i++) sparse[i] = !c->dense[i];
+    const char *sexpr = sparse ? pattern_expr(c, sparse, &all_sparse) : NULL;
+    if (sexpr) put(o, ",\n      FD = %" PRId64 ", LS = %" PRId64, c->F, c->nsparse);
     put(o, "\n\nmodel %s(tokens: i32[B, T], targets: i32[B, T]) {\n", name);
     put(o, "  tok = param [V, D] init normal(0.02)\n");
     put(o, "  x = embedding(tok, tokens)\n");
-    put(o, "  # every layer a sparse MLP: E experts of width F, the top K of each token%s\n",
+    put(o, "  # %s a sparse MLP: E experts of width F, the top K of each token%s\n", sexpr ? "where SP = 1," : "every layer",
         c->normalize ? ", their gates renormalised over the K" : "");
+    if (sexpr) {
+        put(o, "  # where SP = 0 (mlp_only_layers, decoder_sparse_step), a dense MLP of width FD: layer%s",
+            c->L - c->nsparse > 1 ? "s" : "");
+        for (int64_t i = 0; i < c->L; i++)
+            if (c->dense[i]) put(o, " %" PRId64, i);
+        put(o, "\n");
+    }
     put(o, "  load = moe_load(experts = E)\n");
-    put(o, "  repeat L {\n    x, load = moe_block(x, load, H, KV, E, K, F, normalize = %s, eps = %s, theta = %s",
+    if (sexpr) put(o, "  repeat L as i {\n    SP = %s\n", sexpr);
+    else put(o, "  repeat L {\n");
+    put(o, "    x, load = moe_block(x, load, H, KV, E, K, F, normalize = %s, eps = %s, theta = %s",
         c->normalize ? "true" : "false", flt(c, c->eps), flt(c, c->theta));
+    if (sexpr) put(o, ",\n                        sparse = SP, dense_hidden = FD");
     if (own_hd) put(o, ", head_dim = HD");
     if (c->arch->qk_norm) put(o, ", qk_norm = true%s", c->qk_full ? ", qk_norm_full = true" : "");
     if (c->moe_qkv_bias) put(o, ", qkv_bias = true");
@@ -1230,6 +1271,10 @@ static void put_moe(Cfg *c, Out *o, const char *name) {
             flt(c, c->lora_alpha), flt(c, 1.0 / sqrt((double)c->D)));
         if (lora_has(c, "lora_o") && c->H * c->hd != c->D) put(o, ", lora_init_o = %s", flt(c, 1.0 / sqrt((double)(c->H * c->hd))));
         if (lora_has(c, "lora_down")) put(o, ", lora_init_down = %s", flt(c, 1.0 / sqrt((double)c->moe_F)));
+        if (lora_has(c, "lora_mlp_down") && sexpr)
+            put(o, ",\n                        lora_init_mlp_down = %s", flt(c, 1.0 / sqrt((double)c->F)));
+        if (lora_has(c, "lora_mlp_down") && c->shared_F)
+            put(o, ",\n                        lora_init_shared_down = %s", flt(c, 1.0 / sqrt((double)c->shared_F)));
         put_lora_options(c, o);
     }
     put(o, ")\n  }\n");
@@ -1239,7 +1284,9 @@ static void put_moe(Cfg *c, Out *o, const char *name) {
     else put(o, "  head = param [D, V] init normal(0.02)\n");
     if (c->aux) {
         put(o, "  # output_router_logits: the load-balancing loss times router_aux_loss_coef, as transformers adds it\n");
-        put(o, "  loss cross_entropy(%s, targets) + moe_aux_loss(load, E, L, B * T, %s)\n}\n", logits, flt(c, c->aux_coef));
+        if (sexpr) put(o, "  # (over the LS sparse layers: a dense one has no router)\n");
+        put(o, "  loss cross_entropy(%s, targets) + moe_aux_loss(load, E, %s, B * T, %s)\n}\n", logits, sexpr ? "LS" : "L",
+            flt(c, c->aux_coef));
     } else {
         put(o, "  loss cross_entropy(%s, targets)\n}\n", logits);
     }
@@ -1272,6 +1319,23 @@ static void put_moe_map(Cfg *c, Out *o) {
         static const char *const sw[][2] = {{"w1", "gate_proj"}, {"w3", "up_proj"}, {"w2", "down_proj"}};
         for (int i = 0; i < 3; i++)
             put(o, "  \"%s.moe_mlp.swiglu.%s\" = transpose(\"%s.mlp.shared_expert.%s.weight\")\n", p, sw[i][0], h, sw[i][1]);
+    }
+    /* the dense layers' MLP (moe_block's swiglu where sparse = 0) */
+    static const char *const sw[][3] = {{"w1", "gate_proj", "gate"}, {"w3", "up_proj", "up"}, {"w2", "down_proj", "down"}};
+    for (int i = 0; c->dense && i < 3; i++)
+        put(o, "  \"%s.swiglu.%s\" = transpose(\"%s.mlp.%s.weight\")\n", p, sw[i][0], h, sw[i][1]);
+    /* --lora gate_proj, up_proj, down_proj: the shared expert's and the dense MLP's linears */
+    for (int i = 0; i < 3; i++) {
+        char opt[16];
+        snprintf(opt, sizeof opt, "lora_mlp_%s", sw[i][2]);
+        for (int ab = 0; lora_has(c, opt) && ab < 2; ab++) {
+            if (c->shared_F)
+                put(o, "  \"%s.moe_mlp.swiglu.lora_%s_%c\" = transpose(\"base_model.model.%s.mlp.shared_expert.%s.lora_%c.weight\")\n",
+                    p, sw[i][2], "ab"[ab], h, sw[i][1], "AB"[ab]);
+            if (c->dense)
+                put(o, "  \"%s.swiglu.lora_%s_%c\" = transpose(\"base_model.model.%s.mlp.%s.lora_%c.weight\")\n", p, sw[i][2],
+                    "ab"[ab], h, sw[i][1], "AB"[ab]);
+        }
     }
     for (int i = 0; i < 4; i++) { /* --lora: PEFT's adapter names */
         char opt[16];
@@ -1526,20 +1590,23 @@ static int lora_resolve(Cfg *c) {
                        strcmp(c->lora_names[k], "qkv_proj") ? "gate and up" : "q, k and v");
             return -1;
         }
+        const char *nm = c->lora_names[k];
+        bool mlp = !strcmp(nm, "gate_proj") || !strcmp(nm, "up_proj") || !strcmp(nm, "down_proj");
+        if (c->arch->fam == FAM_MOE && ((mlp && !c->shared_F && !c->dense) || !strcmp(nm, "w1") || !strcmp(nm, "w2") ||
+                                       !strcmp(nm, "w3"))) {
+            diag_error(c->d, SPAN_NONE, "--lora: target '%s': %s's experts are fused parameters to PEFT (transformers' "
+                       "experts.gate_up_proj and experts.down_proj, LoRA's target_parameters): name experts.gate_up_proj "
+                       "(gate and up, one adapter) or experts.down_proj", nm, c->arch->arch);
+            if (mlp) diag_hint(c->d, "%s names a linear of Qwen2-MoE's shared expert and of the dense layers (mlp_only_layers, "
+                               "decoder_sparse_step), which this model has not", nm);
+            return -1;
+        }
         for (int i = 0; t[i].target; i++)
             if (!strcmp(t[i].target, c->lora_names[k])) {
                 c->lora_mask |= 1u << i;
                 found = true;
             }
         if (found) continue;
-        const char *nm = c->lora_names[k];
-        if (c->arch->fam == FAM_MOE && (!strcmp(nm, "gate_proj") || !strcmp(nm, "up_proj") || !strcmp(nm, "down_proj") ||
-                                       !strcmp(nm, "w1") || !strcmp(nm, "w2") || !strcmp(nm, "w3"))) {
-            diag_error(c->d, SPAN_NONE, "--lora: target '%s': %s's experts are fused parameters to PEFT (transformers' "
-                       "experts.gate_up_proj and experts.down_proj, LoRA's target_parameters): name experts.gate_up_proj "
-                       "(gate and up, one adapter) or experts.down_proj", nm, c->arch->arch);
-            return -1;
-        }
         char names[256] = "";
         for (int i = 0; t[i].target; i++) {
             bool seen = false;
@@ -1548,7 +1615,7 @@ static int lora_resolve(Cfg *c) {
                 snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", *names ? ", " : "", t[i].target);
         }
         diag_error(c->d, SPAN_NONE, "--lora: unknown target '%s' (%s: %s)", c->lora_names[k],
-                   c->arch->fam == FAM_GPT2 ? "GPT-2 linears" : c->arch->fam == FAM_MOE ? "the MoE blocks' attention linears and experts"
+                   c->arch->fam == FAM_GPT2 ? "GPT-2 linears" : c->arch->fam == FAM_MOE ? "the MoE blocks' attention linears, experts and SwiGLU MLPs"
                                                                                       : "LLaMA-family linears", names);
         return -1;
     }

@@ -152,8 +152,12 @@ static void exec_repeat(Sema *s, EvalCtx *c, const Stmt *st, bool *returned, Val
 static void exec_if(Sema *s, EvalCtx *c, const Stmt *st, bool *returned, Val *ret) {
     Val cv = sema_eval_expr(s, c, st->count);
     if (cv.k == V_POISON) return;
-    if (cv.k != V_BOOL) {
-        if (sema_error(s, st->count->span, "an if condition must be true or false, got %s", sema_vkind_name(cv.k)))
+    /* an integer 0 or 1 too, as a primitive's boolean attribute takes: a
+     * layer's pattern written as arithmetic on a repeat index (i % 2) */
+    if (!(cv.k == V_BOOL || (cv.k == V_INT && (cv.i == 0 || cv.i == 1)))) {
+        if (cv.k == V_INT)
+            sema_error(s, st->count->span, "an if condition must be true or false (or an integer 0 or 1), got %" PRId64, cv.i);
+        else if (sema_error(s, st->count->span, "an if condition must be true or false, got %s", sema_vkind_name(cv.k)))
             diag_hint(s->d, "conditions are constants: a layer parameter such as qkv_bias = false, or true/false");
         return;
     }

@@ -75,6 +75,21 @@ CASES = {
                    router_aux_loss_coef=0.03, skew=True),
     "skewed-top1": dict(model_type="mixtral", arch="MixtralForCausalLM", intermediate_size=40, num_local_experts=4,
                         num_experts_per_tok=1, output_router_logits=True, router_aux_loss_coef=0.05, skew=True),
+    # dense layers among the sparse ones (Qwen3MoeMLP of intermediate_size): mlp_only_layers makes
+    # layer 1 of 3 dense; decoder_sparse_step = 2 layers 0 and 2 of 4 (with and without the
+    # load-balancing loss, which counts the sparse layers only)
+    "qwen3moe-mlponly": dict(model_type="qwen3_moe", arch="Qwen3MoeForCausalLM", moe_intermediate_size=24,
+                             intermediate_size=36, num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
+                             head_dim=16, decoder_sparse_step=1, mlp_only_layers=[1], num_hidden_layers=3,
+                             output_router_logits=True, router_aux_loss_coef=0.3, sparse="1 - i % 2"),
+    "qwen3moe-step2": dict(model_type="qwen3_moe", arch="Qwen3MoeForCausalLM", moe_intermediate_size=24,
+                           intermediate_size=36, num_experts=4, num_experts_per_tok=2, norm_topk_prob=False,
+                           head_dim=16, decoder_sparse_step=2, mlp_only_layers=[], num_hidden_layers=4,
+                           output_router_logits=True, router_aux_loss_coef=0.3, sparse="i % 2"),
+    "qwen3moe-step2-noaux": dict(model_type="qwen3_moe", arch="Qwen3MoeForCausalLM", moe_intermediate_size=24,
+                                 intermediate_size=36, num_experts=4, num_experts_per_tok=2, norm_topk_prob=False,
+                                 head_dim=16, decoder_sparse_step=2, mlp_only_layers=[], num_hidden_layers=4,
+                                 output_router_logits=False, sparse="i % 2"),
 }
 
 
@@ -86,8 +101,18 @@ def hidden(c):
     return c.get("moe_intermediate_size", c["intermediate_size"])
 
 
+def layers(c):
+    return c.get("num_hidden_layers", COMMON["num_hidden_layers"])
+
+
+def sparse_layers(c):
+    """The layers transformers makes sparse (Qwen3MoeDecoderLayer's test)."""
+    step, only = c.get("decoder_sparse_step", 1), c.get("mlp_only_layers", [])
+    return [i for i in range(layers(c)) if i not in only and (i + 1) % step == 0]
+
+
 def zl_model(name, c):
-    E, K, F, L = experts(c), c["num_experts_per_tok"], hidden(c), COMMON["num_hidden_layers"]
+    E, K, F, L = experts(c), c["num_experts_per_tok"], hidden(c), layers(c)
     D, H, KV = COMMON["hidden_size"], COMMON["num_attention_heads"], COMMON["num_key_value_heads"]
     opts = "normalize = %s, eps = 1e-6" % ("true" if c["model_type"] == "mixtral" or c.get("norm_topk_prob") else "false")
     if c["model_type"] == "qwen3_moe":
@@ -96,7 +121,12 @@ def zl_model(name, c):
         opts += ", qk_norm = true, qk_norm_full = true"
     if c["model_type"] == "qwen2_moe":
         opts += ", qkv_bias = true, shared_expert = true, shared_hidden = %d" % c["shared_expert_intermediate_size"]
-    aux = " + moe_aux_loss(load, E, L, B * T, %r)" % c["router_aux_loss_coef"] if c["output_router_logits"] else ""
+    # dense layers: S, 0 or 1 by the layer, picks moe_block's MLP (the aux loss over the sparse layers)
+    rep, LS = "repeat L", "L"
+    if c.get("sparse"):
+        rep, LS = "repeat L as i", str(len(sparse_layers(c)))
+        opts = "sparse = %s, dense_hidden = %d, " % (c["sparse"], c["intermediate_size"]) + opts
+    aux = " + moe_aux_loss(load, E, %s, B * T, %r)" % (LS, c["router_aux_loss_coef"]) if c["output_router_logits"] else ""
     if not c["output_router_logits"]:
         opts += ", aux = false"
     if c.get("lora"):
@@ -110,7 +140,7 @@ model %s(tokens: i32[B, T], targets: i32[B, T]) {
   tok = param [V, D] init normal(0.02)
   x = embedding(tok, tokens)
   load = moe_load(experts = E)
-  repeat L { x, load = moe_block(x, load, H, KV, E, K, F, %s) }
+  %s { x, load = moe_block(x, load, H, KV, E, K, F, %s) }
   x = rms(x, 1e-6)
   head = param [D, V] init normal(0.02)
   loss cross_entropy(linear(x, head), targets)%s
@@ -123,12 +153,12 @@ train {
   grad_clip = 0.0
   optimizer = adam(lr = %r, beta1 = 0.9, beta2 = 0.999, eps = %r, weight_decay = 0.0)
 }
-""" % (V, T, D, H, KV, E, K, F, L, name.replace("-", "_"), opts, aux, B, LR, EPS)
+""" % (V, T, D, H, KV, E, K, F, L, name.replace("-", "_"), rep, opts, aux, B, LR, EPS)
 
 
 def make_model(c, seed):
     cfg = dict(COMMON)
-    cfg.update({k: v for k, v in c.items() if k not in ("arch", "skew", "lora")})
+    cfg.update({k: v for k, v in c.items() if k not in ("arch", "skew", "lora", "sparse")})
     conf = AutoConfig.for_model(**cfg)
     conf.architectures = [c["arch"]]
     torch.manual_seed(seed)
@@ -179,6 +209,11 @@ def zinf_names(m, c):
             out[p + "rope_attn.q_norm"] = a.q_norm.weight
             out[p + "rope_attn.k_norm"] = a.k_norm.weight
         mlp = layer.mlp
+        if not hasattr(mlp, "experts"):  # a dense layer: moe_block's swiglu
+            out[p + "swiglu.w1"] = mlp.gate_proj.weight.t()
+            out[p + "swiglu.w3"] = mlp.up_proj.weight.t()
+            out[p + "swiglu.w2"] = mlp.down_proj.weight.t()
+            continue
         out[p + "moe_mlp.wr"] = mlp.gate.weight
         ex = mlp.experts
         while hasattr(ex, "base_layer"):  # PEFT's ParamWrappers, one per targeted parameter
@@ -258,6 +293,9 @@ def make(w):
     tokens(tok, 600, 5)
     for i, (name, c) in enumerate(CASES.items()):
         m = make_model(c, 20 + i)
+        got = [k for k, layer in enumerate(m.model.layers) if hasattr(layer.mlp, "experts")]
+        if got != sparse_layers(c):
+            raise SystemExit("FAIL: %s: transformers' sparse layers %s, expected %s" % (name, got, sparse_layers(c)))
         m.train()  # no dropout in these configs; train() as zinfrun trains
         with open(os.path.join(w, name + ".zl"), "w") as f:
             f.write(zl_model(name, c))

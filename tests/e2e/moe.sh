@@ -76,7 +76,7 @@ same_losses() { # CASE RANKS KIND TILES
 }
 : > "$W/checks"
 for c in $cases; do run "$c" 1 cpu; done
-for c in mixtral qwen3moe qwen3moe-lora skewed; do run "$c" 2 cpu; done
+for c in mixtral qwen3moe qwen3moe-lora skewed qwen3moe-step2; do run "$c" 2 cpu; done
 run olmoe 2 nvme
 # tiled by expert (4 experts a layer), checked against transformers as above
 run mixtral 1 cpu 2

@@ -261,8 +261,22 @@ START_TEST(if_statement) {
     ck_assert_int_ge(find_tensor(&r.g, "f.g"), 0);
     ck_assert_int_lt(find_tensor(&r.g, "f_1.g"), 0);
     run_free(&r);
-    run_src(&r, TINY "  x = f(x, 1)\n" TAIL "layer f(x: [B, T, D], c) {\n  if c { return x }\n  return x\n}\n");
-    expect_has(&r, "main.zl:9:6: error: an if condition must be true or false, got an integer");
+    run_src(&r, TINY "  x = f(x, 2)\n" TAIL "layer f(x: [B, T, D], c) {\n  if c { return x }\n  return x\n}\n");
+    expect_has(&r, "main.zl:9:6: error: an if condition must be true or false (or an integer 0 or 1), got 2");
+    run_free(&r);
+    run_src(&r, TINY "  x = f(x, 1.0)\n" TAIL "layer f(x: [B, T, D], c) {\n  if c { return x }\n  return x\n}\n");
+    expect_has(&r, "main.zl:9:6: error: an if condition must be true or false, got a number");
+    run_free(&r);
+    /* an integer 0 or 1: a pattern of the layers as arithmetic on the repeat index (a gain in the odd layers) */
+    run_src(&r, TINY "  repeat 3 as i { x = f(x, i % 2) }\n" TAIL
+                "layer f(x: [B, T, D], gain) {\n"
+                "  if gain {\n    g = param [D] init ones\n    y = rmsnorm(x, g)\n"
+                "  } else {\n    y = rmsnorm(x)\n  }\n"
+                "  return y\n}\n");
+    ck_assert_msg(r.ok, "%s", r.text);
+    ck_assert_int_lt(find_tensor(&r.g, "f.0.g"), 0);
+    ck_assert_int_ge(find_tensor(&r.g, "f.1.g"), 0);
+    ck_assert_int_lt(find_tensor(&r.g, "f.2.g"), 0);
     run_free(&r);
     run_src(&r, TINY "  x = f(x, true)\n" TAIL "layer f(x: [B, T, D], c) {\n  if c { return x }\n  return x\n}\n");
     expect_has(&r, "main.zl:9:10: error: return inside if: a layer returns once, at its end");
