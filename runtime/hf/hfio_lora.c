@@ -157,8 +157,10 @@ static bool short_name_exact(const HfLayout *l, const char *t) {
     for (int g = 0; g < l->ngroups; g++) {
         const char *nm = l->groups[g].name;
         size_t len = strlen(nm);
-        if (l->groups[g].adapter || len < tl + 7 || strcmp(nm + len - 7, ".weight") || strncmp(nm + len - 7 - tl, t, tl) ||
-            (len > tl + 7 && nm[len - 8 - tl] != '.'))
+        /* a stacked expert's tensor (experts.N.gate_proj) is a slice of a fused parameter to
+         * transformers, no module the short name could match */
+        if (l->groups[g].adapter || l->pieces[l->groups[g].first].stacked || len < tl + 7 || strcmp(nm + len - 7, ".weight") ||
+            strncmp(nm + len - 7 - tl, t, tl) || (len > tl + 7 && nm[len - 8 - tl] != '.'))
             continue;
         char an[1100];
         snprintf(an, sizeof an, "%s%.*s.lora_A.weight", HF_PEFT_PREFIX, (int)(len - 7), nm);
@@ -243,11 +245,18 @@ char *hf_adapter_config(const Plan *p, const HfLayout *l, char *err, size_t n) {
     }
     if (rank) put_targets(l, &targets, &ntargets);
     StBuf b = {0};
+    /* the lists put whole: every module's path can be longer than st_buf_printf's line */
     st_buf_printf(&b, "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"base_model_name_or_path\": null,\n"
-                      "  \"r\": %" PRId64 ",\n  \"lora_alpha\": %.17g,\n  \"lora_dropout\": 0.0,\n  \"target_modules\": [%.*s],\n"
-                      "  \"fan_in_fan_out\": %s,\n  \"bias\": \"none\",\n  \"modules_to_save\": null,\n  \"inference_mode\": true",
-                  rank, alpha, (int)targets.len, targets.p ? targets.p : "", fan_in_fan_out ? "true" : "false");
-    if (nparams) st_buf_printf(&b, ",\n  \"target_parameters\": [%.*s]", (int)params.len, params.p); /* LoRA on the experts */
+                      "  \"r\": %" PRId64 ",\n  \"lora_alpha\": %.17g,\n  \"lora_dropout\": 0.0,\n  \"target_modules\": [",
+                  rank, alpha);
+    st_buf_put(&b, targets.p ? targets.p : "", targets.len);
+    st_buf_printf(&b, "],\n  \"fan_in_fan_out\": %s,\n  \"bias\": \"none\",\n  \"modules_to_save\": null,\n  \"inference_mode\": true",
+                  fan_in_fan_out ? "true" : "false");
+    if (nparams) { /* LoRA on the experts */
+        st_buf_printf(&b, ",\n  \"target_parameters\": [");
+        st_buf_put(&b, params.p, params.len);
+        st_buf_printf(&b, "]");
+    }
     st_buf_printf(&b, "\n}\n");
     st_buf_free(&targets);
     st_buf_free(&params);

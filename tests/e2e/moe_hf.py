@@ -74,6 +74,15 @@ CASES = {
     "qwen2moe": dict(model_type="qwen2_moe", moe_intermediate_size=12, intermediate_size=40,
                      shared_expert_intermediate_size=20, num_experts=4, num_experts_per_tok=2, norm_topk_prob=False,
                      output_router_logits=True, router_aux_loss_coef=0.01),
+    # dense layers among the sparse ones: Qwen3-MoE's layer 1 of 3 by mlp_only_layers; Qwen2-MoE's
+    # layers 0 and 2 of 3 by decoder_sparse_step = 2 (its shared expert in layer 1)
+    "qwen3moe-dense": dict(model_type="qwen3_moe", moe_intermediate_size=16, intermediate_size=40, num_experts=4,
+                           num_experts_per_tok=2, norm_topk_prob=True, head_dim=12, num_hidden_layers=3,
+                           mlp_only_layers=[1], output_router_logits=True, router_aux_loss_coef=0.2),
+    "qwen2moe-step2": dict(model_type="qwen2_moe", moe_intermediate_size=12, intermediate_size=40,
+                           shared_expert_intermediate_size=20, num_experts=4, num_experts_per_tok=2,
+                           norm_topk_prob=False, num_hidden_layers=3, decoder_sparse_step=2,
+                           output_router_logits=True, router_aux_loss_coef=0.2),
 }
 ARCH = {"mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "olmoe": "OlmoeForCausalLM",
         "qwen2_moe": "Qwen2MoeForCausalLM"}

@@ -54,9 +54,20 @@ for c in $cases; do
   "$Z/zinfc" "$d.zl" --target "$W/t1.zl" -o "$d.plan" > "$d.zinfc" 2>&1 || { cat "$d.zinfc"; bad "$c: zinfc"; continue; }
   "$Z/zinfdump" "$d.plan" --hf > "$d.hf" 2>&1 || bad "$c: zinfdump --hf"
   E=$(sed -n 's/^const .* E = \([0-9]*\),.*/\1/p' "$d.zl")
-  n=$(grep -c "moe_mlp.wg \[$E,.*\]\[[0-9]*\] <- model.layers.0\..*experts\.[0-9]*\.\(w1\|gate_proj\)\.weight - 0 32$" "$d.hf")
-  [ "$n" = "$E" ] && ok "$c: layer 0's gate projections are $E stacked expert tensors" ||
+  s0=$(sed -n 's/^piece moe_block\.\([0-9]*\)\.moe_mlp\.wg .*/\1/p' "$d.hf" | head -1)
+  n=$(grep -c "moe_mlp.wg \[$E,.*\]\[[0-9]*\] <- model.layers.$s0\..*experts\.[0-9]*\.\(w1\|gate_proj\)\.weight - 0 32$" "$d.hf")
+  [ "$n" = "$E" ] && ok "$c: layer $s0's gate projections are $E stacked expert tensors" ||
     { cat "$d.hf"; bad "$c: $n stacked pieces of wg, $E experts"; }
+  # the dense layers (transformers': mlp_only_layers, decoder_sparse_step): the MLP's three linears, no experts
+  case $c in qwen3moe-dense) want=1 ;; qwen2moe-step2) want="0 2" ;; *) want= ;; esac
+  dl=
+  for k in 0 1 2; do
+    grep -q "^piece moe_block\.$k\.swiglu\.w1 \[32,40\] <- model\.layers\.$k\.mlp\.gate_proj\.weight T 0 40$" "$d.hf" &&
+      grep -q "^piece moe_block\.$k\.swiglu\.w2 \[40,32\] <- model\.layers\.$k\.mlp\.down_proj\.weight T 0 32$" "$d.hf" &&
+      ! grep -q "^piece moe_block\.$k\.moe_mlp\." "$d.hf" && dl="${dl:+$dl }$k"
+  done
+  [ "$dl" = "$want" ] && ok "$c: dense layers '$dl' (mlp.gate_proj, up_proj, down_proj)" ||
+    { cat "$d.hf"; bad "$c: dense layers '$dl', transformers' '$want'"; }
   # one step from the checkpoint, then its export
   "$Z/zinfrun" "$d.plan" --backend host --init "$d" --data "$W/tok.bin" --steps 1 --losses "$d.l1" \
       --export-hf "$d.out" < /dev/null > "$d.run1" 2>&1 || { cat "$d.run1"; bad "$c: zinfrun --init --export-hf"; continue; }
@@ -98,7 +109,7 @@ fi
 # The PEFT adapter (its tensors exactly those PEFT holds after loading it)
 # and the merged model give zinf's step-2 loss.
 for ct in qwen3moe:q_proj,v_proj,o_proj qwen3moe:experts.gate_up_proj,experts.down_proj \
-          mixtral:v_proj,gate_up_proj olmoe:experts.down_proj; do
+          mixtral:v_proj,gate_up_proj olmoe:experts.down_proj qwen2moe-step2:gate_proj,up_proj,down_proj,v_proj; do
   c=${ct%%:*} d=$W/$c l=$W/$c-lora-$(echo "${ct#*:}" | tr -c 'a-z_\n' '-')
   if "$Z/zinfc" --from-hf "$d" --seq $SEQ --lora "r=4,alpha=8,targets=${ct#*:}" --emit=zl > "$l.zl" 2> "$l.err"; then
     sed -i 's/lr = 2e-5/lr = 1e-2/; s/warmup = 20/warmup = 0/' "$l.zl"
@@ -144,7 +155,7 @@ elif grep -qF "target 'gate_proj': Qwen3MoeForCausalLM's experts are fused param
 else cat "$W/lora-bad.err"; bad "--lora targets=gate_proj: unclear error"; fi
 if "$Z/zinfc" --from-hf "$W/qwen3moe" --seq $SEQ --lora targets=gate --emit=zl > /dev/null 2> "$W/lora-bad.err"; then
   bad "--lora targets=gate (the router) accepted"
-elif grep -qF "unknown target 'gate' (the MoE blocks' attention linears and experts: q_proj, k_proj, v_proj, o_proj, experts.gate_up_proj, experts.down_proj, gate_up_proj)" "$W/lora-bad.err"; then
+elif grep -qF "unknown target 'gate' (the MoE blocks' attention linears, experts and SwiGLU MLPs: q_proj, k_proj, v_proj, o_proj, experts.gate_up_proj, experts.down_proj, gate_up_proj, gate_proj, up_proj, down_proj)" "$W/lora-bad.err"; then
   ok "--lora on the router is refused by name"
 else cat "$W/lora-bad.err"; bad "--lora targets=gate: unclear error"; fi
 
@@ -161,10 +172,12 @@ cfgerr() { # NAME SED MESSAGE: config.json of mixtral (or $CFG) edited by SED mu
 cfgerr "top-k above the experts" 's/"num_experts_per_tok": 2/"num_experts_per_tok": 5/' \
   "num_experts_per_tok = 5 is more than the 4 experts (num_local_experts)"
 cfgerr "router noise" 's/"router_jitter_noise": 0.0/"router_jitter_noise": 0.1/' "router_jitter_noise = 0.1 is not supported"
-CFG=qwen3moe cfgerr "dense layers" 's/"mlp_only_layers": \[\]/"mlp_only_layers": [1]/' \
-  "mlp_only_layers lists layer 1, a dense MLP: dense layers among the sparse ones are not supported"
-CFG=qwen2moe cfgerr "sparse step" 's/"decoder_sparse_step": 1/"decoder_sparse_step": 2/' \
-  "decoder_sparse_step = 2 makes layer 0 (and every layer i with i + 1 not a multiple of it) a dense MLP"
+CFG=qwen3moe cfgerr "every layer dense" 's/"mlp_only_layers": \[\]/"mlp_only_layers": [0, 1]/' \
+  "every layer has a dense MLP (mlp_only_layers, decoder_sparse_step = 1): a Qwen3MoeForCausalLM without a sparse layer is not supported"
+CFG=qwen2moe cfgerr "sparse step past the layers" 's/"decoder_sparse_step": 1/"decoder_sparse_step": 3/' \
+  "every layer has a dense MLP (mlp_only_layers, decoder_sparse_step = 3): a Qwen2MoeForCausalLM without a sparse layer is not supported"
+CFG=qwen3moe cfgerr "a bad layer index" 's/"mlp_only_layers": \[\]/"mlp_only_layers": [-1]/' \
+  "mlp_only_layers has -1: a layer index is an integer from 0"
 CFG=olmoe cfgerr "clip_qkv" 's/"clip_qkv": null/"clip_qkv": 8.0/' "clip_qkv = 8.0 is not supported"
 CFG=qwen3moe cfgerr "no moe_intermediate_size" '/"moe_intermediate_size"/d' "config.json has no moe_intermediate_size"
 # a checkpoint without one expert's tensor
