@@ -6,7 +6,9 @@ tests/e2e/moe.sh.
                      variants: without the
                      auxiliary loss; a routing where every token picks the
                      same experts and the others get none; PEFT's LoRA on the
-                     experts, every parameter trained); for each case C:
+                     experts, every parameter trained; Qwen3-MoE with dense
+                     layers, mlp_only_layers and decoder_sparse_step); for
+                     each case C:
                      W/C.zl (the model written with stdlib/moe.zl),
                      W/C.safetensors (the weights under zinf's names: the
                      experts' [E, ...] tensors as transformers holds them),

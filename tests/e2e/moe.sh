@@ -6,7 +6,10 @@
 # and without the load-balancing loss; a routing where every token picks the
 # same experts and the others get no token, top-2 and top-1; Qwen3-MoE with
 # PEFT's LoRA on the experts, target_parameters experts.gate_up_proj and
-# experts.down_proj, its B nonzero) and writes each
+# experts.down_proj, its B nonzero; Qwen3-MoE with dense layers among the
+# sparse ones, mlp_only_layers [1] and decoder_sparse_step 2, the latter
+# with and without the load-balancing loss: moe_block's sparse = an
+# expression of the layer) and writes each
 # as a .zl model with its weights under zinf's names. For each, zinfrun
 # --init runs one step and --export's the parameters:
 #  - the step-1 loss equals transformers' (cross-entropy plus

@@ -3,7 +3,8 @@ tests/e2e/moe_hf.sh.
 
   moe_hf.py make W   small random MixtralForCausalLM (with and without the
                      load-balancing loss), Qwen3MoeForCausalLM,
-                     OlmoeForCausalLM and Qwen2MoeForCausalLM models saved
+                     OlmoeForCausalLM and Qwen2MoeForCausalLM models (and
+                     Qwen3-MoE, Qwen2-MoE with dense layers) saved
                      with save_pretrained in W/C (per-expert tensors, as
                      transformers writes them), and W/tok.bin; prints one
                      line per case: "C L1 L2", transformers' training loss

@@ -2,7 +2,9 @@
 # Mixture-of-experts models through the Hugging Face interchange: small
 # random MixtralForCausalLM (with and without the load-balancing loss),
 # Qwen3MoeForCausalLM, OlmoeForCausalLM and Qwen2MoeForCausalLM models
-# saved by transformers' save_pretrained (per-expert tensors,
+# (and Qwen3-MoE with mlp_only_layers [1], Qwen2-MoE with
+# decoder_sparse_step 2: dense layers among the sparse ones, each layer's
+# MLP checked in the mapping) saved by transformers' save_pretrained (per-expert tensors,
 # experts.N.w1/w2/w3 or experts.N.gate_proj/up_proj/down_proj), made by
 # tests/e2e/moe_hf.py. For each:
 #   - zinfc --from-hf plans it, each expert's tensor one slice of the
@@ -17,12 +19,14 @@
 # then a round trip on 2 ranks with the experts partitioned (--steps 0
 # --export-hf: the same tensors, bit for bit); LoRA on the attention and
 # on the experts (PEFT's target_parameters experts.gate_up_proj and
-# experts.down_proj) exports a PEFT adapter and a merged model that give
+# experts.down_proj; on Qwen2-MoE's shared expert and dense layers,
+# gate_proj, up_proj, down_proj) exports a PEFT adapter and a merged model that give
 # zinf's next loss, and zinfgen with the experts' adapter PEFT's tokens and
 # logits (the router, and the experts by their per-expert names, are
 # refused by name); and bad input is an error naming the key or the
-# tensor: top-k above the expert count, dense layers among the sparse ones,
-# OLMoE's clip_qkv, a checkpoint without one expert's tensor.
+# tensor: top-k above the expert count, a config with no sparse layer, a
+# bad mlp_only_layers index, OLMoE's clip_qkv, a checkpoint without one
+# expert's tensor.
 #   tests/e2e/moe_hf.sh BUILD
 set -u
 B=${1:-build}
