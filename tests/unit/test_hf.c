@@ -715,6 +715,40 @@ START_TEST(config_to_zl_moe) {
     p = pieces_of(&c.r.g, "moe_block.0.rope_attn.q_norm", &n);
     ck_assert_int_eq(p->cols, 32);
     run_free(&c.r);
+
+    /* Qwen3-MoE with dense layers: decoder_sparse_step 2 makes 1, 3 sparse, mlp_only_layers takes 3
+     * out (4 past the layers matches none): only layer 1 sparse, the load-balancing loss over it alone */
+    convert(&c, "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"vocab_size\": 50, \"hidden_size\": 32,"
+                " \"intermediate_size\": 40, \"moe_intermediate_size\": 12, \"num_experts\": 4, \"num_experts_per_tok\": 2,"
+                " \"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"head_dim\": 8, \"max_position_embeddings\": 64,"
+                " \"decoder_sparse_step\": 2, \"mlp_only_layers\": [3, 4], \"output_router_logits\": true}", 16);
+    ck_assert_msg(c.r.ok, "%s\n%s", c.r.text, c.zl ? c.zl : "");
+    ck_assert_ptr_nonnull(strstr(c.zl, ", F = 12, L = 4,\n      FD = 40, LS = 1\n"));
+    ck_assert_ptr_nonnull(strstr(c.zl, "a dense MLP of width FD: layers 0 2 3\n"));
+    ck_assert_ptr_nonnull(strstr(c.zl, "    SP = 0 + (i % 3 + 3) / 4 - (i % 3 + 3) / 5\n"));
+    ck_assert_ptr_nonnull(strstr(c.zl, "sparse = SP, dense_hidden = FD, qk_norm = true)"));
+    ck_assert_ptr_nonnull(strstr(c.zl, "+ moe_aux_loss(load, E, LS, B * T, 0.001)"));
+    for (int k = 0; k < 4; k++) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "moe_block.%d.moe_mlp.wr", k);
+        ck_assert_int_eq(find_tensor(&c.r.g, nm) >= 0, k == 1);
+        snprintf(nm, sizeof nm, "moe_block.%d.swiglu.w2", k);
+        ck_assert_int_eq(find_tensor(&c.r.g, nm) >= 0, k != 1);
+    }
+    p = pieces_of(&c.r.g, "moe_block.3.swiglu.w3", &n);
+    ck_assert_int_eq(n, 1);
+    ck_assert_str_eq(p->hf_name, "model.layers.3.mlp.up_proj.weight");
+    ck_assert(p->transpose);
+    run_free(&c.r);
+    /* every layer dense: refused */
+    convert(&c, "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"vocab_size\": 50, \"hidden_size\": 32,"
+                " \"intermediate_size\": 40, \"moe_intermediate_size\": 12, \"num_experts\": 4, \"num_experts_per_tok\": 2,"
+                " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"max_position_embeddings\": 64,"
+                " \"mlp_only_layers\": [0, 1]}", 16);
+    ck_assert(!c.r.ok);
+    ck_assert_ptr_nonnull(strstr(c.r.text, "error: every layer has a dense MLP (mlp_only_layers, decoder_sparse_step = 1): "
+                                           "a Qwen3MoeForCausalLM without a sparse layer is not supported"));
+    run_free(&c.r);
 }
 END_TEST
 

@@ -11,7 +11,9 @@
  * mixed alphas, of an adapter without its B or its scale; and the merge
  * W + A B alpha/r (hf_lora_add) against products worked out by hand, for
  * the whole weight and for a block of it; LoRA on the experts: PEFT's
- * target_parameters, and the merge of each expert's slice. */
+ * target_parameters, and the merge of each expert's slice; target lists
+ * past a line, and the stacked experts' tensors left out of the short
+ * names' test. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -201,6 +203,39 @@ START_TEST(config_full_paths) {
 }
 END_TEST
 
+/* Full paths longer, together, than a line of the writer's (512 bytes):
+ * written whole. */
+START_TEST(config_long_paths) {
+    fx_init();
+    char m[NAME], want[1024] = "\"target_modules\": [";
+    for (int i = 0; i < 8; i++) {
+        snprintf(m, sizeof m, "model.layers.%d.mlp.shared_expert.a_projection_with_a_rather_long_module_name", i);
+        module(m, true, 8, 8, 2, 2, true);
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s\"%s\"", i ? ", " : "", m);
+    }
+    module("model.layers.9.mlp.a_projection_with_a_rather_long_module_name", true, 8, 8, 0, 0, true);
+    strcat(want, "],");
+    ck_assert_int_gt((int)strlen(want), 600);
+    const char *lines[] = {want, "\"fan_in_fan_out\": false,", NULL};
+    config_has(lines);
+}
+END_TEST
+
+/* A stacked expert's tensor (experts.N.gate_proj: a slice of transformers'
+ * fused parameter, no module) does not make the short name inexact. */
+START_TEST(config_stacked_experts) {
+    fx_init();
+    module("model.layers.0.mlp.gate_proj", true, 8, 12, 2, 2, true);
+    group("model.layers.1.mlp.experts.0.gate_proj.weight", tensor("e", TC_PARAM, 12, 8), false);
+    F.pc[F.l.npieces - 1].stacked = true;
+    const char *want[] = {"\"target_modules\": [\"gate_proj\"],", NULL};
+    config_has(want);
+    F.pc[F.l.npieces - 1].stacked = false; /* a module of that name: the adapted one by its path */
+    const char *full[] = {"\"target_modules\": [\"model.layers.0.mlp.gate_proj\"],", NULL};
+    config_has(full);
+}
+END_TEST
+
 /* PEFT's target_parameters: gate_up_proj where B's product is split (gate
  * and up), down_proj where not, the nested wrappers' ".base_layer" left out;
  * with an attention adapter beside them. */
@@ -293,6 +328,8 @@ int main(void) {
     tcase_add_test(tc, config_llama);
     tcase_add_test(tc, config_gpt2);
     tcase_add_test(tc, config_full_paths);
+    tcase_add_test(tc, config_long_paths);
+    tcase_add_test(tc, config_stacked_experts);
     tcase_add_test(tc, config_refusals);
     tcase_add_test(tc, config_experts);
     tcase_add_test(tc, merge_experts);
