@@ -1597,8 +1597,8 @@ static int lora_resolve(Cfg *c) {
             diag_error(c->d, SPAN_NONE, "--lora: target '%s': %s's experts are fused parameters to PEFT (transformers' "
                        "experts.gate_up_proj and experts.down_proj, LoRA's target_parameters): name experts.gate_up_proj "
                        "(gate and up, one adapter) or experts.down_proj", nm, c->arch->arch);
-            if (mlp) diag_hint(c->d, "%s names a linear of Qwen2-MoE's shared expert and of the dense layers (mlp_only_layers, "
-                               "decoder_sparse_step), which this model has not", nm);
+            if (mlp) diag_hint(c->d, "%s adapts the linears of Qwen2-MoE's shared expert and of dense layers (mlp_only_layers, "
+                               "decoder_sparse_step); this model has neither", nm);
             return -1;
         }
         for (int i = 0; t[i].target; i++)

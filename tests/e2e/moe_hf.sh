@@ -153,8 +153,9 @@ else
 fi
 # the experts' per-expert linears by their checkpoint names: refused, naming PEFT's fused targets
 if "$Z/zinfc" --from-hf "$W/qwen3moe" --seq $SEQ --lora targets=gate_proj --emit=zl > /dev/null 2> "$W/lora-bad.err"; then
-  bad "--lora targets=gate_proj accepted for an MoE model"
-elif grep -qF "target 'gate_proj': Qwen3MoeForCausalLM's experts are fused parameters to PEFT (transformers' experts.gate_up_proj and experts.down_proj, LoRA's target_parameters): name experts.gate_up_proj (gate and up, one adapter) or experts.down_proj" "$W/lora-bad.err"; then
+  bad "--lora targets=gate_proj accepted for an MoE model without a shared expert or dense layer"
+elif grep -qF "target 'gate_proj': Qwen3MoeForCausalLM's experts are fused parameters to PEFT (transformers' experts.gate_up_proj and experts.down_proj, LoRA's target_parameters): name experts.gate_up_proj (gate and up, one adapter) or experts.down_proj" "$W/lora-bad.err" &&
+     grep -qF "hint: gate_proj adapts the linears of Qwen2-MoE's shared expert and of dense layers (mlp_only_layers, decoder_sparse_step); this model has neither" "$W/lora-bad.err"; then
   ok "--lora targets=gate_proj is refused, naming the experts' fused targets"
 else cat "$W/lora-bad.err"; bad "--lora targets=gate_proj: unclear error"; fi
 if "$Z/zinfc" --from-hf "$W/qwen3moe" --seq $SEQ --lora targets=gate --emit=zl > /dev/null 2> "$W/lora-bad.err"; then
