@@ -87,7 +87,9 @@ target fake { nodes = 1; gpus_per_node = $np
   net { bandwidth = 10 GB/s; latency_us = 5 } }
 plan { params = "$place"; optimizer = "$place"; grads = "$place"; whole_below = 1000$more }
 ZL
-  "$B/bin/zinfc" "$W/$name.zl" --kernels="$arch" --kernel-src="$W/src-$name" -o "$W/$name.plan" > "$W/$name.zinfc" 2>&1 ||
+  # shellcheck disable=SC2046
+  "$B/bin/zinfc" "$W/$name.zl" --kernels="$arch" --kernel-src="$W/src-$name" -o "$W/$name.plan" $([ -n "$more" ] && echo --explain) \
+    > "$W/$name.zinfc" 2>&1 ||
     { cat "$W/$name.zinfc"; echo "moe_cuda_emu: zinfc of $name for the CUDA backend failed"; fail=1; return; }
   if [ "${GPU:-0}" != 1 ]; then
     "$B/fakecuda/fakecuda_prep" "$W/$name.plan" "$W/src-$name" "$arch" "$B/fakecuda/units" > "$W/$name.prep" 2>&1 ||
