@@ -85,8 +85,9 @@ if [ -f "$W/moe2.plan" ]; then
 fi
 PINS='params = "cpu"; optimizer = "cpu"; grads = "cpu";' check moetile moe-micro 2 \
   'tiles "*.moe_mlp.wg" = 2; tiles "*.moe_mlp.wu" = 2; tiles "*.moe_mlp.wd" = 2' "kernel workspace" "collective scratch" "cuBLASLt workspace"
-grep -q "^tile moe_block.0.moe_mlp.wg \[4, 48, 64\] in 2 tiles of 2 experts" "$W/moetile.zinfc" ||
-  { cat "$W/moetile.zinfc"; bad "moetile: the experts are not in 2 tiles"; }
+"$B/bin/zinfc" "$W/moetile.zl" --kernels=none --explain -o "$W/moetile-explain.plan" > "$W/moetile.explain" 2>&1 &&
+  grep -q "^tile moe_block.0.moe_mlp.wg \[4, 48, 64\] in 2 tiles of 2 experts" "$W/moetile.explain" ||
+  { cat "$W/moetile.explain"; bad "moetile: the experts are not in 2 tiles"; }
 check chunk1 gpt-micro 1 "loss_chunk = 8" "kernel workspace" "cuBLASLt workspace"
 "$B/bin/zinfdump" "$W/chunk1.plan" --kernels | grep -q "fwd linear_cross_entropy, workspace" || bad "chunk1: the loss is not chunked"
 

@@ -156,6 +156,19 @@ START_TEST(chosen_by_expert) {
         }
     ck_assert_ptr_nonnull(strstr(c->r.explain, "in 4 tiles of 2 experts: 512.00 KiB whole, more than 1/16 of GPU memory"));
     ctx_free(c);
+    /* a CUDA target chooses them the same way: 4 MiB, a 256 KiB share, 2 tiles of 4 experts */
+    c = ctx_new("h200", 1);
+    c->t.gpu_memory = 4u << 20;
+    plan_ok(c);
+    for (int l = 0; l < 2; l++)
+        for (const char *w = "gud"; *w; w++) {
+            char name[64];
+            snprintf(name, sizeof name, "moe_block.%d.moe_mlp.w%c", l, *w);
+            ck_assert_int_eq(tiles_of(c->r.plan, name), 2);
+            check_expert_kernels(c->r.plan, name, 2);
+        }
+    ck_assert_ptr_nonnull(strstr(c->r.explain, "in 2 tiles of 4 experts: 512.00 KiB whole, more than 1/16 of GPU memory"));
+    ctx_free(c);
     /* the default budget: nothing over its share, nothing tiled */
     c = ctx_new("host", 1);
     plan_ok(c);
