@@ -164,7 +164,13 @@ tiled_case() { # NAME RANKS PLACEMENT TILES UNTILED [ENV]
   [ -s "$W/$name.cuda" ] || return
   grep -q "^tile moe_block.1.moe_mlp.wd \[4, 64, 48\] in $nt tiles of $((4 / nt)) expert" "$W/$name.zinfc" ||
     { cat "$W/$name.zinfc"; echo "moe_cuda_emu: $name: the experts are not in $nt tiles"; fail=1; return; }
-  grep -q "^  gemm: .*moe_expert launches" "$W/$name.cuda.out" || { echo "moe_cuda_emu: $name: no moe_expert launches"; fail=1; }
+  # the plan's moe_expert launches: the 24 of the whole ops and 24 more a tile
+  grep -Eq "^  gemm: .*(expert GEMMs of|and) $((24 + 24 * nt)) moe_expert launches" "$W/$name.cuda.out" ||
+    { grep gemm "$W/$name.cuda.out"; echo "moe_cuda_emu: $name: not the $((24 + 24 * nt)) moe_expert launches of $nt tiles"; fail=1; }
+  # through the fake cuBLASLt: each tile's products take its experts' rows only, the tiles together all pairs
+  [ "$fake" = 0 ] || [ ! -f "$W/$name.shapes" ] || awk -v name="$name" '$1 == 48 && $3 == 64 && $4 == 1 { n++; s += $2 }
+     END { if (!n || s % 64) { print "moe_cuda_emu: " name ": " n + 0 " expert matmuls of 48 x m x 64 with " s + 0 " rows in all (want a multiple of 64)"; exit 1 }
+       print "moe_cuda_emu: " name ": " n " expert matmuls of 48 x m x 64 through the fake cuBLASLt, " s " rows = " s / 64 " products of 64 pairs" }' "$W/$name.shapes" || fail=1
   awk -v name="$name" 'NR == FNR { l[FNR] = $4; next } { d = $4 - l[FNR]; if (d < 0) d = -d; if (d > 1e-6 * (l[FNR] < 0 ? -l[FNR] : l[FNR])) bad = 1 }
        END { if (bad) { print "moe_cuda_emu: " name ": the host backend'"'"'s tiled losses differ from untiled"; exit 1 }
              print "moe_cuda_emu: " name ": the host tiles'"'"' losses equal untiled within 1e-6" }' "$W/$5.host" "$W/$name.host" || fail=1

@@ -194,10 +194,14 @@ START_TEST(bad_expert_pin) {
     ck_assert_str_eq(first_error(c), "cannot tile 'moe_block.0.rms.g': only 2-D weights of linear, matmul and embedding, "
                                      "and the [E, O, I] experts of moe_expert, are tiled");
     ctx_free(c);
-    /* a CUDA target tiles by expert as the host does: the same instructions
-     * (its tiles run the grouped expert GEMMs over the tile's experts) */
+}
+END_TEST
+
+/* A CUDA target tiles by expert as the host does: the same instructions
+ * (its tiles run the grouped expert GEMMs over the tile's experts). */
+START_TEST(cuda_by_expert) {
     for (int ranks = 1; ranks <= 2; ranks++) {
-        c = ctx_new("h200", ranks);
+        Ctx *c = ctx_new("h200", ranks);
         TilePin pin3 = {"moe_block.0.moe_mlp.wg", 2, SPAN_NONE};
         c->o.tiles = &pin3;
         c->o.ntiles = 1;
@@ -218,6 +222,7 @@ int main(void) {
     tcase_add_test(t, pinned_by_expert);
     tcase_add_test(t, chosen_by_expert);
     tcase_add_test(t, bad_expert_pin);
+    tcase_add_test(t, cuda_by_expert);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
