@@ -74,21 +74,16 @@ static void gen_prim(GenCtx *c, bool bwd) {
 }
 
 /* Only forward (and recompute) and backward ops of linear, matmul and
- * embedding have tiles: moe_expert's tiles by expert are the host
- * backend's (the planner refuses them for a CUDA target). */
+ * embedding (tiles of the weight's rows) and of moe_expert (tiles of whole
+ * experts, compiler/cuda_gen_moe.c) have tiles. */
 static bool tileable(GenCtx *c) {
     const GOp *o = c->o;
     if (o->kind != OP_FWD && o->kind != OP_RECOMPUTE && o->kind != OP_BWD) {
         cg_fail(c, "only forward, recompute and backward ops are tiled");
         return false;
     }
-    if (o->prim == PRIM_MOE_EXPERT) {
-        cg_fail(c, "moe_expert tiled by expert (%d tiles): the CUDA kernels take every expert at once; tiling by expert "
-                   "runs on the host backend only", c->ntiles);
-        return false;
-    }
-    if (o->prim != PRIM_LINEAR && o->prim != PRIM_MATMUL && o->prim != PRIM_EMBEDDING) {
-        cg_fail(c, "only linear, matmul and embedding ops are tiled");
+    if (o->prim != PRIM_LINEAR && o->prim != PRIM_MATMUL && o->prim != PRIM_EMBEDDING && o->prim != PRIM_MOE_EXPERT) {
+        cg_fail(c, "only linear, matmul, embedding and moe_expert ops are tiled");
         return false;
     }
     return true;

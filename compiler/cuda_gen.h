@@ -143,14 +143,16 @@ int cuda_gen_op(CudaGen *cg, const Graph *g, int op, CudaKernel *out, int max_ou
 
 /* The launches of tile `tile` of `ntiles` of op `op` under memory-centric
  * tiling (docs/kernels.md, "Tile launches"): the op's 2-D weight (linear w,
- * matmul b, embedding table) cut by rows into ntiles equal tiles, the
- * launches computing that tile's share of the op as the host executor's
- * run_tiled does. Tensor arguments are the op's tensor ids; the executor
+ * matmul b, embedding table) cut by rows into ntiles equal tiles, or
+ * moe_expert's [E, O, I] weight cut into tiles of E/ntiles whole experts,
+ * the launches computing that tile's share of the op as the host
+ * executor's run_tiled does. Tensor arguments are the op's tensor ids; the executor
  * binds the weight (and, backward, its gradient) to the tile's rows and
  * every other tensor whole, so a column slice of an activation is the
  * tensor's address plus CudaArg.off bytes. Forward (and recompute) ops and
- * their backward ops of linear, matmul (not transpose_a) and embedding
- * only; anything else, or a weight whose rows ntiles does not divide, is -1
+ * their backward ops of linear, matmul (not transpose_a), embedding and
+ * moe_expert only; anything else, or a weight whose rows (experts) ntiles
+ * does not divide, is -1
  * with a diagnostic naming the op. Return value and info as cuda_gen_op;
  * info->err_off, when >= 0, is the op's (the same workspace offset). */
 int cuda_gen_op_tile(CudaGen *cg, const Graph *g, int op, int tile, int ntiles, CudaKernel *out, int max_out,

@@ -138,6 +138,23 @@ static void scatter(GenCtx *c, DType dt, const char *role, int dst, int64_t src,
     arg_i(k, acc);
 }
 
+/* zk_moe_scatter_tile: as scatter, only the pairs of the tile's experts
+ * (the gathered rows [start[0], start[E]) of the advanced start). */
+static void scatter_tile(GenCtx *c, DType dt, const char *role, int dst, int64_t src, int64_t pos, int64_t start, int64_t rows,
+                         int64_t group, int64_t cols, int64_t E, bool acc) {
+    CudaKernel *k = cg_kdt(c, "moe", dt, "zk_moe_scatter_tile", role);
+    elementwise_grid(k, rows * cols);
+    arg_t(k, dst);
+    arg_ws(k, src);
+    arg_ws(k, pos);
+    arg_ws(k, start);
+    arg_i(k, rows);
+    arg_i(k, group);
+    arg_i(k, cols);
+    arg_i(k, E);
+    arg_i(k, acc);
+}
+
 /* moe_expert: x [R, I] (a row per token) or [R*k, I], idx [R, k], w [E, O, I].
  * Workspace: the error word, start [E+1], order [n], pos [n] (int32), and
  * two gathered blocks, [n, I] and [n, O] in the op's dtype: sized by n =
@@ -145,7 +162,18 @@ static void scatter(GenCtx *c, DType dt, const char *role, int dst, int64_t src,
  * into the [n, O] block, scatter it to y. Backward: route, gather dy (and
  * x for dw), dw[e] += dyg_e^T xg_e, then dxg = dyg_e w[e] into the [n, I]
  * block (xg is read no more) and dx += its rows, a row's slots in slot
- * order. */
+ * order.
+ *
+ * Tile t of n (memory-centric tiling by expert, docs/tuning.md): w (and
+ * dw) is bound to the tile's experts [e0, e0 + E/n) only, expert e at
+ * e - e0, as the host executor's tiles (runtime/exec/exec_instr.c). The
+ * route lists every pair as untiled (the same workspace, so the error word
+ * where the op's is); the gathers, products and scatter read start from
+ * expert e0 on with E/n experts, so they take only the tile's rows (the
+ * products' offsets into the blocks are absolute); zk_moe_scatter_tile
+ * leaves the other tiles' pairs out: tile 0 of the forward writes y whole
+ * (zeros at the others' places), later tiles add theirs, and backward
+ * tiles each add their share of dx. */
 static void gen_expert(GenCtx *c, bool bwd) {
     const GOp *o = c->o;
     int x = o->in[0], idx = o->in[1], w = o->in[2];
@@ -160,6 +188,12 @@ static void gen_expert(GenCtx *c, bool bwd) {
         cg_fail(c, "%" PRId64 " routed (row, expert) pairs do not fit the 32-bit pair list of the kernels", n);
         return;
     }
+    bool tiled = c->ntiles > 0;
+    if (tiled && E % c->ntiles) { /* the planner refuses it */
+        cg_fail(c, "%d tiles do not divide the %" PRId64 " experts of %s", c->ntiles, E, W->name ? W->name : "?");
+        return;
+    }
+    int64_t Et = tiled ? E / c->ntiles : E, e0 = tiled ? (int64_t)c->tile * Et : 0;
     int dx = bwd ? out_at(o, 0) : -1, dw = bwd ? out_at(o, 2) : -1, dy = bwd ? o->in[o->nfin + 1] : o->out[0];
     if (bwd && dx < 0 && dw < 0) return;
     int ts[5] = {x, w, dy, dx, dw};
@@ -169,9 +203,12 @@ static void gen_expert(GenCtx *c, bool bwd) {
     int64_t err = cg_err_word(c, dt, "moe_expert idx");
     int64_t start = cg_ws_alloc(c, (E + 1) * 4), order = cg_ws_alloc(c, n * 4), pos = cg_ws_alloc(c, n * 4);
     int64_t bi = cg_ws_alloc(c, n * I * es), bo = cg_ws_alloc(c, n * O * es); /* gathered [n, I], [n, O] */
-    const int64_t sizes[3] = {E, O, I};
-    /* the 64-row tiles of the n pairs cut by expert: at most ceil(n/64) + min(E, n), whatever the routing */
-    int64_t tiles = (n + MOE_TILE - 1) / MOE_TILE + (E < n ? E : n);
+    int64_t ts0 = start + e0 * 4; /* start[] from the tile's first expert: its Et experts' rows */
+    const int64_t sizes[3] = {Et, O, I};
+    /* the 64-row tiles of the n pairs cut by expert: at most ceil(n/64) + min(Et, n), whatever the routing */
+    int64_t tiles = (n + MOE_TILE - 1) / MOE_TILE + (Et < n ? Et : n);
+    Arena *a = c->cg->arena;
+    const char *of = tiled ? arena_printf(a, ", experts %" PRId64 "..%" PRId64 " (the tile's)", e0, e0 + Et - 1) : "";
     CudaKernel *k = cg_kdt(c, "moe", dt, "zk_moe_route", "list the (row, slot) pairs by expert");
     k->block[0] = MOE_BLOCK;
     arg_ws(k, start);
@@ -182,29 +219,36 @@ static void gen_expert(GenCtx *c, bool bwd) {
     arg_i(k, E);
     arg_ws(k, err);
     if (!bwd) {
-        gather(c, dt, "xg = x's rows by expert", bi, x, start, order, n, E, I, kdiv);
-        grouped_gemm(c, dt, "zk_moe_gemm_fwd", "yg = xg w[e]^T, expert by expert", O, tiles, bo, bi, w, start, sizes);
-        scatter(c, dt, "y[p] = yg[pos[p]]", dy, bo, pos, n, 1, O, false);
+        gather(c, dt, arena_printf(a, "xg = x's rows by expert%s", of), bi, x, ts0, order, n, Et, I, kdiv);
+        grouped_gemm(c, dt, "zk_moe_gemm_fwd", arena_printf(a, "yg = xg w[e]^T, expert by expert%s", of), O, tiles, bo, bi, w,
+                     ts0, sizes);
+        if (!tiled) scatter(c, dt, "y[p] = yg[pos[p]]", dy, bo, pos, n, 1, O, false);
+        else
+            scatter_tile(c, dt, c->tile ? "y[p] += yg[pos[p]] for the tile's pairs (zero there)"
+                                        : "y[p] = yg[pos[p]] for the tile's pairs, else 0",
+                         dy, bo, pos, ts0, n, 1, O, Et, c->tile > 0);
         return;
     }
-    gather(c, dt, "dyg = dy's rows by expert", bo, dy, start, order, n, E, O, 1);
+    gather(c, dt, arena_printf(a, "dyg = dy's rows by expert%s", of), bo, dy, ts0, order, n, Et, O, 1);
     if (dw >= 0) {
-        gather(c, dt, "xg = x's rows by expert", bi, x, start, order, n, E, I, kdiv);
-        k = cg_kdt(c, "moe", dt, "zk_moe_gemm_dw", "dw[e] += dyg_e^T xg_e, expert by expert");
+        gather(c, dt, arena_printf(a, "xg = x's rows by expert%s", of), bi, x, ts0, order, n, Et, I, kdiv);
+        k = cg_kdt(c, "moe", dt, "zk_moe_gemm_dw", arena_printf(a, "dw[e] += dyg_e^T xg_e, expert by expert%s", of));
         k->grid[0] = cg_gdim(c, (I + MOE_TILE - 1) / MOE_TILE, 2147483647);
         k->grid[1] = cg_gdim(c, (O + MOE_TILE - 1) / MOE_TILE, 65535);
-        k->grid[2] = cg_gdim(c, E, 65535);
+        k->grid[2] = cg_gdim(c, Et, 65535);
         k->block[0] = MOE_BLOCK;
         arg_t(k, dw);
         arg_ws(k, bo);
         arg_ws(k, bi);
-        arg_ws(k, start);
+        arg_ws(k, ts0);
         for (int i = 0; i < 3; i++) arg_i(k, sizes[i]);
     }
     if (dx >= 0) {
-        grouped_gemm(c, dt, "zk_moe_gemm_dx", "dxg = dyg w[e], expert by expert", I, tiles, bi, bo, w, start, sizes);
-        scatter(c, dt, kdiv > 1 ? "dx[r] += dxg[pos[r, j]] over the slots j" : "dx[p] += dxg[pos[p]]", dx, bi, pos,
-                n / kdiv, kdiv, I, true);
+        grouped_gemm(c, dt, "zk_moe_gemm_dx", arena_printf(a, "dxg = dyg w[e], expert by expert%s", of), I, tiles, bi, bo, w,
+                     ts0, sizes);
+        const char *role = kdiv > 1 ? "dx[r] += dxg[pos[r, j]] over the slots j" : "dx[p] += dxg[pos[p]]";
+        if (!tiled) scatter(c, dt, role, dx, bi, pos, n / kdiv, kdiv, I, true);
+        else scatter_tile(c, dt, arena_printf(a, "%s, the tile's pairs", role), dx, bi, pos, ts0, n / kdiv, kdiv, I, Et, true);
     }
 }
 

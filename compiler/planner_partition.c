@@ -57,14 +57,13 @@ static bool qstate_moments(const Graph *g, const GTensor *t) {
 /* How many tiles each parameter is cut into: the plan block's pins (2-D
  * weights' rows, or moe_expert weights' experts, divided evenly), else
  * enough that a tile takes at most 1/TILE_FRACTION of GPU memory. Expert
- * weights are tiled on the host backend only: the CUDA backend's grouped
- * expert GEMMs (stdlib/kernels/moe.cu) take every expert at once, so a pin
- * there is refused and none is chosen. False (reported) on a bad pin. */
+ * weights are tiled by whole experts on both backends (the CUDA tiles run
+ * the grouped expert GEMMs over the tile's experts, compiler/cuda_gen_moe.c).
+ * False (reported) on a bad pin. */
 static bool choose_tiles(PlanBuilder *b, const bool *untileable, const uint8_t *use) {
     const Graph *g = b->g;
     int n = g->ntensors;
     uint64_t limit = b->t->gpu_memory / TILE_FRACTION;
-    bool host = !strcmp(b->t->backend, "host");
     bool ok = true;
     for (int i = 0; i < n; i++) {
         const GTensor *t = &g->tensors[i];
@@ -90,12 +89,6 @@ static bool choose_tiles(PlanBuilder *b, const bool *untileable, const uint8_t *
                 ok = false;
                 continue;
             }
-            if (use[i] == USE_EXPERTS && !host) {
-                diag_error(b->d, sp, "cannot tile '%s' by expert on the %s backend: its moe_expert kernels take every expert "
-                           "at once; tiling by expert runs on the host backend only", t->name, b->t->backend);
-                ok = false;
-                continue;
-            }
             if (t->dims[0] % want) {
                 diag_error(b->d, sp, "cannot cut '%s' into %d tiles: %d does not divide its %" PRId64 " %s", t->name, want, want,
                            t->dims[0], use[i] == USE_EXPERTS ? "experts (a tile holds whole experts)" : "rows");
@@ -110,7 +103,7 @@ static bool choose_tiles(PlanBuilder *b, const bool *untileable, const uint8_t *
             }
             b->ntiles[i] = want;
             b->tile_pinned[i] = true;
-        } else if (!want && tile_shape(t, untileable[i], use[i]) && (use[i] == USE_ROWS || host) && bytes > limit &&
+        } else if (!want && tile_shape(t, untileable[i], use[i]) && bytes > limit &&
                    !dtype_is_quant(t->dtype)) {
             int64_t need = (int64_t)((bytes + limit - 1) / limit);
             int64_t nt = need;

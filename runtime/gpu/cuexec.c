@@ -282,7 +282,9 @@ int cuexec_launch(CuExec *x, const Plan *p, uint32_t li, const CuExecBind *b, CU
                           l->entry, li);
         const PlanTensor *wt = &p->tensors[wa->tensor]; /* f32, bf16 or f16 (cumoe_kind) */
         CuMoeBind mb = {.ws = b->ws, .w = w + (CUdeviceptr)wa->i, .gemm_ws = b->gemm_ws, .ws_bytes = p->op_code[l->op].ws_bytes,
-                        .w_elems = wt->numel - wa->i / plan_dtype_size(wt->dtype),
+                        /* what is bound: a tile of experts holds only its own */
+                        .w_elems = (b->elems && b->elems[wa->tensor] > 0 ? b->elems[wa->tensor] : wt->numel) -
+                                   wa->i / plan_dtype_size(wt->dtype),
                         .gemm_ws_bytes = b->gemm_ws ? (int64_t)x->lt_ws_bytes : 0, .rank = x->rank};
         int rc = cumoe_run(&x->lt, &x->drv, p, li, k, &mb, s, err, n);
         if (rc <= 0) return rc;

@@ -8,6 +8,8 @@
  * a library call needs: the two blocks (workspace offsets), the weight or
  * its gradient (a tensor), start[E+1] (the workspace offset of each
  * expert's first row, written on the device by zk_moe_route) and E, O, I.
+ * A tile of experts (memory-centric tiling) passes start[] from its first
+ * expert on and its own E, the weight bound to the tile's experts only.
  * The row counts exist only on the device, so a product copies start[] to
  * the host first: one stream synchronisation per product, the price of
  * sizing each expert's matrix layout by its real rows rather than by the

@@ -186,6 +186,27 @@ extern "C" __global__ void zk_moe_scatter(T *dst, const T *src, const int *pos, 
     }
 }
 
+/* The scatter of a tile of experts (memory-centric tiling, docs/tuning.md):
+ * as zk_moe_scatter over only the pairs gathered at [start[0], start[E]),
+ * the rows of the tile's E experts (start is the route's, advanced to the
+ * tile's first expert); the other pairs add nothing. With ACC 0 (the
+ * forward's first tile) dst's rows are overwritten, the other tiles' pairs
+ * with zeros; later tiles add (ACC 1) onto those zeros, so each place ends
+ * holding its product exactly as untiled. */
+extern "C" __global__ void zk_moe_scatter_tile(T *dst, const T *src, const int *pos, const int *start, long long rows,
+                                               long long group, long long C, long long E, long long acc) {
+    long long lo = start[0], hi = start[E];
+    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < rows * C; t += (long long)gridDim.x * blockDim.x) {
+        long long r = t / C, c = t % C;
+        float v = acc ? zk_ld(dst + t) : 0.f;
+        for (long long j = 0; j < group; j++) {
+            int q = pos[r * group + j];
+            if (q >= lo && q < hi) v += zk_ld(src + (long long)q * C + c);
+        }
+        zk_st(dst + t, v);
+    }
+}
+
 /* Tile t of the segments cut into 64-row tiles, expert by expert: its expert
  * and its rows [m0, m1) of the gathered block; false past the last tile. */
 __device__ __forceinline__ bool zk_moe_tile(const int *start, long long E, long long t, long long *e_out, long long *m0,

@@ -6,8 +6,10 @@
 # (tests/fakecuda), equal to the byte: moe-micro on 2 ranks (expert kernels'
 # workspace, all-gathers and reduce-scatters on the comm queue) and
 # gpt-micro with its loss chunked (the chunked loss's workspace), 1 step
-# each, and moe-micro with cuBLASLt off (ZINF_CUBLASLT=0: no GEMM
-# workspace). Then: zinfc refuses a plan whose arena fits the target's GPU but
+# each, moe-micro with cuBLASLt off (ZINF_CUBLASLT=0: no GEMM
+# workspace), and moe-micro with its experts tiled by expert (2 tiles of 2
+# experts a weight, the state in CPU memory: the tiles' launches share the
+# op's workspace, the tile buffers are in the arena). Then: zinfc refuses a plan whose arena fits the target's GPU but
 # whose allocations beside it do not, and a plan without GPU code says its
 # workspaces are unknown.
 # $1: the build directory.
@@ -81,6 +83,11 @@ if [ -f "$W/moe2.plan" ]; then
     grep "gpu memory allocated\|gemm:" "$W/nolt.out"
   fi
 fi
+PINS='params = "cpu"; optimizer = "cpu"; grads = "cpu";' check moetile moe-micro 2 \
+  'tiles "*.moe_mlp.wg" = 2; tiles "*.moe_mlp.wu" = 2; tiles "*.moe_mlp.wd" = 2' "kernel workspace" "collective scratch" "cuBLASLt workspace"
+"$B/bin/zinfc" "$W/moetile.zl" --kernels=none --explain -o "$W/moetile-explain.plan" > "$W/moetile.explain" 2>&1 &&
+  grep -q "^tile moe_block.0.moe_mlp.wg \[4, 48, 64\] in 2 tiles of 2 experts" "$W/moetile.explain" ||
+  { cat "$W/moetile.explain"; bad "moetile: the experts are not in 2 tiles"; }
 check chunk1 gpt-micro 1 "loss_chunk = 8" "kernel workspace" "cuBLASLt workspace"
 "$B/bin/zinfdump" "$W/chunk1.plan" --kernels | grep -q "fwd linear_cross_entropy, workspace" || bad "chunk1: the loss is not chunked"
 

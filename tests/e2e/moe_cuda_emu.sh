@@ -22,7 +22,14 @@
 #     top-2 every token on experts 0 and 1 and none on 2 and 3 (the fake's
 #     matmul shapes show it), 3 steps against the host backend;
 #  5. LoRA on the experts (stdlib/moe.zl's lora_gate_up, lora_down: expert
-#     products of rank 4, a split, scales), 3 steps against the host, 2e-4.
+#     products of rank 4, a split, scales), 3 steps against the host, 2e-4;
+#  6. the experts tiled by expert (plan { tiles }: memory-centric tiling,
+#     one tile of experts at a time in GPU memory): 2 tiles of 2 experts on
+#     1 rank (the products through the fake cuBLASLt), 4 tiles of 1 expert
+#     on 2 ranks with the state in CPU memory (ZINF_CUBLASLT=0: the NVRTC
+#     products), each against the host backend's tiles from the same plan,
+#     2e-4 relative, and against part 2's untiled host run of the same
+#     placement (the host's tiles add in the untiled order: 1e-6).
 # $1: the build directory. GPU=1 (tests/gpu/run_all.sh on a GPU machine):
 # part 1 on the emulator, part 2 on the real device and its cuBLASLt
 # (without the two-rank case; no matmul shapes to check), and with
@@ -50,8 +57,8 @@ rc=$?
 echo "$out"
 [ $rc -eq 0 ] || { echo "moe_cuda_emu: check_moe failed (exit $rc)"; exit 1; }
 n=$(echo "$out" | grep -c " PASS")
-[ "$n" -eq 34 ] || { echo "moe_cuda_emu: expected 34 passing cases, got $n"; exit 1; }
-echo "$out" | grep -q "^34 cases, 0 failed$" || { echo "moe_cuda_emu: no closing line \"34 cases, 0 failed\""; exit 1; }
+[ "$n" -eq 42 ] || { echo "moe_cuda_emu: expected 42 passing cases, got $n"; exit 1; }
+echo "$out" | grep -q "^42 cases, 0 failed$" || { echo "moe_cuda_emu: no closing line \"42 cases, 0 failed\""; exit 1; }
 
 # 2. end to end: the CUDA executor (fake driver, or the GPU) against the host backend
 if [ "${GPU:-0}" = 1 ]; then
@@ -69,18 +76,20 @@ e2e_mpi
 fail=0
 # the model in bf16 (the host backend computes in f32 from bf16 storage, as the kernels do)
 sed 's/dtype = f32/dtype = bf16/; s/^model moe_micro/model moe_micro_bf16/' tests/e2e/models/moe-micro.zl > "$W/moe-micro-bf16.zl"
-run_case() { # NAME RANKS PLACEMENT MODEL TOLERANCE [ENV]: zinfc, then 3 steps on each backend, losses and gradient norms
-  # compared; ENV: variables for the CUDA run only
-  name=$1 np=$2 place=$3 model=$4 tol=$5 extra=${6:-}
+run_case() { # NAME RANKS PLACEMENT MODEL TOLERANCE [ENV [PLAN]]: zinfc, then 3 steps on each backend, losses and gradient
+  # norms compared; ENV: variables for the CUDA run only; PLAN: more of the plan block
+  name=$1 np=$2 place=$3 model=$4 tol=$5 extra=${6:-} more=${7:-}
   cat > "$W/$name.zl" <<ZL
 import "$model"
 target fake { nodes = 1; gpus_per_node = $np
   gpu { memory = 1 GiB; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "$arch"; sms = 8 }
   cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2 }
   net { bandwidth = 10 GB/s; latency_us = 5 } }
-plan { params = "$place"; optimizer = "$place"; grads = "$place"; whole_below = 1000 }
+plan { params = "$place"; optimizer = "$place"; grads = "$place"; whole_below = 1000$more }
 ZL
-  "$B/bin/zinfc" "$W/$name.zl" --kernels="$arch" --kernel-src="$W/src-$name" -o "$W/$name.plan" > "$W/$name.zinfc" 2>&1 ||
+  # shellcheck disable=SC2046
+  "$B/bin/zinfc" "$W/$name.zl" --kernels="$arch" --kernel-src="$W/src-$name" -o "$W/$name.plan" $([ -n "$more" ] && echo --explain) \
+    > "$W/$name.zinfc" 2>&1 ||
     { cat "$W/$name.zinfc"; echo "moe_cuda_emu: zinfc of $name for the CUDA backend failed"; fail=1; return; }
   if [ "${GPU:-0}" != 1 ]; then
     "$B/fakecuda/fakecuda_prep" "$W/$name.plan" "$W/src-$name" "$arch" "$B/fakecuda/units" > "$W/$name.prep" 2>&1 ||
@@ -146,5 +155,27 @@ if [ "${GPU:-0}" != 1 ] || [ "${MOE_ALL:-0}" = 1 ]; then
   grep -q "lora_gate_up = true" "$W/moe-micro-lora.zl" || { echo "moe_cuda_emu: the LoRA variant was not made"; fail=1; }
   run_case lora 1 gpu "$W/moe-micro-lora" 2e-4
 fi
+# 6. tiled by expert: the CUDA tiles against the host's from the same plan,
+# and the host's tiles against the untiled host run of part 2
+tiled_case() { # NAME RANKS PLACEMENT TILES UNTILED [ENV]
+  name=$1 nt=$4
+  run_case "$1" "$2" "$3" "$ROOT/tests/e2e/models/moe-micro" 2e-4 "${6:-}" \
+    "; tiles \"*.moe_mlp.wg\" = $nt; tiles \"*.moe_mlp.wu\" = $nt; tiles \"*.moe_mlp.wd\" = $nt"
+  [ -s "$W/$name.cuda" ] || return
+  grep -q "^tile moe_block.1.moe_mlp.wd \[4, 64, 48\] in $nt tiles of $((4 / nt)) expert" "$W/$name.zinfc" ||
+    { cat "$W/$name.zinfc"; echo "moe_cuda_emu: $name: the experts are not in $nt tiles"; fail=1; return; }
+  # the plan's moe_expert launches: the 24 of the whole ops and 24 more a tile
+  grep -Eq "^  gemm: .*(expert GEMMs of|and) $((24 + 24 * nt)) moe_expert launches" "$W/$name.cuda.out" ||
+    { grep gemm "$W/$name.cuda.out"; echo "moe_cuda_emu: $name: not the $((24 + 24 * nt)) moe_expert launches of $nt tiles"; fail=1; }
+  # through the fake cuBLASLt: each tile's products take its experts' rows only, the tiles together all pairs
+  [ "$fake" = 0 ] || [ ! -f "$W/$name.shapes" ] || awk -v name="$name" '$1 == 48 && $3 == 64 && $4 == 1 { n++; s += $2 }
+     END { if (!n || s % 64) { print "moe_cuda_emu: " name ": " n + 0 " expert matmuls of 48 x m x 64 with " s + 0 " rows in all (want a multiple of 64)"; exit 1 }
+       print "moe_cuda_emu: " name ": " n " expert matmuls of 48 x m x 64 through the fake cuBLASLt, " s " rows = " s / 64 " products of 64 pairs" }' "$W/$name.shapes" || fail=1
+  awk -v name="$name" 'NR == FNR { l[FNR] = $4; next } { d = $4 - l[FNR]; if (d < 0) d = -d; if (d > 1e-6 * (l[FNR] < 0 ? -l[FNR] : l[FNR])) bad = 1 }
+       END { if (bad) { print "moe_cuda_emu: " name ": the host backend'"'"'s tiled losses differ from untiled"; exit 1 }
+             print "moe_cuda_emu: " name ": the host tiles'"'"' losses equal untiled within 1e-6" }' "$W/$5.host" "$W/$name.host" || fail=1
+}
+tiled_case tile2 1 gpu 2 gpu1 "FAKECUBLASLT_SHAPES=$W/tile2.shapes"
+[ "${GPU:-0}" = 1 ] || tiled_case tile4 2 cpu 4 cpu2 "ZINF_CUBLASLT=0"
 [ $fail = 0 ] || exit 1
 echo "moe_cuda_emu: ok"

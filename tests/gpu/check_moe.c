@@ -9,6 +9,12 @@
  * moe_combine, moe_load (with and without acc), moe_balance,
  * moe_shared_gate; f32 and bf16. Per case: the largest normwise relative
  * error over every tensor written (f32 1e-5, bf16 2e-2); idx exactly.
+ * moe_expert tiled by expert (2 and 4 tiles, the launches of
+ * cuda_gen_op_tile, the weight and its gradient bound to the tile's
+ * experts, tile after tile as the executors run them): against the host
+ * kernels' tiles (hk_moe_expert_*_tile, y cleared before tile 0 as
+ * runtime/exec/exec_instr.c does) and against the untiled launches on the
+ * same values, each within the same tolerance.
  *
  * No GPU, no NVRTC, no Check; needs c++ for the units and a cblas (the host
  * GEMMs). tests/e2e/moe_cuda_emu.sh builds and runs it; tests/gpu/run_all.sh
@@ -37,7 +43,9 @@ typedef struct Case {
     int ts[MAXT], nts;
     int idx, E, route; /* the routing tensor (-1: none), its experts, how it is filled */
     int positive;      /* a tensor filled with values in [0, 4) (moe_load's statistics), or -1 */
-    void *gpu[MAXT], *host[MAXT];
+    int ntiles, tile;  /* moe_expert tiled by expert (0: whole), the tile that runs */
+    int w, dw;         /* the tiled weight and its gradient */
+    void *gpu[MAXT], *host[MAXT], *ref[MAXT]; /* ref: the untiled launches (tiled cases) */
 } Case;
 
 static int slot_of(Case *c, int t) {
@@ -60,8 +68,8 @@ static void fill(Case *c) {
     for (int i = 0; i < c->nts; i++) {
         const GTensor *t = &c->g.tensors[c->ts[i]];
         size_t bytes = (size_t)t->numel * ec_esz(t->dtype);
-        void *p = calloc(bytes, 1), *q = malloc(bytes);
-        if (!p || !q) ec_die("out of memory");
+        void *p = calloc(bytes, 1), *q = malloc(bytes), *u = malloc(bytes);
+        if (!p || !q || !u) ec_die("out of memory");
         if (c->ts[i] == c->idx) {
             int64_t k = t->dims[t->rank - 1];
             for (int64_t r = 0; r < t->numel / k; r++)
@@ -86,22 +94,33 @@ static void fill(Case *c) {
             }
         }
         memcpy(q, p, bytes);
+        memcpy(u, p, bytes);
         c->gpu[i] = p;
         c->host[i] = q;
+        c->ref[i] = u;
     }
 }
 
-/* Where tensor t's GPU copy lies. */
-static uint8_t *gpu_addr(void *ctx, int t) {
-    Case *c = ctx;
-    return c->gpu[slot_of(c, t)];
+/* Bytes past the tensor's start of the running tile's experts (the
+ * weight and its gradient of a tiled case; 0 otherwise). */
+static size_t tile_off(const Case *c, int t) {
+    if (!c->ntiles || (t != c->w && t != c->dw)) return 0;
+    const GTensor *x = &c->g.tensors[t];
+    return (size_t)(x->numel / c->ntiles * c->tile) * ec_esz(x->dtype);
 }
 
-/* The launches of op on the GPU copies. */
+/* Where tensor t's GPU copy lies (a tile's experts: the first of them). */
+static uint8_t *gpu_addr(void *ctx, int t) {
+    Case *c = ctx;
+    return (uint8_t *)c->gpu[slot_of(c, t)] + tile_off(c, t);
+}
+
+/* The launches of op (of its tile c->tile when c->ntiles) on the GPU copies. */
 static void run_gpu(Case *c, int op) {
     static CudaKernel ks[64]; /* moe_expert's backward: 2 launches a slot (top-k up to 30) */
     CudaOpInfo info;
-    int n = cuda_gen_op(&c->cg, &c->g, op, ks, 64, &info, &c->d);
+    int n = c->ntiles ? cuda_gen_op_tile(&c->cg, &c->g, op, c->tile, c->ntiles, ks, 64, &info, &c->d)
+                      : cuda_gen_op(&c->cg, &c->g, op, ks, 64, &info, &c->d);
     if (n < 0 || n > 64) ec_die(c->d.len ? c->d.items[c->d.len - 1].msg : "cuda_gen failed");
     uint8_t *ws = malloc((size_t)info.ws_bytes + 16);
     if (!ws) ec_die("out of memory");
@@ -148,8 +167,23 @@ static void run_host(Case *c) {
     }
     case PRIM_MOE_EXPERT:
         ws = ws_of(hk_moe_expert_workspace_bytes(&a, &bb, &cc, &y));
-        rc = hk_moe_expert_fwd(&a, &bb, &cc, &y, ws);
-        if (!rc) rc = hk_moe_expert_bwd(&a, &bb, &cc, &dy, &da, &dc, ws);
+        if (!c->ntiles) {
+            rc = hk_moe_expert_fwd(&a, &bb, &cc, &y, ws);
+            if (!rc) rc = hk_moe_expert_bwd(&a, &bb, &cc, &dy, &da, &dc, ws);
+            break;
+        }
+        /* tile by tile, the weight and its gradient viewed as the tile's experts */
+        memset(y.data, 0, (size_t)c->g.tensors[f->out[0]].numel * ec_esz(y.dtype));
+        for (int bwd = 0; bwd < 2 && !rc; bwd++)
+            for (int t = 0; t < c->ntiles && !rc; t++) {
+                int64_t all = cc.dims[0], per = all / c->ntiles;
+                HkTensor wt = cc, dwt = dc;
+                wt.dims[0] = dwt.dims[0] = per;
+                wt.data = (uint8_t *)cc.data + (size_t)(per * t * cc.dims[1] * cc.dims[2]) * ec_esz(cc.dtype);
+                dwt.data = (uint8_t *)dc.data + (size_t)(per * t * dc.dims[1] * dc.dims[2]) * ec_esz(dc.dtype);
+                rc = bwd ? hk_moe_expert_bwd_tile(&a, &bb, &wt, per * t, all, &dy, &da, &dwt, ws)
+                         : hk_moe_expert_fwd_tile(&a, &bb, &wt, per * t, all, &y, ws);
+            }
         break;
     case PRIM_MOE_COMBINE:
         rc = hk_moe_combine_fwd(&a, &bb, &y);
@@ -178,22 +212,43 @@ static void run_host(Case *c) {
     }
 }
 
+/* The forward then the backward on the GPU copies: whole, or tile after
+ * tile of each (as the plan's instructions run them). */
+static void run_ops(Case *c) {
+    int n = c->ntiles ? c->ntiles : 1;
+    for (c->tile = 0; c->tile < n; c->tile++) run_gpu(c, c->fwd);
+    if (c->bwd >= 0)
+        for (c->tile = 0; c->tile < n; c->tile++) run_gpu(c, c->bwd);
+}
+
 static int check(Case *c) {
     fill(c);
-    run_gpu(c, c->fwd);
-    if (c->bwd >= 0) run_gpu(c, c->bwd);
+    run_ops(c);
     run_host(c);
+    if (c->ntiles) { /* the untiled launches on the ref copies */
+        int nt = c->ntiles;
+        void *keep[MAXT];
+        memcpy(keep, c->gpu, sizeof keep);
+        memcpy(c->gpu, c->ref, sizeof keep);
+        c->ntiles = 0;
+        run_ops(c);
+        c->ntiles = nt;
+        memcpy(c->gpu, keep, sizeof keep);
+    }
     double worst = 0, tol = c->dt == DT_F32 ? 1e-5 : 2e-2;
     const char *at = "";
     for (int i = 0; i < c->nts; i++) {
         const GTensor *x = &c->g.tensors[c->ts[i]];
-        double e = ec_normwise(c->host[i], c->gpu[i], x->dtype, x->numel);
-        if (e > worst || isnan(e)) {
-            worst = e;
-            at = x->name;
+        for (int r = 0; r < (c->ntiles ? 2 : 1); r++) {
+            double e = ec_normwise(r ? c->ref[i] : c->host[i], c->gpu[i], x->dtype, x->numel);
+            if (e > worst || isnan(e)) {
+                worst = e;
+                at = x->name;
+            }
         }
         free(c->gpu[i]);
         free(c->host[i]);
+        free(c->ref[i]);
     }
     bool ok = worst <= tol;
     printf("%-52s %-5s %10.3g  %6.0e  %s %s\n", c->name, cuda_dtype_name(c->dt), worst, tol, ok ? "PASS" : "FAIL",
@@ -211,7 +266,7 @@ static void case_init(Case *c, DType dt, const char *fmt, ...) {
     vsnprintf(c->name, sizeof c->name, fmt, ap);
     va_end(ap);
     c->dt = dt;
-    c->idx = c->positive = c->bwd = -1;
+    c->idx = c->positive = c->bwd = c->w = c->dw = -1;
     ec_gen_init(&c->a, &c->d, &c->g, &c->cg, dt);
 }
 
@@ -250,17 +305,22 @@ static int gate(DType dt, int64_t R, int64_t E, int64_t k, bool norm) {
     return check(&c);
 }
 
-/* shared: x [R, I] (a row per token), else [R, k, I]. */
-static int expert(DType dt, int64_t R, int64_t E, int64_t k, int64_t I, int64_t O, bool shared, int route) {
+/* shared: x [R, I] (a row per token), else [R, k, I]; ntiles > 1: tiled by expert. */
+static int expert_tiled(DType dt, int64_t R, int64_t E, int64_t k, int64_t I, int64_t O, bool shared, int route, int ntiles) {
     Case c;
-    case_init(&c, dt, "moe_expert R%lld E%lld k%lld I%lld O%lld x%s %s", (long long)R, (long long)E, (long long)k,
+    char tiled[24] = "";
+    if (ntiles > 1) snprintf(tiled, sizeof tiled, " %d tiles", ntiles);
+    case_init(&c, dt, "moe_expert R%lld E%lld k%lld I%lld O%lld x%s %s%s", (long long)R, (long long)E, (long long)k,
               (long long)I, (long long)O, shared ? "[R,I]" : "[R,k,I]",
-              route == ROUTE_SAME ? (k == 1 ? "all on 1 expert" : "all on the same experts") : "random");
+              route == ROUTE_SAME ? (k == 1 ? "all on 1 expert" : "all on the same experts") : "random", tiled);
     int x = shared ? add_t(&c, "x", dt, TC_ACT, 2, R, I, 0) : add_t(&c, "x", dt, TC_ACT, 3, R, k, I);
     int ix = add_t(&c, "idx", DT_I32, TC_ACT, 2, R, k, 0), w = add_t(&c, "w", dt, TC_PARAM, 3, E, O, I);
     int y = add_t(&c, "y", dt, TC_ACT, 3, R, k, O), dy = add_t(&c, "dy", dt, TC_ACT, 3, R, k, O);
     int dx = shared ? add_t(&c, "dx", dt, TC_ACT, 2, R, I, 0) : add_t(&c, "dx", dt, TC_ACT, 3, R, k, I);
     int dw = add_t(&c, "dw", dt, TC_GRAD, 3, E, O, I);
+    c.ntiles = ntiles > 1 ? ntiles : 0;
+    c.w = w;
+    c.dw = dw;
     c.idx = ix;
     c.E = (int)E;
     c.route = route;
@@ -270,6 +330,10 @@ static int expert(DType dt, int64_t R, int64_t E, int64_t k, int64_t I, int64_t 
     int outs[3] = {dx, -1, dw};
     set_bwd(&c, dy, 3, outs);
     return check(&c);
+}
+
+static int expert(DType dt, int64_t R, int64_t E, int64_t k, int64_t I, int64_t O, bool shared, int route) {
+    return expert_tiled(dt, R, E, k, I, O, shared, route, 1);
 }
 
 static int combine(DType dt, int64_t R, int64_t k, int64_t D) {
@@ -351,7 +415,11 @@ int main(void) {
         fails += combine(dt, 37, 2, 40) + combine(dt, 11, 1, 72);
         fails += load(dt, 37, 6, 2, true, ROUTE_RANDOM) + load(dt, 37, 6, 2, false, ROUTE_SAME);
         fails += shared_gate(dt, 37, 40);
-        n += 16;
+        /* tiled by expert: 2 and 4 tiles; with every token on experts 7
+         * and 6 of 8, tile 0 of 2 has no rows */
+        fails += expert_tiled(dt, 37, 4, 2, 40, 72, true, ROUTE_RANDOM, 2) + expert_tiled(dt, 37, 4, 2, 24, 40, false, ROUTE_RANDOM, 4);
+        fails += expert_tiled(dt, 150, 8, 2, 40, 72, true, ROUTE_SAME, 2) + expert_tiled(dt, 200, 16, 4, 24, 70, true, ROUTE_RANDOM, 4);
+        n += 20;
     }
     fails += balance(6) + balance(300);
     n += 2;

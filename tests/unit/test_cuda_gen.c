@@ -968,16 +968,40 @@ START_TEST(tile_launches_embedding) {
     GOp g = io_op(PRIM_GELU, 1, (int[]){y}, 1, (int[]){dy});
     int gi = graph_add_op(&c.o.g, &g);
     ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, gi, 0, 2, c.o.k, 64, NULL, &c.o.d), -1);
-    ck_assert_msg(strstr(c.o.d.items[c.o.d.len - 1].msg, "fwd gelu, tile 0 of 2: only linear, matmul and embedding ops are tiled"), "%s", c.o.d.items[c.o.d.len - 1].msg);
-    /* a moe_expert tiled by expert is the host backend's: refused by name */
+    ck_assert_msg(strstr(c.o.d.items[c.o.d.len - 1].msg, "fwd gelu, tile 0 of 2: only linear, matmul, embedding and moe_expert ops are tiled"), "%s", c.o.d.items[c.o.d.len - 1].msg);
+    /* a moe_expert tiled by expert: tile 1 of 2 of 4 experts runs the
+     * products over experts 2 and 3 (E 2, start[] from expert 2 on) on the
+     * same workspace as the whole op, and scatters only its own pairs */
     int mx = tc_t(&c, "mx", TC_ACT, 2, 4, 5, 0, DT_F32), mi = tc_t(&c, "midx", TC_ACT, 2, 4, 2, 0, DT_I32);
     int mw = tc_t(&c, "mw", TC_PARAM, 3, 4, 6, 5, DT_F32), my = tc_t(&c, "my", TC_ACT, 3, 4, 2, 6, DT_F32);
     GOp m = io_op(PRIM_MOE_EXPERT, 3, (int[]){mx, mi, mw}, 1, (int[]){my});
     int mo = graph_add_op(&c.o.g, &m);
-    ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, mo, 1, 2, c.o.k, 64, NULL, &c.o.d), -1);
-    ck_assert_msg(strstr(c.o.d.items[c.o.d.len - 1].msg, "moe_expert tiled by expert (2 tiles): the CUDA kernels take every "
-                                                         "expert at once; tiling by expert runs on the host backend only"),
-                  "%s", c.o.d.items[c.o.d.len - 1].msg);
+    CudaOpInfo mwi, mti;
+    ck_assert_int_eq(cuda_gen_op(&c.o.cg, &c.o.g, mo, c.o.k, 64, &mwi, &c.o.d), 5);
+    ck_assert_str_eq(c.o.k[1].entry, "zk_moe_route"); /* after the error word's clear */
+    int64_t st = c.o.k[1].args[0].ws_off; /* the route's start[] */
+    ck_assert_str_eq(c.o.k[4].entry, "zk_moe_scatter");
+    ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, mo, 1, 2, c.o.k, 64, &mti, &c.o.d), 5);
+    ck_assert_int_eq(mti.err_off, mwi.err_off);
+    ck_assert_int_eq(mti.ws_bytes, mwi.ws_bytes);
+    ck_assert_str_eq(c.o.k[1].entry, "zk_moe_route");
+    ck_assert_int_eq(c.o.k[1].args[5].i, 4); /* every pair listed, as untiled */
+    ck_assert_str_eq(c.o.k[3].entry, "zk_moe_gemm_fwd");
+    ck_assert_int_eq(c.o.k[3].args[3].ws_off, st + 2 * 4);
+    ck_assert_int_eq(c.o.k[3].args[4].i, 2);
+    ck_assert_int_eq(c.o.k[3].args[2].tensor, mw);
+    ck_assert_int_eq(c.o.k[3].args[2].off, 0); /* the tile buffer holds expert 2 first */
+    ck_assert_str_eq(c.o.k[4].entry, "zk_moe_scatter_tile");
+    ck_assert_int_eq(c.o.k[4].args[3].ws_off, st + 2 * 4);
+    ck_assert_int_eq(c.o.k[4].args[7].i, 2);
+    ck_assert_int_eq(c.o.k[4].args[8].i, 1); /* a later tile adds onto tile 0's zeros */
+    ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, mo, 0, 2, c.o.k, 64, &mti, &c.o.d), 5);
+    ck_assert_int_eq(c.o.k[4].args[3].ws_off, st);
+    ck_assert_int_eq(c.o.k[4].args[8].i, 0);
+    /* 3 tiles do not divide 4 experts (the planner refuses them first) */
+    ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, mo, 0, 3, c.o.k, 64, NULL, &c.o.d), -1);
+    ck_assert_msg(strstr(c.o.d.items[c.o.d.len - 1].msg, "3 tiles do not divide the 4 experts of mw"), "%s",
+                  c.o.d.items[c.o.d.len - 1].msg);
     ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, c.fwd, 2, 2, c.o.k, 64, NULL, &c.o.d), -1);
     ck_assert_ptr_nonnull(strstr(c.o.d.items[c.o.d.len - 1].msg, "tile 2 of 2: no such tile"));
     ck_assert_int_eq(cuda_gen_op_tile(&c.o.cg, &c.o.g, c.fwd, 0, 1, c.o.k, 64, NULL, &c.o.d), -1);

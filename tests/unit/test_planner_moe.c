@@ -1,7 +1,7 @@
 /* The planner's tiles by expert: a moe_expert's [E, O, I] weight cut into
  * tiles of whole experts, pinned by the plan block or chosen when it takes
- * more than 1/16 of GPU memory, on the host backend; the refusals (E not
- * divisible, a CUDA target) name what is wrong. */
+ * more than 1/16 of GPU memory, on the host and CUDA backends; the
+ * refusals (E not divisible, a weight of another shape) name what is wrong. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,6 +156,19 @@ START_TEST(chosen_by_expert) {
         }
     ck_assert_ptr_nonnull(strstr(c->r.explain, "in 4 tiles of 2 experts: 512.00 KiB whole, more than 1/16 of GPU memory"));
     ctx_free(c);
+    /* a CUDA target chooses them the same way: 4 MiB, a 256 KiB share, 2 tiles of 4 experts */
+    c = ctx_new("h200", 1);
+    c->t.gpu_memory = 4u << 20;
+    plan_ok(c);
+    for (int l = 0; l < 2; l++)
+        for (const char *w = "gud"; *w; w++) {
+            char name[64];
+            snprintf(name, sizeof name, "moe_block.%d.moe_mlp.w%c", l, *w);
+            ck_assert_int_eq(tiles_of(c->r.plan, name), 2);
+            check_expert_kernels(c->r.plan, name, 2);
+        }
+    ck_assert_ptr_nonnull(strstr(c->r.explain, "in 2 tiles of 4 experts: 512.00 KiB whole, more than 1/16 of GPU memory"));
+    ctx_free(c);
     /* the default budget: nothing over its share, nothing tiled */
     c = ctx_new("host", 1);
     plan_ok(c);
@@ -181,15 +194,24 @@ START_TEST(bad_expert_pin) {
     ck_assert_str_eq(first_error(c), "cannot tile 'moe_block.0.rms.g': only 2-D weights of linear, matmul and embedding, "
                                      "and the [E, O, I] experts of moe_expert, are tiled");
     ctx_free(c);
-    /* the CUDA backend's grouped expert GEMMs take every expert at once */
-    c = ctx_new("h200", 1);
-    TilePin pin3 = {"moe_block.0.moe_mlp.wg", 2, SPAN_NONE};
-    c->o.tiles = &pin3;
-    c->o.ntiles = 1;
-    ck_assert(!planner_run(&c->g, &c->t, &c->o, &c->a, &c->d, &c->r));
-    ck_assert_str_eq(first_error(c), "cannot tile 'moe_block.0.moe_mlp.wg' by expert on the cuda backend: its moe_expert kernels "
-                                     "take every expert at once; tiling by expert runs on the host backend only");
-    ctx_free(c);
+}
+END_TEST
+
+/* A CUDA target tiles by expert as the host does: the same instructions
+ * (its tiles run the grouped expert GEMMs over the tile's experts). */
+START_TEST(cuda_by_expert) {
+    for (int ranks = 1; ranks <= 2; ranks++) {
+        Ctx *c = ctx_new("h200", ranks);
+        TilePin pin3 = {"moe_block.0.moe_mlp.wg", 2, SPAN_NONE};
+        c->o.tiles = &pin3;
+        c->o.ntiles = 1;
+        plan_ok(c);
+        ck_assert_int_eq(tiles_of(c->r.plan, "moe_block.0.moe_mlp.wg"), 2);
+        ck_assert_int_eq(tiles_of(c->r.plan, "moe_block.1.moe_mlp.wg"), 1);
+        check_expert_kernels(c->r.plan, "moe_block.0.moe_mlp.wg", 2);
+        ck_assert_ptr_nonnull(strstr(c->r.explain, "tile moe_block.0.moe_mlp.wg [8, 256, 64] in 2 tiles of 4 experts"));
+        ctx_free(c);
+    }
 }
 END_TEST
 
@@ -200,6 +222,7 @@ int main(void) {
     tcase_add_test(t, pinned_by_expert);
     tcase_add_test(t, chosen_by_expert);
     tcase_add_test(t, bad_expert_pin);
+    tcase_add_test(t, cuda_by_expert);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
