@@ -334,7 +334,7 @@ elif [ -n "$BUNDLE" ]; then
   say "step moe: not run (a bundle has no build tree for tests/gpu/check_moe.c)"
 else
   march=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
-  step moe 150 env GPU=1 MOE_ARCH="sm_${march:-90}" sh tests/e2e/moe_cuda_emu.sh build
+  step moe 180 env GPU=1 MOE_ARCH="sm_${march:-90}" sh tests/e2e/moe_cuda_emu.sh build
   figures "cases, .* failed|FAIL|^moe-micro step|^moe_cuda_emu"
   step moegen 90 env GPU=1 MOE_ARCH="sm_${march:-90}" sh tests/e2e/moe_gen_cuda.sh build
   figures "^ok |^FAIL"
