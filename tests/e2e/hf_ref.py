@@ -121,4 +121,6 @@ def export_all(path, load):
             failed = 1
             with open(out + ".err", "w") as f:
                 traceback.print_exc(file=f)
+            if os.path.exists(out + ".tmp"):
+                os.remove(out + ".tmp")
     return failed

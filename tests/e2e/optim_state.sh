@@ -26,7 +26,6 @@ e2e_need_py numpy torch
 [ -x "$B/tools/adam_state" ] || e2e_skip "$B/tools/adam_state is not built"
 e2e_workdir optim_state
 e2e_mpi
-ROOT=$(pwd)
 PY="$ZINF_PY tests/e2e/optim_state.py"
 
 # ---- one step against the numpy reference ----
@@ -158,7 +157,7 @@ ZL
     fi
     grep -q "zk_adam_$([ $st = bf16 ] && echo bf16s || echo q8)" "$W/src-$name"/* || bad "$name: the plan does not launch the $st Adam kernel"
     run 1 "$W/$name.plan" --backend host --steps 6 --losses "$W/$name.host" --quiet || bad "$name: host backend"
-    if ! LD_LIBRARY_PATH="$ROOT/$FAKE:${LD_LIBRARY_PATH:-}" FAKECUDA_UNITS="$UNITS" timeout 300 "$B/bin/zinfrun" "$W/$name.plan" \
+    if ! LD_LIBRARY_PATH="$(cd "$FAKE" && pwd):${LD_LIBRARY_PATH:-}" FAKECUDA_UNITS="$UNITS" timeout 300 "$B/bin/zinfrun" "$W/$name.plan" \
          --data "$W/train.bin" --backend cuda --steps 6 --losses "$W/$name.cuda" --quiet < /dev/null > "$W/out" 2>&1; then
       bad "$name: cuda backend on the fake driver"; sed 's/^/    | /' "$W/out"; continue
     fi
