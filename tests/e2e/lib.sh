@@ -41,10 +41,14 @@
 #                        LINES lines and exits 1 unless exactly N cases
 #                        PASS and the closing line says none failed; then
 #                        says "NAME: ok"
+#   e2e_kv_verdict N ROWS TOL FRAC SLACK WHAT WINDOW
+#                        the verdict of a zinfgen --decode kv comparison of
+#                        the CUDA and the host decoder (below)
 #   e2e_end [FAIL]       ends the script: 1 if FAIL is not 0 or any bad, else
 #                        77 if a part was skipped, else 0
 # Exit codes are the verdict (tests/run.sh): 0 passed, 77 skipped, any
-# other failed.
+# other failed. The hf_* helpers at the end are those of the Hugging Face
+# scripts (hf_gemma.sh, hf_phi3.sh).
 
 e2e_failed=0
 e2e_skipped=0
@@ -163,6 +167,7 @@ hf_mapping_checks() { # CASES BATCH
   "$ZINF_PY" tests/e2e/hf_from.py batch "$2" > "$2.out" 2> "$2.log"
   _rc=$?
   [ $_rc -eq 0 ] || { cat "$2.out" "$2.log"; bad "hf_from.py batch exited $_rc"; }
+  # shellcheck disable=SC2013 # a case is a word
   for c in $(cut -d' ' -f1 "$1"); do
     if grep -qx "result check $c 0" "$2.out"; then echo "ok $c: the mapping covers the checkpoint"
     else grep -v '^result ' "$2.out"; bad "$c: the mapping does not cover the checkpoint"; fi
