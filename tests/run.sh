@@ -13,10 +13,9 @@
 # share Open MPI's session directory <tmp>/ompi.<host>.<uid>: its creation
 # races between mpiruns started at once.
 #
-# ZINF_TEST_JOBS tests run at once (default 2: most tests keep one core
-# busy, and a 2-core machine then runs the suite in about two thirds of the
-# time; 1 runs them one after another), the longest first, each printing
-# its line when it ends. Two kinds of test are kept apart:
+# ZINF_TEST_JOBS tests run at once (default 2: many tests keep one core
+# busy, waiting on Python or one process; 1 runs them one after another),
+# the longest first, each printing its line when it ends. Two kinds of test are kept apart:
 # - CHAINS run one after another, never beside each other: they build and
 #   run the same program (tests/gpu/check_kernels.sh writes
 #   BUILD/gpu/check_kernels);
