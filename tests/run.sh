@@ -15,7 +15,8 @@
 #
 # ZINF_TEST_JOBS tests run at once (default 2: many tests keep one core
 # busy, waiting on Python or one process; 1 runs them one after another),
-# the longest first, each printing its line when it ends. Two kinds of test are kept apart:
+# the longest first, each printing its line when it ends. Two kinds of
+# test are kept apart:
 # - CHAINS run one after another, never beside each other: they build and
 #   run the same program (tests/gpu/check_kernels.sh writes
 #   BUILD/gpu/check_kernels);
