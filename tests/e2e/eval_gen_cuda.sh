@@ -122,21 +122,7 @@ kvcheck() { # NAME RANKS PLAN TOL FRAC ARGS...: kv on cuda = kv on host = the wi
      ! host "$r" "$B/bin/zinfgen" $g --backend host --decode window --quiet > "$W/$n.wh" 2> "$W/$n.ewh"; then
     tail -n 3 "$W/$n.ekc" "$W/$n.ekh" "$W/$n.ewh"; echo "FAIL $n: zinfgen"; fail=1; return
   fi
-  if ! grep -q "on the cuda backend, KV cache of T = 16 positions" "$W/$n.ekc"; then
-    cat "$W/$n.ekc"; echo "FAIL $n: --decode kv did not say it runs on the cuda backend"; fail=1; return
-  fi
-  d=$(awk 'NR == FNR { for (i = 1; i <= NF; i++) a[FNR, i] = $i; n = FNR; w = NF; next }
-           { for (i = 1; i <= NF; i++) { x = $i - a[FNR, i]; if (x < 0) x = -x; if (x > m) m = x; nd += x > 0; nv++
-                                         y = a[FNR, i]; if (y < 0) y = -y; if (y > big) big = y }
-             if (NF != w) bad = 1; k = FNR }
-           END { if (bad || k != n || n != 14) print "shape"; else printf "%.3g %.3g %d %d\n", m, big, nd, nv }' "$W/$n.lh" "$W/$n.lc")
-  if [ -s "$W/$n.kc" ] && cmp -s "$W/$n.kc" "$W/$n.kh" && cmp -s "$W/$n.kc" "$W/$n.wh" &&
-     echo "$d" | awk -v t="$tol" -v f="$frac" 'NF == 4 && $1 <= t * $2 + 1e-7 && $3 <= f * $4 { ok = 1 } END { exit !ok }'; then
-    echo "ok   $n: --decode kv on cuda = kv on host = the window: $(cat "$W/$n.kc"); logits differ by" \
-         "$(echo "$d" | awk '{ printf "%s (largest %s; %d of %d differ)", $1, $2, $3, $4 }')"
-  else
-    echo "FAIL $n: kv cuda [$(cat "$W/$n.kc")] kv host [$(cat "$W/$n.kh")] window [$(cat "$W/$n.wh")]; logits: $d"; fail=1
-  fi
+  e2e_kv_verdict "$n" 14 "$tol" "$frac" 1e-7 "--decode kv on cuda = kv on host = the window" 1 || fail=1
 }
 kvcheck kv-gpt-gpu-1 1 "$W/micro-1.plan" 1e-5 1 --checkpoint "$W/ck-micro-1"
 mkplan llama-f32 tests/e2e/models/llama-micro.zl 1 cpu f32 && kvcheck kv-llama-f32-cpu-1 1 "$W/llama-f32.plan" 1e-5 1

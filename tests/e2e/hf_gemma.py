@@ -15,6 +15,8 @@
                                         steps): "next CASE missing=K unexpected=M LOSS BEFORE", its loss
                                         on the window step STEP trains on (B = 1, tokens[(STEP-1)T:
                                         STEP T+1] of the 4 windows) and that of DIR's weights on it
+    python hf_gemma.py exports LIST     export for each line "OUT CASE DIR ..." of LIST, in one
+                                        Python, into the file OUT (hf_ref.export_all)
 
 Attention is transformers' eager implementation: the only one that soft-caps
 attention logits. The weights are drawn wider than the models' own
@@ -22,7 +24,6 @@ initialisation (std 0.3; norm weights around 0, Gemma's norms scaling by
 1 + w) and the soft-caps small, so that every feature moves the loss by far
 more than the comparison's 1e-5.
 """
-import json
 import sys
 
 import torch
@@ -111,23 +112,9 @@ def main():
                 nowin = " %.10f" % loss(w, d + ".bin", t)
             print("%s %.10f %.10f%s" % (case, loss(m, d + ".bin", t), loss(m, d + ".bin", t, grad=True), nowin))
     elif cmd == "export":
-        case, d, path, t = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
-        m, info = load(d)
-        print("keys %s missing=%d unexpected=%d %s" % (case, len(info["missing_keys"]), len(info["unexpected_keys"]),
-                                                       json.dumps(sorted(info["missing_keys"]) + sorted(info["unexpected_keys"]))))
-        print("loss %s %.10f" % (case, loss(m, path, t)))
-        ids = [int(i) for i in sys.argv[6].split(",")]
-        with torch.no_grad():
-            out = m.eval().generate(torch.tensor([ids]), max_new_tokens=int(sys.argv[7]), do_sample=False,
-                                    eos_token_id=None, pad_token_id=0,
-                                    attention_mask=torch.ones(1, len(ids), dtype=torch.long))
-        print("gen %s %s" % (case, " ".join(map(str, out[0, len(ids):].tolist()))))
-        if len(sys.argv) > 9:
-            step = int(sys.argv[9])
-            nm, ninfo = load(sys.argv[8])
-            print("next %s missing=%d unexpected=%d %.10f %.10f" % (
-                case, len(ninfo["missing_keys"]), len(ninfo["unexpected_keys"]),
-                loss(nm, path, t, window=step - 1), loss(m, path, t, window=step - 1)))
+        hf_ref.export(sys.argv[2:], load)
+    elif cmd == "exports":
+        sys.exit(hf_ref.export_all(sys.argv[2], load))
     else:
         sys.exit("hf_gemma.py: unknown command " + cmd)
 

@@ -15,11 +15,12 @@
                                      "next CASE missing=K unexpected=M LOSS BEFORE", its loss on the window
                                      step STEP trains on (B = 1, tokens[(STEP-1)T:STEP T+1] of the 4
                                      windows) and that of DIR's weights on it
+    python hf_phi3.py exports LIST   export for each line "OUT CASE DIR ..." of LIST, in one Python,
+                                     into the file OUT (hf_ref.export_all)
 
 Weights are drawn wider than the model's own initialisation (std 0.3) so
 that the features tested move the loss by far more than 1e-5.
 """
-import json
 import sys
 
 import torch
@@ -90,23 +91,9 @@ def main():
             other = loss(load(d, off)[0], d + ".bin", t) if off else l
             print("%s %.10f %.10f %.10f" % (case, l, loss(m, d + ".bin", t, grad=True), other))
     elif cmd == "export":
-        case, d, path, t = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
-        m, info = load(d)
-        print("keys %s missing=%d unexpected=%d %s" % (case, len(info["missing_keys"]), len(info["unexpected_keys"]),
-                                                       json.dumps(sorted(info["missing_keys"]) + sorted(info["unexpected_keys"]))))
-        print("loss %s %.10f" % (case, loss(m, path, t)))
-        ids = [int(i) for i in sys.argv[6].split(",")]
-        with torch.no_grad():
-            out = m.eval().generate(torch.tensor([ids]), max_new_tokens=int(sys.argv[7]), do_sample=False,
-                                    eos_token_id=None, pad_token_id=0,
-                                    attention_mask=torch.ones(1, len(ids), dtype=torch.long))
-        print("gen %s %s" % (case, " ".join(map(str, out[0, len(ids):].tolist()))))
-        if len(sys.argv) > 9:
-            step = int(sys.argv[9])
-            nm, ninfo = load(sys.argv[8])
-            print("next %s missing=%d unexpected=%d %.10f %.10f" % (
-                case, len(ninfo["missing_keys"]), len(ninfo["unexpected_keys"]),
-                loss(nm, path, t, window=step - 1), loss(m, path, t, window=step - 1)))
+        hf_ref.export(sys.argv[2:], load)
+    elif cmd == "exports":
+        sys.exit(hf_ref.export_all(sys.argv[2], load))
     else:
         sys.exit("hf_phi3.py: unknown command " + cmd)
 

@@ -44,7 +44,7 @@ EOF2
 
 "$ZINF_PY" tests/e2e/hf_phi3.py make "$T" > "$T/hf-losses" 2> "$T/make.log" ||
   { cat "$T/make.log"; echo "FAIL: making the models or transformers' losses (above)"; exit 1; }
-: > "$T/batch"
+: > "$T/batch"; : > "$T/exports"
 while read -r c want wgn other; do
   d=$T/$c
   seq=$(cat "$d.seq")
@@ -97,11 +97,17 @@ while read -r c want wgn other; do
          --losses "$d.next.losses" >> "$d.train.log" 2>&1; then next="$d.next 3"
     else cat "$d.train.log"; bad "$c: training, checkpointing and exporting"; fi ;;
   esac
-  # greedy within the plan's T (a longer text slides its window, which transformers does not)
+  # greedy within the plan's T (a longer text slides its window, which transformers does not);
+  # read below, every case's exports by one Python (importing torch and transformers takes seconds)
   new=$((seq - 4)); [ $new -gt 16 ] && new=16
-  # shellcheck disable=SC2086
-  "$ZINF_PY" tests/e2e/hf_phi3.py export "$c" "$d.export" "$d.bin" "$seq" 5,17,30,42 $new $next > "$d.export.out" 2> "$d.export.err" ||
-    { cat "$d.export.err"; bad "$c: from_pretrained of the export"; continue; }
+  echo "$got $new $next" > "$d.got"
+  echo "$d.export.out $c $d.export $d.bin $seq 5,17,30,42 $new $next" >> "$T/exports"
+done < "$T/hf-losses"
+"$ZINF_PY" tests/e2e/hf_phi3.py exports "$T/exports" > "$T/exports.log" 2>&1
+for c in $(cut -d' ' -f2 "$T/exports"); do
+  d=$T/$c
+  read -r got new next < "$d.got"
+  [ -f "$d.export.out" ] || { cat "$d.export.out.err" "$T/exports.log"; bad "$c: from_pretrained of the export"; continue; }
   hf_export_checks "$c" "$d" "$got" "$next"
   # greedy decoding (past phi3-partial-w6's window of 6 and phi3-longrope-long's original
   # context of 16), with the KV cache and by windows
@@ -121,41 +127,26 @@ while read -r c want wgn other; do
     if [ "$gen" = "$gw" ]; then echo "ok $c: zinfgen greedy ($mode) $gen"
     else bad "$c: zinfgen greedy ($mode) '$gen', transformers '$gw'"; fi
   done
-done < "$T/hf-losses"
-"$ZINF_PY" tests/e2e/hf_from.py batch "$T/batch" > "$T/batch.out" 2> "$T/batch.log" ||
-  { cat "$T/batch.out" "$T/batch.log"; bad "hf_from.py batch exited $?"; }
-for c in $(cut -d' ' -f1 "$T/hf-losses"); do
-  if grep -qx "result check $c 0" "$T/batch.out"; then echo "ok $c: the mapping covers the checkpoint"
-  else grep -v '^result ' "$T/batch.out"; bad "$c: the mapping does not cover the checkpoint"; fi
 done
+hf_mapping_checks "$T/hf-losses" "$T/batch"
 
 # ---- what zinf cannot compute: an error naming the key and its value ----
-expect() { # NAME SEQ 'message' < config.json text
-  e=$T/err-$1
-  mkdir -p "$e"
-  cat > "$e/config.json"
-  "$Z/zinfc" --from-hf "$e" --seq "$2" --emit=zl > "$e/out" 2> "$e/err"
-  rc=$?
-  if [ $rc -ne 1 ]; then cat "$e/err"; bad "$1: exit $rc, expected 1"; return; fi
-  grep -qF -- "$3" "$e/err" || { cat "$e/err"; bad "$1: no '$3'"; return; }
-  echo "ok error $1"
-}
 P='"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "vocab_size": 64, "hidden_size": 64,
   "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64'
 printf '{%s, "partial_rotary_factor": 0.33}\n' "$P" |
-  expect partial-odd 16 'partial_rotary_factor = 0.33 turns 5 of the 16 columns'
+  hf_expect partial-odd 16 'partial_rotary_factor = 0.33 turns 5 of the 16 columns'
 printf '{%s, "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.33}}\n' "$P" |
-  expect partial-odd-rope 16 'partial_rotary_factor = 0.33 turns 5 of the 16 columns'
+  hf_expect partial-odd-rope 16 'partial_rotary_factor = 0.33 turns 5 of the 16 columns'
 printf '{%s, "rope_scaling": {"type": "su", "short_factor": [1, 1, 1], "long_factor": [1, 2, 3, 4, 5, 6, 7, 8]}}\n' "$P" |
-  expect longrope-length 16 'short_factor has 3 numbers: longrope needs one per pair of rotated columns, 8'
+  hf_expect longrope-length 16 'short_factor has 3 numbers: longrope needs one per pair of rotated columns, 8'
 printf '{%s, "rope_scaling": {"type": "longrope", "short_factor": [1, 1, 1, 1, 1, 1, 1, 0], "long_factor": [1, 2, 3, 4, 5, 6, 7, 8]}}\n' "$P" |
-  expect longrope-value 16 'rope_scaling.short_factor[7] must be a positive number, got 0'
+  hf_expect longrope-value 16 'rope_scaling.short_factor[7] must be a positive number, got 0'
 printf '{%s, "rope_scaling": {"type": "longrope", "long_factor": [1, 2, 3, 4, 5, 6, 7, 8]}}\n' "$P" |
-  expect longrope-missing 16 'rope_scaling has no short_factor'
+  hf_expect longrope-missing 16 'rope_scaling has no short_factor'
 L='"architectures": ["LlamaForCausalLM"], "vocab_size": 64, "hidden_size": 64,
   "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64'
 printf '{%s, "partial_rotary_factor": 0.5}\n' "$L" |
-  expect llama-partial 16 'partial_rotary_factor = 0.5 is not supported (rotary embeddings over part of a head)'
+  hf_expect llama-partial 16 'partial_rotary_factor = 0.5 is not supported (rotary embeddings over part of a head)'
 # the CUDA backend turns whole heads: a partial rotary plan is refused, naming the attribute
 if "$Z/zinfc" --from-hf "$T/phi3-partial" --seq 16 --target examples/targets/h200.zl -o "$T/gpu.plan" > "$T/gpu.log" 2>&1; then
   bad "a CUDA plan with partial rotary: accepted"

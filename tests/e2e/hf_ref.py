@@ -1,10 +1,16 @@
 """What the Hugging Face reference scripts of tests/e2e share: random models
-saved with save_pretrained, token files in zinftok's format, and the loss
-(and gradient norm) transformers computes on a window of such a file.
+saved with save_pretrained, token files in zinftok's format, the loss
+(and gradient norm) transformers computes on a window of such a file, and
+the checks of an export (keys, loss, greedy tokens, the trained export's
+loss).
 Imported by hf_from.py, hf_gemma.py, hf_phi3.py and hf_window.py (which
 Python finds beside them: a script's own directory is on sys.path)."""
 
+import contextlib
+import json
+import os
 import struct
+import traceback
 
 import torch
 import transformers as T
@@ -63,3 +69,58 @@ def window_loss(m, path, t, grad=False, window=0):
     l = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1))
     l.backward()
     return torch.sqrt(sum((p.grad.double() ** 2).sum() for p in m.parameters())).item()
+
+
+def export(argv, load):
+    """The export command of hf_gemma.py and hf_phi3.py; ARGV: CASE DIR TOKENS T
+    IDS N [NEXT STEP]. Loads DIR with LOAD (a function of a directory that
+    returns from_pretrained's model and loading info) and prints "keys CASE
+    missing=K unexpected=M [...]", "loss CASE L" on the first T + 1 tokens of
+    TOKENS, "gen CASE ..." (generate, greedy, N new tokens after the
+    comma-separated prompt IDS) and, with NEXT (the export after STEP - 1
+    training steps), "next CASE missing=K unexpected=M LOSS BEFORE": NEXT's
+    loss on the window step STEP trains on (B = 1, tokens[(STEP-1)T:STEP T+1])
+    and that of DIR's weights on it. One Python for all of them: importing
+    torch and transformers takes seconds."""
+    case, d, path, t = argv[0], argv[1], argv[2], int(argv[3])
+    m, info = load(d)
+    print("keys %s missing=%d unexpected=%d %s" % (case, len(info["missing_keys"]), len(info["unexpected_keys"]),
+                                                   json.dumps(sorted(info["missing_keys"]) + sorted(info["unexpected_keys"]))))
+    print("loss %s %.10f" % (case, window_loss(m, path, t)))
+    ids = [int(i) for i in argv[4].split(",")]
+    with torch.no_grad():
+        out = m.eval().generate(torch.tensor([ids]), max_new_tokens=int(argv[5]), do_sample=False,
+                                eos_token_id=None, pad_token_id=0,
+                                attention_mask=torch.ones(1, len(ids), dtype=torch.long))
+    print("gen %s %s" % (case, " ".join(map(str, out[0, len(ids):].tolist()))))
+    if len(argv) > 7:
+        step = int(argv[7])
+        nm, ninfo = load(argv[6])
+        print("next %s missing=%d unexpected=%d %.10f %.10f" % (
+            case, len(ninfo["missing_keys"]), len(ninfo["unexpected_keys"]),
+            window_loss(nm, path, t, window=step - 1), window_loss(m, path, t, window=step - 1)))
+
+
+def export_all(path, load):
+    """The exports command of hf_gemma.py and hf_phi3.py: export (above) for
+    each line "OUT CASE DIR TOKENS T IDS N [NEXT STEP]" of PATH, in one
+    Python, its lines written to OUT (created only when it succeeds; else
+    the error in OUT.err, and the next line goes on). Exit status 1 when
+    one failed."""
+    failed = 0
+    for line in open(path):
+        words = line.split()
+        if not words:
+            continue
+        out = words[0]
+        try:
+            with open(out + ".tmp", "w") as f, contextlib.redirect_stdout(f):
+                export(words[1:], load)
+            os.replace(out + ".tmp", out)
+        except Exception:
+            failed = 1
+            with open(out + ".err", "w") as f:
+                traceback.print_exc(file=f)
+            if os.path.exists(out + ".tmp"):
+                os.remove(out + ".tmp")
+    return failed

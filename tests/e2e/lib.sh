@@ -41,10 +41,14 @@
 #                        LINES lines and exits 1 unless exactly N cases
 #                        PASS and the closing line says none failed; then
 #                        says "NAME: ok"
+#   e2e_kv_verdict N ROWS TOL FRAC SLACK WHAT WINDOW
+#                        the verdict of a zinfgen --decode kv comparison of
+#                        the CUDA and the host decoder (below)
 #   e2e_end [FAIL]       ends the script: 1 if FAIL is not 0 or any bad, else
 #                        77 if a part was skipped, else 0
 # Exit codes are the verdict (tests/run.sh): 0 passed, 77 skipped, any
-# other failed.
+# other failed. The hf_* helpers at the end are those of the Hugging Face
+# scripts (hf_gemma.sh, hf_phi3.sh).
 
 e2e_failed=0
 e2e_skipped=0
@@ -153,4 +157,62 @@ hf_export_checks() { # C DIR GOT NEXT
   el=$(awk '$1 == "loss" { print $3 }' "$d.export.out")
   if e2e_close "$el" "$got" 1e-5; then echo "ok $c: export loads, transformers' loss on it $el"
   else bad "$c: transformers' loss on the export $el, zinf's $got"; fi
+}
+
+# The mapping checks of hf_gemma.sh and hf_phi3.sh: tests/e2e/hf_from.py batch
+# on BATCH (lines "check C HF DIR CONFIG"), then "ok C: the mapping covers the
+# checkpoint" for each case C of CASES (the first word of each of its lines),
+# else the calling script's bad.
+hf_mapping_checks() { # CASES BATCH
+  "$ZINF_PY" tests/e2e/hf_from.py batch "$2" > "$2.out" 2> "$2.log"
+  _rc=$?
+  [ $_rc -eq 0 ] || { cat "$2.out" "$2.log"; bad "hf_from.py batch exited $_rc"; }
+  # shellcheck disable=SC2013 # a case is a word
+  for c in $(cut -d' ' -f1 "$1"); do
+    if grep -qx "result check $c 0" "$2.out"; then echo "ok $c: the mapping covers the checkpoint"
+    else grep -v '^result ' "$2.out"; bad "$c: the mapping does not cover the checkpoint"; fi
+  done
+}
+
+# A config.json (on stdin) that zinfc --from-hf --seq SEQ must refuse: exit
+# 1 and MESSAGE in its errors; "ok error NAME", else the calling script's
+# bad. The model directory is $W/err-NAME (hf_gemma.sh, hf_phi3.sh).
+hf_expect() { # NAME SEQ 'MESSAGE' < config.json text
+  e=$W/err-$1
+  mkdir -p "$e"
+  cat > "$e/config.json"
+  "$B/bin/zinfc" --from-hf "$e" --seq "$2" --emit=zl > "$e/out" 2> "$e/err"
+  _rc=$?
+  if [ $_rc -ne 1 ]; then cat "$e/err"; bad "$1: exit $_rc, expected 1"; return; fi
+  grep -qF -- "$3" "$e/err" || { cat "$e/err"; bad "$1: no '$3'"; return; }
+  echo "ok error $1"
+}
+
+# The verdict of a zinfgen --decode kv comparison on the CUDA backend
+# (eval_gen_cuda.sh, moe_gen_cuda.sh), from the files $W/N.*: kc and kh the
+# tokens of the cuda and the host decoder, lc and lh their --logits (ROWS
+# rows), ekc the cuda run's stderr and, when WINDOW is 1, wh the tokens of
+# the host's window decode. The stderr must say the decoder ran on the cuda
+# backend; the tokens must be equal (and not empty); the logits within TOL
+# of the largest of the host's plus SLACK, and at most FRAC of them not
+# equal. Prints "ok   N: WHAT: TOKENS; logits differ by ..." and returns 0,
+# else a FAIL line and returns 1.
+e2e_kv_verdict() { # N ROWS TOL FRAC SLACK WHAT WINDOW
+  _n=$1 _rows=$2 _tol=$3 _frac=$4 _slack=$5 _what=$6 _win=$7
+  if ! grep -q "on the cuda backend, KV cache of T = 16 positions" "$W/$_n.ekc"; then
+    cat "$W/$_n.ekc"; echo "FAIL $_n: --decode kv did not say it runs on the cuda backend"; return 1
+  fi
+  _d=$(awk -v rows="$_rows" 'NR == FNR { for (i = 1; i <= NF; i++) a[FNR, i] = $i; n = FNR; w = NF; next }
+           { for (i = 1; i <= NF; i++) { x = $i - a[FNR, i]; if (x < 0) x = -x; if (x > m) m = x; nd += x > 0; nv++
+                                         y = a[FNR, i]; if (y < 0) y = -y; if (y > big) big = y }
+             if (NF != w) bad = 1; k = FNR }
+           END { if (bad || k != n || n != rows) print "shape"; else printf "%.3g %.3g %d %d\n", m, big, nd, nv }' "$W/$_n.lh" "$W/$_n.lc")
+  if [ -s "$W/$_n.kc" ] && cmp -s "$W/$_n.kc" "$W/$_n.kh" && { [ "$_win" != 1 ] || cmp -s "$W/$_n.kc" "$W/$_n.wh"; } &&
+     echo "$_d" | awk -v t="$_tol" -v f="$_frac" -v s="$_slack" 'NF == 4 && $1 <= t * $2 + s && $3 <= f * $4 { ok = 1 } END { exit !ok }'; then
+    echo "ok   $_n: $_what: $(cat "$W/$_n.kc"); logits differ by" \
+         "$(echo "$_d" | awk '{ printf "%s (largest %s; %d of %d differ)", $1, $2, $3, $4 }')"
+  else
+    echo "FAIL $_n: kv cuda [$(cat "$W/$_n.kc")] kv host [$(cat "$W/$_n.kh")]$([ "$_win" != 1 ] || echo " window [$(cat "$W/$_n.wh")]"); logits: $_d"
+    return 1
+  fi
 }

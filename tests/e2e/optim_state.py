@@ -2,6 +2,11 @@
 (docs/training.md, "Adam's moments"), for tests/e2e/optim_state.sh.
 
   optim_state.py map                       bitsandbytes' dynamic maps, printed as a check
+  optim_state.py steps ADAM_STATE DIR N SEED   the maps (as map), then for each storage (fp32, bf16,
+          8bit) and path (scalar, auto): inputs of N elements made in DIR/step-STATE-ISA (as make,
+          SEED), 3 steps of ADAM_STATE (tests/tools/adam_state, 2 threads), each checked (as check)
+          after a new gradient (as grad, SEED + STEP); "result STATE ISA ok", or "result STATE ISA
+          step T" at the first step that differs ("inputs" where they could not be made)
   optim_state.py make DIR STATE N SEED     the inputs of a step in DIR
   optim_state.py grad DIR SEED             a new gradient in DIR (the state stays)
   optim_state.py check DIR STATE STEP LR B1 B2 EPS WD SCALE   DIR/ref (the inputs
@@ -17,8 +22,10 @@ encoded with the block's new absmax, each value / absmax taking the code of
 the nearest map value (midpoints in double rounded to f32; a tie takes the
 lower code). bitsandbytes' maps are built here with torch, as its
 functional.create_dynamic_map builds them."""
+import functools
 import os
 import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -26,6 +33,7 @@ import numpy as np
 BLOCK = 2048
 
 
+@functools.lru_cache(maxsize=None)
 def dynamic_map(signed):
     """bitsandbytes.functional.create_dynamic_map(signed, 7, 8), in f32."""
     import torch
@@ -199,14 +207,52 @@ def check(d, state, t, lr, b1, b2, eps, wd, scale):
     return bad
 
 
+def print_maps():
+    for signed in (True, False):
+        mp = dynamic_map(signed)
+        print("%s map: %d values, %g .. %g, 0 at code %d" % ("signed" if signed else "unsigned", mp.size, mp[0], mp[-1],
+                                                               int(np.flatnonzero(mp == 0)[0])))
+
+
+# the step's hyperparameters, as adam_state and check take them: LR B1 B2 EPS WD SCALE
+HYPER = ("1e-3", "0.9", "0.999", "1e-8", "0.1", "0.5")
+
+
+def steps(tool, root, n, seed):
+    """What the commands make, grad and check do, for every storage and path,
+    in one process (importing torch takes seconds): 3 steps of TOOL each."""
+    print_maps()
+    sys.stdout.flush()
+    for state in ("fp32", "bf16", "8bit"):
+        for isa in ("scalar", "auto"):
+            d = os.path.join(root, "step-%s-%s" % (state, isa))
+            try:
+                make(d, state, n, seed)
+            except OSError as e:
+                print("making the inputs: %s" % e)
+                print("result %s %s inputs" % (state, isa))
+                continue
+            verdict = "ok"
+            for t in (1, 2, 3):
+                if t > 1:
+                    grad(d, seed + t)
+                sys.stdout.flush()
+                rc = subprocess.run([tool, state, isa, "2", str(t)] + list(HYPER) + [d]).returncode
+                if rc != 0 or check(d, state, t, *HYPER):
+                    verdict = "step %d" % t
+                    break
+            print("result %s %s %s" % (state, isa, verdict))
+            sys.stdout.flush()
+    return 0
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "map":
-        for signed in (True, False):
-            mp = dynamic_map(signed)
-            print("%s map: %d values, %g .. %g, 0 at code %d" % ("signed" if signed else "unsigned", mp.size, mp[0], mp[-1],
-                                                                   int(np.flatnonzero(mp == 0)[0])))
+        print_maps()
         return 0
+    if cmd == "steps":
+        return steps(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     if cmd == "make":
         make(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
         return 0
