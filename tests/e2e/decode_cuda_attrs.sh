@@ -10,11 +10,15 @@
 #   phi4   a Phi-4-mini-style one (stdlib/llama.zl): partial rotary (12 of
 #          each head's 16 columns turn), longrope with its attention_factor,
 #          an original context of 8 (the text outgrows it: the long list, the
-#          cached positions turned again) in layer 0 and of 32 in layer 1.
+#          cached positions turned again) in layer 0 and of 32 in layer 1;
+#   yarn   a Mistral-style one (stdlib/llama.zl) with YaRN rope (factor 4,
+#          an original context of 4096, beta_fast and beta_slow 16 and 2:
+#          a ramp over pairs 3 to 6 of 8, where the defaults 32 and 1 give 2 to 6) and
+#          its attention factor.
 # The greedy tokens equal the host decoder's, and the logits of every new
 # token (--logits) are within 1e-5 of the largest of the host decoder's
-# (eval_gen_cuda.sh's f32 tolerance); gemma's tokens equal the window's too
-# (phi4's window is refused past its original context: hf_phi3.sh).
+# (eval_gen_cuda.sh's f32 tolerance); gemma's and yarn's tokens equal the
+# window's too (phi4's window is refused past its original context: hf_phi3.sh).
 #   tests/e2e/decode_cuda_attrs.sh BUILD
 B=${1:-build}
 . tests/e2e/lib.sh
@@ -64,8 +68,22 @@ model phi4_micro(tokens: i32[B, T], targets: i32[B, T]) {
   loss cross_entropy(matmul(x, tok, transpose_b), targets)
 }
 ZL
+cat > "$W/yarn.zl" <<ZL
+import "llama"
+const V = 256, T = 16, D = 64, H = 4, KV = 2, F = 96, L = 2
+model yarn_micro(tokens: i32[B, T], targets: i32[B, T]) {
+  tok = param [V, D] init normal(0.02)
+  x = embedding(tok, tokens)
+  repeat L {
+    x = llama_block(x, H, KV, F, rope_scaling = "yarn", rope_factor = 4.0, original_max_positions = 4096, beta_fast = 16.0,
+                    beta_slow = 2.0, rope_attention_scale = true, rope_attention_factor = 1.1386)
+  }
+  x = rms(x)
+  loss cross_entropy(matmul(x, tok, transpose_b), targets)
+}
+ZL
 cuda() { env LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKECUDA_UNITS="$UNITS" timeout 300 "$@" < /dev/null; }
-for k in gemma phi4; do
+for k in gemma phi4 yarn; do
   { cat "$W/$k.zl"; echo "$TARGET"; } > "$W/copy.zl"
   cmp -s "$W/copy.zl" "$M/decode_cuda_attrs-$k.zl" || mv -f "$W/copy.zl" "$M/decode_cuda_attrs-$k.zl"
   mkdir -p "$W/src-$k"
@@ -82,7 +100,7 @@ for k in gemma phi4; do
     cat "$W/$k.ekc"; echo "FAIL $k: --decode kv did not say it runs on the cuda backend"; fail=1; continue
   fi
   same=ok
-  if [ $k = gemma ]; then
+  if [ $k != phi4 ]; then
     # shellcheck disable=SC2086
     timeout 120 "$B/bin/zinfgen" $g --backend host --decode window --quiet < /dev/null > "$W/$k.wh" 2> "$W/$k.ewh" &&
       cmp -s "$W/$k.kh" "$W/$k.wh" || same="the window's tokens [$(cat "$W/$k.wh")] differ"
