@@ -167,7 +167,6 @@ static int check_attention(const KvDecoder *d, int o, char *why, size_t n) {
     return check_per_position(d, o, why, n);
 }
 
-
 /* Mixture of experts, a row at a time: routing (moe_topk, moe_gate), the
  * chosen experts' products (moe_expert of a stacked [E, O, I] parameter:
  * the experts, and LoRA's adapters on them), the gated sum (moe_combine)
