@@ -42,34 +42,8 @@ static void (*const prim_gen[PRIM_COUNT])(GenCtx *c, bool bwd) = {
 #undef PRIM
 };
 
-/* Rope attributes whose kernels are the host backend's alone, refused before
- * the family's generator sees the op (it does not read them). */
-static bool rope_host_only(GenCtx *c) {
-    const GOp *o = c->o;
-    int64_t H = o->iattr[IA_ROPE_HEADS], rd = o->iattr[IA_ROPE_ROTARY_DIM];
-    const GTensor *x = o->in[0] >= 0 ? &c->g->tensors[o->in[0]] : NULL;
-    int64_t hd = x && x->rank > 0 && H > 0 ? x->dims[x->rank - 1] / H : 0;
-    if (rd != 0 && rd != hd) {
-        cg_fail(c, "rope with rotary_dim = %" PRId64 " of a head of %" PRId64 " (partial rotary): the CUDA kernels turn "
-                   "whole heads (the host backend computes it)", rd, hd);
-        return true;
-    }
-    if (o->iattr[IA_ROPE_SCALING] == ROPE_LONGROPE) {
-        cg_fail(c, "rope with scaling = \"longrope\": the CUDA kernels have none, linear, llama3 and yarn (the host backend "
-                   "computes longrope)");
-        return true;
-    }
-    double af = o->fattr[FA_ROPE_ATTENTION_FACTOR];
-    if (af != 0 && af != 1) {
-        cg_fail(c, "rope with attention_factor = %g: the CUDA kernels do not scale cos and sin (the host backend does)", af);
-        return true;
-    }
-    return false;
-}
-
 static void gen_prim(GenCtx *c, bool bwd) {
     if ((unsigned)c->o->prim >= PRIM_COUNT) cg_fail(c, "unknown primitive %d", (int)c->o->prim);
-    else if (c->o->prim == PRIM_ROPE && rope_host_only(c)) return;
     else prim_gen[c->o->prim](c, bwd);
 }
 

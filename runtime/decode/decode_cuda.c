@@ -22,12 +22,12 @@
 /* The unit's kernels (compiler/cuda_gen_decode.c's entries, in its order); the
  * mixture-of-experts ones last, from KD_MOE_TOPK: a dense model's unit has none. */
 enum {
-    KD_EMBED, KD_LINEAR, KD_BINARY, KD_LAYERNORM, KD_RMSNORM, KD_GELU, KD_SILU, KD_SCALE, KD_COLUMNS, KD_ROPE, KD_KV_APPEND, KD_ATTEND,
-    KD_MOE_TOPK, KD_MOE_GATE, KD_MOE_EXPERT, KD_MOE_COMBINE, KD_MOE_SGATE, KD_N
+    KD_EMBED, KD_LINEAR, KD_BINARY, KD_LAYERNORM, KD_RMSNORM, KD_GELU, KD_SILU, KD_SCALE, KD_SOFTCAP, KD_COLUMNS, KD_ROPE, KD_KV_APPEND,
+    KD_ATTEND, KD_MOE_TOPK, KD_MOE_GATE, KD_MOE_EXPERT, KD_MOE_COMBINE, KD_MOE_SGATE, KD_N
 };
-static const char *const kd_names[KD_N] = {"embed",    "linear",   "binary",     "layernorm",   "rmsnorm",        "gelu",
-                                           "silu",     "scale",    "columns",    "rope",        "kv_append",      "attend",
-                                           "moe_topk", "moe_gate", "moe_expert", "moe_combine", "moe_shared_gate"};
+static const char *const kd_names[KD_N] = {"embed",     "linear",   "binary",   "layernorm",  "rmsnorm",     "gelu",
+                                           "silu",      "scale",    "softcap",  "columns",    "rope",        "kv_append",
+                                           "attend",    "moe_topk", "moe_gate", "moe_expert", "moe_combine", "moe_shared_gate"};
 enum { NSTORAGE = 3, ALIGN = 256, BLOCK = 256 };
 /* The error words, int[3] each ({1, value, where}, first writer wins) in
  * the ALIGN bytes at errw: the embedding's id, then the experts' (an id
@@ -47,6 +47,7 @@ typedef struct KvCuda {
     CUdeviceptr base;          /* the one allocation */
     uint64_t *off;             /* per tensor: its view's offset in it, UINT64_MAX: none */
     uint64_t *kc, *vc;         /* per op: its key and value caches' offsets (attention), else 0 */
+    uint64_t *tab;             /* per op: its list attributes' offset (longrope's short and long lists, fp64), else 0 */
     uint64_t scores, errw, total;
     uint64_t param_bytes, cache_bytes;
     void *staging;             /* one parameter, gathered whole */
@@ -143,15 +144,12 @@ static int check_rope(const KvDecoder *d, int o, char *why, size_t n) {
     const PlanOp *op = &d->p->ops[o];
     int64_t C = kvdec_last_dim(d, op->in[0]), H = op->iattr[IA_ROPE_HEADS];
     if (H < 1 || C % H || (C / H) % 2) return REFUSE(why, n, "op %d: rope of %" PRId64 " over %" PRId64 " heads", o, C, H);
-    if (op->iattr[IA_ROPE_SCALING] > ROPE_LLAMA3)
-        return REFUSE(why, n, "op %d: rope with %s scaling (the CUDA step has none, linear and llama3)", o,
-                      op->iattr[IA_ROPE_SCALING] == ROPE_YARN ? "yarn" : "longrope");
-    if (op->fattr[FA_ROPE_ATTENTION_FACTOR] != 0 && op->fattr[FA_ROPE_ATTENTION_FACTOR] != 1)
-        return REFUSE(why, n, "op %d: rope with attention_factor %g (the CUDA step does not scale cos and sin)", o,
-                      op->fattr[FA_ROPE_ATTENTION_FACTOR]);
-    if (op->iattr[IA_ROPE_ROTARY_DIM] != 0 && op->iattr[IA_ROPE_ROTARY_DIM] != C / H)
-        return REFUSE(why, n, "op %d: rope with rotary_dim = %" PRId64 " (partial rotary; the CUDA step turns whole heads)", o,
-                      op->iattr[IA_ROPE_ROTARY_DIM]);
+    int64_t rd = op->iattr[IA_ROPE_ROTARY_DIM] ? op->iattr[IA_ROPE_ROTARY_DIM] : C / H;
+    if (rd < 2 || rd > C / H || rd % 2) return REFUSE(why, n, "op %d: rope with rotary_dim = %" PRId64 " of a head of %" PRId64, o, rd, C / H);
+    if (op->iattr[IA_ROPE_SCALING] < ROPE_NONE || op->iattr[IA_ROPE_SCALING] > ROPE_LONGROPE)
+        return REFUSE(why, n, "op %d: rope with scaling %" PRId64, o, op->iattr[IA_ROPE_SCALING]);
+    if (op->iattr[IA_ROPE_SCALING] == ROPE_LONGROPE && (!op->table || op->ntable != rd))
+        return REFUSE(why, n, "op %d: longrope without its short and long lists of %" PRId64 " numbers each", o, rd / 2);
     return check_per_position(d, o, why, n);
 }
 
@@ -166,22 +164,7 @@ static int check_attention(const KvDecoder *d, int o, char *why, size_t n) {
         return REFUSE(why, n, "op %d: attention with a sliding window of %" PRId64 ", shorter than the cache of %" PRId64
                       " positions (the CUDA step attends to every position; the host decoder keeps to the window)", o,
                       op->iattr[IA_ATTENTION_WINDOW], (int64_t)d->T);
-    if (op->fattr[FA_ATTENTION_SCALE] != 0 || op->fattr[FA_ATTENTION_SOFTCAP] != 0)
-        return REFUSE(why, n, "op %d: attention's %s has no GPU decode kernel yet", o,
-                      op->fattr[FA_ATTENTION_SOFTCAP] != 0 ? "softcap" : "scale");
     return check_per_position(d, o, why, n);
-}
-
-/* Gemma's attributes the kernels do not have yet: refused by name. */
-static int check_norm(const KvDecoder *d, int o, char *why, size_t n) {
-    const PlanOp *op = &d->p->ops[o];
-    if (op->prim == PRIM_RMSNORM && op->fattr[FA_RMSNORM_OFFSET] != 0)
-        return REFUSE(why, n, "op %d: rmsnorm's offset has no GPU decode kernel yet", o);
-    return 0;
-}
-static int check_scale(const KvDecoder *d, int o, char *why, size_t n) {
-    if (d->p->ops[o].prim == PRIM_SOFTCAP) return REFUSE(why, n, "op %d: softcap has no GPU decode kernel yet", o);
-    return 0;
 }
 
 /* Mixture of experts, a row at a time: routing (moe_topk, moe_gate), the
@@ -310,7 +293,8 @@ static int run_norm(KvDecoder *d, int o, char *err, size_t n) {
     long long heads = rms && v.op->iattr[IA_RMSNORM_HEADS] > 1 ? v.op->iattr[IA_RMSNORM_HEADS] : 1;
     long long D = kvdec_last_dim(d, v.op->in[0]) / heads, rows = kvdec_view_numel(d, v.op->in[0]) / D;
     float eps = (float)(v.op->fattr[FA_LAYERNORM_EPS] != 0 ? v.op->fattr[FA_LAYERNORM_EPS] : 1e-5);
-    void *ln[] = {&v.y, &v.a, &v.b, &v.c, &rows, &D, &eps}, *rmsa[] = {&v.y, &v.a, &v.b, &rows, &D, &eps};
+    float offset = rms ? (float)v.op->fattr[FA_RMSNORM_OFFSET] : 0.f; /* Gemma's 1 + w */
+    void *ln[] = {&v.y, &v.a, &v.b, &v.c, &rows, &D, &eps}, *rmsa[] = {&v.y, &v.a, &v.b, &rows, &D, &eps, &offset};
     if (!rms) return launch(d, o, x->fn[KD_LAYERNORM][v.st], (unsigned)rows, 1, BLOCK, ln, err, n);
     return launch(d, o, x->fn[KD_RMSNORM][v.st], (unsigned)rows, 1, BLOCK, rmsa, err, n);
 }
@@ -327,9 +311,10 @@ static int run_scale(KvDecoder *d, int o, char *err, size_t n) {
     KvCuda *x = X_(d);
     Opnds v = opnds(d, o);
     long long num = kvdec_view_numel(d, v.y0);
-    float by = (float)v.op->fattr[FA_SCALE_BY];
+    bool cap = v.op->prim == PRIM_SOFTCAP; /* prim.def's scale family: scale and softcap */
+    float by = (float)(cap ? v.op->fattr[FA_SOFTCAP_CAP] : v.op->fattr[FA_SCALE_BY]);
     void *args[] = {&v.y, &v.a, &num, &by};
-    return launch(d, o, x->fn[KD_SCALE][v.st], blocks(num, BLOCK), 1, BLOCK, args, err, n);
+    return launch(d, o, x->fn[cap ? KD_SOFTCAP : KD_SCALE][v.st], blocks(num, BLOCK), 1, BLOCK, args, err, n);
 }
 
 static int run_split(KvDecoder *d, int o, char *err, size_t n) {
@@ -351,8 +336,16 @@ static int run_rope(KvDecoder *d, int o, char *err, size_t n) {
     Opnds v = opnds(d, o);
     HkRope r = hk_rope_attrs(v.op->iattr, v.op->fattr, v.op->table, v.op->ntable);
     long long H = r.heads, hd = kvdec_last_dim(d, v.op->in[0]) / H, pos = d->pos, scaling = r.scaling;
-    double theta = r.theta, factor = r.factor, low = r.low_freq_factor, high = r.high_freq_factor, orig = r.original_max;
-    void *args[] = {&v.y, &v.a, &H, &hd, &pos, &theta, &scaling, &factor, &low, &high, &orig};
+    long long rd = r.rotary_dim ? r.rotary_dim : hd;
+    bool yarn = r.scaling == ROPE_YARN;
+    double theta = r.theta, factor = r.factor, orig = r.original_max, af = r.attention_factor > 0 ? r.attention_factor : 1.0;
+    double low = yarn ? r.beta_fast : r.low_freq_factor, high = yarn ? r.beta_slow : r.high_freq_factor;
+    /* longrope: the list the text's length chooses (as the host decoder's hk_rope_fwd_seq), on the device */
+    int64_t seq = d->rope_seq > d->pos + 1 ? d->rope_seq : d->pos + 1;
+    CUdeviceptr div = 0;
+    if (r.scaling == ROPE_LONGROPE)
+        div = x->base + x->tab[o] + ((double)seq > r.original_max ? sizeof(double) * (uint64_t)(rd / 2) : 0);
+    void *args[] = {&v.y, &v.a, &H, &hd, &pos, &theta, &scaling, &factor, &low, &high, &orig, &rd, &af, &div};
     return launch(d, o, x->fn[KD_ROPE][v.st], blocks(H * (hd / 2), BLOCK), 1, BLOCK, args, err, n);
 }
 
@@ -364,7 +357,8 @@ static int run_attention(KvDecoder *d, int o, char *err, size_t n) {
     CUdeviceptr kc = x->base + x->kc[o], vc = x->base + x->vc[o], sc = x->base + x->scores;
     void *app[] = {&kc, &vc, &v.b, &v.c, &kd, &pos};
     if (launch(d, o, x->fn[KD_KV_APPEND][v.st], blocks(kd, BLOCK), 1, BLOCK, app, err, n)) return -1;
-    void *args[] = {&v.y, &v.a, &kc, &vc, &sc, &H, &KV, &hd, &T, &pos};
+    float scale = (float)v.op->fattr[FA_ATTENTION_SCALE], cap = (float)v.op->fattr[FA_ATTENTION_SOFTCAP]; /* 0: 1/sqrt(hd), none */
+    void *args[] = {&v.y, &v.a, &kc, &vc, &sc, &H, &KV, &hd, &T, &pos, &scale, &cap};
     return launch(d, o, x->fn[KD_ATTEND][v.st], (unsigned)H, 1, 128, args, err, n);
 }
 
@@ -424,10 +418,10 @@ typedef struct CudaFamily {
 
 static const CudaFamily cuda_embedding = {check_embedding, run_embedding, false, false},
                         cuda_linear = {check_gemm, run_gemm, false, false}, cuda_matmul = {check_gemm, run_gemm, false, false},
-                        cuda_binary = {check_binary, run_binary, false, false}, cuda_norm = {check_norm, run_norm, false, false},
+                        cuda_binary = {check_binary, run_binary, false, false}, cuda_norm = {NULL, run_norm, false, false},
                         cuda_act = {NULL, run_act, false, false}, cuda_rope = {check_rope, run_rope, false, false},
                         cuda_attention = {check_attention, run_attention, true, false},
-                        cuda_split = {check_split, run_split, false, false}, cuda_scale = {check_scale, run_scale, false, false},
+                        cuda_split = {check_split, run_split, false, false}, cuda_scale = {NULL, run_scale, false, false},
                         cuda_arange = {NULL, run_arange, false, true}, cuda_xent = {NULL, NULL, false, false},
                         cuda_linxent = {NULL, NULL, false, false},
                         cuda_moe = {check_moe, run_moe, false, false}, cuda_gmlp = {NULL, NULL, false, false};
@@ -482,7 +476,8 @@ static int layout(KvDecoder *d, KvCuda *x, char *err, size_t n) {
     x->off = malloc(sizeof *x->off * (p->ntensors ? p->ntensors : 1));
     x->kc = calloc(p->nops ? p->nops : 1, sizeof *x->kc);
     x->vc = calloc(p->nops ? p->nops : 1, sizeof *x->vc);
-    if (!x->off || !x->kc || !x->vc) return errorf(err, n, "out of memory");
+    x->tab = calloc(p->nops ? p->nops : 1, sizeof *x->tab);
+    if (!x->off || !x->kc || !x->vc || !x->tab) return errorf(err, n, "out of memory");
     uint64_t at = 0, maxh = 0;
     for (uint32_t t = 0; t < p->ntensors; t++) {
         x->off[t] = UINT64_MAX;
@@ -501,6 +496,12 @@ static int layout(KvDecoder *d, KvCuda *x, char *err, size_t n) {
         at += 2 * b;
         x->cache_bytes += 2 * b;
         if ((uint64_t)op->iattr[IA_ATTENTION_HEADS] > maxh) maxh = (uint64_t)op->iattr[IA_ATTENTION_HEADS];
+    }
+    for (int i = 0; i < d->nops; i++) {
+        const PlanOp *op = &p->ops[d->ops[i]];
+        if (op->prim != PRIM_ROPE || op->iattr[IA_ROPE_SCALING] != ROPE_LONGROPE || !op->table) continue;
+        x->tab[d->ops[i]] = at;
+        at += align_up(sizeof(double) * (uint64_t)op->ntable);
     }
     x->scores = at;
     at += align_up(sizeof(float) * maxh * (uint64_t)d->T);
@@ -589,6 +590,12 @@ static int cuda_allocate(KvDecoder *d, char *err, size_t n) {
     DRV(x, x->drv.MemAlloc(&x->base, x->total), "cuMemAlloc", err, n);
     /* zeros: the caches past the position, the error word, padding */
     DRV(x, x->drv.MemsetD8Async(x->base, 0, x->total, x->s), "cuMemsetD8Async", err, n);
+    for (int i = 0; i < d->nops; i++) { /* longrope's lists, as the plan holds them */
+        const PlanOp *op = &d->p->ops[d->ops[i]];
+        if (x->tab[d->ops[i]])
+            DRV(x, x->drv.MemcpyHtoDAsync(x->base + x->tab[d->ops[i]], op->table, sizeof(double) * (size_t)op->ntable, x->s),
+                "cuMemcpyHtoDAsync", err, n);
+    }
     DRV(x, x->drv.StreamSynchronize(x->s), "cuStreamSynchronize", err, n);
     return 0;
 }
@@ -639,6 +646,7 @@ static void cuda_close(KvDecoder *d) {
     free(x->off);
     free(x->kc);
     free(x->vc);
+    free(x->tab);
     free(x->staging);
     free(x->lg);
     free(x);

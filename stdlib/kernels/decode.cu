@@ -72,20 +72,31 @@ __device__ void zkd_scale(T *y, const T *x, long long n, float by) {
     zk_axpy(y, x, n, by);
 }
 
-/* rope of one row at position pos, "rotate half", H heads of hd: the rope
- * family's frequency rule (zk_rope_freq) and fp64 angle. One thread a pair. */
+/* rope of one row at position pos, "rotate half", H heads of hd, the
+ * first rd columns of each head turned (the frequencies of a head of rd)
+ * and the rest passed through, cos and sin times af: the rope family's
+ * frequency rule (zk_rope_freq) and fp64 angle. div (longrope): the list
+ * the text's length chose, pair j's frequency divided by div[j]; NULL:
+ * scaling's rule. One thread a pair of the head's hd / 2. */
 __device__ void zkd_rope(T *y, const T *x, long long H, long long hd, long long pos, double theta, long long scaling,
-                         double factor, double low, double high, double orig) {
-    long long half = hd / 2, n = H * half;
+                         double factor, double low, double high, double orig, long long rd, double af, const double *div) {
+    long long half = hd / 2, rhalf = rd / 2, n = H * half;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        long long j = i % half, h = i / half;
-        double f = zk_rope_freq(theta, j, hd, scaling, factor, low, high, orig), sa, ca;
+        long long j = i % half, h = i / half, base = h * hd;
+        if (j >= rhalf) { /* partial rotary: columns rd + 2(j - rd/2) and the next pass through */
+            long long col = rd + 2 * (j - rhalf);
+            zk_st(y + base + col, zk_ld(x + base + col));
+            zk_st(y + base + col + 1, zk_ld(x + base + col + 1));
+            continue;
+        }
+        double f = div ? pow(theta, -2.0 * (double)j / (double)rd) / div[j]
+                       : zk_rope_freq(theta, j, rd, scaling, factor, low, high, orig),
+               sa, ca;
         sincos((double)pos * f, &sa, &ca);
-        float c = (float)ca, s = (float)sa;
-        long long base = h * hd;
-        float x0 = zk_ld(x + base + j), x1 = zk_ld(x + base + j + half);
+        float c = (float)(ca * af), s = (float)(sa * af);
+        float x0 = zk_ld(x + base + j), x1 = zk_ld(x + base + j + rhalf);
         zk_st(y + base + j, x0 * c - x1 * s);
-        zk_st(y + base + j + half, x0 * s + x1 * c);
+        zk_st(y + base + j + rhalf, x0 * s + x1 * c);
     }
 }
 
@@ -99,22 +110,23 @@ __device__ void zkd_kv_append(float *kc, float *vc, const T *k, const T *v, long
 
 /* Causal attention of the row at position pos over the caches' rows
  * 0..pos: block h is query head h, reading kv head h / (H / KV);
- * softmax(q K^T / sqrt(hd)) V with the scores in sc[h * Tn ...] (Tn: the
+ * softmax(q K^T scale) V (scale 0: 1 / sqrt(hd)), the scores soft-capped
+ * to cap tanh(s / cap) when cap > 0 (Gemma 2), in sc[h * Tn ...] (Tn: the
  * window's positions). */
 __device__ void zkd_attend(T *y, const T *q, const float *kc, const float *vc, float *sc, long long H, long long KV,
-                           long long hd, long long Tn, long long pos) {
+                           long long hd, long long Tn, long long pos, float scale_attr, float cap) {
     __shared__ float scratch[32];
     long long h = blockIdx.x;
     if (h >= H) return;
     long long kd = KV * hd, g = h / (H / KV);
     const T *qh = q + h * hd;
     float *s = sc + h * Tn;
-    float scale = 1.f / sqrtf((float)hd), m = -ZK_INF;
+    float scale = scale_attr > 0 ? scale_attr : 1.f / sqrtf((float)hd), m = -ZK_INF;
     for (long long j = threadIdx.x; j <= pos; j += blockDim.x) {
         const float *kj = kc + j * kd + g * hd;
         float acc = 0.f;
         for (long long e = 0; e < hd; e++) acc += zk_ld(qh + e) * kj[e];
-        s[j] = acc * scale;
+        s[j] = cap > 0 ? cap * tanhf(acc * scale / cap) : acc * scale;
         m = fmaxf(m, s[j]);
     }
     m = zkd_block_max(m, scratch);

@@ -1239,6 +1239,44 @@ static void case_rope_yarn(DType dt, double fast, double slow) {
     case_run(&c);
 }
 
+/* Phi-4-mini's rope on [2, T, 2 heads of 16]: partial rotary (rd of 16 columns of each head turn, the
+ * rest pass through), attention_factor (cos and sin scaled) and longrope
+ * (per-pair divisors, short_factor while the longest sample is at most
+ * original_max_positions = 16, long_factor beyond; lens: packed rows as for
+ * case_seg, NULL: a row is one sample), forward and backward against the
+ * host's kernels (hk_rope_*, the lists through hk_rope_attrs). */
+static void case_rope_phi(DType dt, const char *what, int64_t T, int64_t rd, double af, bool longrope, const int *lens) {
+    /* 8 pairs at most (rd 16); distinct lists, neither all ones */
+    static const double lists[2][16] = {
+        {1.0, 1.25, 1.5, 2.0, 3.0, 4.5, 6.0, 8.0},
+        {1.5, 2.75, 4.0, 6.5, 9.0, 13.0, 21.0, 34.0},
+    };
+    Case c;
+    case_init(&c, arena_printf(&garena, "rope %s T%ld rd%ld af%.3g", what, (long)T, (long)rd, af), dt);
+    if (!wanted(c.name)) {
+        arena_free(&c.a);
+        return;
+    }
+    if (lens) case_seg(&c, 2, T, lens);
+    int x = tn(&c, "x", dt, TC_ACT, 3, 2, T, 32), y = tn(&c, "y", dt, TC_ACT, 3, 2, T, 32);
+    int f = fwd(&c, PRIM_ROPE, &x, 1, &y, 1, 2, longrope ? ROPE_LONGROPE : ROPE_NONE, 10000.0);
+    GOp *o = &c.g.ops[f];
+    o->iattr[IA_ROPE_ROTARY_DIM] = rd;
+    o->fattr[FA_ROPE_ATTENTION_FACTOR] = af;
+    if (longrope) {
+        double *tab = arena_alloc(&c.a, sizeof *tab * (size_t)rd);
+        for (int64_t j = 0; j < rd / 2; j++) {
+            tab[j] = lists[0][j];
+            tab[rd / 2 + j] = lists[1][j];
+        }
+        o->iattr[IA_ROPE_ORIGINAL_MAX_POSITIONS] = 16;
+        o->table = tab;
+        o->ntable = (int)rd;
+    }
+    bwd(&c, f);
+    case_run(&c);
+}
+
 /* linear_cross_entropy, the chunked loss: x [R, D], w [D, V] ([V, D] with
  * transpose_b), `chunk` rows at a time (0: all; one that does not divide R
  * leaves a shorter last chunk), against the host's chunked kernels */
@@ -1612,6 +1650,17 @@ int main(int argc, char **argv) {
         case_softcap(dt);
         case_rope_yarn(dt, 0, 0);
         case_rope_yarn(dt, 16, 2);
+        {
+            /* packed rows of T 40: samples of 16 at most (the short list), or one of 17 (the long) */
+            static const int p16[] = {16, 16, 8, 0, 10, 14, 16, 0}, p17[] = {16, 17, 7, 0, 8, 8, 24, 0};
+            case_rope_phi(dt, "partial", 40, 12, 0, false, NULL);
+            case_rope_phi(dt, "af", 40, 0, 1.224744871391589, false, NULL);
+            case_rope_phi(dt, "longrope short", 16, 12, 1.224744871391589, true, NULL);
+            case_rope_phi(dt, "longrope long", 40, 12, 1.224744871391589, true, NULL);
+            case_rope_phi(dt, "longrope whole", 40, 16, 0, true, NULL);
+            case_rope_phi(dt, "longrope packed 16", 40, 12, 1.1, true, p16);
+            case_rope_phi(dt, "longrope packed 17", 40, 12, 1.1, true, p17);
+        }
         case_linxent(dt, 70, 40, 300, 32, false);
         case_linxent(dt, 70, 40, 300, 35, false);
         case_linxent(dt, 70, 40, 300, 0, false);

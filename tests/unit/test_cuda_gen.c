@@ -210,9 +210,10 @@ START_TEST(gemm_tile_rule) {
 }
 END_TEST
 
-/* rope's scaling travels as the last five arguments (scaling, factor,
- * low, high, original context); rmsnorm per head runs the same kernels over
- * rows of hd values. */
+/* rope's scaling travels as five arguments (scaling, factor, low, high,
+ * original context), then rotary_dim and the attention factor; a longrope
+ * op's unit holds its two lists as constants (to the bit), named by a digest
+ * of them; rmsnorm per head runs the same kernels over rows of hd values. */
 START_TEST(rope_scaling_and_rmsnorm_heads) {
     One o;
     one_init(&o);
@@ -227,13 +228,39 @@ START_TEST(rope_scaling_and_rmsnorm_heads) {
     op.fattr[FA_ROPE_HIGH_FREQ_FACTOR] = 4;
     int r = graph_add_op(&o.g, &op);
     ck_assert_int_eq(gen(&o, r), 1);
-    ck_assert_int_eq(o.k[0].nargs, 15);
-    ck_assert_int_eq(o.k[0].args[14].kind, CARG_SEG); /* packed rows: positions per sample */
+    ck_assert_int_eq(o.k[0].nargs, 17);
+    ck_assert_int_eq(o.k[0].args[16].kind, CARG_SEG); /* packed rows: positions per sample */
+    ck_assert_int_eq(o.k[0].args[14].i, 32);           /* rotary_dim 0: the whole head */
+    ck_assert_float_eq(o.k[0].args[15].f, 1.0f);        /* attention_factor 0: 1 */
     ck_assert_int_eq(o.k[0].args[9].i, ROPE_LLAMA3);
     ck_assert_float_eq(o.k[0].args[10].f, 32.0f);
     ck_assert_float_eq(o.k[0].args[11].f, 1.0f);
     ck_assert_float_eq(o.k[0].args[12].f, 4.0f);
     ck_assert_float_eq(o.k[0].args[13].f, 8192.0f);
+    /* Phi-4-mini's: 24 of 32 columns turned, longrope's 12 + 12 numbers, cos and sin times 1.19 */
+    static const double lists[24] = {1, 1.25, 1.5, 2, 3, 4.5, 6, 8, 10, 12, 14, 16,
+                                     0.1, 2.75, 4, 6.5, 9, 13, 21, 34, 55, 89, 144, 233.000000000001};
+    o.g.ops[r].iattr[IA_ROPE_SCALING] = ROPE_LONGROPE;
+    o.g.ops[r].iattr[IA_ROPE_ROTARY_DIM] = 24;
+    o.g.ops[r].fattr[FA_ROPE_ATTENTION_FACTOR] = 1.19;
+    o.g.ops[r].table = lists;
+    o.g.ops[r].ntable = 24;
+    ck_assert_int_eq(gen(&o, r), 1);
+    ck_assert_int_eq(o.k[0].args[9].i, ROPE_LONGROPE);
+    ck_assert_float_eq(o.k[0].args[10].f, 1.0f); /* longrope divides by its lists, not by factor */
+    ck_assert_float_eq(o.k[0].args[13].f, 8192.0f);
+    ck_assert_int_eq(o.k[0].args[14].i, 24);
+    ck_assert_float_eq(o.k[0].args[15].f, 1.19f);
+    ck_assert_ptr_nonnull(strstr(o.k[0].spec, "bf16 longrope 12 pairs "));
+    ck_assert_ptr_nonnull(strstr(o.k[0].source, "#define ZK_ROPE_NPAIR 12\n"));
+    ck_assert_ptr_nonnull(strstr(o.k[0].source, "#define ZK_ROPE_SHORT 1, 1.25, 1.5, 2, 3, 4.5, 6, 8, 10, 12, 14, 16\n"));
+    ck_assert_ptr_nonnull(strstr(o.k[0].source, "#define ZK_ROPE_LONG 0.10000000000000001, 2.75, 4, 6.5, 9, 13, 21, 34, 55, 89, 144, "
+                                                "233.00000000000099\n"));
+    o.g.ops[r].ntable = 12; /* lists of another length than rotary_dim / 2 each */
+    gen_refused(&o, r, "rope with scaling = \"longrope\" needs short_factor and long_factor of 12 numbers each");
+    o.g.ops[r].ntable = 24;
+    o.g.ops[r].iattr[IA_ROPE_ROTARY_DIM] = 34; /* wider than the head of 32 */
+    gen_refused(&o, r, "rope: rotary_dim 34 must be even and within the head of 32");
     o.g.ops[r].iattr[IA_ROPE_SCALING] = 9; /* no such scaling */
     gen_refused(&o, r, "unknown scaling 9");
     int errs = o.d.errors;
