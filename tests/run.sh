@@ -122,8 +122,16 @@ has() { # word list...: true when the word is in the list
   [ -n "$chain" ] && echo $chain
   for n in $all; do has "$n" $LONG $CHAINS $ALONE || echo "$n"; done
 } > "$BUILD/queue"
-# shellcheck disable=SC2086
-xargs -P "${ZINF_TEST_JOBS:-2}" -L 1 sh "$0" "$BUILD" "$MODE" --item < "$BUILD/queue"
+jobs=${ZINF_TEST_JOBS:-2}
+case $jobs in '' | *[!0-9]* | 0) jobs=1 ;; esac # xargs -P 0 would run every test at once
+xargs -P "$jobs" -L 1 sh "$0" "$BUILD" "$MODE" --item < "$BUILD/queue" ||
+  echo "run.sh: xargs exited $? before the queue's end" >&2
+# a test that never ran (xargs stopped early) fails rather than vanishing from the summary
+# shellcheck disable=SC2013 # the queue's words are test names
+for n in $(cat "$BUILD/queue"); do
+  awk -v n="$n" '{ sub(/:$/, "", $2) } $2 == n { found = 1 } END { exit !found }' "$RES" ||
+    echo "fail $n: not run" >> "$RES"
+done
 # shellcheck disable=SC2086
 for n in $ALONE; do has "$n" $all && run_named "$n"; done
 exit 0

@@ -47,7 +47,7 @@
 #   e2e_end [FAIL]       ends the script: 1 if FAIL is not 0 or any bad, else
 #                        77 if a part was skipped, else 0
 # Exit codes are the verdict (tests/run.sh): 0 passed, 77 skipped, any
-# other failed. The hf_* helpers at the end are those of the Hugging Face
+# other failed. The hf_* functions at the end are those of the Hugging Face
 # scripts (hf_gemma.sh, hf_phi3.sh).
 
 e2e_failed=0
