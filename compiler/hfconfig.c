@@ -1669,6 +1669,11 @@ const char *hfconfig_text_to_zl(Arena *a, const SourceSet *src, int file, DiagSi
             if (!c.failed) out = generate(&c);
         }
     }
+    /* a table that could not be allocated (the layers' window or dense patterns) would read as "none" */
+    if (!c.failed && a->failed) {
+        diag_error(d, SPAN_NONE, "out of memory reading the model's config");
+        c.failed = true;
+    }
     json_free(&doc);
     return c.failed ? NULL : out;
 }
