@@ -156,13 +156,16 @@ extern "C" __global__ void zk_moe_route(int *start, int *order, int *pos, const 
     }
 }
 
-/* The gather: dst[q, :] = src[order[q] / div, :] for the listed pairs q <
- * start[E] (C columns), zero past them (pairs left out by a bad id), so the
- * expert products read rows contiguous by expert. */
+/* The gather: dst[q, :] = src[order[q] / div, :] for the listed pairs
+ * start[0] <= q < start[E] (C columns), zero past them (pairs left out by a
+ * bad id), so the expert products read rows contiguous by expert. A tile's
+ * start is advanced to its first expert: the rows before start[0] are the
+ * earlier tiles', which its products never read, so they are not copied
+ * again (the last of N tiles would otherwise copy every row). */
 extern "C" __global__ void zk_moe_gather(T *dst, const T *src, const int *start, const int *order, long long n,
                                          long long E, long long C, long long div) {
-    long long listed = start[E];
-    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < n * C; t += (long long)gridDim.x * blockDim.x) {
+    long long listed = start[E], first = (long long)start[0] * C;
+    for (long long t = first + (long long)blockIdx.x * blockDim.x + threadIdx.x; t < n * C; t += (long long)gridDim.x * blockDim.x) {
         long long q = t / C, c = t % C;
         zk_st(dst + t, q < listed ? zk_ld(src + (long long)(order[q] / div) * C + c) : 0.f);
     }
