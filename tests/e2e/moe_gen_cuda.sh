@@ -14,7 +14,9 @@
 #     expert scaled by sigmoid(x ws^T) (moe_shared_gate); in f32 and bf16;
 #   - lora: qwen3 with LoRA on the experts (lora_gate_up, lora_down: more
 #     moe_expert products, of the [E, r, D] and [E, 2F, r] adapters), from
-#     a checkpoint of 3 steps on the host (the adapters' B start at zero).
+#     a checkpoint of 3 steps on the host (the adapters' B start at zero);
+#   - tiled: mixtral's plan with the experts tiled by expert (2 tiles of 2),
+#     which the decoder reads whole.
 # Each: its 10 greedy tokens after a prompt of 3 (the cache of T = 16
 # positions) equal the host decoder's, and the logits of every new token
 # (--logits) are within 1e-5 of the largest of the host decoder's (f32: the
@@ -41,7 +43,7 @@ else
   FAKEENV="env LD_LIBRARY_PATH=$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} FAKECUDA_UNITS=$UNITS"
 fi
 mkdir -p "$M" || exit 1
-model() { # NAME DTYPE BLOCK-ARGS LOSS-TERM [LR]
+model() { # NAME DTYPE BLOCK-ARGS LOSS-TERM [LR [PLAN]]: PLAN, more of the plan block
   cat > "$W/model.zl" <<ZL
 # tests/e2e/moe_gen_cuda.sh: a micro mixture of experts ($1)
 import "llama"
@@ -65,7 +67,7 @@ target fake { nodes = 1; gpus_per_node = 1
   gpu { memory = 1 GiB; flops = 10 T; hbm = 100 GB/s; pcie = 10 GB/s; arch = "$arch"; sms = 8 }
   cpu { memory = 8 GiB; bandwidth = 20 GB/s; cores = 2 }
   net { bandwidth = 10 GB/s; latency_us = 5 } }
-plan { params = "gpu"; optimizer = "gpu"; grads = "gpu"; whole_below = 1000 }
+plan { params = "gpu"; optimizer = "gpu"; grads = "gpu"; whole_below = 1000${6:+; $6} }
 ZL
   mkdir -p "$W/src-$1"
   : > "$W/$1.prep"
@@ -97,4 +99,10 @@ if model lora f32 "2, F, normalize = false, qk_norm = true, aux = false, lora_ga
     kvcheck lora 1e-5 1 --checkpoint "$W/ck-lora" || { tail -5 "$W/lora.train"; echo "FAIL lora: zinfrun"; fail=1; }
 fi
 model qwen2_bf16 bf16 "$qwen2" "" && kvcheck qwen2_bf16 8e-3 0.02
+# the experts tiled by expert (2 tiles of 2 for training): the decoder reads whole experts whatever the tiling
+if model tiled f32 "2, F, normalize = true" "" "" 'tiles "*.moe_mlp.wg" = 2; tiles "*.moe_mlp.wd" = 2'; then
+  if "$B/bin/zinfc" "$W/tiled.zl" --kernels=none --explain -o "$W/tiled-x.plan" 2>&1 | grep -q "in 2 tiles of 2 experts"
+  then kvcheck tiled 1e-5 1
+  else echo "FAIL tiled: the plan's experts are not in 2 tiles"; fail=1; fi
+fi
 exit $fail
