@@ -13,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "adam.h"
+#include "blas_core.h"
 #include "comm.h"
 #include "exec.h"
 #include "hostk_threads.h"
@@ -122,6 +124,21 @@ static inline void main_env_rt(const MainEnv *e, RtOptions *o) {
     o->no_huge_pages = e->nvme.no_huge_pages;
     o->queue_slice_us = e->queue_slice_us;
     o->cublaslt_off = e->cublaslt_off;
+}
+
+/* OpenBLAS fell back to its slow kernels on a processor it does not know
+ * by model (runtime/hostk/blas_core.h): set OPENBLAS_CORETYPE to the
+ * kernels the processor runs and start this program again, first thing in
+ * main (before MPI or a thread has started; the library reads the variable
+ * only when it loads). A user's OPENBLAS_CORETYPE, even empty, is kept;
+ * when the exec fails the program goes on with the kernels it has. */
+static inline void main_blas_core(char **argv) {
+    if (getenv("OPENBLAS_CORETYPE")) return;
+    const char *core = blas_core_better(blas_core_name(), blas_cpu_detect());
+    if (!core || setenv("OPENBLAS_CORETYPE", core, 1)) return;
+    fflush(NULL);
+    execv("/proc/self/exe", argv);
+    unsetenv("OPENBLAS_CORETYPE");
 }
 
 #endif

@@ -668,6 +668,7 @@ out:
 }
 
 int main(int argc, char **argv) {
+    main_blas_core(argv); /* OpenBLAS on this processor's kernels (blas_core.h) */
     signal(SIGPIPE, SIG_IGN);
     GenOpts o;
     int rc = parse(argc, argv, &o);

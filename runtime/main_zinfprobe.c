@@ -267,6 +267,7 @@ static int setup(Comm *c, Opts *o, char *nvme_abs, size_t nn, char *outbuf, size
 }
 
 int main(int argc, char **argv) {
+    main_blas_core(argv); /* OpenBLAS on this processor's kernels (blas_core.h) */
     static Comm C;
     MainEnv env;
     char env_err[256];

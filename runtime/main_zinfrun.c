@@ -1277,6 +1277,7 @@ static void run_close(Run *u) {
 }
 
 int main(int argc, char **argv) {
+    main_blas_core(argv); /* OpenBLAS on this processor's kernels (blas_core.h) */
     /* A full disk or a file size limit must be an error we report, not a signal. */
     signal(SIGXFSZ, SIG_IGN);
     signal(SIGPIPE, SIG_IGN);

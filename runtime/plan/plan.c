@@ -1217,11 +1217,14 @@ Plan *plan_read(const char *path, char *err, size_t errlen) {
     return p;
 }
 
-/* This machine as a file name's part: the CPU model (/proc/cpuinfo's
- * "model name", [A-Za-z0-9_-] kept, runs of others one '_'), the cores and
- * the memory in GiB: "Intel_R_Xeon_R_Platinum_8481C-2c-31g". A machine with
- * another CPU, more cores or more memory has another key, so its figures
- * are measured again. */
+/* This machine as a file name's part: the probe's version, the CPU model
+ * (/proc/cpuinfo's "model name", [A-Za-z0-9_-] kept, runs of others one
+ * '_'), the cores and the memory in GiB:
+ * "v2-Intel_R_Xeon_R_Platinum_8481C-2c-31g". A machine with another CPU,
+ * more cores or more memory has another key, so its figures are measured
+ * again; so has a probe of another version (v2: OpenBLAS on the processor's
+ * kernels where it had fallen back to Prescott's, runtime/hostk/blas_core.h,
+ * so that a v1 probe's GEMM rate is too slow). */
 static void machine_key(char *key, size_t n) {
     char model[128] = "cpu";
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -1248,7 +1251,7 @@ static void machine_key(char *key, size_t n) {
     if (f) fclose(f);
     long cores = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     uint64_t gib = pages > 0 && psize > 0 ? ((uint64_t)pages * (uint64_t)psize + (1u << 29)) >> 30 : 0;
-    snprintf(key, n, "%s-%ldc-%" PRIu64 "g", model, cores > 0 ? cores : 1, gib);
+    snprintf(key, n, "v2-%s-%ldc-%" PRIu64 "g", model, cores > 0 ? cores : 1, gib);
 }
 
 bool plan_probe_path(const char *chosen, char *buf, size_t n) {

@@ -20,6 +20,7 @@
 #include "tokens.h"
 
 int main(int argc, char **argv) {
+    main_blas_core(argv); /* OpenBLAS on this processor's kernels (blas_core.h) */
     const char *model = NULL, *data = NULL, *incs[32];
     int ninc = 0;
     long long steps = -1, batch = 0, eval_every = 0, eval_batches = 1;

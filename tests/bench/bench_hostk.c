@@ -365,6 +365,7 @@ static void run_threads(int threads, int reps, bool quick) {
 }
 
 int main(int argc, char **argv) {
+    main_blas_core(argv); /* OpenBLAS on this processor's kernels (blas_core.h) */
     MainEnv env; /* the ZINF_* variables, as the programs take them (docs/environment.md) */
     char env_err[256];
     if (main_env_read(&env, env_err, sizeof env_err) || main_env_apply(&env, env_err, sizeof env_err)) {

@@ -69,6 +69,7 @@ static double run_chunked(Head *h, int64_t chunk, void *ws) {
 }
 
 int main(int argc, char **argv) {
+    main_blas_core(argv); /* OpenBLAS on this processor's kernels (blas_core.h) */
     MainEnv env;
     char env_err[256];
     if (main_env_read(&env, env_err, sizeof env_err) || main_env_apply(&env, env_err, sizeof env_err)) {

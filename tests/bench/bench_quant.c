@@ -18,6 +18,7 @@
 #include "hostk.h"
 #include "hostk_threads.h"
 #include "quant.h"
+#include "main_env.h"
 
 static double now(void) {
     struct timespec t;
@@ -119,6 +120,7 @@ static void one_shape(int64_t M, int64_t K, int64_t N, int reps) {
 }
 
 int main(int argc, char **argv) {
+    main_blas_core(argv); /* OpenBLAS on this processor's kernels (blas_core.h) */
     int reps = 5, threads = 0;
     bool quick = false;
     for (int i = 1; i < argc; i++) {

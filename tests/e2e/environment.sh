@@ -43,4 +43,25 @@ if ZINF_HK_ISA=scalar ZINF_ADAM_ISA=scalar ZINF_THREADS=1 ZINF_NVME_SYNC=1 ZINF_
 else
   bad "zinfrun with good values failed: $(tail -5 "$W/run.out")"
 fi
+
+# OpenBLAS's kernels (runtime/hostk/blas_core.h): a program whose OpenBLAS fell back to
+# Prescott's (or an older core) for a model it does not know starts again with the
+# processor's (OPENBLAS_VERBOSE=2 prints the core each time the library loads); a user's
+# OPENBLAS_CORETYPE is kept
+for prog in zinfrun zinfgen zinfprobe zinfref; do
+  env -u OPENBLAS_CORETYPE OPENBLAS_VERBOSE=2 "$B/bin/$prog" --help > "$W/blas.out" 2>&1 < /dev/null
+  core=$(sed -n 's/^Core: //p' "$W/blas.out" | tail -1)
+  if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+    case $(echo "$core" | tr 'A-Z' 'a-z') in
+      '' | prescott | core2 | penryn | dunnington | nehalem | atom | unknown)
+        bad "$prog: OpenBLAS runs '$core' kernels on a processor with AVX2: $(grep Core "$W/blas.out" | tr '\n' ' ')" ;;
+      *) ok "$prog: OpenBLAS runs $core kernels ($(sed -n 's/^Core: //p' "$W/blas.out" | tr '\n' ' ' | sed 's/ $//'))" ;;
+    esac
+  else
+    ok "$prog: no AVX2 here, OpenBLAS keeps its '$core'"
+  fi
+done
+OPENBLAS_CORETYPE=Prescott OPENBLAS_VERBOSE=2 "$B/bin/zinfrun" --help > "$W/blas.out" 2>&1 < /dev/null
+if [ "$(sed -n 's/^Core: //p' "$W/blas.out" | tr '\n' ' ')" = "Prescott " ]; then ok "OPENBLAS_CORETYPE=Prescott is kept (one load, those kernels)"
+else bad "OPENBLAS_CORETYPE=Prescott not kept: $(grep Core "$W/blas.out" | tr '\n' ' ')"; fi
 e2e_end
