@@ -88,7 +88,7 @@ BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -g $(OPT) $(SANFLAGS) -fopenmp $(PKGS_CFLA
 CFLAGS_ALL := $(BASE_CFLAGS) $(WARN) $(CFLAGS)
 # Generated parsers are not ours to lint beyond what they can bear.
 GEN_CFLAGS := $(BASE_CFLAGS) -Wall -Werror -Wno-unused-parameter -Wno-unused-variable -Wno-unused-but-set-variable $(CFLAGS)
-LDLIBS := $(PKGS_LIBS) -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lnvrtc -lz -ldl -lpthread -lm -fopenmp $(SANFLAGS)
+LDLIBS := $(PKGS_LIBS) -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lnvrtc -lz -lzstd -ldl -lpthread -lm -fopenmp $(SANFLAGS)
 
 not_main = $(foreach f,$(1),$(if $(findstring /main_,$(f)),,$(f)))
 BASE_SRC := $(wildcard runtime/base/*.c)

@@ -5,7 +5,7 @@ set -e
 # slurmctld slurmd slurm-client munge: the single-machine Slurm of
 # tests/e2e/slurm.sh (about 12 MB; their srun --mpi=pmix plugin is in
 # slurm-wlm-basic-plugins, which they pull in, and uses Open MPI's libpmix2)
-PKGS="re2c lemon check libsubunit-dev liburing-dev zlib1g-dev libopenmpi-dev openmpi-bin libopenblas-dev pkg-config clang libomp-dev fio python3 librsvg2-bin slurmctld slurmd slurm-client munge"
+PKGS="re2c lemon check libsubunit-dev liburing-dev zlib1g-dev libzstd-dev libopenmpi-dev openmpi-bin libopenblas-dev pkg-config clang libomp-dev fio python3 librsvg2-bin slurmctld slurmd slurm-client munge"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -24,9 +24,11 @@
  * whose hf mapping stacks per-expert tensors (PlanHfPiece.stacked);
  * PLAN_VERSION_TABLES only a plan with an op that uses the seventh or eighth
  * float attribute or list attributes (rope's longrope); PLAN_VERSION_EXPERTS
- * (the newest read) only a plan whose hf mapping has a piece of PEFT's
- * expert layout (PlanHfPiece.layout). */
-enum { PLAN_VERSION = 6, PLAN_VERSION_STACKED = 7, PLAN_VERSION_TABLES = 8, PLAN_VERSION_EXPERTS = 9, PLAN_VERSION_OLDEST = 3, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 12, PLAN_MAX_IATTR = 6, PLAN_MAX_FATTR = 8,
+ * only a plan whose hf mapping has a piece of PEFT's expert layout
+ * (PlanHfPiece.layout); PLAN_VERSION_ZSTD (the newest read: version 9's
+ * records, packed sections as zstd frames) a plan with a big table
+ * (plan.c's written_version), from a build with libzstd. */
+enum { PLAN_VERSION = 6, PLAN_VERSION_STACKED = 7, PLAN_VERSION_TABLES = 8, PLAN_VERSION_EXPERTS = 9, PLAN_VERSION_ZSTD = 10, PLAN_VERSION_OLDEST = 3, PLAN_MAX_RANK = 6, PLAN_MAX_IN = 24, PLAN_MAX_OUT = 12, PLAN_MAX_IATTR = 6, PLAN_MAX_FATTR = 8,
        PLAN_MAX_TABLE = 1 << 16 /* numbers in an op's list attributes */,
        PLAN_MAX_ACCUM = 64 /* micro-batches per optimizer step (grad_accum) */ };
 #define PLAN_MAGIC "ZINFPLAN"
@@ -430,8 +432,8 @@ bool plan_dtype_known(int dtype);
 /* Serialises into a malloc'd buffer the caller frees. */
 bool plan_encode(const Plan *p, uint8_t **out, size_t *len, char *err, size_t errlen);
 /* Parses an untrusted buffer; name is used in messages ("model.plan: ...").
- * Reads versions PLAN_VERSION_OLDEST..PLAN_VERSION (a version-3 plan has no
- * gemms section: ngemms 0). */
+ * Reads versions PLAN_VERSION_OLDEST..PLAN_VERSION_ZSTD (a version-3 plan has
+ * no gemms section: ngemms 0). */
 Plan *plan_decode(const uint8_t *buf, size_t len, const char *name, char *err, size_t errlen);
 bool plan_write(const Plan *p, const char *path, char *err, size_t errlen);
 /* Writes buf[0..len), a plan_encode, to path (beside it, then renamed). */

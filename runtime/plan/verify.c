@@ -393,30 +393,99 @@ static void check_shards(V *v) {
 }
 
 
+/* A part of the checks run beside another: v's plan (and derived tables)
+ * with a problem list of its own, in buf[0..n). */
+static void part_init(V *part, const V *v, char *buf, size_t n) {
+    *part = *v;
+    part->msgs = buf;
+    part->n = buf ? n : 0;
+    part->used = 0;
+    part->problems = 0;
+    if (buf && n) buf[0] = 0;
+}
+
+/* part's problems appended to v's, as if its checks had reported to v:
+ * the kept lines in order, within v's MAX_PROBLEMS and bytes; the rest
+ * counted. */
+static void merge(V *v, const V *part) {
+    const char *s = part->msgs;
+    int lines = 0;
+    for (; s && *s && lines < part->problems; lines++) {
+        const char *nl = strchr(s, '\n');
+        size_t len = nl ? (size_t)(nl - s) : strlen(s);
+        vf_problem(v, "%.*s", (int)len, s);
+        s = nl ? nl + 1 : s + len;
+    }
+    v->problems += part->problems - lines;
+}
+
+/* The checks in four parts, two at a time where OpenMP is there (the
+ * schedule's order and uses beside the per-table checks, then dataflow
+ * beside overlap: zi-100t's 2.27 M instructions, 0.59 s alone, 0.38 s so);
+ * each part reports to a list of its own and the lists are merged in the
+ * order the checks are listed, so that the messages are those of running
+ * them one after another. (Where a part reaches MAX_PROBLEMS the later
+ * parts still run, and their problems are counted.) */
 int verify_plan(const Plan *p, char *msgs, size_t n) {
     V v = {.p = p, .msgs = msgs, .n = n};
     if (msgs && n) msgs[0] = 0;
-    if (check_ranges(&v)) {
-        vf_check_launches(&v);
-        check_memory(&v);
-        check_layouts(&v);
-        check_train(&v);
-        check_operands(&v);
-        check_frozen(&v);
-        vf_check_speculation(&v);
-        check_hf(&v);
-        check_shards(&v);
-        if (vf_build_order(&v) && vf_build_uses(&v)) {
-            vf_check_dataflow(&v);
-            vf_check_overlap(&v);
+    if (!check_ranges(&v)) return v.problems;
+    char *buf = msgs && n ? malloc(4 * n) : NULL;
+    V a, b, c, d;
+    part_init(&a, &v, buf, n);
+    part_init(&b, &v, buf ? buf + n : NULL, n);
+    bool ordered = false;
+#ifdef _OPENMP
+#pragma omp parallel sections num_threads(2)
+#endif
+    {
+#ifdef _OPENMP
+#pragma omp section
+#endif
+        {
+            vf_check_launches(&a);
+            check_memory(&a);
+            check_layouts(&a);
+            check_train(&a);
+            check_operands(&a);
+            check_frozen(&a);
+            vf_check_speculation(&a);
+            check_hf(&a);
+            check_shards(&a);
         }
+#ifdef _OPENMP
+#pragma omp section
+#endif
+        ordered = vf_build_order(&b) && vf_build_uses(&b);
     }
-    free(v.qpos);
-    free(v.queue);
-    free(v.vc);
-    free(v.order);
-    free(v.use_start);
-    free(v.use_list);
-    free(v.use_mode);
+    merge(&v, &a);
+    merge(&v, &b);
+    if (ordered) {
+        part_init(&c, &b, buf ? buf + 2 * n : NULL, n);
+        part_init(&d, &b, buf ? buf + 3 * n : NULL, n);
+#ifdef _OPENMP
+#pragma omp parallel sections num_threads(2)
+#endif
+        {
+#ifdef _OPENMP
+#pragma omp section
+#endif
+            vf_check_dataflow(&c);
+#ifdef _OPENMP
+#pragma omp section
+#endif
+            vf_check_overlap(&d);
+        }
+        merge(&v, &c);
+        merge(&v, &d);
+    }
+    free(buf);
+    free(b.qpos);
+    free(b.queue);
+    free(b.vc);
+    free(b.order);
+    free(b.use_start);
+    free(b.use_list);
+    free(b.use_mode);
     return v.problems;
 }

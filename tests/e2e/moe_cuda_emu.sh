@@ -43,8 +43,9 @@ mkdir -p "$B/gpu" || exit 1
 blas=-lopenblas
 [ "${ZINF_CBLAS_SHIM:-0}" != 1 ] && printf '#include <cblas.h>\nint main(void){return 0;}\n' | cc -x c - -o "$W/probe" -lopenblas > /dev/null 2>&1 ||
   blas="tests/gpu/cblas_shim.c -Itests/gpu/shim"
-# plan.c's packed sections want zlib; without its header plan_pack.c builds without it (as check_kernels.sh)
+# plan.c's packed sections want zstd and zlib; without a header plan_pack.c builds without it (as check_kernels.sh)
 printf '#include <zlib.h>\nint main(void){return zlibVersion() == 0;}\n' | cc -x c - -o "$W/zprobe" -lz > /dev/null 2>&1 && blas="$blas -lz"
+printf '#include <zstd.h>\nint main(void){return ZSTD_versionNumber() == 0;}\n' | cc -x c - -o "$W/zsprobe" -lzstd > /dev/null 2>&1 && blas="$blas -lzstd"
 # shellcheck disable=SC2046,SC2086
 cc -std=c11 -D_GNU_SOURCE -O1 -Wall -Wextra -Werror -Wno-unknown-pragmas -rdynamic -Ilang -Icompiler -Iruntime $(printf -- "-I%s " runtime/*/) -I"$B/gen" \
   -DZINF_STDLIB_DIR="\"$ROOT/stdlib\"" -DZINF_EMU_HEADER="\"$ROOT/tests/gpu/emu.h\"" \

@@ -33,7 +33,7 @@ MPI_CFLAGS=$(pkg-config --cflags ompi-c 2>/dev/null) && MPI_LIBS=$(pkg-config --
     echo "fakecuda/build.sh: Open MPI not found (pkg-config ompi-c)" >&2; exit 1; }
 # the programs link zinf's libraries, so they take their libraries (the Makefile's
 # LDLIBS) and, for the sanitizer build, its instrumentation
-LIBS="$(pkg-config --libs ompi-c openblas liburing 2>/dev/null) -L$CUDA/lib64 -Wl,-rpath,$CUDA/lib64 -lnvrtc -lz -ldl -lpthread -lm -fopenmp"
+LIBS="$(pkg-config --libs ompi-c openblas liburing 2>/dev/null) -L$CUDA/lib64 -Wl,-rpath,$CUDA/lib64 -lnvrtc -lz -lzstd -ldl -lpthread -lm -fopenmp"
 SAN=""
 if nm -A "$B/libzinfrt.a" 2>/dev/null | grep -q __asan_init; then
     SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"

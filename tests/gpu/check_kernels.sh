@@ -39,8 +39,9 @@ bloblibs=""
 if [ "${ZINF_CBLAS_SHIM:-0}" != 1 ] && printf '#include <cblas.h>\nint main(void){return 0;}\n' | $CC -x c - -o "$OUTD/cblas_probe" -lopenblas >/dev/null 2>&1; then
     blas=""; blasinc=""; bloblibs="-lopenblas"
 fi
-# plan files' packed sections need zlib; without its header plan_pack.c builds without it
+# plan files' packed sections need zstd (version 10) or zlib (version 5); without a header plan_pack.c builds without it
 printf '#include <zlib.h>\nint main(void){return zlibVersion() == 0;}\n' | $CC -x c - -o "$OUTD/zlib_probe" -lz >/dev/null 2>&1 && bloblibs="$bloblibs -lz"
+printf '#include <zstd.h>\nint main(void){return ZSTD_versionNumber() == 0;}\n' | $CC -x c - -o "$OUTD/zstd_probe" -lzstd >/dev/null 2>&1 && bloblibs="$bloblibs -lzstd"
 omp="-fopenmp"
 printf 'int main(void){return 0;}\n' | $CC -x c - -fopenmp -o "$OUTD/omp_probe" >/dev/null 2>&1 || omp=""
 harness="tests/gpu/check_kernels.c tests/gpu/check_lt.c tests/gpu/emu.c tests/gpu/emu_wrap.c $blas"

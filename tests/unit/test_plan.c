@@ -330,15 +330,15 @@ START_TEST(version_and_helpers) {
     Plan *q = plan_decode(a, n, "e.plan", err, sizeof err);
     ck_assert_msg(q == NULL, "an empty plan has no ranks");
     ck_assert_str_eq(err, "e.plan: rank count 0 (file corrupt?)");
-    a[8] = 10;
+    a[8] = 11;
     wr64(a + 16, plan_fnv1a64(a, 16));
     ck_assert_ptr_null(plan_decode(a, n, "e.plan", err, sizeof err));
-    ck_assert_str_eq(err, "e.plan: plan format version 10, this build reads versions 3 to 9 (recompile the model)");
+    ck_assert_str_eq(err, "e.plan: plan format version 11, this build reads versions 3 to 10 (recompile the model)");
     /* a plan from before the launch sections */
     a[8] = 1;
     wr64(a + 16, plan_fnv1a64(a, 16));
     ck_assert_ptr_null(plan_decode(a, n, "old.plan", err, sizeof err));
-    ck_assert_str_eq(err, "old.plan: plan format version 1, this build reads versions 3 to 9 (recompile the model)");
+    ck_assert_str_eq(err, "old.plan: plan format version 1, this build reads versions 3 to 10 (recompile the model)");
     free(a);
     plan_free(p);
     char b[32];

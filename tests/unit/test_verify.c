@@ -218,6 +218,33 @@ START_TEST(layouts) {
 }
 END_TEST
 
+/* The checks run in parts side by side; their problems are listed in the
+ * order the checks are, as if run one after another: a shard's home (the
+ * per-table checks) before an overlap (the last part). */
+START_TEST(problems_in_check_order) {
+    Plan *p = fresh();
+    p->shards[0].home = TIER_NVME;
+    int k = find_op(p, PI_KERNEL, 0);
+    for (; k >= 0; k = find_op(p, PI_KERNEL, k + 1)) {
+        const PlanInstr *s = &p->instrs[k];
+        const PlanOperand *in = &p->operands[s->opnd], *out = &p->operands[s->opnd + s->nopnd - 1];
+        if (in->buffer >= 0 && out->buffer >= 0 && !(p->buffers[in->buffer].flags & PLAN_BUF_PERSISTENT) &&
+            p->buffers[in->buffer].arena == ARENA_GPU && p->buffers[out->buffer].arena == ARENA_GPU) {
+            p->buffers[out->buffer].offset = p->buffers[in->buffer].offset;
+            break;
+        }
+    }
+    ck_assert_int_ge(k, 0);
+    int n = verify_plan(p, msgs, sizeof msgs);
+    ck_assert_int_ge(n, 2);
+    const char *home = strstr(msgs, "has home nvme but its buffer is in arena"), *overlap = strstr(msgs, "overlap in arena gpu while both are live");
+    ck_assert_msg(home && overlap && home < overlap, "expected the shard's problem before the overlap among:\n%s", msgs);
+    /* with no room for messages, the same count */
+    ck_assert_int_eq(verify_plan(p, NULL, 0), n);
+    plan_free(p);
+}
+END_TEST
+
 /* Regression: overlapping operand ranges made the per-buffer use lists
  * (sized by the operand count) overflow; now they are refused by name. */
 START_TEST(overlapping_operand_ranges) {
@@ -916,6 +943,7 @@ int main(void) {
     tcase_set_timeout(t, 120);
     tcase_add_test(t, valid_plans_on_every_target);
     tcase_add_test(t, overlapping_buffers);
+    tcase_add_test(t, problems_in_check_order);
     tcase_add_test(t, missing_fetch);
     tcase_add_test(t, dependency_cycle);
     tcase_add_test(t, over_capacity);
