@@ -881,10 +881,10 @@ static void scratch_free(uint8_t *m, size_t n) {
 
 /* Section s packed into *o when its raw payload of len bytes is large and
  * packs smaller; false (*o untouched) when it stays raw. A table with its
- * columns writer is packed from its columns (deflate only: they are the
+ * columns writer is packed from its columns (compressed only: they are the
  * transform already), any other from its raw payload (raw, not NULL). */
 static bool pack_section(const Plan *p, int s, const uint8_t *raw, size_t len, PlanPackForm form, SectionOut *o) {
-    if (o->oom || len < PLAN_PACK_MIN) return false;
+    if (o->oom || len < PLAN_PACK_MIN || !plan_pack_has(form)) return false; /* a build without zlib writes it raw */
     const Section *sec = &sections[s];
     uint8_t *cols = NULL, *pk;
     size_t pklen;
