@@ -285,9 +285,9 @@ static bool zstd_payload(const uint8_t *src, size_t len, uint8_t **out, size_t *
     return true;
 }
 
-/* The zstd frame in[0..len) into buf[0..n): one frame, exactly len bytes,
- * declaring and holding n bytes, its checksum right. */
-static bool unzstd_payload(const uint8_t *in, size_t len, uint8_t *buf, uint64_t n, const char **why) {
+/* Whether in[0..len) is one zstd frame of exactly len bytes declaring n
+ * bytes: checked before the n bytes are allocated. */
+static bool zstd_frame_ok(const uint8_t *in, size_t len, uint64_t n, const char **why) {
     unsigned long long declared = ZSTD_getFrameContentSize(in, len);
     if (declared == ZSTD_CONTENTSIZE_ERROR || declared == ZSTD_CONTENTSIZE_UNKNOWN)
         return *why = "a packed section's stream is corrupt", false;
@@ -295,6 +295,12 @@ static bool unzstd_payload(const uint8_t *in, size_t len, uint8_t *buf, uint64_t
     size_t frame = ZSTD_findFrameCompressedSize(in, len);
     if (ZSTD_isError(frame)) return *why = "a packed section's stream is corrupt", false;
     if (frame != len) return *why = "a packed section's length does not match its stream", false;
+    return true;
+}
+
+/* The zstd frame in[0..len) (zstd_frame_ok) into buf[0..n), its checksum
+ * right. */
+static bool unzstd_payload(const uint8_t *in, size_t len, uint8_t *buf, uint64_t n, const char **why) {
     size_t got = ZSTD_decompress(buf, (size_t)n, in, len);
     if (ZSTD_isError(got)) return *why = "a packed section's stream is corrupt", false;
     if (got != n) return *why = "a packed section's length does not match its stream", false;
@@ -334,6 +340,9 @@ bool plan_unpack(const uint8_t *in, size_t len, const PlanPackLayout *l, PlanPac
     uint64_t n = get_le(in, 8);
     uint64_t ratio = form == PLAN_PACK_ZSTD ? PLAN_PACK_MAX_RATIO_ZSTD : PLAN_PACK_MAX_RATIO;
     if (n > (uint64_t)1 << 40 || n / ratio > len) return *why = "a packed section's unpacked length is implausible", false;
+#ifdef PLAN_PACK_ZSTDLIB
+    if (form == PLAN_PACK_ZSTD && !zstd_frame_ok(in + 8, len - 8, n, why)) return false;
+#endif
     uint8_t *buf = malloc(n ? (size_t)n : 1);
     if (!buf) return *why = "out of memory unpacking a section", false;
     bool ok = false;
