@@ -1,4 +1,5 @@
 /* vocab: the names of the codes of vocab.h. */
+#include <stdint.h>
 #include "vocab.h"
 
 const char *const prim_names[PRIM_COUNT] = {
@@ -42,14 +43,16 @@ int dtype_size(DType t) {
 
 int64_t dtype_bytes(DType t, int64_t n) {
     if (n <= 0) return 0;
-    int64_t blocks = (n + dtype_block(t) - 1) / dtype_block(t);
+    int64_t blk = dtype_block(t), blocks = n / blk + (n % blk != 0), count = blocks, per;
     switch (t) {
-    case DT_NF4: return blocks * (DTYPE_QBLOCK / 2 + 4);
-    case DT_INT8: return blocks * (DTYPE_QBLOCK + 4);
+    case DT_NF4: per = DTYPE_QBLOCK / 2 + 4; break;
+    case DT_INT8: per = DTYPE_QBLOCK + 4; break;
     case DT_DYN8:
-    case DT_UDYN8: return blocks * (DTYPE_QSTATE_BLOCK + 4);
-    default: return n * dtype_size(t);
+    case DT_UDYN8: per = DTYPE_QSTATE_BLOCK + 4; break;
+    default: per = dtype_size(t), count = n; break;
     }
+    /* a count read from an untrusted plan may be near INT64_MAX: saturate */
+    return per <= 0 ? 0 : count > INT64_MAX / per ? INT64_MAX : count * per;
 }
 
 const char *const lr_schedule_names[LR_NSCHEDULES] = {"constant", "cosine", "linear"};

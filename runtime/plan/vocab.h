@@ -31,7 +31,9 @@ static inline int dtype_is_blocked(int t) { return dtype_is_quant(t) || dtype_is
 static inline int64_t dtype_block(int t) { return dtype_is_quant(t) ? DTYPE_QBLOCK : dtype_is_qstate(t) ? DTYPE_QSTATE_BLOCK : 1; }
 /* Bytes of n elements: n * dtype_size, or whole blocks of a blocked
  * dtype (36 bytes per 64 for nf4, 68 for int8, 2052 per 2048 for dyn8
- * and udyn8: a short last block takes a whole one); 0 for DT_NONE. */
+ * and udyn8: a short last block takes a whole one); 0 for DT_NONE;
+ * INT64_MAX where that many bytes would not fit in an int64_t (a count
+ * from an untrusted plan). */
 int64_t dtype_bytes(DType t, int64_t n);
 
 typedef enum InitKind { INIT_NONE, INIT_NORMAL, INIT_ZEROS, INIT_ONES, INIT_UNIFORM } InitKind;

@@ -1,12 +1,14 @@
 #include <check.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "plan.h"
 #include "plan_fixture_plan.h"
 #include "plan_fixture_launches.h"
 #include "verify.h"
+#include "vocab.h"
 #include "zl_fixture.h"
 
 static char msgs[8192];
@@ -242,6 +244,27 @@ START_TEST(problems_in_check_order) {
     /* with no room for messages, the same count */
     ck_assert_int_eq(verify_plan(p, NULL, 0), n);
     plan_free(p);
+}
+END_TEST
+
+/* Regression (libFuzzer, UBSan): a CPU Adam whose parameter operand claims
+ * nearly 2^64 bytes made the Adam check count 2^62 elements and multiply
+ * them by 4 in int64_t. Sizes saturate now: refused, no overflow (the
+ * sanitizer pass runs this with UBSan halting on error). */
+START_TEST(adam_operand_bytes_overflow) {
+    Plan *p = fresh();
+    int a = find_op(p, PI_CPU_ADAM, 0);
+    ck_assert_int_ge(a, 0);
+    p->operands[p->instrs[a].opnd].bytes = UINT64_MAX - 3;
+    int n = verify_plan(p, msgs, sizeof msgs);
+    ck_assert_msg(n > 0, "an Adam operand of 2^64 - 4 bytes passed");
+    plan_free(p);
+    ck_assert_int_eq(dtype_bytes(DT_F32, INT64_MAX / 2), INT64_MAX);
+    ck_assert_int_eq(dtype_bytes(DT_DYN8, INT64_MAX), INT64_MAX);
+    ck_assert_int_eq(dtype_bytes(DT_NF4, INT64_MAX), INT64_MAX / 64 * 36 + 36);
+    ck_assert_int_eq(dtype_bytes(DT_F32, 1000), 4000);
+    ck_assert_int_eq(dtype_bytes(DT_NF4, 65), 72);
+    ck_assert_int_eq(dtype_bytes(DT_DYN8, 2049), 2 * 2052);
 }
 END_TEST
 
@@ -944,6 +967,7 @@ int main(void) {
     tcase_add_test(t, valid_plans_on_every_target);
     tcase_add_test(t, overlapping_buffers);
     tcase_add_test(t, problems_in_check_order);
+    tcase_add_test(t, adam_operand_bytes_overflow);
     tcase_add_test(t, missing_fetch);
     tcase_add_test(t, dependency_cycle);
     tcase_add_test(t, over_capacity);
