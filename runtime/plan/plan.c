@@ -804,7 +804,7 @@ static const Section sections[] = {
  * attributes (rope's longrope tables; an older plan has six and none); version
  * 9 an hf piece's layout (PEFT's LoRA on the experts); version 10 version
  * 9's records with packed sections as zstd frames (the header's second word
- * 2), five times as fast to write as deflate. A newer
+ * 2), 4 to 5 times as fast to write as deflate. A newer
  * plan is refused with the version message, not as a corrupt file. */
 enum { SECTION_RAW = 0, SECTION_DEFLATE = PLAN_PACK_DEFLATE, SECTION_ZSTD = PLAN_PACK_ZSTD };
 enum { FORMAT_VERSION = PLAN_VERSION_ZSTD }; /* the newest read */

@@ -41,23 +41,6 @@ static const char *missing(PlanPackForm form) {
                                     "with this build)";
 }
 
-#if !defined(PLAN_PACK_ZLIB) && !defined(PLAN_PACK_ZSTDLIB)
-bool plan_pack(const uint8_t *raw, size_t len, const PlanPackLayout *l, PlanPackForm form, uint8_t **out, size_t *outlen,
-               const char **why) {
-    (void)raw, (void)len, (void)l, (void)outlen;
-    *out = NULL;
-    *why = missing(form);
-    return false;
-}
-
-bool plan_unpack(const uint8_t *in, size_t len, const PlanPackLayout *l, PlanPackForm form, uint8_t **raw, size_t *rawlen,
-                 const char **why) {
-    (void)in, (void)len, (void)l, (void)rawlen;
-    *raw = NULL;
-    *why = missing(form);
-    return false;
-}
-#else
 /* Little-endian values of n bytes: on a little-endian host a copy, which
  * the compiler makes one load or store where n is a constant. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -321,6 +304,7 @@ bool plan_pack(const uint8_t *raw, size_t len, const PlanPackLayout *l, PlanPack
         src = cols;
     }
     bool ok = false;
+    (void)src, (void)outlen; /* unused in a build with neither library */
 #ifdef PLAN_PACK_ZSTDLIB
     if (form == PLAN_PACK_ZSTD) ok = zstd_payload(src, len, out, outlen);
 #endif
@@ -371,4 +355,3 @@ bool plan_unpack(const uint8_t *in, size_t len, const PlanPackLayout *l, PlanPac
     *rawlen = (size_t)n;
     return true;
 }
-#endif

@@ -419,8 +419,11 @@ static void merge(V *v, const V *part) {
     v->problems += part->problems - lines;
 }
 
+/* The verifier's parts; each says whether the parts after it may run. */
+typedef bool (*Part)(V *v);
+
 /* The checks that read the plan's tables one at a time. */
-static void check_tables(V *v) {
+static bool tables_part(V *v) {
     vf_check_launches(v);
     check_memory(v);
     check_layouts(v);
@@ -430,44 +433,19 @@ static void check_tables(V *v) {
     vf_check_speculation(v);
     check_hf(v);
     check_shards(v);
+    return true;
 }
 
-static void free_derived(V *v) {
-    free(v->qpos);
-    free(v->queue);
-    free(v->vc);
-    free(v->order);
-    free(v->use_start);
-    free(v->use_list);
-    free(v->use_mode);
-}
+/* The schedule's order and each buffer's uses, which the last two read. */
+static bool order_part(V *v) { return vf_build_order(v) && vf_build_uses(v); }
+static bool dataflow_part(V *v) { return vf_check_dataflow(v), true; }
+static bool overlap_part(V *v) { return vf_check_overlap(v), true; }
 
-/* The checks in four parts, two at a time where OpenMP is there (the
- * schedule's order and uses beside the per-table checks, then dataflow
- * beside overlap: zi-100t's 2.27 M instructions, 0.59 s alone, 0.38 s so);
- * each part reports to a list of its own and the lists are merged in the
- * order the checks are listed, so that the messages are those of running
- * them one after another. (Where a part reaches MAX_PROBLEMS the later
- * parts still run, and their problems are counted.) Without memory for
- * the parts' lists, one after another. */
-int verify_plan(const Plan *p, char *msgs, size_t n) {
-    V v = {.p = p, .msgs = msgs, .n = n};
-    if (msgs && n) msgs[0] = 0;
-    if (!check_ranges(&v)) return v.problems;
-    char *buf = msgs && n ? malloc(4 * n) : NULL;
-    if (msgs && n && !buf) {
-        check_tables(&v);
-        if (vf_build_order(&v) && vf_build_uses(&v)) {
-            vf_check_dataflow(&v);
-            vf_check_overlap(&v);
-        }
-        free_derived(&v);
-        return v.problems;
-    }
-    V a, b, c, d;
-    part_init(&a, &v, buf, n);
-    part_init(&b, &v, buf ? buf + n : NULL, n);
-    bool ordered = false;
+/* f on x beside g on y (two threads where OpenMP is there); one after the
+ * other where x and y are the same V (one problem list). g's result. */
+static bool side_by_side(Part f, V *x, Part g, V *y) {
+    if (x == y) return f(x), g(y);
+    bool r = false;
 #ifdef _OPENMP
 #pragma omp parallel sections num_threads(2)
 #endif
@@ -475,34 +453,52 @@ int verify_plan(const Plan *p, char *msgs, size_t n) {
 #ifdef _OPENMP
 #pragma omp section
 #endif
-        check_tables(&a);
+        f(x);
 #ifdef _OPENMP
 #pragma omp section
 #endif
-        ordered = vf_build_order(&b) && vf_build_uses(&b);
+        r = g(y);
     }
-    merge(&v, &a);
-    merge(&v, &b);
+    return r;
+}
+
+/* The checks in four parts, two at a time (the schedule's order and uses
+ * beside the per-table checks, then dataflow beside overlap: zi-100t's
+ * 2.27 M instructions, 0.59 s alone, 0.38 s so); each part reports to a
+ * list of its own and the lists are merged in the order the checks are
+ * listed, so that the messages are those of running them one after
+ * another. (Where a part reaches MAX_PROBLEMS the later parts still run,
+ * and their problems are counted.) Without memory for the parts' lists,
+ * one after another into msgs. */
+int verify_plan(const Plan *p, char *msgs, size_t n) {
+    V v = {.p = p, .msgs = msgs, .n = n};
+    if (msgs && n) msgs[0] = 0;
+    if (!check_ranges(&v)) return v.problems;
+    char *buf = msgs && n ? malloc(4 * n) : NULL;
+    bool split = buf || !(msgs && n);
+    V a, b, c, d;
+    V *pa = &v, *pb = &v, *pc = &v, *pd = &v;
+    if (split) {
+        part_init(pa = &a, &v, buf, n);
+        part_init(pb = &b, &v, buf ? buf + n : NULL, n);
+    }
+    bool ordered = side_by_side(tables_part, pa, order_part, pb);
+    if (split) merge(&v, &a), merge(&v, &b);
     if (ordered) {
-        part_init(&c, &b, buf ? buf + 2 * n : NULL, n);
-        part_init(&d, &b, buf ? buf + 3 * n : NULL, n);
-#ifdef _OPENMP
-#pragma omp parallel sections num_threads(2)
-#endif
-        {
-#ifdef _OPENMP
-#pragma omp section
-#endif
-            vf_check_dataflow(&c);
-#ifdef _OPENMP
-#pragma omp section
-#endif
-            vf_check_overlap(&d);
+        if (split) {
+            part_init(pc = &c, &b, buf ? buf + 2 * n : NULL, n);
+            part_init(pd = &d, &b, buf ? buf + 3 * n : NULL, n);
         }
-        merge(&v, &c);
-        merge(&v, &d);
+        side_by_side(dataflow_part, pc, overlap_part, pd);
+        if (split) merge(&v, &c), merge(&v, &d);
     }
     free(buf);
-    free_derived(&b);
+    free(pb->qpos);
+    free(pb->queue);
+    free(pb->vc);
+    free(pb->order);
+    free(pb->use_start);
+    free(pb->use_list);
+    free(pb->use_mode);
     return v.problems;
 }
